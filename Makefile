@@ -1,0 +1,29 @@
+# Thin wrapper over CMake: the README's two commands.
+#   make demo   build bitspark and run the demo on a built-in synthetic model
+#   make test   build (release, ASan/UBSan, fuzz) and run every test
+JOBS ?= $(shell nproc)
+BUILD ?= build
+
+.PHONY: all build demo test fuzz clean deps
+all: build
+
+deps:
+	@tools/deps.sh build
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@tools/demo.sh $(BUILD)/bitspark
+
+test:
+	@tools/deps.sh test
+	@tools/test.sh
+
+fuzz:
+	@tools/deps.sh test
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} tools/fuzz.sh
+
+clean:
+	rm -rf build build-asan build-fuzz

@@ -1,0 +1,26 @@
+/* cli.h: the subcommands of the bitspark executable (git-style: bitspark <command> ...). Each
+ * command lives in its own cli_<name>.c, parses its own options and returns the exit status. */
+#ifndef BS_CLI_H
+#define BS_CLI_H
+
+typedef struct bs_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);   /* argv[0] is the command name */
+    void (*help)(void);                   /* full usage, printed by `bitspark help <name>` */
+} bs_command;
+
+/* Defined in cli_*.c; listed in main.c. */
+#define BS_DECLARE_COMMAND(n) int cmd_##n(int argc, char **argv); void help_##n(void)
+BS_DECLARE_COMMAND(inspect);
+BS_DECLARE_COMMAND(synth);
+
+/* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
+int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *opt, const char *s, double *out);
+/* Fetch the value of an option that takes one: advances *i; error if missing. */
+const char *cli_value(int argc, char **argv, int *i);
+/* Print "bitspark <cmd>: <last error>" and return the exit status 1. */
+int cli_fail(const char *cmd);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# deps.sh [build|test]: make sure the Debian packages bitspark needs are installed.
+# As root it installs what is missing; otherwise it prints the exact apt-get line and fails.
+set -euo pipefail
+what=${1:-build}
+pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8proc-dev)
+if [ "$what" = test ]; then
+  # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
+  pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bitspark needs these Debian packages; run as root:" >&2
+  echo "  apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

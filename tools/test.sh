@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# test.sh: build and run every test: the release build, the ASan/UBSan build, and a bounded
+# libFuzzer run of each parser. Ends with one summary line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+passed=0; failed=0
+run_suite() { # name build-dir cmake-args...
+  local name=$1 dir=$2; shift 2
+  echo "== $name =="
+  if ! cmake -S . -B "$dir" "$@" >/dev/null || ! cmake --build "$dir" -j "$jobs" >/dev/null; then
+    echo "$name: build failed"; cmake --build "$dir" -j 1 2>&1 | tail -30; failed=$((failed+1)); return
+  fi
+  local log=$dir/ctest.log
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" ${CTEST_ARGS:-}) 2>&1 | tee "$log"
+  local p f
+  p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
+  f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* (\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
+  passed=$((passed+p)); failed=$((failed+f))
+}
+run_suite release build -DCMAKE_BUILD_TYPE=Release
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  run_suite asan-ubsan build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON -DCMAKE_C_COMPILER=clang
+if [ -z "${BS_NO_FUZZ:-}" ]; then
+  run_suite fuzz build-fuzz -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
