@@ -14,6 +14,16 @@ typedef struct bs_command {
 #define BS_DECLARE_COMMAND(n) int cmd_##n(int argc, char **argv); void help_##n(void)
 BS_DECLARE_COMMAND(inspect);
 BS_DECLARE_COMMAND(synth);
+BS_DECLARE_COMMAND(run);
+BS_DECLARE_COMMAND(chat);
+BS_DECLARE_COMMAND(logits);
+BS_DECLARE_COMMAND(tokenize);
+BS_DECLARE_COMMAND(detokenize);
+BS_DECLARE_COMMAND(bench);
+BS_DECLARE_COMMAND(quantize);
+BS_DECLARE_COMMAND(convert);
+BS_DECLARE_COMMAND(serve);
+BS_DECLARE_COMMAND(antidoom);
 
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);

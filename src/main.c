@@ -9,6 +9,16 @@
 static const bs_command commands[] = {
     {"inspect", "show a GGUF or safetensors file: metadata, tensors, what model it is", cmd_inspect, help_inspect},
     {"synth", "write a synthetic qwen35 target or dspark drafter (random QAT-like weights)", cmd_synth, help_synth},
+    {"run", "generate text from a prompt", cmd_run, help_run},
+    {"chat", "interactive multi-turn chat in the terminal", cmd_chat, help_chat},
+    {"logits", "evaluate tokens and write the raw logits (for comparing runtimes)", cmd_logits, help_logits},
+    {"tokenize", "print the token ids of a text", cmd_tokenize, help_tokenize},
+    {"detokenize", "print the text of token ids", cmd_detokenize, help_detokenize},
+    {"bench", "llama-bench compatible speed measurement", cmd_bench, help_bench},
+    {"quantize", "convert a GGUF's tensors to another weight format", cmd_quantize, help_quantize},
+    {"convert", "convert drafters and HF checkpoints between GGUF and safetensors", cmd_convert, help_convert},
+    {"serve", "OpenAI-compatible HTTP server", cmd_serve, help_serve},
+    {"antidoom", "doom-loop pair mining and chosen-win evaluation", cmd_antidoom, help_antidoom},
 };
 
 static const bs_command *find_command(const char *name) {

@@ -1,0 +1,35 @@
+/* matmul.h: the one entry point the models use to multiply activations by a weight matrix.
+ * The model code only ever calls these; the kernels behind them (scalar reference, AVX2,
+ * AVX-512, multi-row, threads) can change without touching any model. */
+#ifndef BS_MATMUL_H
+#define BS_MATMUL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+struct gguf_tensor;
+typedef struct bs_pool bs_pool;   /* thread pool (threadpool.h); NULL = calling thread only */
+
+/* A 2-D weight: ne1 rows of ne0 elements, each row bs_row_size(type, ne0) bytes. */
+typedef struct bs_weight {
+    int type;
+    int64_t ne0, ne1;
+    const void *data;
+    size_t row_bytes;
+    const char *name;
+} bs_weight;
+
+/* Fill a bs_weight from a tensor (must be 1-D or 2-D). Returns 0 or -1 with bs_error. */
+int bs_weight_from_tensor(bs_weight *w, const struct gguf_tensor *t);
+
+/* y[r*ne1 + o] = sum_i W[o][i] * x[r*ne0 + i] for r < n_rows.
+ * Activations are converted to the weight type's vec_dot_type the way llama.cpp's CPU backend
+ * does (Q8_0 for Q1_0/Q2_0/Q8_0, Q8_1 for Q4_0/Q4_1, Q8_K for K-quants, float otherwise).
+ * A row's result never depends on n_rows (same accumulation order), so verifying k drafted
+ * tokens in one call gives exactly the logits of k one-token calls. */
+void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
+
+/* out[r*ne0 ..] = dequantized row ids[r] of W (embedding lookup). Returns -1 on a bad id. */
+int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out);
+
+#endif
