@@ -1,0 +1,199 @@
+"""Independent float64 reference of the qwen35 forward pass (Qwen3.5 / Bonsai-27B hybrid).
+
+Follows ../shared/reference/qwen35-arch.md to the letter, in float64 with float activations: it
+is an oracle for the maths, deliberately NOT an emulation of llama.cpp's float32 arithmetic or of
+its int8 activation quantization. Weights are dequantized exactly (gguf_reader.py).
+
+    m = Qwen35Ref(path)
+    layer_out, logits = m.forward(tokens)
+        layer_out: (n_layer, T, n_embd)  residual stream after each layer
+        logits:    (T, n_vocab)
+
+The sequence is processed causally position by position inside each layer, so the result is
+what any correct engine must produce however it splits the tokens into batches.
+"""
+import math
+import sys
+import numpy as np
+
+from gguf_reader import GGUF
+
+
+def rmsnorm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last axis; w as stored (+1 already baked)."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def l2norm(x, eps):
+    """x / max(||x||_2, eps) over the last axis (ggml_l2_norm)."""
+    return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), eps)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+class Hparams:
+    def __init__(self, meta):
+        a = meta.get('general.architecture')
+        if a != 'qwen35':
+            raise ValueError('architecture %r is not qwen35' % a)
+        g = lambda k, d=None: meta.get('qwen35.' + k, d)
+        self.n_layer = int(g('block_count'))
+        self.n_embd = int(g('embedding_length'))
+        self.n_ff = int(g('feed_forward_length'))
+        self.n_head = int(g('attention.head_count'))
+        self.n_head_kv = int(g('attention.head_count_kv'))
+        self.head_dim = int(g('attention.key_length', self.n_embd // self.n_head))
+        self.v_head_dim = int(g('attention.value_length', self.head_dim))
+        self.eps = float(g('attention.layer_norm_rms_epsilon'))
+        self.rope_base = float(g('rope.freq_base', 10000.0))
+        self.n_rot = int(g('rope.dimension_count', self.head_dim))
+        self.conv_kernel = int(g('ssm.conv_kernel'))
+        self.d_k = int(g('ssm.state_size'))            # linear key head dim
+        self.n_k_heads = int(g('ssm.group_count'))
+        self.n_v_heads = int(g('ssm.time_step_rank'))
+        self.d_v = int(g('ssm.inner_size')) // self.n_v_heads
+        rec = g('attention.recurrent_layers')
+        if rec is not None:
+            self.is_attn = [not bool(r) for r in rec]
+        else:
+            iv = int(g('full_attention_interval', 4))
+            self.is_attn = [(i + 1) % iv == 0 for i in range(self.n_layer)]
+
+
+class Qwen35Ref:
+    def __init__(self, path):
+        self.g = GGUF(path)
+        self.hp = Hparams(self.g.meta)
+        self._cache = {}
+
+    def w(self, name):
+        if name not in self._cache:
+            self._cache[name] = self.g.get(name)
+        return self._cache[name]
+
+    # --- Gated DeltaNet (qwen35-arch.md §2) ---------------------------------------------------
+    def deltanet(self, il, x):
+        hp, p = self.hp, 'blk.%d.' % il
+        T = x.shape[0]
+        nk, nv, dk, dv = hp.n_k_heads, hp.n_v_heads, hp.d_k, hp.d_v
+        mixed = x @ self.w(p + 'attn_qkv.weight').T             # (T, 2*nk*dk + nv*dv)
+        z = x @ self.w(p + 'attn_gate.weight').T                 # (T, nv*dv)
+        b = x @ self.w(p + 'ssm_beta.weight').T                  # (T, nv)
+        a = x @ self.w(p + 'ssm_alpha.weight').T                 # (T, nv)
+        beta = sigmoid(b)
+        g = self.w(p + 'ssm_a') * softplus(a + self.w(p + 'ssm_dt.bias'))
+        decay = np.exp(g)
+
+        # causal depthwise conv over time, zero initial state; w[:, K-1] hits the current token
+        cw = self.w(p + 'ssm_conv1d.weight')                     # (C, K)
+        K = cw.shape[1]
+        xe = np.concatenate([np.zeros((K - 1, mixed.shape[1])), mixed], axis=0)
+        y = np.zeros_like(mixed)
+        for i in range(K):
+            y += xe[i:i + T] * cw[:, i]
+        qkv = silu(y)
+
+        q = qkv[:, 0:nk * dk].reshape(T, nk, dk)
+        k = qkv[:, nk * dk:2 * nk * dk].reshape(T, nk, dk)
+        v = qkv[:, 2 * nk * dk:].reshape(T, nv, dv)
+        q, k = l2norm(q, hp.eps), l2norm(k, hp.eps)
+        kmap = np.arange(nv) % nk                                # GGUF tiled V->K head order
+        q, k = q[:, kmap], k[:, kmap]                            # (T, nv, dk)
+
+        S = np.zeros((nv, dk, dv))                               # S[h][i=key][j=value]
+        o = np.empty((T, nv, dv))
+        scale = 1.0 / math.sqrt(dk)
+        for t in range(T):
+            S *= decay[t][:, None, None]                         # decay first
+            u = np.einsum('hij,hi->hj', S, k[t])
+            d = (v[t] - u) * beta[t][:, None]
+            S += k[t][:, :, None] * d[:, None, :]                # rank-1 delta update
+            o[t] = np.einsum('hij,hi->hj', S, q[t]) * scale      # read-out with updated state
+
+        zz = z.reshape(T, nv, dv)
+        yh = rmsnorm(o, self.w(p + 'ssm_norm.weight'), hp.eps) * silu(zz)   # ssm_norm raw
+        return yh.reshape(T, nv * dv) @ self.w(p + 'ssm_out.weight').T
+
+    # --- gated full attention (§3) ------------------------------------------------------------
+    def rope(self, x, pos):
+        """Partial NeoX RoPE on the first n_rot dims. x: (T, H, D)."""
+        n = self.hp.n_rot
+        half = n // 2
+        inv = self.hp.rope_base ** (-2.0 * np.arange(half) / n)
+        th = pos[:, None].astype(np.float64) * inv[None, :]      # (T, half)
+        c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
+        x0, x1 = x[..., 0:half], x[..., half:n]
+        out = x.copy()
+        out[..., 0:half] = x0 * c - x1 * s
+        out[..., half:n] = x0 * s + x1 * c
+        return out
+
+    def attention(self, il, x):
+        hp, p = self.hp, 'blk.%d.' % il
+        T = x.shape[0]
+        H, Hkv, D, Dv = hp.n_head, hp.n_head_kv, hp.head_dim, hp.v_head_dim
+        qg = (x @ self.w(p + 'attn_q.weight').T).reshape(T, H, 2 * D)   # per head [q | gate]
+        q, gate = qg[..., 0:D], qg[..., D:2 * D]
+        k = (x @ self.w(p + 'attn_k.weight').T).reshape(T, Hkv, D)
+        v = (x @ self.w(p + 'attn_v.weight').T).reshape(T, Hkv, Dv)
+        q = rmsnorm(q, self.w(p + 'attn_q_norm.weight'), hp.eps)
+        k = rmsnorm(k, self.w(p + 'attn_k_norm.weight'), hp.eps)
+        pos = np.arange(T)
+        q, k = self.rope(q, pos), self.rope(k, pos)
+        kv_of = np.arange(H) // (H // Hkv)                       # blocked GQA
+        kq = np.einsum('thd,shd->hts', q, k[:, kv_of]) / math.sqrt(D)
+        kq = np.where(np.tril(np.ones((T, T), dtype=bool))[None], kq, -np.inf)
+        kq -= kq.max(axis=-1, keepdims=True)
+        pr = np.exp(kq)
+        pr /= pr.sum(axis=-1, keepdims=True)
+        o = np.einsum('hts,shd->thd', pr, v[:, kv_of])            # (T, H, Dv)
+        o = o.reshape(T, H * Dv) * sigmoid(gate.reshape(T, H * D))
+        return o @ self.w(p + 'attn_output.weight').T
+
+    # --- block, head ---------------------------------------------------------------------------
+    def ffn(self, il, x):
+        p = 'blk.%d.' % il
+        gt = x @ self.w(p + 'ffn_gate.weight').T
+        up = x @ self.w(p + 'ffn_up.weight').T
+        return (silu(gt) * up) @ self.w(p + 'ffn_down.weight').T
+
+    def forward(self, tokens):
+        hp = self.hp
+        tokens = np.asarray(tokens, dtype=np.int64)
+        if tokens.ndim != 1 or len(tokens) == 0:
+            raise ValueError('need a non-empty 1-D token list')
+        x = self.w('token_embd.weight')[tokens]                 # (T, n_embd), no scaling
+        outs = []
+        for il in range(hp.n_layer):
+            p = 'blk.%d.' % il
+            hn = rmsnorm(x, self.w(p + 'attn_norm.weight'), hp.eps)
+            x = x + (self.attention(il, hn) if hp.is_attn[il] else self.deltanet(il, hn))
+            hn = rmsnorm(x, self.w(p + 'post_attention_norm.weight'), hp.eps)
+            x = x + self.ffn(il, hn)
+            outs.append(x)
+        xn = rmsnorm(x, self.w('output_norm.weight'), hp.eps)
+        head = 'output.weight' if 'output.weight' in self.g.tensors else 'token_embd.weight'
+        return np.stack(outs), xn @ self.w(head).T
+
+
+def rel_l2_rows(ours, ref):
+    """Relative L2 error per row: ||ours - ref|| / ||ref||."""
+    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    return np.linalg.norm(ours - ref, axis=-1) / np.maximum(np.linalg.norm(ref, axis=-1), 1e-30)
+
+
+if __name__ == '__main__':
+    m = Qwen35Ref(sys.argv[1])
+    toks = [int(t) for t in sys.argv[2].split(',')]
+    _, lg = m.forward(toks)
+    print('argmax per position:', lg.argmax(axis=1).tolist())
