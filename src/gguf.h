@@ -27,7 +27,8 @@ typedef struct gguf_str { uint64_t len; char *s; /* NUL-terminated copy */ } ggu
 
 /* One metadata value. Scalars live in the union; arrays hold `n` elements of `arr_type`:
  * scalars packed in `arr` (little-endian as in the file, element size of the type), strings as
- * gguf_str in `arr`, nested arrays as gguf_value in `arr`. */
+ * gguf_str in `arr`, nested arrays as gguf_value in `arr`. Scalar fields: unsigned integers in
+ * u64, signed integers in i64 (sign-extended), FLOAT32 and FLOAT64 in f64, BOOL in b. */
 typedef struct gguf_value {
     enum gguf_type type;
     union {
@@ -82,6 +83,12 @@ const char *gguf_get_str(const gguf_file *f, const char *key);  /* NULL if missi
 /* Integer array element i as int64 (any integer element type); -1 with bs_error on failure. */
 int gguf_get_arr_i64(const gguf_file *f, const char *key, uint64_t i, int64_t *out);
 uint64_t gguf_get_arr_n(const gguf_file *f, const char *key);  /* 0 if missing / not array */
+/* Additions: u64 getter (any non-negative integer), float / string array elements, and an
+ * integer element of any array value (e.g. a nested one). Same error convention. */
+int gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out);
+int gguf_get_arr_f32(const gguf_file *f, const char *key, uint64_t i, float *out);
+const char *gguf_get_arr_str(const gguf_file *f, const char *key, uint64_t i); /* NULL on error */
+int gguf_arr_elem_i64(const gguf_value *v, uint64_t i, int64_t *out);
 
 /* --- writer ------------------------------------------------------------------------------------
  * Usage: open, set metadata, declare every tensor (name, type, shape), then stream each tensor's
