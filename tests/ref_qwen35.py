@@ -81,15 +81,20 @@ class Qwen35Ref:
             self._cache[name] = self.g.get(name)
         return self._cache[name]
 
+    def mm(self, x, name):
+        """x @ W^T for the weight matrix `name` (ne {in, out}): every weight product goes through
+        here, so a subclass can change how activations meet weights."""
+        return x @ self.w(name).T
+
     # --- Gated DeltaNet (qwen35-arch.md §2) ---------------------------------------------------
     def deltanet(self, il, x):
         hp, p = self.hp, 'blk.%d.' % il
         T = x.shape[0]
         nk, nv, dk, dv = hp.n_k_heads, hp.n_v_heads, hp.d_k, hp.d_v
-        mixed = x @ self.w(p + 'attn_qkv.weight').T             # (T, 2*nk*dk + nv*dv)
-        z = x @ self.w(p + 'attn_gate.weight').T                 # (T, nv*dv)
-        b = x @ self.w(p + 'ssm_beta.weight').T                  # (T, nv)
-        a = x @ self.w(p + 'ssm_alpha.weight').T                 # (T, nv)
+        mixed = self.mm(x, p + 'attn_qkv.weight')             # (T, 2*nk*dk + nv*dv)
+        z = self.mm(x, p + 'attn_gate.weight')                 # (T, nv*dv)
+        b = self.mm(x, p + 'ssm_beta.weight')                  # (T, nv)
+        a = self.mm(x, p + 'ssm_alpha.weight')                 # (T, nv)
         beta = sigmoid(b)
         g = self.w(p + 'ssm_a') * softplus(a + self.w(p + 'ssm_dt.bias'))
         decay = np.exp(g)
@@ -122,7 +127,7 @@ class Qwen35Ref:
 
         zz = z.reshape(T, nv, dv)
         yh = rmsnorm(o, self.w(p + 'ssm_norm.weight'), hp.eps) * silu(zz)   # ssm_norm raw
-        return yh.reshape(T, nv * dv) @ self.w(p + 'ssm_out.weight').T
+        return self.mm(yh.reshape(T, nv * dv), p + 'ssm_out.weight')
 
     # --- gated full attention (§3) ------------------------------------------------------------
     def rope(self, x, pos):
@@ -142,10 +147,10 @@ class Qwen35Ref:
         hp, p = self.hp, 'blk.%d.' % il
         T = x.shape[0]
         H, Hkv, D, Dv = hp.n_head, hp.n_head_kv, hp.head_dim, hp.v_head_dim
-        qg = (x @ self.w(p + 'attn_q.weight').T).reshape(T, H, 2 * D)   # per head [q | gate]
+        qg = self.mm(x, p + 'attn_q.weight').reshape(T, H, 2 * D)   # per head [q | gate]
         q, gate = qg[..., 0:D], qg[..., D:2 * D]
-        k = (x @ self.w(p + 'attn_k.weight').T).reshape(T, Hkv, D)
-        v = (x @ self.w(p + 'attn_v.weight').T).reshape(T, Hkv, Dv)
+        k = self.mm(x, p + 'attn_k.weight').reshape(T, Hkv, D)
+        v = self.mm(x, p + 'attn_v.weight').reshape(T, Hkv, Dv)
         q = rmsnorm(q, self.w(p + 'attn_q_norm.weight'), hp.eps)
         k = rmsnorm(k, self.w(p + 'attn_k_norm.weight'), hp.eps)
         pos = np.arange(T)
@@ -158,14 +163,14 @@ class Qwen35Ref:
         pr /= pr.sum(axis=-1, keepdims=True)
         o = np.einsum('hts,shd->thd', pr, v[:, kv_of])            # (T, H, Dv)
         o = o.reshape(T, H * Dv) * sigmoid(gate.reshape(T, H * D))
-        return o @ self.w(p + 'attn_output.weight').T
+        return self.mm(o, p + 'attn_output.weight')
 
     # --- block, head ---------------------------------------------------------------------------
     def ffn(self, il, x):
         p = 'blk.%d.' % il
-        gt = x @ self.w(p + 'ffn_gate.weight').T
-        up = x @ self.w(p + 'ffn_up.weight').T
-        return (silu(gt) * up) @ self.w(p + 'ffn_down.weight').T
+        gt = self.mm(x, p + 'ffn_gate.weight')
+        up = self.mm(x, p + 'ffn_up.weight')
+        return self.mm(silu(gt) * up, p + 'ffn_down.weight')
 
     def forward(self, tokens):
         hp = self.hp
@@ -183,7 +188,7 @@ class Qwen35Ref:
             outs.append(x)
         xn = rmsnorm(x, self.w('output_norm.weight'), hp.eps)
         head = 'output.weight' if 'output.weight' in self.g.tensors else 'token_embd.weight'
-        return np.stack(outs), xn @ self.w(head).T
+        return np.stack(outs), self.mm(xn, head)
 
 
 def rel_l2_rows(ours, ref):
