@@ -37,7 +37,8 @@ typedef struct bs_type_traits {
     bs_from_float_fn from_float;       /* NULL: cannot be a quantization target */
     int vec_dot_type;                  /* activation format for the dot product */
     bs_from_float_fn act_from_float;   /* activation quantizer for this type's vec_dot_type
-                                          (x86 llama.cpp rounding), NULL for float types */
+                                          (x86 llama.cpp rounding); F16/BF16 convert to
+                                          their own format, NULL for F32 (used as is) */
     bs_vec_dot_fn vec_dot;             /* portable scalar reference (test oracle) */
 } bs_type_traits;
 
