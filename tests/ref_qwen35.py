@@ -57,11 +57,12 @@ class Hparams:
         self.eps = float(g('attention.layer_norm_rms_epsilon'))
         self.rope_base = float(g('rope.freq_base', 10000.0))
         self.n_rot = int(g('rope.dimension_count', self.head_dim))
-        self.conv_kernel = int(g('ssm.conv_kernel'))
-        self.d_k = int(g('ssm.state_size'))            # linear key head dim
-        self.n_k_heads = int(g('ssm.group_count'))
-        self.n_v_heads = int(g('ssm.time_step_rank'))
-        self.d_v = int(g('ssm.inner_size')) // self.n_v_heads
+        # DeltaNet keys (absent values only matter if the file has DeltaNet layers)
+        self.conv_kernel = int(g('ssm.conv_kernel', 0))
+        self.d_k = int(g('ssm.state_size', 0))          # linear key head dim
+        self.n_k_heads = int(g('ssm.group_count', 0))
+        self.n_v_heads = int(g('ssm.time_step_rank', 0))
+        self.d_v = int(g('ssm.inner_size', 0)) // max(self.n_v_heads, 1)
         rec = g('attention.recurrent_layers')
         if rec is not None:
             self.is_attn = [not bool(r) for r in rec]
