@@ -198,8 +198,23 @@ def rel_l2_rows(ours, ref):
     return np.linalg.norm(ours - ref, axis=-1) / np.maximum(np.linalg.norm(ref, axis=-1), 1e-30)
 
 
-if __name__ == '__main__':
-    m = Qwen35Ref(sys.argv[1])
-    toks = [int(t) for t in sys.argv[2].split(',')]
-    _, lg = m.forward(toks)
+def main(argv):
+    """ref_qwen35.py MODEL.gguf ID,ID,... [LOGITS_OUT.f32 [TAPS_OUT.f32]]: prints the argmax per
+    position; optionally writes float32 logits rows and, per position, every layer's residual
+    output concatenated (the layouts of `bitspark logits -o` and `--taps 0,..,L-1 --taps-out`)."""
+    if len(argv) < 3:
+        print(main.__doc__)
+        return 2
+    m = Qwen35Ref(argv[1])
+    toks = [int(t) for t in argv[2].split(',')]
+    outs, lg = m.forward(toks)
     print('argmax per position:', lg.argmax(axis=1).tolist())
+    if len(argv) > 3:
+        lg.astype('<f4').tofile(argv[3])
+    if len(argv) > 4:
+        outs.transpose(1, 0, 2).astype('<f4').tofile(argv[4])
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
