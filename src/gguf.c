@@ -363,10 +363,13 @@ static int resolve_types(gguf_file *f, const uint64_t *ord, const uint64_t *room
         int cand[2], nc = bs_types_for_ggml_id(t->file_type, cand);
         if (nc == 0) return bs_error("tensor '%s': unknown type id %u", t->name, t->file_type);
         if (nc == 1) {
-            if (size_as(t, cand[0]) == UINT64_MAX)
+            int64_t blck = bs_type_get(cand[0])->blck;
+            if (t->ne[0] % blck)
                 return bs_error("tensor '%s': row of %lld elements does not suit type %s "
                                 "(block %lld)", t->name, (long long)t->ne[0],
-                                bs_type_name(cand[0]), (long long)bs_type_get(cand[0])->blck);
+                                bs_type_name(cand[0]), (long long)blck);
+            if (size_as(t, cand[0]) == UINT64_MAX)
+                return bs_error("tensor '%s': byte size overflows", t->name);
             t->type = cand[0];
             continue;
         }
