@@ -1,0 +1,164 @@
+/* deltanet.c: the Gated DeltaNet mixer of qwen35 (qwen35-arch.md §2), as llama.cpp's fused CPU
+ * path runs it: four projections, causal depthwise conv + SiLU over a window of the last
+ * kernel-1 pre-conv rows, L2-normed q/k, and the gated delta rule run token by token per V head
+ * (V head h reads K/Q head h % n_k_heads), then a per-head gated RMSNorm and the output matmul. */
+#include "ops.h"
+#include "session.h"
+
+#include <string.h>
+
+#define LANES 8
+
+static float reduce(const float acc[LANES]) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* row *= decay; return dot(row, k). */
+static float decay_dot(float *restrict row, float decay, const float *restrict k, int n) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const float r = row[i + l] * decay;
+            row[i + l] = r;
+            acc[l] += r * k[i + l];
+        }
+    for (int l = 0; i < n; i++, l++) {
+        row[i] *= decay;
+        acc[l] += row[i] * k[i];
+    }
+    return reduce(acc);
+}
+
+/* row += k * d; return dot(row, q). */
+static float update_dot(float *restrict row, const float *restrict k, float d, const float *restrict q, int n) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const float r = row[i + l] + k[i + l] * d;
+            row[i + l] = r;
+            acc[l] += r * q[i + l];
+        }
+    for (int l = 0; i < n; i++, l++) {
+        row[i] += k[i] * d;
+        acc[l] += row[i] * q[i];
+    }
+    return reduce(acc);
+}
+
+/* One token of the gated delta rule for one V head. S: d_v rows of d_k (S[i][j] at j*d_k + i).
+ * Decay first, delta against the decayed state, read-out with the updated state (§2.5). */
+static void gdn_step(float *S, const float *q, const float *k, const float *v, float decay,
+                     float beta, float scale, float *o, int dk, int dv) {
+    for (int j = 0; j < dv; j++) {
+        float *row = S + (size_t)j * dk;
+        const float u = decay_dot(row, decay, k, dk);
+        const float d = (v[j] - u) * beta;
+        o[j] = update_dot(row, k, d, q, dk) * scale;
+    }
+}
+
+/* Pre-conv input row r of the extended sequence [window rows ; batch rows]. */
+static inline const float *xe_row(const float *win, const float *mixed, size_t ms, int r, int km1, int cd) {
+    return r < km1 ? win + (size_t)r * cd : mixed + (size_t)(r - km1) * ms;
+}
+
+typedef struct gdn_io {
+    const float *win_in, *S_in;   /* state before the batch */
+    float *win_out, *S_out;       /* state after it */
+    const float *mixed, *g, *beta;/* per token t: mixed + t*ms, g + t*gs, beta + t*gs */
+    size_t ms, gs;
+    float *qkv, *o;               /* scratch [n][conv_dim], output [n][n_v*d_v] */
+} gdn_io;
+
+/* conv + SiLU, L2 norms and the recurrence over n tokens. Shared by the forward pass and the
+ * rollback replay so that both produce the same bits. */
+static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, const gdn_io *io, int n) {
+    const int K = hp->conv_kernel, km1 = K - 1, cd = hp->conv_dim;
+    const int nk = hp->n_k_heads, nv = hp->n_v_heads, dk = hp->d_k, dv = hp->d_v;
+
+    for (int t = 0; t < n; t++) {
+        float *out = io->qkv + (size_t)t * cd;
+        for (int c = 0; c < cd; c++) {
+            const float *w = L->conv1d + (size_t)c * K;
+            float sum = 0.0f;
+            for (int i = 0; i < K; i++) sum += xe_row(io->win_in, io->mixed, io->ms, t + i, km1, cd)[c] * w[i];
+            out[c] = bs_silu(sum);
+        }
+        for (int h = 0; h < 2 * nk; h++) bs_l2norm(out + (size_t)h * dk, dk, hp->eps);
+    }
+    for (int r = 0; r < km1; r++)
+        memcpy(io->win_out + (size_t)r * cd, xe_row(io->win_in, io->mixed, io->ms, n + r, km1, cd),
+               (size_t)cd * sizeof(float));
+
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int h = 0; h < nv; h++) {
+        float *S = io->S_out + (size_t)h * dk * dv;
+        memcpy(S, io->S_in + (size_t)h * dk * dv, (size_t)dk * dv * sizeof(float));
+        const int kh = h % nk;
+        for (int t = 0; t < n; t++) {
+            const float *row = io->qkv + (size_t)t * cd;
+            gdn_step(S, row + (size_t)kh * dk, row + (size_t)(nk + kh) * dk,
+                     row + (size_t)2 * nk * dk + (size_t)h * dv, expf(io->g[(size_t)t * io->gs + h]),
+                     io->beta[(size_t)t * io->gs + h], scale, io->o + (size_t)t * nv * dv + (size_t)h * dv, dk, dv);
+        }
+    }
+}
+
+void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool record) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const int nv = hp->n_v_heads, dv = hp->d_v, cd = hp->conv_dim;
+    float *mixed = s->a, *z = s->b, *alpha = s->gb, *beta = s->gb + (size_t)n * nv;
+
+    bs_matmul(&L->qkv, s->xn, n, mixed, s->pool);
+    bs_matmul(&L->gate, s->xn, n, z, s->pool);
+    bs_matmul(&L->beta, s->xn, n, beta, s->pool);
+    bs_matmul(&L->alpha, s->xn, n, alpha, s->pool);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nv; h++) {
+            float *a = &alpha[(size_t)t * nv + h], *b = &beta[(size_t)t * nv + h];
+            *a = bs_softplus(*a + L->dt_bias[h]) * L->ssm_a[h];   /* log decay g <= 0 */
+            *b = bs_sigmoid(*b);
+        }
+    if (record) {
+        const size_t rs = (size_t)cd + 2 * (size_t)nv;
+        float *rec = sess_rec(s, L->slot);
+        for (int t = 0; t < n; t++) {
+            memcpy(rec + t * rs, mixed + (size_t)t * cd, (size_t)cd * sizeof(float));
+            memcpy(rec + t * rs + cd, alpha + (size_t)t * nv, (size_t)nv * sizeof(float));
+            memcpy(rec + t * rs + cd + nv, beta + (size_t)t * nv, (size_t)nv * sizeof(float));
+        }
+    }
+    gdn_io io = {
+        .win_in = sess_conv(s, L->slot, s->cur), .S_in = sess_ssm(s, L->slot, s->cur),
+        .win_out = sess_conv(s, L->slot, 1 - s->cur), .S_out = sess_ssm(s, L->slot, 1 - s->cur),
+        .mixed = mixed, .ms = (size_t)cd, .g = alpha, .beta = beta, .gs = (size_t)nv,
+        .qkv = s->c, .o = s->d,
+    };
+    gdn_core(hp, L, &io, n);
+
+    /* per-head gated RMSNorm: silu(z) * (rmsnorm(o) * ssm_norm), ssm_norm stored raw */
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nv; h++) {
+            float *o = s->d + ((size_t)t * nv + h) * dv;
+            const float *zh = z + ((size_t)t * nv + h) * dv;
+            bs_rmsnorm(o, o, L->ssm_norm, dv, hp->eps);
+            for (int j = 0; j < dv; j++) o[j] = bs_silu(zh[j]) * o[j];
+        }
+    bs_matmul(&L->ssm_out, s->d, n, s->y, s->pool);
+}
+
+void bs_deltanet_replay(bs_session *s, const bs_qwen35_layer *L, int n) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const size_t rs = (size_t)hp->conv_dim + 2 * (size_t)hp->n_v_heads;
+    const float *rec = sess_rec(s, L->slot);
+    const int pre = 1 - s->cur;   /* the half holding the state before the last batch */
+    gdn_io io = {
+        .win_in = sess_conv(s, L->slot, pre), .S_in = sess_ssm(s, L->slot, pre),
+        .win_out = sess_conv(s, L->slot, s->cur), .S_out = sess_ssm(s, L->slot, s->cur),
+        .mixed = rec, .ms = rs, .g = rec + hp->conv_dim, .beta = rec + hp->conv_dim + hp->n_v_heads,
+        .gs = rs, .qkv = s->c, .o = s->d,
+    };
+    gdn_core(hp, L, &io, n);
+}
