@@ -219,6 +219,7 @@ static void apply_penalties(bs_sampler *s) {
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
         return;
     size_t n = window(s, p->penalty_last_n);
+    if (n == 0) return;
     const int32_t *t = s->hist + s->n_hist - n;
     int n_seen = 0;
     for (size_t i = 0; i < n; i++) {
@@ -238,6 +239,7 @@ static void apply_dry(bs_sampler *s) {
     const bs_sampler_params *p = &s->p;
     if (p->dry_multiplier == 0.0f || p->dry_base < 1.0f || p->dry_penalty_last_n == 0) return;
     size_t n = window(s, p->dry_penalty_last_n);
+    if (n == 0) return;
     bs_dry_apply(&s->dry, s->hist + s->n_hist - n, n, p->dry_multiplier, p->dry_base,
                  p->dry_allowed_length, s->w);
 }

@@ -120,6 +120,10 @@ static void test_filters_vs_reference(void) {
         random_logits(&r, x, V, scales[(a + 2 * b + c) % 3]);
         if ((a + b + c) % 4 == 0)   /* some banned tokens and exact ties */
             for (int i = 0; i < V; i += 97) x[i] = (i % 2) ? -INFINITY : x[0];
+        if ((a + b + c) % 5 == 1)   /* flat: everything ties, ids decide */
+            for (int i = 0; i < V; i++) x[i] = 0.25f;
+        if ((a + b + c) % 5 == 3)   /* two levels */
+            for (int i = 0; i < V; i++) x[i] = (i * 7919 % 13) ? -1.0f : 2.0f;
         bs_sampler *s = bs_sampler_new(&p, V);
         int n = bs_sampler_apply(s, x);
         int m = ref_chain(x, V, &p, ref);
