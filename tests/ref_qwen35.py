@@ -41,6 +41,24 @@ def softplus(x):
     return np.logaddexp(0.0, x)
 
 
+def imrope_text_pairs(pairs, sections):
+    """Which rotation pairs get the token position under llama.cpp's interleaved M-RoPE
+    (rope type IMROPE, qwen35-arch.md §3.3). Text tokens carry positions (p, p, p, 0): pair i
+    takes stream t/h/w when its sector (i mod sum(sections)) falls in the interleaved t/h/w
+    pattern, else the 4th stream, position 0. With Qwen's sections ([11,11,10,0] for 32 pairs,
+    [3,3,2,0] for 8) every pair is t/h/w, so this is exactly NeoX RoPE; other sections can leave
+    pairs unrotated."""
+    mask = np.ones(pairs, dtype=bool)
+    if not sections or sum(sections) <= 0:
+        return mask                                          # plain NeoX
+    s, total = list(sections) + [0] * (4 - len(sections)), sum(sections)
+    for i in range(pairs):
+        sector = i % total
+        r = sector % 3
+        mask[i] = sector < 3 * s[r]                          # r = 0 t, 1 h, 2 w
+    return mask
+
+
 class Hparams:
     def __init__(self, meta):
         a = meta.get('general.architecture')
@@ -57,6 +75,8 @@ class Hparams:
         self.eps = float(g('attention.layer_norm_rms_epsilon'))
         self.rope_base = float(g('rope.freq_base', 10000.0))
         self.n_rot = int(g('rope.dimension_count', self.head_dim))
+        self.rope_sections = g('rope.dimension_sections')
+        self.text_pairs = imrope_text_pairs(self.n_rot // 2, self.rope_sections)
         # DeltaNet keys (absent values only matter if the file has DeltaNet layers)
         self.conv_kernel = int(g('ssm.conv_kernel', 0))
         self.d_k = int(g('ssm.state_size', 0))          # linear key head dim
@@ -137,6 +157,7 @@ class Qwen35Ref:
         half = n // 2
         inv = self.hp.rope_base ** (-2.0 * np.arange(half) / n)
         th = pos[:, None].astype(np.float64) * inv[None, :]      # (T, half)
+        th[:, ~self.hp.text_pairs] = 0.0                         # 4th mrope stream: position 0
         c, s = np.cos(th)[:, None, :], np.sin(th)[:, None, :]
         x0, x1 = x[..., 0:half], x[..., half:n]
         out = x.copy()

@@ -139,6 +139,10 @@ def check_shape(ref, shape, tag):
                 fail('%s: layer pattern %s does not follow --attn-interval %d' % (tag, hp.is_attn, v))
         elif want.get(k) is not None and want[k] != v:
             fail('%s: synthesized %s = %s, asked for %s' % (tag, k, want[k], v))
+    if has_attn and not hp.text_pairs.all():
+        print('note: %s: rope sections %s leave rotation pairs %s on the 4th M-RoPE stream (position 0 '
+              'for text, so unrotated, as llama.cpp does); Qwen\'s own sections never do'
+              % (tag, hp.rope_sections, np.flatnonzero(~hp.text_pairs).tolist()))
     if has_dn and hp.d_k != hp.d_v:
         fail('%s: ssm key head dim %d != value head dim %d' % (tag, hp.d_k, hp.d_v))
 
