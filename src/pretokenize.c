@@ -1,0 +1,194 @@
+/* pretokenize.c: see pretokenize.h. One scanner serves qwen35/qwen2/llama3 (they differ only
+ * in whether marks count as letters and how many digits make a number); gpt2 has its own. */
+#include "pretokenize.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+static bool is_white_space(uint32_t c) {
+    if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D);
+    if (c < 0x85) return false;
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+unsigned bs_char_class(uint32_t cp) {
+    unsigned f = BS_CC_ANY;  /* every in-text position is "something"; 0 means past the end */
+    switch (utf8proc_category((utf8proc_int32_t)cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: f |= BS_CC_LETTER; break;
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
+        f |= BS_CC_MARK; break;
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+        f |= BS_CC_NUMBER; break;
+    default: break;
+    }
+    if (is_white_space(cp)) f |= BS_CC_SPACE;
+    return f;
+}
+
+static const struct { const char *name; bs_pre_type type; bool ignore_merges; } pre_names[] = {
+    {"qwen35", BS_PRE_QWEN35, false},
+    {"qwen2", BS_PRE_QWEN2, false},
+    {"deepseek-r1-qwen", BS_PRE_QWEN2, false},
+    {"stablelm2", BS_PRE_QWEN2, false},
+    {"llama-bpe", BS_PRE_LLAMA3, true},
+    {"llama3", BS_PRE_LLAMA3, true},
+    {"llama-v3", BS_PRE_LLAMA3, true},
+    {"gpt2", BS_PRE_GPT2, false},
+    {"gpt-2", BS_PRE_GPT2, false},
+};
+
+int bs_pre_from_name(const char *name, bs_pre_type *type, bool *ignore_merges) {
+    for (size_t i = 0; i < BS_ARRAY_LEN(pre_names); i++) {
+        if (strcmp(pre_names[i].name, name) == 0) {
+            *type = pre_names[i].type;
+            *ignore_merges = pre_names[i].ignore_merges;
+            return 0;
+        }
+    }
+    return bs_error("unsupported pre-tokenizer '%s' (supported: qwen35, qwen2, llama-bpe, gpt2)", name);
+}
+
+const char *bs_pre_name(bs_pre_type type) {
+    switch (type) {
+    case BS_PRE_QWEN35: return "qwen35";
+    case BS_PRE_QWEN2: return "qwen2";
+    case BS_PRE_LLAMA3: return "llama-bpe";
+    case BS_PRE_GPT2: return "gpt2";
+    }
+    return "?";
+}
+
+/* Scanner state: the text, its classes, and the words found so far. */
+typedef struct {
+    const uint32_t *cps;
+    size_t n, done, nw;   /* done: end of the last emitted word */
+    size_t *lens;
+    unsigned *cls;        /* class of each code point (0 never occurs in range) */
+} scan;
+
+static unsigned cls_at(const scan *s, size_t i) { return i < s->n ? s->cls[i] : 0; }
+static uint32_t cp_at(const scan *s, size_t i) { return i < s->n ? s->cps[i] : 0xFFFFFFFFu; }
+
+/* Close the word that ends at `end` (no-op when empty); returns its length. */
+static size_t emit(scan *s, size_t end) {
+    size_t len = end - s->done;
+    if (len) s->lens[s->nw++] = len;
+    s->done = end;
+    return len;
+}
+
+static uint32_t ascii_lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
+
+/* Length of an English contraction ('s 't 'm 'd 're 've 'll) starting at pos, else 0. */
+static size_t contraction(const scan *s, size_t pos, bool fold_case) {
+    if (s->cps[pos] != '\'' || pos + 1 >= s->n) return 0;
+    uint32_t a = cp_at(s, pos + 1), b = pos + 2 < s->n ? cp_at(s, pos + 2) : 0;
+    if (fold_case) { a = ascii_lower(a); b = ascii_lower(b); }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+/* Whitespace alternatives shared by every splitter: \s*[\r\n]+ (qwen family only), then
+ * \s+(?!\S) (a run before a non-space gives back its last char to the next word), then \s+.
+ * Returns the new position, or pos if the text at pos is not whitespace. */
+static size_t whitespace_run(scan *s, size_t pos, bool newline_rule) {
+    size_t n_ws = 0, last_nl = 0;
+    while (cls_at(s, pos + n_ws) & BS_CC_SPACE) {
+        uint32_t c = s->cps[pos + n_ws];
+        if (c == '\r' || c == '\n') last_nl = pos + n_ws + 1;
+        n_ws++;
+    }
+    if (newline_rule && last_nl) { emit(s, last_nl); return last_nl; }
+    if (n_ws > 1 && pos + n_ws < s->n) { emit(s, pos + n_ws - 1); return pos + n_ws - 1; }
+    if (n_ws) { emit(s, pos + n_ws); return pos + n_ws; }
+    return pos;
+}
+
+/* qwen35 / qwen2 / llama3. letters = LETTER (| MARK for qwen35), max_digits = 1 or 3. */
+static void split_qwen(scan *s, unsigned letters, size_t max_digits) {
+    const unsigned punct_stop = BS_CC_SPACE | BS_CC_NUMBER | letters;
+    size_t pos = 0;
+    while (pos < s->n) {
+        uint32_t c = s->cps[pos];
+        unsigned f = s->cls[pos];
+        size_t k = contraction(s, pos, true);
+        if (k) { pos += emit(s, pos + k); continue; }
+        /* [^\r\n\p{L}\p{N}]?[\p{L}(\p{M})]+ : the optional lead may be any non-newline,
+         * non-number char (letters included, then it is simply the first letter). */
+        if (!(c == '\r' || c == '\n' || (f & BS_CC_NUMBER)) &&
+            ((f & letters) || (cls_at(s, pos + 1) & letters))) {
+            pos++;
+            while (cls_at(s, pos) & letters) pos++;
+            emit(s, pos);
+            continue;
+        }
+        if (f & BS_CC_NUMBER) {  /* \p{N}{1,max_digits}, repeated */
+            size_t start = pos;
+            while ((cls_at(s, pos) & BS_CC_NUMBER) && pos - start < max_digits) pos++;
+            emit(s, pos);
+            continue;
+        }
+        /*  ?[^\s\p{L}(\p{M})\p{N}]+[\r\n]* */
+        unsigned f2 = c == ' ' ? cls_at(s, pos + 1) : f;
+        if (f2 && !(f2 & punct_stop)) {
+            pos += c == ' ';
+            while (cls_at(s, pos) && !(cls_at(s, pos) & punct_stop)) pos++;
+            while (cp_at(s, pos) == '\r' || cp_at(s, pos) == '\n') pos++;
+            emit(s, pos);
+            continue;
+        }
+        size_t next = whitespace_run(s, pos, true);
+        if (next != pos) { pos = next; continue; }
+        pos++;              /* unreachable in practice: every char matches some branch */
+        emit(s, pos);
+    }
+}
+
+/* gpt2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static void split_gpt2(scan *s) {
+    const unsigned stop = BS_CC_SPACE | BS_CC_LETTER | BS_CC_NUMBER;
+    size_t pos = 0;
+    while (pos < s->n) {
+        uint32_t c = s->cps[pos];
+        size_t k = contraction(s, pos, false);
+        if (k) { pos += emit(s, pos + k); continue; }
+        unsigned f2 = c == ' ' ? cls_at(s, pos + 1) : s->cls[pos];
+        unsigned run = (f2 & BS_CC_LETTER) ? BS_CC_LETTER : (f2 & BS_CC_NUMBER) ? BS_CC_NUMBER : 0;
+        if (run) {
+            pos += c == ' ';
+            while (cls_at(s, pos) & run) pos++;
+            emit(s, pos);
+            continue;
+        }
+        if (f2 && !(f2 & stop)) {
+            pos += c == ' ';
+            while (cls_at(s, pos) && !(cls_at(s, pos) & stop)) pos++;
+            emit(s, pos);
+            continue;
+        }
+        size_t next = whitespace_run(s, pos, false);
+        if (next != pos) { pos = next; continue; }
+        pos++;
+        emit(s, pos);
+    }
+}
+
+size_t bs_pretokenize(bs_pre_type type, const uint32_t *cps, size_t n, size_t *lens) {
+    if (n == 0) return 0;
+    scan s = {cps, n, 0, 0, lens, bs_xmalloc(n * sizeof(unsigned))};
+    for (size_t i = 0; i < n; i++) s.cls[i] = bs_char_class(cps[i]);
+    switch (type) {
+    case BS_PRE_QWEN35: split_qwen(&s, BS_CC_LETTER | BS_CC_MARK, 1); break;
+    case BS_PRE_QWEN2: split_qwen(&s, BS_CC_LETTER, 1); break;
+    case BS_PRE_LLAMA3: split_qwen(&s, BS_CC_LETTER, 3); break;
+    case BS_PRE_GPT2: split_gpt2(&s); break;
+    }
+    emit(&s, n);  /* defensive: nothing may be left over */
+    free(s.cls);
+    return s.nw;
+}
