@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Fidelity to llama.cpp: `bitspark logits` on every fixture model in $BS_FIXTURES, teacher-forced
+(prompt_tokens as one batch, then greedy_tokens one at a time, KV cache f32 like the reference
+run), compared row by row with the llama.cpp logits using the bounds of the fixtures README
+(the same rule as ../shared/tools/compare_logits.py, reimplemented here):
+  - tiny-f32: worst row relative L2 <= 1e-3 (and <= 1e-3 with the default F16 KV cache too);
+  - quantized: median <= 3e-2, worst <= 6e-2, and the same argmax on every row whose reference
+    top-2 margin is >= 0.3.
+Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against dspark/round1.ctx_feat.f32
+(<= 1e-4 relative per row); batch splits and --no-mmap give bit-identical logits (matmul rows and
+attention rows never depend on the batch, the recurrence is sequential); --tokens-file; and
+clear errors (non-zero exit, message) for bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+MODELS = ['tiny-f32', 'tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q1_0-q6k', 'tiny-q4_1', 'tiny-q8_0']
+F32_WORST, Q_MEDIAN, Q_WORST, MARGIN = 1e-3, 3e-2, 6e-2, 0.3
+TAPS_BOUND = 1e-4
+
+failures = []
+
+
+def fail(msg):
+    print('FAIL: ' + msg)
+    failures.append(msg)
+
+
+def env(name):
+    v = os.environ.get(name)
+    if not v:
+        sys.exit('%s is not set (run through ctest)' % name)
+    return v
+
+
+BITSPARK, FIX, TMP = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP')
+
+
+def logits_cmd(model, tokens, batch, out, *extra):
+    return [BITSPARK, 'logits', '-m', os.path.join(FIX, model + '.gguf'), '--tokens',
+            ','.join(map(str, tokens)), '--batch', str(batch), '-o', out] + list(extra)
+
+
+def run_ok(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail('%s exited %d: %s' % (' '.join(cmd[:4]), r.returncode, r.stderr.strip()))
+        return False
+    return True
+
+
+def read_rows(path, width):
+    a = np.fromfile(path, dtype='<f4')
+    if a.size % width:
+        raise ValueError('%s: %d floats is not a multiple of %d' % (path, a.size, width))
+    return a.reshape(-1, width).astype(np.float64)
+
+
+def stats(ours, ref):
+    err = np.linalg.norm(ours - ref, axis=1) / np.maximum(np.linalg.norm(ref, axis=1), 1e-30)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    sure = (top2[:, 1] - top2[:, 0]) >= MARGIN
+    flips = int(np.sum(sure & (ours.argmax(axis=1) != ref.argmax(axis=1))))
+    return err, flips, int(sure.sum())
+
+
+def check_model(name):
+    meta = json.load(open(os.path.join(FIX, name + '.json')))
+    nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
+    ref = read_rows(os.path.join(FIX, name + '.logits.f32'), nv)
+    out = os.path.join(TMP, 'fixture_%s.f32' % name)
+    if not run_ok(logits_cmd(name, prompt + greedy, len(prompt), out, '--kv-type', 'f32')):
+        return
+    ours = read_rows(out, nv)
+    if ours.shape != ref.shape:
+        return fail('%s: %s rows vs reference %s' % (name, ours.shape, ref.shape))
+    if not np.isfinite(ours).all():
+        return fail('%s: non-finite logits' % name)
+    err, flips, n_sure = stats(ours, ref)
+    worst, med = err.max(), np.median(err)
+    print('%-14s rows=%d worst=%.3e (row %d) median=%.3e argmax changes %d of %d rows with margin >= %.1f'
+          % (name, len(err), worst, int(err.argmax()), med, flips, n_sure, MARGIN))
+    if name == 'tiny-f32':
+        if worst > F32_WORST:
+            fail('%s: worst %.3e > %g' % (name, worst, F32_WORST))
+    elif med > Q_MEDIAN or worst > Q_WORST or flips:
+        fail('%s: median %.3e (<= %g), worst %.3e (<= %g), argmax changes %d (0)'
+             % (name, med, Q_MEDIAN, worst, Q_WORST, flips))
+    return out
+
+
+def check_f32_extras(f32_out):
+    meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
+    nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
+    toks = prompt + greedy
+    ref = read_rows(os.path.join(FIX, 'tiny-f32.logits.f32'), nv)
+
+    # default F16 KV cache: llama.cpp's own F16 configuration is at 3e-4 from these rows
+    out = os.path.join(TMP, 'fixture_f16kv.f32')
+    if run_ok(logits_cmd('tiny-f32', toks, len(prompt), out)):
+        err = stats(read_rows(out, nv), ref)[0]
+        print('tiny-f32 f16 KV  worst=%.3e median=%.3e' % (err.max(), np.median(err)))
+        if err.max() > F32_WORST:
+            fail('tiny-f32 with F16 KV: worst %.3e > %g' % (err.max(), F32_WORST))
+
+    # batch splits, --no-mmap and --tokens-file give the same bits
+    base = open(f32_out, 'rb').read()
+    tf = os.path.join(TMP, 'fixture_tokens.json')
+    with open(tf, 'w') as f:
+        json.dump(toks, f)
+    variants = {
+        'batch 1': logits_cmd('tiny-f32', toks, 1, os.path.join(TMP, 'v1.f32'), '--kv-type', 'f32'),
+        'batch 7 --no-mmap': logits_cmd('tiny-f32', toks, 7, os.path.join(TMP, 'v2.f32'), '--kv-type', 'f32', '--no-mmap'),
+        'batch all': logits_cmd('tiny-f32', toks, len(toks), os.path.join(TMP, 'v3.f32'), '--kv-type', 'f32'),
+        '--tokens-file': [BITSPARK, 'logits', '-m', os.path.join(FIX, 'tiny-f32.gguf'), '--tokens-file', tf,
+                          '--batch', str(len(prompt)), '-o', os.path.join(TMP, 'v4.f32'), '--kv-type', 'f32'],
+    }
+    for what, cmd in variants.items():
+        if run_ok(cmd) and open(cmd[cmd.index('-o') + 1], 'rb').read() != base:
+            fail('tiny-f32 %s: logits differ from the prompt-batch run' % what)
+
+    # taps [1, 4, 6] over the prompt vs the DSpark round-1 context rows
+    cmeta = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
+    taps_out = os.path.join(TMP, 'fixture_taps.f32')
+    if run_ok(logits_cmd('tiny-f32', prompt, len(prompt), os.path.join(TMP, 'taps_logits.f32'),
+                         '--kv-type', 'f32', '--taps', '1,4,6', '--taps-out', taps_out)):
+        ours = read_rows(taps_out, cmeta['n_embd_cap'])
+        ref = read_rows(os.path.join(FIX, 'dspark', 'round1.ctx_feat.f32'), cmeta['n_embd_cap'])
+        if ours.shape != ref.shape:
+            fail('taps: %s rows vs reference %s' % (ours.shape, ref.shape))
+        else:
+            err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+            print('taps [1,4,6]     worst=%.3e median=%.3e' % (err.max(), np.median(err)))
+            if err.max() > TAPS_BOUND:
+                fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
+
+
+def check_errors():
+    out = os.path.join(TMP, 'bad.f32')
+    model = os.path.join(FIX, 'tiny-f32.gguf')
+    cases = [
+        ('token id out of range', ['--tokens', '1,2,1024'], 'out of range'),
+        ('negative token id', ['--tokens', '1,-2'], 'out of range'),
+        ('malformed list', ['--tokens', '1,2x,3'], 'malformed'),
+        ('not a number', ['--tokens', 'a,b'], 'not an integer'),
+        ('empty list', ['--tokens', ','], 'empty'),
+        ('longer than ctx', ['--tokens', ','.join(['5'] * 20), '--ctx', '16'], 'context'),
+        ('tap layer out of range', ['--tokens', '1,2', '--taps', '8', '--taps-out', out + '.t'], 'out of range'),
+        ('bad kv type', ['--tokens', '1,2', '--kv-type', 'q8'], 'kv-type'),
+        ('missing model', ['--tokens', '1,2', '-m', os.path.join(TMP, 'no-such.gguf')], 'no-such.gguf'),
+    ]
+    for what, args, needle in cases:
+        cmd = [BITSPARK, 'logits', '-m', model, '-o', out] + args
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''
+        if r.returncode == 0 or r.returncode >= 128 or needle not in msg:
+            fail('%s: exit %d, message %r (expected a clear error mentioning %r)' % (what, r.returncode, msg, needle))
+        else:
+            print('error ok: %-24s %s' % (what, msg))
+
+
+def main():
+    f32_out = None
+    for name in MODELS:
+        out = check_model(name)
+        if name == 'tiny-f32':
+            f32_out = out
+    if f32_out:
+        check_f32_extras(f32_out)
+    check_errors()
+    if failures:
+        print('%d failure(s)' % len(failures))
+        return 1
+    print('all fixture checks passed')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
