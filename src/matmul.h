@@ -24,7 +24,8 @@ int bs_weight_from_tensor(bs_weight *w, const struct gguf_tensor *t);
 
 /* y[r*ne1 + o] = sum_i W[o][i] * x[r*ne0 + i] for r < n_rows.
  * Activations are converted to the weight type's vec_dot_type the way llama.cpp's CPU backend
- * does (Q8_0 for Q1_0/Q2_0/Q8_0, Q8_1 for Q4_0/Q4_1, Q8_K for K-quants, float otherwise).
+ * does (Q8_0 for Q1_0/Q2_0/Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for K-quants and TQ, F16/BF16 for
+ * F16/BF16 weights, F32 as is).
  * A row's result never depends on n_rows (same accumulation order), so verifying k drafted
  * tokens in one call gives exactly the logits of k one-token calls. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
