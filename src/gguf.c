@@ -271,6 +271,7 @@ static int parse_kvs(gguf_impl *im, cursor *c, uint64_t n) {
         f->n_kv = i + 1;
         if (rd_str(c, &kv->key, what)) return -1;
         if (kv->key.len == 0) return bs_error("%s: empty key", what);
+        if (strlen(kv->key.s) != kv->key.len) return bs_error("%s: key contains a NUL byte", what);
         if (idx_insert(im->kv_idx, im->kv_cap, kv->key.s, (size_t)kv->key.len, (uint32_t)i,
                        kv_name, f) >= 0)
             return bs_error("duplicate metadata key '%s'", kv->key.s);
@@ -506,12 +507,21 @@ static void set_data_pointers(gguf_file *f) {
                                      : NULL;
 }
 
+/* Names from a hostile file may hold control characters; keep the error on one line. */
+static void sanitize_error(void) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", bs_last_error());
+    for (char *p = msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    bs_error("%s", msg);
+}
+
 gguf_file *gguf_open_memory(const void *buf, size_t len) {
     gguf_impl *im = bs_xcalloc(1, sizeof *im);
     gguf_file *f = &im->pub;
     f->path = bs_xstrdup("<memory>");
     f->file_size = len;
-    if (parse(im, buf)) { gguf_close(f); return NULL; }
+    if (parse(im, buf)) { sanitize_error(); gguf_close(f); return NULL; }
     for (uint64_t i = 0; i < f->n_tensors; i++)
         f->tensors[i].data = (const uint8_t *)buf + f->data_offset + f->tensors[i].offset;
     return f;
@@ -570,6 +580,7 @@ gguf_file *gguf_open(const char *path, int flags) {
     int rc = load_image(im, fd, flags);
     close(fd);
     if (rc || parse(im, f->base)) {
+        sanitize_error();
         bs_error_prefix("%s: ", path);
         gguf_close(f);
         return NULL;
