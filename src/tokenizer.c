@@ -9,6 +9,9 @@
 #include <string.h>
 
 typedef struct { uint64_t key; int32_t rank, result; } merge_slot;   /* key 0 = empty */
+/* Keeping 32 bits of the hash in the slot skips almost every non-matching text compare (each
+ * of which would be a cache miss into the text arena). */
+typedef struct { uint32_t h; int32_t id; } vslot;                       /* id -1 = empty */
 
 struct bs_tokenizer {
     int32_t n_vocab;
@@ -20,7 +23,7 @@ struct bs_tokenizer {
     uint32_t *piece_len;
     uint8_t *type;
     uint8_t *eog;
-    int32_t *vhash;          /* text -> id, -1 = empty */
+    vslot *vhash;            /* text -> id */
     uint64_t vmask;
     merge_slot *mhash;
     uint64_t mmask;
@@ -71,10 +74,12 @@ static uint64_t table_size(uint64_t n) {
 static const char *tok_text(const bs_tokenizer *t, int32_t id) { return t->text + t->text_off[id]; }
 
 static int32_t lookup_n(const bs_tokenizer *t, const char *s, size_t n) {
-    for (uint64_t i = hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
-        int32_t id = t->vhash[i];
-        if (id < 0) return -1;
-        if (t->text_len[id] == n && memcmp(tok_text(t, id), s, n) == 0) return id;
+    uint64_t h = hash_bytes(s, n);
+    for (uint64_t i = h & t->vmask;; i = (i + 1) & t->vmask) {
+        vslot v = t->vhash[i];
+        if (v.id < 0) return -1;
+        if (v.h == (uint32_t)(h >> 32) && t->text_len[v.id] == n && memcmp(tok_text(t, v.id), s, n) == 0)
+            return v.id;
     }
 }
 
@@ -83,10 +88,12 @@ static int32_t lookup_n(const bs_tokenizer *t, const char *s, size_t n) {
 static void vocab_insert(bs_tokenizer *t, int32_t id) {
     const char *s = tok_text(t, id);
     size_t n = t->text_len[id];
-    for (uint64_t i = hash_bytes(s, n) & t->vmask;; i = (i + 1) & t->vmask) {
-        int32_t o = t->vhash[i];
-        if (o < 0 || (t->text_len[o] == n && memcmp(tok_text(t, o), s, n) == 0)) {
-            t->vhash[i] = id;
+    uint64_t h = hash_bytes(s, n);
+    for (uint64_t i = h & t->vmask;; i = (i + 1) & t->vmask) {
+        vslot v = t->vhash[i];
+        if (v.id < 0 || (v.h == (uint32_t)(h >> 32) && t->text_len[v.id] == n &&
+                         memcmp(tok_text(t, v.id), s, n) == 0)) {
+            t->vhash[i] = (vslot){(uint32_t)(h >> 32), id};
             return;
         }
     }
@@ -122,27 +129,27 @@ static size_t spec_len(const char *const *s, const size_t *lens, size_t i) {
 
 static int load_texts(bs_tokenizer *t, const bs_vocab_spec *sp) {
     uint64_t total = 0;
+    t->text_off = bs_xmalloc(sp->n_tokens * sizeof(uint64_t));
+    t->text_len = bs_xmalloc(sp->n_tokens * sizeof(uint32_t));
     for (size_t i = 0; i < sp->n_tokens; i++) {
         if (!sp->tokens[i]) return bs_error("token %zu has no text", i);
         size_t n = spec_len(sp->tokens, sp->token_lens, i);
         if (n > UINT32_MAX / 4) return bs_error("token %zu is too long (%zu bytes)", i, n);
+        t->text_len[i] = (uint32_t)n;
         total += n + 1;
     }
     t->text = bs_xmalloc(total);
-    t->text_off = bs_xmalloc(sp->n_tokens * sizeof(uint64_t));
-    t->text_len = bs_xmalloc(sp->n_tokens * sizeof(uint32_t));
     uint64_t off = 0;
     for (size_t i = 0; i < sp->n_tokens; i++) {
-        size_t n = spec_len(sp->tokens, sp->token_lens, i);
+        size_t n = t->text_len[i];
         memcpy(t->text + off, sp->tokens[i], n);
         t->text[off + n] = 0;
         t->text_off[i] = off;
-        t->text_len[i] = (uint32_t)n;
         off += n + 1;
     }
     t->vmask = table_size(sp->n_tokens) - 1;
-    t->vhash = bs_xmalloc((t->vmask + 1) * sizeof(int32_t));
-    memset(t->vhash, 0xff, (t->vmask + 1) * sizeof(int32_t));
+    t->vhash = bs_xmalloc((t->vmask + 1) * sizeof(vslot));
+    memset(t->vhash, 0xff, (t->vmask + 1) * sizeof(vslot));
     for (size_t i = 0; i < sp->n_tokens; i++) vocab_insert(t, (int32_t)i);
     return 0;
 }

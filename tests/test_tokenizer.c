@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static char path_buf[4096];
 static const char *fixture(const char *name) {
@@ -278,6 +279,62 @@ static void test_memory_vocab(void) {
     CHECK(bs_tokenizer_new(&sp) == NULL && strstr(bs_last_error(), "0x41"));
 }
 
+/* A vocabulary of the real size (248k tokens, 247k merges, built by random merges) must load
+ * fast: the bound is loose (CPU seconds, sanitizer builds included) and only catches a
+ * quadratic regression; the time is printed. */
+static void test_big_vocab(void) {
+    const size_t N = 248320, NM = 247000;
+    char **tok = bs_xmalloc(N * sizeof(char *)), **mer = bs_xmalloc(NM * sizeof(char *));
+    size_t *tl = bs_xmalloc(N * sizeof(size_t));
+    for (int b = 0; b < 256; b++) { tok[b] = bs_xstrdup(byte_token(b)); tl[b] = strlen(tok[b]); }
+    bs_rng r;
+    bs_rng_seed(&r, 7);
+    size_t n = 256, m = 0;
+    while (m < NM) {
+        size_t a = bs_rng_next(&r) % n, b = bs_rng_next(&r) % n;
+        if (tl[a] + tl[b] > 24) continue;
+        tok[n] = bs_xmalloc(tl[a] + tl[b] + 1);
+        memcpy(tok[n], tok[a], tl[a]);
+        memcpy(tok[n] + tl[a], tok[b], tl[b] + 1);
+        mer[m] = bs_xmalloc(tl[a] + tl[b] + 2);
+        memcpy(mer[m], tok[a], tl[a]);
+        mer[m][tl[a]] = ' ';
+        memcpy(mer[m] + tl[a] + 1, tok[b], tl[b] + 1);
+        tl[n] = tl[a] + tl[b];
+        n++, m++;
+    }
+    while (n < N) { char buf[32]; snprintf(buf, sizeof buf, "[PAD%zu]", n); tok[n] = bs_xstrdup(buf); tl[n++] = strlen(buf); }
+    bs_vocab_spec sp = {.n_tokens = N, .tokens = (const char *const *)tok, .token_lens = tl, .n_merges = NM,
+                        .merges = (const char *const *)mer, .bos_id = -1, .eos_id = -1, .eot_id = -1,
+                        .eom_id = -1, .pad_id = -1};
+    clock_t c0 = clock();
+    bs_tokenizer *t = bs_tokenizer_new(&sp);
+    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    printf("248k-token vocabulary: load %.0f ms CPU\n", cpu * 1e3);
+    CHECKF(t != NULL, "%s", bs_last_error());
+    CHECKF(cpu < 5.0, "loading took %.2f s", cpu);
+    if (t) {
+        /* a merged token's own text, decoded, tokenizes back to ids that decode to it */
+        for (size_t i = 256; i < 1256; i++) {
+            const char *p;
+            size_t len, k;
+            int32_t *ids;
+            bs_token_to_piece(t, (int32_t)i, true, &p, &len);
+            char *text = bs_xmalloc(len + 1), *back;
+            size_t blen;
+            memcpy(text, p, len);
+            if (!bs_utf8_valid(text, len, NULL)) { free(text); continue; }
+            CHECK(bs_tokenize(t, text, len, false, &ids, &k) == 0);
+            CHECK(bs_detokenize(t, ids, k, true, &back, &blen) == 0 && blen == len && !memcmp(back, text, len));
+            free(back); free(ids); free(text);
+        }
+    }
+    bs_tokenizer_free(t);
+    for (size_t i = 0; i < N; i++) free(tok[i]);
+    for (size_t i = 0; i < NM; i++) free(mer[i]);
+    free(tok); free(mer); free(tl);
+}
+
 /* Splits written by Python's `regex` module from the original HF regexes (tests/data). */
 static void test_pretokenizer_golden(void) {
     const char *src = getenv("BS_SRC");
@@ -347,5 +404,6 @@ int main(void) {
     gguf_close(f);
     test_memory_vocab();
     test_pretokenizer_golden();
+    test_big_vocab();
     return test_summary("test_tokenizer");
 }
