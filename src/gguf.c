@@ -8,17 +8,15 @@
  *
  * Host byte order is assumed little-endian (as GGUF is); scalars are read with memcpy. */
 #include "gguf.h"
+#include "file_map.h"
 #include "quant.h"
 #include "util.h"
 
 #include <errno.h>
 #include <stdarg.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define GGUF_MAX_DEPTH 8          /* nesting limit for arrays of arrays */
 
@@ -527,70 +525,30 @@ gguf_file *gguf_open_memory(const void *buf, size_t len) {
     return f;
 }
 
-static int read_all(int fd, void *buf, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = read(fd, (char *)buf + done, n - done > (1u << 30) ? (1u << 30) : n - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return bs_error("read failed: %s", strerror(errno));
-        if (r == 0) return bs_error("file shrank while reading");
-        done += (size_t)r;
-    }
-    return 0;
-}
-
-/* Map or read the file into f->base. */
-static int load_image(gguf_impl *im, int fd, int flags) {
-    gguf_file *f = &im->pub;
-    if (f->file_size == 0) return bs_error("empty file");
-    if (!(flags & GGUF_OPEN_NO_MMAP) || (flags & GGUF_OPEN_META_ONLY)) {
-        void *p = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) return bs_error("mmap failed: %s", strerror(errno));
-        f->base = p;
-        f->mmapped = true;
-        im->map_len = (size_t)f->file_size;
-        return 0;
-    }
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, (size_t)f->file_size) != 0)
-        return bs_error("cannot allocate %llu bytes to read the file",
-                        (unsigned long long)f->file_size);
-    f->base = p;
-    /* Transparent huge pages make the weights cheaper to stream through (cpu-perf.md). */
-    madvise(p, (size_t)f->file_size, MADV_HUGEPAGE);
-    return read_all(fd, p, (size_t)f->file_size);
-}
-
 gguf_file *gguf_open(const char *path, int flags) {
     gguf_impl *im = bs_xcalloc(1, sizeof *im);
     gguf_file *f = &im->pub;
     f->path = bs_xstrdup(path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0) { bs_error("%s: %s", path, strerror(errno)); gguf_close(f); return NULL; }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        bs_error("%s: not a regular file", path);
-        close(fd); gguf_close(f); return NULL;
-    }
-    f->file_size = (uint64_t)st.st_size;
-    if (f->file_size > SIZE_MAX / 2) {
-        bs_error("%s: file too large", path);
-        close(fd); gguf_close(f); return NULL;
-    }
-    int rc = load_image(im, fd, flags);
-    close(fd);
-    if (rc || parse(im, f->base)) {
+    /* META_ONLY maps the file (touching only the header pages) and unmaps it after parsing. */
+    bs_file_map m;
+    bool use_mmap = !(flags & GGUF_OPEN_NO_MMAP) || (flags & GGUF_OPEN_META_ONLY);
+    if (bs_file_map_open(&m, path, use_mmap)) { gguf_close(f); return NULL; }
+    f->base = m.base;
+    f->mmapped = m.mmapped;
+    f->file_size = m.size;
+    im->map_len = m.size;
+    if (parse(im, f->base)) {
         sanitize_error();
         bs_error_prefix("%s: ", path);
         gguf_close(f);
         return NULL;
     }
     if (flags & GGUF_OPEN_META_ONLY) {   /* everything needed was copied out */
-        munmap(f->base, im->map_len);
+        bs_file_map_close(&m);
         f->base = NULL;
         f->mmapped = false;
-    } else if (f->mmapped && f->n_tensors) {
-        madvise((uint8_t *)f->base, im->map_len, MADV_WILLNEED);
+    } else if (f->n_tensors) {
+        bs_file_map_willneed(&m);
     }
     set_data_pointers(f);
     return f;

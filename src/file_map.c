@@ -1,0 +1,72 @@
+/* file_map.c: see file_map.h. */
+#include "file_map.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int read_all(int fd, void *buf, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done > (1u << 30) ? (1u << 30) : n - done;
+        ssize_t r = read(fd, (char *)buf + done, want);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return bs_error("read failed: %s", strerror(errno));
+        if (r == 0) return bs_error("file shrank while reading");
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+static int map_fd(bs_file_map *m, int fd, bool use_mmap) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return bs_error("%s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return bs_error("not a regular file");
+    if (st.st_size == 0) return bs_error("empty file");
+    if ((uint64_t)st.st_size > SIZE_MAX / 2) return bs_error("file too large");
+    m->size = (size_t)st.st_size;
+    if (use_mmap) {
+        void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) return bs_error("mmap failed: %s", strerror(errno));
+        m->base = p;
+        m->mmapped = true;
+        return 0;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, m->size) != 0)
+        return bs_error("cannot allocate %zu bytes to read the file", m->size);
+    madvise(p, m->size, MADV_HUGEPAGE);
+    m->base = p;
+    return read_all(fd, p, m->size);
+}
+
+int bs_file_map_open(bs_file_map *m, const char *path, bool use_mmap) {
+    memset(m, 0, sizeof *m);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return bs_error("%s: %s", path, strerror(errno));
+    int rc = map_fd(m, fd, use_mmap);
+    close(fd);
+    if (rc) {
+        bs_file_map_close(m);
+        return bs_error_prefix("%s: ", path);
+    }
+    return 0;
+}
+
+void bs_file_map_willneed(const bs_file_map *m) {
+    if (m->mmapped && m->base) madvise(m->base, m->size, MADV_WILLNEED);
+}
+
+void bs_file_map_close(bs_file_map *m) {
+    if (m->base) {
+        if (m->mmapped) munmap(m->base, m->size);
+        else free(m->base);
+    }
+    memset(m, 0, sizeof *m);
+}
