@@ -107,7 +107,7 @@ typedef struct trainer {
     uint32_t *tok_slots; size_t tok_cap;          /* hash: token string -> id + 1 */
     char **tokens; uint32_t n_tokens;
     char **merges; uint32_t n_merges;
-    uint64_t *pair_key, *pair_cnt; size_t pair_cap;
+    uint64_t *pair_key, *pair_cnt; size_t *pair_used, pair_cap;
 } trainer;
 
 static void add_word(trainer *t, const char *s, uint32_t n) {
@@ -144,24 +144,27 @@ static uint32_t add_token(trainer *t, char *s) {
     return t->n_tokens - 1;
 }
 
-/* Counts every adjacent pair; returns false if no pair occurs at least twice. */
+/* Counts every adjacent pair; returns false if no pair occurs at least twice. Only the slots
+ * used this round are scanned and cleared, which keeps a round proportional to the text. */
 static bool best_pair(trainer *t, uint32_t *left, uint32_t *right) {
-    size_t mask = t->pair_cap - 1;
-    memset(t->pair_cnt, 0, t->pair_cap * sizeof *t->pair_cnt);
+    size_t mask = t->pair_cap - 1, n_used = 0;
     for (size_t wi = 0; wi < t->n_words; wi++) {
         const word *w = &t->words[wi];
         for (uint32_t i = 0; i + 1 < w->n; i++) {
             uint64_t key = (uint64_t)w->sym[i] << 32 | w->sym[i + 1];
             size_t h = hash_u64(key) & mask;
             while (t->pair_cnt[h] && t->pair_key[h] != key) h = (h + 1) & mask;
+            if (!t->pair_cnt[h]) t->pair_used[n_used++] = h;
             t->pair_key[h] = key;
             t->pair_cnt[h] += w->freq;
         }
     }
     uint64_t best = 0, best_key = 0;
-    for (size_t h = 0; h < t->pair_cap; h++) {
+    for (size_t u = 0; u < n_used; u++) {
+        size_t h = t->pair_used[u];
         uint64_t c = t->pair_cnt[h];
-        if (c > best || (c == best && c && t->pair_key[h] < best_key)) { best = c; best_key = t->pair_key[h]; }
+        if (c > best || (c == best && t->pair_key[h] < best_key)) { best = c; best_key = t->pair_key[h]; }
+        t->pair_cnt[h] = 0;
     }
     *left = (uint32_t)(best_key >> 32);
     *right = (uint32_t)best_key;
@@ -190,7 +193,7 @@ static char *join(const char *a, const char *sep, const char *b) {
 static void trainer_free(trainer *t) {
     for (size_t i = 0; i < t->n_words; i++) free(t->words[i].sym);
     free(t->words); free(t->word_slots); free(t->tok_slots);
-    free(t->pair_key); free(t->pair_cnt);
+    free(t->pair_key); free(t->pair_cnt); free(t->pair_used);
 }
 
 int bs_bpe_train(const char *text, size_t len, uint32_t max_merges, bs_bpe_vocab *out) {
@@ -209,7 +212,8 @@ int bs_bpe_train(const char *text, size_t len, uint32_t max_merges, bs_bpe_vocab
     for (size_t i = 0; i < t.n_words; i++) total += t.words[i].len;
     t.pair_cap = pow2_at_least(2 * total + 1);
     t.pair_key = bs_xmalloc(t.pair_cap * sizeof *t.pair_key);
-    t.pair_cnt = bs_xmalloc(t.pair_cap * sizeof *t.pair_cnt);
+    t.pair_cnt = bs_xcalloc(t.pair_cap, sizeof *t.pair_cnt);
+    t.pair_used = bs_xmalloc(t.pair_cap * sizeof *t.pair_used);
     t.tok_cap = pow2_at_least(2 * (256 + (size_t)max_merges) + 1);
     t.tok_slots = bs_xcalloc(t.tok_cap, sizeof *t.tok_slots);
     t.tokens = bs_xmalloc((256 + (size_t)max_merges) * sizeof *t.tokens);
