@@ -8,6 +8,7 @@
 #ifndef BS_QUANT_IMPL_H
 #define BS_QUANT_IMPL_H
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #include "util.h"
@@ -38,6 +39,20 @@ static inline int bs_nearest_int(float v) {
     int32_t i;
     memcpy(&i, &t, 4);
     return (i & 0x007fffff) - 0x00400000;
+}
+
+/* llama.cpp's x86 AVX2 dot kernels (the ones that produced the fixtures' logits) keep 8 float
+ * lanes per output: lane l takes the integer dot product of elements 4l..4l+3 of each 32-element
+ * group (maddubs + madd, or dpbusd), converted to float and accumulated with a fused
+ * multiply-add; the lanes are then reduced as ggml's hsum_float_8 does. The scalar reference
+ * dots follow the same order (fmaf where the kernel fuses) so that they give llama.cpp's bits. */
+static inline void bs_lanes_i8(const int8_t *w, const int8_t *a, int32_t lane[8]) {
+    for (int l = 0; l < 8; l++)
+        lane[l] = w[4 * l] * a[4 * l] + w[4 * l + 1] * a[4 * l + 1] + w[4 * l + 2] * a[4 * l + 2] +
+                  w[4 * l + 3] * a[4 * l + 3];
+}
+static inline float bs_hsum8(const float v[8]) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
 /* quant_float.c */

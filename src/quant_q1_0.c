@@ -5,8 +5,8 @@
  * Quantizer (quantize_row_q1_0_ref): d = sum|w| / 128 summed in f32 in element order, bit =
  * (w >= 0), so 0.0 becomes +d. For weights that already are ±s per block (QAT) this is
  * lossless: the sum of 128 fp16 magnitudes is exact in f32.
- * Dot product with Q8_0 activations (ggml_vec_dot_q1_0_q8_0_generic): one Q1_0 block spans four
- * Q8_0 blocks; sum_b d_w * (sum_{k<4} d_a[k] * sum_j ±q). */
+ * Dot product with Q8_0 activations: one Q1_0 block spans four Q8_0 blocks,
+ * sum_b d_w * (sum_{k<4} d_a[k] * sum_j ±q), in the float order of the x86 AVX2 kernel. */
 #include "quant_impl.h"
 
 #include <math.h>
@@ -34,20 +34,27 @@ void bs_q1_0_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* ggml_vec_dot_q1_0_q8_0, x86 AVX2 branch: per 128-block, block lanes = d_a[0] * lanes(0), then
+ * fma(d_a[k], lanes(k), block lanes) for k = 1..3; then lanes = fma(d_w, block lanes, lanes);
+ * reduced by bs_hsum8 (quant_impl.h). */
 void bs_q1_0_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / QK1; i++, x += Q1_SIZE) {
-        float sumb = 0.0f;
+        float blk[8];
         for (int k = 0; k < 4; k++, y += Q8_0_SIZE) {
-            int sumi = 0;
-            for (int j = 0; j < 32; j++) {
-                int q = (int8_t)y[2 + j], e = 32 * k + j;
-                sumi += (x[2 + e / 8] >> (e % 8)) & 1 ? q : -q;
+            float dy = bs_ld_f16(y);
+            for (int l = 0; l < 8; l++) {
+                int sum = 0;
+                for (int j = 4 * l; j < 4 * l + 4; j++) {
+                    int q = (int8_t)y[2 + j], e = 32 * k + j;
+                    sum += (x[2 + e / 8] >> (e % 8)) & 1 ? q : -q;
+                }
+                blk[l] = k == 0 ? dy * (float)sum : fmaf(dy, (float)sum, blk[l]);
             }
-            sumb += bs_ld_f16(y) * (float)sumi;
         }
-        sumf += bs_ld_f16(x) * sumb;
+        float dx = bs_ld_f16(x);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(dx, blk[l], acc[l]);
     }
-    *s = sumf;
+    *s = bs_hsum8(acc);
 }

@@ -7,7 +7,8 @@
  * d = (max - min) / 15, m = min, nibble = min(15, (int8)((x - min)/d + 0.5)).
  * In both, the division is a multiplication by id = 1/d computed from the f32 d (not the
  * stored fp16), and the (int8) cast truncates toward zero, as in ggml.
- * vec_dot_type: Q8_0 for Q4_0, Q8_1 for Q4_1 (whose s = d*sum(q) carries the m term). */
+ * vec_dot_type: Q8_0 for Q4_0, Q8_1 for Q4_1 (whose s = d*sum(q) carries the m term). The dot
+ * products follow llama.cpp's x86 AVX2 kernels (see bs_hsum8 in quant_impl.h). */
 #include "quant_impl.h"
 
 #include <float.h>
@@ -45,19 +46,27 @@ void bs_q4_0_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml_vec_dot_q4_0_q8_0_generic: sumf += sumi * d_w * d_a (left to right). */
+/* Unpacked 4-bit values of a block in element order (low nibbles, then high), minus `off`. */
+static void nibbles(const uint8_t *qs, int off, int8_t v[32]) {
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)((qs[j] & 15) - off);
+        v[j + 16] = (int8_t)((qs[j] >> 4) - off);
+    }
+}
+
+/* ggml_vec_dot_q4_0_q8_0, AVX2 branch: lanes += fma(d_w * d_a, lane dot). */
 void bs_q4_0_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    int8_t v[32];
+    int32_t lane[8];
     for (int64_t i = 0; i < n / BS_QK8; i++, x += Q4_0_SIZE, y += Q8_0_SIZE) {
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < 16; j++) {
-            s0 += ((x[2 + j] & 15) - 8) * (int8_t)y[2 + j];
-            s1 += ((x[2 + j] >> 4) - 8) * (int8_t)y[2 + j + 16];
-        }
-        sumf += (float)(s0 + s1) * bs_ld_f16(x) * bs_ld_f16(y);
+        float d = bs_ld_f16(x) * bs_ld_f16(y);
+        nibbles(x + 2, 8, v);
+        bs_lanes_i8(v, (const int8_t *)(y + 2), lane);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    *s = sumf;
+    *s = bs_hsum8(acc);
 }
 
 void bs_q4_1_to_float(const void *src, float *dst, int64_t n) {
@@ -93,17 +102,20 @@ void bs_q4_1_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml_vec_dot_q4_1_q8_1_generic: sumf += (d_w * d_a) * sumi + m_w * s_a. */
+/* ggml_vec_dot_q4_1_q8_1, AVX2 branch: lanes += fma(d_w * d_a, lane dot); the m_w * s_a terms
+ * go to a separate scalar sum (fused, as gcc -march=native compiles it), added at the end.
+ * Verified bit-exact against the tiny-q4_1 fixture rows. */
 void bs_q4_1_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0}, summs = 0.0f;
+    int8_t v[32];
+    int32_t lane[8];
     for (int64_t i = 0; i < n / BS_QK8; i++, x += Q4_1_SIZE, y += Q8_1_SIZE) {
-        int s0 = 0, s1 = 0;
-        for (int j = 0; j < 16; j++) {
-            s0 += (x[4 + j] & 15) * (int8_t)y[4 + j];
-            s1 += (x[4 + j] >> 4) * (int8_t)y[4 + j + 16];
-        }
-        sumf += (bs_ld_f16(x) * bs_ld_f16(y)) * (float)(s0 + s1) + bs_ld_f16(x + 2) * bs_ld_f16(y + 2);
+        summs = fmaf(bs_ld_f16(x + 2), bs_ld_f16(y + 2), summs);
+        float d = bs_ld_f16(x) * bs_ld_f16(y);
+        nibbles(x + 4, 0, v);
+        bs_lanes_i8(v, (const int8_t *)(y + 4), lane);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    *s = sumf;
+    *s = bs_hsum8(acc) + summs;
 }

@@ -67,16 +67,18 @@ void bs_q8_0_act(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml_vec_dot_q8_0_q8_0_generic: per block, integer sum times (d_w * d_a). */
+/* ggml_vec_dot_q8_0_q8_0 AVX2 branch (and llamafile's tinyBLAS for Q8_0, same arithmetic):
+ * lanes += fma(d_w * d_a, lane dot), reduced by bs_hsum8. */
 void bs_q8_0_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    int32_t lane[8];
     for (int64_t i = 0; i < n / BS_QK8; i++, x += Q8_0_SIZE, y += Q8_0_SIZE) {
-        int sumi = 0;
-        for (int j = 0; j < BS_QK8; j++) sumi += (int8_t)x[2 + j] * (int8_t)y[2 + j];
-        sumf += (float)sumi * (bs_ld_f16(x) * bs_ld_f16(y));
+        bs_lanes_i8((const int8_t *)(x + 2), (const int8_t *)(y + 2), lane);
+        float d = bs_ld_f16(x) * bs_ld_f16(y);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    *s = sumf;
+    *s = bs_hsum8(acc);
 }
 
 /* --- Q8_1 ------------------------------------------------------------------------------------ */
@@ -117,15 +119,17 @@ void bs_q8_1_act(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* Q8_1 as a weight has no ggml kernel; same order as Q8_0. */
 void bs_q8_1_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0};
+    int32_t lane[8];
     for (int64_t i = 0; i < n / BS_QK8; i++, x += Q8_1_SIZE, y += Q8_1_SIZE) {
-        int sumi = 0;
-        for (int j = 0; j < BS_QK8; j++) sumi += (int8_t)x[4 + j] * (int8_t)y[4 + j];
-        sumf += (float)sumi * (bs_ld_f16(x) * bs_ld_f16(y));
+        bs_lanes_i8((const int8_t *)(x + 4), (const int8_t *)(y + 4), lane);
+        float d = bs_ld_f16(x) * bs_ld_f16(y);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    *s = sumf;
+    *s = bs_hsum8(acc);
 }
 
 /* --- Q8_K ------------------------------------------------------------------------------------ */
