@@ -1019,7 +1019,7 @@ static void w_header(gguf_writer *w) {
         w_u32(w, (uint32_t)bs_type_get(t->type)->ggml_id);
         w_u64(w, t->offset);
     }
-    w_pad(w);
+    if (w->n_t) w_pad(w);   /* no data section, no padding (alignment may be huge) */
 }
 
 int gguf_w_write(gguf_writer *w, const void *data, size_t n) {
