@@ -131,29 +131,26 @@ void bs_q6_k_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* ggml_vec_dot_q6_K_q8_K_generic: integer products scaled per 16-group, kept in 8 int32 lanes
- * per block, then 8 float lanes accumulated over blocks and summed at the end. */
+/* ggml_vec_dot_q6_K_q8_K, x86 AVX2 branch: per super-block one int32 per lane, lane l summing
+ * scale * (q - 32) * q8 over elements 4l..4l+3 of each of the eight 32-element groups; then
+ * lanes = fma(d_a * d_w, lane, lanes), reduced by bs_hsum8. */
 void bs_q6_k_dot(int64_t n, float *s, const void *w, const void *a) {
     const uint8_t *x = w, *y = a;
-    float sums[8] = {0};
+    float acc[8] = {0};
     for (int64_t i = 0; i < n / BS_QK_K; i++, x += Q6_SIZE, y += Q8_K_SIZE) {
-        int8_t q[BS_QK_K];
+        const int8_t *sc = (const int8_t *)(x + OFF_SC), *q8 = (const int8_t *)(y + 4);
+        int32_t lane[8] = {0};
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x + 64 * h, *qh = x + OFF_QH + 32 * h;
-            for (int l = 0; l < 32; l++) {
-                q[128 * h + l] = (int8_t)(((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32);
-                q[128 * h + l + 32] = (int8_t)(((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
-                q[128 * h + l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
-                q[128 * h + l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
-            }
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 32; l++) {
+                    int lo = (ql[l + 32 * (k & 1)] >> (4 * (k >> 1))) & 15, hi = (qh[l] >> (2 * k)) & 3;
+                    int e = 128 * h + 32 * k + l;
+                    lane[l / 4] += sc[8 * h + 2 * k + l / 16] * (((lo | hi << 4) - 32) * q8[e]);
+                }
         }
-        int32_t lane[8] = {0};
-        const int8_t *sc = (const int8_t *)(x + OFF_SC), *q8 = (const int8_t *)(y + 4);
-        for (int j = 0; j < BS_QK_K; j++) lane[j % 8] += sc[j / 16] * (q8[j] * q[j]);
-        float d = bs_ld_f16(x + OFF_D) * bs_ld_f32(y);
-        for (int l = 0; l < 8; l++) sums[l] += d * (float)lane[l];
+        float d = bs_ld_f32(y) * bs_ld_f16(x + OFF_D);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lane[l], acc[l]);
     }
-    float sumf = 0.0f;
-    for (int l = 0; l < 8; l++) sumf += sums[l];
-    *s = sumf;
+    *s = bs_hsum8(acc);
 }
