@@ -49,7 +49,7 @@ int bs_synth_preset(const char *name, bs_synth_config *c) {
     c->matrix_type = BS_Q1_0;
     c->embd_type = c->output_type = c->ssm_ab_type = -1;
     c->fc_type = c->markov_a_type = c->log_snr_type = -1;
-    c->values = -1;
+    c->values = BS_SYNTH_VALUES_AUTO;
     if (strcmp(name, "tiny") == 0) {
         target_tiny(c);
     } else if (strcmp(name, "bonsai-27b") == 0) {
@@ -129,7 +129,7 @@ static void plan_add(synth_plan *p, const char *name, int type, int n_dims, int6
     t->fill = fill; t->a = a; t->b = b;
 }
 
-static int values_default(const bs_synth_config *c) {
+static enum bs_synth_values values_default(const bs_synth_config *c) {
     int t = c->matrix_type;
     bool ternary = t == BS_Q2_0 || t == BS_Q2_0_G64 || t == BS_PQ2_0 || t == BS_TQ1_0 || t == BS_TQ2_0;
     return ternary ? BS_SYNTH_TERNARY : BS_SYNTH_BINARY;
@@ -141,9 +141,9 @@ static void add_matrix(synth_plan *p, const bs_synth_config *c, const char *name
                        int64_t ne0, int64_t ne1, float scale) {
     plan_add(p, name, type, 2, ne0, ne1, SYNTH_MATRIX, scale, 0);
     synth_tensor *t = &p->t[p->n - 1];
-    int v = c->values >= 0 ? (int)c->values : values_default(c);
+    enum bs_synth_values v = c->values != BS_SYNTH_VALUES_AUTO ? c->values : values_default(c);
     if (type == BS_Q2_0 || type == BS_Q2_0_G64 || type == BS_PQ2_0) v = BS_SYNTH_TERNARY;
-    t->values = (enum bs_synth_values)v;
+    t->values = v;
 }
 
 static void add_vec(synth_plan *p, const char *name, int64_t n, enum synth_fill fill, float a, float b) {

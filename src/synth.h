@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 enum bs_synth_arch { BS_SYNTH_QWEN35, BS_SYNTH_DSPARK };
-enum bs_synth_values { BS_SYNTH_BINARY, BS_SYNTH_TERNARY };
+enum bs_synth_values { BS_SYNTH_VALUES_AUTO = -1, BS_SYNTH_BINARY, BS_SYNTH_TERNARY };
 #define BS_SYNTH_MAX_TAPS 16
 
 typedef struct bs_synth_config {
@@ -34,7 +34,7 @@ typedef struct bs_synth_config {
     /* weight types (bs_type); matrix_type is the default for every matrix */
     int matrix_type, embd_type, output_type, ssm_ab_type;        /* target */
     int fc_type, markov_a_type, log_snr_type;                       /* drafter extras */
-    enum bs_synth_values values;
+    enum bs_synth_values values;   /* AUTO: ternary for the q2_0 / tq types, else binary */
     bool ternary_family;            /* Ternary-Bonsai: the drafter's q4_1 pack has a q2_0 token_embd */
     uint64_t seed;
 } bs_synth_config;
