@@ -7,8 +7,11 @@
  * it is decoded as +2d like ggml does.
  * Quantizer (quantize_row_q2_0_ref): d = max|w|, c = clamp(roundf(w * (1/d)) + 1, 0, 3)
  * (roundf: half away from zero). Lossless for {-s, 0, +s} blocks.
- * Dot product with Q8_0 activations (ggml_vec_dot_q2_0_q8_0_generic): one block spans qk/32
- * Q8_0 blocks; sum_b d_w * (sum_k d_a[k] * sum_j (c-1)*q). */
+ * Dot product with Q8_0 activations (ggml_vec_dot_q2_0_q8_0_generic, which is what x86 runs
+ * without AVX512-VNNI): one block spans qk/32 Q8_0 blocks; sum_b d_w * (sum_k d_a[k] *
+ * sum_j (c-1)*q), the outer multiply-add fused as gcc -march=native compiles it (the inner
+ * product d_a * int is exact). Bit-identical to the tiny-q2_0 / tiny-q2_0-g64 fixture rows until
+ * the first activation rounding flips. */
 #include "quant_impl.h"
 
 #include <math.h>
@@ -56,7 +59,7 @@ static void dot(int64_t n, float *s, const void *w, const void *a, int qk) {
             }
             sumb += bs_ld_f16(y) * (float)sumi;
         }
-        sumf += bs_ld_f16(x) * sumb;
+        sumf = fmaf(bs_ld_f16(x), sumb, sumf);   /* gcc -march=native fuses this one */
     }
     *s = sumf;
 }
