@@ -22,7 +22,7 @@ run_suite release build -DCMAKE_BUILD_TYPE=Release
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_suite asan-ubsan build-asan -DCMAKE_BUILD_TYPE=Debug -DBS_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 if [ -z "${BS_NO_FUZZ:-}" ]; then
-  run_suite fuzz build-fuzz -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
+  CTEST_ARGS="-L fuzz" run_suite fuzz build-fuzz -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
