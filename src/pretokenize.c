@@ -39,6 +39,7 @@ static const struct { const char *name; bs_pre_type type; bool ignore_merges; } 
     {"llama-v3", BS_PRE_LLAMA3, true},
     {"gpt2", BS_PRE_GPT2, false},
     {"gpt-2", BS_PRE_GPT2, false},
+    {"default", BS_PRE_DEFAULT, false},
 };
 
 int bs_pre_from_name(const char *name, bs_pre_type *type, bool *ignore_merges) {
@@ -49,7 +50,7 @@ int bs_pre_from_name(const char *name, bs_pre_type *type, bool *ignore_merges) {
             return 0;
         }
     }
-    return bs_error("unsupported pre-tokenizer '%s' (supported: qwen35, qwen2, llama-bpe, gpt2)", name);
+    return bs_error("unsupported pre-tokenizer '%s' (supported: qwen35, qwen2, llama-bpe, gpt2, default)", name);
 }
 
 const char *bs_pre_name(bs_pre_type type) {
@@ -58,6 +59,7 @@ const char *bs_pre_name(bs_pre_type type) {
     case BS_PRE_QWEN2: return "qwen2";
     case BS_PRE_LLAMA3: return "llama-bpe";
     case BS_PRE_GPT2: return "gpt2";
+    case BS_PRE_DEFAULT: return "default";
     }
     return "?";
 }
@@ -178,6 +180,76 @@ static void split_gpt2(scan *s) {
     }
 }
 
+/* ---- default: a cascade of splits ---------------------------------------------------------- */
+
+/* [\p{P}$+<=>^~|] as llama.cpp's collapsed-category regex sees it: the ASCII punctuation and
+ * symbols except '`', and non-ASCII punctuation (P*). */
+static bool default_punct(uint32_t c) {
+    if (c < 0x80) return c != '`' && ((c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) ||
+                                      (c >= 0x5B && c <= 0x5E) || c == '_' || (c >= 0x7B && c <= 0x7E));
+    int cat = utf8proc_category((utf8proc_int32_t)c);
+    return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
+}
+
+/* Length of the match of step `kind` at piece position i (0: none). kind 0: a run of
+ * default_punct; 1: a run of \p{N}; 2: exactly three ASCII digits. */
+static size_t match_at(const scan *s, size_t off, size_t i, size_t n, int kind) {
+    const uint32_t *c = s->cps + off;
+    if (kind == 2) {
+        if (i + 3 > n) return 0;
+        for (size_t k = i; k < i + 3; k++) if (c[k] < '0' || c[k] > '9') return 0;
+        return 3;
+    }
+    size_t j = i;
+    while (j < n && (kind == 0 ? default_punct(c[j]) : (s->cls[off + j] & BS_CC_NUMBER) != 0)) j++;
+    return j - i;
+}
+
+/* One regex step over the piece [off, off+n): every match and every stretch between matches
+ * becomes a piece (llama.cpp's unicode_regex_split_stl). */
+static void cut_matches(scan *s, size_t off, size_t n, int kind) {
+    size_t i = 0, gap = 0;
+    while (i < n) {
+        size_t m = match_at(s, off, i, n, kind);
+        if (!m) { i++; continue; }
+        if (i > gap) emit(s, off + i);
+        emit(s, off + i + m);
+        i += m;
+        gap = i;
+    }
+    emit(s, off + n);
+}
+
+/* Apply one step to every piece in lens[0..nw), writing the refined pieces back into lens. */
+static size_t refine(scan *s, size_t nw, int kind) {
+    size_t *old = bs_xmalloc((nw + 1) * sizeof(size_t)), off = 0;
+    memcpy(old, s->lens, nw * sizeof(size_t));
+    s->nw = 0;
+    s->done = 0;
+    for (size_t w = 0; w < nw; w++) {
+        if (kind == 3) {   /* the gpt2 scanner on one piece */
+            scan sub = {s->cps + off, old[w], 0, 0, s->lens + s->nw, s->cls + off};
+            split_gpt2(&sub);
+            emit(&sub, old[w]);
+            s->nw += sub.nw;
+            s->done = off + old[w];
+        } else {
+            cut_matches(s, off, old[w], kind);
+        }
+        off += old[w];
+    }
+    free(old);
+    return s->nw;
+}
+
+static void split_default(scan *s) {
+    s->lens[0] = s->n;
+    size_t nw = refine(s, 1, 0);
+    nw = refine(s, nw, 3);
+    nw = refine(s, nw, 1);
+    refine(s, nw, 2);
+}
+
 size_t bs_pretokenize(bs_pre_type type, const uint32_t *cps, size_t n, size_t *lens) {
     if (n == 0) return 0;
     scan s = {cps, n, 0, 0, lens, bs_xmalloc(n * sizeof(unsigned))};
@@ -187,6 +259,7 @@ size_t bs_pretokenize(bs_pre_type type, const uint32_t *cps, size_t n, size_t *l
     case BS_PRE_QWEN2: split_qwen(&s, BS_CC_LETTER, 1); break;
     case BS_PRE_LLAMA3: split_qwen(&s, BS_CC_LETTER, 3); break;
     case BS_PRE_GPT2: split_gpt2(&s); break;
+    case BS_PRE_DEFAULT: split_default(&s); break;
     }
     emit(&s, n);  /* defensive: nothing may be left over */
     free(s.cls);

@@ -11,6 +11,10 @@
  *   qwen2     the same without \p{M} in the two letter classes
  *   llama3    qwen2 with \p{N}{1,3} instead of \p{N} (and whole-word vocab hits skip merging)
  *   gpt2      's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   default   llama.cpp's fallback (also used when a GGUF names no pre-tokenizer): four splits
+ *             in a row, each cutting the pieces of the previous one, matches and the text
+ *             between them both becoming pieces: [\p{P}$+<=>^~|]+, then gpt2, then \p{N}+,
+ *             then [0-9][0-9][0-9]
  *
  * \s is Unicode White_Space (U+0009..000D, 0020, 0085, 00A0, 1680, 2000..200A, 2028, 2029,
  * 202F, 205F, 3000), as in llama.cpp's tables and Python's `regex`; \p{L}, \p{M}, \p{N} are the
@@ -22,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { BS_PRE_QWEN35, BS_PRE_QWEN2, BS_PRE_LLAMA3, BS_PRE_GPT2 } bs_pre_type;
+typedef enum { BS_PRE_QWEN35, BS_PRE_QWEN2, BS_PRE_LLAMA3, BS_PRE_GPT2, BS_PRE_DEFAULT } bs_pre_type;
 
 /* Map a `tokenizer.ggml.pre` name to a splitter. *ignore_merges is set for vocabularies whose
  * words are looked up whole before merging (llama3). Returns -1 with bs_error if unknown. */

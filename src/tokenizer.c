@@ -364,7 +364,10 @@ static bs_tokenizer *from_gguf(const gguf_file *f) {
         return NULL;
     }
     const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
-    if (!pre) { bs_error("missing tokenizer.ggml.pre (old GGUF without a pre-tokenizer name)"); return NULL; }
+    if (!pre) {   /* old GGUFs: llama.cpp falls back to its default splitter too */
+        bs_log(1, "tokenizer: no tokenizer.ggml.pre in the file, using the 'default' pre-tokenizer\n");
+        pre = "default";
+    }
     const gguf_value *tv = find_array(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, true);
     if (!tv) return NULL;
     const gguf_value *mv = find_array(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, true);

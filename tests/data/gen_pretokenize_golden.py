@@ -21,6 +21,10 @@ PATTERNS = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     "gpt2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    # llama.cpp's default: a cascade, each regex cutting the pieces of the previous one
+    "default": [r"[\p{P}\$\+<=>\^~\|]+",
+                r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+                r"\p{N}+", r"[0-9][0-9][0-9]"],
 }
 
 WHITE_SPACE = {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F,
@@ -69,6 +73,21 @@ def stable(cp):
 
 
 def split(pattern, text):
+    if isinstance(pattern, list):   # cascade: matches and the gaps between them are pieces
+        pieces = [text]
+        for p in pattern:
+            new = []
+            for piece in pieces:
+                last = 0
+                for m in regex.finditer(p, piece):
+                    if m.start() > last:
+                        new.append(piece[last:m.start()])
+                    new.append(m.group())
+                    last = m.end()
+                if last < len(piece):
+                    new.append(piece[last:])
+            pieces = new
+        return pieces
     words, last = [], 0
     for m in regex.finditer(pattern, text):
         if m.start() > last:   # unmatched text: one word per char (never happens in practice)
