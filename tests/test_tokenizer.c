@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static char path_buf[4096];
 static const char *fixture(const char *name) {
@@ -335,6 +336,72 @@ static void test_big_vocab(void) {
     free(tok); free(mer); free(tl);
 }
 
+/* Tokenizer metadata written with the GGUF writer: a minimal valid vocabulary, then each kind
+ * of malformed metadata must fail with a message naming the problem. */
+typedef struct { const char *model, *pre; int n_tokens, n_types; const char *bad_merge; int eos; bool int_tokens; } meta_case;
+
+static bs_tokenizer *load_meta(const meta_case *mc, const char *path) {
+    const char *tokens[300];
+    int32_t types[300];
+    int n = 0;
+    for (int b = 0; b < 256; b++) { tokens[n] = byte_token(b); types[n++] = BS_TOKEN_NORMAL; }
+    tokens[n] = "ab"; types[n++] = BS_TOKEN_NORMAL;
+    tokens[n] = "<|im_end|>"; types[n++] = BS_TOKEN_CONTROL;
+    const char *merges[2] = {"a b", mc->bad_merge};
+    gguf_writer *w = gguf_w_open(path);
+    if (!w) return NULL;
+    if (mc->model) gguf_w_set_str(w, "tokenizer.ggml.model", mc->model);
+    if (mc->pre) gguf_w_set_str(w, "tokenizer.ggml.pre", mc->pre);
+    if (mc->int_tokens) gguf_w_set_arr_i32(w, "tokenizer.ggml.tokens", types, 10);
+    else if (mc->n_tokens) gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", tokens, (uint64_t)BS_MIN(mc->n_tokens, n));
+    if (mc->n_types) gguf_w_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)BS_MIN(mc->n_types, n));
+    gguf_w_set_arr_str(w, "tokenizer.ggml.merges", merges, mc->bad_merge ? 2 : 1);
+    if (mc->eos >= 0) gguf_w_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)mc->eos);
+    gguf_w_close(w);
+    gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
+    bs_tokenizer *t = f ? bs_tokenizer_from_gguf(f) : NULL;
+    gguf_close(f);
+    return t;
+}
+
+static void test_gguf_metadata(void) {
+    const char *tmp = getenv("BS_TMP");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tok_meta_%d.gguf", tmp ? tmp : "/tmp", (int)getpid());
+    meta_case ok = {"gpt2", NULL, 258, 258, NULL, 257, false};
+    bs_tokenizer *t = load_meta(&ok, path);
+    CHECKF(t != NULL, "%s", bs_last_error());
+    if (t) {
+        CHECK_STR(bs_tokenizer_pre_name(t), "default");   /* no pre key: llama.cpp's fallback */
+        CHECK(bs_token_eos(t) == 257 && bs_token_is_eog(t, 257));
+        int32_t *ids;
+        size_t n;
+        CHECK(bs_tokenize(t, "ab<|im_end|>", 12, true, &ids, &n) == 0 && n == 2 && ids[0] == 256 && ids[1] == 257);
+        free(ids);
+        bs_tokenizer_free(t);
+    }
+    static const struct { meta_case mc; const char *msg; } bad[] = {
+        {{"llama", "qwen35", 258, 258, NULL, -1, false}, "only 'gpt2'"},
+        {{NULL, "qwen35", 258, 258, NULL, -1, false}, "missing tokenizer.ggml.model"},
+        {{"gpt2", "qwen35", 0, 0, NULL, -1, false}, "missing tokenizer.ggml.tokens"},
+        {{"gpt2", "qwen35", 0, 0, NULL, -1, true}, "array of string"},
+        {{"gpt2", "qwen35", 258, 100, NULL, -1, false}, "one entry per token"},
+        {{"gpt2", "qwen35", 258, 258, "ab zz", -1, false}, "merge 1"},
+        {{"gpt2", "qwen35", 258, 258, "abc", -1, false}, "merge 1"},
+        {{"gpt2", "qwen35", 258, 258, NULL, 999, false}, "eos token id 999"},
+        {{"gpt2", "klingon", 258, 258, NULL, -1, false}, "klingon"},
+        {{"gpt2", "qwen35", 100, 0, NULL, -1, false}, "not plausible"},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(bad); i++) {
+        bs_clear_error();
+        t = load_meta(&bad[i].mc, path);
+        CHECKF(t == NULL && strstr(bs_last_error(), bad[i].msg) && strstr(bs_last_error(), "tokenizer: "),
+               "case %zu: want error with '%s', got '%s'", i, bad[i].msg, t ? "success" : bs_last_error());
+        bs_tokenizer_free(t);
+    }
+    remove(path);
+}
+
 /* Splits written by Python's `regex` module from the original HF regexes (tests/data). */
 static void test_pretokenizer_golden(void) {
     const char *src = getenv("BS_SRC");
@@ -403,6 +470,7 @@ int main(void) {
     bs_tokenizer_free(t);
     gguf_close(f);
     test_memory_vocab();
+    test_gguf_metadata();
     test_pretokenizer_golden();
     test_big_vocab();
     return test_summary("test_tokenizer");
