@@ -191,23 +191,26 @@ static bool default_punct(uint32_t c) {
     return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
 }
 
-/* Length of the match of step `kind` at piece position i (0: none). kind 0: a run of
- * default_punct; 1: a run of \p{N}; 2: exactly three ASCII digits. */
-static size_t match_at(const scan *s, size_t off, size_t i, size_t n, int kind) {
+/* The steps of the default cascade. */
+enum cut { CUT_PUNCT, CUT_GPT2, CUT_NUMBERS, CUT_DIGITS3 };
+
+/* Length of the match of step `kind` at piece position i (0: none): a run of default_punct, a
+ * run of \p{N}, or exactly three ASCII digits. */
+static size_t match_at(const scan *s, size_t off, size_t i, size_t n, enum cut kind) {
     const uint32_t *c = s->cps + off;
-    if (kind == 2) {
+    if (kind == CUT_DIGITS3) {
         if (i + 3 > n) return 0;
         for (size_t k = i; k < i + 3; k++) if (c[k] < '0' || c[k] > '9') return 0;
         return 3;
     }
     size_t j = i;
-    while (j < n && (kind == 0 ? default_punct(c[j]) : (s->cls[off + j] & BS_CC_NUMBER) != 0)) j++;
+    while (j < n && (kind == CUT_PUNCT ? default_punct(c[j]) : (s->cls[off + j] & BS_CC_NUMBER) != 0)) j++;
     return j - i;
 }
 
 /* One regex step over the piece [off, off+n): every match and every stretch between matches
  * becomes a piece (llama.cpp's unicode_regex_split_stl). */
-static void cut_matches(scan *s, size_t off, size_t n, int kind) {
+static void cut_matches(scan *s, size_t off, size_t n, enum cut kind) {
     size_t i = 0, gap = 0;
     while (i < n) {
         size_t m = match_at(s, off, i, n, kind);
@@ -221,13 +224,13 @@ static void cut_matches(scan *s, size_t off, size_t n, int kind) {
 }
 
 /* Apply one step to every piece in lens[0..nw), writing the refined pieces back into lens. */
-static size_t refine(scan *s, size_t nw, int kind) {
+static size_t refine(scan *s, size_t nw, enum cut kind) {
     size_t *old = bs_xmalloc((nw + 1) * sizeof(size_t)), off = 0;
     memcpy(old, s->lens, nw * sizeof(size_t));
     s->nw = 0;
     s->done = 0;
     for (size_t w = 0; w < nw; w++) {
-        if (kind == 3) {   /* the gpt2 scanner on one piece */
+        if (kind == CUT_GPT2) {   /* the gpt2 scanner on one piece */
             scan sub = {s->cps + off, old[w], 0, 0, s->lens + s->nw, s->cls + off};
             split_gpt2(&sub);
             emit(&sub, old[w]);
@@ -244,10 +247,10 @@ static size_t refine(scan *s, size_t nw, int kind) {
 
 static void split_default(scan *s) {
     s->lens[0] = s->n;
-    size_t nw = refine(s, 1, 0);
-    nw = refine(s, nw, 3);
-    nw = refine(s, nw, 1);
-    refine(s, nw, 2);
+    size_t nw = refine(s, 1, CUT_PUNCT);
+    nw = refine(s, nw, CUT_GPT2);
+    nw = refine(s, nw, CUT_NUMBERS);
+    refine(s, nw, CUT_DIGITS3);
 }
 
 size_t bs_pretokenize(bs_pre_type type, const uint32_t *cps, size_t n, size_t *lens) {
