@@ -60,5 +60,8 @@ expect_error "not a multiple of n_head_kv" --n-head 3
 expect_error "too small" --n-vocab 200
 expect_error "out of range" --n-layer 0
 expect_error "unknown option" --bogus 1
-"$bin" help synth | grep -q -- "--dry-run" || fail "help synth does not document --dry-run"
+"$bin" help synth > "$d/help"
+for opt in --dry-run --preset --type --drafter-type --values --seed --n-layer --ssm-v-heads --taps --mask-id; do
+  grep -q -- "$opt" "$d/help" || fail "help synth does not document $opt"
+done
 echo "test_synth: ok"
