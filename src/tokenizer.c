@@ -642,6 +642,8 @@ int bs_tokenize(const bs_tokenizer *t, const char *text, size_t len, bool parse_
 struct bs_detok {
     const bs_tokenizer *t;
     bool special;
+    int32_t preserved[16];   /* tokens shown even when !special */
+    int n_preserved;
     unsigned char held[4];   /* incomplete sequence carried to the next call */
     size_t n_held;
     char *out;
@@ -653,6 +655,13 @@ bs_detok *bs_detok_new(const bs_tokenizer *t, bool special) {
     d->t = t;
     d->special = special;
     return d;
+}
+
+int bs_detok_preserve(bs_detok *d, const char *text) {
+    int32_t id = bs_token_lookup(d->t, text);
+    if (id < 0) return -1;
+    if (d->n_preserved < (int)BS_ARRAY_LEN(d->preserved)) d->preserved[d->n_preserved++] = id;
+    return 0;
 }
 
 void bs_detok_free(bs_detok *d) {
@@ -706,7 +715,9 @@ static size_t detok_feed(bs_detok *d, const char *piece, size_t len) {
 int bs_detok_push(bs_detok *d, int32_t id, const char **text, size_t *len) {
     const char *piece = NULL;
     size_t n = 0;
-    if (bs_token_to_piece(d->t, id, d->special, &piece, &n)) return -1;
+    bool show = d->special;
+    for (int i = 0; i < d->n_preserved && !show; i++) show = d->preserved[i] == id;
+    if (bs_token_to_piece(d->t, id, show, &piece, &n)) return -1;
     *len = detok_feed(d, piece, n);
     d->out[*len] = 0;
     *text = d->out;

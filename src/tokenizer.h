@@ -76,6 +76,10 @@ bool bs_token_is_eog(const bs_tokenizer *t, int32_t id);
  * form valid UTF-8 come out as U+FFFD. The returned text stays valid until the next call. */
 typedef struct bs_detok bs_detok;
 bs_detok *bs_detok_new(const bs_tokenizer *t, bool special);
+/* Render the token whose vocabulary text is `text` even when special is false (llama.cpp's
+ * "preserved tokens"): an output parser that looks for <think>, </think> or <tool_call> needs
+ * to see them even if the vocabulary marks them CONTROL. Returns -1 if there is no such token. */
+int bs_detok_preserve(bs_detok *d, const char *text);
 int bs_detok_push(bs_detok *d, int32_t id, const char **text, size_t *len);
 /* Emit whatever is held back (an incomplete sequence becomes U+FFFD) and reset. */
 void bs_detok_flush(bs_detok *d, const char **text, size_t *len);

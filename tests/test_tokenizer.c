@@ -178,6 +178,13 @@ static void test_stream_random_ids(const bs_tokenizer *t) {
     CHECK(k == 4 && memcmp(s, "\xef\xbf\xbd" "A", 4) == 0);
     CHECK(bs_detok_push(d, nv, &s, &k) == -1);
     bs_detok_free(d);
+    /* preserved tokens show even without special rendering; other control tokens do not */
+    d = bs_detok_new(t, false);
+    CHECK(bs_detok_preserve(d, "</think>") == 0 && bs_detok_preserve(d, "<nope>") == -1);
+    CHECK(bs_detok_push(d, bs_token_lookup(t, "</think>"), &s, &k) == 0 && k == 8 && !memcmp(s, "</think>", 8));
+    CHECK(bs_detok_push(d, bs_token_lookup(t, "<think>"), &s, &k) == 0 && k == 0);
+    CHECK(bs_detok_push(d, bs_token_lookup(t, "<|im_end|>"), &s, &k) == 0 && k == 0);
+    bs_detok_free(d);
 }
 
 static void test_errors_and_specials(const bs_tokenizer *t) {
