@@ -1,0 +1,101 @@
+/* cli_gen.h: what `run` and `chat` share: model and sampling options, opening the model with its
+ * tokenizer, a session and a sampler, and the streaming generation loop with llama.cpp-style
+ * timings. */
+#ifndef BS_CLI_GEN_H
+#define BS_CLI_GEN_H
+
+#include "bitspark.h"
+#include "sampler.h"
+#include "chat_template.h"
+#include "tokenizer.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CLI_GEN_MAX_BREAKERS 16
+#define CLI_GEN_MAX_BIAS 64
+
+typedef struct {
+    const char *model;
+    int n_threads;             /* 0: all cores the session allows */
+    int n_ctx;                 /* 0: session default */
+    bool no_mmap;
+    bool seed_set;             /* --seed given; otherwise a time-based seed, logged */
+    bs_sampler_params sp;
+    const char *breakers[CLI_GEN_MAX_BREAKERS];
+    int n_breakers;            /* -1: llama.cpp's defaults ("\n", ":", "\"", "*") */
+    int32_t bias_id[CLI_GEN_MAX_BIAS];
+    float bias[CLI_GEN_MAX_BIAS];
+    int n_bias;
+    bool ignore_eos;
+} cli_gen_opts;
+
+void cli_gen_defaults(cli_gen_opts *o);
+/* Try argv[*i] as a model/session/sampling option: 1 if consumed (with its value; *i advanced),
+ * 0 if not one of these, -1 + bs_error on a bad value. */
+int cli_gen_parse(cli_gen_opts *o, int argc, char **argv, int *i);
+/* Usage lines of those options. */
+void cli_gen_help(void);
+
+typedef struct {
+    bs_model *model;
+    bs_tokenizer *tok;
+    bs_session *sess;
+    bs_sampler *smp;
+    float *logits;             /* [n_vocab] logits of the last evaluated position */
+    int n_vocab;
+    double t_load;             /* seconds */
+    bs_chat_template tmpl;
+    bool tmpl_ready;
+} cli_gen;
+
+/* Load the model and build tokenizer, session and sampler. -1 + bs_error (g is then closed). */
+int cli_gen_open(cli_gen *g, const cli_gen_opts *o);
+void cli_gen_close(cli_gen *g);
+
+/* Tokenize text with special tokens parsed (llama.cpp's -p behaviour), BOS added if the vocab
+ * asks for it. *ids malloc'd. -1 + bs_error on bad UTF-8. */
+int cli_gen_tokenize(cli_gen *g, const char *text, size_t len, int32_t **ids, size_t *n);
+
+/* Render a conversation with the model's chat template (detected from the GGUF on first use,
+ * ChatML fallback). enable_thinking: -1 template default, 0 off, 1 on. malloc'd. */
+char *cli_gen_render(cli_gen *g, const bs_chat_msg *msgs, int n, int enable_thinking,
+                     bool add_generation_prompt, size_t *len);
+
+enum { GEN_STOP_EOG, GEN_STOP_LENGTH, GEN_STOP_CTX, GEN_STOP_INTERRUPT };
+
+typedef struct {
+    int n_predict;                            /* < 0: until EOG or the context is full */
+    bool ignore_eos;
+    volatile sig_atomic_t *interrupt;         /* stop when it becomes nonzero (may be NULL) */
+    /* Called for each generated token (EOG excluded) with its complete UTF-8 text (possibly
+     * empty while a code point is pending; flushed text comes with id -1 at the end). */
+    void (*emit)(void *ud, int32_t id, const char *text, size_t len);
+    void *ud;
+} cli_gen_run;
+
+typedef struct {
+    int n_prompt, n_gen;                      /* tokens evaluated as prompt / tokens generated */
+    int n_decode;                             /* single-token evals */
+    double t_prompt, t_gen;                   /* seconds: prompt eval; sampling + decoding */
+    int stop;                                 /* GEN_STOP_* */
+    int32_t *tokens;                          /* the generated ids (malloc'd, n_gen, EOG excluded) */
+} cli_gen_stats;
+
+/* Evaluate prompt[0..n) on top of what the session holds (the sampler's history gets the same
+ * tokens), then sample and stream until EOG, n_predict, a full context or an interrupt. The
+ * last sampled token is not evaluated: the session ends holding the prompt and every generated
+ * token but the last. -1 + bs_error on failure (prompt too long, eval error). */
+int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run *r,
+                     cli_gen_stats *stats);
+
+/* The two halves of cli_gen_generate: evaluate the prompt (resets *stats), then the loop
+ * (chat saves the session state between them). */
+int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *stats);
+int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
+
+/* llama.cpp-style timing lines on stderr. */
+void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st);
+
+#endif
