@@ -4,7 +4,8 @@
  * Naming: bs_<type>_to_float (dequantize), bs_<type>_from_float (llama-quantize's reference
  * quantizer, quantize_row_*_ref), bs_<type>_act (the activation quantizer of llama.cpp's x86
  * CPU backend, where it differs from the reference one), bs_<type>_dot (scalar dot product
- * against the type's vec_dot_type, with ggml's generic accumulation order). */
+ * against the type's vec_dot_type, in the float order of the x86 kernel llama.cpp ran for the
+ * fixtures where that is known: Q1_0, Q2_0, Q4_0, Q4_1, Q8_0, Q6_K; see bs_hsum8 below). */
 #ifndef BS_QUANT_IMPL_H
 #define BS_QUANT_IMPL_H
 #include <stdint.h>
