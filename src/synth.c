@@ -108,9 +108,9 @@ void bs_synth_derive(bs_synth_config *c, bool explicit_sections, bool explicit_m
     if (!explicit_sections) {
         /* Qwen's text mrope split of rope_dim/2 frequency pairs: [11,11,10,0] for 32 pairs,
          * [3,3,2,0] for 8. */
-        int32_t pairs = (int32_t)(c->rope_dim / 2), a = (pairs + 2) / 3;
-        c->rope_sections[0] = a; c->rope_sections[1] = a;
-        c->rope_sections[2] = pairs - 2 * a > 0 ? pairs - 2 * a : 0; c->rope_sections[3] = 0;
+        int32_t pairs = (int32_t)(c->rope_dim / 2), a = (pairs + 2) / 3, b = BS_MIN(a, pairs - a);
+        c->rope_sections[0] = a; c->rope_sections[1] = b;
+        c->rope_sections[2] = pairs - a - b; c->rope_sections[3] = 0;
     }
     if (!explicit_mask) c->mask_id = c->n_vocab - 1;
 }
