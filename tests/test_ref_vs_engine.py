@@ -2,7 +2,8 @@
 """The C engine against the independent float64 reference (tests/ref_qwen35.py), layer by layer,
 on synthetic qwen35 models of shapes the fixtures do not cover: other head counts, V:K head
 ratios (tiled V->K mapping), GQA ratios, rope dims, attention intervals, conv kernels, and odd
-prompt lengths, each with a batch split (prefill of N, then one token at a time).
+prompt lengths, each with a batch split (prefill of N, then one token at a time) on 2 threads,
+and again all one token at a time on 1 thread.
 
 For every case:
   bitspark synth --preset tiny --type f32 <shape flags> --seed S -o CASE.gguf
@@ -71,7 +72,7 @@ def env(name):
 
 
 def run(cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError('command failed (exit %d): %s\n%s' % (r.returncode, ' '.join(cmd), (r.stderr or r.stdout).strip()[-2000:]))
     return r
@@ -84,13 +85,13 @@ def synth(bitspark, path, shape, seed):
     run(cmd + ['--seed', str(seed), '-o', path])
 
 
-def engine_logits(bitspark, model, tokens, batch, layers, tmp, tag):
+def engine_logits(bitspark, model, tokens, batch, layers, tmp, tag, threads):
     out, taps = os.path.join(tmp, tag + '.logits.f32'), os.path.join(tmp, tag + '.taps.f32')
     for p in (out, taps):
         if os.path.exists(p):
             os.remove(p)
     run([bitspark, 'logits', '-m', model, '--tokens', ','.join(map(str, tokens)), '--batch', str(batch),
-         '-o', out, '--taps', ','.join(map(str, layers)), '--taps-out', taps, '--kv-type', 'f32'])
+         '-o', out, '--taps', ','.join(map(str, layers)), '--taps-out', taps, '--kv-type', 'f32', '-t', str(threads)])
     return np.fromfile(out, dtype='<f4'), np.fromfile(taps, dtype='<f4')
 
 
@@ -167,12 +168,12 @@ def main():
             rng = np.random.default_rng(seed)
             tokens = rng.integers(0, shape['n_vocab'], size=n_tok).tolist()
             layers = list(range(ref.hp.n_layer))
-            logits, taps = engine_logits(bitspark, model, tokens, batch, layers, tmp, tag)
-            compare('%s T=%d batch=%d' % (name, n_tok, batch), ref, logits, taps, tokens)
+            logits, taps = engine_logits(bitspark, model, tokens, batch, layers, tmp, tag, 2)
+            compare('%s T=%d batch=%d t=2' % (name, n_tok, batch), ref, logits, taps, tokens)
             if n_tok > 1 and batch != 1:
                 # The same tokens through the other path (all decode) must agree with the reference too.
-                logits, taps = engine_logits(bitspark, model, tokens, 1, layers, tmp, tag)
-                compare('%s T=%d batch=1' % (name, n_tok), ref, logits, taps, tokens)
+                logits, taps = engine_logits(bitspark, model, tokens, 1, layers, tmp, tag, 1)
+                compare('%s T=%d batch=1 t=1' % (name, n_tok), ref, logits, taps, tokens)
         except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
             fail('%s: %s' % (name, e))
     if failures:
