@@ -249,6 +249,9 @@ int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;
+    /* the reasoning boundary stays visible even where the vocabulary marks it CONTROL */
+    bs_detok_preserve(dt, "<think>");
+    bs_detok_preserve(dt, "</think>");
     size_t cap = 64;
     st->tokens = bs_xmalloc(cap * sizeof *st->tokens);
     const int n_ctx = bs_session_n_ctx(g->sess);
