@@ -33,7 +33,7 @@ typedef struct {
     cli_gen_opts g;
     const char *system;
     int n_predict;
-    bool no_think, stats;
+    bool no_think, stats, no_reuse;
 } chat_opts;
 
 typedef struct {
@@ -63,7 +63,8 @@ void help_chat(void) {
            "  -sys, --system TEXT     system message\n"
            "  --no-think              thinking off (the template's enable_thinking=false form)\n"
            "  -n, --n-predict N       max tokens per reply, -1 = until end of generation (-1)\n"
-           "  --stats                 timings after each reply (stderr)\n");
+           "  --stats                 timings after each reply (stderr)\n"
+           "  --no-reuse              re-evaluate the whole conversation every turn (for checks)\n");
     cli_gen_help();
 }
 
@@ -86,6 +87,8 @@ static int parse(chat_opts *o, int argc, char **argv) {
             o->no_think = true;
         } else if (!strcmp(a, "--stats")) {
             o->stats = true;
+        } else if (!strcmp(a, "--no-reuse")) {
+            o->no_reuse = true;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             bs_log_level = 0;
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
@@ -156,7 +159,9 @@ static size_t reuse_prefix(chat *c, const int32_t *toks, size_t n) {
     bs_session *s = c->g.sess;
     size_t common = common_prefix(c->seq, c->n_seq, toks, n);
     size_t start = 0;
-    if (common == c->n_seq && common < n) {
+    if (c->o.no_reuse) {
+        bs_session_reset(s);
+    } else if (common == c->n_seq && common < n) {
         start = common;
     } else if (c->snap_n >= 0 && (size_t)c->snap_n <= common && (size_t)c->snap_n < n &&
                bs_session_state_load(s, c->snap, c->snap_len) == 0) {
