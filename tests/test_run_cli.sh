@@ -35,7 +35,7 @@ grep -q "prompt eval time = .* tokens per second" "$T/g1.err" && ok "prompt spee
 # 5th token ends as U+FFFD there, so that is dropped first)
 /usr/bin/python3 -c "import sys; a=open(sys.argv[1],'rb').read(); b=open(sys.argv[2],'rb').read()
 a=a[:-3] if a.endswith(b'\xef\xbf\xbd') else a; sys.exit(0 if a and b.startswith(a) else 1)" "$T/n5" "$T/g1" \
-    && ok "-n 5 is a prefix of -n 24" || bad "-n 5 prefix
+    && ok "-n 5 is a prefix of -n 24" || bad "-n 5 prefix"
 "${R[@]}" -p "Once upon a time" -n 0 >"$T/n0" 2>/dev/null && [ ! -s "$T/n0" ] && ok "-n 0: no output" || bad "-n 0"
 "${R[@]}" -p "Once upon a time" -n 3 --temp 0 -q >"$T/q" 2>"$T/q.err"
 [ ! -s "$T/q.err" ] && [ -s "$T/q" ] && ok "-q: stdout only" || bad "-q wrote [$(cat "$T/q.err")]"
