@@ -22,7 +22,7 @@ for kind in gguf safetensors; do
   [ "${JOBS:-1}" -gt 1 ] && par=(-jobs="$JOBS" -workers="$JOBS")
   rc=0
   TMPDIR=${TMPDIR:-/tmp} build-fuzz/fuzz/fuzz_$kind -max_total_time="$secs" -timeout=30 \
-    -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 "${par[@]}" \
+    -rss_limit_mb=2048 -malloc_limit_mb=512 -print_final_stats=1 -dict=fuzz/$kind.dict "${par[@]}" \
     -artifact_prefix=build-fuzz/fuzz/ "$corpus" >build-fuzz/fuzz/long-$kind.log 2>&1 || rc=$?
   grep -E 'stat::|ERROR|SUMMARY|Test unit written' build-fuzz/fuzz/long-$kind.log || true
   [ $rc -eq 0 ] || { echo "fuzz_$kind failed (exit $rc)"; status=1; }
