@@ -50,10 +50,10 @@ CASES = [
                                    rope_dim=8, ssm_k_heads=2, ssm_v_heads=4, ssm_head_dim=32,
                                    conv_kernel=4, n_vocab=512, attn_interval=5), 16, 11, 6),
     # the 27B's head geometry (attention 6:1 GQA with heads of 256 and 64 rope dims; DeltaNet
-    # 1:3 K:V heads of 128) at a small width, over a longer prompt split 40 + 27
+    # 1:3 K:V heads of 128) at a small width, over a longer prompt split 38 + 7
     ('bonsai_heads_long', dict(n_layer=4, n_embd=128, n_ff=256, n_head=6, n_head_kv=1, head_dim=256,
                                rope_dim=64, ssm_k_heads=2, ssm_v_heads=6, ssm_head_dim=128,
-                               conv_kernel=4, n_vocab=512, attn_interval=4), 17, 67, 40),
+                               conv_kernel=4, n_vocab=512, attn_interval=4), 17, 45, 38),
 ]
 
 failures = []
@@ -170,8 +170,9 @@ def main():
             layers = list(range(ref.hp.n_layer))
             logits, taps = engine_logits(bitspark, model, tokens, batch, layers, tmp, tag, 2)
             compare('%s T=%d batch=%d t=2' % (name, n_tok, batch), ref, logits, taps, tokens)
-            if n_tok > 1 and batch != 1:
-                # The same tokens through the other path (all decode) must agree with the reference too.
+            if 1 < n_tok <= 16 and batch != 1:
+                # The same tokens through the other path (all decode) must agree with the reference
+                # too (short cases only: the suite also runs under ASan on 2 cores).
                 logits, taps = engine_logits(bitspark, model, tokens, 1, layers, tmp, tag, 1)
                 compare('%s T=%d batch=1 t=1' % (name, n_tok), ref, logits, taps, tokens)
         except (RuntimeError, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as e:
