@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "cli_gen.h"
 #include "reasoning.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <errno.h>
@@ -340,6 +341,12 @@ static void chat_loop(chat *c) {
         if (!strcmp(line, "/reset")) {
             clear_conversation(c);
             fprintf(stderr, "[new conversation]\n");
+            continue;
+        }
+        size_t bad;
+        if (!bs_utf8_valid(line, strlen(line), &bad)) {
+            fprintf(stderr, "bitspark chat: the message is not valid UTF-8 (bad byte 0x%02x at "
+                            "offset %zu)\n", (unsigned char)line[bad], bad);
             continue;
         }
         push_msg(c, "user", line, NULL);

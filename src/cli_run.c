@@ -2,6 +2,7 @@
  * (streamed, whole UTF-8 code points); logs and llama.cpp-style timings go to stderr. */
 #include "cli.h"
 #include "cli_gen.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -87,6 +88,13 @@ static char *prompt_text(const run_opts *o, cli_gen *g, size_t *len) {
     } else {
         raw = bs_xstrdup(o->prompt);
         n = strlen(raw);
+    }
+    size_t bad;
+    if (!bs_utf8_valid(raw, n, &bad)) {
+        bs_error("the prompt is not valid UTF-8 (bad byte 0x%02x at offset %zu)",
+                 (unsigned char)raw[bad], bad);
+        free(raw);
+        return NULL;
     }
     if (!o->chat) {
         *len = n;
