@@ -6,6 +6,8 @@ here from the reference notes (qwen35-arch.md §5.2, prism-fork.md §3.1).
 
     synth_check.py tiny DIR          files DIR/tiny-*.gguf written by test_synth.sh
     synth_check.py dry PRESET FILE   FILE = output of `synth --preset PRESET --dry-run`
+    synth_check.py dryfile DRY GGUF  the --dry-run table DRY is the table of GGUF
+    synth_check.py inspect DRY JSON KIND   `inspect --json` output JSON shows DRY and KIND
 """
 import math
 import os
@@ -268,6 +270,16 @@ def check_dry_matches_file(dry, path):
     check(names == list(g.tensors), '--dry-run order differs from the file')
 
 
+def check_inspect(dry, js, kind):
+    """`bitspark inspect --json` of the written file reports the --dry-run table and the kind."""
+    import json
+    j = json.load(open(js))
+    rows = [l.rstrip('\n').split('\t') for l in open(dry) if not l.startswith('#')]
+    got = [[t['name'], t['type'], ','.join(str(x) for x in t['shape']), str(t['bytes'])] for t in j['tensors']]
+    check(got == rows, 'inspect --json tensor table differs from --dry-run')
+    check(j['model']['kind'] == kind, 'inspect says %r, expected %r' % (j['model'].get('kind'), kind))
+
+
 if __name__ == '__main__':
     if sys.argv[1] == 'tiny':
         check_tiny(sys.argv[2])
@@ -275,6 +287,8 @@ if __name__ == '__main__':
         check_dry(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == 'dryfile':
         check_dry_matches_file(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == 'inspect':
+        check_inspect(sys.argv[2], sys.argv[3], sys.argv[4])
     if failures:
         print('%d failures' % failures)
         sys.exit(1)

@@ -37,6 +37,11 @@ $py "$src/tests/synth_check.py" tiny "$d"
 $py "$src/tests/synth_check.py" dryfile "$d/tiny.dry" "$d/tiny-q2_0_g64.gguf"
 "$bin" synth --preset drafter-tiny --drafter-type q4_1 --dry-run > "$d/drafter.dry"
 $py "$src/tests/synth_check.py" dryfile "$d/drafter.dry" "$d/tiny-drafter-q4_1.gguf"
+# and bitspark's own reader (inspect --json) sees the same tables
+"$bin" inspect --json "$d/tiny-q2_0_g64.gguf" > "$d/tiny.json"
+$py "$src/tests/synth_check.py" inspect "$d/tiny.dry" "$d/tiny.json" target
+"$bin" inspect --json "$d/tiny-drafter-q4_1.gguf" > "$d/drafter.json"
+$py "$src/tests/synth_check.py" inspect "$d/drafter.dry" "$d/drafter.json" drafter
 for p in bonsai-27b ternary-bonsai-27b drafter-bonsai-27b drafter-ternary-bonsai-27b; do
   "$bin" synth --preset "$p" --dry-run > "$d/$p.dry"
   $py "$src/tests/synth_check.py" dry "$p" "$d/$p.dry"
