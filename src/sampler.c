@@ -256,19 +256,45 @@ static int greedy(bs_sampler *s) {
 }
 
 /* Candidates = every token that is not banned, in id order; or the top k, sorted. */
-static int gather(bs_sampler *s) {
+/* The k best of the working logits straight into cand[0..k), sorted: one pass with a heap, no
+ * copy of the vocabulary. Banned tokens are skipped. Returns how many (< k if fewer remain). */
+static int heap_top_k(bs_sampler *s, int k) {
+    bs_token_prob *h = s->cand;
     int n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i], 0.0f};
-    if (n == 0) return bs_error("sampler: every token is banned");
-    s->n_cand = n;
-    s->sorted = false;
-    int k = s->p.top_k;
-    if (k > 0) {
-        k = BS_MAX(k, s->p.min_keep);
-        s->n_cand = select_top(s->cand, n, BS_MIN(k, n));
-        s->sorted = true;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (s->w[i] == -INFINITY) continue;
+        bs_token_prob t = {i, s->w[i], 0.0f};
+        if (n < k) {
+            h[n++] = t;
+            if (n == k)
+                for (int j = k / 2 - 1; j >= 0; j--) heap_down(h, k, j);
+        } else if (better(&t, &h[0])) {
+            h[0] = t;
+            heap_down(h, k, 0);
+        }
     }
+    qsort(h, (size_t)n, sizeof *h, cmp_better);
+    return n;
+}
+
+/* Candidates = every token that is not banned, in id order; or the top k, sorted. */
+static int gather(bs_sampler *s) {
+    int k = s->p.top_k;
+    if (k > 0 && k < s->n_vocab) {
+        s->n_cand = heap_top_k(s, BS_MIN(BS_MAX(k, s->p.min_keep), s->n_vocab));
+        s->sorted = true;
+    } else {
+        int n = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i], 0.0f};
+        s->n_cand = n;
+        s->sorted = false;
+        if (k > 0) {   /* k covers the whole vocabulary: just the order */
+            qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_better);
+            s->sorted = true;
+        }
+    }
+    if (s->n_cand == 0) return bs_error("sampler: every token is banned");
     return 0;
 }
 
