@@ -23,7 +23,7 @@ void help_run(void) {
            "parsed (like llama.cpp's -p); --chat wraps it in the model's chat template.\n"
            "\n"
            "  -p, --prompt TEXT       prompt text\n"
-           "  -f, --file FILE         read the prompt from a file\n"
+           "  -f, --file FILE         read the prompt from a file ('-': stdin)\n"
            "  -n, --n-predict N       tokens to generate, -1 = until end of generation (-1)\n"
            "  --chat                  wrap the prompt as a user message in the chat template\n"
            "  --no-think              with --chat: the enable_thinking=false form\n"
@@ -79,11 +79,30 @@ static void emit_stdout(void *ud, int32_t id, const char *text, size_t len) {
     }
 }
 
+static char *read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0, got;
+    char *buf = bs_xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - 1 - n, stdin)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = bs_xrealloc(buf, cap *= 2);
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        bs_error("reading the prompt from stdin failed");
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 /* The prompt text: as given, or rendered as a one-message chat. malloc'd. */
 static char *prompt_text(const run_opts *o, cli_gen *g, size_t *len) {
     char *raw = NULL;
     size_t n;
-    if (o->file) {
+    if (o->file && !strcmp(o->file, "-")) {
+        if (!(raw = read_stdin(&n))) return NULL;
+    } else if (o->file) {
         if (!(raw = bs_read_file(o->file, &n))) return NULL;
     } else {
         raw = bs_xstrdup(o->prompt);

@@ -40,6 +40,9 @@ a=a[:-3] if a.endswith(b'\xef\xbf\xbd') else a; sys.exit(0 if a and b.startswith
 "${R[@]}" -p "Once upon a time" -n 3 --temp 0 -q >"$T/q" 2>"$T/q.err"
 [ ! -s "$T/q.err" ] && [ -s "$T/q" ] && ok "-q: stdout only" || bad "-q wrote [$(cat "$T/q.err")]"
 
+printf 'Once upon a time' | "${R[@]}" -f - -n 24 --temp 0 >"$T/stdin" 2>/dev/null
+cmp -s "$T/g1" "$T/stdin" && ok "-f - reads the prompt from stdin" || bad "-f -"
+
 # --- seeded sampling ---
 S=(-p "Once upon a time" -n 40 --temp 1 --top-k 0 --top-p 1 --min-p 0 --ignore-eos)
 "${R[@]}" "${S[@]}" --seed 7 >"$T/s1" 2>/dev/null
