@@ -8,7 +8,9 @@
  * the inner loops behind this same API and must keep that property. */
 #include "matmul.h"
 
+#include "cpu_features.h"
 #include "gguf.h"
+#include "kernels.h"
 #include "quant.h"
 #include "util.h"
 
@@ -35,8 +37,11 @@ int bs_weight_from_tensor(bs_weight *w, const gguf_tensor *t) {
     return 0;
 }
 
+/* The fast path (kernels.c: SIMD kernels, threads) for every dispatch level above scalar;
+ * BITSPARK_CPU=scalar (or bs_cpu_set_level) selects the single-threaded reference below, which
+ * is the tests' oracle. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool) {
-    (void)pool;
+    if (bs_matmul_fast(W, x, n_rows, y, pool, bs_cpu_level()) == 0) return;
     const bs_type_traits *t = bs_type_get(W->type);
     if (!t || !t->vec_dot) {
         /* bs_weight_from_tensor rejects these; reaching here is a programming error. */

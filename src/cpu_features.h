@@ -1,0 +1,45 @@
+/* cpu_features.h: what this x86-64 CPU can run, detected once at run time with CPUID/XGETBV, so
+ * one binary picks the fastest kernels on any machine. The dispatch level can be lowered (never
+ * raised) with BITSPARK_CPU=scalar|avx2|avx512 or bs_cpu_set_level(), which is how the tests
+ * run every available path against the scalar oracle. */
+#ifndef BS_CPU_FEATURES_H
+#define BS_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+/* Kernel dispatch levels, ordered: a higher level implies every lower one. */
+enum bs_cpu_level {
+    BS_CPU_SCALAR = 0,   /* portable C, the test oracle */
+    BS_CPU_AVX2 = 1,     /* AVX2 + FMA + F16C (Haswell / Zen 1 and later) */
+    BS_CPU_AVX512 = 2,   /* AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake / Zen 4 and later) */
+};
+
+typedef struct bs_cpu_features {
+    bool sse42, avx, avx2, fma, f16c, bmi2;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, avx512bf16;
+    bool avx_vnni;
+    bool amx_tile, amx_int8, amx_bf16;
+    bool amx_usable;       /* AMX present and the kernel granted XTILEDATA permission */
+    bool os_avx512;        /* XCR0 says the OS saves ZMM / opmask state */
+} bs_cpu_features;
+
+/* Detected features (cached; thread-safe after the first call). */
+const bs_cpu_features *bs_cpu_features_get(void);
+/* Highest level the hardware supports. */
+int bs_cpu_max_level(void);
+/* Level the kernels use: min(hardware, BITSPARK_CPU, bs_cpu_set_level). */
+int bs_cpu_level(void);
+/* Force a level for tests / benchmarks; clamped to the hardware maximum. Returns the level in
+ * effect. Pass -1 to return to the default (environment or hardware). Not thread-safe against
+ * concurrent matmuls. */
+int bs_cpu_set_level(int level);
+/* "scalar", "avx2", "avx512". */
+const char *bs_cpu_level_name(int level);
+/* Parse a level name; -1 if unknown. */
+int bs_cpu_level_from_name(const char *name);
+/* Short human-readable summary of the features ("AVX512 VNNI VBMI BF16 AVX_VNNI ..."). */
+const char *bs_cpu_describe(void);
+/* Request AMX tile permission from the kernel (Linux arch_prctl). True when AMX can be used. */
+bool bs_cpu_enable_amx(void);
+
+#endif

@@ -1,0 +1,216 @@
+/* kernels.c: activation layout for the SIMD kernels, kernel dispatch, and the threaded driver
+ * behind bs_matmul (see kernels.h for the layout and the bit-exactness rules). */
+#include "kernels.h"
+
+#include "cpu_features.h"
+#include "quant.h"
+#include "threadpool.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { QK = 32, Q8_0_SIZE = 34, Q8_1_SIZE = 36 };
+
+bs_kernel_fn bs_kernel_get(int type, int level) {
+    if (level >= BS_CPU_AVX512) {
+        bs_kernel_fn k = bs_kernel_avx512(type);
+        if (k) return k;
+    }
+    if (level >= BS_CPU_AVX2) return bs_kernel_avx2(type);
+    return NULL;
+}
+
+void bs_acts_free(bs_acts *A) {
+    if (A) bs_afree(A->mem);
+    if (A) memset(A, 0, sizeof *A);
+}
+
+static float ld_f16(const uint8_t *p) { return bs_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* Split layout from one row of standard Q8_0 / Q8_1 blocks. */
+static void split_row(bs_acts *A, int64_t r, const uint8_t *blocks, int q8_1) {
+    const int64_t n = A->n;
+    const size_t bsz = q8_1 ? Q8_1_SIZE : Q8_0_SIZE, off = q8_1 ? 4 : 2;
+    int8_t *qs = A->qs + r * n;
+    int32_t *ns = A->nsum + r * (n / 4);
+    float *dl = A->dl + r * (n / 4);
+    for (int64_t g = 0; g < n / QK; g++) {
+        const uint8_t *b = blocks + (size_t)g * bsz;
+        float d = ld_f16(b);
+        memcpy(qs + g * QK, b + off, QK);
+        for (int l = 0; l < QK / 4; l++) {
+            const int8_t *q = qs + g * QK + 4 * l;
+            ns[g * 8 + l] = -(q[0] + q[1] + q[2] + q[3]);
+            dl[g * 8 + l] = d;
+        }
+        if (q8_1) A->gs[r * (n / QK) + g] = ld_f16(b + 2);
+    }
+}
+
+/* Round f32 activations to the weight's own float type, kept as f32 (exact). */
+static void round_row(float *dst, const float *x, int64_t n, int type) {
+    for (int64_t i = 0; i < n; i++) {
+        if (type == BS_F16) dst[i] = bs_f16_to_f32(bs_f32_to_f16(x[i]));
+        else if (type == BS_BF16) dst[i] = bs_bf16_to_f32(bs_f32_to_bf16(x[i]));
+        else dst[i] = x[i];
+    }
+}
+
+/* Allocate A's arrays for `n_rows` rows of n activations of vec_dot_type vt; generic: rows in
+ * the scalar vec_dot's own format (for types without a SIMD kernel). */
+static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_rows, int generic) {
+    const int vt = t->vec_dot_type;
+    memset(A, 0, sizeof *A);
+    A->type = vt;
+    A->n = n;
+    A->nrows = n_rows;
+    A->generic = generic;
+    size_t rows = (size_t)n_rows, un = (size_t)n;
+    if (generic) {
+        A->raw_row = t->act_from_float ? bs_row_size(vt, n) : un * sizeof(float);
+        if (!A->raw_row) return -1;
+        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        return 0;
+    }
+    if (vt == BS_Q8_0 || vt == BS_Q8_1) {
+        if (n % QK) return -1;
+        size_t q = rows * un, lanes = rows * (un / 4) * 4, gs = rows * (un / QK) * 4;
+        size_t q_al = (q + 63) & ~(size_t)63, l_al = (lanes + 63) & ~(size_t)63;
+        uint8_t *m = bs_amalloc(q_al + 2 * l_al + gs + 64);
+        A->mem = m;
+        A->qs = (int8_t *)m;
+        A->nsum = (int32_t *)(m + q_al);
+        A->dl = (float *)(m + q_al + l_al);
+        A->gs = (float *)(m + q_al + 2 * l_al);
+        return 0;
+    }
+    if (vt == BS_Q8_K) {
+        A->raw_row = bs_row_size(BS_Q8_K, n);
+        if (!A->raw_row) return -1;
+        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        return 0;
+    }
+    if (vt == BS_F32 || vt == BS_F16 || vt == BS_BF16) {
+        A->raw_row = un * sizeof(float);
+        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        return 0;
+    }
+    return -1;
+}
+
+/* Quantize row r of x into A (scratch: one row of vec_dot_type blocks, or NULL). */
+static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
+                     uint8_t *scratch) {
+    const int64_t n = A->n;
+    if (A->generic) {
+        uint8_t *dst = (uint8_t *)A->raw + (size_t)r * A->raw_row;
+        if (t->act_from_float) t->act_from_float(x, dst, n);
+        else memcpy(dst, x, (size_t)n * sizeof(float));
+        return;
+    }
+    switch (A->type) {
+    case BS_Q8_0:
+        if (level >= BS_CPU_AVX512 && bs_acts_q8_0_avx512(A, r, x) == 0) return;
+        if (level >= BS_CPU_AVX2 && bs_acts_q8_0_avx2(A, r, x) == 0) return;
+        t->act_from_float(x, scratch, n);
+        split_row(A, r, scratch, 0);
+        return;
+    case BS_Q8_1:
+        t->act_from_float(x, scratch, n);
+        split_row(A, r, scratch, 1);
+        return;
+    case BS_Q8_K:
+        t->act_from_float(x, (uint8_t *)A->raw + (size_t)r * A->raw_row, n);
+        return;
+    default:
+        round_row((float *)((uint8_t *)A->raw + (size_t)r * A->raw_row), x, n, A->type);
+        return;
+    }
+}
+
+int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int level) {
+    const bs_type_traits *t = bs_type_get(type);
+    if (!t || acts_alloc(A, t, n, n_rows, 0) != 0) return -1;
+    if ((A->type == BS_Q8_0 || A->type == BS_Q8_1 || A->type == BS_Q8_K) && !t->act_from_float) {
+        bs_acts_free(A);
+        return -1;
+    }
+    uint8_t *scratch = bs_xmalloc(n / QK * Q8_1_SIZE + 64);
+    for (int64_t r = 0; r < n_rows; r++) acts_row(A, t, r, x + r * n, level, scratch);
+    free(scratch);
+    return 0;
+}
+
+/* Types without a SIMD kernel: the scalar vec_dot per output, still threaded. */
+static void kernel_generic(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
+                           int64_t a0, int na, float *y, int64_t ldy) {
+    const bs_type_traits *t = bs_type_get(W->type);
+    for (int64_t o = o0; o < o1; o++) {
+        const uint8_t *w = (const uint8_t *)W->data + (size_t)o * W->row_bytes;
+        for (int r = 0; r < na; r++)
+            t->vec_dot(A->n, &y[(a0 + r) * ldy + o], w, (const uint8_t *)A->raw + (size_t)(a0 + r) * A->raw_row);
+    }
+}
+
+/* --- threaded driver ------------------------------------------------------------------------ */
+
+typedef struct {
+    const bs_weight *W;
+    const bs_type_traits *t;
+    const float *x;
+    bs_acts *A;
+    float *y;
+    bs_kernel_fn k;
+    int64_t n_rows, tile;
+    int level;
+} job;
+
+static void job_quantize(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    int64_t lo, hi;
+    bs_pool_split(j->n_rows, 1, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    uint8_t *scratch = bs_xmalloc(j->A->n / QK * Q8_1_SIZE + 64);
+    for (int64_t r = lo; r < hi; r++) acts_row(j->A, j->t, r, j->x + r * j->A->n, j->level, scratch);
+    free(scratch);
+}
+
+/* Each thread owns a contiguous slice of output rows (so it streams its own part of W). For
+ * many activation rows, the slice is walked in tiles of weight rows small enough to stay in L2
+ * while every group of BS_KMAX_ROWS activation rows passes over them. */
+static void job_matmul(void *ctx, int ith, int nth) {
+    job *j = ctx;
+    const int64_t ne1 = j->W->ne1;
+    int64_t lo, hi;
+    bs_pool_split(ne1, 16, ith, nth, &lo, &hi);
+    if (j->n_rows <= BS_KMAX_ROWS) {
+        if (lo < hi) j->k(j->W, lo, hi, j->A, 0, (int)j->n_rows, j->y, ne1);
+        return;
+    }
+    for (int64_t o = lo; o < hi; o += j->tile) {
+        int64_t oe = BS_MIN(o + j->tile, hi);
+        for (int64_t a = 0; a < j->n_rows; a += BS_KMAX_ROWS)
+            j->k(j->W, o, oe, j->A, a, (int)BS_MIN(BS_KMAX_ROWS, j->n_rows - a), j->y, ne1);
+    }
+}
+
+int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
+                   int level) {
+    const bs_type_traits *t = bs_type_get(W->type);
+    if (level <= BS_CPU_SCALAR || n_rows <= 0 || !t || !t->vec_dot) return -1;
+    bs_kernel_fn k = bs_kernel_get(W->type, level);
+    int generic = k == NULL;
+    if (generic) k = kernel_generic;
+    bs_acts A;
+    if (acts_alloc(&A, t, W->ne0, n_rows, generic) != 0) return -1;
+    job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
+    /* ~256 KiB of weights per tile, a multiple of 16 rows */
+    j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) & ~(int64_t)15;
+    if (j.tile < 16) j.tile = 16;
+    if (n_rows >= 4 && bs_pool_size(pool) > 1) bs_pool_run(pool, job_quantize, &j);
+    else job_quantize(&j, 0, 1);
+    bs_pool_run(pool, job_matmul, &j);
+    bs_acts_free(&A);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/* kernels.h: the SIMD matmul kernels behind bs_matmul (internal to matmul.c / kernels*.c).
+ *
+ * Activations are quantized exactly as the scalar path does (the table's act_from_float, i.e.
+ * llama.cpp's x86 rounding) and then laid out for SIMD ("bs_acts"). For the 32-group Q8_0/Q8_1
+ * activation formats the layout is split: int8 quants contiguous, and per 4 quants (one 32-bit
+ * SIMD lane of a dot-product instruction) the negated lane sum and the group scale, so that
+ * kernels neither shuffle nor correct per element:
+ *   sum_j (c_j - 1) q_j = dpbusd(-sum q, c, q)          (Q2_0 codes c in 0..3)
+ *   sum_j s_j q_j       = dpbusd(-sum q, 2*bit, q)      (Q1_0 signs s = 2*bit - 1)
+ * Integer sums are exact, so every kernel gets the same integers as the scalar oracle; only
+ * the float accumulation order differs (within a stated tolerance, see tests/test_kernels.c).
+ *
+ * Every kernel computes one output (weight row o, activation row r) with a fixed sequence of
+ * operations on its own accumulators, whatever tile of rows it is computed in: the result for
+ * row r is bit-identical for 1..8 activation rows and any thread count. */
+#ifndef BS_KERNELS_H
+#define BS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "matmul.h"
+
+#define BS_KMAX_ROWS 8   /* activation rows one kernel call handles (register tiles) */
+
+typedef struct bs_acts {
+    int type;            /* vec_dot_type of the weight */
+    int64_t n;           /* elements per row */
+    int64_t nrows;
+    /* BS_Q8_0 / BS_Q8_1 (split layout), per row r: */
+    int8_t *qs;          /* [nrows][n] quants */
+    int32_t *nsum;       /* [nrows][n/4] -(q[4l] + .. + q[4l+3]) */
+    float *dl;           /* [nrows][n/4] scale of the lane's group (fp16-rounded value) */
+    float *gs;           /* [nrows][n/32] Q8_1 only: s = d*sum(q) as stored (fp16-rounded) */
+    /* BS_Q8_K: rows of native 292-byte blocks; float types: f32 (values already rounded to
+     * the vec_dot_type, e.g. bf16, so the products equal the scalar path's) */
+    void *raw;
+    size_t raw_row;      /* bytes per row in raw */
+    int generic;         /* raw holds rows in the scalar vec_dot's format */
+    void *mem;           /* one allocation behind all of the above */
+} bs_acts;
+
+/* Computes y[(a0 + j) * ldy + o] for o in [o0, o1) and j < na (1 <= na <= BS_KMAX_ROWS). */
+typedef void (*bs_kernel_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
+                             int64_t a0, int na, float *y, int64_t ldy);
+
+/* Kernel for a weight type at a dispatch level, or NULL (then the scalar path is used). */
+bs_kernel_fn bs_kernel_avx512(int type);
+bs_kernel_fn bs_kernel_avx2(int type);
+bs_kernel_fn bs_kernel_get(int type, int level);
+
+/* Quantize n_rows rows of x for weight type `type` into A (allocates; free with bs_acts_free).
+ * level selects the SIMD quantizer (results identical to the scalar one). Returns -1 if the
+ * type has no SIMD kernel layout. */
+int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int level);
+void bs_acts_free(bs_acts *A);
+
+/* SIMD Q8_0 activation quantizer straight into the split layout (row r of A); identical to
+ * bs_q8_0_act followed by the layout conversion. Returns 0, or -1 if unavailable. */
+int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x);
+int bs_acts_q8_0_avx2(bs_acts *A, int64_t r, const float *x);
+
+/* The fast bs_matmul: 0 when done, -1 when the type/level has no kernel (caller falls back to
+ * the scalar reference). */
+int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
+                   int level);
+
+#endif

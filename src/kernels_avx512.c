@@ -1,0 +1,323 @@
+/* kernels_avx512.c: AVX-512 (F/BW/VL/DQ/VNNI/VBMI) matmul kernels. Compiled with per-function
+ * target attributes so the binary still runs on CPUs without AVX-512: nothing here is called
+ * unless bs_cpu_level() says the CPU has it.
+ *
+ * Register tiles: MR weight rows x NR activation rows share each decoded weight block and
+ * each activation load; every (weight row, activation row) pair owns one accumulator and
+ * sees exactly the same operations whatever MR and NR are, so results never depend on the
+ * tile (the invariance tests/test_kernels.c checks bit for bit).
+ *
+ * Per format (activations in the split Q8 layout of kernels.h unless noted):
+ *   Q1_0  bits -> {0,2} bytes with a mask move; dpbusd seeded with -sum(q) gives sum(+-q).
+ *   Q2_0  (g128 / g64 / PQ2_0) 2-bit codes unpacked with vpmultishiftqb; dpbusd seeded with
+ *         -sum(q) gives sum((c-1) q).
+ *   Q8_0  |w| (u8) x q negated where w < 0, dpbusd.
+ *   Q4_1  nibbles x q with dpbusd, plus m * s (Q8_1 activation sums).
+ *   F32/F16/BF16  activations in f32 (rounded to the weight type, exact products), FMA. */
+#include "kernels.h"
+
+#include "quant.h"
+#include "util.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2")))
+#define INL inline __attribute__((always_inline))
+
+enum { FMT_Q1, FMT_Q2, FMT_Q2G64 };
+#define PF_DIST 1024   /* software prefetch distance along a weight row, bytes */
+
+static INL uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static INL uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static T512 INL float f16(const uint8_t *p) { return _cvtsh_ss(ld16(p)); }
+
+/* 16 bytes of 2-bit codes (weight j in bits 2(j%4) of byte j/4) -> 64 code bytes in order. */
+static T512 INL __m512i unpack2(const uint8_t *p) {
+    const __m512i ctrl = _mm512_set1_epi64(0x0E0C0A0806040200LL);
+    __m512i v = _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, v), _mm512_set1_epi8(3));
+}
+
+/* 64 sign bits -> bytes {0, 2} (2 * bit). */
+static T512 INL __m512i unpack1(const uint8_t *p) {
+    return _mm512_maskz_mov_epi8(_cvtu64_mask64(ld64(p)), _mm512_set1_epi8(2));
+}
+
+/* One MR x NR tile of the Q1_0 / Q2_0 family over a whole row. w: weight row o, rb: row
+ * bytes, y: &y[a0 * ldy + o]. A step covers 128 elements (64 for g64), i.e. one block. */
+static T512 INL void tile_q12(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
+                             int64_t ldy, const int fmt, const int MR, const int NR) {
+    const int64_t n = A->n;
+    const int S = fmt == FMT_Q2G64 ? 64 : 128;
+    const size_t bsz = fmt == FMT_Q1 ? 18 : fmt == FMT_Q2 ? 34 : 18;
+    const int64_t nsteps = n / S;
+    __m512 acc[4][BS_KMAX_ROWS];
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nsteps; b++) {
+        __m512i c0[4], c1[4];
+        __m512 dw[4];
+        for (int m = 0; m < MR; m++) {
+            const uint8_t *p = w + (size_t)m * rb + (size_t)b * bsz;
+            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+            dw[m] = _mm512_set1_ps(f16(p));
+            if (fmt == FMT_Q1) {
+                c0[m] = unpack1(p + 2);
+                c1[m] = unpack1(p + 10);
+            } else if (fmt == FMT_Q2) {
+                c0[m] = unpack2(p + 2);
+                c1[m] = unpack2(p + 18);
+            } else {
+                c0[m] = unpack2(p + 2);
+            }
+        }
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = a0 + r;
+            const int8_t *q = A->qs + row * n + b * S;
+            const int32_t *ns = A->nsum + row * (n / 4) + b * (S / 4);
+            const float *dl = A->dl + row * (n / 4) + b * (S / 4);
+            const __m512i x0 = _mm512_loadu_si512(q);
+            const __m512 d0 = _mm512_loadu_ps(dl);
+            if (fmt != FMT_Q2G64) {
+                const __m512i x1 = _mm512_loadu_si512(q + 64);
+                const __m512 d1 = _mm512_loadu_ps(dl + 16);
+                for (int m = 0; m < MR; m++) {
+                    __m512i i0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(ns), c0[m], x0);
+                    __m512i i1 = _mm512_dpbusd_epi32(_mm512_loadu_si512(ns + 16), c1[m], x1);
+                    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(i0), d0);
+                    t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1), d1, t);
+                    acc[m][r] = _mm512_fmadd_ps(t, dw[m], acc[m][r]);
+                }
+            } else {
+                for (int m = 0; m < MR; m++) {
+                    __m512i i0 = _mm512_dpbusd_epi32(_mm512_loadu_si512(ns), c0[m], x0);
+                    __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(i0), d0);
+                    acc[m][r] = _mm512_fmadd_ps(t, dw[m], acc[m][r]);
+                }
+            }
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+/* Q8_0 weights: a step is two 32-blocks (64 elements); an odd last block is masked. */
+static T512 INL void tile_q8(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
+                            int64_t ldy, const int MR, const int NR) {
+    const int64_t n = A->n, nb = n / 32;
+    __m512 acc[4][BS_KMAX_ROWS];
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < (nb + 1) / 2; s++) {
+        const int full = 2 * s + 1 < nb;
+        const __mmask64 bm = full ? ~(__mmask64)0 : 0xFFFFFFFFull;
+        const __mmask16 lm = full ? 0xFFFF : 0x00FF;
+        __m512i aw[4];
+        __mmask64 neg[4];
+        __m512 dw[4];
+        for (int m = 0; m < MR; m++) {
+            const uint8_t *p = w + (size_t)m * rb + (size_t)s * 68;
+            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+            __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+            __m256i hi = full ? _mm256_loadu_si256((const __m256i *)(p + 36)) : _mm256_setzero_si256();
+            __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            neg[m] = _mm512_movepi8_mask(v);
+            aw[m] = _mm512_abs_epi8(v);
+            __m256 dlo = _mm256_set1_ps(f16(p)), dhi = _mm256_set1_ps(full ? f16(p + 34) : 0.0f);
+            dw[m] = _mm512_insertf32x8(_mm512_castps256_ps512(dlo), dhi, 1);
+        }
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = a0 + r;
+            const __m512i x = _mm512_maskz_loadu_epi8(bm, A->qs + row * n + s * 64);
+            const __m512 d = _mm512_maskz_loadu_ps(lm, A->dl + row * (n / 4) + s * 16);
+            for (int m = 0; m < MR; m++) {
+                __m512i xs = _mm512_mask_sub_epi8(x, neg[m], _mm512_setzero_si512(), x);
+                __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aw[m], xs);
+                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, dw[m]), acc[m][r]);
+            }
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+static T512 INL float sfma(float a, float b, float c) {
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+/* Q4_1 x Q8_1: a step is two 20-byte blocks; sum = d_w d_a sum(n q) + m_w s_a per block. */
+static T512 INL void tile_q41(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
+                             int64_t ldy, const int MR, const int NR) {
+    const int64_t n = A->n, nb = n / 32;
+    const __m512i shifts = _mm512_set_epi64(4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0,
+                                            4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0);
+    __m512 acc[4][BS_KMAX_ROWS];
+    float corr[4][BS_KMAX_ROWS];
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps(), corr[m][r] = 0.0f;
+    for (int64_t s = 0; s < (nb + 1) / 2; s++) {
+        const int full = 2 * s + 1 < nb;
+        const __mmask64 bm = full ? ~(__mmask64)0 : 0xFFFFFFFFull;
+        const __mmask16 lm = full ? 0xFFFF : 0x00FF;
+        __m512i wq[4];
+        __m512 dw[4];
+        float mw[4][2];
+        for (int m = 0; m < MR; m++) {
+            const uint8_t *p = w + (size_t)m * rb + (size_t)s * 40;
+            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+            __m128i qa = _mm_loadu_si128((const __m128i *)(p + 4));
+            __m128i qb = full ? _mm_loadu_si128((const __m128i *)(p + 24)) : _mm_setzero_si128();
+            __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(qa)),
+                                           _mm256_broadcastsi128_si256(qb), 1);
+            wq[m] = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), _mm512_set1_epi8(0x0F));
+            __m256 dlo = _mm256_set1_ps(f16(p)), dhi = _mm256_set1_ps(full ? f16(p + 20) : 0.0f);
+            dw[m] = _mm512_insertf32x8(_mm512_castps256_ps512(dlo), dhi, 1);
+            mw[m][0] = f16(p + 2);
+            mw[m][1] = full ? f16(p + 22) : 0.0f;
+        }
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = a0 + r;
+            const __m512i x = _mm512_maskz_loadu_epi8(bm, A->qs + row * n + s * 64);
+            const __m512 d = _mm512_maskz_loadu_ps(lm, A->dl + row * (n / 4) + s * 16);
+            const float *gs = A->gs + row * nb + 2 * s;
+            for (int m = 0; m < MR; m++) {
+                __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[m], x);
+                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, dw[m]), acc[m][r]);
+                corr[m][r] = sfma(mw[m][0], gs[0], corr[m][r]);
+                if (full) corr[m][r] = sfma(mw[m][1], gs[1], corr[m][r]);
+            }
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]) + corr[m][r];
+}
+
+/* Float weights against f32 activations; a step is 16 elements, the tail is masked. */
+static T512 INL __m512 load_w(const uint8_t *p, int type, __mmask16 k) {
+    if (type == BS_F32) return _mm512_maskz_loadu_ps(k, p);
+    __m256i h = _mm256_maskz_loadu_epi16(k, p);
+    if (type == BS_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static T512 INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
+                           int64_t ldy, const int type, const int MR, const int NR) {
+    const int64_t n = A->n;
+    const size_t es = type == BS_F32 ? 4 : 2;
+    __m512 acc[4][BS_KMAX_ROWS];
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[4];
+        for (int m = 0; m < MR; m++) {
+            const uint8_t *p = w + (size_t)m * rb + (size_t)i * es;
+            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+            wv[m] = load_w(p, type, k);
+        }
+        for (int r = 0; r < NR; r++) {
+            const float *x = (const float *)((const uint8_t *)A->raw + (size_t)(a0 + r) * A->raw_row) + i;
+            const __m512 xv = _mm512_maskz_loadu_ps(k, x);
+            for (int m = 0; m < MR; m++) acc[m][r] = _mm512_fmadd_ps(wv[m], xv, acc[m][r]);
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+/* Walk output rows [o0, o1) in tiles of MR (then single rows) for a constant NR. */
+#define RANGE(CALL, NR)                                                                       \
+    do {                                                                                      \
+        const int MR_ = (NR) <= 2 ? 4 : 2;                                                    \
+        int64_t o = o0;                                                                       \
+        const uint8_t *w0 = (const uint8_t *)W->data;                                         \
+        float *yy = y + a0 * ldy;                                                             \
+        for (; o + MR_ <= o1; o += MR_) CALL(w0 + (size_t)o * W->row_bytes, yy + o, MR_, NR); \
+        for (; o < o1; o++) CALL(w0 + (size_t)o * W->row_bytes, yy + o, 1, NR);              \
+    } while (0)
+
+#define SWITCH_NR(CALL)                     \
+    switch (na) {                           \
+    case 1: RANGE(CALL, 1); break;          \
+    case 2: RANGE(CALL, 2); break;          \
+    case 3: RANGE(CALL, 3); break;          \
+    case 4: RANGE(CALL, 4); break;          \
+    case 5: RANGE(CALL, 5); break;          \
+    case 6: RANGE(CALL, 6); break;          \
+    case 7: RANGE(CALL, 7); break;          \
+    default: RANGE(CALL, 8); break;         \
+    }
+
+#define KERNEL(name, CALL)                                                                   \
+    static T512 void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,      \
+                          int64_t a0, int na, float *y, int64_t ldy) {                       \
+        SWITCH_NR(CALL)                                                                      \
+    }
+
+#define C_Q1(p, yo, mr, nr) tile_q12(p, W->row_bytes, A, a0, yo, ldy, FMT_Q1, mr, nr)
+#define C_Q2(p, yo, mr, nr) tile_q12(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2, mr, nr)
+#define C_Q2G64(p, yo, mr, nr) tile_q12(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2G64, mr, nr)
+#define C_Q8(p, yo, mr, nr) tile_q8(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
+#define C_Q41(p, yo, mr, nr) tile_q41(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
+#define C_F32(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F32, mr, nr)
+#define C_F16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F16, mr, nr)
+#define C_BF16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_BF16, mr, nr)
+
+KERNEL(k_q1_0, C_Q1)
+KERNEL(k_q2_0, C_Q2)
+KERNEL(k_q2_0_g64, C_Q2G64)
+KERNEL(k_q8_0, C_Q8)
+KERNEL(k_q4_1, C_Q41)
+KERNEL(k_f32, C_F32)
+KERNEL(k_f16, C_F16)
+KERNEL(k_bf16, C_BF16)
+
+bs_kernel_fn bs_kernel_avx512(int type) {
+    switch (type) {
+    case BS_Q1_0: return k_q1_0;
+    case BS_Q2_0: case BS_PQ2_0: return k_q2_0;
+    case BS_Q2_0_G64: return k_q2_0_g64;
+    case BS_Q8_0: return k_q8_0;
+    case BS_Q4_1: return k_q4_1;
+    case BS_F32: return k_f32;
+    case BS_F16: return k_f16;
+    case BS_BF16: return k_bf16;
+    default: return NULL;
+    }
+}
+
+/* Q8_0 activation quantizer (x86 llama.cpp rounding: id = 127/amax, round half to even)
+ * writing the split layout directly. */
+T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
+    if (A->type != BS_Q8_0) return -1;
+    const int64_t n = A->n;
+    int8_t *qs = A->qs + r * n;
+    int32_t *ns = A->nsum + r * (n / 4);
+    float *dl = A->dl + r * (n / 4);
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t g = 0; g < n / 32; g++) {
+        __m512 v0 = _mm512_loadu_ps(x + 32 * g), v1 = _mm512_loadu_ps(x + 32 * g + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        float d = bs_f16_to_f32(bs_f32_to_f16(amax / 127.0f));
+        __m512 iv = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+        __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtsepi32_epi8(q0)),
+                                            _mm512_cvtsepi32_epi8(q1), 1);
+        _mm256_storeu_si256((__m256i *)(qs + 32 * g), q);
+        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+        _mm256_storeu_si256((__m256i *)(ns + 8 * g), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+        _mm256_storeu_ps(dl + 8 * g, _mm256_set1_ps(d));
+    }
+    return 0;
+}
+
+#else
+bs_kernel_fn bs_kernel_avx512(int type) { (void)type; return NULL; }
+int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
+#endif

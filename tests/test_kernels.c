@@ -1,0 +1,171 @@
+/* test_kernels.c: every SIMD matmul path against the scalar oracle (BITSPARK_CPU=scalar path of
+ * bs_matmul), at every dispatch level this CPU has.
+ *
+ * 1. Integer exactness: weights with scale 1 (or 0.5) and integer activations with amax 127
+ *    make every float operation exact, so any wrong integer sum shows as a mismatch:
+ *    results must be bit-identical to the oracle.
+ * 2. Random data (random quant bytes incl. Q2_0 code 3 and Q8_0 -128, random normal scales and
+ *    activations): |fast - oracle| <= 2e-5 * sum|w_i x_i| + 1e-30 (float accumulation order
+ *    differs; the integer parts are exact).
+ * 3. Row-count / thread invariance: a row's result with 1..9 or 20 activation rows and 1..3
+ *    threads is bit-identical to computing it alone.
+ * 4. The SIMD Q8_0 activation quantizers produce exactly the scalar quantizer's bytes. */
+#include "cpu_features.h"
+#include "kernels.h"
+#include "matmul.h"
+#include "quant.h"
+#include "test.h"
+#include "threadpool.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bs_rng rng;
+
+static const int types[] = {BS_Q1_0, BS_Q2_0, BS_PQ2_0, BS_Q2_0_G64, BS_Q8_0, BS_Q4_1, BS_Q4_0,
+                            BS_Q6_K, BS_TQ1_0, BS_TQ2_0, BS_F32, BS_F16, BS_BF16};
+
+/* Byte offset and length of the scale field(s) inside a block, for "exact" mode; and whether
+ * the remaining bytes may be randomized freely. */
+static int scale_bytes(int type) {
+    switch (type) {
+    case BS_Q1_0: case BS_Q2_0: case BS_PQ2_0: case BS_Q2_0_G64: case BS_Q8_0: case BS_Q4_0: return 2;
+    case BS_Q4_1: return 4;
+    default: return 0;
+    }
+}
+
+/* A random weight ne1 x ne0 of `type`. exact: scales 1.0 (Q4_1: d 1, m 0.5), small integer
+ * float weights. Returns a malloc'd buffer. */
+static uint8_t *make_weight(int type, int64_t ne0, int64_t ne1, int exact) {
+    const bs_type_traits *t = bs_type_get(type);
+    size_t rb = bs_row_size(type, ne0);
+    uint8_t *w = bs_xmalloc(rb * (size_t)ne1);
+    float *f = bs_xmalloc((size_t)ne0 * sizeof(float));
+    for (int64_t o = 0; o < ne1; o++) {
+        for (int64_t i = 0; i < ne0; i++)
+            f[i] = exact ? (float)((int)(bs_rng_next(&rng) % 15) - 7) : bs_rng_normal(&rng);
+        CHECK(bs_quantize(type, f, w + (size_t)o * rb, ne0) == 0);
+    }
+    int sb = scale_bytes(type);
+    if (sb) {
+        for (size_t blk = 0; blk < rb * (size_t)ne1 / t->type_size; blk++) {
+            uint8_t *b = w + blk * t->type_size;
+            for (size_t j = (size_t)sb; j < t->type_size; j++) b[j] = (uint8_t)bs_rng_next(&rng);
+            if (exact) {
+                b[0] = 0x00, b[1] = 0x3C;                       /* d = 1.0 */
+                if (sb == 4) b[2] = 0x00, b[3] = 0x38;          /* m = 0.5 */
+            }
+        }
+    }
+    free(f);
+    return w;
+}
+
+static float *make_acts(int64_t n, int64_t rows, int exact) {
+    float *x = bs_xmalloc((size_t)(n * rows) * sizeof(float));
+    for (int64_t i = 0; i < n * rows; i++) {
+        if (!exact) x[i] = bs_rng_normal(&rng) * (float)(1 + (i % 7));
+        else x[i] = (i % 32 == 5) ? 127.0f : (float)((int)(bs_rng_next(&rng) % 255) - 127);
+    }
+    return x;
+}
+
+static double bound(const bs_weight *W, const float *x, int64_t r, int64_t o) {
+    float *wf = bs_xmalloc((size_t)W->ne0 * sizeof(float));
+    CHECK(bs_dequantize(W->type, (const uint8_t *)W->data + (size_t)o * W->row_bytes, wf, W->ne0) == 0);
+    double s = 0;
+    for (int64_t i = 0; i < W->ne0; i++) s += fabs((double)wf[i] * x[r * W->ne0 + i]);
+    free(wf);
+    return s;
+}
+
+static void mm(const bs_weight *W, const float *x, int64_t nr, float *y, bs_pool *p, int level) {
+    bs_cpu_set_level(level);
+    bs_matmul(W, x, nr, y, p);
+}
+
+/* One (type, shape) case at one level. */
+static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **pools) {
+    static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
+    const int64_t maxr = 20;
+    for (int exact = 1; exact >= 0; exact--) {
+        uint8_t *wd = make_weight(type, ne0, ne1, exact);
+        bs_weight W = {.type = type, .ne0 = ne0, .ne1 = ne1, .data = wd,
+                       .row_bytes = bs_row_size(type, ne0), .name = "w"};
+        float *x = make_acts(ne0, maxr, exact);
+        float *yref = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+        float *yone = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+        float *y = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+        mm(&W, x, maxr, yref, NULL, BS_CPU_SCALAR);
+        for (int64_t r = 0; r < maxr; r++) mm(&W, x + r * ne0, 1, yone + r * ne1, NULL, level);
+        int bad = 0;
+        for (int64_t r = 0; r < maxr && bad < 3; r++)
+            for (int64_t o = 0; o < ne1 && bad < 3; o++) {
+                float a = yone[r * ne1 + o], b = yref[r * ne1 + o];
+                int ok;
+                if (exact) ok = memcmp(&a, &b, sizeof a) == 0;
+                else ok = fabs((double)a - b) <= 2e-5 * bound(&W, x, r, o) + 1e-30;
+                if (!ok) bad++;
+                CHECKF(ok, "%s %s ne0=%lld ne1=%lld exact=%d row %lld out %lld: %.9g vs oracle %.9g",
+                       bs_type_name(type), bs_cpu_level_name(level), (long long)ne0, (long long)ne1,
+                       exact, (long long)r, (long long)o, a, b);
+            }
+        for (size_t k = 0; k < BS_ARRAY_LEN(nrows); k++)
+            for (int p = 0; p < 3; p++) {
+                int64_t nr = nrows[k];
+                memset(y, 0xff, (size_t)(nr * ne1) * sizeof(float));
+                mm(&W, x, nr, y, pools[p], level);
+                CHECKF(memcmp(y, yone, (size_t)(nr * ne1) * sizeof(float)) == 0,
+                       "%s %s ne0=%lld ne1=%lld: %lld rows with %d threads differ from one row at a time",
+                       bs_type_name(type), bs_cpu_level_name(level), (long long)ne0, (long long)ne1,
+                       (long long)nr, bs_pool_size(pools[p]));
+            }
+        free(wd), free(x), free(yref), free(yone), free(y);
+    }
+}
+
+static void check_quantizer(int level) {
+    const int64_t n = 32 * 37;
+    float *x = make_acts(n, 1, 0);
+    for (int j = 0; j < 32; j++) x[j] = 0.0f;                             /* amax 0 */
+    for (int j = 32; j < 64; j++) x[j] = (float)(j - 48) + 0.5f;          /* ties (id = 1) */
+    x[32] = 127.0f;
+    for (int j = 64; j < 96; j++) x[j] = j == 64 ? -1e-30f : 1e-31f;      /* tiny */
+    bs_acts a, b;
+    CHECK(bs_acts_prepare(&a, BS_Q1_0, x, n, 1, BS_CPU_SCALAR) == 0);
+    CHECK(bs_acts_prepare(&b, BS_Q1_0, x, n, 1, level) == 0);
+    CHECKF(memcmp(a.qs, b.qs, (size_t)n) == 0, "%s quantizer: quants differ", bs_cpu_level_name(level));
+    CHECKF(memcmp(a.nsum, b.nsum, (size_t)n) == 0, "%s quantizer: sums differ", bs_cpu_level_name(level));
+    CHECKF(memcmp(a.dl, b.dl, (size_t)n) == 0, "%s quantizer: scales differ", bs_cpu_level_name(level));
+    bs_acts_free(&a);
+    bs_acts_free(&b);
+    free(x);
+}
+
+int main(void) {
+    bs_rng_seed(&rng, 1234);
+    bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
+    CHECK(pools[1] && pools[2]);
+    printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
+    for (int level = BS_CPU_AVX2; level <= bs_cpu_max_level(); level++) {
+        check_quantizer(level);
+        for (size_t ti = 0; ti < BS_ARRAY_LEN(types); ti++) {
+            int type = types[ti];
+            int64_t blk = bs_type_get(type)->blck;
+            int64_t mult[] = {1, 3, 5, 11};
+            for (size_t mi = 0; mi < BS_ARRAY_LEN(mult); mi++) {
+                int64_t ne0 = blk == 1 ? 16 * mult[mi] + (int64_t)mi * 3 - 2 : blk * mult[mi];
+                if (ne0 < 1) ne0 = 1;
+                if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
+                check_case(type, ne0, mi % 2 ? 37 : 18, level, pools);
+            }
+        }
+    }
+    bs_cpu_set_level(-1);
+    bs_pool_free(pools[1]);
+    bs_pool_free(pools[2]);
+    return test_summary("test_kernels");
+}
