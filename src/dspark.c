@@ -1,0 +1,268 @@
+/* dspark.c: the DSpark drafter's forward pass (dspark.md §2-4; see dspark.h).
+ *
+ * Context rows never enter the residual stream: each only supplies K/V to every layer, through
+ * that layer's own k/v projections and k-norm, RoPE'd at the row's absolute position. They are
+ * projected once, when appended, and kept (f32) until cropped. The block attends to
+ * [context ; block] with no mask at all. */
+#include "dspark.h"
+#include "ops.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define APPEND_CHUNK 64
+
+struct bs_dspark_ctx {
+    const bs_dspark *d;
+    bs_pool *pool;
+    int len, cap, n_ctx_max;
+    size_t kv_w;                 /* n_head_kv * head_dim */
+    float **k, **v;              /* per layer: [cap][kv_w] context keys (normed, roped) / values */
+    /* scratch */
+    float *c;                    /* [APPEND_CHUNK][n_embd] fused context rows */
+    float *kc, *vc;              /* [APPEND_CHUNK][kv_w] */
+    float *rope;                 /* [max(APPEND_CHUNK, B)][head_dim] */
+    float *x, *h, *q, *kb, *vb, *att, *f1, *f2;   /* block rows */
+    float *scores;               /* [n_ctx_max + B] */
+    float *hidden;               /* [B][n_embd] final-normed block state */
+    float *w1;                   /* [markov_rank] */
+    float *logits, *bias;        /* [B][n_vocab], [n_vocab] */
+    int block_pos;               /* position of the last block's anchor, -1 before any */
+};
+
+static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
+
+bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *pool) {
+    const bs_dspark_hparams *hp = &d->hp;
+    if (n_ctx_max < 1 || n_ctx_max > (1 << 24)) {
+        bs_error("drafter context %d is out of range", n_ctx_max);
+        return NULL;
+    }
+    bs_dspark_ctx *c = bs_xcalloc(1, sizeof *c);
+    const size_t E = (size_t)hp->n_embd, B = (size_t)hp->block_size, D = (size_t)hp->head_dim;
+    const size_t q = (size_t)hp->n_head * D, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    c->d = d;
+    c->pool = pool;
+    c->n_ctx_max = n_ctx_max;
+    c->kv_w = (size_t)hp->n_head_kv * D;
+    c->k = bs_xcalloc((size_t)hp->n_layer, sizeof *c->k);
+    c->v = bs_xcalloc((size_t)hp->n_layer, sizeof *c->v);
+    c->c = falloc(APPEND_CHUNK * E);
+    c->kc = falloc(APPEND_CHUNK * c->kv_w);
+    c->vc = falloc(APPEND_CHUNK * c->kv_w);
+    c->rope = falloc(BS_MAX(APPEND_CHUNK, B) * D);
+    c->x = falloc(B * E);
+    c->h = falloc(B * E);
+    c->q = falloc(B * q);
+    c->kb = falloc(B * c->kv_w);
+    c->vb = falloc(B * c->kv_w);
+    c->att = falloc(B * q);
+    c->f1 = falloc(B * ff);
+    c->f2 = falloc(B * ff);
+    c->scores = falloc((size_t)n_ctx_max + B);
+    c->hidden = falloc(B * E);
+    c->w1 = falloc((size_t)hp->markov_rank);
+    c->logits = falloc(B * V);
+    c->bias = falloc(V);
+    c->block_pos = -1;
+    return c;
+}
+
+void bs_dspark_ctx_free(bs_dspark_ctx *c) {
+    if (!c) return;
+    for (int l = 0; l < c->d->hp.n_layer; l++) {
+        free(c->k[l]);
+        free(c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    float *bufs[] = {c->c, c->kc, c->vc, c->rope, c->x, c->h, c->q, c->kb, c->vb, c->att,
+                     c->f1, c->f2, c->scores, c->hidden, c->w1, c->logits, c->bias};
+    for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(c);
+}
+
+int bs_dspark_ctx_len(const bs_dspark_ctx *c) { return c->len; }
+
+void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n) {
+    if (n >= 0 && n < c->len) c->len = n;
+}
+
+static void reserve(bs_dspark_ctx *c, int need) {
+    if (need <= c->cap) return;
+    int cap = c->cap ? c->cap : 256;
+    while (cap < need) cap = cap > c->n_ctx_max / 2 ? c->n_ctx_max : cap * 2;
+    for (int l = 0; l < c->d->hp.n_layer; l++) {
+        c->k[l] = bs_xrealloc(c->k[l], (size_t)cap * c->kv_w * sizeof(float));
+        c->v[l] = bs_xrealloc(c->v[l], (size_t)cap * c->kv_w * sizeof(float));
+    }
+    c->cap = cap;
+}
+
+static void rope_rows(bs_dspark_ctx *c, int pos0, int n) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    for (int t = 0; t < n; t++)
+        bs_rope_cache(c->rope + (size_t)t * hp->head_dim, pos0 + t, hp->head_dim, hp->rope_base, NULL);
+}
+
+/* Per-head RMSNorm with weight w, then NeoX RoPE with row t's table, over n rows of nh heads. */
+static void norm_rope(const bs_dspark_ctx *c, float *rows, int n, int nh, const float *w) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int D = hp->head_dim;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            float *v = rows + ((size_t)t * nh + h) * D;
+            bs_rmsnorm(v, v, w, D, hp->eps);
+            bs_rope_neox(v, c->rope + (size_t)t * D, D);
+        }
+}
+
+static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
+    const bs_dspark *d = c->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const int E = hp->n_embd;
+    bs_matmul(&d->fc, taps, n, c->c, c->pool);
+    for (int t = 0; t < n; t++) bs_rmsnorm(c->c + (size_t)t * E, c->c + (size_t)t * E, d->hidden_norm, E, hp->eps);
+    rope_rows(c, c->len, n);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const bs_dspark_layer *L = &d->layers[l];
+        bs_matmul(&L->wk, c->c, n, c->kc, c->pool);
+        bs_matmul(&L->wv, c->c, n, c->vc, c->pool);
+        norm_rope(c, c->kc, n, hp->n_head_kv, L->k_norm);
+        memcpy(c->k[l] + (size_t)c->len * c->kv_w, c->kc, (size_t)n * c->kv_w * sizeof(float));
+        memcpy(c->v[l] + (size_t)c->len * c->kv_w, c->vc, (size_t)n * c->kv_w * sizeof(float));
+    }
+    c->len += n;
+}
+
+int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
+    if (n < 0 || (n > 0 && !taps)) return bs_error("drafter: bad context rows");
+    if (n > c->n_ctx_max - c->len)
+        return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
+    reserve(c, c->len + n);
+    const size_t row = (size_t)c->d->hp.n_taps * c->d->hp.n_embd;
+    for (int off = 0; off < n; off += APPEND_CHUNK)
+        append_chunk(c, taps + (size_t)off * row, BS_MIN(APPEND_CHUNK, n - off));
+    return 0;
+}
+
+/* One block row's query head against [context ; block] keys: out = softmax(q.K / sqrt(D)) V. */
+static void attend(bs_dspark_ctx *c, int l, const float *q, int kvh, float *out) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int D = hp->head_dim, B = hp->block_size, n = c->len + B;
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t off = (size_t)kvh * D;
+    for (int p = 0; p < n; p++) {
+        const float *k = p < c->len ? c->k[l] + (size_t)p * c->kv_w + off : c->kb + (size_t)(p - c->len) * c->kv_w + off;
+        c->scores[p] = bs_dot(q, k, D) * scale;
+    }
+    bs_softmax(c->scores, n);
+    memset(out, 0, (size_t)D * sizeof(float));
+    for (int p = 0; p < n; p++) {
+        const float *v = p < c->len ? c->v[l] + (size_t)p * c->kv_w + off : c->vb + (size_t)(p - c->len) * c->kv_w + off;
+        const float w = c->scores[p];
+        for (int i = 0; i < D; i++) out[i] += w * v[i];
+    }
+}
+
+static void layer_forward(bs_dspark_ctx *c, int l) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const bs_dspark_layer *L = &c->d->layers[l];
+    const int B = hp->block_size, E = hp->n_embd, D = hp->head_dim, H = hp->n_head, G = H / hp->n_head_kv;
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
+    bs_matmul(&L->wq, c->h, B, c->q, c->pool);
+    bs_matmul(&L->wk, c->h, B, c->kb, c->pool);
+    bs_matmul(&L->wv, c->h, B, c->vb, c->pool);
+    norm_rope(c, c->q, B, H, L->q_norm);
+    norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
+    for (int t = 0; t < B; t++)
+        for (int h = 0; h < H; h++)
+            attend(c, l, c->q + ((size_t)t * H + h) * D, h / G, c->att + ((size_t)t * H + h) * D);
+    bs_matmul(&L->wo, c->att, B, c->h, c->pool);
+    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
+    bs_matmul(&L->gate, c->h, B, c->f1, c->pool);
+    bs_matmul(&L->up, c->h, B, c->f2, c->pool);
+    for (size_t i = 0; i < (size_t)B * hp->n_ff; i++) c->f1[i] = bs_silu(c->f1[i]) * c->f2[i];
+    bs_matmul(&L->down, c->f1, B, c->h, c->pool);
+    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+}
+
+int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
+    const bs_dspark *d = c->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const int B = hp->block_size, E = hp->n_embd;
+    if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
+    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d rows)", pos, c->len);
+    int32_t ids[BS_DSPARK_MAX_BLOCK];
+    ids[0] = anchor;
+    for (int t = 1; t < B; t++) ids[t] = hp->mask_id;
+    if (bs_get_rows(&d->tok_embd, ids, B, c->x)) return -1;
+    if (d->snr_anchor)
+        for (int t = 0; t < B; t++) {
+            const float *a = t == 0 ? d->snr_anchor : d->snr_mask;
+            for (int i = 0; i < E; i++) c->x[(size_t)t * E + i] += a[i];
+        }
+    rope_rows(c, pos, B);
+    for (int l = 0; l < hp->n_layer; l++) layer_forward(c, l);
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, d->output_norm, E, hp->eps);
+    c->block_pos = pos;
+    return 0;
+}
+
+const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot) {
+    return c->hidden + (size_t)slot * c->d->hp.n_embd;
+}
+
+void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits) {
+    bs_matmul(&c->d->output, c->hidden + (size_t)first * c->d->hp.n_embd, n, logits, c->pool);
+}
+
+void bs_dspark_markov_bias(bs_dspark_ctx *c, int32_t prev, float *bias) {
+    const bs_dspark *d = c->d;
+    if (d->hp.markov_rank == 0) {
+        memset(bias, 0, (size_t)d->hp.n_vocab * sizeof(float));
+        return;
+    }
+    bs_get_rows(&d->markov_a, &prev, 1, c->w1);
+    bs_matmul(&d->markov_b, c->w1, 1, bias, c->pool);
+}
+
+float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev) {
+    const bs_dspark *d = c->d;
+    const int E = d->hp.n_embd, R = d->hp.markov_rank;
+    if (!d->conf_w) return -1.0f;
+    const float *h = bs_dspark_hidden(c, slot);
+    double z = d->conf_b;
+    for (int i = 0; i < E; i++) z += (double)d->conf_w[i] * h[i];
+    if (d->hp.conf_with_markov && R > 0) {
+        bs_get_rows(&d->markov_a, &prev, 1, c->w1);
+        for (int r = 0; r < R; r++) z += (double)d->conf_w[E + r] * c->w1[r];
+    }
+    return (float)(1.0 / (1.0 + exp(-z)));
+}
+
+void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int V = hp->n_vocab;
+    if (n <= 0) return;
+    bs_dspark_logits(c, 0, n, c->logits);
+    int32_t prev = anchor;
+    for (int k = 0; k < n; k++) {
+        const float *u = c->logits + (size_t)k * V;
+        bs_dspark_markov_bias(c, prev, c->bias);
+        int32_t best = -1;
+        float bv = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            if (v == hp->mask_id) continue;
+            const float s = u[v] + c->bias[v];
+            if (best < 0 || s > bv) { best = v; bv = s; }
+        }
+        if (conf) conf[k] = bs_dspark_confidence(c, k, prev);
+        drafts[k] = best;
+        prev = best;
+    }
+}
