@@ -47,7 +47,8 @@ def imrope_text_pairs(pairs, sections):
     takes stream t/h/w when its sector (i mod sum(sections)) falls in the interleaved t/h/w
     pattern, else the 4th stream, position 0. With Qwen's sections ([11,11,10,0] for 32 pairs,
     [3,3,2,0] for 8) every pair is t/h/w, so this is exactly NeoX RoPE; other sections can leave
-    pairs unrotated."""
+    pairs unrotated. The spec states only the Qwen case; the sector rule (sector % 3 picks t, h,
+    w while sector < 3 * that section) is ggml's mrope cache as the engine also implements it."""
     mask = np.ones(pairs, dtype=bool)
     if not sections or sum(sections) <= 0:
         return mask                                          # plain NeoX
