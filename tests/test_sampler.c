@@ -509,6 +509,41 @@ static void test_edges(void) {
     bs_sampler_free(s);
 }
 
+/* Extreme parameter values: a valid token and a distribution summing to 1, never NaN. */
+static void test_extremes(void) {
+    enum { V = 500 };
+    float x[V];
+    bs_rng r;
+    bs_rng_seed(&r, 7);
+    const float temps[] = {1e-30f, 1e-6f, 1.0f, 1e6f, 1e30f};
+    const float ps[] = {0.0f, 1e-9f, 0.5f, 1.0f, 2.0f};
+    const float mps[] = {0.0f, 1e-30f, 0.5f, 1.0f, 5.0f};
+    const int ks[] = {0, 1, V - 1, V, 10 * V};
+    const int keeps[] = {0, 1, V, 10 * V};
+    int trials = 0;
+    for (int t = 0; t < 400; t++) {
+        bs_sampler_params p = bs_sampler_default_params();
+        p.temp = temps[t % 5]; p.top_p = ps[(t / 5) % 5]; p.min_p = mps[(t / 25) % 5];
+        p.top_k = ks[(t / 7) % 5]; p.min_keep = keeps[(t / 3) % 4];
+        p.repeat_penalty = (t % 2) ? 1e-3f : 1e3f; p.frequency_penalty = 1e6f;
+        p.dry_multiplier = 1e6f; p.dry_base = (t % 3) ? 1.0f : 100.0f; p.dry_allowed_length = t % 3;
+        random_logits(&r, x, V, (t % 4) ? 3.0f : 1e30f);
+        bs_sampler *s = bs_sampler_new(&p, V);
+        for (int i = 0; i < 50; i++) bs_sampler_accept(s, (int32_t)(i % 3));
+        int32_t id = bs_sampler_sample(s, x);
+        int n;
+        const bs_token_prob *c = bs_sampler_candidates(s, &n);
+        double sum = 0;
+        int nan = 0;
+        for (int i = 0; i < n; i++) { sum += c[i].p; nan |= isnan(c[i].p); }
+        CHECK(id >= 0 && id < V && n >= 1 && !nan && CLOSE(sum, 1, 1e-4),
+              "trial %d: id %d, %d candidates, sum %g", t, id, n, sum);
+        bs_sampler_free(s);
+        trials++;
+    }
+    printf("extremes: %d parameter sets, valid draws\n", trials);
+}
+
 static void test_logprobs(void) {
     enum { V = 2000 };
     float x[V];
@@ -569,6 +604,7 @@ int main(void) {
     test_dry_random();
     test_dry_strings();
     test_edges();
+    test_extremes();
     test_logprobs();
     test_speed();
     if (failures) {
