@@ -1,6 +1,441 @@
-/* cli_bench.c: `bitspark bench` (being written). */
+/* cli_bench.c: `bitspark bench`, llama-bench-compatible speed tests.
+ *
+ * Model mode (-m): pp<N> (one batch of N random tokens) and tg<N> (N single-token evals), each
+ * repeated -r times after a warm-up, printed as mean ± sample stddev of tokens/s in
+ * llama-bench's markdown / csv / json layout; --verify W,.. adds the cost of a W-token verify
+ * step relative to a 1-token step; a `membw` line gives this machine's measured read bandwidth,
+ * the decode roofline it implies for the model's weight bytes per token, and the fraction tg
+ * reached.
+ * Kernel mode (--matmul): bs_matmul on synthetic Bonsai-shaped weights (default Q1_0 5120x17408
+ * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
+ * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
 #include "cli.h"
+
+#include "bitspark.h"
+#include "cpu_features.h"
+#include "gguf.h"
+#include "matmul.h"
+#include "quant.h"
+#include "threadpool.h"
 #include "util.h"
+
+#include <math.h>
 #include <stdio.h>
-int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; bs_error("not implemented yet"); return cli_fail("bench"); }
-void help_bench(void) { printf("usage: bitspark bench\n"); }
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define MAX_LIST 16
+
+typedef struct {
+    const char *model;
+    int n_prompt, n_gen, reps, warmup;
+    int threads[MAX_LIST], n_threads;
+    int verify[MAX_LIST], n_verify;
+    const char *out;            /* md, csv, json */
+    int matmul;                 /* kernel mode */
+    const char *mm_type;
+    long mm_mb;                 /* MiB of weight copies in kernel mode */
+    int membw;
+} bench_opts;
+
+typedef struct { double mean, sd; } stat;
+
+static stat stats(const double *v, int n) {
+    stat s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n > 0 ? n : 1;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0.0;
+    return s;
+}
+
+static int parse_list(const char *opt, const char *s, int *out, int *n, long lo, long hi) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (*n >= MAX_LIST) return bs_error("%s: at most %d values", opt, MAX_LIST);
+        if (cli_parse_int(opt, tok, lo, hi, &v)) return -1;
+        out[(*n)++] = (int)v;
+    }
+    return *n ? 0 : bs_error("%s: empty list", opt);
+}
+
+/* --- memory bandwidth ------------------------------------------------------------------------ */
+
+typedef struct { const uint64_t *p; size_t n; uint64_t sums[64]; } bw_job;
+
+static void bw_read(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    int64_t lo, hi;
+    bs_pool_split((int64_t)j->n, 64, ith, nth, &lo, &hi);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = lo; i + 4 <= hi; i += 4) a += j->p[i], b += j->p[i + 1], c += j->p[i + 2], d += j->p[i + 3];
+    j->sums[ith & 63] = a + b + c + d;
+}
+
+/* Best-of-5 read bandwidth (GB/s) over a 1 GiB anonymous buffer with the pool's threads. */
+static double measure_membw(bs_pool *pool) {
+    size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = bs_amalloc(bytes);
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE);
+#endif
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
+    bw_job j = {.p = buf, .n = bytes / 8};
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = bs_time();
+        bs_pool_run(pool, bw_read, &j);
+        double gbs = (double)bytes / (bs_time() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    bs_afree(buf);
+    return best;
+}
+
+/* --- kernel mode ------------------------------------------------------------------------------ */
+
+static void fill_weight(uint8_t *w, int type, int64_t ne0, int64_t ne1, bs_rng *rng) {
+    const bs_type_traits *t = bs_type_get(type);
+    size_t total = bs_row_size(type, ne0) * (size_t)ne1;
+    for (size_t i = 0; i + 8 <= total; i += 8) {
+        uint64_t v = bs_rng_next(rng);
+        memcpy(w + i, &v, 8);
+    }
+    if (t->is_quantized)   /* a sane fp16 scale (0.01) at the start of every block */
+        for (size_t b = 0; b + t->type_size <= total; b += t->type_size) w[b] = 0x1f, w[b + 1] = 0x21;
+}
+
+static int bench_matmul(const bench_opts *o) {
+    int type = bs_type_from_name(o->mm_type);
+    if (type == BS_TYPE_INVALID || !bs_type_get(type)->is_quantized)
+        return bs_error("--matmul-type: unknown or float type '%s'", o->mm_type);
+    const int64_t shapes[2][2] = {{5120, 17408}, {17408, 5120}};
+    const int rows[] = {1, 2, 4, 5, 8};
+    bs_rng rng;
+    bs_rng_seed(&rng, 42);
+    printf("cpu: %s, kernels: %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
+    printf("| %-8s | %6s | %6s | %7s | %4s | %9s | %8s | %9s |\n", "type", "ne0", "ne1", "threads",
+           "rows", "ms/call", "GB/s", "vs 1 row");
+    printf("| -------- | -----: | -----: | ------: | ---: | --------: | -------: | --------: |\n");
+    for (int s = 0; s < 2; s++) {
+        const int64_t ne0 = shapes[s][0], ne1 = shapes[s][1];
+        size_t wbytes = bs_row_size(type, ne0) * (size_t)ne1;
+        if (!wbytes) return bs_error("%s: %lld is not a multiple of the block size", o->mm_type, (long long)ne0);
+        int copies = (int)BS_MAX(1, (o->mm_mb << 20) / (long)wbytes);
+        uint8_t *mem = bs_amalloc(wbytes * (size_t)copies);
+#ifdef MADV_HUGEPAGE
+        madvise(mem, wbytes * (size_t)copies, MADV_HUGEPAGE);
+#endif
+        fill_weight(mem, type, ne0, ne1 * copies, &rng);
+        float *x = bs_xmalloc((size_t)(8 * ne0) * sizeof(float));
+        float *y = bs_xmalloc((size_t)(8 * ne1) * sizeof(float));
+        for (int64_t i = 0; i < 8 * ne0; i++) x[i] = bs_rng_normal(&rng);
+        for (int ti = 0; ti < o->n_threads; ti++) {
+            bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
+            double t1 = 0;
+            for (size_t ri = 0; ri < BS_ARRAY_LEN(rows); ri++) {
+                double best = 1e30;
+                for (int rep = 0; rep < o->reps + 1; rep++) {   /* +1: warm-up pass */
+                    double t0 = bs_time();
+                    for (int c = 0; c < copies; c++) {
+                        bs_weight W = {.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
+                                       .row_bytes = bs_row_size(type, ne0), .name = "bench"};
+                        bs_matmul(&W, x, rows[ri], y, pool);
+                    }
+                    double dt = (bs_time() - t0) / copies;
+                    if (rep > 0 && dt < best) best = dt;
+                }
+                if (ri == 0) t1 = best;
+                printf("| %-8s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx |\n", bs_type_name(type),
+                       (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
+                       (double)wbytes / best / 1e9, best / t1);
+                fflush(stdout);
+            }
+            if (o->membw) printf("membw: %.1f GB/s read with %d thread(s)\n", measure_membw(pool), o->threads[ti]);
+            bs_pool_free(pool);
+        }
+        free(x), free(y);
+        bs_afree(mem);
+    }
+    return 0;
+}
+
+/* --- model mode ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char type_str[128];
+    uint64_t size, n_params, stream_bytes;   /* stream: bytes read per decoded token */
+} model_info;
+
+/* Header facts for the table, from the GGUF metadata (no tensor data is read). */
+static int model_describe(const char *path, model_info *mi) {
+    gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
+    if (!f) return -1;
+    uint64_t bytes_by_type[2048] = {0};
+    int has_output = gguf_find_tensor(f, "output.weight") != NULL;
+    memset(mi, 0, sizeof *mi);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        uint64_t ne = 1;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++) ne *= (uint64_t)t->ne[d];
+        mi->n_params += ne;
+        mi->size += t->nbytes;
+        if (strcmp(t->name, "token_embd.weight") != 0 || !has_output) mi->stream_bytes += t->nbytes;
+        if (t->n_dims >= 2 && t->type >= 0 && t->type < 2048) bytes_by_type[t->type] += t->nbytes;
+    }
+    int ftype = 0;
+    for (int k = 0; k < 2048; k++)
+        if (bytes_by_type[k] > bytes_by_type[ftype]) ftype = k;
+    const char *arch = gguf_get_str(f, "general.architecture");
+    const char *label = gguf_get_str(f, "general.size_label");
+    char size_label[32], tname[32];
+    if (label) snprintf(size_label, sizeof size_label, "%s", label);
+    else if (mi->n_params >= 1000000000ull) snprintf(size_label, sizeof size_label, "%.0fB", mi->n_params / 1e9);
+    else snprintf(size_label, sizeof size_label, "%.0fM", mi->n_params / 1e6);
+    snprintf(tname, sizeof tname, "%s", bs_type_name(ftype));
+    for (char *c = tname; *c; c++) if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 32);
+    snprintf(mi->type_str, sizeof mi->type_str, "%s %s %s", arch ? arch : "unknown", size_label, tname);
+    gguf_close(f);
+    return 0;
+}
+
+typedef struct {
+    char test[32];
+    int n_prompt, n_gen, threads;
+    double samples[64];
+    int n;
+} result;
+
+static void random_tokens(int32_t *tok, int n, int n_vocab, bs_rng *rng) {
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(bs_rng_next(rng) % (uint64_t)n_vocab);
+}
+
+/* Seconds for one run: pp = one batch of n_prompt tokens; tg = n_gen one-token evals. */
+static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_rng *rng, float *logits) {
+    int32_t *tok = bs_xmalloc(sizeof(int32_t) * (size_t)BS_MAX(1, BS_MAX(n_prompt, n_gen)));
+    bs_session_reset(s);
+    double t0 = bs_time(), dt = -1;
+    if (n_prompt > 0) {
+        random_tokens(tok, n_prompt, n_vocab, rng);
+        t0 = bs_time();
+        if (bs_eval(s, tok, n_prompt, BS_LOGITS_LAST, logits, NULL)) goto out;
+    } else {
+        random_tokens(tok, n_gen, n_vocab, rng);
+        t0 = bs_time();
+        for (int i = 0; i < n_gen; i++)
+            if (bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL)) goto out;
+    }
+    dt = bs_time() - t0;
+out:
+    free(tok);
+    return dt;
+}
+
+static void print_md_header(void) {
+    printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend",
+           "threads", "test", "t/s");
+    printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+}
+
+static void fmt_size(char *buf, size_t n, uint64_t bytes) {
+    if (bytes < (1ull << 30)) snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+}
+
+static void print_result(const bench_opts *o, const model_info *mi, const result *r, int first) {
+    stat s = stats(r->samples, r->n);
+    int ntok = r->n_prompt + r->n_gen;
+    double ts[64], ns[64];
+    for (int i = 0; i < r->n; i++) ts[i] = ntok / r->samples[i], ns[i] = r->samples[i] * 1e9;
+    stat st = stats(ts, r->n), sn = stats(ns, r->n);
+    (void)s;
+    char size[32], params[32], when[32];
+    fmt_size(size, sizeof size, mi->size);
+    if (mi->n_params < 1000000000ull) snprintf(params, sizeof params, "%.2f M", mi->n_params / 1e6);
+    else snprintf(params, sizeof params, "%.2f B", mi->n_params / 1e9);
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!strcmp(o->out, "md")) {
+        char tsbuf[64];
+        snprintf(tsbuf, sizeof tsbuf, "%.2f ± %.2f", st.mean, st.sd);
+        printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mi->type_str, size, params, "CPU",
+               r->threads, r->test, tsbuf);
+    } else if (!strcmp(o->out, "csv")) {
+        if (first)
+            printf("build_commit,build_number,cpu_info,model_filename,model_type,model_size,model_n_params,"
+                   "backends,n_threads,n_batch,n_ubatch,type_k,type_v,n_prompt,n_gen,n_depth,test_time,"
+                   "avg_ns,stddev_ns,avg_ts,stddev_ts\n");
+        printf("\"%s\",0,\"%s\",\"%s\",\"%s\",%llu,%llu,\"CPU\",%d,%d,%d,\"f16\",\"f16\",%d,%d,0,\"%s\",%.0f,%.0f,%.6f,%.6f\n",
+               bitspark_version(), bs_cpu_describe(), o->model, mi->type_str, (unsigned long long)mi->size,
+               (unsigned long long)mi->n_params, r->threads, BS_MAX(r->n_prompt, 1), BS_MAX(r->n_prompt, 1),
+               r->n_prompt, r->n_gen, when, sn.mean, sn.sd, st.mean, st.sd);
+    } else {
+        printf("%s  {\"build_commit\": \"%s\", \"build_number\": 0, \"cpu_info\": \"%s\", \"model_filename\": \"%s\", "
+               "\"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, \"backends\": \"CPU\", "
+               "\"n_threads\": %d, \"type_k\": \"f16\", \"type_v\": \"f16\", \"n_prompt\": %d, \"n_gen\": %d, "
+               "\"n_depth\": 0, \"test_time\": \"%s\", \"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, "
+               "\"stddev_ts\": %.6f, \"samples_ns\": [",
+               first ? "[\n" : ",\n", bitspark_version(), bs_cpu_describe(), o->model, mi->type_str,
+               (unsigned long long)mi->size, (unsigned long long)mi->n_params, r->threads, r->n_prompt, r->n_gen,
+               when, sn.mean, sn.sd, st.mean, st.sd);
+        for (int i = 0; i < r->n; i++) printf("%s%.0f", i ? ", " : "", ns[i]);
+        printf("], \"samples_ts\": [");
+        for (int i = 0; i < r->n; i++) printf("%s%.6f", i ? ", " : "", ts[i]);
+        printf("]}");
+    }
+    fflush(stdout);
+}
+
+/* Seconds of a w-token verify step (logits for all w) after a 16-token prefix, best of reps. */
+static double verify_step(bs_session *s, int w, int reps, int n_vocab, bs_rng *rng) {
+    int32_t tok[64 + 16];
+    float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab * (size_t)w);
+    double best = -1;
+    bs_session_reset(s);
+    random_tokens(tok, 16 + w, n_vocab, rng);
+    if (bs_eval(s, tok, 16, BS_LOGITS_NONE, NULL, NULL) == 0) {
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = bs_time();
+            if (bs_eval(s, tok + 16, w, BS_LOGITS_ALL, logits, NULL)) break;
+            double dt = bs_time() - t0;
+            if (bs_session_rollback(s, 16)) break;
+            if (r > 0 && (best < 0 || dt < best)) best = dt;
+        }
+    }
+    free(logits);
+    return best;
+}
+
+static int bench_model(const bench_opts *o) {
+    model_info mi;
+    if (model_describe(o->model, &mi)) return -1;
+    bs_model *m = bs_model_load(o->model, NULL);
+    if (!m) return bs_error("%s", bitspark_last_error());
+    int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
+    float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
+    bs_rng rng;
+    bs_rng_seed(&rng, 1);
+    if (!strcmp(o->out, "md")) print_md_header();
+    double tg_best = 0;
+    for (int ti = 0; ti < o->n_threads && !rc; ti++) {
+        int nb = BS_MAX(o->n_prompt, 64);
+        bs_session_params sp = {.n_ctx = BS_MAX(o->n_prompt, o->n_gen) + 128, .n_batch = nb,
+                                .n_threads = o->threads[ti]};
+        bs_session *s = bs_session_new(m, &sp);
+        if (!s) { rc = bs_error("%s", bitspark_last_error()); break; }
+        for (int kind = 0; kind < 2 && !rc; kind++) {
+            result r = {.threads = o->threads[ti]};
+            r.n_prompt = kind == 0 ? o->n_prompt : 0;
+            r.n_gen = kind == 1 ? o->n_gen : 0;
+            if (r.n_prompt + r.n_gen == 0) continue;
+            snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
+            if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
+            for (int i = 0; i < o->reps && i < 64; i++) {
+                double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
+                if (dt < 0) { rc = bs_error("%s", bitspark_last_error()); break; }
+                r.samples[r.n++] = dt;
+            }
+            if (rc) break;
+            print_result(o, &mi, &r, first);
+            first = 0;
+            if (kind == 1) {
+                stat st = stats(r.samples, r.n);
+                if (r.n_gen / st.mean > tg_best) tg_best = r.n_gen / st.mean;
+            }
+        }
+        if (!rc && o->n_verify && !strcmp(o->out, "md")) {
+            double t1 = verify_step(s, 1, o->reps, n_vocab, &rng);
+            printf("\nverify (threads %d): ", o->threads[ti]);
+            for (int v = 0; v < o->n_verify; v++) {
+                double tw = verify_step(s, o->verify[v], o->reps, n_vocab, &rng);
+                printf("%sw=%d %.1f ms (%.2fx)", v ? ", " : "", o->verify[v], tw * 1e3, t1 > 0 ? tw / t1 : 0.0);
+            }
+            printf("\n");
+        }
+        if (!rc && o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1) {
+            bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
+            double bw = measure_membw(pool);
+            bs_pool_free(pool);
+            double roof = bw * 1e9 / (double)mi.stream_bytes;
+            printf("\nmembw: %.1f GB/s read (%d threads); decode roofline %.2f tok/s (%.2f GB/token of weights)",
+                   bw, o->threads[ti], roof, mi.stream_bytes / 1e9);
+            if (tg_best > 0) printf("; tg reached %.0f%%", 100.0 * tg_best / roof);
+            printf("\n");
+        }
+        bs_session_free(s);
+    }
+    if (!strcmp(o->out, "json") && !first) printf("\n]\n");
+    else if (!strcmp(o->out, "md")) printf("\nbuild: %s (0)\n", bitspark_version());
+    free(logits);
+    bs_model_free(m);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
+                    .mm_type = "q1_0", .mm_mb = 1024, .membw = 1};
+    o.threads[0] = BS_MIN(bs_cpu_count(), 64);
+    o.n_threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_bench(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(o.model = cli_value(argc, argv, &i))) return cli_fail("bench"); }
+        else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r") || !strcmp(a, "--matmul-mb")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, !strcmp(a, "-r") ? 1 : 0, 1 << 20, &n))
+                return cli_fail("bench");
+            if (!strcmp(a, "-p")) o.n_prompt = (int)n;
+            else if (!strcmp(a, "-n")) o.n_gen = (int)n;
+            else if (!strcmp(a, "-r")) o.reps = (int)BS_MIN(n, 64);
+            else o.mm_mb = n;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.threads, &o.n_threads, 1, 1024)) return cli_fail("bench");
+        } else if (!strcmp(a, "--verify")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.verify, &o.n_verify, 1, 64)) return cli_fail("bench");
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(o.out = cli_value(argc, argv, &i))) return cli_fail("bench");
+            if (strcmp(o.out, "md") && strcmp(o.out, "csv") && strcmp(o.out, "json")) {
+                bs_error("-o: '%s' is not md, csv or json", o.out);
+                return cli_fail("bench");
+            }
+        } else if (!strcmp(a, "--matmul")) o.matmul = 1;
+        else if (!strcmp(a, "--matmul-type")) { if (!(o.mm_type = cli_value(argc, argv, &i))) return cli_fail("bench"); }
+        else if (!strcmp(a, "--no-membw")) o.membw = 0;
+        else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
+        else {
+            bs_error("unknown option '%s' (see bitspark help bench)", a);
+            return cli_fail("bench");
+        }
+    }
+    if (!o.matmul && !o.model) {
+        bs_error("need -m MODEL (or --matmul for the kernel benchmark)");
+        return cli_fail("bench");
+    }
+    int rc = o.matmul ? bench_matmul(&o) : bench_model(&o);
+    return rc ? cli_fail("bench") : 0;
+}
+
+void help_bench(void) {
+    printf("usage: bitspark bench -m MODEL [options]       model speed, llama-bench style\n"
+           "       bitspark bench --matmul [options]       kernel speed on synthetic weights\n"
+           "\n"
+           "  -m, --model FILE     GGUF model\n"
+           "  -p N                 prompt-processing test pp<N> (one batch), 0 = skip (default 512)\n"
+           "  -n N                 generation test tg<N> (N one-token evals), 0 = skip (default 128)\n"
+           "  -t N[,N..]           threads, one row set per value (default: all CPUs)\n"
+           "  -r N                 repetitions, mean ± sample stddev (default 5)\n"
+           "  -o md|csv|json       output format (default md)\n"
+           "  --verify W[,W..]     cost of a W-token verify step relative to a 1-token step\n"
+           "  --no-membw           skip the memory-bandwidth / roofline line\n"
+           "  --no-warmup          skip the warm-up run\n"
+           "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights, 1-8 rows\n"
+           "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
+           "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
+           "\n"
+           "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level.\n");
+}

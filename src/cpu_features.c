@@ -60,6 +60,7 @@ static void detect_x86(bs_cpu_features *f) {
         f->avx512bw = (b >> 30) & 1;
         f->avx512vl = (b >> 31) & 1;
         f->avx512vbmi = (c >> 1) & 1;
+        f->avx512bitalg = (c >> 12) & 1;
         f->avx512vnni = (c >> 11) & 1;
     }
     bool os_amx = (xcr0 & 0x60000) == 0x60000;        /* XTILECFG and XTILEDATA */
@@ -77,7 +78,7 @@ static void describe(void) {
     struct { bool on; const char *name; } list[] = {
         {f->avx2, "AVX2"}, {f->fma, "FMA"}, {f->f16c, "F16C"}, {f->avx512f, "AVX512F"},
         {f->avx512bw, "BW"}, {f->avx512vl, "VL"}, {f->avx512vnni, "VNNI"},
-        {f->avx512vbmi, "VBMI"}, {f->avx512bf16, "BF16"}, {f->avx_vnni, "AVX_VNNI"},
+        {f->avx512vbmi, "VBMI"}, {f->avx512bitalg, "BITALG"}, {f->avx512bf16, "BF16"}, {f->avx_vnni, "AVX_VNNI"},
         {f->amx_int8, "AMX_INT8"}, {f->amx_bf16, "AMX_BF16"},
     };
     size_t len = 0;

@@ -16,7 +16,7 @@ enum bs_cpu_level {
 
 typedef struct bs_cpu_features {
     bool sse42, avx, avx2, fma, f16c, bmi2;
-    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, avx512bf16;
+    bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512vbmi, avx512bf16, avx512bitalg;
     bool avx_vnni;
     bool amx_tile, amx_int8, amx_bf16;
     bool amx_usable;       /* AMX present and the kernel granted XTILEDATA permission */

@@ -12,9 +12,21 @@
 
 enum { QK = 32, Q8_0_SIZE = 34, Q8_1_SIZE = 36 };
 
-bs_kernel_fn bs_kernel_get(int type, int level) {
+/* P128: byte j of each 64-bit mask takes bits from the low (j even) or high (j odd) half of
+ * the 128 sign bits; see kernels.h. Position p = 64h + 8j + k holds element
+ * 16*(j/2) + 64*(j%2) + 8h + k. */
+#define P128(h, j, k) (16 * ((j) / 2) + 64 * ((j) % 2) + 8 * (h) + (k))
+#define P128_8(h, j) P128(h, j, 0), P128(h, j, 1), P128(h, j, 2), P128(h, j, 3), \
+                     P128(h, j, 4), P128(h, j, 5), P128(h, j, 6), P128(h, j, 7)
+#define P128_64(h) P128_8(h, 0), P128_8(h, 1), P128_8(h, 2), P128_8(h, 3), \
+                   P128_8(h, 4), P128_8(h, 5), P128_8(h, 6), P128_8(h, 7)
+const uint8_t bs_p128_perm[128] = {P128_64(0), P128_64(1)};
+const uint8_t bs_p128_group[16] = {0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3};
+
+bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm) {
+    *perm = 0;
     if (level >= BS_CPU_AVX512) {
-        bs_kernel_fn k = bs_kernel_avx512(type);
+        bs_kernel_fn k = bs_kernel_avx512(type, ne0, perm);
         if (k) return k;
     }
     if (level >= BS_CPU_AVX2) return bs_kernel_avx2(type);
@@ -45,6 +57,26 @@ static void split_row(bs_acts *A, int64_t r, const uint8_t *blocks, int q8_1) {
             dl[g * 8 + l] = d;
         }
         if (q8_1) A->gs[r * (n / QK) + g] = ld_f16(b + 2);
+    }
+}
+
+/* Reorder row r of a natural split layout into P128 (scalar; the SIMD quantizers write P128
+ * directly). */
+static void permute_row(bs_acts *A, int64_t r) {
+    const int64_t n = A->n;
+    int8_t *qs = A->qs + r * n, tmp[128];
+    int32_t *ns = A->nsum + r * (n / 4);
+    float *dl = A->dl + r * (n / 4), d[4];
+    for (int64_t b = 0; b < n / 128; b++) {
+        memcpy(tmp, qs + 128 * b, 128);
+        for (int g = 0; g < 4; g++) d[g] = dl[32 * b + 8 * g];
+        for (int p = 0; p < 128; p++) qs[128 * b + p] = tmp[bs_p128_perm[p]];
+        for (int l = 0; l < 16; l++) {
+            int s = 0;
+            for (int k = 0; k < 4; k++) s += qs[128 * b + 4 * l + k] + qs[128 * b + 64 + 4 * l + k];
+            ns[16 * b + l] = -s;
+            dl[16 * b + l] = d[bs_p128_group[l]];
+        }
     }
 }
 
@@ -112,9 +144,10 @@ static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float
     switch (A->type) {
     case BS_Q8_0:
         if (level >= BS_CPU_AVX512 && bs_acts_q8_0_avx512(A, r, x) == 0) return;
-        if (level >= BS_CPU_AVX2 && bs_acts_q8_0_avx2(A, r, x) == 0) return;
+        if (level >= BS_CPU_AVX2 && !A->perm && bs_acts_q8_0_avx2(A, r, x) == 0) return;
         t->act_from_float(x, scratch, n);
         split_row(A, r, scratch, 0);
+        if (A->perm) permute_row(A, r);
         return;
     case BS_Q8_1:
         t->act_from_float(x, scratch, n);
@@ -129,9 +162,15 @@ static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float
     }
 }
 
-int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int level) {
+int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int perm,
+                    int level) {
     const bs_type_traits *t = bs_type_get(type);
     if (!t || acts_alloc(A, t, n, n_rows, 0) != 0) return -1;
+    if (perm && (A->type != BS_Q8_0 || n % 128)) {
+        bs_acts_free(A);
+        return -1;
+    }
+    A->perm = perm;
     if ((A->type == BS_Q8_0 || A->type == BS_Q8_1 || A->type == BS_Q8_K) && !t->act_from_float) {
         bs_acts_free(A);
         return -1;
@@ -199,11 +238,13 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
                    int level) {
     const bs_type_traits *t = bs_type_get(W->type);
     if (level <= BS_CPU_SCALAR || n_rows <= 0 || !t || !t->vec_dot) return -1;
-    bs_kernel_fn k = bs_kernel_get(W->type, level);
+    int perm;
+    bs_kernel_fn k = bs_kernel_get(W->type, level, W->ne0, &perm);
     int generic = k == NULL;
     if (generic) k = kernel_generic;
     bs_acts A;
     if (acts_alloc(&A, t, W->ne0, n_rows, generic) != 0) return -1;
+    A.perm = perm;
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of 16 rows */
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) & ~(int64_t)15;

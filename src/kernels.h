@@ -37,6 +37,7 @@ typedef struct bs_acts {
     void *raw;
     size_t raw_row;      /* bytes per row in raw */
     int generic;         /* raw holds rows in the scalar vec_dot's format */
+    int perm;            /* Q8_0 split layout permuted per 128 elements (BS_P128 below) */
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
 
@@ -44,15 +45,27 @@ typedef struct bs_acts {
 typedef void (*bs_kernel_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
                              int64_t a0, int na, float *y, int64_t ldy);
 
-/* Kernel for a weight type at a dispatch level, or NULL (then the scalar path is used). */
-bs_kernel_fn bs_kernel_avx512(int type);
-bs_kernel_fn bs_kernel_avx2(int type);
-bs_kernel_fn bs_kernel_get(int type, int level);
+/* The "P128" activation layout of the AVX-512 Q1_0 / Q2_0 kernels. Within each 128 elements the
+ * quants are reordered (bs_p128_perm[p] = source index of position p) so that a 64-bit mask
+ * built with vpshufbitqmb from the Q1_0 bits (or vpermw-placed Q2_0 codes) lines up with them,
+ * and such that SIMD lane l of both 64-byte halves belongs to the same 32-group
+ * (bs_p128_group[l]): the two halves' dot products add up as integers and need one
+ * int->float conversion and one FMA per 128 weights. nsum / dl then hold 16 lanes per 128
+ * elements (lane l: minus the sum of its 8 quants, the scale of group bs_p128_group[l]). */
+extern const uint8_t bs_p128_perm[128];
+extern const uint8_t bs_p128_group[16];
 
-/* Quantize n_rows rows of x for weight type `type` into A (allocates; free with bs_acts_free).
- * level selects the SIMD quantizer (results identical to the scalar one). Returns -1 if the
- * type has no SIMD kernel layout. */
-int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int level);
+/* Kernel for a weight type at a dispatch level and row length, or NULL (then the scalar path is
+ * used); *perm tells whether it wants the P128 layout. */
+bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm);
+bs_kernel_fn bs_kernel_avx2(int type);
+bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
+
+/* Quantize n_rows rows of x for weight type `type` into A (allocates; free with bs_acts_free),
+ * in the P128 layout if perm. level selects the SIMD quantizer (results identical to the
+ * scalar one, which level BS_CPU_SCALAR uses). Returns -1 if the type has no SIMD layout. */
+int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int perm,
+                    int level);
 void bs_acts_free(bs_acts *A);
 
 /* SIMD Q8_0 activation quantizer straight into the split layout (row r of A); identical to

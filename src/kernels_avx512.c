@@ -16,15 +16,18 @@
  *   F32/F16/BF16  activations in f32 (rounded to the weight type, exact products), FMA. */
 #include "kernels.h"
 
+#include "cpu_features.h"
 #include "quant.h"
 #include "util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2")))
+#define T512B __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,fma,f16c,avx2")))
 #define INL inline __attribute__((always_inline))
 
 enum { FMT_Q1, FMT_Q2, FMT_Q2G64 };
@@ -98,6 +101,84 @@ static T512 INL void tile_q12(const uint8_t *w, size_t rb, const bs_acts *A, int
                     __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(i0), d0);
                     acc[m][r] = _mm512_fmadd_ps(t, dw[m], acc[m][r]);
                 }
+            }
+        }
+    }
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+/* --- P128 kernels (need BITALG): activations in the P128 layout of kernels.h ---------------
+ * Q1_0: the 16 bytes of sign bits are broadcast to [lo, hi, lo, hi, ..] qwords and
+ * vpshufbitqmb picks, for mask byte j, 8 bits of qword j, giving the two 64-bit masks whose
+ * bytes line up with the P128 quants. Q2_0: vpermw puts the 16-bit code word of each P128
+ * qword in place, vpmultishiftqb + and extract the codes. Per (weight row, activation row)
+ * and 128 weights: 2 dpbusd (the first seeded with -sum q), 1 cvt, 1 mul, 1 FMA. */
+static T512B INL void p128_masks(const uint8_t *bits, __mmask64 *m0, __mmask64 *m1) {
+    /* control byte 8j+k: bit 16*(j/2) + k (+8 for the second mask) of qword j */
+    const __m512i c0 = _mm512_set_epi64(0x3736353433323130LL, 0x3736353433323130LL, 0x2726252423222120LL,
+                                        0x2726252423222120LL, 0x1716151413121110LL, 0x1716151413121110LL,
+                                        0x0706050403020100LL, 0x0706050403020100LL);
+    const __m512i c1 = _mm512_add_epi8(c0, _mm512_set1_epi8(8));
+    __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bits));
+    *m0 = _mm512_bitshuffle_epi64_mask(b, c0);
+    *m1 = _mm512_bitshuffle_epi64_mask(b, c1);
+}
+
+/* 16 code words (32 bytes: words 0-7 = elements 0-63, 8-15 = 64-127) -> the two P128 halves. */
+static T512B INL void p128_codes(__m512i words, __m512i *c0, __m512i *c1) {
+    /* qword j of half h takes word 2*(j/2) + 8*(j%2) + h */
+    const __m512i i0 = _mm512_set_epi64(14, 6, 12, 4, 10, 2, 8, 0);
+    const __m512i i1 = _mm512_set_epi64(15, 7, 13, 5, 11, 3, 9, 1);
+    const __m512i ctrl = _mm512_set1_epi64(0x0E0C0A0806040200LL);
+    const __m512i three = _mm512_set1_epi8(3);
+    /* word positions 4j of the result (qword j, low word) */
+    __m512i w0 = _mm512_maskz_permutexvar_epi16(0x11111111, i0, words);
+    __m512i w1 = _mm512_maskz_permutexvar_epi16(0x11111111, i1, words);
+    *c0 = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, w0), three);
+    *c1 = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, w1), three);
+}
+
+static T512B INL void tile_p128(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
+                               int64_t ldy, const int fmt, const int MR, const int NR) {
+    const int64_t n = A->n, nsteps = n / 128;
+    const size_t step = fmt == FMT_Q1 ? 18 : fmt == FMT_Q2 ? 34 : 36;
+    __m512 acc[4][BS_KMAX_ROWS];
+    for (int m = 0; m < MR; m++)
+        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps();
+    const __m512i two = _mm512_set1_epi8(2);
+    for (int64_t b = 0; b < nsteps; b++) {
+        __m512i c0[4], c1[4];
+        __m512 dw[4];
+        for (int m = 0; m < MR; m++) {
+            const uint8_t *p = w + (size_t)m * rb + (size_t)b * step;
+            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
+            if (fmt == FMT_Q1) {
+                __mmask64 k0, k1;
+                p128_masks(p + 2, &k0, &k1);
+                c0[m] = _mm512_maskz_mov_epi8(k0, two);
+                c1[m] = _mm512_maskz_mov_epi8(k1, two);
+                dw[m] = _mm512_set1_ps(f16(p));
+            } else if (fmt == FMT_Q2) {
+                p128_codes(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))), &c0[m], &c1[m]);
+                dw[m] = _mm512_set1_ps(f16(p));
+            } else {   /* two g64 blocks: elements 0-63 (lanes of even qword pairs) and 64-127 */
+                __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))),
+                                                    _mm_loadu_si128((const __m128i *)(p + 20)), 1);
+                p128_codes(_mm512_zextsi256_si512(v), &c0[m], &c1[m]);
+                dw[m] = _mm512_mask_blend_ps(0xCCCC, _mm512_set1_ps(f16(p)), _mm512_set1_ps(f16(p + 18)));
+            }
+        }
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = a0 + r;
+            const int8_t *q = A->qs + row * n + b * 128;
+            const int32_t *ns = A->nsum + row * (n / 4) + b * 16;   /* row stride n/4, 16 lanes used per 128 */
+            const __m512 dl = _mm512_loadu_ps(A->dl + row * (n / 4) + b * 16);
+            const __m512i x0 = _mm512_loadu_si512(q), x1 = _mm512_loadu_si512(q + 64);
+            for (int m = 0; m < MR; m++) {
+                __m512i i = _mm512_dpbusd_epi32(_mm512_loadu_si512(ns), c0[m], x0);
+                i = _mm512_dpbusd_epi32(i, c1[m], x1);
+                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dl, dw[m]), acc[m][r]);
             }
         }
     }
@@ -253,7 +334,7 @@ static T512 INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64
     }
 
 #define KERNEL(name, CALL)                                                                   \
-    static T512 void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,      \
+    static T512B void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,      \
                           int64_t a0, int na, float *y, int64_t ldy) {                       \
         SWITCH_NR(CALL)                                                                      \
     }
@@ -267,6 +348,13 @@ static T512 INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64
 #define C_F16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F16, mr, nr)
 #define C_BF16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_BF16, mr, nr)
 
+#define C_P1(p, yo, mr, nr) tile_p128(p, W->row_bytes, A, a0, yo, ldy, FMT_Q1, mr, nr)
+#define C_P2(p, yo, mr, nr) tile_p128(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2, mr, nr)
+#define C_P2G64(p, yo, mr, nr) tile_p128(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2G64, mr, nr)
+
+KERNEL(k_p_q1_0, C_P1)
+KERNEL(k_p_q2_0, C_P2)
+KERNEL(k_p_q2_0_g64, C_P2G64)
 KERNEL(k_q1_0, C_Q1)
 KERNEL(k_q2_0, C_Q2)
 KERNEL(k_q2_0_g64, C_Q2G64)
@@ -276,7 +364,17 @@ KERNEL(k_f32, C_F32)
 KERNEL(k_f16, C_F16)
 KERNEL(k_bf16, C_BF16)
 
-bs_kernel_fn bs_kernel_avx512(int type) {
+bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) {
+    *perm = 0;
+    if (bs_cpu_features_get()->avx512bitalg && ne0 % 128 == 0 && !getenv("BITSPARK_NO_P128")) {
+        *perm = 1;
+        switch (type) {
+        case BS_Q1_0: return k_p_q1_0;
+        case BS_Q2_0: case BS_PQ2_0: return k_p_q2_0;
+        case BS_Q2_0_G64: return k_p_q2_0_g64;
+        default: *perm = 0;
+        }
+    }
     switch (type) {
     case BS_Q1_0: return k_q1_0;
     case BS_Q2_0: case BS_PQ2_0: return k_q2_0;
@@ -292,8 +390,46 @@ bs_kernel_fn bs_kernel_avx512(int type) {
 
 /* Q8_0 activation quantizer (x86 llama.cpp rounding: id = 127/amax, round half to even)
  * writing the split layout directly. */
+/* One 32-group: quants (natural order) into q[0..31], returns the fp16-rounded scale. */
+static T512 INL float quant_group(const float *x, int8_t *q) {
+    __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    __m512 iv = _mm512_set1_ps(id);
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, iv))));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, iv))));
+    return bs_f16_to_f32(bs_f32_to_f16(amax / 127.0f));
+}
+
+/* P128 layout: quantize 4 groups, then reorder the 128 quants with vpermt2b. */
+static T512 void acts_p128_avx512(bs_acts *A, int64_t r, const float *x) {
+    const int64_t n = A->n;
+    int8_t *qs = A->qs + r * n;
+    int32_t *ns = A->nsum + r * (n / 4);
+    float *dl = A->dl + r * (n / 4);
+    const __m512i i0 = _mm512_loadu_si512(bs_p128_perm), i1 = _mm512_loadu_si512(bs_p128_perm + 64);
+    const __m512i gidx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)bs_p128_group));
+    const __m512i ones = _mm512_set1_epi8(1);
+    int8_t nat[128];
+    float d[16] = {0};
+    for (int64_t b = 0; b < n / 128; b++) {
+        for (int g = 0; g < 4; g++) d[g] = quant_group(x + 128 * b + 32 * g, nat + 32 * g);
+        __m512i lo = _mm512_loadu_si512(nat), hi = _mm512_loadu_si512(nat + 64);
+        __m512i x0 = _mm512_permutex2var_epi8(lo, i0, hi), x1 = _mm512_permutex2var_epi8(lo, i1, hi);
+        _mm512_storeu_si512(qs + 128 * b, x0);
+        _mm512_storeu_si512(qs + 128 * b + 64, x1);
+        __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x0), ones, x1);
+        _mm512_storeu_si512(ns + 16 * b, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+        _mm512_storeu_ps(dl + 16 * b, _mm512_permutexvar_ps(gidx, _mm512_loadu_ps(d)));
+    }
+}
+
 T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
     if (A->type != BS_Q8_0) return -1;
+    if (A->perm) {
+        acts_p128_avx512(A, r, x);
+        return 0;
+    }
     const int64_t n = A->n;
     int8_t *qs = A->qs + r * n;
     int32_t *ns = A->nsum + r * (n / 4);
@@ -318,6 +454,6 @@ T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
 }
 
 #else
-bs_kernel_fn bs_kernel_avx512(int type) { (void)type; return NULL; }
+bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
 #endif
