@@ -1,0 +1,58 @@
+/* spec_depth.h: how many drafted tokens to verify per round (dspark.md §6).
+ *
+ * Fixed depth: always min(N, what fits). Auto: a cost model with measured parts,
+ *   E(C)    = 1 + p + p^2 + ... + p^C          expected tokens of a round with C drafts
+ *   T(C)    = draft + verify(C+1) + append * E(C)   (C = 0: verify(1) + append, no drafter)
+ *   pick argmax_C E(C) / T(C)
+ * where verify(w) is the time of a target eval of width w, draft the drafter round and append
+ * the per-row cost of feeding taps to the drafter, all measured at the start (best of several
+ * runs) and kept as ratios to verify(1): the machine's load scales every part alike, so the
+ * decision does not flip with it. p is the per-token conditional acceptance observed so far
+ * (each accepted draft counts 1, the first rejected one 0, a fully accepted round says nothing
+ * more). When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
+ * rounds to keep p current; the interval is chosen so probes cost at most ~2% of plain speed.
+ * With the confidence head, drafts whose (calibrated) survival probability does not pay for
+ * their verify cost are trimmed before verification. The choice only limits how many drafts
+ * are verified, so every policy is lossless. */
+#ifndef BS_SPEC_DEPTH_H
+#define BS_SPEC_DEPTH_H
+
+#include <stdbool.h>
+
+#define BS_DRAFT_AUTO (-1)
+#define BS_DEPTH_MAX 64
+
+typedef struct bs_spec_depth {
+    int block;                         /* drafts a round can have at most */
+    int fixed;                         /* >= 0: fixed depth; BS_DRAFT_AUTO */
+    bool calibrated;
+    double verify_r[BS_DEPTH_MAX + 2]; /* verify(w) / verify(1), index w */
+    double draft_r, append_r;          /* drafter round, one tap row: / verify(1) */
+    double verify1_s;                  /* measured verify(1) in seconds (EWMA of all widths) */
+    double p;                          /* per-token conditional acceptance */
+    long n_obs;                        /* acceptance observations */
+    double conf_sum, acc_sum;          /* for calibrating the confidence head: mean conf vs accepted */
+    bool parked;
+    int since_probe, probe_every;
+    long n_parked, n_probes, n_trimmed;
+    int last;                          /* depth chosen for the last round */
+} bs_spec_depth;
+
+void bs_depth_init(bs_spec_depth *d, int block, int fixed);
+/* Depth for the next round, at most k_max. */
+int bs_depth_choose(bs_spec_depth *d, int k_max);
+/* Expected tokens per second of a round with c drafts at acceptance p (the model above). */
+double bs_depth_rate(const bs_spec_depth *d, int c, double p);
+/* Start-up measurements: verify_s[w] for w = 1..block+1 (best of several runs), the drafter
+ * round and one tap row's append, in seconds. */
+void bs_depth_calibrate(bs_spec_depth *d, const double *verify_s, double draft_s, double append_s);
+/* A verify of width w took sec (tracks the machine's current speed, for reports). */
+void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec);
+/* k drafts verified, n accepted; conf (may be NULL): their confidence scores. */
+void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf);
+/* Auto only: how many of k drafts with confidences conf to verify (1..k). */
+int bs_depth_trim(bs_spec_depth *d, const float *conf, int k);
+/* One line saying what the controller decided and why (for --verbose). */
+void bs_depth_describe(const bs_spec_depth *d, char *buf, int cap);
+
+#endif
