@@ -2,6 +2,7 @@
  * `chat` (see cli_gen.h). */
 #include "cli_gen.h"
 #include "cli.h"
+#include "cli_spec_loop.h"
 #include "qwen35.h"
 #include "util.h"
 
@@ -19,6 +20,7 @@ void cli_gen_defaults(cli_gen_opts *o) {
     o->n_breakers = -1;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = n > 0 ? (int)BS_MIN(n, 64) : 1;
+    cli_spec_defaults(&o->spec);
 }
 
 void cli_gen_help(void) {
@@ -45,6 +47,7 @@ void cli_gen_help(void) {
         "  --logit-bias ID(+|-)X   e.g. 15043+1 or 15043-inf (ban)\n"
         "  --ignore-eos            keep generating past end-of-generation tokens\n"
         "  --seed S                random seed (default: from the clock, printed)\n");
+    cli_spec_help();
 }
 
 static int parse_bias(cli_gen_opts *o, const char *v) {
@@ -86,6 +89,8 @@ int cli_gen_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
         {"--dry-allowed-length", offsetof(bs_sampler_params, dry_allowed_length), 0},
         {"--dry-penalty-last-n", offsetof(bs_sampler_params, dry_penalty_last_n), -1},
     };
+    int sr = cli_spec_parse(&o->spec, argc, argv, i);
+    if (sr) return sr;
     for (size_t k = 0; k < BS_ARRAY_LEN(fopts); k++) {
         if (strcmp(a, fopts[k].name)) continue;
         const char *v = cli_value(argc, argv, i);
@@ -190,6 +195,7 @@ int cli_gen_open(cli_gen *g, const cli_gen_opts *o) {
     if (!(g->sess = bs_session_new(g->model, &sp))) goto fail;
     if (o->n_ctx > 0 && bs_session_n_ctx(g->sess) < o->n_ctx)
         bs_log(1, "context capped at %d (the model's training context)\n", bs_session_n_ctx(g->sess));
+    if (o->spec.drafter && !(g->spec = cli_spec_open(&o->spec, g->model, g->sess))) goto fail;
     if (setup_sampler(g, o)) goto fail;
     g->logits = bs_xmalloc((size_t)g->n_vocab * sizeof *g->logits);
     g->t_load = bs_time() - t0;
@@ -200,6 +206,7 @@ fail:
 }
 
 void cli_gen_close(cli_gen *g) {
+    cli_spec_close(g->spec);
     bs_sampler_free(g->smp);
     bs_session_free(g->sess);
     bs_tokenizer_free(g->tok);
@@ -225,6 +232,7 @@ int cli_gen_tokenize(cli_gen *g, const char *text, size_t len, int32_t **ids, si
 /* --- the generation loop ---------------------------------------------------------------------- */
 
 int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *st) {
+    if (g->spec) return cli_spec_prompt(g, prompt, n, st);
     memset(st, 0, sizeof *st);
     const int n_ctx = bs_session_n_ctx(g->sess), n_past = bs_session_n_past(g->sess);
     if (n < 1) return bs_error(n_past ? "nothing new to evaluate" : "empty prompt");
@@ -247,6 +255,7 @@ int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run
 }
 
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
+    if (g->spec) return cli_spec_loop(g, r, st);
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;
     /* the reasoning boundary stays visible even where the vocabulary marks it CONTROL */
@@ -298,6 +307,7 @@ void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st) {
             tg, st->n_gen, st->n_gen ? tg / st->n_gen : 0.0, tg > 0 ? 1e3 * st->n_gen / tg : 0.0);
     fprintf(stderr, "bitspark: stopped by %s; peak RSS %.1f MiB\n", why[st->stop],
             (double)bs_peak_rss() / (1 << 20));
+    if (g->spec) cli_spec_print_stats(g->spec, st);
 }
 
 /* --- chat ------------------------------------------------------------------------------------ */

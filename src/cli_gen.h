@@ -7,6 +7,7 @@
 #include "bitspark.h"
 #include "sampler.h"
 #include "chat_template.h"
+#include "cli_spec.h"
 #include "tokenizer.h"
 
 #include <signal.h>
@@ -29,6 +30,7 @@ typedef struct {
     float bias[CLI_GEN_MAX_BIAS];
     int n_bias;
     bool ignore_eos;
+    cli_spec_opts spec;        /* -md DRAFTER etc. (cli_spec.c) */
 } cli_gen_opts;
 
 void cli_gen_defaults(cli_gen_opts *o);
@@ -48,6 +50,7 @@ typedef struct {
     double t_load;             /* seconds */
     bs_chat_template tmpl;
     bool tmpl_ready;
+    cli_spec *spec;            /* speculative decoding; NULL without a drafter */
 } cli_gen;
 
 /* Load the model and build tokenizer, session and sampler. -1 + bs_error (g is then closed). */
