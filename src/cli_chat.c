@@ -258,9 +258,7 @@ static int reply(chat *c) {
     double t0 = bs_time();
     size_t n_hist_eval = 0;
     if (split > start) {   /* evaluate the history, keep that state for the next turn */
-        if (bs_eval(c->g.sess, full + start, (int)(split - start), BS_LOGITS_NONE, NULL, NULL))
-            goto done;
-        bs_sampler_accept_many(c->g.smp, full + start, split - start);
+        if (cli_gen_feed(&c->g, full + start, (int)(split - start))) goto done;
         n_hist_eval = split - start;
         start = split;
         save_snapshot(c, split);

@@ -248,6 +248,14 @@ int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *st) 
     return 0;
 }
 
+int cli_gen_feed(cli_gen *g, const int32_t *tokens, int n) {
+    if (n < 1) return 0;
+    if (bs_eval(g->sess, tokens, n, BS_LOGITS_NONE, NULL, NULL))
+        return bs_error_prefix("evaluating the prompt: ");
+    bs_sampler_accept_many(g->smp, tokens, (size_t)n);
+    return 0;
+}
+
 int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run *r,
                      cli_gen_stats *st) {
     if (cli_gen_prompt(g, prompt, n, st)) return -1;

@@ -93,6 +93,10 @@ typedef struct {
 int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run *r,
                      cli_gen_stats *stats);
 
+/* Evaluate tokens without logits (history before a chat's generation prompt); the sampler's
+ * history gets them too. */
+int cli_gen_feed(cli_gen *g, const int32_t *tokens, int n);
+
 /* The two halves of cli_gen_generate: evaluate the prompt (resets *stats), then the loop
  * (chat saves the session state between them). */
 int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *stats);
