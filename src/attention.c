@@ -61,15 +61,20 @@ static void attend_group(bs_session *s, const uint8_t *kc, const uint8_t *vc, in
 }
 
 void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n) {
+    bs_matmul(&L->wq, s->xn, n, s->a, s->pool);
+    bs_matmul(&L->wk, s->xn, n, s->b, s->pool);
+    bs_matmul(&L->wv, s->xn, n, s->c, s->pool);
+    bs_attention_mix(s, L, n, s->a, s->b, s->c);
+    bs_matmul(&L->wo, s->d, n, s->y, s->pool);
+}
+
+void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg, float *kb,
+                      const float *vb) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, G = H / Hkv;
     const size_t kv_w = (size_t)Hkv * D, slot_bytes = (size_t)s->n_ctx * s->kv_row;
     uint8_t *kc = s->k + (size_t)L->slot * slot_bytes, *vc = s->v + (size_t)L->slot * slot_bytes;
-    float *qg = s->a, *kb = s->b, *vb = s->c, *o = s->d;
-
-    bs_matmul(&L->wq, s->xn, n, qg, s->pool);
-    bs_matmul(&L->wk, s->xn, n, kb, s->pool);
-    bs_matmul(&L->wv, s->xn, n, vb, s->pool);
+    float *o = s->d;
 
     for (int t = 0; t < n; t++) {
         const float *cs = s->rope + (size_t)t * hp->n_rot;
@@ -97,5 +102,4 @@ void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n) {
             for (int i = 0; i < D; i++) out[(size_t)h * D + i] *= bs_sigmoid(gate[i]);
         }
     }
-    bs_matmul(&L->wo, o, n, s->y, s->pool);
 }

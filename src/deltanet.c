@@ -107,14 +107,21 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
 }
 
 void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool record) {
-    const bs_qwen35_hparams *hp = &s->m->hp;
-    const int nv = hp->n_v_heads, dv = hp->d_v, cd = hp->conv_dim;
-    float *mixed = s->a, *z = s->b, *alpha = s->gb, *beta = s->gb + (size_t)n * nv;
+    const int nv = s->m->hp.n_v_heads;
+    float *alpha = s->gb, *beta = s->gb + (size_t)n * nv;
 
-    bs_matmul(&L->qkv, s->xn, n, mixed, s->pool);
-    bs_matmul(&L->gate, s->xn, n, z, s->pool);
+    bs_matmul(&L->qkv, s->xn, n, s->a, s->pool);
+    bs_matmul(&L->gate, s->xn, n, s->b, s->pool);
     bs_matmul(&L->beta, s->xn, n, beta, s->pool);
     bs_matmul(&L->alpha, s->xn, n, alpha, s->pool);
+    bs_deltanet_mix(s, L, n, record, s->a, s->b, alpha, beta);
+    bs_matmul(&L->ssm_out, s->d, n, s->y, s->pool);
+}
+
+void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record, float *mixed,
+                     const float *z, float *alpha, float *beta) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const int nv = hp->n_v_heads, dv = hp->d_v, cd = hp->conv_dim;
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nv; h++) {
             float *a = &alpha[(size_t)t * nv + h], *b = &beta[(size_t)t * nv + h];
@@ -146,7 +153,6 @@ void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool re
             bs_rmsnorm(o, o, L->ssm_norm, dv, hp->eps);
             for (int j = 0; j < dv; j++) o[j] = bs_silu(zh[j]) * o[j];
         }
-    bs_matmul(&L->ssm_out, s->d, n, s->y, s->pool);
 }
 
 void bs_deltanet_replay(bs_session *s, const bs_qwen35_layer *L, int n) {

@@ -63,10 +63,20 @@ void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool re
 /* Rebuild GDN slot L->slot's state after the first n rows of the recorded last batch, from the
  * pre-batch half (used by rollback). */
 void bs_deltanet_replay(bs_session *s, const bs_qwen35_layer *L, int n);
+/* The part of bs_deltanet_forward between its input projections and ssm_out, for callers that
+ * run the projections themselves (batch_eval.c: several sessions' rows in one matmul): rows
+ * of mixed [n][conv_dim], z [n][n_v*d_v], alpha and beta [n][n_v] (both transformed in place);
+ * the gated-normed output goes to s->d. */
+void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record, float *mixed,
+                     const float *z, float *alpha, float *beta);
 
 /* attention.c: one gated attention mixer over n rows at positions n_past.. (KV rows written
  * first); rope holds the cos/sin tables of those positions; output in s->y. */
 void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n);
+/* Its part between the q/k/v projections (rows qg [n][2*H*D], kb/vb [n][Hkv*D]; qg and kb are
+ * normed and roped in place) and wo: KV rows written, gated attention output in s->d. */
+void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg, float *kb,
+                      const float *vb);
 
 /* forward.c: evaluate n <= n_batch tokens (validated), taps/logits at row offset handled by the
  * caller's pointers. */
