@@ -252,7 +252,8 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     bs_model *m = bs_xcalloc(1, sizeof *m);
     m->file = gguf_open(path, params->no_mmap ? GGUF_OPEN_NO_MMAP : 0);
     if (!m->file || load_model(m)) {
-        bs_error_prefix("loading %s: ", path);
+        if (m->file) bs_error_prefix("loading %s: ", path);
+        else bs_error_prefix("loading model: ");   /* the GGUF reader's message names the file */
         bs_model_free(m);
         return NULL;
     }
