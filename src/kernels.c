@@ -249,6 +249,8 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     /* ~256 KiB of weights per tile, a multiple of 16 rows */
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) & ~(int64_t)15;
     if (j.tile < 16) j.tile = 16;
+    /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
+    if ((uint64_t)W->row_bytes * (uint64_t)W->ne1 * (uint64_t)n_rows < 64 * 1024) pool = NULL;
     if (n_rows >= 4 && bs_pool_size(pool) > 1) bs_pool_run(pool, job_quantize, &j);
     else job_quantize(&j, 0, 1);
     bs_pool_run(pool, job_matmul, &j);
