@@ -109,12 +109,14 @@ static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_
         if (n % QK) return -1;
         size_t q = rows * un, lanes = rows * (un / 4) * 4, gs = rows * (un / QK) * 4;
         size_t q_al = (q + 63) & ~(size_t)63, l_al = (lanes + 63) & ~(size_t)63;
-        uint8_t *m = bs_amalloc(q_al + 2 * l_al + gs + 64);
+        size_t g_al = (gs + 63) & ~(size_t)63;
+        uint8_t *m = bs_amalloc(q_al + 2 * l_al + 2 * g_al + 64);
         A->mem = m;
         A->qs = (int8_t *)m;
         A->nsum = (int32_t *)(m + q_al);
         A->dl = (float *)(m + q_al + l_al);
         A->gs = (float *)(m + q_al + 2 * l_al);
+        A->gsum = (int32_t *)(m + q_al + 2 * l_al + g_al);
         return 0;
     }
     if (vt == BS_Q8_K) {
@@ -132,8 +134,24 @@ static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_
 }
 
 /* Quantize row r of x into A (scratch: one row of vec_dot_type blocks, or NULL). */
+static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
+                      uint8_t *scratch);
+
 static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
                      uint8_t *scratch) {
+    acts_row_(A, t, r, x, level, scratch);
+    if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
+        const int32_t *ns = A->nsum + r * (A->n / 4);
+        for (int64_t g = 0; g < A->n / QK; g++) {
+            int32_t s = 0;
+            for (int l = 0; l < 8; l++) s += ns[8 * g + l];
+            A->gsum[r * (A->n / QK) + g] = s;
+        }
+    }
+}
+
+static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
+                      uint8_t *scratch) {
     const int64_t n = A->n;
     if (A->generic) {
         uint8_t *dst = (uint8_t *)A->raw + (size_t)r * A->raw_row;
@@ -239,12 +257,17 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     const bs_type_traits *t = bs_type_get(W->type);
     if (level <= BS_CPU_SCALAR || n_rows <= 0 || !t || !t->vec_dot) return -1;
     int perm;
-    bs_kernel_fn k = bs_kernel_get(W->type, level, W->ne0, &perm);
+    bs_kernel_fn k = NULL;
+    if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
+    int packed = k != NULL;
+    if (!packed) k = bs_kernel_get(W->type, level, W->ne0, &perm);
+    else perm = 0;
     int generic = k == NULL;
     if (generic) k = kernel_generic;
     bs_acts A;
     if (acts_alloc(&A, t, W->ne0, n_rows, generic) != 0) return -1;
     A.perm = perm;
+    A.want_gsum = packed;
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of 16 rows */
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) & ~(int64_t)15;
@@ -256,4 +279,56 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     bs_pool_run(pool, job_matmul, &j);
     bs_acts_free(&A);
     return 0;
+}
+
+/* --- weight repacking ------------------------------------------------------------------------ */
+
+typedef struct { const bs_weight *W; uint8_t *dst; } pack_job;
+
+/* Q1_0 -> BS_PACK_Q1_X16 for row groups of one thread's share. */
+static void pack_q1_x16(void *ctx, int ith, int nth) {
+    pack_job *j = ctx;
+    const bs_weight *W = j->W;
+    const int64_t nb = W->ne0 / 128, ng = W->ne1 / 16;
+    int64_t g0, g1;
+    bs_pool_split(ng, 1, ith, nth, &g0, &g1);
+    for (int64_t G = g0; G < g1; G++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = j->dst + (size_t)(G * nb + b) * 288;
+            uint64_t words[32] = {0};
+            for (int i = 0; i < 16; i++) {
+                const uint8_t *blk = (const uint8_t *)W->data + (size_t)(16 * G + i) * W->row_bytes + (size_t)b * 18;
+                uint64_t lo, hi;
+                memcpy(o + 2 * i, blk, 2);
+                memcpy(&lo, blk + 2, 8);
+                memcpy(&hi, blk + 10, 8);
+                for (int t = 0; t < 16; t++) {
+                    words[t] |= ((lo >> (4 * t)) & 0xF) << (4 * i);
+                    words[16 + t] |= ((hi >> (4 * t)) & 0xF) << (4 * i);
+                }
+            }
+            memcpy(o + 32, words, sizeof words);
+        }
+}
+
+int bs_weight_pack(bs_weight *W, bs_pool *pool) {
+    if (W->packed || bs_cpu_level() < BS_CPU_AVX512 || getenv("BITSPARK_NO_REPACK")) return 0;
+    if (W->type != BS_Q1_0 || W->ne1 % 16 || W->ne0 % 128 || !bs_kernel_packed_avx512(BS_PACK_Q1_X16))
+        return 0;
+    uint64_t bytes;
+    if (bs_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->ne1, &bytes) || bytes > SIZE_MAX / 2)
+        return bs_error("%s: too large to repack", W->name ? W->name : "weight");
+    uint8_t *dst = bs_amalloc((size_t)bytes);
+    pack_job j = {W, dst};
+    bs_pool_run(pool, pack_q1_x16, &j);
+    W->packed = dst;
+    W->pack_kind = BS_PACK_Q1_X16;
+    return 0;
+}
+
+void bs_weight_release(bs_weight *W) {
+    if (!W) return;
+    bs_afree(W->packed);
+    W->packed = NULL;
+    W->pack_kind = BS_PACK_NONE;
 }

@@ -38,6 +38,8 @@ typedef struct bs_acts {
     size_t raw_row;      /* bytes per row in raw */
     int generic;         /* raw holds rows in the scalar vec_dot's format */
     int perm;            /* Q8_0 split layout permuted per 128 elements (BS_P128 below) */
+    int32_t *gsum;       /* [nrows][n/32] -(sum of the group's quants); filled when want_gsum */
+    int want_gsum;
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
 
@@ -60,6 +62,15 @@ extern const uint8_t bs_p128_group[16];
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm);
 bs_kernel_fn bs_kernel_avx2(int type);
 bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
+
+/* Packed weight layouts (bs_weight.pack_kind, made by bs_weight_pack).
+ * BS_PACK_Q1_X16: Q1_0 in groups of 16 rows; per group and 128-column block 288 bytes: the 16
+ * rows' fp16 scales, then 32 64-bit words, word t holding columns 4t..4t+3 of all 16 rows
+ * (bit 4*row + column%4), i.e. one AVX-512 mask per word whose bytes are the 16 rows' 32-bit
+ * lanes. A kernel then computes 16 rows per vector with one vpdpbusd per 64 weights per
+ * activation row, and applies scales per 32 columns for all 16 rows at once. */
+enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1 };
+bs_kernel_fn bs_kernel_packed_avx512(int kind);
 
 /* Quantize n_rows rows of x for weight type `type` into A (allocates; free with bs_acts_free),
  * in the P128 layout if perm. level selects the SIMD quantizer (results identical to the

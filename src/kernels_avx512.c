@@ -310,6 +310,76 @@ static T512 INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64
         for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
+/* --- BS_PACK_Q1_X16 (kernels.h): 16 weight rows per vector, lanes = rows ---------------------
+ * Per activation row and 64 weights of 16 rows: one mask move (shared by all activation rows)
+ * and one vpdpbusd with the 4 activation bytes broadcast. Each 32-column group is seeded with
+ * -sum(q) (so 2*bit - 1 signs come out), converted once and scaled by the group's activation
+ * scale; the 16 rows' block scales multiply once per 128 columns. */
+static T512 INL void tile_x16(const uint8_t *pk, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                             const int NR) {
+    const int64_t n = A->n, nb = n / 128, ng = n / 32;
+    const __m512i two = _mm512_set1_epi8(2);
+    __m512 acc[BS_KMAX_ROWS];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *base = pk + (size_t)b * 288;
+        _mm_prefetch((const char *)base + PF_DIST, _MM_HINT_T0);
+        _mm_prefetch((const char *)base + PF_DIST + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)base + PF_DIST + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)base + PF_DIST + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)base + PF_DIST + 256, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)base));
+        __m512 t[BS_KMAX_ROWS];
+        for (int g = 0; g < 4; g++) {
+            /* U independent integer chains per row hide the vpdpbusd latency when NR is small;
+             * integer sums are exact, so the split never changes a result */
+            const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+            __m512i i[BS_KMAX_ROWS], i2[BS_KMAX_ROWS][4];
+            for (int r = 0; r < NR; r++) {
+                i2[r][0] = _mm512_set1_epi32(A->gsum[(a0 + r) * ng + 4 * b + g]);
+                for (int u = 1; u < U; u++) i2[r][u] = _mm512_setzero_si512();
+            }
+            for (int w = 0; w < 8; w++) {
+                const __m512i c = _mm512_maskz_mov_epi8(_cvtu64_mask64(ld64(base + 32 + 8 * (8 * g + w))), two);
+                for (int r = 0; r < NR; r++) {
+                    int32_t x4;
+                    memcpy(&x4, A->qs + (a0 + r) * n + 128 * b + 32 * g + 4 * w, 4);
+                    i2[r][w % U] = _mm512_dpbusd_epi32(i2[r][w % U], c, _mm512_set1_epi32(x4));
+                }
+            }
+            for (int r = 0; r < NR; r++) {
+                i[r] = i2[r][0];
+                for (int u = 1; u < U; u++) i[r] = _mm512_add_epi32(i[r], i2[r][u]);
+            }
+            for (int r = 0; r < NR; r++) {
+                const __m512 dx = _mm512_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * (4 * b + g)]);
+                t[r] = g == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(i[r]), dx)
+                              : _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[r]), dx, t[r]);
+            }
+        }
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], dw, acc[r]);
+    }
+    for (int r = 0; r < NR; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+}
+
+#define X16_CASE(NR) \
+    case NR: for (int64_t o = o0; o < o1; o += 16) tile_x16(pk + (size_t)(o / 16) * gbytes, A, a0, yy + o, ldy, NR); break;
+
+static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
+                            int na, float *y, int64_t ldy) {
+    const uint8_t *pk = W->packed;
+    const size_t gbytes = (size_t)(W->ne0 / 128) * 288;
+    float *yy = y + a0 * ldy;
+    switch (na) {
+    X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4) X16_CASE(5) X16_CASE(6) X16_CASE(7)
+    default: for (int64_t o = o0; o < o1; o += 16) tile_x16(pk + (size_t)(o / 16) * gbytes, A, a0, yy + o, ldy, 8); break;
+    }
+}
+
+bs_kernel_fn bs_kernel_packed_avx512(int kind) {
+    return kind == BS_PACK_Q1_X16 ? k_x16_q1_0 : NULL;
+}
+
 /* Walk output rows [o0, o1) in tiles of MR (then single rows) for a constant NR. */
 #define RANGE(CALL, NR)                                                                       \
     do {                                                                                      \
@@ -455,5 +525,6 @@ T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
 
 #else
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
+bs_kernel_fn bs_kernel_packed_avx512(int kind) { (void)kind; return NULL; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
 #endif

@@ -17,6 +17,8 @@ typedef struct bs_weight {
     const void *data;
     size_t row_bytes;
     const char *name;
+    void *packed;        /* NULL, or W's data repacked by bs_weight_pack (owned by the weight) */
+    int pack_kind;       /* layout of packed (kernels.h), 0 when none */
 } bs_weight;
 
 /* Fill a bs_weight from a tensor (must be 1-D or 2-D). Returns 0 or -1 with bs_error. */
@@ -29,6 +31,14 @@ int bs_weight_from_tensor(bs_weight *w, const struct gguf_tensor *t);
  * A row's result never depends on n_rows (same accumulation order), so verifying k drafted
  * tokens in one call gives exactly the logits of k one-token calls. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
+
+/* Optional, at load time: add a copy of W's data in the interleaved layout of the fastest kernel
+ * for this CPU (today Q1_0 with AVX-512: 16 rows x 4 columns per 64-bit mask word), which
+ * bs_matmul then uses; results stay within the kernels' tolerance of the scalar oracle and keep
+ * the row-count invariance. Costs W's size again in memory. Returns 0 (also when no packed
+ * layout applies: nothing is done) or -1 with bs_error. Free with bs_weight_release. */
+int bs_weight_pack(bs_weight *W, bs_pool *pool);
+void bs_weight_release(bs_weight *W);
 
 /* out[r*ne0 ..] = dequantized row ids[r] of W (embedding lookup). Returns -1 on a bad id. */
 int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out);

@@ -11,7 +11,8 @@
  *    threads is bit-identical to computing it alone.
  * 4. The SIMD Q8_0 activation quantizers produce exactly the scalar quantizer's bytes, in the
  *    natural and the P128 (kernels.h) layouts.
- * With BITALG the AVX-512 Q1_0/Q2_0 kernels use P128; BITSPARK_NO_P128=1 tests the others. */
+ * With BITALG the AVX-512 Q1_0/Q2_0 kernels use P128; BITSPARK_NO_P128=1 tests the others.
+ * Q1_0 is also checked repacked (bs_weight_pack, 16-row interleave) on AVX-512. */
 #include "cpu_features.h"
 #include "kernels.h"
 #include "matmul.h"
@@ -86,11 +87,11 @@ static double bound(const bs_weight *W, const float *x, int64_t r, int64_t o) {
 
 static void mm(const bs_weight *W, const float *x, int64_t nr, float *y, bs_pool *p, int level) {
     bs_cpu_set_level(level);
-    bs_matmul(W, x, nr, y, p);
+    if (y) bs_matmul(W, x, nr, y, p);
 }
 
 /* One (type, shape) case at one level. */
-static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **pools) {
+static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **pools, int pack) {
     static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
     const int64_t maxr = 20;
     for (int exact = 1; exact >= 0; exact--) {
@@ -98,6 +99,11 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
         bs_weight W = {.type = type, .ne0 = ne0, .ne1 = ne1, .data = wd,
                        .row_bytes = bs_row_size(type, ne0), .name = "w"};
         float *x = make_acts(ne0, maxr, exact);
+        mm(&W, x, 1, NULL, NULL, level);   /* sets the level for bs_weight_pack */
+        if (pack) {
+            CHECK(bs_weight_pack(&W, pools[1]) == 0);
+            CHECKF(W.packed != NULL, "%s: bs_weight_pack made no packed copy", bs_type_name(type));
+        }
         float *yref = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
         float *yone = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
         float *y = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
@@ -125,6 +131,7 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
                        bs_type_name(type), bs_cpu_level_name(level), (long long)ne0, (long long)ne1,
                        (long long)nr, bs_pool_size(pools[p]));
             }
+        bs_weight_release(&W);
         free(wd), free(x), free(yref), free(yone), free(y);
     }
 }
@@ -164,7 +171,8 @@ int main(void) {
                 int64_t ne0 = blk == 1 ? 16 * mult[mi] + (int64_t)mi * 3 - 2 : blk * mult[mi];
                 if (ne0 < 1) ne0 = 1;
                 if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
-                check_case(type, ne0, mi % 2 ? 37 : 18, level, pools);
+                check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, 0);
+                if (type == BS_Q1_0 && level >= BS_CPU_AVX512) check_case(type, ne0, 48, level, pools, 1);
             }
         }
     }
