@@ -4,7 +4,7 @@ reference: PyTorch's float forward of the quantized weights on a fixed held-out 
 
     python3 train/export_gguf.py CKPT.pt VOCAB.json OUT.gguf [--ref-tokens N --ref-out PREFIX]
 
-The reference writes PREFIX.tokens.json and PREFIX.logits.f32 (float32 rows of n_vocab).
+The reference writes PREFIX.json (text, token ids) and PREFIX.logits.f32 (float32 rows of n_vocab).
 """
 import argparse
 import json
@@ -106,7 +106,7 @@ def main():
     ap.add_argument('vocab')
     ap.add_argument('out')
     ap.add_argument('--ref-text', help='text whose tokens the reference logits are computed on')
-    ap.add_argument('--ref-tokens', type=int, default=48)
+    ap.add_argument('--ref-tokens', type=int, default=64)
     ap.add_argument('--ref-out')
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -115,11 +115,16 @@ def main():
     write_target(m, c, tok, a.out)
     print('wrote', a.out, os.path.getsize(a.out), 'bytes')
     if a.ref_out:
-        ids = tok.encode(open(a.ref_text).read())[:a.ref_tokens]
+        # the first held-out document long enough
+        for text in open(a.ref_text).read().split('<|endoftext|>'):
+            all_ids = tok.encode(text, specials=False)
+            if len(all_ids) >= a.ref_tokens:
+                break
+        ids = all_ids[:a.ref_tokens]
         with torch.no_grad():
             logits = m(torch.tensor([ids]))[0].double()     # float32 forward of the 1-bit weights
         logits.float().numpy().astype('<f4').tofile(a.ref_out + '.logits.f32')
-        json.dump({'tokens': ids, 'n_vocab': c.n_vocab,
+        json.dump({'tokens': ids, 'n_vocab': c.n_vocab, 'text': text, 'text_n_tokens': len(all_ids),
                    'note': 'PyTorch float32 forward of the quantized (Q1_0-valued) weights'},
                   open(a.ref_out + '.json', 'w'))
         print('reference over %d tokens' % len(ids))

@@ -1,5 +1,5 @@
 """Minimal GGUF v3 writer (numpy) for the trained models: metadata of the usual value types and
-tensors in F32, F16 or Q1_0 (type 41: 128-element blocks of {fp16 d, 16 bytes of sign bits,
+tensors in F32, F16, BF16 or Q1_0 (type 41: 128-element blocks of {fp16 d, 16 bytes of sign bits,
 LSB first; bit set = +d, clear = -d}).
 
     w = GGUFWriter()
@@ -11,7 +11,7 @@ LSB first; bit set = +d, clear = -d}).
 import struct
 import numpy as np
 
-F32, F16, Q1_0 = 0, 1, 41
+F32, F16, BF16, Q1_0 = 0, 1, 30, 41
 ALIGN = 32
 _VT = {'u8': 0, 'i8': 1, 'u16': 2, 'i16': 3, 'u32': 4, 'i32': 5, 'f32': 6, 'bool': 7,
        'str': 8, 'arr': 9, 'u64': 10, 'i64': 11, 'f64': 12}
@@ -34,6 +34,17 @@ def quantize_q1_0(w):
     bits = np.packbits((g >= 0).astype(np.uint8), axis=2, bitorder='little')   # (out, nb, 16)
     blk = np.concatenate([d.view(np.uint8).reshape(out, n // 128, 2), bits], axis=2)
     return blk.tobytes()
+
+
+def to_bf16_bits(a):
+    """float32 -> bf16 bit patterns (uint16), round to nearest even."""
+    u = np.ascontiguousarray(a, dtype='<f4').view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype('<u2')
+
+
+def from_bf16_bits(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
 
 
 def dequantize_q1_0(w):
@@ -70,6 +81,8 @@ class GGUFWriter:
             data, t = arr.astype('<f4').tobytes(), F32
         elif kind == 'f16':
             data, t = arr.astype('<f2').tobytes(), F16
+        elif kind == 'bf16':
+            data, t = to_bf16_bits(arr).tobytes(), BF16
         elif kind == 'q1_0':
             data, t = quantize_q1_0(arr.reshape(-1, arr.shape[-1])), Q1_0
         else:

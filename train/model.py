@@ -255,3 +255,107 @@ class Qwen35(nn.Module):
 
 def config_dict(c):
     return asdict(c)
+
+
+# --- inference helpers ------------------------------------------------------------------------
+def quantized_copy(model):
+    """A copy whose matrices hold their 1-bit values (what the Q1_0 GGUF stores), with QAT off:
+    the float forward of the quantized weights, cheaper for generation."""
+    import copy
+    m = copy.deepcopy(model)
+    m.c = copy.copy(model.c)
+    m.c.qat = False
+    with torch.no_grad():
+        for mod in m.modules():
+            if hasattr(mod, 'c'):
+                mod.c = m.c
+            for n, p in mod.named_parameters(recurse=False):
+                if p.dim() == 2 and n != 'ssm_conv1d':
+                    p.copy_(binarize(p))
+    m.eval()
+    return m
+
+
+@torch.no_grad()
+def decode_step(m, ids, state, pos):
+    """One token per sequence with recurrent state (conv rows, DeltaNet S, KV cache).
+    ids (B,), state: list per layer (None at the start), pos: int. Returns logits (B, V), taps
+    dict {layer: (B, n_embd)}."""
+    c = m.c
+    B = ids.shape[0]
+    x = F.embedding(ids, m.token_embd)
+    outs = {}
+    for il, blk in enumerate(m.blocks):
+        L = blk.mixer
+        h = rmsnorm(x, blk.attn_norm, c.eps)
+        if c.is_attn(il):
+            hd, H, KV = c.head_dim, c.n_head, c.n_head_kv
+            qg = (h @ L.attn_q.t()).reshape(B, 1, H, 2 * hd)
+            q, gate = qg[..., :hd], qg[..., hd:]
+            k = rmsnorm((h @ L.attn_k.t()).reshape(B, 1, KV, hd), L.attn_k_norm, c.eps)
+            v = (h @ L.attn_v.t()).reshape(B, 1, KV, hd)
+            p = torch.tensor([pos])
+            q = rope_neox(rmsnorm(q, L.attn_q_norm, c.eps), p, c.rope_dim, c.rope_theta)
+            k = rope_neox(k, p, c.rope_dim, c.rope_theta)
+            if state[il] is not None:
+                k = torch.cat([state[il][0], k], 1)
+                v = torch.cat([state[il][1], v], 1)
+            state[il] = (k, v)
+            kk = k.repeat_interleave(H // KV, 2).transpose(1, 2)
+            vv = v.repeat_interleave(H // KV, 2).transpose(1, 2)
+            att = ((q.transpose(1, 2) @ kk.transpose(-1, -2)) / math.sqrt(hd)).softmax(-1)
+            o = (att @ vv).transpose(1, 2) * torch.sigmoid(gate)
+            mix = o.reshape(B, H * hd) @ L.attn_output.t()
+        else:
+            nk, nv, d = c.ssm_k_heads, c.ssm_v_heads, c.ssm_head_dim
+            mixed = h @ L.attn_qkv.t()
+            z = h @ L.attn_gate.t()
+            beta = torch.sigmoid(h @ L.ssm_beta.t())
+            g = -L.A_log.exp() * F.softplus(h @ L.ssm_alpha.t() + L.ssm_dt_bias)
+            if state[il] is None:
+                state[il] = (mixed.new_zeros(B, L.conv_dim, c.conv_kernel - 1), mixed.new_zeros(B, nv, d, d))
+            conv, S = state[il]
+            xe = torch.cat([conv, mixed[:, :, None]], 2)
+            y = F.silu((xe * L.ssm_conv1d).sum(-1))
+            q = F.normalize(y[:, :nk * d].reshape(B, nk, d), dim=-1, eps=c.eps)
+            k = F.normalize(y[:, nk * d:2 * nk * d].reshape(B, nk, d), dim=-1, eps=c.eps)
+            v = y[:, 2 * nk * d:].reshape(B, nv, d)
+            kmap = torch.arange(nv) % nk
+            q, k = q[:, kmap] / math.sqrt(d), k[:, kmap]
+            S = S * g.exp()[..., None, None]
+            u = torch.einsum('bhij,bhi->bhj', S, k)
+            S = S + k[..., :, None] * ((v - u) * beta[..., None])[..., None, :]
+            o = torch.einsum('bhij,bhi->bhj', S, q)
+            state[il] = (xe[:, :, 1:], S)
+            yy = rmsnorm(o, L.ssm_norm, c.eps) * F.silu(z.reshape(B, nv, d))
+            mix = yy.reshape(B, nv * d) @ L.ssm_out.t()
+        x = x + mix
+        h2 = rmsnorm(x, blk.post_attention_norm, c.eps)
+        x = x + (F.silu(h2 @ blk.ffn_gate.t()) * (h2 @ blk.ffn_up.t())) @ blk.ffn_down.t()
+        outs[il] = x
+    return rmsnorm(x, m.output_norm, c.eps) @ m.output.t(), outs
+
+
+@torch.no_grad()
+def generate(m, prompts, n_new, temp=0.0, top_p=1.0, generator=None, stop=None):
+    """prompts: (B, P) token ids (same length). m: a quantized_copy. Returns (B, P + n_new)."""
+    state = [None] * m.c.n_layer
+    B, P = prompts.shape
+    seq = prompts.clone()
+    for t in range(P - 1):
+        decode_step(m, prompts[:, t], state, t)
+    cur = prompts[:, -1]
+    for t in range(P - 1, P - 1 + n_new):
+        lg, _ = decode_step(m, cur, state, t)
+        if temp == 0:
+            cur = lg.argmax(-1)
+        else:
+            pr = torch.softmax(lg / temp, -1)
+            if top_p < 1.0:
+                sp, si = pr.sort(-1, descending=True)
+                keep = sp.cumsum(-1) - sp < top_p
+                pr = torch.zeros_like(pr).scatter(-1, si, sp * keep)
+                pr = pr / pr.sum(-1, keepdim=True)
+            cur = torch.multinomial(pr, 1, generator=generator)[:, 0]
+        seq = torch.cat([seq, cur[:, None]], 1)
+    return seq

@@ -25,23 +25,8 @@ import torch.nn.functional as F
 
 from drafter import DConfig, DSpark, config_dict
 from export_gguf import load_target
-from model import binarize
+from model import generate, quantized_copy
 from tokenizer import Tokenizer
-
-
-@torch.no_grad()
-def generate(target, prompts, n_new, temp, rng_seed):
-    """Continue prompts (B, P) by n_new tokens (recomputing the whole prefix each step)."""
-    g = torch.Generator().manual_seed(rng_seed)
-    x = prompts
-    for _ in range(n_new):
-        lg = target(x)[:, -1]
-        if temp == 0:
-            nxt = lg.argmax(-1)
-        else:
-            nxt = torch.multinomial(torch.softmax(lg / temp, -1), 1, generator=g)[:, 0]
-        x = torch.cat([x, nxt[:, None]], dim=1)
-    return x
 
 
 @torch.no_grad()
@@ -52,7 +37,7 @@ def make_data(target, ids, n_seq, P, G, taps, seed, greedy_frac=0.75, bs=32):
         starts = rng.integers(0, len(ids) - P, size=bs)
         pr = torch.from_numpy(np.stack([ids[s:s + P] for s in starts]).astype(np.int64))
         temp = 0.0 if i < greedy_frac * n_seq else 1.0
-        full = generate(target, pr, G, temp, seed + i)
+        full = generate(target, pr, G, temp, generator=torch.Generator().manual_seed(seed + i))
         lg, ft = target(full, taps=taps)
         seqs.append(full)
         feats.append(ft.half())
@@ -127,8 +112,8 @@ def acceptance(d, seqs, feats, P):
 
 def init_from_target(d, target):
     with torch.no_grad():
-        d.token_embd.copy_(binarize(target.token_embd))          # frozen, as DeepSpec does
-        d.output.copy_(binarize(target.output))
+        d.token_embd.copy_(target.token_embd)          # frozen, as DeepSpec does
+        d.output.copy_(target.output)
         d.output_norm.copy_(target.output_norm)
 
 
@@ -145,14 +130,20 @@ def main():
     ap.add_argument('--blocks', type=int, default=16)
     ap.add_argument('--lr', type=float, default=2e-3)
     ap.add_argument('--seed', type=int, default=7)
+    ap.add_argument('--n-layer', type=int, default=2)
+    ap.add_argument('--n-ff', type=int, default=256)
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     target, tc = load_target(os.path.join(a.out, 'target.pt'))
+    target = quantized_copy(target)                    # float forward of the 1-bit weights
     for p in target.parameters():
         p.requires_grad_(False)
     tok = Tokenizer.load(os.path.join(a.data, 'vocab.json'))
-    c = DConfig(n_vocab=tc.n_vocab, n_embd=tc.n_embd, mask_id=tok.mask_id)
+    # taps: spread over the target, never its last layer (dspark.md §2.1)
+    taps = list(range(tc.n_layer - 1)) if tc.n_layer <= 4 else [1, tc.n_layer // 2, tc.n_layer - 2]
+    c = DConfig(n_vocab=tc.n_vocab, n_embd=tc.n_embd, n_ff=a.n_ff, n_layer=a.n_layer,
+                mask_id=tok.mask_id, taps=taps)
     t0 = time.time()
     data_path = os.path.join(a.out, 'drafter_data.pt')
     if os.path.exists(data_path):
