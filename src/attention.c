@@ -29,14 +29,14 @@ static const float *load_row(const uint8_t *src, int n, int kv_type, float *tmp)
 }
 
 /* Attention of the `group` query heads sharing KV head kvh for one row that sees n_kv positions.
- * q: the group's normed, roped queries (stride 2*D in qg); out: their outputs (stride D). */
-static void attend_group(bs_session *s, const uint8_t *kc, const uint8_t *vc, int kvh, float *q,
-                         int group, int n_kv, float *out) {
+ * q: the group's normed, roped queries (stride 2*D in qg); out: their outputs (stride D);
+ * scores: group * n_ctx floats and tmp: D floats of this thread's scratch. */
+static void attend_group(const bs_session *s, const uint8_t *kc, const uint8_t *vc, int kvh, float *q,
+                         int group, int n_kv, float *out, float *scores, float *tmp) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     const int D = hp->head_dim;
     const size_t esz = s->kv_type == BS_KV_F32 ? 4 : 2, head_off = (size_t)kvh * D * esz;
     const float scale = 1.0f / sqrtf((float)D);
-    float *tmp = s->qtmp;
 
     if (s->kv_type == BS_KV_F16)
         for (int g = 0; g < group; g++)
@@ -44,19 +44,43 @@ static void attend_group(bs_session *s, const uint8_t *kc, const uint8_t *vc, in
     for (int p = 0; p < n_kv; p++) {
         const float *k = load_row(kc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
         for (int g = 0; g < group; g++)
-            s->scores[(size_t)g * s->n_ctx + p] = bs_dot(q + (size_t)g * 2 * D, k, D) * scale;
+            scores[(size_t)g * s->n_ctx + p] = bs_dot(q + (size_t)g * 2 * D, k, D) * scale;
     }
     for (int g = 0; g < group; g++) {
-        bs_softmax(s->scores + (size_t)g * s->n_ctx, n_kv);
+        bs_softmax(scores + (size_t)g * s->n_ctx, n_kv);
         memset(out + (size_t)g * D, 0, (size_t)D * sizeof(float));
     }
     for (int p = 0; p < n_kv; p++) {
         const float *v = load_row(vc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
         for (int g = 0; g < group; g++) {
-            const float w = s->scores[(size_t)g * s->n_ctx + p];
+            const float w = scores[(size_t)g * s->n_ctx + p];
             float *o = out + (size_t)g * D;
             for (int i = 0; i < D; i++) o[i] += w * v[i];
         }
+    }
+}
+
+typedef struct attn_job {
+    const bs_session *s;
+    const uint8_t *kc, *vc;
+    float *qg, *o;
+    int n;
+} attn_job;
+
+/* Units (row t, KV head) of this thread; units are independent, so the split never changes a
+ * result. Thread ith uses scratch slot ith. */
+static void attend_units(void *ctx, int ith, int nth) {
+    const attn_job *job = ctx;
+    const bs_session *s = job->s;
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, G = H / Hkv;
+    float *scores = s->scores + (size_t)ith * H * s->n_ctx, *tmp = s->qtmp + (size_t)ith * D;
+    int64_t lo, hi;
+    bs_pool_split((int64_t)job->n * Hkv, 1, ith, nth, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int t = (int)(u / Hkv), kvh = (int)(u % Hkv);
+        attend_group(s, job->kc, job->vc, kvh, job->qg + (size_t)t * 2 * H * D + (size_t)kvh * G * 2 * D, G,
+                     s->n_past + t + 1, job->o + (size_t)t * H * D + (size_t)kvh * G * D, scores, tmp);
     }
 }
 
@@ -71,7 +95,7 @@ void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n) {
 void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg, float *kb,
                       const float *vb) {
     const bs_qwen35_hparams *hp = &s->m->hp;
-    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, G = H / Hkv;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const size_t kv_w = (size_t)Hkv * D, slot_bytes = (size_t)s->n_ctx * s->kv_row;
     uint8_t *kc = s->k + (size_t)L->slot * slot_bytes, *vc = s->v + (size_t)L->slot * slot_bytes;
     float *o = s->d;
@@ -89,14 +113,17 @@ void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg,
     }
     for (int t = 0; t < n; t++) {
         const float *cs = s->rope + (size_t)t * hp->n_rot;
-        float *row = qg + (size_t)t * 2 * H * D, *out = o + (size_t)t * H * D;
+        float *row = qg + (size_t)t * 2 * H * D;
         for (int h = 0; h < H; h++) {
             bs_rmsnorm(row + (size_t)h * 2 * D, row + (size_t)h * 2 * D, L->q_norm, D, hp->eps);
             bs_rope_neox(row + (size_t)h * 2 * D, cs, hp->n_rot);
         }
-        for (int kvh = 0; kvh < Hkv; kvh++)
-            attend_group(s, kc, vc, kvh, row + (size_t)kvh * G * 2 * D, G, s->n_past + t + 1,
-                         out + (size_t)kvh * G * D);
+    }
+    attn_job job = {s, kc, vc, qg, o, n};
+    bs_pool_run(s->pool, attend_units, &job);
+    for (int t = 0; t < n; t++) {
+        const float *row = qg + (size_t)t * 2 * H * D;
+        float *out = o + (size_t)t * H * D;
         for (int h = 0; h < H; h++) {
             const float *gate = row + (size_t)h * 2 * D + D;
             for (int i = 0; i < D; i++) out[(size_t)h * D + i] *= bs_sigmoid(gate[i]);

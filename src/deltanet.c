@@ -13,8 +13,27 @@ static float reduce(const float acc[LANES]) {
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* row *= decay; return dot(row, k). */
-static float decay_dot(float *restrict row, float decay, const float *restrict k, int n) {
+/* dst = src * decay; return dot(dst, k). dst and src are distinct rows (first token of a batch:
+ * the old state is read from the other half) or the same row (see decay_dot_inplace); both do
+ * the same operations in the same order. */
+static float decay_dot_copy(float *restrict dst, const float *restrict src, float decay,
+                            const float *restrict k, int n) {
+    float acc[LANES] = {0};
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            const float r = src[i + l] * decay;
+            dst[i + l] = r;
+            acc[l] += r * k[i + l];
+        }
+    for (int l = 0; i < n; i++, l++) {
+        dst[i] = src[i] * decay;
+        acc[l] += dst[i] * k[i];
+    }
+    return reduce(acc);
+}
+
+static float decay_dot_inplace(float *restrict row, float decay, const float *restrict k, int n) {
     float acc[LANES] = {0};
     int i = 0;
     for (; i + LANES <= n; i += LANES)
@@ -47,13 +66,15 @@ static float update_dot(float *restrict row, const float *restrict k, float d, c
     return reduce(acc);
 }
 
-/* One token of the gated delta rule for one V head. S: d_v rows of d_k (S[i][j] at j*d_k + i).
+/* One token of the gated delta rule for one V head. S: d_v rows of d_k (S[i][j] at j*d_k + i);
+ * src: the state before this token (S itself, or the pre-batch half for a batch's first token).
  * Decay first, delta against the decayed state, read-out with the updated state (§2.5). */
-static void gdn_step(float *S, const float *q, const float *k, const float *v, float decay,
-                     float beta, float scale, float *o, int dk, int dv) {
+static void gdn_step(float *S, const float *src, const float *q, const float *k, const float *v,
+                     float decay, float beta, float scale, float *o, int dk, int dv) {
     for (int j = 0; j < dv; j++) {
         float *row = S + (size_t)j * dk;
-        const float u = decay_dot(row, decay, k, dk);
+        const float u = src == S ? decay_dot_inplace(row, decay, k, dk)
+                                 : decay_dot_copy(row, src + (size_t)j * dk, decay, k, dk);
         const float d = (v[j] - u) * beta;
         o[j] = update_dot(row, k, d, q, dk) * scale;
     }
@@ -72,11 +93,42 @@ typedef struct gdn_io {
     float *qkv, *o;               /* scratch [n][conv_dim], output [n][n_v*d_v] */
 } gdn_io;
 
+typedef struct gdn_heads_job {
+    const bs_qwen35_hparams *hp;
+    const gdn_io *io;
+    int n;
+} gdn_heads_job;
+
+/* The recurrence of the V heads [lo, hi) of this thread over all n tokens. Heads are
+ * independent, so the split never changes a result. */
+static void gdn_heads(void *ctx, int ith, int nth) {
+    const gdn_heads_job *job = ctx;
+    const bs_qwen35_hparams *hp = job->hp;
+    const gdn_io *io = job->io;
+    const int nk = hp->n_k_heads, nv = hp->n_v_heads, dk = hp->d_k, dv = hp->d_v, cd = hp->conv_dim;
+    const float scale = 1.0f / sqrtf((float)dk);
+    int64_t lo, hi;
+    bs_pool_split(nv, 1, ith, nth, &lo, &hi);
+    for (int h = (int)lo; h < (int)hi; h++) {
+        float *S = io->S_out + (size_t)h * dk * dv;
+        const float *src = io->S_in + (size_t)h * dk * dv;
+        const int kh = h % nk;
+        if (job->n == 0) memcpy(S, src, (size_t)dk * dv * sizeof(float));
+        for (int t = 0; t < job->n; t++, src = S) {
+            const float *row = io->qkv + (size_t)t * cd;
+            gdn_step(S, src, row + (size_t)kh * dk, row + (size_t)(nk + kh) * dk,
+                     row + (size_t)2 * nk * dk + (size_t)h * dv, expf(io->g[(size_t)t * io->gs + h]),
+                     io->beta[(size_t)t * io->gs + h], scale, io->o + (size_t)t * nv * dv + (size_t)h * dv, dk, dv);
+        }
+    }
+}
+
 /* conv + SiLU, L2 norms and the recurrence over n tokens. Shared by the forward pass and the
  * rollback replay so that both produce the same bits. */
-static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, const gdn_io *io, int n) {
+static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, const gdn_io *io, int n,
+                     bs_pool *pool) {
     const int K = hp->conv_kernel, km1 = K - 1, cd = hp->conv_dim;
-    const int nk = hp->n_k_heads, nv = hp->n_v_heads, dk = hp->d_k, dv = hp->d_v;
+    const int nk = hp->n_k_heads, dk = hp->d_k;
 
     for (int t = 0; t < n; t++) {
         float *out = io->qkv + (size_t)t * cd;
@@ -92,18 +144,8 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
         memcpy(io->win_out + (size_t)r * cd, xe_row(io->win_in, io->mixed, io->ms, n + r, km1, cd),
                (size_t)cd * sizeof(float));
 
-    const float scale = 1.0f / sqrtf((float)dk);
-    for (int h = 0; h < nv; h++) {
-        float *S = io->S_out + (size_t)h * dk * dv;
-        memcpy(S, io->S_in + (size_t)h * dk * dv, (size_t)dk * dv * sizeof(float));
-        const int kh = h % nk;
-        for (int t = 0; t < n; t++) {
-            const float *row = io->qkv + (size_t)t * cd;
-            gdn_step(S, row + (size_t)kh * dk, row + (size_t)(nk + kh) * dk,
-                     row + (size_t)2 * nk * dk + (size_t)h * dv, expf(io->g[(size_t)t * io->gs + h]),
-                     io->beta[(size_t)t * io->gs + h], scale, io->o + (size_t)t * nv * dv + (size_t)h * dv, dk, dv);
-        }
-    }
+    gdn_heads_job job = {hp, io, n};
+    bs_pool_run(pool, gdn_heads, &job);
 }
 
 void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool record) {
@@ -143,7 +185,7 @@ void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record
         .mixed = mixed, .ms = (size_t)cd, .g = alpha, .beta = beta, .gs = (size_t)nv,
         .qkv = s->c, .o = s->d,
     };
-    gdn_core(hp, L, &io, n);
+    gdn_core(hp, L, &io, n, s->pool);
 
     /* per-head gated RMSNorm: silu(z) * (rmsnorm(o) * ssm_norm), ssm_norm stored raw */
     for (int t = 0; t < n; t++)
@@ -166,5 +208,5 @@ void bs_deltanet_replay(bs_session *s, const bs_qwen35_layer *L, int n) {
         .mixed = rec, .ms = rs, .g = rec + hp->conv_dim, .beta = rec + hp->conv_dim + hp->n_v_heads,
         .gs = rs, .qkv = s->c, .o = s->d,
     };
-    gdn_core(hp, L, &io, n);
+    gdn_core(hp, L, &io, n, s->pool);
 }

@@ -40,6 +40,7 @@ static int alloc_buffers(bs_session *s) {
     const size_t nb = (size_t)s->n_batch, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
     const size_t nrec = (size_t)s->m->n_recurrent, natt = (size_t)s->m->n_attention;
+    const size_t nth = (size_t)bs_pool_size(s->pool);   /* attention scratch per thread */
 
     s->conv_sz = (size_t)(hp->conv_kernel - 1) * cd;
     s->ssm_sz = (size_t)hp->n_v_heads * hp->d_k * hp->d_v;
@@ -61,8 +62,8 @@ static int alloc_buffers(bs_session *s) {
         !(s->d = alloc_n(nb, s->wd * F, "activations")) ||
         !(s->gb = alloc_n(nb, 2 * (size_t)hp->n_v_heads * F, "activations")) ||
         !(s->rope = alloc_n(nb, (size_t)hp->n_rot * F, "activations")) ||
-        !(s->scores = alloc_n((H / Hkv) * (size_t)s->n_ctx, F, "attention scores")) ||
-        !(s->qtmp = alloc_n(D, F, "activations")))
+        !(s->scores = alloc_n(nth * H, (size_t)s->n_ctx * F, "attention scores")) ||
+        !(s->qtmp = alloc_n(nth * D, F, "activations")))
         return -1;
     return 0;
 }
@@ -71,9 +72,10 @@ bs_session *bs_session_new(bs_model *m, const bs_session_params *params) {
     bs_session_params def = {0};
     bs_session *s = bs_xcalloc(1, sizeof *s);
     s->m = m;
-    if (resolve_params(m, params ? params : &def, s) || alloc_buffers(s)) goto fail;
+    if (resolve_params(m, params ? params : &def, s)) goto fail;
     int nt = params ? params->n_threads : 0;
     if (nt > 1 && !(s->pool = bs_pool_new(nt))) goto fail;
+    if (alloc_buffers(s)) goto fail;
     return s;
 fail:
     bs_error_prefix("creating a session: ");

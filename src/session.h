@@ -44,8 +44,8 @@ struct bs_session {
     float *a, *b, *c, *d;         /* projection buffers, widths wa..wd */
     float *gb;                    /* GDN gates [n][2*n_v_heads]: g then beta */
     float *rope;                  /* [n][n_rot] cos/sin pairs */
-    float *scores;                /* [n_ctx] */
-    float *qtmp;                  /* [head_dim] */
+    float *scores;                /* per pool thread: [n_head][n_ctx] attention weights */
+    float *qtmp;                  /* per pool thread: [head_dim] f16 row converted */
     size_t wa, wb, wc, wd;
 };
 
