@@ -98,6 +98,12 @@ static double measure_membw(bs_pool *pool) {
     return best;
 }
 
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* --- kernel mode ------------------------------------------------------------------------------ */
 
 static void fill_weight(uint8_t *w, int type, int64_t ne0, int64_t ne1, bs_rng *rng) {
@@ -120,9 +126,10 @@ static int bench_matmul(const bench_opts *o) {
     bs_rng rng;
     bs_rng_seed(&rng, 42);
     printf("cpu: %s, kernels: %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
-    printf("| %-8s | %6s | %6s | %7s | %4s | %9s | %8s | %9s |\n", "type", "ne0", "ne1", "threads",
-           "rows", "ms/call", "GB/s", "vs 1 row");
-    printf("| -------- | -----: | -----: | ------: | ---: | --------: | -------: | --------: |\n");
+    printf("(cpu ms: process CPU time per call, all threads; on a loaded machine wall time overstates cost)\n");
+    printf("| %-8s | %-6s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s |\n", "type", "layout", "ne0", "ne1",
+           "threads", "rows", "ms/call", "GB/s", "vs 1 row", "cpu ms");
+    printf("| -------- | ------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: |\n");
     for (int s = 0; s < 2; s++) {
         const int64_t ne0 = shapes[s][0], ne1 = shapes[s][1];
         size_t wbytes = bs_row_size(type, ne0) * (size_t)ne1;
@@ -136,30 +143,46 @@ static int bench_matmul(const bench_opts *o) {
         float *x = bs_xmalloc((size_t)(8 * ne0) * sizeof(float));
         float *y = bs_xmalloc((size_t)(8 * ne1) * sizeof(float));
         for (int64_t i = 0; i < 8 * ne0; i++) x[i] = bs_rng_normal(&rng);
-        for (int ti = 0; ti < o->n_threads; ti++) {
-            bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
-            double t1 = 0;
-            for (size_t ri = 0; ri < BS_ARRAY_LEN(rows); ri++) {
-                double best = 1e30;
-                for (int rep = 0; rep < o->reps + 1; rep++) {   /* +1: warm-up pass */
-                    double t0 = bs_time();
-                    for (int c = 0; c < copies; c++) {
-                        bs_weight W = {.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
-                                       .row_bytes = bs_row_size(type, ne0), .name = "bench"};
-                        bs_matmul(&W, x, rows[ri], y, pool);
-                    }
-                    double dt = (bs_time() - t0) / copies;
-                    if (rep > 0 && dt < best) best = dt;
-                }
-                if (ri == 0) t1 = best;
-                printf("| %-8s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx |\n", bs_type_name(type),
-                       (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
-                       (double)wbytes / best / 1e9, best / t1);
-                fflush(stdout);
+        bs_weight *W = bs_xcalloc((size_t)copies, sizeof *W);
+        for (int c = 0; c < copies; c++)
+            W[c] = (bs_weight){.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
+                               .row_bytes = bs_row_size(type, ne0), .name = "bench"};
+        for (int layout = 0; layout < 2; layout++) {
+            if (layout == 1) {   /* repacked copies (bs_weight_pack), when this CPU has such a kernel */
+                bs_pool *pp = bs_pool_new(o->threads[o->n_threads - 1]);
+                double t0 = bs_time();
+                for (int c = 0; c < copies; c++)
+                    if (bs_weight_pack(&W[c], pp)) return -1;
+                double dt = bs_time() - t0;
+                bs_pool_free(pp);
+                if (!W[0].packed) break;
+                fprintf(stderr, "repacked %.2f GB in %.2f s\n", (double)wbytes * copies / 1e9, dt);
             }
-            if (o->membw) printf("membw: %.1f GB/s read with %d thread(s)\n", measure_membw(pool), o->threads[ti]);
-            bs_pool_free(pool);
+            for (int ti = 0; ti < o->n_threads; ti++) {
+                bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
+                double t1 = 0;
+                for (size_t ri = 0; ri < BS_ARRAY_LEN(rows); ri++) {
+                    double best = 1e30, cbest = 1e30;
+                    for (int rep = 0; rep < o->reps + 1; rep++) {   /* +1: warm-up pass */
+                        double t0 = bs_time(), c0 = cpu_seconds();
+                        for (int c = 0; c < copies; c++) bs_matmul(&W[c], x, rows[ri], y, pool);
+                        double dt = (bs_time() - t0) / copies, dc = (cpu_seconds() - c0) / copies;
+                        if (rep > 0 && dt < best) best = dt;
+                        if (rep > 0 && dc < cbest) cbest = dc;
+                    }
+                    if (ri == 0) t1 = best;
+                    printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f |\n",
+                           bs_type_name(type), layout ? "x16" : "native", (long long)ne0, (long long)ne1,
+                           o->threads[ti], rows[ri], best * 1e3, (double)wbytes / best / 1e9, best / t1, cbest * 1e3);
+                    fflush(stdout);
+                }
+                if (o->membw && layout == 0)
+                    printf("membw: %.1f GB/s read with %d thread(s)\n", measure_membw(pool), o->threads[ti]);
+                bs_pool_free(pool);
+            }
         }
+        for (int c = 0; c < copies; c++) bs_weight_release(&W[c]);
+        free(W);
         free(x), free(y);
         bs_afree(mem);
     }

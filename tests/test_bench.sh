@@ -1,0 +1,37 @@
+#!/bin/bash
+# test_bench.sh: `bitspark bench` runs on a fixture model in every output format (md table with
+# llama-bench's columns, csv header + rows, json array with samples), the --matmul kernel mode
+# runs, and bad options fail cleanly.
+set -u
+B=${BITSPARK:?} F=${BS_FIXTURES:?}
+fail=0
+check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; fi; }
+
+md=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 16 -n 4 -r 2 -t 1 --verify 1,2 --no-membw 2>&1)
+check "md header" 'grep -q "| model  *|  *size |  *params | backend  *| threads |  *test |  *t/s |" <<<"$md"'
+check "md pp16 row" 'grep -qE "^\| qwen35 .* Q1_0 +\| .* MiB \| .* M \| CPU +\| +1 \| +pp16 \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$md"'
+check "md tg4 row" 'grep -qE "\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$md"'
+check "md verify line" 'grep -qE "^verify \(threads 1.*w=2 [0-9.]+ ms \([0-9.]+x\)" <<<"$md"'
+check "md build footer" 'grep -q "^build: " <<<"$md"'
+
+csv=$("$B" bench -m "$F/tiny-q2_0.gguf" -p 8 -n 2 -r 1 -t 1 -o csv 2>&1)
+check "csv header" 'head -1 <<<"$csv" | grep -q "^build_commit,build_number,cpu_info,.*,avg_ns,stddev_ns,avg_ts,stddev_ts$"'
+check "csv rows" '[ "$(wc -l <<<"$csv")" -eq 3 ]'
+
+json=$("$B" bench -m "$F/tiny-q8_0.gguf" -p 8 -n 2 -r 2 -t 1,2 -o json 2>&1)
+check "json" '/usr/bin/python3 -c "
+import json, sys
+d = json.loads(sys.argv[1])
+assert len(d) == 4, d
+for r in d:
+    assert r[\"avg_ts\"] > 0 and len(r[\"samples_ts\"]) == 2 and r[\"n_threads\"] in (1, 2)
+assert [r[\"n_prompt\"] for r in d] == [8, 0, 8, 0]
+" "$json"'
+
+mm=$("$B" bench --matmul --matmul-mb 8 -r 1 -t 1 --no-membw 2>&1)
+check "matmul rows" '[ "$(grep -cE "^\| q1_0 +\| (native|x16) +\| +(5120|17408) " <<<"$mm")" -ge 10 ]'
+
+check "bad -o" '! "$B" bench -m "$F/tiny-q1_0.gguf" -o xml >/dev/null 2>&1'
+check "no model" '! "$B" bench >/dev/null 2>&1'
+check "bad -t" '! "$B" bench -m "$F/tiny-q1_0.gguf" -t 0 >/dev/null 2>&1'
+exit $fail
