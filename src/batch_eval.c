@@ -73,7 +73,16 @@ void bs_batch_free(bs_batch *b) {
 
 int bs_batch_max_rows(const bs_batch *b) { return b->max_rows; }
 
-void bs_session_borrow_pool(bs_session *s, bs_pool *pool) { s->pool = pool; }
+int bs_session_share_pool(bs_session *s, bs_pool *pool) {
+    if (bs_pool_size(pool) > bs_pool_size(s->pool))
+        return bs_error("a session made for %d threads cannot use a pool of %d", bs_pool_size(s->pool),
+                        bs_pool_size(pool));
+    if (s->pool != pool) bs_pool_free(s->pool);
+    s->pool = pool;
+    return 0;
+}
+
+void bs_session_unshare_pool(bs_session *s) { s->pool = NULL; }
 
 static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (n_seq < 1 || n_seq > MAX_SEQS) return bs_error("batch: %d sequences (1..%d)", n_seq, MAX_SEQS);

@@ -33,9 +33,10 @@ typedef struct bs_batch_seq {
  * failure nothing changes. 0 or -1 + bs_error. */
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *seqs, int n_seq);
 
-/* Let a session's own evals (bs_eval, rollback) use a shared pool instead of one of its own
- * (NULL detaches). The session must have been created without threads (n_threads <= 1), and
- * must be detached before bs_session_free, which frees only pools it created. */
-void bs_session_borrow_pool(bs_session *s, bs_pool *pool);
+/* Make a session use a shared pool (the batch's) instead of its own, which is freed: the
+ * session must have been created with at least as many threads as the pool has, since its
+ * per-thread scratch is sized then. Call bs_session_unshare_pool before bs_session_free. */
+int bs_session_share_pool(bs_session *s, bs_pool *pool);
+void bs_session_unshare_pool(bs_session *s);
 
 #endif
