@@ -2,6 +2,7 @@
  * config.json export of DeepSpec's Qwen3DSparkModel (names as in prism-fork.md §3.1), checking
  * it against its target and borrowing the target's embedding / LM head (see dspark.h). */
 #include "dspark.h"
+#include "dspark_names.h"
 #include "gguf.h"
 #include "hf_config.h"
 #include "ops.h"
@@ -37,35 +38,7 @@ typedef struct source {
 
 /* --- safetensors names -------------------------------------------------------------------- */
 
-static const struct { const char *gguf, *hf; } head_names[] = {
-    {"token_embd.weight", "embed_tokens.weight"},
-    {"output.weight", "lm_head.weight"},
-    {"output_norm.weight", "norm.weight"},
-    {"dspark.fc.weight", "fc.weight"},
-    {"dspark.hidden_norm.weight", "hidden_norm.weight"},
-    {"dspark.markov_head_a.weight", "markov_head.markov_w1.weight"},
-    {"dspark.markov_head_b.weight", "markov_head.markov_w2.weight"},
-    {"dspark.confidence_head.weight", "confidence_head.proj.weight"},
-    {"dspark.confidence_head.bias", "confidence_head.proj.bias"},
-    {"dspark.log_snr_fc1.weight", "log_snr_embed.fc1.weight"},
-    {"dspark.log_snr_fc1.bias", "log_snr_embed.fc1.bias"},
-    {"dspark.log_snr_fc2.weight", "log_snr_embed.fc2.weight"},
-    {"dspark.log_snr_fc2.bias", "log_snr_embed.fc2.bias"},
-    /* older exports (EasyDeL): down = the prev-token table (vocab -> rank), up = rank -> vocab */
-    {"dspark.markov_head_a.weight", "markov_head.down.weight"},
-    {"dspark.markov_head_b.weight", "markov_head.up.weight"},
-    {"dspark.confidence_head.weight", "confidence_head.weight"},
-    {"dspark.confidence_head.bias", "confidence_head.bias"},
-};
-
-static const struct { const char *gguf, *hf; } layer_names[] = {
-    {"attn_norm", "input_layernorm"},     {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
-};
+/* The name table is shared with the converters (dspark_names.c). */
 
 static const st_tensor *st_find_prefixed(const st_model *m, const char *hf) {
     static const char *prefixes[] = {"", "model.", "drafter.", "dspark."};
@@ -80,20 +53,10 @@ static const st_tensor *st_find_prefixed(const st_model *m, const char *hf) {
 
 /* The safetensors tensor for a GGUF name, or NULL. */
 static const st_tensor *st_lookup(const st_model *m, const char *gguf_name) {
-    for (size_t i = 0; i < BS_ARRAY_LEN(head_names); i++) {
-        if (strcmp(head_names[i].gguf, gguf_name)) continue;
-        const st_tensor *t = st_find_prefixed(m, head_names[i].hf);
+    char hf[NAME_MAX_LEN];
+    for (int k = 0; bs_dspark_hf_name(gguf_name, k, hf, sizeof hf); k++) {
+        const st_tensor *t = st_find_prefixed(m, hf);
         if (t) return t;
-    }
-    int il, k = 0;
-    char kind[64], suffix[16];
-    if (sscanf(gguf_name, "blk.%d.%63[a-z_].%15[a-z]%n", &il, kind, suffix, &k) == 3 && !gguf_name[k]) {
-        for (size_t i = 0; i < BS_ARRAY_LEN(layer_names); i++) {
-            if (strcmp(layer_names[i].gguf, kind)) continue;
-            char hf[NAME_MAX_LEN];
-            snprintf(hf, sizeof hf, "layers.%d.%s.%s", il, layer_names[i].hf, suffix);
-            return st_find_prefixed(m, hf);
-        }
     }
     return NULL;
 }
