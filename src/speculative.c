@@ -37,7 +37,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
         bs_error_prefix("drafter and target do not fit: ");
         return NULL;
     }
-    if (bs_session_n_past(s) != 0) {
+    if (d && bs_session_n_past(s) != 0) {
         bs_error("speculative decoding needs a fresh session (its positions have no taps)");
         return NULL;
     }
