@@ -1,0 +1,21 @@
+/* convert.h: model format converters behind `bitspark convert`. All stream one tensor at a time
+ * (memory stays small at any model size) and return 0 or -1 with bs_error, removing partial
+ * outputs.
+ *
+ * Drafters (convert_drafter.c): PrismML `dspark` GGUF <-> DeepSpec Qwen3DSparkModel standalone
+ * safetensors directory (model.safetensors + config.json), names from dspark_names.h. F32, F16
+ * and BF16 tensors keep their dtype and bytes; quantized GGUF tensors become BF16 (noted).
+ *
+ * Targets (convert_hf.c): a Hugging Face Qwen3.5 / Qwen3.6 dense text checkpoint -> qwen35
+ * GGUF with llama.cpp's converter transforms (qwen35-arch.md §2.7, §4.4, §5, §6). */
+#ifndef BS_CONVERT_H
+#define BS_CONVERT_H
+
+int bs_convert_drafter_to_st(const char *in_gguf, const char *out_dir, int n_threads);
+int bs_convert_drafter_to_gguf(const char *in_dir, const char *out_gguf, int n_threads);
+
+/* type: bs_type of the weight matrices, or -1 to keep each tensor's own dtype (F32/F16/BF16).
+ * Norms, conv, ssm_a and ssm_dt are always F32. */
+int bs_convert_hf_to_gguf(const char *in_dir, const char *out_gguf, int type, int n_threads);
+
+#endif
