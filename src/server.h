@@ -67,6 +67,7 @@ typedef struct srv_task {
     float bias[SRV_MAX_BIAS];
     int n_predict;             /* < 0: until EOG or the context is full */
     bool ignore_eos;
+    bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */

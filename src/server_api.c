@@ -183,6 +183,9 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r))
         return false;
     if (n != 1) { bad_request(r, "only %s = 1 is supported", "n"); return false; }
+    bool cache = true;
+    if (!get_bool(b, "cache_prompt", &cache, r)) return false;
+    t->no_cache = !cache;
     p->top_k = (int32_t)top_k;
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;

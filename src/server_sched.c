@@ -118,6 +118,7 @@ static int prefix_len(const int32_t *a, int na, const int32_t *b, int nb) {
 static int reuse_len(const slot *sl, const srv_task *t, int *from) {
     int best = 0;
     *from = -2;
+    if (t->no_cache) return 0;
     if (sl->n_toks > 0 && sl->n_toks < t->n_prompt &&
         prefix_len(sl->toks, sl->n_toks, t->prompt, t->n_prompt) == sl->n_toks) {
         best = sl->n_toks;
