@@ -12,7 +12,6 @@
  *   Q2_0  (g128 / g64 / PQ2_0) 2-bit codes unpacked with vpmultishiftqb; dpbusd seeded with
  *         -sum(q) gives sum((c-1) q).
  *   Q8_0  |w| (u8) x q negated where w < 0, dpbusd.
- *   Q4_1  nibbles x q with dpbusd, plus m * s (Q8_1 activation sums).
  *   F32/F16/BF16  activations in f32 (rounded to the weight type, exact products), FMA. */
 #include "kernels.h"
 
@@ -226,57 +225,6 @@ static T512 INL void tile_q8(const uint8_t *w, size_t rb, const bs_acts *A, int6
         for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
-static T512 INL float sfma(float a, float b, float c) {
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
-/* Q4_1 x Q8_1: a step is two 20-byte blocks; sum = d_w d_a sum(n q) + m_w s_a per block. */
-static T512 INL void tile_q41(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y,
-                             int64_t ldy, const int MR, const int NR) {
-    const int64_t n = A->n, nb = n / 32;
-    const __m512i shifts = _mm512_set_epi64(4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0,
-                                            4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0);
-    __m512 acc[4][BS_KMAX_ROWS];
-    float corr[4][BS_KMAX_ROWS];
-    for (int m = 0; m < MR; m++)
-        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps(), corr[m][r] = 0.0f;
-    for (int64_t s = 0; s < (nb + 1) / 2; s++) {
-        const int full = 2 * s + 1 < nb;
-        const __mmask64 bm = full ? ~(__mmask64)0 : 0xFFFFFFFFull;
-        const __mmask16 lm = full ? 0xFFFF : 0x00FF;
-        __m512i wq[4];
-        __m512 dw[4];
-        float mw[4][2];
-        for (int m = 0; m < MR; m++) {
-            const uint8_t *p = w + (size_t)m * rb + (size_t)s * 40;
-            _mm_prefetch((const char *)p + PF_DIST, _MM_HINT_T0);
-            __m128i qa = _mm_loadu_si128((const __m128i *)(p + 4));
-            __m128i qb = full ? _mm_loadu_si128((const __m128i *)(p + 24)) : _mm_setzero_si128();
-            __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(qa)),
-                                           _mm256_broadcastsi128_si256(qb), 1);
-            wq[m] = _mm512_and_si512(_mm512_srlv_epi16(v, shifts), _mm512_set1_epi8(0x0F));
-            __m256 dlo = _mm256_set1_ps(f16(p)), dhi = _mm256_set1_ps(full ? f16(p + 20) : 0.0f);
-            dw[m] = _mm512_insertf32x8(_mm512_castps256_ps512(dlo), dhi, 1);
-            mw[m][0] = f16(p + 2);
-            mw[m][1] = full ? f16(p + 22) : 0.0f;
-        }
-        for (int r = 0; r < NR; r++) {
-            const int64_t row = a0 + r;
-            const __m512i x = _mm512_maskz_loadu_epi8(bm, A->qs + row * n + s * 64);
-            const __m512 d = _mm512_maskz_loadu_ps(lm, A->dl + row * (n / 4) + s * 16);
-            const float *gs = A->gs + row * nb + 2 * s;
-            for (int m = 0; m < MR; m++) {
-                __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[m], x);
-                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, dw[m]), acc[m][r]);
-                corr[m][r] = sfma(mw[m][0], gs[0], corr[m][r]);
-                if (full) corr[m][r] = sfma(mw[m][1], gs[1], corr[m][r]);
-            }
-        }
-    }
-    for (int m = 0; m < MR; m++)
-        for (int r = 0; r < NR; r++) y[r * ldy + m] = _mm512_reduce_add_ps(acc[m][r]) + corr[m][r];
-}
-
 /* Float weights against f32 activations; a step is 16 elements, the tail is masked. */
 static T512 INL __m512 load_w(const uint8_t *p, int type, __mmask16 k) {
     if (type == BS_F32) return _mm512_maskz_loadu_ps(k, p);
@@ -413,7 +361,6 @@ bs_kernel_fn bs_kernel_packed_avx512(int kind) {
 #define C_Q2(p, yo, mr, nr) tile_q12(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2, mr, nr)
 #define C_Q2G64(p, yo, mr, nr) tile_q12(p, W->row_bytes, A, a0, yo, ldy, FMT_Q2G64, mr, nr)
 #define C_Q8(p, yo, mr, nr) tile_q8(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
-#define C_Q41(p, yo, mr, nr) tile_q41(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
 #define C_F32(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F32, mr, nr)
 #define C_F16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F16, mr, nr)
 #define C_BF16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_BF16, mr, nr)
@@ -429,7 +376,6 @@ KERNEL(k_q1_0, C_Q1)
 KERNEL(k_q2_0, C_Q2)
 KERNEL(k_q2_0_g64, C_Q2G64)
 KERNEL(k_q8_0, C_Q8)
-KERNEL(k_q4_1, C_Q41)
 KERNEL(k_f32, C_F32)
 KERNEL(k_f16, C_F16)
 KERNEL(k_bf16, C_BF16)
@@ -450,7 +396,8 @@ bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) {
     case BS_Q2_0: case BS_PQ2_0: return k_q2_0;
     case BS_Q2_0_G64: return k_q2_0_g64;
     case BS_Q8_0: return k_q8_0;
-    case BS_Q4_1: return k_q4_1;
+    /* Q4_1 (the drafter's format) goes through the threaded scalar dot, which reproduces
+     * llama.cpp's x86 float order bit for bit */
     case BS_F32: return k_f32;
     case BS_F16: return k_f16;
     case BS_BF16: return k_bf16;
