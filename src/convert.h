@@ -11,11 +11,19 @@
 #ifndef BS_CONVERT_H
 #define BS_CONVERT_H
 
+#include <jansson.h>
+#include <stdint.h>
+
 int bs_convert_drafter_to_st(const char *in_gguf, const char *out_dir, int n_threads);
 int bs_convert_drafter_to_gguf(const char *in_dir, const char *out_gguf, int n_threads);
 
 /* type: bs_type of the weight matrices, or -1 to keep each tensor's own dtype (F32/F16/BF16).
  * Norms, conv, ssm_a and ssm_dt are always F32. */
 int bs_convert_hf_to_gguf(const char *in_dir, const char *out_gguf, int type, int n_threads);
+
+/* Internal to hf-to-gguf (convert_hf_vocab.c): the tokenizer keys for an n_vocab-row embedding
+ * from dir/tokenizer.json and dir/tokenizer_config.json; cfg is config.json (fallback ids). */
+struct gguf_writer;
+int bs_hf_write_vocab(struct gguf_writer *w, const char *dir, int64_t n_vocab, const json_t *cfg);
 
 #endif

@@ -136,13 +136,11 @@ static bool quantizable(const gguf_tensor *t) {
 
 static bool is_float(int type) { return type == BS_F32 || type == BS_F16 || type == BS_BF16; }
 
-/* A type whose block fits rows of ne0, starting from `want`. */
-static int fit_type(int want, const gguf_tensor *t) {
-    int64_t ne0 = t->ne[0];
+int bs_quantize_fit_type(int want, const char *name, int64_t ne0, int src_type) {
     if (bs_row_size(want, ne0)) return want;
     int alt = want == BS_Q6_K ? BS_Q8_0 : BS_Q4_0;
-    if (!bs_row_size(alt, ne0)) alt = is_float(t->type) ? t->type : BS_F32;
-    fprintf(stderr, "note: %s: rows of %lld are not a multiple of the %s block (%lld); using %s\n", t->name,
+    if (!bs_row_size(alt, ne0)) alt = is_float(src_type) ? src_type : BS_F32;
+    fprintf(stderr, "note: %s: rows of %lld are not a multiple of the %s block (%lld); using %s\n", name,
             (long long)ne0, bs_type_name(want), (long long)bs_type_get(want)->blck, bs_type_name(alt));
     return alt;
 }
@@ -154,7 +152,7 @@ static int target_type(const gguf_tensor *t, const bs_quantize_params *p) {
     if (!strcmp(t->name, "output.weight") && p->output_type >= 0) type = p->output_type;
     for (int i = 0; i < p->n_overrides; i++)
         if (regexec(&p->overrides[i].re, t->name, 0, NULL, 0) == 0) type = p->overrides[i].type;
-    return fit_type(type, t);
+    return bs_quantize_fit_type(type, t->name, t->ne[0], t->type);
 }
 
 /* --- the file -------------------------------------------------------------------------------- */

@@ -46,6 +46,9 @@ void bs_quantize_params_free(bs_quantize_params *p);
 /* Quantize in -> out. 0, or -1 with bs_error (the partial output is removed). */
 int bs_quantize_file(const char *in, const char *out, const bs_quantize_params *p);
 
+/* want if rows of ne0 fit its blocks, else the fallback described above (with a note). */
+int bs_quantize_fit_type(int want, const char *name, int64_t ne0, int src_type);
+
 /* llama.cpp's LLAMA_FTYPE (general.file_type) for a model whose matrices are mostly `type`. */
 uint32_t bs_ftype_of(int type);
 
