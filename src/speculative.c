@@ -104,12 +104,20 @@ static int feed(bs_spec *sp, int n) {
     return 0;
 }
 
+int bs_spec_sync(bs_spec *sp) {
+    if (!sp->dc) return 0;
+    const int n_past = bs_session_n_past(sp->s);
+    if (bs_dspark_ctx_len(sp->dc) > n_past) bs_dspark_ctx_crop(sp->dc, n_past);
+    const bool was = sp->drafting;
+    sp->drafting = bs_dspark_ctx_len(sp->dc) == n_past;
+    if (was && !sp->drafting)   /* positions without taps: the drafter cannot follow */
+        bs_log(1, "speculative: the session holds positions the drafter has not seen; drafting is off\n");
+    return sp->drafting;
+}
+
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
     if (n < 1) return bs_error("empty prompt");
-    if (sp->dc && bs_dspark_ctx_len(sp->dc) != bs_session_n_past(sp->s)) {
-        sp->drafting = false;   /* positions without taps: the drafter cannot follow */
-        bs_log(1, "speculative: the session holds positions the drafter has not seen; drafting is off\n");
-    }
+    bs_spec_sync(sp);
     const int chunk = sp->dc ? PROMPT_CHUNK : n;
     for (int off = 0; off < n; off += chunk) {
         const int c = BS_MIN(chunk, n - off);

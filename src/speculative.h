@@ -48,6 +48,11 @@ void bs_spec_free(bs_spec *sp);
  * off (rounds become plain steps). 0 or -1 + bs_error. */
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits);
 
+/* After the session was rolled back or its state loaded: drop drafter context rows at positions
+ * >= n_past (they must describe the same tokens as the session's, e.g. a state saved earlier in
+ * this sequence). Drafting stays off if the drafter lacks rows. Returns 1 if drafting is on. */
+int bs_spec_sync(bs_spec *sp);
+
 /* One round from `anchor`. Produces m >= 1 tokens into out (at most max_new, >= 1), each accepted
  * into smp's history; stops after a token for which is_stop(ud, id) is true. The session ends
  * holding everything up to the token before out[m-1], which becomes the next anchor.

@@ -1,0 +1,296 @@
+/* test_dspark_sampling.c: speculative sampling gives exact samples of the target.
+ *
+ * Target tiny-q1_0 (fixture), sampler temp 1 with top-k 3, so three tokens after a fixed anchor
+ * have at most 27 continuations whose exact probabilities we enumerate with plain evals through
+ * the same sampler chain. Many seeded runs of speculative rounds must match that distribution
+ * (chi-square, p = 0.001; cells with small expectation pooled), with drafters that are
+ *   - perfect: the target itself (q = p; acceptance must be ~100%),
+ *   - mediocre: the target at temperature 2 with top-k 6 (q != p, partial acceptance),
+ *   - bad: uniform over 8 tokens outside the target's support (every draft rejected),
+ *   - the real DSpark fixture drafter (random weights: Markov-corrected q at temperature 1).
+ * The test's power is shown too: the mediocre drafter's own distribution must be rejected by the
+ * same criterion at the same sample size. */
+#include "dspark.h"
+#include "qwen35.h"
+#include "sampler.h"
+#include "session.h"
+#include "speculative.h"
+#include "test.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOPK 3
+#define NCELL (TOPK * TOPK * TOPK)
+#define RUNS 700
+
+static bs_model *M;
+static int V;
+static int32_t prompt[8] = {17, 300, 41, 512, 77, 9, 640, 128};
+static const int NP = 8;
+static int32_t anchor;
+static uint8_t *state0;          /* the session after the prompt (the anchor not evaluated) */
+static size_t state0_len;
+
+static bs_sampler *make_sampler(float temp, int top_k, uint64_t seed) {
+    bs_sampler_params p = bs_sampler_default_params();
+    p.temp = temp;
+    p.top_k = top_k;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return bs_sampler_new(&p, V);
+}
+
+static bs_session *new_session(void) {
+    bs_session_params p = {.n_ctx = 256, .n_threads = 1};
+    return bs_session_new(M, &p);
+}
+
+/* --- the exact distribution: cells indexed by the rank of each token in its top-3 -------------- */
+typedef struct { int32_t ids[NCELL][3]; double p[NCELL], q[NCELL]; } exact;
+
+static void probs(const float *logits, float temp, int top_k, float *out) {
+    bs_sampler *s = make_sampler(temp, top_k, 1);
+    bs_sampler_apply(s, logits);
+    bs_sampler_probs_dense(s, out);
+    bs_sampler_free(s);
+}
+
+/* The top-3 ids of logits (descending, ties to the lower id). */
+static void top3(const float *l, int32_t *ids) {
+    for (int k = 0; k < TOPK; k++) {
+        int best = -1;
+        for (int v = 0; v < V; v++) {
+            bool used = false;
+            for (int j = 0; j < k; j++) used |= ids[j] == v;
+            if (!used && (best < 0 || l[v] > l[best])) best = v;
+        }
+        ids[k] = best;
+    }
+}
+
+static void enumerate(exact *e) {
+    bs_session *s = new_session();
+    float *l = bs_xmalloc((size_t)V * sizeof(float)), *p = bs_xmalloc((size_t)V * sizeof(float)),
+          *q = bs_xmalloc((size_t)V * sizeof(float));
+    int32_t t1[TOPK];
+    double p1[TOPK], q1[TOPK];
+    bs_session_state_load(s, state0, state0_len);
+    bs_eval(s, &anchor, 1, BS_LOGITS_LAST, l, NULL);
+    top3(l, t1);
+    probs(l, 1.0f, TOPK, p);
+    probs(l, 2.0f, 6, q);
+    for (int a = 0; a < TOPK; a++) { p1[a] = p[t1[a]]; q1[a] = q[t1[a]]; }
+    /* states after the anchor and after t1 (rollback only undoes the last batch) */
+    const size_t cap = bs_session_state_size(s) + (1u << 20);
+    uint8_t *s1 = bs_xmalloc(cap), *s2 = bs_xmalloc(cap);
+    bs_session_state_save(s, s1, cap);
+    const size_t n1 = bs_session_state_size(s);
+    for (int a = 0; a < TOPK; a++) {
+        bs_session_state_load(s, s1, n1);
+        bs_eval(s, &t1[a], 1, BS_LOGITS_LAST, l, NULL);
+        bs_session_state_save(s, s2, cap);
+        const size_t n2 = bs_session_state_size(s);
+        int32_t t2[TOPK];
+        top3(l, t2);
+        probs(l, 1.0f, TOPK, p);
+        probs(l, 2.0f, 6, q);
+        double p2[TOPK], q2[TOPK];
+        for (int b = 0; b < TOPK; b++) { p2[b] = p[t2[b]]; q2[b] = q[t2[b]]; }
+        for (int b = 0; b < TOPK; b++) {
+            bs_session_state_load(s, s2, n2);
+            bs_eval(s, &t2[b], 1, BS_LOGITS_LAST, l, NULL);
+            int32_t t3[TOPK];
+            top3(l, t3);
+            probs(l, 1.0f, TOPK, p);
+            probs(l, 2.0f, 6, q);
+            for (int c = 0; c < TOPK; c++) {
+                const int cell = (a * TOPK + b) * TOPK + c;
+                e->ids[cell][0] = t1[a];
+                e->ids[cell][1] = t2[b];
+                e->ids[cell][2] = t3[c];
+                e->p[cell] = p1[a] * p2[b] * p[t3[c]];
+                e->q[cell] = q1[a] * q2[b] * q[t3[c]];
+            }
+        }
+    }
+    free(l); free(p); free(q); free(s1); free(s2);
+    bs_session_free(s);
+}
+
+static int cell_of(const exact *e, const int32_t *t) {
+    for (int c = 0; c < NCELL; c++)
+        if (!memcmp(e->ids[c], t, sizeof e->ids[c])) return c;
+    return -1;
+}
+
+/* Pearson chi-square of counts vs probabilities (cells expecting < 5 pooled), and its 0.001
+ * critical value (Wilson-Hilferty). */
+static double chi2(const long *count, const double *prob, long n, int extra_cell, double *crit) {
+    double stat = 0, pool_e = 0, pool_o = 0;
+    int cells = 0;
+    for (int c = 0; c <= NCELL; c++) {
+        const double e = c < NCELL ? prob[c] * n : 0;
+        const double o = c < NCELL ? (double)count[c] : (double)extra_cell;
+        if (e < 5) { pool_e += e; pool_o += o; continue; }
+        stat += (o - e) * (o - e) / e;
+        cells++;
+    }
+    if (pool_e > 0) { stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e; cells++; }
+    else if (pool_o > 0) stat = INFINITY;   /* outcomes the target never produces */
+    const double k = cells - 1, z = 3.09;
+    *crit = k * pow(1 - 2 / (9 * k) + z * sqrt(2 / (9 * k)), 3);
+    return stat;
+}
+
+/* --- drafter hooks ----------------------------------------------------------------------------- */
+enum { D_SELF, D_TEMPERED, D_BAD, D_DSPARK };
+typedef struct {
+    int mode;
+    bs_session *main, *scratch;
+    uint8_t *buf;
+    size_t cap;
+    float *logits;
+} hook_ctx;
+
+static int hook(void *ud, int32_t anc, int pos, int k, bs_sampler *smp, int32_t *drafts, float *q) {
+    hook_ctx *h = ud;
+    (void)pos;
+    if (!q) return 0;
+    if (h->mode == D_BAD) {
+        for (int i = 0; i < k; i++) {
+            float *row = q + (size_t)i * V;
+            memset(row, 0, (size_t)V * sizeof(float));
+            for (int j = 0; j < 8; j++) row[1000 + j] = 0.125f;
+            drafts[i] = bs_sampler_draw(smp, NULL, row, V);
+        }
+        return k;
+    }
+    const size_t n = bs_session_state_size(h->main);
+    if (n > h->cap || bs_session_state_save(h->main, h->buf, h->cap) || bs_session_state_load(h->scratch, h->buf, n))
+        return 0;
+    bs_sampler *ds = h->mode == D_SELF ? make_sampler(1.0f, TOPK, 1) : make_sampler(2.0f, 6, 1);
+    int32_t prev = anc;
+    for (int i = 0; i < k; i++) {
+        float *row = q + (size_t)i * V;
+        bs_eval(h->scratch, &prev, 1, BS_LOGITS_LAST, h->logits, NULL);
+        bs_sampler_apply(ds, h->logits);
+        bs_sampler_probs_dense(ds, row);
+        drafts[i] = prev = bs_sampler_draw(smp, NULL, row, V);
+    }
+    bs_sampler_free(ds);
+    return k;
+}
+
+static void run_variant(const exact *e, int mode, const char *name, int draft_max, bs_dspark *d) {
+    bs_session *s = new_session(), *scratch = new_session();
+    float *logits = bs_xmalloc((size_t)V * sizeof(float));
+    hook_ctx h = {.mode = mode, .main = s, .scratch = scratch, .cap = state0_len + (1u << 20), .logits = logits};
+    h.buf = bs_xmalloc(h.cap);
+    bs_spec_params sp = {.draft_max = draft_max};
+    bs_spec *spec = bs_spec_new(s, mode == D_DSPARK ? d : NULL, &sp);
+    CHECKF(spec != NULL, "%s", bs_last_error());
+    if (!spec) return;
+    if (mode != D_DSPARK) bs_spec_set_draft_hook(spec, hook, &h);
+    else CHECK(bs_spec_prompt(spec, prompt, NP, logits) == 0);   /* feeds the drafter the prompt taps */
+    const int n_after_prompt = NP;
+    long count[NCELL] = {0}, other = 0;
+    for (int run = 0; run < RUNS; run++) {
+        bs_session_state_load(s, state0, state0_len);
+        CHECK(bs_session_n_past(s) == n_after_prompt);
+        bs_spec_sync(spec);
+        bs_sampler *smp = make_sampler(1.0f, TOPK, 1000 + (uint64_t)run);
+        bs_sampler_accept_many(smp, prompt, NP);
+        bs_sampler_accept(smp, anchor);
+        int32_t got[8], buf[BS_DSPARK_MAX_BLOCK + 1];
+        int n = 0;
+        int32_t a = anchor;
+        while (n < 3) {
+            const int m = bs_spec_round(spec, smp, a, 3 - n, NULL, NULL, buf);
+            if (m < 1) { CHECKF(false, "%s: round failed: %s", name, bs_last_error()); break; }
+            memcpy(got + n, buf, (size_t)m * sizeof *buf);
+            n += m;
+            a = buf[m - 1];
+        }
+        bs_sampler_free(smp);
+        const int c = n == 3 ? cell_of(e, got) : -1;
+        if (c >= 0) count[c]++;
+        else other++;
+    }
+    double crit;
+    const double stat = chi2(count, e->p, RUNS, (int)other, &crit);
+    const bs_spec_stats *st = bs_spec_get_stats(spec);
+    const double acc = st->n_drafted ? (double)st->n_accepted / st->n_drafted : 0;
+    CHECKF(stat < crit, "%s: chi-square %.1f >= %.1f", name, stat, crit);
+    if (getenv("BS_DEBUG"))
+        for (int c = 0; c < NCELL; c++) printf("    cell %2d %4d %4d %4d: %4ld expected %7.1f\n", c, e->ids[c][0], e->ids[c][1], e->ids[c][2], count[c], e->p[c] * RUNS);
+    printf("  %-26s draft-max %d: chi2 %6.1f (0.001 critical %.1f), acceptance %.3f over %ld drafts\n", name,
+           draft_max, stat, crit, acc, st->n_drafted);
+    if (mode == D_SELF) CHECKF(acc > 0.99, "perfect drafter acceptance %.3f", acc);
+    if (mode == D_BAD) CHECKF(st->n_accepted == 0, "bad drafter: %ld accepted", st->n_accepted);
+    if (mode == D_TEMPERED) CHECKF(acc > 0.2 && acc < 0.98, "mediocre drafter acceptance %.3f", acc);
+    bs_spec_free(spec);
+    free(h.buf);
+    free(logits);
+    bs_session_free(s);
+    bs_session_free(scratch);
+}
+
+int main(void) {
+    const char *fx = getenv("BS_FIXTURES");
+    char path[600], dpath[600];
+    snprintf(path, sizeof path, "%s/tiny-q1_0.gguf", fx ? fx : "../shared/fixtures");
+    snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx ? fx : "../shared/fixtures");
+    M = bs_model_load(path, NULL);
+    bs_dspark *d = bs_dspark_load(dpath, NULL);
+    CHECKF(M && d, "%s", bs_last_error());
+    if (!M || !d) return test_summary("test_dspark_sampling");
+    V = M->hp.n_vocab;
+
+    /* the state after the prompt, and the anchor = the prompt's greedy token */
+    bs_session *s = new_session();
+    float *l = bs_xmalloc((size_t)V * sizeof(float));
+    int taps[] = {1, 4, 6};
+    bs_session_set_taps(s, taps, 3);   /* taps do not change the state; keeps sizes equal */
+    bs_eval(s, prompt, NP, BS_LOGITS_LAST, l, NULL);
+    int32_t t[TOPK];
+    top3(l, t);
+    anchor = t[0];
+    state0_len = bs_session_state_size(s);
+    state0 = bs_xmalloc(state0_len);
+    bs_session_state_save(s, state0, state0_len);
+    bs_session_free(s);
+    free(l);
+
+    exact e;
+    enumerate(&e);
+    double sum = 0;
+    for (int c = 0; c < NCELL; c++) sum += e.p[c];
+    CHECKF(fabs(sum - 1) < 1e-4, "exact distribution sums to %g", sum);
+
+    printf("speculative sampling vs the target's own distribution (%d runs each):\n", RUNS);
+    run_variant(&e, D_SELF, "perfect drafter (q = p)", 2, d);
+    run_variant(&e, D_TEMPERED, "mediocre drafter (T 2, k 6)", 3, d);
+    run_variant(&e, D_BAD, "bad drafter (off-support)", 2, d);
+    run_variant(&e, D_DSPARK, "DSpark fixture drafter", 2, d);
+
+    /* power: sampling the mediocre drafter's own distribution must fail the same test */
+    double crit, stat = 0;
+    {
+        long count[NCELL];
+        double qsum = 0;
+        for (int c = 0; c < NCELL; c++) qsum += e.q[c];
+        for (int c = 0; c < NCELL; c++) count[c] = lround(e.q[c] / qsum * RUNS);
+        stat = chi2(count, e.p, RUNS, 0, &crit);
+    }
+    CHECKF(stat > 2 * crit, "power: the drafter's own distribution gives chi2 %.1f (critical %.1f)", stat, crit);
+    printf("  power check: the mediocre drafter's own distribution scores chi2 %.1f (critical %.1f)\n", stat, crit);
+    free(state0);
+    bs_dspark_free(d);
+    bs_model_free(M);
+    return test_summary("test_dspark_sampling");
+}
