@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# test_quantize.sh: `bitspark quantize` against llama.cpp's files (fixtures):
+#  - tiny-f32 -> q4_1 / q8_0 gives exactly the tensors (types, shapes, bytes: llama.cpp left the
+#    norms, conv, ssm_a, ssm_dt in F32 and quantized every matrix incl. token_embd and output)
+#    and metadata (general.file_type 3 / 7, quantization_version 2) of tiny-q4_1 / tiny-q8_0;
+#  - the QAT files round-trip: tiny-q1_0 -> f32 -> q1_0, tiny-q2_0 -> f32 -> q2_0 (ssm_alpha/beta
+#    kept bf16 by --tensor-type), tiny-q2_0-g64 -> f32 -> q2_0 --q2-group 64 reproduce the bytes;
+#  - requantizing needs --allow-requantize; same-type tensors are copied; rows that don't fit a
+#    block fall back with a note; --output-type / --embd-type / bad arguments.
+set -u
+B=${BITSPARK:?} F=${BS_FIXTURES:?} S=${BS_SRC:-$(cd "$(dirname "$0")/.." && pwd)} T=${BS_TMP:-/tmp}/quantize.$$
+PY=/usr/bin/python3
+mkdir -p "$T"
+trap 'rm -rf "$T"' EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+same() { $PY "$S/tests/gguf_same.py" "$@"; }
+
+"$B" quantize "$F/tiny-f32.gguf" "$T/q4_1.gguf" q4_1 2>/dev/null && same "$T/q4_1.gguf" "$F/tiny-q4_1.gguf" --meta \
+  && ok "f32 -> q4_1 = llama.cpp's tiny-q4_1" || bad "f32 -> q4_1"
+"$B" quantize "$F/tiny-f32.gguf" "$T/q8_0.gguf" Q8_0 -t 2 2>/dev/null && same "$T/q8_0.gguf" "$F/tiny-q8_0.gguf" --meta \
+  && ok "f32 -> q8_0 = llama.cpp's tiny-q8_0 (2 threads)" || bad "f32 -> q8_0"
+
+"$B" quantize "$F/tiny-q1_0.gguf" "$T/a.gguf" f32 2>"$T/err" && bad "requantize without the flag succeeded"
+grep -q "needs --allow-requantize" "$T/err" && [ ! -e "$T/a.gguf" ] && ok "requantize refused: $(cat "$T/err")" \
+  || bad "requantize message / partial file"
+"$B" quantize "$F/tiny-q1_0.gguf" "$T/a.gguf" f32 --allow-requantize 2>/dev/null && \
+"$B" quantize "$T/a.gguf" "$T/b.gguf" q1_0 2>/dev/null && same "$T/b.gguf" "$F/tiny-q1_0.gguf" --meta \
+  && ok "tiny-q1_0 -> f32 -> q1_0 round trip" || bad "q1_0 round trip"
+"$B" quantize "$F/tiny-q2_0.gguf" "$T/a.gguf" f32 --allow-requantize 2>/dev/null && \
+"$B" quantize "$T/a.gguf" "$T/b.gguf" q2_0 --tensor-type 'ssm_(alpha|beta)=bf16' 2>/dev/null && \
+  same "$T/b.gguf" "$F/tiny-q2_0.gguf" --meta && ok "tiny-q2_0 -> f32 -> q2_0 round trip" || bad "q2_0 round trip"
+"$B" quantize "$F/tiny-q2_0-g64.gguf" "$T/a.gguf" f32 --allow-requantize 2>/dev/null && \
+"$B" quantize "$T/a.gguf" "$T/b.gguf" q2_0 --q2-group 64 --tensor-type 'ssm_(alpha|beta)=bf16' 2>/dev/null && \
+  same "$T/b.gguf" "$F/tiny-q2_0-g64.gguf" --meta && ok "tiny-q2_0-g64 -> f32 -> q2_0 --q2-group 64 round trip" \
+  || bad "q2_0_g64 round trip"
+# same type: copied as is; direct requantization between formats
+"$B" quantize "$F/tiny-q1_0.gguf" "$T/c.gguf" q1_0 2>/dev/null && same "$T/c.gguf" "$F/tiny-q1_0.gguf" \
+  && ok "q1_0 -> q1_0 copies" || bad "same-type copy"
+"$B" quantize "$F/tiny-q1_0.gguf" "$T/c.gguf" pq2_0 --allow-requantize --output-type q8_0 --embd-type bf16 2>/dev/null \
+  && "$B" inspect --json "$T/c.gguf" > "$T/c.json" && $PY - "$T/c.json" <<'PYEOF' && ok "q1_0 -> pq2_0 with --output-type q8_0 --embd-type bf16" || bad "output/embd types"
+import json, sys
+j = json.load(open(sys.argv[1]))
+ts = {t['name']: t['type'] for t in j['tensors']}
+m = {k['key'] if isinstance(k, dict) else k: k for k in j.get('metadata', [])}
+assert ts['output.weight'] == 'q8_0' and ts['token_embd.weight'] == 'bf16', ts
+assert ts['blk.0.ffn_up.weight'] == 'pq2_0' and ts['blk.0.ssm_a'] == 'f32' and ts['blk.0.ssm_conv1d.weight'] == 'f32'
+PYEOF
+# q6_k needs rows of 256: ssm_out (384 wide) falls back to q8_0 with a note
+"$B" quantize "$F/tiny-f32.gguf" "$T/d.gguf" q6_k 2>"$T/err" && grep -q "blk.0.ssm_out.weight: rows of 384 .* using q8_0" "$T/err" \
+  && [ "$(grep -c '^note:' "$T/err")" = 6 ] && ok "q6_k fallback notes" || bad "q6_k fallback: $(cat "$T/err")"
+for args in "x.gguf" "$F/tiny-f32.gguf $T/e.gguf q9_9" "$F/tiny-f32.gguf $T/e.gguf q4_1 --tensor-type (=q4_1" \
+            "$F/tiny-f32.gguf $T/e.gguf q4_1 --q2-group 32" "/nonexistent.gguf $T/e.gguf q4_1"; do
+  # shellcheck disable=SC2086
+  "$B" quantize $args >/dev/null 2>"$T/err"; rc=$?
+  [ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && [ ! -e "$T/e.gguf" ] && ok "rejects: $(cat "$T/err")" || bad "bad args '$args' rc=$rc"
+done
+exit $fail
