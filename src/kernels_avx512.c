@@ -328,6 +328,99 @@ bs_kernel_fn bs_kernel_packed_avx512(int kind) {
     return kind == BS_PACK_Q1_X16 ? k_x16_q1_0 : NULL;
 }
 
+/* --- Q1_0 in llama.cpp's x86 float order (bit-identical to the scalar oracle) ----------------
+ * The AVX2 kernel llama.cpp runs (and bs_q1_0_dot mirrors) keeps 8 float lanes per row, lane l
+ * of 32-group k being the integer sum of elements 32k+4l..+3: block lanes = d_a[0]*L0, then
+ * fma(d_a[k], Lk, .), then acc = fma(d_w, block, acc), reduced by bs_hsum8 at the end. Here the
+ * two 256-bit halves of a vector carry two weight rows, so each operation does that for 2
+ * rows: one vpdpbusd (seeded with -sum q) per group gives both rows' 8 lanes. */
+static T512 INL __mmask64 pair_mask(const uint8_t *b0, const uint8_t *b1, int k) {
+    uint32_t lo, hi;
+    memcpy(&lo, b0 + 4 * k, 4);
+    memcpy(&hi, b1 + 4 * k, 4);
+    return _cvtu64_mask64((uint64_t)lo | (uint64_t)hi << 32);
+}
+
+static T512 INL float hsum8_half(__m512 v, int half) {
+    __m256 h = half ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v);
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));   /* v0+v4 .. */
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));           /* (v0+v4)+(v2+v6), (v1+v5)+(v3+v7) */
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+/* P pairs of weight rows (rows w, w+rb; the second of a pair may repeat the first) x NR rows. */
+static T512 INL void tile_q1x(const uint8_t *w, size_t rb, int single, const bs_acts *A, int64_t a0,
+                             float *y, int64_t ldy, const int P, const int NR) {
+    const int64_t n = A->n, nb = n / 128;
+    const __m512i two = _mm512_set1_epi8(2);
+    __m512 acc[2][BS_KMAX_ROWS];
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < NR; r++) acc[p][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i c[2][4];
+        __m512 dw[2];
+        for (int p = 0; p < P; p++) {
+            const uint8_t *p0 = w + (size_t)(2 * p) * rb + (size_t)b * 18;
+            const uint8_t *p1 = single ? p0 : p0 + rb;
+            _mm_prefetch((const char *)p0 + PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)p1 + PF_DIST, _MM_HINT_T0);
+            for (int k = 0; k < 4; k++) c[p][k] = _mm512_maskz_mov_epi8(pair_mask(p0 + 2, p1 + 2, k), two);
+            dw[p] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(f16(p0))), _mm256_set1_ps(f16(p1)), 1);
+        }
+        for (int r = 0; r < NR; r++) {
+            const int64_t row = a0 + r;
+            const int8_t *q = A->qs + row * n + b * 128;
+            const int32_t *ns = A->nsum + row * (n / 4) + b * 32;
+            const float *dl = A->dl + row * (n / 4) + b * 32;
+            __m512i x[4], s[4];
+            for (int k = 0; k < 4; k++) {
+                x[k] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(q + 32 * k)));
+                s[k] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ns + 8 * k)));
+            }
+            for (int p = 0; p < P; p++) {
+                __m512 blk = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(s[0], c[p][0], x[0])),
+                                           _mm512_set1_ps(dl[0]));
+                for (int k = 1; k < 4; k++)
+                    blk = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(s[k], c[p][k], x[k])),
+                                          _mm512_set1_ps(dl[8 * k]), blk);
+                acc[p][r] = _mm512_fmadd_ps(blk, dw[p], acc[p][r]);
+            }
+        }
+    }
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < NR; r++) {
+            y[r * ldy + 2 * p] = hsum8_half(acc[p][r], 0);
+            if (!single) y[r * ldy + 2 * p + 1] = hsum8_half(acc[p][r], 1);
+        }
+}
+
+#define Q1X_RANGE(NR)                                                                         \
+    do {                                                                                      \
+        const int P_ = (NR) <= 2 ? 2 : 1;                                                     \
+        int64_t o = o0;                                                                       \
+        for (; o + 2 * P_ <= o1; o += 2 * P_)                                                 \
+            tile_q1x(w0 + (size_t)o * rb, rb, 0, A, a0, yy + o, ldy, P_, NR);                 \
+        for (; o + 2 <= o1; o += 2) tile_q1x(w0 + (size_t)o * rb, rb, 0, A, a0, yy + o, ldy, 1, NR); \
+        if (o < o1) tile_q1x(w0 + (size_t)o * rb, rb, 1, A, a0, yy + o, ldy, 1, NR);          \
+    } while (0)
+
+static T512 void k_q1_0_exact(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
+                              int na, float *y, int64_t ldy) {
+    const uint8_t *w0 = W->data;
+    const size_t rb = W->row_bytes;
+    float *yy = y + a0 * ldy;
+    switch (na) {
+    case 1: Q1X_RANGE(1); break;
+    case 2: Q1X_RANGE(2); break;
+    case 3: Q1X_RANGE(3); break;
+    case 4: Q1X_RANGE(4); break;
+    case 5: Q1X_RANGE(5); break;
+    case 6: Q1X_RANGE(6); break;
+    case 7: Q1X_RANGE(7); break;
+    default: Q1X_RANGE(8); break;
+    }
+}
+
 /* Walk output rows [o0, o1) in tiles of MR (then single rows) for a constant NR. */
 #define RANGE(CALL, NR)                                                                       \
     do {                                                                                      \
@@ -382,6 +475,7 @@ KERNEL(k_bf16, C_BF16)
 
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) {
     *perm = 0;
+    if (type == BS_Q1_0 && !getenv("BITSPARK_FAST_Q1")) return k_q1_0_exact;
     if (bs_cpu_features_get()->avx512bitalg && ne0 % 128 == 0 && !getenv("BITSPARK_NO_P128")) {
         *perm = 1;
         switch (type) {

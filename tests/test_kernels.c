@@ -12,7 +12,8 @@
  *    threads is bit-identical to computing it alone.
  * 4. The SIMD Q8_0 activation quantizers produce exactly the scalar quantizer's bytes, in the
  *    natural and the P128 (kernels.h) layouts.
- * With BITALG the AVX-512 Q1_0/Q2_0 kernels use P128; BITSPARK_NO_P128=1 tests the others.
+ * With BITALG the AVX-512 Q2_0 kernels (and Q1_0 with BITSPARK_FAST_Q1=1) use P128;
+ * BITSPARK_NO_P128=1 tests the others.
  * Q1_0 is also checked repacked (bs_weight_pack, 16-row interleave) on AVX-512. */
 #include "cpu_features.h"
 #include "kernels.h"
@@ -87,11 +88,14 @@ static double bound(const bs_weight *W, const float *x, int64_t r, int64_t o) {
 }
 
 /* Paths whose float operations are the oracle's (llama.cpp's x86 AVX2 order) one for one, so
- * they must match it bit for bit on any data: the AVX2 Q1_0 and Q8_0 kernels and every type
- * without a SIMD kernel (threaded scalar dot). */
-static int bitexact(int type, int level) {
+ * they must match it bit for bit on any data: the AVX2 Q1_0 and Q8_0 kernels, the AVX-512 Q1_0
+ * kernel (unless BITSPARK_FAST_Q1 selects the P128 one) and every type without a SIMD kernel
+ * (threaded scalar dot). The repacked x16 layout is not (tolerance only). */
+static int bitexact(int type, int level, int packed) {
     int perm;
+    if (packed) return 0;
     if (!bs_kernel_get(type, level, 1024, &perm)) return bs_type_get(type)->is_quantized;
+    if (type == BS_Q1_0 && level == BS_CPU_AVX512) return !getenv("BITSPARK_FAST_Q1");
     return level == BS_CPU_AVX2 && (type == BS_Q1_0 || type == BS_Q8_0);
 }
 
@@ -124,7 +128,7 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
             for (int64_t o = 0; o < ne1 && bad < 3; o++) {
                 float a = yone[r * ne1 + o], b = yref[r * ne1 + o];
                 int ok;
-                if (exact || bitexact(type, level)) ok = memcmp(&a, &b, sizeof a) == 0;
+                if (exact || bitexact(type, level, pack)) ok = memcmp(&a, &b, sizeof a) == 0;
                 else ok = fabs((double)a - b) <= 2e-5 * bound(&W, x, r, o) + 1e-30;
                 if (!ok) bad++;
                 CHECKF(ok, "%s %s ne0=%lld ne1=%lld exact=%d row %lld out %lld: %.9g vs oracle %.9g",
