@@ -10,6 +10,7 @@
  * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
  * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
 #include "cli.h"
+#include "spec_bench.h"
 
 #include "bitspark.h"
 #include "cpu_features.h"
@@ -416,6 +417,8 @@ static int bench_model(const bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)   /* DSpark round costs and projections (spec_bench.c) */
+        if (!strcmp(argv[i], "--spec")) return cli_spec_bench(argc, argv);
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
                     .mm_type = "q1_0", .mm_mb = 1024, .membw = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
@@ -472,6 +475,8 @@ void help_bench(void) {
            "  --verify W[,W..]     cost of a W-token verify step relative to a 1-token step\n"
            "  --no-membw           skip the memory-bandwidth / roofline line\n"
            "  --no-warmup          skip the warm-up run\n"
+           "  --spec               with -md DRAFTER: measured DSpark round costs and projected speedups\n"
+           "                       (options -m -md -t, -p context, -r repetitions)\n"
            "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights, 1-8 rows\n"
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
