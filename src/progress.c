@@ -75,3 +75,8 @@ void bs_progress_end(bs_progress *p, const char *extra) {
             extra ? extra : "");
     p->drawn = false;
 }
+
+void bs_progress_clear(bs_progress *p) {
+    if (p->drawn) fprintf(stderr, "\r\033[K");
+    p->drawn = false;
+}

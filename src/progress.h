@@ -23,6 +23,8 @@ void bs_progress_begin(bs_progress *p, const char *label, uint64_t total_bytes);
 void bs_progress_add(bs_progress *p, uint64_t bytes);
 /* Clear the bar and print the summary line (extra may be NULL or e.g. "851 tensors"). */
 void bs_progress_end(bs_progress *p, const char *extra);
+/* Erase the bar without a summary (for callers that print their own). */
+void bs_progress_clear(bs_progress *p);
 /* Human-readable bytes ("3.80 GB", "512 KB") into buf. */
 const char *bs_fmt_bytes(uint64_t n, char *buf, int len);
 

@@ -3,6 +3,7 @@
 #include "synth.h"
 #include "synth_impl.h"
 #include "gguf.h"
+#include "progress.h"
 #include "quant.h"
 #include "util.h"
 
@@ -354,15 +355,16 @@ int bs_synth_write(const bs_synth_config *c, const char *path) {
         int64_t ne[2] = {t->ne[0], t->ne[1]};
         if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, ne) < 0) rc = -1;
     }
-    double t0 = bs_time(), last = t0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < p.n; i++) total += bs_tensor_size(p.t[i].type, p.t[i].ne[0], (uint64_t)p.t[i].ne[1]);
+    bs_progress pr;   /* a bar on a terminal; the caller prints the summary */
+    bs_progress_begin(&pr, "synth", total);
     for (size_t i = 0; i < p.n && !rc; i++) {
         rc = synth_write_tensor(w, c, &p.t[i]);
         if (rc) bs_error_prefix("%s: ", p.t[i].name);
-        if (bs_time() - last > 5.0) {
-            last = bs_time();
-            bs_log(1, "synth: %zu/%zu tensors, %.0f s\n", i + 1, p.n, last - t0);
-        }
+        bs_progress_add(&pr, bs_tensor_size(p.t[i].type, p.t[i].ne[0], (uint64_t)p.t[i].ne[1]));
     }
+    bs_progress_clear(&pr);
     plan_free(&p);
     if (rc) { gguf_w_abort(w); return -1; }
     return gguf_w_close(w);
