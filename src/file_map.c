@@ -1,5 +1,6 @@
 /* file_map.c: see file_map.h. */
 #include "file_map.h"
+#include "progress.h"
 #include "util.h"
 
 #include <errno.h>
@@ -11,16 +12,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Reads in 64 MiB pieces so a big model shows a progress bar on a terminal (no summary line:
+ * the loaders report their own). */
 static int read_all(int fd, void *buf, size_t n) {
     size_t done = 0;
+    bs_progress pr;
+    bs_progress_begin(&pr, "load", n);
+    if (n < (64u << 20)) pr.bar = false;
     while (done < n) {
-        size_t want = n - done > (1u << 30) ? (1u << 30) : n - done;
+        size_t want = n - done > (64u << 20) ? (64u << 20) : n - done;
         ssize_t r = read(fd, (char *)buf + done, want);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return bs_error("read failed: %s", strerror(errno));
-        if (r == 0) return bs_error("file shrank while reading");
+        if (r < 0) { bs_progress_clear(&pr); return bs_error("read failed: %s", strerror(errno)); }
+        if (r == 0) { bs_progress_clear(&pr); return bs_error("file shrank while reading"); }
         done += (size_t)r;
+        bs_progress_add(&pr, (uint64_t)r);
     }
+    bs_progress_clear(&pr);
     return 0;
 }
 
