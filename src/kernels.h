@@ -10,6 +10,16 @@
  * Integer sums are exact, so every kernel gets the same integers as the scalar oracle; only
  * the float accumulation order differs (within a stated tolerance, see tests/test_kernels.c).
  *
+ * Per format (activations as llama.cpp's x86 backend quantizes them; "exact" = the same float
+ * operations as the scalar oracle, which follows llama.cpp's x86 AVX2 order, so bit-identical):
+ *   Q1_0        AVX-512: 2 weight rows per vector in the AVX2 lane order, exact (default);
+ *               P128 (BITSPARK_FAST_Q1=1) or repacked x16 (bs_weight_pack): faster, not exact.
+ *               AVX2: exact.
+ *   Q2_0/PQ2_0/Q2_0_G64  AVX-512 P128 (or natural without BITALG), AVX2 natural: tolerance.
+ *   Q8_0        AVX2 exact; AVX-512 tolerance.
+ *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  threaded scalar dot (exact; Q4_1 is only the drafter).
+ *   F32/F16/BF16  f32 activations rounded to the weight type (exact products), FMA: tolerance.
+ *
  * Every kernel computes one output (weight row o, activation row r) with a fixed sequence of
  * operations on its own accumulators, whatever tile of rows it is computed in: the result for
  * row r is bit-identical for 1..8 activation rows and any thread count. */
