@@ -25,6 +25,11 @@ void help_draft_logits(void) {
            "  --pos P                 position of the anchor (>= N; default N)\n"
            "  -o, --output FILE       base block logits: block_size rows of n_vocab float32\n"
            "  --json                  print {\"drafts\": [...], \"confidence\": [...]} instead of text\n"
+           "  --rounds OPS            several rounds on one drafter context instead (--anchor and\n"
+           "                          --pos unused): comma-separated +N (append the next N rows of\n"
+           "                          FILE), -N (crop the context to N rows), ID@P (a block with\n"
+           "                          anchor ID at position P); every block's logits go to OUT in\n"
+           "                          order; --json prints {\"rounds\": [{drafts, confidence}, ...]}\n"
            "\n"
            "Drafts: greedy argmax of base logits + Markov bias, chained on the token just\n"
            "drafted, mask id excluded, ties to the lowest id. Confidence: the drafter's\n"
@@ -32,7 +37,7 @@ void help_draft_logits(void) {
 }
 
 typedef struct {
-    const char *drafter, *features, *out;
+    const char *drafter, *features, *out, *rounds;
     long rows, anchor, pos;
     bool json;
 } dl_opts;
@@ -53,14 +58,16 @@ static int parse(dl_opts *o, int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, INT32_MAX, &o->anchor)) return -1;
         } else if (!strcmp(a, "--pos")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 30, &o->pos)) return -1;
+        } else if (!strcmp(a, "--rounds")) {
+            if (!(o->rounds = cli_value(argc, argv, &i))) return -1;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else {
             return bs_error("unknown option '%s' (see bitspark help draft-logits)", a);
         }
     }
-    if (!o->drafter || !o->features || !o->out || o->rows < 0 || o->anchor < 0)
-        return bs_error("-md, --features, --rows, --anchor and -o are required");
+    if (!o->drafter || !o->features || !o->out || o->rows < 0 || (o->anchor < 0 && !o->rounds))
+        return bs_error("-md, --features, --rows, --anchor (or --rounds) and -o are required");
     if (o->pos < 0) o->pos = o->rows;
     if (o->pos < o->rows) return bs_error("--pos %ld is inside the %ld context rows", o->pos, o->rows);
     return 0;
@@ -80,12 +87,62 @@ static float *read_features(const char *path, long rows, size_t row, size_t *len
 }
 
 static void print_result(const dl_opts *o, const int32_t *drafts, const float *conf, int n) {
-    printf(o->json ? "{\"drafts\": [" : "drafts:");
     const char *sep0 = o->json ? "" : " ", *sep = o->json ? ", " : " ";
+    printf(o->json ? "{\"drafts\": [" : "drafts:");
     for (int k = 0; k < n; k++) printf("%s%d", k ? sep : sep0, drafts[k]);
     printf(o->json ? "], \"confidence\": [" : "\nconfidence:");
     for (int k = 0; k < n; k++) printf("%s%.6f", k ? sep : sep0, conf[k]);
-    printf(o->json ? "]}\n" : "\n");
+    printf(o->json ? "]}" : "\n");
+}
+
+/* A block at pos: its base logits appended to f, drafts and confidences printed. */
+static int block(const dl_opts *o, bs_dspark_ctx *c, const bs_dspark *d, long anchor, long pos, FILE *f, float *logits) {
+    const int B = d->hp.block_size;
+    if (anchor < 0 || anchor >= d->hp.n_vocab) return bs_error("anchor %ld is outside the vocabulary of %d", anchor, d->hp.n_vocab);
+    if (pos > (1L << 30) || bs_dspark_block(c, (int32_t)anchor, (int)pos)) return -1;
+    int32_t drafts[BS_DSPARK_MAX_BLOCK];
+    float conf[BS_DSPARK_MAX_BLOCK];
+    bs_dspark_logits(c, 0, B, logits);
+    bs_dspark_draft_greedy(c, (int32_t)anchor, B, drafts, conf);
+    const size_t nw = (size_t)B * d->hp.n_vocab;
+    if (fwrite(logits, sizeof(float), nw, f) != nw) return bs_error("cannot write %s", o->out);
+    print_result(o, drafts, conf, B);
+    return 0;
+}
+
+/* --rounds: +N append, -N crop, ID@P block. */
+static int run_rounds(const dl_opts *o, bs_dspark_ctx *c, const bs_dspark *d, const float *feat, FILE *f, float *logits) {
+    const size_t row = (size_t)d->hp.n_taps * d->hp.n_embd;
+    long used = 0;
+    int n_blocks = 0;
+    if (o->json) printf("{\"rounds\": [");
+    for (const char *p = o->rounds; *p;) {
+        char *end;
+        long a = strtol(p, &end, 10), b = 0;
+        if (end == p) return bs_error("--rounds: bad operation at '%s'", p);
+        if (*p == '+') {
+            if (a < 0 || a > o->rows - used) return bs_error("--rounds: +%ld runs past the %ld rows", a, o->rows);
+            if (bs_dspark_ctx_append(c, feat + (size_t)used * row, (int)a)) return -1;
+            used += a;
+        } else if (*p == '-') {
+            if (-a > bs_dspark_ctx_len(c)) return bs_error("--rounds: cannot crop %d rows to %ld", bs_dspark_ctx_len(c), -a);
+            bs_dspark_ctx_crop(c, (int)-a);
+        } else if (*end == '@') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || b < 0) return bs_error("--rounds: bad position at '%s'", q);
+            if (o->json && n_blocks) printf(", ");
+            if (block(o, c, d, a, b, f, logits)) return -1;
+            n_blocks++;
+        } else {
+            return bs_error("--rounds: expected +N, -N or ID@P at '%s'", p);
+        }
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return bs_error("--rounds: expected ',' at '%s'", p);
+    }
+    if (o->json) printf("]}\n");
+    return 0;
 }
 
 int cmd_draft_logits(int argc, char **argv) {
@@ -100,27 +157,19 @@ int cmd_draft_logits(int argc, char **argv) {
     float *feat = read_features(o.features, o.rows, (size_t)hp->n_taps * hp->n_embd, &len);
     FILE *f = NULL;
     if (!feat) goto done;
-    if (o.anchor >= hp->n_vocab) { bs_error("--anchor %ld is outside the vocabulary of %d", o.anchor, hp->n_vocab); goto done; }
-    if (!(c = bs_dspark_ctx_new(d, (int)BS_MAX(o.rows, 1), NULL)) ||
-        bs_dspark_ctx_append(c, feat, (int)o.rows) || bs_dspark_block(c, (int32_t)o.anchor, (int)o.pos))
-        goto done;
-    const int B = hp->block_size;
-    float *logits = bs_xmalloc((size_t)B * hp->n_vocab * sizeof(float));
-    int32_t drafts[BS_DSPARK_MAX_BLOCK];
-    float conf[BS_DSPARK_MAX_BLOCK];
-    bs_dspark_logits(c, 0, B, logits);
-    bs_dspark_draft_greedy(c, (int32_t)o.anchor, B, drafts, conf);
-    size_t nw = (size_t)B * hp->n_vocab;
-    if (!(f = fopen(o.out, "wb")) || fwrite(logits, sizeof(float), nw, f) != nw) {
-        bs_error("cannot write %s", o.out);
-        free(logits);
-        goto done;
+    float *logits = bs_xmalloc((size_t)hp->block_size * hp->n_vocab * sizeof(float));
+    if (!(c = bs_dspark_ctx_new(d, (int)BS_MIN(BS_MAX(o.rows, 1) + 4096L, 1L << 24), NULL))) goto done_l;
+    if (!(f = fopen(o.out, "wb"))) { bs_error("cannot write %s", o.out); goto done_l; }
+    if (o.rounds) {
+        if (run_rounds(&o, c, d, feat, f, logits)) goto done_l;
+    } else {
+        if (bs_dspark_ctx_append(c, feat, (int)o.rows) || block(&o, c, d, o.anchor, o.pos, f, logits)) goto done_l;
+        if (o.json) printf("\n");
     }
-    free(logits);
-    if (fclose(f)) { f = NULL; bs_error("cannot write %s", o.out); goto done; }
+    rc = fclose(f) ? bs_error("cannot write %s", o.out) : 0;
     f = NULL;
-    print_result(&o, drafts, conf, B);
-    rc = 0;
+done_l:
+    free(logits);
 done:
     if (f) fclose(f);
     if (rc) cli_fail("draft-logits");
