@@ -40,6 +40,7 @@ typedef struct {
     const char *mm_type;
     long mm_mb;                 /* MiB of weight copies in kernel mode */
     int membw;
+    int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
 } bench_opts;
 
 typedef struct { double mean, sd; } stat;
@@ -351,7 +352,8 @@ static int bench_model(const bench_opts *o) {
     model_info mi;
     notes[0] = 0;
     if (model_describe(o->model, &mi)) return -1;
-    bs_model *m = bs_model_load(o->model, NULL);
+    bs_model_params mp = {.no_mmap = o->no_mmap != 0};
+    bs_model *m = bs_model_load(o->model, &mp);
     if (!m) return bs_error("%s", bitspark_last_error());
     int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
@@ -449,6 +451,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--matmul-type")) { if (!(o.mm_type = cli_value(argc, argv, &i))) return cli_fail("bench"); }
         else if (!strcmp(a, "--no-membw")) o.membw = 0;
         else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
+        else if (!strcmp(a, "--no-mmap")) o.no_mmap = 1;
         else {
             bs_error("unknown option '%s' (see bitspark help bench)", a);
             return cli_fail("bench");
@@ -475,6 +478,7 @@ void help_bench(void) {
            "  --verify W[,W..]     cost of a W-token verify step relative to a 1-token step\n"
            "  --no-membw           skip the memory-bandwidth / roofline line\n"
            "  --no-warmup          skip the warm-up run\n"
+           "  --no-mmap            read the model into memory instead of mapping it\n"
            "  --spec               with -md DRAFTER: measured DSpark round costs and projected speedups\n"
            "                       (options -m -md -t, -p context, -r repetitions)\n"
            "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights, 1-8 rows\n"
