@@ -21,6 +21,7 @@ void cli_gen_defaults(cli_gen_opts *o) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = n > 0 ? (int)BS_MIN(n, 64) : 1;
     cli_spec_defaults(&o->spec);
+    o->loop = bs_loop_guard_default_params();
 }
 
 void cli_gen_help(void) {
@@ -48,6 +49,7 @@ void cli_gen_help(void) {
         "  --ignore-eos            keep generating past end-of-generation tokens\n"
         "  --seed S                random seed (default: from the clock, printed)\n");
     cli_spec_help();
+    cli_gen_guard_help();
 }
 
 static int parse_bias(cli_gen_opts *o, const char *v) {
@@ -91,6 +93,7 @@ int cli_gen_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
     };
     int sr = cli_spec_parse(&o->spec, argc, argv, i);
     if (sr) return sr;
+    if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
     for (size_t k = 0; k < BS_ARRAY_LEN(fopts); k++) {
         if (strcmp(a, fopts[k].name)) continue;
         const char *v = cli_value(argc, argv, i);
@@ -197,6 +200,7 @@ int cli_gen_open(cli_gen *g, const cli_gen_opts *o) {
         bs_log(1, "context capped at %d (the model's training context)\n", bs_session_n_ctx(g->sess));
     if (o->spec.drafter && !(g->spec = cli_spec_open(&o->spec, g->model, g->sess))) goto fail;
     if (setup_sampler(g, o)) goto fail;
+    if (cli_gen_guard_open(g, o)) goto fail;
     g->logits = bs_xmalloc((size_t)g->n_vocab * sizeof *g->logits);
     g->t_load = bs_time() - t0;
     return 0;
@@ -207,6 +211,7 @@ fail:
 
 void cli_gen_close(cli_gen *g) {
     cli_spec_close(g->spec);
+    bs_loop_guard_free(g->guard);
     bs_sampler_free(g->smp);
     bs_session_free(g->sess);
     bs_tokenizer_free(g->tok);
@@ -264,6 +269,7 @@ int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run
 
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     if (g->spec) return cli_spec_loop(g, r, st);
+    if (g->guard) return cli_gen_guard_loop(g, r, st);
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;
     /* the reasoning boundary stays visible even where the vocabulary marks it CONTROL */
@@ -305,7 +311,7 @@ int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
 }
 
 void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st) {
-    static const char *why[] = {"end of generation", "length limit", "context full", "interrupted"};
+    static const char *why[] = {"end of generation", "length limit", "context full", "interrupted", "a loop"};
     double tp = st->t_prompt * 1e3, tg = st->t_gen * 1e3;
     fprintf(stderr, "\nbitspark:        load time = %10.2f ms\n", g->t_load * 1e3);
     fprintf(stderr, "bitspark: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
@@ -316,6 +322,11 @@ void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st) {
     fprintf(stderr, "bitspark: stopped by %s; peak RSS %.1f MiB\n", why[st->stop],
             (double)bs_peak_rss() / (1 << 20));
     if (g->spec) cli_spec_print_stats(g->spec, st);
+    if (g->guard) {
+        char line[256];
+        bs_loop_guard_result_format(&st->loop, line, sizeof line);
+        fprintf(stderr, "bitspark: %s\n", line);
+    }
 }
 
 /* --- chat ------------------------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include "sampler.h"
 #include "chat_template.h"
 #include "cli_spec.h"
+#include "loop_guard.h"
 #include "tokenizer.h"
 
 #include <signal.h>
@@ -31,6 +32,7 @@ typedef struct {
     int n_bias;
     bool ignore_eos;
     cli_spec_opts spec;        /* -md DRAFTER etc. (cli_spec.c) */
+    bs_loop_guard_params loop; /* --loop-guard etc. (cli_gen_guard.c) */
 } cli_gen_opts;
 
 void cli_gen_defaults(cli_gen_opts *o);
@@ -51,6 +53,7 @@ typedef struct {
     bs_chat_template tmpl;
     bool tmpl_ready;
     cli_spec *spec;            /* speculative decoding; NULL without a drafter */
+    bs_loop_guard *guard;      /* doom-loop guard; NULL when off */
 } cli_gen;
 
 /* Load the model and build tokenizer, session and sampler. -1 + bs_error (g is then closed). */
@@ -66,7 +69,7 @@ int cli_gen_tokenize(cli_gen *g, const char *text, size_t len, int32_t **ids, si
 char *cli_gen_render(cli_gen *g, const bs_chat_msg *msgs, int n, int enable_thinking,
                      bool add_generation_prompt, size_t *len);
 
-enum { GEN_STOP_EOG, GEN_STOP_LENGTH, GEN_STOP_CTX, GEN_STOP_INTERRUPT };
+enum { GEN_STOP_EOG, GEN_STOP_LENGTH, GEN_STOP_CTX, GEN_STOP_INTERRUPT, GEN_STOP_LOOP };
 
 typedef struct {
     int n_predict;                            /* < 0: until EOG or the context is full */
@@ -84,6 +87,7 @@ typedef struct {
     double t_prompt, t_gen;                   /* seconds: prompt eval; sampling + decoding */
     int stop;                                 /* GEN_STOP_* */
     int32_t *tokens;                          /* the generated ids (malloc'd, n_gen, EOG excluded) */
+    bs_loop_guard_result loop;                /* what the loop guard did (mode off: zeros) */
 } cli_gen_stats;
 
 /* Evaluate prompt[0..n) on top of what the session holds (the sampler's history gets the same
@@ -101,6 +105,12 @@ int cli_gen_feed(cli_gen *g, const int32_t *tokens, int n);
  * (chat saves the session state between them). */
 int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *stats);
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
+
+/* cli_gen_guard.c: the loop guard's options, setup and guarded loop (used by the above). */
+int cli_gen_guard_parse(cli_gen_opts *o, int argc, char **argv, int *i);
+void cli_gen_guard_help(void);
+int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o);
+int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
 
 /* llama.cpp-style timing lines on stderr. */
 void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st);
