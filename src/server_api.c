@@ -95,7 +95,7 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     json_t *v = json_object_get(b, "stop");
     if (!v || json_is_null(v)) return true;
     if (json_is_string(v)) {
-        if (json_string_length(v)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(v));
+        if (*json_string_value(v)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(v));
         return true;
     }
     if (!json_is_array(v) || json_array_size(v) > SRV_MAX_STOP) {
@@ -107,7 +107,7 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     json_t *e;
     json_array_foreach(v, i, e) {
         if (!json_is_string(e)) { bad_request(r, "'%s' must hold strings", "stop"); return false; }
-        if (json_string_length(e)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
+        if (*json_string_value(e)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
     }
     return true;
 }
@@ -262,8 +262,14 @@ static void chat_in_free(chat_in *c) {
 static bool content_text(chat_in *c, json_t *v, const char **out, srv_reply *r) {
     if (!v || json_is_null(v)) { *out = NULL; return true; }
     if (json_is_string(v)) {
-        if (memchr(json_string_value(v), 0, json_string_length(v))) { bad_request(r, "%s contains a NUL character", "content"); return false; }
-        *out = json_string_value(v);
+        const char *p = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (!memchr(p, 0, n)) { *out = p; return true; }
+        /* U+0000 cannot go through the C-string template: drop it (a model's own output may hold it) */
+        char *q = bs_xmalloc(n + 1), *w = q;
+        for (size_t i = 0; i < n; i++) if (p[i]) *w++ = p[i];
+        *w = 0;
+        *out = keep(c, q);
         return true;
     }
     if (!json_is_array(v)) { bad_request(r, "'%s' must be a string or an array of parts", "content"); return false; }
@@ -668,7 +674,7 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     }
     if (!rt->post) { get_route(s, rt->kind, r); return; }
     json_error_t je;
-    json_t *b = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
+    json_t *b = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!b) {
         srv_reply_error(r, 400, "invalid_request_error", "the body is not valid JSON: %s (line %d, column %d)",
                         je.text, je.line, je.column);

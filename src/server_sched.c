@@ -467,6 +467,10 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < s->cfg.n_slots; i++)
             if (s->slots[i].state == SLOT_PROMPT) prompt_step(s, &s->slots[i]);
         decode_step(s);
+        pthread_mutex_lock(&s->mu);
+        queued = s->q_len;
+        pthread_mutex_unlock(&s->mu);
+        update_gauges(s, n_active(s), queued);
     }
     return NULL;
 }

@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8p
 if [ "$what" = test ]; then
   # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
   pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
+  # server tests: the openai / playwright-core npm clients (tests/node) and headless chromium
+  pkgs+=(nodejs npm curl chromium)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

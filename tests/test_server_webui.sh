@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# test_server_webui.sh: the chat page at / in headless Debian chromium (playwright-core): a
+# message streams a reply that grows, the stats line shows the speed, the think block is
+# folded, Stop ends a reply, and the screenshot is not blank. Needs /usr/bin/chromium.
+source "$(dirname "$0")/server_lib.sh"
+[ -x /usr/bin/chromium ] || { echo "FAIL /usr/bin/chromium is missing (Debian package chromium)"; exit 1; }
+node_deps
+M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
+start_server U -m "$M" -np 2 -t 2 --ctx 4096
+curl -s "$U/" | grep -q '<title>bitspark chat</title>' && ok "page served at /" || bad "page at /"
+mkdir -p "$T/profile"
+out=$(BS_PROFILE="$T/profile" timeout 170 node "$SRC/tests/node/webui.mjs" "$U" "${BS_TMP:-/tmp}/webui.png" 2>&1)
+echo "$out" | grep -q '"ok":true' && ok "chromium: $out" || bad "chromium: $out"
+curl -s "$U/slots" | grep -q '"is_processing":true' && bad "a slot still busy after Stop" || ok "slots idle after Stop"
+finish
