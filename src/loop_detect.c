@@ -186,6 +186,12 @@ void bs_loop_detector_truncate(bs_loop_detector *d, int n_tokens) {
     decode_bytes(d, false, false, &unused);
 }
 
+void bs_loop_detector_reset(bs_loop_detector *d) {
+    d->n_prefix = 0;
+    d->n_tok = 1;   /* force the rebuild below to an empty text */
+    bs_loop_detector_truncate(d, 0);
+}
+
 int bs_loop_detector_n_tokens(const bs_loop_detector *d) { return d->n_tok; }
 int64_t bs_loop_detector_n_chars(const bs_loop_detector *d) { return d->n_cps; }
 int64_t bs_loop_detector_max_reach(const bs_loop_detector *d) { return d->max_reach; }

@@ -82,7 +82,7 @@ void bs_loop_guard_free(bs_loop_guard *g) {
 }
 
 void bs_loop_guard_begin(bs_loop_guard *g, const float *logits) {
-    bs_loop_detector_truncate(g->det, 0);
+    bs_loop_detector_reset(g->det);
     g->n_ids = 0;
     g->n_tried = 0;
     g->ring_next = 0;
@@ -97,6 +97,10 @@ void bs_loop_guard_begin(bs_loop_guard *g, const float *logits) {
         bs_session_ckpt_free(g->ring[i]);
         g->ring[i] = bs_session_ckpt_new(g->sess);
     }
+}
+
+int bs_loop_guard_set_prefix(bs_loop_guard *g, const char *text, size_t len) {
+    return bs_loop_detector_set_prefix(g->det, text, len);
 }
 
 void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits) {

@@ -63,6 +63,8 @@ int bs_loop_detector_set_prefix(bs_loop_detector *d, const char *text, size_t le
 /* Append one token's bytes (UTF-8, may split a code point). Returns 1 and fills *info when a loop
  * completes within this token's characters, else 0. */
 int bs_loop_detector_push(bs_loop_detector *d, const char *bytes, size_t len, bs_loop_info *info);
+/* Back to empty (prefix included). */
+void bs_loop_detector_reset(bs_loop_detector *d);
 /* Keep the first n pushed tokens (the prefix stays). */
 void bs_loop_detector_truncate(bs_loop_detector *d, int n_tokens);
 int bs_loop_detector_n_tokens(const bs_loop_detector *d);
@@ -116,6 +118,9 @@ bs_loop_guard *bs_loop_guard_new(const bs_loop_guard_params *p, bs_session *s, b
 void bs_loop_guard_free(bs_loop_guard *g);
 /* Start a generation: the session holds the context, `logits` are its last position's. */
 void bs_loop_guard_begin(bs_loop_guard *g, const float *logits);
+/* Right after begin: text the detector sees before the generated tokens (a priming context;
+ * `run` and `chat` scan only what they generate). */
+int bs_loop_guard_set_prefix(bs_loop_guard *g, const char *text, size_t len);
 
 enum { BS_LOOP_CONTINUE = 0, BS_LOOP_STOP = 1, BS_LOOP_REWOUND = 2 };
 /* Call after sampling (and bs_sampler_accept-ing) generated token `id`, before evaluating it.
