@@ -4,7 +4,10 @@
  * commands behave the same with or without a drafter. */
 #include "cli_spec_loop.h"
 #include "cli.h"
+#include "qwen35.h"
 #include "session.h"
+#include "spec_cost_cache.h"
+#include "gguf.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -143,8 +146,18 @@ int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     if (!should_stop(g, r, st) && (id = bs_sampler_sample(g->smp, g->logits)) < 0) rc = -1;
     if (id >= 0 && push(g, r, st, dt, &cap, id, &rc)) {
         bs_sampler_accept(g->smp, id);
-        if (c->o.draft_max == BS_DRAFT_AUTO && bs_spec_calibrate(c->sp, id)) rc = -1;
-        log_depth(c, "calibrated");
+        if (c->o.draft_max == BS_DRAFT_AUTO) {
+            const char *tp = g->model->file->path;
+            const int nt = bs_pool_size(g->sess->pool);
+            if (bs_cost_cache_load(bs_spec_depth_mut(c->sp), tp, c->o.drafter, nt)) {
+                log_depth(c, "costs from the cache");
+            } else if (bs_spec_calibrate(c->sp, id)) {
+                rc = -1;
+            } else {
+                bs_cost_cache_store(bs_spec_get_depth(c->sp), tp, c->o.drafter, nt);
+                log_depth(c, "measured");
+            }
+        }
         bool parked = false;
         while (rc == 0 && !should_stop(g, r, st)) {
             const int left = r->n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : r->n_predict - st->n_gen;

@@ -11,7 +11,7 @@
 #define MEAN_OBS 64          /* running mean for the first observations, then an EWMA */
 #define EWMA_P 0.03
 #define EWMA_T 0.2
-#define MIN_OBS_TO_PARK 16
+#define MIN_OBS_TO_PARK 10
 #define PROBE_BUDGET 0.02    /* probes may cost this fraction of plain decoding */
 #define PROBE_MIN 8
 #define PROBE_MAX 256

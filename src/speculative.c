@@ -28,6 +28,8 @@ struct bs_spec {
     float conf[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
     double append_row_s;         /* best seen time to feed one tap row */
+    float *pend;                 /* tap rows kept back while parked, fed in one batch later */
+    int n_pend, cap_pend;
     bs_spec_draft_fn hook;
     void *hook_ud;
 };
@@ -78,6 +80,7 @@ void bs_spec_free(bs_spec *sp) {
     if (sp->d) bs_session_set_taps(sp->s, NULL, 0);
     bs_dspark_ctx_free(sp->dc);
     free(sp->taps);
+    free(sp->pend);
     free(sp->logits);
     free(sp->q);
     free(sp->p);
@@ -92,24 +95,49 @@ void bs_spec_set_draft_hook(bs_spec *sp, bs_spec_draft_fn fn, void *ud) {
 
 const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp) { return &sp->st; }
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp) { return &sp->depth; }
+bs_spec_depth *bs_spec_depth_mut(bs_spec *sp) { return &sp->depth; }
 
-/* Feed tap rows of the positions just kept to the drafter. */
-static int feed(bs_spec *sp, int n) {
-    if (!sp->dc || !sp->drafting || n <= 0) return 0;
+static int append_rows(bs_spec *sp, const float *rows, int n) {
     double t0 = bs_time();
-    if (bs_dspark_ctx_append(sp->dc, sp->taps, n)) return -1;
+    if (bs_dspark_ctx_append(sp->dc, rows, n)) return -1;
     double dt = bs_time() - t0;
     sp->st.t_append += dt;
     if (sp->append_row_s == 0 || dt / n < sp->append_row_s) sp->append_row_s = dt / n;
     return 0;
 }
 
+/* Rows kept back while parked go to the drafter in one batch before it next runs: one
+ * multi-row matmul per weight instead of one per step keeps parked decoding near plain speed. */
+static int flush(bs_spec *sp) {
+    const int n = sp->n_pend;
+    sp->n_pend = 0;
+    return n > 0 ? append_rows(sp, sp->pend, n) : 0;
+}
+
+/* Feed the tap rows of the positions just kept (in sp->taps) to the drafter, or keep them back. */
+static int feed(bs_spec *sp, int n, bool defer) {
+    if (!sp->dc || !sp->drafting || n <= 0) return 0;
+    if (!defer) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
+    if (sp->n_pend + n > sp->cap_pend) {
+        sp->cap_pend = BS_MAX(2 * sp->cap_pend, sp->n_pend + n + 16);
+        sp->pend = bs_xrealloc(sp->pend, (size_t)sp->cap_pend * sp->row * sizeof(float));
+    }
+    memcpy(sp->pend + (size_t)sp->n_pend * sp->row, sp->taps, (size_t)n * sp->row * sizeof(float));
+    sp->n_pend += n;
+    return 0;
+}
+
 int bs_spec_sync(bs_spec *sp) {
     if (!sp->dc) return 0;
-    const int n_past = bs_session_n_past(sp->s);
-    if (bs_dspark_ctx_len(sp->dc) > n_past) bs_dspark_ctx_crop(sp->dc, n_past);
+    const int n_past = bs_session_n_past(sp->s), len = bs_dspark_ctx_len(sp->dc);
+    if (len > n_past) {
+        bs_dspark_ctx_crop(sp->dc, n_past);
+        sp->n_pend = 0;
+    } else if (len + sp->n_pend > n_past) {
+        sp->n_pend = n_past - len;
+    }
     const bool was = sp->drafting;
-    sp->drafting = bs_dspark_ctx_len(sp->dc) == n_past;
+    sp->drafting = bs_dspark_ctx_len(sp->dc) + sp->n_pend == n_past;
     if (was && !sp->drafting)   /* positions without taps: the drafter cannot follow */
         bs_log(1, "speculative: the session holds positions the drafter has not seen; drafting is off\n");
     return sp->drafting;
@@ -123,7 +151,7 @@ int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
         const int c = BS_MIN(chunk, n - off);
         const bool last = off + c == n;
         if (bs_eval(sp->s, tokens + off, c, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, last ? logits : NULL,
-                    sp->dc ? sp->taps : NULL) || feed(sp, c))
+                    sp->dc ? sp->taps : NULL) || feed(sp, c, false))
             return -1;
     }
     return 0;
@@ -161,7 +189,7 @@ static int make_drafts(bs_spec *sp, bs_sampler *smp, int32_t anchor, int pos, in
         int n = sp->hook(sp->hook_ud, anchor, pos, k, smp, sp->drafts, sampling ? sp->q : NULL);
         return BS_MAX(0, BS_MIN(n, k));
     }
-    if (bs_dspark_block(sp->dc, anchor, pos)) return -1;
+    if (flush(sp) || bs_dspark_block(sp->dc, anchor, pos)) return -1;
     return sampling ? draft_sample(sp, smp, anchor, k, T) : draft_greedy(sp, anchor, k);
 }
 
@@ -236,7 +264,7 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     double t3 = bs_time();
     if (s + m < s + k + 1 && bs_session_rollback(sp->s, s + m)) return bs_error_prefix("rollback: ");
     double t4 = bs_time();
-    if (feed(sp, m)) return -1;
+    if (feed(sp, m, k == 0 && sp->depth.parked)) return -1;
     if (k > 0) bs_depth_observe_accept(&sp->depth, k, n_acc, sp->hook ? NULL : sp->conf);
 
     sp->st.n_rounds++;
@@ -268,7 +296,7 @@ int bs_spec_calibrate(bs_spec *sp, int32_t token) {
             if (bs_session_rollback(sp->s, s)) return -1;
             if (rep) best[w] = BS_MIN(best[w], dt);
         }
-    if (sp->dc && sp->drafting && bs_dspark_ctx_len(sp->dc) == s) {
+    if (sp->dc && sp->drafting && !flush(sp) && bs_dspark_ctx_len(sp->dc) == s) {
         draft = 1e30;
         for (int rep = 0; rep <= CALIB_REPS; rep++) {
             double t0 = bs_time();

@@ -72,6 +72,9 @@ const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp);
 /* The depth controller (for --verbose reports). */
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp);
 
+/* The depth controller, for loading cached cost measurements (bs_depth_calibrate). */
+bs_spec_depth *bs_spec_depth_mut(bs_spec *sp);
+
 /* Measure verify costs per width and the drafter's cost at the current position (rolled back
  * afterwards, so nothing changes) and seed the depth controller with them. */
 int bs_spec_calibrate(bs_spec *sp, int32_t token);
