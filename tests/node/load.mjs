@@ -2,7 +2,7 @@
 //   node load.mjs URL N CONCURRENCY MAX_TOKENS  -> N requests, half streaming, all checked
 //   node load.mjs URL kill CLIENTS             -> streams killed mid-way, then slots must be idle
 // Prints one JSON line with the results; exits 1 on any wrong answer.
-const [url, mode, a, b, c] = process.argv.slice(2);
+const [url, mode, a, b] = process.argv.slice(2);
 const post = (path, body, signal) => fetch(url + path, { method: 'POST', body: JSON.stringify(body), signal,
   headers: { 'Content-Type': 'application/json' } });
 const noThink = { chat_template_kwargs: { enable_thinking: false } };
@@ -60,7 +60,7 @@ async function kill(clients) {
   }
   // wait until every stream (or as many as there are slots, the rest queue) has produced data,
   // then kill all clients at once
-  await Promise.race([Promise.all(started.slice(0, +c || clients)), new Promise((r) => setTimeout(r, 30000))]);
+  await Promise.race([Promise.all(started.slice(0, +b || clients)), new Promise((r) => setTimeout(r, 30000))]);
   controllers.forEach((ac) => ac.abort());
   await Promise.allSettled(started);
   for (let k = 0; k < 200; k++) {
@@ -76,4 +76,5 @@ async function kill(clients) {
 try {
   const res = mode === 'kill' ? await kill(+a) : await load(+mode, +a, +b);
   console.log(JSON.stringify(res));
+  process.exit(0);   // no pending timers keep us alive
 } catch (e) { fail(String(e.stack || e)); }
