@@ -81,6 +81,8 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
  * activation row, and applies scales per 32 columns for all 16 rows at once. */
 enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1 };
 bs_kernel_fn bs_kernel_packed_avx512(int kind);
+/* One 288-byte BS_PACK_Q1_X16 block from the 16 rows' 18-byte Q1_0 blocks (AVX-512 VBMI). */
+void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst);
 
 /* Quantize n_rows rows of x for weight type `type` into A (allocates; free with bs_acts_free),
  * in the P128 layout if perm. level selects the SIMD quantizer (results identical to the

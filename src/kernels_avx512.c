@@ -421,6 +421,45 @@ static T512 void k_q1_0_exact(const bs_weight *W, int64_t o0, int64_t o1, const 
     }
 }
 
+/* One BS_PACK_Q1_X16 block (kernels.h) from 16 rows' Q1_0 blocks: a nibble transpose. Word t
+ * byte u holds nibble t of rows 2u (low half) and 2u+1 (high half); the low / high nibble
+ * bytes of each row pair are formed with shifts and masks, then vpermt2b puts byte j of pair u
+ * at byte 8t + u (t = 2j or 2j + 1). */
+/* byte 8t' + u of output chunk c (words 8c..8c+7) <- byte 16u + (8c + t') / 2 of [L0 L1] / [H0 H1] */
+static const uint8_t x16_idx[4][64] = {
+    {0, 16, 32, 48, 64, 80, 96, 112, 0, 16, 32, 48, 64, 80, 96, 112, 1, 17, 33, 49, 65, 81, 97, 113, 1, 17, 33, 49, 65, 81, 97, 113,
+     2, 18, 34, 50, 66, 82, 98, 114, 2, 18, 34, 50, 66, 82, 98, 114, 3, 19, 35, 51, 67, 83, 99, 115, 3, 19, 35, 51, 67, 83, 99, 115},
+    {4, 20, 36, 52, 68, 84, 100, 116, 4, 20, 36, 52, 68, 84, 100, 116, 5, 21, 37, 53, 69, 85, 101, 117, 5, 21, 37, 53, 69, 85, 101, 117,
+     6, 22, 38, 54, 70, 86, 102, 118, 6, 22, 38, 54, 70, 86, 102, 118, 7, 23, 39, 55, 71, 87, 103, 119, 7, 23, 39, 55, 71, 87, 103, 119},
+    {8, 24, 40, 56, 72, 88, 104, 120, 8, 24, 40, 56, 72, 88, 104, 120, 9, 25, 41, 57, 73, 89, 105, 121, 9, 25, 41, 57, 73, 89, 105, 121,
+     10, 26, 42, 58, 74, 90, 106, 122, 10, 26, 42, 58, 74, 90, 106, 122, 11, 27, 43, 59, 75, 91, 107, 123, 11, 27, 43, 59, 75, 91, 107, 123},
+    {12, 28, 44, 60, 76, 92, 108, 124, 12, 28, 44, 60, 76, 92, 108, 124, 13, 29, 45, 61, 77, 93, 109, 125, 13, 29, 45, 61, 77, 93, 109, 125,
+     14, 30, 46, 62, 78, 94, 110, 126, 14, 30, 46, 62, 78, 94, 110, 126, 15, 31, 47, 63, 79, 95, 111, 127, 15, 31, 47, 63, 79, 95, 111, 127},
+};
+
+T512 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) {
+    __m512i e[2], o[2];
+    for (int h = 0; h < 2; h++) {
+        e[h] = o[h] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            e[h] = _mm512_inserti32x4(e[h], _mm_loadu_si128((const __m128i *)(src[8 * h + 2 * k] + 2)), k);
+            o[h] = _mm512_inserti32x4(o[h], _mm_loadu_si128((const __m128i *)(src[8 * h + 2 * k + 1] + 2)), k);
+        }
+    }
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8((char)0xF0);
+    __m512i L[2], H[2];
+    for (int h = 0; h < 2; h++) {
+        L[h] = _mm512_or_si512(_mm512_and_si512(e[h], lo4), _mm512_slli_epi16(_mm512_and_si512(o[h], lo4), 4));
+        H[h] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(e[h], 4), lo4), _mm512_and_si512(o[h], hi4));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i ix = _mm512_loadu_si512(x16_idx[c]);
+        __m512i pl = _mm512_permutex2var_epi8(L[0], ix, L[1]), ph = _mm512_permutex2var_epi8(H[0], ix, H[1]);
+        _mm512_storeu_si512(dst + 32 + 64 * c, _mm512_mask_blend_epi8(0xFF00FF00FF00FF00ull, pl, ph));
+    }
+    for (int i = 0; i < 16; i++) memcpy(dst + 2 * i, src[i], 2);
+}
+
 /* Walk output rows [o0, o1) in tiles of MR (then single rows) for a constant NR. */
 #define RANGE(CALL, NR)                                                                       \
     do {                                                                                      \
@@ -567,5 +606,6 @@ T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
 #else
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
 bs_kernel_fn bs_kernel_packed_avx512(int kind) { (void)kind; return NULL; }
+void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) { (void)src; (void)dst; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
 #endif
