@@ -24,6 +24,7 @@ BS_DECLARE_COMMAND(quantize);
 BS_DECLARE_COMMAND(convert);
 BS_DECLARE_COMMAND(serve);
 BS_DECLARE_COMMAND(antidoom);
+BS_DECLARE_COMMAND(lora);
 BS_DECLARE_COMMAND(draft_logits);
 
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */

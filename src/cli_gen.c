@@ -50,6 +50,7 @@ void cli_gen_help(void) {
         "  --seed S                random seed (default: from the clock, printed)\n");
     cli_spec_help();
     cli_gen_guard_help();
+    cli_gen_lora_help();
 }
 
 static int parse_bias(cli_gen_opts *o, const char *v) {
@@ -94,6 +95,7 @@ int cli_gen_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
     int sr = cli_spec_parse(&o->spec, argc, argv, i);
     if (sr) return sr;
     if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
+    if ((sr = cli_gen_lora_parse(o, argc, argv, i))) return sr;
     for (size_t k = 0; k < BS_ARRAY_LEN(fopts); k++) {
         if (strcmp(a, fopts[k].name)) continue;
         const char *v = cli_value(argc, argv, i);
@@ -194,6 +196,7 @@ int cli_gen_open(cli_gen *g, const cli_gen_opts *o) {
         goto fail;
     }
     g->n_vocab = bs_model_n_vocab(g->model);
+    if (cli_gen_lora_open(g, o)) goto fail;
     bs_session_params sp = {.n_ctx = o->n_ctx, .n_threads = o->n_threads};
     if (!(g->sess = bs_session_new(g->model, &sp))) goto fail;
     if (o->n_ctx > 0 && bs_session_n_ctx(g->sess) < o->n_ctx)
@@ -212,6 +215,7 @@ fail:
 void cli_gen_close(cli_gen *g) {
     cli_spec_close(g->spec);
     bs_loop_guard_free(g->guard);
+    cli_gen_lora_close(g);
     bs_sampler_free(g->smp);
     bs_session_free(g->sess);
     bs_tokenizer_free(g->tok);
@@ -255,7 +259,7 @@ int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *st) 
 
 int cli_gen_feed(cli_gen *g, const int32_t *tokens, int n) {
     if (n < 1) return 0;
-    if (bs_eval(g->sess, tokens, n, BS_LOGITS_NONE, NULL, NULL))
+    if (g->spec ? bs_spec_prompt(g->spec->sp, tokens, n, NULL) : bs_eval(g->sess, tokens, n, BS_LOGITS_NONE, NULL, NULL))
         return bs_error_prefix("evaluating the prompt: ");
     bs_sampler_accept_many(g->smp, tokens, (size_t)n);
     return 0;

@@ -17,6 +17,7 @@
 
 #define CLI_GEN_MAX_BREAKERS 16
 #define CLI_GEN_MAX_BIAS 64
+#define CLI_GEN_MAX_LORA 8
 
 typedef struct {
     const char *model;
@@ -33,6 +34,10 @@ typedef struct {
     bool ignore_eos;
     cli_spec_opts spec;        /* -md DRAFTER etc. (cli_spec.c) */
     bs_loop_guard_params loop; /* --loop-guard etc. (cli_gen_guard.c) */
+    const char *lora[CLI_GEN_MAX_LORA];   /* --lora FILE[:SCALE] (cli_gen_lora.c) */
+    float lora_scale[CLI_GEN_MAX_LORA];
+    bool lora_has_scale[CLI_GEN_MAX_LORA];
+    int n_lora;
 } cli_gen_opts;
 
 void cli_gen_defaults(cli_gen_opts *o);
@@ -54,6 +59,8 @@ typedef struct {
     bool tmpl_ready;
     cli_spec *spec;            /* speculative decoding; NULL without a drafter */
     bs_loop_guard *guard;      /* doom-loop guard; NULL when off */
+    struct bs_lora *loras[CLI_GEN_MAX_LORA];   /* attached to model's weights */
+    int n_loras;
 } cli_gen;
 
 /* Load the model and build tokenizer, session and sampler. -1 + bs_error (g is then closed). */
@@ -111,6 +118,12 @@ int cli_gen_guard_parse(cli_gen_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);
 int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o);
 int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
+
+/* cli_gen_lora.c: --lora options, loading + attaching at open, detaching at close. */
+int cli_gen_lora_parse(cli_gen_opts *o, int argc, char **argv, int *i);
+void cli_gen_lora_help(void);
+int cli_gen_lora_open(cli_gen *g, const cli_gen_opts *o);
+void cli_gen_lora_close(cli_gen *g);
 
 /* llama.cpp-style timing lines on stderr. */
 void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st);

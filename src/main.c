@@ -19,6 +19,7 @@ static const bs_command commands[] = {
     {"convert", "convert drafters and HF checkpoints between GGUF and safetensors", cmd_convert, help_convert},
     {"serve", "OpenAI-compatible HTTP server", cmd_serve, help_serve},
     {"antidoom", "doom-loop pair mining and chosen-win evaluation", cmd_antidoom, help_antidoom},
+    {"lora", "merge LoRA adapters into a GGUF (re-quantized, with a report of what survived)", cmd_lora, help_lora},
     {"draft-logits", "one DSpark drafter round on given tap rows (base block logits, drafts)", cmd_draft_logits, help_draft_logits},
 };
 

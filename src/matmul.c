@@ -7,6 +7,7 @@
  * never depends on how many rows were batched with it. Faster kernels (SIMD, threads) replace
  * the inner loops behind this same API and must keep that property. */
 #include "matmul.h"
+#include "lora.h"
 
 #include "cpu_features.h"
 #include "gguf.h"
@@ -41,6 +42,7 @@ int bs_weight_from_tensor(bs_weight *w, const gguf_tensor *t) {
  * BITSPARK_CPU=scalar (or bs_cpu_set_level) selects the single-threaded reference below, which
  * is the tests' oracle. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool) {
+    if (W->lora) { bs_lora_matmul(W, x, n_rows, y, pool); return; }   /* W x + LoRA terms */
     if (bs_matmul_fast(W, x, n_rows, y, pool, bs_cpu_level()) == 0) return;
     const bs_type_traits *t = bs_type_get(W->type);
     if (!t || !t->vec_dot) {

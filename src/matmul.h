@@ -19,6 +19,7 @@ typedef struct bs_weight {
     const char *name;
     void *packed;        /* NULL, or W's data repacked by bs_weight_pack (owned by the weight) */
     int pack_kind;       /* layout of packed (kernels.h), 0 when none */
+    const struct bs_lora_ref *lora;   /* NULL, or LoRA deltas added by bs_matmul (lora.h) */
 } bs_weight;
 
 /* Fill a bs_weight from a tensor (must be 1-D or 2-D). Returns 0 or -1 with bs_error. */
