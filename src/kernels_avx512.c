@@ -439,13 +439,15 @@ static const uint8_t x16_idx[4][64] = {
 
 T512 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) {
     __m512i e[2], o[2];
-    for (int h = 0; h < 2; h++) {
-        e[h] = o[h] = _mm512_setzero_si512();
-        for (int k = 0; k < 4; k++) {
-            e[h] = _mm512_inserti32x4(e[h], _mm_loadu_si128((const __m128i *)(src[8 * h + 2 * k] + 2)), k);
-            o[h] = _mm512_inserti32x4(o[h], _mm_loadu_si128((const __m128i *)(src[8 * h + 2 * k + 1] + 2)), k);
-        }
-    }
+#define LD(i) _mm_loadu_si128((const __m128i *)(src[i] + 2))
+#define ROWS4(a, b, c, d) _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4( \
+        _mm512_castsi128_si512(LD(a)), LD(b), 1), LD(c), 2), LD(d), 3)
+    e[0] = ROWS4(0, 2, 4, 6);
+    e[1] = ROWS4(8, 10, 12, 14);
+    o[0] = ROWS4(1, 3, 5, 7);
+    o[1] = ROWS4(9, 11, 13, 15);
+#undef ROWS4
+#undef LD
     const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8((char)0xF0);
     __m512i L[2], H[2];
     for (int h = 0; h < 2; h++) {
