@@ -18,7 +18,7 @@
 struct bs_batch {
     const bs_model *m;
     bs_pool *pool;
-    int max_rows;
+    int max_rows, max_logit_rows;
     float *x, *xn, *y;         /* [rows][n_embd] */
     float *a, *b, *c, *d;      /* projection rows, widths wa..wd */
     float *alpha, *beta;       /* [rows][n_v_heads] */
@@ -35,8 +35,8 @@ static float *rows_alloc(int rows, size_t width) {
     return calloc((size_t)bytes ? (size_t)bytes : 1, 1);
 }
 
-bs_batch *bs_batch_new(const bs_model *m, int max_rows, bs_pool *pool) {
-    if (!m || max_rows < 1 || max_rows > 65536) {
+bs_batch *bs_batch_new(const bs_model *m, int max_rows, int max_logit_rows, bs_pool *pool) {
+    if (!m || max_rows < 1 || max_rows > 65536 || max_logit_rows < 1 || max_logit_rows > max_rows) {
         bs_error("batch: bad row count %d", max_rows);
         return NULL;
     }
@@ -47,6 +47,7 @@ bs_batch *bs_batch_new(const bs_model *m, int max_rows, bs_pool *pool) {
     b->m = m;
     b->pool = pool;
     b->max_rows = max_rows;
+    b->max_logit_rows = max_logit_rows;
     b->wa = zmax(zmax(cd, 2 * H * D), ff);
     b->wb = zmax(zmax(vdim, Hkv * D), ff);
     b->wc = Hkv * D;
@@ -56,7 +57,7 @@ bs_batch *bs_batch_new(const bs_model *m, int max_rows, bs_pool *pool) {
         !(b->b = rows_alloc(max_rows, b->wb)) || !(b->c = rows_alloc(max_rows, b->wc)) ||
         !(b->d = rows_alloc(max_rows, b->wd)) || !(b->alpha = rows_alloc(max_rows, hp->n_v_heads)) ||
         !(b->beta = rows_alloc(max_rows, hp->n_v_heads)) ||
-        !(b->logits = rows_alloc(max_rows, (size_t)hp->n_vocab))) {
+        !(b->logits = rows_alloc(max_logit_rows, (size_t)hp->n_vocab))) {
         bs_batch_free(b);
         bs_error("batch: cannot allocate scratch for %d rows", max_rows);
         return NULL;
@@ -86,7 +87,7 @@ void bs_session_unshare_pool(bs_session *s) { s->pool = NULL; }
 
 static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (n_seq < 1 || n_seq > MAX_SEQS) return bs_error("batch: %d sequences (1..%d)", n_seq, MAX_SEQS);
-    long rows = 0;
+    long rows = 0, logit_rows = 0;
     for (int i = 0; i < n_seq; i++) {
         const bs_session *s = q[i].s;
         if (!s || s->m != b->m) return bs_error("batch: sequence %d is not a session of this model", i);
@@ -104,8 +105,11 @@ static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
             if (q[i].tokens[t] < 0 || q[i].tokens[t] >= b->m->hp.n_vocab)
                 return bs_error("token id %d is out of range [0, %d)", q[i].tokens[t], b->m->hp.n_vocab);
         rows += q[i].n;
+        logit_rows += q[i].logits_mode == BS_LOGITS_ALL ? q[i].n : q[i].logits_mode == BS_LOGITS_LAST;
     }
-    if (rows > b->max_rows) return bs_error("batch: %ld rows exceed the scratch of %d", rows, b->max_rows);
+    if (rows > b->max_rows || logit_rows > b->max_logit_rows)
+        return bs_error("batch: %ld rows (%ld with logits) exceed the scratch of %d (%d)", rows, logit_rows,
+                        b->max_rows, b->max_logit_rows);
     return 0;
 }
 

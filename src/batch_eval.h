@@ -15,8 +15,10 @@
 
 typedef struct bs_batch bs_batch;
 
-/* Scratch for up to max_rows rows in all; pool (may be NULL) runs the matmuls. */
-bs_batch *bs_batch_new(const bs_model *m, int max_rows, bs_pool *pool);
+/* Scratch for up to max_rows rows in all, of which up to max_logit_rows get logits (each row of
+ * logits is n_vocab floats: a prompt chunk needs many rows but only its last one's logits).
+ * pool (may be NULL) runs the matmuls. */
+bs_batch *bs_batch_new(const bs_model *m, int max_rows, int max_logit_rows, bs_pool *pool);
 void bs_batch_free(bs_batch *b);
 int bs_batch_max_rows(const bs_batch *b);
 

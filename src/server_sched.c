@@ -1,7 +1,7 @@
 /* server_sched.c: the slots and the scheduler thread of `bitspark serve` (server.h).
  *
- * One thread owns every session. Each turn it takes queued tasks into idle slots, evaluates one
- * chunk of each waiting prompt, then runs the decode step of every generating slot as a single
+ * One thread owns every session. Each turn it takes queued tasks into idle slots, then runs the
+ * decode step of every generating slot and a chunk of each waiting prompt as a single
  * bs_eval_multi call (one pass through the weights for all of them: continuous batching) and
  * samples each slot's next token. Evaluation is batch-invariant, so a request's greedy output
  * does not depend on what else runs.
@@ -22,7 +22,8 @@
 #include <string.h>
 #include <time.h>
 
-#define PROMPT_CHUNK 256
+#define PROMPT_BUDGET 256   /* prompt rows per pass, shared by the slots whose prompts wait */
+#define MAX_SLOTS 256
 
 enum { SLOT_IDLE, SLOT_PROMPT, SLOT_GEN };
 
@@ -345,20 +346,22 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     if (setup_sampler(s, sl, t)) finish(s, sl, SRV_FINISH_ERROR, bs_last_error());
 }
 
-static void prompt_step(srv_sched *s, slot *sl) {
-    srv_task *t = sl->task;
+/* The prompt chunk a waiting slot evaluates next: up to budget tokens, ending at the cache
+ * checkpoint position if that comes first. */
+static int prompt_chunk(const slot *sl, int budget) {
+    const srv_task *t = sl->task;
     int target = t->ckpt_at > sl->n_done && t->ckpt_at < t->n_prompt ? t->ckpt_at : t->n_prompt;
-    int n = BS_MIN(PROMPT_CHUNK, target - sl->n_done);
-    bool last = sl->n_done + n == t->n_prompt;
-    if (bs_eval(sl->sess, t->prompt + sl->n_done, n, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, sl->logits, NULL)) {
-        finish(s, sl, SRV_FINISH_ERROR, bs_last_error());
-        return;
-    }
+    return BS_MIN(budget, target - sl->n_done);
+}
+
+/* A slot's prompt chunk of n tokens has been evaluated. */
+static void prompt_done(srv_sched *s, slot *sl, int n) {
+    srv_task *t = sl->task;
     memcpy(sl->toks + sl->n_toks, t->prompt + sl->n_done, (size_t)n * sizeof(int32_t));
     sl->n_toks += n;
     sl->n_done += n;
     if (sl->n_done == t->ckpt_at) ckpt_save(sl, 0);
-    if (!last) return;
+    if (sl->n_done < t->n_prompt) return;
     ckpt_save(sl, 1);
     double now = bs_time();
     pthread_mutex_lock(&t->mu);
@@ -371,33 +374,53 @@ static void prompt_step(srv_sched *s, slot *sl) {
     after_logits(s, sl);
 }
 
-/* ---- decoding ------------------------------------------------------------------------------- */
+/* ---- one pass ------------------------------------------------------------------------------- */
 
-static void decode_step(srv_sched *s) {
-    bs_batch_seq q[256];
-    slot *who[256];
-    int n = 0;
-    for (int i = 0; i < s->cfg.n_slots && n < 256; i++) {
+/* Every generating slot's next token and chunks of waiting prompts (PROMPT_BUDGET rows in all),
+ * through the weights together. */
+static void step(srv_sched *s) {
+    bs_batch_seq q[MAX_SLOTS * 2];
+    slot *who[MAX_SLOTS * 2];
+    int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->state != SLOT_GEN || !sl->task) continue;
         q[n] = (bs_batch_seq){.s = sl->sess, .tokens = &sl->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                               .logits = sl->logits};
         who[n++] = sl;
+        n_gen++;
+    }
+    for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->state != SLOT_PROMPT || !sl->task) continue;
+        int c = prompt_chunk(sl, budget);
+        bool last = sl->n_done + c == sl->task->n_prompt;
+        q[n] = (bs_batch_seq){.s = sl->sess, .tokens = sl->task->prompt + sl->n_done, .n = c,
+                              .logits_mode = last ? BS_LOGITS_LAST : BS_LOGITS_NONE, .logits = sl->logits};
+        who[n++] = sl;
+        budget -= c;
     }
     if (!n) return;
     if (bs_eval_multi(s->batch, q, n)) {
         char err[256];
-        snprintf(err, sizeof err, "decoding: %s", bs_last_error());
+        snprintf(err, sizeof err, "evaluating: %s", bs_last_error());
         for (int i = 0; i < n; i++) finish(s, who[i], SRV_FINISH_ERROR, err);
         return;
     }
-    pthread_mutex_lock(&s->met->mu);
-    s->met->n_decode++;
-    s->met->n_decode_rows += n;
-    pthread_mutex_unlock(&s->met->mu);
+    if (n_gen) {
+        pthread_mutex_lock(&s->met->mu);
+        s->met->n_decode++;
+        s->met->n_decode_rows += n_gen;
+        pthread_mutex_unlock(&s->met->mu);
+    }
     for (int i = 0; i < n; i++) {
-        who[i]->toks[who[i]->n_toks++] = who[i]->pending;
-        after_logits(s, who[i]);
+        slot *sl = who[i];
+        if (sl->state == SLOT_PROMPT) {
+            prompt_done(s, sl, q[i].n);
+        } else {
+            sl->toks[sl->n_toks++] = sl->pending;
+            after_logits(s, sl);
+        }
     }
 }
 
@@ -464,9 +487,7 @@ static void *sched_main(void *arg) {
             if (cancel) finish(s, sl, SRV_FINISH_ERROR, "cancelled");
         }
         update_gauges(s, n_active(s), queued);
-        for (int i = 0; i < s->cfg.n_slots; i++)
-            if (s->slots[i].state == SLOT_PROMPT) prompt_step(s, &s->slots[i]);
-        decode_step(s);
+        step(s);
         pthread_mutex_lock(&s->mu);
         queued = s->q_len;
         pthread_mutex_unlock(&s->mu);
@@ -500,7 +521,7 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->slots = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->slots);
     s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
     if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
-    if (!(s->batch = bs_batch_new(m, cfg->n_slots, s->pool))) goto fail;
+    if (!(s->batch = bs_batch_new(m, cfg->n_slots + PROMPT_BUDGET, cfg->n_slots, s->pool))) goto fail;
     for (int i = 0; i < cfg->n_slots; i++) {
         if (slot_init(s, &s->slots[i], i)) goto fail;
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(s->slots[i].sess)};

@@ -39,7 +39,7 @@ static void check_model(const char *path) {
     const int nv = bs_model_n_vocab(m);
     bs_session *alone[NS], *bat[NS];
     float *la = malloc(sizeof(float) * nv * 4), *lb = malloc(sizeof(float) * nv * NS * 4);
-    bs_batch *b = bs_batch_new(m, 16, NULL);
+    bs_batch *b = bs_batch_new(m, 16, 8, NULL);
     CHECK(b);
     for (int i = 0; i < NS; i++) {
         alone[i] = session(m);
