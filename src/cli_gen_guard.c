@@ -48,8 +48,8 @@ void cli_gen_guard_help(void) {
            "  --loop-min-chars C      (60)\n"
            "  --loop-max-period P     longest period looked for, in characters (1024)\n"
            "  --loop-max-rewinds N    rewinds per generation, then stop (8)\n"
-           "  --loop-ckpt-every N     rewind: tokens between state checkpoints (32)\n"
-           "  --loop-ckpt-count N     rewind: checkpoints kept (16)\n");
+           "  --loop-ckpt-every N     rewind: tokens between state checkpoints (64)\n"
+           "  --loop-ckpt-count N     rewind: checkpoints kept (8)\n");
 }
 
 int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o) {

@@ -21,7 +21,7 @@ struct bs_loop_guard {
     int32_t *ids;                 /* generated tokens */
     int n_ids, cap_ids;
     bs_session_ckpt *start;       /* state at base_past (with the prompt's logits) */
-    bs_session_ckpt **ring;       /* periodic checkpoints, ckpt_count of them */
+    bs_session_ckpt **ring;       /* periodic checkpoints, ckpt_count slots (allocated on use) */
     int ring_next;
     tried *tried;                 /* tokens rejected so far, by generated position */
     int n_tried, cap_tried;
@@ -30,7 +30,7 @@ struct bs_loop_guard {
 
 bs_loop_guard_params bs_loop_guard_default_params(void) {
     return (bs_loop_guard_params){.mode = BS_LOOP_GUARD_OFF, .det = bs_loop_default_params(),
-                                  .max_rewinds = 8, .ckpt_every = 32, .ckpt_count = 16};
+                                  .max_rewinds = 8, .ckpt_every = 64, .ckpt_count = 8};
 }
 
 int bs_loop_guard_mode_parse(const char *s) {
@@ -63,7 +63,6 @@ bs_loop_guard *bs_loop_guard_new(const bs_loop_guard_params *p, bs_session *s, b
     if (p->mode == BS_LOOP_GUARD_REWIND) {
         g->start = bs_session_ckpt_new(s);
         g->ring = bs_xcalloc((size_t)p->ckpt_count + 1, sizeof *g->ring);
-        for (int i = 0; i < p->ckpt_count; i++) g->ring[i] = bs_session_ckpt_new(s);
     }
     g->res.mode = p->mode;
     return g;
@@ -95,7 +94,7 @@ void bs_loop_guard_begin(bs_loop_guard *g, const float *logits) {
     /* stale checkpoints from an earlier generation would be past a rewritten prefix */
     for (int i = 0; i < g->p.ckpt_count && g->ring; i++) {
         bs_session_ckpt_free(g->ring[i]);
-        g->ring[i] = bs_session_ckpt_new(g->sess);
+        g->ring[i] = NULL;
     }
 }
 
@@ -107,6 +106,7 @@ void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits) {
     if (!g->ring || g->p.ckpt_count == 0) return;
     int n = bs_session_n_past(g->sess) - g->base_past;
     if (n <= 0 || n % g->p.ckpt_every) return;
+    if (!g->ring[g->ring_next]) g->ring[g->ring_next] = bs_session_ckpt_new(g->sess);
     bs_session_ckpt_save(g->ring[g->ring_next], g->sess, logits);
     g->ring_next = (g->ring_next + 1) % g->p.ckpt_count;
 }
@@ -115,7 +115,7 @@ void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits) {
 static const bs_session_ckpt *best_ckpt(const bs_loop_guard *g, int pos) {
     const bs_session_ckpt *best = g->start;
     for (int i = 0; i < g->p.ckpt_count; i++) {
-        int cp = bs_session_ckpt_pos(g->ring[i]);
+        int cp = g->ring[i] ? bs_session_ckpt_pos(g->ring[i]) : -1;
         if (cp >= 0 && cp <= pos && cp > bs_session_ckpt_pos(best)) best = g->ring[i];
     }
     return best;
@@ -137,9 +137,9 @@ static int rewind_to(bs_loop_guard *g, int j, float *logits) {
     }
     /* checkpoints past the target belong to the discarded continuation */
     for (int i = 0; i < g->p.ckpt_count; i++)
-        if (bs_session_ckpt_pos(g->ring[i]) > target) {
+        if (g->ring[i] && bs_session_ckpt_pos(g->ring[i]) > target) {
             bs_session_ckpt_free(g->ring[i]);
-            g->ring[i] = bs_session_ckpt_new(g->sess);
+            g->ring[i] = NULL;
         }
     bs_sampler_truncate(g->smp, g->base_hist + (size_t)j);
     bs_loop_detector_truncate(g->det, j);

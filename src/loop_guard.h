@@ -87,8 +87,11 @@ typedef struct {
     int mode;                 /* BS_LOOP_GUARD_* */
     bs_loop_params det;
     int max_rewinds;          /* rewinds per generation before stopping (8) */
-    int ckpt_every;           /* tokens between state checkpoints (32) */
-    int ckpt_count;           /* checkpoints kept besides the one at the prompt's end (16) */
+    int ckpt_every;           /* tokens between state checkpoints (64) */
+    int ckpt_count;           /* checkpoints kept besides the one at the prompt's end (8), each
+                                 the recurrent state + n_vocab logits (Bonsai-27B: ~158 MB),
+                                 allocated as generation reaches them; a rewind further back
+                                 than the oldest replays from the prompt's checkpoint */
 } bs_loop_guard_params;
 
 bs_loop_guard_params bs_loop_guard_default_params(void);
