@@ -8,7 +8,12 @@ if [ "$what" = test ]; then
   # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
   pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
   # server tests: the openai / playwright-core npm clients (tests/node) and headless chromium
-  pkgs+=(nodejs npm curl chromium)
+  pkgs+=(curl chromium)
+  # Node.js + npm: Debian's nodejs/npm packages, unless a Node.js with npm is already on PATH
+  # (a NodeSource nodejs bundles npm and conflicts with Debian's npm package).
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    pkgs+=(nodejs npm)
+  fi
 fi
 missing=()
 for p in "${pkgs[@]}"; do
