@@ -133,6 +133,7 @@ static void log_depth(const cli_spec *c, const char *when) {
 
 int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     cli_spec *c = g->spec;
+    if (g->guard) bs_log(1, "note: the doom-loop guard is not applied together with speculative decoding\n");
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;
     bs_detok_preserve(dt, "<think>");

@@ -6,6 +6,7 @@
  * [context ; block] with no mask at all. */
 #include "dspark.h"
 #include "ops.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <math.h>
@@ -25,7 +26,8 @@ struct bs_dspark_ctx {
     float *kc, *vc;              /* [APPEND_CHUNK][kv_w] */
     float *rope;                 /* [max(APPEND_CHUNK, B)][head_dim] */
     float *x, *h, *q, *kb, *vb, *att, *f1, *f2;   /* block rows */
-    float *scores;               /* [n_ctx_max + B] */
+    float *scores;               /* [threads][n_ctx_max + B] */
+    int n_threads;
     float *hidden;               /* [B][n_embd] final-normed block state */
     float *w1;                   /* [markov_rank] */
     float *logits, *bias;        /* [B][n_vocab], [n_vocab] */
@@ -61,7 +63,8 @@ bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *poo
     c->att = falloc(B * q);
     c->f1 = falloc(B * ff);
     c->f2 = falloc(B * ff);
-    c->scores = falloc((size_t)n_ctx_max + B);
+    c->n_threads = bs_pool_size(pool);
+    c->scores = falloc((size_t)c->n_threads * ((size_t)n_ctx_max + B));
     c->hidden = falloc(B * E);
     c->w1 = falloc((size_t)hp->markov_rank);
     c->logits = falloc(B * V);
@@ -149,37 +152,52 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
 }
 
 /* One block row's query head against [context ; block] keys: out = softmax(q.K / sqrt(D)) V. */
-static void attend(bs_dspark_ctx *c, int l, const float *q, int kvh, float *out) {
+static void attend(const bs_dspark_ctx *c, int l, const float *q, int kvh, float *out, float *scores) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int D = hp->head_dim, B = hp->block_size, n = c->len + B;
     const float scale = 1.0f / sqrtf((float)D);
     const size_t off = (size_t)kvh * D;
     for (int p = 0; p < n; p++) {
         const float *k = p < c->len ? c->k[l] + (size_t)p * c->kv_w + off : c->kb + (size_t)(p - c->len) * c->kv_w + off;
-        c->scores[p] = bs_dot(q, k, D) * scale;
+        scores[p] = bs_dot(q, k, D) * scale;
     }
-    bs_softmax(c->scores, n);
+    bs_softmax(scores, n);
     memset(out, 0, (size_t)D * sizeof(float));
     for (int p = 0; p < n; p++) {
         const float *v = p < c->len ? c->v[l] + (size_t)p * c->kv_w + off : c->vb + (size_t)(p - c->len) * c->kv_w + off;
-        const float w = c->scores[p];
+        const float w = scores[p];
         for (int i = 0; i < D; i++) out[i] += w * v[i];
     }
+}
+
+typedef struct { const bs_dspark_ctx *c; int l; } attend_job;
+
+/* The block's (row, head) pairs split over the pool: each pair is computed the same way
+ * whatever the split, so the result does not depend on the thread count. */
+static void attend_all(void *ud, int ith, int nth) {
+    const attend_job *j = ud;
+    const bs_dspark_ctx *c = j->c;
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int H = hp->n_head, D = hp->head_dim, G = H / hp->n_head_kv;
+    int64_t lo, hi;
+    bs_pool_split((int64_t)hp->block_size * H, 1, ith, nth, &lo, &hi);
+    float *scores = c->scores + (size_t)ith * ((size_t)c->n_ctx_max + hp->block_size);
+    for (int64_t i = lo; i < hi; i++)
+        attend(c, j->l, c->q + (size_t)i * D, (int)(i % H) / G, c->att + (size_t)i * D, scores);
 }
 
 static void layer_forward(bs_dspark_ctx *c, int l) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const bs_dspark_layer *L = &c->d->layers[l];
-    const int B = hp->block_size, E = hp->n_embd, D = hp->head_dim, H = hp->n_head, G = H / hp->n_head_kv;
+    const int B = hp->block_size, E = hp->n_embd, H = hp->n_head;
     for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
     bs_matmul(&L->wq, c->h, B, c->q, c->pool);
     bs_matmul(&L->wk, c->h, B, c->kb, c->pool);
     bs_matmul(&L->wv, c->h, B, c->vb, c->pool);
     norm_rope(c, c->q, B, H, L->q_norm);
     norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
-    for (int t = 0; t < B; t++)
-        for (int h = 0; h < H; h++)
-            attend(c, l, c->q + ((size_t)t * H + h) * D, h / G, c->att + ((size_t)t * H + h) * D);
+    attend_job job = {c, l};
+    bs_pool_run(c->pool, attend_all, &job);
     bs_matmul(&L->wo, c->att, B, c->h, c->pool);
     for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
 

@@ -150,7 +150,8 @@ int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
     for (int off = 0; off < n; off += chunk) {
         const int c = BS_MIN(chunk, n - off);
         const bool last = off + c == n;
-        if (bs_eval(sp->s, tokens + off, c, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, last ? logits : NULL,
+        const bool want = last && logits;
+        if (bs_eval(sp->s, tokens + off, c, want ? BS_LOGITS_LAST : BS_LOGITS_NONE, want ? logits : NULL,
                     sp->dc ? sp->taps : NULL) || feed(sp, c, false))
             return -1;
     }

@@ -43,7 +43,7 @@ typedef struct bs_spec bs_spec;
 bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p);
 void bs_spec_free(bs_spec *sp);
 
-/* Evaluate n prompt tokens (logits of the last one into logits[n_vocab]) with taps, feeding the
+/* Evaluate n prompt tokens (logits of the last one into logits[n_vocab]; logits may be NULL) with taps, feeding the
  * drafter's context. If the session holds positions the drafter has not seen, drafting stays
  * off (rounds become plain steps). 0 or -1 + bs_error. */
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits);
