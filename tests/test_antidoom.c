@@ -1,6 +1,6 @@
 /* test_antidoom: `bitspark antidoom mine` on a model that loops (valid pairs in antidoom's
  * format, the expected rejected/chosen tokens, primed contexts), `eval --pairs` against
- * chosen-win computed by hand from the API's logits, and `eval --loop-rate`. */
+ * chosen-win computed by hand from the API's logits, and `eval --loop-rate`; `run --loop-guard stop/rewind/off` end to end. */
 #include "test.h"
 #include "loop_model.h"
 #include "cli_gen.h"
@@ -251,6 +251,29 @@ static void test_loop_rate(const char *model, const loop_model *lm, const bs_tok
     free(out);
 }
 
+/* `run --loop-guard`: stop ends at the loop (stats line on stderr), rewind prints no loop. */
+static void test_run_cli(const char *model, const loop_model *lm, const bs_tokenizer *t) {
+    char cmd[8192], *c0 = piece(t, lm->cycle[0]);
+    bs_loop_params dp = bs_loop_default_params();
+    bs_loop_info info;
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p '%s' -n 80 --temp 0 -t 1 --loop-guard stop 2>&1", bin, model, c0);
+    char *out = run(cmd);
+    CHECK(out && strstr(out, "stopped by a loop") && strstr(out, "loop guard: stop, 1 loop detected"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p '%s' -n 80 --temp 0 -t 1 --loop-guard rewind 2>/dev/null", bin, model, c0);
+    out = run(cmd);
+    CHECK(out && strlen(out) > 0);
+    if (out) CHECK_EQ_INT(bs_loop_find(out, strlen(out), &dp, &info), 0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p '%s' -n 80 --temp 0 -t 1 --loop-guard off 2>/dev/null", bin, model, c0);
+    out = run(cmd);
+    if (out) CHECK_EQ_INT(bs_loop_find(out, strlen(out), &dp, &info), 1);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p x --loop-guard sometimes 2>/dev/null", bin, model);
+    CHECK(system(cmd) != 0);
+    free(c0);
+}
+
 int main(void) {
     const char *fx = getenv("BS_FIXTURES");
     bin = getenv("BITSPARK");
@@ -272,6 +295,7 @@ int main(void) {
     if (t) {
         test_mine(model, &lm, t);
         test_loop_rate(model, &lm, t);
+        test_run_cli(model, &lm, t);
     }
     bs_tokenizer_free(t);
     gguf_close(f);
