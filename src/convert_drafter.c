@@ -155,11 +155,12 @@ static int write_json(const json_t *j, const char *path) {
 }
 
 /* Stream one GGUF tensor into the safetensors writer as `dtype` (same bytes, or dequantized). */
-static int st_stream(st_writer *w, bs_pool *pool, const gguf_tensor *t, int out_type, bs_progress *pr) {
+static int st_stream(st_writer *w, bs_pool *pool, const gguf_tensor *t, int out_type, bool mapped, bs_progress *pr) {
     if (out_type == t->type) {
         for (uint64_t off = 0; off < t->nbytes; off += CHUNK_BYTES) {
             size_t n = (size_t)BS_MIN((uint64_t)CHUNK_BYTES, t->nbytes - off);
             if (st_w_write(w, (const uint8_t *)t->data + off, n)) return -1;
+            if (mapped) bs_release_mapped((const uint8_t *)t->data + off, n);
             bs_progress_add(pr, n);
         }
         return 0;
@@ -173,6 +174,7 @@ static int st_stream(st_writer *w, bs_pool *pool, const gguf_tensor *t, int out_
         uint64_t nr = BS_MIN(per, rows - r0);
         rc = bs_convert_rows(pool, t->type, (const uint8_t *)t->data + r0 * sr, out_type, buf, t->ne[0], (int64_t)nr);
         if (!rc) rc = st_w_write(w, buf, (size_t)(nr * dr));
+        if (mapped) bs_release_mapped((const uint8_t *)t->data + r0 * sr, nr * sr);
         bs_progress_add(pr, nr * sr);
     }
     free(buf);
@@ -203,7 +205,7 @@ static int to_st_tensors(const gguf_file *f, st_writer *w, bs_pool *pool, int *t
     for (uint64_t i = 0; i < f->n_tensors && !rc; i++) {
         const gguf_tensor *t = &f->tensors[i];
         if (!hf[i]) continue;
-        if ((rc = st_stream(w, pool, t, types[i], &pr))) bs_error_prefix("%s: ", t->name);
+        if ((rc = st_stream(w, pool, t, types[i], f->mmapped, &pr))) bs_error_prefix("%s: ", t->name);
         if (f->mmapped) bs_release_mapped(t->data, t->nbytes);
     }
     if (!rc) {
@@ -421,6 +423,7 @@ static int st_to_gguf(const st_model *m, const json_t *cfg, const char *dir, ggu
         for (uint64_t off = 0; off < t->nbytes && !rc; off += CHUNK_BYTES) {
             size_t k = (size_t)BS_MIN((uint64_t)CHUNK_BYTES, t->nbytes - off);
             rc = gguf_w_write(w, (const uint8_t *)t->data + off, k);
+            bs_release_mapped((const uint8_t *)t->data + off, k);   /* opened with mmap */
             bs_progress_add(&pr, k);
         }
         bs_release_mapped(t->data, t->nbytes);

@@ -290,6 +290,7 @@ static int stream_job(gguf_writer *w, bs_pool *pool, const hp *h, const job *j, 
         for (uint64_t off = 0; off < t->nbytes && !rc; off += CHUNK_BYTES) {
             size_t n = (size_t)BS_MIN((uint64_t)CHUNK_BYTES, t->nbytes - off);
             rc = gguf_w_write(w, (const uint8_t *)t->data + off, n);
+            bs_release_mapped((const uint8_t *)t->data + off, n);   /* opened with mmap */
             bs_progress_add(pr, n);
         }
         return rc;
@@ -304,6 +305,7 @@ static int stream_job(gguf_writer *w, bs_pool *pool, const hp *h, const job *j, 
         for (int64_t i = 0; i < n; i++) build_row(h, j, r0 + i, tmp, f + i * j->ne0);
         rc = bs_convert_rows(pool, BS_F32, f, j->type, buf, j->ne0, n);
         if (!rc) rc = gguf_w_write(w, buf, (size_t)n * dr);
+        if (!j->row_blk) bs_release_mapped((const uint8_t *)t->data + (size_t)r0 * sr, (uint64_t)n * sr);
         bs_progress_add(pr, (uint64_t)n * sr);
     }
     free(f); free(tmp); free(buf);

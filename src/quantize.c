@@ -179,12 +179,16 @@ static uint64_t n_rows_of(const gguf_tensor *t) {
     return n;
 }
 
-static int write_tensor(gguf_writer *w, bs_pool *pool, const gguf_tensor *t, int dst_type, bs_progress *pr) {
+/* mapped: the source is a file mapping whose pages can be dropped once read (RSS stays at the
+ * chunk size, not the biggest tensor). */
+static int write_tensor(gguf_writer *w, bs_pool *pool, const gguf_tensor *t, int dst_type, bool mapped,
+                        bs_progress *pr) {
     const uint64_t rows = n_rows_of(t);
     if (dst_type == t->type) {
         for (uint64_t off = 0; off < t->nbytes; off += CHUNK_BYTES) {
             size_t n = (size_t)BS_MIN((uint64_t)CHUNK_BYTES, t->nbytes - off);
             if (gguf_w_write(w, (const uint8_t *)t->data + off, n)) return -1;
+            if (mapped) bs_release_mapped((const uint8_t *)t->data + off, n);
             bs_progress_add(pr, n);
         }
         return 0;
@@ -197,6 +201,7 @@ static int write_tensor(gguf_writer *w, bs_pool *pool, const gguf_tensor *t, int
         uint64_t nr = BS_MIN(per, rows - r0);
         rc = bs_convert_rows(pool, t->type, (const uint8_t *)t->data + r0 * sr, dst_type, buf, t->ne[0], (int64_t)nr);
         if (!rc) rc = gguf_w_write(w, buf, (size_t)(nr * dr));
+        if (mapped) bs_release_mapped((const uint8_t *)t->data + r0 * sr, nr * sr);
         bs_progress_add(pr, nr * sr);
     }
     free(buf);
@@ -234,7 +239,7 @@ static int run(gguf_file *in, gguf_writer *w, const bs_quantize_params *p, bs_po
     bs_progress_begin(&pr, "quantize", total);
     for (uint64_t i = 0; i < in->n_tensors && !rc; i++) {
         const gguf_tensor *t = &in->tensors[i];
-        rc = write_tensor(w, pool, t, types[i], &pr);
+        rc = write_tensor(w, pool, t, types[i], in->mmapped, &pr);
         if (rc) bs_error_prefix("%s: ", t->name);
         if (in->mmapped) bs_release_mapped(t->data, t->nbytes);
         in_bytes += t->nbytes;
