@@ -161,7 +161,7 @@ static int run_pairs(cli_gen *g, const eval_opts *o) {
     if (!buf) return bs_error_prefix("%s: ", o->pairs);
     json_t *rows = json_array();
     double total = 0;
-    int line = 0, rc = 0;
+    int line = 0, rc = 0, skipped = 0;
     for (size_t off = 0; off < len && !rc;) {
         const char *nl = memchr(buf + off, '\n', len - off);
         size_t end = nl ? (size_t)(nl - buf) : len;
@@ -170,8 +170,12 @@ static int run_pairs(cli_gen *g, const eval_opts *o) {
             json_error_t err;
             json_t *pair = json_loadb(buf + off, end - off, 0, &err);
             json_t *r = pair ? eval_pair(g, pair) : NULL;
-            if (!pair) rc = bs_error("%s:%d: bad JSON: %s", o->pairs, line, err.text);
-            else if (!r) rc = bs_error_prefix("%s:%d: ", o->pairs, line);
+            if (!pair) {
+                rc = bs_error("%s:%d: bad JSON: %s", o->pairs, line, err.text);
+            } else if (!r) {   /* e.g. a token of another vocabulary: skip the pair, say so */
+                bs_log(1, "warning: %s:%d: %s (pair skipped)\n", o->pairs, line, bs_last_error());
+                skipped++;
+            }
             json_decref(pair);
             if (r) {
                 total += json_real_value(json_object_get(r, "chosen_win"));
@@ -194,12 +198,13 @@ static int run_pairs(cli_gen *g, const eval_opts *o) {
     if (!rc) {
         double mean = total / (double)np;
         if (o->json) {
-            json_t *j = json_pack("{s:O, s:f, s:i}", "pairs", rows, "chosen_win", mean, "n_pairs", (int)np);
+            json_t *j = json_pack("{s:O, s:f, s:i, s:i}", "pairs", rows, "chosen_win", mean, "n_pairs", (int)np,
+                                  "skipped", skipped);
             json_dumpf(j, stdout, JSON_COMPACT);
             printf("\n");
             json_decref(j);
         } else {
-            printf("chosen_win %.4f (mean over %zu pairs)\n", mean, np);
+            printf("chosen_win %.4f (mean over %zu pairs, %d skipped)\n", mean, np, skipped);
         }
     }
     json_decref(rows);

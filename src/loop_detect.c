@@ -109,9 +109,10 @@ static int feed_cp(bs_loop_detector *d, uint32_t c, int32_t tok) {
 }
 
 /* Decode the pending bytes into code points (final: an incomplete tail becomes U+FFFD). With
- * `check`, report a loop (1 + *info): at once when its rejected character lies in an earlier
- * token, otherwise only if the loop still holds at the end of the bytes (so a token that merely
- * starts like the next copy, e.g. " dog" after a primed "...the cat sat. the", is no loop). */
+ * `check`, report a loop (1 + *info) at the character where it qualifies; except when it began
+ * in the prefix and its rejected token is the one being pushed: then only if the loop still
+ * holds at the end of the bytes (so a token that merely starts like the next copy, e.g. " dog"
+ * after a primed "...the cat sat. the", is no loop). */
 static int decode_bytes(bs_loop_detector *d, bool check, bool final, bs_loop_info *info) {
     bool deferred = false, hit = false;
     while (d->dec < d->n_bytes) {
@@ -125,7 +126,7 @@ static int decode_bytes(bs_loop_detector *d, bool check, bool final, bs_loop_inf
         if (!check || !q || hit) continue;
         bs_loop_info tmp;
         describe(d, q, &tmp);
-        if (tmp.rejected_token < d->n_tok - 1) {
+        if (tmp.rejected_token < d->n_tok - 1 || tmp.repeat_start_char >= d->n_prefix) {
             *info = tmp;
             hit = true;
         } else {

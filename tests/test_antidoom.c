@@ -1,6 +1,7 @@
 /* test_antidoom: `bitspark antidoom mine` on a model that loops (valid pairs in antidoom's
  * format, the expected rejected/chosen tokens, primed contexts), `eval --pairs` against
- * chosen-win computed by hand from the API's logits, and `eval --loop-rate`; `run --loop-guard stop/rewind/off` end to end. */
+ * chosen-win computed by hand from the API's logits, and `eval --loop-rate`;
+ * `run --loop-guard stop/rewind/off` end to end. */
 #include "test.h"
 #include "loop_model.h"
 #include "cli_gen.h"
