@@ -30,7 +30,7 @@ from tokenizer import Tokenizer
 
 
 @torch.no_grad()
-def make_data(target, ids, n_seq, P, G, taps, seed, greedy_frac=0.75, bs=32):
+def make_data(target, ids, n_seq, P, G, taps, seed, greedy_frac=0.75, bs=64):
     rng = np.random.default_rng(seed)
     seqs, feats, probs = [], [], []
     for i in range(0, n_seq, bs):
