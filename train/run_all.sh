@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bitspark=${1:-build/bitspark}
 py=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1
-steps=${TARGET_STEPS:-560}          # what the committed model's time-bounded run reached
+steps=${TARGET_STEPS:-745}   # the step count the committed model's time-bounded run reached
 dsteps=${DRAFTER_STEPS:-600}
 run() { echo "+ $*" >&2; nice -n 10 "$@"; }
 
