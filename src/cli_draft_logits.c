@@ -125,7 +125,7 @@ static int run_rounds(const dl_opts *o, bs_dspark_ctx *c, const bs_dspark *d, co
             if (bs_dspark_ctx_append(c, feat + (size_t)used * row, (int)a)) return -1;
             used += a;
         } else if (*p == '-') {
-            if (-a > bs_dspark_ctx_len(c)) return bs_error("--rounds: cannot crop %d rows to %ld", bs_dspark_ctx_len(c), -a);
+            if (-a > bs_dspark_ctx_len(c)) return bs_error("--rounds: -%ld keeps more rows than the %d in the context", -a, bs_dspark_ctx_len(c));
             bs_dspark_ctx_crop(c, (int)-a);
         } else if (*end == '@') {
             const char *q = end + 1;

@@ -11,8 +11,8 @@
 #define MEAN_OBS 64          /* running mean for the first observations, then an EWMA */
 #define EWMA_P 0.03
 #define EWMA_T 0.2
-#define MIN_OBS_TO_PARK 10
-#define PROBE_BUDGET 0.02    /* probes may cost this fraction of plain decoding */
+#define MIN_OBS_TO_PARK 8      /* also: depth 1 until then (the cheapest way to learn p) */
+#define PROBE_BUDGET 0.01    /* probes may cost this fraction of plain decoding */
 #define PROBE_MIN 8
 #define PROBE_MAX 256
 
@@ -83,8 +83,8 @@ int bs_depth_choose(bs_spec_depth *d, int k_max) {
         const double r = bs_depth_rate(d, c, d->p);
         if (r > best_rate * 1.01) { best = c; best_rate = r; }   /* deeper only if clearly better */
     }
-    const bool park = d->n_obs >= MIN_OBS_TO_PARK && bs_depth_rate(d, 0, d->p) >= best_rate;
-    if (!park) {
+    if (d->n_obs < MIN_OBS_TO_PARK) return d->last = 1;
+    if (bs_depth_rate(d, 0, d->p) < best_rate) {
         d->parked = false;
         return d->last = best;
     }

@@ -9,8 +9,8 @@
  * runs) and kept as ratios to verify(1): the machine's load scales every part alike, so the
  * decision does not flip with it. p is the per-token conditional acceptance observed so far
  * (each accepted draft counts 1, the first rejected one 0, a fully accepted round says nothing
- * more). When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
- * rounds to keep p current; the interval is chosen so probes cost at most ~2% of plain speed.
+ * more); until a few are in, rounds draft 1 token. When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
+ * rounds to keep p current; the interval is chosen so probes cost at most ~1% of plain speed.
  * With the confidence head, drafts whose (calibrated) survival probability does not pay for
  * their verify cost are trimmed before verification. The choice only limits how many drafts
  * are verified, so every policy is lossless. */

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# DSpark on the command line: run -md with fixed and auto depth gives plain greedy's text; auto
+# depth with a drafter whose drafts are never accepted parks (plain steps + rare probes); the
+# speculative stats line; pair validation errors; bench --spec prints measured costs and
+# labelled projections; draft-logits --rounds rejects bad scripts.
+set -u
+B=${BITSPARK:?}; F=${BS_FIXTURES:?}; T=${BS_TMP:-/tmp}/dspark_cli; mkdir -p "$T"
+export BITSPARK_NO_COST_CACHE=1
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+P="$(cat "$F/prompt.txt")"
+R=("$B" run -m "$F/tiny-q1_0.gguf" -p "$P" -n 300 --temp 0 -t 1 --ignore-eos -c 1024)
+"${R[@]}" >"$T/plain" 2>/dev/null || bad "plain run"
+for dm in 1 4 auto; do
+  "${R[@]}" -md "$F/tiny-dspark-f32.gguf" --draft-max $dm >"$T/spec_$dm" 2>"$T/err_$dm" || bad "run -md --draft-max $dm"
+  cmp -s "$T/plain" "$T/spec_$dm" && ok "run -md --draft-max $dm: same text as plain greedy" || bad "--draft-max $dm text differs"
+done
+grep -q 'n_drafted = [0-9]*, n_accepted = [0-9]*, acceptance = ' "$T/err_4" && ok "stats line" || bad "no stats line"
+grep -q 'tokens per second' "$T/err_4" && ok "tokens/s reported" || bad "no tokens/s"
+# auto with a random drafter: parks for nearly every round, probing rarely
+line=$(grep 'auto depth:' "$T/err_auto")
+parked=$(sed -n 's/.* \([0-9]*\) parked rounds.*/\1/p' <<<"$line"); probes=$(sed -n 's/.* \([0-9]*\) probes.*/\1/p' <<<"$line")
+[ "${parked:-0}" -ge 270 ] && [ "${probes:-999}" -le 15 ] && ok "auto parks: $line" || bad "auto did not park: $line"
+
+# pair validation and option errors: one line, exit 1
+"$B" synth --preset drafter-tiny --drafter-type f32 --n-embd 128 --head-dim 32 -o "$T/d128.gguf" >/dev/null 2>&1
+out=$("${R[@]}" -md "$T/d128.gguf" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q 'hidden size 128 != target hidden size 256' <<<"$out" && ok "mismatched drafter refused" || bad "mismatch: rc=$rc $out"
+"$B" synth --preset drafter-tiny --drafter-type f32 --taps 1,9 -o "$T/dtap.gguf" >/dev/null 2>&1
+out=$("${R[@]}" -md "$T/dtap.gguf" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q 'taps target layer 9' <<<"$out" && ok "taps outside the target refused" || bad "taps: rc=$rc $out"
+out=$("${R[@]}" -md "$F/tiny-dspark-f32.gguf" --draft-max 5 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q 'exceeds the drafter' <<<"$out" && ok "--draft-max above the block size refused" || bad "draft-max 5: rc=$rc $out"
+
+# bench --spec
+out=$("$B" bench -m "$F/tiny-q1_0.gguf" -md "$F/tiny-dspark-f32.gguf" --spec -t 1 -p 16 -r 1 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q 'verify, width 5' <<<"$out" && grep -q 'PROJECTIONS' <<<"$out" && grep -q '^   0.90 ' <<<"$out" \
+  && ok "bench --spec" || bad "bench --spec: rc=$rc $out"
+
+# draft-logits --rounds errors
+feat="$F/dspark/random7.ctx_feat.f32"
+for ops in "+8" "-1" "+3,x" "+3,5@1"; do
+  out=$("$B" draft-logits -md "$F/tiny-dspark-f32.gguf" --features "$feat" --rows 7 -o "$T/r.f32" --rounds "$ops" 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 1 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "--rounds '$ops' refused: $out" || bad "--rounds '$ops': rc=$rc $out"
+done
+
+[ $fails -eq 0 ] && echo "all ok" || { echo "$fails failure(s)"; exit 1; }
