@@ -115,6 +115,16 @@ typedef struct {
 
 typedef struct bs_loop_guard bs_loop_guard;
 
+/* Usage in a generation loop (cli_gen_guard.c is the reference; a server slot does the same):
+ *   g = bs_loop_guard_new(&params, sess, smp, tok);      once per session + sampler
+ *   bs_loop_guard_begin(g, logits);                      after the prompt is evaluated
+ *   loop: id = bs_sampler_sample(smp, logits); (EOG?) bs_sampler_accept(smp, id);
+ *         switch (bs_loop_guard_push(g, id, logits, &n_keep)):
+ *           STOP: finish_reason "loop"; REWOUND: drop generated tokens >= n_keep, sample again;
+ *           CONTINUE: stream tokens < bs_loop_guard_n_safe(g), bs_eval(id) (one token, as
+ *                     a straight run), bs_loop_guard_evaluated(g, logits)
+ *   report *bs_loop_guard_result_get(g). */
+
 /* Guard a generation on session s with sampler smp; tok renders tokens for the detector. */
 bs_loop_guard *bs_loop_guard_new(const bs_loop_guard_params *p, bs_session *s, bs_sampler *smp,
                                   const bs_tokenizer *tok);
