@@ -2,6 +2,7 @@
  * or SIGTERM, then stops accepting, cancels what runs and exits cleanly. */
 #include "cli.h"
 #include "server.h"
+#include "spec_depth.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -19,6 +20,9 @@ void help_serve(void) {
            "/props, /slots, /metrics, and a web chat page at /.\n"
            "\n"
            "  -m, --model FILE        qwen35 GGUF\n"
+           "  -md, --model-draft FILE DSpark drafter: speculative decoding (temperature 0 output\n"
+           "                          is unchanged); a request's \"draft_max\": 0 turns it off\n"
+           "  --draft-max N|auto      drafts verified per round (the drafter's block size)\n"
            "  --host ADDR             address to listen on (127.0.0.1)\n"
            "  --port N                port, 0 = any free one (8080)\n"
            "  -np, --parallel N       slots: requests generated at the same time, their decode\n"
@@ -43,12 +47,20 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->queue_max = -1;
     c->body_max = 8L << 20;
     c->max_connections = 256;
+    c->draft_max = SRV_DRAFT_DEFAULT;
     c->n_threads = bs_cpu_count();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long x;
 #define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(c->model = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { if (!(c->drafter = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
+            if (!(v = cli_value(argc, argv, &i))) return -1;
+            if (!strcmp(v, "auto")) c->draft_max = BS_DRAFT_AUTO;
+            else if (cli_parse_int(a, v, 0, BS_DEPTH_MAX, &x)) return -1;
+            else c->draft_max = (int)x;
+        }
         else if (!strcmp(a, "--host")) { if (!(c->host = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--port")) INT_OPT(0, 65535, c->port);
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) INT_OPT(1, 256, c->n_slots);

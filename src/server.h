@@ -29,6 +29,7 @@
 #define SRV_MAX_STOP 8
 #define SRV_MAX_TOP 20
 #define SRV_MAX_BIAS 1024
+#define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
@@ -68,6 +69,7 @@ typedef struct srv_task {
     int n_predict;             /* < 0: until EOG or the context is full */
     bool ignore_eos;
     bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
+    bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */

@@ -184,8 +184,10 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         return false;
     if (n != 1) { bad_request(r, "only %s = 1 is supported", "n"); return false; }
     bool cache = true;
-    if (!get_bool(b, "cache_prompt", &cache, r)) return false;
+    long draft = -1;
+    if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r)) return false;
     t->no_cache = !cache;
+    t->no_draft = draft == 0;
     p->top_k = (int32_t)top_k;
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;

@@ -14,6 +14,7 @@
  * renders the previous reply differently (its reasoning is dropped). */
 #include "server.h"
 #include "batch_eval.h"
+#include "speculative.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -48,6 +49,9 @@ typedef struct slot {
     double t0;
     ckpt ck[2];                /* start of the last message, end of the prompt */
     bool stop_hit;             /* a stop string ended the text: drop what the detokenizer holds */
+    bs_spec *spec;             /* with a drafter: this slot's speculative decoder */
+    bool use_spec;             /* the running task drafts */
+    const bs_tokenizer *tok;
     long last_used;
 } slot;
 
@@ -60,6 +64,7 @@ struct srv_sched {
     slot *slots;
     bs_pool *pool;
     bs_batch *batch;
+    bs_dspark *drafter;
     pthread_t thr;
     bool thr_started;
     pthread_mutex_t mu;
@@ -284,28 +289,22 @@ static int setup_sampler(srv_sched *s, slot *sl, const srv_task *t) {
     return 0;
 }
 
-/* Sample from sl->logits and hand the token to the task; the slot then either finishes or
- * holds the token as pending for the next decode step. */
-static void after_logits(srv_sched *s, slot *sl) {
+/* Hand a token (already in the sampler's history unless it ends generation) to the task: EOG,
+ * text, stop strings, length. false when the slot finished; otherwise the token is pending. */
+static bool deliver(srv_sched *s, slot *sl, int32_t id, srv_tok *tk) {
     srv_task *t = sl->task;
-    int32_t id = bs_sampler_sample(sl->smp, sl->logits);
-    if (id < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
-    if (!t->ignore_eos && bs_token_is_eog(s->tok, id)) { finish(s, sl, SRV_FINISH_STOP, NULL); return; }
-    bs_sampler_accept(sl->smp, id);
-    srv_tok tk = {.id = id};
-    if (t->n_probs >= 0)
-        tk.n_top = bs_top_logprobs(sl->logits, s->n_vocab, t->n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
+    if (!t->ignore_eos && bs_token_is_eog(s->tok, id)) { finish(s, sl, SRV_FINISH_STOP, NULL); return false; }
     const char *text;
     size_t len;
-    if (bs_detok_push(sl->dt, id, &text, &len) < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
+    if (bs_detok_push(sl->dt, id, &text, &len) < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return false; }
     pthread_mutex_lock(&t->mu);
     bool stopped = task_add_text(t, text, len);
-    tk.text_end = t->len;
+    tk->text_end = t->len;
     if (t->n_toks == t->cap_toks) {
         t->cap_toks = t->cap_toks ? 2 * t->cap_toks : 64;
         t->toks = bs_xrealloc(t->toks, (size_t)t->cap_toks * sizeof *t->toks);
     }
-    t->toks[t->n_toks++] = tk;
+    t->toks[t->n_toks++] = *tk;
     t->tm.n_gen++;
     int n_gen = t->tm.n_gen;
     pthread_cond_broadcast(&t->cv);
@@ -313,14 +312,62 @@ static void after_logits(srv_sched *s, slot *sl) {
     if (stopped) {
         sl->stop_hit = true;
         finish(s, sl, SRV_FINISH_STOP, NULL);
-        return;
+        return false;
     }
     if ((t->n_predict >= 0 && n_gen >= t->n_predict) || sl->n_toks >= bs_session_n_ctx(sl->sess)) {
         finish(s, sl, SRV_FINISH_LENGTH, NULL);
-        return;
+        return false;
     }
     sl->pending = id;
     sl->state = SLOT_GEN;
+    return true;
+}
+
+/* Sample from sl->logits and deliver the token. */
+static void after_logits(srv_sched *s, slot *sl) {
+    srv_task *t = sl->task;
+    int32_t id = bs_sampler_sample(sl->smp, sl->logits);
+    if (id < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
+    if (t->ignore_eos || !bs_token_is_eog(s->tok, id)) bs_sampler_accept(sl->smp, id);
+    srv_tok tk = {.id = id};
+    if (t->n_probs >= 0)
+        tk.n_top = bs_top_logprobs(sl->logits, s->n_vocab, t->n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
+    deliver(s, sl, id, &tk);
+}
+
+/* ---- speculative slots ---------------------------------------------------------------------- */
+
+static bool spec_is_stop(void *ud, int32_t id) {
+    const slot *sl = ud;
+    return !sl->task->ignore_eos && bs_token_is_eog(sl->tok, id);
+}
+
+/* One DSpark round for a slot that drafts: its own verify pass (rounds are not batched across
+ * slots), then each produced token is delivered in order. */
+static void spec_step(srv_sched *s, slot *sl) {
+    srv_task *t = sl->task;
+    int room = bs_session_n_ctx(sl->sess) - sl->n_toks;
+    int max_new = t->n_predict >= 0 ? t->n_predict - t->tm.n_gen : room;
+    max_new = BS_MIN(max_new, room);
+    const bs_spec_stats st0 = *bs_spec_get_stats(sl->spec);
+    int32_t out[BS_DSPARK_MAX_BLOCK + 2];
+    int m = bs_spec_round(sl->spec, sl->smp, sl->pending, BS_MAX(max_new, 1), spec_is_stop, sl, out);
+    if (m < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
+    const bs_spec_stats *st1 = bs_spec_get_stats(sl->spec);
+    pthread_mutex_lock(&t->mu);
+    t->tm.draft_n += st1->n_drafted - st0.n_drafted;
+    t->tm.draft_accepted += st1->n_accepted - st0.n_accepted;
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_lock(&s->met->mu);
+    s->met->draft_rounds += st1->n_draft_rounds - st0.n_draft_rounds;
+    pthread_mutex_unlock(&s->met->mu);
+    /* the session now holds the old anchor and out[0..m-1) */
+    sl->toks[sl->n_toks++] = sl->pending;
+    for (int j = 0; j + 1 < m; j++) sl->toks[sl->n_toks++] = out[j];
+    for (int j = 0; j < m; j++) {
+        srv_tok tk = {.id = out[j]};
+        if (!deliver(s, sl, out[j], &tk)) return;
+    }
 }
 
 /* ---- prompt processing ---------------------------------------------------------------------- */
@@ -328,6 +375,7 @@ static void after_logits(srv_sched *s, slot *sl) {
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
     sl->task = t;
     sl->stop_hit = false;
+    sl->use_spec = sl->spec && !t->no_draft;
     sl->t0 = bs_time();
     int from, reuse = reuse_len(sl, t, &from);
     if (from >= 0 && ckpt_load(sl, from)) reuse = 0;
@@ -378,13 +426,16 @@ static void prompt_done(srv_sched *s, slot *sl, int n) {
 
 /* Every generating slot's next token and chunks of waiting prompts (PROMPT_BUDGET rows in all),
  * through the weights together. */
+static void step_spec(srv_sched *s);
+
 static void step(srv_sched *s) {
+    step_spec(s);
     bs_batch_seq q[MAX_SLOTS * 2];
     slot *who[MAX_SLOTS * 2];
     int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
     for (int i = 0; i < s->cfg.n_slots; i++) {
         slot *sl = &s->slots[i];
-        if (sl->state != SLOT_GEN || !sl->task) continue;
+        if (sl->state != SLOT_GEN || !sl->task || sl->use_spec) continue;
         q[n] = (bs_batch_seq){.s = sl->sess, .tokens = &sl->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                               .logits = sl->logits};
         who[n++] = sl;
@@ -392,7 +443,7 @@ static void step(srv_sched *s) {
     }
     for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {
         slot *sl = &s->slots[i];
-        if (sl->state != SLOT_PROMPT || !sl->task) continue;
+        if (sl->state != SLOT_PROMPT || !sl->task || sl->use_spec) continue;
         int c = prompt_chunk(sl, budget);
         bool last = sl->n_done + c == sl->task->n_prompt;
         q[n] = (bs_batch_seq){.s = sl->sess, .tokens = sl->task->prompt + sl->n_done, .n = c,
@@ -421,6 +472,25 @@ static void step(srv_sched *s) {
             sl->toks[sl->n_toks++] = sl->pending;
             after_logits(s, sl);
         }
+    }
+}
+
+/* Slots that draft run alone: their prompt chunk (with the taps the drafter reads) or a round. */
+static void step_spec(srv_sched *s) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->task || !sl->use_spec) continue;
+        if (sl->state == SLOT_GEN) {
+            spec_step(s, sl);
+            continue;
+        }
+        int c = prompt_chunk(sl, PROMPT_BUDGET);
+        bool last = sl->n_done + c == sl->task->n_prompt;
+        if (bs_spec_prompt(sl->spec, sl->task->prompt + sl->n_done, c, last ? sl->logits : NULL)) {
+            finish(s, sl, SRV_FINISH_ERROR, bs_last_error());
+            continue;
+        }
+        prompt_done(s, sl, c);
     }
 }
 
@@ -502,6 +572,12 @@ static int slot_init(srv_sched *s, slot *sl, int id) {
     sl->id = id;
     bs_session_params sp = {.n_ctx = s->cfg.n_ctx, .n_threads = bs_pool_size(s->pool)};
     if (!(sl->sess = bs_session_new(s->m, &sp)) || bs_session_share_pool(sl->sess, s->pool)) return -1;
+    sl->tok = s->tok;
+    if (s->drafter) {
+        int dm = s->cfg.draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : s->cfg.draft_max;
+        bs_spec_params pp = {.draft_max = dm, .conf_cut = 1};
+        if (!(sl->spec = bs_spec_new(sl->sess, s->drafter, &pp))) return -1;
+    }
     sl->logits = bs_xmalloc((size_t)s->n_vocab * sizeof(float));
     sl->toks = bs_xmalloc((size_t)bs_session_n_ctx(sl->sess) * sizeof(int32_t));
     return 0;
@@ -522,6 +598,13 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
     if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
     if (!(s->batch = bs_batch_new(m, cfg->n_slots + PROMPT_BUDGET, cfg->n_slots, s->pool))) goto fail;
+    if (cfg->drafter) {
+        if (!(s->drafter = bs_dspark_load(cfg->drafter, NULL)) || bs_dspark_check_pair(s->drafter, m)) {
+            bs_error_prefix("drafter %s: ", cfg->drafter);
+            goto fail;
+        }
+        bs_dspark_share_embeddings(s->drafter, m, false);
+    }
     for (int i = 0; i < cfg->n_slots; i++) {
         if (slot_init(s, &s->slots[i], i)) goto fail;
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(s->slots[i].sess)};
@@ -551,6 +634,7 @@ void srv_sched_free(srv_sched *s) {
     for (int i = 0; i < s->cfg.n_slots && s->slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->task) finish(s, sl, SRV_FINISH_ERROR, "server shutting down");
+        bs_spec_free(sl->spec);
         if (sl->sess) bs_session_unshare_pool(sl->sess);
         bs_session_free(sl->sess);
         free(sl->logits);
@@ -571,6 +655,7 @@ void srv_sched_free(srv_sched *s) {
         srv_task_unref(t);
     }
     bs_batch_free(s->batch);
+    bs_dspark_free(s->drafter);
     bs_pool_free(s->pool);
     free(s->slots);
     free(s->info);

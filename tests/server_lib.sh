@@ -7,6 +7,10 @@ T=${BS_TMP:-/tmp}/srv.$$.$RANDOM
 mkdir -p "$T"
 fail=0
 SERVER_PIDS=()
+# a sanitizer build (-O0, ASan) runs the same checks on less traffic
+SANITIZED=0
+grep -q __asan_init "$B" 2>/dev/null && SANITIZED=1
+export BS_SANITIZED=$SANITIZED
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 cleanup() {

@@ -14,6 +14,29 @@ else
     cat "$T/node.out"; bad "openai client suite"
 fi
 curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health after the suite"
+
+# speculative decoding (-md, a synthetic DSpark drafter): temperature-0 answers identical to the
+# server without a drafter, alone and with two requests at once, and drafts were verified
+D=$(synth_model srv-drafter-tiny --preset drafter-tiny)
+start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024
+cmp_spec() {  # prompts...: each greedy answer of SPEC equals URL's; all requests concurrent
+    node -e '
+      const [a, b, ...ps] = process.argv.slice(1);
+      const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
+        messages: [{ role: "user", content: p }], max_tokens: 24, temperature: 0, ignore_eos: true }) }).then((r) => r.json());
+      (async () => {
+        const x = await Promise.all(ps.map((p) => ask(a, p))), y = await Promise.all(ps.map((p) => ask(b, p)));
+        const same = x.every((r, i) => JSON.stringify(r.choices[0].message) === JSON.stringify(y[i].choices[0].message));
+        const drafted = y.reduce((s, r) => s + r.timings.draft_n, 0), acc = y.reduce((s, r) => s + r.timings.draft_n_accepted, 0);
+        console.log(JSON.stringify({ same, drafted, accepted: acc }));
+        process.exit(same && drafted > 0 ? 0 : 1);
+      })();' "$URL" "$SPEC" "$@"
+}
+out=$(cmp_spec "Speculate about this") && ok "drafter: same greedy answer ($out)" || bad "drafter alone: $out"
+out=$(cmp_spec "First of two" "Second of two") && ok "drafter, 2 slots at once: same answers ($out)" || bad "drafter batched: $out"
+curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
+r=$(curl -s "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
+echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish
