@@ -52,6 +52,9 @@ start_server() {
 # node_deps: the pinned openai / playwright-core packages, installed once per build dir
 node_deps() {
     NODE_DIR=${BS_TMP:-/tmp}/node-deps
+    mkdir -p "$NODE_DIR"
+    exec 9>"$NODE_DIR.lock"   # ctest -j: one installer at a time
+    flock 9
     if [ ! -f "$NODE_DIR/node_modules/openai/package.json" ] ||
        ! cmp -s "$SRC/tests/node/package-lock.json" "$NODE_DIR/package-lock.json"; then
         mkdir -p "$NODE_DIR"
@@ -59,6 +62,7 @@ node_deps() {
         (cd "$NODE_DIR" && npm ci --no-audit --no-fund --silent >/dev/null 2>&1) ||
             { echo "FAIL npm ci (tests/node): node, npm and the npm registry are needed"; exit 1; }
     fi
+    flock -u 9
     export BS_NODE_DIR=$NODE_DIR
 }
 
