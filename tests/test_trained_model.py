@@ -6,16 +6,22 @@ text). Teacher-forced rows, fixture bounds for quantized models (bitspark rounds
 Q8_0 before every Q1_0 matmul, as llama.cpp does, PyTorch does not): median relative L2 <= 3e-2,
 worst <= 6e-2, same argmax wherever the reference top-2 margin is >= 0.3. Checked with the whole
 sequence as one batch and with a short first batch followed by single tokens.
-Also: `bitspark tokenize` on the reference text gives the Python tokenizer's ids, and bitspark
-inspect recognizes the drafter next to the target."""
+Also: `bitspark tokenize` on the reference text gives the Python tokenizer's ids, bitspark
+inspect recognizes the drafter next to the target, and greedy `bitspark run` with the trained
+drafter (--draft-max 4 and auto) prints exactly the plain greedy text while accepting at least
+MIN_ACCEPT of the drafts on a fixed prompt (a drafter that does not match its target, e.g. one
+with random weights, accepts about nothing)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 
 Q_MEDIAN, Q_WORST, MARGIN = 3e-2, 6e-2, 0.3
+MIN_ACCEPT = 0.25
+PROMPT = 'To copy a file, use'
 
 
 def env(name):
@@ -80,6 +86,22 @@ def main():
     r = run([BITSPARK, 'inspect', '--json', DRAFTER])
     if r.returncode == 0 and 'dspark' not in r.stdout:
         fail('inspect does not report the drafter as dspark')
+    gen = [BITSPARK, 'run', '-m', MODEL, '-p', PROMPT, '-n', '64', '--temp', '0', '-t', '1', '--ignore-eos']
+    plain = run(gen)
+    for dm in ['4', 'auto']:
+        r = run(gen + ['-md', DRAFTER, '--draft-max', dm])
+        if r.returncode or plain.returncode:
+            continue
+        if r.stdout != plain.stdout:
+            fail('--draft-max %s: speculative greedy text differs from plain greedy' % dm)
+        m = re.search(r'n_drafted = (\d+), n_accepted = (\d+)', r.stderr)
+        if not m:
+            fail('--draft-max %s: no acceptance line' % dm)
+            continue
+        d, a = int(m.group(1)), int(m.group(2))
+        print('draft-max %s: identical text, accepted %d of %d drafts (%.0f%%)' % (dm, a, d, 100.0 * a / max(d, 1)))
+        if d == 0 or a < MIN_ACCEPT * d:
+            fail('--draft-max %s: acceptance %d/%d below %g' % (dm, a, d, MIN_ACCEPT))
     print('%d failure(s)' % len(failures))
     sys.exit(1 if failures else 0)
 

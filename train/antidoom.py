@@ -9,6 +9,8 @@ Pairs: greedy continuations of corpus prompts; a loop is a section repeated >= 4
 character of the second copy; chosen = the base model's top alternatives at that position
 (temperature 1, min-p 0.01 of the best, top-k 50, rejected removed, sorted ascending, decoded
 text with an alphanumeric character, at most 20) (§2.5).
+Training stops once the mean chosen-win of the last two batches reaches --stop-win (0.4, the
+antidoom threshold; more overtrains and creates new loops).
 Loss: FTPO as in the antidoom variant (§3.2): preference hinge softplus((eps - Δc)/tau) with
 taper weights, per row divided by the number of chosen tokens; MSE tethers on non-target logits
 (lambda 0.4) and on target logits beyond tau_tok 0.5 (lambda 0.05); eps 2, tau 1.
@@ -207,12 +209,15 @@ def train_lora(m, lora, tr, val, zref_tr, a, rng):
             torch.nn.utils.clip_grad_norm_(lora.parameters(), 2.5)
             opt.step()
             wins.append(win)
+            if len(wins) >= 2 and np.mean(wins[-2:]) >= a.stop_win:
+                break                              # early stop within the epoch (§3.3)
         with torch.no_grad():
             lora.apply(True)
             vw = chosen_win(m, val)
-        log.append({'epoch': ep + 1, 'train_win': float(np.mean(wins)), 'val_win': vw})
+        log.append({'epoch': ep + 1, 'batches': len(wins), 'train_win_last': float(np.mean(wins[-2:])),
+                    'val_win': vw})
         print(log[-1], flush=True)
-        if np.mean(wins) >= a.stop_win:
+        if np.mean(wins[-2:]) >= a.stop_win:
             break
     return {'epochs': log}
 
@@ -242,7 +247,7 @@ def main():
     ap.add_argument('--prompt', type=int, default=24)
     ap.add_argument('--gen', type=int, default=128)
     ap.add_argument('--epochs', type=int, default=12)
-    ap.add_argument('--lr', type=float, default=2e-3)
+    ap.add_argument('--lr', type=float, default=5e-4)
     ap.add_argument('--stop-win', type=float, default=0.4)
     ap.add_argument('--seed', type=int, default=11)
     a = ap.parse_args()
@@ -256,7 +261,12 @@ def main():
         p.requires_grad_(False)
     ids = np.load(os.path.join(a.data, 'train_ids.npy'))
     held = np.load(os.path.join(a.data, 'heldout_ids.npy'))
-    pairs, rate_mine = mine(m, tok, ids, a.n_prompts, a.prompt, a.gen, a.seed)
+    cache = os.path.join(a.out, 'antidoom_pairs.json')
+    if os.path.exists(cache):
+        pairs, rate_mine = json.load(open(cache))
+    else:
+        pairs, rate_mine = mine(m, tok, ids, a.n_prompts, a.prompt, a.gen, a.seed)
+        json.dump([pairs, rate_mine], open(cache, 'w'))
     rng = np.random.default_rng(a.seed)
     rng.shuffle(pairs)
     nv = max(1, len(pairs) // 5)
