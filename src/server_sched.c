@@ -419,7 +419,8 @@ static void prompt_done(srv_sched *s, slot *sl, int n) {
     sl->t0 = now;
     sl->state = SLOT_GEN;
     publish_info(s, sl);
-    after_logits(s, sl);
+    if (t->n_predict == 0) finish(s, sl, SRV_FINISH_LENGTH, NULL);   /* max_tokens 0: prompt only */
+    else after_logits(s, sl);
 }
 
 /* ---- one pass ------------------------------------------------------------------------------- */
