@@ -19,9 +19,9 @@ curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health afte
 # server without a drafter, alone and with two requests at once, and drafts were verified
 D=$(synth_model srv-drafter-tiny --preset drafter-tiny)
 start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024
-cmp_spec() {  # prompts...: each greedy answer of SPEC equals URL's; all requests concurrent
+cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC equals PLAIN's
     node -e '
-      const [a, b, ...ps] = process.argv.slice(1);
+      const [a, b, minAcc, ...ps] = process.argv.slice(1);
       const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
         messages: [{ role: "user", content: p }], max_tokens: 24, temperature: 0, ignore_eos: true }) }).then((r) => r.json());
       (async () => {
@@ -29,11 +29,16 @@ cmp_spec() {  # prompts...: each greedy answer of SPEC equals URL's; all request
         const same = x.every((r, i) => JSON.stringify(r.choices[0].message) === JSON.stringify(y[i].choices[0].message));
         const drafted = y.reduce((s, r) => s + r.timings.draft_n, 0), acc = y.reduce((s, r) => s + r.timings.draft_n_accepted, 0);
         console.log(JSON.stringify({ same, drafted, accepted: acc }));
-        process.exit(same && drafted > 0 ? 0 : 1);
-      })();' "$URL" "$SPEC" "$@"
+        process.exit(same && drafted > 0 && acc >= +minAcc ? 0 : 1);
+      })();' "$@"
 }
-out=$(cmp_spec "Speculate about this") && ok "drafter: same greedy answer ($out)" || bad "drafter alone: $out"
-out=$(cmp_spec "First of two" "Second of two") && ok "drafter, 2 slots at once: same answers ($out)" || bad "drafter batched: $out"
+out=$(cmp_spec "$URL" "$SPEC" 0 "Speculate about this") && ok "drafter: same greedy answer ($out)" || bad "drafter alone: $out"
+out=$(cmp_spec "$URL" "$SPEC" 0 "First of two" "Second of two") && ok "drafter, 2 slots at once: same answers ($out)" || bad "drafter batched: $out"
+# the trained tiny Bonsai and its trained drafter (models/): drafts get accepted, text unchanged
+start_server TP -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 2 -t 2 --ctx 1024
+start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 2 -t 2 --ctx 1024
+out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
+    ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
 r=$(curl -s "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
 echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
