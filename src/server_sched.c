@@ -375,7 +375,8 @@ static void spec_step(srv_sched *s, slot *sl) {
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
     sl->task = t;
     sl->stop_hit = false;
-    sl->use_spec = sl->spec && !t->no_draft;
+    /* logprobs need each token's distribution, which a speculative round does not expose */
+    sl->use_spec = sl->spec && !t->no_draft && t->n_probs < 0;
     sl->t0 = bs_time();
     int from, reuse = reuse_len(sl, t, &from);
     if (from >= 0 && ckpt_load(sl, from)) reuse = 0;
