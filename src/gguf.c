@@ -748,20 +748,18 @@ struct gguf_writer {
 
 static void w_fail(gguf_writer *w, const char *fmt, ...) BS_PRINTF(2, 3);
 static void w_fail(gguf_writer *w, const char *fmt, ...) {
-    if (w->err[0]) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    bs_latch_error(w->err, sizeof w->err, fmt, ap);
     va_end(ap);
 }
 
 gguf_writer *gguf_w_open(const char *path) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) { bs_error("%s: %s", path, strerror(errno)); return NULL; }
+    FILE *fp = bs_open_for_write(path);
+    if (!fp) return NULL;
     gguf_writer *w = bs_xcalloc(1, sizeof *w);
     w->path = bs_xstrdup(path);
     w->fp = fp;
-    setvbuf(fp, NULL, _IOFBF, 1 << 20);
     return w;
 }
 

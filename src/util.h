@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #if defined(__GNUC__)
 #define BS_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -59,6 +61,12 @@ double bs_time(void);
 uint64_t bs_peak_rss(void);
 /* Current resident set size in bytes. */
 uint64_t bs_current_rss(void);
+
+/* Open a file for a streaming writer (1 MiB buffer); NULL + bs_error naming the path. */
+FILE *bs_open_for_write(const char *path);
+/* Writers keep their first error in a fixed buffer and report it when closed: record the
+ * message only if the buffer is still empty. */
+void bs_latch_error(char *buf, size_t size, const char *fmt, va_list ap);
 
 /* Whole-file read into a malloc'd, NUL-terminated buffer; NULL + bs_error on failure. */
 char *bs_read_file(const char *path, size_t *len);
