@@ -1,6 +1,7 @@
 /* cli_serve.c: `bitspark serve`: the OpenAI-compatible HTTP server (server.h). Runs until SIGINT
  * or SIGTERM, then stops accepting, cancels what runs and exits cleanly. */
 #include "cli.h"
+#include "cli_gen.h"
 #include "server.h"
 #include "spec_depth.h"
 #include "threadpool.h"
@@ -36,7 +37,26 @@ void help_serve(void) {
            "  --max-connections N     simultaneous connections (256)\n"
            "  --no-webui              no chat page at /\n"
            "  --no-mmap               read the model into memory\n"
-           "  -v, --verbose           more logging\n");
+           "  -v, --verbose           more logging\n"
+           "\n");
+    cli_gen_guard_help();
+    printf("  These set the server's default. A request overrides it with \"loop_guard\": \"off\" |\n"
+           "  \"stop\" | \"rewind\", or {\"mode\", \"min_repeats\", \"min_chars\", \"max_period\",\n"
+           "  \"max_rewinds\"} (each optional). Every answer reports what the guard did in\n"
+           "  \"loop_guard\" {mode, loops_detected, rewinds, discarded_tokens, stopped, span} next to\n"
+           "  \"timings\" (streams: on the finish chunk); a generation the guard ends has\n"
+           "  finish_reason \"stop\". In rewind mode text streams out once no rewind can reach it.\n"
+           "  With -md: stop mode drafts as usual; a rewind request decodes without drafting.\n");
+}
+
+/* --loop-guard and the --loop-* thresholds: the same options (and parser) as run and chat. */
+static int parse_loop_guard(srv_config *c, int argc, char **argv, int *i) {
+    cli_gen_opts o;
+    memset(&o, 0, sizeof o);
+    o.loop = c->loop;
+    int rc = cli_gen_guard_parse(&o, argc, argv, i);
+    if (rc == 1) c->loop = o.loop;
+    return rc;
 }
 
 static int parse(srv_config *c, int argc, char **argv) {
@@ -49,9 +69,13 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->max_connections = 256;
     c->draft_max = SRV_DRAFT_DEFAULT;
     c->n_threads = bs_cpu_count();
+    c->loop = bs_loop_guard_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long x;
+        int lg = parse_loop_guard(c, argc, argv, &i);
+        if (lg < 0) return -1;
+        if (lg) continue;
 #define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(c->model = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { if (!(c->drafter = cli_value(argc, argv, &i))) return -1; }

@@ -11,6 +11,7 @@
 int srv_start(srv *s, const srv_config *cfg) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    if (s->cfg.loop.det.min_repeats == 0) s->cfg.loop = bs_loop_guard_default_params();   /* not set */
     s->t_start = bs_time();
     s->t_created = (long)time(NULL);
     pthread_mutex_init(&s->metrics.mu, NULL);

@@ -10,6 +10,12 @@
  *   server_metrics.c  counters and the Prometheus text of /metrics
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
  *
+ * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
+ * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
+ * "min_chars", "max_period", "max_rewinds"}) overrides it. Each slot runs the guard on its decoded
+ * text (server_sched.c); answers report the result as "loop_guard" next to "timings"
+ * (server_reply.c) and /metrics counts loops, rewinds and guard stops.
+ *
  * Threads: connection threads parse requests, tokenize, submit tasks and wait on them; one
  * scheduler thread owns the model sessions. A task is shared by both through a reference count
  * and its own mutex / condition variable. */
@@ -18,6 +24,7 @@
 
 #include "bitspark.h"
 #include "chat_template.h"
+#include "loop_guard.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
@@ -37,6 +44,7 @@ typedef struct srv_config {
     long body_max;             /* bytes of a request body */
     int max_connections;
     bool no_mmap, no_webui;
+    bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
 } srv_config;
 
 enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
@@ -75,6 +83,7 @@ typedef struct srv_task {
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
+    bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -86,9 +95,12 @@ typedef struct srv_task {
     char error[256];
     char *text;                /* generated text (stop string removed at the end) */
     size_t len, cap;
-    size_t n_safe;             /* bytes of text that can no longer turn into a stop string */
+    size_t n_safe;             /* bytes of text that may be streamed: no stop string can form in
+                                  them and no loop-guard rewind can reach them */
     srv_tok *toks;
     int n_toks, cap_toks;
+    int n_toks_safe;           /* tokens whose logprobs may be streamed (no rewind reaches them) */
+    bs_loop_guard_result loop_res;   /* what the guard did (mode off: zeros) */
     srv_timings tm;
     int slot;
 } srv_task;
@@ -105,11 +117,13 @@ typedef struct srv_metrics {
     double prompt_seconds, predicted_seconds;
     long n_decode, n_decode_rows;   /* batched decode passes and the rows they carried */
     long draft_tokens, draft_accepted, draft_rounds;
+    long loops_detected, loop_rewinds, loop_stops;   /* doom-loop guard */
     int processing, deferred;       /* gauges, set by the scheduler */
 } srv_metrics;
 
 void srv_metrics_request(srv_metrics *m, int status);
 void srv_metrics_task(srv_metrics *m, const srv_timings *t);
+void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r);
 /* Prometheus text exposition; malloc'd. */
 char *srv_metrics_text(srv_metrics *m, int n_slots);
 

@@ -160,6 +160,40 @@ static bool parse_bias(json_t *b, srv_task *t, int n_vocab, srv_reply *r) {
     return false;
 }
 
+/* "loop_guard": "off" | "stop" | "rewind", or an object {"mode", "min_repeats", "min_chars",
+ * "max_period", "max_rewinds"} (each optional, ranges as the --loop-* options); what is not
+ * given comes from the server's --loop-guard settings. */
+static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    static const char msg[] = "'%s' must be \"off\", \"stop\", \"rewind\" or an object with \"mode\", "
+                              "\"min_repeats\", \"min_chars\", \"max_period\", \"max_rewinds\"";
+    bs_loop_guard_params *p = &t->loop;
+    *p = s->cfg.loop;
+    json_t *v = json_object_get(b, "loop_guard"), *mode = v;
+    if (!v || json_is_null(v)) return true;
+    if (json_is_object(v)) {
+        static const char *known[] = {"mode", "min_repeats", "min_chars", "max_period", "max_rewinds"};
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            size_t i = 0;
+            while (i < BS_ARRAY_LEN(known) && strcmp(k, known[i])) i++;
+            if (i == BS_ARRAY_LEN(known)) { bad_request(r, msg, "loop_guard"); return false; }
+        }
+        long rep = p->det.min_repeats, chars = p->det.min_chars, per = p->det.max_period, rew = p->max_rewinds;
+        if (!get_int(v, "min_repeats", 2, 1000000, &rep, r) || !get_int(v, "min_chars", 1, 100000000, &chars, r) ||
+            !get_int(v, "max_period", 1, 1000000, &per, r) || !get_int(v, "max_rewinds", 0, 1000000, &rew, r))
+            return false;
+        p->det = (bs_loop_params){.min_repeats = (int)rep, .min_chars = (int)chars, .max_period = (int)per};
+        p->max_rewinds = (int)rew;
+        mode = json_object_get(v, "mode");
+        if (!mode || json_is_null(mode)) return true;
+    }
+    int m = json_is_string(mode) ? bs_loop_guard_mode_parse(json_string_value(mode)) : -1;
+    if (m < 0) { bad_request(r, msg, "loop_guard"); return false; }
+    p->mode = m;
+    return true;
+}
+
 /* Sampling and length fields common to both generation endpoints. */
 static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     bs_sampler_params *p = &t->sp;
@@ -180,7 +214,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
-        !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r))
+        !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r) || !parse_loop_guard(s, b, t, r))
         return false;
     if (n != 1) { bad_request(r, "only %s = 1 is supported", "n"); return false; }
     bool cache = true;
@@ -521,9 +555,12 @@ static void api_models(srv *s, srv_reply *r) {
 
 static void api_props(srv *s, srv_reply *r) {
     const bs_sampler_params d = bs_sampler_default_params();
-    json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i}", "n_ctx", srv_sched_n_ctx(s->sched), "temperature",
-                           (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p", (double)d.min_p,
-                           "n_predict", -1);
+    const bs_loop_guard_params *lg = &s->cfg.loop;
+    json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
+                           "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
+                           (double)d.min_p, "n_predict", -1, "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
+                           "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
+                           lg->det.max_period, "max_rewinds", lg->max_rewinds);
     json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",
                           srv_sched_n_slots(s->sched), "model_path", s->cfg.model, "model_alias", model_id(s),
                           "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",

@@ -46,6 +46,14 @@ void srv_metrics_task(srv_metrics *m, const srv_timings *t) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r) {
+    pthread_mutex_lock(&m->mu);
+    m->loops_detected += r->n_detected;
+    m->loop_rewinds += r->n_rewinds;
+    m->loop_stops += r->stopped;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
     char line[512];
     snprintf(line, sizeof line, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.10g\n", name, help,
@@ -85,5 +93,11 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified.", (double)c.draft_tokens);
     metric(&b, "spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.",
            (double)c.draft_accepted);
+    metric(&b, "loop_guard_loops_detected_total", "counter", "Doom loops the loop guard detected.",
+           (double)c.loops_detected);
+    metric(&b, "loop_guard_rewinds_total", "counter", "Loop-guard rewinds (rolled back and resampled).",
+           (double)c.loop_rewinds);
+    metric(&b, "loop_guard_stops_total", "counter", "Generations the loop guard ended on a loop.",
+           (double)c.loop_stops);
     return b.p;
 }

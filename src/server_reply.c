@@ -4,7 +4,10 @@
  *
  * Chat output is split into reasoning_content (the think block) and content as it streams
  * (reasoning.h). When tools were offered, content from the first <tool_call> on is held back
- * and parsed into tool_calls at the end (server_tools.c). */
+ * and parsed into tool_calls at the end (server_tools.c).
+ *
+ * Every answer also carries `loop_guard` (next to `timings`; in a stream, on the finish chunk):
+ * what the doom-loop guard did, see loop_guard_json. */
 #include "server.h"
 #include "reasoning.h"
 #include "utf8.h"
@@ -72,6 +75,23 @@ static json_t *timings_json(const srv_timings *tm) {
                      "predicted_ms", tm->t_gen_ms, "predicted_per_token_ms", gn > 0 ? tm->t_gen_ms / gn : 0.0,
                      "predicted_per_second", tm->t_gen_ms > 0 ? 1e3 * gn / tm->t_gen_ms : 0.0, "draft_n",
                      (json_int_t)tm->draft_n, "draft_n_accepted", (json_int_t)tm->draft_accepted);
+}
+
+/* {"mode", "loops_detected", "rewinds", "discarded_tokens", "stopped", "span"}: span describes
+ * the last loop detected (null if none) in code points of the generated text as it was then:
+ * the first copy starts at `start`, the second at `repeat_start`, the periodic run ends at
+ * `end`; `rejected_token` is the index of the generated token the guard rewound to (or stopped
+ * after), `rejected_id` its id. */
+static json_t *loop_guard_json(const bs_loop_guard_result *g) {
+    json_t *span = json_null();
+    if (g->n_detected > 0)
+        span = json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,s:i}", "start", (json_int_t)g->last.start_char, "repeat_start",
+                         (json_int_t)g->last.repeat_start_char, "end", (json_int_t)g->last.end_char, "period",
+                         g->last.period, "repeats", g->last.repeats, "rejected_token", g->last.rejected_token,
+                         "rejected_id", (int)g->last_rejected_id);
+    return json_pack("{s:s,s:i,s:i,s:i,s:b,s:o}", "mode", bs_loop_guard_mode_name(g->mode), "loops_detected",
+                     g->n_detected, "rewinds", g->n_rewinds, "discarded_tokens", g->n_discarded, "stopped",
+                     g->stopped, "span", span);
 }
 
 static json_t *usage_json(const srv_timings *tm) {
@@ -218,6 +238,7 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
                           g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
                           model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choice,
                           "usage", usage_json(&t->tm), "timings", timings_json(&t->tm));
+    json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
     srv_reply_json(r, 200, j);
 }
 
@@ -274,6 +295,9 @@ static json_t *chat_delta(json_t *delta, json_t *logprobs, const char *finish) {
     return c;
 }
 
+/* Tokens whose logprobs may be sent (t->mu held): all once done, else those no rewind reaches. */
+static int toks_ready(const srv_task *t) { return t->done ? t->n_toks : t->n_toks_safe; }
+
 /* Content that may be sent now: all of it without tools; with tools, up to a <tool_call> (or a
  * suffix that could become one). */
 static size_t content_ready(const srv_stream *st, bool final) {
@@ -311,9 +335,10 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
         st->content_sent = ready;
     }
     json_t *lp = NULL;
-    if (st->g.logprobs && st->t->n_toks > st->toks_sent) {
-        lp = chat_logprobs(st->s, st->t->toks, st->toks_sent, st->t->n_toks);
-        st->toks_sent = st->t->n_toks;
+    int n_toks = toks_ready(st->t);
+    if (st->g.logprobs && n_toks > st->toks_sent) {
+        lp = chat_logprobs(st->s, st->t->toks, st->toks_sent, n_toks);
+        st->toks_sent = n_toks;
     }
     if (json_object_size(delta) || lp) sse(out, chunk(st, chat_delta(delta, lp, NULL)));
     else json_decref(delta);
@@ -338,27 +363,32 @@ static void chat_final(srv_stream *st, srv_buf *out) {
     }
     json_t *j = chunk(st, chat_delta(json_object(), NULL, finish_name(st->t, calls)));
     json_object_set_new(j, "timings", timings_json(&st->t->tm));
+    json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
     sse(out, j);
 }
 
 static void compl_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
     json_t *lp = NULL;
-    if (st->g.logprobs && st->t->n_toks > st->toks_sent) {
-        lp = compl_logprobs(st->s, st->t, false, st->toks_sent, st->t->n_toks, 0);
-        st->toks_sent = st->t->n_toks;
+    int n_toks = toks_ready(st->t);
+    if (st->g.logprobs && n_toks > st->toks_sent) {
+        lp = compl_logprobs(st->s, st->t, false, st->toks_sent, n_toks, 0);
+        st->toks_sent = n_toks;
     }
     if (!len && !lp && !final) return;
     json_t *c = json_pack("{s:i,s:o}", "index", 0, "text", str_json(text, len));
     json_object_set_new(c, "logprobs", lp ? lp : json_null());
     json_object_set_new(c, "finish_reason", final ? json_string(finish_name(st->t, false)) : json_null());
     json_t *j = chunk(st, c);
-    if (final) json_object_set_new(j, "timings", timings_json(&st->t->tm));
+    if (final) {
+        json_object_set_new(j, "timings", timings_json(&st->t->tm));
+        json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
+    }
     sse(out, j);
 }
 
 static bool has_news(srv_task *t, void *arg) {
     const srv_stream *st = arg;
-    return t->done || t->n_safe > st->sent || (st->g.logprobs && t->n_toks > st->toks_sent);
+    return t->done || t->n_safe > st->sent || (st->g.logprobs && toks_ready(t) > st->toks_sent);
 }
 
 int srv_stream_read(srv_stream *st, srv_buf *out) {

@@ -11,7 +11,14 @@
  * new prompt continues from the longest of those that is a prefix of it. The recurrent
  * (DeltaNet) state cannot be cut at an arbitrary position, so these checkpoints are what makes
  * multi-turn reuse work: the next turn's prompt shares the history up to the last message, but
- * renders the previous reply differently (its reasoning is dropped). */
+ * renders the previous reply differently (its reasoning is dropped).
+ *
+ * Doom-loop guard (loop_guard.h): a slot whose task asks for it drives a bs_loop_guard the way
+ * `run` does (cli_gen_guard.c): every sampled token is shown to it before being evaluated; on a
+ * rewind the session, sampler and detector are rolled back exactly and the task's text is rebuilt
+ * from the kept tokens. Text (and logprobs) are streamed only once no rewind can reach them.
+ * Slots that draft run the guard in `stop` mode; a `rewind` request decodes without drafting
+ * (a round evaluates several tokens at once, which the guard cannot roll back into). */
 #include "server.h"
 #include "batch_eval.h"
 #include "speculative.h"
@@ -49,6 +56,7 @@ typedef struct slot {
     double t0;
     ckpt ck[2];                /* start of the last message, end of the prompt */
     bool stop_hit;             /* a stop string ended the text: drop what the detokenizer holds */
+    bs_loop_guard *guard;      /* the task's doom-loop guard; NULL when off */
     bs_spec *spec;             /* with a drafter: this slot's speculative decoder */
     bool use_spec;             /* the running task drafts */
     const bs_tokenizer *tok;
@@ -87,6 +95,7 @@ srv_task *srv_task_new(void) {
     t->n_probs = -1;
     t->slot = -1;
     t->sp = bs_sampler_default_params();
+    t->loop = bs_loop_guard_default_params();
     return t;
 }
 
@@ -232,9 +241,13 @@ static void finish(srv_sched *s, slot *sl, int why, const char *err) {
     const char *text;
     size_t len = 0;
     if (sl->dt) bs_detok_flush(sl->dt, &text, &len);
+    bs_loop_guard_result lg = {.mode = BS_LOOP_GUARD_OFF};
+    if (sl->guard) lg = *bs_loop_guard_result_get(sl->guard);
     pthread_mutex_lock(&t->mu);
     if (len && why != SRV_FINISH_ERROR && !sl->stop_hit) task_add_text(t, text, len);
     t->n_safe = t->len;
+    t->n_toks_safe = t->n_toks;
+    t->loop_res = lg;
     if (sl->state == SLOT_GEN) t->tm.t_gen_ms = (bs_time() - sl->t0) * 1e3;
     t->finish = why;
     if (err) snprintf(t->error, sizeof t->error, "%s", err);
@@ -242,8 +255,13 @@ static void finish(srv_sched *s, slot *sl, int why, const char *err) {
     pthread_cond_broadcast(&t->cv);
     srv_timings tm = t->tm;
     pthread_mutex_unlock(&t->mu);
-    if (why != SRV_FINISH_ERROR) srv_metrics_task(s->met, &tm);
+    if (why != SRV_FINISH_ERROR) {
+        srv_metrics_task(s->met, &tm);
+        srv_metrics_loop_guard(s->met, &lg);
+    }
     srv_task_unref(t);
+    bs_loop_guard_free(sl->guard);
+    sl->guard = NULL;
     bs_sampler_free(sl->smp);
     bs_detok_free(sl->dt);
     sl->smp = NULL;
@@ -271,6 +289,13 @@ static int vocab_tokenize(void *ud, const char *text, size_t len, int32_t *out, 
     return k;
 }
 
+static bs_detok *new_detok(const bs_tokenizer *tok) {
+    bs_detok *dt = bs_detok_new(tok, false);
+    static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+    for (size_t i = 0; dt && i < BS_ARRAY_LEN(shown); i++) bs_detok_preserve(dt, shown[i]);
+    return dt;
+}
+
 static int setup_sampler(srv_sched *s, slot *sl, const srv_task *t) {
     if (!(sl->smp = bs_sampler_new(&t->sp, s->n_vocab))) return -1;
     for (int k = 0; k < t->n_bias; k++)
@@ -282,11 +307,63 @@ static int setup_sampler(srv_sched *s, slot *sl, const srv_task *t) {
         bs_sampler_vocab v = {(void *)s->tok, vocab_text, vocab_tokenize};
         if (bs_sampler_set_dry_breakers(sl->smp, breakers, 4, &v)) return -1;
     }
-    if (!(sl->dt = bs_detok_new(s->tok, false))) return -1;
-    static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
-    for (size_t i = 0; i < BS_ARRAY_LEN(shown); i++) bs_detok_preserve(sl->dt, shown[i]);
+    if (!(sl->dt = new_detok(s->tok))) return -1;
     bs_sampler_accept_many(sl->smp, t->prompt, (size_t)t->n_prompt);
+    if (t->loop.mode != BS_LOOP_GUARD_OFF && !(sl->guard = bs_loop_guard_new(&t->loop, sl->sess, sl->smp, s->tok)))
+        return -1;
     return 0;
+}
+
+/* What of the task may be streamed: only tokens no rewind can reach any more (under t->mu, after
+ * the stop-string limit is set). */
+static void guard_limit(const slot *sl, srv_task *t) {
+    t->n_toks_safe = t->n_toks;
+    if (!sl->guard) return;
+    int ns = BS_MIN(bs_loop_guard_n_safe(sl->guard), t->n_toks);
+    size_t bytes = ns > 0 ? t->toks[ns - 1].text_end : 0;
+    t->n_toks_safe = ns;
+    if (t->n_safe > bytes) t->n_safe = bytes;
+}
+
+/* The guard rolled the session back to the first `keep` generated tokens: the slot and the task
+ * drop what came after; the text is rebuilt through a fresh detokenizer, as a straight run over
+ * the kept tokens makes it. */
+static int guard_rewound(srv_sched *s, slot *sl, int keep) {
+    srv_task *t = sl->task;
+    bs_detok *dt = new_detok(s->tok);
+    if (!dt) return -1;
+    bs_detok_free(sl->dt);
+    sl->dt = dt;
+    sl->n_toks = bs_session_n_past(sl->sess);
+    pthread_mutex_lock(&t->mu);
+    size_t sent_max = t->n_safe;   /* may already be streamed: never taken back */
+    t->len = 0;
+    int rc = 0;
+    for (int i = 0; i < keep && !rc; i++) {
+        const char *text;
+        size_t len;
+        if (bs_detok_push(dt, t->toks[i].id, &text, &len) < 0) rc = -1;
+        else text_add(t, text, len);
+        t->toks[i].text_end = t->len;
+    }
+    if (t->text) t->text[t->len] = 0;
+    t->n_toks = keep;
+    t->tm.n_gen = keep;
+    t->n_safe = t->len - stop_partial(t);
+    guard_limit(sl, t);
+    if (t->n_safe < sent_max && sent_max <= t->len) t->n_safe = sent_max;
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+/* Show a sampled token (not end-of-generation) to the guard: BS_LOOP_CONTINUE / STOP / REWOUND
+ * (the slot is back at an earlier position: sample again), -1 (the slot is finished). */
+static int guard_push(srv_sched *s, slot *sl, int32_t id) {
+    if (!sl->guard) return BS_LOOP_CONTINUE;
+    int keep, act = bs_loop_guard_push(sl->guard, id, sl->logits, &keep);
+    if (act == BS_LOOP_REWOUND && guard_rewound(s, sl, keep)) act = -1;
+    if (act < 0) finish(s, sl, SRV_FINISH_ERROR, bs_last_error());
+    return act;
 }
 
 /* Hand a token (already in the sampler's history unless it ends generation) to the task: EOG,
@@ -306,6 +383,7 @@ static bool deliver(srv_sched *s, slot *sl, int32_t id, srv_tok *tk) {
     }
     t->toks[t->n_toks++] = *tk;
     t->tm.n_gen++;
+    guard_limit(sl, t);
     int n_gen = t->tm.n_gen;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -323,16 +401,25 @@ static bool deliver(srv_sched *s, slot *sl, int32_t id, srv_tok *tk) {
     return true;
 }
 
-/* Sample from sl->logits and deliver the token. */
+/* Sample from sl->logits and deliver the token (after the guard had its say: a rewind means
+ * sampling again at the earlier position; a loop that stops generation still ends with the
+ * token that completed it, as `run` prints it). */
 static void after_logits(srv_sched *s, slot *sl) {
     srv_task *t = sl->task;
-    int32_t id = bs_sampler_sample(sl->smp, sl->logits);
-    if (id < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
-    if (t->ignore_eos || !bs_token_is_eog(s->tok, id)) bs_sampler_accept(sl->smp, id);
-    srv_tok tk = {.id = id};
-    if (t->n_probs >= 0)
-        tk.n_top = bs_top_logprobs(sl->logits, s->n_vocab, t->n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
-    deliver(s, sl, id, &tk);
+    for (;;) {
+        int32_t id = bs_sampler_sample(sl->smp, sl->logits);
+        if (id < 0) { finish(s, sl, SRV_FINISH_ERROR, bs_last_error()); return; }
+        bool eog = !t->ignore_eos && bs_token_is_eog(s->tok, id);
+        if (!eog) bs_sampler_accept(sl->smp, id);
+        srv_tok tk = {.id = id};
+        if (t->n_probs >= 0)
+            tk.n_top = bs_top_logprobs(sl->logits, s->n_vocab, t->n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
+        int act = eog ? BS_LOOP_CONTINUE : guard_push(s, sl, id);
+        if (act < 0) return;
+        if (act == BS_LOOP_REWOUND) continue;
+        if (deliver(s, sl, id, &tk) && act == BS_LOOP_STOP) finish(s, sl, SRV_FINISH_STOP, NULL);
+        return;
+    }
 }
 
 /* ---- speculative slots ---------------------------------------------------------------------- */
@@ -366,7 +453,10 @@ static void spec_step(srv_sched *s, slot *sl) {
     for (int j = 0; j + 1 < m; j++) sl->toks[sl->n_toks++] = out[j];
     for (int j = 0; j < m; j++) {
         srv_tok tk = {.id = out[j]};
-        if (!deliver(s, sl, out[j], &tk)) return;
+        /* the guard is in stop mode here (admit): it never rewinds */
+        int act = spec_is_stop(sl, out[j]) ? BS_LOOP_CONTINUE : guard_push(s, sl, out[j]);
+        if (act < 0 || !deliver(s, sl, out[j], &tk)) return;
+        if (act != BS_LOOP_CONTINUE) { finish(s, sl, SRV_FINISH_STOP, NULL); return; }
     }
 }
 
@@ -375,8 +465,9 @@ static void spec_step(srv_sched *s, slot *sl) {
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
     sl->task = t;
     sl->stop_hit = false;
-    /* logprobs need each token's distribution, which a speculative round does not expose */
-    sl->use_spec = sl->spec && !t->no_draft && t->n_probs < 0;
+    /* logprobs need each token's distribution, which a speculative round does not expose; a
+     * guard that rewinds needs each token evaluated alone */
+    sl->use_spec = sl->spec && !t->no_draft && t->n_probs < 0 && t->loop.mode != BS_LOOP_GUARD_REWIND;
     sl->t0 = bs_time();
     int from, reuse = reuse_len(sl, t, &from);
     if (from >= 0 && ckpt_load(sl, from)) reuse = 0;
@@ -420,8 +511,12 @@ static void prompt_done(srv_sched *s, slot *sl, int n) {
     sl->t0 = now;
     sl->state = SLOT_GEN;
     publish_info(s, sl);
-    if (t->n_predict == 0) finish(s, sl, SRV_FINISH_LENGTH, NULL);   /* max_tokens 0: prompt only */
-    else after_logits(s, sl);
+    if (t->n_predict == 0) {
+        finish(s, sl, SRV_FINISH_LENGTH, NULL);   /* max_tokens 0: prompt only */
+        return;
+    }
+    if (sl->guard) bs_loop_guard_begin(sl->guard, sl->logits);
+    after_logits(s, sl);
 }
 
 /* ---- one pass ------------------------------------------------------------------------------- */
@@ -472,6 +567,7 @@ static void step(srv_sched *s) {
             prompt_done(s, sl, q[i].n);
         } else {
             sl->toks[sl->n_toks++] = sl->pending;
+            if (sl->guard) bs_loop_guard_evaluated(sl->guard, sl->logits);
             after_logits(s, sl);
         }
     }
