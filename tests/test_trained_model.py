@@ -2,8 +2,10 @@
 """The trained tiny Bonsai in models/ (train/README.md): bitspark's logits for it against the
 reference that PyTorch computed when the model was exported (tests/data/bonsai_tiny_ref.*: the
 float32 forward of the quantized weights, i.e. of exactly the values in the Q1_0 file, on held-out
-text). Teacher-forced rows, fixture bounds for quantized models (bitspark rounds activations to
-Q8_0 before every Q1_0 matmul, as llama.cpp does, PyTorch does not): median relative L2 <= 3e-2,
+text); the same for its ternary variant (bonsai-tiny-q2_0.gguf, legacy Q2_0 g128, against
+tests/data/bonsai_tiny_q2_ref.*). Teacher-forced rows, fixture bounds for quantized models
+(bitspark rounds activations to Q8_0 before every Q1_0 / Q2_0 matmul, as llama.cpp does, PyTorch
+does not): median relative L2 <= 3e-2,
 worst <= 6e-2, same argmax wherever the reference top-2 margin is >= 0.3. Checked with the whole
 sequence as one batch and with a short first batch followed by single tokens.
 Also: `bitspark tokenize` on the reference text gives the Python tokenizer's ids, bitspark
@@ -35,6 +37,8 @@ BITSPARK, SRC, TMP = env('BITSPARK'), env('BS_SRC'), env('BS_TMP')
 MODEL = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
 DRAFTER = os.path.join(SRC, 'models', 'bonsai-tiny-dspark.gguf')
 REF = os.path.join(SRC, 'tests', 'data', 'bonsai_tiny_ref')
+TERNARY = os.path.join(SRC, 'models', 'bonsai-tiny-q2_0.gguf')
+TERNARY_REF = os.path.join(SRC, 'tests', 'data', 'bonsai_tiny_q2_ref')
 failures = []
 
 
@@ -61,18 +65,24 @@ def compare(name, ours, ref):
         fail('%s outside the bounds (median <= %g, worst <= %g, no flips)' % (name, Q_MEDIAN, Q_WORST))
 
 
-def main():
-    meta = json.load(open(REF + '.json'))
+def check_logits(model, ref_prefix, tag):
+    meta = json.load(open(ref_prefix + '.json'))
     toks, V = meta['tokens'], meta['n_vocab']
-    ref = np.fromfile(REF + '.logits.f32', dtype='<f4').reshape(-1, V).astype(np.float64)
+    ref = np.fromfile(ref_prefix + '.logits.f32', dtype='<f4').reshape(-1, V).astype(np.float64)
     if ref.shape[0] != len(toks):
         sys.exit('reference rows %d != tokens %d' % (ref.shape[0], len(toks)))
     for label, extra in [('one batch', []), ('batch 8 then single tokens', ['--batch', '8'])]:
         out = os.path.join(TMP, 'trained_logits.f32')
-        r = run([BITSPARK, 'logits', '-m', MODEL, '--tokens', ','.join(map(str, toks)), '-o', out,
+        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '-o', out,
                  '--kv-type', 'f32'] + extra)
         if r.returncode == 0:
-            compare(label, np.fromfile(out, dtype='<f4').reshape(-1, V).astype(np.float64), ref)
+            compare('%s, %s' % (tag, label), np.fromfile(out, dtype='<f4').reshape(-1, V).astype(np.float64), ref)
+    return meta, toks
+
+
+def main():
+    meta, toks = check_logits(MODEL, REF, 'Q1_0')
+    check_logits(TERNARY, TERNARY_REF, 'Q2_0')
     text = os.path.join(TMP, 'trained_text.txt')
     with open(text, 'w') as f:
         f.write(meta['text'])

@@ -1,5 +1,5 @@
 """Export the trained target as a Q1_0 qwen35 GGUF (every matrix Q1_0, like Bonsai-27B; norms,
-conv, ssm_a, ssm_dt F32), with the tokenizer and a ChatML + thinking chat template, plus a
+conv, ssm_a, ssm_dt F32; a checkpoint trained with the ternary quantizer gives a legacy Q2_0 file), with the tokenizer and a ChatML + thinking chat template, plus a
 reference: PyTorch's float forward of the quantized weights on a fixed held-out token sequence.
 
     python3 train/export_gguf.py CKPT.pt VOCAB.json OUT.gguf [--ref-tokens N --ref-out PREFIX]
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gguf_writer import GGUFWriter
-from model import Config, Qwen35
+from model import Config, Qwen35, binarize
 from tokenizer import Tokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,7 +45,8 @@ def add_tokenizer(w, tok):
     w.add('tokenizer.chat_template', open(os.path.join(HERE, 'chat_template.jinja')).read())
 
 
-def write_target(m, c, tok, path, name='bitspark-bonsai-tiny'):
+def write_target(m, c, tok, path, name=None):
+    name = name or ('bitspark-bonsai-tiny-ternary' if c.quant == 'q2_0' else 'bitspark-bonsai-tiny')
     w = GGUFWriter()
     w.add('general.architecture', 'qwen35')
     w.add('general.name', name)
@@ -65,9 +66,12 @@ def write_target(m, c, tok, path, name='bitspark-bonsai-tiny'):
                  ('full_attention_interval', c.attn_interval)]:
         w.add(p + k, v, 'u32')
     w.add('general.quantization_version', 2, 'u32')
-    w.add('general.file_type', 40, 'u32')                      # LLAMA_FTYPE_MOSTLY_Q1_0
+    # LLAMA_FTYPE_MOSTLY_Q1_0; the Q2_0 family is 41 (as in the fixtures' ternary files)
+    w.add('general.file_type', 41 if c.quant == 'q2_0' else 40, 'u32')
     add_tokenizer(w, tok)
-    q = lambda n, t: w.tensor(n, f32(t), 'q1_0')
+    # the quantizer's values (binarize), not the latent weights: Q2_0's reference quantizer (max|w|
+    # scale) differs from the ternary QAT one (mean|w|), and is lossless only on its values
+    q = lambda n, t: w.tensor(n, f32(binarize(t.detach(), c.quant)), c.quant)
     v = lambda n, t: w.tensor(n, f32(t), 'f32')
     q('token_embd.weight', m.token_embd)
     v('output_norm.weight', m.output_norm)

@@ -1,6 +1,8 @@
 """Minimal GGUF v3 writer (numpy) for the trained models: metadata of the usual value types and
-tensors in F32, F16, BF16 or Q1_0 (type 41: 128-element blocks of {fp16 d, 16 bytes of sign bits,
-LSB first; bit set = +d, clear = -d}).
+tensors in F32, F16, BF16, Q1_0 (type 41: 128-element blocks of {fp16 d, 16 bytes of sign bits,
+LSB first; bit set = +d, clear = -d}) or Q2_0 (type 42, PrismML's legacy group-128 layout, the
+one bitspark's src/quant_q2_0.c reads: 34-byte blocks of {fp16 d = max|w|, 32 bytes of 2-bit
+codes c = round(w/d) + 1, weight j in bits 2*(j%4) of byte j/4}; code c means (c-1)*d).
 
     w = GGUFWriter()
     w.add('general.architecture', 'qwen35')          # type picked from the python value
@@ -11,7 +13,7 @@ LSB first; bit set = +d, clear = -d}).
 import struct
 import numpy as np
 
-F32, F16, BF16, Q1_0 = 0, 1, 30, 41
+F32, F16, BF16, Q1_0, Q2_0 = 0, 1, 30, 41, 42
 ALIGN = 32
 _VT = {'u8': 0, 'i8': 1, 'u16': 2, 'i16': 3, 'u32': 4, 'i32': 5, 'f32': 6, 'bool': 7,
        'str': 8, 'arr': 9, 'u64': 10, 'i64': 11, 'f64': 12}
@@ -34,6 +36,23 @@ def quantize_q1_0(w):
     bits = np.packbits((g >= 0).astype(np.uint8), axis=2, bitorder='little')   # (out, nb, 16)
     blk = np.concatenate([d.view(np.uint8).reshape(out, n // 128, 2), bits], axis=2)
     return blk.tobytes()
+
+
+def quantize_q2_0(w):
+    """Rows of w (out, in) -> legacy Q2_0 bytes (ggml's quantize_row_q2_0_ref: d = max|w| per
+    128-group as fp16, c = clamp(round(w/d) + 1, 0, 3), round half away from zero). Lossless for
+    the ternary QAT weights {-s, 0, +s} with s an fp16 value (model.binarize 'q2_0')."""
+    out, n = w.shape
+    assert n % 128 == 0, 'Q2_0 rows must be a multiple of 128'
+    g = w.reshape(out, n // 128, 128).astype(np.float32)
+    amax = np.abs(g).max(axis=2)
+    inv = np.where(amax > 0, 1.0 / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    x = g * inv[:, :, None]
+    c = np.clip(np.sign(x) * np.floor(np.abs(x) + 0.5) + 1, 0, 3).astype(np.uint8)
+    c = c.reshape(out, n // 128, 32, 4)
+    packed = c[..., 0] | (c[..., 1] << 2) | (c[..., 2] << 4) | (c[..., 3] << 6)
+    d = amax.astype(np.float16).view(np.uint8).reshape(out, n // 128, 2)
+    return np.concatenate([d, packed.astype(np.uint8)], axis=2).tobytes()
 
 
 def to_bf16_bits(a):
@@ -85,6 +104,8 @@ class GGUFWriter:
             data, t = to_bf16_bits(arr).tobytes(), BF16
         elif kind == 'q1_0':
             data, t = quantize_q1_0(arr.reshape(-1, arr.shape[-1])), Q1_0
+        elif kind == 'q2_0':
+            data, t = quantize_q2_0(arr.reshape(-1, arr.shape[-1])), Q2_0
         else:
             raise ValueError(kind)
         self.tensors.append((name, ne, t, data))

@@ -40,20 +40,34 @@ class Config:
     eps: float = 1e-6
     chunk: int = 64
     qat: bool = True
+    quant: str = 'q1_0'          # what QAT fakes: 'q1_0' (1 bit) or 'q2_0' (ternary)
 
     def is_attn(self, il):
         return (il + 1) % self.attn_interval == 0
 
 
 def binarize(w, enabled=True):
-    """1-bit fake quantization with a straight-through estimator (identity gradient)."""
+    """Fake quantization with a straight-through estimator (identity gradient). enabled: False
+    (float), True or 'q1_0' (1 bit: sign(w) * mean|w| per 128-group, w >= 0 -> +d, as Q1_0
+    stores it), 'q2_0' (ternary: s = mean|w| per 128-group (absmean, as BitNet b1.58),
+    round(w/s) clamped to {-1, 0, 1} times s). Scales are rounded to fp16 as the files store
+    them; a ternary group always holds some |w| >= s, so Q2_0's d = max|q| is exactly s and the
+    export is lossless."""
     if not enabled:
         return w
     out, n = w.shape
     g = w.reshape(out, n // 128, 128)
     s = g.abs().mean(dim=2, keepdim=True).half().float()
-    q = torch.where(g >= 0, s, -s).reshape(out, n)
-    return w + (q - w).detach()
+    if enabled == 'q2_0':
+        q = (g / s.clamp(min=1e-30)).round().clamp(-1, 1) * s
+    else:
+        q = torch.where(g >= 0, s, -s)
+    return w + (q.reshape(out, n) - w).detach()
+
+
+def qmode(c):
+    """The binarize() mode of a config: its quantizer while QAT is on, else float."""
+    return c.quant if c.qat else False
 
 
 def rmsnorm(x, w, eps):
@@ -145,7 +159,7 @@ class DeltaNetLayer(nn.Module):
         self.ssm_out = _lin(c.n_embd, nv * d, 0.02 / math.sqrt(2 * c.n_layer))
 
     def forward(self, h, recurrent=False):
-        c, q1 = self.c, self.c.qat
+        c, q1 = self.c, qmode(self.c)
         B, T, _ = h.shape
         nk, nv, d = c.ssm_k_heads, c.ssm_v_heads, c.ssm_head_dim
         mixed = h @ binarize(self.attn_qkv, q1).t()
@@ -187,7 +201,7 @@ class AttentionLayer(nn.Module):
         self.attn_k_norm = nn.Parameter(torch.ones(hd))
 
     def forward(self, h, recurrent=False):
-        c, q1 = self.c, self.c.qat
+        c, q1 = self.c, qmode(self.c)
         B, T, _ = h.shape
         hd, H, KV = c.head_dim, c.n_head, c.n_head_kv
         qg = (h @ binarize(self.attn_q, q1).t()).reshape(B, T, H, 2 * hd)
@@ -221,7 +235,7 @@ class Block(nn.Module):
         self.ffn_down = _lin(c.n_embd, c.n_ff, 0.02 / math.sqrt(2 * c.n_layer))
 
     def forward(self, x, recurrent=False):
-        c, q1 = self.c, self.c.qat
+        c, q1 = self.c, qmode(self.c)
         x = x + self.mixer(rmsnorm(x, self.attn_norm, c.eps), recurrent)
         h = rmsnorm(x, self.post_attention_norm, c.eps)
         f = F.silu(h @ binarize(self.ffn_gate, q1).t()) * (h @ binarize(self.ffn_up, q1).t())
@@ -241,13 +255,13 @@ class Qwen35(nn.Module):
         """ids (B, T) -> logits (B, T, V); with taps (list of layer ids) also the residual
         stream after those layers, concatenated in list order: (B, T, len(taps) * n_embd)."""
         c = self.c
-        x = F.embedding(ids, binarize(self.token_embd, c.qat))
+        x = F.embedding(ids, binarize(self.token_embd, qmode(c)))
         tapped = {}
         for il, blk in enumerate(self.blocks):
             x = blk(x, recurrent)
             if taps and il in taps:
                 tapped[il] = x
-        logits = rmsnorm(x, self.output_norm, c.eps) @ binarize(self.output, c.qat).t()
+        logits = rmsnorm(x, self.output_norm, c.eps) @ binarize(self.output, qmode(c)).t()
         if taps:
             return logits, torch.cat([tapped[t] for t in taps], dim=-1)
         return logits
@@ -259,8 +273,8 @@ def config_dict(c):
 
 # --- inference helpers ------------------------------------------------------------------------
 def quantized_copy(model):
-    """A copy whose matrices hold their 1-bit values (what the Q1_0 GGUF stores), with QAT off:
-    the float forward of the quantized weights, cheaper for generation."""
+    """A copy whose matrices hold their quantized values (what the Q1_0 / Q2_0 GGUF stores), with
+    QAT off: the float forward of the quantized weights, cheaper for generation."""
     import copy
     m = copy.deepcopy(model)
     m.c = copy.copy(model.c)
@@ -271,7 +285,7 @@ def quantized_copy(model):
                 mod.c = m.c
             for n, p in mod.named_parameters(recurse=False):
                 if p.dim() == 2 and n != 'ssm_conv1d':
-                    p.copy_(binarize(p))
+                    p.copy_(binarize(p, model.c.quant))
     m.eval()
     return m
 

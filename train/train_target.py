@@ -1,6 +1,8 @@
 """Train the tiny qwen35 target with 1-bit QAT on the tokenized corpus.
 
     python3 train/train_target.py --data train/data --out train/out --steps 1500
+    # the ternary variant: continue from the 1-bit model's latent weights with a ternary quantizer
+    python3 train/train_target.py ... --init train/out/target.pt --quant q2_0 --name target_q2
 
 Logs one line per 10 steps to OUT/target_log.tsv (step, seconds, lr, train loss) and writes
 OUT/target.pt (state dict + config) every 100 steps and at the end, then the held-out loss and
@@ -62,6 +64,10 @@ def main():
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--n-layer', type=int, default=8)
     ap.add_argument('--resume', action='store_true')
+    ap.add_argument('--quant', default='q1_0', choices=['q1_0', 'q2_0'],
+                    help='QAT quantizer: 1 bit (Q1_0) or ternary (Q2_0)')
+    ap.add_argument('--init', help='start from the (latent) weights of this checkpoint, new optimizer')
+    ap.add_argument('--name', default='target', help='OUT/NAME.pt, NAME_log.tsv, NAME_eval.json')
     ap.add_argument('--max-seconds', type=float, default=0,
                     help='also end (and anneal the learning rate) by this wall time')
     a = ap.parse_args()
@@ -72,8 +78,14 @@ def main():
     train_ids = tokenize_file(tok, os.path.join(a.data, 'train.txt'), os.path.join(a.data, 'train_ids.npy'))
     held_ids = tokenize_file(tok, os.path.join(a.data, 'heldout.txt'), os.path.join(a.data, 'heldout_ids.npy'))
     print('train tokens %d, heldout tokens %d' % (len(train_ids), len(held_ids)), flush=True)
-    c = Config(n_vocab=len(tok.tokens), n_layer=a.n_layer)
+    c = Config(n_vocab=len(tok.tokens), n_layer=a.n_layer, quant=a.quant)
     model = Qwen35(c)
+    init_eval = {}
+    if a.init:
+        model.load_state_dict(torch.load(a.init)['model'])
+        hl0, _ = heldout_loss(model, held_ids, 256)
+        init_eval = {'init': a.init, 'heldout_loss_at_init': hl0, 'heldout_ppl_at_init': math.exp(hl0)}
+        print('at init (%s quantizer): held-out loss %.4f, perplexity %.2f' % (a.quant, hl0, math.exp(hl0)), flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print('params %d' % n_params, flush=True)
     decay = [p for p in model.parameters() if p.dim() == 2]
@@ -81,7 +93,7 @@ def main():
     opt = torch.optim.AdamW([{'params': decay, 'weight_decay': 0.01},
                              {'params': other, 'weight_decay': 0.0}], lr=a.lr, betas=(0.9, 0.95))
     step0 = 0
-    ckpt = os.path.join(a.out, 'target.pt')
+    ckpt = os.path.join(a.out, a.name + '.pt')
     if a.resume and os.path.exists(ckpt):
         st = torch.load(ckpt)
         model.load_state_dict(st['model'])
@@ -89,7 +101,7 @@ def main():
         step0 = st['step']
     rng = np.random.default_rng(a.seed + step0)
     gen = batches(train_ids, a.batch, a.seq, rng)
-    log = open(os.path.join(a.out, 'target_log.tsv'), 'a')
+    log = open(os.path.join(a.out, a.name + '_log.tsv'), 'a')
     t0 = time.time()
     ema = None
 
@@ -127,8 +139,8 @@ def main():
     hl, n = heldout_loss(model, held_ids, 256)
     ev = {'steps': step, 'batch': a.batch, 'seq': a.seq, 'params': n_params,
           'train_tokens_seen': step * a.batch * a.seq, 'seconds': time.time() - t0,
-          'heldout_tokens': n, 'heldout_loss': hl, 'heldout_ppl': math.exp(hl)}
-    json.dump(ev, open(os.path.join(a.out, 'target_eval.json'), 'w'), indent=1)
+          'heldout_tokens': n, 'heldout_loss': hl, 'heldout_ppl': math.exp(hl), 'quant': a.quant, **init_eval}
+    json.dump(ev, open(os.path.join(a.out, a.name + '_eval.json'), 'w'), indent=1)
     print(ev, flush=True)
 
 
