@@ -272,7 +272,7 @@ int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run
 }
 
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
-    if (g->spec) return cli_spec_loop(g, r, st);
+    if (g->spec) return g->guard ? cli_spec_guard_loop(g, r, st) : cli_spec_loop(g, r, st);
     if (g->guard) return cli_gen_guard_loop(g, r, st);
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;

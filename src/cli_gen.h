@@ -118,6 +118,8 @@ int cli_gen_guard_parse(cli_gen_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);
 int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o);
 int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
+/* Stream stats->tokens[*n_emitted .. n) (tokens a rewind can no longer reach). */
+int cli_gen_guard_emit(bs_detok *dt, const cli_gen_run *r, const cli_gen_stats *stats, int *n_emitted, int n);
 
 /* cli_gen_lora.c: --lora options, loading + attaching at open, detaching at close. */
 int cli_gen_lora_parse(cli_gen_opts *o, int argc, char **argv, int *i);

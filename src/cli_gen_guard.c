@@ -54,13 +54,11 @@ void cli_gen_guard_help(void) {
 
 int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o) {
     if (o->loop.mode == BS_LOOP_GUARD_OFF) return 0;
-    if (g->spec) return bs_error("--loop-guard does not work with speculative decoding (-md) yet");
     if (!(g->guard = bs_loop_guard_new(&o->loop, g->sess, g->smp, g->tok))) return -1;
     return 0;
 }
 
-static int emit_upto(cli_gen *g, bs_detok *dt, const cli_gen_run *r, const cli_gen_stats *st,
-                     int *n_emitted, int n) {
+int cli_gen_guard_emit(bs_detok *dt, const cli_gen_run *r, const cli_gen_stats *st, int *n_emitted, int n) {
     const char *text;
     size_t len;
     for (; *n_emitted < n; ++*n_emitted) {
@@ -68,7 +66,6 @@ static int emit_upto(cli_gen *g, bs_detok *dt, const cli_gen_run *r, const cli_g
         if (bs_detok_push(dt, id, &text, &len) < 0) return -1;
         if (r->emit) r->emit(r->ud, id, text, len);
     }
-    (void)g;
     return 0;
 }
 
@@ -96,7 +93,7 @@ int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
         if (act < 0) { rc = -1; break; }
         if (act == BS_LOOP_STOP) { st->stop = GEN_STOP_LOOP; break; }
         if (act == BS_LOOP_REWOUND) { st->n_gen = keep; continue; }
-        if (emit_upto(g, dt, r, st, &n_emitted, bs_loop_guard_n_safe(g->guard))) { rc = -1; break; }
+        if (cli_gen_guard_emit(dt, r, st, &n_emitted, bs_loop_guard_n_safe(g->guard))) { rc = -1; break; }
         if (r->interrupt && *r->interrupt) { st->stop = GEN_STOP_INTERRUPT; break; }
         if (r->n_predict >= 0 && st->n_gen >= r->n_predict) { st->stop = GEN_STOP_LENGTH; break; }
         if (bs_session_n_past(g->sess) >= n_ctx) { st->stop = GEN_STOP_CTX; break; }
@@ -110,7 +107,7 @@ int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     }
     const char *text;
     size_t len;
-    if (!rc && emit_upto(g, dt, r, st, &n_emitted, st->n_gen)) rc = -1;
+    if (!rc && cli_gen_guard_emit(dt, r, st, &n_emitted, st->n_gen)) rc = -1;
     bs_detok_flush(dt, &text, &len);
     if (len && r->emit) r->emit(r->ud, -1, text, len);
     bs_detok_free(dt);

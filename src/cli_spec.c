@@ -95,7 +95,7 @@ int cli_spec_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *st)
     return 0;
 }
 
-static bool is_eog(void *ud, int32_t id) { return bs_token_is_eog(ud, id); }
+bool cli_spec_is_eog(void *ud, int32_t id) { return bs_token_is_eog(ud, id); }
 
 /* Store and stream one token; false when it ends generation (EOG). */
 static bool push(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st, bs_detok *dt, size_t *cap, int32_t id,
@@ -116,7 +116,7 @@ static bool push(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st, bs_detok *
     return true;
 }
 
-static bool should_stop(const cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
+bool cli_spec_should_stop(const cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     if (r->interrupt && *r->interrupt) st->stop = GEN_STOP_INTERRUPT;
     else if (r->n_predict >= 0 && st->n_gen >= r->n_predict) st->stop = GEN_STOP_LENGTH;
     else if (bs_session_n_past(g->sess) >= bs_session_n_ctx(g->sess)) st->stop = GEN_STOP_CTX;
@@ -131,9 +131,29 @@ static void log_depth(const cli_spec *c, const char *when) {
     bs_log(2, "speculative (%s): %s\n", when, buf);
 }
 
+int cli_spec_prepare(cli_gen *g, int32_t token) {
+    cli_spec *c = g->spec;
+    if (c->o.draft_max != BS_DRAFT_AUTO) return 0;
+    const char *tp = g->model->file->path;
+    const int nt = bs_pool_size(g->sess->pool);
+    if (bs_cost_cache_load(bs_spec_depth_mut(c->sp), tp, c->o.drafter, nt)) {
+        log_depth(c, "costs from the cache");
+        return 0;
+    }
+    if (bs_spec_calibrate(c->sp, token)) return -1;
+    bs_cost_cache_store(bs_spec_get_depth(c->sp), tp, c->o.drafter, nt);
+    log_depth(c, "measured");
+    return 0;
+}
+
+void cli_spec_note_parking(cli_spec *c, bool *parked) {
+    if (bs_spec_get_depth(c->sp)->parked == *parked) return;
+    *parked = !*parked;
+    log_depth(c, *parked ? "parked" : "drafting again");
+}
+
 int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     cli_spec *c = g->spec;
-    if (g->guard) bs_log(1, "note: the doom-loop guard is not applied together with speculative decoding\n");
     bs_detok *dt = bs_detok_new(g->tok, false);
     if (!dt) return -1;
     bs_detok_preserve(dt, "<think>");
@@ -144,35 +164,21 @@ int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     int rc = 0;
     double t0 = bs_time();
     int32_t id = -1;
-    if (!should_stop(g, r, st) && (id = bs_sampler_sample(g->smp, g->logits)) < 0) rc = -1;
+    if (!cli_spec_should_stop(g, r, st) && (id = bs_sampler_sample(g->smp, g->logits)) < 0) rc = -1;
     if (id >= 0 && push(g, r, st, dt, &cap, id, &rc)) {
         bs_sampler_accept(g->smp, id);
-        if (c->o.draft_max == BS_DRAFT_AUTO) {
-            const char *tp = g->model->file->path;
-            const int nt = bs_pool_size(g->sess->pool);
-            if (bs_cost_cache_load(bs_spec_depth_mut(c->sp), tp, c->o.drafter, nt)) {
-                log_depth(c, "costs from the cache");
-            } else if (bs_spec_calibrate(c->sp, id)) {
-                rc = -1;
-            } else {
-                bs_cost_cache_store(bs_spec_get_depth(c->sp), tp, c->o.drafter, nt);
-                log_depth(c, "measured");
-            }
-        }
+        if (cli_spec_prepare(g, id)) rc = -1;
         bool parked = false;
-        while (rc == 0 && !should_stop(g, r, st)) {
+        while (rc == 0 && !cli_spec_should_stop(g, r, st)) {
             const int left = r->n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : r->n_predict - st->n_gen;
-            const int m = bs_spec_round(c->sp, g->smp, id, left, r->ignore_eos ? NULL : is_eog, g->tok, out);
+            const int m = bs_spec_round(c->sp, g->smp, id, left, r->ignore_eos ? NULL : cli_spec_is_eog, g->tok, out);
             if (m < 0) { bs_error_prefix("decoding: "); rc = -1; break; }
             st->n_decode++;
             int k = 0;
             while (k < m && push(g, r, st, dt, &cap, out[k], &rc)) k++;
             if (k < m) break;
             id = out[m - 1];
-            if (bs_spec_get_depth(c->sp)->parked != parked) {
-                parked = !parked;
-                log_depth(c, parked ? "parked" : "drafting again");
-            }
+            cli_spec_note_parking(c, &parked);
         }
     }
     const char *text;

@@ -6,6 +6,7 @@
  * [context ; block] with no mask at all. */
 #include "dspark.h"
 #include "ops.h"
+#include "cpu_features.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -18,7 +19,9 @@
 struct bs_dspark_ctx {
     const bs_dspark *d;
     bs_pool *pool;
-    int len, cap, n_ctx_max;
+    int len;                     /* positions covered: the next row appended gets position len */
+    int n_rows, cap, n_ctx_max;  /* rows held (fewer than len after bs_dspark_ctx_skip) */
+    int *pos;                    /* [cap] position of each row, increasing */
     size_t kv_w;                 /* n_head_kv * head_dim */
     float **k, **v;              /* per layer: [cap][kv_w] context keys (normed, roped) / values */
     /* scratch */
@@ -81,6 +84,7 @@ void bs_dspark_ctx_free(bs_dspark_ctx *c) {
     }
     free(c->k);
     free(c->v);
+    free(c->pos);
     float *bufs[] = {c->c, c->kc, c->vc, c->rope, c->x, c->h, c->q, c->kb, c->vb, c->att,
                      c->f1, c->f2, c->scores, c->hidden, c->w1, c->logits, c->bias};
     for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
@@ -88,9 +92,18 @@ void bs_dspark_ctx_free(bs_dspark_ctx *c) {
 }
 
 int bs_dspark_ctx_len(const bs_dspark_ctx *c) { return c->len; }
+int bs_dspark_ctx_rows(const bs_dspark_ctx *c) { return c->n_rows; }
 
 void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n) {
-    if (n >= 0 && n < c->len) c->len = n;
+    if (n < 0 || n >= c->len) return;
+    while (c->n_rows > 0 && c->pos[c->n_rows - 1] >= n) c->n_rows--;
+    c->len = n;
+}
+
+int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n) {
+    if (n < 0 || n > c->n_ctx_max - c->len) return bs_error("drafter: cannot skip %d positions", n);
+    c->len += n;
+    return 0;
 }
 
 static void reserve(bs_dspark_ctx *c, int need) {
@@ -101,6 +114,7 @@ static void reserve(bs_dspark_ctx *c, int need) {
         c->k[l] = bs_xrealloc(c->k[l], (size_t)cap * c->kv_w * sizeof(float));
         c->v[l] = bs_xrealloc(c->v[l], (size_t)cap * c->kv_w * sizeof(float));
     }
+    c->pos = bs_xrealloc(c->pos, (size_t)cap * sizeof *c->pos);
     c->cap = cap;
 }
 
@@ -134,9 +148,11 @@ static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
         bs_matmul(&L->wk, c->c, n, c->kc, c->pool);
         bs_matmul(&L->wv, c->c, n, c->vc, c->pool);
         norm_rope(c, c->kc, n, hp->n_head_kv, L->k_norm);
-        memcpy(c->k[l] + (size_t)c->len * c->kv_w, c->kc, (size_t)n * c->kv_w * sizeof(float));
-        memcpy(c->v[l] + (size_t)c->len * c->kv_w, c->vc, (size_t)n * c->kv_w * sizeof(float));
+        memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kc, (size_t)n * c->kv_w * sizeof(float));
+        memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vc, (size_t)n * c->kv_w * sizeof(float));
     }
+    for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
+    c->n_rows += n;
     c->len += n;
 }
 
@@ -144,30 +160,93 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     if (n < 0 || (n > 0 && !taps)) return bs_error("drafter: bad context rows");
     if (n > c->n_ctx_max - c->len)
         return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
-    reserve(c, c->len + n);
+    reserve(c, c->n_rows + n);
     const size_t row = (size_t)c->d->hp.n_taps * c->d->hp.n_embd;
     for (int off = 0; off < n; off += APPEND_CHUNK)
         append_chunk(c, taps + (size_t)off * row, BS_MIN(APPEND_CHUNK, n - off));
     return 0;
 }
 
-/* One block row's query head against [context ; block] keys: out = softmax(q.K / sqrt(D)) V. */
+/* Dot products and axpy of the attention, in AVX2+FMA where the CPU has it (the drafter's own
+ * tolerance is loose: fixtures within 1e-4, and drafts only decide speed, never output). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ATTN_SIMD 1
+__attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i < n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s0 = _mm256_add_ps(s0, s1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float w, const float *x, int n) {
+    const __m256 vw = _mm256_set1_ps(w);
+    for (int i = 0; i < n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+}
+#else
+#define ATTN_SIMD 0
+#endif
+
+static bool attn_simd(int D) {
+#if ATTN_SIMD
+    static int lvl = -1;
+    if (lvl < 0) lvl = bs_cpu_level();
+    return D % 8 == 0 && lvl >= BS_CPU_AVX2;
+#else
+    (void)D;
+    return false;
+#endif
+}
+
+static float dot_d(const float *a, const float *b, int n, bool simd) {
+#if ATTN_SIMD
+    if (simd) return dot_avx2(a, b, n);
+#endif
+    (void)simd;
+    return bs_dot(a, b, n);
+}
+
+static void axpy_d(float *y, float w, const float *x, int n, bool simd) {
+#if ATTN_SIMD
+    if (simd) { axpy_avx2(y, w, x, n); return; }
+#endif
+    (void)simd;
+    for (int i = 0; i < n; i++) y[i] += w * x[i];
+}
+
+/* One block row's query head against [context rows ; block] keys: out = softmax(q.K / sqrt(D)) V.
+ * Keys and values are read in two runs (the context cache, then the block) with no per-key
+ * branch. */
 static void attend(const bs_dspark_ctx *c, int l, const float *q, int kvh, float *out, float *scores) {
     const bs_dspark_hparams *hp = &c->d->hp;
-    const int D = hp->head_dim, B = hp->block_size, n = c->len + B;
+    const int D = hp->head_dim, B = hp->block_size, nc = c->n_rows, n = nc + B;
+    const bool simd = attn_simd(D);
     const float scale = 1.0f / sqrtf((float)D);
-    const size_t off = (size_t)kvh * D;
-    for (int p = 0; p < n; p++) {
-        const float *k = p < c->len ? c->k[l] + (size_t)p * c->kv_w + off : c->kb + (size_t)(p - c->len) * c->kv_w + off;
-        scores[p] = bs_dot(q, k, D) * scale;
+    const size_t off = (size_t)kvh * D, w = c->kv_w;
+    const float *kc = c->k[l] + off, *vc = c->v[l] + off, *kb = c->kb + off, *vb = c->vb + off;
+    float mx = -INFINITY;
+    for (int p = 0; p < nc; p++) {
+        scores[p] = dot_d(q, kc + (size_t)p * w, D, simd) * scale;
+        mx = scores[p] > mx ? scores[p] : mx;
     }
-    bs_softmax(scores, n);
+    for (int p = 0; p < B; p++) {
+        scores[nc + p] = dot_d(q, kb + (size_t)p * w, D, simd) * scale;
+        mx = scores[nc + p] > mx ? scores[nc + p] : mx;
+    }
+    double sum = 0.0;
+    for (int p = 0; p < n; p++) sum += (double)(scores[p] = expf(scores[p] - mx));
+    const float inv = (float)(1.0 / sum);
     memset(out, 0, (size_t)D * sizeof(float));
-    for (int p = 0; p < n; p++) {
-        const float *v = p < c->len ? c->v[l] + (size_t)p * c->kv_w + off : c->vb + (size_t)(p - c->len) * c->kv_w + off;
-        const float w = scores[p];
-        for (int i = 0; i < D; i++) out[i] += w * v[i];
-    }
+    for (int p = 0; p < nc; p++) axpy_d(out, scores[p] * inv, vc + (size_t)p * w, D, simd);
+    for (int p = 0; p < B; p++) axpy_d(out, scores[nc + p] * inv, vb + (size_t)p * w, D, simd);
 }
 
 typedef struct { const bs_dspark_ctx *c; int l; } attend_job;
@@ -214,7 +293,7 @@ int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
     const bs_dspark_hparams *hp = &d->hp;
     const int B = hp->block_size, E = hp->n_embd;
     if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
-    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d rows)", pos, c->len);
+    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d positions)", pos, c->len);
     int32_t ids[BS_DSPARK_MAX_BLOCK];
     ids[0] = anchor;
     for (int t = 1; t < B; t++) ids[t] = hp->mask_id;

@@ -80,10 +80,16 @@ typedef struct bs_dspark_ctx bs_dspark_ctx;
 /* n_ctx_max: positions the context may grow to. pool: threads for the matmuls (may be NULL). */
 bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *pool);
 void bs_dspark_ctx_free(bs_dspark_ctx *c);
+/* Positions the context covers (the next row appended gets position len). */
 int bs_dspark_ctx_len(const bs_dspark_ctx *c);
+/* Rows it holds: len minus the positions skipped. */
+int bs_dspark_ctx_rows(const bs_dspark_ctx *c);
 /* Append n tap rows (n_taps * n_embd floats each) as positions len..len+n-1. */
 int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n);
-/* Forget positions >= n (n <= len). */
+/* Advance len by n positions that get no row (a gap, as PrismML's DSPARK_DRAFT_WINDOW leaves:
+ * later rows keep their absolute RoPE positions; drafts change, verified output never does). */
+int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n);
+/* Forget positions >= n (n <= len), rows and skipped ones alike. */
 void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n);
 
 /* Run the block [anchor, mask x (block_size-1)] at positions pos.. (pos >= len: the context

@@ -23,6 +23,7 @@ struct bs_loop_guard {
     bs_session_ckpt *start;       /* state at base_past (with the prompt's logits) */
     bs_session_ckpt **ring;       /* periodic checkpoints, ckpt_count slots (allocated on use) */
     int ring_next;
+    int last_eval;                /* generated positions evaluated at the last bs_loop_guard_evaluated */
     tried *tried;                 /* tokens rejected so far, by generated position */
     int n_tried, cap_tried;
     bs_loop_guard_result res;
@@ -85,6 +86,7 @@ void bs_loop_guard_begin(bs_loop_guard *g, const float *logits) {
     g->n_ids = 0;
     g->n_tried = 0;
     g->ring_next = 0;
+    g->last_eval = 0;
     int mode = g->res.mode;
     memset(&g->res, 0, sizeof g->res);
     g->res.mode = mode;
@@ -104,8 +106,11 @@ int bs_loop_guard_set_prefix(bs_loop_guard *g, const char *text, size_t len) {
 
 void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits) {
     if (!g->ring || g->p.ckpt_count == 0) return;
-    int n = bs_session_n_past(g->sess) - g->base_past;
-    if (n <= 0 || n % g->p.ckpt_every) return;
+    /* one checkpoint whenever a multiple of ckpt_every is reached or passed (speculative rounds
+     * evaluate several tokens at once) */
+    const int n = bs_session_n_past(g->sess) - g->base_past, last = g->last_eval;
+    g->last_eval = n;
+    if (n <= 0 || n / g->p.ckpt_every <= last / g->p.ckpt_every) return;
     if (!g->ring[g->ring_next]) g->ring[g->ring_next] = bs_session_ckpt_new(g->sess);
     bs_session_ckpt_save(g->ring[g->ring_next], g->sess, logits);
     g->ring_next = (g->ring_next + 1) % g->p.ckpt_count;
@@ -144,6 +149,7 @@ static int rewind_to(bs_loop_guard *g, int j, float *logits) {
     bs_sampler_truncate(g->smp, g->base_hist + (size_t)j);
     bs_loop_detector_truncate(g->det, j);
     g->n_ids = j;
+    g->last_eval = j;
     return 0;
 }
 

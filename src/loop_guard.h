@@ -142,7 +142,9 @@ enum { BS_LOOP_CONTINUE = 0, BS_LOOP_STOP = 1, BS_LOOP_REWOUND = 2 };
  * *n_keep generated tokens, `logits` (n_vocab) holds that position's logits and the rejected
  * token(s) are banned for the next draw: sample again. -1 + bs_error on failure. */
 int bs_loop_guard_push(bs_loop_guard *g, int32_t id, float *logits, int *n_keep);
-/* Call after evaluating the last pushed token (logits of the new position) - checkpoints. */
+/* Call after evaluating the last pushed token (logits of the new position) - checkpoints. With
+ * speculative decoding: after each round, when the session holds every pushed token but the
+ * last, with the logits that predicted that last one (the verify row before it). */
 void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits);
 /* Generated tokens [0, n) can no longer be rewound (to stream them out). */
 int bs_loop_guard_n_safe(const bs_loop_guard *g);

@@ -14,7 +14,8 @@
 #define MIN_OBS_TO_PARK 8      /* also: depth 1 until then (the cheapest way to learn p) */
 #define PROBE_BUDGET 0.01    /* probes may cost this fraction of plain decoding */
 #define PROBE_MIN 8
-#define PROBE_MAX 256
+#define PROBE_MAX 256        /* the interval set from costs... */
+#define PROBE_BACKOFF_MAX 2048   /* ...doubled after each probe that got nothing accepted */
 
 void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
     memset(d, 0, sizeof *d);
@@ -44,6 +45,8 @@ void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec) {
     d->verify1_s = d->verify1_s > 0 ? d->verify1_s + EWMA_T * (v1 - d->verify1_s) : v1;
 }
 
+static void set_probe_interval(bs_spec_depth *d);
+
 static void observe(bs_spec_depth *d, double x) {
     d->n_obs++;
     const double w = d->n_obs <= MEAN_OBS ? 1.0 / (d->n_obs + PRIOR_N) : EWMA_P;
@@ -53,6 +56,11 @@ static void observe(bs_spec_depth *d, double x) {
 void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf) {
     for (int i = 0; i < n; i++) observe(d, 1.0);
     if (n < k) observe(d, 0.0);
+    if (d->parked && k > 0) {   /* a probe: back off while they fail, base interval when not */
+        d->backoff = n > 0 ? 0 : BS_MIN(d->backoff + 1, 16);
+        set_probe_interval(d);
+        d->recheck = true;      /* p moved: the next round weighs drafting again */
+    }
     if (conf)
         for (int i = 0; i < k && i <= n; i++) {
             d->conf_sum += conf[i];
@@ -67,16 +75,26 @@ double bs_depth_rate(const bs_spec_depth *d, int c, double p) {
     return e / (d->draft_r + d->verify_r[c + 1] + d->append_r * e);
 }
 
+/* Probes cost a drafter round (with up to PARK_WINDOW context rows to catch up, about as much
+ * again) and a wider verify: every probe_every rounds keeps that near PROBE_BUDGET of plain
+ * speed, and failed probes double the interval. */
 static void set_probe_interval(bs_spec_depth *d) {
-    const double plain = 1.0 + d->append_r, extra = d->draft_r + d->verify_r[2] - 1.0;
+    const double plain = 1.0 + d->append_r, extra = 2.0 * d->draft_r + d->verify_r[2] - 1.0;
     const double n = ceil(extra / (PROBE_BUDGET * plain));
-    d->probe_every = (int)BS_MAX(PROBE_MIN, BS_MIN(PROBE_MAX, n));
+    const int base = (int)BS_MAX(PROBE_MIN, BS_MIN(PROBE_MAX, n));
+    d->probe_every = (int)BS_MIN((long)PROBE_BACKOFF_MAX, (long)base << d->backoff);
 }
 
 int bs_depth_choose(bs_spec_depth *d, int k_max) {
     k_max = BS_MIN(k_max, d->block);
     if (k_max <= 0) return d->last = 0;
     if (d->fixed >= 0) return d->last = BS_MIN(d->fixed, k_max);
+    if (d->parked && !d->recheck && d->since_probe + 1 < d->probe_every) {   /* O(1) while parked */
+        d->since_probe++;
+        d->n_parked++;
+        return d->last = 0;
+    }
+    d->recheck = false;
     int best = 1;
     double best_rate = bs_depth_rate(d, 1, d->p);
     for (int c = 2; c <= k_max; c++) {
@@ -91,6 +109,7 @@ int bs_depth_choose(bs_spec_depth *d, int k_max) {
     if (!d->parked) {
         d->parked = true;
         d->since_probe = 0;
+        d->backoff = 0;
         set_probe_interval(d);
     }
     d->n_parked++;

@@ -10,7 +10,9 @@
  * decision does not flip with it. p is the per-token conditional acceptance observed so far
  * (each accepted draft counts 1, the first rejected one 0, a fully accepted round says nothing
  * more); until a few are in, rounds draft 1 token. When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
- * rounds to keep p current; the interval is chosen so probes cost at most ~1% of plain speed.
+ * rounds to keep p current; the interval is chosen so probes cost at most ~1% of plain speed,
+ * and doubles after each probe with nothing accepted (up to 2048 rounds); while parked a round's
+ * decision costs O(1).
  * With the confidence head, drafts whose (calibrated) survival probability does not pay for
  * their verify cost are trimmed before verification. The choice only limits how many drafts
  * are verified, so every policy is lossless. */
@@ -32,8 +34,9 @@ typedef struct bs_spec_depth {
     double p;                          /* per-token conditional acceptance */
     long n_obs;                        /* acceptance observations */
     double conf_sum, acc_sum;          /* for calibrating the confidence head: mean conf vs accepted */
-    bool parked;
+    bool parked, recheck;
     int since_probe, probe_every;
+    int backoff;                       /* probes in a row that got nothing accepted (interval x 2^backoff) */
     long n_parked, n_probes, n_trimmed;
     int last;                          /* depth chosen for the last round */
 } bs_spec_depth;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define PROMPT_CHUNK 64      /* prompt rows evaluated (and their taps held) at once */
+#define PARK_WINDOW 64       /* parked: tap rows kept back for the next probe; older ones are skipped */
 
 struct bs_spec {
     bs_session *s;
@@ -28,8 +29,9 @@ struct bs_spec {
     float conf[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
     double append_row_s;         /* best seen time to feed one tap row */
-    float *pend;                 /* tap rows kept back while parked, fed in one batch later */
-    int n_pend, cap_pend;
+    float *pend;                 /* [2 * PARK_WINDOW][row] tap rows kept back while parked */
+    int n_pend;                  /* rows in pend, the positions right before n_past */
+    int n_skip;                  /* positions before those that the drafter will get no row for */
     bs_spec_draft_fn hook;
     void *hook_ud;
 };
@@ -94,6 +96,7 @@ void bs_spec_set_draft_hook(bs_spec *sp, bs_spec_draft_fn fn, void *ud) {
 }
 
 const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp) { return &sp->st; }
+const float *bs_spec_logits(const bs_spec *sp, int i) { return sp->logits + (size_t)i * sp->V; }
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp) { return &sp->depth; }
 bs_spec_depth *bs_spec_depth_mut(bs_spec *sp) { return &sp->depth; }
 
@@ -106,21 +109,28 @@ static int append_rows(bs_spec *sp, const float *rows, int n) {
     return 0;
 }
 
-/* Rows kept back while parked go to the drafter in one batch before it next runs: one
- * multi-row matmul per weight instead of one per step keeps parked decoding near plain speed. */
+/* Parked decoding must cost what plain decoding costs. So while parked the drafter gets nothing
+ * per step: the tap rows are kept back, and only the last PARK_WINDOW of them reach it, in one
+ * batch, when it next runs (a probe, or drafting again); positions older than that become a gap
+ * in its context (bs_dspark_ctx_skip). Drafts near a gap may be a little worse; the output is
+ * the same, since every draft is verified. */
 static int flush(bs_spec *sp) {
-    const int n = sp->n_pend;
-    sp->n_pend = 0;
+    const int n = sp->n_pend, skip = sp->n_skip;
+    sp->n_pend = sp->n_skip = 0;
+    if (skip > 0 && bs_dspark_ctx_skip(sp->dc, skip)) return -1;
     return n > 0 ? append_rows(sp, sp->pend, n) : 0;
 }
 
 /* Feed the tap rows of the positions just kept (in sp->taps) to the drafter, or keep them back. */
 static int feed(bs_spec *sp, int n, bool defer) {
     if (!sp->dc || !sp->drafting || n <= 0) return 0;
-    if (!defer) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
-    if (sp->n_pend + n > sp->cap_pend) {
-        sp->cap_pend = BS_MAX(2 * sp->cap_pend, sp->n_pend + n + 16);
-        sp->pend = bs_xrealloc(sp->pend, (size_t)sp->cap_pend * sp->row * sizeof(float));
+    if (!defer || n > PARK_WINDOW) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
+    if (!sp->pend) sp->pend = bs_xmalloc((size_t)2 * PARK_WINDOW * sp->row * sizeof(float));
+    if (sp->n_pend + n > 2 * PARK_WINDOW) {   /* keep the newest rows; amortized one copy per row */
+        const int drop = sp->n_pend - (PARK_WINDOW - n);
+        memmove(sp->pend, sp->pend + (size_t)drop * sp->row, (size_t)(sp->n_pend - drop) * sp->row * sizeof(float));
+        sp->n_pend -= drop;
+        sp->n_skip += drop;
     }
     memcpy(sp->pend + (size_t)sp->n_pend * sp->row, sp->taps, (size_t)n * sp->row * sizeof(float));
     sp->n_pend += n;
@@ -132,12 +142,14 @@ int bs_spec_sync(bs_spec *sp) {
     const int n_past = bs_session_n_past(sp->s), len = bs_dspark_ctx_len(sp->dc);
     if (len > n_past) {
         bs_dspark_ctx_crop(sp->dc, n_past);
-        sp->n_pend = 0;
-    } else if (len + sp->n_pend > n_past) {
-        sp->n_pend = n_past - len;
+        sp->n_pend = sp->n_skip = 0;
+    } else if (len + sp->n_skip + sp->n_pend > n_past) {   /* drop the newest kept-back rows first */
+        const int excess = len + sp->n_skip + sp->n_pend - n_past, drop = BS_MIN(excess, sp->n_pend);
+        sp->n_pend -= drop;
+        sp->n_skip -= excess - drop;
     }
     const bool was = sp->drafting;
-    sp->drafting = bs_dspark_ctx_len(sp->dc) + sp->n_pend == n_past;
+    sp->drafting = bs_dspark_ctx_len(sp->dc) + sp->n_skip + sp->n_pend == n_past;
     if (was && !sp->drafting)   /* positions without taps: the drafter cannot follow */
         bs_log(1, "speculative: the session holds positions the drafter has not seen; drafting is off\n");
     return sp->drafting;

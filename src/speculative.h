@@ -68,6 +68,10 @@ typedef int (*bs_spec_draft_fn)(void *ud, int32_t anchor, int pos, int k, bs_sam
                                 int32_t *drafts, float *q);
 void bs_spec_set_draft_hook(bs_spec *sp, bs_spec_draft_fn fn, void *ud);
 
+/* Target logits of verify row i of the last round (n_vocab floats; i < its m): row m-1 is what
+ * the session's last position predicts, the logits of a straight run at that point. */
+const float *bs_spec_logits(const bs_spec *sp, int i);
+
 const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp);
 /* The depth controller (for --verbose reports). */
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp);

@@ -1,0 +1,182 @@
+/* test_spec_park: parking of `--draft-max auto` is nearly free, checked by counts, not timing.
+ *   - the depth controller with drafts that are never accepted: it parks after its first
+ *     observations, then probes ever more rarely (the interval doubles per failed probe), so a
+ *     long generation drafts in only a handful of rounds; once probes succeed it drafts again;
+ *   - the drafter context with a gap (bs_dspark_ctx_skip, what parking leaves): crop and append
+ *     across it give bit-identical block outputs to building the same rows directly;
+ *   - end to end on the tiny fixture pair (random drafter): greedy output identical to plain
+ *     decoding, with only a few drafted rounds. */
+#include "test.h"
+#include "dspark.h"
+#include "qwen35.h"
+#include "sampler.h"
+#include "session.h"
+#include "spec_depth.h"
+#include "speculative.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_controller(void) {
+    bs_spec_depth d;
+    bs_depth_init(&d, 4, BS_DRAFT_AUTO);
+    /* costs where drafting pays from p ~ 0.3 on */
+    const double verify[] = {0, 1e-3, 1.1e-3, 1.2e-3, 1.3e-3, 1.4e-3};
+    bs_depth_calibrate(&d, verify, 0.2e-3, 0.01e-3);
+    long drafted = 0;
+    const int N = 20000;
+    for (int i = 0; i < N; i++) {
+        const int k = bs_depth_choose(&d, 4);
+        if (k > 0) {
+            drafted++;
+            bs_depth_observe_accept(&d, k, 0, NULL);
+        }
+    }
+    /* 8 rounds to learn p, then probes at intervals base, 2 base, 4 base, ... up to 2048 */
+    CHECK(d.parked);
+    CHECKF(drafted <= 8 + 14, "%ld drafting rounds in %d", drafted, N);
+    CHECKF(d.probe_every == 2048, "probe interval %d after failed probes", d.probe_every);
+    /* the drafter turns good: the next probe succeeds, the interval drops back to its base,
+     * and a few more successful probes bring drafting back, then deeper */
+    int resumed = -1, deepest = 0;
+    for (int i = 0; i < 2048 + 2000; i++) {
+        const int k = bs_depth_choose(&d, 4);
+        if (k > 0) bs_depth_observe_accept(&d, k, k, NULL);
+        if (!d.parked && resumed < 0) resumed = i;
+        if (resumed >= 0 && k > deepest) deepest = k;
+    }
+    CHECKF(resumed >= 0 && resumed <= 2048 + 1500, "drafting resumed after %d rounds", resumed);
+    CHECKF(deepest >= 2, "deepest %d", deepest);
+}
+
+static float *random_rows(int n, size_t row, uint64_t seed) {
+    bs_rng r;
+    bs_rng_seed(&r, seed);
+    float *x = bs_xmalloc((size_t)n * row * sizeof(float));
+    for (size_t i = 0; i < (size_t)n * row; i++) x[i] = (float)(bs_rng_uniform(&r) * 2.0 - 1.0);
+    return x;
+}
+
+static void test_gap(const char *fx) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny-dspark-f32.gguf", fx);
+    bs_dspark *d = bs_dspark_load(path, NULL);
+    CHECK(d != NULL);
+    if (!d) return;
+    const size_t row = (size_t)d->hp.n_taps * d->hp.n_embd;
+    const size_t E = (size_t)d->hp.n_embd, B = (size_t)d->hp.block_size;
+    float *x = random_rows(40, row, 7);
+    bs_dspark_ctx *a = bs_dspark_ctx_new(d, 256, NULL), *b = bs_dspark_ctx_new(d, 256, NULL);
+    /* a: rows 0..9, gap 10..14, rows 15..19; crop to 12 (into the gap) and add rows 12..19 */
+    CHECK_EQ_INT(bs_dspark_ctx_append(a, x, 10), 0);
+    CHECK_EQ_INT(bs_dspark_ctx_skip(a, 5), 0);
+    CHECK_EQ_INT(bs_dspark_ctx_append(a, x + 15 * row, 5), 0);
+    CHECK_EQ_INT(bs_dspark_ctx_len(a), 20);
+    CHECK_EQ_INT(bs_dspark_ctx_rows(a), 15);
+    bs_dspark_ctx_crop(a, 12);
+    CHECK_EQ_INT(bs_dspark_ctx_len(a), 12);
+    CHECK_EQ_INT(bs_dspark_ctx_rows(a), 10);
+    CHECK_EQ_INT(bs_dspark_ctx_append(a, x + 20 * row, 8), 0);
+    /* b: the same rows at the same positions, built directly */
+    CHECK_EQ_INT(bs_dspark_ctx_append(b, x, 10), 0);
+    CHECK_EQ_INT(bs_dspark_ctx_skip(b, 2), 0);
+    CHECK_EQ_INT(bs_dspark_ctx_append(b, x + 20 * row, 8), 0);
+    CHECK_EQ_INT(bs_dspark_block(a, 3, 20), 0);
+    CHECK_EQ_INT(bs_dspark_block(b, 3, 20), 0);
+    int diff = 0;
+    for (size_t t = 0; t < B; t++)
+        diff |= memcmp(bs_dspark_hidden(a, (int)t), bs_dspark_hidden(b, (int)t), E * sizeof(float));
+    CHECKF(!diff, "a context built across a gap differs from the same rows appended directly");
+    /* a block may not overlap the positions covered, gap included */
+    CHECK(bs_dspark_block(a, 3, 19) != 0);
+    bs_dspark_ctx_free(a);
+    bs_dspark_ctx_free(b);
+    free(x);
+    bs_dspark_free(d);
+}
+
+static int greedy(bs_model *m, bs_dspark *d, const int32_t *prompt, int np, int n, int32_t *out, bs_spec_stats *st) {
+    bs_session_params spp = {.n_threads = 1, .n_ctx = 4096};
+    bs_session *s = bs_session_new(m, &spp);
+    bs_sampler_params p = bs_sampler_default_params();
+    p.temp = 0;
+    bs_sampler *smp = bs_sampler_new(&p, m->hp.n_vocab);
+    float *logits = bs_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
+    int rc = 0, got = 0;
+    bs_spec *sp = NULL;
+    if (d) {
+        bs_spec_params sparams = {.draft_max = BS_DRAFT_AUTO, .conf_cut = 1};
+        sp = bs_spec_new(s, d, &sparams);
+        rc = sp ? bs_spec_prompt(sp, prompt, np, logits) : -1;
+    } else {
+        rc = bs_eval(s, prompt, np, BS_LOGITS_LAST, logits, NULL);
+    }
+    bs_sampler_accept_many(smp, prompt, (size_t)np);
+    if (!rc) {
+        out[got] = bs_sampler_sample(smp, logits);
+        bs_sampler_accept(smp, out[got++]);
+        if (sp) rc = bs_spec_calibrate(sp, out[0]);
+    }
+    int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
+    while (!rc && got < n) {
+        if (sp) {
+            const int r = bs_spec_round(sp, smp, out[got - 1], n - got, NULL, NULL, buf);
+            if (r < 1) { rc = -1; break; }
+            memcpy(out + got, buf, (size_t)r * sizeof *buf);
+            got += r;
+        } else {
+            if ((rc = bs_eval(s, &out[got - 1], 1, BS_LOGITS_LAST, logits, NULL))) break;
+            out[got] = bs_sampler_sample(smp, logits);
+            bs_sampler_accept(smp, out[got++]);
+        }
+    }
+    if (sp && st) *st = *bs_spec_get_stats(sp);
+    bs_spec_free(sp);
+    free(logits);
+    bs_sampler_free(smp);
+    bs_session_free(s);
+    return rc;
+}
+
+static void test_end_to_end(const char *fx, bool asan) {
+    char tpath[1024], dpath[1024];
+    snprintf(tpath, sizeof tpath, "%s/tiny-q1_0.gguf", fx);
+    snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx);
+    bs_model *m = bs_model_load(tpath, NULL);
+    bs_dspark *d = bs_dspark_load(dpath, NULL);
+    CHECK(m && d);
+    if (!m || !d) { bs_model_free(m); bs_dspark_free(d); return; }
+    const int n = asan ? 300 : 1500;
+    int32_t prompt[8] = {9, 100, 42, 7, 300, 12, 5, 77};
+    int32_t *a = bs_xmalloc((size_t)n * sizeof *a), *b = bs_xmalloc((size_t)n * sizeof *b);
+    bs_spec_stats st;
+    memset(&st, 0, sizeof st);
+    CHECK_EQ_INT(greedy(m, NULL, prompt, 8, n, a, NULL), 0);
+    CHECK_EQ_INT(greedy(m, d, prompt, 8, n, b, &st), 0);
+    CHECKF(!memcmp(a, b, (size_t)n * sizeof *a), "speculative greedy with parking differs from plain");
+    /* 8 rounds to learn p, then probes: base interval (>= 8) doubling per failed probe */
+    CHECKF(st.n_draft_rounds <= 8 + 8, "%ld drafting rounds in %d tokens", st.n_draft_rounds, n);
+    CHECKF(st.n_rounds >= n - 40, "%ld rounds for %d tokens", st.n_rounds, n);
+    free(a);
+    free(b);
+    bs_model_free(m);
+    bs_dspark_free(d);
+}
+
+int main(void) {
+    const char *fx = getenv("BS_FIXTURES");
+    if (!fx) fx = "/work/shared/fixtures";
+    const char *san = getenv("BS_SANITIZED");
+    bool asan = san && *san == '1';
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    asan = true;
+#endif
+#endif
+    test_controller();
+    test_gap(fx);
+    test_end_to_end(fx, asan);
+    return test_summary("test_spec_park");
+}
