@@ -424,7 +424,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     } else {
         compl_text(st, text, len, done, out);
     }
-    st->sent = end;
+    if (end > st->sent) st->sent = end;   /* never re-send (see guard_limit in server_sched.c) */
     if (done) {
         if (st->g.include_usage && t->finish != SRV_FINISH_ERROR) {
             json_t *j = chunk(st, NULL);

@@ -315,13 +315,16 @@ static int setup_sampler(srv_sched *s, slot *sl, const srv_task *t) {
 }
 
 /* What of the task may be streamed: only tokens no rewind can reach any more (under t->mu, after
- * the stop-string limit is set). */
+ * the stop-string limit is set). Never less than before: a stream does not take text back. (The
+ * guard's limit holds while the text grows; a second loop found soon after a rewind could in
+ * principle reach further back, into text already streamed: the answer is right, the stream
+ * then showed discarded text.) */
 static void guard_limit(const slot *sl, srv_task *t) {
-    t->n_toks_safe = t->n_toks;
-    if (!sl->guard) return;
+    if (!sl->guard) { t->n_toks_safe = t->n_toks; return; }
     int ns = BS_MIN(bs_loop_guard_n_safe(sl->guard), t->n_toks);
-    size_t bytes = ns > 0 ? t->toks[ns - 1].text_end : 0;
+    ns = BS_MAX(ns, BS_MIN(t->n_toks_safe, t->n_toks));
     t->n_toks_safe = ns;
+    size_t bytes = ns > 0 ? t->toks[ns - 1].text_end : 0;
     if (t->n_safe > bytes) t->n_safe = bytes;
 }
 
