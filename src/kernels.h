@@ -17,7 +17,7 @@
  *               AVX2: exact.
  *   Q2_0/PQ2_0/Q2_0_G64  AVX-512 P128 (or natural without BITALG), AVX2 natural: tolerance.
  *   Q8_0        AVX2 exact; AVX-512 tolerance.
- *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  threaded scalar dot (exact; Q4_1 is only the drafter).
+ *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  kernels_q4.c / kernels_kquant.c: exact (kernels_quant.h).
  *   F32/F16/BF16  f32 activations rounded to the weight type (exact products), FMA: tolerance.
  *
  * Every kernel computes one output (weight row o, activation row r) with a fixed sequence of

@@ -7,6 +7,7 @@
  * Q1_0 / Q2_0 sign correction. Q1_0 bits and Q2_0 codes are expanded with a byte shuffle and
  * bit tests; Q8_0 uses |w| x sign(q, w) as llama.cpp does. */
 #include "kernels.h"
+#include "kernels_quant.h"
 
 #include "quant.h"
 #include "util.h"
@@ -232,6 +233,8 @@ bs_kernel_fn bs_kernel_avx2(int type) {
     case BS_Q2_0: case BS_PQ2_0: return k_q2_0;
     case BS_Q2_0_G64: return k_q2_0_g64;
     case BS_Q8_0: return k_q8_0;
+    case BS_Q4_0: case BS_Q4_1: return bs_kernel_q4_avx2(type);   /* kernels_q4.c, exact */
+    case BS_Q6_K: case BS_TQ1_0: case BS_TQ2_0: return bs_kernel_kquant_avx2(type);
     case BS_F32: return k_f32;
     case BS_F16: return k_f16;
     case BS_BF16: return k_bf16;

@@ -14,6 +14,7 @@
  *   Q8_0  |w| (u8) x q negated where w < 0, dpbusd.
  *   F32/F16/BF16  activations in f32 (rounded to the weight type, exact products), FMA. */
 #include "kernels.h"
+#include "kernels_quant.h"
 
 #include "cpu_features.h"
 #include "quant.h"
@@ -531,8 +532,8 @@ bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) {
     case BS_Q2_0: case BS_PQ2_0: return k_q2_0;
     case BS_Q2_0_G64: return k_q2_0_g64;
     case BS_Q8_0: return k_q8_0;
-    /* Q4_1 (the drafter's format) goes through the threaded scalar dot, which reproduces
-     * llama.cpp's x86 float order bit for bit */
+    case BS_Q4_0: case BS_Q4_1: return bs_kernel_q4_avx512(type);   /* kernels_q4.c, exact */
+    case BS_Q6_K: case BS_TQ1_0: case BS_TQ2_0: return bs_kernel_kquant_avx512(type);
     case BS_F32: return k_f32;
     case BS_F16: return k_f16;
     case BS_BF16: return k_bf16;
