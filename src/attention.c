@@ -6,6 +6,7 @@
  * The cache stores K after norm + RoPE and V raw, in f32 or f16. With f16 the query is rounded to
  * f16 before the K dot products, as llama.cpp's CPU paths do; sums stay in f32. */
 #include "ops.h"
+#include "profile.h"
 #include "session.h"
 #include "util.h"
 
@@ -85,11 +86,11 @@ static void attend_units(void *ctx, int ith, int nth) {
 }
 
 void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n) {
-    bs_matmul(&L->wq, s->xn, n, s->a, s->pool);
-    bs_matmul(&L->wk, s->xn, n, s->b, s->pool);
-    bs_matmul(&L->wv, s->xn, n, s->c, s->pool);
+    bs_prof_matmul(BS_PROF_MM_ATT_IN, &L->wq, s->xn, n, s->a, s->pool);
+    bs_prof_matmul(BS_PROF_MM_ATT_IN, &L->wk, s->xn, n, s->b, s->pool);
+    bs_prof_matmul(BS_PROF_MM_ATT_IN, &L->wv, s->xn, n, s->c, s->pool);
     bs_attention_mix(s, L, n, s->a, s->b, s->c);
-    bs_matmul(&L->wo, s->d, n, s->y, s->pool);
+    bs_prof_matmul(BS_PROF_MM_ATT_OUT, &L->wo, s->d, n, s->y, s->pool);
 }
 
 void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg, float *kb,
@@ -100,6 +101,7 @@ void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg,
     uint8_t *kc = s->k + (size_t)L->slot * slot_bytes, *vc = s->v + (size_t)L->slot * slot_bytes;
     float *o = s->d;
 
+    uint64_t t0 = bs_prof_begin();
     for (int t = 0; t < n; t++) {
         const float *cs = s->rope + (size_t)t * hp->n_rot;
         float *kr = kb + (size_t)t * kv_w;
@@ -119,14 +121,14 @@ void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg,
             bs_rope_neox(row + (size_t)h * 2 * D, cs, hp->n_rot);
         }
     }
+    bs_prof_end(BS_PROF_ATT_PREP, t0);
     attn_job job = {s, kc, vc, qg, o, n};
-    bs_pool_run(s->pool, attend_units, &job);
+    bs_prof_pool_run(BS_PROF_ATT_CORE, s->pool, attend_units, &job);
+    t0 = bs_prof_begin();
     for (int t = 0; t < n; t++) {
         const float *row = qg + (size_t)t * 2 * H * D;
         float *out = o + (size_t)t * H * D;
-        for (int h = 0; h < H; h++) {
-            const float *gate = row + (size_t)h * 2 * D + D;
-            for (int i = 0; i < D; i++) out[(size_t)h * D + i] *= bs_sigmoid(gate[i]);
-        }
+        for (int h = 0; h < H; h++) bs_sigmoid_mul(out + (size_t)h * D, row + (size_t)h * 2 * D + D, (size_t)D);
     }
+    bs_prof_end(BS_PROF_ATT_GATE, t0);
 }

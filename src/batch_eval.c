@@ -158,7 +158,7 @@ static void ffn(bs_batch *b, const bs_qwen35_layer *L, int R) {
     const size_t count = (size_t)R * b->m->hp.n_ff;
     bs_matmul(&L->ffn_gate, b->xn, R, b->a, b->pool);
     bs_matmul(&L->ffn_up, b->xn, R, b->b, b->pool);
-    for (size_t i = 0; i < count; i++) b->a[i] = bs_silu(b->a[i]) * b->b[i];
+    bs_silu_mul(b->a, b->a, b->b, count);   /* as forward.c: the same bits */
     bs_matmul(&L->ffn_down, b->a, R, b->y, b->pool);
 }
 

@@ -2,7 +2,9 @@
  * path runs it: four projections, causal depthwise conv + SiLU over a window of the last
  * kernel-1 pre-conv rows, L2-normed q/k, and the gated delta rule run token by token per V head
  * (V head h reads K/Q head h % n_k_heads), then a per-head gated RMSNorm and the output matmul. */
+#include "gdn_simd.h"
 #include "ops.h"
+#include "profile.h"
 #include "session.h"
 
 #include <string.h>
@@ -113,6 +115,13 @@ static void gdn_heads(void *ctx, int ith, int nth) {
         float *S = io->S_out + (size_t)h * dk * dv;
         const float *src = io->S_in + (size_t)h * dk * dv;
         const int kh = h % nk;
+        const bs_gdn_head hd = {
+            .S_in = src, .S_out = S, .q = io->qkv + (size_t)kh * dk, .k = io->qkv + (size_t)(nk + kh) * dk,
+            .v = io->qkv + (size_t)2 * nk * dk + (size_t)h * dv, .qkv_stride = (size_t)cd,
+            .g = io->g + h, .beta = io->beta + h, .gs = io->gs, .o = io->o + (size_t)h * dv,
+            .o_stride = (size_t)nv * dv, .n = job->n, .dk = dk, .dv = dv, .scale = scale,
+        };
+        if (job->n > 0 && bs_gdn_head_simd(&hd)) continue;
         if (job->n == 0) memcpy(S, src, (size_t)dk * dv * sizeof(float));
         for (int t = 0; t < job->n; t++, src = S) {
             const float *row = io->qkv + (size_t)t * cd;
@@ -130,6 +139,7 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
     const int K = hp->conv_kernel, km1 = K - 1, cd = hp->conv_dim;
     const int nk = hp->n_k_heads, dk = hp->d_k;
 
+    const uint64_t t0 = bs_prof_begin();
     for (int t = 0; t < n; t++) {
         float *out = io->qkv + (size_t)t * cd;
         for (int c = 0; c < cd; c++) {
@@ -143,27 +153,29 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
     for (int r = 0; r < km1; r++)
         memcpy(io->win_out + (size_t)r * cd, xe_row(io->win_in, io->mixed, io->ms, n + r, km1, cd),
                (size_t)cd * sizeof(float));
+    bs_prof_end(BS_PROF_GDN_CONV, t0);
 
     gdn_heads_job job = {hp, io, n};
-    bs_pool_run(pool, gdn_heads, &job);
+    bs_prof_pool_run(BS_PROF_GDN_REC, pool, gdn_heads, &job);
 }
 
 void bs_deltanet_forward(bs_session *s, const bs_qwen35_layer *L, int n, bool record) {
     const int nv = s->m->hp.n_v_heads;
     float *alpha = s->gb, *beta = s->gb + (size_t)n * nv;
 
-    bs_matmul(&L->qkv, s->xn, n, s->a, s->pool);
-    bs_matmul(&L->gate, s->xn, n, s->b, s->pool);
-    bs_matmul(&L->beta, s->xn, n, beta, s->pool);
-    bs_matmul(&L->alpha, s->xn, n, alpha, s->pool);
+    bs_prof_matmul(BS_PROF_MM_GDN_IN, &L->qkv, s->xn, n, s->a, s->pool);
+    bs_prof_matmul(BS_PROF_MM_GDN_IN, &L->gate, s->xn, n, s->b, s->pool);
+    bs_prof_matmul(BS_PROF_MM_GDN_IN, &L->beta, s->xn, n, beta, s->pool);
+    bs_prof_matmul(BS_PROF_MM_GDN_IN, &L->alpha, s->xn, n, alpha, s->pool);
     bs_deltanet_mix(s, L, n, record, s->a, s->b, alpha, beta);
-    bs_matmul(&L->ssm_out, s->d, n, s->y, s->pool);
+    bs_prof_matmul(BS_PROF_MM_GDN_OUT, &L->ssm_out, s->d, n, s->y, s->pool);
 }
 
 void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record, float *mixed,
                      const float *z, float *alpha, float *beta) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     const int nv = hp->n_v_heads, dv = hp->d_v, cd = hp->conv_dim;
+    uint64_t t0 = bs_prof_begin();
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nv; h++) {
             float *a = &alpha[(size_t)t * nv + h], *b = &beta[(size_t)t * nv + h];
@@ -185,16 +197,19 @@ void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record
         .mixed = mixed, .ms = (size_t)cd, .g = alpha, .beta = beta, .gs = (size_t)nv,
         .qkv = s->c, .o = s->d,
     };
+    bs_prof_end(BS_PROF_GDN_GATES, t0);
     gdn_core(hp, L, &io, n, s->pool);
 
+    t0 = bs_prof_begin();
     /* per-head gated RMSNorm: silu(z) * (rmsnorm(o) * ssm_norm), ssm_norm stored raw */
     for (int t = 0; t < n; t++)
         for (int h = 0; h < nv; h++) {
             float *o = s->d + ((size_t)t * nv + h) * dv;
             const float *zh = z + ((size_t)t * nv + h) * dv;
             bs_rmsnorm(o, o, L->ssm_norm, dv, hp->eps);
-            for (int j = 0; j < dv; j++) o[j] = bs_silu(zh[j]) * o[j];
+            bs_silu_mul(o, zh, o, (size_t)dv);
         }
+    bs_prof_end(BS_PROF_GDN_NORM, t0);
 }
 
 void bs_deltanet_replay(bs_session *s, const bs_qwen35_layer *L, int n) {

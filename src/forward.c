@@ -3,6 +3,7 @@
  * SwiGLU FFN, then the final norm and the LM head. The residual stream is f32; every weight
  * multiply is one bs_matmul call over the whole batch. */
 #include "ops.h"
+#include "profile.h"
 #include "session.h"
 
 #include <string.h>
@@ -18,10 +19,12 @@ static void add_rows(float *x, const float *y, size_t count) {
 
 static void ffn(bs_session *s, const bs_qwen35_layer *L, int n) {
     const size_t count = (size_t)n * s->m->hp.n_ff;
-    bs_matmul(&L->ffn_gate, s->xn, n, s->a, s->pool);
-    bs_matmul(&L->ffn_up, s->xn, n, s->b, s->pool);
-    for (size_t i = 0; i < count; i++) s->a[i] = bs_silu(s->a[i]) * s->b[i];
-    bs_matmul(&L->ffn_down, s->a, n, s->y, s->pool);
+    bs_prof_matmul(BS_PROF_MM_FFN_UP, &L->ffn_gate, s->xn, n, s->a, s->pool);
+    bs_prof_matmul(BS_PROF_MM_FFN_UP, &L->ffn_up, s->xn, n, s->b, s->pool);
+    const uint64_t t0 = bs_prof_begin();
+    bs_silu_mul(s->a, s->a, s->b, count);
+    bs_prof_end(BS_PROF_SWIGLU, t0);
+    bs_prof_matmul(BS_PROF_MM_FFN_DOWN, &L->ffn_down, s->a, n, s->y, s->pool);
 }
 
 /* Copy the residual stream after layer il into every tap slot that names it. */
@@ -40,19 +43,30 @@ void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, 
     const bs_qwen35_hparams *hp = &m->hp;
     const int E = hp->n_embd;
 
+    bs_prof_step(n);
+    uint64_t t0 = bs_prof_begin();
     bs_get_rows(&m->tok_embd, tokens, n, s->x);   /* ids were validated by the caller */
+    bs_prof_end(BS_PROF_EMBED, t0);
+    t0 = bs_prof_begin();
     for (int t = 0; t < n; t++)
         bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+    bs_prof_end(BS_PROF_ROPE_CACHE, t0);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const bs_qwen35_layer *L = &m->layers[il];
+        t0 = bs_prof_begin();
         norm_rows(s->xn, s->x, L->attn_norm, n, E, hp->eps);
+        bs_prof_end(BS_PROF_NORM, t0);
         if (L->recurrent) bs_deltanet_forward(s, L, n, record);
         else bs_attention_forward(s, L, n);
+        t0 = bs_prof_begin();
         add_rows(s->x, s->y, (size_t)n * E);
         norm_rows(s->xn, s->x, L->post_norm, n, E, hp->eps);
+        bs_prof_end(BS_PROF_NORM, t0);
         ffn(s, L, n);
+        t0 = bs_prof_begin();
         add_rows(s->x, s->y, (size_t)n * E);
+        bs_prof_end(BS_PROF_NORM, t0);
         if (taps) capture(s, il, n, taps);
     }
     s->cur = 1 - s->cur;   /* the recurrent layers wrote the other half */
@@ -60,9 +74,9 @@ void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, 
 
     if (logits_mode == BS_LOGITS_ALL) {
         norm_rows(s->xn, s->x, m->output_norm, n, E, hp->eps);
-        bs_matmul(&m->output, s->xn, n, logits, s->pool);
+        bs_prof_matmul(BS_PROF_MM_HEAD, &m->output, s->xn, n, logits, s->pool);
     } else if (logits_mode == BS_LOGITS_LAST) {
         norm_rows(s->xn, s->x + (size_t)(n - 1) * E, m->output_norm, 1, E, hp->eps);
-        bs_matmul(&m->output, s->xn, 1, logits, s->pool);
+        bs_prof_matmul(BS_PROF_MM_HEAD, &m->output, s->xn, 1, logits, s->pool);
     }
 }

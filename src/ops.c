@@ -1,5 +1,6 @@
 /* ops.c: see ops.h. */
 #include "ops.h"
+#include "ops_simd.h"
 
 #include <stdbool.h>
 
@@ -16,9 +17,11 @@ float bs_dot(const float *a, const float *b, int n) {
 
 void bs_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    if (!bs_simd_sumsq(x, n, &sum))
+        for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float mean = (float)(sum / n);
     const float scale = 1.0f / sqrtf(mean + eps);
+    if (bs_simd_scale(y, x, w, scale, n)) return;
     if (w)
         for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
     else
@@ -77,4 +80,14 @@ void bs_rope_neox(float *x, const float *cs, int n_rot) {
         x[i] = x0 * c - x1 * s;
         x[i + half] = x0 * s + x1 * c;
     }
+}
+
+void bs_silu_mul(float *dst, const float *x, const float *y, size_t n) {
+    if (bs_simd_silu_mul(dst, x, y, n)) return;
+    for (size_t i = 0; i < n; i++) dst[i] = bs_silu(x[i]) * y[i];
+}
+
+void bs_sigmoid_mul(float *dst, const float *g, size_t n) {
+    if (bs_simd_sigmoid_mul(dst, g, n)) return;
+    for (size_t i = 0; i < n; i++) dst[i] *= bs_sigmoid(g[i]);
 }

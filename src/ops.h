@@ -3,12 +3,17 @@
  * squares in double, softplus/sigmoid/silu use expf/logf as ggml's scalar code does, RoPE
  * accumulates theta by repeated float multiplication.
  *
+ * With AVX2 / AVX-512 (ops_simd.h) the norms sum in a vector order and silu / sigmoid use a
+ * vector exp (about 1 ulp): element results never depend on the array length, so a batch of rows
+ * gives the bits of those rows one at a time.
+ *
  * Reductions (bs_dot) use a fixed set of partial sums in a fixed order, so the result is the same
  * whatever the compiler vectorizes: a rollback that replays the recurrence gets identical bits. */
 #ifndef BS_OPS_H
 #define BS_OPS_H
 
 #include <math.h>
+#include <stddef.h>
 
 static inline float bs_silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float bs_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -22,6 +27,10 @@ float bs_dot(const float *a, const float *b, int n);
 void bs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* x /= max(||x||_2, eps) in place (ggml_l2_norm). */
 void bs_l2norm(float *x, int n, float eps);
+/* dst[i] = silu(x[i]) * y[i] (SwiGLU, the GDN output gate); dst may alias x or y. */
+void bs_silu_mul(float *dst, const float *x, const float *y, size_t n);
+/* dst[i] *= sigmoid(g[i]) (attention output gate). */
+void bs_sigmoid_mul(float *dst, const float *g, size_t n);
 /* Softmax in place over n values (-INFINITY entries get 0): exp in float, sum in double. */
 void bs_softmax(float *x, int n);
 

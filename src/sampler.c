@@ -1,6 +1,7 @@
 /* sampler.c: the sampler chain (see sampler.h for the order and the semantics). */
 #include "sampler.h"
 #include "sampler_dry.h"
+#include "profile.h"
 #include "util.h"
 
 #include <float.h>
@@ -399,7 +400,7 @@ static void finish(bs_sampler *s) {
     for (int i = 0; i < s->n_cand; i++) c[i].p = (float)(c[i].p / z);
 }
 
-int bs_sampler_apply(bs_sampler *s, const float *logits) {
+static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
     apply_penalties(s);
@@ -414,6 +415,13 @@ int bs_sampler_apply(bs_sampler *s, const float *logits) {
     }
     s->applied = true;
     return s->n_cand;
+}
+
+int bs_sampler_apply(bs_sampler *s, const float *logits) {
+    const uint64_t t0 = bs_prof_begin();
+    const int r = apply_chain(s, logits);
+    bs_prof_end(BS_PROF_SAMPLE, t0);
+    return r;
 }
 
 int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n) {

@@ -1,0 +1,160 @@
+/* gdn_simd.c: AVX-512 and AVX2 kernels for the gated delta rule (see gdn_simd.h). Compiled with
+ * per-function target attributes and only called when bs_cpu_level() allows.
+ *
+ * Per value row j of the state (dk floats): r = S_j * decay, u = r.k, d = (v_j - u) * beta,
+ * S_j = r + k * d, o_j = (S_j.q) * scale: the decay, the delta and the read-out in one pass over
+ * the row while it sits in registers. Dots use two vector accumulators (even / odd chunks) and a
+ * fixed reduction, FMA throughout. */
+#include "gdn_simd.h"
+
+#include "cpu_features.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define SCRATCH_FLOATS (128 * 128)
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,avx2")))
+#define T2 __attribute__((target("avx2,fma")))
+
+/* This thread's working copy of one head's state (64-byte aligned for the streaming copy). */
+static _Thread_local float scratch[SCRATCH_FLOATS] __attribute__((aligned(64)));
+
+/* ---- AVX-512 -------------------------------------------------------------------------------- */
+
+static T512 float row_step512(float *row, const float *in, const float *k, const float *q, float decay,
+                              float vj, float beta, int dk) {
+    const __m512 dec = _mm512_set1_ps(decay);
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (int c = 0; c < dk; c += 32) {
+        const __m512 r0 = _mm512_mul_ps(_mm512_loadu_ps(in + c), dec);
+        _mm512_store_ps(row + c, r0);
+        a0 = _mm512_fmadd_ps(r0, _mm512_loadu_ps(k + c), a0);
+        if (c + 16 < dk) {
+            const __m512 r1 = _mm512_mul_ps(_mm512_loadu_ps(in + c + 16), dec);
+            _mm512_store_ps(row + c + 16, r1);
+            a1 = _mm512_fmadd_ps(r1, _mm512_loadu_ps(k + c + 16), a1);
+        }
+    }
+    const float u = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    const __m512 d = _mm512_set1_ps((vj - u) * beta);
+    a0 = a1 = _mm512_setzero_ps();
+    for (int c = 0; c < dk; c += 32) {
+        const __m512 r0 = _mm512_fmadd_ps(_mm512_loadu_ps(k + c), d, _mm512_load_ps(row + c));
+        _mm512_store_ps(row + c, r0);
+        a0 = _mm512_fmadd_ps(r0, _mm512_loadu_ps(q + c), a0);
+        if (c + 16 < dk) {
+            const __m512 r1 = _mm512_fmadd_ps(_mm512_loadu_ps(k + c + 16), d, _mm512_load_ps(row + c + 16));
+            _mm512_store_ps(row + c + 16, r1);
+            a1 = _mm512_fmadd_ps(r1, _mm512_loadu_ps(q + c + 16), a1);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* dst[0..n) = src[0..n) with streaming stores where dst is 64-byte aligned. */
+static T512 void stream_copy512(float *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];
+    for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+    _mm_sfence();   /* streaming stores are weakly ordered: publish before the pool barrier */
+}
+
+static T512 void head512(const bs_gdn_head *h) {
+    const int dk = h->dk, dv = h->dv;
+    for (int t = 0; t < h->n; t++) {
+        const float *q = h->q + (size_t)t * h->qkv_stride, *k = h->k + (size_t)t * h->qkv_stride;
+        const float *v = h->v + (size_t)t * h->qkv_stride, *in = t == 0 ? h->S_in : scratch;
+        const float decay = expf(h->g[(size_t)t * h->gs]), beta = h->beta[(size_t)t * h->gs];
+        float *o = h->o + (size_t)t * h->o_stride;
+        for (int j = 0; j < dv; j++)
+            o[j] = row_step512(scratch + (size_t)j * dk, in + (size_t)j * dk, k, q, decay, v[j], beta, dk) * h->scale;
+    }
+    stream_copy512(h->S_out, scratch, (size_t)dk * dv);
+}
+
+/* ---- AVX2 ----------------------------------------------------------------------------------- */
+
+static T2 float hsum256(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+static T2 float row_step256(float *row, const float *in, const float *k, const float *q, float decay,
+                            float vj, float beta, int dk) {
+    const __m256 dec = _mm256_set1_ps(decay);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int c = 0; c < dk; c += 16) {
+        const __m256 r0 = _mm256_mul_ps(_mm256_loadu_ps(in + c), dec);
+        _mm256_store_ps(row + c, r0);
+        a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(k + c), a0);
+        if (c + 8 < dk) {
+            const __m256 r1 = _mm256_mul_ps(_mm256_loadu_ps(in + c + 8), dec);
+            _mm256_store_ps(row + c + 8, r1);
+            a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(k + c + 8), a1);
+        }
+    }
+    const float u = hsum256(_mm256_add_ps(a0, a1));
+    const __m256 d = _mm256_set1_ps((vj - u) * beta);
+    a0 = a1 = _mm256_setzero_ps();
+    for (int c = 0; c < dk; c += 16) {
+        const __m256 r0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + c), d, _mm256_load_ps(row + c));
+        _mm256_store_ps(row + c, r0);
+        a0 = _mm256_fmadd_ps(r0, _mm256_loadu_ps(q + c), a0);
+        if (c + 8 < dk) {
+            const __m256 r1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + c + 8), d, _mm256_load_ps(row + c + 8));
+            _mm256_store_ps(row + c + 8, r1);
+            a1 = _mm256_fmadd_ps(r1, _mm256_loadu_ps(q + c + 8), a1);
+        }
+    }
+    return hsum256(_mm256_add_ps(a0, a1));
+}
+
+static T2 void stream_copy256(float *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];
+    for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+    _mm_sfence();
+}
+
+static T2 void head256(const bs_gdn_head *h) {
+    const int dk = h->dk, dv = h->dv;
+    for (int t = 0; t < h->n; t++) {
+        const float *q = h->q + (size_t)t * h->qkv_stride, *k = h->k + (size_t)t * h->qkv_stride;
+        const float *v = h->v + (size_t)t * h->qkv_stride, *in = t == 0 ? h->S_in : scratch;
+        const float decay = expf(h->g[(size_t)t * h->gs]), beta = h->beta[(size_t)t * h->gs];
+        float *o = h->o + (size_t)t * h->o_stride;
+        for (int j = 0; j < dv; j++)
+            o[j] = row_step256(scratch + (size_t)j * dk, in + (size_t)j * dk, k, q, decay, v[j], beta, dk) * h->scale;
+    }
+    stream_copy256(h->S_out, scratch, (size_t)dk * dv);
+}
+
+bool bs_gdn_head_simd(const bs_gdn_head *h) {
+    if (h->n < 1 || (size_t)h->dk * h->dv > SCRATCH_FLOATS) return false;
+    const int level = bs_cpu_level();
+    if (level >= BS_CPU_AVX512 && h->dk % 16 == 0) {
+        head512(h);
+        return true;
+    }
+    if (level >= BS_CPU_AVX2 && h->dk % 8 == 0) {
+        head256(h);
+        return true;
+    }
+    return false;
+}
+
+#else
+
+bool bs_gdn_head_simd(const bs_gdn_head *h) {
+    (void)h;
+    return false;
+}
+
+#endif

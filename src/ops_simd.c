@@ -1,0 +1,232 @@
+/* ops_simd.c: see ops_simd.h. Per-function target attributes; nothing here runs unless
+ * bs_cpu_level() says the CPU has it. */
+#include "ops_simd.h"
+
+#include "cpu_features.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,avx2")))
+#define T2 __attribute__((target("avx2,fma")))
+#define INL inline __attribute__((always_inline))
+
+/* Range reduction constants: ln2 split so that n * LN2_HI is exact for |n| < 2^9. */
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693145751953125f
+#define LN2_LO 1.42860682030941723212e-6f
+/* Inputs are clamped to [X_MIN, X_MAX]: exp is 0 (after underflow) or +inf beyond them. */
+#define X_MIN -104.0f
+#define X_MAX 89.0f
+#define C2 (1.0f / 2)
+#define C3 (1.0f / 6)
+#define C4 (1.0f / 24)
+#define C5 (1.0f / 120)
+#define C6 (1.0f / 720)
+#define C7 (1.0f / 5040)
+
+/* ---- AVX-512 -------------------------------------------------------------------------------- */
+
+static T512 INL __m512 poly512(__m512 r) {
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(C7), r, _mm512_set1_ps(C6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+}
+
+static T512 INL __m512 exp512(__m512 x) {
+    /* min/max return their second operand when either is NaN: x second keeps NaN */
+    x = _mm512_max_ps(_mm512_set1_ps(X_MIN), _mm512_min_ps(_mm512_set1_ps(X_MAX), x));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    return _mm512_scalef_ps(poly512(r), n);
+}
+
+static T512 INL __m512 silu_mul512(__m512 x, __m512 y) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), y);
+}
+
+static T512 INL __m512 sigmoid_mul512(__m512 d, __m512 g) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    return _mm512_mul_ps(d, _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+}
+
+static T512 void silu_mul_avx512(float *dst, const float *x, const float *y, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, silu_mul512(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 r = silu_mul512(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        _mm512_mask_storeu_ps(dst + i, m, r);
+    }
+}
+
+static T512 void sigmoid_mul_avx512(float *dst, const float *g, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, sigmoid_mul512(_mm512_loadu_ps(dst + i), _mm512_loadu_ps(g + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 r = sigmoid_mul512(_mm512_maskz_loadu_ps(m, dst + i), _mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(dst + i, m, r);
+    }
+}
+
+static T512 double sumsq_avx512(const float *x, int n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i), sq = _mm512_mul_ps(v, v);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+    }
+    double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    for (; i < n; i++) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+static T512 void scale_avx512(float *y, const float *x, const float *w, float scale, int n) {
+    const __m512 s = _mm512_set1_ps(scale);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), s);
+        _mm512_storeu_ps(y + i, w ? _mm512_mul_ps(v, _mm512_loadu_ps(w + i)) : v);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+/* ---- AVX2 ----------------------------------------------------------------------------------- */
+
+static T2 INL __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(X_MIN), _mm256_min_ps(_mm256_set1_ps(X_MAX), x));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(C7), r, _mm256_set1_ps(C6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n in two factors so that neither leaves the normal range for n in [-150, 129] */
+    const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+static T2 INL __m256 silu_mul256(__m256 x, __m256 y) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), y);
+}
+
+static T2 INL __m256 sigmoid_mul256(__m256 d, __m256 g) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(d, _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+}
+
+static T2 void silu_mul_avx2(float *dst, const float *x, const float *y, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, silu_mul256(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    if (i < n) {   /* the tail through padded buffers: same code as every other element */
+        float bx[8] = {0}, by[8] = {0}, bd[8];
+        memcpy(bx, x + i, (n - i) * sizeof(float));
+        memcpy(by, y + i, (n - i) * sizeof(float));
+        _mm256_storeu_ps(bd, silu_mul256(_mm256_loadu_ps(bx), _mm256_loadu_ps(by)));
+        memcpy(dst + i, bd, (n - i) * sizeof(float));
+    }
+}
+
+static T2 void sigmoid_mul_avx2(float *dst, const float *g, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, sigmoid_mul256(_mm256_loadu_ps(dst + i), _mm256_loadu_ps(g + i)));
+    if (i < n) {
+        float bd[8] = {0}, bg[8] = {0};
+        memcpy(bd, dst + i, (n - i) * sizeof(float));
+        memcpy(bg, g + i, (n - i) * sizeof(float));
+        _mm256_storeu_ps(bd, sigmoid_mul256(_mm256_loadu_ps(bd), _mm256_loadu_ps(bg)));
+        memcpy(dst + i, bd, (n - i) * sizeof(float));
+    }
+}
+
+static T2 double sumsq_avx2(const float *x, int n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), sq = _mm256_mul_ps(v, v);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
+    double s = (t[0] + t[1]) + (t[2] + t[3]);
+    for (; i < n; i++) s += (double)(x[i] * x[i]);
+    return s;
+}
+
+static T2 void scale_avx2(float *y, const float *x, const float *w, float scale, int n) {
+    const __m256 s = _mm256_set1_ps(scale);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), s);
+        _mm256_storeu_ps(y + i, w ? _mm256_mul_ps(v, _mm256_loadu_ps(w + i)) : v);
+    }
+    for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) {
+    const int lv = bs_cpu_level();
+    if (lv >= BS_CPU_AVX512) silu_mul_avx512(dst, x, y, n);
+    else if (lv >= BS_CPU_AVX2) silu_mul_avx2(dst, x, y, n);
+    else return false;
+    return true;
+}
+
+bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n) {
+    const int lv = bs_cpu_level();
+    if (lv >= BS_CPU_AVX512) sigmoid_mul_avx512(dst, g, n);
+    else if (lv >= BS_CPU_AVX2) sigmoid_mul_avx2(dst, g, n);
+    else return false;
+    return true;
+}
+
+bool bs_simd_sumsq(const float *x, int n, double *sum) {
+    const int lv = bs_cpu_level();
+    if (lv >= BS_CPU_AVX512) *sum = sumsq_avx512(x, n);
+    else if (lv >= BS_CPU_AVX2) *sum = sumsq_avx2(x, n);
+    else return false;
+    return true;
+}
+
+bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n) {
+    const int lv = bs_cpu_level();
+    if (lv >= BS_CPU_AVX512) scale_avx512(y, x, w, scale, n);
+    else if (lv >= BS_CPU_AVX2) scale_avx2(y, x, w, scale, n);
+    else return false;
+    return true;
+}
+
+#else
+
+bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) { (void)dst; (void)x; (void)y; (void)n; return false; }
+bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n) { (void)dst; (void)g; (void)n; return false; }
+bool bs_simd_sumsq(const float *x, int n, double *sum) { (void)x; (void)n; (void)sum; return false; }
+bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n) { (void)y; (void)x; (void)w; (void)scale; (void)n; return false; }
+
+#endif
