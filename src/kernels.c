@@ -261,6 +261,8 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     bs_kernel_fn k = NULL;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
     int packed = k != NULL;
+    /* packed in place and no kernel for it at this level: the scalar path unpacks rows */
+    if (!packed && W->packed && W->data == W->packed) return -1;
     if (!packed) k = bs_kernel_get(W->type, level, W->ne0, &perm);
     else perm = 0;
     int generic = k == NULL;
@@ -284,51 +286,112 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
 
 /* --- weight repacking ------------------------------------------------------------------------ */
 
-typedef struct { const bs_weight *W; uint8_t *dst; } pack_job;
+int bs_weight_exact(void) {
+    const char *e = getenv("BITSPARK_EXACT");
+    return e && *e && strcmp(e, "0") != 0;
+}
 
-/* Q1_0 -> BS_PACK_Q1_X16 for row groups of one thread's share. */
+/* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
+static int pack_kind_for(const bs_weight *W) {
+    if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
+    if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
+        return BS_PACK_Q1_X16;
+    return BS_PACK_NONE;
+}
+
+typedef struct { const bs_weight *W; uint8_t *dst; int in_place; } pack_job;
+
+/* Q1_0 -> BS_PACK_Q1_X16 for row groups of one thread's share. A group of 16 rows holds
+ * exactly the bytes of its packed form (16 x 18 = 288 per 128 columns), so in place each group
+ * is copied aside and packed over itself. */
 static void pack_q1_x16(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const bs_weight *W = j->W;
     const int64_t nb = W->ne0 / 128, ng = W->ne1 / 16;
+    const size_t gbytes = (size_t)nb * 288;
     int64_t g0, g1;
     bs_pool_split(ng, 1, ith, nth, &g0, &g1);
-    for (int64_t G = g0; G < g1; G++)
+    uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
+    for (int64_t G = g0; G < g1; G++) {
+        const uint8_t *grp = (const uint8_t *)W->data + (size_t)G * gbytes;
+        if (tmp) grp = memcpy(tmp, grp, gbytes);
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *src[16];
-            for (int i = 0; i < 16; i++)
-                src[i] = (const uint8_t *)W->data + (size_t)(16 * G + i) * W->row_bytes + (size_t)b * 18;
-            bs_pack_q1_x16_avx512(src, j->dst + (size_t)(G * nb + b) * 288);
+            for (int i = 0; i < 16; i++) src[i] = grp + (size_t)i * W->row_bytes + (size_t)b * 18;
+            bs_pack_q1_x16_avx512(src, j->dst + (size_t)G * gbytes + (size_t)b * 288);
         }
+    }
+    free(tmp);
+}
+
+static int pack_size(const bs_weight *W, size_t *bytes) {
+    uint64_t b;
+    if (bs_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->ne1, &b) || b > SIZE_MAX / 2)
+        return bs_error("%s: too large to repack", W->name ? W->name : "weight");
+    *bytes = (size_t)b;
+    return 0;
 }
 
 int bs_weight_pack(bs_weight *W, bs_pool *pool) {
-    if (W->packed || bs_cpu_level() < BS_CPU_AVX512 || getenv("BITSPARK_NO_REPACK")) return 0;
-    if (W->type != BS_Q1_0 || W->ne1 % 16 || W->ne0 % 128 || !bs_kernel_packed_avx512(BS_PACK_Q1_X16))
-        return 0;
-    uint64_t bytes;
-    if (bs_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->ne1, &bytes) || bytes > SIZE_MAX / 2)
-        return bs_error("%s: too large to repack", W->name ? W->name : "weight");
+    const int kind = pack_kind_for(W);
+    size_t bytes = 0;
+    if (kind == BS_PACK_NONE) return 0;
+    if (pack_size(W, &bytes)) return -1;
     /* 2 MiB-aligned and transparent-huge-page backed: fewer page faults while packing and
      * fewer TLB misses while streaming */
     void *mem = NULL;
-    if (posix_memalign(&mem, (size_t)2 << 20, (size_t)bytes) != 0)
-        return bs_error("%s: out of memory repacking %llu bytes", W->name ? W->name : "weight",
-                        (unsigned long long)bytes);
+    if (posix_memalign(&mem, (size_t)2 << 20, bytes) != 0)
+        return bs_error("%s: out of memory repacking %zu bytes", W->name ? W->name : "weight", bytes);
 #ifdef MADV_HUGEPAGE
-    madvise(mem, (size_t)bytes, MADV_HUGEPAGE);
+    madvise(mem, bytes, MADV_HUGEPAGE);
 #endif
-    uint8_t *dst = mem;
-    pack_job j = {W, dst};
+    pack_job j = {W, mem, 0};
     bs_pool_run(pool, pack_q1_x16, &j);
-    W->packed = dst;
-    W->pack_kind = BS_PACK_Q1_X16;
+    W->packed = mem;
+    W->pack_kind = kind;
     return 0;
+}
+
+int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool) {
+    const int kind = pack_kind_for(W);
+    size_t bytes = 0;
+    if (kind == BS_PACK_NONE) return 0;
+    if (pack_size(W, &bytes)) return -1;
+    pack_job j = {W, (uint8_t *)(uintptr_t)W->data, 1};
+    bs_pool_run(pool, pack_q1_x16, &j);
+    W->packed = (void *)(uintptr_t)W->data;
+    W->pack_kind = kind;
+    return 0;
+}
+
+/* Row i of a 16-row BS_PACK_Q1_X16 group back to Q1_0 blocks: the 4 bits of row i in word t
+ * are columns 4t..4t+3, so byte u of a block's bits is word 2u's nibble | word 2u+1's << 4. */
+static void unpack_q1_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pk = grp + (size_t)b * 288;
+        uint8_t *q = row + (size_t)b * 18;
+        q[0] = pk[2 * i], q[1] = pk[2 * i + 1];
+        for (int u = 0; u < 16; u++) {
+            uint64_t w0, w1;
+            memcpy(&w0, pk + 32 + 8 * (2 * u), 8);
+            memcpy(&w1, pk + 32 + 8 * (2 * u + 1), 8);
+            q[2 + u] = (uint8_t)(((w0 >> (4 * i)) & 15) | ((w1 >> (4 * i)) & 15) << 4);
+        }
+    }
+}
+
+const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
+    if (!W->packed || W->data != W->packed || W->pack_kind != BS_PACK_Q1_X16)
+        return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
+    const int64_t nb = W->ne0 / 128;
+    unpack_q1_x16_row((const uint8_t *)W->packed + (size_t)(r / 16) * (size_t)nb * 288, nb, (int)(r % 16), buf);
+    return buf;
 }
 
 void bs_weight_release(bs_weight *W) {
     if (!W) return;
-    free(W->packed);
+    if (W->packed && W->packed != W->data) free(W->packed);
+    else if (W->packed) return;   /* in place: the data itself is packed, nothing to undo */
     W->packed = NULL;
     W->pack_kind = BS_PACK_NONE;
 }

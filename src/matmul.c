@@ -61,22 +61,28 @@ void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_
             t->act_from_float(x + r * ne0, (uint8_t *)buf + r * act_row, ne0);
         act = buf;
     }
-    const uint8_t *wdata = W->data;
+    uint8_t *rowbuf = bs_xmalloc(W->row_bytes);   /* a row unpacked from a layout packed in place */
     for (int64_t o = 0; o < ne1; o++) {
-        const uint8_t *wrow = wdata + (size_t)o * W->row_bytes;
+        const uint8_t *wrow = bs_weight_row(W, o, rowbuf);
         for (int64_t r = 0; r < n_rows; r++)
             t->vec_dot(ne0, &y[r * ne1 + o], wrow, act + (size_t)r * act_row);
     }
+    free(rowbuf);
     free(buf);
 }
 
 int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out) {
     const bs_type_traits *t = bs_type_get(W->type);
     if (!t || !t->to_float) return bs_error("get_rows: cannot dequantize type %s", bs_type_name(W->type));
+    uint8_t *rowbuf = NULL;
     for (int64_t r = 0; r < n; r++) {
-        if (ids[r] < 0 || ids[r] >= W->ne1)
+        if (ids[r] < 0 || ids[r] >= W->ne1) {
+            free(rowbuf);
             return bs_error("get_rows: id %d out of range [0, %lld)", (int)ids[r], (long long)W->ne1);
-        t->to_float((const uint8_t *)W->data + (size_t)ids[r] * W->row_bytes, out + r * W->ne0, W->ne0);
+        }
+        if (W->packed && !rowbuf) rowbuf = bs_xmalloc(W->row_bytes);
+        t->to_float(bs_weight_row(W, ids[r], rowbuf), out + r * W->ne0, W->ne0);
     }
+    free(rowbuf);
     return 0;
 }

@@ -33,13 +33,23 @@ int bs_weight_from_tensor(bs_weight *w, const struct gguf_tensor *t);
  * tokens in one call gives exactly the logits of k one-token calls. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
 
-/* Optional, at load time: add a copy of W's data in the interleaved layout of the fastest kernel
- * for this CPU (today Q1_0 with AVX-512: 16 rows x 4 columns per 64-bit mask word), which
- * bs_matmul then uses; results stay within the kernels' tolerance of the scalar oracle and keep
- * the row-count invariance. Costs W's size again in memory. Returns 0 (also when no packed
- * layout applies: nothing is done) or -1 with bs_error. Free with bs_weight_release. */
+/* At load time: the layout of the fastest kernel for this CPU (today Q1_0 with AVX-512 and
+ * rows % 16 == 0, columns % 128 == 0: 16 rows x 4 columns per 64-bit mask word), which bs_matmul
+ * then uses. Results stay within the kernels' tolerance of the scalar oracle (not llama.cpp's
+ * float order) and keep the row-count and thread invariance. Nothing is done (returns 0) when no
+ * packed layout applies or BITSPARK_EXACT is set (bs_weight_exact).
+ * bs_weight_pack makes a copy (W's size again, freed by bs_weight_release); W->data stays.
+ * bs_weight_pack_in_place packs over W->data (must be writable; same size): W->packed ==
+ * W->data then, and readers of raw rows must go through bs_weight_row.
+ * Return 0 or -1 with bs_error. */
 int bs_weight_pack(bs_weight *W, bs_pool *pool);
+int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool);
 void bs_weight_release(bs_weight *W);
+/* BITSPARK_EXACT=1 (env): keep llama.cpp's x86 float order (no repacking), bit-identical to it. */
+int bs_weight_exact(void);
+/* Row r of W in its own type's block format: W->data + r * row_bytes, or, when W is packed in
+ * place, the row unpacked into buf (row_bytes bytes). */
+const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf);
 
 /* out[r*ne0 ..] = dequantized row ids[r] of W (embedding lookup). Returns -1 on a bad id. */
 int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out);

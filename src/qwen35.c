@@ -2,6 +2,7 @@
  * shape and type, with an error naming the first mismatch (qwen35-arch.md §1, §5). */
 #include "qwen35.h"
 #include "quant.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <inttypes.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define KEY_MAX 96
 
@@ -246,12 +248,59 @@ static int load_model(bs_model *m) {
     return 0;
 }
 
+/* ---- packed weight layouts (kernels.h) ------------------------------------------------------ */
+
+/* Every matmul weight of the model, each once (a tied output is the token embedding). */
+static int model_weights(bs_model *m, bs_weight **out) {
+    int n = 0;
+    if (m->output.data != m->tok_embd.data) out[n++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        bs_qwen35_layer *L = &m->layers[il];
+        bs_weight *ws[] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->qkv, &L->gate, &L->beta,
+                           &L->alpha, &L->ssm_out, &L->wq, &L->wk, &L->wv, &L->wo};
+        for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+            if (ws[k]->data) out[n++] = ws[k];
+    }
+    return n;
+}
+
+/* Drop this process's pages of a private file mapping wholly inside [p, p + n): they are clean
+ * (never written), so a later read faults them in again from the file. */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t pg = 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Repack the Q1_0 matrices for the fast kernel without doubling memory: a file read into memory
+ * (--no-mmap) is repacked in place; from a mapping, each weight is copied into anonymous
+ * huge-page memory and the file pages just read are dropped (they stay readable from the
+ * page cache / disk for the rare reader of raw rows, e.g. a drafter comparing its LM head).
+ * token_embd is only read by rows (bs_get_rows) and stays as is (also when tied to the output). */
+static int pack_weights(bs_model *m) {
+    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
+    const int n = model_weights(m, ws);
+    bs_pool *pool = bs_pool_new(0);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        bs_weight *w = ws[i];
+        if (m->file->mmapped) {
+            rc = bs_weight_pack(w, pool);
+            if (!rc && w->packed) drop_pages(w->data, w->row_bytes * (size_t)w->ne1);
+        } else {
+            rc = bs_weight_pack_in_place(w, pool);
+        }
+    }
+    bs_pool_free(pool);
+    free(ws);
+    return rc;
+}
+
 bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     bs_model_params def = {0};
     if (!params) params = &def;
     bs_model *m = bs_xcalloc(1, sizeof *m);
     m->file = gguf_open(path, params->no_mmap ? GGUF_OPEN_NO_MMAP : 0);
-    if (!m->file || load_model(m)) {
+    if (!m->file || load_model(m) || pack_weights(m)) {
         if (m->file) bs_error_prefix("loading %s: ", path);
         else bs_error_prefix("loading model: ");   /* the GGUF reader's message names the file */
         bs_model_free(m);
@@ -262,6 +311,12 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
 
 void bs_model_free(bs_model *m) {
     if (!m) return;
+    if (m->layers) {
+        bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
+        const int n = model_weights(m, ws);
+        for (int i = 0; i < n; i++) bs_weight_release(ws[i]);
+        free(ws);
+    }
     if (m->file) gguf_close(m->file);
     free(m->layers);
     free(m);

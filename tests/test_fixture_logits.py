@@ -9,7 +9,8 @@ run), compared row by row with the llama.cpp logits using the bounds of the fixt
 Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against dspark/round1.ctx_feat.f32
 (<= 1e-4 relative per row); batch splits and --no-mmap give bit-identical logits (matmul rows and
 attention rows never depend on the batch, the recurrence is sequential); --tokens-file; and
-clear errors (non-zero exit, message) for bad input."""
+clear errors (non-zero exit, message) for bad input. tiny-q1_0: the default (repacked on
+AVX-512) is batch-invariant too, and BITSPARK_EXACT=1 is bit-identical to llama.cpp's logits."""
 import json
 import os
 import subprocess
@@ -138,6 +139,34 @@ def check_f32_extras(f32_out):
                 fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
 
 
+def check_q1_layouts(q1_out):
+    """tiny-q1_0 in both Q1_0 modes. Default (AVX-512: weights repacked 16 rows x 4 columns per
+    mask word) is held to the quantized tolerance above, and its rows must not depend on the
+    batch: one token at a time and batches of 7 (<= 8-row tiles) give the prompt-batch bits.
+    BITSPARK_EXACT=1 keeps llama.cpp's x86 float order: every row bit-identical to its logits."""
+    meta = json.load(open(os.path.join(FIX, 'tiny-q1_0.json')))
+    nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
+    toks = prompt + greedy
+    base = open(q1_out, 'rb').read()
+    for batch in (1, 7):
+        out = os.path.join(TMP, 'q1_b%d.f32' % batch)
+        if run_ok(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32')) and open(out, 'rb').read() != base:
+            fail('tiny-q1_0 batch %d: logits differ from the prompt-batch run' % batch)
+    out = os.path.join(TMP, 'q1_exact.f32')
+    cmd = logits_cmd('tiny-q1_0', toks, len(prompt), out, '--kv-type', 'f32')
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BITSPARK_EXACT='1'))
+    if r.returncode != 0:
+        return fail('BITSPARK_EXACT=1 tiny-q1_0 exited %d: %s' % (r.returncode, r.stderr.strip()))
+    ours = np.fromfile(out, dtype='<f4')
+    ref = np.fromfile(os.path.join(FIX, 'tiny-q1_0.logits.f32'), dtype='<f4')
+    same = ours.shape == ref.shape and ours.tobytes() == ref.tobytes()
+    rows = ours.size // nv if ours.size % nv == 0 else -1
+    differ = int((ours.reshape(-1, nv) != ref.reshape(-1, nv)).any(axis=1).sum()) if ours.shape == ref.shape else rows
+    print('tiny-q1_0 BITSPARK_EXACT=1: %s (%d of %d rows differ)' % ('bit-identical to llama.cpp' if same else 'DIFFERS', differ, rows))
+    if not same:
+        fail('tiny-q1_0 with BITSPARK_EXACT=1: %d rows not bit-identical to llama.cpp' % differ)
+
+
 def check_errors():
     out = os.path.join(TMP, 'bad.f32')
     model = os.path.join(FIX, 'tiny-f32.gguf')
@@ -163,13 +192,17 @@ def check_errors():
 
 
 def main():
-    f32_out = None
+    f32_out = q1_out = None
     for name in MODELS:
         out = check_model(name)
         if name == 'tiny-f32':
             f32_out = out
+        if name == 'tiny-q1_0':
+            q1_out = out
     if f32_out:
         check_f32_extras(f32_out)
+    if q1_out:
+        check_q1_layouts(q1_out)
     check_errors()
     if failures:
         print('%d failure(s)' % len(failures))

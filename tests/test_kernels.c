@@ -8,13 +8,15 @@
  *    activations): |fast - oracle| <= 2e-5 * sum|w_i x_i| + 1e-30 (float accumulation order
  *    differs; the integer parts are exact); bit-identical where the kernel does the oracle's
  *    float operations (see bitexact()).
- * 3. Row-count / thread invariance: a row's result with 1..9 or 20 activation rows and 1..3
+ * 3. Row-count / thread invariance: a row's result with 1..9, 17 or 20 activation rows and 1..3
  *    threads is bit-identical to computing it alone.
  * 4. The SIMD Q8_0 activation quantizers produce exactly the scalar quantizer's bytes, in the
  *    natural and the P128 (kernels.h) layouts.
  * With BITALG the AVX-512 Q2_0 kernels (and Q1_0 with BITSPARK_FAST_Q1=1) use P128;
  * BITSPARK_NO_P128=1 tests the others.
- * Q1_0 is also checked repacked (bs_weight_pack, 16-row interleave) on AVX-512. */
+ * Q1_0 is also checked repacked on AVX-512 (16-row interleave, the models' default there): as a
+ * copy (bs_weight_pack, 3 row groups) and in place (bs_weight_pack_in_place, 7 groups, every row
+ * unpacked by bs_weight_row back to its original bytes; the oracle reads it that way). */
 #include "cpu_features.h"
 #include "kernels.h"
 #include "matmul.h"
@@ -80,7 +82,9 @@ static float *make_acts(int64_t n, int64_t rows, int exact) {
 
 static double bound(const bs_weight *W, const float *x, int64_t r, int64_t o) {
     float *wf = bs_xmalloc((size_t)W->ne0 * sizeof(float));
-    CHECK(bs_dequantize(W->type, (const uint8_t *)W->data + (size_t)o * W->row_bytes, wf, W->ne0) == 0);
+    uint8_t *row = bs_xmalloc(W->row_bytes);
+    CHECK(bs_dequantize(W->type, bs_weight_row(W, o, row), wf, W->ne0) == 0);
+    free(row);
     double s = 0;
     for (int64_t i = 0; i < W->ne0; i++) s += fabs((double)wf[i] * x[r * W->ne0 + i]);
     free(wf);
@@ -104,9 +108,12 @@ static void mm(const bs_weight *W, const float *x, int64_t nr, float *y, bs_pool
     if (y) bs_matmul(W, x, nr, y, p);
 }
 
-/* One (type, shape) case at one level. */
+enum { PACK_NONE, PACK_COPY, PACK_IN_PLACE };
+
+/* One (type, shape) case at one level; pack: the weight repacked (a copy, or in place, when
+ * the oracle reads the rows back through bs_weight_row's unpacking). */
 static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **pools, int pack) {
-    static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
+    static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 20};
     const int64_t maxr = 20;
     for (int exact = 1; exact >= 0; exact--) {
         uint8_t *wd = make_weight(type, ne0, ne1, exact);
@@ -115,8 +122,17 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
         float *x = make_acts(ne0, maxr, exact);
         mm(&W, x, 1, NULL, NULL, level);   /* sets the level for bs_weight_pack */
         if (pack) {
-            CHECK(bs_weight_pack(&W, pools[1]) == 0);
+            size_t bytes = W.row_bytes * (size_t)ne1;
+            uint8_t *orig = bs_xmalloc(bytes);
+            memcpy(orig, wd, bytes);
+            CHECK((pack == PACK_COPY ? bs_weight_pack(&W, pools[1]) : bs_weight_pack_in_place(&W, pools[2])) == 0);
             CHECKF(W.packed != NULL, "%s: bs_weight_pack made no packed copy", bs_type_name(type));
+            CHECK(pack == PACK_COPY ? W.packed != W.data : W.packed == W.data);
+            uint8_t *row = bs_xmalloc(W.row_bytes);
+            for (int64_t o = 0; o < ne1; o++)
+                CHECKF(memcmp(bs_weight_row(&W, o, row), orig + (size_t)o * W.row_bytes, W.row_bytes) == 0,
+                       "packed %d: row %lld does not unpack to its Q1_0 bytes", pack, (long long)o);
+            free(row), free(orig);
         }
         float *yref = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
         float *yone = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
@@ -185,10 +201,19 @@ int main(void) {
                 int64_t ne0 = blk == 1 ? 16 * mult[mi] + (int64_t)mi * 3 - 2 : blk * mult[mi];
                 if (ne0 < 1) ne0 = 1;
                 if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
-                check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, 0);
-                if (type == BS_Q1_0 && level >= BS_CPU_AVX512) check_case(type, ne0, 48, level, pools, 1);
+                check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, PACK_NONE);
+                if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
+                    check_case(type, ne0, 48, level, pools, PACK_COPY);
+                    check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
+                }
             }
         }
+    }
+    if (bs_weight_exact()) {   /* BITSPARK_EXACT=1: nothing is repacked */
+        uint8_t *wd = make_weight(BS_Q1_0, 256, 32, 0);
+        bs_weight W = {.type = BS_Q1_0, .ne0 = 256, .ne1 = 32, .data = wd, .row_bytes = bs_row_size(BS_Q1_0, 256)};
+        CHECK(bs_weight_pack(&W, NULL) == 0 && bs_weight_pack_in_place(&W, NULL) == 0 && !W.packed);
+        free(wd);
     }
     bs_cpu_set_level(-1);
     bs_pool_free(pools[1]);
