@@ -438,18 +438,19 @@ int bs_dspark_check_pair(const bs_dspark *d, const bs_model *t) {
  * whatever the storage, and different data never does). */
 static bool same_values(const bs_weight *a, const bs_weight *b) {
     if (a->ne0 != b->ne0 || a->ne1 != b->ne1) return false;
-    if (a->type == b->type && (a->data == b->data || !memcmp(a->data, b->data, a->row_bytes * (size_t)a->ne1)))
+    if (a->type == b->type && (a->data == b->data || (a->packed != a->data && b->packed != b->data &&
+                                                      !memcmp(a->data, b->data, a->row_bytes * (size_t)a->ne1))))
         return true;
     const bs_type_traits *ta = bs_type_get(a->type), *tb = bs_type_get(b->type);
     float *ra = bs_xmalloc((size_t)a->ne0 * sizeof(float)), *rb = bs_xmalloc((size_t)a->ne0 * sizeof(float));
+    uint8_t *qa = bs_xmalloc(a->row_bytes), *qb = bs_xmalloc(b->row_bytes);   /* rows packed in place */
     bool same = true;
     for (int64_t r = 0; r < a->ne1 && same; r++) {
-        ta->to_float((const uint8_t *)a->data + (size_t)r * a->row_bytes, ra, a->ne0);
-        tb->to_float((const uint8_t *)b->data + (size_t)r * b->row_bytes, rb, b->ne0);
+        ta->to_float(bs_weight_row(a, r, qa), ra, a->ne0);
+        tb->to_float(bs_weight_row(b, r, qb), rb, b->ne0);
         same = !memcmp(ra, rb, (size_t)a->ne0 * sizeof(float));
     }
-    free(ra);
-    free(rb);
+    free(ra), free(rb), free(qa), free(qb);
     return same;
 }
 
