@@ -40,13 +40,14 @@ void help_serve(void) {
            "  -v, --verbose           more logging\n"
            "\n");
     cli_gen_guard_help();
-    printf("  These set the server's default. A request overrides it with \"loop_guard\": \"off\" |\n"
-           "  \"stop\" | \"rewind\", or {\"mode\", \"min_repeats\", \"min_chars\", \"max_period\",\n"
-           "  \"max_rewinds\"} (each optional). Every answer reports what the guard did in\n"
-           "  \"loop_guard\" {mode, loops_detected, rewinds, discarded_tokens, stopped, span} next to\n"
-           "  \"timings\" (streams: on the finish chunk); a generation the guard ends has\n"
-           "  finish_reason \"stop\". In rewind mode text streams out once no rewind can reach it.\n"
-           "  With -md: stop mode drafts as usual; a rewind request decodes without drafting.\n");
+    printf("  These set the server's default. A request overrides it with \"loop_guard\":\n"
+           "  \"off\" | \"stop\" | \"rewind\", or {\"mode\", \"min_repeats\", \"min_chars\",\n"
+           "  \"max_period\", \"max_rewinds\"} (each optional). Every answer reports what the\n"
+           "  guard did in \"loop_guard\" {mode, loops_detected, rewinds, discarded_tokens,\n"
+           "  stopped, span} next to \"timings\" (streams: on the finish chunk); /metrics counts\n"
+           "  loops, rewinds and stops. A generation the guard ends has finish_reason \"stop\".\n"
+           "  In rewind mode text streams out once no rewind can reach it. With -md, stop mode\n"
+           "  drafts as usual and a rewind request decodes without drafting.\n");
 }
 
 /* --loop-guard and the --loop-* thresholds: the same options (and parser) as run and chat. */
