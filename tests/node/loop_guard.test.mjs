@@ -129,6 +129,32 @@ test('per-request thresholds: min_repeats 6 stops at the 6th copy; max_rewinds 0
   assert.equal(r.choices[0].finish_reason, 'length');
 });
 
+// Two top_logprobs maps name the same tokens with logprobs within tol.
+function sameTop(a, b, tol, what) {
+  assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), what);
+  for (const k of Object.keys(a)) assert.ok(Math.abs(a[k] - b[k]) <= tol, `${what}: ${k} ${a[k]} vs ${b[k]}`);
+}
+
+test('rewind leaves the model state as a straight run over the kept tokens (logprobs)', async () => {
+  const rw = (await post('/v1/completions', compl({ logprobs: 3 }))).json.choices[0];
+  const off = (await post('/v1/completions', compl({ logprobs: 3, loop_guard: 'off', max_tokens: 3 * K }))).json.choices[0];
+  const top = rw.logprobs.top_logprobs, offTop = off.logprobs.top_logprobs;
+  // the distribution at the rewind point (after the kept first copy), where the banned token was
+  // drawn before, is the straight run's (1e-4: the same single-token decode steps, restored state)
+  for (let i = 0; i <= K; i++) sameTop(top[i], offTop[i], 1e-4, `position ${i}`);
+  // and the check can tell positions apart: the same word a copy later has another distribution
+  assert.ok(Math.abs(offTop[K][' pro'] - offTop[2 * K][' pro']) > 1e-2, 'context matters');
+  // after the escape token: a straight run whose prompt is the kept tokens (a batched prompt pass
+  // instead of single steps: 1e-3)
+  const ids = (await post('/tokenize', { content: rw.text })).json.tokens;
+  assert.equal(ids.length, K + M);
+  const st = (await post('/v1/completions', { prompt: [...E.prompt, ...ids.slice(0, K + 1)], max_tokens: M - 1,
+    temperature: 0, logprobs: 3, loop_guard: 'off' })).json.choices[0];
+  assert.equal(rw.text, E.rewind_text);
+  assert.equal(st.text, rw.text.slice(rw.logprobs.text_offset[K + 1]));
+  for (let j = 0; j + 1 < M; j++) sameTop(top[K + 1 + j], st.logprobs.top_logprobs[j], 1e-3, `escape ${j}`);
+});
+
 test('streaming completions, rewind: no streamed piece is ever taken back; the finish chunk reports', async () => {
   const ev = await postStream('/v1/completions', compl({ logprobs: 2, stream_options: { include_usage: true } }));
   const text = ev.map((e) => e.choices[0]?.text ?? '').join('');
