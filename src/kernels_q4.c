@@ -198,7 +198,8 @@ static T512 INL void tile512(const uint8_t *w, size_t rb, int single, const bs_a
         for (int r = 0; r < NR; r++)
             for (int h = 0; h < 2 - single; h++) {
                 float s = half_hsum8(acc[p][r], h);
-                if (q41) s += _mm_cvtss_f32(_mm512_extractf32x4_ps(sm[p][r], 2 * h));
+                if (q41)   /* lane 0 of the row's half */
+                    s += _mm_cvtss_f32(h ? _mm512_extractf32x4_ps(sm[p][r], 2) : _mm512_castps512_ps128(sm[p][r]));
                 y[r * ldy + 2 * p + h] = s;
             }
 }
