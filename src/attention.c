@@ -5,6 +5,7 @@
  *
  * The cache stores K after norm + RoPE and V raw, in f32 or f16. With f16 the query is rounded to
  * f16 before the K dot products, as llama.cpp's CPU paths do; sums stay in f32. */
+#include "attn_simd.h"
 #include "ops.h"
 #include "profile.h"
 #include "session.h"
@@ -42,15 +43,17 @@ static void attend_group(const bs_session *s, const uint8_t *kc, const uint8_t *
     if (s->kv_type == BS_KV_F16)
         for (int g = 0; g < group; g++)
             for (int i = 0; i < D; i++) q[(size_t)g * 2 * D + i] = bs_f16_to_f32(bs_f32_to_f16(q[(size_t)g * 2 * D + i]));
-    for (int p = 0; p < n_kv; p++) {
-        const float *k = load_row(kc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
-        for (int g = 0; g < group; g++)
-            scores[(size_t)g * s->n_ctx + p] = bs_dot(q + (size_t)g * 2 * D, k, D) * scale;
-    }
-    for (int g = 0; g < group; g++) {
-        bs_softmax(scores + (size_t)g * s->n_ctx, n_kv);
-        memset(out + (size_t)g * D, 0, (size_t)D * sizeof(float));
-    }
+    const bool f16 = s->kv_type == BS_KV_F16;
+    const size_t ss = (size_t)s->n_ctx;
+    if (!bs_attn_qk(q, (size_t)2 * D, group, kc + head_off, s->kv_row, f16, n_kv, D, scale, scores, ss))
+        for (int p = 0; p < n_kv; p++) {
+            const float *k = load_row(kc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
+            for (int g = 0; g < group; g++)
+                scores[(size_t)g * ss + p] = bs_dot(q + (size_t)g * 2 * D, k, D) * scale;
+        }
+    for (int g = 0; g < group; g++) bs_softmax(scores + (size_t)g * ss, n_kv);
+    if (bs_attn_av(scores, ss, group, vc + head_off, s->kv_row, f16, n_kv, D, out)) return;
+    for (int g = 0; g < group; g++) memset(out + (size_t)g * D, 0, (size_t)D * sizeof(float));
     for (int p = 0; p < n_kv; p++) {
         const float *v = load_row(vc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
         for (int g = 0; g < group; g++) {

@@ -140,14 +140,18 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
     const int nk = hp->n_k_heads, dk = hp->d_k;
 
     const uint64_t t0 = bs_prof_begin();
+    enum { MAX_K = 64 };   /* the loader accepts conv kernels up to 64 */
     for (int t = 0; t < n; t++) {
         float *out = io->qkv + (size_t)t * cd;
+        const float *rows[MAX_K];
+        for (int i = 0; i < K; i++) rows[i] = xe_row(io->win_in, io->mixed, io->ms, t + i, km1, cd);
         for (int c = 0; c < cd; c++) {
             const float *w = L->conv1d + (size_t)c * K;
             float sum = 0.0f;
-            for (int i = 0; i < K; i++) sum += xe_row(io->win_in, io->mixed, io->ms, t + i, km1, cd)[c] * w[i];
-            out[c] = bs_silu(sum);
+            for (int i = 0; i < K; i++) sum += rows[i][c] * w[i];
+            out[c] = sum;
         }
+        bs_silu_mul(out, out, NULL, (size_t)cd);
         for (int h = 0; h < 2 * nk; h++) bs_l2norm(out + (size_t)h * dk, dk, hp->eps);
     }
     for (int r = 0; r < km1; r++)

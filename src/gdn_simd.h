@@ -20,13 +20,9 @@ typedef struct bs_gdn_head {
 } bs_gdn_head;
 
 /* Run the recurrence of one head with the best SIMD kernel of this CPU. Returns false (nothing
- * done) when no kernel applies (scalar dispatch level, dk not a multiple of the vector width, or
- * a state larger than the per-thread scratch); the caller then runs the scalar code.
- *
- * The kernel works on a per-thread copy of the state that stays in L1/L2 for the whole batch:
- * the state is read from memory once per batch and written once with streaming stores (no read
- * for ownership), and every token runs the same operations in the same order whatever n is, so
- * a token's output never depends on how many tokens share the batch. */
+ * done) when no kernel applies (scalar dispatch level, dk not a multiple of the vector width);
+ * the caller then runs the scalar code. Every token runs the same operations in the same order
+ * whatever n is, so a token's output never depends on how many tokens share the batch. */
 bool bs_gdn_head_simd(const bs_gdn_head *h);
 
 #endif

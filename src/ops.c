@@ -30,8 +30,10 @@ void bs_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
 
 void bs_l2norm(float *x, int n, float eps) {
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    if (!bs_simd_sumsq(x, n, &sum))
+        for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
     const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    if (bs_simd_scale(x, x, NULL, scale, n)) return;
     for (int i = 0; i < n; i++) x[i] *= scale;
 }
 
@@ -84,7 +86,7 @@ void bs_rope_neox(float *x, const float *cs, int n_rot) {
 
 void bs_silu_mul(float *dst, const float *x, const float *y, size_t n) {
     if (bs_simd_silu_mul(dst, x, y, n)) return;
-    for (size_t i = 0; i < n; i++) dst[i] = bs_silu(x[i]) * y[i];
+    for (size_t i = 0; i < n; i++) dst[i] = y ? bs_silu(x[i]) * y[i] : bs_silu(x[i]);
 }
 
 void bs_sigmoid_mul(float *dst, const float *g, size_t n) {

@@ -27,7 +27,8 @@ float bs_dot(const float *a, const float *b, int n);
 void bs_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 /* x /= max(||x||_2, eps) in place (ggml_l2_norm). */
 void bs_l2norm(float *x, int n, float eps);
-/* dst[i] = silu(x[i]) * y[i] (SwiGLU, the GDN output gate); dst may alias x or y. */
+/* dst[i] = silu(x[i]) * y[i] (SwiGLU, the GDN output gate); y NULL: silu(x[i]). dst may alias
+ * x or y. */
 void bs_silu_mul(float *dst, const float *x, const float *y, size_t n);
 /* dst[i] *= sigmoid(g[i]) (attention output gate). */
 void bs_sigmoid_mul(float *dst, const float *g, size_t n);

@@ -60,12 +60,13 @@ static T512 INL __m512 sigmoid_mul512(__m512 d, __m512 g) {
 }
 
 static T512 void silu_mul_avx512(float *dst, const float *x, const float *y, size_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(dst + i, silu_mul512(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+        _mm512_storeu_ps(dst + i, silu_mul512(_mm512_loadu_ps(x + i), y ? _mm512_loadu_ps(y + i) : one));
     if (i < n) {
         const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 r = silu_mul512(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+        const __m512 r = silu_mul512(_mm512_maskz_loadu_ps(m, x + i), y ? _mm512_maskz_loadu_ps(m, y + i) : one);
         _mm512_mask_storeu_ps(dst + i, m, r);
     }
 }
@@ -138,13 +139,14 @@ static T2 INL __m256 sigmoid_mul256(__m256 d, __m256 g) {
 }
 
 static T2 void silu_mul_avx2(float *dst, const float *x, const float *y, size_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, silu_mul256(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+        _mm256_storeu_ps(dst + i, silu_mul256(_mm256_loadu_ps(x + i), y ? _mm256_loadu_ps(y + i) : one));
     if (i < n) {   /* the tail through padded buffers: same code as every other element */
-        float bx[8] = {0}, by[8] = {0}, bd[8];
+        float bx[8] = {0}, by[8] = {1, 1, 1, 1, 1, 1, 1, 1}, bd[8];
         memcpy(bx, x + i, (n - i) * sizeof(float));
-        memcpy(by, y + i, (n - i) * sizeof(float));
+        if (y) memcpy(by, y + i, (n - i) * sizeof(float));
         _mm256_storeu_ps(bd, silu_mul256(_mm256_loadu_ps(bx), _mm256_loadu_ps(by)));
         memcpy(dst + i, bd, (n - i) * sizeof(float));
     }

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* dst[i] = silu(x[i]) * y[i]; dst may alias x or y. */
+/* dst[i] = silu(x[i]) * y[i] (y NULL: silu(x[i])); dst may alias x or y. */
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n);
 /* dst[i] = dst[i] * sigmoid(g[i]). */
 bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n);

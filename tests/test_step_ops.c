@@ -2,10 +2,12 @@
  * at every dispatch level this CPU has: accuracy against double-precision references, special
  * values, and the invariance speculative verification relies on (an element's or a token's
  * result never depends on how many share the call). */
+#include "attn_simd.h"
 #include "cpu_features.h"
 #include "gdn_simd.h"
 #include "ops.h"
 #include "test.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -159,6 +161,66 @@ out:
     free(S0); free(S1); free(S2); free(qkv); free(o); free(o1); free(Sr); free(orf);
 }
 
+/* QK scores and the weighted V sum of one KV head against float64, f16 and f32 caches, and a
+ * query's results the same alone as in its group. */
+static void check_attention(int D, int group, int n_kv, bool f16) {
+    const size_t esz = f16 ? 2 : 4, row = (size_t)D * esz + 8 * esz;   /* padded rows */
+    uint8_t *kc = malloc((size_t)n_kv * row), *vc = malloc((size_t)n_kv * row);
+    float *kf = malloc((size_t)n_kv * D * sizeof(float)), *vf = malloc((size_t)n_kv * D * sizeof(float));
+    float *q = malloc((size_t)group * 2 * D * sizeof(float)), *sc = malloc((size_t)group * n_kv * sizeof(float));
+    float *w = malloc((size_t)group * n_kv * sizeof(float)), *out = malloc((size_t)group * D * sizeof(float));
+    float *one = malloc((size_t)D * sizeof(float)), *s1 = malloc((size_t)n_kv * sizeof(float));
+    for (int p = 0; p < n_kv; p++)
+        for (int i = 0; i < D; i++) {
+            float k = frand(-1, 1), v = frand(-1, 1);
+            if (f16) {
+                const uint16_t hk = bs_f32_to_f16(k), hv = bs_f32_to_f16(v);
+                memcpy(kc + p * row + i * 2, &hk, 2);
+                memcpy(vc + p * row + i * 2, &hv, 2);
+                k = bs_f16_to_f32(hk);
+                v = bs_f16_to_f32(hv);
+            } else {
+                memcpy(kc + p * row + i * 4, &k, 4);
+                memcpy(vc + p * row + i * 4, &v, 4);
+            }
+            kf[(size_t)p * D + i] = k;
+            vf[(size_t)p * D + i] = v;
+        }
+    for (int i = 0; i < group * 2 * D; i++) q[i] = frand(-1, 1);
+    for (int i = 0; i < group * n_kv; i++) w[i] = frand(0, 1);
+    const float scale = 0.0625f;
+    if (!bs_attn_qk(q, (size_t)2 * D, group, kc, row, f16, n_kv, D, scale, sc, (size_t)n_kv)) {
+        CHECK(bs_cpu_level() == BS_CPU_SCALAR || D % 8 != 0);
+        goto out;
+    }
+    CHECK(bs_attn_av(w, (size_t)n_kv, group, vc, row, f16, n_kv, D, out));
+    double wq = 0, wv = 0;
+    for (int g = 0; g < group; g++) {
+        for (int p = 0; p < n_kv; p++) {
+            double r = 0;
+            for (int i = 0; i < D; i++) r += (double)q[g * 2 * D + i] * kf[(size_t)p * D + i];
+            wq = fmax(wq, fabs(sc[g * n_kv + p] - r * scale));
+        }
+        for (int i = 0; i < D; i++) {
+            double r = 0;
+            for (int p = 0; p < n_kv; p++) r += (double)w[g * n_kv + p] * vf[(size_t)p * D + i];
+            wv = fmax(wv, fabs(out[(size_t)g * D + i] - r));
+        }
+    }
+    CHECKF(wq < 1e-5 && wv < 1e-5 * n_kv, "attention D=%d group=%d n_kv=%d f16=%d: errors %g %g", D, group,
+           n_kv, f16, wq, wv);
+    /* the last query of the group alone: the same bits */
+    const int g = group - 1;
+    CHECK(bs_attn_qk(q + (size_t)g * 2 * D, (size_t)2 * D, 1, kc, row, f16, n_kv, D, scale, s1, (size_t)n_kv));
+    CHECK(bs_attn_av(w + (size_t)g * n_kv, (size_t)n_kv, 1, vc, row, f16, n_kv, D, one));
+    int same = 1;
+    for (int p = 0; p < n_kv; p++) same &= same_bits(s1[p], sc[g * n_kv + p]);
+    for (int i = 0; i < D; i++) same &= same_bits(one[i], out[(size_t)g * D + i]);
+    CHECKF(same, "attention D=%d group=%d: a query alone differs from the same query in its group", D, group);
+out:
+    free(kc); free(vc); free(kf); free(vf); free(q); free(sc); free(w); free(out); free(one); free(s1);
+}
+
 int main(void) {
     for (int lv = BS_CPU_SCALAR; lv <= bs_cpu_max_level(); lv++) {
         bs_cpu_set_level(lv);
@@ -168,6 +230,12 @@ int main(void) {
         check_gdn(16, 24, 3);
         check_gdn(48, 8, 8);
         check_gdn(8, 8, 2);
+        for (int f = 0; f < 2; f++) {
+            check_attention(256, 6, 37, f);
+            check_attention(16, 1, 1, f);
+            check_attention(48, 8, 9, f);
+            check_attention(24, 3, 5, f);
+        }
     }
     bs_cpu_set_level(-1);
     return test_summary("test_step_ops");

@@ -1,0 +1,138 @@
+/* attn_simd.c: see attn_simd.h. Per-function target attributes; nothing here runs unless
+ * bs_cpu_level() allows. Each cache row is loaded (and widened) once and used by every query
+ * head of the group. */
+#include "attn_simd.h"
+
+#include "cpu_features.h"
+
+#include <stdint.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,f16c,avx2")))
+#define T2 __attribute__((target("avx2,fma,f16c")))
+#define INL inline __attribute__((always_inline))
+#define AV_CHUNK 2   /* vectors of the output row accumulated per pass over the positions */
+
+/* ---- AVX-512 -------------------------------------------------------------------------------- */
+
+static T512 INL __m512 load16(const uint8_t *row, int i, bool f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + (size_t)i * 2)));
+    return _mm512_loadu_ps((const float *)(row + (size_t)i * 4));
+}
+
+static T512 void qk512(const float *q, size_t qs, int group, const uint8_t *kc, size_t kv_row, bool f16,
+                       int n_kv, int D, float scale, float *scores, size_t ss) {
+    for (int p = 0; p < n_kv; p++) {
+        const uint8_t *k = kc + (size_t)p * kv_row;
+        __m512 acc[BS_ATTN_MAX_GROUP];
+        for (int g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
+        for (int i = 0; i < D; i += 16) {
+            const __m512 kv = load16(k, i, f16);
+            for (int g = 0; g < group; g++) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * qs + i), kv, acc[g]);
+        }
+        for (int g = 0; g < group; g++) scores[g * ss + p] = _mm512_reduce_add_ps(acc[g]) * scale;
+    }
+}
+
+static T512 void av512(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
+                       int n_kv, int D, float *out) {
+    for (int i = 0; i < D; i += 16 * AV_CHUNK) {
+        const int nc = (D - i) / 16 < AV_CHUNK ? (D - i) / 16 : AV_CHUNK;
+        __m512 acc[BS_ATTN_MAX_GROUP][AV_CHUNK];
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < AV_CHUNK; c++) acc[g][c] = _mm512_setzero_ps();
+        for (int p = 0; p < n_kv; p++) {
+            const uint8_t *v = vc + (size_t)p * kv_row;
+            __m512 vv[AV_CHUNK];
+            for (int c = 0; c < nc; c++) vv[c] = load16(v, i + 16 * c, f16);
+            for (int g = 0; g < group; g++) {
+                const __m512 wg = _mm512_set1_ps(w[g * ss + p]);
+                for (int c = 0; c < nc; c++) acc[g][c] = _mm512_fmadd_ps(wg, vv[c], acc[g][c]);
+            }
+        }
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < nc; c++) _mm512_storeu_ps(out + (size_t)g * D + i + 16 * c, acc[g][c]);
+    }
+}
+
+/* ---- AVX2 ----------------------------------------------------------------------------------- */
+
+static T2 INL __m256 load8(const uint8_t *row, int i, bool f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + (size_t)i * 2)));
+    return _mm256_loadu_ps((const float *)(row + (size_t)i * 4));
+}
+
+static T2 float hsum8(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+static T2 void qk256(const float *q, size_t qs, int group, const uint8_t *kc, size_t kv_row, bool f16,
+                     int n_kv, int D, float scale, float *scores, size_t ss) {
+    for (int p = 0; p < n_kv; p++) {
+        const uint8_t *k = kc + (size_t)p * kv_row;
+        __m256 acc[BS_ATTN_MAX_GROUP];
+        for (int g = 0; g < group; g++) acc[g] = _mm256_setzero_ps();
+        for (int i = 0; i < D; i += 8) {
+            const __m256 kv = load8(k, i, f16);
+            for (int g = 0; g < group; g++) acc[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * qs + i), kv, acc[g]);
+        }
+        for (int g = 0; g < group; g++) scores[g * ss + p] = hsum8(acc[g]) * scale;
+    }
+}
+
+static T2 void av256(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
+                     int n_kv, int D, float *out) {
+    for (int i = 0; i < D; i += 8) {
+        __m256 acc[BS_ATTN_MAX_GROUP];
+        for (int g = 0; g < group; g++) acc[g] = _mm256_setzero_ps();
+        for (int p = 0; p < n_kv; p++) {
+            const __m256 vv = load8(vc + (size_t)p * kv_row, i, f16);
+            for (int g = 0; g < group; g++) acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(w[g * ss + p]), vv, acc[g]);
+        }
+        for (int g = 0; g < group; g++) _mm256_storeu_ps(out + (size_t)g * D + i, acc[g]);
+    }
+}
+
+static int level_for(int D, int group) {
+    if (group < 1 || group > BS_ATTN_MAX_GROUP) return BS_CPU_SCALAR;
+    const int lv = bs_cpu_level();
+    if (lv >= BS_CPU_AVX512 && D % 16 == 0) return BS_CPU_AVX512;
+    if (lv >= BS_CPU_AVX2 && D % 8 == 0) return BS_CPU_AVX2;
+    return BS_CPU_SCALAR;
+}
+
+bool bs_attn_qk(const float *q, size_t q_stride, int group, const void *kc, size_t kv_row, bool kv_f16,
+                int n_kv, int D, float scale, float *scores, size_t ss) {
+    const int lv = level_for(D, group);
+    if (lv == BS_CPU_AVX512) qk512(q, q_stride, group, kc, kv_row, kv_f16, n_kv, D, scale, scores, ss);
+    else if (lv == BS_CPU_AVX2) qk256(q, q_stride, group, kc, kv_row, kv_f16, n_kv, D, scale, scores, ss);
+    return lv != BS_CPU_SCALAR;
+}
+
+bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_row, bool kv_f16, int n_kv,
+                int D, float *out) {
+    const int lv = level_for(D, group);
+    if (lv == BS_CPU_AVX512) av512(w, ss, group, vc, kv_row, kv_f16, n_kv, D, out);
+    else if (lv == BS_CPU_AVX2) av256(w, ss, group, vc, kv_row, kv_f16, n_kv, D, out);
+    return lv != BS_CPU_SCALAR;
+}
+
+#else
+
+bool bs_attn_qk(const float *q, size_t q_stride, int group, const void *kc, size_t kv_row, bool kv_f16,
+                int n_kv, int D, float scale, float *scores, size_t ss) {
+    (void)q; (void)q_stride; (void)group; (void)kc; (void)kv_row; (void)kv_f16; (void)n_kv; (void)D;
+    (void)scale; (void)scores; (void)ss;
+    return false;
+}
+bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_row, bool kv_f16, int n_kv,
+                int D, float *out) {
+    (void)w; (void)ss; (void)group; (void)vc; (void)kv_row; (void)kv_f16; (void)n_kv; (void)D; (void)out;
+    return false;
+}
+
+#endif

@@ -1,0 +1,22 @@
+/* attn_simd.h: AVX-512 / AVX2 kernels for the two products of attention over the KV cache of
+ * one KV head shared by a group of query heads (attention.c holds the scalar code and the
+ * layout). Each returns false when no kernel applies (scalar dispatch level, head_dim not a
+ * multiple of the vector width, group > BS_ATTN_MAX_GROUP); the caller then runs the scalar
+ * code. Cache rows are f16 (kv_f16) or f32; f16 is widened exactly with F16C. A query's
+ * results depend only on its own inputs and n_kv, never on the other rows of a batch. */
+#ifndef BS_ATTN_SIMD_H
+#define BS_ATTN_SIMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define BS_ATTN_MAX_GROUP 8
+
+/* scores[g * ss + p] = dot(q + g * q_stride, K_p) * scale, p < n_kv; K_p at kc + p * kv_row bytes. */
+bool bs_attn_qk(const float *q, size_t q_stride, int group, const void *kc, size_t kv_row, bool kv_f16,
+                int n_kv, int D, float scale, float *scores, size_t ss);
+/* out[g * D + i] = sum over p < n_kv of w[g * ss + p] * V_p[i] (p in order). */
+bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_row, bool kv_f16, int n_kv,
+                int D, float *out);
+
+#endif
