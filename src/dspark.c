@@ -35,6 +35,7 @@ struct bs_dspark_ctx {
     float *w1;                   /* [markov_rank] */
     float *logits, *bias;        /* [B][n_vocab], [n_vocab] */
     int block_pos;               /* position of the last block's anchor, -1 before any */
+    int nb;                      /* slots of the last block (block_size unless shortened) */
 };
 
 static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
@@ -227,7 +228,7 @@ static void axpy_d(float *y, float w, const float *x, int n, bool simd) {
  * branch. */
 static void attend(const bs_dspark_ctx *c, int l, const float *q, int kvh, float *out, float *scores) {
     const bs_dspark_hparams *hp = &c->d->hp;
-    const int D = hp->head_dim, B = hp->block_size, nc = c->n_rows, n = nc + B;
+    const int D = hp->head_dim, B = c->nb, nc = c->n_rows, n = nc + B;
     const bool simd = attn_simd(D);
     const float scale = 1.0f / sqrtf((float)D);
     const size_t off = (size_t)kvh * D, w = c->kv_w;
@@ -259,7 +260,7 @@ static void attend_all(void *ud, int ith, int nth) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int H = hp->n_head, D = hp->head_dim, G = H / hp->n_head_kv;
     int64_t lo, hi;
-    bs_pool_split((int64_t)hp->block_size * H, 1, ith, nth, &lo, &hi);
+    bs_pool_split((int64_t)c->nb * H, 1, ith, nth, &lo, &hi);
     float *scores = c->scores + (size_t)ith * ((size_t)c->n_ctx_max + hp->block_size);
     for (int64_t i = lo; i < hi; i++)
         attend(c, j->l, c->q + (size_t)i * D, (int)(i % H) / G, c->att + (size_t)i * D, scores);
@@ -268,7 +269,7 @@ static void attend_all(void *ud, int ith, int nth) {
 static void layer_forward(bs_dspark_ctx *c, int l) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const bs_dspark_layer *L = &c->d->layers[l];
-    const int B = hp->block_size, E = hp->n_embd, H = hp->n_head;
+    const int B = c->nb, E = hp->n_embd, H = hp->n_head;
     for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
     bs_matmul(&L->wq, c->h, B, c->q, c->pool);
     bs_matmul(&L->wk, c->h, B, c->kb, c->pool);
@@ -289,9 +290,14 @@ static void layer_forward(bs_dspark_ctx *c, int l) {
 }
 
 int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
+    return bs_dspark_block_n(c, anchor, pos, c->d->hp.block_size);
+}
+
+int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     const bs_dspark *d = c->d;
     const bs_dspark_hparams *hp = &d->hp;
-    const int B = hp->block_size, E = hp->n_embd;
+    const int B = n_slots, E = hp->n_embd;
+    if (n_slots < 1 || n_slots > hp->block_size) return bs_error("drafter: %d block slots (1..%d)", n_slots, hp->block_size);
     if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
     if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d positions)", pos, c->len);
     int32_t ids[BS_DSPARK_MAX_BLOCK];
@@ -304,6 +310,7 @@ int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
             for (int i = 0; i < E; i++) c->x[(size_t)t * E + i] += a[i];
         }
     rope_rows(c, pos, B);
+    c->nb = B;
     for (int l = 0; l < hp->n_layer; l++) layer_forward(c, l);
     for (int t = 0; t < B; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, d->output_norm, E, hp->eps);
     c->block_pos = pos;

@@ -95,6 +95,10 @@ void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n);
 /* Run the block [anchor, mask x (block_size-1)] at positions pos.. (pos >= len: the context
  * covers positions < pos). Afterwards bs_dspark_hidden() holds each slot's final-normed state. */
 int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos);
+/* The same with only the first n_slots slots (anchor + n_slots-1 masks), for at most n_slots
+ * drafts at a fraction of the cost. Not what the drafter was trained on (its masks attend to each
+ * other), so drafts can differ from the full block's; slots >= n_slots are then undefined. */
+int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots);
 const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot);
 /* Base logits (no Markov bias) of slots first..first+n-1 into logits[n][n_vocab]. */
 void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits);

@@ -52,7 +52,7 @@ static void make_key(char *key, size_t cap, const char *target, const char *draf
     char a[1024], b[1024];
     file_id(a, sizeof a, target);
     file_id(b, sizeof b, drafter);
-    snprintf(key, cap, "%s|%s|t%d|%s", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()));
+    snprintf(key, cap, "%s|%s|t%d|%s|v2", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()));
     for (char *p = key; *p; p++)
         if (*p == '\t' || *p == '\n') *p = ' ';
 }
@@ -70,17 +70,21 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
         char *p = line + kl + 1, *end;
         long block = strtol(p, &end, 10);
         if (end == p || block != d->block) continue;
-        double v[BS_DEPTH_MAX + 4];
+        double v[2 * BS_DEPTH_MAX + 4];
+        const int want = 2 * d->block + 4;
         int n = 0;
-        for (p = end; n < d->block + 4; n++, p = end) {
+        for (p = end; n < want; n++, p = end) {
             v[n] = strtod(p, &end);
             if (end == p || !(v[n] >= 0) || v[n] > 1e9) break;
         }
-        if (n != d->block + 4 || !(v[0] > 0)) continue;
-        /* v: verify(1) s, ratios for widths 1..B+1, draft ratio, append ratio */
-        double verify[BS_DEPTH_MAX + 2];
+        if (n != want || !(v[0] > 0)) continue;
+        /* v: verify(1) s, ratios for widths 1..B+1, draft ratio, append ratio, draft ratios for
+         * k = 1..B drafts */
+        double verify[BS_DEPTH_MAX + 2], draft[BS_DEPTH_MAX + 1];
         for (int w = 1; w <= d->block + 1; w++) verify[w] = v[w] * v[0];
         bs_depth_calibrate(d, verify, v[d->block + 2] * v[0], v[d->block + 3] * v[0]);
+        for (int k = 1; k <= d->block; k++) draft[k] = v[d->block + 3 + k] * v[0];
+        bs_depth_calibrate_draft(d, draft);
         found = 1;
     }
     fclose(f);
@@ -102,6 +106,8 @@ void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char 
     if (in) fclose(in);
     fprintf(out, "%s\t%d %.9g", key, d->block, d->verify1_s);
     for (int w = 1; w <= d->block + 1; w++) fprintf(out, " %.6g", d->verify_r[w]);
-    fprintf(out, " %.6g %.6g\n", d->draft_r, d->append_r);
+    fprintf(out, " %.6g %.6g", d->draft_r, d->append_r);
+    for (int k = 1; k <= d->block; k++) fprintf(out, " %.6g", d->draft_kr[k]);
+    fputc('\n', out);
     if (fclose(out) || rename(tmp, path)) remove(tmp);
 }

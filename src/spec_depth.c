@@ -26,6 +26,7 @@ void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
     /* until measured: +10% per verified row, a drafter round at 30% of a step */
     for (int w = 1; w <= d->block + 1; w++) d->verify_r[w] = 1.0 + 0.1 * (w - 1);
     d->draft_r = 0.3;
+    for (int k = 0; k <= d->block; k++) d->draft_kr[k] = d->draft_r;
 }
 
 void bs_depth_calibrate(bs_spec_depth *d, const double *verify_s, double draft_s, double append_s) {
@@ -34,9 +35,17 @@ void bs_depth_calibrate(bs_spec_depth *d, const double *verify_s, double draft_s
     for (int w = 1; w <= d->block + 1; w++)   /* a wider eval never costs less: keep it monotone */
         d->verify_r[w] = BS_MAX(verify_s[w] / v1, w > 1 ? d->verify_r[w - 1] : 1.0);
     d->draft_r = draft_s > 0 ? draft_s / v1 : d->draft_r;
+    for (int k = 0; k <= d->block; k++) d->draft_kr[k] = d->draft_r;
     d->append_r = append_s > 0 ? append_s / v1 : 0.0;
     d->verify1_s = v1;
     d->calibrated = true;
+}
+
+void bs_depth_calibrate_draft(bs_spec_depth *d, const double *draft_s) {
+    if (!(d->verify1_s > 0)) return;
+    for (int k = 1; k <= d->block; k++)   /* more slots never cost less: keep it monotone */
+        if (draft_s[k] > 0) d->draft_kr[k] = BS_MAX(draft_s[k] / d->verify1_s, k > 1 ? d->draft_kr[k - 1] : 0.0);
+    d->draft_r = d->draft_kr[d->block];
 }
 
 void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec) {
@@ -72,14 +81,14 @@ double bs_depth_rate(const bs_spec_depth *d, int c, double p) {
     if (c <= 0) return 1.0 / (1.0 + d->append_r);
     double e = 1.0, pk = 1.0;
     for (int i = 1; i <= c; i++) e += (pk *= p);
-    return e / (d->draft_r + d->verify_r[c + 1] + d->append_r * e);
+    return e / (d->draft_kr[BS_MIN(c, d->block)] + d->verify_r[c + 1] + d->append_r * e);
 }
 
 /* Probes cost a drafter round (with up to PARK_WINDOW context rows to catch up, about as much
  * again) and a wider verify: every probe_every rounds keeps that near PROBE_BUDGET of plain
  * speed, and failed probes double the interval. */
 static void set_probe_interval(bs_spec_depth *d) {
-    const double plain = 1.0 + d->append_r, extra = 2.0 * d->draft_r + d->verify_r[2] - 1.0;
+    const double plain = 1.0 + d->append_r, extra = 2.0 * d->draft_kr[1] + d->verify_r[2] - 1.0;
     const double n = ceil(extra / (PROBE_BUDGET * plain));
     const int base = (int)BS_MAX(PROBE_MIN, BS_MIN(PROBE_MAX, n));
     d->probe_every = (int)BS_MIN((long)PROBE_BACKOFF_MAX, (long)base << d->backoff);
@@ -131,7 +140,7 @@ int bs_depth_trim(bs_spec_depth *d, const float *conf, int k) {
     for (int c = 1; c <= k; c++) {
         surv *= BS_MIN(1.0, BS_MAX(0.0, conf[c - 1] * scale));
         e += surv;
-        const double r = e / (d->draft_r + d->verify_r[c + 1] + d->append_r * e);
+        const double r = e / (d->draft_kr[k] + d->verify_r[c + 1] + d->append_r * e);   /* drafted: k */
         if (r > best_rate * 1.001) { best = c; best_rate = r; }
     }
     if (best < k) d->n_trimmed++;
@@ -139,9 +148,9 @@ int bs_depth_trim(bs_spec_depth *d, const float *conf, int k) {
 }
 
 void bs_depth_describe(const bs_spec_depth *d, char *buf, int cap) {
-    int n = snprintf(buf, (size_t)cap, "depth %d%s: p=%.3f (%ld obs); costs / verify(1) = %.2f ms%s: draft %.2f, "
+    int n = snprintf(buf, (size_t)cap, "depth %d%s: p=%.3f (%ld obs); costs / verify(1) = %.2f ms%s: draft %.2f..%.2f, "
                      "append %.3f/row, verify", d->last, d->parked ? " (parked)" : "", d->p, d->n_obs,
-                     d->verify1_s * 1e3, d->calibrated ? "" : " (not measured)", d->draft_r, d->append_r);
+                     d->verify1_s * 1e3, d->calibrated ? "" : " (not measured)", d->draft_kr[1], d->draft_r, d->append_r);
     for (int w = 1; w <= d->block + 1 && n > 0 && n < cap; w++)
         n += snprintf(buf + n, (size_t)(cap - n), " %d:%.2f", w, d->verify_r[w]);
     if (d->fixed >= 0 || n <= 0 || n >= cap) return;

@@ -2,9 +2,10 @@
  *
  * Fixed depth: always min(N, what fits). Auto: a cost model with measured parts,
  *   E(C)    = 1 + p + p^2 + ... + p^C          expected tokens of a round with C drafts
- *   T(C)    = draft + verify(C+1) + append * E(C)   (C = 0: verify(1) + append, no drafter)
+ *   T(C)    = draft(C) + verify(C+1) + append * E(C)   (C = 0: verify(1) + append, no drafter)
  *   pick argmax_C E(C) / T(C)
- * where verify(w) is the time of a target eval of width w, draft the drafter round and append
+ * where verify(w) is the time of a target eval of width w, draft(C) the drafter round for C drafts
+ * (a block of C slots: the anchor slot predicts too) and append
  * the per-row cost of feeding taps to the drafter, all measured at the start (best of several
  * runs) and kept as ratios to verify(1): the machine's load scales every part alike, so the
  * decision does not flip with it. p is the per-token conditional acceptance observed so far
@@ -29,7 +30,8 @@ typedef struct bs_spec_depth {
     int fixed;                         /* >= 0: fixed depth; BS_DRAFT_AUTO */
     bool calibrated;
     double verify_r[BS_DEPTH_MAX + 2]; /* verify(w) / verify(1), index w */
-    double draft_r, append_r;          /* drafter round, one tap row: / verify(1) */
+    double draft_r, append_r;          /* drafter round (full block), one tap row: / verify(1) */
+    double draft_kr[BS_DEPTH_MAX + 1]; /* drafter round for k drafts (a block of k slots), index k */
     double verify1_s;                  /* measured verify(1) in seconds (EWMA of all widths) */
     double p;                          /* per-token conditional acceptance */
     long n_obs;                        /* acceptance observations */
@@ -49,6 +51,8 @@ double bs_depth_rate(const bs_spec_depth *d, int c, double p);
 /* Start-up measurements: verify_s[w] for w = 1..block+1 (best of several runs), the drafter
  * round and one tap row's append, in seconds. */
 void bs_depth_calibrate(bs_spec_depth *d, const double *verify_s, double draft_s, double append_s);
+/* After that: the drafter round's cost for k = 1..block drafts (a block of k slots), seconds. */
+void bs_depth_calibrate_draft(bs_spec_depth *d, const double *draft_s);
 /* A verify of width w took sec (tracks the machine's current speed, for reports). */
 void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec);
 /* k drafts verified, n accepted; conf (may be NULL): their confidence scores. */

@@ -202,7 +202,9 @@ static int make_drafts(bs_spec *sp, bs_sampler *smp, int32_t anchor, int pos, in
         int n = sp->hook(sp->hook_ud, anchor, pos, k, smp, sp->drafts, sampling ? sp->q : NULL);
         return BS_MAX(0, BS_MIN(n, k));
     }
-    if (flush(sp) || bs_dspark_block(sp->dc, anchor, pos)) return -1;
+    /* k drafts need k slots (the anchor's predicts the first): a shorter block costs
+     * proportionally less, and on the trained tiny pair accepts about as often */
+    if (flush(sp) || bs_dspark_block_n(sp->dc, anchor, pos, k)) return -1;
     return sampling ? draft_sample(sp, smp, anchor, k, T) : draft_greedy(sp, anchor, k);
 }
 
@@ -297,7 +299,7 @@ int bs_spec_calibrate(bs_spec *sp, int32_t token) {
     const int s = bs_session_n_past(sp->s);
     if (s < 1 || s + sp->B + 1 > sp->s->n_ctx) return 0;   /* nothing to measure against */
     int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
-    double best[BS_DEPTH_MAX + 2], draft = 0;
+    double best[BS_DEPTH_MAX + 2], dk[BS_DEPTH_MAX + 1], draft = 0;
     for (int i = 0; i <= sp->B; i++) ids[i] = token;
     for (int w = 1; w <= sp->B + 1; w++) best[w] = 1e30;
     /* widths interleaved, best of the runs after a warm-up: load spikes hit one run, not a width */
@@ -320,14 +322,17 @@ int bs_spec_calibrate(bs_spec *sp, int32_t token) {
             bs_dspark_ctx_crop(sp->dc, s);
         }
         sp->append_row_s = app;
-        draft = 1e30;
-        for (int rep = 0; rep <= CALIB_REPS; rep++) {
-            double t0 = bs_time();
-            if (bs_dspark_block(sp->dc, token, s)) return -1;
-            draft_greedy(sp, token, sp->B);
-            if (rep) draft = BS_MIN(draft, bs_time() - t0);
-        }
+        for (int k = 1; k <= sp->B; k++) dk[k] = 1e30;
+        for (int rep = 0; rep <= CALIB_REPS; rep++)
+            for (int k = 1; k <= sp->B; k++) {
+                double t0 = bs_time();
+                if (bs_dspark_block_n(sp->dc, token, s, k)) return -1;
+                draft_greedy(sp, token, k);
+                if (rep) dk[k] = BS_MIN(dk[k], bs_time() - t0);
+            }
+        draft = dk[sp->B];
     }
     bs_depth_calibrate(&sp->depth, best, draft, sp->append_row_s);
+    if (draft > 0) bs_depth_calibrate_draft(&sp->depth, dk);
     return 0;
 }
