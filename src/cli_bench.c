@@ -353,8 +353,11 @@ static int bench_model(const bench_opts *o) {
     notes[0] = 0;
     if (model_describe(o->model, &mi)) return -1;
     bs_model_params mp = {.no_mmap = o->no_mmap != 0};
+    double t_load = bs_time();
     bs_model *m = bs_model_load(o->model, &mp);
     if (!m) return bs_error("%s", bitspark_last_error());
+    note("load: %.2f s (%s, Q1_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
+         bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
     int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
     bs_rng rng;
@@ -485,5 +488,7 @@ void help_bench(void) {
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
            "\n"
-           "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level.\n");
+           "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
+           "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
+           "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n");
 }

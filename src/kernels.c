@@ -296,8 +296,11 @@ static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
         return BS_PACK_Q1_X16;
+    if (bs_q2_x16_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q2_X16)) return BS_PACK_Q2_X16;
     return BS_PACK_NONE;
 }
+
+int bs_weight_packable(const bs_weight *W) { return pack_kind_for(W) != BS_PACK_NONE; }
 
 typedef struct { const bs_weight *W; uint8_t *dst; int in_place; } pack_job;
 
@@ -346,7 +349,8 @@ int bs_weight_pack(bs_weight *W, bs_pool *pool) {
     madvise(mem, bytes, MADV_HUGEPAGE);
 #endif
     pack_job j = {W, mem, 0};
-    bs_pool_run(pool, pack_q1_x16, &j);
+    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(W, mem, pool);
+    else bs_pool_run(pool, pack_q1_x16, &j);
     W->packed = mem;
     W->pack_kind = kind;
     return 0;
@@ -358,7 +362,8 @@ int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool) {
     if (kind == BS_PACK_NONE) return 0;
     if (pack_size(W, &bytes)) return -1;
     pack_job j = {W, (uint8_t *)(uintptr_t)W->data, 1};
-    bs_pool_run(pool, pack_q1_x16, &j);
+    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(W, j.dst, pool);
+    else bs_pool_run(pool, pack_q1_x16, &j);
     W->packed = (void *)(uintptr_t)W->data;
     W->pack_kind = kind;
     return 0;
@@ -381,6 +386,10 @@ static void unpack_q1_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *ro
 }
 
 const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
+    if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q2_X16) {
+        bs_unpack_q2_x16_row(W, r, buf);
+        return buf;
+    }
     if (!W->packed || W->data != W->packed || W->pack_kind != BS_PACK_Q1_X16)
         return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
     const int64_t nb = W->ne0 / 128;

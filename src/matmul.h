@@ -45,6 +45,8 @@ void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_
 int bs_weight_pack(bs_weight *W, bs_pool *pool);
 int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool);
 void bs_weight_release(bs_weight *W);
+/* Whether bs_weight_pack / bs_weight_pack_in_place would pack W on this CPU now. */
+int bs_weight_packable(const bs_weight *W);
 /* BITSPARK_EXACT=1 (env): keep llama.cpp's x86 float order (no repacking), bit-identical to it. */
 int bs_weight_exact(void);
 /* Row r of W in its own type's block format: W->data + r * row_bytes, or, when W is packed in

@@ -5,12 +5,15 @@
 #include "threadpool.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define KEY_MAX 96
 
@@ -264,32 +267,60 @@ static int model_weights(bs_model *m, bs_weight **out) {
     return n;
 }
 
-/* Drop this process's pages of a private file mapping wholly inside [p, p + n): they are clean
- * (never written), so a later read faults them in again from the file. */
-static void drop_pages(const void *p, size_t n) {
-    const uintptr_t pg = 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+/* Packed copy of a weight of a mapped file: its bytes are read with pread into anonymous
+ * huge-page memory and packed there, so the mapping's pages are never faulted in (no resident
+ * file pages, no 4 KiB page faults); w->data stays valid for the rare reader of raw rows (a
+ * drafter comparing its LM head), which then reads the file. */
+static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *pool) {
+    const size_t bytes = w->row_bytes * (size_t)w->ne1;
+    const off_t off = (off_t)((const uint8_t *)w->data - (const uint8_t *)f->base);
+    void *buf = NULL;
+    if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0)
+        return bs_error("%s: out of memory repacking %zu bytes", w->name, bytes);
+    madvise(buf, bytes, MADV_HUGEPAGE);
+    for (size_t done = 0; done < bytes;) {
+        ssize_t r = pread(fd, (uint8_t *)buf + done, bytes - done, off + (off_t)done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            free(buf);
+            return bs_error("%s: reading for repacking: %s", w->name, r < 0 ? strerror(errno) : "file shrank");
+        }
+        done += (size_t)r;
+    }
+    bs_weight t = *w;
+    t.data = buf;
+    if (bs_weight_pack_in_place(&t, pool) || !t.packed) {
+        free(buf);
+        return t.packed ? -1 : bs_error("%s: could not be repacked", w->name);
+    }
+    w->packed = buf;
+    w->pack_kind = t.pack_kind;
+    return 0;
 }
 
 /* Repack the Q1_0 matrices for the fast kernel without doubling memory: a file read into memory
- * (--no-mmap) is repacked in place; from a mapping, each weight is copied into anonymous
- * huge-page memory and the file pages just read are dropped (they stay readable from the
- * page cache / disk for the rare reader of raw rows, e.g. a drafter comparing its LM head).
- * token_embd is only read by rows (bs_get_rows) and stays as is (also when tied to the output). */
+ * (--no-mmap) is repacked in place; from a mapping, see pack_from_file. token_embd is only read
+ * by rows (bs_get_rows) and stays as is (also when tied to the output). */
 static int pack_weights(bs_model *m) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
     const int n = model_weights(m, ws);
-    bs_pool *pool = bs_pool_new(0);
-    int rc = 0;
+    int fd = -1, rc = 0;
+    bs_pool *pool = NULL;
     for (int i = 0; i < n && !rc; i++) {
         bs_weight *w = ws[i];
-        if (m->file->mmapped) {
-            rc = bs_weight_pack(w, pool);
-            if (!rc && w->packed) drop_pages(w->data, w->row_bytes * (size_t)w->ne1);
-        } else {
+        if (!bs_weight_packable(w)) continue;
+        if (!pool) pool = bs_pool_new(0);
+        if (!m->file->mmapped) {
             rc = bs_weight_pack_in_place(w, pool);
+            continue;
         }
+        if (fd < 0 && (fd = open(m->file->path, O_RDONLY | O_CLOEXEC)) < 0) {
+            rc = bs_error("%s: %s", m->file->path, strerror(errno));
+            break;
+        }
+        rc = pack_from_file(w, fd, m->file, pool);
     }
+    if (fd >= 0) close(fd);
     bs_pool_free(pool);
     free(ws);
     return rc;
