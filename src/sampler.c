@@ -245,10 +245,18 @@ static void apply_dry(bs_sampler *s) {
                  p->dry_allowed_length, s->w);
 }
 
+/* The first id holding the largest working logit (w has no NaN). Two passes the compiler turns
+ * into vector code: the max as a branch-free reduction, then the scan for its first position. */
+static int32_t argmax_first(const float *w, int32_t n) {
+    float mx = w[0];
+    for (int32_t i = 1; i < n; i++) mx = w[i] > mx ? w[i] : mx;
+    int32_t i = 0;
+    while (w[i] != mx) i++;
+    return i;
+}
+
 static int greedy(bs_sampler *s) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < s->n_vocab; i++)
-        if (s->w[i] > s->w[best]) best = i;
+    const int32_t best = argmax_first(s->w, s->n_vocab);
     if (s->w[best] == -INFINITY) return bs_error("sampler: every token is banned");
     s->cand[0] = (bs_token_prob){best, s->w[best], 1.0f};
     s->n_cand = 1;
