@@ -140,30 +140,49 @@ static void conv4(float *restrict out, const float *const rows[], const float *r
         out[c] = (((0.0f + r0[c] * w[4 * c]) + r1[c] * w[4 * c + 1]) + r2[c] * w[4 * c + 2]) + r3[c] * w[4 * c + 3];
 }
 
+typedef struct gdn_conv_job {
+    const bs_qwen35_hparams *hp;
+    const bs_qwen35_layer *L;
+    const gdn_io *io;
+    int n;
+} gdn_conv_job;
+
+/* Causal conv + SiLU over this thread's channels (a whole number of heads, so each thread also
+ * L2-norms its own q/k heads). Channels are independent: the split never changes a result. */
+static void gdn_conv(void *ctx, int ith, int nth) {
+    enum { MAX_K = 64 };   /* the loader accepts conv kernels up to 64 */
+    const gdn_conv_job *job = ctx;
+    const bs_qwen35_hparams *hp = job->hp;
+    const gdn_io *io = job->io;
+    const int K = hp->conv_kernel, km1 = K - 1, cd = hp->conv_dim, dk = hp->d_k, nqk = 2 * hp->n_k_heads * dk;
+    int64_t lo, hi;
+    bs_pool_split(cd, dk, ith, nth, &lo, &hi);
+    for (int t = 0; t < job->n; t++) {
+        float *out = io->qkv + (size_t)t * cd;
+        const float *rows[MAX_K];
+        for (int i = 0; i < K; i++) rows[i] = xe_row(io->win_in, io->mixed, io->ms, t + i, km1, cd) + lo;
+        if (K == 4) conv4(out + lo, rows, job->L->conv1d + (size_t)lo * K, (int)(hi - lo));
+        else
+            for (int64_t c = lo; c < hi; c++) {
+                const float *w = job->L->conv1d + (size_t)c * K;
+                float sum = 0.0f;
+                for (int i = 0; i < K; i++) sum += rows[i][c - lo] * w[i];
+                out[c] = sum;
+            }
+        bs_silu_mul(out + lo, out + lo, NULL, (size_t)(hi - lo));
+        for (int64_t c = lo; c < hi && c < nqk; c += dk) bs_l2norm(out + c, dk, hp->eps);
+    }
+}
+
 /* conv + SiLU, L2 norms and the recurrence over n tokens. Shared by the forward pass and the
  * rollback replay so that both produce the same bits. */
 static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, const gdn_io *io, int n,
                      bs_pool *pool) {
-    const int K = hp->conv_kernel, km1 = K - 1, cd = hp->conv_dim;
-    const int nk = hp->n_k_heads, dk = hp->d_k;
+    const int km1 = hp->conv_kernel - 1, cd = hp->conv_dim;
 
     const uint64_t t0 = bs_prof_begin();
-    enum { MAX_K = 64 };   /* the loader accepts conv kernels up to 64 */
-    for (int t = 0; t < n; t++) {
-        float *out = io->qkv + (size_t)t * cd;
-        const float *rows[MAX_K];
-        for (int i = 0; i < K; i++) rows[i] = xe_row(io->win_in, io->mixed, io->ms, t + i, km1, cd);
-        if (K == 4) conv4(out, rows, L->conv1d, cd);
-        else
-            for (int c = 0; c < cd; c++) {
-                const float *w = L->conv1d + (size_t)c * K;
-                float sum = 0.0f;
-                for (int i = 0; i < K; i++) sum += rows[i][c] * w[i];
-                out[c] = sum;
-            }
-        bs_silu_mul(out, out, NULL, (size_t)cd);
-        for (int h = 0; h < 2 * nk; h++) bs_l2norm(out + (size_t)h * dk, dk, hp->eps);
-    }
+    gdn_conv_job cj = {hp, L, io, n};
+    if (n > 0) bs_pool_run(pool, gdn_conv, &cj);
     for (int r = 0; r < km1; r++)
         memcpy(io->win_out + (size_t)r * cd, xe_row(io->win_in, io->mixed, io->ms, n + r, km1, cd),
                (size_t)cd * sizeof(float));
