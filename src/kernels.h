@@ -79,8 +79,22 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
  * (bit 4*row + column%4), i.e. one AVX-512 mask per word whose bytes are the 16 rows' 32-bit
  * lanes. A kernel then computes 16 rows per vector with one vpdpbusd per 64 weights per
  * activation row, and applies scales per 32 columns for all 16 rows at once. */
-enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1 };
+enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2 };
 bs_kernel_fn bs_kernel_packed_avx512(int kind);
+/* BS_PACK_Q2_X16 (kernels_pack_q2.c): Q2_0 / PQ2_0 / Q2_0_G64 in groups of 16 rows, per block
+ * the 16 fp16 scales then 64-byte chunks whose 32-bit lanes are the rows; the same size as the
+ * source, and results bit-identical to the scalar oracle. bs_q2_x16_fits: W can take it.
+ * bs_pack_q2_x16_weight: W->data -> dst on the pool (dst == W->data packs in place).
+ * bs_unpack_q2_x16_row: row r of W->packed in natural blocks. The group functions pack / unpack
+ * the 16 rows at src (row stride row_bytes) into / from 16 * row_bytes bytes at dst (qk = 128
+ * or 64; no overlap). */
+int bs_q2_x16_fits(const bs_weight *W);
+void bs_pack_q2_x16_weight(const bs_weight *W, uint8_t *dst, bs_pool *pool);
+void bs_unpack_q2_x16_row(const bs_weight *W, int64_t r, uint8_t *row);
+void bs_pack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
+void bs_unpack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
+bs_kernel_fn bs_kernel_q2_x16_avx512(void);   /* NULL without compiler support */
+bs_kernel_fn bs_kernel_q2_x16_scalar(void);
 /* One 288-byte BS_PACK_Q1_X16 block from the 16 rows' 18-byte Q1_0 blocks (AVX-512 VBMI). */
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst);
 

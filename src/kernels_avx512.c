@@ -326,6 +326,7 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
 }
 
 bs_kernel_fn bs_kernel_packed_avx512(int kind) {
+    if (kind == BS_PACK_Q2_X16) return bs_kernel_q2_x16_avx512();
     return kind == BS_PACK_Q1_X16 ? k_x16_q1_0 : NULL;
 }
 
