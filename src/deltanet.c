@@ -180,9 +180,9 @@ static void gdn_core(const bs_qwen35_hparams *hp, const bs_qwen35_layer *L, cons
                      bs_pool *pool) {
     const int km1 = hp->conv_kernel - 1, cd = hp->conv_dim;
 
-    const uint64_t t0 = bs_prof_begin();
     gdn_conv_job cj = {hp, L, io, n};
-    if (n > 0) bs_pool_run(pool, gdn_conv, &cj);
+    if (n > 0) bs_prof_pool_run(BS_PROF_GDN_CONV, pool, gdn_conv, &cj);
+    const uint64_t t0 = bs_prof_begin();
     for (int r = 0; r < km1; r++)
         memcpy(io->win_out + (size_t)r * cd, xe_row(io->win_in, io->mixed, io->ms, n + r, km1, cd),
                (size_t)cd * sizeof(float));
