@@ -15,7 +15,8 @@
  *   Q1_0        AVX-512: 2 weight rows per vector in the AVX2 lane order, exact (default);
  *               P128 (BITSPARK_FAST_Q1=1) or repacked x16 (bs_weight_pack): faster, not exact.
  *               AVX2: exact.
- *   Q2_0/PQ2_0/Q2_0_G64  AVX-512 P128 (or natural without BITALG), AVX2 natural: tolerance.
+ *   Q2_0/PQ2_0/Q2_0_G64  AVX-512: repacked x16 (kernels_pack_q2.c, the loader's default), exact;
+ *               P128 (BITSPARK_EXACT=1, or natural without BITALG), AVX2 natural: tolerance.
  *   Q8_0        AVX2 exact; AVX-512 tolerance.
  *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  kernels_q4.c / kernels_kquant.c: exact (kernels_quant.h).
  *   F32/F16/BF16  f32 activations rounded to the weight type (exact products), FMA: tolerance.
