@@ -15,6 +15,7 @@
 #include "bitspark.h"
 #include "cpu_features.h"
 #include "gguf.h"
+#include "kernels.h"
 #include "matmul.h"
 #include "quant.h"
 #include "threadpool.h"
@@ -196,6 +197,7 @@ static int bench_matmul(const bench_opts *o) {
 typedef struct {
     char type_str[128];
     uint64_t size, n_params, stream_bytes;   /* stream: bytes read per decoded token */
+    uint64_t stream_params;                  /* weights those bytes hold */
 } model_info;
 
 /* Header facts for the table, from the GGUF metadata (no tensor data is read). */
@@ -211,7 +213,10 @@ static int model_describe(const char *path, model_info *mi) {
         for (int d = 0; d < GGUF_MAX_DIMS; d++) ne *= (uint64_t)t->ne[d];
         mi->n_params += ne;
         mi->size += t->nbytes;
-        if (strcmp(t->name, "token_embd.weight") != 0 || !has_output) mi->stream_bytes += t->nbytes;
+        if (strcmp(t->name, "token_embd.weight") != 0 || !has_output) {
+            mi->stream_bytes += t->nbytes;
+            mi->stream_params += ne;
+        }
         if (t->n_dims >= 2 && t->type >= 0 && t->type < 2048) bytes_by_type[t->type] += t->nbytes;
     }
     int ftype = 0;
@@ -348,6 +353,29 @@ static void note(const char *fmt, ...) {
     va_end(ap);
 }
 
+typedef struct { double macs[64]; } peak_job;
+
+static void peak_run(void *ctx, int ith, int nth) {
+    (void)nth;
+    ((peak_job *)ctx)->macs[ith & 63] = bs_int8_peak_avx512(20000000);
+}
+
+/* The arithmetic ceiling next to the bandwidth one: with one int8 multiply-add per weight (what
+ * the Q1_0/Q2_0 kernels do), a 1-row step cannot beat peak MAC/s / weights per token. */
+static void int8_ceiling(int threads, const model_info *mi) {
+    if (bs_cpu_level() < BS_CPU_AVX512 || !mi->stream_params) return;
+    bs_pool *pool = threads > 1 ? bs_pool_new(threads) : NULL;
+    peak_job j;
+    memset(&j, 0, sizeof j);
+    bs_pool_run(pool, peak_run, &j);
+    bs_pool_free(pool);
+    double macs = 0;
+    for (int i = 0; i < 64; i++) macs += j.macs[i];
+    note("int8: %.0f GMAC/s peak (vpdpbusd, %d threads); at 1 MAC per weight (%.2f G weights/token) "
+         "a token costs at least %.1f ms of arithmetic: ceiling %.2f tok/s\n", macs / 1e9, threads,
+         mi->stream_params / 1e9, 1e3 * (double)mi->stream_params / macs, macs / (double)mi->stream_params);
+}
+
 static int bench_model(const bench_opts *o) {
     model_info mi;
     notes[0] = 0;
@@ -411,6 +439,7 @@ static int bench_model(const bench_opts *o) {
                  bw, o->threads[ti], roof, mi.stream_bytes / 1e9);
             if (tg_best > 0) note("; tg reached %.0f%%", 100.0 * tg_best / roof);
             note("\n");
+            int8_ceiling(o->threads[ti], &mi);
         }
         bs_session_free(s);
     }

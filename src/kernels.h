@@ -111,6 +111,10 @@ void bs_acts_free(bs_acts *A);
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x);
 int bs_acts_q8_0_avx2(bs_acts *A, int64_t r, const float *x);
 
+/* Multiply-adds per second one thread gets from vpdpbusd (iters x 12 instructions); 0 without
+ * AVX-512. */
+double bs_int8_peak_avx512(long iters);
+
 /* The fast bs_matmul: 0 when done, -1 when the type/level has no kernel (caller falls back to
  * the scalar reference). */
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,

@@ -607,9 +607,29 @@ T512 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) {
     return 0;
 }
 
+/* The vpdpbusd issue rate of the calling thread in multiply-adds per second (64 per
+ * instruction): 12 independent accumulator chains so latency never limits it. bench uses it to
+ * show the arithmetic ceiling next to the bandwidth roofline. */
+T512 double bs_int8_peak_avx512(long iters) {
+    __m512i acc[12];
+    for (int i = 0; i < 12; i++) acc[i] = _mm512_set1_epi32(i);
+    __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+    double t0 = bs_time();
+    for (long n = 0; n < iters; n++) {
+        for (int i = 0; i < 12; i++) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a));   /* keeps the loop from being folded */
+    }
+    double dt = bs_time() - t0;
+    volatile int sink = 0;
+    for (int i = 0; i < 12; i++) sink += _mm512_reduce_add_epi32(acc[i]);
+    (void)sink;
+    return dt > 0 ? (double)iters * 12.0 * 64.0 / dt : 0.0;
+}
+
 #else
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
 bs_kernel_fn bs_kernel_packed_avx512(int kind) { (void)kind; return NULL; }
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) { (void)src; (void)dst; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
+double bs_int8_peak_avx512(long iters) { (void)iters; return 0.0; }
 #endif

@@ -14,6 +14,13 @@ check "md tg4 row" 'grep -qE "\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$md"'
 check "md verify line" 'grep -qE "^verify \(threads 1.*w=2 [0-9.]+ ms \([0-9.]+x\)" <<<"$md"'
 check "md build footer" 'grep -q "^build: " <<<"$md"'
 
+# membw + int8 ceiling lines (the int8 line only where bitspark dispatches AVX-512: VNNI + VBMI)
+roof=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 2 -r 1 -t 1 2>&1)
+check "membw line" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads\); decode roofline [0-9.]+ tok/s" <<<"$roof"'
+if grep -q avx512vnni /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo && [ "${BITSPARK_CPU:-}" != scalar ] && [ "${BITSPARK_CPU:-}" != avx2 ]; then
+  check "int8 line" 'grep -qE "^int8: [1-9][0-9]* GMAC/s peak \(vpdpbusd, 1 threads\);.*ceiling [0-9.]+ tok/s" <<<"$roof"'
+fi
+
 csv=$("$B" bench -m "$F/tiny-q2_0.gguf" -p 8 -n 2 -r 1 -t 1 -o csv 2>&1)
 check "csv header" 'head -1 <<<"$csv" | grep -q "^build_commit,build_number,cpu_info,.*,avg_ns,stddev_ns,avg_ts,stddev_ts$"'
 check "csv rows" '[ "$(wc -l <<<"$csv")" -eq 3 ]'
