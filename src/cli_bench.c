@@ -384,7 +384,7 @@ static int bench_model(const bench_opts *o) {
     double t_load = bs_time();
     bs_model *m = bs_model_load(o->model, &mp);
     if (!m) return bs_error("%s", bitspark_last_error());
-    note("load: %.2f s (%s, Q1_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
+    note("load: %.2f s (%s, Q1_0/Q2_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
          bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
     int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
