@@ -34,6 +34,20 @@
 
 #define BS_KMAX_ROWS 8   /* activation rows one kernel call handles (register tiles) */
 
+/* Runs STEP(ARG, NR) for the runtime activation-row count na (1..BS_KMAX_ROWS) with NR a
+ * compile-time constant, so every register tile is specialised and fully unrolled. */
+#define BS_FOR_NR(na, STEP, ARG)    \
+    switch (na) {                   \
+    case 1: STEP(ARG, 1); break;    \
+    case 2: STEP(ARG, 2); break;    \
+    case 3: STEP(ARG, 3); break;    \
+    case 4: STEP(ARG, 4); break;    \
+    case 5: STEP(ARG, 5); break;    \
+    case 6: STEP(ARG, 6); break;    \
+    case 7: STEP(ARG, 7); break;    \
+    default: STEP(ARG, 8); break;   \
+    }
+
 typedef struct bs_acts {
     int type;            /* vec_dot_type of the weight */
     int64_t n;           /* elements per row */

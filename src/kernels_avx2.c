@@ -193,17 +193,7 @@ static T2 INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64_t
         for (; o < o1; o++) CALL(w0 + (size_t)o * W->row_bytes, yy + o, 1, NR);              \
     } while (0)
 
-#define SWITCH_NR(CALL)                     \
-    switch (na) {                           \
-    case 1: RANGE(CALL, 1); break;          \
-    case 2: RANGE(CALL, 2); break;          \
-    case 3: RANGE(CALL, 3); break;          \
-    case 4: RANGE(CALL, 4); break;          \
-    case 5: RANGE(CALL, 5); break;          \
-    case 6: RANGE(CALL, 6); break;          \
-    case 7: RANGE(CALL, 7); break;          \
-    default: RANGE(CALL, 8); break;         \
-    }
+#define SWITCH_NR(CALL) BS_FOR_NR(na, RANGE, CALL)
 
 #define KERNEL(name, CALL)                                                                   \
     static T2 void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,        \

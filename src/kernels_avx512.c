@@ -411,16 +411,9 @@ static T512 void k_q1_0_exact(const bs_weight *W, int64_t o0, int64_t o1, const 
     const uint8_t *w0 = W->data;
     const size_t rb = W->row_bytes;
     float *yy = y + a0 * ldy;
-    switch (na) {
-    case 1: Q1X_RANGE(1); break;
-    case 2: Q1X_RANGE(2); break;
-    case 3: Q1X_RANGE(3); break;
-    case 4: Q1X_RANGE(4); break;
-    case 5: Q1X_RANGE(5); break;
-    case 6: Q1X_RANGE(6); break;
-    case 7: Q1X_RANGE(7); break;
-    default: Q1X_RANGE(8); break;
-    }
+#define Q1X_STEP(unused, NR) Q1X_RANGE(NR)
+    BS_FOR_NR(na, Q1X_STEP, 0)
+#undef Q1X_STEP
 }
 
 /* One BS_PACK_Q1_X16 block (kernels.h) from 16 rows' Q1_0 blocks: a nibble transpose. Word t
@@ -475,17 +468,7 @@ T512 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) {
         for (; o < o1; o++) CALL(w0 + (size_t)o * W->row_bytes, yy + o, 1, NR);              \
     } while (0)
 
-#define SWITCH_NR(CALL)                     \
-    switch (na) {                           \
-    case 1: RANGE(CALL, 1); break;          \
-    case 2: RANGE(CALL, 2); break;          \
-    case 3: RANGE(CALL, 3); break;          \
-    case 4: RANGE(CALL, 4); break;          \
-    case 5: RANGE(CALL, 5); break;          \
-    case 6: RANGE(CALL, 6); break;          \
-    case 7: RANGE(CALL, 7); break;          \
-    default: RANGE(CALL, 8); break;         \
-    }
+#define SWITCH_NR(CALL) BS_FOR_NR(na, RANGE, CALL)
 
 #define KERNEL(name, CALL)                                                                   \
     static T512B void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,      \

@@ -196,16 +196,7 @@ static T2 INL void tile_tq(const uint8_t *w, const bs_acts *A, int64_t a0, float
                           int64_t a0, int na, float *y, int64_t ldy) {                         \
         const uint8_t *w0 = W->data;                                                           \
         float *yy = y + a0 * ldy;                                                              \
-        switch (na) {                                                                          \
-        case 1: RANGE(CALL, 1); break;                                                         \
-        case 2: RANGE(CALL, 2); break;                                                         \
-        case 3: RANGE(CALL, 3); break;                                                         \
-        case 4: RANGE(CALL, 4); break;                                                         \
-        case 5: RANGE(CALL, 5); break;                                                         \
-        case 6: RANGE(CALL, 6); break;                                                         \
-        case 7: RANGE(CALL, 7); break;                                                         \
-        default: RANGE(CALL, 8); break;                                                        \
-        }                                                                                      \
+        BS_FOR_NR(na, RANGE, CALL)                                                             \
     }
 
 KERNEL(k2_q6_k, T2, C_Q6K)

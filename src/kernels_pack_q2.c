@@ -214,16 +214,9 @@ static T512 void k_x16_avx512(const bs_weight *W, int64_t o0, int64_t o1, const 
     const int qk = q2_qk(W->type);
     const size_t gbytes = 16 * W->row_bytes;
     float *yy = y + a0 * ldy;
-    switch (na) {
-    case 1: Q2X16_RANGE(1) break;
-    case 2: Q2X16_RANGE(2) break;
-    case 3: Q2X16_RANGE(3) break;
-    case 4: Q2X16_RANGE(4) break;
-    case 5: Q2X16_RANGE(5) break;
-    case 6: Q2X16_RANGE(6) break;
-    case 7: Q2X16_RANGE(7) break;
-    default: Q2X16_RANGE(8) break;
-    }
+#define Q2X16_STEP(unused, NR) Q2X16_RANGE(NR)
+    BS_FOR_NR(na, Q2X16_STEP, 0)
+#undef Q2X16_STEP
 }
 
 bs_kernel_fn bs_kernel_q2_x16_avx512(void) { return k_x16_avx512; }

@@ -108,17 +108,7 @@ static T2 INL void tile2(const uint8_t *w, size_t rb, const bs_acts *A, int64_t 
         for (; o < o1; o++) tile2(w0 + (size_t)o * rb, rb, A, a0, yy + o, ldy, Q41, 1, NR);   \
     } while (0)
 
-#define SWITCH_NR(RANGE, Q41)                    \
-    switch (na) {                                \
-    case 1: RANGE(Q41, 1); break;                \
-    case 2: RANGE(Q41, 2); break;                \
-    case 3: RANGE(Q41, 3); break;                \
-    case 4: RANGE(Q41, 4); break;                \
-    case 5: RANGE(Q41, 5); break;                \
-    case 6: RANGE(Q41, 6); break;                \
-    case 7: RANGE(Q41, 7); break;                \
-    default: RANGE(Q41, 8); break;               \
-    }
+#define SWITCH_NR(RANGE, Q41) BS_FOR_NR(na, RANGE, Q41)
 
 #define KERNEL(name, ATTR, RANGE, Q41)                                                         \
     static ATTR void name(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,        \
