@@ -15,9 +15,12 @@ run_suite() { # name build-dir "targets|all" cmake-args...
   fi
   local log=$dir/ctest.log
   (cd "$dir" && ctest --output-on-failure -j "$jobs" "${CTEST_SEL[@]}") 2>&1 | tee "$log"
-  local p f
+  local rc=${PIPESTATUS[0]} p f
+  # ctest writes "..***Failed" (no space before the stars) and "   Passed"
   p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
-  f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* (\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
+  f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
+  # a failure ctest reports in its exit status but no line above shows still counts
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   passed=$((passed+p)); failed=$((failed+f))
 }
 # Release: every test.
