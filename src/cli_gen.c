@@ -274,11 +274,8 @@ int cli_gen_generate(cli_gen *g, const int32_t *prompt, int n, const cli_gen_run
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     if (g->spec) return g->guard ? cli_spec_guard_loop(g, r, st) : cli_spec_loop(g, r, st);
     if (g->guard) return cli_gen_guard_loop(g, r, st);
-    bs_detok *dt = bs_detok_new(g->tok, false);
+    bs_detok *dt = cli_gen_detok_open(g);
     if (!dt) return -1;
-    /* the reasoning boundary stays visible even where the vocabulary marks it CONTROL */
-    bs_detok_preserve(dt, "<think>");
-    bs_detok_preserve(dt, "</think>");
     size_t cap = 64;
     st->tokens = bs_xmalloc(cap * sizeof *st->tokens);
     const int n_ctx = bs_session_n_ctx(g->sess);
@@ -307,11 +304,25 @@ int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
         }
         st->n_decode++;
     }
+    cli_gen_detok_close(dt, r);
+    st->t_gen = bs_time() - t0;
+    return rc;
+}
+
+bs_detok *cli_gen_detok_open(const cli_gen *g) {
+    bs_detok *dt = bs_detok_new(g->tok, false);
+    if (!dt) return NULL;
+    bs_detok_preserve(dt, "<think>");
+    bs_detok_preserve(dt, "</think>");
+    return dt;
+}
+
+void cli_gen_detok_close(bs_detok *dt, const cli_gen_run *r) {
+    const char *text;
+    size_t len;
     bs_detok_flush(dt, &text, &len);
     if (len && r->emit) r->emit(r->ud, -1, text, len);
     bs_detok_free(dt);
-    st->t_gen = bs_time() - t0;
-    return rc;
 }
 
 void cli_gen_print_stats(const cli_gen *g, const cli_gen_stats *st) {

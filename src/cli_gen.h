@@ -112,6 +112,10 @@ int cli_gen_feed(cli_gen *g, const int32_t *tokens, int n);
  * (chat saves the session state between them). */
 int cli_gen_prompt(cli_gen *g, const int32_t *prompt, int n, cli_gen_stats *stats);
 int cli_gen_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
+/* The detokenizer every generation loop streams through (<think> / </think> stay visible even
+ * where the vocabulary marks them CONTROL), and its end: held-back bytes go to r->emit. */
+bs_detok *cli_gen_detok_open(const cli_gen *g);
+void cli_gen_detok_close(bs_detok *dt, const cli_gen_run *r);
 
 /* cli_gen_guard.c: the loop guard's options, setup and guarded loop (used by the above). */
 int cli_gen_guard_parse(cli_gen_opts *o, int argc, char **argv, int *i);
@@ -120,6 +124,10 @@ int cli_gen_guard_open(cli_gen *g, const cli_gen_opts *o);
 int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *stats);
 /* Stream stats->tokens[*n_emitted .. n) (tokens a rewind can no longer reach). */
 int cli_gen_guard_emit(bs_detok *dt, const cli_gen_run *r, const cli_gen_stats *stats, int *n_emitted, int n);
+/* End of a guarded loop: stream the tokens still held back (unless rc already failed), close dt
+ * and copy the guard's result into stats. Returns rc, or -1 if that streaming failed. */
+int cli_gen_guard_finish(cli_gen *g, bs_detok *dt, const cli_gen_run *r, cli_gen_stats *stats,
+                         int *n_emitted, int rc);
 
 /* cli_gen_lora.c: --lora options, loading + attaching at open, detaching at close. */
 int cli_gen_lora_parse(cli_gen_opts *o, int argc, char **argv, int *i);

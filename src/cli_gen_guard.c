@@ -70,10 +70,8 @@ int cli_gen_guard_emit(bs_detok *dt, const cli_gen_run *r, const cli_gen_stats *
 }
 
 int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
-    bs_detok *dt = bs_detok_new(g->tok, false);
+    bs_detok *dt = cli_gen_detok_open(g);
     if (!dt) return -1;
-    bs_detok_preserve(dt, "<think>");
-    bs_detok_preserve(dt, "</think>");
     size_t cap = 64;
     st->tokens = bs_xmalloc(cap * sizeof *st->tokens);
     const int n_ctx = bs_session_n_ctx(g->sess);
@@ -105,13 +103,15 @@ int cli_gen_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
         st->n_decode++;
         bs_loop_guard_evaluated(g->guard, g->logits);
     }
-    const char *text;
-    size_t len;
-    if (!rc && cli_gen_guard_emit(dt, r, st, &n_emitted, st->n_gen)) rc = -1;
-    bs_detok_flush(dt, &text, &len);
-    if (len && r->emit) r->emit(r->ud, -1, text, len);
-    bs_detok_free(dt);
-    st->loop = *bs_loop_guard_result_get(g->guard);
+    rc = cli_gen_guard_finish(g, dt, r, st, &n_emitted, rc);
     st->t_gen = bs_time() - t0;
+    return rc;
+}
+
+int cli_gen_guard_finish(cli_gen *g, bs_detok *dt, const cli_gen_run *r, cli_gen_stats *st,
+                         int *n_emitted, int rc) {
+    if (!rc && cli_gen_guard_emit(dt, r, st, n_emitted, st->n_gen)) rc = -1;
+    cli_gen_detok_close(dt, r);
+    st->loop = *bs_loop_guard_result_get(g->guard);
     return rc;
 }

@@ -154,10 +154,8 @@ void cli_spec_note_parking(cli_spec *c, bool *parked) {
 
 int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     cli_spec *c = g->spec;
-    bs_detok *dt = bs_detok_new(g->tok, false);
+    bs_detok *dt = cli_gen_detok_open(g);
     if (!dt) return -1;
-    bs_detok_preserve(dt, "<think>");
-    bs_detok_preserve(dt, "</think>");
     size_t cap = 64;
     st->tokens = bs_xmalloc(cap * sizeof *st->tokens);
     int32_t out[BS_DSPARK_MAX_BLOCK + 1];
@@ -181,11 +179,7 @@ int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
             cli_spec_note_parking(c, &parked);
         }
     }
-    const char *text;
-    size_t len;
-    bs_detok_flush(dt, &text, &len);
-    if (len && r->emit) r->emit(r->ud, -1, text, len);
-    bs_detok_free(dt);
+    cli_gen_detok_close(dt, r);
     st->t_gen = bs_time() - t0;
     log_depth(c, "end");
     return rc;

@@ -43,10 +43,8 @@ static int take(guard_run *gr, int32_t id) {
 
 int cli_spec_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     cli_spec *c = g->spec;
-    bs_detok *dt = bs_detok_new(g->tok, false);
+    bs_detok *dt = cli_gen_detok_open(g);
     if (!dt) return -1;
-    bs_detok_preserve(dt, "<think>");
-    bs_detok_preserve(dt, "</think>");
     guard_run gr = {g, r, st, 64};
     st->tokens = bs_xmalloc(gr.cap * sizeof *st->tokens);
     int32_t out[BS_DSPARK_MAX_BLOCK + 1];
@@ -88,13 +86,7 @@ int cli_spec_guard_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
         }
         if (cli_gen_guard_emit(dt, r, st, &n_emitted, bs_loop_guard_n_safe(g->guard))) { rc = -1; break; }
     }
-    const char *text;
-    size_t len;
-    if (!rc && cli_gen_guard_emit(dt, r, st, &n_emitted, st->n_gen)) rc = -1;
-    bs_detok_flush(dt, &text, &len);
-    if (len && r->emit) r->emit(r->ud, -1, text, len);
-    bs_detok_free(dt);
-    st->loop = *bs_loop_guard_result_get(g->guard);
+    rc = cli_gen_guard_finish(g, dt, r, st, &n_emitted, rc);
     st->t_gen = bs_time() - t0;
     return rc;
 }
