@@ -182,6 +182,8 @@ int cli_spec_loop(cli_gen *g, const cli_gen_run *r, cli_gen_stats *st) {
     cli_gen_detok_close(dt, r);
     st->t_gen = bs_time() - t0;
     log_depth(c, "end");
+    if (c->o.draft_max == BS_DRAFT_AUTO)   /* the acceptance this pair ended with, for the next run */
+        bs_cost_cache_store(bs_spec_get_depth(c->sp), g->model->file->path, c->o.drafter, bs_pool_size(g->sess->pool));
     return rc;
 }
 

@@ -233,21 +233,12 @@ static void attend(const bs_dspark_ctx *c, int l, const float *q, int kvh, float
     const float scale = 1.0f / sqrtf((float)D);
     const size_t off = (size_t)kvh * D, w = c->kv_w;
     const float *kc = c->k[l] + off, *vc = c->v[l] + off, *kb = c->kb + off, *vb = c->vb + off;
-    float mx = -INFINITY;
-    for (int p = 0; p < nc; p++) {
-        scores[p] = dot_d(q, kc + (size_t)p * w, D, simd) * scale;
-        mx = scores[p] > mx ? scores[p] : mx;
-    }
-    for (int p = 0; p < B; p++) {
-        scores[nc + p] = dot_d(q, kb + (size_t)p * w, D, simd) * scale;
-        mx = scores[nc + p] > mx ? scores[nc + p] : mx;
-    }
-    double sum = 0.0;
-    for (int p = 0; p < n; p++) sum += (double)(scores[p] = expf(scores[p] - mx));
-    const float inv = (float)(1.0 / sum);
+    for (int p = 0; p < nc; p++) scores[p] = dot_d(q, kc + (size_t)p * w, D, simd) * scale;
+    for (int p = 0; p < B; p++) scores[nc + p] = dot_d(q, kb + (size_t)p * w, D, simd) * scale;
+    bs_softmax(scores, n);
     memset(out, 0, (size_t)D * sizeof(float));
-    for (int p = 0; p < nc; p++) axpy_d(out, scores[p] * inv, vc + (size_t)p * w, D, simd);
-    for (int p = 0; p < B; p++) axpy_d(out, scores[nc + p] * inv, vb + (size_t)p * w, D, simd);
+    for (int p = 0; p < nc; p++) axpy_d(out, scores[p], vc + (size_t)p * w, D, simd);
+    for (int p = 0; p < B; p++) axpy_d(out, scores[nc + p], vb + (size_t)p * w, D, simd);
 }
 
 typedef struct { const bs_dspark_ctx *c; int l; } attend_job;

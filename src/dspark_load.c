@@ -384,7 +384,7 @@ static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
     struct stat st;
     bool dir = !stat(path, &st) && S_ISDIR(st.st_mode);
     if (!dir && !ends_with(path, ".safetensors") && !ends_with(path, ".json")) {
-        if (!(d->gguf = gguf_open(path, p->no_mmap ? GGUF_OPEN_NO_MMAP : 0))) return -1;
+        if (!(d->gguf = gguf_open(path, p->no_mmap ? GGUF_OPEN_NO_MMAP : GGUF_OPEN_PREFAULT))) return -1;
         source s = {.g = d->gguf};
         return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) ? -1 : 0;
     }
@@ -393,7 +393,7 @@ static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
     int rc = hparams_json(cfg, &d->hp);
     json_decref(cfg);
     if (rc) return bs_error_prefix("config.json: ");
-    if (!(d->st = st_model_open(path, p->no_mmap ? ST_OPEN_NO_MMAP : 0))) return -1;
+    if (!(d->st = st_model_open(path, p->no_mmap ? ST_OPEN_NO_MMAP : ST_OPEN_PREFAULT))) return -1;
     source s = {.st = d->st};
     return load_tensors(d, &s);
 }

@@ -18,6 +18,9 @@ typedef struct bs_file_map {
 int bs_file_map_open(bs_file_map *m, const char *path, bool use_mmap);
 /* Hint that the mapping will be read soon (no-op for a read-in copy). */
 void bs_file_map_willneed(const bs_file_map *m);
+/* Map every page of an mmapped file now (reading it in if needed), so first use does not fault
+ * page by page: for weights that are used rarely and late, like a parked drafter's. */
+void bs_file_map_prefault(const bs_file_map *m);
 void bs_file_map_close(bs_file_map *m);
 
 #endif

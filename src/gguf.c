@@ -548,7 +548,8 @@ gguf_file *gguf_open(const char *path, int flags) {
         f->base = NULL;
         f->mmapped = false;
     } else if (f->n_tensors) {
-        bs_file_map_willneed(&m);
+        if (flags & GGUF_OPEN_PREFAULT) bs_file_map_prefault(&m);
+        else bs_file_map_willneed(&m);
     }
     set_data_pointers(f);
     return f;

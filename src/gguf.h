@@ -64,7 +64,7 @@ typedef struct gguf_file {
     bool mmapped;
 } gguf_file;
 
-enum { GGUF_OPEN_NO_MMAP = 1 << 0, GGUF_OPEN_META_ONLY = 1 << 1 };
+enum { GGUF_OPEN_NO_MMAP = 1 << 0, GGUF_OPEN_META_ONLY = 1 << 1, GGUF_OPEN_PREFAULT = 1 << 2 };
 
 gguf_file *gguf_open(const char *path, int flags);
 /* Parse a file image held in memory (the buffer must outlive the result). Used by the fuzzer. */

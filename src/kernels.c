@@ -7,6 +7,7 @@
 #include "threadpool.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -92,7 +93,48 @@ static void round_row(float *dst, const float *x, int64_t n, int type) {
 
 /* Allocate A's arrays for `n_rows` rows of n activations of vec_dot_type vt; generic: rows in
  * the scalar vec_dot's own format (for types without a SIMD kernel). */
-static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_rows, int generic) {
+/* Per-thread scratch that only grows: a decode step makes a few hundred small matmuls, and a
+ * malloc/free pair for each (glibc consolidating, mmap for big prompts) cost ~3% of a tiny
+ * model's step. Memory from here is never freed by bs_acts_free (A->mem stays NULL), so it is
+ * used only where no other scratch user can interleave: one bs_matmul_fast call. */
+typedef struct { uint8_t *p[2]; size_t cap[2]; } scratch_buf;   /* [0] acts, [1] row blocks */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *v) {   /* at thread exit */
+    scratch_buf *b = v;
+    bs_afree(b->p[0]);
+    bs_afree(b->p[1]);
+    free(b);
+}
+
+static void scratch_init(void) {
+    if (pthread_key_create(&scratch_key, scratch_free)) abort();
+}
+
+static void *scratch_get(int slot, size_t n) {
+    pthread_once(&scratch_once, scratch_init);
+    scratch_buf *b = pthread_getspecific(scratch_key);
+    if (!b) {
+        b = bs_xcalloc(1, sizeof *b);
+        pthread_setspecific(scratch_key, b);
+    }
+    n = (n + 63) & ~(size_t)63;
+    if (n > b->cap[slot]) {
+        bs_afree(b->p[slot]);
+        b->cap[slot] = n + n / 2;
+        b->p[slot] = bs_amalloc(b->cap[slot]);
+    }
+    return b->p[slot];
+}
+
+/* Memory for acts: owned (freed by bs_acts_free) or the thread's scratch. */
+static void *acts_mem(bs_acts *A, size_t n, bool scratch) {
+    if (scratch) return scratch_get(0, n);
+    return A->mem = bs_amalloc(n);
+}
+
+static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_rows, int generic, bool scratch) {
     const int vt = t->vec_dot_type;
     memset(A, 0, sizeof *A);
     A->type = vt;
@@ -103,7 +145,7 @@ static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_
     if (generic) {
         A->raw_row = t->act_from_float ? bs_row_size(vt, n) : un * sizeof(float);
         if (!A->raw_row) return -1;
-        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        A->raw = acts_mem(A, A->raw_row * rows, scratch);
         return 0;
     }
     if (vt == BS_Q8_0 || vt == BS_Q8_1) {
@@ -111,8 +153,7 @@ static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_
         size_t q = rows * un, lanes = rows * (un / 4) * 4, gs = rows * (un / QK) * 4;
         size_t q_al = (q + 63) & ~(size_t)63, l_al = (lanes + 63) & ~(size_t)63;
         size_t g_al = (gs + 63) & ~(size_t)63;
-        uint8_t *m = bs_amalloc(q_al + 2 * l_al + 2 * g_al + 64);
-        A->mem = m;
+        uint8_t *m = acts_mem(A, q_al + 2 * l_al + 2 * g_al + 64, scratch);
         A->qs = (int8_t *)m;
         A->nsum = (int32_t *)(m + q_al);
         A->dl = (float *)(m + q_al + l_al);
@@ -123,12 +164,12 @@ static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_
     if (vt == BS_Q8_K) {
         A->raw_row = bs_row_size(BS_Q8_K, n);
         if (!A->raw_row) return -1;
-        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        A->raw = acts_mem(A, A->raw_row * rows, scratch);
         return 0;
     }
     if (vt == BS_F32 || vt == BS_F16 || vt == BS_BF16) {
         A->raw_row = un * sizeof(float);
-        A->mem = A->raw = bs_amalloc(A->raw_row * rows);
+        A->raw = acts_mem(A, A->raw_row * rows, scratch);
         return 0;
     }
     return -1;
@@ -184,7 +225,7 @@ static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const floa
 int bs_acts_prepare(bs_acts *A, int type, const float *x, int64_t n, int64_t n_rows, int perm,
                     int level) {
     const bs_type_traits *t = bs_type_get(type);
-    if (!t || acts_alloc(A, t, n, n_rows, 0) != 0) return -1;
+    if (!t || acts_alloc(A, t, n, n_rows, 0, false) != 0) return -1;
     if (perm && (A->type != BS_Q8_0 || n % 128)) {
         bs_acts_free(A);
         return -1;
@@ -222,6 +263,8 @@ typedef struct {
     bs_kernel_fn k;
     int64_t n_rows, tile;
     int level;
+    uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
+    size_t qscratch_row;
 } job;
 
 static void job_quantize(void *ctx, int ith, int nth) {
@@ -229,9 +272,8 @@ static void job_quantize(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     bs_pool_split(j->n_rows, 1, ith, nth, &lo, &hi);
     if (lo >= hi) return;
-    uint8_t *scratch = bs_xmalloc(j->A->n / QK * Q8_1_SIZE + 64);
+    uint8_t *scratch = j->qscratch + (size_t)ith * j->qscratch_row;
     for (int64_t r = lo; r < hi; r++) acts_row(j->A, j->t, r, j->x + r * j->A->n, j->level, scratch);
-    free(scratch);
 }
 
 /* Each thread owns a contiguous slice of output rows (so it streams its own part of W). For
@@ -268,7 +310,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     int generic = k == NULL;
     if (generic) k = kernel_generic;
     bs_acts A;
-    if (acts_alloc(&A, t, W->ne0, n_rows, generic) != 0) return -1;
+    if (acts_alloc(&A, t, W->ne0, n_rows, generic, true) != 0) return -1;
     A.perm = perm;
     A.want_gsum = packed;
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
@@ -277,7 +319,10 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     if (j.tile < 16) j.tile = 16;
     /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
     if ((uint64_t)W->row_bytes * (uint64_t)W->ne1 * (uint64_t)n_rows < 64 * 1024) pool = NULL;
-    if (n_rows >= 4 && bs_pool_size(pool) > 1) bs_pool_run(pool, job_quantize, &j);
+    const bool par = n_rows >= 4 && bs_pool_size(pool) > 1;
+    j.qscratch_row = ((size_t)(W->ne0 / QK) * Q8_1_SIZE + 127) & ~(size_t)63;
+    j.qscratch = scratch_get(1, j.qscratch_row * (size_t)(par ? bs_pool_size(pool) : 1));
+    if (par) bs_pool_run(pool, job_quantize, &j);
     else job_quantize(&j, 0, 1);
     bs_pool_run(pool, job_matmul, &j);
     bs_acts_free(&A);

@@ -4,6 +4,7 @@
 
 #include "cpu_features.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -105,6 +106,35 @@ static T512 void scale_avx512(float *y, const float *x, const float *w, float sc
     for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
 
+/* softmax: max, then exp(x - max) summed in double, then scaled; padding lanes are -inf, whose
+ * exp is 0, so a tail goes through the same code as the rest. */
+static T512 void softmax_avx512(float *x, int n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+    const __mmask16 tm = (__mmask16)((1u << (n - i)) - 1);
+    if (i < n) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, tm, x + i));
+    const float max = _mm512_reduce_max_ps(mx);
+    if (max == -INFINITY) { memset(x, 0, (size_t)n * sizeof(float)); return; }
+    const __m512 vm = _mm512_set1_ps(max);
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= n; i += 16) {
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        _mm512_storeu_ps(x + i, e);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    if (i < n) {
+        const __m512 e = _mm512_maskz_mov_ps(tm, exp512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, tm, x + i), vm)));
+        _mm512_mask_storeu_ps(x + i, tm, e);
+        a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+    scale_avx512(x, x, NULL, sum > 0.0 ? (float)(1.0 / sum) : 0.0f, n);
+}
+
 /* ---- AVX2 ----------------------------------------------------------------------------------- */
 
 static T2 INL __m256 exp256(__m256 x) {
@@ -190,6 +220,35 @@ static T2 void scale_avx2(float *y, const float *x, const float *w, float scale,
     for (; i < n; i++) y[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
 
+static T2 void softmax_avx2(float *x, int n) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    float pad[8];
+    const int nt = n % 8, nf = n - nt;
+    for (int l = 0; l < 8; l++) pad[l] = l < nt ? x[nf + l] : -INFINITY;
+    __m256 mx = _mm256_loadu_ps(pad);
+    for (int i = 0; i < nf; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+    float m8[8];
+    _mm256_storeu_ps(m8, mx);
+    float max = m8[0];
+    for (int l = 1; l < 8; l++) max = m8[l] > max ? m8[l] : max;
+    if (max == -INFINITY) { memset(x, 0, (size_t)n * sizeof(float)); return; }
+    const __m256 vm = _mm256_set1_ps(max);
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    for (int i = 0; i < nf + (nt ? 8 : 0); i += 8) {   /* the tail through pad */
+        float *p = i < nf ? x + i : pad;
+        const __m256 v = _mm256_loadu_ps(p);
+        const __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(v, vm)), _mm256_cmp_ps(v, ninf, _CMP_NEQ_OQ));
+        _mm256_storeu_ps(p, e);
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    if (nt) memcpy(x + nf, pad, (size_t)nt * sizeof(float));
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(a0, a1));
+    const double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    scale_avx2(x, x, NULL, sum > 0.0 ? (float)(1.0 / sum) : 0.0f, n);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) {
@@ -216,6 +275,15 @@ bool bs_simd_sumsq(const float *x, int n, double *sum) {
     return true;
 }
 
+bool bs_simd_softmax(float *x, int n) {
+    const int lv = bs_cpu_level();
+    if (n <= 0) return true;
+    if (lv >= BS_CPU_AVX512) softmax_avx512(x, n);
+    else if (lv >= BS_CPU_AVX2) softmax_avx2(x, n);
+    else return false;
+    return true;
+}
+
 bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n) {
     const int lv = bs_cpu_level();
     if (lv >= BS_CPU_AVX512) scale_avx512(y, x, w, scale, n);
@@ -229,6 +297,7 @@ bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n)
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) { (void)dst; (void)x; (void)y; (void)n; return false; }
 bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n) { (void)dst; (void)g; (void)n; return false; }
 bool bs_simd_sumsq(const float *x, int n, double *sum) { (void)x; (void)n; (void)sum; return false; }
+bool bs_simd_softmax(float *x, int n) { (void)x; (void)n; return false; }
 bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n) { (void)y; (void)x; (void)w; (void)scale; (void)n; return false; }
 
 #endif

@@ -18,6 +18,8 @@ bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n);
 bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n);
 /* sum of (float)(x[i]*x[i]) accumulated in double. */
 bool bs_simd_sumsq(const float *x, int n, double *sum);
+/* x = softmax(x) (the max subtracted; exp summed in double; all -inf gives zeros). */
+bool bs_simd_softmax(float *x, int n);
 /* y[i] = (x[i] * scale) * w[i] (w may be NULL: x[i] * scale). */
 bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n);
 

@@ -222,7 +222,8 @@ st_file *st_open(const char *path, int flags) {
         f->base = NULL;
         f->mmapped = false;
     } else if (f->n_tensors) {
-        bs_file_map_willneed(&m);
+        if (flags & ST_OPEN_PREFAULT) bs_file_map_prefault(&m);
+        else bs_file_map_willneed(&m);
     }
     set_data(f);
     return f;

@@ -55,7 +55,7 @@ typedef struct st_file {
     size_t map_len;
 } st_file;
 
-enum { ST_OPEN_NO_MMAP = 1 << 0, ST_OPEN_META_ONLY = 1 << 1 };
+enum { ST_OPEN_NO_MMAP = 1 << 0, ST_OPEN_META_ONLY = 1 << 1, ST_OPEN_PREFAULT = 1 << 2 };
 
 st_file *st_open(const char *path, int flags);
 /* Parse an image held in memory (the buffer must outlive the result). Used by the fuzzer. */

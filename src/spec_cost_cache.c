@@ -3,8 +3,10 @@
  *
  * One line per (target file, drafter file, threads, CPU dispatch level) in
  * $XDG_CACHE_HOME/bitspark/dspark-costs (or ~/.cache/...): the key, then the block size and
- * the cost ratios of bs_spec_depth. Files are identified by path, size and mtime, so a changed
- * model is measured again. BITSPARK_NO_COST_CACHE=1 turns the cache off. */
+ * the cost ratios of bs_spec_depth, and the acceptance the last run ended with and what its
+ * probes cost (written at the end of a run that observed some; the next run starts from them). Files are identified by path,
+ * size and mtime, so a changed model is measured again. BITSPARK_NO_COST_CACHE=1 turns the
+ * cache off. */
 #include "spec_cost_cache.h"
 #include "cpu_features.h"
 #include "util.h"
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #define LINE_MAX_LEN 4096
+#define MIN_OBS_TO_REMEMBER 3   /* acceptance observations before a run's p is worth keeping */
 
 static bool enabled(void) {
     const char *e = getenv("BITSPARK_NO_COST_CACHE");
@@ -78,6 +81,13 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
             if (end == p || !(v[n] >= 0) || v[n] > 1e9) break;
         }
         if (n != want || !(v[0] > 0)) continue;
+        double acc = strtod(p, &end);   /* optional: the last run's acceptance and probe cost */
+        if (end != p && acc >= 0.0 && acc <= 1.0) {
+            bs_depth_seed_p(d, acc);
+            p = end;
+            const double probe = strtod(p, &end);
+            if (end != p && probe > 0 && probe < 1e6) d->probe_r = probe;
+        }
         /* v: verify(1) s, ratios for widths 1..B+1, draft ratio, append ratio, draft ratios for
          * k = 1..B drafts */
         double verify[BS_DEPTH_MAX + 2], draft[BS_DEPTH_MAX + 1];
@@ -108,6 +118,7 @@ void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char 
     for (int w = 1; w <= d->block + 1; w++) fprintf(out, " %.6g", d->verify_r[w]);
     fprintf(out, " %.6g %.6g", d->draft_r, d->append_r);
     for (int k = 1; k <= d->block; k++) fprintf(out, " %.6g", d->draft_kr[k]);
+    if (d->n_obs >= MIN_OBS_TO_REMEMBER || d->p_known) fprintf(out, " %.4f %.4g", d->p, d->probe_r);
     fputc('\n', out);
     if (fclose(out) || rename(tmp, path)) remove(tmp);
 }

@@ -11,10 +11,11 @@
 #define MEAN_OBS 64          /* running mean for the first observations, then an EWMA */
 #define EWMA_P 0.03
 #define EWMA_T 0.2
-#define MIN_OBS_TO_PARK 8      /* also: depth 1 until then (the cheapest way to learn p) */
+#define MIN_OBS_TO_PARK 8    /* also: depth 1 until then (the cheapest way to learn p)... */
+#define MIN_OBS_ALL_MISSED 3 /* ...unless this many drafts in a row, from the start, all missed */
 #define PROBE_BUDGET 0.01    /* probes may cost this fraction of plain decoding */
 #define PROBE_MIN 8
-#define PROBE_MAX 256        /* the interval set from costs... */
+#define PROBE_MAX 1024       /* the interval set from costs... */
 #define PROBE_BACKOFF_MAX 2048   /* ...doubled after each probe that got nothing accepted */
 
 void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
@@ -27,6 +28,12 @@ void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
     for (int w = 1; w <= d->block + 1; w++) d->verify_r[w] = 1.0 + 0.1 * (w - 1);
     d->draft_r = 0.3;
     for (int k = 0; k <= d->block; k++) d->draft_kr[k] = d->draft_r;
+}
+
+void bs_depth_seed_p(bs_spec_depth *d, double p) {
+    if (!(p >= 0.0 && p <= 1.0)) return;
+    d->p = p;
+    d->p_known = true;
 }
 
 void bs_depth_calibrate(bs_spec_depth *d, const double *verify_s, double draft_s, double append_s) {
@@ -56,6 +63,13 @@ void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec) {
 
 static void set_probe_interval(bs_spec_depth *d);
 
+void bs_depth_observe_probe(bs_spec_depth *d, double extra_s) {
+    if (!(d->verify1_s > 0) || !(extra_s > 0)) return;
+    const double r = extra_s / d->verify1_s;   /* the first probe also pays first-touch costs: damp it */
+    d->probe_r = d->probe_r > 0 ? d->probe_r + 0.5 * (r - d->probe_r) : 0.5 * r;
+    set_probe_interval(d);
+}
+
 static void observe(bs_spec_depth *d, double x) {
     d->n_obs++;
     const double w = d->n_obs <= MEAN_OBS ? 1.0 / (d->n_obs + PRIOR_N) : EWMA_P;
@@ -63,6 +77,7 @@ static void observe(bs_spec_depth *d, double x) {
 }
 
 void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf) {
+    d->n_acc += n;
     for (int i = 0; i < n; i++) observe(d, 1.0);
     if (n < k) observe(d, 0.0);
     if (d->parked && k > 0) {   /* a probe: back off while they fail, base interval when not */
@@ -84,11 +99,13 @@ double bs_depth_rate(const bs_spec_depth *d, int c, double p) {
     return e / (d->draft_kr[BS_MIN(c, d->block)] + d->verify_r[c + 1] + d->append_r * e);
 }
 
-/* Probes cost a drafter round (with up to PARK_WINDOW context rows to catch up, about as much
- * again) and a wider verify: every probe_every rounds keeps that near PROBE_BUDGET of plain
- * speed, and failed probes double the interval. */
+/* Probes cost a drafter round, up to BS_PARK_WINDOW context rows to catch up and a wider verify, or what probes were measured to cost beyond a plain step, if more
+ * (caches gone cold while parked): every probe_every rounds keeps that near PROBE_BUDGET of
+ * plain speed, and failed probes double the interval. */
 static void set_probe_interval(bs_spec_depth *d) {
-    const double plain = 1.0 + d->append_r, extra = 2.0 * d->draft_kr[1] + d->verify_r[2] - 1.0;
+    const double plain = 1.0 + d->append_r;
+    const double model = d->draft_kr[1] + d->verify_r[2] - 1.0 + BS_PARK_WINDOW * d->append_r;
+    const double extra = BS_MAX(model, d->probe_r);
     const double n = ceil(extra / (PROBE_BUDGET * plain));
     const int base = (int)BS_MAX(PROBE_MIN, BS_MIN(PROBE_MAX, n));
     d->probe_every = (int)BS_MIN((long)PROBE_BACKOFF_MAX, (long)base << d->backoff);
@@ -110,7 +127,9 @@ int bs_depth_choose(bs_spec_depth *d, int k_max) {
         const double r = bs_depth_rate(d, c, d->p);
         if (r > best_rate * 1.01) { best = c; best_rate = r; }   /* deeper only if clearly better */
     }
-    if (d->n_obs < MIN_OBS_TO_PARK) return d->last = 1;
+    /* a drafter that has not had one draft accepted yet is not worth 8 rounds of learning */
+    if (!d->p_known && d->n_obs < MIN_OBS_TO_PARK && (d->n_acc > 0 || d->n_obs < MIN_OBS_ALL_MISSED))
+        return d->last = 1;
     if (bs_depth_rate(d, 0, d->p) < best_rate) {
         d->parked = false;
         return d->last = best;

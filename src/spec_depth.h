@@ -10,7 +10,8 @@
  * runs) and kept as ratios to verify(1): the machine's load scales every part alike, so the
  * decision does not flip with it. p is the per-token conditional acceptance observed so far
  * (each accepted draft counts 1, the first rejected one 0, a fully accepted round says nothing
- * more); until a few are in, rounds draft 1 token. When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
+ * more); until a few are in, rounds draft 1 token (three misses in a row from the start
+ * are enough to park), unless p is known from an earlier run of the same pair. When C = 0 wins, drafting parks: plain steps, with a 1-draft probe every `probe_every`
  * rounds to keep p current; the interval is chosen so probes cost at most ~1% of plain speed,
  * and doubles after each probe with nothing accepted (up to 2048 rounds); while parked a round's
  * decision costs O(1).
@@ -24,6 +25,7 @@
 
 #define BS_DRAFT_AUTO (-1)
 #define BS_DEPTH_MAX 64
+#define BS_PARK_WINDOW 32   /* parked: tap rows kept back for the next probe; older ones are skipped */
 
 typedef struct bs_spec_depth {
     int block;                         /* drafts a round can have at most */
@@ -35,6 +37,9 @@ typedef struct bs_spec_depth {
     double verify1_s;                  /* measured verify(1) in seconds (EWMA of all widths) */
     double p;                          /* per-token conditional acceptance */
     long n_obs;                        /* acceptance observations */
+    long n_acc;                        /* drafts accepted so far */
+    bool p_known;                      /* p was seeded from an earlier run of this pair */
+    double probe_r;                    /* measured extra cost of a probe round / verify(1) */
     double conf_sum, acc_sum;          /* for calibrating the confidence head: mean conf vs accepted */
     bool parked, recheck;
     int since_probe, probe_every;
@@ -57,6 +62,11 @@ void bs_depth_calibrate_draft(bs_spec_depth *d, const double *draft_s);
 void bs_depth_observe_verify(bs_spec_depth *d, int w, double sec);
 /* k drafts verified, n accepted; conf (may be NULL): their confidence scores. */
 void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf);
+/* Seed p with the acceptance an earlier run of the same pair ended with: no depth-1 learning
+ * rounds, and a pair known not to pay starts parked (probes still check it). */
+void bs_depth_seed_p(bs_spec_depth *d, double p);
+/* A probe round (a drafted round while parked) cost extra_s seconds more than a plain step. */
+void bs_depth_observe_probe(bs_spec_depth *d, double extra_s);
 /* Auto only: how many of k drafts with confidences conf to verify (1..k). */
 int bs_depth_trim(bs_spec_depth *d, const float *conf, int k);
 /* One line saying what the controller decided and why (for --verbose). */

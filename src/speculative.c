@@ -10,7 +10,6 @@
 #include <string.h>
 
 #define PROMPT_CHUNK 64      /* prompt rows evaluated (and their taps held) at once */
-#define PARK_WINDOW 64       /* parked: tap rows kept back for the next probe; older ones are skipped */
 
 struct bs_spec {
     bs_session *s;
@@ -29,7 +28,7 @@ struct bs_spec {
     float conf[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
     double append_row_s;         /* best seen time to feed one tap row */
-    float *pend;                 /* [2 * PARK_WINDOW][row] tap rows kept back while parked */
+    float *pend;                 /* [2 * BS_PARK_WINDOW][row] tap rows kept back while parked */
     int n_pend;                  /* rows in pend, the positions right before n_past */
     int n_skip;                  /* positions before those that the drafter will get no row for */
     bs_spec_draft_fn hook;
@@ -110,7 +109,7 @@ static int append_rows(bs_spec *sp, const float *rows, int n) {
 }
 
 /* Parked decoding must cost what plain decoding costs. So while parked the drafter gets nothing
- * per step: the tap rows are kept back, and only the last PARK_WINDOW of them reach it, in one
+ * per step: the tap rows are kept back, and only the last BS_PARK_WINDOW of them reach it, in one
  * batch, when it next runs (a probe, or drafting again); positions older than that become a gap
  * in its context (bs_dspark_ctx_skip). Drafts near a gap may be a little worse; the output is
  * the same, since every draft is verified. */
@@ -124,10 +123,10 @@ static int flush(bs_spec *sp) {
 /* Feed the tap rows of the positions just kept (in sp->taps) to the drafter, or keep them back. */
 static int feed(bs_spec *sp, int n, bool defer) {
     if (!sp->dc || !sp->drafting || n <= 0) return 0;
-    if (!defer || n > PARK_WINDOW) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
-    if (!sp->pend) sp->pend = bs_xmalloc((size_t)2 * PARK_WINDOW * sp->row * sizeof(float));
-    if (sp->n_pend + n > 2 * PARK_WINDOW) {   /* keep the newest rows; amortized one copy per row */
-        const int drop = sp->n_pend - (PARK_WINDOW - n);
+    if (!defer || n > BS_PARK_WINDOW) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
+    if (!sp->pend) sp->pend = bs_xmalloc((size_t)2 * BS_PARK_WINDOW * sp->row * sizeof(float));
+    if (sp->n_pend + n > 2 * BS_PARK_WINDOW) {   /* keep the newest rows; amortized one copy per row */
+        const int drop = sp->n_pend - (BS_PARK_WINDOW - n);
         memmove(sp->pend, sp->pend + (size_t)drop * sp->row, (size_t)(sp->n_pend - drop) * sp->row * sizeof(float));
         sp->n_pend -= drop;
         sp->n_skip += drop;
@@ -256,6 +255,7 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     const bool can_draft = sp->hook || (sp->dc && sp->drafting);
     const int k_max = can_draft ? BS_MIN(BS_MIN(sp->B, max_new - 1), sp->s->n_ctx - s - 1) : 0;
     int k = bs_depth_choose(&sp->depth, k_max);
+    const bool probe = k > 0 && sp->depth.parked;
     const float T = bs_sampler_get_params(smp)->temp;
     const bool sampling = T > 0.0f;
 
@@ -280,6 +280,7 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     if (s + m < s + k + 1 && bs_session_rollback(sp->s, s + m)) return bs_error_prefix("rollback: ");
     double t4 = bs_time();
     if (feed(sp, m, k == 0 && sp->depth.parked)) return -1;
+    if (probe) bs_depth_observe_probe(&sp->depth, bs_time() - t0 - sp->depth.verify1_s);
     if (k > 0) bs_depth_observe_accept(&sp->depth, k, n_acc, sp->hook ? NULL : sp->conf);
 
     sp->st.n_rounds++;

@@ -11,10 +11,12 @@
 #include "qwen35.h"
 #include "sampler.h"
 #include "session.h"
+#include "spec_cost_cache.h"
 #include "spec_depth.h"
 #include "speculative.h"
 #include "util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +36,10 @@ static void test_controller(void) {
             bs_depth_observe_accept(&d, k, 0, NULL);
         }
     }
-    /* 8 rounds to learn p, then probes at intervals base, 2 base, 4 base, ... up to 2048 */
+    /* 3 missed rounds from the start are enough to park, then probes at intervals base, 2 base,
+     * 4 base, ... up to 2048 */
     CHECK(d.parked);
-    CHECKF(drafted <= 8 + 14, "%ld drafting rounds in %d", drafted, N);
+    CHECKF(drafted <= 3 + 14, "%ld drafting rounds in %d", drafted, N);
     CHECKF(d.probe_every == 2048, "probe interval %d after failed probes", d.probe_every);
     /* the drafter turns good: the next probe succeeds, the interval drops back to its base,
      * and a few more successful probes bring drafting back, then deeper */
@@ -49,6 +52,56 @@ static void test_controller(void) {
     }
     CHECKF(resumed >= 0 && resumed <= 2048 + 1500, "drafting resumed after %d rounds", resumed);
     CHECKF(deepest >= 2, "deepest %d", deepest);
+}
+
+/* A drafter that is accepted sometimes is given its 8 learning rounds at depth 1, not parked
+ * after 3; p seeded from an earlier run skips learning both ways; the cost cache keeps p and
+ * the probe cost for the next run of the pair. */
+static void test_learning_and_seed(const char *fx) {
+    const double verify[] = {0, 1e-3, 1.1e-3, 1.2e-3, 1.3e-3, 1.4e-3};
+    bs_spec_depth d;
+    bs_depth_init(&d, 4, BS_DRAFT_AUTO);
+    bs_depth_calibrate(&d, verify, 0.2e-3, 0.01e-3);
+    int k = 0;
+    for (int i = 0; i < 7; i++) {   /* accepted once, then missed */
+        k = bs_depth_choose(&d, 4);
+        CHECK_EQ_INT(k, 1);
+        bs_depth_observe_accept(&d, k, i == 0, NULL);
+    }
+    CHECK(!d.parked);
+
+    bs_depth_init(&d, 4, BS_DRAFT_AUTO);
+    bs_depth_calibrate(&d, verify, 0.2e-3, 0.01e-3);
+    bs_depth_seed_p(&d, 0.02);
+    CHECK_EQ_INT(bs_depth_choose(&d, 4), 0);   /* parked from the first round */
+    CHECK(d.parked);
+    bs_depth_init(&d, 4, BS_DRAFT_AUTO);
+    bs_depth_calibrate(&d, verify, 0.2e-3, 0.01e-3);
+    bs_depth_seed_p(&d, 0.9);
+    CHECKF(bs_depth_choose(&d, 4) >= 2, "seeded p = 0.9 drafts deep at once (depth %d)", d.last);
+
+    /* the cache: a run that parked leaves its p and probe cost to the next one */
+    const char *tmp = getenv("BS_TMP");
+    char dir[1024], tpath[1024], dpath[1024];
+    snprintf(dir, sizeof dir, "%s/spec_park_cache", tmp ? tmp : "/tmp");
+    snprintf(tpath, sizeof tpath, "%s/tiny-q1_0.gguf", fx);
+    snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx);
+    setenv("XDG_CACHE_HOME", dir, 1);
+    unsetenv("BITSPARK_NO_COST_CACHE");
+    bs_spec_depth a, b;
+    bs_depth_init(&a, 4, BS_DRAFT_AUTO);
+    bs_depth_calibrate(&a, verify, 0.2e-3, 0.01e-3);
+    for (int i = 0; i < 3; i++) bs_depth_observe_accept(&a, bs_depth_choose(&a, 4), 0, NULL);
+    bs_depth_observe_probe(&a, 30e-3);
+    bs_cost_cache_store(&a, tpath, dpath, 3);
+    bs_depth_init(&b, 4, BS_DRAFT_AUTO);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3), 1);
+    CHECKF(b.p_known && fabs(b.p - a.p) < 1e-3, "cached p %.4f (run ended at %.4f)", b.p, a.p);
+    CHECKF(fabs(b.probe_r - a.probe_r) < 1e-3 * a.probe_r, "cached probe cost %g (measured %g)", b.probe_r, a.probe_r);
+    CHECK_EQ_INT(bs_depth_choose(&b, 4), 0);
+    CHECKF(b.probe_every == 1024, "probe interval %d from the cached probe cost", b.probe_every);
+    bs_depth_init(&b, 4, BS_DRAFT_AUTO);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 2), 0);   /* another thread count: not this entry */
 }
 
 static float *random_rows(int n, size_t row, uint64_t seed) {
@@ -156,8 +209,8 @@ static void test_end_to_end(const char *fx, bool asan) {
     CHECK_EQ_INT(greedy(m, NULL, prompt, 8, n, a, NULL), 0);
     CHECK_EQ_INT(greedy(m, d, prompt, 8, n, b, &st), 0);
     CHECKF(!memcmp(a, b, (size_t)n * sizeof *a), "speculative greedy with parking differs from plain");
-    /* 8 rounds to learn p, then probes: base interval (>= 8) doubling per failed probe */
-    CHECKF(st.n_draft_rounds <= 8 + 8, "%ld drafting rounds in %d tokens", st.n_draft_rounds, n);
+    /* 3 rounds to see nothing is accepted, then probes: base interval doubling per failed one */
+    CHECKF(st.n_draft_rounds <= 3 + 4, "%ld drafting rounds in %d tokens", st.n_draft_rounds, n);
     CHECKF(st.n_rounds >= n - 40, "%ld rounds for %d tokens", st.n_rounds, n);
     free(a);
     free(b);
@@ -176,6 +229,7 @@ int main(void) {
 #endif
 #endif
     test_controller();
+    test_learning_and_seed(fx);
     test_gap(fx);
     test_end_to_end(fx, asan);
     return test_summary("test_spec_park");

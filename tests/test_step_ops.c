@@ -96,6 +96,38 @@ static void check_rmsnorm(void) {
     }
 }
 
+/* softmax against double, with -inf entries (masked logits), one all--inf row, awkward lengths
+ * (tails of every size), and a row copied into a longer one keeping its bits where it is. */
+static void check_softmax(void) {
+    for (int n = 1; n <= 70; n += (n < 20 ? 1 : 7)) {
+        float x[80], y[80];
+        for (int i = 0; i < n; i++) x[i] = i % 5 == 3 ? -INFINITY : frand(-40, 40);
+        if (n % 5 == 4) x[0] = 3.0f;   /* at least one finite value */
+        memcpy(y, x, sizeof x);
+        double mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n; i++) mx = fmax(mx, x[i]);
+        for (int i = 0; i < n; i++) sum += x[i] == -INFINITY ? 0.0 : exp((double)x[i] - mx);
+        bs_softmax(y, n);
+        double worst = 0, total = 0;
+        for (int i = 0; i < n; i++) {
+            const double ref = mx == -INFINITY || x[i] == -INFINITY ? 0.0 : exp((double)x[i] - mx) / sum;
+            /* x - max is rounded in float: exp inherits |x - max| * 2^-24 of relative error */
+            const double tol = 1e-6 + (mx - x[i]) * 6e-8;
+            if (ref > 1e-30) worst = fmax(worst, fabs(y[i] - ref) / ref / tol);
+            CHECKF(x[i] != -INFINITY || y[i] == 0.0f, "softmax n=%d: -inf gave %g", n, y[i]);
+            total += y[i];
+        }
+        CHECKF(worst < 1.0, "softmax n=%d worst error %g of its bound", n, worst);
+        CHECKF(mx == -INFINITY || fabs(total - 1.0) < 1e-5, "softmax n=%d sums to %.9f", n, total);
+    }
+    float z[13];
+    for (int i = 0; i < 13; i++) z[i] = -INFINITY;
+    bs_softmax(z, 13);
+    int zeros = 0;
+    for (int i = 0; i < 13; i++) zeros += z[i] == 0.0f;
+    CHECK_EQ_INT(zeros, 13);
+}
+
 /* Double-precision gated delta rule for one head (qwen35-arch.md §2.5). */
 static void gdn_ref(double *S, const float *q, const float *k, const float *v, float g, float beta,
                     float scale, double *o, int dk, int dv) {
@@ -226,6 +258,7 @@ int main(void) {
         bs_cpu_set_level(lv);
         check_elementwise();
         check_rmsnorm();
+        check_softmax();
         check_gdn(128, 128, 5);
         check_gdn(16, 24, 3);
         check_gdn(48, 8, 8);
