@@ -321,7 +321,14 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
     float *yy = y + a0 * ldy;
     switch (na) {
     X16_CASE(1) X16_CASE(2) X16_CASE(3) X16_CASE(4) X16_CASE(5) X16_CASE(6) X16_CASE(7)
-    default: for (int64_t o = o0; o < o1; o += 16) tile_x16(pk + (size_t)(o / 16) * gbytes, A, a0, yy + o, ldy, 8); break;
+    default:   /* 8 rows as 4 + 4 tiles: ~8% faster than one 8-row tile, whose working set
+                * outgrows the registers; a row's operations are the same in any tile */
+        for (int64_t o = o0; o < o1; o += 16) {
+            const uint8_t *g = pk + (size_t)(o / 16) * gbytes;
+            tile_x16(g, A, a0, yy + o, ldy, 4);
+            tile_x16(g, A, a0 + 4, yy + 4 * ldy + o, ldy, 4);
+        }
+        break;
     }
 }
 
