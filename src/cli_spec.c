@@ -25,7 +25,11 @@ void cli_spec_help(void) {
            "  --draft-max N|auto      drafts verified per round, 0..block size (auto)\n"
            "  --draft-share-embeddings  use the target's token_embd / output for the drafter\n"
            "                          even where they differ (identical ones are always shared)\n"
-           "  --draft-no-conf         auto depth without the confidence-head trim\n");
+           "  --draft-no-conf         auto depth without the confidence-head trim\n"
+           "  auto measures the cost of each verify width and drafter block once per machine,\n"
+           "  model pair and thread count, and keeps them with the acceptance and probe cost\n"
+           "  the last run ended with in $XDG_CACHE_HOME/bitspark/dspark-costs (or\n"
+           "  ~/.cache/...); BITSPARK_NO_COST_CACHE=1 measures afresh and keeps nothing.\n");
 }
 
 int cli_spec_parse(cli_spec_opts *o, int argc, char **argv, int *i) {
@@ -140,7 +144,7 @@ int cli_spec_prepare(cli_gen *g, int32_t token) {
         log_depth(c, "costs from the cache");
         return 0;
     }
-    if (bs_spec_calibrate(c->sp, token)) return -1;
+    if (bs_spec_calibrate_upto(c->sp, token, 1)) return -1;   /* deeper ones when first wanted */
     bs_cost_cache_store(bs_spec_get_depth(c->sp), tp, c->o.drafter, nt);
     log_depth(c, "measured");
     return 0;

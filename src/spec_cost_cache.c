@@ -3,8 +3,9 @@
  *
  * One line per (target file, drafter file, threads, CPU dispatch level) in
  * $XDG_CACHE_HOME/bitspark/dspark-costs (or ~/.cache/...): the key, then the block size and
- * the cost ratios of bs_spec_depth, and the acceptance the last run ended with and what its
- * probes cost (written at the end of a run that observed some; the next run starts from them). Files are identified by path,
+ * the cost ratios of bs_spec_depth, how many drafts those cover (deeper ones are measured when
+ * a run first wants them), and the acceptance the last run ended with (once it observed a few)
+ * and what its probes cost: the next run starts from them. Files are identified by path,
  * size and mtime, so a changed model is measured again. BITSPARK_NO_COST_CACHE=1 turns the
  * cache off. */
 #include "spec_cost_cache.h"
@@ -55,7 +56,7 @@ static void make_key(char *key, size_t cap, const char *target, const char *draf
     char a[1024], b[1024];
     file_id(a, sizeof a, target);
     file_id(b, sizeof b, drafter);
-    snprintf(key, cap, "%s|%s|t%d|%s|v2", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()));
+    snprintf(key, cap, "%s|%s|t%d|%s|v3", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()));
     for (char *p = key; *p; p++)
         if (*p == '\t' || *p == '\n') *p = ' ';
 }
@@ -81,13 +82,15 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
             if (end == p || !(v[n] >= 0) || v[n] > 1e9) break;
         }
         if (n != want || !(v[0] > 0)) continue;
-        double acc = strtod(p, &end);   /* optional: the last run's acceptance and probe cost */
-        if (end != p && acc >= 0.0 && acc <= 1.0) {
-            bs_depth_seed_p(d, acc);
-            p = end;
-            const double probe = strtod(p, &end);
-            if (end != p && probe > 0 && probe < 1e6) d->probe_r = probe;
-        }
+        /* then: drafts measured, the last run's acceptance (-1: none) and probe cost */
+        const long mk = strtol(p, &end, 10);
+        if (end == p || mk < 1 || mk > d->block) continue;
+        p = end;
+        const double acc = strtod(p, &end);
+        if (end == p) continue;
+        p = end;
+        const double probe = strtod(p, &end);
+        if (end == p || !(probe >= 0 && probe < 1e6)) continue;
         /* v: verify(1) s, ratios for widths 1..B+1, draft ratio, append ratio, draft ratios for
          * k = 1..B drafts */
         double verify[BS_DEPTH_MAX + 2], draft[BS_DEPTH_MAX + 1];
@@ -95,6 +98,9 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
         bs_depth_calibrate(d, verify, v[d->block + 2] * v[0], v[d->block + 3] * v[0]);
         for (int k = 1; k <= d->block; k++) draft[k] = v[d->block + 3 + k] * v[0];
         bs_depth_calibrate_draft(d, draft);
+        d->measured_k = (int)mk;
+        if (acc >= 0.0 && acc <= 1.0) bs_depth_seed_p(d, acc);
+        d->probe_r = probe;
         found = 1;
     }
     fclose(f);
@@ -118,7 +124,8 @@ void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char 
     for (int w = 1; w <= d->block + 1; w++) fprintf(out, " %.6g", d->verify_r[w]);
     fprintf(out, " %.6g %.6g", d->draft_r, d->append_r);
     for (int k = 1; k <= d->block; k++) fprintf(out, " %.6g", d->draft_kr[k]);
-    if (d->n_obs >= MIN_OBS_TO_REMEMBER || d->p_known) fprintf(out, " %.4f %.4g", d->p, d->probe_r);
+    const bool p_ok = d->n_obs >= MIN_OBS_TO_REMEMBER || d->p_known;
+    fprintf(out, " %d %.4f %.4g", d->measured_k, p_ok ? d->p : -1.0, d->probe_r);
     fputc('\n', out);
     if (fclose(out) || rename(tmp, path)) remove(tmp);
 }

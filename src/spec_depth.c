@@ -24,6 +24,7 @@ void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
     d->fixed = fixed;
     d->p = PRIOR_P;
     d->probe_every = PROBE_MIN;
+    d->measured_k = d->block;          /* nothing to measure later unless calibrated partly */
     /* until measured: +10% per verified row, a drafter round at 30% of a step */
     for (int w = 1; w <= d->block + 1; w++) d->verify_r[w] = 1.0 + 0.1 * (w - 1);
     d->draft_r = 0.3;
@@ -172,6 +173,8 @@ void bs_depth_describe(const bs_spec_depth *d, char *buf, int cap) {
                      d->verify1_s * 1e3, d->calibrated ? "" : " (not measured)", d->draft_kr[1], d->draft_r, d->append_r);
     for (int w = 1; w <= d->block + 1 && n > 0 && n < cap; w++)
         n += snprintf(buf + n, (size_t)(cap - n), " %d:%.2f", w, d->verify_r[w]);
+    if (d->calibrated && d->measured_k < d->block && n > 0 && n < cap)
+        n += snprintf(buf + n, (size_t)(cap - n), " (above width %d extrapolated)", d->measured_k + 1);
     if (d->fixed >= 0 || n <= 0 || n >= cap) return;
     n += snprintf(buf + n, (size_t)(cap - n), "; speed vs plain at depth 1..%d:", d->block);
     for (int c = 1; c <= d->block && n > 0 && n < cap; c++)

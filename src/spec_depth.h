@@ -31,6 +31,7 @@ typedef struct bs_spec_depth {
     int block;                         /* drafts a round can have at most */
     int fixed;                         /* >= 0: fixed depth; BS_DRAFT_AUTO */
     bool calibrated;
+    int measured_k;                    /* costs of rounds up to this many drafts are measured */
     double verify_r[BS_DEPTH_MAX + 2]; /* verify(w) / verify(1), index w */
     double draft_r, append_r;          /* drafter round (full block), one tap row: / verify(1) */
     double draft_kr[BS_DEPTH_MAX + 1]; /* drafter round for k drafts (a block of k slots), index k */

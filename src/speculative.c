@@ -255,6 +255,11 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     const bool can_draft = sp->hook || (sp->dc && sp->drafting);
     const int k_max = can_draft ? BS_MIN(BS_MIN(sp->B, max_new - 1), sp->s->n_ctx - s - 1) : 0;
     int k = bs_depth_choose(&sp->depth, k_max);
+    if (k > sp->depth.measured_k && sp->depth.calibrated && !sp->hook) {
+        /* deeper drafts look worth it for the first time: measure what they cost */
+        if (bs_spec_calibrate_upto(sp, anchor, sp->B)) return bs_error_prefix("measuring draft costs: ");
+        k = bs_depth_choose(&sp->depth, k_max);
+    }
     const bool probe = k > 0 && sp->depth.parked;
     const float T = bs_sampler_get_params(smp)->temp;
     const bool sampling = T > 0.0f;
@@ -295,28 +300,42 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
 }
 
 #define CALIB_REPS 3
+#define CALIB_SLOW_S 0.02   /* a width-1 eval this slow (a big model): one measured run per width */
 
-int bs_spec_calibrate(bs_spec *sp, int32_t token) {
+/* Time bs_eval at widths 1..nw (interleaved, best of the runs after a warm-up: load spikes hit
+ * one run, not a width) into best[1..nw]; rolled back each time. Returns the reps used. */
+static int time_widths(bs_spec *sp, const int32_t *ids, int nw, double *best) {
     const int s = bs_session_n_past(sp->s);
-    if (s < 1 || s + sp->B + 1 > sp->s->n_ctx) return 0;   /* nothing to measure against */
-    int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
-    double best[BS_DEPTH_MAX + 2], dk[BS_DEPTH_MAX + 1], draft = 0;
-    for (int i = 0; i <= sp->B; i++) ids[i] = token;
-    for (int w = 1; w <= sp->B + 1; w++) best[w] = 1e30;
-    /* widths interleaved, best of the runs after a warm-up: load spikes hit one run, not a width */
-    for (int rep = 0; rep <= CALIB_REPS; rep++)
-        for (int w = 1; w <= sp->B + 1; w++) {
+    int reps = CALIB_REPS;
+    for (int w = 1; w <= nw; w++) best[w] = 1e30;
+    for (int rep = 0; rep <= reps; rep++)
+        for (int w = 1; w <= nw; w++) {
             double t0 = bs_time();
             if (bs_eval(sp->s, ids, w, BS_LOGITS_ALL, sp->logits, sp->dc ? sp->taps : NULL)) return -1;
             double dt = bs_time() - t0;
             if (bs_session_rollback(sp->s, s)) return -1;
             if (rep) best[w] = BS_MIN(best[w], dt);
+            else if (w == 1 && dt > CALIB_SLOW_S) reps = 1;
         }
+    return reps;
+}
+
+int bs_spec_calibrate_upto(bs_spec *sp, int32_t token, int max_k) {
+    const int s = bs_session_n_past(sp->s);
+    max_k = BS_MAX(1, BS_MIN(max_k, sp->B));
+    if (s < 1 || s + sp->B + 1 > sp->s->n_ctx) return 0;   /* nothing to measure against */
+    int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
+    double best[BS_DEPTH_MAX + 2], dk[BS_DEPTH_MAX + 1], draft = 0;
+    for (int i = 0; i <= sp->B; i++) ids[i] = token;
+    const int reps = time_widths(sp, ids, max_k + 1, best);
+    if (reps < 0) return -1;
+    for (int w = max_k + 2; w <= sp->B + 1; w++)   /* not measured yet: linear, from the last two */
+        best[w] = best[w - 1] + (best[max_k + 1] - best[max_k]);
     if (sp->dc && sp->drafting && !flush(sp) && bs_dspark_ctx_len(sp->dc) == s) {
         /* feeding rows: B+1 at a time as rounds do (the prompt's first append also paid for
          * growing the cache, so it overstates the cost) */
         double app = 1e30;
-        for (int rep = 0; rep <= CALIB_REPS; rep++) {
+        for (int rep = 0; rep <= reps; rep++) {
             double t0 = bs_time();
             if (bs_dspark_ctx_append(sp->dc, sp->taps, sp->B + 1)) return -1;
             if (rep) app = BS_MIN(app, (bs_time() - t0) / (sp->B + 1));
@@ -324,16 +343,20 @@ int bs_spec_calibrate(bs_spec *sp, int32_t token) {
         }
         sp->append_row_s = app;
         for (int k = 1; k <= sp->B; k++) dk[k] = 1e30;
-        for (int rep = 0; rep <= CALIB_REPS; rep++)
-            for (int k = 1; k <= sp->B; k++) {
+        for (int rep = 0; rep <= reps; rep++)
+            for (int k = 1; k <= max_k; k++) {
                 double t0 = bs_time();
                 if (bs_dspark_block_n(sp->dc, token, s, k)) return -1;
                 draft_greedy(sp, token, k);
                 if (rep) dk[k] = BS_MIN(dk[k], bs_time() - t0);
             }
+        for (int k = max_k + 1; k <= sp->B; k++) dk[k] = dk[max_k];   /* optimistic until measured */
         draft = dk[sp->B];
     }
     bs_depth_calibrate(&sp->depth, best, draft, sp->append_row_s);
     if (draft > 0) bs_depth_calibrate_draft(&sp->depth, dk);
+    sp->depth.measured_k = max_k;
     return 0;
 }
+
+int bs_spec_calibrate(bs_spec *sp, int32_t token) { return bs_spec_calibrate_upto(sp, token, sp->B); }

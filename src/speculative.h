@@ -82,5 +82,8 @@ bs_spec_depth *bs_spec_depth_mut(bs_spec *sp);
 /* Measure verify costs per width and the drafter's cost at the current position (rolled back
  * afterwards, so nothing changes) and seed the depth controller with them. */
 int bs_spec_calibrate(bs_spec *sp, int32_t token);
+/* The same for rounds of up to max_k drafts only (widths 1..max_k+1); deeper costs are
+ * extrapolated until a round first wants more drafts, which measures the rest then. */
+int bs_spec_calibrate_upto(bs_spec *sp, int32_t token, int max_k);
 
 #endif

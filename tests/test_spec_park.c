@@ -4,8 +4,11 @@
  *     long generation drafts in only a handful of rounds; once probes succeed it drafts again;
  *   - the drafter context with a gap (bs_dspark_ctx_skip, what parking leaves): crop and append
  *     across it give bit-identical block outputs to building the same rows directly;
+ *   - a drafter accepted now and then gets its learning rounds; p seeded from an earlier run
+ *     (the cost cache keeps it, with the probe cost) parks or drafts deep from the first round;
  *   - end to end on the tiny fixture pair (random drafter): greedy output identical to plain
- *     decoding, with only a few drafted rounds. */
+ *     decoding, with only a few drafted rounds; costs measured for depth 1 only are completed
+ *     by the first round that wants more drafts. */
 #include "test.h"
 #include "dspark.h"
 #include "qwen35.h"
@@ -150,7 +153,12 @@ static void test_gap(const char *fx) {
     bs_dspark_free(d);
 }
 
-static int greedy(bs_model *m, bs_dspark *d, const int32_t *prompt, int np, int n, int32_t *out, bs_spec_stats *st) {
+/* How a speculative run is set up: drafts measured at the start (0: all), a seeded acceptance
+ * (< 0: none); the controller's state at the end is copied to *depth when given. */
+typedef struct { int calib_k; double seed_p; bs_spec_depth *depth; } run_opts;
+
+static int greedy(bs_model *m, bs_dspark *d, const int32_t *prompt, int np, int n, int32_t *out, bs_spec_stats *st,
+                  const run_opts *o) {
     bs_session_params spp = {.n_threads = 1, .n_ctx = 4096};
     bs_session *s = bs_session_new(m, &spp);
     bs_sampler_params p = bs_sampler_default_params();
@@ -170,7 +178,8 @@ static int greedy(bs_model *m, bs_dspark *d, const int32_t *prompt, int np, int 
     if (!rc) {
         out[got] = bs_sampler_sample(smp, logits);
         bs_sampler_accept(smp, out[got++]);
-        if (sp) rc = bs_spec_calibrate(sp, out[0]);
+        if (sp) rc = o && o->calib_k ? bs_spec_calibrate_upto(sp, out[0], o->calib_k) : bs_spec_calibrate(sp, out[0]);
+        if (sp && o && o->seed_p >= 0) bs_depth_seed_p(bs_spec_depth_mut(sp), o->seed_p);
     }
     int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
     while (!rc && got < n) {
@@ -186,6 +195,7 @@ static int greedy(bs_model *m, bs_dspark *d, const int32_t *prompt, int np, int 
         }
     }
     if (sp && st) *st = *bs_spec_get_stats(sp);
+    if (sp && o && o->depth) *o->depth = *bs_spec_get_depth(sp);
     bs_spec_free(sp);
     free(logits);
     bs_sampler_free(smp);
@@ -206,12 +216,26 @@ static void test_end_to_end(const char *fx, bool asan) {
     int32_t *a = bs_xmalloc((size_t)n * sizeof *a), *b = bs_xmalloc((size_t)n * sizeof *b);
     bs_spec_stats st;
     memset(&st, 0, sizeof st);
-    CHECK_EQ_INT(greedy(m, NULL, prompt, 8, n, a, NULL), 0);
-    CHECK_EQ_INT(greedy(m, d, prompt, 8, n, b, &st), 0);
+    CHECK_EQ_INT(greedy(m, NULL, prompt, 8, n, a, NULL, NULL), 0);
+    CHECK_EQ_INT(greedy(m, d, prompt, 8, n, b, &st, NULL), 0);
     CHECKF(!memcmp(a, b, (size_t)n * sizeof *a), "speculative greedy with parking differs from plain");
     /* 3 rounds to see nothing is accepted, then probes: base interval doubling per failed one */
     CHECKF(st.n_draft_rounds <= 3 + 4, "%ld drafting rounds in %d tokens", st.n_draft_rounds, n);
     CHECKF(st.n_rounds >= n - 40, "%ld rounds for %d tokens", st.n_rounds, n);
+
+    /* measured for depth 1 only, then told drafts are nearly always accepted: the first round
+     * that wants more drafts measures the deeper costs; the output is still plain greedy's */
+    bs_spec_depth dep;
+    run_opts lazy = {.calib_k = 1, .seed_p = 0.97, .depth = &dep};
+    memset(b, 0, (size_t)n * sizeof *b);
+    CHECK_EQ_INT(greedy(m, d, prompt, 8, 200, b, &st, &lazy), 0);
+    CHECKF(!memcmp(a, b, 200 * sizeof *a), "greedy with lazily measured costs differs from plain");
+    CHECKF(dep.measured_k == d->hp.block_size, "costs measured up to %d drafts", dep.measured_k);
+    run_opts lazy_low = {.calib_k = 1, .seed_p = 0.01, .depth = &dep};
+    CHECK_EQ_INT(greedy(m, d, prompt, 8, 200, b, &st, &lazy_low), 0);
+    CHECKF(!memcmp(a, b, 200 * sizeof *a), "greedy after a seeded low acceptance differs from plain");
+    CHECKF(dep.measured_k == 1 && st.n_draft_rounds <= 1, "parked from the start: %d measured, %ld drafted rounds",
+           dep.measured_k, st.n_draft_rounds);
     free(a);
     free(b);
     bs_model_free(m);
