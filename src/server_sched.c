@@ -79,7 +79,8 @@ struct srv_sched {
     pthread_cond_t cv;
     bool quit;
     srv_task **queue;
-    int q_head, q_len, q_cap;
+    int q_head, q_len, q_cap;   /* q_cap: q_limit + a place per slot */
+    int q_limit;                /* requests that may wait for a busy server */
     srv_slot_info *info;       /* guarded by mu, for /slots */
     long tick;
 };
@@ -244,21 +245,24 @@ static void finish(srv_sched *s, slot *sl, int why, const char *err) {
     bs_loop_guard_result lg = {.mode = BS_LOOP_GUARD_OFF};
     if (sl->guard) lg = *bs_loop_guard_result_get(sl->guard);
     pthread_mutex_lock(&t->mu);
+    if (sl->state == SLOT_GEN) t->tm.t_gen_ms = (bs_time() - sl->t0) * 1e3;
+    srv_timings tm = t->tm;
+    pthread_mutex_unlock(&t->mu);
+    if (why != SRV_FINISH_ERROR) {   /* counted before the answer is released: a client that
+                                      * reads /metrics after its answer sees it */
+        srv_metrics_task(s->met, &tm);
+        srv_metrics_loop_guard(s->met, &lg);
+    }
+    pthread_mutex_lock(&t->mu);
     if (len && why != SRV_FINISH_ERROR && !sl->stop_hit) task_add_text(t, text, len);
     t->n_safe = t->len;
     t->n_toks_safe = t->n_toks;
     t->loop_res = lg;
-    if (sl->state == SLOT_GEN) t->tm.t_gen_ms = (bs_time() - sl->t0) * 1e3;
     t->finish = why;
     if (err) snprintf(t->error, sizeof t->error, "%s", err);
     t->done = true;
     pthread_cond_broadcast(&t->cv);
-    srv_timings tm = t->tm;
     pthread_mutex_unlock(&t->mu);
-    if (why != SRV_FINISH_ERROR) {
-        srv_metrics_task(s->met, &tm);
-        srv_metrics_loop_guard(s->met, &lg);
-    }
     srv_task_unref(t);
     bs_loop_guard_free(sl->guard);
     sl->guard = NULL;
@@ -640,6 +644,7 @@ static void *sched_main(void *arg) {
             take[nt] = s->queue[s->q_head];
             into[nt++] = sl;
             sl->task = take[nt - 1];   /* reserved; admit() below sets it up */
+            s->info[sl->id].busy = true;
             s->q_head = (s->q_head + 1) % s->q_cap;
             s->q_len--;
         }
@@ -693,7 +698,8 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->n_vocab = bs_model_n_vocab(m);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    s->q_cap = cfg->queue_max > 0 ? cfg->queue_max : 1;
+    s->q_limit = cfg->queue_max > 0 ? cfg->queue_max : 1;
+    s->q_cap = s->q_limit + cfg->n_slots;
     s->queue = bs_xcalloc((size_t)s->q_cap, sizeof *s->queue);
     s->slots = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->slots);
     s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
@@ -768,10 +774,14 @@ void srv_sched_free(srv_sched *s) {
 
 int srv_sched_submit(srv_sched *s, srv_task *t) {
     pthread_mutex_lock(&s->mu);
-    if (s->q_len == s->q_cap) {
+    /* queued requests an idle slot is about to take are not waiting for a busy server: only
+     * the rest count against the limit (a burst must not be refused while slots are free) */
+    int idle = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) idle += !s->info[i].busy;
+    if (s->q_len - idle >= s->q_limit || s->q_len == s->q_cap) {
         pthread_mutex_unlock(&s->mu);
         return bs_error("the server is busy: all %d slots are working and %d requests are waiting",
-                        s->cfg.n_slots, s->q_cap);
+                        s->cfg.n_slots, s->q_limit);
     }
     srv_task_ref(t);
     s->queue[(s->q_head + s->q_len) % s->q_cap] = t;

@@ -71,7 +71,7 @@ req "GET on a POST endpoint" 405 invalid_request_error "${AUTH[@]}" "$U/v1/chat/
 
 # full queue (a second server: one slot, one place in the queue): two endless streams hold the
 # slot and the queue, a third request gets 503; killing the clients frees the slot
-start_server Q -m "$M" -np 1 -t 1 --ctx 4096 --queue 1
+start_server Q -m "$M" -np 1 -t 1 --ctx 65536 --queue 1   # endless streams must outlast the checks
 endless='{"messages": [{"role": "user", "content": "go"}], "max_tokens": 100000, "ignore_eos": true, "stream": true}'
 pids=()
 for i in 1 2; do
