@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8p
 if [ "$what" = test ]; then
   # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
   pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
+  # the train/ smoke run: PyTorch, the corpus's regex tokenizer and fortune texts, BLAS
+  pkgs+=(python3-torch python3-regex fortunes libopenblas0-pthread)
   # server tests: the openai / playwright-core npm clients (tests/node) and headless chromium
   pkgs+=(curl chromium)
   # Node.js + npm: Debian's nodejs/npm packages, unless a Node.js with npm is already on PATH

@@ -26,6 +26,12 @@ run_suite() { # name build-dir "targets|all" cmake-args...
 # Release: every test.
 CTEST_SEL=()
 run_suite release build all -DCMAKE_BUILD_TYPE=Release
+# The training chain of train/ with a few steps of everything (python3-torch), and bitspark on
+# what it wrote: one check, run once with the release binary.
+if [ -z "${BS_NO_TRAIN:-}" ]; then
+  echo "== train smoke =="
+  if tools/train_smoke.sh build/bitspark; then passed=$((passed+1)); else failed=$((failed+1)); fi
+fi
 # ASan + UBSan (clang, optimized so the suite stays short): every test again, against an
 # instrumented binary and library (the heaviest tests notice the sanitizer and use fewer rounds).
 CTEST_SEL=()
