@@ -147,22 +147,6 @@ int cli_gen_parse(cli_gen_opts *o, int argc, char **argv, int *i) {
     return 1;
 }
 
-/* --- vocabulary callbacks for DRY's breaker strings ------------------------------------------ */
-static const char *vocab_text(void *ud, int32_t id, size_t *len) {
-    const char *piece;
-    if (bs_token_to_piece(ud, id, true, &piece, len) < 0) return NULL;
-    return piece;
-}
-static int vocab_tokenize(void *ud, const char *text, size_t len, int32_t *out, int max) {
-    int32_t *ids;
-    size_t n;
-    if (bs_tokenize(ud, text, len, false, &ids, &n) < 0) return -1;
-    int k = (int)BS_MIN(n, (size_t)max);
-    memcpy(out, ids, (size_t)k * sizeof *ids);
-    free(ids);
-    return k;
-}
-
 static int setup_sampler(cli_gen *g, const cli_gen_opts *o) {
     bs_sampler_params sp = o->sp;
     if (!o->seed_set) {
@@ -177,7 +161,7 @@ static int setup_sampler(cli_gen *g, const cli_gen_opts *o) {
         bs_sampler_set_logit_bias(g->smp, id, -INFINITY);
     if (sp.dry_multiplier != 0.0f) {
         static const char *defaults[] = {"\n", ":", "\"", "*"};
-        bs_sampler_vocab v = {g->tok, vocab_text, vocab_tokenize};
+        bs_sampler_vocab v = {g->tok, bs_tokenizer_piece_cb, bs_tokenizer_tokenize_cb};
         const char *const *b = o->n_breakers < 0 ? defaults : o->breakers;
         int nb = o->n_breakers < 0 ? 4 : o->n_breakers;
         if (bs_sampler_set_dry_breakers(g->smp, b, nb, &v)) return -1;

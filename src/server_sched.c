@@ -278,21 +278,6 @@ static void finish(srv_sched *s, slot *sl, int why, const char *err) {
 
 /* ---- sampling ------------------------------------------------------------------------------- */
 
-static const char *vocab_text(void *ud, int32_t id, size_t *len) {
-    const char *piece;
-    return bs_token_to_piece(ud, id, true, &piece, len) < 0 ? NULL : piece;
-}
-
-static int vocab_tokenize(void *ud, const char *text, size_t len, int32_t *out, int max) {
-    int32_t *ids;
-    size_t n;
-    if (bs_tokenize(ud, text, len, false, &ids, &n) < 0) return -1;
-    int k = (int)BS_MIN(n, (size_t)max);
-    memcpy(out, ids, (size_t)k * sizeof *ids);
-    free(ids);
-    return k;
-}
-
 static bs_detok *new_detok(const bs_tokenizer *tok) {
     bs_detok *dt = bs_detok_new(tok, false);
     static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
@@ -308,7 +293,7 @@ static int setup_sampler(srv_sched *s, slot *sl, const srv_task *t) {
         bs_sampler_set_logit_bias(sl->smp, id, -INFINITY);   /* ids the tokenizer cannot print */
     if (t->sp.dry_multiplier != 0.0f) {
         static const char *breakers[] = {"\n", ":", "\"", "*"};
-        bs_sampler_vocab v = {(void *)s->tok, vocab_text, vocab_tokenize};
+        bs_sampler_vocab v = {(void *)s->tok, bs_tokenizer_piece_cb, bs_tokenizer_tokenize_cb};
         if (bs_sampler_set_dry_breakers(sl->smp, breakers, 4, &v)) return -1;
     }
     if (!(sl->dt = new_detok(s->tok))) return -1;

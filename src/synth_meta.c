@@ -5,6 +5,7 @@
 #include "synth_impl.h"
 #include "bpe_train.h"
 #include "quant.h"
+#include "quantize.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -75,22 +76,6 @@ static const char chat_template[] =
     "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}\n"
     "{%- endif -%}\n";
 
-/* llama.cpp's LLAMA_FTYPE for a model whose matrices are mostly `type`. */
-static uint32_t file_type_of(int type) {
-    switch (type) {
-    case BS_F32: return 0;
-    case BS_F16: return 1;
-    case BS_Q4_0: return 2;
-    case BS_Q4_1: return 3;
-    case BS_Q8_0: return 7;
-    case BS_Q6_K: return 18;
-    case BS_BF16: return 32;
-    case BS_TQ1_0: return 36;
-    case BS_TQ2_0: return 37;
-    case BS_Q1_0: return 40;
-    default: return 41;            /* the Q2_0 family (the fixtures' ternary files say 41) */
-    }
-}
 
 /* Token list: bytes, merges, then specials (at their real ids when the vocabulary is 27B-sized,
  * else right after the merges), [PAD{i}] everywhere else. */
@@ -191,7 +176,7 @@ int synth_write_metadata(gguf_writer *w, const bs_synth_config *c, const synth_p
     if (c->arch == BS_SYNTH_QWEN35) write_qwen35_keys(w, c);
     else write_dspark_keys(w, c);
     if (quantized) gguf_w_set_u32(w, "general.quantization_version", 2);
-    gguf_w_set_u32(w, "general.file_type", file_type_of(c->matrix_type));
+    gguf_w_set_u32(w, "general.file_type", bs_ftype_of(c->matrix_type));
     if (c->arch == BS_SYNTH_QWEN35) return write_vocab(w, c);
     return 0;
 }

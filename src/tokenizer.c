@@ -752,3 +752,18 @@ int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool spec
     if (len) *len = m;
     return 0;
 }
+
+const char *bs_tokenizer_piece_cb(void *ud, int32_t id, size_t *len) {
+    const char *piece = NULL;
+    return bs_token_to_piece(ud, id, true, &piece, len) < 0 ? NULL : piece;
+}
+
+int bs_tokenizer_tokenize_cb(void *ud, const char *text, size_t len, int32_t *out, int max) {
+    int32_t *ids;
+    size_t n;
+    if (bs_tokenize(ud, text, len, false, &ids, &n) < 0) return -1;
+    const int k = (int)BS_MIN(n, (size_t)max);
+    memcpy(out, ids, (size_t)k * sizeof *ids);
+    free(ids);
+    return k;
+}

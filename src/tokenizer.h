@@ -61,6 +61,10 @@ int bs_tokenize(const bs_tokenizer *t, const char *text, size_t len, bool parse_
  * be a fragment of a UTF-8 sequence. Returns -1 with bs_error if id is out of range. */
 int bs_token_to_piece(const bs_tokenizer *t, int32_t id, bool special, const char **piece,
                       size_t *len);
+/* Callbacks for bs_sampler_vocab (sampler.h; ud = the tokenizer): a token's text with specials,
+ * and tokenization without specials into at most max ids (how many were written, -1 on error). */
+const char *bs_tokenizer_piece_cb(void *ud, int32_t id, size_t *len);
+int bs_tokenizer_tokenize_cb(void *ud, const char *text, size_t len, int32_t *out, int max);
 /* Vocabulary text of a token (NUL-terminated) and its type; NULL / UNDEFINED if out of range. */
 const char *bs_token_text(const bs_tokenizer *t, int32_t id);
 enum bs_token_type bs_token_type(const bs_tokenizer *t, int32_t id);
