@@ -97,14 +97,13 @@ static void round_row(float *dst, const float *x, int64_t n, int type) {
  * malloc/free pair for each (glibc consolidating, mmap for big prompts) cost ~3% of a tiny
  * model's step. Memory from here is never freed by bs_acts_free (A->mem stays NULL), so it is
  * used only where no other scratch user can interleave: one bs_matmul_fast call. */
-typedef struct { uint8_t *p[2]; size_t cap[2]; } scratch_buf;   /* [0] acts, [1] row blocks */
+typedef struct { uint8_t *p[3]; size_t cap[3]; } scratch_buf;   /* [0] acts, [1] row blocks, [2] L128 tables */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void *v) {   /* at thread exit */
     scratch_buf *b = v;
-    bs_afree(b->p[0]);
-    bs_afree(b->p[1]);
+    for (int i = 0; i < 3; i++) bs_afree(b->p[i]);
     free(b);
 }
 
@@ -182,6 +181,7 @@ static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const floa
 static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
                      uint8_t *scratch) {
     acts_row_(A, t, r, x, level, scratch);
+    if (A->want_lut) bs_l128_tables(A->qs + r * A->n, A->n, A->lut + (size_t)r * (size_t)(A->n / 4) * 32);
     if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
         const int32_t *ns = A->nsum + r * (A->n / 4);
         for (int64_t g = 0; g < A->n / QK; g++) {
@@ -265,6 +265,7 @@ typedef struct {
     int level;
     uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
     size_t qscratch_row;
+    int64_t grain;          /* output rows a thread's share is a multiple of (a packed group) */
 } job;
 
 static void job_quantize(void *ctx, int ith, int nth) {
@@ -283,7 +284,7 @@ static void job_matmul(void *ctx, int ith, int nth) {
     job *j = ctx;
     const int64_t ne1 = j->W->ne1;
     int64_t lo, hi;
-    bs_pool_split(ne1, 16, ith, nth, &lo, &hi);
+    bs_pool_split(ne1, j->grain, ith, nth, &lo, &hi);
     if (j->n_rows <= BS_KMAX_ROWS) {
         if (lo < hi) j->k(j->W, lo, hi, j->A, 0, (int)j->n_rows, j->y, ne1);
         return;
@@ -312,11 +313,16 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     bs_acts A;
     if (acts_alloc(&A, t, W->ne0, n_rows, generic, true) != 0) return -1;
     A.perm = perm;
-    A.want_gsum = packed;
+    A.want_gsum = packed && W->pack_kind != BS_PACK_Q1_L128;   /* the X16 kernels seed with it */
+    if (packed && W->pack_kind == BS_PACK_Q1_L128) {
+        A.want_lut = 1;
+        A.lut = scratch_get(2, (size_t)(W->ne0 / 4) * 32 * (size_t)n_rows);
+    }
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of 16 rows */
-    j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) & ~(int64_t)15;
-    if (j.tile < 16) j.tile = 16;
+    j.grain = packed && W->pack_kind == BS_PACK_Q1_L128 ? 128 : 16;
+    j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
+    if (j.tile < j.grain) j.tile = j.grain;
     /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
     if ((uint64_t)W->row_bytes * (uint64_t)W->ne1 * (uint64_t)n_rows < 64 * 1024) pool = NULL;
     const bool par = n_rows >= 4 && bs_pool_size(pool) > 1;
@@ -336,9 +342,81 @@ int bs_weight_exact(void) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+/* BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout even where 128 rows fit (for comparisons). */
+static int q1_x16_forced(void) {
+    const char *e = getenv("BITSPARK_Q1_X16");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* --- BS_PACK_Q1_L128 (kernels.h) ---------------------------------------------------------- */
+
+int bs_l128_row(int q, int i) {
+    const int r = q >> 1, h = q & 1;
+    return i < 8 ? 64 * h + 8 * r + i : 64 * h + 32 + 8 * r + (i - 8);
+}
+
+/* Per 4 activations a: T[idx] = sum_i (bit i of idx ? a_i : -a_i), low bytes then high bytes. */
+void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut) {
+    for (int64_t c = 0; c < n / 4; c++) {
+        const int8_t *a = qs + 4 * c;
+        int16_t T[16];
+        T[0] = (int16_t)(-a[0] - a[1] - a[2] - a[3]);
+        for (int idx = 1; idx < 16; idx++) {
+            const int low = idx & -idx, bit = low == 1 ? 0 : low == 2 ? 1 : low == 4 ? 2 : 3;
+            T[idx] = (int16_t)(T[idx & (idx - 1)] + 2 * a[bit]);
+        }
+        uint8_t *o = lut + 32 * c;
+        for (int idx = 0; idx < 16; idx++) {
+            o[idx] = (uint8_t)((uint16_t)T[idx] & 0xFF);
+            o[16 + idx] = (uint8_t)((uint16_t)T[idx] >> 8);
+        }
+    }
+}
+
+/* One 128-row group (rows at src, stride rb) -> its packed bytes at dst (nb blocks). Byte u of a
+ * row's block holds columns 8u..8u+7: its low nibble is 4-column group 2u, its high one 2u+1. */
+static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * 2304;
+        for (int q = 0; q < 8; q++)
+            for (int i = 0; i < 16; i++) memcpy(o + 2 * (16 * q + i), src + (size_t)bs_l128_row(q, i) * rb + (size_t)b * 18, 2);
+        for (int L = 0; L < 4; L++)
+            for (int k = 0; k < 16; k++) {
+                const uint8_t *r0 = src + (size_t)(32 * L + 2 * k) * rb + (size_t)b * 18 + 2, *r1 = r0 + rb;
+                uint8_t *d = o + 256 + 16 * L + k;
+                for (int u = 0; u < 16; u++) {
+                    d[64 * (2 * u)] = (uint8_t)((r0[u] & 15) | (r1[u] << 4));
+                    d[64 * (2 * u + 1)] = (uint8_t)((r0[u] >> 4) | (r1[u] & 0xF0));
+                }
+            }
+    }
+}
+
+/* Row i (0..127) of an L128 group back to Q1_0 blocks. */
+static void unpack_l128_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
+    int qi = 0, ii = 0;
+    for (int q = 0; q < 8; q++)
+        for (int e = 0; e < 16; e++)
+            if (bs_l128_row(q, e) == i) qi = q, ii = e;
+    const int L = i / 32, k = (i % 32) / 2, sh = 4 * (i & 1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pk = grp + (size_t)b * 2304;
+        uint8_t *out = row + (size_t)b * 18;
+        memcpy(out, pk + 2 * (16 * qi + ii), 2);
+        for (int u = 0; u < 16; u++) {
+            const int lo = (pk[256 + 64 * (2 * u) + 16 * L + k] >> sh) & 15;
+            const int hi = (pk[256 + 64 * (2 * u + 1) + 16 * L + k] >> sh) & 15;
+            out[2 + u] = (uint8_t)(lo | hi << 4);
+        }
+    }
+}
+
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
+    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 && !q1_x16_forced() &&
+        bs_kernel_packed_avx512(BS_PACK_Q1_L128))
+        return BS_PACK_Q1_L128;
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
         return BS_PACK_Q1_X16;
     if (bs_q2_x16_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q2_X16)) return BS_PACK_Q2_X16;
@@ -372,6 +450,28 @@ static void pack_q1_x16(void *ctx, int ith, int nth) {
     free(tmp);
 }
 
+/* Q1_0 -> BS_PACK_Q1_L128 for one thread's share of 128-row groups, in place like X16. */
+static void pack_q1_l128(void *ctx, int ith, int nth) {
+    pack_job *j = ctx;
+    const bs_weight *W = j->W;
+    const int64_t nb = W->ne0 / 128, ng = W->ne1 / 128;
+    const size_t gbytes = (size_t)nb * 2304;
+    int64_t g0, g1;
+    bs_pool_split(ng, 1, ith, nth, &g0, &g1);
+    uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
+    for (int64_t G = g0; G < g1; G++) {
+        const uint8_t *grp = (const uint8_t *)W->data + (size_t)G * gbytes;
+        if (tmp) grp = memcpy(tmp, grp, gbytes);
+        pack_l128_group(grp, W->row_bytes, nb, j->dst + (size_t)G * gbytes);
+    }
+    free(tmp);
+}
+
+static void run_pack(int kind, pack_job *j, bs_pool *pool) {
+    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(j->W, j->dst, pool);
+    else bs_pool_run(pool, kind == BS_PACK_Q1_L128 ? pack_q1_l128 : pack_q1_x16, j);
+}
+
 static int pack_size(const bs_weight *W, size_t *bytes) {
     uint64_t b;
     if (bs_mul_overflow((uint64_t)W->row_bytes, (uint64_t)W->ne1, &b) || b > SIZE_MAX / 2)
@@ -394,8 +494,7 @@ int bs_weight_pack(bs_weight *W, bs_pool *pool) {
     madvise(mem, bytes, MADV_HUGEPAGE);
 #endif
     pack_job j = {W, mem, 0};
-    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(W, mem, pool);
-    else bs_pool_run(pool, pack_q1_x16, &j);
+    run_pack(kind, &j, pool);
     W->packed = mem;
     W->pack_kind = kind;
     return 0;
@@ -407,8 +506,7 @@ int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool) {
     if (kind == BS_PACK_NONE) return 0;
     if (pack_size(W, &bytes)) return -1;
     pack_job j = {W, (uint8_t *)(uintptr_t)W->data, 1};
-    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(W, j.dst, pool);
-    else bs_pool_run(pool, pack_q1_x16, &j);
+    run_pack(kind, &j, pool);
     W->packed = (void *)(uintptr_t)W->data;
     W->pack_kind = kind;
     return 0;
@@ -435,9 +533,13 @@ const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
         bs_unpack_q2_x16_row(W, r, buf);
         return buf;
     }
+    const int64_t nb = W->ne0 / 128;
+    if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q1_L128) {
+        unpack_l128_row((const uint8_t *)W->packed + (size_t)(r / 128) * (size_t)nb * 2304, nb, (int)(r % 128), buf);
+        return buf;
+    }
     if (!W->packed || W->data != W->packed || W->pack_kind != BS_PACK_Q1_X16)
         return (const uint8_t *)W->data + (size_t)r * W->row_bytes;
-    const int64_t nb = W->ne0 / 128;
     unpack_q1_x16_row((const uint8_t *)W->packed + (size_t)(r / 16) * (size_t)nb * 288, nb, (int)(r % 16), buf);
     return buf;
 }

@@ -166,6 +166,31 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
     }
 }
 
+/* The 128-row layout gives X16's bits exactly, for 1..20 rows and 1..3 threads. */
+static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
+    uint8_t *wd = make_weight(BS_Q1_0, ne0, ne1, 0);
+    const size_t rb = bs_row_size(BS_Q1_0, ne0);
+    bs_weight A = {.type = BS_Q1_0, .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = rb};
+    bs_weight B = A;
+    setenv("BITSPARK_Q1_X16", "1", 1);
+    CHECK(bs_weight_pack(&A, pools[1]) == 0 && A.pack_kind == BS_PACK_Q1_X16);
+    unsetenv("BITSPARK_Q1_X16");
+    CHECK(bs_weight_pack(&B, pools[2]) == 0 && B.pack_kind == BS_PACK_Q1_L128);
+    const int64_t maxr = 20;
+    float *x = make_acts(ne0, maxr, 0);
+    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+    for (int64_t nr = 1; nr <= maxr; nr += nr < 9 ? 1 : 11)
+        for (int p = 0; p < 3; p++) {
+            bs_matmul(&A, x, nr, ya, pools[p]);
+            bs_matmul(&B, x, nr, yb, pools[p]);
+            CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)), "L128 vs X16: ne0=%lld, %lld rows, pool %d differ",
+                   (long long)ne0, (long long)nr, p);
+        }
+    bs_weight_release(&A);
+    bs_weight_release(&B);
+    free(wd), free(x), free(ya), free(yb);
+}
+
 static void check_quantizer(int level, int perm) {
     const int64_t n = perm ? 128 * 9 : 32 * 37;
     float *x = make_acts(n, 1, 0);
@@ -205,6 +230,11 @@ int main(void) {
                 if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
+                    if (mi < 2) {   /* 1 or 3 groups of 128 rows (L128) */
+                        check_case(type, ne0, 128, level, pools, PACK_COPY);
+                        check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
+                        check_l128_vs_x16(ne0, 256, pools);
+                    }
                 }
             }
         }
