@@ -373,21 +373,27 @@ void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut) {
     }
 }
 
-/* One 128-row group (rows at src, stride rb) -> its packed bytes at dst (nb blocks). Byte u of a
- * row's block holds columns 8u..8u+7: its low nibble is 4-column group 2u, its high one 2u+1. */
+/* One 128-row group (rows at src, stride rb) -> its packed bytes at dst (nb blocks). Its 8
+ * groups of 16 rows are packed as X16 first (SIMD): X16 word c of 16-row group s is exactly
+ * the low or high half of L128's 16 bytes for 4-column group c and rows 32(s/2)..+31. */
 static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    uint8_t x16[8][288];
     for (int64_t b = 0; b < nb; b++) {
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) rows[i] = src + (size_t)(16 * s + i) * rb + (size_t)b * 18;
+            bs_pack_q1_x16_avx512(rows, x16[s]);
+        }
         uint8_t *o = dst + (size_t)b * 2304;
         for (int q = 0; q < 8; q++)
-            for (int i = 0; i < 16; i++) memcpy(o + 2 * (16 * q + i), src + (size_t)bs_l128_row(q, i) * rb + (size_t)b * 18, 2);
-        for (int L = 0; L < 4; L++)
-            for (int k = 0; k < 16; k++) {
-                const uint8_t *r0 = src + (size_t)(32 * L + 2 * k) * rb + (size_t)b * 18 + 2, *r1 = r0 + rb;
-                uint8_t *d = o + 256 + 16 * L + k;
-                for (int u = 0; u < 16; u++) {
-                    d[64 * (2 * u)] = (uint8_t)((r0[u] & 15) | (r1[u] << 4));
-                    d[64 * (2 * u + 1)] = (uint8_t)((r0[u] >> 4) | (r1[u] & 0xF0));
-                }
+            for (int i = 0; i < 16; i++) {
+                const int r = bs_l128_row(q, i);
+                memcpy(o + 2 * (16 * q + i), x16[r / 16] + 2 * (r % 16), 2);
+            }
+        for (int c = 0; c < 32; c++)
+            for (int L = 0; L < 4; L++) {
+                memcpy(o + 256 + 64 * c + 16 * L, x16[2 * L] + 32 + 8 * c, 8);
+                memcpy(o + 256 + 64 * c + 16 * L + 8, x16[2 * L + 1] + 32 + 8 * c, 8);
             }
     }
 }
