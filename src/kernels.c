@@ -431,51 +431,50 @@ static int pack_kind_for(const bs_weight *W) {
 
 int bs_weight_packable(const bs_weight *W) { return pack_kind_for(W) != BS_PACK_NONE; }
 
-typedef struct { const bs_weight *W; uint8_t *dst; int in_place; } pack_job;
+typedef struct {
+    const bs_weight *W;
+    uint8_t *dst;
+    int in_place;
+    int rows;                                                                 /* per group */
+    void (*group)(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);   /* packs one */
+} pack_job;
 
-/* Q1_0 -> BS_PACK_Q1_X16 for row groups of one thread's share. A group of 16 rows holds
- * exactly the bytes of its packed form (16 x 18 = 288 per 128 columns), so in place each group
- * is copied aside and packed over itself. */
-static void pack_q1_x16(void *ctx, int ith, int nth) {
-    pack_job *j = ctx;
-    const bs_weight *W = j->W;
-    const int64_t nb = W->ne0 / 128, ng = W->ne1 / 16;
-    const size_t gbytes = (size_t)nb * 288;
-    int64_t g0, g1;
-    bs_pool_split(ng, 1, ith, nth, &g0, &g1);
-    uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
-    for (int64_t G = g0; G < g1; G++) {
-        const uint8_t *grp = (const uint8_t *)W->data + (size_t)G * gbytes;
-        if (tmp) grp = memcpy(tmp, grp, gbytes);
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *src[16];
-            for (int i = 0; i < 16; i++) src[i] = grp + (size_t)i * W->row_bytes + (size_t)b * 18;
-            bs_pack_q1_x16_avx512(src, j->dst + (size_t)G * gbytes + (size_t)b * 288);
-        }
+/* One 16-row group (rows at src, stride rb) -> BS_PACK_Q1_X16 at dst (nb blocks of 288). */
+static void pack_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *rows[16];
+        for (int i = 0; i < 16; i++) rows[i] = src + (size_t)i * rb + (size_t)b * 18;
+        bs_pack_q1_x16_avx512(rows, dst + (size_t)b * 288);
     }
-    free(tmp);
 }
 
-/* Q1_0 -> BS_PACK_Q1_L128 for one thread's share of 128-row groups, in place like X16. */
-static void pack_q1_l128(void *ctx, int ith, int nth) {
+/* Q1_0 -> a grouped layout (X16 or L128) for the row groups of one thread's share. A group
+ * holds exactly the bytes of its packed form (rows x 18 per 128 columns), so in place each group
+ * is copied aside and packed over itself. */
+static void pack_q1_groups(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const bs_weight *W = j->W;
-    const int64_t nb = W->ne0 / 128, ng = W->ne1 / 128;
-    const size_t gbytes = (size_t)nb * 2304;
+    const int64_t nb = W->ne0 / 128, ng = W->ne1 / j->rows;
+    const size_t gbytes = (size_t)nb * 18 * (size_t)j->rows;
     int64_t g0, g1;
     bs_pool_split(ng, 1, ith, nth, &g0, &g1);
     uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
     for (int64_t G = g0; G < g1; G++) {
         const uint8_t *grp = (const uint8_t *)W->data + (size_t)G * gbytes;
         if (tmp) grp = memcpy(tmp, grp, gbytes);
-        pack_l128_group(grp, W->row_bytes, nb, j->dst + (size_t)G * gbytes);
+        j->group(grp, W->row_bytes, nb, j->dst + (size_t)G * gbytes);
     }
     free(tmp);
 }
 
 static void run_pack(int kind, pack_job *j, bs_pool *pool) {
-    if (kind == BS_PACK_Q2_X16) bs_pack_q2_x16_weight(j->W, j->dst, pool);
-    else bs_pool_run(pool, kind == BS_PACK_Q1_L128 ? pack_q1_l128 : pack_q1_x16, j);
+    if (kind == BS_PACK_Q2_X16) {
+        bs_pack_q2_x16_weight(j->W, j->dst, pool);
+        return;
+    }
+    j->rows = kind == BS_PACK_Q1_L128 ? 128 : 16;
+    j->group = kind == BS_PACK_Q1_L128 ? pack_l128_group : pack_x16_group;
+    bs_pool_run(pool, pack_q1_groups, j);
 }
 
 static int pack_size(const bs_weight *W, size_t *bytes) {
@@ -499,7 +498,7 @@ int bs_weight_pack(bs_weight *W, bs_pool *pool) {
 #ifdef MADV_HUGEPAGE
     madvise(mem, bytes, MADV_HUGEPAGE);
 #endif
-    pack_job j = {W, mem, 0};
+    pack_job j = {.W = W, .dst = mem};
     run_pack(kind, &j, pool);
     W->packed = mem;
     W->pack_kind = kind;
@@ -511,7 +510,7 @@ int bs_weight_pack_in_place(bs_weight *W, bs_pool *pool) {
     size_t bytes = 0;
     if (kind == BS_PACK_NONE) return 0;
     if (pack_size(W, &bytes)) return -1;
-    pack_job j = {W, (uint8_t *)(uintptr_t)W->data, 1};
+    pack_job j = {.W = W, .dst = (uint8_t *)(uintptr_t)W->data, .in_place = 1};
     run_pack(kind, &j, pool);
     W->packed = (void *)(uintptr_t)W->data;
     W->pack_kind = kind;
