@@ -371,9 +371,11 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
                 const __m512i R[4] = {_mm512_unpacklo_epi16(ea[r], oa[r]), _mm512_unpackhi_epi16(ea[r], oa[r]),
                                       _mm512_unpacklo_epi16(eb[r], ob[r]), _mm512_unpackhi_epi16(eb[r], ob[r])};
                 const __m512 dx = _mm512_set1_ps(A->dl[(r0 + r) * (n / 4) + 8 * (4 * b + g)]);
-                for (int q = 0; q < 8; q++) {
-                    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(R[q >> 1], q & 1)));
-                    t[r][q] = g == 0 ? _mm512_mul_ps(f, dx) : _mm512_fmadd_ps(f, dx, t[r][q]);
+                for (int h = 0; h < 4; h++) {   /* vectors 2h, 2h + 1: the halves of R[h] */
+                    const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(R[h])));
+                    const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(R[h], 1)));
+                    t[r][2 * h] = g == 0 ? _mm512_mul_ps(f0, dx) : _mm512_fmadd_ps(f0, dx, t[r][2 * h]);
+                    t[r][2 * h + 1] = g == 0 ? _mm512_mul_ps(f1, dx) : _mm512_fmadd_ps(f1, dx, t[r][2 * h + 1]);
                 }
             }
         }
