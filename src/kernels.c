@@ -91,8 +91,6 @@ static void round_row(float *dst, const float *x, int64_t n, int type) {
     }
 }
 
-/* Allocate A's arrays for `n_rows` rows of n activations of vec_dot_type vt; generic: rows in
- * the scalar vec_dot's own format (for types without a SIMD kernel). */
 /* Per-thread scratch that only grows: a decode step makes a few hundred small matmuls, and a
  * malloc/free pair for each (glibc consolidating, mmap for big prompts) cost ~3% of a tiny
  * model's step. Memory from here is never freed by bs_acts_free (A->mem stays NULL), so it is
@@ -133,6 +131,9 @@ static void *acts_mem(bs_acts *A, size_t n, bool scratch) {
     return A->mem = bs_amalloc(n);
 }
 
+/* Allocate A's arrays for `n_rows` rows of n activations of vec_dot_type vt; generic: rows in
+ * the scalar vec_dot's own format (for types without a SIMD kernel); scratch: in the thread's
+ * scratch rather than owned by A. */
 static int acts_alloc(bs_acts *A, const bs_type_traits *t, int64_t n, int64_t n_rows, int generic, bool scratch) {
     const int vt = t->vec_dot_type;
     memset(A, 0, sizeof *A);
@@ -319,7 +320,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
         A.lut = scratch_get(2, (size_t)(W->ne0 / 4) * 32 * (size_t)n_rows);
     }
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
-    /* ~256 KiB of weights per tile, a multiple of 16 rows */
+    /* ~256 KiB of weights per tile, a multiple of the layout's row group */
     j.grain = packed && W->pack_kind == BS_PACK_Q1_L128 ? 128 : 16;
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
@@ -337,16 +338,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
 
 /* --- weight repacking ------------------------------------------------------------------------ */
 
-int bs_weight_exact(void) {
-    const char *e = getenv("BITSPARK_EXACT");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
-/* BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout even where 128 rows fit (for comparisons). */
-static int q1_x16_forced(void) {
-    const char *e = getenv("BITSPARK_Q1_X16");
-    return e && *e && strcmp(e, "0") != 0;
-}
+int bs_weight_exact(void) { return bs_env_flag("BITSPARK_EXACT"); }
 
 /* --- BS_PACK_Q1_L128 (kernels.h) ---------------------------------------------------------- */
 
@@ -420,7 +412,8 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row)
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
-    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 && !q1_x16_forced() &&
+    /* BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout even where 128 rows fit (for comparisons) */
+    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 && !bs_env_flag("BITSPARK_Q1_X16") &&
         bs_kernel_packed_avx512(BS_PACK_Q1_L128))
         return BS_PACK_Q1_L128;
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))

@@ -1,5 +1,6 @@
 /* profile.c: see profile.h. */
 #include "profile.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ static void report_at_exit(void) { bs_prof_report(); }
 
 int bs_prof_init(void) {
     const char *e = getenv("BITSPARK_PROFILE");
-    const int on = e && *e && strcmp(e, "0") != 0;
+    const int on = bs_env_flag("BITSPARK_PROFILE");
     if (on && strcmp(e, "cpu") == 0) prof_clock = CLOCK_THREAD_CPUTIME_ID;
     if (on && bs_prof_state < 0) atexit(report_at_exit);
     bs_prof_state = on;

@@ -22,10 +22,7 @@
 #define LINE_MAX_LEN 4096
 #define MIN_OBS_TO_REMEMBER 3   /* acceptance observations before a run's p is worth keeping */
 
-static bool enabled(void) {
-    const char *e = getenv("BITSPARK_NO_COST_CACHE");
-    return !(e && *e && strcmp(e, "0"));
-}
+static bool enabled(void) { return !bs_env_flag("BITSPARK_NO_COST_CACHE"); }
 
 static int cache_file(char *buf, size_t cap, bool make_dir) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");

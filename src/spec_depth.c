@@ -100,9 +100,10 @@ double bs_depth_rate(const bs_spec_depth *d, int c, double p) {
     return e / (d->draft_kr[BS_MIN(c, d->block)] + d->verify_r[c + 1] + d->append_r * e);
 }
 
-/* Probes cost a drafter round, up to BS_PARK_WINDOW context rows to catch up and a wider verify, or what probes were measured to cost beyond a plain step, if more
- * (caches gone cold while parked): every probe_every rounds keeps that near PROBE_BUDGET of
- * plain speed, and failed probes double the interval. */
+/* Probes cost a drafter round, up to BS_PARK_WINDOW context rows to catch up and a wider
+ * verify, or what probes were measured to cost beyond a plain step, if more (caches gone cold
+ * while parked): every probe_every rounds keeps that near PROBE_BUDGET of plain speed, and
+ * failed probes double the interval. */
 static void set_probe_interval(bs_spec_depth *d) {
     const double plain = 1.0 + d->append_r;
     const double model = d->draft_kr[1] + d->verify_r[2] - 1.0 + BS_PARK_WINDOW * d->append_r;

@@ -125,6 +125,11 @@ uint16_t bs_f32_to_bf16(float f) {
 }
 
 /* --- misc --------------------------------------------------------------------------------- */
+bool bs_env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 double bs_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -8,14 +8,9 @@
 #    general.file_type, which the fixture lacks);
 #  - a q4_1 pack is dequantized to BF16 with one note per quantized tensor;
 #  - bad inputs fail with one line.
-set -u
-B=${BITSPARK:?} F=${BS_FIXTURES:?} S=${BS_SRC:-$(cd "$(dirname "$0")/.." && pwd)} T=${BS_TMP:-/tmp}/convdr.$$
+source "$(dirname "$0")/cli_lib.sh" convdr
+F=${BS_FIXTURES:?} S=${BS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 PY=/usr/bin/python3
-mkdir -p "$T"
-trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 
 "$B" synth --preset drafter-tiny --drafter-type bf16 -o "$T/d.gguf" 2>/dev/null || bad "synth"
 "$B" convert drafter-to-safetensors "$T/d.gguf" "$T/st" 2>/dev/null && \

@@ -2,13 +2,7 @@
 # test_profile.sh: BITSPARK_PROFILE=1 prints the per-phase table at exit (decode and prompt
 # columns, the matmul / DeltaNet / attention / sampling rows), =cpu switches the clock, and the
 # profile changes no output token; without it nothing is printed.
-set -u
-B=${BITSPARK:?} T=${BS_TMP:-/tmp}/profile.$$
-mkdir -p "$T"
-trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+source "$(dirname "$0")/cli_lib.sh" profile
 
 M=$T/tiny.gguf
 "$B" synth --preset tiny --type q1_0 -o "$M" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }

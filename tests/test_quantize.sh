@@ -7,14 +7,9 @@
 #    kept bf16 by --tensor-type), tiny-q2_0-g64 -> f32 -> q2_0 --q2-group 64 reproduce the bytes;
 #  - requantizing needs --allow-requantize; same-type tensors are copied; rows that don't fit a
 #    block fall back with a note; --output-type / --embd-type / bad arguments.
-set -u
-B=${BITSPARK:?} F=${BS_FIXTURES:?} S=${BS_SRC:-$(cd "$(dirname "$0")/.." && pwd)} T=${BS_TMP:-/tmp}/quantize.$$
+source "$(dirname "$0")/cli_lib.sh" quantize
+F=${BS_FIXTURES:?} S=${BS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 PY=/usr/bin/python3
-mkdir -p "$T"
-trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
 same() { $PY "$S/tests/gguf_same.py" "$@"; }
 
 "$B" quantize "$F/tiny-f32.gguf" "$T/q4_1.gguf" q4_1 2>/dev/null && same "$T/q4_1.gguf" "$F/tiny-q4_1.gguf" --meta \

@@ -3,13 +3,7 @@
 # the llama.cpp fixtures): greedy output reproducible and equal to llama.cpp's greedy tokens, -n
 # honoured, seeded sampling reproducible, clean failures on bad input, chat driven through
 # stdin (multi-turn, prefix reuse equal to recomputation, /exit, EOF, Ctrl-C stopping a reply).
-set -u
-B=${BITSPARK:?} T=${BS_TMP:-/tmp}/runcli.$$
-mkdir -p "$T"
-trap 'rm -rf "$T"' EXIT
-fail=0
-ok() { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=1; }
+source "$(dirname "$0")/cli_lib.sh" runcli
 expect_error() {  # expect_error NAME PATTERN CMD...: non-zero exit and PATTERN on stderr
     local name=$1 pat=$2; shift 2
     "$@" >"$T/out" 2>"$T/err" </dev/null; local rc=$?
