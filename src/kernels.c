@@ -409,12 +409,18 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row)
     }
 }
 
+#define L128_MIN_WEIGHTS ((int64_t)1 << 24)
+
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
-    /* BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout even where 128 rows fit (for comparisons) */
-    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 && !bs_env_flag("BITSPARK_Q1_X16") &&
-        bs_kernel_packed_avx512(BS_PACK_Q1_L128))
+    /* L128 only pays for matrices streamed from DRAM: below L128_MIN_WEIGHTS (cache-resident
+     * sizes, measured up to 2048x6144) X16 is faster at one row and at many.
+     * BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout everywhere; BITSPARK_Q1_L128=1: L128 wherever
+     * 128 rows fit, whatever the size (comparisons, tests). */
+    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
+        (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) &&
+        !bs_env_flag("BITSPARK_Q1_X16") && bs_kernel_packed_avx512(BS_PACK_Q1_L128))
         return BS_PACK_Q1_L128;
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
         return BS_PACK_Q1_X16;

@@ -212,6 +212,7 @@ static void check_quantizer(int level, int perm) {
 
 int main(void) {
     bs_rng_seed(&rng, 1234);
+    setenv("BITSPARK_Q1_L128", "1", 1);   /* the test matrices are far below L128's size threshold */
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
