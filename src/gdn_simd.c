@@ -21,6 +21,7 @@
 
 #define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,avx2")))
 #define T2 __attribute__((target("avx2,fma")))
+#define INL inline __attribute__((always_inline))
 
 /* ---- AVX-512 -------------------------------------------------------------------------------- */
 
@@ -54,21 +55,22 @@ static T512 float row_step512(float *row, const float *in, const float *k, const
     return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-/* dk = 128 (every Qwen3.5 size): k and q stay in 16 registers for the whole token, the row in 8
- * more. The same operations in the same order as row_step512. */
-static T512 void token512_128(float *S, const float *in, const float *k, const float *q, const float *v,
-                              float decay, float beta, float scale, float *o, int dv) {
+/* dk = 16 * NC with NC even (128 in every Qwen3.5 size, 64 in the tiny ones): k and q stay in
+ * registers for the whole token, the row in NC more. The same operations in the same order as
+ * row_step512. */
+static T512 INL void token512_regs(float *S, const float *in, const float *k, const float *q, const float *v,
+                                   float decay, float beta, float scale, float *o, int dv, const int NC) {
     __m512 kv[8], qv[8];
-    for (int c = 0; c < 8; c++) {
+    for (int c = 0; c < NC; c++) {
         kv[c] = _mm512_loadu_ps(k + 16 * c);
         qv[c] = _mm512_loadu_ps(q + 16 * c);
     }
     const __m512 dec = _mm512_set1_ps(decay);
     for (int j = 0; j < dv; j++) {
-        const float *src = in + (size_t)j * 128;
-        float *row = S + (size_t)j * 128;
+        const float *src = in + (size_t)j * 16 * NC;
+        float *row = S + (size_t)j * 16 * NC;
         __m512 r[8], a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        for (int c = 0; c < 8; c += 2) {
+        for (int c = 0; c < NC; c += 2) {
             r[c] = _mm512_mul_ps(_mm512_loadu_ps(src + 16 * c), dec);
             a0 = _mm512_fmadd_ps(r[c], kv[c], a0);
             r[c + 1] = _mm512_mul_ps(_mm512_loadu_ps(src + 16 * c + 16), dec);
@@ -77,7 +79,7 @@ static T512 void token512_128(float *S, const float *in, const float *k, const f
         const float u = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
         const __m512 d = _mm512_set1_ps((v[j] - u) * beta);
         a0 = a1 = _mm512_setzero_ps();
-        for (int c = 0; c < 8; c += 2) {
+        for (int c = 0; c < NC; c += 2) {
             r[c] = _mm512_fmadd_ps(kv[c], d, r[c]);
             _mm512_storeu_ps(row + 16 * c, r[c]);
             a0 = _mm512_fmadd_ps(r[c], qv[c], a0);
@@ -89,14 +91,25 @@ static T512 void token512_128(float *S, const float *in, const float *k, const f
     }
 }
 
+static T512 void token512_128(float *S, const float *in, const float *k, const float *q, const float *v,
+                              float decay, float beta, float scale, float *o, int dv) {
+    token512_regs(S, in, k, q, v, decay, beta, scale, o, dv, 8);
+}
+
+static T512 void token512_64(float *S, const float *in, const float *k, const float *q, const float *v,
+                             float decay, float beta, float scale, float *o, int dv) {
+    token512_regs(S, in, k, q, v, decay, beta, scale, o, dv, 4);
+}
+
 static T512 void head512(const bs_gdn_head *h) {
     const int dk = h->dk, dv = h->dv;
-    if (dk == 128) {
+    if (dk == 128 || dk == 64) {
         for (int t = 0; t < h->n; t++) {
             const size_t off = (size_t)t * h->qkv_stride;
-            token512_128(h->S_out, t == 0 ? h->S_in : h->S_out, h->k + off, h->q + off, h->v + off,
-                         expf(h->g[(size_t)t * h->gs]), h->beta[(size_t)t * h->gs], h->scale,
-                         h->o + (size_t)t * h->o_stride, dv);
+            (dk == 128 ? token512_128 : token512_64)(h->S_out, t == 0 ? h->S_in : h->S_out, h->k + off, h->q + off,
+                                                     h->v + off, expf(h->g[(size_t)t * h->gs]),
+                                                     h->beta[(size_t)t * h->gs], h->scale,
+                                                     h->o + (size_t)t * h->o_stride, dv);
         }
         return;
     }
