@@ -13,7 +13,6 @@
 #define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,f16c,avx2")))
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
-#define AV_CHUNK 2   /* vectors of the output row accumulated per pass over the positions */
 
 /* ---- AVX-512 -------------------------------------------------------------------------------- */
 
@@ -22,9 +21,40 @@ static T512 INL __m512 load16(const uint8_t *row, int i, bool f16) {
     return _mm512_loadu_ps((const float *)(row + (size_t)i * 4));
 }
 
+/* The 16 horizontal sums of a[0..15], lane p = sum of a[p]'s lanes: pairs interleaved within
+ * 128-bit lanes, then the 128-bit lanes folded (no permute left: lane p ends up at p). */
+static T512 INL __m512 sum16(const __m512 a[16]) {
+    __m512 b[8], c[4];
+    for (int k = 0; k < 8; k++)
+        b[k] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]));
+    for (int k = 0; k < 4; k++) {
+        const __m512d x = _mm512_castps_pd(b[2 * k]), y = _mm512_castps_pd(b[2 * k + 1]);
+        c[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
+}
+
+/* Runs of 16 positions (from position 0, so a position's arithmetic depends only on its index
+ * and n_kv) sum 16 dot products at once; the tail one at a time. Within a run the query loop
+ * is outside, and the run's rows come from L1 for every query of the group. */
 static T512 void qk512(const float *q, size_t qs, int group, const uint8_t *kc, size_t kv_row, bool f16,
                        int n_kv, int D, float scale, float *scores, size_t ss) {
-    for (int p = 0; p < n_kv; p++) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    int p = 0;
+    for (; p + 16 <= n_kv; p += 16)
+        for (int g = 0; g < group; g++) {
+            __m512 acc[16];
+            for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+            for (int i = 0; i < D; i += 16) {
+                const __m512 qv = _mm512_loadu_ps(q + g * qs + i);
+                for (int j = 0; j < 16; j++)
+                    acc[j] = _mm512_fmadd_ps(qv, load16(kc + (size_t)(p + j) * kv_row, i, f16), acc[j]);
+            }
+            _mm512_storeu_ps(scores + g * ss + p, _mm512_mul_ps(sum16(acc), vs));
+        }
+    for (; p < n_kv; p++) {
         const uint8_t *k = kc + (size_t)p * kv_row;
         __m512 acc[BS_ATTN_MAX_GROUP];
         for (int g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
@@ -36,16 +66,19 @@ static T512 void qk512(const float *q, size_t qs, int group, const uint8_t *kc, 
     }
 }
 
-static T512 void av512(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
-                       int n_kv, int D, float *out) {
-    for (int i = 0; i < D; i += 16 * AV_CHUNK) {
-        const int nc = (D - i) / 16 < AV_CHUNK ? (D - i) / 16 : AV_CHUNK;
-        __m512 acc[BS_ATTN_MAX_GROUP][AV_CHUNK];
+/* Per pass over the positions, NC vectors of the output row for every query of the group; more
+ * vectors per pass for small groups keep more FMA chains in flight. Each output element is the
+ * same ordered sum whatever NC is. */
+static T512 INL void av512_nc(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
+                              int n_kv, int D, float *out, const int NC) {
+    for (int i = 0; i < D; i += 16 * NC) {
+        const int nc = (D - i) / 16 < NC ? (D - i) / 16 : NC;
+        __m512 acc[BS_ATTN_MAX_GROUP][4];
         for (int g = 0; g < group; g++)
-            for (int c = 0; c < AV_CHUNK; c++) acc[g][c] = _mm512_setzero_ps();
+            for (int c = 0; c < NC; c++) acc[g][c] = _mm512_setzero_ps();
         for (int p = 0; p < n_kv; p++) {
             const uint8_t *v = vc + (size_t)p * kv_row;
-            __m512 vv[AV_CHUNK];
+            __m512 vv[4];
             for (int c = 0; c < nc; c++) vv[c] = load16(v, i + 16 * c, f16);
             for (int g = 0; g < group; g++) {
                 const __m512 wg = _mm512_set1_ps(w[g * ss + p]);
@@ -55,6 +88,12 @@ static T512 void av512(const float *w, size_t ss, int group, const uint8_t *vc, 
         for (int g = 0; g < group; g++)
             for (int c = 0; c < nc; c++) _mm512_storeu_ps(out + (size_t)g * D + i + 16 * c, acc[g][c]);
     }
+}
+
+static T512 void av512(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
+                       int n_kv, int D, float *out) {
+    if (group <= 3) av512_nc(w, ss, group, vc, kv_row, f16, n_kv, D, out, 4);
+    else av512_nc(w, ss, group, vc, kv_row, f16, n_kv, D, out, 2);
 }
 
 /* ---- AVX2 ----------------------------------------------------------------------------------- */

@@ -24,6 +24,7 @@ void help_serve(void) {
            "  -md, --model-draft FILE DSpark drafter: speculative decoding (temperature 0 output\n"
            "                          is unchanged); a request's \"draft_max\": 0 turns it off\n"
            "  --draft-max N|auto      drafts verified per round (the drafter's block size)\n"
+           "  --draft-window N        the drafter attends to its last N context rows (0: all)\n"
            "  --host ADDR             address to listen on (127.0.0.1)\n"
            "  --port N                port, 0 = any free one (8080)\n"
            "  -np, --parallel N       slots: requests generated at the same time, their decode\n"
@@ -86,6 +87,7 @@ static int parse(srv_config *c, int argc, char **argv) {
             else if (cli_parse_int(a, v, 0, BS_DEPTH_MAX, &x)) return -1;
             else c->draft_max = (int)x;
         }
+        else if (!strcmp(a, "--draft-window")) INT_OPT(0, 1 << 24, c->draft_window);
         else if (!strcmp(a, "--host")) { if (!(c->host = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--port")) INT_OPT(0, 65535, c->port);
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) INT_OPT(1, 256, c->n_slots);

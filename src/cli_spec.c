@@ -26,6 +26,9 @@ void cli_spec_help(void) {
            "  --draft-share-embeddings  use the target's token_embd / output for the drafter\n"
            "                          even where they differ (identical ones are always shared)\n"
            "  --draft-no-conf         auto depth without the confidence-head trim\n"
+           "  --draft-window N        the drafter attends to its last N context rows only (0:\n"
+           "                          all; caps the drafter's cost at long contexts; changes\n"
+           "                          drafts, never the output)\n"
            "  auto measures the cost of each verify width and drafter block once per machine,\n"
            "  model pair and thread count, and keeps them with the acceptance and probe cost\n"
            "  the last run ended with in $XDG_CACHE_HOME/bitspark/dspark-costs (or\n"
@@ -47,6 +50,10 @@ int cli_spec_parse(cli_spec_opts *o, int argc, char **argv, int *i) {
         o->share_embeddings = true;
     } else if (!strcmp(a, "--draft-no-conf")) {
         o->no_conf = true;
+    } else if (!strcmp(a, "--draft-window")) {
+        long x;
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 0, 1 << 24, &x)) return -1;
+        o->draft_window = (int)x;
     } else {
         return 0;
     }
@@ -69,7 +76,7 @@ cli_spec *cli_spec_open(const cli_spec_opts *o, bs_model *target, bs_session *se
     int shared = bs_dspark_share_embeddings(c->d, target, o->share_embeddings);
     bs_log(shared ? 1 : 2, "drafter: %s%s%s from the target\n", shared ? "borrowing" : "nothing borrowed",
            c->d->embd_borrowed ? " token_embd" : "", c->d->output_borrowed ? " output" : "");
-    bs_spec_params sp = {.draft_max = o->draft_max, .conf_cut = o->no_conf ? 0 : 1};
+    bs_spec_params sp = {.draft_max = o->draft_max, .conf_cut = o->no_conf ? 0 : 1, .draft_window = o->draft_window};
     if (!(c->sp = bs_spec_new(sess, c->d, &sp))) goto fail;
     c->t_load = bs_time() - t0;
     return c;

@@ -16,6 +16,7 @@ typedef struct cli_spec_opts {
     bool draft_max_set;
     bool share_embeddings;     /* borrow the target's token_embd / output even if they differ */
     bool no_conf;              /* auto depth without the confidence-head trim */
+    int draft_window;          /* --draft-window N; 0: the whole context */
 } cli_spec_opts;
 
 void cli_spec_defaults(cli_spec_opts *o);

@@ -5,8 +5,8 @@
  * projected once, when appended, and kept (f32) until cropped. The block attends to
  * [context ; block] with no mask at all. */
 #include "dspark.h"
+#include "attn_simd.h"
 #include "ops.h"
-#include "cpu_features.h"
 #include "threadpool.h"
 #include "util.h"
 
@@ -29,13 +29,15 @@ struct bs_dspark_ctx {
     float *kc, *vc;              /* [APPEND_CHUNK][kv_w] */
     float *rope;                 /* [max(APPEND_CHUNK, B)][head_dim] */
     float *x, *h, *q, *kb, *vb, *att, *f1, *f2;   /* block rows */
-    float *scores;               /* [threads][n_ctx_max + B] */
+    float *scores;               /* [threads][BS_ATTN_MAX_GROUP][n_ctx_max + B] */
+    float *qo;                   /* [threads][2][BS_ATTN_MAX_GROUP][head_dim] gathered queries, outputs */
     int n_threads;
     float *hidden;               /* [B][n_embd] final-normed block state */
     float *w1;                   /* [markov_rank] */
     float *logits, *bias;        /* [B][n_vocab], [n_vocab] */
     int block_pos;               /* position of the last block's anchor, -1 before any */
     int nb;                      /* slots of the last block (block_size unless shortened) */
+    int window;                  /* > 0: the block attends to the last `window` context rows only */
 };
 
 static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
@@ -68,7 +70,8 @@ bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *poo
     c->f1 = falloc(B * ff);
     c->f2 = falloc(B * ff);
     c->n_threads = bs_pool_size(pool);
-    c->scores = falloc((size_t)c->n_threads * ((size_t)n_ctx_max + B));
+    c->scores = falloc((size_t)c->n_threads * BS_ATTN_MAX_GROUP * ((size_t)n_ctx_max + B));
+    c->qo = falloc((size_t)c->n_threads * 2 * BS_ATTN_MAX_GROUP * D);
     c->hidden = falloc(B * E);
     c->w1 = falloc((size_t)hp->markov_rank);
     c->logits = falloc(B * V);
@@ -87,12 +90,14 @@ void bs_dspark_ctx_free(bs_dspark_ctx *c) {
     free(c->v);
     free(c->pos);
     float *bufs[] = {c->c, c->kc, c->vc, c->rope, c->x, c->h, c->q, c->kb, c->vb, c->att,
-                     c->f1, c->f2, c->scores, c->hidden, c->w1, c->logits, c->bias};
+                     c->f1, c->f2, c->scores, c->qo, c->hidden, c->w1, c->logits, c->bias};
     for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
 
 int bs_dspark_ctx_len(const bs_dspark_ctx *c) { return c->len; }
+
+void bs_dspark_ctx_set_window(bs_dspark_ctx *c, int window) { c->window = window > 0 ? window : 0; }
 int bs_dspark_ctx_rows(const bs_dspark_ctx *c) { return c->n_rows; }
 
 void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n) {
@@ -111,9 +116,12 @@ static void reserve(bs_dspark_ctx *c, int need) {
     if (need <= c->cap) return;
     int cap = c->cap ? c->cap : 256;
     while (cap < need) cap = cap > c->n_ctx_max / 2 ? c->n_ctx_max : cap * 2;
+    /* block_size rows of slack: a block's keys and values sit after the context rows while the
+     * block attends, so that both are one run */
+    const size_t rows = (size_t)cap + (size_t)c->d->hp.block_size;
     for (int l = 0; l < c->d->hp.n_layer; l++) {
-        c->k[l] = bs_xrealloc(c->k[l], (size_t)cap * c->kv_w * sizeof(float));
-        c->v[l] = bs_xrealloc(c->v[l], (size_t)cap * c->kv_w * sizeof(float));
+        c->k[l] = bs_xrealloc(c->k[l], rows * c->kv_w * sizeof(float));
+        c->v[l] = bs_xrealloc(c->v[l], rows * c->kv_w * sizeof(float));
     }
     c->pos = bs_xrealloc(c->pos, (size_t)cap * sizeof *c->pos);
     c->cap = cap;
@@ -168,93 +176,53 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     return 0;
 }
 
-/* Dot products and axpy of the attention, in AVX2+FMA where the CPU has it (the drafter's own
- * tolerance is loose: fixtures within 1e-4, and drafts only decide speed, never output). */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define ATTN_SIMD 1
-__attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i < n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s0 = _mm256_add_ps(s0, s1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float w, const float *x, int n) {
-    const __m256 vw = _mm256_set1_ps(w);
-    for (int i = 0; i < n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-}
-#else
-#define ATTN_SIMD 0
-#endif
-
-static bool attn_simd(int D) {
-#if ATTN_SIMD
-    static int lvl = -1;
-    if (lvl < 0) lvl = bs_cpu_level();
-    return D % 8 == 0 && lvl >= BS_CPU_AVX2;
-#else
-    (void)D;
-    return false;
-#endif
-}
-
-static float dot_d(const float *a, const float *b, int n, bool simd) {
-#if ATTN_SIMD
-    if (simd) return dot_avx2(a, b, n);
-#endif
-    (void)simd;
-    return bs_dot(a, b, n);
-}
-
-static void axpy_d(float *y, float w, const float *x, int n, bool simd) {
-#if ATTN_SIMD
-    if (simd) { axpy_avx2(y, w, x, n); return; }
-#endif
-    (void)simd;
-    for (int i = 0; i < n; i++) y[i] += w * x[i];
-}
-
-/* One block row's query head against [context rows ; block] keys: out = softmax(q.K / sqrt(D)) V.
- * Keys and values are read in two runs (the context cache, then the block) with no per-key
- * branch. */
-static void attend(const bs_dspark_ctx *c, int l, const float *q, int kvh, float *out, float *scores) {
-    const bs_dspark_hparams *hp = &c->d->hp;
-    const int D = hp->head_dim, B = c->nb, nc = c->n_rows, n = nc + B;
-    const bool simd = attn_simd(D);
+/* One query head (scalar): out = softmax(q.K / sqrt(D)) V over the n rows of the run at kc/vc. */
+static void attend_one(const float *q, const float *kc, const float *vc, size_t w, int n, int D, float *out,
+                       float *scores) {
     const float scale = 1.0f / sqrtf((float)D);
-    const size_t off = (size_t)kvh * D, w = c->kv_w;
-    const float *kc = c->k[l] + off, *vc = c->v[l] + off, *kb = c->kb + off, *vb = c->vb + off;
-    for (int p = 0; p < nc; p++) scores[p] = dot_d(q, kc + (size_t)p * w, D, simd) * scale;
-    for (int p = 0; p < B; p++) scores[nc + p] = dot_d(q, kb + (size_t)p * w, D, simd) * scale;
+    for (int p = 0; p < n; p++) scores[p] = bs_dot(q, kc + (size_t)p * w, D) * scale;
     bs_softmax(scores, n);
     memset(out, 0, (size_t)D * sizeof(float));
-    for (int p = 0; p < nc; p++) axpy_d(out, scores[p], vc + (size_t)p * w, D, simd);
-    for (int p = 0; p < B; p++) axpy_d(out, scores[nc + p], vb + (size_t)p * w, D, simd);
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < D; i++) out[i] += scores[p] * vc[(size_t)p * w + i];
 }
 
-typedef struct { const bs_dspark_ctx *c; int l; } attend_job;
+typedef struct { const bs_dspark_ctx *c; int l, first, n; } attend_job;
 
-/* The block's (row, head) pairs split over the pool: each pair is computed the same way
- * whatever the split, so the result does not depend on the thread count. */
+/* Work units: (KV head, up to BS_ATTN_MAX_GROUP of the block's queries on it, over all block
+ * rows). A unit reads the KV head's run once for all its queries (attn_simd), which matters once
+ * the context outgrows the caches; each query is computed the same way whatever the split, so
+ * the result depends on neither the thread count nor the grouping. */
 static void attend_all(void *ud, int ith, int nth) {
     const attend_job *j = ud;
     const bs_dspark_ctx *c = j->c;
     const bs_dspark_hparams *hp = &c->d->hp;
-    const int H = hp->n_head, D = hp->head_dim, G = H / hp->n_head_kv;
+    const int H = hp->n_head, D = hp->head_dim, KV = hp->n_head_kv, G = H / KV, n = j->n;
+    const int nq = c->nb * G, parts = (nq + BS_ATTN_MAX_GROUP - 1) / BS_ATTN_MAX_GROUP;
+    const size_t w = c->kv_w, ss = (size_t)n;
     int64_t lo, hi;
-    bs_pool_split((int64_t)c->nb * H, 1, ith, nth, &lo, &hi);
-    float *scores = c->scores + (size_t)ith * ((size_t)c->n_ctx_max + hp->block_size);
-    for (int64_t i = lo; i < hi; i++)
-        attend(c, j->l, c->q + (size_t)i * D, (int)(i % H) / G, c->att + (size_t)i * D, scores);
+    bs_pool_split((int64_t)KV * parts, 1, ith, nth, &lo, &hi);
+    float *scores = c->scores + (size_t)ith * BS_ATTN_MAX_GROUP * ((size_t)c->n_ctx_max + hp->block_size);
+    float *qb = c->qo + (size_t)ith * 2 * BS_ATTN_MAX_GROUP * D, *ob = qb + (size_t)BS_ATTN_MAX_GROUP * D;
+    for (int64_t u = lo; u < hi; u++) {
+        const int kvh = (int)(u / parts), q0 = (int)(u % parts) * BS_ATTN_MAX_GROUP;
+        const int gn = BS_MIN(BS_ATTN_MAX_GROUP, nq - q0);
+        size_t at[BS_ATTN_MAX_GROUP];   /* query i of the unit: block row t, head kvh * G + g */
+        for (int i = 0; i < gn; i++) {
+            const int t = (q0 + i) / G, g = (q0 + i) % G;
+            at[i] = ((size_t)t * H + (size_t)kvh * G + g) * D;
+            memcpy(qb + (size_t)i * D, c->q + at[i], (size_t)D * sizeof(float));
+        }
+        const float *kc = c->k[j->l] + (size_t)j->first * w + (size_t)kvh * D;
+        const float *vc = c->v[j->l] + (size_t)j->first * w + (size_t)kvh * D;
+        if (bs_attn_qk(qb, (size_t)D, gn, kc, w * sizeof(float), false, n, D, 1.0f / sqrtf((float)D), scores, ss)) {
+            for (int i = 0; i < gn; i++) bs_softmax(scores + (size_t)i * ss, n);
+            bs_attn_av(scores, ss, gn, vc, w * sizeof(float), false, n, D, ob);
+        } else {
+            for (int i = 0; i < gn; i++) attend_one(qb + (size_t)i * D, kc, vc, w, n, D, ob + (size_t)i * D, scores);
+        }
+        for (int i = 0; i < gn; i++) memcpy(c->att + at[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
+    }
 }
 
 static void layer_forward(bs_dspark_ctx *c, int l) {
@@ -267,7 +235,11 @@ static void layer_forward(bs_dspark_ctx *c, int l) {
     bs_matmul(&L->wv, c->h, B, c->vb, c->pool);
     norm_rope(c, c->q, B, H, L->q_norm);
     norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
-    attend_job job = {c, l};
+    /* the block's keys / values in the slack after the context rows: [window of context ; block] */
+    memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kb, (size_t)B * c->kv_w * sizeof(float));
+    memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vb, (size_t)B * c->kv_w * sizeof(float));
+    const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
+    attend_job job = {c, l, first, c->n_rows - first + B};
     bs_pool_run(c->pool, attend_all, &job);
     bs_matmul(&L->wo, c->att, B, c->h, c->pool);
     for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];

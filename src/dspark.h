@@ -79,6 +79,9 @@ typedef struct bs_dspark_ctx bs_dspark_ctx;
 
 /* n_ctx_max: positions the context may grow to. pool: threads for the matmuls (may be NULL). */
 bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *pool);
+/* window > 0: blocks attend to the last `window` context rows only (PrismML's
+ * DSPARK_DRAFT_WINDOW; rows keep their absolute positions). Changes drafts, never output. */
+void bs_dspark_ctx_set_window(bs_dspark_ctx *c, int window);
 void bs_dspark_ctx_free(bs_dspark_ctx *c);
 /* Positions the context covers (the next row appended gets position len). */
 int bs_dspark_ctx_len(const bs_dspark_ctx *c);

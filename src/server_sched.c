@@ -666,7 +666,7 @@ static int slot_init(srv_sched *s, slot *sl, int id) {
     sl->tok = s->tok;
     if (s->drafter) {
         int dm = s->cfg.draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : s->cfg.draft_max;
-        bs_spec_params pp = {.draft_max = dm, .conf_cut = 1};
+        bs_spec_params pp = {.draft_max = dm, .conf_cut = 1, .draft_window = s->cfg.draft_window};
         if (!(sl->spec = bs_spec_new(sl->sess, s->drafter, &pp))) return -1;
     }
     sl->logits = bs_xmalloc((size_t)s->n_vocab * sizeof(float));

@@ -62,6 +62,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
             free(sp);
             return NULL;
         }
+        bs_dspark_ctx_set_window(sp->dc, p->draft_window);
         sp->row = (size_t)d->hp.n_taps * d->hp.n_embd;
         sp->taps = bs_xmalloc((size_t)BS_MAX(PROMPT_CHUNK, sp->B + 1) * sp->row * sizeof(float));
     }

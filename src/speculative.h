@@ -26,6 +26,7 @@
 typedef struct bs_spec_params {
     int draft_max;             /* 0..block_size; BS_DRAFT_AUTO picks per round (spec_depth.h) */
     double conf_cut;           /* auto only: 1 = use the confidence head to trim drafts, 0 = not */
+    int draft_window;          /* > 0: the drafter attends to its last draft_window context rows */
 } bs_spec_params;
 
 typedef struct bs_spec_stats {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DSpark on the command line: run -md with fixed and auto depth gives plain greedy's text; auto
 # depth with a drafter whose drafts are never accepted parks (plain steps + rare probes); the
-# speculative stats line; pair validation errors; bench --spec prints measured costs and
+# speculative stats line; --draft-window; pair validation errors; bench --spec prints measured costs and
 # labelled projections; draft-logits --rounds rejects bad scripts.
 set -u
 B=${BITSPARK:?}; F=${BS_FIXTURES:?}; T=${BS_TMP:-/tmp}/dspark_cli; mkdir -p "$T"
@@ -26,6 +26,20 @@ grep -q 'tokens per second' "$T/err_4" && ok "tokens/s reported" || bad "no toke
 line=$(grep 'auto depth:' "$T/err_auto")
 parked=$(sed -n 's/.* \([0-9]*\) parked rounds.*/\1/p' <<<"$line"); probes=$(sed -n 's/.* \([0-9]*\) probes.*/\1/p' <<<"$line")
 [ "${parked:-0}" -ge $((N - 30)) ] && [ "${probes:-999}" -le $((N / 20)) ] && ok "auto parks: $line" || bad "auto did not park: $line"
+
+# --draft-window with the trained pair (real acceptance): text unchanged; a window covering the
+# whole context drafts exactly as no window; a short one drafts differently
+M=${BS_SRC:?}/models; NW=$((N + 100))
+W=("$B" run -m "$M/bonsai-tiny-q1_0.gguf" -p "To copy a file, use" -n $NW --temp 0 -t 1 --ignore-eos -c 2048)
+"${W[@]}" >"$T/wplain" 2>/dev/null || bad "trained plain run"
+for w in 0 100000 16; do
+  "${W[@]}" -md "$M/bonsai-tiny-dspark.gguf" --draft-max 3 --draft-window $w >"$T/w$w" 2>"$T/werr$w" || bad "run --draft-window $w"
+  cmp -s "$T/wplain" "$T/w$w" && ok "--draft-window $w: same text as plain greedy" || bad "--draft-window $w text differs"
+done
+s0=$(grep -o 'n_drafted = .*rounds = [0-9]*' "$T/werr0"); sbig=$(grep -o 'n_drafted = .*rounds = [0-9]*' "$T/werr100000")
+s16=$(grep -o 'n_drafted = .*rounds = [0-9]*' "$T/werr16")
+[ -n "$s0" ] && [ "$s0" = "$sbig" ] && ok "a window over the whole context drafts as none: $s0" || bad "window 100000: '$sbig' vs '$s0'"
+[ -n "$s16" ] && [ "$s16" != "$s0" ] && ok "window 16 drafts differently: $s16" || bad "window 16: '$s16' vs '$s0'"
 
 # pair validation and option errors: one line, exit 1
 "$B" synth --preset drafter-tiny --drafter-type f32 --n-embd 128 --head-dim 32 -o "$T/d128.gguf" >/dev/null 2>&1
