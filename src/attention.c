@@ -11,6 +11,7 @@
 #include "session.h"
 #include "util.h"
 
+#include <math.h>
 #include <string.h>
 
 static void store_row(uint8_t *dst, const float *src, int n, int kv_type) {
@@ -30,36 +31,40 @@ static const float *load_row(const uint8_t *src, int n, int kv_type, float *tmp)
     return tmp;
 }
 
-/* Attention of the `group` query heads sharing KV head kvh for one row that sees n_kv positions.
- * q: the group's normed, roped queries (stride 2*D in qg); out: their outputs (stride D);
- * scores: group * n_ctx floats and tmp: D floats of this thread's scratch. */
-static void attend_group(const bs_session *s, const uint8_t *kc, const uint8_t *vc, int kvh, float *q,
-                         int group, int n_kv, float *out, float *scores, float *tmp) {
-    const bs_qwen35_hparams *hp = &s->m->hp;
-    const int D = hp->head_dim;
-    const size_t esz = s->kv_type == BS_KV_F32 ? 4 : 2, head_off = (size_t)kvh * D * esz;
+/* Attention of gn queries on KV head kvh: query i (at q + i * D, rounded to f16 beforehand when
+ * the cache is f16) sees positions [0, nkv[i]); outputs at out + i * D. scores: gn * n_ctx floats
+ * and tmp: D floats of this thread's scratch. The SIMD kernels run all queries over the longest
+ * range, with the weights of the positions a query does not see set to 0 after its softmax:
+ * fma(0, v, acc) == acc, so each output is its own range's sum. */
+static void attend_queries(const bs_session *s, const uint8_t *kc, const uint8_t *vc, int kvh, const float *q,
+                           int gn, const int *nkv, float *out, float *scores, float *tmp) {
+    const int D = s->m->hp.head_dim;
+    const size_t esz = s->kv_type == BS_KV_F32 ? 4 : 2, head_off = (size_t)kvh * D * esz, ss = (size_t)s->n_ctx;
     const float scale = 1.0f / sqrtf((float)D);
-
-    if (s->kv_type == BS_KV_F16)
-        for (int g = 0; g < group; g++)
-            for (int i = 0; i < D; i++) q[(size_t)g * 2 * D + i] = bs_f16_to_f32(bs_f32_to_f16(q[(size_t)g * 2 * D + i]));
     const bool f16 = s->kv_type == BS_KV_F16;
-    const size_t ss = (size_t)s->n_ctx;
-    if (!bs_attn_qk(q, (size_t)2 * D, group, kc + head_off, s->kv_row, f16, n_kv, D, scale, scores, ss))
-        for (int p = 0; p < n_kv; p++) {
-            const float *k = load_row(kc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
-            for (int g = 0; g < group; g++)
-                scores[(size_t)g * ss + p] = bs_dot(q + (size_t)g * 2 * D, k, D) * scale;
+    int nmax = 0;
+    for (int i = 0; i < gn; i++) nmax = BS_MAX(nmax, nkv[i]);
+    if (bs_attn_qk(q, (size_t)D, gn, kc + head_off, s->kv_row, f16, nmax, D, scale, scores, ss)) {
+        for (int i = 0; i < gn; i++) {
+            bs_softmax(scores + (size_t)i * ss, nkv[i]);
+            memset(scores + (size_t)i * ss + nkv[i], 0, (size_t)(nmax - nkv[i]) * sizeof(float));
         }
-    for (int g = 0; g < group; g++) bs_softmax(scores + (size_t)g * ss, n_kv);
-    if (bs_attn_av(scores, ss, group, vc + head_off, s->kv_row, f16, n_kv, D, out)) return;
-    for (int g = 0; g < group; g++) memset(out + (size_t)g * D, 0, (size_t)D * sizeof(float));
-    for (int p = 0; p < n_kv; p++) {
-        const float *v = load_row(vc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
-        for (int g = 0; g < group; g++) {
-            const float w = scores[(size_t)g * s->n_ctx + p];
-            float *o = out + (size_t)g * D;
-            for (int i = 0; i < D; i++) o[i] += w * v[i];
+        if (bs_attn_av(scores, ss, gn, vc + head_off, s->kv_row, f16, nmax, D, out)) return;
+    } else {
+        for (int i = 0; i < gn; i++) {
+            for (int p = 0; p < nkv[i]; p++)
+                scores[(size_t)i * ss + p] = bs_dot(q + (size_t)i * D, load_row(kc + (size_t)p * s->kv_row + head_off, D,
+                                                                               s->kv_type, tmp), D) * scale;
+            bs_softmax(scores + (size_t)i * ss, nkv[i]);
+        }
+    }
+    for (int i = 0; i < gn; i++) {
+        float *o = out + (size_t)i * D;
+        memset(o, 0, (size_t)D * sizeof(float));
+        for (int p = 0; p < nkv[i]; p++) {
+            const float *v = load_row(vc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
+            const float w = scores[(size_t)i * ss + p];
+            for (int e = 0; e < D; e++) o[e] += w * v[e];
         }
     }
 }
@@ -71,20 +76,39 @@ typedef struct attn_job {
     int n;
 } attn_job;
 
-/* Units (row t, KV head) of this thread; units are independent, so the split never changes a
- * result. Thread ith uses scratch slot ith. */
+/* Units: (KV head, up to BS_ATTN_MAX_GROUP of the batch's queries on it, row-major over (row,
+ * head)): a unit reads the head's cache once for all its rows, so verifying w tokens does not
+ * read the cache w times. Queries are independent, so neither the split nor the grouping changes
+ * a result. Thread ith uses scratch slot ith. */
 static void attend_units(void *ctx, int ith, int nth) {
     const attn_job *job = ctx;
     const bs_session *s = job->s;
     const bs_qwen35_hparams *hp = &s->m->hp;
     const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, G = H / Hkv;
-    float *scores = s->scores + (size_t)ith * H * s->n_ctx, *tmp = s->qtmp + (size_t)ith * D;
+    const int nq = job->n * G, parts = (nq + BS_ATTN_MAX_GROUP - 1) / BS_ATTN_MAX_GROUP;
+    float *scores = s->scores + (size_t)ith * BS_MAX(H, BS_ATTN_MAX_GROUP) * s->n_ctx;
+    float *qb = s->qtmp + (size_t)ith * (2 * BS_ATTN_MAX_GROUP + 1) * D, *ob = qb + (size_t)BS_ATTN_MAX_GROUP * D;
+    float *tmp = ob + (size_t)BS_ATTN_MAX_GROUP * D;
     int64_t lo, hi;
-    bs_pool_split((int64_t)job->n * Hkv, 1, ith, nth, &lo, &hi);
+    bs_pool_split((int64_t)Hkv * parts, 1, ith, nth, &lo, &hi);
     for (int64_t u = lo; u < hi; u++) {
-        const int t = (int)(u / Hkv), kvh = (int)(u % Hkv);
-        attend_group(s, job->kc, job->vc, kvh, job->qg + (size_t)t * 2 * H * D + (size_t)kvh * G * 2 * D, G,
-                     s->n_past + t + 1, job->o + (size_t)t * H * D + (size_t)kvh * G * D, scores, tmp);
+        const int kvh = (int)(u / parts), q0 = (int)(u % parts) * BS_ATTN_MAX_GROUP;
+        const int gn = BS_MIN(BS_ATTN_MAX_GROUP, nq - q0);
+        int nkv[BS_ATTN_MAX_GROUP];
+        size_t oat[BS_ATTN_MAX_GROUP];
+        for (int i = 0; i < gn; i++) {
+            const int t = (q0 + i) / G, h = kvh * G + (q0 + i) % G;
+            const float *src = job->qg + (size_t)t * 2 * H * D + (size_t)h * 2 * D;
+            float *dst = qb + (size_t)i * D;
+            if (s->kv_type == BS_KV_F16)
+                for (int e = 0; e < D; e++) dst[e] = bs_f16_to_f32(bs_f32_to_f16(src[e]));
+            else
+                memcpy(dst, src, (size_t)D * sizeof(float));
+            nkv[i] = s->n_past + t + 1;
+            oat[i] = (size_t)t * H * D + (size_t)h * D;
+        }
+        attend_queries(s, job->kc, job->vc, kvh, qb, gn, nkv, ob, scores, tmp);
+        for (int i = 0; i < gn; i++) memcpy(job->o + oat[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
     }
 }
 

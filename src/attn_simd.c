@@ -36,33 +36,28 @@ static T512 INL __m512 sum16(const __m512 a[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xDD));
 }
 
-/* Runs of 16 positions (from position 0, so a position's arithmetic depends only on its index
- * and n_kv) sum 16 dot products at once; the tail one at a time. Within a run the query loop
- * is outside, and the run's rows come from L1 for every query of the group. */
+/* 16 positions at a time, the last run masked: every score is one dot product summed by sum16's
+ * tree for its lane, so it depends only on q and its key row, never on n_kv or on the other
+ * queries (a row verified in a batch sees the exact bits of a one-row step). Per run the query
+ * loop is outside; the run's rows come from L1 for every query of the group. */
+static const float zero_row[BS_ATTN_MAX_D];   /* the last run's missing rows */
+
 static T512 void qk512(const float *q, size_t qs, int group, const uint8_t *kc, size_t kv_row, bool f16,
                        int n_kv, int D, float scale, float *scores, size_t ss) {
     const __m512 vs = _mm512_set1_ps(scale);
-    int p = 0;
-    for (; p + 16 <= n_kv; p += 16)
+    for (int p = 0; p < n_kv; p += 16) {
+        const int m = n_kv - p < 16 ? n_kv - p : 16;
+        const uint8_t *rows[16];
+        for (int j = 0; j < 16; j++) rows[j] = j < m ? kc + (size_t)(p + j) * kv_row : (const uint8_t *)zero_row;
         for (int g = 0; g < group; g++) {
             __m512 acc[16];
             for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
             for (int i = 0; i < D; i += 16) {
                 const __m512 qv = _mm512_loadu_ps(q + g * qs + i);
-                for (int j = 0; j < 16; j++)
-                    acc[j] = _mm512_fmadd_ps(qv, load16(kc + (size_t)(p + j) * kv_row, i, f16), acc[j]);
+                for (int j = 0; j < 16; j++) acc[j] = _mm512_fmadd_ps(qv, load16(rows[j], i, f16), acc[j]);
             }
-            _mm512_storeu_ps(scores + g * ss + p, _mm512_mul_ps(sum16(acc), vs));
+            _mm512_mask_storeu_ps(scores + g * ss + p, (__mmask16)((1u << m) - 1), _mm512_mul_ps(sum16(acc), vs));
         }
-    for (; p < n_kv; p++) {
-        const uint8_t *k = kc + (size_t)p * kv_row;
-        __m512 acc[BS_ATTN_MAX_GROUP];
-        for (int g = 0; g < group; g++) acc[g] = _mm512_setzero_ps();
-        for (int i = 0; i < D; i += 16) {
-            const __m512 kv = load16(k, i, f16);
-            for (int g = 0; g < group; g++) acc[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * qs + i), kv, acc[g]);
-        }
-        for (int g = 0; g < group; g++) scores[g * ss + p] = _mm512_reduce_add_ps(acc[g]) * scale;
     }
 }
 
@@ -137,7 +132,7 @@ static T2 void av256(const float *w, size_t ss, int group, const uint8_t *vc, si
 }
 
 static int level_for(int D, int group) {
-    if (group < 1 || group > BS_ATTN_MAX_GROUP) return BS_CPU_SCALAR;
+    if (group < 1 || group > BS_ATTN_MAX_GROUP || D > BS_ATTN_MAX_D) return BS_CPU_SCALAR;
     const int lv = bs_cpu_level();
     if (lv >= BS_CPU_AVX512 && D % 16 == 0) return BS_CPU_AVX512;
     if (lv >= BS_CPU_AVX2 && D % 8 == 0) return BS_CPU_AVX2;

@@ -2,8 +2,9 @@
  * one KV head shared by a group of query heads (attention.c holds the scalar code and the
  * layout). Each returns false when no kernel applies (scalar dispatch level, head_dim not a
  * multiple of the vector width, group > BS_ATTN_MAX_GROUP); the caller then runs the scalar
- * code. Cache rows are f16 (kv_f16) or f32; f16 is widened exactly with F16C. A query's
- * results depend only on its own inputs and n_kv, never on the other rows of a batch. */
+ * code. Cache rows are f16 (kv_f16) or f32; f16 is widened exactly with F16C. A score depends
+ * only on its query and key row (not on n_kv, group or the other rows of a batch); an output
+ * on its weights and value rows, summed in position order. */
 #ifndef BS_ATTN_SIMD_H
 #define BS_ATTN_SIMD_H
 
@@ -11,6 +12,7 @@
 #include <stddef.h>
 
 #define BS_ATTN_MAX_GROUP 8
+#define BS_ATTN_MAX_D 512   /* longer heads take the scalar path */
 
 /* scores[g * ss + p] = dot(q + g * q_stride, K_p) * scale, p < n_kv; K_p at kc + p * kv_row bytes. */
 bool bs_attn_qk(const float *q, size_t q_stride, int group, const void *kc, size_t kv_row, bool kv_f16,

@@ -1,6 +1,7 @@
 /* session.c: sessions on a qwen35 model: buffers sized once at creation, bs_eval (validation and
  * splitting into batches), taps, exact rollback, and state save / load (see session.h). */
 #include "session.h"
+#include "attn_simd.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -62,8 +63,8 @@ static int alloc_buffers(bs_session *s) {
         !(s->d = alloc_n(nb, s->wd * F, "activations")) ||
         !(s->gb = alloc_n(nb, 2 * (size_t)hp->n_v_heads * F, "activations")) ||
         !(s->rope = alloc_n(nb, (size_t)hp->n_rot * F, "activations")) ||
-        !(s->scores = alloc_n(nth * H, (size_t)s->n_ctx * F, "attention scores")) ||
-        !(s->qtmp = alloc_n(nth * D, F, "activations")))
+        !(s->scores = alloc_n(nth * (size_t)BS_MAX(H, BS_ATTN_MAX_GROUP), (size_t)s->n_ctx * F, "attention scores")) ||
+        !(s->qtmp = alloc_n(nth * (2 * BS_ATTN_MAX_GROUP + 1) * D, F, "activations")))
         return -1;
     return 0;
 }
