@@ -68,6 +68,12 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
 int bs_session_set_taps(bs_session *s, const int *layers, int n);
 int bs_session_n_taps(const bs_session *s);
 
+/* keep = 0: one-token evals update the recurrent state in place instead of into the other half
+ * of its double buffer (a third less state traffic per decoded token: ~150 MB at 27B) and
+ * leave nothing to roll back, so bs_session_rollback can no longer undo them. For plain
+ * decoding that never rolls back. Default 1. */
+void bs_session_set_undo(bs_session *s, int keep);
+
 /* Keep only the first n_keep positions. Exact (bit-identical to never having evaluated the rest)
  * for any n_keep from the start of the last eval's last batch up to n_past; earlier points fail. */
 int bs_session_rollback(bs_session *s, int n_keep);

@@ -138,6 +138,7 @@ int cmd_run(int argc, char **argv) {
     if (parse(&o, argc, argv)) return cli_fail("run");
     cli_gen g;
     if (cli_gen_open(&g, &o.g)) return cli_fail("run");
+    if (!g.spec) bs_session_set_undo(g.sess, 0);   /* plain decoding never rolls back */
     int rc = 1;
     size_t len, n;
     int32_t *ids = NULL;

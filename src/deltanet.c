@@ -224,9 +224,10 @@ void bs_deltanet_mix(bs_session *s, const bs_qwen35_layer *L, int n, bool record
             memcpy(rec + t * rs + cd + nv, beta + (size_t)t * nv, (size_t)nv * sizeof(float));
         }
     }
+    const int out = s->in_place ? s->cur : 1 - s->cur;   /* in place: rows are read before written */
     gdn_io io = {
         .win_in = sess_conv(s, L->slot, s->cur), .S_in = sess_ssm(s, L->slot, s->cur),
-        .win_out = sess_conv(s, L->slot, 1 - s->cur), .S_out = sess_ssm(s, L->slot, 1 - s->cur),
+        .win_out = sess_conv(s, L->slot, out), .S_out = sess_ssm(s, L->slot, out),
         .mixed = mixed, .ms = (size_t)cd, .g = alpha, .beta = beta, .gs = (size_t)nv,
         .qkv = s->c, .o = s->d,
     };

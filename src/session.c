@@ -127,14 +127,18 @@ static void eval_batches(bs_session *s, const int32_t *tokens, int n, int mode, 
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
         memmove(s->rb_tokens, tokens + off, (size_t)c * sizeof(int32_t));
+        s->in_place = s->no_undo && c == 1;
         s->rb_base = s->n_past;
-        s->rb_n = c;
-        s->rb_recorded = c <= s->n_rollback;
+        s->rb_n = s->in_place ? 0 : c;
+        s->rb_recorded = !s->in_place && c <= s->n_rollback;
         int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         bs_forward_batch(s, s->rb_tokens, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
+        s->in_place = false;
     }
 }
+
+void bs_session_set_undo(bs_session *s, int keep) { s->no_undo = !keep; }
 
 int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
     if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");

@@ -24,6 +24,8 @@ struct bs_session {
     float *conv, *ssm;
     size_t conv_sz, ssm_sz;
     int cur;
+    bool no_undo;                 /* bs_session_set_undo(s, 0): one-token evals update half cur */
+    bool in_place;                /* the batch being evaluated updates half cur (no flip) */
 
     /* KV cache of attention slot a: k/v + a * n_ctx * kv_row bytes; rows of n_head_kv*head_dim */
     uint8_t *k, *v;

@@ -152,6 +152,31 @@ static void check_errors(bs_model *m) {
     CHECK(bs_session_new(m, &q) == NULL);
 }
 
+/* bs_session_set_undo(s, 0): one-token steps updating the state in place give the very bits
+ * of the double-buffered steps (logits and saved state after each), then cannot be undone. */
+static void check_in_place(bs_model *m, const char *name) {
+    bs_session *a = session(m, BS_KV_F16, 16), *b = session(m, BS_KV_F16, 16);
+    if (!a || !b) { CHECK(false); bs_session_free(a); bs_session_free(b); return; }
+    bs_session_set_undo(b, 0);
+    const int V = bs_model_n_vocab(m);
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    CHECK(!bs_eval(a, prompt, N_PROMPT, BS_LOGITS_NONE, NULL, NULL) && !bs_eval(b, prompt, N_PROMPT, BS_LOGITS_NONE, NULL, NULL));
+    for (int t = 0; t < T_BLOCK; t++) {
+        CHECK(!bs_eval(a, block + t, 1, BS_LOGITS_LAST, la, NULL) && !bs_eval(b, block + t, 1, BS_LOGITS_LAST, lb, NULL));
+        CHECKF(!memcmp(la, lb, sizeof(float) * (size_t)V), "%s: in-place step %d logits differ", name, t);
+        blob sa = save(a), sb = save(b);
+        CHECKF(same(sa, sb), "%s: in-place step %d state differs", name, t);
+        free(sa.p), free(sb.p);
+    }
+    CHECK(bs_session_rollback(a, N_PROMPT + T_BLOCK - 1) == 0);
+    CHECKF(bs_session_rollback(b, N_PROMPT + T_BLOCK - 1) != 0, "%s: an in-place step was undone", name);
+    CHECK(bs_session_rollback(b, N_PROMPT + T_BLOCK) == 0);   /* keeping everything is no undo */
+    CHECK(!bs_eval(b, block, 2, BS_LOGITS_NONE, NULL, NULL) && bs_session_rollback(b, N_PROMPT + T_BLOCK + 1) == 0);
+    free(la), free(lb);
+    bs_session_free(a);
+    bs_session_free(b);
+}
+
 int main(void) {
     const char *fix = getenv("BS_FIXTURES");
     if (!fix) { fprintf(stderr, "BS_FIXTURES is not set\n"); return 1; }
@@ -165,6 +190,7 @@ int main(void) {
         check_rollbacks(m, models[i], BS_KV_F16, 16);
         check_rollbacks(m, models[i], BS_KV_F16, 2);    /* recompute: block > n_rollback */
         check_save_load(m, models[i]);
+        check_in_place(m, models[i]);
         check_errors(m);
         bs_model_free(m);
     }
