@@ -274,8 +274,11 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
     ids[0] = anchor;
     memcpy(ids + 1, sp->drafts, (size_t)k * sizeof *ids);
-    if (bs_eval(sp->s, ids, k + 1, BS_LOGITS_ALL, sp->logits, sp->dc ? sp->taps : NULL))
-        return bs_error_prefix("verifying drafts: ");
+    /* a round without drafts keeps its one token: its state may be updated in place */
+    bs_session_set_undo(sp->s, k > 0);
+    const int ev = bs_eval(sp->s, ids, k + 1, BS_LOGITS_ALL, sp->logits, sp->dc ? sp->taps : NULL);
+    bs_session_set_undo(sp->s, 1);
+    if (ev) return bs_error_prefix("verifying drafts: ");
     double t2 = bs_time();
     bs_depth_observe_verify(&sp->depth, k + 1, t2 - t1);
 
