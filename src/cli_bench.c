@@ -175,7 +175,8 @@ static int bench_matmul(const bench_opts *o) {
                     }
                     if (ri == 0) t1 = best;
                     printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f |\n",
-                           bs_type_name(type), layout ? "x16" : "native", (long long)ne0, (long long)ne1,
+                           bs_type_name(type), !layout ? "native" : W[0].pack_kind == BS_PACK_Q1_L128 ? "l128" : "x16",
+                           (long long)ne0, (long long)ne1,
                            o->threads[ti], rows[ri], best * 1e3, (double)wbytes / best / 1e9, best / t1, cbest * 1e3);
                     fflush(stdout);
                 }

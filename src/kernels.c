@@ -182,7 +182,8 @@ static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const floa
 static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
                      uint8_t *scratch) {
     acts_row_(A, t, r, x, level, scratch);
-    if (A->want_lut) bs_l128_tables(A->qs + r * A->n, A->n, A->lut + (size_t)r * (size_t)(A->n / 4) * 32);
+    if (A->want_lut)   /* only L128 matrices want tables, and they exist only with AVX-512 */
+        bs_l128_tables_avx512(A->qs + r * A->n, A->n, A->lut + (size_t)r * (size_t)(A->n / 4) * 32);
     if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
         const int32_t *ns = A->nsum + r * (A->n / 4);
         for (int64_t g = 0; g < A->n / QK; g++) {

@@ -107,6 +107,7 @@ enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128
  * layouts give the same bits. */
 int bs_l128_row(int q, int i);   /* row (0..127) of float lane i of the group's vector q (0..7) */
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);
+void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut);   /* the same bytes */
 bs_kernel_fn bs_kernel_packed_avx512(int kind);
 /* BS_PACK_Q2_X16 (kernels_pack_q2.c): Q2_0 / PQ2_0 / Q2_0_G64 in groups of 16 rows, per block
  * the 16 fp16 scales then 64-byte chunks whose 32-bit lanes are the rows; the same size as the

@@ -392,6 +392,45 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
         }
 }
 
+/* bs_l128_tables for two 4-column groups per step: lane l of 32 int16 lanes is entry l % 16 of
+ * group l / 16, T = -sum(a) + 2 * (the a_i whose bit i of the entry is set), exact like the
+ * scalar version; then its low and high bytes, 16 of each per group. */
+T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
+    __m512i sel[4];
+    __mmask32 bit[4];
+    for (int i = 0; i < 4; i++) {
+        int16_t ix[32];
+        uint32_t m = 0;
+        for (int l = 0; l < 32; l++) {
+            ix[l] = (int16_t)(4 * (l / 16) + i);
+            if ((l % 16) >> i & 1) m |= 1u << l;
+        }
+        sel[i] = _mm512_loadu_si512(ix);
+        bit[i] = (__mmask32)m;
+    }
+    const int64_t ng = n / 4;
+    int64_t c = 0;
+    for (; c + 2 <= ng; c += 2) {
+        int64_t a8;
+        memcpy(&a8, qs + 4 * c, 8);
+        const __m512i a = _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(a8)));
+        __m512i ai[4], sum = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            ai[i] = _mm512_permutexvar_epi16(sel[i], a);
+            sum = _mm512_add_epi16(sum, ai[i]);
+        }
+        __m512i T = _mm512_sub_epi16(_mm512_setzero_si512(), sum);
+        for (int i = 0; i < 4; i++) T = _mm512_mask_add_epi16(T, bit[i], T, _mm512_add_epi16(ai[i], ai[i]));
+        const __m256i lo = _mm512_cvtepi16_epi8(T), hi = _mm512_cvtepi16_epi8(_mm512_srli_epi16(T, 8));
+        uint8_t *o = lut + 32 * c;
+        _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(lo));
+        _mm_storeu_si128((__m128i *)(o + 16), _mm256_castsi256_si128(hi));
+        _mm_storeu_si128((__m128i *)(o + 32), _mm256_extracti128_si256(lo, 1));
+        _mm_storeu_si128((__m128i *)(o + 48), _mm256_extracti128_si256(hi, 1));
+    }
+    if (c < ng) bs_l128_tables(qs + 4 * c, 4, lut + 32 * c);
+}
+
 /* Rows in tiles of up to L128_NR (each row's operations are the same in any tile). */
 #define L128_NR 2
 static T512 void k_l128_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
@@ -691,6 +730,7 @@ T512 double bs_int8_peak_avx512(long iters) {
 #else
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
 bs_kernel_fn bs_kernel_packed_avx512(int kind) { (void)kind; return NULL; }
+void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) { bs_l128_tables(qs, n, lut); }
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) { (void)src; (void)dst; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }
 double bs_int8_peak_avx512(long iters) { (void)iters; return 0.0; }

@@ -191,6 +191,19 @@ static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     free(wd), free(x), free(ya), free(yb);
 }
 
+/* The AVX-512 table builder gives the scalar one's bytes (extremes, odd group counts). */
+static void check_l128_tables(void) {
+    for (int64_t n = 4; n <= 4 * 41; n += 4 * 9) {
+        int8_t *q = bs_xmalloc((size_t)n);
+        for (int64_t i = 0; i < n; i++) q[i] = (int8_t)(i < 8 ? (i % 2 ? 127 : -128) : (int)(bs_rng_next(&rng) % 256) - 128);
+        uint8_t *a = bs_xmalloc((size_t)n * 8), *b = bs_xmalloc((size_t)n * 8);
+        bs_l128_tables(q, n, a);
+        bs_l128_tables_avx512(q, n, b);
+        CHECKF(!memcmp(a, b, (size_t)n * 8), "L128 tables differ for %lld columns", (long long)n);
+        free(q), free(a), free(b);
+    }
+}
+
 static void check_quantizer(int level, int perm) {
     const int64_t n = perm ? 128 * 9 : 32 * 37;
     float *x = make_acts(n, 1, 0);
@@ -216,6 +229,7 @@ int main(void) {
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
+    if (bs_cpu_max_level() >= BS_CPU_AVX512) check_l128_tables();
     for (int level = BS_CPU_AVX2; level <= bs_cpu_max_level(); level++) {
         check_quantizer(level, 0);
         if (level >= BS_CPU_AVX512) check_quantizer(level, 1);
