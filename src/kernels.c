@@ -410,13 +410,14 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row)
     }
 }
 
-#define L128_MIN_WEIGHTS ((int64_t)1 << 24)
+#define L128_MIN_WEIGHTS ((int64_t)1 << 20)
 
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
-    /* L128 only pays for matrices streamed from DRAM: below L128_MIN_WEIGHTS (cache-resident
-     * sizes, measured up to 2048x6144) X16 is faster at one row and at many.
+    /* L128 pays from about a million weights up (measured: 1024-wide models on, one row); below,
+     * where the whole model sits in L2 (the 256-wide tiny ones), X16 is as fast at one row and
+     * faster at several.
      * BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout everywhere; BITSPARK_Q1_L128=1: L128 wherever
      * 128 rows fit, whatever the size (comparisons, tests). */
     if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
