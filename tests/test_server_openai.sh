@@ -34,9 +34,11 @@ cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC e
 }
 out=$(cmp_spec "$URL" "$SPEC" 0 "Speculate about this") && ok "drafter: same greedy answer ($out)" || bad "drafter alone: $out"
 out=$(cmp_spec "$URL" "$SPEC" 0 "First of two" "Second of two") && ok "drafter, 2 slots at once: same answers ($out)" || bad "drafter batched: $out"
-# the trained tiny Bonsai and its trained drafter (models/): drafts get accepted, text unchanged
+# the trained tiny Bonsai and its trained drafter (models/), the drafter on a 16-row window:
+# drafts get accepted, text unchanged (the plain server decodes with its state updated in place)
 start_server TP -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 2 -t 2 --ctx 1024
-start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 2 -t 2 --ctx 1024
+start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 2 -t 2 --ctx 1024 \
+    --draft-window 16
 out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
     ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
