@@ -11,7 +11,6 @@
 #include "session.h"
 #include "util.h"
 
-#include <math.h>
 #include <string.h>
 
 static void store_row(uint8_t *dst, const float *src, int n, int kv_type) {
@@ -20,52 +19,6 @@ static void store_row(uint8_t *dst, const float *src, int n, int kv_type) {
     } else {
         uint16_t *h = (uint16_t *)dst;
         for (int i = 0; i < n; i++) h[i] = bs_f32_to_f16(src[i]);
-    }
-}
-
-/* A head row of the cache as floats: the cache itself (f32) or converted into tmp (f16). */
-static const float *load_row(const uint8_t *src, int n, int kv_type, float *tmp) {
-    if (kv_type == BS_KV_F32) return (const float *)src;
-    const uint16_t *h = (const uint16_t *)src;
-    for (int i = 0; i < n; i++) tmp[i] = bs_f16_to_f32(h[i]);
-    return tmp;
-}
-
-/* Attention of gn queries on KV head kvh: query i (at q + i * D, rounded to f16 beforehand when
- * the cache is f16) sees positions [0, nkv[i]); outputs at out + i * D. scores: gn * n_ctx floats
- * and tmp: D floats of this thread's scratch. The SIMD kernels run all queries over the longest
- * range, with the weights of the positions a query does not see set to 0 after its softmax:
- * fma(0, v, acc) == acc, so each output is its own range's sum. */
-static void attend_queries(const bs_session *s, const uint8_t *kc, const uint8_t *vc, int kvh, const float *q,
-                           int gn, const int *nkv, float *out, float *scores, float *tmp) {
-    const int D = s->m->hp.head_dim;
-    const size_t esz = s->kv_type == BS_KV_F32 ? 4 : 2, head_off = (size_t)kvh * D * esz, ss = (size_t)s->n_ctx;
-    const float scale = 1.0f / sqrtf((float)D);
-    const bool f16 = s->kv_type == BS_KV_F16;
-    int nmax = 0;
-    for (int i = 0; i < gn; i++) nmax = BS_MAX(nmax, nkv[i]);
-    if (bs_attn_qk(q, (size_t)D, gn, kc + head_off, s->kv_row, f16, nmax, D, scale, scores, ss)) {
-        for (int i = 0; i < gn; i++) {
-            bs_softmax(scores + (size_t)i * ss, nkv[i]);
-            memset(scores + (size_t)i * ss + nkv[i], 0, (size_t)(nmax - nkv[i]) * sizeof(float));
-        }
-        if (bs_attn_av(scores, ss, gn, vc + head_off, s->kv_row, f16, nmax, D, out)) return;
-    } else {
-        for (int i = 0; i < gn; i++) {
-            for (int p = 0; p < nkv[i]; p++)
-                scores[(size_t)i * ss + p] = bs_dot(q + (size_t)i * D, load_row(kc + (size_t)p * s->kv_row + head_off, D,
-                                                                               s->kv_type, tmp), D) * scale;
-            bs_softmax(scores + (size_t)i * ss, nkv[i]);
-        }
-    }
-    for (int i = 0; i < gn; i++) {
-        float *o = out + (size_t)i * D;
-        memset(o, 0, (size_t)D * sizeof(float));
-        for (int p = 0; p < nkv[i]; p++) {
-            const float *v = load_row(vc + (size_t)p * s->kv_row + head_off, D, s->kv_type, tmp);
-            const float w = scores[(size_t)i * ss + p];
-            for (int e = 0; e < D; e++) o[e] += w * v[e];
-        }
     }
 }
 
@@ -107,7 +60,9 @@ static void attend_units(void *ctx, int ith, int nth) {
             nkv[i] = s->n_past + t + 1;
             oat[i] = (size_t)t * H * D + (size_t)h * D;
         }
-        attend_queries(s, job->kc, job->vc, kvh, qb, gn, nkv, ob, scores, tmp);
+        const size_t head_off = (size_t)kvh * D * (s->kv_type == BS_KV_F32 ? 4 : 2);
+        bs_attn_queries(qb, gn, nkv, job->kc + head_off, job->vc + head_off, s->kv_row, s->kv_type == BS_KV_F16, D, ob,
+                        scores, (size_t)s->n_ctx, tmp);
         for (int i = 0; i < gn; i++) memcpy(job->o + oat[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
     }
 }

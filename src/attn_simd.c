@@ -4,8 +4,12 @@
 #include "attn_simd.h"
 
 #include "cpu_features.h"
+#include "ops.h"
+#include "util.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -170,3 +174,41 @@ bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_
 }
 
 #endif
+
+/* A cache row as floats: the row itself (f32) or widened into tmp (f16). */
+static const float *row_f32(const uint8_t *src, int n, bool f16, float *tmp) {
+    if (!f16) return (const float *)src;
+    const uint16_t *h = (const uint16_t *)src;
+    for (int i = 0; i < n; i++) tmp[i] = bs_f16_to_f32(h[i]);
+    return tmp;
+}
+
+void bs_attn_queries(const float *q, int gn, const int *nkv, const void *kc, const void *vc, size_t kv_row,
+                     bool kv_f16, int D, float *out, float *scores, size_t ss, float *tmp) {
+    const uint8_t *k8 = kc, *v8 = vc;
+    const float scale = 1.0f / sqrtf((float)D);
+    int nmax = 0;
+    for (int i = 0; i < gn; i++) nmax = nkv[i] > nmax ? nkv[i] : nmax;
+    if (bs_attn_qk(q, (size_t)D, gn, kc, kv_row, kv_f16, nmax, D, scale, scores, ss)) {
+        for (int i = 0; i < gn; i++) {
+            bs_softmax(scores + (size_t)i * ss, nkv[i]);
+            memset(scores + (size_t)i * ss + nkv[i], 0, (size_t)(nmax - nkv[i]) * sizeof(float));
+        }
+        if (bs_attn_av(scores, ss, gn, vc, kv_row, kv_f16, nmax, D, out)) return;
+    } else {
+        for (int i = 0; i < gn; i++) {
+            for (int p = 0; p < nkv[i]; p++)
+                scores[(size_t)i * ss + p] = bs_dot(q + (size_t)i * D, row_f32(k8 + (size_t)p * kv_row, D, kv_f16, tmp), D) * scale;
+            bs_softmax(scores + (size_t)i * ss, nkv[i]);
+        }
+    }
+    for (int i = 0; i < gn; i++) {
+        float *o = out + (size_t)i * D;
+        memset(o, 0, (size_t)D * sizeof(float));
+        for (int p = 0; p < nkv[i]; p++) {
+            const float *v = row_f32(v8 + (size_t)p * kv_row, D, kv_f16, tmp);
+            const float w = scores[(size_t)i * ss + p];
+            for (int e = 0; e < D; e++) o[e] += w * v[e];
+        }
+    }
+}

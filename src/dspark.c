@@ -10,7 +10,6 @@
 #include "threadpool.h"
 #include "util.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,9 +95,8 @@ void bs_dspark_ctx_free(bs_dspark_ctx *c) {
 }
 
 int bs_dspark_ctx_len(const bs_dspark_ctx *c) { return c->len; }
-
-void bs_dspark_ctx_set_window(bs_dspark_ctx *c, int window) { c->window = window > 0 ? window : 0; }
 int bs_dspark_ctx_rows(const bs_dspark_ctx *c) { return c->n_rows; }
+void bs_dspark_ctx_set_window(bs_dspark_ctx *c, int window) { c->window = window > 0 ? window : 0; }
 
 void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n) {
     if (n < 0 || n >= c->len) return;
@@ -176,17 +174,6 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     return 0;
 }
 
-/* One query head (scalar): out = softmax(q.K / sqrt(D)) V over the n rows of the run at kc/vc. */
-static void attend_one(const float *q, const float *kc, const float *vc, size_t w, int n, int D, float *out,
-                       float *scores) {
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int p = 0; p < n; p++) scores[p] = bs_dot(q, kc + (size_t)p * w, D) * scale;
-    bs_softmax(scores, n);
-    memset(out, 0, (size_t)D * sizeof(float));
-    for (int p = 0; p < n; p++)
-        for (int i = 0; i < D; i++) out[i] += scores[p] * vc[(size_t)p * w + i];
-}
-
 typedef struct { const bs_dspark_ctx *c; int l, first, n; } attend_job;
 
 /* Work units: (KV head, up to BS_ATTN_MAX_GROUP of the block's queries on it, over all block
@@ -199,7 +186,7 @@ static void attend_all(void *ud, int ith, int nth) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int H = hp->n_head, D = hp->head_dim, KV = hp->n_head_kv, G = H / KV, n = j->n;
     const int nq = c->nb * G, parts = (nq + BS_ATTN_MAX_GROUP - 1) / BS_ATTN_MAX_GROUP;
-    const size_t w = c->kv_w, ss = (size_t)n;
+    const size_t w = c->kv_w;
     int64_t lo, hi;
     bs_pool_split((int64_t)KV * parts, 1, ith, nth, &lo, &hi);
     float *scores = c->scores + (size_t)ith * BS_ATTN_MAX_GROUP * ((size_t)c->n_ctx_max + hp->block_size);
@@ -208,19 +195,16 @@ static void attend_all(void *ud, int ith, int nth) {
         const int kvh = (int)(u / parts), q0 = (int)(u % parts) * BS_ATTN_MAX_GROUP;
         const int gn = BS_MIN(BS_ATTN_MAX_GROUP, nq - q0);
         size_t at[BS_ATTN_MAX_GROUP];   /* query i of the unit: block row t, head kvh * G + g */
+        int nkv[BS_ATTN_MAX_GROUP];
         for (int i = 0; i < gn; i++) {
+            nkv[i] = n;
             const int t = (q0 + i) / G, g = (q0 + i) % G;
             at[i] = ((size_t)t * H + (size_t)kvh * G + g) * D;
             memcpy(qb + (size_t)i * D, c->q + at[i], (size_t)D * sizeof(float));
         }
         const float *kc = c->k[j->l] + (size_t)j->first * w + (size_t)kvh * D;
         const float *vc = c->v[j->l] + (size_t)j->first * w + (size_t)kvh * D;
-        if (bs_attn_qk(qb, (size_t)D, gn, kc, w * sizeof(float), false, n, D, 1.0f / sqrtf((float)D), scores, ss)) {
-            for (int i = 0; i < gn; i++) bs_softmax(scores + (size_t)i * ss, n);
-            bs_attn_av(scores, ss, gn, vc, w * sizeof(float), false, n, D, ob);
-        } else {
-            for (int i = 0; i < gn; i++) attend_one(qb + (size_t)i * D, kc, vc, w, n, D, ob + (size_t)i * D, scores);
-        }
+        bs_attn_queries(qb, gn, nkv, kc, vc, w * sizeof(float), false, D, ob, scores, (size_t)n, NULL);
         for (int i = 0; i < gn; i++) memcpy(c->att + at[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
     }
 }
