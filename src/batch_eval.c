@@ -204,12 +204,7 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     for (int i = 0; i < n_seq; i++) {
         bs_session *s = q[i].s;
         b->row0[i] = R;
-        /* what bs_eval records for one batch, so rollback works the same afterwards */
-        memmove(s->rb_tokens, q[i].tokens, (size_t)q[i].n * sizeof(int32_t));
-        s->in_place = s->no_undo && q[i].n == 1;
-        s->rb_base = s->n_past;
-        s->rb_n = s->in_place ? 0 : q[i].n;
-        s->rb_recorded = !s->in_place && q[i].n <= s->n_rollback;
+        bs_session_begin_batch(s, q[i].tokens, q[i].n);   /* so rollback works as after bs_eval */
         for (int t = 0; t < q[i].n; t++)
             bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base,
                           hp->rope_sections);
@@ -228,11 +223,7 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         for (int i = 0; i < n_seq; i++)
             if (q[i].taps && q[i].s->n_taps) capture(b, q, i, il);
     }
-    for (int i = 0; i < n_seq; i++) {
-        if (!q[i].s->in_place) q[i].s->cur = 1 - q[i].s->cur;
-        q[i].s->in_place = false;
-        q[i].s->n_past += q[i].n;
-    }
+    for (int i = 0; i < n_seq; i++) bs_session_end_batch(q[i].s, q[i].n);
     logits(b, q, n_seq);
     return 0;
 }

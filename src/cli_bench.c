@@ -260,12 +260,10 @@ static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_r
         random_tokens(tok, n_gen, n_vocab, rng);
         bs_session_set_undo(s, 0);   /* as `run` decodes */
         t0 = bs_time();
-        for (int i = 0; i < n_gen; i++)
-            if (bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL)) {
-                bs_session_set_undo(s, 1);
-                goto out;
-            }
+        int rc = 0;
+        for (int i = 0; i < n_gen && !rc; i++) rc = bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
         bs_session_set_undo(s, 1);
+        if (rc) goto out;
     }
     dt = bs_time() - t0;
 out:

@@ -69,8 +69,7 @@ void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, 
         bs_prof_end(BS_PROF_NORM, t0);
         if (taps) capture(s, il, n, taps);
     }
-    if (!s->in_place) s->cur = 1 - s->cur;   /* the recurrent layers wrote the other half */
-    s->n_past += n;
+    bs_session_end_batch(s, n);
 
     if (logits_mode == BS_LOGITS_ALL) {
         norm_rows(s->xn, s->x, m->output_norm, n, E, hp->eps);

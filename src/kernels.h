@@ -97,7 +97,8 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
  * lanes. A kernel then computes 16 rows per vector with one vpdpbusd per 64 weights per
  * activation row, and applies scales per 32 columns for all 16 rows at once. */
 enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128 = 3 };
-/* BS_PACK_Q1_L128: Q1_0 in groups of 128 rows (when ne1 allows; else X16); per group and
+/* BS_PACK_Q1_L128: Q1_0 in groups of 128 rows (when ne1 allows and the matrix has 1 M weights
+ * or more; else X16); per group and
  * 128-column block 2304 bytes: the 128 rows' fp16 scales in bs_l128_row order, then per 4-column
  * group c (32 of them) 64 bytes: 16 per block of 32 rows L, byte k = the 4 bits of row 32L+2k
  * (low nibble) and of row 32L+2k+1 (high nibble). The kernel looks each nibble up (vpshufb) in

@@ -120,21 +120,30 @@ int bs_session_set_taps(bs_session *s, const int *layers, int n) {
     return 0;
 }
 
+void bs_session_begin_batch(bs_session *s, const int32_t *tokens, int n) {
+    memmove(s->rb_tokens, tokens, (size_t)n * sizeof(int32_t));
+    s->in_place = s->no_undo && n == 1;
+    s->rb_base = s->n_past;
+    s->rb_n = s->in_place ? 0 : n;
+    s->rb_recorded = !s->in_place && n <= s->n_rollback;
+}
+
+void bs_session_end_batch(bs_session *s, int n) {
+    if (!s->in_place) s->cur = 1 - s->cur;   /* the recurrent layers wrote the other half */
+    s->in_place = false;
+    s->n_past += n;
+}
+
 /* Evaluate in batches of n_batch; the last batch is what rollback can undo. */
 static void eval_batches(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
     const size_t nv = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
-        memmove(s->rb_tokens, tokens + off, (size_t)c * sizeof(int32_t));
-        s->in_place = s->no_undo && c == 1;
-        s->rb_base = s->n_past;
-        s->rb_n = s->in_place ? 0 : c;
-        s->rb_recorded = !s->in_place && c <= s->n_rollback;
+        bs_session_begin_batch(s, tokens + off, c);
         int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         bs_forward_batch(s, s->rb_tokens, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
-        s->in_place = false;
     }
 }
 

@@ -80,6 +80,12 @@ void bs_attention_forward(bs_session *s, const bs_qwen35_layer *L, int n);
 void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg, float *kb,
                       const float *vb);
 
+/* session.c: the bookkeeping around one batch of n tokens (bs_eval and bs_eval_multi alike).
+ * begin: the tokens become what rollback can undo (none if the batch updates the state in
+ * place); end: the half the recurrent layers wrote becomes current, n_past moves on. */
+void bs_session_begin_batch(bs_session *s, const int32_t *tokens, int n);
+void bs_session_end_batch(bs_session *s, int n);
+
 /* forward.c: evaluate n <= n_batch tokens (validated), taps/logits at row offset handled by the
  * caller's pointers. */
 void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, int logits_mode,
