@@ -395,19 +395,15 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
 /* bs_l128_tables for two 4-column groups per step: lane l of 32 int16 lanes is entry l % 16 of
  * group l / 16, T = -sum(a) + 2 * (the a_i whose bit i of the entry is set), exact like the
  * scalar version; then its low and high bytes, 16 of each per group. */
+#define L128_SEL16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+static const int16_t l128_sel[4][32] = {   /* lane l: activation i of group l / 16 */
+    {L128_SEL16(0), L128_SEL16(4)}, {L128_SEL16(1), L128_SEL16(5)},
+    {L128_SEL16(2), L128_SEL16(6)}, {L128_SEL16(3), L128_SEL16(7)}};
+static const uint32_t l128_bit[4] = {0xAAAAAAAAu, 0xCCCCCCCCu, 0xF0F0F0F0u, 0xFF00FF00u};   /* bit i of l % 16 */
+
 T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
     __m512i sel[4];
-    __mmask32 bit[4];
-    for (int i = 0; i < 4; i++) {
-        int16_t ix[32];
-        uint32_t m = 0;
-        for (int l = 0; l < 32; l++) {
-            ix[l] = (int16_t)(4 * (l / 16) + i);
-            if ((l % 16) >> i & 1) m |= 1u << l;
-        }
-        sel[i] = _mm512_loadu_si512(ix);
-        bit[i] = (__mmask32)m;
-    }
+    for (int i = 0; i < 4; i++) sel[i] = _mm512_loadu_si512(l128_sel[i]);
     const int64_t ng = n / 4;
     int64_t c = 0;
     for (; c + 2 <= ng; c += 2) {
@@ -420,7 +416,8 @@ T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
             sum = _mm512_add_epi16(sum, ai[i]);
         }
         __m512i T = _mm512_sub_epi16(_mm512_setzero_si512(), sum);
-        for (int i = 0; i < 4; i++) T = _mm512_mask_add_epi16(T, bit[i], T, _mm512_add_epi16(ai[i], ai[i]));
+        for (int i = 0; i < 4; i++)
+            T = _mm512_mask_add_epi16(T, (__mmask32)l128_bit[i], T, _mm512_add_epi16(ai[i], ai[i]));
         const __m256i lo = _mm512_cvtepi16_epi8(T), hi = _mm512_cvtepi16_epi8(_mm512_srli_epi16(T, 8));
         uint8_t *o = lut + 32 * c;
         _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(lo));

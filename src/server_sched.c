@@ -664,11 +664,12 @@ static int slot_init(srv_sched *s, slot *sl, int id) {
     bs_session_params sp = {.n_ctx = s->cfg.n_ctx, .n_threads = bs_pool_size(s->pool)};
     if (!(sl->sess = bs_session_new(s->m, &sp)) || bs_session_share_pool(sl->sess, s->pool)) return -1;
     sl->tok = s->tok;
-    if (!s->drafter) bs_session_set_undo(sl->sess, 0);   /* plain decoding: never rolled back */
     if (s->drafter) {
         int dm = s->cfg.draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : s->cfg.draft_max;
         bs_spec_params pp = {.draft_max = dm, .conf_cut = 1, .draft_window = s->cfg.draft_window};
         if (!(sl->spec = bs_spec_new(sl->sess, s->drafter, &pp))) return -1;
+    } else {
+        bs_session_set_undo(sl->sess, 0);   /* plain decoding: never rolled back */
     }
     sl->logits = bs_xmalloc((size_t)s->n_vocab * sizeof(float));
     sl->toks = bs_xmalloc((size_t)bs_session_n_ctx(sl->sess) * sizeof(int32_t));

@@ -76,7 +76,6 @@ static const char chat_template[] =
     "{%- else -%}{{- '<think>\\n' -}}{%- endif -%}\n"
     "{%- endif -%}\n";
 
-
 /* Token list: bytes, merges, then specials (at their real ids when the vocabulary is 27B-sized,
  * else right after the merges), [PAD{i}] everywhere else. */
 static int write_vocab(gguf_writer *w, const bs_synth_config *c) {
