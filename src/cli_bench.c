@@ -81,24 +81,42 @@ static void bw_read(void *ctx, int ith, int nth) {
     j->sums[ith & 63] = a + b + c + d;
 }
 
-/* Best-of-5 read bandwidth (GB/s) over a 1 GiB anonymous buffer with the pool's threads. */
-static double measure_membw(bs_pool *pool) {
-    size_t bytes = (size_t)1 << 30;
-    uint64_t *buf = bs_amalloc(bytes);
+/* A 1 GiB anonymous buffer read by a pool's threads: this machine's read bandwidth now. */
+typedef struct { uint64_t *buf; size_t bytes; bs_pool *pool; } bw_probe;
+
+static void probe_init(bw_probe *p, bs_pool *pool) {
+    p->bytes = (size_t)1 << 30;
+    p->buf = bs_amalloc(p->bytes);
+    p->pool = pool;
 #ifdef MADV_HUGEPAGE
-    madvise(buf, bytes, MADV_HUGEPAGE);
+    madvise(p->buf, p->bytes, MADV_HUGEPAGE);
 #endif
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i;
-    bw_job j = {.p = buf, .n = bytes / 8};
+    for (size_t i = 0; i < p->bytes / 8; i++) p->buf[i] = i;
+}
+
+/* Best of `tries` reads (GB/s), after 10 ms for other pools' workers to stop spinning. */
+static double probe_read(bw_probe *p, int tries) {
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    bw_job j = {.p = p->buf, .n = p->bytes / 8};
     double best = 0;
-    for (int r = 0; r < 5; r++) {
+    for (int r = 0; r < tries; r++) {
         double t0 = bs_time();
-        bs_pool_run(pool, bw_read, &j);
-        double gbs = (double)bytes / (bs_time() - t0) / 1e9;
+        bs_pool_run(p->pool, bw_read, &j);
+        double gbs = (double)p->bytes / (bs_time() - t0) / 1e9;
         if (gbs > best) best = gbs;
     }
-    bs_afree(buf);
     return best;
+}
+
+static void probe_free(bw_probe *p) { bs_afree(p->buf); p->buf = NULL; }
+
+static double measure_membw(bs_pool *pool) {
+    bw_probe p;
+    probe_init(&p, pool);
+    double bw = probe_read(&p, 5);
+    probe_free(&p);
+    return bw;
 }
 
 static double cpu_seconds(void) {
@@ -380,6 +398,38 @@ static void int8_ceiling(int threads, const model_info *mi) {
          mi->stream_params / 1e9, 1e3 * (double)mi->stream_params / macs, macs / (double)mi->stream_params);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+    double t[66];
+    memcpy(t, v, sizeof(double) * (size_t)n);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The membw line from the bandwidths bw[0..nbw) probed before, between and after the n tg runs
+ * of dt seconds each. The host's bandwidth drifts within minutes, so each run is held against
+ * the mean of the probes either side of it, and the fraction printed is the median of those. */
+static void membw_note(int threads, const model_info *mi, const double *bw, int nbw, const double *dt, int n,
+                       int n_gen) {
+    double lo = bw[0], hi = bw[0], bwm = median(bw, nbw);
+    for (int i = 1; i < nbw; i++) lo = BS_MIN(lo, bw[i]), hi = BS_MAX(hi, bw[i]);
+    double roof = bwm * 1e9 / (double)mi->stream_bytes;
+    note("membw: %.1f GB/s read (%d threads", bwm, threads);
+    if (nbw > 1) note("; median of %d probes around the tg runs, %.1f-%.1f", nbw, lo, hi);
+    note("); decode roofline %.2f tok/s (%.3f GB/token of weights)", roof, mi->stream_bytes / 1e9);
+    if (n > 0 && nbw == n + 1) {
+        double frac[64];
+        for (int i = 0; i < n; i++) frac[i] = n_gen / dt[i] / (0.5 * (bw[i] + bw[i + 1]) * 1e9 / (double)mi->stream_bytes);
+        note("; tg reached %.0f%% (median over the runs, each against the probes either side of it)",
+             100.0 * median(frac, n));
+    }
+    note("\n");
+}
+
 static int bench_model(const bench_opts *o) {
     model_info mi;
     notes[0] = 0;
@@ -395,13 +445,18 @@ static int bench_model(const bench_opts *o) {
     bs_rng rng;
     bs_rng_seed(&rng, 1);
     if (!strcmp(o->out, "md")) print_md_header();
-    double tg_best = 0;
     for (int ti = 0; ti < o->n_threads && !rc; ti++) {
         int nb = BS_MAX(o->n_prompt, 64);
         bs_session_params sp = {.n_ctx = BS_MAX(o->n_prompt, o->n_gen) + 128, .n_batch = nb,
                                 .n_threads = o->threads[ti]};
         bs_session *s = bs_session_new(m, &sp);
         if (!s) { rc = bs_error("%s", bitspark_last_error()); break; }
+        /* the roofline is probed before, between and after the tg runs (last thread count) */
+        const int probing = o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1;
+        bw_probe probe = {0};
+        double bw[66], tg_dt[64];
+        int nbw = 0, n_tg = 0;
+        if (probing) probe_init(&probe, o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL);
         for (int kind = 0; kind < 2 && !rc; kind++) {
             result r = {.threads = o->threads[ti]};
             r.n_prompt = kind == 0 ? o->n_prompt : 0;
@@ -410,17 +465,19 @@ static int bench_model(const bench_opts *o) {
             snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
             if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
             for (int i = 0; i < o->reps && i < 64; i++) {
+                if (probing && kind == 1) bw[nbw++] = probe_read(&probe, 3);
                 double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
                 if (dt < 0) { rc = bs_error("%s", bitspark_last_error()); break; }
                 r.samples[r.n++] = dt;
             }
             if (rc) break;
+            if (probing && kind == 1) {
+                bw[nbw++] = probe_read(&probe, 3);
+                memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
+                n_tg = r.n;
+            }
             print_result(o, &mi, &r, first);
             first = 0;
-            if (kind == 1) {
-                stat st = stats(r.samples, r.n);
-                if (r.n_gen / st.mean > tg_best) tg_best = r.n_gen / st.mean;
-            }
         }
         if (!rc && o->n_verify && !strcmp(o->out, "md")) {
             double tw[MAX_LIST], t1 = -1;
@@ -434,16 +491,14 @@ static int bench_model(const bench_opts *o) {
                 note("%sw=%d %.1f ms (%.2fx)", v ? ", " : "", o->verify[v], tw[v] * 1e3, t1 > 0 ? tw[v] / t1 : 0.0);
             note("\n");
         }
-        if (!rc && o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1) {
-            bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
-            double bw = measure_membw(pool);
-            bs_pool_free(pool);
-            double roof = bw * 1e9 / (double)mi.stream_bytes;
-            note("membw: %.1f GB/s read (%d threads); decode roofline %.2f tok/s (%.3f GB/token of weights)",
-                 bw, o->threads[ti], roof, mi.stream_bytes / 1e9);
-            if (tg_best > 0) note("; tg reached %.0f%%", 100.0 * tg_best / roof);
-            note("\n");
-            int8_ceiling(o->threads[ti], &mi);
+        if (probing) {
+            if (!rc) {
+                if (!nbw) bw[nbw++] = probe_read(&probe, 5);
+                membw_note(o->threads[ti], &mi, bw, nbw, tg_dt, n_tg, o->n_gen);
+                int8_ceiling(o->threads[ti], &mi);
+            }
+            bs_pool_free(probe.pool);
+            probe_free(&probe);
         }
         bs_session_free(s);
     }

@@ -150,7 +150,7 @@ bs_kernel_fn bs_kernel_q2_x16_scalar(void) { return k_x16_scalar; }
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 #define INL inline __attribute__((always_inline))
-#define PF_BYTES 2048   /* software prefetch distance along the packed stream */
+#define PF_BYTES 8192   /* software prefetch distance along the packed stream */
 
 static INL int32_t ld32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
@@ -160,8 +160,10 @@ static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *
     const int64_t n = A->n, nb = n / QK, ng = n / 32;
     const size_t bsz = 16 * (2 + (size_t)QK / 4);
     const __m512i three = _mm512_set1_epi8(3);
-    /* independent integer chains per row hide the vpdpbusd latency when NR is small */
-    const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+    /* Up to 4 rows: a chain per code position p (which also hides the vpdpbusd latency), so the
+     * codes stay in place (c * 4^p) and each chain's sum is shifted back once per group: three
+     * shifts fewer per chunk. More rows would not fit the registers: one chain, codes shifted. */
+    const int U = NR <= 4 ? 4 : 1;
     __m512 acc[BS_KMAX_ROWS];
     for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -180,7 +182,8 @@ static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *
                 const int c = 2 * g + h;
                 const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
                 for (int p = 0; p < 4; p++) {
-                    const __m512i codes = _mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, three);
+                    const __m512i codes = U == 4 ? _mm512_and_si512(v, _mm512_set1_epi8((char)(3 << 2 * p)))
+                                                 : _mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, three);
                     const int k = 4 * h + p;
                     for (int r = 0; r < NR; r++) {
                         const __m512i x = _mm512_set1_epi32(ld32(A->qs + (a0 + r) * n + b * QK + 16 * c + 4 * p));
@@ -190,7 +193,7 @@ static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *
             }
             for (int r = 0; r < NR; r++) {
                 __m512i i = s[r][0];
-                for (int u = 1; u < U; u++) i = _mm512_add_epi32(i, s[r][u]);
+                for (int u = 1; u < U; u++) i = _mm512_add_epi32(i, U == 4 ? _mm512_srai_epi32(s[r][u], 2 * u) : s[r][u]);
                 const __m512 dx = _mm512_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * (b * (QK / 32) + g)]);
                 t[r] = g == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(i), dx)
                               : _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dx, t[r]);

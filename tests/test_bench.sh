@@ -15,8 +15,11 @@ check "md verify line" 'grep -qE "^verify \(threads 1.*w=2 [0-9.]+ ms \([0-9.]+x
 check "md build footer" 'grep -q "^build: " <<<"$md"'
 
 # membw + int8 ceiling lines (the int8 line only where bitspark dispatches AVX-512: VNNI + VBMI)
-roof=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 2 -r 1 -t 1 2>&1)
-check "membw line" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads\); decode roofline [0-9.]+ tok/s" <<<"$roof"'
+# bandwidth probed before, between and after the 2 tg runs: 3 probes
+roof=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 2 -r 2 -t 1 2>&1)
+check "membw line" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads; median of 3 probes around the tg runs, [0-9.]+-[0-9.]+\); decode roofline [0-9.]+ tok/s \([0-9.]+ GB/token of weights\); tg reached [0-9]+% " <<<"$roof"'
+nomb=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 4 -n 0 -r 1 -t 1 2>&1)
+check "membw line without tg" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads\); decode roofline [0-9.]+ tok/s \([0-9.]+ GB/token of weights\)$" <<<"$nomb"'
 if grep -q avx512vnni /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo && [ "${BITSPARK_CPU:-}" != scalar ] && [ "${BITSPARK_CPU:-}" != avx2 ]; then
   check "int8 line" 'grep -qE "^int8: [1-9][0-9]* GMAC/s peak \(vpdpbusd, 1 threads\);.*ceiling [0-9.]+ tok/s" <<<"$roof"'
 fi
