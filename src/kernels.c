@@ -359,9 +359,9 @@ void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut) {
             T[idx] = (int16_t)(T[idx & (idx - 1)] + 2 * a[bit]);
         }
         uint8_t *o = lut + 32 * c;
-        for (int idx = 0; idx < 16; idx++) {
-            o[idx] = (uint8_t)((uint16_t)T[idx] & 0xFF);
-            o[16 + idx] = (uint8_t)((uint16_t)T[idx] >> 8);
+        for (int idx = 0; idx < 16; idx++) {   /* little-endian int16, as the kernel loads them */
+            o[2 * idx] = (uint8_t)((uint16_t)T[idx] & 0xFF);
+            o[2 * idx + 1] = (uint8_t)((uint16_t)T[idx] >> 8);
         }
     }
 }

@@ -65,7 +65,7 @@ typedef struct bs_acts {
     int perm;            /* Q8_0 split layout permuted per 128 elements (BS_P128 below) */
     int32_t *gsum;       /* [nrows][n/32] -(sum of the group's quants); filled when want_gsum */
     int want_gsum;
-    uint8_t *lut;        /* [nrows][n/4][32] BS_PACK_Q1_L128 tables; filled when want_lut */
+    uint8_t *lut;        /* [nrows][n/4][16] int16 BS_PACK_Q1_L128 tables; filled when want_lut */
     int want_lut;
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
@@ -101,10 +101,10 @@ enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128
  * or more; else X16); per group and
  * 128-column block 2304 bytes: the 128 rows' fp16 scales in bs_l128_row order, then per 4-column
  * group c (32 of them) 64 bytes: 16 per block of 32 rows L, byte k = the 4 bits of row 32L+2k
- * (low nibble) and of row 32L+2k+1 (high nibble). The kernel looks each nibble up (vpshufb) in
- * a 16-entry table of the 4 activations' signed sums (two byte planes of int16, bs_acts.lut),
- * 4 blocks of 32 rows per vector: no horizontal sums, ~1.4x fewer instructions per weight than
- * X16 for one activation row. The integer sums are exact and the float steps X16's, so both
+ * (low nibble) and of row 32L+2k+1 (high nibble). The kernel looks each nibble up (vpermw) in
+ * a 16-entry table of the 4 activations' signed sums (16 little-endian int16, bs_acts.lut),
+ * 4 blocks of 32 rows per vector: no horizontal sums, about half X16's instructions per weight
+ * for one activation row. The integer sums are exact and the float steps X16's, so both
  * layouts give the same bits. */
 int bs_l128_row(int q, int i);   /* row (0..127) of float lane i of the group's vector q (0..7) */
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);

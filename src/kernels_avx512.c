@@ -333,68 +333,63 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
 }
 
 /* --- BS_PACK_Q1_L128 (kernels.h): 128 rows per group, nibble lookups ----------------------
- * Per activation row and 4-column group: the 64-byte chunk's nibbles index the group's 16-entry
- * table (both byte planes broadcast to the 4 lanes), the looked-up byte pairs are joined into
- * int16 sums of 4 signed products each, and per 32-column group the 8 chunks' sums (at most
- * 32 * 127 in size) go through the same int -> float steps as tile_x16, per row. Vector q of t
- * and acc holds rows bs_l128_row(q, 0..15). Rows of a batch run one after another over the
- * tile (it stays in L1/L2), which keeps every row's result independent of the others. */
-static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y, int64_t ldy, const int NR) {
+ * One activation row over one 128-row group. Per 4-column group the 64-byte chunk's nibbles
+ * index the group's 16-entry int16 table of signed sums (vpermw, the table in both halves of
+ * the vector), 4 lookups per chunk, one per nibble position of a 16-bit lane; per 32-column
+ * group the 8 chunks' sums (at most 32 * 128 in size) are put back in row order and go through
+ * the same int -> float steps as tile_x16. Vector q of t and acc holds rows bs_l128_row(q, 0..15).
+ * Rows of a batch run one after another over the group (it stays in L1/L2): measured faster
+ * than two rows per pass, whose accumulators do not fit the registers. */
+static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y) {
     const int64_t n = A->n, nb = n / 128;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[4][8], t[4][8];
-    for (int r = 0; r < NR; r++)
-        for (int q = 0; q < 8; q++) acc[r][q] = t[r][q] = _mm512_setzero_ps();
+    const uint8_t *lut = A->lut + (size_t)r0 * (size_t)(n / 4) * 32;
+    const float *dl = A->dl + r0 * (n / 4);
+    __m512 acc[8], t[8];
+    for (int q = 0; q < 8; q++) acc[q] = t[q] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *base = pk + (size_t)b * 2304;
         for (int l = 0; l < 36; l++) _mm_prefetch((const char *)base + 4 * PF_DIST + 64 * l, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
-            __m512i ea[4], eb[4], oa[4], ob[4];
-            for (int r = 0; r < NR; r++) ea[r] = eb[r] = oa[r] = ob[r] = _mm512_setzero_si512();
+            /* P[i]: 16-bit lane m of 128-bit lane L sums nibble i of byte pair m, i.e. rows
+             * 32L + 4m + (0: low of the even byte, 1: its high, 2: low of the odd, 3: its high) */
+            __m512i P[4];
+            for (int i = 0; i < 4; i++) P[i] = _mm512_setzero_si512();
             for (int c = 0; c < 8; c++) {
                 const int cg = 8 * g + c;
                 const __m512i v = _mm512_loadu_si512(base + 256 + 64 * cg);
-                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                for (int r = 0; r < NR; r++) {
-                    const uint8_t *tt = A->lut + ((size_t)(r0 + r) * (size_t)(n / 4) + (size_t)(32 * b + cg)) * 32;
-                    const __m512i tl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)tt));
-                    const __m512i th = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(tt + 16)));
-                    const __m512i el = _mm512_shuffle_epi8(tl, lo), eh = _mm512_shuffle_epi8(th, lo);
-                    const __m512i ol = _mm512_shuffle_epi8(tl, hi), oh = _mm512_shuffle_epi8(th, hi);
-                    ea[r] = _mm512_add_epi16(ea[r], _mm512_unpacklo_epi8(el, eh));
-                    eb[r] = _mm512_add_epi16(eb[r], _mm512_unpackhi_epi8(el, eh));
-                    oa[r] = _mm512_add_epi16(oa[r], _mm512_unpacklo_epi8(ol, oh));
-                    ob[r] = _mm512_add_epi16(ob[r], _mm512_unpackhi_epi8(ol, oh));
-                }
+                const __m512i tab = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(lut + (size_t)(32 * b + cg) * 32)));
+                /* vpermw reads 5 index bits, and bit 4 picks a copy of the same table, so a
+                 * shift is all the index work (vpshufb would need masks and two byte planes) */
+                P[0] = _mm512_add_epi16(P[0], _mm512_permutexvar_epi16(v, tab));
+                P[1] = _mm512_add_epi16(P[1], _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), tab));
+                P[2] = _mm512_add_epi16(P[2], _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), tab));
+                P[3] = _mm512_add_epi16(P[3], _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), tab));
             }
-            for (int r = 0; r < NR; r++) {
-                const __m512i R[4] = {_mm512_unpacklo_epi16(ea[r], oa[r]), _mm512_unpackhi_epi16(ea[r], oa[r]),
-                                      _mm512_unpacklo_epi16(eb[r], ob[r]), _mm512_unpackhi_epi16(eb[r], ob[r])};
-                const __m512 dx = _mm512_set1_ps(A->dl[(r0 + r) * (n / 4) + 8 * (4 * b + g)]);
-                for (int h = 0; h < 4; h++) {   /* vectors 2h, 2h + 1: the halves of R[h] */
-                    const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(R[h])));
-                    const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(R[h], 1)));
-                    t[r][2 * h] = g == 0 ? _mm512_mul_ps(f0, dx) : _mm512_fmadd_ps(f0, dx, t[r][2 * h]);
-                    t[r][2 * h + 1] = g == 0 ? _mm512_mul_ps(f1, dx) : _mm512_fmadd_ps(f1, dx, t[r][2 * h + 1]);
-                }
+            /* per 128-bit lane, rows 32L + 2k for k < 8 (ea), k >= 8 (eb), and those + 1 (oa, ob) */
+            const __m512i ea = _mm512_unpacklo_epi16(P[0], P[2]), eb = _mm512_unpackhi_epi16(P[0], P[2]);
+            const __m512i oa = _mm512_unpacklo_epi16(P[1], P[3]), ob = _mm512_unpackhi_epi16(P[1], P[3]);
+            const __m512i R[4] = {_mm512_unpacklo_epi16(ea, oa), _mm512_unpackhi_epi16(ea, oa),
+                                  _mm512_unpacklo_epi16(eb, ob), _mm512_unpackhi_epi16(eb, ob)};
+            const __m512 dx = _mm512_set1_ps(dl[8 * (4 * b + g)]);
+            for (int h = 0; h < 4; h++) {   /* vectors 2h, 2h + 1: the halves of R[h] */
+                const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(R[h])));
+                const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(R[h], 1)));
+                t[2 * h] = g == 0 ? _mm512_mul_ps(f0, dx) : _mm512_fmadd_ps(f0, dx, t[2 * h]);
+                t[2 * h + 1] = g == 0 ? _mm512_mul_ps(f1, dx) : _mm512_fmadd_ps(f1, dx, t[2 * h + 1]);
             }
         }
-        for (int q = 0; q < 8; q++) {
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + 32 * q)));
-            for (int r = 0; r < NR; r++) acc[r][q] = _mm512_fmadd_ps(t[r][q], dw, acc[r][q]);
-        }
+        for (int q = 0; q < 8; q++)
+            acc[q] = _mm512_fmadd_ps(t[q], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + 32 * q))), acc[q]);
     }
-    for (int r = 0; r < NR; r++)
-        for (int q = 0; q < 8; q++) {   /* lanes 0..7 and 8..15 are runs of 8 consecutive rows */
-            float *yr = y + r * ldy;
-            _mm256_storeu_ps(yr + bs_l128_row(q, 0), _mm512_castps512_ps256(acc[r][q]));
-            _mm256_storeu_ps(yr + bs_l128_row(q, 8), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][q]), 1)));
-        }
+    for (int q = 0; q < 8; q++) {   /* lanes 0..7 and 8..15 are runs of 8 consecutive rows */
+        _mm256_storeu_ps(y + bs_l128_row(q, 0), _mm512_castps512_ps256(acc[q]));
+        _mm256_storeu_ps(y + bs_l128_row(q, 8), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[q]), 1)));
+    }
 }
 
 /* bs_l128_tables for two 4-column groups per step: lane l of 32 int16 lanes is entry l % 16 of
  * group l / 16, T = -sum(a) + 2 * (the a_i whose bit i of the entry is set), exact like the
- * scalar version; then its low and high bytes, 16 of each per group. */
+ * scalar version and stored as is: the two groups' tables. */
 #define L128_SEL16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
 static const int16_t l128_sel[4][32] = {   /* lane l: activation i of group l / 16 */
     {L128_SEL16(0), L128_SEL16(4)}, {L128_SEL16(1), L128_SEL16(5)},
@@ -418,26 +413,17 @@ T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
         __m512i T = _mm512_sub_epi16(_mm512_setzero_si512(), sum);
         for (int i = 0; i < 4; i++)
             T = _mm512_mask_add_epi16(T, (__mmask32)l128_bit[i], T, _mm512_add_epi16(ai[i], ai[i]));
-        const __m256i lo = _mm512_cvtepi16_epi8(T), hi = _mm512_cvtepi16_epi8(_mm512_srli_epi16(T, 8));
-        uint8_t *o = lut + 32 * c;
-        _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(lo));
-        _mm_storeu_si128((__m128i *)(o + 16), _mm256_castsi256_si128(hi));
-        _mm_storeu_si128((__m128i *)(o + 32), _mm256_extracti128_si256(lo, 1));
-        _mm_storeu_si128((__m128i *)(o + 48), _mm256_extracti128_si256(hi, 1));
+        _mm512_storeu_si512(lut + 32 * c, T);
     }
     if (c < ng) bs_l128_tables(qs + 4 * c, 4, lut + 32 * c);
 }
 
-/* Rows in tiles of up to L128_NR (each row's operations are the same in any tile). */
-#define L128_NR 2
 static T512 void k_l128_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
                              int na, float *y, int64_t ldy) {
     const size_t gbytes = (size_t)(W->ne0 / 128) * 2304;
     for (int64_t o = o0; o < o1; o += 128) {
         const uint8_t *g = (const uint8_t *)W->packed + (size_t)(o / 128) * gbytes;
-        int r = 0;
-        for (; r + L128_NR <= na; r += L128_NR) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, ldy, L128_NR);
-        for (; r < na; r++) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, ldy, 1);
+        for (int r = 0; r < na; r++) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o);
     }
 }
 
