@@ -101,9 +101,11 @@ printf 'ab\xffcd\nHi\n' | "${C[@]}" >"$T/c5" 2>"$T/c5.err"; rc=$?
 [ $rc -eq 0 ] && grep -q "UTF-8" "$T/c5.err" && [ "$(grep -c '^<think>$' "$T/c5")" -eq 1 ] \
     && ok "chat: bad UTF-8 message reported, chat goes on" || bad "chat bad UTF-8 rc=$rc"
 
-# Ctrl-C: stop a long reply (no EOG; 4000 tokens take seconds), then go on reading commands
+# Ctrl-C: stop a long reply (no EOG; 20000 tokens, over 60 KB, take many seconds), then go on
+# reading commands. The reply reaches the file in 4 KB flushes, so the first shows up after
+# about 1200 tokens and Ctrl-C follows 0.3 s later: well under 30000 bytes if it stopped.
 mkfifo "$T/fifo"
-"$B" chat -m "$M" -t 1 --temp 0 --ignore-eos -n 4000 --ctx 8192 <"$T/fifo" >"$T/c6" 2>"$T/c6.err" &
+"$B" chat -m "$M" -t 1 --temp 0 --ignore-eos -n 20000 --ctx 24576 <"$T/fifo" >"$T/c6" 2>"$T/c6.err" &
 pid=$!
 exec 3>"$T/fifo"
 echo "Tell me a long story" >&3
@@ -114,7 +116,7 @@ sleep 0.5
 printf '/exit\n' >&3
 exec 3>&-
 wait $pid; rc=$?
-[ $rc -eq 0 ] && grep -q interrupted "$T/c6.err" && [ "$(wc -c <"$T/c6")" -lt 8000 ] && ok "chat: Ctrl-C stops the reply, not the program" \
+[ $rc -eq 0 ] && grep -q interrupted "$T/c6.err" && [ "$(wc -c <"$T/c6")" -lt 30000 ] && ok "chat: Ctrl-C stops the reply, not the program" \
     || bad "chat Ctrl-C rc=$rc [$(cat "$T/c6.err")]"
 
 [ $fail -eq 0 ] && echo "all run/chat checks passed"
