@@ -30,6 +30,7 @@
 #include <time.h>
 
 #define MAX_LIST 16
+#define MAX_REPS 64   /* -r: samples per test (and tg runs between bandwidth probes) */
 
 typedef struct {
     const char *model;
@@ -257,7 +258,7 @@ static int model_describe(const char *path, model_info *mi) {
 typedef struct {
     char test[32];
     int n_prompt, n_gen, threads;
-    double samples[64];
+    double samples[MAX_REPS];
     int n;
 } result;
 
@@ -303,7 +304,7 @@ static void fmt_size(char *buf, size_t n, uint64_t bytes) {
 static void print_result(const bench_opts *o, const model_info *mi, const result *r, int first) {
     stat s = stats(r->samples, r->n);
     int ntok = r->n_prompt + r->n_gen;
-    double ts[64], ns[64];
+    double ts[MAX_REPS], ns[MAX_REPS];
     for (int i = 0; i < r->n; i++) ts[i] = ntok / r->samples[i], ns[i] = r->samples[i] * 1e9;
     stat st = stats(ts, r->n), sn = stats(ns, r->n);
     (void)s;
@@ -403,8 +404,8 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(const double *v, int n) {
-    double t[66];
+static double median(const double *v, int n) {   /* n <= MAX_REPS + 1 */
+    double t[MAX_REPS + 1];
     memcpy(t, v, sizeof(double) * (size_t)n);
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
@@ -422,7 +423,7 @@ static void membw_note(int threads, const model_info *mi, const double *bw, int 
     if (nbw > 1) note("; median of %d probes around the tg runs, %.1f-%.1f", nbw, lo, hi);
     note("); decode roofline %.2f tok/s (%.3f GB/token of weights)", roof, mi->stream_bytes / 1e9);
     if (n > 0 && nbw == n + 1) {
-        double frac[64];
+        double frac[MAX_REPS];
         for (int i = 0; i < n; i++) frac[i] = n_gen / dt[i] / (0.5 * (bw[i] + bw[i + 1]) * 1e9 / (double)mi->stream_bytes);
         note("; tg reached %.0f%% (median over the runs, each against the probes either side of it)",
              100.0 * median(frac, n));
@@ -454,7 +455,7 @@ static int bench_model(const bench_opts *o) {
         /* the roofline is probed before, between and after the tg runs (last thread count) */
         const int probing = o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1;
         bw_probe probe = {0};
-        double bw[66], tg_dt[64];
+        double bw[MAX_REPS + 1], tg_dt[MAX_REPS];
         int nbw = 0, n_tg = 0;
         if (probing) probe_init(&probe, o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL);
         for (int kind = 0; kind < 2 && !rc; kind++) {
@@ -464,7 +465,7 @@ static int bench_model(const bench_opts *o) {
             if (r.n_prompt + r.n_gen == 0) continue;
             snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
             if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
-            for (int i = 0; i < o->reps && i < 64; i++) {
+            for (int i = 0; i < o->reps && i < MAX_REPS; i++) {
                 if (probing && kind == 1) bw[nbw++] = probe_read(&probe, 3);
                 double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
                 if (dt < 0) { rc = bs_error("%s", bitspark_last_error()); break; }
@@ -526,7 +527,7 @@ int cmd_bench(int argc, char **argv) {
                 return cli_fail("bench");
             if (!strcmp(a, "-p")) o.n_prompt = (int)n;
             else if (!strcmp(a, "-n")) o.n_gen = (int)n;
-            else if (!strcmp(a, "-r")) o.reps = (int)BS_MIN(n, 64);
+            else if (!strcmp(a, "-r")) o.reps = (int)BS_MIN(n, MAX_REPS);
             else o.mm_mb = n;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.threads, &o.n_threads, 1, 1024)) return cli_fail("bench");
