@@ -107,9 +107,16 @@ enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128
  * for one activation row. The integer sums are exact and the float steps X16's, so both
  * layouts give the same bits. */
 int bs_l128_row(int q, int i);   /* row (0..127) of float lane i of the group's vector q (0..7) */
+extern int bs_l128_chunk_blocks;   /* tests: prompts in K chunks of this many blocks, 1-group tiles */
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);
 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut);   /* the same bytes */
 bs_kernel_fn bs_kernel_packed_avx512(int kind);
+/* The L128 kernel over 128-column blocks [b0, b1) only. With b0 > 0 each row's accumulators
+ * continue from what the earlier blocks left in y: stored floats reload exactly, so cutting K
+ * into chunks (to keep several rows' tables in cache) never changes a result. */
+typedef void (*bs_l128_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
+                                 int64_t a0, int na, float *y, int64_t ldy, int64_t b0, int64_t b1);
+bs_l128_range_fn bs_kernel_l128_range_avx512(void);
 /* BS_PACK_Q2_X16 (kernels_pack_q2.c): Q2_0 / PQ2_0 / Q2_0_G64 in groups of 16 rows, per block
  * the 16 fp16 scales then 64-byte chunks whose 32-bit lanes are the rows; the same size as the
  * source, and results bit-identical to the scalar oracle. bs_q2_x16_fits: W can take it.

@@ -340,13 +340,18 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
  * the same int -> float steps as tile_x16. Vector q of t and acc holds rows bs_l128_row(q, 0..15).
  * Rows of a batch run one after another over the group (it stays in L1/L2): measured faster
  * than two rows per pass, whose accumulators do not fit the registers. */
-static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y) {
-    const int64_t n = A->n, nb = n / 128;
+static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y, int64_t b0, int64_t b1) {
+    const int64_t n = A->n;
     const uint8_t *lut = A->lut + (size_t)r0 * (size_t)(n / 4) * 32;
     const float *dl = A->dl + r0 * (n / 4);
     __m512 acc[8], t[8];
-    for (int q = 0; q < 8; q++) acc[q] = t[q] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    for (int q = 0; q < 8; q++) {   /* blocks before b0 left their sums in y (floats reload exactly) */
+        t[q] = _mm512_setzero_ps();
+        acc[q] = b0 == 0 ? _mm512_setzero_ps()
+                         : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(y + bs_l128_row(q, 0))),
+                                              _mm256_loadu_ps(y + bs_l128_row(q, 8)), 1);
+    }
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *base = pk + (size_t)b * 2304;
         for (int l = 0; l < 36; l++) _mm_prefetch((const char *)base + 4 * PF_DIST + 64 * l, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
@@ -418,14 +423,21 @@ T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
     if (c < ng) bs_l128_tables(qs + 4 * c, 4, lut + 32 * c);
 }
 
-static T512 void k_l128_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
-                             int na, float *y, int64_t ldy) {
+static T512 void k_l128_range(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
+                              int na, float *y, int64_t ldy, int64_t b0, int64_t b1) {
     const size_t gbytes = (size_t)(W->ne0 / 128) * 2304;
     for (int64_t o = o0; o < o1; o += 128) {
         const uint8_t *g = (const uint8_t *)W->packed + (size_t)(o / 128) * gbytes;
-        for (int r = 0; r < na; r++) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o);
+        for (int r = 0; r < na; r++) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, b0, b1);
     }
 }
+
+static T512 void k_l128_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
+                             int na, float *y, int64_t ldy) {
+    k_l128_range(W, o0, o1, A, a0, na, y, ldy, 0, W->ne0 / 128);
+}
+
+bs_l128_range_fn bs_kernel_l128_range_avx512(void) { return k_l128_range; }
 
 bs_kernel_fn bs_kernel_packed_avx512(int kind) {
     if (kind == BS_PACK_Q1_L128) return k_l128_q1_0;
@@ -713,6 +725,7 @@ T512 double bs_int8_peak_avx512(long iters) {
 #else
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm) { (void)type; (void)ne0; *perm = 0; return NULL; }
 bs_kernel_fn bs_kernel_packed_avx512(int kind) { (void)kind; return NULL; }
+bs_l128_range_fn bs_kernel_l128_range_avx512(void) { return NULL; }
 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) { bs_l128_tables(qs, n, lut); }
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst) { (void)src; (void)dst; }
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x) { (void)A; (void)r; (void)x; return -1; }

@@ -166,7 +166,8 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
     }
 }
 
-/* The 128-row layout gives X16's bits exactly, for 1..20 rows and 1..3 threads. */
+/* The 128-row layout gives X16's bits exactly, for 1..20 rows and 1..3 threads, and whether a
+ * prompt's K is cut into chunks (bs_l128_chunk_blocks 1, 2) or not. */
 static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     uint8_t *wd = make_weight(BS_Q1_0, ne0, ne1, 0);
     const size_t rb = bs_row_size(BS_Q1_0, ne0);
@@ -180,12 +181,17 @@ static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     float *x = make_acts(ne0, maxr, 0);
     float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
     for (int64_t nr = 1; nr <= maxr; nr += nr < 9 ? 1 : 11)
-        for (int p = 0; p < 3; p++) {
-            bs_matmul(&A, x, nr, ya, pools[p]);
-            bs_matmul(&B, x, nr, yb, pools[p]);
-            CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)), "L128 vs X16: ne0=%lld, %lld rows, pool %d differ",
-                   (long long)ne0, (long long)nr, p);
-        }
+        for (int p = 0; p < 3; p++)
+            for (int kc = 0; kc <= (nr > BS_KMAX_ROWS ? 2 : 0); kc++) {
+                bs_l128_chunk_blocks = kc;
+                bs_matmul(&A, x, nr, ya, pools[p]);
+                memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));   /* NaN: chunks must not read stale sums */
+                bs_matmul(&B, x, nr, yb, pools[p]);
+                CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
+                       "L128 vs X16: ne0=%lld, %lld rows, pool %d, chunks of %d blocks differ", (long long)ne0,
+                       (long long)nr, p, kc);
+            }
+    bs_l128_chunk_blocks = 0;
     bs_weight_release(&A);
     bs_weight_release(&B);
     free(wd), free(x), free(ya), free(yb);
@@ -248,7 +254,7 @@ int main(void) {
                     if (mi < 2) {   /* 1 or 3 groups of 128 rows (L128) */
                         check_case(type, ne0, 128, level, pools, PACK_COPY);
                         check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
-                        check_l128_vs_x16(ne0, 256, pools);
+                        check_l128_vs_x16(ne0, mi ? 384 : 256, pools);
                     }
                 }
             }
