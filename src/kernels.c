@@ -370,9 +370,11 @@ int bs_weight_exact(void) { return bs_env_flag("BITSPARK_EXACT"); }
 
 /* --- BS_PACK_Q1_L128 (kernels.h) ---------------------------------------------------------- */
 
-int bs_l128_row(int q, int i) {
-    const int r = q >> 1, h = q & 1;
-    return i < 8 ? 64 * h + 8 * r + i : 64 * h + 32 + 8 * r + (i - 8);
+/* Row R = 16q + l is float lane l of the kernel's vector q = 2i + h, which takes nibble i of
+ * the 16-bit lanes in half h of the chunk: 128-bit lane L = 2h + l / 8, 16-bit lane m = l % 8. */
+int bs_l128_slot(int R) {
+    const int q = R / 16, l = R % 16, i = q >> 1, h = q & 1;
+    return 32 * (2 * h + l / 8) + 4 * (l % 8) + i;
 }
 
 /* Per 4 activations a: T[idx] = sum_i (bit i of idx ? a_i : -a_i), low bytes then high bytes. */
@@ -394,22 +396,23 @@ void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut) {
 }
 
 /* One 128-row group (rows at src, stride rb) -> its packed bytes at dst (nb blocks). Its 8
- * groups of 16 rows are packed as X16 first (SIMD): X16 word c of 16-row group s is exactly
- * the low or high half of L128's 16 bytes for 4-column group c and rows 32(s/2)..+31. */
+ * groups of 16 slots are packed as X16 first (SIMD): X16 word c of 16-slot group s is exactly
+ * the low or high half of L128's 16 bytes for 4-column group c and slots 32(s/2)..+31. */
 static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
     uint8_t x16[8][288];
+    int row_of[128];
+    for (int R = 0; R < 128; R++) row_of[bs_l128_slot(R)] = R;
     for (int64_t b = 0; b < nb; b++) {
         for (int s = 0; s < 8; s++) {
             const uint8_t *rows[16];
-            for (int i = 0; i < 16; i++) rows[i] = src + (size_t)(16 * s + i) * rb + (size_t)b * 18;
+            for (int i = 0; i < 16; i++) rows[i] = src + (size_t)row_of[16 * s + i] * rb + (size_t)b * 18;
             bs_pack_q1_x16_avx512(rows, x16[s]);
         }
         uint8_t *o = dst + (size_t)b * 2304;
-        for (int q = 0; q < 8; q++)
-            for (int i = 0; i < 16; i++) {
-                const int r = bs_l128_row(q, i);
-                memcpy(o + 2 * (16 * q + i), x16[r / 16] + 2 * (r % 16), 2);
-            }
+        for (int R = 0; R < 128; R++) {
+            const int t = bs_l128_slot(R);
+            memcpy(o + 2 * R, x16[t / 16] + 2 * (t % 16), 2);
+        }
         for (int c = 0; c < 32; c++)
             for (int L = 0; L < 4; L++) {
                 memcpy(o + 256 + 64 * c + 16 * L, x16[2 * L] + 32 + 8 * c, 8);
@@ -418,17 +421,13 @@ static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *
     }
 }
 
-/* Row i (0..127) of an L128 group back to Q1_0 blocks. */
-static void unpack_l128_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
-    int qi = 0, ii = 0;
-    for (int q = 0; q < 8; q++)
-        for (int e = 0; e < 16; e++)
-            if (bs_l128_row(q, e) == i) qi = q, ii = e;
-    const int L = i / 32, k = (i % 32) / 2, sh = 4 * (i & 1);
+/* Row R (0..127) of an L128 group back to Q1_0 blocks. */
+static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row) {
+    const int t = bs_l128_slot(R), L = t / 32, k = (t % 32) / 2, sh = 4 * (t & 1);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *pk = grp + (size_t)b * 2304;
         uint8_t *out = row + (size_t)b * 18;
-        memcpy(out, pk + 2 * (16 * qi + ii), 2);
+        memcpy(out, pk + 2 * R, 2);
         for (int u = 0; u < 16; u++) {
             const int lo = (pk[256 + 64 * (2 * u) + 16 * L + k] >> sh) & 15;
             const int hi = (pk[256 + 64 * (2 * u + 1) + 16 * L + k] >> sh) & 15;

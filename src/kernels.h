@@ -98,15 +98,16 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
  * activation row, and applies scales per 32 columns for all 16 rows at once. */
 enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128 = 3 };
 /* BS_PACK_Q1_L128: Q1_0 in groups of 128 rows (when ne1 allows and the matrix has 1 M weights
- * or more; else X16); per group and
- * 128-column block 2304 bytes: the 128 rows' fp16 scales in bs_l128_row order, then per 4-column
- * group c (32 of them) 64 bytes: 16 per block of 32 rows L, byte k = the 4 bits of row 32L+2k
- * (low nibble) and of row 32L+2k+1 (high nibble). The kernel looks each nibble up (vpermw) in
- * a 16-entry table of the 4 activations' signed sums (16 little-endian int16, bs_acts.lut),
- * 4 blocks of 32 rows per vector: no horizontal sums, about half X16's instructions per weight
- * for one activation row. The integer sums are exact and the float steps X16's, so both
- * layouts give the same bits. */
-int bs_l128_row(int q, int i);   /* row (0..127) of float lane i of the group's vector q (0..7) */
+ * or more; else X16); per group and 128-column block 2304 bytes: the 128 rows' fp16 scales in
+ * row order, then per 4-column group c (32 of them) 64 bytes of 128 4-bit slots: 16 bytes per
+ * block of 32 slots L, byte k = slot 32L+2k (low nibble) and slot 32L+2k+1 (high nibble); row
+ * R's 4 bits sit in slot bs_l128_slot(R). The kernel looks each nibble up (vpermw) in a
+ * 16-entry table of the 4 activations' signed sums (16 little-endian int16, bs_acts.lut), 4
+ * blocks of 32 slots per vector: no horizontal sums, about half X16's instructions per weight
+ * for one activation row. The slots are placed so that widening the lookups' int16 sums to
+ * int32 gives 16 consecutive rows per vector, in the scales' order. The integer sums are exact
+ * and the float steps X16's, so both layouts give the same bits. */
+int bs_l128_slot(int R);
 extern int bs_l128_chunk_blocks;   /* tests: prompts in K chunks of this many blocks, 1-group tiles */
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);
 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut);   /* the same bytes */

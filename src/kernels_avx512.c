@@ -335,11 +335,11 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
 /* --- BS_PACK_Q1_L128 (kernels.h): 128 rows per group, nibble lookups ----------------------
  * One activation row over one 128-row group. Per 4-column group the 64-byte chunk's nibbles
  * index the group's 16-entry int16 table of signed sums (vpermw, the table in both halves of
- * the vector), 4 lookups per chunk, one per nibble position of a 16-bit lane; per 32-column
- * group the 8 chunks' sums (at most 32 * 128 in size) are put back in row order and go through
- * the same int -> float steps as tile_x16. Vector q of t and acc holds rows bs_l128_row(q, 0..15).
- * Rows of a batch run one after another over the group (it stays in L1/L2): measured faster
- * than two rows per pass, whose accumulators do not fit the registers. */
+ * the vector), 4 lookups per chunk, one per nibble position i of a 16-bit lane; per 32-column
+ * group the 8 chunks' sums (at most 32 * 128 in size) are widened, half h of sum i giving rows
+ * 16q..16q+15 for q = 2i + h (the layout's slots), and go through the same int -> float steps
+ * as tile_x16. Rows of a batch run one after another over the group (it stays in L1/L2):
+ * measured faster than two rows per pass, whose accumulators do not fit the registers. */
 static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y, int64_t b0, int64_t b1) {
     const int64_t n = A->n;
     const uint8_t *lut = A->lut + (size_t)r0 * (size_t)(n / 4) * 32;
@@ -347,16 +347,12 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
     __m512 acc[8], t[8];
     for (int q = 0; q < 8; q++) {   /* blocks before b0 left their sums in y (floats reload exactly) */
         t[q] = _mm512_setzero_ps();
-        acc[q] = b0 == 0 ? _mm512_setzero_ps()
-                         : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(y + bs_l128_row(q, 0))),
-                                              _mm256_loadu_ps(y + bs_l128_row(q, 8)), 1);
+        acc[q] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + 16 * q);
     }
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *base = pk + (size_t)b * 2304;
         for (int l = 0; l < 36; l++) _mm_prefetch((const char *)base + 4 * PF_DIST + 64 * l, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
-            /* P[i]: 16-bit lane m of 128-bit lane L sums nibble i of byte pair m, i.e. rows
-             * 32L + 4m + (0: low of the even byte, 1: its high, 2: low of the odd, 3: its high) */
             __m512i P[4];
             for (int i = 0; i < 4; i++) P[i] = _mm512_setzero_si512();
             for (int c = 0; c < 8; c++) {
@@ -370,26 +366,18 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
                 P[2] = _mm512_add_epi16(P[2], _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), tab));
                 P[3] = _mm512_add_epi16(P[3], _mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), tab));
             }
-            /* per 128-bit lane, rows 32L + 2k for k < 8 (ea), k >= 8 (eb), and those + 1 (oa, ob) */
-            const __m512i ea = _mm512_unpacklo_epi16(P[0], P[2]), eb = _mm512_unpackhi_epi16(P[0], P[2]);
-            const __m512i oa = _mm512_unpacklo_epi16(P[1], P[3]), ob = _mm512_unpackhi_epi16(P[1], P[3]);
-            const __m512i R[4] = {_mm512_unpacklo_epi16(ea, oa), _mm512_unpackhi_epi16(ea, oa),
-                                  _mm512_unpacklo_epi16(eb, ob), _mm512_unpackhi_epi16(eb, ob)};
             const __m512 dx = _mm512_set1_ps(dl[8 * (4 * b + g)]);
-            for (int h = 0; h < 4; h++) {   /* vectors 2h, 2h + 1: the halves of R[h] */
-                const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(R[h])));
-                const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(R[h], 1)));
-                t[2 * h] = g == 0 ? _mm512_mul_ps(f0, dx) : _mm512_fmadd_ps(f0, dx, t[2 * h]);
-                t[2 * h + 1] = g == 0 ? _mm512_mul_ps(f1, dx) : _mm512_fmadd_ps(f1, dx, t[2 * h + 1]);
+            for (int i = 0; i < 4; i++) {   /* vectors 2i, 2i + 1: the halves of P[i] */
+                const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(P[i])));
+                const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(P[i], 1)));
+                t[2 * i] = g == 0 ? _mm512_mul_ps(f0, dx) : _mm512_fmadd_ps(f0, dx, t[2 * i]);
+                t[2 * i + 1] = g == 0 ? _mm512_mul_ps(f1, dx) : _mm512_fmadd_ps(f1, dx, t[2 * i + 1]);
             }
         }
         for (int q = 0; q < 8; q++)
             acc[q] = _mm512_fmadd_ps(t[q], _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + 32 * q))), acc[q]);
     }
-    for (int q = 0; q < 8; q++) {   /* lanes 0..7 and 8..15 are runs of 8 consecutive rows */
-        _mm256_storeu_ps(y + bs_l128_row(q, 0), _mm512_castps512_ps256(acc[q]));
-        _mm256_storeu_ps(y + bs_l128_row(q, 8), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[q]), 1)));
-    }
+    for (int q = 0; q < 8; q++) _mm512_storeu_ps(y + 16 * q, acc[q]);
 }
 
 /* bs_l128_tables for two 4-column groups per step: lane l of 32 int16 lanes is entry l % 16 of
