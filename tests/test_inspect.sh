@@ -152,7 +152,7 @@ done
 "$BITSPARK" inspect "$tmp/v1.gguf" > /dev/null 2> "$tmp/err" || true
 grep -q 'v1.gguf: GGUF version 1 is unsupported' "$tmp/err" || { echo "FAIL: v1 message"; fail=1; }
 if "$BITSPARK" inspect > /dev/null 2>&1; then echo "FAIL: inspect without FILE succeeded"; fail=1; fi
-"$BITSPARK" help inspect | grep -q 'usage: bitspark inspect' || { echo "FAIL: help inspect"; fail=1; }
+"$BITSPARK" help inspect | grep 'usage: bitspark inspect' >/dev/null || { echo "FAIL: help inspect"; fail=1; }
 
 [ $fail -eq 0 ] && echo "test_inspect: ok" || echo "test_inspect: FAILED"
 exit $fail

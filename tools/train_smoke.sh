@@ -25,9 +25,9 @@ for f in bonsai-tiny-q1_0.gguf bonsai-tiny-q2_0.gguf bonsai-tiny-dspark.gguf bon
 done
 lora=$(ls train/out-smoke/antidoom/*lora*.gguf "$out"/*lora*.gguf 2>/dev/null | head -1)
 [ -n "$lora" ] && ok "wrote the LoRA ($lora)" || bad "no LoRA adapter written"
-"$bin" inspect "$out/bonsai-tiny-q1_0.gguf" 2>&1 | grep -q "qwen35 target" && ok "inspect: Q1_0 target" || bad "inspect Q1_0 target"
-"$bin" inspect "$out/bonsai-tiny-q2_0.gguf" 2>&1 | grep -q "qwen35 target" && ok "inspect: Q2_0 target" || bad "inspect Q2_0 target"
-"$bin" inspect "$out/bonsai-tiny-dspark.gguf" 2>&1 | grep -q "DSpark drafter" && ok "inspect: drafter" || bad "inspect drafter"
+"$bin" inspect "$out/bonsai-tiny-q1_0.gguf" 2>&1 | grep "qwen35 target" >/dev/null && ok "inspect: Q1_0 target" || bad "inspect Q1_0 target"
+"$bin" inspect "$out/bonsai-tiny-q2_0.gguf" 2>&1 | grep "qwen35 target" >/dev/null && ok "inspect: Q2_0 target" || bad "inspect Q2_0 target"
+"$bin" inspect "$out/bonsai-tiny-dspark.gguf" 2>&1 | grep "DSpark drafter" >/dev/null && ok "inspect: drafter" || bad "inspect drafter"
 gen=("$bin" run -m "$out/bonsai-tiny-q1_0.gguf" -p "The meaning of life is" -n 24 --temp 0 -t 1 --ignore-eos)
 t=train/out-smoke   # an untrained model's text may hold any byte: compared as files
 "${gen[@]}" >$t/plain.txt 2>/dev/null && ok "run" || bad "run failed"
