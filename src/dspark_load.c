@@ -5,10 +5,12 @@
 #include "dspark_names.h"
 #include "gguf.h"
 #include "hf_config.h"
+#include "matmul.h"
 #include "ops.h"
 #include "quant.h"
 #include "qwen35.h"
 #include "safetensors.h"
+#include "threadpool.h"
 #include "util.h"
 
 #include <inttypes.h>
@@ -16,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define NAME_MAX_LEN 128
 #define DIM_MAX (1u << 20)
@@ -380,13 +384,55 @@ static json_t *load_config(const char *path) {
     return root;
 }
 
+/* Matrices whose type has a repacked layout on this CPU (the legacy Q4_1 pack: 16-row groups)
+ * are repacked at load, as the target's are. A file read into memory is packed in place; from
+ * a mapping, into a copy, and the mapped source pages are dropped (the rare raw-row reader,
+ * same_values, faults them back from the file). token_embd and markov_a are read by rows, and
+ * an output tied to token_embd shares its bytes, so those stay as they are. */
+static int pack_matrices(bs_dspark *d) {
+    const bs_dspark_hparams *hp = &d->hp;
+    const int n = 3 + 7 * hp->n_layer;
+    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)n);
+    int k = 0;
+    ws[k++] = &d->fc;
+    ws[k++] = &d->markov_b;
+    if (d->output.data != d->tok_embd.data) ws[k++] = &d->output;
+    for (int il = 0; il < hp->n_layer; il++) {
+        bs_dspark_layer *L = &d->layers[il];
+        bs_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < BS_ARRAY_LEN(lw); i++) ws[k++] = lw[i];
+    }
+    const bool in_place = !d->gguf->mmapped;
+    bs_pool *pool = NULL;
+    int rc = 0;
+    for (int i = 0; i < k && !rc; i++) {
+        bs_weight *w = ws[i];
+        if (!w->data || !bs_weight_packable(w)) continue;
+        if (!pool) pool = bs_pool_new(0);
+        if (in_place) {
+            rc = bs_weight_pack_in_place(w, pool);
+            continue;
+        }
+        if ((rc = bs_weight_pack(w, pool)) == 0 && w->packed) {
+            own(d, w->packed);
+            const long pg = sysconf(_SC_PAGESIZE);
+            const uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+            const uintptr_t e = ((uintptr_t)w->data + w->row_bytes * (size_t)w->ne1) & ~((uintptr_t)pg - 1);
+            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+        }
+    }
+    bs_pool_free(pool);
+    free(ws);
+    return rc;
+}
+
 static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
     struct stat st;
     bool dir = !stat(path, &st) && S_ISDIR(st.st_mode);
     if (!dir && !ends_with(path, ".safetensors") && !ends_with(path, ".json")) {
         if (!(d->gguf = gguf_open(path, p->no_mmap ? GGUF_OPEN_NO_MMAP : GGUF_OPEN_PREFAULT))) return -1;
         source s = {.g = d->gguf};
-        return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) ? -1 : 0;
+        return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) || pack_matrices(d) ? -1 : 0;
     }
     json_t *cfg = load_config(path);
     if (!cfg) return -1;

@@ -341,7 +341,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     bs_acts A;
     if (acts_alloc(&A, t, W->ne0, n_rows, generic, true) != 0) return -1;
     A.perm = perm;
-    A.want_gsum = packed && W->pack_kind != BS_PACK_Q1_L128;   /* the X16 kernels seed with it */
+    A.want_gsum = packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
     if (packed && W->pack_kind == BS_PACK_Q1_L128) {
         A.want_lut = 1;
         A.lut = scratch_get(2, (size_t)(W->ne0 / 4) * 32 * (size_t)n_rows);
@@ -453,6 +453,7 @@ static int pack_kind_for(const bs_weight *W) {
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
         return BS_PACK_Q1_X16;
     if (bs_q2_x16_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q2_X16)) return BS_PACK_Q2_X16;
+    if (bs_q4_x16_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q4_X16)) return BS_PACK_Q4_X16;
     return BS_PACK_NONE;
 }
 
@@ -463,6 +464,7 @@ typedef struct {
     uint8_t *dst;
     int in_place;
     int rows;                                                                 /* per group */
+    int qk, block_bytes;                                                      /* per row */
     void (*group)(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);   /* packs one */
 } pack_job;
 
@@ -475,14 +477,14 @@ static void pack_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *d
     }
 }
 
-/* Q1_0 -> a grouped layout (X16 or L128) for the row groups of one thread's share. A group
- * holds exactly the bytes of its packed form (rows x 18 per 128 columns), so in place each group
- * is copied aside and packed over itself. */
-static void pack_q1_groups(void *ctx, int ith, int nth) {
+/* Q1_0 / Q4_1 -> a grouped layout (X16, L128) for the row groups of one thread's share. A group
+ * holds exactly the bytes of its packed form (rows x block bytes per block), so in place each
+ * group is copied aside and packed over itself. */
+static void pack_groups(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const bs_weight *W = j->W;
-    const int64_t nb = W->ne0 / 128, ng = W->ne1 / j->rows;
-    const size_t gbytes = (size_t)nb * 18 * (size_t)j->rows;
+    const int64_t nb = W->ne0 / j->qk, ng = W->ne1 / j->rows;
+    const size_t gbytes = (size_t)nb * (size_t)j->block_bytes * (size_t)j->rows;
     int64_t g0, g1;
     bs_pool_split(ng, 1, ith, nth, &g0, &g1);
     uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
@@ -500,8 +502,10 @@ static void run_pack(int kind, pack_job *j, bs_pool *pool) {
         return;
     }
     j->rows = kind == BS_PACK_Q1_L128 ? 128 : 16;
-    j->group = kind == BS_PACK_Q1_L128 ? pack_l128_group : pack_x16_group;
-    bs_pool_run(pool, pack_q1_groups, j);
+    j->qk = kind == BS_PACK_Q4_X16 ? 32 : 128;
+    j->block_bytes = kind == BS_PACK_Q4_X16 ? 20 : 18;
+    j->group = kind == BS_PACK_Q1_L128 ? pack_l128_group : kind == BS_PACK_Q4_X16 ? bs_pack_q4_x16_group : pack_x16_group;
+    bs_pool_run(pool, pack_groups, j);
 }
 
 static int pack_size(const bs_weight *W, size_t *bytes) {
@@ -563,6 +567,11 @@ static void unpack_q1_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *ro
 const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
     if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q2_X16) {
         bs_unpack_q2_x16_row(W, r, buf);
+        return buf;
+    }
+    if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q4_X16) {
+        const int64_t nq = W->ne0 / 32;
+        bs_unpack_q4_x16_row((const uint8_t *)W->packed + (size_t)(r / 16) * (size_t)nq * 320, nq, (int)(r % 16), buf);
         return buf;
     }
     const int64_t nb = W->ne0 / 128;

@@ -19,6 +19,7 @@
  *               P128 (BITSPARK_EXACT=1, or natural without BITALG), AVX2 natural: tolerance.
  *   Q8_0        AVX2 exact; AVX-512 tolerance.
  *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  kernels_q4.c / kernels_kquant.c: exact (kernels_quant.h).
+ *               A drafter's Q4_1 matrices: repacked x16 (kernels_pack_q4.c), tolerance.
  *   F32/F16/BF16  f32 activations rounded to the weight type (exact products), FMA: tolerance.
  *
  * Every kernel computes one output (weight row o, activation row r) with a fixed sequence of
@@ -96,7 +97,7 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
  * (bit 4*row + column%4), i.e. one AVX-512 mask per word whose bytes are the 16 rows' 32-bit
  * lanes. A kernel then computes 16 rows per vector with one vpdpbusd per 64 weights per
  * activation row, and applies scales per 32 columns for all 16 rows at once. */
-enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128 = 3 };
+enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128 = 3, BS_PACK_Q4_X16 = 4 };
 /* BS_PACK_Q1_L128: Q1_0 in groups of 128 rows (when ne1 allows and the matrix has 1 M weights
  * or more; else X16); per group and 128-column block 2304 bytes: the 128 rows' fp16 scales in
  * row order, then per 4-column group c (32 of them) 64 bytes of 128 4-bit slots: 16 bytes per
@@ -132,6 +133,14 @@ void bs_pack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int
 void bs_unpack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
 bs_kernel_fn bs_kernel_q2_x16_avx512(void);   /* NULL without compiler support */
 bs_kernel_fn bs_kernel_q2_x16_scalar(void);
+/* BS_PACK_Q4_X16 (kernels_pack_q4.c): Q4_1 in groups of 16 rows, per 32-column block the 16
+ * fp16 scales, the 16 fp16 minimums, then 4 chunks of 64 bytes whose 32-bit lanes are the rows
+ * (two 4-column code groups per chunk, low and high nibbles); the same size as the source.
+ * Within tolerance of the oracle (not bit-identical), row results independent of the tile. */
+int bs_q4_x16_fits(const bs_weight *W);
+void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);
+void bs_unpack_q4_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row);
+bs_kernel_fn bs_kernel_q4_x16_avx512(void);   /* NULL without compiler support */
 /* One 288-byte BS_PACK_Q1_X16 block from the 16 rows' 18-byte Q1_0 blocks (AVX-512 VBMI). */
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst);
 

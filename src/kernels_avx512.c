@@ -430,6 +430,7 @@ bs_l128_range_fn bs_kernel_l128_range_avx512(void) { return k_l128_range; }
 bs_kernel_fn bs_kernel_packed_avx512(int kind) {
     if (kind == BS_PACK_Q1_L128) return k_l128_q1_0;
     if (kind == BS_PACK_Q2_X16) return bs_kernel_q2_x16_avx512();
+    if (kind == BS_PACK_Q4_X16) return bs_kernel_q4_x16_avx512();
     return kind == BS_PACK_Q1_X16 ? k_x16_q1_0 : NULL;
 }
 

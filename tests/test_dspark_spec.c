@@ -11,6 +11,7 @@
  *    conv windows, KV cache) must be byte-identical to a session that evaluated the committed
  *    tokens one by one. */
 #include "dspark.h"
+#include "matmul.h"
 #include "quant.h"
 #include "qwen35.h"
 #include "sampler.h"
@@ -168,6 +169,40 @@ static void lossless(const char *target, const char *drafter, bool with_oracle, 
     bs_model_free(m);
 }
 
+/* --- drafter repacking ----------------------------------------------------------------------- */
+/* A Q4_1 drafter's matrices are repacked at load where the CPU has the kernel: in place when
+ * the file is read into memory, into a copy when it is mapped. Both loads must hold the same
+ * rows (read back through bs_weight_row) and give the same products, bit for bit. */
+static void drafter_packing(const char *path) {
+    bs_dspark_params mp = {0}, rp = {.no_mmap = true};
+    bs_dspark *a = bs_dspark_load(path, &mp), *b = bs_dspark_load(path, &rp);
+    CHECKF(a && b, "%s", bs_last_error());
+    if (!a || !b) { bs_dspark_free(a); bs_dspark_free(b); return; }
+    const bs_weight *wa[] = {&a->fc, &a->layers[0].wq, &a->layers[0].down, &a->markov_b, &a->output};
+    const bs_weight *wb[] = {&b->fc, &b->layers[0].wq, &b->layers[0].down, &b->markov_b, &b->output};
+    const bool packs = bs_weight_packable(&(bs_weight){.type = BS_Q4_1, .ne0 = 256, .ne1 = 16, .row_bytes = 160});
+    for (size_t i = 0; i < BS_ARRAY_LEN(wa); i++) {
+        const bs_weight *x = wa[i], *y = wb[i];
+        if (x->type != BS_Q4_1) continue;
+        CHECKF(!packs || (x->packed && x->packed != x->data && y->packed == y->data),
+               "%s: mapped load packs a copy, read load packs in place", x->name);
+        uint8_t *ra = bs_xmalloc(x->row_bytes), *rb = bs_xmalloc(x->row_bytes);
+        int same = 1;
+        for (int64_t r = 0; r < x->ne1; r++)
+            same &= !memcmp(bs_weight_row(x, r, ra), bs_weight_row(y, r, rb), x->row_bytes);
+        CHECKF(same, "%s: rows differ between the mapped and the read load", x->name);
+        float *in = bs_xmalloc(sizeof(float) * (size_t)(3 * x->ne0));
+        float *oa = bs_xmalloc(sizeof(float) * (size_t)(3 * x->ne1)), *ob = bs_xmalloc(sizeof(float) * (size_t)(3 * x->ne1));
+        for (int64_t k = 0; k < 3 * x->ne0; k++) in[k] = (float)((k * 37) % 101) / 50.0f - 1.0f;
+        bs_matmul(x, in, 3, oa, NULL);
+        bs_matmul(y, in, 3, ob, NULL);
+        CHECKF(!memcmp(oa, ob, sizeof(float) * (size_t)(3 * x->ne1)), "%s: products differ", x->name);
+        free(ra), free(rb), free(in), free(oa), free(ob);
+    }
+    bs_dspark_free(a);
+    bs_dspark_free(b);
+}
+
 /* --- rollback stress ------------------------------------------------------------------------- */
 static void rollback_stress(const char *target, int n_rounds) {
     bs_model *m = bs_model_load(target, NULL);
@@ -306,6 +341,7 @@ int main(void) {
     const char *d_bf16 = synth("drafter-tiny", "d_bf16", 0, "bf16", -1);
     CHECK(sq1 && sq2 && d_f32 && d_q41 && d_q41t && d_bf16);
     if (sq1 && sq2 && d_f32 && d_q41 && d_q41t && d_bf16) {
+        drafter_packing(d_q41);
         lossless(sq1, d_q41, false, false, (const int[]){4, 0});
         lossless(sq1, d_bf16, false, true, (const int[]){BS_DRAFT_AUTO, 0});
         lossless(sq2, d_q41t, false, false, (const int[]){4, 0});

@@ -131,7 +131,7 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
             uint8_t *row = bs_xmalloc(W.row_bytes);
             for (int64_t o = 0; o < ne1; o++)
                 CHECKF(memcmp(bs_weight_row(&W, o, row), orig + (size_t)o * W.row_bytes, W.row_bytes) == 0,
-                       "packed %d: row %lld does not unpack to its Q1_0 bytes", pack, (long long)o);
+                       "packed %d: row %lld does not unpack to its source bytes", pack, (long long)o);
             free(row), free(orig);
         }
         float *yref = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
@@ -248,6 +248,10 @@ int main(void) {
                 if (ne0 < 1) ne0 = 1;
                 if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
                 check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, PACK_NONE);
+                if (type == BS_Q4_1 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* the drafter pack's X16 */
+                    check_case(type, ne0, 48, level, pools, PACK_COPY);
+                    check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
+                }
                 if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);

@@ -1,0 +1,137 @@
+/* kernels_pack_q4.c: the row-interleaved BS_PACK_Q4_X16 layout of Q4_1 (the DSpark drafter
+ * pack), its packer, and its AVX-512 VNNI kernel.
+ *
+ * Layout (kernels.h): per group of 16 weight rows and per 32-column block, 320 bytes: the 16
+ * rows' fp16 scales d, their fp16 minimums m, then 4 chunks of 64 bytes. Byte 4i + j of chunk k
+ * (row i, j < 4) holds the code of row i, column 8k + j in its low nibble and of column
+ * 8k + 4 + j in its high one. So chunk & 15 and (chunk >> 4) & 15 are vectors whose 32-bit
+ * lane i holds row i's codes of 4 columns: one vpdpbusd with those 4 activation bytes broadcast
+ * handles 64 weights of 16 rows, and the lanes are the 16 outputs (no horizontal sums). A block
+ * is 16 * 20 bytes, exactly the 16 rows' source blocks, so packing can be done in place.
+ *
+ * Float order: per block, acc = fma(float(sumi), d_w * d_a, acc), then acc = fma(m_w, s_a, acc)
+ * (s_a = d_a * sum q as Q8_1 stores it). The native kernels (kernels_q4.c) follow llama.cpp's
+ * 8-lane order instead and are bit-identical to the oracle; this one is within the tested
+ * tolerance of it, and a row's result is the same for any number of activation rows and
+ * threads. Per block it does 2 float operations per 16 rows and activation row where the
+ * native one does 4 per 2 rows. */
+#include "kernels.h"
+
+#include "quant.h"
+#include "util.h"
+
+#include <string.h>
+
+enum { Q4_1_BYTES = 20, Q4_X16_BLOCK = 320 };
+
+static int code_at(const uint8_t *blk, int c) {   /* column c of a native Q4_1 block */
+    return c < 16 ? blk[4 + c] & 15 : blk[4 + c - 16] >> 4;
+}
+
+/* One 16-row group (row i at src + i * rb) -> packed at dst (nb blocks; no overlap). */
+void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * Q4_X16_BLOCK;
+        for (int i = 0; i < 16; i++) {
+            const uint8_t *blk = src + (size_t)i * rb + (size_t)b * Q4_1_BYTES;
+            memcpy(o + 2 * i, blk, 2);
+            memcpy(o + 32 + 2 * i, blk + 2, 2);
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < 4; j++)
+                    o[64 + 64 * k + 4 * i + j] = (uint8_t)(code_at(blk, 8 * k + j) | code_at(blk, 8 * k + 4 + j) << 4);
+        }
+    }
+}
+
+/* Row i (0..15) of a packed group back to native Q4_1 blocks. */
+void bs_unpack_q4_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pk = grp + (size_t)b * Q4_X16_BLOCK;
+        uint8_t *blk = row + (size_t)b * Q4_1_BYTES, code[32];
+        memcpy(blk, pk + 2 * i, 2);
+        memcpy(blk + 2, pk + 32 + 2 * i, 2);
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++) {
+                const uint8_t v = pk[64 + 64 * k + 4 * i + j];
+                code[8 * k + j] = v & 15;
+                code[8 * k + 4 + j] = v >> 4;
+            }
+        for (int c = 0; c < 16; c++) blk[4 + c] = (uint8_t)(code[c] | code[c + 16] << 4);
+    }
+}
+
+int bs_q4_x16_fits(const bs_weight *W) {
+    return W->type == BS_Q4_1 && W->ne0 % 32 == 0 && W->ne1 % 16 == 0 && W->ne0 > 0 && W->ne1 > 0;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define INL inline __attribute__((always_inline))
+#define PF_DIST 2048   /* software prefetch distance along a group, bytes */
+
+static INL int32_t ld32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* 16 weight rows x NR activation rows a0.. over all blocks. */
+static T512 INL void tile_q4x16(const uint8_t *pk, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                               const int NR) {
+    const int64_t n = A->n, nb = n / 32;
+    const __m512i low = _mm512_set1_epi8(15);
+    __m512 acc[BS_KMAX_ROWS];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *base = pk + (size_t)b * Q4_X16_BLOCK;
+        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)base + PF_DIST + 64 * l, _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)base));
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + 32)));
+        /* U independent integer chains per row hide the vpdpbusd latency when NR is small;
+         * integer sums are exact, so the split never changes a result */
+        const int U = NR <= 2 ? 4 : NR <= 4 ? 2 : 1;
+        __m512i s[BS_KMAX_ROWS][4];
+        for (int r = 0; r < NR; r++)
+            for (int u = 0; u < U; u++) s[r][u] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            const __m512i v = _mm512_loadu_si512(base + 64 + 64 * k);
+            const __m512i c0 = _mm512_and_si512(v, low), c1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            for (int r = 0; r < NR; r++) {
+                const int8_t *q = A->qs + (a0 + r) * n + 32 * b + 8 * k;
+                s[r][(2 * k) % U] = _mm512_dpbusd_epi32(s[r][(2 * k) % U], c0, _mm512_set1_epi32(ld32(q)));
+                s[r][(2 * k + 1) % U] = _mm512_dpbusd_epi32(s[r][(2 * k + 1) % U], c1, _mm512_set1_epi32(ld32(q + 4)));
+            }
+        }
+        for (int r = 0; r < NR; r++) {
+            __m512i t = s[r][0];
+            for (int u = 1; u < U; u++) t = _mm512_add_epi32(t, s[r][u]);
+            const __m512 da = _mm512_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * b]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, da), acc[r]);
+            acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(A->gs[(a0 + r) * (n / 32) + b]), acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+}
+
+#define Q4_CASE(NR) \
+    case NR: for (int64_t o = o0; o < o1; o += 16) tile_q4x16(pk + (size_t)(o / 16) * gbytes, A, a0, yy + o, ldy, NR); break;
+
+static T512 void k_q4x16(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
+                         float *y, int64_t ldy) {
+    const uint8_t *pk = W->packed;
+    const size_t gbytes = (size_t)(W->ne0 / 32) * Q4_X16_BLOCK;
+    float *yy = y + a0 * ldy;
+    switch (na) {
+    Q4_CASE(1) Q4_CASE(2) Q4_CASE(3) Q4_CASE(4) Q4_CASE(5) Q4_CASE(6) Q4_CASE(7)
+    default:   /* 8 rows as 4 + 4 tiles (register pressure); a row's operations are the same */
+        for (int64_t o = o0; o < o1; o += 16) {
+            const uint8_t *g = pk + (size_t)(o / 16) * gbytes;
+            tile_q4x16(g, A, a0, yy + o, ldy, 4);
+            tile_q4x16(g, A, a0 + 4, yy + 4 * ldy + o, ldy, 4);
+        }
+        break;
+    }
+}
+
+bs_kernel_fn bs_kernel_q4_x16_avx512(void) { return k_q4x16; }
+#else
+bs_kernel_fn bs_kernel_q4_x16_avx512(void) { return NULL; }
+#endif
