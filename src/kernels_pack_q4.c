@@ -24,39 +24,41 @@
 
 enum { Q4_1_BYTES = 20, Q4_X16_BLOCK = 320 };
 
-static int code_at(const uint8_t *blk, int c) {   /* column c of a native Q4_1 block */
-    return c < 16 ? blk[4 + c] & 15 : blk[4 + c - 16] >> 4;
-}
+static uint32_t ld_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
-/* One 16-row group (row i at src + i * rb) -> packed at dst (nb blocks; no overlap). */
+/* One 16-row group (row i at src + i * rb) -> packed at dst (nb blocks; no overlap). A native
+ * block's byte c holds column c (low nibble) and c + 16 (high), so with A..D its 4-byte words:
+ * chunk 0 = low(A) | low(B) << 4, chunk 1 = low(C) | low(D) << 4, chunk 2 = high(A) >> 4 |
+ * high(B), chunk 3 = high(C) >> 4 | high(D). */
 void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *o = dst + (size_t)b * Q4_X16_BLOCK;
         for (int i = 0; i < 16; i++) {
             const uint8_t *blk = src + (size_t)i * rb + (size_t)b * Q4_1_BYTES;
+            const uint32_t A = ld_u32(blk + 4), B = ld_u32(blk + 8), C = ld_u32(blk + 12), D = ld_u32(blk + 16);
+            const uint32_t k[4] = {(A & lo) | (B & lo) << 4, (C & lo) | (D & lo) << 4, (A & hi) >> 4 | (B & hi),
+                                   (C & hi) >> 4 | (D & hi)};
             memcpy(o + 2 * i, blk, 2);
             memcpy(o + 32 + 2 * i, blk + 2, 2);
-            for (int k = 0; k < 4; k++)
-                for (int j = 0; j < 4; j++)
-                    o[64 + 64 * k + 4 * i + j] = (uint8_t)(code_at(blk, 8 * k + j) | code_at(blk, 8 * k + 4 + j) << 4);
+            for (int c = 0; c < 4; c++) memcpy(o + 64 + 64 * c + 4 * i, &k[c], 4);
         }
     }
 }
 
-/* Row i (0..15) of a packed group back to native Q4_1 blocks. */
+/* Row i (0..15) of a packed group back to native Q4_1 blocks (bs_pack_q4_x16_group inverted). */
 void bs_unpack_q4_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
+    const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *pk = grp + (size_t)b * Q4_X16_BLOCK;
-        uint8_t *blk = row + (size_t)b * Q4_1_BYTES, code[32];
+        uint8_t *blk = row + (size_t)b * Q4_1_BYTES;
+        const uint32_t k0 = ld_u32(pk + 64 + 4 * i), k1 = ld_u32(pk + 128 + 4 * i);
+        const uint32_t k2 = ld_u32(pk + 192 + 4 * i), k3 = ld_u32(pk + 256 + 4 * i);
+        const uint32_t w[4] = {(k0 & lo) | (k2 & lo) << 4, (k0 & hi) >> 4 | (k2 & hi), (k1 & lo) | (k3 & lo) << 4,
+                               (k1 & hi) >> 4 | (k3 & hi)};
         memcpy(blk, pk + 2 * i, 2);
         memcpy(blk + 2, pk + 32 + 2 * i, 2);
-        for (int k = 0; k < 4; k++)
-            for (int j = 0; j < 4; j++) {
-                const uint8_t v = pk[64 + 64 * k + 4 * i + j];
-                code[8 * k + j] = v & 15;
-                code[8 * k + 4 + j] = v >> 4;
-            }
-        for (int c = 0; c < 16; c++) blk[4 + c] = (uint8_t)(code[c] | code[c + 16] << 4);
+        memcpy(blk + 4, w, 16);
     }
 }
 
