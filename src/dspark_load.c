@@ -8,6 +8,7 @@
 #include "matmul.h"
 #include "ops.h"
 #include "quant.h"
+#include "quantize.h"
 #include "qwen35.h"
 #include "safetensors.h"
 #include "threadpool.h"
@@ -18,9 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define NAME_MAX_LEN 128
 #define DIM_MAX (1u << 20)
@@ -415,10 +414,7 @@ static int pack_matrices(bs_dspark *d) {
         }
         if ((rc = bs_weight_pack(w, pool)) == 0 && w->packed) {
             own(d, w->packed);
-            const long pg = sysconf(_SC_PAGESIZE);
-            const uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-            const uintptr_t e = ((uintptr_t)w->data + w->row_bytes * (size_t)w->ne1) & ~((uintptr_t)pg - 1);
-            if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+            bs_release_mapped(w->data, (uint64_t)w->row_bytes * (uint64_t)w->ne1);
         }
     }
     bs_pool_free(pool);

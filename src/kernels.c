@@ -464,7 +464,6 @@ typedef struct {
     uint8_t *dst;
     int in_place;
     int rows;                                                                 /* per group */
-    int qk, block_bytes;                                                      /* per row */
     void (*group)(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);   /* packs one */
 } pack_job;
 
@@ -478,13 +477,13 @@ static void pack_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *d
 }
 
 /* Q1_0 / Q4_1 -> a grouped layout (X16, L128) for the row groups of one thread's share. A group
- * holds exactly the bytes of its packed form (rows x block bytes per block), so in place each
- * group is copied aside and packed over itself. */
+ * holds exactly the bytes of its packed form (its rows' bytes), so in place each group is
+ * copied aside and packed over itself. */
 static void pack_groups(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const bs_weight *W = j->W;
-    const int64_t nb = W->ne0 / j->qk, ng = W->ne1 / j->rows;
-    const size_t gbytes = (size_t)nb * (size_t)j->block_bytes * (size_t)j->rows;
+    const int64_t nb = W->ne0 / bs_type_get(W->type)->blck, ng = W->ne1 / j->rows;
+    const size_t gbytes = W->row_bytes * (size_t)j->rows;
     int64_t g0, g1;
     bs_pool_split(ng, 1, ith, nth, &g0, &g1);
     uint8_t *tmp = j->in_place && g0 < g1 ? bs_xmalloc(gbytes) : NULL;
@@ -502,8 +501,6 @@ static void run_pack(int kind, pack_job *j, bs_pool *pool) {
         return;
     }
     j->rows = kind == BS_PACK_Q1_L128 ? 128 : 16;
-    j->qk = kind == BS_PACK_Q4_X16 ? 32 : 128;
-    j->block_bytes = kind == BS_PACK_Q4_X16 ? 20 : 18;
     j->group = kind == BS_PACK_Q1_L128 ? pack_l128_group : kind == BS_PACK_Q4_X16 ? bs_pack_q4_x16_group : pack_x16_group;
     bs_pool_run(pool, pack_groups, j);
 }
@@ -570,8 +567,7 @@ const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
         return buf;
     }
     if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q4_X16) {
-        const int64_t nq = W->ne0 / 32;
-        bs_unpack_q4_x16_row((const uint8_t *)W->packed + (size_t)(r / 16) * (size_t)nq * 320, nq, (int)(r % 16), buf);
+        bs_unpack_q4_x16_row(W, r, buf);
         return buf;
     }
     const int64_t nb = W->ne0 / 128;

@@ -139,7 +139,7 @@ bs_kernel_fn bs_kernel_q2_x16_scalar(void);
  * Within tolerance of the oracle (not bit-identical), row results independent of the tile. */
 int bs_q4_x16_fits(const bs_weight *W);
 void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);
-void bs_unpack_q4_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row);
+void bs_unpack_q4_x16_row(const bs_weight *W, int64_t r, uint8_t *row);   /* row r of W->packed */
 bs_kernel_fn bs_kernel_q4_x16_avx512(void);   /* NULL without compiler support */
 /* One 288-byte BS_PACK_Q1_X16 block from the 16 rows' 18-byte Q1_0 blocks (AVX-512 VBMI). */
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst);

@@ -46,9 +46,12 @@ void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *ds
     }
 }
 
-/* Row i (0..15) of a packed group back to native Q4_1 blocks (bs_pack_q4_x16_group inverted). */
-void bs_unpack_q4_x16_row(const uint8_t *grp, int64_t nb, int i, uint8_t *row) {
+/* Row r of W->packed back to native Q4_1 blocks (bs_pack_q4_x16_group inverted). */
+void bs_unpack_q4_x16_row(const bs_weight *W, int64_t r, uint8_t *row) {
     const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
+    const int64_t nb = W->ne0 / 32;
+    const uint8_t *grp = (const uint8_t *)W->packed + (size_t)(r / 16) * (size_t)nb * Q4_X16_BLOCK;
+    const int i = (int)(r % 16);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *pk = grp + (size_t)b * Q4_X16_BLOCK;
         uint8_t *blk = row + (size_t)b * Q4_1_BYTES;
