@@ -383,9 +383,10 @@ static int collect(const st_model *m, in_tensor **out, uint64_t *n_out) {
             return bs_error("%s has %d dimensions", t->name, t->n_dims);
         }
         for (uint64_t j = 0; j < n; j++)
-            if (!strcmp(v[j].name, x->name)) {
+            if (!strcmp(v[j].name, x->name)) {   /* report before v goes: the names live in it */
+                const int rc = bs_error("%s and %s are the same tensor %s", v[j].t->name, t->name, x->name);
                 free(v);
-                return bs_error("%s and %s are the same tensor %s", v[j].t->name, t->name, x->name);
+                return rc;
             }
         x->t = t;
         x->rank = bs_dspark_name_rank(x->name);

@@ -58,6 +58,21 @@ $PY -c "import numpy as np; np.random.default_rng(3).standard_normal((5, 768)).a
 
 "$B" convert drafter-to-safetensors "$F/tiny-f32.gguf" "$T/x" >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 1 ] && grep -q "not a DSpark drafter" "$T/err" && ok "target GGUF refused" || bad "target GGUF: rc=$rc"
+# two safetensors names for one drafter tensor (fc.weight and model.fc.weight): refused, naming both
+mkdir -p "$T/dup" && cp "$T/st/config.json" "$T/dup/" && $PY - "$T/st/model.safetensors" "$T/dup/model.safetensors" <<'PYEOF'
+import json, struct, sys
+buf = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', buf[:8])[0]
+h, data = json.loads(buf[8:8 + n]), buf[8 + n:]
+a, b = h['fc.weight']['data_offsets']
+h['model.fc.weight'] = dict(h['fc.weight'], data_offsets=[len(data), len(data) + b - a])
+data += data[a:b]
+hb = json.dumps(h).encode()
+open(sys.argv[2], 'wb').write(struct.pack('<Q', len(hb)) + hb + data)
+PYEOF
+"$B" convert drafter-to-gguf "$T/dup" "$T/dup.gguf" >/dev/null 2>"$T/err"; rc=$?
+[ $rc = 1 ] && grep -q "fc.weight and model.fc.weight are the same tensor\|model.fc.weight and fc.weight are the same tensor" "$T/err" \
+  && ok "duplicate tensor names: $(head -1 "$T/err")" || bad "duplicate names: rc=$rc $(head -2 "$T/err")"
 "$B" convert drafter-to-gguf "$T/nonexistent" "$T/y.gguf" >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && [ ! -e "$T/y.gguf" ] && ok "missing dir: $(cat "$T/err")" || bad "missing dir"
 exit $fail
