@@ -95,13 +95,13 @@ static void round_row(float *dst, const float *x, int64_t n, int type) {
  * malloc/free pair for each (glibc consolidating, mmap for big prompts) cost ~3% of a tiny
  * model's step. Memory from here is never freed by bs_acts_free (A->mem stays NULL), so it is
  * used only where no other scratch user can interleave: one bs_matmul_fast call. */
-typedef struct { uint8_t *p[3]; size_t cap[3]; } scratch_buf;   /* [0] acts, [1] row blocks, [2] L128 tables */
+typedef struct { uint8_t *p[4]; size_t cap[4]; } scratch_buf;   /* [0] acts, [1] row blocks, [2] L128 tables, [3] L128 prompt tiles */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void *v) {   /* at thread exit */
     scratch_buf *b = v;
-    for (int i = 0; i < 3; i++) bs_afree(b->p[i]);
+    for (int i = 0; i < 4; i++) bs_afree(b->p[i]);
     free(b);
 }
 
@@ -183,7 +183,7 @@ static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float
                      uint8_t *scratch) {
     acts_row_(A, t, r, x, level, scratch);
     if (A->want_lut)   /* only L128 matrices want tables, and they exist only with AVX-512 */
-        bs_l128_tables_avx512(A->qs + r * A->n, A->n, A->lut + (size_t)r * (size_t)(A->n / 4) * 32);
+        bs_l128_tables_avx512(A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_l128_lut_stride(A->n));
     if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
         const int32_t *ns = A->nsum + r * (A->n / 4);
         for (int64_t g = 0; g < A->n / QK; g++) {
@@ -264,6 +264,7 @@ typedef struct {
     float *y;
     bs_kernel_fn k;
     bs_l128_range_fn l128;  /* BS_PACK_Q1_L128 for a prompt: K cut into chunks (job_l128) */
+    bs_l128_prompt_fn l128p;   /* ... for BS_L128_PROMPT_ROWS rows and more */
     int64_t n_rows, tile;
     int level;
     uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
@@ -309,6 +310,10 @@ static void job_matmul(void *ctx, int ith, int nth) {
     const int64_t ne1 = j->W->ne1;
     int64_t lo, hi;
     bs_pool_split(ne1, j->grain, ith, nth, &lo, &hi);
+    if (j->l128p) {
+        if (lo < hi) j->l128p(j->W, lo, hi, j->A, j->n_rows, j->y, ne1, scratch_get(3, bs_l128_prompt_scratch(j->W)));
+        return;
+    }
     if (j->l128) {
         if (lo < hi) job_l128(j, lo, hi);
         return;
@@ -344,12 +349,13 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     A.want_gsum = packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
     if (packed && W->pack_kind == BS_PACK_Q1_L128) {
         A.want_lut = 1;
-        A.lut = scratch_get(2, (size_t)(W->ne0 / 4) * 32 * (size_t)n_rows);
+        A.lut = scratch_get(2, bs_l128_lut_stride(W->ne0) * (size_t)n_rows);
     }
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of the layout's row group */
     j.grain = packed && W->pack_kind == BS_PACK_Q1_L128 ? 128 : 16;
     if (packed && W->pack_kind == BS_PACK_Q1_L128 && n_rows > BS_KMAX_ROWS) j.l128 = bs_kernel_l128_range_avx512();
+    if (j.l128 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
     /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */

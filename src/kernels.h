@@ -66,7 +66,8 @@ typedef struct bs_acts {
     int perm;            /* Q8_0 split layout permuted per 128 elements (BS_P128 below) */
     int32_t *gsum;       /* [nrows][n/32] -(sum of the group's quants); filled when want_gsum */
     int want_gsum;
-    uint8_t *lut;        /* [nrows][n/4][16] int16 BS_PACK_Q1_L128 tables; filled when want_lut */
+    uint8_t *lut;        /* per row (stride bs_l128_lut_stride(n)) n/4 16-entry int16 BS_PACK_Q1_L128
+                          * tables; filled when want_lut */
     int want_lut;
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
@@ -109,6 +110,10 @@ enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128
  * int32 gives 16 consecutive rows per vector, in the scales' order. The integer sums are exact
  * and the float steps X16's, so both layouts give the same bits. */
 int bs_l128_slot(int R);
+/* Bytes between two rows' L128 tables: 8 per column and 3 cache lines more, so that rows whose
+ * tables are read together do not share L1 sets when n / 4 * 32 is a multiple of 4 KB
+ * (measured ~3% on 4-row prompt tiles). */
+static inline size_t bs_l128_lut_stride(int64_t n) { return (size_t)(n / 4) * 32 + 192; }
 extern int bs_l128_chunk_blocks;   /* tests: prompts in K chunks of this many blocks, 1-group tiles */
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);
 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut);   /* the same bytes */
@@ -119,6 +124,15 @@ bs_kernel_fn bs_kernel_packed_avx512(int kind);
 typedef void (*bs_l128_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
                                  int64_t a0, int na, float *y, int64_t ldy, int64_t b0, int64_t b1);
 bs_l128_range_fn bs_kernel_l128_range_avx512(void);
+/* BS_PACK_Q1_L128 for a prompt of nr >= BS_L128_PROMPT_ROWS rows (kernels_l128_prompt.c): y
+ * rows [o0, o1) (whole 128-row groups) for every activation row, bit-identical to the range
+ * kernel; scratch: bs_l128_prompt_scratch(W) bytes, 64-aligned, the calling thread's own. */
+#define BS_L128_PROMPT_ROWS 48
+typedef void (*bs_l128_prompt_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t nr,
+                                  float *y, int64_t ldy, void *scratch);
+bs_l128_prompt_fn bs_kernel_l128_prompt_avx512(void);
+size_t bs_l128_prompt_scratch(const bs_weight *W);
+extern int bs_l128_prompt_groups;   /* tests: 128-row groups per tile (0 = the kernel's choice) */
 /* BS_PACK_Q2_X16 (kernels_pack_q2.c): Q2_0 / PQ2_0 / Q2_0_G64 in groups of 16 rows, per block
  * the 16 fp16 scales then 64-byte chunks whose 32-bit lanes are the rows; the same size as the
  * source, and results bit-identical to the scalar oracle. bs_q2_x16_fits: W can take it.

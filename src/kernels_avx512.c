@@ -342,7 +342,7 @@ static T512 void k_x16_q1_0(const bs_weight *W, int64_t o0, int64_t o1, const bs
  * measured faster than two rows per pass, whose accumulators do not fit the registers. */
 static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, float *y, int64_t b0, int64_t b1) {
     const int64_t n = A->n;
-    const uint8_t *lut = A->lut + (size_t)r0 * (size_t)(n / 4) * 32;
+    const uint8_t *lut = A->lut + (size_t)r0 * bs_l128_lut_stride(n);
     const float *dl = A->dl + r0 * (n / 4);
     __m512 acc[8], t[8];
     for (int q = 0; q < 8; q++) {   /* blocks before b0 left their sums in y (floats reload exactly) */

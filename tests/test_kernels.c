@@ -166,8 +166,10 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
     }
 }
 
-/* The 128-row layout gives X16's bits exactly, for 1..20 rows and 1..3 threads, and whether a
- * prompt's K is cut into chunks (bs_l128_chunk_blocks 1, 2) or not. */
+/* The 128-row layout gives X16's bits exactly, for 1..9 rows (the verify kernel), 10..47 (the
+ * range kernel, K in chunks of 1 or 2 blocks or whole) and 48 or more (the prompt kernel, with
+ * 1..3 trailing rows, K chunks of 1, 2 or the default blocks and tiles of 1, 2 or the default
+ * groups), on 1..3 threads. */
 static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     uint8_t *wd = make_weight(BS_Q1_0, ne0, ne1, 0);
     const size_t rb = bs_row_size(BS_Q1_0, ne0);
@@ -177,21 +179,29 @@ static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     CHECK(bs_weight_pack(&A, pools[1]) == 0 && A.pack_kind == BS_PACK_Q1_X16);
     unsetenv("BITSPARK_Q1_X16");
     CHECK(bs_weight_pack(&B, pools[2]) == 0 && B.pack_kind == BS_PACK_Q1_L128);
-    const int64_t maxr = 20;
+    static const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20, BS_L128_PROMPT_ROWS - 1, BS_L128_PROMPT_ROWS,
+                                   BS_L128_PROMPT_ROWS + 1, BS_L128_PROMPT_ROWS + 2, BS_L128_PROMPT_ROWS + 7};
+    const int64_t maxr = BS_L128_PROMPT_ROWS + 7;
     float *x = make_acts(ne0, maxr, 0);
     float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
-    for (int64_t nr = 1; nr <= maxr; nr += nr < 9 ? 1 : 11)
+    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++) {
+        const int64_t nr = rows[k];
+        const int prompt = nr >= BS_L128_PROMPT_ROWS;
         for (int p = 0; p < 3; p++)
-            for (int kc = 0; kc <= (nr > BS_KMAX_ROWS ? 2 : 0); kc++) {
-                bs_l128_chunk_blocks = kc;
-                bs_matmul(&A, x, nr, ya, pools[p]);
-                memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));   /* NaN: chunks must not read stale sums */
-                bs_matmul(&B, x, nr, yb, pools[p]);
-                CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
-                       "L128 vs X16: ne0=%lld, %lld rows, pool %d, chunks of %d blocks differ", (long long)ne0,
-                       (long long)nr, p, kc);
-            }
+            for (int kc = 0; kc <= (nr > BS_KMAX_ROWS ? 2 : 0); kc++)
+                for (int gt = 0; gt <= (prompt ? 2 : 0); gt++) {
+                    bs_l128_chunk_blocks = kc;
+                    bs_l128_prompt_groups = gt;
+                    bs_matmul(&A, x, nr, ya, pools[p]);
+                    memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));   /* NaN: chunks must not read stale sums */
+                    bs_matmul(&B, x, nr, yb, pools[p]);
+                    CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
+                           "L128 vs X16: ne0=%lld, %lld rows, pool %d, chunks of %d blocks, tiles of %d groups differ",
+                           (long long)ne0, (long long)nr, p, kc, gt);
+                }
+    }
     bs_l128_chunk_blocks = 0;
+    bs_l128_prompt_groups = 0;
     bs_weight_release(&A);
     bs_weight_release(&B);
     free(wd), free(x), free(ya), free(yb);
