@@ -5,18 +5,20 @@
  * lookups for the same shuffle pipes, and every activation row repeats them. Here that work is
  * done once per weight tile, then shared by every row of the prompt:
  *
- *  - A tile (one 128-row group x kc blocks) is expanded into index vectors. Vector (block,
- *    pair p, q) holds, for rows 16q..16q+15, one 32-bit lane per row: the low word is the row's
- *    nibble of 4-column group 2p, the high word its nibble of group 2p+1 with bit 4 set. A
- *    row's tables for groups 2p and 2p+1 are adjacent in bs_acts.lut, so one plain 64-byte load
- *    is a 32-entry table serving both words: one vpermw looks up 8 columns of 16 rows, with no
- *    shift and no broadcast per row.
- *  - The int16 lookups add up over a 32-column group on the integer pipes, and vpmaddwd with
- *    ones then sums each lane's two words into the row's int32 sum, on the multiply pipes,
- *    which the lookups leave free (measured on Zen 5: vpermw and vpaddw issue together at full
- *    rate; vpermw and vpmovsxwd do not).
- *  - Register tile: 2 row vectors (32 weight rows) x up to 4 activation rows; each index load
- *    feeds 4 lookups and each table load 2.
+ *  - A tile (128-row groups x kc blocks) is expanded into index vectors. The vector for (block,
+ *    pair p, row vector q) holds, for rows 16q..16q+15, one 32-bit lane per row: the low word is
+ *    the row's nibble of 4-column group 2p, the high word its nibble of group 2p+1 with bit 4
+ *    set. A row's tables for groups 2p and 2p+1 are adjacent in bs_acts.lut, so one plain
+ *    64-byte load is a 32-entry table serving both words: one vpermw looks up 8 columns of 16
+ *    rows, with no shift and no broadcast per activation row.
+ *  - The int16 lookups add up over a 32-column group, and vpmaddwd with ones then sums each
+ *    lane's two words into the row's int32 sum (no vpmovsxwd, which is a shuffle).
+ *  - Register tile: 2 row vectors (32 weight rows) x 4 activation rows; each index load feeds
+ *    4 lookups and each table load 2.
+ * Measured here (Zen 5), the lookups issue at 2 per cycle beside their adds, and the whole mix
+ * at ~3.3 vector operations per cycle: ~2.5 operations per 128 multiply-adds, against 1 per 64
+ * for vpdpbusd, whose 2 pipes cap int8 products at 128 per cycle. In place the kernel reaches
+ * ~110 per cycle on one core (the one-row kernel, ~90), limited by L1/L2 traffic.
  *
  * The int32 sums per 32 columns are the same integers the one-row kernel forms, and they go
  * through the same float steps in the same order (f * dx, then fma per 32 columns; fma with the
@@ -44,8 +46,8 @@ enum {
     WR = 2                       /* row vectors per register tile */
 };
 
-/* One tile's blocks [b0, b1) of the group at grp -> index vectors E[(b - b0) * 128 + 8p + q]
- * and float row scales ws[(b - b0) * 128 + row]. Row 16q + l sits in word 16h + l of nibble
+/* One group's blocks [b0, b1) at grp -> index vectors E[(b - b0) * 128 + 32 (q / 2) + 2p + q % 2]
+ * (a row-vector pair's 16 pairs are contiguous) and float row scales ws[(b - b0) * 128 + row]. Row 16q + l sits in word 16h + l of nibble
  * i = q / 2 (h = q % 2) of a group's 64-byte chunk (bs_l128_slot), so one two-source permute
  * per vector interleaves the two groups' rows. */
 static T512 void expand_tile(const uint8_t *grp, int64_t b0, int64_t b1, __m512i *E, float *ws) {
@@ -113,11 +115,12 @@ static T512 INL void tile_block(const __m512i *e, int q0, const uint8_t *const l
         }
 }
 
-/* tile_block for 4 activation rows, in assembly: the same operations in the same order (so the
- * same bits), with the register use fixed. Compiled from the intrinsics above, GCC keeps
- * several pairs' index vectors live, spills the float sums and broadcasts the scales through a
- * shuffle uop, and the kernel ran at ~85 multiply-adds per cycle against ~170 for this. Sums
- * s(a, w) live in zmm18 + 2a + w, index vectors in zmm16/17, lookups go through zmm26..29. */
+/* 4 activation rows in assembly (tile_chunk4): per 32 columns the same operations as
+ * tile_block in the same order (so the same bits), with the register use fixed. From the
+ * intrinsics, GCC keeps several pairs' index vectors live, spills float sums and broadcasts the
+ * scales through a shuffle uop: in place ~90 multiply-adds per cycle against ~110 for this
+ * (and 0.75 cycles per lookup in a loop over L1-resident data). Sums s(a, w) live in
+ * zmm18 + 2a + w, index vectors in zmm16/17, lookups pass through zmm26..29, ones in zmm31. */
 #define L128_T0(o) o "(%[l0])"
 #define L128_T1(o) o "(%[l0],%[ls])"
 #define L128_T2(o) o "(%[l2])"
@@ -149,6 +152,8 @@ static T512 INL void tile_block(const __m512i *e, int q0, const uint8_t *const l
 
 static const uint32_t l128_ones = 0x00010001u;   /* two int16 ones, broadcast */
 
+/* Row vectors q0, q0 + 1 of one group for 4 activation rows over nk blocks from b0 (e, lut,
+ * dl, ws at b0); the rows' sums stay in registers across the blocks and meet y once. */
 static T512 INL void tile_chunk4(const __m512i *e, int q0, const uint8_t *const lut[4], const float *const dl[4],
                                  const float *ws, float *const y[4], int64_t b0, int64_t nk) {
     const int64_t ls = lut[1] - lut[0], ds = (const char *)dl[1] - (const char *)dl[0];
