@@ -41,8 +41,10 @@ int bs_l128_prompt_groups = 0;   /* tests: 128-row groups per tile; 0 = as below
 enum {
     GROUP_BLOCK = 2304,          /* bytes of one 128-row group per 128-column block */
     BLOCK_VECS = 16 * 8,         /* index vectors per block: 16 pairs x 8 row vectors */
-    DEF_KC = 2,                  /* blocks per K chunk: 4 rows' 8 KB of tables, in L1 */
-    DEF_GROUPS = 16,             /* 128-row groups per tile: 256 KB of index vectors, in L2 */
+    /* 27B shapes, 512 rows, 2 threads: kc 2-4 with tiles of 8-32 groups within 3% of each
+     * other; kc 1 13-35% slower (y traffic), kc 6-8 15-25% (the tables leave L1) */
+    DEF_KC = 4,                  /* blocks per K chunk: 4 rows' 16 KB of tables, in L1 */
+    DEF_GROUPS = 16,             /* 128-row groups per tile: 512 KB of index vectors, in L2 */
     WR = 2                       /* row vectors per register tile */
 };
 
