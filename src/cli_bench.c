@@ -383,8 +383,9 @@ static void peak_run(void *ctx, int ith, int nth) {
     ((peak_job *)ctx)->macs[ith & 63] = bs_int8_peak_avx512(20000000);
 }
 
-/* The arithmetic ceiling next to the bandwidth one: with one int8 multiply-add per weight (what
- * the Q1_0/Q2_0 kernels do), a 1-row step cannot beat peak MAC/s / weights per token. */
+/* The arithmetic ceiling next to the bandwidth one: with one vpdpbusd product per weight (what
+ * the Q2_0 kernels do), a 1-row step cannot beat peak MAC/s / weights per token. Q1_0's L128
+ * lookups (kernels_l128_prompt.c) are bound by their own instruction count instead. */
 static void int8_ceiling(int threads, const model_info *mi) {
     if (bs_cpu_level() < BS_CPU_AVX512 || !mi->stream_params) return;
     bs_pool *pool = threads > 1 ? bs_pool_new(threads) : NULL;
@@ -394,9 +395,11 @@ static void int8_ceiling(int threads, const model_info *mi) {
     bs_pool_free(pool);
     double macs = 0;
     for (int i = 0; i < 64; i++) macs += j.macs[i];
-    note("int8: %.0f GMAC/s peak (vpdpbusd, %d threads); at 1 MAC per weight (%.2f G weights/token) "
-         "a token costs at least %.1f ms of arithmetic: ceiling %.2f tok/s\n", macs / 1e9, threads,
+    note("int8: %.0f GMAC/s peak (vpdpbusd, %d threads); at 1 vpdpbusd product per weight (%.2f G "
+         "weights/token, the Q2_0 kernels) a token costs at least %.1f ms of arithmetic: ceiling %.2f tok/s "
+         "(Q1_0's table lookups do 128 products per instruction and are not bound by it)\n", macs / 1e9, threads,
          mi->stream_params / 1e9, 1e3 * (double)mi->stream_params / macs, macs / (double)mi->stream_params);
+    note("amx: %s\n", bs_amx_status());
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -271,6 +271,7 @@ typedef struct {
     size_t qscratch_row;
     int64_t grain;          /* output rows a thread's share is a multiple of (a packed group) */
     int rows_per_call;      /* activation rows per kernel call when there are more than 8 */
+    bs_amx_range_fn amx;    /* AMX tiles for a prompt (bs_kernel_amx) */
 } job;
 
 static void job_quantize(void *ctx, int ith, int nth) {
@@ -303,6 +304,20 @@ static void job_l128(job *j, int64_t lo, int64_t hi) {
                         b0, BS_MIN(b0 + kc, nb));
 }
 
+/* AMX over the 32-row multiples of the thread's slice and of the prompt; the rest of either
+ * through the AVX-512 kernel (the same bits). */
+static void job_amx(job *j, int64_t lo, int64_t hi) {
+    const int64_t nr = j->n_rows, hi32 = lo + (hi - lo) / 32 * 32, na32 = nr / 32 * 32, ne1 = j->W->ne1;
+    if (hi32 > lo) j->amx(j->W, lo, hi32, j->A, na32, j->y, ne1);
+    const int64_t part[2][4] = {{lo, hi32, na32, nr}, {hi32, hi, 0, nr}};   /* rows o0, o1 x a0, a1 */
+    for (int i = 0; i < 2; i++)
+        for (int64_t a = part[i][2]; part[i][0] < part[i][1] && a < part[i][3]; a += j->rows_per_call) {
+            const int na = (int)BS_MIN(j->rows_per_call, part[i][3] - a);
+            if (j->l128) j->l128(j->W, part[i][0], part[i][1], j->A, a, na, j->y, ne1, 0, j->W->ne0 / 128);
+            else j->k(j->W, part[i][0], part[i][1], j->A, a, na, j->y, ne1);
+        }
+}
+
 /* Each thread owns a contiguous slice of output rows (so it streams its own part of W). For
  * many activation rows, the slice is walked in tiles of weight rows small enough to stay in L2
  * while every group of BS_KMAX_ROWS activation rows passes over them. */
@@ -311,6 +326,10 @@ static void job_matmul(void *ctx, int ith, int nth) {
     const int64_t ne1 = j->W->ne1;
     int64_t lo, hi;
     bs_pool_split(ne1, j->grain, ith, nth, &lo, &hi);
+    if (j->amx) {
+        if (lo < hi) job_amx(j, lo, hi);
+        return;
+    }
     if (j->l128p) {
         if (lo < hi) j->l128p(j->W, lo, hi, j->A, j->n_rows, j->y, ne1, scratch_get(3, bs_l128_prompt_scratch(j->W)));
         return;
@@ -361,6 +380,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
      * (16 in all), with 8 rows one each, and 8 chains do not cover vpdpbusd's latency at 2 per
      * cycle (27B ternary pp512: 21.6 -> 23.2-23.6 tok/s, the codes unpacked twice as often). */
     j.rows_per_call = packed && W->pack_kind == BS_PACK_Q2_X16 ? 4 : BS_KMAX_ROWS;
+    if (packed && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
     /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
@@ -373,6 +393,56 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     bs_pool_run(pool, job_matmul, &j);
     bs_acts_free(&A);
     return 0;
+}
+
+/* --- AMX (kernels_amx.c) ----------------------------------------------------------------------- */
+
+int bs_amx_fits(const bs_weight *W) {
+    return W->packed && (W->pack_kind == BS_PACK_Q1_L128 ||
+                         (W->pack_kind == BS_PACK_Q2_X16 && (W->type == BS_Q2_0 || W->type == BS_PQ2_0)));
+}
+
+/* y = W x for 64 rows of x through fn (one thread). */
+static int amx_product(const bs_weight *W, const float *x, float *y, bs_amx_range_fn fn) {
+    bs_acts A;
+    if (bs_acts_prepare(&A, W->type, x, W->ne0, 64, 0, BS_CPU_AVX512) != 0) return -1;
+    fn(W, 0, W->ne1, &A, 64, y, W->ne1);
+    bs_acts_free(&A);
+    return 0;
+}
+
+int bs_amx_compare(bs_amx_range_fn fa, bs_amx_range_fn fb) {
+    if (!fa || !fb) return 0;
+    const int64_t ne0 = 1024, ne1 = 1024;   /* a million weights: Q1_0 takes L128 */
+    const int types[2] = {BS_Q1_0, BS_Q2_0};
+    float *x = bs_xmalloc((size_t)(64 * ne0) * sizeof(float));
+    float *ya = bs_xmalloc((size_t)(64 * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(64 * ne1) * sizeof(float));
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    for (int64_t i = 0; i < 64 * ne0; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int64_t)(st >> 40) - (1 << 23)) / (float)(1 << 21);
+    }
+    int same = 1;
+    for (int k = 0; k < 2 && same; k++) {
+        const size_t rb = bs_row_size(types[k], ne0);
+        uint8_t *wd = bs_xmalloc(rb * (size_t)ne1);
+        for (size_t i = 0; i < rb * (size_t)ne1; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            wd[i] = (uint8_t)(st >> 56);
+        }
+        const size_t bb = types[k] == BS_Q1_0 ? 18 : 34;   /* block bytes: fp16 scale first */
+        for (size_t b = 0; b < rb * (size_t)ne1 / bb; b++) {
+            const uint16_t h = bs_f32_to_f16(0.01f + (float)(b % 97) * 1e-4f);
+            memcpy(wd + b * bb, &h, 2);
+        }
+        bs_weight W = {.type = types[k], .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = rb};
+        same = bs_weight_pack(&W, NULL) == 0 && bs_amx_fits(&W) && amx_product(&W, x, ya, fa) == 0 &&
+               amx_product(&W, x, yb, fb) == 0 && !memcmp(ya, yb, (size_t)(64 * ne1) * sizeof(float));
+        bs_weight_release(&W);
+        free(wd);
+    }
+    free(x), free(ya), free(yb);
+    return same;
 }
 
 /* --- weight repacking ------------------------------------------------------------------------ */

@@ -133,6 +133,24 @@ typedef void (*bs_l128_prompt_fn)(const bs_weight *W, int64_t o0, int64_t o1, co
 bs_l128_prompt_fn bs_kernel_l128_prompt_avx512(void);
 size_t bs_l128_prompt_scratch(const bs_weight *W);
 extern int bs_l128_prompt_groups;   /* tests: 128-row groups per tile (0 = the kernel's choice) */
+/* AMX int8 tiles for prompts (kernels_amx.c) over BS_PACK_Q1_L128 and 128-column
+ * BS_PACK_Q2_X16 weights (bs_amx_fits): y rows [o0, o1) (multiples of 32) for activation rows
+ * [0, na) (a multiple of 32), bit-identical to the AVX-512 kernels. bs_kernel_amx: the hardware
+ * path once bs_amx_ready's checks passed (AMX-INT8, the kernel's tile permission, and a forked
+ * self-check against the emulator: bs_amx_selfcheck), else NULL; the emulated path when
+ * bs_amx_mode is BS_AMX_EMULATE (tests). BITSPARK_AMX=0 turns AMX off. bs_amx_compare (kernels.c):
+ * 1 when two paths give the same bits on random L128 and Q2_0 products. */
+enum { BS_AMX_AUTO = 0, BS_AMX_OFF = 1, BS_AMX_EMULATE = 2 };
+#define BS_AMX_MIN_ROWS 32
+extern int bs_amx_mode;
+typedef void (*bs_amx_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t na,
+                                float *y, int64_t ldy);
+bs_amx_range_fn bs_kernel_amx(void);
+bs_amx_range_fn bs_kernel_amx_emulated(void);
+const char *bs_amx_status(void);   /* one line for bench: used, absent, refused, failed */
+int bs_amx_selfcheck(bs_amx_range_fn fn);
+int bs_amx_compare(bs_amx_range_fn a, bs_amx_range_fn b);
+int bs_amx_fits(const bs_weight *W);
 /* BS_PACK_Q2_X16 (kernels_pack_q2.c): Q2_0 / PQ2_0 / Q2_0_G64 in groups of 16 rows, per block
  * the 16 fp16 scales then 64-byte chunks whose 32-bit lanes are the rows; the same size as the
  * source, and results bit-identical to the scalar oracle. bs_q2_x16_fits: W can take it.

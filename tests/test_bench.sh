@@ -20,8 +20,10 @@ roof=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 2 -r 2 -t 1 2>&1)
 check "membw line" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads; median of 3 probes around the tg runs, [0-9.]+-[0-9.]+\); decode roofline [0-9.]+ tok/s \([0-9.]+ GB/token of weights\); tg reached [0-9]+% " <<<"$roof"'
 nomb=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 4 -n 0 -r 1 -t 1 2>&1)
 check "membw line without tg" 'grep -qE "^membw: [0-9.]+ GB/s read \(1 threads\); decode roofline [0-9.]+ tok/s \([0-9.]+ GB/token of weights\)$" <<<"$nomb"'
-if grep -q avx512vnni /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo && [ "${BITSPARK_CPU:-}" != scalar ] && [ "${BITSPARK_CPU:-}" != avx2 ]; then
+if grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512vbmi /proc/cpuinfo && [ "${BITSPARK_CPU:-}" != scalar ] && [ "${BITSPARK_CPU:-}" != avx2 ]; then
   check "int8 line" 'grep -qE "^int8: [1-9][0-9]* GMAC/s peak \(vpdpbusd, 1 threads\);.*ceiling [0-9.]+ tok/s" <<<"$roof"'
+  amx=$(grep -q amx_int8 /proc/cpuinfo && echo "int8 tiles for Q1_0/Q2_0 prompts|refused|self-check failed" || echo "not available on this CPU")
+  check "amx line" 'grep -qE "^amx: .*($amx)" <<<"$roof"'
 fi
 
 csv=$("$B" bench -m "$F/tiny-q2_0.gguf" -p 8 -n 2 -r 1 -t 1 -o csv 2>&1)
