@@ -254,6 +254,11 @@ static const char *g_status = "not available on this CPU";
 static void pick(void) {
     const char *e = getenv("BITSPARK_AMX");
     if (e && !strcmp(e, "0")) { g_status = "turned off (BITSPARK_AMX=0)"; return; }
+    if (e && !strcmp(e, "emulate")) {   /* the whole engine over the emulator: tests */
+        g_fn = amx_range_emu;
+        g_status = "emulated (BITSPARK_AMX=emulate)";
+        return;
+    }
     const bs_cpu_features *f = bs_cpu_features_get();
     if (bs_cpu_max_level() < BS_CPU_AVX512 || !f->amx_tile || !f->amx_int8) return;
     if (!bs_cpu_enable_amx()) { g_status = "present, but Linux refused the tile state (arch_prctl)"; return; }

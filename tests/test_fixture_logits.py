@@ -10,7 +10,8 @@ Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against dspark/round1
 (<= 1e-4 relative per row); batch splits and --no-mmap give bit-identical logits (matmul rows and
 attention rows never depend on the batch, the recurrence is sequential); --tokens-file; and
 clear errors (non-zero exit, message) for bad input. tiny-q1_0: the default (repacked on
-AVX-512) is batch-invariant too, and BITSPARK_EXACT=1 is bit-identical to llama.cpp's logits."""
+AVX-512) is batch-invariant too, and BITSPARK_EXACT=1 is bit-identical to llama.cpp's logits.
+AMX (emulated) prompts give the AVX-512 kernels' bits."""
 import json
 import os
 import subprocess
@@ -169,6 +170,27 @@ def check_q1_layouts(q1_out):
         fail('tiny-q1_0 with BITSPARK_EXACT=1: %d rows not bit-identical to llama.cpp' % differ)
 
 
+def check_amx_emulated():
+    """Prompts of 32+ rows over the AMX kernel (BITSPARK_AMX=emulate runs it on the tile emulator,
+    so this CPU need not have AMX): the same bits as the AVX-512 kernels, for tiny-q2_0 (X16) and
+    tiny-q1_0 forced into L128 (BITSPARK_Q1_L128=1), prompt and greedy tokens as one batch."""
+    for model, extra_env in (('tiny-q2_0', {}), ('tiny-q1_0', {'BITSPARK_Q1_L128': '1'})):
+        meta = json.load(open(os.path.join(FIX, model + '.json')))
+        toks = meta['prompt_tokens'] + meta['greedy_tokens']
+        outs = []
+        for amx in ('0', 'emulate'):
+            out = os.path.join(TMP, '%s_amx_%s.f32' % (model, amx))
+            r = subprocess.run(logits_cmd(model, toks, len(toks), out, '--kv-type', 'f32'), capture_output=True,
+                               text=True, env=dict(os.environ, BITSPARK_AMX=amx, **extra_env))
+            if r.returncode != 0:
+                return fail('%s BITSPARK_AMX=%s exited %d: %s' % (model, amx, r.returncode, r.stderr.strip()))
+            outs.append(open(out, 'rb').read())
+        same = outs[0] == outs[1] and len(outs[0]) == 4 * meta['n_vocab'] * len(toks)
+        print('%s, %d-token batch: AMX (emulated) %s the AVX-512 kernels' % (model, len(toks), 'bit-identical to' if same else 'DIFFERS from'))
+        if not same:
+            fail('%s: BITSPARK_AMX=emulate logits differ from BITSPARK_AMX=0' % model)
+
+
 def check_errors():
     out = os.path.join(TMP, 'bad.f32')
     model = os.path.join(FIX, 'tiny-f32.gguf')
@@ -205,6 +227,7 @@ def main():
         check_f32_extras(f32_out)
     if q1_out:
         check_q1_layouts(q1_out)
+    check_amx_emulated()
     check_errors()
     if failures:
         print('%d failure(s)' % len(failures))
