@@ -582,5 +582,7 @@ void help_bench(void) {
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
-           "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n");
+           "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n"
+           "Prompts of 32+ rows use AMX int8 tiles where the CPU has them (the amx line says whether);\n"
+           "BITSPARK_AMX=0 keeps them on AVX-512.\n");
 }
