@@ -167,20 +167,15 @@ static T512 INL void tile_chunk4(const __m512i *e, int q0, const uint8_t *const 
             const __m512i *eg = e + k * BLOCK_VECS + 16 * q0 + 8 * g;
             const uint8_t *l0 = lut[0] + k * 1024 + 256 * g, *l2 = lut[2] + k * 1024 + 256 * g;
             const float *d0 = dl[0] + 32 * k + 8 * g, *d2 = dl[2] + 32 * k + 8 * g;
-            if (g == 0)
-                __asm__(L128_PAIRS L128_WIDEN(L128_MUL)
-                        : [t0] "=&v"(t[0]), [t1] "=&v"(t[1]), [t2] "=&v"(t[2]), [t3] "=&v"(t[3]),
-                          [t4] "=&v"(t[4]), [t5] "=&v"(t[5]), [t6] "=&v"(t[6]), [t7] "=&v"(t[7])
-                        : [e] "r"(eg), [l0] "r"(l0), [l2] "r"(l2), [ls] "r"(ls), [d0] "r"(d0), [d2] "r"(d2),
-                          [ds] "r"(ds), [ones] "m"(l128_ones)
-                        : L128_CLOBBERS);
-            else
-                __asm__(L128_PAIRS L128_WIDEN(L128_FMA)
-                        : [t0] "+v"(t[0]), [t1] "+v"(t[1]), [t2] "+v"(t[2]), [t3] "+v"(t[3]),
-                          [t4] "+v"(t[4]), [t5] "+v"(t[5]), [t6] "+v"(t[6]), [t7] "+v"(t[7])
-                        : [e] "r"(eg), [l0] "r"(l0), [l2] "r"(l2), [ls] "r"(ls), [d0] "r"(d0), [d2] "r"(d2),
-                          [ds] "r"(ds), [ones] "m"(l128_ones)
-                        : L128_CLOBBERS);
+            /* g = 0 starts the sums (write-only outputs), later groups add to them */
+#define L128_OUTS(c) [t0] c(t[0]), [t1] c(t[1]), [t2] c(t[2]), [t3] c(t[3]), [t4] c(t[4]), [t5] c(t[5]), \
+                     [t6] c(t[6]), [t7] c(t[7])
+#define L128_INS [e] "r"(eg), [l0] "r"(l0), [l2] "r"(l2), [ls] "r"(ls), [d0] "r"(d0), [d2] "r"(d2), [ds] "r"(ds), \
+                 [ones] "m"(l128_ones)
+            if (g == 0) __asm__(L128_PAIRS L128_WIDEN(L128_MUL) : L128_OUTS("=&v") : L128_INS : L128_CLOBBERS);
+            else __asm__(L128_PAIRS L128_WIDEN(L128_FMA) : L128_OUTS("+v") : L128_INS : L128_CLOBBERS);
+#undef L128_OUTS
+#undef L128_INS
         }
         for (int i = 0; i < 8; i++) acc[i] = _mm512_fmadd_ps(t[i], _mm512_load_ps(ws + k * 128 + 16 * (q0 + i % 2)), acc[i]);
     }
