@@ -21,6 +21,8 @@
  *   Q4_0, Q4_1, Q6_K, TQ1_0, TQ2_0  kernels_q4.c / kernels_kquant.c: exact (kernels_quant.h).
  *               A drafter's Q4_1 matrices: repacked x16 (kernels_pack_q4.c), tolerance.
  *   F32/F16/BF16  f32 activations rounded to the weight type (exact products), FMA: tolerance.
+ * Prompts: Q1_0 L128 with 48+ rows (kernels_l128_prompt.c) and, where the CPU has AMX-INT8,
+ * Q1_0 L128 / Q2_0 X16 with 32+ rows (kernels_amx.c) give the same bits as the kernels above.
  *
  * Every kernel computes one output (weight row o, activation row r) with a fixed sequence of
  * operations on its own accumulators, whatever tile of rows it is computed in: the result for

@@ -81,8 +81,9 @@ static T512 void expand_tile(const uint8_t *grp, int64_t b0, int64_t b1, __m512i
     }
 }
 
-/* Block b of the tile for NR activation rows and row vectors q0, q0 + 1. lut / dl point at the
- * rows' block b; y at the rows' first output of the group; first: b is the row's first block. */
+/* Block b of the tile for NR activation rows (the 1-3 left over; 4 take tile_chunk4) and row
+ * vectors q0, q0 + 1. lut / dl point at the rows' block b; y at the rows' first output of the
+ * group; first: b is the row's first block. */
 static T512 INL void tile_block(const __m512i *e, int q0, const uint8_t *const lut[4], const float *const dl[4],
                                 const float *ws, float *const y[4], int first, const int NR) {
     const __m512i ones = _mm512_set1_epi16(1);
