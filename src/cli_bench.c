@@ -41,6 +41,7 @@ typedef struct {
     int matmul;                 /* kernel mode */
     const char *mm_type;
     long mm_mb;                 /* MiB of weight copies in kernel mode */
+    int mm_rows[MAX_LIST], n_mm_rows;   /* activation rows per product in kernel mode */
     int membw;
     int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
 } bench_opts;
@@ -144,14 +145,16 @@ static int bench_matmul(const bench_opts *o) {
     if (type == BS_TYPE_INVALID || !bs_type_get(type)->is_quantized)
         return bs_error("--matmul-type: unknown or float type '%s'", o->mm_type);
     const int64_t shapes[2][2] = {{5120, 17408}, {17408, 5120}};
-    const int rows[] = {1, 2, 4, 5, 8};
+    const int *rows = o->mm_rows, nrows = o->n_mm_rows;
+    int maxr = 1;
+    for (int i = 0; i < nrows; i++) maxr = BS_MAX(maxr, rows[i]);
     bs_rng rng;
     bs_rng_seed(&rng, 42);
     printf("cpu: %s, kernels: %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
     printf("(cpu ms: process CPU time per call, all threads; on a loaded machine wall time overstates cost)\n");
-    printf("| %-8s | %-6s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s |\n", "type", "layout", "ne0", "ne1",
-           "threads", "rows", "ms/call", "GB/s", "vs 1 row", "cpu ms");
-    printf("| -------- | ------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: |\n");
+    printf("| %-8s | %-6s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s | %9s |\n", "type", "layout", "ne0", "ne1",
+           "threads", "rows", "ms/call", "GB/s", "vs 1st", "cpu ms", "GMAC/s");
+    printf("| -------- | ------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: | --------: |\n");
     for (int s = 0; s < 2; s++) {
         const int64_t ne0 = shapes[s][0], ne1 = shapes[s][1];
         size_t wbytes = bs_row_size(type, ne0) * (size_t)ne1;
@@ -162,9 +165,9 @@ static int bench_matmul(const bench_opts *o) {
         madvise(mem, wbytes * (size_t)copies, MADV_HUGEPAGE);
 #endif
         fill_weight(mem, type, ne0, ne1 * copies, &rng);
-        float *x = bs_xmalloc((size_t)(8 * ne0) * sizeof(float));
-        float *y = bs_xmalloc((size_t)(8 * ne1) * sizeof(float));
-        for (int64_t i = 0; i < 8 * ne0; i++) x[i] = bs_rng_normal(&rng);
+        float *x = bs_xmalloc((size_t)(maxr * ne0) * sizeof(float));
+        float *y = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+        for (int64_t i = 0; i < maxr * ne0; i++) x[i] = bs_rng_normal(&rng);
         bs_weight *W = bs_xcalloc((size_t)copies, sizeof *W);
         for (int c = 0; c < copies; c++)
             W[c] = (bs_weight){.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
@@ -183,7 +186,7 @@ static int bench_matmul(const bench_opts *o) {
             for (int ti = 0; ti < o->n_threads; ti++) {
                 bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
                 double t1 = 0;
-                for (size_t ri = 0; ri < BS_ARRAY_LEN(rows); ri++) {
+                for (int ri = 0; ri < nrows; ri++) {
                     double best = 1e30, cbest = 1e30;
                     for (int rep = 0; rep < o->reps + 1; rep++) {   /* +1: warm-up pass */
                         double t0 = bs_time(), c0 = cpu_seconds();
@@ -193,10 +196,10 @@ static int bench_matmul(const bench_opts *o) {
                         if (rep > 0 && dc < cbest) cbest = dc;
                     }
                     if (ri == 0) t1 = best;
-                    printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f |\n",
+                    printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f | %9.1f |\n",
                            bs_type_name(type), !layout ? "native" : W[0].pack_kind == BS_PACK_Q1_L128 ? "l128" : "x16",
-                           (long long)ne0, (long long)ne1,
-                           o->threads[ti], rows[ri], best * 1e3, (double)wbytes / best / 1e9, best / t1, cbest * 1e3);
+                           (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
+                           (double)wbytes / best / 1e9, best / t1, cbest * 1e3, (double)ne0 * (double)ne1 * rows[ri] / best / 1e9);
                     fflush(stdout);
                 }
                 if (o->membw && layout == 0)
@@ -517,7 +520,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)   /* DSpark round costs and projections (spec_bench.c) */
         if (!strcmp(argv[i], "--spec")) return cli_spec_bench(argc, argv);
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
-                    .mm_type = "q1_0", .mm_mb = 1024, .membw = 1};
+                    .mm_type = "q1_0", .mm_mb = 1024, .mm_rows = {1, 2, 4, 5, 8}, .n_mm_rows = 5, .membw = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
     o.n_threads = 1;
     for (int i = 1; i < argc; i++) {
@@ -534,6 +537,8 @@ int cmd_bench(int argc, char **argv) {
             else o.mm_mb = n;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.threads, &o.n_threads, 1, 1024)) return cli_fail("bench");
+        } else if (!strcmp(a, "--matmul-rows")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.mm_rows, &o.n_mm_rows, 1, 4096)) return cli_fail("bench");
         } else if (!strcmp(a, "--verify")) {
             if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.verify, &o.n_verify, 1, 64)) return cli_fail("bench");
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -576,9 +581,10 @@ void help_bench(void) {
            "  --no-mmap            read the model into memory instead of mapping it\n"
            "  --spec               with -md DRAFTER: measured DSpark round costs and projected speedups\n"
            "                       (options -m -md -t, -p context, -r repetitions)\n"
-           "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights, 1-8 rows\n"
+           "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights (see --matmul-rows)\n"
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
+           "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
