@@ -20,6 +20,7 @@
 #include "cpu_features.h"
 #include "util.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,8 +246,9 @@ int bs_amx_selfcheck(bs_amx_range_fn fn) {
     if (pid < 0) return 0;
     if (pid == 0) _exit(bs_amx_compare(fn, bs_kernel_amx_emulated()) ? 0 : 1);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {}
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    pid_t r;
+    while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+    return r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;   /* (ECHILD where SIGCHLD is ignored: no) */
 }
 
 static const char *g_status = "not available on this CPU";
