@@ -11,7 +11,8 @@ Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against dspark/round1
 attention rows never depend on the batch, the recurrence is sequential); --tokens-file; and
 clear errors (non-zero exit, message) for bad input. tiny-q1_0: the default (repacked on
 AVX-512) is batch-invariant too, and BITSPARK_EXACT=1 is bit-identical to llama.cpp's logits.
-AMX (emulated) prompts give the AVX-512 kernels' bits."""
+With the 128-row lookup layout forced (BITSPARK_Q1_L128=1) a 63-token batch (the prompt kernel)
+gives the one-token and default bits, and AMX (emulated) prompts the AVX-512 kernels' bits."""
 import json
 import os
 import subprocess
@@ -155,6 +156,20 @@ def check_q1_layouts(q1_out):
         out = os.path.join(TMP, 'q1_b%d.f32' % batch)
         if run_ok(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32', *extra)) and open(out, 'rb').read() != base:
             fail('tiny-q1_0 batch %d %s: logits differ from the prompt-batch run' % (batch, ' '.join(extra)))
+    # the 128-row lookup layout forced on: a 63-token batch takes the prompt kernel (48+ rows)
+    # and must give the one-token-at-a-time bits (and the default layout's)
+    l128 = []
+    for batch in (len(toks), 1):
+        out = os.path.join(TMP, 'q1_l128_b%d.f32' % batch)
+        r = subprocess.run(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32'), capture_output=True, text=True,
+                           env=dict(os.environ, BITSPARK_Q1_L128='1'))
+        if r.returncode != 0:
+            return fail('BITSPARK_Q1_L128=1 tiny-q1_0 exited %d: %s' % (r.returncode, r.stderr.strip()))
+        l128.append(open(out, 'rb').read())
+    if l128[0] != l128[1] or l128[0] != base:
+        fail('tiny-q1_0 in L128: batch %d and batch 1 logits differ from each other or from the default' % len(toks))
+    else:
+        print('tiny-q1_0 in L128: %d-token batch = one token at a time = default layout, bit for bit' % len(toks))
     out = os.path.join(TMP, 'q1_exact.f32')
     cmd = logits_cmd('tiny-q1_0', toks, len(prompt), out, '--kv-type', 'f32')
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BITSPARK_EXACT='1'))
