@@ -47,10 +47,12 @@ def logits_cmd(model, tokens, batch, out, *extra):
             ','.join(map(str, tokens)), '--batch', str(batch), '-o', out] + list(extra)
 
 
-def run_ok(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run_ok(cmd, **env):
+    """Runs cmd (with env added to the environment); on a non-zero exit records a failure."""
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **env) if env else None)
     if r.returncode != 0:
-        fail('%s exited %d: %s' % (' '.join(cmd[:4]), r.returncode, r.stderr.strip()))
+        fail('%s%s exited %d: %s' % (''.join('%s=%s ' % kv for kv in env.items()), ' '.join(cmd[:4]), r.returncode,
+                                    r.stderr.strip()))
         return False
     return True
 
@@ -161,10 +163,8 @@ def check_q1_layouts(q1_out):
     l128 = []
     for batch in (len(toks), 1):
         out = os.path.join(TMP, 'q1_l128_b%d.f32' % batch)
-        r = subprocess.run(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32'), capture_output=True, text=True,
-                           env=dict(os.environ, BITSPARK_Q1_L128='1'))
-        if r.returncode != 0:
-            return fail('BITSPARK_Q1_L128=1 tiny-q1_0 exited %d: %s' % (r.returncode, r.stderr.strip()))
+        if not run_ok(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32'), BITSPARK_Q1_L128='1'):
+            return
         l128.append(open(out, 'rb').read())
     if l128[0] != l128[1] or l128[0] != base:
         fail('tiny-q1_0 in L128: batch %d and batch 1 logits differ from each other or from the default' % len(toks))
@@ -172,9 +172,8 @@ def check_q1_layouts(q1_out):
         print('tiny-q1_0 in L128: %d-token batch = one token at a time = default layout, bit for bit' % len(toks))
     out = os.path.join(TMP, 'q1_exact.f32')
     cmd = logits_cmd('tiny-q1_0', toks, len(prompt), out, '--kv-type', 'f32')
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BITSPARK_EXACT='1'))
-    if r.returncode != 0:
-        return fail('BITSPARK_EXACT=1 tiny-q1_0 exited %d: %s' % (r.returncode, r.stderr.strip()))
+    if not run_ok(cmd, BITSPARK_EXACT='1'):
+        return
     ours = np.fromfile(out, dtype='<f4')
     ref = np.fromfile(os.path.join(FIX, 'tiny-q1_0.logits.f32'), dtype='<f4')
     same = ours.shape == ref.shape and ours.tobytes() == ref.tobytes()
@@ -195,10 +194,8 @@ def check_amx_emulated():
         outs = []
         for amx in ('0', 'emulate'):
             out = os.path.join(TMP, '%s_amx_%s.f32' % (model, amx))
-            r = subprocess.run(logits_cmd(model, toks, len(toks), out, '--kv-type', 'f32'), capture_output=True,
-                               text=True, env=dict(os.environ, BITSPARK_AMX=amx, **extra_env))
-            if r.returncode != 0:
-                return fail('%s BITSPARK_AMX=%s exited %d: %s' % (model, amx, r.returncode, r.stderr.strip()))
+            if not run_ok(logits_cmd(model, toks, len(toks), out, '--kv-type', 'f32'), BITSPARK_AMX=amx, **extra_env):
+                return
             outs.append(open(out, 'rb').read())
         same = outs[0] == outs[1] and len(outs[0]) == 4 * meta['n_vocab'] * len(toks)
         print('%s, %d-token batch: AMX (emulated) %s the AVX-512 kernels' % (model, len(toks), 'bit-identical to' if same else 'DIFFERS from'))
