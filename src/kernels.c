@@ -417,21 +417,15 @@ int bs_amx_compare(bs_amx_range_fn fa, bs_amx_range_fn fb) {
     const int types[2] = {BS_Q1_0, BS_Q2_0};
     float *x = bs_xmalloc((size_t)(64 * ne0) * sizeof(float));
     float *ya = bs_xmalloc((size_t)(64 * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(64 * ne1) * sizeof(float));
-    uint64_t st = 0x9E3779B97F4A7C15ull;
-    for (int64_t i = 0; i < 64 * ne0; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((int64_t)(st >> 40) - (1 << 23)) / (float)(1 << 21);
-    }
+    bs_rng rng;
+    bs_rng_seed(&rng, 7);
+    for (int64_t i = 0; i < 64 * ne0; i++) x[i] = bs_rng_normal(&rng);
     int same = 1, compared = 0;
     for (int k = 0; k < 2 && same; k++) {
-        const size_t rb = bs_row_size(types[k], ne0);
+        const size_t rb = bs_row_size(types[k], ne0), bb = bs_type_get(types[k])->type_size;
         uint8_t *wd = bs_xmalloc(rb * (size_t)ne1);
-        for (size_t i = 0; i < rb * (size_t)ne1; i++) {
-            st = st * 6364136223846793005ull + 1442695040888963407ull;
-            wd[i] = (uint8_t)(st >> 56);
-        }
-        const size_t bb = types[k] == BS_Q1_0 ? 18 : 34;   /* block bytes: fp16 scale first */
-        for (size_t b = 0; b < rb * (size_t)ne1 / bb; b++) {
+        for (size_t i = 0; i < rb * (size_t)ne1; i++) wd[i] = (uint8_t)bs_rng_next(&rng);
+        for (size_t b = 0; b < rb * (size_t)ne1 / bb; b++) {   /* a sane fp16 scale first in each block */
             const uint16_t h = bs_f32_to_f16(0.01f + (float)(b % 97) * 1e-4f);
             memcpy(wd + b * bb, &h, 2);
         }

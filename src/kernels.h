@@ -138,7 +138,7 @@ extern int bs_l128_prompt_groups;   /* tests: 128-row groups per tile (0 = the k
 /* AMX int8 tiles for prompts (kernels_amx.c) over BS_PACK_Q1_L128 and 128-column
  * BS_PACK_Q2_X16 weights (bs_amx_fits): y rows [o0, o1) (multiples of 32) for activation rows
  * [0, na) (a multiple of 32), bit-identical to the AVX-512 kernels. bs_kernel_amx: the hardware
- * path once bs_amx_ready's checks passed (AMX-INT8, the kernel's tile permission, and a forked
+ * path once its checks passed (AMX-INT8, the kernel's tile permission, and a forked
  * self-check against the emulator: bs_amx_selfcheck), else NULL; the emulated path when
  * bs_amx_mode is BS_AMX_EMULATE or BITSPARK_AMX=emulate (tests). BITSPARK_AMX=0 turns AMX off. bs_amx_compare (kernels.c):
  * 1 when two paths give the same bits on random L128 and Q2_0 products. */

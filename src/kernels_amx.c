@@ -12,7 +12,7 @@
  *
  * The kernel body is written once and instantiated twice: for the hardware, and over a C
  * emulator of the tile registers (the tests run that one, and the start-up self-check compares
- * the two). The hardware path is only ever entered after bs_amx_ready(): the CPU has AMX-INT8,
+ * the two). bs_kernel_amx hands out the hardware path only once its checks passed: the CPU has AMX-INT8,
  * Linux granted the tile state (arch_prctl), and a forked child ran both instantiations on a
  * random product and got the same bits (so a faulty path cannot take the process down). */
 #include "kernels.h"
@@ -114,7 +114,7 @@ static TAMX void expand_l128(const uint8_t *grp, int r0, int64_t b0, int64_t b1,
     }
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *base = grp + (size_t)b * 2304;
-        for (int i = 0; i < 32; i++) ws[(b - b0) * 32 + i] = _cvtsh_ss((uint16_t)(base[2 * (r0 + i)] | base[2 * (r0 + i) + 1] << 8));
+        for (int i = 0; i < 32; i++) ws[(b - b0) * 32 + i] = bs_f16_to_f32((uint16_t)(base[2 * (r0 + i)] | base[2 * (r0 + i) + 1] << 8));
         for (int c = 0; c < 32; c++) {
             const __m512i v = _mm512_loadu_si512(base + 256 + 64 * c);
             for (int half = 0; half < 2; half++) {
@@ -128,15 +128,16 @@ static TAMX void expand_l128(const uint8_t *grp, int r0, int64_t b0, int64_t b1,
     }
 }
 
-/* Q2_0 X16: the two 16-row groups at g0 and g0 + gbytes (block bytes bsz), blocks [b0, b1).
+/* Q2_0 X16: the two 16-row groups at g0 and g0 + gbytes (nb blocks each), blocks [b0, b1).
  * (chunk >> 2p) & 3 is a B tile row as it stands (lane i = row i's codes of 4 columns). */
-static TAMX void expand_q2(const uint8_t *g0, size_t gbytes, int64_t b0, int64_t b1, uint8_t *B, float *ws) {
+static TAMX void expand_q2(const uint8_t *g0, size_t gbytes, int64_t nb, int64_t b0, int64_t b1, uint8_t *B, float *ws) {
+    const size_t bsz = gbytes / (size_t)nb;   /* 16 scales and 8 chunks */
     const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
     for (int half = 0; half < 2; half++) {
         const uint8_t *grp = g0 + (size_t)half * gbytes;
         for (int64_t b = b0; b < b1; b++) {
-            const uint8_t *blk = grp + (size_t)b * 544;
-            for (int i = 0; i < 16; i++) ws[(b - b0) * 32 + 16 * half + i] = _cvtsh_ss((uint16_t)(blk[2 * i] | blk[2 * i + 1] << 8));
+            const uint8_t *blk = grp + (size_t)b * bsz;
+            for (int i = 0; i < 16; i++) ws[(b - b0) * 32 + 16 * half + i] = bs_f16_to_f32((uint16_t)(blk[2 * i] | blk[2 * i + 1] << 8));
             for (int c = 0; c < 8; c++) {
                 const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
                 for (int p = 0; p < 4; p++) {
@@ -202,13 +203,11 @@ static TAMX INL void amx_range(amx_emu *emu, const bs_weight *W, int64_t o0, int
     const int64_t nb = W->ne0 / 128;
     uint8_t B[KC * 4 * STEP_B] __attribute__((aligned(64)));
     float ws[KC * 32];
+    amx_cfg cfg;
+    cfg_fill(&cfg);
     if (HW) {
-        amx_cfg cfg;
-        cfg_fill(&cfg);
         _tile_loadconfig(&cfg);
     } else {
-        amx_cfg cfg;
-        cfg_fill(&cfg);
         memcpy(emu->rows, cfg.rows, 8);
         memcpy(emu->colsb, cfg.colsb, 8 * sizeof(uint16_t));
     }
@@ -218,7 +217,7 @@ static TAMX INL void amx_range(amx_emu *emu, const bs_weight *W, int64_t o0, int
             if (W->pack_kind == BS_PACK_Q1_L128)
                 expand_l128((const uint8_t *)W->packed + (size_t)(o / 128) * (size_t)nb * 2304, (int)(o % 128), b0, b1, B, ws);
             else
-                expand_q2((const uint8_t *)W->packed + (size_t)(o / 16) * 16 * W->row_bytes, 16 * W->row_bytes, b0, b1, B, ws);
+                expand_q2((const uint8_t *)W->packed + (size_t)(o / 16) * 16 * W->row_bytes, 16 * W->row_bytes, nb, b0, b1, B, ws);
             for (int64_t a = 0; a < na; a += 32) tile_rows32(emu, B, ws, A, a, y + o, ldy, b0, b1, HW);
         }
     if (HW) _tile_release();
