@@ -486,7 +486,7 @@ static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *
             for (int i = 0; i < 16; i++) rows[i] = src + (size_t)row_of[16 * s + i] * rb + (size_t)b * 18;
             bs_pack_q1_x16_avx512(rows, x16[s]);
         }
-        uint8_t *o = dst + (size_t)b * 2304;
+        uint8_t *o = dst + (size_t)b * BS_L128_BLOCK;
         for (int R = 0; R < 128; R++) {
             const int t = bs_l128_slot(R);
             memcpy(o + 2 * R, x16[t / 16] + 2 * (t % 16), 2);
@@ -503,7 +503,7 @@ static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *
 static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row) {
     const int t = bs_l128_slot(R), L = t / 32, k = (t % 32) / 2, sh = 4 * (t & 1);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *pk = grp + (size_t)b * 2304;
+        const uint8_t *pk = grp + (size_t)b * BS_L128_BLOCK;
         uint8_t *out = row + (size_t)b * 18;
         memcpy(out, pk + 2 * R, 2);
         for (int u = 0; u < 16; u++) {
@@ -650,7 +650,7 @@ const uint8_t *bs_weight_row(const bs_weight *W, int64_t r, uint8_t *buf) {
     }
     const int64_t nb = W->ne0 / 128;
     if (W->packed && W->data == W->packed && W->pack_kind == BS_PACK_Q1_L128) {
-        unpack_l128_row((const uint8_t *)W->packed + (size_t)(r / 128) * (size_t)nb * 2304, nb, (int)(r % 128), buf);
+        unpack_l128_row((const uint8_t *)W->packed + (size_t)(r / 128) * (size_t)nb * BS_L128_BLOCK, nb, (int)(r % 128), buf);
         return buf;
     }
     if (!W->packed || W->data != W->packed || W->pack_kind != BS_PACK_Q1_X16)

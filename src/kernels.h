@@ -112,6 +112,7 @@ enum { BS_PACK_NONE = 0, BS_PACK_Q1_X16 = 1, BS_PACK_Q2_X16 = 2, BS_PACK_Q1_L128
  * int32 gives 16 consecutive rows per vector, in the scales' order. The integer sums are exact
  * and the float steps X16's, so both layouts give the same bits. */
 int bs_l128_slot(int R);
+#define BS_L128_BLOCK 2304   /* bytes of one 128-row group per 128-column block: 256 + 32 * 64 */
 /* Bytes between two rows' L128 tables: 8 per column and 3 cache lines more, so that rows whose
  * tables are read together do not share L1 sets when n / 4 * 32 is a multiple of 4 KB
  * (measured ~3% on 4-row prompt tiles). */

@@ -113,7 +113,7 @@ static TAMX void expand_l128(const uint8_t *grp, int r0, int64_t b0, int64_t b1,
         gather[h] = _mm512_loadu_si512(w);
     }
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *base = grp + (size_t)b * 2304;
+        const uint8_t *base = grp + (size_t)b * BS_L128_BLOCK;
         for (int i = 0; i < 32; i++) ws[(b - b0) * 32 + i] = bs_f16_to_f32((uint16_t)(base[2 * (r0 + i)] | base[2 * (r0 + i) + 1] << 8));
         for (int c = 0; c < 32; c++) {
             const __m512i v = _mm512_loadu_si512(base + 256 + 64 * c);
@@ -215,7 +215,7 @@ static TAMX INL void amx_range(amx_emu *emu, const bs_weight *W, int64_t o0, int
         for (int64_t b0 = 0; b0 < nb; b0 += KC) {
             const int64_t b1 = BS_MIN(b0 + KC, nb);
             if (W->pack_kind == BS_PACK_Q1_L128)
-                expand_l128((const uint8_t *)W->packed + (size_t)(o / 128) * (size_t)nb * 2304, (int)(o % 128), b0, b1, B, ws);
+                expand_l128((const uint8_t *)W->packed + (size_t)(o / 128) * (size_t)nb * BS_L128_BLOCK, (int)(o % 128), b0, b1, B, ws);
             else
                 expand_q2((const uint8_t *)W->packed + (size_t)(o / 16) * 16 * W->row_bytes, 16 * W->row_bytes, nb, b0, b1, B, ws);
             for (int64_t a = 0; a < na; a += 32) tile_rows32(emu, B, ws, A, a, y + o, ldy, b0, b1, HW);

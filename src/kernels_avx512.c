@@ -350,7 +350,7 @@ static T512 INL void tile_l128(const uint8_t *pk, const bs_acts *A, int64_t r0, 
         acc[q] = b0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + 16 * q);
     }
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *base = pk + (size_t)b * 2304;
+        const uint8_t *base = pk + (size_t)b * BS_L128_BLOCK;
         for (int l = 0; l < 36; l++) _mm_prefetch((const char *)base + 4 * PF_DIST + 64 * l, _MM_HINT_T0);
         for (int g = 0; g < 4; g++) {
             __m512i P[4];
@@ -413,7 +413,7 @@ T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
 
 static T512 void k_l128_range(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
                               int na, float *y, int64_t ldy, int64_t b0, int64_t b1) {
-    const size_t gbytes = (size_t)(W->ne0 / 128) * 2304;
+    const size_t gbytes = (size_t)(W->ne0 / 128) * BS_L128_BLOCK;
     for (int64_t o = o0; o < o1; o += 128) {
         const uint8_t *g = (const uint8_t *)W->packed + (size_t)(o / 128) * gbytes;
         for (int r = 0; r < na; r++) tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, b0, b1);

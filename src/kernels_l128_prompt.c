@@ -39,7 +39,6 @@ int bs_l128_prompt_groups = 0;   /* tests: 128-row groups per tile; 0 = as below
 #define INL inline __attribute__((always_inline))
 
 enum {
-    GROUP_BLOCK = 2304,          /* bytes of one 128-row group per 128-column block */
     BLOCK_VECS = 16 * 8,         /* index vectors per block: 16 pairs x 8 row vectors */
     /* 27B shapes, 512 rows, 2 threads: kc 2-4 with tiles of 8-32 groups within 3% of each
      * other; kc 1 13-35% slower (y traffic), kc 6-8 15-25% (the tables leave L1) */
@@ -64,7 +63,7 @@ static T512 void expand_tile(const uint8_t *grp, int64_t b0, int64_t b1, __m512i
     }
     const __m512i lo4 = _mm512_set1_epi16(0x000F), odd = _mm512_set1_epi16(0x0010);
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *base = grp + (size_t)b * GROUP_BLOCK;
+        const uint8_t *base = grp + (size_t)b * BS_L128_BLOCK;
         float *s = ws + (b - b0) * 128;
         for (int q = 0; q < 8; q++)
             _mm512_store_ps(s + 16 * q, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(base + 32 * q))));
@@ -217,7 +216,7 @@ static T512 void l128_prompt(const bs_weight *W, int64_t o0, int64_t o1, const b
     const int64_t nb = W->ne0 / 128;
     const int64_t kc = BS_MIN(bs_l128_chunk_blocks > 0 ? bs_l128_chunk_blocks : DEF_KC, nb);
     const int64_t gt = bs_l128_prompt_groups > 0 ? bs_l128_prompt_groups : DEF_GROUPS;
-    const size_t gbytes = (size_t)nb * GROUP_BLOCK;
+    const size_t gbytes = (size_t)nb * BS_L128_BLOCK;
     __m512i *E = scratch;
     float *ws = (float *)(E + gt * kc * BLOCK_VECS);
     for (int64_t b0 = 0; b0 < nb; b0 += kc) {
