@@ -154,16 +154,14 @@ bs_kernel_fn bs_kernel_q2_x16_scalar(void) { return k_x16_scalar; }
 
 static INL int32_t ld32(const int8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
-/* 16 weight rows (one packed group, nb blocks) x NR activation rows from a0. */
+/* 16 weight rows (one packed group, nb blocks) x NR (1-4) activation rows from a0. */
 static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *A, int64_t a0,
                                float *y, int64_t ldy, const int NR) {
     const int64_t n = A->n, nb = n / QK, ng = n / 32;
     const size_t bsz = 16 * (2 + (size_t)QK / 4);
-    const __m512i three = _mm512_set1_epi8(3);
-    /* Up to 4 rows: a chain per code position p (which also hides the vpdpbusd latency), so the
-     * codes stay in place (c * 4^p) and each chain's sum is shifted back once per group: three
-     * shifts fewer per chunk. More rows would not fit the registers: one chain, codes shifted. */
-    const int U = NR <= 4 ? 4 : 1;
+    /* A chain per code position p (which also hides the vpdpbusd latency), so the codes stay in
+     * place (c * 4^p) and each chain's sum is shifted back once per group: three shifts fewer per
+     * chunk. More rows would not fit the registers (k_x16_avx512 splits them). */
     __m512 acc[BS_KMAX_ROWS];
     for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -176,24 +174,22 @@ static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *
             __m512i s[BS_KMAX_ROWS][4];
             for (int r = 0; r < NR; r++) {
                 s[r][0] = _mm512_set1_epi32(A->gsum[(a0 + r) * ng + b * (QK / 32) + g]);
-                for (int u = 1; u < U; u++) s[r][u] = _mm512_setzero_si512();
+                for (int u = 1; u < 4; u++) s[r][u] = _mm512_setzero_si512();
             }
             for (int h = 0; h < 2; h++) {
                 const int c = 2 * g + h;
                 const __m512i v = _mm512_loadu_si512(blk + 32 + 64 * c);
                 for (int p = 0; p < 4; p++) {
-                    const __m512i codes = U == 4 ? _mm512_and_si512(v, _mm512_set1_epi8((char)(3 << 2 * p)))
-                                                 : _mm512_and_si512(p ? _mm512_srli_epi16(v, 2 * p) : v, three);
-                    const int k = 4 * h + p;
+                    const __m512i codes = _mm512_and_si512(v, _mm512_set1_epi8((char)(3 << 2 * p)));
                     for (int r = 0; r < NR; r++) {
                         const __m512i x = _mm512_set1_epi32(ld32(A->qs + (a0 + r) * n + b * QK + 16 * c + 4 * p));
-                        s[r][k % U] = _mm512_dpbusd_epi32(s[r][k % U], codes, x);
+                        s[r][p] = _mm512_dpbusd_epi32(s[r][p], codes, x);
                     }
                 }
             }
             for (int r = 0; r < NR; r++) {
                 __m512i i = s[r][0];
-                for (int u = 1; u < U; u++) i = _mm512_add_epi32(i, U == 4 ? _mm512_srai_epi32(s[r][u], 2 * u) : s[r][u]);
+                for (int u = 1; u < 4; u++) i = _mm512_add_epi32(i, _mm512_srai_epi32(s[r][u], 2 * u));
                 const __m512 dx = _mm512_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * (b * (QK / 32) + g)]);
                 t[r] = g == 0 ? _mm512_mul_ps(_mm512_cvtepi32_ps(i), dx)
                               : _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dx, t[r]);
@@ -204,12 +200,26 @@ static T512 INL void tile_q2x16(const uint8_t *pk, const int QK, const bs_acts *
     for (int r = 0; r < NR; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
 }
 
-/* All 16-row groups of [o0, o1) for a constant NR and block size. */
+/* One 16-row group for NR rows from a0 (a constant NR and block size). */
+static T512 INL void group_q2x16(const uint8_t *pk, int qk, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                                 const int NR) {
+    if (qk == 128) tile_q2x16(pk, 128, A, a0, y, ldy, NR);
+    else tile_q2x16(pk, 64, A, a0, y, ldy, NR);
+}
+
+/* More than 4 rows go over each group as 4 + the rest, the second pass reading the group from
+ * L1: one tile of up to 8 rows had registers for only one chain per row, and 5 to 8 chains do
+ * not cover vpdpbusd's latency (ternary 27B verification, back to back: 8 rows 394 -> 361 ms,
+ * 5 rows 250 -> 240 ms; 5 as 3 + 2 measured slower). */
 #define Q2X16_RANGE(NR)                                                                            \
     for (int64_t o = o0; o < o1; o += 16) {                                                        \
         const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;                \
-        if (qk == 128) tile_q2x16(pk, 128, A, a0, yy + o, ldy, NR);                                \
-        else tile_q2x16(pk, 64, A, a0, yy + o, ldy, NR);                                           \
+        if ((NR) <= 4) {                                                                           \
+            group_q2x16(pk, qk, A, a0, yy + o, ldy, (NR) <= 4 ? (NR) : 4);   /* (constant) */      \
+        } else {                                                                                   \
+            group_q2x16(pk, qk, A, a0, yy + o, ldy, 4);                                            \
+            group_q2x16(pk, qk, A, a0 + 4, yy + 4 * ldy + o, ldy, (NR) > 4 ? (NR) - 4 : 1);        \
+        }                                                                                          \
     }
 
 static T512 void k_x16_avx512(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
