@@ -270,7 +270,6 @@ typedef struct {
     uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
     size_t qscratch_row;
     int64_t grain;          /* output rows a thread's share is a multiple of (a packed group) */
-    int rows_per_call;      /* activation rows per kernel call when there are more than 8 */
     bs_amx_range_fn amx;    /* AMX tiles for a prompt (bs_kernel_amx) */
 } job;
 
@@ -311,8 +310,8 @@ static void job_amx(job *j, int64_t lo, int64_t hi) {
     if (hi32 > lo) j->amx(j->W, lo, hi32, j->A, na32, j->y, ne1);
     const int64_t part[2][4] = {{lo, hi32, na32, nr}, {hi32, hi, 0, nr}};   /* rows o0, o1 x a0, a1 */
     for (int i = 0; i < 2; i++)
-        for (int64_t a = part[i][2]; part[i][0] < part[i][1] && a < part[i][3]; a += j->rows_per_call) {
-            const int na = (int)BS_MIN(j->rows_per_call, part[i][3] - a);
+        for (int64_t a = part[i][2]; part[i][0] < part[i][1] && a < part[i][3]; a += BS_KMAX_ROWS) {
+            const int na = (int)BS_MIN(BS_KMAX_ROWS, part[i][3] - a);
             if (j->l128) j->l128(j->W, part[i][0], part[i][1], j->A, a, na, j->y, ne1, 0, j->W->ne0 / 128);
             else j->k(j->W, part[i][0], part[i][1], j->A, a, na, j->y, ne1);
         }
@@ -344,8 +343,8 @@ static void job_matmul(void *ctx, int ith, int nth) {
     }
     for (int64_t o = lo; o < hi; o += j->tile) {
         int64_t oe = BS_MIN(o + j->tile, hi);
-        for (int64_t a = 0; a < j->n_rows; a += j->rows_per_call)
-            j->k(j->W, o, oe, j->A, a, (int)BS_MIN(j->rows_per_call, j->n_rows - a), j->y, ne1);
+        for (int64_t a = 0; a < j->n_rows; a += BS_KMAX_ROWS)
+            j->k(j->W, o, oe, j->A, a, (int)BS_MIN(BS_KMAX_ROWS, j->n_rows - a), j->y, ne1);
     }
 }
 
@@ -376,10 +375,6 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     j.grain = packed && W->pack_kind == BS_PACK_Q1_L128 ? 128 : 16;
     if (packed && W->pack_kind == BS_PACK_Q1_L128 && n_rows > BS_KMAX_ROWS) j.l128 = bs_kernel_l128_range_avx512();
     if (j.l128 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
-    /* Q2_0 X16 prompts in 4-row calls: up to 4 rows the kernel keeps 4 dpbusd chains per row
-     * (16 in all), with 8 rows one each, and 8 chains do not cover vpdpbusd's latency at 2 per
-     * cycle (27B ternary pp512: 21.6 -> 23.2-23.6 tok/s, the codes unpacked twice as often). */
-    j.rows_per_call = packed && W->pack_kind == BS_PACK_Q2_X16 ? 4 : BS_KMAX_ROWS;
     if (packed && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
