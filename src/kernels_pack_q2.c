@@ -214,12 +214,9 @@ static T512 INL void group_q2x16(const uint8_t *pk, int qk, const bs_acts *A, in
 #define Q2X16_RANGE(NR)                                                                            \
     for (int64_t o = o0; o < o1; o += 16) {                                                        \
         const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;                \
-        if ((NR) <= 4) {                                                                           \
-            group_q2x16(pk, qk, A, a0, yy + o, ldy, (NR) <= 4 ? (NR) : 4);   /* (constant) */      \
-        } else {                                                                                   \
-            group_q2x16(pk, qk, A, a0, yy + o, ldy, 4);                                            \
+        group_q2x16(pk, qk, A, a0, yy + o, ldy, (NR) < 4 ? (NR) : 4);                              \
+        if ((NR) > 4)   /* (the row count stays a constant 1-4 where NR is not above 4) */         \
             group_q2x16(pk, qk, A, a0 + 4, yy + 4 * ldy + o, ldy, (NR) > 4 ? (NR) - 4 : 1);        \
-        }                                                                                          \
     }
 
 static T512 void k_x16_avx512(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
