@@ -182,8 +182,10 @@ static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const floa
 static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float *x, int level,
                      uint8_t *scratch) {
     acts_row_(A, t, r, x, level, scratch);
-    if (A->want_lut)   /* only L128 matrices want tables, and they exist only with AVX-512 */
+    if (A->want_lut == BS_LUT_INT16)   /* only L128 matrices want tables */
         bs_l128_tables_avx512(A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_l128_lut_stride(A->n));
+    else if (A->want_lut == BS_LUT_PLANAR)
+        bs_l128_tables_avx2(A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_l128_lut_stride(A->n));
     if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
         const int32_t *ns = A->nsum + r * (A->n / 4);
         for (int64_t g = 0; g < A->n / QK; g++) {
@@ -354,7 +356,9 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     if (level <= BS_CPU_SCALAR || n_rows <= 0 || !t || !t->vec_dot) return -1;
     int perm;
     bs_kernel_fn k = NULL;
+    const int l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
+    else if (l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
     int packed = k != NULL;
     /* packed in place and no kernel for it at this level: the scalar path unpacks rows */
     if (!packed && W->packed && W->data == W->packed) return -1;
@@ -366,16 +370,18 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     if (acts_alloc(&A, t, W->ne0, n_rows, generic, true) != 0) return -1;
     A.perm = perm;
     A.want_gsum = packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
-    if (packed && W->pack_kind == BS_PACK_Q1_L128) {
-        A.want_lut = 1;
+    const int avx512 = level >= BS_CPU_AVX512;
+    if (packed && l128) {
+        A.want_lut = avx512 ? BS_LUT_INT16 : BS_LUT_PLANAR;
         A.lut = scratch_get(2, bs_l128_lut_stride(W->ne0) * (size_t)n_rows);
     }
     job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of the layout's row group */
-    j.grain = packed && W->pack_kind == BS_PACK_Q1_L128 ? 128 : 16;
-    if (packed && W->pack_kind == BS_PACK_Q1_L128 && n_rows > BS_KMAX_ROWS) j.l128 = bs_kernel_l128_range_avx512();
-    if (j.l128 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
-    if (packed && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
+    j.grain = packed && l128 ? 128 : 16;
+    if (packed && l128 && n_rows > BS_KMAX_ROWS)
+        j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
+    if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
+    if (packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
     /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
@@ -494,6 +500,35 @@ static void pack_l128_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *
     }
 }
 
+/* pack_l128_group without AVX-512 (the AVX2 kernel's CPUs): per pair of slots 2k, 2k + 1 of
+ * 32-slot block L, the two rows' bit bytes give the 16 output bytes of the even 4-column groups
+ * (low nibbles) and of the odd ones (high nibbles), 8 bytes at a time. */
+static void pack_l128_group_portable(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst) {
+    const uint64_t lo4 = 0x0F0F0F0F0F0F0F0FULL;
+    int row_of[128];
+    for (int R = 0; R < 128; R++) row_of[bs_l128_slot(R)] = R;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *o = dst + (size_t)b * BS_L128_BLOCK;
+        for (int R = 0; R < 128; R++) memcpy(o + 2 * R, src + (size_t)R * rb + (size_t)b * 18, 2);
+        for (int t = 0; t < 128; t += 2) {
+            const uint8_t *p0 = src + (size_t)row_of[t] * rb + (size_t)b * 18 + 2;
+            const uint8_t *p1 = src + (size_t)row_of[t + 1] * rb + (size_t)b * 18 + 2;
+            uint8_t *ob = o + 256 + 16 * (t / 32) + (t % 32) / 2;
+            for (int half = 0; half < 2; half++) {
+                uint64_t w0, w1;
+                memcpy(&w0, p0 + 8 * half, 8);
+                memcpy(&w1, p1 + 8 * half, 8);
+                const uint64_t ev = (w0 & lo4) | (w1 & lo4) << 4, od = (w0 >> 4 & lo4) | (w1 & ~lo4);
+                for (int u = 0; u < 8; u++) {   /* bit byte 8 half + u: 4-column groups 2 (8 half + u) + 0, 1 */
+                    const int c = 2 * (8 * half + u);
+                    ob[64 * c] = (uint8_t)(ev >> 8 * u);
+                    ob[64 * (c + 1)] = (uint8_t)(od >> 8 * u);
+                }
+            }
+        }
+    }
+}
+
 /* Row R (0..127) of an L128 group back to Q1_0 blocks. */
 static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row) {
     const int t = bs_l128_slot(R), L = t / 32, k = (t % 32) / 2, sh = 4 * (t & 1);
@@ -513,7 +548,11 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row)
 
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
-    if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX512) return BS_PACK_NONE;
+    if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX2) return BS_PACK_NONE;
+    if (bs_cpu_level() < BS_CPU_AVX512)   /* AVX2: L128 only */
+        return W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
+               (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) &&
+               !bs_env_flag("BITSPARK_Q1_X16") && bs_kernel_l128_avx2() ? BS_PACK_Q1_L128 : BS_PACK_NONE;
     /* L128 pays from about a million weights up (measured: 1024-wide models on, one row); below,
      * where the whole model sits in L2 (the 256-wide tiny ones), X16 is as fast at one row and
      * faster at several.
@@ -574,7 +613,8 @@ static void run_pack(int kind, pack_job *j, bs_pool *pool) {
         return;
     }
     j->rows = kind == BS_PACK_Q1_L128 ? 128 : 16;
-    j->group = kind == BS_PACK_Q1_L128 ? pack_l128_group : kind == BS_PACK_Q4_X16 ? bs_pack_q4_x16_group : pack_x16_group;
+    j->group = kind == BS_PACK_Q4_X16 ? bs_pack_q4_x16_group : kind == BS_PACK_Q1_X16 ? pack_x16_group
+             : bs_cpu_level() >= BS_CPU_AVX512 ? pack_l128_group : pack_l128_group_portable;
     bs_pool_run(pool, pack_groups, j);
 }
 

@@ -14,7 +14,8 @@
  * operations as the scalar oracle, which follows llama.cpp's x86 AVX2 order, so bit-identical):
  *   Q1_0        AVX-512: 2 weight rows per vector in the AVX2 lane order, exact (default);
  *               P128 (BITSPARK_FAST_Q1=1) or repacked x16 (bs_weight_pack): faster, not exact.
- *               AVX2: exact.
+ *               AVX2: exact; repacked L128 (bs_weight_pack, 1 M weights up): faster, not exact,
+ *               the AVX-512 L128 kernel's bits.
  *   Q2_0/PQ2_0/Q2_0_G64  AVX-512: repacked x16 (kernels_pack_q2.c, the loader's default), exact;
  *               P128 (BITSPARK_EXACT=1, or natural without BITALG), AVX2 natural: tolerance.
  *   Q8_0        AVX2 exact; AVX-512 tolerance.
@@ -70,7 +71,7 @@ typedef struct bs_acts {
     int want_gsum;
     uint8_t *lut;        /* per row (stride bs_l128_lut_stride(n)) n/4 16-entry int16 BS_PACK_Q1_L128
                           * tables; filled when want_lut */
-    int want_lut;
+    int want_lut;        /* BS_LUT_INT16 (AVX-512 kernels) or BS_LUT_PLANAR (AVX2) */
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
 
@@ -127,6 +128,13 @@ bs_kernel_fn bs_kernel_packed_avx512(int kind);
 typedef void (*bs_l128_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
                                  int64_t a0, int na, float *y, int64_t ldy, int64_t b0, int64_t b1);
 bs_l128_range_fn bs_kernel_l128_range_avx512(void);
+/* The same layout on AVX2 (kernels_l128_avx2.c), bit-identical to the AVX-512 kernels. Its
+ * tables are planar: per 4-column group the 16 entries' low bytes, then their high bytes
+ * (bs_acts.want_lut == BS_LUT_PLANAR). NULL without compiler support. */
+enum { BS_LUT_NONE = 0, BS_LUT_INT16 = 1, BS_LUT_PLANAR = 2 };
+void bs_l128_tables_avx2(const int8_t *qs, int64_t n, uint8_t *lut);
+bs_kernel_fn bs_kernel_l128_avx2(void);
+bs_l128_range_fn bs_kernel_l128_range_avx2(void);
 /* BS_PACK_Q1_L128 for a prompt of nr >= BS_L128_PROMPT_ROWS rows (kernels_l128_prompt.c): y
  * rows [o0, o1) (whole 128-row groups) for every activation row, bit-identical to the range
  * kernel; scratch: bs_l128_prompt_scratch(W) bytes, 64-aligned, the calling thread's own. */

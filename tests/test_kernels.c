@@ -16,7 +16,8 @@
  * BITSPARK_NO_P128=1 tests the others.
  * Q1_0 is also checked repacked on AVX-512 (16-row interleave, the models' default there): as a
  * copy (bs_weight_pack, 3 row groups) and in place (bs_weight_pack_in_place, 7 groups, every row
- * unpacked by bs_weight_row back to its original bytes; the oracle reads it that way). */
+ * unpacked by bs_weight_row back to its original bytes; the oracle reads it that way), and in
+ * the 128-row layout on AVX-512 and on AVX2 (against each other, bit for bit). */
 #include "cpu_features.h"
 #include "kernels.h"
 #include "matmul.h"
@@ -208,6 +209,45 @@ static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     free(wd), free(x), free(ya), free(yb);
 }
 
+/* The AVX2 L128 kernel (CPUs without AVX-512) against the AVX-512 ones: its portable packer
+ * writes the same bytes as the AVX-512 one, and its products are bit-identical for 1..9 rows
+ * (one row kernel per row), 10+ (the range kernel, K whole or in chunks of 1 or 2 blocks) and
+ * 48+ (the AVX-512 prompt kernel), on 1..3 threads. */
+static void check_l128_avx2_vs_avx512(int64_t ne0, int64_t ne1, bs_pool **pools) {
+    uint8_t *wd = make_weight(BS_Q1_0, ne0, ne1, 0);
+    const size_t rb = bs_row_size(BS_Q1_0, ne0);
+    bs_weight A = {.type = BS_Q1_0, .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = rb};
+    bs_weight B = A;
+    bs_cpu_set_level(BS_CPU_AVX512);
+    CHECK(bs_weight_pack(&A, pools[1]) == 0 && A.pack_kind == BS_PACK_Q1_L128);
+    bs_cpu_set_level(BS_CPU_AVX2);
+    CHECK(bs_weight_pack(&B, pools[2]) == 0 && B.pack_kind == BS_PACK_Q1_L128);
+    CHECKF(!memcmp(A.packed, B.packed, rb * (size_t)ne1), "L128 packers differ: ne0=%lld ne1=%lld", (long long)ne0,
+           (long long)ne1);
+    static const int64_t rows[] = {1, 2, 3, 5, 8, 9, 20, BS_L128_PROMPT_ROWS, BS_L128_PROMPT_ROWS + 3};
+    const int64_t maxr = BS_L128_PROMPT_ROWS + 3;
+    float *x = make_acts(ne0, maxr, 0);
+    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++)
+        for (int p = 0; p < 3; p++)
+            for (int kc = 0; kc <= (rows[k] > BS_KMAX_ROWS ? 2 : 0); kc++) {
+                const int64_t nr = rows[k];
+                bs_l128_chunk_blocks = kc;
+                bs_cpu_set_level(BS_CPU_AVX512);
+                bs_matmul(&A, x, nr, ya, pools[p]);
+                bs_cpu_set_level(BS_CPU_AVX2);
+                memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));
+                bs_matmul(&B, x, nr, yb, pools[p]);
+                CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
+                       "L128 AVX2 vs AVX-512: ne0=%lld, %lld rows, pool %d, chunks of %d blocks differ", (long long)ne0,
+                       (long long)nr, p, kc);
+            }
+    bs_l128_chunk_blocks = 0;
+    bs_weight_release(&A);
+    bs_weight_release(&B);
+    free(wd), free(x), free(ya), free(yb);
+}
+
 /* AMX tiles, emulated (this CPU may have none), through bs_matmul: the same bits as the AVX-512
  * kernels, for 32..71 rows (whole 32-row tiles and the rest), odd 16-row group counts (Q2_0)
  * and 1..3 threads. */
@@ -261,15 +301,22 @@ static void check_amx(bs_pool **pools) {
     signal(SIGCHLD, SIG_DFL);
 }
 
-/* The AVX-512 table builder gives the scalar one's bytes (extremes, odd group counts). */
-static void check_l128_tables(void) {
+/* The AVX-512 table builder gives the scalar one's bytes (extremes, odd group counts), the
+ * AVX2 one the same entries planar. */
+static void check_l128_tables(int level) {
     for (int64_t n = 4; n <= 4 * 41; n += 4 * 9) {
         int8_t *q = bs_xmalloc((size_t)n);
         for (int64_t i = 0; i < n; i++) q[i] = (int8_t)(i < 8 ? (i % 2 ? 127 : -128) : (int)(bs_rng_next(&rng) % 256) - 128);
         uint8_t *a = bs_xmalloc((size_t)n * 8), *b = bs_xmalloc((size_t)n * 8);
         bs_l128_tables(q, n, a);
-        bs_l128_tables_avx512(q, n, b);
-        CHECKF(!memcmp(a, b, (size_t)n * 8), "L128 tables differ for %lld columns", (long long)n);
+        if (level >= BS_CPU_AVX512) {
+            bs_l128_tables_avx512(q, n, b);
+            CHECKF(!memcmp(a, b, (size_t)n * 8), "L128 tables differ for %lld columns", (long long)n);
+        }
+        bs_l128_tables_avx2(q, n, b);
+        for (int64_t i = 0; i < n * 8; i++)   /* group c, entry e: bytes 2e, 2e + 1 -> e, 16 + e */
+            CHECKF(b[i] == a[32 * (i / 32) + 2 * (i % 16) + (i % 32) / 16], "planar L128 tables differ for %lld columns at %lld",
+                   (long long)n, (long long)i);
         free(q), free(a), free(b);
     }
 }
@@ -299,7 +346,7 @@ int main(void) {
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
-    if (bs_cpu_max_level() >= BS_CPU_AVX512) check_l128_tables();
+    if (bs_cpu_max_level() >= BS_CPU_AVX2 && bs_kernel_l128_avx2()) check_l128_tables(bs_cpu_max_level());
     if (bs_cpu_max_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
     for (int level = BS_CPU_AVX2; level <= bs_cpu_max_level(); level++) {
         check_quantizer(level, 0);
@@ -316,6 +363,11 @@ int main(void) {
                 if (type == BS_Q4_1 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* the drafter pack's X16 */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
+                }
+                if (type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
+                    check_case(type, ne0, 128, level, pools, PACK_COPY);   /* L128, the only AVX2 layout */
+                    check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
+                    if (bs_cpu_max_level() >= BS_CPU_AVX512) check_l128_avx2_vs_avx512(ne0, mi ? 384 : 256, pools);
                 }
                 if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
