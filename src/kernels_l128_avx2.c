@@ -72,29 +72,30 @@ static T2 INL void row_l128(const uint8_t *grp, const uint8_t *lut, const float 
         pf += 64 * pfl;
         for (int g = 0; g < 4; g++) {
             const __m256 dx = _mm256_set1_ps(dl[8 * (4 * b + g)]);
-            for (int h = 0; h < 2; h++) {
-                __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
-                                _mm256_setzero_si256()};
-                for (int c = 8 * g; c < 8 * g + 8; c++) {
-                    const uint8_t *tab = lut + (size_t)(32 * b + c) * 32;
-                    const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
-                    const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(tab + 16)));
+            __m256i s[8];
+            for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_si256();
+            for (int c = 8 * g; c < 8 * g + 8; c++) {
+                const uint8_t *tab = lut + (size_t)(32 * b + c) * 32;
+                const __m256i tl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)tab));
+                const __m256i th = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(tab + 16)));
+                for (int h = 0; h < 2; h++) {
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(base + 256 + 64 * c + 32 * h));
                     for (int e = 0; e < 2; e++) {
                         const __m256i ix = _mm256_and_si256(e ? _mm256_srli_epi16(v, 4) : v, m4);
                         const __m256i rl = _mm256_shuffle_epi8(tl, ix), rh = _mm256_shuffle_epi8(th, ix);
-                        s[2 * e] = _mm256_add_epi16(s[2 * e], _mm256_unpacklo_epi8(rl, rh));
-                        s[2 * e + 1] = _mm256_add_epi16(s[2 * e + 1], _mm256_unpackhi_epi8(rl, rh));
+                        s[4 * h + 2 * e] = _mm256_add_epi16(s[4 * h + 2 * e], _mm256_unpacklo_epi8(rl, rh));
+                        s[4 * h + 2 * e + 1] = _mm256_add_epi16(s[4 * h + 2 * e + 1], _mm256_unpackhi_epi8(rl, rh));
                     }
                 }
+            }
+            for (int h = 0; h < 2; h++)
                 for (int k = 0; k < 4; k++)
                     for (int o = 0; o < 2; o++) {
-                        const __m256i w = o ? _mm256_srai_epi32(s[k], 16) : _mm256_srai_epi32(_mm256_slli_epi32(s[k], 16), 16);
+                        const __m256i w = o ? _mm256_srai_epi32(s[4 * h + k], 16) : _mm256_srai_epi32(_mm256_slli_epi32(s[4 * h + k], 16), 16);
                         const __m256 f = _mm256_cvtepi32_ps(w);
                         const int v = 8 * o + 4 * h + k;
                         t[v] = g == 0 ? _mm256_mul_ps(f, dx) : _mm256_fmadd_ps(f, dx, t[v]);
                     }
-            }
         }
         for (int v = 0; v < 16; v += 2) {   /* vectors v, v + 1 (u = 0, 1): rows base .. base + 15 */
             const int o = v / 8, h = (v / 4) % 2, e = (v / 2) % 2, r = 64 * o + 16 * (2 * e + h);
