@@ -175,6 +175,7 @@ void bs_unpack_q2_x16_row(const bs_weight *W, int64_t r, uint8_t *row);
 void bs_pack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
 void bs_unpack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
 bs_kernel_fn bs_kernel_q2_x16_avx512(void);   /* NULL without compiler support */
+bs_kernel_fn bs_kernel_q2_x16_avx2(void);     /* the same bits with AVX2 (NULL likewise) */
 bs_kernel_fn bs_kernel_q2_x16_scalar(void);
 /* BS_PACK_Q4_X16 (kernels_pack_q4.c): Q4_1 in groups of 16 rows, per 32-column block the 16
  * fp16 scales, the 16 fp16 minimums, then 4 chunks of 64 bytes whose 32-bit lanes are the rows

@@ -1,6 +1,6 @@
 /* kernels_pack_q2.c: the row-interleaved BS_PACK_Q2_X16 layout of Q2_0 / PQ2_0 (128-groups)
- * and Q2_0_G64 (64-groups), its packer, and its kernels (AVX-512 VNNI, plus a portable scalar
- * one that does the same float operations).
+ * and Q2_0_G64 (64-groups), its packer, and its kernels (AVX-512 VNNI, AVX2, plus a portable
+ * scalar one that does the same float operations).
  *
  * Layout (kernels.h): per group of 16 weight rows and per block of QK columns (QK = 128 or 64),
  * 32 bytes of the 16 rows' fp16 scales, then QK/16 chunks of 64 bytes. Chunk c covers columns
@@ -230,8 +230,83 @@ static T512 void k_x16_avx512(const bs_weight *W, int64_t o0, int64_t o1, const 
 }
 
 bs_kernel_fn bs_kernel_q2_x16_avx512(void) { return k_x16_avx512; }
+
+/* --- AVX2 kernel ------------------------------------------------------------------------------ */
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+/* 16 weight rows (two vectors of 8) x NR (1-2) activation rows from a0, the AVX-512 kernel's
+ * sums and float steps. vpmaddubsw takes the codes shifted down to 0..3 (its u8 x s8 pair sums,
+ * at most 2 * 3 * 127, then add up in int16 over a 32-column group: 8 * 762), and vpmaddwd
+ * with ones widens them to the lanes' int32 sums once per group. */
+static T2 INL void tile_q2x16_avx2(const uint8_t *pk, const int QK, const bs_acts *A, int64_t a0,
+                                   float *y, int64_t ldy, const int NR) {
+    const int64_t n = A->n, nb = n / QK, ng = n / 32;
+    const size_t bsz = 16 * (2 + (size_t)QK / 4);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc[2][2], t[2][2];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = t[r][0] = t[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = pk + (size_t)b * bsz;
+        for (size_t l = 0; l < bsz; l += 64) _mm_prefetch((const char *)blk + PF_BYTES + l, _MM_HINT_T0);
+        for (int g = 0; g < QK / 32; g++) {
+            __m256i s[2][2];
+            for (int r = 0; r < NR; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const int c = 2 * g + h;
+                for (int half = 0; half < 2; half++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * c + 32 * half));
+                    for (int p = 0; p < 4; p++) {
+                        const __m256i codes = _mm256_and_si256(p ? _mm256_srli_epi16(v, 2 * p) : v, m3);
+                        for (int r = 0; r < NR; r++) {
+                            const __m256i x = _mm256_set1_epi32(ld32(A->qs + (a0 + r) * n + b * QK + 16 * c + 4 * p));
+                            s[r][half] = _mm256_add_epi16(s[r][half], _mm256_maddubs_epi16(codes, x));
+                        }
+                    }
+                }
+            }
+            for (int r = 0; r < NR; r++) {
+                const __m256i seed = _mm256_set1_epi32(A->gsum[(a0 + r) * ng + b * (QK / 32) + g]);
+                const __m256 dx = _mm256_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * (b * (QK / 32) + g)]);
+                for (int half = 0; half < 2; half++) {
+                    const __m256i i = _mm256_add_epi32(seed, _mm256_madd_epi16(s[r][half], _mm256_set1_epi16(1)));
+                    const __m256 f = _mm256_cvtepi32_ps(i);
+                    t[r][half] = g == 0 ? _mm256_mul_ps(f, dx) : _mm256_fmadd_ps(f, dx, t[r][half]);
+                }
+            }
+        }
+        for (int half = 0; half < 2; half++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * half)));
+            for (int r = 0; r < NR; r++) acc[r][half] = _mm256_fmadd_ps(t[r][half], dw, acc[r][half]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int half = 0; half < 2; half++) _mm256_storeu_ps(y + r * ldy + 8 * half, acc[r][half]);
+}
+
+/* Rows in pairs over each group (more accumulators than the 16 registers hold would spill);
+ * later pairs read the group (16 rows, ~22 KB for 27B's 5120 columns) from L1. */
+static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
+                          float *y, int64_t ldy) {
+    const int qk = q2_qk(W->type);
+    const size_t gbytes = 16 * W->row_bytes;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;
+        for (int r = 0; r < na; r += 2) {
+            float *yr = y + (a0 + r) * ldy + o;
+            if (na - r >= 2) {
+                if (qk == 128) tile_q2x16_avx2(pk, 128, A, a0 + r, yr, ldy, 2);
+                else tile_q2x16_avx2(pk, 64, A, a0 + r, yr, ldy, 2);
+            } else if (qk == 128) tile_q2x16_avx2(pk, 128, A, a0 + r, yr, ldy, 1);
+            else tile_q2x16_avx2(pk, 64, A, a0 + r, yr, ldy, 1);
+        }
+    }
+}
+
+bs_kernel_fn bs_kernel_q2_x16_avx2(void) { return k_x16_avx2; }
 #else
 bs_kernel_fn bs_kernel_q2_x16_avx512(void) { return NULL; }
+bs_kernel_fn bs_kernel_q2_x16_avx2(void) { return NULL; }
 #endif
 
 /* --- repacking a weight ----------------------------------------------------------------------- */

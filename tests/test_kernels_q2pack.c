@@ -3,7 +3,7 @@
  *
  * 1. Layout: every code of a packed group sits where kernels.h says (checked element by
  *    element against the natural rows), and unpacking gives back the original bytes.
- * 2. Kernels: the packed AVX-512 kernel (through bs_matmul) and the packed scalar kernel must
+ * 2. Kernels: the packed AVX-512 and AVX2 kernels (through bs_matmul) and the packed scalar kernel must
  *    equal the scalar oracle (bs_matmul at BS_CPU_SCALAR on the natural rows) bit for bit: they
  *    do the oracle's float operations (see kernels_pack_q2.c). Random quant bytes (code 3
  *    included), random scales and activations; rows a multiple of 16 with odd group counts,
@@ -83,6 +83,12 @@ static void scalar_packed(const bs_weight *W, const float *x, int64_t nr, float 
     bs_acts_free(&A);
 }
 
+/* Whether this CPU and build have the packed kernel of a dispatch level. */
+static int has_kernel(int level) {
+    if (bs_cpu_max_level() < level) return 0;
+    return level == BS_CPU_AVX512 ? bs_kernel_q2_x16_avx512() != NULL : bs_kernel_q2_x16_avx2() != NULL;
+}
+
 static void check_kernels(int type, int64_t ne0, int64_t ne1, bs_pool **pools) {
     static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
     const int64_t maxr = 20;
@@ -121,8 +127,9 @@ static void check_kernels(int type, int64_t ne0, int64_t ne1, bs_pool **pools) {
     scalar_packed(&W, x, maxr, y);
     CHECKF(memcmp(y, yref, ybytes) == 0, "%s ne0=%lld ne1=%lld: packed scalar kernel != oracle", tn,
            (long long)ne0, (long long)ne1);
-    if (bs_cpu_max_level() >= BS_CPU_AVX512 && bs_kernel_q2_x16_avx512()) {
-        bs_cpu_set_level(BS_CPU_AVX512);
+    for (int level = BS_CPU_AVX2; level <= BS_CPU_AVX512; level++) {
+        if (!has_kernel(level)) continue;
+        bs_cpu_set_level(level);
         for (size_t k = 0; k < BS_ARRAY_LEN(nrows); k++)
             for (int p = 0; p < 3; p++) {
                 const int64_t nr = nrows[k];
@@ -131,23 +138,24 @@ static void check_kernels(int type, int64_t ne0, int64_t ne1, bs_pool **pools) {
                 int64_t bad = -1;
                 for (int64_t i = 0; i < nr * ne1 && bad < 0; i++)
                     if (memcmp(&y[i], &yref[i], sizeof(float))) bad = i;
-                CHECKF(bad < 0, "%s ne0=%lld ne1=%lld, %lld rows, %d threads: row %lld out %lld = %.9g, oracle %.9g",
-                       tn, (long long)ne0, (long long)ne1, (long long)nr, bs_pool_size(pools[p]),
+                CHECKF(bad < 0, "%s %s ne0=%lld ne1=%lld, %lld rows, %d threads: row %lld out %lld = %.9g, oracle %.9g",
+                       tn, bs_cpu_level_name(level), (long long)ne0, (long long)ne1, (long long)nr, bs_pool_size(pools[p]),
                        (long long)(bad / ne1), (long long)(bad % ne1), bad < 0 ? 0.0 : y[bad],
                        bad < 0 ? 0.0 : yref[bad]);
             }
     }
-    if (bs_cpu_max_level() >= BS_CPU_AVX512 && bs_kernel_q2_x16_avx512()) {
+    for (int pack_level = BS_CPU_AVX2; pack_level <= BS_CPU_AVX512; pack_level++) {
+        if (!has_kernel(pack_level)) continue;
         /* the model loader's path: bs_weight_pack_in_place picks this layout; the scalar level
          * reads its rows back through bs_weight_row */
         uint8_t *ip = bs_xmalloc(W.row_bytes * (size_t)ne1);
         memcpy(ip, wd, W.row_bytes * (size_t)ne1);
         bs_weight Wi = {.type = type, .ne0 = ne0, .ne1 = ne1, .data = ip, .row_bytes = W.row_bytes, .name = "w"};
-        bs_cpu_set_level(BS_CPU_AVX512);
+        bs_cpu_set_level(pack_level);
         CHECK(bs_weight_pack_in_place(&Wi, pools[2]) == 0);
         CHECKF(Wi.pack_kind == BS_PACK_Q2_X16 && Wi.packed == ip && memcmp(ip, pk, W.row_bytes * (size_t)ne1) == 0,
-               "%s: bs_weight_pack_in_place did not make the x16 layout", tn);
-        const int levels[] = {BS_CPU_SCALAR, BS_CPU_AVX512};
+               "%s: bs_weight_pack_in_place did not make the x16 layout at %s", tn, bs_cpu_level_name(pack_level));
+        const int levels[] = {BS_CPU_SCALAR, pack_level};
         for (size_t li = 0; li < BS_ARRAY_LEN(levels); li++) {
             const int level = levels[li];
             bs_cpu_set_level(level);
@@ -167,9 +175,9 @@ int main(void) {
     bs_rng_seed(&rng, 77);
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
-    printf("cpu: %s, max level %s, packed AVX-512 kernel %s\n", bs_cpu_describe(),
-           bs_cpu_level_name(bs_cpu_max_level()),
-           bs_cpu_max_level() >= BS_CPU_AVX512 && bs_kernel_q2_x16_avx512() ? "tested" : "not available");
+    printf("cpu: %s, max level %s, packed AVX-512 kernel %s, AVX2 kernel %s\n", bs_cpu_describe(),
+           bs_cpu_level_name(bs_cpu_max_level()), has_kernel(BS_CPU_AVX512) ? "tested" : "not available",
+           has_kernel(BS_CPU_AVX2) ? "tested" : "not available");
     const int types[] = {BS_Q2_0, BS_PQ2_0, BS_Q2_0_G64};
     for (size_t t = 0; t < BS_ARRAY_LEN(types); t++) {
         const int qk = qk_of(types[t]);
