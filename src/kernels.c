@@ -360,6 +360,7 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
     else if (l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
     else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q2_x16_avx2();
+    else if (W->packed && W->pack_kind == BS_PACK_Q4_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q4_x16_avx2();
     int packed = k != NULL;
     /* packed in place and no kernel for it at this level: the scalar path unpacks rows */
     if (!packed && W->packed && W->data == W->packed) return -1;
@@ -550,12 +551,13 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row)
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX2) return BS_PACK_NONE;
-    if (bs_cpu_level() < BS_CPU_AVX512) {   /* AVX2: Q1_0 L128 and Q2 X16 */
+    if (bs_cpu_level() < BS_CPU_AVX512) {   /* AVX2: Q1_0 L128, Q2 and Q4_1 X16 */
         if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
             (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) &&
             !bs_env_flag("BITSPARK_Q1_X16") && bs_kernel_l128_avx2())
             return BS_PACK_Q1_L128;
-        return bs_q2_x16_fits(W) && bs_kernel_q2_x16_avx2() ? BS_PACK_Q2_X16 : BS_PACK_NONE;
+        if (bs_q2_x16_fits(W) && bs_kernel_q2_x16_avx2()) return BS_PACK_Q2_X16;
+        return bs_q4_x16_fits(W) && bs_kernel_q4_x16_avx2() ? BS_PACK_Q4_X16 : BS_PACK_NONE;
     }
     /* L128 pays from about a million weights up (measured: 1024-wide models on, one row); below,
      * where the whole model sits in L2 (the 256-wide tiny ones), X16 is as fast at one row and

@@ -185,6 +185,7 @@ int bs_q4_x16_fits(const bs_weight *W);
 void bs_pack_q4_x16_group(const uint8_t *src, size_t rb, int64_t nb, uint8_t *dst);
 void bs_unpack_q4_x16_row(const bs_weight *W, int64_t r, uint8_t *row);   /* row r of W->packed */
 bs_kernel_fn bs_kernel_q4_x16_avx512(void);   /* NULL without compiler support */
+bs_kernel_fn bs_kernel_q4_x16_avx2(void);     /* the same bits with AVX2 (NULL without compiler support) */
 /* One 288-byte BS_PACK_Q1_X16 block from the 16 rows' 18-byte Q1_0 blocks (AVX-512 VBMI). */
 void bs_pack_q1_x16_avx512(const uint8_t *const src[16], uint8_t *dst);
 

@@ -1,5 +1,5 @@
 /* kernels_pack_q4.c: the row-interleaved BS_PACK_Q4_X16 layout of Q4_1 (the DSpark drafter
- * pack), its packer, and its AVX-512 VNNI kernel.
+ * pack), its packer, and its AVX-512 VNNI and AVX2 kernels (the same bits).
  *
  * Layout (kernels.h): per group of 16 weight rows and per 32-column block, 320 bytes: the 16
  * rows' fp16 scales d, their fp16 minimums m, then 4 chunks of 64 bytes. Byte 4i + j of chunk k
@@ -137,6 +137,67 @@ static T512 void k_q4x16(const bs_weight *W, int64_t o0, int64_t o1, const bs_ac
 }
 
 bs_kernel_fn bs_kernel_q4_x16_avx512(void) { return k_q4x16; }
+
+/* --- AVX2 ------------------------------------------------------------------------------------ */
+
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+/* 16 weight rows (two vectors of 8) x NR (1-2) activation rows a0.., the AVX-512 tile's sums
+ * and float steps: vpmaddubsw pair sums (at most 2 * 15 * 127) add up in int16 over the
+ * block's 8 products (30480 < 2^15) and vpmaddwd with ones widens them once per block. */
+static T2 INL void tile_q4x16_avx2(const uint8_t *pk, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                                   const int NR) {
+    const int64_t n = A->n, nb = n / 32;
+    const __m256i low = _mm256_set1_epi8(15);
+    __m256 acc[2][2];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *base = pk + (size_t)b * Q4_X16_BLOCK;
+        for (int l = 0; l < 5; l++) _mm_prefetch((const char *)base + PF_DIST + 64 * l, _MM_HINT_T0);
+        __m256i s[2][2];
+        for (int r = 0; r < NR; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; k++)
+            for (int h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(base + 64 + 64 * k + 32 * h));
+                const __m256i c0 = _mm256_and_si256(v, low), c1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                for (int r = 0; r < NR; r++) {
+                    const int8_t *q = A->qs + (a0 + r) * n + 32 * b + 8 * k;
+                    const __m256i p0 = _mm256_maddubs_epi16(c0, _mm256_set1_epi32(ld32(q)));
+                    const __m256i p1 = _mm256_maddubs_epi16(c1, _mm256_set1_epi32(ld32(q + 4)));
+                    s[r][h] = _mm256_add_epi16(s[r][h], _mm256_add_epi16(p0, p1));
+                }
+            }
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(base + 16 * h)));
+            const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(base + 32 + 16 * h)));
+            for (int r = 0; r < NR; r++) {
+                const __m256i t = _mm256_madd_epi16(s[r][h], _mm256_set1_epi16(1));
+                const __m256 da = _mm256_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * b]);
+                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, da), acc[r][h]);
+                acc[r][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(A->gs[(a0 + r) * (n / 32) + b]), acc[r][h]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(y + r * ldy + 8 * h, acc[r][h]);
+}
+
+/* Rows in pairs over each group (16 registers); later pairs read it from L1. */
+static T2 void k_q4x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
+                            float *y, int64_t ldy) {
+    const uint8_t *pk = W->packed;
+    const size_t gbytes = (size_t)(W->ne0 / 32) * Q4_X16_BLOCK;
+    for (int64_t o = o0; o < o1; o += 16) {
+        const uint8_t *g = pk + (size_t)(o / 16) * gbytes;
+        for (int r = 0; r < na; r += 2) {
+            if (na - r >= 2) tile_q4x16_avx2(g, A, a0 + r, y + (a0 + r) * ldy + o, ldy, 2);
+            else tile_q4x16_avx2(g, A, a0 + r, y + (a0 + r) * ldy + o, ldy, 1);
+        }
+    }
+}
+
+bs_kernel_fn bs_kernel_q4_x16_avx2(void) { return k_q4x16_avx2; }
 #else
 bs_kernel_fn bs_kernel_q4_x16_avx512(void) { return NULL; }
+bs_kernel_fn bs_kernel_q4_x16_avx2(void) { return NULL; }
 #endif

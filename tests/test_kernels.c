@@ -248,6 +248,31 @@ static void check_l128_avx2_vs_avx512(int64_t ne0, int64_t ne1, bs_pool **pools)
     free(wd), free(x), free(ya), free(yb);
 }
 
+/* The drafter pack's X16 Q4_1 kernel on AVX2 gives the AVX-512 one's bits (1..9 and 20 rows,
+ * 1..3 threads). */
+static void check_q4_avx2_vs_avx512(int64_t ne0, bs_pool **pools) {
+    const int64_t ne1 = 80, maxr = 20;
+    uint8_t *wd = make_weight(BS_Q4_1, ne0, ne1, 0);
+    bs_weight W = {.type = BS_Q4_1, .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = bs_row_size(BS_Q4_1, ne0)};
+    bs_cpu_set_level(BS_CPU_AVX2);
+    CHECK(bs_weight_pack(&W, pools[1]) == 0 && W.pack_kind == BS_PACK_Q4_X16);
+    float *x = make_acts(ne0, maxr, 0);
+    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+    static const int64_t rows[] = {1, 2, 3, 4, 5, 8, 9, 20};
+    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++)
+        for (int p = 0; p < 3; p++) {
+            bs_cpu_set_level(BS_CPU_AVX512);
+            bs_matmul(&W, x, rows[k], ya, pools[p]);
+            bs_cpu_set_level(BS_CPU_AVX2);
+            memset(yb, 0xff, (size_t)(rows[k] * ne1) * sizeof(float));
+            bs_matmul(&W, x, rows[k], yb, pools[p]);
+            CHECKF(!memcmp(ya, yb, (size_t)(rows[k] * ne1) * sizeof(float)), "Q4_1 X16 AVX2 vs AVX-512: ne0=%lld, %lld rows, pool %d",
+                   (long long)ne0, (long long)rows[k], p);
+        }
+    bs_weight_release(&W);
+    free(wd), free(x), free(ya), free(yb);
+}
+
 /* AMX tiles, emulated (this CPU may have none), through bs_matmul: the same bits as the AVX-512
  * kernels, for 32..71 rows (whole 32-row tiles and the rest), odd 16-row group counts (Q2_0)
  * and 1..3 threads. */
@@ -360,9 +385,11 @@ int main(void) {
                 if (ne0 < 1) ne0 = 1;
                 if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
                 check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, PACK_NONE);
-                if (type == BS_Q4_1 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* the drafter pack's X16 */
+                if (type == BS_Q4_1 && !bs_weight_exact() &&
+                    (level >= BS_CPU_AVX512 ? bs_kernel_q4_x16_avx512() : bs_kernel_q4_x16_avx2())) {   /* the drafter pack's X16 */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
+                    if (level == BS_CPU_AVX2 && bs_cpu_max_level() >= BS_CPU_AVX512) check_q4_avx2_vs_avx512(ne0, pools);
                 }
                 if (type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
                     check_case(type, ne0, 128, level, pools, PACK_COPY);   /* L128, the only AVX2 layout */
