@@ -91,7 +91,8 @@ static T2 INL void row_l128(const uint8_t *grp, const uint8_t *lut, const float 
             for (int h = 0; h < 2; h++)
                 for (int k = 0; k < 4; k++)
                     for (int o = 0; o < 2; o++) {
-                        const __m256i w = o ? _mm256_srai_epi32(s[4 * h + k], 16) : _mm256_srai_epi32(_mm256_slli_epi32(s[4 * h + k], 16), 16);
+                        const __m256i sk = s[4 * h + k];
+                        const __m256i w = o ? _mm256_srai_epi32(sk, 16) : _mm256_srai_epi32(_mm256_slli_epi32(sk, 16), 16);
                         const __m256 f = _mm256_cvtepi32_ps(w);
                         const int v = 8 * o + 4 * h + k;
                         t[v] = g == 0 ? _mm256_mul_ps(f, dx) : _mm256_fmadd_ps(f, dx, t[v]);
@@ -99,7 +100,8 @@ static T2 INL void row_l128(const uint8_t *grp, const uint8_t *lut, const float 
         }
         for (int v = 0; v < 16; v += 2) {   /* vectors v, v + 1 (u = 0, 1): rows base .. base + 15 */
             const int o = v / 8, h = (v / 4) % 2, e = (v / 2) % 2, r = 64 * o + 16 * (2 * e + h);
-            const __m256 lo = _mm256_permute2f128_ps(t[v], t[v + 1], 0x20), hi = _mm256_permute2f128_ps(t[v], t[v + 1], 0x31);
+            const __m256 lo = _mm256_permute2f128_ps(t[v], t[v + 1], 0x20);
+            const __m256 hi = _mm256_permute2f128_ps(t[v], t[v + 1], 0x31);
             const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(base + 2 * r)));
             const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(base + 2 * r + 16)));
             acc[r / 8] = _mm256_fmadd_ps(lo, w0, acc[r / 8]);
