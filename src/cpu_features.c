@@ -122,6 +122,11 @@ int bs_cpu_max_level(void) {
     return g_max_level;
 }
 
+int bs_cpu_top_level(void) {
+    pthread_once(&g_once, init);
+    return g_env_level >= 0 && g_env_level < g_max_level ? g_env_level : g_max_level;
+}
+
 int bs_cpu_level(void) {
     pthread_once(&g_once, init);
     int lv = g_max_level;

@@ -27,6 +27,9 @@ typedef struct bs_cpu_features {
 const bs_cpu_features *bs_cpu_features_get(void);
 /* Highest level the hardware supports. */
 int bs_cpu_max_level(void);
+/* Highest level this process may use: min(hardware, BITSPARK_CPU). Tests loop up to it, so the
+ * suite run with BITSPARK_CPU=avx2 behaves as on a CPU without AVX-512. */
+int bs_cpu_top_level(void);
 /* Level the kernels use: min(hardware, BITSPARK_CPU, bs_cpu_set_level). */
 int bs_cpu_level(void);
 /* Force a level for tests / benchmarks; clamped to the hardware maximum. Returns the level in

@@ -15,6 +15,7 @@ int main(void) {
     CHECK(max >= BS_CPU_SCALAR && max <= BS_CPU_AVX512);
     CHECK_EQ_INT(bs_cpu_set_level(BS_CPU_AVX512), BS_CPU_SCALAR);   /* env caps it */
     CHECK_EQ_INT(bs_cpu_set_level(-1), BS_CPU_SCALAR);
+    CHECK_EQ_INT(bs_cpu_top_level(), BS_CPU_SCALAR);   /* what tests may use: the env's level */
     if (max >= BS_CPU_AVX2) CHECK(f->avx2 && f->fma && f->f16c);
     if (max >= BS_CPU_AVX512) CHECK(f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->avx512vbmi);
     for (int lv = BS_CPU_SCALAR; lv <= BS_CPU_AVX512; lv++)

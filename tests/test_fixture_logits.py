@@ -12,7 +12,8 @@ attention rows never depend on the batch, the recurrence is sequential); --token
 clear errors (non-zero exit, message) for bad input. tiny-q1_0: the default (repacked on
 AVX-512) is batch-invariant too, and BITSPARK_EXACT=1 is bit-identical to llama.cpp's logits.
 With the 128-row lookup layout forced (BITSPARK_Q1_L128=1) a 63-token batch (the prompt kernel)
-gives the one-token and default bits, and AMX (emulated) prompts the AVX-512 kernels' bits."""
+gives the one-token bits and, with AVX-512, the default's, and AMX (emulated) prompts the AVX-512
+kernels' bits."""
 import json
 import os
 import subprocess
@@ -143,6 +144,19 @@ def check_f32_extras(f32_out):
                 fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
 
 
+def avx512_kernels():
+    """Whether bitspark dispatches to its AVX-512 kernels here (the CPU has them and BITSPARK_CPU
+    does not lower the level): then tiny-q1_0's default layout is the 16-row X16, whose bits
+    the 128-row layout gives too. Below, the default is the exact native kernel."""
+    if os.environ.get('BITSPARK_CPU', '').lower() in ('scalar', 'avx2'):
+        return False
+    try:
+        flags = next(l for l in open('/proc/cpuinfo') if l.startswith('flags')).split()
+    except (OSError, StopIteration):
+        return False
+    return all(f in flags for f in ('avx512f', 'avx512bw', 'avx512vl', 'avx512dq', 'avx512_vnni', 'avx512vbmi'))
+
+
 def check_q1_layouts(q1_out):
     """tiny-q1_0 in both Q1_0 modes. Default (AVX-512: weights repacked 16 rows x 4 columns per
     mask word) is held to the quantized tolerance above, and its rows must not depend on the
@@ -166,10 +180,19 @@ def check_q1_layouts(q1_out):
         if not run_ok(logits_cmd('tiny-q1_0', toks, batch, out, '--kv-type', 'f32'), BITSPARK_Q1_L128='1'):
             return
         l128.append(open(out, 'rb').read())
-    if l128[0] != l128[1] or l128[0] != base:
-        fail('tiny-q1_0 in L128: batch %d and batch 1 logits differ from each other or from the default' % len(toks))
-    else:
+    if l128[0] != l128[1]:
+        fail('tiny-q1_0 in L128: batch %d and batch 1 logits differ' % len(toks))
+    elif avx512_kernels() and l128[0] != base:
+        fail('tiny-q1_0 in L128: logits differ from the default layout (X16)')
+    elif avx512_kernels():
         print('tiny-q1_0 in L128: %d-token batch = one token at a time = default layout, bit for bit' % len(toks))
+    else:   # AVX2 (or scalar): the default is the exact kernel; L128 within the quantized bounds
+        ref = read_rows(os.path.join(FIX, 'tiny-q1_0.logits.f32'), nv)
+        err, flips, _ = stats(np.frombuffer(l128[0], dtype='<f4').reshape(-1, nv).astype(np.float64), ref)
+        print('tiny-q1_0 in L128 (no AVX-512): %d-token batch = one token at a time, bit for bit; worst %.3e '
+              'median %.3e' % (len(toks), err.max(), np.median(err)))
+        if np.median(err) > Q_MEDIAN or err.max() > Q_WORST or flips:
+            fail('tiny-q1_0 in L128: median %.3e, worst %.3e, argmax changes %d' % (np.median(err), err.max(), flips))
     out = os.path.join(TMP, 'q1_exact.f32')
     cmd = logits_cmd('tiny-q1_0', toks, len(prompt), out, '--kv-type', 'f32')
     if not run_ok(cmd, BITSPARK_EXACT='1'):
@@ -187,7 +210,11 @@ def check_q1_layouts(q1_out):
 def check_amx_emulated():
     """Prompts of 32+ rows over the AMX kernel (BITSPARK_AMX=emulate runs it on the tile emulator,
     so this CPU need not have AMX): the same bits as the AVX-512 kernels, for tiny-q2_0 (X16) and
-    tiny-q1_0 forced into L128 (BITSPARK_Q1_L128=1), prompt and greedy tokens as one batch."""
+    tiny-q1_0 forced into L128 (BITSPARK_Q1_L128=1), prompt and greedy tokens as one batch. The
+    AMX path applies its float steps with AVX-512, so it exists only with the AVX-512 kernels."""
+    if not avx512_kernels():
+        print('AMX (emulated): not checked, no AVX-512 kernels here')
+        return
     for model, extra_env in (('tiny-q2_0', {}), ('tiny-q1_0', {'BITSPARK_Q1_L128': '1'})):
         meta = json.load(open(os.path.join(FIX, model + '.json')))
         toks = meta['prompt_tokens'] + meta['greedy_tokens']

@@ -370,10 +370,10 @@ int main(void) {
     setenv("BITSPARK_Q1_L128", "1", 1);   /* the test matrices are far below L128's size threshold */
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
-    printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
-    if (bs_cpu_max_level() >= BS_CPU_AVX2 && bs_kernel_l128_avx2()) check_l128_tables(bs_cpu_max_level());
-    if (bs_cpu_max_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
-    for (int level = BS_CPU_AVX2; level <= bs_cpu_max_level(); level++) {
+    printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_top_level()));
+    if (bs_cpu_top_level() >= BS_CPU_AVX2 && bs_kernel_l128_avx2()) check_l128_tables(bs_cpu_top_level());
+    if (bs_cpu_top_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
+    for (int level = BS_CPU_AVX2; level <= bs_cpu_top_level(); level++) {
         check_quantizer(level, 0);
         if (level >= BS_CPU_AVX512) check_quantizer(level, 1);
         for (size_t ti = 0; ti < BS_ARRAY_LEN(types); ti++) {
@@ -389,12 +389,12 @@ int main(void) {
                     (level >= BS_CPU_AVX512 ? bs_kernel_q4_x16_avx512() : bs_kernel_q4_x16_avx2())) {   /* the drafter pack's X16 */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
-                    if (level == BS_CPU_AVX2 && bs_cpu_max_level() >= BS_CPU_AVX512) check_q4_avx2_vs_avx512(ne0, pools);
+                    if (level == BS_CPU_AVX2 && bs_cpu_top_level() >= BS_CPU_AVX512) check_q4_avx2_vs_avx512(ne0, pools);
                 }
                 if (type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
                     check_case(type, ne0, 128, level, pools, PACK_COPY);   /* L128, the only AVX2 layout */
                     check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
-                    if (bs_cpu_max_level() >= BS_CPU_AVX512) check_l128_avx2_vs_avx512(ne0, mi ? 384 : 256, pools);
+                    if (bs_cpu_top_level() >= BS_CPU_AVX512) check_l128_avx2_vs_avx512(ne0, mi ? 384 : 256, pools);
                 }
                 if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);

@@ -85,7 +85,7 @@ static void scalar_packed(const bs_weight *W, const float *x, int64_t nr, float 
 
 /* Whether this CPU and build have the packed kernel of a dispatch level. */
 static int has_kernel(int level) {
-    if (bs_cpu_max_level() < level) return 0;
+    if (bs_cpu_top_level() < level) return 0;
     return level == BS_CPU_AVX512 ? bs_kernel_q2_x16_avx512() != NULL : bs_kernel_q2_x16_avx2() != NULL;
 }
 
@@ -176,7 +176,7 @@ int main(void) {
     bs_pool *pools[3] = {NULL, bs_pool_new(2), bs_pool_new(3)};
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s, packed AVX-512 kernel %s, AVX2 kernel %s\n", bs_cpu_describe(),
-           bs_cpu_level_name(bs_cpu_max_level()), has_kernel(BS_CPU_AVX512) ? "tested" : "not available",
+           bs_cpu_level_name(bs_cpu_top_level()), has_kernel(BS_CPU_AVX512) ? "tested" : "not available",
            has_kernel(BS_CPU_AVX2) ? "tested" : "not available");
     const int types[] = {BS_Q2_0, BS_PQ2_0, BS_Q2_0_G64};
     for (size_t t = 0; t < BS_ARRAY_LEN(types); t++) {

@@ -104,8 +104,8 @@ int main(void) {
     static const int types[] = {BS_Q4_0, BS_Q4_1, BS_Q6_K, BS_TQ1_0, BS_TQ2_0};
     static const int64_t ne0_q4[] = {32, 96, 256, 1184}, ne0_k[] = {256, 768, 1280};
     static const int64_t ne1s[] = {1, 7, 37};
-    printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_max_level()));
-    for (int level = BS_CPU_AVX2; level <= bs_cpu_max_level(); level++)
+    printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_top_level()));
+    for (int level = BS_CPU_AVX2; level <= bs_cpu_top_level(); level++)
         for (size_t ti = 0; ti < BS_ARRAY_LEN(types); ti++) {
             const int type = types[ti], k = bs_type_get(type)->blck == 256;
             const int64_t *ne0s = k ? ne0_k : ne0_q4;

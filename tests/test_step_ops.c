@@ -254,7 +254,7 @@ out:
 }
 
 int main(void) {
-    for (int lv = BS_CPU_SCALAR; lv <= bs_cpu_max_level(); lv++) {
+    for (int lv = BS_CPU_SCALAR; lv <= bs_cpu_top_level(); lv++) {
         bs_cpu_set_level(lv);
         check_elementwise();
         check_rmsnorm();
