@@ -248,8 +248,13 @@ static void test_end_to_end(const char *fx, bool asan) {
     run_opts lazy_low = {.calib_k = 1, .seed_p = 0.01, .cheap = true, .depth = &dep};
     CHECK_EQ_INT(greedy(m, d, prompt, 8, 200, b, &st, &lazy_low), 0);
     CHECKF(!memcmp(a, b, 200 * sizeof *a), "greedy after a seeded low acceptance differs from plain");
-    CHECKF(dep.measured_k == 1 && st.n_draft_rounds <= 1, "parked from the start: %d measured, %ld drafted rounds",
-           dep.measured_k, st.n_draft_rounds);
+    /* parked from the start: no deeper costs measured, and only probes drafted. How often they
+     * come depends on what the first probe is measured to cost (under load it can look cheap),
+     * so the bound is the one above, for 200 tokens */
+    const int low_probes = (int)ceil(log2(200.0 / 8 + 1));
+    CHECKF(dep.measured_k == 1 && st.n_draft_rounds <= low_probes,
+           "parked from the start: %d measured, %ld drafted rounds (at most %d)", dep.measured_k, st.n_draft_rounds,
+           low_probes);
     free(a);
     free(b);
     bs_model_free(m);
