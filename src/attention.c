@@ -7,6 +7,7 @@
  * f16 before the K dot products, as llama.cpp's CPU paths do; sums stay in f32. */
 #include "attn_simd.h"
 #include "ops.h"
+#include "ops_simd.h"
 #include "profile.h"
 #include "session.h"
 #include "util.h"
@@ -18,7 +19,18 @@ static void store_row(uint8_t *dst, const float *src, int n, int kv_type) {
         memcpy(dst, src, (size_t)n * sizeof(float));
     } else {
         uint16_t *h = (uint16_t *)dst;
-        for (int i = 0; i < n; i++) h[i] = bs_f32_to_f16(src[i]);
+        if (!bs_simd_f32_to_f16(h, src, (size_t)n))
+            for (int i = 0; i < n; i++) h[i] = bs_f32_to_f16(src[i]);
+    }
+}
+
+/* dst = src rounded to half precision, as the F16 cache holds keys (the same bits either way). */
+static void round_f16(float *dst, const float *src, int n) {
+    uint16_t h[64];
+    for (int i = 0; i < n; i += 64) {
+        const int m = BS_MIN(64, n - i);
+        if (bs_simd_f32_to_f16(h, src + i, (size_t)m) && bs_simd_f16_to_f32(dst + i, h, (size_t)m)) continue;
+        for (int e = i; e < i + m; e++) dst[e] = bs_f16_to_f32(bs_f32_to_f16(src[e]));
     }
 }
 
@@ -54,7 +66,7 @@ static void attend_units(void *ctx, int ith, int nth) {
             const float *src = job->qg + (size_t)t * 2 * H * D + (size_t)h * 2 * D;
             float *dst = qb + (size_t)i * D;
             if (s->kv_type == BS_KV_F16)
-                for (int e = 0; e < D; e++) dst[e] = bs_f16_to_f32(bs_f32_to_f16(src[e]));
+                round_f16(dst, src, D);
             else
                 memcpy(dst, src, (size_t)D * sizeof(float));
             nkv[i] = s->n_past + t + 1;

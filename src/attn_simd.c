@@ -5,6 +5,7 @@
 
 #include "cpu_features.h"
 #include "ops.h"
+#include "ops_simd.h"
 #include "util.h"
 
 #include <math.h>
@@ -179,7 +180,8 @@ bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_
 static const float *row_f32(const uint8_t *src, int n, bool f16, float *tmp) {
     if (!f16) return (const float *)src;
     const uint16_t *h = (const uint16_t *)src;
-    for (int i = 0; i < n; i++) tmp[i] = bs_f16_to_f32(h[i]);
+    if (!bs_simd_f16_to_f32(tmp, h, (size_t)n))
+        for (int i = 0; i < n; i++) tmp[i] = bs_f16_to_f32(h[i]);
     return tmp;
 }
 

@@ -249,7 +249,48 @@ static T2 void softmax_avx2(float *x, int n) {
     scale_avx2(x, x, NULL, sum > 0.0 ? (float)(1.0 / sum) : 0.0f, n);
 }
 
+/* ---- half precision (F16C, part of the AVX2 level) ------------------------------------------ */
+
+#define TF16 __attribute__((target("avx2,f16c")))
+
+static TF16 void f32_to_f16_f16c(uint16_t *dst, const float *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    if (i < n) {   /* the tail through a padded buffer: the same instruction for every element */
+        float pad[8] = {0};
+        uint16_t out[8];
+        memcpy(pad, src + i, (n - i) * sizeof(float));
+        _mm_storeu_si128((__m128i *)out, _mm256_cvtps_ph(_mm256_loadu_ps(pad), _MM_FROUND_TO_NEAREST_INT));
+        memcpy(dst + i, out, (n - i) * sizeof(uint16_t));
+    }
+}
+
+static TF16 void f16_to_f32_f16c(float *dst, const uint16_t *src, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    if (i < n) {
+        uint16_t pad[8] = {0};
+        float out[8];
+        memcpy(pad, src + i, (n - i) * sizeof(uint16_t));
+        _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pad)));
+        memcpy(dst + i, out, (n - i) * sizeof(float));
+    }
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
+
+bool bs_simd_f32_to_f16(uint16_t *dst, const float *src, size_t n) {
+    if (bs_cpu_level() < BS_CPU_AVX2) return false;
+    f32_to_f16_f16c(dst, src, n);
+    return true;
+}
+
+bool bs_simd_f16_to_f32(float *dst, const uint16_t *src, size_t n) {
+    if (bs_cpu_level() < BS_CPU_AVX2) return false;
+    f16_to_f32_f16c(dst, src, n);
+    return true;
+}
 
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) {
     const int lv = bs_cpu_level();
@@ -295,6 +336,8 @@ bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n)
 #else
 
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) { (void)dst; (void)x; (void)y; (void)n; return false; }
+bool bs_simd_f32_to_f16(uint16_t *dst, const float *src, size_t n) { (void)dst; (void)src; (void)n; return false; }
+bool bs_simd_f16_to_f32(float *dst, const uint16_t *src, size_t n) { (void)dst; (void)src; (void)n; return false; }
 bool bs_simd_sigmoid_mul(float *dst, const float *g, size_t n) { (void)dst; (void)g; (void)n; return false; }
 bool bs_simd_sumsq(const float *x, int n, double *sum) { (void)x; (void)n; (void)sum; return false; }
 bool bs_simd_softmax(float *x, int n) { (void)x; (void)n; return false; }

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* dst[i] = silu(x[i]) * y[i] (y NULL: silu(x[i])); dst may alias x or y. */
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n);
@@ -22,5 +23,10 @@ bool bs_simd_sumsq(const float *x, int n, double *sum);
 bool bs_simd_softmax(float *x, int n);
 /* y[i] = (x[i] * scale) * w[i] (w may be NULL: x[i] * scale). */
 bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n);
+
+/* IEEE half <-> float for a row with F16C (round to nearest even, the bits of util.c's scalar
+ * bs_f32_to_f16 / bs_f16_to_f32 for every non-NaN value; NaN stays NaN). */
+bool bs_simd_f32_to_f16(uint16_t *dst, const float *src, size_t n);
+bool bs_simd_f16_to_f32(float *dst, const uint16_t *src, size_t n);
 
 #endif

@@ -6,9 +6,12 @@
  *    (65504, 65519.99, 65520, inf), zeros, infinities and ~1M floats spread over all
  *    exponents. NaN inputs only need to stay NaN (numpy and F16C differ on signalling-NaN
  *    payloads; a quiet NaN is checked exactly).
+ * The F16C row converters of ops_simd.c against the same references (and every tail length).
  * Also the bf16 conversion against its definition (round to nearest even on the top 16 bits). */
-#include "util.h"
+#include "cpu_features.h"
+#include "ops_simd.h"
 #include "test.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -92,6 +95,30 @@ int main(void) {
     CHECKF(bad_h2f == 0, "%d of 65536 halves convert differently", bad_h2f);
     CHECKF(bad_f2h == 0, "%d of %zu floats convert differently", bad_f2h, n);
     printf("compared %zu floats and 65536 halves with numpy\n", n);
+
+    /* The F16C row converters (ops_simd.c) give the same bits on the whole sweep, at every
+     * length (the padded tails), and NaN stays NaN. */
+    if (bs_cpu_level() >= BS_CPU_AVX2) {
+        uint16_t *h16 = malloc(n * 2);
+        float *hf = malloc(65536 * 4);
+        uint16_t all[65536];
+        for (uint32_t h = 0; h < 65536; h++) all[h] = (uint16_t)h;
+        CHECK(bs_simd_f32_to_f16(h16, x, n) && bs_simd_f16_to_f32(hf, all, 65536));
+        int bad_simd = 0;
+        for (size_t i = 0; i < n; i++) bad_simd += h16[i] != ref16[i];
+        for (uint32_t h = 0; h < 65536; h++)
+            bad_simd += isnan(refh[h]) ? !isnan(hf[h]) : f2u(hf[h]) != f2u(refh[h]);
+        for (size_t len = 1; len <= 19; len++) {   /* tails: each length against the scalar */
+            CHECK(bs_simd_f32_to_f16(h16, x + 1000, len) && bs_simd_f16_to_f32(hf, all + 0x3a00, len));
+            for (size_t i = 0; i < len; i++)
+                bad_simd += h16[i] != bs_f32_to_f16(x[1000 + i]) || f2u(hf[i]) != f2u(bs_f16_to_f32(all[0x3a00 + i]));
+        }
+        const float nans[2] = {u2f(0x7fc00000), u2f(0x7f800001)};
+        CHECK(bs_simd_f32_to_f16(h16, nans, 2) && (h16[0] & 0x7fff) > 0x7c00 && (h16[1] & 0x7fff) > 0x7c00);
+        CHECKF(bad_simd == 0, "F16C row conversions: %d values differ", bad_simd);
+        free(h16);
+        free(hf);
+    }
 
     /* NaN stays NaN; the canonical quiet NaN maps to 0x7e00 (numpy and F16C agree on it). */
     CHECK_EQ_INT(bs_f32_to_f16(u2f(0x7fc00000)), 0x7e00);
