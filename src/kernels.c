@@ -548,26 +548,25 @@ static void unpack_l128_row(const uint8_t *grp, int64_t nb, int R, uint8_t *row)
 
 #define L128_MIN_WEIGHTS ((int64_t)1 << 20)
 
+/* Whether Q1_0 W takes the 128-row layout. L128 pays from about a million weights up (measured:
+ * 1024-wide models on, one row); below, where the whole model sits in L2 (the 256-wide tiny
+ * ones), X16 is as fast at one row and faster at several. BITSPARK_Q1_X16=1: Q1_0 in the
+ * 16-row layout everywhere (AVX-512; none with AVX2); BITSPARK_Q1_L128=1: L128 wherever 128
+ * rows fit, whatever the size (comparisons, tests). */
+static int l128_fits(const bs_weight *W) {
+    return W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
+           (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) && !bs_env_flag("BITSPARK_Q1_X16");
+}
+
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX2) return BS_PACK_NONE;
     if (bs_cpu_level() < BS_CPU_AVX512) {   /* AVX2: Q1_0 L128, Q2 and Q4_1 X16 */
-        if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
-            (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) &&
-            !bs_env_flag("BITSPARK_Q1_X16") && bs_kernel_l128_avx2())
-            return BS_PACK_Q1_L128;
+        if (l128_fits(W) && bs_kernel_l128_avx2()) return BS_PACK_Q1_L128;
         if (bs_q2_x16_fits(W) && bs_kernel_q2_x16_avx2()) return BS_PACK_Q2_X16;
         return bs_q4_x16_fits(W) && bs_kernel_q4_x16_avx2() ? BS_PACK_Q4_X16 : BS_PACK_NONE;
     }
-    /* L128 pays from about a million weights up (measured: 1024-wide models on, one row); below,
-     * where the whole model sits in L2 (the 256-wide tiny ones), X16 is as fast at one row and
-     * faster at several.
-     * BITSPARK_Q1_X16=1: Q1_0 in the 16-row layout everywhere; BITSPARK_Q1_L128=1: L128 wherever
-     * 128 rows fit, whatever the size (comparisons, tests). */
-    if (W->type == BS_Q1_0 && W->ne1 % 128 == 0 && W->ne0 % 128 == 0 &&
-        (W->ne0 * W->ne1 >= L128_MIN_WEIGHTS || bs_env_flag("BITSPARK_Q1_L128")) &&
-        !bs_env_flag("BITSPARK_Q1_X16") && bs_kernel_packed_avx512(BS_PACK_Q1_L128))
-        return BS_PACK_Q1_L128;
+    if (l128_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q1_L128)) return BS_PACK_Q1_L128;
     if (W->type == BS_Q1_0 && W->ne1 % 16 == 0 && W->ne0 % 128 == 0 && bs_kernel_packed_avx512(BS_PACK_Q1_X16))
         return BS_PACK_Q1_X16;
     if (bs_q2_x16_fits(W) && bs_kernel_packed_avx512(BS_PACK_Q2_X16)) return BS_PACK_Q2_X16;
