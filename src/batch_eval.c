@@ -125,10 +125,9 @@ static void add_rows(float *x, const float *y, size_t count) {
 static void deltanet(bs_batch *b, const bs_qwen35_layer *L, const bs_batch_seq *q, int n_seq, int R) {
     const bs_qwen35_hparams *hp = &b->m->hp;
     const size_t cd = hp->conv_dim, nv = hp->n_v_heads, vdim = nv * hp->d_v;
-    bs_matmul(&L->qkv, b->xn, R, b->a, b->pool);
-    bs_matmul(&L->gate, b->xn, R, b->b, b->pool);
-    bs_matmul(&L->beta, b->xn, R, b->beta, b->pool);
-    bs_matmul(&L->alpha, b->xn, R, b->alpha, b->pool);
+    const bs_weight *in[4] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
+    float *out[4] = {b->a, b->b, b->beta, b->alpha};
+    bs_matmul_group(in, 4, b->xn, R, out, b->pool);
     for (int i = 0; i < n_seq; i++) {
         bs_session *s = q[i].s;
         const size_t r0 = (size_t)b->row0[i];
@@ -142,9 +141,9 @@ static void deltanet(bs_batch *b, const bs_qwen35_layer *L, const bs_batch_seq *
 static void attention(bs_batch *b, const bs_qwen35_layer *L, const bs_batch_seq *q, int n_seq, int R) {
     const bs_qwen35_hparams *hp = &b->m->hp;
     const size_t HD = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    bs_matmul(&L->wq, b->xn, R, b->a, b->pool);
-    bs_matmul(&L->wk, b->xn, R, b->b, b->pool);
-    bs_matmul(&L->wv, b->xn, R, b->c, b->pool);
+    const bs_weight *in[3] = {&L->wq, &L->wk, &L->wv};
+    float *out[3] = {b->a, b->b, b->c};
+    bs_matmul_group(in, 3, b->xn, R, out, b->pool);
     for (int i = 0; i < n_seq; i++) {
         bs_session *s = q[i].s;
         const size_t r0 = (size_t)b->row0[i];
@@ -156,8 +155,9 @@ static void attention(bs_batch *b, const bs_qwen35_layer *L, const bs_batch_seq 
 
 static void ffn(bs_batch *b, const bs_qwen35_layer *L, int R) {
     const size_t count = (size_t)R * b->m->hp.n_ff;
-    bs_matmul(&L->ffn_gate, b->xn, R, b->a, b->pool);
-    bs_matmul(&L->ffn_up, b->xn, R, b->b, b->pool);
+    const bs_weight *in[2] = {&L->ffn_gate, &L->ffn_up};
+    float *out[2] = {b->a, b->b};
+    bs_matmul_group(in, 2, b->xn, R, out, b->pool);
     bs_silu_mul(b->a, b->a, b->b, count);   /* as forward.c: the same bits */
     bs_matmul(&L->ffn_down, b->a, R, b->y, b->pool);
 }

@@ -350,52 +350,115 @@ static void job_matmul(void *ctx, int ith, int nth) {
     }
 }
 
-int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
-                   int level) {
-    const bs_type_traits *t = bs_type_get(W->type);
-    if (level <= BS_CPU_SCALAR || n_rows <= 0 || !t || !t->vec_dot) return -1;
-    int perm;
+/* A product's kernel choice and what it needs of its activations. */
+typedef struct {
+    const bs_type_traits *t;
+    bs_kernel_fn k;
+    int packed, l128, perm, generic, want_gsum, want_lut;
+} plan;
+
+/* -1 when W has no fast path at this level (the scalar path takes it). */
+static int make_plan(const bs_weight *W, int64_t n_rows, int level, plan *p) {
+    memset(p, 0, sizeof *p);
+    p->t = bs_type_get(W->type);
+    if (level <= BS_CPU_SCALAR || n_rows <= 0 || !p->t || !p->t->vec_dot) return -1;
     bs_kernel_fn k = NULL;
-    const int l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
+    p->l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
-    else if (l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
+    else if (p->l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
     else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q2_x16_avx2();
     else if (W->packed && W->pack_kind == BS_PACK_Q4_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q4_x16_avx2();
-    int packed = k != NULL;
+    p->packed = k != NULL;
     /* packed in place and no kernel for it at this level: the scalar path unpacks rows */
-    if (!packed && W->packed && W->data == W->packed) return -1;
-    if (!packed) k = bs_kernel_get(W->type, level, W->ne0, &perm);
-    else perm = 0;
-    int generic = k == NULL;
-    if (generic) k = kernel_generic;
-    bs_acts A;
-    if (acts_alloc(&A, t, W->ne0, n_rows, generic, true) != 0) return -1;
-    A.perm = perm;
-    A.want_gsum = packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
-    const int avx512 = level >= BS_CPU_AVX512;
-    if (packed && l128) {
-        A.want_lut = avx512 ? BS_LUT_INT16 : BS_LUT_PLANAR;
-        A.lut = scratch_get(2, bs_l128_lut_stride(W->ne0) * (size_t)n_rows);
-    }
-    job j = {.W = W, .t = t, .x = x, .A = &A, .y = y, .k = k, .n_rows = n_rows, .level = level};
-    /* ~256 KiB of weights per tile, a multiple of the layout's row group */
-    j.grain = packed && l128 ? 128 : 16;
-    if (packed && l128 && n_rows > BS_KMAX_ROWS)
-        j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
-    if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
-    if (packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
-    j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
-    if (j.tile < j.grain) j.tile = j.grain;
-    /* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
-    if ((uint64_t)W->row_bytes * (uint64_t)W->ne1 * (uint64_t)n_rows < 64 * 1024) pool = NULL;
+    if (!p->packed && W->packed && W->data == W->packed) return -1;
+    if (!p->packed) k = bs_kernel_get(W->type, level, W->ne0, &p->perm);
+    p->generic = k == NULL;
+    p->k = p->generic ? kernel_generic : k;
+    p->l128 = p->l128 && p->packed;
+    p->want_gsum = p->packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
+    p->want_lut = !p->l128 ? BS_LUT_NONE : level >= BS_CPU_AVX512 ? BS_LUT_INT16 : BS_LUT_PLANAR;
+    return 0;
+}
+
+/* Whether activations prepared for (a, Wa) serve (b, Wb) as they are. */
+static int same_acts(const plan *a, const bs_weight *Wa, const plan *b, const bs_weight *Wb) {
+    return a->t->vec_dot_type == b->t->vec_dot_type && Wa->ne0 == Wb->ne0 && a->perm == b->perm &&
+           a->generic == b->generic && (!a->generic || a->t == b->t) && a->want_gsum == b->want_gsum &&
+           a->want_lut == b->want_lut;
+}
+
+/* Small products are not worth waking the pool (tiny models, the 48-row GDN gates). */
+static bs_pool *pool_for(const bs_weight *W, int64_t n_rows, bs_pool *pool) {
+    return (uint64_t)W->row_bytes * (uint64_t)W->ne1 * (uint64_t)n_rows < 64 * 1024 ? NULL : pool;
+}
+
+/* x quantized into A (the calling thread's scratch) as W's plan wants. */
+static int prepare(const plan *p, const bs_weight *W, const float *x, int64_t n_rows, bs_acts *A, bs_pool *pool,
+                   int level) {
+    if (acts_alloc(A, p->t, W->ne0, n_rows, p->generic, true) != 0) return -1;
+    A->perm = p->perm;
+    A->want_gsum = p->want_gsum;
+    A->want_lut = p->want_lut;
+    if (p->want_lut) A->lut = scratch_get(2, bs_l128_lut_stride(W->ne0) * (size_t)n_rows);
+    job j = {.W = W, .t = p->t, .x = x, .A = A, .n_rows = n_rows, .level = level};
+    pool = pool_for(W, n_rows, pool);
     const bool par = n_rows >= 4 && bs_pool_size(pool) > 1;
     j.qscratch_row = ((size_t)(W->ne0 / QK) * Q8_1_SIZE + 127) & ~(size_t)63;
     j.qscratch = scratch_get(1, j.qscratch_row * (size_t)(par ? bs_pool_size(pool) : 1));
     if (par) bs_pool_run(pool, job_quantize, &j);
     else job_quantize(&j, 0, 1);
-    bs_pool_run(pool, job_matmul, &j);
+    return 0;
+}
+
+static void run(const plan *p, const bs_weight *W, bs_acts *A, int64_t n_rows, float *y, bs_pool *pool, int level) {
+    const int avx512 = level >= BS_CPU_AVX512;
+    job j = {.W = W, .t = p->t, .A = A, .y = y, .k = p->k, .n_rows = n_rows, .level = level};
+    /* ~256 KiB of weights per tile, a multiple of the layout's row group */
+    j.grain = p->l128 ? 128 : 16;
+    if (p->l128 && n_rows > BS_KMAX_ROWS) j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
+    if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
+    if (p->packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
+    j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
+    if (j.tile < j.grain) j.tile = j.grain;
+    bs_pool_run(pool_for(W, n_rows, pool), job_matmul, &j);
+}
+
+int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
+                   int level) {
+    plan p;
+    bs_acts A;
+    if (make_plan(W, n_rows, level, &p) || prepare(&p, W, x, n_rows, &A, pool, level)) return -1;
+    run(&p, W, &A, n_rows, y, pool, level);
     bs_acts_free(&A);
     return 0;
+}
+
+void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                     bs_pool *pool) {
+    const int level = bs_cpu_level();
+    plan cur, p;
+    bs_acts A;
+    const bs_weight *Wcur = NULL;   /* the product A was prepared for, NULL: none */
+    for (int i = 0; i < nw; i++) {
+        if (!W[i]->lora && make_plan(W[i], n_rows, level, &p) == 0) {
+            if (Wcur && same_acts(&cur, Wcur, &p, W[i])) {
+                run(&p, W[i], &A, n_rows, y[i], pool, level);
+                continue;
+            }
+            if (Wcur) bs_acts_free(&A);
+            Wcur = NULL;
+            if (prepare(&p, W[i], x, n_rows, &A, pool, level) == 0) {
+                cur = p, Wcur = W[i];
+                run(&p, W[i], &A, n_rows, y[i], pool, level);
+                continue;
+            }
+        }
+        /* bs_matmul may use the same scratch: nothing prepared survives it */
+        if (Wcur) bs_acts_free(&A);
+        Wcur = NULL;
+        bs_matmul(W[i], x, n_rows, y[i], pool);
+    }
+    if (Wcur) bs_acts_free(&A);
 }
 
 /* --- AMX (kernels_amx.c) ----------------------------------------------------------------------- */

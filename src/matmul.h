@@ -32,6 +32,10 @@ int bs_weight_from_tensor(bs_weight *w, const struct gguf_tensor *t);
  * A row's result never depends on n_rows (same accumulation order), so verifying k drafted
  * tokens in one call gives exactly the logits of k one-token calls. */
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
+/* y[i] = W[i] x for i < nw, products that share their input: where consecutive products want
+ * the same quantized activations, x is quantized once for them. The same bits as bs_matmul. */
+void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                     bs_pool *pool);
 
 /* At load time: the layout of the fastest kernel for this CPU (today Q1_0 with AVX-512 and
  * rows % 16 == 0, columns % 128 == 0: 16 rows x 4 columns per 64-bit mask word), which bs_matmul

@@ -273,6 +273,45 @@ static void check_q4_avx2_vs_avx512(int64_t ne0, bs_pool **pools) {
     free(wd), free(x), free(ya), free(yb);
 }
 
+/* bs_matmul_group (products sharing an input, quantized once where their kernels want the same
+ * activations) gives each product's bs_matmul bits: L128, X16, native and float weights in an
+ * order that reuses, re-prepares and returns to a layout, and where a product wanting tables or
+ * seeds follows one that did not, for 1..50 rows and 1..3 threads, at every level. */
+static void check_group(bs_pool **pools) {
+    const int64_t ne0 = 256, maxr = 50;
+    static const struct { int type; int64_t ne1; } ws[] = {
+        {BS_Q1_0, 128}, {BS_Q1_0, 256}, {BS_Q4_0, 40}, {BS_Q2_0, 48}, {BS_Q2_0, 32}, {BS_Q8_0, 40},
+        {BS_Q4_0, 24}, {BS_Q2_0, 40}, {BS_Q1_0, 128}, {BS_F32, 24}, {BS_Q1_0, 48}, {BS_Q4_1, 32}};
+    enum { NW = BS_ARRAY_LEN(ws) };
+    bs_weight W[NW];
+    const bs_weight *Wp[NW];
+    float *yg[NW], *ys[NW];
+    for (int i = 0; i < NW; i++) {
+        W[i] = (bs_weight){.type = ws[i].type, .ne0 = ne0, .ne1 = ws[i].ne1, .data = make_weight(ws[i].type, ne0, ws[i].ne1, 0),
+                           .row_bytes = bs_row_size(ws[i].type, ne0), .name = "g"};
+        CHECK(bs_weight_pack(&W[i], pools[1]) == 0);
+        Wp[i] = &W[i];
+        yg[i] = bs_xmalloc((size_t)(maxr * ws[i].ne1) * sizeof(float));
+        ys[i] = bs_xmalloc((size_t)(maxr * ws[i].ne1) * sizeof(float));
+    }
+    float *x = make_acts(ne0, maxr, 0);
+    static const int64_t rows[] = {1, 3, 9, 50};
+    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++)
+        for (int p = 0; p < 3; p++) {
+            for (int i = 0; i < NW; i++) bs_matmul(&W[i], x, rows[k], ys[i], pools[p]);
+            bs_matmul_group(Wp, NW, x, rows[k], yg, pools[p]);
+            for (int i = 0; i < NW; i++)
+                CHECKF(!memcmp(yg[i], ys[i], (size_t)(rows[k] * ws[i].ne1) * sizeof(float)),
+                       "%s: bs_matmul_group product %d (%s) differs from bs_matmul, %lld rows, pool %d",
+                       bs_cpu_level_name(bs_cpu_level()), i, bs_type_name(ws[i].type), (long long)rows[k], p);
+        }
+    for (int i = 0; i < NW; i++) {
+        bs_weight_release(&W[i]);
+        free((void *)W[i].data), free(yg[i]), free(ys[i]);
+    }
+    free(x);
+}
+
 /* AMX tiles, emulated (this CPU may have none), through bs_matmul: the same bits as the AVX-512
  * kernels, for 32..71 rows (whole 32-row tiles and the rest), odd 16-row group counts (Q2_0)
  * and 1..3 threads. */
@@ -408,6 +447,11 @@ int main(void) {
             }
         }
     }
+    for (int level = BS_CPU_SCALAR; level <= bs_cpu_top_level(); level++) {
+        bs_cpu_set_level(level);
+        check_group(pools);
+    }
+    bs_cpu_set_level(-1);
     if (bs_weight_exact()) {   /* BITSPARK_EXACT=1: nothing is repacked */
         uint8_t *wd = make_weight(BS_Q1_0, 256, 32, 0);
         bs_weight W = {.type = BS_Q1_0, .ne0 = 256, .ne1 = 32, .data = wd, .row_bytes = bs_row_size(BS_Q1_0, 256)};
