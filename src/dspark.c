@@ -152,8 +152,9 @@ static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
     rope_rows(c, c->len, n);
     for (int l = 0; l < hp->n_layer; l++) {
         const bs_dspark_layer *L = &d->layers[l];
-        bs_matmul(&L->wk, c->c, n, c->kc, c->pool);
-        bs_matmul(&L->wv, c->c, n, c->vc, c->pool);
+        const bs_weight *in[2] = {&L->wk, &L->wv};
+        float *out[2] = {c->kc, c->vc};
+        bs_matmul_group(in, 2, c->c, n, out, c->pool);
         norm_rope(c, c->kc, n, hp->n_head_kv, L->k_norm);
         memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kc, (size_t)n * c->kv_w * sizeof(float));
         memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vc, (size_t)n * c->kv_w * sizeof(float));
@@ -214,9 +215,9 @@ static void layer_forward(bs_dspark_ctx *c, int l) {
     const bs_dspark_layer *L = &c->d->layers[l];
     const int B = c->nb, E = hp->n_embd, H = hp->n_head;
     for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
-    bs_matmul(&L->wq, c->h, B, c->q, c->pool);
-    bs_matmul(&L->wk, c->h, B, c->kb, c->pool);
-    bs_matmul(&L->wv, c->h, B, c->vb, c->pool);
+    const bs_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {c->q, c->kb, c->vb};
+    bs_matmul_group(qkv, 3, c->h, B, qkv_out, c->pool);
     norm_rope(c, c->q, B, H, L->q_norm);
     norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
     /* the block's keys / values in the slack after the context rows: [window of context ; block] */
@@ -229,8 +230,9 @@ static void layer_forward(bs_dspark_ctx *c, int l) {
     for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
 
     for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
-    bs_matmul(&L->gate, c->h, B, c->f1, c->pool);
-    bs_matmul(&L->up, c->h, B, c->f2, c->pool);
+    const bs_weight *ffn[2] = {&L->gate, &L->up};
+    float *ffn_out[2] = {c->f1, c->f2};
+    bs_matmul_group(ffn, 2, c->h, B, ffn_out, c->pool);
     for (size_t i = 0; i < (size_t)B * hp->n_ff; i++) c->f1[i] = bs_silu(c->f1[i]) * c->f2[i];
     bs_matmul(&L->down, c->f1, B, c->h, c->pool);
     for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
