@@ -284,6 +284,13 @@ static T2 INL void tile_q2x16_avx2(const uint8_t *pk, const int QK, const bs_act
         for (int half = 0; half < 2; half++) _mm256_storeu_ps(y + r * ldy + 8 * half, acc[r][half]);
 }
 
+/* One 16-row group for NR rows from a0 (a constant NR and block size). */
+static T2 INL void group_q2x16_avx2(const uint8_t *pk, int qk, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                                    const int NR) {
+    if (qk == 128) tile_q2x16_avx2(pk, 128, A, a0, y, ldy, NR);
+    else tile_q2x16_avx2(pk, 64, A, a0, y, ldy, NR);
+}
+
 /* Rows in pairs over each group (more accumulators than the 16 registers hold would spill);
  * later pairs read the group (16 rows, ~22 KB for 27B's 5120 columns) from L1. */
 static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
@@ -294,11 +301,8 @@ static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_a
         const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;
         for (int r = 0; r < na; r += 2) {
             float *yr = y + (a0 + r) * ldy + o;
-            if (na - r >= 2) {
-                if (qk == 128) tile_q2x16_avx2(pk, 128, A, a0 + r, yr, ldy, 2);
-                else tile_q2x16_avx2(pk, 64, A, a0 + r, yr, ldy, 2);
-            } else if (qk == 128) tile_q2x16_avx2(pk, 128, A, a0 + r, yr, ldy, 1);
-            else tile_q2x16_avx2(pk, 64, A, a0 + r, yr, ldy, 1);
+            if (na - r >= 2) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 2);
+            else group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 1);
         }
     }
 }
