@@ -209,6 +209,34 @@ static void check_l128_vs_x16(int64_t ne0, int64_t ne1, bs_pool **pools) {
     free(wd), free(x), free(ya), free(yb);
 }
 
+/* A (run at AVX-512) and B (run at AVX2), the same matrix in the same layout, give the same bits
+ * for every row count of rows[] and 1..3 threads; above BS_KMAX_ROWS rows also with K in chunks
+ * of 1..max_kc blocks (L128). */
+static void same_at_both_levels(const bs_weight *A, const bs_weight *B, const int64_t *rows, size_t n_rows_list,
+                                int max_kc, bs_pool **pools, const char *what) {
+    int64_t maxr = 1;
+    for (size_t k = 0; k < n_rows_list; k++) maxr = BS_MAX(maxr, rows[k]);
+    const int64_t ne0 = A->ne0, ne1 = A->ne1;
+    float *x = make_acts(ne0, maxr, 0);
+    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+    for (size_t k = 0; k < n_rows_list; k++)
+        for (int p = 0; p < 3; p++)
+            for (int kc = 0; kc <= (rows[k] > BS_KMAX_ROWS ? max_kc : 0); kc++) {
+                const int64_t nr = rows[k];
+                bs_l128_chunk_blocks = kc;
+                bs_cpu_set_level(BS_CPU_AVX512);
+                bs_matmul(A, x, nr, ya, pools[p]);
+                bs_cpu_set_level(BS_CPU_AVX2);
+                memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));
+                bs_matmul(B, x, nr, yb, pools[p]);
+                CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
+                       "%s AVX2 vs AVX-512: ne0=%lld, %lld rows, pool %d, chunks of %d blocks differ", what,
+                       (long long)ne0, (long long)nr, p, kc);
+            }
+    bs_l128_chunk_blocks = 0;
+    free(x), free(ya), free(yb);
+}
+
 /* The AVX2 L128 kernel (CPUs without AVX-512) against the AVX-512 ones: its portable packer
  * writes the same bytes as the AVX-512 one, and its products are bit-identical for 1..9 rows
  * (one row kernel per row), 10+ (the range kernel, K whole or in chunks of 1 or 2 blocks) and
@@ -225,52 +253,24 @@ static void check_l128_avx2_vs_avx512(int64_t ne0, int64_t ne1, bs_pool **pools)
     CHECKF(!memcmp(A.packed, B.packed, rb * (size_t)ne1), "L128 packers differ: ne0=%lld ne1=%lld", (long long)ne0,
            (long long)ne1);
     static const int64_t rows[] = {1, 2, 3, 5, 8, 9, 20, BS_L128_PROMPT_ROWS, BS_L128_PROMPT_ROWS + 3};
-    const int64_t maxr = BS_L128_PROMPT_ROWS + 3;
-    float *x = make_acts(ne0, maxr, 0);
-    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
-    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++)
-        for (int p = 0; p < 3; p++)
-            for (int kc = 0; kc <= (rows[k] > BS_KMAX_ROWS ? 2 : 0); kc++) {
-                const int64_t nr = rows[k];
-                bs_l128_chunk_blocks = kc;
-                bs_cpu_set_level(BS_CPU_AVX512);
-                bs_matmul(&A, x, nr, ya, pools[p]);
-                bs_cpu_set_level(BS_CPU_AVX2);
-                memset(yb, 0xff, (size_t)(nr * ne1) * sizeof(float));
-                bs_matmul(&B, x, nr, yb, pools[p]);
-                CHECKF(!memcmp(ya, yb, (size_t)(nr * ne1) * sizeof(float)),
-                       "L128 AVX2 vs AVX-512: ne0=%lld, %lld rows, pool %d, chunks of %d blocks differ", (long long)ne0,
-                       (long long)nr, p, kc);
-            }
-    bs_l128_chunk_blocks = 0;
+    same_at_both_levels(&A, &B, rows, BS_ARRAY_LEN(rows), 2, pools, "L128");
     bs_weight_release(&A);
     bs_weight_release(&B);
-    free(wd), free(x), free(ya), free(yb);
+    free(wd);
 }
 
 /* The drafter pack's X16 Q4_1 kernel on AVX2 gives the AVX-512 one's bits (1..9 and 20 rows,
  * 1..3 threads). */
 static void check_q4_avx2_vs_avx512(int64_t ne0, bs_pool **pools) {
-    const int64_t ne1 = 80, maxr = 20;
+    const int64_t ne1 = 80;
     uint8_t *wd = make_weight(BS_Q4_1, ne0, ne1, 0);
     bs_weight W = {.type = BS_Q4_1, .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = bs_row_size(BS_Q4_1, ne0)};
     bs_cpu_set_level(BS_CPU_AVX2);
     CHECK(bs_weight_pack(&W, pools[1]) == 0 && W.pack_kind == BS_PACK_Q4_X16);
-    float *x = make_acts(ne0, maxr, 0);
-    float *ya = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float)), *yb = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
     static const int64_t rows[] = {1, 2, 3, 4, 5, 8, 9, 20};
-    for (size_t k = 0; k < BS_ARRAY_LEN(rows); k++)
-        for (int p = 0; p < 3; p++) {
-            bs_cpu_set_level(BS_CPU_AVX512);
-            bs_matmul(&W, x, rows[k], ya, pools[p]);
-            bs_cpu_set_level(BS_CPU_AVX2);
-            memset(yb, 0xff, (size_t)(rows[k] * ne1) * sizeof(float));
-            bs_matmul(&W, x, rows[k], yb, pools[p]);
-            CHECKF(!memcmp(ya, yb, (size_t)(rows[k] * ne1) * sizeof(float)), "Q4_1 X16 AVX2 vs AVX-512: ne0=%lld, %lld rows, pool %d",
-                   (long long)ne0, (long long)rows[k], p);
-        }
+    same_at_both_levels(&W, &W, rows, BS_ARRAY_LEN(rows), 0, pools, "Q4_1 X16");
     bs_weight_release(&W);
-    free(wd), free(x), free(ya), free(yb);
+    free(wd);
 }
 
 /* bs_matmul_group (products sharing an input, quantized once where their kernels want the same
