@@ -32,10 +32,6 @@
 
 enum { FMT_Q1, FMT_Q2, FMT_Q2G64 };
 #define PF_DIST 1024   /* software prefetch distance along a weight row, bytes */
-/* ... along an L128 group's one contiguous stream, for one activation row (decode). 27B tg64
- * back to back at ~71 GB/s probed: 4 KB ahead 13.85 tok/s (72% of the roofline), 16 KB 16.5
- * (84%); at ~49 GB/s 8-16 KB are best (87%), 24-32 KB lose 3-5 points. */
-#define L128_PF_BYTES 16384
 
 static INL uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static INL uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
@@ -420,19 +416,13 @@ T512 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut) {
 static T512 void k_l128_range(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0,
                               int na, float *y, int64_t ldy, int64_t b0, int64_t b1) {
     const size_t gbytes = (size_t)(W->ne0 / 128) * BS_L128_BLOCK;
-    const int lines = BS_L128_BLOCK / 64, pfl = (lines + na - 1) / na;
     for (int64_t o = o0; o < o1; o += 128) {
         const uint8_t *g = (const uint8_t *)W->packed + (size_t)(o / 128) * gbytes, *blk = g + (size_t)b0 * BS_L128_BLOCK;
-        if (na == 1) {   /* one pass: prefetch ahead of it along the group */
-            tile_l128(g, A, a0, y + a0 * ldy + o, b0, b1, blk + L128_PF_BYTES, lines);
-            continue;
+        for (int r = 0; r < na; r++) {
+            int pfl;
+            const uint8_t *pf = bs_l128_prefetch_from(blk, gbytes, o + 128 >= o1, na, r, b1 - b0, &pfl);
+            tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, b0, b1, pf, pfl);
         }
-        /* Several passes over a group that stays in L2: together they fetch the next group, so
-         * memory streams during the arithmetic instead of before it (27B verification, back to
-         * back: 2 rows 111 -> 101 ms, 3 rows 144 -> 123, 5 rows 211 -> 192, 8 rows 315 -> 298) */
-        const uint8_t *next = o + 128 < o1 ? blk + gbytes : blk;
-        for (int r = 0; r < na; r++)
-            tile_l128(g, A, a0 + r, y + (a0 + r) * ldy + o, b0, b1, next + (size_t)(r * pfl) * 64 * (size_t)(b1 - b0), pfl);
     }
 }
 

@@ -25,9 +25,6 @@
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
 
-/* ... along the group's stream for one activation row (decode), as kernels_avx512.c */
-#define PF_BYTES 16384
-
 /* Entry idx of a 4-column group's table: sum_i (bit i of idx ? a_i : -a_i), formed as
  * sum_i 2 bit_i a_i - sum_i a_i with maddubs (u8 x s8 pairs; at most 2 * 2 * 128 in size, so
  * exact for any int8, -128 included). Byte pair idx of l128_bits[0] holds 2 * bits 0, 1 of idx,
@@ -116,15 +113,13 @@ static T2 void k_l128_range(const bs_weight *W, int64_t o0, int64_t o1, const bs
                             float *y, int64_t ldy, int64_t b0, int64_t b1) {
     const int64_t n = A->n;
     const size_t gbytes = (size_t)(W->ne0 / 128) * BS_L128_BLOCK;
-    const int lines = BS_L128_BLOCK / 64, pfl = (lines + na - 1) / na;
     for (int64_t o = o0; o < o1; o += 128) {
         const uint8_t *g = (const uint8_t *)W->packed + (size_t)(o / 128) * gbytes, *blk = g + (size_t)b0 * BS_L128_BLOCK;
-        /* one row prefetches ahead along the group; several passes share the next group */
-        const uint8_t *next = na == 1 ? blk + PF_BYTES : o + 128 < o1 ? blk + gbytes : blk;
         for (int r = 0; r < na; r++) {
             const int64_t a = a0 + r;
-            row_l128(g, A->lut + (size_t)a * bs_l128_lut_stride(n), A->dl + a * (n / 4), y + a * ldy + o, b0, b1,
-                     next + (size_t)(r * pfl) * 64 * (size_t)(b1 - b0), na == 1 ? lines : pfl);
+            int pfl;
+            const uint8_t *pf = bs_l128_prefetch_from(blk, gbytes, o + 128 >= o1, na, r, b1 - b0, &pfl);
+            row_l128(g, A->lut + (size_t)a * bs_l128_lut_stride(n), A->dl + a * (n / 4), y + a * ldy + o, b0, b1, pf, pfl);
         }
     }
 }
