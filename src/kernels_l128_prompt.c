@@ -51,7 +51,7 @@ enum {
  * for block k of a chunk of nk blocks: a run of 32 vectors (pair p, row vector q0 + h at
  * 2p + h), the runs of one row-vector pair following each other block after block,
  * in the order the 4-row passes read them (stored block by block, a pass read four runs 8 KB
- * apart: 27B pp512 faster in 6 of 7 alternating pairs, median 1.10x). */
+ * apart: 27B pp512 faster in 9 of 11 alternating pairs, median 1.07x). */
 static INL int64_t erun(int q0, int64_t nk, int64_t k) { return ((q0 / 2) * nk + k) * 32; }
 
 /* One group's blocks [b0, b1) at grp -> index vectors at E + erun(2i, b1 - b0, b - b0) and float
