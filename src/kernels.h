@@ -122,9 +122,6 @@ extern int bs_l128_chunk_blocks;   /* tests: prompts in K chunks of this many bl
 void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut);
 void bs_l128_tables_avx512(const int8_t *qs, int64_t n, uint8_t *lut);   /* the same bytes */
 bs_kernel_fn bs_kernel_packed_avx512(int kind);
-/* The L128 kernel over 128-column blocks [b0, b1) only. With b0 > 0 each row's accumulators
- * continue from what the earlier blocks left in y: stored floats reload exactly, so cutting K
- * into chunks (to keep several rows' tables in cache) never changes a result. */
 /* Software prefetch of the L128 range kernels: pass r of na over blocks [b0, b1) (nblk of them)
  * of a 128-row group whose block b0 is at blk prefetches *lines lines per block from the address
  * returned on. One pass runs BS_L128_PF_BYTES ahead along the group's stream (27B tg64 back to
@@ -140,6 +137,9 @@ static inline const uint8_t *bs_l128_prefetch_from(const uint8_t *blk, size_t gb
     if (na == 1) return blk + BS_L128_PF_BYTES;
     return (last ? blk : blk + gbytes) + (size_t)(r * *lines) * 64 * (size_t)nblk;
 }
+/* The L128 kernel over 128-column blocks [b0, b1) only. With b0 > 0 each row's accumulators
+ * continue from what the earlier blocks left in y: stored floats reload exactly, so cutting K
+ * into chunks (to keep several rows' tables in cache) never changes a result. */
 typedef void (*bs_l128_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A,
                                  int64_t a0, int na, float *y, int64_t ldy, int64_t b0, int64_t b1);
 bs_l128_range_fn bs_kernel_l128_range_avx512(void);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: build and run every test: the release build (and again at the AVX2 level where the
-# CPU has AVX-512), the ASan/UBSan build, and a bounded libFuzzer run of each parser. Ends with one summary line "N passed, N failed".
+# CPU has AVX-512), the ASan/UBSan build, and a bounded libFuzzer run of each parser. Ends with
+# one summary line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
