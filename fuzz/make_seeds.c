@@ -1,9 +1,9 @@
 /* make_seeds.c: writes the fuzzers' seed corpus with bitspark's own writers:
  * fuzz_make_seeds <dir> creates <dir>/gguf/... and <dir>/safetensors/... (each file < 10 KB). */
-#include "gguf.h"
-#include "quant.h"
-#include "safetensors.h"
-#include "util.h"
+#include "io/gguf.h"
+#include "formats/quant.h"
+#include "io/safetensors.h"
+#include "io/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

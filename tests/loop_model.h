@@ -13,10 +13,10 @@
 #ifndef BS_TEST_LOOP_MODEL_H
 #define BS_TEST_LOOP_MODEL_H
 
-#include "gguf.h"
-#include "quant.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "io/gguf.h"
+#include "formats/quant.h"
+#include "text/tokenizer.h"
+#include "io/util.h"
 
 #include <ctype.h>
 #include <stdlib.h>

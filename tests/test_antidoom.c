@@ -4,8 +4,8 @@
  * `run --loop-guard stop/rewind/off` end to end. */
 #include "test.h"
 #include "loop_model.h"
-#include "cli_gen.h"
-#include "qwen35.h"
+#include "gen_helper.h"
+#include "model/qwen35.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -155,13 +155,13 @@ static void test_eval(const char *fixtures) {
     char model[1024], pairs[1024], cmd[8192];
     snprintf(model, sizeof model, "%s/tiny-f32.gguf", fixtures);
     snprintf(pairs, sizeof pairs, "%s/ad_eval_pairs.jsonl", tmp);
-    cli_gen_opts o;
-    cli_gen_defaults(&o);
+    bs_engine_opts o;
+    bs_engine_opts_init(&o);
     o.model = model;
     o.n_threads = 1;
     o.seed_set = true;
-    cli_gen g;
-    CHECK_EQ_INT(cli_gen_open(&g, &o), 0);
+    bs_engine g;
+    CHECK_EQ_INT(bs_engine_open(&g, &o), 0);
     const char *contexts[] = {"The quick brown fox", "Hello world, this is", "1 2 3 4"};
     const int nctx = 3;
     double want[3], mean = 0;
@@ -170,9 +170,9 @@ static void test_eval(const char *fixtures) {
     for (int c = 0; c < nctx; c++) {
         int32_t *ids;
         size_t n;
-        cli_gen_tokenize(&g, contexts[c], strlen(contexts[c]), &ids, &n);
-        bs_session_reset(g.sess);
-        bs_eval(g.sess, ids, (int)n, BS_LOGITS_LAST, z, NULL);
+        bs_engine_tokenize(&g, contexts[c], strlen(contexts[c]), &ids, &n);
+        bs_session_reset(bs_gen_session(g.gen));
+        bs_eval(bs_gen_session(g.gen), ids, (int)n, BS_LOGITS_LAST, z, NULL);
         free(ids);
         /* rank tokens by logit (normal tokens only, so their raw strings look up uniquely) */
         int32_t order[64];
@@ -203,7 +203,7 @@ static void test_eval(const char *fixtures) {
     }
     fclose(f);
     free(z);
-    cli_gen_close(&g);
+    bs_engine_close(&g);
     snprintf(cmd, sizeof cmd, "'%s' antidoom eval -m '%s' --pairs '%s' --json -t 1", bin, model, pairs);
     char *out = run(cmd);
     CHECK(out != NULL);

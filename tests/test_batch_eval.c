@@ -3,7 +3,7 @@
  * tiny fixtures (f32 and q1_0, DeltaNet + attention layers), for one-token decode steps of 3
  * sessions at different positions, a mixed step (one session verifying 4 tokens with ALL logits,
  * one decoding, one with no logits), rollback after a batched step, and the error cases. */
-#include "batch_eval.h"
+#include "model/batch_eval.h"
 #include "bitspark.h"
 #include "test.h"
 

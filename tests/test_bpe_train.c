@@ -2,8 +2,8 @@
  * is a token, every merge joins two existing tokens into an existing token, no duplicates), the
  * pre-tokenizer splits like the qwen35 regex on hand-checked strings, and the built-in corpus
  * round-trips through a plain BPE encoder that uses only the trained merges. */
-#include "bpe_train.h"
-#include "util.h"
+#include "tools/bpe_train.h"
+#include "io/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

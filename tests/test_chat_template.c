@@ -1,10 +1,10 @@
 /* test_chat_template.c: the native Qwen3.5/3.6 chat renderer against golden renderings made
  * with Jinja2 from the real templates (tests/data/chat_golden.json, see its generator), template
  * detection on real template lines, and the plain ChatML fallback. */
-#include "chat_template.h"
-#include "gguf.h"
+#include "text/chat_template.h"
+#include "io/gguf.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <jansson.h>
 #include <stdlib.h>

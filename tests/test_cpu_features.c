@@ -1,7 +1,7 @@
 /* test_cpu_features.c: BITSPARK_CPU lowers the dispatch level (never raises it), bs_cpu_set_level
  * clamps to the hardware, level names round-trip, the detected features are consistent with
  * the level, and the AMX permission request fails cleanly where there is no AMX. */
-#include "cpu_features.h"
+#include "cpu/cpu_features.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -10,13 +10,13 @@
  *   - the real DSpark fixture drafter (random weights: Markov-corrected q at temperature 1).
  * The test's power is shown too: the mediocre drafter's own distribution must be rejected by the
  * same criterion at the same sample size. */
-#include "dspark.h"
-#include "qwen35.h"
-#include "sampler.h"
-#include "session.h"
-#include "speculative.h"
+#include "dspark/dspark.h"
+#include "model/qwen35.h"
+#include "sample/sampler.h"
+#include "model/session.h"
+#include "dspark/speculative.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdio.h>

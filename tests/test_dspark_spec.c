@@ -10,16 +10,16 @@
  * 3. Rollback stress (q1_0 target; f32 too in the full run): thousands of random rounds; after each, the session state (recurrent state,
  *    conv windows, KV cache) must be byte-identical to a session that evaluated the committed
  *    tokens one by one. */
-#include "dspark.h"
-#include "matmul.h"
-#include "quant.h"
-#include "qwen35.h"
-#include "sampler.h"
-#include "session.h"
-#include "speculative.h"
-#include "synth.h"
+#include "dspark/dspark.h"
+#include "cpu/matmul.h"
+#include "formats/quant.h"
+#include "model/qwen35.h"
+#include "sample/sampler.h"
+#include "model/session.h"
+#include "dspark/speculative.h"
+#include "tools/synth.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +55,7 @@ static bs_sampler *greedy_sampler(int n_vocab) {
     return bs_sampler_new(&p, n_vocab);
 }
 
-/* Plain greedy decoding, one token per eval, like cli_gen_loop. */
+/* Plain greedy decoding, one token per eval, like the engine without a drafter. */
 static int plain_greedy(bs_model *m, const int32_t *prompt, int np, int n, int32_t *out) {
     bs_session *s = new_session(m);
     bs_sampler *smp = greedy_sampler(m->hp.n_vocab);

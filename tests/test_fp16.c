@@ -8,10 +8,10 @@
  *    payloads; a quiet NaN is checked exactly).
  * The F16C row converters of ops_simd.c against the same references (and every tail length).
  * Also the bf16 conversion against its definition (round to nearest even on the top 16 bits). */
-#include "cpu_features.h"
-#include "ops_simd.h"
+#include "cpu/cpu_features.h"
+#include "cpu/ops_simd.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,9 +3,9 @@
  * hostile inputs: every truncation, bad magic and versions, absurd counts and lengths, bad
  * dimensions, bad offsets, unknown and ambiguous types, duplicates. Each must fail with a
  * non-empty one-line error and no crash. */
-#include "gguf.h"
-#include "quant.h"
-#include "util.h"
+#include "io/gguf.h"
+#include "formats/quant.h"
+#include "io/util.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -18,13 +18,13 @@
  * copy (bs_weight_pack, 3 row groups) and in place (bs_weight_pack_in_place, 7 groups, every row
  * unpacked by bs_weight_row back to its original bytes; the oracle reads it that way), and in
  * the 128-row layout on AVX-512 and on AVX2 (against each other, bit for bit). */
-#include "cpu_features.h"
-#include "kernels.h"
-#include "matmul.h"
-#include "quant.h"
+#include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
+#include "cpu/matmul.h"
+#include "formats/quant.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "io/threadpool.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <signal.h>

@@ -10,13 +10,13 @@
  *    ne0 a multiple of 128 but not of 256 (and of 64 only, for G64).
  * 3. Invariance: 1..9 and 20 activation rows (the >8-row tiled path) with 1, 2 and 3 threads
  *    give exactly the one-row results. */
-#include "cpu_features.h"
-#include "kernels.h"
-#include "matmul.h"
-#include "quant.h"
+#include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
+#include "cpu/matmul.h"
+#include "formats/quant.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "io/threadpool.h"
+#include "io/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,13 +11,13 @@
  * of either sign), activations normal with per-element magnitudes spanning 1..7, one all-zero
  * activation block (scale 0) and one all-zero row. Sizes: one block, odd block counts
  * (ne0 = 96, 768, 1184, 1280) and output counts that are not multiples of any tile (1, 7, 37). */
-#include "cpu_features.h"
-#include "kernels.h"
-#include "matmul.h"
-#include "quant.h"
+#include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
+#include "cpu/matmul.h"
+#include "formats/quant.h"
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "io/threadpool.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,10 +4,10 @@
  * the session bit-identical to a straight run over the kept tokens). */
 #include "test.h"
 #include "loop_model.h"
-#include "cli_gen.h"
-#include "loop_guard.h"
-#include "session_ckpt.h"
-#include "qwen35.h"
+#include "gen_helper.h"
+#include "sample/loop_guard.h"
+#include "model/session_ckpt.h"
+#include "model/qwen35.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,17 +211,16 @@ static void test_ckpt(const char *fixtures) {
 /* --- the guard on a looping model -------------------------------------------------------------- */
 
 typedef struct { char text[8192]; size_t len; } sink;
-static void collect(void *ud, int32_t id, const char *text, size_t len) {
+static void collect(void *ud, const char *text, size_t len) {
     sink *s = ud;
-    (void)id;
     if (s->len + len < sizeof s->text) memcpy(s->text + s->len, text, len), s->len += len;
     s->text[s->len] = 0;
 }
 
-static cli_gen_stats gen(const char *model, const loop_model *lm, int mode, int every, int count,
+static gen_result gen(const char *model, const loop_model *lm, int mode, int every, int count,
                          sink *out, float *final_logits) {
-    cli_gen_opts o;
-    cli_gen_defaults(&o);
+    bs_engine_opts o;
+    bs_engine_opts_init(&o);
     o.model = model;
     o.n_threads = 1;
     o.sp.temp = 0;
@@ -229,19 +228,18 @@ static cli_gen_stats gen(const char *model, const loop_model *lm, int mode, int 
     o.loop.mode = mode;
     o.loop.ckpt_every = every;
     o.loop.ckpt_count = count;
-    cli_gen g;
-    cli_gen_stats st;
+    bs_engine g;
+    gen_result st;
     memset(&st, 0, sizeof st);
     memset(out, 0, sizeof *out);
-    if (cli_gen_open(&g, &o)) {
+    if (bs_engine_open(&g, &o)) {
         fprintf(stderr, "open: %s\n", bs_last_error());
         CHECK(0);
         return st;
     }
-    cli_gen_run r = {.n_predict = 60, .emit = collect, .ud = out};
-    CHECK_EQ_INT(cli_gen_generate(&g, &lm->cycle[0], 1, &r, &st), 0);
-    if (final_logits) memcpy(final_logits, g.logits, (size_t)g.n_vocab * sizeof *final_logits);
-    cli_gen_close(&g);
+    CHECK_EQ_INT(gen_generate(&g, &lm->cycle[0], 1, 60, collect, out, &st), 0);
+    if (final_logits) memcpy(final_logits, bs_gen_logits(g.gen), (size_t)g.n_vocab * sizeof *final_logits);
+    bs_engine_close(&g);
     return st;
 }
 
@@ -255,14 +253,14 @@ static void test_guard(const char *fixtures, const char *tmp) {
     bs_loop_info info;
     sink out;
 
-    cli_gen_stats st = gen(model, &lm, BS_LOOP_GUARD_OFF, 32, 16, &out, NULL);
+    gen_result st = gen(model, &lm, BS_LOOP_GUARD_OFF, 32, 16, &out, NULL);
     CHECK_EQ_INT(st.n_gen, 60);                       /* the model loops for ever */
     CHECK_EQ_INT(bs_loop_find(out.text, out.len, &dp, &info), 1);
     CHECK_EQ_INT(st.tokens[0], lm.cycle[1]);
     free(st.tokens);
 
     st = gen(model, &lm, BS_LOOP_GUARD_STOP, 32, 16, &out, NULL);
-    CHECK_EQ_INT(st.stop, GEN_STOP_LOOP);
+    CHECK_EQ_INT(st.stop, BS_GEN_LOOP);
     CHECK_EQ_INT(st.n_gen, 4 * LOOP_K);               /* ends as the 4th copy completes */
     for (int i = 0; i < st.n_gen; i++) CHECK_EQ_INT(st.tokens[i], lm.cycle[(i + 1) % LOOP_K]);
     CHECK(st.loop.stopped && st.loop.n_detected == 1 && st.loop.n_rewinds == 0);
@@ -280,7 +278,7 @@ static void test_guard(const char *fixtures, const char *tmp) {
         const int V = bs_model_n_vocab(m);
         if (!ref) ref = malloc((size_t)V * sizeof *ref), got = malloc((size_t)V * sizeof *got);
         st = gen(model, &lm, BS_LOOP_GUARD_REWIND, ckpts[c][0], ckpts[c][1], &out, got);
-        CHECK_EQ_INT(st.stop, GEN_STOP_EOG);
+        CHECK_EQ_INT(st.stop, BS_GEN_EOG);
         CHECK_EQ_INT(st.loop.n_rewinds, 1);
         CHECK_EQ_INT(st.loop.n_discarded, 4 * LOOP_K - LOOP_K);
         CHECK(!st.loop.stopped);

@@ -8,11 +8,11 @@
  * the drafter context follows the session (drafting stays on and resumes). */
 #include "test.h"
 #include "loop_model.h"
-#include "cli_gen.h"
-#include "dspark.h"
-#include "loop_guard.h"
-#include "qwen35.h"
-#include "speculative.h"
+#include "gen_helper.h"
+#include "dspark/dspark.h"
+#include "sample/loop_guard.h"
+#include "model/qwen35.h"
+#include "dspark/speculative.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static int oracle(void *ud, int32_t anchor, int pos, int k, bs_sampler *smp, int
 }
 
 typedef struct {
-    cli_gen_stats st;
+    gen_result st;
     float *extra;            /* logits of one more token evaluated on the final session */
     long n_draft_rounds, n_accepted;
     int drafting;            /* bs_spec_sync at the end: the drafter context follows the session */
@@ -48,8 +48,8 @@ typedef struct {
 static result gen(const char *model, const char *drafter, bool use_oracle, int mode, int every) {
     result res;
     memset(&res, 0, sizeof res);
-    cli_gen_opts o;
-    cli_gen_defaults(&o);
+    bs_engine_opts o;
+    bs_engine_opts_init(&o);
     o.model = model;
     o.n_threads = 1;
     o.sp.temp = 0;
@@ -58,31 +58,30 @@ static result gen(const char *model, const char *drafter, bool use_oracle, int m
     o.loop.ckpt_every = every;
     o.loop.ckpt_count = 4;
     if (drafter) {
-        o.spec.drafter = drafter;
-        o.spec.draft_max = 4;
+        o.drafter = drafter;
+        o.draft_max = 4;
     }
-    cli_gen g;
-    if (cli_gen_open(&g, &o)) {
+    bs_engine g;
+    if (bs_engine_open(&g, &o)) {
         fprintf(stderr, "open: %s\n", bs_last_error());
         CHECK(0);
         return res;
     }
-    if (use_oracle) bs_spec_set_draft_hook(g.spec->sp, oracle, NULL);
-    cli_gen_run r = {.n_predict = N_PREDICT};
-    CHECK_EQ_INT(cli_gen_generate(&g, &g_lm->cycle[0], 1, &r, &res.st), 0);
-    CHECK_EQ_INT(bs_session_n_past(g.sess), 1 + res.st.n_gen - (res.st.stop == GEN_STOP_EOG ? 0 : 1));
-    if (g.spec) {
-        const bs_spec_stats *ss = bs_spec_get_stats(g.spec->sp);
+    if (use_oracle) bs_spec_set_draft_hook(bs_gen_spec(g.gen), oracle, NULL);
+    CHECK_EQ_INT(gen_generate(&g, &g_lm->cycle[0], 1, N_PREDICT, NULL, NULL, &res.st), 0);
+    CHECK_EQ_INT(bs_session_n_past(bs_gen_session(g.gen)), 1 + res.st.n_gen - (res.st.stop == BS_GEN_EOG ? 0 : 1));
+    if (g.drafter) {
+        const bs_spec_stats *ss = bs_spec_get_stats(bs_gen_spec(g.gen));
         res.n_draft_rounds = ss->n_draft_rounds;
         res.n_accepted = ss->n_accepted;
-        res.drafting = bs_spec_sync(g.spec->sp);
+        res.drafting = bs_spec_sync(bs_gen_spec(g.gen));
     }
     /* the session's state: logits of one more token (the last generated one when it is not yet
      * evaluated, else the first cycle word) */
-    int32_t more = res.st.stop == GEN_STOP_EOG ? g_lm->cycle[0] : res.st.tokens[res.st.n_gen - 1];
+    int32_t more = res.st.stop == BS_GEN_EOG ? g_lm->cycle[0] : res.st.tokens[res.st.n_gen - 1];
     res.extra = malloc((size_t)g.n_vocab * sizeof *res.extra);
-    CHECK_EQ_INT(bs_eval(g.sess, &more, 1, BS_LOGITS_LAST, res.extra, NULL), 0);
-    cli_gen_close(&g);
+    CHECK_EQ_INT(bs_eval(bs_gen_session(g.gen), &more, 1, BS_LOGITS_LAST, res.extra, NULL), 0);
+    bs_engine_close(&g);
     return res;
 }
 
@@ -139,10 +138,10 @@ int main(void) {
             }
             /* what the guard itself must have done (as test_loop_guard checks without a drafter) */
             if (modes[mi] == BS_LOOP_GUARD_STOP) {
-                CHECK_EQ_INT(plain.st.stop, GEN_STOP_LOOP);
+                CHECK_EQ_INT(plain.st.stop, BS_GEN_LOOP);
                 CHECK_EQ_INT(plain.st.n_gen, 4 * LOOP_K);
             } else if (modes[mi] == BS_LOOP_GUARD_REWIND) {
-                CHECK_EQ_INT(plain.st.stop, GEN_STOP_EOG);
+                CHECK_EQ_INT(plain.st.stop, BS_GEN_EOG);
                 CHECK_EQ_INT(plain.st.loop.n_rewinds, 1);
                 CHECK_EQ_INT(plain.st.n_gen, LOOP_K + LOOP_M);
             } else {

@@ -4,10 +4,10 @@
  * the same logits, and `lora merge --type q1_0` reports exactly the sign flips and scale changes
  * counted directly from the two files' Q1_0 blocks. */
 #include "test.h"
-#include "lora.h"
-#include "qwen35.h"
-#include "quant.h"
-#include "util.h"
+#include "model/lora.h"
+#include "model/qwen35.h"
+#include "formats/quant.h"
+#include "io/util.h"
 
 #include <jansson.h>
 #include <math.h>

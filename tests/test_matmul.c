@@ -4,10 +4,10 @@
  *    dequantized again; F32 as is), within f32 accumulation error;
  *  - row-count invariance: row r of an 8-row call is bit-identical to a 1-row call on row r;
  *  - get_rows equals dequantizing the row; bad ids and bad tensors are refused. */
-#include "matmul.h"
-#include "gguf.h"
-#include "quant.h"
-#include "util.h"
+#include "cpu/matmul.h"
+#include "io/gguf.h"
+#include "formats/quant.h"
+#include "io/util.h"
 #include "test.h"
 
 #include <math.h>

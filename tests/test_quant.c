@@ -5,8 +5,8 @@
  *  - round trips within each format's stated error bound; idempotence where the format must be
  *    lossless (Q1_0 / Q2_0 / TQ on QAT-shaped ±s / {-s,0,s} blocks);
  *  - vec_dot against a float64 dot of the dequantized weights and dequantized activations. */
-#include "quant.h"
-#include "util.h"
+#include "formats/quant.h"
+#include "io/util.h"
 #include "test.h"
 
 #include <math.h>

@@ -2,10 +2,10 @@
  * alteration must fail with a one-line error naming the problem (the first mismatching tensor,
  * the refused key, ...), and the unaltered copy and layer-pattern overrides must load. */
 #include "bitspark.h"
-#include "gguf.h"
-#include "quant.h"
+#include "io/gguf.h"
+#include "formats/quant.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /* test_reasoning.c: splitting generated text into reasoning and content, whole and streamed in
  * every chunking (single bytes included): a stream must give exactly the whole-text result and
  * never show part of a tag. */
-#include "reasoning.h"
+#include "text/reasoning.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <stdlib.h>
 #include <string.h>

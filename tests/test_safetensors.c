@@ -2,10 +2,10 @@
  * tensors, __metadata__, chunked writes, mmap / no-mmap / meta-only), sharded checkpoints through
  * model.safetensors.index.json, hostile headers (every truncation, bad lengths, bad JSON, bad
  * dtypes, shapes and offsets, overlaps, duplicates), and the HF config.json getters. */
-#include "hf_config.h"
-#include "quant.h"
-#include "safetensors.h"
-#include "util.h"
+#include "io/hf_config.h"
+#include "formats/quant.h"
+#include "io/safetensors.h"
+#include "io/util.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* test_sampler.c: the sampler chain against brute-force references (full sorts, O(n^2) DRY),
  * hand-computed penalties, empirical frequencies and reproducibility. */
-#include "sampler.h"
-#include "sampler_dry.h"
-#include "util.h"
+#include "sample/sampler.h"
+#include "sample/sampler_dry.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdio.h>

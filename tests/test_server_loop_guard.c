@@ -5,7 +5,7 @@
  * model and checks their answers over raw HTTP and through the openai npm client. */
 #include "test.h"
 #include "loop_model.h"
-#include "loop_guard.h"
+#include "sample/loop_guard.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* test_server_tools.c: <tool_call> blocks in model output -> OpenAI tool_calls (server_tools.c):
  * the Qwen3.5 XML form with typed and multi-line parameters, the Qwen3 JSON form, several calls,
  * text around them kept as content, broken blocks left in the content. */
-#include "server.h"
+#include "server/server.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -10,14 +10,14 @@
  *     decoding, with only a few drafted rounds; costs measured for depth 1 only are completed
  *     by the first round that wants more drafts. */
 #include "test.h"
-#include "dspark.h"
-#include "qwen35.h"
-#include "sampler.h"
-#include "session.h"
-#include "spec_cost_cache.h"
-#include "spec_depth.h"
-#include "speculative.h"
-#include "util.h"
+#include "dspark/dspark.h"
+#include "model/qwen35.h"
+#include "sample/sampler.h"
+#include "model/session.h"
+#include "dspark/spec_cost_cache.h"
+#include "dspark/spec_depth.h"
+#include "dspark/speculative.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,12 +2,12 @@
  * at every dispatch level this CPU has: accuracy against double-precision references, special
  * values, and the invariance speculative verification relies on (an element's or a token's
  * result never depends on how many share the call). */
-#include "attn_simd.h"
-#include "cpu_features.h"
-#include "gdn_simd.h"
-#include "ops.h"
+#include "cpu/attn_simd.h"
+#include "cpu/cpu_features.h"
+#include "cpu/gdn_simd.h"
+#include "model/ops.h"
 #include "test.h"
-#include "util.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdint.h>

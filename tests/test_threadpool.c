@@ -1,8 +1,8 @@
 /* test_threadpool.c: the persistent pool runs every job on every thread exactly once, in both
  * the spinning and the sleeping handshake, and bs_pool_split covers [0, n) exactly. */
 #include "test.h"
-#include "threadpool.h"
-#include "util.h"
+#include "io/threadpool.h"
+#include "io/util.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -2,12 +2,12 @@
  * (every vector of $BS_FIXTURES/tokenizer.json and the prompt of tiny-f32.json must match id for
  * id), round trips, the streaming detokenizer's UTF-8 guarantee, specials, EOG, errors, and the
  * pre-tokenizer against splits made offline by Python's `regex` module (tests/data). */
-#include "gguf.h"
-#include "pretokenize.h"
+#include "io/gguf.h"
+#include "text/pretokenize.h"
 #include "test.h"
-#include "tokenizer.h"
-#include "utf8.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "io/utf8.h"
+#include "io/util.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -1,0 +1,626 @@
+/* cli_bench.c: `bitspark bench`, llama-bench-compatible speed tests.
+ *
+ * Model mode (-m): pp<N> (one batch of N random tokens) and tg<N> (N single-token evals), each
+ * repeated -r times after a warm-up, printed as mean ± sample stddev of tokens/s in
+ * llama-bench's markdown / csv / json layout; --verify W,.. adds the cost of a W-token verify
+ * step relative to a 1-token step; a `membw` line gives this machine's measured read bandwidth,
+ * the decode roofline it implies for the model's weight bytes per token, and the fraction tg
+ * reached.
+ * Kernel mode (--matmul): bs_matmul on synthetic Bonsai-shaped weights (default Q1_0 5120x17408
+ * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
+ * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
+#include "cli/cli.h"
+#include "tools/spec_bench.h"
+
+#include "bitspark.h"
+#include "cpu/cpu_features.h"
+#include "io/gguf.h"
+#include "cpu/kernels.h"
+#include "cpu/matmul.h"
+#include "formats/quant.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define MAX_LIST 16
+#define MAX_REPS 64   /* -r: samples per test (and tg runs between bandwidth probes) */
+
+typedef struct {
+    const char *model;
+    int n_prompt, n_gen, reps, warmup;
+    int threads[MAX_LIST], n_threads;
+    int verify[MAX_LIST], n_verify;
+    const char *out;            /* md, csv, json */
+    int matmul;                 /* kernel mode */
+    const char *mm_type;
+    long mm_mb;                 /* MiB of weight copies in kernel mode */
+    int mm_rows[MAX_LIST], n_mm_rows;   /* activation rows per product in kernel mode */
+    int membw;
+    int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
+} bench_opts;
+
+typedef struct { double mean, sd; } stat;
+
+static stat stats(const double *v, int n) {
+    stat s = {0, 0};
+    for (int i = 0; i < n; i++) s.mean += v[i];
+    s.mean /= n > 0 ? n : 1;
+    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0.0;
+    return s;
+}
+
+static int parse_list(const char *opt, const char *s, int *out, int *n, long lo, long hi) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (*n >= MAX_LIST) return bs_error("%s: at most %d values", opt, MAX_LIST);
+        if (cli_parse_int(opt, tok, lo, hi, &v)) return -1;
+        out[(*n)++] = (int)v;
+    }
+    return *n ? 0 : bs_error("%s: empty list", opt);
+}
+
+/* --- memory bandwidth ------------------------------------------------------------------------ */
+
+typedef struct { const uint64_t *p; size_t n; uint64_t sums[64]; } bw_job;
+
+static void bw_read(void *ctx, int ith, int nth) {
+    bw_job *j = ctx;
+    int64_t lo, hi;
+    bs_pool_split((int64_t)j->n, 64, ith, nth, &lo, &hi);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = lo; i + 4 <= hi; i += 4) a += j->p[i], b += j->p[i + 1], c += j->p[i + 2], d += j->p[i + 3];
+    j->sums[ith & 63] = a + b + c + d;
+}
+
+/* A 1 GiB anonymous buffer read by a pool's threads: this machine's read bandwidth now. */
+typedef struct { uint64_t *buf; size_t bytes; bs_pool *pool; } bw_probe;
+
+static void probe_init(bw_probe *p, bs_pool *pool) {
+    p->bytes = (size_t)1 << 30;
+    p->buf = bs_amalloc(p->bytes);
+    p->pool = pool;
+#ifdef MADV_HUGEPAGE
+    madvise(p->buf, p->bytes, MADV_HUGEPAGE);
+#endif
+    for (size_t i = 0; i < p->bytes / 8; i++) p->buf[i] = i;
+}
+
+/* Best of `tries` reads (GB/s), after 10 ms for other pools' workers to stop spinning. */
+static double probe_read(bw_probe *p, int tries) {
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    bw_job j = {.p = p->buf, .n = p->bytes / 8};
+    double best = 0;
+    for (int r = 0; r < tries; r++) {
+        double t0 = bs_time();
+        bs_pool_run(p->pool, bw_read, &j);
+        double gbs = (double)p->bytes / (bs_time() - t0) / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    return best;
+}
+
+static void probe_free(bw_probe *p) { bs_afree(p->buf); p->buf = NULL; }
+
+static double measure_membw(bs_pool *pool) {
+    bw_probe p;
+    probe_init(&p, pool);
+    double bw = probe_read(&p, 5);
+    probe_free(&p);
+    return bw;
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --- kernel mode ------------------------------------------------------------------------------ */
+
+static void fill_weight(uint8_t *w, int type, int64_t ne0, int64_t ne1, bs_rng *rng) {
+    const bs_type_traits *t = bs_type_get(type);
+    size_t total = bs_row_size(type, ne0) * (size_t)ne1;
+    for (size_t i = 0; i + 8 <= total; i += 8) {
+        uint64_t v = bs_rng_next(rng);
+        memcpy(w + i, &v, 8);
+    }
+    if (t->is_quantized)   /* a sane fp16 scale (0.01) at the start of every block */
+        for (size_t b = 0; b + t->type_size <= total; b += t->type_size) w[b] = 0x1f, w[b + 1] = 0x21;
+}
+
+static int bench_matmul(const bench_opts *o) {
+    int type = bs_type_from_name(o->mm_type);
+    if (type == BS_TYPE_INVALID || !bs_type_get(type)->is_quantized)
+        return bs_error("--matmul-type: unknown or float type '%s'", o->mm_type);
+    const int64_t shapes[2][2] = {{5120, 17408}, {17408, 5120}};
+    const int *rows = o->mm_rows, nrows = o->n_mm_rows;
+    int maxr = 1;
+    for (int i = 0; i < nrows; i++) maxr = BS_MAX(maxr, rows[i]);
+    bs_rng rng;
+    bs_rng_seed(&rng, 42);
+    printf("cpu: %s, kernels: %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
+    printf("(cpu ms: process CPU time per call, all threads; on a loaded machine wall time overstates cost)\n");
+    printf("| %-8s | %-6s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s | %9s |\n", "type", "layout", "ne0", "ne1",
+           "threads", "rows", "ms/call", "GB/s", "vs 1st", "cpu ms", "GMAC/s");
+    printf("| -------- | ------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: | --------: |\n");
+    for (int s = 0; s < 2; s++) {
+        const int64_t ne0 = shapes[s][0], ne1 = shapes[s][1];
+        size_t wbytes = bs_row_size(type, ne0) * (size_t)ne1;
+        if (!wbytes) return bs_error("%s: %lld is not a multiple of the block size", o->mm_type, (long long)ne0);
+        int copies = (int)BS_MAX(1, (o->mm_mb << 20) / (long)wbytes);
+        uint8_t *mem = bs_amalloc(wbytes * (size_t)copies);
+#ifdef MADV_HUGEPAGE
+        madvise(mem, wbytes * (size_t)copies, MADV_HUGEPAGE);
+#endif
+        fill_weight(mem, type, ne0, ne1 * copies, &rng);
+        float *x = bs_xmalloc((size_t)(maxr * ne0) * sizeof(float));
+        float *y = bs_xmalloc((size_t)(maxr * ne1) * sizeof(float));
+        for (int64_t i = 0; i < maxr * ne0; i++) x[i] = bs_rng_normal(&rng);
+        bs_weight *W = bs_xcalloc((size_t)copies, sizeof *W);
+        for (int c = 0; c < copies; c++)
+            W[c] = (bs_weight){.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
+                               .row_bytes = bs_row_size(type, ne0), .name = "bench"};
+        for (int layout = 0; layout < 2; layout++) {
+            if (layout == 1) {   /* repacked copies (bs_weight_pack), when this CPU has such a kernel */
+                bs_pool *pp = bs_pool_new(o->threads[o->n_threads - 1]);
+                double t0 = bs_time();
+                for (int c = 0; c < copies; c++)
+                    if (bs_weight_pack(&W[c], pp)) return -1;
+                double dt = bs_time() - t0;
+                bs_pool_free(pp);
+                if (!W[0].packed) break;
+                fprintf(stderr, "repacked %.2f GB in %.2f s\n", (double)wbytes * copies / 1e9, dt);
+            }
+            for (int ti = 0; ti < o->n_threads; ti++) {
+                bs_pool *pool = o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL;
+                double t1 = 0;
+                for (int ri = 0; ri < nrows; ri++) {
+                    double best = 1e30, cbest = 1e30;
+                    for (int rep = 0; rep < o->reps + 1; rep++) {   /* +1: warm-up pass */
+                        double t0 = bs_time(), c0 = cpu_seconds();
+                        for (int c = 0; c < copies; c++) bs_matmul(&W[c], x, rows[ri], y, pool);
+                        double dt = (bs_time() - t0) / copies, dc = (cpu_seconds() - c0) / copies;
+                        if (rep > 0 && dt < best) best = dt;
+                        if (rep > 0 && dc < cbest) cbest = dc;
+                    }
+                    if (ri == 0) t1 = best;
+                    printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f | %9.1f |\n",
+                           bs_type_name(type), !layout ? "native" : W[0].pack_kind == BS_PACK_Q1_L128 ? "l128" : "x16",
+                           (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
+                           (double)wbytes / best / 1e9, best / t1, cbest * 1e3, (double)ne0 * (double)ne1 * rows[ri] / best / 1e9);
+                    fflush(stdout);
+                }
+                if (o->membw && layout == 0)
+                    printf("membw: %.1f GB/s read with %d thread(s)\n", measure_membw(pool), o->threads[ti]);
+                bs_pool_free(pool);
+            }
+        }
+        for (int c = 0; c < copies; c++) bs_weight_release(&W[c]);
+        free(W);
+        free(x), free(y);
+        bs_afree(mem);
+    }
+    return 0;
+}
+
+/* --- model mode ------------------------------------------------------------------------------- */
+
+typedef struct {
+    char type_str[128];
+    uint64_t size, n_params, stream_bytes;   /* stream: bytes read per decoded token */
+    uint64_t stream_params;                  /* weights those bytes hold */
+} model_info;
+
+/* Header facts for the table, from the GGUF metadata (no tensor data is read). */
+static int model_describe(const char *path, model_info *mi) {
+    gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
+    if (!f) return -1;
+    uint64_t bytes_by_type[2048] = {0};
+    int has_output = gguf_find_tensor(f, "output.weight") != NULL;
+    memset(mi, 0, sizeof *mi);
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        uint64_t ne = 1;
+        for (int d = 0; d < GGUF_MAX_DIMS; d++) ne *= (uint64_t)t->ne[d];
+        mi->n_params += ne;
+        mi->size += t->nbytes;
+        if (strcmp(t->name, "token_embd.weight") != 0 || !has_output) {
+            mi->stream_bytes += t->nbytes;
+            mi->stream_params += ne;
+        }
+        if (t->n_dims >= 2 && t->type >= 0 && t->type < 2048) bytes_by_type[t->type] += t->nbytes;
+    }
+    int ftype = 0;
+    for (int k = 0; k < 2048; k++)
+        if (bytes_by_type[k] > bytes_by_type[ftype]) ftype = k;
+    const char *arch = gguf_get_str(f, "general.architecture");
+    const char *label = gguf_get_str(f, "general.size_label");
+    char size_label[32], tname[32];
+    if (label) snprintf(size_label, sizeof size_label, "%s", label);
+    else if (mi->n_params >= 1000000000ull) snprintf(size_label, sizeof size_label, "%.0fB", mi->n_params / 1e9);
+    else snprintf(size_label, sizeof size_label, "%.0fM", mi->n_params / 1e6);
+    snprintf(tname, sizeof tname, "%s", bs_type_name(ftype));
+    for (char *c = tname; *c; c++) if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 32);
+    snprintf(mi->type_str, sizeof mi->type_str, "%s %s %s", arch ? arch : "unknown", size_label, tname);
+    gguf_close(f);
+    return 0;
+}
+
+typedef struct {
+    char test[32];
+    int n_prompt, n_gen, threads;
+    double samples[MAX_REPS];
+    int n;
+} result;
+
+static void random_tokens(int32_t *tok, int n, int n_vocab, bs_rng *rng) {
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(bs_rng_next(rng) % (uint64_t)n_vocab);
+}
+
+/* Seconds for one run: pp = one batch of n_prompt tokens; tg = n_gen one-token evals. */
+static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_rng *rng, float *logits) {
+    int32_t *tok = bs_xmalloc(sizeof(int32_t) * (size_t)BS_MAX(1, BS_MAX(n_prompt, n_gen)));
+    bs_session_reset(s);
+    double t0 = bs_time(), dt = -1;
+    if (n_prompt > 0) {
+        random_tokens(tok, n_prompt, n_vocab, rng);
+        t0 = bs_time();
+        if (bs_eval(s, tok, n_prompt, BS_LOGITS_LAST, logits, NULL)) goto out;
+    } else {
+        random_tokens(tok, n_gen, n_vocab, rng);
+        bs_session_set_undo(s, 0);   /* as `run` decodes */
+        t0 = bs_time();
+        int rc = 0;
+        for (int i = 0; i < n_gen && !rc; i++) rc = bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
+        bs_session_set_undo(s, 1);
+        if (rc) goto out;
+    }
+    dt = bs_time() - t0;
+out:
+    free(tok);
+    return dt;
+}
+
+static void print_md_header(void) {
+    printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend",
+           "threads", "test", "t/s");
+    printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+}
+
+static void fmt_size(char *buf, size_t n, uint64_t bytes) {
+    if (bytes < (1ull << 30)) snprintf(buf, n, "%.2f MiB", bytes / 1048576.0);
+    else snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+}
+
+static void print_result(const bench_opts *o, const model_info *mi, const result *r, int first) {
+    stat s = stats(r->samples, r->n);
+    int ntok = r->n_prompt + r->n_gen;
+    double ts[MAX_REPS], ns[MAX_REPS];
+    for (int i = 0; i < r->n; i++) ts[i] = ntok / r->samples[i], ns[i] = r->samples[i] * 1e9;
+    stat st = stats(ts, r->n), sn = stats(ns, r->n);
+    (void)s;
+    char size[32], params[32], when[32];
+    fmt_size(size, sizeof size, mi->size);
+    if (mi->n_params < 1000000000ull) snprintf(params, sizeof params, "%.2f M", mi->n_params / 1e6);
+    else snprintf(params, sizeof params, "%.2f B", mi->n_params / 1e9);
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (!strcmp(o->out, "md")) {
+        char tsbuf[64];
+        snprintf(tsbuf, sizeof tsbuf, "%.2f ± %.2f", st.mean, st.sd);
+        printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mi->type_str, size, params, "CPU",
+               r->threads, r->test, tsbuf);
+    } else if (!strcmp(o->out, "csv")) {
+        if (first)
+            printf("build_commit,build_number,cpu_info,model_filename,model_type,model_size,model_n_params,"
+                   "backends,n_threads,n_batch,n_ubatch,type_k,type_v,n_prompt,n_gen,n_depth,test_time,"
+                   "avg_ns,stddev_ns,avg_ts,stddev_ts\n");
+        printf("\"%s\",0,\"%s\",\"%s\",\"%s\",%llu,%llu,\"CPU\",%d,%d,%d,\"f16\",\"f16\",%d,%d,0,\"%s\",%.0f,%.0f,%.6f,%.6f\n",
+               bitspark_version(), bs_cpu_describe(), o->model, mi->type_str, (unsigned long long)mi->size,
+               (unsigned long long)mi->n_params, r->threads, BS_MAX(r->n_prompt, 1), BS_MAX(r->n_prompt, 1),
+               r->n_prompt, r->n_gen, when, sn.mean, sn.sd, st.mean, st.sd);
+    } else {
+        printf("%s  {\"build_commit\": \"%s\", \"build_number\": 0, \"cpu_info\": \"%s\", \"model_filename\": \"%s\", "
+               "\"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, \"backends\": \"CPU\", "
+               "\"n_threads\": %d, \"type_k\": \"f16\", \"type_v\": \"f16\", \"n_prompt\": %d, \"n_gen\": %d, "
+               "\"n_depth\": 0, \"test_time\": \"%s\", \"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, "
+               "\"stddev_ts\": %.6f, \"samples_ns\": [",
+               first ? "[\n" : ",\n", bitspark_version(), bs_cpu_describe(), o->model, mi->type_str,
+               (unsigned long long)mi->size, (unsigned long long)mi->n_params, r->threads, r->n_prompt, r->n_gen,
+               when, sn.mean, sn.sd, st.mean, st.sd);
+        for (int i = 0; i < r->n; i++) printf("%s%.0f", i ? ", " : "", ns[i]);
+        printf("], \"samples_ts\": [");
+        for (int i = 0; i < r->n; i++) printf("%s%.6f", i ? ", " : "", ts[i]);
+        printf("]}");
+    }
+    fflush(stdout);
+}
+
+/* Seconds of a w-token verify step (logits for all w) after a 16-token prefix, best of reps. */
+static double verify_step(bs_session *s, int w, int reps, int n_vocab, bs_rng *rng) {
+    int32_t tok[64 + 16];
+    float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab * (size_t)w);
+    double best = -1;
+    bs_session_reset(s);
+    random_tokens(tok, 16 + w, n_vocab, rng);
+    if (bs_eval(s, tok, 16, BS_LOGITS_NONE, NULL, NULL) == 0) {
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = bs_time();
+            if (bs_eval(s, tok + 16, w, BS_LOGITS_ALL, logits, NULL)) break;
+            double dt = bs_time() - t0;
+            if (bs_session_rollback(s, 16)) break;
+            if (r > 0 && (best < 0 || dt < best)) best = dt;
+        }
+    }
+    free(logits);
+    return best;
+}
+
+static char notes[4096];   /* verify / membw lines, printed under the table */
+
+static void note(const char *fmt, ...) BS_PRINTF(1, 2);
+static void note(const char *fmt, ...) {
+    size_t len = strlen(notes);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(notes + len, sizeof notes - len, fmt, ap);
+    va_end(ap);
+}
+
+typedef struct { double macs[64]; } peak_job;
+
+static void peak_run(void *ctx, int ith, int nth) {
+    (void)nth;
+    ((peak_job *)ctx)->macs[ith & 63] = bs_int8_peak_avx512(20000000);
+}
+
+/* The arithmetic ceiling next to the bandwidth one: with one vpdpbusd product per weight (what
+ * the Q2_0 kernels do), a 1-row step cannot beat peak MAC/s / weights per token. Q1_0's L128
+ * lookups (kernels_l128_prompt.c) are bound by their own instruction count instead. */
+static void int8_ceiling(int threads, const model_info *mi) {
+    if (bs_cpu_level() < BS_CPU_AVX512 || !mi->stream_params) return;
+    bs_pool *pool = threads > 1 ? bs_pool_new(threads) : NULL;
+    peak_job j;
+    memset(&j, 0, sizeof j);
+    bs_pool_run(pool, peak_run, &j);
+    bs_pool_free(pool);
+    double macs = 0;
+    for (int i = 0; i < 64; i++) macs += j.macs[i];
+    note("int8: %.0f GMAC/s peak (vpdpbusd, %d threads); at 1 vpdpbusd product per weight (%.2f G "
+         "weights/token, the Q2_0 kernels) a token costs at least %.1f ms of arithmetic: ceiling %.2f tok/s "
+         "(Q1_0's table lookups do 128 products per instruction and are not bound by it)\n", macs / 1e9, threads,
+         mi->stream_params / 1e9, 1e3 * (double)mi->stream_params / macs, macs / (double)mi->stream_params);
+    note("amx: %s\n", bs_amx_status());
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {   /* n <= MAX_REPS + 1 */
+    double t[MAX_REPS + 1];
+    memcpy(t, v, sizeof(double) * (size_t)n);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* The membw line from the bandwidths bw[0..nbw) probed before, between and after the n tg runs
+ * of dt seconds each. The host's bandwidth drifts within minutes, so each run is held against
+ * the mean of the probes either side of it, and the fraction printed is the median of those. */
+static void membw_note(int threads, const model_info *mi, const double *bw, int nbw, const double *dt, int n,
+                       int n_gen) {
+    double lo = bw[0], hi = bw[0], bwm = median(bw, nbw);
+    for (int i = 1; i < nbw; i++) lo = BS_MIN(lo, bw[i]), hi = BS_MAX(hi, bw[i]);
+    double roof = bwm * 1e9 / (double)mi->stream_bytes;
+    note("membw: %.1f GB/s read (%d threads", bwm, threads);
+    if (nbw > 1) note("; median of %d probes around the tg runs, %.1f-%.1f", nbw, lo, hi);
+    note("); decode roofline %.2f tok/s (%.3f GB/token of weights)", roof, mi->stream_bytes / 1e9);
+    if (n > 0 && nbw == n + 1) {
+        double frac[MAX_REPS];
+        for (int i = 0; i < n; i++) frac[i] = n_gen / dt[i] / (0.5 * (bw[i] + bw[i + 1]) * 1e9 / (double)mi->stream_bytes);
+        note("; tg reached %.0f%% (median over the runs, each against the probes either side of it)",
+             100.0 * median(frac, n));
+    }
+    note("\n");
+}
+
+static int bench_model(const bench_opts *o) {
+    model_info mi;
+    notes[0] = 0;
+    if (model_describe(o->model, &mi)) return -1;
+    bs_model_params mp = {.no_mmap = o->no_mmap != 0};
+    double t_load = bs_time();
+    bs_model *m = bs_model_load(o->model, &mp);
+    if (!m) return bs_error("%s", bitspark_last_error());
+    note("load: %.2f s (%s, Q1_0/Q2_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
+         bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
+    int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
+    float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
+    bs_rng rng;
+    bs_rng_seed(&rng, 1);
+    if (!strcmp(o->out, "md")) print_md_header();
+    for (int ti = 0; ti < o->n_threads && !rc; ti++) {
+        int nb = BS_MAX(o->n_prompt, 64);
+        bs_session_params sp = {.n_ctx = BS_MAX(o->n_prompt, o->n_gen) + 128, .n_batch = nb,
+                                .n_threads = o->threads[ti]};
+        bs_session *s = bs_session_new(m, &sp);
+        if (!s) { rc = bs_error("%s", bitspark_last_error()); break; }
+        /* the roofline is probed before, between and after the tg runs (last thread count) */
+        const int probing = o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1;
+        bw_probe probe = {0};
+        double bw[MAX_REPS + 1], tg_dt[MAX_REPS];
+        int nbw = 0, n_tg = 0;
+        if (probing) probe_init(&probe, o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL);
+        for (int kind = 0; kind < 2 && !rc; kind++) {
+            result r = {.threads = o->threads[ti]};
+            r.n_prompt = kind == 0 ? o->n_prompt : 0;
+            r.n_gen = kind == 1 ? o->n_gen : 0;
+            if (r.n_prompt + r.n_gen == 0) continue;
+            snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
+            if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
+            for (int i = 0; i < o->reps && i < MAX_REPS; i++) {
+                if (probing && kind == 1) bw[nbw++] = probe_read(&probe, 3);
+                double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
+                if (dt < 0) { rc = bs_error("%s", bitspark_last_error()); break; }
+                r.samples[r.n++] = dt;
+            }
+            if (rc) break;
+            if (probing && kind == 1) {
+                bw[nbw++] = probe_read(&probe, 3);
+                memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
+                n_tg = r.n;
+            }
+            print_result(o, &mi, &r, first);
+            first = 0;
+        }
+        if (!rc && o->n_verify && !strcmp(o->out, "md")) {
+            double tw[MAX_LIST], t1 = -1;
+            for (int v = 0; v < o->n_verify; v++) {
+                tw[v] = verify_step(s, o->verify[v], 3 * o->reps, n_vocab, &rng);
+                if (o->verify[v] == 1) t1 = tw[v];
+            }
+            if (t1 < 0) t1 = verify_step(s, 1, 3 * o->reps, n_vocab, &rng);
+            note("verify (threads %d, best of %d): ", o->threads[ti], 3 * o->reps);
+            for (int v = 0; v < o->n_verify; v++)
+                note("%sw=%d %.1f ms (%.2fx)", v ? ", " : "", o->verify[v], tw[v] * 1e3, t1 > 0 ? tw[v] / t1 : 0.0);
+            note("\n");
+        }
+        if (probing) {
+            if (!rc) {
+                if (!nbw) bw[nbw++] = probe_read(&probe, 5);
+                membw_note(o->threads[ti], &mi, bw, nbw, tg_dt, n_tg, o->n_gen);
+                int8_ceiling(o->threads[ti], &mi);
+            }
+            bs_pool_free(probe.pool);
+            probe_free(&probe);
+        }
+        bs_session_free(s);
+    }
+    if (!strcmp(o->out, "json") && !first) printf("\n]\n");
+    else if (!strcmp(o->out, "md")) printf("\n%sbuild: %s (0)\n", notes, bitspark_version());
+    free(logits);
+    bs_model_free(m);
+    return rc;
+}
+
+/* bench --spec: DSpark round costs, projections and a measured run (tools/spec_bench.c). */
+static int bench_spec(int argc, char **argv) {
+    bs_spec_bench_opts o = {.n_threads = BS_MIN(bs_cpu_count(), 64), .n_prompt = 64, .reps = 3, .n_gen = 64};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long x;
+        if (!strcmp(a, "--spec")) continue;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(o.model = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+            if (!(o.drafter = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &x)) return -1;
+            o.n_threads = (int)x;
+        } else if (!strcmp(a, "-p")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1 << 20, &x)) return -1;
+            o.n_prompt = (int)x;
+        } else if (!strcmp(a, "-n")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &x)) return -1;
+            o.n_gen = (int)x;
+        } else if (!strcmp(a, "-r")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 100, &x)) return -1;
+            o.reps = (int)x;
+        } else {
+            return bs_error("--spec: unknown option '%s' (-m, -md, -t, -p, -n, -r)", a);
+        }
+    }
+    if (!o.model || !o.drafter) return bs_error("--spec needs -m TARGET and -md DRAFTER");
+    return bs_spec_bench(&o);
+}
+
+int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv) ? cli_fail("bench --spec") : 0;
+    bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
+                    .mm_type = "q1_0", .mm_mb = 1024, .mm_rows = {1, 2, 4, 5, 8}, .n_mm_rows = 5, .membw = 1};
+    o.threads[0] = BS_MIN(bs_cpu_count(), 64);
+    o.n_threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long n;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_bench(); return 0; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(o.model = cli_value(argc, argv, &i))) return cli_fail("bench"); }
+        else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r") || !strcmp(a, "--matmul-mb")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, !strcmp(a, "-r") ? 1 : 0, 1 << 20, &n))
+                return cli_fail("bench");
+            if (!strcmp(a, "-p")) o.n_prompt = (int)n;
+            else if (!strcmp(a, "-n")) o.n_gen = (int)n;
+            else if (!strcmp(a, "-r")) o.reps = (int)BS_MIN(n, MAX_REPS);
+            else o.mm_mb = n;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.threads, &o.n_threads, 1, 1024)) return cli_fail("bench");
+        } else if (!strcmp(a, "--matmul-rows")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.mm_rows, &o.n_mm_rows, 1, 4096)) return cli_fail("bench");
+        } else if (!strcmp(a, "--verify")) {
+            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.verify, &o.n_verify, 1, 64)) return cli_fail("bench");
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(o.out = cli_value(argc, argv, &i))) return cli_fail("bench");
+            if (strcmp(o.out, "md") && strcmp(o.out, "csv") && strcmp(o.out, "json")) {
+                bs_error("-o: '%s' is not md, csv or json", o.out);
+                return cli_fail("bench");
+            }
+        } else if (!strcmp(a, "--matmul")) o.matmul = 1;
+        else if (!strcmp(a, "--matmul-type")) { if (!(o.mm_type = cli_value(argc, argv, &i))) return cli_fail("bench"); }
+        else if (!strcmp(a, "--no-membw")) o.membw = 0;
+        else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
+        else if (!strcmp(a, "--no-mmap")) o.no_mmap = 1;
+        else {
+            bs_error("unknown option '%s' (see bitspark help bench)", a);
+            return cli_fail("bench");
+        }
+    }
+    if (!o.matmul && !o.model) {
+        bs_error("need -m MODEL (or --matmul for the kernel benchmark)");
+        return cli_fail("bench");
+    }
+    int rc = o.matmul ? bench_matmul(&o) : bench_model(&o);
+    return rc ? cli_fail("bench") : 0;
+}
+
+void help_bench(void) {
+    printf("usage: bitspark bench -m MODEL [options]       model speed, llama-bench style\n"
+           "       bitspark bench --matmul [options]       kernel speed on synthetic weights\n"
+           "\n"
+           "  -m, --model FILE     GGUF model\n"
+           "  -p N                 prompt-processing test pp<N> (one batch), 0 = skip (default 512)\n"
+           "  -n N                 generation test tg<N> (N one-token evals), 0 = skip (default 128)\n"
+           "  -t N[,N..]           threads, one row set per value (default: all CPUs)\n"
+           "  -r N                 repetitions, mean ± sample stddev (default 5)\n"
+           "  -o md|csv|json       output format (default md)\n"
+           "  --verify W[,W..]     cost of a W-token verify step relative to a 1-token step\n"
+           "  --no-membw           skip the memory-bandwidth / roofline line\n"
+           "  --no-warmup          skip the warm-up run\n"
+           "  --no-mmap            read the model into memory instead of mapping it\n"
+           "  --spec               with -md DRAFTER: measured DSpark round costs, projected speedups and\n"
+           "                       a measured greedy run with and without the drafter (options -m -md\n"
+           "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions)\n"
+           "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights (see --matmul-rows)\n"
+           "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
+           "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
+           "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
+           "\n"
+           "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
+           "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
+           "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n"
+           "Prompts of 32+ rows use AMX int8 tiles where the CPU has them (the amx line says whether);\n"
+           "BITSPARK_AMX=0 keeps them on AVX-512.\n");
+}

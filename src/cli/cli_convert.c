@@ -1,0 +1,78 @@
+/* cli_convert.c: `bitspark convert drafter-to-safetensors | drafter-to-gguf | hf-to-gguf`
+ * (convert.h). */
+#include "cli/cli.h"
+#include "tools/convert.h"
+#include "formats/quant.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void help_convert(void) {
+    printf(
+        "usage: bitspark convert drafter-to-safetensors IN.gguf OUTDIR [-t N]\n"
+        "       bitspark convert drafter-to-gguf INDIR OUT.gguf\n"
+        "       bitspark convert hf-to-gguf INDIR OUT.gguf [--type T] [-t N]\n"
+        "\n"
+        "drafter-to-safetensors  a DSpark drafter GGUF (PrismML's dspark files) -> the DeepSpec\n"
+        "    Qwen3DSparkModel standalone layout: OUTDIR/model.safetensors with HF tensor names\n"
+        "    and OUTDIR/config.json built from the GGUF metadata. F32/F16/BF16 tensors keep their\n"
+        "    dtype and bytes; quantized tensors are dequantized to BF16 (with a note).\n"
+        "drafter-to-gguf  the inverse: a safetensors checkpoint (one file or shards, with\n"
+        "    config.json) -> dspark GGUF, tensors byte for byte.\n"
+        "hf-to-gguf  a Hugging Face Qwen3.5/3.6 dense text checkpoint (config.json,\n"
+        "    model*.safetensors, tokenizer.json, tokenizer_config.json) -> qwen35 GGUF with\n"
+        "    llama.cpp's converter transforms: +1 on norms (not linear_attn.norm), ssm_a =\n"
+        "    -exp(A_log), V heads reordered to the tiled GGUF order, conv squeezed, vocabulary,\n"
+        "    merges, token types, special tokens and chat template. Vision (model.visual.*) and\n"
+        "    MTP (mtp.*) tensors are skipped with a note.\n"
+        "      --type T   type of the weight matrices (f32 f16 bf16 or any quantize type);\n"
+        "                 default: keep each tensor's dtype. Norms, conv, ssm_a, ssm_dt: F32.\n"
+        "\n"
+        "  -t, --threads N   threads for (de)quantization (default: all CPUs)\n");
+}
+
+int cmd_convert(int argc, char **argv) {
+    const char *pos[3] = {0}, *type_s = NULL;
+    int n_pos = 0;
+    long nt = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_convert(); return 0; }
+        if (!strcmp(a, "--type")) {
+            if (!(type_s = cli_value(argc, argv, &i))) return cli_fail("convert");
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &nt)) return cli_fail("convert");
+        } else if (a[0] == '-' && a[1]) {
+            bs_error("unknown option %s (see bitspark help convert)", a);
+            return cli_fail("convert");
+        } else if (n_pos < 3) {
+            pos[n_pos++] = a;
+        } else {
+            bs_error("too many arguments");
+            return cli_fail("convert");
+        }
+    }
+    if (n_pos != 3) {
+        bs_error("expected a mode (drafter-to-safetensors, drafter-to-gguf, hf-to-gguf), an input and an output");
+        return cli_fail("convert");
+    }
+    int type = -1, rc;
+    if (type_s) {
+        type = bs_type_from_name(type_s);
+        const bs_type_traits *tr = bs_type_get(type);
+        if (!tr || !tr->from_float || type == BS_Q8_1 || type == BS_Q8_K) {
+            bs_error("--type: '%s' is not a type bitspark can write", type_s);
+            return cli_fail("convert");
+        }
+    }
+    if (type_s && strcmp(pos[0], "hf-to-gguf")) {
+        bs_error("--type applies to hf-to-gguf only (use bitspark quantize afterwards)");
+        return cli_fail("convert");
+    }
+    if (!strcmp(pos[0], "drafter-to-safetensors")) rc = bs_convert_drafter_to_st(pos[1], pos[2], (int)nt);
+    else if (!strcmp(pos[0], "drafter-to-gguf")) rc = bs_convert_drafter_to_gguf(pos[1], pos[2], (int)nt);
+    else if (!strcmp(pos[0], "hf-to-gguf")) rc = bs_convert_hf_to_gguf(pos[1], pos[2], type, (int)nt);
+    else rc = bs_error("unknown mode '%s' (drafter-to-safetensors, drafter-to-gguf, hf-to-gguf)", pos[0]);
+    return rc ? cli_fail("convert") : 0;
+}

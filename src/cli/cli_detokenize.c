@@ -1,0 +1,72 @@
+/* cli_detokenize.c: `bitspark detokenize`: print the text of token ids. */
+#include "cli/cli.h"
+#include "text/tokenizer.h"
+#include "io/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+bs_tokenizer *cli_load_tokenizer(const char *path);   /* cli_tokenize.c */
+
+void help_detokenize(void) {
+    printf("usage: bitspark detokenize -m MODEL [--no-special] ID...\n"
+           "\n"
+           "Prints the text of the token ids (separated by spaces or commas, in one or several\n"
+           "arguments). Bytes that do not form valid UTF-8 are printed as U+FFFD.\n"
+           "  -m, --model MODEL  GGUF file (only its tokenizer metadata is read)\n"
+           "  --no-special       print control tokens such as <|im_end|> as nothing\n");
+}
+
+typedef struct { int32_t *v; size_t n, cap; } idlist;
+
+/* Parse "12 34,56" into ids; every id must be an integer (range is checked by the tokenizer). */
+static int parse_ids(const char *s, idlist *out) {
+    while (*s) {
+        if (*s == ' ' || *s == ',' || *s == '\t' || *s == '\n') { s++; continue; }
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || errno || (*end && !strchr(" ,\t\n", *end)))
+            return bs_error("'%s' is not a token id", s);
+        if (v < INT32_MIN || v > INT32_MAX) return bs_error("token id %lld is out of range", v);
+        if (out->n == out->cap) {
+            out->cap = out->cap ? 2 * out->cap : 64;
+            out->v = bs_xrealloc(out->v, out->cap * sizeof(int32_t));
+        }
+        out->v[out->n++] = (int32_t)v;
+        s = end;
+    }
+    return 0;
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    const char *model = NULL;
+    bool special = true;
+    idlist ids = {0};
+    int rc = 0;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) rc = -1; }
+        else if (!strcmp(a, "--no-special")) special = false;
+        else if (!strcmp(a, "--")) { while (rc == 0 && ++i < argc) rc = parse_ids(argv[i], &ids); }
+        else if (a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) rc = bs_error("unknown option '%s' (see 'bitspark help detokenize')", a);
+        else rc = parse_ids(a, &ids);
+    }
+    if (rc == 0 && !model) rc = bs_error("missing -m MODEL");
+    bs_tokenizer *t = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (rc == 0 && !(t = cli_load_tokenizer(model))) rc = -1;
+    if (rc == 0) rc = bs_detokenize(t, ids.v, ids.n, special, &text, &len);
+    if (rc == 0) {
+        fwrite(text, 1, len, stdout);
+        if (isatty(fileno(stdout))) putchar('\n');
+    }
+    free(text);
+    free(ids.v);
+    bs_tokenizer_free(t);
+    return rc ? cli_fail("detokenize") : 0;
+}

@@ -1,0 +1,180 @@
+/* cli_draft_logits.c: `bitspark draft-logits`: one drafter round on given raw tap rows, for
+ * comparing the drafter against other implementations (fixtures/dspark/). Writes the block's
+ * base logits (block_size rows of n_vocab float32, before the Markov bias) and prints the greedy
+ * Markov drafts and the confidences. This interface is used by outside checks: keep it stable. */
+#include "cli/cli.h"
+#include "dspark/dspark.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void help_draft_logits(void) {
+    printf("usage: bitspark draft-logits -md DRAFTER --features FILE --rows N --anchor ID\n"
+           "                             [--pos P] -o OUT.f32 [--json]\n"
+           "\n"
+           "One DSpark drafter round: the N tap rows in FILE (raw float32, N rows of\n"
+           "n_taps * n_embd values, pre-fc, positions 0..N-1) become the drafter's context,\n"
+           "then the block [ID, mask, ...] runs at positions P.. (default P = N).\n"
+           "\n"
+           "  -md, --model-draft F    drafter (.gguf, or safetensors file/dir with config.json)\n"
+           "  --features FILE         raw tap rows\n"
+           "  --rows N                how many rows to read from FILE\n"
+           "  --anchor ID             the block's anchor token\n"
+           "  --pos P                 position of the anchor (>= N; default N)\n"
+           "  -o, --output FILE       base block logits: block_size rows of n_vocab float32\n"
+           "  --json                  print {\"drafts\": [...], \"confidence\": [...]} instead of text\n"
+           "  --rounds OPS            several rounds on one drafter context instead (--anchor and\n"
+           "                          --pos unused): comma-separated +N (append the next N rows of\n"
+           "                          FILE), -N (crop the context to N rows), ID@P (a block with\n"
+           "                          anchor ID at position P); every block's logits go to OUT in\n"
+           "                          order; --json prints {\"rounds\": [{drafts, confidence}, ...]}\n"
+           "\n"
+           "Drafts: greedy argmax of base logits + Markov bias, chained on the token just\n"
+           "drafted, mask id excluded, ties to the lowest id. Confidence: the drafter's\n"
+           "confidence head per slot (-1 if it has none).\n");
+}
+
+typedef struct {
+    const char *drafter, *features, *out, *rounds;
+    long rows, anchor, pos;
+    bool json;
+} dl_opts;
+
+static int parse(dl_opts *o, int argc, char **argv) {
+    o->rows = o->anchor = o->pos = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
+            if (!(o->drafter = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--features")) {
+            if (!(o->features = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(o->out = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--rows")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 24, &o->rows)) return -1;
+        } else if (!strcmp(a, "--anchor")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, INT32_MAX, &o->anchor)) return -1;
+        } else if (!strcmp(a, "--pos")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 30, &o->pos)) return -1;
+        } else if (!strcmp(a, "--rounds")) {
+            if (!(o->rounds = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else {
+            return bs_error("unknown option '%s' (see bitspark help draft-logits)", a);
+        }
+    }
+    if (!o->drafter || !o->features || !o->out || o->rows < 0 || (o->anchor < 0 && !o->rounds))
+        return bs_error("-md, --features, --rows, --anchor (or --rounds) and -o are required");
+    if (o->pos < 0) o->pos = o->rows;
+    if (o->pos < o->rows) return bs_error("--pos %ld is inside the %ld context rows", o->pos, o->rows);
+    return 0;
+}
+
+static float *read_features(const char *path, long rows, size_t row, size_t *len) {
+    char *buf = bs_read_file(path, len);
+    if (!buf) return NULL;
+    uint64_t need;
+    if (bs_mul_overflow((uint64_t)rows, row * sizeof(float), &need) || *len < need) {
+        bs_error("%s: %zu bytes, but %ld rows of %zu floats need %llu", path, *len, rows, row,
+                 (unsigned long long)need);
+        free(buf);
+        return NULL;
+    }
+    return (float *)(void *)buf;   /* bs_read_file's buffer is malloc'd: aligned for floats */
+}
+
+static void print_result(const dl_opts *o, const int32_t *drafts, const float *conf, int n) {
+    const char *sep0 = o->json ? "" : " ", *sep = o->json ? ", " : " ";
+    printf(o->json ? "{\"drafts\": [" : "drafts:");
+    for (int k = 0; k < n; k++) printf("%s%d", k ? sep : sep0, drafts[k]);
+    printf(o->json ? "], \"confidence\": [" : "\nconfidence:");
+    for (int k = 0; k < n; k++) printf("%s%.6f", k ? sep : sep0, conf[k]);
+    printf(o->json ? "]}" : "\n");
+}
+
+/* A block at pos: its base logits appended to f, drafts and confidences printed. */
+static int block(const dl_opts *o, bs_dspark_ctx *c, const bs_dspark *d, long anchor, long pos, FILE *f, float *logits) {
+    const int B = d->hp.block_size;
+    if (anchor < 0 || anchor >= d->hp.n_vocab) return bs_error("anchor %ld is outside the vocabulary of %d", anchor, d->hp.n_vocab);
+    if (pos > (1L << 30) || bs_dspark_block(c, (int32_t)anchor, (int)pos)) return -1;
+    int32_t drafts[BS_DSPARK_MAX_BLOCK];
+    float conf[BS_DSPARK_MAX_BLOCK];
+    bs_dspark_logits(c, 0, B, logits);
+    bs_dspark_draft_greedy(c, (int32_t)anchor, B, drafts, conf);
+    const size_t nw = (size_t)B * d->hp.n_vocab;
+    if (fwrite(logits, sizeof(float), nw, f) != nw) return bs_error("cannot write %s", o->out);
+    print_result(o, drafts, conf, B);
+    return 0;
+}
+
+/* --rounds: +N append, -N crop, ID@P block. */
+static int run_rounds(const dl_opts *o, bs_dspark_ctx *c, const bs_dspark *d, const float *feat, FILE *f, float *logits) {
+    const size_t row = (size_t)d->hp.n_taps * d->hp.n_embd;
+    long used = 0;
+    int n_blocks = 0;
+    if (o->json) printf("{\"rounds\": [");
+    for (const char *p = o->rounds; *p;) {
+        char *end;
+        long a = strtol(p, &end, 10), b = 0;
+        if (end == p) return bs_error("--rounds: bad operation at '%s'", p);
+        if (*p == '+') {
+            if (a < 0 || a > o->rows - used) return bs_error("--rounds: +%ld runs past the %ld rows", a, o->rows);
+            if (bs_dspark_ctx_append(c, feat + (size_t)used * row, (int)a)) return -1;
+            used += a;
+        } else if (*p == '-') {
+            if (-a > bs_dspark_ctx_len(c)) return bs_error("--rounds: -%ld keeps more rows than the %d in the context", -a, bs_dspark_ctx_len(c));
+            bs_dspark_ctx_crop(c, (int)-a);
+        } else if (*end == '@') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || b < 0) return bs_error("--rounds: bad position at '%s'", q);
+            if (o->json && n_blocks) printf(", ");
+            if (block(o, c, d, a, b, f, logits)) return -1;
+            n_blocks++;
+        } else {
+            return bs_error("--rounds: expected +N, -N or ID@P at '%s'", p);
+        }
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return bs_error("--rounds: expected ',' at '%s'", p);
+    }
+    if (o->json) printf("]}\n");
+    return 0;
+}
+
+int cmd_draft_logits(int argc, char **argv) {
+    dl_opts o = {0};
+    if (parse(&o, argc, argv)) return cli_fail("draft-logits");
+    bs_dspark *d = bs_dspark_load(o.drafter, NULL);
+    if (!d) return cli_fail("draft-logits");
+    const bs_dspark_hparams *hp = &d->hp;
+    int rc = 1;
+    size_t len;
+    bs_dspark_ctx *c = NULL;
+    float *feat = read_features(o.features, o.rows, (size_t)hp->n_taps * hp->n_embd, &len);
+    FILE *f = NULL;
+    if (!feat) goto done;
+    float *logits = bs_xmalloc((size_t)hp->block_size * hp->n_vocab * sizeof(float));
+    if (!(c = bs_dspark_ctx_new(d, (int)BS_MIN(BS_MAX(o.rows, 1) + 4096L, 1L << 24), NULL))) goto done_l;
+    if (!(f = fopen(o.out, "wb"))) { bs_error("cannot write %s", o.out); goto done_l; }
+    if (o.rounds) {
+        if (run_rounds(&o, c, d, feat, f, logits)) goto done_l;
+    } else {
+        if (bs_dspark_ctx_append(c, feat, (int)o.rows) || block(&o, c, d, o.anchor, o.pos, f, logits)) goto done_l;
+        if (o.json) printf("\n");
+    }
+    rc = fclose(f) ? bs_error("cannot write %s", o.out) : 0;
+    f = NULL;
+done_l:
+    free(logits);
+done:
+    if (f) fclose(f);
+    if (rc) cli_fail("draft-logits");
+    bs_dspark_ctx_free(c);
+    free(feat);
+    bs_dspark_free(d);
+    return rc;
+}

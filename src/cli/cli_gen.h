@@ -1,0 +1,19 @@
+/* cli_gen.h: the command-line options of the generating commands (run, chat, antidoom), parsed
+ * into the options a bs_engine opens with (generate/engine.h). */
+#ifndef BS_CLI_GEN_H
+#define BS_CLI_GEN_H
+
+#include "generate/engine.h"
+
+/* Defaults: engine defaults with every core. */
+void cli_gen_defaults(bs_engine_opts *o);
+/* Try argv[*i] as a model/session/sampling/drafter/guard/LoRA option: 1 if consumed (with its
+ * value; *i advanced), 0 if not one of these, -1 + bs_error on a bad value. */
+int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i);
+/* Usage lines of those options. */
+void cli_gen_help(void);
+/* The doom-loop guard's options alone (serve takes these too). */
+int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
+void cli_gen_guard_help(void);
+
+#endif

@@ -1,0 +1,168 @@
+/* cli_logits.c: `bitspark logits`: evaluate a token list (the first N tokens as one batch, the
+ * rest one at a time) and write every position's logits as raw float32 rows: the layout of the
+ * reference fixtures, so outside checks can compare bitspark with other runtimes. Optionally also
+ * writes the layer taps of every position. Keep this interface stable. */
+#include "bitspark.h"
+#include "cli/cli.h"
+#include "io/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_TOKENS (1 << 24)
+
+typedef struct opts {
+    const char *model, *tokens, *tokens_file, *out, *taps, *taps_out;
+    long batch, threads, ctx;
+    int kv_type;
+    bool no_mmap;
+} opts;
+
+void help_logits(void) {
+    printf("usage: bitspark logits -m MODEL (--tokens ID,ID,... | --tokens-file FILE) -o OUT.f32 [options]\n\n"
+           "Evaluates the first N tokens as one batch, then the rest one at a time, and writes one\n"
+           "row of n_vocab float32 logits per token (little-endian, no header).\n\n"
+           "  --batch N          tokens in the first batch (default: all)\n"
+           "  --tokens-file F    token ids as a JSON list or separated by spaces / commas\n"
+           "  --taps L,L,...     also capture the residual stream after these layers (0-based)\n"
+           "  --taps-out F       where the taps go: one row of (number of taps * n_embd) per token\n"
+           "  --kv-type f16|f32  KV cache type (default f16)\n"
+           "  --ctx N            context size (default 4096, or the token count if larger)\n"
+           "  -t N               threads (default 1)\n"
+           "  --no-mmap          read the model into memory instead of mapping it\n");
+}
+
+/* Integers separated by commas, whitespace and (for JSON lists) brackets. */
+static int parse_ids(const char *text, const char *what, long lo, long hi, int32_t **out, int *n_out) {
+    int cap = 64, n = 0;
+    int32_t *ids = bs_xmalloc((size_t)cap * sizeof *ids);
+    const char *p = text;
+    for (;;) {
+        while (*p == ',' || *p == '[' || *p == ']' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno) { free(ids); return bs_error("%s: '%.20s' is not an integer", what, p); }
+        if (*end && !strchr(",[] \t\r\n", *end)) { free(ids); return bs_error("%s: malformed list near '%.20s'", what, p); }
+        if (v < lo || v > hi) { free(ids); return bs_error("%s: %ld is out of range [%ld, %ld]", what, v, lo, hi); }
+        if (n == MAX_TOKENS) { free(ids); return bs_error("%s: more than %d entries", what, MAX_TOKENS); }
+        if (n == cap) ids = bs_xrealloc(ids, (size_t)(cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (n == 0) { free(ids); return bs_error("%s: empty list", what); }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->batch = -1;
+    o->threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+#define VAL() do { if (!(v = cli_value(argc, argv, &i))) return -1; } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--tokens")) { VAL(); o->tokens = v; }
+        else if (!strcmp(a, "--tokens-file")) { VAL(); o->tokens_file = v; }
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); o->out = v; }
+        else if (!strcmp(a, "--taps")) { VAL(); o->taps = v; }
+        else if (!strcmp(a, "--taps-out")) { VAL(); o->taps_out = v; }
+        else if (!strcmp(a, "--batch")) { VAL(); if (cli_parse_int(a, v, 1, MAX_TOKENS, &o->batch)) return -1; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); if (cli_parse_int(a, v, 1, 1024, &o->threads)) return -1; }
+        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { VAL(); if (cli_parse_int(a, v, 1, MAX_TOKENS, &o->ctx)) return -1; }
+        else if (!strcmp(a, "--kv-type")) {
+            VAL();
+            if (!strcmp(v, "f16")) o->kv_type = BS_KV_F16;
+            else if (!strcmp(v, "f32")) o->kv_type = BS_KV_F32;
+            else return bs_error("--kv-type: '%s' is not f16 or f32", v);
+        }
+        else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
+        else return bs_error("unknown option '%s' (see bitspark help logits)", a);
+#undef VAL
+    }
+    if (!o->model) return bs_error("-m MODEL is required");
+    if (!o->out) return bs_error("-o OUT.f32 is required");
+    if (!o->tokens == !o->tokens_file) return bs_error("give exactly one of --tokens and --tokens-file");
+    if (!o->taps != !o->taps_out) return bs_error("--taps and --taps-out go together");
+    return 0;
+}
+
+static int write_file(const char *path, const float *data, size_t count) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return bs_error("cannot create %s: %s", path, strerror(errno));
+    size_t w = fwrite(data, sizeof(float), count, f);
+    if (fclose(f) != 0 || w != count) { remove(path); return bs_error("writing %s failed", path); }
+    return 0;
+}
+
+typedef struct run_ctx {
+    int32_t *tokens, *taps;
+    int n_tokens, n_taps;
+    float *logits, *tap_rows;
+    bs_model *m;
+    bs_session *s;
+} run_ctx;
+
+static int evaluate(const opts *o, run_ctx *r) {
+    const int nv = bs_model_n_vocab(r->m), E = bs_model_n_embd(r->m);
+    for (int i = 0; i < r->n_tokens; i++)
+        if (r->tokens[i] >= nv) return bs_error("token id %d (at %d) is out of range [0, %d)", r->tokens[i], i, nv);
+    const int nb = o->batch < 0 ? r->n_tokens : (int)BS_MIN(o->batch, (long)r->n_tokens);
+    bs_session_params sp = {.n_ctx = (int)o->ctx, .kv_type = o->kv_type, .n_threads = (int)o->threads,
+                            .n_batch = BS_MAX(nb, 512)};
+    if (!o->ctx && r->n_tokens > 4096) sp.n_ctx = r->n_tokens;
+    if (!(r->s = bs_session_new(r->m, &sp))) return -1;
+    if (r->n_tokens > bs_session_n_ctx(r->s))
+        return bs_error("%d tokens are more than the context of %d (use --ctx)", r->n_tokens, bs_session_n_ctx(r->s));
+    if (r->n_taps && bs_session_set_taps(r->s, r->taps, r->n_taps)) return -1;
+    r->logits = bs_xmalloc((size_t)r->n_tokens * nv * sizeof(float));
+    const size_t tap_w = (size_t)r->n_taps * E;
+    if (r->n_taps) r->tap_rows = bs_xmalloc((size_t)r->n_tokens * tap_w * sizeof(float));
+
+    double t0 = bs_time();
+    if (bs_eval(r->s, r->tokens, nb, BS_LOGITS_ALL, r->logits, r->tap_rows)) return -1;
+    double t1 = bs_time();
+    for (int i = nb; i < r->n_tokens; i++)
+        if (bs_eval(r->s, r->tokens + i, 1, BS_LOGITS_ALL, r->logits + (size_t)i * nv,
+                    r->tap_rows ? r->tap_rows + (size_t)i * tap_w : NULL))
+            return -1;
+    double t2 = bs_time();
+    bs_log(1, "logits: batch of %d in %.3f s, %d single tokens in %.3f s\n", nb, t1 - t0, r->n_tokens - nb, t2 - t1);
+    if (write_file(o->out, r->logits, (size_t)r->n_tokens * nv)) return -1;
+    if (r->n_taps && write_file(o->taps_out, r->tap_rows, (size_t)r->n_tokens * tap_w)) return -1;
+    return 0;
+}
+
+int cmd_logits(int argc, char **argv) {
+    opts o;
+    run_ctx r = {0};
+    int rc = 1;
+    if (parse_opts(argc, argv, &o)) return cli_fail("logits");
+    if (o.tokens) {
+        if (parse_ids(o.tokens, "--tokens", 0, INT32_MAX, &r.tokens, &r.n_tokens)) goto done;
+    } else {
+        char *text = bs_read_file(o.tokens_file, NULL);
+        if (!text) goto done;
+        int e = parse_ids(text, o.tokens_file, 0, INT32_MAX, &r.tokens, &r.n_tokens);
+        free(text);
+        if (e) goto done;
+    }
+    if (o.taps && parse_ids(o.taps, "--taps", 0, 1 << 20, &r.taps, &r.n_taps)) goto done;
+    bs_model_params mp = {.no_mmap = o.no_mmap};
+    if (!(r.m = bs_model_load(o.model, &mp))) goto done;
+    rc = evaluate(&o, &r) ? 1 : 0;
+done:
+    if (rc) cli_fail("logits");
+    bs_session_free(r.s);
+    bs_model_free(r.m);
+    free(r.tokens);
+    free(r.taps);
+    free(r.logits);
+    free(r.tap_rows);
+    return rc;
+}

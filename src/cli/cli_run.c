@@ -1,0 +1,160 @@
+/* cli_run.c: `bitspark run`: generate from one prompt. Only the generated text goes to stdout
+ * (streamed, whole UTF-8 code points); logs and llama.cpp-style timings go to stderr. */
+#include "cli/cli.h"
+#include "cli/cli_gen.h"
+#include "io/utf8.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    bs_engine_opts g;
+    const char *prompt, *file, *system;
+    int n_predict;
+    bool chat, no_think, quiet;
+} run_opts;
+
+void help_run(void) {
+    printf("usage: bitspark run -m MODEL (-p TEXT | -f FILE) [options]\n"
+           "\n"
+           "Generate a continuation of the prompt. The prompt is tokenized with special tokens\n"
+           "parsed (like llama.cpp's -p); --chat wraps it in the model's chat template.\n"
+           "\n"
+           "  -p, --prompt TEXT       prompt text\n"
+           "  -f, --file FILE         read the prompt from a file ('-': stdin)\n"
+           "  -n, --n-predict N       tokens to generate, -1 = until end of generation (-1)\n"
+           "  --chat                  wrap the prompt as a user message in the chat template\n"
+           "  --no-think              with --chat: the enable_thinking=false form\n"
+           "  -sys, --system TEXT     with --chat: system message\n"
+           "  -q, --quiet             no logs or timing lines on stderr\n"
+           "  -v, --verbose           also log the prompt as rendered and tokenized\n");
+    cli_gen_help();
+}
+
+static int parse(run_opts *o, int argc, char **argv) {
+    cli_gen_defaults(&o->g);
+    o->n_predict = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_gen_parse(&o->g, argc, argv, &i);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        long x;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(o->prompt = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(o->file = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) {
+            if (!(o->system = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v || cli_parse_int(a, v, -1, INT32_MAX, &x)) return -1;
+            o->n_predict = (int)x;
+        } else if (!strcmp(a, "--chat")) {
+            o->chat = true;
+        } else if (!strcmp(a, "--no-think")) {
+            o->no_think = true;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = true;
+            bs_log_level = 0;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            bs_log_level = 2;
+        } else {
+            return bs_error("unknown option '%s' (see bitspark help run)", a);
+        }
+    }
+    if (!o->g.model) return bs_error("no model given (-m FILE)");
+    if (!o->prompt == !o->file) return bs_error("give exactly one of -p TEXT or -f FILE");
+    if ((o->no_think || o->system) && !o->chat) return bs_error("--no-think and -sys need --chat");
+    return 0;
+}
+
+static void emit_stdout(void *ud, const char *text, size_t len) {
+    (void)ud;
+    if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+}
+
+static char *read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0, got;
+    char *buf = bs_xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - 1 - n, stdin)) > 0) {
+        n += got;
+        if (n + 1 == cap) buf = bs_xrealloc(buf, cap *= 2);
+    }
+    if (ferror(stdin)) {
+        free(buf);
+        bs_error("reading the prompt from stdin failed");
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* The prompt text: as given, or rendered as a one-message chat. malloc'd. */
+static char *prompt_text(const run_opts *o, bs_engine *e, size_t *len) {
+    char *raw = NULL;
+    size_t n;
+    if (o->file && !strcmp(o->file, "-")) {
+        if (!(raw = read_stdin(&n))) return NULL;
+    } else if (o->file) {
+        if (!(raw = bs_read_file(o->file, &n))) return NULL;
+    } else {
+        raw = bs_xstrdup(o->prompt);
+        n = strlen(raw);
+    }
+    size_t bad;
+    if (!bs_utf8_valid(raw, n, &bad)) {
+        bs_error("the prompt is not valid UTF-8 (bad byte 0x%02x at offset %zu)",
+                 (unsigned char)raw[bad], bad);
+        free(raw);
+        return NULL;
+    }
+    if (!o->chat) {
+        *len = n;
+        return raw;
+    }
+    bs_chat_msg msgs[2] = {{0}};
+    int nm = 0;
+    if (o->system) msgs[nm++] = (bs_chat_msg){.role = "system", .content = o->system};
+    msgs[nm++] = (bs_chat_msg){.role = "user", .content = raw};
+    if (memchr(raw, 0, n)) {
+        free(raw);
+        bs_error("the prompt contains a NUL byte");
+        return NULL;
+    }
+    char *out = bs_engine_render(e, msgs, nm, o->no_think ? 0 : -1, true, len);
+    free(raw);
+    return out;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o = {0};
+    if (parse(&o, argc, argv)) return cli_fail("run");
+    bs_engine e;
+    if (bs_engine_open(&e, &o.g)) return cli_fail("run");
+    int rc = 1;
+    size_t len, n;
+    int32_t *ids = NULL;
+    char *text = prompt_text(&o, &e, &len);
+    if (!text || bs_engine_tokenize(&e, text, len, &ids, &n)) goto done;
+    if (n > (size_t)INT32_MAX) { bs_error("prompt too long"); goto done; }
+    bs_log(2, "prompt (%zu tokens):\n%.*s\n", n, (int)BS_MIN(len, 4096), text);
+    bs_gen_request r;
+    bs_engine_request(&e, &r);
+    r.n_predict = o.n_predict;
+    if (bs_engine_generate(&e, &r, ids, (int)n, emit_stdout, NULL)) goto done;
+    if (!o.quiet) bs_engine_print_stats(&e, bs_gen_get_stats(e.gen));
+    rc = 0;
+done:
+    if (rc) cli_fail("run");
+    free(ids);
+    free(text);
+    bs_engine_close(&e);
+    return rc;
+}

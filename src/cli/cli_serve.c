@@ -1,0 +1,132 @@
+/* cli_serve.c: `bitspark serve`: the OpenAI-compatible HTTP server (server.h). Runs until SIGINT
+ * or SIGTERM, then stops accepting, cancels what runs and exits cleanly. */
+#include "cli/cli.h"
+#include "cli/cli_gen.h"
+#include "server/server.h"
+#include "dspark/spec_depth.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+void help_serve(void) {
+    printf("usage: bitspark serve -m MODEL [options]\n"
+           "\n"
+           "OpenAI-compatible HTTP server (llama-server's API): POST /v1/chat/completions,\n"
+           "/v1/completions, /tokenize, /detokenize, /apply-template; GET /v1/models, /health,\n"
+           "/props, /slots, /metrics, and a web chat page at /.\n"
+           "\n"
+           "  -m, --model FILE        qwen35 GGUF\n"
+           "  -md, --model-draft FILE DSpark drafter: speculative decoding (temperature 0 output\n"
+           "                          is unchanged); a request's \"draft_max\": 0 turns it off\n"
+           "  --draft-max N|auto      drafts verified per round (the drafter's block size)\n"
+           "  --draft-window N        the drafter attends to its last N context rows (0: all)\n"
+           "  --host ADDR             address to listen on (127.0.0.1)\n"
+           "  --port N                port, 0 = any free one (8080)\n"
+           "  -np, --parallel N       slots: requests generated at the same time, their decode\n"
+           "                          steps batched into one pass through the weights (1)\n"
+           "  -c, --ctx N             context per slot in tokens (4096, capped by the model)\n"
+           "  -t, --threads N         threads (all cores)\n"
+           "  --queue N               requests that may wait for a slot; more get 503 (16 x slots)\n"
+           "  --api-key KEY           require 'Authorization: Bearer KEY' (not for /health and /)\n"
+           "  --alias NAME            model id reported by /v1/models (the file name)\n"
+           "  --body-limit BYTES      largest request body; more is 413 (8 MiB)\n"
+           "  --max-connections N     simultaneous connections (256)\n"
+           "  --no-webui              no chat page at /\n"
+           "  --no-mmap               read the model into memory\n"
+           "  -v, --verbose           more logging\n"
+           "\n");
+    cli_gen_guard_help();
+    printf("  These set the server's default. A request overrides it with \"loop_guard\":\n"
+           "  \"off\" | \"stop\" | \"rewind\", or {\"mode\", \"min_repeats\", \"min_chars\",\n"
+           "  \"max_period\", \"max_rewinds\"} (each optional). Every answer reports what the\n"
+           "  guard did in \"loop_guard\" {mode, loops_detected, rewinds, discarded_tokens,\n"
+           "  stopped, span} next to \"timings\" (streams: on the finish chunk); /metrics counts\n"
+           "  loops, rewinds and stops. A generation the guard ends has finish_reason \"stop\".\n"
+           "  In rewind mode text streams out once no rewind can reach it. With -md, stop mode\n"
+           "  drafts as usual and a rewind request decodes without drafting.\n");
+}
+
+/* --loop-guard and the --loop-* thresholds: the same options (and parser) as run and chat. */
+static int parse_loop_guard(srv_config *c, int argc, char **argv, int *i) {
+    bs_engine_opts o;
+    bs_engine_opts_init(&o);
+    o.loop = c->loop;
+    int rc = cli_gen_guard_parse(&o, argc, argv, i);
+    if (rc == 1) c->loop = o.loop;
+    return rc;
+}
+
+static int parse(srv_config *c, int argc, char **argv) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->n_slots = 1;
+    c->queue_max = -1;
+    c->body_max = 8L << 20;
+    c->max_connections = 256;
+    c->draft_max = SRV_DRAFT_DEFAULT;
+    c->n_threads = bs_cpu_count();
+    c->loop = bs_loop_guard_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        long x;
+        int lg = parse_loop_guard(c, argc, argv, &i);
+        if (lg < 0) return -1;
+        if (lg) continue;
+#define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(c->model = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { if (!(c->drafter = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
+            if (!(v = cli_value(argc, argv, &i))) return -1;
+            if (!strcmp(v, "auto")) c->draft_max = BS_DRAFT_AUTO;
+            else if (cli_parse_int(a, v, 0, BS_DEPTH_MAX, &x)) return -1;
+            else c->draft_max = (int)x;
+        }
+        else if (!strcmp(a, "--draft-window")) INT_OPT(0, 1 << 24, c->draft_window);
+        else if (!strcmp(a, "--host")) { if (!(c->host = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--port")) INT_OPT(0, 65535, c->port);
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) INT_OPT(1, 256, c->n_slots);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) INT_OPT(16, 1 << 24, c->n_ctx);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT_OPT(1, 512, c->n_threads);
+        else if (!strcmp(a, "--queue")) INT_OPT(0, 1 << 20, c->queue_max);
+        else if (!strcmp(a, "--body-limit")) INT_OPT(1024, 1L << 32, c->body_max);
+        else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
+        else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--no-webui")) c->no_webui = true;
+        else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
+        else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) bs_log_level = 2;
+        else return bs_error("unknown option '%s' (see bitspark help serve)", a);
+#undef INT_OPT
+    }
+    if (!c->model) return bs_error("no model given (-m FILE)");
+    if (c->queue_max < 0) c->queue_max = 16 * c->n_slots;
+    if (c->queue_max == 0) c->queue_max = 1;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_config cfg;
+    if (parse(&cfg, argc, argv)) return cli_fail("serve");
+    signal(SIGPIPE, SIG_IGN);
+    /* every thread started from here on inherits the block; the main thread waits for them */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    static srv s;
+    if (srv_start(&s, &cfg)) return cli_fail("serve");
+    fprintf(stderr, "bitspark serve: listening on http://%s:%d (%d slot%s, context %d, %d threads)\n", cfg.host,
+            s.port, cfg.n_slots, cfg.n_slots > 1 ? "s" : "", srv_sched_n_ctx(s.sched), cfg.n_threads);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "bitspark serve: shutting down\n");
+    srv_stop(&s);
+    return 0;
+}

@@ -1,0 +1,117 @@
+/* cli_tokenize.c: `bitspark tokenize`: print the token ids of a text, using only the model's
+ * metadata (the GGUF is opened without mapping its tensors). */
+#include "cli/cli.h"
+#include "io/gguf.h"
+#include "text/tokenizer.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void help_tokenize(void) {
+    printf("usage: bitspark tokenize -m MODEL [--special] [--json | --pieces] (TEXT | -f FILE)\n"
+           "\n"
+           "Prints the token ids of TEXT (or of the contents of FILE, '-' for stdin), separated by\n"
+           "spaces.\n"
+           "  -m, --model MODEL  GGUF file (only its tokenizer metadata is read)\n"
+           "  --special          parse special tokens such as <|im_start|> in the text; without it\n"
+           "                     they are tokenized as plain text\n"
+           "  --json             print a JSON array of ids instead\n"
+           "  --pieces           print one 'id<TAB>piece' line per token (piece JSON-escaped)\n");
+}
+
+/* Open MODEL's tokenizer; shared with cli_detokenize.c. */
+bs_tokenizer *cli_load_tokenizer(const char *path);
+bs_tokenizer *cli_load_tokenizer(const char *path) {
+    gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
+    if (!f) return NULL;   /* gguf_open names the path */
+    bs_tokenizer *t = bs_tokenizer_from_gguf(f);
+    if (!t) bs_error_prefix("%s: ", path);
+    gguf_close(f);
+    return t;
+}
+
+static char *read_stream(FILE *in, size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = bs_xmalloc(cap);
+    size_t k;
+    while ((k = fread(buf + n, 1, cap - n - 1, in)) > 0) {
+        n += k;
+        if (cap - n < 2) { cap *= 2; buf = bs_xrealloc(buf, cap); }
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+static void print_json_string(const char *s, size_t n) {
+    putchar('"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c < 0x20 || c == 0x7f) printf("\\u%04x", c);
+        else if (c >= 0x80) printf("\\x%02x", c);   /* raw bytes: a piece may be part of a code point */
+        else putchar(c);
+    }
+    putchar('"');
+}
+
+static void print_ids(const bs_tokenizer *t, const int32_t *ids, size_t n, int mode) {
+    if (mode == 1) putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        if (mode == 2) {
+            const char *p;
+            size_t len;
+            bs_token_to_piece(t, ids[i], true, &p, &len);
+            printf("%d\t", (int)ids[i]);
+            print_json_string(p, len);
+            putchar('\n');
+        } else {
+            printf(i ? (mode == 1 ? ", %d" : " %d") : "%d", (int)ids[i]);
+        }
+    }
+    if (mode == 1) putchar(']');
+    if (mode != 2) putchar('\n');
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *file = NULL, *text = NULL;
+    bool special = false;
+    int mode = 0;   /* 0 plain, 1 json, 2 pieces */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return cli_fail("tokenize"); }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(file = cli_value(argc, argv, &i))) return cli_fail("tokenize"); }
+        else if (!strcmp(a, "--special")) special = true;
+        else if (!strcmp(a, "--json")) mode = 1;
+        else if (!strcmp(a, "--pieces")) mode = 2;
+        else if (!strcmp(a, "--")) { if (i + 1 < argc) text = argv[++i]; }
+        else if (a[0] == '-' && a[1]) { bs_error("unknown option '%s' (see 'bitspark help tokenize')", a); return cli_fail("tokenize"); }
+        else if (!text) text = a;
+        else { bs_error("give the text as one argument (quote it)"); return cli_fail("tokenize"); }
+    }
+    if (!model) { bs_error("missing -m MODEL"); return cli_fail("tokenize"); }
+    if (!text == !file) { bs_error("give either TEXT or -f FILE"); return cli_fail("tokenize"); }
+    size_t len;
+    char *buf = NULL;
+    if (file) {
+        buf = !strcmp(file, "-") ? read_stream(stdin, &len) : bs_read_file(file, &len);
+        if (!buf) return cli_fail("tokenize");
+        text = buf;
+    } else {
+        len = strlen(text);
+    }
+    bs_tokenizer *t = cli_load_tokenizer(model);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (!t || bs_tokenize(t, text, len, special, &ids, &n)) rc = cli_fail("tokenize");
+    else print_ids(t, ids, n, mode);
+    free(ids);
+    free(buf);
+    bs_tokenizer_free(t);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* matmul.c: the reference implementation of bs_matmul / bs_get_rows (matmul.h).
+ *
+ * It does what llama.cpp's CPU backend does, in the plainest way: each activation row is
+ * converted once to the weight type's vec_dot_type with the table's act_from_float (x86
+ * rounding), then every output is one scalar vec_dot of a weight row with an activation row.
+ * Each (row, output) pair goes through the same call whatever n_rows is, so a row's result
+ * never depends on how many rows were batched with it. Faster kernels (SIMD, threads) replace
+ * the inner loops behind this same API and must keep that property. */
+#include "cpu/matmul.h"
+#include "model/lora.h"
+
+#include "cpu/cpu_features.h"
+#include "io/gguf.h"
+#include "cpu/kernels.h"
+#include "formats/quant.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int bs_weight_from_tensor(bs_weight *w, const gguf_tensor *t) {
+    for (int d = 2; d < GGUF_MAX_DIMS; d++)
+        if (t->ne[d] != 1) return bs_error("%s: a weight must be 1-D or 2-D", t->name);
+    const bs_type_traits *tt = bs_type_get(t->type);
+    if (!tt || !tt->to_float || !tt->vec_dot)
+        return bs_error("%s: type %s cannot be used as a weight", t->name, bs_type_name(t->type));
+    int64_t ne0 = t->ne[0], ne1 = t->n_dims >= 2 ? t->ne[1] : 1;
+    size_t row = bs_row_size(t->type, ne0);
+    uint64_t total = bs_tensor_size(t->type, ne0, ne1 > 0 ? (uint64_t)ne1 : 0);
+    if (row == 0 || ne1 <= 0 || total == UINT64_MAX)
+        return bs_error("%s: bad shape [%lld, %lld] for type %s", t->name, (long long)ne0,
+                        (long long)ne1, tt->name);
+    if (total > t->nbytes)
+        return bs_error("%s: %llu bytes of data, %llu needed", t->name,
+                        (unsigned long long)t->nbytes, (unsigned long long)total);
+    *w = (bs_weight){.type = t->type, .ne0 = ne0, .ne1 = ne1, .data = t->data,
+                     .row_bytes = row, .name = t->name};
+    return 0;
+}
+
+/* The fast path (kernels.c: SIMD kernels, threads) for every dispatch level above scalar;
+ * BITSPARK_CPU=scalar (or bs_cpu_set_level) selects the single-threaded reference below, which
+ * is the tests' oracle. */
+void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool) {
+    if (W->lora) { bs_lora_matmul(W, x, n_rows, y, pool); return; }   /* W x + LoRA terms */
+    if (bs_matmul_fast(W, x, n_rows, y, pool, bs_cpu_level()) == 0) return;
+    const bs_type_traits *t = bs_type_get(W->type);
+    if (!t || !t->vec_dot) {
+        /* bs_weight_from_tensor rejects these; reaching here is a programming error. */
+        fprintf(stderr, "bitspark: bs_matmul: no dot product for type %s\n", bs_type_name(W->type));
+        abort();
+    }
+    const int64_t ne0 = W->ne0, ne1 = W->ne1;
+    const uint8_t *act = (const uint8_t *)x;
+    size_t act_row = (size_t)ne0 * sizeof(float);
+    void *buf = NULL;
+    if (t->act_from_float) {
+        act_row = bs_row_size(t->vec_dot_type, ne0);
+        buf = bs_xmalloc(act_row * (size_t)n_rows);
+        for (int64_t r = 0; r < n_rows; r++)
+            t->act_from_float(x + r * ne0, (uint8_t *)buf + r * act_row, ne0);
+        act = buf;
+    }
+    uint8_t *rowbuf = bs_xmalloc(W->row_bytes);   /* a row unpacked from a layout packed in place */
+    for (int64_t o = 0; o < ne1; o++) {
+        const uint8_t *wrow = bs_weight_row(W, o, rowbuf);
+        for (int64_t r = 0; r < n_rows; r++)
+            t->vec_dot(ne0, &y[r * ne1 + o], wrow, act + (size_t)r * act_row);
+    }
+    free(rowbuf);
+    free(buf);
+}
+
+int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out) {
+    const bs_type_traits *t = bs_type_get(W->type);
+    if (!t || !t->to_float) return bs_error("get_rows: cannot dequantize type %s", bs_type_name(W->type));
+    uint8_t *rowbuf = NULL;
+    for (int64_t r = 0; r < n; r++) {
+        if (ids[r] < 0 || ids[r] >= W->ne1) {
+            free(rowbuf);
+            return bs_error("get_rows: id %d out of range [0, %lld)", (int)ids[r], (long long)W->ne1);
+        }
+        if (W->packed && !rowbuf) rowbuf = bs_xmalloc(W->row_bytes);
+        t->to_float(bs_weight_row(W, ids[r], rowbuf), out + r * W->ne0, W->ne0);
+    }
+    free(rowbuf);
+    return 0;
+}

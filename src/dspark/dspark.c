@@ -1,0 +1,321 @@
+/* dspark.c: the DSpark drafter's forward pass (dspark.md §2-4; see dspark.h).
+ *
+ * Context rows never enter the residual stream: each only supplies K/V to every layer, through
+ * that layer's own k/v projections and k-norm, RoPE'd at the row's absolute position. They are
+ * projected once, when appended, and kept (f32) until cropped. The block attends to
+ * [context ; block] with no mask at all. */
+#include "dspark/dspark.h"
+#include "cpu/attn_simd.h"
+#include "model/ops.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define APPEND_CHUNK 64
+
+struct bs_dspark_ctx {
+    const bs_dspark *d;
+    bs_pool *pool;
+    int len;                     /* positions covered: the next row appended gets position len */
+    int n_rows, cap, n_ctx_max;  /* rows held (fewer than len after bs_dspark_ctx_skip) */
+    int *pos;                    /* [cap] position of each row, increasing */
+    size_t kv_w;                 /* n_head_kv * head_dim */
+    float **k, **v;              /* per layer: [cap][kv_w] context keys (normed, roped) / values */
+    /* scratch */
+    float *c;                    /* [APPEND_CHUNK][n_embd] fused context rows */
+    float *kc, *vc;              /* [APPEND_CHUNK][kv_w] */
+    float *rope;                 /* [max(APPEND_CHUNK, B)][head_dim] */
+    float *x, *h, *q, *kb, *vb, *att, *f1, *f2;   /* block rows */
+    float *scores;               /* [threads][BS_ATTN_MAX_GROUP][n_ctx_max + B] */
+    float *qo;                   /* [threads][2][BS_ATTN_MAX_GROUP][head_dim] gathered queries, outputs */
+    int n_threads;
+    float *hidden;               /* [B][n_embd] final-normed block state */
+    float *w1;                   /* [markov_rank] */
+    float *logits, *bias;        /* [B][n_vocab], [n_vocab] */
+    int block_pos;               /* position of the last block's anchor, -1 before any */
+    int nb;                      /* slots of the last block (block_size unless shortened) */
+    int window;                  /* > 0: the block attends to the last `window` context rows only */
+};
+
+static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
+
+bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *pool) {
+    const bs_dspark_hparams *hp = &d->hp;
+    if (n_ctx_max < 1 || n_ctx_max > (1 << 24)) {
+        bs_error("drafter context %d is out of range", n_ctx_max);
+        return NULL;
+    }
+    bs_dspark_ctx *c = bs_xcalloc(1, sizeof *c);
+    const size_t E = (size_t)hp->n_embd, B = (size_t)hp->block_size, D = (size_t)hp->head_dim;
+    const size_t q = (size_t)hp->n_head * D, ff = (size_t)hp->n_ff, V = (size_t)hp->n_vocab;
+    c->d = d;
+    c->pool = pool;
+    c->n_ctx_max = n_ctx_max;
+    c->kv_w = (size_t)hp->n_head_kv * D;
+    c->k = bs_xcalloc((size_t)hp->n_layer, sizeof *c->k);
+    c->v = bs_xcalloc((size_t)hp->n_layer, sizeof *c->v);
+    c->c = falloc(APPEND_CHUNK * E);
+    c->kc = falloc(APPEND_CHUNK * c->kv_w);
+    c->vc = falloc(APPEND_CHUNK * c->kv_w);
+    c->rope = falloc(BS_MAX(APPEND_CHUNK, B) * D);
+    c->x = falloc(B * E);
+    c->h = falloc(B * E);
+    c->q = falloc(B * q);
+    c->kb = falloc(B * c->kv_w);
+    c->vb = falloc(B * c->kv_w);
+    c->att = falloc(B * q);
+    c->f1 = falloc(B * ff);
+    c->f2 = falloc(B * ff);
+    c->n_threads = bs_pool_size(pool);
+    c->scores = falloc((size_t)c->n_threads * BS_ATTN_MAX_GROUP * ((size_t)n_ctx_max + B));
+    c->qo = falloc((size_t)c->n_threads * 2 * BS_ATTN_MAX_GROUP * D);
+    c->hidden = falloc(B * E);
+    c->w1 = falloc((size_t)hp->markov_rank);
+    c->logits = falloc(B * V);
+    c->bias = falloc(V);
+    c->block_pos = -1;
+    return c;
+}
+
+void bs_dspark_ctx_free(bs_dspark_ctx *c) {
+    if (!c) return;
+    for (int l = 0; l < c->d->hp.n_layer; l++) {
+        free(c->k[l]);
+        free(c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c->pos);
+    float *bufs[] = {c->c, c->kc, c->vc, c->rope, c->x, c->h, c->q, c->kb, c->vb, c->att,
+                     c->f1, c->f2, c->scores, c->qo, c->hidden, c->w1, c->logits, c->bias};
+    for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(c);
+}
+
+int bs_dspark_ctx_len(const bs_dspark_ctx *c) { return c->len; }
+int bs_dspark_ctx_rows(const bs_dspark_ctx *c) { return c->n_rows; }
+void bs_dspark_ctx_set_window(bs_dspark_ctx *c, int window) { c->window = window > 0 ? window : 0; }
+
+void bs_dspark_ctx_crop(bs_dspark_ctx *c, int n) {
+    if (n < 0 || n >= c->len) return;
+    while (c->n_rows > 0 && c->pos[c->n_rows - 1] >= n) c->n_rows--;
+    c->len = n;
+}
+
+int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n) {
+    if (n < 0 || n > c->n_ctx_max - c->len) return bs_error("drafter: cannot skip %d positions", n);
+    c->len += n;
+    return 0;
+}
+
+static void reserve(bs_dspark_ctx *c, int need) {
+    if (need <= c->cap) return;
+    int cap = c->cap ? c->cap : 256;
+    while (cap < need) cap = cap > c->n_ctx_max / 2 ? c->n_ctx_max : cap * 2;
+    /* block_size rows of slack: a block's keys and values sit after the context rows while the
+     * block attends, so that both are one run */
+    const size_t rows = (size_t)cap + (size_t)c->d->hp.block_size;
+    for (int l = 0; l < c->d->hp.n_layer; l++) {
+        c->k[l] = bs_xrealloc(c->k[l], rows * c->kv_w * sizeof(float));
+        c->v[l] = bs_xrealloc(c->v[l], rows * c->kv_w * sizeof(float));
+    }
+    c->pos = bs_xrealloc(c->pos, (size_t)cap * sizeof *c->pos);
+    c->cap = cap;
+}
+
+static void rope_rows(bs_dspark_ctx *c, int pos0, int n) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    for (int t = 0; t < n; t++)
+        bs_rope_cache(c->rope + (size_t)t * hp->head_dim, pos0 + t, hp->head_dim, hp->rope_base, NULL);
+}
+
+/* Per-head RMSNorm with weight w, then NeoX RoPE with row t's table, over n rows of nh heads. */
+static void norm_rope(const bs_dspark_ctx *c, float *rows, int n, int nh, const float *w) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int D = hp->head_dim;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < nh; h++) {
+            float *v = rows + ((size_t)t * nh + h) * D;
+            bs_rmsnorm(v, v, w, D, hp->eps);
+            bs_rope_neox(v, c->rope + (size_t)t * D, D);
+        }
+}
+
+static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
+    const bs_dspark *d = c->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const int E = hp->n_embd;
+    bs_matmul(&d->fc, taps, n, c->c, c->pool);
+    for (int t = 0; t < n; t++) bs_rmsnorm(c->c + (size_t)t * E, c->c + (size_t)t * E, d->hidden_norm, E, hp->eps);
+    rope_rows(c, c->len, n);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const bs_dspark_layer *L = &d->layers[l];
+        const bs_weight *in[2] = {&L->wk, &L->wv};
+        float *out[2] = {c->kc, c->vc};
+        bs_matmul_group(in, 2, c->c, n, out, c->pool);
+        norm_rope(c, c->kc, n, hp->n_head_kv, L->k_norm);
+        memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kc, (size_t)n * c->kv_w * sizeof(float));
+        memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vc, (size_t)n * c->kv_w * sizeof(float));
+    }
+    for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
+    c->n_rows += n;
+    c->len += n;
+}
+
+int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
+    if (n < 0 || (n > 0 && !taps)) return bs_error("drafter: bad context rows");
+    if (n > c->n_ctx_max - c->len)
+        return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
+    reserve(c, c->n_rows + n);
+    const size_t row = (size_t)c->d->hp.n_taps * c->d->hp.n_embd;
+    for (int off = 0; off < n; off += APPEND_CHUNK)
+        append_chunk(c, taps + (size_t)off * row, BS_MIN(APPEND_CHUNK, n - off));
+    return 0;
+}
+
+typedef struct { const bs_dspark_ctx *c; int l, first, n; } attend_job;
+
+/* Work units: (KV head, up to BS_ATTN_MAX_GROUP of the block's queries on it, over all block
+ * rows). A unit reads the KV head's run once for all its queries (attn_simd), which matters once
+ * the context outgrows the caches; each query is computed the same way whatever the split, so
+ * the result depends on neither the thread count nor the grouping. */
+static void attend_all(void *ud, int ith, int nth) {
+    const attend_job *j = ud;
+    const bs_dspark_ctx *c = j->c;
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int H = hp->n_head, D = hp->head_dim, KV = hp->n_head_kv, G = H / KV, n = j->n;
+    const int nq = c->nb * G, parts = (nq + BS_ATTN_MAX_GROUP - 1) / BS_ATTN_MAX_GROUP;
+    const size_t w = c->kv_w;
+    int64_t lo, hi;
+    bs_pool_split((int64_t)KV * parts, 1, ith, nth, &lo, &hi);
+    float *scores = c->scores + (size_t)ith * BS_ATTN_MAX_GROUP * ((size_t)c->n_ctx_max + hp->block_size);
+    float *qb = c->qo + (size_t)ith * 2 * BS_ATTN_MAX_GROUP * D, *ob = qb + (size_t)BS_ATTN_MAX_GROUP * D;
+    for (int64_t u = lo; u < hi; u++) {
+        const int kvh = (int)(u / parts), q0 = (int)(u % parts) * BS_ATTN_MAX_GROUP;
+        const int gn = BS_MIN(BS_ATTN_MAX_GROUP, nq - q0);
+        size_t at[BS_ATTN_MAX_GROUP];   /* query i of the unit: block row t, head kvh * G + g */
+        int nkv[BS_ATTN_MAX_GROUP];
+        for (int i = 0; i < gn; i++) {
+            nkv[i] = n;
+            const int t = (q0 + i) / G, g = (q0 + i) % G;
+            at[i] = ((size_t)t * H + (size_t)kvh * G + g) * D;
+            memcpy(qb + (size_t)i * D, c->q + at[i], (size_t)D * sizeof(float));
+        }
+        const float *kc = c->k[j->l] + (size_t)j->first * w + (size_t)kvh * D;
+        const float *vc = c->v[j->l] + (size_t)j->first * w + (size_t)kvh * D;
+        bs_attn_queries(qb, gn, nkv, kc, vc, w * sizeof(float), false, D, ob, scores, (size_t)n, NULL);
+        for (int i = 0; i < gn; i++) memcpy(c->att + at[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
+    }
+}
+
+static void layer_forward(bs_dspark_ctx *c, int l) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const bs_dspark_layer *L = &c->d->layers[l];
+    const int B = c->nb, E = hp->n_embd, H = hp->n_head;
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
+    const bs_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {c->q, c->kb, c->vb};
+    bs_matmul_group(qkv, 3, c->h, B, qkv_out, c->pool);
+    norm_rope(c, c->q, B, H, L->q_norm);
+    norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
+    /* the block's keys / values in the slack after the context rows: [window of context ; block] */
+    memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kb, (size_t)B * c->kv_w * sizeof(float));
+    memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vb, (size_t)B * c->kv_w * sizeof(float));
+    const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
+    attend_job job = {c, l, first, c->n_rows - first + B};
+    bs_pool_run(c->pool, attend_all, &job);
+    bs_matmul(&L->wo, c->att, B, c->h, c->pool);
+    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
+    const bs_weight *ffn[2] = {&L->gate, &L->up};
+    float *ffn_out[2] = {c->f1, c->f2};
+    bs_matmul_group(ffn, 2, c->h, B, ffn_out, c->pool);
+    for (size_t i = 0; i < (size_t)B * hp->n_ff; i++) c->f1[i] = bs_silu(c->f1[i]) * c->f2[i];
+    bs_matmul(&L->down, c->f1, B, c->h, c->pool);
+    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+}
+
+int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
+    return bs_dspark_block_n(c, anchor, pos, c->d->hp.block_size);
+}
+
+int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
+    const bs_dspark *d = c->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const int B = n_slots, E = hp->n_embd;
+    if (n_slots < 1 || n_slots > hp->block_size) return bs_error("drafter: %d block slots (1..%d)", n_slots, hp->block_size);
+    if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
+    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d positions)", pos, c->len);
+    int32_t ids[BS_DSPARK_MAX_BLOCK];
+    ids[0] = anchor;
+    for (int t = 1; t < B; t++) ids[t] = hp->mask_id;
+    if (bs_get_rows(&d->tok_embd, ids, B, c->x)) return -1;
+    if (d->snr_anchor)
+        for (int t = 0; t < B; t++) {
+            const float *a = t == 0 ? d->snr_anchor : d->snr_mask;
+            for (int i = 0; i < E; i++) c->x[(size_t)t * E + i] += a[i];
+        }
+    rope_rows(c, pos, B);
+    c->nb = B;
+    for (int l = 0; l < hp->n_layer; l++) layer_forward(c, l);
+    for (int t = 0; t < B; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, d->output_norm, E, hp->eps);
+    c->block_pos = pos;
+    return 0;
+}
+
+const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot) {
+    return c->hidden + (size_t)slot * c->d->hp.n_embd;
+}
+
+void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits) {
+    bs_matmul(&c->d->output, c->hidden + (size_t)first * c->d->hp.n_embd, n, logits, c->pool);
+}
+
+void bs_dspark_markov_bias(bs_dspark_ctx *c, int32_t prev, float *bias) {
+    const bs_dspark *d = c->d;
+    if (d->hp.markov_rank == 0) {
+        memset(bias, 0, (size_t)d->hp.n_vocab * sizeof(float));
+        return;
+    }
+    bs_get_rows(&d->markov_a, &prev, 1, c->w1);
+    bs_matmul(&d->markov_b, c->w1, 1, bias, c->pool);
+}
+
+float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev) {
+    const bs_dspark *d = c->d;
+    const int E = d->hp.n_embd, R = d->hp.markov_rank;
+    if (!d->conf_w) return -1.0f;
+    const float *h = bs_dspark_hidden(c, slot);
+    double z = d->conf_b;
+    for (int i = 0; i < E; i++) z += (double)d->conf_w[i] * h[i];
+    if (d->hp.conf_with_markov && R > 0) {
+        bs_get_rows(&d->markov_a, &prev, 1, c->w1);
+        for (int r = 0; r < R; r++) z += (double)d->conf_w[E + r] * c->w1[r];
+    }
+    return (float)(1.0 / (1.0 + exp(-z)));
+}
+
+void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int V = hp->n_vocab;
+    if (n <= 0) return;
+    bs_dspark_logits(c, 0, n, c->logits);
+    int32_t prev = anchor;
+    for (int k = 0; k < n; k++) {
+        const float *u = c->logits + (size_t)k * V;
+        bs_dspark_markov_bias(c, prev, c->bias);
+        int32_t best = -1;
+        float bv = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            if (v == hp->mask_id) continue;
+            const float s = u[v] + c->bias[v];
+            if (best < 0 || s > bv) { best = v; bv = s; }
+        }
+        if (conf) conf[k] = bs_dspark_confidence(c, k, prev);
+        drafts[k] = best;
+        prev = best;
+    }
+}

@@ -1,0 +1,388 @@
+/* gen.c: the generator's life cycle, the prompt with its prefix reuse, and stepping alone or in
+ * a batch (gen.h). Sampling, delivery and speculative rounds are in gen_decode.c.
+ *
+ * Prompt cache: the generator remembers what its session holds and two saved states, one at the
+ * request's ckpt_at (the start of a chat's last message) and one at the end of the prompt. A new
+ * prompt continues from the longest of those that is a prefix of it (or from a rollback of the
+ * live session). The recurrent (DeltaNet) state cannot be cut at an arbitrary position, so these
+ * saved states are what make multi-turn reuse work: the next turn's prompt shares the history up
+ * to the last message but renders the previous reply differently (its reasoning is dropped). */
+#include "generate/gen_impl.h"
+#include "model/batch_eval.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *bs_gen_stop_name(int stop) {
+    static const char *why[] = {"end of generation", "length limit", "context full", "interrupted",
+                                "a loop", "a stop string", "an error", "nothing (running)"};
+    return stop >= 0 && stop <= BS_GEN_RUNNING ? why[stop] : "?";
+}
+
+void bs_gen_request_init(bs_gen_request *r) {
+    memset(r, 0, sizeof *r);
+    r->sp = bs_sampler_default_params();
+    r->n_breakers = -1;
+    r->n_predict = -1;
+    r->n_probs = -1;
+    r->loop = bs_loop_guard_default_params();
+    r->loop.mode = BS_LOOP_GUARD_OFF;
+}
+
+bs_gen *bs_gen_new(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p) {
+    bs_gen *g = bs_xcalloc(1, sizeof *g);
+    g->m = m;
+    g->tok = tok;
+    g->p = *p;
+    g->n_vocab = bs_model_n_vocab(m);
+    g->state = GS_IDLE;
+    g->st.stop = BS_GEN_RUNNING;
+    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = p->pool ? bs_pool_size(p->pool) : p->n_threads};
+    if (!(g->sess = bs_session_new(m, &sp))) goto fail;
+    if (p->pool && bs_session_share_pool(g->sess, p->pool)) goto fail;
+    if (p->drafter) {
+        bs_spec_params pp = {.draft_max = p->draft_max, .conf_cut = p->no_conf ? 0 : 1,
+                             .draft_window = p->draft_window};
+        if (!(g->spec = bs_spec_new(g->sess, p->drafter, &pp))) goto fail;
+    } else if (!p->undo) {
+        bs_session_set_undo(g->sess, 0);   /* plain decoding never rolls back */
+    }
+    g->logits = bs_xmalloc((size_t)g->n_vocab * sizeof *g->logits);
+    g->toks = bs_xmalloc((size_t)bs_session_n_ctx(g->sess) * sizeof *g->toks);
+    return g;
+fail:
+    bs_gen_free(g);
+    return NULL;
+}
+
+static void end_request(bs_gen *g) {
+    bs_loop_guard_free(g->guard);
+    bs_detok_free(g->dt);
+    g->guard = NULL;
+    g->dt = NULL;
+    for (int i = 0; i < BS_GEN_MAX_STOP; i++) {
+        free(g->stop[i]);
+        g->stop[i] = NULL;
+    }
+    free(g->prompt);
+    g->prompt = NULL;
+}
+
+void bs_gen_free(bs_gen *g) {
+    if (!g) return;
+    end_request(g);
+    bs_sampler_free(g->smp);
+    bs_spec_free(g->spec);
+    if (g->sess && g->p.pool) bs_session_unshare_pool(g->sess);
+    bs_session_free(g->sess);
+    for (int k = 0; k < 2; k++) {
+        free(g->ck[k].toks);
+        free(g->ck[k].state);
+    }
+    free(g->logits);
+    free(g->toks);
+    free(g->text);
+    free(g->out);
+    free(g);
+}
+
+/* ---- prompt cache ---------------------------------------------------------------------------- */
+
+static int prefix_len(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = 0, lim = BS_MIN(na, nb);
+    while (n < lim && a[n] == b[n]) n++;
+    return n;
+}
+
+/* How many prompt tokens can be reused and from where: -1 the live session, 0/1 a saved state,
+ * 2 a rollback of the live session. At least one prompt token is left to evaluate (its logits). */
+static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cache, int *from) {
+    int best = 0;
+    *from = -2;
+    if (no_cache || g->state == GS_PROMPT) return 0;
+    const int common = prefix_len(g->toks, g->n_toks, prompt, n);
+    if (g->n_toks > 0 && g->n_toks < n && common == g->n_toks) {
+        best = g->n_toks;
+        *from = -1;
+    }
+    for (int k = 0; k < 2; k++) {
+        const gen_ckpt *c = &g->ck[k];
+        if (c->state && c->n > best && c->n < n && prefix_len(c->toks, c->n, prompt, n) == c->n) {
+            best = c->n;
+            *from = k;
+        }
+    }
+    if (*from == -2 && common > 0 && common < n) {   /* only if the last batch reaches back there */
+        best = common;
+        *from = 2;
+    }
+    return best;
+}
+
+int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache) {
+    int from, r = reuse_len(g, prompt, n, no_cache, &from);
+    return from == 2 ? 0 : r;   /* a rollback may fail: do not count on it */
+}
+
+static void ckpt_save(bs_gen *g, int k) {
+    gen_ckpt *c = &g->ck[k];
+    size_t need = bs_session_state_size(g->sess);
+    if (need > c->len) {
+        free(c->state);
+        c->state = malloc(need);
+        c->len = c->state ? need : 0;
+    }
+    free(c->toks);
+    c->toks = NULL;
+    c->n = 0;
+    if (!c->state || bs_session_state_save(g->sess, c->state, need)) return;
+    c->len = need;
+    c->toks = bs_xmalloc((size_t)(g->n_toks ? g->n_toks : 1) * sizeof *c->toks);
+    memcpy(c->toks, g->toks, (size_t)g->n_toks * sizeof *c->toks);
+    c->n = g->n_toks;
+}
+
+/* Bring the session to the reused prefix; returns its length (0: a fresh session). */
+static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache) {
+    int from, reuse = reuse_len(g, prompt, n, no_cache, &from);
+    if (from == 0 || from == 1) {
+        const gen_ckpt *c = &g->ck[from];
+        if (bs_session_state_load(g->sess, c->state, c->len) == 0) {
+            memcpy(g->toks, c->toks, (size_t)c->n * sizeof *g->toks);
+            g->n_toks = c->n;
+        } else {
+            reuse = 0;
+        }
+    } else if (from == 2 && bs_session_rollback(g->sess, reuse)) {
+        reuse = 0;
+    }
+    if (reuse == 0) bs_session_reset(g->sess);
+    g->n_toks = reuse;   /* from == -1: the live session already holds exactly that */
+    return reuse;
+}
+
+/* ---- starting a request ---------------------------------------------------------------------- */
+
+static int setup_sampler(bs_gen *g, const bs_gen_request *r, int reuse) {
+    if (r->keep_sampler && g->smp) {
+        bs_sampler_truncate(g->smp, (size_t)reuse);
+        bs_sampler_accept_many(g->smp, g->prompt + reuse, (size_t)(g->n_prompt - reuse));
+        return 0;
+    }
+    bs_sampler_free(g->smp);
+    if (!(g->smp = bs_sampler_new(&r->sp, g->n_vocab))) return -1;
+    for (int k = 0; k < r->n_bias; k++)
+        if (bs_sampler_set_logit_bias(g->smp, r->bias_id[k], r->bias[k])) return -1;
+    for (int32_t id = bs_tokenizer_n_vocab(g->tok); id < g->n_vocab; id++)
+        bs_sampler_set_logit_bias(g->smp, id, -INFINITY);   /* ids the tokenizer cannot print */
+    if (r->sp.dry_multiplier != 0.0f) {
+        static const char *defaults[] = {"\n", ":", "\"", "*"};
+        bs_sampler_vocab v = {(void *)g->tok, bs_tokenizer_piece_cb, bs_tokenizer_tokenize_cb};
+        const char *const *b = r->n_breakers < 0 ? defaults : r->breakers;
+        if (bs_sampler_set_dry_breakers(g->smp, b, r->n_breakers < 0 ? 4 : r->n_breakers, &v)) return -1;
+    }
+    bs_sampler_accept_many(g->smp, g->prompt, (size_t)g->n_prompt);
+    return 0;
+}
+
+bs_detok *gen_detok_new(const bs_gen *g) {
+    bs_detok *dt = bs_detok_new(g->tok, false);
+    static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+    const size_t n = g->r.tool_tags ? 4 : 2;
+    for (size_t i = 0; dt && i < n; i++) bs_detok_preserve(dt, shown[i]);
+    return dt;
+}
+
+static void reset_output(bs_gen *g) {
+    g->len = g->n_safe = 0;
+    if (g->text) g->text[0] = 0;
+    g->n_out = g->n_out_safe = 0;
+    g->dirty_text = 0;
+    g->dirty_tok = 0;
+    g->stop_hit = false;
+    memset(&g->st, 0, sizeof g->st);
+    g->st.stop = BS_GEN_RUNNING;
+    g->st.loop.mode = BS_LOOP_GUARD_OFF;
+}
+
+int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n) {
+    const int n_ctx = bs_session_n_ctx(g->sess);
+    if (n < 1) return bs_error("empty prompt");
+    if (n >= n_ctx) return bs_error("the prompt is %d tokens but the context holds %d (use --ctx)", n, n_ctx);
+    if (r->n_stop < 0 || r->n_stop > BS_GEN_MAX_STOP) return bs_error("at most %d stop strings", BS_GEN_MAX_STOP);
+    if (r->n_probs > BS_GEN_MAX_TOP) return bs_error("at most %d top logprobs", BS_GEN_MAX_TOP);
+    end_request(g);
+    reset_output(g);
+    g->r = *r;
+    g->r.stop = NULL;
+    g->max_stop = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        g->stop[i] = bs_xstrdup(r->stop[i]);
+        g->max_stop = BS_MAX(g->max_stop, strlen(r->stop[i]));
+    }
+    g->prompt = bs_xmalloc((size_t)n * sizeof *prompt);
+    memcpy(g->prompt, prompt, (size_t)n * sizeof *prompt);
+    g->n_prompt = n;
+    g->t0 = bs_time();
+    /* logprobs need each token's distribution, which a speculative round does not expose */
+    g->use_spec = g->spec && !r->no_draft && r->n_probs < 0;
+    g->prepared = g->parked = false;
+    if (g->spec) g->spec0 = *bs_spec_get_stats(g->spec);
+    const int reuse = restore_prefix(g, prompt, n, r->no_cache);
+    g->n_done = reuse;
+    g->st.n_cached = reuse;
+    g->state = GS_PROMPT;
+    if (setup_sampler(g, r, reuse) || !(g->dt = gen_detok_new(g)) ||
+        (r->loop.mode != BS_LOOP_GUARD_OFF && !(g->guard = bs_loop_guard_new(&r->loop, g->sess, g->smp, g->tok)))) {
+        end_request(g);
+        g->state = GS_IDLE;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the prompt ------------------------------------------------------------------------------ */
+
+/* Rows of the next prompt chunk: at most budget (<= 0: no limit), ending at ckpt_at first. */
+static int prompt_chunk(const bs_gen *g, int budget) {
+    const int ck = g->r.ckpt_at;
+    const int target = ck > g->n_done && ck < g->n_prompt ? ck : g->n_prompt;
+    return budget > 0 ? BS_MIN(budget, target - g->n_done) : target - g->n_done;
+}
+
+/* A prompt chunk of n tokens has been evaluated. */
+static void prompt_done(bs_gen *g, int n) {
+    memcpy(g->toks + g->n_toks, g->prompt + g->n_done, (size_t)n * sizeof *g->toks);
+    g->n_toks += n;
+    g->n_done += n;
+    if (g->n_done == g->r.ckpt_at) ckpt_save(g, 0);
+    if (g->n_done < g->n_prompt) return;
+    if (g->r.ckpt_end) ckpt_save(g, 1);
+    const double now = bs_time();
+    g->st.n_prompt = g->n_prompt - g->st.n_cached;
+    g->st.t_prompt = now - g->t0;
+    g->t0 = now;
+    g->gen_base = g->n_toks;
+    if (g->guard) bs_loop_guard_begin(g->guard, g->logits);
+    if (g->guard && g->r.loop_prefix)
+        bs_loop_guard_set_prefix(g->guard, g->r.loop_prefix, g->r.loop_prefix_len);
+    gen_after_logits(g);
+}
+
+static int prompt_step(bs_gen *g, int budget) {
+    const int c = prompt_chunk(g, budget);
+    const bool last = g->n_done + c == g->n_prompt;
+    const int32_t *t = g->prompt + g->n_done;
+    int e = g->use_spec ? bs_spec_prompt(g->spec, t, c, last ? g->logits : NULL)
+                        : bs_eval(g->sess, t, c, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, last ? g->logits : NULL, NULL);
+    if (e) {
+        bs_error_prefix("evaluating the prompt: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return -1;
+    }
+    prompt_done(g, c);
+    return 0;
+}
+
+/* ---- stepping -------------------------------------------------------------------------------- */
+
+/* The pending token was evaluated (logits in g->logits). */
+static void decoded(bs_gen *g) {
+    g->toks[g->n_toks++] = g->pending;
+    g->st.n_decode++;
+    if (g->guard) bs_loop_guard_evaluated(g->guard, g->logits);
+    gen_after_logits(g);
+}
+
+int bs_gen_step(bs_gen *g, int budget) {
+    switch (g->state) {
+    case GS_PROMPT:
+        return prompt_step(g, budget);
+    case GS_DECODE:
+        if (bs_eval(g->sess, &g->pending, 1, BS_LOGITS_LAST, g->logits, NULL)) {
+            bs_error_prefix("decoding: ");
+            gen_finish(g, BS_GEN_ERROR);
+            return -1;
+        }
+        decoded(g);
+        return 0;
+    case GS_SPEC:
+        gen_spec_round(g);
+        return g->st.stop == BS_GEN_ERROR ? -1 : 0;
+    default:
+        return 0;
+    }
+}
+
+int bs_gen_run(bs_gen *g, void (*on_step)(void *ud, bs_gen *g), void *ud) {
+    int rc = 0;
+    while (!bs_gen_done(g) && rc == 0) {
+        rc = bs_gen_step(g, 0);
+        if (on_step) on_step(ud, g);
+    }
+    return rc;
+}
+
+int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
+    if (g->use_spec) return 0;
+    if (g->state == GS_DECODE) {
+        *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
+                            .logits = g->logits};
+        return 1;
+    }
+    if (g->state != GS_PROMPT || budget <= 0) return 0;
+    const int c = prompt_chunk(g, budget);
+    const bool last = g->n_done + c == g->n_prompt;
+    g->planned = c;
+    *q = (bs_batch_seq){.s = g->sess, .tokens = g->prompt + g->n_done, .n = c,
+                        .logits_mode = last ? BS_LOGITS_LAST : BS_LOGITS_NONE, .logits = g->logits};
+    return 1;
+}
+
+void bs_gen_commit(bs_gen *g, bool ok) {
+    if (!ok) {
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    if (g->state == GS_DECODE) {
+        decoded(g);
+    } else if (g->state == GS_PROMPT) {
+        prompt_done(g, g->planned);
+    }
+}
+
+bool bs_gen_done(const bs_gen *g) { return g->state == GS_DONE || g->state == GS_IDLE; }
+bool bs_gen_in_prompt(const bs_gen *g) { return g->state == GS_PROMPT; }
+bool bs_gen_drafting(const bs_gen *g) { return g->use_spec; }
+
+void bs_gen_cancel(bs_gen *g, int stop) {
+    if (g->state != GS_DONE && g->state != GS_IDLE) gen_finish(g, stop);
+}
+
+/* ---- what it produced ------------------------------------------------------------------------ */
+
+void bs_gen_output_get(const bs_gen *g, bs_gen_output *o) {
+    *o = (bs_gen_output){.text = g->text ? g->text : "", .len = g->len, .n_safe = g->n_safe,
+                         .toks = g->out, .n_toks = g->n_out, .n_toks_safe = g->n_out_safe};
+}
+
+void bs_gen_output_changed(bs_gen *g, size_t *text_from, int *tok_from) {
+    *text_from = BS_MIN(g->dirty_text, g->len);
+    *tok_from = BS_MIN(g->dirty_tok, g->n_out);
+    g->dirty_text = g->len;
+    g->dirty_tok = g->n_out;
+}
+
+const bs_gen_stats *bs_gen_get_stats(const bs_gen *g) { return &g->st; }
+bs_session *bs_gen_session(bs_gen *g) { return g->sess; }
+bs_sampler *bs_gen_sampler(bs_gen *g) { return g->smp; }
+bs_spec *bs_gen_spec(bs_gen *g) { return g->spec; }
+const float *bs_gen_logits(const bs_gen *g) { return g->logits; }
+
+const int32_t *bs_gen_cached(const bs_gen *g, int *n) {
+    *n = g->n_toks;
+    return g->toks;
+}

@@ -1,0 +1,310 @@
+/* gen_decode.c: sampling, delivering tokens (text, stop strings, the doom-loop guard) and
+ * speculative rounds of the generator (gen.h).
+ *
+ * Doom-loop guard (loop_guard.h): every sampled token is shown to the guard before it is
+ * evaluated; on a rewind the session, sampler and detector are back at an earlier position
+ * exactly, and the text is rebuilt from the kept tokens through a fresh detokenizer, as a
+ * straight run over them makes it. With speculative rounds the guard sees exactly the token
+ * stream of plain decoding (rounds are lossless), one token at a time and in order, so it
+ * detects the same loops at the same tokens; a round's tokens after the one that completes a
+ * loop are dropped, and after a rewind bs_spec_sync crops the drafter's context to the rewound
+ * position. Checkpoints are taken after rounds, with the verify row that predicted the round's
+ * last token (batch-invariant kernels: a straight run's logits). */
+#include "generate/gen_impl.h"
+#include "dspark/spec_cost_cache.h"
+#include "model/qwen35.h"
+#include "model/session.h"
+#include "io/gguf.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- text and stop strings ------------------------------------------------------------------- */
+
+static void text_add(bs_gen *g, const char *s, size_t n) {
+    if (g->len + n + 1 > g->cap) {
+        g->cap = BS_MAX(g->cap * 2, g->len + n + 64);
+        g->text = bs_xrealloc(g->text, g->cap);
+    }
+    memcpy(g->text + g->len, s, n);
+    g->len += n;
+    g->text[g->len] = 0;
+}
+
+/* Length of the longest suffix of the text that is a proper prefix of a stop string. */
+static size_t stop_partial(const bs_gen *g) {
+    size_t best = 0;
+    for (int i = 0; i < g->r.n_stop; i++) {
+        size_t sl = strlen(g->stop[i]);
+        for (size_t k = BS_MIN(sl - 1, g->len); k > best; k--)
+            if (!memcmp(g->text + g->len - k, g->stop[i], k)) { best = k; break; }
+    }
+    return best;
+}
+
+/* Earliest complete stop string starting at or after `from`; SIZE_MAX if none. */
+static size_t stop_find(const bs_gen *g, size_t from) {
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < g->r.n_stop; i++) {
+        size_t sl = strlen(g->stop[i]);
+        for (size_t p = from; p + sl <= g->len && p < best; p++)
+            if (!memcmp(g->text + p, g->stop[i], sl)) { best = p; break; }
+    }
+    return best;
+}
+
+/* Append a token's text. True when a stop string completed (the text is cut before it). */
+static bool add_text(bs_gen *g, const char *s, size_t n) {
+    const size_t from = g->len > g->max_stop ? g->len - g->max_stop : 0;
+    text_add(g, s, n);
+    const size_t p = g->r.n_stop ? stop_find(g, from) : SIZE_MAX;
+    if (p != SIZE_MAX) {
+        g->len = p;
+        g->text[p] = 0;
+        g->n_safe = p;
+        return true;
+    }
+    g->n_safe = g->len - stop_partial(g);
+    return false;
+}
+
+/* What may be streamed: only tokens no rewind can reach any more. Never less than before: a
+ * stream does not take text back. (The guard's limit holds while the text grows; a second loop
+ * found soon after a rewind could in principle reach further back, into text already streamed:
+ * the answer is right, the stream then showed discarded text.) */
+static void guard_limit(bs_gen *g) {
+    if (!g->guard) { g->n_out_safe = g->n_out; return; }
+    int ns = BS_MIN(bs_loop_guard_n_safe(g->guard), g->n_out);
+    ns = BS_MAX(ns, BS_MIN(g->n_out_safe, g->n_out));
+    g->n_out_safe = ns;
+    const size_t bytes = ns > 0 ? g->out[ns - 1].text_end : 0;
+    if (g->n_safe > bytes) g->n_safe = bytes;
+}
+
+/* The guard rolled the session back to the first `keep` generated tokens: drop what came after
+ * and rebuild the text from the kept tokens. */
+static int rewound(bs_gen *g, int keep) {
+    bs_detok *dt = gen_detok_new(g);
+    if (!dt) return -1;
+    bs_detok_free(g->dt);
+    g->dt = dt;
+    g->n_toks = bs_session_n_past(g->sess);
+    const size_t sent_max = g->n_safe;   /* may already be streamed: never taken back */
+    g->len = 0;
+    for (int i = 0; i < keep; i++) {
+        const char *text;
+        size_t len;
+        if (bs_detok_push(dt, g->out[i].id, &text, &len) < 0) return -1;
+        text_add(g, text, len);
+        g->out[i].text_end = g->len;
+    }
+    if (g->text) g->text[g->len] = 0;
+    g->n_out = keep;
+    g->st.n_gen = keep;
+    g->n_safe = g->len - stop_partial(g);
+    guard_limit(g);
+    if (g->n_safe < sent_max && sent_max <= g->len) g->n_safe = sent_max;
+    g->dirty_text = 0;
+    g->dirty_tok = BS_MIN(g->dirty_tok, keep);
+    if (g->use_spec) bs_spec_sync(g->spec);   /* the drafter's context back to the rewound position */
+    return 0;
+}
+
+/* Store a generated token (not EOG) and its text. False when that ended generation. */
+static bool record(bs_gen *g, bs_gen_token *tk) {
+    const char *text;
+    size_t len;
+    if (bs_detok_push(g->dt, tk->id, &text, &len) < 0) {
+        gen_finish(g, BS_GEN_ERROR);
+        return false;
+    }
+    const size_t before = g->len;
+    const bool stopped = add_text(g, text, len);
+    g->dirty_text = BS_MIN(g->dirty_text, BS_MIN(before, g->len));
+    tk->text_end = g->len;
+    if (g->n_out == g->cap_out) {
+        g->cap_out = g->cap_out ? 2 * g->cap_out : 64;
+        g->out = bs_xrealloc(g->out, (size_t)g->cap_out * sizeof *g->out);
+    }
+    g->out[g->n_out++] = *tk;
+    g->st.n_gen = g->n_out;
+    guard_limit(g);
+    if (stopped) {
+        g->stop_hit = true;
+        gen_finish(g, BS_GEN_STOP_STRING);
+        return false;
+    }
+    return true;
+}
+
+static bool is_eog(const bs_gen *g, int32_t id) { return !g->r.ignore_eos && bs_token_is_eog(g->tok, id); }
+
+/* Show token id to the guard: BS_LOOP_CONTINUE / STOP / REWOUND (the text is rebuilt; with
+ * stop_at_rewind the request ends there instead), or -1 (the request ended with an error). */
+static int guard_push(bs_gen *g, bs_gen_token *tk) {
+    if (!g->guard) return BS_LOOP_CONTINUE;
+    int keep, act = bs_loop_guard_push(g->guard, tk->id, g->logits, &keep);
+    if (act == BS_LOOP_REWOUND && g->r.stop_at_rewind) {
+        record(g, tk);   /* the output keeps the loop that was found */
+        g->st.rewound_to = keep;
+        g->n_toks = bs_session_n_past(g->sess);
+        if (g->state != GS_DONE) gen_finish(g, BS_GEN_LOOP);
+        return -1;
+    }
+    if (act == BS_LOOP_REWOUND && rewound(g, keep)) act = -1;
+    if (act < 0) gen_finish(g, BS_GEN_ERROR);
+    return act;
+}
+
+/* Checks after a token was delivered; false when they ended generation. */
+static bool may_continue(bs_gen *g) {
+    if (g->r.interrupt && *g->r.interrupt) gen_finish(g, BS_GEN_INTERRUPT);
+    else if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) gen_finish(g, BS_GEN_LENGTH);
+    else if (bs_session_n_past(g->sess) >= bs_session_n_ctx(g->sess)) gen_finish(g, BS_GEN_CTX);
+    else return true;
+    return false;
+}
+
+/* ---- auto depth ------------------------------------------------------------------------------ */
+
+static void log_depth(const bs_gen *g, const char *when) {
+    if (bs_log_level < 2) return;
+    char buf[512];
+    bs_depth_describe(bs_spec_get_depth(g->spec), buf, sizeof buf);
+    bs_log(2, "speculative (%s): %s\n", when, buf);
+}
+
+static int n_threads(const bs_gen *g) { return bs_pool_size(g->sess->pool); }
+
+/* Auto depth's cost measurement (or the cached one) once the first token is known. */
+static int prepare(bs_gen *g, int32_t token) {
+    g->prepared = true;
+    if (g->p.draft_max != BS_DRAFT_AUTO) return 0;
+    const char *tp = g->m->file->path, *dp = g->p.drafter_path ? g->p.drafter_path : "";
+    if (bs_cost_cache_load(bs_spec_depth_mut(g->spec), tp, dp, n_threads(g))) {
+        log_depth(g, "costs from the cache");
+        return 0;
+    }
+    if (bs_spec_calibrate_upto(g->spec, token, 1)) return -1;   /* deeper ones when first wanted */
+    bs_cost_cache_store(bs_spec_get_depth(g->spec), tp, dp, n_threads(g));
+    log_depth(g, "measured");
+    return 0;
+}
+
+static void note_parking(bs_gen *g) {
+    if (bs_spec_get_depth(g->spec)->parked == g->parked) return;
+    g->parked = !g->parked;
+    log_depth(g, g->parked ? "parked" : "drafting again");
+}
+
+/* ---- decoding -------------------------------------------------------------------------------- */
+
+void gen_after_logits(bs_gen *g) {
+    for (;;) {
+        if (g->r.interrupt && *g->r.interrupt) { gen_finish(g, BS_GEN_INTERRUPT); return; }
+        if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) { gen_finish(g, BS_GEN_LENGTH); return; }
+        const int32_t id = bs_sampler_sample(g->smp, g->logits);
+        if (id < 0) { gen_finish(g, BS_GEN_ERROR); return; }
+        if (is_eog(g, id)) { gen_finish(g, BS_GEN_EOG); return; }
+        bs_sampler_accept(g->smp, id);
+        bs_gen_token tk = {.id = id};
+        if (g->r.n_probs >= 0)
+            tk.n_top = bs_top_logprobs(g->logits, g->n_vocab, g->r.n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
+        const int act = guard_push(g, &tk);
+        if (act < 0) return;
+        if (act == BS_LOOP_REWOUND) continue;   /* sample again at the earlier position */
+        if (!record(g, &tk)) return;
+        if (act == BS_LOOP_STOP) { gen_finish(g, BS_GEN_LOOP); return; }
+        if (g->use_spec && !g->prepared && prepare(g, id)) { gen_finish(g, BS_GEN_ERROR); return; }
+        if (!may_continue(g)) return;
+        g->pending = id;
+        g->state = g->use_spec ? GS_SPEC : GS_DECODE;
+        return;
+    }
+}
+
+static bool spec_is_stop(void *ud, int32_t id) { return is_eog(ud, id); }
+
+/* A round ended generation part way: keep the session contract (every generated token but the
+ * last; all of them after an EOG) by rolling the verify pass back. */
+static void spec_trim(bs_gen *g) {
+    if (g->st.stop == BS_GEN_ERROR) return;
+    const int keep = g->gen_base + g->n_out - (g->st.stop == BS_GEN_EOG ? 0 : 1);
+    if (bs_session_n_past(g->sess) > keep) {
+        if (bs_session_rollback(g->sess, keep)) {
+            g->st.stop = BS_GEN_ERROR;
+            return;
+        }
+    }
+    g->n_toks = bs_session_n_past(g->sess);
+    bs_spec_sync(g->spec);
+}
+
+void gen_spec_round(bs_gen *g) {
+    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    const int left = g->r.n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : g->r.n_predict - g->n_out;
+    const int m = bs_spec_round(g->spec, g->smp, g->pending, BS_MAX(left, 1), spec_is_stop, g, out);
+    if (m < 0) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    g->st.n_decode++;
+    /* the session now holds the old anchor and out[0..m-1) */
+    g->toks[g->n_toks++] = g->pending;
+    for (int j = 0; j + 1 < m; j++) g->toks[g->n_toks++] = out[j];
+    int act = BS_LOOP_CONTINUE;
+    for (int k = 0; k < m && act == BS_LOOP_CONTINUE; k++) {
+        if (is_eog(g, out[k])) { gen_finish(g, BS_GEN_EOG); break; }
+        bs_gen_token tk = {.id = out[k]};
+        if ((act = guard_push(g, &tk)) < 0 || act == BS_LOOP_REWOUND) break;
+        if (!record(g, &tk)) break;
+        if (act == BS_LOOP_STOP) gen_finish(g, BS_GEN_LOOP);
+    }
+    if (g->state == GS_DONE) {
+        spec_trim(g);
+        return;
+    }
+    if (act == BS_LOOP_REWOUND) {   /* one plain draw from the rewound logits, then rounds again */
+        gen_after_logits(g);
+        return;
+    }
+    g->pending = out[m - 1];
+    if (g->guard) bs_loop_guard_evaluated(g->guard, bs_spec_logits(g->spec, m - 1));
+    note_parking(g);
+    may_continue(g);
+}
+
+/* ---- the end --------------------------------------------------------------------------------- */
+
+void gen_finish(bs_gen *g, int stop) {
+    if (g->state == GS_DONE) return;
+    const bool generating = g->n_prompt > 0 && g->n_done == g->n_prompt;
+    const char *text;
+    size_t len = 0;
+    if (g->dt) bs_detok_flush(g->dt, &text, &len);
+    if (len && stop != BS_GEN_ERROR && !g->stop_hit) {
+        const size_t before = g->len;
+        add_text(g, text, len);
+        g->dirty_text = BS_MIN(g->dirty_text, BS_MIN(before, g->len));
+    }
+    g->n_safe = g->len;
+    g->n_out_safe = g->n_out;
+    if (g->guard) g->st.loop = *bs_loop_guard_result_get(g->guard);
+    if (generating) g->st.t_gen = bs_time() - g->t0;
+    if (g->spec) {
+        const bs_spec_stats *s = bs_spec_get_stats(g->spec);
+        g->st.n_drafted = s->n_drafted - g->spec0.n_drafted;
+        g->st.n_accepted = s->n_accepted - g->spec0.n_accepted;
+        g->st.n_draft_rounds = s->n_draft_rounds - g->spec0.n_draft_rounds;
+    }
+    g->st.stop = stop;
+    g->state = GS_DONE;
+    if (g->use_spec && g->prepared) {
+        log_depth(g, "end");
+        if (g->p.draft_max == BS_DRAFT_AUTO)   /* the acceptance this pair ended with, for the next run */
+            bs_cost_cache_store(bs_spec_get_depth(g->spec), g->m->file->path,
+                                g->p.drafter_path ? g->p.drafter_path : "", n_threads(g));
+    }
+}

@@ -1,0 +1,65 @@
+/* gen_impl.h: the generator's state, shared by the files of src/generate/ (internal). */
+#ifndef BS_GEN_IMPL_H
+#define BS_GEN_IMPL_H
+
+#include "generate/gen.h"
+
+enum { GS_IDLE, GS_PROMPT, GS_DECODE, GS_SPEC, GS_DONE };
+
+/* A saved session state and the tokens it holds (prompt cache). */
+typedef struct gen_ckpt {
+    int32_t *toks;
+    int n;
+    void *state;
+    size_t len;
+} gen_ckpt;
+
+struct bs_gen {
+    bs_model *m;
+    const bs_tokenizer *tok;
+    bs_gen_params p;
+    int n_vocab;
+    bs_session *sess;
+    bs_spec *spec;             /* with a drafter */
+    float *logits;             /* [n_vocab] of the last evaluated position */
+    int32_t *toks;             /* what the session holds: toks[0..n_toks) == its positions */
+    int n_toks;
+    gen_ckpt ck[2];            /* the request's ckpt_at, the end of a prompt */
+
+    /* the request */
+    bs_gen_request r;
+    char *stop[BS_GEN_MAX_STOP];
+    size_t max_stop;
+    int32_t *prompt;
+    int n_prompt, n_done;      /* n_done: prompt tokens the session holds */
+    int planned;               /* rows of the prompt chunk bs_gen_plan handed out */
+    bs_sampler *smp;
+    bs_detok *dt;
+    bs_loop_guard *guard;
+    int state;                 /* GS_* */
+    int32_t pending;           /* GS_DECODE: sampled, not evaluated; GS_SPEC: the anchor */
+    bool use_spec, prepared, parked, stop_hit;
+    int gen_base;              /* session positions when the prompt was done */
+    double t0;
+    bs_spec_stats spec0;       /* the speculative counters when the request began */
+
+    /* the output */
+    char *text;
+    size_t len, cap, n_safe;
+    bs_gen_token *out;
+    int n_out, cap_out, n_out_safe;
+    size_t dirty_text;         /* lowest byte changed since bs_gen_output_changed */
+    int dirty_tok;
+    bs_gen_stats st;
+};
+
+/* gen_decode.c: after the prompt, or after a decode eval (logits in g->logits): sample and
+ * deliver the next token(s); and one speculative round. */
+void gen_after_logits(bs_gen *g);
+void gen_spec_round(bs_gen *g);
+/* End the request (reason), flushing the detokenizer unless a stop string cut the text. */
+void gen_finish(bs_gen *g, int stop);
+/* Detokenizer with <think> (and tool-call) tags shown. */
+bs_detok *gen_detok_new(const bs_gen *g);
+
+#endif

@@ -1,0 +1,44 @@
+/* batch_eval.h: evaluate several sessions of one model in a single pass through the weights
+ * (continuous batching for the server's slots).
+ *
+ * Every weight multiply is one bs_matmul over the rows of all sequences together; only the
+ * mixers' sequence-dependent cores (the DeltaNet recurrence, attention over each session's own
+ * KV cache) run per session. A row's matmul result does not depend on the rows batched with it
+ * (matmul.h), and the per-session parts run the same code as bs_eval, so a sequence gets the
+ * same logits whether it is evaluated alone or batched. After the call each session is exactly
+ * as if bs_eval had evaluated its tokens (including what bs_session_rollback needs). */
+#ifndef BS_BATCH_EVAL_H
+#define BS_BATCH_EVAL_H
+
+#include "bitspark.h"
+#include "io/threadpool.h"
+
+typedef struct bs_batch bs_batch;
+
+/* Scratch for up to max_rows rows in all, of which up to max_logit_rows get logits (each row of
+ * logits is n_vocab floats: a prompt chunk needs many rows but only its last one's logits).
+ * pool (may be NULL) runs the matmuls. */
+bs_batch *bs_batch_new(const bs_model *m, int max_rows, int max_logit_rows, bs_pool *pool);
+void bs_batch_free(bs_batch *b);
+int bs_batch_max_rows(const bs_batch *b);
+
+typedef struct bs_batch_seq {
+    bs_session *s;             /* distinct sessions of the batch's model */
+    const int32_t *tokens;     /* n tokens at positions n_past.. */
+    int n;                     /* 1 .. the session's n_batch */
+    int logits_mode;           /* BS_LOGITS_NONE / LAST / ALL, as bs_eval */
+    float *logits;             /* n_vocab (LAST) or n * n_vocab (ALL) floats */
+    float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
+} bs_batch_seq;
+
+/* Evaluate every sequence. Everything is validated first (ids, context room, row counts): on
+ * failure nothing changes. 0 or -1 + bs_error. */
+int bs_eval_multi(bs_batch *b, const bs_batch_seq *seqs, int n_seq);
+
+/* Make a session use a shared pool (the batch's) instead of its own, which is freed: the
+ * session must have been created with at least as many threads as the pool has, since its
+ * per-thread scratch is sized then. Call bs_session_unshare_pool before bs_session_free. */
+int bs_session_share_pool(bs_session *s, bs_pool *pool);
+void bs_session_unshare_pool(bs_session *s);
+
+#endif

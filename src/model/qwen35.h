@@ -1,0 +1,52 @@
+/* qwen35.h: the qwen35 model (Qwen3.5 / Qwen3.6 dense, Bonsai-27B): hyperparameters and weights
+ * read from a GGUF, every tensor checked by name, shape and type (qwen35-arch.md §5). The forward
+ * pass lives in forward.c / deltanet.c / attention.c and works on a bs_session (session.h). */
+#ifndef BS_QWEN35_H
+#define BS_QWEN35_H
+
+#include "bitspark.h"
+#include "io/gguf.h"
+#include "cpu/matmul.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct bs_qwen35_hparams {
+    int n_layer;           /* decoder blocks run by the main pass (block_count minus MTP blocks) */
+    int n_embd, n_ff, n_vocab, n_ctx_train;
+    float eps;             /* rms_norm_eps for every norm */
+    /* gated full attention */
+    int n_head, n_head_kv, head_dim;
+    int n_rot;             /* rope.dimension_count: leading dims of each head that rotate */
+    int rope_sections[4];  /* interleaved mrope sections; zeros if absent */
+    float rope_base;
+    /* Gated DeltaNet */
+    int conv_kernel;       /* ssm.conv_kernel */
+    int n_k_heads, n_v_heads, d_k, d_v;   /* group_count, time_step_rank, state_size, inner/n_v */
+    int conv_dim;          /* 2 * n_k_heads * d_k + n_v_heads * d_v */
+} bs_qwen35_hparams;
+
+typedef struct bs_qwen35_layer {
+    bool recurrent;        /* Gated DeltaNet (true) or gated full attention */
+    int slot;              /* index among layers of its kind (state / KV cache slot) */
+    const float *attn_norm, *post_norm;
+    bs_weight ffn_gate, ffn_up, ffn_down;
+    /* Gated DeltaNet */
+    bs_weight qkv, gate, beta, alpha, ssm_out;
+    const float *conv1d;   /* [conv_dim][conv_kernel], tap conv_kernel-1 hits the current token */
+    const float *dt_bias, *ssm_a, *ssm_norm;
+    /* attention */
+    bs_weight wq, wk, wv, wo;
+    const float *q_norm, *k_norm;
+} bs_qwen35_layer;
+
+struct bs_model {
+    gguf_file *file;
+    bs_qwen35_hparams hp;
+    bs_weight tok_embd, output;
+    const float *output_norm;
+    bs_qwen35_layer *layers;
+    int n_recurrent, n_attention;
+};
+
+#endif

@@ -1,0 +1,266 @@
+/* session.c: sessions on a qwen35 model: buffers sized once at creation, bs_eval (validation and
+ * splitting into batches), taps, exact rollback, and state save / load (see session.h). */
+#include "model/session.h"
+#include "cpu/attn_simd.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STATE_MAGIC 0x54534253u   /* "BSST" */
+#define STATE_VERSION 1u
+#define N_CTX_MAX (1 << 24)
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Allocation whose size comes from the caller's parameters: fails cleanly instead of aborting. */
+static void *alloc_n(size_t count, size_t size, const char *what) {
+    uint64_t bytes;
+    if (bs_mul_overflow(count, size, &bytes) || bytes > SIZE_MAX) {
+        bs_error("%s: size overflow", what);
+        return NULL;
+    }
+    void *p = calloc(bytes ? (size_t)bytes : 1, 1);
+    if (!p) bs_error("%s: cannot allocate %.1f MiB", what, (double)bytes / 1048576.0);
+    return p;
+}
+
+static int resolve_params(const bs_model *m, const bs_session_params *p, bs_session *s) {
+    s->n_ctx = p->n_ctx > 0 ? p->n_ctx : BS_MIN(4096, m->hp.n_ctx_train);
+    if (s->n_ctx > N_CTX_MAX) return bs_error("context %d is too large (max %d)", s->n_ctx, N_CTX_MAX);
+    s->n_batch = BS_MIN(p->n_batch > 0 ? p->n_batch : 512, s->n_ctx);
+    s->n_rollback = BS_MIN(p->n_rollback > 0 ? p->n_rollback : 16, s->n_batch);
+    s->kv_type = p->kv_type;
+    if (s->kv_type != BS_KV_F16 && s->kv_type != BS_KV_F32) return bs_error("unknown KV cache type %d", p->kv_type);
+    if (p->n_threads < 0 || p->n_threads > 1024) return bs_error("bad thread count %d", p->n_threads);
+    return 0;
+}
+
+static int alloc_buffers(bs_session *s) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const size_t nb = (size_t)s->n_batch, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
+    const size_t nrec = (size_t)s->m->n_recurrent, natt = (size_t)s->m->n_attention;
+    const size_t nth = (size_t)bs_pool_size(s->pool);   /* attention scratch per thread */
+
+    s->conv_sz = (size_t)(hp->conv_kernel - 1) * cd;
+    s->ssm_sz = (size_t)hp->n_v_heads * hp->d_k * hp->d_v;
+    s->kv_row = Hkv * D * (s->kv_type == BS_KV_F32 ? 4 : 2);
+    s->wa = zmax(zmax(cd, 2 * H * D), ff);
+    s->wb = zmax(zmax(vdim, Hkv * D), ff);
+    s->wc = zmax(cd, Hkv * D);
+    s->wd = zmax(vdim, H * D);
+    const size_t E = (size_t)hp->n_embd, F = sizeof(float);
+    if (!(s->conv = alloc_n(nrec * 2, s->conv_sz * F, "recurrent conv state")) ||
+        !(s->ssm = alloc_n(nrec * 2, s->ssm_sz * F, "recurrent state")) ||
+        !(s->k = alloc_n(natt * (size_t)s->n_ctx, s->kv_row, "KV cache")) ||
+        !(s->v = alloc_n(natt * (size_t)s->n_ctx, s->kv_row, "KV cache")) ||
+        !(s->rb_tokens = alloc_n(nb, sizeof(int32_t), "rollback tokens")) ||
+        !(s->rb_rec = alloc_n(nrec * (size_t)s->n_rollback, (cd + 2 * (size_t)hp->n_v_heads) * F, "rollback record")) ||
+        !(s->x = alloc_n(nb, E * F, "activations")) || !(s->xn = alloc_n(nb, E * F, "activations")) ||
+        !(s->y = alloc_n(nb, E * F, "activations")) || !(s->a = alloc_n(nb, s->wa * F, "activations")) ||
+        !(s->b = alloc_n(nb, s->wb * F, "activations")) || !(s->c = alloc_n(nb, s->wc * F, "activations")) ||
+        !(s->d = alloc_n(nb, s->wd * F, "activations")) ||
+        !(s->gb = alloc_n(nb, 2 * (size_t)hp->n_v_heads * F, "activations")) ||
+        !(s->rope = alloc_n(nb, (size_t)hp->n_rot * F, "activations")) ||
+        !(s->scores = alloc_n(nth * (size_t)BS_MAX(H, BS_ATTN_MAX_GROUP), (size_t)s->n_ctx * F, "attention scores")) ||
+        !(s->qtmp = alloc_n(nth * (2 * BS_ATTN_MAX_GROUP + 1) * D, F, "activations")))
+        return -1;
+    return 0;
+}
+
+bs_session *bs_session_new(bs_model *m, const bs_session_params *params) {
+    bs_session_params def = {0};
+    bs_session *s = bs_xcalloc(1, sizeof *s);
+    s->m = m;
+    if (resolve_params(m, params ? params : &def, s)) goto fail;
+    int nt = params ? params->n_threads : 0;
+    if (nt > 1 && !(s->pool = bs_pool_new(nt))) goto fail;
+    if (alloc_buffers(s)) goto fail;
+    return s;
+fail:
+    bs_error_prefix("creating a session: ");
+    bs_session_free(s);
+    return NULL;
+}
+
+void bs_session_free(bs_session *s) {
+    if (!s) return;
+    bs_pool_free(s->pool);
+    void *bufs[] = {s->conv, s->ssm, s->k, s->v, s->rb_tokens, s->rb_rec, s->taps, s->x, s->xn, s->y,
+                    s->a, s->b, s->c, s->d, s->gb, s->rope, s->scores, s->qtmp};
+    for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    free(s);
+}
+
+int bs_session_n_ctx(const bs_session *s) { return s->n_ctx; }
+int bs_session_n_past(const bs_session *s) { return s->n_past; }
+int bs_session_n_taps(const bs_session *s) { return s->n_taps; }
+
+void bs_session_reset(bs_session *s) {
+    for (int g = 0; g < s->m->n_recurrent; g++) {
+        memset(sess_conv(s, g, s->cur), 0, s->conv_sz * sizeof(float));
+        memset(sess_ssm(s, g, s->cur), 0, s->ssm_sz * sizeof(float));
+    }
+    s->n_past = 0;
+    s->rb_n = 0;
+    s->rb_base = 0;
+    s->rb_recorded = false;
+}
+
+int bs_session_set_taps(bs_session *s, const int *layers, int n) {
+    if (n < 0 || n > 4096 || (n > 0 && !layers)) return bs_error("bad tap list");
+    for (int i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] >= s->m->hp.n_layer)
+            return bs_error("tap layer %d is out of range [0, %d)", layers[i], s->m->hp.n_layer);
+    free(s->taps);
+    s->taps = n ? bs_xmalloc((size_t)n * sizeof(int)) : NULL;
+    if (n) memcpy(s->taps, layers, (size_t)n * sizeof(int));
+    s->n_taps = n;
+    return 0;
+}
+
+void bs_session_begin_batch(bs_session *s, const int32_t *tokens, int n) {
+    memmove(s->rb_tokens, tokens, (size_t)n * sizeof(int32_t));
+    s->in_place = s->no_undo && n == 1;
+    s->rb_base = s->n_past;
+    s->rb_n = s->in_place ? 0 : n;
+    s->rb_recorded = !s->in_place && n <= s->n_rollback;
+}
+
+void bs_session_end_batch(bs_session *s, int n) {
+    if (!s->in_place) s->cur = 1 - s->cur;   /* the recurrent layers wrote the other half */
+    s->in_place = false;
+    s->n_past += n;
+}
+
+/* Evaluate in batches of n_batch; the last batch is what rollback can undo. */
+static void eval_batches(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
+    const size_t nv = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
+    for (int off = 0; off < n; off += s->n_batch) {
+        const int c = BS_MIN(s->n_batch, n - off);
+        const bool last = off + c == n;
+        bs_session_begin_batch(s, tokens + off, c);
+        int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
+        float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
+        bs_forward_batch(s, s->rb_tokens, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
+    }
+}
+
+void bs_session_set_undo(bs_session *s, int keep) { s->no_undo = !keep; }
+
+int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
+    if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");
+    if (logits_mode < BS_LOGITS_NONE || logits_mode > BS_LOGITS_ALL) return bs_error("bs_eval: bad logits mode");
+    if (logits_mode != BS_LOGITS_NONE && !logits) return bs_error("bs_eval: logits requested without a buffer");
+    if (n_tokens == 0) return logits_mode == BS_LOGITS_NONE ? 0 : bs_error("bs_eval: logits of zero tokens");
+    if (n_tokens > s->n_ctx - s->n_past)
+        return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
+                        s->n_past, s->n_ctx);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+            return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    eval_batches(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
+    return 0;
+}
+
+int bs_session_rollback(bs_session *s, int n_keep) {
+    if (n_keep < 0 || n_keep > s->n_past)
+        return bs_error("cannot roll back to %d positions: %d are evaluated", n_keep, s->n_past);
+    if (n_keep == s->n_past) return 0;
+    if (n_keep == 0) { bs_session_reset(s); return 0; }
+    if (s->rb_n == 0 || n_keep < s->rb_base)
+        return bs_error("cannot roll back to %d positions: only the last batch (from position %d) can be undone",
+                        n_keep, s->rb_base);
+    const int j = n_keep - s->rb_base;
+    if (s->rb_recorded) {
+        for (int il = 0; il < s->m->hp.n_layer; il++)
+            if (s->m->layers[il].recurrent) bs_deltanet_replay(s, &s->m->layers[il], j);
+        s->n_past = n_keep;
+        s->rb_n = j;
+        return 0;
+    }
+    /* batch too large to record: restore the state before it and recompute the kept tokens */
+    s->cur = 1 - s->cur;
+    s->n_past = s->rb_base;
+    s->rb_n = 0;
+    if (j > 0) eval_batches(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL);
+    return 0;
+}
+
+/* ---- state save / load ----------------------------------------------------------------------- */
+
+typedef struct state_header {
+    uint32_t magic, version;
+    int32_t n_layer, n_embd, n_vocab, n_recurrent, n_attention, kv_type, n_past, pad;
+    uint64_t conv_sz, ssm_sz, kv_row;
+} state_header;
+
+static void fill_header(const bs_session *s, state_header *h) {
+    memset(h, 0, sizeof *h);
+    h->magic = STATE_MAGIC;
+    h->version = STATE_VERSION;
+    h->n_layer = s->m->hp.n_layer;
+    h->n_embd = s->m->hp.n_embd;
+    h->n_vocab = s->m->hp.n_vocab;
+    h->n_recurrent = s->m->n_recurrent;
+    h->n_attention = s->m->n_attention;
+    h->kv_type = s->kv_type;
+    h->n_past = s->n_past;
+    h->conv_sz = s->conv_sz;
+    h->ssm_sz = s->ssm_sz;
+    h->kv_row = s->kv_row;
+}
+
+static size_t state_bytes(const bs_session *s, int n_past) {
+    return sizeof(state_header) +
+           (size_t)s->m->n_recurrent * (s->conv_sz + s->ssm_sz) * sizeof(float) +
+           (size_t)s->m->n_attention * 2 * (size_t)n_past * s->kv_row;
+}
+
+size_t bs_session_state_size(const bs_session *s) { return state_bytes(s, s->n_past); }
+
+/* Copy between the session and a flat buffer (save: to_buf). */
+static void copy_state(bs_session *s, uint8_t *p, bool to_buf) {
+    const size_t slot = (size_t)s->n_ctx * s->kv_row, kv_bytes = (size_t)s->n_past * s->kv_row;
+#define XFER(ptr, n) do { if (to_buf) memcpy(p, (ptr), (n)); else memcpy((ptr), p, (n)); p += (n); } while (0)
+    for (int g = 0; g < s->m->n_recurrent; g++) {
+        XFER(sess_conv(s, g, s->cur), s->conv_sz * sizeof(float));
+        XFER(sess_ssm(s, g, s->cur), s->ssm_sz * sizeof(float));
+    }
+    for (int a = 0; a < s->m->n_attention; a++) {
+        XFER(s->k + (size_t)a * slot, kv_bytes);
+        XFER(s->v + (size_t)a * slot, kv_bytes);
+    }
+#undef XFER
+}
+
+int bs_session_state_save(const bs_session *s, void *buf, size_t cap) {
+    const size_t need = bs_session_state_size(s);
+    if (!buf || cap < need) return bs_error("state buffer too small: %zu bytes, need %zu", cap, need);
+    state_header h;
+    fill_header(s, &h);
+    memcpy(buf, &h, sizeof h);
+    copy_state((bs_session *)s, (uint8_t *)buf + sizeof h, true);
+    return 0;
+}
+
+int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
+    state_header h, want;
+    if (!buf || len < sizeof h) return bs_error("state: truncated");
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) return bs_error("state: not a bitspark session state");
+    fill_header(s, &want);
+    want.n_past = h.n_past;
+    if (memcmp(&h, &want, sizeof h))
+        return bs_error("state: saved from a different model or KV cache type");
+    if (h.n_past < 0 || h.n_past > s->n_ctx)
+        return bs_error("state: %d positions do not fit in this session's context of %d", h.n_past, s->n_ctx);
+    if (len != state_bytes(s, h.n_past)) return bs_error("state: size %zu does not match its header", len);
+    s->n_past = h.n_past;
+    copy_state(s, (uint8_t *)buf + sizeof h, false);
+    s->rb_n = 0;
+    s->rb_base = s->n_past;
+    s->rb_recorded = false;
+    return 0;
+}

@@ -1,0 +1,524 @@
+/* sampler.c: the sampler chain (see sampler.h for the order and the semantics). */
+#include "sample/sampler.h"
+#include "sample/sampler_dry.h"
+#include "model/profile.h"
+#include "io/util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bs_sampler {
+    bs_sampler_params p;
+    int32_t n_vocab;
+    bs_rng rng;
+    float *w;                 /* [n_vocab] working logits */
+    bs_token_prob *cand;      /* [n_vocab] candidates of the last apply */
+    int n_cand;
+    bool sorted;              /* cand in descending order (ties: lower id first) */
+    bool applied;
+    int32_t *bias_id;
+    float *bias;
+    int n_bias, cap_bias;
+    int32_t *ban;
+    int n_ban, cap_ban;
+    int32_t *hist;
+    size_t n_hist, cap_hist;
+    int32_t *count;           /* [n_vocab] occurrences in the penalty window; kept all zero */
+    int32_t *seen;            /* [n_vocab] distinct tokens of the window */
+    bs_dry dry;
+};
+
+bs_sampler_params bs_sampler_default_params(void) {
+    return (bs_sampler_params){
+        .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .min_keep = 1,
+        .penalty_last_n = 64, .repeat_penalty = 1.0f,
+        .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
+        .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2,
+        .dry_penalty_last_n = -1, .seed = 0,
+    };
+}
+
+static int check_params(const bs_sampler_params *p) {
+    if (isnan(p->temp) || isnan(p->top_p) || isnan(p->min_p) || isnan(p->presence_penalty) ||
+        isnan(p->frequency_penalty) || isnan(p->dry_multiplier) || isnan(p->dry_base) ||
+        isinf(p->presence_penalty) || isinf(p->frequency_penalty) || isinf(p->dry_multiplier))
+        return bs_error("sampler: parameters must be finite numbers");
+    if (!(p->repeat_penalty > 0) || isinf(p->repeat_penalty))
+        return bs_error("sampler: repeat penalty must be > 0 (1 = off), got %g",
+                        (double)p->repeat_penalty);
+    if (p->penalty_last_n < -1) return bs_error("sampler: penalty window must be >= -1");
+    if (p->dry_penalty_last_n < -1) return bs_error("sampler: DRY window must be >= -1");
+    if (p->dry_allowed_length < 0) return bs_error("sampler: DRY allowed length must be >= 0");
+    return 0;
+}
+
+bs_sampler *bs_sampler_new(const bs_sampler_params *params, int32_t n_vocab) {
+    if (n_vocab < 1) {
+        bs_error("sampler: vocabulary size %d", n_vocab);
+        return NULL;
+    }
+    bs_sampler_params p = params ? *params : bs_sampler_default_params();
+    if (check_params(&p) < 0) return NULL;
+    if (p.min_keep < 1) p.min_keep = 1;
+    bs_sampler *s = bs_xcalloc(1, sizeof *s);
+    s->p = p;
+    s->n_vocab = n_vocab;
+    bs_rng_seed(&s->rng, p.seed);
+    s->w = bs_xmalloc((size_t)n_vocab * sizeof *s->w);
+    s->cand = bs_xmalloc((size_t)n_vocab * sizeof *s->cand);
+    s->count = bs_xcalloc((size_t)n_vocab, sizeof *s->count);
+    s->seen = bs_xmalloc((size_t)n_vocab * sizeof *s->seen);
+    bs_dry_init(&s->dry, n_vocab);
+    return s;
+}
+
+void bs_sampler_free(bs_sampler *s) {
+    if (!s) return;
+    free(s->w);
+    free(s->cand);
+    free(s->bias_id);
+    free(s->bias);
+    free(s->ban);
+    free(s->hist);
+    free(s->count);
+    free(s->seen);
+    bs_dry_free(&s->dry);
+    free(s);
+}
+
+const bs_sampler_params *bs_sampler_get_params(const bs_sampler *s) { return &s->p; }
+int32_t bs_sampler_n_vocab(const bs_sampler *s) { return s->n_vocab; }
+void bs_sampler_set_seed(bs_sampler *s, uint64_t seed) {
+    s->p.seed = seed;
+    bs_rng_seed(&s->rng, seed);
+}
+
+/* --- logit bias and bans --------------------------------------------------------------------- */
+
+int bs_sampler_set_logit_bias(bs_sampler *s, int32_t id, float bias) {
+    if (id < 0 || id >= s->n_vocab) return bs_error("logit bias: token %d out of range", id);
+    if (isnan(bias) || bias == INFINITY) return bs_error("logit bias: bias must be finite or -inf");
+    for (int i = 0; i < s->n_bias; i++)
+        if (s->bias_id[i] == id) {
+            s->bias[i] = bias;
+            return 0;
+        }
+    if (s->n_bias == s->cap_bias) {
+        s->cap_bias = s->cap_bias ? 2 * s->cap_bias : 16;
+        s->bias_id = bs_xrealloc(s->bias_id, (size_t)s->cap_bias * sizeof *s->bias_id);
+        s->bias = bs_xrealloc(s->bias, (size_t)s->cap_bias * sizeof *s->bias);
+    }
+    s->bias_id[s->n_bias] = id;
+    s->bias[s->n_bias++] = bias;
+    return 0;
+}
+
+void bs_sampler_clear_logit_bias(bs_sampler *s) { s->n_bias = 0; }
+
+int bs_sampler_ban_once(bs_sampler *s, int32_t id) {
+    if (id < 0 || id >= s->n_vocab) return bs_error("ban: token %d out of range", id);
+    if (s->n_ban == s->cap_ban) {
+        s->cap_ban = s->cap_ban ? 2 * s->cap_ban : 8;
+        s->ban = bs_xrealloc(s->ban, (size_t)s->cap_ban * sizeof *s->ban);
+    }
+    s->ban[s->n_ban++] = id;
+    return 0;
+}
+
+/* --- history --------------------------------------------------------------------------------- */
+
+void bs_sampler_accept(bs_sampler *s, int32_t id) { bs_sampler_accept_many(s, &id, 1); }
+
+void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n) {
+    if (s->n_hist + n > s->cap_hist) {
+        size_t cap = s->cap_hist ? s->cap_hist : 256;
+        while (cap < s->n_hist + n) cap *= 2;
+        s->hist = bs_xrealloc(s->hist, cap * sizeof *s->hist);
+        s->cap_hist = cap;
+    }
+    if (n) memcpy(s->hist + s->n_hist, ids, n * sizeof *ids);
+    s->n_hist += n;
+}
+
+void bs_sampler_truncate(bs_sampler *s, size_t n) {
+    if (n < s->n_hist) s->n_hist = n;
+}
+size_t bs_sampler_history_len(const bs_sampler *s) { return s->n_hist; }
+const int32_t *bs_sampler_history(const bs_sampler *s) { return s->hist; }
+
+/* --- DRY breakers ---------------------------------------------------------------------------- */
+
+int bs_sampler_set_dry_breakers(bs_sampler *s, const char *const *strings, int n,
+                                const bs_sampler_vocab *vocab) {
+    return bs_dry_set_strings(&s->dry, strings, n, vocab);
+}
+int bs_sampler_add_dry_breaker(bs_sampler *s, int32_t head, const int32_t *tail, int n_tail) {
+    return bs_dry_add(&s->dry, head, tail, n_tail);
+}
+void bs_sampler_clear_dry_breakers(bs_sampler *s) { bs_dry_clear(&s->dry); }
+int bs_sampler_n_dry_breakers(const bs_sampler *s) { return s->dry.n_br; }
+
+/* --- ordering helpers ------------------------------------------------------------------------ */
+
+/* The one total order every filter uses: higher logit first, then lower id. */
+static inline bool better(const bs_token_prob *a, const bs_token_prob *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
+static int cmp_better(const void *a, const void *b) {
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+/* Min-heap on `better`: the worst kept candidate sits at the root. */
+static void heap_down(bs_token_prob *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && better(&h[m], &h[l])) m = l;
+        if (r < n && better(&h[m], &h[r])) m = r;
+        if (m == i) return;
+        bs_token_prob t = h[i]; h[i] = h[m]; h[m] = t;
+        i = m;
+    }
+}
+
+/* Move the k best of a[0..n) to a[0..k), sorted. O(n log k), only the head is sorted. */
+static int select_top(bs_token_prob *a, int n, int k) {
+    if (k >= n) {
+        qsort(a, (size_t)n, sizeof *a, cmp_better);
+        return n;
+    }
+    for (int i = k / 2 - 1; i >= 0; i--) heap_down(a, k, i);
+    for (int i = k; i < n; i++)
+        if (better(&a[i], &a[0])) {
+            a[0] = a[i];
+            heap_down(a, k, 0);
+        }
+    qsort(a, (size_t)k, sizeof *a, cmp_better);
+    return k;
+}
+
+/* --- the chain ------------------------------------------------------------------------------- */
+
+static void load_logits(bs_sampler *s, const float *logits) {
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        float x = logits[i];
+        s->w[i] = isnan(x) ? -INFINITY : x > FLT_MAX ? FLT_MAX : x;
+    }
+    for (int i = 0; i < s->n_bias; i++) s->w[s->bias_id[i]] += s->bias[i];
+    for (int i = 0; i < s->n_ban; i++) s->w[s->ban[i]] = -INFINITY;
+    s->n_ban = 0;
+}
+
+static size_t window(const bs_sampler *s, int32_t last_n) {
+    return last_n < 0 ? s->n_hist : BS_MIN((size_t)last_n, s->n_hist);
+}
+
+static void apply_penalties(bs_sampler *s) {
+    const bs_sampler_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    size_t n = window(s, p->penalty_last_n);
+    if (n == 0) return;
+    const int32_t *t = s->hist + s->n_hist - n;
+    int n_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] < 0 || t[i] >= s->n_vocab) continue;
+        if (s->count[t[i]]++ == 0) s->seen[n_seen++] = t[i];
+    }
+    for (int i = 0; i < n_seen; i++) {
+        int32_t id = s->seen[i];
+        float *x = &s->w[id];
+        *x = *x <= 0 ? *x * p->repeat_penalty : *x / p->repeat_penalty;
+        *x -= (float)s->count[id] * p->frequency_penalty + p->presence_penalty;
+        s->count[id] = 0;
+    }
+}
+
+static void apply_dry(bs_sampler *s) {
+    const bs_sampler_params *p = &s->p;
+    if (p->dry_multiplier == 0.0f || p->dry_base < 1.0f || p->dry_penalty_last_n == 0) return;
+    size_t n = window(s, p->dry_penalty_last_n);
+    if (n == 0) return;
+    bs_dry_apply(&s->dry, s->hist + s->n_hist - n, n, p->dry_multiplier, p->dry_base,
+                 p->dry_allowed_length, s->w);
+}
+
+/* The first id holding the largest working logit (w has no NaN). Two passes the compiler turns
+ * into vector code: the max as a branch-free reduction, then the scan for its first position. */
+static int32_t argmax_first(const float *w, int32_t n) {
+    float mx = w[0];
+    for (int32_t i = 1; i < n; i++) mx = w[i] > mx ? w[i] : mx;
+    int32_t i = 0;
+    while (w[i] != mx) i++;
+    return i;
+}
+
+static int greedy(bs_sampler *s) {
+    const int32_t best = argmax_first(s->w, s->n_vocab);
+    if (s->w[best] == -INFINITY) return bs_error("sampler: every token is banned");
+    s->cand[0] = (bs_token_prob){best, s->w[best], 1.0f};
+    s->n_cand = 1;
+    s->sorted = true;
+    return 1;
+}
+
+/* Candidates = every token that is not banned, in id order; or the top k, sorted. */
+/* The k best of the working logits straight into cand[0..k), sorted: one pass with a heap, no
+ * copy of the vocabulary. Banned tokens are skipped. Returns how many (< k if fewer remain). */
+static int heap_top_k(bs_sampler *s, int k) {
+    bs_token_prob *h = s->cand;
+    int n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (s->w[i] == -INFINITY) continue;
+        bs_token_prob t = {i, s->w[i], 0.0f};
+        if (n < k) {
+            h[n++] = t;
+            if (n == k)
+                for (int j = k / 2 - 1; j >= 0; j--) heap_down(h, k, j);
+        } else if (better(&t, &h[0])) {
+            h[0] = t;
+            heap_down(h, k, 0);
+        }
+    }
+    qsort(h, (size_t)n, sizeof *h, cmp_better);
+    return n;
+}
+
+/* Candidates = every token that is not banned, in id order; or the top k, sorted. */
+static int gather(bs_sampler *s) {
+    int k = s->p.top_k;
+    if (k > 0 && k < s->n_vocab) {
+        s->n_cand = heap_top_k(s, BS_MIN(BS_MAX(k, s->p.min_keep), s->n_vocab));
+        s->sorted = true;
+    } else {
+        int n = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++)
+            if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i], 0.0f};
+        s->n_cand = n;
+        s->sorted = false;
+        if (k > 0) {   /* k covers the whole vocabulary: just the order */
+            qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_better);
+            s->sorted = true;
+        }
+    }
+    if (s->n_cand == 0) return bs_error("sampler: every token is banned");
+    return 0;
+}
+
+/* Store exp(logit - max) in .p; return the sum (double, candidate order). */
+static double weights(bs_token_prob *c, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = BS_MAX(mx, c[i].logit);
+    double z = 0;
+    for (int i = 0; i < n; i++) z += c[i].p = expf(c[i].logit - mx);
+    return z;
+}
+
+/* Mass-weighted quickselect: reorder c[0..n) so that c[0..m) holds the best tokens whose weight
+ * (.p) sums to at least `need`, with m as small as the order allows. Expected O(n). */
+static int select_mass(bs_token_prob *c, int n, double need) {
+    int lo = 0, hi = n;
+    while (hi - lo > 16) {
+        int mid = lo + (hi - lo) / 2;
+        /* median of three as pivot, moved to hi-1 */
+        bs_token_prob *a = &c[lo], *b = &c[mid], *d = &c[hi - 1], *m;
+        if (better(a, b)) m = better(b, d) ? b : better(a, d) ? d : a;
+        else m = better(a, d) ? a : better(b, d) ? d : b;
+        bs_token_prob t = *m; *m = c[hi - 1]; c[hi - 1] = t;
+        const bs_token_prob piv = c[hi - 1];
+        int j = lo;
+        double mass = 0;
+        for (int i = lo; i < hi - 1; i++)
+            if (better(&c[i], &piv)) {
+                mass += c[i].p;
+                t = c[i]; c[i] = c[j]; c[j] = t;
+                j++;
+            }
+        c[hi - 1] = c[j]; c[j] = piv;
+        if (mass >= need) hi = j;
+        else if (mass + piv.p >= need) return j + 1;
+        else { need -= mass + piv.p; lo = j + 1; }
+    }
+    qsort(c + lo, (size_t)(hi - lo), sizeof *c, cmp_better);
+    for (int i = lo; i < hi; i++) {
+        need -= c[i].p;
+        if (need <= 0) return i + 1;
+    }
+    return hi;
+}
+
+static void apply_top_p(bs_sampler *s) {
+    float top_p = s->p.top_p;
+    if (top_p >= 1.0f) return;
+    bs_token_prob *c = s->cand;
+    int n = s->n_cand;
+    double z = weights(c, n);
+    if (!s->sorted) {
+        /* a slightly larger target keeps a superset of the exact cut, made below in order */
+        n = select_mass(c, n, (double)top_p * z * (1 + 1e-9));
+        if (n < s->p.min_keep) n = select_top(c, s->n_cand, BS_MIN(s->p.min_keep, s->n_cand));
+        else qsort(c, (size_t)n, sizeof *c, cmp_better);   /* c[0..n) are the best n */
+        s->sorted = true;
+    }
+    double cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += c[i].p / z;
+        if (cum >= top_p && i + 1 >= s->p.min_keep) {
+            n = i + 1;
+            break;
+        }
+    }
+    s->n_cand = n;
+}
+
+static void apply_min_p(bs_sampler *s) {
+    float min_p = s->p.min_p;
+    if (min_p <= 0.0f) return;
+    bs_token_prob *c = s->cand;
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_cand; i++) mx = BS_MAX(mx, c[i].logit);
+    const float lim = mx + logf(min_p);
+    int pass = 0;
+    for (int i = 0; i < s->n_cand; i++) pass += c[i].logit >= lim;
+    if (pass < s->p.min_keep) {   /* too few pass: keep the best min_keep */
+        if (!s->sorted) select_top(c, s->n_cand, BS_MIN(s->p.min_keep, s->n_cand));
+        s->sorted = true;
+        s->n_cand = BS_MIN(s->p.min_keep, s->n_cand);
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < s->n_cand; i++)
+        if (c[i].logit >= lim) c[n++] = c[i];
+    s->n_cand = n;
+}
+
+/* Temperature and the final softmax. Differences to the max are taken before dividing so that a
+ * tiny temperature cannot overflow. */
+static void finish(bs_sampler *s) {
+    bs_token_prob *c = s->cand;
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_cand; i++) mx = BS_MAX(mx, c[i].logit);
+    double z = 0;
+    for (int i = 0; i < s->n_cand; i++) {
+        z += c[i].p = expf((c[i].logit - mx) / s->p.temp);
+        c[i].logit /= s->p.temp;
+    }
+    for (int i = 0; i < s->n_cand; i++) c[i].p = (float)(c[i].p / z);
+}
+
+static int apply_chain(bs_sampler *s, const float *logits) {
+    s->applied = false;
+    load_logits(s, logits);
+    apply_penalties(s);
+    apply_dry(s);
+    if (s->p.temp <= 0.0f) {
+        if (greedy(s) < 0) return -1;
+    } else {
+        if (gather(s) < 0) return -1;
+        apply_top_p(s);
+        apply_min_p(s);
+        finish(s);
+    }
+    s->applied = true;
+    return s->n_cand;
+}
+
+int bs_sampler_apply(bs_sampler *s, const float *logits) {
+    const uint64_t t0 = bs_prof_begin();
+    const int r = apply_chain(s, logits);
+    bs_prof_end(BS_PROF_SAMPLE, t0);
+    return r;
+}
+
+int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n) {
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i] > 0) total += w[i];
+    if (!(total > 0) || isinf(total)) return bs_error("sampler: nothing to draw from");
+    double u = bs_rng_uniform(&s->rng) * total, cum = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++) {
+        if (!(w[i] > 0)) continue;
+        last = i;
+        cum += w[i];
+        if (u < cum) break;
+    }
+    return ids ? ids[last] : last;
+}
+
+int32_t bs_sampler_pick(bs_sampler *s) {
+    if (!s->applied) return bs_error("sampler: pick before apply");
+    if (s->p.temp <= 0.0f) return s->cand[0].id;
+    double total = 0;
+    for (int i = 0; i < s->n_cand; i++) total += s->cand[i].p;
+    double u = bs_rng_uniform(&s->rng) * total, cum = 0;
+    int last = 0;
+    for (int i = 0; i < s->n_cand; i++) {
+        if (s->cand[i].p <= 0) continue;
+        last = i;
+        cum += s->cand[i].p;
+        if (u < cum) break;
+    }
+    return s->cand[last].id;
+}
+
+int32_t bs_sampler_sample(bs_sampler *s, const float *logits) {
+    if (bs_sampler_apply(s, logits) < 0) return -1;
+    return bs_sampler_pick(s);
+}
+
+const bs_token_prob *bs_sampler_candidates(const bs_sampler *s, int *n) {
+    *n = s->applied ? s->n_cand : 0;
+    return s->cand;
+}
+
+float bs_sampler_prob(const bs_sampler *s, int32_t id) {
+    if (!s->applied) return 0;
+    for (int i = 0; i < s->n_cand; i++)
+        if (s->cand[i].id == id) return s->cand[i].p;
+    return 0;
+}
+
+void bs_sampler_probs_dense(const bs_sampler *s, float *out) {
+    memset(out, 0, (size_t)s->n_vocab * sizeof *out);
+    if (!s->applied) return;
+    for (int i = 0; i < s->n_cand; i++) out[s->cand[i].id] = s->cand[i].p;
+}
+
+double bs_sampler_uniform(bs_sampler *s) { return bs_rng_uniform(&s->rng); }
+
+/* --- raw log-probabilities -------------------------------------------------------------------- */
+
+int bs_top_logprobs(const float *logits, int32_t n_vocab, int n, int32_t *ids, float *logprobs,
+                    int32_t id, float *out_id_logprob) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double z = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (!isnan(logits[i])) z += exp((double)logits[i] - mx);
+    const double lz = (double)mx + log(z);
+    if (out_id_logprob && id >= 0 && id < n_vocab)
+        *out_id_logprob = isnan(logits[id]) ? -INFINITY : (float)(logits[id] - lz);
+    n = BS_MIN(n, n_vocab);
+    if (n <= 0) return 0;
+    bs_token_prob *h = bs_xmalloc((size_t)n * sizeof *h);
+    for (int i = 0; i < n; i++) h[i] = (bs_token_prob){i, isnan(logits[i]) ? -INFINITY : logits[i], 0};
+    for (int i = n / 2 - 1; i >= 0; i--) heap_down(h, n, i);
+    for (int32_t i = n; i < n_vocab; i++) {
+        bs_token_prob t = {i, isnan(logits[i]) ? -INFINITY : logits[i], 0};
+        if (better(&t, &h[0])) {
+            h[0] = t;
+            heap_down(h, n, 0);
+        }
+    }
+    qsort(h, (size_t)n, sizeof *h, cmp_better);
+    for (int i = 0; i < n; i++) {
+        ids[i] = h[i].id;
+        logprobs[i] = (float)(h[i].logit - lz);
+    }
+    free(h);
+    return n;
+}

@@ -1,0 +1,45 @@
+/* server.c: bring `bitspark serve` up and down (server.h): the model and its tokenizer and chat
+ * template, the slots with their scheduler thread, then the HTTP daemon. */
+#include "server/server.h"
+#include "model/qwen35.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int srv_start(srv *s, const srv_config *cfg) {
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    if (s->cfg.loop.det.min_repeats == 0) s->cfg.loop = bs_loop_guard_default_params();   /* not set */
+    s->t_start = bs_time();
+    s->t_created = (long)time(NULL);
+    pthread_mutex_init(&s->metrics.mu, NULL);
+    if (!cfg->model) return bs_error("no model given (-m FILE)");
+    if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
+    bs_model_params mp = {.no_mmap = cfg->no_mmap};
+    if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
+    if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
+        bs_error_prefix("%s: tokenizer: ", cfg->model);
+        goto fail;
+    }
+    s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
+    bs_chat_template_detect(s->tmpl_text, &s->tmpl);
+    if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) goto fail;
+    if (srv_http_start(s)) goto fail;
+    return 0;
+fail:
+    srv_stop(s);
+    return -1;
+}
+
+void srv_stop(srv *s) {
+    srv_http_stop(s);
+    srv_sched_free(s->sched);
+    bs_tokenizer_free(s->tok);
+    bs_model_free(s->model);
+    s->sched = NULL;
+    s->tok = NULL;
+    s->model = NULL;
+    pthread_mutex_destroy(&s->metrics.mu);
+}

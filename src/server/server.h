@@ -1,0 +1,226 @@
+/* server.h: the internals of `bitspark serve`, an OpenAI-compatible HTTP server (llama-server's
+ * API) shared by its parts:
+ *
+ *   server_http.c     libmicrohttpd plumbing: one thread per connection, body limit, API key,
+ *                     routing, JSON replies, Server-Sent Events, client-disconnect detection
+ *   server_api.c      OpenAI request parsing -> srv_task, results -> response / chunk JSON
+ *   server_sched.c    slots, the bounded queue and the scheduler thread: one generator per slot
+ *                     (generate/gen.h: prompt cache, sampling, stop strings, the loop guard,
+ *                     speculative rounds), their decode steps and prompt chunks evaluated
+ *                     together in one pass through the weights (bs_eval_multi)
+ *   server_metrics.c  counters and the Prometheus text of /metrics
+ *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
+ *
+ * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
+ * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
+ * "min_chars", "max_period", "max_rewinds"}) overrides it. Each slot's generator runs the guard on
+ * its decoded text; answers report the result as "loop_guard" next to "timings"
+ * (server_reply.c) and /metrics counts loops, rewinds and guard stops.
+ *
+ * Threads: connection threads parse requests, tokenize, submit tasks and wait on them; one
+ * scheduler thread owns the model sessions. A task is shared by both through a reference count
+ * and its own mutex / condition variable. */
+#ifndef BS_SERVER_H
+#define BS_SERVER_H
+
+#include "bitspark.h"
+#include "generate/gen.h"
+#include "text/chat_template.h"
+#include "sample/loop_guard.h"
+#include "sample/sampler.h"
+#include "text/tokenizer.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_MAX_STOP 8
+#define SRV_MAX_TOP BS_GEN_MAX_TOP
+#define SRV_MAX_BIAS 1024
+#define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
+
+typedef struct srv_config {
+    const char *model, *drafter, *host, *api_key, *alias;
+    int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
+    long body_max;             /* bytes of a request body */
+    int max_connections;
+    bool no_mmap, no_webui;
+    bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
+} srv_config;
+
+enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
+
+/* One generated token and what logprobs report about it (raw model distribution). */
+typedef bs_gen_token srv_tok;
+
+typedef struct srv_timings {
+    int n_prompt, n_cached, n_gen;
+    double t_prompt_ms, t_gen_ms;
+    long draft_n, draft_accepted;
+} srv_timings;
+
+/* A generation request and its result as it grows. Fields above `mu` are set before submit and
+ * read-only after; fields below are guarded by mu. */
+typedef struct srv_task {
+    int32_t *prompt;
+    int n_prompt;
+    bs_sampler_params sp;
+    int n_bias;
+    int32_t bias_id[SRV_MAX_BIAS];
+    float bias[SRV_MAX_BIAS];
+    int n_predict;             /* < 0: until EOG or the context is full */
+    bool ignore_eos;
+    bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
+    bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    int n_probs;               /* top logprobs per token; -1: no logprobs at all */
+    int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
+                                  message), 0: none */
+    bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    bool cancel;               /* the client went away: stop and free the slot */
+    bool started;              /* a slot took it */
+    bool done;
+    int finish;                /* enum srv_finish */
+    char error[256];
+    char *text;                /* generated text (stop string removed at the end) */
+    size_t len, cap;
+    size_t n_safe;             /* bytes of text that may be streamed: no stop string can form in
+                                  them and no loop-guard rewind can reach them */
+    srv_tok *toks;
+    int n_toks, cap_toks;
+    int n_toks_safe;           /* tokens whose logprobs may be streamed (no rewind reaches them) */
+    bs_loop_guard_result loop_res;   /* what the guard did (mode off: zeros) */
+    srv_timings tm;
+    int slot;
+} srv_task;
+
+srv_task *srv_task_new(void);
+void srv_task_unref(srv_task *t);   /* frees at zero */
+void srv_task_ref(srv_task *t);
+
+/* --- metrics (server_metrics.c) --- */
+typedef struct srv_metrics {
+    pthread_mutex_t mu;
+    long requests_total, requests_errors, requests_rejected;
+    long prompt_tokens, cached_tokens, predicted_tokens;
+    double prompt_seconds, predicted_seconds;
+    long n_decode, n_decode_rows;   /* batched decode passes and the rows they carried */
+    long draft_tokens, draft_accepted, draft_rounds;
+    long loops_detected, loop_rewinds, loop_stops;   /* doom-loop guard */
+    int processing, deferred;       /* gauges, set by the scheduler */
+} srv_metrics;
+
+void srv_metrics_request(srv_metrics *m, int status);
+void srv_metrics_task(srv_metrics *m, const srv_timings *t);
+void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r);
+/* Prometheus text exposition; malloc'd. */
+char *srv_metrics_text(srv_metrics *m, int n_slots);
+
+/* --- scheduler (server_sched.c) --- */
+typedef struct srv_sched srv_sched;
+
+typedef struct srv_slot_info {
+    int id, n_ctx, n_cached;
+    bool busy;
+} srv_slot_info;
+
+srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met);
+void srv_sched_free(srv_sched *s);
+/* Queue a task (takes a reference). -1 + bs_error when the queue is full. */
+int srv_sched_submit(srv_sched *s, srv_task *t);
+/* Wake the scheduler (after setting a task's cancel flag). */
+void srv_sched_wake(srv_sched *s);
+int srv_sched_n_slots(const srv_sched *s);
+int srv_sched_n_ctx(const srv_sched *s);
+void srv_sched_slots(srv_sched *s, srv_slot_info *out);
+
+/* --- tool calls (server_tools.c) --- */
+typedef struct srv_tool_call {
+    char *name;
+    char *arguments;           /* JSON object text */
+} srv_tool_call;
+
+/* Find <tool_call> blocks in content: *calls (malloc'd, n) and *rest, the content without them
+ * (malloc'd). Returns the number of calls found (0: *rest is a copy of content). */
+int srv_parse_tool_calls(const char *content, srv_tool_call **calls, char **rest);
+void srv_free_tool_calls(srv_tool_call *calls, int n);
+
+/* --- the whole server (server_http.c) --- */
+typedef struct srv {
+    srv_config cfg;
+    bs_model *model;
+    bs_tokenizer *tok;
+    bs_chat_template tmpl;
+    const char *tmpl_text;
+    srv_sched *sched;
+    srv_metrics metrics;
+    struct MHD_Daemon *daemon;
+    double t_start;
+    long t_created;            /* wall clock at start, for /v1/models */
+    int port;                  /* the bound port (cfg.port 0 picks one) */
+} srv;
+
+/* server.c: load the model, start the slots and the HTTP daemon / stop everything. */
+int srv_start(srv *s, const srv_config *cfg);
+void srv_stop(srv *s);
+/* server_http.c */
+int srv_http_start(srv *s);
+void srv_http_stop(srv *s);
+
+/* --- growable text buffer --- */
+typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;
+void srv_buf_add(srv_buf *b, const char *s, size_t n);
+void srv_buf_adds(srv_buf *b, const char *s);
+void srv_buf_free(srv_buf *b);
+
+/* --- request handling (server_api.c, server_reply.c), called by server_http.c --- */
+typedef struct srv_stream srv_stream;
+
+typedef struct srv_reply {
+    int status;
+    const char *ctype;
+    char *body;                /* malloc'd; NULL with stream */
+    size_t len;
+    srv_stream *stream;        /* SSE reply: server_http.c pulls it with srv_stream_read */
+    /* set by server_http.c: true once the client has gone away */
+    bool (*client_gone)(void *ud);
+    void *ud;
+} srv_reply;
+
+struct json_t;
+/* Route one request (body: the raw bytes, may be empty) into *r. */
+void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
+/* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
+void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...);
+void srv_reply_json(srv_reply *r, int status, struct json_t *j);   /* steals j */
+
+/* Next bytes of an SSE stream into out (appended). Blocks until there is something, the stream
+ * ends or the client is gone. 1: data added, 0: the stream is over, -1: the client is gone
+ * (the task is cancelled). */
+int srv_stream_read(srv_stream *st, srv_buf *out);
+void srv_stream_free(srv_stream *st);   /* cancels a task still running */
+
+/* What a generation endpoint asked for, beyond the task: how to shape the answer. */
+typedef struct srv_gen {
+    bool chat;                 /* /v1/chat/completions (else /v1/completions) */
+    bool stream, include_usage;
+    bool logprobs;             /* report logprobs (top_logprobs: task->n_probs) */
+    bool echo;                 /* completions: prepend the prompt */
+    bool tools;                /* tools were offered: parse <tool_call> blocks */
+    bool in_think;             /* the prompt opened a think block: output starts in reasoning */
+    char *prompt_text;         /* for echo; malloc'd */
+    char id[48];
+    long created;
+} srv_gen;
+
+/* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
+ * take ownership of g->prompt_text and a reference to t. */
+void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r);
+
+#endif

@@ -1,0 +1,734 @@
+/* server_api.c: the endpoints of `bitspark serve` (server.h): routing, and OpenAI / llama-server
+ * request bodies checked field by field into a srv_task. Every bad field gets a 400 naming it;
+ * unknown fields are ignored (clients send many). */
+#include "server/server.h"
+#include "io/util.h"
+#include "io/utf8.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const char bs_webui_html[];
+extern const size_t bs_webui_html_len;
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+void srv_reply_json(srv_reply *r, int status, json_t *j) {
+    r->status = status;
+    r->ctype = "application/json; charset=utf-8";
+    r->body = json_dumps(j, JSON_COMPACT);
+    r->len = r->body ? strlen(r->body) : 0;
+    json_decref(j);
+}
+
+static json_t *error_json(int status, const char *type, const char *msg) {
+    return json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message", msg, "type", type);
+}
+
+void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_reply_json(r, status, error_json(status, type, msg));
+}
+
+static void bad_request(srv_reply *r, const char *fmt, const char *arg) {
+    srv_reply_error(r, 400, "invalid_request_error", fmt, arg);
+}
+
+/* ---- typed fields --------------------------------------------------------------------------- */
+
+/* Each getter leaves *out alone when the field is absent or null; false (and a 400 in r) when it
+ * has the wrong type or range. */
+static bool get_num(json_t *b, const char *k, double lo, double hi, double *out, srv_reply *r) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) { bad_request(r, "'%s' must be a number", k); return false; }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        srv_reply_error(r, 400, "invalid_request_error", "'%s' must be in [%g, %g]", k, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool get_float(json_t *b, const char *k, double lo, double hi, float *out, srv_reply *r) {
+    double x = *out;
+    if (!get_num(b, k, lo, hi, &x, r)) return false;
+    *out = (float)x;
+    return true;
+}
+
+static bool get_int(json_t *b, const char *k, long lo, long hi, long *out, srv_reply *r) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) { bad_request(r, "'%s' must be an integer", k); return false; }
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        srv_reply_error(r, 400, "invalid_request_error", "'%s' must be in [%ld, %ld]", k, lo, hi);
+        return false;
+    }
+    *out = (long)x;
+    return true;
+}
+
+static bool get_bool(json_t *b, const char *k, bool *out, srv_reply *r) {
+    json_t *v = json_object_get(b, k);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) { bad_request(r, "'%s' must be a boolean", k); return false; }
+    *out = json_is_true(v);
+    return true;
+}
+
+/* ---- shared generation fields --------------------------------------------------------------- */
+
+static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
+    json_t *v = json_object_get(b, "stop");
+    if (!v || json_is_null(v)) return true;
+    if (json_is_string(v)) {
+        if (*json_string_value(v)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(v));
+        return true;
+    }
+    if (!json_is_array(v) || json_array_size(v) > SRV_MAX_STOP) {
+        srv_reply_error(r, 400, "invalid_request_error", "'stop' must be a string or an array of at most %d strings",
+                        SRV_MAX_STOP);
+        return false;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e)) { bad_request(r, "'%s' must hold strings", "stop"); return false; }
+        if (*json_string_value(e)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
+    }
+    return true;
+}
+
+static bool add_bias(srv_task *t, long id, double bias, int n_vocab, srv_reply *r) {
+    if (id < 0 || id >= n_vocab) {
+        srv_reply_error(r, 400, "invalid_request_error", "'logit_bias': token %ld is out of range [0, %d)", id, n_vocab);
+        return false;
+    }
+    if (t->n_bias == SRV_MAX_BIAS) { bad_request(r, "'%s' has too many entries", "logit_bias"); return false; }
+    t->bias_id[t->n_bias] = (int32_t)id;
+    t->bias[t->n_bias++] = bias <= -100 ? -INFINITY : (float)bias;
+    return true;
+}
+
+/* OpenAI's {"id": bias} map or llama-server's [[id, bias], ...]; bias <= -100 bans. */
+static bool parse_bias(json_t *b, srv_task *t, int n_vocab, srv_reply *r) {
+    json_t *v = json_object_get(b, "logit_bias");
+    if (!v || json_is_null(v)) return true;
+    const char *key;
+    json_t *e;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, e) {
+            char *end;
+            long id = strtol(key, &end, 10);
+            if (end == key || *end || !json_is_number(e)) {
+                bad_request(r, "'logit_bias' keys must be token ids and values numbers (got '%s')", key);
+                return false;
+            }
+            if (!add_bias(t, id, json_number_value(e), n_vocab, r)) return false;
+        }
+        return true;
+    }
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, e) {
+            json_t *id = json_array_get(e, 0), *bias = json_array_get(e, 1);
+            if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_integer(id) ||
+                !(json_is_number(bias) || json_is_false(bias))) {
+                bad_request(r, "'%s' entries must be [token id, bias]", "logit_bias");
+                return false;
+            }
+            if (!add_bias(t, (long)json_integer_value(id), json_is_false(bias) ? -1e9 : json_number_value(bias),
+                          n_vocab, r))
+                return false;
+        }
+        return true;
+    }
+    bad_request(r, "'%s' must be an object", "logit_bias");
+    return false;
+}
+
+/* "loop_guard": "off" | "stop" | "rewind", or an object {"mode", "min_repeats", "min_chars",
+ * "max_period", "max_rewinds"} (each optional, ranges as the --loop-* options); what is not
+ * given comes from the server's --loop-guard settings. */
+static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    static const char msg[] = "'%s' must be \"off\", \"stop\", \"rewind\" or an object with \"mode\", "
+                              "\"min_repeats\", \"min_chars\", \"max_period\", \"max_rewinds\"";
+    bs_loop_guard_params *p = &t->loop;
+    *p = s->cfg.loop;
+    json_t *v = json_object_get(b, "loop_guard"), *mode = v;
+    if (!v || json_is_null(v)) return true;
+    if (json_is_object(v)) {
+        static const char *known[] = {"mode", "min_repeats", "min_chars", "max_period", "max_rewinds"};
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            size_t i = 0;
+            while (i < BS_ARRAY_LEN(known) && strcmp(k, known[i])) i++;
+            if (i == BS_ARRAY_LEN(known)) { bad_request(r, msg, "loop_guard"); return false; }
+        }
+        long rep = p->det.min_repeats, chars = p->det.min_chars, per = p->det.max_period, rew = p->max_rewinds;
+        if (!get_int(v, "min_repeats", 2, 1000000, &rep, r) || !get_int(v, "min_chars", 1, 100000000, &chars, r) ||
+            !get_int(v, "max_period", 1, 1000000, &per, r) || !get_int(v, "max_rewinds", 0, 1000000, &rew, r))
+            return false;
+        p->det = (bs_loop_params){.min_repeats = (int)rep, .min_chars = (int)chars, .max_period = (int)per};
+        p->max_rewinds = (int)rew;
+        mode = json_object_get(v, "mode");
+        if (!mode || json_is_null(mode)) return true;
+    }
+    int m = json_is_string(mode) ? bs_loop_guard_mode_parse(json_string_value(mode)) : -1;
+    if (m < 0) { bad_request(r, msg, "loop_guard"); return false; }
+    p->mode = m;
+    return true;
+}
+
+/* Sampling and length fields common to both generation endpoints. */
+static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    bs_sampler_params *p = &t->sp;
+    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1;
+    long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
+    if (!get_float(b, "temperature", 0, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
+        !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
+        !get_float(b, "presence_penalty", -2, 2, &p->presence_penalty, r) ||
+        !get_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, r) ||
+        !get_float(b, "repeat_penalty", 1e-3, 100, &p->repeat_penalty, r) ||
+        !get_int(b, "repeat_last_n", -1, 1 << 30, &last_n, r) ||
+        !get_float(b, "dry_multiplier", 0, 100, &p->dry_multiplier, r) ||
+        !get_float(b, "dry_base", 0, 100, &p->dry_base, r) ||
+        !get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
+        !get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) ||
+        !get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !get_int(b, "n", 1, 1 << 30, &n, r) ||
+        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) ||
+        !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
+        !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
+        !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
+        !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r) || !parse_loop_guard(s, b, t, r))
+        return false;
+    if (n != 1) { bad_request(r, "only %s = 1 is supported", "n"); return false; }
+    bool cache = true;
+    long draft = -1;
+    if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r)) return false;
+    t->no_cache = !cache;
+    t->no_draft = draft == 0;
+    p->top_k = (int32_t)top_k;
+    p->penalty_last_n = (int32_t)last_n;
+    p->dry_allowed_length = (int32_t)dry_len;
+    p->dry_penalty_last_n = (int32_t)dry_last;
+    p->seed = seed >= 0 ? (uint64_t)seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
+    t->n_predict = (int)n_predict;
+    return true;
+}
+
+/* Tokenize with special tokens (the prompt is the template's output), BOS if the vocab wants
+ * one; then check it fits. */
+static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, srv_reply *r) {
+    size_t bad;
+    if (!bs_utf8_valid(text, len, &bad)) {
+        srv_reply_error(r, 400, "invalid_request_error", "the prompt is not valid UTF-8 (offset %zu)", bad);
+        return false;
+    }
+    int32_t *raw;
+    size_t nr;
+    if (bs_tokenize(s->tok, text, len, true, &raw, &nr) < 0) {
+        srv_reply_error(r, 400, "invalid_request_error", "tokenizing the prompt: %s", bs_last_error());
+        return false;
+    }
+    int32_t bos = bs_token_bos(s->tok);
+    bool add = bs_tokenizer_add_bos(s->tok) && bos >= 0 && !(nr > 0 && raw[0] == bos);
+    t->n_prompt = (int)(nr + add);
+    t->prompt = bs_xmalloc((nr + add + 1) * sizeof(int32_t));
+    if (add) t->prompt[0] = bos;
+    memcpy(t->prompt + add, raw, nr * sizeof *raw);
+    free(raw);
+    const int n_ctx = srv_sched_n_ctx(s->sched);
+    if (t->n_prompt == 0) { bad_request(r, "the %s is empty", "prompt"); return false; }
+    if (t->n_prompt >= n_ctx) {
+        json_t *e = error_json(400, "exceed_context_size_error", "");
+        char msg[256];
+        snprintf(msg, sizeof msg, "the request exceeds the available context size: %d prompt tokens, context %d",
+                 t->n_prompt, n_ctx);
+        json_t *o = json_object_get(e, "error");
+        json_object_set_new(o, "message", json_string(msg));
+        json_object_set_new(o, "n_prompt_tokens", json_integer(t->n_prompt));
+        json_object_set_new(o, "n_ctx", json_integer(n_ctx));
+        srv_reply_json(r, 400, e);
+        return false;
+    }
+    /* a cache checkpoint where the last message starts (where the next turn will diverge) */
+    int32_t im_start = bs_token_lookup(s->tok, "<|im_start|>");
+    for (int i = t->n_prompt - 1; i > 0 && im_start >= 0; i--)
+        if (t->prompt[i] == im_start) { t->ckpt_at = i; break; }
+    return true;
+}
+
+/* ---- chat ----------------------------------------------------------------------------------- */
+
+typedef struct chat_in {
+    bs_chat_msg *msgs;
+    bs_chat_tool_call *calls;  /* all messages' calls, pointed into by msgs */
+    char **strs;               /* strings to free */
+    size_t n, n_calls, n_strs;
+} chat_in;
+
+static const char *keep(chat_in *c, char *s) {
+    c->strs = bs_xrealloc(c->strs, (c->n_strs + 1) * sizeof *c->strs);
+    return c->strs[c->n_strs++] = s;
+}
+
+static void chat_in_free(chat_in *c) {
+    for (size_t i = 0; i < c->n_strs; i++) free(c->strs[i]);
+    free(c->strs);
+    free(c->msgs);
+    free(c->calls);
+}
+
+/* content: a string, null, or an array of {"type":"text","text":...} parts. */
+static bool content_text(chat_in *c, json_t *v, const char **out, srv_reply *r) {
+    if (!v || json_is_null(v)) { *out = NULL; return true; }
+    if (json_is_string(v)) {
+        const char *p = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (!memchr(p, 0, n)) { *out = p; return true; }
+        /* U+0000 cannot go through the C-string template: drop it (a model's own output may hold it) */
+        char *q = bs_xmalloc(n + 1), *w = q;
+        for (size_t i = 0; i < n; i++) if (p[i]) *w++ = p[i];
+        *w = 0;
+        *out = keep(c, q);
+        return true;
+    }
+    if (!json_is_array(v)) { bad_request(r, "'%s' must be a string or an array of parts", "content"); return false; }
+    srv_buf b = {0};
+    srv_buf_adds(&b, "");
+    size_t i;
+    json_t *part;
+    json_array_foreach(v, i, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
+            srv_buf_free(&b);
+            bad_request(r, "content parts must be {\"type\": \"text\", \"text\": ...}%s (other kinds are not supported)", "");
+            return false;
+        }
+        srv_buf_adds(&b, json_string_value(text));
+    }
+    *out = keep(c, b.p);
+    return true;
+}
+
+static bool parse_calls(chat_in *c, json_t *v, bs_chat_msg *m, srv_reply *r) {
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_array(v)) { bad_request(r, "'%s' must be an array", "tool_calls"); return false; }
+    size_t first = c->n_calls, i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        json_t *f = json_object_get(e, "function");
+        json_t *name = json_object_get(f, "name"), *args = json_object_get(f, "arguments");
+        if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
+            bad_request(r, "each tool call needs function.name (string) and function.arguments (string)%s", "");
+            return false;
+        }
+        const char *a = json_is_object(args) ? keep(c, json_dumps(args, JSON_COMPACT)) : json_string_value(args);
+        c->calls = bs_xrealloc(c->calls, (c->n_calls + 1) * sizeof *c->calls);
+        c->calls[c->n_calls++] = (bs_chat_tool_call){.name = json_string_value(name), .arguments = a};
+    }
+    m->n_tool_calls = c->n_calls - first;
+    m->tool_calls = (const bs_chat_tool_call *)(uintptr_t)first;   /* fixed up once calls stop moving */
+    return true;
+}
+
+static bool parse_messages(json_t *b, chat_in *c, srv_reply *r) {
+    json_t *msgs = json_object_get(b, "messages");
+    if (!json_is_array(msgs)) { bad_request(r, "'%s' must be an array of messages", "messages"); return false; }
+    if (json_array_size(msgs) == 0) { bad_request(r, "'%s' must not be empty", "messages"); return false; }
+    c->n = json_array_size(msgs);
+    c->msgs = bs_xcalloc(c->n, sizeof *c->msgs);
+    static const char *roles[] = {"system", "user", "assistant", "tool", "developer"};
+    for (size_t i = 0; i < c->n; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) { bad_request(r, "each message needs a '%s' string", "role"); return false; }
+        const char *rs = json_string_value(role);
+        size_t k = 0;
+        while (k < BS_ARRAY_LEN(roles) && strcmp(rs, roles[k])) k++;
+        if (k == BS_ARRAY_LEN(roles)) { bad_request(r, "unknown message role '%.64s'", rs); return false; }
+        bs_chat_msg *cm = &c->msgs[i];
+        cm->role = k == 4 ? "system" : rs;
+        if (!content_text(c, json_object_get(m, "content"), &cm->content, r)) return false;
+        json_t *reason = json_object_get(m, "reasoning_content");
+        if (json_is_string(reason)) cm->reasoning = json_string_value(reason);
+        if (!parse_calls(c, json_object_get(m, "tool_calls"), cm, r)) return false;
+        if (!cm->content && !cm->n_tool_calls && k != 2) {
+            bad_request(r, "a '%s' message needs content", cm->role);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < c->n; i++)
+        c->msgs[i].tool_calls = c->msgs[i].n_tool_calls ? c->calls + (uintptr_t)c->msgs[i].tool_calls : NULL;
+    return true;
+}
+
+static bool parse_tools(json_t *b, char **tools_text, srv_reply *r) {
+    json_t *tools = json_object_get(b, "tools"), *choice = json_object_get(b, "tool_choice");
+    if (!tools || json_is_null(tools)) return true;
+    if (!json_is_array(tools)) { bad_request(r, "'%s' must be an array", "tools"); return false; }
+    size_t i;
+    json_t *e;
+    json_array_foreach(tools, i, e) {
+        if (!json_is_string(json_object_get(json_object_get(e, "function"), "name"))) {
+            bad_request(r, "each tool needs function.name%s", "");
+            return false;
+        }
+    }
+    if (json_is_string(choice) && !strcmp(json_string_value(choice), "none")) return true;
+    if (json_array_size(tools)) *tools_text = json_dumps(tools, JSON_COMPACT);
+    return true;
+}
+
+static bool thinking_flag(json_t *b, int *enable, srv_reply *r) {
+    json_t *kw = json_object_get(b, "chat_template_kwargs");
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) { bad_request(r, "'%s' must be an object", "chat_template_kwargs"); return false; }
+    bool on = false;
+    json_t *src = json_object_get(kw, "enable_thinking") ? kw : b;
+    if (json_object_get(src, "enable_thinking")) {
+        if (!get_bool(src, "enable_thinking", &on, r)) return false;
+        *enable = on;
+    }
+    return true;
+}
+
+static void gen_init(srv_gen *g, bool chat) {
+    memset(g, 0, sizeof *g);
+    g->chat = chat;
+    g->created = (long)time(NULL);
+    static unsigned long counter;
+    unsigned long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(g->id, sizeof g->id, "%s-%lx%06lx", chat ? "chatcmpl" : "cmpl", (unsigned long)g->created, k);
+}
+
+static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
+    if (!get_bool(b, "stream", &g->stream, r)) return false;
+    json_t *so = json_object_get(b, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) { bad_request(r, "'%s' must be an object", "stream_options"); return false; }
+        if (!get_bool(so, "include_usage", &g->include_usage, r)) return false;
+    }
+    json_t *rf = json_object_get(b, "response_format");
+    json_t *rt = json_object_get(rf, "type");
+    if (rf && !json_is_null(rf) && !(json_is_string(rt) && !strcmp(json_string_value(rt), "text"))) {
+        srv_reply_error(r, 400, "not_supported_error", "response_format other than 'text' is not supported");
+        return false;
+    }
+    return true;
+}
+
+static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (srv_sched_submit(s->sched, t)) {
+        srv_reply_error(r, 503, "unavailable_error", "%s", bs_last_error());
+        free(g->prompt_text);
+        srv_task_unref(t);
+        return;
+    }
+    srv_reply_generation(s, t, g, r);
+}
+
+static void api_chat(srv *s, json_t *b, srv_reply *r) {
+    srv_task *t = srv_task_new();
+    chat_in c = {0};
+    char *tools = NULL, *prompt = NULL;
+    srv_gen g;
+    gen_init(&g, true);
+    int think = -1;
+    bool lp = false;
+    long top = 0;
+    if (!parse_messages(b, &c, r) || !parse_tools(b, &tools, r) || !thinking_flag(b, &think, r) ||
+        !parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "logprobs", &lp, r) ||
+        !get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r))
+        goto fail;
+    bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
+    if (!(prompt = bs_chat_render(&s->tmpl, c.msgs, c.n, &co))) {
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        goto fail;
+    }
+    size_t plen = strlen(prompt);
+    if (!set_prompt(s, t, prompt, plen, r)) goto fail;
+    g.logprobs = lp;
+    t->n_probs = lp ? (int)top : -1;
+    g.tools = tools != NULL;
+    g.in_think = plen >= 8 && !memcmp(prompt + plen - 8, "<think>\n", 8);
+    free(prompt);
+    free(tools);
+    chat_in_free(&c);
+    submit(s, t, &g, r);
+    return;
+fail:
+    free(prompt);
+    free(tools);
+    chat_in_free(&c);
+    srv_task_unref(t);
+}
+
+/* prompt: a string, an array of token ids, or an array holding one string. */
+static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_reply *r) {
+    json_t *p = json_object_get(b, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), r)) return false;
+        g->prompt_text = bs_xstrdup(json_string_value(p));
+        return true;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0) {
+        bad_request(r, "'%s' must be a non-empty string or an array of token ids", "prompt");
+        return false;
+    }
+    const int nv = bs_model_n_vocab(s->model), n = (int)json_array_size(p);
+    if (n >= srv_sched_n_ctx(s->sched)) {
+        srv_reply_error(r, 400, "exceed_context_size_error", "the request exceeds the available context size: %d prompt tokens, context %d",
+                        n, srv_sched_n_ctx(s->sched));
+        return false;
+    }
+    t->prompt = bs_xmalloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(p, (size_t)i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= nv) {
+            bad_request(r, "'%s' token ids must be integers in the vocabulary", "prompt");
+            return false;
+        }
+        t->prompt[i] = (int32_t)json_integer_value(e);
+    }
+    t->n_prompt = n;
+    char *text;
+    size_t len;
+    if (bs_detokenize(s->tok, t->prompt, (size_t)n, true, &text, &len) == 0) g->prompt_text = text;
+    return true;
+}
+
+static void api_completions(srv *s, json_t *b, srv_reply *r) {
+    srv_task *t = srv_task_new();
+    srv_gen g;
+    gen_init(&g, false);
+    long lp = -1;
+    json_t *suffix = json_object_get(b, "suffix");
+    if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0)) {
+        srv_reply_error(r, 400, "not_supported_error", "'suffix' is not supported");
+        goto fail;
+    }
+    t->n_predict = 16;   /* OpenAI's default for completions */
+    if (!parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "echo", &g.echo, r) ||
+        !get_int(b, "logprobs", 0, 5, &lp, r) || !completion_prompt(s, b, t, &g, r))
+        goto fail;
+    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = 16;
+    g.logprobs = lp >= 0;
+    t->n_probs = (int)lp;
+    submit(s, t, &g, r);
+    return;
+fail:
+    free(g.prompt_text);
+    srv_task_unref(t);
+}
+
+/* ---- small endpoints ------------------------------------------------------------------------ */
+
+static const char *model_id(const srv *s) {
+    if (s->cfg.alias) return s->cfg.alias;
+    const char *slash = strrchr(s->cfg.model, '/');
+    return slash ? slash + 1 : s->cfg.model;
+}
+
+static void api_models(srv *s, srv_reply *r) {
+    json_t *meta = json_pack("{s:i,s:i,s:i,s:i}", "n_vocab", bs_model_n_vocab(s->model), "n_ctx_train",
+                             bs_model_n_ctx_train(s->model), "n_embd", bs_model_n_embd(s->model), "n_layer",
+                             bs_model_n_layer(s->model));
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", model_id(s), "object", "model", "created",
+                          (json_int_t)s->t_created, "owned_by", "bitspark", "meta", meta);
+    srv_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static void api_props(srv *s, srv_reply *r) {
+    const bs_sampler_params d = bs_sampler_default_params();
+    const bs_loop_guard_params *lg = &s->cfg.loop;
+    json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
+                           "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
+                           (double)d.min_p, "n_predict", -1, "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
+                           "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
+                           lg->det.max_period, "max_rewinds", lg->max_rewinds);
+    json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",
+                          srv_sched_n_slots(s->sched), "model_path", s->cfg.model, "model_alias", model_id(s),
+                          "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",
+                          "bitspark-" BITSPARK_VERSION, "speculative", s->cfg.drafter != NULL, "n_ctx",
+                          srv_sched_n_ctx(s->sched));
+    srv_reply_json(r, 200, j);
+}
+
+static void api_slots(srv *s, srv_reply *r) {
+    int n = srv_sched_n_slots(s->sched);
+    srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
+    srv_sched_slots(s->sched, info);
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:i}", "id", info[i].id, "n_ctx", info[i].n_ctx,
+                                           "is_processing", info[i].busy, "n_cached", info[i].n_cached));
+    free(info);
+    srv_reply_json(r, 200, a);
+}
+
+/* A piece as a string when it is valid UTF-8, else as its byte values (llama-server does so). */
+static json_t *piece_json(const char *p, size_t len) {
+    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
+    json_t *a = json_array();
+    for (size_t i = 0; i < len; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+static void api_tokenize(srv *s, json_t *b, srv_reply *r) {
+    json_t *c = json_object_get(b, "content");
+    bool add_special = false, parse_special = true, pieces = false;
+    if (!json_is_string(c)) { bad_request(r, "'%s' must be a string", "content"); return; }
+    if (!get_bool(b, "add_special", &add_special, r) || !get_bool(b, "parse_special", &parse_special, r) ||
+        !get_bool(b, "with_pieces", &pieces, r))
+        return;
+    int32_t *ids;
+    size_t n;
+    if (bs_tokenize(s->tok, json_string_value(c), json_string_length(c), parse_special, &ids, &n) < 0) {
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        return;
+    }
+    json_t *a = json_array();
+    int32_t bos = bs_token_bos(s->tok);
+    if (add_special && bs_tokenizer_add_bos(s->tok) && bos >= 0 && !(n && ids[0] == bos))
+        json_array_append_new(a, json_integer(bos));
+    for (size_t i = 0; i < n; i++) {
+        if (!pieces) { json_array_append_new(a, json_integer(ids[i])); continue; }
+        const char *p;
+        size_t len = 0;
+        bs_token_to_piece(s->tok, ids[i], true, &p, &len);
+        json_array_append_new(a, json_pack("{s:i,s:o}", "id", ids[i], "piece", piece_json(p, len)));
+    }
+    free(ids);
+    srv_reply_json(r, 200, json_pack("{s:o}", "tokens", a));
+}
+
+static void api_detokenize(srv *s, json_t *b, srv_reply *r) {
+    json_t *a = json_object_get(b, "tokens");
+    if (!json_is_array(a)) { bad_request(r, "'%s' must be an array of token ids", "tokens"); return; }
+    size_t n = json_array_size(a), i;
+    int32_t *ids = bs_xmalloc((n ? n : 1) * sizeof *ids);
+    json_t *e;
+    json_array_foreach(a, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= bs_tokenizer_n_vocab(s->tok)) {
+            free(ids);
+            bad_request(r, "'%s' must hold token ids of the vocabulary", "tokens");
+            return;
+        }
+        ids[i] = (int32_t)json_integer_value(e);
+    }
+    char *text;
+    size_t len;
+    if (bs_detokenize(s->tok, ids, n, true, &text, &len)) {
+        free(ids);
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        return;
+    }
+    free(ids);
+    srv_reply_json(r, 200, json_pack("{s:s%}", "content", text, len));
+    free(text);
+}
+
+static void api_apply_template(srv *s, json_t *b, srv_reply *r) {
+    chat_in c = {0};
+    char *tools = NULL;
+    int think = -1;
+    if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r)) {
+        bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
+        char *p = bs_chat_render(&s->tmpl, c.msgs, c.n, &co);
+        if (p) srv_reply_json(r, 200, json_pack("{s:s}", "prompt", p));
+        else srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        free(p);
+    }
+    free(tools);
+    chat_in_free(&c);
+}
+
+/* ---- routing -------------------------------------------------------------------------------- */
+
+typedef struct route {
+    const char *path;
+    bool post;
+    int kind;
+} route;
+
+enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_TMPL };
+
+static const route routes[] = {
+    {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
+    {"/models", false, R_MODELS}, {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
+    {"/metrics", false, R_METRICS}, {"/", false, R_WEBUI}, {"/index.html", false, R_WEBUI},
+    {"/v1/chat/completions", true, R_CHAT}, {"/chat/completions", true, R_CHAT},
+    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/tokenize", true, R_TOK},
+    {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
+};
+
+static void get_route(srv *s, int kind, srv_reply *r) {
+    switch (kind) {
+    case R_HEALTH: srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok")); break;
+    case R_MODELS: api_models(s, r); break;
+    case R_PROPS: api_props(s, r); break;
+    case R_SLOTS: api_slots(s, r); break;
+    case R_METRICS:
+        r->status = 200;
+        r->ctype = "text/plain; version=0.0.4";
+        r->body = srv_metrics_text(&s->metrics, srv_sched_n_slots(s->sched));
+        r->len = strlen(r->body);
+        break;
+    case R_WEBUI:
+        if (s->cfg.no_webui) { srv_reply_error(r, 404, "not_found_error", "the web page is disabled"); break; }
+        r->status = 200;
+        r->ctype = "text/html; charset=utf-8";
+        r->body = bs_xmalloc(bs_webui_html_len + 1);
+        memcpy(r->body, bs_webui_html, bs_webui_html_len + 1);
+        r->len = bs_webui_html_len;
+        break;
+    }
+}
+
+void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r) {
+    const route *rt = NULL;
+    size_t plen = strcspn(url, "?");
+    for (size_t i = 0; i < BS_ARRAY_LEN(routes); i++)
+        if (strlen(routes[i].path) == plen && !strncmp(url, routes[i].path, plen)) rt = &routes[i];
+    if (!rt) { srv_reply_error(r, 404, "not_found_error", "no such endpoint: %.200s", url); return; }
+    bool post = !strcmp(method, "POST");
+    if (post != rt->post && !(rt->post == false && !strcmp(method, "HEAD"))) {
+        srv_reply_error(r, 405, "invalid_request_error", "%s needs %s", rt->path, rt->post ? "POST" : "GET");
+        return;
+    }
+    if (!rt->post) { get_route(s, rt->kind, r); return; }
+    json_error_t je;
+    json_t *b = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!b) {
+        srv_reply_error(r, 400, "invalid_request_error", "the body is not valid JSON: %s (line %d, column %d)",
+                        je.text, je.line, je.column);
+        return;
+    }
+    if (!json_is_object(b)) {
+        srv_reply_error(r, 400, "invalid_request_error", "the body must be a JSON object");
+    } else {
+        switch (rt->kind) {
+        case R_CHAT: api_chat(s, b, r); break;
+        case R_COMPL: api_completions(s, b, r); break;
+        case R_TOK: api_tokenize(s, b, r); break;
+        case R_DETOK: api_detokenize(s, b, r); break;
+        case R_TMPL: api_apply_template(s, b, r); break;
+        }
+    }
+    json_decref(b);
+}

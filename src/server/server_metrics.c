@@ -1,0 +1,103 @@
+/* server_metrics.c: counters of `bitspark serve` and their Prometheus text (GET /metrics), named
+ * like llama-server's (llamacpp:*) so existing dashboards work; plus the small text buffer the
+ * server parts share. */
+#include "server/server.h"
+#include "io/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_buf_add(srv_buf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        b->cap = BS_MAX(b->cap * 2, b->len + n + 256);
+        b->p = bs_xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void srv_buf_adds(srv_buf *b, const char *s) { srv_buf_add(b, s, strlen(s)); }
+
+void srv_buf_free(srv_buf *b) {
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+void srv_metrics_request(srv_metrics *m, int status) {
+    pthread_mutex_lock(&m->mu);
+    m->requests_total++;
+    if (status == 503) m->requests_rejected++;
+    else if (status >= 400) m->requests_errors++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_task(srv_metrics *m, const srv_timings *t) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += t->n_prompt;
+    m->cached_tokens += t->n_cached;
+    m->predicted_tokens += t->n_gen;
+    m->prompt_seconds += t->t_prompt_ms / 1e3;
+    m->predicted_seconds += t->t_gen_ms / 1e3;
+    m->draft_tokens += t->draft_n;
+    m->draft_accepted += t->draft_accepted;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r) {
+    pthread_mutex_lock(&m->mu);
+    m->loops_detected += r->n_detected;
+    m->loop_rewinds += r->n_rewinds;
+    m->loop_stops += r->stopped;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
+    char line[512];
+    snprintf(line, sizeof line, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.10g\n", name, help,
+             name, type, name, v);
+    srv_buf_adds(b, line);
+}
+
+char *srv_metrics_text(srv_metrics *m, int n_slots) {
+    pthread_mutex_lock(&m->mu);
+    srv_metrics c = *m;
+    pthread_mutex_unlock(&m->mu);
+    srv_buf b = {0};
+    metric(&b, "requests_total", "counter", "HTTP requests answered.", (double)c.requests_total);
+    metric(&b, "requests_errors_total", "counter", "Requests answered with a 4xx/5xx error other than 503.",
+           (double)c.requests_errors);
+    metric(&b, "requests_rejected_total", "counter", "Requests rejected with 503 (queue full).",
+           (double)c.requests_rejected);
+    metric(&b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", (double)c.prompt_tokens);
+    metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from the prompt cache.",
+           (double)c.cached_tokens);
+    metric(&b, "prompt_seconds_total", "counter", "Prompt process time.", c.prompt_seconds);
+    metric(&b, "tokens_predicted_total", "counter", "Number of generation tokens processed.",
+           (double)c.predicted_tokens);
+    metric(&b, "tokens_predicted_seconds_total", "counter", "Predict process time.", c.predicted_seconds);
+    metric(&b, "prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+           c.prompt_seconds > 0 ? c.prompt_tokens / c.prompt_seconds : 0.0);
+    metric(&b, "predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s (per request).",
+           c.predicted_seconds > 0 ? c.predicted_tokens / c.predicted_seconds : 0.0);
+    metric(&b, "n_decode_total", "counter", "Batched decode passes.", (double)c.n_decode);
+    metric(&b, "n_busy_slots_per_decode", "gauge", "Average number of slots per decode pass.",
+           c.n_decode ? (double)c.n_decode_rows / c.n_decode : 0.0);
+    metric(&b, "requests_processing", "gauge", "Number of requests processing.", c.processing);
+    metric(&b, "requests_deferred", "gauge", "Number of requests waiting in the queue.", c.deferred);
+    metric(&b, "n_slots", "gauge", "Number of slots.", n_slots);
+    metric(&b, "spec_decode_num_drafts_total", "counter", "Speculative rounds that drafted.",
+           (double)c.draft_rounds);
+    metric(&b, "spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified.", (double)c.draft_tokens);
+    metric(&b, "spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.",
+           (double)c.draft_accepted);
+    metric(&b, "loop_guard_loops_detected_total", "counter", "Doom loops the loop guard detected.",
+           (double)c.loops_detected);
+    metric(&b, "loop_guard_rewinds_total", "counter", "Loop-guard rewinds (rolled back and resampled).",
+           (double)c.loop_rewinds);
+    metric(&b, "loop_guard_stops_total", "counter", "Generations the loop guard ended on a loop.",
+           (double)c.loop_stops);
+    return b.p;
+}

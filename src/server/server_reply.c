@@ -1,0 +1,452 @@
+/* server_reply.c: a generation task's results as OpenAI responses: one JSON object when it is done,
+ * or Server-Sent Events while it runs (chat.completion.chunk / text_completion chunks, then
+ * `data: [DONE]`), both with `usage` and llama-server's `timings`.
+ *
+ * Chat output is split into reasoning_content (the think block) and content as it streams
+ * (reasoning.h). When tools were offered, content from the first <tool_call> on is held back
+ * and parsed into tool_calls at the end (server_tools.c).
+ *
+ * Every answer also carries `loop_guard` (next to `timings`; in a stream, on the finish chunk):
+ * what the doom-loop guard did, see loop_guard_json. */
+#include "server/server.h"
+#include "text/reasoning.h"
+#include "io/utf8.h"
+#include "io/util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char TOOL_OPEN[] = "<tool_call>";
+
+struct srv_stream {
+    srv *s;
+    srv_task *t;
+    srv_gen g;
+    bool (*client_gone)(void *ud);
+    void *ud;
+    bs_reasoning *rs;
+    size_t sent;               /* bytes of the task's text consumed */
+    int toks_sent;             /* logprob entries sent */
+    int phase;                 /* 0: nothing sent, 1: streaming, 2: finished */
+    srv_buf content;           /* chat: all content so far (tool parsing) */
+    size_t content_sent;       /* bytes of it sent as content deltas */
+};
+
+/* ---- shared pieces -------------------------------------------------------------------------- */
+
+static const char *model_name(const srv *s) {
+    if (s->cfg.alias) return s->cfg.alias;
+    const char *slash = strrchr(s->cfg.model, '/');
+    return slash ? slash + 1 : s->cfg.model;
+}
+
+/* Text as a JSON string; bytes that are not UTF-8 become U+FFFD. */
+static json_t *str_json(const char *p, size_t len) {
+    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
+    srv_buf b = {0};
+    srv_buf_adds(&b, "");
+    for (size_t i = 0; i < len;) {
+        uint32_t cp;
+        int n = bs_utf8_next((const unsigned char *)p + i, len - i, &cp);
+        if (n <= 0) { srv_buf_adds(&b, "\xEF\xBF\xBD"); i++; }
+        else { srv_buf_add(&b, p + i, (size_t)n); i += (size_t)n; }
+    }
+    json_t *j = json_stringn(b.p, b.len);
+    srv_buf_free(&b);
+    return j;
+}
+
+static json_t *piece(const srv *s, int32_t id) {
+    const char *p = "";
+    size_t len = 0;
+    bs_token_to_piece(s->tok, id, true, &p, &len);
+    return str_json(p, len);
+}
+
+static json_t *timings_json(const srv_timings *tm) {
+    double pn = tm->n_prompt, gn = tm->n_gen;
+    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:I,s:I}", "cache_n", tm->n_cached, "prompt_n",
+                     tm->n_prompt, "prompt_ms", tm->t_prompt_ms, "prompt_per_token_ms",
+                     pn > 0 ? tm->t_prompt_ms / pn : 0.0, "prompt_per_second",
+                     tm->t_prompt_ms > 0 ? 1e3 * pn / tm->t_prompt_ms : 0.0, "predicted_n", tm->n_gen,
+                     "predicted_ms", tm->t_gen_ms, "predicted_per_token_ms", gn > 0 ? tm->t_gen_ms / gn : 0.0,
+                     "predicted_per_second", tm->t_gen_ms > 0 ? 1e3 * gn / tm->t_gen_ms : 0.0, "draft_n",
+                     (json_int_t)tm->draft_n, "draft_n_accepted", (json_int_t)tm->draft_accepted);
+}
+
+/* {"mode", "loops_detected", "rewinds", "discarded_tokens", "stopped", "span"}: span describes
+ * the last loop detected (null if none) in code points of the generated text as it was then:
+ * the first copy starts at `start`, the second at `repeat_start`, the periodic run ends at
+ * `end`; `rejected_token` is the index of the generated token the guard rewound to (or stopped
+ * after), `rejected_id` its id. */
+static json_t *loop_guard_json(const bs_loop_guard_result *g) {
+    json_t *span = json_null();
+    if (g->n_detected > 0)
+        span = json_pack("{s:I,s:I,s:I,s:i,s:i,s:i,s:i}", "start", (json_int_t)g->last.start_char, "repeat_start",
+                         (json_int_t)g->last.repeat_start_char, "end", (json_int_t)g->last.end_char, "period",
+                         g->last.period, "repeats", g->last.repeats, "rejected_token", g->last.rejected_token,
+                         "rejected_id", (int)g->last_rejected_id);
+    return json_pack("{s:s,s:i,s:i,s:i,s:b,s:o}", "mode", bs_loop_guard_mode_name(g->mode), "loops_detected",
+                     g->n_detected, "rewinds", g->n_rewinds, "discarded_tokens", g->n_discarded, "stopped",
+                     g->stopped, "span", span);
+}
+
+static json_t *usage_json(const srv_timings *tm) {
+    int n_in = tm->n_prompt + tm->n_cached;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", n_in, "completion_tokens", tm->n_gen, "total_tokens",
+                     n_in + tm->n_gen, "prompt_tokens_details", "cached_tokens", tm->n_cached);
+}
+
+/* One chat logprobs entry (OpenAI: token, logprob, bytes, top_logprobs). */
+static json_t *chat_lp_entry(const srv *s, const srv_tok *k) {
+    json_t *top = json_array();
+    for (int i = 0; i < k->n_top; i++)
+        json_array_append_new(top, json_pack("{s:o,s:f,s:n}", "token", piece(s, k->top_id[i]), "logprob",
+                                             (double)k->top_lp[i], "bytes"));
+    return json_pack("{s:o,s:f,s:n,s:o}", "token", piece(s, k->id), "logprob", (double)k->logprob, "bytes",
+                     "top_logprobs", top);
+}
+
+static json_t *chat_logprobs(const srv *s, const srv_tok *k, int from, int to) {
+    json_t *a = json_array();
+    for (int i = from; i < to; i++) json_array_append_new(a, chat_lp_entry(s, &k[i]));
+    return json_pack("{s:o}", "content", a);
+}
+
+/* Completions logprobs (tokens, token_logprobs, top_logprobs, text_offset); echoed prompt tokens
+ * come first with null logprobs (their distributions are not computed). */
+static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int from, int to, size_t offset0) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = offset0;
+    for (int i = 0; echo && i < t->n_prompt; i++) {
+        const char *p;
+        size_t len = 0;
+        bs_token_to_piece(s->tok, t->prompt[i], true, &p, &len);
+        json_array_append_new(toks, str_json(p, len));
+        json_array_append_new(lps, json_null());
+        json_array_append_new(tops, json_null());
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += len;
+    }
+    for (int i = from; i < to; i++) {
+        const srv_tok *k = &t->toks[i];
+        json_array_append_new(toks, piece(s, k->id));
+        json_array_append_new(lps, json_real(k->logprob));
+        json_t *top = json_object();
+        for (int j = 0; j < k->n_top; j++) {
+            json_t *ps = piece(s, k->top_id[j]);
+            json_object_set_new(top, json_string_value(ps), json_real(k->top_lp[j]));
+            json_decref(ps);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)(off + (i ? t->toks[i - 1].text_end : 0))));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static const char *finish_name(const srv_task *t, bool tool_calls) {
+    if (tool_calls) return "tool_calls";
+    return t->finish == SRV_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *tool_calls_json(const srv_tool_call *c, int n, bool stream, const char *id) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        char cid[80];
+        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
+        json_t *e = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function", "name", c[i].name,
+                              "arguments", c[i].arguments);
+        if (stream) json_object_set_new(e, "index", json_integer(i));
+        json_array_append_new(a, e);
+    }
+    return a;
+}
+
+/* ---- waiting -------------------------------------------------------------------------------- */
+
+static void cancel(srv *s, srv_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->cancel = true;
+    pthread_mutex_unlock(&t->mu);
+    srv_sched_wake(s->sched);
+}
+
+/* Wait (t->mu held) until pred holds, checking every 50 ms that the client is still there.
+ * false: it went away (the task is then cancelled by the caller). */
+static bool wait_on(srv_task *t, bool (*pred)(srv_task *, void *), void *arg, bool (*gone)(void *), void *ud) {
+    while (!pred(t, arg)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT && gone && gone(ud)) return false;
+    }
+    return true;
+}
+
+static bool is_done(srv_task *t, void *arg) { (void)arg; return t->done; }
+
+/* ---- one JSON answer ------------------------------------------------------------------------ */
+
+static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
+    char *reasoning, *content;
+    bs_reasoning_split(t->text, t->len, g->in_think, &reasoning, &content);
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    srv_tool_call *calls = NULL;
+    char *rest = NULL;
+    int nc = g->tools ? srv_parse_tool_calls(content, &calls, &rest) : 0;
+    *has_calls = nc > 0;
+    const char *c = nc ? rest : content;
+    json_object_set_new(msg, "content", nc && !*c ? json_null() : str_json(c, strlen(c)));
+    if (*reasoning) json_object_set_new(msg, "reasoning_content", str_json(reasoning, strlen(reasoning)));
+    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, nc, false, g->id));
+    srv_free_tool_calls(calls, nc);
+    free(rest);
+    free(reasoning);
+    free(content);
+    return msg;
+}
+
+static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (t->finish == SRV_FINISH_ERROR) {
+        srv_reply_error(r, 500, "server_error", "generation failed: %s", t->error);
+        return;
+    }
+    json_t *choice;
+    if (g->chat) {
+        bool calls;
+        json_t *msg = chat_message(s, t, g, &calls);
+        choice = json_pack("{s:i,s:o,s:s}", "index", 0, "message", msg, "finish_reason", finish_name(t, calls));
+        json_object_set_new(choice, "logprobs", g->logprobs ? chat_logprobs(s, t->toks, 0, t->n_toks) : json_null());
+    } else {
+        srv_buf text = {0};
+        srv_buf_adds(&text, "");
+        if (g->echo && g->prompt_text) srv_buf_adds(&text, g->prompt_text);
+        srv_buf_add(&text, t->text ? t->text : "", t->len);
+        choice = json_pack("{s:i,s:o,s:s}", "index", 0, "text", str_json(text.p, text.len), "finish_reason",
+                           finish_name(t, false));
+        size_t off0 = g->echo && g->prompt_text ? strlen(g->prompt_text) : 0;
+        json_object_set_new(choice, "logprobs",
+                            g->logprobs ? compl_logprobs(s, t, g->echo, 0, t->n_toks, g->echo ? 0 : off0) : json_null());
+        srv_buf_free(&text);
+    }
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", g->id, "object",
+                          g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
+                          model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choice,
+                          "usage", usage_json(&t->tm), "timings", timings_json(&t->tm));
+    json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
+    srv_reply_json(r, 200, j);
+}
+
+void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (g->stream) {
+        srv_stream *st = bs_xcalloc(1, sizeof *st);
+        st->s = s;
+        st->t = t;
+        st->g = *g;
+        st->client_gone = r->client_gone;
+        st->ud = r->ud;
+        if (g->chat) st->rs = bs_reasoning_new(g->in_think);
+        r->status = 200;
+        r->ctype = "text/event-stream";
+        r->stream = st;
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    bool ok = wait_on(t, is_done, NULL, r->client_gone, r->ud);
+    pthread_mutex_unlock(&t->mu);
+    if (!ok) {
+        cancel(s, t);
+        srv_reply_error(r, 499, "client_closed", "the client went away");
+    } else {
+        reply_done(s, t, g, r);
+    }
+    free(g->prompt_text);
+    srv_task_unref(t);
+}
+
+/* ---- streaming ------------------------------------------------------------------------------ */
+
+static void sse(srv_buf *out, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    srv_buf_adds(out, "data: ");
+    srv_buf_adds(out, s);
+    srv_buf_adds(out, "\n\n");
+    free(s);
+    json_decref(j);
+}
+
+static json_t *chunk(srv_stream *st, json_t *choice) {
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", st->g.id, "object",
+                          st->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)st->g.created,
+                          "model", model_name(st->s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices");
+    if (choice) json_array_append_new(json_object_get(j, "choices"), choice);
+    return j;
+}
+
+static json_t *chat_delta(json_t *delta, json_t *logprobs, const char *finish) {
+    json_t *c = json_pack("{s:i,s:o}", "index", 0, "delta", delta);
+    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    return c;
+}
+
+/* Tokens whose logprobs may be sent (t->mu held): all once done, else those no rewind reaches. */
+static int toks_ready(const srv_task *t) { return t->done ? t->n_toks : t->n_toks_safe; }
+
+/* Content that may be sent now: all of it without tools; with tools, up to a <tool_call> (or a
+ * suffix that could become one). */
+static size_t content_ready(const srv_stream *st, bool final) {
+    const srv_buf *c = &st->content;
+    if (!st->g.tools) return c->len;
+    const char *open = c->p ? strstr(c->p, TOOL_OPEN) : NULL;
+    if (open) return (size_t)(open - c->p);
+    if (final) return c->len;
+    size_t keep = 0;
+    for (size_t k = BS_MIN(sizeof TOOL_OPEN - 2, c->len); k > 0; k--)
+        if (!memcmp(c->p + c->len - k, TOOL_OPEN, k)) { keep = k; break; }
+    return c->len - keep;
+}
+
+/* Chat: feed new text through the reasoning splitter and emit deltas. */
+static void chat_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
+    bs_reasoning_out ro = {0};
+    srv_buf reasoning = {0};
+    if (len) {
+        bs_reasoning_feed(st->rs, text, len, &ro);
+        srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
+        if (ro.content_len) srv_buf_add(&st->content, ro.content, ro.content_len);
+    }
+    if (final) {
+        bs_reasoning_finish(st->rs, &ro);
+        srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
+        if (ro.content_len) srv_buf_add(&st->content, ro.content, ro.content_len);
+    }
+    json_t *delta = json_object();
+    if (reasoning.len) json_object_set_new(delta, "reasoning_content", str_json(reasoning.p, reasoning.len));
+    srv_buf_free(&reasoning);
+    size_t ready = content_ready(st, final);
+    if (ready > st->content_sent && (!final || !st->g.tools)) {
+        json_object_set_new(delta, "content", str_json(st->content.p + st->content_sent, ready - st->content_sent));
+        st->content_sent = ready;
+    }
+    json_t *lp = NULL;
+    int n_toks = toks_ready(st->t);
+    if (st->g.logprobs && n_toks > st->toks_sent) {
+        lp = chat_logprobs(st->s, st->t->toks, st->toks_sent, n_toks);
+        st->toks_sent = n_toks;
+    }
+    if (json_object_size(delta) || lp) sse(out, chunk(st, chat_delta(delta, lp, NULL)));
+    else json_decref(delta);
+}
+
+/* The end of a chat stream: leftover content or tool calls, the finish chunk with timings. */
+static void chat_final(srv_stream *st, srv_buf *out) {
+    bool calls = false;
+    if (st->g.tools) {
+        srv_tool_call *tc = NULL;
+        char *rest = NULL;
+        const char *c = st->content.p ? st->content.p + st->content_sent : "";
+        int n = srv_parse_tool_calls(c, &tc, &rest);
+        json_t *delta = json_object();
+        if (*rest) json_object_set_new(delta, "content", str_json(rest, strlen(rest)));
+        if (n) json_object_set_new(delta, "tool_calls", tool_calls_json(tc, n, true, st->g.id));
+        if (json_object_size(delta)) sse(out, chunk(st, chat_delta(delta, NULL, NULL)));
+        else json_decref(delta);
+        calls = n > 0;
+        srv_free_tool_calls(tc, n);
+        free(rest);
+    }
+    json_t *j = chunk(st, chat_delta(json_object(), NULL, finish_name(st->t, calls)));
+    json_object_set_new(j, "timings", timings_json(&st->t->tm));
+    json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
+    sse(out, j);
+}
+
+static void compl_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
+    json_t *lp = NULL;
+    int n_toks = toks_ready(st->t);
+    if (st->g.logprobs && n_toks > st->toks_sent) {
+        lp = compl_logprobs(st->s, st->t, false, st->toks_sent, n_toks, 0);
+        st->toks_sent = n_toks;
+    }
+    if (!len && !lp && !final) return;
+    json_t *c = json_pack("{s:i,s:o}", "index", 0, "text", str_json(text, len));
+    json_object_set_new(c, "logprobs", lp ? lp : json_null());
+    json_object_set_new(c, "finish_reason", final ? json_string(finish_name(st->t, false)) : json_null());
+    json_t *j = chunk(st, c);
+    if (final) {
+        json_object_set_new(j, "timings", timings_json(&st->t->tm));
+        json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
+    }
+    sse(out, j);
+}
+
+static bool has_news(srv_task *t, void *arg) {
+    const srv_stream *st = arg;
+    return t->done || t->n_safe > st->sent || (st->g.logprobs && toks_ready(t) > st->toks_sent);
+}
+
+int srv_stream_read(srv_stream *st, srv_buf *out) {
+    srv_task *t = st->t;
+    if (st->phase == 2) return 0;
+    if (st->phase == 0) {
+        st->phase = 1;
+        if (st->g.chat) {
+            json_t *d = json_pack("{s:s,s:n}", "role", "assistant", "content");
+            sse(out, chunk(st, chat_delta(d, NULL, NULL)));
+        } else if (st->g.echo && st->g.prompt_text) {
+            sse(out, chunk(st, json_pack("{s:i,s:s,s:n,s:n}", "index", 0, "text", st->g.prompt_text, "logprobs",
+                                         "finish_reason")));
+        }
+        return 1;
+    }
+    pthread_mutex_lock(&t->mu);
+    if (!wait_on(t, has_news, st, st->client_gone, st->ud)) {
+        pthread_mutex_unlock(&t->mu);
+        cancel(st->s, t);
+        return -1;
+    }
+    bool done = t->done;
+    size_t end = done ? t->len : t->n_safe;
+    const char *text = t->text ? t->text + st->sent : "";
+    size_t len = end > st->sent ? end - st->sent : 0;
+    if (done && t->finish == SRV_FINISH_ERROR) {
+        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", t->error, "type", "server_error");
+        sse(out, e);
+    } else if (st->g.chat) {
+        chat_text(st, text, len, done, out);
+        if (done) chat_final(st, out);
+    } else {
+        compl_text(st, text, len, done, out);
+    }
+    if (end > st->sent) st->sent = end;   /* never re-send (see guard_limit in server_sched.c) */
+    if (done) {
+        if (st->g.include_usage && t->finish != SRV_FINISH_ERROR) {
+            json_t *j = chunk(st, NULL);
+            json_object_set_new(j, "usage", usage_json(&t->tm));
+            sse(out, j);
+        }
+        srv_buf_adds(out, "data: [DONE]\n\n");
+        st->phase = 2;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return 1;
+}
+
+void srv_stream_free(srv_stream *st) {
+    if (!st) return;
+    pthread_mutex_lock(&st->t->mu);
+    bool running = !st->t->done;
+    pthread_mutex_unlock(&st->t->mu);
+    if (running) cancel(st->s, st->t);
+    srv_task_unref(st->t);
+    bs_reasoning_free(st->rs);
+    srv_buf_free(&st->content);
+    free(st->g.prompt_text);
+    free(st);
+}

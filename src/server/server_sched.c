@@ -1,0 +1,452 @@
+/* server_sched.c: the slots and the scheduler thread of `bitspark serve` (server.h).
+ *
+ * One thread owns every slot. A slot is one generator (generate/gen.h), which owns the slot's
+ * session, its prompt cache (the live session and two saved states: the start of the prompt's
+ * last message and the end of the prompt), sampling, stop strings, the doom-loop guard and, with
+ * a drafter, speculative rounds. Each turn the thread takes queued tasks into idle slots, steps
+ * the slots that draft alone, then evaluates the decode step of every other generating slot and
+ * a chunk of each waiting prompt in a single bs_eval_multi call (one pass through the weights
+ * for all of them: continuous batching). Evaluation is batch-invariant, so a request's greedy
+ * output does not depend on what else runs. After each step a slot's new text and tokens are
+ * copied into its task, which the connection threads stream from.
+ *
+ * Doom-loop guard: a request in `rewind` mode decodes without drafting (the server's choice:
+ * rewinds are rare, drafting stays on for the other requests of a slot). */
+#include "server/server.h"
+#include "model/batch_eval.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PROMPT_BUDGET 256   /* prompt rows per pass, shared by the slots whose prompts wait */
+#define MAX_SLOTS 256
+
+typedef struct slot {
+    int id;
+    bs_gen *gen;
+    srv_task *task;
+    long last_used;
+} slot;
+
+struct srv_sched {
+    bs_model *m;
+    const bs_tokenizer *tok;
+    srv_config cfg;
+    srv_metrics *met;
+    int n_vocab, n_ctx;
+    slot *slots;
+    bs_pool *pool;
+    bs_batch *batch;
+    bs_dspark *drafter;
+    int draft_max;
+    pthread_t thr;
+    bool thr_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    srv_task **queue;
+    int q_head, q_len, q_cap;   /* q_cap: q_limit + a place per slot */
+    int q_limit;                /* requests that may wait for a busy server */
+    srv_slot_info *info;       /* guarded by mu, for /slots */
+    long tick;
+};
+
+/* ---- tasks ---------------------------------------------------------------------------------- */
+
+srv_task *srv_task_new(void) {
+    srv_task *t = bs_xcalloc(1, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->refs = 1;
+    t->n_predict = -1;
+    t->n_probs = -1;
+    t->slot = -1;
+    t->sp = bs_sampler_default_params();
+    t->loop = bs_loop_guard_default_params();
+    return t;
+}
+
+void srv_task_ref(srv_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->refs++;
+    pthread_mutex_unlock(&t->mu);
+}
+
+void srv_task_unref(srv_task *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    int left = --t->refs;
+    pthread_mutex_unlock(&t->mu);
+    if (left) return;
+    free(t->prompt);
+    for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    free(t->text);
+    free(t->toks);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+}
+
+/* ---- a slot's task ---------------------------------------------------------------------------- */
+
+static void publish_info(srv_sched *s, const slot *sl) {
+    int n;
+    bs_gen_cached(sl->gen, &n);
+    pthread_mutex_lock(&s->mu);
+    s->info[sl->id].busy = sl->task != NULL;
+    s->info[sl->id].n_cached = n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Copy what the generator produced since the last copy into the task (under t->mu). */
+static void sync_task(slot *sl) {
+    srv_task *t = sl->task;
+    size_t tf;
+    int kf;
+    bs_gen_output_changed(sl->gen, &tf, &kf);
+    bs_gen_output o;
+    bs_gen_output_get(sl->gen, &o);
+    pthread_mutex_lock(&t->mu);
+    if (o.len + 1 > t->cap) {
+        t->cap = BS_MAX(t->cap * 2, o.len + 64);
+        t->text = bs_xrealloc(t->text, t->cap);
+    }
+    memcpy(t->text + tf, o.text + tf, o.len - tf);
+    t->len = o.len;
+    t->text[t->len] = 0;
+    if (o.n_toks > t->cap_toks) {
+        t->cap_toks = BS_MAX(2 * t->cap_toks, o.n_toks + 64);
+        t->toks = bs_xrealloc(t->toks, (size_t)t->cap_toks * sizeof *t->toks);
+    }
+    memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
+    t->n_toks = o.n_toks;
+    t->n_safe = o.n_safe;
+    t->n_toks_safe = o.n_toks_safe;
+    t->tm.n_gen = o.n_toks;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int finish_reason(int stop) {
+    switch (stop) {
+    case BS_GEN_EOG: case BS_GEN_STOP_STRING: case BS_GEN_LOOP: return SRV_FINISH_STOP;
+    case BS_GEN_LENGTH: case BS_GEN_CTX: return SRV_FINISH_LENGTH;
+    default: return SRV_FINISH_ERROR;
+    }
+}
+
+/* The slot's generation has ended (err: the message of an error the generator did not record). */
+static void finish(srv_sched *s, slot *sl, const char *err) {
+    srv_task *t = sl->task;
+    if (!bs_gen_done(sl->gen)) bs_gen_cancel(sl->gen, BS_GEN_ERROR);
+    const bs_gen_stats *st = bs_gen_get_stats(sl->gen);
+    const int why = err ? SRV_FINISH_ERROR : finish_reason(st->stop);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", err ? err : st->stop == BS_GEN_INTERRUPT ? "cancelled" : bs_last_error());
+    sync_task(sl);
+    pthread_mutex_lock(&t->mu);
+    t->tm.n_prompt = st->n_prompt;
+    t->tm.n_cached = st->n_cached;
+    t->tm.t_prompt_ms = st->t_prompt * 1e3;
+    t->tm.t_gen_ms = st->t_gen * 1e3;
+    t->tm.draft_n = st->n_drafted;
+    t->tm.draft_accepted = st->n_accepted;
+    srv_timings tm = t->tm;
+    pthread_mutex_unlock(&t->mu);
+    if (why != SRV_FINISH_ERROR) {   /* counted before the answer is released: a client that
+                                      * reads /metrics after its answer sees it */
+        srv_metrics_task(s->met, &tm);
+        srv_metrics_loop_guard(s->met, &st->loop);
+        pthread_mutex_lock(&s->met->mu);
+        s->met->draft_rounds += st->n_draft_rounds;
+        pthread_mutex_unlock(&s->met->mu);
+    }
+    pthread_mutex_lock(&t->mu);
+    t->loop_res = st->loop;
+    t->finish = why;
+    if (why == SRV_FINISH_ERROR) snprintf(t->error, sizeof t->error, "%s", msg);
+    t->done = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    srv_task_unref(t);
+    sl->task = NULL;
+    sl->last_used = ++s->tick;
+    publish_info(s, sl);
+}
+
+/* After a step: stream what it produced, or finish. */
+static void stepped(srv_sched *s, slot *sl) {
+    if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
+    else sync_task(sl);
+}
+
+static void admit(srv_sched *s, slot *sl, srv_task *t) {
+    sl->task = t;
+    bs_gen_request r;
+    bs_gen_request_init(&r);
+    r.sp = t->sp;
+    r.bias_id = t->bias_id;
+    r.bias = t->bias;
+    r.n_bias = t->n_bias;
+    r.n_predict = t->n_predict;
+    r.ignore_eos = t->ignore_eos;
+    r.stop = (const char *const *)t->stop;
+    r.n_stop = t->n_stop;
+    r.n_probs = t->n_probs;
+    r.loop = t->loop;
+    r.no_draft = t->no_draft || t->loop.mode == BS_LOOP_GUARD_REWIND;
+    r.no_cache = t->no_cache;
+    r.ckpt_at = t->ckpt_at;
+    r.ckpt_end = true;
+    r.tool_tags = true;
+    const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
+    pthread_mutex_lock(&t->mu);
+    t->started = true;
+    t->slot = sl->id;
+    t->tm.n_cached = rc ? 0 : bs_gen_get_stats(sl->gen)->n_cached;
+    pthread_mutex_unlock(&t->mu);
+    publish_info(s, sl);
+    if (rc) finish(s, sl, bs_last_error());
+}
+
+/* ---- one pass ------------------------------------------------------------------------------- */
+
+/* Slots that draft step alone (a prompt chunk with the taps the drafter reads, or a round); then
+ * every other generating slot's next token and chunks of waiting prompts (PROMPT_BUDGET rows in
+ * all) go through the weights together. */
+static void step(srv_sched *s) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->task || !bs_gen_drafting(sl->gen)) continue;
+        if (bs_gen_step(sl->gen, PROMPT_BUDGET)) finish(s, sl, NULL);
+        else stepped(s, sl);
+    }
+    bs_batch_seq q[MAX_SLOTS];
+    slot *who[MAX_SLOTS];
+    int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->task && !bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
+    }
+    for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->task && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
+            budget -= q[n].n;
+            who[n++] = sl;
+        }
+    }
+    if (!n) return;
+    if (bs_eval_multi(s->batch, q, n)) {
+        char err[256];
+        snprintf(err, sizeof err, "evaluating: %s", bs_last_error());
+        for (int i = 0; i < n; i++) finish(s, who[i], err);
+        return;
+    }
+    if (n_gen) {
+        pthread_mutex_lock(&s->met->mu);
+        s->met->n_decode++;
+        s->met->n_decode_rows += n_gen;
+        pthread_mutex_unlock(&s->met->mu);
+    }
+    for (int i = 0; i < n; i++) {
+        bs_gen_commit(who[i]->gen, true);
+        stepped(s, who[i]);
+    }
+}
+
+/* ---- the thread ----------------------------------------------------------------------------- */
+
+static slot *pick_slot(srv_sched *s, const srv_task *t) {
+    slot *best = NULL;
+    int best_reuse = -1;
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->task) continue;
+        int r = bs_gen_reusable(sl->gen, t->prompt, t->n_prompt, t->no_cache);
+        if (r > best_reuse || (r == best_reuse && sl->last_used < best->last_used)) {
+            best = sl;
+            best_reuse = r;
+        }
+    }
+    return best;
+}
+
+static int n_active(const srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) n += s->slots[i].task != NULL;
+    return n;
+}
+
+static void update_gauges(srv_sched *s, int active, int queued) {
+    pthread_mutex_lock(&s->met->mu);
+    s->met->processing = active;
+    s->met->deferred = queued;
+    pthread_mutex_unlock(&s->met->mu);
+}
+
+static void *sched_main(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->quit && s->q_len == 0 && n_active(s) == 0) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->quit) { pthread_mutex_unlock(&s->mu); break; }
+        srv_task *take[256];
+        slot *into[256];
+        int nt = 0;
+        while (s->q_len > 0 && nt < 256) {
+            slot *sl = pick_slot(s, s->queue[s->q_head]);
+            if (!sl) break;
+            take[nt] = s->queue[s->q_head];
+            into[nt++] = sl;
+            sl->task = take[nt - 1];   /* reserved; admit() below sets it up */
+            s->info[sl->id].busy = true;
+            s->q_head = (s->q_head + 1) % s->q_cap;
+            s->q_len--;
+        }
+        int queued = s->q_len;
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < nt; i++) {
+            into[i]->task = NULL;
+            admit(s, into[i], take[i]);
+        }
+        for (int i = 0; i < s->cfg.n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (!sl->task) continue;
+            pthread_mutex_lock(&sl->task->mu);
+            bool cancel = sl->task->cancel;
+            pthread_mutex_unlock(&sl->task->mu);
+            if (cancel) finish(s, sl, "cancelled");
+        }
+        update_gauges(s, n_active(s), queued);
+        step(s);
+        pthread_mutex_lock(&s->mu);
+        queued = s->q_len;
+        pthread_mutex_unlock(&s->mu);
+        update_gauges(s, n_active(s), queued);
+    }
+    return NULL;
+}
+
+/* ---- public --------------------------------------------------------------------------------- */
+
+static int slot_init(srv_sched *s, slot *sl, int id) {
+    sl->id = id;
+    bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .pool = s->pool, .drafter = s->drafter,
+                        .drafter_path = s->cfg.drafter, .draft_max = s->draft_max,
+                        .draft_window = s->cfg.draft_window};
+    return (sl->gen = bs_gen_new(s->m, s->tok, &gp)) ? 0 : -1;
+}
+
+srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met) {
+    srv_sched *s = bs_xcalloc(1, sizeof *s);
+    s->m = m;
+    s->tok = tok;
+    s->cfg = *cfg;
+    s->met = met;
+    s->n_vocab = bs_model_n_vocab(m);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->q_limit = cfg->queue_max > 0 ? cfg->queue_max : 1;
+    s->q_cap = s->q_limit + cfg->n_slots;
+    s->queue = bs_xcalloc((size_t)s->q_cap, sizeof *s->queue);
+    s->slots = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->slots);
+    s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
+    if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
+    if (!(s->batch = bs_batch_new(m, cfg->n_slots + PROMPT_BUDGET, cfg->n_slots, s->pool))) goto fail;
+    if (cfg->drafter) {
+        if (!(s->drafter = bs_dspark_load(cfg->drafter, NULL)) || bs_dspark_check_pair(s->drafter, m)) {
+            bs_error_prefix("drafter %s: ", cfg->drafter);
+            goto fail;
+        }
+        bs_dspark_share_embeddings(s->drafter, m, false);
+        s->draft_max = cfg->draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : cfg->draft_max;
+    }
+    for (int i = 0; i < cfg->n_slots; i++) {
+        if (slot_init(s, &s->slots[i], i)) goto fail;
+        s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(bs_gen_session(s->slots[i].gen))};
+    }
+    s->n_ctx = s->info[0].n_ctx;
+    if (pthread_create(&s->thr, NULL, sched_main, s)) {
+        bs_error("cannot start the scheduler thread");
+        goto fail;
+    }
+    s->thr_started = true;
+    return s;
+fail:
+    bs_error_prefix("server slots: ");
+    srv_sched_free(s);
+    return NULL;
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    if (s->thr_started) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thr, NULL);
+    }
+    for (int i = 0; i < s->cfg.n_slots && s->slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->task) finish(s, sl, "server shutting down");
+        bs_gen_free(sl->gen);
+    }
+    for (int i = 0; i < s->q_len; i++) {
+        srv_task *t = s->queue[(s->q_head + i) % s->q_cap];
+        pthread_mutex_lock(&t->mu);
+        t->done = true;
+        t->finish = SRV_FINISH_ERROR;
+        snprintf(t->error, sizeof t->error, "server shutting down");
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        srv_task_unref(t);
+    }
+    bs_batch_free(s->batch);
+    bs_dspark_free(s->drafter);
+    bs_pool_free(s->pool);
+    free(s->slots);
+    free(s->info);
+    free(s->queue);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+int srv_sched_submit(srv_sched *s, srv_task *t) {
+    pthread_mutex_lock(&s->mu);
+    /* queued requests an idle slot is about to take are not waiting for a busy server: only
+     * the rest count against the limit (a burst must not be refused while slots are free) */
+    int idle = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) idle += !s->info[i].busy;
+    if (s->q_len - idle >= s->q_limit || s->q_len == s->q_cap) {
+        pthread_mutex_unlock(&s->mu);
+        return bs_error("the server is busy: all %d slots are working and %d requests are waiting",
+                        s->cfg.n_slots, s->q_limit);
+    }
+    srv_task_ref(t);
+    s->queue[(s->q_head + s->q_len) % s->q_cap] = t;
+    s->q_len++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void srv_sched_wake(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int srv_sched_n_slots(const srv_sched *s) { return s->cfg.n_slots; }
+int srv_sched_n_ctx(const srv_sched *s) { return s->n_ctx; }
+
+void srv_sched_slots(srv_sched *s, srv_slot_info *out) {
+    pthread_mutex_lock(&s->mu);
+    memcpy(out, s->info, (size_t)s->cfg.n_slots * sizeof *out);
+    pthread_mutex_unlock(&s->mu);
+}

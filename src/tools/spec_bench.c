@@ -1,0 +1,219 @@
+/* spec_bench.c: `bitspark bench -m TARGET -md DRAFTER --spec`: the measured cost of each part of
+ * a DSpark round (drafter context append, block pass, lm head + Markov per slot, confidence,
+ * verify per width, rollback, acceptance overhead) and, from those measurements, the expected
+ * tokens per second and speedup over plain decoding at assumed per-token acceptance rates.
+ * Synthetic drafters have random weights, so real acceptance cannot be measured with them: the
+ * projections say what a round would cost if drafts were accepted at rate p. */
+#include "dspark/dspark.h"
+#include "model/qwen35.h"
+#include "sample/sampler.h"
+#include "model/session.h"
+#include "tools/spec_bench.h"
+#include "dspark/speculative.h"
+#include "generate/gen.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int B;
+    double verify[BS_DSPARK_MAX_BLOCK + 2];   /* seconds, index = width */
+    double rollback;                           /* worst case: keep 1 of B+1 rows */
+    double append_row, block, head[BS_DSPARK_MAX_BLOCK + 1], markov, conf;
+    double accept_row;                         /* greedy verify of one logits row */
+} costs;
+
+#define BEST(var, expr) do { double t0_ = bs_time(); expr; double dt_ = bs_time() - t0_; if (dt_ < (var)) (var) = dt_; } while (0)
+
+static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, costs *c) {
+    const bs_dspark_hparams *hp = &d->hp;
+    const int B = hp->block_size, V = s->m->hp.n_vocab, s0 = bs_session_n_past(s);
+    const size_t row = (size_t)hp->n_taps * hp->n_embd;
+    float *logits = bs_xmalloc((size_t)(B + 1) * V * sizeof(float));
+    float *taps = bs_xmalloc((size_t)(B + 1) * row * sizeof(float));
+    int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
+    for (int i = 0; i <= B; i++) ids[i] = (int32_t)((1000 + 37 * i) % V);
+    bs_dspark_ctx *dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool);
+    bs_sampler_params sp = bs_sampler_default_params();
+    sp.temp = 0;
+    bs_sampler *smp = bs_sampler_new(&sp, V);
+    int rc = dc && smp ? 0 : -1;
+    c->B = B;
+    for (int w = 0; w <= B + 1; w++) c->verify[w] = 1e30;
+    c->rollback = c->append_row = c->block = c->markov = c->conf = c->accept_row = 1e30;
+    for (int k = 0; k <= B; k++) c->head[k] = 1e30;
+    /* a context of s0 rows for the drafter (the taps of the prompt are random-free: real rows) */
+    float *ptaps = bs_xmalloc((size_t)BS_MAX(s0, 1) * row * sizeof(float));
+    for (size_t i = 0; i < (size_t)s0 * row; i++) ptaps[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
+    if (!rc) rc = bs_dspark_ctx_append(dc, ptaps, s0);
+    free(ptaps);
+    for (int rep = 0; rep <= o->reps && !rc; rep++) {
+        const bool warm = rep == 0;
+        for (int w = 1; w <= B + 1 && !rc; w++) {
+            double t0 = bs_time();
+            rc |= bs_eval(s, ids, w, BS_LOGITS_ALL, logits, taps);
+            double dt = bs_time() - t0;
+            if (!warm && dt < c->verify[w]) c->verify[w] = dt;
+            double t1 = bs_time();
+            rc |= bs_session_rollback(s, w == B + 1 ? s0 + 1 : s0);
+            if (w == B + 1 && !warm) c->rollback = BS_MIN(c->rollback, bs_time() - t1);
+            if (w == B + 1) rc |= bs_session_rollback(s, s0);
+        }
+        double t = 1e30;
+        BEST(t, for (int r = 0; r <= B; r++) bs_sampler_sample(smp, logits + (size_t)r * V));
+        if (!warm) c->accept_row = BS_MIN(c->accept_row, t / (B + 1));
+        t = 1e30;
+        BEST(t, rc |= bs_dspark_ctx_append(dc, taps, B + 1));
+        bs_dspark_ctx_crop(dc, s0);
+        if (!warm) c->append_row = BS_MIN(c->append_row, t / (B + 1));
+        t = 1e30;
+        BEST(t, rc |= bs_dspark_block(dc, ids[0], s0));
+        if (!warm) c->block = BS_MIN(c->block, t);
+        for (int k = 1; k <= B; k++) {
+            t = 1e30;
+            BEST(t, bs_dspark_logits(dc, 0, k, logits));
+            if (!warm) c->head[k] = BS_MIN(c->head[k], t);
+        }
+        t = 1e30;
+        BEST(t, bs_dspark_markov_bias(dc, ids[0], logits));
+        if (!warm) c->markov = BS_MIN(c->markov, t);
+        t = 1e30;
+        BEST(t, bs_dspark_confidence(dc, 0, ids[0]));
+        if (!warm) c->conf = BS_MIN(c->conf, t);
+    }
+    bs_sampler_free(smp);
+    bs_dspark_ctx_free(dc);
+    free(logits);
+    free(taps);
+    return rc ? -1 : 0;
+}
+
+/* A round with C drafts: drafter + verify(C+1) + acceptance + rollback (when not all accepted)
+ * + feeding the kept rows to the drafter. */
+static double round_time(const costs *c, int C, double p, double *tokens) {
+    double e = 1.0, pk = 1.0;
+    for (int i = 1; i <= C; i++) e += (pk *= p);
+    *tokens = e;
+    const double draft = C ? c->block + c->head[C] + C * (c->markov + c->conf) : 0.0;
+    const double all = C ? pk : 1.0;   /* probability that every draft is accepted */
+    return draft + c->verify[C + 1] + (C + 1) * c->accept_row + (1.0 - all) * c->rollback + e * c->append_row;
+}
+
+static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspark *d, const costs *c) {
+    const int B = c->B;
+    printf("DSpark round costs (measured at context %d, %d threads, best of %d)\n", o->n_prompt, o->n_threads, o->reps);
+    printf("  target %s: %d layers, hidden %d, vocab %d\n", o->model, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab);
+    printf("  drafter %s: %d layers, block %d, %d taps%s%s\n", o->drafter, d->hp.n_layer, B, d->hp.n_taps,
+           d->embd_borrowed ? ", token_embd borrowed" : "", d->output_borrowed ? ", output borrowed" : "");
+    printf("\n  part                                  ms\n");
+    for (int w = 1; w <= B + 1; w++)
+        printf("  verify, width %d                %10.3f   (%.2fx width 1)\n", w, c->verify[w] * 1e3, c->verify[w] / c->verify[1]);
+    printf("  rollback (keep 1 of %d rows)     %10.3f\n", B + 1, c->rollback * 1e3);
+    printf("  drafter: context append / row   %10.3f\n", c->append_row * 1e3);
+    printf("  drafter: block pass (%d slots)   %10.3f\n", B, c->block * 1e3);
+    for (int k = 1; k <= B; k++) printf("  drafter: lm head, %d slot%s       %10.3f\n", k, k > 1 ? "s" : " ", c->head[k] * 1e3);
+    printf("  drafter: Markov bias / slot     %10.3f\n", c->markov * 1e3);
+    printf("  drafter: confidence / slot      %10.3f\n", c->conf * 1e3);
+    printf("  overhead: greedy accept / row   %10.3f\n", c->accept_row * 1e3);
+    double e0;
+    const double plain = round_time(c, 0, 0, &e0);
+    printf("\n  plain decoding: %.3f ms/token = %.2f tokens/s\n", plain * 1e3, 1.0 / plain);
+    printf("\n  PROJECTIONS from the measured costs above (acceptance is assumed, not measured: the\n"
+           "  synthetic drafter's weights are random). p = per-token conditional acceptance.\n");
+    printf("     p   best depth   tokens/round   tokens/s   speedup   (speedup at depth 1..%d)\n", B);
+    const double ps[] = {0.5, 0.6, 0.7, 0.75, 0.8, 0.9};
+    for (size_t i = 0; i < BS_ARRAY_LEN(ps); i++) {
+        int best = 1;
+        double best_rate = 0, best_e = 0, rate[BS_DSPARK_MAX_BLOCK + 1];
+        for (int C = 1; C <= B; C++) {
+            double e, t = round_time(c, C, ps[i], &e);
+            rate[C] = e / t;
+            if (rate[C] > best_rate) { best_rate = rate[C]; best = C; best_e = e; }
+        }
+        printf("  %5.2f   %10d   %12.3f   %8.2f   %6.2fx   (", ps[i], best, best_e, best_rate, best_rate * plain);
+        for (int C = 1; C <= B; C++) printf("%s%.2f", C > 1 ? " " : "", rate[C] * plain);
+        printf(")\n");
+    }
+}
+
+/* One greedy generation of n tokens after prompt; the ids into out, the seconds of the
+ * generation into *t. drafter NULL: plain decoding. */
+static int generate(bs_model *m, const bs_tokenizer *tok, const bs_spec_bench_opts *o, const bs_dspark *d,
+                    const int32_t *prompt, int32_t *out, int *n_out, double *t, bs_gen_stats *st) {
+    bs_gen_params gp = {.n_ctx = o->n_prompt + o->n_gen + 64, .n_threads = o->n_threads, .drafter = d,
+                        .drafter_path = o->drafter, .draft_max = BS_DRAFT_AUTO};
+    bs_gen *g = bs_gen_new(m, tok, &gp);
+    if (!g) return -1;
+    bs_gen_request r;
+    bs_gen_request_init(&r);
+    r.sp.temp = 0;
+    r.n_predict = o->n_gen;
+    r.ignore_eos = true;   /* the same length with and without the drafter */
+    int rc = bs_gen_begin(g, &r, prompt, o->n_prompt) || bs_gen_run(g, NULL, NULL) ? -1 : 0;
+    bs_gen_output go;
+    bs_gen_output_get(g, &go);
+    *n_out = go.n_toks;
+    for (int i = 0; i < go.n_toks; i++) out[i] = go.toks[i].id;
+    *st = *bs_gen_get_stats(g);
+    *t = st->t_gen;
+    bs_gen_free(g);
+    return rc;
+}
+
+/* The measured part: plain greedy decoding against the engine with the drafter (auto depth). */
+static int measured(bs_model *m, const bs_dspark *d, const bs_spec_bench_opts *o, const int32_t *prompt) {
+    bs_tokenizer *tok = bs_tokenizer_from_gguf(m->file);
+    if (!tok) return bs_error_prefix("tokenizer: ");
+    int32_t *a = bs_xmalloc((size_t)o->n_gen * sizeof *a), *b = bs_xmalloc((size_t)o->n_gen * sizeof *b);
+    int na = 0, nb = 0;
+    double ta = 0, tb = 0;
+    bs_gen_stats sa, sb;
+    int rc = generate(m, tok, o, NULL, prompt, a, &na, &ta, &sa) || generate(m, tok, o, d, prompt, b, &nb, &tb, &sb);
+    if (!rc) {
+        const bool same = na == nb && !memcmp(a, b, (size_t)na * sizeof *a);
+        printf("\n  MEASURED greedy generation of %d tokens after the %d-token context (engine, auto depth)\n",
+               o->n_gen, o->n_prompt);
+        printf("  plain:    %8.2f tokens/s\n", ta > 0 ? na / ta : 0.0);
+        printf("  drafter:  %8.2f tokens/s   (%.2fx; %ld drafted, %ld accepted = %.1f%%, %d rounds)\n",
+               tb > 0 ? nb / tb : 0.0, ta > 0 && tb > 0 ? (nb / tb) / (na / ta) : 0.0, sb.n_drafted, sb.n_accepted,
+               sb.n_drafted ? 100.0 * sb.n_accepted / sb.n_drafted : 0.0, sb.n_decode);
+        printf("  output identical to plain decoding: %s\n", same ? "yes" : "NO");
+        if (!same) rc = bs_error("speculative output differs from plain greedy decoding");
+    }
+    free(a);
+    free(b);
+    bs_tokenizer_free(tok);
+    return rc ? -1 : 0;
+}
+
+int bs_spec_bench(const bs_spec_bench_opts *op) {
+    const bs_spec_bench_opts o = *op;
+    bs_model *m = bs_model_load(o.model, NULL);
+    bs_dspark *d = m ? bs_dspark_load(o.drafter, NULL) : NULL;
+    bs_session *s = NULL;
+    int32_t *prompt = NULL;
+    int rc = -1;
+    if (!d || bs_dspark_check_pair(d, m)) goto done;
+    bs_dspark_share_embeddings(d, m, false);
+    bs_session_params sp = {.n_ctx = o.n_prompt + 64, .n_threads = o.n_threads};
+    if (!(s = bs_session_new(m, &sp)) || bs_session_set_taps(s, d->hp.taps, d->hp.n_taps)) goto done;
+    /* the context: n_prompt tokens evaluated in batches */
+    prompt = bs_xmalloc((size_t)o.n_prompt * sizeof *prompt);
+    for (int i = 0; i < o.n_prompt; i++) prompt[i] = (int32_t)((7 + 131 * i) % m->hp.n_vocab);
+    if (bs_eval(s, prompt, o.n_prompt, BS_LOGITS_NONE, NULL, NULL)) goto done;
+    costs c;
+    if (measure(&o, s, d, &c)) goto done;
+    report(&o, m, d, &c);
+    bs_session_free(s);
+    s = NULL;
+    if (o.n_gen > 0 && measured(m, d, &o, prompt)) goto done;
+    rc = 0;
+done:
+    free(prompt);
+    bs_session_free(s);
+    bs_dspark_free(d);
+    bs_model_free(m);
+    return rc;
+}
