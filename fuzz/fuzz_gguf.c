@@ -2,7 +2,7 @@
  * Any input must either parse or fail with a one-line error; accepted files must have every
  * tensor's bytes inside the input, and rewriting them with the writer must give a file that
  * parses back with the same metadata and tensor names. */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "io/util.h"
 

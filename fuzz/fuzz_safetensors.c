@@ -2,7 +2,7 @@
  * the writer). Any input must either parse or fail with a one-line error; accepted files must
  * have every tensor inside the input, consistent sizes and no overlaps, and rewriting them must
  * give a file that parses back with the same tensors and metadata. */
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/util.h"
 
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* make_seeds.c: writes the fuzzers' seed corpus with bitspark's own writers:
  * fuzz_make_seeds <dir> creates <dir>/gguf/... and <dir>/safetensors/... (each file < 10 KB). */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/util.h"
 
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #ifndef BS_TEST_LOOP_MODEL_H
 #define BS_TEST_LOOP_MODEL_H
 
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "text/tokenizer.h"
 #include "io/util.h"

@@ -2,7 +2,7 @@
  * with Jinja2 from the real templates (tests/data/chat_golden.json, see its generator), template
  * detection on real template lines, and the plain ChatML fallback. */
 #include "text/chat_template.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "test.h"
 #include "io/util.h"
 

@@ -3,7 +3,7 @@
  * hostile inputs: every truncation, bad magic and versions, absurd counts and lengths, bad
  * dimensions, bad offsets, unknown and ambiguous types, duplicates. Each must fail with a
  * non-empty one-line error and no crash. */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "io/util.h"
 #include "test.h"

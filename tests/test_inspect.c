@@ -2,7 +2,7 @@
  * writer: the 27B naming (Bonsai-27B, Ternary-Bonsai-27B) from metadata + tensor layout, the
  * format summary (legacy Q2_0 + BF16 ssm_alpha/beta, extra token_embd/output types), drafters,
  * the generic fallback, and that text output comes from the same object. */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "tools/inspect.h"
 #include "formats/quant.h"
 #include "io/util.h"

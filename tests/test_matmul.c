@@ -5,7 +5,7 @@
  *  - row-count invariance: row r of an 8-row call is bit-identical to a 1-row call on row r;
  *  - get_rows equals dequantizing the row; bad ids and bad tensors are refused. */
 #include "cpu/matmul.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "io/util.h"
 #include "test.h"

@@ -2,7 +2,7 @@
  * alteration must fail with a one-line error naming the problem (the first mismatching tensor,
  * the refused key, ...), and the unaltered copy and layer-pattern overrides must load. */
 #include "bitspark.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "test.h"
 #include "io/util.h"

@@ -17,7 +17,7 @@
  *    within the fp16 rounding of s (|s'/s - 1| <= 2^-11, searched in steps of 2^-16).
  *    Re-quantizing the Q6_K's own dequantization is reported, not required: Q6_K's scale
  *    search is not idempotent. */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "formats/quant.h"
 #include "io/util.h"
 #include "test.h"

@@ -4,7 +4,7 @@
  * dtypes, shapes and offsets, overlaps, duplicates), and the HF config.json getters. */
 #include "io/hf_config.h"
 #include "formats/quant.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/util.h"
 #include "test.h"
 

@@ -5,7 +5,7 @@
 #include "cpu/attn_simd.h"
 #include "cpu/cpu_features.h"
 #include "cpu/gdn_simd.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "test.h"
 #include "io/util.h"
 

@@ -2,7 +2,7 @@
  * (every vector of $BS_FIXTURES/tokenizer.json and the prompt of tiny-f32.json must match id for
  * id), round trips, the streaming detokenizer's UTF-8 guarantee, specials, EOG, errors, and the
  * pre-tokenizer against splits made offline by Python's `regex` module (tests/data). */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "text/pretokenize.h"
 #include "test.h"
 #include "text/tokenizer.h"

@@ -14,7 +14,7 @@
 
 #include "bitspark.h"
 #include "cpu/cpu_features.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "formats/quant.h"

@@ -1,7 +1,7 @@
 /* cli_tokenize.c: `bitspark tokenize`: print the token ids of a text, using only the model's
  * metadata (the GGUF is opened without mapping its tensors). */
 #include "cli/cli.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "text/tokenizer.h"
 #include "io/util.h"
 

@@ -4,7 +4,7 @@
 #include "cpu/attn_simd.h"
 
 #include "cpu/cpu_features.h"
-#include "model/ops.h"
+#include "cpu/ops.h"
 #include "cpu/ops_simd.h"
 #include "io/util.h"
 

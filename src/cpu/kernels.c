@@ -7,23 +7,17 @@
 #include "io/threadpool.h"
 #include "io/util.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 enum { QK = 32, Q8_0_SIZE = 34, Q8_1_SIZE = 36 };
 
-/* P128: byte j of each 64-bit mask takes bits from the low (j even) or high (j odd) half of
- * the 128 sign bits; see kernels.h. Position p = 64h + 8j + k holds element
- * 16*(j/2) + 64*(j%2) + 8h + k. */
-#define P128(h, j, k) (16 * ((j) / 2) + 64 * ((j) % 2) + 8 * (h) + (k))
-#define P128_8(h, j) P128(h, j, 0), P128(h, j, 1), P128(h, j, 2), P128(h, j, 3), \
-                     P128(h, j, 4), P128(h, j, 5), P128(h, j, 6), P128(h, j, 7)
-#define P128_64(h) P128_8(h, 0), P128_8(h, 1), P128_8(h, 2), P128_8(h, 3), \
-                   P128_8(h, 4), P128_8(h, 5), P128_8(h, 6), P128_8(h, 7)
-const uint8_t bs_p128_perm[128] = {P128_64(0), P128_64(1)};
-const uint8_t bs_p128_group[16] = {0, 0, 2, 2, 0, 0, 2, 2, 1, 1, 3, 3, 1, 1, 3, 3};
 
 bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm) {
     *perm = 0;
@@ -284,8 +278,6 @@ static void job_quantize(void *ctx, int ith, int nth) {
     for (int64_t r = lo; r < hi; r++) acts_row(j->A, j->t, r, j->x + r * j->A->n, j->level, scratch);
 }
 
-int bs_l128_chunk_blocks = 0;   /* tests: blocks per K chunk and one group per tile; 0 = as below */
-
 /* L128 for a prompt (more than BS_KMAX_ROWS rows). A row's lookup tables take 8 bytes per
  * column (139 KB for a 17408-wide row), so passing every row's whole tables over each 128-row
  * group, as a few rows do, streams the tables from memory once per group. Here K is cut into
@@ -433,13 +425,13 @@ int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y,
     return 0;
 }
 
-void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
-                     bs_pool *pool) {
-    const int level = bs_cpu_level();
+void bs_matmul_group_fast(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                          bs_pool *pool, int level, bool *done) {
     plan cur, p;
     bs_acts A;
     const bs_weight *Wcur = NULL;   /* the product A was prepared for, NULL: none */
     for (int i = 0; i < nw; i++) {
+        done[i] = true;
         if (!W[i]->lora && make_plan(W[i], n_rows, level, &p) == 0) {
             if (Wcur && same_acts(&cur, Wcur, &p, W[i])) {
                 run(&p, W[i], &A, n_rows, y[i], pool, level);
@@ -453,10 +445,10 @@ void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t 
                 continue;
             }
         }
-        /* bs_matmul may use the same scratch: nothing prepared survives it */
+        /* the caller's bs_matmul: what this prepared is not shared past it */
         if (Wcur) bs_acts_free(&A);
         Wcur = NULL;
-        bs_matmul(W[i], x, n_rows, y[i], pool);
+        done[i] = false;
     }
     if (Wcur) bs_acts_free(&A);
 }
@@ -476,6 +468,8 @@ static int amx_product(const bs_weight *W, const float *x, float *y, bs_amx_rang
     bs_acts_free(&A);
     return 0;
 }
+
+int bs_amx_mode = BS_AMX_AUTO;
 
 int bs_amx_compare(bs_amx_range_fn fa, bs_amx_range_fn fb) {
     if (!fa || !fb) return 0;
@@ -508,36 +502,64 @@ int bs_amx_compare(bs_amx_range_fn fa, bs_amx_range_fn fb) {
     return same && compared > 0;
 }
 
+/* Whether AMX is used (kernels_amx.c has the kernels; the choice is the dispatcher's). */
+static bs_amx_range_fn g_amx_fn;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static const char *g_amx_status = "not available on this CPU";
+
+int bs_amx_selfcheck(bs_amx_range_fn fn) {
+    pid_t pid = fork();
+    if (pid < 0) return 0;
+    if (pid == 0) _exit(bs_amx_compare(fn, bs_kernel_amx_emulated()) ? 0 : 1);
+    int st = 0;
+    pid_t r;
+    while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+    return r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;   /* (ECHILD where SIGCHLD is ignored: no) */
+}
+
+static void amx_pick(void) {
+    const bs_amx_range_fn hw = bs_kernel_amx_hw();
+    if (!hw) { g_amx_status = "not built in"; return; }
+    const char *e = getenv("BITSPARK_AMX");
+    if (e && !strcmp(e, "0")) { g_amx_status = "turned off (BITSPARK_AMX=0)"; return; }
+    if (e && !strcmp(e, "emulate")) {   /* the whole engine over the emulator: tests */
+        g_amx_fn = bs_kernel_amx_emulated();
+        g_amx_status = "emulated (BITSPARK_AMX=emulate)";
+        return;
+    }
+    const bs_cpu_features *f = bs_cpu_features_get();
+    if (bs_cpu_max_level() < BS_CPU_AVX512 || !f->amx_tile || !f->amx_int8) return;
+    if (!bs_cpu_enable_amx()) { g_amx_status = "present, but Linux refused the tile state (arch_prctl)"; return; }
+    if (bs_amx_selfcheck(hw)) {
+        g_amx_fn = hw;
+        g_amx_status = "int8 tiles for Q1_0/Q2_0 prompts of 32+ rows (self-check passed)";
+    } else {
+        g_amx_status = "present, but the self-check failed: prompts use AVX-512";
+        fprintf(stderr, "bitspark: the AMX self-check failed: prompts use AVX-512\n");
+    }
+}
+
+const char *bs_amx_status(void) {
+    if (!bs_kernel_amx_hw()) return "not built in";
+    if (bs_amx_mode == BS_AMX_EMULATE) return "emulated (tests)";
+    if (bs_amx_mode == BS_AMX_OFF) return "turned off";
+    pthread_once(&g_amx_once, amx_pick);
+    return g_amx_status;
+}
+
+bs_amx_range_fn bs_kernel_amx(void) {
+    if (!bs_kernel_amx_hw()) return NULL;
+    if (bs_amx_mode == BS_AMX_EMULATE) return bs_kernel_amx_emulated();   /* tests switch modes */
+    if (bs_amx_mode == BS_AMX_OFF || bs_cpu_level() < BS_CPU_AVX512) return NULL;
+    pthread_once(&g_amx_once, amx_pick);
+    return g_amx_fn;
+}
+
 /* --- weight repacking ------------------------------------------------------------------------ */
 
 int bs_weight_exact(void) { return bs_env_flag("BITSPARK_EXACT"); }
 
 /* --- BS_PACK_Q1_L128 (kernels.h) ---------------------------------------------------------- */
-
-/* Row R = 16q + l is float lane l of the kernel's vector q = 2i + h, which takes nibble i of
- * the 16-bit lanes in half h of the chunk: 128-bit lane L = 2h + l / 8, 16-bit lane m = l % 8. */
-int bs_l128_slot(int R) {
-    const int q = R / 16, l = R % 16, i = q >> 1, h = q & 1;
-    return 32 * (2 * h + l / 8) + 4 * (l % 8) + i;
-}
-
-/* Per 4 activations a: T[idx] = sum_i (bit i of idx ? a_i : -a_i), low bytes then high bytes. */
-void bs_l128_tables(const int8_t *qs, int64_t n, uint8_t *lut) {
-    for (int64_t c = 0; c < n / 4; c++) {
-        const int8_t *a = qs + 4 * c;
-        int16_t T[16];
-        T[0] = (int16_t)(-a[0] - a[1] - a[2] - a[3]);
-        for (int idx = 1; idx < 16; idx++) {
-            const int low = idx & -idx, bit = low == 1 ? 0 : low == 2 ? 1 : low == 4 ? 2 : 3;
-            T[idx] = (int16_t)(T[idx & (idx - 1)] + 2 * a[bit]);
-        }
-        uint8_t *o = lut + 32 * c;
-        for (int idx = 0; idx < 16; idx++) {   /* little-endian int16, as the kernel loads them */
-            o[2 * idx] = (uint8_t)((uint16_t)T[idx] & 0xFF);
-            o[2 * idx + 1] = (uint8_t)((uint16_t)T[idx] >> 8);
-        }
-    }
-}
 
 /* One 128-row group (rows at src, stride rb) -> its packed bytes at dst (nb blocks). Its 8
  * groups of 16 slots are packed as X16 first (SIMD): X16 word c of 16-slot group s is exactly

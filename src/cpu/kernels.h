@@ -31,6 +31,7 @@
 #ifndef BS_KERNELS_H
 #define BS_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -172,6 +173,7 @@ extern int bs_amx_mode;
 typedef void (*bs_amx_range_fn)(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t na,
                                 float *y, int64_t ldy);
 bs_amx_range_fn bs_kernel_amx(void);
+bs_amx_range_fn bs_kernel_amx_hw(void);       /* the hardware kernel (no readiness check), NULL if not built */
 bs_amx_range_fn bs_kernel_amx_emulated(void);
 const char *bs_amx_status(void);   /* one line for bench: used, absent, refused, failed */
 int bs_amx_selfcheck(bs_amx_range_fn fn);
@@ -222,6 +224,10 @@ double bs_int8_peak_avx512(long iters);
 
 /* The fast bs_matmul: 0 when done, -1 when the type/level has no kernel (caller falls back to
  * the scalar reference). */
+/* bs_matmul_group's fast path: computes the products it has kernels for (done[i] = true) and
+ * leaves the others (LoRA, no kernel at this level) to the caller. */
+void bs_matmul_group_fast(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                          bs_pool *pool, int level, bool *done);
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
                    int level);
 

@@ -28,7 +28,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int bs_amx_mode = BS_AMX_AUTO;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -235,62 +234,10 @@ static TAMX void amx_range_emu(const bs_weight *W, int64_t o0, int64_t o1, const
     free(emu);
 }
 
-/* --- readiness -------------------------------------------------------------------------------- */
-
-static bs_amx_range_fn g_fn;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-int bs_amx_selfcheck(bs_amx_range_fn fn) {
-    pid_t pid = fork();
-    if (pid < 0) return 0;
-    if (pid == 0) _exit(bs_amx_compare(fn, bs_kernel_amx_emulated()) ? 0 : 1);
-    int st = 0;
-    pid_t r;
-    while ((r = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
-    return r == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;   /* (ECHILD where SIGCHLD is ignored: no) */
-}
-
-static const char *g_status = "not available on this CPU";
-
-static void pick(void) {
-    const char *e = getenv("BITSPARK_AMX");
-    if (e && !strcmp(e, "0")) { g_status = "turned off (BITSPARK_AMX=0)"; return; }
-    if (e && !strcmp(e, "emulate")) {   /* the whole engine over the emulator: tests */
-        g_fn = amx_range_emu;
-        g_status = "emulated (BITSPARK_AMX=emulate)";
-        return;
-    }
-    const bs_cpu_features *f = bs_cpu_features_get();
-    if (bs_cpu_max_level() < BS_CPU_AVX512 || !f->amx_tile || !f->amx_int8) return;
-    if (!bs_cpu_enable_amx()) { g_status = "present, but Linux refused the tile state (arch_prctl)"; return; }
-    if (bs_amx_selfcheck(amx_range_hw)) {
-        g_fn = amx_range_hw;
-        g_status = "int8 tiles for Q1_0/Q2_0 prompts of 32+ rows (self-check passed)";
-    } else {
-        g_status = "present, but the self-check failed: prompts use AVX-512";
-        fprintf(stderr, "bitspark: the AMX self-check failed: prompts use AVX-512\n");
-    }
-}
-
-const char *bs_amx_status(void) {
-    if (bs_amx_mode == BS_AMX_EMULATE) return "emulated (tests)";
-    if (bs_amx_mode == BS_AMX_OFF) return "turned off";
-    pthread_once(&g_once, pick);
-    return g_status;
-}
-
-bs_amx_range_fn bs_kernel_amx(void) {
-    if (bs_amx_mode == BS_AMX_EMULATE) return amx_range_emu;   /* tests switch modes */
-    if (bs_amx_mode == BS_AMX_OFF || bs_cpu_level() < BS_CPU_AVX512) return NULL;
-    pthread_once(&g_once, pick);
-    return g_fn;
-}
-
+bs_amx_range_fn bs_kernel_amx_hw(void) { return amx_range_hw; }
 bs_amx_range_fn bs_kernel_amx_emulated(void) { return amx_range_emu; }
 
 #else
-const char *bs_amx_status(void) { return "not built in"; }
-int bs_amx_selfcheck(bs_amx_range_fn fn) { (void)fn; return 0; }
-bs_amx_range_fn bs_kernel_amx(void) { return NULL; }
+bs_amx_range_fn bs_kernel_amx_hw(void) { return NULL; }
 bs_amx_range_fn bs_kernel_amx_emulated(void) { return NULL; }
 #endif

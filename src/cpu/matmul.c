@@ -7,10 +7,9 @@
  * never depends on how many rows were batched with it. Faster kernels (SIMD, threads) replace
  * the inner loops behind this same API and must keep that property. */
 #include "cpu/matmul.h"
-#include "model/lora.h"
 
 #include "cpu/cpu_features.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "cpu/kernels.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -41,8 +40,39 @@ int bs_weight_from_tensor(bs_weight *w, const gguf_tensor *t) {
 /* The fast path (kernels.c: SIMD kernels, threads) for every dispatch level above scalar;
  * BITSPARK_CPU=scalar (or bs_cpu_set_level) selects the single-threaded reference below, which
  * is the tests' oracle. */
+/* y += scale * B (A x) for each adapter attached to W (lora.h). */
+static void lora_terms(const bs_weight *W, const float *x, int64_t n_rows, float *y) {
+    for (const bs_lora_ref *ref = W->lora; ref; ref = ref->next) {
+        const bs_lora_tensor *t = ref->t;
+        float *ax = bs_xmalloc((size_t)t->r * sizeof *ax);
+        for (int64_t row = 0; row < n_rows; row++) {
+            const float *xr = x + row * t->in;
+            float *yr = y + row * t->out;
+            for (int k = 0; k < t->r; k++) {
+                const float *a = t->a + (size_t)k * t->in;
+                float s = 0;
+                for (int64_t i = 0; i < t->in; i++) s += a[i] * xr[i];
+                ax[k] = s;
+            }
+            for (int64_t o = 0; o < t->out; o++) {
+                const float *b = t->b + (size_t)o * t->r;
+                float s = 0;
+                for (int k = 0; k < t->r; k++) s += b[k] * ax[k];
+                yr[o] += ref->scale * s;
+            }
+        }
+        free(ax);
+    }
+}
+
 void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool) {
-    if (W->lora) { bs_lora_matmul(W, x, n_rows, y, pool); return; }   /* W x + LoRA terms */
+    if (W->lora) {   /* W x, then the LoRA terms */
+        bs_weight base = *W;
+        base.lora = NULL;
+        bs_matmul(&base, x, n_rows, y, pool);
+        lora_terms(W, x, n_rows, y);
+        return;
+    }
     if (bs_matmul_fast(W, x, n_rows, y, pool, bs_cpu_level()) == 0) return;
     const bs_type_traits *t = bs_type_get(W->type);
     if (!t || !t->vec_dot) {
@@ -85,4 +115,13 @@ int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out) {
     }
     free(rowbuf);
     return 0;
+}
+
+void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                     bs_pool *pool) {
+    bool small[16], *done = nw <= 16 ? small : bs_xmalloc((size_t)nw * sizeof *done);
+    bs_matmul_group_fast(W, nw, x, n_rows, y, pool, bs_cpu_level(), done);
+    for (int i = 0; i < nw; i++)
+        if (!done[i]) bs_matmul(W[i], x, n_rows, y[i], pool);
+    if (done != small) free(done);
 }

@@ -10,6 +10,22 @@
 struct gguf_tensor;
 typedef struct bs_pool bs_pool;   /* thread pool (threadpool.h); NULL = calling thread only */
 
+/* Low-rank terms a weight can carry (LoRA adapters, model/lora.h): y += scale * B (A x). */
+typedef struct bs_lora_tensor {
+    char *name;               /* base tensor, e.g. "blk.3.attn_q.weight" */
+    int64_t in, out;
+    int r;
+    float scale;              /* alpha / r (or alpha / sqrt(r), or 1), without the user scale */
+    float *a;                 /* [r][in] */
+    float *b;                 /* [out][r] */
+} bs_lora_tensor;
+
+typedef struct bs_lora_ref {
+    const bs_lora_tensor *t;
+    float scale;              /* t->scale * user scale */
+    struct bs_lora_ref *next;
+} bs_lora_ref;
+
 /* A 2-D weight: ne1 rows of ne0 elements, each row bs_row_size(type, ne0) bytes. */
 typedef struct bs_weight {
     int type;

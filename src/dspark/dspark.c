@@ -5,8 +5,7 @@
  * projected once, when appended, and kept (f32) until cropped. The block attends to
  * [context ; block] with no mask at all. */
 #include "dspark/dspark.h"
-#include "cpu/attn_simd.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 

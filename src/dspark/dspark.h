@@ -18,7 +18,7 @@
 #define BS_DSPARK_H
 
 #include "bitspark.h"
-#include "cpu/matmul.h"
+#include "cpu/compute.h"
 
 #include <stdbool.h>
 #include <stdint.h>

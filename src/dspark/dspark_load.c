@@ -3,14 +3,13 @@
  * it against its target and borrowing the target's embedding / LM head (see dspark.h). */
 #include "dspark/dspark.h"
 #include "dspark/dspark_names.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/hf_config.h"
-#include "cpu/matmul.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "formats/quant.h"
 #include "formats/quantize.h"
 #include "model/qwen35.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 

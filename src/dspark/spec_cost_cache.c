@@ -9,7 +9,7 @@
  * size and mtime, so a changed model is measured again. BITSPARK_NO_COST_CACHE=1 turns the
  * cache off. */
 #include "dspark/spec_cost_cache.h"
-#include "cpu/cpu_features.h"
+#include "cpu/compute.h"
 #include "io/util.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* speculative.c: the draft / verify / accept round of DSpark speculative decoding (see
  * speculative.h). */
 #include "dspark/speculative.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "model/session.h"
 #include "io/util.h"
 

@@ -1,6 +1,6 @@
 /* quantize.c: see quantize.h. */
 #include "formats/quantize.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/progress.h"
 #include "formats/quant.h"
 #include "io/threadpool.h"

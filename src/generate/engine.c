@@ -3,7 +3,7 @@
 #include "generate/engine.h"
 #include "model/lora.h"
 #include "model/qwen35.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/util.h"
 
 #include <stdio.h>

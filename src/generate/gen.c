@@ -188,14 +188,6 @@ static int setup_sampler(bs_gen *g, const bs_gen_request *r, int reuse) {
     return 0;
 }
 
-bs_detok *gen_detok_new(const bs_gen *g) {
-    bs_detok *dt = bs_detok_new(g->tok, false);
-    static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
-    const size_t n = g->r.tool_tags ? 4 : 2;
-    for (size_t i = 0; dt && i < n; i++) bs_detok_preserve(dt, shown[i]);
-    return dt;
-}
-
 static void reset_output(bs_gen *g) {
     g->len = g->n_safe = 0;
     if (g->text) g->text[0] = 0;

@@ -14,11 +14,21 @@
 #include "dspark/spec_cost_cache.h"
 #include "model/qwen35.h"
 #include "model/session.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/util.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the detokenizer ------------------------------------------------------------------------- */
+
+bs_detok *gen_detok_new(const bs_gen *g) {
+    bs_detok *dt = bs_detok_new(g->tok, false);
+    static const char *shown[] = {"<think>", "</think>", "<tool_call>", "</tool_call>"};
+    const size_t n = g->r.tool_tags ? 4 : 2;
+    for (size_t i = 0; dt && i < n; i++) bs_detok_preserve(dt, shown[i]);
+    return dt;
+}
 
 /* ---- text and stop strings ------------------------------------------------------------------- */
 

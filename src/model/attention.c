@@ -5,9 +5,7 @@
  *
  * The cache stores K after norm + RoPE and V raw, in f32 or f16. With f16 the query is rounded to
  * f16 before the K dot products, as llama.cpp's CPU paths do; sums stay in f32. */
-#include "cpu/attn_simd.h"
-#include "model/ops.h"
-#include "cpu/ops_simd.h"
+#include "cpu/compute.h"
 #include "model/profile.h"
 #include "model/session.h"
 #include "io/util.h"

@@ -6,7 +6,7 @@
  * around their projections (bs_deltanet_mix / bs_attention_mix) so that the projections are
  * batched too and only the recurrence / attention runs per session, on that session's scratch. */
 #include "model/batch_eval.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "model/session.h"
 #include "io/util.h"
 

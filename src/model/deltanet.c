@@ -2,8 +2,7 @@
  * path runs it: four projections, causal depthwise conv + SiLU over a window of the last
  * kernel-1 pre-conv rows, L2-normed q/k, and the gated delta rule run token by token per V head
  * (V head h reads K/Q head h % n_k_heads), then a per-head gated RMSNorm and the output matmul. */
-#include "cpu/gdn_simd.h"
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "model/profile.h"
 #include "model/session.h"
 

@@ -2,7 +2,7 @@
  * h = x + Mixer(RMSNorm(x) * attn_norm), out = h + FFN(RMSNorm(h) * post_attention_norm) with a
  * SwiGLU FFN, then the final norm and the LM head. The residual stream is f32; every weight
  * multiply is one bs_matmul call over the whole batch. */
-#include "model/ops.h"
+#include "cpu/compute.h"
 #include "model/profile.h"
 #include "model/session.h"
 

@@ -1,7 +1,7 @@
 /* lora.c: reading LoRA adapters, GGUF (llama.cpp) and PEFT safetensors (see lora.h). */
 #include "model/lora.h"
 #include "formats/quant.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/util.h"
 
 #include <errno.h>

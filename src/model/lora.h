@@ -16,20 +16,12 @@
 #define BS_LORA_H
 
 #include "bitspark.h"
-#include "io/gguf.h"
-#include "cpu/matmul.h"
+#include "formats/gguf.h"
+#include "cpu/compute.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct {
-    char *name;               /* base tensor, e.g. "blk.3.attn_q.weight" */
-    int64_t in, out;
-    int r;
-    float scale;              /* alpha / r (or alpha / sqrt(r), or 1), without the user scale */
-    float *a;                 /* [r][in] */
-    float *b;                 /* [out][r] */
-} bs_lora_tensor;
 
 typedef struct bs_lora {
     char *path;
@@ -49,20 +41,14 @@ const bs_lora_tensor *bs_lora_find(const bs_lora *l, const char *name);
 /* "FILE" or "FILE:SCALE" -> path (malloc'd) and scale (1 if absent). -1 + bs_error. */
 int bs_lora_parse_arg(const char *arg, char **path, float *scale);
 
-/* --- run time --- */
-typedef struct bs_lora_ref {
-    const bs_lora_tensor *t;
-    float scale;              /* t->scale * user scale */
-    struct bs_lora_ref *next;
-} bs_lora_ref;
+/* --- run time (bs_lora_tensor and bs_lora_ref: cpu/matmul.h) --- */
 
 /* Attach every tensor of l (times user_scale) to the model's weights; the adapter must outlive
  * the attachment. Fails (nothing attached) on an unknown tensor or a shape mismatch. */
 int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale);
 /* Remove every attached adapter (call before bs_model_free). */
 void bs_lora_detach(bs_model *m);
-/* bs_matmul for a weight with adapters: W x, then y += scale * B (A x) per adapter. */
-void bs_lora_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool);
+/* (bs_matmul computes a weight with adapters as W x, then y += scale * B (A x) per adapter.) */
 
 /* --- offline merge (lora_merge.c) --- */
 typedef struct {

@@ -72,30 +72,3 @@ void bs_lora_detach(bs_model *m) {
     }
     free(all);
 }
-
-void bs_lora_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool) {
-    bs_weight base = *W;
-    base.lora = NULL;
-    bs_matmul(&base, x, n_rows, y, pool);
-    for (const bs_lora_ref *ref = W->lora; ref; ref = ref->next) {
-        const bs_lora_tensor *t = ref->t;
-        float *ax = bs_xmalloc((size_t)t->r * sizeof *ax);
-        for (int64_t row = 0; row < n_rows; row++) {
-            const float *xr = x + row * t->in;
-            float *yr = y + row * t->out;
-            for (int k = 0; k < t->r; k++) {
-                const float *a = t->a + (size_t)k * t->in;
-                float s = 0;
-                for (int64_t i = 0; i < t->in; i++) s += a[i] * xr[i];
-                ax[k] = s;
-            }
-            for (int64_t o = 0; o < t->out; o++) {
-                const float *b = t->b + (size_t)o * t->r;
-                float s = 0;
-                for (int k = 0; k < t->r; k++) s += b[k] * ax[k];
-                yr[o] += ref->scale * s;
-            }
-        }
-        free(ax);
-    }
-}

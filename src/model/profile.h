@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "cpu/matmul.h"
+#include "cpu/compute.h"
 #include "io/threadpool.h"
 
 enum bs_prof_phase {

@@ -5,8 +5,8 @@
 #define BS_QWEN35_H
 
 #include "bitspark.h"
-#include "io/gguf.h"
-#include "cpu/matmul.h"
+#include "formats/gguf.h"
+#include "cpu/compute.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
-/* session.c: sessions on a qwen35 model: buffers sized once at creation, bs_eval (validation and
- * splitting into batches), taps, exact rollback, and state save / load (see session.h). */
+/* session.c: sessions on a qwen35 model: buffers sized once at creation, taps, the bookkeeping
+ * around a batch, and state save / load (see session.h; evaluation and rollback: eval.c). */
 #include "model/session.h"
-#include "cpu/attn_simd.h"
+#include "cpu/compute.h"
 #include "io/util.h"
 
 #include <stdlib.h>
@@ -134,59 +134,7 @@ void bs_session_end_batch(bs_session *s, int n) {
     s->n_past += n;
 }
 
-/* Evaluate in batches of n_batch; the last batch is what rollback can undo. */
-static void eval_batches(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
-    const size_t nv = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
-    for (int off = 0; off < n; off += s->n_batch) {
-        const int c = BS_MIN(s->n_batch, n - off);
-        const bool last = off + c == n;
-        bs_session_begin_batch(s, tokens + off, c);
-        int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
-        float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
-        bs_forward_batch(s, s->rb_tokens, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
-    }
-}
-
 void bs_session_set_undo(bs_session *s, int keep) { s->no_undo = !keep; }
-
-int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
-    if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");
-    if (logits_mode < BS_LOGITS_NONE || logits_mode > BS_LOGITS_ALL) return bs_error("bs_eval: bad logits mode");
-    if (logits_mode != BS_LOGITS_NONE && !logits) return bs_error("bs_eval: logits requested without a buffer");
-    if (n_tokens == 0) return logits_mode == BS_LOGITS_NONE ? 0 : bs_error("bs_eval: logits of zero tokens");
-    if (n_tokens > s->n_ctx - s->n_past)
-        return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
-                        s->n_past, s->n_ctx);
-    for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
-            return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
-    eval_batches(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
-    return 0;
-}
-
-int bs_session_rollback(bs_session *s, int n_keep) {
-    if (n_keep < 0 || n_keep > s->n_past)
-        return bs_error("cannot roll back to %d positions: %d are evaluated", n_keep, s->n_past);
-    if (n_keep == s->n_past) return 0;
-    if (n_keep == 0) { bs_session_reset(s); return 0; }
-    if (s->rb_n == 0 || n_keep < s->rb_base)
-        return bs_error("cannot roll back to %d positions: only the last batch (from position %d) can be undone",
-                        n_keep, s->rb_base);
-    const int j = n_keep - s->rb_base;
-    if (s->rb_recorded) {
-        for (int il = 0; il < s->m->hp.n_layer; il++)
-            if (s->m->layers[il].recurrent) bs_deltanet_replay(s, &s->m->layers[il], j);
-        s->n_past = n_keep;
-        s->rb_n = j;
-        return 0;
-    }
-    /* batch too large to record: restore the state before it and recompute the kept tokens */
-    s->cur = 1 - s->cur;
-    s->n_past = s->rb_base;
-    s->rb_n = 0;
-    if (j > 0) eval_batches(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL);
-    return 0;
-}
 
 /* ---- state save / load ----------------------------------------------------------------------- */
 

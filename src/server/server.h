@@ -179,7 +179,7 @@ void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_adds(srv_buf *b, const char *s);
 void srv_buf_free(srv_buf *b);
 
-/* --- request handling (server_api.c, server_reply.c), called by server_http.c --- */
+/* --- request handling (server_api.c, which uses server_reply.c), called by server_http.c --- */
 typedef struct srv_stream srv_stream;
 
 typedef struct srv_reply {
@@ -199,6 +199,7 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
 void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...);
 void srv_reply_json(srv_reply *r, int status, struct json_t *j);   /* steals j */
+struct json_t *srv_error_json(int status, const char *type, const char *msg);   /* {"error": {...}} */
 
 /* Next bytes of an SSE stream into out (appended). Blocks until there is something, the stream
  * ends or the client is gone. 1: data added, 0: the stream is over, -1: the client is gone

@@ -19,27 +19,6 @@ extern const size_t bs_webui_html_len;
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
-void srv_reply_json(srv_reply *r, int status, json_t *j) {
-    r->status = status;
-    r->ctype = "application/json; charset=utf-8";
-    r->body = json_dumps(j, JSON_COMPACT);
-    r->len = r->body ? strlen(r->body) : 0;
-    json_decref(j);
-}
-
-static json_t *error_json(int status, const char *type, const char *msg) {
-    return json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message", msg, "type", type);
-}
-
-void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    srv_reply_json(r, status, error_json(status, type, msg));
-}
-
 static void bad_request(srv_reply *r, const char *fmt, const char *arg) {
     srv_reply_error(r, 400, "invalid_request_error", fmt, arg);
 }
@@ -255,7 +234,7 @@ static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, srv_re
     const int n_ctx = srv_sched_n_ctx(s->sched);
     if (t->n_prompt == 0) { bad_request(r, "the %s is empty", "prompt"); return false; }
     if (t->n_prompt >= n_ctx) {
-        json_t *e = error_json(400, "exceed_context_size_error", "");
+        json_t *e = srv_error_json(400, "exceed_context_size_error", "");
         char msg[256];
         snprintf(msg, sizeof msg, "the request exceeds the available context size: %d prompt tokens, context %d",
                  t->n_prompt, n_ctx);

@@ -15,9 +15,35 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* ---- JSON replies and OpenAI-shaped errors (used by every endpoint) ---------------------------- */
+
+void srv_reply_json(srv_reply *r, int status, json_t *j) {
+    r->status = status;
+    r->ctype = "application/json; charset=utf-8";
+    r->body = json_dumps(j, JSON_COMPACT);
+    r->len = r->body ? strlen(r->body) : 0;
+    json_decref(j);
+}
+
+json_t *srv_error_json(int status, const char *type, const char *msg) {
+    return json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message", msg, "type", type);
+}
+
+void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_reply_json(r, status, srv_error_json(status, type, msg));
+}
+
 
 static const char TOOL_OPEN[] = "<tool_call>";
 

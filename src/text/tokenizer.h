@@ -11,7 +11,7 @@
 #ifndef BS_TOKENIZER_H
 #define BS_TOKENIZER_H
 
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "text/pretokenize.h"
 
 #include <stdbool.h>

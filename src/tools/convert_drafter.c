@@ -1,12 +1,12 @@
 /* convert_drafter.c: DSpark drafter GGUF <-> safetensors + config.json (see convert.h). */
 #include "tools/convert.h"
 #include "dspark/dspark_names.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/hf_config.h"
 #include "io/progress.h"
 #include "formats/quant.h"
 #include "formats/quantize.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 

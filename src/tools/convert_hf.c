@@ -10,12 +10,12 @@
  * Each output row is built in f32 from its source row (dequantized from F32/F16/BF16), then
  * written as the output type, a batch of rows at a time. Vision and MTP tensors are skipped. */
 #include "tools/convert.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/hf_config.h"
 #include "io/progress.h"
 #include "formats/quant.h"
 #include "formats/quantize.h"
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 

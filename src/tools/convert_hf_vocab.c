@@ -3,7 +3,7 @@
  * template, written as llama.cpp's converter writes them (gpt2 model, qwen35 pre-tokenizer,
  * [PAD{i}] UNUSED fill up to the embedding's row count, added special tokens CONTROL). */
 #include "tools/convert.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/hf_config.h"
 #include "text/tokenizer.h"
 #include "io/util.h"

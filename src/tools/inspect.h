@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "io/gguf.h"
-#include "io/safetensors.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
 
 /* path: a .gguf file, a .safetensors file, an index .json, or a checkpoint directory.
  * no_mmap reads whole files into memory instead of parsing only their headers. NULL + bs_error

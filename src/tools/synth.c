@@ -2,7 +2,7 @@
  * chat template) and the streaming weight generator. */
 #include "tools/synth.h"
 #include "tools/synth_impl.h"
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/progress.h"
 #include "formats/quant.h"
 #include "io/util.h"

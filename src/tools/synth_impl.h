@@ -3,7 +3,7 @@
 #ifndef BS_SYNTH_IMPL_H
 #define BS_SYNTH_IMPL_H
 
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "tools/synth.h"
 
 #include <stddef.h>

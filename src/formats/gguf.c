@@ -7,7 +7,7 @@
  * GGUF_OPEN_META_ONLY file keeps no mapping at all.
  *
  * Host byte order is assumed little-endian (as GGUF is); scalars are read with memcpy. */
-#include "io/gguf.h"
+#include "formats/gguf.h"
 #include "io/file_map.h"
 #include "formats/quant.h"
 #include "io/util.h"

@@ -1,6 +1,6 @@
 /* ops.c: see ops.h. */
-#include "model/ops.h"
-#include "cpu/ops_simd.h"
+#include "cpu/ops.h"
+#include "cpu/compute.h"
 
 #include <stdbool.h>
 

@@ -1,7 +1,7 @@
 /* safetensors.c: safetensors reader, sharded checkpoints and streaming writer (see
  * safetensors.h). The header is parsed with jansson (duplicate keys rejected); every number in it
  * is checked against the file before use. */
-#include "io/safetensors.h"
+#include "formats/safetensors.h"
 #include "io/file_map.h"
 #include "formats/quant.h"
 #include "io/util.h"
