@@ -21,9 +21,11 @@
 #ifndef BS_SPEC_DEPTH_H
 #define BS_SPEC_DEPTH_H
 
+#include "bitspark.h"
+
 #include <stdbool.h>
 
-#define BS_DRAFT_AUTO (-1)
+/* (BS_DRAFT_AUTO, the automatic depth: bitspark.h) */
 #define BS_DEPTH_MAX 64
 #define BS_PARK_WINDOW 32   /* parked: tap rows kept back for the next probe; older ones are skipped */
 

@@ -112,17 +112,7 @@ void bs_engine_request(const bs_engine *e, bs_gen_request *r) {
 }
 
 int bs_engine_tokenize(const bs_engine *e, const char *text, size_t len, int32_t **ids, size_t *n) {
-    int32_t *raw;
-    size_t nr;
-    if (bs_tokenize(e->tok, text, len, true, &raw, &nr) < 0) return bs_error_prefix("prompt: ");
-    const int32_t bos = bs_token_bos(e->tok);
-    const bool add = bs_tokenizer_add_bos(e->tok) && bos >= 0 && !(nr > 0 && raw[0] == bos);
-    *n = nr + add;
-    *ids = bs_xmalloc((*n ? *n : 1) * sizeof **ids);
-    if (add) (*ids)[0] = bos;
-    if (nr) memcpy(*ids + add, raw, nr * sizeof *raw);
-    free(raw);
-    return 0;
+    return bs_tokenize_prompt(e->tok, text, len, ids, n);
 }
 
 char *bs_engine_render(bs_engine *e, const bs_chat_msg *msgs, int n, int enable_thinking,

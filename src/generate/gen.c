@@ -33,16 +33,21 @@ void bs_gen_request_init(bs_gen_request *r) {
 }
 
 bs_gen *bs_gen_new(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p) {
+    return bs_gen_new_pooled(m, tok, p, NULL);
+}
+
+bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p, bs_pool *pool) {
     bs_gen *g = bs_xcalloc(1, sizeof *g);
     g->m = m;
+    g->pool = pool;
     g->tok = tok;
     g->p = *p;
     g->n_vocab = bs_model_n_vocab(m);
     g->state = GS_IDLE;
     g->st.stop = BS_GEN_RUNNING;
-    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = p->pool ? bs_pool_size(p->pool) : p->n_threads};
+    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = pool ? bs_pool_size(pool) : p->n_threads};
     if (!(g->sess = bs_session_new(m, &sp))) goto fail;
-    if (p->pool && bs_session_share_pool(g->sess, p->pool)) goto fail;
+    if (pool && bs_session_share_pool(g->sess, pool)) goto fail;
     if (p->drafter) {
         bs_spec_params pp = {.draft_max = p->draft_max, .conf_cut = p->no_conf ? 0 : 1,
                              .draft_window = p->draft_window};
@@ -76,7 +81,7 @@ void bs_gen_free(bs_gen *g) {
     end_request(g);
     bs_sampler_free(g->smp);
     bs_spec_free(g->spec);
-    if (g->sess && g->p.pool) bs_session_unshare_pool(g->sess);
+    if (g->sess && g->pool) bs_session_unshare_pool(g->sess);
     bs_session_free(g->sess);
     for (int k = 0; k < 2; k++) {
         free(g->ck[k].toks);

@@ -18,6 +18,7 @@ struct bs_gen {
     bs_model *m;
     const bs_tokenizer *tok;
     bs_gen_params p;
+    bs_pool *pool;             /* shared, or NULL: the session's own */
     int n_vocab;
     bs_session *sess;
     bs_spec *spec;             /* with a drafter */

@@ -335,10 +335,10 @@ static void *sched_main(void *arg) {
 
 static int slot_init(srv_sched *s, slot *sl, int id) {
     sl->id = id;
-    bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .pool = s->pool, .drafter = s->drafter,
+    bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .drafter = s->drafter,
                         .drafter_path = s->cfg.drafter, .draft_max = s->draft_max,
                         .draft_window = s->cfg.draft_window};
-    return (sl->gen = bs_gen_new(s->m, s->tok, &gp)) ? 0 : -1;
+    return (sl->gen = bs_gen_new_pooled(s->m, s->tok, &gp, s->pool)) ? 0 : -1;
 }
 
 srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met) {

@@ -11,6 +11,7 @@
 #ifndef BS_TOKENIZER_H
 #define BS_TOKENIZER_H
 
+#include "bitspark.h"
 #include "formats/gguf.h"
 #include "text/pretokenize.h"
 
