@@ -18,7 +18,8 @@ curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health afte
 # speculative decoding (-md, a synthetic DSpark drafter): temperature-0 answers identical to the
 # server without a drafter, alone and with two requests at once, and drafts were verified
 D=$(synth_model srv-drafter-tiny --preset drafter-tiny)
-start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024
+# (--draft-max 4: these check drafting itself; the default, auto, parks a drafter that cannot pay)
+start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024 --draft-max 4
 cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC equals PLAIN's
     node -e '
       const [a, b, minAcc, ...ps] = process.argv.slice(1);
@@ -38,12 +39,40 @@ out=$(cmp_spec "$URL" "$SPEC" 0 "First of two" "Second of two") && ok "drafter, 
 # drafts get accepted, text unchanged (the plain server decodes with its state updated in place)
 start_server TP -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 2 -t 2 --ctx 1024
 start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 2 -t 2 --ctx 1024 \
-    --draft-window 16
+    --draft-window 16 --draft-max 4
 out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
     ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
 r=$(curl -s "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
 echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
+# four slots, drafting and plain requests of mixed lengths at once: every verify pass and decode
+# step shares one pass through the weights, and each answer equals plain greedy decoding's
+start_server S4 -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 4 -t 2 --ctx 1024 \
+    --draft-max 4
+out=$(node -e '
+  const [plain, spec] = process.argv.slice(1);
+  const reqs = [["Tell me a story about a cat.", 32, 4], ["What is the capital of France?", 8, 0],
+                ["Write a poem about the sea.", 24, 4], ["Name three colors.", 16, 0]];
+  const ask = (u, [p, n, d]) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
+    messages: [{ role: "user", content: p }], max_tokens: n, temperature: 0, ignore_eos: true, draft_max: d }) })
+    .then((r) => r.json());
+  (async () => {
+    const x = await Promise.all(reqs.map((q) => ask(plain, [q[0], q[1], 0])));
+    const y = await Promise.all(reqs.map((q) => ask(spec, q)));
+    const same = x.every((r, i) => JSON.stringify(r.choices[0].message) === JSON.stringify(y[i].choices[0].message));
+    const drafted = y.reduce((s, r) => s + r.timings.draft_n, 0);
+    console.log(JSON.stringify({ same, drafted, plain_drafted: y[1].timings.draft_n + y[3].timings.draft_n }));
+    process.exit(same && drafted > 0 && y[1].timings.draft_n === 0 && y[3].timings.draft_n === 0 ? 0 : 1);
+  })();' "$TP" "$S4") && ok "4 slots, drafting + plain, mixed lengths: each answer = plain greedy ($out)" || bad "4 slots mixed: $out"
+m=$(curl -s "$S4/metrics")
+echo "$m" | grep -qE '^llamacpp:n_decode_total [1-9]' && echo "$m" | grep -qE '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' \
+  && ok "drafting slots share batched passes ($(echo "$m" | grep -E '^llamacpp:n_decode_total'))" || bad "batched drafting metrics: $(echo "$m" | grep -E 'n_decode|draft')"
+# the same prompt twice: the second reuses all of it (the saved end of the prompt keeps its logits)
+q='{"messages":[{"role":"user","content":"Same prompt again"}],"max_tokens":4,"temperature":0}'
+a1=$(curl -s "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s "$TP/v1/chat/completions" -d "$q")
+c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
+[ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(echo "$a1" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" = "$(echo "$a2" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" ] \
+  && ok "an identical prompt is served from the cache ($c2 of $p2 tokens), same answer" || bad "identical prompt: cached $c2 of $p2 [$a1] [$a2]"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish

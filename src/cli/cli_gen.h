@@ -12,7 +12,10 @@ void cli_gen_defaults(bs_engine_opts *o);
 int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 /* Usage lines of those options. */
 void cli_gen_help(void);
-/* The doom-loop guard's options alone (serve takes these too). */
+/* The sampling options alone (temperature ... DRY, logit bias, seed, --ignore-eos, --lora), and
+ * the doom-loop guard's: serve takes these too, as its requests' defaults. */
+int cli_gen_parse_sampling(bs_engine_opts *o, int argc, char **argv, int *i);
+void cli_gen_sampling_help(void);
 int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);
 

@@ -20,8 +20,8 @@ void bs_engine_opts_init(bs_engine_opts *o) {
     o->loop = bs_loop_guard_default_params();
 }
 
-static int open_loras(bs_engine *e) {
-    const bs_engine_opts *o = &e->o;
+int bs_loras_attach(bs_model *m, const bs_engine_opts *o, struct bs_lora **loras, int *n) {
+    *n = 0;
     for (int k = 0; k < o->n_lora; k++) {
         char *path;
         float scale;
@@ -31,14 +31,19 @@ static int open_loras(bs_engine *e) {
         } else if (bs_lora_parse_arg(o->lora[k], &path, &scale)) {
             return -1;
         }
-        bs_lora *l = bs_lora_load(path, e->model->file);
+        bs_lora *l = bs_lora_load(path, m->file);
         free(path);
         if (!l) return -1;
-        e->loras[e->n_loras++] = l;
-        if (bs_lora_attach(e->model, l, scale)) return -1;
+        loras[(*n)++] = l;
+        if (bs_lora_attach(m, l, scale)) return -1;
         bs_log(1, "LoRA %s: %d matrices, alpha %g, scale %g\n", l->path, l->n, (double)l->alpha, (double)scale);
     }
     return 0;
+}
+
+void bs_loras_detach(bs_model *m, struct bs_lora **loras, int n) {
+    if (m) bs_lora_detach(m);
+    for (int k = 0; k < n; k++) bs_lora_free(loras[k]);
 }
 
 /* Load the drafter, check it against the target and borrow shared tensors. */
@@ -68,7 +73,7 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
         goto fail;
     }
     e->n_vocab = bs_model_n_vocab(e->model);
-    if (open_loras(e)) goto fail;
+    if (bs_loras_attach(e->model, o, e->loras, &e->n_loras)) goto fail;
     if (o->drafter && open_drafter(e)) goto fail;
     bs_gen_params gp = {.n_ctx = o->n_ctx, .n_threads = o->n_threads, .undo = o->undo, .drafter = e->drafter,
                         .drafter_path = o->drafter, .draft_max = o->draft_max, .no_conf = o->no_conf,
@@ -89,8 +94,7 @@ fail:
 
 void bs_engine_close(bs_engine *e) {
     bs_gen_free(e->gen);
-    if (e->model) bs_lora_detach(e->model);
-    for (int k = 0; k < e->n_loras; k++) bs_lora_free(e->loras[k]);
+    bs_loras_detach(e->model, e->loras, e->n_loras);
     bs_dspark_free(e->drafter);
     bs_tokenizer_free(e->tok);
     bs_model_free(e->model);

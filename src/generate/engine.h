@@ -57,6 +57,11 @@ typedef struct bs_engine {
     int n_loras;
 } bs_engine;
 
+/* Attach the LoRA adapters of o to m (*n of them loaded into loras[BS_ENGINE_MAX_LORA]); -1 +
+ * bs_error, with what was loaded still in loras for bs_loras_detach. */
+int bs_loras_attach(bs_model *m, const bs_engine_opts *o, struct bs_lora **loras, int *n);
+void bs_loras_detach(bs_model *m, struct bs_lora **loras, int n);
+
 /* Load everything. -1 + bs_error (e is then closed). */
 int bs_engine_open(bs_engine *e, const bs_engine_opts *o);
 void bs_engine_close(bs_engine *e);

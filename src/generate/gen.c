@@ -86,6 +86,7 @@ void bs_gen_free(bs_gen *g) {
     for (int k = 0; k < 2; k++) {
         free(g->ck[k].toks);
         free(g->ck[k].state);
+        free(g->ck[k].logits);
     }
     free(g->logits);
     free(g->toks);
@@ -103,7 +104,8 @@ static int prefix_len(const int32_t *a, int na, const int32_t *b, int nb) {
 }
 
 /* How many prompt tokens can be reused and from where: -1 the live session, 0/1 a saved state,
- * 2 a rollback of the live session. At least one prompt token is left to evaluate (its logits). */
+ * 2 a rollback of the live session. At least one prompt token is left to evaluate (its logits),
+ * unless a saved state holds the whole prompt with its logits. */
 static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cache, int *from) {
     int best = 0;
     *from = -2;
@@ -115,7 +117,8 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     }
     for (int k = 0; k < 2; k++) {
         const gen_ckpt *c = &g->ck[k];
-        if (c->state && c->n > best && c->n < n && prefix_len(c->toks, c->n, prompt, n) == c->n) {
+        if (c->state && c->n > best && (c->n < n || (c->n == n && c->logits)) &&
+            prefix_len(c->toks, c->n, prompt, n) == c->n) {
             best = c->n;
             *from = k;
         }
@@ -145,6 +148,10 @@ static void ckpt_save(bs_gen *g, int k) {
     c->n = 0;
     if (!c->state || bs_session_state_save(g->sess, c->state, need)) return;
     c->len = need;
+    if (k == 1) {
+        if (!c->logits) c->logits = bs_xmalloc((size_t)g->n_vocab * sizeof *c->logits);
+        memcpy(c->logits, g->logits, (size_t)g->n_vocab * sizeof *c->logits);
+    }
     c->toks = bs_xmalloc((size_t)(g->n_toks ? g->n_toks : 1) * sizeof *c->toks);
     memcpy(c->toks, g->toks, (size_t)g->n_toks * sizeof *c->toks);
     c->n = g->n_toks;
@@ -158,6 +165,7 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
         if (bs_session_state_load(g->sess, c->state, c->len) == 0) {
             memcpy(g->toks, c->toks, (size_t)c->n * sizeof *g->toks);
             g->n_toks = c->n;
+            if (c->n == n) memcpy(g->logits, c->logits, (size_t)g->n_vocab * sizeof *g->logits);
         } else {
             reuse = 0;
         }
@@ -168,6 +176,8 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
     g->n_toks = reuse;   /* from == -1: the live session already holds exactly that */
     return reuse;
 }
+
+static void prompt_done(bs_gen *g, int n);
 
 /* ---- starting a request ---------------------------------------------------------------------- */
 
@@ -224,8 +234,7 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     memcpy(g->prompt, prompt, (size_t)n * sizeof *prompt);
     g->n_prompt = n;
     g->t0 = bs_time();
-    /* logprobs need each token's distribution, which a speculative round does not expose */
-    g->use_spec = g->spec && !r->no_draft && r->n_probs < 0;
+    g->use_spec = g->spec && !r->no_draft;
     g->prepared = g->parked = false;
     if (g->spec) g->spec0 = *bs_spec_get_stats(g->spec);
     const int reuse = restore_prefix(g, prompt, n, r->no_cache);
@@ -237,6 +246,10 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
         end_request(g);
         g->state = GS_IDLE;
         return -1;
+    }
+    if (reuse == n) {   /* the whole prompt and its logits came from the cache */
+        if (g->spec) bs_spec_sync(g->spec);
+        prompt_done(g, 0);
     }
     return 0;
 }
@@ -257,7 +270,7 @@ static void prompt_done(bs_gen *g, int n) {
     g->n_done += n;
     if (g->n_done == g->r.ckpt_at) ckpt_save(g, 0);
     if (g->n_done < g->n_prompt) return;
-    if (g->r.ckpt_end) ckpt_save(g, 1);
+    if (g->r.ckpt_end && n > 0) ckpt_save(g, 1);
     const double now = bs_time();
     g->st.n_prompt = g->n_prompt - g->st.n_cached;
     g->st.t_prompt = now - g->t0;
@@ -324,7 +337,11 @@ int bs_gen_run(bs_gen *g, void (*on_step)(void *ud, bs_gen *g), void *ud) {
 }
 
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
-    if (g->use_spec) return 0;
+    g->spec_planned = false;
+    if (g->use_spec) {   /* its prompt (with the taps the drafter reads) steps alone */
+        if (g->state != GS_SPEC) return 0;
+        return g->spec_planned = gen_spec_plan(g, q);
+    }
     if (g->state == GS_DECODE) {
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                             .logits = g->logits};
@@ -340,6 +357,11 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
 }
 
 void bs_gen_commit(bs_gen *g, bool ok) {
+    if (g->spec_planned) {
+        g->spec_planned = false;
+        gen_spec_commit(g, ok);
+        return;
+    }
     if (!ok) {
         gen_finish(g, BS_GEN_ERROR);
         return;
@@ -354,6 +376,10 @@ void bs_gen_commit(bs_gen *g, bool ok) {
 bool bs_gen_done(const bs_gen *g) { return g->state == GS_DONE || g->state == GS_IDLE; }
 bool bs_gen_in_prompt(const bs_gen *g) { return g->state == GS_PROMPT; }
 bool bs_gen_drafting(const bs_gen *g) { return g->use_spec; }
+
+void bs_gen_set_shared_rows(bs_gen *g, int rows) {
+    if (g->spec) bs_spec_depth_mut(g->spec)->shared_rows = BS_MAX(rows, 0);
+}
 
 void bs_gen_cancel(bs_gen *g, int stop) {
     if (g->state != GS_DONE && g->state != GS_IDLE) gen_finish(g, stop);

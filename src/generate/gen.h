@@ -45,13 +45,16 @@
 bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p, bs_pool *pool);
 
 /* Batched stepping: 1 and *q filled when the next step is one evaluation of the session that
- * can be batched (at most budget prompt rows; a pending token always fits), 0 when not (done,
- * or a generator that drafts: use bs_gen_step). */
+ * can be batched (at most budget prompt rows; a pending token or a speculative round's verify
+ * rows always fit), 0 when not (done, or the prompt of a generator that drafts: bs_gen_step). */
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q);
 /* After the planned evaluation: ok = false when it failed (the request ends with an error). */
 void bs_gen_commit(bs_gen *g, bool ok);
 bool bs_gen_in_prompt(const bs_gen *g);   /* still evaluating the prompt */
 bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the drafter */
+/* Rows other sequences put into the passes this generator's rounds share (0: alone): auto
+ * depth prices a round by what its rows add to such a pass. */
+void bs_gen_set_shared_rows(bs_gen *g, int rows);
 
 bs_sampler *bs_gen_sampler(bs_gen *g);
 bs_spec *bs_gen_spec(bs_gen *g);          /* NULL without a drafter */

@@ -251,15 +251,9 @@ static void spec_trim(bs_gen *g) {
     bs_spec_sync(g->spec);
 }
 
-void gen_spec_round(bs_gen *g) {
-    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
-    const int left = g->r.n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : g->r.n_predict - g->n_out;
-    const int m = bs_spec_round(g->spec, g->smp, g->pending, BS_MAX(left, 1), spec_is_stop, g, out);
-    if (m < 0) {
-        bs_error_prefix("decoding: ");
-        gen_finish(g, BS_GEN_ERROR);
-        return;
-    }
+/* A round produced out[0..m): deliver them in order (the guard sees each), keep the session
+ * contract if one ended generation, or set the next anchor. */
+static void spec_after(bs_gen *g, int m, const int32_t *out) {
     g->st.n_decode++;
     /* the session now holds the old anchor and out[0..m-1) */
     g->toks[g->n_toks++] = g->pending;
@@ -268,6 +262,9 @@ void gen_spec_round(bs_gen *g) {
     for (int k = 0; k < m && act == BS_LOOP_CONTINUE; k++) {
         if (is_eog(g, out[k])) { gen_finish(g, BS_GEN_EOG); break; }
         bs_gen_token tk = {.id = out[k]};
+        if (g->r.n_probs >= 0)   /* verify row k is the target's distribution for out[k] */
+            tk.n_top = bs_top_logprobs(bs_spec_logits(g->spec, k), g->n_vocab, g->r.n_probs, tk.top_id, tk.top_lp,
+                                       out[k], &tk.logprob);
         if ((act = guard_push(g, &tk)) < 0 || act == BS_LOOP_REWOUND) break;
         if (!record(g, &tk)) break;
         if (act == BS_LOOP_STOP) gen_finish(g, BS_GEN_LOOP);
@@ -284,6 +281,42 @@ void gen_spec_round(bs_gen *g) {
     if (g->guard) bs_loop_guard_evaluated(g->guard, bs_spec_logits(g->spec, m - 1));
     note_parking(g);
     may_continue(g);
+}
+
+static int round_room(const bs_gen *g) {
+    const int left = g->r.n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : g->r.n_predict - g->n_out;
+    return BS_MAX(left, 1);
+}
+
+void gen_spec_round(bs_gen *g) {
+    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    const int m = bs_spec_round(g->spec, g->smp, g->pending, round_room(g), spec_is_stop, g, out);
+    if (m < 0) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    spec_after(g, m, out);
+}
+
+bool gen_spec_plan(bs_gen *g, bs_batch_seq *q) {
+    if (bs_spec_round_begin(g->spec, g->smp, g->pending, round_room(g), q)) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return false;
+    }
+    return true;
+}
+
+void gen_spec_commit(bs_gen *g, bool ok) {
+    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    const int m = bs_spec_round_end(g->spec, g->smp, ok, false, spec_is_stop, g, out);
+    if (m < 0) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    spec_after(g, m, out);
 }
 
 /* ---- the end --------------------------------------------------------------------------------- */

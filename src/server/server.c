@@ -19,6 +19,7 @@ int srv_start(srv *s, const srv_config *cfg) {
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
     bs_model_params mp = {.no_mmap = cfg->no_mmap};
     if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
+    if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) goto fail;
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
         goto fail;
@@ -37,6 +38,8 @@ void srv_stop(srv *s) {
     srv_http_stop(s);
     srv_sched_free(s->sched);
     bs_tokenizer_free(s->tok);
+    bs_loras_detach(s->model, s->loras, s->n_loras);
+    s->n_loras = 0;
     bs_model_free(s->model);
     s->sched = NULL;
     s->tok = NULL;

@@ -24,6 +24,7 @@
 #define BS_SERVER_H
 
 #include "bitspark.h"
+#include "generate/engine.h"
 #include "generate/gen.h"
 #include "text/chat_template.h"
 #include "sample/loop_guard.h"
@@ -47,6 +48,8 @@ typedef struct srv_config {
     int max_connections;
     bool no_mmap, no_webui;
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
+    bs_engine_opts gen;        /* sampling defaults of requests (and seed_set, logit biases) and
+                                  the LoRA adapters (--temp ... --lora, as for run) */
 } srv_config;
 
 enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
@@ -155,6 +158,8 @@ void srv_free_tool_calls(srv_tool_call *calls, int n);
 typedef struct srv {
     srv_config cfg;
     bs_model *model;
+    struct bs_lora *loras[BS_ENGINE_MAX_LORA];
+    int n_loras;
     bs_tokenizer *tok;
     bs_chat_template tmpl;
     const char *tmpl_text;

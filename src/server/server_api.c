@@ -175,6 +175,13 @@ static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
 
 /* Sampling and length fields common to both generation endpoints. */
 static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    const bs_engine_opts *def = &s->cfg.gen;   /* serve's --temp ... --logit-bias */
+    t->sp = def->sp;
+    t->ignore_eos = def->ignore_eos;
+    for (int k = 0; k < def->n_bias && t->n_bias < SRV_MAX_BIAS; k++) {   /* the request's come after */
+        t->bias_id[t->n_bias] = def->bias_id[k];
+        t->bias[t->n_bias++] = def->bias[k];
+    }
     bs_sampler_params *p = &t->sp;
     long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
@@ -205,7 +212,9 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;
     p->dry_penalty_last_n = (int32_t)dry_last;
-    p->seed = seed >= 0 ? (uint64_t)seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
+    p->seed = seed >= 0         ? (uint64_t)seed
+              : def->seed_set ? def->sp.seed
+                              : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
     t->n_predict = (int)n_predict;
     return true;
 }
@@ -533,7 +542,7 @@ static void api_models(srv *s, srv_reply *r) {
 }
 
 static void api_props(srv *s, srv_reply *r) {
-    const bs_sampler_params d = bs_sampler_default_params();
+    const bs_sampler_params d = s->cfg.gen.sp;
     const bs_loop_guard_params *lg = &s->cfg.loop;
     json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
                            "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
