@@ -182,18 +182,23 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
     return k;
 }
 
-/* Drafts sampled at temperature T from q = softmax((base + Markov bias) / T), mask id excluded;
- * q rows are kept for verification. Returns k. */
+/* Drafts sampled from q = the target's sampler chain (logit bias, penalties, DRY, top-k, top-p,
+ * min-p, temperature) applied to the drafter's logits (base + Markov bias, mask id excluded):
+ * drafts then come from the same truncated support the target samples from, which is what gets
+ * them accepted; the accept / residual rule is exact for any q. q rows are kept for
+ * verification. Returns k. */
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V;
+    (void)T;   /* the chain's own temperature */
     bs_dspark_logits(sp->dc, 0, k, sp->q);
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
         bs_dspark_markov_bias(sp->dc, prev, sp->r);
-        for (int v = 0; v < V; v++) q[v] = (q[v] + sp->r[v]) / T;
+        for (int v = 0; v < V; v++) q[v] += sp->r[v];
         q[sp->d->hp.mask_id] = -INFINITY;
-        bs_softmax(q, V);
+        if (bs_sampler_apply(smp, q) < 0) return i;
+        bs_sampler_probs_dense(smp, q);
         sp->conf[i] = bs_dspark_confidence(sp->dc, i, prev);
         const int32_t t = bs_sampler_draw(smp, NULL, q, V);
         if (t < 0) return i;
