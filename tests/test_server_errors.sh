@@ -36,6 +36,12 @@ chat "user without content" 400 invalid_request_error '{"messages": [{"role": "u
 chat "content of wrong type" 400 invalid_request_error '{"messages": [{"role": "user", "content": 42}]}'
 chat "image part unsupported" 400 invalid_request_error '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
 chat "temperature as string" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}'
+# fields that would change the output and are not implemented: refused, never ignored
+chat "grammar refused" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= \"a\""}'
+chat "json_schema refused" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "json_schema": {"type": "object"}}'
+chat "best_of refused" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "best_of": 2}'
+chat "tool_choice required refused" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]}'
+chat "tool_choice auto accepted" 200 - '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tool_choice": "auto"}'
 chat "max_tokens fractional" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1.5}'
 chat "top_p out of range" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "top_p": 3}'
 chat "stream not a bool" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}'

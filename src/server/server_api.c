@@ -173,6 +173,23 @@ static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
+/* Fields that would change what is generated and that bitspark does not implement: a clear 400
+ * rather than an answer that silently ignores them. */
+static bool refuse_unsupported(json_t *b, srv_reply *r) {
+    json_t *g = json_object_get(b, "grammar"), *js = json_object_get(b, "json_schema");
+    json_t *bo = json_object_get(b, "best_of"), *tc = json_object_get(b, "tool_choice");
+    const char *what = NULL;
+    if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g))) what = "grammar";
+    else if (js && !json_is_null(js)) what = "json_schema";
+    else if (bo && !json_is_null(bo) && !(json_is_integer(bo) && json_integer_value(bo) == 1)) what = "best_of other than 1";
+    else if (tc && !json_is_null(tc) && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "auto") ||
+                                                                  !strcmp(json_string_value(tc), "none"))))
+        what = "tool_choice other than 'auto' or 'none'";
+    if (!what) return true;
+    srv_reply_error(r, 400, "not_supported_error", "%s is not supported (constrained decoding is not implemented)", what);
+    return false;
+}
+
 /* Sampling and length fields common to both generation endpoints. */
 static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     const bs_engine_opts *def = &s->cfg.gen;   /* serve's --temp ... --logit-bias */
@@ -182,6 +199,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         t->bias_id[t->n_bias] = def->bias_id[k];
         t->bias[t->n_bias++] = def->bias[k];
     }
+    if (!refuse_unsupported(b, r)) return false;
     bs_sampler_params *p = &t->sp;
     long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
