@@ -283,6 +283,10 @@ typedef struct bs_gen_request {
     bool keep_sampler;         /* go on with the previous request's sampler (its random state
                                   and parameters); its history is cut back to the reused prefix */
     bool tool_tags;            /* stream <tool_call> / </tool_call> even where they are control */
+    bool context_shift;        /* a full context drops the older half of what follows the first
+                                  n_keep tokens and re-evaluates the rest (the recurrent state
+                                  cannot drop positions), instead of ending with BS_GEN_CTX */
+    int n_keep;                /* context shift: tokens kept at the start (a system prompt) */
     volatile sig_atomic_t *interrupt;   /* ends generation (BS_GEN_INTERRUPT) once nonzero */
 } bs_gen_request;
 
@@ -306,6 +310,7 @@ typedef struct bs_gen_stats {
     double t_prompt, t_gen;    /* seconds */
     long n_drafted, n_accepted, n_draft_rounds;   /* this request's speculative rounds */
     bs_loop_guard_result loop; /* what the loop guard did (mode off: zeros) */
+    int n_shifts, n_shifted;   /* context shifts, and the positions they dropped */
     int rewound_to;            /* stop_at_rewind: generated tokens the rewind kept (the output
                                   still holds them all, up to the one that completed the loop) */
     int stop;                  /* enum bs_gen_stop */

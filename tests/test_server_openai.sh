@@ -73,6 +73,13 @@ a1=$(curl -s "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s "$TP/v1/chat/compl
 c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
 [ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(echo "$a1" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" = "$(echo "$a2" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" ] \
   && ok "an identical prompt is served from the cache ($c2 of $p2 tokens), same answer" || bad "identical prompt: cached $c2 of $p2 [$a1] [$a2]"
+# --context-shift: a request longer than the context goes on (without it: finish_reason length)
+start_server CS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 1 -t 2 --ctx 64 --context-shift --keep 4
+q='{"prompt":"Once upon a time","max_tokens":150,"temperature":0,"ignore_eos":true}'
+a=$(curl -s "$CS/v1/completions" -d "$q"); b=$(curl -s "$TP/v1/completions" -d "${q/150/2000}")
+echo "$a" | grep -q '"completion_tokens":150' && ok "context shift: 150 tokens in a 64-token context" || bad "context shift: $a"
+echo "$b" | grep -q '"finish_reason":"length"' && ! echo "$b" | grep -q '"completion_tokens":2000' \
+  && ok "without it a full context ends with finish_reason length" || bad "full context: $(echo "$b" | head -c 300)"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish

@@ -147,12 +147,20 @@ void cli_gen_sampling_help(void) {
     lora_help();
 }
 
+void cli_gen_context_help(void) {
+    printf("  --context-shift         a full context drops the older half of what follows the kept\n"
+           "                          start and re-evaluates the rest (every kept position: the\n"
+           "                          recurrent state cannot forget), instead of stopping\n"
+           "  --keep N                tokens at the start a context shift keeps (0)\n");
+}
+
 void cli_gen_help(void) {
     printf("model and session:\n"
            "  -m, --model FILE        qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)\n"
            "  -t, --threads N         threads (default: all cores)\n"
            "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
            "  --no-mmap               read the model into memory instead of mapping it\n");
+    cli_gen_context_help();
     cli_gen_sampling_help();
     spec_help();
     cli_gen_guard_help();
@@ -245,6 +253,7 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
     if (sr) return sr;
     if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
     if ((sr = cli_gen_parse_sampling(o, argc, argv, i))) return sr;
+    if ((sr = cli_gen_parse_context(o, argc, argv, i))) return sr;
     const char *v;
     long x;
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
@@ -257,6 +266,20 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         o->n_ctx = (int)x;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_gen_parse_context(bs_engine_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    long x;
+    if (!strcmp(a, "--context-shift")) {
+        o->context_shift = true;
+    } else if (!strcmp(a, "--keep")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 0, INT32_MAX, &x)) return -1;
+        o->n_keep = (int)x;
     } else {
         return 0;
     }

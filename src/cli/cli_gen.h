@@ -16,6 +16,9 @@ void cli_gen_help(void);
  * the doom-loop guard's: serve takes these too, as its requests' defaults. */
 int cli_gen_parse_sampling(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_sampling_help(void);
+/* --context-shift and --keep (serve takes these too). */
+int cli_gen_parse_context(bs_engine_opts *o, int argc, char **argv, int *i);
+void cli_gen_context_help(void);
 int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);
 

@@ -41,6 +41,7 @@ void help_serve(void) {
            "  --no-mmap               read the model into memory\n"
            "  -v, --verbose           more logging\n"
            "\n");
+    cli_gen_context_help();
     cli_gen_sampling_help();
     printf("  These set the defaults of requests that do not give them (--lora: for every request).\n"
            "\n");
@@ -84,6 +85,7 @@ static int parse(srv_config *c, int argc, char **argv) {
         if (lg < 0) return -1;
         if (lg) continue;
         int sg = cli_gen_parse_sampling(&c->gen, argc, argv, &i);
+        if (!sg) sg = cli_gen_parse_context(&c->gen, argc, argv, &i);
         if (sg < 0) return -1;
         if (sg) continue;
 #define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)

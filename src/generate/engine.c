@@ -111,6 +111,8 @@ void bs_engine_request(const bs_engine *e, bs_gen_request *r) {
     r->breakers = o->breakers;
     r->n_breakers = o->n_breakers;
     r->ignore_eos = o->ignore_eos;
+    r->context_shift = o->context_shift;
+    r->n_keep = o->n_keep;
     r->loop = o->loop;
     r->keep_sampler = true;
 }

@@ -26,6 +26,8 @@ typedef struct bs_engine_opts {
     float bias[BS_ENGINE_MAX_BIAS];
     int n_bias;
     bool ignore_eos;
+    bool context_shift;        /* --context-shift: a full context drops older tokens (gen.h) */
+    int n_keep;                /* --keep N: tokens at the start that a shift keeps */
     /* speculative decoding */
     const char *drafter;       /* NULL: none */
     int draft_max;             /* 0..block size, BS_DRAFT_AUTO */

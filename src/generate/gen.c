@@ -221,6 +221,8 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     if (n >= n_ctx) return bs_error("the prompt is %d tokens but the context holds %d (use --ctx)", n, n_ctx);
     if (r->n_stop < 0 || r->n_stop > BS_GEN_MAX_STOP) return bs_error("at most %d stop strings", BS_GEN_MAX_STOP);
     if (r->n_probs > BS_GEN_MAX_TOP) return bs_error("at most %d top logprobs", BS_GEN_MAX_TOP);
+    if (r->context_shift && r->loop.mode == BS_LOOP_GUARD_REWIND)   /* its checkpoints name old positions */
+        return bs_error("the context shift and the rewinding loop guard do not combine");
     end_request(g);
     reset_output(g);
     g->r = *r;

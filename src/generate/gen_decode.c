@@ -167,12 +167,37 @@ static int guard_push(bs_gen *g, bs_gen_token *tk) {
     return act;
 }
 
+/* Context shift: the first n_keep tokens and the newer half of the rest stay, and the session is
+ * rebuilt from them. The recurrent (DeltaNet) state cannot forget positions, so every kept
+ * position is evaluated again; the pending token stays pending. False when nothing can go. */
+static bool shift(bs_gen *g) {
+    const int n = g->n_toks, keep = BS_MIN(BS_MAX(g->r.n_keep, 0), n / 2), discard = (n - keep) / 2;
+    if (discard < 1) return false;
+    memmove(g->toks + keep, g->toks + keep + discard, (size_t)(n - keep - discard) * sizeof *g->toks);
+    g->n_toks = n - discard;
+    bs_session_reset(g->sess);
+    const int e = g->use_spec ? bs_spec_prompt(g->spec, g->toks, g->n_toks, NULL)
+                              : bs_eval(g->sess, g->toks, g->n_toks, BS_LOGITS_NONE, NULL, NULL);
+    if (e) {
+        bs_error_prefix("context shift: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return false;
+    }
+    g->gen_base -= discard;   /* still: session positions = gen_base + generated tokens evaluated */
+    g->st.n_shifts++;
+    g->st.n_shifted += discard;
+    bs_log(2, "context shift: kept %d + %d of %d positions\n", keep, n - keep - discard, n);
+    return true;
+}
+
 /* Checks after a token was delivered; false when they ended generation. */
 static bool may_continue(bs_gen *g) {
     if (g->r.interrupt && *g->r.interrupt) gen_finish(g, BS_GEN_INTERRUPT);
     else if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) gen_finish(g, BS_GEN_LENGTH);
-    else if (bs_session_n_past(g->sess) >= bs_session_n_ctx(g->sess)) gen_finish(g, BS_GEN_CTX);
-    else return true;
+    else if (bs_session_n_past(g->sess) < bs_session_n_ctx(g->sess)) return true;
+    else if (!g->r.context_shift) gen_finish(g, BS_GEN_CTX);
+    else if (shift(g)) return true;
+    else if (g->state != GS_DONE) gen_finish(g, BS_GEN_CTX);
     return false;
 }
 

@@ -73,6 +73,7 @@ typedef struct srv_task {
     int32_t bias_id[SRV_MAX_BIAS];
     float bias[SRV_MAX_BIAS];
     int n_predict;             /* < 0: until EOG or the context is full */
+    int n_keep;                /* context shift: tokens kept at the start; < 0: serve's --keep */
     bool ignore_eos;
     bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
     bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */

@@ -201,7 +201,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     }
     if (!refuse_unsupported(b, r)) return false;
     bs_sampler_params *p = &t->sp;
-    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1;
+    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1, n_keep = -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
     if (!get_float(b, "temperature", 0, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
         !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
@@ -214,7 +214,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
         !get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) ||
         !get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !get_int(b, "n", 1, 1 << 30, &n, r) ||
-        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) ||
+        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) || !get_int(b, "n_keep", -1, 1 << 30, &n_keep, r) ||
         !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
@@ -234,6 +234,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
               : def->seed_set ? def->sp.seed
                               : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
     t->n_predict = (int)n_predict;
+    t->n_keep = (int)n_keep;
     return true;
 }
 

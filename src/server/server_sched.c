@@ -65,6 +65,7 @@ srv_task *srv_task_new(void) {
     t->refs = 1;
     t->n_predict = -1;
     t->n_probs = -1;
+    t->n_keep = -1;
     t->slot = -1;
     t->sp = bs_sampler_default_params();
     t->loop = bs_loop_guard_default_params();
@@ -206,6 +207,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.ckpt_at = t->ckpt_at;
     r.ckpt_end = true;
     r.tool_tags = true;
+    r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
+    r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
     const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
