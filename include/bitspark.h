@@ -287,6 +287,9 @@ typedef struct bs_gen_request {
                                   n_keep tokens and re-evaluates the rest (the recurrent state
                                   cannot drop positions), instead of ending with BS_GEN_CTX */
     int n_keep;                /* context shift: tokens kept at the start (a system prompt) */
+    const char *grammar;       /* GBNF (llama.cpp's format): what is generated must match it;
+                                  NULL: free text. Drafts it does not allow are cut before
+                                  verification, so speculation stays exact under it */
     volatile sig_atomic_t *interrupt;   /* ends generation (BS_GEN_INTERRUPT) once nonzero */
 } bs_gen_request;
 

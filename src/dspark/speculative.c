@@ -279,6 +279,9 @@ int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_ne
     if (k > 0) {
         if ((k = make_drafts(sp, smp, anchor, s, k, sp->rd.sampling, T)) < 0) return -1;
         if (k > 0 && !sp->hook && sp->prm.conf_cut > 0) k = bs_depth_trim(&sp->depth, sp->conf, k);
+        /* under a grammar, drafts from the first one it does not allow would only be rejected
+         * (the anchor is already accepted into the sampler, so the state is the drafts') */
+        if (k > 0) k = bs_sampler_grammar_prefix(smp, sp->drafts, k);
     }
     sp->rd.k = k;
     sp->rd.t1 = bs_time();

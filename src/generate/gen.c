@@ -8,6 +8,7 @@
  * saved states are what make multi-turn reuse work: the next turn's prompt shares the history up
  * to the last message but renders the previous reply differently (its reasoning is dropped). */
 #include "generate/gen_impl.h"
+#include "sample/grammar.h"
 #include "model/batch_eval.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -64,6 +65,11 @@ fail:
 }
 
 static void end_request(bs_gen *g) {
+    if (g->smp) bs_sampler_set_grammar(g->smp, NULL);
+    bs_grammar_state_free(g->gstate);
+    bs_grammar_free(g->grammar);
+    g->gstate = NULL;
+    g->grammar = NULL;
     bs_loop_guard_free(g->guard);
     bs_detok_free(g->dt);
     g->guard = NULL;
@@ -79,6 +85,7 @@ static void end_request(bs_gen *g) {
 void bs_gen_free(bs_gen *g) {
     if (!g) return;
     end_request(g);
+    bs_grammar_vocab_free(g->gvocab);
     bs_sampler_free(g->smp);
     bs_spec_free(g->spec);
     if (g->sess && g->pool) bs_session_unshare_pool(g->sess);
@@ -179,6 +186,15 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
 
 static void prompt_done(bs_gen *g, int n);
 
+/* The request's grammar, constraining the sampler from the first generated token on. */
+static int setup_grammar(bs_gen *g, const char *gbnf) {
+    if (!(g->grammar = bs_grammar_parse(gbnf))) return -1;
+    if (!g->gvocab) g->gvocab = bs_grammar_vocab_new(g->tok);
+    g->gstate = bs_grammar_state_new(g->grammar, g->gvocab);
+    bs_sampler_set_grammar(g->smp, g->gstate);
+    return 0;
+}
+
 /* ---- starting a request ---------------------------------------------------------------------- */
 
 static int setup_sampler(bs_gen *g, const bs_gen_request *r, int reuse) {
@@ -227,6 +243,7 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     reset_output(g);
     g->r = *r;
     g->r.stop = NULL;
+    g->r.grammar = NULL;   /* compiled below; the text is not kept */
     g->max_stop = 0;
     for (int i = 0; i < r->n_stop; i++) {
         g->stop[i] = bs_xstrdup(r->stop[i]);
@@ -245,6 +262,11 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     g->state = GS_PROMPT;
     if (setup_sampler(g, r, reuse) || !(g->dt = gen_detok_new(g)) ||
         (r->loop.mode != BS_LOOP_GUARD_OFF && !(g->guard = bs_loop_guard_new(&r->loop, g->sess, g->smp, g->tok)))) {
+        end_request(g);
+        g->state = GS_IDLE;
+        return -1;
+    }
+    if (r->grammar && setup_grammar(g, r->grammar)) {
         end_request(g);
         g->state = GS_IDLE;
         return -1;

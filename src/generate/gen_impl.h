@@ -40,6 +40,9 @@ struct bs_gen {
     bs_sampler *smp;
     bs_detok *dt;
     bs_loop_guard *guard;
+    struct bs_grammar *grammar;           /* the request's, or NULL */
+    struct bs_grammar_state *gstate;
+    struct bs_grammar_vocab *gvocab;      /* the tokenizer's trie, built at the first grammar */
     int state;                 /* GS_* */
     int32_t pending;           /* GS_DECODE: sampled, not evaluated; GS_SPEC: the anchor */
     bool use_spec, prepared, parked, stop_hit;

@@ -66,6 +66,13 @@ void bs_sampler_accept(bs_sampler *s, int32_t id);
 void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n);
 /* Keep only the first n accepted tokens (no-op when n >= the history length). */
 void bs_sampler_truncate(bs_sampler *s, size_t n);
+/* Constrain what is sampled with a grammar state (grammar.h; NULL: none; the caller's): each
+ * apply masks the tokens it does not allow (before penalties and truncation), each accepted
+ * token advances it, and truncating the history replays it. Set it after the prompt is in. */
+struct bs_grammar_state;
+void bs_sampler_set_grammar(bs_sampler *s, struct bs_grammar_state *g);
+/* How many of ids[0..n) in a row the grammar allows from here (n without a grammar). */
+int bs_sampler_grammar_prefix(bs_sampler *s, const int32_t *ids, int n);
 size_t bs_sampler_history_len(const bs_sampler *s);
 const int32_t *bs_sampler_history(const bs_sampler *s);
 

@@ -83,6 +83,8 @@ typedef struct srv_task {
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
     bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
+    char *grammar;             /* GBNF the output must match (grammar, json_schema,
+                                  response_format, tool_choice), or NULL; malloc'd */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -2,6 +2,7 @@
  * request bodies checked field by field into a srv_task. Every bad field gets a 400 naming it;
  * unknown fields are ignored (clients send many). */
 #include "server/server.h"
+#include "sample/grammar.h"
 #include "io/util.h"
 #include "io/utf8.h"
 
@@ -173,21 +174,78 @@ static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
-/* Fields that would change what is generated and that bitspark does not implement: a clear 400
- * rather than an answer that silently ignores them. */
+/* best_of > 1 would change what is answered and is not implemented: a clear 400, not silence. */
 static bool refuse_unsupported(json_t *b, srv_reply *r) {
-    json_t *g = json_object_get(b, "grammar"), *js = json_object_get(b, "json_schema");
-    json_t *bo = json_object_get(b, "best_of"), *tc = json_object_get(b, "tool_choice");
-    const char *what = NULL;
-    if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g))) what = "grammar";
-    else if (js && !json_is_null(js)) what = "json_schema";
-    else if (bo && !json_is_null(bo) && !(json_is_integer(bo) && json_integer_value(bo) == 1)) what = "best_of other than 1";
-    else if (tc && !json_is_null(tc) && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "auto") ||
-                                                                  !strcmp(json_string_value(tc), "none"))))
-        what = "tool_choice other than 'auto' or 'none'";
-    if (!what) return true;
-    srv_reply_error(r, 400, "not_supported_error", "%s is not supported (constrained decoding is not implemented)", what);
+    json_t *bo = json_object_get(b, "best_of");
+    if (!bo || json_is_null(bo) || (json_is_integer(bo) && json_integer_value(bo) == 1)) return true;
+    srv_reply_error(r, 400, "not_supported_error", "best_of other than 1 is not supported");
     return false;
+}
+
+/* What constrains the output, as GBNF: llama-server's "grammar" and "json_schema", OpenAI's
+ * response_format (json_object, json_schema) and tool_choice ("required" or a named function;
+ * tools: the offered tools as JSON text). At most one; checked here so that a bad grammar or
+ * schema is the client's 400. */
+static bool parse_constraints(json_t *b, srv_task *t, const char *tools, srv_reply *r) {
+    json_t *g = json_object_get(b, "grammar"), *js = json_object_get(b, "json_schema");
+    json_t *rf = json_object_get(b, "response_format"), *tc = json_object_get(b, "tool_choice");
+    json_t *rt = json_object_get(rf, "type");
+    const char *rts = json_string_value(rt);
+    int given = 0;
+    char *gbnf = NULL;
+    if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g))) {
+        if (!json_is_string(g)) { bad_request(r, "'%s' must be a string (GBNF)", "grammar"); return false; }
+        gbnf = bs_xstrdup(json_string_value(g));
+        given++;
+    }
+    if (js && !json_is_null(js)) {
+        char *text = json_dumps(js, JSON_COMPACT);
+        free(gbnf);
+        gbnf = bs_grammar_from_json_schema(text);
+        free(text);
+        given++;
+    }
+    if (rf && !json_is_null(rf) && !(rts && !strcmp(rts, "text"))) {
+        json_t *schema = rts && !strcmp(rts, "json_schema") ? json_object_get(json_object_get(rf, "json_schema"), "schema")
+                                                             : json_object_get(rf, "schema");
+        if (!rts || (strcmp(rts, "json_object") && strcmp(rts, "json_schema")) || (!strcmp(rts, "json_schema") && !schema)) {
+            free(gbnf);
+            bad_request(r, "'%s' must be text, json_object or json_schema with a schema", "response_format");
+            return false;
+        }
+        char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+        free(gbnf);
+        gbnf = bs_grammar_from_json_schema(text);
+        free(text);
+        given++;
+    }
+    const char *tcs = json_string_value(tc);
+    if (tc && !json_is_null(tc) && !(tcs && (!strcmp(tcs, "auto") || !strcmp(tcs, "none")))) {
+        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!(tcs && !strcmp(tcs, "required")) && !name) {
+            free(gbnf);
+            bad_request(r, "'%s' must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+            return false;
+        }
+        free(gbnf);
+        gbnf = bs_grammar_for_tools(tools, name);
+        given++;
+    }
+    if (given > 1) {
+        free(gbnf);
+        bad_request(r, "give at most one of grammar, json_schema, response_format and tool_choice%s", "");
+        return false;
+    }
+    if (!given) return true;
+    bs_grammar *check = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    if (!check) {
+        free(gbnf);
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        return false;
+    }
+    bs_grammar_free(check);
+    t->grammar = gbnf;
+    return true;
 }
 
 /* Sampling and length fields common to both generation endpoints. */
@@ -429,12 +487,6 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
         if (!json_is_object(so)) { bad_request(r, "'%s' must be an object", "stream_options"); return false; }
         if (!get_bool(so, "include_usage", &g->include_usage, r)) return false;
     }
-    json_t *rf = json_object_get(b, "response_format");
-    json_t *rt = json_object_get(rf, "type");
-    if (rf && !json_is_null(rf) && !(json_is_string(rt) && !strcmp(json_string_value(rt), "text"))) {
-        srv_reply_error(r, 400, "not_supported_error", "response_format other than 'text' is not supported");
-        return false;
-    }
     return true;
 }
 
@@ -457,10 +509,14 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     int think = -1;
     bool lp = false;
     long top = 0;
-    if (!parse_messages(b, &c, r) || !parse_tools(b, &tools, r) || !thinking_flag(b, &think, r) ||
-        !parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "logprobs", &lp, r) ||
-        !get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r))
-        goto fail;
+    json_t *offered = json_object_get(b, "tools");
+    char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
+    const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
+                    parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
+                    get_bool(b, "logprobs", &lp, r) && get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
+    free(offered_text);
+    if (!ok) goto fail;
+    if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
     bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
     if (!(prompt = bs_chat_render(&s->tmpl, c.msgs, c.n, &co))) {
         srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
@@ -530,7 +586,8 @@ static void api_completions(srv *s, json_t *b, srv_reply *r) {
         goto fail;
     }
     t->n_predict = 16;   /* OpenAI's default for completions */
-    if (!parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "echo", &g.echo, r) ||
+    if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
+        !get_bool(b, "echo", &g.echo, r) ||
         !get_int(b, "logprobs", 0, 5, &lp, r) || !completion_prompt(s, b, t, &g, r))
         goto fail;
     if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = 16;

@@ -85,6 +85,7 @@ void srv_task_unref(srv_task *t) {
     pthread_mutex_unlock(&t->mu);
     if (left) return;
     free(t->prompt);
+    free(t->grammar);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->text);
     free(t->toks);
@@ -207,6 +208,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.ckpt_at = t->ckpt_at;
     r.ckpt_end = true;
     r.tool_tags = true;
+    r.grammar = t->grammar;
     r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
     r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
     const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
