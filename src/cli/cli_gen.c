@@ -125,6 +125,12 @@ static void lora_help(void) {
            "  --lora-scaled FILE S    the same with the scale as a separate argument\n");
 }
 
+int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode) {
+    *set = strcmp(v, "auto") != 0;
+    if (*set && bs_norm_from_name(v, mode)) return bs_error_prefix("--tokenizer-normalize: ");
+    return 0;
+}
+
 void cli_gen_help(void) {
     printf(
         "model and session:\n"
@@ -132,6 +138,7 @@ void cli_gen_help(void) {
         "  -t, --threads N         threads (default: all cores)\n"
         "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
         "  --no-mmap               read the model into memory instead of mapping it\n"
+        CLI_NORMALIZE_HELP
         "sampling (llama.cpp order and defaults):\n"
         "  --temp T                temperature, <= 0 is greedy (0.8)\n"
         "  --top-k K               0 = off (40)\n"
@@ -225,6 +232,8 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         o->n_ctx = (int)x;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else if (!strcmp(a, "--tokenizer-normalize")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_normalize(v, &o->normalize_set, &o->normalize)) return -1;
     } else if (!strcmp(a, "--ignore-eos")) {
         o->ignore_eos = true;
     } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {

@@ -12,6 +12,14 @@ void cli_gen_defaults(bs_engine_opts *o);
 int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 /* Usage lines of those options. */
 void cli_gen_help(void);
+/* --tokenizer-normalize VALUE (run, chat, antidoom, serve, tokenize): "auto" leaves the model's
+ * normalization (*set = false), "none" / "nfc" / ... overrides it. -1 + bs_error if invalid. */
+int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode);
+#define CLI_NORMALIZE_HELP \
+    "  --tokenizer-normalize M Unicode normalization of prompt text: auto (the model's: NFC for\n" \
+    "                          Qwen vocabularies, as their tokenizer.json says) | none (no\n" \
+    "                          normalization: llama.cpp's token ids) | nfc | nfd | nfkc | nfkd\n"
+
 /* The doom-loop guard's options alone (serve takes these too). */
 int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);

@@ -47,6 +47,8 @@ typedef struct srv_config {
     int max_connections;
     bool no_mmap, no_webui;
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
+    bool normalize_set;        /* --tokenizer-normalize: override the vocabulary's normalization */
+    bs_norm_mode normalize;
 } srv_config;
 
 enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
