@@ -84,11 +84,12 @@ static void test_cases(bs_tokenizer *t) {
 
 /* Special tokens are cut out of the raw text; only the text between them is normalized. */
 static void test_fixture_specials(const bs_tokenizer *t) {
-    const char *s = "<|im_start|>e\xcc\x81<|im_end|>\xcc\x81";
-    ids a = tok(t, s, true), e = tok(t, "\xc3\xa9", false), m = tok(t, "\xcc\x81", false);
+    const char *s = "<|im_start|>e\xcc\x81<|im_end|>\xcc\xb8";
+    ids a = tok(t, s, true), e = tok(t, "\xc3\xa9", false), m = tok(t, "\xcc\xb8", false);
     int32_t st = bs_token_lookup(t, "<|im_start|>"), en = bs_token_lookup(t, "<|im_end|>");
     CHECK(a.v && e.v && m.v && e.n == 1);
-    /* the mark after <|im_end|> stays a lone mark: it never joins the special token's '>' */
+    /* U+0338 after <|im_end|> stays a lone mark: NFC of the whole text would have made '>' +
+     * U+0338 into U+226F and lost the special token */
     CHECK(a.v && a.n == 3 + m.n && a.v[0] == st && a.v[1] == e.v[0] && a.v[2] == en &&
           !memcmp(a.v + 3, m.v, m.n * sizeof *m.v));
     free(a.v); free(e.v); free(m.v);
