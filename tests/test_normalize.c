@@ -79,7 +79,8 @@ static void test_cases(bs_tokenizer *t) {
         free(raw.v); free(nfc.v); free(old.v);
     }
     CHECK_STR(bs_tokenizer_normalize_source(t), "override");
-    bs_tokenizer_set_normalize(t, BS_NORM_NFC);
+    CHECK(bs_tokenizer_set_normalize(t, (bs_norm_mode)7) == -1 && bs_tokenizer_get_normalize(t) == BS_NORM_NONE);
+    CHECK(bs_tokenizer_set_normalize(t, BS_NORM_NFC) == 0);
 }
 
 /* Special tokens are cut out of the raw text; only the text between them is normalized. */

@@ -67,7 +67,7 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
         bs_error_prefix("%s: tokenizer: ", o->model);
         goto fail;
     }
-    if (o->normalize_set) bs_tokenizer_set_normalize(e->tok, o->normalize);
+    if (o->normalize_set && bs_tokenizer_set_normalize(e->tok, o->normalize)) goto fail;
     e->n_vocab = bs_model_n_vocab(e->model);
     if (open_loras(e)) goto fail;
     if (o->drafter && open_drafter(e)) goto fail;

@@ -455,9 +455,11 @@ int32_t bs_token_bos(const bs_tokenizer *t) { return t->bos; }
 int32_t bs_token_eos(const bs_tokenizer *t) { return t->eos; }
 bool bs_tokenizer_add_bos(const bs_tokenizer *t) { return t->add_bos; }
 
-void bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode) {
+int bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode) {
+    if ((unsigned)mode > BS_NORM_NFKD) return bs_error("normalization mode %d is not one of bs_norm_mode", (int)mode);
     t->norm = mode;
     t->norm_source = "override";
+    return 0;
 }
 bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t) { return t->norm; }
 const char *bs_tokenizer_normalize_source(const bs_tokenizer *t) { return t->norm_source; }

@@ -59,8 +59,9 @@ bool bs_tokenizer_add_bos(const bs_tokenizer *t);
 
 /* The Unicode normalization applied to the text between special tokens (normalize.h). It comes
  * from the vocabulary (see bs_tokenizer_normalize_source); set_normalize overrides it, e.g.
- * BS_NORM_NONE for llama.cpp's ids. Not thread-safe against a concurrent bs_tokenize. */
-void bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode);
+ * BS_NORM_NONE for llama.cpp's ids (-1 with bs_error for a value outside the enum). Set it before
+ * the tokenizer is shared: it is not synchronized with a concurrent bs_tokenize. */
+int bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode);
 bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
 /* Where the mode came from: "tokenizer.ggml.normalizer", "pre-tokenizer rule" or "override". */
 const char *bs_tokenizer_normalize_source(const bs_tokenizer *t);
