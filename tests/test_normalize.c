@@ -181,9 +181,9 @@ static void test_random(bs_tokenizer *t) {
 }
 
 static void test_rule_and_names(void) {
-    CHECK(bs_norm_for_pre(BS_PRE_QWEN35) == BS_NORM_NFC && bs_norm_for_pre(BS_PRE_QWEN2) == BS_NORM_NFC);
-    CHECK(bs_norm_for_pre(BS_PRE_LLAMA3) == BS_NORM_NONE && bs_norm_for_pre(BS_PRE_GPT2) == BS_NORM_NONE);
-    CHECK(bs_norm_for_pre(BS_PRE_DEFAULT) == BS_NORM_NONE);
+    CHECK(bs_norm_for_pre("qwen35") == BS_NORM_NFC && bs_norm_for_pre("qwen2") == BS_NORM_NFC);
+    static const char *const none[] = {"llama-bpe", "llama3", "gpt2", "default", "deepseek-r1-qwen", "stablelm2"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(none); i++) CHECKF(bs_norm_for_pre(none[i]) == BS_NORM_NONE, "%s", none[i]);
     bs_norm_mode m;
     CHECK(bs_norm_from_name("NFC", &m) == 0 && m == BS_NORM_NFC && !strcmp(bs_norm_name(m), "nfc"));
     CHECK(bs_norm_from_name("none", &m) == 0 && m == BS_NORM_NONE);
@@ -227,6 +227,7 @@ static void test_gguf_key(void) {
     static const struct { const char *pre, *norm; bs_norm_mode want; const char *src; } ok[] = {
         {"qwen35", NULL, BS_NORM_NFC, "pre-tokenizer rule"}, {"qwen2", NULL, BS_NORM_NFC, "pre-tokenizer rule"},
         {"llama-bpe", NULL, BS_NORM_NONE, "pre-tokenizer rule"}, {"gpt2", NULL, BS_NORM_NONE, "pre-tokenizer rule"},
+        {"stablelm2", NULL, BS_NORM_NONE, "pre-tokenizer rule"}, {"stablelm2", "nfc", BS_NORM_NFC, BS_NORMALIZER_KEY},
         {NULL, NULL, BS_NORM_NONE, "pre-tokenizer rule"}, {"qwen35", "none", BS_NORM_NONE, BS_NORMALIZER_KEY},
         {"gpt2", "nfc", BS_NORM_NFC, BS_NORMALIZER_KEY}, {"qwen35", "NFKD", BS_NORM_NFKD, BS_NORMALIZER_KEY},
     };

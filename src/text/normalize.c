@@ -23,8 +23,8 @@ const char *bs_norm_name(bs_norm_mode mode) {
     return (unsigned)mode < BS_ARRAY_LEN(names) ? names[mode] : "?";
 }
 
-bs_norm_mode bs_norm_for_pre(bs_pre_type pre) {
-    return pre == BS_PRE_QWEN35 || pre == BS_PRE_QWEN2 ? BS_NORM_NFC : BS_NORM_NONE;
+bs_norm_mode bs_norm_for_pre(const char *pre_name) {
+    return !strcmp(pre_name, "qwen35") || !strcmp(pre_name, "qwen2") ? BS_NORM_NFC : BS_NORM_NONE;
 }
 
 static bool all_ascii(const char *s, size_t len) {

@@ -291,7 +291,7 @@ static int check_special_id(const bs_vocab_spec *sp, const char *what, int32_t i
 static const char *const src_rule = "pre-tokenizer rule", *const src_key = BS_NORMALIZER_KEY;
 
 static int load_norm(bs_tokenizer *t, const bs_vocab_spec *sp) {
-    t->norm = bs_norm_for_pre(t->pre);
+    t->norm = bs_norm_for_pre(sp->pre ? sp->pre : "qwen35");
     t->norm_source = src_rule;
     if (!sp->normalizer) return 0;
     t->norm_source = src_key;
@@ -390,8 +390,8 @@ int bs_tokenizer_gguf_normalize(const gguf_file *f, bs_norm_mode *mode, const ch
         *source = src_key;
         return bs_norm_from_name(name, mode) ? bs_error_prefix("%s: ", BS_NORMALIZER_KEY) : 0;
     }
-    if (bs_pre_from_name(gguf_pre(f), &pre, &ig)) return -1;
-    *mode = bs_norm_for_pre(pre);
+    if (bs_pre_from_name(gguf_pre(f), &pre, &ig)) return -1;   /* an unknown name is an error */
+    *mode = bs_norm_for_pre(gguf_pre(f));
     *source = src_rule;
     return 0;
 }
