@@ -125,6 +125,12 @@ static void lora_help(void) {
            "  --lora-scaled FILE S    the same with the scale as a separate argument\n");
 }
 
+int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode) {
+    *set = strcmp(v, "auto") != 0;
+    if (*set && bs_norm_from_name(v, mode)) return bs_error_prefix("--tokenizer-normalize: ");
+    return 0;
+}
+
 void cli_gen_sampling_help(void) {
     printf(
         "sampling (llama.cpp order and defaults):\n"
@@ -159,7 +165,8 @@ void cli_gen_help(void) {
            "  -m, --model FILE        qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)\n"
            "  -t, --threads N         threads (default: all cores)\n"
            "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
-           "  --no-mmap               read the model into memory instead of mapping it\n");
+           "  --no-mmap               read the model into memory instead of mapping it\n"
+           CLI_NORMALIZE_HELP);
     cli_gen_context_help();
     cli_gen_sampling_help();
     spec_help();
@@ -266,6 +273,8 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         o->n_ctx = (int)x;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else if (!strcmp(a, "--tokenizer-normalize")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_normalize(v, &o->normalize_set, &o->normalize)) return -1;
     } else {
         return 0;
     }

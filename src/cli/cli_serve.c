@@ -39,6 +39,7 @@ void help_serve(void) {
            "  --max-connections N     simultaneous connections (256)\n"
            "  --no-webui              no chat page at /\n"
            "  --no-mmap               read the model into memory\n"
+           CLI_NORMALIZE_HELP
            "  -v, --verbose           more logging\n"
            "\n");
     cli_gen_context_help();
@@ -110,6 +111,9 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
+        else if (!strcmp(a, "--tokenizer-normalize")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_normalize(v, &c->normalize_set, &c->normalize)) return -1;
+        }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) bs_log_level = 2;
         else return bs_error("unknown option '%s' (see bitspark help serve)", a);
 #undef INT_OPT

@@ -72,6 +72,7 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
         bs_error_prefix("%s: tokenizer: ", o->model);
         goto fail;
     }
+    if (o->normalize_set && bs_tokenizer_set_normalize(e->tok, o->normalize)) goto fail;
     e->n_vocab = bs_model_n_vocab(e->model);
     if (bs_loras_attach(e->model, o, e->loras, &e->n_loras)) goto fail;
     if (o->drafter && open_drafter(e)) goto fail;

@@ -17,6 +17,8 @@ typedef struct bs_engine_opts {
     int n_ctx;                 /* 0: session default */
     bool no_mmap;
     bool undo;                 /* keep rollback records without a drafter (chat's prefix reuse) */
+    bool normalize_set;        /* override the vocabulary's Unicode normalization with normalize */
+    bs_norm_mode normalize;    /* (text/normalize.h; BS_NORM_NONE: llama.cpp's prompt ids) */
     /* sampling */
     bs_sampler_params sp;
     bool seed_set;             /* otherwise a time-based seed, logged */

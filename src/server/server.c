@@ -24,6 +24,7 @@ int srv_start(srv *s, const srv_config *cfg) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
         goto fail;
     }
+    if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) goto fail;
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
     if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) goto fail;

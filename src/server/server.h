@@ -50,6 +50,8 @@ typedef struct srv_config {
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
     bs_engine_opts gen;        /* sampling defaults of requests (and seed_set, logit biases) and
                                   the LoRA adapters (--temp ... --lora, as for run) */
+    bool normalize_set;        /* --tokenizer-normalize: override the vocabulary's normalization */
+    bs_norm_mode normalize;
 } srv_config;
 
 enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
