@@ -279,7 +279,9 @@ static int parse_item(parser *ps, b_alt *a) {
         b_alt *only = &ps->rules[r].alt[0];
         if (!strchr("*+?{", *ps->p)) {   /* no operator: inline the characters */
             for (int i = 0; i < only->n; i++) push_elem(a, only->el[i]);
-            only->n = 0;
+            free(only->el);
+            only->el = NULL;
+            only->n = only->cap = 0;
             ps->rules[r].n_alt = 0;
             ps->rules[r].defined = true;
             return 0;

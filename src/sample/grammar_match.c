@@ -243,7 +243,9 @@ static void arena_prepare(bs_grammar_state *S) {
 
 /* Make `next` (built in the scratch) the current state, compacted to the arena's start. */
 static void commit(bs_grammar_state *S, const sset *next) {
-    uint32_t *tmp = bs_xmalloc((S->ar.used - S->base + 1) * sizeof *tmp);
+    size_t total = 1;
+    for (int i = 0; i < next->n; i++) total += next->len[i];
+    uint32_t *tmp = bs_xmalloc(total * sizeof *tmp);
     size_t k = 0;
     sset *c = &S->cur;
     c->n = 0;
