@@ -5,6 +5,7 @@
 # (logprobs, echo), errors, tokenize round trip, abort frees the slot, batched == solo greedy
 # output, prompt cache reuse == fresh computation, metrics.
 source "$(dirname "$0")/server_lib.sh"
+PY=${PYTHON:-/usr/bin/python3}
 node_deps
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server URL -m "$M" -np 4 -t 2 --ctx 1024
@@ -73,6 +74,16 @@ a1=$(curl -s "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s "$TP/v1/chat/compl
 c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
 [ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(echo "$a1" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" = "$(echo "$a2" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" ] \
   && ok "an identical prompt is served from the cache ($c2 of $p2 tokens), same answer" || bad "identical prompt: cached $c2 of $p2 [$a1] [$a2]"
+# llama-server's native POST /completion: its answer shape, its stream (no [DONE]), the same text
+# as /v1/completions
+q='{"prompt":"Once upon a time","n_predict":12,"temperature":0,"ignore_eos":true}'
+n1=$(curl -s "$TP/completion" -d "$q"); v1=$(curl -s "$TP/v1/completions" -d "${q/n_predict/max_tokens}")
+st=$(curl -sN "$TP/completion" -d "${q%\}},\"stream\":true}")
+c1=$(echo "$n1" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["stop"], d["tokens_predicted"], d["stop_type"], json.dumps(d["content"]))')
+c2=$(echo "$v1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))')
+c3=$(echo "$st" | sed -n 's/^data: //p' | "$PY" -c 'import json,sys; ev=[json.loads(l) for l in sys.stdin]; print(json.dumps("".join(e["content"] for e in ev)), ev[-1]["stop"], all(not e["stop"] for e in ev[:-1]))')
+[ "$c1" = "True 12 limit $c2" ] && [ "$c3" = "$c2 True True" ] && ! echo "$st" | grep -q DONE \
+  && ok "POST /completion: llama-server's shape and stream, the same text as /v1/completions" || bad "/completion: [$c1] [$c2] [$c3]"
 # --context-shift: a request longer than the context goes on (without it: finish_reason length)
 start_server CS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 1 -t 2 --ctx 64 --context-shift --keep 4
 q='{"prompt":"Once upon a time","max_tokens":150,"temperature":0,"ignore_eos":true}'

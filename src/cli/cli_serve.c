@@ -38,6 +38,9 @@ void help_serve(void) {
            "  --body-limit BYTES      largest request body; more is 413 (8 MiB)\n"
            "  --max-connections N     simultaneous connections (256)\n"
            "  --no-webui              no chat page at /\n"
+           "  --embeddings            serve POST /v1/embeddings (the last layer after the final norm,\n"
+           "                          pooled and L2-normalized)\n"
+           "  --pooling mean|last     how embeddings pool the tokens (mean)\n"
            "  --no-mmap               read the model into memory\n"
            CLI_NORMALIZE_HELP
            "  -v, --verbose           more logging\n"
@@ -110,6 +113,12 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
+        else if (!strcmp(a, "--embeddings")) c->embeddings = true;
+        else if (!strcmp(a, "--pooling")) {
+            if (!(v = cli_value(argc, argv, &i))) return -1;
+            if (strcmp(v, "mean") && strcmp(v, "last")) return bs_error("--pooling: mean or last, got '%s'", v);
+            c->pooling_last = !strcmp(v, "last");
+        }
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
         else if (!strcmp(a, "--tokenizer-normalize")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_normalize(v, &c->normalize_set, &c->normalize)) return -1;

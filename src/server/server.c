@@ -15,6 +15,7 @@ int srv_start(srv *s, const srv_config *cfg) {
     s->t_start = bs_time();
     s->t_created = (long)time(NULL);
     pthread_mutex_init(&s->metrics.mu, NULL);
+    pthread_mutex_init(&s->emb_mu, NULL);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
     bs_model_params mp = {.no_mmap = cfg->no_mmap};
@@ -38,6 +39,9 @@ fail:
 void srv_stop(srv *s) {
     srv_http_stop(s);
     srv_sched_free(s->sched);
+    bs_session_free(s->emb_sess);
+    s->emb_sess = NULL;
+    pthread_mutex_destroy(&s->emb_mu);
     bs_tokenizer_free(s->tok);
     bs_loras_detach(s->model, s->loras, s->n_loras);
     s->n_loras = 0;

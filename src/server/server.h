@@ -47,6 +47,7 @@ typedef struct srv_config {
     long body_max;             /* bytes of a request body */
     int max_connections;
     bool no_mmap, no_webui;
+    bool embeddings, pooling_last;   /* --embeddings: POST /v1/embeddings; --pooling last (else mean) */
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
     bs_engine_opts gen;        /* sampling defaults of requests (and seed_set, logit biases) and
                                   the LoRA adapters (--temp ... --lora, as for run) */
@@ -95,6 +96,7 @@ typedef struct srv_task {
     bool started;              /* a slot took it */
     bool done;
     int finish;                /* enum srv_finish */
+    int gen_stop;              /* why the generator stopped (enum bs_gen_stop) */
     char error[256];
     char *text;                /* generated text (stop string removed at the end) */
     size_t len, cap;
@@ -165,6 +167,8 @@ typedef struct srv {
     bs_model *model;
     struct bs_lora *loras[BS_ENGINE_MAX_LORA];
     int n_loras;
+    bs_session *emb_sess;      /* /v1/embeddings' own session (server_embed.c), made at first use */
+    pthread_mutex_t emb_mu;
     bs_tokenizer *tok;
     bs_chat_template tmpl;
     const char *tmpl_text;
@@ -225,10 +229,14 @@ typedef struct srv_gen {
     bool echo;                 /* completions: prepend the prompt */
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
+    bool native;               /* llama-server's POST /completion: its own answer shape */
     char *prompt_text;         /* for echo; malloc'd */
     char id[48];
     long created;
 } srv_gen;
+
+/* server_embed.c: POST /v1/embeddings. */
+void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
 
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */

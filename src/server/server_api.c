@@ -575,22 +575,23 @@ static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_re
     return true;
 }
 
-static void api_completions(srv *s, json_t *b, srv_reply *r) {
+static void api_completions(srv *s, json_t *b, srv_reply *r, bool native) {
     srv_task *t = srv_task_new();
     srv_gen g;
     gen_init(&g, false);
+    g.native = native;
     long lp = -1;
     json_t *suffix = json_object_get(b, "suffix");
     if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0)) {
         srv_reply_error(r, 400, "not_supported_error", "'suffix' is not supported");
         goto fail;
     }
-    t->n_predict = 16;   /* OpenAI's default for completions */
+    t->n_predict = native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
     if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
         !get_bool(b, "echo", &g.echo, r) ||
         !get_int(b, "logprobs", 0, 5, &lp, r) || !completion_prompt(s, b, t, &g, r))
         goto fail;
-    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = 16;
+    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = native ? -1 : 16;
     g.logprobs = lp >= 0;
     t->n_probs = (int)lp;
     submit(s, t, &g, r);
@@ -730,14 +731,16 @@ typedef struct route {
     int kind;
 } route;
 
-enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_TMPL };
+enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL };
 
 static const route routes[] = {
     {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
     {"/models", false, R_MODELS}, {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
     {"/metrics", false, R_METRICS}, {"/", false, R_WEBUI}, {"/index.html", false, R_WEBUI},
     {"/v1/chat/completions", true, R_CHAT}, {"/chat/completions", true, R_CHAT},
-    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/tokenize", true, R_TOK},
+    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/completion", true, R_NATIVE},
+    {"/v1/embeddings", true, R_EMBED}, {"/embeddings", true, R_EMBED}, {"/embedding", true, R_EMBED},
+    {"/tokenize", true, R_TOK},
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
 };
 
@@ -788,7 +791,9 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     } else {
         switch (rt->kind) {
         case R_CHAT: api_chat(s, b, r); break;
-        case R_COMPL: api_completions(s, b, r); break;
+        case R_COMPL: api_completions(s, b, r, false); break;
+        case R_NATIVE: api_completions(s, b, r, true); break;
+        case R_EMBED: srv_api_embeddings(s, b, r); break;
         case R_TOK: api_tokenize(s, b, r); break;
         case R_DETOK: api_detokenize(s, b, r); break;
         case R_TMPL: api_apply_template(s, b, r); break;

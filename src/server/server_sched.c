@@ -171,6 +171,7 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
     pthread_mutex_lock(&t->mu);
     t->loop_res = st->loop;
     t->finish = why;
+    t->gen_stop = st->stop;
     if (why == SRV_FINISH_ERROR) snprintf(t->error, sizeof t->error, "%s", msg);
     t->done = true;
     pthread_cond_broadcast(&t->cv);
