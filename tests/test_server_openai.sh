@@ -22,7 +22,7 @@ start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024
 cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC equals PLAIN's
     node -e '
       const [a, b, minAcc, ...ps] = process.argv.slice(1);
-      const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
+      const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({
         messages: [{ role: "user", content: p }], max_tokens: 24, temperature: 0, ignore_eos: true }) }).then((r) => r.json());
       (async () => {
         const x = await Promise.all(ps.map((p) => ask(a, p))), y = await Promise.all(ps.map((p) => ask(b, p)));
@@ -42,7 +42,7 @@ start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-t
 out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
     ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
-r=$(curl -s "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
+r=$(curl -s -H 'Content-Type: application/json' "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
 echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"

@@ -12,6 +12,9 @@ void cli_gen_defaults(bs_engine_opts *o);
 int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 /* Usage lines of those options. */
 void cli_gen_help(void);
+/* -c beyond the model's training context (qwen35.context_length) is capped to it with a
+ * warning, as the help says; reads only the GGUF header. */
+void cli_gen_cap_ctx(bs_engine_opts *o);
 /* The doom-loop guard's options alone (serve takes these too). */
 int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,10 +34,22 @@ void help_serve(void) {
            "  -t, --threads N         threads (all cores)\n"
            "  --queue N               requests that may wait for a slot; more get 503 (16 x slots)\n"
            "  --api-key KEY           require 'Authorization: Bearer KEY' (not for /health and /)\n"
+           "  --api-key-file FILE     the same with the key read from FILE (first line; the key\n"
+           "                          then does not show in the process list)\n"
            "  --alias NAME            model id reported by /v1/models (the file name)\n"
            "  --body-limit BYTES      largest request body; more is 413 (8 MiB)\n"
            "  --max-connections N     simultaneous connections (256)\n"
            "  --no-webui              no chat page at /\n"
+           "\n"
+           "Browser safety (any web page the user visits can send requests to a local server):\n"
+           "  replies carry no CORS header, POST bodies must be 'Content-Type: application/json',\n"
+           "  and on a loopback address only requests for Host localhost, 127.0.0.1 or [::1]\n"
+           "  are answered (403 otherwise: DNS rebinding). The page at / is same-origin.\n"
+           "  --cors ORIGIN[,...]     let these origins (or '*': any) call the API from a page\n"
+           "  --allowed-hosts H[,...] more Host names to answer (e.g. a name for this machine)\n"
+           "  --special-in-messages   tokenize control tokens typed in message content as control\n"
+           "                          tokens (default: as plain text; the template's own\n"
+           "                          <|im_start|> ... stay special)\n"
            "  --no-mmap               read the model into memory\n"
            "  -v, --verbose           more logging\n"
            "\n");
@@ -59,6 +72,24 @@ static int parse_loop_guard(srv_config *c, int argc, char **argv, int *i) {
     int rc = cli_gen_guard_parse(&o, argc, argv, i);
     if (rc == 1) c->loop = o.loop;
     return rc;
+}
+
+/* The key file's first line, without the line end and surrounding blanks (static storage:
+ * the key lives as long as the server). NULL + bs_error when unreadable. */
+static const char *read_key_file(const char *path) {
+    static char key[1024];
+    size_t n;
+    char *s = bs_read_file(path, &n);
+    if (!s) return NULL;
+    const char *p = s;
+    while (*p == ' ' || *p == '\t') p++;
+    size_t k = strcspn(p, "\r\n");
+    while (k && (p[k - 1] == ' ' || p[k - 1] == '\t')) k--;
+    if (k >= sizeof key) { free(s); bs_error("%s: the key is longer than %zu bytes", path, sizeof key - 1); return NULL; }
+    memcpy(key, p, k);
+    key[k] = 0;
+    free(s);
+    return key;
 }
 
 static int parse(srv_config *c, int argc, char **argv) {
@@ -97,6 +128,12 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--body-limit")) INT_OPT(1024, 1L << 32, c->body_max);
         else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
         else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--api-key-file")) {
+            if (!(v = cli_value(argc, argv, &i)) || !(c->api_key = read_key_file(v))) return -1;
+        }
+        else if (!strcmp(a, "--cors")) { if (!(c->cors = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--allowed-hosts")) { if (!(c->allowed_hosts = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--special-in-messages")) c->special_in_messages = true;
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
@@ -105,6 +142,8 @@ static int parse(srv_config *c, int argc, char **argv) {
 #undef INT_OPT
     }
     if (!c->model) return bs_error("no model given (-m FILE)");
+    if (c->api_key && !*c->api_key) return bs_error("the API key is empty (--api-key / --api-key-file)");
+    if (c->cors && !*c->cors) return bs_error("--cors needs an origin list or '*'");
     if (c->queue_max < 0) c->queue_max = 16 * c->n_slots;
     if (c->queue_max == 0) c->queue_max = 1;
     return 0;

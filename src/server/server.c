@@ -19,9 +19,20 @@ int srv_start(srv *s, const srv_config *cfg) {
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
     bs_model_params mp = {.no_mmap = cfg->no_mmap};
     if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
+    const int train = bs_model_n_ctx_train(s->model);
+    if (s->cfg.n_ctx > train) {   /* as `help serve` says: capped by the model */
+        fprintf(stderr, "warning: -c %d is more than the model's training context of %d tokens: using %d\n",
+                s->cfg.n_ctx, train, train);
+        s->cfg.n_ctx = train;
+    }
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
         goto fail;
+    }
+    for (int32_t id = 0; id < bs_tokenizer_n_vocab(s->tok); id++) {
+        const char *piece;
+        size_t n = 0;
+        if (bs_token_to_piece(s->tok, id, true, &piece, &n) == 0 && (int)n > s->max_piece) s->max_piece = (int)n;
     }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);

@@ -38,10 +38,16 @@
 #define SRV_MAX_STOP 8
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
 #define SRV_MAX_BIAS 1024
+#define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
+    /* browser-facing defaults (server_http.c): no CORS header unless --cors lists the origin
+     * ("*": any); on a loopback address only Host localhost / 127.0.0.1 / [::1] unless
+     * --allowed-hosts adds names; POST bodies must be application/json */
+    const char *cors, *allowed_hosts;
+    bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
     int max_connections;
@@ -164,6 +170,7 @@ typedef struct srv {
     double t_start;
     long t_created;            /* wall clock at start, for /v1/models */
     int port;                  /* the bound port (cfg.port 0 picks one) */
+    int max_piece;             /* bytes of the vocabulary's longest token (prompt length bound) */
 } srv;
 
 /* server.c: load the model, start the slots and the HTTP daemon / stop everything. */
@@ -188,12 +195,19 @@ typedef struct srv_reply {
     char *body;                /* malloc'd; NULL with stream */
     size_t len;
     srv_stream *stream;        /* SSE reply: server_http.c pulls it with srv_stream_read */
+    const char *allow;         /* 405: the methods the endpoint has (the Allow header) */
     /* set by server_http.c: true once the client has gone away */
     bool (*client_gone)(void *ud);
     void *ud;
 } srv_reply;
 
 struct json_t;
+/* A rendered chat prompt to ids: the template's structure with special tokens, the request's
+ * own text (spans from bs_chat_render_spans) as plain text, so a "<|im_start|>system" typed
+ * into a message stays bytes (cfg.special_in_messages: the old way, all parsed as specials).
+ * When no span holds a control token the whole prompt is tokenized at once, as before. */
+int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                        int32_t **ids, size_t *n);
 /* Route one request (body: the raw bytes, may be empty) into *r. */
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */

@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 typedef struct req {
@@ -42,9 +43,84 @@ static bool conn_gone(void *ud) {
     return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static void add_common_headers(struct MHD_Response *resp, const char *ctype) {
+/* ---- browser-facing checks ------------------------------------------------------------------ */
+
+/* Whether `item` (n bytes) is one of the comma-separated entries of list (case-insensitive). */
+static bool in_list(const char *list, const char *item, size_t n) {
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t k = strcspn(p, ",");
+        size_t e = k;
+        while (e && p[e - 1] == ' ') e--;
+        if (e && e == n && !strncasecmp(p, item, n)) return true;
+        p += k;
+    }
+    return false;
+}
+
+/* The Access-Control-Allow-Origin value for this request, or NULL: none unless --cors allows
+ * the request's Origin ("*" allows any; an allowed origin is echoed with Vary: Origin). */
+static const char *cors_origin(const srv *s, struct MHD_Connection *c) {
+    if (!s->cfg.cors) return NULL;
+    if (!strcmp(s->cfg.cors, "*")) return "*";
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    return o && in_list(s->cfg.cors, o, strlen(o)) ? o : NULL;
+}
+
+static bool is_loopback(const char *host) {
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+/* DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 is same-origin with
+ * it in the browser's eyes, but its requests still say Host: evil.example. So a server on a
+ * loopback address answers only Host localhost / 127.0.0.1 / [::1] (any port) and the names of
+ * --allowed-hosts; elsewhere --allowed-hosts (if given) is the whole list. No Host (HTTP/1.0)
+ * is not a browser. */
+static bool host_allowed(const srv *s, struct MHD_Connection *c) {
+    const bool loop = is_loopback(s->cfg.host);
+    if (!loop && !s->cfg.allowed_hosts) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!h) return true;
+    size_t n;
+    if (h[0] == '[') {                        /* [v6]:port */
+        const char *e = strchr(h, ']');
+        if (!e || (e[1] && e[1] != ':')) return false;
+        n = (size_t)(e - h) + 1;
+    } else {
+        n = strcspn(h, ":");
+    }
+    if (loop && ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 9 && !strncmp(h, "127.0.0.1", 9)) ||
+                 (n == 5 && !strncmp(h, "[::1]", 5))))
+        return true;
+    return in_list(s->cfg.allowed_hosts, h, n) || in_list(s->cfg.allowed_hosts, h, strlen(h));
+}
+
+/* A POST body must be declared JSON: text/plain, form and multipart bodies are what a page may
+ * send cross-origin without a CORS preflight, so they are refused before anything runs. */
+static bool json_content_type(struct MHD_Connection *c) {
+    const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    if (!t) return false;
+    while (*t == ' ') t++;
+    if (strncasecmp(t, "application/json", 16)) return false;
+    t += 16;
+    while (*t == ' ') t++;
+    return !*t || *t == ';';
+}
+
+/* Compare in time that depends only on the configured key's length (no early exit). */
+static bool key_equal(const char *given, const char *key) {
+    size_t ng = strlen(given), nk = strlen(key);
+    unsigned char d = ng != nk;
+    for (size_t i = 0; i < nk; i++) d |= (unsigned char)((i < ng ? given[i] : 0) ^ key[i]);
+    return d == 0;
+}
+
+static void add_common_headers(struct MHD_Response *resp, const char *ctype, const char *origin) {
     MHD_add_response_header(resp, "Content-Type", ctype ? ctype : "application/json; charset=utf-8");
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    if (origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        if (strcmp(origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    }
     MHD_add_response_header(resp, "Server", "bitspark/" BITSPARK_VERSION);
 }
 
@@ -53,8 +129,9 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                      : MHD_RESPMEM_PERSISTENT);
     if (!resp) { free(r->body); return MHD_NO; }
-    add_common_headers(resp, r->ctype);
+    add_common_headers(resp, r->ctype, cors_origin(s, c));
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (r->allow) MHD_add_response_header(resp, "Allow", r->allow);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     srv_metrics_request(&s->metrics, r->status);
@@ -90,7 +167,7 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     x->st = r->stream;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
     if (!resp) { sse_free(x); return MHD_NO; }
-    add_common_headers(resp, "text/event-stream");
+    add_common_headers(resp, "text/event-stream", cors_origin(s, c));
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ok = MHD_queue_response(c, 200, resp);
@@ -106,9 +183,9 @@ static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)))
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->cfg.api_key)) return true;
+    if (h && !strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) return true;
     h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    return h && !strcmp(h, s->cfg.api_key);
+    return h && key_equal(h, s->cfg.api_key);
 }
 
 static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type, const char *msg) {
@@ -125,17 +202,29 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!q) {
         q = bs_xcalloc(1, sizeof *q);
         *con_cls = q;
-        if (!strcmp(method, "OPTIONS")) {   /* CORS preflight */
+        if (!host_allowed(s, c))
+            return fail(s, c, 403, "permission_error",
+                        "this Host is not allowed (a server on a loopback address answers localhost, "
+                        "127.0.0.1 and [::1]; see --allowed-hosts)");
+        if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: allowed only for --cors origins */
+            const char *origin = cors_origin(s, c);
             struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-            add_common_headers(resp, "text/plain");
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
+            add_common_headers(resp, "text/plain", origin);
+            MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
+            if (origin) {
+                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+                MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+            }
             enum MHD_Result ok = MHD_queue_response(c, 204, resp);
             MHD_destroy_response(resp);
             return ok;
         }
         if (!authorized(s, c, url))
             return fail(s, c, 401, "authentication_error", "Invalid API Key");
+        if (!strcmp(method, "POST") && !json_content_type(c))
+            return fail(s, c, 415, "invalid_request_error",
+                        "the body must be JSON, sent with 'Content-Type: application/json'");
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoll(cl, NULL, 10) > s->cfg.body_max) {
             char msg[128];

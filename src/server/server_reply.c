@@ -220,7 +220,8 @@ static bool is_done(srv_task *t, void *arg) { (void)arg; return t->done; }
 
 static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     char *reasoning, *content;
-    bs_reasoning_split(t->text, t->len, g->in_think, &reasoning, &content);
+    /* nothing generated (max_tokens 0, or an immediate end): text is still NULL */
+    bs_reasoning_split(t->text ? t->text : "", t->len, g->in_think, &reasoning, &content);
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     srv_tool_call *calls = NULL;
     char *rest = NULL;
