@@ -38,7 +38,13 @@ void help_serve(void) {
            "                          then does not show in the process list)\n"
            "  --alias NAME            model id reported by /v1/models (the file name)\n"
            "  --body-limit BYTES      largest request body; more is 413 (8 MiB)\n"
-           "  --max-connections N     simultaneous connections (256)\n"
+           "  --max-connections N     simultaneous connections (2048); connections cost a socket,\n"
+           "                          not a thread: a few HTTP threads serve them all\n"
+           "  --http-threads N        HTTP worker threads (4)\n"
+           "  --body-budget BYTES     request bodies being received at once, in total; more wait\n"
+           "                          (2 x --body-limit)\n"
+           "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
+           "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"
            "\n"
            "Browser safety (any web page the user visits can send requests to a local server):\n"
@@ -99,7 +105,7 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->n_slots = 1;
     c->queue_max = -1;
     c->body_max = 8L << 20;
-    c->max_connections = 256;
+    c->max_connections = 2048;
     c->draft_max = SRV_DRAFT_DEFAULT;
     c->n_threads = bs_cpu_count();
     c->loop = bs_loop_guard_default_params();
@@ -127,6 +133,8 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--queue")) INT_OPT(0, 1 << 20, c->queue_max);
         else if (!strcmp(a, "--body-limit")) INT_OPT(1024, 1L << 32, c->body_max);
         else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
+        else if (!strcmp(a, "--http-threads")) INT_OPT(1, 64, c->http_threads);
+        else if (!strcmp(a, "--body-budget")) INT_OPT(1024, 1L << 40, c->body_budget);
         else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--api-key-file")) {
             if (!(v = cli_value(argc, argv, &i)) || !(c->api_key = read_key_file(v))) return -1;

@@ -1,8 +1,10 @@
 /* server.h: the internals of `bitspark serve`, an OpenAI-compatible HTTP server (llama-server's
  * API) shared by its parts:
  *
- *   server_http.c     libmicrohttpd plumbing: one thread per connection, body limit, API key,
- *                     routing, JSON replies, Server-Sent Events, client-disconnect detection
+ *   server_http.c     libmicrohttpd plumbing: an event loop (a few worker threads, waiting
+ *                     requests suspended), deadlines, body limit and budget, Host / CORS /
+ *                     content-type / API key checks, JSON replies, Server-Sent Events,
+ *                     client-disconnect detection
  *   server_api.c      OpenAI request parsing -> srv_task, results -> response / chunk JSON
  *   server_sched.c    slots, the bounded queue and the scheduler thread: one generator per slot
  *                     (generate/gen.h: prompt cache, sampling, stop strings, the loop guard,
@@ -17,8 +19,9 @@
  * its decoded text; answers report the result as "loop_guard" next to "timings"
  * (server_reply.c) and /metrics counts loops, rewinds and guard stops.
  *
- * Threads: connection threads parse requests, tokenize, submit tasks and wait on them; one
- * scheduler thread owns the model sessions. A task is shared by both through a reference count
+ * Threads: HTTP worker threads parse requests, tokenize and submit tasks, then suspend the
+ * connection (a watcher thread resumes it when the task has news); one scheduler thread owns
+ * the model sessions. A task is shared by both through a reference count
  * and its own mutex / condition variable. */
 #ifndef BS_SERVER_H
 #define BS_SERVER_H
@@ -50,7 +53,9 @@ typedef struct srv_config {
     bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
+    long body_budget;          /* bytes of all request bodies being received at once (0: 2 x body_max) */
     int max_connections;
+    int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
 } srv_config;
@@ -188,6 +193,7 @@ void srv_buf_free(srv_buf *b);
 
 /* --- request handling (server_api.c, which uses server_reply.c), called by server_http.c --- */
 typedef struct srv_stream srv_stream;
+typedef struct srv_pending srv_pending;
 
 typedef struct srv_reply {
     int status;
@@ -196,6 +202,9 @@ typedef struct srv_reply {
     size_t len;
     srv_stream *stream;        /* SSE reply: server_http.c pulls it with srv_stream_read */
     const char *allow;         /* 405: the methods the endpoint has (the Allow header) */
+    /* set by server_http.c: never block; a non-streaming generation comes back as pending */
+    bool async;
+    srv_pending *pending;
     /* set by server_http.c: true once the client has gone away */
     bool (*client_gone)(void *ud);
     void *ud;
@@ -220,6 +229,15 @@ struct json_t *srv_error_json(int status, const char *type, const char *msg);   
  * (the task is cancelled). */
 int srv_stream_read(srv_stream *st, srv_buf *out);
 void srv_stream_free(srv_stream *st);   /* cancels a task still running */
+/* Without blocking: whether srv_stream_read has something (or the end) to give now; and
+ * srv_stream_read if so, else 2. */
+bool srv_stream_ready(srv_stream *st);
+int srv_stream_poll(srv_stream *st, srv_buf *out);
+/* A pending answer (r->async): ready once the task is done; finish fills r (and frees p);
+ * free cancels a task still running. */
+bool srv_pending_ready(srv_pending *p);
+void srv_pending_finish(srv_pending *p, srv_reply *r);
+void srv_pending_free(srv_pending *p);
 
 /* What a generation endpoint asked for, beyond the task: how to shape the answer. */
 typedef struct srv_gen {

@@ -1,12 +1,22 @@
 /* server_http.c: the HTTP side of `bitspark serve` on libmicrohttpd (server.h).
  *
- * Thread per connection: a handler may block while its task runs, and an SSE stream's content
- * reader blocks (in 50 ms waits, never returning 0, which would make the daemon spin) until the
- * next tokens arrive. A client that goes away is noticed either by a failed write or, while
- * nothing is written, by peeking at the socket; its task is then cancelled and the slot freed.
+ * Event loop: a small pool of MHD worker threads (epoll) serves every connection; nothing
+ * blocks in them. A request that waits - for its generation, for the next tokens of a stream,
+ * or for body memory - suspends its connection, and the watcher thread (every WATCH_MS)
+ * resumes it once there is something to do or the client has gone (its task is then
+ * cancelled and the slot freed). So idle and slow connections cost a socket and a little
+ * memory, not a thread, and /health stays answerable whatever the other clients do.
  *
- * Order of checks per request: API key (401) and declared body size (413) on the first call,
- * before the body is read; the body is collected up to the limit (413 past it); then routing. */
+ * Slow clients: a request's headers must arrive within HEADER_S of the connection (or of the
+ * previous request's end: that also bounds an idle keep-alive connection) and its body within
+ * BODY_S of the headers, however steadily it drips; the watcher shuts down connections past
+ * their deadline. Body memory: every request reserves its declared (or the maximal) body size
+ * from one budget (cfg.body_budget) before its body is read, and waits suspended while the
+ * budget is spent, so N huge bodies at once cost at most the budget, not N bodies.
+ *
+ * Order of checks per request: Host (403), CORS preflight, API key (401), POST content type
+ * (415) and declared body size (413) on the first call, before the body is read; the body is
+ * collected up to the limit (413 past it); then routing. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -14,14 +24,39 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WATCH_MS 10
+#define HEADER_S 10.0
+#define BODY_S 60.0
+
+/* One connection (MHD's socket context), on the watcher's list from accept to close. */
+typedef struct conn {
+    struct MHD_Connection *c;
+    int fd;
+    double t0;                 /* start of the deadline now running */
+    int phase;                 /* PH_HEADERS, PH_BODY (deadlines), PH_WORK (none) */
+    int wait;                  /* what a suspended connection waits for (W_*), W_NONE: running */
+    struct req *q;             /* the request in progress (W_TASK, W_BUDGET) */
+    struct sse_ctx *x;         /* the stream being sent (W_STREAM) */
+    struct conn *prev, *next;
+} conn;
+enum { PH_HEADERS, PH_BODY, PH_WORK };
+enum { W_NONE, W_TASK, W_STREAM, W_BUDGET };
 
 typedef struct req {
     srv_buf body;
     bool too_big;
+    bool started;              /* headers checked */
+    long reserved;             /* bytes of the body budget held */
+    srv_pending *pending;      /* non-streaming generation in progress */
 } req;
 
 typedef struct sse_ctx {
@@ -29,7 +64,18 @@ typedef struct sse_ctx {
     srv_stream *st;
     srv_buf buf;
     size_t off;
+    conn *k;
 } sse_ctx;
+
+/* The watcher: connection list, body budget, the thread. One per process (one server). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool running, stopping;
+    conn *head;
+    long budget_used;
+    int n_suspended;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* True once the peer has closed its end (or the socket failed). */
 static bool conn_gone(void *ud) {
@@ -138,13 +184,21 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
     return ok;
 }
 
+static void suspend_on(conn *k, int what);
+
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     sse_ctx *x = cls;
     while (x->off == x->buf.len) {
         x->buf.len = 0;
         x->off = 0;
-        int rc = srv_stream_read(x->st, &x->buf);
+        if (x->k && conn_gone(x->k->c)) return MHD_CONTENT_READER_END_WITH_ERROR;   /* frees: cancels */
+        if (W.stopping) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int rc = srv_stream_poll(x->st, &x->buf);
+        if (rc == 2) {          /* nothing yet: sleep until the watcher sees news */
+            if (!x->k) { rc = srv_stream_read(x->st, &x->buf); }
+            else { suspend_on(x->k, W_STREAM); return 0; }
+        }
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc == 0 && x->buf.len == 0) return MHD_CONTENT_READER_END_OF_STREAM;
     }
@@ -156,15 +210,25 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void sse_free(void *cls) {
     sse_ctx *x = cls;
+    pthread_mutex_lock(&W.mu);
+    if (x->k && x->k->x == x) x->k->x = NULL;
+    pthread_mutex_unlock(&W.mu);
     srv_stream_free(x->st);
     srv_buf_free(&x->buf);
     free(x);
+}
+
+static conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *r) {
     sse_ctx *x = bs_xcalloc(1, sizeof *x);
     x->s = s;
     x->st = r->stream;
+    x->k = conn_of(c);
+    if (x->k) x->k->x = x;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
     if (!resp) { sse_free(x); return MHD_NO; }
     add_common_headers(resp, "text/event-stream", cors_origin(s, c));
@@ -194,44 +258,191 @@ static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const 
     return send_reply(s, c, &r);
 }
 
+/* ---- suspension and the watcher ------------------------------------------------------------ */
+
+/* Called from the handler or the content reader (MHD's rule): park the connection until the
+ * watcher sees what it waits for. */
+static void suspend_on(conn *k, int what) {
+    MHD_suspend_connection(k->c);
+    pthread_mutex_lock(&W.mu);
+    k->wait = what;
+    W.n_suspended++;
+    pthread_mutex_unlock(&W.mu);
+}
+
+static long budget_limit(const srv *s) { return s->cfg.body_budget > 0 ? s->cfg.body_budget : 2 * s->cfg.body_max; }
+
+/* Reserve n bytes of body memory; false while the budget is spent (a request alone may
+ * always take it, so a body of body_max always fits eventually). */
+static bool budget_take(const srv *s, long n) {
+    pthread_mutex_lock(&W.mu);
+    bool ok = W.budget_used == 0 || W.budget_used + n <= budget_limit(s);
+    if (ok) W.budget_used += n;
+    pthread_mutex_unlock(&W.mu);
+    return ok;
+}
+
+static void budget_give(long n) {
+    if (!n) return;
+    pthread_mutex_lock(&W.mu);
+    W.budget_used -= n;
+    pthread_mutex_unlock(&W.mu);
+}
+
+static bool wait_over(srv *s, conn *k) {
+    if (W.stopping || conn_gone(k->c)) return true;
+    switch (k->wait) {
+    case W_TASK: return k->q && k->q->pending && srv_pending_ready(k->q->pending);
+    case W_STREAM: return k->x && srv_stream_ready(k->x->st);
+    case W_BUDGET: return W.budget_used == 0 || (k->q && W.budget_used + k->q->reserved <= budget_limit(s));
+    }
+    return false;
+}
+
+static void *watcher(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&W.mu);
+    while (W.running) {
+        pthread_mutex_unlock(&W.mu);
+        struct timespec ts = {0, WATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&W.mu);
+        const double now = bs_time();
+        for (conn *k = W.head; k; k = k->next) {
+            if (k->wait != W_NONE) {
+                int what = k->wait;
+                pthread_mutex_unlock(&W.mu);   /* the predicates take task locks */
+                bool over = wait_over(s, k);
+                pthread_mutex_lock(&W.mu);
+                /* k cannot have closed meanwhile: a suspended connection is never cleaned up */
+                if (over && k->wait == what) {
+                    k->wait = W_NONE;
+                    W.n_suspended--;
+                    MHD_resume_connection(k->c);
+                }
+            } else if ((k->phase == PH_HEADERS && now - k->t0 > HEADER_S) ||
+                       (k->phase == PH_BODY && now - k->t0 > BODY_S)) {
+                /* past its deadline: MHD sees the shut socket and closes the connection */
+                shutdown(k->fd, SHUT_RDWR);
+                k->phase = PH_WORK;
+            }
+        }
+    }
+    pthread_mutex_unlock(&W.mu);
+    return NULL;
+}
+
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn *k = bs_xcalloc(1, sizeof *k);
+        k->c = c;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        k->t0 = bs_time();
+        pthread_mutex_lock(&W.mu);
+        k->next = W.head;
+        if (W.head) W.head->prev = k;
+        W.head = k;
+        pthread_mutex_unlock(&W.mu);
+        *socket_context = k;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn *k = *socket_context;
+        if (!k) return;
+        pthread_mutex_lock(&W.mu);
+        if (k->prev) k->prev->next = k->next;
+        else W.head = k->next;
+        if (k->next) k->next->prev = k->prev;
+        if (k->x) k->x->k = NULL;
+        if (k->wait != W_NONE) W.n_suspended--;
+        pthread_mutex_unlock(&W.mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+static void set_phase(conn *k, int phase) {
+    if (!k) return;
+    pthread_mutex_lock(&W.mu);
+    k->phase = phase;
+    k->t0 = bs_time();
+    pthread_mutex_unlock(&W.mu);
+}
+
+/* ---- the request handler ----------------------------------------------------------------------- */
+
+static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *url, const char *method, req *q) {
+    if (!host_allowed(s, c))
+        return fail(s, c, 403, "permission_error",
+                    "this Host is not allowed (a server on a loopback address answers localhost, "
+                    "127.0.0.1 and [::1]; see --allowed-hosts)");
+    if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: allowed only for --cors origins */
+        const char *origin = cors_origin(s, c);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        add_common_headers(resp, "text/plain", origin);
+        MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
+        if (origin) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+        enum MHD_Result ok = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        return ok;
+    }
+    if (!authorized(s, c, url))
+        return fail(s, c, 401, "authentication_error", "Invalid API Key");
+    if (!strcmp(method, "POST") && !json_content_type(c))
+        return fail(s, c, 415, "invalid_request_error",
+                    "the body must be JSON, sent with 'Content-Type: application/json'");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+    if (declared > s->cfg.body_max) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
+        return fail(s, c, 413, "invalid_request_error", msg);
+    }
+    /* body memory: what the request declares, or (chunked) as much as it may send */
+    const bool has_body = declared > 0 || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    q->reserved = !has_body ? 0 : declared > 0 ? (long)declared : s->cfg.body_max;
+    if (declared > 0) {
+        q->body.cap = (size_t)declared + 1;
+        q->body.p = bs_xmalloc(q->body.cap);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
+    if (r->stream) return send_stream(s, c, r);
+    if (r->status == 499) { srv_metrics_request(&s->metrics, 499); free(r->body); return MHD_NO; }
+    return send_reply(s, c, r);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     srv *s = cls;
     req *q = *con_cls;
-    if (!q) {
+    conn *k = conn_of(c);
+    const bool first = !q;
+    if (first) {
         q = bs_xcalloc(1, sizeof *q);
         *con_cls = q;
-        if (!host_allowed(s, c))
-            return fail(s, c, 403, "permission_error",
-                        "this Host is not allowed (a server on a loopback address answers localhost, "
-                        "127.0.0.1 and [::1]; see --allowed-hosts)");
-        if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: allowed only for --cors origins */
-            const char *origin = cors_origin(s, c);
-            struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-            add_common_headers(resp, "text/plain", origin);
-            MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
-            if (origin) {
-                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
-                MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-            }
-            enum MHD_Result ok = MHD_queue_response(c, 204, resp);
-            MHD_destroy_response(resp);
-            return ok;
+        if (k) k->q = q;
+        set_phase(k, PH_BODY);
+        enum MHD_Result rc = first_call(s, c, url, method, q);
+        if (rc != MHD_YES || !q->reserved) return rc;
+    }
+    if (q->reserved && !q->started) {     /* body memory first, then the body */
+        if (W.stopping) return MHD_NO;
+        if (!budget_take(s, q->reserved)) {
+            if (k) { suspend_on(k, W_BUDGET); return MHD_YES; }
+            while (!budget_take(s, q->reserved)) { struct timespec ts = {0, 1000000L}; nanosleep(&ts, NULL); }
         }
-        if (!authorized(s, c, url))
-            return fail(s, c, 401, "authentication_error", "Invalid API Key");
-        if (!strcmp(method, "POST") && !json_content_type(c))
-            return fail(s, c, 415, "invalid_request_error",
-                        "the body must be JSON, sent with 'Content-Type: application/json'");
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoll(cl, NULL, 10) > s->cfg.body_max) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
-            return fail(s, c, 413, "invalid_request_error", msg);
-        }
-        return MHD_YES;
+        q->started = true;
+        set_phase(k, PH_BODY);              /* the body's deadline starts once it may be read */
+        if (first) return MHD_YES;          /* MHD calls again with the body */
     }
     if (*upload_size) {
         if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) srv_buf_add(&q->body, upload, *upload_size);
@@ -239,32 +450,67 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_size = 0;
         return MHD_YES;
     }
+    set_phase(k, PH_WORK);
+    if (q->pending) {                       /* resumed: the generation is done, or the client gone */
+        if (conn_gone(c) || W.stopping) return MHD_NO;   /* completed() cancels the task */
+        if (!srv_pending_ready(q->pending)) { if (k) suspend_on(k, W_TASK); return MHD_YES; }
+        srv_reply r = {0};
+        srv_pending *p = q->pending;
+        q->pending = NULL;
+        srv_pending_finish(p, &r);
+        return reply(s, c, &r);
+    }
     if (q->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
         return fail(s, c, 413, "invalid_request_error", msg);
     }
-    srv_reply r = {.client_gone = conn_gone, .ud = c};
+    srv_reply r = {.client_gone = conn_gone, .ud = c, .async = k != NULL};
     srv_handle(s, method, url, q->body.p, q->body.len, &r);
-    if (r.stream) return send_stream(s, c, &r);
-    if (r.status == 499) { srv_metrics_request(&s->metrics, 499); free(r.body); return MHD_NO; }
-    return send_reply(s, c, &r);
+    /* the body is parsed: its memory goes back to the budget now, not at the end */
+    srv_buf_free(&q->body);
+    budget_give(q->reserved);
+    q->reserved = 0;
+    if (r.pending) {
+        q->pending = r.pending;
+        if (k) suspend_on(k, W_TASK);
+        return MHD_YES;
+    }
+    return reply(s, c, &r);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls; (void)c; (void)code;
+    (void)cls; (void)code;
     req *q = *con_cls;
     if (!q) return;
+    conn *k = conn_of(c);
+    if (k) {
+        pthread_mutex_lock(&W.mu);
+        k->q = NULL;
+        k->phase = PH_HEADERS;   /* keep-alive: the next request's headers have HEADER_S */
+        k->t0 = bs_time();
+        pthread_mutex_unlock(&W.mu);
+    }
+    srv_pending_free(q->pending);
+    if (q->started) budget_give(q->reserved);
     srv_buf_free(&q->body);
     free(q);
     *con_cls = NULL;
+}
+
+/* Every connection is a socket: make room for the connection limit (plus the model, logs). */
+static void raise_fd_limit(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= (rlim_t)want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int srv_http_start(srv *s) {
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
     struct sockaddr *addr;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     memset(&a4, 0, sizeof a4);
     memset(&a6, 0, sizeof a6);
     if (inet_pton(AF_INET, s->cfg.host, &a4.sin_addr) == 1) {
@@ -279,17 +525,51 @@ int srv_http_start(srv *s) {
     } else {
         return bs_error("--host: '%s' is not an IPv4 or IPv6 address", s->cfg.host);
     }
+    raise_fd_limit(s->cfg.max_connections + 256);
+    W.running = true;
+    W.stopping = false;
+    if (pthread_create(&W.thread, NULL, watcher, s)) { W.running = false; return bs_error("cannot start a thread"); }
+    const unsigned workers = s->cfg.http_threads > 0 ? (unsigned)s->cfg.http_threads : 4u;
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, addr,
+                                 MHD_OPTION_THREAD_POOL_SIZE, workers,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
-    if (!s->daemon) return bs_error("cannot listen on %s:%d", s->cfg.host, s->cfg.port);
+    if (!s->daemon) {
+        srv_http_stop(s);
+        return bs_error("cannot listen on %s:%d", s->cfg.host, s->cfg.port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : s->cfg.port;
     return 0;
 }
 
 void srv_http_stop(srv *s) {
+    MHD_socket listen_fd = MHD_INVALID_SOCKET;
+    if (s->daemon) {
+        /* MHD must not stop with suspended connections: wake them all; stopping makes each one
+         * end at once instead of waiting again */
+        listen_fd = MHD_quiesce_daemon(s->daemon);
+        pthread_mutex_lock(&W.mu);
+        W.stopping = true;
+        pthread_mutex_unlock(&W.mu);
+        for (int i = 0; i < 500; i++) {
+            pthread_mutex_lock(&W.mu);
+            int n = W.n_suspended;
+            pthread_mutex_unlock(&W.mu);
+            if (n == 0) break;
+            struct timespec ts = {0, 2 * WATCH_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (W.running) {
+        pthread_mutex_lock(&W.mu);
+        W.running = false;
+        pthread_mutex_unlock(&W.mu);
+        pthread_join(W.thread, NULL);
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);   /* quiesce hands it to us */
     s->daemon = NULL;
 }
