@@ -42,7 +42,7 @@ void help_serve(void) {
            "                          not a thread: a few HTTP threads serve them all\n"
            "  --http-threads N        HTTP worker threads (4)\n"
            "  --body-budget BYTES     request bodies being received at once, in total; more wait\n"
-           "                          (2 x --body-limit)\n"
+           "                          (--body-limit + 1 MiB)\n"
            "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
            "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"

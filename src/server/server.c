@@ -4,12 +4,20 @@
 #include "model/qwen35.h"
 #include "io/util.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 int srv_start(srv *s, const srv_config *cfg) {
     memset(s, 0, sizeof *s);
+#ifdef M_MMAP_THRESHOLD
+    /* Request bodies and their JSON are the server's only big buffers. glibc would otherwise
+     * raise its mmap threshold after the first big free and keep later ones in per-thread
+     * arenas, so RSS after a burst of 8 MB bodies would stay at arenas x body size; mapped
+     * buffers go back to the system when freed. Setting it also stops the dynamic raise. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     s->cfg = *cfg;
     if (s->cfg.loop.det.min_repeats == 0) s->cfg.loop = bs_loop_guard_default_params();   /* not set */
     s->t_start = bs_time();

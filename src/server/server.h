@@ -53,7 +53,7 @@ typedef struct srv_config {
     bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
-    long body_budget;          /* bytes of all request bodies being received at once (0: 2 x body_max) */
+    long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */
     int max_connections;
     int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;

@@ -56,6 +56,9 @@ typedef struct req {
     bool too_big;
     bool started;              /* headers checked */
     long reserved;             /* bytes of the body budget held */
+    long long declared;        /* Content-Length, -1: chunked or none */
+    bool woke;                 /* resumed after the budget wait: MHD calls once more with no
+                                  data although the body has not come yet */
     srv_pending *pending;      /* non-streaming generation in progress */
 } req;
 
@@ -270,7 +273,8 @@ static void suspend_on(conn *k, int what) {
     pthread_mutex_unlock(&W.mu);
 }
 
-static long budget_limit(const srv *s) { return s->cfg.body_budget > 0 ? s->cfg.body_budget : 2 * s->cfg.body_max; }
+/* default: one body of the largest size, and room for small requests beside it */
+static long budget_limit(const srv *s) { return s->cfg.body_budget > 0 ? s->cfg.body_budget : s->cfg.body_max + (1L << 20); }
 
 /* Reserve n bytes of body memory; false while the budget is spent (a request alone may
  * always take it, so a body of body_max always fits eventually). */
@@ -294,7 +298,11 @@ static bool wait_over(srv *s, conn *k) {
     switch (k->wait) {
     case W_TASK: return k->q && k->q->pending && srv_pending_ready(k->q->pending);
     case W_STREAM: return k->x && srv_stream_ready(k->x->st);
-    case W_BUDGET: return W.budget_used == 0 || (k->q && W.budget_used + k->q->reserved <= budget_limit(s));
+    case W_BUDGET:   /* taken here for it: the resumed handler then reads its body at once */
+        if (!k->q || !budget_take(s, k->q->reserved)) return false;
+        k->q->started = true;
+        k->q->woke = true;
+        return true;
     }
     return false;
 }
@@ -316,6 +324,7 @@ static void *watcher(void *arg) {
                 pthread_mutex_lock(&W.mu);
                 /* k cannot have closed meanwhile: a suspended connection is never cleaned up */
                 if (over && k->wait == what) {
+                    if (what == W_BUDGET) k->phase = PH_BODY, k->t0 = now;   /* its body's deadline */
                     k->wait = W_NONE;
                     W.n_suspended--;
                     MHD_resume_connection(k->c);
@@ -398,6 +407,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
                     "the body must be JSON, sent with 'Content-Type: application/json'");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+    q->declared = declared;
     if (declared > s->cfg.body_max) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
@@ -435,7 +445,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (rc != MHD_YES || !q->reserved) return rc;
     }
     if (q->reserved && !q->started) {     /* body memory first, then the body */
-        if (W.stopping) return MHD_NO;
+        if (W.stopping || (!first && conn_gone(c))) return MHD_NO;
         if (!budget_take(s, q->reserved)) {
             if (k) { suspend_on(k, W_BUDGET); return MHD_YES; }
             while (!budget_take(s, q->reserved)) { struct timespec ts = {0, 1000000L}; nanosleep(&ts, NULL); }
@@ -448,6 +458,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) srv_buf_add(&q->body, upload, *upload_size);
         else q->too_big = true;
         *upload_size = 0;
+        q->woke = false;
+        return MHD_YES;
+    }
+    /* not the end of the body yet: the call that follows a resume carries no data */
+    if (!q->pending && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
+        q->woke = false;
         return MHD_YES;
     }
     set_phase(k, PH_WORK);
