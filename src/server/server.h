@@ -184,6 +184,13 @@ void srv_stop(srv *s);
 /* server_http.c */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
+/* The header checks of server_http.c on plain header values (NULL: absent), for the fuzzer:
+ * Host allowed? Access-Control-Allow-Origin for this Origin (NULL: none)? A JSON body type?
+ * API key given (for url)? */
+bool srv_host_allowed(const srv *s, const char *host);
+const char *srv_cors_origin(const srv *s, const char *origin);
+bool srv_json_content_type(const char *content_type);
+bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key);
 
 /* --- growable text buffer --- */
 typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;

@@ -109,11 +109,14 @@ static bool in_list(const char *list, const char *item, size_t n) {
 
 /* The Access-Control-Allow-Origin value for this request, or NULL: none unless --cors allows
  * the request's Origin ("*" allows any; an allowed origin is echoed with Vary: Origin). */
-static const char *cors_origin(const srv *s, struct MHD_Connection *c) {
+const char *srv_cors_origin(const srv *s, const char *o) {
     if (!s->cfg.cors) return NULL;
     if (!strcmp(s->cfg.cors, "*")) return "*";
-    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     return o && in_list(s->cfg.cors, o, strlen(o)) ? o : NULL;
+}
+
+static const char *cors_origin(const srv *s, struct MHD_Connection *c) {
+    return srv_cors_origin(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
 }
 
 static bool is_loopback(const char *host) {
@@ -125,10 +128,9 @@ static bool is_loopback(const char *host) {
  * loopback address answers only Host localhost / 127.0.0.1 / [::1] (any port) and the names of
  * --allowed-hosts; elsewhere --allowed-hosts (if given) is the whole list. No Host (HTTP/1.0)
  * is not a browser. */
-static bool host_allowed(const srv *s, struct MHD_Connection *c) {
+bool srv_host_allowed(const srv *s, const char *h) {
     const bool loop = is_loopback(s->cfg.host);
     if (!loop && !s->cfg.allowed_hosts) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!h) return true;
     size_t n;
     if (h[0] == '[') {                        /* [v6]:port */
@@ -144,16 +146,23 @@ static bool host_allowed(const srv *s, struct MHD_Connection *c) {
     return in_list(s->cfg.allowed_hosts, h, n) || in_list(s->cfg.allowed_hosts, h, strlen(h));
 }
 
+static bool host_allowed(const srv *s, struct MHD_Connection *c) {
+    return srv_host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
+}
+
 /* A POST body must be declared JSON: text/plain, form and multipart bodies are what a page may
  * send cross-origin without a CORS preflight, so they are refused before anything runs. */
-static bool json_content_type(struct MHD_Connection *c) {
-    const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+bool srv_json_content_type(const char *t) {
     if (!t) return false;
     while (*t == ' ') t++;
     if (strncasecmp(t, "application/json", 16)) return false;
     t += 16;
     while (*t == ' ') t++;
     return !*t || *t == ';';
+}
+
+static bool json_content_type(struct MHD_Connection *c) {
+    return srv_json_content_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"));
 }
 
 /* Compare in time that depends only on the configured key's length (no early exit). */
@@ -243,16 +252,20 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     return ok;
 }
 
-static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
+bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key) {
     if (!s->cfg.api_key) return true;
     size_t n = strcspn(url, "?");
     if ((n == 7 && !strncmp(url, "/health", 7)) || (n == 10 && !strncmp(url, "/v1/health", 10)) ||
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)))
         return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *h = authorization;
     if (h && !strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) return true;
-    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    return h && key_equal(h, s->cfg.api_key);
+    return x_api_key && key_equal(x_api_key, s->cfg.api_key);
+}
+
+static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
+    return srv_authorized(s, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"));
 }
 
 static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type, const char *msg) {
