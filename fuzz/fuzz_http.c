@@ -79,7 +79,7 @@ static void check_reply(const srv_reply *r) {
     if (r->status < 200 || r->status > 599) { fprintf(stderr, "status %d\n", r->status); abort(); }
     if (r->ctype && strncmp(r->ctype, "application/json", 16)) return;   /* the page, metrics */
     json_error_t je;
-    json_t *j = json_loadb(r->body ? r->body : "", r->len, 0, &je);
+    json_t *j = json_loadb(r->body ? r->body : "", r->len, JSON_ALLOW_NUL, &je);   /* detokenize may answer a NUL escape */
     if (!j) { fprintf(stderr, "reply is not JSON: %.*s\n", (int)BS_MIN(r->len, 300), r->body); abort(); }
     if (r->status >= 400) {
         json_t *e = json_object_get(j, "error");
