@@ -19,7 +19,7 @@ fi
 
 # curl: the raw body of a rewind answer
 P=$(node -e 'console.log(JSON.stringify(require(process.argv[1]).prompt))' "$EXPECT")
-r=$(curl -s "$URL/v1/completions" -d "{\"prompt\":$P,\"max_tokens\":64,\"temperature\":0}")
+r=$(curl -s -H 'Content-Type: application/json' "$URL/v1/completions" -d "{\"prompt\":$P,\"max_tokens\":64,\"temperature\":0}")
 echo "$r" | grep -q '"loop_guard":{"mode":"rewind","loops_detected":1,"rewinds":1,' &&
     ok "curl: loop_guard in the raw body" || bad "curl: $r"
 
@@ -28,7 +28,7 @@ start_server SPEC -m "$MODEL" -md "$DRAFTER" --loop-guard stop -np 1 -t 2 --ctx 
 cmp_draft() {  # the stop-guarded answer with and without drafting; drafts made or not
     node -e '
       const [url, expect] = process.argv.slice(1), E = require(expect);
-      const ask = (extra) => fetch(url + "/v1/completions", { method: "POST", body: JSON.stringify({
+      const ask = (extra) => fetch(url + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({
         prompt: E.prompt, max_tokens: 64, temperature: 0, ...extra }) }).then((r) => r.json());
       (async () => {
         const a = await ask({}), b = await ask({ draft_max: 0 }), c = await ask({ loop_guard: "rewind" });

@@ -14,7 +14,7 @@ expect_error() {  # expect_error NAME PATTERN CMD...: non-zero exit and PATTERN 
 gen_tokens() { sed -n 's/.* eval time = .* \/ *\([0-9]*\) tokens.*/\1/p' "$1" | tail -1; }
 
 M=$T/tiny-q1_0.gguf
-"$B" synth --preset tiny --type q1_0 -o "$M" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
+"$B" synth --preset tiny --type q1_0 --n-ctx 32768 -o "$M" >/dev/null 2>&1 || { echo "FAIL synth"; exit 1; }
 R=("$B" run -m "$M" -t 1)
 
 # --- greedy: reproducible, -n honoured ---

@@ -10,10 +10,10 @@ M=$SRC/models/bonsai-tiny-q1_0.gguf; PY=${PYTHON:-/usr/bin/python3}
 start_server E -m "$M" -np 1 -t 1 --ctx 256 --embeddings
 start_server L -m "$M" -np 1 -t 1 --ctx 256 --embeddings --pooling last
 start_server N -m "$M" -np 1 -t 1 --ctx 256
-ids=$(curl -s "$E/tokenize" -d '{"content":"The cat sat on the mat."}' | sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p')
+ids=$(curl -s -H 'Content-Type: application/json' "$E/tokenize" -d '{"content":"The cat sat on the mat."}' | sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p')
 [ -n "$ids" ] && ok "tokenized: $ids" || bad "tokenize"
-curl -s "$E/v1/embeddings" -d "{\"input\":[\"The cat sat on the mat.\",[${ids}]],\"model\":\"x\"}" >"$T/mean.json"
-curl -s "$L/v1/embeddings" -d '{"input":"The cat sat on the mat."}' >"$T/last.json"
+curl -s -H 'Content-Type: application/json' "$E/v1/embeddings" -d "{\"input\":[\"The cat sat on the mat.\",[${ids}]],\"model\":\"x\"}" >"$T/mean.json"
+curl -s -H 'Content-Type: application/json' "$L/v1/embeddings" -d '{"input":"The cat sat on the mat."}' >"$T/last.json"
 layers=$("$PY" -c "import sys; sys.path.insert(0, '$SRC/tests'); from gguf_reader import GGUF; print(GGUF('$M').meta['qwen35.block_count'])")
 "$B" logits -m "$M" --tokens "$ids" --taps $((layers - 1)) --taps-out "$T/taps.f32" -o "$T/logits.f32" >/dev/null 2>&1 \
   && ok "taps of layer $((layers - 1)) through bitspark logits" || bad "logits --taps"
@@ -39,10 +39,10 @@ ok = ok and [d['index'] for d in mean['data']] == [0, 1] and np.abs(want_mean - 
 sys.exit(0 if ok else 1)
 PYEOF
 then ok "embeddings = numpy's pooled final-norm hidden states (mean and last)"; else bad "embeddings differ from the reference"; fi
-code=$(curl -s -o "$T/off" -w '%{http_code}' "$N/v1/embeddings" -d '{"input":"x"}')
+code=$(curl -s -H 'Content-Type: application/json' -o "$T/off" -w '%{http_code}' "$N/v1/embeddings" -d '{"input":"x"}')
 [ "$code" = 501 ] && grep -q "embeddings" "$T/off" && ok "without --embeddings: 501" || bad "embeddings off: $code $(cat "$T/off")"
-code=$(curl -s -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" -d '{"input":[[999999]]}')
+code=$(curl -s -H 'Content-Type: application/json' -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" -d '{"input":[[999999]]}')
 [ "$code" = 400 ] && ok "a bad token id: 400" || bad "bad id: $code $(cat "$T/bad")"
-code=$(curl -s -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" -d '{"input":[]}')
+code=$(curl -s -H 'Content-Type: application/json' -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" -d '{"input":[]}')
 [ "$code" = 400 ] && ok "no input: 400" || bad "empty input: $code"
 finish

@@ -13,7 +13,7 @@ AUTH=(-H "Authorization: Bearer sekret")
 req() {
     local name=$1 want=$2 type=$3; shift 3
     local code
-    code=$(curl -s -o "$T/body" -w '%{http_code}' --max-time 30 "$@")
+    code=$(curl -s -o "$T/body" -w '%{http_code}' --max-time 30 -H 'Content-Type: application/json' "$@")
     if [ "$code" != "$want" ]; then bad "$name: status $code, want $want: $(head -c 300 "$T/body")"; return; fi
     # the server writes compact JSON: {"error":{"code":N,"message":"...","type":"..."}}
     if [ "$type" != - ] && ! { grep -q "^{\"error\":{\"code\":$want,\"message\":\"[^\"]" "$T/body" &&
@@ -80,11 +80,13 @@ req "GET on a POST endpoint" 405 invalid_request_error "${AUTH[@]}" "$U/v1/chat/
 
 # full queue (a second server: one slot, one place in the queue): two endless streams hold the
 # slot and the queue, a third request gets 503; killing the clients frees the slot
-start_server Q -m "$M" -np 1 -t 1 --ctx 65536 --queue 1   # endless streams must outlast the checks
+# endless streams must outlast the checks: a model trained for 65536 tokens (-c is capped by it)
+ML=$(synth_model srv-tiny-q1_0-ctx64k --preset tiny --type q1_0 --n-ctx 65536)
+start_server Q -m "$ML" -np 1 -t 1 --ctx 65536 --queue 1
 endless='{"messages": [{"role": "user", "content": "go"}], "max_tokens": 100000, "ignore_eos": true, "stream": true}'
 pids=()
 for i in 1 2; do
-    curl -sN --max-time 120 "$Q/v1/chat/completions" -d "$endless" >"$T/endless$i" 2>/dev/null &
+    curl -sN --max-time 120 -H 'Content-Type: application/json' "$Q/v1/chat/completions" -d "$endless" >"$T/endless$i" 2>/dev/null &
     pids+=($!)
 done
 state=""

@@ -12,7 +12,7 @@ echo "$out" | grep -q '"ok":true' && ok "$N requests, 8 concurrent: $out" || bad
 out=$(node "$SRC/tests/node/load.mjs" "$U" kill 12 4 2>&1)
 echo "$out" | grep -q '"ok":true' && ok "12 clients killed mid-stream: $out" || bad "kill: $out"
 curl -sf "$U/health" >/dev/null && ok "healthy" || bad "not healthy"
-r=$(curl -s "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"still there?"}],"max_tokens":4,"ignore_eos":true}')
+r=$(curl -s -H 'Content-Type: application/json' "$U/v1/chat/completions" -d '{"messages":[{"role":"user","content":"still there?"}],"max_tokens":4,"ignore_eos":true}')
 echo "$r" | grep -q '"completion_tokens":4' && ok "answers after the load" || bad "after load: $r"
 m=$(curl -s "$U/metrics")
 echo "$m" | grep -q '^llamacpp:requests_processing 0$' && ok "metrics: nothing processing" || bad "metrics: $m"

@@ -9,7 +9,7 @@ M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server D -m "$M" -np 1 -t 1 --ctx 256
 start_server N -m "$M" -np 1 -t 1 --ctx 256 --tokenizer-normalize none
 nfd='Cafe\u0301 cre\u0300me \u212a'
-ids() { curl -s --max-time 30 "$1/tokenize" -d "{\"content\": \"$nfd\"}" |
+ids() { curl -s -H 'Content-Type: application/json' --max-time 30 "$1/tokenize" -d "{\"content\": \"$nfd\"}" |
         /usr/bin/python3 -c 'import json,sys; print(" ".join(map(str, json.load(sys.stdin)["tokens"])))'; }
 text=$(printf "$nfd")
 want_nfc=$("$B" tokenize -m "$M" "$text")
@@ -18,7 +18,7 @@ got_d=$(ids "$D") got_n=$(ids "$N")
 [ -n "$got_d" ] && [ "$got_d" = "$want_nfc" ] && ok "serve: /tokenize applies NFC ($got_d)" || bad "serve NFC: [$got_d] want [$want_nfc]"
 [ -n "$got_n" ] && [ "$got_n" = "$want_none" ] && [ "$got_n" != "$got_d" ] &&
     ok "serve --tokenizer-normalize none: llama.cpp's ids ($got_n)" || bad "serve none: [$got_n] want [$want_none]"
-usage() { curl -s --max-time 60 "$1/v1/completions" -d "{\"prompt\": \"$2\", \"max_tokens\": 1, \"temperature\": 0}" |
+usage() { curl -s -H 'Content-Type: application/json' --max-time 60 "$1/v1/completions" -d "{\"prompt\": \"$2\", \"max_tokens\": 1, \"temperature\": 0}" |
           /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["usage"]["prompt_tokens"])'; }
 a=$(usage "$D" "$nfd") b=$(usage "$D" "$(printf "$nfd" | /usr/bin/python3 -c 'import sys,unicodedata,json; print(json.dumps(unicodedata.normalize("NFC", sys.stdin.read()))[1:-1])')")
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "completion prompt: NFD text counts as its NFC form ($a tokens)" || bad "prompt_tokens $a vs $b"

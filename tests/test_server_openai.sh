@@ -24,7 +24,7 @@ start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024 --draft-max 4
 cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC equals PLAIN's
     node -e '
       const [a, b, minAcc, ...ps] = process.argv.slice(1);
-      const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
+      const ask = (u, p) => fetch(u + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({
         messages: [{ role: "user", content: p }], max_tokens: 24, temperature: 0, ignore_eos: true }) }).then((r) => r.json());
       (async () => {
         const x = await Promise.all(ps.map((p) => ask(a, p))), y = await Promise.all(ps.map((p) => ask(b, p)));
@@ -44,7 +44,7 @@ start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-t
 out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
     ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
-r=$(curl -s "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
+r=$(curl -s -H 'Content-Type: application/json' "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
 echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
 # four slots, drafting and plain requests of mixed lengths at once: every verify pass and decode
 # step shares one pass through the weights, and each answer equals plain greedy decoding's
@@ -54,7 +54,7 @@ out=$(node -e '
   const [plain, spec] = process.argv.slice(1);
   const reqs = [["Tell me a story about a cat.", 32, 4], ["What is the capital of France?", 8, 0],
                 ["Write a poem about the sea.", 24, 4], ["Name three colors.", 16, 0]];
-  const ask = (u, [p, n, d]) => fetch(u + "/v1/chat/completions", { method: "POST", body: JSON.stringify({
+  const ask = (u, [p, n, d]) => fetch(u + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({
     messages: [{ role: "user", content: p }], max_tokens: n, temperature: 0, ignore_eos: true, draft_max: d }) })
     .then((r) => r.json());
   (async () => {
@@ -70,15 +70,15 @@ echo "$m" | grep -qE '^llamacpp:n_decode_total [1-9]' && echo "$m" | grep -qE '^
   && ok "drafting slots share batched passes ($(echo "$m" | grep -E '^llamacpp:n_decode_total'))" || bad "batched drafting metrics: $(echo "$m" | grep -E 'n_decode|draft')"
 # the same prompt twice: the second reuses all of it (the saved end of the prompt keeps its logits)
 q='{"messages":[{"role":"user","content":"Same prompt again"}],"max_tokens":4,"temperature":0}'
-a1=$(curl -s "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s "$TP/v1/chat/completions" -d "$q")
+a1=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q")
 c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
 [ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(echo "$a1" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" = "$(echo "$a2" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" ] \
   && ok "an identical prompt is served from the cache ($c2 of $p2 tokens), same answer" || bad "identical prompt: cached $c2 of $p2 [$a1] [$a2]"
 # llama-server's native POST /completion: its answer shape, its stream (no [DONE]), the same text
 # as /v1/completions
 q='{"prompt":"Once upon a time","n_predict":12,"temperature":0,"ignore_eos":true}'
-n1=$(curl -s "$TP/completion" -d "$q"); v1=$(curl -s "$TP/v1/completions" -d "${q/n_predict/max_tokens}")
-st=$(curl -sN "$TP/completion" -d "${q%\}},\"stream\":true}")
+n1=$(curl -s -H 'Content-Type: application/json' "$TP/completion" -d "$q"); v1=$(curl -s -H 'Content-Type: application/json' "$TP/v1/completions" -d "${q/n_predict/max_tokens}")
+st=$(curl -sN -H 'Content-Type: application/json' "$TP/completion" -d "${q%\}},\"stream\":true}")
 c1=$(echo "$n1" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["stop"], d["tokens_predicted"], d["stop_type"], json.dumps(d["content"]))')
 c2=$(echo "$v1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))')
 c3=$(echo "$st" | sed -n 's/^data: //p' | "$PY" -c 'import json,sys; ev=[json.loads(l) for l in sys.stdin]; print(json.dumps("".join(e["content"] for e in ev)), ev[-1]["stop"], all(not e["stop"] for e in ev[:-1]))')
@@ -87,7 +87,7 @@ c3=$(echo "$st" | sed -n 's/^data: //p' | "$PY" -c 'import json,sys; ev=[json.lo
 # --context-shift: a request longer than the context goes on (without it: finish_reason length)
 start_server CS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 1 -t 2 --ctx 64 --context-shift --keep 4
 q='{"prompt":"Once upon a time","max_tokens":150,"temperature":0,"ignore_eos":true}'
-a=$(curl -s "$CS/v1/completions" -d "$q"); b=$(curl -s "$TP/v1/completions" -d "${q/150/2000}")
+a=$(curl -s -H 'Content-Type: application/json' "$CS/v1/completions" -d "$q"); b=$(curl -s -H 'Content-Type: application/json' "$TP/v1/completions" -d "${q/150/2000}")
 echo "$a" | grep -q '"completion_tokens":150' && ok "context shift: 150 tokens in a 64-token context" || bad "context shift: $a"
 echo "$b" | grep -q '"finish_reason":"length"' && ! echo "$b" | grep -q '"completion_tokens":2000' \
   && ok "without it a full context ends with finish_reason length" || bad "full context: $(echo "$b" | head -c 300)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_server_webui.sh: the chat page at / in headless Debian chromium (playwright-core): a
 # message streams a reply that grows, the stats line shows the speed, the think block is
-# folded, Stop ends a reply, and the screenshot is not blank. Needs /usr/bin/chromium.
+# folded, Stop ends a reply, and the screenshot is not blank; then a page of another origin cannot
+# read or drive the server and a DNS-rebound page gets 403 (hostile_page.mjs). Needs /usr/bin/chromium.
 source "$(dirname "$0")/server_lib.sh"
 [ -x /usr/bin/chromium ] || { echo "FAIL /usr/bin/chromium is missing (Debian package chromium)"; exit 1; }
 node_deps
@@ -12,4 +13,12 @@ mkdir -p "$T/profile"
 out=$(BS_PROFILE="$T/profile" timeout 170 node "$SRC/tests/node/webui.mjs" "$U" "${BS_TMP:-/tmp}/webui.png" 2>&1)
 echo "$out" | grep -q '"ok":true' && ok "chromium: $out" || bad "chromium: $out"
 curl -s "$U/slots" | grep -q '"is_processing":true' && bad "a slot still busy after Stop" || ok "slots idle after Stop"
+# a hostile page (another origin: a second server's page) and DNS rebinding against U
+start_server O -m "$M" -np 1 -t 1 --ctx 256
+p0=$(curl -s "$U/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
+mkdir -p "$T/profile2"
+out=$(BS_PROFILE="$T/profile2" timeout 120 node "$SRC/tests/node/hostile_page.mjs" "$U" "$O" 2>&1)
+echo "$out" | grep -q '"ok":true' && ok "chromium, hostile page: $out" || bad "hostile page: $out"
+p1=$(curl -s "$U/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
+[ "$p0" = "$p1" ] && ok "the hostile page ran nothing (prompt tokens $p0 = $p1)" || bad "hostile page ran a prompt: $p0 -> $p1"
 finish

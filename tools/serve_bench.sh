@@ -42,7 +42,7 @@ one_run() {   # C concurrent requests; prints tokens per second
   local t0 t1 pids=() i
   t0=$(date +%s.%N)
   for i in $(seq 1 "$C"); do
-    curl -sf "$URL/v1/completions" -d "{\"prompt\":\"Request $i: once upon a time\",\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true}" \
+    curl -sf -H 'Content-Type: application/json' "$URL/v1/completions" -d "{\"prompt\":\"Request $i: once upon a time\",\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true}" \
       >"$T/ans.$i" & pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done

@@ -290,6 +290,7 @@ int cmd_chat(int argc, char **argv) {
     chat c = {0};
     if (parse(&c.o, argc, argv)) return cli_fail("chat");
     c.o.g.undo = true;   /* rollback may serve the next turn's prefix */
+    cli_gen_cap_ctx(&c.o.g);
     if (bs_engine_open(&c.e, &c.o.g)) return cli_fail("chat");
     c.tty_in = isatty(STDIN_FILENO);
     c.tty_out = isatty(STDOUT_FILENO);

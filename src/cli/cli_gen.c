@@ -3,6 +3,7 @@
  * (generate/engine.h). */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "formats/gguf.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -293,4 +294,17 @@ int cli_gen_parse_context(bs_engine_opts *o, int argc, char **argv, int *i) {
         return 0;
     }
     return 1;
+}
+
+void cli_gen_cap_ctx(bs_engine_opts *o) {
+    if (o->n_ctx <= 0 || !o->model) return;
+    gguf_file *f = gguf_open(o->model, GGUF_OPEN_META_ONLY);
+    uint32_t train = 0;
+    if (f && gguf_get_u32(f, "qwen35.context_length", &train) == 0 && train > 0 && (uint32_t)o->n_ctx > train) {
+        fprintf(stderr, "warning: -c %d is more than the model's training context of %u tokens: using %u\n",
+                o->n_ctx, train, train);
+        o->n_ctx = (int)train;
+    }
+    gguf_close(f);
+    bs_clear_error();
 }

@@ -28,6 +28,9 @@ int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode);
     "                          model's; NFC for Qwen vocabularies, as their tokenizer.json says) |\n" \
     "                          none (llama.cpp's token ids) | nfc | nfd | nfkc | nfkd (auto)\n"
 
+/* -c beyond the model's training context (qwen35.context_length) is capped to it with a
+ * warning, as the help says; reads only the GGUF header. */
+void cli_gen_cap_ctx(bs_engine_opts *o);
 /* The doom-loop guard's options alone (serve takes these too). */
 int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i);
 void cli_gen_guard_help(void);

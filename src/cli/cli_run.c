@@ -137,6 +137,7 @@ int cmd_run(int argc, char **argv) {
     run_opts o = {0};
     if (parse(&o, argc, argv)) return cli_fail("run");
     bs_engine e;
+    cli_gen_cap_ctx(&o.g);
     if (bs_engine_open(&e, &o.g)) return cli_fail("run");
     int rc = 1;
     size_t len, n;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -34,13 +35,31 @@ void help_serve(void) {
            "  -t, --threads N         threads (all cores)\n"
            "  --queue N               requests that may wait for a slot; more get 503 (16 x slots)\n"
            "  --api-key KEY           require 'Authorization: Bearer KEY' (not for /health and /)\n"
+           "  --api-key-file FILE     the same with the key read from FILE (first line; the key\n"
+           "                          then does not show in the process list)\n"
            "  --alias NAME            model id reported by /v1/models (the file name)\n"
            "  --body-limit BYTES      largest request body; more is 413 (8 MiB)\n"
-           "  --max-connections N     simultaneous connections (256)\n"
+           "  --max-connections N     simultaneous connections (2048); connections cost a socket,\n"
+           "                          not a thread: a few HTTP threads serve them all\n"
+           "  --http-threads N        HTTP worker threads (4)\n"
+           "  --body-budget BYTES     request bodies being received at once, in total; more wait\n"
+           "                          (--body-limit + 1 MiB)\n"
+           "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
+           "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"
            "  --embeddings            serve POST /v1/embeddings (the last layer after the final norm,\n"
            "                          pooled and L2-normalized)\n"
            "  --pooling mean|last     how embeddings pool the tokens (mean)\n"
+           "\n"
+           "Browser safety (any web page the user visits can send requests to a local server):\n"
+           "  replies carry no CORS header, POST bodies must be 'Content-Type: application/json',\n"
+           "  and on a loopback address only requests for Host localhost, 127.0.0.1 or [::1]\n"
+           "  are answered (403 otherwise: DNS rebinding). The page at / is same-origin.\n"
+           "  --cors ORIGIN[,...]     let these origins (or '*': any) call the API from a page\n"
+           "  --allowed-hosts H[,...] more Host names to answer (e.g. a name for this machine)\n"
+           "  --special-in-messages   tokenize control tokens typed in message content as control\n"
+           "                          tokens (default: as plain text; the template's own\n"
+           "                          <|im_start|> ... stay special)\n"
            "  --no-mmap               read the model into memory\n"
            CLI_NORMALIZE_HELP
            "  -v, --verbose           more logging\n"
@@ -70,6 +89,24 @@ static int parse_loop_guard(srv_config *c, int argc, char **argv, int *i) {
     return rc;
 }
 
+/* The key file's first line, without the line end and surrounding blanks (static storage:
+ * the key lives as long as the server). NULL + bs_error when unreadable. */
+static const char *read_key_file(const char *path) {
+    static char key[1024];
+    size_t n;
+    char *s = bs_read_file(path, &n);
+    if (!s) return NULL;
+    const char *p = s;
+    while (*p == ' ' || *p == '\t') p++;
+    size_t k = strcspn(p, "\r\n");
+    while (k && (p[k - 1] == ' ' || p[k - 1] == '\t')) k--;
+    if (k >= sizeof key) { free(s); bs_error("%s: the key is longer than %zu bytes", path, sizeof key - 1); return NULL; }
+    memcpy(key, p, k);
+    key[k] = 0;
+    free(s);
+    return key;
+}
+
 static int parse(srv_config *c, int argc, char **argv) {
     memset(c, 0, sizeof *c);
     c->host = "127.0.0.1";
@@ -77,7 +114,7 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->n_slots = 1;
     c->queue_max = -1;
     c->body_max = 8L << 20;
-    c->max_connections = 256;
+    c->max_connections = 2048;
     c->draft_max = BS_DRAFT_AUTO;
     bs_engine_opts_init(&c->gen);
     c->n_threads = bs_cpu_count();
@@ -110,7 +147,15 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--queue")) INT_OPT(0, 1 << 20, c->queue_max);
         else if (!strcmp(a, "--body-limit")) INT_OPT(1024, 1L << 32, c->body_max);
         else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
+        else if (!strcmp(a, "--http-threads")) INT_OPT(1, 64, c->http_threads);
+        else if (!strcmp(a, "--body-budget")) INT_OPT(1024, 1L << 40, c->body_budget);
         else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--api-key-file")) {
+            if (!(v = cli_value(argc, argv, &i)) || !(c->api_key = read_key_file(v))) return -1;
+        }
+        else if (!strcmp(a, "--cors")) { if (!(c->cors = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--allowed-hosts")) { if (!(c->allowed_hosts = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--special-in-messages")) c->special_in_messages = true;
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
         else if (!strcmp(a, "--embeddings")) c->embeddings = true;
@@ -128,6 +173,8 @@ static int parse(srv_config *c, int argc, char **argv) {
 #undef INT_OPT
     }
     if (!c->model) return bs_error("no model given (-m FILE)");
+    if (c->api_key && !*c->api_key) return bs_error("the API key is empty (--api-key / --api-key-file)");
+    if (c->cors && !*c->cors) return bs_error("--cors needs an origin list or '*'");
     if (c->queue_max < 0) c->queue_max = 16 * c->n_slots;
     if (c->queue_max == 0) c->queue_max = 1;
     return 0;

@@ -10,6 +10,7 @@
  * cache off. */
 #include "dspark/spec_cost_cache.h"
 #include "cpu/compute.h"
+#include "io/atomic_file.h"
 #include "io/util.h"
 
 #include <errno.h>
@@ -105,12 +106,13 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
 }
 
 void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char *drafter, int n_threads) {
-    char path[LINE_MAX_LEN], tmp[LINE_MAX_LEN + 32], key[3000], line[LINE_MAX_LEN];
+    char path[LINE_MAX_LEN], key[3000], line[LINE_MAX_LEN];
     if (!enabled() || !d->calibrated || cache_file(path, sizeof path, true)) return;
     make_key(key, sizeof key, target, drafter, n_threads);
-    snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
-    FILE *out = fopen(tmp, "w");
-    if (!out) return;
+    /* a crash mid-write keeps the previous cache (the temporary is renamed over it at the end) */
+    bs_afile *af = bs_afile_open(path);
+    if (!af) return;
+    FILE *out = bs_afile_fp(af);
     FILE *in = fopen(path, "r");
     const size_t kl = strlen(key);
     int kept = 0;
@@ -124,5 +126,5 @@ void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char 
     const bool p_ok = d->n_obs >= MIN_OBS_TO_REMEMBER || d->p_known;
     fprintf(out, " %d %.4f %.4g", d->measured_k, p_ok ? d->p : -1.0, d->probe_r);
     fputc('\n', out);
-    if (fclose(out) || rename(tmp, path)) remove(tmp);
+    if (bs_afile_commit(af)) bs_log(1, "cost cache not saved: %s\n", bs_last_error());
 }

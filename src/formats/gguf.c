@@ -8,6 +8,7 @@
  *
  * Host byte order is assumed little-endian (as GGUF is); scalars are read with memcpy. */
 #include "formats/gguf.h"
+#include "io/atomic_file.h"
 #include "io/file_map.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -735,6 +736,7 @@ typedef struct wtensor {
 
 struct gguf_writer {
     char *path;
+    bs_afile *af;                 /* temporary renamed over path by gguf_w_close */
     FILE *fp;
     gguf_kv *kv;
     uint64_t n_kv, cap_kv;
@@ -756,11 +758,12 @@ static void w_fail(gguf_writer *w, const char *fmt, ...) {
 }
 
 gguf_writer *gguf_w_open(const char *path) {
-    FILE *fp = bs_open_for_write(path);
-    if (!fp) return NULL;
+    bs_afile *af = bs_afile_open(path);
+    if (!af) return NULL;
     gguf_writer *w = bs_xcalloc(1, sizeof *w);
     w->path = bs_xstrdup(path);
-    w->fp = fp;
+    w->af = af;
+    w->fp = bs_afile_fp(af);
     return w;
 }
 
@@ -1060,21 +1063,21 @@ int gguf_w_close(gguf_writer *w) {
                w->t[w->cur].name, (unsigned long long)w->cur_done,
                (unsigned long long)w->t[w->cur].nbytes, (unsigned long long)w->n_t,
                (unsigned long long)w->cur);
-    if (fclose(w->fp) != 0) w_fail(w, "close failed: %s", strerror(errno));
     w->fp = NULL;
     if (w->err[0]) {
+        /* the previous file under this name (if any) is untouched */
+        bs_afile_abort(w->af);
         bs_error("%s: %s", w->path, w->err);
-        remove(w->path);
         writer_free(w);
         return -1;
     }
+    int rc = bs_afile_commit(w->af);
     writer_free(w);
-    return 0;
+    return rc;
 }
 
 void gguf_w_abort(gguf_writer *w) {
     if (!w) return;
-    if (w->fp) fclose(w->fp);
-    remove(w->path);
+    bs_afile_abort(w->af);
     writer_free(w);
 }

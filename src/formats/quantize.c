@@ -4,6 +4,7 @@
 #include "io/progress.h"
 #include "formats/quant.h"
 #include "io/threadpool.h"
+#include "io/atomic_file.h"
 #include "io/util.h"
 
 #include <stdio.h>
@@ -258,6 +259,8 @@ static int run(gguf_file *in, gguf_writer *w, const bs_quantize_params *p, bs_po
 int bs_quantize_file(const char *in_path, const char *out_path, const bs_quantize_params *p) {
     const bs_type_traits *tr = bs_type_get(p->type);
     if (!tr || !tr->from_float) return bs_error("cannot quantize to type %s", bs_type_name(p->type));
+    const char *inputs[] = {in_path};
+    if (bs_check_not_input(out_path, inputs, 1)) return -1;
     gguf_file *in = gguf_open(in_path, 0);
     if (!in) return -1;
     bs_pool *pool = bs_pool_new(p->n_threads > 0 ? p->n_threads : bs_cpu_count());

@@ -2,6 +2,7 @@
  * safetensors.h). The header is parsed with jansson (duplicate keys rejected); every number in it
  * is checked against the file before use. */
 #include "formats/safetensors.h"
+#include "io/atomic_file.h"
 #include "io/file_map.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -417,6 +418,7 @@ typedef struct wtensor {
 
 struct st_writer {
     char *path;
+    bs_afile *af;                 /* temporary renamed over path by st_w_close */
     FILE *fp;
     json_t *meta;                 /* NULL until the first st_w_set_meta */
     wtensor *t;
@@ -435,11 +437,12 @@ static void w_fail(st_writer *w, const char *fmt, ...) {
 }
 
 st_writer *st_w_open(const char *path) {
-    FILE *fp = bs_open_for_write(path);
-    if (!fp) return NULL;
+    bs_afile *af = bs_afile_open(path);
+    if (!af) return NULL;
     st_writer *w = bs_xcalloc(1, sizeof *w);
     w->path = bs_xstrdup(path);
-    w->fp = fp;
+    w->af = af;
+    w->fp = bs_afile_fp(af);
     return w;
 }
 
@@ -543,11 +546,12 @@ int st_w_close(st_writer *w) {
     if (!w->err[0] && w->cur < w->n_t)
         w_fail(w, "tensor '%s' got %llu of its %llu bytes", w->t[w->cur].name,
                (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
-    if (fclose(w->fp) != 0) w_fail(w, "close failed: %s", strerror(errno));
-    int rc = 0;
+    int rc;
     if (w->err[0]) {
+        bs_afile_abort(w->af);      /* the previous file under this name is untouched */
         rc = bs_error("%s: %s", w->path, w->err);
-        remove(w->path);
+    } else {
+        rc = bs_afile_commit(w->af);
     }
     writer_free(w);
     return rc;
@@ -555,7 +559,6 @@ int st_w_close(st_writer *w) {
 
 void st_w_abort(st_writer *w) {
     if (!w) return;
-    fclose(w->fp);
-    remove(w->path);
+    bs_afile_abort(w->af);
     writer_free(w);
 }

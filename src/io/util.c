@@ -150,13 +150,6 @@ static uint64_t status_kb(const char *field) {
 uint64_t bs_peak_rss(void) { return status_kb("VmHWM:"); }
 uint64_t bs_current_rss(void) { return status_kb("VmRSS:"); }
 
-FILE *bs_open_for_write(const char *path) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) { bs_error("%s: %s", path, strerror(errno)); return NULL; }
-    setvbuf(fp, NULL, _IOFBF, 1 << 20);
-    return fp;
-}
-
 void bs_latch_error(char *buf, size_t size, const char *fmt, va_list ap) {
     if (!buf[0]) vsnprintf(buf, size, fmt, ap);
 }

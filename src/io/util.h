@@ -64,8 +64,7 @@ uint64_t bs_peak_rss(void);
 /* Current resident set size in bytes. */
 uint64_t bs_current_rss(void);
 
-/* Open a file for a streaming writer (1 MiB buffer); NULL + bs_error naming the path. */
-FILE *bs_open_for_write(const char *path);
+/* (Output files: io/atomic_file.h, a temporary renamed over the target when complete.) */
 /* Writers keep their first error in a fixed buffer and report it when closed: record the
  * message only if the buffer is still empty. */
 void bs_latch_error(char *buf, size_t size, const char *fmt, va_list ap);

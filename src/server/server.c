@@ -4,12 +4,20 @@
 #include "model/qwen35.h"
 #include "io/util.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 int srv_start(srv *s, const srv_config *cfg) {
     memset(s, 0, sizeof *s);
+#ifdef M_MMAP_THRESHOLD
+    /* Request bodies and their JSON are the server's only big buffers. glibc would otherwise
+     * raise its mmap threshold after the first big free and keep later ones in per-thread
+     * arenas, so RSS after a burst of 8 MB bodies would stay at arenas x body size; mapped
+     * buffers go back to the system when freed. Setting it also stops the dynamic raise. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     s->cfg = *cfg;
     if (s->cfg.loop.det.min_repeats == 0) s->cfg.loop = bs_loop_guard_default_params();   /* not set */
     s->t_start = bs_time();
@@ -21,11 +29,22 @@ int srv_start(srv *s, const srv_config *cfg) {
     bs_model_params mp = {.no_mmap = cfg->no_mmap};
     if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
     if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) goto fail;
+    const int train = bs_model_n_ctx_train(s->model);
+    if (s->cfg.n_ctx > train) {   /* as `help serve` says: capped by the model */
+        fprintf(stderr, "warning: -c %d is more than the model's training context of %d tokens: using %d\n",
+                s->cfg.n_ctx, train, train);
+        s->cfg.n_ctx = train;
+    }
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
         goto fail;
     }
     if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) goto fail;
+    for (int32_t id = 0; id < bs_tokenizer_n_vocab(s->tok); id++) {
+        const char *piece;
+        size_t n = 0;
+        if (bs_token_to_piece(s->tok, id, true, &piece, &n) == 0 && (int)n > s->max_piece) s->max_piece = (int)n;
+    }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
     if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) goto fail;

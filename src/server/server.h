@@ -1,8 +1,10 @@
 /* server.h: the internals of `bitspark serve`, an OpenAI-compatible HTTP server (llama-server's
  * API) shared by its parts:
  *
- *   server_http.c     libmicrohttpd plumbing: one thread per connection, body limit, API key,
- *                     routing, JSON replies, Server-Sent Events, client-disconnect detection
+ *   server_http.c     libmicrohttpd plumbing: an event loop (a few worker threads, waiting
+ *                     requests suspended), deadlines, body limit and budget, Host / CORS /
+ *                     content-type / API key checks, JSON replies, Server-Sent Events,
+ *                     client-disconnect detection
  *   server_api.c      OpenAI request parsing -> srv_task, results -> response / chunk JSON
  *   server_sched.c    slots, the bounded queue and the scheduler thread: one generator per slot
  *                     (generate/gen.h: prompt cache, sampling, stop strings, the loop guard,
@@ -17,8 +19,9 @@
  * its decoded text; answers report the result as "loop_guard" next to "timings"
  * (server_reply.c) and /metrics counts loops, rewinds and guard stops.
  *
- * Threads: connection threads parse requests, tokenize, submit tasks and wait on them; one
- * scheduler thread owns the model sessions. A task is shared by both through a reference count
+ * Threads: HTTP worker threads parse requests, tokenize and submit tasks, then suspend the
+ * connection (a watcher thread resumes it when the task has news); one scheduler thread owns
+ * the model sessions. A task is shared by both through a reference count
  * and its own mutex / condition variable. */
 #ifndef BS_SERVER_H
 #define BS_SERVER_H
@@ -39,13 +42,21 @@
 #define SRV_MAX_STOP 8
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
 #define SRV_MAX_BIAS 1024
+#define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
+    /* browser-facing defaults (server_http.c): no CORS header unless --cors lists the origin
+     * ("*": any); on a loopback address only Host localhost / 127.0.0.1 / [::1] unless
+     * --allowed-hosts adds names; POST bodies must be application/json */
+    const char *cors, *allowed_hosts;
+    bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
+    long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */
     int max_connections;
+    int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;
     bool embeddings, pooling_last;   /* --embeddings: POST /v1/embeddings; --pooling last (else mean) */
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
@@ -178,6 +189,7 @@ typedef struct srv {
     double t_start;
     long t_created;            /* wall clock at start, for /v1/models */
     int port;                  /* the bound port (cfg.port 0 picks one) */
+    int max_piece;             /* bytes of the vocabulary's longest token (prompt length bound) */
 } srv;
 
 /* server.c: load the model, start the slots and the HTTP daemon / stop everything. */
@@ -186,6 +198,13 @@ void srv_stop(srv *s);
 /* server_http.c */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
+/* The header checks of server_http.c on plain header values (NULL: absent), for the fuzzer:
+ * Host allowed? Access-Control-Allow-Origin for this Origin (NULL: none)? A JSON body type?
+ * API key given (for url)? */
+bool srv_host_allowed(const srv *s, const char *host);
+const char *srv_cors_origin(const srv *s, const char *origin);
+bool srv_json_content_type(const char *content_type);
+bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key);
 
 /* --- growable text buffer --- */
 typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;
@@ -195,6 +214,7 @@ void srv_buf_free(srv_buf *b);
 
 /* --- request handling (server_api.c, which uses server_reply.c), called by server_http.c --- */
 typedef struct srv_stream srv_stream;
+typedef struct srv_pending srv_pending;
 
 typedef struct srv_reply {
     int status;
@@ -202,12 +222,22 @@ typedef struct srv_reply {
     char *body;                /* malloc'd; NULL with stream */
     size_t len;
     srv_stream *stream;        /* SSE reply: server_http.c pulls it with srv_stream_read */
+    const char *allow;         /* 405: the methods the endpoint has (the Allow header) */
+    /* set by server_http.c: never block; a non-streaming generation comes back as pending */
+    bool async;
+    srv_pending *pending;
     /* set by server_http.c: true once the client has gone away */
     bool (*client_gone)(void *ud);
     void *ud;
 } srv_reply;
 
 struct json_t;
+/* A rendered chat prompt to ids: the template's structure with special tokens, the request's
+ * own text (spans from bs_chat_render_spans) as plain text, so a "<|im_start|>system" typed
+ * into a message stays bytes (cfg.special_in_messages: the old way, all parsed as specials).
+ * When no span holds a control token the whole prompt is tokenized at once, as before. */
+int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                        int32_t **ids, size_t *n);
 /* Route one request (body: the raw bytes, may be empty) into *r. */
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
@@ -220,6 +250,15 @@ struct json_t *srv_error_json(int status, const char *type, const char *msg);   
  * (the task is cancelled). */
 int srv_stream_read(srv_stream *st, srv_buf *out);
 void srv_stream_free(srv_stream *st);   /* cancels a task still running */
+/* Without blocking: whether srv_stream_read has something (or the end) to give now; and
+ * srv_stream_read if so, else 2. */
+bool srv_stream_ready(srv_stream *st);
+int srv_stream_poll(srv_stream *st, srv_buf *out);
+/* A pending answer (r->async): ready once the task is done; finish fills r (and frees p);
+ * free cancels a task still running. */
+bool srv_pending_ready(srv_pending *p);
+void srv_pending_finish(srv_pending *p, srv_reply *r);
+void srv_pending_free(srv_pending *p);
 
 /* What a generation endpoint asked for, beyond the task: how to shape the answer. */
 typedef struct srv_gen {

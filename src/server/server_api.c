@@ -98,6 +98,12 @@ static bool add_bias(srv_task *t, long id, double bias, int n_vocab, srv_reply *
         return false;
     }
     if (t->n_bias == SRV_MAX_BIAS) { bad_request(r, "'%s' has too many entries", "logit_bias"); return false; }
+    /* checked here, not when sampling: a bias past float range would fail the request with a 500 */
+    if (!(bias <= SRV_MAX_BIAS_VALUE)) {
+        srv_reply_error(r, 400, "invalid_request_error", "'logit_bias': the bias of token %ld must be a number <= %g "
+                        "(<= -100 bans the token)", id, SRV_MAX_BIAS_VALUE);
+        return false;
+    }
     t->bias_id[t->n_bias] = (int32_t)id;
     t->bias[t->n_bias++] = bias <= -100 ? -INFINITY : (float)bias;
     return true;
@@ -296,17 +302,77 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
-/* Tokenize with special tokens (the prompt is the template's output), BOS if the vocab wants
- * one; then check it fits. */
-static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, srv_reply *r) {
+static void exceed_context(srv_reply *r, long n_prompt, int n_ctx, bool at_least) {
+    json_t *e = srv_error_json(400, "exceed_context_size_error", "");
+    char msg[256];
+    snprintf(msg, sizeof msg, "the request exceeds the available context size: %s%ld prompt tokens, context %d",
+             at_least ? "at least " : "", n_prompt, n_ctx);
+    json_t *o = json_object_get(e, "error");
+    json_object_set_new(o, "message", json_string(msg));
+    json_object_set_new(o, "n_prompt_tokens", json_integer(n_prompt));
+    json_object_set_new(o, "n_ctx", json_integer(n_ctx));
+    srv_reply_json(r, 400, e);
+}
+
+/* Whether a span holds text that would become control tokens if parsed with specials. */
+static bool span_has_special(srv *s, const char *p, size_t n) {
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    bool differ = bs_tokenize(s->tok, p, n, true, &a, &na) < 0 || bs_tokenize(s->tok, p, n, false, &b, &nb) < 0 ||
+                  na != nb || memcmp(a, b, na * sizeof *a) != 0;
+    free(a);
+    free(b);
+    return differ;
+}
+
+int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                        int32_t **ids, size_t *n) {
+    bool split = false;
+    for (size_t i = 0; i < n_sp && !split && !s->cfg.special_in_messages; i++)
+        split = span_has_special(s, text + sp[i].begin, sp[i].end - sp[i].begin);
+    if (!split) return bs_tokenize(s->tok, text, len, true, ids, n);
+    int32_t *all = NULL;
+    size_t n_all = 0, at = 0;
+    for (size_t i = 0; i <= n_sp; i++) {
+        /* structure before span i (or after the last), then span i itself */
+        size_t struct_end = i < n_sp ? sp[i].begin : len;
+        for (int part = 0; part < 2; part++) {
+            size_t b = part == 0 ? at : struct_end, e = part == 0 ? struct_end : (i < n_sp ? sp[i].end : len);
+            if (e <= b) continue;
+            int32_t *p;
+            size_t np;
+            if (bs_tokenize(s->tok, text + b, e - b, part == 0, &p, &np) < 0) { free(all); return -1; }
+            all = bs_xrealloc(all, (n_all + np + 1) * sizeof *all);
+            memcpy(all + n_all, p, np * sizeof *p);
+            n_all += np;
+            free(p);
+        }
+        if (i < n_sp) at = sp[i].end;
+    }
+    *ids = all ? all : bs_xmalloc(sizeof *all);
+    *n = n_all;
+    return 0;
+}
+
+/* Tokenize (spans: see srv_tokenize_prompt; NULL for a raw completion prompt, whose specials are
+ * parsed), BOS if the vocab wants one; then check it fits. A prompt whose bytes alone prove it
+ * longer than the context (no token is longer than s->max_piece bytes) is refused before any
+ * tokenizing: an 8 MB body costs no tokenizer memory. */
+static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                       srv_reply *r) {
     size_t bad;
+    const int n_ctx = srv_sched_n_ctx(s->sched);
+    if (s->max_piece > 0 && len / (size_t)s->max_piece >= (size_t)n_ctx) {
+        exceed_context(r, (long)(len / (size_t)s->max_piece), n_ctx, true);
+        return false;
+    }
     if (!bs_utf8_valid(text, len, &bad)) {
         srv_reply_error(r, 400, "invalid_request_error", "the prompt is not valid UTF-8 (offset %zu)", bad);
         return false;
     }
     int32_t *raw;
     size_t nr;
-    if (bs_tokenize(s->tok, text, len, true, &raw, &nr) < 0) {
+    if (srv_tokenize_prompt(s, text, len, sp, n_sp, &raw, &nr) < 0) {
         srv_reply_error(r, 400, "invalid_request_error", "tokenizing the prompt: %s", bs_last_error());
         return false;
     }
@@ -317,18 +383,9 @@ static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, srv_re
     if (add) t->prompt[0] = bos;
     memcpy(t->prompt + add, raw, nr * sizeof *raw);
     free(raw);
-    const int n_ctx = srv_sched_n_ctx(s->sched);
     if (t->n_prompt == 0) { bad_request(r, "the %s is empty", "prompt"); return false; }
     if (t->n_prompt >= n_ctx) {
-        json_t *e = srv_error_json(400, "exceed_context_size_error", "");
-        char msg[256];
-        snprintf(msg, sizeof msg, "the request exceeds the available context size: %d prompt tokens, context %d",
-                 t->n_prompt, n_ctx);
-        json_t *o = json_object_get(e, "error");
-        json_object_set_new(o, "message", json_string(msg));
-        json_object_set_new(o, "n_prompt_tokens", json_integer(t->n_prompt));
-        json_object_set_new(o, "n_ctx", json_integer(n_ctx));
-        srv_reply_json(r, 400, e);
+        exceed_context(r, t->n_prompt, n_ctx, false);
         return false;
     }
     /* a cache checkpoint where the last message starts (where the next turn will diverge) */
@@ -500,10 +557,25 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     srv_reply_generation(s, t, g, r);
 }
 
+/* A lower bound of the bytes a message puts into the prompt: the template keeps system, user
+ * and tool content whole but stripped (Python's str.strip: ASCII and Unicode blanks), so strip
+ * more than that - blanks and every non-ASCII byte at both ends. Assistant turns may lose their
+ * reasoning, so they count nothing. */
+static size_t rendered_at_least(const bs_chat_msg *m) {
+    if (!m->content || !strcmp(m->role, "assistant")) return 0;
+    const unsigned char *p = (const unsigned char *)m->content;
+    size_t b = 0, e = strlen(m->content);
+    while (b < e && (p[b] <= ' ' || p[b] >= 0x80)) b++;
+    while (e > b && (p[e - 1] <= ' ' || p[e - 1] >= 0x80)) e--;
+    return e - b;
+}
+
 static void api_chat(srv *s, json_t *b, srv_reply *r) {
     srv_task *t = srv_task_new();
     chat_in c = {0};
     char *tools = NULL, *prompt = NULL;
+    bs_chat_span *spans = NULL;
+    size_t n_spans = 0;
     srv_gen g;
     gen_init(&g, true);
     int think = -1;
@@ -517,13 +589,23 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     free(offered_text);
     if (!ok) goto fail;
     if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
+    /* the messages' text alone may prove the prompt too long: refuse before rendering a copy */
+    size_t text_bytes = 0;
+    for (size_t i = 0; i < c.n; i++) text_bytes += rendered_at_least(&c.msgs[i]);
+    const int n_ctx = srv_sched_n_ctx(s->sched);
+    if (s->max_piece > 0 && text_bytes / (size_t)s->max_piece >= (size_t)n_ctx) {
+        exceed_context(r, (long)(text_bytes / (size_t)s->max_piece), n_ctx, true);
+        goto fail;
+    }
     bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
-    if (!(prompt = bs_chat_render(&s->tmpl, c.msgs, c.n, &co))) {
+    if (!(prompt = bs_chat_render_spans(&s->tmpl, c.msgs, c.n, &co, &spans, &n_spans))) {
         srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
         goto fail;
     }
     size_t plen = strlen(prompt);
-    if (!set_prompt(s, t, prompt, plen, r)) goto fail;
+    if (!set_prompt(s, t, prompt, plen, spans, n_spans, r)) goto fail;
+    free(spans);
+    spans = NULL;
     g.logprobs = lp;
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
@@ -534,6 +616,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     submit(s, t, &g, r);
     return;
 fail:
+    free(spans);
     free(prompt);
     free(tools);
     chat_in_free(&c);
@@ -545,7 +628,7 @@ static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_re
     json_t *p = json_object_get(b, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
     if (json_is_string(p)) {
-        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), r)) return false;
+        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), NULL, 0, r)) return false;
         g->prompt_text = bs_xstrdup(json_string_value(p));
         return true;
     }
@@ -773,9 +856,11 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     for (size_t i = 0; i < BS_ARRAY_LEN(routes); i++)
         if (strlen(routes[i].path) == plen && !strncmp(url, routes[i].path, plen)) rt = &routes[i];
     if (!rt) { srv_reply_error(r, 404, "not_found_error", "no such endpoint: %.200s", url); return; }
-    bool post = !strcmp(method, "POST");
-    if (post != rt->post && !(rt->post == false && !strcmp(method, "HEAD"))) {
+    /* only the methods a route has; anything else (DELETE, FOO, ...) is 405 with Allow */
+    bool allowed = rt->post ? !strcmp(method, "POST") : !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (!allowed) {
         srv_reply_error(r, 405, "invalid_request_error", "%s needs %s", rt->path, rt->post ? "POST" : "GET");
+        r->allow = rt->post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
         return;
     }
     if (!rt->post) { get_route(s, rt->kind, r); return; }

@@ -1,12 +1,22 @@
 /* server_http.c: the HTTP side of `bitspark serve` on libmicrohttpd (server.h).
  *
- * Thread per connection: a handler may block while its task runs, and an SSE stream's content
- * reader blocks (in 50 ms waits, never returning 0, which would make the daemon spin) until the
- * next tokens arrive. A client that goes away is noticed either by a failed write or, while
- * nothing is written, by peeking at the socket; its task is then cancelled and the slot freed.
+ * Event loop: a small pool of MHD worker threads (epoll) serves every connection; nothing
+ * blocks in them. A request that waits - for its generation, for the next tokens of a stream,
+ * or for body memory - suspends its connection, and the watcher thread (every WATCH_MS)
+ * resumes it once there is something to do or the client has gone (its task is then
+ * cancelled and the slot freed). So idle and slow connections cost a socket and a little
+ * memory, not a thread, and /health stays answerable whatever the other clients do.
  *
- * Order of checks per request: API key (401) and declared body size (413) on the first call,
- * before the body is read; the body is collected up to the limit (413 past it); then routing. */
+ * Slow clients: a request's headers must arrive within HEADER_S of the connection (or of the
+ * previous request's end: that also bounds an idle keep-alive connection) and its body within
+ * BODY_S of the headers, however steadily it drips; the watcher shuts down connections past
+ * their deadline. Body memory: every request reserves its declared (or the maximal) body size
+ * from one budget (cfg.body_budget) before its body is read, and waits suspended while the
+ * budget is spent, so N huge bodies at once cost at most the budget, not N bodies.
+ *
+ * Order of checks per request: Host (403), CORS preflight, API key (401), POST content type
+ * (415) and declared body size (413) on the first call, before the body is read; the body is
+ * collected up to the limit (413 past it); then routing. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -14,13 +24,42 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WATCH_MS 10
+#define HEADER_S 10.0
+#define BODY_S 60.0
+
+/* One connection (MHD's socket context), on the watcher's list from accept to close. */
+typedef struct conn {
+    struct MHD_Connection *c;
+    int fd;
+    double t0;                 /* start of the deadline now running */
+    int phase;                 /* PH_HEADERS, PH_BODY (deadlines), PH_WORK (none) */
+    int wait;                  /* what a suspended connection waits for (W_*), W_NONE: running */
+    struct req *q;             /* the request in progress (W_TASK, W_BUDGET) */
+    struct sse_ctx *x;         /* the stream being sent (W_STREAM) */
+    struct conn *prev, *next;
+} conn;
+enum { PH_HEADERS, PH_BODY, PH_WORK };
+enum { W_NONE, W_TASK, W_STREAM, W_BUDGET };
 
 typedef struct req {
     srv_buf body;
     bool too_big;
+    bool started;              /* headers checked */
+    long reserved;             /* bytes of the body budget held */
+    long long declared;        /* Content-Length, -1: chunked or none */
+    bool woke;                 /* resumed after the budget wait: MHD calls once more with no
+                                  data although the body has not come yet */
+    srv_pending *pending;      /* non-streaming generation in progress */
 } req;
 
 typedef struct sse_ctx {
@@ -28,7 +67,18 @@ typedef struct sse_ctx {
     srv_stream *st;
     srv_buf buf;
     size_t off;
+    conn *k;
 } sse_ctx;
+
+/* The watcher: connection list, body budget, the thread. One per process (one server). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool running, stopping;
+    conn *head;
+    long budget_used;
+    int n_suspended;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* True once the peer has closed its end (or the socket failed). */
 static bool conn_gone(void *ud) {
@@ -42,9 +92,93 @@ static bool conn_gone(void *ud) {
     return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-static void add_common_headers(struct MHD_Response *resp, const char *ctype) {
+/* ---- browser-facing checks ------------------------------------------------------------------ */
+
+/* Whether `item` (n bytes) is one of the comma-separated entries of list (case-insensitive). */
+static bool in_list(const char *list, const char *item, size_t n) {
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t k = strcspn(p, ",");
+        size_t e = k;
+        while (e && p[e - 1] == ' ') e--;
+        if (e && e == n && !strncasecmp(p, item, n)) return true;
+        p += k;
+    }
+    return false;
+}
+
+/* The Access-Control-Allow-Origin value for this request, or NULL: none unless --cors allows
+ * the request's Origin ("*" allows any; an allowed origin is echoed with Vary: Origin). */
+const char *srv_cors_origin(const srv *s, const char *o) {
+    if (!s->cfg.cors) return NULL;
+    if (!strcmp(s->cfg.cors, "*")) return "*";
+    return o && in_list(s->cfg.cors, o, strlen(o)) ? o : NULL;
+}
+
+static const char *cors_origin(const srv *s, struct MHD_Connection *c) {
+    return srv_cors_origin(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
+}
+
+static bool is_loopback(const char *host) {
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+/* DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 is same-origin with
+ * it in the browser's eyes, but its requests still say Host: evil.example. So a server on a
+ * loopback address answers only Host localhost / 127.0.0.1 / [::1] (any port) and the names of
+ * --allowed-hosts; elsewhere --allowed-hosts (if given) is the whole list. No Host (HTTP/1.0)
+ * is not a browser. */
+bool srv_host_allowed(const srv *s, const char *h) {
+    const bool loop = is_loopback(s->cfg.host);
+    if (!loop && !s->cfg.allowed_hosts) return true;
+    if (!h) return true;
+    size_t n;
+    if (h[0] == '[') {                        /* [v6]:port */
+        const char *e = strchr(h, ']');
+        if (!e || (e[1] && e[1] != ':')) return false;
+        n = (size_t)(e - h) + 1;
+    } else {
+        n = strcspn(h, ":");
+    }
+    if (loop && ((n == 9 && !strncasecmp(h, "localhost", 9)) || (n == 9 && !strncmp(h, "127.0.0.1", 9)) ||
+                 (n == 5 && !strncmp(h, "[::1]", 5))))
+        return true;
+    return in_list(s->cfg.allowed_hosts, h, n) || in_list(s->cfg.allowed_hosts, h, strlen(h));
+}
+
+static bool host_allowed(const srv *s, struct MHD_Connection *c) {
+    return srv_host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
+}
+
+/* A POST body must be declared JSON: text/plain, form and multipart bodies are what a page may
+ * send cross-origin without a CORS preflight, so they are refused before anything runs. */
+bool srv_json_content_type(const char *t) {
+    if (!t) return false;
+    while (*t == ' ') t++;
+    if (strncasecmp(t, "application/json", 16)) return false;
+    t += 16;
+    while (*t == ' ') t++;
+    return !*t || *t == ';';
+}
+
+static bool json_content_type(struct MHD_Connection *c) {
+    return srv_json_content_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"));
+}
+
+/* Compare in time that depends only on the configured key's length (no early exit). */
+static bool key_equal(const char *given, const char *key) {
+    size_t ng = strlen(given), nk = strlen(key);
+    unsigned char d = ng != nk;
+    for (size_t i = 0; i < nk; i++) d |= (unsigned char)((i < ng ? given[i] : 0) ^ key[i]);
+    return d == 0;
+}
+
+static void add_common_headers(struct MHD_Response *resp, const char *ctype, const char *origin) {
     MHD_add_response_header(resp, "Content-Type", ctype ? ctype : "application/json; charset=utf-8");
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    if (origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        if (strcmp(origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    }
     MHD_add_response_header(resp, "Server", "bitspark/" BITSPARK_VERSION);
 }
 
@@ -53,13 +187,16 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                      : MHD_RESPMEM_PERSISTENT);
     if (!resp) { free(r->body); return MHD_NO; }
-    add_common_headers(resp, r->ctype);
+    add_common_headers(resp, r->ctype, cors_origin(s, c));
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (r->allow) MHD_add_response_header(resp, "Allow", r->allow);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     srv_metrics_request(&s->metrics, r->status);
     return ok;
 }
+
+static void suspend_on(conn *k, int what);
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
@@ -67,7 +204,13 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     while (x->off == x->buf.len) {
         x->buf.len = 0;
         x->off = 0;
-        int rc = srv_stream_read(x->st, &x->buf);
+        if (x->k && conn_gone(x->k->c)) return MHD_CONTENT_READER_END_WITH_ERROR;   /* frees: cancels */
+        if (W.stopping) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int rc = srv_stream_poll(x->st, &x->buf);
+        if (rc == 2) {          /* nothing yet: sleep until the watcher sees news */
+            if (!x->k) { rc = srv_stream_read(x->st, &x->buf); }
+            else { suspend_on(x->k, W_STREAM); return 0; }
+        }
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc == 0 && x->buf.len == 0) return MHD_CONTENT_READER_END_OF_STREAM;
     }
@@ -79,18 +222,28 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void sse_free(void *cls) {
     sse_ctx *x = cls;
+    pthread_mutex_lock(&W.mu);
+    if (x->k && x->k->x == x) x->k->x = NULL;
+    pthread_mutex_unlock(&W.mu);
     srv_stream_free(x->st);
     srv_buf_free(&x->buf);
     free(x);
+}
+
+static conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *r) {
     sse_ctx *x = bs_xcalloc(1, sizeof *x);
     x->s = s;
     x->st = r->stream;
+    x->k = conn_of(c);
+    if (x->k) x->k->x = x;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
     if (!resp) { sse_free(x); return MHD_NO; }
-    add_common_headers(resp, "text/event-stream");
+    add_common_headers(resp, "text/event-stream", cors_origin(s, c));
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ok = MHD_queue_response(c, 200, resp);
@@ -99,16 +252,20 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     return ok;
 }
 
-static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
+bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key) {
     if (!s->cfg.api_key) return true;
     size_t n = strcspn(url, "?");
     if ((n == 7 && !strncmp(url, "/health", 7)) || (n == 10 && !strncmp(url, "/v1/health", 10)) ||
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)))
         return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->cfg.api_key)) return true;
-    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    return h && !strcmp(h, s->cfg.api_key);
+    const char *h = authorization;
+    if (h && !strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) return true;
+    return x_api_key && key_equal(x_api_key, s->cfg.api_key);
+}
+
+static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
+    return srv_authorized(s, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+                          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"));
 }
 
 static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type, const char *msg) {
@@ -117,65 +274,272 @@ static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const 
     return send_reply(s, c, &r);
 }
 
+/* ---- suspension and the watcher ------------------------------------------------------------ */
+
+/* Called from the handler or the content reader (MHD's rule): park the connection until the
+ * watcher sees what it waits for. */
+static void suspend_on(conn *k, int what) {
+    MHD_suspend_connection(k->c);
+    pthread_mutex_lock(&W.mu);
+    k->wait = what;
+    W.n_suspended++;
+    pthread_mutex_unlock(&W.mu);
+}
+
+/* default: one body of the largest size, and room for small requests beside it */
+static long budget_limit(const srv *s) { return s->cfg.body_budget > 0 ? s->cfg.body_budget : s->cfg.body_max + (1L << 20); }
+
+/* Reserve n bytes of body memory; false while the budget is spent (a request alone may
+ * always take it, so a body of body_max always fits eventually). */
+static bool budget_take(const srv *s, long n) {
+    pthread_mutex_lock(&W.mu);
+    bool ok = W.budget_used == 0 || W.budget_used + n <= budget_limit(s);
+    if (ok) W.budget_used += n;
+    pthread_mutex_unlock(&W.mu);
+    return ok;
+}
+
+static void budget_give(long n) {
+    if (!n) return;
+    pthread_mutex_lock(&W.mu);
+    W.budget_used -= n;
+    pthread_mutex_unlock(&W.mu);
+}
+
+static bool wait_over(srv *s, conn *k) {
+    if (W.stopping || conn_gone(k->c)) return true;
+    switch (k->wait) {
+    case W_TASK: return k->q && k->q->pending && srv_pending_ready(k->q->pending);
+    case W_STREAM: return k->x && srv_stream_ready(k->x->st);
+    case W_BUDGET:   /* taken here for it: the resumed handler then reads its body at once */
+        if (!k->q || !budget_take(s, k->q->reserved)) return false;
+        k->q->started = true;
+        k->q->woke = true;
+        return true;
+    }
+    return false;
+}
+
+static void *watcher(void *arg) {
+    srv *s = arg;
+    pthread_mutex_lock(&W.mu);
+    while (W.running) {
+        pthread_mutex_unlock(&W.mu);
+        struct timespec ts = {0, WATCH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&W.mu);
+        const double now = bs_time();
+        for (conn *k = W.head; k; k = k->next) {
+            if (k->wait != W_NONE) {
+                int what = k->wait;
+                pthread_mutex_unlock(&W.mu);   /* the predicates take task locks */
+                bool over = wait_over(s, k);
+                pthread_mutex_lock(&W.mu);
+                /* k cannot have closed meanwhile: a suspended connection is never cleaned up */
+                if (over && k->wait == what) {
+                    if (what == W_BUDGET) k->phase = PH_BODY, k->t0 = now;   /* its body's deadline */
+                    k->wait = W_NONE;
+                    W.n_suspended--;
+                    MHD_resume_connection(k->c);
+                }
+            } else if ((k->phase == PH_HEADERS && now - k->t0 > HEADER_S) ||
+                       (k->phase == PH_BODY && now - k->t0 > BODY_S)) {
+                /* past its deadline: MHD sees the shut socket and closes the connection */
+                shutdown(k->fd, SHUT_RDWR);
+                k->phase = PH_WORK;
+            }
+        }
+    }
+    pthread_mutex_unlock(&W.mu);
+    return NULL;
+}
+
+static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code) {
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn *k = bs_xcalloc(1, sizeof *k);
+        k->c = c;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        k->t0 = bs_time();
+        pthread_mutex_lock(&W.mu);
+        k->next = W.head;
+        if (W.head) W.head->prev = k;
+        W.head = k;
+        pthread_mutex_unlock(&W.mu);
+        *socket_context = k;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn *k = *socket_context;
+        if (!k) return;
+        pthread_mutex_lock(&W.mu);
+        if (k->prev) k->prev->next = k->next;
+        else W.head = k->next;
+        if (k->next) k->next->prev = k->prev;
+        if (k->x) k->x->k = NULL;
+        if (k->wait != W_NONE) W.n_suspended--;
+        pthread_mutex_unlock(&W.mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+static void set_phase(conn *k, int phase) {
+    if (!k) return;
+    pthread_mutex_lock(&W.mu);
+    k->phase = phase;
+    k->t0 = bs_time();
+    pthread_mutex_unlock(&W.mu);
+}
+
+/* ---- the request handler ----------------------------------------------------------------------- */
+
+static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *url, const char *method, req *q) {
+    if (!host_allowed(s, c))
+        return fail(s, c, 403, "permission_error",
+                    "this Host is not allowed (a server on a loopback address answers localhost, "
+                    "127.0.0.1 and [::1]; see --allowed-hosts)");
+    if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: allowed only for --cors origins */
+        const char *origin = cors_origin(s, c);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        add_common_headers(resp, "text/plain", origin);
+        MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
+        if (origin) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+        enum MHD_Result ok = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        return ok;
+    }
+    if (!authorized(s, c, url))
+        return fail(s, c, 401, "authentication_error", "Invalid API Key");
+    if (!strcmp(method, "POST") && !json_content_type(c))
+        return fail(s, c, 415, "invalid_request_error",
+                    "the body must be JSON, sent with 'Content-Type: application/json'");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    long long declared = cl ? strtoll(cl, NULL, 10) : -1;
+    q->declared = declared;
+    if (declared > s->cfg.body_max) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
+        return fail(s, c, 413, "invalid_request_error", msg);
+    }
+    /* body memory: what the request declares, or (chunked) as much as it may send */
+    const bool has_body = declared > 0 || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    q->reserved = !has_body ? 0 : declared > 0 ? (long)declared : s->cfg.body_max;
+    if (declared > 0) {
+        q->body.cap = (size_t)declared + 1;
+        q->body.p = bs_xmalloc(q->body.cap);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
+    if (r->stream) return send_stream(s, c, r);
+    if (r->status == 499) { srv_metrics_request(&s->metrics, 499); free(r->body); return MHD_NO; }
+    return send_reply(s, c, r);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     srv *s = cls;
     req *q = *con_cls;
-    if (!q) {
+    conn *k = conn_of(c);
+    const bool first = !q;
+    if (first) {
         q = bs_xcalloc(1, sizeof *q);
         *con_cls = q;
-        if (!strcmp(method, "OPTIONS")) {   /* CORS preflight */
-            struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-            add_common_headers(resp, "text/plain");
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
-            enum MHD_Result ok = MHD_queue_response(c, 204, resp);
-            MHD_destroy_response(resp);
-            return ok;
+        if (k) k->q = q;
+        set_phase(k, PH_BODY);
+        enum MHD_Result rc = first_call(s, c, url, method, q);
+        if (rc != MHD_YES || !q->reserved) return rc;
+    }
+    if (q->reserved && !q->started) {     /* body memory first, then the body */
+        if (W.stopping || (!first && conn_gone(c))) return MHD_NO;
+        if (!budget_take(s, q->reserved)) {
+            if (k) { suspend_on(k, W_BUDGET); return MHD_YES; }
+            while (!budget_take(s, q->reserved)) { struct timespec ts = {0, 1000000L}; nanosleep(&ts, NULL); }
         }
-        if (!authorized(s, c, url))
-            return fail(s, c, 401, "authentication_error", "Invalid API Key");
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoll(cl, NULL, 10) > s->cfg.body_max) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
-            return fail(s, c, 413, "invalid_request_error", msg);
-        }
-        return MHD_YES;
+        q->started = true;
+        set_phase(k, PH_BODY);              /* the body's deadline starts once it may be read */
+        if (first) return MHD_YES;          /* MHD calls again with the body */
     }
     if (*upload_size) {
         if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) srv_buf_add(&q->body, upload, *upload_size);
         else q->too_big = true;
         *upload_size = 0;
+        q->woke = false;
         return MHD_YES;
+    }
+    /* not the end of the body yet: the call that follows a resume carries no data */
+    if (!q->pending && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
+        q->woke = false;
+        return MHD_YES;
+    }
+    set_phase(k, PH_WORK);
+    if (q->pending) {                       /* resumed: the generation is done, or the client gone */
+        if (conn_gone(c) || W.stopping) return MHD_NO;   /* completed() cancels the task */
+        if (!srv_pending_ready(q->pending)) { if (k) suspend_on(k, W_TASK); return MHD_YES; }
+        srv_reply r = {0};
+        srv_pending *p = q->pending;
+        q->pending = NULL;
+        srv_pending_finish(p, &r);
+        return reply(s, c, &r);
     }
     if (q->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
         return fail(s, c, 413, "invalid_request_error", msg);
     }
-    srv_reply r = {.client_gone = conn_gone, .ud = c};
+    srv_reply r = {.client_gone = conn_gone, .ud = c, .async = k != NULL};
     srv_handle(s, method, url, q->body.p, q->body.len, &r);
-    if (r.stream) return send_stream(s, c, &r);
-    if (r.status == 499) { srv_metrics_request(&s->metrics, 499); free(r.body); return MHD_NO; }
-    return send_reply(s, c, &r);
+    /* the body is parsed: its memory goes back to the budget now, not at the end */
+    srv_buf_free(&q->body);
+    budget_give(q->reserved);
+    q->reserved = 0;
+    if (r.pending) {
+        q->pending = r.pending;
+        if (k) suspend_on(k, W_TASK);
+        return MHD_YES;
+    }
+    return reply(s, c, &r);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls; (void)c; (void)code;
+    (void)cls; (void)code;
     req *q = *con_cls;
     if (!q) return;
+    conn *k = conn_of(c);
+    if (k) {
+        pthread_mutex_lock(&W.mu);
+        k->q = NULL;
+        k->phase = PH_HEADERS;   /* keep-alive: the next request's headers have HEADER_S */
+        k->t0 = bs_time();
+        pthread_mutex_unlock(&W.mu);
+    }
+    srv_pending_free(q->pending);
+    if (q->started) budget_give(q->reserved);
     srv_buf_free(&q->body);
     free(q);
     *con_cls = NULL;
+}
+
+/* Every connection is a socket: make room for the connection limit (plus the model, logs). */
+static void raise_fd_limit(int want) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= (rlim_t)want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > (rlim_t)want ? (rlim_t)want : rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int srv_http_start(srv *s) {
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
     struct sockaddr *addr;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     memset(&a4, 0, sizeof a4);
     memset(&a6, 0, sizeof a6);
     if (inet_pton(AF_INET, s->cfg.host, &a4.sin_addr) == 1) {
@@ -190,17 +554,51 @@ int srv_http_start(srv *s) {
     } else {
         return bs_error("--host: '%s' is not an IPv4 or IPv6 address", s->cfg.host);
     }
+    raise_fd_limit(s->cfg.max_connections + 256);
+    W.running = true;
+    W.stopping = false;
+    if (pthread_create(&W.thread, NULL, watcher, s)) { W.running = false; return bs_error("cannot start a thread"); }
+    const unsigned workers = s->cfg.http_threads > 0 ? (unsigned)s->cfg.http_threads : 4u;
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, addr,
+                                 MHD_OPTION_THREAD_POOL_SIZE, workers,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
                                  MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
-    if (!s->daemon) return bs_error("cannot listen on %s:%d", s->cfg.host, s->cfg.port);
+    if (!s->daemon) {
+        srv_http_stop(s);
+        return bs_error("cannot listen on %s:%d", s->cfg.host, s->cfg.port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : s->cfg.port;
     return 0;
 }
 
 void srv_http_stop(srv *s) {
+    MHD_socket listen_fd = MHD_INVALID_SOCKET;
+    if (s->daemon) {
+        /* MHD must not stop with suspended connections: wake them all; stopping makes each one
+         * end at once instead of waiting again */
+        listen_fd = MHD_quiesce_daemon(s->daemon);
+        pthread_mutex_lock(&W.mu);
+        W.stopping = true;
+        pthread_mutex_unlock(&W.mu);
+        for (int i = 0; i < 500; i++) {
+            pthread_mutex_lock(&W.mu);
+            int n = W.n_suspended;
+            pthread_mutex_unlock(&W.mu);
+            if (n == 0) break;
+            struct timespec ts = {0, 2 * WATCH_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (W.running) {
+        pthread_mutex_lock(&W.mu);
+        W.running = false;
+        pthread_mutex_unlock(&W.mu);
+        pthread_join(W.thread, NULL);
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);   /* quiesce hands it to us */
     s->daemon = NULL;
 }

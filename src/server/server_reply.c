@@ -220,7 +220,8 @@ static bool is_done(srv_task *t, void *arg) { (void)arg; return t->done; }
 
 static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     char *reasoning, *content;
-    bs_reasoning_split(t->text, t->len, g->in_think, &reasoning, &content);
+    /* nothing generated (max_tokens 0, or an immediate end): text is still NULL */
+    bs_reasoning_split(t->text ? t->text : "", t->len, g->in_think, &reasoning, &content);
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     srv_tool_call *calls = NULL;
     char *rest = NULL;
@@ -292,7 +293,44 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     srv_reply_json(r, 200, j);
 }
 
+/* A non-streaming answer still being generated (event-loop server: nobody blocks on it). */
+struct srv_pending {
+    srv *s;
+    srv_task *t;
+    srv_gen g;
+};
+
+bool srv_pending_ready(srv_pending *p) {
+    pthread_mutex_lock(&p->t->mu);
+    bool done = p->t->done;
+    pthread_mutex_unlock(&p->t->mu);
+    return done;
+}
+
+void srv_pending_finish(srv_pending *p, srv_reply *r) {
+    pthread_mutex_lock(&p->t->mu);   /* done: the scheduler no longer writes the task */
+    pthread_mutex_unlock(&p->t->mu);
+    reply_done(p->s, p->t, &p->g, r);
+    srv_pending_free(p);
+}
+
+void srv_pending_free(srv_pending *p) {
+    if (!p) return;
+    if (!srv_pending_ready(p)) cancel(p->s, p->t);
+    free(p->g.prompt_text);
+    srv_task_unref(p->t);
+    free(p);
+}
+
 void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (!g->stream && r->async) {
+        srv_pending *p = bs_xcalloc(1, sizeof *p);
+        p->s = s;
+        p->t = t;
+        p->g = *g;
+        r->pending = p;
+        return;
+    }
     if (g->stream) {
         srv_stream *st = bs_xcalloc(1, sizeof *st);
         st->s = s;
@@ -439,6 +477,19 @@ static void compl_text(srv_stream *st, const char *text, size_t len, bool final,
 static bool has_news(srv_task *t, void *arg) {
     const srv_stream *st = arg;
     return t->done || t->n_safe > st->sent || (st->g.logprobs && toks_ready(t) > st->toks_sent);
+}
+
+bool srv_stream_ready(srv_stream *st) {
+    if (st->phase != 1) return true;
+    pthread_mutex_lock(&st->t->mu);
+    bool news = has_news(st->t, st);
+    pthread_mutex_unlock(&st->t->mu);
+    return news;
+}
+
+int srv_stream_poll(srv_stream *st, srv_buf *out) {
+    if (!srv_stream_ready(st)) return 2;
+    return srv_stream_read(st, out);
 }
 
 int srv_stream_read(srv_stream *st, srv_buf *out) {

@@ -125,7 +125,8 @@ static void sync_task(slot *sl) {
         t->cap_toks = BS_MAX(2 * t->cap_toks, o.n_toks + 64);
         t->toks = bs_xrealloc(t->toks, (size_t)t->cap_toks * sizeof *t->toks);
     }
-    if (o.n_toks > kf) memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
+    if (o.n_toks > kf)   /* nothing yet (t->toks may still be NULL): no pointer arithmetic on it */
+        memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
     t->n_toks = o.n_toks;
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;

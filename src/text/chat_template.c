@@ -14,7 +14,9 @@
 
 /* ---- a growable string ----------------------------------------------------------------- */
 
-typedef struct { char *s; size_t n, cap; } sbuf;
+/* spans: the byte ranges that came from the request (message content, reasoning, tool names,
+ * arguments and definitions), recorded for bs_chat_render_spans */
+typedef struct { char *s; size_t n, cap; bs_chat_span *sp; size_t n_sp, cap_sp; } sbuf;
 
 static void sb_addn(sbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
@@ -26,6 +28,20 @@ static void sb_addn(sbuf *b, const char *s, size_t n) {
     b->s[b->n] = 0;
 }
 static void sb_add(sbuf *b, const char *s) { sb_addn(b, s, strlen(s)); }
+
+/* Mark b->s[begin, b->n) as request text (merged with a span that ends where it begins). */
+static void sb_mark(sbuf *b, size_t begin) {
+    if (begin >= b->n) return;
+    if (b->n_sp && b->sp[b->n_sp - 1].end == begin) { b->sp[b->n_sp - 1].end = b->n; return; }
+    if (b->n_sp == b->cap_sp) b->sp = bs_xrealloc(b->sp, (b->cap_sp = 2 * b->cap_sp + 8) * sizeof *b->sp);
+    b->sp[b->n_sp++] = (bs_chat_span){begin, b->n};
+}
+/* Append request text (content and the like), marked. */
+static void sb_text(sbuf *b, const char *s) {
+    size_t at = b->n;
+    sb_add(b, s);
+    sb_mark(b, at);
+}
 
 /* ---- Python string helpers ------------------------------------------------------------- */
 
@@ -180,13 +196,18 @@ static void py_tojson(sbuf *b, const json_t *v) {
 
 /* A tool-call argument value: strings raw; containers tojson; scalars tojson (Qwen3.6) or
  * Python str() (Qwen3.5: True / False / None, float repr). */
-static void render_arg(sbuf *b, const json_t *v, bool json_scalars) {
+static void render_arg_raw(sbuf *b, const json_t *v, bool json_scalars) {
     if (json_is_string(v)) { sb_addn(b, json_string_value(v), json_string_length(v)); return; }
     if (json_is_object(v) || json_is_array(v) || json_scalars) { py_tojson(b, v); return; }
     if (json_is_true(v)) sb_add(b, "True");
     else if (json_is_false(v)) sb_add(b, "False");
     else if (json_is_null(v)) sb_add(b, "None");
     else py_tojson(b, v);   /* numbers print the same both ways */
+}
+static void render_arg(sbuf *b, const json_t *v, bool json_scalars) {
+    size_t at = b->n;
+    render_arg_raw(b, v, json_scalars);
+    sb_mark(b, at);
 }
 
 /* ---- detection ------------------------------------------------------------------------- */
@@ -228,13 +249,15 @@ static int render_tools_system(sbuf *b, const json_t *tools, const bs_chat_msg *
     sb_add(b, "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>");
     for (size_t i = 0; i < json_array_size(tools); i++) {
         sb_add(b, "\n");
+        size_t at = b->n;
         py_tojson(b, json_array_get(tools, i));
+        sb_mark(b, at);
     }
     sb_add(b, "\n</tools>");
     sb_add(b, tools_instructions);
     if (!strcmp(msgs[0].role, "system")) {
         char *c = trimmed(msgs[0].content);
-        if (*c) { sb_add(b, "\n\n"); sb_add(b, c); }
+        if (*c) { sb_add(b, "\n\n"); sb_text(b, c); }
         free(c);
     }
     sb_add(b, "<|im_end|>\n");
@@ -282,7 +305,7 @@ static int render_tool_calls(sbuf *b, const bs_chat_msg *m, const char *content,
             sb_add(b, "\n");
         }
         sb_add(b, "<tool_call>\n<function=");
-        sb_add(b, tc->name);
+        sb_text(b, tc->name);
         sb_add(b, ">\n");
         if (tc->arguments) {
             json_error_t err;
@@ -295,7 +318,7 @@ static int render_tool_calls(sbuf *b, const bs_chat_msg *m, const char *content,
             json_t *val;
             json_object_foreach(args, key, val) {
                 sb_add(b, "<parameter=");
-                sb_add(b, key);
+                sb_text(b, key);
                 sb_add(b, ">\n");
                 render_arg(b, val, json_scalars);
                 sb_add(b, "\n</parameter>\n");
@@ -318,10 +341,10 @@ static int render_assistant(sbuf *b, const bs_chat_template *t, const bs_chat_ms
     sb_add(b, "<|im_start|>assistant\n");
     if (keep_reasoning && (*r || !t->think_needs_reasoning)) {
         sb_add(b, "<think>\n");
-        sb_add(b, r);
+        sb_text(b, r);
         sb_add(b, "\n</think>\n\n");
     }
-    sb_add(b, body);
+    sb_text(b, body);
     free(r);
     if (render_tool_calls(b, m, body, t->args_json_scalars)) return -1;
     sb_add(b, "<|im_end|>\n");
@@ -336,7 +359,7 @@ static int render_qwen35(sbuf *b, const bs_chat_template *t, const bs_chat_msg *
     } else if (!strcmp(msgs[0].role, "system")) {
         char *c = trimmed(msgs[0].content);
         sb_add(b, "<|im_start|>system\n");
-        sb_add(b, c);
+        sb_text(b, c);
         sb_add(b, "<|im_end|>\n");
         free(c);
     }
@@ -350,7 +373,7 @@ static int render_qwen35(sbuf *b, const bs_chat_template *t, const bs_chat_msg *
             if (i != 0) rc = bs_error("System message must be at the beginning.");
         } else if (!strcmp(role, "user")) {
             sb_add(b, "<|im_start|>user\n");
-            sb_add(b, c);
+            sb_text(b, c);
             sb_add(b, "<|im_end|>\n");
         } else if (!strcmp(role, "assistant")) {
             bool keep = (t->has_preserve && o->preserve_thinking) || (long)i > lq;
@@ -358,7 +381,7 @@ static int render_qwen35(sbuf *b, const bs_chat_template *t, const bs_chat_msg *
         } else if (!strcmp(role, "tool")) {
             if (i > 0 && strcmp(msgs[i - 1].role, "tool")) sb_add(b, "<|im_start|>user");
             sb_add(b, "\n<tool_response>\n");
-            sb_add(b, c);
+            sb_text(b, c);
             sb_add(b, "\n</tool_response>");
             if (i + 1 == n || strcmp(msgs[i + 1].role, "tool")) sb_add(b, "<|im_end|>\n");
         } else {
@@ -379,7 +402,7 @@ static int render_chatml(sbuf *b, const bs_chat_msg *msgs, size_t n, const bs_ch
         sb_add(b, "<|im_start|>");
         sb_add(b, msgs[i].role);
         sb_add(b, "\n");
-        sb_add(b, msgs[i].content ? msgs[i].content : "");
+        sb_text(b, msgs[i].content ? msgs[i].content : "");
         sb_add(b, "<|im_end|>\n");
     }
     if (o->add_generation_prompt) sb_add(b, "<|im_start|>assistant\n");
@@ -387,6 +410,13 @@ static int render_chatml(sbuf *b, const bs_chat_msg *msgs, size_t n, const bs_ch
 }
 
 char *bs_chat_render(const bs_chat_template *t, const bs_chat_msg *msgs, size_t n, const bs_chat_opts *o) {
+    return bs_chat_render_spans(t, msgs, n, o, NULL, NULL);
+}
+
+char *bs_chat_render_spans(const bs_chat_template *t, const bs_chat_msg *msgs, size_t n, const bs_chat_opts *o,
+                           bs_chat_span **spans, size_t *n_spans) {
+    if (spans) *spans = NULL;
+    if (n_spans) *n_spans = 0;
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role) { bs_error("message %zu has no role", i); return NULL; }
     json_t *tools = NULL;
@@ -403,6 +433,8 @@ char *bs_chat_render(const bs_chat_template *t, const bs_chat_msg *msgs, size_t 
     sb_add(&b, "");
     int rc = t->kind == BS_CHAT_QWEN35 ? render_qwen35(&b, t, msgs, n, o, tools) : render_chatml(&b, msgs, n, o);
     json_decref(tools);
-    if (rc) { free(b.s); return NULL; }
+    if (rc) { free(b.s); free(b.sp); return NULL; }
+    if (spans) *spans = b.sp, *n_spans = b.n_sp;
+    else free(b.sp);
     return b.s;
 }

@@ -49,4 +49,13 @@ typedef struct bs_chat_opts {
  * beginning.", "Unexpected message role.", ...) or a JSON error. */
 char *bs_chat_render(const bs_chat_template *t, const bs_chat_msg *msgs, size_t n, const bs_chat_opts *o);
 
+/* A byte range [begin, end) of a rendered prompt. */
+typedef struct bs_chat_span { size_t begin, end; } bs_chat_span;
+/* bs_chat_render, plus *spans (malloc'd, *n_spans of them, in order, disjoint): the ranges of the
+ * output that came from the request - message content, reasoning, tool call names, argument
+ * names and values, tool definitions. The rest is the template's own structure. A typed
+ * "<|im_start|>" inside a span is text to tokenize as plain bytes, never as a control token. */
+char *bs_chat_render_spans(const bs_chat_template *t, const bs_chat_msg *msgs, size_t n, const bs_chat_opts *o,
+                           bs_chat_span **spans, size_t *n_spans);
+
 #endif

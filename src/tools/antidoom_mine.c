@@ -8,6 +8,7 @@
  * logits come from rewinding the session there (loop_guard.h), bit-identical to a straight
  * evaluation of the context. */
 #include "tools/antidoom.h"
+#include "io/atomic_file.h"
 #include "io/utf8.h"
 #include "io/util.h"
 
@@ -197,12 +198,19 @@ int ad_mine(const ad_mine_opts *op) {
     if (ad_prompts_read(o.prompts, &pr)) return -1;
     bs_engine g;
     if (bs_engine_open(&g, &o.g)) { ad_prompts_free(&pr); return -1; }
-    FILE *out = fopen(o.out, "w");
-    FILE *pout = out && o.primes_out ? fopen(o.primes_out, "w") : NULL;
+    /* both outputs are temporaries until every prompt is mined: a stopped run keeps the
+     * previous files */
+    const char *inputs[] = {o.prompts};
+    bs_afile *aout = NULL, *apout = NULL;
+    FILE *out = NULL, *pout = NULL;
     int rc = 1, n_pairs = 0, n_looped = 0, n_prompts = pr.n;
-    if (!out) bs_error("%s: cannot open for writing", o.out);
-    if (out && o.primes_out && !pout) bs_error("%s: cannot open for writing", o.primes_out);
-    if (!out || (o.primes_out && !pout)) goto done;
+    if (bs_check_not_input(o.out, inputs, 1) ||
+        (o.primes_out && bs_check_not_input(o.primes_out, inputs, 1)))
+        goto done;
+    if (!(aout = bs_afile_open(o.out))) goto done;
+    if (o.primes_out && !(apout = bs_afile_open(o.primes_out))) goto done;
+    out = bs_afile_fp(aout);
+    pout = apout ? bs_afile_fp(apout) : NULL;
     for (int i = 0; i < pr.n; i++) {
         char *ctx = o.generate_primes ? make_prime(&g, pr.text[i], &o) : bs_xstrdup(pr.text[i]);
         if (!ctx) goto done;
@@ -228,8 +236,10 @@ int ad_mine(const ad_mine_opts *op) {
     }
     rc = 0;
 done:
-    if (out && fclose(out) && !rc) rc = 1, bs_error("%s: write failed", o.out);
-    if (pout) fclose(pout);
+    if (!rc && apout) { rc = bs_afile_commit(apout) ? 1 : 0; apout = NULL; }
+    if (!rc) { rc = bs_afile_commit(aout) ? 1 : 0; aout = NULL; }
+    bs_afile_abort(aout);
+    bs_afile_abort(apout);
     bs_engine_close(&g);
     ad_prompts_free(&pr);
     if (rc) return -1;

@@ -2,6 +2,7 @@
 #include "tools/convert.h"
 #include "dspark/dspark_names.h"
 #include "formats/gguf.h"
+#include "io/atomic_file.h"
 #include "io/hf_config.h"
 #include "io/progress.h"
 #include "formats/quant.h"
@@ -149,9 +150,11 @@ static json_t *make_config(const gguf_file *f, int64_t n_vocab, int dom_type, bo
 }
 
 static int write_json(const json_t *j, const char *path) {
-    if (json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER))
-        return bs_error("%s: cannot write", path);
-    return 0;
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9) | JSON_PRESERVE_ORDER);
+    if (!s) return bs_error("%s: cannot encode JSON", path);
+    int rc = bs_write_file_atomic(path, s, strlen(s));
+    free(s);
+    return rc;
 }
 
 /* Stream one GGUF tensor into the safetensors writer as `dtype` (same bytes, or dequantized). */
@@ -271,6 +274,12 @@ done:
 
 int bs_convert_drafter_to_st(const char *in_gguf, const char *out_dir, int n_threads) {
     if (make_dir(out_dir)) return -1;
+    const char *inputs[] = {in_gguf};
+    char *st_path = path_join(out_dir, "model.safetensors"), *cfg_path = path_join(out_dir, "config.json");
+    int same = bs_check_not_input(st_path, inputs, 1) || bs_check_not_input(cfg_path, inputs, 1);
+    free(st_path);
+    free(cfg_path);
+    if (same) return -1;
     gguf_file *f = gguf_open(in_gguf, 0);
     if (!f) return -1;
     bs_pool *pool = bs_pool_new(n_threads > 0 ? n_threads : bs_cpu_count());
@@ -444,6 +453,8 @@ int bs_convert_drafter_to_gguf(const char *in_dir, const char *out_gguf, int n_t
     json_t *cfg = bs_json_load_file(cfg_path);
     free(cfg_path);
     if (!cfg) return -1;
+    const char *inputs[] = {in_dir};
+    if (bs_check_not_input(out_gguf, inputs, 1)) { json_decref(cfg); return -1; }
     st_model *m = st_model_open(in_dir, 0);
     gguf_writer *w = m ? gguf_w_open(out_gguf) : NULL;
     int rc = w ? st_to_gguf(m, cfg, in_dir, w) : -1;

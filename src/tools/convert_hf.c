@@ -17,6 +17,7 @@
 #include "formats/quantize.h"
 #include "formats/safetensors.h"
 #include "io/threadpool.h"
+#include "io/atomic_file.h"
 #include "io/util.h"
 
 #include <inttypes.h>
@@ -439,6 +440,8 @@ int bs_convert_hf_to_gguf(const char *in_dir, const char *out_gguf, int type, in
     json_t *cfg = bs_json_load_file(cp);
     free(cp);
     if (!cfg) return -1;
+    const char *inputs[] = {in_dir};
+    if (bs_check_not_input(out_gguf, inputs, 1)) { json_decref(cfg); return -1; }
     st_model *m = st_model_open(in_dir, 0);
     bs_pool *pool = m ? bs_pool_new(n_threads > 0 ? n_threads : bs_cpu_count()) : NULL;
     gguf_writer *w = pool ? gguf_w_open(out_gguf) : NULL;

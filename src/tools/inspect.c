@@ -257,6 +257,35 @@ static void describe_dspark(const gguf_file *f, json_t *model, const json_t *ten
     json_object_set_new(model, "main_type", json_string(main));
 }
 
+/* A LoRA adapter (general.type = adapter): its A/B pairs, rank and alpha, not a model. */
+static void describe_adapter(const gguf_file *f, json_t *model, const json_t *tensors, const char *arch) {
+    int64_t pairs = 0, rank = -1;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        size_t n = strlen(t->name);
+        if (n > 7 && strcmp(t->name + n - 7, ".lora_a") == 0) {
+            pairs++;
+            if (t->n_dims == 2 && rank < 0) rank = t->ne[1];
+        }
+    }
+    float alpha = 0;
+    bool has_alpha = gguf_get_f32(f, "adapter.lora.alpha", &alpha) == 0;
+    const char *atype = gguf_get_str(f, "adapter.type");
+    char fmt[160], desc[400], al[48] = "";
+    format_summary(tensors, main_type(tensors), fmt, sizeof fmt);
+    if (has_alpha) snprintf(al, sizeof al, ", alpha %g", (double)alpha);
+    snprintf(desc, sizeof desc, "%.32s adapter for %.64s (%lld tensor pairs, rank %lld%s), %s",
+             atype && !strcmp(atype, "lora") ? "LoRA" : atype ? atype : "unknown", arch ? arch : "an unknown model",
+             (long long)pairs, (long long)rank, al, fmt);
+    json_object_set_new(model, "kind", json_string("adapter"));
+    json_object_set_new(model, "adapter_type", atype ? json_string(atype) : json_null());
+    json_object_set_new(model, "pairs", json_integer(pairs));
+    json_object_set_new(model, "rank", json_integer(rank));
+    if (has_alpha) json_object_set_new(model, "alpha", json_real(alpha));
+    json_object_set_new(model, "format", json_string(fmt));
+    json_object_set_new(model, "description", json_string(desc));
+}
+
 /* --- GGUF ---------------------------------------------------------------------------------- */
 /* "tokenizer": {model, pre, normalization, normalization_source} for files with a vocabulary;
  * an invalid normalizer key shows as normalization null with the error. */
@@ -306,7 +335,10 @@ json_t *bs_inspect_gguf(const gguf_file *f) {
     json_t *model = json_object();
     const char *arch = gguf_get_str(f, "general.architecture");
     json_object_set_new(model, "architecture", arch ? json_string(arch) : json_null());
-    if (arch && strcmp(arch, "qwen35") == 0) {
+    const char *gtype = gguf_get_str(f, "general.type");
+    if (gtype && strcmp(gtype, "adapter") == 0) {
+        describe_adapter(f, model, tensors, arch);
+    } else if (arch && strcmp(arch, "qwen35") == 0) {
         describe_qwen35(f, model, tensors);
     } else if (arch && strcmp(arch, "dspark") == 0) {
         describe_dspark(f, model, tensors);
@@ -428,6 +460,21 @@ static json_t *load_config(const char *dir) {
     return c;
 }
 
+/* A file named *.safetensors goes to the safetensors reader (its errors are precise); any
+ * other file must at least start like one: an 8-byte header length that fits, then '{'. */
+static bool looks_like_safetensors(const char *path, uint64_t size) {
+    size_t n = strlen(path);
+    if (n >= 12 && strcmp(path + n - 12, ".safetensors") == 0) return true;
+    FILE *fp = fopen(path, "rb");
+    unsigned char h[9];
+    bool ok = fp && fread(h, 1, 9, fp) == 9;
+    if (fp) fclose(fp);
+    if (!ok) return false;
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; i--) len = len << 8 | h[i];
+    return len >= 2 && len <= size - 8 && h[8] == '{';
+}
+
 json_t *bs_inspect_path(const char *path, bool no_mmap) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -440,6 +487,10 @@ json_t *bs_inspect_path(const char *path, bool no_mmap) {
         json_t *info = bs_inspect_gguf(f);
         gguf_close(f);
         return info;
+    }
+    if (!S_ISDIR(st.st_mode) && !looks_like_safetensors(path, (uint64_t)st.st_size)) {
+        bs_error("%s: not a GGUF or safetensors file", path);
+        return NULL;
     }
     st_model *m = st_model_open(path, no_mmap ? ST_OPEN_NO_MMAP : ST_OPEN_META_ONLY);
     if (!m) return NULL;

@@ -4,6 +4,7 @@
  * flips). */
 #include "model/lora.h"
 #include "formats/quant.h"
+#include "io/atomic_file.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -117,6 +118,15 @@ int bs_lora_merge(const bs_lora_merge_params *p, bs_lora_merge_stats *total) {
     gguf_file *f = gguf_open(p->base, 0);
     if (!f) return -1;
     if (check(p, f)) { gguf_close(f); return -1; }
+    /* the base is mapped and the adapters are inputs too: writing over any of them would
+     * destroy it (the output is renamed into place only at the end, but refuse anyway: the
+     * user almost certainly mistyped) */
+    const char **inputs = bs_xmalloc((size_t)(p->n_loras + 1) * sizeof *inputs);
+    inputs[0] = p->base;
+    for (int k = 0; k < p->n_loras; k++) inputs[k + 1] = p->loras[k]->path;
+    int same = bs_check_not_input(p->out, inputs, p->n_loras + 1);
+    free(inputs);
+    if (same) { gguf_close(f); return -1; }
     gguf_writer *w = gguf_w_open(p->out);
     if (!w) { gguf_close(f); return -1; }
     for (uint64_t i = 0; i < f->n_kv; i++) gguf_w_set_value(w, f->kv[i].key.s, &f->kv[i].val);

@@ -11,6 +11,7 @@ import { readFileSync } from 'node:fs';
 const require = createRequire(process.env.BS_NODE_DIR + '/');
 const OpenAI = require('openai').default ?? require('openai');
 const URL_ = process.env.BS_URL;
+const JSON_HDR = { 'Content-Type': 'application/json' };   // the server refuses other POST bodies
 const E = JSON.parse(readFileSync(process.env.BS_EXPECT, 'utf8'));
 const client = new OpenAI({ baseURL: URL_ + '/v1', apiKey: 'sk-test', maxRetries: 0, timeout: 60_000 });
 const K = E.cycle_len, M = E.escape_len;
@@ -31,13 +32,13 @@ function hasLoop(text, minRepeats = 4, minChars = 60) {
 }
 
 async function post(path, body) {
-  const r = await fetch(URL_ + path, { method: 'POST', body: JSON.stringify(body) });
+  const r = await fetch(URL_ + path, { method: 'POST', headers: JSON_HDR, body: JSON.stringify(body) });
   return { status: r.status, json: await r.json() };
 }
 
 // POST with stream: true; returns the parsed `data:` events (without [DONE]) and whether it ended.
 async function postStream(path, body) {
-  const r = await fetch(URL_ + path, { method: 'POST', body: JSON.stringify({ ...body, stream: true }) });
+  const r = await fetch(URL_ + path, { method: 'POST', headers: JSON_HDR, body: JSON.stringify({ ...body, stream: true }) });
   assert.equal(r.status, 200);
   const raw = await r.text();
   const events = raw.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));

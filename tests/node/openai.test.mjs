@@ -8,6 +8,7 @@ import { createRequire } from 'node:module';
 const require = createRequire(process.env.BS_NODE_DIR + '/');
 const OpenAI = require('openai').default ?? require('openai');
 const URL_ = process.env.BS_URL;
+const JSON_HDR = { 'Content-Type': 'application/json' };   // the server refuses other POST bodies
 const client = new OpenAI({ baseURL: URL_ + '/v1', apiKey: 'sk-test', maxRetries: 0, timeout: 60_000 });
 const noThink = { chat_template_kwargs: { enable_thinking: false } };
 const msgs = (text) => [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: text }];
@@ -156,7 +157,7 @@ test('tools: offered tools render, a tool call round trip renders, tool_calls sh
   const r2 = await client.chat.completions.create({ model: 'x', messages: convo, tools, max_tokens: 4,
     temperature: 0, ...noThink });
   assert.equal(r2.choices[0].message.role, 'assistant');
-  const p = await (await fetch(URL_ + '/apply-template', { method: 'POST',
+  const p = await (await fetch(URL_ + '/apply-template', { method: 'POST', headers: JSON_HDR,
     body: JSON.stringify({ messages: convo, tools, ...noThink }) })).json();
   assert.match(p.prompt, /<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n<\/parameter>/);
   assert.match(p.prompt, /<tool_response>\n\{"temp": 21\}\n<\/tool_response>/);
@@ -202,7 +203,7 @@ test('errors surface as APIError with the OpenAI shape', async () => {
 });
 
 test('tokenize / detokenize round trip', async () => {
-  const post = async (p, b) => (await fetch(URL_ + p, { method: 'POST', body: JSON.stringify(b) })).json();
+  const post = async (p, b) => (await fetch(URL_ + p, { method: 'POST', headers: JSON_HDR, body: JSON.stringify(b) })).json();
   const text = 'Hello world, <|im_start|>user ünïcode';
   const t = await post('/tokenize', { content: text });
   assert.ok(t.tokens.length > 3 && t.tokens.every(Number.isInteger));
@@ -261,7 +262,7 @@ test('prompt cache: a second turn reuses the first and answers as if computed fr
   // fill every slot with unrelated conversations, then ask again: computed without the cache
   await Promise.all(['x1', 'x2', 'x3', 'x4'].map((p) => client.chat.completions.create({ model: 'x',
     messages: [{ role: 'user', content: 'Unrelated ' + p }], max_tokens: 2, temperature: 0, ...noThink })));
-  const fresh = await fetch(URL_ + '/v1/chat/completions', { method: 'POST',
+  const fresh = await fetch(URL_ + '/v1/chat/completions', { method: 'POST', headers: JSON_HDR,
     body: JSON.stringify({ ...req2, cache_prompt: false }) }).then((r) => r.json());
   assert.equal(fresh.choices[0].message.content, a2.choices[0].message.content);
 });

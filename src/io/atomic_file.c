@@ -1,0 +1,223 @@
+/* atomic_file.c: temporary + fsync + rename writers (see atomic_file.h). */
+#include "io/atomic_file.h"
+
+#include "io/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct bs_afile {
+    char *path, *tmp;
+    FILE *fp;
+    int slot;                      /* index in the signal-cleanup table, -1 if it was full */
+};
+
+/* Temporaries the signal handler removes. A handler may only call async-signal-safe functions,
+ * so the table is fixed: a slot's name is written before `used` is set and cleared after. */
+#define AF_SLOTS 16
+#define AF_NAME 4096
+static struct { atomic_int used; char name[AF_NAME]; } af_table[AF_SLOTS];
+static pthread_mutex_t af_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool af_handlers;
+
+static void af_on_signal(int sig) {
+    for (int i = 0; i < AF_SLOTS; i++)
+        if (atomic_load(&af_table[i].used)) unlink(af_table[i].name);
+    signal(sig, SIG_DFL);          /* then die of the same signal, as the default would */
+    raise(sig);
+}
+
+/* Install the cleanup handler for the signals a user sends to stop a tool (Ctrl-C, kill,
+ * a closed terminal), only where the program kept the default action: a program with its own
+ * handler (the server) decides itself how it stops. */
+static void af_install_handlers(void) {
+    if (af_handlers) return;
+    af_handlers = true;
+    const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = af_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+static int af_register(const char *tmp) {
+    if (strlen(tmp) >= AF_NAME) return -1;
+    pthread_mutex_lock(&af_lock);
+    af_install_handlers();
+    int slot = -1;
+    for (int i = 0; i < AF_SLOTS && slot < 0; i++)
+        if (!atomic_load(&af_table[i].used)) {
+            memcpy(af_table[i].name, tmp, strlen(tmp) + 1);
+            atomic_store(&af_table[i].used, 1);
+            slot = i;
+        }
+    pthread_mutex_unlock(&af_lock);
+    return slot;
+}
+
+static void af_unregister(int slot) {
+    if (slot >= 0) atomic_store(&af_table[slot].used, 0);
+}
+
+static char *dir_of(const char *path) {
+    char *copy = bs_xstrdup(path);
+    char *d = bs_xstrdup(dirname(copy));
+    free(copy);
+    return d;
+}
+
+bs_afile *bs_afile_open(const char *path) {
+    char *copy = bs_xstrdup(path);
+    const char *base = basename(copy);
+    char *dir = dir_of(path);
+    size_t cap = strlen(dir) + strlen(base) + 64;
+    char *tmp = bs_xmalloc(cap);
+    /* O_EXCL with a fresh name per try rather than mkstemp: mkstemp makes 0600 files, and the
+     * result should get the usual 0666 & ~umask like any file a tool creates. */
+    static atomic_uint counter;
+    int fd = -1;
+    for (int tries = 0; tries < 100 && fd < 0; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(tmp, cap, "%s/.%s.tmp-%ld-%u-%lx", dir, base, (long)getpid(),
+                 atomic_fetch_add(&counter, 1), (unsigned long)ts.tv_nsec);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    free(copy);
+    free(dir);
+    if (fd < 0) {
+        bs_error("%s: %s", path, strerror(errno));
+        free(tmp);
+        return NULL;
+    }
+    bs_afile *a = bs_xcalloc(1, sizeof *a);
+    a->path = bs_xstrdup(path);
+    a->tmp = tmp;
+    a->slot = af_register(tmp);
+    a->fp = fdopen(fd, "wb");
+    if (!a->fp) {
+        bs_error("%s: %s", path, strerror(errno));
+        close(fd);
+        a->fp = NULL;
+        bs_afile_abort(a);
+        return NULL;
+    }
+    setvbuf(a->fp, NULL, _IOFBF, 1 << 20);
+    return a;
+}
+
+FILE *bs_afile_fp(bs_afile *a) { return a->fp; }
+
+static void af_free(bs_afile *a) {
+    af_unregister(a->slot);
+    free(a->path);
+    free(a->tmp);
+    free(a);
+}
+
+void bs_afile_abort(bs_afile *a) {
+    if (!a) return;
+    if (a->fp) fclose(a->fp);
+    unlink(a->tmp);
+    af_free(a);
+}
+
+/* The rename is durable only once the directory entry is on disk too. Filesystems that
+ * cannot fsync a directory (EINVAL) have nothing more to do. */
+static int fsync_dir(const char *path) {
+    char *dir = dir_of(path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+    if (fd >= 0) {
+        if (fsync(fd) != 0 && errno != EINVAL) rc = -1;
+        close(fd);
+    }
+    free(dir);
+    return rc;
+}
+
+int bs_afile_commit(bs_afile *a) {
+    int err = 0;
+    if (fflush(a->fp) != 0) err = errno;
+    if (!err && ferror(a->fp)) err = EIO;
+    if (!err && fsync(fileno(a->fp)) != 0 && errno != EINVAL) err = errno;
+    if (fclose(a->fp) != 0 && !err) err = errno;
+    a->fp = NULL;
+    if (!err && rename(a->tmp, a->path) != 0) err = errno;
+    if (err) {
+        bs_error("%s: %s", a->path, strerror(err));
+        unlink(a->tmp);
+        af_free(a);
+        return -1;
+    }
+    af_unregister(a->slot);   /* renamed: nothing left for the handler to remove */
+    int rc = fsync_dir(a->path) ? bs_error("%s: syncing its directory: %s", a->path, strerror(errno)) : 0;
+    af_free(a);
+    return rc;
+}
+
+int bs_write_file_atomic(const char *path, const void *data, size_t n) {
+    bs_afile *a = bs_afile_open(path);
+    if (!a) return -1;
+    if (n && fwrite(data, 1, n, a->fp) != n) {
+        int e = errno;
+        bs_afile_abort(a);
+        return bs_error("%s: %s", path, strerror(e ? e : EIO));
+    }
+    return bs_afile_commit(a);
+}
+
+static int refuse(const char *out, const char *in) {
+    return bs_error("refusing to write %s: it is the input %s (choose another output name)", out, in);
+}
+
+/* An input directory (a safetensors checkpoint, a PEFT adapter) holds the input files. */
+static int check_dir(const char *out, const struct stat *so, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int rc = 0;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        struct stat si;
+        if (fstatat(dirfd(d), e->d_name, &si, 0) == 0 && S_ISREG(si.st_mode) &&
+            si.st_dev == so->st_dev && si.st_ino == so->st_ino) {
+            size_t n = strlen(dir) + strlen(e->d_name) + 2;
+            char *full = bs_xmalloc(n);
+            snprintf(full, n, "%s/%s", dir, e->d_name);
+            rc = refuse(out, full);
+            free(full);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs) {
+    struct stat so;
+    if (stat(out, &so) != 0) return 0;     /* a new file cannot be an input */
+    for (int i = 0; i < n_inputs; i++) {
+        struct stat si;
+        if (!inputs[i] || stat(inputs[i], &si) != 0) continue;
+        if (S_ISDIR(si.st_mode)) {
+            if (check_dir(out, &so, inputs[i])) return -1;
+        } else if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+            return refuse(out, inputs[i]);
+        }
+    }
+    return 0;
+}

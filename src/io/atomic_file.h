@@ -1,0 +1,36 @@
+/* atomic_file.h: crash-safe output files and the "never write over an input" check.
+ *
+ * Every bitspark writer (quantize, convert, synth, lora merge, the exporters, antidoom outputs,
+ * the cost cache) goes through bs_afile: the data goes to a temporary file in the target's own
+ * directory (same filesystem, so the final rename is atomic), which is fsync'ed, renamed over
+ * the target and followed by an fsync of the directory. Until the rename the user's previous
+ * file is untouched; after it the new file is complete. A kill -9 or power loss can at worst
+ * leave a ".NAME.tmp-*" file next to the target, never a truncated file under its name. The
+ * temporary is removed on every error path and, for programs that leave SIGINT / SIGTERM /
+ * SIGHUP at their default action, by a signal handler before the process dies. */
+#ifndef BS_ATOMIC_FILE_H
+#define BS_ATOMIC_FILE_H
+
+#include <stdio.h>
+
+typedef struct bs_afile bs_afile;
+
+/* Create the temporary for `path` (mode 0666 minus umask). NULL + bs_error on failure. */
+bs_afile *bs_afile_open(const char *path);
+/* The stream to write to (fully buffered, 1 MiB). Do not fclose it. */
+FILE *bs_afile_fp(bs_afile *a);
+/* Flush, fsync, close, rename over the target, fsync the directory; frees a. 0, or -1 with
+ * bs_error naming the target (the temporary is removed and any previous file kept). */
+int bs_afile_commit(bs_afile *a);
+/* Give up: close and remove the temporary, keep any previous file; frees a. NULL is a no-op. */
+void bs_afile_abort(bs_afile *a);
+
+/* Whole small file (text, JSON) written atomically. 0 or -1 + bs_error. */
+int bs_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* Refuse an output that is one of the inputs: same device and inode (other spellings of the
+ * path, symlinks and hard links all resolve to the same file). Inputs that do not exist and a
+ * NULL entry are skipped. 0, or -1 with bs_error("refusing to write OUT: it is the input IN"). */
+int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs);
+
+#endif
