@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 
-RANK = {"io": 0, "formats": 1, "cpu": 2, "model": 3, "text": 4, "sample": 5, "dspark": 6,
+RANK = {"io": 0, "formats": 1, "cpu": 2, "vulkan": 2, "model": 3, "text": 4, "sample": 5, "dspark": 6,
         "generate": 7, "server": 8, "tools": 8, "cli": 9}
 
 
@@ -148,6 +148,8 @@ def include_graph(src):
                 faults.append(f"includes: {rel} includes a CLI header ({inc_file}.h)")
             if inc_layer == "cpu" and layer not in ("cpu", "cli") and inc_file != "compute":
                 faults.append(f"includes: {rel} reaches into the CPU backend (cpu/{inc_file}.h, not cpu/compute.h)")
+            if inc_layer == "vulkan" and layer != "vulkan" and inc_file != "backend":
+                faults.append(f"includes: {rel} reaches into the Vulkan backend (vulkan/{inc_file}.h, not vulkan/backend.h)")
             graph[name].add(f"{inc_layer}/{inc_file}.h")
     return graph, faults
 

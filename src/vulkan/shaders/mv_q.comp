@@ -1,0 +1,58 @@
+#version 450
+// mv_q.comp: y[r][row] = sum_i W[row][i] x[r][i] for Q8_0-activation formats, one invocation
+// per weight row, up to 8 activation rows per workgroup row (gl_WorkGroupID.y picks which 8).
+// Weights repacked at upload: for 32-element sub-block s, BITS code words at word (s*BITS+k)
+// of a row, stored row-interleaved ([word][rows]) so neighbouring invocations read
+// neighbouring words; one scale per SUBS sub-blocks ([group][rows]). Codes: BITS 1: bit set
+// = +1, clear = -1 (Q1_0); BITS 2: code - 1 (Q2_0); BITS 8: int8 (Q8_0).
+// Order per output: per group, blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); then
+// acc = fma(d_w, blk, acc). Each output's order is fixed, whatever the number of rows.
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint BITS = 1;
+layout(constant_id = 1) const uint SUBS = 4;
+layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
+layout(std430, binding = 1) readonly buffer WS { float ws[]; };
+layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
+layout(std430, binding = 3) readonly buffer AS { float as_[]; };
+layout(std430, binding = 4) buffer Y { float y[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, pad; } p;
+
+int weight(uint wv[8], uint j) {
+    if (BITS == 1u) return ((wv[0] >> j) & 1u) != 0u ? 1 : -1;
+    if (BITS == 2u) return int((wv[j >> 4] >> (2u * (j & 15u))) & 3u) - 1;
+    return bitfieldExtract(int(wv[j >> 2]), int(8u * (j & 3u)), 8);
+}
+
+void main() {
+    const uint row = gl_GlobalInvocationID.x;
+    if (row >= p.rows) return;
+    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+    const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
+    float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for (uint g = 0u; g < n_grp; g++) {
+        float blk[8];
+        for (uint k = 0u; k < SUBS; k++) {
+            const uint s = g * SUBS + k;
+            uint wv[8];
+            for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+            int wi[32];
+            for (uint j = 0u; j < 32u; j++) wi[j] = weight(wv, j);
+            for (uint r = 0u; r < nr; r++) {
+                const uint ab = (r0 + r) * n_sub + s;
+                int isum = 0;
+                for (uint w = 0u; w < 8u; w++) {
+                    const int a = int(aq[ab * 8u + w]);
+                    for (uint t = 0u; t < 4u; t++) isum += wi[w * 4u + t] * bitfieldExtract(a, int(8u * t), 8);
+                }
+                precise float v = k == 0u ? as_[ab] * float(isum) : fma(as_[ab], float(isum), blk[r]);
+                blk[r] = v;
+            }
+        }
+        const float dw = ws[g * p.rows + row];
+        for (uint r = 0u; r < nr; r++) {
+            precise float v = fma(dw, blk[r], acc[r]);
+            acc[r] = v;
+        }
+    }
+    for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = acc[r];
+}

@@ -1,0 +1,133 @@
+/* vk_internal.h: what the files of src/vulkan/ share and nothing outside them sees: the Vulkan
+ * entry points loaded at run time (libvulkan.so.1 through dlopen, so a binary built with the
+ * backend still runs where there is no Vulkan), the device context and the buffer helpers. */
+#ifndef BS_VK_INTERNAL_H
+#define BS_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include "vulkan/backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Entry points, by the level they are looked up at. */
+#define BS_VK_GLOBAL_FNS(X) \
+    X(vkCreateInstance) X(vkEnumerateInstanceLayerProperties) X(vkEnumerateInstanceExtensionProperties)
+#define BS_VK_INSTANCE_FNS(X) \
+    X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) \
+    X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) \
+    X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+#define BS_VK_DEVICE_FNS(X) \
+    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) \
+    X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) \
+    X(vkMapMemory) X(vkUnmapMemory) X(vkCreateShaderModule) X(vkDestroyShaderModule) \
+    X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout) \
+    X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
+    X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkResetDescriptorPool) \
+    X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) X(vkCreateCommandPool) \
+    X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) \
+    X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
+    X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) \
+    X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
+    X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
+    X(vkGetQueryPoolResults)
+
+typedef struct bs_vk_fns {
+#define BS_VK_DECL(f) PFN_##f f;
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+    BS_VK_GLOBAL_FNS(BS_VK_DECL)
+    BS_VK_INSTANCE_FNS(BS_VK_DECL)
+    PFN_vkCreateDebugUtilsMessengerEXT vkCreateDebugUtilsMessengerEXT;
+    PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT;
+    BS_VK_DEVICE_FNS(BS_VK_DECL)
+#undef BS_VK_DECL
+} bs_vk_fns;
+
+/* One instance for the process (created on first use, with the validation layer when
+ * BITSPARK_VK_VALIDATE=1). Returns NULL with bs_error when there is no loader or instance. */
+typedef struct bs_vk_instance {
+    bs_vk_fns fn;
+    VkInstance inst;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice *phys;
+    int n_phys;
+    bool validating;
+} bs_vk_instance;
+bs_vk_instance *bs_vk_instance_get(void);
+
+/* A buffer and its memory; map != NULL when the memory is host visible (mapped for its life). */
+typedef struct bs_vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    void *map;
+} bs_vk_buf;
+
+enum { BS_VK_PIPE_MAX_BIND = 6 };
+
+/* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
+typedef struct bs_vk_pipe {
+    VkShaderModule mod;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipe;
+    int n_bind;
+    uint32_t push_bytes;
+} bs_vk_pipe;
+
+/* Shaders embedded at build time (vk_shaders.c, generated). */
+typedef struct bs_vk_spirv {
+    const char *name;
+    const uint32_t *code;
+    size_t bytes;
+} bs_vk_spirv;
+const bs_vk_spirv *bs_vk_shader(const char *name);
+
+enum bs_vk_kernel {
+    BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
+    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_COUNT
+};
+
+struct bs_vk_ctx {
+    bs_vk_instance *vi;
+    const bs_vk_fns *fn;
+    VkPhysicalDevice phys;
+    bs_vk_device_info info;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceMemoryProperties memprops;
+    VkCommandPool cpool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    VkDescriptorPool dpool;
+    int dsets_used;
+    bool recording;
+    uint64_t max_binding;             /* maxStorageBufferRange */
+    uint64_t max_weight_binding;      /* what a weight part may bind: the same, or less with
+                                         BITSPARK_VK_MAX_BINDING (tests: force split tensors) */
+    bs_vk_pipe pipes[BS_VK_K_COUNT];
+    bs_vk_buf staging;                /* host-visible ring for uploads to device-local memory */
+};
+
+/* vk_buffer.c */
+int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
+void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
+int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
+int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
+
+/* vk_exec.c: one command buffer recorded, submitted and waited for. */
+int bs_vk_begin(bs_vk_ctx *c);
+/* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
+int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
+                   uint32_t gy, uint32_t gz);
+void bs_vk_barrier(bs_vk_ctx *c);
+int bs_vk_submit(bs_vk_ctx *c);
+int bs_vk_pipes_init(bs_vk_ctx *c);
+void bs_vk_pipes_free(bs_vk_ctx *c);
+
+#endif
