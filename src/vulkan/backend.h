@@ -98,6 +98,35 @@ typedef struct bs_vk_net_desc {
     const bs_vk_layer_desc *layers;
 } bs_vk_net_desc;
 
+/* --- the network on the device ------------------------------------------------------------- */
+typedef struct bs_vk_net bs_vk_net;
+/* Upload every weight (repacked as bs_vk_matrix_new does) and vector of the network. NULL with
+ * bs_error (e.g. out of device memory, or a shape the kernels do not take). */
+bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d);
+void bs_vk_net_free(bs_vk_net *n);
+
+/* One sequence on the device: residual stream and scratch, the F16 KV cache, the conv windows
+ * and delta-rule states, and a snapshot of the recurrent state for exact rollback. */
+typedef struct bs_vk_sess bs_vk_sess;
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch);
+void bs_vk_sess_free(bs_vk_sess *s);
+/* Evaluate n tokens at positions pos0..pos0+n-1 (rope: the host's [n][n_rot] cos/sin table of
+ * those positions). logits_mode 0: none, 1: the last row's, 2: every row's ([n][n_vocab]).
+ * taps: n_taps layer indices; tap_out gets [n][n_taps][n_embd] (the residual after each). */
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out);
+/* The recurrent state now becomes the snapshot / goes back to it (rollback then re-evaluates
+ * the kept tokens: the same kernels on the same inputs, so the same bits). */
+int bs_vk_sess_snapshot(bs_vk_sess *s);
+int bs_vk_sess_restore(bs_vk_sess *s);
+/* Zero the recurrent state (the KV cache needs no clearing: positions are rewritten). */
+int bs_vk_sess_reset(bs_vk_sess *s);
+/* The state in the CPU session's layouts (conv windows [K-1][conv_dim] and delta-rule states
+ * [n_v][d_v][d_k] per recurrent layer; F16 KV rows [pos][n_head_kv*head_dim] per attention
+ * layer, n_pos positions): to the host (to_host) or from it. */
+int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
+                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host);
+
 /* --- kernels (the pieces of a step; the tests hold them against the CPU oracle) ------------ */
 typedef struct bs_vk_matrix bs_vk_matrix;
 /* Upload W, repacked: Q1_0, Q2_0 and Q2_0_G64, Q8_0 keep their bits (codes and scales in

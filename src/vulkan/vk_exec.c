@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-enum { STAGING_BYTES = 16 << 20, MAX_SETS = 512 };
+enum { STAGING_BYTES = 16 << 20, MAX_SETS = 4096 };
 
 static int mem_type(const bs_vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want) {
     for (uint32_t i = 0; i < c->memprops.memoryTypeCount; i++)
@@ -110,6 +110,18 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MV_Q2_64] = {"mv_q", 5, 24, 2, {2, 2}},
     [BS_VK_K_MV_Q8] = {"mv_q", 5, 24, 2, {8, 1}},
     [BS_VK_K_MV_F32] = {"mv_f32", 3, 24, 0, {0}},
+    [BS_VK_K_ROWS_Q1] = {"get_rows", 4, 16, 2, {1, 4}},
+    [BS_VK_K_ROWS_Q2_128] = {"get_rows", 4, 16, 2, {2, 4}},
+    [BS_VK_K_ROWS_Q2_64] = {"get_rows", 4, 16, 2, {2, 2}},
+    [BS_VK_K_ROWS_Q8] = {"get_rows", 4, 16, 2, {8, 1}},
+    [BS_VK_K_ROWS_F32] = {"get_rows", 4, 16, 2, {32, 1}},
+    [BS_VK_K_NORM] = {"norm", 3, 36, 0, {0}},
+    [BS_VK_K_EW] = {"ew", 3, 16, 0, {0}},
+    [BS_VK_K_CONV] = {"conv", 4, 12, 0, {0}},
+    [BS_VK_K_DELTA] = {"delta", 5, 28, 0, {0}},
+    [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
+    [BS_VK_K_KV_STORE] = {"kv_store", 4, 8, 0, {0}},
+    [BS_VK_K_ATTN] = {"attn", 5, 24, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {

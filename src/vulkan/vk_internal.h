@@ -31,7 +31,7 @@
     X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) X(vkCreateCommandPool) \
     X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) \
     X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
-    X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) \
+    X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
     X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
     X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
     X(vkGetQueryPoolResults)
@@ -89,7 +89,10 @@ const bs_vk_spirv *bs_vk_shader(const char *name);
 
 enum bs_vk_kernel {
     BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
-    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_COUNT
+    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32,
+    BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
+    BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN,
+    BS_VK_K_COUNT
 };
 
 struct bs_vk_ctx {
@@ -114,7 +117,29 @@ struct bs_vk_ctx {
     bs_vk_buf staging;                /* host-visible ring for uploads to device-local memory */
 };
 
-/* vk_buffer.c */
+/* The layout of a matrix on the device (vk_kernels.c): parts of consecutive rows. */
+typedef struct bs_vk_mat_part {
+    bs_vk_buf codes, scales;
+    int64_t row0, rows;
+} bs_vk_mat_part;
+
+struct bs_vk_matrix {
+    int kernel;                  /* BS_VK_K_MV_* */
+    int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
+    int64_t ne0, ne1;
+    int n_parts;
+    bs_vk_mat_part *parts;
+};
+
+/* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
+ * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks);
+/* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
+ * by bs_vk_record_quant from the same x), F32 ones x. */
+int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
+                    int n, const bs_vk_buf *y);
+
+/* vk_exec.c */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);

@@ -8,19 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct mat_part {
-    bs_vk_buf codes, scales;
-    int64_t row0, rows;
-} mat_part;
-
-struct bs_vk_matrix {
-    int kernel;                  /* BS_VK_K_MV_* */
-    int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
-    int64_t ne0, ne1;
-    int n_parts;
-    mat_part *parts;
-};
-
 static int kernel_for(int type, int *bits, int *subs) {
     switch (type) {
     case BS_Q1_0: *bits = 1; *subs = 4; return BS_VK_K_MV_Q1;
@@ -87,7 +74,7 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     m->n_parts = (int)((W->ne1 + per - 1) / per);
     m->parts = bs_xcalloc((size_t)m->n_parts, sizeof *m->parts);
     for (int i = 0; i < m->n_parts; i++) {
-        mat_part *p = &m->parts[i];
+        bs_vk_mat_part *p = &m->parts[i];
         p->row0 = (int64_t)i * per;
         p->rows = BS_MIN(per, W->ne1 - p->row0);
         const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = (size_t)(scale_bytes * (uint64_t)p->rows);
@@ -125,11 +112,24 @@ typedef struct q8_push { uint32_t n_blocks, pad; } q8_push;
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
-/* Record the quantizer over n rows of d in x into aq / as. */
-static int record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks) {
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks) {
     q8_push qp = {(uint32_t)n_blocks, 0};
     const bs_vk_buf *b[3] = {x, aq, as};
+    if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
     return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
+}
+
+int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
+                    int n, const bs_vk_buf *y) {
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    for (int i = 0; i < m->n_parts; i++) {
+        const bs_vk_mat_part *p = &m->parts[i];
+        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, 0};
+        const bs_vk_buf *bi[5] = {&p->codes, &p->scales, aq, as, y};
+        const bs_vk_buf *bf[3] = {&p->codes, x, y};
+        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)) return -1;
+    }
+    return 0;
 }
 
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
@@ -145,16 +145,10 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc && !f32) {
-        rc = record_quant(c, &bx, &bq, &bs, nb);
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, nb);
         bs_vk_barrier(c);
     }
-    for (int i = 0; i < m->n_parts && !rc; i++) {
-        const mat_part *p = &m->parts[i];
-        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, 0};
-        const bs_vk_buf *bi[5] = {&p->codes, &p->scales, &bq, &bs, &by};
-        const bs_vk_buf *bf[3] = {&p->codes, &bx, &by};
-        rc = bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1);
-    }
+    if (!rc) rc = bs_vk_record_mv(c, m, &bx, &bq, &bs, n, &by);
     if (c->recording) rc = bs_vk_submit(c) || rc;
     if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
     bs_vk_buf_free(c, &bx);
@@ -196,7 +190,7 @@ int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
     if (!rc) rc = bs_vk_buf_write(c, &bx, 0, x, nb * 128);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc) {
-        rc = record_quant(c, &bx, &bq, &bs, nb);
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, nb);
         rc = bs_vk_submit(c) || rc;
     }
     if (!rc) {

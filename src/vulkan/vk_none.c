@@ -35,3 +35,20 @@ int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
     return bs_error("no Vulkan backend");
 }
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
+bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
+void bs_vk_net_free(bs_vk_net *n) { (void)n; }
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch) { (void)n; (void)n_ctx; (void)n_batch; return NULL; }
+void bs_vk_sess_free(bs_vk_sess *s) { (void)s; }
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_restore(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_reset(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
+                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
+    (void)s; (void)conv; (void)ssm; (void)conv_stride; (void)ssm_stride; (void)k; (void)v; (void)kv_stride; (void)n_pos; (void)to_host;
+    return bs_error("no Vulkan backend");
+}

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // quant_q8.comp: activations to int8 32-blocks the way the CPU path quantizes them for Q8_0
 // products (x86 llama.cpp rounding): d = amax/127 (kept at fp16 precision), q = round half to
 // even of x * (127/amax). Divisions are corrected to the correctly rounded quotient (a Vulkan
@@ -17,17 +18,7 @@ float div_rn(float a, float b) {
     return fma(e, 1.0 / b, r);
 }
 
-// f to the nearest fp16 value (ties to even), as a float
-float f16_round(float f) {
-    uint u = floatBitsToUint(f);
-    uint e = (u >> 23) & 0xffu;
-    if (e < 113u) {   // below fp16's normal range: multiples of 2^-24
-        precise float k = roundEven(f * 16777216.0);
-        return k / 16777216.0;
-    }
-    u += 0xfffu + ((u >> 13) & 1u);
-    return uintBitsToFloat(u & ~0x1fffu);
-}
+#include "f16.glsl"
 
 void main() {
     const uint b = gl_GlobalInvocationID.x;
