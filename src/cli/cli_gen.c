@@ -132,6 +132,7 @@ void cli_gen_help(void) {
         "  -t, --threads N         threads (default: all cores)\n"
         "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
         "  --no-mmap               read the model into memory instead of mapping it\n"
+        "  --device D              auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
         "sampling (llama.cpp order and defaults):\n"
         "  --temp T                temperature, <= 0 is greedy (0.8)\n"
         "  --top-k K               0 = off (40)\n"
@@ -225,6 +226,9 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         o->n_ctx = (int)x;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else if (!strcmp(a, "--device")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        o->device = v;
     } else if (!strcmp(a, "--ignore-eos")) {
         o->ignore_eos = true;
     } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {

@@ -38,6 +38,7 @@ void help_serve(void) {
            "  --max-connections N     simultaneous connections (256)\n"
            "  --no-webui              no chat page at /\n"
            "  --no-mmap               read the model into memory\n"
+           "  --device D              auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
            "  -v, --verbose           more logging\n"
            "\n");
     cli_gen_guard_help();
@@ -100,6 +101,7 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
+        else if (!strcmp(a, "--device")) { if (!(c->device = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) bs_log_level = 2;
         else return bs_error("unknown option '%s' (see bitspark help serve)", a);
 #undef INT_OPT

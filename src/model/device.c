@@ -85,8 +85,9 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
             return 0;
         }
     } else if (index < 0 && (index = bs_vk_pick(true)) < 0) {
-        const char *why = bs_last_error();
-        return bs_error("--device vulkan: %s", why && *why ? why : "no Vulkan device");
+        char why[512];
+        snprintf(why, sizeof why, "%s", bs_last_error() && *bs_last_error() ? bs_last_error() : "no Vulkan device");
+        return bs_error("--device %s: %s", spec, why);
     }
     if (!(m->vk = bs_vk_open(index)) || !(m->vk_net = upload(m))) {
         if (named) return bs_error_prefix("--device %s: ", spec);

@@ -17,7 +17,7 @@ int srv_start(srv *s, const srv_config *cfg) {
     pthread_mutex_init(&s->metrics.mu, NULL);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
-    bs_model_params mp = {.no_mmap = cfg->no_mmap};
+    bs_model_params mp = {.no_mmap = cfg->no_mmap, .device = cfg->device};
     if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);

@@ -42,6 +42,7 @@
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
+    const char *device;        /* bs_model_params.device (--device) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
     int max_connections;

@@ -122,6 +122,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
     [BS_VK_K_KV_STORE] = {"kv_store", 4, 8, 0, {0}},
     [BS_VK_K_ATTN] = {"attn", 5, 24, 0, {0}},
+    [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {

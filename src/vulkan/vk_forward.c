@@ -120,7 +120,7 @@ struct bs_vk_sess {
     bs_vk_net *net;
     int n_ctx, B;                 /* B: rows per submission */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, tok, rope, logits, scores, taps;
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, xr, tok, rope, logits, scores, taps;
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
 };
 
@@ -154,7 +154,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
              bs_vk_buf_new(c, &s->d, 4 * B * s->wd, false) ||
              bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
-             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, 4 * B * (size_t)hp->n_vocab, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
@@ -180,7 +180,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -280,6 +280,11 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
     if (W->kernel != BS_VK_K_MV_F32 && quantize) {
         TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
+    }
+    if (W->act) {
+        TRY(bs_vk_record_act(c, W, x, &s->xr, n));
+        bs_vk_barrier(c);
+        x = &s->xr;
     }
     return bs_vk_record_mv(c, W, x, &s->aq, &s->as, n, y);
 }

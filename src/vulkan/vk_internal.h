@@ -91,7 +91,7 @@ enum bs_vk_kernel {
     BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
     BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32,
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
-    BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN,
+    BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
     BS_VK_K_COUNT
 };
 
@@ -126,6 +126,8 @@ typedef struct bs_vk_mat_part {
 struct bs_vk_matrix {
     int kernel;                  /* BS_VK_K_MV_* */
     int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
+    int act;                     /* F32 layouts: how the CPU path rounds their activations
+                                    (act_round.comp mode: 0 none, 1 F16, 2 BF16, 3 Q8, 4 Q8_K) */
     int64_t ne0, ne1;
     int n_parts;
     bs_vk_mat_part *parts;
@@ -135,7 +137,9 @@ struct bs_vk_matrix {
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
 int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks);
 /* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
- * by bs_vk_record_quant from the same x), F32 ones x. */
+ * by bs_vk_record_quant from the same x), F32 ones x (rounded first into xr by
+ * bs_vk_record_act when m->act is set: then pass xr as x). */
+int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     int n, const bs_vk_buf *y);
 

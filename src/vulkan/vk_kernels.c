@@ -57,6 +57,11 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     }
     bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
     m->kernel = kernel_for(W->type, &m->bits, &m->subs);
+    const bs_type_traits *tt = bs_type_get(W->type);
+    const int vdt = tt ? tt->vec_dot_type : BS_F32;
+    m->act = m->kernel != BS_VK_K_MV_F32 ? 0 : vdt == BS_F16 ? 1 : vdt == BS_BF16 ? 2
+           : (vdt == BS_Q8_0 || vdt == BS_Q8_1) ? 3 : vdt == BS_Q8_K ? 4 : 0;
+    if (m->act == 4 && W->ne0 % 256) m->act = 0;
     m->ne0 = W->ne0;
     m->ne1 = W->ne1;
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
@@ -119,6 +124,14 @@ int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, co
     return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
 }
 
+int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n) {
+    const uint64_t nb = (uint64_t)n * m->ne0 / (m->act == 4 ? 256 : 32);
+    uint32_t push[2] = {(uint32_t)m->act, (uint32_t)nb};
+    const bs_vk_buf *b[2] = {x, xr};
+    if (groups(nb, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
+    return bs_vk_dispatch(c, BS_VK_K_ACT_ROUND, b, push, groups(nb, 64), 1, 1);
+}
+
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     int n, const bs_vk_buf *y) {
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
@@ -136,25 +149,31 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     if (n <= 0 || n > 65535 * 8) return bs_error("Vulkan matvec: bad row count %d", n);
     const uint64_t xb = 4u * (uint64_t)n * m->ne0, yb = 4u * (uint64_t)n * m->ne1;
     if (xb > c->max_binding || yb > c->max_binding) return bs_error("Vulkan matvec: %d rows do not fit one binding", n);
-    bs_vk_buf bx, by, bq = {0}, bs = {0};
+    bs_vk_buf bx, by, bq = {0}, bs = {0}, br = {0};
     if (bs_vk_buf_new(c, &bx, xb, true)) return -1;
     if (bs_vk_buf_new(c, &by, yb, true)) { bs_vk_buf_free(c, &bx); return -1; }
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     const uint64_t nb = (uint64_t)n * m->ne0 / 32;
     int rc = bs_vk_buf_write(c, &bx, 0, x, xb);
     if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false);
+    if (!rc && m->act) rc = bs_vk_buf_new(c, &br, xb, false);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc && !f32) {
         rc = bs_vk_record_quant(c, &bx, &bq, &bs, nb);
         bs_vk_barrier(c);
     }
-    if (!rc) rc = bs_vk_record_mv(c, m, &bx, &bq, &bs, n, &by);
+    if (!rc && m->act) {
+        rc = bs_vk_record_act(c, m, &bx, &br, n);
+        bs_vk_barrier(c);
+    }
+    if (!rc) rc = bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, n, &by);
     if (c->recording) rc = bs_vk_submit(c) || rc;
     if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
     bs_vk_buf_free(c, &bx);
     bs_vk_buf_free(c, &by);
     bs_vk_buf_free(c, &bq);
     bs_vk_buf_free(c, &bs);
+    bs_vk_buf_free(c, &br);
     return rc ? -1 : 0;
 }
 
