@@ -41,9 +41,9 @@ static void check_quantizer(bs_vk_ctx *c) {
     free(x); free(cpu); free(gpu);
 }
 
-/* The CPU path's result for one output: the weight type's activation format and scalar dot
- * product where it has an integer one, float64 over the dequantized weights otherwise; mag is
- * the sum of |terms| (the scale of rounding). */
+/* The CPU path's result for one output: the weight type's activation conversion and scalar
+ * dot product (the oracle the CPU kernels are tested against), float64 for F32; mag is the
+ * sum of |terms| (the scale of rounding). */
 static double oracle(int type, const uint8_t *wrow, const float *x, int64_t d, double *mag) {
     const bs_type_traits *t = bs_type_get(type);
     float *wf = malloc(sizeof *wf * (size_t)d);
@@ -51,8 +51,8 @@ static double oracle(int type, const uint8_t *wrow, const float *x, int64_t d, d
     double s = 0, m = 0;
     for (int64_t i = 0; i < d; i++) { s += (double)wf[i] * x[i]; m += fabs((double)wf[i] * x[i]); }
     *mag = m;
-    if (t->vec_dot_type == BS_Q8_0 && type != BS_Q4_0) {
-        uint8_t *a = malloc(bs_row_size(BS_Q8_0, d));
+    if (t->act_from_float) {
+        uint8_t *a = malloc(bs_row_size(t->vec_dot_type, d));
         t->act_from_float(x, a, d);
         float f;
         t->vec_dot(d, &f, wrow, a);

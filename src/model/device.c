@@ -115,8 +115,7 @@ const char *bs_model_device(const bs_model *m) { return m->device_name; }
 /* --- sessions on the device ---------------------------------------------------------------- */
 int bs_device_session_new(bs_session *s) {
     if (!s->m->vk_net) return 0;
-    if (s->kv_type != BS_KV_F16) return bs_error("the Vulkan backend keeps an F16 KV cache (kv_type F32 asked)");
-    return (s->vk = bs_vk_sess_new(s->m->vk_net, s->n_ctx, s->n_batch)) ? 0 : -1;
+    return (s->vk = bs_vk_sess_new(s->m->vk_net, s->n_ctx, s->n_batch, s->kv_type == BS_KV_F32)) ? 0 : -1;
 }
 
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {

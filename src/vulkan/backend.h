@@ -105,10 +105,11 @@ typedef struct bs_vk_net bs_vk_net;
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d);
 void bs_vk_net_free(bs_vk_net *n);
 
-/* One sequence on the device: residual stream and scratch, the F16 KV cache, the conv windows
+/* One sequence on the device: residual stream and scratch, the KV cache (F16, or F32 when
+ * kv_f32), the conv windows
  * and delta-rule states, and a snapshot of the recurrent state for exact rollback. */
 typedef struct bs_vk_sess bs_vk_sess;
-bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch);
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32);
 void bs_vk_sess_free(bs_vk_sess *s);
 /* Evaluate n tokens at positions pos0..pos0+n-1 (rope: the host's [n][n_rot] cos/sin table of
  * those positions). logits_mode 0: none, 1: the last row's, 2: every row's ([n][n_vocab]).
@@ -122,7 +123,7 @@ int bs_vk_sess_restore(bs_vk_sess *s);
 /* Zero the recurrent state (the KV cache needs no clearing: positions are rewritten). */
 int bs_vk_sess_reset(bs_vk_sess *s);
 /* The state in the CPU session's layouts (conv windows [K-1][conv_dim] and delta-rule states
- * [n_v][d_v][d_k] per recurrent layer; F16 KV rows [pos][n_head_kv*head_dim] per attention
+ * [n_v][d_v][d_k] per recurrent layer; F16/F32 KV rows [pos][n_head_kv*head_dim] per attention
  * layer, n_pos positions): to the host (to_host) or from it. */
 int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host);

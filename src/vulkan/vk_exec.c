@@ -103,13 +103,15 @@ typedef struct kernel_def {
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_COPY] = {"copy", 2, 4, 0, {0}},
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
-    [BS_VK_K_QUANT_Q8] = {"quant_q8", 3, 8, 0, {0}},
+    [BS_VK_K_QUANT_Q8] = {"quant_q8", 4, 8, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
-    [BS_VK_K_MV_Q1] = {"mv_q", 5, 24, 2, {1, 4}},
-    [BS_VK_K_MV_Q2_128] = {"mv_q", 5, 24, 2, {2, 4}},
-    [BS_VK_K_MV_Q2_64] = {"mv_q", 5, 24, 2, {2, 2}},
-    [BS_VK_K_MV_Q8] = {"mv_q", 5, 24, 2, {8, 1}},
+    [BS_VK_K_MV_Q1] = {"mv_q", 6, 24, 2, {1, 4}},
+    [BS_VK_K_MV_Q2_128] = {"mv_q", 6, 24, 2, {2, 4}},
+    [BS_VK_K_MV_Q2_64] = {"mv_q", 6, 24, 2, {2, 2}},
+    [BS_VK_K_MV_Q8] = {"mv_q", 6, 24, 2, {8, 1}},
     [BS_VK_K_MV_F32] = {"mv_f32", 3, 24, 0, {0}},
+    [BS_VK_K_MV_Q4_1] = {"mv_q", 6, 24, 2, {4, 1}},
+    [BS_VK_K_ROWS_Q4_1] = {"get_rows", 4, 16, 2, {4, 1}},
     [BS_VK_K_ROWS_Q1] = {"get_rows", 4, 16, 2, {1, 4}},
     [BS_VK_K_ROWS_Q2_128] = {"get_rows", 4, 16, 2, {2, 4}},
     [BS_VK_K_ROWS_Q2_64] = {"get_rows", 4, 16, 2, {2, 2}},
@@ -120,8 +122,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_CONV] = {"conv", 4, 12, 0, {0}},
     [BS_VK_K_DELTA] = {"delta", 5, 28, 0, {0}},
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
-    [BS_VK_K_KV_STORE] = {"kv_store", 4, 8, 0, {0}},
-    [BS_VK_K_ATTN] = {"attn", 5, 24, 0, {0}},
+    [BS_VK_K_KV_STORE] = {"kv_store", 4, 12, 0, {0}},
+    [BS_VK_K_ATTN] = {"attn", 5, 28, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
 };
 

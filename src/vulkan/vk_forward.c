@@ -119,19 +119,21 @@ void bs_vk_net_free(bs_vk_net *n) {
 struct bs_vk_sess {
     bs_vk_net *net;
     int n_ctx, B;                 /* B: rows per submission */
+    bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, xr, tok, rope, logits, scores, taps;
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps;
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
 };
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
-bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) {
     const bs_vk_net_desc *hp = &net->hp;
     bs_vk_ctx *c = net->c;
     bs_vk_sess *s = bs_xcalloc(1, sizeof *s);
     s->net = net;
     s->n_ctx = n_ctx;
+    s->kv_f32 = kv_f32;
     s->B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
     const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
     const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
@@ -141,7 +143,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
     s->wc = zmax(cd, Hkv * D);
     s->wd = zmax(vdim, H * D);
     s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
-    const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * 2, sc_bytes = 4u * B * H * (uint64_t)n_ctx;
+    const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
     if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || 4u * B * (uint64_t)hp->n_vocab > c->max_binding) {
         bs_error("Vulkan: a context of %d positions does not fit one binding of %llu bytes", n_ctx,
                  (unsigned long long)c->max_binding);
@@ -155,6 +157,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
              bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, 4 * B * (size_t)hp->n_vocab, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
@@ -180,7 +183,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -228,7 +231,7 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
-    const size_t kv_row = 2 * (size_t)hp->n_head_kv * hp->head_dim, kvb = (size_t)n_pos * kv_row;
+    const size_t kv_row = (s->kv_f32 ? 4 : 2) * (size_t)hp->n_head_kv * hp->head_dim, kvb = (size_t)n_pos * kv_row;
     if (n_pos < 0 || n_pos > s->n_ctx) return bs_error("Vulkan state: bad position count");
     int rc = 0;
     for (int g = 0; g < s->net->n_rec && !rc; g++) {
@@ -278,7 +281,7 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
 static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
     bs_vk_ctx *c = s->net->c;
     if (W->kernel != BS_VK_K_MV_F32 && quantize) {
-        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, (uint64_t)n * W->ne0 / 32));
+        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
     if (W->act) {
@@ -286,7 +289,7 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
         bs_vk_barrier(c);
         x = &s->xr;
     }
-    return bs_vk_record_mv(c, W, x, &s->aq, &s->as, n, y);
+    return bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y);
 }
 
 /* Products sharing the input x: quantized once where they take int8 activations. */
@@ -304,7 +307,7 @@ static int mv_shared(bs_vk_sess *s, const bs_vk_matrix *const *W, const bs_vk_bu
 static int embed(bs_vk_sess *s, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_matrix *m = s->net->embd;
-    const int k = m->kernel - BS_VK_K_MV_Q1 + BS_VK_K_ROWS_Q1;
+    const int k = bs_vk_rows_kernel(m);
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)n};
@@ -359,12 +362,12 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, int pos0) {
         TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
         bs_vk_barrier(c);
     }
-    uint32_t kp[2] = {Hkv * D, (uint32_t)pos0};
+    uint32_t kp[3] = {Hkv * D, (uint32_t)pos0, s->kv_f32};
     const bs_vk_buf *kb[4] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot]};
     TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
     bs_vk_barrier(c);
-    struct { uint32_t H, Hkv, D, pos0, n_ctx; float scale; } ap = {H, Hkv, D, (uint32_t)pos0, (uint32_t)s->n_ctx,
-                                                                  1.0f / sqrtf((float)D)};
+    struct { uint32_t H, Hkv, D, pos0, n_ctx; float scale; uint32_t f32; } ap = {
+        H, Hkv, D, (uint32_t)pos0, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
     const bs_vk_buf *ab[5] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores};
     TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);

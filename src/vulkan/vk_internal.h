@@ -89,7 +89,7 @@ const bs_vk_spirv *bs_vk_shader(const char *name);
 
 enum bs_vk_kernel {
     BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
-    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32,
+    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_MV_Q4_1, BS_VK_K_ROWS_Q4_1,
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
     BS_VK_K_COUNT
@@ -135,13 +135,16 @@ struct bs_vk_matrix {
 
 /* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
-int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks);
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                       uint64_t n_blocks);
+/* The embedding kernel for m's layout. */
+int bs_vk_rows_kernel(const bs_vk_matrix *m);
 /* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
  * by bs_vk_record_quant from the same x), F32 ones x (rounded first into xr by
  * bs_vk_record_act when m->act is set: then pass xr as x). */
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
-                    int n, const bs_vk_buf *y);
+                    const bs_vk_buf *am, int n, const bs_vk_buf *y);
 
 /* vk_exec.c */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);

@@ -14,6 +14,7 @@ static int kernel_for(int type, int *bits, int *subs) {
     case BS_Q2_0: case BS_PQ2_0: *bits = 2; *subs = 4; return BS_VK_K_MV_Q2_128;
     case BS_Q2_0_G64: *bits = 2; *subs = 2; return BS_VK_K_MV_Q2_64;
     case BS_Q8_0: *bits = 8; *subs = 1; return BS_VK_K_MV_Q8;
+    case BS_Q4_1: *bits = 4; *subs = 1; return BS_VK_K_MV_Q4_1;
     default: *bits = 32; *subs = 0; return BS_VK_K_MV_F32;
     }
 }
@@ -21,7 +22,8 @@ static int kernel_for(int type, int *bits, int *subs) {
 /* Host images of rows [r0, r0+n) in the kernel's layout. */
 static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, uint32_t *codes, float *scales) {
     const int64_t n_sub = W->ne0 / 32, n_grp = n_sub / m->subs;
-    const size_t blk_bytes = 2 + (size_t)m->subs * (size_t)m->bits * 4;
+    const size_t hdr = W->type == BS_Q4_1 ? 4 : 2;   /* fp16 d (and Q4_1's fp16 m) */
+    const size_t blk_bytes = hdr + (size_t)m->subs * (size_t)m->bits * 4;
     for (int64_t r = 0; r < n; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes;
         for (int64_t g = 0; g < n_grp; g++) {
@@ -29,10 +31,14 @@ static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0,
             uint16_t h;
             memcpy(&h, b, 2);
             scales[g * n + r] = bs_f16_to_f32(h);
+            if (hdr == 4) {
+                memcpy(&h, b + 2, 2);
+                scales[(n_grp + g) * n + r] = bs_f16_to_f32(h);
+            }
             for (int k = 0; k < m->subs; k++)
                 for (int w = 0; w < m->bits; w++) {
                     uint32_t v;
-                    memcpy(&v, b + 2 + ((size_t)k * m->bits + w) * 4, 4);   /* little-endian host */
+                    memcpy(&v, b + hdr + ((size_t)k * m->bits + w) * 4, 4);   /* little-endian host */
                     codes[((g * m->subs + k) * m->bits + w) * n + r] = v;
                 }
         }
@@ -67,7 +73,7 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     if (!f32 && (W->ne0 % (32 * m->subs))) { free(m); bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight"); return NULL; }
     const uint64_t code_bytes = f32 ? 4u * (uint64_t)W->ne0 : (uint64_t)W->ne0 / 32 * m->bits * 4;
-    const uint64_t scale_bytes = f32 ? 4 : 4u * (uint64_t)(W->ne0 / 32 / m->subs);
+    const uint64_t scale_bytes = f32 ? 4 : 4u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
     /* rows per part: whole workgroups of 64 where that many fit */
     int64_t per = (int64_t)(c->max_weight_binding / code_bytes);
     if (per >= 64) per = per / 64 * 64;
@@ -117,9 +123,21 @@ typedef struct q8_push { uint32_t n_blocks, pad; } q8_push;
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
-int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, uint64_t n_blocks) {
+int bs_vk_rows_kernel(const bs_vk_matrix *m) {
+    switch (m->kernel) {
+    case BS_VK_K_MV_Q1: return BS_VK_K_ROWS_Q1;
+    case BS_VK_K_MV_Q2_128: return BS_VK_K_ROWS_Q2_128;
+    case BS_VK_K_MV_Q2_64: return BS_VK_K_ROWS_Q2_64;
+    case BS_VK_K_MV_Q8: return BS_VK_K_ROWS_Q8;
+    case BS_VK_K_MV_Q4_1: return BS_VK_K_ROWS_Q4_1;
+    default: return BS_VK_K_ROWS_F32;
+    }
+}
+
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                       uint64_t n_blocks) {
     q8_push qp = {(uint32_t)n_blocks, 0};
-    const bs_vk_buf *b[3] = {x, aq, as};
+    const bs_vk_buf *b[4] = {x, aq, as, am};
     if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
     return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
 }
@@ -133,12 +151,12 @@ int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, co
 }
 
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
-                    int n, const bs_vk_buf *y) {
+                    const bs_vk_buf *am, int n, const bs_vk_buf *y) {
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, 0};
-        const bs_vk_buf *bi[5] = {&p->codes, &p->scales, aq, as, y};
+        const bs_vk_buf *bi[6] = {&p->codes, &p->scales, aq, as, am, y};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)) return -1;
     }
@@ -149,24 +167,25 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     if (n <= 0 || n > 65535 * 8) return bs_error("Vulkan matvec: bad row count %d", n);
     const uint64_t xb = 4u * (uint64_t)n * m->ne0, yb = 4u * (uint64_t)n * m->ne1;
     if (xb > c->max_binding || yb > c->max_binding) return bs_error("Vulkan matvec: %d rows do not fit one binding", n);
-    bs_vk_buf bx, by, bq = {0}, bs = {0}, br = {0};
+    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0};
     if (bs_vk_buf_new(c, &bx, xb, true)) return -1;
     if (bs_vk_buf_new(c, &by, yb, true)) { bs_vk_buf_free(c, &bx); return -1; }
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     const uint64_t nb = (uint64_t)n * m->ne0 / 32;
     int rc = bs_vk_buf_write(c, &bx, 0, x, xb);
-    if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false);
+    if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false) ||
+                          bs_vk_buf_new(c, &bm, nb * 4, false);
     if (!rc && m->act) rc = bs_vk_buf_new(c, &br, xb, false);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc && !f32) {
-        rc = bs_vk_record_quant(c, &bx, &bq, &bs, nb);
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, &bm, nb);
         bs_vk_barrier(c);
     }
     if (!rc && m->act) {
         rc = bs_vk_record_act(c, m, &bx, &br, n);
         bs_vk_barrier(c);
     }
-    if (!rc) rc = bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, n, &by);
+    if (!rc) rc = bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, &bm, n, &by);
     if (c->recording) rc = bs_vk_submit(c) || rc;
     if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
     bs_vk_buf_free(c, &bx);
@@ -174,6 +193,7 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     bs_vk_buf_free(c, &bq);
     bs_vk_buf_free(c, &bs);
     bs_vk_buf_free(c, &br);
+    bs_vk_buf_free(c, &bm);
     return rc ? -1 : 0;
 }
 
@@ -204,12 +224,13 @@ int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, fl
 int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
     if (d <= 0 || d % 32 || n <= 0) return bs_error("Vulkan quantize: bad shape");
     const uint64_t nb = (uint64_t)n * d / 32;
-    bs_vk_buf bx = {0}, bq = {0}, bs = {0};
-    int rc = bs_vk_buf_new(c, &bx, nb * 128, true) || bs_vk_buf_new(c, &bq, nb * 32, true) || bs_vk_buf_new(c, &bs, nb * 4, true);
+    bs_vk_buf bx = {0}, bq = {0}, bs = {0}, bm = {0};
+    int rc = bs_vk_buf_new(c, &bx, nb * 128, true) || bs_vk_buf_new(c, &bq, nb * 32, true) || bs_vk_buf_new(c, &bs, nb * 4, true) ||
+             bs_vk_buf_new(c, &bm, nb * 4, true);
     if (!rc) rc = bs_vk_buf_write(c, &bx, 0, x, nb * 128);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc) {
-        rc = bs_vk_record_quant(c, &bx, &bq, &bs, nb);
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, &bm, nb);
         rc = bs_vk_submit(c) || rc;
     }
     if (!rc) {
@@ -228,6 +249,7 @@ int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
     bs_vk_buf_free(c, &bx);
     bs_vk_buf_free(c, &bq);
     bs_vk_buf_free(c, &bs);
+    bs_vk_buf_free(c, &bm);
     return rc ? -1 : 0;
 }
 

@@ -37,7 +37,10 @@ int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
 void bs_vk_net_free(bs_vk_net *n) { (void)n; }
-bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch) { (void)n; (void)n_ctx; (void)n_batch; return NULL; }
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32) {
+    (void)n; (void)n_ctx; (void)n_batch; (void)kv_f32;
+    return NULL;
+}
 void bs_vk_sess_free(bs_vk_sess *s) { (void)s; }
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {

@@ -19,6 +19,13 @@ void main() {
     if (BITS == 32u) { o[t * p.cols + i] = uintBitsToFloat(wc[i * p.rows + r]); return; }
     const uint s = i / 32u, j = i % 32u;
     const float d = ws[(s / SUBS) * p.rows + r];
+    if (BITS == 4u) {   // Q4_1: nibble * d + m, the minimums a second plane of scales
+        const uint b = j & 15u, w = wc[(s * 4u + b / 4u) * p.rows + r];
+        const float q4 = float((w >> (8u * (b & 3u) + (j >= 16u ? 4u : 0u))) & 15u);
+        precise float v = q4 * d;
+        o[t * p.cols + i] = v + ws[(p.cols / 32u + s) * p.rows + r];
+        return;
+    }
     int q;
     if (BITS == 1u) q = ((wc[s * p.rows + r] >> j) & 1u) != 0u ? 1 : -1;
     else if (BITS == 2u) q = int((wc[(s * 2u + j / 16u) * p.rows + r] >> (2u * (j % 16u))) & 3u) - 1;

@@ -1,12 +1,16 @@
 #version 450
-// mv_q.comp: y[r][row] = sum_i W[row][i] x[r][i] for Q8_0-activation formats, one invocation
-// per weight row, up to 8 activation rows per workgroup row (gl_WorkGroupID.y picks which 8).
+// mv_q.comp: y[r][row] = sum_i W[row][i] x[r][i] for the formats whose products take int8
+// activations, one invocation per weight row, up to 8 activation rows per workgroup row
+// (gl_WorkGroupID.y picks which 8).
 // Weights repacked at upload: for 32-element sub-block s, BITS code words at word (s*BITS+k)
 // of a row, stored row-interleaved ([word][rows]) so neighbouring invocations read
-// neighbouring words; one scale per SUBS sub-blocks ([group][rows]). Codes: BITS 1: bit set
-// = +1, clear = -1 (Q1_0); BITS 2: code - 1 (Q2_0); BITS 8: int8 (Q8_0).
-// Order per output: per group, blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); then
-// acc = fma(d_w, blk, acc). Each output's order is fixed, whatever the number of rows.
+// neighbouring words; one scale per SUBS sub-blocks ([group][rows]; Q4_1's minimums follow
+// as a second plane). Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
+// (Q2_0); BITS 4: nibble, low halves first (Q4_1); BITS 8: int8 (Q8_0).
+// Float order, fixed per output whatever the number of rows:
+//  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
+//  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
+//  summed ((0+4)+(2+6))+((1+5)+(3+7)); Q4_1 adds sum_b fma(m_w, s_a) (s_a = fp16(d_a*sum q)).
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
@@ -14,12 +18,17 @@ layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
 layout(std430, binding = 1) readonly buffer WS { float ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
-layout(std430, binding = 4) buffer Y { float y[]; };
+layout(std430, binding = 4) readonly buffer AM { float am[]; };
+layout(std430, binding = 5) buffer Y { float y[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, pad; } p;
 
 int weight(uint wv[8], uint j) {
     if (BITS == 1u) return ((wv[0] >> j) & 1u) != 0u ? 1 : -1;
     if (BITS == 2u) return int((wv[j >> 4] >> (2u * (j & 15u))) & 3u) - 1;
+    if (BITS == 4u) {
+        const uint b = j & 15u;
+        return int((wv[b >> 2] >> (8u * (b & 3u) + (j >= 16u ? 4u : 0u))) & 15u);
+    }
     return bitfieldExtract(int(wv[j >> 2]), int(8u * (j & 3u)), 8);
 }
 
@@ -28,6 +37,42 @@ void main() {
     if (row >= p.rows) return;
     const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
     const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
+    if (BITS >= 4u) {
+        float acc[8][8];
+        float summ[8];
+        for (uint r = 0u; r < 8u; r++) {
+            summ[r] = 0.0;
+            for (uint l = 0u; l < 8u; l++) acc[r][l] = 0.0;
+        }
+        for (uint s = 0u; s < n_sub; s++) {
+            uint wv[8];
+            for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+            int wi[32];
+            for (uint j = 0u; j < 32u; j++) wi[j] = weight(wv, j);
+            const float dw = ws[s * p.rows + row];
+            for (uint r = 0u; r < nr; r++) {
+                const uint ab = (r0 + r) * n_sub + s;
+                precise float d = dw * as_[ab];
+                for (uint l = 0u; l < 8u; l++) {
+                    const int a = int(aq[ab * 8u + l]);
+                    int lane = 0;
+                    for (uint t = 0u; t < 4u; t++) lane += wi[l * 4u + t] * bitfieldExtract(a, int(8u * t), 8);
+                    precise float v = fma(d, float(lane), acc[r][l]);
+                    acc[r][l] = v;
+                }
+                if (BITS == 4u) {
+                    precise float v = fma(ws[(n_sub + s) * p.rows + row], am[ab], summ[r]);
+                    summ[r] = v;
+                }
+            }
+        }
+        for (uint r = 0u; r < nr; r++) {
+            precise float h = ((acc[r][0] + acc[r][4]) + (acc[r][2] + acc[r][6])) + ((acc[r][1] + acc[r][5]) + (acc[r][3] + acc[r][7]));
+            if (BITS == 4u) h = h + summ[r];
+            y[(r0 + r) * p.ldy + p.row0 + row] = h;
+        }
+        return;
+    }
     float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     for (uint g = 0u; g < n_grp; g++) {
         float blk[8];
