@@ -5,6 +5,7 @@
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
+#include <stdio.h>
 #include <string.h>
 
 enum { STAGING_BYTES = 16 << 20, MAX_SETS = 4096 };
@@ -122,8 +123,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_CONV] = {"conv", 4, 12, 0, {0}},
     [BS_VK_K_DELTA] = {"delta", 5, 28, 0, {0}},
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
-    [BS_VK_K_KV_STORE] = {"kv_store", 4, 12, 0, {0}},
-    [BS_VK_K_ATTN] = {"attn", 5, 28, 0, {0}},
+    [BS_VK_K_KV_STORE] = {"kv_store", 5, 8, 0, {0}},
+    [BS_VK_K_ATTN] = {"attn", 6, 24, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
 };
 
@@ -158,6 +159,14 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     return 0;
 }
 
+int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool) {
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * BS_VK_PIPE_MAX_BIND};
+    VkDescriptorPoolCreateInfo dp = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = MAX_SETS,
+                                     .poolSizeCount = 1, .pPoolSizes = &ps};
+    if (c->fn->vkCreateDescriptorPool(c->dev, &dp, NULL, pool) != VK_SUCCESS) return bs_error("Vulkan: descriptor pool");
+    return 0;
+}
+
 int bs_vk_pipes_init(bs_vk_ctx *c) {
     const bs_vk_fns *fn = c->fn;
     VkCommandPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
@@ -168,10 +177,15 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     if (fn->vkAllocateCommandBuffers(c->dev, &ai, &c->cmd) != VK_SUCCESS) return bs_error("Vulkan: command buffer");
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (fn->vkCreateFence(c->dev, &fi, NULL, &c->fence) != VK_SUCCESS) return bs_error("Vulkan: fence");
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * BS_VK_PIPE_MAX_BIND};
-    VkDescriptorPoolCreateInfo dp = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = MAX_SETS,
-                                     .poolSizeCount = 1, .pPoolSizes = &ps};
-    if (fn->vkCreateDescriptorPool(c->dev, &dp, NULL, &c->dpool) != VK_SUCCESS) return bs_error("Vulkan: descriptor pool");
+    if (bs_vk_pool_new(c, &c->dpool)) return -1;
+    c->main_cmd = c->cmd;
+    c->main_dpool = c->dpool;
+    c->profiling = bs_env_flag("BITSPARK_PROFILE") && c->info.timestamps;
+    if (c->profiling) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                    .queryCount = MAX_SETS + 1};
+        if (fn->vkCreateQueryPool(c->dev, &qi, NULL, &c->qpool) != VK_SUCCESS) c->profiling = false;
+    }
     for (int k = 0; k < BS_VK_K_COUNT; k++)
         if (pipe_new(c, &c->pipes[k], &KERNELS[k])) return -1;
     return 0;
@@ -187,7 +201,9 @@ void bs_vk_pipes_free(bs_vk_ctx *c) {
         if (p->dsl) fn->vkDestroyDescriptorSetLayout(c->dev, p->dsl, NULL);
         if (p->mod) fn->vkDestroyShaderModule(c->dev, p->mod, NULL);
     }
-    if (c->dpool) fn->vkDestroyDescriptorPool(c->dev, c->dpool, NULL);
+    if (c->qpool) fn->vkDestroyQueryPool(c->dev, c->qpool, NULL);
+    if (c->main_dpool) fn->vkDestroyDescriptorPool(c->dev, c->main_dpool, NULL);
+    else if (c->dpool) fn->vkDestroyDescriptorPool(c->dev, c->dpool, NULL);
     if (c->fence) fn->vkDestroyFence(c->dev, c->fence, NULL);
     if (c->cpool) fn->vkDestroyCommandPool(c->dev, c->cpool, NULL);
 }
@@ -200,7 +216,87 @@ int bs_vk_begin(bs_vk_ctx *c) {
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) return bs_error("Vulkan: vkBeginCommandBuffer failed");
     c->recording = true;
+    if (c->profiling) {
+        c->fn->vkCmdResetQueryPool(c->cmd, c->qpool, 0, MAX_SETS + 1);
+        c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, c->qpool, 0);
+        c->n_queries = 1;
+    }
     return 0;
+}
+
+int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool) {
+    if (c->recording) return bs_error("Vulkan: command buffer already recording");
+    c->cmd = cmd;
+    c->dpool = pool;
+    c->dsets_used = 0;
+    c->caching = true;
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) {
+        c->cmd = c->main_cmd;
+        c->dpool = c->main_dpool;
+        c->caching = false;
+        return bs_error("Vulkan: vkBeginCommandBuffer failed");
+    }
+    c->recording = true;
+    return 0;
+}
+
+/* the results go back to the host through mapped memory */
+static void host_barrier(bs_vk_ctx *c) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    c->fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+int bs_vk_record_end(bs_vk_ctx *c) {
+    host_barrier(c);
+    const VkResult r = c->fn->vkEndCommandBuffer(c->cmd);
+    c->recording = false;
+    c->caching = false;
+    c->cmd = c->main_cmd;
+    c->dpool = c->main_dpool;
+    c->dsets_used = 0;
+    return r == VK_SUCCESS ? 0 : bs_error("Vulkan: vkEndCommandBuffer failed");
+}
+
+int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd) {
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    if (c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
+    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
+    c->fn->vkResetFences(c->dev, 1, &c->fence);
+    return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
+}
+
+static const char *kernel_name(int k);
+
+void bs_vk_profile_print(bs_vk_ctx *c) {
+    if (!c->profiling) return;
+    double total = 0;
+    for (int k = 0; k < BS_VK_K_COUNT; k++) total += c->prof_ms[k];
+    if (total <= 0) return;
+    fprintf(stderr, "vulkan profile (%s, GPU time per kernel, timestamps):\n", c->info.name);
+    for (int k = 0; k < BS_VK_K_COUNT; k++)
+        if (c->prof_n[k])
+            fprintf(stderr, "  %-14s %10.3f ms %5.1f%% %8llu dispatches\n", kernel_name(k), c->prof_ms[k],
+                    100.0 * c->prof_ms[k] / total, (unsigned long long)c->prof_n[k]);
+}
+
+/* After a profiled submission: the time between consecutive timestamps goes to the kernel
+ * recorded between them. */
+static void profile_collect(bs_vk_ctx *c) {
+    if (!c->profiling || c->n_queries < 2) return;
+    uint64_t ts[MAX_SETS + 1];
+    if (c->fn->vkGetQueryPoolResults(c->dev, c->qpool, 0, (uint32_t)c->n_queries, sizeof ts, ts, sizeof ts[0],
+                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    for (int i = 1; i < c->n_queries; i++) {
+        const int k = c->q_kernel[i];
+        c->prof_ms[k] += (double)(ts[i] - ts[i - 1]) * c->info.timestamp_ns * 1e-6;
+        c->prof_n[k]++;
+    }
+    c->n_queries = 0;
 }
 
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx, uint32_t gy,
@@ -225,6 +321,10 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
     c->fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     c->fn->vkCmdPushConstants(c->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p->push_bytes, push);
     c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    if (c->profiling && !c->caching && c->n_queries > 0 && c->n_queries <= MAX_SETS) {
+        c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c->qpool, (uint32_t)c->n_queries);
+        c->q_kernel[c->n_queries++] = k;
+    }
     return 0;
 }
 
@@ -256,5 +356,19 @@ int bs_vk_submit(bs_vk_ctx *c) {
     }
     c->fn->vkResetDescriptorPool(c->dev, c->dpool, 0);
     c->dsets_used = 0;
+    if (!rc) profile_collect(c);
     return rc;
+}
+
+static const char *kernel_name(int k) {
+    static const char *names[BS_VK_K_COUNT] = {
+        [BS_VK_K_COPY] = "copy", [BS_VK_K_RMSNORM] = "rmsnorm", [BS_VK_K_QUANT_Q8] = "quantize",
+        [BS_VK_K_MV_Q1] = "mv q1_0", [BS_VK_K_MV_Q2_128] = "mv q2_0", [BS_VK_K_MV_Q2_64] = "mv q2_0_g64",
+        [BS_VK_K_MV_Q8] = "mv q8_0", [BS_VK_K_MV_F32] = "mv f32", [BS_VK_K_MV_Q4_1] = "mv q4_1",
+        [BS_VK_K_ROWS_Q1] = "embed", [BS_VK_K_ROWS_Q2_128] = "embed", [BS_VK_K_ROWS_Q2_64] = "embed",
+        [BS_VK_K_ROWS_Q8] = "embed", [BS_VK_K_ROWS_F32] = "embed", [BS_VK_K_ROWS_Q4_1] = "embed",
+        [BS_VK_K_NORM] = "norm", [BS_VK_K_EW] = "elementwise", [BS_VK_K_CONV] = "gdn conv",
+        [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
+        [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round"};
+    return names[k] ? names[k] : "?";
 }

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64 };
+enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8 };
 
 typedef struct vk_layer {
     bool rec;
@@ -121,7 +121,11 @@ struct bs_vk_sess {
     int n_ctx, B;                 /* B: rows per submission */
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps;
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
+    /* steps recorded once per shape (rows, logits rows) and resubmitted */
+    struct step_cache { int n, rows; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    int cache_next;
+    bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
 };
 
@@ -134,6 +138,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
     s->net = net;
     s->n_ctx = n_ctx;
     s->kv_f32 = kv_f32;
+    s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
     s->B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
     const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
     const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
@@ -158,7 +163,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
              bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
-             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
+             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, 4 * B * (size_t)hp->n_vocab, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
     s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
@@ -180,12 +185,20 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
     return s;
 }
 
+static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
+    bs_vk_ctx *c = s->net->c;
+    if (e->cmd) c->fn->vkFreeCommandBuffers(c->dev, c->cpool, 1, &e->cmd);
+    if (e->pool) c->fn->vkDestroyDescriptorPool(c->dev, e->pool, NULL);
+    memset(e, 0, sizeof *e);
+}
+
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps};
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
         bs_vk_buf_free(c, &s->conv[g]);
         bs_vk_buf_free(c, &s->ssm[g]);
@@ -345,7 +358,7 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-static int attention(bs_vk_sess *s, const vk_layer *L, int n, int pos0) {
+static int attention(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
@@ -362,13 +375,13 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, int pos0) {
         TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
         bs_vk_barrier(c);
     }
-    uint32_t kp[3] = {Hkv * D, (uint32_t)pos0, s->kv_f32};
-    const bs_vk_buf *kb[4] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot]};
+    uint32_t kp[2] = {Hkv * D, s->kv_f32};
+    const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
     TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
     bs_vk_barrier(c);
-    struct { uint32_t H, Hkv, D, pos0, n_ctx; float scale; uint32_t f32; } ap = {
-        H, Hkv, D, (uint32_t)pos0, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
-    const bs_vk_buf *ab[5] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores};
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
+    const bs_vk_buf *ab[6] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params};
     TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     TRY(ew(c, EW_SIGMOID_GATE, &s->d, &s->a, &s->d, (uint64_t)n * H * D, H, D));
@@ -388,7 +401,9 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-static int record_chunk(bs_vk_sess *s, int n, int pos0, int logits_rows, const int *taps, int n_taps) {
+/* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
+ * the params buffer), so that the recording can be submitted again for every step of that shape. */
+static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, int n_taps) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
@@ -397,7 +412,7 @@ static int record_chunk(bs_vk_sess *s, int n, int pos0, int logits_rows, const i
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
         TRY(norm(c, &s->x, &L->attn_norm, &s->xn, E, (uint32_t)n, 1, E, 0, 0, 0, 0, hp->eps, dummy));
-        TRY(L->rec ? deltanet(s, L, n) : attention(s, L, n, pos0));
+        TRY(L->rec ? deltanet(s, L, n) : attention(s, L, n));
         TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
         TRY(norm(c, &s->x, &L->post_norm, &s->xn, E, (uint32_t)n, 1, E, 0, 0, 0, 0, hp->eps, dummy));
         TRY(ffn(s, L, n));
@@ -419,6 +434,38 @@ static int record_chunk(bs_vk_sess *s, int n, int pos0, int logits_rows, const i
     return 0;
 }
 
+/* One step of n rows: the cached recording of its shape, recorded first if there is none (taps
+ * are recorded for the step alone). */
+static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+    bs_vk_ctx *c = s->net->c;
+    if (n_taps > 0 || s->no_cache) {
+        TRY(bs_vk_begin(c));
+        const int rc = record_chunk(s, n, rows, taps, n_taps);
+        return bs_vk_submit(c) || rc ? -1 : 0;
+    }
+    for (int i = 0; i < CACHE_STEPS; i++)
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows) return bs_vk_submit_cmd(c, s->cache[i].cmd);
+    struct step_cache *e = &s->cache[s->cache_next];
+    s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
+    cache_drop(s, e);
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->cpool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if (c->fn->vkAllocateCommandBuffers(c->dev, &ai, &e->cmd) != VK_SUCCESS) {
+        e->cmd = VK_NULL_HANDLE;
+        return bs_error("Vulkan: command buffer");
+    }
+    if (bs_vk_pool_new(c, &e->pool) || bs_vk_record_into(c, e->cmd, e->pool)) {
+        cache_drop(s, e);
+        return -1;
+    }
+    int rc = record_chunk(s, n, rows, NULL, 0);
+    rc = bs_vk_record_end(c) || rc;
+    if (rc) { cache_drop(s, e); return -1; }
+    e->n = n;
+    e->rows = rows;
+    return bs_vk_submit_cmd(c, e->cmd);
+}
+
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
     bs_vk_ctx *c = s->net->c;
@@ -438,10 +485,9 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
             memcpy((uint32_t *)s->tok.map + t, &id, 4);
         }
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
-        TRY(bs_vk_begin(c));
-        int rc = record_chunk(s, m, pos0 + off, rows, taps, n_taps);
-        rc = bs_vk_submit(c) || rc;
-        if (rc) return bs_error_prefix("Vulkan eval: ");
+        const uint32_t p0 = (uint32_t)(pos0 + off);
+        memcpy(s->params.map, &p0, 4);
+        if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
         if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
         if (n_taps) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }

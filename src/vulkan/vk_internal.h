@@ -29,7 +29,7 @@
     X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
     X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkResetDescriptorPool) \
     X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) X(vkCreateCommandPool) \
-    X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) \
+    X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) X(vkFreeCommandBuffers) \
     X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
     X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
     X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
@@ -105,11 +105,20 @@ struct bs_vk_ctx {
     uint32_t qfam;
     VkPhysicalDeviceMemoryProperties memprops;
     VkCommandPool cpool;
-    VkCommandBuffer cmd;
+    VkCommandBuffer cmd;              /* what bs_vk_dispatch records into: main_cmd, or a */
+    VkDescriptorPool dpool;           /* cached step's buffer and pool (bs_vk_record_into) */
+    VkCommandBuffer main_cmd;
+    VkDescriptorPool main_dpool;
     VkFence fence;
-    VkDescriptorPool dpool;
     int dsets_used;
-    bool recording;
+    bool recording, caching;
+    /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
+    bool profiling;
+    VkQueryPool qpool;
+    int n_queries;
+    int q_kernel[4097];
+    double prof_ms[64];
+    uint64_t prof_n[64];
     uint64_t max_binding;             /* maxStorageBufferRange */
     uint64_t max_weight_binding;      /* what a weight part may bind: the same, or less with
                                          BITSPARK_VK_MAX_BINDING (tests: force split tensors) */
@@ -159,6 +168,14 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
                    uint32_t gy, uint32_t gz);
 void bs_vk_barrier(bs_vk_ctx *c);
 int bs_vk_submit(bs_vk_ctx *c);
+/* A step recorded once and submitted many times: record into cmd with descriptor sets from
+ * pool (both owned by the caller), end it; submit it and wait. */
+int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);
+int bs_vk_record_end(bs_vk_ctx *c);
+int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd);
+int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool);
+/* The per-kernel GPU times (BITSPARK_PROFILE=1), printed on stderr. */
+void bs_vk_profile_print(bs_vk_ctx *c);
 int bs_vk_pipes_init(bs_vk_ctx *c);
 void bs_vk_pipes_free(bs_vk_ctx *c);
 

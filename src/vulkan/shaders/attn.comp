@@ -9,7 +9,8 @@ layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
 layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
 layout(std430, binding = 4) buffer SC { float sc[]; };             // [T*H][n_ctx] scratch
-layout(push_constant) uniform Push { uint H, Hkv, D, pos0, n_ctx; float scale; uint f32; } p;
+layout(std430, binding = 5) readonly buffer P { uint pos0; } step;   // per-step values
+layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32; } p;
 
 #include "f16.glsl"
 
@@ -26,7 +27,7 @@ float kv_at(uint j, uint kvw, uint kb2, uint d, bool v) {
 void main() {
     const uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
     const uint t = g / p.H, h = g % p.H, kvh = h / (p.H / p.Hkv), D = p.D;
-    const uint nkv = p.pos0 + t + 1u, kvw = p.Hkv * D, kb2 = kvh * D, sb = g * p.n_ctx;
+    const uint nkv = step.pos0 + t + 1u, kvw = p.Hkv * D, kb2 = kvh * D, sb = g * p.n_ctx;
     for (uint d = tid; d < D; d += 64u) {
         const float qv = q[t * 2u * p.H * D + h * 2u * D + d];
         qs[d] = p.f32 != 0u ? qv : f16_round(qv);

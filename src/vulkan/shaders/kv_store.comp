@@ -7,16 +7,17 @@ layout(std430, binding = 0) readonly buffer K { float k[]; };
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) writeonly buffer KC { uint kc[]; };
 layout(std430, binding = 3) writeonly buffer VC { uint vc[]; };
-layout(push_constant) uniform Push { uint kvw, pos0, f32; } p;
+layout(std430, binding = 4) readonly buffer P { uint pos0; } step;   // per-step values
+layout(push_constant) uniform Push { uint kvw, f32; } p;
 
 #include "f16.glsl"
 
 void main() {
     const uint i = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y, hw = p.kvw / 2u;
     if (i >= hw) return;
-    const uint s = t * p.kvw + 2u * i, dst = (p.pos0 + t) * hw + i;
+    const uint s = t * p.kvw + 2u * i, dst = (step.pos0 + t) * hw + i;
     if (p.f32 != 0u) {   // F32 cache: the rows as they are
-        const uint d2 = (p.pos0 + t) * p.kvw + 2u * i;
+        const uint d2 = (step.pos0 + t) * p.kvw + 2u * i;
         kc[d2] = floatBitsToUint(k[s]);
         kc[d2 + 1u] = floatBitsToUint(k[s + 1u]);
         vc[d2] = floatBitsToUint(v[s]);
