@@ -10,6 +10,7 @@ machine no loader or device.
     than one submission holds) and the whole sequence give the same bits;
   - layer taps [1, 4, 6] of tiny-f32 vs the DSpark round-1 context rows (<= 1e-4);
   - greedy text of the trained tiny model (models/) equals the CPU's;
+  - bench on the device: Vulkan rows, verify costs, the copy-kernel roofline;
   - devices lists the device; a named device that cannot start fails with a message, auto
     falls back to the CPU; every command names its device on stderr."""
 import json
@@ -152,6 +153,16 @@ def check_greedy_text():
         print('greedy text of the trained model on the device = on the CPU (%d chars)' % len(texts['cpu']))
 
 
+def check_bench():
+    model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
+    r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '16', '-n', '4', '-r', '1', '--verify', '1,2'])
+    out = r.stdout
+    if not any('| Vulkan ' in l and 'pp16' in l for l in out.splitlines()) or 'tg4' not in out:
+        fail('bench --device vulkan: no Vulkan pp16/tg4 rows:\n' + out)
+    if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
+        fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
+
+
 def check_devices_and_fallback():
     r = run([BITSPARK, 'devices'])
     if 'vulkan:0:' not in r.stdout:
@@ -186,6 +197,7 @@ def main():
     check_batching()
     check_taps()
     check_greedy_text()
+    check_bench()
     check_devices_and_fallback()
     print('%d failures' % len(failures))
     return 1 if failures else 0
