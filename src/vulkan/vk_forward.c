@@ -261,7 +261,8 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
 }
 
 /* --- recording one chunk -------------------------------------------------------------------- */
-typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; } norm_push;
+typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+enum { NORM_ADD = 1, NORM_QUANT = 2 };
 typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
 enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE, EW_GATES };
 
@@ -283,9 +284,22 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
 static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d, uint32_t n_groups,
                 uint32_t per_row, uint32_t row_stride, uint32_t head_stride, uint32_t x_off, uint32_t y_off, int mode,
                 float eps, const bs_vk_buf *dummy) {
-    norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps};
-    const bs_vk_buf *bb[3] = {x, w ? w : dummy, y};
+    norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
+    const bs_vk_buf *bb[7] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy};
     TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
+ * it (NORM_ADD) and the int8 quantization of the result for the products that read it. */
+static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, const bs_vk_buf *r, uint32_t flags) {
+    bs_vk_ctx *c = s->net->c;
+    const uint32_t E = (uint32_t)s->net->hp.n_embd;
+    const bs_vk_buf *dummy = &s->net->dummy;
+    norm_push p = {E, 0, 1, 1, E, 0, x_off, 0, s->net->hp.eps, flags};
+    const bs_vk_buf *bb[7] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am};
+    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
     bs_vk_barrier(c);
     return 0;
 }
@@ -305,9 +319,9 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
     return bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y);
 }
 
-/* Products sharing the input x: quantized once where they take int8 activations. */
+/* Products sharing the input x (already quantized by the norm that wrote it): */
 static int mv_shared(bs_vk_sess *s, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw, const bs_vk_buf *x, int n) {
-    bool quantized = false;
+    bool quantized = true;
     for (int i = 0; i < nw; i++) {
         const bool q = W[i]->kernel != BS_VK_K_MV_F32;
         TRY(mv(s, W[i], x, n, y[i], q && !quantized));
@@ -407,16 +421,18 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
-    const bs_vk_buf *dummy = &s->net->dummy;
     TRY(embed(s, n));
+    bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
-        TRY(norm(c, &s->x, &L->attn_norm, &s->xn, E, (uint32_t)n, 1, E, 0, 0, 0, 0, hp->eps, dummy));
+        TRY(norm_rows(s, &L->attn_norm, n, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
         TRY(L->rec ? deltanet(s, L, n) : attention(s, L, n));
-        TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
-        TRY(norm(c, &s->x, &L->post_norm, &s->xn, E, (uint32_t)n, 1, E, 0, 0, 0, 0, hp->eps, dummy));
+        TRY(norm_rows(s, &L->post_norm, n, 0, &s->y, NORM_QUANT | NORM_ADD));
         TRY(ffn(s, L, n));
-        TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+        bool tapped = false;
+        for (int k = 0; k < n_taps; k++) tapped |= taps[k] == il;
+        pending = !tapped && il + 1 < hp->n_layer;
+        if (!pending) TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
         for (int k = 0; k < n_taps; k++)
             if (taps[k] == il)
                 for (int t = 0; t < n; t++) {
@@ -428,8 +444,8 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     if (logits_rows > 0) {
         /* the last logits_rows rows of the chunk, normed into xn from row 0 */
         const uint32_t first = (uint32_t)(n - logits_rows);
-        TRY(norm(c, &s->x, &s->net->out_norm, &s->xn, E, (uint32_t)logits_rows, 1, E, 0, first * E, 0, 0, hp->eps, dummy));
-        TRY(mv(s, s->net->output, &s->xn, logits_rows, &s->logits, true));
+        TRY(norm_rows(s, &s->net->out_norm, logits_rows, first * E, NULL, NORM_QUANT));
+        TRY(mv(s, s->net->output, &s->xn, logits_rows, &s->logits, false));
     }
     return 0;
 }

@@ -67,7 +67,7 @@ typedef struct bs_vk_buf {
     void *map;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 6 };
+enum { BS_VK_PIPE_MAX_BIND = 8 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
