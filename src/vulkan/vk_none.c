@@ -9,7 +9,10 @@ int bs_vk_devices(bs_vk_device_info *out, int max) {
     return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
 }
 const char *bs_vk_type_name(int type) { (void)type; return "?"; }
-int bs_vk_pick(bool named) { (void)named; return -1; }
+int bs_vk_pick(bool named) {
+    (void)named;
+    return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
+}
 bool bs_vk_runs_models(void) { return false; }
 bs_vk_ctx *bs_vk_open(int index) {
     (void)index;
