@@ -4,8 +4,9 @@
  * the backend is not built, there is no loader or no device.
  *  - activation quantization: bit for bit the CPU's Q8_0 activations (x86 rounding), ties too;
  *  - products for Q1_0, Q2_0 (128, 64), Q8_0 (integer kernels) and F32, F16, BF16, Q4_1, Q6_K
- *    (converted at upload), odd row counts, 1..9 activation rows: within float rounding of the
- *    oracle, and each row bit-identical whatever the number of rows evaluated together;
+ *    (converted at upload), odd row counts, 1..9 activation rows, columns split into slices
+ *    (split-K): within float rounding of the oracle, and each row bit-identical whatever the
+ *    number of rows evaluated together;
  *  - matrices split by rows (a small maxStorageBufferRange forced) give the same bits;
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
 #include "test.h"
@@ -18,6 +19,7 @@
 #include <string.h>
 
 static bs_rng rng;
+static int n_split;   /* integer matrices that the kernels split by columns */
 
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = bs_rng_normal(&rng) * scale;
@@ -80,6 +82,7 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
     bs_vk_matrix *m = upload(c, type, d, rows, &wq);
     CHECKF(m != NULL, "%s upload: %s", bs_type_name(type), bs_last_error());
     if (!m) return;
+    n_split += bs_vk_matrix_split(m) > 1;
     const int N = 9;
     float *x = malloc(sizeof *x * (size_t)(d * N)), *y = malloc(sizeof *y * (size_t)(rows * N));
     float *y1 = malloc(sizeof *y1 * (size_t)rows);
@@ -176,6 +179,7 @@ int main(void) {
         check_matvec(c, NULL, types[i], 256, 67);   /* odd rows, one 64-row workgroup and a bit */
         check_matvec(c, cs, types[i], 768, 203);    /* split into parts when 4096 bytes bind */
     }
+    CHECKF(n_split >= 5, "only %d matrices took the split-K kernels", n_split);
     const double gbs = bs_vk_copy_bandwidth(c, 8u << 20, 4);
     CHECKF(gbs > 0, "copy bandwidth: %s", bs_last_error());
     printf("copy kernel: %.2f GB/s\n", gbs);

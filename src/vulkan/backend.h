@@ -136,6 +136,8 @@ typedef struct bs_vk_matrix bs_vk_matrix;
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W);
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m);
 int bs_vk_matrix_parts(const bs_vk_matrix *m);
+/* Column slices per row of the integer kernels (split-K; BITSPARK_VK_SPLIT=N caps it). */
+int bs_vk_matrix_split(const bs_vk_matrix *m);
 /* y[r][o] = sum_i W[o][i] x[r][i] for r < n: activations quantized on the device to int8
  * 32-blocks exactly as the CPU path does (Q8_0, x86 rounding) for formats whose products take
  * Q8_0; F32 otherwise. A row's result does not depend on n (same code, same order). */

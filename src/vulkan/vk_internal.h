@@ -135,6 +135,8 @@ typedef struct bs_vk_mat_part {
 struct bs_vk_matrix {
     int kernel;                  /* BS_VK_K_MV_* */
     int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
+    int split;                   /* integer layouts: slices of the columns per row (split-K),
+                                    1, 2, 4 or 8, from the row count only */
     int act;                     /* F32 layouts: how the CPU path rounds their activations
                                     (act_round.comp mode: 0 none, 1 F16, 2 BF16, 3 Q8, 4 Q8_K) */
     int64_t ne0, ne1;

@@ -71,6 +71,18 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     m->ne0 = W->ne0;
     m->ne1 = W->ne1;
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    /* split-K: a GPU wants tens of thousands of invocations per product, decode has one per
+     * row; slices of the columns make up the difference (never more than there are groups).
+     * Q1_0 and Q2_0 (the Bonsai formats) only: Q8_0 and Q4_1 keep llama.cpp's x86 float order
+     * in one slice, which their fixtures need to stay within bounds. BITSPARK_VK_SPLIT=N caps
+     * the slices (1: none). */
+    const char *sp = getenv("BITSPARK_VK_SPLIT");
+    const int64_t n_grp = f32 ? 1 : W->ne0 / 32 / m->subs;
+    m->split = 1;
+    if (!f32 && m->bits <= 2) {
+        const int cap = sp && *sp ? atoi(sp) : 8;
+        while (m->split * 2 <= cap && m->split * 2 <= n_grp && W->ne1 * m->split < 65536) m->split *= 2;
+    }
     if (!f32 && (W->ne0 % (32 * m->subs))) { free(m); bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight"); return NULL; }
     const uint64_t code_bytes = f32 ? 4u * (uint64_t)W->ne0 : (uint64_t)W->ne0 / 32 * m->bits * 4;
     const uint64_t scale_bytes = f32 ? 4 : 4u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
@@ -117,6 +129,7 @@ void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
 }
 
 int bs_vk_matrix_parts(const bs_vk_matrix *m) { return m->n_parts; }
+int bs_vk_matrix_split(const bs_vk_matrix *m) { return m->split; }
 
 typedef struct mv_push { uint32_t rows, cols, n, ldy, row0, pad; } mv_push;
 typedef struct q8_push { uint32_t n_blocks, pad; } q8_push;
@@ -155,10 +168,11 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
-        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, 0};
+        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
         const bs_vk_buf *bi[6] = {&p->codes, &p->scales, aq, as, am, y};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
-        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)) return -1;
+        const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
+        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
     }
     return 0;
 }

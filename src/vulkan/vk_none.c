@@ -25,6 +25,7 @@ int bs_vk_validation_messages(void) { return 0; }
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }
 int bs_vk_matrix_parts(const bs_vk_matrix *m) { (void)m; return 0; }
+int bs_vk_matrix_split(const bs_vk_matrix *m) { (void)m; return 0; }
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
     (void)c; (void)m; (void)x; (void)n; (void)y;
     return bs_error("no Vulkan backend");

@@ -7,11 +7,14 @@
 // neighbouring words; one scale per SUBS sub-blocks ([group][rows]; Q4_1's minimums follow
 // as a second plane). Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
 // (Q2_0); BITS 4: nibble, low halves first (Q4_1); BITS 8: int8 (Q8_0).
-// Float order, fixed per output whatever the number of rows:
+// A workgroup is 256 / SPLIT rows x SPLIT slices of the groups (split-K: more invocations for
+// the GPU than rows); slice partials are summed in slice order, ((p0 + p1) + p2) + ...; SPLIT
+// is a property of the matrix (its row count), never of the number of activation rows.
+// Float order within a slice, fixed per output whatever the number of rows:
 //  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
 //  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
 //  summed ((0+4)+(2+6))+((1+5)+(3+7)); Q4_1 adds sum_b fma(m_w, s_a) (s_a = fp16(d_a*sum q)).
-layout(local_size_x = 64) in;
+layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
@@ -20,7 +23,9 @@ layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
 layout(std430, binding = 4) readonly buffer AM { float am[]; };
 layout(std430, binding = 5) buffer Y { float y[]; };
-layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, pad; } p;
+layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, split; } p;
+
+shared float part[8][256];
 
 int weight(uint wv[8], uint j) {
     if (BITS == 1u) return ((wv[0] >> j) & 1u) != 0u ? 1 : -1;
@@ -33,18 +38,21 @@ int weight(uint wv[8], uint j) {
 }
 
 void main() {
-    const uint row = gl_GlobalInvocationID.x;
-    if (row >= p.rows) return;
+    const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
+    const uint row = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
+    const bool live = row < p.rows;
     const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
     const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
-    if (BITS >= 4u) {
+    float res[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    if (live && BITS >= 4u) {
+        const uint s0 = n_sub * slice / p.split, s1 = n_sub * (slice + 1u) / p.split;
         float acc[8][8];
         float summ[8];
         for (uint r = 0u; r < 8u; r++) {
             summ[r] = 0.0;
             for (uint l = 0u; l < 8u; l++) acc[r][l] = 0.0;
         }
-        for (uint s = 0u; s < n_sub; s++) {
+        for (uint s = s0; s < s1; s++) {
             uint wv[8];
             for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
             int wi[32];
@@ -69,35 +77,47 @@ void main() {
         for (uint r = 0u; r < nr; r++) {
             precise float h = ((acc[r][0] + acc[r][4]) + (acc[r][2] + acc[r][6])) + ((acc[r][1] + acc[r][5]) + (acc[r][3] + acc[r][7]));
             if (BITS == 4u) h = h + summ[r];
-            y[(r0 + r) * p.ldy + p.row0 + row] = h;
+            res[r] = h;
         }
-        return;
-    }
-    float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    for (uint g = 0u; g < n_grp; g++) {
-        float blk[8];
-        for (uint k = 0u; k < SUBS; k++) {
-            const uint s = g * SUBS + k;
-            uint wv[8];
-            for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
-            int wi[32];
-            for (uint j = 0u; j < 32u; j++) wi[j] = weight(wv, j);
-            for (uint r = 0u; r < nr; r++) {
-                const uint ab = (r0 + r) * n_sub + s;
-                int isum = 0;
-                for (uint w = 0u; w < 8u; w++) {
-                    const int a = int(aq[ab * 8u + w]);
-                    for (uint t = 0u; t < 4u; t++) isum += wi[w * 4u + t] * bitfieldExtract(a, int(8u * t), 8);
+    } else if (live) {
+        const uint g0 = n_grp * slice / p.split, g1 = n_grp * (slice + 1u) / p.split;
+        for (uint g = g0; g < g1; g++) {
+            float blk[8];
+            for (uint k = 0u; k < SUBS; k++) {
+                const uint s = g * SUBS + k;
+                uint wv[8];
+                for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+                int wi[32];
+                for (uint j = 0u; j < 32u; j++) wi[j] = weight(wv, j);
+                for (uint r = 0u; r < nr; r++) {
+                    const uint ab = (r0 + r) * n_sub + s;
+                    int isum = 0;
+                    for (uint w = 0u; w < 8u; w++) {
+                        const int a = int(aq[ab * 8u + w]);
+                        for (uint t = 0u; t < 4u; t++) isum += wi[w * 4u + t] * bitfieldExtract(a, int(8u * t), 8);
+                    }
+                    precise float v = k == 0u ? as_[ab] * float(isum) : fma(as_[ab], float(isum), blk[r]);
+                    blk[r] = v;
                 }
-                precise float v = k == 0u ? as_[ab] * float(isum) : fma(as_[ab], float(isum), blk[r]);
-                blk[r] = v;
+            }
+            const float dw = ws[g * p.rows + row];
+            for (uint r = 0u; r < nr; r++) {
+                precise float v = fma(dw, blk[r], res[r]);
+                res[r] = v;
             }
         }
-        const float dw = ws[g * p.rows + row];
-        for (uint r = 0u; r < nr; r++) {
-            precise float v = fma(dw, blk[r], acc[r]);
-            acc[r] = v;
-        }
     }
-    for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = acc[r];
+    if (p.split == 1u) {
+        if (live)
+            for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = res[r];
+        return;
+    }
+    for (uint r = 0u; r < nr; r++) part[r][lid] = res[r];
+    barrier();
+    if (slice != 0u || !live) return;
+    for (uint r = 0u; r < nr; r++) {
+        precise float v = part[r][lid];
+        for (uint k = 1u; k < p.split; k++) v = v + part[r][k * per + lid];
+        y[(r0 + r) * p.ldy + p.row0 + row] = v;
+    }
 }
