@@ -9,7 +9,8 @@ use neither each other. Checked twice:
   - on the sources' #include "layer/file.h" lines (headers never include each other in a
     circle); besides, outside src/cpu/ (and the CLI, whose
     bench drives the kernels directly) the CPU backend is reached through cpu/compute.h only,
-    and nothing outside src/cli/ includes a CLI header.
+    the Vulkan backend (src/vulkan/, the same rank as cpu: neither uses the other) through
+    vulkan/backend.h only, and nothing outside src/cli/ includes a CLI header.
 No two files may depend on each other through any chain (no circles, within a layer too).
 The checker is first run on a made-up graph with each kind of fault, so a broken checker fails.
 """
@@ -93,6 +94,8 @@ def check_graph(graph, what):
 
 def self_test():
     bad = {"io/a": {"model/b"}, "model/b": set()}
+    sideways = {"vulkan/a": {"cpu/b"}, "cpu/b": set()}
+    assert check_graph(sideways, "t"), "vulkan -> cpu was not seen"
     circle = {"model/a": {"model/b"}, "model/b": {"model/c"}, "model/c": {"model/a"}}
     across = {"server/a": {"tools/b"}, "tools/b": set()}
     good = {"cli/a": {"generate/b", "io/c"}, "generate/b": {"model/d"}, "model/d": {"io/c"}, "io/c": set()}
