@@ -5,7 +5,9 @@
 # the GPU, makes the 27B presets with `bitspark synth`, benches them on the device and prints
 # one table against the issue's goals.
 #   tools/gpu_check.sh [WORKDIR]     (default /tmp/bitspark-gpu; needs ~8 GB free there)
-# Environment: GPU_CHECK_SKIP_TESTS=1, GPU_CHECK_SKIP_27B=1, GPU_CHECK_DEVICE=vulkan:N.
+# Environment: GPU_CHECK_SKIP_TESTS=1, GPU_CHECK_SKIP_27B=1, GPU_CHECK_DEVICE=vulkan:N,
+#   GPU_CHECK_BUILD=DIR (an existing build instead of WORKDIR/build),
+#   GPU_CHECK_MODELS="name=file.gguf ..." (more models to bench, e.g. on lavapipe for a dry run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-/tmp/bitspark-gpu}
@@ -48,7 +50,7 @@ fi
 if ! command -v glslc >/dev/null || ! command -v spirv-val >/dev/null || [ ! -e /usr/include/vulkan/vulkan.h ]; then
   as_root tools/deps.sh build || { log "build dependencies missing (tools/deps.sh build)"; exit 1; }
 fi
-build="$work/build"
+build=${GPU_CHECK_BUILD:-$work/build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBS_VULKAN=ON >/dev/null || exit 1
 cmake --build "$build" -j "$(nproc)" >/dev/null || { cmake --build "$build" -j 1 2>&1 | tail -30; exit 1; }
 bin="$build/bitspark"
@@ -67,7 +69,7 @@ fi
 declare -A res
 bench_one() { # name file
   local name=$1 f=$2 out="$work/bench_$1.txt"
-  timeout 240 "$bin" bench -m "$f" --device "$dev" -p 512 -n 128 -r 3 --verify 1,2,3,4,5,8 >"$out" 2>&1 || log "bench $name failed: $(tail -3 "$out")"
+  timeout 240 "$bin" bench -m "$f" --device "$dev" -p 512 -n 128 -r 2 --verify 1,2,3,4,5,8 >"$out" 2>&1 || log "bench $name failed: $(tail -3 "$out")"
   res[$name.pp]=$(awk -F'|' '/pp512/{gsub(/ /,"",$8); print $8}' "$out")
   res[$name.tg]=$(awk -F'|' '/tg128/{gsub(/ /,"",$8); print $8}' "$out")
   res[$name.roof]=$(grep -o 'tg reached [0-9]*%' "$out" | grep -o '[0-9]*%')
@@ -83,11 +85,18 @@ if [ -z "${GPU_CHECK_SKIP_27B:-}" ]; then
   done
 fi
 
+names=()
+[ -z "${GPU_CHECK_SKIP_27B:-}" ] && names=(bonsai-27b ternary-bonsai-27b)
+for nm in ${GPU_CHECK_MODELS:-}; do
+  bench_one "${nm%%=*}" "${nm#*=}"
+  names+=("${nm%%=*}")
+done
+
 # --- one table ------------------------------------------------------------------------------------
 echo
 echo "| model | device | pp512 t/s (goal >= 1500) | tg128 t/s | copy bandwidth | tg / roofline (goal >= 50%) | verify(5)/verify(1) (goal <= 1.2) |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
-for p in bonsai-27b ternary-bonsai-27b; do
+for p in "${names[@]}"; do
   echo "| $p | ${res[$p.dev]:-?} | ${res[$p.pp]:-?} | ${res[$p.tg]:-?} | ${res[$p.bw]:-?} | ${res[$p.roof]:-?} | ${res[$p.v5]:-?} |"
 done
 echo
