@@ -7,7 +7,8 @@
  *    (converted at upload), odd row counts, 1..9 activation rows, columns split into slices
  *    (split-K): within float rounding of the oracle, and each row bit-identical whatever the
  *    number of rows evaluated together;
- *  - matrices split by rows (a small maxStorageBufferRange forced) give the same bits;
+ *  - matrices split by rows (a small maxStorageBufferRange forced), with the plain int8 sums
+ *    instead of dp4a, give the same bits;
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
 #include "test.h"
 #include "vulkan/backend.h"
@@ -113,7 +114,7 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
         CHECK(ms && bs_vk_matrix_parts(ms) > 1);
         float *ys = malloc(sizeof *ys * (size_t)(rows * N));
         CHECK(ms && bs_vk_matvec(c_split, ms, x, N, ys) == 0);
-        CHECKF(ms && !memcmp(ys, y, sizeof *ys * (size_t)(rows * N)), "%s: split matrix differs", bs_type_name(type));
+        CHECKF(ms && !memcmp(ys, y, sizeof *ys * (size_t)(rows * N)), "%s: split matrix (or plain int8 sums) differs", bs_type_name(type));
         bs_vk_matrix_free(c_split, ms);
         free(ys);
     }
@@ -167,9 +168,15 @@ int main(void) {
     if (!c) return test_summary("test_vulkan_kernels");
     printf("device %d: %s (%s), subgroup %u, max binding %llu\n", dev, info[dev].name, bs_vk_type_name(info[dev].type),
            info[dev].subgroup_size, (unsigned long long)info[dev].max_binding);
-    setenv("BITSPARK_VK_MAX_BINDING", "4096", 1);   /* a second context whose tensors are split */
+    /* a second context whose tensors are split by rows and whose int8 products do not use
+     * dp4a: both must give the first context's bits */
+    setenv("BITSPARK_VK_MAX_BINDING", "4096", 1);
+    setenv("BITSPARK_VK_DP4A", "0", 1);
     bs_vk_ctx *cs = bs_vk_open(dev);
     unsetenv("BITSPARK_VK_MAX_BINDING");
+    unsetenv("BITSPARK_VK_DP4A");
+    printf("int8 products: %s (the second context: plain)\n", bs_vk_uses_dp4a(c) ? "dp4a" : "plain");
+    CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);
     bs_rng_seed(&rng, 22);
     check_quantizer(c);

@@ -31,7 +31,7 @@ typedef struct bs_vk_device_info {
     uint64_t max_binding;        /* maxStorageBufferRange */
     uint64_t heap_bytes;         /* largest device-local heap */
     bool int8, int16, fp16, storage8, storage16, bda;
-    bool dot_product;            /* VK_KHR_shader_integer_dot_product (dp4a) */
+    bool dot_product;            /* VK_KHR_shader_integer_dot_product's feature (dp4a) */
     bool coop_matrix;            /* VK_KHR_cooperative_matrix */
     bool timestamps;             /* timestamp queries on the compute queue */
     float timestamp_ns;          /* timestampPeriod */
@@ -61,6 +61,8 @@ typedef struct bs_vk_ctx bs_vk_ctx;
 bs_vk_ctx *bs_vk_open(int index);
 void bs_vk_close(bs_vk_ctx *c);
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
+/* Whether the context's int8 products use dp4a (off with BITSPARK_VK_DP4A=0). */
+bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
 /* Messages the validation layer reported (BITSPARK_VK_VALIDATE=1) since the process began. */
 int bs_vk_validation_messages(void);
 

@@ -205,7 +205,12 @@ static void describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_d
         o->storage16 = f11.storageBuffer16BitAccess;
         o->bda = f12.bufferDeviceAddress;
     }
-    o->dot_product = has_ext(fn, p, "VK_KHR_shader_integer_dot_product");
+    if (has_ext(fn, p, "VK_KHR_shader_integer_dot_product")) {
+        VkPhysicalDeviceShaderIntegerDotProductFeatures dp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+        VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &dp};
+        fn->vkGetPhysicalDeviceFeatures2(p, &f);
+        o->dot_product = dp.shaderIntegerDotProduct;
+    }
     o->coop_matrix = has_ext(fn, p, "VK_KHR_cooperative_matrix");
     bool ts = false;
     compute_family(fn, p, &ts);
@@ -263,7 +268,16 @@ bs_vk_ctx *bs_vk_open(int index) {
     const float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = c->qfam,
                                   .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi};
+    /* integer dot products (dp4a) for the int8 products where the device has them;
+     * BITSPARK_VK_DP4A=0 keeps the plain shader (the same integers, so the same bits) */
+    const char *dp_env = getenv("BITSPARK_VK_DP4A");
+    c->dp4a = c->info.dot_product && !(dp_env && !strcmp(dp_env, "0"));
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+                                                           .shaderIntegerDotProduct = VK_TRUE};
+    const char *dp_ext = "VK_KHR_shader_integer_dot_product";
+    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = c->dp4a ? &dpf : NULL,
+                             .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
+                             .enabledExtensionCount = c->dp4a, .ppEnabledExtensionNames = &dp_ext};
     VkResult r = c->fn->vkCreateDevice(c->phys, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {
         bs_error("Vulkan device %d (%s): vkCreateDevice failed (VkResult %d)", index, c->info.name, (int)r);
@@ -301,5 +315,6 @@ void bs_vk_close(bs_vk_ctx *c) {
 }
 
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { return &c->info; }
+bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { return c->dp4a; }
 
 bool bs_vk_runs_models(void) { return false; }

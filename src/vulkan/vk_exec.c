@@ -129,7 +129,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
-    const bs_vk_spirv *sp = bs_vk_shader(k->shader);
+    const bs_vk_spirv *sp = bs_vk_shader(c->dp4a && !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : k->shader);
     if (!sp) return bs_error("Vulkan: shader %s is not embedded", k->shader);
     VkShaderModuleCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sp->bytes, .pCode = sp->code};
     if (c->fn->vkCreateShaderModule(c->dev, &si, NULL, &p->mod) != VK_SUCCESS) return bs_error("Vulkan: shader %s rejected", k->shader);

@@ -112,6 +112,7 @@ struct bs_vk_ctx {
     VkFence fence;
     int dsets_used;
     bool recording, caching;
+    bool dp4a;                        /* integer products through mv_q_dp4a */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;
