@@ -6,7 +6,7 @@
  *  - products for Q1_0, Q2_0 (128, 64), Q8_0 (integer kernels) and F32, F16, BF16, Q4_1, Q6_K
  *    (converted at upload), odd row counts, 1..9 activation rows, columns split into slices
  *    (split-K): within float rounding of the oracle, and each row bit-identical whatever the
- *    number of rows evaluated together;
+ *    number of rows evaluated together; Bonsai-27B's 5120 and 17408 columns too;
  *  - matrices split by rows (a small maxStorageBufferRange forced), with the plain int8 sums
  *    instead of dp4a, give the same bits;
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
@@ -185,6 +185,13 @@ int main(void) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         check_matvec(c, NULL, types[i], 256, 67);   /* odd rows, one 64-row workgroup and a bit */
         check_matvec(c, cs, types[i], 768, 203);    /* split into parts when 4096 bytes bind */
+    }
+    /* Bonsai-27B's shapes: attention/FFN inputs of 5120 and the FFN down input of 17408
+     * columns (odd row counts, fewer rows than the model has) */
+    static const int bonsai[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64};
+    for (size_t i = 0; i < sizeof bonsai / sizeof bonsai[0]; i++) {
+        check_matvec(c, NULL, bonsai[i], 5120, 517);
+        check_matvec(c, NULL, bonsai[i], 17408, 131);
     }
     CHECKF(n_split >= 5, "only %d matrices took the split-K kernels", n_split);
     const double gbs = bs_vk_copy_bandwidth(c, 8u << 20, 4);
