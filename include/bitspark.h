@@ -42,7 +42,7 @@ typedef struct bs_session bs_session;
 
 typedef struct bs_model_params {
     bool no_mmap;          /* read the whole file into memory instead of mapping it */
-    const char *device;    /* NULL or "auto": the best device; "cpu" */
+    const char *device;    /* NULL or "auto": the best device; "cpu", "vulkan" or "vulkan:N" */
 } bs_model_params;
 
 /* params may be NULL (defaults). NULL + bitspark_last_error() on failure. */

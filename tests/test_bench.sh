@@ -26,11 +26,13 @@ if grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512vbmi /proc/cpuinfo && [ 
   check "amx line" 'grep -qE "^amx: .*($amx)" <<<"$roof"'
 fi
 
-csv=$("$B" bench -m "$F/tiny-q2_0.gguf" -p 8 -n 2 -r 1 -t 1 -o csv 2>&1)
+# machine-readable output on stdout; stderr names the device the model runs on
+csv=$("$B" bench -m "$F/tiny-q2_0.gguf" -p 8 -n 2 -r 1 -t 1 -o csv 2>"$BS_TMP/bench_csv.err")
+check "device line" 'grep -q "^device: CPU" "$BS_TMP/bench_csv.err"' 
 check "csv header" 'head -1 <<<"$csv" | grep -q "^build_commit,build_number,cpu_info,.*,avg_ns,stddev_ns,avg_ts,stddev_ts$"'
 check "csv rows" '[ "$(wc -l <<<"$csv")" -eq 3 ]'
 
-json=$("$B" bench -m "$F/tiny-q8_0.gguf" -p 8 -n 2 -r 2 -t 1,2 -o json 2>&1)
+json=$("$B" bench -m "$F/tiny-q8_0.gguf" -p 8 -n 2 -r 2 -t 1,2 -o json 2>/dev/null)
 check "json" '/usr/bin/python3 -c "
 import json, sys
 d = json.loads(sys.argv[1])

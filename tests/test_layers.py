@@ -9,7 +9,8 @@ use neither each other. Checked twice:
   - on the sources' #include "layer/file.h" lines (headers never include each other in a
     circle); besides, outside src/cpu/ (and the CLI, whose
     bench drives the kernels directly) the CPU backend is reached through cpu/compute.h only,
-    and nothing outside src/cli/ includes a CLI header.
+    the Vulkan backend (src/vulkan/, the same rank as cpu: neither uses the other) through
+    vulkan/backend.h only, and nothing outside src/cli/ includes a CLI header.
 No two files may depend on each other through any chain (no circles, within a layer too).
 The checker is first run on a made-up graph with each kind of fault, so a broken checker fails.
 """
@@ -20,7 +21,7 @@ import re
 import subprocess
 import sys
 
-RANK = {"io": 0, "formats": 1, "cpu": 2, "model": 3, "text": 4, "sample": 5, "dspark": 6,
+RANK = {"io": 0, "formats": 1, "cpu": 2, "vulkan": 2, "model": 3, "text": 4, "sample": 5, "dspark": 6,
         "generate": 7, "server": 8, "tools": 8, "cli": 9}
 
 
@@ -93,6 +94,8 @@ def check_graph(graph, what):
 
 def self_test():
     bad = {"io/a": {"model/b"}, "model/b": set()}
+    sideways = {"vulkan/a": {"cpu/b"}, "cpu/b": set()}
+    assert check_graph(sideways, "t"), "vulkan -> cpu was not seen"
     circle = {"model/a": {"model/b"}, "model/b": {"model/c"}, "model/c": {"model/a"}}
     across = {"server/a": {"tools/b"}, "tools/b": set()}
     good = {"cli/a": {"generate/b", "io/c"}, "generate/b": {"model/d"}, "model/d": {"io/c"}, "io/c": set()}
@@ -148,6 +151,8 @@ def include_graph(src):
                 faults.append(f"includes: {rel} includes a CLI header ({inc_file}.h)")
             if inc_layer == "cpu" and layer not in ("cpu", "cli") and inc_file != "compute":
                 faults.append(f"includes: {rel} reaches into the CPU backend (cpu/{inc_file}.h, not cpu/compute.h)")
+            if inc_layer == "vulkan" and layer != "vulkan" and inc_file != "backend":
+                faults.append(f"includes: {rel} reaches into the Vulkan backend (vulkan/{inc_file}.h, not vulkan/backend.h)")
             graph[name].add(f"{inc_layer}/{inc_file}.h")
     return graph, faults
 

@@ -4,9 +4,14 @@
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8proc-dev)
+# the Vulkan backend: headers (nothing is linked: the loader is opened at run time), the GLSL
+# compiler and the SPIR-V validator; without them the build leaves the backend out
+pkgs+=(libvulkan-dev glslc spirv-tools)
 if [ "$what" = test ]; then
   # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
   pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
+  # Vulkan tests on Mesa's software device (lavapipe), with the Khronos validation layer
+  pkgs+=(mesa-vulkan-drivers vulkan-validationlayers)
   # the train/ smoke run: PyTorch, the corpus's regex tokenizer and fortune texts, BLAS
   pkgs+=(python3-torch python3-regex fortunes libopenblas0-pthread)
   # server tests: the openai / playwright-core npm clients (tests/node) and headless chromium

@@ -20,6 +20,8 @@
 #include "formats/quant.h"
 #include "io/threadpool.h"
 #include "io/util.h"
+#include "model/device.h"
+#include "vulkan/backend.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -44,6 +46,7 @@ typedef struct {
     int mm_rows[MAX_LIST], n_mm_rows;   /* activation rows per product in kernel mode */
     int membw;
     int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
+    const char *device;         /* --device */
 } bench_opts;
 
 typedef struct { double mean, sd; } stat;
@@ -293,6 +296,9 @@ out:
     return dt;
 }
 
+/* "CPU" or "Vulkan": the backend column of the table, as llama-bench names its backends */
+static char g_backend[16] = "CPU";
+
 static void print_md_header(void) {
     printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s |\n", "model", "size", "params", "backend",
            "threads", "test", "t/s");
@@ -320,25 +326,25 @@ static void print_result(const bench_opts *o, const model_info *mi, const result
     if (!strcmp(o->out, "md")) {
         char tsbuf[64];
         snprintf(tsbuf, sizeof tsbuf, "%.2f ± %.2f", st.mean, st.sd);
-        printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mi->type_str, size, params, "CPU",
+        printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s |\n", mi->type_str, size, params, g_backend,
                r->threads, r->test, tsbuf);
     } else if (!strcmp(o->out, "csv")) {
         if (first)
             printf("build_commit,build_number,cpu_info,model_filename,model_type,model_size,model_n_params,"
                    "backends,n_threads,n_batch,n_ubatch,type_k,type_v,n_prompt,n_gen,n_depth,test_time,"
                    "avg_ns,stddev_ns,avg_ts,stddev_ts\n");
-        printf("\"%s\",0,\"%s\",\"%s\",\"%s\",%llu,%llu,\"CPU\",%d,%d,%d,\"f16\",\"f16\",%d,%d,0,\"%s\",%.0f,%.0f,%.6f,%.6f\n",
+        printf("\"%s\",0,\"%s\",\"%s\",\"%s\",%llu,%llu,\"%s\",%d,%d,%d,\"f16\",\"f16\",%d,%d,0,\"%s\",%.0f,%.0f,%.6f,%.6f\n",
                bitspark_version(), bs_cpu_describe(), o->model, mi->type_str, (unsigned long long)mi->size,
-               (unsigned long long)mi->n_params, r->threads, BS_MAX(r->n_prompt, 1), BS_MAX(r->n_prompt, 1),
+               (unsigned long long)mi->n_params, g_backend, r->threads, BS_MAX(r->n_prompt, 1), BS_MAX(r->n_prompt, 1),
                r->n_prompt, r->n_gen, when, sn.mean, sn.sd, st.mean, st.sd);
     } else {
         printf("%s  {\"build_commit\": \"%s\", \"build_number\": 0, \"cpu_info\": \"%s\", \"model_filename\": \"%s\", "
-               "\"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, \"backends\": \"CPU\", "
+               "\"model_type\": \"%s\", \"model_size\": %llu, \"model_n_params\": %llu, \"backends\": \"%s\", "
                "\"n_threads\": %d, \"type_k\": \"f16\", \"type_v\": \"f16\", \"n_prompt\": %d, \"n_gen\": %d, "
                "\"n_depth\": 0, \"test_time\": \"%s\", \"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, "
                "\"stddev_ts\": %.6f, \"samples_ns\": [",
                first ? "[\n" : ",\n", bitspark_version(), bs_cpu_describe(), o->model, mi->type_str,
-               (unsigned long long)mi->size, (unsigned long long)mi->n_params, r->threads, r->n_prompt, r->n_gen,
+               (unsigned long long)mi->size, (unsigned long long)mi->n_params, g_backend, r->threads, r->n_prompt, r->n_gen,
                when, sn.mean, sn.sd, st.mean, st.sd);
         for (int i = 0; i < r->n; i++) printf("%s%.0f", i ? ", " : "", ns[i]);
         printf("], \"samples_ts\": [");
@@ -437,16 +443,32 @@ static void membw_note(int threads, const model_info *mi, const double *bw, int 
     note("\n");
 }
 
+/* On the device: its bandwidth from the copy kernel (read + write of buffers well past any
+ * cache), the decode roofline it implies and the fraction of it tg reached (median run). */
+static void device_roofline(bs_model *m, const model_info *mi, const double *dt, int n, int n_gen) {
+    const uint64_t heap = bs_vk_info(m->vk)->heap_bytes;
+    const size_t bytes = (size_t)BS_MIN((uint64_t)1 << 30, heap / 8);
+    const double bw = bs_vk_copy_bandwidth(m->vk, bytes, 8);
+    if (bw <= 0) { note("membw: the device copy kernel failed (%s)\n", bitspark_last_error()); return; }
+    const double roof = bw * 1e9 / (double)mi->stream_bytes;
+    note("membw: %.1f GB/s copy on %s (%.0f MiB, read + write); decode roofline %.2f tok/s (%.3f GB/token of weights)",
+         bw, bs_model_device(m), bytes / 1048576.0, roof, mi->stream_bytes / 1e9);
+    if (n > 0) note("; tg reached %.0f%%", 100.0 * n_gen / median(dt, n) / roof);
+    note("\n");
+}
+
 static int bench_model(const bench_opts *o) {
     model_info mi;
     notes[0] = 0;
     if (model_describe(o->model, &mi)) return -1;
-    bs_model_params mp = {.no_mmap = o->no_mmap != 0};
+    bs_model_params mp = {.no_mmap = o->no_mmap != 0, .device = o->device};
     double t_load = bs_time();
     bs_model *m = bs_model_load(o->model, &mp);
     if (!m) return bs_error("%s", bitspark_last_error());
     note("load: %.2f s (%s, Q1_0/Q2_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
-         bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
+         m->vk ? "uploaded to the device" : bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
+    snprintf(g_backend, sizeof g_backend, "%s", m->vk ? "Vulkan" : "CPU");
+    note("device: %s\n", bs_model_device(m));
     int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
     bs_rng rng;
@@ -459,7 +481,7 @@ static int bench_model(const bench_opts *o) {
         bs_session *s = bs_session_new(m, &sp);
         if (!s) { rc = bs_error("%s", bitspark_last_error()); break; }
         /* the roofline is probed before, between and after the tg runs (last thread count) */
-        const int probing = o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1;
+        const int probing = o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1 && !m->vk;
         bw_probe probe = {0};
         double bw[MAX_REPS + 1], tg_dt[MAX_REPS];
         int nbw = 0, n_tg = 0;
@@ -478,6 +500,10 @@ static int bench_model(const bench_opts *o) {
                 r.samples[r.n++] = dt;
             }
             if (rc) break;
+            if (kind == 1) {
+                memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
+                n_tg = r.n;
+            }
             if (probing && kind == 1) {
                 bw[nbw++] = probe_read(&probe, 3);
                 memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
@@ -498,6 +524,7 @@ static int bench_model(const bench_opts *o) {
                 note("%sw=%d %.1f ms (%.2fx)", v ? ", " : "", o->verify[v], tw[v] * 1e3, t1 > 0 ? tw[v] / t1 : 0.0);
             note("\n");
         }
+        if (!rc && m->vk && o->membw && !strcmp(o->out, "md") && ti == o->n_threads - 1) device_roofline(m, &mi, tg_dt, n_tg, o->n_gen);
         if (probing) {
             if (!rc) {
                 if (!nbw) bw[nbw++] = probe_read(&probe, 5);
@@ -583,6 +610,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-membw")) o.membw = 0;
         else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
         else if (!strcmp(a, "--no-mmap")) o.no_mmap = 1;
+        else if (!strcmp(a, "--device")) { if (!(o.device = cli_value(argc, argv, &i))) return cli_fail("bench"); }
         else {
             bs_error("unknown option '%s' (see bitspark help bench)", a);
             return cli_fail("bench");
@@ -610,6 +638,7 @@ void help_bench(void) {
            "  --no-membw           skip the memory-bandwidth / roofline line\n"
            "  --no-warmup          skip the warm-up run\n"
            "  --no-mmap            read the model into memory instead of mapping it\n"
+           "  --device D           auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
            "  --spec               with -md DRAFTER: measured DSpark round costs, projected speedups and\n"
            "                       a measured greedy run with and without the drafter (options -m -md\n"
            "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions)\n"

@@ -167,6 +167,7 @@ void cli_gen_help(void) {
            "  -t, --threads N         threads (default: all cores)\n"
            "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
            "  --no-mmap               read the model into memory instead of mapping it\n"
+           "  --device D              auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
            CLI_NORMALIZE_HELP);
     cli_gen_context_help();
     cli_gen_sampling_help();
@@ -274,6 +275,9 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         o->n_ctx = (int)x;
     } else if (!strcmp(a, "--no-mmap")) {
         o->no_mmap = true;
+    } else if (!strcmp(a, "--device")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        o->device = v;
     } else if (!strcmp(a, "--tokenizer-normalize")) {
         if (!(v = cli_value(argc, argv, i)) || cli_parse_normalize(v, &o->normalize_set, &o->normalize)) return -1;
     } else {

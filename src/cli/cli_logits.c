@@ -18,6 +18,7 @@ typedef struct opts {
     long batch, threads, ctx;
     int kv_type;
     bool no_mmap;
+    const char *device;
 } opts;
 
 void help_logits(void) {
@@ -31,7 +32,8 @@ void help_logits(void) {
            "  --kv-type f16|f32  KV cache type (default f16)\n"
            "  --ctx N            context size (default 4096, or the token count if larger)\n"
            "  -t N               threads (default 1)\n"
-           "  --no-mmap          read the model into memory instead of mapping it\n");
+           "  --no-mmap          read the model into memory instead of mapping it\n"
+           "  --device D         auto (default), cpu, vulkan or vulkan:N (see 'bitspark devices')\n");
 }
 
 /* Integers separated by commas, whitespace and (for JSON lists) brackets. */
@@ -82,6 +84,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
             else return bs_error("--kv-type: '%s' is not f16 or f32", v);
         }
         else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
+        else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
         else return bs_error("unknown option '%s' (see bitspark help logits)", a);
 #undef VAL
     }
@@ -153,7 +156,7 @@ int cmd_logits(int argc, char **argv) {
         if (e) goto done;
     }
     if (o.taps && parse_ids(o.taps, "--taps", 0, 1 << 20, &r.taps, &r.n_taps)) goto done;
-    bs_model_params mp = {.no_mmap = o.no_mmap};
+    bs_model_params mp = {.no_mmap = o.no_mmap, .device = o.device};
     if (!(r.m = bs_model_load(o.model, &mp))) goto done;
     rc = evaluate(&o, &r) ? 1 : 0;
 done:

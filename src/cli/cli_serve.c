@@ -61,6 +61,7 @@ void help_serve(void) {
            "                          tokens (default: as plain text; the template's own\n"
            "                          <|im_start|> ... stay special)\n"
            "  --no-mmap               read the model into memory\n"
+           "  --device D              auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
            CLI_NORMALIZE_HELP
            "  -v, --verbose           more logging\n"
            "\n");
@@ -168,6 +169,7 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer-normalize")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_normalize(v, &c->normalize_set, &c->normalize)) return -1;
         }
+        else if (!strcmp(a, "--device")) { if (!(c->device = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) bs_log_level = 2;
         else return bs_error("unknown option '%s' (see bitspark help serve)", a);
 #undef INT_OPT

@@ -15,6 +15,7 @@ static const bs_command commands[] = {
     {"tokenize", "print the token ids of a text", cmd_tokenize, help_tokenize},
     {"detokenize", "print the text of token ids", cmd_detokenize, help_detokenize},
     {"bench", "llama-bench compatible speed measurement", cmd_bench, help_bench},
+    {"devices", "list the CPU and Vulkan devices (--device) with the features used", cmd_devices, help_devices},
     {"quantize", "convert a GGUF's tensors to another weight format", cmd_quantize, help_quantize},
     {"convert", "convert drafters and HF checkpoints between GGUF and safetensors", cmd_convert, help_convert},
     {"serve", "OpenAI-compatible HTTP server", cmd_serve, help_serve},

@@ -66,7 +66,7 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
     e->o = *o;
     if (!o->model) return bs_error("no model given (-m FILE)");
     const double t0 = bs_time();
-    bs_model_params mp = {.no_mmap = o->no_mmap};
+    bs_model_params mp = {.no_mmap = o->no_mmap, .device = o->device};
     if (!(e->model = bs_model_load(o->model, &mp))) goto fail;
     if (!(e->tok = bs_tokenizer_from_gguf(e->model->file))) {
         bs_error_prefix("%s: tokenizer: ", o->model);

@@ -16,6 +16,7 @@ typedef struct bs_engine_opts {
     int n_threads;             /* 0: 1 */
     int n_ctx;                 /* 0: session default */
     bool no_mmap;
+    const char *device;        /* bs_model_params.device: NULL = auto */
     bool undo;                 /* keep rollback records without a drafter (chat's prefix reuse) */
     bool normalize_set;        /* override the vocabulary's Unicode normalization with normalize */
     bs_norm_mode normalize;    /* (text/normalize.h; BS_NORM_NONE: llama.cpp's prompt ids) */

@@ -198,6 +198,13 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
 
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (validate(b, q, n_seq)) return -1;
+    /* sessions on the device: one evaluation each (a row's logits do not depend on the rows
+     * evaluated with it, so the results are those of one pass) */
+    if (q[0].s->vk) {
+        for (int i = 0; i < n_seq; i++)
+            if (bs_eval(q[i].s, q[i].tokens, q[i].n, q[i].logits_mode, q[i].logits, q[i].taps)) return -1;
+        return 0;
+    }
     const bs_qwen35_hparams *hp = &b->m->hp;
     const int E = hp->n_embd;
     int R = 0;

@@ -2,6 +2,7 @@
  * rollback can undo) and exact rollback: replaying the recurrence from the recorded inputs of
  * the last batch, or recomputing its kept tokens when it was too large to record. */
 #include "model/session.h"
+#include "model/device.h"
 #include "io/util.h"
 
 /* Evaluate in batches of n_batch; the last batch is what rollback can undo. */
@@ -28,6 +29,7 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
     for (int i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
             return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    if (s->vk) return bs_device_eval(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
     eval_batches(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
     return 0;
 }
@@ -41,6 +43,7 @@ int bs_session_rollback(bs_session *s, int n_keep) {
         return bs_error("cannot roll back to %d positions: only the last batch (from position %d) can be undone",
                         n_keep, s->rb_base);
     const int j = n_keep - s->rb_base;
+    if (s->vk) return bs_device_rollback(s, j);
     if (s->rb_recorded) {
         for (int il = 0; il < s->m->hp.n_layer; il++)
             if (s->m->layers[il].recurrent) bs_deltanet_replay(s, &s->m->layers[il], j);

@@ -30,6 +30,7 @@ static bs_weight *weight_named(bs_model *m, bs_weight **all, int n, const char *
 }
 
 int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
+    if (m->vk) return bs_error("LoRA adapters do not run on the Vulkan device yet (use --device cpu)");
     const int cap = 1 + 12 * m->hp.n_layer;
     bs_weight **all = bs_xmalloc((size_t)cap * sizeof *all);
     int n = model_weights(m, all, cap), rc = 0;

@@ -1,6 +1,7 @@
 /* qwen35.c: load a qwen35 GGUF: hyperparameters from metadata, every tensor checked by name,
  * shape and type, with an error naming the first mismatch (qwen35-arch.md §1, §5). */
 #include "model/qwen35.h"
+#include "model/device.h"
 #include "formats/quant.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -333,12 +334,14 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     if (!params) params = &def;
     bs_model *m = bs_xcalloc(1, sizeof *m);
     m->file = gguf_open(path, params->no_mmap ? GGUF_OPEN_NO_MMAP : 0);
-    if (!m->file || load_model(m) || pack_weights(m)) {
+    /* on Vulkan the weights go to the device as the file has them: no CPU repacking */
+    if (!m->file || load_model(m) || bs_model_choose_device(m, params->device) || (!m->vk && pack_weights(m))) {
         if (m->file) bs_error_prefix("loading %s: ", path);
         else bs_error_prefix("loading model: ");   /* the GGUF reader's message names the file */
         bs_model_free(m);
         return NULL;
     }
+    bs_log(1, "device: %s\n", bs_model_device(m));
     return m;
 }
 
@@ -350,6 +353,7 @@ void bs_model_free(bs_model *m) {
         for (int i = 0; i < n; i++) bs_weight_release(ws[i]);
         free(ws);
     }
+    bs_model_release_device(m);
     if (m->file) gguf_close(m->file);
     free(m->layers);
     free(m);

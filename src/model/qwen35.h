@@ -7,6 +7,7 @@
 #include "bitspark.h"
 #include "formats/gguf.h"
 #include "cpu/compute.h"
+#include "vulkan/backend.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,6 +48,10 @@ struct bs_model {
     const float *output_norm;
     bs_qwen35_layer *layers;
     int n_recurrent, n_attention;
+    /* the device (device.h): NULL on the CPU */
+    bs_vk_ctx *vk;
+    bs_vk_net *vk_net;
+    char device_name[300];
 };
 
 #endif

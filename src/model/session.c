@@ -1,6 +1,7 @@
 /* session.c: sessions on a qwen35 model: buffers sized once at creation, taps, the bookkeeping
  * around a batch, and state save / load (see session.h; evaluation and rollback: eval.c). */
 #include "model/session.h"
+#include "model/device.h"
 #include "cpu/compute.h"
 #include "io/util.h"
 
@@ -76,7 +77,7 @@ bs_session *bs_session_new(bs_model *m, const bs_session_params *params) {
     if (resolve_params(m, params ? params : &def, s)) goto fail;
     int nt = params ? params->n_threads : 0;
     if (nt > 1 && !(s->pool = bs_pool_new(nt))) goto fail;
-    if (alloc_buffers(s)) goto fail;
+    if (alloc_buffers(s) || bs_device_session_new(s)) goto fail;
     return s;
 fail:
     bs_error_prefix("creating a session: ");
@@ -86,6 +87,7 @@ fail:
 
 void bs_session_free(bs_session *s) {
     if (!s) return;
+    bs_vk_sess_free(s->vk);
     bs_pool_free(s->pool);
     void *bufs[] = {s->conv, s->ssm, s->k, s->v, s->rb_tokens, s->rb_rec, s->taps, s->x, s->xn, s->y,
                     s->a, s->b, s->c, s->d, s->gb, s->rope, s->scores, s->qtmp};
@@ -102,6 +104,7 @@ void bs_session_reset(bs_session *s) {
         memset(sess_conv(s, g, s->cur), 0, s->conv_sz * sizeof(float));
         memset(sess_ssm(s, g, s->cur), 0, s->ssm_sz * sizeof(float));
     }
+    if (s->vk && bs_vk_sess_reset(s->vk)) bs_log(0, "bitspark: %s\n", bs_last_error());
     s->n_past = 0;
     s->rb_n = 0;
     s->rb_base = 0;
@@ -189,6 +192,7 @@ int bs_session_state_save(const bs_session *s, void *buf, size_t cap) {
     state_header h;
     fill_header(s, &h);
     memcpy(buf, &h, sizeof h);
+    if (s->vk && bs_device_state((bs_session *)s, s->n_past, true)) return -1;
     copy_state((bs_session *)s, (uint8_t *)buf + sizeof h, true);
     return 0;
 }
@@ -207,6 +211,7 @@ int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
     if (len != state_bytes(s, h.n_past)) return bs_error("state: size %zu does not match its header", len);
     s->n_past = h.n_past;
     copy_state(s, (uint8_t *)buf + sizeof h, false);
+    if (s->vk && (bs_device_state(s, s->n_past, false) || bs_vk_sess_snapshot(s->vk))) return -1;
     s->rb_n = 0;
     s->rb_base = s->n_past;
     s->rb_recorded = false;

@@ -49,6 +49,7 @@ struct bs_session {
     float *scores;                /* per pool thread: [n_head][n_ctx] attention weights */
     float *qtmp;                  /* per pool thread: [head_dim] f16 row converted */
     size_t wa, wb, wc, wd;
+    bs_vk_sess *vk;               /* the session on the device when the model runs there */
 };
 
 /* Float pointers into the state of GDN slot g, half h. */

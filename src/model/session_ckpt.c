@@ -1,6 +1,7 @@
 /* session_ckpt.c: recurrent-state checkpoints of a session (see session_ckpt.h). */
 #include "model/session_ckpt.h"
 #include "model/session.h"
+#include "model/device.h"
 #include "io/util.h"
 
 #include <stdlib.h>
@@ -41,6 +42,8 @@ void bs_session_ckpt_free(bs_session_ckpt *c) {
 
 void bs_session_ckpt_save(bs_session_ckpt *c, const bs_session *s, const float *logits) {
     float *p = c->state;
+    /* on the device: its recurrent state to the session's host arrays first (no KV rows) */
+    if (s->vk && bs_device_state((bs_session *)s, 0, true)) bs_log(0, "bitspark: %s\n", bs_last_error());
     for (int g = 0; g < s->m->n_recurrent; g++) {
         memcpy(p, sess_conv(s, g, s->cur), s->conv_sz * sizeof(float));
         p += s->conv_sz;
@@ -65,6 +68,7 @@ int bs_session_ckpt_restore(const bs_session_ckpt *c, bs_session *s) {
         memcpy(sess_ssm(s, g, s->cur), p, s->ssm_sz * sizeof(float));
         p += s->ssm_sz;
     }
+    if (s->vk && (bs_device_state(s, 0, false) || bs_vk_sess_snapshot(s->vk))) return -1;
     s->n_past = c->pos;
     s->rb_n = 0;                  /* nothing of the last batch is left to undo */
     s->rb_base = s->n_past;

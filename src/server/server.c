@@ -26,7 +26,7 @@ int srv_start(srv *s, const srv_config *cfg) {
     pthread_mutex_init(&s->emb_mu, NULL);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
-    bs_model_params mp = {.no_mmap = cfg->no_mmap};
+    bs_model_params mp = {.no_mmap = cfg->no_mmap, .device = cfg->device};
     if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
     if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) goto fail;
     const int train = bs_model_n_ctx_train(s->model);

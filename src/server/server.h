@@ -52,6 +52,7 @@ typedef struct srv_config {
      * --allowed-hosts adds names; POST bodies must be application/json */
     const char *cors, *allowed_hosts;
     bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
+    const char *device;        /* bs_model_params.device (--device) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
     long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */

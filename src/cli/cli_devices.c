@@ -1,0 +1,54 @@
+/* cli_devices.c: `bitspark devices`: the CPU and each Vulkan device with what the backend uses
+ * of it, and which one `--device auto` takes. */
+#include "cli/cli.h"
+#include "cpu/cpu_features.h"
+#include "io/util.h"
+#include "vulkan/backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void help_devices(void) {
+    printf("usage: bitspark devices\n\n"
+           "Lists the devices models can run on, for --device (run, chat, serve, bench, logits):\n"
+           "  cpu         the CPU kernels (always there)\n"
+           "  vulkan:N    Vulkan device N (libvulkan.so.1 at run time; none without a loader)\n"
+           "'auto' (the default) takes the first discrete, else integrated GPU, else the CPU; a CPU\n"
+           "Vulkan device (Mesa's lavapipe) only when named or with BITSPARK_VK_ALLOW_CPU=1.\n");
+}
+
+static const char *yes(bool b) { return b ? "yes" : "no"; }
+
+int cmd_devices(int argc, char **argv) {
+    if (argc > 1) {
+        fprintf(stderr, "bitspark devices: no options (got '%s')\n", argv[1]);
+        return 2;
+    }
+    printf("cpu: %s (kernels: %s)\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
+    if (!bs_vk_built()) {
+        printf("vulkan: not built into this binary (no glslc or Vulkan headers at build time)\n");
+        return 0;
+    }
+    bs_vk_device_info info[16];
+    const int n = bs_vk_devices(info, 16);
+    if (n < 0) {
+        printf("vulkan: unavailable (%s)\n", bs_last_error());
+        return 0;
+    }
+    if (n == 0) printf("vulkan: no devices\n");
+    for (int i = 0; i < n && i < 16; i++) {
+        const bs_vk_device_info *d = &info[i];
+        printf("vulkan:%d: %s (%s), Vulkan %u.%u.%u, %s\n", i, d->name, bs_vk_type_name(d->type),
+               d->api_version >> 22, (d->api_version >> 12) & 0x3ff, d->api_version & 0xfff, d->driver);
+        printf("  memory %.1f GiB, max binding %.0f MiB, shared %u KiB, subgroup %u\n", d->heap_bytes / 1073741824.0,
+               d->max_binding / 1048576.0, d->shared_mem / 1024, d->subgroup_size);
+        printf("  int8 %s, int16 %s, fp16 %s, 8-bit storage %s, 16-bit storage %s, buffer addresses %s,\n"
+               "  integer dot product %s, cooperative matrix %s, timestamps %s\n",
+               yes(d->int8), yes(d->int16), yes(d->fp16), yes(d->storage8), yes(d->storage16), yes(d->bda),
+               yes(d->dot_product), yes(d->coop_matrix), yes(d->timestamps));
+    }
+    const int pick = bs_vk_pick(false);
+    if (pick >= 0) printf("auto: vulkan:%d\n", pick);
+    else printf("auto: cpu%s\n", n > 0 ? " (no GPU; name a CPU Vulkan device or set BITSPARK_VK_ALLOW_CPU=1)" : "");
+    return 0;
+}

@@ -1,0 +1,157 @@
+/* device.c: where a model runs (--device, bs_model_params.device) and the seam to the Vulkan
+ * backend: the model layer describes the network to it (hyper-parameters and each layer's
+ * tensors, vulkan/backend.h's bs_vk_net_desc) and, per session, hands it evaluation while
+ * keeping the bookkeeping (positions, rollback, state layout) here, the same as on the CPU.
+ * auto: a discrete or integrated GPU if the instance has one (a CPU Vulkan device such as
+ * lavapipe only when named or with BITSPARK_VK_ALLOW_CPU=1), else the CPU; when Vulkan cannot
+ * start, auto falls back to the CPU with one line, a named device fails. */
+#include "model/device.h"
+#include "model/session.h"
+#include "cpu/compute.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bs_vk_tensor tensor_of(const bs_weight *w) {
+    return (bs_vk_tensor){.type = w->type, .ne0 = w->ne0, .ne1 = w->ne1, .data = w->data, .row_bytes = w->row_bytes,
+                          .name = w->name};
+}
+
+static bs_vk_net *upload(bs_model *m) {
+    const bs_qwen35_hparams *hp = &m->hp;
+    bs_vk_layer_desc *ld = bs_xcalloc((size_t)hp->n_layer, sizeof *ld);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const bs_qwen35_layer *L = &m->layers[il];
+        bs_vk_layer_desc *d = &ld[il];
+        d->recurrent = L->recurrent;
+        d->attn_norm = L->attn_norm;
+        d->post_norm = L->post_norm;
+        d->ffn_gate = tensor_of(&L->ffn_gate);
+        d->ffn_up = tensor_of(&L->ffn_up);
+        d->ffn_down = tensor_of(&L->ffn_down);
+        if (L->recurrent) {
+            d->qkv = tensor_of(&L->qkv);
+            d->gate = tensor_of(&L->gate);
+            d->beta = tensor_of(&L->beta);
+            d->alpha = tensor_of(&L->alpha);
+            d->ssm_out = tensor_of(&L->ssm_out);
+            d->conv1d = L->conv1d;
+            d->dt_bias = L->dt_bias;
+            d->ssm_a = L->ssm_a;
+            d->ssm_norm = L->ssm_norm;
+        } else {
+            d->wq = tensor_of(&L->wq);
+            d->wk = tensor_of(&L->wk);
+            d->wv = tensor_of(&L->wv);
+            d->wo = tensor_of(&L->wo);
+            d->q_norm = L->q_norm;
+            d->k_norm = L->k_norm;
+        }
+    }
+    bs_vk_net_desc nd = {
+        .n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff, .n_vocab = hp->n_vocab, .eps = hp->eps,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
+        .rope_base = hp->rope_base, .conv_kernel = hp->conv_kernel, .n_k_heads = hp->n_k_heads,
+        .n_v_heads = hp->n_v_heads, .d_k = hp->d_k, .d_v = hp->d_v, .conv_dim = hp->conv_dim,
+        .tok_embd = tensor_of(&m->tok_embd), .output = tensor_of(&m->output), .output_norm = m->output_norm,
+        .layers = ld,
+    };
+    bs_vk_net *net = bs_vk_net_new(m->vk, &nd);
+    free(ld);
+    return net;
+}
+
+static void name_cpu(bs_model *m) {
+    snprintf(m->device_name, sizeof m->device_name, "CPU (%s)", bs_cpu_level_name(bs_cpu_level()));
+}
+
+int bs_model_choose_device(bs_model *m, const char *spec) {
+    int kind, index;
+    if (bs_vk_parse_device(spec, &kind, &index)) return -1;
+    name_cpu(m);
+    if (kind == BS_DEVICE_CPU) return 0;
+    const bool named = kind == BS_DEVICE_VULKAN;
+    if (!named) {
+        if (!bs_vk_built()) return 0;
+        index = bs_vk_pick(false);
+        if (index < 0) {
+            /* a loader or instance that failed says why; no GPU at all needs no line */
+            const char *why = bs_last_error();
+            if (why && *why && strstr(why, "Vulkan") && !strstr(why, "no Vulkan loader"))
+                bs_log(1, "device: Vulkan unavailable (%s); using the CPU\n", why);
+            bs_clear_error();
+            return 0;
+        }
+    } else if (index < 0 && (index = bs_vk_pick(true)) < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", bs_last_error() && *bs_last_error() ? bs_last_error() : "no Vulkan device");
+        return bs_error("--device %s: %s", spec, why);
+    }
+    if (!(m->vk = bs_vk_open(index)) || !(m->vk_net = upload(m))) {
+        if (named) return bs_error_prefix("--device %s: ", spec);
+        bs_log(1, "device: Vulkan device %d unusable (%s); using the CPU\n", index, bs_last_error());
+        bs_vk_net_free(m->vk_net);
+        bs_vk_close(m->vk);
+        m->vk_net = NULL;
+        m->vk = NULL;
+        bs_clear_error();
+        return 0;
+    }
+    snprintf(m->device_name, sizeof m->device_name, "Vulkan %s", bs_vk_info(m->vk)->name);
+    return 0;
+}
+
+void bs_model_release_device(bs_model *m) {
+    bs_vk_net_free(m->vk_net);
+    bs_vk_close(m->vk);
+    m->vk_net = NULL;
+    m->vk = NULL;
+}
+
+const char *bs_model_device(const bs_model *m) { return m->device_name; }
+
+/* --- sessions on the device ---------------------------------------------------------------- */
+int bs_device_session_new(bs_session *s) {
+    if (!s->m->vk_net) return 0;
+    return (s->vk = bs_vk_sess_new(s->m->vk_net, s->n_ctx, s->n_batch, s->kv_type == BS_KV_F32)) ? 0 : -1;
+}
+
+int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
+    for (int off = 0; off < n; off += s->n_batch) {
+        const int c = BS_MIN(s->n_batch, n - off);
+        const bool last = off + c == n;
+        memmove(s->rb_tokens, tokens + off, (size_t)c * sizeof(int32_t));
+        /* the state before the batch is what rollback goes back to (one-token steps without
+         * undo skip the copy) */
+        const bool undo = !(s->no_undo && c == 1);
+        if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
+        s->rb_base = s->n_past;
+        s->rb_n = undo ? c : 0;
+        s->rb_recorded = false;
+        for (int t = 0; t < c; t++)
+            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+        const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
+        float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
+        if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0,
+                            taps ? taps + (size_t)off * tap_row : NULL))
+            return -1;
+        s->n_past += c;
+    }
+    return 0;
+}
+
+int bs_device_rollback(bs_session *s, int j) {
+    if (bs_vk_sess_restore(s->vk)) return -1;
+    s->n_past = s->rb_base;
+    s->rb_n = 0;
+    return j > 0 ? bs_device_eval(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL) : 0;
+}
+
+int bs_device_state(bs_session *s, int n_pos, bool to_host) {
+    return bs_vk_sess_state(s->vk, sess_conv(s, 0, s->cur), sess_ssm(s, 0, s->cur), 2 * s->conv_sz, 2 * s->ssm_sz,
+                            s->k, s->v, (size_t)s->n_ctx * s->kv_row, n_pos, to_host);
+}

@@ -1,0 +1,25 @@
+/* device.h: the device a model runs on and the seam to the Vulkan backend (device.c; internal). */
+#ifndef BS_MODEL_DEVICE_H
+#define BS_MODEL_DEVICE_H
+
+#include "model/qwen35.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Choose by spec ("auto"/NULL, "cpu", "vulkan[:N]") and, for Vulkan, upload the network.
+ * 0 (CPU or Vulkan, m->device_name set) or -1 + bs_error (a named device that cannot be used). */
+int bs_model_choose_device(bs_model *m, const char *spec);
+void bs_model_release_device(bs_model *m);
+/* "CPU (avx512)" or "Vulkan <device name>". */
+const char *bs_model_device(const bs_model *m);
+
+/* Sessions of a model on Vulkan: the device session (0 when the model is on the CPU), and
+ * evaluation, rollback to rb_base + j, and the state copied to / from the CPU session's
+ * arrays (their layouts are the same), each 0 or -1 + bs_error. */
+int bs_device_session_new(bs_session *s);
+int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
+int bs_device_rollback(bs_session *s, int j);
+int bs_device_state(bs_session *s, int n_pos, bool to_host);
+
+#endif

@@ -1,0 +1,155 @@
+/* backend.h: the Vulkan compute backend, and all that code outside src/vulkan/ may include
+ * from it. The same binary runs with or without Vulkan: libvulkan.so.1 is opened at run time,
+ * and a build without the Vulkan headers or glslc (CMake BS_VULKAN=OFF) keeps these entry
+ * points, which then report that the backend is not built.
+ *
+ * What it does today: device discovery and choice (--device), a context per device, weights
+ * uploaded and repacked into layouts where neighbouring invocations read neighbouring words,
+ * and the kernels of a step that the tests check against the CPU oracle (RMSNorm, int8
+ * activation quantization, matrix-vector/multi-row products for Q1_0, Q2_0 (128 and 64),
+ * Q8_0 and, converted to F32 at upload, every other format), plus a copy kernel for the
+ * bandwidth roofline. The whole model forward is not on the device yet: bs_vk_runs_models()
+ * says so, and the model layer keeps the CPU path. */
+#ifndef BS_VK_BACKEND_H
+#define BS_VK_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum bs_vk_dev_type { BS_VK_OTHER = 0, BS_VK_INTEGRATED = 1, BS_VK_DISCRETE = 2, BS_VK_VIRTUAL = 3, BS_VK_CPU = 4 };
+
+/* What the backend uses of a device. */
+typedef struct bs_vk_device_info {
+    int index;                   /* position in the instance's list: --device vulkan:N */
+    char name[256];
+    int type;                    /* bs_vk_dev_type */
+    uint32_t api_version;        /* VK_MAKE_API_VERSION */
+    char driver[256];            /* driver name and info */
+    uint32_t subgroup_size;
+    uint32_t shared_mem;         /* maxComputeSharedMemorySize */
+    uint64_t max_binding;        /* maxStorageBufferRange */
+    uint64_t heap_bytes;         /* largest device-local heap */
+    bool int8, int16, fp16, storage8, storage16, bda;
+    bool dot_product;            /* VK_KHR_shader_integer_dot_product's feature (dp4a) */
+    bool coop_matrix;            /* VK_KHR_cooperative_matrix */
+    bool timestamps;             /* timestamp queries on the compute queue */
+    float timestamp_ns;          /* timestampPeriod */
+} bs_vk_device_info;
+
+/* Whether the backend was compiled in. */
+bool bs_vk_built(void);
+/* The devices of the Vulkan instance. Returns their count (<= max written), or -1 with
+ * bs_error when there is no loader or no instance. */
+int bs_vk_devices(bs_vk_device_info *out, int max);
+const char *bs_vk_type_name(int type);
+
+/* --device: "auto", "cpu", "vulkan" or "vulkan:N". Returns 0, or -1 with bs_error on a bad
+ * spelling. kind: 0 CPU, 1 Vulkan; index -1 when not given; named: the user asked for it. */
+enum { BS_DEVICE_CPU = 0, BS_DEVICE_VULKAN = 1, BS_DEVICE_AUTO = 2 };
+int bs_vk_parse_device(const char *spec, int *kind, int *index);
+/* The device `auto` takes: the first discrete, else integrated GPU (a CPU Vulkan device such
+ * as lavapipe only with BITSPARK_VK_ALLOW_CPU=1), or -1 for none. For index -1 of a named
+ * vulkan device: the same rule, but any device type. */
+int bs_vk_pick(bool named);
+
+/* Whether a model's forward runs on the device (not yet: the model layer keeps the CPU). */
+bool bs_vk_runs_models(void);
+
+typedef struct bs_vk_ctx bs_vk_ctx;
+/* A context (logical device, compute queue, pipelines) on device index. NULL with bs_error. */
+bs_vk_ctx *bs_vk_open(int index);
+void bs_vk_close(bs_vk_ctx *c);
+const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
+/* Whether the context's int8 products use dp4a (off with BITSPARK_VK_DP4A=0). */
+bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
+/* Messages the validation layer reported (BITSPARK_VK_VALIDATE=1) since the process began. */
+int bs_vk_validation_messages(void);
+
+/* A weight matrix as the model holds it: ne1 rows of ne0 elements of ggml type `type`, rows of
+ * row_bytes (formats/quant.h's layout), contiguous from data. */
+typedef struct bs_vk_tensor {
+    int type;
+    int64_t ne0, ne1;
+    const void *data;
+    size_t row_bytes;
+    const char *name;
+} bs_vk_tensor;
+
+/* What the model layer hands the backend to put a network on the device (the forward that will
+ * consume it is the next part): hyper-parameters and each layer's tensors. Vectors (norms,
+ * conv taps, gates' biases) are F32 arrays of the sizes the hyper-parameters give. */
+typedef struct bs_vk_layer_desc {
+    bool recurrent;
+    const float *attn_norm, *post_norm;
+    bs_vk_tensor ffn_gate, ffn_up, ffn_down;
+    bs_vk_tensor qkv, gate, beta, alpha, ssm_out;
+    const float *conv1d, *dt_bias, *ssm_a, *ssm_norm;
+    bs_vk_tensor wq, wk, wv, wo;
+    const float *q_norm, *k_norm;
+} bs_vk_layer_desc;
+
+typedef struct bs_vk_net_desc {
+    int n_layer, n_embd, n_ff, n_vocab;
+    float eps;
+    int n_head, n_head_kv, head_dim, n_rot;
+    float rope_base;
+    int conv_kernel, n_k_heads, n_v_heads, d_k, d_v, conv_dim;
+    bs_vk_tensor tok_embd, output;
+    const float *output_norm;
+    const bs_vk_layer_desc *layers;
+} bs_vk_net_desc;
+
+/* --- the network on the device ------------------------------------------------------------- */
+typedef struct bs_vk_net bs_vk_net;
+/* Upload every weight (repacked as bs_vk_matrix_new does) and vector of the network. NULL with
+ * bs_error (e.g. out of device memory, or a shape the kernels do not take). */
+bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d);
+void bs_vk_net_free(bs_vk_net *n);
+
+/* One sequence on the device: residual stream and scratch, the KV cache (F16, or F32 when
+ * kv_f32), the conv windows
+ * and delta-rule states, and a snapshot of the recurrent state for exact rollback. */
+typedef struct bs_vk_sess bs_vk_sess;
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32);
+void bs_vk_sess_free(bs_vk_sess *s);
+/* Evaluate n tokens at positions pos0..pos0+n-1 (rope: the host's [n][n_rot] cos/sin table of
+ * those positions). logits_mode 0: none, 1: the last row's, 2: every row's ([n][n_vocab]).
+ * taps: n_taps layer indices; tap_out gets [n][n_taps][n_embd] (the residual after each). */
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out);
+/* The recurrent state now becomes the snapshot / goes back to it (rollback then re-evaluates
+ * the kept tokens: the same kernels on the same inputs, so the same bits). */
+int bs_vk_sess_snapshot(bs_vk_sess *s);
+int bs_vk_sess_restore(bs_vk_sess *s);
+/* Zero the recurrent state (the KV cache needs no clearing: positions are rewritten). */
+int bs_vk_sess_reset(bs_vk_sess *s);
+/* The state in the CPU session's layouts (conv windows [K-1][conv_dim] and delta-rule states
+ * [n_v][d_v][d_k] per recurrent layer; F16/F32 KV rows [pos][n_head_kv*head_dim] per attention
+ * layer, n_pos positions): to the host (to_host) or from it. */
+int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
+                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host);
+
+/* --- kernels (the pieces of a step; the tests hold them against the CPU oracle) ------------ */
+typedef struct bs_vk_matrix bs_vk_matrix;
+/* Upload W, repacked: Q1_0, Q2_0 and Q2_0_G64, Q8_0 keep their bits (codes and scales in
+ * separate, row-interleaved arrays); other formats are converted to F32. Split into parts by
+ * rows so that no binding exceeds maxStorageBufferRange. NULL with bs_error. */
+bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W);
+void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m);
+int bs_vk_matrix_parts(const bs_vk_matrix *m);
+/* Column slices per row of the integer kernels (split-K; BITSPARK_VK_SPLIT=N caps it). */
+int bs_vk_matrix_split(const bs_vk_matrix *m);
+/* y[r][o] = sum_i W[o][i] x[r][i] for r < n: activations quantized on the device to int8
+ * 32-blocks exactly as the CPU path does (Q8_0, x86 rounding) for formats whose products take
+ * Q8_0; F32 otherwise. A row's result does not depend on n (same code, same order). */
+int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y);
+/* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w may be NULL: no weight). */
+int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y);
+/* The int8 activations of x (n rows of d, d % 32 == 0) in Q8_0 blocks {f16 d; i8 q[32]}: what
+ * the matrix products read, for comparing with the CPU's quantizer. */
+int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out);
+/* Device memory bandwidth from a copy kernel over `bytes` (read + write), GB/s; -1 on error. */
+double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps);
+
+#endif

@@ -1,0 +1,71 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// attn.comp: causal softmax attention of one query (row t, head h) per workgroup over the F16
+// (or F32) cache: q rounded to f16 for an F16 cache (as the CPU path does), scores for positions
+// 0..pos0+t, softmax, weighted sum of V. Query head h reads KV head h / (H / H_kv).
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][2*H*D], q then gate per head
+layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
+layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
+layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
+layout(std430, binding = 4) buffer SC { float sc[]; };             // [T*H][n_ctx] scratch
+layout(std430, binding = 5) readonly buffer P { uint pos0; } step;   // per-step values
+layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32; } p;
+
+#include "f16.glsl"
+
+shared float qs[256];
+shared float red[64];
+
+// element d of cache row j (KV head at element kb2 of the row)
+float kv_at(uint j, uint kvw, uint kb2, uint d, bool v) {
+    if (p.f32 != 0u) return uintBitsToFloat(v ? vc[j * kvw + kb2 + d] : kc[j * kvw + kb2 + d]);
+    const vec2 f = unpackHalf2x16(v ? vc[(j * kvw + kb2 + d) / 2u] : kc[(j * kvw + kb2 + d) / 2u]);
+    return (d & 1u) != 0u ? f.y : f.x;
+}
+
+void main() {
+    const uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
+    const uint t = g / p.H, h = g % p.H, kvh = h / (p.H / p.Hkv), D = p.D;
+    const uint nkv = step.pos0 + t + 1u, kvw = p.Hkv * D, kb2 = kvh * D, sb = g * p.n_ctx;
+    for (uint d = tid; d < D; d += 64u) {
+        const float qv = q[t * 2u * p.H * D + h * 2u * D + d];
+        qs[d] = p.f32 != 0u ? qv : f16_round(qv);
+    }
+    barrier();
+    float mx = -1.0 / 0.0;
+    for (uint j = tid; j < nkv; j += 64u) {
+        precise float s = 0.0;
+        for (uint d = 0u; d < D; d++) s = fma(qs[d], kv_at(j, kvw, kb2, d, false), s);
+        s = s * p.scale;
+        sc[sb + j] = s;
+        mx = max(mx, s);
+    }
+    red[tid] = mx;
+    barrier();
+    for (uint k = 32u; k > 0u; k >>= 1) {
+        if (tid < k) red[tid] = max(red[tid], red[tid + k]);
+        barrier();
+    }
+    mx = red[0];
+    barrier();
+    float sum = 0.0;
+    for (uint j = tid; j < nkv; j += 64u) {
+        const float e = exp(sc[sb + j] - mx);
+        sc[sb + j] = e;
+        sum += e;
+    }
+    red[tid] = sum;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint k = 32u; k > 0u; k >>= 1) {
+        if (tid < k) red[tid] = red[tid] + red[tid + k];
+        barrier();
+    }
+    const float inv = 1.0 / red[0];
+    for (uint d = tid; d < D; d += 64u) {
+        precise float acc = 0.0;
+        for (uint j = 0u; j < nkv; j++) acc = fma(sc[sb + j], kv_at(j, kvw, kb2, d, true), acc);
+        o[t * p.H * D + h * D + d] = acc * inv;
+    }
+}

@@ -1,0 +1,35 @@
+#version 450
+// delta.comp: the gated delta rule, one invocation per (V head h, state row j) over the batch's
+// tokens in order: S_j *= exp(g); u = S_j . k; S_j += k * (v_j - u) * beta; o_j = S_j . q * scale.
+// V head h reads K/Q head h % n_k. State rows of d_k, key index fastest, [n_v][d_v][d_k].
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };  // [T][cd]: q | k | v
+layout(std430, binding = 1) readonly buffer G { float g[]; };      // [T][n_v] log decay
+layout(std430, binding = 2) readonly buffer B { float beta[]; };   // [T][n_v]
+layout(std430, binding = 3) buffer S { float st[]; };
+layout(std430, binding = 4) writeonly buffer O { float o[]; };     // [T][n_v*d_v]
+layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale; } p;
+
+void main() {
+    const uint j = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y;
+    if (j >= p.dv) return;
+    const uint kh = h % p.nk, sb = (h * p.dv + j) * p.dk;
+    for (uint t = 0u; t < p.T; t++) {
+        const uint qb = t * p.cd + kh * p.dk, kb = t * p.cd + (p.nk + kh) * p.dk;
+        const float decay = exp(g[t * p.nv + h]);
+        precise float u = 0.0;
+        for (uint i = 0u; i < p.dk; i++) {
+            const float r = st[sb + i] * decay;
+            st[sb + i] = r;
+            u = fma(r, qkv[kb + i], u);
+        }
+        const float d = (qkv[t * p.cd + 2u * p.nk * p.dk + h * p.dv + j] - u) * beta[t * p.nv + h];
+        precise float y = 0.0;
+        for (uint i = 0u; i < p.dk; i++) {
+            const float r = fma(qkv[kb + i], d, st[sb + i]);
+            st[sb + i] = r;
+            y = fma(r, qkv[qb + i], y);
+        }
+        o[t * p.nv * p.dv + h * p.dv + j] = y * p.scale;
+    }
+}

@@ -1,0 +1,24 @@
+#version 450
+// mv_f32.comp: y[r][row] = sum_i W[row][i] x[r][i] on F32 weights (every format without an
+// integer kernel is converted to F32 at upload), stored column-major ([col][rows]) so
+// neighbouring invocations read neighbouring words. Fixed fma order per output.
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer W { float w[]; };
+layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 2) buffer Y { float y[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, pad; } p;
+
+void main() {
+    const uint row = gl_GlobalInvocationID.x;
+    if (row >= p.rows) return;
+    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+    float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    for (uint i = 0u; i < p.cols; i++) {
+        const float wv = w[i * p.rows + row];
+        for (uint r = 0u; r < nr; r++) {
+            precise float v = fma(wv, x[(r0 + r) * p.cols + i], acc[r]);
+            acc[r] = v;
+        }
+    }
+    for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = acc[r];
+}

@@ -1,0 +1,146 @@
+// mv_q.glsl: the body of mv_q.comp and mv_q_dp4a.comp.
+// mv_q: y[r][row] = sum_i W[row][i] x[r][i] for the formats whose products take int8
+// activations, one invocation per weight row, up to 8 activation rows per workgroup row
+// (gl_WorkGroupID.y picks which 8).
+// Weights repacked at upload: for 32-element sub-block s, BITS code words at word (s*BITS+k)
+// of a row, stored row-interleaved ([word][rows]) so neighbouring invocations read
+// neighbouring words; one scale per SUBS sub-blocks ([group][rows]; Q4_1's minimums follow
+// as a second plane). Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
+// (Q2_0); BITS 4: nibble, low halves first (Q4_1); BITS 8: int8 (Q8_0). Integer sums by 4-byte
+// dot products: dp4a (mv_q_dp4a.comp, where the device has integer dot products) or the same
+// sums in plain code (mv_q.comp): the same integers, so the same bits.
+// A workgroup is 256 / SPLIT rows x SPLIT slices of the groups (split-K: more invocations for
+// the GPU than rows); slice partials are summed in slice order, ((p0 + p1) + p2) + ...; SPLIT
+// is a property of the matrix (its row count), never of the number of activation rows.
+// Float order within a slice, fixed per output whatever the number of rows:
+//  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
+//  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
+//  summed ((0+4)+(2+6))+((1+5)+(3+7)); Q4_1 adds sum_b fma(m_w, s_a) (s_a = fp16(d_a*sum q)).
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint BITS = 1;
+layout(constant_id = 1) const uint SUBS = 4;
+layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
+layout(std430, binding = 1) readonly buffer WS { float ws[]; };
+layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
+layout(std430, binding = 3) readonly buffer AS { float as_[]; };
+layout(std430, binding = 4) readonly buffer AM { float am[]; };
+layout(std430, binding = 5) buffer Y { float y[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, split; } p;
+
+shared float part[8][256];
+
+// The weights of lane l (elements 4l..4l+3) as four bytes: Q1_0 bits as 0/1 (value 2b - 1),
+// Q2_0 codes 0..3 (value c - 1), Q4_1 nibbles, Q8_0 bytes as they are.
+void packed_weights(uint wv[8], out uint pw[8]) {
+    for (uint l = 0u; l < 8u; l++) {
+        if (BITS == 1u) {
+            pw[l] = (((wv[0] >> (4u * l)) & 15u) * 0x00204081u) & 0x01010101u;
+        } else if (BITS == 2u) {
+            const uint v = (wv[l >> 2] >> (8u * (l & 3u))) & 0xffu;
+            pw[l] = (v & 3u) | ((v & 0xcu) << 6) | ((v & 0x30u) << 12) | ((v & 0xc0u) << 18);
+        } else if (BITS == 4u) {
+            pw[l] = l < 4u ? wv[l] & 0x0f0f0f0fu : (wv[l - 4u] >> 4) & 0x0f0f0f0fu;
+        } else {
+            pw[l] = wv[l];
+        }
+    }
+}
+
+#ifdef BS_DP4A
+// OpSDotKHR on 4 x int8 packed in 32 bits (SPV_KHR_integer_dot_product; Debian's glslc has no
+// GL_EXT_integer_dot_product, so through GL_EXT_spirv_intrinsics)
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4(uint x, uint y, spirv_literal uint fmt);
+int dot4(uint w, uint a) { return sdot4(w, a, 0); }
+#else
+int dot4(uint w, uint a) {
+    int s = 0;
+    for (uint t = 0u; t < 4u; t++) s += bitfieldExtract(int(w), int(8u * t), 8) * bitfieldExtract(int(a), int(8u * t), 8);
+    return s;
+}
+#endif
+
+void main() {
+    const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
+    const uint row = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
+    const bool live = row < p.rows;
+    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+    const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
+    float res[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    if (live && BITS >= 4u) {
+        const uint s0 = n_sub * slice / p.split, s1 = n_sub * (slice + 1u) / p.split;
+        float acc[8][8];
+        float summ[8];
+        for (uint r = 0u; r < 8u; r++) {
+            summ[r] = 0.0;
+            for (uint l = 0u; l < 8u; l++) acc[r][l] = 0.0;
+        }
+        for (uint s = s0; s < s1; s++) {
+            uint wv[8];
+            for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+            uint pw[8];
+            packed_weights(wv, pw);
+            const float dw = ws[s * p.rows + row];
+            for (uint r = 0u; r < nr; r++) {
+                const uint ab = (r0 + r) * n_sub + s;
+                precise float d = dw * as_[ab];
+                for (uint l = 0u; l < 8u; l++) {
+                    const int lane = dot4(pw[l], aq[ab * 8u + l]);
+                    precise float v = fma(d, float(lane), acc[r][l]);
+                    acc[r][l] = v;
+                }
+                if (BITS == 4u) {
+                    precise float v = fma(ws[(n_sub + s) * p.rows + row], am[ab], summ[r]);
+                    summ[r] = v;
+                }
+            }
+        }
+        for (uint r = 0u; r < nr; r++) {
+            precise float h = ((acc[r][0] + acc[r][4]) + (acc[r][2] + acc[r][6])) + ((acc[r][1] + acc[r][5]) + (acc[r][3] + acc[r][7]));
+            if (BITS == 4u) h = h + summ[r];
+            res[r] = h;
+        }
+    } else if (live) {
+        const uint g0 = n_grp * slice / p.split, g1 = n_grp * (slice + 1u) / p.split;
+        for (uint g = g0; g < g1; g++) {
+            float blk[8];
+            for (uint k = 0u; k < SUBS; k++) {
+                const uint s = g * SUBS + k;
+                uint wv[8];
+                for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+                uint pw[8];
+                packed_weights(wv, pw);
+                for (uint r = 0u; r < nr; r++) {
+                    const uint ab = (r0 + r) * n_sub + s;
+                    // sum of (code + off) * a = sum code * a + off * sum a: all integers, exact
+                    int isum = 0, asum = 0;
+                    for (uint w = 0u; w < 8u; w++) {
+                        isum += dot4(pw[w], aq[ab * 8u + w]);
+                        asum += dot4(0x01010101u, aq[ab * 8u + w]);
+                    }
+                    isum = BITS == 1u ? 2 * isum - asum : isum - asum;
+                    precise float v = k == 0u ? as_[ab] * float(isum) : fma(as_[ab], float(isum), blk[r]);
+                    blk[r] = v;
+                }
+            }
+            const float dw = ws[g * p.rows + row];
+            for (uint r = 0u; r < nr; r++) {
+                precise float v = fma(dw, blk[r], res[r]);
+                res[r] = v;
+            }
+        }
+    }
+    if (p.split == 1u) {
+        if (live)
+            for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = res[r];
+        return;
+    }
+    for (uint r = 0u; r < nr; r++) part[r][lid] = res[r];
+    barrier();
+    if (slice != 0u || !live) return;
+    for (uint r = 0u; r < nr; r++) {
+        precise float v = part[r][lid];
+        for (uint k = 1u; k < p.split; k++) v = v + part[r][k * per + lid];
+        y[(r0 + r) * p.ldy + p.row0 + row] = v;
+    }
+}

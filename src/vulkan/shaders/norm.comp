@@ -1,0 +1,57 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// norm.comp: one workgroup per group of d values (a row, or one head of a row):
+// mode 0 RMSNorm y = x / sqrt(mean(x^2) + eps) * w; mode 1 L2 norm y = x / max(|x|, eps).
+// Group g sits at x_off + (g / per_row) * row_stride + (g % per_row) * head_stride (y alike,
+// from y_off). x and y may be the same buffer. Fixed reduction tree: batch invariant.
+// Fused (flags): bit 0, the residual add first (x = r + x, written back, as the CPU's
+// add_rows); bit 1, the normed rows quantized for the next products exactly as quant_q8.comp
+// does (rows of d, d % 32 == 0, from y_off 0).
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer W { float w[]; };
+layout(std430, binding = 2) buffer Y { float y[]; };
+layout(std430, binding = 3) readonly buffer R { float r[]; };
+layout(std430, binding = 4) writeonly buffer Q { uint q[]; };
+layout(std430, binding = 5) writeonly buffer S { float s8[]; };
+layout(std430, binding = 6) writeonly buffer M { float m8[]; };
+layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint flags; } p;
+
+#include "f16.glsl"
+#include "q8.glsl"
+
+shared float part[64];
+
+void main() {
+    const uint g = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
+    const uint rel = (g / p.per_row) * p.row_stride + (g % p.per_row) * p.head_stride;
+    const uint xb = p.x_off + rel, yb = p.y_off + rel;
+    precise float s = 0.0;
+    for (uint i = t; i < p.d; i += 64u) {
+        float v = x[xb + i];
+        if ((p.flags & 1u) != 0u) {
+            v = r[xb + i] + v;
+            x[xb + i] = v;
+        }
+        s = fma(v, v, s);
+    }
+    part[t] = s;
+    barrier();
+    for (uint h = 32u; h > 0u; h >>= 1) {
+        if (t < h) part[t] = part[t] + part[t + h];
+        barrier();
+    }
+    const float scale = p.mode == 0u ? 1.0 / sqrt(part[0] / float(p.d) + p.eps) : 1.0 / max(sqrt(part[0]), p.eps);
+    barrier();
+    for (uint i = t; i < p.d; i += 64u) {
+        precise float v = x[xb + i] * scale;
+        y[yb + i] = p.has_w != 0u ? v * w[i] : v;
+    }
+    if ((p.flags & 2u) == 0u) return;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint b = t; b < p.d / 32u; b += 64u) {
+        const uint blk = yb / 32u + b;
+        quant_block(yb + b * 32u, blk);
+    }
+}

@@ -1,0 +1,511 @@
+/* vk_forward.c: the qwen35 forward on the device (the CPU path's forward.c, deltanet.c and
+ * attention.c, step for step): embeddings, per layer RMSNorm, the Gated DeltaNet mixer (four
+ * products, causal conv + SiLU, L2-normed q/k, gates, the delta rule, gated RMSNorm, output
+ * product) or gated attention (q+gate/k/v products, q/k RMSNorm, partial NeoX RoPE, F16 KV
+ * cache, causal softmax with GQA, sigmoid gate, output product), residual adds, the SwiGLU FFN,
+ * the final norm and the LM head. Weights and all state stay on the device; per submission
+ * only tokens and the positions' rope table go up and logits (or taps) come back.
+ *
+ * Every kernel computes a row without looking at the others (recurrences run token by token
+ * in order inside one invocation per channel / state row), so a row's result does not depend
+ * on how many rows are evaluated together or how a batch is cut into submissions. */
+#include "vulkan/vk_internal.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8 };
+
+typedef struct vk_layer {
+    bool rec;
+    int slot;
+    bs_vk_matrix *ffn_gate, *ffn_up, *ffn_down;
+    bs_vk_matrix *qkv, *gate, *beta, *alpha, *ssm_out;
+    bs_vk_matrix *wq, *wk, *wv, *wo;
+    bs_vk_buf attn_norm, post_norm, conv1d, gates, ssm_norm, q_norm, k_norm;
+} vk_layer;
+
+struct bs_vk_net {
+    bs_vk_ctx *c;
+    bs_vk_net_desc hp;            /* the description's numbers (its pointers are not kept) */
+    vk_layer *L;
+    bs_vk_matrix *embd, *output;
+    bs_vk_buf out_norm, dummy;
+    int n_rec, n_att;
+};
+
+static int upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
+    if (bs_vk_buf_new(c, b, 4 * n, false)) return -1;
+    return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
+}
+
+static int upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
+    return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
+}
+
+static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
+    bs_vk_ctx *c = net->c;
+    const bs_vk_net_desc *hp = &net->hp;
+    const size_t E = (size_t)hp->n_embd;
+    L->rec = d->recurrent;
+    L->slot = d->recurrent ? net->n_rec++ : net->n_att++;
+    if (upload_vec(c, &L->attn_norm, d->attn_norm, E) || upload_vec(c, &L->post_norm, d->post_norm, E) ||
+        upload_mat(c, &L->ffn_gate, &d->ffn_gate) || upload_mat(c, &L->ffn_up, &d->ffn_up) ||
+        upload_mat(c, &L->ffn_down, &d->ffn_down))
+        return -1;
+    if (d->recurrent) {
+        const int nv = hp->n_v_heads;
+        float *g = bs_xmalloc(sizeof *g * 2 * (size_t)nv);
+        memcpy(g, d->dt_bias, sizeof *g * (size_t)nv);
+        memcpy(g + nv, d->ssm_a, sizeof *g * (size_t)nv);
+        int rc = upload_vec(c, &L->gates, g, 2 * (size_t)nv);
+        free(g);
+        return rc || upload_mat(c, &L->qkv, &d->qkv) || upload_mat(c, &L->gate, &d->gate) ||
+               upload_mat(c, &L->beta, &d->beta) || upload_mat(c, &L->alpha, &d->alpha) ||
+               upload_mat(c, &L->ssm_out, &d->ssm_out) ||
+               upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
+               upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
+    }
+    return upload_mat(c, &L->wq, &d->wq) || upload_mat(c, &L->wk, &d->wk) || upload_mat(c, &L->wv, &d->wv) ||
+           upload_mat(c, &L->wo, &d->wo) || upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
+           upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
+}
+
+bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
+    if (d->conv_kernel < 2 || d->conv_kernel > MAX_CONV_K || d->head_dim > MAX_HEAD_DIM || d->head_dim % 2 ||
+        d->n_rot > d->head_dim || d->n_rot % 2 || (d->n_head_kv * d->head_dim) % 2) {
+        bs_error("Vulkan: the kernels do not take this shape (conv kernel %d, head dim %d, rope dims %d)", d->conv_kernel,
+                 d->head_dim, d->n_rot);
+        return NULL;
+    }
+    bs_vk_net *n = bs_xcalloc(1, sizeof *n);
+    n->c = c;
+    n->hp = *d;
+    n->hp.layers = NULL;
+    n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
+    int rc = upload_mat(c, &n->embd, &d->tok_embd) || upload_mat(c, &n->output, &d->output) ||
+             upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || upload_vec(c, &n->dummy, NULL, 4);
+    for (int il = 0; il < d->n_layer && !rc; il++) rc = upload_layer(n, &n->L[il], &d->layers[il]);
+    if (rc) {
+        bs_error_prefix("Vulkan: uploading the model: ");
+        bs_vk_net_free(n);
+        return NULL;
+    }
+    return n;
+}
+
+void bs_vk_net_free(bs_vk_net *n) {
+    if (!n) return;
+    bs_vk_ctx *c = n->c;
+    for (int il = 0; il < n->hp.n_layer; il++) {
+        vk_layer *L = &n->L[il];
+        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
+                              L->wq, L->wk, L->wv, L->wo};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_free(c, ms[i]);
+        bs_vk_buf *bs[] = {&L->attn_norm, &L->post_norm, &L->conv1d, &L->gates, &L->ssm_norm, &L->q_norm, &L->k_norm};
+        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    }
+    bs_vk_matrix_free(c, n->embd);
+    bs_vk_matrix_free(c, n->output);
+    bs_vk_buf_free(c, &n->out_norm);
+    bs_vk_buf_free(c, &n->dummy);
+    free(n->L);
+    free(n);
+}
+
+/* --- sessions ------------------------------------------------------------------------------- */
+struct bs_vk_sess {
+    bs_vk_net *net;
+    int n_ctx, B;                 /* B: rows per submission */
+    bool kv_f32;                  /* F32 KV cache rows (else F16) */
+    size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
+    /* steps recorded once per shape (rows, logits rows) and resubmitted */
+    struct step_cache { int n, rows; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    int cache_next;
+    bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
+    bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
+};
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) {
+    const bs_vk_net_desc *hp = &net->hp;
+    bs_vk_ctx *c = net->c;
+    bs_vk_sess *s = bs_xcalloc(1, sizeof *s);
+    s->net = net;
+    s->n_ctx = n_ctx;
+    s->kv_f32 = kv_f32;
+    s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
+    s->B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
+    const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
+    const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
+    const size_t E = (size_t)hp->n_embd, B = (size_t)s->B;
+    s->wa = zmax(zmax(cd, 2 * H * D), ff);
+    s->wb = zmax(zmax(vdim, Hkv * D), ff);
+    s->wc = zmax(cd, Hkv * D);
+    s->wd = zmax(vdim, H * D);
+    s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
+    const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
+    if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || 4u * B * (uint64_t)hp->n_vocab > c->max_binding) {
+        bs_error("Vulkan: a context of %d positions does not fit one binding of %llu bytes", n_ctx,
+                 (unsigned long long)c->max_binding);
+        free(s);
+        return NULL;
+    }
+    int rc = bs_vk_buf_new(c, &s->x, 4 * B * E, false) || bs_vk_buf_new(c, &s->xn, 4 * B * E, false) ||
+             bs_vk_buf_new(c, &s->y, 4 * B * E, false) || bs_vk_buf_new(c, &s->a, 4 * B * s->wa, false) ||
+             bs_vk_buf_new(c, &s->b, 4 * B * s->wb, false) || bs_vk_buf_new(c, &s->cc, 4 * B * s->wc, false) ||
+             bs_vk_buf_new(c, &s->d, 4 * B * s->wd, false) ||
+             bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
+             bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
+             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
+             bs_vk_buf_new(c, &s->logits, 4 * B * (size_t)hp->n_vocab, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
+    s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
+    s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
+    s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
+    s->ssm_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm_bak);
+    s->kc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->kc);
+    s->vc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->vc);
+    const size_t conv_b = 4 * (size_t)(hp->conv_kernel - 1) * cd, ssm_b = 4 * (size_t)hp->n_v_heads * hp->d_v * hp->d_k;
+    for (int g = 0; g < net->n_rec && !rc; g++)
+        rc = bs_vk_buf_new(c, &s->conv[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm[g], ssm_b, false) ||
+             bs_vk_buf_new(c, &s->conv_bak[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm_bak[g], ssm_b, false);
+    for (int a = 0; a < net->n_att && !rc; a++)
+        rc = bs_vk_buf_new(c, &s->kc[a], kv_bytes, false) || bs_vk_buf_new(c, &s->vc[a], kv_bytes, false);
+    if (rc || bs_vk_sess_reset(s) || bs_vk_sess_snapshot(s)) {
+        bs_error_prefix("Vulkan session: ");
+        bs_vk_sess_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
+    bs_vk_ctx *c = s->net->c;
+    if (e->cmd) c->fn->vkFreeCommandBuffers(c->dev, c->cpool, 1, &e->cmd);
+    if (e->pool) c->fn->vkDestroyDescriptorPool(c->dev, e->pool, NULL);
+    memset(e, 0, sizeof *e);
+}
+
+void bs_vk_sess_free(bs_vk_sess *s) {
+    if (!s) return;
+    bs_vk_ctx *c = s->net->c;
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
+    for (int g = 0; g < s->net->n_rec; g++) {
+        bs_vk_buf_free(c, &s->conv[g]);
+        bs_vk_buf_free(c, &s->ssm[g]);
+        bs_vk_buf_free(c, &s->conv_bak[g]);
+        bs_vk_buf_free(c, &s->ssm_bak[g]);
+    }
+    for (int a = 0; a < s->net->n_att; a++) {
+        bs_vk_buf_free(c, &s->kc[a]);
+        bs_vk_buf_free(c, &s->vc[a]);
+    }
+    free(s->conv); free(s->ssm); free(s->conv_bak); free(s->ssm_bak); free(s->kc); free(s->vc);
+    free(s);
+}
+
+/* Copy each recurrent layer's state from one set of buffers to the other, in one submission. */
+static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
+    bs_vk_ctx *c = s->net->c;
+    if (s->net->n_rec == 0) return 0;
+    if (bs_vk_begin(c)) return -1;
+    for (int g = 0; g < s->net->n_rec; g++) {
+        VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
+        c->fn->vkCmdCopyBuffer(c->cmd, conv_src[g].buf, conv_dst[g].buf, 1, &r1);
+        c->fn->vkCmdCopyBuffer(c->cmd, ssm_src[g].buf, ssm_dst[g].buf, 1, &r2);
+    }
+    return bs_vk_submit(c);
+}
+
+int bs_vk_sess_snapshot(bs_vk_sess *s) { return copy_states(s, s->conv, s->ssm, s->conv_bak, s->ssm_bak); }
+int bs_vk_sess_restore(bs_vk_sess *s) { return copy_states(s, s->conv_bak, s->ssm_bak, s->conv, s->ssm); }
+
+int bs_vk_sess_reset(bs_vk_sess *s) {
+    bs_vk_ctx *c = s->net->c;
+    if (s->net->n_rec == 0) return 0;
+    if (bs_vk_begin(c)) return -1;
+    for (int g = 0; g < s->net->n_rec; g++) {
+        c->fn->vkCmdFillBuffer(c->cmd, s->conv[g].buf, 0, VK_WHOLE_SIZE, 0);
+        c->fn->vkCmdFillBuffer(c->cmd, s->ssm[g].buf, 0, VK_WHOLE_SIZE, 0);
+    }
+    return bs_vk_submit(c);
+}
+
+int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
+                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const size_t kv_row = (s->kv_f32 ? 4 : 2) * (size_t)hp->n_head_kv * hp->head_dim, kvb = (size_t)n_pos * kv_row;
+    if (n_pos < 0 || n_pos > s->n_ctx) return bs_error("Vulkan state: bad position count");
+    int rc = 0;
+    for (int g = 0; g < s->net->n_rec && !rc; g++) {
+        float *cp = conv + (size_t)g * conv_stride, *sp = ssm + (size_t)g * ssm_stride;
+        rc = to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) || bs_vk_buf_read(c, &s->ssm[g], 0, sp, s->ssm[g].size)
+                     : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size) || bs_vk_buf_write(c, &s->ssm[g], 0, sp, s->ssm[g].size);
+    }
+    for (int a = 0; a < s->net->n_att && !rc && kvb; a++) {
+        uint8_t *kp = k + (size_t)a * kv_stride, *vp = v + (size_t)a * kv_stride;
+        rc = to_host ? bs_vk_buf_read(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_read(c, &s->vc[a], 0, vp, kvb)
+                     : bs_vk_buf_write(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_write(c, &s->vc[a], 0, vp, kvb);
+    }
+    return rc ? -1 : 0;
+}
+
+/* --- recording one chunk -------------------------------------------------------------------- */
+typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+enum { NORM_ADD = 1, NORM_QUANT = 2 };
+typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
+enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE, EW_GATES };
+
+static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
+
+#define TRY(x) do { if (x) return -1; } while (0)
+
+static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n, uint32_t p0,
+              uint32_t p1) {
+    ew_push p = {(uint32_t)mode, (uint32_t)n, p0, p1};
+    const bs_vk_buf *bb[3] = {a, b, cc};
+    const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
+    TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* groups of d: rows of row_stride, per_row heads of head_stride; mode 0 RMS, 1 L2 */
+static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d, uint32_t n_groups,
+                uint32_t per_row, uint32_t row_stride, uint32_t head_stride, uint32_t x_off, uint32_t y_off, int mode,
+                float eps, const bs_vk_buf *dummy) {
+    norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
+    const bs_vk_buf *bb[7] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy};
+    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
+ * it (NORM_ADD) and the int8 quantization of the result for the products that read it. */
+static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, const bs_vk_buf *r, uint32_t flags) {
+    bs_vk_ctx *c = s->net->c;
+    const uint32_t E = (uint32_t)s->net->hp.n_embd;
+    const bs_vk_buf *dummy = &s->net->dummy;
+    norm_push p = {E, 0, 1, 1, E, 0, x_off, 0, s->net->hp.eps, flags};
+    const bs_vk_buf *bb[7] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am};
+    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* y = W x for n rows (x at offset 0, width W->ne0). */
+static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
+    bs_vk_ctx *c = s->net->c;
+    if (W->kernel != BS_VK_K_MV_F32 && quantize) {
+        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
+        bs_vk_barrier(c);
+    }
+    if (W->act) {
+        TRY(bs_vk_record_act(c, W, x, &s->xr, n));
+        bs_vk_barrier(c);
+        x = &s->xr;
+    }
+    return bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y);
+}
+
+/* Products sharing the input x (already quantized by the norm that wrote it): */
+static int mv_shared(bs_vk_sess *s, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw, const bs_vk_buf *x, int n) {
+    bool quantized = true;
+    for (int i = 0; i < nw; i++) {
+        const bool q = W[i]->kernel != BS_VK_K_MV_F32;
+        TRY(mv(s, W[i], x, n, y[i], q && !quantized));
+        quantized |= q;
+    }
+    bs_vk_barrier(s->net->c);
+    return 0;
+}
+
+static int embed(bs_vk_sess *s, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_matrix *m = s->net->embd;
+    const int k = bs_vk_rows_kernel(m);
+    for (int i = 0; i < m->n_parts; i++) {
+        const bs_vk_mat_part *p = &m->parts[i];
+        uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)n};
+        const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->x};
+        TRY(bs_vk_dispatch(c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)n, 1));
+    }
+    bs_vk_barrier(c);
+    return 0;
+}
+
+static int deltanet(bs_vk_sess *s, const vk_layer *L, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
+    const uint32_t cd = (uint32_t)hp->conv_dim;
+    const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
+    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
+    TRY(mv_shared(s, W, Y, 4, &s->xn, n));
+    TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
+    uint32_t cp[3] = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n};
+    const bs_vk_buf *cb[4] = {&s->a, &s->conv[L->slot], &L->conv1d, &s->cc};
+    TRY(bs_vk_dispatch(c, BS_VK_K_CONV, cb, cp, groups(cd, 64), 1, 1));
+    bs_vk_barrier(c);
+    /* L2 norm of each q and k head of every row */
+    TRY(norm(c, &s->cc, NULL, &s->cc, dk, (uint32_t)n * 2 * nk, 2 * nk, cd, dk, 0, 0, 1, hp->eps, &s->net->dummy));
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {nk, nv, dk, dv, (uint32_t)n, cd, 1.0f / sqrtf((float)dk)};
+    const bs_vk_buf *db[5] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d};
+    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
+    bs_vk_barrier(c);
+    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm) */
+    TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
+    TRY(ew(c, EW_SILU_MUL, &s->d, &s->b, &s->d, (uint64_t)n * nv * dv, 0, 0));
+    TRY(mv(s, L->ssm_out, &s->d, n, &s->y, true));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+static int attention(bs_vk_sess *s, const vk_layer *L, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    const bs_vk_matrix *W[3] = {L->wq, L->wk, L->wv};
+    const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
+    TRY(mv_shared(s, W, Y, 3, &s->xn, n));
+    /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
+    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
+    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
+    if (hp->n_rot > 0) {
+        uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
+        const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
+        bs_vk_barrier(c);
+    }
+    uint32_t kp[2] = {Hkv * D, s->kv_f32};
+    const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
+    TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+    bs_vk_barrier(c);
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
+    const bs_vk_buf *ab[6] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params};
+    TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
+    bs_vk_barrier(c);
+    TRY(ew(c, EW_SIGMOID_GATE, &s->d, &s->a, &s->d, (uint64_t)n * H * D, H, D));
+    TRY(mv(s, L->wo, &s->d, n, &s->y, true));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_matrix *W[2] = {L->ffn_gate, L->ffn_up};
+    const bs_vk_buf *Y[2] = {&s->a, &s->b};
+    TRY(mv_shared(s, W, Y, 2, &s->xn, n));
+    TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
+    TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
+ * the params buffer), so that the recording can be submitted again for every step of that shape. */
+static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, int n_taps) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t E = (uint32_t)hp->n_embd;
+    TRY(embed(s, n));
+    bool pending = false;         /* the FFN's output still to be added (in the next norm) */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const vk_layer *L = &s->net->L[il];
+        TRY(norm_rows(s, &L->attn_norm, n, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
+        TRY(L->rec ? deltanet(s, L, n) : attention(s, L, n));
+        TRY(norm_rows(s, &L->post_norm, n, 0, &s->y, NORM_QUANT | NORM_ADD));
+        TRY(ffn(s, L, n));
+        bool tapped = false;
+        for (int k = 0; k < n_taps; k++) tapped |= taps[k] == il;
+        pending = !tapped && il + 1 < hp->n_layer;
+        if (!pending) TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+        for (int k = 0; k < n_taps; k++)
+            if (taps[k] == il)
+                for (int t = 0; t < n; t++) {
+                    VkBufferCopy r = {4u * (VkDeviceSize)t * E, 4u * ((VkDeviceSize)t * n_taps + k) * E, 4u * E};
+                    c->fn->vkCmdCopyBuffer(c->cmd, s->x.buf, s->taps.buf, 1, &r);
+                }
+        if (n_taps) bs_vk_barrier(c);
+    }
+    if (logits_rows > 0) {
+        /* the last logits_rows rows of the chunk, normed into xn from row 0 */
+        const uint32_t first = (uint32_t)(n - logits_rows);
+        TRY(norm_rows(s, &s->net->out_norm, logits_rows, first * E, NULL, NORM_QUANT));
+        TRY(mv(s, s->net->output, &s->xn, logits_rows, &s->logits, false));
+    }
+    return 0;
+}
+
+/* One step of n rows: the cached recording of its shape, recorded first if there is none (taps
+ * are recorded for the step alone). */
+static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+    bs_vk_ctx *c = s->net->c;
+    if (n_taps > 0 || s->no_cache) {
+        TRY(bs_vk_begin(c));
+        const int rc = record_chunk(s, n, rows, taps, n_taps);
+        return bs_vk_submit(c) || rc ? -1 : 0;
+    }
+    for (int i = 0; i < CACHE_STEPS; i++)
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows) return bs_vk_submit_cmd(c, s->cache[i].cmd);
+    struct step_cache *e = &s->cache[s->cache_next];
+    s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
+    cache_drop(s, e);
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->cpool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    if (c->fn->vkAllocateCommandBuffers(c->dev, &ai, &e->cmd) != VK_SUCCESS) {
+        e->cmd = VK_NULL_HANDLE;
+        return bs_error("Vulkan: command buffer");
+    }
+    if (bs_vk_pool_new(c, &e->pool) || bs_vk_record_into(c, e->cmd, e->pool)) {
+        cache_drop(s, e);
+        return -1;
+    }
+    int rc = record_chunk(s, n, rows, NULL, 0);
+    rc = bs_vk_record_end(c) || rc;
+    if (rc) { cache_drop(s, e); return -1; }
+    e->n = n;
+    e->rows = rows;
+    return bs_vk_submit_cmd(c, e->cmd);
+}
+
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
+    if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
+    if (n_taps > 0 && (!s->taps.buf || s->taps.size < 4u * (size_t)s->B * n_taps * E)) {
+        bs_vk_buf_free(c, &s->taps);
+        TRY(bs_vk_buf_new(c, &s->taps, 4u * (size_t)s->B * n_taps * E, true));
+    }
+    for (int off = 0; off < n; off += s->B) {
+        const int m = BS_MIN(s->B, n - off);
+        const bool last = off + m == n;
+        const int rows = logits_mode == 2 ? m : (logits_mode == 1 && last ? 1 : 0);
+        for (int t = 0; t < m; t++) {
+            const uint32_t id = (uint32_t)tokens[off + t];
+            memcpy((uint32_t *)s->tok.map + t, &id, 4);
+        }
+        if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
+        const uint32_t p0 = (uint32_t)(pos0 + off);
+        memcpy(s->params.map, &p0, 4);
+        if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
+        if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
+        if (n_taps) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
+    }
+    return 0;
+}

@@ -1,0 +1,185 @@
+/* vk_internal.h: what the files of src/vulkan/ share and nothing outside them sees: the Vulkan
+ * entry points loaded at run time (libvulkan.so.1 through dlopen, so a binary built with the
+ * backend still runs where there is no Vulkan), the device context and the buffer helpers. */
+#ifndef BS_VK_INTERNAL_H
+#define BS_VK_INTERNAL_H
+
+#define VK_NO_PROTOTYPES
+#include <vulkan/vulkan.h>
+
+#include "vulkan/backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Entry points, by the level they are looked up at. */
+#define BS_VK_GLOBAL_FNS(X) \
+    X(vkCreateInstance) X(vkEnumerateInstanceLayerProperties) X(vkEnumerateInstanceExtensionProperties)
+#define BS_VK_INSTANCE_FNS(X) \
+    X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) \
+    X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) \
+    X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+#define BS_VK_DEVICE_FNS(X) \
+    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) \
+    X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) \
+    X(vkMapMemory) X(vkUnmapMemory) X(vkCreateShaderModule) X(vkDestroyShaderModule) \
+    X(vkCreateDescriptorSetLayout) X(vkDestroyDescriptorSetLayout) X(vkCreatePipelineLayout) \
+    X(vkDestroyPipelineLayout) X(vkCreateComputePipelines) X(vkDestroyPipeline) \
+    X(vkCreateDescriptorPool) X(vkDestroyDescriptorPool) X(vkResetDescriptorPool) \
+    X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) X(vkCreateCommandPool) \
+    X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) X(vkFreeCommandBuffers) \
+    X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
+    X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
+    X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
+    X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
+    X(vkGetQueryPoolResults)
+
+typedef struct bs_vk_fns {
+#define BS_VK_DECL(f) PFN_##f f;
+    PFN_vkGetInstanceProcAddr vkGetInstanceProcAddr;
+    BS_VK_GLOBAL_FNS(BS_VK_DECL)
+    BS_VK_INSTANCE_FNS(BS_VK_DECL)
+    PFN_vkCreateDebugUtilsMessengerEXT vkCreateDebugUtilsMessengerEXT;
+    PFN_vkDestroyDebugUtilsMessengerEXT vkDestroyDebugUtilsMessengerEXT;
+    BS_VK_DEVICE_FNS(BS_VK_DECL)
+#undef BS_VK_DECL
+} bs_vk_fns;
+
+/* One instance for the process (created on first use, with the validation layer when
+ * BITSPARK_VK_VALIDATE=1). Returns NULL with bs_error when there is no loader or instance. */
+typedef struct bs_vk_instance {
+    bs_vk_fns fn;
+    VkInstance inst;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice *phys;
+    int n_phys;
+    bool validating;
+} bs_vk_instance;
+bs_vk_instance *bs_vk_instance_get(void);
+
+/* A buffer and its memory; map != NULL when the memory is host visible (mapped for its life). */
+typedef struct bs_vk_buf {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    VkDeviceSize size;
+    void *map;
+} bs_vk_buf;
+
+enum { BS_VK_PIPE_MAX_BIND = 8 };
+
+/* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
+typedef struct bs_vk_pipe {
+    VkShaderModule mod;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout layout;
+    VkPipeline pipe;
+    int n_bind;
+    uint32_t push_bytes;
+} bs_vk_pipe;
+
+/* Shaders embedded at build time (vk_shaders.c, generated). */
+typedef struct bs_vk_spirv {
+    const char *name;
+    const uint32_t *code;
+    size_t bytes;
+} bs_vk_spirv;
+const bs_vk_spirv *bs_vk_shader(const char *name);
+
+enum bs_vk_kernel {
+    BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
+    BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_MV_Q4_1, BS_VK_K_ROWS_Q4_1,
+    BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
+    BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
+    BS_VK_K_COUNT
+};
+
+struct bs_vk_ctx {
+    bs_vk_instance *vi;
+    const bs_vk_fns *fn;
+    VkPhysicalDevice phys;
+    bs_vk_device_info info;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t qfam;
+    VkPhysicalDeviceMemoryProperties memprops;
+    VkCommandPool cpool;
+    VkCommandBuffer cmd;              /* what bs_vk_dispatch records into: main_cmd, or a */
+    VkDescriptorPool dpool;           /* cached step's buffer and pool (bs_vk_record_into) */
+    VkCommandBuffer main_cmd;
+    VkDescriptorPool main_dpool;
+    VkFence fence;
+    int dsets_used;
+    bool recording, caching;
+    bool dp4a;                        /* integer products through mv_q_dp4a */
+    /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
+    bool profiling;
+    VkQueryPool qpool;
+    int n_queries;
+    int q_kernel[4097];
+    double prof_ms[64];
+    uint64_t prof_n[64];
+    uint64_t max_binding;             /* maxStorageBufferRange */
+    uint64_t max_weight_binding;      /* what a weight part may bind: the same, or less with
+                                         BITSPARK_VK_MAX_BINDING (tests: force split tensors) */
+    bs_vk_pipe pipes[BS_VK_K_COUNT];
+    bs_vk_buf staging;                /* host-visible ring for uploads to device-local memory */
+};
+
+/* The layout of a matrix on the device (vk_kernels.c): parts of consecutive rows. */
+typedef struct bs_vk_mat_part {
+    bs_vk_buf codes, scales;
+    int64_t row0, rows;
+} bs_vk_mat_part;
+
+struct bs_vk_matrix {
+    int kernel;                  /* BS_VK_K_MV_* */
+    int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
+    int split;                   /* integer layouts: slices of the columns per row (split-K),
+                                    1, 2, 4 or 8, from the row count only */
+    int act;                     /* F32 layouts: how the CPU path rounds their activations
+                                    (act_round.comp mode: 0 none, 1 F16, 2 BF16, 3 Q8, 4 Q8_K) */
+    int64_t ne0, ne1;
+    int n_parts;
+    bs_vk_mat_part *parts;
+};
+
+/* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
+ * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                       uint64_t n_blocks);
+/* The embedding kernel for m's layout. */
+int bs_vk_rows_kernel(const bs_vk_matrix *m);
+/* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
+ * by bs_vk_record_quant from the same x), F32 ones x (rounded first into xr by
+ * bs_vk_record_act when m->act is set: then pass xr as x). */
+int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
+int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
+                    const bs_vk_buf *am, int n, const bs_vk_buf *y);
+
+/* vk_exec.c */
+int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
+void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
+int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
+int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
+
+/* vk_exec.c: one command buffer recorded, submitted and waited for. */
+int bs_vk_begin(bs_vk_ctx *c);
+/* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
+int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
+                   uint32_t gy, uint32_t gz);
+void bs_vk_barrier(bs_vk_ctx *c);
+int bs_vk_submit(bs_vk_ctx *c);
+/* A step recorded once and submitted many times: record into cmd with descriptor sets from
+ * pool (both owned by the caller), end it; submit it and wait. */
+int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);
+int bs_vk_record_end(bs_vk_ctx *c);
+int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd);
+int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool);
+/* The per-kernel GPU times (BITSPARK_PROFILE=1), printed on stderr. */
+void bs_vk_profile_print(bs_vk_ctx *c);
+int bs_vk_pipes_init(bs_vk_ctx *c);
+void bs_vk_pipes_free(bs_vk_ctx *c);
+
+#endif

@@ -1,0 +1,299 @@
+/* vk_kernels.c: weights uploaded into the kernels' layouts (split by rows to respect
+ * maxStorageBufferRange) and the step kernels as single operations: matrix products with the
+ * activations quantized on the device, RMSNorm, the quantizer itself and the copy roofline. */
+#include "vulkan/vk_internal.h"
+#include "formats/quant.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int kernel_for(int type, int *bits, int *subs) {
+    switch (type) {
+    case BS_Q1_0: *bits = 1; *subs = 4; return BS_VK_K_MV_Q1;
+    case BS_Q2_0: case BS_PQ2_0: *bits = 2; *subs = 4; return BS_VK_K_MV_Q2_128;
+    case BS_Q2_0_G64: *bits = 2; *subs = 2; return BS_VK_K_MV_Q2_64;
+    case BS_Q8_0: *bits = 8; *subs = 1; return BS_VK_K_MV_Q8;
+    case BS_Q4_1: *bits = 4; *subs = 1; return BS_VK_K_MV_Q4_1;
+    default: *bits = 32; *subs = 0; return BS_VK_K_MV_F32;
+    }
+}
+
+/* Host images of rows [r0, r0+n) in the kernel's layout. */
+static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, uint32_t *codes, float *scales) {
+    const int64_t n_sub = W->ne0 / 32, n_grp = n_sub / m->subs;
+    const size_t hdr = W->type == BS_Q4_1 ? 4 : 2;   /* fp16 d (and Q4_1's fp16 m) */
+    const size_t blk_bytes = hdr + (size_t)m->subs * (size_t)m->bits * 4;
+    for (int64_t r = 0; r < n; r++) {
+        const uint8_t *row = (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes;
+        for (int64_t g = 0; g < n_grp; g++) {
+            const uint8_t *b = row + (size_t)g * blk_bytes;
+            uint16_t h;
+            memcpy(&h, b, 2);
+            scales[g * n + r] = bs_f16_to_f32(h);
+            if (hdr == 4) {
+                memcpy(&h, b + 2, 2);
+                scales[(n_grp + g) * n + r] = bs_f16_to_f32(h);
+            }
+            for (int k = 0; k < m->subs; k++)
+                for (int w = 0; w < m->bits; w++) {
+                    uint32_t v;
+                    memcpy(&v, b + hdr + ((size_t)k * m->bits + w) * 4, 4);   /* little-endian host */
+                    codes[((g * m->subs + k) * m->bits + w) * n + r] = v;
+                }
+        }
+    }
+}
+
+static int repack_f32(const bs_vk_tensor *W, int64_t r0, int64_t n, float *out) {
+    float *tmp = bs_xmalloc(sizeof *tmp * (size_t)W->ne0);
+    int rc = 0;
+    for (int64_t r = 0; r < n && !rc; r++) {
+        rc = bs_dequantize(W->type, (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes, tmp, W->ne0);
+        for (int64_t i = 0; i < W->ne0; i++) out[i * n + r] = tmp[i];
+    }
+    free(tmp);
+    return rc;
+}
+
+bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
+    if (!W->data || W->ne0 <= 0 || W->ne1 <= 0 || bs_row_size(W->type, W->ne0) != W->row_bytes || W->ne0 % 32) {
+        bs_error("Vulkan: %s: unsupported shape or type", W->name ? W->name : "weight");
+        return NULL;
+    }
+    bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
+    m->kernel = kernel_for(W->type, &m->bits, &m->subs);
+    const bs_type_traits *tt = bs_type_get(W->type);
+    const int vdt = tt ? tt->vec_dot_type : BS_F32;
+    m->act = m->kernel != BS_VK_K_MV_F32 ? 0 : vdt == BS_F16 ? 1 : vdt == BS_BF16 ? 2
+           : (vdt == BS_Q8_0 || vdt == BS_Q8_1) ? 3 : vdt == BS_Q8_K ? 4 : 0;
+    if (m->act == 4 && W->ne0 % 256) m->act = 0;
+    m->ne0 = W->ne0;
+    m->ne1 = W->ne1;
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    /* split-K: a GPU wants tens of thousands of invocations per product, decode has one per
+     * row; slices of the columns make up the difference (never more than there are groups).
+     * Q1_0 and Q2_0 (the Bonsai formats) only: Q8_0 and Q4_1 keep llama.cpp's x86 float order
+     * in one slice, which their fixtures need to stay within bounds. BITSPARK_VK_SPLIT=N caps
+     * the slices (1: none). */
+    const char *sp = getenv("BITSPARK_VK_SPLIT");
+    const int64_t n_grp = f32 ? 1 : W->ne0 / 32 / m->subs;
+    m->split = 1;
+    if (!f32 && m->bits <= 2) {
+        const int cap = sp && *sp ? atoi(sp) : 8;
+        while (m->split * 2 <= cap && m->split * 2 <= n_grp && W->ne1 * m->split < 65536) m->split *= 2;
+    }
+    if (!f32 && (W->ne0 % (32 * m->subs))) { free(m); bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight"); return NULL; }
+    const uint64_t code_bytes = f32 ? 4u * (uint64_t)W->ne0 : (uint64_t)W->ne0 / 32 * m->bits * 4;
+    const uint64_t scale_bytes = f32 ? 4 : 4u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
+    /* rows per part: whole workgroups of 64 where that many fit */
+    int64_t per = (int64_t)(c->max_weight_binding / code_bytes);
+    if (per >= 64) per = per / 64 * 64;
+    if (per < 1) {
+        free(m);
+        bs_error("Vulkan: %s: a row of %lld elements is too long for one binding", W->name ? W->name : "weight", (long long)W->ne0);
+        return NULL;
+    }
+    m->n_parts = (int)((W->ne1 + per - 1) / per);
+    m->parts = bs_xcalloc((size_t)m->n_parts, sizeof *m->parts);
+    for (int i = 0; i < m->n_parts; i++) {
+        bs_vk_mat_part *p = &m->parts[i];
+        p->row0 = (int64_t)i * per;
+        p->rows = BS_MIN(per, W->ne1 - p->row0);
+        const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = (size_t)(scale_bytes * (uint64_t)p->rows);
+        void *hc = bs_xmalloc(cb), *hs = bs_xmalloc(sb);
+        int rc = 0;
+        if (f32) {
+            rc = repack_f32(W, p->row0, p->rows, hc);
+            memset(hs, 0, sb);
+        } else {
+            repack_int(W, m, p->row0, p->rows, hc, hs);
+        }
+        if (!rc) rc = bs_vk_buf_new(c, &p->codes, cb, false) || bs_vk_buf_new(c, &p->scales, sb, false) ||
+                      bs_vk_buf_write(c, &p->codes, 0, hc, cb) || bs_vk_buf_write(c, &p->scales, 0, hs, sb);
+        free(hc);
+        free(hs);
+        if (rc) { bs_vk_matrix_free(c, m); return NULL; }
+    }
+    return m;
+}
+
+void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_parts; i++) {
+        bs_vk_buf_free(c, &m->parts[i].codes);
+        bs_vk_buf_free(c, &m->parts[i].scales);
+    }
+    free(m->parts);
+    free(m);
+}
+
+int bs_vk_matrix_parts(const bs_vk_matrix *m) { return m->n_parts; }
+int bs_vk_matrix_split(const bs_vk_matrix *m) { return m->split; }
+
+typedef struct mv_push { uint32_t rows, cols, n, ldy, row0, pad; } mv_push;
+typedef struct q8_push { uint32_t n_blocks, pad; } q8_push;
+
+static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
+
+int bs_vk_rows_kernel(const bs_vk_matrix *m) {
+    switch (m->kernel) {
+    case BS_VK_K_MV_Q1: return BS_VK_K_ROWS_Q1;
+    case BS_VK_K_MV_Q2_128: return BS_VK_K_ROWS_Q2_128;
+    case BS_VK_K_MV_Q2_64: return BS_VK_K_ROWS_Q2_64;
+    case BS_VK_K_MV_Q8: return BS_VK_K_ROWS_Q8;
+    case BS_VK_K_MV_Q4_1: return BS_VK_K_ROWS_Q4_1;
+    default: return BS_VK_K_ROWS_F32;
+    }
+}
+
+int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                       uint64_t n_blocks) {
+    q8_push qp = {(uint32_t)n_blocks, 0};
+    const bs_vk_buf *b[4] = {x, aq, as, am};
+    if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
+    return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
+}
+
+int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n) {
+    const uint64_t nb = (uint64_t)n * m->ne0 / (m->act == 4 ? 256 : 32);
+    uint32_t push[2] = {(uint32_t)m->act, (uint32_t)nb};
+    const bs_vk_buf *b[2] = {x, xr};
+    if (groups(nb, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
+    return bs_vk_dispatch(c, BS_VK_K_ACT_ROUND, b, push, groups(nb, 64), 1, 1);
+}
+
+int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
+                    const bs_vk_buf *am, int n, const bs_vk_buf *y) {
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    for (int i = 0; i < m->n_parts; i++) {
+        const bs_vk_mat_part *p = &m->parts[i];
+        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
+        const bs_vk_buf *bi[6] = {&p->codes, &p->scales, aq, as, am, y};
+        const bs_vk_buf *bf[3] = {&p->codes, x, y};
+        const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
+        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
+    }
+    return 0;
+}
+
+int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
+    if (n <= 0 || n > 65535 * 8) return bs_error("Vulkan matvec: bad row count %d", n);
+    const uint64_t xb = 4u * (uint64_t)n * m->ne0, yb = 4u * (uint64_t)n * m->ne1;
+    if (xb > c->max_binding || yb > c->max_binding) return bs_error("Vulkan matvec: %d rows do not fit one binding", n);
+    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0};
+    if (bs_vk_buf_new(c, &bx, xb, true)) return -1;
+    if (bs_vk_buf_new(c, &by, yb, true)) { bs_vk_buf_free(c, &bx); return -1; }
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    const uint64_t nb = (uint64_t)n * m->ne0 / 32;
+    int rc = bs_vk_buf_write(c, &bx, 0, x, xb);
+    if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false) ||
+                          bs_vk_buf_new(c, &bm, nb * 4, false);
+    if (!rc && m->act) rc = bs_vk_buf_new(c, &br, xb, false);
+    if (!rc) rc = bs_vk_begin(c);
+    if (!rc && !f32) {
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, &bm, nb);
+        bs_vk_barrier(c);
+    }
+    if (!rc && m->act) {
+        rc = bs_vk_record_act(c, m, &bx, &br, n);
+        bs_vk_barrier(c);
+    }
+    if (!rc) rc = bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, &bm, n, &by);
+    if (c->recording) rc = bs_vk_submit(c) || rc;
+    if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
+    bs_vk_buf_free(c, &bx);
+    bs_vk_buf_free(c, &by);
+    bs_vk_buf_free(c, &bq);
+    bs_vk_buf_free(c, &bs);
+    bs_vk_buf_free(c, &br);
+    bs_vk_buf_free(c, &bm);
+    return rc ? -1 : 0;
+}
+
+typedef struct norm_push { uint32_t d; float eps; uint32_t has_w; } norm_push;
+
+int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y) {
+    if (d <= 0 || n <= 0 || n > 65535) return bs_error("Vulkan rmsnorm: bad shape");
+    const uint64_t xb = 4u * (uint64_t)n * d;
+    bs_vk_buf bx = {0}, bw = {0}, by = {0};
+    int rc = bs_vk_buf_new(c, &bx, xb, true) || bs_vk_buf_new(c, &bw, 4u * (uint64_t)d, true) ||
+             bs_vk_buf_new(c, &by, xb, true);
+    if (!rc) rc = bs_vk_buf_write(c, &bx, 0, x, xb);
+    if (!rc && w) rc = bs_vk_buf_write(c, &bw, 0, w, 4u * (size_t)d);
+    if (!rc) rc = bs_vk_begin(c);
+    if (!rc) {
+        norm_push np = {(uint32_t)d, eps, w != NULL};
+        const bs_vk_buf *b[3] = {&bx, &bw, &by};
+        rc = bs_vk_dispatch(c, BS_VK_K_RMSNORM, b, &np, (uint32_t)n, 1, 1);
+        rc = bs_vk_submit(c) || rc;
+    }
+    if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, xb);
+    bs_vk_buf_free(c, &bx);
+    bs_vk_buf_free(c, &bw);
+    bs_vk_buf_free(c, &by);
+    return rc ? -1 : 0;
+}
+
+int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
+    if (d <= 0 || d % 32 || n <= 0) return bs_error("Vulkan quantize: bad shape");
+    const uint64_t nb = (uint64_t)n * d / 32;
+    bs_vk_buf bx = {0}, bq = {0}, bs = {0}, bm = {0};
+    int rc = bs_vk_buf_new(c, &bx, nb * 128, true) || bs_vk_buf_new(c, &bq, nb * 32, true) || bs_vk_buf_new(c, &bs, nb * 4, true) ||
+             bs_vk_buf_new(c, &bm, nb * 4, true);
+    if (!rc) rc = bs_vk_buf_write(c, &bx, 0, x, nb * 128);
+    if (!rc) rc = bs_vk_begin(c);
+    if (!rc) {
+        rc = bs_vk_record_quant(c, &bx, &bq, &bs, &bm, nb);
+        rc = bs_vk_submit(c) || rc;
+    }
+    if (!rc) {
+        uint8_t *q = bs_xmalloc(nb * 32);
+        float *s = bs_xmalloc(nb * 4);
+        rc = bs_vk_buf_read(c, &bq, 0, q, nb * 32) || bs_vk_buf_read(c, &bs, 0, s, nb * 4);
+        for (uint64_t b = 0; b < nb && !rc; b++) {
+            uint8_t *o = (uint8_t *)out + b * 34;
+            const uint16_t h = bs_f32_to_f16(s[b]);
+            memcpy(o, &h, 2);
+            memcpy(o + 2, q + b * 32, 32);
+        }
+        free(q);
+        free(s);
+    }
+    bs_vk_buf_free(c, &bx);
+    bs_vk_buf_free(c, &bq);
+    bs_vk_buf_free(c, &bs);
+    bs_vk_buf_free(c, &bm);
+    return rc ? -1 : 0;
+}
+
+typedef struct copy_push { uint32_t n; } copy_push;
+
+double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) {
+    size_t half = BS_MIN(bytes / 2, (size_t)c->max_binding) / 16 * 16;
+    if (half < 4096 || reps < 1) { bs_error("Vulkan copy: too small"); return -1; }
+    bs_vk_buf a = {0}, b = {0};
+    if (bs_vk_buf_new(c, &a, half, false) || bs_vk_buf_new(c, &b, half, false)) {
+        bs_vk_buf_free(c, &a);
+        return -1;
+    }
+    copy_push cp = {(uint32_t)(half / 16)};
+    const bs_vk_buf *bb[2] = {&a, &b};
+    const uint32_t g = BS_MIN(groups(half / 16, 256), 65535u);
+    double best = 0;
+    for (int pass = 0; pass < 2; pass++) {   /* the first pass warms the pipeline and pages */
+        if (bs_vk_begin(c)) break;
+        int rc = 0;
+        for (int r = 0; r < reps && !rc; r++) {
+            rc = bs_vk_dispatch(c, BS_VK_K_COPY, bb, &cp, g, 1, 1);
+            bs_vk_barrier(c);
+        }
+        const double t0 = bs_time();
+        if (bs_vk_submit(c) || rc) break;
+        const double dt = bs_time() - t0;
+        if (pass == 1 && dt > 0) best = 2.0 * (double)half * reps / dt / 1e9;
+    }
+    bs_vk_buf_free(c, &a);
+    bs_vk_buf_free(c, &b);
+    return best > 0 ? best : -1;
+}

@@ -1,0 +1,62 @@
+/* vk_none.c: the backend's entry points in a build without it (no Vulkan headers or glslc at
+ * build time, or -DBS_VULKAN=OFF): every device request says so, the CPU path runs. */
+#include "vulkan/backend.h"
+#include "io/util.h"
+
+bool bs_vk_built(void) { return false; }
+int bs_vk_devices(bs_vk_device_info *out, int max) {
+    (void)out; (void)max;
+    return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
+}
+const char *bs_vk_type_name(int type) { (void)type; return "?"; }
+int bs_vk_pick(bool named) {
+    (void)named;
+    return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
+}
+bool bs_vk_runs_models(void) { return false; }
+bs_vk_ctx *bs_vk_open(int index) {
+    (void)index;
+    bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
+    return NULL;
+}
+void bs_vk_close(bs_vk_ctx *c) { (void)c; }
+const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { (void)c; return NULL; }
+int bs_vk_validation_messages(void) { return 0; }
+bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { (void)c; return false; }
+bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
+void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }
+int bs_vk_matrix_parts(const bs_vk_matrix *m) { (void)m; return 0; }
+int bs_vk_matrix_split(const bs_vk_matrix *m) { (void)m; return 0; }
+int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
+    (void)c; (void)m; (void)x; (void)n; (void)y;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y) {
+    (void)c; (void)x; (void)w; (void)d; (void)n; (void)eps; (void)y;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
+    (void)c; (void)x; (void)d; (void)n; (void)out;
+    return bs_error("no Vulkan backend");
+}
+double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
+bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
+void bs_vk_net_free(bs_vk_net *n) { (void)n; }
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32) {
+    (void)n; (void)n_ctx; (void)n_batch; (void)kv_f32;
+    return NULL;
+}
+void bs_vk_sess_free(bs_vk_sess *s) { (void)s; }
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_restore(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_reset(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
+                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
+    (void)s; (void)conv; (void)ssm; (void)conv_stride; (void)ssm_stride; (void)k; (void)v; (void)kv_stride; (void)n_pos; (void)to_host;
+    return bs_error("no Vulkan backend");
+}

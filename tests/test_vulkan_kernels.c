@@ -1,0 +1,204 @@
+/* test_vulkan_kernels.c: the Vulkan kernels against the CPU oracle (the formats' scalar
+ * quantizers and dot products, float64 sums), with the validation layer on (any message
+ * fails), on the first Vulkan device of any type (lavapipe in CI). Exits 77 (skipped) where
+ * the backend is not built, there is no loader or no device.
+ *  - activation quantization: bit for bit the CPU's Q8_0 activations (x86 rounding), ties too;
+ *  - products for Q1_0, Q2_0 (128, 64), Q8_0 (integer kernels) and F32, F16, BF16, Q4_1, Q6_K
+ *    (converted at upload), odd row counts, 1..9 activation rows, columns split into slices
+ *    (split-K): within float rounding of the oracle, and each row bit-identical whatever the
+ *    number of rows evaluated together; Bonsai-27B's 5120 and 17408 columns too;
+ *  - matrices split by rows (a small maxStorageBufferRange forced), with the plain int8 sums
+ *    instead of dp4a, give the same bits;
+ *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
+#include "test.h"
+#include "vulkan/backend.h"
+#include "formats/quant.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bs_rng rng;
+static int n_split;   /* integer matrices that the kernels split by columns */
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = bs_rng_normal(&rng) * scale;
+}
+
+static void check_quantizer(bs_vk_ctx *c) {
+    enum { D = 32 * 37, N = 3 };
+    float *x = malloc(sizeof *x * D * N);
+    fill(x, D * N, 1.0f);
+    for (int j = 0; j < 32; j++) x[32 + j] = 0.0f;                  /* a zero block */
+    for (int j = 0; j < 32; j++) x[64 + j] = (float)(j - 16) * 0.5f; /* exact ties: x*127/amax = k+0.5 */
+    x[64] = 127.0f; /* amax 127: id = 1, ties at .5 */
+    for (int j = 1; j < 32; j++) x[64 + j] = (float)j - 16.5f;
+    const size_t bytes = (size_t)D * N / 32 * 34;
+    uint8_t *cpu = malloc(bytes), *gpu = malloc(bytes);
+    bs_type_get(BS_Q8_0)->act_from_float(x, cpu, (int64_t)D * N);   /* the CPU path's quantizer */
+    CHECK(bs_vk_quantize_q8(c, x, D, N, gpu) == 0);
+    int diff = 0;
+    for (size_t i = 0; i < bytes; i++) diff += cpu[i] != gpu[i];
+    CHECKF(diff == 0, "%d of %zu bytes of the Q8_0 activations differ from the CPU's", diff, bytes);
+    free(x); free(cpu); free(gpu);
+}
+
+/* The CPU path's result for one output: the weight type's activation conversion and scalar
+ * dot product (the oracle the CPU kernels are tested against), float64 for F32; mag is the
+ * sum of |terms| (the scale of rounding). */
+static double oracle(int type, const uint8_t *wrow, const float *x, int64_t d, double *mag) {
+    const bs_type_traits *t = bs_type_get(type);
+    float *wf = malloc(sizeof *wf * (size_t)d);
+    bs_dequantize(type, wrow, wf, d);
+    double s = 0, m = 0;
+    for (int64_t i = 0; i < d; i++) { s += (double)wf[i] * x[i]; m += fabs((double)wf[i] * x[i]); }
+    *mag = m;
+    if (t->act_from_float) {
+        uint8_t *a = malloc(bs_row_size(t->vec_dot_type, d));
+        t->act_from_float(x, a, d);
+        float f;
+        t->vec_dot(d, &f, wrow, a);
+        s = f;
+        free(a);
+    }
+    free(wf);
+    return s;
+}
+
+static bs_vk_matrix *upload(bs_vk_ctx *c, int type, int64_t d, int64_t rows, uint8_t **wq) {
+    float *w = malloc(sizeof *w * (size_t)(d * rows));
+    fill(w, (size_t)(d * rows), 0.05f);
+    const size_t rb = bs_row_size(type, d);
+    *wq = malloc(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) bs_quantize(type, w + r * d, *wq + r * rb, d);
+    bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = *wq, .row_bytes = rb, .name = bs_type_name(type)};
+    bs_vk_matrix *m = bs_vk_matrix_new(c, &T);
+    free(w);
+    return m;
+}
+
+static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, int64_t rows) {
+    uint8_t *wq;
+    bs_vk_matrix *m = upload(c, type, d, rows, &wq);
+    CHECKF(m != NULL, "%s upload: %s", bs_type_name(type), bs_last_error());
+    if (!m) return;
+    n_split += bs_vk_matrix_split(m) > 1;
+    const int N = 9;
+    float *x = malloc(sizeof *x * (size_t)(d * N)), *y = malloc(sizeof *y * (size_t)(rows * N));
+    float *y1 = malloc(sizeof *y1 * (size_t)rows);
+    fill(x, (size_t)(d * N), 1.0f);
+    CHECK(bs_vk_matvec(c, m, x, N, y) == 0);
+    const size_t rb = bs_row_size(type, d);
+    double worst = 0;
+    for (int r = 0; r < N; r++)
+        for (int64_t o = 0; o < rows; o++) {
+            double mag, ref = oracle(type, wq + (size_t)o * rb, x + (size_t)r * d, d, &mag);
+            double e = fabs(y[(size_t)r * rows + o] - ref) / (mag + 1e-30);
+            if (e > worst) worst = e;
+        }
+    CHECKF(worst < 2e-6, "%s %lldx%lld: relative error %.3g", bs_type_name(type), (long long)rows, (long long)d, worst);
+    /* batch invariance: each row alone, and in a group of 3, gives the same bits */
+    int same = 1;
+    for (int r = 0; r < N; r++) {
+        CHECK(bs_vk_matvec(c, m, x + (size_t)r * d, 1, y1) == 0);
+        same &= !memcmp(y1, y + (size_t)r * rows, sizeof *y1 * (size_t)rows);
+    }
+    float *y3 = malloc(sizeof *y3 * (size_t)(rows * 3));
+    CHECK(bs_vk_matvec(c, m, x + (size_t)5 * d, 3, y3) == 0);
+    same &= !memcmp(y3, y + (size_t)5 * rows, sizeof *y3 * (size_t)(rows * 3));
+    CHECKF(same, "%s: a row's result depends on how many rows run together", bs_type_name(type));
+    if (c_split) {
+        bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
+        bs_vk_matrix *ms = bs_vk_matrix_new(c_split, &T);
+        CHECK(ms && bs_vk_matrix_parts(ms) > 1);
+        float *ys = malloc(sizeof *ys * (size_t)(rows * N));
+        CHECK(ms && bs_vk_matvec(c_split, ms, x, N, ys) == 0);
+        CHECKF(ms && !memcmp(ys, y, sizeof *ys * (size_t)(rows * N)), "%s: split matrix (or plain int8 sums) differs", bs_type_name(type));
+        bs_vk_matrix_free(c_split, ms);
+        free(ys);
+    }
+    bs_vk_matrix_free(c, m);
+    free(x); free(y); free(y1); free(y3); free(wq);
+}
+
+static void check_rmsnorm(bs_vk_ctx *c) {
+    const int d = 1000, n = 5;
+    float *x = malloc(sizeof *x * d * n), *w = malloc(sizeof *w * d), *y = malloc(sizeof *y * d * n);
+    fill(x, (size_t)d * n, 2.0f);
+    fill(w, d, 1.0f);
+    CHECK(bs_vk_rmsnorm(c, x, w, d, n, 1e-6f, y) == 0);
+    double worst = 0;
+    for (int r = 0; r < n; r++) {
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)x[r * d + i] * x[r * d + i];
+        const double sc = 1.0 / sqrt(ss / d + 1e-6);
+        for (int i = 0; i < d; i++) {
+            const double ref = x[r * d + i] * sc * w[i];
+            worst = fmax(worst, fabs(y[r * d + i] - ref) / (fabs(ref) + 1e-3));
+        }
+    }
+    CHECKF(worst < 1e-5, "rmsnorm relative error %.3g", worst);
+    free(x); free(w); free(y);
+}
+
+static void check_parse(void) {
+    int kind, index;
+    CHECK(bs_vk_parse_device("auto", &kind, &index) == 0 && kind == BS_DEVICE_AUTO);
+    CHECK(bs_vk_parse_device("cpu", &kind, &index) == 0 && kind == BS_DEVICE_CPU);
+    CHECK(bs_vk_parse_device("vulkan", &kind, &index) == 0 && kind == BS_DEVICE_VULKAN && index == -1);
+    CHECK(bs_vk_parse_device("vulkan:2", &kind, &index) == 0 && kind == BS_DEVICE_VULKAN && index == 2);
+    CHECK(bs_vk_parse_device("vulkan:", &kind, &index) < 0);
+    CHECK(bs_vk_parse_device("vulkan:x", &kind, &index) < 0);
+    CHECK(bs_vk_parse_device("gpu", &kind, &index) < 0);
+}
+
+int main(void) {
+    check_parse();
+    if (!bs_vk_built()) { printf("skipped: this build has no Vulkan backend\n"); return 77; }
+    if (!getenv("BS_VK_NO_VALIDATE")) setenv("BITSPARK_VK_VALIDATE", "1", 1);
+    bs_vk_device_info info[8];
+    const int nd = bs_vk_devices(info, 8);
+    if (nd < 0 && strstr(bs_last_error(), "no Vulkan loader")) { printf("skipped: %s\n", bs_last_error()); return 77; }
+    CHECKF(nd >= 0, "%s", bs_last_error());
+    if (nd <= 0) { printf("skipped: no Vulkan device\n"); return nd == 0 ? 77 : 1; }
+    const int dev = bs_vk_pick(true);
+    bs_vk_ctx *c = bs_vk_open(dev);
+    CHECKF(c != NULL, "%s", bs_last_error());
+    if (!c) return test_summary("test_vulkan_kernels");
+    printf("device %d: %s (%s), subgroup %u, max binding %llu\n", dev, info[dev].name, bs_vk_type_name(info[dev].type),
+           info[dev].subgroup_size, (unsigned long long)info[dev].max_binding);
+    /* a second context whose tensors are split by rows and whose int8 products do not use
+     * dp4a: both must give the first context's bits */
+    setenv("BITSPARK_VK_MAX_BINDING", "4096", 1);
+    setenv("BITSPARK_VK_DP4A", "0", 1);
+    bs_vk_ctx *cs = bs_vk_open(dev);
+    unsetenv("BITSPARK_VK_MAX_BINDING");
+    unsetenv("BITSPARK_VK_DP4A");
+    printf("int8 products: %s (the second context: plain)\n", bs_vk_uses_dp4a(c) ? "dp4a" : "plain");
+    CHECK(!cs || !bs_vk_uses_dp4a(cs));
+    CHECK(cs != NULL);
+    bs_rng_seed(&rng, 22);
+    check_quantizer(c);
+    check_rmsnorm(c);
+    static const int types[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_Q8_0, BS_F32, BS_F16, BS_BF16, BS_Q4_1, BS_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_matvec(c, NULL, types[i], 256, 67);   /* odd rows, one 64-row workgroup and a bit */
+        check_matvec(c, cs, types[i], 768, 203);    /* split into parts when 4096 bytes bind */
+    }
+    /* Bonsai-27B's shapes: attention/FFN inputs of 5120 and the FFN down input of 17408
+     * columns (odd row counts, fewer rows than the model has) */
+    static const int bonsai[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64};
+    for (size_t i = 0; i < sizeof bonsai / sizeof bonsai[0]; i++) {
+        check_matvec(c, NULL, bonsai[i], 5120, 517);
+        check_matvec(c, NULL, bonsai[i], 17408, 131);
+    }
+    CHECKF(n_split >= 5, "only %d matrices took the split-K kernels", n_split);
+    const double gbs = bs_vk_copy_bandwidth(c, 8u << 20, 4);
+    CHECKF(gbs > 0, "copy bandwidth: %s", bs_last_error());
+    printf("copy kernel: %.2f GB/s\n", gbs);
+    bs_vk_close(cs);
+    bs_vk_close(c);
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary("test_vulkan_kernels");
+}

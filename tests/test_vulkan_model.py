@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""The model on the Vulkan device (lavapipe in CI), with the validation layer on: any
+validation message fails. Skipped (exit 77) where the binary has no Vulkan backend or the
+machine no loader or device.
+  - every fixture model's logits vs llama.cpp's within the bounds of the fixtures README (the
+    CPU path's, tests/test_fixture_logits.py; F32 KV cache like the reference run, and tiny-f32
+    with the default F16 cache too), teacher-forced: the prompt as one batch, then one token at
+    a time;
+  - a row's logits do not depend on how the tokens are batched: batches of 1, 7, 64+ (more rows
+    than one submission holds) and the whole sequence give the same bits;
+  - layer taps [1, 4, 6] of tiny-f32 vs the DSpark round-1 context rows (<= 1e-4);
+  - greedy text of the trained tiny model (models/) equals the CPU's;
+  - bench on the device: Vulkan rows, verify costs, the copy-kernel roofline;
+  - devices lists the device; a named device that cannot start fails with a message, auto
+    falls back to the CPU; every command names its device on stderr."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+MODELS = ['tiny-f32', 'tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q1_0-q6k', 'tiny-q4_1', 'tiny-q8_0']
+F32_WORST, Q_MEDIAN, Q_WORST, MARGIN, TAPS_BOUND = 1e-3, 3e-2, 6e-2, 0.3, 1e-4
+SKIP = 77
+
+failures = []
+
+
+def fail(msg):
+    print('FAIL: ' + msg)
+    failures.append(msg)
+
+
+def env(name):
+    v = os.environ.get(name)
+    if not v:
+        sys.exit('%s is not set (run through ctest)' % name)
+    return v
+
+
+BITSPARK, FIX, TMP, SRC = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP'), env('BS_SRC')
+VK_ENV = dict(os.environ, BITSPARK_VK_VALIDATE='1')
+
+
+def run(cmd, ok=True, extra_env=None):
+    e = dict(VK_ENV, **(extra_env or {}))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e)
+    if 'vulkan validation:' in r.stderr:
+        fail('%s: validation messages:\n%s' % (' '.join(cmd[1:3]), r.stderr[-2000:]))
+    if ok and r.returncode != 0:
+        fail('%s exited %d: %s' % (' '.join(cmd[1:4]), r.returncode, r.stderr.strip()[-500:]))
+    return r
+
+
+def logits(model, tokens, batch, out, *extra):
+    cmd = [BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, tokens)), '--batch', str(batch),
+           '-o', out, '--device', 'vulkan'] + list(extra)
+    r = run(cmd)
+    if r.returncode == 0 and 'device: Vulkan' not in r.stderr:
+        fail('logits --device vulkan did not name a Vulkan device: %s' % r.stderr.strip()[-300:])
+    return r.returncode == 0
+
+
+def rows(path, width):
+    return np.fromfile(path, dtype='<f4').reshape(-1, width).astype(np.float64)
+
+
+def check_fixture(name):
+    meta = json.load(open(os.path.join(FIX, name + '.json')))
+    nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
+    ref = rows(os.path.join(FIX, name + '.logits.f32'), nv)
+    out = os.path.join(TMP, 'vk_%s.f32' % name)
+    if not logits(os.path.join(FIX, name + '.gguf'), prompt + greedy, len(prompt), out, '--kv-type', 'f32'):
+        return
+    ours = rows(out, nv)
+    if ours.shape != ref.shape or not np.isfinite(ours).all():
+        return fail('%s: %s rows (reference %s) or non-finite logits' % (name, ours.shape, ref.shape))
+    err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    sure = (top2[:, 1] - top2[:, 0]) >= MARGIN
+    flips = int(np.sum(sure & (ours.argmax(axis=1) != ref.argmax(axis=1))))
+    worst, med = err.max(), np.median(err)
+    print('%-14s vulkan: worst=%.3e median=%.3e argmax changes %d of %d' % (name, worst, med, flips, int(sure.sum())))
+    if name == 'tiny-f32':
+        if worst > F32_WORST:
+            fail('%s: worst %.3e > %g' % (name, worst, F32_WORST))
+    elif med > Q_MEDIAN or worst > Q_WORST or flips:
+        fail('%s: median %.3e (<= %g), worst %.3e (<= %g), argmax changes %d'
+             % (name, med, Q_MEDIAN, worst, Q_WORST, flips))
+
+
+def check_f16_kv():
+    meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
+    nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
+    ref = rows(os.path.join(FIX, 'tiny-f32.logits.f32'), nv)
+    out = os.path.join(TMP, 'vk_f16kv.f32')
+    if logits(os.path.join(FIX, 'tiny-f32.gguf'), prompt + greedy, len(prompt), out):
+        err = np.linalg.norm(rows(out, nv) - ref, axis=1) / np.linalg.norm(ref, axis=1)
+        print('tiny-f32 vulkan F16 KV: worst=%.3e' % err.max())
+        if err.max() > F32_WORST:
+            fail('tiny-f32 with the F16 KV cache: worst %.3e > %g' % (err.max(), F32_WORST))
+
+
+def check_batching():
+    """Same bits whatever the batching, on a sequence longer than one submission (64 rows)."""
+    for name in ('tiny-f32', 'tiny-q1_0', 'tiny-q2_0'):
+        meta = json.load(open(os.path.join(FIX, name + '.json')))
+        toks = (meta['prompt_tokens'] + meta['greedy_tokens']) * 3
+        toks = toks[:90]
+        outs = []
+        for b in (len(toks), 1, 7, 70):
+            out = os.path.join(TMP, 'vk_b%d.f32' % b)
+            if not logits(os.path.join(FIX, name + '.gguf'), toks, b, out):
+                return
+            outs.append(open(out, 'rb').read())
+        if any(o != outs[0] for o in outs[1:]):
+            fail('%s: logits on the device depend on the batching (%s)' % (name, [o == outs[0] for o in outs]))
+        else:
+            print('%s: %d tokens as one batch, 1 at a time, 7 then 1s, 70 then 1s: the same bits' % (name, len(toks)))
+
+
+def check_taps():
+    cmeta = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
+    meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
+    prompt = meta['prompt_tokens']
+    taps_out = os.path.join(TMP, 'vk_taps.f32')
+    if not logits(os.path.join(FIX, 'tiny-f32.gguf'), prompt, len(prompt), os.path.join(TMP, 'vk_taps_l.f32'),
+                  '--kv-type', 'f32', '--taps', '1,4,6', '--taps-out', taps_out):
+        return
+    ours = rows(taps_out, cmeta['n_embd_cap'])
+    ref = rows(os.path.join(FIX, 'dspark', 'round1.ctx_feat.f32'), cmeta['n_embd_cap'])
+    if ours.shape != ref.shape:
+        return fail('taps: %s rows vs %s' % (ours.shape, ref.shape))
+    err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    print('taps [1,4,6] vulkan: worst=%.3e' % err.max())
+    if err.max() > TAPS_BOUND:
+        fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
+
+
+def check_greedy_text():
+    model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
+    texts = {}
+    for dev in ('cpu', 'vulkan'):
+        r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0', '--device', dev])
+        texts[dev] = r.stdout
+        want = 'device: Vulkan' if dev == 'vulkan' else 'device: CPU'
+        if want not in r.stderr:
+            fail('run --device %s: no "%s" line on stderr' % (dev, want))
+    if not texts['cpu'].strip() or texts['cpu'] != texts['vulkan']:
+        fail('greedy text differs: cpu %r vs vulkan %r' % (texts['cpu'][:120], texts['vulkan'][:120]))
+    else:
+        print('greedy text of the trained model on the device = on the CPU (%d chars)' % len(texts['cpu']))
+
+
+def check_bench():
+    model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
+    r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '16', '-n', '4', '-r', '1', '--verify', '1,2'])
+    out = r.stdout
+    if not any('| Vulkan ' in l and 'pp16' in l for l in out.splitlines()) or 'tg4' not in out:
+        fail('bench --device vulkan: no Vulkan pp16/tg4 rows:\n' + out)
+    if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
+        fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
+
+
+def check_devices_and_fallback():
+    r = run([BITSPARK, 'devices'])
+    if 'vulkan:0:' not in r.stdout:
+        fail('devices lists no Vulkan device: %s' % r.stdout)
+    model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
+    gone = {'BITSPARK_VK_LOADER': '/nonexistent/libvulkan.so.1'}
+    r = run([BITSPARK, 'run', '-m', model, '-p', 'x', '-n', '2', '--device', 'vulkan'], ok=False, extra_env=gone)
+    if r.returncode == 0 or 'no Vulkan loader' not in r.stderr:
+        fail('a named device without a loader: exit %d, %r' % (r.returncode, r.stderr[-300:]))
+    r = run([BITSPARK, 'run', '-m', model, '-p', 'x', '-n', '2'], extra_env=gone)
+    if 'device: CPU' not in r.stderr:
+        fail('auto without a loader: no CPU device line: %r' % r.stderr[-300:])
+    r = run([BITSPARK, 'run', '-m', model, '-p', 'x', '-n', '2', '--device', 'vulkan:9'], ok=False)
+    if r.returncode == 0 or 'no Vulkan device 9' not in r.stderr:
+        fail('vulkan:9: exit %d, %r' % (r.returncode, r.stderr[-300:]))
+    r = run([BITSPARK, 'run', '-m', model, '-p', 'x', '-n', '2', '--device', 'gpu'], ok=False)
+    if r.returncode == 0 or 'expected auto, cpu, vulkan' not in r.stderr:
+        fail('--device gpu: exit %d, %r' % (r.returncode, r.stderr[-300:]))
+    r = run([BITSPARK, 'run', '-m', model, '-p', 'x', '-n', '2'], extra_env={'BITSPARK_VK_ALLOW_CPU': '1'})
+    if 'device: Vulkan' not in r.stderr:
+        fail('BITSPARK_VK_ALLOW_CPU=1: auto did not take the CPU Vulkan device: %r' % r.stderr[-300:])
+
+
+def main():
+    r = subprocess.run([BITSPARK, 'devices'], capture_output=True, text=True)
+    if 'not built' in r.stdout or 'vulkan: unavailable' in r.stdout or 'no devices' in r.stdout:
+        print('skipped: %s' % r.stdout.strip().splitlines()[-1])
+        return SKIP
+    for name in MODELS:
+        check_fixture(name)
+    check_f16_kv()
+    check_batching()
+    check_taps()
+    check_greedy_text()
+    check_bench()
+    check_devices_and_fallback()
+    print('%d failures' % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

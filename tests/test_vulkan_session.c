@@ -1,0 +1,116 @@
+/* test_vulkan_session.c: sessions of a model on the Vulkan device (lavapipe in CI, named as
+ * --device vulkan names it), validation layer on (any message fails). Bit for bit:
+ *  - verifying w = 1..8 tokens in one evaluation gives each row the logits of one-token
+ *    evaluations, and a prompt cut into batches of any size the same logits;
+ *  - rollback inside the last batch (small and prompt-sized) leaves the session as if the
+ *    rolled-back tokens had never been evaluated;
+ *  - state save / load into a fresh session (and reset) round-trip;
+ *  - undo off (one-token steps without the snapshot) changes nothing.
+ * Exit 77 (skipped) without the backend, a loader or a device. */
+#include "test.h"
+#include "bitspark.h"
+#include "io/util.h"
+#include "vulkan/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int V;
+
+static bs_session *sess(bs_model *m, int n_batch) {
+    bs_session_params sp = {.n_ctx = 256, .n_batch = n_batch, .n_rollback = 8};
+    bs_session *s = bs_session_new(m, &sp);
+    CHECKF(s != NULL, "%s", bitspark_last_error());
+    return s;
+}
+
+static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+static void check_model(const char *path) {
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(path, &mp);
+    CHECKF(m != NULL, "%s: %s", path, bitspark_last_error());
+    if (!m) return;
+    V = bs_model_n_vocab(m);
+    enum { NP = 70, ND = 8 };
+    int32_t toks[NP + ND + 1];
+    bs_rng r;
+    bs_rng_seed(&r, 7);
+    for (int i = 0; i < NP + ND + 1; i++) toks[i] = (int32_t)(bs_rng_next(&r) % (uint64_t)V);
+    const int32_t *prompt = toks, *draft = toks + NP, x = toks[NP + ND];
+    float *ref = malloc(sizeof(float) * (size_t)V * (ND + 1)), *got = malloc(sizeof(float) * (size_t)V * (ND + 1));
+    float *plast = malloc(sizeof(float) * (size_t)V), *tmp = malloc(sizeof(float) * (size_t)V);
+
+    /* reference: the prompt in one batch, then one token at a time */
+    bs_session *a = sess(m, 512);
+    CHECK(bs_eval(a, prompt, NP, BS_LOGITS_LAST, plast, NULL) == 0);
+    for (int i = 0; i < ND; i++) CHECK(bs_eval(a, draft + i, 1, BS_LOGITS_LAST, ref + (size_t)i * V, NULL) == 0);
+
+    /* prompt cut into batches of 9 (n_batch), then verify w tokens at once */
+    bs_session *b = sess(m, 9);
+    CHECK(bs_eval(b, prompt, NP, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, plast, (size_t)V), "%s: prompt logits depend on the batch size", path);
+    for (int w = 1; w <= ND; w++) {
+        CHECK(bs_eval(b, draft, w, BS_LOGITS_ALL, got, NULL) == 0);
+        CHECKF(same(got, ref, (size_t)w * V), "%s: verifying %d tokens differs from one at a time", path, w);
+        CHECK(bs_session_rollback(b, NP) == 0);   /* exact rollback: the next w starts clean */
+    }
+    /* rollback keeping 3 of 8, then one token: as if only those 3 had been evaluated */
+    CHECK(bs_eval(b, draft, ND, BS_LOGITS_ALL, got, NULL) == 0);
+    CHECK(bs_session_rollback(b, NP + 3) == 0);
+    CHECK(bs_eval(b, draft + 3, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, ref + (size_t)3 * V, (size_t)V), "%s: rollback is not exact", path);
+
+    /* rollback inside a prompt-sized batch (larger than n_rollback) */
+    bs_session *c = sess(m, 512);
+    CHECK(bs_eval(c, prompt, NP, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(bs_eval(c, draft, ND, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(bs_session_rollback(c, NP + 5) == 0);
+    CHECK(bs_eval(c, draft + 5, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, ref + (size_t)5 * V, (size_t)V), "%s: rollback of a large batch is not exact", path);
+
+    /* state save / load: a fresh session continues with the same bits */
+    bs_session *d = sess(m, 512);
+    CHECK(bs_eval(d, prompt, NP, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(bs_eval(d, draft, 4, BS_LOGITS_NONE, NULL, NULL) == 0);
+    const size_t sz = bs_session_state_size(d);
+    void *st = malloc(sz);
+    CHECK(bs_session_state_save(d, st, sz) == 0);
+    bs_session *e = sess(m, 512);
+    CHECK(bs_session_state_load(e, st, sz) == 0);
+    CHECK(bs_session_n_past(e) == NP + 4);
+    CHECK(bs_eval(e, draft + 4, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, ref + (size_t)4 * V, (size_t)V), "%s: state save/load does not round-trip", path);
+    /* reset, then the prompt again; and one-token steps with undo off */
+    bs_session_reset(e);
+    bs_session_set_undo(e, 0);
+    CHECK(bs_eval(e, prompt, NP, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, plast, (size_t)V), "%s: reset does not give a fresh session", path);
+    CHECK(bs_eval(e, draft, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, ref, (size_t)V), "%s: a one-token step without undo differs", path);
+    free(st);
+    bs_session_free(a); bs_session_free(b); bs_session_free(c); bs_session_free(d); bs_session_free(e);
+    bs_model_free(m);
+    free(ref); free(got); free(plast); free(tmp);
+    (void)x;
+}
+
+int main(void) {
+    if (!bs_vk_built()) { printf("skipped: this build has no Vulkan backend\n"); return 77; }
+    setenv("BITSPARK_VK_VALIDATE", "1", 1);
+    bs_vk_device_info info[4];
+    const int nd = bs_vk_devices(info, 4);
+    if (nd < 0 && strstr(bs_last_error(), "no Vulkan loader")) { printf("skipped: %s\n", bs_last_error()); return 77; }
+    if (nd == 0) { printf("skipped: no Vulkan device\n"); return 77; }
+    CHECKF(nd > 0, "%s", bs_last_error());
+    const char *fx = getenv("BS_FIXTURES");
+    if (!fx) { printf("BS_FIXTURES is not set\n"); return 1; }
+    static const char *models[] = {"tiny-q1_0.gguf", "tiny-q2_0.gguf", "tiny-f32.gguf"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", fx, models[i]);
+        check_model(path);
+    }
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary("test_vulkan_session");
+}
