@@ -137,6 +137,24 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     return best;
 }
 
+void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src) {
+    const gen_ckpt *c = &src->ck[1];
+    gen_ckpt *d = &dst->ck[1];
+    if (!c->state || !c->logits || dst == src) return;
+    if (d->len < c->len) {
+        free(d->state);
+        d->state = bs_xmalloc(c->len);
+    }
+    memcpy(d->state, c->state, c->len);
+    d->len = c->len;
+    free(d->toks);
+    d->toks = bs_xmalloc((size_t)(c->n ? c->n : 1) * sizeof *d->toks);
+    memcpy(d->toks, c->toks, (size_t)c->n * sizeof *d->toks);
+    d->n = c->n;
+    if (!d->logits) d->logits = bs_xmalloc((size_t)dst->n_vocab * sizeof *d->logits);
+    memcpy(d->logits, c->logits, (size_t)dst->n_vocab * sizeof *d->logits);
+}
+
 int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache) {
     int from, r = reuse_len(g, prompt, n, no_cache, &from);
     return from == 2 ? 0 : r;   /* a rollback may fail: do not count on it */

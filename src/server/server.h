@@ -41,6 +41,7 @@
 
 #define SRV_MAX_STOP 8
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
+#define SRV_MAX_CHOICES 16   /* "n" */
 #define SRV_MAX_BIAS 1024
 #define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
@@ -98,6 +99,11 @@ typedef struct srv_task {
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
     bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
+    int n_choices;             /* "n": choices asked for (the first task carries the others) */
+    struct srv_task *leader;   /* a choice after the first: the first (a reference), whose
+                                  evaluated prompt it takes over; NULL otherwise */
+    struct srv_task *sib[SRV_MAX_CHOICES - 1];   /* the first: the other choices (the reply's
+                                  references), n_choices - 1 of them */
     char *grammar;             /* GBNF the output must match (grammar, json_schema,
                                   response_format, tool_choice), or NULL; malloc'd */
 
@@ -120,9 +126,12 @@ typedef struct srv_task {
     bs_loop_guard_result loop_res;   /* what the guard did (mode off: zeros) */
     srv_timings tm;
     int slot;
+    bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
 } srv_task;
 
 srv_task *srv_task_new(void);
+/* Another choice of task t (its prompt and parameters, seed + k), referencing t as its leader. */
+srv_task *srv_task_choice(srv_task *t, int k);
 void srv_task_unref(srv_task *t);   /* frees at zero */
 void srv_task_ref(srv_task *t);
 

@@ -284,7 +284,8 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
         !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r) || !parse_loop_guard(s, b, t, r))
         return false;
-    if (n != 1) { bad_request(r, "only %s = 1 is supported", "n"); return false; }
+    if (n > SRV_MAX_CHOICES) { bad_request(r, "'%s' is at most 16", "n"); return false; }
+    t->n_choices = (int)n;
     bool cache = true;
     long draft = -1;
     if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r)) return false;
@@ -548,9 +549,30 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
 }
 
 static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    if (srv_sched_submit(s->sched, t)) {
-        srv_reply_error(r, 503, "unavailable_error", "%s", bs_last_error());
+    if (t->n_choices > 1 && (g->stream || g->native)) {
+        srv_reply_error(r, 400, "not_supported_error", "n > 1 is supported without streaming, on the OpenAI endpoints");
         free(g->prompt_text);
+        srv_task_unref(t);
+        return;
+    }
+    /* the other choices ("n"): the same prompt and parameters, seeds + 1, + 2, ...; they wait
+     * for the first one's prompt and take its evaluated state */
+    for (int k = 1; k < t->n_choices; k++) t->sib[k - 1] = srv_task_choice(t, k);
+    int failed = srv_sched_submit(s->sched, t);
+    for (int k = 1; k < t->n_choices && !failed; k++) failed = srv_sched_submit(s->sched, t->sib[k - 1]);
+    if (failed) {
+        char err[256];
+        snprintf(err, sizeof err, "%s", bs_last_error());
+        for (int k = 0; k < t->n_choices; k++) {   /* what was queued ends at once */
+            srv_task *c = k ? t->sib[k - 1] : t;
+            pthread_mutex_lock(&c->mu);
+            c->cancel = true;
+            pthread_mutex_unlock(&c->mu);
+        }
+        srv_sched_wake(s->sched);
+        srv_reply_error(r, 503, "unavailable_error", "%s", err);
+        free(g->prompt_text);
+        for (int k = 1; k < t->n_choices; k++) srv_task_unref(t->sib[k - 1]);
         srv_task_unref(t);
         return;
     }

@@ -258,39 +258,74 @@ static json_t *native_json(const srv *s, const srv_task *t, const char *text, si
     return j;
 }
 
-static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    if (t->finish == SRV_FINISH_ERROR) {
-        srv_reply_error(r, 500, "server_error", "generation failed: %s", t->error);
-        return;
-    }
-    if (g->native) {
-        srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
-        return;
-    }
+/* Choice idx of a finished task. */
+static json_t *choice_json(srv *s, srv_task *t, srv_gen *g, int idx) {
     json_t *choice;
     if (g->chat) {
         bool calls;
         json_t *msg = chat_message(s, t, g, &calls);
-        choice = json_pack("{s:i,s:o,s:s}", "index", 0, "message", msg, "finish_reason", finish_name(t, calls));
+        choice = json_pack("{s:i,s:o,s:s}", "index", idx, "message", msg, "finish_reason", finish_name(t, calls));
         json_object_set_new(choice, "logprobs", g->logprobs ? chat_logprobs(s, t->toks, 0, t->n_toks) : json_null());
-    } else {
-        srv_buf text = {0};
-        srv_buf_adds(&text, "");
-        if (g->echo && g->prompt_text) srv_buf_adds(&text, g->prompt_text);
-        srv_buf_add(&text, t->text ? t->text : "", t->len);
-        choice = json_pack("{s:i,s:o,s:s}", "index", 0, "text", str_json(text.p, text.len), "finish_reason",
-                           finish_name(t, false));
-        size_t off0 = g->echo && g->prompt_text ? strlen(g->prompt_text) : 0;
-        json_object_set_new(choice, "logprobs",
-                            g->logprobs ? compl_logprobs(s, t, g->echo, 0, t->n_toks, g->echo ? 0 : off0) : json_null());
-        srv_buf_free(&text);
+        return choice;
     }
-    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", g->id, "object",
+    srv_buf text = {0};
+    srv_buf_adds(&text, "");
+    if (g->echo && g->prompt_text) srv_buf_adds(&text, g->prompt_text);
+    srv_buf_add(&text, t->text ? t->text : "", t->len);
+    choice = json_pack("{s:i,s:o,s:s}", "index", idx, "text", str_json(text.p, text.len), "finish_reason",
+                       finish_name(t, false));
+    size_t off0 = g->echo && g->prompt_text ? strlen(g->prompt_text) : 0;
+    json_object_set_new(choice, "logprobs",
+                        g->logprobs ? compl_logprobs(s, t, g->echo, 0, t->n_toks, g->echo ? 0 : off0) : json_null());
+    srv_buf_free(&text);
+    return choice;
+}
+
+/* The task's choices: itself, then the other choices it carries ("n"). */
+static srv_task *choice_at(srv_task *t, int i) { return i ? t->sib[i - 1] : t; }
+static int n_choices(const srv_task *t) { return t->n_choices > 1 ? t->n_choices : 1; }
+
+static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    for (int i = 0; i < n_choices(t); i++)
+        if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
+            srv_reply_error(r, 500, "server_error", "generation failed: %s", choice_at(t, i)->error);
+            return;
+        }
+    if (g->native) {
+        srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
+        return;
+    }
+    json_t *choices = json_array();
+    srv_timings sum = t->tm;   /* the prompt counted once, every choice's generated tokens */
+    for (int i = 0; i < n_choices(t); i++) {
+        json_array_append_new(choices, choice_json(s, choice_at(t, i), g, i));
+        if (i) sum.n_gen += choice_at(t, i)->tm.n_gen;
+    }
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", g->id, "object",
                           g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
-                          model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choice,
-                          "usage", usage_json(&t->tm), "timings", timings_json(&t->tm));
+                          model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choices,
+                          "usage", usage_json(&sum), "timings", timings_json(&t->tm));
     json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
     srv_reply_json(r, 200, j);
+}
+
+static bool all_done(srv_task *t) {
+    bool done = true;
+    for (int i = 0; i < n_choices(t) && done; i++) {
+        srv_task *c = choice_at(t, i);
+        pthread_mutex_lock(&c->mu);
+        done = c->done;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return done;
+}
+
+static void cancel_all(srv *s, srv_task *t) {
+    for (int i = 0; i < n_choices(t); i++) cancel(s, choice_at(t, i));
+}
+
+static void unref_choices(srv_task *t) {
+    for (int i = 1; i < n_choices(t); i++) srv_task_unref(choice_at(t, i));
 }
 
 /* A non-streaming answer still being generated (event-loop server: nobody blocks on it). */
@@ -300,12 +335,7 @@ struct srv_pending {
     srv_gen g;
 };
 
-bool srv_pending_ready(srv_pending *p) {
-    pthread_mutex_lock(&p->t->mu);
-    bool done = p->t->done;
-    pthread_mutex_unlock(&p->t->mu);
-    return done;
-}
+bool srv_pending_ready(srv_pending *p) { return all_done(p->t); }
 
 void srv_pending_finish(srv_pending *p, srv_reply *r) {
     pthread_mutex_lock(&p->t->mu);   /* done: the scheduler no longer writes the task */
@@ -316,8 +346,9 @@ void srv_pending_finish(srv_pending *p, srv_reply *r) {
 
 void srv_pending_free(srv_pending *p) {
     if (!p) return;
-    if (!srv_pending_ready(p)) cancel(p->s, p->t);
+    if (!srv_pending_ready(p)) cancel_all(p->s, p->t);
     free(p->g.prompt_text);
+    unref_choices(p->t);
     srv_task_unref(p->t);
     free(p);
 }
@@ -344,16 +375,21 @@ void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         r->stream = st;
         return;
     }
-    pthread_mutex_lock(&t->mu);
-    bool ok = wait_on(t, is_done, NULL, r->client_gone, r->ud);
-    pthread_mutex_unlock(&t->mu);
+    bool ok = true;
+    for (int i = 0; i < n_choices(t) && ok; i++) {
+        srv_task *c = choice_at(t, i);
+        pthread_mutex_lock(&c->mu);
+        ok = wait_on(c, is_done, NULL, r->client_gone, r->ud);
+        pthread_mutex_unlock(&c->mu);
+    }
     if (!ok) {
-        cancel(s, t);
+        cancel_all(s, t);
         srv_reply_error(r, 499, "client_closed", "the client went away");
     } else {
         reply_done(s, t, g, r);
     }
     free(g->prompt_text);
+    unref_choices(t);
     srv_task_unref(t);
 }
 

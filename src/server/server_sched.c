@@ -19,6 +19,7 @@
 #include "io/util.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -72,6 +73,22 @@ srv_task *srv_task_new(void) {
     return t;
 }
 
+srv_task *srv_task_choice(srv_task *t, int k) {
+    srv_task *c = srv_task_new();
+    /* the parameters (everything above mu), then what is owned copied again */
+    memcpy(c, t, offsetof(srv_task, mu));
+    c->prompt = bs_xmalloc((size_t)t->n_prompt * sizeof *c->prompt);
+    memcpy(c->prompt, t->prompt, (size_t)t->n_prompt * sizeof *c->prompt);
+    for (int i = 0; i < t->n_stop; i++) c->stop[i] = bs_xstrdup(t->stop[i]);
+    c->grammar = t->grammar ? bs_xstrdup(t->grammar) : NULL;
+    c->sp.seed = t->sp.seed + (uint64_t)k;
+    c->n_choices = 1;
+    memset(c->sib, 0, sizeof c->sib);
+    srv_task_ref(t);
+    c->leader = t;
+    return c;
+}
+
 void srv_task_ref(srv_task *t) {
     pthread_mutex_lock(&t->mu);
     t->refs++;
@@ -84,6 +101,7 @@ void srv_task_unref(srv_task *t) {
     int left = --t->refs;
     pthread_mutex_unlock(&t->mu);
     if (left) return;
+    srv_task_unref(t->leader);
     free(t->prompt);
     free(t->grammar);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
@@ -177,6 +195,7 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
     t->done = true;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    t->prompt_ready = true;
     srv_task_unref(t);
     sl->task = NULL;
     sl->last_used = ++s->tick;
@@ -185,6 +204,7 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
 
 /* After a step: stream what it produced, or finish. */
 static void stepped(srv_sched *s, slot *sl) {
+    if (!bs_gen_in_prompt(sl->gen)) sl->task->prompt_ready = true;   /* scheduler thread only */
     if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
     else sync_task(sl);
 }
@@ -213,6 +233,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.grammar = t->grammar;
     r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
     r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
+    if (t->leader && t->leader->slot >= 0)   /* another choice: the first one's evaluated prompt */
+        bs_gen_share_prompt(sl->gen, s->slots[t->leader->slot].gen);
     const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
@@ -314,6 +336,8 @@ static void *sched_main(void *arg) {
         slot *into[256];
         int nt = 0;
         while (s->q_len > 0 && nt < 256) {
+            const srv_task *head = s->queue[s->q_head];
+            if (head->leader && !head->leader->prompt_ready) break;   /* waits for the first choice's prompt */
             slot *sl = pick_slot(s, s->queue[s->q_head]);
             if (!sl) break;
             take[nt] = s->queue[s->q_head];

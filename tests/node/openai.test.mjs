@@ -194,6 +194,24 @@ test('constrained output: response_format json_object / json_schema, grammar, to
   assert.equal(t.choices[0].finish_reason, 'tool_calls');
 });
 
+test('n choices: choice k is the single answer with seed + k; the prompt is evaluated once', async () => {
+  const base = { model: 'x', messages: msgs('Tell me something'), max_tokens: 10, temperature: 0.9, ignore_eos: true, ...noThink };
+  const before = (await (await fetch(URL_ + '/metrics')).text()).match(/^llamacpp:prompt_tokens_total (\d+)/m)[1];
+  const r = await client.chat.completions.create({ ...base, n: 3, seed: 40 });
+  const after = (await (await fetch(URL_ + '/metrics')).text()).match(/^llamacpp:prompt_tokens_total (\d+)/m)[1];
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.usage.completion_tokens, 30);
+  for (let k = 0; k < 3; k++) {
+    const one = await client.chat.completions.create({ ...base, seed: 40 + k });
+    assert.equal(r.choices[k].message.content + r.choices[k].message.reasoning_content,
+                 one.choices[0].message.content + one.choices[0].message.reasoning_content, `choice ${k}`);
+  }
+  assert.equal(Number(after) - Number(before), r.usage.prompt_tokens, 'the other choices took the first one\'s prompt');
+  await assert.rejects(client.chat.completions.create({ ...base, n: 2, stream: true }), (e) => e.status === 400);
+  await assert.rejects(client.chat.completions.create({ ...base, n: 17 }), (e) => e.status === 400);
+});
+
 test('errors surface as APIError with the OpenAI shape', async () => {
   await assert.rejects(client.chat.completions.create({ model: 'x', messages: [], max_tokens: 2 }),
     (e) => e.status === 400 && e.error?.type === 'invalid_request_error');
