@@ -4,7 +4,8 @@
  * keeping the bookkeeping (positions, rollback, state layout) here, the same as on the CPU.
  * auto: a discrete or integrated GPU if the instance has one (a CPU Vulkan device such as
  * lavapipe only when named or with BITSPARK_VK_ALLOW_CPU=1), else the CPU; when Vulkan cannot
- * start, auto falls back to the CPU with one line, a named device fails. */
+ * start, auto falls back to the CPU with one line, a named device fails. Without a device
+ * given, BITSPARK_DEVICE names one. */
 #include "model/device.h"
 #include "model/session.h"
 #include "cpu/compute.h"
@@ -69,6 +70,9 @@ static void name_cpu(bs_model *m) {
 
 int bs_model_choose_device(bs_model *m, const char *spec) {
     int kind, index;
+    /* no device given: BITSPARK_DEVICE (the tests pin the CPU suite to the CPU with it, so a
+     * machine with a GPU runs the same checks) */
+    if ((!spec || !*spec) && getenv("BITSPARK_DEVICE") && *getenv("BITSPARK_DEVICE")) spec = getenv("BITSPARK_DEVICE");
     if (bs_vk_parse_device(spec, &kind, &index)) return -1;
     name_cpu(m);
     if (kind == BS_DEVICE_CPU) return 0;

@@ -3,13 +3,13 @@
  * and a build without the Vulkan headers or glslc (CMake BS_VULKAN=OFF) keeps these entry
  * points, which then report that the backend is not built.
  *
- * What it does today: device discovery and choice (--device), a context per device, weights
- * uploaded and repacked into layouts where neighbouring invocations read neighbouring words,
- * and the kernels of a step that the tests check against the CPU oracle (RMSNorm, int8
- * activation quantization, matrix-vector/multi-row products for Q1_0, Q2_0 (128 and 64),
- * Q8_0 and, converted to F32 at upload, every other format), plus a copy kernel for the
- * bandwidth roofline. The whole model forward is not on the device yet: bs_vk_runs_models()
- * says so, and the model layer keeps the CPU path. */
+ * What it offers: device discovery and the --device rule; a context per device; a network
+ * (bs_vk_net_desc, filled by the model layer) uploaded with its weights repacked into layouts
+ * where neighbouring invocations read neighbouring words; sessions that evaluate the whole
+ * qwen35 forward on the device (state and KV cache stay there; logits and taps come back),
+ * snapshot/restore their recurrent state for exact rollback and copy their state to and from
+ * the CPU session's layouts; and the kernels alone (products, RMSNorm, the int8 quantizer, the
+ * copy roofline) for the tests and bench. The model layer keeps positions and bookkeeping. */
 #ifndef BS_VK_BACKEND_H
 #define BS_VK_BACKEND_H
 
@@ -52,9 +52,6 @@ int bs_vk_parse_device(const char *spec, int *kind, int *index);
  * as lavapipe only with BITSPARK_VK_ALLOW_CPU=1), or -1 for none. For index -1 of a named
  * vulkan device: the same rule, but any device type. */
 int bs_vk_pick(bool named);
-
-/* Whether a model's forward runs on the device (not yet: the model layer keeps the CPU). */
-bool bs_vk_runs_models(void);
 
 typedef struct bs_vk_ctx bs_vk_ctx;
 /* A context (logical device, compute queue, pipelines) on device index. NULL with bs_error. */

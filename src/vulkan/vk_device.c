@@ -317,4 +317,3 @@ void bs_vk_close(bs_vk_ctx *c) {
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { return &c->info; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { return c->dp4a; }
 
-bool bs_vk_runs_models(void) { return false; }

@@ -13,7 +13,6 @@ int bs_vk_pick(bool named) {
     (void)named;
     return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
 }
-bool bs_vk_runs_models(void) { return false; }
 bs_vk_ctx *bs_vk_open(int index) {
     (void)index;
     bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
