@@ -5,8 +5,18 @@
 
 #include "generate/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The trained tiny Bonsai and its drafter in models/ (BS_SRC: the source tree); auto depth
+ * measures afresh (no cost cache shared between tests). */
+static inline void trained_pair(char *model, char *drafter, size_t cap) {
+    const char *src = getenv("BS_SRC");
+    snprintf(model, cap, "%s/models/bonsai-tiny-q1_0.gguf", src ? src : ".");
+    snprintf(drafter, cap, "%s/models/bonsai-tiny-dspark.gguf", src ? src : ".");
+    setenv("BITSPARK_NO_COST_CACHE", "1", 1);
+}
 
 typedef struct {
     int n_gen, n_decode, stop;

@@ -77,11 +77,8 @@ static void check_straight(const char *model, const int32_t *seq, int n, const i
 }
 
 int main(void) {
-    const char *src = getenv("BS_SRC");
     char model[1024], drafter[1024];
-    snprintf(model, sizeof model, "%s/models/bonsai-tiny-q1_0.gguf", src ? src : ".");
-    snprintf(drafter, sizeof drafter, "%s/models/bonsai-tiny-dspark.gguf", src ? src : ".");
-    setenv("BITSPARK_NO_COST_CACHE", "1", 1);
+    trained_pair(model, drafter, sizeof model);
     const int32_t prompt[] = {78, 397, 138, 383, 342, 91, 27, 156};   /* any ids < n_vocab (the tiny vocabulary) */
     const int np = (int)(sizeof prompt / sizeof *prompt);
     int shifts = 0;

@@ -178,11 +178,8 @@ static void test_model(const char *model, const char *drafter, const bs_grammar_
 }
 
 int main(void) {
-    const char *src = getenv("BS_SRC");
     char model[1024], drafter[1024];
-    snprintf(model, sizeof model, "%s/models/bonsai-tiny-q1_0.gguf", src ? src : ".");
-    snprintf(drafter, sizeof drafter, "%s/models/bonsai-tiny-dspark.gguf", src ? src : ".");
-    setenv("BITSPARK_NO_COST_CACHE", "1", 1);
+    trained_pair(model, drafter, sizeof model);
     bs_model *m = bs_model_load(model, NULL);
     bs_tokenizer *tok = m ? bs_tokenizer_load(m) : NULL;
     CHECK(tok != NULL);
