@@ -124,6 +124,12 @@ BS_API int bs_tokenize(const bs_tokenizer *t, const char *text, size_t len, bool
  * asks for one. */
 BS_API int bs_tokenize_prompt(const bs_tokenizer *t, const char *text, size_t len, int32_t **ids,
                               size_t *n);
+/* Unicode normalization of the text between special tokens before tokenization: the model's
+ * own (tokenizer.ggml.normalizer, else NFC for Qwen vocabularies, as their tokenizer.json says)
+ * unless set; BS_NORM_NONE gives llama.cpp's token ids. */
+typedef enum { BS_NORM_NONE, BS_NORM_NFC, BS_NORM_NFD, BS_NORM_NFKC, BS_NORM_NFKD } bs_norm_mode;
+BS_API int bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode);
+BS_API bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
 /* ids -> UTF-8 text (*text malloc'd, NUL-terminated); special: render control tokens too. */
 BS_API int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool special,
                          char **text, size_t *len);

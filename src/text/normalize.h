@@ -12,12 +12,14 @@
 #ifndef BS_NORMALIZE_H
 #define BS_NORMALIZE_H
 
+#include "bitspark.h"
+
 #include <stddef.h>
 
 /* The GGUF metadata key (a string, one of the names below). */
 #define BS_NORMALIZER_KEY "tokenizer.ggml.normalizer"
 
-typedef enum { BS_NORM_NONE, BS_NORM_NFC, BS_NORM_NFD, BS_NORM_NFKC, BS_NORM_NFKD } bs_norm_mode;
+/* (bs_norm_mode, BS_NORM_NONE ... BS_NORM_NFKD: bitspark.h) */
 
 /* "none", "nfc", "nfd", "nfkc", "nfkd" (any case) -> mode; -1 with bs_error otherwise. */
 int bs_norm_from_name(const char *name, bs_norm_mode *mode);
