@@ -68,9 +68,9 @@ static void check_case(int type, int64_t ne0, int64_t ne1, int level, bs_pool **
     static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
     int perm;
 #ifdef BS_CPU_ARM
-    /* aarch64: Q6_K / TQ1_0 / TQ2_0 have no NEON kernel yet (the threaded scalar dot); the bit
+    /* aarch64: TQ1_0 / TQ2_0 have no NEON kernel yet (the threaded scalar dot); the bit
      * comparison below still runs that path at this level */
-    if (type == BS_Q4_0 || type == BS_Q4_1)
+    if (type == BS_Q4_0 || type == BS_Q4_1 || type == BS_Q6_K)
 #endif
     CHECKF(bs_kernel_get(type, level, ne0, &perm) != NULL, "%s %s: no SIMD kernel registered",
            bs_type_name(type), bs_cpu_level_name(level));

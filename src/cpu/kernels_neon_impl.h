@@ -7,7 +7,7 @@
  * 16-byte NEON vector of int8 gives 4 such lanes (sdot lane i = bytes 4i..4i+3), so two
  * float32x4 accumulators reproduce the oracle's float operations one for one: Q1_0, Q2_0 (128
  * and 64 groups), Q8_0, Q4_0 and Q4_1 are bit-identical to BITSPARK_CPU=scalar, whatever the
- * tile (hence every row's result is independent of the row count). Float weights (F32, F16,
+ * tile (hence every row's result is independent of the row count); so is Q6_K (Q8_K acts). Float weights (F32, F16,
  * BF16) accumulate 8 elements a step in FMA lanes: within the kernels' tolerance.
  *
  * Inner loops (per weight row, per activation row):
@@ -17,6 +17,8 @@
  *             DOT4 per 16, addv per 32-group, the oracle's scalar float steps.
  *   Q8_0      32 weights = 34 bytes: 2 DOT4, 2 scvtf, 2 fmla.
  *   Q4_0/Q4_1 32 weights = 18 / 20 bytes: and + ushr nibbles, 2 DOT4, 2 fmla (+ one fma for m).
+ *   Q6_K      256 weights = 210 bytes: 16 x (and/ushr + ushl + and + orr + sub) unpack, 16 DOT4 +
+ *             16 mla by the sub-block scales, 2 scvtf + 2 fmla.
  *   F16/BF16  8 weights = 16 bytes: fcvtl (F16) or shll (BF16), 2 fmla.
  * DOT4 is sdot with FEAT_DotProd, else smull + smull2 + 2 saddlp + addp + add. */
 #include "cpu/kernels.h"
@@ -209,6 +211,48 @@ static INL void tile_q4(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a
         for (int r = 0; r < NR; r++) y[r * ldy + m] = hsum8(acc0[m][r], acc1[m][r]) + summs[m][r];
 }
 
+/* Q6_K weights x Q8_K activations (bs_q6_k_dot): per 256-block, lane l of 8 sums over its 8
+ * sub-blocks scale * (4 elements' products); 16 elements share a scale, so one DOT4 of them
+ * times the scale (mla) updates 4 lanes exactly. One weight row at a time (16 vectors). */
+static INL void tile_q6k(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0, float *y, int64_t ldy,
+                         const int MR, const int NR) {
+    (void)rb, (void)MR;
+    const int64_t nb = A->n / 256;
+    float32x4_t acc0[BS_KMAX_ROWS], acc1[BS_KMAX_ROWS];
+    for (int r = 0; r < NR; r++) acc0[r] = acc1[r] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *x = w + (size_t)b * 210;
+        __builtin_prefetch(x + 1024);
+        const int8_t *sc = (const int8_t *)(x + 192);
+        const float dw = f16(x + 208);
+        int8x16_t wv[16];   /* sub-block (h, k), half j: element 128h + 32k + 16j .. +15 */
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++)
+                for (int j = 0; j < 2; j++) {
+                    const uint8x16_t ql = vld1q_u8(x + 64 * h + 16 * j + 32 * (k & 1));
+                    const uint8x16_t qh = vld1q_u8(x + 128 + 32 * h + 16 * j);
+                    const uint8x16_t lo = (k >> 1) ? vshrq_n_u8(ql, 4) : vandq_u8(ql, vdupq_n_u8(15));
+                    const uint8x16_t hi = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * k))), vdupq_n_u8(3));
+                    wv[8 * h + 2 * k + j] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, vshlq_n_u8(hi, 4))), vdupq_n_s8(32));
+                }
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *ya = (const uint8_t *)A->raw + (size_t)(a0 + r) * A->raw_row + (size_t)b * 292;
+            const int8_t *q8 = (const int8_t *)(ya + 4);
+            int32x4_t l0 = vdupq_n_s32(0), l1 = l0;
+            for (int s = 0; s < 8; s++) {
+                l0 = vmlaq_n_s32(l0, DOT4(vdupq_n_s32(0), wv[2 * s], vld1q_s8(q8 + 32 * s)), sc[2 * s]);
+                l1 = vmlaq_n_s32(l1, DOT4(vdupq_n_s32(0), wv[2 * s + 1], vld1q_s8(q8 + 32 * s + 16)), sc[2 * s + 1]);
+            }
+            float da;
+            memcpy(&da, ya, 4);
+            const float32x4_t d = vdupq_n_f32(da * dw);
+            acc0[r] = vfmaq_f32(acc0[r], d, vcvtq_f32_s32(l0));
+            acc1[r] = vfmaq_f32(acc1[r], d, vcvtq_f32_s32(l1));
+        }
+    }
+    for (int r = 0; r < NR; r++) y[r * ldy] = hsum8(acc0[r], acc1[r]);
+}
+
 /* Float weights, 8 elements a step (two FMA lanes of 4); the tail through a zero-padded copy. */
 static INL void load_w8(const uint8_t *p, int type, float32x4_t *a, float32x4_t *b) {
     if (type == BS_F32) {
@@ -287,6 +331,7 @@ static INL void tile_f(const uint8_t *w, size_t rb, const bs_acts *A, int64_t a0
 #define C_Q8(p, yo, mr, nr) tile_q8(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
 #define C_Q40(p, yo, mr, nr) tile_q4(p, W->row_bytes, A, a0, yo, ldy, 0, mr, nr)
 #define C_Q41(p, yo, mr, nr) tile_q4(p, W->row_bytes, A, a0, yo, ldy, 1, mr, nr)
+#define C_Q6K(p, yo, mr, nr) tile_q6k(p, W->row_bytes, A, a0, yo, ldy, mr, nr)
 #define C_F32(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F32, mr, nr)
 #define C_F16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_F16, mr, nr)
 #define C_BF16(p, yo, mr, nr) tile_f(p, W->row_bytes, A, a0, yo, ldy, BS_BF16, mr, nr)
@@ -298,6 +343,17 @@ KERNEL(k_q8_0, C_Q8)
 KERNEL(k_q4_0, C_Q40)
 KERNEL(k_q4_1, C_Q41)
 KERNEL(k_f32, C_F32)
+
+/* Q6_K: one weight row per call (its 16 unpacked vectors fill the registers). */
+#define RANGE1(CALL, NR)                                                                      \
+    do {                                                                                      \
+        const uint8_t *w0 = (const uint8_t *)W->data;                                         \
+        for (int64_t o = o0; o < o1; o++) CALL(w0 + (size_t)o * W->row_bytes, y + a0 * ldy + o, 1, NR); \
+    } while (0)
+static void k_q6_k(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na, float *y,
+                   int64_t ldy) {
+    BS_FOR_NR(na, RANGE1, C_Q6K)
+}
 KERNEL(k_f16, C_F16)
 KERNEL(k_bf16, C_BF16)
 
@@ -309,10 +365,11 @@ bs_kernel_fn NEON_FN(bs_kernel)(int type) {
     case BS_Q8_0: return k_q8_0;
     case BS_Q4_0: return k_q4_0;
     case BS_Q4_1: return k_q4_1;
+    case BS_Q6_K: return k_q6_k;
     case BS_F32: return k_f32;
     case BS_F16: return k_f16;
     case BS_BF16: return k_bf16;
-    default: return NULL;   /* Q6_K, TQ1_0, TQ2_0: the scalar vec_dot, threaded (kernels.c) */
+    default: return NULL;   /* TQ1_0, TQ2_0: the scalar vec_dot, threaded (kernels.c) */
     }
 }
 
