@@ -1,12 +1,14 @@
 # Thin wrapper over CMake: the README's two commands.
 #   make demo   build bitspark and run the demo on a built-in synthetic model
-#   make test   build (release, ASan/UBSan, fuzz) and run every test
+#   make test   build (release, ASan/UBSan, fuzz) and run every test (with the aarch64 build
+#               under qemu-aarch64)
+#   make arm64  cross-build the library, CLI and C tests for aarch64 Linux into build-aarch64/
 #   make install [PREFIX=/usr/local]   the executable, libbitspark (.so and .a), bitspark.h, bitspark.pc
 JOBS ?= $(shell nproc)
 BUILD ?= build
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test fuzz clean deps install
+.PHONY: all build demo test fuzz clean deps install arm64
 all: build
 
 deps:
@@ -26,9 +28,14 @@ test:
 	@tools/deps.sh test
 	@tools/test.sh
 
+arm64:
+	@tools/deps.sh arm64
+	@cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake --no-warn-unused-cli >/dev/null
+	@cmake --build build-aarch64 -j $(JOBS)
+
 fuzz:
 	@tools/deps.sh test
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} tools/fuzz.sh
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-aarch64

@@ -96,11 +96,16 @@ static double bound(const bs_weight *W, const float *x, int64_t r, int64_t o) {
 /* Paths whose float operations are the oracle's (llama.cpp's x86 AVX2 order) one for one, so
  * they must match it bit for bit on any data: the AVX2 Q1_0 and Q8_0 kernels, the AVX-512 Q1_0
  * kernel (unless BITSPARK_FAST_Q1 selects the P128 one) and every type without a SIMD kernel
- * (threaded scalar dot). The repacked x16 layout is not (tolerance only). */
+ * (threaded scalar dot); on aarch64 every quantized type's NEON kernel at every level (sdot and
+ * smmla give the oracle's integer lanes, kernels_neon_impl.h). The repacked x16 layout is not
+ * (tolerance only). */
 static int bitexact(int type, int level, int packed) {
     int perm;
     if (packed) return 0;
     if (!bs_kernel_get(type, level, 1024, &perm)) return bs_type_get(type)->is_quantized;
+#ifdef BS_CPU_ARM
+    return bs_type_get(type)->is_quantized;
+#endif
     if (type == BS_Q1_0 && level == BS_CPU_AVX512) return !getenv("BITSPARK_FAST_Q1");
     return level == BS_CPU_AVX2 && (type == BS_Q1_0 || type == BS_Q8_0);
 }
@@ -404,6 +409,14 @@ static void check_quantizer(int level, int perm) {
     free(x);
 }
 
+/* The repacked layouts, AMX and the L128 tables are x86 paths (aarch64 levels share the numbers
+ * of the x86 ones but read the natural layouts). */
+#ifdef BS_CPU_ARM
+#define X86 0
+#else
+#define X86 1
+#endif
+
 int main(void) {
     bs_rng_seed(&rng, 1234);
     setenv("BITSPARK_Q1_L128", "1", 1);   /* the test matrices are far below L128's size threshold */
@@ -411,10 +424,10 @@ int main(void) {
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_top_level()));
     if (bs_cpu_top_level() >= BS_CPU_AVX2 && bs_kernel_l128_avx2()) check_l128_tables(bs_cpu_top_level());
-    if (bs_cpu_top_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
-    for (int level = BS_CPU_AVX2; level <= bs_cpu_top_level(); level++) {
+    if (X86 && bs_cpu_top_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
+    for (int level = BS_CPU_SCALAR + 1; level <= bs_cpu_top_level(); level++) {
         check_quantizer(level, 0);
-        if (level >= BS_CPU_AVX512) check_quantizer(level, 1);
+        if (X86 && level >= BS_CPU_AVX512) check_quantizer(level, 1);
         for (size_t ti = 0; ti < BS_ARRAY_LEN(types); ti++) {
             int type = types[ti];
             int64_t blk = bs_type_get(type)->blck;
@@ -424,18 +437,18 @@ int main(void) {
                 if (ne0 < 1) ne0 = 1;
                 if (blk == 256 && mi == 3) continue;   /* keep the slow K-quant oracle small */
                 check_case(type, ne0, mi % 2 ? 37 : 18, level, pools, PACK_NONE);
-                if (type == BS_Q4_1 && !bs_weight_exact() &&
+                if (X86 && type == BS_Q4_1 && !bs_weight_exact() &&
                     (level >= BS_CPU_AVX512 ? bs_kernel_q4_x16_avx512() : bs_kernel_q4_x16_avx2())) {   /* the drafter pack's X16 */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
                     if (level == BS_CPU_AVX2 && bs_cpu_top_level() >= BS_CPU_AVX512) check_q4_avx2_vs_avx512(ne0, pools);
                 }
-                if (type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
+                if (X86 && type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
                     check_case(type, ne0, 128, level, pools, PACK_COPY);   /* L128, the only AVX2 layout */
                     check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
                     if (bs_cpu_top_level() >= BS_CPU_AVX512) check_l128_avx2_vs_avx512(ne0, mi ? 384 : 256, pools);
                 }
-                if (type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
+                if (X86 && type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */
                     check_case(type, ne0, 48, level, pools, PACK_COPY);
                     check_case(type, ne0, 112, level, pools, PACK_IN_PLACE);
                     if (mi < 2) {   /* 1 or 3 groups of 128 rows (L128) */

@@ -2,6 +2,11 @@
  * at every dispatch level this CPU has: accuracy against double-precision references, special
  * values, and the invariance speculative verification relies on (an element's or a token's
  * result never depends on how many share the call). */
+/* GCC 12's aarch64 vectorizer crashes (internal compiler error in vect_transform_reduction) on
+ * this file's double-precision reference reductions, which need not be vectorized. */
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-vectorize")
+#endif
 #include "cpu/attn_simd.h"
 #include "cpu/cpu_features.h"
 #include "cpu/gdn_simd.h"

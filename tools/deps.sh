@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh [build|test]: make sure the Debian packages bitspark needs are installed.
+# deps.sh [build|test|arm64]: make sure the Debian packages bitspark needs are installed.
 # As root it installs what is missing; otherwise it prints the exact apt-get line and fails.
 set -euo pipefail
 what=${1:-build}
@@ -7,7 +7,13 @@ pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8p
 # the Vulkan backend: headers (nothing is linked: the loader is opened at run time), the GLSL
 # compiler and the SPIR-V validator; without them the build leaves the backend out
 pkgs+=(libvulkan-dev glslc spirv-tools)
+# arm64 (make arm64, and the aarch64 part of make test): the cross compiler, qemu's user-mode
+# emulator, and the three libraries for arm64 from Debian's multiarch archive.
+arm64_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+            libjansson-dev:arm64 libmicrohttpd-dev:arm64 libutf8proc-dev:arm64)
+if [ "$what" = arm64 ]; then pkgs=("${arm64_pkgs[@]}"); fi
 if [ "$what" = test ]; then
+  pkgs+=("${arm64_pkgs[@]}")
   # python3-numpy: float64 reference checks; clang + libclang-rt: libFuzzer targets.
   pkgs+=(python3 python3-numpy clang libclang-rt-14-dev)
   # Vulkan tests on Mesa's software device (lavapipe), with the Khronos validation layer
@@ -29,10 +35,14 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "bitspark needs these Debian packages; run as root:" >&2
+  [[ " ${missing[*]}" == *":arm64"* ]] && echo "  dpkg --add-architecture arm64 && apt-get update" >&2
   echo "  apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
 echo "installing: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+if [[ " ${missing[*]}" == *":arm64"* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

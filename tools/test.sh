@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: build and run every test: the release build (and again at the AVX2 level where the
-# CPU has AVX-512), the ASan/UBSan build, and a bounded libFuzzer run of each parser. Ends with
+# CPU has AVX-512), the aarch64 cross build under qemu, the ASan/UBSan build, and a bounded
+# libFuzzer run of each parser. Ends with
 # one summary line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,56 @@ fi
 if [ -z "${BS_NO_TRAIN:-}" ]; then
   echo "== train smoke =="
   if tools/train_smoke.sh build/bitspark; then passed=$((passed+1)); else failed=$((failed+1)); fi
+fi
+# aarch64: the cross build (make arm64) under qemu-aarch64, as a CPU with DotProd + I8MM + SVE
+# (-cpu max) and as one without DotProd (cortex-a53: plain NEON). The kernel and step-op tests
+# run every level the CPU has; the fixture logits (the x86 bounds) and the lossless-speculation
+# check (BS_TEST_QUICK=2: the tiny pair, Q1_0 and ternary) and rollback invariants run at the
+# CPU's top level, and on -cpu max again at the dotprod level.
+# Tiny models only: emulation costs ~10-30x. The server and page tests stay x86-only.
+arm64_test() { # name qemu-cpu expected-top-level BITSPARK_CPU-or-empty BS_TEST_QUICK tests...
+  local name=$1 cpu=$2 top=$3 lv=$4 quick=$5; shift 5
+  local dir=build-aarch64 tmp=build-aarch64/testtmp/$name t rc
+  mkdir -p "$tmp"
+  local wrap=$PWD/$tmp/bitspark
+  printf '#!/bin/sh\nexec qemu-aarch64 -cpu %s -L / %s "$@"\n' "$cpu" "$PWD/$dir/bitspark" >"$wrap"
+  chmod +x "$wrap"
+  for t in "$@"; do
+    local cmd=(qemu-aarch64 -cpu "$cpu" -L / "$dir/tests/$t")
+    [ "${t%.py}" != "$t" ] && cmd=(/usr/bin/python3 "tests/$t")   # Debian's, with numpy (as ctest)
+    local t0=$SECONDS
+    env ${lv:+BITSPARK_CPU=$lv} BITSPARK="$wrap" BS_FIXTURES="$PWD/../shared/fixtures" BS_TMP="$PWD/$tmp" \
+        BS_SRC="$PWD" BS_BUILD="$PWD/$dir" BS_ARCH=aarch64 BS_TEST_QUICK=$quick timeout 900 "${cmd[@]}" >"$tmp/$t.log" 2>&1
+    rc=$?
+    # the emulated CPU must reach the level this run is for (else fewer kernels were tested)
+    if [ $rc -eq 0 ] && [ "$t" = test_cpu_features ] && ! grep -q "max level $top\$" "$tmp/$t.log"; then rc=99; fi
+    if [ $rc -eq 0 ]; then echo "  $name $t: passed ($((SECONDS-t0)) s)"
+    else echo "  $name $t: FAILED (exit $rc, $((SECONDS-t0)) s)"; tail -20 "$tmp/$t.log"; fi
+  done
+}
+if [ -z "${BS_NO_ARM64:-}" ]; then
+  echo "== aarch64 under qemu =="
+  arm_t0=$SECONDS
+  if ! cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake --no-warn-unused-cli >/dev/null ||
+     ! cmake --build build-aarch64 -j "$jobs" >/dev/null; then
+    echo "aarch64: build failed"; cmake --build build-aarch64 -j 1 2>&1 | tail -30; failed=$((failed+1))
+  else
+    arm_tests=(test_cpu_features test_kernels test_kernels_quant test_matmul test_step_ops test_batch_eval
+               test_dspark_spec test_rollback test_fixture_logits.py)
+    # the two emulated CPUs side by side (each emulator runs mostly one thread); counts from the logs
+    mkdir -p build-aarch64/testtmp
+    ( arm64_test max max i8mm "" 2 "${arm_tests[@]}"
+      arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval test_dspark_spec test_fixture_logits.py
+    ) >build-aarch64/testtmp/max.out 2>&1 &
+    # (test_rollback, minutes under plain-NEON emulation, runs on -cpu max only)
+    arm64_test a53 cortex-a53 neon "" 2 "${arm_tests[@]:0:7}" test_fixture_logits.py >build-aarch64/testtmp/a53.out 2>&1
+    wait
+    for f in build-aarch64/testtmp/max.out build-aarch64/testtmp/a53.out; do
+      cat "$f"
+      passed=$((passed + $(grep -c ': passed (' "$f"))); failed=$((failed + $(grep -c ': FAILED (' "$f")))
+    done
+  fi
+  echo "aarch64 under qemu: $((SECONDS-arm_t0)) s"
 fi
 # ASan + UBSan (clang, optimized so the suite stays short): every test again, against an
 # instrumented binary and library (the heaviest tests notice the sanitizer and use fewer rounds).

@@ -396,6 +396,10 @@ static void peak_run(void *ctx, int ith, int nth) {
  * the Q2_0 kernels do), a 1-row step cannot beat peak MAC/s / weights per token. Q1_0's L128
  * lookups (kernels_l128_prompt.c) are bound by their own instruction count instead. */
 static void int8_ceiling(int threads, const model_info *mi) {
+#if !defined(__x86_64__)
+    (void)threads, (void)mi;
+    return;   /* the probe is the AVX-512 VNNI loop; ARM levels compare above it numerically */
+#endif
     if (bs_cpu_level() < BS_CPU_AVX512 || !mi->stream_params) return;
     bs_pool *pool = threads > 1 ? bs_pool_new(threads) : NULL;
     peak_job j;
@@ -647,7 +651,7 @@ void help_bench(void) {
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
            "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
            "\n"
-           "BITSPARK_CPU=scalar|avx2|avx512 lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
+           "BITSPARK_CPU=scalar|avx2|avx512 (aarch64: scalar|neon|dotprod|i8mm) lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
            "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n"
            "Prompts of 32+ rows use AMX int8 tiles where the CPU has them (the amx line says whether);\n"

@@ -1,6 +1,6 @@
 /* attn_simd.c: see attn_simd.h. Per-function target attributes; nothing here runs unless
- * bs_cpu_level() allows. Each cache row is loaded (and widened) once and used by every query
- * head of the group. */
+ * bs_cpu_level() allows (aarch64: NEON, at every level above scalar). Each cache row is loaded
+ * (and widened) once and used by every query head of the group. */
 #include "cpu/attn_simd.h"
 
 #include "cpu/cpu_features.h"
@@ -158,6 +158,78 @@ bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_
     if (lv == BS_CPU_AVX512) av512(w, ss, group, vc, kv_row, kv_f16, n_kv, D, out);
     else if (lv == BS_CPU_AVX2) av256(w, ss, group, vc, kv_row, kv_f16, n_kv, D, out);
     return lv != BS_CPU_SCALAR;
+}
+
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+
+/* The AVX2 kernels with two 4-float accumulators per 8 elements (D % 8 == 0); f16 rows widened
+ * exactly with fcvtl. A score is one fixed-order dot of its query and key row; an output element
+ * a position-ordered FMA chain, as on x86. */
+static inline void load8_neon(const uint8_t *row, int i, bool f16, float32x4_t *a, float32x4_t *b) {
+    if (f16) {
+        const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)(row + (size_t)i * 2)));
+        *a = vcvt_f32_f16(vget_low_f16(h));
+        *b = vcvt_high_f32_f16(h);
+        return;
+    }
+    *a = vld1q_f32((const float *)(row + (size_t)i * 4));
+    *b = vld1q_f32((const float *)(row + (size_t)i * 4) + 4);
+}
+
+static void qk_neon(const float *q, size_t qs, int group, const uint8_t *kc, size_t kv_row, bool f16,
+                    int n_kv, int D, float scale, float *scores, size_t ss) {
+    for (int p = 0; p < n_kv; p++) {
+        const uint8_t *k = kc + (size_t)p * kv_row;
+        float32x4_t a0[BS_ATTN_MAX_GROUP], a1[BS_ATTN_MAX_GROUP];
+        for (int g = 0; g < group; g++) a0[g] = a1[g] = vdupq_n_f32(0.0f);
+        for (int i = 0; i < D; i += 8) {
+            float32x4_t k0, k1;
+            load8_neon(k, i, f16, &k0, &k1);
+            for (int g = 0; g < group; g++) {
+                a0[g] = vfmaq_f32(a0[g], vld1q_f32(q + g * qs + i), k0);
+                a1[g] = vfmaq_f32(a1[g], vld1q_f32(q + g * qs + i + 4), k1);
+            }
+        }
+        for (int g = 0; g < group; g++) scores[g * ss + p] = vaddvq_f32(vaddq_f32(a0[g], a1[g])) * scale;
+    }
+}
+
+static void av_neon(const float *w, size_t ss, int group, const uint8_t *vc, size_t kv_row, bool f16,
+                    int n_kv, int D, float *out) {
+    for (int i = 0; i < D; i += 8) {
+        float32x4_t a0[BS_ATTN_MAX_GROUP], a1[BS_ATTN_MAX_GROUP];
+        for (int g = 0; g < group; g++) a0[g] = a1[g] = vdupq_n_f32(0.0f);
+        for (int p = 0; p < n_kv; p++) {
+            float32x4_t v0, v1;
+            load8_neon(vc + (size_t)p * kv_row, i, f16, &v0, &v1);
+            for (int g = 0; g < group; g++) {
+                a0[g] = vfmaq_n_f32(a0[g], v0, w[g * ss + p]);
+                a1[g] = vfmaq_n_f32(a1[g], v1, w[g * ss + p]);
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            vst1q_f32(out + (size_t)g * D + i, a0[g]);
+            vst1q_f32(out + (size_t)g * D + i + 4, a1[g]);
+        }
+    }
+}
+
+static bool neon_fits(int D, int group) {
+    return group >= 1 && group <= BS_ATTN_MAX_GROUP && D <= BS_ATTN_MAX_D && D % 8 == 0 && bs_cpu_level() >= BS_CPU_NEON;
+}
+
+bool bs_attn_qk(const float *q, size_t q_stride, int group, const void *kc, size_t kv_row, bool kv_f16,
+                int n_kv, int D, float scale, float *scores, size_t ss) {
+    if (!neon_fits(D, group)) return false;
+    qk_neon(q, q_stride, group, kc, kv_row, kv_f16, n_kv, D, scale, scores, ss);
+    return true;
+}
+bool bs_attn_av(const float *w, size_t ss, int group, const void *vc, size_t kv_row, bool kv_f16, int n_kv,
+                int D, float *out) {
+    if (!neon_fits(D, group)) return false;
+    av_neon(w, ss, group, vc, kv_row, kv_f16, n_kv, D, out);
+    return true;
 }
 
 #else

@@ -1,4 +1,4 @@
-/* attn_simd.h: AVX-512 / AVX2 kernels for the two products of attention over the KV cache of
+/* attn_simd.h: AVX-512 / AVX2 / NEON kernels for the two products of attention over the KV cache of
  * one KV head shared by a group of query heads, and bs_attn_queries, which runs them (or the
  * scalar code) for the target's and the drafter's attention. Each kernel returns false when no kernel applies (scalar dispatch level, head_dim not a
  * multiple of the vector width, group > BS_ATTN_MAX_GROUP); the caller then runs the scalar

@@ -1,4 +1,5 @@
-/* cpu_features.c: CPUID/XGETBV detection and the dispatch level (see cpu_features.h). */
+/* cpu_features.c: CPUID/XGETBV (x86-64), HWCAP or sysctl (aarch64) detection and the dispatch
+ * level (see cpu_features.h). */
 #include "cpu/cpu_features.h"
 #include "io/util.h"
 
@@ -15,6 +16,12 @@
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+#if defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
 #endif
 
 static bs_cpu_features g_feat;
@@ -73,6 +80,39 @@ static void detect_x86(bs_cpu_features *f) {
 }
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+/* Bits of the Linux arm64 HWCAP words (arch/arm64/include/uapi/asm/hwcap.h), spelled out so an
+ * older libc's headers do not matter. */
+enum {
+    HWCAP_ASIMD_ = 1 << 1, HWCAP_ASIMDHP_ = 1 << 10, HWCAP_ASIMDDP_ = 1 << 20, HWCAP_SVE_ = 1 << 22,
+    HWCAP2_I8MM_ = 1 << 13, HWCAP2_BF16_ = 1 << 14,
+};
+static void detect_arm(bs_cpu_features *f) {
+    const unsigned long h = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    f->neon = (h & HWCAP_ASIMD_) != 0;
+    f->asimdhp = (h & HWCAP_ASIMDHP_) != 0;
+    f->dotprod = (h & HWCAP_ASIMDDP_) != 0;
+    f->sve = (h & HWCAP_SVE_) != 0;
+    f->i8mm = (h2 & HWCAP2_I8MM_) != 0;
+    f->bf16 = (h2 & HWCAP2_BF16_) != 0;
+}
+#elif defined(__aarch64__) && defined(__APPLE__)
+static bool sysctl_flag(const char *name) {
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+static void detect_arm(bs_cpu_features *f) {
+    f->neon = true;   /* every Apple arm64 CPU */
+    f->asimdhp = sysctl_flag("hw.optional.arm.FEAT_FP16");
+    f->dotprod = sysctl_flag("hw.optional.arm.FEAT_DotProd");
+    f->i8mm = sysctl_flag("hw.optional.arm.FEAT_I8MM");
+    f->bf16 = sysctl_flag("hw.optional.arm.FEAT_BF16");
+}
+#elif defined(__aarch64__)
+static void detect_arm(bs_cpu_features *f) { f->neon = true; }   /* Advanced SIMD is baseline */
+#endif
+
 static void describe(void) {
     const bs_cpu_features *f = &g_feat;
     struct { bool on; const char *name; } list[] = {
@@ -80,6 +120,8 @@ static void describe(void) {
         {f->avx512bw, "BW"}, {f->avx512vl, "VL"}, {f->avx512vnni, "VNNI"},
         {f->avx512vbmi, "VBMI"}, {f->avx512bitalg, "BITALG"}, {f->avx512bf16, "BF16"}, {f->avx_vnni, "AVX_VNNI"},
         {f->amx_int8, "AMX_INT8"}, {f->amx_bf16, "AMX_BF16"},
+        {f->neon, "NEON"}, {f->asimdhp, "FP16"}, {f->dotprod, "DOTPROD"}, {f->i8mm, "I8MM"},
+        {f->bf16, "BF16"}, {f->sve, "SVE"},
     };
     size_t len = 0;
     g_desc[0] = 0;
@@ -94,15 +136,20 @@ static void describe(void) {
 
 static void init(void) {
     memset(&g_feat, 0, sizeof g_feat);
-#ifdef BS_X86
-    detect_x86(&g_feat);
-#endif
     const bs_cpu_features *f = &g_feat;
     g_max_level = BS_CPU_SCALAR;
+#ifdef BS_X86
+    detect_x86(&g_feat);
     if (f->avx2 && f->fma && f->f16c) g_max_level = BS_CPU_AVX2;
     if (g_max_level == BS_CPU_AVX2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
         f->avx512vnni && f->avx512vbmi)
         g_max_level = BS_CPU_AVX512;
+#elif defined(__aarch64__)
+    detect_arm(&g_feat);
+    if (f->neon) g_max_level = BS_CPU_NEON;
+    if (g_max_level == BS_CPU_NEON && f->dotprod) g_max_level = BS_CPU_DOTPROD;
+    if (g_max_level == BS_CPU_DOTPROD && f->i8mm) g_max_level = BS_CPU_I8MM;
+#endif
     const char *env = getenv("BITSPARK_CPU");
     if (env && *env) {
         int lv = bs_cpu_level_from_name(env);
@@ -142,16 +189,16 @@ int bs_cpu_set_level(int level) {
 }
 
 const char *bs_cpu_level_name(int level) {
-    switch (level) {
-    case BS_CPU_SCALAR: return "scalar";
-    case BS_CPU_AVX2: return "avx2";
-    case BS_CPU_AVX512: return "avx512";
-    default: return "unknown";
-    }
+#ifdef BS_CPU_ARM
+    static const char *const names[] = {"scalar", "neon", "dotprod", "i8mm"};
+#else
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+#endif
+    return level >= 0 && level <= BS_CPU_TOP ? names[level] : "unknown";
 }
 
 int bs_cpu_level_from_name(const char *name) {
-    for (int lv = BS_CPU_SCALAR; lv <= BS_CPU_AVX512; lv++)
+    for (int lv = BS_CPU_SCALAR; lv <= BS_CPU_TOP; lv++)
         if (strcasecmp(name, bs_cpu_level_name(lv)) == 0) return lv;
     return -1;
 }

@@ -1,18 +1,31 @@
-/* cpu_features.h: what this x86-64 CPU can run, detected once at run time with CPUID/XGETBV, so
- * one binary picks the fastest kernels on any machine. The dispatch level can be lowered (never
- * raised) with BITSPARK_CPU=scalar|avx2|avx512 or bs_cpu_set_level(), which is how the tests
- * run every available path against the scalar oracle. */
+/* cpu_features.h: what this CPU can run, detected once at run time (x86-64: CPUID/XGETBV;
+ * aarch64: getauxval(AT_HWCAP/AT_HWCAP2) on Linux, sysctlbyname("hw.optional.arm.FEAT_*") on
+ * macOS), so one binary picks the fastest kernels on any machine. The dispatch level can be
+ * lowered (never raised) with BITSPARK_CPU=scalar|avx2|avx512 (x86-64) or
+ * scalar|neon|dotprod|i8mm (aarch64), or bs_cpu_set_level(), which is how the tests run every
+ * available path against the scalar oracle. */
 #ifndef BS_CPU_FEATURES_H
 #define BS_CPU_FEATURES_H
 
 #include <stdbool.h>
 
-/* Kernel dispatch levels, ordered: a higher level implies every lower one. */
+/* Kernel dispatch levels, ordered: a higher level implies every lower one. The numbers are
+ * per architecture (x86-64 and aarch64 share 1 and 2); BS_CPU_TOP is this build's highest.
+ * On aarch64 the x86 kernels are not built (their getters return NULL). */
 enum bs_cpu_level {
     BS_CPU_SCALAR = 0,   /* portable C, the test oracle */
-    BS_CPU_AVX2 = 1,     /* AVX2 + FMA + F16C (Haswell / Zen 1 and later) */
-    BS_CPU_AVX512 = 2,   /* AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake / Zen 4 and later) */
+    BS_CPU_AVX2 = 1,     /* x86-64: AVX2 + FMA + F16C (Haswell / Zen 1 and later) */
+    BS_CPU_AVX512 = 2,   /* x86-64: AVX-512 F/BW/VL/VNNI/VBMI (Ice Lake / Zen 4 and later) */
+    BS_CPU_NEON = 1,     /* aarch64: Advanced SIMD (every ARMv8-A) */
+    BS_CPU_DOTPROD = 2,  /* aarch64: + FEAT_DotProd sdot (Cortex-A76 / Neoverse N1 / Apple M1 up) */
+    BS_CPU_I8MM = 3,     /* aarch64: + FEAT_I8MM smmla (Neoverse V1/N2, Graviton 3, Apple M2 up) */
 };
+#if defined(__aarch64__)
+#define BS_CPU_TOP BS_CPU_I8MM
+#define BS_CPU_ARM 1
+#else
+#define BS_CPU_TOP BS_CPU_AVX512
+#endif
 
 typedef struct bs_cpu_features {
     bool sse42, avx, avx2, fma, f16c, bmi2;
@@ -21,6 +34,7 @@ typedef struct bs_cpu_features {
     bool amx_tile, amx_int8, amx_bf16;
     bool amx_usable;       /* AMX present and the kernel granted XTILEDATA permission */
     bool os_avx512;        /* XCR0 says the OS saves ZMM / opmask state */
+    bool neon, asimdhp, dotprod, i8mm, bf16, sve;   /* aarch64 */
 } bs_cpu_features;
 
 /* Detected features (cached; thread-safe after the first call). */
@@ -36,7 +50,7 @@ int bs_cpu_level(void);
  * effect. Pass -1 to return to the default (environment or hardware). Not thread-safe against
  * concurrent matmuls. */
 int bs_cpu_set_level(int level);
-/* "scalar", "avx2", "avx512". */
+/* "scalar", "avx2", "avx512" (x86-64) or "scalar", "neon", "dotprod", "i8mm" (aarch64). */
 const char *bs_cpu_level_name(int level);
 /* Parse a level name; -1 if unknown. */
 int bs_cpu_level_from_name(const char *name);

@@ -1,5 +1,6 @@
-/* gdn_simd.c: AVX-512 and AVX2 kernels for the gated delta rule (see gdn_simd.h). Compiled with
- * per-function target attributes and only called when bs_cpu_level() allows.
+/* gdn_simd.c: AVX-512, AVX2 and NEON kernels for the gated delta rule (see gdn_simd.h). The x86
+ * ones are compiled with per-function target attributes and only called when bs_cpu_level()
+ * allows; the NEON one (aarch64, every level above scalar) is the AVX2 pass with 4-float vectors.
  *
  * Per value row j of the state (dk floats): r = S_j * decay, u = r.k, d = (v_j - u) * beta,
  * S_j = r + k * d, o_j = (S_j.q) * scale: the decay, the delta and the read-out in one pass over
@@ -185,6 +186,48 @@ bool bs_gdn_head_simd(const bs_gdn_head *h) {
         return true;
     }
     return false;
+}
+
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+
+/* row_step256 with two 4-float accumulators over 8-float chunks (dk % 8 == 0). */
+static float row_step_neon(float *row, const float *in, const float *k, const float *q, float decay,
+                           float vj, float beta, int dk) {
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+    for (int c = 0; c < dk; c += 8) {
+        const float32x4_t r0 = vmulq_n_f32(vld1q_f32(in + c), decay), r1 = vmulq_n_f32(vld1q_f32(in + c + 4), decay);
+        vst1q_f32(row + c, r0);
+        vst1q_f32(row + c + 4, r1);
+        a0 = vfmaq_f32(a0, r0, vld1q_f32(k + c));
+        a1 = vfmaq_f32(a1, r1, vld1q_f32(k + c + 4));
+    }
+    const float u = vaddvq_f32(vaddq_f32(a0, a1));
+    const float32x4_t d = vdupq_n_f32((vj - u) * beta);
+    a0 = a1 = vdupq_n_f32(0.0f);
+    for (int c = 0; c < dk; c += 8) {
+        const float32x4_t r0 = vfmaq_f32(vld1q_f32(row + c), vld1q_f32(k + c), d);
+        const float32x4_t r1 = vfmaq_f32(vld1q_f32(row + c + 4), vld1q_f32(k + c + 4), d);
+        vst1q_f32(row + c, r0);
+        vst1q_f32(row + c + 4, r1);
+        a0 = vfmaq_f32(a0, r0, vld1q_f32(q + c));
+        a1 = vfmaq_f32(a1, r1, vld1q_f32(q + c + 4));
+    }
+    return vaddvq_f32(vaddq_f32(a0, a1));
+}
+
+bool bs_gdn_head_simd(const bs_gdn_head *h) {
+    if (h->n < 1 || bs_cpu_level() < BS_CPU_NEON || h->dk % 8) return false;
+    const int dk = h->dk, dv = h->dv;
+    for (int t = 0; t < h->n; t++) {
+        const float *q = h->q + (size_t)t * h->qkv_stride, *k = h->k + (size_t)t * h->qkv_stride;
+        const float *v = h->v + (size_t)t * h->qkv_stride, *in = t == 0 ? h->S_in : h->S_out;
+        const float decay = expf(h->g[(size_t)t * h->gs]), beta = h->beta[(size_t)t * h->gs];
+        float *o = h->o + (size_t)t * h->o_stride;
+        for (int j = 0; j < dv; j++)
+            o[j] = row_step_neon(h->S_out + (size_t)j * dk, in + (size_t)j * dk, k, q, decay, v[j], beta, dk) * h->scale;
+    }
+    return true;
 }
 
 #else

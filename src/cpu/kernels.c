@@ -21,6 +21,13 @@ enum { QK = 32, Q8_0_SIZE = 34, Q8_1_SIZE = 36 };
 
 bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm) {
     *perm = 0;
+#ifdef BS_CPU_ARM
+    bs_kernel_fn k = level >= BS_CPU_I8MM ? bs_kernel_neon_i8mm(type) : NULL;
+    if (!k && level >= BS_CPU_DOTPROD) k = bs_kernel_neon_dot(type);
+    if (!k && level >= BS_CPU_NEON) k = bs_kernel_neon(type);
+    (void)ne0;
+    return k;
+#endif
     if (level >= BS_CPU_AVX512) {
         bs_kernel_fn k = bs_kernel_avx512(type, ne0, perm);
         if (k) return k;
@@ -201,8 +208,13 @@ static void acts_row_(bs_acts *A, const bs_type_traits *t, int64_t r, const floa
     }
     switch (A->type) {
     case BS_Q8_0:
+#ifdef BS_CPU_ARM
+        if (level >= BS_CPU_DOTPROD && bs_acts_q8_0_neon_dot(A, r, x) == 0) return;
+        if (level >= BS_CPU_NEON && bs_acts_q8_0_neon(A, r, x) == 0) return;
+#else
         if (level >= BS_CPU_AVX512 && bs_acts_q8_0_avx512(A, r, x) == 0) return;
         if (level >= BS_CPU_AVX2 && !A->perm && bs_acts_q8_0_avx2(A, r, x) == 0) return;
+#endif
         t->act_from_float(x, scratch, n);
         split_row(A, r, scratch, 0);
         if (A->perm) permute_row(A, r);
@@ -646,6 +658,9 @@ static int l128_fits(const bs_weight *W) {
 /* Whether W gets a packed layout on this CPU (BS_PACK_NONE if not). */
 static int pack_kind_for(const bs_weight *W) {
     if (W->packed || bs_weight_exact() || bs_cpu_level() < BS_CPU_AVX2) return BS_PACK_NONE;
+#ifdef BS_CPU_ARM
+    return BS_PACK_NONE;   /* the NEON kernels read the natural layouts */
+#endif
     if (bs_cpu_level() < BS_CPU_AVX512) {   /* AVX2: Q1_0 L128, Q2 and Q4_1 X16 */
         if (l128_fits(W) && bs_kernel_l128_avx2()) return BS_PACK_Q1_L128;
         if (bs_q2_x16_fits(W) && bs_kernel_q2_x16_avx2()) return BS_PACK_Q2_X16;

@@ -95,6 +95,11 @@ extern const uint8_t bs_p128_group[16];
 bs_kernel_fn bs_kernel_avx512(int type, int64_t ne0, int *perm);
 bs_kernel_fn bs_kernel_avx2(int type);
 bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
+/* aarch64 (kernels_neon_impl.h): plain NEON, FEAT_DotProd and FEAT_I8MM builds of the natural-
+ * layout kernels; NULL for types they lack and on other architectures. */
+bs_kernel_fn bs_kernel_neon(int type);
+bs_kernel_fn bs_kernel_neon_dot(int type);
+bs_kernel_fn bs_kernel_neon_i8mm(int type);
 
 /* Packed weight layouts (bs_weight.pack_kind, made by bs_weight_pack).
  * BS_PACK_Q1_X16: Q1_0 in groups of 16 rows; per group and 128-column block 288 bytes: the 16
@@ -217,6 +222,8 @@ void bs_acts_free(bs_acts *A);
  * bs_q8_0_act followed by the layout conversion. Returns 0, or -1 if unavailable. */
 int bs_acts_q8_0_avx512(bs_acts *A, int64_t r, const float *x);
 int bs_acts_q8_0_avx2(bs_acts *A, int64_t r, const float *x);
+int bs_acts_q8_0_neon(bs_acts *A, int64_t r, const float *x);       /* natural layout only */
+int bs_acts_q8_0_neon_dot(bs_acts *A, int64_t r, const float *x);
 
 /* Multiply-adds per second one thread gets from vpdpbusd (iters x 12 instructions); 0 without
  * AVX-512. */

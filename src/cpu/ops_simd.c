@@ -1,5 +1,5 @@
-/* ops_simd.c: see ops_simd.h. Per-function target attributes; nothing here runs unless
- * bs_cpu_level() says the CPU has it. */
+/* ops_simd.c: see ops_simd.h (x86-64; aarch64 has ops_simd_neon.c). Per-function target
+ * attributes; nothing here runs unless bs_cpu_level() says the CPU has it. */
 #include "cpu/ops_simd.h"
 
 #include "cpu/cpu_features.h"
@@ -333,7 +333,7 @@ bool bs_simd_scale(float *y, const float *x, const float *w, float scale, int n)
     return true;
 }
 
-#else
+#elif !defined(__aarch64__)   /* aarch64: ops_simd_neon.c */
 
 bool bs_simd_silu_mul(float *dst, const float *x, const float *y, size_t n) { (void)dst; (void)x; (void)y; (void)n; return false; }
 bool bs_simd_f32_to_f16(uint16_t *dst, const float *src, size_t n) { (void)dst; (void)src; (void)n; return false; }

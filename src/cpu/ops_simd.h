@@ -1,6 +1,6 @@
-/* ops_simd.h: AVX-512 / AVX2 versions of the element-wise and row operations of ops.h, picked at
- * run time by ops.c (internal). Each returns false when the CPU's dispatch level has no kernel,
- * and the caller runs the scalar code.
+/* ops_simd.h: AVX-512 / AVX2 (ops_simd.c) and NEON (ops_simd_neon.c) versions of the
+ * element-wise and row operations of ops.h, picked at run time by ops.c (internal). Each
+ * returns false when the CPU's dispatch level has no kernel, and the caller runs the scalar code.
  *
  * exp is a vector polynomial (Cody-Waite range reduction, degree-7 Taylor on |r| <= ln2/2,
  * about 1 ulp) instead of libm's expf, as ggml's own SIMD silu does. Every element goes through
