@@ -1,10 +1,12 @@
 # Thin wrapper over CMake: the README's two commands.
 #   make demo   build bitspark and run the demo on a built-in synthetic model
 #   make test   build (release, ASan/UBSan, fuzz) and run every test
+#   make install [PREFIX=/usr/local]   the executable, libbitspark (.so and .a), bitspark.h, bitspark.pc
 JOBS ?= $(shell nproc)
 BUILD ?= build
+PREFIX ?= /usr/local
 
-.PHONY: all build demo test fuzz clean deps
+.PHONY: all build demo test fuzz clean deps install
 all: build
 
 deps:
@@ -16,6 +18,9 @@ build: deps
 
 demo: build
 	@tools/demo.sh $(BUILD)/bitspark
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 test:
 	@tools/deps.sh test

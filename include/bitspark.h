@@ -1,10 +1,19 @@
 /* bitspark.h: the public API of libbitspark.
  *
- * Kept small on purpose: load a model, tokenize, evaluate tokens, read logits, roll back. The
- * internal headers in src/ hold the rest (GGUF, formats, kernels) for the tools built on it. */
+ * What the command line does, for embedders: load a model (and a DSpark drafter), tokenize and
+ * render chats, and generate with the same engine as `bitspark run` and the server (sampling,
+ * stop strings, the doom-loop guard, lossless speculative decoding, streaming, stats); or drive a
+ * session directly (evaluate tokens, read logits, roll back, save state). examples/simple.c and
+ * examples/spec.c show both in about 30 lines. Only the functions marked BS_API are exported by
+ * the shared library; the types are plain structs or opaque handles with stable names.
+ *
+ * Errors: functions return NULL or -1 and set a one-line message for the calling thread
+ * (bitspark_last_error). Strings and arrays returned through pointer arguments are malloc'd:
+ * release them with free(). */
 #ifndef BITSPARK_H
 #define BITSPARK_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -13,11 +22,17 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define BS_API __attribute__((visibility("default")))
+#else
+#define BS_API
+#endif
+
 #define BITSPARK_VERSION "0.1.0"
 
-const char *bitspark_version(void);
+BS_API const char *bitspark_version(void);
 /* The last error of the calling thread, one line, never NULL. */
-const char *bitspark_last_error(void);
+BS_API const char *bitspark_last_error(void);
 
 /* --- models and sessions (qwen35: Bonsai-27B and other Qwen3.5/3.6 dense GGUFs) ----------------
  * A bs_model is the read-only weights (mmap'd by default); any number of bs_sessions evaluate
@@ -27,15 +42,16 @@ typedef struct bs_session bs_session;
 
 typedef struct bs_model_params {
     bool no_mmap;          /* read the whole file into memory instead of mapping it */
+    const char *device;    /* NULL or "auto": the best device; "cpu" */
 } bs_model_params;
 
 /* params may be NULL (defaults). NULL + bitspark_last_error() on failure. */
-bs_model *bs_model_load(const char *path, const bs_model_params *params);
-void bs_model_free(bs_model *m);
-int bs_model_n_vocab(const bs_model *m);
-int bs_model_n_embd(const bs_model *m);
-int bs_model_n_layer(const bs_model *m);
-int bs_model_n_ctx_train(const bs_model *m);
+BS_API bs_model *bs_model_load(const char *path, const bs_model_params *params);
+BS_API void bs_model_free(bs_model *m);
+BS_API int bs_model_n_vocab(const bs_model *m);
+BS_API int bs_model_n_embd(const bs_model *m);
+BS_API int bs_model_n_layer(const bs_model *m);
+BS_API int bs_model_n_ctx_train(const bs_model *m);
 
 enum { BS_KV_F16 = 0, BS_KV_F32 = 1 };
 
@@ -48,11 +64,11 @@ typedef struct bs_session_params {
                               needs (longer ones roll back by recomputing); 0: 16 */
 } bs_session_params;
 
-bs_session *bs_session_new(bs_model *m, const bs_session_params *params);
-void bs_session_free(bs_session *s);
-int bs_session_n_ctx(const bs_session *s);
-int bs_session_n_past(const bs_session *s);   /* positions evaluated so far */
-void bs_session_reset(bs_session *s);          /* back to an empty sequence */
+BS_API bs_session *bs_session_new(bs_model *m, const bs_session_params *params);
+BS_API void bs_session_free(bs_session *s);
+BS_API int bs_session_n_ctx(const bs_session *s);
+BS_API int bs_session_n_past(const bs_session *s);   /* positions evaluated so far */
+BS_API void bs_session_reset(bs_session *s);          /* back to an empty sequence */
 
 enum { BS_LOGITS_NONE = 0, BS_LOGITS_LAST = 1, BS_LOGITS_ALL = 2 };
 
@@ -61,29 +77,284 @@ enum { BS_LOGITS_NONE = 0, BS_LOGITS_LAST = 1, BS_LOGITS_ALL = 2 };
  * taps: NULL, or n_tokens rows of (number of tap layers * n_embd) floats receiving the residual
  * stream after each layer set by bs_session_set_taps, concatenated in list order.
  * Bad token ids or running past n_ctx fail before anything changes. Returns 0 or -1. */
-int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits,
+BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits,
             float *taps);
 
 /* Capture layers (0-based; duplicates allowed) for the taps of later evals; n = 0 clears. */
-int bs_session_set_taps(bs_session *s, const int *layers, int n);
-int bs_session_n_taps(const bs_session *s);
+BS_API int bs_session_set_taps(bs_session *s, const int *layers, int n);
+BS_API int bs_session_n_taps(const bs_session *s);
 
 /* keep = 0: one-token evals update the recurrent state in place instead of into the other half
  * of its double buffer (a third less state traffic per decoded token: ~150 MB at 27B) and
  * leave nothing to roll back, so bs_session_rollback can no longer undo them. For plain
  * decoding that never rolls back. Default 1. */
-void bs_session_set_undo(bs_session *s, int keep);
+BS_API void bs_session_set_undo(bs_session *s, int keep);
 
 /* Keep only the first n_keep positions. Exact (bit-identical to never having evaluated the rest)
  * for any n_keep from the start of the last eval's last batch up to n_past; earlier points fail. */
-int bs_session_rollback(bs_session *s, int n_keep);
+BS_API int bs_session_rollback(bs_session *s, int n_keep);
 
 /* Whole sequence state (positions, recurrent state, the used KV cache) as bytes, for prompt
  * caching. The size depends on n_past. Loading needs a session of the same model with an
  * n_ctx >= the saved n_past and the same kv_type. */
-size_t bs_session_state_size(const bs_session *s);
-int bs_session_state_save(const bs_session *s, void *buf, size_t cap);
-int bs_session_state_load(bs_session *s, const void *buf, size_t len);
+BS_API size_t bs_session_state_size(const bs_session *s);
+BS_API int bs_session_state_save(const bs_session *s, void *buf, size_t cap);
+BS_API int bs_session_state_load(bs_session *s, const void *buf, size_t len);
+
+/* --- tokenizer ---------------------------------------------------------------------------------
+ * The model's own vocabulary (byte-level BPE with its pre-tokenizer, from the GGUF). */
+typedef struct bs_tokenizer bs_tokenizer;
+
+BS_API bs_tokenizer *bs_tokenizer_load(const bs_model *m);
+BS_API void bs_tokenizer_free(bs_tokenizer *t);
+BS_API int32_t bs_tokenizer_n_vocab(const bs_tokenizer *t);
+BS_API int32_t bs_token_bos(const bs_tokenizer *t);   /* -1 if none */
+BS_API int32_t bs_token_eos(const bs_tokenizer *t);
+BS_API bool bs_tokenizer_add_bos(const bs_tokenizer *t);
+/* End of generation (eos, eot, <|im_end|>, ...). */
+BS_API bool bs_token_is_eog(const bs_tokenizer *t, int32_t id);
+/* Vocabulary text of a token (NUL-terminated), NULL if out of range; the id of a text, or -1. */
+BS_API const char *bs_token_text(const bs_tokenizer *t, int32_t id);
+BS_API int32_t bs_token_lookup(const bs_tokenizer *t, const char *text);
+/* UTF-8 text -> ids (*ids malloc'd, *n of them). parse_special: text like <|im_start|> becomes
+ * its special token (llama.cpp's -p behaviour). -1 on invalid UTF-8. */
+BS_API int bs_tokenize(const bs_tokenizer *t, const char *text, size_t len, bool parse_special,
+                       int32_t **ids, size_t *n);
+/* A prompt as `bitspark run -p` tokenizes it: special tokens parsed, BOS added if the vocabulary
+ * asks for one. */
+BS_API int bs_tokenize_prompt(const bs_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                              size_t *n);
+/* ids -> UTF-8 text (*text malloc'd, NUL-terminated); special: render control tokens too. */
+BS_API int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool special,
+                         char **text, size_t *len);
+
+/* --- chat templates -------------------------------------------------------------------------- */
+typedef struct bs_chat_tool_call {
+    const char *name;
+    const char *arguments;   /* JSON object as text (OpenAI sends a string); NULL: none */
+} bs_chat_tool_call;
+
+typedef struct bs_chat_msg {
+    const char *role;        /* system, user, assistant, tool */
+    const char *content;     /* NULL renders as "" */
+    const char *reasoning;   /* reasoning_content; NULL: take it from <think> in content */
+    const bs_chat_tool_call *tool_calls;
+    size_t n_tool_calls;
+} bs_chat_msg;
+
+/* The conversation rendered with the model's chat template (Qwen3.5/3.6 detected from the GGUF,
+ * ChatML otherwise), NUL-terminated and malloc'd. enable_thinking: -1 the template's default,
+ * 0 off, 1 on. NULL + error on a bad conversation. */
+BS_API char *bs_chat_apply(const bs_model *m, const bs_chat_msg *msgs, size_t n, bool add_generation_prompt,
+                           int enable_thinking);
+
+/* --- sampling -------------------------------------------------------------------------------- */
+/* The sampler chain of llama.cpp, in its order: logit bias -> repetition/presence/frequency
+ * penalties -> DRY -> top-k -> top-p -> min-p -> temperature -> draw. */
+typedef struct {
+    float temp;                 /* <= 0: greedy */
+    int32_t top_k;              /* <= 0: off */
+    float top_p;                /* >= 1: off */
+    float min_p;                /* <= 0: off */
+    int32_t min_keep;           /* top-k/top-p/min-p keep at least this many (values < 1 mean 1) */
+    int32_t penalty_last_n;     /* window of repeat/presence/frequency: 0 off, -1 whole history */
+    float repeat_penalty;       /* 1: off; logit > 0 divided by it, logit <= 0 multiplied */
+    float presence_penalty;     /* subtracted once from every token seen in the window */
+    float frequency_penalty;    /* subtracted per occurrence in the window */
+    float dry_multiplier;       /* 0: DRY off */
+    float dry_base;             /* < 1: DRY off */
+    int32_t dry_allowed_length; /* repeats up to this long are free */
+    int32_t dry_penalty_last_n; /* 0: DRY off, -1: whole history */
+    uint64_t seed;
+} bs_sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off. */
+BS_API bs_sampler_params bs_sampler_default_params(void);
+
+/* --- the doom-loop guard --------------------------------------------------------------------- */
+/* Detector: a span of period p characters repeating min_repeats times over min_chars. */
+typedef struct {
+    int min_repeats;          /* copies needed (4) */
+    int min_chars;            /* characters the copies must cover (60) */
+    int max_period;           /* longest period looked for, in characters (1024) */
+} bs_loop_params;
+BS_API bs_loop_params bs_loop_default_params(void);
+
+/* One detected loop. Character offsets count code points of the scanned text (prefix
+ * included); token indices count the tokens pushed (0 = first generated token). */
+typedef struct {
+    int64_t start_char;        /* first character of the first copy */
+    int64_t repeat_start_char; /* first character of the second copy */
+    int64_t end_char;          /* end of the periodic region when detected (exclusive) */
+    int64_t prefix_chars;      /* characters of the prefix */
+    int period;                /* characters */
+    int repeats;               /* whole copies */
+    int rejected_token;        /* index of the rejected token */
+    int64_t rejected_char;     /* the character of the rejected token the choice was made at */
+} bs_loop_info;
+
+enum { BS_LOOP_GUARD_OFF = 0, BS_LOOP_GUARD_STOP, BS_LOOP_GUARD_REWIND };
+
+typedef struct {
+    int mode;                 /* BS_LOOP_GUARD_* */
+    bs_loop_params det;
+    int max_rewinds;          /* rewinds per generation before stopping (8) */
+    int ckpt_every;           /* tokens between state checkpoints (64) */
+    int ckpt_count;           /* checkpoints kept besides the one at the prompt's end (8), each
+                                 the recurrent state + n_vocab logits (Bonsai-27B: ~158 MB),
+                                 allocated as generation reaches them; a rewind further back
+                                 than the oldest replays from the prompt's checkpoint */
+} bs_loop_guard_params;
+BS_API bs_loop_guard_params bs_loop_guard_default_params(void);
+
+/* What the guard did in one generation: printed with the run's stats, and meant for the
+ * server's response (e.g. "loop_guard": {"mode": "rewind", "detected": 2, "rewinds": 2,
+ * "discarded_tokens": 71, "stopped": false, "last": {"period": 24, "repeats": 4, ...}}), with
+ * finish_reason "loop" when `stopped`. */
+typedef struct {
+    int mode;
+    int n_detected;            /* loops detected */
+    int n_rewinds;             /* rewinds performed */
+    int n_discarded;           /* generated tokens thrown away by rewinds */
+    bool stopped;              /* generation ended on a loop (stop mode, or rewinds used up) */
+    bs_loop_info last;         /* the last detected loop (valid when n_detected > 0) */
+    int32_t last_rejected_id;  /* its rejected token id */
+} bs_loop_guard_result;
+
+/* --- the DSpark drafter ---------------------------------------------------------------------- */
+#define BS_DRAFT_AUTO (-1)     /* draft_max: depth chosen per round from measured costs */
+typedef struct bs_dspark bs_dspark;
+
+/* A drafter (GGUF, or a directory / .safetensors with config.json) for target m: loaded, checked
+ * against it, and sharing its token_embd / output where they are the same. */
+BS_API bs_dspark *bs_drafter_load(const char *path, const bs_model *target);
+BS_API void bs_dspark_free(bs_dspark *d);
+BS_API int bs_drafter_block_size(const bs_dspark *d);
+
+/* --- the generation engine ------------------------------------------------------------------- */
+#define BS_GEN_MAX_STOP 8
+#define BS_GEN_MAX_TOP 20
+#define BS_GEN_MAX_BREAKERS 16
+
+/* Why generation ended (BS_GEN_RUNNING while it has not). */
+enum bs_gen_stop {
+    BS_GEN_EOG, BS_GEN_LENGTH, BS_GEN_CTX, BS_GEN_INTERRUPT, BS_GEN_LOOP, BS_GEN_STOP_STRING,
+    BS_GEN_ERROR, BS_GEN_RUNNING
+};
+BS_API const char *bs_gen_stop_name(int stop);   /* "end of generation", "length limit", ... */
+
+/* How a generator is built (once per sequence slot). */
+typedef struct bs_gen_params {
+    int n_ctx;                 /* 0: the session default */
+    int n_threads;             /* 0: 1 */
+    bool undo;                 /* keep what rollback needs after one-token evals (chat's prefix
+                                  reuse); drafting always keeps it */
+    /* the drafter (NULL: none) and its rounds */
+    const bs_dspark *drafter;
+    const char *drafter_path;  /* the cost cache's key */
+    int draft_max;             /* 0..block size, BS_DRAFT_AUTO */
+    bool no_conf;              /* auto depth without the confidence-head trim */
+    int draft_window;
+} bs_gen_params;
+
+/* One generation request. */
+typedef struct bs_gen_request {
+    bs_sampler_params sp;
+    const int32_t *bias_id;    /* n_bias logit biases */
+    const float *bias;
+    int n_bias;
+    const char *const *breakers;   /* DRY sequence breakers; n_breakers < 0: llama.cpp's */
+    int n_breakers;
+    int n_predict;             /* < 0: until EOG or the context is full */
+    bool ignore_eos;
+    const char *const *stop;   /* stop strings (cut from the text, end generation) */
+    int n_stop;
+    int n_probs;               /* top logprobs recorded per token; < 0: none */
+    bs_loop_guard_params loop; /* mode BS_LOOP_GUARD_OFF: no guard */
+    const char *loop_prefix;   /* text the guard's detector sees before the generated tokens */
+    size_t loop_prefix_len;
+    bool stop_at_rewind;       /* end (BS_GEN_LOOP) at the guard's first rewind, the session at
+                                  the rewound position (antidoom mine) */
+    bool no_draft;             /* decode without the drafter */
+    bool no_cache;             /* evaluate the whole prompt (no prefix reuse) */
+    int ckpt_at;               /* prompt position whose state is saved for the next request's
+                                  reuse (the start of a chat's last message), 0: none */
+    bool ckpt_end;             /* also save the state at the prompt's end */
+    bool keep_sampler;         /* go on with the previous request's sampler (its random state
+                                  and parameters); its history is cut back to the reused prefix */
+    bool tool_tags;            /* stream <tool_call> / </tool_call> even where they are control */
+    bool context_shift;        /* a full context drops the older half of what follows the first
+                                  n_keep tokens and re-evaluates the rest (the recurrent state
+                                  cannot drop positions), instead of ending with BS_GEN_CTX */
+    int n_keep;                /* context shift: tokens kept at the start (a system prompt) */
+    const char *grammar;       /* GBNF (llama.cpp's format): what is generated must match it;
+                                  NULL: free text. Drafts it does not allow are cut before
+                                  verification, so speculation stays exact under it */
+    volatile sig_atomic_t *interrupt;   /* ends generation (BS_GEN_INTERRUPT) once nonzero */
+} bs_gen_request;
+
+BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler
+                                                  defaults), no limits, no guard */
+
+/* One generated token and what logprobs report about it (the raw model distribution). */
+typedef struct bs_gen_token {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_id[BS_GEN_MAX_TOP];
+    float top_lp[BS_GEN_MAX_TOP];
+    size_t text_end;           /* bytes of text once this token was added */
+} bs_gen_token;
+
+typedef struct bs_gen_stats {
+    int n_prompt, n_cached;    /* prompt tokens evaluated / reused from the cache */
+    int n_gen;                 /* tokens generated (EOG excluded) */
+    int n_decode;              /* decode steps: one-token evals or speculative rounds */
+    double t_prompt, t_gen;    /* seconds */
+    long n_drafted, n_accepted, n_draft_rounds;   /* this request's speculative rounds */
+    bs_loop_guard_result loop; /* what the loop guard did (mode off: zeros) */
+    int n_shifts, n_shifted;   /* context shifts, and the positions they dropped */
+    int rewound_to;            /* stop_at_rewind: generated tokens the rewind kept (the output
+                                  still holds them all, up to the one that completed the loop) */
+    int stop;                  /* enum bs_gen_stop */
+} bs_gen_stats;
+
+typedef struct bs_gen bs_gen;
+
+/* What was generated: text (len bytes, NUL-terminated); text[0..n_safe) may be shown (no stop
+ * string can still cut it, no loop-guard rewind can take it back); the tokens. Valid until the
+ * next call on the generator. */
+typedef struct bs_gen_output {
+    const char *text;
+    size_t len, n_safe;
+    const bs_gen_token *toks;
+    int n_toks, n_toks_safe;   /* tokens whose logprobs may be streamed */
+} bs_gen_output;
+
+/* A generator: one sequence's session on m (with the drafter of p, if any). The model, tokenizer
+ * and drafter must outlive it. NULL + error. */
+BS_API bs_gen *bs_gen_new(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p);
+BS_API void bs_gen_free(bs_gen *g);
+/* Start a request on prompt[0..n) (copied). Reuses the longest prefix the session or a saved
+ * state holds. -1 + error (nothing started). */
+BS_API int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n);
+/* One step: at most budget prompt rows (<= 0: the rest of the prompt), one token, or one
+ * speculative round. 0, or -1 + error (the request then ended with BS_GEN_ERROR). */
+BS_API int bs_gen_step(bs_gen *g, int budget);
+/* Step until done; on_step (may be NULL) is called after each step, e.g. to stream
+ * bs_gen_output's newly safe text. */
+BS_API int bs_gen_run(bs_gen *g, void (*on_step)(void *ud, bs_gen *g), void *ud);
+BS_API bool bs_gen_done(const bs_gen *g);
+/* End the request now, with this reason (e.g. BS_GEN_INTERRUPT: the user went away). */
+BS_API void bs_gen_cancel(bs_gen *g, int stop);
+BS_API void bs_gen_output_get(const bs_gen *g, bs_gen_output *out);
+/* Lowest text byte and token index changed since the last call (a rewind rewrites text), which
+ * resets them: what a copy of the output must refresh. */
+BS_API void bs_gen_output_changed(bs_gen *g, size_t *text_from, int *tok_from);
+BS_API const bs_gen_stats *bs_gen_get_stats(const bs_gen *g);
+/* The generator's session (for logits, state save / load) and the last position's logits. */
+BS_API bs_session *bs_gen_session(bs_gen *g);
+BS_API const float *bs_gen_logits(const bs_gen *g);
 
 #ifdef __cplusplus
 }

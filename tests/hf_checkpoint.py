@@ -5,7 +5,7 @@ transform of llama.cpp's converter (qwen35-arch.md §2.7, §4.4, §5, §6):
   order (HF head g*R + r <- GGUF head r*K + g), conv1d ne {K, C} -> [C, 1, K], GGUF names -> HF.
 Written from the notes, independently of src/convert_hf.c. Used by test_convert_hf.py.
 
-    make_hf(gguf_path, out_dir, dtype='f32'|'bf16', shards=2, extras=True)
+    make_hf(gguf_path, out_dir, dtype='f32'|'bf16', shards=2, extras=True, normalizer={'type': 'NFC'})
 """
 import json
 import os
@@ -96,7 +96,10 @@ def write_safetensors(path, tensors):
             f.write(t[3])
 
 
-def write_tokenizer(g, out):
+QWEN_NFC = {'type': 'NFC'}   # the normalizer every Qwen2/Qwen3/Qwen3.5 tokenizer.json declares
+
+
+def write_tokenizer(g, out, normalizer=QWEN_NFC):
     m = g.meta
     toks, types = m['tokenizer.ggml.tokens'], m['tokenizer.ggml.token_type']
     vocab = {t: i for i, (t, ty) in enumerate(zip(toks, types)) if ty == 1}
@@ -104,7 +107,7 @@ def write_tokenizer(g, out):
               'normalized': False, 'special': ty == 3}
              for i, (t, ty) in enumerate(zip(toks, types)) if ty in (3, 4)]
     merges = [mg.split(' ', 1) for mg in m['tokenizer.ggml.merges']]   # newer [a, b] form
-    tj = {'version': '1.0', 'added_tokens': added, 'normalizer': None,
+    tj = {'version': '1.0', 'added_tokens': added, 'normalizer': normalizer,
           'model': {'type': 'BPE', 'vocab': vocab, 'merges': merges}}
     with open(os.path.join(out, 'tokenizer.json'), 'w') as f:
         json.dump(tj, f, ensure_ascii=False)
@@ -146,7 +149,7 @@ def write_config(g, out):
         json.dump(cfg, f, indent=1)
 
 
-def make_hf(gguf_path, out, dtype='f32', shards=2, extras=True):
+def make_hf(gguf_path, out, dtype='f32', shards=2, extras=True, normalizer=QWEN_NFC):
     g = GGUF(gguf_path)
     os.makedirs(out, exist_ok=True)
     tensors = []
@@ -168,4 +171,4 @@ def make_hf(gguf_path, out, dtype='f32', shards=2, extras=True):
     with open(os.path.join(out, 'model.safetensors.index.json'), 'w') as f:
         json.dump({'metadata': {}, 'weight_map': weight_map}, f)
     write_config(g, out)
-    write_tokenizer(g, out)
+    write_tokenizer(g, out, normalizer)

@@ -13,7 +13,11 @@ Checks:
   2. hf-to-gguf of it gives the original GGUF's tensors byte for byte (F32 and BF16 checkpoints,
      and --type q1_0 against the same seed's q1_0 synth) and the same metadata values;
   3. `bitspark logits` agree (rel L2 per row <= 1e-5) and `bitspark tokenize` gives the same ids;
-  4. a shape that contradicts config.json fails with a message.
+  4. a shape that contradicts config.json fails with a message;
+  5. tokenizer.json's normalizer becomes tokenizer.ggml.normalizer (the one metadata key synth,
+     which writes none, lacks): NFC -> nfc, a one-step Sequence -> its step, null -> none (and
+     the converted file then tokenizes 'e' + U+0301 as llama.cpp does), an unsupported one ->
+     none with a note; inspect names the normalization and where it comes from.
 """
 import json
 import os
@@ -124,19 +128,55 @@ def check_semantics(gg, hf, m):
     check(err2 > 1e-3, 'HF tensors read in GGUF order differ (rel %.1e): the reorder is not a no-op' % err2)
 
 
-def same_tensors(a_path, b_path, what):
+NORM_KEY = 'tokenizer.ggml.normalizer'
+
+
+def same_tensors(a_path, b_path, what, norm='nfc'):
     a, b = GGUF(a_path), GGUF(b_path)
     bad = [n for n in b.tensors if n not in a.tensors or a.tensors[n].type_id != b.tensors[n].type_id or
            list(a.tensors[n].ne) != list(b.tensors[n].ne) or bytes(a.raw(n)) != bytes(b.raw(n))]
     check(not bad and len(a.tensors) == len(b.tensors), '%s: %d tensors byte-identical %s' % (what, len(b.tensors), bad[:3]))
-    diff = [k for k in set(a.meta) | set(b.meta) if a.meta.get(k) != b.meta.get(k)]
+    diff = [k for k in set(a.meta) | set(b.meta) if a.meta.get(k) != b.meta.get(k) and k != NORM_KEY]
     check(not diff, '%s: same metadata values %s' % (what, diff[:5]))
+    check(a.meta.get(NORM_KEY) == norm and NORM_KEY not in b.meta,
+          '%s: %s = %r (synth writes none)' % (what, NORM_KEY, a.meta.get(NORM_KEY)))
 
 
 def logits_rel(a, b, n_vocab):
     x = np.fromfile(a, np.float32).reshape(-1, n_vocab).astype(np.float64)
     y = np.fromfile(b, np.float32).reshape(-1, n_vocab).astype(np.float64)
     return max(np.linalg.norm(x[i] - y[i]) / np.linalg.norm(y[i]) for i in range(len(y)))
+
+
+def convert_with(src, hf, normalizer, name):
+    """Rewrite only tokenizer.json with this normalizer, convert: (GGUF, stderr)."""
+    hf_checkpoint.write_tokenizer(GGUF(src), hf, normalizer)
+    out = os.path.join(T, name + '.gguf')
+    r = subprocess.run([B, 'convert', 'hf-to-gguf', hf, out], capture_output=True, text=True)
+    check(r.returncode == 0, 'hf-to-gguf with normalizer %r (%s)' % (normalizer, r.stderr.strip()[-200:]))
+    return out, r.stderr
+
+
+def check_normalizers(src, hf):
+    decomposed, composed = 'e\u0301', '\u00e9'
+    want_nfc = run('tokenize', '-m', src, composed)
+    nfc, _ = convert_with(src, hf, {'type': 'NFC'}, 'norm_nfc')
+    check(run('tokenize', '-m', nfc, decomposed) == want_nfc, 'NFC file: e + U+0301 gets the ids of U+00E9')
+    txt = run('inspect', nfc)
+    check('tokenizer: gpt2, pre-tokenizer qwen35, normalization nfc (tokenizer.ggml.normalizer)' in txt,
+          'inspect names the key as the source')
+    seq, _ = convert_with(src, hf, {'type': 'Sequence', 'normalizers': [{'type': 'NFKC'}]}, 'norm_seq')
+    check(GGUF(seq).meta.get(NORM_KEY) == 'nfkc', 'Sequence [NFKC] -> nfkc (%r)' % GGUF(seq).meta.get(NORM_KEY))
+    none, _ = convert_with(src, hf, None, 'norm_none')
+    check(GGUF(none).meta.get(NORM_KEY) == 'none', 'null normalizer -> none')
+    old = run('tokenize', '-m', src, '--tokenizer-normalize', 'none', decomposed)
+    got = run('tokenize', '-m', none, decomposed)
+    check(got == old and got != want_nfc, 'none file: e + U+0301 tokenized byte for byte (%s)' % got.strip())
+    check('normalization none (tokenizer.ggml.normalizer)' in run('inspect', none), 'inspect shows none')
+    odd, err = convert_with(src, hf, {'type': 'Lowercase'}, 'norm_odd')
+    check(GGUF(odd).meta.get(NORM_KEY) == 'none' and "normalizer 'Lowercase' is not supported" in err,
+          'unsupported normalizer: none with a note (%s)' % err.strip()[-120:])
+    hf_checkpoint.write_tokenizer(GGUF(src), hf)
 
 
 def main():
@@ -177,6 +217,8 @@ def main():
         outq = os.path.join(T, 'backq.gguf')
         run('convert', 'hf-to-gguf', hf, outq, '--type', 'q1_0')
         same_tensors(outq, srcq, '--type q1_0')
+
+        check_normalizers(src, hf)
 
         # a contradicting config fails cleanly
         cfg = json.load(open(os.path.join(hf, 'config.json')))

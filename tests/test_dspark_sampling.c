@@ -7,7 +7,8 @@
  *   - perfect: the target itself (q = p; acceptance must be ~100%),
  *   - mediocre: the target at temperature 2 with top-k 6 (q != p, partial acceptance),
  *   - bad: uniform over 8 tokens outside the target's support (every draft rejected),
- *   - the real DSpark fixture drafter (random weights: Markov-corrected q at temperature 1).
+ *   - the real DSpark fixture drafter (random weights: its Markov-corrected logits through the
+ *     target's sampler chain, top-k 3 at temperature 1).
  * The test's power is shown too: the mediocre drafter's own distribution must be rejected by the
  * same criterion at the same sample size. */
 #include "dspark/dspark.h"

@@ -104,6 +104,12 @@ for name, (main, special) in expect.items():
     if name != 'tiny-dspark-f32' and not (isinstance(toks, dict) and toks['count'] == 1024
                                           and toks['array_of'] == 'string' and len(toks['head']) <= 16):
         fail('%s: tokenizer.ggml.tokens not summarized: %r' % (name, type(toks)))
+    # which Unicode normalization the tokenizer applies (no key in these files: the qwen35 rule)
+    tok = info.get('tokenizer')
+    want = None if name == 'tiny-dspark-f32' else {'model': 'gpt2', 'pre': 'qwen35', 'normalization': 'nfc',
+                                                   'normalization_source': 'pre-tokenizer rule'}
+    if tok != want:
+        fail('%s: tokenizer %r' % (name, tok))
 print('inspect json checks: %d failures' % bad)
 sys.exit(1 if bad else 0)
 PYEOF
@@ -113,6 +119,8 @@ grep -q 'legacy Q2_0 (g128) + BF16 ssm_alpha/beta' "$tmp/tiny-q2_0.txt" || { ech
 grep -q 'Q2_0 (g64)' "$tmp/tiny-q2_0-g64.txt" || { echo "FAIL: tiny-q2_0-g64 description"; fail=1; }
 grep -q 'Q1_0 + Q6_K output' "$tmp/tiny-q1_0-q6k.txt" || { echo "FAIL: tiny-q1_0-q6k description"; fail=1; }
 grep -q 'tokenizer.ggml.tokens *= \[1024 strings: ' "$tmp/tiny-f32.txt" || { echo "FAIL: array summary"; fail=1; }
+grep -qx 'tokenizer: gpt2, pre-tokenizer qwen35, normalization nfc (pre-tokenizer rule)' "$tmp/tiny-f32.txt" ||
+    { echo "FAIL: tokenizer normalization line"; fail=1; }
 
 # A safetensors checkpoint with config.json (written by a tiny C-free path: Python).
 mkdir -p "$tmp/hf"

@@ -64,6 +64,17 @@ if [ -f "${BS_FIXTURES:-}/tiny-f32.gguf" ]; then
     cmp -s "$T/want" "$T/got" && ok "greedy = llama.cpp's $n greedy tokens (tiny-f32)" || bad "greedy vs llama.cpp"
 fi
 
+# --- the prompt's Unicode normalization: NFC by default (a qwen35 vocabulary), none on request ---
+prompt_tokens() { sed -n 's/.*prompt eval time = .* \/ *\([0-9]*\) tokens.*/\1/p' "$1" | tail -1; }
+nfd=$'Cafe\xcc\x81 cre\xcc\x80me'   # decomposed accents
+"${R[@]}" -p "$nfd" -n 1 --temp 0 >/dev/null 2>"$T/nfc.err"
+"${R[@]}" -p $'Caf\xc3\xa9 cr\xc3\xa8me' -n 1 --temp 0 >/dev/null 2>"$T/composed.err"
+"${R[@]}" -p "$nfd" -n 1 --temp 0 --tokenizer-normalize none >/dev/null 2>"$T/none.err"
+a=$(prompt_tokens "$T/nfc.err") b=$(prompt_tokens "$T/composed.err") c=$(prompt_tokens "$T/none.err")
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$c" -gt "$a" ] && ok "run: NFD prompt = NFC prompt ($a tokens), none keeps the bytes ($c)" ||
+    bad "run normalization: $a / $b / $c tokens"
+expect_error "bad --tokenizer-normalize" "unknown normalization 'nfq'" "${R[@]}" -p hi --tokenizer-normalize nfq
+
 # --- bad input ---
 expect_error "missing model file" "no-such.gguf" "$B" run -m "$T/no-such.gguf" -p hi
 expect_error "no model" "no model" "$B" run -p hi

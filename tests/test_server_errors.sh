@@ -36,6 +36,15 @@ chat "user without content" 400 invalid_request_error '{"messages": [{"role": "u
 chat "content of wrong type" 400 invalid_request_error '{"messages": [{"role": "user", "content": 42}]}'
 chat "image part unsupported" 400 invalid_request_error '{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}'
 chat "temperature as string" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}'
+# constrained output: a bad grammar or schema is the client's error; best_of is refused
+chat "grammar syntax error" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= \"a"}'
+chat "grammar undefined rule" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= other"}'
+chat "json_schema unsupported keyword" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "json_schema": {"allOf": []}}'
+chat "two constraints" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= \"a\"", "json_schema": {}}'
+chat "tool_choice without tools" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}'
+chat "tool_choice unknown function" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [{"type": "function", "function": {"name": "f"}}]}'
+chat "best_of refused" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "best_of": 2}'
+chat "tool_choice auto accepted" 200 - '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tool_choice": "auto"}'
 chat "max_tokens fractional" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1.5}'
 chat "top_p out of range" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "top_p": 3}'
 chat "stream not a bool" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}'
@@ -44,7 +53,7 @@ chat "stop of numbers" 400 invalid_request_error '{"messages": [{"role": "user",
 chat "logit_bias bad id" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}}'
 chat "top_logprobs too many" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 50}'
 chat "tools not an array" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "tools": {}}'
-chat "json_schema unsupported" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}'
+chat "json_schema without a schema" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema"}}'
 chat "template refuses (no user query)" 400 invalid_request_error '{"messages": [{"role": "system", "content": "only a system"}]}'
 long=$(printf 'word %.0s' $(seq 1 200))
 chat "prompt longer than the context" 400 exceed_context_size_error "{\"messages\": [{\"role\": \"user\", \"content\": \"$long\"}]}"

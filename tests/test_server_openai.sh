@@ -5,6 +5,7 @@
 # (logprobs, echo), errors, tokenize round trip, abort frees the slot, batched == solo greedy
 # output, prompt cache reuse == fresh computation, metrics.
 source "$(dirname "$0")/server_lib.sh"
+PY=${PYTHON:-/usr/bin/python3}
 node_deps
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server URL -m "$M" -np 4 -t 2 --ctx 1024
@@ -18,7 +19,8 @@ curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health afte
 # speculative decoding (-md, a synthetic DSpark drafter): temperature-0 answers identical to the
 # server without a drafter, alone and with two requests at once, and drafts were verified
 D=$(synth_model srv-drafter-tiny --preset drafter-tiny)
-start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024
+# (--draft-max 4: these check drafting itself; the default, auto, parks a drafter that cannot pay)
+start_server SPEC -m "$M" -md "$D" -np 2 -t 2 --ctx 1024 --draft-max 4
 cmp_spec() {  # PLAIN SPEC MIN_ACCEPTED prompts...: each greedy answer of SPEC equals PLAIN's
     node -e '
       const [a, b, minAcc, ...ps] = process.argv.slice(1);
@@ -38,12 +40,57 @@ out=$(cmp_spec "$URL" "$SPEC" 0 "First of two" "Second of two") && ok "drafter, 
 # drafts get accepted, text unchanged (the plain server decodes with its state updated in place)
 start_server TP -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 2 -t 2 --ctx 1024
 start_server TS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 2 -t 2 --ctx 1024 \
-    --draft-window 16
+    --draft-window 16 --draft-max 4
 out=$(cmp_spec "$TP" "$TS" 1 "Tell me a story about a cat." "What is the capital of France?") &&
     ok "trained drafter, 2 at once: same answers, drafts accepted ($out)" || bad "trained drafter: $out"
 curl -s "$SPEC/metrics" | grep -q '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' && ok "metrics count drafts" || bad "draft metrics"
 r=$(curl -s -H 'Content-Type: application/json' "$SPEC/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"draft_max":0}')
 echo "$r" | grep -q '"draft_n":0,' && ok "draft_max 0 turns drafting off" || bad "draft_max 0: $r"
+# four slots, drafting and plain requests of mixed lengths at once: every verify pass and decode
+# step shares one pass through the weights, and each answer equals plain greedy decoding's
+start_server S4 -m "$SRC/models/bonsai-tiny-q1_0.gguf" -md "$SRC/models/bonsai-tiny-dspark.gguf" -np 4 -t 2 --ctx 1024 \
+    --draft-max 4
+out=$(node -e '
+  const [plain, spec] = process.argv.slice(1);
+  const reqs = [["Tell me a story about a cat.", 32, 4], ["What is the capital of France?", 8, 0],
+                ["Write a poem about the sea.", 24, 4], ["Name three colors.", 16, 0]];
+  const ask = (u, [p, n, d]) => fetch(u + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({
+    messages: [{ role: "user", content: p }], max_tokens: n, temperature: 0, ignore_eos: true, draft_max: d }) })
+    .then((r) => r.json());
+  (async () => {
+    const x = await Promise.all(reqs.map((q) => ask(plain, [q[0], q[1], 0])));
+    const y = await Promise.all(reqs.map((q) => ask(spec, q)));
+    const same = x.every((r, i) => JSON.stringify(r.choices[0].message) === JSON.stringify(y[i].choices[0].message));
+    const drafted = y.reduce((s, r) => s + r.timings.draft_n, 0);
+    console.log(JSON.stringify({ same, drafted, plain_drafted: y[1].timings.draft_n + y[3].timings.draft_n }));
+    process.exit(same && drafted > 0 && y[1].timings.draft_n === 0 && y[3].timings.draft_n === 0 ? 0 : 1);
+  })();' "$TP" "$S4") && ok "4 slots, drafting + plain, mixed lengths: each answer = plain greedy ($out)" || bad "4 slots mixed: $out"
+m=$(curl -s "$S4/metrics")
+echo "$m" | grep -qE '^llamacpp:n_decode_total [1-9]' && echo "$m" | grep -qE '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' \
+  && ok "drafting slots share batched passes ($(echo "$m" | grep -E '^llamacpp:n_decode_total'))" || bad "batched drafting metrics: $(echo "$m" | grep -E 'n_decode|draft')"
+# the same prompt twice: the second reuses all of it (the saved end of the prompt keeps its logits)
+q='{"messages":[{"role":"user","content":"Same prompt again"}],"max_tokens":4,"temperature":0}'
+a1=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q")
+c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
+[ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(echo "$a1" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" = "$(echo "$a2" | sed 's/"id":"[^"]*"//; s/"created":[0-9]*//; s/"timings":{[^}]*}//; s/"usage":{.*}//')" ] \
+  && ok "an identical prompt is served from the cache ($c2 of $p2 tokens), same answer" || bad "identical prompt: cached $c2 of $p2 [$a1] [$a2]"
+# llama-server's native POST /completion: its answer shape, its stream (no [DONE]), the same text
+# as /v1/completions
+q='{"prompt":"Once upon a time","n_predict":12,"temperature":0,"ignore_eos":true}'
+n1=$(curl -s -H 'Content-Type: application/json' "$TP/completion" -d "$q"); v1=$(curl -s -H 'Content-Type: application/json' "$TP/v1/completions" -d "${q/n_predict/max_tokens}")
+st=$(curl -sN -H 'Content-Type: application/json' "$TP/completion" -d "${q%\}},\"stream\":true}")
+c1=$(echo "$n1" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["stop"], d["tokens_predicted"], d["stop_type"], json.dumps(d["content"]))')
+c2=$(echo "$v1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["text"]))')
+c3=$(echo "$st" | sed -n 's/^data: //p' | "$PY" -c 'import json,sys; ev=[json.loads(l) for l in sys.stdin]; print(json.dumps("".join(e["content"] for e in ev)), ev[-1]["stop"], all(not e["stop"] for e in ev[:-1]))')
+[ "$c1" = "True 12 limit $c2" ] && [ "$c3" = "$c2 True True" ] && ! echo "$st" | grep -q DONE \
+  && ok "POST /completion: llama-server's shape and stream, the same text as /v1/completions" || bad "/completion: [$c1] [$c2] [$c3]"
+# --context-shift: a request longer than the context goes on (without it: finish_reason length)
+start_server CS -m "$SRC/models/bonsai-tiny-q1_0.gguf" -np 1 -t 2 --ctx 64 --context-shift --keep 4
+q='{"prompt":"Once upon a time","max_tokens":150,"temperature":0,"ignore_eos":true}'
+a=$(curl -s -H 'Content-Type: application/json' "$CS/v1/completions" -d "$q"); b=$(curl -s -H 'Content-Type: application/json' "$TP/v1/completions" -d "${q/150/2000}")
+echo "$a" | grep -q '"completion_tokens":150' && ok "context shift: 150 tokens in a 64-token context" || bad "context shift: $a"
+echo "$b" | grep -q '"finish_reason":"length"' && ! echo "$b" | grep -q '"completion_tokens":2000' \
+  && ok "without it a full context ends with finish_reason length" || bad "full context: $(echo "$b" | head -c 300)"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish

@@ -126,13 +126,14 @@ static void lora_help(void) {
            "  --lora-scaled FILE S    the same with the scale as a separate argument\n");
 }
 
-void cli_gen_help(void) {
+int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode) {
+    *set = strcmp(v, "auto") != 0;
+    if (*set && bs_norm_from_name(v, mode)) return bs_error_prefix("--tokenizer-normalize: ");
+    return 0;
+}
+
+void cli_gen_sampling_help(void) {
     printf(
-        "model and session:\n"
-        "  -m, --model FILE        qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)\n"
-        "  -t, --threads N         threads (default: all cores)\n"
-        "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
-        "  --no-mmap               read the model into memory instead of mapping it\n"
         "sampling (llama.cpp order and defaults):\n"
         "  --temp T                temperature, <= 0 is greedy (0.8)\n"
         "  --top-k K               0 = off (40)\n"
@@ -150,9 +151,27 @@ void cli_gen_help(void) {
         "  --logit-bias ID(+|-)X   e.g. 15043+1 or 15043-inf (ban)\n"
         "  --ignore-eos            keep generating past end-of-generation tokens\n"
         "  --seed S                random seed (default: from the clock, printed)\n");
+    lora_help();
+}
+
+void cli_gen_context_help(void) {
+    printf("  --context-shift         a full context drops the older half of what follows the kept\n"
+           "                          start and re-evaluates the rest (every kept position: the\n"
+           "                          recurrent state cannot forget), instead of stopping\n"
+           "  --keep N                tokens at the start a context shift keeps (0)\n");
+}
+
+void cli_gen_help(void) {
+    printf("model and session:\n"
+           "  -m, --model FILE        qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)\n"
+           "  -t, --threads N         threads (default: all cores)\n"
+           "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
+           "  --no-mmap               read the model into memory instead of mapping it\n"
+           CLI_NORMALIZE_HELP);
+    cli_gen_context_help();
+    cli_gen_sampling_help();
     spec_help();
     cli_gen_guard_help();
-    lora_help();
 }
 
 static int parse_bias(bs_engine_opts *o, const char *v) {
@@ -175,7 +194,7 @@ static int parse_bias(bs_engine_opts *o, const char *v) {
     return 0;
 }
 
-int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
+int cli_gen_parse_sampling(bs_engine_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     bs_sampler_params *p = &o->sp;
     static const struct { const char *name; size_t off; } fopts[] = {
@@ -194,10 +213,8 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         {"--dry-allowed-length", offsetof(bs_sampler_params, dry_allowed_length), 0},
         {"--dry-penalty-last-n", offsetof(bs_sampler_params, dry_penalty_last_n), -1},
     };
-    int sr = spec_parse(o, argc, argv, i);
+    int sr = lora_parse(o, argc, argv, i);
     if (sr) return sr;
-    if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
-    if ((sr = lora_parse(o, argc, argv, i))) return sr;
     for (size_t k = 0; k < BS_ARRAY_LEN(fopts); k++) {
         if (strcmp(a, fopts[k].name)) continue;
         const char *v = cli_value(argc, argv, i);
@@ -215,18 +232,7 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
         return 1;
     }
     const char *v;
-    long x;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-        if (!(o->model = cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, 512, &x)) return -1;
-        o->n_threads = (int)x;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, INT32_MAX, &x)) return -1;
-        o->n_ctx = (int)x;
-    } else if (!strcmp(a, "--no-mmap")) {
-        o->no_mmap = true;
-    } else if (!strcmp(a, "--ignore-eos")) {
+    if (!strcmp(a, "--ignore-eos")) {
         o->ignore_eos = true;
     } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
@@ -249,6 +255,46 @@ int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
     return 1;
 }
 
+int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    int sr = spec_parse(o, argc, argv, i);
+    if (sr) return sr;
+    if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
+    if ((sr = cli_gen_parse_sampling(o, argc, argv, i))) return sr;
+    if ((sr = cli_gen_parse_context(o, argc, argv, i))) return sr;
+    const char *v;
+    long x;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (!(o->model = cli_value(argc, argv, i))) return -1;
+    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, 512, &x)) return -1;
+        o->n_threads = (int)x;
+    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, INT32_MAX, &x)) return -1;
+        o->n_ctx = (int)x;
+    } else if (!strcmp(a, "--no-mmap")) {
+        o->no_mmap = true;
+    } else if (!strcmp(a, "--tokenizer-normalize")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_normalize(v, &o->normalize_set, &o->normalize)) return -1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_gen_parse_context(bs_engine_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    long x;
+    if (!strcmp(a, "--context-shift")) {
+        o->context_shift = true;
+    } else if (!strcmp(a, "--keep")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 0, INT32_MAX, &x)) return -1;
+        o->n_keep = (int)x;
+    } else {
+        return 0;
+    }
+    return 1;
+}
 
 void cli_gen_cap_ctx(bs_engine_opts *o) {
     if (o->n_ctx <= 0 || !o->model) return;

@@ -24,7 +24,8 @@ void help_serve(void) {
            "  -m, --model FILE        qwen35 GGUF\n"
            "  -md, --model-draft FILE DSpark drafter: speculative decoding (temperature 0 output\n"
            "                          is unchanged); a request's \"draft_max\": 0 turns it off\n"
-           "  --draft-max N|auto      drafts verified per round (the drafter's block size)\n"
+           "  --draft-max N|auto      drafts verified per round (auto: chosen per round from the\n"
+           "                          costs measured once per machine, with the batch in mind)\n"
            "  --draft-window N        the drafter attends to its last N context rows (0: all)\n"
            "  --host ADDR             address to listen on (127.0.0.1)\n"
            "  --port N                port, 0 = any free one (8080)\n"
@@ -46,6 +47,12 @@ void help_serve(void) {
            "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
            "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"
+           "  --embeddings            serve POST /v1/embeddings (the last layer after the final norm,\n"
+           "                          pooled and L2-normalized)\n"
+           "  --pooling mean|last     how embeddings pool the tokens (mean)\n"
+           "  --no-mmap               read the model into memory\n"
+           CLI_NORMALIZE_HELP
+           "  -v, --verbose           more logging\n"
            "\n"
            "Browser safety (any web page the user visits can send requests to a local server):\n"
            "  replies carry no CORS header, POST bodies must be 'Content-Type: application/json',\n"
@@ -56,8 +63,10 @@ void help_serve(void) {
            "  --special-in-messages   tokenize control tokens typed in message content as control\n"
            "                          tokens (default: as plain text; the template's own\n"
            "                          <|im_start|> ... stay special)\n"
-           "  --no-mmap               read the model into memory\n"
-           "  -v, --verbose           more logging\n"
+           "\n");
+    cli_gen_context_help();
+    cli_gen_sampling_help();
+    printf("  These set the defaults of requests that do not give them (--lora: for every request).\n"
            "\n");
     cli_gen_guard_help();
     printf("  These set the server's default. A request overrides it with \"loop_guard\":\n"
@@ -106,7 +115,8 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->queue_max = -1;
     c->body_max = 8L << 20;
     c->max_connections = 2048;
-    c->draft_max = SRV_DRAFT_DEFAULT;
+    c->draft_max = BS_DRAFT_AUTO;
+    bs_engine_opts_init(&c->gen);
     c->n_threads = bs_cpu_count();
     c->loop = bs_loop_guard_default_params();
     for (int i = 1; i < argc; i++) {
@@ -115,6 +125,10 @@ static int parse(srv_config *c, int argc, char **argv) {
         int lg = parse_loop_guard(c, argc, argv, &i);
         if (lg < 0) return -1;
         if (lg) continue;
+        int sg = cli_gen_parse_sampling(&c->gen, argc, argv, &i);
+        if (!sg) sg = cli_gen_parse_context(&c->gen, argc, argv, &i);
+        if (sg < 0) return -1;
+        if (sg) continue;
 #define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(c->model = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { if (!(c->drafter = cli_value(argc, argv, &i))) return -1; }
@@ -144,7 +158,16 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--special-in-messages")) c->special_in_messages = true;
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
+        else if (!strcmp(a, "--embeddings")) c->embeddings = true;
+        else if (!strcmp(a, "--pooling")) {
+            if (!(v = cli_value(argc, argv, &i))) return -1;
+            if (strcmp(v, "mean") && strcmp(v, "last")) return bs_error("--pooling: mean or last, got '%s'", v);
+            c->pooling_last = !strcmp(v, "last");
+        }
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
+        else if (!strcmp(a, "--tokenizer-normalize")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_normalize(v, &c->normalize_set, &c->normalize)) return -1;
+        }
         else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) bs_log_level = 2;
         else return bs_error("unknown option '%s' (see bitspark help serve)", a);
 #undef INT_OPT

@@ -1,16 +1,19 @@
 /* cli_tokenize.c: `bitspark tokenize`: print the token ids of a text, using only the model's
  * metadata (the GGUF is opened without mapping its tensors). */
 #include "cli/cli.h"
+#include "cli/cli_gen.h"
 #include "formats/gguf.h"
 #include "text/tokenizer.h"
 #include "io/util.h"
 
+#include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 void help_tokenize(void) {
-    printf("usage: bitspark tokenize -m MODEL [--special] [--json | --pieces] (TEXT | -f FILE)\n"
+    printf("usage: bitspark tokenize -m MODEL [options] (TEXT | -f FILE | --jsonl [-f FILE])\n"
            "\n"
            "Prints the token ids of TEXT (or of the contents of FILE, '-' for stdin), separated by\n"
            "spaces.\n"
@@ -18,7 +21,13 @@ void help_tokenize(void) {
            "  --special          parse special tokens such as <|im_start|> in the text; without it\n"
            "                     they are tokenized as plain text\n"
            "  --json             print a JSON array of ids instead\n"
-           "  --pieces           print one 'id<TAB>piece' line per token (piece JSON-escaped)\n");
+           "  --pieces           print one 'id<TAB>piece' line per token (piece JSON-escaped)\n"
+           "  --jsonl            batch mode: each line of stdin (or FILE) is one JSON string; each\n"
+           "                     gives one output line, the JSON array of its ids. A line that is\n"
+           "                     not a JSON string of valid UTF-8 gives {\"error\": \"line N: ...\"}\n"
+           "                     on its output line (so output line N always answers input line\n"
+           "                     N), the rest go on, and the exit status is 1\n"
+           CLI_NORMALIZE_HELP);
 }
 
 /* Open MODEL's tokenizer; shared with cli_detokenize.c. */
@@ -77,9 +86,68 @@ static void print_ids(const bs_tokenizer *t, const int32_t *ids, size_t n, int m
     if (mode != 2) putchar('\n');
 }
 
+/* One --jsonl line: its ids as a JSON array, or {"error": ...} (returns -1 then). */
+static int jsonl_line(const bs_tokenizer *t, const char *line, size_t len, long no, bool special) {
+    json_error_t err;
+    json_t *j = json_loadb(line, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (!j) rc = bs_error("line %ld: not JSON (%s)", no, err.text);
+    else if (!json_is_string(j)) rc = bs_error("line %ld: not a JSON string", no);
+    else if (bs_tokenize(t, json_string_value(j), json_string_length(j), special, &ids, &n))
+        rc = bs_error_prefix("line %ld: ", no);
+    if (rc == 0) {
+        print_ids(t, ids, n, 1);
+    } else {
+        json_t *e = json_pack("{s:s}", "error", bs_last_error());
+        char *s = json_dumps(e, JSON_COMPACT);
+        printf("%s\n", s);
+        fprintf(stderr, "bitspark tokenize: %s\n", bs_last_error());
+        free(s);
+        json_decref(e);
+    }
+    free(ids);
+    json_decref(j);
+    return rc;
+}
+
+/* --jsonl: every line of in, answered in order. -1 if any line failed. */
+static int tokenize_jsonl(const bs_tokenizer *t, FILE *in, bool special) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t k;
+    long no = 0, bad = 0;
+    while ((k = getline(&line, &cap, in)) >= 0) {
+        size_t len = (size_t)k;
+        if (len && line[len - 1] == '\n') len--;
+        if (len && line[len - 1] == '\r') len--;
+        bad += jsonl_line(t, line, len, ++no, special) != 0;
+    }
+    free(line);
+    fflush(stdout);
+    if (bad) return bs_error("%ld of %ld lines failed", bad, no);
+    return 0;
+}
+
+static int cmd_tokenize_jsonl(const char *model, const char *file, const char *text, bool special, bool norm_set,
+                              bs_norm_mode norm, int mode) {
+    if (text) { bs_error("--jsonl reads stdin or -f FILE, not a TEXT argument"); return cli_fail("tokenize"); }
+    if (mode) { bs_error("--jsonl prints JSON arrays; it takes neither --json nor --pieces"); return cli_fail("tokenize"); }
+    FILE *in = !file || !strcmp(file, "-") ? stdin : fopen(file, "rb");
+    if (!in) { bs_error("%s: %s", file, strerror(errno)); return cli_fail("tokenize"); }
+    bs_tokenizer *t = cli_load_tokenizer(model);
+    if (t && norm_set) bs_tokenizer_set_normalize(t, norm);
+    int rc = !t || tokenize_jsonl(t, in, special) ? cli_fail("tokenize") : 0;
+    if (in != stdin) fclose(in);
+    bs_tokenizer_free(t);
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *text = NULL;
-    bool special = false;
+    bool special = false, jsonl = false, norm_set = false;
+    bs_norm_mode norm = BS_NORM_NONE;
     int mode = 0;   /* 0 plain, 1 json, 2 pieces */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -88,12 +156,18 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--special")) special = true;
         else if (!strcmp(a, "--json")) mode = 1;
         else if (!strcmp(a, "--pieces")) mode = 2;
+        else if (!strcmp(a, "--jsonl")) jsonl = true;
+        else if (!strcmp(a, "--tokenizer-normalize")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v || cli_parse_normalize(v, &norm_set, &norm)) return cli_fail("tokenize");
+        }
         else if (!strcmp(a, "--")) { if (i + 1 < argc) text = argv[++i]; }
         else if (a[0] == '-' && a[1]) { bs_error("unknown option '%s' (see 'bitspark help tokenize')", a); return cli_fail("tokenize"); }
         else if (!text) text = a;
         else { bs_error("give the text as one argument (quote it)"); return cli_fail("tokenize"); }
     }
     if (!model) { bs_error("missing -m MODEL"); return cli_fail("tokenize"); }
+    if (jsonl) return cmd_tokenize_jsonl(model, file, text, special, norm_set, norm, mode);
     if (!text == !file) { bs_error("give either TEXT or -f FILE"); return cli_fail("tokenize"); }
     size_t len;
     char *buf = NULL;
@@ -105,6 +179,7 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
     bs_tokenizer *t = cli_load_tokenizer(model);
+    if (t && norm_set) bs_tokenizer_set_normalize(t, norm);
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = 0;

@@ -93,11 +93,26 @@ void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf) 
         }
 }
 
+/* verify(w) / verify(1) for any w >= 0: measured up to block + 1, linear past that. */
+static double verify_at(const bs_spec_depth *d, int w) {
+    const int top = d->block + 1;
+    if (w <= 0) return 0.0;
+    if (w <= top) return d->verify_r[w];
+    const double slope = top >= 2 ? d->verify_r[top] - d->verify_r[top - 1] : 1.0;
+    return d->verify_r[top] + (w - top) * BS_MAX(slope, 0.0);
+}
+
+/* What the C + 1 rows of a round add to a pass that holds R others. */
+static double verify_cost(const bs_spec_depth *d, int c) {
+    const int r = d->shared_rows;
+    return r > 0 ? verify_at(d, r + c + 1) - verify_at(d, r) : d->verify_r[c + 1];
+}
+
 double bs_depth_rate(const bs_spec_depth *d, int c, double p) {
-    if (c <= 0) return 1.0 / (1.0 + d->append_r);
+    if (c <= 0) return 1.0 / (verify_cost(d, 0) + d->append_r);
     double e = 1.0, pk = 1.0;
     for (int i = 1; i <= c; i++) e += (pk *= p);
-    return e / (d->draft_kr[BS_MIN(c, d->block)] + d->verify_r[c + 1] + d->append_r * e);
+    return e / (d->draft_kr[BS_MIN(c, d->block)] + verify_cost(d, c) + d->append_r * e);
 }
 
 /* Probes cost a drafter round, up to BS_PARK_WINDOW context rows to catch up and a wider

@@ -17,13 +17,18 @@
  * decision costs O(1).
  * With the confidence head, drafts whose (calibrated) survival probability does not pay for
  * their verify cost are trimmed before verification. The choice only limits how many drafts
- * are verified, so every policy is lossless. */
+ * are verified, so every policy is lossless.
+ * In a pass shared with R rows of other sequences (the server's slots), a round is priced by what
+ * its rows add to the pass: verify(R + C + 1) - verify(R) instead of verify(C + 1), widths past
+ * the measured ones extrapolated linearly. */
 #ifndef BS_SPEC_DEPTH_H
 #define BS_SPEC_DEPTH_H
 
+#include "bitspark.h"
+
 #include <stdbool.h>
 
-#define BS_DRAFT_AUTO (-1)
+/* (BS_DRAFT_AUTO, the automatic depth: bitspark.h) */
 #define BS_DEPTH_MAX 64
 #define BS_PARK_WINDOW 32   /* parked: tap rows kept back for the next probe; older ones are skipped */
 
@@ -47,6 +52,7 @@ typedef struct bs_spec_depth {
     int backoff;                       /* probes in a row that got nothing accepted (interval x 2^backoff) */
     long n_parked, n_probes, n_trimmed;
     int last;                          /* depth chosen for the last round */
+    int shared_rows;                   /* rows of other sequences in the same verify pass (server) */
 } bs_spec_depth;
 
 void bs_depth_init(bs_spec_depth *d, int block, int fixed);

@@ -33,6 +33,12 @@ struct bs_spec {
     int n_skip;                  /* positions before those that the drafter will get no row for */
     bs_spec_draft_fn hook;
     void *hook_ud;
+    struct {                     /* the round between bs_spec_round_begin and _end */
+        int32_t ids[BS_DSPARK_MAX_BLOCK + 1];   /* anchor + drafts: the verify rows */
+        int s, k;
+        bool probe, sampling;
+        double t0, t1;
+    } rd;
 };
 
 bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p) {
@@ -176,18 +182,23 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
     return k;
 }
 
-/* Drafts sampled at temperature T from q = softmax((base + Markov bias) / T), mask id excluded;
- * q rows are kept for verification. Returns k. */
+/* Drafts sampled from q = the target's sampler chain (logit bias, penalties, DRY, top-k, top-p,
+ * min-p, temperature) applied to the drafter's logits (base + Markov bias, mask id excluded):
+ * drafts then come from the same truncated support the target samples from, which is what gets
+ * them accepted; the accept / residual rule is exact for any q. q rows are kept for
+ * verification. Returns k. */
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V;
+    (void)T;   /* the chain's own temperature */
     bs_dspark_logits(sp->dc, 0, k, sp->q);
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
         bs_dspark_markov_bias(sp->dc, prev, sp->r);
-        for (int v = 0; v < V; v++) q[v] = (q[v] + sp->r[v]) / T;
+        for (int v = 0; v < V; v++) q[v] += sp->r[v];
         q[sp->d->hp.mask_id] = -INFINITY;
-        bs_softmax(q, V);
+        if (bs_sampler_apply(smp, q) < 0) return i;
+        bs_sampler_probs_dense(smp, q);
         sp->conf[i] = bs_dspark_confidence(sp->dc, i, prev);
         const int32_t t = bs_sampler_draw(smp, NULL, q, V);
         if (t < 0) return i;
@@ -248,8 +259,7 @@ static int accept(bs_spec *sp, bs_sampler *smp, int k, bool sampling, bool (*is_
     return m;
 }
 
-int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
-                  bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out) {
+int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new, bs_batch_seq *q) {
     const int s = bs_session_n_past(sp->s);
     if (max_new < 1) return bs_error("speculative round: no room for a token");
     if (s >= sp->s->n_ctx) return bs_error("speculative round: the context is full");
@@ -261,35 +271,46 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
         if (bs_spec_calibrate_upto(sp, anchor, sp->B)) return bs_error_prefix("measuring draft costs: ");
         k = bs_depth_choose(&sp->depth, k_max);
     }
-    const bool probe = k > 0 && sp->depth.parked;
+    sp->rd.probe = k > 0 && sp->depth.parked;
     const float T = bs_sampler_get_params(smp)->temp;
-    const bool sampling = T > 0.0f;
-
-    double t0 = bs_time();
+    sp->rd.sampling = T > 0.0f;
+    sp->rd.s = s;
+    sp->rd.t0 = bs_time();
     if (k > 0) {
-        if ((k = make_drafts(sp, smp, anchor, s, k, sampling, T)) < 0) return -1;
+        if ((k = make_drafts(sp, smp, anchor, s, k, sp->rd.sampling, T)) < 0) return -1;
         if (k > 0 && !sp->hook && sp->prm.conf_cut > 0) k = bs_depth_trim(&sp->depth, sp->conf, k);
+        /* under a grammar, drafts from the first one it does not allow would only be rejected
+         * (the anchor is already accepted into the sampler, so the state is the drafts') */
+        if (k > 0) k = bs_sampler_grammar_prefix(smp, sp->drafts, k);
     }
-    double t1 = bs_time();
-    int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
-    ids[0] = anchor;
-    memcpy(ids + 1, sp->drafts, (size_t)k * sizeof *ids);
+    sp->rd.k = k;
+    sp->rd.t1 = bs_time();
+    sp->rd.ids[0] = anchor;
+    memcpy(sp->rd.ids + 1, sp->drafts, (size_t)k * sizeof *sp->rd.ids);
     /* a round without drafts keeps its one token: its state may be updated in place */
     bs_session_set_undo(sp->s, k > 0);
-    const int ev = bs_eval(sp->s, ids, k + 1, BS_LOGITS_ALL, sp->logits, sp->dc ? sp->taps : NULL);
+    *q = (bs_batch_seq){.s = sp->s, .tokens = sp->rd.ids, .n = k + 1, .logits_mode = BS_LOGITS_ALL,
+                        .logits = sp->logits, .taps = sp->dc ? sp->taps : NULL};
+    return 0;
+}
+
+int bs_spec_round_end(bs_spec *sp, bs_sampler *smp, bool evaluated, bool alone,
+                      bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out) {
     bs_session_set_undo(sp->s, 1);
-    if (ev) return bs_error_prefix("verifying drafts: ");
+    if (!evaluated) return bs_error_prefix("verifying drafts: ");
+    const int s = sp->rd.s, k = sp->rd.k;
     double t2 = bs_time();
-    bs_depth_observe_verify(&sp->depth, k + 1, t2 - t1);
+    /* a pass shared with other sequences does not say what this width costs alone */
+    if (alone) bs_depth_observe_verify(&sp->depth, k + 1, t2 - sp->rd.t1);
 
     int n_acc;
-    const int m = accept(sp, smp, k, sampling, is_stop, ud, out, &n_acc);
+    const int m = accept(sp, smp, k, sp->rd.sampling, is_stop, ud, out, &n_acc);
     if (m < 0) return -1;
     double t3 = bs_time();
     if (s + m < s + k + 1 && bs_session_rollback(sp->s, s + m)) return bs_error_prefix("rollback: ");
     double t4 = bs_time();
     if (feed(sp, m, k == 0 && sp->depth.parked)) return -1;
-    if (probe) bs_depth_observe_probe(&sp->depth, bs_time() - t0 - sp->depth.verify1_s);
+    if (sp->rd.probe && alone) bs_depth_observe_probe(&sp->depth, bs_time() - sp->rd.t0 - sp->depth.verify1_s);
     if (k > 0) bs_depth_observe_accept(&sp->depth, k, n_acc, sp->hook ? NULL : sp->conf);
 
     sp->st.n_rounds++;
@@ -297,10 +318,18 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
     sp->st.n_drafted += k;
     sp->st.n_accepted += n_acc;
     sp->st.n_tokens += m;
-    sp->st.t_draft += t1 - t0;
-    sp->st.t_verify += t2 - t1 + (t3 - t2);
+    sp->st.t_draft += sp->rd.t1 - sp->rd.t0;
+    sp->st.t_verify += t3 - sp->rd.t1;
     sp->st.t_rollback += t4 - t3;
     return m;
+}
+
+int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
+                  bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out) {
+    bs_batch_seq q;
+    if (bs_spec_round_begin(sp, smp, anchor, max_new, &q)) return -1;
+    const bool ok = bs_eval(q.s, q.tokens, q.n, q.logits_mode, q.logits, q.taps) == 0;
+    return bs_spec_round_end(sp, smp, ok, true, is_stop, ud, out);
 }
 
 #define CALIB_REPS 3

@@ -19,6 +19,7 @@
 #include "dspark/dspark.h"
 #include "sample/sampler.h"
 #include "dspark/spec_depth.h"
+#include "model/batch_eval.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -60,6 +61,15 @@ int bs_spec_sync(bs_spec *sp);
  * Returns m, or -1 + bs_error. */
 int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
                   bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out);
+
+/* The same round in two halves, so that its verify pass can share one pass through the weights
+ * with other sequences (bs_eval_multi): begin drafts and describes the verify evaluation in *q;
+ * the caller evaluates it (evaluated: whether that worked); end accepts, rolls back and feeds the
+ * drafter, and returns m as bs_spec_round does. alone: the pass held only this round (its time
+ * then tells the auto depth what this width costs). */
+int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new, bs_batch_seq *q);
+int bs_spec_round_end(bs_spec *sp, bs_sampler *smp, bool evaluated, bool alone,
+                      bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out);
 
 /* Replace the drafter (tests: oracle or adversarial drafts, any target). Called with the anchor,
  * its position and the depth k; writes up to k drafts and, when q is non-NULL (sampling target),

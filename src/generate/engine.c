@@ -20,8 +20,8 @@ void bs_engine_opts_init(bs_engine_opts *o) {
     o->loop = bs_loop_guard_default_params();
 }
 
-static int open_loras(bs_engine *e) {
-    const bs_engine_opts *o = &e->o;
+int bs_loras_attach(bs_model *m, const bs_engine_opts *o, struct bs_lora **loras, int *n) {
+    *n = 0;
     for (int k = 0; k < o->n_lora; k++) {
         char *path;
         float scale;
@@ -31,14 +31,19 @@ static int open_loras(bs_engine *e) {
         } else if (bs_lora_parse_arg(o->lora[k], &path, &scale)) {
             return -1;
         }
-        bs_lora *l = bs_lora_load(path, e->model->file);
+        bs_lora *l = bs_lora_load(path, m->file);
         free(path);
         if (!l) return -1;
-        e->loras[e->n_loras++] = l;
-        if (bs_lora_attach(e->model, l, scale)) return -1;
+        loras[(*n)++] = l;
+        if (bs_lora_attach(m, l, scale)) return -1;
         bs_log(1, "LoRA %s: %d matrices, alpha %g, scale %g\n", l->path, l->n, (double)l->alpha, (double)scale);
     }
     return 0;
+}
+
+void bs_loras_detach(bs_model *m, struct bs_lora **loras, int n) {
+    if (m) bs_lora_detach(m);
+    for (int k = 0; k < n; k++) bs_lora_free(loras[k]);
 }
 
 /* Load the drafter, check it against the target and borrow shared tensors. */
@@ -67,8 +72,9 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
         bs_error_prefix("%s: tokenizer: ", o->model);
         goto fail;
     }
+    if (o->normalize_set && bs_tokenizer_set_normalize(e->tok, o->normalize)) goto fail;
     e->n_vocab = bs_model_n_vocab(e->model);
-    if (open_loras(e)) goto fail;
+    if (bs_loras_attach(e->model, o, e->loras, &e->n_loras)) goto fail;
     if (o->drafter && open_drafter(e)) goto fail;
     bs_gen_params gp = {.n_ctx = o->n_ctx, .n_threads = o->n_threads, .undo = o->undo, .drafter = e->drafter,
                         .drafter_path = o->drafter, .draft_max = o->draft_max, .no_conf = o->no_conf,
@@ -89,8 +95,7 @@ fail:
 
 void bs_engine_close(bs_engine *e) {
     bs_gen_free(e->gen);
-    if (e->model) bs_lora_detach(e->model);
-    for (int k = 0; k < e->n_loras; k++) bs_lora_free(e->loras[k]);
+    bs_loras_detach(e->model, e->loras, e->n_loras);
     bs_dspark_free(e->drafter);
     bs_tokenizer_free(e->tok);
     bs_model_free(e->model);
@@ -107,22 +112,14 @@ void bs_engine_request(const bs_engine *e, bs_gen_request *r) {
     r->breakers = o->breakers;
     r->n_breakers = o->n_breakers;
     r->ignore_eos = o->ignore_eos;
+    r->context_shift = o->context_shift;
+    r->n_keep = o->n_keep;
     r->loop = o->loop;
     r->keep_sampler = true;
 }
 
 int bs_engine_tokenize(const bs_engine *e, const char *text, size_t len, int32_t **ids, size_t *n) {
-    int32_t *raw;
-    size_t nr;
-    if (bs_tokenize(e->tok, text, len, true, &raw, &nr) < 0) return bs_error_prefix("prompt: ");
-    const int32_t bos = bs_token_bos(e->tok);
-    const bool add = bs_tokenizer_add_bos(e->tok) && bos >= 0 && !(nr > 0 && raw[0] == bos);
-    *n = nr + add;
-    *ids = bs_xmalloc((*n ? *n : 1) * sizeof **ids);
-    if (add) (*ids)[0] = bos;
-    if (nr) memcpy(*ids + add, raw, nr * sizeof *raw);
-    free(raw);
-    return 0;
+    return bs_tokenize_prompt(e->tok, text, len, ids, n);
 }
 
 char *bs_engine_render(bs_engine *e, const bs_chat_msg *msgs, int n, int enable_thinking,

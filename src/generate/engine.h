@@ -17,6 +17,8 @@ typedef struct bs_engine_opts {
     int n_ctx;                 /* 0: session default */
     bool no_mmap;
     bool undo;                 /* keep rollback records without a drafter (chat's prefix reuse) */
+    bool normalize_set;        /* override the vocabulary's Unicode normalization with normalize */
+    bs_norm_mode normalize;    /* (text/normalize.h; BS_NORM_NONE: llama.cpp's prompt ids) */
     /* sampling */
     bs_sampler_params sp;
     bool seed_set;             /* otherwise a time-based seed, logged */
@@ -26,6 +28,8 @@ typedef struct bs_engine_opts {
     float bias[BS_ENGINE_MAX_BIAS];
     int n_bias;
     bool ignore_eos;
+    bool context_shift;        /* --context-shift: a full context drops older tokens (gen.h) */
+    int n_keep;                /* --keep N: tokens at the start that a shift keeps */
     /* speculative decoding */
     const char *drafter;       /* NULL: none */
     int draft_max;             /* 0..block size, BS_DRAFT_AUTO */
@@ -56,6 +60,11 @@ typedef struct bs_engine {
     struct bs_lora *loras[BS_ENGINE_MAX_LORA];
     int n_loras;
 } bs_engine;
+
+/* Attach the LoRA adapters of o to m (*n of them loaded into loras[BS_ENGINE_MAX_LORA]); -1 +
+ * bs_error, with what was loaded still in loras for bs_loras_detach. */
+int bs_loras_attach(bs_model *m, const bs_engine_opts *o, struct bs_lora **loras, int *n);
+void bs_loras_detach(bs_model *m, struct bs_lora **loras, int n);
 
 /* Load everything. -1 + bs_error (e is then closed). */
 int bs_engine_open(bs_engine *e, const bs_engine_opts *o);

@@ -8,6 +8,7 @@
  * saved states are what make multi-turn reuse work: the next turn's prompt shares the history up
  * to the last message but renders the previous reply differently (its reasoning is dropped). */
 #include "generate/gen_impl.h"
+#include "sample/grammar.h"
 #include "model/batch_eval.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -33,16 +34,21 @@ void bs_gen_request_init(bs_gen_request *r) {
 }
 
 bs_gen *bs_gen_new(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p) {
+    return bs_gen_new_pooled(m, tok, p, NULL);
+}
+
+bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_params *p, bs_pool *pool) {
     bs_gen *g = bs_xcalloc(1, sizeof *g);
     g->m = m;
+    g->pool = pool;
     g->tok = tok;
     g->p = *p;
     g->n_vocab = bs_model_n_vocab(m);
     g->state = GS_IDLE;
     g->st.stop = BS_GEN_RUNNING;
-    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = p->pool ? bs_pool_size(p->pool) : p->n_threads};
+    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = pool ? bs_pool_size(pool) : p->n_threads};
     if (!(g->sess = bs_session_new(m, &sp))) goto fail;
-    if (p->pool && bs_session_share_pool(g->sess, p->pool)) goto fail;
+    if (pool && bs_session_share_pool(g->sess, pool)) goto fail;
     if (p->drafter) {
         bs_spec_params pp = {.draft_max = p->draft_max, .conf_cut = p->no_conf ? 0 : 1,
                              .draft_window = p->draft_window};
@@ -59,6 +65,11 @@ fail:
 }
 
 static void end_request(bs_gen *g) {
+    if (g->smp) bs_sampler_set_grammar(g->smp, NULL);
+    bs_grammar_state_free(g->gstate);
+    bs_grammar_free(g->grammar);
+    g->gstate = NULL;
+    g->grammar = NULL;
     bs_loop_guard_free(g->guard);
     bs_detok_free(g->dt);
     g->guard = NULL;
@@ -74,13 +85,15 @@ static void end_request(bs_gen *g) {
 void bs_gen_free(bs_gen *g) {
     if (!g) return;
     end_request(g);
+    bs_grammar_vocab_free(g->gvocab);
     bs_sampler_free(g->smp);
     bs_spec_free(g->spec);
-    if (g->sess && g->p.pool) bs_session_unshare_pool(g->sess);
+    if (g->sess && g->pool) bs_session_unshare_pool(g->sess);
     bs_session_free(g->sess);
     for (int k = 0; k < 2; k++) {
         free(g->ck[k].toks);
         free(g->ck[k].state);
+        free(g->ck[k].logits);
     }
     free(g->logits);
     free(g->toks);
@@ -98,7 +111,8 @@ static int prefix_len(const int32_t *a, int na, const int32_t *b, int nb) {
 }
 
 /* How many prompt tokens can be reused and from where: -1 the live session, 0/1 a saved state,
- * 2 a rollback of the live session. At least one prompt token is left to evaluate (its logits). */
+ * 2 a rollback of the live session. At least one prompt token is left to evaluate (its logits),
+ * unless a saved state holds the whole prompt with its logits. */
 static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cache, int *from) {
     int best = 0;
     *from = -2;
@@ -110,7 +124,8 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     }
     for (int k = 0; k < 2; k++) {
         const gen_ckpt *c = &g->ck[k];
-        if (c->state && c->n > best && c->n < n && prefix_len(c->toks, c->n, prompt, n) == c->n) {
+        if (c->state && c->n > best && (c->n < n || (c->n == n && c->logits)) &&
+            prefix_len(c->toks, c->n, prompt, n) == c->n) {
             best = c->n;
             *from = k;
         }
@@ -140,6 +155,10 @@ static void ckpt_save(bs_gen *g, int k) {
     c->n = 0;
     if (!c->state || bs_session_state_save(g->sess, c->state, need)) return;
     c->len = need;
+    if (k == 1) {
+        if (!c->logits) c->logits = bs_xmalloc((size_t)g->n_vocab * sizeof *c->logits);
+        memcpy(c->logits, g->logits, (size_t)g->n_vocab * sizeof *c->logits);
+    }
     c->toks = bs_xmalloc((size_t)(g->n_toks ? g->n_toks : 1) * sizeof *c->toks);
     memcpy(c->toks, g->toks, (size_t)g->n_toks * sizeof *c->toks);
     c->n = g->n_toks;
@@ -153,6 +172,7 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
         if (bs_session_state_load(g->sess, c->state, c->len) == 0) {
             memcpy(g->toks, c->toks, (size_t)c->n * sizeof *g->toks);
             g->n_toks = c->n;
+            if (c->n == n) memcpy(g->logits, c->logits, (size_t)g->n_vocab * sizeof *g->logits);
         } else {
             reuse = 0;
         }
@@ -162,6 +182,17 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
     if (reuse == 0) bs_session_reset(g->sess);
     g->n_toks = reuse;   /* from == -1: the live session already holds exactly that */
     return reuse;
+}
+
+static void prompt_done(bs_gen *g, int n);
+
+/* The request's grammar, constraining the sampler from the first generated token on. */
+static int setup_grammar(bs_gen *g, const char *gbnf) {
+    if (!(g->grammar = bs_grammar_parse(gbnf))) return -1;
+    if (!g->gvocab) g->gvocab = bs_grammar_vocab_new(g->tok);
+    g->gstate = bs_grammar_state_new(g->grammar, g->gvocab);
+    bs_sampler_set_grammar(g->smp, g->gstate);
+    return 0;
 }
 
 /* ---- starting a request ---------------------------------------------------------------------- */
@@ -206,10 +237,13 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     if (n >= n_ctx) return bs_error("the prompt is %d tokens but the context holds %d (use --ctx)", n, n_ctx);
     if (r->n_stop < 0 || r->n_stop > BS_GEN_MAX_STOP) return bs_error("at most %d stop strings", BS_GEN_MAX_STOP);
     if (r->n_probs > BS_GEN_MAX_TOP) return bs_error("at most %d top logprobs", BS_GEN_MAX_TOP);
+    if (r->context_shift && r->loop.mode == BS_LOOP_GUARD_REWIND)   /* its checkpoints name old positions */
+        return bs_error("the context shift and the rewinding loop guard do not combine");
     end_request(g);
     reset_output(g);
     g->r = *r;
     g->r.stop = NULL;
+    g->r.grammar = NULL;   /* compiled below; the text is not kept */
     g->max_stop = 0;
     for (int i = 0; i < r->n_stop; i++) {
         g->stop[i] = bs_xstrdup(r->stop[i]);
@@ -219,8 +253,7 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     memcpy(g->prompt, prompt, (size_t)n * sizeof *prompt);
     g->n_prompt = n;
     g->t0 = bs_time();
-    /* logprobs need each token's distribution, which a speculative round does not expose */
-    g->use_spec = g->spec && !r->no_draft && r->n_probs < 0;
+    g->use_spec = g->spec && !r->no_draft;
     g->prepared = g->parked = false;
     if (g->spec) g->spec0 = *bs_spec_get_stats(g->spec);
     const int reuse = restore_prefix(g, prompt, n, r->no_cache);
@@ -232,6 +265,15 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
         end_request(g);
         g->state = GS_IDLE;
         return -1;
+    }
+    if (r->grammar && setup_grammar(g, r->grammar)) {
+        end_request(g);
+        g->state = GS_IDLE;
+        return -1;
+    }
+    if (reuse == n) {   /* the whole prompt and its logits came from the cache */
+        if (g->spec) bs_spec_sync(g->spec);
+        prompt_done(g, 0);
     }
     return 0;
 }
@@ -252,7 +294,7 @@ static void prompt_done(bs_gen *g, int n) {
     g->n_done += n;
     if (g->n_done == g->r.ckpt_at) ckpt_save(g, 0);
     if (g->n_done < g->n_prompt) return;
-    if (g->r.ckpt_end) ckpt_save(g, 1);
+    if (g->r.ckpt_end && n > 0) ckpt_save(g, 1);
     const double now = bs_time();
     g->st.n_prompt = g->n_prompt - g->st.n_cached;
     g->st.t_prompt = now - g->t0;
@@ -319,7 +361,11 @@ int bs_gen_run(bs_gen *g, void (*on_step)(void *ud, bs_gen *g), void *ud) {
 }
 
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
-    if (g->use_spec) return 0;
+    g->spec_planned = false;
+    if (g->use_spec) {   /* its prompt (with the taps the drafter reads) steps alone */
+        if (g->state != GS_SPEC) return 0;
+        return g->spec_planned = gen_spec_plan(g, q);
+    }
     if (g->state == GS_DECODE) {
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                             .logits = g->logits};
@@ -335,6 +381,11 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
 }
 
 void bs_gen_commit(bs_gen *g, bool ok) {
+    if (g->spec_planned) {
+        g->spec_planned = false;
+        gen_spec_commit(g, ok);
+        return;
+    }
     if (!ok) {
         gen_finish(g, BS_GEN_ERROR);
         return;
@@ -349,6 +400,10 @@ void bs_gen_commit(bs_gen *g, bool ok) {
 bool bs_gen_done(const bs_gen *g) { return g->state == GS_DONE || g->state == GS_IDLE; }
 bool bs_gen_in_prompt(const bs_gen *g) { return g->state == GS_PROMPT; }
 bool bs_gen_drafting(const bs_gen *g) { return g->use_spec; }
+
+void bs_gen_set_shared_rows(bs_gen *g, int rows) {
+    if (g->spec) bs_spec_depth_mut(g->spec)->shared_rows = BS_MAX(rows, 0);
+}
 
 void bs_gen_cancel(bs_gen *g, int stop) {
     if (g->state != GS_DONE && g->state != GS_IDLE) gen_finish(g, stop);

@@ -167,12 +167,37 @@ static int guard_push(bs_gen *g, bs_gen_token *tk) {
     return act;
 }
 
+/* Context shift: the first n_keep tokens and the newer half of the rest stay, and the session is
+ * rebuilt from them. The recurrent (DeltaNet) state cannot forget positions, so every kept
+ * position is evaluated again; the pending token stays pending. False when nothing can go. */
+static bool shift(bs_gen *g) {
+    const int n = g->n_toks, keep = BS_MIN(BS_MAX(g->r.n_keep, 0), n / 2), discard = (n - keep) / 2;
+    if (discard < 1) return false;
+    memmove(g->toks + keep, g->toks + keep + discard, (size_t)(n - keep - discard) * sizeof *g->toks);
+    g->n_toks = n - discard;
+    bs_session_reset(g->sess);
+    const int e = g->use_spec ? bs_spec_prompt(g->spec, g->toks, g->n_toks, NULL)
+                              : bs_eval(g->sess, g->toks, g->n_toks, BS_LOGITS_NONE, NULL, NULL);
+    if (e) {
+        bs_error_prefix("context shift: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return false;
+    }
+    g->gen_base -= discard;   /* still: session positions = gen_base + generated tokens evaluated */
+    g->st.n_shifts++;
+    g->st.n_shifted += discard;
+    bs_log(2, "context shift: kept %d + %d of %d positions\n", keep, n - keep - discard, n);
+    return true;
+}
+
 /* Checks after a token was delivered; false when they ended generation. */
 static bool may_continue(bs_gen *g) {
     if (g->r.interrupt && *g->r.interrupt) gen_finish(g, BS_GEN_INTERRUPT);
     else if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) gen_finish(g, BS_GEN_LENGTH);
-    else if (bs_session_n_past(g->sess) >= bs_session_n_ctx(g->sess)) gen_finish(g, BS_GEN_CTX);
-    else return true;
+    else if (bs_session_n_past(g->sess) < bs_session_n_ctx(g->sess)) return true;
+    else if (!g->r.context_shift) gen_finish(g, BS_GEN_CTX);
+    else if (shift(g)) return true;
+    else if (g->state != GS_DONE) gen_finish(g, BS_GEN_CTX);
     return false;
 }
 
@@ -251,15 +276,9 @@ static void spec_trim(bs_gen *g) {
     bs_spec_sync(g->spec);
 }
 
-void gen_spec_round(bs_gen *g) {
-    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
-    const int left = g->r.n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : g->r.n_predict - g->n_out;
-    const int m = bs_spec_round(g->spec, g->smp, g->pending, BS_MAX(left, 1), spec_is_stop, g, out);
-    if (m < 0) {
-        bs_error_prefix("decoding: ");
-        gen_finish(g, BS_GEN_ERROR);
-        return;
-    }
+/* A round produced out[0..m): deliver them in order (the guard sees each), keep the session
+ * contract if one ended generation, or set the next anchor. */
+static void spec_after(bs_gen *g, int m, const int32_t *out) {
     g->st.n_decode++;
     /* the session now holds the old anchor and out[0..m-1) */
     g->toks[g->n_toks++] = g->pending;
@@ -268,6 +287,9 @@ void gen_spec_round(bs_gen *g) {
     for (int k = 0; k < m && act == BS_LOOP_CONTINUE; k++) {
         if (is_eog(g, out[k])) { gen_finish(g, BS_GEN_EOG); break; }
         bs_gen_token tk = {.id = out[k]};
+        if (g->r.n_probs >= 0)   /* verify row k is the target's distribution for out[k] */
+            tk.n_top = bs_top_logprobs(bs_spec_logits(g->spec, k), g->n_vocab, g->r.n_probs, tk.top_id, tk.top_lp,
+                                       out[k], &tk.logprob);
         if ((act = guard_push(g, &tk)) < 0 || act == BS_LOOP_REWOUND) break;
         if (!record(g, &tk)) break;
         if (act == BS_LOOP_STOP) gen_finish(g, BS_GEN_LOOP);
@@ -284,6 +306,42 @@ void gen_spec_round(bs_gen *g) {
     if (g->guard) bs_loop_guard_evaluated(g->guard, bs_spec_logits(g->spec, m - 1));
     note_parking(g);
     may_continue(g);
+}
+
+static int round_room(const bs_gen *g) {
+    const int left = g->r.n_predict < 0 ? BS_DSPARK_MAX_BLOCK + 1 : g->r.n_predict - g->n_out;
+    return BS_MAX(left, 1);
+}
+
+void gen_spec_round(bs_gen *g) {
+    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    const int m = bs_spec_round(g->spec, g->smp, g->pending, round_room(g), spec_is_stop, g, out);
+    if (m < 0) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    spec_after(g, m, out);
+}
+
+bool gen_spec_plan(bs_gen *g, bs_batch_seq *q) {
+    if (bs_spec_round_begin(g->spec, g->smp, g->pending, round_room(g), q)) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return false;
+    }
+    return true;
+}
+
+void gen_spec_commit(bs_gen *g, bool ok) {
+    int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    const int m = bs_spec_round_end(g->spec, g->smp, ok, false, spec_is_stop, g, out);
+    if (m < 0) {
+        bs_error_prefix("decoding: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return;
+    }
+    spec_after(g, m, out);
 }
 
 /* ---- the end --------------------------------------------------------------------------------- */

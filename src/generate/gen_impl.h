@@ -12,12 +12,15 @@ typedef struct gen_ckpt {
     int n;
     void *state;
     size_t len;
+    float *logits;             /* the end of a prompt: its last position's logits, so that the
+                                  same prompt again needs no evaluation at all */
 } gen_ckpt;
 
 struct bs_gen {
     bs_model *m;
     const bs_tokenizer *tok;
     bs_gen_params p;
+    bs_pool *pool;             /* shared, or NULL: the session's own */
     int n_vocab;
     bs_session *sess;
     bs_spec *spec;             /* with a drafter */
@@ -33,9 +36,13 @@ struct bs_gen {
     int32_t *prompt;
     int n_prompt, n_done;      /* n_done: prompt tokens the session holds */
     int planned;               /* rows of the prompt chunk bs_gen_plan handed out */
+    bool spec_planned;         /* bs_gen_plan handed out a speculative round's verify pass */
     bs_sampler *smp;
     bs_detok *dt;
     bs_loop_guard *guard;
+    struct bs_grammar *grammar;           /* the request's, or NULL */
+    struct bs_grammar_state *gstate;
+    struct bs_grammar_vocab *gvocab;      /* the tokenizer's trie, built at the first grammar */
     int state;                 /* GS_* */
     int32_t pending;           /* GS_DECODE: sampled, not evaluated; GS_SPEC: the anchor */
     bool use_spec, prepared, parked, stop_hit;
@@ -57,6 +64,9 @@ struct bs_gen {
  * deliver the next token(s); and one speculative round. */
 void gen_after_logits(bs_gen *g);
 void gen_spec_round(bs_gen *g);
+/* The round in two halves around a shared pass (bs_spec_round_begin / _end). */
+bool gen_spec_plan(bs_gen *g, bs_batch_seq *q);
+void gen_spec_commit(bs_gen *g, bool ok);
 /* End the request (reason), flushing the detokenizer unless a stop string cut the text. */
 void gen_finish(bs_gen *g, int stop);
 /* Detokenizer with <think> (and tool-call) tags shown. */

@@ -32,26 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    int min_repeats;          /* copies needed (4) */
-    int min_chars;            /* characters the copies must cover (60) */
-    int max_period;           /* longest period looked for, in characters (1024) */
-} bs_loop_params;
 
 bs_loop_params bs_loop_default_params(void);
 
-/* One detected loop. Character offsets count code points of the scanned text (prefix
- * included); token indices count the tokens pushed (0 = first generated token). */
-typedef struct {
-    int64_t start_char;        /* first character of the first copy */
-    int64_t repeat_start_char; /* first character of the second copy */
-    int64_t end_char;          /* end of the periodic region when detected (exclusive) */
-    int64_t prefix_chars;      /* characters of the prefix */
-    int period;                /* characters */
-    int repeats;               /* whole copies */
-    int rejected_token;        /* index of the rejected token */
-    int64_t rejected_char;     /* the character of the rejected token the choice was made at */
-} bs_loop_info;
 
 typedef struct bs_loop_detector bs_loop_detector;
 
@@ -81,37 +64,13 @@ const uint32_t *bs_loop_detector_text(const bs_loop_detector *d, int64_t *n);
 int bs_loop_find(const char *text, size_t len, const bs_loop_params *p, bs_loop_info *info);
 
 /* --- the guard ------------------------------------------------------------------------------ */
-enum { BS_LOOP_GUARD_OFF = 0, BS_LOOP_GUARD_STOP, BS_LOOP_GUARD_REWIND };
 
-typedef struct {
-    int mode;                 /* BS_LOOP_GUARD_* */
-    bs_loop_params det;
-    int max_rewinds;          /* rewinds per generation before stopping (8) */
-    int ckpt_every;           /* tokens between state checkpoints (64) */
-    int ckpt_count;           /* checkpoints kept besides the one at the prompt's end (8), each
-                                 the recurrent state + n_vocab logits (Bonsai-27B: ~158 MB),
-                                 allocated as generation reaches them; a rewind further back
-                                 than the oldest replays from the prompt's checkpoint */
-} bs_loop_guard_params;
 
 bs_loop_guard_params bs_loop_guard_default_params(void);
 /* "off" / "stop" / "rewind" -> mode, -1 if unknown. */
 int bs_loop_guard_mode_parse(const char *s);
 const char *bs_loop_guard_mode_name(int mode);
 
-/* What the guard did in one generation: printed with the run's stats, and meant for the
- * server's response (e.g. "loop_guard": {"mode": "rewind", "detected": 2, "rewinds": 2,
- * "discarded_tokens": 71, "stopped": false, "last": {"period": 24, "repeats": 4, ...}}), with
- * finish_reason "loop" when `stopped`. */
-typedef struct {
-    int mode;
-    int n_detected;            /* loops detected */
-    int n_rewinds;             /* rewinds performed */
-    int n_discarded;           /* generated tokens thrown away by rewinds */
-    bool stopped;              /* generation ended on a loop (stop mode, or rewinds used up) */
-    bs_loop_info last;         /* the last detected loop (valid when n_detected > 0) */
-    int32_t last_rejected_id;  /* its rejected token id */
-} bs_loop_guard_result;
 
 typedef struct bs_loop_guard bs_loop_guard;
 

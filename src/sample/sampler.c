@@ -1,5 +1,6 @@
 /* sampler.c: the sampler chain (see sampler.h for the order and the semantics). */
 #include "sample/sampler.h"
+#include "sample/grammar.h"
 #include "sample/sampler_dry.h"
 #include "model/profile.h"
 #include "io/util.h"
@@ -28,6 +29,8 @@ struct bs_sampler {
     int32_t *count;           /* [n_vocab] occurrences in the penalty window; kept all zero */
     int32_t *seen;            /* [n_vocab] distinct tokens of the window */
     bs_dry dry;
+    bs_grammar_state *grammar;  /* NULL, or what constrains the tokens accepted from grammar_base on */
+    size_t grammar_base;
 };
 
 bs_sampler_params bs_sampler_default_params(void) {
@@ -140,10 +143,26 @@ void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n) {
     }
     if (n) memcpy(s->hist + s->n_hist, ids, n * sizeof *ids);
     s->n_hist += n;
+    for (size_t i = 0; s->grammar && i < n; i++) bs_grammar_accept(s->grammar, ids[i]);
 }
 
 void bs_sampler_truncate(bs_sampler *s, size_t n) {
-    if (n < s->n_hist) s->n_hist = n;
+    if (n >= s->n_hist) return;
+    s->n_hist = n;
+    if (!s->grammar) return;
+    /* the grammar state of a shorter history: replay what is left since it was set */
+    if (s->grammar_base > n) s->grammar_base = n;
+    bs_grammar_state_reset(s->grammar);
+    for (size_t i = s->grammar_base; i < n; i++) bs_grammar_accept(s->grammar, s->hist[i]);
+}
+
+void bs_sampler_set_grammar(bs_sampler *s, bs_grammar_state *g) {
+    s->grammar = g;
+    s->grammar_base = s->n_hist;
+}
+
+int bs_sampler_grammar_prefix(bs_sampler *s, const int32_t *ids, int n) {
+    return s->grammar ? bs_grammar_valid_prefix(s->grammar, ids, n) : n;
 }
 size_t bs_sampler_history_len(const bs_sampler *s) { return s->n_hist; }
 const int32_t *bs_sampler_history(const bs_sampler *s) { return s->hist; }
@@ -411,6 +430,7 @@ static void finish(bs_sampler *s) {
 static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
+    if (s->grammar) bs_grammar_mask(s->grammar, s->w, s->n_vocab);   /* first: nothing else sees banned tokens */
     apply_penalties(s);
     apply_dry(s);
     if (s->p.temp <= 0.0f) {

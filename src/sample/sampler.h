@@ -23,28 +23,14 @@
 #ifndef BS_SAMPLER_H
 #define BS_SAMPLER_H
 
+#include "bitspark.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
 
-typedef struct {
-    float temp;                 /* <= 0: greedy */
-    int32_t top_k;              /* <= 0: off */
-    float top_p;                /* >= 1: off */
-    float min_p;                /* <= 0: off */
-    int32_t min_keep;           /* top-k/top-p/min-p keep at least this many (values < 1 mean 1) */
-    int32_t penalty_last_n;     /* window of repeat/presence/frequency: 0 off, -1 whole history */
-    float repeat_penalty;       /* 1: off; logit > 0 divided by it, logit <= 0 multiplied */
-    float presence_penalty;     /* subtracted once from every token seen in the window */
-    float frequency_penalty;    /* subtracted per occurrence in the window */
-    float dry_multiplier;       /* 0: DRY off */
-    float dry_base;             /* < 1: DRY off */
-    int32_t dry_allowed_length; /* repeats up to this long are free */
-    int32_t dry_penalty_last_n; /* 0: DRY off, -1: whole history */
-    uint64_t seed;
-} bs_sampler_params;
 
-/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat window 64 with every
+/* (bs_sampler_params: bitspark.h.) llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat window 64 with every
  * penalty off, DRY off (base 1.75, allowed length 2, whole history), seed 0. */
 bs_sampler_params bs_sampler_default_params(void);
 
@@ -80,6 +66,13 @@ void bs_sampler_accept(bs_sampler *s, int32_t id);
 void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n);
 /* Keep only the first n accepted tokens (no-op when n >= the history length). */
 void bs_sampler_truncate(bs_sampler *s, size_t n);
+/* Constrain what is sampled with a grammar state (grammar.h; NULL: none; the caller's): each
+ * apply masks the tokens it does not allow (before penalties and truncation), each accepted
+ * token advances it, and truncating the history replays it. Set it after the prompt is in. */
+struct bs_grammar_state;
+void bs_sampler_set_grammar(bs_sampler *s, struct bs_grammar_state *g);
+/* How many of ids[0..n) in a row the grammar allows from here (n without a grammar). */
+int bs_sampler_grammar_prefix(bs_sampler *s, const int32_t *ids, int n);
 size_t bs_sampler_history_len(const bs_sampler *s);
 const int32_t *bs_sampler_history(const bs_sampler *s);
 

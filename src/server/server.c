@@ -23,6 +23,7 @@ int srv_start(srv *s, const srv_config *cfg) {
     s->t_start = bs_time();
     s->t_created = (long)time(NULL);
     pthread_mutex_init(&s->metrics.mu, NULL);
+    pthread_mutex_init(&s->emb_mu, NULL);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
     bs_model_params mp = {.no_mmap = cfg->no_mmap};
@@ -33,6 +34,7 @@ int srv_start(srv *s, const srv_config *cfg) {
                 s->cfg.n_ctx, train, train);
         s->cfg.n_ctx = train;
     }
+    if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) goto fail;
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
         goto fail;
@@ -42,6 +44,7 @@ int srv_start(srv *s, const srv_config *cfg) {
         size_t n = 0;
         if (bs_token_to_piece(s->tok, id, true, &piece, &n) == 0 && (int)n > s->max_piece) s->max_piece = (int)n;
     }
+    if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) goto fail;
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
     if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) goto fail;
@@ -55,7 +58,12 @@ fail:
 void srv_stop(srv *s) {
     srv_http_stop(s);
     srv_sched_free(s->sched);
+    bs_session_free(s->emb_sess);
+    s->emb_sess = NULL;
+    pthread_mutex_destroy(&s->emb_mu);
     bs_tokenizer_free(s->tok);
+    bs_loras_detach(s->model, s->loras, s->n_loras);
+    s->n_loras = 0;
     bs_model_free(s->model);
     s->sched = NULL;
     s->tok = NULL;

@@ -27,6 +27,7 @@
 #define BS_SERVER_H
 
 #include "bitspark.h"
+#include "generate/engine.h"
 #include "generate/gen.h"
 #include "text/chat_template.h"
 #include "sample/loop_guard.h"
@@ -57,7 +58,12 @@ typedef struct srv_config {
     int max_connections;
     int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;
+    bool embeddings, pooling_last;   /* --embeddings: POST /v1/embeddings; --pooling last (else mean) */
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
+    bs_engine_opts gen;        /* sampling defaults of requests (and seed_set, logit biases) and
+                                  the LoRA adapters (--temp ... --lora, as for run) */
+    bool normalize_set;        /* --tokenizer-normalize: override the vocabulary's normalization */
+    bs_norm_mode normalize;
 } srv_config;
 
 enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
@@ -81,6 +87,7 @@ typedef struct srv_task {
     int32_t bias_id[SRV_MAX_BIAS];
     float bias[SRV_MAX_BIAS];
     int n_predict;             /* < 0: until EOG or the context is full */
+    int n_keep;                /* context shift: tokens kept at the start; < 0: serve's --keep */
     bool ignore_eos;
     bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
     bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */
@@ -90,6 +97,8 @@ typedef struct srv_task {
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
     bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
+    char *grammar;             /* GBNF the output must match (grammar, json_schema,
+                                  response_format, tool_choice), or NULL; malloc'd */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -98,6 +107,7 @@ typedef struct srv_task {
     bool started;              /* a slot took it */
     bool done;
     int finish;                /* enum srv_finish */
+    int gen_stop;              /* why the generator stopped (enum bs_gen_stop) */
     char error[256];
     char *text;                /* generated text (stop string removed at the end) */
     size_t len, cap;
@@ -166,6 +176,10 @@ void srv_free_tool_calls(srv_tool_call *calls, int n);
 typedef struct srv {
     srv_config cfg;
     bs_model *model;
+    struct bs_lora *loras[BS_ENGINE_MAX_LORA];
+    int n_loras;
+    bs_session *emb_sess;      /* /v1/embeddings' own session (server_embed.c), made at first use */
+    pthread_mutex_t emb_mu;
     bs_tokenizer *tok;
     bs_chat_template tmpl;
     const char *tmpl_text;
@@ -254,10 +268,14 @@ typedef struct srv_gen {
     bool echo;                 /* completions: prepend the prompt */
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
+    bool native;               /* llama-server's POST /completion: its own answer shape */
     char *prompt_text;         /* for echo; malloc'd */
     char id[48];
     long created;
 } srv_gen;
+
+/* server_embed.c: POST /v1/embeddings. */
+void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
 
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */

@@ -2,6 +2,7 @@
  * request bodies checked field by field into a srv_task. Every bad field gets a 400 naming it;
  * unknown fields are ignored (clients send many). */
 #include "server/server.h"
+#include "sample/grammar.h"
 #include "io/util.h"
 #include "io/utf8.h"
 
@@ -179,10 +180,92 @@ static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
+/* best_of > 1 would change what is answered and is not implemented: a clear 400, not silence. */
+static bool refuse_unsupported(json_t *b, srv_reply *r) {
+    json_t *bo = json_object_get(b, "best_of");
+    if (!bo || json_is_null(bo) || (json_is_integer(bo) && json_integer_value(bo) == 1)) return true;
+    srv_reply_error(r, 400, "not_supported_error", "best_of other than 1 is not supported");
+    return false;
+}
+
+/* What constrains the output, as GBNF: llama-server's "grammar" and "json_schema", OpenAI's
+ * response_format (json_object, json_schema) and tool_choice ("required" or a named function;
+ * tools: the offered tools as JSON text). At most one; checked here so that a bad grammar or
+ * schema is the client's 400. */
+static bool parse_constraints(json_t *b, srv_task *t, const char *tools, srv_reply *r) {
+    json_t *g = json_object_get(b, "grammar"), *js = json_object_get(b, "json_schema");
+    json_t *rf = json_object_get(b, "response_format"), *tc = json_object_get(b, "tool_choice");
+    json_t *rt = json_object_get(rf, "type");
+    const char *rts = json_string_value(rt);
+    int given = 0;
+    char *gbnf = NULL;
+    if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g))) {
+        if (!json_is_string(g)) { bad_request(r, "'%s' must be a string (GBNF)", "grammar"); return false; }
+        gbnf = bs_xstrdup(json_string_value(g));
+        given++;
+    }
+    if (js && !json_is_null(js)) {
+        char *text = json_dumps(js, JSON_COMPACT);
+        free(gbnf);
+        gbnf = bs_grammar_from_json_schema(text);
+        free(text);
+        given++;
+    }
+    if (rf && !json_is_null(rf) && !(rts && !strcmp(rts, "text"))) {
+        json_t *schema = rts && !strcmp(rts, "json_schema") ? json_object_get(json_object_get(rf, "json_schema"), "schema")
+                                                             : json_object_get(rf, "schema");
+        if (!rts || (strcmp(rts, "json_object") && strcmp(rts, "json_schema")) || (!strcmp(rts, "json_schema") && !schema)) {
+            free(gbnf);
+            bad_request(r, "'%s' must be text, json_object or json_schema with a schema", "response_format");
+            return false;
+        }
+        char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+        free(gbnf);
+        gbnf = bs_grammar_from_json_schema(text);
+        free(text);
+        given++;
+    }
+    const char *tcs = json_string_value(tc);
+    if (tc && !json_is_null(tc) && !(tcs && (!strcmp(tcs, "auto") || !strcmp(tcs, "none")))) {
+        const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+        if (!(tcs && !strcmp(tcs, "required")) && !name) {
+            free(gbnf);
+            bad_request(r, "'%s' must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+            return false;
+        }
+        free(gbnf);
+        gbnf = bs_grammar_for_tools(tools, name);
+        given++;
+    }
+    if (given > 1) {
+        free(gbnf);
+        bad_request(r, "give at most one of grammar, json_schema, response_format and tool_choice%s", "");
+        return false;
+    }
+    if (!given) return true;
+    bs_grammar *check = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    if (!check) {
+        free(gbnf);
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        return false;
+    }
+    bs_grammar_free(check);
+    t->grammar = gbnf;
+    return true;
+}
+
 /* Sampling and length fields common to both generation endpoints. */
 static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    const bs_engine_opts *def = &s->cfg.gen;   /* serve's --temp ... --logit-bias */
+    t->sp = def->sp;
+    t->ignore_eos = def->ignore_eos;
+    for (int k = 0; k < def->n_bias && t->n_bias < SRV_MAX_BIAS; k++) {   /* the request's come after */
+        t->bias_id[t->n_bias] = def->bias_id[k];
+        t->bias[t->n_bias++] = def->bias[k];
+    }
+    if (!refuse_unsupported(b, r)) return false;
     bs_sampler_params *p = &t->sp;
-    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1;
+    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1, n_keep = -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
     if (!get_float(b, "temperature", 0, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
         !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
@@ -195,7 +278,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
         !get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) ||
         !get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !get_int(b, "n", 1, 1 << 30, &n, r) ||
-        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) ||
+        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) || !get_int(b, "n_keep", -1, 1 << 30, &n_keep, r) ||
         !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
@@ -211,8 +294,11 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;
     p->dry_penalty_last_n = (int32_t)dry_last;
-    p->seed = seed >= 0 ? (uint64_t)seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
+    p->seed = seed >= 0         ? (uint64_t)seed
+              : def->seed_set ? def->sp.seed
+                              : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
     t->n_predict = (int)n_predict;
+    t->n_keep = (int)n_keep;
     return true;
 }
 
@@ -268,16 +354,23 @@ int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span
     return 0;
 }
 
+/* A lower bound of the tokens of `bytes` bytes of text: no token is longer than s->max_piece
+ * bytes, and Unicode normalization (NFC) composes at most a few bytes into one character, so
+ * allow it a factor of 4. 0 when unknown. */
+static size_t min_tokens(const srv *s, size_t bytes) {
+    return s->max_piece > 0 ? bytes / ((size_t)s->max_piece * 4) : 0;
+}
+
 /* Tokenize (spans: see srv_tokenize_prompt; NULL for a raw completion prompt, whose specials are
  * parsed), BOS if the vocab wants one; then check it fits. A prompt whose bytes alone prove it
- * longer than the context (no token is longer than s->max_piece bytes) is refused before any
- * tokenizing: an 8 MB body costs no tokenizer memory. */
+ * longer than the context (min_tokens) is refused before any tokenizing: an 8 MB body costs
+ * no tokenizer memory. */
 static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
                        srv_reply *r) {
     size_t bad;
     const int n_ctx = srv_sched_n_ctx(s->sched);
-    if (s->max_piece > 0 && len / (size_t)s->max_piece >= (size_t)n_ctx) {
-        exceed_context(r, (long)(len / (size_t)s->max_piece), n_ctx, true);
+    if (min_tokens(s, len) >= (size_t)n_ctx) {
+        exceed_context(r, (long)min_tokens(s, len), n_ctx, true);
         return false;
     }
     if (!bs_utf8_valid(text, len, &bad)) {
@@ -458,12 +551,6 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
         if (!json_is_object(so)) { bad_request(r, "'%s' must be an object", "stream_options"); return false; }
         if (!get_bool(so, "include_usage", &g->include_usage, r)) return false;
     }
-    json_t *rf = json_object_get(b, "response_format");
-    json_t *rt = json_object_get(rf, "type");
-    if (rf && !json_is_null(rf) && !(json_is_string(rt) && !strcmp(json_string_value(rt), "text"))) {
-        srv_reply_error(r, 400, "not_supported_error", "response_format other than 'text' is not supported");
-        return false;
-    }
     return true;
 }
 
@@ -501,16 +588,20 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     int think = -1;
     bool lp = false;
     long top = 0;
-    if (!parse_messages(b, &c, r) || !parse_tools(b, &tools, r) || !thinking_flag(b, &think, r) ||
-        !parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "logprobs", &lp, r) ||
-        !get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r))
-        goto fail;
+    json_t *offered = json_object_get(b, "tools");
+    char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
+    const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
+                    parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
+                    get_bool(b, "logprobs", &lp, r) && get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
+    free(offered_text);
+    if (!ok) goto fail;
+    if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
     /* the messages' text alone may prove the prompt too long: refuse before rendering a copy */
     size_t text_bytes = 0;
     for (size_t i = 0; i < c.n; i++) text_bytes += rendered_at_least(&c.msgs[i]);
     const int n_ctx = srv_sched_n_ctx(s->sched);
-    if (s->max_piece > 0 && text_bytes / (size_t)s->max_piece >= (size_t)n_ctx) {
-        exceed_context(r, (long)(text_bytes / (size_t)s->max_piece), n_ctx, true);
+    if (min_tokens(s, text_bytes) >= (size_t)n_ctx) {
+        exceed_context(r, (long)min_tokens(s, text_bytes), n_ctx, true);
         goto fail;
     }
     bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
@@ -574,21 +665,23 @@ static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_re
     return true;
 }
 
-static void api_completions(srv *s, json_t *b, srv_reply *r) {
+static void api_completions(srv *s, json_t *b, srv_reply *r, bool native) {
     srv_task *t = srv_task_new();
     srv_gen g;
     gen_init(&g, false);
+    g.native = native;
     long lp = -1;
     json_t *suffix = json_object_get(b, "suffix");
     if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0)) {
         srv_reply_error(r, 400, "not_supported_error", "'suffix' is not supported");
         goto fail;
     }
-    t->n_predict = 16;   /* OpenAI's default for completions */
-    if (!parse_sampling(s, b, t, r) || !parse_stream(b, &g, r) || !get_bool(b, "echo", &g.echo, r) ||
+    t->n_predict = native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
+    if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
+        !get_bool(b, "echo", &g.echo, r) ||
         !get_int(b, "logprobs", 0, 5, &lp, r) || !completion_prompt(s, b, t, &g, r))
         goto fail;
-    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = 16;
+    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = native ? -1 : 16;
     g.logprobs = lp >= 0;
     t->n_probs = (int)lp;
     submit(s, t, &g, r);
@@ -616,7 +709,7 @@ static void api_models(srv *s, srv_reply *r) {
 }
 
 static void api_props(srv *s, srv_reply *r) {
-    const bs_sampler_params d = bs_sampler_default_params();
+    const bs_sampler_params d = s->cfg.gen.sp;
     const bs_loop_guard_params *lg = &s->cfg.loop;
     json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
                            "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
@@ -728,14 +821,16 @@ typedef struct route {
     int kind;
 } route;
 
-enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_TOK, R_DETOK, R_TMPL };
+enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL };
 
 static const route routes[] = {
     {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
     {"/models", false, R_MODELS}, {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
     {"/metrics", false, R_METRICS}, {"/", false, R_WEBUI}, {"/index.html", false, R_WEBUI},
     {"/v1/chat/completions", true, R_CHAT}, {"/chat/completions", true, R_CHAT},
-    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/tokenize", true, R_TOK},
+    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/completion", true, R_NATIVE},
+    {"/v1/embeddings", true, R_EMBED}, {"/embeddings", true, R_EMBED}, {"/embedding", true, R_EMBED},
+    {"/tokenize", true, R_TOK},
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
 };
 
@@ -788,7 +883,9 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
     } else {
         switch (rt->kind) {
         case R_CHAT: api_chat(s, b, r); break;
-        case R_COMPL: api_completions(s, b, r); break;
+        case R_COMPL: api_completions(s, b, r, false); break;
+        case R_NATIVE: api_completions(s, b, r, true); break;
+        case R_EMBED: srv_api_embeddings(s, b, r); break;
         case R_TOK: api_tokenize(s, b, r); break;
         case R_DETOK: api_detokenize(s, b, r); break;
         case R_TMPL: api_apply_template(s, b, r); break;

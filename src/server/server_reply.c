@@ -238,9 +238,33 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     return msg;
 }
 
+/* llama-server's stop_type: eos, word (a stop string), limit (length or context). */
+static const char *stop_type(const srv_task *t) {
+    return t->gen_stop == BS_GEN_STOP_STRING ? "word" : t->finish == SRV_FINISH_LENGTH ? "limit" : "eos";
+}
+
+/* The answer or a stream event of POST /completion (llama-server's shape). */
+static json_t *native_json(const srv *s, const srv_task *t, const char *text, size_t len, bool final) {
+    json_t *j = json_pack("{s:o,s:b,s:i,s:i}", "content", str_json(text, len), "stop", final, "id_slot", t->slot,
+                          "tokens_predicted", t->tm.n_gen);
+    if (!final) return j;
+    json_object_set_new(j, "model", json_string(model_name(s)));
+    json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
+    json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
+    json_object_set_new(j, "stop_type", json_string(stop_type(t)));
+    json_object_set_new(j, "truncated", json_boolean(t->gen_stop == BS_GEN_CTX));
+    json_object_set_new(j, "timings", timings_json(&t->tm));
+    json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
+    return j;
+}
+
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     if (t->finish == SRV_FINISH_ERROR) {
         srv_reply_error(r, 500, "server_error", "generation failed: %s", t->error);
+        return;
+    }
+    if (g->native) {
+        srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
         return;
     }
     json_t *choice;
@@ -473,7 +497,9 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     if (st->phase == 2) return 0;
     if (st->phase == 0) {
         st->phase = 1;
-        if (st->g.chat) {
+        if (st->g.native) {
+            return 1;
+        } else if (st->g.chat) {
             json_t *d = json_pack("{s:s,s:n}", "role", "assistant", "content");
             sse(out, chunk(st, chat_delta(d, NULL, NULL)));
         } else if (st->g.echo && st->g.prompt_text) {
@@ -495,6 +521,8 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     if (done && t->finish == SRV_FINISH_ERROR) {
         json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", t->error, "type", "server_error");
         sse(out, e);
+    } else if (st->g.native) {
+        if (len || done) sse(out, native_json(st->s, t, text, len, done));
     } else if (st->g.chat) {
         chat_text(st, text, len, done, out);
         if (done) chat_final(st, out);
@@ -508,7 +536,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
             json_object_set_new(j, "usage", usage_json(&t->tm));
             sse(out, j);
         }
-        srv_buf_adds(out, "data: [DONE]\n\n");
+        if (!st->g.native) srv_buf_adds(out, "data: [DONE]\n\n");   /* llama-server's own stream ends without it */
         st->phase = 2;
     }
     pthread_mutex_unlock(&t->mu);

@@ -4,9 +4,10 @@
  * session, its prompt cache (the live session and two saved states: the start of the prompt's
  * last message and the end of the prompt), sampling, stop strings, the doom-loop guard and, with
  * a drafter, speculative rounds. Each turn the thread takes queued tasks into idle slots, steps
- * the slots that draft alone, then evaluates the decode step of every other generating slot and
- * a chunk of each waiting prompt in a single bs_eval_multi call (one pass through the weights
- * for all of them: continuous batching). Evaluation is batch-invariant, so a request's greedy
+ * the prompts of slots that draft alone, then evaluates the decode step or speculative round of
+ * every generating slot and a chunk of each waiting prompt in a single bs_eval_multi call (one
+ * pass through the weights for all of them: continuous batching; drafting and plain slots share
+ * it). Evaluation is batch-invariant, so a request's greedy
  * output does not depend on what else runs. After each step a slot's new text and tokens are
  * copied into its task, which the connection threads stream from.
  *
@@ -64,6 +65,7 @@ srv_task *srv_task_new(void) {
     t->refs = 1;
     t->n_predict = -1;
     t->n_probs = -1;
+    t->n_keep = -1;
     t->slot = -1;
     t->sp = bs_sampler_default_params();
     t->loop = bs_loop_guard_default_params();
@@ -83,6 +85,7 @@ void srv_task_unref(srv_task *t) {
     pthread_mutex_unlock(&t->mu);
     if (left) return;
     free(t->prompt);
+    free(t->grammar);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->text);
     free(t->toks);
@@ -115,15 +118,14 @@ static void sync_task(slot *sl) {
         t->cap = BS_MAX(t->cap * 2, o.len + 64);
         t->text = bs_xrealloc(t->text, t->cap);
     }
-    memcpy(t->text + tf, o.text + tf, o.len - tf);
+    if (o.len > tf) memcpy(t->text + tf, o.text + tf, o.len - tf);
     t->len = o.len;
     t->text[t->len] = 0;
     if (o.n_toks > t->cap_toks) {
         t->cap_toks = BS_MAX(2 * t->cap_toks, o.n_toks + 64);
         t->toks = bs_xrealloc(t->toks, (size_t)t->cap_toks * sizeof *t->toks);
     }
-    if (o.n_toks > kf)   /* nothing yet (t->toks may still be NULL): no pointer arithmetic on it */
-        memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
+    if (o.n_toks > kf) memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
     t->n_toks = o.n_toks;
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;
@@ -169,6 +171,7 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
     pthread_mutex_lock(&t->mu);
     t->loop_res = st->loop;
     t->finish = why;
+    t->gen_stop = st->stop;
     if (why == SRV_FINISH_ERROR) snprintf(t->error, sizeof t->error, "%s", msg);
     t->done = true;
     pthread_cond_broadcast(&t->cv);
@@ -193,6 +196,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.bias_id = t->bias_id;
     r.bias = t->bias;
     r.n_bias = t->n_bias;
+    r.breakers = s->cfg.gen.breakers;   /* serve's --dry-sequence-breaker, or llama.cpp's */
+    r.n_breakers = s->cfg.gen.n_breakers;
     r.n_predict = t->n_predict;
     r.ignore_eos = t->ignore_eos;
     r.stop = (const char *const *)t->stop;
@@ -204,6 +209,9 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.ckpt_at = t->ckpt_at;
     r.ckpt_end = true;
     r.tool_tags = true;
+    r.grammar = t->grammar;
+    r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
+    r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
     const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
@@ -216,24 +224,30 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
 
 /* ---- one pass ------------------------------------------------------------------------------- */
 
-/* Slots that draft step alone (a prompt chunk with the taps the drafter reads, or a round); then
- * every other generating slot's next token and chunks of waiting prompts (PROMPT_BUDGET rows in
- * all) go through the weights together. */
+/* Prompt chunks of slots that draft step alone (with the taps the drafter reads); then every
+ * generating slot's next token or speculative round (anchor + drafts) and chunks of the other
+ * waiting prompts (PROMPT_BUDGET rows in all) go through the weights together. */
 static void step(srv_sched *s) {
-    for (int i = 0; i < s->cfg.n_slots; i++) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* prompts of drafting slots (their taps feed the drafter) */
         slot *sl = &s->slots[i];
-        if (!sl->task || !bs_gen_drafting(sl->gen)) continue;
+        if (!sl->task || !bs_gen_drafting(sl->gen) || !bs_gen_in_prompt(sl->gen)) continue;
         if (bs_gen_step(sl->gen, PROMPT_BUDGET)) finish(s, sl, NULL);
         else stepped(s, sl);
     }
+    int n_generating = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++)
+        n_generating += s->slots[i].task && !bs_gen_in_prompt(s->slots[i].gen);
     bs_batch_seq q[MAX_SLOTS];
     slot *who[MAX_SLOTS];
     int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
-    for (int i = 0; i < s->cfg.n_slots; i++) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* decode steps and speculative rounds */
         slot *sl = &s->slots[i];
-        if (sl->task && !bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
+        if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
+        bs_gen_set_shared_rows(sl->gen, n_generating - 1);   /* auto depth: what the pass costs */
+        if (bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
+        else if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
     }
-    for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {
+    for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {   /* chunks of waiting prompts */
         slot *sl = &s->slots[i];
         if (sl->task && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
             budget -= q[n].n;
@@ -336,10 +350,10 @@ static void *sched_main(void *arg) {
 
 static int slot_init(srv_sched *s, slot *sl, int id) {
     sl->id = id;
-    bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .pool = s->pool, .drafter = s->drafter,
+    bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .drafter = s->drafter,
                         .drafter_path = s->cfg.drafter, .draft_max = s->draft_max,
                         .draft_window = s->cfg.draft_window};
-    return (sl->gen = bs_gen_new(s->m, s->tok, &gp)) ? 0 : -1;
+    return (sl->gen = bs_gen_new_pooled(s->m, s->tok, &gp, s->pool)) ? 0 : -1;
 }
 
 srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met) {
@@ -357,7 +371,6 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->slots = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->slots);
     s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
     if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
-    if (!(s->batch = bs_batch_new(m, cfg->n_slots + PROMPT_BUDGET, cfg->n_slots, s->pool))) goto fail;
     if (cfg->drafter) {
         if (!(s->drafter = bs_dspark_load(cfg->drafter, NULL)) || bs_dspark_check_pair(s->drafter, m)) {
             bs_error_prefix("drafter %s: ", cfg->drafter);
@@ -366,6 +379,10 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
         bs_dspark_share_embeddings(s->drafter, m, false);
         s->draft_max = cfg->draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : cfg->draft_max;
     }
+    /* every slot's verify rows (anchor + a block of drafts) and the prompt chunks in one pass */
+    const int per_slot = s->drafter ? s->drafter->hp.block_size + 1 : 1;
+    if (!(s->batch = bs_batch_new(m, cfg->n_slots * per_slot + PROMPT_BUDGET, cfg->n_slots * per_slot, s->pool)))
+        goto fail;
     for (int i = 0; i < cfg->n_slots; i++) {
         if (slot_init(s, &s->slots[i], i)) goto fail;
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(bs_gen_session(s->slots[i].gen))};

@@ -15,6 +15,8 @@
 #ifndef BS_CHAT_TEMPLATE_H
 #define BS_CHAT_TEMPLATE_H
 
+#include "bitspark.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -34,18 +36,6 @@ typedef struct bs_chat_template {
 void bs_chat_template_detect(const char *tmpl, bs_chat_template *out);
 const char *bs_chat_kind_name(bs_chat_kind k);
 
-typedef struct bs_chat_tool_call {
-    const char *name;
-    const char *arguments;   /* JSON object as text (OpenAI sends a string); NULL: none */
-} bs_chat_tool_call;
-
-typedef struct bs_chat_msg {
-    const char *role;        /* system, user, assistant, tool */
-    const char *content;     /* NULL renders as "" */
-    const char *reasoning;   /* reasoning_content; NULL: take it from <think> in content */
-    const bs_chat_tool_call *tool_calls;
-    size_t n_tool_calls;
-} bs_chat_msg;
 
 typedef struct bs_chat_opts {
     const char *tools;       /* JSON array of tool definitions as text; NULL or "[]": none */

@@ -31,6 +31,8 @@ struct bs_tokenizer {
     int32_t *specials;       /* CONTROL/USER_DEFINED/UNKNOWN ids, longest text first */
     size_t n_specials;
     bs_pre_type pre;
+    bs_norm_mode norm;
+    const char *norm_source;
     bool ignore_merges, add_bos;
     int32_t bos, eos, eot, eom, pad;
 };
@@ -286,6 +288,16 @@ static int check_special_id(const bs_vocab_spec *sp, const char *what, int32_t i
     return 0;
 }
 
+static const char *const src_rule = "pre-tokenizer rule", *const src_key = BS_NORMALIZER_KEY;
+
+static int load_norm(bs_tokenizer *t, const bs_vocab_spec *sp) {
+    t->norm = bs_norm_for_pre(sp->pre ? sp->pre : "qwen35");
+    t->norm_source = src_rule;
+    if (!sp->normalizer) return 0;
+    t->norm_source = src_key;
+    return bs_norm_from_name(sp->normalizer, &t->norm) ? bs_error_prefix("%s: ", BS_NORMALIZER_KEY) : 0;
+}
+
 bs_tokenizer *bs_tokenizer_new(const bs_vocab_spec *sp) {
     if (sp->n_tokens < 256 || sp->n_tokens > INT32_MAX) {
         bs_error("vocabulary size %zu is not plausible for byte-level BPE", sp->n_tokens);
@@ -302,7 +314,7 @@ bs_tokenizer *bs_tokenizer_new(const bs_vocab_spec *sp) {
     uint32_t byte_cp[256];
     int16_t cp_byte[324];
     byte_maps(byte_cp, cp_byte);
-    if (bs_pre_from_name(sp->pre ? sp->pre : "qwen35", &t->pre, &t->ignore_merges) ||
+    if (bs_pre_from_name(sp->pre ? sp->pre : "qwen35", &t->pre, &t->ignore_merges) || load_norm(t, sp) ||
         load_texts(t, sp) || load_types(t, sp) || load_byte_tokens(t, byte_cp) || load_merges(t, sp)) {
         bs_tokenizer_free(t);
         return NULL;
@@ -356,6 +368,34 @@ static int32_t *read_types(const gguf_value *v) {
     return out;
 }
 
+/* tokenizer.ggml.normalizer: NULL when absent, else it must be a string. */
+static int gguf_normalizer(const gguf_file *f, const char **out) {
+    *out = NULL;
+    if (!gguf_find_kv(f, BS_NORMALIZER_KEY)) return 0;
+    if (!(*out = gguf_get_str(f, BS_NORMALIZER_KEY))) return bs_error("%s must be a string", BS_NORMALIZER_KEY);
+    return 0;
+}
+
+static const char *gguf_pre(const gguf_file *f) {
+    const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
+    return pre ? pre : "default";   /* old GGUFs: llama.cpp falls back to its default splitter too */
+}
+
+int bs_tokenizer_gguf_normalize(const gguf_file *f, bs_norm_mode *mode, const char **source) {
+    const char *name;
+    bs_pre_type pre;
+    bool ig;
+    if (gguf_normalizer(f, &name)) return -1;
+    if (name) {
+        *source = src_key;
+        return bs_norm_from_name(name, mode) ? bs_error_prefix("%s: ", BS_NORMALIZER_KEY) : 0;
+    }
+    if (bs_pre_from_name(gguf_pre(f), &pre, &ig)) return -1;   /* an unknown name is an error */
+    *mode = bs_norm_for_pre(gguf_pre(f));
+    *source = src_rule;
+    return 0;
+}
+
 static bs_tokenizer *from_gguf(const gguf_file *f) {
     const char *model = gguf_get_str(f, "tokenizer.ggml.model");
     if (!model) { bs_error("missing tokenizer.ggml.model"); return NULL; }
@@ -363,11 +403,10 @@ static bs_tokenizer *from_gguf(const gguf_file *f) {
         bs_error("tokenizer.ggml.model is '%s'; only 'gpt2' (byte-level BPE) is supported", model);
         return NULL;
     }
-    const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
-    if (!pre) {   /* old GGUFs: llama.cpp falls back to its default splitter too */
+    if (!gguf_get_str(f, "tokenizer.ggml.pre"))
         bs_log(1, "tokenizer: no tokenizer.ggml.pre in the file, using the 'default' pre-tokenizer\n");
-        pre = "default";
-    }
+    const char *pre = gguf_pre(f), *norm;
+    if (gguf_normalizer(f, &norm)) return NULL;
     const gguf_value *tv = find_array(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, true);
     if (!tv) return NULL;
     const gguf_value *mv = find_array(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, true);
@@ -377,7 +416,7 @@ static bs_tokenizer *from_gguf(const gguf_file *f) {
         bs_error("tokenizer.ggml.token_type must be an array with one entry per token");
         return NULL;
     }
-    bs_vocab_spec sp = {.n_tokens = tv->n, .n_merges = mv->n, .pre = pre};
+    bs_vocab_spec sp = {.n_tokens = tv->n, .n_merges = mv->n, .pre = pre, .normalizer = norm};
     if (get_token_id(f, "tokenizer.ggml.bos_token_id", &sp.bos_id) ||
         get_token_id(f, "tokenizer.ggml.eos_token_id", &sp.eos_id) ||
         get_token_id(f, "tokenizer.ggml.eot_token_id", &sp.eot_id) ||
@@ -415,6 +454,15 @@ const char *bs_tokenizer_pre_name(const bs_tokenizer *t) { return bs_pre_name(t-
 int32_t bs_token_bos(const bs_tokenizer *t) { return t->bos; }
 int32_t bs_token_eos(const bs_tokenizer *t) { return t->eos; }
 bool bs_tokenizer_add_bos(const bs_tokenizer *t) { return t->add_bos; }
+
+int bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode) {
+    if ((unsigned)mode > BS_NORM_NFKD) return bs_error("normalization mode %d is not one of bs_norm_mode", (int)mode);
+    t->norm = mode;
+    t->norm_source = "override";
+    return 0;
+}
+bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t) { return t->norm; }
+const char *bs_tokenizer_normalize_source(const bs_tokenizer *t) { return t->norm_source; }
 
 const char *bs_token_text(const bs_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab ? tok_text(t, id) : NULL;
@@ -554,8 +602,8 @@ static void bpe_word(const bs_tokenizer *t, bpe_work *w, const unsigned char *s,
     for (int32_t i = 0; i >= 0; i = w->next[i]) push_id(out, w->id[i]);
 }
 
-/* Pre-tokenize one special-free fragment and BPE each word. */
-static void tokenize_fragment(const bs_tokenizer *t, const char *s, size_t len, bpe_work *w, idvec *out) {
+/* Pre-tokenize one special-free, normalized fragment and BPE each word. */
+static void split_and_merge(const bs_tokenizer *t, const char *s, size_t len, bpe_work *w, idvec *out) {
     uint32_t *cps = bs_xmalloc((len + 1) * sizeof(uint32_t));
     size_t *boff = bs_xmalloc((len + 1) * sizeof(size_t)), *lens = bs_xmalloc((len + 1) * sizeof(size_t));
     size_t n = 0, i = 0;
@@ -572,6 +620,17 @@ static void tokenize_fragment(const bs_tokenizer *t, const char *s, size_t len, 
         c += lens[j];
     }
     free(cps); free(boff); free(lens);
+}
+
+/* Each fragment between special tokens is normalized on its own, as HF does: its added tokens
+ * (normalized: false in Qwen's files) are cut out of the raw text first. */
+static int tokenize_fragment(const bs_tokenizer *t, const char *s, size_t len, bpe_work *w, idvec *out) {
+    char *norm;
+    size_t nlen;
+    if (bs_normalize(t->norm, s, len, &norm, &nlen)) return -1;
+    split_and_merge(t, norm ? norm : s, nlen, w, out);
+    free(norm);
+    return 0;
 }
 
 typedef struct { size_t off, len; int32_t id; } frag;   /* id < 0: raw text */
@@ -626,12 +685,14 @@ int bs_tokenize(const bs_tokenizer *t, const char *text, size_t len, bool parse_
     idvec out = {0};
     bpe_work w = {0};
     fragvec frags = split_specials(t, text, len, parse_special);
-    for (size_t i = 0; i < frags.n; i++) {
+    int rc = 0;
+    for (size_t i = 0; i < frags.n && rc == 0; i++) {
         if (frags.v[i].id >= 0) push_id(&out, frags.v[i].id);
-        else tokenize_fragment(t, text + frags.v[i].off, frags.v[i].len, &w, &out);
+        else rc = tokenize_fragment(t, text + frags.v[i].off, frags.v[i].len, &w, &out);
     }
     free(frags.v);
     free(w.id); free(w.prev); free(w.next); free(w.heap); free(w.enc);
+    if (rc) { free(out.v); return -1; }
     *ids = out.v ? out.v : bs_xmalloc(sizeof(int32_t));
     *n = out.n;
     return 0;

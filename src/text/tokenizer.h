@@ -3,15 +3,21 @@
  *
  * Pipeline of bs_tokenize: (1) the text must be valid UTF-8; (2) special tokens are cut out:
  * USER_DEFINED tokens always, CONTROL/UNKNOWN tokens only with parse_special, longest token
- * text first (llama.cpp's order); (3) each remaining fragment is split into words by the
- * pre-tokenizer named in `tokenizer.ggml.pre` (pretokenize.h); (4) each word's bytes are
- * merged by BPE rank (lowest rank first, leftmost first on ties). No BOS is added; callers
- * that want one check bs_tokenizer_add_bos(). No Unicode normalization (llama.cpp applies
- * none either). */
+ * text first (llama.cpp's order), matched on the text as given; (3) each remaining fragment is
+ * Unicode-normalized as the vocabulary's HF tokenizer does (normalize.h: NFC for qwen35/qwen2,
+ * from `tokenizer.ggml.normalizer` when the GGUF has it), which is where bitspark departs
+ * from llama.cpp (no normalization; bs_tokenizer_set_normalize(t, BS_NORM_NONE) gives its
+ * ids); (4) the fragment is split into words by the pre-tokenizer named in
+ * `tokenizer.ggml.pre` (pretokenize.h); (5) each word's bytes are merged by BPE rank (lowest
+ * rank first, leftmost first on ties). No BOS is added; callers that want one check
+ * bs_tokenizer_add_bos(). Detokenization gives back the bytes the tokens hold: the normalized
+ * text, never the original spelling. */
 #ifndef BS_TOKENIZER_H
 #define BS_TOKENIZER_H
 
+#include "bitspark.h"
 #include "formats/gguf.h"
+#include "text/normalize.h"
 #include "text/pretokenize.h"
 
 #include <stdbool.h>
@@ -36,12 +42,13 @@ typedef struct bs_vocab_spec {
     const char *const *merges;   /* "left right", rank = index */
     const size_t *merge_lens;    /* NULL: NUL-terminated */
     const char *pre;             /* pre-tokenizer name; NULL means "qwen35" */
+    const char *normalizer;      /* "none", "nfc", ...; NULL: the pre-tokenizer's rule */
     int32_t bos_id, eos_id, eot_id, eom_id, pad_id;   /* -1: none */
     bool add_bos;
 } bs_vocab_spec;
 
 bs_tokenizer *bs_tokenizer_new(const bs_vocab_spec *spec);
-/* Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,*_token_id,add_bos_token}. */
+/* Reads tokenizer.ggml.{model,pre,normalizer,tokens,token_type,merges,*_token_id,add_bos_token}. */
 bs_tokenizer *bs_tokenizer_from_gguf(const gguf_file *f);
 void bs_tokenizer_free(bs_tokenizer *t);
 
@@ -50,6 +57,18 @@ const char *bs_tokenizer_pre_name(const bs_tokenizer *t);
 int32_t bs_token_bos(const bs_tokenizer *t);   /* -1 if none */
 int32_t bs_token_eos(const bs_tokenizer *t);
 bool bs_tokenizer_add_bos(const bs_tokenizer *t);
+
+/* The Unicode normalization applied to the text between special tokens (normalize.h). It comes
+ * from the vocabulary (see bs_tokenizer_normalize_source); set_normalize overrides it, e.g.
+ * BS_NORM_NONE for llama.cpp's ids (-1 with bs_error for a value outside the enum). Set it before
+ * the tokenizer is shared: it is not synchronized with a concurrent bs_tokenize. */
+int bs_tokenizer_set_normalize(bs_tokenizer *t, bs_norm_mode mode);
+bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
+/* Where the mode came from: "tokenizer.ggml.normalizer", "pre-tokenizer rule" or "override". */
+const char *bs_tokenizer_normalize_source(const bs_tokenizer *t);
+/* The mode a GGUF's tokenizer metadata selects and where it comes from (as above), without
+ * loading the vocabulary: -1 with bs_error if tokenizer.ggml.normalizer or .pre is invalid. */
+int bs_tokenizer_gguf_normalize(const gguf_file *f, bs_norm_mode *mode, const char **source);
 
 /* Tokenize text[0..len). On success *ids is a malloc'd array (free()) of *n ids. Invalid UTF-8
  * gives -1 with an error naming the byte offset. */

@@ -1,7 +1,8 @@
 /* convert_hf_vocab.c: the tokenizer part of hf-to-gguf (qwen35-arch.md §6): tokenizer.json's
  * BPE vocabulary, merges and added tokens, tokenizer_config.json's special tokens and chat
  * template, written as llama.cpp's converter writes them (gpt2 model, qwen35 pre-tokenizer,
- * [PAD{i}] UNUSED fill up to the embedding's row count, added special tokens CONTROL). */
+ * [PAD{i}] UNUSED fill up to the embedding's row count, added special tokens CONTROL), plus
+ * tokenizer.ggml.normalizer (text/normalize.h) from tokenizer.json's normalizer. */
 #include "tools/convert.h"
 #include "formats/gguf.h"
 #include "io/hf_config.h"
@@ -106,6 +107,28 @@ static int write_merges(gguf_writer *w, const json_t *tj) {
     return rc;
 }
 
+/* tokenizer.json's "normalizer" as a tokenizer.ggml.normalizer value: null (or none) -> "none";
+ * NFC, NFD, NFKC, NFKD, alone or as the one member of a Sequence -> that form. Anything else
+ * (Lowercase, Replace, several steps...) bitspark cannot apply: "none" with a note, which is
+ * what llama.cpp does with every normalizer. */
+static const char *normalizer_name(const json_t *tj) {
+    const json_t *n = json_object_get(tj, "normalizer");
+    if (!n || json_is_null(n)) return "none";
+    const char *type = hf_str(n, "type", "?");
+    const json_t *seq = json_object_get(n, "normalizers");
+    if (type && !strcmp(type, "Sequence") && json_array_size(seq) == 1) {
+        n = json_array_get(seq, 0);
+        type = hf_str(n, "type", "?");
+    }
+    bs_norm_mode m;
+    if (type && (!strcmp(type, "NFC") || !strcmp(type, "NFD") || !strcmp(type, "NFKC") || !strcmp(type, "NFKD")) &&
+        bs_norm_from_name(type, &m) == 0)
+        return bs_norm_name(m);
+    fprintf(stderr, "note: tokenizer.json normalizer '%s' is not supported; recorded %s = none\n",
+            type ? type : "?", BS_NORMALIZER_KEY);
+    return "none";
+}
+
 static int64_t find_token(const vocab *v, const char *text) {
     for (int64_t i = 0; i < v->n; i++)
         if (!strcmp(v->tok[i], text)) return i;
@@ -179,6 +202,7 @@ int bs_hf_write_vocab(gguf_writer *w, const char *dir, int64_t n_vocab, const js
     if (!rc) {
         gguf_w_set_str(w, "tokenizer.ggml.model", "gpt2");
         gguf_w_set_str(w, "tokenizer.ggml.pre", "qwen35");
+        gguf_w_set_str(w, BS_NORMALIZER_KEY, normalizer_name(tj));
         gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n);
         gguf_w_set_arr_i32(w, "tokenizer.ggml.token_type", v.type, (uint64_t)v.n);
         rc = write_merges(w, tj);

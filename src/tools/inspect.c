@@ -3,6 +3,7 @@
 #include "tools/inspect.h"
 #include "io/hf_config.h"
 #include "formats/quant.h"
+#include "text/tokenizer.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -286,6 +287,24 @@ static void describe_adapter(const gguf_file *f, json_t *model, const json_t *te
 }
 
 /* --- GGUF ---------------------------------------------------------------------------------- */
+/* "tokenizer": {model, pre, normalization, normalization_source} for files with a vocabulary;
+ * an invalid normalizer key shows as normalization null with the error. */
+static json_t *describe_tokenizer(const gguf_file *f) {
+    const char *model = gguf_get_str(f, "tokenizer.ggml.model");
+    if (!model || !strcmp(model, "none")) return NULL;
+    const char *pre = gguf_get_str(f, "tokenizer.ggml.pre"), *src = NULL;
+    bs_norm_mode m;
+    json_t *t = json_pack("{s:s, s:s}", "model", model, "pre", pre ? pre : "default");
+    if (bs_tokenizer_gguf_normalize(f, &m, &src) == 0) {
+        json_object_set_new(t, "normalization", json_string(bs_norm_name(m)));
+        json_object_set_new(t, "normalization_source", json_string(src));
+    } else {
+        json_object_set_new(t, "normalization", json_null());
+        json_object_set_new(t, "normalization_error", json_string(bs_last_error()));
+    }
+    return t;
+}
+
 json_t *bs_inspect_gguf(const gguf_file *f) {
     json_t *info = json_object(), *meta = json_object(), *tensors = json_array();
     json_object_set_new(info, "file", json_string(f->path));
@@ -333,6 +352,8 @@ json_t *bs_inspect_gguf(const gguf_file *f) {
         json_object_set_new(model, "description", json_string(desc));
     }
     json_object_set_new(info, "model", model);
+    json_t *tok = describe_tokenizer(f);
+    if (tok) json_object_set_new(info, "tokenizer", tok);
     json_object_set_new(info, "metadata", meta);
     json_object_set_new(info, "tensors", tensors);
     json_object_set_new(info, "totals", totals);
@@ -547,6 +568,16 @@ static void print_shape(char *buf, size_t n, const json_t *shape) {
     if ((size_t)k < n) snprintf(buf + k, n - (size_t)k, "]");
 }
 
+/* One line: which vocabulary, and which Unicode normalization bitspark applies to its text. */
+static void print_tokenizer(FILE *out, const json_t *tok) {
+    if (!tok) return;
+    const char *norm = json_string_value(json_object_get(tok, "normalization"));
+    fprintf(out, "tokenizer: %s, pre-tokenizer %s, normalization ", json_string_value(json_object_get(tok, "model")),
+            json_string_value(json_object_get(tok, "pre")));
+    if (norm) fprintf(out, "%s (%s)\n", norm, json_string_value(json_object_get(tok, "normalization_source")));
+    else fprintf(out, "invalid: %s\n", json_string_value(json_object_get(tok, "normalization_error")));
+}
+
 void bs_inspect_print(FILE *out, const json_t *info) {
     char b1[64], b2[64];
     const char *fmt = json_string_value(json_object_get(info, "format"));
@@ -560,6 +591,7 @@ void bs_inspect_print(FILE *out, const json_t *info) {
         fprintf(out, "format:   safetensors, %zu file(s), %s\n",
                 json_array_size(json_object_get(info, "files")), b1);
     fprintf(out, "model:    %s\n", bs_inspect_description(info));
+    print_tokenizer(out, json_object_get(info, "tokenizer"));
     const json_t *meta = json_object_get(info, "metadata");
     fprintf(out, "\nmetadata (%zu):\n", json_object_size(meta));
     const char *k;

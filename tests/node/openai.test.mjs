@@ -164,6 +164,36 @@ test('tools: offered tools render, a tool call round trip renders, tool_calls sh
   assert.match(p.prompt, /get_weather/);
 });
 
+test('constrained output: response_format json_object / json_schema, grammar, tool_choice', async () => {
+  const schema = { type: 'object', properties: { city: { enum: ['Paris', 'Rome', 'Oslo'] }, n: { type: 'integer' },
+    ok: { type: 'boolean' }, tags: { type: 'array', items: { type: 'string', maxLength: 6 }, maxItems: 2 } },
+    required: ['city', 'n', 'ok'] };
+  const a = await client.chat.completions.create({ model: 'x', messages: msgs('Answer in JSON'), max_tokens: 96,
+    temperature: 0, response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } } });
+  const doc = JSON.parse(a.choices[0].message.content);
+  assert.ok(['Paris', 'Rome', 'Oslo'].includes(doc.city) && Number.isInteger(doc.n) && typeof doc.ok === 'boolean', a.choices[0].message.content);
+  for (const k of Object.keys(doc)) assert.ok(k in schema.properties, k);
+  assert.equal(a.choices[0].finish_reason, 'stop');
+  const o = await client.chat.completions.create({ model: 'x', messages: msgs('JSON please'), max_tokens: 200,
+    temperature: 0.8, seed: 3, response_format: { type: 'json_object' } });
+  if (o.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(o.choices[0].message.content), 'object');
+  else assert.match(o.choices[0].message.content, /^\{/);   /* cut by max_tokens: still the start of an object */
+  const g = await client.completions.create({ model: 'x', prompt: 'Colour:', max_tokens: 16, temperature: 0.9, seed: 5,
+    grammar: 'root ::= ("red" | "green" | "blue") ("," " "? ("red" | "green" | "blue")){0,2}' });
+  assert.match(g.choices[0].text, /^(red|green|blue)(, ?(red|green|blue)){0,2}$/);
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+    properties: { city: { type: 'string', maxLength: 8 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'] } } },
+    { type: 'function', function: { name: 'noop' } }];
+  const t = await client.chat.completions.create({ model: 'x', messages: msgs('Weather?'), max_tokens: 96, temperature: 0,
+    tools, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  const call = t.choices[0].message.tool_calls?.[0];
+  assert.ok(call, JSON.stringify(t.choices[0].message));
+  assert.equal(call.function.name, 'get_weather');
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(typeof args.city === 'string' && ['c', 'f'].includes(args.unit), call.function.arguments);
+  assert.equal(t.choices[0].finish_reason, 'tool_calls');
+});
+
 test('errors surface as APIError with the OpenAI shape', async () => {
   await assert.rejects(client.chat.completions.create({ model: 'x', messages: [], max_tokens: 2 }),
     (e) => e.status === 400 && e.error?.type === 'invalid_request_error');

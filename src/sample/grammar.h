@@ -1,0 +1,60 @@
+/* grammar.h: constrained decoding with GBNF grammars (llama.cpp's grammar format) and the JSON
+ * schemas that compile to them.
+ *
+ * A grammar is compiled into rules of alternatives of elements (a character class or a rule
+ * reference); repetitions, optionals and groups become rules of their own. Matching keeps the
+ * set of parse stacks (the pushdown automaton's configurations) after the text generated so far;
+ * a token is allowed when its text's code points advance at least one stack. The mask over the
+ * vocabulary walks a trie of every token's code points with those stacks, so a prefix that no
+ * stack takes is cut with all the tokens below it (no scan of the vocabulary per step).
+ * End-of-generation tokens are allowed once some stack is complete.
+ *
+ * Limits: tokens whose text is not whole UTF-8 (byte pieces) and control tokens other than
+ * end-of-generation are never allowed under a grammar; left-recursive rules are refused. */
+#ifndef BS_GRAMMAR_H
+#define BS_GRAMMAR_H
+
+#include "text/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct bs_grammar bs_grammar;
+
+/* Compile GBNF text; the start rule is `root`. NULL + bs_error with the line of a syntax error,
+ * an undefined rule or left recursion. */
+bs_grammar *bs_grammar_parse(const char *gbnf);
+void bs_grammar_free(bs_grammar *g);
+
+/* GBNF of a JSON schema (grammar_schema.c): objects (properties, required), arrays (items,
+ * minItems, maxItems), strings (enum, const), numbers, integers, booleans, null, enum, const,
+ * anyOf / oneOf, $ref into #/$defs or #/definitions. malloc'd; NULL + bs_error on what it does not
+ * support. schema NULL: any JSON object (response_format json_object). */
+char *bs_grammar_from_json_schema(const char *schema);
+/* GBNF of one call of the OpenAI-style tools (a JSON array; only: that function, or NULL: any of
+ * them), in the JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, the
+ * arguments following each tool's parameter schema. malloc'd; NULL + bs_error. */
+char *bs_grammar_for_tools(const char *tools, const char *only);
+
+/* A tokenizer's tokens as a trie of code points (built once per tokenizer; shared read-only). */
+typedef struct bs_grammar_vocab bs_grammar_vocab;
+bs_grammar_vocab *bs_grammar_vocab_new(const bs_tokenizer *tok);
+void bs_grammar_vocab_free(bs_grammar_vocab *v);
+
+/* Matching state: what the generated text so far leaves open. */
+typedef struct bs_grammar_state bs_grammar_state;
+bs_grammar_state *bs_grammar_state_new(const bs_grammar *g, const bs_grammar_vocab *v);
+void bs_grammar_state_free(bs_grammar_state *s);
+void bs_grammar_state_reset(bs_grammar_state *s);   /* back to the start */
+/* Advance by token id: 0, or -1 when the grammar does not allow it (the state is unchanged). */
+int bs_grammar_accept(bs_grammar_state *s, int32_t id);
+bool bs_grammar_allows(const bs_grammar_state *s, int32_t id);
+/* Advance by UTF-8 text (tests, prefilled text): 0, or -1 when it does not match (unchanged). */
+int bs_grammar_accept_text(bs_grammar_state *s, const char *text);
+/* How many of ids[0..n) in a row the grammar would accept from here (the state is unchanged). */
+int bs_grammar_valid_prefix(bs_grammar_state *s, const int32_t *ids, int n);
+bool bs_grammar_complete(const bs_grammar_state *s);
+/* logits[id] = -inf for every token the grammar does not allow now (n_vocab entries). */
+void bs_grammar_mask(bs_grammar_state *s, float *logits, int n_vocab);
+
+#endif

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# test_library.sh: libbitspark as an embedder gets it. `cmake --install` into a temporary prefix;
+# the shared library exports exactly the BS_API functions of bitspark.h (nothing internal);
+# examples/simple.c and examples/spec.c, built with the installed header and pkg-config file
+# (shared and static), generate on the trained tiny pair in models/: simple's text equals
+# `bitspark run`'s greedy text, spec's (with the drafter) equals simple's, and spec reports its
+# acceptance.
+set -u
+B=${BITSPARK:?}; SRC=${BS_SRC:?}; BUILD=${BS_BUILD:?}; T=${BS_TMP:?}/library
+CC=${BS_CC:-cc}; FLAGS=${BS_SANITIZE_FLAGS:-}
+pass=0; fail=0
+ok() { echo "ok   $1"; pass=$((pass+1)); }
+bad() { echo "FAIL $1"; fail=$((fail+1)); }
+rm -rf "$T"; mkdir -p "$T"
+M=$SRC/models/bonsai-tiny-q1_0.gguf; D=$SRC/models/bonsai-tiny-dspark.gguf
+P="The quick brown fox"
+
+cmake --install "$BUILD" --prefix "$T/prefix" >"$T/install.log" 2>&1 && ok "cmake --install" || bad "install: $(tail -3 "$T/install.log")"
+pc=$(find "$T/prefix" -name bitspark.pc | head -1)
+so=$(find "$T/prefix" -name 'libbitspark.so.0' | head -1)
+[ -n "$pc" ] && [ -n "$so" ] && [ -f "$T/prefix/include/bitspark.h" ] && [ -x "$T/prefix/bin/bitspark" ] \
+  && ok "installed: bin, header, libbitspark.so.0, bitspark.pc" || bad "install tree incomplete: $(find "$T/prefix" -type f | head)"
+[ "$(readelf -d "$so" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')" = libbitspark.so.0 ] && ok "soname libbitspark.so.0" || bad "soname"
+
+# exports: exactly the BS_API functions of the header
+grep -oE 'BS_API [^(;]*\b(bs|bitspark)_[a-z0-9_]+\(' "$SRC/include/bitspark.h" | grep -oE '(bs|bitspark)_[a-z0-9_]+\($' | tr -d '(' | sort -u >"$T/declared"
+nm -D --defined-only "$so" | awk '$2 ~ /[TDBRVW]/ {print $3}' | sort -u >"$T/exported"
+[ "$(wc -l <"$T/declared")" -gt 40 ] && ok "header declares $(wc -l <"$T/declared") functions" || bad "header parse"
+extra=$(comm -13 "$T/declared" "$T/exported" | tr '\n' ' '); missing=$(comm -23 "$T/declared" "$T/exported" | tr '\n' ' ')
+[ -z "$extra" ] && ok "nothing exported beyond bitspark.h" || bad "exported but not public: $extra"
+[ -z "$missing" ] && ok "every public function exported" || bad "declared but not exported: $missing"
+
+export PKG_CONFIG_PATH=$(dirname "$pc")
+for ex in simple spec; do
+  if $CC $FLAGS -std=c11 -Wall -Wextra -Werror "$SRC/examples/$ex.c" $(pkg-config --cflags --libs bitspark) -o "$T/$ex" 2>"$T/$ex.cc"; then
+    ok "examples/$ex.c builds against the installed shared library"
+  else bad "$ex build: $(head -5 "$T/$ex.cc")"; fi
+done
+if $CC $FLAGS -std=c11 "$SRC/examples/simple.c" $(pkg-config --cflags bitspark) "$(dirname "$so")/libbitspark.a" \
+     $(pkg-config --libs jansson libmicrohttpd libutf8proc) -lpthread -lm -o "$T/simple-static" 2>"$T/static.cc"; then
+  ok "examples/simple.c links the static library"
+else bad "static link: $(head -5 "$T/static.cc")"; fi
+
+export LD_LIBRARY_PATH=$(dirname "$so")
+ldd "$T/simple" 2>/dev/null | grep -q "$(dirname "$so")/libbitspark.so.0" && ok "simple uses the installed .so" || bad "simple does not load the installed .so: $(ldd "$T/simple" | grep bitspark)"
+"$B" run -m "$M" -p "$P" -n 24 --temp 0 -t 1 -q >"$T/run.txt" 2>"$T/run.err" || bad "bitspark run: $(tail -2 "$T/run.err")"
+"$T/simple" "$M" "$P" 24 >"$T/simple.txt" 2>"$T/simple.err" && ok "simple runs" || bad "simple: $(tail -2 "$T/simple.err")"
+"$T/simple-static" "$M" "$P" 24 >"$T/static.txt" 2>/dev/null || bad "simple-static failed"
+"$T/spec" "$M" "$D" "$P" 24 >"$T/spec.txt" 2>"$T/spec.err" && ok "spec runs" || bad "spec: $(tail -2 "$T/spec.err")"
+[ -s "$T/simple.txt" ] && cmp -s "$T/run.txt" "$T/simple.txt" && ok "simple's text equals bitspark run's" \
+  || bad "simple vs run: [$(head -c 200 "$T/simple.txt")] vs [$(head -c 200 "$T/run.txt")]"
+cmp -s "$T/simple.txt" "$T/static.txt" && ok "static build: the same text" || bad "static text differs"
+cmp -s "$T/simple.txt" "$T/spec.txt" && ok "spec (drafter) text equals simple's (lossless)" \
+  || bad "spec vs simple: [$(head -c 200 "$T/spec.txt")] vs [$(head -c 200 "$T/simple.txt")]"
+grep -qE 'drafted [1-9][0-9]*, accepted [0-9]+ \(acceptance [0-9.]+%\)' "$T/spec.err" && ok "spec reports acceptance: $(grep -o 'acceptance [0-9.]*%' "$T/spec.err")" \
+  || bad "spec acceptance line: $(tail -1 "$T/spec.err")"
+"$T/simple" "$T/no-such.gguf" hi >/dev/null 2>"$T/err.txt"; rc=$?
+[ $rc -ne 0 ] && grep -q "no-such.gguf" "$T/err.txt" && ok "a missing model: clean error" || bad "missing model: rc $rc $(cat "$T/err.txt")"
+echo "test_library: $pass passed, $fail failed"
+[ $fail -eq 0 ]
