@@ -1,6 +1,6 @@
 /* fuzz_http.c: libFuzzer target for the server's request handling: headers -> the Host / CORS /
  * content-type / API-key checks, and body -> JSON -> task mapping for every endpoint (chat,
- * completions, tokenize, detokenize, apply-template, the GET routes), on a real server over the
+ * completions, tokenize, detokenize, apply-template, embeddings, the GET routes), on a real server over the
  * tiny fixture model (BS_FUZZ_MODEL) with its scheduler running.
  *
  * Input: one selector byte (endpoint and method), then header lines "Name: value\n" up to an
@@ -29,7 +29,7 @@ static const struct { const char *method, *url; } ROUTES[] = {
     {"GET", "/v1/models"},            {"GET", "/props"},           {"GET", "/slots"},
     {"GET", "/metrics"},              {"DELETE", "/slots"},        {"FOO", "/v1/chat/completions"},
     {"POST", "/nothing?x=1"},         {"HEAD", "/"},               {"POST", "/chat/completions"},
-    {"POST", "/completions"},
+    {"POST", "/completions"},         {"POST", "/completion"},     {"POST", "/v1/embeddings"},
 };
 
 static void start(void) {
@@ -47,8 +47,10 @@ static void start(void) {
     c.api_key = "fuzz-key";
     c.cors = "https://a.example, http://localhost:3000";
     c.allowed_hosts = "bitspark.lan";
-    c.draft_max = SRV_DRAFT_DEFAULT;
+    c.draft_max = BS_DRAFT_AUTO;
     c.loop = bs_loop_guard_default_params();
+    bs_engine_opts_init(&c.gen);    /* the requests' sampling defaults, as serve sets them */
+    c.embeddings = true;
     bs_log_level = 0;
     if (srv_start(&S, &c)) { fprintf(stderr, "fuzz_http: %s\n", bs_last_error()); abort(); }
     started = true;

@@ -6,7 +6,7 @@ a non-streaming request abandoned mid-generation, malformed JSON and a bad field
 OpenAI error), tokenize. Then: every valid request answered correctly, every bad one a 400, no
 slot left processing, /health ok, and the RSS no more than 2 x (RSS after warm-up) + 64 MiB.
 Prints one JSON line; exit 0 when all holds."""
-import http.client, json, random, socket, sys, threading, time
+import http.client, json, os, random, socket, sys, threading, time
 from urllib.parse import urlparse
 
 url, pid, secs, workers = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
@@ -134,9 +134,12 @@ health = req('GET', '/health')[0] == 200
 rss1 = rss_kb()
 bound = 2 * rss0 + 64 * 1024
 total_bad = sum(v[1] for v in counts.values())
-ok = total_bad == 0 and idle and health and rss1 < bound and sum(v[0] for v in counts.values()) > 0
+# ASan keeps freed memory in its quarantine (256 MB): RSS says nothing there, so the bound is
+# checked in plain builds only (LeakSanitizer checks the sanitizer build at exit instead)
+rss_checked = os.environ.get('BS_SANITIZED') != '1'
+ok = total_bad == 0 and idle and health and (rss1 < bound or not rss_checked) and sum(v[0] for v in counts.values()) > 0
 print(json.dumps({'ok': ok, 'seconds': secs, 'workers': workers, 'counts': {k: v[0] for k, v in counts.items()},
                   'failures': total_bad, 'first_failures': bad, 'slots_idle': idle, 'healthy': health,
                   'rss_start_mb': round(rss0 / 1024, 1), 'rss_end_mb': round(rss1 / 1024, 1),
-                  'rss_bound_mb': round(bound / 1024, 1)}))
+                  'rss_bound_mb': round(bound / 1024, 1), 'rss_checked': rss_checked}))
 sys.exit(0 if ok else 1)

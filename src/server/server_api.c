@@ -355,16 +355,23 @@ int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span
     return 0;
 }
 
+/* A lower bound of the tokens of `bytes` bytes of text: no token is longer than s->max_piece
+ * bytes, and Unicode normalization (NFC) composes at most a few bytes into one character, so
+ * allow it a factor of 4. 0 when unknown. */
+static size_t min_tokens(const srv *s, size_t bytes) {
+    return s->max_piece > 0 ? bytes / ((size_t)s->max_piece * 4) : 0;
+}
+
 /* Tokenize (spans: see srv_tokenize_prompt; NULL for a raw completion prompt, whose specials are
  * parsed), BOS if the vocab wants one; then check it fits. A prompt whose bytes alone prove it
- * longer than the context (no token is longer than s->max_piece bytes) is refused before any
- * tokenizing: an 8 MB body costs no tokenizer memory. */
+ * longer than the context (min_tokens) is refused before any tokenizing: an 8 MB body costs
+ * no tokenizer memory. */
 static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
                        srv_reply *r) {
     size_t bad;
     const int n_ctx = srv_sched_n_ctx(s->sched);
-    if (s->max_piece > 0 && len / (size_t)s->max_piece >= (size_t)n_ctx) {
-        exceed_context(r, (long)(len / (size_t)s->max_piece), n_ctx, true);
+    if (min_tokens(s, len) >= (size_t)n_ctx) {
+        exceed_context(r, (long)min_tokens(s, len), n_ctx, true);
         return false;
     }
     if (!bs_utf8_valid(text, len, &bad)) {
@@ -615,8 +622,8 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     size_t text_bytes = 0;
     for (size_t i = 0; i < c.n; i++) text_bytes += rendered_at_least(&c.msgs[i]);
     const int n_ctx = srv_sched_n_ctx(s->sched);
-    if (s->max_piece > 0 && text_bytes / (size_t)s->max_piece >= (size_t)n_ctx) {
-        exceed_context(r, (long)(text_bytes / (size_t)s->max_piece), n_ctx, true);
+    if (min_tokens(s, text_bytes) >= (size_t)n_ctx) {
+        exceed_context(r, (long)min_tokens(s, text_bytes), n_ctx, true);
         goto fail;
     }
     bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
