@@ -20,23 +20,9 @@ import sys
 
 import numpy as np
 
-MODELS = ['tiny-f32', 'tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q1_0-q6k', 'tiny-q4_1', 'tiny-q8_0']
-F32_WORST, Q_MEDIAN, Q_WORST, MARGIN, TAPS_BOUND = 1e-3, 3e-2, 6e-2, 0.3, 1e-4
+from fixture_lib import MODELS, F32_WORST, Q_MEDIAN, Q_WORST, MARGIN, TAPS_BOUND, failures, fail, env
+
 SKIP = 77
-
-failures = []
-
-
-def fail(msg):
-    print('FAIL: ' + msg)
-    failures.append(msg)
-
-
-def env(name):
-    v = os.environ.get(name)
-    if not v:
-        sys.exit('%s is not set (run through ctest)' % name)
-    return v
 
 
 BITSPARK, FIX, TMP, SRC = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP'), env('BS_SRC')
