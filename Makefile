@@ -30,7 +30,7 @@ test:
 
 arm64:
 	@tools/deps.sh arm64
-	@cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake --no-warn-unused-cli >/dev/null
+	@cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DBS_VULKAN=OFF --no-warn-unused-cli >/dev/null
 	@cmake --build build-aarch64 -j $(JOBS)
 
 fuzz:

@@ -10,6 +10,11 @@
  *  - matrices split by rows (a small maxStorageBufferRange forced), with the plain int8 sums
  *    instead of dp4a, give the same bits;
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
+/* GCC 12's aarch64 vectorizer crashes (internal compiler error in vect_transform_reduction) on
+ * this file's reference reductions, which need not be vectorized. */
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-vectorize")
+#endif
 #include "test.h"
 #include "vulkan/backend.h"
 #include "formats/quant.h"
