@@ -24,7 +24,7 @@ if [ ${#models[@]} -eq 0 ]; then
 fi
 [ ${#models[@]} -eq ${#drafters[@]} ] || { echo "give one -md per -m" >&2; exit 2; }
 T=$(mktemp -d); MAIN=$BASHPID
-cleanup() { [ "$BASHPID" = "$MAIN" ] || return 0; kill $(jobs -p) 2>/dev/null; rm -rf "$T"; }   # not in subshells
+cleanup() { [ "$BASHPID" = "$MAIN" ] || return 0; kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"; }   # not in subshells
 trap cleanup EXIT
 
 start() {   # args...: a server on a free loopback port; sets URL and PID
