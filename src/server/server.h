@@ -253,6 +253,8 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
 void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...);
 void srv_reply_json(srv_reply *r, int status, struct json_t *j);   /* steals j */
+/* The model's id in answers and /v1/models: --alias, else the file name. */
+const char *srv_model_name(const srv *s);
 struct json_t *srv_error_json(int status, const char *type, const char *msg);   /* {"error": {...}} */
 
 /* Next bytes of an SSE stream into out (appended). Blocks until there is something, the stream

@@ -715,17 +715,11 @@ fail:
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
 
-static const char *model_id(const srv *s) {
-    if (s->cfg.alias) return s->cfg.alias;
-    const char *slash = strrchr(s->cfg.model, '/');
-    return slash ? slash + 1 : s->cfg.model;
-}
-
 static void api_models(srv *s, srv_reply *r) {
     json_t *meta = json_pack("{s:i,s:i,s:i,s:i}", "n_vocab", bs_model_n_vocab(s->model), "n_ctx_train",
                              bs_model_n_ctx_train(s->model), "n_embd", bs_model_n_embd(s->model), "n_layer",
                              bs_model_n_layer(s->model));
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", model_id(s), "object", "model", "created",
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", srv_model_name(s), "object", "model", "created",
                           (json_int_t)s->t_created, "owned_by", "bitspark", "meta", meta);
     srv_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
@@ -739,7 +733,7 @@ static void api_props(srv *s, srv_reply *r) {
                            "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
                            lg->det.max_period, "max_rewinds", lg->max_rewinds);
     json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",
-                          srv_sched_n_slots(s->sched), "model_path", s->cfg.model, "model_alias", model_id(s),
+                          srv_sched_n_slots(s->sched), "model_path", s->cfg.model, "model_alias", srv_model_name(s),
                           "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",
                           "bitspark-" BITSPARK_VERSION, "speculative", s->cfg.drafter != NULL, "n_ctx",
                           srv_sched_n_ctx(s->sched));

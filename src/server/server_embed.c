@@ -105,8 +105,7 @@ void srv_api_embeddings(srv *s, json_t *b, srv_reply *r) {
         srv_reply_error(r, status, status == 400 ? "invalid_request_error" : "server_error", "%s", bs_last_error());
         return;
     }
-    const char *slash = strrchr(s->cfg.model, '/');
     srv_reply_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
-                                     s->cfg.alias ? s->cfg.alias : slash ? slash + 1 : s->cfg.model, "usage",
+                                     srv_model_name(s), "usage",
                                      "prompt_tokens", (json_int_t)total, "total_tokens", (json_int_t)total));
 }

@@ -63,7 +63,7 @@ struct srv_stream {
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
 
-static const char *model_name(const srv *s) {
+const char *srv_model_name(const srv *s) {
     if (s->cfg.alias) return s->cfg.alias;
     const char *slash = strrchr(s->cfg.model, '/');
     return slash ? slash + 1 : s->cfg.model;
@@ -248,7 +248,7 @@ static json_t *native_json(const srv *s, const srv_task *t, const char *text, si
     json_t *j = json_pack("{s:o,s:b,s:i,s:i}", "content", str_json(text, len), "stop", final, "id_slot", t->slot,
                           "tokens_predicted", t->tm.n_gen);
     if (!final) return j;
-    json_object_set_new(j, "model", json_string(model_name(s)));
+    json_object_set_new(j, "model", json_string(srv_model_name(s)));
     json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
     json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
     json_object_set_new(j, "stop_type", json_string(stop_type(t)));
@@ -303,7 +303,7 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", g->id, "object",
                           g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
-                          model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choices,
+                          srv_model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choices,
                           "usage", usage_json(&sum), "timings", timings_json(&t->tm));
     json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
     srv_reply_json(r, 200, j);
@@ -407,7 +407,7 @@ static void sse(srv_buf *out, json_t *j) {
 static json_t *chunk(srv_stream *st, json_t *choice) {
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", st->g.id, "object",
                           st->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)st->g.created,
-                          "model", model_name(st->s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices");
+                          "model", srv_model_name(st->s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices");
     if (choice) json_array_append_new(json_object_get(j, "choices"), choice);
     return j;
 }
