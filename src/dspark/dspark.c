@@ -36,7 +36,15 @@ struct bs_dspark_ctx {
     int block_pos;               /* position of the last block's anchor, -1 before any */
     int nb;                      /* slots of the last block (block_size unless shortened) */
     int window;                  /* > 0: the block attends to the last `window` context rows only */
+    int n_logits;                /* slots of the last block whose base logits are in `logits` */
+    float *mb;                   /* scratch of blocks run together (bs_dspark_block_multi) */
+    size_t mb_rows;              /* rows mb holds */
 };
+
+/* The block rows one pass works on: one block's own scratch, or several blocks stacked. */
+typedef struct blk_bufs {
+    float *x, *h, *q, *kb, *vb, *att, *f1, *f2;
+} blk_bufs;
 
 static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
 
@@ -88,7 +96,7 @@ void bs_dspark_ctx_free(bs_dspark_ctx *c) {
     free(c->v);
     free(c->pos);
     float *bufs[] = {c->c, c->kc, c->vc, c->rope, c->x, c->h, c->q, c->kb, c->vb, c->att,
-                     c->f1, c->f2, c->scores, c->qo, c->hidden, c->w1, c->logits, c->bias};
+                     c->f1, c->f2, c->scores, c->qo, c->hidden, c->w1, c->logits, c->bias, c->mb};
     for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(c);
 }
@@ -174,7 +182,7 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     return 0;
 }
 
-typedef struct { const bs_dspark_ctx *c; int l, first, n; } attend_job;
+typedef struct { const bs_dspark_ctx *c; const float *q; float *att; int l, first, n; } attend_job;
 
 /* Work units: (KV head, up to BS_ATTN_MAX_GROUP of the block's queries on it, over all block
  * rows). A unit reads the KV head's run once for all its queries (attn_simd), which matters once
@@ -200,48 +208,59 @@ static void attend_all(void *ud, int ith, int nth) {
             nkv[i] = n;
             const int t = (q0 + i) / G, g = (q0 + i) % G;
             at[i] = ((size_t)t * H + (size_t)kvh * G + g) * D;
-            memcpy(qb + (size_t)i * D, c->q + at[i], (size_t)D * sizeof(float));
+            memcpy(qb + (size_t)i * D, j->q + at[i], (size_t)D * sizeof(float));
         }
         const float *kc = c->k[j->l] + (size_t)j->first * w + (size_t)kvh * D;
         const float *vc = c->v[j->l] + (size_t)j->first * w + (size_t)kvh * D;
         bs_attn_queries(qb, gn, nkv, kc, vc, w * sizeof(float), false, D, ob, scores, (size_t)n, NULL);
-        for (int i = 0; i < gn; i++) memcpy(c->att + at[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
+        for (int i = 0; i < gn; i++) memcpy(j->att + at[i], ob + (size_t)i * D, (size_t)D * sizeof(float));
     }
 }
 
-static void layer_forward(bs_dspark_ctx *c, int l) {
+/* Attention of block i (rows row0.. of the stacked buffers) to [its context ; its block]. */
+static void attend_block(bs_dspark_ctx *c, const blk_bufs *b, int row0, int l) {
     const bs_dspark_hparams *hp = &c->d->hp;
-    const bs_dspark_layer *L = &c->d->layers[l];
-    const int B = c->nb, E = hp->n_embd, H = hp->n_head;
-    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, hp->eps);
-    const bs_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_out[3] = {c->q, c->kb, c->vb};
-    bs_matmul_group(qkv, 3, c->h, B, qkv_out, c->pool);
-    norm_rope(c, c->q, B, H, L->q_norm);
-    norm_rope(c, c->kb, B, hp->n_head_kv, L->k_norm);
+    const int B = c->nb, H = hp->n_head;
+    float *q = b->q + (size_t)row0 * H * hp->head_dim;
+    const float *kb = b->kb + (size_t)row0 * c->kv_w, *vb = b->vb + (size_t)row0 * c->kv_w;
+    norm_rope(c, q, B, H, c->d->layers[l].q_norm);
     /* the block's keys / values in the slack after the context rows: [window of context ; block] */
-    memcpy(c->k[l] + (size_t)c->n_rows * c->kv_w, c->kb, (size_t)B * c->kv_w * sizeof(float));
-    memcpy(c->v[l] + (size_t)c->n_rows * c->kv_w, c->vb, (size_t)B * c->kv_w * sizeof(float));
+    float *k = c->k[l] + (size_t)c->n_rows * c->kv_w, *v = c->v[l] + (size_t)c->n_rows * c->kv_w;
+    memcpy(k, kb, (size_t)B * c->kv_w * sizeof(float));
+    memcpy(v, vb, (size_t)B * c->kv_w * sizeof(float));
+    norm_rope(c, k, B, hp->n_head_kv, c->d->layers[l].k_norm);
     const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
-    attend_job job = {c, l, first, c->n_rows - first + B};
+    attend_job job = {c, q, b->att + (size_t)row0 * H * hp->head_dim, l, first, c->n_rows - first + B};
     bs_pool_run(c->pool, attend_all, &job);
-    bs_matmul(&L->wo, c->att, B, c->h, c->pool);
-    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+}
 
-    for (int t = 0; t < B; t++) bs_rmsnorm(c->h + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
+/* Layer l over R stacked rows of n blocks: every matrix product is one pass over the weights for
+ * all of them; only attention is per block (each has its own context). */
+static void layer_forward(bs_dspark_ctx *const *cs, const int *row0, int n, int R, const blk_bufs *b, int l) {
+    const bs_dspark *d = cs[0]->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const bs_dspark_layer *L = &d->layers[l];
+    const int E = hp->n_embd;
+    bs_pool *pool = cs[0]->pool;
+    for (int t = 0; t < R; t++) bs_rmsnorm(b->h + (size_t)t * E, b->x + (size_t)t * E, L->attn_norm, E, hp->eps);
+    const bs_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_out[3] = {b->q, b->kb, b->vb};
+    bs_matmul_group(qkv, 3, b->h, R, qkv_out, pool);
+    for (int i = 0; i < n; i++) attend_block(cs[i], b, row0[i], l);
+    bs_matmul(&L->wo, b->att, R, b->h, pool);
+    for (size_t i = 0; i < (size_t)R * E; i++) b->x[i] += b->h[i];
+
+    for (int t = 0; t < R; t++) bs_rmsnorm(b->h + (size_t)t * E, b->x + (size_t)t * E, L->ffn_norm, E, hp->eps);
     const bs_weight *ffn[2] = {&L->gate, &L->up};
-    float *ffn_out[2] = {c->f1, c->f2};
-    bs_matmul_group(ffn, 2, c->h, B, ffn_out, c->pool);
-    for (size_t i = 0; i < (size_t)B * hp->n_ff; i++) c->f1[i] = bs_silu(c->f1[i]) * c->f2[i];
-    bs_matmul(&L->down, c->f1, B, c->h, c->pool);
-    for (size_t i = 0; i < (size_t)B * E; i++) c->x[i] += c->h[i];
+    float *ffn_out[2] = {b->f1, b->f2};
+    bs_matmul_group(ffn, 2, b->h, R, ffn_out, pool);
+    for (size_t i = 0; i < (size_t)R * hp->n_ff; i++) b->f1[i] = bs_silu(b->f1[i]) * b->f2[i];
+    bs_matmul(&L->down, b->f1, R, b->h, pool);
+    for (size_t i = 0; i < (size_t)R * E; i++) b->x[i] += b->h[i];
 }
 
-int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
-    return bs_dspark_block_n(c, anchor, pos, c->d->hp.block_size);
-}
-
-int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
+/* Input rows of one block into x: [anchor, mask...] embeddings (+ log-SNR addends). */
+static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, float *x) {
     const bs_dspark *d = c->d;
     const bs_dspark_hparams *hp = &d->hp;
     const int B = n_slots, E = hp->n_embd;
@@ -251,17 +270,86 @@ int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     int32_t ids[BS_DSPARK_MAX_BLOCK];
     ids[0] = anchor;
     for (int t = 1; t < B; t++) ids[t] = hp->mask_id;
-    if (bs_get_rows(&d->tok_embd, ids, B, c->x)) return -1;
+    if (bs_get_rows(&d->tok_embd, ids, B, x)) return -1;
     if (d->snr_anchor)
         for (int t = 0; t < B; t++) {
             const float *a = t == 0 ? d->snr_anchor : d->snr_mask;
-            for (int i = 0; i < E; i++) c->x[(size_t)t * E + i] += a[i];
+            for (int i = 0; i < E; i++) x[(size_t)t * E + i] += a[i];
         }
     rope_rows(c, pos, B);
     c->nb = B;
-    for (int l = 0; l < hp->n_layer; l++) layer_forward(c, l);
-    for (int t = 0; t < B; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, d->output_norm, E, hp->eps);
     c->block_pos = pos;
+    c->n_logits = 0;
+    return 0;
+}
+
+/* Stacked buffers for R rows in c's multi-block scratch. */
+static blk_bufs multi_bufs(bs_dspark_ctx *c, size_t R) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const size_t E = (size_t)hp->n_embd, q = (size_t)hp->n_head * hp->head_dim, ff = (size_t)hp->n_ff;
+    const size_t per_row = 2 * E + 2 * q + 2 * c->kv_w + 2 * ff;
+    if (R > c->mb_rows) {
+        free(c->mb);
+        c->mb = falloc(R * per_row);
+        c->mb_rows = R;
+    }
+    float *p = c->mb;
+    blk_bufs b;
+    b.x = p, p += R * E;
+    b.h = p, p += R * E;
+    b.q = p, p += R * q;
+    b.att = p, p += R * q;
+    b.kb = p, p += R * c->kv_w;
+    b.vb = p, p += R * c->kv_w;
+    b.f1 = p, p += R * ff;
+    b.f2 = p;
+    return b;
+}
+
+int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
+    return bs_dspark_block_n(c, anchor, pos, c->d->hp.block_size);
+}
+
+int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int E = hp->n_embd;
+    if (block_input(c, anchor, pos, n_slots, c->x)) return -1;
+    const blk_bufs b = {c->x, c->h, c->q, c->kb, c->vb, c->att, c->f1, c->f2};
+    const int row0 = 0;
+    for (int l = 0; l < hp->n_layer; l++) layer_forward(&c, &row0, 1, n_slots, &b, l);
+    for (int t = 0; t < n_slots; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, c->d->output_norm, E, hp->eps);
+    return 0;
+}
+
+int bs_dspark_block_multi(bs_dspark_ctx *const *cs, const int32_t *anchors, const int *pos, const int *n_slots, int n) {
+    if (n < 1) return 0;
+    if (n > BS_DSPARK_MAX_MULTI) return bs_error("drafter: %d blocks at once (at most %d)", n, BS_DSPARK_MAX_MULTI);
+    const bs_dspark *d = cs[0]->d;
+    const bs_dspark_hparams *hp = &d->hp;
+    const int E = hp->n_embd, V = hp->n_vocab;
+    int row0[BS_DSPARK_MAX_MULTI], R = 0;
+    for (int i = 0; i < n; i++) {
+        if (cs[i]->d != d) return bs_error("drafter: blocks of different drafters cannot run together");
+        for (int j = 0; j < i; j++)
+            if (cs[j] == cs[i]) return bs_error("drafter: one context twice in a batch of blocks");
+        row0[i] = R;
+        R += BS_MAX(n_slots[i], 0);
+    }
+    blk_bufs b = multi_bufs(cs[0], (size_t)R);
+    for (int i = 0; i < n; i++)
+        if (block_input(cs[i], anchors[i], pos[i], n_slots[i], b.x + (size_t)row0[i] * E)) return -1;
+    for (int l = 0; l < hp->n_layer; l++) layer_forward(cs, row0, n, R, &b, l);
+    for (int t = 0; t < R; t++) bs_rmsnorm(b.h + (size_t)t * E, b.x + (size_t)t * E, d->output_norm, E, hp->eps);
+    /* base logits of every slot in one pass over the LM head (the largest matrix) */
+    float *lg = bs_xmalloc((size_t)R * V * sizeof(float));
+    bs_matmul(&d->output, b.h, R, lg, cs[0]->pool);
+    for (int i = 0; i < n; i++) {
+        bs_dspark_ctx *c = cs[i];
+        memcpy(c->hidden, b.h + (size_t)row0[i] * E, (size_t)c->nb * E * sizeof(float));
+        memcpy(c->logits, lg + (size_t)row0[i] * V, (size_t)c->nb * V * sizeof(float));
+        c->n_logits = c->nb;
+    }
+    free(lg);
     return 0;
 }
 
@@ -270,6 +358,11 @@ const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot) {
 }
 
 void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits) {
+    const size_t V = (size_t)c->d->hp.n_vocab;
+    if (first + n <= c->n_logits) {   /* computed with other blocks (bs_dspark_block_multi) */
+        if (logits != c->logits + (size_t)first * V) memcpy(logits, c->logits + (size_t)first * V, (size_t)n * V * sizeof(float));
+        return;
+    }
     bs_matmul(&c->d->output, c->hidden + (size_t)first * c->d->hp.n_embd, n, logits, c->pool);
 }
 

@@ -25,6 +25,7 @@
 
 #define BS_DSPARK_MAX_TAPS 64
 #define BS_DSPARK_MAX_BLOCK 64
+#define BS_DSPARK_MAX_MULTI 64   /* blocks one bs_dspark_block_multi runs together */
 
 typedef struct bs_dspark_hparams {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
@@ -102,6 +103,12 @@ int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos);
  * drafts at a fraction of the cost. Not what the drafter was trained on (its masks attend to each
  * other), so drafts can differ from the full block's; slots >= n_slots are then undefined. */
 int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots);
+/* The blocks of n contexts of one drafter (several sequences: server slots) in one pass over its
+ * weights: block i is [anchors[i], mask...] of n_slots[i] slots at positions pos[i].., as
+ * bs_dspark_block_n would run it on cs[i] alone, with the same results (matrix rows are batch
+ * invariant); the base logits of every slot are computed too, in one pass over the LM head, and
+ * bs_dspark_logits / bs_dspark_draft_greedy then read them. 0 or -1 + bs_error. */
+int bs_dspark_block_multi(bs_dspark_ctx *const *cs, const int32_t *anchors, const int *pos, const int *n_slots, int n);
 const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot);
 /* Base logits (no Markov bias) of slots first..first+n-1 into logits[n][n_vocab]. */
 void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits);

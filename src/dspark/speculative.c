@@ -35,9 +35,12 @@ struct bs_spec {
     void *hook_ud;
     struct {                     /* the round between bs_spec_round_begin and _end */
         int32_t ids[BS_DSPARK_MAX_BLOCK + 1];   /* anchor + drafts: the verify rows */
-        int s, k;
+        int32_t anchor;
+        int s, k, max_new;
+        bool prepared;           /* bs_spec_round_prepare chose k for this anchor */
+        bool blocked;            /* the drafter's block for it has run (bs_spec_blocks) */
         bool probe, sampling;
-        double t0, t1;
+        double t0, t1, t_draft;
     } rd;
 };
 
@@ -144,6 +147,7 @@ static int feed(bs_spec *sp, int n, bool defer) {
 }
 
 int bs_spec_sync(bs_spec *sp) {
+    sp->rd.prepared = sp->rd.blocked = false;   /* a prepared round's block may be stale now */
     if (!sp->dc) return 0;
     const int n_past = bs_session_n_past(sp->s), len = bs_dspark_ctx_len(sp->dc);
     if (len > n_past) {
@@ -215,7 +219,7 @@ static int make_drafts(bs_spec *sp, bs_sampler *smp, int32_t anchor, int pos, in
     }
     /* k drafts need k slots (the anchor's predicts the first): a shorter block costs
      * proportionally less, and on the trained tiny pair accepts about as often */
-    if (flush(sp) || bs_dspark_block_n(sp->dc, anchor, pos, k)) return -1;
+    if (!sp->rd.blocked && (flush(sp) || bs_dspark_block_n(sp->dc, anchor, pos, k))) return -1;
     return sampling ? draft_sample(sp, smp, anchor, k, T) : draft_greedy(sp, anchor, k);
 }
 
@@ -259,8 +263,9 @@ static int accept(bs_spec *sp, bs_sampler *smp, int k, bool sampling, bool (*is_
     return m;
 }
 
-int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new, bs_batch_seq *q) {
+int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new) {
     const int s = bs_session_n_past(sp->s);
+    sp->rd.prepared = sp->rd.blocked = false;
     if (max_new < 1) return bs_error("speculative round: no room for a token");
     if (s >= sp->s->n_ctx) return bs_error("speculative round: the context is full");
     const bool can_draft = sp->hook || (sp->dc && sp->drafting);
@@ -272,19 +277,60 @@ int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_ne
         k = bs_depth_choose(&sp->depth, k_max);
     }
     sp->rd.probe = k > 0 && sp->depth.parked;
-    const float T = bs_sampler_get_params(smp)->temp;
-    sp->rd.sampling = T > 0.0f;
+    sp->rd.sampling = bs_sampler_get_params(smp)->temp > 0.0f;
     sp->rd.s = s;
+    sp->rd.k = k;
+    sp->rd.anchor = anchor;
+    sp->rd.max_new = max_new;
     sp->rd.t0 = bs_time();
+    sp->rd.t_draft = 0;
+    sp->rd.prepared = true;
+    return k > 0 && !sp->hook;
+}
+
+int bs_spec_blocks(bs_spec *const *sps, int n) {
+    bs_dspark_ctx *cs[BS_DSPARK_MAX_MULTI];
+    bs_spec *who[BS_DSPARK_MAX_MULTI];
+    int32_t anchors[BS_DSPARK_MAX_MULTI];
+    int pos[BS_DSPARK_MAX_MULTI], ks[BS_DSPARK_MAX_MULTI], m = 0;
+    for (int i = 0; i < n && m < BS_DSPARK_MAX_MULTI; i++) {
+        bs_spec *sp = sps[i];
+        if (!sp->rd.prepared || sp->rd.blocked || sp->rd.k <= 0 || sp->hook || !sp->dc) continue;
+        if (m > 0 && sp->d != who[0]->d) continue;   /* another drafter: it runs its own block */
+        if (flush(sp)) return -1;
+        cs[m] = sp->dc, who[m] = sp, anchors[m] = sp->rd.anchor, pos[m] = sp->rd.s, ks[m] = sp->rd.k;
+        m++;
+    }
+    if (m < 2) return 0;   /* alone, bs_spec_round_begin runs it as usual */
+    const double t0 = bs_time();
+    if (bs_dspark_block_multi(cs, anchors, pos, ks, m)) return -1;
+    const double share = (bs_time() - t0) / m;
+    for (int i = 0; i < m; i++) {
+        who[i]->rd.blocked = true;
+        who[i]->rd.t_draft += share;
+    }
+    return m;
+}
+
+int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new, bs_batch_seq *q) {
+    if ((!sp->rd.prepared || sp->rd.anchor != anchor || sp->rd.max_new != max_new ||
+         sp->rd.s != bs_session_n_past(sp->s)) && bs_spec_round_prepare(sp, smp, anchor, max_new) < 0)
+        return -1;
+    sp->rd.prepared = false;
+    const int s = sp->rd.s;
+    int k = sp->rd.k;
+    const double t0 = bs_time();
     if (k > 0) {
-        if ((k = make_drafts(sp, smp, anchor, s, k, sp->rd.sampling, T)) < 0) return -1;
+        if ((k = make_drafts(sp, smp, anchor, s, k, sp->rd.sampling, bs_sampler_get_params(smp)->temp)) < 0) return -1;
         if (k > 0 && !sp->hook && sp->prm.conf_cut > 0) k = bs_depth_trim(&sp->depth, sp->conf, k);
         /* under a grammar, drafts from the first one it does not allow would only be rejected
          * (the anchor is already accepted into the sampler, so the state is the drafts') */
         if (k > 0) k = bs_sampler_grammar_prefix(smp, sp->drafts, k);
     }
+    sp->rd.blocked = false;
     sp->rd.k = k;
     sp->rd.t1 = bs_time();
+    sp->rd.t_draft += sp->rd.t1 - t0;
     sp->rd.ids[0] = anchor;
     memcpy(sp->rd.ids + 1, sp->drafts, (size_t)k * sizeof *sp->rd.ids);
     /* a round without drafts keeps its one token: its state may be updated in place */
@@ -318,7 +364,7 @@ int bs_spec_round_end(bs_spec *sp, bs_sampler *smp, bool evaluated, bool alone,
     sp->st.n_drafted += k;
     sp->st.n_accepted += n_acc;
     sp->st.n_tokens += m;
-    sp->st.t_draft += sp->rd.t1 - sp->rd.t0;
+    sp->st.t_draft += sp->rd.t_draft;
     sp->st.t_verify += t3 - sp->rd.t1;
     sp->st.t_rollback += t4 - t3;
     return m;

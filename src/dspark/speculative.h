@@ -68,6 +68,13 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
  * drafter, and returns m as bs_spec_round does. alone: the pass held only this round (its time
  * then tells the auto depth what this width costs). */
 int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new, bs_batch_seq *q);
+/* Rounds of several sequences drafting together: bs_spec_round_prepare chooses each round's depth
+ * (returns 1 if the drafter's block is to run, 0 if not, -1 + bs_error); bs_spec_blocks then runs
+ * the blocks of every prepared round of one drafter in one pass over its weights
+ * (bs_dspark_block_multi; returns how many ran together, -1 + bs_error), and bs_spec_round_begin
+ * with the same anchor continues from there (it runs the block itself where none ran). */
+int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new);
+int bs_spec_blocks(bs_spec *const *sps, int n);
 int bs_spec_round_end(bs_spec *sp, bs_sampler *smp, bool evaluated, bool alone,
                       bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out);
 

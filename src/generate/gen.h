@@ -50,6 +50,10 @@ bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_par
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q);
 /* After the planned evaluation: ok = false when it failed (the request ends with an error). */
 void bs_gen_commit(bs_gen *g, bool ok);
+/* Before planning a step of several generators: the drafter blocks of those about to run a
+ * speculative round run together, in one pass over the drafter's weights (bs_spec_blocks);
+ * their bs_gen_plan then continues from there. Drafts are what each would make alone. */
+void bs_gen_draft_together(bs_gen *const *gs, int n);
 bool bs_gen_in_prompt(const bs_gen *g);   /* still evaluating the prompt */
 bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the drafter */
 /* Rows other sequences put into the passes this generator's rounds share (0: alone): auto

@@ -324,6 +324,20 @@ void gen_spec_round(bs_gen *g) {
     spec_after(g, m, out);
 }
 
+void bs_gen_draft_together(bs_gen *const *gs, int n) {
+    bs_spec *sps[BS_DSPARK_MAX_MULTI];
+    int m = 0;
+    for (int i = 0; i < n && m < BS_DSPARK_MAX_MULTI; i++) {
+        bs_gen *g = gs[i];
+        if (!g->use_spec || g->state != GS_SPEC) continue;
+        const int r = bs_spec_round_prepare(g->spec, g->smp, g->pending, round_room(g));
+        if (r > 0) sps[m++] = g->spec;
+        /* r < 0: bs_gen_plan prepares it again and reports the error there */
+    }
+    /* on failure every round runs its own block in bs_gen_plan (which reports what fails) */
+    if (m > 1 && bs_spec_blocks(sps, m) < 0) bs_log(1, "drafting together: %s\n", bs_last_error());
+}
+
 bool gen_spec_plan(bs_gen *g, bs_batch_seq *q) {
     if (bs_spec_round_begin(g->spec, g->smp, g->pending, round_room(g), q)) {
         bs_error_prefix("decoding: ");

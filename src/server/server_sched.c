@@ -262,11 +262,19 @@ static void step(srv_sched *s) {
         n_generating += s->slots[i].task && !bs_gen_in_prompt(s->slots[i].gen);
     bs_batch_seq q[MAX_SLOTS];
     slot *who[MAX_SLOTS];
+    bs_gen *gens[MAX_SLOTS];
     int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
-    for (int i = 0; i < s->cfg.n_slots; i++) {   /* decode steps and speculative rounds */
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* drafter blocks: one pass for every round */
         slot *sl = &s->slots[i];
         if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
         bs_gen_set_shared_rows(sl->gen, n_generating - 1);   /* auto depth: what the pass costs */
+        gens[n++] = sl->gen;
+    }
+    bs_gen_draft_together(gens, n);
+    n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* decode steps and speculative rounds */
+        slot *sl = &s->slots[i];
+        if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
         if (bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
         else if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
     }
