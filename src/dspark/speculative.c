@@ -180,6 +180,18 @@ int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
     return 0;
 }
 
+int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
+    if (n < 1) return bs_error("empty prompt");
+    bs_spec_sync(sp);
+    const int c = sp->dc ? BS_MIN(PROMPT_CHUNK, n) : n;
+    const bool want = c == n && logits;
+    *q = (bs_batch_seq){.s = sp->s, .tokens = tokens, .n = c, .logits_mode = want ? BS_LOGITS_LAST : BS_LOGITS_NONE,
+                        .logits = want ? logits : NULL, .taps = sp->dc ? sp->taps : NULL};
+    return c;
+}
+
+int bs_spec_prompt_commit(bs_spec *sp, int n) { return feed(sp, n, false); }
+
 /* Greedy drafts with the drafter. Returns k. */
 static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
     bs_dspark_draft_greedy(sp->dc, anchor, k, sp->drafts, sp->conf);

@@ -50,6 +50,13 @@ void bs_spec_free(bs_spec *sp);
  * off (rounds become plain steps). 0 or -1 + bs_error. */
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits);
 
+/* bs_spec_prompt a chunk at a time in a pass shared with other sequences: plan describes the
+ * evaluation of the first rows of tokens[0..n) (all of them, or as many as the drafter's tap
+ * buffer holds) in *q and returns how many; after the caller evaluated it, commit feeds their
+ * taps to the drafter. Logits (if wanted) come only with the chunk that ends at n. */
+int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q);
+int bs_spec_prompt_commit(bs_spec *sp, int n);
+
 /* After the session was rolled back or its state loaded: drop drafter context rows at positions
  * >= n_past (they must describe the same tokens as the session's, e.g. a state saved earlier in
  * this sequence). Drafting stays off if the drafter lacks rows. Returns 1 if drafting is on. */

@@ -380,10 +380,7 @@ int bs_gen_run(bs_gen *g, void (*on_step)(void *ud, bs_gen *g), void *ud) {
 
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     g->spec_planned = false;
-    if (g->use_spec) {   /* its prompt (with the taps the drafter reads) steps alone */
-        if (g->state != GS_SPEC) return 0;
-        return g->spec_planned = gen_spec_plan(g, q);
-    }
+    if (g->use_spec && g->state == GS_SPEC) return g->spec_planned = gen_spec_plan(g, q);
     if (g->state == GS_DECODE) {
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                             .logits = g->logits};
@@ -392,6 +389,15 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     if (g->state != GS_PROMPT || budget <= 0) return 0;
     const int c = prompt_chunk(g, budget);
     const bool last = g->n_done + c == g->n_prompt;
+    if (g->use_spec) {   /* with the taps the drafter reads, in chunks its tap buffer holds */
+        const int r = bs_spec_prompt_plan(g->spec, g->prompt + g->n_done, c, last ? g->logits : NULL, q);
+        if (r < 0) {
+            gen_finish(g, BS_GEN_ERROR);
+            return 0;
+        }
+        g->planned = r;
+        return 1;
+    }
     g->planned = c;
     *q = (bs_batch_seq){.s = g->sess, .tokens = g->prompt + g->n_done, .n = c,
                         .logits_mode = last ? BS_LOGITS_LAST : BS_LOGITS_NONE, .logits = g->logits};
@@ -411,6 +417,11 @@ void bs_gen_commit(bs_gen *g, bool ok) {
     if (g->state == GS_DECODE) {
         decoded(g);
     } else if (g->state == GS_PROMPT) {
+        if (g->use_spec && bs_spec_prompt_commit(g->spec, g->planned)) {
+            bs_error_prefix("evaluating the prompt: ");
+            gen_finish(g, BS_GEN_ERROR);
+            return;
+        }
         prompt_done(g, g->planned);
     }
 }

@@ -11,7 +11,8 @@
  *   batched:  bs_gen_plan(g, budget, &seq) describes the one-pass evaluation it needs (a prompt
  *             chunk or its pending token) so that a caller can run many generators' rows through
  *             the weights together (bs_eval_multi), then bs_gen_commit(g) continues from it.
- *             Generators that draft return 0 from bs_gen_plan and are stepped alone.
+ *             A generator that drafts plans its prompt chunks with the taps its drafter reads
+ *             and its speculative rounds' verify rows the same way.
  *
  * Evaluation is batch-invariant, so a sequence's output does not depend on how it was stepped.
  *
@@ -46,7 +47,7 @@ bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_par
 
 /* Batched stepping: 1 and *q filled when the next step is one evaluation of the session that
  * can be batched (at most budget prompt rows; a pending token or a speculative round's verify
- * rows always fit), 0 when not (done, or the prompt of a generator that drafts: bs_gen_step). */
+ * rows always fit), 0 when not (done, or no budget for a prompt chunk). */
 int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q);
 /* After the planned evaluation: ok = false when it failed (the request ends with an error). */
 void bs_gen_commit(bs_gen *g, bool ok);

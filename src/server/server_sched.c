@@ -247,16 +247,10 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
 
 /* ---- one pass ------------------------------------------------------------------------------- */
 
-/* Prompt chunks of slots that draft step alone (with the taps the drafter reads); then every
- * generating slot's next token or speculative round (anchor + drafts) and chunks of the other
- * waiting prompts (PROMPT_BUDGET rows in all) go through the weights together. */
+/* Every generating slot's next token or speculative round (anchor + drafts) and chunks of the
+ * waiting prompts (PROMPT_BUDGET rows in all; those of drafting slots with the taps their drafter
+ * reads) go through the weights together; the drafter blocks of the rounds ran together before. */
 static void step(srv_sched *s) {
-    for (int i = 0; i < s->cfg.n_slots; i++) {   /* prompts of drafting slots (their taps feed the drafter) */
-        slot *sl = &s->slots[i];
-        if (!sl->task || !bs_gen_drafting(sl->gen) || !bs_gen_in_prompt(sl->gen)) continue;
-        if (bs_gen_step(sl->gen, PROMPT_BUDGET)) finish(s, sl, NULL);
-        else stepped(s, sl);
-    }
     int n_generating = 0;
     for (int i = 0; i < s->cfg.n_slots; i++)
         n_generating += s->slots[i].task && !bs_gen_in_prompt(s->slots[i].gen);
