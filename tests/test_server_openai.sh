@@ -68,6 +68,8 @@ out=$(node -e '
 m=$(curl -s "$S4/metrics")
 echo "$m" | grep -qE '^llamacpp:n_decode_total [1-9]' && echo "$m" | grep -qE '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' \
   && ok "drafting slots share batched passes ($(echo "$m" | grep -E '^llamacpp:n_decode_total'))" || bad "batched drafting metrics: $(echo "$m" | grep -E 'n_decode|draft')"
+echo "$m" | grep -qE '^llamacpp:spec_decode_shared_blocks_total [1-9]' \
+  && ok "drafter blocks of two slots in shared passes ($(echo "$m" | grep -E '^llamacpp:spec_decode_shared_blocks_total'))" || bad "shared drafter blocks: $(echo "$m" | grep -E 'shared_blocks')"
 # the same prompt twice: the second reuses all of it (the saved end of the prompt keeps its logits)
 q='{"messages":[{"role":"user","content":"Same prompt again"}],"max_tokens":4,"temperature":0}'
 a1=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q"); a2=$(curl -s -H 'Content-Type: application/json' "$TP/v1/chat/completions" -d "$q")

@@ -53,8 +53,9 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q);
 void bs_gen_commit(bs_gen *g, bool ok);
 /* Before planning a step of several generators: the drafter blocks of those about to run a
  * speculative round run together, in one pass over the drafter's weights (bs_spec_blocks);
- * their bs_gen_plan then continues from there. Drafts are what each would make alone. */
-void bs_gen_draft_together(bs_gen *const *gs, int n);
+ * their bs_gen_plan then continues from there. Drafts are what each would make alone. Returns
+ * how many blocks ran together (0 when fewer than two). */
+int bs_gen_draft_together(bs_gen *const *gs, int n);
 bool bs_gen_in_prompt(const bs_gen *g);   /* still evaluating the prompt */
 bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the drafter */
 /* Rows other sequences put into the passes this generator's rounds share (0: alone): auto

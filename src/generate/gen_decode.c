@@ -324,7 +324,7 @@ void gen_spec_round(bs_gen *g) {
     spec_after(g, m, out);
 }
 
-void bs_gen_draft_together(bs_gen *const *gs, int n) {
+int bs_gen_draft_together(bs_gen *const *gs, int n) {
     bs_spec *sps[BS_DSPARK_MAX_MULTI];
     int m = 0;
     for (int i = 0; i < n && m < BS_DSPARK_MAX_MULTI; i++) {
@@ -335,7 +335,9 @@ void bs_gen_draft_together(bs_gen *const *gs, int n) {
         /* r < 0: bs_gen_plan prepares it again and reports the error there */
     }
     /* on failure every round runs its own block in bs_gen_plan (which reports what fails) */
-    if (m > 1 && bs_spec_blocks(sps, m) < 0) bs_log(1, "drafting together: %s\n", bs_last_error());
+    const int r = m > 1 ? bs_spec_blocks(sps, m) : 0;
+    if (r < 0) bs_log(1, "drafting together: %s\n", bs_last_error());
+    return BS_MAX(r, 0);
 }
 
 bool gen_spec_plan(bs_gen *g, bs_batch_seq *q) {

@@ -90,6 +90,8 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "n_slots", "gauge", "Number of slots.", n_slots);
     metric(&b, "spec_decode_num_drafts_total", "counter", "Speculative rounds that drafted.",
            (double)c.draft_rounds);
+    metric(&b, "spec_decode_shared_blocks_total", "counter",
+           "Drafter blocks run in one pass with other slots' blocks.", (double)c.n_draft_shared);
     metric(&b, "spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified.", (double)c.draft_tokens);
     metric(&b, "spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.",
            (double)c.draft_accepted);

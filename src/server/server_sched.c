@@ -264,7 +264,12 @@ static void step(srv_sched *s) {
         bs_gen_set_shared_rows(sl->gen, n_generating - 1);   /* auto depth: what the pass costs */
         gens[n++] = sl->gen;
     }
-    bs_gen_draft_together(gens, n);
+    const int n_shared = bs_gen_draft_together(gens, n);
+    if (n_shared) {
+        pthread_mutex_lock(&s->met->mu);
+        s->met->n_draft_shared += n_shared;
+        pthread_mutex_unlock(&s->met->mu);
+    }
     n = 0;
     for (int i = 0; i < s->cfg.n_slots; i++) {   /* decode steps and speculative rounds */
         slot *sl = &s->slots[i];
