@@ -146,6 +146,14 @@ int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, fl
 /* The int8 activations of x (n rows of d, d % 32 == 0) in Q8_0 blocks {f16 d; i8 q[32]}: what
  * the matrix products read, for comparing with the CPU's quantizer. */
 int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out);
+/* out[t] = row tokens[t] of m as the embedding kernel reads it (n rows of m->ne0 floats). */
+int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int n, float *out);
+/* One step kernel alone, for the tests: the shader `kernel` (the name of its .comp without
+ * options: norm, ew, conv, delta, rope, kv_store, attn, act_round) dispatched over (gx, gy, gz)
+ * groups on n_bind buffers filled from data[i] (bytes[i] each; NULL data: zeros) and read back
+ * into data[i] afterwards; push_bytes must be the shader's push-constant size. */
+int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
+                     size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /* Device memory bandwidth from a copy kernel over `bytes` (read + write), GB/s; -1 on error. */
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps);
 

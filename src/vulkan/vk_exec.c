@@ -372,3 +372,31 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round"};
     return names[k] ? names[k] : "?";
 }
+
+int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
+                     size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+    int k = -1;
+    for (int i = 0; i < BS_VK_K_COUNT && k < 0; i++)
+        if (!KERNELS[i].n_spec && !strcmp(KERNELS[i].shader, kernel)) k = i;
+    if (k < 0) return bs_error("Vulkan: no step kernel %s", kernel);
+    if (n_bind != KERNELS[k].n_bind || push_bytes != KERNELS[k].push_bytes)
+        return bs_error("Vulkan: %s takes %d buffers and %u push bytes", kernel, KERNELS[k].n_bind, KERNELS[k].push_bytes);
+    bs_vk_buf b[BS_VK_PIPE_MAX_BIND] = {{0}};
+    const bs_vk_buf *bp[BS_VK_PIPE_MAX_BIND] = {0};
+    int rc = 0;
+    for (int i = 0; i < n_bind && !rc; i++) {
+        bp[i] = &b[i];
+        rc = bs_vk_buf_new(c, &b[i], bytes[i], true);
+        if (!rc && b[i].map) memset(b[i].map, 0, b[i].size);
+        if (!rc && data[i]) rc = bs_vk_buf_write(c, &b[i], 0, data[i], bytes[i]);
+    }
+    if (!rc) rc = bs_vk_begin(c);
+    if (!rc) {
+        rc = bs_vk_dispatch(c, k, bp, push, gx, gy, gz);
+        rc = bs_vk_submit(c) || rc;
+    }
+    for (int i = 0; i < n_bind && !rc; i++)
+        if (data[i]) rc = bs_vk_buf_read(c, &b[i], 0, data[i], bytes[i]);
+    for (int i = 0; i < n_bind; i++) bs_vk_buf_free(c, &b[i]);
+    return rc ? -1 : 0;
+}

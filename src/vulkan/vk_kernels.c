@@ -297,3 +297,28 @@ double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) {
     bs_vk_buf_free(c, &b);
     return best > 0 ? best : -1;
 }
+
+int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int n, float *out) {
+    if (n <= 0 || n > 65535) return bs_error("Vulkan embed: bad token count %d", n);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->ne1) return bs_error("Vulkan embed: token %d out of range", tokens[t]);
+    const uint64_t ob = 4u * (uint64_t)n * m->ne0;
+    bs_vk_buf bt = {0}, bo = {0};
+    int rc = bs_vk_buf_new(c, &bt, 4u * (uint64_t)n, true) || bs_vk_buf_new(c, &bo, ob, true);
+    if (!rc) rc = bs_vk_buf_write(c, &bt, 0, tokens, 4u * (size_t)n);
+    if (!rc) rc = bs_vk_begin(c);
+    if (!rc) {
+        const int k = bs_vk_rows_kernel(m);
+        for (int i = 0; i < m->n_parts && !rc; i++) {
+            const bs_vk_mat_part *p = &m->parts[i];
+            uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)n};
+            const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &bt, &bo};
+            rc = bs_vk_dispatch(c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)n, 1);
+        }
+        rc = bs_vk_submit(c) || rc;
+    }
+    if (!rc) rc = bs_vk_buf_read(c, &bo, 0, out, ob);
+    bs_vk_buf_free(c, &bt);
+    bs_vk_buf_free(c, &bo);
+    return rc ? -1 : 0;
+}

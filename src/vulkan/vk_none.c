@@ -38,6 +38,15 @@ int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out) {
     (void)c; (void)x; (void)d; (void)n; (void)out;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int n, float *out) {
+    (void)c; (void)m; (void)tokens; (void)n; (void)out;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
+                     size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+    (void)c; (void)kernel; (void)data; (void)bytes; (void)n_bind; (void)push; (void)push_bytes; (void)gx; (void)gy; (void)gz;
+    return bs_error("no Vulkan backend");
+}
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
 void bs_vk_net_free(bs_vk_net *n) { (void)n; }

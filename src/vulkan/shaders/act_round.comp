@@ -13,11 +13,7 @@ layout(push_constant) uniform Push { uint mode, n_blocks; } p;
 
 #include "f16.glsl"
 
-float div_rn(float a, float b) {
-    precise float r = a / b;
-    precise float e = fma(-r, b, a);
-    return fma(e, 1.0 / b, r);
-}
+#include "div_rn.glsl"
 
 float bf16_round(float f) {
     const uint u = floatBitsToUint(f);

@@ -1,0 +1,439 @@
+/* test_vulkan_ops.c: every step shader of the Vulkan forward alone on the device against the
+ * CPU path's code (cpu/compute.h: norms, SiLU/sigmoid/softplus, RoPE tables and rotation, the
+ * attention of bs_attn_queries, F16 rounding; formats/quant.h: the activation quantizers and
+ * dequantizers), or a float64 reference where the CPU code is private to the model layer (the
+ * causal conv, the delta rule), on odd shapes (widths not multiples of 32 or 64, one head, many
+ * heads, 1..37 tokens, GQA groups of 1, 2, 6) and Bonsai-27B's (hidden 5120, 24/4 heads of 256
+ * with 64 rope dims, 16 K / 48 V DeltaNet heads of 128, conv 10240). The validation layer is on:
+ * any message fails. Exits 77 (skipped) without a backend, loader or device.
+ * Tolerances (relative to the size of the terms): bit for bit where the device does the CPU's
+ * exact operations (residual add, F16/BF16/int8 rounding, KV stores, conv window, embedding
+ * rows of the exact formats); 2e-6 for one rounding step away (norms, RoPE); 1e-5 where the
+ * device's exp differs from libm's by ulps (SiLU, sigmoid, softplus, softmax); 1e-4 for the
+ * delta rule over 37 tokens (its state carries rounding forward). */
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-vectorize")
+#endif
+#include "test.h"
+#include "vulkan/backend.h"
+#include "cpu/compute.h"
+#include "formats/quant.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bs_rng rng;
+static bs_vk_ctx *C;
+
+static float *vec(size_t n, float scale) {
+    float *x = malloc(sizeof *x * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = bs_rng_normal(&rng) * scale;
+    return x;
+}
+
+/* --- norm.comp ------------------------------------------------------------------------------ */
+typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+
+/* Heads of d at stride hs in rows of rs (n rows, per heads each), RMS (weight) or L2. */
+static void check_norm(int mode, int d, int n, int per, int hs, int rs) {
+    const size_t tot = (size_t)n * rs;
+    float *x = vec(tot, 1.5f), *w = vec((size_t)d, 1.0f), *y = vec(tot, 1.0f), *y0 = malloc(sizeof *y0 * tot);
+    memcpy(y0, y, sizeof *y * tot);
+    const float eps = 1e-6f;
+    norm_push p = {(uint32_t)d, (uint32_t)mode, mode == 0, (uint32_t)per, (uint32_t)rs, (uint32_t)hs, 0, 0, eps, 0};
+    float dummy[4] = {0};
+    void *data[7] = {x, w, y, dummy, dummy, dummy, dummy};
+    size_t bytes[7] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 7, &p, sizeof p, (uint32_t)(n * per), 1, 1) == 0);
+    double worst = 0;
+    int untouched = 1;
+    float *ref = malloc(sizeof *ref * (size_t)d);
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < per; h++) {
+            const size_t b = (size_t)r * rs + (size_t)h * hs;
+            if (mode == 0) bs_rmsnorm(ref, x + b, w, d, eps);
+            else { memcpy(ref, x + b, sizeof *ref * (size_t)d); bs_l2norm(ref, d, eps); }
+            for (int i = 0; i < d; i++) worst = fmax(worst, fabs(y[b + i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+            if (hs > d && h + 1 < per)
+                for (int i = d; i < hs; i++) untouched &= y[b + i] == y0[b + i];
+        }
+    CHECKF(worst < 2e-6, "norm mode %d d %d x %d heads: relative error %.3g", mode, d, per, worst);
+    CHECKF(untouched, "norm wrote outside its heads");
+    free(x); free(w); free(y); free(y0); free(ref);
+}
+
+/* RMSNorm fused with the residual add before it and the int8 quantization after it. */
+static void check_norm_fused(int d, int n) {
+    const size_t tot = (size_t)n * d, nb = tot / 32;
+    float *x = vec(tot, 1.0f), *r = vec(tot, 1.0f), *w = vec((size_t)d, 1.0f), *y = calloc(tot, sizeof *y);
+    float *x0 = malloc(sizeof *x0 * tot), *s8 = calloc(nb, 4), *m8 = calloc(nb, 4);
+    uint8_t *q = calloc(nb, 32);
+    memcpy(x0, x, sizeof *x * tot);
+    norm_push p = {(uint32_t)d, 0, 1, 1, (uint32_t)d, 0, 0, 0, 1e-6f, 3};
+    void *data[7] = {x, w, y, r, q, s8, m8};
+    size_t bytes[7] = {4 * tot, 4 * (size_t)d, 4 * tot, 4 * tot, 32 * nb, 4 * nb, 4 * nb};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 7, &p, sizeof p, (uint32_t)n, 1, 1) == 0);
+    int add_ok = 1;
+    for (size_t i = 0; i < tot; i++) add_ok &= x[i] == r[i] + x0[i];
+    CHECKF(add_ok, "fused norm: the residual sum differs from r + x");
+    float *ref = malloc(sizeof *ref * tot);
+    double worst = 0;
+    for (int t = 0; t < n; t++) bs_rmsnorm(ref + (size_t)t * d, x + (size_t)t * d, w, d, 1e-6f);
+    for (size_t i = 0; i < tot; i++) worst = fmax(worst, fabs(y[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+    CHECKF(worst < 2e-6, "fused norm d %d: relative error %.3g", d, worst);
+    /* the codes are the CPU quantizer's of the device's normed rows, bit for bit */
+    uint8_t *cq = malloc(nb * 34);
+    bs_type_get(BS_Q8_0)->act_from_float(y, cq, (int64_t)tot);
+    int diff = 0;
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t h;
+        memcpy(&h, cq + b * 34, 2);
+        diff += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, q + b * 32, 32) != 0;
+    }
+    CHECKF(diff == 0, "fused norm: %d of %zu quantized blocks differ from the CPU's", diff, nb);
+    /* and Q8_1's block sums (Q4_1 products), from the same codes */
+    uint8_t *c1 = malloc(nb * 36);
+    bs_type_get(BS_Q4_1)->act_from_float(y, c1, (int64_t)tot);
+    diff = 0;
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t h;
+        memcpy(&h, c1 + b * 36 + 2, 2);
+        if (bs_f16_to_f32(h) != m8[b] && diff < 3) fprintf(stderr, "  block %zu: Q8_1 sum %.9g device %.9g\n", b, bs_f16_to_f32(h), m8[b]);
+        diff += bs_f16_to_f32(h) != m8[b];
+    }
+    CHECKF(diff == 0, "fused norm: %d of %zu Q8_1 block sums differ from the CPU's", diff, nb);
+    free(c1);
+    free(x); free(r); free(w); free(y); free(x0); free(s8); free(m8); free(q); free(ref); free(cq);
+}
+
+/* --- ew.comp -------------------------------------------------------------------------------- */
+static void check_ew(int mode, size_t n, uint32_t p0, uint32_t p1) {
+    const size_t nb = mode == 2 ? n * 2 : n, nc = mode == 3 ? 2 * (size_t)p0 : n;
+    float *a = vec(n, 2.0f), *b = vec(nb, 3.0f), *c = vec(nc, 1.0f);
+    if (mode == 3) for (size_t i = 0; i < n; i++) a[i] *= 4.0f;   /* softplus' branch at 20 too */
+    float *a0 = malloc(sizeof *a * n), *b0 = malloc(sizeof *b * nb);
+    memcpy(a0, a, sizeof *a * n);
+    memcpy(b0, b, sizeof *b * nb);
+    uint32_t push[4] = {(uint32_t)mode, (uint32_t)n, p0, p1};
+    const uint32_t g = (uint32_t)((n + 255) / 256), gx = g < 65535 ? g : 65535, gy = (g + gx - 1) / gx;
+    void *data[3] = {a, b, c};
+    size_t bytes[3] = {4 * n, 4 * nb, 4 * nc};
+    CHECK(bs_vk_kernel_run(C, "ew", data, bytes, 3, push, sizeof push, gx, gy, 1) == 0);
+    double worst = 0, worst_b = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ref;
+        if (mode == 0) ref = b0[i] + a0[i];
+        else if (mode == 1) ref = bs_silu(b0[i]) * c[i];
+        else if (mode == 2) {
+            const size_t hd = (size_t)p0 * p1, t = i / hd, h = (i / p1) % p0, dd = i % p1;
+            ref = a0[i] * bs_sigmoid(b0[t * 2 * hd + h * 2 * p1 + p1 + dd]);
+        } else {
+            const size_t h = i % p0;
+            ref = bs_softplus(a0[i] + c[h]) * c[p0 + h];
+            worst_b = fmax(worst_b, fabs(b[i] - bs_sigmoid(b0[i])) / (fabs(bs_sigmoid(b0[i])) + 1e-6));
+        }
+        worst = fmax(worst, fabs(a[i] - ref) / (fabs(ref) + 1e-6));
+    }
+    const double tol = mode == 0 ? 0 : 1e-5;
+    CHECKF(worst <= tol && worst_b <= 1e-5, "ew mode %d n %zu: relative error %.3g (gates' sigmoid %.3g)", mode, n, worst, worst_b);
+    free(a); free(b); free(c); free(a0); free(b0);
+}
+
+/* --- conv.comp ------------------------------------------------------------------------------ */
+static void check_conv(int cd, int K, int T) {
+    const int km1 = K - 1;
+    float *mixed = vec((size_t)T * cd, 1.0f), *win = vec((size_t)km1 * cd, 1.0f), *w = vec((size_t)cd * K, 0.5f);
+    float *o = calloc((size_t)T * cd, sizeof *o), *win0 = malloc(sizeof *win * (size_t)km1 * cd);
+    memcpy(win0, win, sizeof *win * (size_t)km1 * cd);
+    uint32_t push[3] = {(uint32_t)cd, (uint32_t)K, (uint32_t)T};
+    void *data[4] = {mixed, win, w, o};
+    size_t bytes[4] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd};
+    CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, push, sizeof push, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
+    double worst = 0;
+    int win_ok = 1;
+    for (int c = 0; c < cd; c++) {
+        for (int t = 0; t < T; t++) {
+            double s = 0, mag = 0;
+            for (int i = 0; i < K; i++) {
+                const int r = t + i;
+                const double v = r < km1 ? win0[(size_t)r * cd + c] : mixed[(size_t)(r - km1) * cd + c];
+                s += v * w[(size_t)c * K + i];
+                mag += fabs(v * w[(size_t)c * K + i]);
+            }
+            const double ref = s / (1.0 + exp(-s));
+            worst = fmax(worst, fabs(o[(size_t)t * cd + c] - ref) / (mag + 1e-6));
+        }
+        for (int r = 0; r < km1; r++) {   /* the window moves on: the last K-1 rows of [win; mixed] */
+            const int e = T + r;
+            const float want = e < km1 ? win0[(size_t)e * cd + c] : mixed[(size_t)(e - km1) * cd + c];
+            win_ok &= win[(size_t)r * cd + c] == want;
+        }
+    }
+    CHECKF(worst < 1e-5, "conv cd %d K %d T %d: relative error %.3g", cd, K, T, worst);
+    CHECKF(win_ok, "conv cd %d K %d T %d: the window is not the last K-1 rows", cd, K, T);
+    free(mixed); free(win); free(w); free(o); free(win0);
+}
+
+/* --- delta.comp ----------------------------------------------------------------------------- */
+static void l2(float *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++) x[i] = (float)(x[i] / fmax(sqrt(s), 1e-6));
+}
+
+static void check_delta(int nk, int nv, int dk, int dv, int T) {
+    const int cd = 2 * nk * dk + nv * dv;
+    float *qkv = vec((size_t)T * cd, 1.0f), *g = vec((size_t)T * nv, 1.0f), *beta = vec((size_t)T * nv, 1.0f);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < 2 * nk; h++) l2(qkv + (size_t)t * cd + (size_t)h * dk, dk);   /* as the model feeds it */
+        for (int h = 0; h < nv; h++) {
+            g[t * nv + h] = -bs_softplus(g[t * nv + h]) * 0.3f;
+            beta[t * nv + h] = bs_sigmoid(beta[t * nv + h]);
+        }
+    }
+    const size_t ns = (size_t)nv * dv * dk;
+    float *st = vec(ns, 0.1f), *o = calloc((size_t)T * nv * dv, sizeof *o);
+    double *S = malloc(sizeof *S * ns), *ref = malloc(sizeof *ref * (size_t)T * nv * dv);
+    for (size_t i = 0; i < ns; i++) S[i] = st[i];
+    const float scale = 1.0f / sqrtf((float)dk);
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
+                                                                (uint32_t)T, (uint32_t)cd, scale};
+    void *data[5] = {qkv, g, beta, st, o};
+    size_t bytes[5] = {4u * (size_t)T * cd, 4u * (size_t)T * nv, 4u * (size_t)T * nv, 4 * ns, 4u * (size_t)T * nv * dv};
+    CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 5, &p, sizeof p, (uint32_t)(dv + 63) / 64, (uint32_t)nv, 1) == 0);
+    /* float64 reference of the CPU's recurrence (deltanet.c): decay, delta against the decayed
+     * state, read-out with the updated state; V head h reads K/Q head h % nk */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nv; h++) {
+            const float *q = qkv + (size_t)t * cd + (size_t)(h % nk) * dk, *k = q + (size_t)nk * dk;
+            const float *v = qkv + (size_t)t * cd + (size_t)2 * nk * dk + (size_t)h * dv;
+            const double decay = exp(g[t * nv + h]);
+            for (int j = 0; j < dv; j++) {
+                double *row = S + ((size_t)h * dv + j) * dk, u = 0, y = 0;
+                for (int i = 0; i < dk; i++) { row[i] *= decay; u += row[i] * k[i]; }
+                const double d = (v[j] - u) * beta[t * nv + h];
+                for (int i = 0; i < dk; i++) { row[i] += k[i] * d; y += row[i] * q[i]; }
+                ref[((size_t)t * nv + h) * dv + j] = y * scale;
+            }
+        }
+    double scale_o = 0, worst = 0, worst_s = 0, scale_s = 0;
+    for (size_t i = 0; i < (size_t)T * nv * dv; i++) scale_o = fmax(scale_o, fabs(ref[i]));
+    for (size_t i = 0; i < (size_t)T * nv * dv; i++) worst = fmax(worst, fabs(o[i] - ref[i]) / scale_o);
+    for (size_t i = 0; i < ns; i++) scale_s = fmax(scale_s, fabs(S[i]));
+    for (size_t i = 0; i < ns; i++) worst_s = fmax(worst_s, fabs(st[i] - S[i]) / scale_s);
+    CHECKF(worst < 1e-4 && worst_s < 1e-4, "delta %d/%d heads of %d/%d, %d tokens: error %.3g (state %.3g)", nk, nv, dk, dv,
+           T, worst, worst_s);
+    free(qkv); free(g); free(beta); free(st); free(o); free(S); free(ref);
+}
+
+/* --- rope.comp ------------------------------------------------------------------------------ */
+static void check_rope(int heads, int D, int hs, int rs, int n_rot, int T, int pos0) {
+    const size_t tot = (size_t)T * rs;
+    float *x = vec(tot, 1.0f), *ref = malloc(sizeof *ref * tot), *cs = malloc(sizeof *cs * (size_t)T * n_rot);
+    memcpy(ref, x, sizeof *x * tot);
+    for (int t = 0; t < T; t++) bs_rope_cache(cs + (size_t)t * n_rot, pos0 + t, n_rot, 10000000.0f, NULL);
+    uint32_t push[4] = {(uint32_t)heads, (uint32_t)hs, (uint32_t)rs, (uint32_t)n_rot};
+    void *data[2] = {x, cs};
+    size_t bytes[2] = {4 * tot, 4u * (size_t)T * n_rot};
+    CHECK(bs_vk_kernel_run(C, "rope", data, bytes, 2, push, sizeof push, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * heads), 1) == 0);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++) bs_rope_neox(ref + (size_t)t * rs + (size_t)h * hs, cs + (size_t)t * n_rot, n_rot);
+    double worst = 0;
+    int rest = 1;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < D; i++) {
+                const size_t e = (size_t)t * rs + (size_t)h * hs + (size_t)i;
+                if (i >= n_rot) rest &= x[e] == ref[e];
+                else worst = fmax(worst, fabs(x[e] - ref[e]) / (fabs(ref[e]) + 1e-3));
+            }
+    CHECKF(worst < 2e-6 && rest, "rope %d heads of %d, %d dims, %d rows: error %.3g, dims past n_rot kept: %d", heads, D, n_rot, T,
+           worst, rest);
+    free(x); free(ref); free(cs);
+}
+
+/* --- kv_store.comp and attn.comp ------------------------------------------------------------- */
+static void check_attn(int H, int Hkv, int D, int T, int pos0, bool f32) {
+    const int n_ctx = pos0 + T + 3, kvw = Hkv * D, esz = f32 ? 4 : 2;
+    const size_t kvb = (size_t)n_ctx * kvw * esz;
+    /* the cache rows before pos0 as a previous step left them */
+    float *prevk = vec((size_t)pos0 * kvw, 1.0f), *prevv = vec((size_t)pos0 * kvw, 1.0f);
+    float *k = vec((size_t)T * kvw, 1.0f), *v = vec((size_t)T * kvw, 1.0f);
+    uint8_t *kc = calloc(kvb, 1), *vc = calloc(kvb, 1), *rk = calloc(kvb, 1), *rv = calloc(kvb, 1);
+    for (size_t i = 0; i < (size_t)pos0 * kvw; i++) {
+        if (f32) { memcpy(kc + 4 * i, &prevk[i], 4); memcpy(vc + 4 * i, &prevv[i], 4); }
+        else {
+            const uint16_t hk = bs_f32_to_f16(prevk[i]), hv = bs_f32_to_f16(prevv[i]);
+            memcpy(kc + 2 * i, &hk, 2);
+            memcpy(vc + 2 * i, &hv, 2);
+        }
+    }
+    memcpy(rk, kc, kvb);
+    memcpy(rv, vc, kvb);
+    for (size_t i = 0; i < (size_t)T * kvw; i++) {   /* what the CPU's cache gets */
+        const size_t e = (size_t)pos0 * kvw + i;
+        if (f32) { memcpy(rk + 4 * e, &k[i], 4); memcpy(rv + 4 * e, &v[i], 4); }
+        else {
+            const uint16_t hk = bs_f32_to_f16(k[i]), hv = bs_f32_to_f16(v[i]);
+            memcpy(rk + 2 * e, &hk, 2);
+            memcpy(rv + 2 * e, &hv, 2);
+        }
+    }
+    uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
+    uint32_t kp[2] = {(uint32_t)kvw, f32};
+    void *kd[5] = {k, v, kc, vc, params};
+    size_t kbytes[5] = {4u * (size_t)T * kvw, 4u * (size_t)T * kvw, kvb, kvb, 16};
+    CHECK(bs_vk_kernel_run(C, "kv_store", kd, kbytes, 5, kp, sizeof kp, (uint32_t)(kvw / 2 + 63) / 64, (uint32_t)T, 1) == 0);
+    CHECKF(!memcmp(kc, rk, kvb) && !memcmp(vc, rv, kvb), "kv_store %s: the cache differs from the CPU's rows", f32 ? "F32" : "F16");
+    /* attention of T queries over the cache the store left */
+    const size_t qw = 2u * H * D;
+    float *q = vec((size_t)T * qw, 1.0f), *o = calloc((size_t)T * H * D, sizeof *o);
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx,
+                                                                         1.0f / sqrtf((float)D), f32};
+    const size_t scb = 4u * (size_t)T * H * n_ctx;
+    void *ad[6] = {q, rk, rv, o, NULL, params};
+    size_t abytes[6] = {4 * (size_t)T * qw, kvb, kvb, 4u * (size_t)T * H * D, scb, 16};
+    CHECK(bs_vk_kernel_run(C, "attn", ad, abytes, 6, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    /* the CPU's attention: per query, q rounded to f16 for an F16 cache, KV head h / (H / Hkv) */
+    float *qb = malloc(sizeof *qb * (size_t)D), *ref = malloc(sizeof *ref * (size_t)D), *sc = malloc(sizeof *sc * (size_t)n_ctx);
+    float *tmp = malloc(sizeof *tmp * (size_t)D);
+    double worst = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *src = q + (size_t)t * qw + (size_t)h * 2 * D;
+            for (int i = 0; i < D; i++) qb[i] = f32 ? src[i] : bs_f16_to_f32(bs_f32_to_f16(src[i]));
+            const int nkv = pos0 + t + 1, kvh = h / (H / Hkv);
+            const size_t off = (size_t)kvh * D * esz;
+            bs_attn_queries(qb, 1, &nkv, rk + off, rv + off, (size_t)kvw * esz, !f32, D, ref, sc, (size_t)n_ctx, tmp);
+            const float *got = o + (size_t)t * H * D + (size_t)h * D;
+            double mag = 0;
+            for (int i = 0; i < D; i++) mag = fmax(mag, fabs(ref[i]));
+            for (int i = 0; i < D; i++) worst = fmax(worst, fabs(got[i] - ref[i]) / (mag + 1e-6));
+        }
+    CHECKF(worst < 1e-5, "attn %d/%d heads of %d, %d queries at %d, %s: error %.3g", H, Hkv, D, T, pos0, f32 ? "F32" : "F16", worst);
+    free(prevk); free(prevv); free(k); free(v); free(kc); free(vc); free(rk); free(rv);
+    free(q); free(o); free(qb); free(ref); free(sc); free(tmp);
+}
+
+/* --- act_round.comp: the CPU's activation conversion, then back to floats, bit for bit ------ */
+static void check_act_round(int mode, int n) {
+    static const int wtype[] = {0, BS_F16, BS_BF16, BS_Q8_0, BS_Q6_K};
+    const bs_type_traits *tt = bs_type_get(wtype[mode]);
+    const int blk = mode == 4 ? 256 : 32;
+    float *x = vec((size_t)n, 2.0f), *y = calloc((size_t)n, sizeof *y), *ref = malloc(sizeof *ref * (size_t)n);
+    for (int j = 0; j < 32 && j < n; j++) x[j] = 0.0f;   /* a zero block */
+    uint8_t *a = malloc(bs_row_size(tt->vec_dot_type, n));
+    if (tt->act_from_float) tt->act_from_float(x, a, n);
+    else bs_quantize(tt->vec_dot_type, x, a, n);
+    bs_dequantize(tt->vec_dot_type, a, ref, n);
+    uint32_t push[2] = {(uint32_t)mode, (uint32_t)(n / blk)};
+    void *data[2] = {x, y};
+    size_t bytes[2] = {4u * (size_t)n, 4u * (size_t)n};
+    CHECK(bs_vk_kernel_run(C, "act_round", data, bytes, 2, push, sizeof push, (uint32_t)(n / blk + 63) / 64, 1, 1) == 0);
+    int diff = 0;
+    for (int i = 0; i < n; i++) {   /* == : a code of 0 from a negative value gives -0 here, +0 there */
+        if (y[i] != ref[i] && diff < 4) fprintf(stderr, "  act_round mode %d [%d]: x %.9g device %.9g CPU %.9g\n", mode, i, x[i], y[i], ref[i]);
+        diff += y[i] != ref[i];
+    }
+    CHECKF(diff == 0, "act_round mode %d (%s activations): %d of %d values differ from the CPU's", mode,
+           bs_type_name(tt->vec_dot_type), diff, n);
+    free(x); free(y); free(ref); free(a);
+}
+
+/* --- get_rows.comp: embedding rows of every layout against the format's dequantizer -------- */
+static void check_embed(int type, int64_t d, int64_t rows, int n) {
+    float *w = vec((size_t)(d * rows), 0.05f);
+    const size_t rb = bs_row_size(type, d);
+    uint8_t *wq = malloc(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) bs_quantize(type, w + r * d, wq + r * rb, d);
+    bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb, .name = bs_type_name(type)};
+    bs_vk_matrix *m = bs_vk_matrix_new(C, &T);
+    CHECKF(m != NULL, "%s: %s", bs_type_name(type), bs_last_error());
+    int32_t *tok = malloc(sizeof *tok * (size_t)n);
+    for (int t = 0; t < n; t++) tok[t] = t == 0 ? 0 : t == 1 ? (int32_t)rows - 1 : (int32_t)(bs_rng_next(&rng) % (uint64_t)rows);
+    float *out = malloc(sizeof *out * (size_t)(n * d)), *ref = malloc(sizeof *ref * (size_t)d);
+    CHECK(m && bs_vk_embed(C, m, tok, n, out) == 0);
+    double worst = 0;
+    for (int t = 0; t < n && m; t++) {
+        bs_dequantize(type, wq + (size_t)tok[t] * rb, ref, d);
+        for (int64_t i = 0; i < d; i++) worst = fmax(worst, fabs(out[t * d + i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+    }
+    /* Q4_1 rows are q*d + m: one rounding either side of the CPU's; the rest are exact */
+    const double tol = type == BS_Q4_1 ? 1e-6 : 0;
+    CHECKF(worst <= tol, "embed %s %lldx%lld: relative error %.3g", bs_type_name(type), (long long)rows, (long long)d, worst);
+    bs_vk_matrix_free(C, m);
+    free(w); free(wq); free(tok); free(out); free(ref);
+}
+
+int main(void) {
+    if (!bs_vk_built()) { printf("skipped: this build has no Vulkan backend\n"); return 77; }
+    if (!getenv("BS_VK_NO_VALIDATE")) setenv("BITSPARK_VK_VALIDATE", "1", 1);
+    bs_vk_device_info info[8];
+    const int nd = bs_vk_devices(info, 8);
+    if (nd < 0 && strstr(bs_last_error(), "no Vulkan loader")) { printf("skipped: %s\n", bs_last_error()); return 77; }
+    CHECKF(nd >= 0, "%s", bs_last_error());
+    if (nd <= 0) { printf("skipped: no Vulkan device\n"); return nd == 0 ? 77 : 1; }
+    C = bs_vk_open(bs_vk_pick(true));
+    CHECKF(C != NULL, "%s", bs_last_error());
+    if (!C) return test_summary("test_vulkan_ops");
+    printf("device: %s\n", bs_vk_info(C)->name);
+    bs_rng_seed(&rng, 2201);
+    /* norms: rows (odd widths, 27B's 5120), q heads in rows of 2HD, k heads, DeltaNet's q/k
+     * L2 heads and gated-norm heads; the fused add+norm+quantize */
+    check_norm(0, 77, 3, 1, 77, 77);
+    check_norm(0, 1000, 5, 1, 1000, 1000);
+    check_norm(0, 5120, 2, 1, 5120, 5120);
+    check_norm(0, 64, 3, 1, 128, 128);          /* one q head (gate half kept) */
+    check_norm(0, 256, 2, 24, 512, 24 * 512);   /* 27B: 24 q heads of 256 */
+    check_norm(0, 256, 3, 4, 256, 1024);        /* 27B: 4 k heads */
+    check_norm(1, 33, 2, 3, 33, 99);
+    check_norm(1, 128, 2, 32, 128, 10240);      /* 27B: 2 x 16 q/k heads in the conv rows */
+    check_norm_fused(96, 7);
+    check_norm_fused(5120, 2);
+    /* element-wise */
+    const size_t ns[] = {1, 37, 70001};
+    for (size_t i = 0; i < 3; i++) {
+        check_ew(0, ns[i], 0, 0);
+        check_ew(1, ns[i], 0, 0);
+    }
+    check_ew(2, 1 * 1 * 33, 1, 33);
+    check_ew(2, 3 * 24 * 256, 24, 256);
+    check_ew(3, 5 * 6, 6, 0);
+    check_ew(3, 3 * 48, 48, 0);
+    /* conv (K 4 as Qwen3.5, 2 and 8 the limits), DeltaNet */
+    check_conv(37, 4, 1);
+    check_conv(200, 4, 37);
+    check_conv(65, 2, 5);
+    check_conv(70, 8, 3);
+    check_conv(10240, 4, 3);
+    check_delta(1, 1, 16, 16, 1);
+    check_delta(1, 3, 33, 17, 7);
+    check_delta(2, 6, 64, 64, 37);
+    check_delta(16, 48, 128, 128, 2);
+    /* RoPE: partial (16 of 64, 64 of 256), one and many heads, q heads at stride 2D */
+    check_rope(1, 64, 64, 64, 64, 1, 0);
+    check_rope(4, 64, 128, 512, 16, 5, 3);
+    check_rope(24, 256, 512, 24 * 512, 64, 3, 1000);
+    check_rope(4, 256, 256, 1024, 64, 2, 37);
+    /* KV store + attention: GQA groups 1, 2, 6; one head; F16 and F32 caches; 1..37 positions */
+    check_attn(1, 1, 64, 1, 0, false);
+    check_attn(4, 2, 64, 5, 32, false);
+    check_attn(6, 1, 32, 3, 7, true);
+    check_attn(2, 2, 96, 2, 35, true);
+    check_attn(24, 4, 256, 2, 20, false);
+    /* activation rounding of the formats that run as F32 */
+    check_act_round(1, 32 * 37);
+    check_act_round(2, 32 * 37);
+    check_act_round(3, 32 * 37);
+    check_act_round(4, 256 * 3);
+    check_act_round(3, 5120);
+    /* embedding rows */
+    static const int et[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_Q8_0, BS_Q4_1, BS_F16, BS_BF16, BS_Q6_K, BS_F32};
+    for (size_t i = 0; i < sizeof et / sizeof et[0]; i++) check_embed(et[i], 256, 301, 37);
+    check_embed(BS_Q1_0, 5120, 67, 3);
+    bs_vk_close(C);
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary("test_vulkan_ops");
+}
