@@ -35,16 +35,23 @@ static int check_logits_args(int n, int logits_mode, const float *logits) {
     return 0;
 }
 
-int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits, float *taps) {
+int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
+                       float *logits, float *taps) {
     if (!embd || nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image rows");
-    const int n = nx * ny;   /* both <= n_ctx <= 2^24 */
+    if (i0 < 0 || n < 0 || n > nx * ny - i0) return bs_error("bs_eval_image: rows %d..%d are not in a %dx%d image", i0, i0 + n, nx, ny);
     if (check_logits_args(n, logits_mode, logits)) return -1;
     if (n > s->n_ctx - s->n_past)
         return bs_error("an image of %d rows does not fit in the context: %d of %d positions are used", n, s->n_past,
                         s->n_ctx);
     if (s->vk) return bs_error("image input runs on the CPU only (the Vulkan forward takes token ids)");
-    rows_in in = {NULL, embd, nx, ny, 0};
+    if (n == 0) return 0;
+    rows_in in = {NULL, embd, nx, ny, i0};
     return eval_batches(s, in, n, logits_mode, logits, s->n_taps ? taps : NULL);
+}
+
+int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits, float *taps) {
+    if (nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image grid %dx%d", nx, ny);
+    return bs_eval_image_rows(s, embd, nx, ny, 0, nx * ny, logits_mode, logits, taps);
 }
 
 int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {

@@ -104,6 +104,11 @@ void bs_session_batch_rows(bs_session *s, int n, float *x);
 static inline int sess_pos(const bs_session *s) { return s->n_past ? s->pos_next[s->n_past - 1] : 0; }
 void bs_session_end_batch(bs_session *s, int n);
 
+/* eval.c: bs_eval_image over rows i0..i0+n-1 of the image only (embd: those rows), for callers
+ * that evaluate an image in chunks: a chunk with i0 > 0 must follow the image's previous rows. */
+int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
+                       float *logits, float *taps);
+
 /* forward.c: evaluate the n <= n_batch rows of the batch begun (validated), taps/logits at row
  * offset handled by the caller's pointers. */
 void bs_forward_batch(bs_session *s, int n, bool record, int logits_mode,
