@@ -80,6 +80,14 @@ enum { BS_LOGITS_NONE = 0, BS_LOGITS_LAST = 1, BS_LOGITS_ALL = 2 };
 BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits,
             float *taps);
 
+/* Evaluate an image: nx * ny rows of n_embd floats (image embeddings, row-major over the grid of
+ * merged tokens) in place of token embeddings. Row i gets the M-RoPE position (p, p + i / nx,
+ * p + i % nx, 0), p the current position, and the text after it continues at p + max(nx, ny)
+ * (mtmd's layout for Qwen3-VL / Qwen3.5); it takes nx * ny context positions. Causal like text;
+ * rollback, taps and state save / load work as with bs_eval. CPU only. Returns 0 or -1. */
+BS_API int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits,
+                         float *taps);
+
 /* Capture layers (0-based; duplicates allowed) for the taps of later evals; n = 0 clears. */
 BS_API int bs_session_set_taps(bs_session *s, const int *layers, int n);
 BS_API int bs_session_n_taps(const bs_session *s);

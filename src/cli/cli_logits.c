@@ -1,12 +1,14 @@
 /* cli_logits.c: `bitspark logits`: evaluate a token list (the first N tokens as one batch, the
  * rest one at a time) and write every position's logits as raw float32 rows: the layout of the
  * reference fixtures, so outside checks can compare bitspark with other runtimes. Optionally also
- * writes the layer taps of every position. Keep this interface stable. */
+ * writes the layer taps of every position. `<image>` in the token list stands for the rows of an
+ * image (--image-embd), evaluated with bs_eval_image. Keep this interface stable. */
 #include "bitspark.h"
 #include "cli/cli.h"
 #include "io/util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,8 @@
 
 typedef struct opts {
     const char *model, *tokens, *tokens_file, *out, *taps, *taps_out;
-    long batch, threads, ctx;
+    const char *image_embd;
+    long batch, threads, ctx, img_nx, img_ny;
     int kv_type;
     bool no_mmap;
     const char *device;
@@ -32,6 +35,9 @@ void help_logits(void) {
            "  --kv-type f16|f32  KV cache type (default f16)\n"
            "  --ctx N            context size (default 4096, or the token count if larger)\n"
            "  -t N               threads (default 1)\n"
+           "  --image-embd F     image embeddings (rows x n_embd float32, as mmproj-embed writes)\n"
+           "                     evaluated where the token list says <image>: one logits row each\n"
+           "  --image-grid WxH   the image's grid of merged tokens (W * H = rows of F)\n"
            "  --no-mmap          read the model into memory instead of mapping it\n"
            "  --device D         auto (default), cpu, vulkan or vulkan:N (see 'bitspark devices')\n");
 }
@@ -83,6 +89,18 @@ static int parse_opts(int argc, char **argv, opts *o) {
             else if (!strcmp(v, "f32")) o->kv_type = BS_KV_F32;
             else return bs_error("--kv-type: '%s' is not f16 or f32", v);
         }
+        else if (!strcmp(a, "--image-embd")) { VAL(); o->image_embd = v; }
+        else if (!strcmp(a, "--image-grid")) {
+            VAL();
+            char *x;
+            errno = 0;
+            o->img_nx = strtol(v, &x, 10);
+            if (x == v || (*x != 'x' && *x != 'X') || errno) return bs_error("--image-grid: '%s' is not WxH", v);
+            const char *h = x + 1;
+            o->img_ny = strtol(h, &x, 10);
+            if (x == h || *x || errno || o->img_nx < 1 || o->img_ny < 1 || o->img_nx > 4096 || o->img_ny > 4096)
+                return bs_error("--image-grid: '%s' is not WxH with 1 <= W, H <= 4096", v);
+        }
         else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
         else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
         else return bs_error("unknown option '%s' (see bitspark help logits)", a);
@@ -92,6 +110,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     if (!o->out) return bs_error("-o OUT.f32 is required");
     if (!o->tokens == !o->tokens_file) return bs_error("give exactly one of --tokens and --tokens-file");
     if (!o->taps != !o->taps_out) return bs_error("--taps and --taps-out go together");
+    if (!o->image_embd != !o->img_nx) return bs_error("--image-embd and --image-grid go together");
     return 0;
 }
 
@@ -104,41 +123,107 @@ static int write_file(const char *path, const float *data, size_t count) {
 }
 
 typedef struct run_ctx {
-    int32_t *tokens, *taps;
+    int32_t *tokens, *taps;   /* tokens: IMAGE_ID where the list said <image> */
     int n_tokens, n_taps;
+    int n_rows, img_rows;     /* logits rows: tokens, and img_rows per image */
+    int img_nx, img_ny;
+    float *img;               /* img_rows x n_embd */
     float *logits, *tap_rows;
     bs_model *m;
     bs_session *s;
 } run_ctx;
 
+#define IMAGE_ID (-1)
+
+/* Evaluate tokens[i..j) as one batch, or the image if tokens[i] is one; *row: its first row. */
+static int eval_span(run_ctx *r, int i, int j, int *row) {
+    const size_t nv = (size_t)bs_model_n_vocab(r->m), tap_w = (size_t)r->n_taps * bs_model_n_embd(r->m);
+    float *lg = r->logits + (size_t)*row * nv, *tp = r->tap_rows ? r->tap_rows + (size_t)*row * tap_w : NULL;
+    if (r->tokens[i] == IMAGE_ID) {
+        *row += r->img_rows;
+        return bs_eval_image(r->s, r->img, r->img_nx, r->img_ny, BS_LOGITS_ALL, lg, tp);
+    }
+    *row += j - i;
+    return bs_eval(r->s, r->tokens + i, j - i, BS_LOGITS_ALL, lg, tp);
+}
+
+/* The first nb entries batched (text runs as one batch each, an image as one), the rest alone. */
+static int eval_all(run_ctx *r, int nb) {
+    int row = 0;
+    for (int i = 0; i < nb;) {
+        int j = i + 1;
+        if (r->tokens[i] != IMAGE_ID)
+            while (j < nb && r->tokens[j] != IMAGE_ID) j++;
+        if (eval_span(r, i, j, &row)) return -1;
+        i = j;
+    }
+    for (int i = nb; i < r->n_tokens; i++)
+        if (eval_span(r, i, i + 1, &row)) return -1;
+    return 0;
+}
+
 static int evaluate(const opts *o, run_ctx *r) {
     const int nv = bs_model_n_vocab(r->m), E = bs_model_n_embd(r->m);
-    for (int i = 0; i < r->n_tokens; i++)
+    r->n_rows = 0;
+    for (int i = 0; i < r->n_tokens; i++) {
+        if (r->tokens[i] == IMAGE_ID && !r->img) return bs_error("<image> in the token list needs --image-embd");
         if (r->tokens[i] >= nv) return bs_error("token id %d (at %d) is out of range [0, %d)", r->tokens[i], i, nv);
+        r->n_rows += r->tokens[i] == IMAGE_ID ? r->img_rows : 1;
+    }
     const int nb = o->batch < 0 ? r->n_tokens : (int)BS_MIN(o->batch, (long)r->n_tokens);
     bs_session_params sp = {.n_ctx = (int)o->ctx, .kv_type = o->kv_type, .n_threads = (int)o->threads,
                             .n_batch = BS_MAX(nb, 512)};
-    if (!o->ctx && r->n_tokens > 4096) sp.n_ctx = r->n_tokens;
+    if (!o->ctx && r->n_rows > 4096) sp.n_ctx = r->n_rows;
     if (!(r->s = bs_session_new(r->m, &sp))) return -1;
-    if (r->n_tokens > bs_session_n_ctx(r->s))
-        return bs_error("%d tokens are more than the context of %d (use --ctx)", r->n_tokens, bs_session_n_ctx(r->s));
+    if (r->n_rows > bs_session_n_ctx(r->s))
+        return bs_error("%d rows are more than the context of %d (use --ctx)", r->n_rows, bs_session_n_ctx(r->s));
     if (r->n_taps && bs_session_set_taps(r->s, r->taps, r->n_taps)) return -1;
-    r->logits = bs_xmalloc((size_t)r->n_tokens * nv * sizeof(float));
+    r->logits = bs_xmalloc((size_t)r->n_rows * nv * sizeof(float));
     const size_t tap_w = (size_t)r->n_taps * E;
-    if (r->n_taps) r->tap_rows = bs_xmalloc((size_t)r->n_tokens * tap_w * sizeof(float));
+    if (r->n_taps) r->tap_rows = bs_xmalloc((size_t)r->n_rows * tap_w * sizeof(float));
 
     double t0 = bs_time();
-    if (bs_eval(r->s, r->tokens, nb, BS_LOGITS_ALL, r->logits, r->tap_rows)) return -1;
-    double t1 = bs_time();
-    for (int i = nb; i < r->n_tokens; i++)
-        if (bs_eval(r->s, r->tokens + i, 1, BS_LOGITS_ALL, r->logits + (size_t)i * nv,
-                    r->tap_rows ? r->tap_rows + (size_t)i * tap_w : NULL))
-            return -1;
-    double t2 = bs_time();
-    bs_log(1, "logits: batch of %d in %.3f s, %d single tokens in %.3f s\n", nb, t1 - t0, r->n_tokens - nb, t2 - t1);
-    if (write_file(o->out, r->logits, (size_t)r->n_tokens * nv)) return -1;
-    if (r->n_taps && write_file(o->taps_out, r->tap_rows, (size_t)r->n_tokens * tap_w)) return -1;
+    if (eval_all(r, nb)) return -1;
+    bs_log(1, "logits: %d rows in %.3f s\n", r->n_rows, bs_time() - t0);
+    if (write_file(o->out, r->logits, (size_t)r->n_rows * nv)) return -1;
+    if (r->n_taps && write_file(o->taps_out, r->tap_rows, (size_t)r->n_rows * tap_w)) return -1;
     return 0;
+}
+
+/* The image embeddings file: exactly W * H rows of the model's n_embd floats. */
+static int load_image(const opts *o, run_ctx *r) {
+    size_t len;
+    char *data = bs_read_file(o->image_embd, &len);
+    if (!data) return -1;
+    const size_t E = (size_t)bs_model_n_embd(r->m), rows = (size_t)(o->img_nx * o->img_ny);
+    if (len != rows * E * sizeof(float)) {
+        free(data);
+        return bs_error("%s: %zu bytes, but a %ldx%ld grid of %zu-wide rows is %zu", o->image_embd, len, o->img_nx,
+                        o->img_ny, E, rows * E * sizeof(float));
+    }
+    r->img = bs_xmalloc(len);
+    memcpy(r->img, data, len);
+    free(data);
+    for (size_t i = 0; i < rows * E; i++)
+        if (!isfinite(r->img[i])) return bs_error("%s: value %zu is not finite", o->image_embd, i);
+    r->img_rows = (int)rows;
+    r->img_nx = (int)o->img_nx;
+    r->img_ny = (int)o->img_ny;
+    return 0;
+}
+
+/* The token list with each <image> replaced by IMAGE_ID. */
+static int parse_tokens(const char *text, const char *what, run_ctx *r) {
+    if (strchr(text, '-')) return bs_error("%s: negative token ids are out of range", what);
+    char *copy = bs_xmalloc(strlen(text) + 1), *w = copy;
+    for (const char *p = text; *p;) {
+        if (!strncmp(p, "<image>", 7)) { memcpy(w, "-1", 2); w += 2; p += 7; }
+        else *w++ = *p++;
+    }
+    *w = 0;
+    int e = parse_ids(copy, what, IMAGE_ID, INT32_MAX, &r->tokens, &r->n_tokens);
+    free(copy);
+    return e ? -1 : 0;
 }
 
 int cmd_logits(int argc, char **argv) {
@@ -147,17 +232,18 @@ int cmd_logits(int argc, char **argv) {
     int rc = 1;
     if (parse_opts(argc, argv, &o)) return cli_fail("logits");
     if (o.tokens) {
-        if (parse_ids(o.tokens, "--tokens", 0, INT32_MAX, &r.tokens, &r.n_tokens)) goto done;
+        if (parse_tokens(o.tokens, "--tokens", &r)) goto done;
     } else {
         char *text = bs_read_file(o.tokens_file, NULL);
         if (!text) goto done;
-        int e = parse_ids(text, o.tokens_file, 0, INT32_MAX, &r.tokens, &r.n_tokens);
+        int e = parse_tokens(text, o.tokens_file, &r);
         free(text);
         if (e) goto done;
     }
     if (o.taps && parse_ids(o.taps, "--taps", 0, 1 << 20, &r.taps, &r.n_taps)) goto done;
     bs_model_params mp = {.no_mmap = o.no_mmap, .device = o.device};
     if (!(r.m = bs_model_load(o.model, &mp))) goto done;
+    if (o.image_embd && load_image(&o, &r)) goto done;
     rc = evaluate(&o, &r) ? 1 : 0;
 done:
     if (rc) cli_fail("logits");
@@ -166,6 +252,7 @@ done:
     free(r.tokens);
     free(r.taps);
     free(r.logits);
+    free(r.img);
     free(r.tap_rows);
     return rc;
 }

@@ -63,15 +63,22 @@ static int imrope_stream(int pair, const int s[4]) {
 }
 
 void bs_rope_cache(float *cs, int pos, int n_rot, float base, const int sections[4]) {
+    const int pos4[4] = {pos, pos, pos, 0};
+    bs_rope_cache4(cs, pos4, n_rot, base, sections);
+}
+
+/* Every stream's angle advances by the same factor per pair, as ggml_mrope_cache_init does, so
+ * text positions (p, p, p, 0) give bs_rope_cache's old single-stream bits. */
+void bs_rope_cache4(float *cs, const int pos[4], int n_rot, float base, const int sections[4]) {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
     const bool mrope = sections && sections[0] + sections[1] + sections[2] + sections[3] > 0;
-    float theta_pos = (float)pos, theta_zero = 0.0f;
+    float theta[4] = {(float)pos[0], (float)pos[1], (float)pos[2], (float)pos[3]};
+    if (!mrope) theta[1] = theta[2] = theta[3] = theta[0];
     for (int i = 0; i < n_rot / 2; i++) {
-        const float theta = mrope && imrope_stream(i, sections) == 3 ? theta_zero : theta_pos;
-        cs[2 * i] = cosf(theta);
-        cs[2 * i + 1] = sinf(theta);
-        theta_pos *= theta_scale;
-        theta_zero *= theta_scale;
+        const float th = theta[mrope ? imrope_stream(i, sections) : 0];
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        for (int k = 0; k < 4; k++) theta[k] *= theta_scale;
     }
 }
 

@@ -40,6 +40,9 @@ void bs_softmax(float *x, int n);
  * carry the position in the t/h/w streams and 0 in the fourth, so pairs that IMROPE maps to the
  * fourth stream get theta 0. NULL or all-zero sections: plain NeoX (every pair uses pos). */
 void bs_rope_cache(float *cs, int pos, int n_rot, float base, const int sections[4]);
+/* The same for 4-stream M-RoPE positions (t, h, w, e): image rows carry (p, p + y, p + x, 0).
+ * Without sections every pair uses pos[0]. */
+void bs_rope_cache4(float *cs, const int pos[4], int n_rot, float base, const int sections[4]);
 /* NeoX rotation of the first n_rot dims of one head vector: pairs (i, i + n_rot/2). */
 void bs_rope_neox(float *x, const float *cs, int n_rot);
 

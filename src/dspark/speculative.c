@@ -180,6 +180,23 @@ int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
     return 0;
 }
 
+int bs_spec_prompt_image(bs_spec *sp, const float *embd, int nx, int ny, float *logits) {
+    if (nx < 1 || ny < 1 || nx > bs_session_n_ctx(sp->s) || ny > bs_session_n_ctx(sp->s))
+        return bs_error("bad image grid %dx%d", nx, ny);
+    bs_spec_sync(sp);
+    const int n = nx * ny, chunk = sp->dc ? PROMPT_CHUNK : n;
+    const size_t E = (size_t)bs_model_n_embd(sp->s->m);
+    for (int off = 0; off < n; off += chunk) {
+        const int c = BS_MIN(chunk, n - off);
+        const bool want = off + c == n && logits;
+        if (bs_eval_image_rows(sp->s, embd + (size_t)off * E, nx, ny, off, c, want ? BS_LOGITS_LAST : BS_LOGITS_NONE,
+                               want ? logits : NULL, sp->dc ? sp->taps : NULL) ||
+            feed(sp, c, false))
+            return -1;
+    }
+    return 0;
+}
+
 int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
     if (n < 1) return bs_error("empty prompt");
     bs_spec_sync(sp);

@@ -50,6 +50,10 @@ void bs_spec_free(bs_spec *sp);
  * off (rounds become plain steps). 0 or -1 + bs_error. */
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits);
 
+/* An image in the prompt (bs_eval_image's rows), its taps fed to the drafter like a prompt's;
+ * logits (may be NULL): of its last row. */
+int bs_spec_prompt_image(bs_spec *sp, const float *embd, int nx, int ny, float *logits);
+
 /* bs_spec_prompt a chunk at a time in a pass shared with other sequences: plan describes the
  * evaluation of the first rows of tokens[0..n) (all of them, or as many as the drafter's tap
  * buffer holds) in *q and returns how many; after the caller evaluated it, commit feeds their

@@ -212,10 +212,7 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         bs_session *s = q[i].s;
         b->row0[i] = R;
         bs_session_begin_batch(s, q[i].tokens, q[i].n);   /* so rollback works as after bs_eval */
-        for (int t = 0; t < q[i].n; t++)
-            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base,
-                          hp->rope_sections);
-        bs_get_rows(&b->m->tok_embd, s->rb_tokens, q[i].n, b->x + (size_t)R * E);
+        bs_session_batch_rows(s, q[i].n, b->x + (size_t)R * E);
         R += q[i].n;
     }
     for (int il = 0; il < hp->n_layer; il++) {

@@ -129,6 +129,7 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
         memmove(s->rb_tokens, tokens + off, (size_t)c * sizeof(int32_t));
+        s->rb_img = false;   /* image rows are refused on the device (bs_eval_image) */
         /* the state before the batch is what rollback goes back to (one-token steps without
          * undo skip the copy) */
         const bool undo = !(s->no_undo && c == 1);
@@ -137,12 +138,13 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
         s->rb_n = undo ? c : 0;
         s->rb_recorded = false;
         for (int t = 0; t < c; t++)
-            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, sess_pos(s) + t, hp->n_rot, hp->rope_base, hp->rope_sections);
         const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0,
                             taps ? taps + (size_t)off * tap_row : NULL))
             return -1;
+        for (int t = 0; t < c; t++) s->pos_next[s->n_past + t] = sess_pos(s) + t + 1;
         s->n_past += c;
     }
     return 0;

@@ -5,24 +5,59 @@
 #include "model/device.h"
 #include "io/util.h"
 
+/* What an eval feeds: tokens, or rows i0.. of an nx x ny image's embeddings. */
+typedef struct rows_in {
+    const int32_t *tokens;
+    const float *embd;
+    int nx, ny, i0;
+} rows_in;
+
 /* Evaluate in batches of n_batch; the last batch is what rollback can undo. */
-static void eval_batches(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
+static int eval_batches(bs_session *s, rows_in in, int n, int mode, float *logits, float *taps) {
     const size_t nv = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
+    const size_t E = (size_t)s->m->hp.n_embd;
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
-        bs_session_begin_batch(s, tokens + off, c);
+        if (!in.embd) bs_session_begin_batch(s, in.tokens + off, c);
+        else if (bs_session_begin_image(s, in.embd + (size_t)off * E, c, in.nx, in.ny, in.i0 + off)) return -1;
         int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
-        bs_forward_batch(s, s->rb_tokens, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
+        bs_forward_batch(s, c, s->rb_recorded, bm, bl, taps ? taps + (size_t)off * tap_row : NULL);
     }
+    return 0;
+}
+
+static int check_logits_args(int n, int logits_mode, const float *logits) {
+    if (logits_mode < BS_LOGITS_NONE || logits_mode > BS_LOGITS_ALL) return bs_error("bs_eval: bad logits mode");
+    if (logits_mode != BS_LOGITS_NONE && !logits) return bs_error("bs_eval: logits requested without a buffer");
+    if (n == 0 && logits_mode != BS_LOGITS_NONE) return bs_error("bs_eval: logits of zero tokens");
+    return 0;
+}
+
+int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
+                       float *logits, float *taps) {
+    if (!embd || nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image rows");
+    if (i0 < 0 || n < 0 || n > nx * ny - i0) return bs_error("bs_eval_image: rows %d..%d are not in a %dx%d image", i0, i0 + n, nx, ny);
+    if (check_logits_args(n, logits_mode, logits)) return -1;
+    if (n > s->n_ctx - s->n_past)
+        return bs_error("an image of %d rows does not fit in the context: %d of %d positions are used", n, s->n_past,
+                        s->n_ctx);
+    if (s->vk) return bs_error("image input runs on the CPU only (the Vulkan forward takes token ids)");
+    if (n == 0) return 0;
+    rows_in in = {NULL, embd, nx, ny, i0};
+    return eval_batches(s, in, n, logits_mode, logits, s->n_taps ? taps : NULL);
+}
+
+int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits, float *taps) {
+    if (nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image grid %dx%d", nx, ny);
+    return bs_eval_image_rows(s, embd, nx, ny, 0, nx * ny, logits_mode, logits, taps);
 }
 
 int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
     if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");
-    if (logits_mode < BS_LOGITS_NONE || logits_mode > BS_LOGITS_ALL) return bs_error("bs_eval: bad logits mode");
-    if (logits_mode != BS_LOGITS_NONE && !logits) return bs_error("bs_eval: logits requested without a buffer");
-    if (n_tokens == 0) return logits_mode == BS_LOGITS_NONE ? 0 : bs_error("bs_eval: logits of zero tokens");
+    if (check_logits_args(n_tokens, logits_mode, logits)) return -1;
+    if (n_tokens == 0) return 0;
     if (n_tokens > s->n_ctx - s->n_past)
         return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
                         s->n_past, s->n_ctx);
@@ -30,8 +65,8 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
             return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
     if (s->vk) return bs_device_eval(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
-    eval_batches(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
-    return 0;
+    rows_in in = {tokens, NULL, 0, 0, 0};
+    return eval_batches(s, in, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
 }
 
 int bs_session_rollback(bs_session *s, int n_keep) {
@@ -51,11 +86,11 @@ int bs_session_rollback(bs_session *s, int n_keep) {
         s->rb_n = j;
         return 0;
     }
-    /* batch too large to record: restore the state before it and recompute the kept tokens */
+    /* batch too large to record: restore the state before it and recompute the kept rows */
+    rows_in in = {s->rb_tokens, s->rb_img ? s->rb_embd : NULL, s->rb_img_nx, s->rb_img_ny, s->rb_img_i0};
     s->cur = 1 - s->cur;
     s->n_past = s->rb_base;
     s->rb_n = 0;
-    if (j > 0) eval_batches(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL);
-    return 0;
+    return j > 0 ? eval_batches(s, in, j, BS_LOGITS_NONE, NULL, NULL) : 0;
 }
 

@@ -37,7 +37,7 @@ static void capture(const bs_session *s, int il, int n, float *taps) {
                 memcpy(taps + t * row + (size_t)c * E, s->x + (size_t)t * E, (size_t)E * sizeof(float));
 }
 
-void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, int logits_mode,
+void bs_forward_batch(bs_session *s, int n, bool record, int logits_mode,
                       float *logits, float *taps) {
     const bs_model *m = s->m;
     const bs_qwen35_hparams *hp = &m->hp;
@@ -45,12 +45,8 @@ void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, 
 
     bs_prof_step(n);
     uint64_t t0 = bs_prof_begin();
-    bs_get_rows(&m->tok_embd, tokens, n, s->x);   /* ids were validated by the caller */
+    bs_session_batch_rows(s, n, s->x);   /* token embeddings or image rows, and their RoPE */
     bs_prof_end(BS_PROF_EMBED, t0);
-    t0 = bs_prof_begin();
-    for (int t = 0; t < n; t++)
-        bs_rope_cache(s->rope + (size_t)t * hp->n_rot, s->n_past + t, hp->n_rot, hp->rope_base, hp->rope_sections);
-    bs_prof_end(BS_PROF_ROPE_CACHE, t0);
 
     for (int il = 0; il < hp->n_layer; il++) {
         const bs_qwen35_layer *L = &m->layers[il];

@@ -57,6 +57,7 @@ static int alloc_buffers(bs_session *s) {
         !(s->k = alloc_n(natt * (size_t)s->n_ctx, s->kv_row, "KV cache")) ||
         !(s->v = alloc_n(natt * (size_t)s->n_ctx, s->kv_row, "KV cache")) ||
         !(s->rb_tokens = alloc_n(nb, sizeof(int32_t), "rollback tokens")) ||
+        !(s->pos_next = alloc_n((size_t)s->n_ctx, sizeof(int32_t), "positions")) ||
         !(s->rb_rec = alloc_n(nrec * (size_t)s->n_rollback, (cd + 2 * (size_t)hp->n_v_heads) * F, "rollback record")) ||
         !(s->x = alloc_n(nb, E * F, "activations")) || !(s->xn = alloc_n(nb, E * F, "activations")) ||
         !(s->y = alloc_n(nb, E * F, "activations")) || !(s->a = alloc_n(nb, s->wa * F, "activations")) ||
@@ -89,7 +90,7 @@ void bs_session_free(bs_session *s) {
     if (!s) return;
     bs_vk_sess_free(s->vk);
     bs_pool_free(s->pool);
-    void *bufs[] = {s->conv, s->ssm, s->k, s->v, s->rb_tokens, s->rb_rec, s->taps, s->x, s->xn, s->y,
+    void *bufs[] = {s->conv, s->ssm, s->k, s->v, s->rb_tokens, s->rb_rec, s->taps, s->pos_next, s->rb_embd, s->x, s->xn, s->y,
                     s->a, s->b, s->c, s->d, s->gb, s->rope, s->scores, s->qtmp};
     for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
     free(s);
@@ -125,10 +126,52 @@ int bs_session_set_taps(bs_session *s, const int *layers, int n) {
 
 void bs_session_begin_batch(bs_session *s, const int32_t *tokens, int n) {
     memmove(s->rb_tokens, tokens, (size_t)n * sizeof(int32_t));
+    s->rb_img = false;
     s->in_place = s->no_undo && n == 1;
     s->rb_base = s->n_past;
     s->rb_n = s->in_place ? 0 : n;
     s->rb_recorded = !s->in_place && n <= s->n_rollback;
+}
+
+int bs_session_begin_image(bs_session *s, const float *embd, int n, int nx, int ny, int i0) {
+    const size_t E = (size_t)s->m->hp.n_embd;
+    if (!s->rb_embd && !(s->rb_embd = alloc_n((size_t)s->n_batch, E * sizeof(float), "image rows"))) return -1;
+    memmove(s->rb_embd, embd, (size_t)n * E * sizeof(float));
+    for (int t = 0; t < n; t++) s->rb_tokens[t] = -1;
+    s->in_place = false;   /* image rows are never a one-token step without undo */
+    s->rb_base = s->n_past;
+    s->rb_n = n;
+    s->rb_recorded = n <= s->n_rollback;
+    s->rb_img = true;
+    s->rb_img_nx = nx;
+    s->rb_img_ny = ny;
+    s->rb_img_i0 = i0;
+    return 0;
+}
+
+/* Image token i sits at grid (x, y) = (i % nx, i / nx) and gets (p0, p0 + y, p0 + x, 0), p0 the
+ * position where the image starts (mtmd's M-RoPE layout); rows after it continue at
+ * p0 + max(nx, ny). */
+void bs_session_batch_rows(bs_session *s, int n, float *x) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const int p = sess_pos(s);
+    if (!s->rb_img) {
+        bs_get_rows(&s->m->tok_embd, s->rb_tokens, n, x);   /* ids were validated by the caller */
+        for (int t = 0; t < n; t++) {
+            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, p + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+            s->pos_next[s->n_past + t] = p + t + 1;
+        }
+        return;
+    }
+    const int nx = s->rb_img_nx, adv = BS_MAX(nx, s->rb_img_ny);
+    const int p0 = s->rb_img_i0 ? p - adv : p;   /* a continued image: p is already past it */
+    memcpy(x, s->rb_embd, (size_t)n * hp->n_embd * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        const int i = s->rb_img_i0 + t;
+        const int pos4[4] = {p0, p0 + i / nx, p0 + i % nx, 0};
+        bs_rope_cache4(s->rope + (size_t)t * hp->n_rot, pos4, hp->n_rot, hp->rope_base, hp->rope_sections);
+        s->pos_next[s->n_past + t] = p0 + adv;
+    }
 }
 
 void bs_session_end_batch(bs_session *s, int n) {
@@ -143,7 +186,8 @@ void bs_session_set_undo(bs_session *s, int keep) { s->no_undo = !keep; }
 
 typedef struct state_header {
     uint32_t magic, version;
-    int32_t n_layer, n_embd, n_vocab, n_recurrent, n_attention, kv_type, n_past, pad;
+    int32_t n_layer, n_embd, n_vocab, n_recurrent, n_attention, kv_type, n_past;
+    int32_t pos_delta;   /* next position - n_past (0 without images: older states load as is) */
     uint64_t conv_sz, ssm_sz, kv_row;
 } state_header;
 
@@ -158,6 +202,7 @@ static void fill_header(const bs_session *s, state_header *h) {
     h->n_attention = s->m->n_attention;
     h->kv_type = s->kv_type;
     h->n_past = s->n_past;
+    h->pos_delta = sess_pos(s) - s->n_past;
     h->conv_sz = s->conv_sz;
     h->ssm_sz = s->ssm_sz;
     h->kv_row = s->kv_row;
@@ -204,12 +249,17 @@ int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
     if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) return bs_error("state: not a bitspark session state");
     fill_header(s, &want);
     want.n_past = h.n_past;
+    want.pos_delta = h.pos_delta;
     if (memcmp(&h, &want, sizeof h))
         return bs_error("state: saved from a different model or KV cache type");
     if (h.n_past < 0 || h.n_past > s->n_ctx)
         return bs_error("state: %d positions do not fit in this session's context of %d", h.n_past, s->n_ctx);
     if (len != state_bytes(s, h.n_past)) return bs_error("state: size %zu does not match its header", len);
+    if (h.pos_delta > 0 || (h.n_past == 0 && h.pos_delta) || h.n_past + h.pos_delta < 0)
+        return bs_error("state: bad position offset %d", h.pos_delta);
     s->n_past = h.n_past;
+    /* only the last row's successor is ever read: rollback reaches no further back than here */
+    if (s->n_past) s->pos_next[s->n_past - 1] = s->n_past + h.pos_delta;
     copy_state(s, (uint8_t *)buf + sizeof h, false);
     if (s->vk && (bs_device_state(s, s->n_past, false) || bs_vk_sess_snapshot(s->vk))) return -1;
     s->rb_n = 0;

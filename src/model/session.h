@@ -37,6 +37,15 @@ struct bs_session {
     int32_t *rb_tokens;           /* [n_batch] */
     float *rb_rec;                /* [n_recurrent][n_rollback][conv_dim + 2*n_v_heads] */
 
+    /* positions: KV row r holds a row whose successor sits at M-RoPE position pos_next[r]
+     * (r + 1 for text only; an image of nx x ny rows advances it by max(nx, ny) in all) */
+    int32_t *pos_next;            /* [n_ctx] */
+    /* the last batch was image rows rb_img_i0.. of an rb_img_nx x rb_img_ny image: their
+     * embeddings, kept for a rollback that recomputes (rb_tokens is unused then) */
+    bool rb_img;
+    int rb_img_nx, rb_img_ny, rb_img_i0;
+    float *rb_embd;               /* [n_batch][n_embd], allocated with the first image */
+
     int *taps, n_taps;
 
     /* scratch, n_batch rows each */
@@ -85,11 +94,24 @@ void bs_attention_mix(bs_session *s, const bs_qwen35_layer *L, int n, float *qg,
  * begin: the tokens become what rollback can undo (none if the batch updates the state in
  * place); end: the half the recurrent layers wrote becomes current, n_past moves on. */
 void bs_session_begin_batch(bs_session *s, const int32_t *tokens, int n);
+/* The same for n image rows i0.. of an nx x ny image (embd: n rows of n_embd; it may be
+ * s->rb_embd itself); -1 only if the embedding buffer cannot be allocated. */
+int bs_session_begin_image(bs_session *s, const float *embd, int n, int nx, int ny, int i0);
+/* After begin: the batch's input rows into x, their RoPE tables into s->rope and their
+ * successors' positions into pos_next. */
+void bs_session_batch_rows(bs_session *s, int n, float *x);
+/* The M-RoPE position the next text token gets. */
+static inline int sess_pos(const bs_session *s) { return s->n_past ? s->pos_next[s->n_past - 1] : 0; }
 void bs_session_end_batch(bs_session *s, int n);
 
-/* forward.c: evaluate n <= n_batch tokens (validated), taps/logits at row offset handled by the
- * caller's pointers. */
-void bs_forward_batch(bs_session *s, const int32_t *tokens, int n, bool record, int logits_mode,
+/* eval.c: bs_eval_image over rows i0..i0+n-1 of the image only (embd: those rows), for callers
+ * that evaluate an image in chunks: a chunk with i0 > 0 must follow the image's previous rows. */
+int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
+                       float *logits, float *taps);
+
+/* forward.c: evaluate the n <= n_batch rows of the batch begun (validated), taps/logits at row
+ * offset handled by the caller's pointers. */
+void bs_forward_batch(bs_session *s, int n, bool record, int logits_mode,
                       float *logits, float *taps);
 
 #endif
