@@ -21,7 +21,7 @@ import re
 import subprocess
 import sys
 
-RANK = {"io": 0, "formats": 1, "cpu": 2, "vulkan": 2, "model": 3, "text": 4, "sample": 5, "dspark": 6,
+RANK = {"io": 0, "formats": 1, "cpu": 2, "vulkan": 2, "model": 3, "vision": 3, "text": 4, "sample": 5, "dspark": 6,
         "generate": 7, "server": 8, "tools": 8, "cli": 9}
 
 

@@ -4,13 +4,16 @@
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential cmake pkg-config libjansson-dev libmicrohttpd-dev libutf8proc-dev)
+# image input for the vision encoder: PNG and JPEG decoders
+pkgs+=(libpng-dev libjpeg62-turbo-dev)
 # the Vulkan backend: headers (nothing is linked: the loader is opened at run time), the GLSL
 # compiler and the SPIR-V validator; without them the build leaves the backend out
 pkgs+=(libvulkan-dev glslc spirv-tools)
 # arm64 (make arm64, and the aarch64 part of make test): the cross compiler, qemu's user-mode
-# emulator, and the three libraries for arm64 from Debian's multiarch archive.
+# emulator, and the libraries for arm64 from Debian's multiarch archive.
 arm64_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
-            libjansson-dev:arm64 libmicrohttpd-dev:arm64 libutf8proc-dev:arm64)
+            libjansson-dev:arm64 libmicrohttpd-dev:arm64 libutf8proc-dev:arm64
+            libpng-dev:arm64 libjpeg62-turbo-dev:arm64)
 if [ "$what" = arm64 ]; then pkgs=("${arm64_pkgs[@]}"); fi
 if [ "$what" = test ]; then
   pkgs+=("${arm64_pkgs[@]}")

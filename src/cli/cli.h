@@ -27,6 +27,7 @@ BS_DECLARE_COMMAND(serve);
 BS_DECLARE_COMMAND(antidoom);
 BS_DECLARE_COMMAND(lora);
 BS_DECLARE_COMMAND(draft_logits);
+BS_DECLARE_COMMAND(mmproj_embed);
 
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);

@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "formats/quant.h"
 #include "tools/synth.h"
+#include "tools/synth_mmproj.h"
 #include "io/util.h"
 
 #include <stddef.h>
@@ -39,6 +40,12 @@ void help_synth(void) {
         "                      1,16,31,46,61, block 4, mask 248319, rank 256; the q4_1 pack\n"
         "                      with a q1_0 token_embd (the target's)\n"
         "  drafter-ternary-bonsai-27b   the same with the ternary target's q2_0 token_embd\n"
+        "  mmproj-tiny         a vision projector (qwen3vl_merger mmproj) like the fixture's:\n"
+        "                      width 64, 2 layers, 2 heads, MLP 128, 6x6 positions, out 256; f32\n"
+        "  mmproj-bonsai-27b   Qwen3.5-27B's vision tower: width 1152, 27 layers, 16 heads,\n"
+        "                      MLP 4304, 48x48 positions, out 5120; f16 (~0.9 GB)\n"
+        "                      (projectors take -o, --seed, --type f32|f16|bf16|q8_0 and\n"
+        "                      --n-layer --n-embd --n-ff --n-head --pos-side --proj-dim)\n"
         "Drafters carry no vocabulary (tokenizer.ggml.model = none, like PrismML's files). A\n"
         "drafter and a target made with the same seed and type share token_embd and output.\n"
         "\n"
@@ -186,12 +193,44 @@ static int parse_option(synth_opts *o, int argc, char **argv, int *i) {
     return bs_error("unknown option '%s' (see bitspark help synth)", a);
 }
 
+/* The projector presets (synth_mmproj.h): their own few options. */
+static int synth_mmproj(int argc, char **argv, const char *preset) {
+    bs_synth_mmproj_config c;
+    const char *out = NULL;
+    bs_synth_mmproj_preset(preset, &c);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = cli_value(argc, argv, &i);
+        long x;
+        if (!v) return cli_fail("synth");
+        int *dst = !strcmp(a, "--n-layer") ? &c.n_layer : !strcmp(a, "--n-embd") ? &c.n_embd
+                 : !strcmp(a, "--n-ff") ? &c.n_ff : !strcmp(a, "--n-head") ? &c.n_head
+                 : !strcmp(a, "--pos-side") ? &c.pos_side : !strcmp(a, "--proj-dim") ? &c.proj_dim : NULL;
+        if (!strcmp(a, "--preset")) continue;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "--type")) { if (parse_type(a, v, &c.type)) return cli_fail("synth"); }
+        else if (!strcmp(a, "--seed")) {
+            if (cli_parse_int(a, v, 0, 0x7fffffff, &x)) return cli_fail("synth");
+            c.seed = (uint64_t)x;
+        } else if (dst) {
+            if (cli_parse_int(a, v, 1, 1 << 16, &x)) return cli_fail("synth");
+            *dst = (int)x;
+        } else {
+            bs_error("option '%s' does not apply to projector presets (see bitspark help synth)", a);
+            return cli_fail("synth");
+        }
+    }
+    if (!out) { bs_error("no output file (-o OUT.gguf)"); return cli_fail("synth"); }
+    return bs_synth_mmproj_write(&c, out) ? cli_fail("synth") : 0;
+}
+
 int cmd_synth(int argc, char **argv) {
     synth_opts o = {0};
     const char *preset = "tiny";
     /* The preset goes first so every other option overrides it, wherever it is written. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--preset") == 0) preset = argv[i + 1];
+    bs_synth_mmproj_config mc;
+    if (!bs_synth_mmproj_preset(preset, &mc)) return synth_mmproj(argc, argv, preset);
     if (bs_synth_preset(preset, &o.c)) return cli_fail("synth");
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0) {

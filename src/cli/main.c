@@ -21,6 +21,7 @@ static const bs_command commands[] = {
     {"serve", "OpenAI-compatible HTTP server", cmd_serve, help_serve},
     {"antidoom", "doom-loop pair mining and chosen-win evaluation", cmd_antidoom, help_antidoom},
     {"lora", "merge LoRA adapters into a GGUF (re-quantized, with a report of what survived)", cmd_lora, help_lora},
+    {"mmproj-embed", "the image embeddings of a vision projector (mmproj) for one image", cmd_mmproj_embed, help_mmproj_embed},
     {"draft-logits", "one DSpark drafter round on given tap rows (base block logits, drafts)", cmd_draft_logits, help_draft_logits},
 };
 
