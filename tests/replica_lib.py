@@ -2,7 +2,7 @@
 start `bitspark serve` replicas on loopback (log in a file, the port read from it), plain HTTP
 requests with their headers, a Server-Sent Events reader that reports how a stream ended, and
 ok / bad reporting. Needs BITSPARK (ctest sets it, with BS_TMP and BS_SRC)."""
-import http.client, json, os, re, signal, socket, subprocess, sys, tempfile, time
+import http.client, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time
 
 B = os.environ.get('BITSPARK')
 SRC = os.environ.get('BS_SRC') or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -11,6 +11,7 @@ TINY = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
 SKIP = 77
 H = {'Content-Type': 'application/json'}
 failures = []
+workdirs = []   # removed by finish() when every check passed (kept to read the logs otherwise)
 
 
 def ok(msg):
@@ -28,6 +29,9 @@ def check(cond, msg, detail=''):
 
 
 def finish():
+    if not failures:
+        for d in workdirs:
+            shutil.rmtree(d, ignore_errors=True)
     print('all passed' if not failures else f'{len(failures)} checks failed', flush=True)
     sys.exit(1 if failures else 0)
 
@@ -203,4 +207,6 @@ def metrics(port):
 
 def workdir(tag):
     os.makedirs(TMP, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f'{tag}.', dir=TMP)
+    d = tempfile.mkdtemp(prefix=f'{tag}.', dir=TMP)
+    workdirs.append(d)
+    return d

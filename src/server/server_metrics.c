@@ -121,7 +121,7 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "requests_total", "counter", "HTTP requests answered.", (double)c.requests_total);
     metric(&b, "requests_errors_total", "counter", "Requests answered with a 4xx/5xx error other than 503.",
            (double)c.requests_errors);
-    metric(&b, "requests_rejected_total", "counter", "Requests rejected with 503 (queue full).",
+    metric(&b, "requests_rejected_total", "counter", "Requests answered 503 (queue full, loading, draining).",
            (double)c.requests_rejected);
     metric(&b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", (double)c.prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from the prompt cache.",
