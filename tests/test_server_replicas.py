@@ -33,7 +33,8 @@ W = workdir('replicas')
 CHAT = '/v1/chat/completions'
 SLOW = sanitized()
 N_MIN = 40 if SLOW else 200      # requests of the load (at least)
-PACE = 0.2 if SLOW else 0.5      # seconds a worker waits between its requests
+PACE = 1.5 if SLOW else 0.5      # seconds a worker waits between its requests (the load runs until the
+                                 # restarts are done, which take longer in a sanitizer build)
 TIMEOUT = 60 if SLOW else 30     # a request that takes longer has hung
 ARGS = ['-m', TINY, '-t', '1', '-np', '2', '--ctx', '8192', '--drain-timeout', '20']
 PROMPTS = [f'Request {i}: tell me about the {w}.' for i, w in
