@@ -63,6 +63,9 @@ typedef struct req {
                                   data although the body has not come yet */
     srv_pending *pending;      /* non-streaming generation in progress */
     bool in_flight;            /* a generation request, counted in metrics.in_flight until done */
+    bool has_early;            /* a lifecycle answer to a request without a body, sent on the next
+                                  call (queued on the first one, MHD would close the connection) */
+    srv_reply early;
 } req;
 
 typedef struct sse_ctx {
@@ -435,7 +438,14 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
     size_t arg_len;
     const bool ready_arg = MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "ready", 5, &arg, &arg_len) == MHD_YES;
     srv_reply gate = {0};
-    if (srv_life_gate(s, method, url, ready_arg, &gate)) return send_reply(s, c, &gate);
+    if (srv_life_gate(s, method, url, ready_arg, &gate)) {
+        const bool bodiless = !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
+                              !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+        if (!bodiless) return send_reply(s, c, &gate);   /* its body is not read: the connection closes */
+        q->early = gate;
+        q->has_early = true;
+        return MHD_YES;
+    }
     if (!strcmp(method, "POST") && !json_content_type(c))
         return fail(s, c, 415, "invalid_request_error",
                     "the body must be JSON, sent with 'Content-Type: application/json'");
@@ -477,6 +487,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         set_phase(k, PH_BODY);
         enum MHD_Result rc = first_call(s, c, url, method, q);
         if (rc != MHD_YES || !q->reserved) return rc;
+    }
+    if (q->has_early) {                   /* health / readiness, or a bodiless request refused */
+        q->has_early = false;
+        return send_reply(s, c, &q->early);
     }
     if (q->reserved && !q->started) {     /* body memory first, then the body */
         if (W.stopping || (!first && conn_gone(c))) return MHD_NO;
@@ -542,6 +556,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_unlock(&W.mu);
     }
     srv_pending_free(q->pending);
+    if (q->has_early) free(q->early.body);
     if (q->in_flight) srv_metrics_in_flight(&((srv *)cls)->metrics, -1);
     if (q->started) budget_give(q->reserved);
     srv_buf_free(&q->body);
