@@ -14,7 +14,12 @@ export BS_SANITIZED=$SANITIZED
 ok() { echo "ok   $1"; }
 bad() { echo "FAIL $1"; fail=1; }
 cleanup() {
-    for p in "${SERVER_PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    # SIGTERM drains (in-flight requests may finish); a second one after a moment cancels them
+    for p in "${SERVER_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${SERVER_PIDS[@]}"; do
+        for _ in $(seq 1 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill "$p" 2>/dev/null; wait "$p" 2>/dev/null
+    done
     rm -rf "$T"
 }
 trap cleanup EXIT

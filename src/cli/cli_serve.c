@@ -1,5 +1,7 @@
-/* cli_serve.c: `bitspark serve`: the OpenAI-compatible HTTP server (server.h). Runs until SIGINT
- * or SIGTERM, then stops accepting, cancels what runs and exits cleanly. */
+/* cli_serve.c: `bitspark serve`: the OpenAI-compatible HTTP server (server.h). Listens at once
+ * (health: loading), loads, serves until SIGTERM or SIGINT, then drains: new generation requests
+ * are refused, what is in flight finishes within --drain-timeout (a second signal cuts it
+ * short), and the process exits 0. */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
 #include "server/server.h"
@@ -19,7 +21,7 @@ void help_serve(void) {
            "\n"
            "OpenAI-compatible HTTP server (llama-server's API): POST /v1/chat/completions,\n"
            "/v1/completions, /tokenize, /detokenize, /apply-template; GET /v1/models, /health,\n"
-           "/props, /slots, /metrics, and a web chat page at /.\n"
+           "/props, /slots, /metrics, /ready, and a web chat page at /.\n"
            "\n"
            "  -m, --model FILE        qwen35 GGUF\n"
            "  -md, --model-draft FILE DSpark drafter: speculative decoding (temperature 0 output\n"
@@ -47,6 +49,17 @@ void help_serve(void) {
            "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
            "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"
+           "\n"
+           "Behind a load balancer (see deploy/README.md):\n"
+           "  GET /health answers 503 {\"status\":\"loading\"} until the model is loaded, then 200\n"
+           "  (liveness); GET /ready (or /health?ready) 200 only while new work is taken: 503\n"
+           "  while loading, draining or with the queue full (readiness).\n"
+           "  --replica-id NAME       name this replica in an X-Replica-Id header on every answer\n"
+           "  --drain-timeout S       after SIGTERM/SIGINT: refuse new generation requests (503,\n"
+           "                          Retry-After), let in-flight ones finish for at most S seconds\n"
+           "                          (30), then cancel the rest (streams end with finish_reason\n"
+           "                          \"shutdown\", waiting answers get 503) and exit 0; a second\n"
+           "                          signal cancels at once\n"
            "  --embeddings            serve POST /v1/embeddings (the last layer after the final norm,\n"
            "                          pooled and L2-normalized)\n"
            "  --pooling mean|last     how embeddings pool the tokens (mean)\n"
@@ -120,6 +133,7 @@ static int parse(srv_config *c, int argc, char **argv) {
     bs_engine_opts_init(&c->gen);
     c->n_threads = bs_cpu_count();
     c->loop = bs_loop_guard_default_params();
+    c->drain_timeout = 30;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long x;
@@ -159,6 +173,19 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--special-in-messages")) c->special_in_messages = true;
         else if (!strcmp(a, "--alias")) { if (!(c->alias = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--no-webui")) c->no_webui = true;
+        else if (!strcmp(a, "--replica-id")) {
+            if (!(c->replica_id = cli_value(argc, argv, &i))) return -1;
+            for (const char *p = c->replica_id; *p; p++)   /* it goes into a header */
+                if (*p < 0x21 || *p > 0x7e) return bs_error("--replica-id: printable ASCII without spaces, got '%s'", c->replica_id);
+            if (!*c->replica_id) return bs_error("--replica-id: empty");
+        }
+        else if (!strcmp(a, "--drain-timeout")) {
+            if (!(v = cli_value(argc, argv, &i))) return -1;
+            char *e;
+            c->drain_timeout = strtod(v, &e);
+            if (e == v || *e || !(c->drain_timeout >= 0 && c->drain_timeout <= 86400))
+                return bs_error("--drain-timeout: seconds from 0 to 86400, got '%s'", v);
+        }
         else if (!strcmp(a, "--embeddings")) c->embeddings = true;
         else if (!strcmp(a, "--pooling")) {
             if (!(v = cli_value(argc, argv, &i))) return -1;
@@ -182,6 +209,12 @@ static int parse(srv_config *c, int argc, char **argv) {
     return 0;
 }
 
+/* srv_drain's question every ~50 ms: did another SIGTERM / SIGINT come? */
+static bool second_signal(void *ud) {
+    const struct timespec ts = {0, 50 * 1000000L};
+    return sigtimedwait((const sigset_t *)ud, NULL, &ts) > 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     srv_config cfg;
     if (parse(&cfg, argc, argv)) return cli_fail("serve");
@@ -193,12 +226,17 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     static srv s;
-    if (srv_start(&s, &cfg)) return cli_fail("serve");
+    if (srv_open(&s, &cfg)) { srv_stop(&s); return cli_fail("serve"); }
+    /* "listening on" (what scripts wait for) once requests are served; health answers before */
+    fprintf(stderr, "bitspark serve: loading %s (health: http://%s:%d/health)\n", cfg.model, cfg.host, s.port);
+    if (srv_load(&s)) { srv_stop(&s); return cli_fail("serve"); }
     fprintf(stderr, "bitspark serve: listening on http://%s:%d (%d slot%s, context %d, %d threads)\n", cfg.host,
             s.port, cfg.n_slots, cfg.n_slots > 1 ? "s" : "", srv_sched_n_ctx(s.sched), cfg.n_threads);
     int sig = 0;
-    sigwait(&set, &sig);
-    fprintf(stderr, "bitspark serve: shutting down\n");
+    sigwait(&set, &sig);   /* a signal that came while loading is pending: taken at once */
+    fprintf(stderr, "bitspark serve: %s: shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    srv_drain(&s, cfg.drain_timeout, second_signal, &set);
     srv_stop(&s);
+    fprintf(stderr, "bitspark serve: stopped\n");
     return 0;
 }

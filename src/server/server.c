@@ -1,5 +1,6 @@
-/* server.c: bring `bitspark serve` up and down (server.h): the model and its tokenizer and chat
- * template, the slots with their scheduler thread, then the HTTP daemon. */
+/* server.c: bring `bitspark serve` up and down (server.h): the HTTP daemon first (answering
+ * "loading"), then the model and its tokenizer and chat template, the slots with their
+ * scheduler thread. */
 #include "server/server.h"
 #include "model/qwen35.h"
 #include "io/util.h"
@@ -9,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-int srv_start(srv *s, const srv_config *cfg) {
+int srv_open(srv *s, const srv_config *cfg) {
     memset(s, 0, sizeof *s);
 #ifdef M_MMAP_THRESHOLD
     /* Request bodies and their JSON are the server's only big buffers. glibc would otherwise
@@ -24,11 +25,20 @@ int srv_start(srv *s, const srv_config *cfg) {
     s->t_created = (long)time(NULL);
     pthread_mutex_init(&s->metrics.mu, NULL);
     pthread_mutex_init(&s->emb_mu, NULL);
+    srv_state_set(s, SRV_LOADING);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
+    /* listening first: a balancer's probes see a replica that is loading, not a dead one */
+    return srv_http_start(s);
+}
+
+/* The model, its tokenizer and template, the slots (and the drafter): the parts the HTTP side
+ * reads only once the state says READY (stored with release order after them). */
+int srv_load(srv *s) {
+    const srv_config *cfg = &s->cfg;
     bs_model_params mp = {.no_mmap = cfg->no_mmap, .device = cfg->device};
-    if (!(s->model = bs_model_load(cfg->model, &mp))) goto fail;
-    if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) goto fail;
+    if (!(s->model = bs_model_load(cfg->model, &mp))) return -1;
+    if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) return -1;
     const int train = bs_model_n_ctx_train(s->model);
     if (s->cfg.n_ctx > train) {   /* as `help serve` says: capped by the model */
         fprintf(stderr, "warning: -c %d is more than the model's training context of %d tokens: using %d\n",
@@ -37,9 +47,9 @@ int srv_start(srv *s, const srv_config *cfg) {
     }
     if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
         bs_error_prefix("%s: tokenizer: ", cfg->model);
-        goto fail;
+        return -1;
     }
-    if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) goto fail;
+    if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) return -1;
     for (int32_t id = 0; id < bs_tokenizer_n_vocab(s->tok); id++) {
         const char *piece;
         size_t n = 0;
@@ -47,12 +57,17 @@ int srv_start(srv *s, const srv_config *cfg) {
     }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
-    if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) goto fail;
-    if (srv_http_start(s)) goto fail;
+    if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) return -1;
+    srv_state_set(s, SRV_READY);
     return 0;
-fail:
-    srv_stop(s);
-    return -1;
+}
+
+int srv_start(srv *s, const srv_config *cfg) {
+    if (srv_open(s, cfg) || srv_load(s)) {   /* after either fails, srv_stop undoes the rest */
+        srv_stop(s);
+        return -1;
+    }
+    return 0;
 }
 
 void srv_stop(srv *s) {

@@ -10,7 +10,9 @@
  *                     (generate/gen.h: prompt cache, sampling, stop strings, the loop guard,
  *                     speculative rounds), their decode steps and prompt chunks evaluated
  *                     together in one pass through the weights (bs_eval_multi)
- *   server_metrics.c  counters and the Prometheus text of /metrics
+ *   server_metrics.c  counters, latency histograms and the Prometheus text of /metrics
+ *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
+ *                     /ready, the 503s of a replica that is not serving, graceful drain
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
@@ -66,9 +68,12 @@ typedef struct srv_config {
                                   the LoRA adapters (--temp ... --lora, as for run) */
     bool normalize_set;        /* --tokenizer-normalize: override the vocabulary's normalization */
     bs_norm_mode normalize;
+    const char *replica_id;    /* --replica-id: sent as X-Replica-Id on every answer (NULL: none) */
+    double drain_timeout;      /* --drain-timeout: seconds in-flight work may take after SIGTERM */
 } srv_config;
 
-enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR };
+/* SRV_FINISH_SHUTDOWN: cancelled because the server stopped (drain timeout or a second signal). */
+enum srv_finish { SRV_FINISH_NONE, SRV_FINISH_STOP, SRV_FINISH_LENGTH, SRV_FINISH_ERROR, SRV_FINISH_SHUTDOWN };
 
 /* One generated token and what logprobs report about it (raw model distribution). */
 typedef bs_gen_token srv_tok;
@@ -126,6 +131,8 @@ typedef struct srv_task {
     bs_loop_guard_result loop_res;   /* what the guard did (mode off: zeros) */
     srv_timings tm;
     int slot;
+    double t_submit, t_first;  /* bs_time() when queued and when its first token came (0: not yet),
+                                  for the latency histograms */
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
 } srv_task;
 
@@ -136,6 +143,14 @@ void srv_task_unref(srv_task *t);   /* frees at zero */
 void srv_task_ref(srv_task *t);
 
 /* --- metrics (server_metrics.c) --- */
+/* A Prometheus histogram with fixed bucket bounds (cumulative counts are made when printed). */
+#define SRV_HIST_MAX 16
+typedef struct srv_hist {
+    long n[SRV_HIST_MAX + 1];  /* observations per bucket; the last: above every bound (+Inf) */
+    double sum;
+    long count;
+} srv_hist;
+
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     long requests_total, requests_errors, requests_rejected;
@@ -146,11 +161,20 @@ typedef struct srv_metrics {
     long draft_tokens, draft_accepted, draft_rounds;
     long loops_detected, loop_rewinds, loop_stops;   /* doom-loop guard */
     int processing, deferred;       /* gauges, set by the scheduler */
+    int waiting;                    /* gauge: accepted, first token not yet (queued or in prompt) */
+    int in_flight;                  /* gauge: generation requests being answered (HTTP side) */
+    int state;                      /* enum srv_state, for the ready / draining gauges */
+    srv_hist ttft;                  /* seconds from queued to the first token */
+    srv_hist tpot;                  /* seconds per output token after the first, per request */
 } srv_metrics;
 
 void srv_metrics_request(srv_metrics *m, int status);
 void srv_metrics_task(srv_metrics *m, const srv_timings *t);
 void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r);
+/* A finished generation's latencies (t_first 0: no token came, nothing observed). */
+void srv_metrics_latency(srv_metrics *m, double t_submit, double t_first, double t_end, int n_gen);
+void srv_metrics_in_flight(srv_metrics *m, int delta);
+int srv_metrics_get_in_flight(srv_metrics *m);
 /* Prometheus text exposition; malloc'd. */
 char *srv_metrics_text(srv_metrics *m, int n_slots);
 
@@ -168,6 +192,10 @@ void srv_sched_free(srv_sched *s);
 int srv_sched_submit(srv_sched *s, srv_task *t);
 /* Wake the scheduler (after setting a task's cancel flag). */
 void srv_sched_wake(srv_sched *s);
+/* Whether a submit now would be queued (not 503 for a full queue): readiness. */
+bool srv_sched_accepting(srv_sched *s);
+/* End every task, running or queued, with SRV_FINISH_SHUTDOWN; later submits fail. */
+void srv_sched_shutdown(srv_sched *s);
 int srv_sched_n_slots(const srv_sched *s);
 int srv_sched_n_ctx(const srv_sched *s);
 void srv_sched_slots(srv_sched *s, srv_slot_info *out);
@@ -184,6 +212,11 @@ int srv_parse_tool_calls(const char *content, srv_tool_call **calls, char **rest
 void srv_free_tool_calls(srv_tool_call *calls, int n);
 
 /* --- the whole server (server_http.c) --- */
+/* What a load balancer sees (server_life.c): LOADING until the model, drafter and slots are up
+ * (/health and /ready 503, everything else 503 too); READY; DRAINING after SIGTERM (health 200,
+ * /ready and new generation requests 503); STOPPING once in-flight work was cancelled. */
+enum srv_state { SRV_LOADING, SRV_READY, SRV_DRAINING, SRV_STOPPING };
+
 typedef struct srv {
     srv_config cfg;
     bs_model *model;
@@ -201,11 +234,31 @@ typedef struct srv {
     long t_created;            /* wall clock at start, for /v1/models */
     int port;                  /* the bound port (cfg.port 0 picks one) */
     int max_piece;             /* bytes of the vocabulary's longest token (prompt length bound) */
+    int state;                 /* enum srv_state; atomic (srv_state_get / srv_state_set) */
 } srv;
 
-/* server.c: load the model, start the slots and the HTTP daemon / stop everything. */
+/* server.c: srv_open listens (state LOADING: /health answers 503 "loading"), srv_load loads the
+ * model, drafter and slots (then READY); srv_start does both. srv_stop stops everything (also
+ * after srv_open or srv_load failed). */
+int srv_open(srv *s, const srv_config *cfg);
+int srv_load(srv *s);
 int srv_start(srv *s, const srv_config *cfg);
 void srv_stop(srv *s);
+
+/* server_life.c */
+typedef struct srv_reply srv_reply;
+int srv_state_get(const srv *s);
+void srv_state_set(srv *s, int state);
+/* The lifecycle's say on a request before its body is read: GET /health, /v1/health, /ready and
+ * /health?ready (ready_arg) are answered here in every state; while LOADING every other request
+ * is 503, while DRAINING every new generation request. true: *r holds the answer. */
+bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, srv_reply *r);
+/* Graceful drain: DRAINING, then wait until no generation request is in flight, at most
+ * timeout_s seconds; interrupted (called every ~50 ms, may block that long; NULL: never) says a
+ * second signal came. On timeout or interruption the rest is cancelled (streams end with
+ * finish_reason "shutdown", waiting answers are 503) and given a moment to be sent. Returns the
+ * number of generation requests that had to be cancelled. */
+int srv_drain(srv *s, double timeout_s, bool (*interrupted)(void *), void *ud);
 /* server_http.c */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
@@ -249,6 +302,9 @@ struct json_t;
  * When no span holds a control token the whole prompt is tokenized at once, as before. */
 int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
                         int32_t **ids, size_t *n);
+/* Whether url (path, maybe with a query) is an endpoint that generates or embeds: what a
+ * draining server refuses and counts as in flight. */
+bool srv_route_generates(const char *url);
 /* Route one request (body: the raw bytes, may be empty) into *r. */
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */

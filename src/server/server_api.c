@@ -850,6 +850,18 @@ static const route routes[] = {
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
 };
 
+static const route *find_route(const char *url) {
+    size_t plen = strcspn(url, "?");
+    for (size_t i = 0; i < BS_ARRAY_LEN(routes); i++)
+        if (strlen(routes[i].path) == plen && !strncmp(url, routes[i].path, plen)) return &routes[i];
+    return NULL;
+}
+
+bool srv_route_generates(const char *url) {
+    const route *rt = find_route(url);
+    return rt && (rt->kind == R_CHAT || rt->kind == R_COMPL || rt->kind == R_NATIVE || rt->kind == R_EMBED);
+}
+
 static void get_route(srv *s, int kind, srv_reply *r) {
     switch (kind) {
     case R_HEALTH: srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok")); break;
@@ -874,10 +886,7 @@ static void get_route(srv *s, int kind, srv_reply *r) {
 }
 
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r) {
-    const route *rt = NULL;
-    size_t plen = strcspn(url, "?");
-    for (size_t i = 0; i < BS_ARRAY_LEN(routes); i++)
-        if (strlen(routes[i].path) == plen && !strncmp(url, routes[i].path, plen)) rt = &routes[i];
+    const route *rt = find_route(url);
     if (!rt) { srv_reply_error(r, 404, "not_found_error", "no such endpoint: %.200s", url); return; }
     /* only the methods a route has; anything else (DELETE, FOO, ...) is 405 with Allow */
     bool allowed = rt->post ? !strcmp(method, "POST") : !strcmp(method, "GET") || !strcmp(method, "HEAD");

@@ -14,9 +14,11 @@
  * from one budget (cfg.body_budget) before its body is read, and waits suspended while the
  * budget is spent, so N huge bodies at once cost at most the budget, not N bodies.
  *
- * Order of checks per request: Host (403), CORS preflight, API key (401), POST content type
- * (415) and declared body size (413) on the first call, before the body is read; the body is
- * collected up to the limit (413 past it); then routing. */
+ * Order of checks per request: Host (403), CORS preflight, API key (401), the lifecycle (health
+ * and readiness answered, 503 while loading or, for generation, draining: server_life.c), POST
+ * content type (415) and declared body size (413) on the first call, before the body is read;
+ * the body is collected up to the limit (413 past it); then routing. Every answer names the
+ * replica (X-Replica-Id, --replica-id); every 503 carries Retry-After. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -60,6 +62,10 @@ typedef struct req {
     bool woke;                 /* resumed after the budget wait: MHD calls once more with no
                                   data although the body has not come yet */
     srv_pending *pending;      /* non-streaming generation in progress */
+    bool in_flight;            /* a generation request, counted in metrics.in_flight until done */
+    bool has_early;            /* a lifecycle answer to a request without a body, sent on the next
+                                  call (queued on the first one, MHD would close the connection) */
+    srv_reply early;
 } req;
 
 typedef struct sse_ctx {
@@ -173,13 +179,17 @@ static bool key_equal(const char *given, const char *key) {
     return d == 0;
 }
 
-static void add_common_headers(struct MHD_Response *resp, const char *ctype, const char *origin) {
+static void add_common_headers(const srv *s, struct MHD_Response *resp, const char *ctype, const char *origin) {
     MHD_add_response_header(resp, "Content-Type", ctype ? ctype : "application/json; charset=utf-8");
     if (origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
         if (strcmp(origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
     }
     MHD_add_response_header(resp, "Server", "bitspark/" BITSPARK_VERSION);
+    /* which replica answered (prompt-cache affinity can be checked from outside) */
+    if (s->cfg.replica_id) MHD_add_response_header(resp, "X-Replica-Id", s->cfg.replica_id);
+    /* a draining server closes kept-alive connections so clients reconnect elsewhere */
+    if (srv_state_get(s) >= SRV_DRAINING) MHD_add_response_header(resp, "Connection", "close");
 }
 
 static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
@@ -187,8 +197,10 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                      : MHD_RESPMEM_PERSISTENT);
     if (!resp) { free(r->body); return MHD_NO; }
-    add_common_headers(resp, r->ctype, cors_origin(s, c));
+    add_common_headers(s, resp, r->ctype, cors_origin(s, c));
     if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    /* loading, draining, shut down or a full queue: worth retrying soon, maybe elsewhere */
+    if (r->status == 503) MHD_add_response_header(resp, "Retry-After", srv_state_get(s) == SRV_LOADING ? "5" : "1");
     if (r->allow) MHD_add_response_header(resp, "Allow", r->allow);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -243,7 +255,7 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     if (x->k) x->k->x = x;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
     if (!resp) { sse_free(x); return MHD_NO; }
-    add_common_headers(resp, "text/event-stream", cors_origin(s, c));
+    add_common_headers(s, resp, "text/event-stream", cors_origin(s, c));
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
     enum MHD_Result ok = MHD_queue_response(c, 200, resp);
@@ -256,6 +268,7 @@ bool srv_authorized(const srv *s, const char *url, const char *authorization, co
     if (!s->cfg.api_key) return true;
     size_t n = strcspn(url, "?");
     if ((n == 7 && !strncmp(url, "/health", 7)) || (n == 10 && !strncmp(url, "/v1/health", 10)) ||
+        (n == 6 && !strncmp(url, "/ready", 6)) || (n == 9 && !strncmp(url, "/v1/ready", 9)) ||
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)))
         return true;
     const char *h = authorization;
@@ -402,7 +415,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
     if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: allowed only for --cors origins */
         const char *origin = cors_origin(s, c);
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        add_common_headers(resp, "text/plain", origin);
+        add_common_headers(s, resp, "text/plain", origin);
         MHD_add_response_header(resp, "Allow", "GET, HEAD, POST, OPTIONS");
         if (origin) {
             MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -415,6 +428,24 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
     }
     if (!authorized(s, c, url))
         return fail(s, c, 401, "authentication_error", "Invalid API Key");
+    /* counted before the state is read: a drain that sees no request in flight has made every
+     * later one see it draining (server_life.c) */
+    if (srv_route_generates(url)) {
+        q->in_flight = true;
+        srv_metrics_in_flight(&s->metrics, 1);
+    }
+    const char *arg;
+    size_t arg_len;
+    const bool ready_arg = MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "ready", 5, &arg, &arg_len) == MHD_YES;
+    srv_reply gate = {0};
+    if (srv_life_gate(s, method, url, ready_arg, &gate)) {
+        const bool bodiless = !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
+                              !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+        if (!bodiless) return send_reply(s, c, &gate);   /* its body is not read: the connection closes */
+        q->early = gate;
+        q->has_early = true;
+        return MHD_YES;
+    }
     if (!strcmp(method, "POST") && !json_content_type(c))
         return fail(s, c, 415, "invalid_request_error",
                     "the body must be JSON, sent with 'Content-Type: application/json'");
@@ -456,6 +487,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         set_phase(k, PH_BODY);
         enum MHD_Result rc = first_call(s, c, url, method, q);
         if (rc != MHD_YES || !q->reserved) return rc;
+    }
+    if (q->has_early) {                   /* health / readiness, or a bodiless request refused */
+        q->has_early = false;
+        return send_reply(s, c, &q->early);
     }
     if (q->reserved && !q->started) {     /* body memory first, then the body */
         if (W.stopping || (!first && conn_gone(c))) return MHD_NO;
@@ -509,7 +544,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
-    (void)cls; (void)code;
+    (void)code;
     req *q = *con_cls;
     if (!q) return;
     conn *k = conn_of(c);
@@ -521,6 +556,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_unlock(&W.mu);
     }
     srv_pending_free(q->pending);
+    if (q->has_early) free(q->early.body);
+    if (q->in_flight) srv_metrics_in_flight(&((srv *)cls)->metrics, -1);
     if (q->started) budget_give(q->reserved);
     srv_buf_free(&q->body);
     free(q);

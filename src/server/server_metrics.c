@@ -1,6 +1,8 @@
 /* server_metrics.c: counters of `bitspark serve` and their Prometheus text (GET /metrics), named
- * like llama-server's (llamacpp:*) so existing dashboards work; plus the small text buffer the
- * server parts share. */
+ * like llama-server's (llamacpp:*) so existing dashboards work; plus what an autoscaler reads
+ * (requests waiting and in flight, readiness, time-to-first-token and per-token latency
+ * histograms, from which Prometheus computes p50 / p95 with histogram_quantile), and the small
+ * text buffer the server parts share. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -54,6 +56,56 @@ void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r) {
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Bucket bounds in seconds. TTFT spans a warm cache on a tiny model to a long prompt queued
+ * behind others on a 27B; per-token latency a fast CPU to a loaded one. */
+static const double TTFT_LE[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double TPOT_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+_Static_assert(BS_ARRAY_LEN(TTFT_LE) <= SRV_HIST_MAX && BS_ARRAY_LEN(TPOT_LE) <= SRV_HIST_MAX, "SRV_HIST_MAX");
+
+static void observe(srv_hist *h, const double *le, int n_le, double v) {
+    int i = 0;
+    while (i < n_le && v > le[i]) i++;
+    h->n[i]++;
+    h->sum += v;
+    h->count++;
+}
+
+void srv_metrics_latency(srv_metrics *m, double t_submit, double t_first, double t_end, int n_gen) {
+    if (t_first <= 0 || t_submit <= 0) return;
+    pthread_mutex_lock(&m->mu);
+    observe(&m->ttft, TTFT_LE, (int)BS_ARRAY_LEN(TTFT_LE), BS_MAX(0.0, t_first - t_submit));
+    if (n_gen > 1) observe(&m->tpot, TPOT_LE, (int)BS_ARRAY_LEN(TPOT_LE), BS_MAX(0.0, t_end - t_first) / (n_gen - 1));
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_in_flight(srv_metrics *m, int delta) {
+    pthread_mutex_lock(&m->mu);
+    m->in_flight += delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
+int srv_metrics_get_in_flight(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    int n = m->in_flight;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+static void histogram(srv_buf *b, const char *name, const char *help, const srv_hist *h, const double *le, int n_le) {
+    char line[512];
+    snprintf(line, sizeof line, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s histogram\n", name, help, name);
+    srv_buf_adds(b, line);
+    long cum = 0;
+    for (int i = 0; i <= n_le; i++) {
+        cum += h->n[i];
+        if (i < n_le) snprintf(line, sizeof line, "llamacpp:%s_bucket{le=\"%g\"} %ld\n", name, le[i], cum);
+        else snprintf(line, sizeof line, "llamacpp:%s_bucket{le=\"+Inf\"} %ld\n", name, cum);
+        srv_buf_adds(b, line);
+    }
+    snprintf(line, sizeof line, "llamacpp:%s_sum %.10g\nllamacpp:%s_count %ld\n", name, h->sum, name, h->count);
+    srv_buf_adds(b, line);
+}
+
 static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
     char line[512];
     snprintf(line, sizeof line, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s %s\nllamacpp:%s %.10g\n", name, help,
@@ -69,7 +121,7 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "requests_total", "counter", "HTTP requests answered.", (double)c.requests_total);
     metric(&b, "requests_errors_total", "counter", "Requests answered with a 4xx/5xx error other than 503.",
            (double)c.requests_errors);
-    metric(&b, "requests_rejected_total", "counter", "Requests rejected with 503 (queue full).",
+    metric(&b, "requests_rejected_total", "counter", "Requests answered 503 (queue full, loading, draining).",
            (double)c.requests_rejected);
     metric(&b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", (double)c.prompt_tokens);
     metric(&b, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from the prompt cache.",
@@ -88,6 +140,19 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "requests_processing", "gauge", "Number of requests processing.", c.processing);
     metric(&b, "requests_deferred", "gauge", "Number of requests waiting in the queue.", c.deferred);
     metric(&b, "n_slots", "gauge", "Number of slots.", n_slots);
+    metric(&b, "requests_waiting", "gauge",
+           "Requests accepted whose first token has not come yet (queued or in their prompt).", c.waiting);
+    metric(&b, "requests_in_flight", "gauge", "Generation requests being answered, streams included.",
+           c.in_flight);
+    metric(&b, "ready", "gauge", "1 while the replica takes new requests (not loading or draining).",
+           c.state == SRV_READY);
+    metric(&b, "draining", "gauge", "1 while the replica finishes its work before it stops.",
+           c.state == SRV_DRAINING || c.state == SRV_STOPPING);
+    histogram(&b, "time_to_first_token_seconds", "Seconds from a request being queued to its first token.",
+              &c.ttft, TTFT_LE, (int)BS_ARRAY_LEN(TTFT_LE));
+    histogram(&b, "time_per_output_token_seconds",
+              "Seconds per generated token after the first (one observation per request).", &c.tpot, TPOT_LE,
+              (int)BS_ARRAY_LEN(TPOT_LE));
     metric(&b, "spec_decode_num_drafts_total", "counter", "Speculative rounds that drafted.",
            (double)c.draft_rounds);
     metric(&b, "spec_decode_shared_blocks_total", "counter",

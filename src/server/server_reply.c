@@ -174,7 +174,9 @@ static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int fr
                      "text_offset", offs);
 }
 
+/* "shutdown": the server stopped before the end (drain timeout or a second SIGTERM). */
 static const char *finish_name(const srv_task *t, bool tool_calls) {
+    if (t->finish == SRV_FINISH_SHUTDOWN) return "shutdown";
     if (tool_calls) return "tool_calls";
     return t->finish == SRV_FINISH_LENGTH ? "length" : "stop";
 }
@@ -240,6 +242,7 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
 
 /* llama-server's stop_type: eos, word (a stop string), limit (length or context). */
 static const char *stop_type(const srv_task *t) {
+    if (t->finish == SRV_FINISH_SHUTDOWN) return "shutdown";
     return t->gen_stop == BS_GEN_STOP_STRING ? "word" : t->finish == SRV_FINISH_LENGTH ? "limit" : "eos";
 }
 
@@ -286,11 +289,17 @@ static srv_task *choice_at(srv_task *t, int i) { return i ? t->sib[i - 1] : t; }
 static int n_choices(const srv_task *t) { return t->n_choices > 1 ? t->n_choices : 1; }
 
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    for (int i = 0; i < n_choices(t); i++)
+    for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
             srv_reply_error(r, 500, "server_error", "generation failed: %s", choice_at(t, i)->error);
             return;
         }
+        /* nothing was sent yet: a 503 lets a balancer retry the request on another replica */
+        if (choice_at(t, i)->finish == SRV_FINISH_SHUTDOWN) {
+            srv_reply_error(r, 503, "unavailable_error", "the server shut down before the generation finished");
+            return;
+        }
+    }
     if (g->native) {
         srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
         return;

@@ -50,6 +50,7 @@ struct srv_sched {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit;
+    bool shutdown;              /* srv_sched_shutdown: end everything, take nothing new */
     srv_task **queue;
     int q_head, q_len, q_cap;   /* q_cap: q_limit + a place per slot */
     int q_limit;                /* requests that may wait for a busy server */
@@ -149,6 +150,7 @@ static void sync_task(slot *sl) {
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
+    if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
 }
@@ -161,12 +163,13 @@ static int finish_reason(int stop) {
     }
 }
 
-/* The slot's generation has ended (err: the message of an error the generator did not record). */
-static void finish(srv_sched *s, slot *sl, const char *err) {
+/* The slot's generation has ended (err: the message of an error the generator did not record;
+ * forced: SRV_FINISH_SHUTDOWN when the server stops it, else SRV_FINISH_NONE). */
+static void finish_as(srv_sched *s, slot *sl, const char *err, int forced) {
     srv_task *t = sl->task;
-    if (!bs_gen_done(sl->gen)) bs_gen_cancel(sl->gen, BS_GEN_ERROR);
+    if (!bs_gen_done(sl->gen)) bs_gen_cancel(sl->gen, forced ? BS_GEN_INTERRUPT : BS_GEN_ERROR);
     const bs_gen_stats *st = bs_gen_get_stats(sl->gen);
-    const int why = err ? SRV_FINISH_ERROR : finish_reason(st->stop);
+    const int why = forced ? forced : err ? SRV_FINISH_ERROR : finish_reason(st->stop);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", err ? err : st->stop == BS_GEN_INTERRUPT ? "cancelled" : bs_last_error());
     sync_task(sl);
@@ -178,10 +181,12 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
     t->tm.draft_n = st->n_drafted;
     t->tm.draft_accepted = st->n_accepted;
     srv_timings tm = t->tm;
+    const double t_submit = t->t_submit, t_first = t->t_first;
     pthread_mutex_unlock(&t->mu);
     if (why != SRV_FINISH_ERROR) {   /* counted before the answer is released: a client that
                                       * reads /metrics after its answer sees it */
         srv_metrics_task(s->met, &tm);
+        srv_metrics_latency(s->met, t_submit, t_first, bs_time(), tm.n_gen);
         srv_metrics_loop_guard(s->met, &st->loop);
         pthread_mutex_lock(&s->met->mu);
         s->met->draft_rounds += st->n_draft_rounds;
@@ -200,6 +205,20 @@ static void finish(srv_sched *s, slot *sl, const char *err) {
     sl->task = NULL;
     sl->last_used = ++s->tick;
     publish_info(s, sl);
+}
+
+static void finish(srv_sched *s, slot *sl, const char *err) { finish_as(s, sl, err, SRV_FINISH_NONE); }
+
+/* A task that never reached a slot ends (s->mu held or the thread gone). */
+static void end_queued(srv_task *t, int why, const char *msg) {
+    pthread_mutex_lock(&t->mu);
+    t->done = true;
+    t->finish = why;
+    snprintf(t->error, sizeof t->error, "%s", msg);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    t->prompt_ready = true;
+    srv_task_unref(t);
 }
 
 /* After a step: stream what it produced, or finish. */
@@ -327,10 +346,27 @@ static int n_active(const srv_sched *s) {
 }
 
 static void update_gauges(srv_sched *s, int active, int queued) {
+    int before_first = 0;   /* in a slot, no token yet (t_first is written by this thread) */
+    for (int i = 0; i < s->cfg.n_slots; i++) before_first += s->slots[i].task && s->slots[i].task->t_first == 0;
     pthread_mutex_lock(&s->met->mu);
     s->met->processing = active;
     s->met->deferred = queued;
+    s->met->waiting = queued + before_first;
     pthread_mutex_unlock(&s->met->mu);
+}
+
+/* srv_sched_shutdown: every slot's task and every queued one ends now (s->mu held; released
+ * while the slots finish, which publish under it). */
+static void shut_all(srv_sched *s) {
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->cfg.n_slots; i++)
+        if (s->slots[i].task) finish_as(s, &s->slots[i], NULL, SRV_FINISH_SHUTDOWN);
+    pthread_mutex_lock(&s->mu);
+    while (s->q_len > 0) {
+        end_queued(s->queue[s->q_head], SRV_FINISH_SHUTDOWN, "the server shut down");
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+    }
 }
 
 static void *sched_main(void *arg) {
@@ -339,6 +375,12 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         while (!s->quit && s->q_len == 0 && n_active(s) == 0) pthread_cond_wait(&s->cv, &s->mu);
         if (s->quit) { pthread_mutex_unlock(&s->mu); break; }
+        if (s->shutdown) {
+            shut_all(s);
+            pthread_mutex_unlock(&s->mu);
+            update_gauges(s, 0, 0);
+            continue;
+        }
         srv_task *take[256];
         slot *into[256];
         int nt = 0;
@@ -446,16 +488,8 @@ void srv_sched_free(srv_sched *s) {
         if (sl->task) finish(s, sl, "server shutting down");
         bs_gen_free(sl->gen);
     }
-    for (int i = 0; i < s->q_len; i++) {
-        srv_task *t = s->queue[(s->q_head + i) % s->q_cap];
-        pthread_mutex_lock(&t->mu);
-        t->done = true;
-        t->finish = SRV_FINISH_ERROR;
-        snprintf(t->error, sizeof t->error, "server shutting down");
-        pthread_cond_broadcast(&t->cv);
-        pthread_mutex_unlock(&t->mu);
-        srv_task_unref(t);
-    }
+    for (int i = 0; i < s->q_len; i++)
+        end_queued(s->queue[(s->q_head + i) % s->q_cap], SRV_FINISH_ERROR, "server shutting down");
     bs_batch_free(s->batch);
     bs_dspark_free(s->drafter);
     bs_pool_free(s->pool);
@@ -467,17 +501,41 @@ void srv_sched_free(srv_sched *s) {
     free(s);
 }
 
-int srv_sched_submit(srv_sched *s, srv_task *t) {
-    pthread_mutex_lock(&s->mu);
-    /* queued requests an idle slot is about to take are not waiting for a busy server: only
-     * the rest count against the limit (a burst must not be refused while slots are free) */
+/* Room in the queue (s->mu held). Queued requests an idle slot is about to take are not waiting
+ * for a busy server: only the rest count against the limit (a burst must not be refused while
+ * slots are free). */
+static bool has_room(const srv_sched *s) {
     int idle = 0;
     for (int i = 0; i < s->cfg.n_slots; i++) idle += !s->info[i].busy;
-    if (s->q_len - idle >= s->q_limit || s->q_len == s->q_cap) {
+    return s->q_len - idle < s->q_limit && s->q_len < s->q_cap;
+}
+
+bool srv_sched_accepting(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->shutdown && has_room(s);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void srv_sched_shutdown(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    s->shutdown = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int srv_sched_submit(srv_sched *s, srv_task *t) {
+    pthread_mutex_lock(&s->mu);
+    if (s->shutdown) {
+        pthread_mutex_unlock(&s->mu);
+        return bs_error("the server is shutting down");
+    }
+    if (!has_room(s)) {
         pthread_mutex_unlock(&s->mu);
         return bs_error("the server is busy: all %d slots are working and %d requests are waiting",
                         s->cfg.n_slots, s->q_limit);
     }
+    t->t_submit = bs_time();
     srv_task_ref(t);
     s->queue[(s->q_head + s->q_len) % s->q_cap] = t;
     s->q_len++;
