@@ -44,6 +44,7 @@ struct bs_dspark_ctx {
 /* The block rows one pass works on: one block's own scratch, or several blocks stacked. */
 typedef struct blk_bufs {
     float *x, *h, *q, *kb, *vb, *att, *f1, *f2;
+    float *lg;                   /* stacked blocks only: [R][n_vocab] base logits */
 } blk_bufs;
 
 static float *falloc(size_t n) { return bs_xcalloc(n ? n : 1, sizeof(float)); }
@@ -287,7 +288,7 @@ static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, f
 static blk_bufs multi_bufs(bs_dspark_ctx *c, size_t R) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const size_t E = (size_t)hp->n_embd, q = (size_t)hp->n_head * hp->head_dim, ff = (size_t)hp->n_ff;
-    const size_t per_row = 2 * E + 2 * q + 2 * c->kv_w + 2 * ff;
+    const size_t per_row = 2 * E + 2 * q + 2 * c->kv_w + 2 * ff + (size_t)hp->n_vocab;
     if (R > c->mb_rows) {
         free(c->mb);
         c->mb = falloc(R * per_row);
@@ -302,7 +303,8 @@ static blk_bufs multi_bufs(bs_dspark_ctx *c, size_t R) {
     b.kb = p, p += R * c->kv_w;
     b.vb = p, p += R * c->kv_w;
     b.f1 = p, p += R * ff;
-    b.f2 = p;
+    b.f2 = p, p += R * ff;
+    b.lg = p;
     return b;
 }
 
@@ -314,7 +316,7 @@ int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int E = hp->n_embd;
     if (block_input(c, anchor, pos, n_slots, c->x)) return -1;
-    const blk_bufs b = {c->x, c->h, c->q, c->kb, c->vb, c->att, c->f1, c->f2};
+    const blk_bufs b = {c->x, c->h, c->q, c->kb, c->vb, c->att, c->f1, c->f2, NULL};
     const int row0 = 0;
     for (int l = 0; l < hp->n_layer; l++) layer_forward(&c, &row0, 1, n_slots, &b, l);
     for (int t = 0; t < n_slots; t++) bs_rmsnorm(c->hidden + (size_t)t * E, c->x + (size_t)t * E, c->d->output_norm, E, hp->eps);
@@ -341,15 +343,13 @@ int bs_dspark_block_multi(bs_dspark_ctx *const *cs, const int32_t *anchors, cons
     for (int l = 0; l < hp->n_layer; l++) layer_forward(cs, row0, n, R, &b, l);
     for (int t = 0; t < R; t++) bs_rmsnorm(b.h + (size_t)t * E, b.x + (size_t)t * E, d->output_norm, E, hp->eps);
     /* base logits of every slot in one pass over the LM head (the largest matrix) */
-    float *lg = bs_xmalloc((size_t)R * V * sizeof(float));
-    bs_matmul(&d->output, b.h, R, lg, cs[0]->pool);
+    bs_matmul(&d->output, b.h, R, b.lg, cs[0]->pool);
     for (int i = 0; i < n; i++) {
         bs_dspark_ctx *c = cs[i];
         memcpy(c->hidden, b.h + (size_t)row0[i] * E, (size_t)c->nb * E * sizeof(float));
-        memcpy(c->logits, lg + (size_t)row0[i] * V, (size_t)c->nb * V * sizeof(float));
+        memcpy(c->logits, b.lg + (size_t)row0[i] * V, (size_t)c->nb * V * sizeof(float));
         c->n_logits = c->nb;
     }
-    free(lg);
     return 0;
 }
 

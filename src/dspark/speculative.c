@@ -165,17 +165,26 @@ int bs_spec_sync(bs_spec *sp) {
     return sp->drafting;
 }
 
-int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
+int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
     if (n < 1) return bs_error("empty prompt");
     bs_spec_sync(sp);
-    const int chunk = sp->dc ? PROMPT_CHUNK : n;
-    for (int off = 0; off < n; off += chunk) {
-        const int c = BS_MIN(chunk, n - off);
-        const bool last = off + c == n;
-        const bool want = last && logits;
-        if (bs_eval(sp->s, tokens + off, c, want ? BS_LOGITS_LAST : BS_LOGITS_NONE, want ? logits : NULL,
-                    sp->dc ? sp->taps : NULL) || feed(sp, c, false))
+    const int c = sp->dc ? BS_MIN(PROMPT_CHUNK, n) : n;
+    const bool want = c == n && logits;
+    *q = (bs_batch_seq){.s = sp->s, .tokens = tokens, .n = c, .logits_mode = want ? BS_LOGITS_LAST : BS_LOGITS_NONE,
+                        .logits = want ? logits : NULL, .taps = sp->dc ? sp->taps : NULL};
+    return c;
+}
+
+int bs_spec_prompt_commit(bs_spec *sp, int n) { return feed(sp, n, false); }
+
+int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits) {
+    if (n < 1) return bs_error("empty prompt");
+    for (int off = 0; off < n;) {
+        bs_batch_seq q;
+        const int c = bs_spec_prompt_plan(sp, tokens + off, n - off, logits, &q);
+        if (c < 0 || bs_eval(q.s, q.tokens, q.n, q.logits_mode, q.logits, q.taps) || bs_spec_prompt_commit(sp, c))
             return -1;
+        off += c;
     }
     return 0;
 }
@@ -196,18 +205,6 @@ int bs_spec_prompt_image(bs_spec *sp, const float *embd, int nx, int ny, float *
     }
     return 0;
 }
-
-int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
-    if (n < 1) return bs_error("empty prompt");
-    bs_spec_sync(sp);
-    const int c = sp->dc ? BS_MIN(PROMPT_CHUNK, n) : n;
-    const bool want = c == n && logits;
-    *q = (bs_batch_seq){.s = sp->s, .tokens = tokens, .n = c, .logits_mode = want ? BS_LOGITS_LAST : BS_LOGITS_NONE,
-                        .logits = want ? logits : NULL, .taps = sp->dc ? sp->taps : NULL};
-    return c;
-}
-
-int bs_spec_prompt_commit(bs_spec *sp, int n) { return feed(sp, n, false); }
 
 /* Greedy drafts with the drafter. Returns k. */
 static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {

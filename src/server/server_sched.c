@@ -270,29 +270,26 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
  * waiting prompts (PROMPT_BUDGET rows in all; those of drafting slots with the taps their drafter
  * reads) go through the weights together; the drafter blocks of the rounds ran together before. */
 static void step(srv_sched *s) {
-    int n_generating = 0;
-    for (int i = 0; i < s->cfg.n_slots; i++)
-        n_generating += s->slots[i].task && !bs_gen_in_prompt(s->slots[i].gen);
     bs_batch_seq q[MAX_SLOTS];
-    slot *who[MAX_SLOTS];
+    slot *who[MAX_SLOTS], *gen_slots[MAX_SLOTS];
     bs_gen *gens[MAX_SLOTS];
-    int n = 0, n_gen = 0, budget = PROMPT_BUDGET;
-    for (int i = 0; i < s->cfg.n_slots; i++) {   /* drafter blocks: one pass for every round */
+    int n = 0, n_gen = 0, budget = PROMPT_BUDGET, n_generating = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* the slots past their prompts */
         slot *sl = &s->slots[i];
         if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
-        bs_gen_set_shared_rows(sl->gen, n_generating - 1);   /* auto depth: what the pass costs */
-        gens[n++] = sl->gen;
+        gen_slots[n_generating] = sl;
+        gens[n_generating++] = sl->gen;
     }
-    const int n_shared = bs_gen_draft_together(gens, n);
+    for (int j = 0; j < n_generating; j++)   /* auto depth: what the shared pass costs */
+        bs_gen_set_shared_rows(gens[j], n_generating - 1);
+    const int n_shared = bs_gen_draft_together(gens, n_generating);   /* drafter blocks: one pass */
     if (n_shared) {
         pthread_mutex_lock(&s->met->mu);
         s->met->n_draft_shared += n_shared;
         pthread_mutex_unlock(&s->met->mu);
     }
-    n = 0;
-    for (int i = 0; i < s->cfg.n_slots; i++) {   /* decode steps and speculative rounds */
-        slot *sl = &s->slots[i];
-        if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
+    for (int j = 0; j < n_generating; j++) {   /* decode steps and speculative rounds */
+        slot *sl = gen_slots[j];
         if (bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
         else if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
     }
