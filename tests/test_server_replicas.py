@@ -325,25 +325,33 @@ ok(f'nginx: {len(log)} requests, {len(retried)} of them retried on another repli
    f'(upstream statuses {sorted(set(x[2] for x in retried))})')
 
 # ---- affinity: multi-turn chats with X-Session-Id ---------------------------------------------------
+def chat(msgs):
+    return {'messages': msgs, 'max_tokens': 16, 'temperature': 0}
+
+
+def turn(sid, body, k):   # one chat turn of session sid: (headers, answer), or (headers, None) reported
+    st, h, d = request(port, 'POST', CHAT, body, headers={'X-Session-Id': sid})
+    j = jbody(d) if st == 200 else None
+    if not j:
+        bad(f'affinity turn {k}: {st} {d[:200]}')
+    return h, j
+
 homes = set()
 aff_ok = True
 for k in range(9):   # 9 sessions on 3 replicas: all on one only with probability 3^-8
     sid = f'session-{k}-{random.randrange(1 << 30)}'
     msgs = [{'role': 'user', 'content': f'Session {k}: describe a {PROMPTS[k % len(PROMPTS)].split()[-1]}'}]
-    b1 = {'messages': msgs, 'max_tokens': 16, 'temperature': 0}
-    s1, h1, d1 = request(port, 'POST', CHAT, b1, headers={'X-Session-Id': sid})
-    j1 = jbody(d1) if s1 == 200 else None
+    h1, j1 = turn(sid, chat(msgs), 1)
     if not j1:
-        aff_ok = bad(f'affinity turn 1: {s1} {d1[:200]}') or False
+        aff_ok = False
         continue
     m1 = j1['choices'][0]['message']
     msgs2 = msgs + [{'role': 'assistant', 'content': m1.get('content') or ''},
                     {'role': 'user', 'content': 'And then? Say more.'}]
-    b2 = {'messages': msgs2, 'max_tokens': 16, 'temperature': 0}
-    s2, h2, d2 = request(port, 'POST', CHAT, b2, headers={'X-Session-Id': sid})
-    j2 = jbody(d2) if s2 == 200 else None
+    b2 = chat(msgs2)
+    h2, j2 = turn(sid, b2, 2)
     if not j2:
-        aff_ok = bad(f'affinity turn 2: {s2} {d2[:200]}') or False
+        aff_ok = False
         continue
     cached = j2['usage'].get('prompt_tokens_details', {}).get('cached_tokens', 0)
     home = next(r for r in reps if r.name == h1.get('x-replica-id'))

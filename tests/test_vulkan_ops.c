@@ -15,6 +15,7 @@
 #pragma GCC optimize("no-tree-vectorize")
 #endif
 #include "test.h"
+#include "vk_test.h"
 #include "vulkan/backend.h"
 #include "cpu/compute.h"
 #include "formats/quant.h"
@@ -368,13 +369,9 @@ static void check_embed(int type, int64_t d, int64_t rows, int n) {
 }
 
 int main(void) {
-    if (!bs_vk_built()) { printf("skipped: this build has no Vulkan backend\n"); return 77; }
-    if (!getenv("BS_VK_NO_VALIDATE")) setenv("BITSPARK_VK_VALIDATE", "1", 1);
     bs_vk_device_info info[8];
-    const int nd = bs_vk_devices(info, 8);
-    if (nd < 0 && strstr(bs_last_error(), "no Vulkan loader")) { printf("skipped: %s\n", bs_last_error()); return 77; }
-    CHECKF(nd >= 0, "%s", bs_last_error());
-    if (nd <= 0) { printf("skipped: no Vulkan device\n"); return nd == 0 ? 77 : 1; }
+    const int nd = vk_test_devices(info, 8);
+    if (nd < 0) return -nd;
     C = bs_vk_open(bs_vk_pick(true));
     CHECKF(C != NULL, "%s", bs_last_error());
     if (!C) return test_summary("test_vulkan_ops");
