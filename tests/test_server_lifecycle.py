@@ -94,6 +94,8 @@ rs, _, rb = request(r.port, 'GET', '/ready')
 hs, _, _ = request(r.port, 'GET', '/health')
 check(full and rs == 503 and jbody(rb).get('status') == 'busy' and hs == 200,
       'queue full: /ready 503 busy, /health 200', f'{full} {rs} {rb} {hs}')
+# the slot's request counts as waiting until its first token; under a sanitizer that takes a while
+until(lambda: metrics(r.port).get('llamacpp:requests_waiting') == 1)
 m = metrics(r.port)
 check(m.get('llamacpp:requests_waiting') == 1 and m.get('llamacpp:requests_in_flight') == 2,
       'metrics: 1 request waiting, 2 in flight', str({k: v for k, v in m.items() if 'requests_' in k}))
