@@ -192,6 +192,9 @@ void srv_sched_free(srv_sched *s);
 int srv_sched_submit(srv_sched *s, srv_task *t);
 /* Wake the scheduler (after setting a task's cancel flag). */
 void srv_sched_wake(srv_sched *s);
+/* server_http.c: something a suspended connection may wait for has happened (tokens published,
+ * a task ended): the watcher looks now instead of at its next tick. Takes no task lock. */
+void srv_http_kick(void);
 /* Whether a submit now would be queued (not 503 for a full queue): readiness. */
 bool srv_sched_accepting(srv_sched *s);
 /* End every task, running or queued, with SRV_FINISH_SHUTDOWN; later submits fail. */

@@ -2,9 +2,11 @@
  *
  * Event loop: a small pool of MHD worker threads (epoll) serves every connection; nothing
  * blocks in them. A request that waits - for its generation, for the next tokens of a stream,
- * or for body memory - suspends its connection, and the watcher thread (every WATCH_MS)
- * resumes it once there is something to do or the client has gone (its task is then
- * cancelled and the slot freed). So idle and slow connections cost a socket and a little
+ * or for body memory - suspends its connection, and the watcher thread resumes it once there
+ * is something to do or the client has gone (its task is then cancelled and the slot freed).
+ * The scheduler kicks the watcher whenever it publishes tokens or ends a task
+ * (srv_http_kick), so an answer leaves as soon as it is there; without kicks the watcher still
+ * looks every WATCH_MS, for departed clients and deadlines. So idle and slow connections cost a socket and a little
  * memory, not a thread, and /health stays answerable whatever the other clients do.
  *
  * Slow clients: a request's headers must arrive within HEADER_S of the connection (or of the
@@ -79,12 +81,20 @@ typedef struct sse_ctx {
 /* The watcher: connection list, body budget, the thread. One per process (one server). */
 static struct {
     pthread_mutex_t mu;
+    pthread_cond_t cv;   /* kicks (CLOCK_MONOTONIC) */
     pthread_t thread;
-    bool running, stopping;
+    bool running, stopping, kicked;
     conn *head;
     long budget_used;
     int n_suspended;
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void srv_http_kick(void) {
+    pthread_mutex_lock(&W.mu);
+    W.kicked = true;
+    pthread_cond_signal(&W.cv);
+    pthread_mutex_unlock(&W.mu);
+}
 
 /* True once the peer has closed its end (or the socket failed). */
 static bool conn_gone(void *ud) {
@@ -316,6 +326,8 @@ static void budget_give(long n) {
     if (!n) return;
     pthread_mutex_lock(&W.mu);
     W.budget_used -= n;
+    W.kicked = true;   /* a body waiting for memory may fit now */
+    pthread_cond_signal(&W.cv);
     pthread_mutex_unlock(&W.mu);
 }
 
@@ -333,14 +345,26 @@ static bool wait_over(srv *s, conn *k) {
     return false;
 }
 
+static void watch_cv_init(void) {
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&W.cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
 static void *watcher(void *arg) {
     srv *s = arg;
     pthread_mutex_lock(&W.mu);
     while (W.running) {
-        pthread_mutex_unlock(&W.mu);
-        struct timespec ts = {0, WATCH_MS * 1000000L};
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&W.mu);
+        if (!W.kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += WATCH_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&W.cv, &W.mu, &ts);
+        }
+        W.kicked = false;
         const double now = bs_time();
         for (conn *k = W.head; k; k = k->next) {
             if (k->wait != W_NONE) {
@@ -592,6 +616,8 @@ int srv_http_start(srv *s) {
         return bs_error("--host: '%s' is not an IPv4 or IPv6 address", s->cfg.host);
     }
     raise_fd_limit(s->cfg.max_connections + 256);
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watch_cv_init);
     W.running = true;
     W.stopping = false;
     if (pthread_create(&W.thread, NULL, watcher, s)) { W.running = false; return bs_error("cannot start a thread"); }
@@ -632,6 +658,7 @@ void srv_http_stop(srv *s) {
     if (W.running) {
         pthread_mutex_lock(&W.mu);
         W.running = false;
+        pthread_cond_signal(&W.cv);
         pthread_mutex_unlock(&W.mu);
         pthread_join(W.thread, NULL);
     }

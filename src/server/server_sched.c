@@ -153,6 +153,7 @@ static void sync_task(slot *sl) {
     if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    srv_http_kick();
 }
 
 static int finish_reason(int stop) {
@@ -200,6 +201,7 @@ static void finish_as(srv_sched *s, slot *sl, const char *err, int forced) {
     t->done = true;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    srv_http_kick();
     t->prompt_ready = true;
     srv_task_unref(t);
     sl->task = NULL;
@@ -217,6 +219,7 @@ static void end_queued(srv_task *t, int why, const char *msg) {
     snprintf(t->error, sizeof t->error, "%s", msg);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    srv_http_kick();
     t->prompt_ready = true;
     srv_task_unref(t);
 }
