@@ -1,14 +1,14 @@
 /* vk_exec.c: buffers, the pipelines of the embedded shaders, and one command buffer that is
- * recorded, submitted and waited for. Device-local memory is filled through a host-visible
- * staging buffer reused in chunks; where device memory is host visible (integrated GPUs,
- * lavapipe) buffers are mapped and written directly. */
+ * recorded, submitted and waited for. Device-local memory is filled through the staging ring
+ * (vk_staging.c); where device memory is host visible (integrated GPUs, lavapipe) buffers are
+ * mapped and written directly. */
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
 #include <stdio.h>
 #include <string.h>
 
-enum { STAGING_BYTES = 16 << 20, MAX_SETS = 4096 };
+enum { MAX_SETS = 4096 };
 
 static int mem_type(const bs_vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want) {
     for (uint32_t i = 0; i < c->memprops.memoryTypeCount; i++)
@@ -50,46 +50,30 @@ int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host) {
     }
     c->fn->vkBindBufferMemory(c->dev, b->buf, b->mem, 0);
     b->size = size;
-    if ((c->memprops.memoryTypes[t].propertyFlags & hv) == hv &&
+    if ((c->memprops.memoryTypes[t].propertyFlags & hv) == hv && (host || !c->staged) &&
         c->fn->vkMapMemory(c->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map) != VK_SUCCESS)
         b->map = NULL;
     return 0;
 }
 
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
+    if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* no copy into it may be in flight */
     if (b->map) c->fn->vkUnmapMemory(c->dev, b->mem);
     if (b->buf) c->fn->vkDestroyBuffer(c->dev, b->buf, NULL);
     if (b->mem) c->fn->vkFreeMemory(c->dev, b->mem, NULL);
     memset(b, 0, sizeof *b);
 }
 
-/* Copy through the staging buffer, one chunk per submit (to_dev: host -> b, else b -> host). */
-static int staged(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *host, size_t n, bool to_dev) {
-    if (!c->staging.buf && bs_vk_buf_new(c, &c->staging, STAGING_BYTES, true)) return -1;
-    if (!c->staging.map) return bs_error("Vulkan: the staging buffer is not host visible");
-    for (size_t done = 0; done < n;) {
-        const size_t k = BS_MIN(n - done, (size_t)STAGING_BYTES);
-        if (to_dev) memcpy(c->staging.map, (const char *)host + done, k);
-        if (bs_vk_begin(c)) return -1;
-        VkBufferCopy r = {.srcOffset = to_dev ? 0 : off + done, .dstOffset = to_dev ? off + done : 0, .size = k};
-        c->fn->vkCmdCopyBuffer(c->cmd, to_dev ? c->staging.buf : b->buf, to_dev ? b->buf : c->staging.buf, 1, &r);
-        if (bs_vk_submit(c)) return -1;
-        if (!to_dev) memcpy((char *)host + done, c->staging.map, k);
-        done += k;
-    }
-    return 0;
-}
-
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n) {
     if (off + n > b->size) return bs_error("Vulkan: write past a buffer's end");
     if (b->map) { memcpy((char *)b->map + off, src, n); return 0; }
-    return staged(c, b, off, (void *)src, n, true);
+    return bs_vk_staging_write(c, b, off, src, n);
 }
 
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n) {
     if (off + n > b->size) return bs_error("Vulkan: read past a buffer's end");
     if (b->map) { memcpy(dst, (const char *)b->map + off, n); return 0; }
-    return staged(c, b, off, dst, n, false);
+    return bs_vk_staging_read(c, b, off, dst, n);
 }
 
 /* --- pipelines ------------------------------------------------------------------------------- */
@@ -181,6 +165,7 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     c->main_cmd = c->cmd;
     c->main_dpool = c->dpool;
     c->profiling = bs_env_flag("BITSPARK_PROFILE") && c->info.timestamps;
+    c->staged = bs_env_flag("BITSPARK_VK_STAGED");
     if (c->profiling) {
         VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                     .queryCount = MAX_SETS + 1};
@@ -193,7 +178,7 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
 
 void bs_vk_pipes_free(bs_vk_ctx *c) {
     const bs_vk_fns *fn = c->fn;
-    bs_vk_buf_free(c, &c->staging);
+    bs_vk_staging_free(c);
     for (int k = 0; k < BS_VK_K_COUNT; k++) {
         bs_vk_pipe *p = &c->pipes[k];
         if (p->pipe) fn->vkDestroyPipeline(c->dev, p->pipe, NULL);
@@ -262,6 +247,7 @@ int bs_vk_record_end(bs_vk_ctx *c) {
 }
 
 int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd) {
+    if (bs_vk_staging_flush(c)) return -1;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
     if (c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
     const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
@@ -345,7 +331,7 @@ int bs_vk_submit(bs_vk_ctx *c) {
                           .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
     c->fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                                 VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
-    int rc = 0;
+    int rc = bs_vk_staging_flush(c);
     if (c->fn->vkEndCommandBuffer(c->cmd) != VK_SUCCESS) rc = bs_error("Vulkan: vkEndCommandBuffer failed");
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
     if (!rc && c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) rc = bs_error("Vulkan: vkQueueSubmit failed");

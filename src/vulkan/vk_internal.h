@@ -95,6 +95,18 @@ enum bs_vk_kernel {
     BS_VK_K_COUNT
 };
 
+/* Uploads to device-local memory (vk_staging.c): BS_VK_RING host-visible chunks, each with a
+ * command buffer and a fence, filled in turn while the GPU copies the previous ones. */
+enum { BS_VK_RING = 4 };
+typedef struct bs_vk_staging {
+    bs_vk_buf buf;                    /* BS_VK_RING chunks of `chunk` bytes */
+    size_t chunk;
+    VkCommandBuffer cmd[BS_VK_RING];
+    VkFence fence[BS_VK_RING];
+    bool busy[BS_VK_RING];
+    int next;
+} bs_vk_staging;
+
 struct bs_vk_ctx {
     bs_vk_instance *vi;
     const bs_vk_fns *fn;
@@ -124,7 +136,8 @@ struct bs_vk_ctx {
     uint64_t max_weight_binding;      /* what a weight part may bind: the same, or less with
                                          BITSPARK_VK_MAX_BINDING (tests: force split tensors) */
     bs_vk_pipe pipes[BS_VK_K_COUNT];
-    bs_vk_buf staging;                /* host-visible ring for uploads to device-local memory */
+    bs_vk_staging stage;
+    bool staged;                      /* BITSPARK_VK_STAGED=1: device buffers never mapped */
 };
 
 /* The layout of a matrix on the device (vk_kernels.c): parts of consecutive rows. */
@@ -163,6 +176,14 @@ int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
+
+/* vk_staging.c: a write returns once its bytes are in the ring (copies may still be in
+ * flight: flush waits for them, and every submission, read and buffer release flushes first);
+ * a read is synchronous. */
+int bs_vk_staging_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
+int bs_vk_staging_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
+int bs_vk_staging_flush(bs_vk_ctx *c);
+void bs_vk_staging_free(bs_vk_ctx *c);
 
 /* vk_exec.c: one command buffer recorded, submitted and waited for. */
 int bs_vk_begin(bs_vk_ctx *c);
