@@ -15,6 +15,7 @@ machine no loader or device.
     falls back to the CPU; every command names its device on stderr."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -125,6 +126,27 @@ def check_staged():
             print('%s: uploads through the staging ring (16 KiB chunks): the same bits as mapped' % name)
 
 
+def check_glu():
+    """gate + up + SwiGLU in one dispatch: the same bits as the three steps apart
+    (BITSPARK_VK_GLU=0), in every integer format, over more rows than one workgroup's 8; the
+    profile shows the fused kernel ran."""
+    for name in ('tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q4_1', 'tiny-q8_0'):
+        meta = json.load(open(os.path.join(FIX, name + '.json')))
+        toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:13]
+        a, b = os.path.join(TMP, 'vk_glu1.f32'), os.path.join(TMP, 'vk_glu0.f32')
+        model = os.path.join(FIX, name + '.gguf')
+        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(len(toks)),
+                 '-o', a, '--device', 'vulkan'], extra_env={'BITSPARK_PROFILE': '1'})
+        if r.returncode != 0 or not logits(model, toks, len(toks), b, extra_env={'BITSPARK_VK_GLU': '0'}):
+            return
+        if not re.search(r'^\s*glu q', r.stderr, re.M):
+            fail('%s: the profile shows no fused GLU dispatch:\n%s' % (name, r.stderr[-800:]))
+        elif open(a, 'rb').read() != open(b, 'rb').read():
+            fail('%s: the fused GLU changes the logits' % name)
+        else:
+            print('%s: gate+up+SwiGLU fused: the same bits as apart' % name)
+
+
 def check_taps():
     cmeta = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
     meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
@@ -201,6 +223,7 @@ def main():
     check_f16_kv()
     check_batching()
     check_staged()
+    check_glu()
     check_taps()
     check_greedy_text()
     check_bench()

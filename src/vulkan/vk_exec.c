@@ -6,6 +6,7 @@
 #include "io/util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { MAX_SETS = 4096 };
@@ -82,7 +83,7 @@ typedef struct kernel_def {
     int n_bind;
     uint32_t push_bytes;
     int n_spec;
-    uint32_t spec[2];
+    uint32_t spec[3];
 } kernel_def;
 
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
@@ -90,12 +91,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
     [BS_VK_K_QUANT_Q8] = {"quant_q8", 4, 8, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
-    [BS_VK_K_MV_Q1] = {"mv_q", 6, 24, 2, {1, 4}},
-    [BS_VK_K_MV_Q2_128] = {"mv_q", 6, 24, 2, {2, 4}},
-    [BS_VK_K_MV_Q2_64] = {"mv_q", 6, 24, 2, {2, 2}},
-    [BS_VK_K_MV_Q8] = {"mv_q", 6, 24, 2, {8, 1}},
+    [BS_VK_K_MV_Q1] = {"mv_q", 8, 24, 3, {1, 4, 0}},
+    [BS_VK_K_MV_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 0}},
+    [BS_VK_K_MV_Q2_64] = {"mv_q", 8, 24, 3, {2, 2, 0}},
+    [BS_VK_K_MV_Q8] = {"mv_q", 8, 24, 3, {8, 1, 0}},
     [BS_VK_K_MV_F32] = {"mv_f32", 3, 24, 0, {0}},
-    [BS_VK_K_MV_Q4_1] = {"mv_q", 6, 24, 2, {4, 1}},
+    [BS_VK_K_MV_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 0}},
     [BS_VK_K_ROWS_Q4_1] = {"get_rows", 4, 16, 2, {4, 1}},
     [BS_VK_K_ROWS_Q1] = {"get_rows", 4, 16, 2, {1, 4}},
     [BS_VK_K_ROWS_Q2_128] = {"get_rows", 4, 16, 2, {2, 4}},
@@ -110,6 +111,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_KV_STORE] = {"kv_store", 5, 8, 0, {0}},
     [BS_VK_K_ATTN] = {"attn", 6, 24, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
+    /* mv_q with GLU: gate and up, then silu(gate) * up */
+    [BS_VK_K_GLU_Q1] = {"mv_q", 8, 24, 3, {1, 4, 1}},
+    [BS_VK_K_GLU_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 1}},
+    [BS_VK_K_GLU_Q2_64] = {"mv_q", 8, 24, 3, {2, 2, 1}},
+    [BS_VK_K_GLU_Q8] = {"mv_q", 8, 24, 3, {8, 1, 1}},
+    [BS_VK_K_GLU_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 1}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -128,7 +135,7 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[2] = {{0, 0, 4}, {1, 4, 4}};
+    VkSpecializationMapEntry me[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
     VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec, .pMapEntries = me, .dataSize = 4u * (uint32_t)k->n_spec,
                                  .pData = k->spec};
     VkComputePipelineCreateInfo ci = {
@@ -166,6 +173,8 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     c->main_dpool = c->dpool;
     c->profiling = bs_env_flag("BITSPARK_PROFILE") && c->info.timestamps;
     c->staged = bs_env_flag("BITSPARK_VK_STAGED");
+    const char *glu = getenv("BITSPARK_VK_GLU");
+    c->glu = !(glu && !strcmp(glu, "0"));
     if (c->profiling) {
         VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, .queryType = VK_QUERY_TYPE_TIMESTAMP,
                                     .queryCount = MAX_SETS + 1};
@@ -355,7 +364,9 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ROWS_Q8] = "embed", [BS_VK_K_ROWS_F32] = "embed", [BS_VK_K_ROWS_Q4_1] = "embed",
         [BS_VK_K_NORM] = "norm", [BS_VK_K_EW] = "elementwise", [BS_VK_K_CONV] = "gdn conv",
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
-        [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round"};
+        [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
+        [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
+        [BS_VK_K_GLU_Q4_1] = "glu q4_1"};
     return names[k] ? names[k] : "?";
 }
 

@@ -406,6 +406,13 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n) {
 
 static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
+    if (bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
+        TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a));
+        bs_vk_barrier(c);
+        TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+        bs_vk_barrier(c);
+        return 0;
+    }
     const bs_vk_matrix *W[2] = {L->ffn_gate, L->ffn_up};
     const bs_vk_buf *Y[2] = {&s->a, &s->b};
     TRY(mv_shared(s, W, Y, 2, &s->xn, n));

@@ -92,6 +92,7 @@ enum bs_vk_kernel {
     BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_MV_Q4_1, BS_VK_K_ROWS_Q4_1,
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
+    BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1,
     BS_VK_K_COUNT
 };
 
@@ -125,6 +126,7 @@ struct bs_vk_ctx {
     int dsets_used;
     bool recording, caching;
     bool dp4a;                        /* integer products through mv_q_dp4a */
+    bool glu;                         /* gate+up+SwiGLU in one dispatch (off: BITSPARK_VK_GLU=0) */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;
@@ -170,6 +172,11 @@ int bs_vk_rows_kernel(const bs_vk_matrix *m);
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
+/* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
+ * BITSPARK_VK_GLU=0: never), and that dispatch: y = silu(gate x) * up x for n rows. */
+bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up);
+int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
+                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
 
 /* vk_exec.c */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);

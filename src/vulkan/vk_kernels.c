@@ -169,12 +169,37 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
-        const bs_vk_buf *bi[6] = {&p->codes, &p->scales, aq, as, am, y};
+        const bs_vk_buf *bi[8] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
     }
     return 0;
+}
+
+static int glu_kernel(int mv) {
+    switch (mv) {
+    case BS_VK_K_MV_Q1: return BS_VK_K_GLU_Q1;
+    case BS_VK_K_MV_Q2_128: return BS_VK_K_GLU_Q2_128;
+    case BS_VK_K_MV_Q2_64: return BS_VK_K_GLU_Q2_64;
+    case BS_VK_K_MV_Q8: return BS_VK_K_GLU_Q8;
+    case BS_VK_K_MV_Q4_1: return BS_VK_K_GLU_Q4_1;
+    default: return -1;
+    }
+}
+
+bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up) {
+    return c->glu && glu_kernel(gate->kernel) >= 0 && gate->kernel == up->kernel && gate->ne0 == up->ne0 &&
+           gate->ne1 == up->ne1 && gate->split == up->split && gate->n_parts == 1 && up->n_parts == 1;
+}
+
+int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
+                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
+    const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
+    mv_push pp = {(uint32_t)g->rows, (uint32_t)gate->ne0, (uint32_t)n, (uint32_t)gate->ne1, 0, (uint32_t)gate->split};
+    const bs_vk_buf *b[8] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales};
+    return bs_vk_dispatch(c, glu_kernel(gate->kernel), b, &pp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split),
+                          groups((uint64_t)n, 8), 1);
 }
 
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {

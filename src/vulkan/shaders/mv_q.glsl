@@ -12,6 +12,10 @@
 // A workgroup is 256 / SPLIT rows x SPLIT slices of the groups (split-K: more invocations for
 // the GPU than rows); slice partials are summed in slice order, ((p0 + p1) + p2) + ...; SPLIT
 // is a property of the matrix (its row count), never of the number of activation rows.
+// GLU (spec constant 2): gate and up in one dispatch (bindings 0-1 gate, 6-7 up; the same shape,
+// layout and split), y = silu(gate x) * up x, in the float order of ew.comp's SILU_MUL: the
+// bits of the two products and the element-wise step run apart. Without GLU, bindings 6-7 are
+// bound but never read.
 // Float order within a slice, fixed per output whatever the number of rows:
 //  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
 //  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
@@ -19,15 +23,22 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
+layout(constant_id = 2) const uint GLU = 0;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
 layout(std430, binding = 1) readonly buffer WS { float ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
 layout(std430, binding = 4) readonly buffer AM { float am[]; };
 layout(std430, binding = 5) buffer Y { float y[]; };
+layout(std430, binding = 6) readonly buffer WC2 { uint wc2[]; };
+layout(std430, binding = 7) readonly buffer WS2 { float ws2[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, split; } p;
 
 shared float part[8][256];
+
+// matrix m's code words and scales (m = 1: GLU's up)
+uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
+float wscale(uint m, uint i) { return m == 0u ? ws[i] : ws2[i]; }
 
 // The weights of lane l (elements 4l..4l+3) as four bytes: Q1_0 bits as 0/1 (value 2b - 1),
 // Q2_0 codes 0..3 (value c - 1), Q4_1 nibbles, Q8_0 bytes as they are.
@@ -60,14 +71,11 @@ int dot4(uint w, uint a) {
 }
 #endif
 
-void main() {
-    const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
-    const uint row = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
-    const bool live = row < p.rows;
-    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+// This invocation's partial sums of matrix m for activation rows r0..r0+nr-1 (its slice).
+void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
     const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
-    float res[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
-    if (live && BITS >= 4u) {
+    for (uint r = 0u; r < 8u; r++) res[r] = 0.0;
+    if (BITS >= 4u) {
         const uint s0 = n_sub * slice / p.split, s1 = n_sub * (slice + 1u) / p.split;
         float acc[8][8];
         float summ[8];
@@ -77,10 +85,10 @@ void main() {
         }
         for (uint s = s0; s < s1; s++) {
             uint wv[8];
-            for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+            for (uint b = 0u; b < BITS; b++) wv[b] = wcode(m, (s * BITS + b) * p.rows + row);
             uint pw[8];
             packed_weights(wv, pw);
-            const float dw = ws[s * p.rows + row];
+            const float dw = wscale(m, s * p.rows + row);
             for (uint r = 0u; r < nr; r++) {
                 const uint ab = (r0 + r) * n_sub + s;
                 precise float d = dw * as_[ab];
@@ -90,7 +98,7 @@ void main() {
                     acc[r][l] = v;
                 }
                 if (BITS == 4u) {
-                    precise float v = fma(ws[(n_sub + s) * p.rows + row], am[ab], summ[r]);
+                    precise float v = fma(wscale(m, (n_sub + s) * p.rows + row), am[ab], summ[r]);
                     summ[r] = v;
                 }
             }
@@ -100,14 +108,14 @@ void main() {
             if (BITS == 4u) h = h + summ[r];
             res[r] = h;
         }
-    } else if (live) {
+    } else {
         const uint g0 = n_grp * slice / p.split, g1 = n_grp * (slice + 1u) / p.split;
         for (uint g = g0; g < g1; g++) {
             float blk[8];
             for (uint k = 0u; k < SUBS; k++) {
                 const uint s = g * SUBS + k;
                 uint wv[8];
-                for (uint b = 0u; b < BITS; b++) wv[b] = wc[(s * BITS + b) * p.rows + row];
+                for (uint b = 0u; b < BITS; b++) wv[b] = wcode(m, (s * BITS + b) * p.rows + row);
                 uint pw[8];
                 packed_weights(wv, pw);
                 for (uint r = 0u; r < nr; r++) {
@@ -123,24 +131,47 @@ void main() {
                     blk[r] = v;
                 }
             }
-            const float dw = ws[g * p.rows + row];
+            const float dw = wscale(m, g * p.rows + row);
             for (uint r = 0u; r < nr; r++) {
                 precise float v = fma(dw, blk[r], res[r]);
                 res[r] = v;
             }
         }
     }
-    if (p.split == 1u) {
-        if (live)
-            for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = res[r];
-        return;
-    }
+}
+
+// The slices' partials summed in slice order (valid in slice 0's invocations).
+void reduce(uint lid, uint per, uint nr, inout float res[8]) {
+    barrier();   // the previous reduction's reads are done
     for (uint r = 0u; r < nr; r++) part[r][lid] = res[r];
     barrier();
-    if (slice != 0u || !live) return;
+    if (lid >= per) return;
     for (uint r = 0u; r < nr; r++) {
         precise float v = part[r][lid];
         for (uint k = 1u; k < p.split; k++) v = v + part[r][k * per + lid];
-        y[(r0 + r) * p.ldy + p.row0 + row] = v;
+        res[r] = v;
+    }
+}
+
+void main() {
+    const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
+    const uint row = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
+    const bool live = row < p.rows;
+    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+    float res[8], up[8];
+    // dead invocations (past the last row) add zeros: they must still reach the barriers
+    if (live) product(0u, row, slice, r0, nr, res); else for (uint r = 0u; r < 8u; r++) res[r] = 0.0;
+    if (GLU != 0u) {
+        if (live) product(1u, row, slice, r0, nr, up); else for (uint r = 0u; r < 8u; r++) up[r] = 0.0;
+    }
+    if (p.split > 1u) {
+        reduce(lid, per, nr, res);
+        if (GLU != 0u) reduce(lid, per, nr, up);
+        if (slice != 0u) return;
+    }
+    if (!live) return;
+    for (uint r = 0u; r < nr; r++) {
+        const float x = res[r];
+        y[(r0 + r) * p.ldy + p.row0 + row] = GLU != 0u ? x / (1.0 + exp(-x)) * up[r] : x;
     }
 }
