@@ -342,6 +342,12 @@ json_t *bs_inspect_gguf(const gguf_file *f) {
         describe_qwen35(f, model, tensors);
     } else if (arch && strcmp(arch, "dspark") == 0) {
         describe_dspark(f, model, tensors);
+    } else if (arch && strcmp(arch, "clip") == 0) {
+        char fmt[160];
+        const char *main = main_type(tensors);
+        format_summary(tensors, main, fmt, sizeof fmt);
+        json_object_set_new(model, "main_type", json_string(main));
+        bs_inspect_describe_mmproj(f, model, fmt);
     } else {
         char desc[300], fmt[160];
         const char *main = main_type(tensors);
@@ -486,6 +492,7 @@ json_t *bs_inspect_path(const char *path, bool no_mmap) {
         if (!f) return NULL;
         json_t *info = bs_inspect_gguf(f);
         gguf_close(f);
+        if (info) bs_inspect_check_mmproj(path, info);
         return info;
     }
     if (!S_ISDIR(st.st_mode) && !looks_like_safetensors(path, (uint64_t)st.st_size)) {
@@ -591,6 +598,10 @@ void bs_inspect_print(FILE *out, const json_t *info) {
         fprintf(out, "format:   safetensors, %zu file(s), %s\n",
                 json_array_size(json_object_get(info, "files")), b1);
     fprintf(out, "model:    %s\n", bs_inspect_description(info));
+    const json_t *sup = json_object_get(json_object_get(info, "model"), "supported");
+    if (sup)
+        fprintf(out, "vision:   %s\n", json_is_true(sup) ? "bitspark takes this projector (--mmproj)"
+                : json_string_value(json_object_get(json_object_get(info, "model"), "unsupported_because")));
     print_tokenizer(out, json_object_get(info, "tokenizer"));
     const json_t *meta = json_object_get(info, "metadata");
     fprintf(out, "\nmetadata (%zu):\n", json_object_size(meta));

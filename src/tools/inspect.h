@@ -24,6 +24,11 @@ json_t *bs_inspect_gguf(const gguf_file *f);
 /* config: the parsed config.json next to the checkpoint, or NULL. */
 json_t *bs_inspect_safetensors(const st_model *m, const json_t *config);
 
+/* inspect_mmproj.c: model facts of a clip (mmproj) GGUF, and whether the vision layer loads it
+ * ("supported", or "unsupported_because" with the loader's message). */
+void bs_inspect_describe_mmproj(const gguf_file *f, json_t *model, const char *fmt);
+void bs_inspect_check_mmproj(const char *path, json_t *info);
+
 /* The one-line "what is this file" text, e.g. "qwen35 target (8 layers: 6 Gated DeltaNet + 2
  * attention), Q1_0" or "DSpark drafter, block 4, taps [1,4,6], mask 1023, markov rank 32, F32". */
 const char *bs_inspect_description(const json_t *info);
