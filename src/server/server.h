@@ -50,6 +50,10 @@
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
+    /* set by the HTTP side before the scheduler starts; the scheduler calls it (holding no task
+     * lock) when it has published tokens or ended a task, so a waiting connection resumes now
+     * instead of at the watcher's next tick */
+    void (*on_publish)(void);
     /* browser-facing defaults (server_http.c): no CORS header unless --cors lists the origin
      * ("*": any); on a loopback address only Host localhost / 127.0.0.1 / [::1] unless
      * --allowed-hosts adds names; POST bodies must be application/json */
@@ -192,9 +196,7 @@ void srv_sched_free(srv_sched *s);
 int srv_sched_submit(srv_sched *s, srv_task *t);
 /* Wake the scheduler (after setting a task's cancel flag). */
 void srv_sched_wake(srv_sched *s);
-/* server_http.c: something a suspended connection may wait for has happened (tokens published,
- * a task ended): the watcher looks now instead of at its next tick. Takes no task lock. */
-void srv_http_kick(void);
+
 /* Whether a submit now would be queued (not 503 for a full queue): readiness. */
 bool srv_sched_accepting(srv_sched *s);
 /* End every task, running or queued, with SRV_FINISH_SHUTDOWN; later submits fail. */

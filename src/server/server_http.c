@@ -5,7 +5,7 @@
  * or for body memory - suspends its connection, and the watcher thread resumes it once there
  * is something to do or the client has gone (its task is then cancelled and the slot freed).
  * The scheduler kicks the watcher whenever it publishes tokens or ends a task
- * (srv_http_kick), so an answer leaves as soon as it is there; without kicks the watcher still
+ * (cfg.on_publish), so an answer leaves as soon as it is there; without kicks the watcher still
  * looks every WATCH_MS, for departed clients and deadlines. So idle and slow connections cost a socket and a little
  * memory, not a thread, and /health stays answerable whatever the other clients do.
  *
@@ -89,7 +89,7 @@ static struct {
     int n_suspended;
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-void srv_http_kick(void) {
+static void kick(void) {
     pthread_mutex_lock(&W.mu);
     W.kicked = true;
     pthread_cond_signal(&W.cv);
@@ -616,6 +616,7 @@ int srv_http_start(srv *s) {
         return bs_error("--host: '%s' is not an IPv4 or IPv6 address", s->cfg.host);
     }
     raise_fd_limit(s->cfg.max_connections + 256);
+    s->cfg.on_publish = kick;   /* before the scheduler exists: srv_load copies the config */
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, watch_cv_init);
     W.running = true;

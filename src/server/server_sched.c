@@ -125,6 +125,12 @@ static void publish_info(srv_sched *s, const slot *sl) {
 }
 
 /* Copy what the generator produced since the last copy into the task (under t->mu). */
+/* cfg.on_publish of the (one) server: called after tokens are published or a task ends */
+static void (*on_publish)(void);
+static void notify(void) {
+    if (on_publish) on_publish();
+}
+
 static void sync_task(slot *sl) {
     srv_task *t = sl->task;
     size_t tf;
@@ -153,7 +159,7 @@ static void sync_task(slot *sl) {
     if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    srv_http_kick();
+    notify();
 }
 
 static int finish_reason(int stop) {
@@ -201,7 +207,7 @@ static void finish_as(srv_sched *s, slot *sl, const char *err, int forced) {
     t->done = true;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    srv_http_kick();
+    notify();
     t->prompt_ready = true;
     srv_task_unref(t);
     sl->task = NULL;
@@ -219,7 +225,7 @@ static void end_queued(srv_task *t, int why, const char *msg) {
     snprintf(t->error, sizeof t->error, "%s", msg);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    srv_http_kick();
+    notify();
     t->prompt_ready = true;
     srv_task_unref(t);
 }
@@ -432,6 +438,7 @@ static int slot_init(srv_sched *s, slot *sl, int id) {
 
 srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met) {
     srv_sched *s = bs_xcalloc(1, sizeof *s);
+    on_publish = cfg->on_publish;
     s->m = m;
     s->tok = tok;
     s->cfg = *cfg;

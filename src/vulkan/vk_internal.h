@@ -96,7 +96,7 @@ enum bs_vk_kernel {
     BS_VK_K_COUNT
 };
 
-/* Uploads to device-local memory (vk_staging.c): BS_VK_RING host-visible chunks, each with a
+/* Uploads to device-local memory (vk_memory.c): BS_VK_RING host-visible chunks, each with a
  * command buffer and a fence, filled in turn while the GPU copies the previous ones. */
 enum { BS_VK_RING = 4 };
 typedef struct bs_vk_staging {
@@ -178,13 +178,13 @@ bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk
 int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
                      const bs_vk_buf *am, int n, const bs_vk_buf *y);
 
-/* vk_exec.c */
+/* vk_memory.c: buffers */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
 
-/* vk_staging.c: a write returns once its bytes are in the ring (copies may still be in
+/* vk_memory.c: a write returns once its bytes are in the ring (copies may still be in
  * flight: flush waits for them, and every submission, read and buffer release flushes first);
  * a read is synchronous. */
 int bs_vk_staging_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);

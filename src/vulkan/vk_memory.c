@@ -1,4 +1,7 @@
-/* vk_staging.c: host <-> device-local copies through a ring of host-visible chunks.
+/* vk_memory.c: buffers, and host <-> device-local copies through a ring of host-visible chunks.
+ *
+ * Buffers are device-local and mapped where that memory is host visible (integrated GPUs,
+ * lavapipe); host buffers (host=true) are host visible, cached where the device offers it.
  *
  * Loading a 27B model writes ~4 GB to device-local memory. Copying each chunk and waiting for
  * it would leave the host idle while the GPU copies and the GPU idle while the host fills the
@@ -19,6 +22,73 @@
 #include <string.h>
 
 enum { CHUNK_DEFAULT = 8 << 20 };
+
+static int mem_type(const bs_vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want) {
+    for (uint32_t i = 0; i < c->memprops.memoryTypeCount; i++)
+        if ((bits & (1u << i)) && (c->memprops.memoryTypes[i].propertyFlags & want) == want) return (int)i;
+    return -1;
+}
+
+int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host) {
+    memset(b, 0, sizeof *b);
+    if (size == 0) size = 16;
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
+                             .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    if (c->fn->vkCreateBuffer(c->dev, &bi, NULL, &b->buf) != VK_SUCCESS)
+        return bs_error("Vulkan: cannot create a buffer of %llu bytes", (unsigned long long)size);
+    VkMemoryRequirements rq;
+    c->fn->vkGetBufferMemoryRequirements(c->dev, b->buf, &rq);
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int t = -1;
+    if (host) {
+        t = mem_type(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+        if (t < 0) t = mem_type(c, rq.memoryTypeBits, hv);
+    } else {
+        /* device-local, mapped when it is host visible as well */
+        t = mem_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
+        if (t < 0) t = mem_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if (t < 0) t = mem_type(c, rq.memoryTypeBits, hv);
+    }
+    if (t < 0) {
+        bs_vk_buf_free(c, b);
+        return bs_error("Vulkan: no memory type for a buffer");
+    }
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = rq.size,
+                               .memoryTypeIndex = (uint32_t)t};
+    if (c->fn->vkAllocateMemory(c->dev, &ai, NULL, &b->mem) != VK_SUCCESS) {
+        bs_vk_buf_free(c, b);
+        return bs_error("Vulkan: out of device memory (%llu bytes)", (unsigned long long)size);
+    }
+    c->fn->vkBindBufferMemory(c->dev, b->buf, b->mem, 0);
+    b->size = size;
+    if ((c->memprops.memoryTypes[t].propertyFlags & hv) == hv && (host || !c->staged) &&
+        c->fn->vkMapMemory(c->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map) != VK_SUCCESS)
+        b->map = NULL;
+    return 0;
+}
+
+void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
+    if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* no copy into it may be in flight */
+    if (b->map) c->fn->vkUnmapMemory(c->dev, b->mem);
+    if (b->buf) c->fn->vkDestroyBuffer(c->dev, b->buf, NULL);
+    if (b->mem) c->fn->vkFreeMemory(c->dev, b->mem, NULL);
+    memset(b, 0, sizeof *b);
+}
+
+int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n) {
+    if (off + n > b->size) return bs_error("Vulkan: write past a buffer's end");
+    if (b->map) { memcpy((char *)b->map + off, src, n); return 0; }
+    return bs_vk_staging_write(c, b, off, src, n);
+}
+
+int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n) {
+    if (off + n > b->size) return bs_error("Vulkan: read past a buffer's end");
+    if (b->map) { memcpy(dst, (const char *)b->map + off, n); return 0; }
+    return bs_vk_staging_read(c, b, off, dst, n);
+}
+
 
 static int ring_init(bs_vk_ctx *c) {
     bs_vk_staging *r = &c->stage;
