@@ -50,6 +50,14 @@ check "matmul-rows 40" '[ "$(grep -cE "^\| q1_0 +\| [a-z0-9]+ +\| +(5120|17408) 
 check "matmul-rows 0 refused" '! "$B" bench --matmul --matmul-rows 0 >/dev/null 2>&1'
 check "matmul-rows 5000 refused" '! "$B" bench --matmul --matmul-rows 1,5000 >/dev/null 2>&1'
 
+# the vision encoder: one row per thread count, a 100x70 image rounded up to whole 32-pixel
+# blocks (128x96: 12 tokens), positive times and rates
+vb=$("$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 100x70 -r 2 -t 1,2 2>&1)
+check "mmproj rows" '[ "$(grep -cE "^\| qwen3vl_merger mmproj +\| .* \| f32 +\| +[12] \| 128x96 +\| +12 \| +[0-9]+\.[0-9]+ ± [0-9.]+ +\| +[0-9]+\.[0-9] \| +[0-9]+\.[0-9] \|$" <<<"$vb")" = 2 ]'
+check "mmproj: a text GGUF refused" '! "$B" bench --mmproj "$F/tiny-q1_0.gguf" >/dev/null 2>&1'
+check "mmproj: bad --image-size refused" '! "$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 10x10000 >/dev/null 2>&1'
+check "mmproj: unknown option refused" '! "$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" -p 5 >/dev/null 2>&1'
+
 check "bad -o" '! "$B" bench -m "$F/tiny-q1_0.gguf" -o xml >/dev/null 2>&1'
 check "no model" '! "$B" bench >/dev/null 2>&1'
 check "bad -t" '! "$B" bench -m "$F/tiny-q1_0.gguf" -t 0 >/dev/null 2>&1'

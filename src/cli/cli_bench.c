@@ -581,6 +581,8 @@ static int bench_spec(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv) ? cli_fail("bench --spec") : 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mmproj")) return bench_vision(argc, argv) ? cli_fail("bench --mmproj") : 0;
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
                     .mm_type = "q1_0", .mm_mb = 1024, .mm_rows = {1, 2, 4, 5, 8}, .n_mm_rows = 5, .membw = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
@@ -646,6 +648,8 @@ void help_bench(void) {
            "  --spec               with -md DRAFTER: measured DSpark round costs, projected speedups and\n"
            "                       a measured greedy run with and without the drafter (options -m -md\n"
            "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions)\n"
+           "  --mmproj FILE        the vision encoder's time per image on random pixels (options\n"
+           "                       --image-size WxH (default 448x448), -t, -r)\n"
            "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights (see --matmul-rows)\n"
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
