@@ -161,3 +161,11 @@ int bs_device_state(bs_session *s, int n_pos, bool to_host) {
     return bs_vk_sess_state(s->vk, sess_conv(s, 0, s->cur), sess_ssm(s, 0, s->cur), 2 * s->conv_sz, 2 * s->ssm_sz,
                             s->k, s->v, (size_t)s->n_ctx * s->kv_row, n_pos, to_host);
 }
+
+int bs_device_lora(bs_model *m, const char *name, int r, const float *a, const float *b, float scale) {
+    return m->vk_net ? bs_vk_net_lora(m->vk_net, name, r, a, b, scale) : 0;
+}
+
+void bs_device_lora_clear(bs_model *m) {
+    if (m->vk_net) bs_vk_net_lora_clear(m->vk_net);
+}

@@ -21,5 +21,8 @@ int bs_device_session_new(bs_session *s);
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
 int bs_device_rollback(bs_session *s, int j);
 int bs_device_state(bs_session *s, int n_pos, bool to_host);
+/* LoRA terms on the device's copy of the network (lora_apply.c attaches them to both). */
+int bs_device_lora(bs_model *m, const char *name, int r, const float *a, const float *b, float scale);
+void bs_device_lora_clear(bs_model *m);
 
 #endif

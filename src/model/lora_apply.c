@@ -1,7 +1,9 @@
 /* lora_apply.c: LoRA at run time: adapters hang off the model's weights and bs_matmul adds
- * scale * B (A x) to W x (see lora.h). Each row is computed on its own, in a fixed order, so a
- * row's result still does not depend on how many rows are batched with it. */
+ * scale * B (A x) to W x (see lora.h); on the Vulkan device the same terms are added after each
+ * product (device.c). Each row is computed on its own, in a fixed order, so a row's result
+ * still does not depend on how many rows are batched with it. */
 #include "model/lora.h"
+#include "model/device.h"
 #include "model/qwen35.h"
 #include "io/util.h"
 
@@ -30,7 +32,6 @@ static bs_weight *weight_named(bs_model *m, bs_weight **all, int n, const char *
 }
 
 int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
-    if (m->vk) return bs_error("LoRA adapters do not run on the Vulkan device yet (use --device cpu)");
     const int cap = 1 + 12 * m->hp.n_layer;
     bs_weight **all = bs_xmalloc((size_t)cap * sizeof *all);
     int n = model_weights(m, all, cap), rc = 0;
@@ -52,6 +53,10 @@ int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
         bs_lora_ref **p = (bs_lora_ref **)&W->lora;
         while (*p) p = &(*p)->next;
         *p = ref;
+        if (bs_device_lora(m, l->t[i].name, l->t[i].r, l->t[i].a, l->t[i].b, ref->scale)) {
+            rc = -1;
+            bs_lora_detach(m);   /* all or nothing: no adapter half on the device */
+        }
     }
     free(all);
     return rc ? bs_error_prefix("%s: ", l->path) : 0;
@@ -59,6 +64,7 @@ int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
 
 void bs_lora_detach(bs_model *m) {
     if (!m) return;
+    bs_device_lora_clear(m);
     const int cap = 1 + 12 * m->hp.n_layer;
     bs_weight **all = bs_xmalloc((size_t)cap * sizeof *all);
     int n = model_weights(m, all, cap);

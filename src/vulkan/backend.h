@@ -103,6 +103,11 @@ typedef struct bs_vk_net bs_vk_net;
  * bs_error (e.g. out of device memory, or a shape the kernels do not take). */
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d);
 void bs_vk_net_free(bs_vk_net *n);
+/* LoRA on the device: y += scale * B (A x) on the matrix of that tensor name (a [r][in], b
+ * [out][r], row-major F32; copied), in the order attached; clear drops every adapter. Sessions
+ * pick the change up at their next evaluation. */
+int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale);
+void bs_vk_net_lora_clear(bs_vk_net *n);
 
 /* One sequence on the device: residual stream and scratch, the KV cache (F16, or F32 when
  * kv_f32), the conv windows

@@ -49,6 +49,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_GLU_Q2_64] = {"mv_q", 8, 24, 3, {2, 2, 1}},
     [BS_VK_K_GLU_Q8] = {"mv_q", 8, 24, 3, {8, 1, 1}},
     [BS_VK_K_GLU_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 1}},
+    /* mv_f32 without fma: LoRA factors, in the CPU's float order */
+    [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -298,7 +300,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
-        [BS_VK_K_GLU_Q4_1] = "glu q4_1"};
+        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora"};
     return names[k] ? names[k] : "?";
 }
 

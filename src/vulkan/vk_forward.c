@@ -34,6 +34,8 @@ struct bs_vk_net {
     bs_vk_matrix *embd, *output;
     bs_vk_buf out_norm, dummy;
     int n_rec, n_att;
+    int lora_gen;                 /* changes whenever adapters come or go */
+    int lora_r, lora_out;         /* widest rank and output of the adapters attached */
 };
 
 static int upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
@@ -115,6 +117,42 @@ void bs_vk_net_free(bs_vk_net *n) {
     free(n);
 }
 
+/* --- LoRA adapters ---------------------------------------------------------------------------- */
+static bs_vk_matrix *matrix_named(bs_vk_net *n, const char *name) {
+    if (n->output->name && !strcmp(n->output->name, name)) return n->output;
+    for (int il = 0; il < n->hp.n_layer; il++) {
+        vk_layer *L = &n->L[il];
+        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
+                              L->wq, L->wk, L->wv, L->wo};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
+            if (ms[k] && ms[k]->name && !strcmp(ms[k]->name, name)) return ms[k];
+    }
+    return NULL;
+}
+
+int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale) {
+    bs_vk_matrix *m = matrix_named(n, name);
+    if (!m) return bs_error("Vulkan: LoRA tensor %s: the network has no such matrix", name);
+    if (r <= 0 || bs_vk_matrix_lora_add(n->c, m, r, a, b, scale)) return -1;
+    n->lora_r = BS_MAX(n->lora_r, r);
+    n->lora_out = BS_MAX(n->lora_out, (int)m->ne1);
+    n->lora_gen++;
+    return 0;
+}
+
+void bs_vk_net_lora_clear(bs_vk_net *n) {
+    bs_vk_matrix_lora_clear(n->c, n->output);
+    for (int il = 0; il < n->hp.n_layer; il++) {
+        vk_layer *L = &n->L[il];
+        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
+                              L->wq, L->wk, L->wv, L->wo};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
+            if (ms[k]) bs_vk_matrix_lora_clear(n->c, ms[k]);
+    }
+    n->lora_r = n->lora_out = 0;
+    n->lora_gen++;
+}
+
 /* --- sessions ------------------------------------------------------------------------------- */
 struct bs_vk_sess {
     bs_vk_net *net;
@@ -127,6 +165,8 @@ struct bs_vk_sess {
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
+    bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
+    int lora_gen;                 /* the net's adapters these buffers and recordings are for */
 };
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
@@ -196,7 +236,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params};
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -307,6 +347,7 @@ static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, c
 /* y = W x for n rows (x at offset 0, width W->ne0). */
 static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
     bs_vk_ctx *c = s->net->c;
+    const bs_vk_buf *x0 = x;   /* LoRA terms read the float input */
     if (W->kernel != BS_VK_K_MV_F32 && quantize) {
         TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
@@ -316,7 +357,23 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
         bs_vk_barrier(c);
         x = &s->xr;
     }
-    return bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y);
+    TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
+    return W->lora ? bs_vk_record_lora(c, W, x0, n, &s->lt, &s->lu, y) : 0;
+}
+
+/* The adapters changed since this session last ran: scratch of their size, and recordings
+ * made without them (or with others) dropped. */
+static int lora_sync(bs_vk_sess *s) {
+    bs_vk_net *net = s->net;
+    if (s->lora_gen == net->lora_gen) return 0;
+    for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
+    bs_vk_buf_free(net->c, &s->lt);
+    bs_vk_buf_free(net->c, &s->lu);
+    if (net->lora_r > 0 && (bs_vk_buf_new(net->c, &s->lt, 4u * (size_t)s->B * net->lora_r, false) ||
+                            bs_vk_buf_new(net->c, &s->lu, 4u * (size_t)s->B * net->lora_out, false)))
+        return -1;
+    s->lora_gen = net->lora_gen;
+    return 0;
 }
 
 /* Products sharing the input x (already quantized by the norm that wrote it): */
@@ -495,6 +552,7 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
+    TRY(lora_sync(s));
     if (n_taps > 0 && (!s->taps.buf || s->taps.size < 4u * (size_t)s->B * n_taps * E)) {
         bs_vk_buf_free(c, &s->taps);
         TRY(bs_vk_buf_new(c, &s->taps, 4u * (size_t)s->B * n_taps * E, true));

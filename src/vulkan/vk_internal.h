@@ -92,7 +92,7 @@ enum bs_vk_kernel {
     BS_VK_K_MV_Q2_64, BS_VK_K_MV_Q8, BS_VK_K_MV_F32, BS_VK_K_MV_Q4_1, BS_VK_K_ROWS_Q4_1,
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
-    BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1,
+    BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1, BS_VK_K_MV_F32_LORA,
     BS_VK_K_COUNT
 };
 
@@ -148,6 +148,13 @@ typedef struct bs_vk_mat_part {
     int64_t row0, rows;
 } bs_vk_mat_part;
 
+/* A LoRA term of a matrix: y += scale * B (A x), A r x in and B out x r as F32 matrices. */
+typedef struct bs_vk_lora {
+    bs_vk_matrix *a, *b;
+    float scale;
+    struct bs_vk_lora *next;
+} bs_vk_lora;
+
 struct bs_vk_matrix {
     int kernel;                  /* BS_VK_K_MV_* */
     int bits, subs;              /* integer layouts: bits per weight, sub-blocks per scale */
@@ -158,6 +165,8 @@ struct bs_vk_matrix {
     int64_t ne0, ne1;
     int n_parts;
     bs_vk_mat_part *parts;
+    char *name;                  /* the model's tensor name (LoRA adapters find it by name) */
+    bs_vk_lora *lora;            /* adapters, in the order given */
 };
 
 /* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
@@ -172,6 +181,12 @@ int bs_vk_rows_kernel(const bs_vk_matrix *m);
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
+/* LoRA terms (vk_kernels.c): add one to m (a [r][ne0], b [ne1][r], row-major F32), drop them
+ * all; record y += scale * B (A x) for each (x: m's float input; t: n x r, u: n x ne1 scratch). */
+int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale);
+void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m);
+int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
+                      const bs_vk_buf *u, const bs_vk_buf *y);
 /* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
  * BITSPARK_VK_GLU=0: never), and that dispatch: y = silu(gate x) * up x for n rows. */
 bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up);

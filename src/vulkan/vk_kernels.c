@@ -70,6 +70,7 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     if (m->act == 4 && W->ne0 % 256) m->act = 0;
     m->ne0 = W->ne0;
     m->ne1 = W->ne1;
+    m->name = W->name ? bs_xstrdup(W->name) : NULL;
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
     /* split-K: a GPU wants tens of thousands of invocations per product, decode has one per
      * row; slices of the columns make up the difference (never more than there are groups).
@@ -120,6 +121,8 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
 
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
     if (!m) return;
+    bs_vk_matrix_lora_clear(c, m);
+    free(m->name);
     for (int i = 0; i < m->n_parts; i++) {
         bs_vk_buf_free(c, &m->parts[i].codes);
         bs_vk_buf_free(c, &m->parts[i].scales);
@@ -165,7 +168,7 @@ int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, co
 
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
-    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
@@ -174,6 +177,73 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
     }
+    return 0;
+}
+
+/* --- LoRA terms ------------------------------------------------------------------------------ */
+
+/* A small F32 matrix (ne1 rows of ne0, row-major) in mv_f32's column-major layout, one part:
+ * LoRA factors, whose rank need not be a multiple of 32. */
+static bs_vk_matrix *f32_matrix(bs_vk_ctx *c, const float *w, int64_t ne0, int64_t ne1) {
+    const uint64_t bytes = 4u * (uint64_t)ne0 * ne1;
+    if (ne0 <= 0 || ne1 <= 0 || bytes > c->max_binding) {
+        bs_error("Vulkan: a LoRA factor of %lld x %lld does not fit one binding", (long long)ne1, (long long)ne0);
+        return NULL;
+    }
+    bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
+    *m = (bs_vk_matrix){.kernel = BS_VK_K_MV_F32_LORA, .split = 1, .ne0 = ne0, .ne1 = ne1, .n_parts = 1};
+    m->parts = bs_xcalloc(1, sizeof *m->parts);
+    m->parts[0].rows = ne1;
+    float *t = bs_xmalloc((size_t)bytes);
+    for (int64_t r = 0; r < ne1; r++)
+        for (int64_t i = 0; i < ne0; i++) t[i * ne1 + r] = w[r * ne0 + i];
+    int rc = bs_vk_buf_new(c, &m->parts[0].codes, bytes, false) || bs_vk_buf_new(c, &m->parts[0].scales, 4, false) ||
+             bs_vk_buf_write(c, &m->parts[0].codes, 0, t, (size_t)bytes);
+    free(t);
+    if (rc) { bs_vk_matrix_free(c, m); return NULL; }
+    return m;
+}
+
+int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale) {
+    bs_vk_lora *l = bs_xcalloc(1, sizeof *l);
+    l->scale = scale;
+    if (!(l->a = f32_matrix(c, a, m->ne0, r)) || !(l->b = f32_matrix(c, b, r, m->ne1))) {
+        bs_vk_matrix_free(c, l->a);
+        free(l);
+        return -1;
+    }
+    bs_vk_lora **p = &m->lora;
+    while (*p) p = &(*p)->next;
+    *p = l;
+    return 0;
+}
+
+void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m) {
+    for (bs_vk_lora *l = m->lora, *next; l; l = next) {
+        next = l->next;
+        bs_vk_matrix_free(c, l->a);
+        bs_vk_matrix_free(c, l->b);
+        free(l);
+    }
+    m->lora = NULL;
+}
+
+int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
+                      const bs_vk_buf *u, const bs_vk_buf *y) {
+    for (const bs_vk_lora *l = m->lora; l; l = l->next) {
+        bs_vk_barrier(c);   /* W x is in y */
+        if (bs_vk_record_mv(c, l->a, x, NULL, NULL, NULL, n, t)) return -1;
+        bs_vk_barrier(c);
+        if (bs_vk_record_mv(c, l->b, t, NULL, NULL, NULL, n, u)) return -1;
+        bs_vk_barrier(c);
+        const uint64_t cnt = (uint64_t)n * m->ne1;
+        uint32_t sb;
+        memcpy(&sb, &l->scale, 4);
+        const uint32_t push[4] = {4u, (uint32_t)cnt, sb, 0}, g = groups(cnt, 256), gx = BS_MIN(g, 65535u);
+        const bs_vk_buf *bb[3] = {y, u, u};
+        if (bs_vk_dispatch(c, BS_VK_K_EW, bb, push, gx, groups(g, gx), 1)) return -1;
+    }
+    bs_vk_barrier(c);
     return 0;
 }
 
@@ -189,7 +259,7 @@ static int glu_kernel(int mv) {
 }
 
 bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up) {
-    return c->glu && glu_kernel(gate->kernel) >= 0 && gate->kernel == up->kernel && gate->ne0 == up->ne0 &&
+    return c->glu && !gate->lora && !up->lora && glu_kernel(gate->kernel) >= 0 && gate->kernel == up->kernel && gate->ne0 == up->ne0 &&
            gate->ne1 == up->ne1 && gate->split == up->split && gate->n_parts == 1 && up->n_parts == 1;
 }
 

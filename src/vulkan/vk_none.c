@@ -50,6 +50,11 @@ int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const 
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
 void bs_vk_net_free(bs_vk_net *n) { (void)n; }
+int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale) {
+    (void)n; (void)name; (void)r; (void)a; (void)b; (void)scale;
+    return bs_error("no Vulkan backend");
+}
+void bs_vk_net_lora_clear(bs_vk_net *n) { (void)n; }
 bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32) {
     (void)n; (void)n_ctx; (void)n_batch; (void)kv_f32;
     return NULL;

@@ -1,8 +1,11 @@
 #version 450
 // mv_f32.comp: y[r][row] = sum_i W[row][i] x[r][i] on F32 weights (every format without an
 // integer kernel is converted to F32 at upload), stored column-major ([col][rows]) so
-// neighbouring invocations read neighbouring words. Fixed fma order per output.
+// neighbouring invocations read neighbouring words. Fixed fma order per output; with FMA = 0
+// (LoRA factors) a product then a sum per step, the CPU's order for its LoRA terms, so the terms
+// come out with the CPU's bits.
 layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint FMA = 1;
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
@@ -16,8 +19,15 @@ void main() {
     for (uint i = 0u; i < p.cols; i++) {
         const float wv = w[i * p.rows + row];
         for (uint r = 0u; r < nr; r++) {
-            precise float v = fma(wv, x[(r0 + r) * p.cols + i], acc[r]);
-            acc[r] = v;
+            const float xv = x[(r0 + r) * p.cols + i];
+            if (FMA != 0u) {
+                precise float v = fma(wv, xv, acc[r]);
+                acc[r] = v;
+            } else {
+                precise float prod = wv * xv;
+                precise float v = acc[r] + prod;
+                acc[r] = v;
+            }
         }
     }
     for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = acc[r];
