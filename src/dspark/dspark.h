@@ -55,6 +55,7 @@ typedef struct bs_dspark {
     struct st_model *st;
     void **owned;                /* buffers converted at load (bf16/f16 vectors), freed with it */
     int n_owned;
+    struct bs_dspark_dev *dev;   /* its copy on a Vulkan device (dspark_device.c), once uploaded */
 } bs_dspark;
 
 typedef struct bs_dspark_params {
@@ -74,6 +75,19 @@ int bs_dspark_check_pair(const bs_dspark *d, const bs_model *target);
  * (every row compared dequantized), or unconditionally with force. The drafter's own copies are
  * then no longer touched (the OS drops mapped pages). Returns how many were borrowed (0..2). */
 int bs_dspark_share_embeddings(bs_dspark *d, const bs_model *target, bool force);
+
+/* --- on a Vulkan device (dspark_device.c) ---------------------------------------------------- */
+typedef struct bs_dspark_dev bs_dspark_dev;
+/* Upload the drafter to the device: the target's Vulkan context when target runs there (the
+ * tensors it borrows then come from the target's network), else the device spec names
+ * ("vulkan", "vulkan:N"; "cpu": nothing). Contexts made afterwards (bs_dspark_ctx_new) run on
+ * the device. Once per drafter (later calls return 0); the drafter must then be freed before
+ * the target. 0 or -1 + bs_error. */
+int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec);
+bool bs_dspark_on_device(const bs_dspark *d);
+bs_dspark_dev *bs_dspark_dev_new(void);
+void bs_dspark_dev_free(bs_dspark_dev *dev);
+struct bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max);
 
 /* --- forward ---------------------------------------------------------------------------------- */
 typedef struct bs_dspark_ctx bs_dspark_ctx;

@@ -66,6 +66,14 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
         return NULL;
     }
     if (d) {
+        /* a target on Vulkan gets the drafter there too (BITSPARK_DRAFT_DEVICE=cpu keeps it on
+         * the CPU); its contexts then run on the device */
+        const char *dd = getenv("BITSPARK_DRAFT_DEVICE");
+        if (s->vk && !(dd && !strcmp(dd, "cpu")) && bs_dspark_to_device(d, s->m, NULL)) {
+            bs_error_prefix("drafter on the device: ");
+            free(sp);
+            return NULL;
+        }
         if (bs_session_set_taps(s, d->hp.taps, d->hp.n_taps) ||
             !(sp->dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool))) {
             free(sp);

@@ -126,6 +126,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_KV_STORE] = {"kv_store", 5, 8, 0, {0}},
     [BS_VK_K_ATTN] = {"attn", 6, 24, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
+    [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -369,7 +370,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ROWS_Q8] = "embed", [BS_VK_K_ROWS_F32] = "embed", [BS_VK_K_ROWS_Q4_1] = "embed",
         [BS_VK_K_NORM] = "norm", [BS_VK_K_EW] = "elementwise", [BS_VK_K_CONV] = "gdn conv",
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
-        [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round"};
+        [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round",
+        [BS_VK_K_ATTN_NC] = "drafter attention"};
     return names[k] ? names[k] : "?";
 }
 
