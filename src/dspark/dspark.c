@@ -204,6 +204,21 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     return 0;
 }
 
+bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c) { return c->vk != NULL; }
+
+int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const bs_vk_sess *s, int n) {
+    if (!c->vk) return bs_error("drafter: the context is not on the device");
+    if (n < 0 || n > APPEND_CHUNK) return bs_error("drafter: %d tap rows at once from the device", n);
+    if (n > c->n_ctx_max - c->len) return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
+    reserve(c, c->n_rows + n);
+    rope_rows(c, c->len, n);
+    if (bs_vk_dctx_append_sess(c->vk, s, 0, n, c->n_rows, c->rope)) return -1;
+    for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
+    c->n_rows += n;
+    c->len += n;
+    return 0;
+}
+
 typedef struct { const bs_dspark_ctx *c; const float *q; float *att; int l, first, n; } attend_job;
 
 /* Work units: (KV head, up to BS_ATTN_MAX_GROUP of the block's queries on it, over all block

@@ -104,6 +104,11 @@ int bs_dspark_ctx_len(const bs_dspark_ctx *c);
 int bs_dspark_ctx_rows(const bs_dspark_ctx *c);
 /* Append n tap rows (n_taps * n_embd floats each) as positions len..len+n-1. */
 int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n);
+/* The same for a context on the device, from the first n tap rows a device session (vulkan/
+ * backend.h's bs_vk_sess) just evaluated: the taps never come to the host. */
+struct bs_vk_sess;
+int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const struct bs_vk_sess *s, int n);
+bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c);
 /* Advance len by n positions that get no row (a gap, as PrismML's DSPARK_DRAFT_WINDOW leaves:
  * later rows keep their absolute RoPE positions; drafts change, verified output never does). */
 int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n);

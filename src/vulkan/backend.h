@@ -116,6 +116,10 @@ void bs_vk_sess_free(bs_vk_sess *s);
  * NULL: the taps of the last chunk stay on the device for bs_vk_dctx_append_sess. */
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out);
+/* Rows one submission holds (the taps kept on the device are those of the last one's), and the
+ * first n of those tap rows copied to the host. */
+int bs_vk_sess_rows(const bs_vk_sess *s);
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n);
 /* The recurrent state now becomes the snapshot / goes back to it (rollback then re-evaluates
  * the kept tokens: the same kernels on the same inputs, so the same bits). */
 int bs_vk_sess_snapshot(bs_vk_sess *s);

@@ -132,6 +132,14 @@ struct bs_vk_sess {
 
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
 const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n) { return n->output; }
+int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
+
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
+    const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
+    if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
+    return bs_vk_buf_read(s->net->c, &s->taps, 0, out, (size_t)n * row);
+}
+
 const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
     *n_taps = s->n_taps;
     return &s->taps;
@@ -496,7 +504,7 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
-    s->n_taps = n_taps;
+    if (n_taps > 0) s->n_taps = n_taps;
     if (n_taps > 0 && (!s->taps.buf || s->taps.size < 4u * (size_t)s->B * n_taps * E)) {
         bs_vk_buf_free(c, &s->taps);
         TRY(bs_vk_buf_new(c, &s->taps, 4u * (size_t)s->B * n_taps * E, true));

@@ -55,6 +55,11 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32) {
     return NULL;
 }
 void bs_vk_sess_free(bs_vk_sess *s) { (void)s; }
+int bs_vk_sess_rows(const bs_vk_sess *s) { (void)s; return 0; }
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
+    (void)s; (void)out; (void)n;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
