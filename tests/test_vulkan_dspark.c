@@ -1,6 +1,6 @@
 /* test_vulkan_dspark.c: DSpark speculative decoding with target and drafter on the Vulkan device
  * (lavapipe in CI) is lossless: greedy output with the drafter equals plain greedy decoding on the
- * device, token for token, at --draft-max 1..4 and auto (all on the trained pair), for
+ * device, token for token, at --draft-max 1..4 and auto, for
  *   - the fixture pair (tiny-q1_0 + the F32 fixture drafter),
  *   - the trained tiny pair of models/ (Q8_0 drafter borrowing the target's Q1_0 token_embd /
  *     output; and the same drafter from safetensors + config.json, BF16),
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define N_GEN 40
+#define N_GEN 24
 static int32_t prompt[24];
 static const int NP = 24;
 
@@ -160,12 +160,10 @@ int main(void) {
     snprintf(t_tiny, sizeof t_tiny, "%s/models/bonsai-tiny-q1_0.gguf", src);
     snprintf(d_tiny, sizeof d_tiny, "%s/models/bonsai-tiny-dspark.gguf", src);
     snprintf(d_st, sizeof d_st, "%s/models/bonsai-tiny-dspark", src);
-    /* every depth on the trained pair (drafts accepted: every accept length happens); the others
-     * at fewer depths to keep the test short on lavapipe */
-    static const int all[] = {1, 2, 3, 4, BS_DRAFT_AUTO, 0}, some[] = {2, BS_DRAFT_AUTO, 0}, ends[] = {1, 4, BS_DRAFT_AUTO, 0};
-    lossless(t_fix, d_fix, ends, true);
+    static const int all[] = {1, 2, 3, 4, BS_DRAFT_AUTO, 0}, some[] = {2, BS_DRAFT_AUTO, 0};
+    lossless(t_fix, d_fix, all, false);
     lossless(t_tiny, d_tiny, all, true);
-    lossless(t_tiny, d_st, ends, false);
+    lossless(t_tiny, d_st, all, false);
     const char *sq1 = synth("tiny", tmp, "t_q1_0", BS_Q1_0, NULL, -1);
     const char *dq41 = synth("drafter-tiny", tmp, "d_q4_1", 0, "q4_1", BS_Q1_0);
     CHECKF(sq1 && dq41, "synthetic pair");
