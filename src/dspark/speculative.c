@@ -82,7 +82,8 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
             return NULL;
         }
         bs_dspark_ctx_set_window(sp->dc, p->draft_window);
-        sp->dev_taps = s->vk && bs_dspark_ctx_on_device(sp->dc);
+        /* the device keeps the taps of its last submission: a verify pass must be one */
+        sp->dev_taps = s->vk && bs_dspark_ctx_on_device(sp->dc) && sp->B + 1 <= bs_vk_sess_rows(s->vk);
         s->taps_on_device = sp->dev_taps;
         sp->row = (size_t)d->hp.n_taps * d->hp.n_embd;
         sp->taps = bs_xmalloc((size_t)BS_MAX(PROMPT_CHUNK, sp->B + 1) * sp->row * sizeof(float));
