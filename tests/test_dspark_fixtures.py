@@ -29,19 +29,21 @@ def check(ok, msg):
         failures.append(msg)
 
 
-def run_case(drafter, case, out_name):
+def run_case(drafter, case, out_name, extra=()):
     meta = json.load(open(os.path.join(FIX, "dspark", case + ".json")))
     out = os.path.join(TMP, out_name)
     cmd = [BIN, "draft-logits", "-md", drafter, "--features",
            os.path.join(FIX, "dspark", case + ".ctx_feat.f32"), "--rows", str(meta["n_ctx_rows"]),
            "--anchor", str(meta["block_tokens"][0]), "--pos", str(meta["block_pos_first"]),
-           "-o", out, "--json"]
+           "-o", out, "--json"] + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if "vulkan validation:" in r.stderr:
+        check(False, f"{case}: validation messages: {r.stderr[-1000:]}")
     if r.returncode != 0:
         check(False, f"{case}: draft-logits failed: {r.stderr.strip()}")
         return None
     res = json.loads(r.stdout)
-    logits = np.fromfile(out, dtype=np.float32).reshape(meta["block_size"], meta["n_vocab"])
+    logits = np.fromfile(out, dtype=np.float32).reshape(-1, meta["n_vocab"])
     return meta, res, logits
 
 
@@ -171,10 +173,11 @@ def bad_inputs():
     check(r.returncode == 1 and "not a DSpark drafter" in r.stderr, "a target GGUF is refused as drafter")
 
 
-fixture_cases()
-safetensors_case()
-bad_inputs()
-if failures:
-    print(f"{len(failures)} failure(s)")
-    sys.exit(1)
-print("all ok")
+if __name__ == "__main__":
+    fixture_cases()
+    safetensors_case()
+    bad_inputs()
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("all ok")

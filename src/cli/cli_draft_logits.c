@@ -24,6 +24,7 @@ void help_draft_logits(void) {
            "  --anchor ID             the block's anchor token\n"
            "  --pos P                 position of the anchor (>= N; default N)\n"
            "  -o, --output FILE       base block logits: block_size rows of n_vocab float32\n"
+           "  --device D              cpu (default), vulkan or vulkan:N: where the drafter runs\n"
            "  --json                  print {\"drafts\": [...], \"confidence\": [...]} instead of text\n"
            "  --rounds OPS            several rounds on one drafter context instead (--anchor and\n"
            "                          --pos unused): comma-separated +N (append the next N rows of\n"
@@ -37,7 +38,7 @@ void help_draft_logits(void) {
 }
 
 typedef struct {
-    const char *drafter, *features, *out, *rounds;
+    const char *drafter, *features, *out, *rounds, *device;
     long rows, anchor, pos;
     bool json;
 } dl_opts;
@@ -60,6 +61,8 @@ static int parse(dl_opts *o, int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 30, &o->pos)) return -1;
         } else if (!strcmp(a, "--rounds")) {
             if (!(o->rounds = cli_value(argc, argv, &i))) return -1;
+        } else if (!strcmp(a, "--device")) {
+            if (!(o->device = cli_value(argc, argv, &i))) return -1;
         } else if (!strcmp(a, "--json")) {
             o->json = true;
         } else {
@@ -150,6 +153,10 @@ int cmd_draft_logits(int argc, char **argv) {
     if (parse(&o, argc, argv)) return cli_fail("draft-logits");
     bs_dspark *d = bs_dspark_load(o.drafter, NULL);
     if (!d) return cli_fail("draft-logits");
+    if (o.device && bs_dspark_to_device(d, NULL, o.device)) {
+        bs_dspark_free(d);
+        return cli_fail("draft-logits");
+    }
     const bs_dspark_hparams *hp = &d->hp;
     int rc = 1;
     size_t len;

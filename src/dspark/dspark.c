@@ -3,9 +3,15 @@
  * Context rows never enter the residual stream: each only supplies K/V to every layer, through
  * that layer's own k/v projections and k-norm, RoPE'd at the row's absolute position. They are
  * projected once, when appended, and kept (f32) until cropped. The block attends to
- * [context ; block] with no mask at all. */
+ * [context ; block] with no mask at all.
+ *
+ * A context of a drafter uploaded to a Vulkan device (bs_dspark_to_device) keeps its K/V rows
+ * there (vk_dspark.c runs the appends and blocks); only the bookkeeping below (positions,
+ * crops, skips, the window) and the small heads stay on the host, which gets each block's
+ * final states and base logits back. */
 #include "dspark/dspark.h"
 #include "cpu/compute.h"
+#include "vulkan/backend.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -39,6 +45,7 @@ struct bs_dspark_ctx {
     int n_logits;                /* slots of the last block whose base logits are in `logits` */
     float *mb;                   /* scratch of blocks run together (bs_dspark_block_multi) */
     size_t mb_rows;              /* rows mb holds */
+    bs_vk_dctx *vk;              /* the K/V rows on the device, or NULL: on the CPU */
 };
 
 /* The block rows one pass works on: one block's own scratch, or several blocks stacked. */
@@ -84,11 +91,18 @@ bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *poo
     c->logits = falloc(B * V);
     c->bias = falloc(V);
     c->block_pos = -1;
+    /* a context the device cannot hold (e.g. its attention scratch passes one binding) runs on
+     * the CPU: drafts are the same up to rounding, verified output is the same */
+    if (bs_dspark_on_device(d) && !(c->vk = bs_dspark_dev_ctx_new(d, n_ctx_max))) {
+        bs_log(1, "drafter: this context stays on the CPU (%s)\n", bs_last_error());
+        bs_clear_error();
+    }
     return c;
 }
 
 void bs_dspark_ctx_free(bs_dspark_ctx *c) {
     if (!c) return;
+    bs_vk_dctx_free(c->vk);
     for (int l = 0; l < c->d->hp.n_layer; l++) {
         free(c->k[l]);
         free(c->v[l]);
@@ -125,7 +139,7 @@ static void reserve(bs_dspark_ctx *c, int need) {
     /* block_size rows of slack: a block's keys and values sit after the context rows while the
      * block attends, so that both are one run */
     const size_t rows = (size_t)cap + (size_t)c->d->hp.block_size;
-    for (int l = 0; l < c->d->hp.n_layer; l++) {
+    for (int l = 0; l < c->d->hp.n_layer && !c->vk; l++) {
         c->k[l] = bs_xrealloc(c->k[l], rows * c->kv_w * sizeof(float));
         c->v[l] = bs_xrealloc(c->v[l], rows * c->kv_w * sizeof(float));
     }
@@ -151,10 +165,18 @@ static void norm_rope(const bs_dspark_ctx *c, float *rows, int n, int nh, const 
         }
 }
 
-static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
+static int append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
     const bs_dspark *d = c->d;
     const bs_dspark_hparams *hp = &d->hp;
     const int E = hp->n_embd;
+    if (c->vk) {
+        rope_rows(c, c->len, n);
+        if (bs_vk_dctx_append(c->vk, taps, n, c->n_rows, c->rope)) return -1;
+        for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
+        c->n_rows += n;
+        c->len += n;
+        return 0;
+    }
     bs_matmul(&d->fc, taps, n, c->c, c->pool);
     for (int t = 0; t < n; t++) bs_rmsnorm(c->c + (size_t)t * E, c->c + (size_t)t * E, d->hidden_norm, E, hp->eps);
     rope_rows(c, c->len, n);
@@ -170,6 +192,7 @@ static void append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
     for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
     c->n_rows += n;
     c->len += n;
+    return 0;
 }
 
 int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
@@ -179,7 +202,22 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
     reserve(c, c->n_rows + n);
     const size_t row = (size_t)c->d->hp.n_taps * c->d->hp.n_embd;
     for (int off = 0; off < n; off += APPEND_CHUNK)
-        append_chunk(c, taps + (size_t)off * row, BS_MIN(APPEND_CHUNK, n - off));
+        if (append_chunk(c, taps + (size_t)off * row, BS_MIN(APPEND_CHUNK, n - off))) return -1;
+    return 0;
+}
+
+bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c) { return c->vk != NULL; }
+
+int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const bs_vk_sess *s, int n) {
+    if (!c->vk) return bs_error("drafter: the context is not on the device");
+    if (n < 0 || n > APPEND_CHUNK) return bs_error("drafter: %d tap rows at once from the device", n);
+    if (n > c->n_ctx_max - c->len) return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
+    reserve(c, c->n_rows + n);
+    rope_rows(c, c->len, n);
+    if (bs_vk_dctx_append_sess(c->vk, s, 0, n, c->n_rows, c->rope)) return -1;
+    for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
+    c->n_rows += n;
+    c->len += n;
     return 0;
 }
 
@@ -260,14 +298,37 @@ static void layer_forward(bs_dspark_ctx *const *cs, const int *row0, int n, int 
     for (size_t i = 0; i < (size_t)R * E; i++) b->x[i] += b->h[i];
 }
 
+/* A block's checks and bookkeeping, and its rope table. */
+static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
+    const bs_dspark_hparams *hp = &c->d->hp;
+    const int B = n_slots;
+    if (n_slots < 1 || n_slots > hp->block_size) return bs_error("drafter: %d block slots (1..%d)", n_slots, hp->block_size);
+    if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
+    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d positions)", pos, c->len);
+    rope_rows(c, pos, B);
+    c->nb = B;
+    c->block_pos = pos;
+    c->n_logits = 0;
+    return 0;
+}
+
+/* The block on the device: every slot's state and base logits come back. */
+static int block_device(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
+    if (block_begin(c, anchor, pos, n_slots)) return -1;
+    const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
+    if (bs_vk_dctx_block(c->vk, anchor, c->d->hp.mask_id, n_slots, first, c->n_rows - first, c->rope, c->hidden,
+                         c->logits, n_slots))
+        return -1;
+    c->n_logits = n_slots;
+    return 0;
+}
+
 /* Input rows of one block into x: [anchor, mask...] embeddings (+ log-SNR addends). */
 static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, float *x) {
     const bs_dspark *d = c->d;
     const bs_dspark_hparams *hp = &d->hp;
     const int B = n_slots, E = hp->n_embd;
-    if (n_slots < 1 || n_slots > hp->block_size) return bs_error("drafter: %d block slots (1..%d)", n_slots, hp->block_size);
-    if (anchor < 0 || anchor >= hp->n_vocab) return bs_error("drafter: anchor id %d is out of range", anchor);
-    if (pos < c->len || pos > INT32_MAX - B) return bs_error("drafter: block position %d overlaps the context (%d positions)", pos, c->len);
+    if (block_begin(c, anchor, pos, n_slots)) return -1;
     int32_t ids[BS_DSPARK_MAX_BLOCK];
     ids[0] = anchor;
     for (int t = 1; t < B; t++) ids[t] = hp->mask_id;
@@ -277,10 +338,6 @@ static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, f
             const float *a = t == 0 ? d->snr_anchor : d->snr_mask;
             for (int i = 0; i < E; i++) x[(size_t)t * E + i] += a[i];
         }
-    rope_rows(c, pos, B);
-    c->nb = B;
-    c->block_pos = pos;
-    c->n_logits = 0;
     return 0;
 }
 
@@ -315,6 +372,7 @@ int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
 int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int E = hp->n_embd;
+    if (c->vk) return block_device(c, anchor, pos, n_slots);
     if (block_input(c, anchor, pos, n_slots, c->x)) return -1;
     const blk_bufs b = {c->x, c->h, c->q, c->kb, c->vb, c->att, c->f1, c->f2, NULL};
     const int row0 = 0;
@@ -336,6 +394,12 @@ int bs_dspark_block_multi(bs_dspark_ctx *const *cs, const int32_t *anchors, cons
             if (cs[j] == cs[i]) return bs_error("drafter: one context twice in a batch of blocks");
         row0[i] = R;
         R += BS_MAX(n_slots[i], 0);
+    }
+    /* on the device: one block after another (each a submission; logits included) */
+    if (cs[0]->vk) {
+        for (int i = 0; i < n; i++)
+            if (block_device(cs[i], anchors[i], pos[i], n_slots[i])) return -1;
+        return 0;
     }
     blk_bufs b = multi_bufs(cs[0], (size_t)R);
     for (int i = 0; i < n; i++)

@@ -55,6 +55,7 @@ typedef struct bs_dspark {
     struct st_model *st;
     void **owned;                /* buffers converted at load (bf16/f16 vectors), freed with it */
     int n_owned;
+    struct bs_dspark_dev *dev;   /* its copy on a Vulkan device (dspark_device.c), once uploaded */
 } bs_dspark;
 
 typedef struct bs_dspark_params {
@@ -75,6 +76,19 @@ int bs_dspark_check_pair(const bs_dspark *d, const bs_model *target);
  * then no longer touched (the OS drops mapped pages). Returns how many were borrowed (0..2). */
 int bs_dspark_share_embeddings(bs_dspark *d, const bs_model *target, bool force);
 
+/* --- on a Vulkan device (dspark_device.c) ---------------------------------------------------- */
+typedef struct bs_dspark_dev bs_dspark_dev;
+/* Upload the drafter to the device: the target's Vulkan context when target runs there (the
+ * tensors it borrows then come from the target's network), else the device spec names
+ * ("vulkan", "vulkan:N"; "cpu": nothing). Contexts made afterwards (bs_dspark_ctx_new) run on
+ * the device. Once per drafter (later calls return 0); the drafter must then be freed before
+ * the target. 0 or -1 + bs_error. */
+int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec);
+bool bs_dspark_on_device(const bs_dspark *d);
+bs_dspark_dev *bs_dspark_dev_new(void);
+void bs_dspark_dev_free(bs_dspark_dev *dev);
+struct bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max);
+
 /* --- forward ---------------------------------------------------------------------------------- */
 typedef struct bs_dspark_ctx bs_dspark_ctx;
 
@@ -90,6 +104,11 @@ int bs_dspark_ctx_len(const bs_dspark_ctx *c);
 int bs_dspark_ctx_rows(const bs_dspark_ctx *c);
 /* Append n tap rows (n_taps * n_embd floats each) as positions len..len+n-1. */
 int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n);
+/* The same for a context on the device, from the first n tap rows a device session (vulkan/
+ * backend.h's bs_vk_sess) just evaluated: the taps never come to the host. */
+struct bs_vk_sess;
+int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const struct bs_vk_sess *s, int n);
+bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c);
 /* Advance len by n positions that get no row (a gap, as PrismML's DSPARK_DRAFT_WINDOW leaves:
  * later rows keep their absolute RoPE positions; drafts change, verified output never does). */
 int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n);

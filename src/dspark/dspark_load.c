@@ -442,6 +442,7 @@ static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
 bs_dspark *bs_dspark_load(const char *path, const bs_dspark_params *params) {
     bs_dspark_params def = {0};
     bs_dspark *d = bs_xcalloc(1, sizeof *d);
+    d->dev = bs_dspark_dev_new();
     d->hp.eps = 1e-6f;
     d->hp.rope_base = 1e6f;
     if (load_any(d, path, params ? params : &def)) {
@@ -454,6 +455,7 @@ bs_dspark *bs_dspark_load(const char *path, const bs_dspark_params *params) {
 
 void bs_dspark_free(bs_dspark *d) {
     if (!d) return;
+    bs_dspark_dev_free(d->dev);
     if (d->gguf) gguf_close(d->gguf);
     if (d->st) st_model_close(d->st);
     for (int i = 0; i < d->n_owned; i++) free(d->owned[i]);

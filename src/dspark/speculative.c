@@ -3,6 +3,7 @@
 #include "dspark/speculative.h"
 #include "cpu/compute.h"
 #include "model/session.h"
+#include "vulkan/backend.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -27,6 +28,7 @@ struct bs_spec {
     int32_t drafts[BS_DSPARK_MAX_BLOCK];
     float conf[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
+    bool dev_taps;               /* drafter and target on the device: taps stay there */
     double append_row_s;         /* best seen time to feed one tap row */
     float *pend;                 /* [2 * BS_PARK_WINDOW][row] tap rows kept back while parked */
     int n_pend;                  /* rows in pend, the positions right before n_past */
@@ -66,12 +68,23 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
         return NULL;
     }
     if (d) {
+        /* a target on Vulkan gets the drafter there too (BITSPARK_DRAFT_DEVICE=cpu keeps it on
+         * the CPU); its contexts then run on the device */
+        const char *dd = getenv("BITSPARK_DRAFT_DEVICE");
+        if (s->vk && !(dd && !strcmp(dd, "cpu")) && bs_dspark_to_device(d, s->m, NULL)) {
+            bs_error_prefix("drafter on the device: ");
+            free(sp);
+            return NULL;
+        }
         if (bs_session_set_taps(s, d->hp.taps, d->hp.n_taps) ||
             !(sp->dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool))) {
             free(sp);
             return NULL;
         }
         bs_dspark_ctx_set_window(sp->dc, p->draft_window);
+        /* the device keeps the taps of its last submission: a verify pass must be one */
+        sp->dev_taps = s->vk && bs_dspark_ctx_on_device(sp->dc) && sp->B + 1 <= bs_vk_sess_rows(s->vk);
+        s->taps_on_device = sp->dev_taps;
         sp->row = (size_t)d->hp.n_taps * d->hp.n_embd;
         sp->taps = bs_xmalloc((size_t)BS_MAX(PROMPT_CHUNK, sp->B + 1) * sp->row * sizeof(float));
     }
@@ -89,6 +102,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
 void bs_spec_free(bs_spec *sp) {
     if (!sp) return;
     if (sp->d) bs_session_set_taps(sp->s, NULL, 0);
+    sp->s->taps_on_device = false;
     bs_dspark_ctx_free(sp->dc);
     free(sp->taps);
     free(sp->pend);
@@ -109,9 +123,10 @@ const float *bs_spec_logits(const bs_spec *sp, int i) { return sp->logits + (siz
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp) { return &sp->depth; }
 bs_spec_depth *bs_spec_depth_mut(bs_spec *sp) { return &sp->depth; }
 
+/* rows NULL: the n tap rows the device session just evaluated, read there */
 static int append_rows(bs_spec *sp, const float *rows, int n) {
     double t0 = bs_time();
-    if (bs_dspark_ctx_append(sp->dc, rows, n)) return -1;
+    if (rows ? bs_dspark_ctx_append(sp->dc, rows, n) : bs_dspark_ctx_append_session(sp->dc, sp->s->vk, n)) return -1;
     double dt = bs_time() - t0;
     sp->st.t_append += dt;
     if (sp->append_row_s == 0 || dt / n < sp->append_row_s) sp->append_row_s = dt / n;
@@ -133,7 +148,9 @@ static int flush(bs_spec *sp) {
 /* Feed the tap rows of the positions just kept (in sp->taps) to the drafter, or keep them back. */
 static int feed(bs_spec *sp, int n, bool defer) {
     if (!sp->dc || !sp->drafting || n <= 0) return 0;
-    if (!defer || n > BS_PARK_WINDOW) return flush(sp) || append_rows(sp, sp->taps, n) ? -1 : 0;
+    if (!defer || n > BS_PARK_WINDOW) return flush(sp) || append_rows(sp, sp->dev_taps ? NULL : sp->taps, n) ? -1 : 0;
+    /* kept back while parked: from the device, these few rows come to the host */
+    if (sp->dev_taps && bs_vk_sess_taps_read(sp->s->vk, sp->taps, n)) return -1;
     if (!sp->pend) sp->pend = bs_xmalloc((size_t)2 * BS_PARK_WINDOW * sp->row * sizeof(float));
     if (sp->n_pend + n > 2 * BS_PARK_WINDOW) {   /* keep the newest rows; amortized one copy per row */
         const int drop = sp->n_pend - (BS_PARK_WINDOW - n);
@@ -168,7 +185,8 @@ int bs_spec_sync(bs_spec *sp) {
 int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
     if (n < 1) return bs_error("empty prompt");
     bs_spec_sync(sp);
-    const int c = sp->dc ? BS_MIN(PROMPT_CHUNK, n) : n;
+    /* taps on the device: one submission's rows at a time (the device keeps the last one's) */
+    const int c = sp->dc ? BS_MIN(sp->dev_taps ? BS_MIN(PROMPT_CHUNK, bs_vk_sess_rows(sp->s->vk)) : PROMPT_CHUNK, n) : n;
     const bool want = c == n && logits;
     *q = (bs_batch_seq){.s = sp->s, .tokens = tokens, .n = c, .logits_mode = want ? BS_LOGITS_LAST : BS_LOGITS_NONE,
                         .logits = want ? logits : NULL, .taps = sp->dc ? sp->taps : NULL};
@@ -442,7 +460,9 @@ int bs_spec_calibrate_upto(bs_spec *sp, int32_t token, int max_k) {
         double app = 1e30;
         for (int rep = 0; rep <= reps; rep++) {
             double t0 = bs_time();
-            if (bs_dspark_ctx_append(sp->dc, sp->taps, sp->B + 1)) return -1;
+            if (sp->dev_taps ? bs_dspark_ctx_append_session(sp->dc, sp->s->vk, sp->B + 1)
+                             : bs_dspark_ctx_append(sp->dc, sp->taps, sp->B + 1))
+                return -1;
             if (rep) app = BS_MIN(app, (bs_time() - t0) / (sp->B + 1));
             bs_dspark_ctx_crop(sp->dc, s);
         }

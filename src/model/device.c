@@ -141,8 +141,8 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
             bs_rope_cache(s->rope + (size_t)t * hp->n_rot, sess_pos(s) + t, hp->n_rot, hp->rope_base, hp->rope_sections);
         const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
-        if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0,
-                            taps ? taps + (size_t)off * tap_row : NULL))
+        float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
+        if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0, tap_out))
             return -1;
         for (int t = 0; t < c; t++) s->pos_next[s->n_past + t] = sess_pos(s) + t + 1;
         s->n_past += c;

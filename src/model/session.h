@@ -59,6 +59,8 @@ struct bs_session {
     float *qtmp;                  /* per pool thread: [head_dim] f16 row converted */
     size_t wa, wb, wc, wd;
     bs_vk_sess *vk;               /* the session on the device when the model runs there */
+    bool taps_on_device;          /* its taps stay there (a drafter on the device reads them);
+                                     the host's tap rows are then not written */
 };
 
 /* Float pointers into the state of GDN slot g, half h. */

@@ -117,9 +117,14 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32);
 void bs_vk_sess_free(bs_vk_sess *s);
 /* Evaluate n tokens at positions pos0..pos0+n-1 (rope: the host's [n][n_rot] cos/sin table of
  * those positions). logits_mode 0: none, 1: the last row's, 2: every row's ([n][n_vocab]).
- * taps: n_taps layer indices; tap_out gets [n][n_taps][n_embd] (the residual after each). */
+ * taps: n_taps layer indices; tap_out gets [n][n_taps][n_embd] (the residual after each), or
+ * NULL: the taps of the last chunk stay on the device for bs_vk_dctx_append_sess. */
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out);
+/* Rows one submission holds (the taps kept on the device are those of the last one's), and the
+ * first n of those tap rows copied to the host. */
+int bs_vk_sess_rows(const bs_vk_sess *s);
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n);
 /* The recurrent state now becomes the snapshot / goes back to it (rollback then re-evaluates
  * the kept tokens: the same kernels on the same inputs, so the same bits). */
 int bs_vk_sess_snapshot(bs_vk_sess *s);
@@ -131,6 +136,48 @@ int bs_vk_sess_reset(bs_vk_sess *s);
  * layer, n_pos positions): to the host (to_host) or from it. */
 int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host);
+
+/* --- the DSpark drafter on the device (vk_dspark.c) ----------------------------------------- */
+typedef struct bs_vk_dspark_layer_desc {
+    const float *attn_norm, *ffn_norm, *q_norm, *k_norm;
+    bs_vk_tensor wq, wk, wv, wo, gate, up, down;
+} bs_vk_dspark_layer_desc;
+
+/* The drafter's numbers and tensors (dspark/dspark.h's bs_dspark). share: the target's network
+ * on the same context, whose embedding / LM head are used instead of tok_embd / output when
+ * share_embd / share_output (the drafter borrows them: the same values). */
+typedef struct bs_vk_dspark_desc {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_taps, block_size;
+    float eps;
+    bs_vk_tensor tok_embd, output, fc;
+    const float *output_norm, *hidden_norm;
+    const float *snr_anchor, *snr_mask;   /* log-SNR addends [n_embd]; NULL when off */
+    const bs_vk_dspark_layer_desc *layers;
+    const bs_vk_net *share;
+    bool share_embd, share_output;
+} bs_vk_dspark_desc;
+
+typedef struct bs_vk_dspark bs_vk_dspark;
+bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *d);
+void bs_vk_dspark_free(bs_vk_dspark *d);
+
+/* A drafter context on the device: per layer the K/V of up to n_rows_max context rows (F32,
+ * normed and roped) and the block's scratch. Row bookkeeping (positions, crops, skips) is the
+ * caller's: rows are addressed by index. */
+typedef struct bs_vk_dctx bs_vk_dctx;
+bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max);
+void bs_vk_dctx_free(bs_vk_dctx *c);
+/* Project n tap rows ([n][n_taps*n_embd] on the host) into K/V rows row0..row0+n-1; rope:
+ * [n][head_dim] cos/sin of their positions. */
+int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const float *rope);
+/* The same from the taps a device session just evaluated (rows src0..src0+n-1 of its last
+ * chunk, bs_vk_sess_eval with tap_out NULL): the taps never leave the device. */
+int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope);
+/* The block [anchor, mask_id x (nb-1)] attending to context rows first..first+n_ctx-1 and
+ * itself; rope: [nb][head_dim] of its positions. hidden gets [nb][n_embd] final-normed states,
+ * logits (may be NULL) [n_logits][n_vocab] base logits of slots 0..n_logits-1. */
+int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
+                     float *hidden, float *logits, int n_logits);
 
 /* --- kernels (the pieces of a step; the tests hold them against the CPU oracle) ------------ */
 typedef struct bs_vk_matrix bs_vk_matrix;

@@ -51,6 +51,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_GLU_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 1}},
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
+    [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -300,7 +301,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
-        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora"};
+        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention"};
     return names[k] ? names[k] : "?";
 }
 

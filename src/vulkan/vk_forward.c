@@ -167,7 +167,23 @@ struct bs_vk_sess {
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
+    int n_taps;                   /* taps of the last evaluation */
 };
+
+const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
+const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n) { return n->output; }
+int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
+
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
+    const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
+    if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
+    return bs_vk_buf_read(s->net->c, &s->taps, 0, out, (size_t)n * row);
+}
+
+const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
+    *n_taps = s->n_taps;
+    return &s->taps;
+}
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -553,6 +569,7 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
     TRY(lora_sync(s));
+    if (n_taps > 0) s->n_taps = n_taps;
     if (n_taps > 0 && (!s->taps.buf || s->taps.size < 4u * (size_t)s->B * n_taps * E)) {
         bs_vk_buf_free(c, &s->taps);
         TRY(bs_vk_buf_new(c, &s->taps, 4u * (size_t)s->B * n_taps * E, true));
@@ -570,7 +587,7 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
         memcpy(s->params.map, &p0, 4);
         if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
         if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
-        if (n_taps) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
+        if (n_taps && tap_out) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }
     return 0;
 }

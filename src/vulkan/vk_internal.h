@@ -93,6 +93,7 @@ enum bs_vk_kernel {
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
     BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1, BS_VK_K_MV_F32_LORA,
+    BS_VK_K_ATTN_NC,
     BS_VK_K_COUNT
 };
 
@@ -192,6 +193,12 @@ int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, i
 bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up);
 int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
                      const bs_vk_buf *am, int n, const bs_vk_buf *y);
+
+/* vk_forward.c: what the drafter (vk_dspark.c) uses of a target network and session: its
+ * embedding and LM head, and the tap rows of the session's last chunk ([rows][n_taps][n_embd]). */
+const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n);
+const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n);
+const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps);
 
 /* vk_memory.c: buffers */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);

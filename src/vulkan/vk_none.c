@@ -60,6 +60,11 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *n, int n_ctx, int n_batch, bool kv_f32) {
     return NULL;
 }
 void bs_vk_sess_free(bs_vk_sess *s) { (void)s; }
+int bs_vk_sess_rows(const bs_vk_sess *s) { (void)s; return 0; }
+int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
+    (void)s; (void)out; (void)n;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
@@ -72,4 +77,26 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
     (void)s; (void)conv; (void)ssm; (void)conv_stride; (void)ssm_stride; (void)k; (void)v; (void)kv_stride; (void)n_pos; (void)to_host;
     return bs_error("no Vulkan backend");
+}
+bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *d) {
+    (void)c; (void)d;
+    bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
+    return NULL;
+}
+void bs_vk_dspark_free(bs_vk_dspark *d) { (void)d; }
+bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max) { (void)d; (void)n_rows_max; return NULL; }
+void bs_vk_dctx_free(bs_vk_dctx *c) { (void)c; }
+int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const float *rope) {
+    (void)c; (void)taps; (void)n; (void)row0; (void)rope;
+    return bs_error("Vulkan backend not built");
+}
+int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope) {
+    (void)c; (void)s; (void)src0; (void)n; (void)row0; (void)rope;
+    return bs_error("Vulkan backend not built");
+}
+int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
+                     float *hidden, float *logits, int n_logits) {
+    (void)c; (void)anchor; (void)mask_id; (void)nb; (void)first; (void)n_ctx; (void)rope; (void)hidden; (void)logits;
+    (void)n_logits;
+    return bs_error("Vulkan backend not built");
 }

@@ -1,0 +1,82 @@
+/* dspark_device.c: the drafter on the Vulkan device (vulkan/vk_dspark.c runs it): its tensors
+ * described to the backend and uploaded once per drafter, on the target's context when the
+ * target runs on Vulkan (token_embd / output the drafter borrows then come from the target's
+ * network, not uploaded twice), else on a context of its own (draft-logits --device). */
+#include "dspark/dspark.h"
+#include "model/qwen35.h"
+#include "vulkan/backend.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct bs_dspark_dev {
+    bs_vk_ctx *ctx;
+    bool own_ctx;
+    bs_vk_dspark *net;
+};
+
+static bs_vk_tensor tensor_of(const bs_weight *w) {
+    return (bs_vk_tensor){.type = w->type, .ne0 = w->ne0, .ne1 = w->ne1, .data = w->data, .row_bytes = w->row_bytes,
+                          .name = w->name};
+}
+
+static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *share) {
+    const bs_dspark_hparams *hp = &d->hp;
+    bs_vk_dspark_layer_desc *ld = bs_xcalloc((size_t)hp->n_layer, sizeof *ld);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const bs_dspark_layer *L = &d->layers[l];
+        ld[l] = (bs_vk_dspark_layer_desc){
+            .attn_norm = L->attn_norm, .ffn_norm = L->ffn_norm, .q_norm = L->q_norm, .k_norm = L->k_norm,
+            .wq = tensor_of(&L->wq), .wk = tensor_of(&L->wk), .wv = tensor_of(&L->wv), .wo = tensor_of(&L->wo),
+            .gate = tensor_of(&L->gate), .up = tensor_of(&L->up), .down = tensor_of(&L->down)};
+    }
+    bs_vk_dspark_desc nd = {
+        .n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff, .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_vocab = hp->n_vocab, .n_taps = hp->n_taps,
+        .block_size = hp->block_size, .eps = hp->eps, .tok_embd = tensor_of(&d->tok_embd),
+        .output = tensor_of(&d->output), .fc = tensor_of(&d->fc), .output_norm = d->output_norm,
+        .hidden_norm = d->hidden_norm, .snr_anchor = d->snr_anchor, .snr_mask = d->snr_mask, .layers = ld,
+        .share = share, .share_embd = share && d->embd_borrowed, .share_output = share && d->output_borrowed};
+    bs_vk_dspark *net = bs_vk_dspark_new(c, &nd);
+    free(ld);
+    return net;
+}
+
+int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
+    bs_dspark_dev *dev = d->dev;
+    if (dev->net) return 0;
+    if (target && target->vk) {
+        dev->ctx = target->vk;
+        dev->own_ctx = false;
+    } else {
+        int kind, index;
+        if (bs_vk_parse_device(spec ? spec : "vulkan", &kind, &index)) return -1;
+        if (kind == BS_DEVICE_CPU) return 0;
+        if (index < 0 && (index = bs_vk_pick(kind == BS_DEVICE_VULKAN)) < 0)
+            return bs_error_prefix("drafter on %s: ", spec ? spec : "vulkan");
+        if (!(dev->ctx = bs_vk_open(index))) return -1;
+        dev->own_ctx = true;
+    }
+    if (!(dev->net = upload(d, dev->ctx, target && target->vk ? target->vk_net : NULL))) {
+        if (dev->own_ctx) bs_vk_close(dev->ctx);
+        dev->ctx = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+bool bs_dspark_on_device(const bs_dspark *d) { return d->dev && d->dev->net; }
+
+bs_dspark_dev *bs_dspark_dev_new(void) { return bs_xcalloc(1, sizeof(bs_dspark_dev)); }
+
+void bs_dspark_dev_free(bs_dspark_dev *dev) {
+    if (!dev) return;
+    bs_vk_dspark_free(dev->net);
+    if (dev->own_ctx) bs_vk_close(dev->ctx);
+    free(dev);
+}
+
+bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max) {
+    return bs_vk_dctx_new(d->dev->net, n_rows_max);
+}

@@ -1,0 +1,387 @@
+/* vk_dspark.c: the DSpark drafter's forward on the device (the CPU path's dspark.c, step for
+ * step). Context rows: fc over the tap rows, hidden RMSNorm, then each layer's k/v products,
+ * per-head k-norm and NeoX RoPE, kept as F32 rows per layer. The block: embeddings of
+ * [anchor, mask...] plus the log-SNR addends, per layer RMSNorm, q/k/v products, q/k norms and
+ * RoPE, attention to [context ; block] with no mask, output product, residual, SwiGLU FFN,
+ * then the final norm and the LM head. Per block only the anchor and the rope table go up and
+ * the final states (for the Markov and confidence heads, which are small) and the base logits
+ * of the slots asked for come back. */
+#include "vulkan/vk_internal.h"
+#include "io/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256 };
+
+typedef struct dl_layer {
+    bs_vk_matrix *wq, *wk, *wv, *wo, *gate, *up, *down;
+    bs_vk_buf attn_norm, ffn_norm, q_norm, k_norm;
+} dl_layer;
+
+struct bs_vk_dspark {
+    bs_vk_ctx *c;
+    bs_vk_dspark_desc hp;           /* the description's numbers (its pointers are not kept) */
+    dl_layer *L;
+    const bs_vk_matrix *embd, *output;
+    bs_vk_matrix *own_embd, *own_output, *fc;
+    bs_vk_buf out_norm, hid_norm, snr, dummy;   /* snr: [block_size][n_embd] addends (anchor, masks) */
+    bool snr_on;
+};
+
+struct bs_vk_dctx {
+    bs_vk_dspark *d;
+    int n_rows_max, R;              /* R: scratch rows, max(APPEND_ROWS, block_size) */
+    size_t kv_w, wq;                /* n_head_kv * head_dim; widest product input */
+    bs_vk_buf *k, *v;               /* per layer [n_rows_max + block_size][kv_w] */
+    bs_vk_buf x, h, q, kb, vb, att, f1, f2, aq, as, am, xr, scores;
+    bs_vk_buf in, tok, rope, hidden, logits;   /* host visible */
+};
+
+#define TRY(x) do { if (x) return -1; } while (0)
+
+static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
+
+static int upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
+    if (bs_vk_buf_new(c, b, 4 * n, false)) return -1;
+    return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
+}
+
+static int upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
+    return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
+}
+
+static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
+    bs_vk_ctx *c = d->c;
+    const size_t E = (size_t)d->hp.n_embd, D = (size_t)d->hp.head_dim;
+    return upload_mat(c, &L->wq, &s->wq) || upload_mat(c, &L->wk, &s->wk) || upload_mat(c, &L->wv, &s->wv) ||
+           upload_mat(c, &L->wo, &s->wo) || upload_mat(c, &L->gate, &s->gate) || upload_mat(c, &L->up, &s->up) ||
+           upload_mat(c, &L->down, &s->down) || upload_vec(c, &L->attn_norm, s->attn_norm, E) ||
+           upload_vec(c, &L->ffn_norm, s->ffn_norm, E) || upload_vec(c, &L->q_norm, s->q_norm, D) ||
+           upload_vec(c, &L->k_norm, s->k_norm, D) ? -1 : 0;
+}
+
+/* The log-SNR addends as the block's rows: the anchor's, then the mask's for every other slot. */
+static int upload_snr(bs_vk_dspark *d, const bs_vk_dspark_desc *s) {
+    const size_t E = (size_t)s->n_embd, B = (size_t)s->block_size;
+    float *rows = bs_xmalloc(B * E * sizeof *rows);
+    for (size_t t = 0; t < B; t++) memcpy(rows + t * E, t ? s->snr_mask : s->snr_anchor, E * sizeof *rows);
+    const int rc = upload_vec(d->c, &d->snr, rows, B * E);
+    free(rows);
+    d->snr_on = rc == 0;
+    return rc;
+}
+
+bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
+    if (s->head_dim > MAX_HEAD_DIM || s->head_dim % 2 || s->n_head_kv < 1 || s->n_head % s->n_head_kv ||
+        s->block_size < 1 || ((s->share_embd || s->share_output) && !s->share)) {
+        bs_error("Vulkan drafter: the kernels do not take this shape (head dim %d, %d/%d heads)", s->head_dim, s->n_head,
+                 s->n_head_kv);
+        return NULL;
+    }
+    bs_vk_dspark *d = bs_xcalloc(1, sizeof *d);
+    d->c = c;
+    d->hp = *s;
+    d->hp.layers = NULL;
+    d->hp.share = NULL;
+    d->L = bs_xcalloc((size_t)s->n_layer, sizeof *d->L);
+    int rc = upload_mat(c, &d->fc, &s->fc) || upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
+             upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd) || upload_vec(c, &d->dummy, NULL, 4);
+    if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : upload_mat(c, &d->own_embd, &s->tok_embd);
+    if (!rc) rc = s->share_output ? !(d->output = bs_vk_net_output(s->share)) : upload_mat(c, &d->own_output, &s->output);
+    if (!rc && s->snr_anchor && s->snr_mask) rc = upload_snr(d, s);
+    for (int l = 0; l < s->n_layer && !rc; l++) rc = upload_layer(d, &d->L[l], &s->layers[l]);
+    if (rc) {
+        bs_error_prefix("Vulkan: uploading the drafter: ");
+        bs_vk_dspark_free(d);
+        return NULL;
+    }
+    if (!s->share_embd) d->embd = d->own_embd;
+    if (!s->share_output) d->output = d->own_output;
+    return d;
+}
+
+void bs_vk_dspark_free(bs_vk_dspark *d) {
+    if (!d) return;
+    bs_vk_ctx *c = d->c;
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        dl_layer *L = &d->L[l];
+        bs_vk_matrix *ms[] = {L->wq, L->wk, L->wv, L->wo, L->gate, L->up, L->down};
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_free(c, ms[i]);
+        bs_vk_buf *bs[] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
+        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    }
+    bs_vk_matrix_free(c, d->own_embd);
+    bs_vk_matrix_free(c, d->own_output);
+    bs_vk_matrix_free(c, d->fc);
+    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr, &d->dummy};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    free(d->L);
+    free(d);
+}
+
+/* --- contexts ------------------------------------------------------------------------------- */
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+static int ctx_bufs(bs_vk_dctx *s) {
+    bs_vk_ctx *c = s->d->c;
+    const bs_vk_dspark_desc *hp = &s->d->hp;
+    const size_t R = (size_t)s->R, E = (size_t)hp->n_embd, HD = (size_t)hp->n_head * hp->head_dim;
+    const size_t ff = (size_t)hp->n_ff, B = (size_t)hp->block_size, V = (size_t)hp->n_vocab;
+    const size_t kvb = 4 * ((size_t)s->n_rows_max + B) * s->kv_w, scb = 4 * B * hp->n_head * ((size_t)s->n_rows_max + B);
+    if (kvb > c->max_binding || scb > c->max_binding || 4 * B * V > c->max_binding)
+        return bs_error("a drafter context of %d rows does not fit one binding of %llu bytes", s->n_rows_max,
+                        (unsigned long long)c->max_binding);
+    int rc = bs_vk_buf_new(c, &s->x, 4 * R * E, false) || bs_vk_buf_new(c, &s->h, 4 * R * E, false) ||
+             bs_vk_buf_new(c, &s->q, 4 * R * HD, false) || bs_vk_buf_new(c, &s->kb, 4 * R * s->kv_w, false) ||
+             bs_vk_buf_new(c, &s->vb, 4 * R * s->kv_w, false) || bs_vk_buf_new(c, &s->att, 4 * R * HD, false) ||
+             bs_vk_buf_new(c, &s->f1, 4 * R * ff, false) || bs_vk_buf_new(c, &s->f2, 4 * R * ff, false) ||
+             bs_vk_buf_new(c, &s->aq, R * s->wq, false) || bs_vk_buf_new(c, &s->as, R * s->wq / 8 + 4, false) ||
+             bs_vk_buf_new(c, &s->am, R * s->wq / 8 + 4, false) || bs_vk_buf_new(c, &s->xr, 4 * R * s->wq, false) ||
+             bs_vk_buf_new(c, &s->scores, scb, false) ||
+             bs_vk_buf_new(c, &s->in, 4 * APPEND_ROWS * (size_t)hp->n_taps * E, true) ||
+             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * R * hp->head_dim, true) ||
+             bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true);
+    for (int l = 0; l < hp->n_layer && !rc; l++)
+        rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
+    return rc ? -1 : 0;
+}
+
+bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max) {
+    const bs_vk_dspark_desc *hp = &d->hp;
+    if (n_rows_max < 1 || n_rows_max > (1 << 24)) {
+        bs_error("Vulkan drafter: context of %d rows is out of range", n_rows_max);
+        return NULL;
+    }
+    bs_vk_dctx *s = bs_xcalloc(1, sizeof *s);
+    s->d = d;
+    s->n_rows_max = n_rows_max;
+    s->R = BS_MAX(APPEND_ROWS, hp->block_size);
+    s->kv_w = (size_t)hp->n_head_kv * hp->head_dim;
+    s->wq = zmax(zmax((size_t)hp->n_taps * hp->n_embd, (size_t)hp->n_ff), (size_t)hp->n_head * hp->head_dim);
+    s->k = bs_xcalloc((size_t)hp->n_layer, sizeof *s->k);
+    s->v = bs_xcalloc((size_t)hp->n_layer, sizeof *s->v);
+    if (ctx_bufs(s)) {
+        bs_error_prefix("Vulkan drafter context: ");
+        bs_vk_dctx_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void bs_vk_dctx_free(bs_vk_dctx *s) {
+    if (!s) return;
+    bs_vk_ctx *c = s->d->c;
+    bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
+                       &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    for (int l = 0; l < s->d->hp.n_layer; l++) {
+        bs_vk_buf_free(c, &s->k[l]);
+        bs_vk_buf_free(c, &s->v[l]);
+    }
+    free(s->k);
+    free(s->v);
+    free(s);
+}
+
+/* --- recording ------------------------------------------------------------------------------ */
+typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+enum { EW_ADD = 0, EW_SILU_MUL = 1 };
+
+static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n) {
+    uint32_t p[4] = {(uint32_t)mode, (uint32_t)n, 0, 0};
+    const bs_vk_buf *bb[3] = {a, b, cc};
+    const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
+    TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, p, gx, gy, 1));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* RMSNorm of groups of d (n_groups; per_row of them a row of row_stride, head_stride apart). */
+static int norm(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d,
+                uint32_t n_groups, uint32_t per_row, uint32_t row_stride, uint32_t head_stride) {
+    const bs_vk_dspark *dk = s->d;
+    norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0};
+    const bs_vk_buf *u = &dk->dummy, *bb[7] = {x, w, y, u, u, u, u};
+    TRY(bs_vk_dispatch(dk->c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
+    bs_vk_barrier(dk->c);
+    return 0;
+}
+
+static int norm_rows(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+    const uint32_t E = (uint32_t)s->d->hp.n_embd;
+    return norm(s, x, w, y, E, (uint32_t)n, 1, E, 0);
+}
+
+/* y = W x for n rows, activations quantized / rounded as the CPU path does. */
+static int mv(bs_vk_dctx *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
+    bs_vk_ctx *c = s->d->c;
+    if (W->kernel != BS_VK_K_MV_F32) {
+        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
+        bs_vk_barrier(c);
+    }
+    if (W->act) {
+        TRY(bs_vk_record_act(c, W, x, &s->xr, n));
+        bs_vk_barrier(c);
+        x = &s->xr;
+    }
+    TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims, of n rows of nh heads. */
+static int norm_rope(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
+    const uint32_t D = (uint32_t)s->d->hp.head_dim, H = (uint32_t)nh;
+    TRY(norm(s, x, w, x, D, (uint32_t)n * H, H, H * D, D));
+    uint32_t rp[4] = {H, D, H * D, D};
+    const bs_vk_buf *bb[2] = {x, &s->rope};
+    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_ROPE, bb, rp, groups(D / 2, 64), (uint32_t)n * H, 1));
+    bs_vk_barrier(s->d->c);
+    return 0;
+}
+
+/* Rows 0..n-1 of src into rows row0.. of dst (rows of kv_w floats). */
+static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf *dst, int row0, int n) {
+    const VkDeviceSize w = 4u * s->kv_w;
+    VkBufferCopy r = {0, (VkDeviceSize)row0 * w, (VkDeviceSize)n * w};
+    s->d->c->fn->vkCmdCopyBuffer(s->d->c->cmd, src->buf, dst->buf, 1, &r);
+}
+
+/* Context rows from the taps in `taps` (n rows): fc, hidden norm, every layer's K/V. */
+static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) {
+    bs_vk_dspark *d = s->d;
+    TRY(mv(s, d->fc, taps, n, &s->x));
+    TRY(norm_rows(s, &s->x, &d->hid_norm, &s->h, n));
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        const dl_layer *L = &d->L[l];
+        TRY(mv(s, L->wk, &s->h, n, &s->kb));
+        TRY(mv(s, L->wv, &s->h, n, &s->vb));
+        TRY(norm_rope(s, &s->kb, &L->k_norm, n, d->hp.n_head_kv));
+        copy_rows(s, &s->kb, &s->k[l], row0, n);
+        copy_rows(s, &s->vb, &s->v[l], row0, n);
+    }
+    bs_vk_barrier(d->c);
+    return 0;
+}
+
+static int check_rows(const bs_vk_dctx *s, int n, int row0) {
+    if (n < 0 || row0 < 0 || row0 > s->n_rows_max - n)
+        return bs_error("Vulkan drafter: rows %d..%d outside the context of %d", row0, row0 + n, s->n_rows_max);
+    return 0;
+}
+
+static int submit_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0, const float *rope) {
+    bs_vk_ctx *c = s->d->c;
+    memcpy(s->rope.map, rope, 4u * (size_t)n * s->d->hp.head_dim);
+    TRY(bs_vk_begin(c));
+    const int rc = record_append(s, taps, n, row0);
+    return bs_vk_submit(c) || rc ? bs_error_prefix("Vulkan drafter: ") : 0;
+}
+
+int bs_vk_dctx_append(bs_vk_dctx *s, const float *taps, int n, int row0, const float *rope) {
+    TRY(check_rows(s, n, row0));
+    const size_t row = (size_t)s->d->hp.n_taps * s->d->hp.n_embd, D = (size_t)s->d->hp.head_dim;
+    for (int off = 0; off < n; off += APPEND_ROWS) {
+        const int m = BS_MIN(APPEND_ROWS, n - off);
+        memcpy(s->in.map, taps + (size_t)off * row, 4u * (size_t)m * row);
+        TRY(submit_append(s, &s->in, m, row0 + off, rope + (size_t)off * D));
+    }
+    return 0;
+}
+
+int bs_vk_dctx_append_sess(bs_vk_dctx *s, const bs_vk_sess *sess, int src0, int n, int row0, const float *rope) {
+    int n_taps;
+    const bs_vk_buf *taps = bs_vk_sess_taps(sess, &n_taps);
+    const size_t row = 4u * (size_t)s->d->hp.n_taps * s->d->hp.n_embd;
+    TRY(check_rows(s, n, row0));
+    if (n_taps != s->d->hp.n_taps || !taps->buf || (size_t)(src0 + n) * row > taps->size)
+        return bs_error("Vulkan drafter: the session holds no taps for rows %d..%d", src0, src0 + n);
+    if (n == 0) return 0;
+    if (n > APPEND_ROWS) return bs_error("Vulkan drafter: %d tap rows at once (at most %d)", n, APPEND_ROWS);
+    const bs_vk_buf *src = taps;
+    if (src0 > 0) {   /* the products read from offset 0: the rows wanted go to the front of `in` */
+        bs_vk_ctx *c = s->d->c;
+        TRY(bs_vk_begin(c));
+        VkBufferCopy r = {(VkDeviceSize)src0 * row, 0, (VkDeviceSize)n * row};
+        c->fn->vkCmdCopyBuffer(c->cmd, taps->buf, s->in.buf, 1, &r);
+        TRY(bs_vk_submit(c));
+        src = &s->in;
+    }
+    return submit_append(s, src, n, row0, rope);
+}
+
+static int embed_block(bs_vk_dctx *s, int nb) {
+    bs_vk_dspark *d = s->d;
+    const bs_vk_matrix *m = d->embd;
+    const int k = bs_vk_rows_kernel(m);
+    for (int i = 0; i < m->n_parts; i++) {
+        const bs_vk_mat_part *p = &m->parts[i];
+        uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)nb};
+        const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->x};
+        TRY(bs_vk_dispatch(d->c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)nb, 1));
+    }
+    bs_vk_barrier(d->c);
+    if (d->snr_on) TRY(ew(d->c, EW_ADD, &s->x, &d->snr, &d->snr, (uint64_t)nb * d->hp.n_embd));
+    return 0;
+}
+
+static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
+    bs_vk_dspark *d = s->d;
+    bs_vk_ctx *c = d->c;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    const uint32_t H = (uint32_t)hp->n_head, D = (uint32_t)hp->head_dim, E = (uint32_t)hp->n_embd;
+    TRY(norm_rows(s, &s->x, &L->attn_norm, &s->h, nb));
+    TRY(mv(s, L->wq, &s->h, nb, &s->q));
+    TRY(mv(s, L->wk, &s->h, nb, &s->kb));
+    TRY(mv(s, L->wv, &s->h, nb, &s->vb));
+    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
+    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
+    const int l = (int)(L - d->L), at = first + n_ctx;
+    copy_rows(s, &s->kb, &s->k[l], at, nb);
+    copy_rows(s, &s->vb, &s->v[l], at, nb);
+    bs_vk_barrier(c);
+    struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {
+        H, (uint32_t)hp->n_head_kv, D, (uint32_t)first, (uint32_t)(n_ctx + nb),
+        (uint32_t)(s->n_rows_max + hp->block_size), 1.0f / sqrtf((float)D)};
+    const bs_vk_buf *ab[5] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
+    TRY(bs_vk_dispatch(c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1));
+    bs_vk_barrier(c);
+    TRY(mv(s, L->wo, &s->att, nb, &s->h));
+    TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));
+    TRY(norm_rows(s, &s->x, &L->ffn_norm, &s->h, nb));
+    TRY(mv(s, L->gate, &s->h, nb, &s->f1));
+    TRY(mv(s, L->up, &s->h, nb, &s->f2));
+    TRY(ew(c, EW_SILU_MUL, &s->f1, &s->f1, &s->f2, (uint64_t)nb * hp->n_ff));
+    TRY(mv(s, L->down, &s->f1, nb, &s->h));
+    TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));
+    return 0;
+}
+
+static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logits) {
+    bs_vk_dspark *d = s->d;
+    TRY(embed_block(s, nb));
+    for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(s, &d->L[l], nb, first, n_ctx));
+    TRY(norm_rows(s, &s->x, &d->out_norm, &s->hidden, nb));
+    return n_logits > 0 ? mv(s, d->output, &s->hidden, n_logits, &s->logits) : 0;
+}
+
+int bs_vk_dctx_block(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
+                     float *hidden, float *logits, int n_logits) {
+    bs_vk_dspark *d = s->d;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    if (nb < 1 || nb > hp->block_size || n_logits < 0 || n_logits > nb || (n_logits && !logits))
+        return bs_error("Vulkan drafter: %d block slots, %d logits rows", nb, n_logits);
+    if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
+        return bs_error("Vulkan drafter: token id out of range");
+    if (first < 0 || n_ctx < 0 || first > s->n_rows_max - n_ctx) return bs_error("Vulkan drafter: bad context range");
+    for (int t = 0; t < nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : anchor;
+    memcpy(s->rope.map, rope, 4u * (size_t)nb * hp->head_dim);
+    TRY(bs_vk_begin(d->c));
+    const int rc = record_block(s, nb, first, n_ctx, n_logits);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
+    if (hidden) memcpy(hidden, s->hidden.map, 4u * (size_t)nb * hp->n_embd);
+    if (n_logits) memcpy(logits, s->logits.map, 4u * (size_t)n_logits * hp->n_vocab);
+    return 0;
+}

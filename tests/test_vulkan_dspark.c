@@ -1,0 +1,172 @@
+/* test_vulkan_dspark.c: DSpark speculative decoding with target and drafter on the Vulkan device
+ * (lavapipe in CI) is lossless: greedy output with the drafter equals plain greedy decoding on the
+ * device, token for token, at --draft-max 1..4 and auto, for
+ *   - the fixture pair (tiny-q1_0 + the F32 fixture drafter),
+ *   - the trained tiny pair of models/ (Q8_0 drafter borrowing the target's Q1_0 token_embd /
+ *     output; and the same drafter from safetensors + config.json, BF16),
+ *   - a synthetic target with a drafter in the legacy Q4_1 pack (token_embd the target's Q1_0).
+ * The drafter must actually be on the device (its context there, taps kept there), and
+ * BITSPARK_DRAFT_DEVICE=cpu must keep it on the CPU with the same output. Skipped (77) without a
+ * Vulkan device. */
+#include "dspark/dspark.h"
+#include "model/qwen35.h"
+#include "model/session.h"
+#include "sample/sampler.h"
+#include "dspark/speculative.h"
+#include "formats/quant.h"
+#include "tools/synth.h"
+#include "test.h"
+#include "vk_test.h"
+#include "io/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_GEN 24
+static int32_t prompt[24];
+static const int NP = 24;
+
+static bs_session *new_session(bs_model *m) {
+    bs_session_params p = {.n_ctx = 512, .n_threads = 1};
+    return bs_session_new(m, &p);
+}
+
+static bs_sampler *greedy(int n_vocab) {
+    bs_sampler_params p = bs_sampler_default_params();
+    p.temp = 0;
+    return bs_sampler_new(&p, n_vocab);
+}
+
+static int plain(bs_model *m, int32_t *out) {
+    bs_session *s = new_session(m);
+    bs_sampler *smp = greedy(m->hp.n_vocab);
+    float *logits = bs_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
+    int rc = s ? bs_eval(s, prompt, NP, BS_LOGITS_LAST, logits, NULL) : -1;
+    for (int i = 0; i < N_GEN && !rc; i++) {
+        out[i] = bs_sampler_sample(smp, logits);
+        bs_sampler_accept(smp, out[i]);
+        if (i + 1 < N_GEN) rc = bs_eval(s, &out[i], 1, BS_LOGITS_LAST, logits, NULL);
+    }
+    free(logits);
+    bs_sampler_free(smp);
+    bs_session_free(s);
+    return rc;
+}
+
+static int spec(bs_model *m, const bs_dspark *d, int draft_max, int32_t *out, bs_spec_stats *st, bool *dev_ctx) {
+    bs_session *s = new_session(m);
+    bs_sampler *smp = greedy(m->hp.n_vocab);
+    float *logits = bs_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
+    bs_spec_params sp = {.draft_max = draft_max, .conf_cut = 1};
+    bs_spec *sx = s ? bs_spec_new(s, d, &sp) : NULL;
+    int rc = sx ? bs_spec_prompt(sx, prompt, NP, logits) : -1, got = 0;
+    *dev_ctx = s && s->taps_on_device;
+    if (!rc) {
+        out[got] = bs_sampler_sample(smp, logits);
+        bs_sampler_accept(smp, out[got++]);
+        if (draft_max == BS_DRAFT_AUTO) rc = bs_spec_calibrate(sx, out[0]);
+    }
+    int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
+    while (!rc && got < N_GEN) {
+        const int r = bs_spec_round(sx, smp, out[got - 1], N_GEN - got, NULL, NULL, buf);
+        if (r < 1 || r > N_GEN - got) { rc = -1; break; }
+        memcpy(out + got, buf, (size_t)r * sizeof *buf);
+        got += r;
+    }
+    if (!rc) *st = *bs_spec_get_stats(sx);
+    if (rc) fprintf(stderr, "spec: %s\n", bs_last_error());
+    bs_spec_free(sx);
+    free(logits);
+    bs_sampler_free(smp);
+    bs_session_free(s);
+    return rc;
+}
+
+static void lossless(const char *target, const char *drafter, const int *depths, bool cpu_too) {
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(target, &mp);
+    bs_dspark *d = m ? bs_dspark_load(drafter, NULL) : NULL;
+    CHECKF(m && d, "%s", bs_last_error());
+    if (!m || !d) { bs_model_free(m); return; }
+    const int shared = bs_dspark_share_embeddings(d, m, false);
+    int32_t ref[N_GEN], got[N_GEN];
+    CHECK(plain(m, ref) == 0);
+    printf("%s + %s (%d borrowed):\n", strrchr(target, '/') + 1, strrchr(drafter, '/') + 1, shared);
+    for (int i = 0; depths[i]; i++) {
+        bs_spec_stats st;
+        bool dev = false;
+        if (spec(m, d, depths[i], got, &st, &dev)) { CHECKF(false, "depth %d: spec failed", depths[i]); continue; }
+        CHECKF(!memcmp(ref, got, sizeof ref), "depth %d: output differs from plain greedy", depths[i]);
+        CHECKF(dev && bs_dspark_on_device(d), "depth %d: the drafter did not run on the device", depths[i]);
+        printf("  draft-max %-4s identical, acceptance %.2f over %ld drafts\n",
+               depths[i] == BS_DRAFT_AUTO ? "auto" : (char[]){(char)('0' + depths[i]), 0},
+               st.n_drafted ? (double)st.n_accepted / st.n_drafted : 0.0, st.n_drafted);
+    }
+    if (cpu_too) {   /* BITSPARK_DRAFT_DEVICE=cpu: the drafter on the CPU, taps to the host */
+        bs_dspark *dc = bs_dspark_load(drafter, NULL);
+        bs_dspark_share_embeddings(dc, m, false);
+        setenv("BITSPARK_DRAFT_DEVICE", "cpu", 1);
+        bs_spec_stats st;
+        bool dev = true;
+        CHECK(dc && spec(m, dc, 3, got, &st, &dev) == 0);
+        unsetenv("BITSPARK_DRAFT_DEVICE");
+        CHECKF(!dev && dc && !bs_dspark_on_device(dc), "BITSPARK_DRAFT_DEVICE=cpu: the drafter went to the device");
+        CHECKF(!memcmp(ref, got, sizeof ref), "CPU drafter with the target on Vulkan: output differs");
+        bs_dspark_free(dc);
+    }
+    bs_dspark_free(d);   /* before the target: it may hold the target's tensors on the device */
+    bs_model_free(m);
+}
+
+static const char *synth(const char *preset, const char *dir, const char *name, int type, const char *pack, int embd_type) {
+    static char paths[4][600];
+    static int n;
+    bs_synth_config c;
+    if (bs_synth_preset(preset, &c)) return NULL;
+    c.seed = 7;
+    if (pack) {
+        bs_synth_drafter_pack(&c, pack);
+        c.embd_type = embd_type;
+    } else {
+        c.matrix_type = c.embd_type = c.output_type = type;
+        c.ssm_ab_type = type;
+        c.values = BS_SYNTH_VALUES_AUTO;
+    }
+    bs_synth_derive(&c, false, false);
+    char *p = paths[n++ % 4];
+    snprintf(p, 600, "%s/vk_dspark_%s.gguf", dir, name);
+    if (bs_synth_validate(&c) || bs_synth_write(&c, p)) {
+        fprintf(stderr, "synth %s: %s\n", name, bs_last_error());
+        return NULL;
+    }
+    return p;
+}
+
+int main(void) {
+    bs_vk_device_info info[8];
+    const int nd = vk_test_devices(info, 8);
+    if (nd < 0) return -nd;
+    const char *fx = getenv("BS_FIXTURES"), *src = getenv("BS_SRC"), *tmp = getenv("BS_TMP");
+    if (!fx) fx = "../shared/fixtures";
+    if (!src) src = ".";
+    if (!tmp) tmp = "/tmp";
+    bs_rng r;
+    bs_rng_seed(&r, 11);
+    for (int i = 0; i < NP; i++) prompt[i] = (int32_t)(bs_rng_next(&r) % 900);
+    char t_fix[600], d_fix[600], t_tiny[600], d_tiny[600], d_st[600];
+    snprintf(t_fix, sizeof t_fix, "%s/tiny-q1_0.gguf", fx);
+    snprintf(d_fix, sizeof d_fix, "%s/tiny-dspark-f32.gguf", fx);
+    snprintf(t_tiny, sizeof t_tiny, "%s/models/bonsai-tiny-q1_0.gguf", src);
+    snprintf(d_tiny, sizeof d_tiny, "%s/models/bonsai-tiny-dspark.gguf", src);
+    snprintf(d_st, sizeof d_st, "%s/models/bonsai-tiny-dspark", src);
+    static const int all[] = {1, 2, 3, 4, BS_DRAFT_AUTO, 0}, some[] = {2, BS_DRAFT_AUTO, 0};
+    lossless(t_fix, d_fix, all, false);
+    lossless(t_tiny, d_tiny, all, true);
+    lossless(t_tiny, d_st, all, false);
+    const char *sq1 = synth("tiny", tmp, "t_q1_0", BS_Q1_0, NULL, -1);
+    const char *dq41 = synth("drafter-tiny", tmp, "d_q4_1", 0, "q4_1", BS_Q1_0);
+    CHECKF(sq1 && dq41, "synthetic pair");
+    if (sq1 && dq41) lossless(sq1, dq41, some, false);
+    return test_summary("test_vulkan_dspark");
+}
