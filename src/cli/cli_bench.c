@@ -581,6 +581,8 @@ static int bench_spec(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv) ? cli_fail("bench --spec") : 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mmproj")) return bench_vision(argc, argv) ? cli_fail("bench --mmproj") : 0;
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
                     .mm_type = "q1_0", .mm_mb = 1024, .mm_rows = {1, 2, 4, 5, 8}, .n_mm_rows = 5, .membw = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
@@ -631,6 +633,7 @@ int cmd_bench(int argc, char **argv) {
 void help_bench(void) {
     printf("usage: bitspark bench -m MODEL [options]       model speed, llama-bench style\n"
            "       bitspark bench --matmul [options]       kernel speed on synthetic weights\n"
+           "       bitspark bench --mmproj FILE [options]  vision encoder time per image\n"
            "\n"
            "  -m, --model FILE     GGUF model\n"
            "  -p N                 prompt-processing test pp<N> (one batch), 0 = skip (default 512)\n"
@@ -650,6 +653,10 @@ void help_bench(void) {
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
            "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
+           "  --mmproj FILE        the vision encoder on random preprocessed pixels: ms per image, output\n"
+           "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
+           "                       --image-size WxH or N: default the projector's image_size, rounded up\n"
+           "                       to whole 32-pixel blocks)\n"
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 (aarch64: scalar|neon|dotprod|i8mm) lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
