@@ -72,9 +72,9 @@ static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, i
     const double flops = bs_vision_matmul_flops(m, w, h);
     const char *base = strrchr(o->mmproj, '/');
     base = base ? base + 1 : o->mmproj;
-    printf("| %-24s | %10s | %8s | %-7s | %7s | %-12s | %16s | %16s | %14s |\n", "mmproj", "size", "params", "backend",
+    printf("| %-24s | %10s | %8s | %-7s | %7s | %-12s | %20s | %12s | %10s |\n", "mmproj", "size", "params", "backend",
            "threads", "test", "ms/image", "tokens/s", "GFLOP/s");
-    static const int width[] = {24, 10, 8, 7, 7, 12, 16, 16, 14};   /* the header's columns */
+    static const int width[] = {24, 10, 8, 7, 7, 12, 20, 12, 10};   /* the header's columns */
     static const char right[] = {0, 1, 1, 0, 1, 0, 1, 1, 1};          /* numbers: right-aligned */
     for (int c = 0; c < 9; c++)
         printf("| %s%s ", "------------------------" + (24 - width[c] + right[c]), right[c] ? ":" : "");
@@ -98,7 +98,7 @@ static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, i
         snprintf(ms, sizeof ms, "%.2f ± %.2f", mean * 1e3, sd * 1e3);
         snprintf(tps, sizeof tps, "%.1f", n_rows / mean);
         snprintf(gf, sizeof gf, "%.1f", flops / mean / 1e9);
-        printf("| %-24.24s | %10s | %8s | %-7s | %7d | %-12s | %16s | %16s | %14s |\n", base, size, params, "CPU", nt, test,
+        printf("| %-24.24s | %10s | %8s | %-7s | %7d | %-12s | %20s | %12s | %10s |\n", base, size, params, "CPU", nt, test,
                ms, tps, gf);
         fflush(stdout);
     }
