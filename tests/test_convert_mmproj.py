@@ -11,8 +11,9 @@ text tensor the converter must leave alone. Checks:
   2. BF16 checkpoint, kept and with --type f16 / q8_0: the matrices get the type, norms, biases
      and the position table stay F32, the patch kernels stay a float type; worst row rel L2 of the
      rows: BF16 vs the F32 fixture <= 3e-2 (bf16 rounding of every weight), f16 vs BF16 <= 1e-2
-     and q8_0 vs BF16 <= 4e-2 (the products round activations to the weight type, as ggml does); each matrix holds the
-     checkpoint's values: exactly for BF16, rel L2 <= 1e-3 for f16 and 1e-2 for q8_0;
+     and q8_0 vs BF16 <= 4e-2 (the products round activations to the weight type, as ggml
+     does); each matrix holds the checkpoint's values: exactly for BF16, rel L2 <= 1e-3 for
+     f16 and 1e-2 for q8_0;
   3. preprocessor_config.json's image_mean / image_std become clip.vision.image_mean / _std;
   4. bad checkpoints fail with a message and leave no output: a deepstack merger tensor, a
      missing tensor, a shape against config.json, a non-square position table, --type q4_0.
