@@ -16,7 +16,8 @@ text tensor the converter must leave alone. Checks:
      f16 and 1e-2 for q8_0;
   3. preprocessor_config.json's image_mean / image_std become clip.vision.image_mean / _std;
   4. bad checkpoints fail with a message and leave no output: a deepstack merger tensor, a
-     missing tensor, a shape against config.json, a non-square position table, --type q4_0.
+     missing tensor, a shape against config.json, a non-square position table, --type q4_0;
+     one over an existing file leaves it as it was.
 """
 import json
 import os
@@ -191,6 +192,13 @@ def main():
         r = run('convert', 'hf-to-gguf', db, ob, '--mmproj')
         check(r.returncode != 0 and msg in r.stderr and not os.path.exists(ob),
               '%s refused with a message, no output (%s)' % (tag, r.stderr.strip()))
+    # a failed conversion over an existing file leaves it as it was (the output is atomic)
+    keep = os.path.join(T, 'keep.gguf')
+    with open(keep, 'wb') as f:
+        f.write(b'previous contents')
+    r = run('convert', 'hf-to-gguf', os.path.join(T, 'bad-missing'), keep, '--mmproj')
+    with open(keep, 'rb') as f:
+        check(r.returncode != 0 and f.read() == b'previous contents', 'a failed conversion leaves an existing output alone')
     r = run('convert', 'hf-to-gguf', d, os.path.join(T, 'q4.gguf'), '--mmproj', '--type', 'q4_0')
     check(r.returncode != 0 and 'q8_0' in r.stderr, '--type q4_0 refused for a projector (%s)' % r.stderr.strip())
     r = run('convert', 'drafter-to-gguf', d, os.path.join(T, 'x.gguf'), '--mmproj')
