@@ -76,8 +76,8 @@ static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, i
            "threads", "test", "ms/image", "tokens/s", "GFLOP/s");
     static const int width[] = {24, 10, 8, 7, 7, 12, 20, 12, 10};   /* the header's columns */
     static const char right[] = {0, 1, 1, 0, 1, 0, 1, 1, 1};          /* numbers: right-aligned */
-    for (int c = 0; c < 9; c++)
-        printf("| %s%s ", "------------------------" + (24 - width[c] + right[c]), right[c] ? ":" : "");
+    static const char dashes[] = "------------------------";
+    for (int c = 0; c < 9; c++) printf("| %s%s ", &dashes[24 - width[c] + right[c]], right[c] ? ":" : "");
     printf("|\n");
     for (int t = 0; t < o->n_threads; t++) {
         const int nt = o->threads[t];
