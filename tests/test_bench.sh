@@ -50,14 +50,21 @@ check "matmul-rows 40" '[ "$(grep -cE "^\| q1_0 +\| [a-z0-9]+ +\| +(5120|17408) 
 check "matmul-rows 0 refused" '! "$B" bench --matmul --matmul-rows 0 >/dev/null 2>&1'
 check "matmul-rows 5000 refused" '! "$B" bench --matmul --matmul-rows 1,5000 >/dev/null 2>&1'
 
-# the vision encoder: one row per thread count, a 100x70 image rounded up to whole 32-pixel
-# blocks (128x96: 12 tokens), positive times and rates
-vb=$("$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 100x70 -r 2 -t 1,2 2>&1)
-check "mmproj rows" '[ "$(grep -cE "^\| qwen3vl_merger mmproj +\| .* \| f32 +\| +[12] \| 128x96 +\| +12 \| +[0-9]+\.[0-9]+ ± [0-9.]+ +\| +[0-9]+\.[0-9] \| +[0-9]+\.[0-9] \|$" <<<"$vb")" = 2 ]'
-check "mmproj: a text GGUF refused" '! "$B" bench --mmproj "$F/tiny-q1_0.gguf" >/dev/null 2>&1'
-check "mmproj: bad --image-size refused" '! "$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 10x10000 >/dev/null 2>&1'
-check "mmproj: unknown option refused" '! "$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" -p 5 >/dev/null 2>&1'
-
+# --mmproj: the vision encoder's time per image on the fixture projector; the GFLOP/s column is
+# the products' FLOP count over the time, so it must match ms/image and the note's GFLOP figure
+vb=$("$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 96x64 -r 2 -t 1,2 2>&1)
+check "mmproj rows" '[ "$(grep -cE "^\| tiny-mmproj-f32.gguf +\| .* MiB \| .* M \| CPU +\| +[12] \| img96x64 +\| +[0-9.]+ ± [0-9.]+ \| +[0-9.]+ \| +[0-9.]+ \|$" <<<"$vb")" = 2 ]'
+check "mmproj note: 6 tokens, flops consistent" 'python3 -c "
+import re,sys
+t=sys.argv[1]; g=float(re.search(r\"\\((\\S+) GFLOP per image\\)\", t).group(1))
+assert \"6 output tokens of width 256\" in t, t
+for ms, tps, gf in re.findall(r\"img96x64 +\\| +([0-9.]+) ± [0-9.]+ \\| +([0-9.]+) \\| +([0-9.]+) \\|\", t):
+    ms, tps, gf = float(ms), float(tps), float(gf)
+    assert abs(tps - 6 / (ms / 1e3)) <= 0.05 * tps + 0.1, (ms, tps)
+    assert abs(gf - g / (ms / 1e3)) <= 0.05 * gf + 0.1, (ms, gf)
+" "$vb"'
+check "mmproj bad size refused" '! "$B" bench --mmproj "$F/vision/tiny-mmproj-f32.gguf" --image-size 0x3 >/dev/null 2>&1'
+check "mmproj text model refused" '! "$B" bench --mmproj "$F/tiny-q1_0.gguf" >/dev/null 2>&1'
 check "bad -o" '! "$B" bench -m "$F/tiny-q1_0.gguf" -o xml >/dev/null 2>&1'
 check "no model" '! "$B" bench >/dev/null 2>&1'
 check "bad -t" '! "$B" bench -m "$F/tiny-q1_0.gguf" -t 0 >/dev/null 2>&1'

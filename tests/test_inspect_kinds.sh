@@ -41,7 +41,7 @@ FX=${BS_FIXTURES:-$(dirname "$0")/../../shared/fixtures}
 for f in "$FX/vision/tiny-mmproj-f32.gguf" synth; do
   if [ "$f" = synth ]; then "$B" synth --preset mmproj-tiny -o "$T/mp.gguf" >/dev/null 2>&1; f=$T/mp.gguf; fi
   "$B" inspect "$f" >"$T/out" 2>&1; rc=$?
-  [ $rc = 0 ] && grep -q "vision projector (mmproj, qwen3vl_merger): 2 ViT layers, width 64, 2 heads, patch 16, merge 2, output 256" "$T/out" \
+  [ $rc = 0 ] && grep -q "vision projector (mmproj, qwen3vl_merger): image 96, 2 ViT layers, width 64, MLP 128, 2 heads, patch 16, merge 2, output 256" "$T/out" \
     && grep -q "^vision:   bitspark takes this projector" "$T/out" && ok "mmproj $(basename "$f"): $(grep -m1 '^model' "$T/out")" \
     || bad "mmproj $f: rc=$rc $(head -5 "$T/out")"
   "$B" inspect --json "$f" | $PY -c 'import json,sys; m=json.load(sys.stdin)["model"]; sys.exit(0 if m["kind"]=="mmproj" and m["supported"] is True and m["projection_dim"]==256 else 1)' \
@@ -67,6 +67,6 @@ out += b'\0' * off
 open(sys.argv[1], 'wb').write(out)
 PYEOF
 "$B" inspect "$T/ldp.gguf" >"$T/out" 2>&1; rc=$?
-[ $rc = 0 ] && grep -q "vision projector (mmproj, ldp): 1 ViT layers, width 32" "$T/out" && grep "^vision:" "$T/out" | grep -q -i "ldp" \
+[ $rc = 0 ] && grep -q "vision projector (mmproj, ldp): image [0-9-]*, 1 ViT layers, width 32" "$T/out" && grep "^vision:" "$T/out" | grep -q -i "ldp" \
   && ok "another projector type: $(grep '^vision:' "$T/out")" || bad "ldp mmproj: rc=$rc $(head -5 "$T/out")"
 exit $fail

@@ -123,7 +123,7 @@ static void test_hostile(void) {
     put32(bad + 16, 1000000);  /* IHDR width: absurd (the CRC no longer matches either) */
     hostile("png absurd width", bad, plen, "PNG");
     free(bad);
-    /* a PNG header declaring 16384 x 16384 with a correct CRC: refused by size, nothing allocated */
+    /* PNG bombs with correct CRCs (16384 x 16384 headers, IDATs inflating to 256 MiB): test_image_bomb.c */
     static const unsigned char jpeg_trunc[] = {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0};
     hostile("truncated jpeg", jpeg_trunc, sizeof jpeg_trunc, "JPEG");
     const char *ppm_big = "P6 100000 100000 255\n";

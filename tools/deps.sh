@@ -27,6 +27,8 @@ if [ "$what" = test ]; then
   pkgs+=(curl chromium)
   # the scale-out tests: nginx in front of several replicas, YAML to check deploy/'s manifests
   pkgs+=(nginx python3-yaml)
+  # a real JPEG for the image decoder test (cjpeg / djpeg)
+  pkgs+=(libjpeg-turbo-progs)
   # Node.js + npm: Debian's nodejs/npm packages, unless a Node.js with npm is already on PATH
   # (a NodeSource nodejs bundles npm and conflicts with Debian's npm package).
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -37,7 +37,7 @@ const char *cli_value(int argc, char **argv, int *i);
 /* Print "bitspark <cmd>: <last error>" and return the exit status 1. */
 int cli_fail(const char *cmd);
 
-/* cli_bench_vision.c: `bench --mmproj` (0, or -1 with bs_error). */
+/* bench --mmproj (cli_bench_vision.c): the vision encoder's time per image; 0 or -1. */
 int bench_vision(int argc, char **argv);
 
 #endif

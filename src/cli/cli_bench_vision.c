@@ -1,110 +1,155 @@
-/* cli_bench_vision.c: `bitspark bench --mmproj F`: the vision encoder's time per image.
- *
- * Random normalised pixels of one size (--image-size WxH, default 448x448: 196 image tokens with
- * Qwen3.5's 16-pixel patches merged 2x2) go straight into the encoder (decoding and resizing are
- * not timed), after one warm-up; each thread count prints ms per image (mean ± sample stddev),
- * image tokens per second and the GFLOP/s of the encoder's matrix products. */
+/* cli_bench_vision.c: `bitspark bench --mmproj F [--image-size WxH] [-t N,..] [-r N]`: the vision
+ * encoder's time per image on preprocessed random pixels (decoding and resizing excluded: they
+ * are a few ms and not the encoder), as llama-bench-style rows: ms per image, output tokens/s
+ * and GFLOP/s of its matrix products (bs_vision_matmul_flops). */
 #include "cli/cli.h"
-#include "vision/vision.h"
-#include "formats/quant.h"
+
 #include "io/threadpool.h"
+#include "formats/quant.h"
 #include "io/util.h"
+#include "vision/vision.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_T = 16, MAX_R = 64 };
+#define VB_MAX_THREADS 16
+#define VB_MAX_REPS 64
 
 typedef struct {
-    const char *path;
-    int w, h, reps;
-    int threads[MAX_T], n_threads;
+    const char *mmproj;
+    int w, h;                     /* 0: the projector's image_size */
+    int threads[VB_MAX_THREADS], n_threads;
+    int reps, warmup;
 } vbench_opts;
 
-static int parse_size(const char *v, int *w, int *h) {
+static int parse_size(const char *s, int *w, int *h) {
     char *end;
-    long a = strtol(v, &end, 10), b = *end == 'x' ? strtol(end + 1, &end, 10) : -1;
-    if (*end || a < 32 || b < 32 || a > 4096 || b > 4096) return bs_error("--image-size: '%s' is not WxH (32..4096 each)", v);
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s) return bs_error("--image-size: '%s' is not WxH or N", s);
+    if (*end == 'x' || *end == 'X') {
+        const char *t = end + 1;
+        b = strtol(t, &end, 10);
+        if (end == t) return bs_error("--image-size: '%s' is not WxH or N", s);
+    }
+    if (*end || a < 1 || b < 1 || a > 16384 || b > 16384) return bs_error("--image-size: '%s' is not WxH in 1..16384", s);
     *w = (int)a;
     *h = (int)b;
     return 0;
 }
 
-static int parse_opts(int argc, char **argv, vbench_opts *o) {
+static int parse_threads(const char *s, vbench_opts *o) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_threads = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (o->n_threads >= VB_MAX_THREADS) return bs_error("-t: at most %d values", VB_MAX_THREADS);
+        if (cli_parse_int("-t", tok, 1, 1024, &v)) return -1;
+        o->threads[o->n_threads++] = (int)v;
+    }
+    return o->n_threads ? 0 : bs_error("-t: empty list");
+}
+
+/* One timed encode; -1 on error. */
+static double encode_once(const bs_mmproj *m, const float *px, int w, int h, int nt, int *n_rows) {
+    bs_image_embd e;
+    char err[256];
+    double t0 = bs_time();
+    if (bs_vision_encode_pixels(m, px, w, h, nt, &e, err, sizeof err)) {
+        bs_error("%s", err);
+        return -1;
+    }
+    double dt = bs_time() - t0;
+    *n_rows = e.n_rows;
+    bs_image_embd_free(&e);
+    return dt;
+}
+
+static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, int w, int h) {
+    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
+    const double flops = bs_vision_matmul_flops(m, w, h);
+    const char *base = strrchr(o->mmproj, '/');
+    base = base ? base + 1 : o->mmproj;
+    printf("| %-24s | %10s | %8s | %-7s | %7s | %-12s | %20s | %12s | %10s |\n", "mmproj", "size", "params", "backend",
+           "threads", "test", "ms/image", "tokens/s", "GFLOP/s");
+    static const int width[] = {24, 10, 8, 7, 7, 12, 20, 12, 10};   /* the header's columns */
+    static const char right[] = {0, 1, 1, 0, 1, 0, 1, 1, 1};          /* numbers: right-aligned */
+    static const char dashes[] = "------------------------";
+    for (int c = 0; c < 9; c++) printf("| %s%s ", &dashes[24 - width[c] + right[c]], right[c] ? ":" : "");
+    printf("|\n");
+    for (int t = 0; t < o->n_threads; t++) {
+        const int nt = o->threads[t];
+        int n_rows = 0;
+        double dt[VB_MAX_REPS];
+        if (o->warmup && encode_once(m, px, w, h, nt, &n_rows) < 0) return -1;
+        for (int r = 0; r < o->reps; r++)
+            if ((dt[r] = encode_once(m, px, w, h, nt, &n_rows)) < 0) return -1;
+        double mean = 0, sd = 0;
+        for (int r = 0; r < o->reps; r++) mean += dt[r];
+        mean /= o->reps;
+        for (int r = 0; r < o->reps; r++) sd += (dt[r] - mean) * (dt[r] - mean);
+        sd = o->reps > 1 ? sqrt(sd / (o->reps - 1)) : 0;
+        char size[32], params[32], test[32], ms[40], tps[40], gf[40];
+        snprintf(size, sizeof size, "%.2f MiB", hp->weight_bytes / 1048576.0);
+        snprintf(params, sizeof params, "%.2f M", hp->n_params / 1e6);
+        snprintf(test, sizeof test, "img%dx%d", w, h);
+        snprintf(ms, sizeof ms, "%.2f ± %.2f", mean * 1e3, sd * 1e3);
+        snprintf(tps, sizeof tps, "%.1f", n_rows / mean);
+        snprintf(gf, sizeof gf, "%.1f", flops / mean / 1e9);
+        printf("| %-24.24s | %10s | %8s | %-7s | %7d | %-12s | %20s | %12s | %10s |\n", base, size, params, "CPU", nt, test,
+               ms, tps, gf);
+        fflush(stdout);
+    }
+    printf("\n%s weights, ViT %d layers x %d wide; %d output tokens of width %d per image; "
+           "GFLOP/s counts the matrix products (%.4g GFLOP per image)\n",
+           bs_type_name(hp->weight_type), hp->n_layer, hp->n_embd, (w / (hp->patch * hp->merge)) * (h / (hp->patch * hp->merge)),
+           hp->proj_dim, flops / 1e9);
+    return 0;
+}
+
+static int bench_vision_run(const vbench_opts *o) {
+    char err[512];
+    bs_mmproj *m = bs_mmproj_load(o->mmproj, err, sizeof err);
+    if (!m) return bs_error("%s", err);
+    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
+    const int unit = hp->patch * hp->merge;
+    int w = o->w ? o->w : hp->image_size, h = o->h ? o->h : hp->image_size;
+    w = (w + unit - 1) / unit * unit;   /* the encoder takes whole merged blocks */
+    h = (h + unit - 1) / unit * unit;
+    float *px = malloc((size_t)3 * w * h * sizeof *px);
+    if (!px) { bs_mmproj_free(m); return bs_error("out of memory for a %dx%d image", w, h); }
+    bs_rng rng;
+    bs_rng_seed(&rng, 1234);
+    for (size_t i = 0; i < (size_t)3 * w * h; i++) px[i] = bs_rng_normal(&rng);
+    int rc = run_rows(o, m, px, w, h);
+    free(px);
+    bs_mmproj_free(m);
+    return rc;
+}
+
+int bench_vision(int argc, char **argv) {
+    vbench_opts o = {.reps = 3, .warmup = 1, .n_threads = 1};
+    o.threads[0] = BS_MIN(bs_cpu_count(), 64);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long x;
         if (!strcmp(a, "--mmproj")) {
-            if (!(o->path = cli_value(argc, argv, &i))) return -1;
+            if (!(o.mmproj = cli_value(argc, argv, &i))) return -1;
         } else if (!strcmp(a, "--image-size")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_size(v, &o->w, &o->h)) return -1;
-        } else if (!strcmp(a, "-r")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, MAX_R, &x)) return -1;
-            o->reps = (int)x;
+            if (!(v = cli_value(argc, argv, &i)) || parse_size(v, &o.w, &o.h)) return -1;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i))) return -1;
-            o->n_threads = 0;
-            for (char *s = (char *)v, *end; *s && o->n_threads < MAX_T; s = *end ? end + 1 : end) {
-                x = strtol(s, &end, 10);
-                if (end == s || x < 1 || x > 1024 || (*end && *end != ',')) return bs_error("-t: '%s' is not a list of thread counts", v);
-                o->threads[o->n_threads++] = (int)x;
-            }
+            if (!(v = cli_value(argc, argv, &i)) || parse_threads(v, &o)) return -1;
+        } else if (!strcmp(a, "-r")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, VB_MAX_REPS, &x)) return -1;
+            o.reps = (int)x;
+        } else if (!strcmp(a, "--no-warmup")) {
+            o.warmup = 0;
         } else {
-            return bs_error("bench --mmproj: unknown option '%s' (--image-size, -t, -r)", a);
+            return bs_error("--mmproj: unknown option '%s' (--image-size, -t, -r, --no-warmup)", a);
         }
     }
-    return o->path ? 0 : bs_error("bench --mmproj needs the projector file");
-}
-
-static int one_size(const bs_mmproj *m, const vbench_opts *o, const float *px, int nt) {
-    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
-    double t[MAX_R];
-    char err[512];
-    int tokens = 0;
-    for (int r = -1; r < o->reps; r++) {   /* r = -1: warm-up */
-        bs_image_embd e;
-        const double t0 = bs_time();
-        if (bs_vision_encode_pixels(m, px, o->w, o->h, nt, &e, err, sizeof err)) return bs_error("%s", err);
-        if (r >= 0) t[r] = bs_time() - t0;
-        tokens = e.n_rows;
-        bs_image_embd_free(&e);
-    }
-    double mean = 0, sd = 0;
-    for (int r = 0; r < o->reps; r++) mean += t[r] / o->reps;
-    for (int r = 0; r < o->reps; r++) sd += (t[r] - mean) * (t[r] - mean);
-    sd = o->reps > 1 ? sqrt(sd / (o->reps - 1)) : 0;
-    const double gf = bs_vision_matmul_flops(m, o->w, o->h) / mean * 1e-9;
-    char sz[32], im[32];
-    snprintf(sz, sizeof sz, "%.2f MiB", hp->weight_bytes / 1048576.0);
-    snprintf(im, sizeof im, "%dx%d", o->w, o->h);
-    printf("| %-30s | %10s | %9.1fM | %-5s | %7d | %-9s | %6d | %14.2f ± %-7.2f | %9.1f | %8.1f |\n", "qwen3vl_merger mmproj", sz,
-           hp->n_params / 1e6, bs_type_name(hp->weight_type), nt, im, tokens, mean * 1e3, sd * 1e3, tokens / mean, gf);
-    return 0;
-}
-
-int bench_vision(int argc, char **argv) {
-    vbench_opts o = {.w = 448, .h = 448, .reps = 5, .threads = {BS_MIN(bs_cpu_count(), 64)}, .n_threads = 1};
-    if (parse_opts(argc, argv, &o)) return -1;
-    char err[512];
-    bs_mmproj *m = bs_mmproj_load(o.path, err, sizeof err);
-    if (!m) return bs_error("%s", err);
-    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
-    const int unit = hp->patch * hp->merge;
-    o.w = (o.w + unit - 1) / unit * unit;   /* the encoder takes whole merged blocks */
-    o.h = (o.h + unit - 1) / unit * unit;
-    float *px = bs_xmalloc(sizeof *px * 3 * (size_t)o.w * o.h);
-    bs_rng rng;
-    bs_rng_seed(&rng, 1234);
-    for (size_t i = 0; i < 3 * (size_t)o.w * o.h; i++) px[i] = bs_rng_normal(&rng);
-    printf("| %-30s | %10s | %10s | %-5s | %7s | %-9s | %6s | %24s | %9s | %8s |\n", "model", "size", "params", "type",
-           "threads", "image", "tokens", "ms/image", "tokens/s", "GFLOP/s");
-    printf("| ------------------------------ | ---------: | ---------: | ----- | ------: | --------- | -----: | "
-           "-----------------------: | --------: | -------: |\n");
-    int rc = 0;
-    for (int i = 0; i < o.n_threads && !rc; i++) rc = one_size(m, &o, px, o.threads[i]);
-    free(px);
-    bs_mmproj_free(m);
-    return rc;
+    if (!o.mmproj) return bs_error("--mmproj needs a FILE");
+    return bench_vision_run(&o);
 }

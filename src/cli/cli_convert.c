@@ -13,6 +13,7 @@ void help_convert(void) {
         "usage: bitspark convert drafter-to-safetensors IN.gguf OUTDIR [-t N]\n"
         "       bitspark convert drafter-to-gguf INDIR OUT.gguf\n"
         "       bitspark convert hf-to-gguf INDIR OUT.gguf [--type T] [-t N]\n"
+        "       bitspark convert hf-to-gguf INDIR MMPROJ.gguf --mmproj [--type T] [-t N]\n"
         "\n"
         "drafter-to-safetensors  a DSpark drafter GGUF (PrismML's dspark files) -> the DeepSpec\n"
         "    Qwen3DSparkModel standalone layout: OUTDIR/model.safetensors with HF tensor names\n"
@@ -24,8 +25,12 @@ void help_convert(void) {
         "    model*.safetensors, tokenizer.json, tokenizer_config.json) -> qwen35 GGUF with\n"
         "    llama.cpp's converter transforms: +1 on norms (not linear_attn.norm), ssm_a =\n"
         "    -exp(A_log), V heads reordered to the tiled GGUF order, conv squeezed, vocabulary,\n"
-        "    merges, token types, special tokens and chat template. Vision (model.visual.*) and\n"
-        "    MTP (mtp.*) tensors are skipped with a note.\n"
+        "    merges, token types, special tokens and chat template. Vision (model.visual.*,\n"
+        "    see --mmproj) and MTP (mtp.*) tensors are skipped with a note.\n"
+        "      --mmproj   write the vision projector instead of the text model (as llama.cpp's\n"
+        "                 convert_hf_to_gguf.py --mmproj): model.visual.* -> a clip GGUF with\n"
+        "                 clip.projector_type = qwen3vl_merger for --mmproj in run/chat/serve;\n"
+        "                 --type f32|f16|bf16|q8_0 sets its matrices (default: keep the dtype).\n"
         "      --type T   type of the weight matrices (f32 f16 bf16 or any quantize type);\n"
         "                 default: keep each tensor's dtype. Norms, conv, ssm_a, ssm_dt: F32.\n"
         "\n"
@@ -34,12 +39,14 @@ void help_convert(void) {
 
 int cmd_convert(int argc, char **argv) {
     const char *pos[3] = {0}, *type_s = NULL;
-    int n_pos = 0;
+    int n_pos = 0, mmproj = 0;
     long nt = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_convert(); return 0; }
-        if (!strcmp(a, "--type")) {
+        if (!strcmp(a, "--mmproj")) {
+            mmproj = 1;
+        } else if (!strcmp(a, "--type")) {
             if (!(type_s = cli_value(argc, argv, &i))) return cli_fail("convert");
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &nt)) return cli_fail("convert");
@@ -70,7 +77,12 @@ int cmd_convert(int argc, char **argv) {
         bs_error("--type applies to hf-to-gguf only (use bitspark quantize afterwards)");
         return cli_fail("convert");
     }
-    if (!strcmp(pos[0], "drafter-to-safetensors")) rc = bs_convert_drafter_to_st(pos[1], pos[2], (int)nt);
+    if (mmproj && strcmp(pos[0], "hf-to-gguf")) {
+        bs_error("--mmproj applies to hf-to-gguf only");
+        return cli_fail("convert");
+    }
+    if (mmproj) rc = bs_convert_hf_to_mmproj(pos[1], pos[2], type, (int)nt);
+    else if (!strcmp(pos[0], "drafter-to-safetensors")) rc = bs_convert_drafter_to_st(pos[1], pos[2], (int)nt);
     else if (!strcmp(pos[0], "drafter-to-gguf")) rc = bs_convert_drafter_to_gguf(pos[1], pos[2], (int)nt);
     else if (!strcmp(pos[0], "hf-to-gguf")) rc = bs_convert_hf_to_gguf(pos[1], pos[2], type, (int)nt);
     else rc = bs_error("unknown mode '%s' (drafter-to-safetensors, drafter-to-gguf, hf-to-gguf)", pos[0]);

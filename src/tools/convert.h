@@ -21,6 +21,11 @@ int bs_convert_drafter_to_gguf(const char *in_dir, const char *out_gguf, int n_t
  * Norms, conv, ssm_a and ssm_dt are always F32. */
 int bs_convert_hf_to_gguf(const char *in_dir, const char *out_gguf, int type, int n_threads);
 
+/* hf-to-gguf --mmproj (convert_mmproj.c): the checkpoint's vision tower (model.visual.*) -> a
+ * qwen3vl_merger clip GGUF in llama.cpp's layout. type: F32, F16, BF16, Q8_0 for the matrices, or
+ * -1 to keep each tensor's dtype; norms, biases and the position table are F32. */
+int bs_convert_hf_to_mmproj(const char *in_dir, const char *out_gguf, int type, int n_threads);
+
 /* Internal to hf-to-gguf (convert_hf_vocab.c): the tokenizer keys for an n_vocab-row embedding
  * from dir/tokenizer.json and dir/tokenizer_config.json; cfg is config.json (fallback ids). */
 struct gguf_writer;

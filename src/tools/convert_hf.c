@@ -394,7 +394,7 @@ static int convert(const char *dir, const json_t *cfg, const st_model *m, gguf_w
         else if (strstr(t->name, "rotary_emb.inv_freq")) continue;
         else rc = bs_error("tensor %s is not part of a Qwen3.5 text model", t->name);
     }
-    if (n_vis) fprintf(stderr, "note: skipped %d vision tensors (model.visual.*)\n", n_vis);
+    if (n_vis) fprintf(stderr, "note: skipped %d vision tensors (model.visual.*: --mmproj writes them as the projector)\n", n_vis);
     if (n_mtp) fprintf(stderr, "note: skipped %d MTP tensors (mtp.*)\n", n_mtp);
     if (!rc) rc = check_complete(&h, jobs, n);
     qsort(jobs, n, sizeof *jobs, cmp_job);

@@ -20,10 +20,10 @@ void bs_inspect_describe_mmproj(const gguf_file *f, json_t *model, const char *f
     const int64_t ff = key_i64(f, "clip.vision.feed_forward_length"), size = key_i64(f, "clip.vision.image_size");
     char desc[400];
     snprintf(desc, sizeof desc,
-             "vision projector (mmproj, %.40s): %lld ViT layers, width %lld, %lld heads, patch %lld, merge %lld, "
-             "output %lld (the text model's n_embd), %s",
-             proj ? proj : "no projector type", (long long)layers, (long long)width, (long long)heads, (long long)patch,
-             (long long)merge, (long long)out, fmt);
+             "vision projector (mmproj, %.40s): image %lld, %lld ViT layers, width %lld, MLP %lld, %lld heads, "
+             "patch %lld, merge %lld, output %lld (the text model's n_embd), %s",
+             proj ? proj : "no projector type", (long long)size, (long long)layers, (long long)width, (long long)ff,
+             (long long)heads, (long long)patch, (long long)merge, (long long)out, fmt);
     json_object_set_new(model, "kind", json_string("mmproj"));
     json_object_set_new(model, "projector_type", proj ? json_string(proj) : json_null());
     json_object_set_new(model, "layers", json_integer(layers));
