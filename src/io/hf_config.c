@@ -3,6 +3,8 @@
 #include "io/util.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 json_t *bs_json_load_file(const char *path) {
@@ -99,4 +101,13 @@ int hf_int_array(const json_t *root, const char *key, int64_t *out, int max, int
         if (as_int(json_array_get(v, i), key, &out[i])) return -1;
     *n = (int)json_array_size(v);
     return 0;
+}
+
+json_t *bs_hf_config_of_dir(const char *dir) {
+    const size_t n = strlen(dir) + 16;
+    char *p = bs_xmalloc(n);
+    snprintf(p, n, "%s/config.json", dir);
+    json_t *cfg = bs_json_load_file(p);
+    free(p);
+    return cfg;
 }

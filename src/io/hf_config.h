@@ -14,6 +14,9 @@
 /* Parse a JSON file; NULL with "path: line L column C: reason" on failure. json_decref it. */
 json_t *bs_json_load_file(const char *path);
 
+/* dir/config.json parsed (bs_json_load_file's errors). */
+json_t *bs_hf_config_of_dir(const char *dir);
+
 /* The value at a dotted path, or NULL if any component is missing. */
 json_t *hf_get(const json_t *root, const char *key);
 

@@ -434,11 +434,7 @@ static int convert(const char *dir, const json_t *cfg, const st_model *m, gguf_w
 }
 
 int bs_convert_hf_to_gguf(const char *in_dir, const char *out_gguf, int type, int n_threads) {
-    size_t n = strlen(in_dir) + 16;
-    char *cp = bs_xmalloc(n);
-    snprintf(cp, n, "%s/config.json", in_dir);
-    json_t *cfg = bs_json_load_file(cp);
-    free(cp);
+    json_t *cfg = bs_hf_config_of_dir(in_dir);
     if (!cfg) return -1;
     const char *inputs[] = {in_dir};
     if (bs_check_not_input(out_gguf, inputs, 1)) { json_decref(cfg); return -1; }

@@ -264,11 +264,7 @@ static int convert(const char *dir, const json_t *cfg, const st_model *m, int ty
 int bs_convert_hf_to_mmproj(const char *in_dir, const char *out_gguf, int type, int n_threads) {
     if (type >= 0 && type != BS_F32 && type != BS_F16 && type != BS_BF16 && type != BS_Q8_0)
         return bs_error("--mmproj --type: projector matrices are f32, f16, bf16 or q8_0");
-    size_t n = strlen(in_dir) + 16;
-    char *cp = bs_xmalloc(n);
-    snprintf(cp, n, "%s/config.json", in_dir);
-    json_t *cfg = bs_json_load_file(cp);
-    free(cp);
+    json_t *cfg = bs_hf_config_of_dir(in_dir);
     if (!cfg) return -1;
     const char *inputs[] = {in_dir};
     if (bs_check_not_input(out_gguf, inputs, 1)) { json_decref(cfg); return -1; }

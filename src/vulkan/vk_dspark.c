@@ -43,23 +43,15 @@ struct bs_vk_dctx {
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
-static int upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
-    if (bs_vk_buf_new(c, b, 4 * n, false)) return -1;
-    return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
-}
-
-static int upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
-    return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
-}
 
 static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
     bs_vk_ctx *c = d->c;
     const size_t E = (size_t)d->hp.n_embd, D = (size_t)d->hp.head_dim;
-    return upload_mat(c, &L->wq, &s->wq) || upload_mat(c, &L->wk, &s->wk) || upload_mat(c, &L->wv, &s->wv) ||
-           upload_mat(c, &L->wo, &s->wo) || upload_mat(c, &L->gate, &s->gate) || upload_mat(c, &L->up, &s->up) ||
-           upload_mat(c, &L->down, &s->down) || upload_vec(c, &L->attn_norm, s->attn_norm, E) ||
-           upload_vec(c, &L->ffn_norm, s->ffn_norm, E) || upload_vec(c, &L->q_norm, s->q_norm, D) ||
-           upload_vec(c, &L->k_norm, s->k_norm, D) ? -1 : 0;
+    return bs_vk_upload_mat(c, &L->wq, &s->wq) || bs_vk_upload_mat(c, &L->wk, &s->wk) || bs_vk_upload_mat(c, &L->wv, &s->wv) ||
+           bs_vk_upload_mat(c, &L->wo, &s->wo) || bs_vk_upload_mat(c, &L->gate, &s->gate) || bs_vk_upload_mat(c, &L->up, &s->up) ||
+           bs_vk_upload_mat(c, &L->down, &s->down) || bs_vk_upload_vec(c, &L->attn_norm, s->attn_norm, E) ||
+           bs_vk_upload_vec(c, &L->ffn_norm, s->ffn_norm, E) || bs_vk_upload_vec(c, &L->q_norm, s->q_norm, D) ||
+           bs_vk_upload_vec(c, &L->k_norm, s->k_norm, D) ? -1 : 0;
 }
 
 /* The log-SNR addends as the block's rows: the anchor's, then the mask's for every other slot. */
@@ -67,7 +59,7 @@ static int upload_snr(bs_vk_dspark *d, const bs_vk_dspark_desc *s) {
     const size_t E = (size_t)s->n_embd, B = (size_t)s->block_size;
     float *rows = bs_xmalloc(B * E * sizeof *rows);
     for (size_t t = 0; t < B; t++) memcpy(rows + t * E, t ? s->snr_mask : s->snr_anchor, E * sizeof *rows);
-    const int rc = upload_vec(d->c, &d->snr, rows, B * E);
+    const int rc = bs_vk_upload_vec(d->c, &d->snr, rows, B * E);
     free(rows);
     d->snr_on = rc == 0;
     return rc;
@@ -86,10 +78,10 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->hp.layers = NULL;
     d->hp.share = NULL;
     d->L = bs_xcalloc((size_t)s->n_layer, sizeof *d->L);
-    int rc = upload_mat(c, &d->fc, &s->fc) || upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
-             upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd) || upload_vec(c, &d->dummy, NULL, 4);
-    if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : upload_mat(c, &d->own_embd, &s->tok_embd);
-    if (!rc) rc = s->share_output ? !(d->output = bs_vk_net_output(s->share)) : upload_mat(c, &d->own_output, &s->output);
+    int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
+             bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd) || bs_vk_upload_vec(c, &d->dummy, NULL, 4);
+    if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
+    if (!rc) rc = s->share_output ? !(d->output = bs_vk_net_output(s->share)) : bs_vk_upload_mat(c, &d->own_output, &s->output);
     if (!rc && s->snr_anchor && s->snr_mask) rc = upload_snr(d, s);
     for (int l = 0; l < s->n_layer && !rc; l++) rc = upload_layer(d, &d->L[l], &s->layers[l]);
     if (rc) {

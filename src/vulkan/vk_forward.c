@@ -38,14 +38,6 @@ struct bs_vk_net {
     int lora_r, lora_out;         /* widest rank and output of the adapters attached */
 };
 
-static int upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
-    if (bs_vk_buf_new(c, b, 4 * n, false)) return -1;
-    return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
-}
-
-static int upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
-    return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
-}
 
 static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
     bs_vk_ctx *c = net->c;
@@ -53,26 +45,26 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
     const size_t E = (size_t)hp->n_embd;
     L->rec = d->recurrent;
     L->slot = d->recurrent ? net->n_rec++ : net->n_att++;
-    if (upload_vec(c, &L->attn_norm, d->attn_norm, E) || upload_vec(c, &L->post_norm, d->post_norm, E) ||
-        upload_mat(c, &L->ffn_gate, &d->ffn_gate) || upload_mat(c, &L->ffn_up, &d->ffn_up) ||
-        upload_mat(c, &L->ffn_down, &d->ffn_down))
+    if (bs_vk_upload_vec(c, &L->attn_norm, d->attn_norm, E) || bs_vk_upload_vec(c, &L->post_norm, d->post_norm, E) ||
+        bs_vk_upload_mat(c, &L->ffn_gate, &d->ffn_gate) || bs_vk_upload_mat(c, &L->ffn_up, &d->ffn_up) ||
+        bs_vk_upload_mat(c, &L->ffn_down, &d->ffn_down))
         return -1;
     if (d->recurrent) {
         const int nv = hp->n_v_heads;
         float *g = bs_xmalloc(sizeof *g * 2 * (size_t)nv);
         memcpy(g, d->dt_bias, sizeof *g * (size_t)nv);
         memcpy(g + nv, d->ssm_a, sizeof *g * (size_t)nv);
-        int rc = upload_vec(c, &L->gates, g, 2 * (size_t)nv);
+        int rc = bs_vk_upload_vec(c, &L->gates, g, 2 * (size_t)nv);
         free(g);
-        return rc || upload_mat(c, &L->qkv, &d->qkv) || upload_mat(c, &L->gate, &d->gate) ||
-               upload_mat(c, &L->beta, &d->beta) || upload_mat(c, &L->alpha, &d->alpha) ||
-               upload_mat(c, &L->ssm_out, &d->ssm_out) ||
-               upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
-               upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
+        return rc || bs_vk_upload_mat(c, &L->qkv, &d->qkv) || bs_vk_upload_mat(c, &L->gate, &d->gate) ||
+               bs_vk_upload_mat(c, &L->beta, &d->beta) || bs_vk_upload_mat(c, &L->alpha, &d->alpha) ||
+               bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
+               bs_vk_upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
+               bs_vk_upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
     }
-    return upload_mat(c, &L->wq, &d->wq) || upload_mat(c, &L->wk, &d->wk) || upload_mat(c, &L->wv, &d->wv) ||
-           upload_mat(c, &L->wo, &d->wo) || upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
-           upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
+    return bs_vk_upload_mat(c, &L->wq, &d->wq) || bs_vk_upload_mat(c, &L->wk, &d->wk) || bs_vk_upload_mat(c, &L->wv, &d->wv) ||
+           bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
+           bs_vk_upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
 }
 
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
@@ -87,8 +79,8 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->hp = *d;
     n->hp.layers = NULL;
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
-    int rc = upload_mat(c, &n->embd, &d->tok_embd) || upload_mat(c, &n->output, &d->output) ||
-             upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || upload_vec(c, &n->dummy, NULL, 4);
+    int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
+             bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
     for (int il = 0; il < d->n_layer && !rc; il++) rc = upload_layer(n, &n->L[il], &d->layers[il]);
     if (rc) {
         bs_error_prefix("Vulkan: uploading the model: ");

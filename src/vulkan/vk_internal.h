@@ -186,6 +186,8 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
  * all; record y += scale * B (A x) for each (x: m's float input; t: n x r, u: n x ne1 scratch). */
 int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale);
 void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m);
+/* *m = bs_vk_matrix_new(c, t); 0 or -1 */
+int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
                       const bs_vk_buf *u, const bs_vk_buf *y);
 /* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
@@ -200,8 +202,9 @@ const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n);
 const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n);
 const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps);
 
-/* vk_memory.c: buffers */
+/* vk_memory.c: buffers; upload_vec: a device buffer of n floats, filled from v (zeros: v NULL) */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);
+int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n);
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);

@@ -119,6 +119,10 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     return m;
 }
 
+int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
+    return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
+}
+
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
     if (!m) return;
     bs_vk_matrix_lora_clear(c, m);

@@ -69,6 +69,11 @@ int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host) {
     return 0;
 }
 
+int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
+    if (bs_vk_buf_new(c, b, 4 * n, false)) return -1;
+    return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
+}
+
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
     if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* no copy into it may be in flight */
     if (b->map) c->fn->vkUnmapMemory(c->dev, b->mem);
