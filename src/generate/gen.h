@@ -57,6 +57,8 @@ void bs_gen_commit(bs_gen *g, bool ok);
  * how many blocks ran together (0 when fewer than two). */
 int bs_gen_draft_together(bs_gen *const *gs, int n);
 bool bs_gen_in_prompt(const bs_gen *g);   /* still evaluating the prompt */
+/* The prompt goes on with an image: bs_gen_plan hands out nothing, bs_gen_step evaluates it. */
+bool bs_gen_next_is_image(const bs_gen *g);
 bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the drafter */
 /* Rows other sequences put into the passes this generator's rounds share (0: alone): auto
  * depth prices a round by what its rows add to such a pass. */
