@@ -157,8 +157,12 @@ void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src) {
     memcpy(d->logits, c->logits, (size_t)dst->n_vocab * sizeof *d->logits);
 }
 
-int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache) {
-    int from, r = reuse_len(g, prompt, n, no_cache, &from);
+int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                    bool no_cache) {
+    int32_t *x = NULL;
+    if (n_images > 0 && !(x = gen_expand_request(g, prompt, n, images, n_images, &n))) return 0;
+    int from, r = reuse_len(g, x ? x : prompt, n, no_cache, &from);
+    free(x);
     return from == 2 ? 0 : r;   /* a rollback may fail: do not count on it */
 }
 

@@ -71,7 +71,9 @@ const int32_t *bs_gen_cached(const bs_gen *g, int *n);
 /* Take over src's saved end-of-prompt state (a generator of the same model and context): a
  * request on that prompt then starts generating at once (the server's "n" choices). */
 void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src);
-/* How many prompt tokens a request on prompt[0..n) would reuse (to pick a slot). */
-int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache);
+/* How many prompt positions a request on prompt[0..n) with these images would reuse (to pick a
+ * slot). */
+int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                    bool no_cache);
 
 #endif

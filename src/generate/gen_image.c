@@ -86,31 +86,47 @@ static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t 
     return 0;
 }
 
+/* The prompt with each marker expanded to its image's ids (total positions, checked). */
+static int32_t *expand(const int32_t *prompt, int n, const bs_gen_image *images, long total, int *n_out) {
+    int32_t *p = bs_xmalloc((size_t)(total ? total : 1) * sizeof *p);
+    int j = 0, k = 0;
+    for (int i = 0; i < n; i++) {
+        if (prompt[i] != BS_TOKEN_IMAGE) { p[j++] = prompt[i]; continue; }
+        const bs_gen_image *im = &images[k++];
+        const int32_t id = image_id(im->hash, im->nx, im->ny);
+        p[j++] = id;
+        for (int q = 1; q < im->nx * im->ny; q++) p[j++] = id - 1;
+    }
+    *n_out = j;
+    return p;
+}
+
 int gen_images_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, int32_t **out, int *n_out) {
     long total = 0;
     if (check_images(g, r, prompt, n, &total)) return -1;
     const int n_ctx = bs_session_n_ctx(g->sess);
     if (total >= n_ctx)
         return bs_error("the prompt is %ld positions but the context holds %d (use --ctx)", total, n_ctx);
-    int32_t *p = bs_xmalloc((size_t)(total ? total : 1) * sizeof *p);
+    *out = expand(prompt, n, r->images, total, n_out);
     g->img = r->n_images ? bs_xcalloc((size_t)r->n_images, sizeof *g->img) : NULL;
     const size_t E = (size_t)bs_model_n_embd(g->m);
-    int j = 0, k = 0;
-    for (int i = 0; i < n; i++) {
-        if (prompt[i] != BS_TOKEN_IMAGE) { p[j++] = prompt[i]; continue; }
+    for (int i = 0, k = 0; i < *n_out; i++) {
+        if (!gen_is_image_start((*out)[i])) continue;
         const bs_gen_image *im = &r->images[k];
-        const int rows = im->nx * im->ny;
-        gen_img *d = &g->img[k++];
-        *d = (gen_img){.embd = bs_xmalloc((size_t)rows * E * sizeof(float)), .nx = im->nx, .ny = im->ny, .pos = j};
-        memcpy(d->embd, im->embd, (size_t)rows * E * sizeof(float));
-        g->n_img = k;
-        const int32_t id = image_id(im->hash, im->nx, im->ny);
-        p[j++] = id;
-        for (int q = 1; q < rows; q++) p[j++] = id - 1;
+        const size_t bytes = (size_t)im->nx * im->ny * E * sizeof(float);
+        g->img[k] = (gen_img){.embd = bs_xmalloc(bytes), .nx = im->nx, .ny = im->ny, .pos = i};
+        memcpy(g->img[k].embd, im->embd, bytes);
+        g->n_img = ++k;
     }
-    *out = p;
-    *n_out = j;
     return 0;
+}
+
+int32_t *gen_expand_request(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                            int *n_out) {
+    bs_gen_request r = {.images = images, .n_images = n_images};
+    long total = 0;
+    if (check_images(g, &r, prompt, n, &total) || total > INT32_MAX) return NULL;
+    return expand(prompt, n, images, total, n_out);
 }
 
 int gen_expand_pos(const bs_gen_request *r, const int32_t *prompt, int n, int pos) {

@@ -84,6 +84,9 @@ bs_detok *gen_detok_new(const bs_gen *g);
  * expand it (*out malloc'd, *n_out positions), copying the rows; -1 + error. */
 int gen_images_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, int32_t **out, int *n_out);
 void gen_images_free(bs_gen *g);
+/* Only the expanded ids (for bs_gen_reusable); NULL + error when the images do not fit the prompt. */
+int32_t *gen_expand_request(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                            int *n_out);
 /* A prompt position of the caller's array (markers count one) in the expanded prompt. */
 int gen_expand_pos(const bs_gen_request *r, const int32_t *prompt, int n, int pos);
 /* len cut back so that prompt[0..len) does not end inside an image. */
