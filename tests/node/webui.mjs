@@ -29,9 +29,9 @@ try {
     postData: JSON.stringify({ ...JSON.parse(route.request().postData()), ignore_eos: true }) }));
   await page.goto(url + '/');
   await page.waitForFunction(() => /tiny/.test(document.getElementById('model').textContent), null, { timeout: 15000 });
-  // the server's /props has no "modalities": no image control
+  // the server runs without --mmproj: /props says vision false, no image control
   await page.waitForFunction(() => document.body.dataset.vision === 'false', null, { timeout: 15000 })
-    .catch(() => fail('without "modalities" in /props the page did not settle on vision false'));
+    .catch(() => fail('with vision false in /props the page did not settle on vision false'));
   if (await page.isVisible('#attach')) fail('image control shown without vision in /props');
   await page.fill('#temp', '0');
   await page.fill('#maxtok', '40');
