@@ -74,6 +74,7 @@ static int parse(run_opts *o, int argc, char **argv) {
     if (!o->g.model) return bs_error("no model given (-m FILE)");
     if (!o->prompt == !o->file) return bs_error("give exactly one of -p TEXT or -f FILE");
     if ((o->no_think || o->system) && !o->chat) return bs_error("--no-think and -sys need --chat");
+    if (o->vis.n_paths && !o->vis.mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");
     return 0;
 }
 
