@@ -142,6 +142,20 @@ BS_API bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
 BS_API int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool special,
                          char **text, size_t *len);
 
+/* --- images (a Qwen3.5 / Qwen3-VL vision projector, "mmproj" GGUF; CPU only) ---------------
+ * A projector turns an image file's bytes (PNG, JPEG, binary PPM/PGM) into rows of the text
+ * model's width that a generation request takes (bs_gen_image, BS_TOKEN_IMAGE below); the
+ * preprocessing is llama.cpp mtmd's. */
+typedef struct bs_mmproj bs_mmproj;
+/* Load a projector for model m (its output width must be m's n_embd; m may be NULL: no check). */
+BS_API bs_mmproj *bs_vision_load(const char *path, const bs_model *m);
+BS_API void bs_vision_free(bs_mmproj *p);
+/* Encode one image: out->embd (nx * ny rows, malloc'd: free((void *)out->embd)), the grid and
+ * the bytes' hash. n_threads <= 0: every CPU. 0, or -1 + error. */
+struct bs_gen_image;
+BS_API int bs_vision_encode(const bs_mmproj *p, const void *data, size_t len, int n_threads,
+                            struct bs_gen_image *out);
+
 /* The FNV-1a 64-bit hash of bytes: bs_gen_image.hash of an image file. */
 BS_API uint64_t bs_hash_bytes(const void *data, size_t len);
 /* bs_tokenize_prompt where the text holds images: each BS_IMAGE_MARKER becomes BS_TOKEN_IMAGE
