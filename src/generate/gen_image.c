@@ -125,7 +125,7 @@ int32_t *gen_expand_request(const bs_gen *g, const int32_t *prompt, int n, const
                             int *n_out) {
     bs_gen_request r = {.images = images, .n_images = n_images};
     long total = 0;
-    if (check_images(g, &r, prompt, n, &total) || total > INT32_MAX) return NULL;
+    if (check_images(g, &r, prompt, n, &total) || total >= bs_session_n_ctx(g->sess)) return NULL;
     return expand(prompt, n, images, total, n_out);
 }
 
