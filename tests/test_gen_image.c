@@ -5,7 +5,9 @@
  * 3. stepping through bs_gen_plan / bs_eval_multi / bs_gen_commit (the server's way; the image
  *    itself through bs_gen_step) gives the same tokens;
  * 4. prefix reuse: the same image again is reused, a different hash or grid is not;
- * 5. bad requests fail with an error and no crash. */
+ * 5. forty 1x1 images (the id table grows): the same again is reused whole, one changed image
+ *    stops the reuse at or before it;
+ * 6. bad requests fail with an error and no crash. */
 #include "generate/gen.h"
 #include "model/batch_eval.h"
 #include "model/qwen35.h"
@@ -138,6 +140,31 @@ static void prefix_reuse(const int32_t *ref) {
     bs_gen_free(g);
 }
 
+static void many_images(void) {
+    enum { K = 40 };
+    bs_gen_image im[K];
+    int32_t p[N1 + K + N2];
+    memcpy(p, chunk1, sizeof chunk1);
+    for (int k = 0; k < K; k++) {
+        im[k] = (bs_gen_image){img + (size_t)(k % NI) * bs_model_n_embd(model), 1, 1, 1000 + (uint64_t)k};
+        p[N1 + k] = BS_TOKEN_IMAGE;
+    }
+    memcpy(p + N1 + K, chunk2, sizeof chunk2);
+    bs_gen *g = new_gen(NULL, 0);
+    if (!g) return;
+    bs_gen_request r;
+    request(&r, im, K, 2);
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) im[30].hash = 7;
+        CHECKF(bs_gen_begin(g, &r, p, N1 + K + N2) == 0, "%s", bs_last_error());
+        CHECK(bs_gen_run(g, NULL, NULL) == 0);
+        const int c = bs_gen_get_stats(g)->n_cached;
+        if (round == 1) CHECK_EQ_INT(c, N1 + K + N2);
+        if (round == 2) CHECKF(c > 0 && c <= N1 + 30, "image 30 changed: %d positions reused", c);
+    }
+    bs_gen_free(g);
+}
+
 static void bad_requests(void) {
     bs_gen *g = new_gen(NULL, 0);
     if (!g) return;
@@ -185,6 +212,7 @@ int main(void) {
     greedy_and_drafter(path, ref);
     batched(ref);
     prefix_reuse(ref);
+    many_images();
     bad_requests();
     bs_tokenizer_free(tok);
     free(img);

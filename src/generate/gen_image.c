@@ -17,21 +17,49 @@
 
 typedef struct { uint64_t hash; int nx, ny; } img_key;
 
+/* Distinct images seen by this process (16 bytes each) and an open-addressing index over them
+ * (slot: entry + 1, 0 empty), so that a long-running server looks an image up in O(1). */
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static img_key *reg;   /* distinct images seen by this process (a few bytes each) */
+static img_key *reg;
 static int n_reg, cap_reg;
+static int *slots;
+static size_t n_slots;   /* a power of two, at least twice n_reg */
+
+static size_t slot_of(uint64_t hash, int nx, int ny) {
+    uint64_t h = hash ^ ((uint64_t)(uint32_t)nx * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uint32_t)ny << 32);
+    h ^= h >> 29;
+    return (size_t)(h * 0xbf58476d1ce4e5b9ULL >> 17) & (n_slots - 1);
+}
+
+static void index_add(int k) {
+    size_t i = slot_of(reg[k].hash, reg[k].nx, reg[k].ny);
+    while (slots[i]) i = (i + 1) & (n_slots - 1);
+    slots[i] = k + 1;
+}
+
+static void grow(void) {
+    cap_reg = cap_reg ? 2 * cap_reg : 16;
+    reg = bs_xrealloc(reg, (size_t)cap_reg * sizeof *reg);
+    free(slots);
+    n_slots = 2 * (size_t)cap_reg;
+    slots = bs_xcalloc(n_slots, sizeof *slots);
+    for (int k = 0; k < n_reg; k++) index_add(k);
+}
 
 /* The id of the first row of an image (-3, -5, ...); its other rows have id - 1. */
 static int32_t image_id(uint64_t hash, int nx, int ny) {
     pthread_mutex_lock(&reg_mu);
-    int k = 0;
-    while (k < n_reg && !(reg[k].hash == hash && reg[k].nx == nx && reg[k].ny == ny)) k++;
-    if (k == n_reg) {
-        if (n_reg == cap_reg) {
-            cap_reg = cap_reg ? 2 * cap_reg : 16;
-            reg = bs_xrealloc(reg, (size_t)cap_reg * sizeof *reg);
-        }
-        reg[n_reg++] = (img_key){hash, nx, ny};
+    if (n_reg == cap_reg) grow();
+    size_t i = slot_of(hash, nx, ny);
+    int k = -1;
+    for (; slots[i]; i = (i + 1) & (n_slots - 1)) {
+        const img_key *e = &reg[slots[i] - 1];
+        if (e->hash == hash && e->nx == nx && e->ny == ny) { k = slots[i] - 1; break; }
+    }
+    if (k < 0) {
+        k = n_reg++;
+        reg[k] = (img_key){hash, nx, ny};
+        slots[i] = k + 1;
     }
     pthread_mutex_unlock(&reg_mu);
     return -3 - 2 * k;
