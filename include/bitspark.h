@@ -142,6 +142,30 @@ BS_API bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
 BS_API int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool special,
                          char **text, size_t *len);
 
+/* --- images (a Qwen3.5 / Qwen3-VL vision projector, "mmproj" GGUF; CPU only) ---------------
+ * A projector turns an image file's bytes (PNG, JPEG, binary PPM/PGM) into rows of the text
+ * model's width that a generation request takes (bs_gen_image, BS_TOKEN_IMAGE below); the
+ * preprocessing is llama.cpp mtmd's. */
+typedef struct bs_mmproj bs_mmproj;
+/* Load a projector for model m (its output width must be m's n_embd; m may be NULL: no check). */
+BS_API bs_mmproj *bs_vision_load(const char *path, const bs_model *m);
+BS_API void bs_vision_free(bs_mmproj *p);
+/* Encode one image: out->embd (nx * ny rows, malloc'd: free((void *)out->embd)), the grid and
+ * the bytes' hash. n_threads <= 0: every CPU. 0, or -1 + error. */
+struct bs_gen_image;
+BS_API int bs_vision_encode(const bs_mmproj *p, const void *data, size_t len, int n_threads,
+                            struct bs_gen_image *out);
+
+/* The FNV-1a 64-bit hash of bytes: bs_gen_image.hash of an image file. */
+BS_API uint64_t bs_hash_bytes(const void *data, size_t len);
+/* bs_tokenize_prompt where the text holds images: each BS_IMAGE_MARKER becomes BS_TOKEN_IMAGE
+ * and the text between markers is tokenized piece by piece (mtmd's chunks, so a vocabulary
+ * without the vision tokens gets mtmd's ids). *n_images: the markers found. */
+#define BS_IMAGE_MARKER "<|image_pad|>"
+#define BS_IMAGE_CHAT "<|vision_start|>" BS_IMAGE_MARKER "<|vision_end|>"   /* a chat's image part */
+BS_API int bs_tokenize_prompt_images(const bs_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                                     size_t *n, int *n_images);
+
 /* --- chat templates -------------------------------------------------------------------------- */
 typedef struct bs_chat_tool_call {
     const char *name;
@@ -271,6 +295,16 @@ typedef struct bs_gen_params {
     int draft_window;
 } bs_gen_params;
 
+/* An image in a prompt: its rows (the vision encoder's output) and a content key. */
+typedef struct bs_gen_image {
+    const float *embd;         /* nx * ny rows of the model's n_embd floats; copied by bs_gen_begin */
+    int nx, ny;                /* grid of merged tokens */
+    uint64_t hash;             /* content key (e.g. FNV-1a of the image file's bytes): the prompt
+                                  cache reuses an image only when hash and grid match */
+} bs_gen_image;
+/* In a prompt token array: the place of the next image of bs_gen_request.images. */
+#define BS_TOKEN_IMAGE (-2)
+
 /* One generation request. */
 typedef struct bs_gen_request {
     bs_sampler_params sp;
@@ -305,6 +339,9 @@ typedef struct bs_gen_request {
                                   NULL: free text. Drafts it does not allow are cut before
                                   verification, so speculation stays exact under it */
     volatile sig_atomic_t *interrupt;   /* ends generation (BS_GEN_INTERRUPT) once nonzero */
+    const bs_gen_image *images;   /* one per BS_TOKEN_IMAGE of the prompt, in order; each takes
+                                     nx * ny positions (ckpt_at counts a marker as one) */
+    int n_images;
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

@@ -4,7 +4,8 @@
 # examples/simple.c and examples/spec.c, built with the installed header and pkg-config file
 # (shared and static), generate on the trained tiny pair in models/: simple's text equals
 # `bitspark run`'s greedy text, spec's (with the drafter) equals simple's, and spec reports its
-# acceptance.
+# acceptance. examples/image.c (bs_vision_*, an image in the request) answers on the vision
+# fixture as `bitspark run --mmproj --image --chat` does.
 set -u
 B=${BITSPARK:?}; SRC=${BS_SRC:?}; BUILD=${BS_BUILD:?}; T=${BS_TMP:?}/library
 CC=${BS_CC:-cc}; FLAGS=${BS_SANITIZE_FLAGS:-}
@@ -31,7 +32,7 @@ extra=$(comm -13 "$T/declared" "$T/exported" | tr '\n' ' '); missing=$(comm -23 
 [ -z "$missing" ] && ok "every public function exported" || bad "declared but not exported: $missing"
 
 export PKG_CONFIG_PATH=$(dirname "$pc")
-for ex in simple spec; do
+for ex in simple spec image; do
   if $CC $FLAGS -std=c11 -Wall -Wextra -Werror "$SRC/examples/$ex.c" $(pkg-config --cflags --libs bitspark) -o "$T/$ex" 2>"$T/$ex.cc"; then
     ok "examples/$ex.c builds against the installed shared library"
   else bad "$ex build: $(head -5 "$T/$ex.cc")"; fi
@@ -54,6 +55,14 @@ cmp -s "$T/simple.txt" "$T/spec.txt" && ok "spec (drafter) text equals simple's 
   || bad "spec vs simple: [$(head -c 200 "$T/spec.txt")] vs [$(head -c 200 "$T/simple.txt")]"
 grep -qE 'drafted [1-9][0-9]*, accepted [0-9]+ \(acceptance [0-9.]+%\)' "$T/spec.err" && ok "spec reports acceptance: $(grep -o 'acceptance [0-9.]*%' "$T/spec.err")" \
   || bad "spec acceptance line: $(tail -1 "$T/spec.err")"
+FX=${BS_FIXTURES:?}
+VM=$FX/tiny-f32.gguf VP=$FX/vision/tiny-mmproj-f32.gguf VI=$FX/vision/image.png
+"$B" run -m "$VM" --mmproj "$VP" --image "$VI" --chat -p "Describe this picture." -n 16 --temp 0 -t 1 -q >"$T/vrun.txt" 2>/dev/null
+"$T/image" "$VM" "$VP" "$VI" "Describe this picture." 16 >"$T/image.txt" 2>"$T/image.err" && ok "image runs" || bad "image: $(tail -2 "$T/image.err")"
+[ -s "$T/image.txt" ] && cmp -s "$T/vrun.txt" "$T/image.txt" && ok "image's text equals bitspark run --image's" \
+  || bad "image vs run: [$(head -c 200 "$T/image.txt")] vs [$(head -c 200 "$T/vrun.txt")]"
+"$T/image" "$VM" "$VM" "$VI" hi >/dev/null 2>"$T/err.txt"
+grep -q "not an mmproj" "$T/err.txt" && ok "image: a text GGUF as projector is a clean error" || bad "image bad projector: $(cat "$T/err.txt")"
 "$T/simple" "$T/no-such.gguf" hi >/dev/null 2>"$T/err.txt"; rc=$?
 [ $rc -ne 0 ] && grep -q "no-such.gguf" "$T/err.txt" && ok "a missing model: clean error" || bad "missing model: rc $rc $(cat "$T/err.txt")"
 echo "test_library: $pass passed, $fail failed"

@@ -3,7 +3,7 @@
 # openai npm package (v6, pinned in tests/node/package-lock.json) through node's test runner:
 # models, chat (stream / non-stream, usage, timings, stop, thinking, logprobs, tools), completions
 # (logprobs, echo), errors, tokenize round trip, abort frees the slot, batched == solo greedy
-# output, prompt cache reuse == fresh computation, metrics.
+# output, prompt cache reuse == fresh computation, metrics; image_url parts (serve --mmproj).
 source "$(dirname "$0")/server_lib.sh"
 PY=${PYTHON:-/usr/bin/python3}
 node_deps
@@ -93,6 +93,49 @@ a=$(curl -s -H 'Content-Type: application/json' "$CS/v1/completions" -d "$q"); b
 echo "$a" | grep -q '"completion_tokens":150' && ok "context shift: 150 tokens in a 64-token context" || bad "context shift: $a"
 echo "$b" | grep -q '"finish_reason":"length"' && ! echo "$b" | grep -q '"completion_tokens":2000' \
   && ok "without it a full context ends with finish_reason length" || bad "full context: $(echo "$b" | head -c 300)"
+# images (serve --mmproj, the vision fixture): an image_url data: URL part sent by the openai
+# client answers as `run --mmproj --image` does (streamed too, and with a drafter); the same
+# image again is served from the prompt cache; an image request and a text one at once (two
+# slots) answer as each does alone; the marker typed as text stays text (no image
+# taken, answered); a remote URL, and an image sent to a server without --mmproj, are 400s;
+# /props says whether vision is on
+FX=${BS_FIXTURES:?}
+start_server VIS -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" -np 2 -t 2 --ctx 512
+start_server VISD -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" -md "$FX/tiny-dspark-f32.gguf" \
+    --draft-max 3 -np 2 -t 2 --ctx 512
+"$B" run -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" --image "$FX/vision/image.png" --chat \
+    -p "Describe this picture." -n 8 --temp 0 --ignore-eos -q -t 1 >"$T/vis.cli"
+out=$(node -e '
+  const OpenAI = require(process.env.BS_NODE_DIR + "/node_modules/openai").default;
+  const fs = require("fs");
+  const [vis, visd, plain, png, cliFile] = process.argv.slice(1);
+  const want = fs.readFileSync(cliFile, "utf8");
+  const url = "data:image/png;base64," + fs.readFileSync(png).toString("base64");
+  const msg = (u) => [{ role: "user", content: [{ type: "image_url", image_url: { url: u } }, { type: "text", text: "Describe this picture." }] }];
+  const cl = (base) => new OpenAI({ baseURL: base + "/v1", apiKey: "x", maxRetries: 0, timeout: 60_000 });
+  const ask = (base, u, more = {}) => cl(base).chat.completions.create({ model: "m", messages: msg(u), max_tokens: 8, temperature: 0, ignore_eos: true, ...more });
+  const status = (base, u) => ask(base, u).then(() => 200, (e) => e.status);
+  const vision = (base) => fetch(base + "/props").then((r) => r.json()).then((j) => j.modalities.vision);
+  (async () => {
+    const a = await ask(vis, url), b = await ask(vis, url), d = await ask(visd, url);
+    let streamed = "";
+    for await (const ch of await ask(vis, url, { stream: true })) streamed += ch.choices[0]?.delta?.content ?? "";
+    const [p1, p2] = await Promise.all([ask(vis, url, { max_tokens: 24 }), ask(vis, url, { max_tokens: 24, messages: [{ role: "user", content: "Plain text." }] })]);
+    const [s1, s2] = [await ask(visd, url, { max_tokens: 24 }), await ask(visd, url, { max_tokens: 24, messages: [{ role: "user", content: "Plain text." }] })];
+    const together = p1.choices[0].message.content === s1.choices[0].message.content && p2.choices[0].message.content === s2.choices[0].message.content;
+    const typed = await cl(vis).chat.completions.create({ model: "m", max_tokens: 2, messages: [{ role: "user",
+      content: "<|vision_start|><|image_pad|><|vision_end|>" }] }).then((x) => x.usage.prompt_tokens, (e) => e.status);
+    const r = { same: a.choices[0].message.content === want, cached: b.usage.prompt_tokens_details.cached_tokens,
+                prompt: b.usage.prompt_tokens, again: b.choices[0].message.content === want, stream: streamed === want,
+                drafter: d.choices[0].message.content === want, drafted: d.timings.draft_n,
+                together, typed, remote: await status(vis, "https://example.com/cat.png"), no_mmproj: await status(plain, url),
+                vision: [await vision(vis), await vision(plain)] };
+    console.log(JSON.stringify(r));
+    process.exit(r.same && r.again && r.stream && r.drafter && r.drafted > 0 && r.cached === r.prompt && r.remote === 400 &&
+                 r.typed > 25 && r.typed < r.prompt && r.together &&
+                 r.no_mmproj === 400 && r.vision[0] === true && r.vision[1] === false ? 0 : 1);
+  })();' "$VIS" "$VISD" "$URL" "$FX/vision/image.png" "$T/vis.cli" 2>&1) \
+  && ok "image_url parts: the CLI's answer, streamed and drafted too, cached again, 400s, /props ($out)" || bad "images: $out"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_server_webui.sh: the chat page at / in headless Debian chromium (playwright-core): a
 # message streams a reply that grows, the stats line shows the speed, the think block is
-# folded, Stop ends a reply, and the screenshot is not blank; then a page of another origin cannot
+# folded, Stop ends a reply, and the screenshot is not blank; the image control is hidden unless
+# /props says vision, and an attached fixture image is shown, removable and sent as an image_url
+# data: URL (webui.mjs, BS_FIXTURES/vision/image.png); then a page of another origin cannot
 # read or drive the server and a DNS-rebound page gets 403 (hostile_page.mjs). Needs /usr/bin/chromium.
 source "$(dirname "$0")/server_lib.sh"
 [ -x /usr/bin/chromium ] || { echo "FAIL /usr/bin/chromium is missing (Debian package chromium)"; exit 1; }

@@ -8,7 +8,8 @@
  * re-rendered) and restarts from the saved state instead of from scratch.
  *
  * Ctrl-C stops the current reply (a SIGINT handler sets a flag the generation loop polls);
- * Ctrl-D (EOF) or /exit quits; /reset clears the conversation. Reasoning is shown dimmed on a
+ * Ctrl-D (EOF) or /exit quits; /reset clears the conversation; /image PATH attaches an image to
+ * the next message (--image ones go with the first), as image parts before its text. Reasoning is shown dimmed on a
  * terminal and between <think> tags otherwise. */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
@@ -40,6 +41,8 @@ typedef struct {
 typedef struct {
     bs_engine e;
     chat_opts o;
+    cli_vision vis;            /* every image of the conversation, in order */
+    int n_pending;             /* the last of them, not yet in a message */
     turn *msgs;
     int n_msgs, cap_msgs;
     bool tty_in, tty_out;
@@ -55,21 +58,25 @@ void help_chat(void) {
            "\n"
            "Interactive chat with the model's chat template. One line is one message.\n"
            "Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset starts a new conversation.\n"
+           "/image PATH attaches an image to the next message (needs --mmproj); /reset drops the\n"
+           "images too.\n"
            "\n"
            "  -sys, --system TEXT     system message\n"
            "  --no-think              thinking off (the template's enable_thinking=false form)\n"
            "  -n, --n-predict N       max tokens per reply, -1 = until end of generation (-1)\n"
            "  --stats                 timings after each reply (stderr)\n"
-           "  --no-reuse              re-evaluate the whole conversation every turn (for checks)\n");
+           "  --no-reuse              re-evaluate the whole conversation every turn (for checks)\n"
+           CLI_VISION_HELP);
     cli_gen_help();
 }
 
-static int parse(chat_opts *o, int argc, char **argv) {
+static int parse(chat_opts *o, cli_vision *vis, int argc, char **argv) {
     cli_gen_defaults(&o->g);
     o->n_predict = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_gen_parse(&o->g, argc, argv, &i);
+        if (!r) r = cli_vision_parse(vis, argc, argv, &i);
         if (r < 0) return -1;
         if (r > 0) continue;
         long x;
@@ -94,6 +101,7 @@ static int parse(chat_opts *o, int argc, char **argv) {
         }
     }
     if (!o->g.model) return bs_error("no model given (-m FILE)");
+    if (vis->n_paths && !vis->mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");
     return 0;
 }
 
@@ -117,6 +125,8 @@ static void pop_msg(chat *c) {
 
 static void clear_conversation(chat *c) {
     while (c->n_msgs) pop_msg(c);
+    cli_vision_truncate(&c->vis, 0);
+    c->n_pending = 0;
     if (c->o.system) push_msg(c, "system", c->o.system, NULL);
 }
 
@@ -134,8 +144,14 @@ static int render_tokens(chat *c, bool gen_prompt, int32_t **ids, size_t *n, boo
     if (in_think)
         *in_think = len >= sizeof open - 1 && !memcmp(text + len - (sizeof open - 1), open, sizeof open - 1);
     if (gen_prompt) bs_log(2, "prompt:\n%s\n", text);
-    int rc = bs_engine_tokenize(&c->e, text, len, ids, n);
+    int n_img = 0;
+    int rc = bs_tokenize_prompt_images(c->e.tok, text, len, ids, n, &n_img);
     free(text);
+    if (!rc && n_img != c->vis.n - c->n_pending) {   /* e.g. the marker typed into a message */
+        free(*ids);
+        *ids = NULL;
+        return bs_error("the conversation places %d images but %d were attached", n_img, c->vis.n - c->n_pending);
+    }
     return rc;
 }
 
@@ -206,12 +222,14 @@ static int reply(chat *c) {
     r.interrupt = &interrupted;
     r.no_cache = c->o.no_reuse;
     r.ckpt_at = (int)common_prefix(hist, n_hist, full, n_full);   /* where the reply begins */
+    r.images = c->vis.im;
+    r.n_images = c->vis.n;
     c->rs = bs_reasoning_new(in_think);
     c->n_reason = c->n_content = 0;
     c->showing_reasoning = false;
     int e = bs_engine_generate(&c->e, &r, full, (int)n_full, emit, c);
     const bs_gen_stats *st = bs_gen_get_stats(c->e.gen);
-    bs_log(2, "reusing %d of %zu prompt tokens\n", st->n_cached, n_full);
+    bs_log(2, "reusing %d of %d prompt positions\n", st->n_cached, st->n_cached + st->n_prompt);
     bs_reasoning_out out;
     bs_reasoning_finish(c->rs, &out);
     show(c, &out);
@@ -270,17 +288,31 @@ static void chat_loop(chat *c) {
             fprintf(stderr, "[new conversation]\n");
             continue;
         }
+        if (!strncmp(line, "/image ", 7)) {
+            if (cli_vision_add(&c->vis, line + 7)) {
+                fprintf(stderr, "bitspark chat: %s\n", bs_last_error());
+            } else {
+                c->n_pending++;
+                fprintf(stderr, "[image %d attached to the next message]\n", c->vis.n);
+            }
+            continue;
+        }
         size_t bad;
         if (!bs_utf8_valid(line, strlen(line), &bad)) {
             fprintf(stderr, "bitspark chat: the message is not valid UTF-8 (bad byte 0x%02x at "
                             "offset %zu)\n", (unsigned char)line[bad], bad);
             continue;
         }
-        push_msg(c, "user", line, NULL);
+        char *msg = cli_vision_prefix(c->n_pending, line);
+        push_msg(c, "user", msg, NULL);
+        free(msg);
+        const int attached = c->n_pending;
+        c->n_pending = 0;
         interrupted = 0;
         if (reply(c)) {
             fprintf(stderr, "bitspark chat: %s\n", bs_last_error());
             pop_msg(c);   /* the message that failed is not part of the conversation */
+            cli_vision_truncate(&c->vis, c->vis.n - attached);   /* nor its images */
         }
     }
     free(line);
@@ -288,13 +320,20 @@ static void chat_loop(chat *c) {
 
 int cmd_chat(int argc, char **argv) {
     chat c = {0};
-    if (parse(&c.o, argc, argv)) return cli_fail("chat");
+    if (parse(&c.o, &c.vis, argc, argv)) return cli_fail("chat");
     c.o.g.undo = true;   /* rollback may serve the next turn's prefix */
     cli_gen_cap_ctx(&c.o.g);
     if (bs_engine_open(&c.e, &c.o.g)) return cli_fail("chat");
+    if (cli_vision_open(&c.vis, c.e.model, c.o.g.n_threads)) {
+        cli_vision_close(&c.vis);
+        bs_engine_close(&c.e);
+        return cli_fail("chat");
+    }
     c.tty_in = isatty(STDIN_FILENO);
     c.tty_out = isatty(STDOUT_FILENO);
-    clear_conversation(&c);
+    while (c.n_msgs) pop_msg(&c);
+    if (c.o.system) push_msg(&c, "system", c.o.system, NULL);
+    c.n_pending = c.vis.n;   /* --image: with the first message */
     struct sigaction sa = {0};
     sa.sa_handler = on_sigint;   /* no SA_RESTART: Ctrl-C at the prompt interrupts getline */
     sigemptyset(&sa.sa_mask);
@@ -309,6 +348,7 @@ int cmd_chat(int argc, char **argv) {
     free(c.msgs);
     free(c.reason);
     free(c.content);
+    cli_vision_close(&c.vis);
     bs_engine_close(&c.e);
     return 0;
 }

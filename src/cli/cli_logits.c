@@ -2,9 +2,10 @@
  * rest one at a time) and write every position's logits as raw float32 rows: the layout of the
  * reference fixtures, so outside checks can compare bitspark with other runtimes. Optionally also
  * writes the layer taps of every position. `<image>` in the token list stands for the rows of an
- * image (--image-embd), evaluated with bs_eval_image. Keep this interface stable. */
+ * image (--image-embd, or --image encoded with --mmproj), evaluated with bs_eval_image. Keep this interface stable. */
 #include "bitspark.h"
 #include "cli/cli.h"
+#include "vision/vision.h"
 #include "io/util.h"
 
 #include <errno.h>
@@ -17,7 +18,7 @@
 
 typedef struct opts {
     const char *model, *tokens, *tokens_file, *out, *taps, *taps_out;
-    const char *image_embd;
+    const char *image_embd, *mmproj, *image;
     long batch, threads, ctx, img_nx, img_ny;
     int kv_type;
     bool no_mmap;
@@ -38,6 +39,8 @@ void help_logits(void) {
            "  --image-embd F     image embeddings (rows x n_embd float32, as mmproj-embed writes)\n"
            "                     evaluated where the token list says <image>: one logits row each\n"
            "  --image-grid WxH   the image's grid of merged tokens (W * H = rows of F)\n"
+           "  --mmproj F         with --image: the vision projector that encodes the image\n"
+           "  --image IMG        instead of --image-embd: an image file (PNG, JPEG, binary PPM)\n"
            "  --no-mmap          read the model into memory instead of mapping it\n"
            "  --device D         auto (default), cpu, vulkan or vulkan:N (see 'bitspark devices')\n");
 }
@@ -90,6 +93,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
             else return bs_error("--kv-type: '%s' is not f16 or f32", v);
         }
         else if (!strcmp(a, "--image-embd")) { VAL(); o->image_embd = v; }
+        else if (!strcmp(a, "--mmproj")) { VAL(); o->mmproj = v; }
+        else if (!strcmp(a, "--image")) { VAL(); o->image = v; }
         else if (!strcmp(a, "--image-grid")) {
             VAL();
             char *x;
@@ -111,6 +116,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
     if (!o->tokens == !o->tokens_file) return bs_error("give exactly one of --tokens and --tokens-file");
     if (!o->taps != !o->taps_out) return bs_error("--taps and --taps-out go together");
     if (!o->image_embd != !o->img_nx) return bs_error("--image-embd and --image-grid go together");
+    if (o->image && !o->mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");
+    if (o->mmproj && !o->image) return bs_error("--mmproj goes with --image IMG");
+    if (o->image && o->image_embd) return bs_error("give one of --image and --image-embd");
     return 0;
 }
 
@@ -166,7 +174,7 @@ static int evaluate(const opts *o, run_ctx *r) {
     const int nv = bs_model_n_vocab(r->m), E = bs_model_n_embd(r->m);
     r->n_rows = 0;
     for (int i = 0; i < r->n_tokens; i++) {
-        if (r->tokens[i] == IMAGE_ID && !r->img) return bs_error("<image> in the token list needs --image-embd");
+        if (r->tokens[i] == IMAGE_ID && !r->img) return bs_error("<image> in the token list needs --image-embd or --image");
         if (r->tokens[i] >= nv) return bs_error("token id %d (at %d) is out of range [0, %d)", r->tokens[i], i, nv);
         r->n_rows += r->tokens[i] == IMAGE_ID ? r->img_rows : 1;
     }
@@ -212,6 +220,31 @@ static int load_image(const opts *o, run_ctx *r) {
     return 0;
 }
 
+/* --image through the projector --mmproj. */
+static int encode_image(const opts *o, run_ctx *r) {
+    char err[512];
+    bs_mmproj *pj = bs_mmproj_load(o->mmproj, err, sizeof err);
+    if (!pj) return bs_error("%s", err);
+    if (bs_mmproj_n_embd(pj) != bs_model_n_embd(r->m)) {
+        bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", o->mmproj, bs_mmproj_n_embd(pj),
+                 bs_model_n_embd(r->m));
+        bs_mmproj_free(pj);
+        return -1;
+    }
+    bs_image_embd e;
+    const int rc = bs_vision_encode_file(pj, o->image, (int)o->threads, &e, err, sizeof err);
+    bs_mmproj_free(pj);
+    if (rc) return bs_error("%s", err);
+    const size_t len = (size_t)e.n_rows * e.n_embd * sizeof(float);
+    r->img = bs_xmalloc(len);
+    memcpy(r->img, e.embd, len);
+    r->img_rows = e.n_rows;
+    r->img_nx = e.nx;
+    r->img_ny = e.ny;
+    bs_image_embd_free(&e);
+    return 0;
+}
+
 /* The token list with each <image> replaced by IMAGE_ID. */
 static int parse_tokens(const char *text, const char *what, run_ctx *r) {
     if (strchr(text, '-')) return bs_error("%s: negative token ids are out of range", what);
@@ -244,6 +277,7 @@ int cmd_logits(int argc, char **argv) {
     bs_model_params mp = {.no_mmap = o.no_mmap, .device = o.device};
     if (!(r.m = bs_model_load(o.model, &mp))) goto done;
     if (o.image_embd && load_image(&o, &r)) goto done;
+    if (o.image && encode_image(&o, &r)) goto done;
     rc = evaluate(&o, &r) ? 1 : 0;
 done:
     if (rc) cli_fail("logits");

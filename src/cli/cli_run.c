@@ -11,6 +11,7 @@
 
 typedef struct {
     bs_engine_opts g;
+    cli_vision vis;
     const char *prompt, *file, *system;
     int n_predict;
     bool chat, no_think, quiet;
@@ -21,6 +22,9 @@ void help_run(void) {
            "\n"
            "Generate a continuation of the prompt. The prompt is tokenized with special tokens\n"
            "parsed (like llama.cpp's -p); --chat wraps it in the model's chat template.\n"
+           "With --image, the images go before the prompt (inside the user message with --chat),\n"
+           "each as " BS_IMAGE_CHAT ", unless a prompt without --chat places\n"
+           "them itself with " BS_IMAGE_MARKER ".\n"
            "\n"
            "  -p, --prompt TEXT       prompt text\n"
            "  -f, --file FILE         read the prompt from a file ('-': stdin)\n"
@@ -29,7 +33,8 @@ void help_run(void) {
            "  --no-think              with --chat: the enable_thinking=false form\n"
            "  -sys, --system TEXT     with --chat: system message\n"
            "  -q, --quiet             no logs or timing lines on stderr\n"
-           "  -v, --verbose           also log the prompt as rendered and tokenized\n");
+           "  -v, --verbose           also log the prompt as rendered and tokenized\n"
+           CLI_VISION_HELP);
     cli_gen_help();
 }
 
@@ -39,6 +44,7 @@ static int parse(run_opts *o, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_gen_parse(&o->g, argc, argv, &i);
+        if (!r) r = cli_vision_parse(&o->vis, argc, argv, &i);
         if (r < 0) return -1;
         if (r > 0) continue;
         long x;
@@ -68,6 +74,7 @@ static int parse(run_opts *o, int argc, char **argv) {
     if (!o->g.model) return bs_error("no model given (-m FILE)");
     if (!o->prompt == !o->file) return bs_error("give exactly one of -p TEXT or -f FILE");
     if ((o->no_think || o->system) && !o->chat) return bs_error("--no-think and -sys need --chat");
+    if (o->vis.n_paths && !o->vis.mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");
     return 0;
 }
 
@@ -116,8 +123,21 @@ static char *prompt_text(const run_opts *o, bs_engine *e, size_t *len) {
         return NULL;
     }
     if (!o->chat) {
+        const int n_img = o->vis.n_paths;
+        if (n_img && !strstr(raw, BS_IMAGE_MARKER)) {   /* the images go first */
+            char *p = cli_vision_prefix(n_img, raw);
+            free(raw);
+            raw = p;
+            n = strlen(p);
+        }
         *len = n;
         return raw;
+    }
+    if (o->vis.n_paths) {
+        char *p = cli_vision_prefix(o->vis.n_paths, raw);
+        free(raw);
+        raw = p;
+        n = strlen(p);
     }
     bs_chat_msg msgs[2] = {{0}};
     int nm = 0;
@@ -142,13 +162,22 @@ int cmd_run(int argc, char **argv) {
     int rc = 1;
     size_t len, n;
     int32_t *ids = NULL;
-    char *text = prompt_text(&o, &e, &len);
-    if (!text || bs_engine_tokenize(&e, text, len, &ids, &n)) goto done;
+    int n_img = 0;
+    char *text = NULL;
+    if (cli_vision_open(&o.vis, e.model, o.g.n_threads)) goto done;
+    text = prompt_text(&o, &e, &len);
+    if (!text || bs_tokenize_prompt_images(e.tok, text, len, &ids, &n, &n_img)) goto done;
+    if (n_img != o.vis.n) {
+        bs_error("the prompt places %d images but %d were given (--image)", n_img, o.vis.n);
+        goto done;
+    }
     if (n > (size_t)INT32_MAX) { bs_error("prompt too long"); goto done; }
     bs_log(2, "prompt (%zu tokens):\n%.*s\n", n, (int)BS_MIN(len, 4096), text);
     bs_gen_request r;
     bs_engine_request(&e, &r);
     r.n_predict = o.n_predict;
+    r.images = o.vis.im;
+    r.n_images = o.vis.n;
     if (bs_engine_generate(&e, &r, ids, (int)n, emit_stdout, NULL)) goto done;
     if (!o.quiet) bs_engine_print_stats(&e, bs_gen_get_stats(e.gen));
     rc = 0;
@@ -156,6 +185,7 @@ done:
     if (rc) cli_fail("run");
     free(ids);
     free(text);
+    cli_vision_close(&o.vis);
     bs_engine_close(&e);
     return rc;
 }

@@ -29,6 +29,8 @@ void help_serve(void) {
            "  --draft-max N|auto      drafts verified per round (auto: chosen per round from the\n"
            "                          costs measured once per machine, with the batch in mind)\n"
            "  --draft-window N        the drafter attends to its last N context rows (0: all)\n"
+           "  --mmproj FILE           vision projector (mmproj GGUF): chat messages may hold\n"
+           "                          image_url parts (data: URLs); /props says modalities.vision\n"
            "  --host ADDR             address to listen on (127.0.0.1)\n"
            "  --port N                port, 0 = any free one (8080)\n"
            "  -np, --parallel N       slots: requests generated at the same time, their decode\n"
@@ -147,6 +149,7 @@ static int parse(srv_config *c, int argc, char **argv) {
 #define INT_OPT(lo, hi, dst) do { if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, lo, hi, &x)) return -1; dst = x; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(c->model = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) { if (!(c->drafter = cli_value(argc, argv, &i))) return -1; }
+        else if (!strcmp(a, "--mmproj")) { if (!(c->mmproj = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
             if (!(v = cli_value(argc, argv, &i))) return -1;
             if (!strcmp(v, "auto")) c->draft_max = BS_DRAFT_AUTO;

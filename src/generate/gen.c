@@ -80,6 +80,7 @@ static void end_request(bs_gen *g) {
     }
     free(g->prompt);
     g->prompt = NULL;
+    gen_images_free(g);
 }
 
 void bs_gen_free(bs_gen *g) {
@@ -117,7 +118,8 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     int best = 0;
     *from = -2;
     if (no_cache || g->state == GS_PROMPT) return 0;
-    const int common = prefix_len(g->toks, g->n_toks, prompt, n);
+    /* a reused prefix never ends inside an image: the rest of it would need its earlier rows */
+    const int common = gen_image_cut(prompt, n, prefix_len(g->toks, g->n_toks, prompt, n));
     if (g->n_toks > 0 && g->n_toks < n && common == g->n_toks) {
         best = g->n_toks;
         *from = -1;
@@ -125,7 +127,7 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     for (int k = 0; k < 2; k++) {
         const gen_ckpt *c = &g->ck[k];
         if (c->state && c->n > best && (c->n < n || (c->n == n && c->logits)) &&
-            prefix_len(c->toks, c->n, prompt, n) == c->n) {
+            prefix_len(c->toks, c->n, prompt, n) == c->n && gen_image_cut(prompt, n, c->n) == c->n) {
             best = c->n;
             *from = k;
         }
@@ -155,8 +157,12 @@ void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src) {
     memcpy(d->logits, c->logits, (size_t)dst->n_vocab * sizeof *d->logits);
 }
 
-int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache) {
-    int from, r = reuse_len(g, prompt, n, no_cache, &from);
+int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                    bool no_cache) {
+    int32_t *x = NULL;
+    if (n_images > 0 && !(x = gen_expand_request(g, prompt, n, images, n_images, &n))) return 0;
+    int from, r = reuse_len(g, x ? x : prompt, n, no_cache, &from);
+    free(x);
     return from == 2 ? 0 : r;   /* a rollback may fail: do not count on it */
 }
 
@@ -251,7 +257,7 @@ static void reset_output(bs_gen *g) {
 
 int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n) {
     const int n_ctx = bs_session_n_ctx(g->sess);
-    if (n < 1) return bs_error("empty prompt");
+    if (n < 1 || !prompt) return bs_error("empty prompt");
     if (n >= n_ctx) return bs_error("the prompt is %d tokens but the context holds %d (use --ctx)", n, n_ctx);
     if (r->n_stop < 0 || r->n_stop > BS_GEN_MAX_STOP) return bs_error("at most %d stop strings", BS_GEN_MAX_STOP);
     if (r->n_probs > BS_GEN_MAX_TOP) return bs_error("at most %d top logprobs", BS_GEN_MAX_TOP);
@@ -267,9 +273,15 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
         g->stop[i] = bs_xstrdup(r->stop[i]);
         g->max_stop = BS_MAX(g->max_stop, strlen(r->stop[i]));
     }
-    g->prompt = bs_xmalloc((size_t)n * sizeof *prompt);
-    memcpy(g->prompt, prompt, (size_t)n * sizeof *prompt);
-    g->n_prompt = n;
+    if (gen_images_begin(g, r, prompt, n, &g->prompt, &g->n_prompt)) {
+        end_request(g);
+        g->state = GS_IDLE;
+        return -1;
+    }
+    if (r->n_images) g->r.ckpt_at = gen_expand_pos(r, prompt, n, r->ckpt_at);
+    g->r.images = NULL;   /* copied into g->img */
+    prompt = g->prompt;
+    n = g->n_prompt;
     g->t0 = bs_time();
     g->use_spec = g->spec && !r->no_draft;
     g->prepared = g->parked = false;
@@ -302,7 +314,30 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
 static int prompt_chunk(const bs_gen *g, int budget) {
     const int ck = g->r.ckpt_at;
     const int target = ck > g->n_done && ck < g->n_prompt ? ck : g->n_prompt;
-    return budget > 0 ? BS_MIN(budget, target - g->n_done) : target - g->n_done;
+    const int c = budget > 0 ? BS_MIN(budget, target - g->n_done) : target - g->n_done;
+    return gen_text_run(g, g->n_done, g->n_done + c) - g->n_done;   /* text up to the next image */
+}
+
+/* The image the prompt goes on with, or NULL: it is evaluated whole, on its own. */
+static const gen_img *next_image(const bs_gen *g) {
+    return g->state == GS_PROMPT && g->n_done < g->n_prompt && gen_is_image_start(g->prompt[g->n_done])
+               ? gen_image_at(g, g->n_done) : NULL;
+}
+
+bool bs_gen_next_is_image(const bs_gen *g) { return next_image(g) != NULL; }
+
+static int image_step(bs_gen *g, const gen_img *im) {
+    const int rows = im->nx * im->ny;
+    const bool last = g->n_done + rows == g->n_prompt;
+    float *lg = last ? g->logits : NULL;
+    if (g->use_spec ? bs_spec_prompt_image(g->spec, im->embd, im->nx, im->ny, lg)
+                    : bs_eval_image(g->sess, im->embd, im->nx, im->ny, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, lg, NULL)) {
+        bs_error_prefix("evaluating the prompt's image: ");
+        gen_finish(g, BS_GEN_ERROR);
+        return -1;
+    }
+    prompt_done(g, rows);
+    return 0;
 }
 
 /* A prompt chunk of n tokens has been evaluated. */
@@ -325,6 +360,8 @@ static void prompt_done(bs_gen *g, int n) {
 }
 
 static int prompt_step(bs_gen *g, int budget) {
+    const gen_img *im = next_image(g);
+    if (im) return image_step(g, im);
     const int c = prompt_chunk(g, budget);
     const bool last = g->n_done + c == g->n_prompt;
     const int32_t *t = g->prompt + g->n_done;
@@ -386,7 +423,7 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
                             .logits = g->logits};
         return 1;
     }
-    if (g->state != GS_PROMPT || budget <= 0) return 0;
+    if (g->state != GS_PROMPT || budget <= 0 || next_image(g)) return 0;   /* images: bs_gen_step */
     const int c = prompt_chunk(g, budget);
     const bool last = g->n_done + c == g->n_prompt;
     if (g->use_spec) {   /* with the taps the drafter reads, in chunks its tap buffer holds */

@@ -57,6 +57,8 @@ void bs_gen_commit(bs_gen *g, bool ok);
  * how many blocks ran together (0 when fewer than two). */
 int bs_gen_draft_together(bs_gen *const *gs, int n);
 bool bs_gen_in_prompt(const bs_gen *g);   /* still evaluating the prompt */
+/* The prompt goes on with an image: bs_gen_plan hands out nothing, bs_gen_step evaluates it. */
+bool bs_gen_next_is_image(const bs_gen *g);
 bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the drafter */
 /* Rows other sequences put into the passes this generator's rounds share (0: alone): auto
  * depth prices a round by what its rows add to such a pass. */
@@ -69,7 +71,9 @@ const int32_t *bs_gen_cached(const bs_gen *g, int *n);
 /* Take over src's saved end-of-prompt state (a generator of the same model and context): a
  * request on that prompt then starts generating at once (the server's "n" choices). */
 void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src);
-/* How many prompt tokens a request on prompt[0..n) would reuse (to pick a slot). */
-int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, bool no_cache);
+/* How many prompt positions a request on prompt[0..n) with these images would reuse (to pick a
+ * slot). */
+int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                    bool no_cache);
 
 #endif

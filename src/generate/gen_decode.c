@@ -173,6 +173,8 @@ static int guard_push(bs_gen *g, bs_gen_token *tk) {
 static bool shift(bs_gen *g) {
     const int n = g->n_toks, keep = BS_MIN(BS_MAX(g->r.n_keep, 0), n / 2), discard = (n - keep) / 2;
     if (discard < 1) return false;
+    for (int i = 0; i < n; i++)
+        if (g->toks[i] < 0) return false;   /* image rows: re-evaluating them is not done here */
     memmove(g->toks + keep, g->toks + keep + discard, (size_t)(n - keep - discard) * sizeof *g->toks);
     g->n_toks = n - discard;
     bs_session_reset(g->sess);

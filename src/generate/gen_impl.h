@@ -16,6 +16,12 @@ typedef struct gen_ckpt {
                                   same prompt again needs no evaluation at all */
 } gen_ckpt;
 
+/* A request's image: its rows (copied) and where they start in the expanded prompt. */
+typedef struct gen_img {
+    float *embd;
+    int nx, ny, pos;
+} gen_img;
+
 struct bs_gen {
     bs_model *m;
     const bs_tokenizer *tok;
@@ -33,8 +39,10 @@ struct bs_gen {
     bs_gen_request r;
     char *stop[BS_GEN_MAX_STOP];
     size_t max_stop;
-    int32_t *prompt;
+    int32_t *prompt;           /* expanded: an image's rows hold its ids (gen_image.c) */
     int n_prompt, n_done;      /* n_done: prompt tokens the session holds */
+    gen_img *img;              /* the request's images */
+    int n_img;
     int planned;               /* rows of the prompt chunk bs_gen_plan handed out */
     bool spec_planned;         /* bs_gen_plan handed out a speculative round's verify pass */
     bs_sampler *smp;
@@ -71,5 +79,22 @@ void gen_spec_commit(bs_gen *g, bool ok);
 void gen_finish(bs_gen *g, int stop);
 /* Detokenizer with <think> (and tool-call) tags shown. */
 bs_detok *gen_detok_new(const bs_gen *g);
+
+/* gen_image.c: the request's images. begin: validate them against the prompt's markers and
+ * expand it (*out malloc'd, *n_out positions), copying the rows; -1 + error. */
+int gen_images_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, int32_t **out, int *n_out);
+void gen_images_free(bs_gen *g);
+/* Only the expanded ids (for bs_gen_reusable); NULL + error when the images do not fit the prompt. */
+int32_t *gen_expand_request(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
+                            int *n_out);
+/* A prompt position of the caller's array (markers count one) in the expanded prompt. */
+int gen_expand_pos(const bs_gen_request *r, const int32_t *prompt, int n, int pos);
+/* len cut back so that prompt[0..len) does not end inside an image. */
+int gen_image_cut(const int32_t *prompt, int n, int len);
+bool gen_is_image_start(int32_t id);
+/* The image starting at expanded position pos, or NULL. */
+const gen_img *gen_image_at(const bs_gen *g, int pos);
+/* The first image start in [from, to), or to. */
+int gen_text_run(const bs_gen *g, int from, int to);
 
 #endif

@@ -55,6 +55,13 @@ int srv_load(srv *s) {
         size_t n = 0;
         if (bs_token_to_piece(s->tok, id, true, &piece, &n) == 0 && (int)n > s->max_piece) s->max_piece = (int)n;
     }
+    if (cfg->mmproj) {
+        char err[512];
+        if (!(s->mmproj = bs_mmproj_load(cfg->mmproj, err, sizeof err))) return bs_error("%s", err);
+        if (bs_mmproj_n_embd(s->mmproj) != bs_model_n_embd(s->model))
+            return bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", cfg->mmproj,
+                            bs_mmproj_n_embd(s->mmproj), bs_model_n_embd(s->model));
+    }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
     if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) return -1;
@@ -77,6 +84,8 @@ void srv_stop(srv *s) {
     s->emb_sess = NULL;
     pthread_mutex_destroy(&s->emb_mu);
     bs_tokenizer_free(s->tok);
+    bs_mmproj_free(s->mmproj);
+    s->mmproj = NULL;
     bs_loras_detach(s->model, s->loras, s->n_loras);
     s->n_loras = 0;
     bs_model_free(s->model);

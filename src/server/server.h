@@ -35,6 +35,7 @@
 #include "sample/loop_guard.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
+#include "vision/vision.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -50,6 +51,7 @@
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
+    const char *mmproj;        /* --mmproj: the vision projector (image content parts); NULL: none */
     /* set by the HTTP side before the scheduler starts; the scheduler calls it (holding no task
      * lock) when it has published tokens or ended a task, so a waiting connection resumes now
      * instead of at the watcher's next tick */
@@ -115,6 +117,9 @@ typedef struct srv_task {
                                   references), n_choices - 1 of them */
     char *grammar;             /* GBNF the output must match (grammar, json_schema,
                                   response_format, tool_choice), or NULL; malloc'd */
+    bs_gen_image *images;      /* the prompt's images (their rows malloc'd, owned by the task
+                                  without a leader; the other choices use the leader's) */
+    int n_images;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -230,6 +235,7 @@ typedef struct srv {
     bs_session *emb_sess;      /* /v1/embeddings' own session (server_embed.c), made at first use */
     pthread_mutex_t emb_mu;
     bs_tokenizer *tok;
+    bs_mmproj *mmproj;         /* --mmproj, or NULL: image parts are refused */
     bs_chat_template tmpl;
     const char *tmpl_text;
     srv_sched *sched;

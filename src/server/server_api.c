@@ -2,6 +2,7 @@
  * request bodies checked field by field into a srv_task. Every bad field gets a 400 naming it;
  * unknown fields are ignored (clients send many). */
 #include "server/server.h"
+#include "server/server_vision.h"
 #include "sample/grammar.h"
 #include "io/util.h"
 #include "io/utf8.h"
@@ -366,8 +367,32 @@ static size_t min_tokens(const srv *s, size_t bytes) {
  * parsed), BOS if the vocab wants one; then check it fits. A prompt whose bytes alone prove it
  * longer than the context (min_tokens) is refused before any tokenizing: an 8 MB body costs
  * no tokenizer memory. */
+/* srv_tokenize_prompt of a prompt holding v's images: its pieces, an image marker between two. */
+static int tokenize_images(srv *s, const srv_vision *v, const char *text, size_t len, const bs_chat_span *sp,
+                           size_t n_sp, int32_t **ids, size_t *n) {
+    if (!v || !v->n) return srv_tokenize_prompt(s, text, len, sp, n_sp, ids, n);
+    srv_piece *pc;
+    size_t np, cap = 0;
+    int rc = srv_vision_split(v, text, len, sp, n_sp, &pc, &np);
+    *ids = NULL;
+    *n = 0;
+    for (size_t k = 0; k < np && !rc; k++) {
+        int32_t *p;
+        size_t m;
+        if ((rc = srv_tokenize_prompt(s, text + pc[k].b, pc[k].e - pc[k].b, pc[k].sp, pc[k].n_sp, &p, &m))) break;
+        if (*n + m + 1 > cap) *ids = bs_xrealloc(*ids, (cap = 2 * (*n + m + 1)) * sizeof **ids);
+        memcpy(*ids + *n, p, m * sizeof *p);
+        *n += m;
+        free(p);
+        if (k + 1 < np) (*ids)[(*n)++] = BS_TOKEN_IMAGE;
+    }
+    srv_pieces_free(pc, np);
+    if (rc) free(*ids);
+    return rc;
+}
+
 static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
-                       srv_reply *r) {
+                       const srv_vision *v, srv_reply *r) {
     size_t bad;
     const int n_ctx = srv_sched_n_ctx(s->sched);
     if (min_tokens(s, len) >= (size_t)n_ctx) {
@@ -380,7 +405,7 @@ static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const 
     }
     int32_t *raw;
     size_t nr;
-    if (srv_tokenize_prompt(s, text, len, sp, n_sp, &raw, &nr) < 0) {
+    if (tokenize_images(s, v, text, len, sp, n_sp, &raw, &nr) < 0) {
         srv_reply_error(r, 400, "invalid_request_error", "tokenizing the prompt: %s", bs_last_error());
         return false;
     }
@@ -392,8 +417,10 @@ static bool set_prompt(srv *s, srv_task *t, const char *text, size_t len, const 
     memcpy(t->prompt + add, raw, nr * sizeof *raw);
     free(raw);
     if (t->n_prompt == 0) { bad_request(r, "the %s is empty", "prompt"); return false; }
-    if (t->n_prompt >= n_ctx) {
-        exceed_context(r, t->n_prompt, n_ctx, false);
+    long rows = t->n_prompt;   /* an image takes one position per row */
+    for (int k = 0; v && k < v->n; k++) rows += (long)v->im[k].nx * v->im[k].ny - 1;
+    if (rows >= n_ctx) {
+        exceed_context(r, rows, n_ctx, false);
         return false;
     }
     /* a cache checkpoint where the last message starts (where the next turn will diverge) */
@@ -410,6 +437,8 @@ typedef struct chat_in {
     bs_chat_tool_call *calls;  /* all messages' calls, pointed into by msgs */
     char **strs;               /* strings to free */
     size_t n, n_calls, n_strs;
+    srv *s;                    /* NULL: image parts are rendered, not encoded (apply-template) */
+    srv_vision vis;            /* the images of the messages */
 } chat_in;
 
 static const char *keep(chat_in *c, char *s) {
@@ -422,9 +451,21 @@ static void chat_in_free(chat_in *c) {
     free(c->strs);
     free(c->msgs);
     free(c->calls);
+    srv_vision_free(&c->vis);
 }
 
-/* content: a string, null, or an array of {"type":"text","text":...} parts. */
+/* An image_url part: encoded, its placeholder into the text. */
+static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
+    char err[256];
+    if (c->s && srv_vision_add(c->s, &c->vis, part, err, sizeof err)) {
+        srv_reply_error(r, 400, "invalid_request_error", "%s", err);
+        return false;
+    }
+    srv_buf_adds(b, c->s ? c->vis.part : BS_IMAGE_CHAT);
+    return true;
+}
+
+/* content: a string, null, or an array of {"type":"text","text":...} and image_url parts. */
 static bool content_text(chat_in *c, json_t *v, const char **out, srv_reply *r) {
     if (!v || json_is_null(v)) { *out = NULL; return true; }
     if (json_is_string(v)) {
@@ -445,9 +486,13 @@ static bool content_text(chat_in *c, json_t *v, const char **out, srv_reply *r) 
     json_t *part;
     json_array_foreach(v, i, part) {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (json_is_string(type) && !strcmp(json_string_value(type), "image_url")) {
+            if (!image_part(c, part, &b, r)) { srv_buf_free(&b); return false; }
+            continue;
+        }
         if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
             srv_buf_free(&b);
-            bad_request(r, "content parts must be {\"type\": \"text\", \"text\": ...}%s (other kinds are not supported)", "");
+            bad_request(r, "content parts must be {\"type\": \"text\", \"text\": ...} or image_url%s (other kinds are not supported)", "");
             return false;
         }
         srv_buf_adds(&b, json_string_value(text));
@@ -601,7 +646,8 @@ static size_t rendered_at_least(const bs_chat_msg *m) {
 
 static void api_chat(srv *s, json_t *b, srv_reply *r) {
     srv_task *t = srv_task_new();
-    chat_in c = {0};
+    chat_in c = {.s = s};
+    srv_vision_init(&c.vis);
     char *tools = NULL, *prompt = NULL;
     bs_chat_span *spans = NULL;
     size_t n_spans = 0;
@@ -632,7 +678,11 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
         goto fail;
     }
     size_t plen = strlen(prompt);
-    if (!set_prompt(s, t, prompt, plen, spans, n_spans, r)) goto fail;
+    if (!set_prompt(s, t, prompt, plen, spans, n_spans, &c.vis, r)) goto fail;
+    t->images = c.vis.im;   /* the task owns them now */
+    t->n_images = c.vis.n;
+    c.vis.im = NULL;
+    c.vis.n = 0;
     free(spans);
     spans = NULL;
     g.logprobs = lp;
@@ -657,7 +707,7 @@ static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_re
     json_t *p = json_object_get(b, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
     if (json_is_string(p)) {
-        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), NULL, 0, r)) return false;
+        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), NULL, 0, NULL, r)) return false;
         g->prompt_text = bs_xstrdup(json_string_value(p));
         return true;
     }
@@ -737,6 +787,7 @@ static void api_props(srv *s, srv_reply *r) {
                           "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",
                           "bitspark-" BITSPARK_VERSION, "speculative", s->cfg.drafter != NULL, "n_ctx",
                           srv_sched_n_ctx(s->sched));
+    json_object_set_new(j, "modalities", json_pack("{s:b}", "vision", s->mmproj != NULL));
     srv_reply_json(r, 200, j);
 }
 

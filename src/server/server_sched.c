@@ -102,6 +102,9 @@ void srv_task_unref(srv_task *t) {
     int left = --t->refs;
     pthread_mutex_unlock(&t->mu);
     if (left) return;
+    if (!t->leader)
+        for (int k = 0; k < t->n_images; k++) free((void *)t->images[k].embd);
+    if (!t->leader) free(t->images);
     srv_task_unref(t->leader);
     free(t->prompt);
     free(t->grammar);
@@ -261,6 +264,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.grammar = t->grammar;
     r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
     r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
+    r.images = t->images;
+    r.n_images = t->n_images;
     if (t->leader && t->leader->slot >= 0)   /* another choice: the first one's evaluated prompt */
         bs_gen_share_prompt(sl->gen, s->slots[t->leader->slot].gen);
     const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
@@ -302,6 +307,17 @@ static void step(srv_sched *s) {
         if (bs_gen_plan(sl->gen, 0, &q[n])) who[n++] = sl, n_gen++;
         else if (bs_gen_done(sl->gen)) finish(s, sl, NULL);
     }
+    for (int i = 0; i < s->cfg.n_slots; i++) {   /* an image a prompt goes on with: alone */
+        slot *sl = &s->slots[i];
+        if (!sl->task || !bs_gen_next_is_image(sl->gen)) continue;
+        if (bs_gen_step(sl->gen, 0) == 0) {
+            stepped(s, sl);
+            continue;
+        }
+        char err[256];
+        snprintf(err, sizeof err, "%s", bs_last_error());
+        finish(s, sl, err);
+    }
     for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {   /* chunks of waiting prompts */
         slot *sl = &s->slots[i];
         if (sl->task && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
@@ -336,7 +352,7 @@ static slot *pick_slot(srv_sched *s, const srv_task *t) {
     for (int i = 0; i < s->cfg.n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->task) continue;
-        int r = bs_gen_reusable(sl->gen, t->prompt, t->n_prompt, t->no_cache);
+        int r = bs_gen_reusable(sl->gen, t->prompt, t->n_prompt, t->images, t->n_images, t->no_cache);
         if (r > best_reuse || (r == best_reuse && sl->last_used < best->last_used)) {
             best = sl;
             best_reuse = r;

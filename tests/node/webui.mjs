@@ -1,11 +1,16 @@
 // webui.mjs: the chat page of bitspark serve in headless Debian chromium (playwright-core), run by
 // tests/test_server_webui.sh: node webui.mjs URL SCREENSHOT.png. Sends a message, waits for
 // streamed text to appear (and grow), checks the stats line and the stop button, and saves a
-// screenshot whose pixels are checked not to be blank. Prints one JSON line; exit 1 on failure.
+// screenshot whose pixels are checked not to be blank. Then the image control: hidden while
+// /props has no "modalities" or says vision false; with vision true (/props rewritten here), the
+// fixture image (BS_FIXTURES) shows as a thumbnail, can be removed, and goes out as an image_url
+// part whose data: URL holds the file's bytes (the request is answered here, not by the server,
+// which runs without a projector). Prints one JSON line; exit 1 on failure.
 import { createRequire } from 'node:module';
 const require = createRequire(process.env.BS_NODE_DIR + '/');
 const { chromium } = require('playwright-core');
 const [url, shot] = process.argv.slice(2);
+const fixturePng = process.env.BS_FIXTURES + '/vision/image.png';
 const fail = (m) => { console.log(JSON.stringify({ ok: false, error: m })); process.exit(1); };
 
 // a fresh profile directory per run (playwright passes it as --user-data-dir)
@@ -24,6 +29,10 @@ try {
     postData: JSON.stringify({ ...JSON.parse(route.request().postData()), ignore_eos: true }) }));
   await page.goto(url + '/');
   await page.waitForFunction(() => /tiny/.test(document.getElementById('model').textContent), null, { timeout: 15000 });
+  // the server runs without --mmproj: /props says vision false, no image control
+  await page.waitForFunction(() => document.body.dataset.vision === 'false', null, { timeout: 15000 })
+    .catch(() => fail('with vision false in /props the page did not settle on vision false'));
+  if (await page.isVisible('#attach')) fail('image control shown without vision in /props');
   await page.fill('#temp', '0');
   await page.fill('#maxtok', '40');
   await page.uncheck('#think');
@@ -64,8 +73,69 @@ try {
     return seen.size;
   }, (await import('node:fs')).readFileSync(shot).toString('base64'));
   if (distinct < 20) fail('screenshot looks blank: ' + distinct + ' colours');
+  const image = await imageChecks(page);
   if (errors.length) fail('page errors: ' + errors.join('; '));
-  console.log(JSON.stringify({ ok: true, first_chunk: first, text: final.slice(0, 60), stats, colours: distinct }));
+  console.log(JSON.stringify({ ok: true, first_chunk: first, text: final.slice(0, 60), stats, colours: distinct, image }));
 } finally {
   await browser.close();
+}
+
+// /props as the server sends it, with "modalities" replaced
+async function propsWith(page, modalities) {
+  await page.unroute('**/props');
+  await page.route('**/props', async (route) => {
+    const response = await route.fetch();
+    route.fulfill({ response, json: { ...(await response.json()), modalities } });
+  });
+  await page.reload();
+  await page.waitForFunction((v) => document.body.dataset.vision === v, String(modalities.vision), { timeout: 15000 })
+    .catch(() => fail('the page did not take /props modalities ' + JSON.stringify(modalities)));
+}
+
+// a canned stream, so the page's request is checked whatever the server would answer (a
+// function: the checks above run before a top-level const below them would be initialized)
+function cannedSSE() {
+  return [
+    { choices: [{ index: 0, delta: { role: 'assistant', content: null }, finish_reason: null }] },
+    { choices: [{ index: 0, delta: { content: 'a picture' }, finish_reason: null }] },
+    { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }],
+      timings: { predicted_n: 2, predicted_per_second: 10, prompt_n: 30, cache_n: 0, prompt_per_second: 100, draft_n: 0 } },
+  ].map((j) => 'data: ' + JSON.stringify(j) + '\n\n').join('') + 'data: [DONE]\n\n';
+}
+
+async function imageChecks(page) {
+  const fs = await import('node:fs');
+  const want = fs.readFileSync(fixturePng);
+  await propsWith(page, { vision: false });
+  if (await page.isVisible('#attach')) fail('image control shown with vision false');
+  await propsWith(page, { vision: true });
+  if (!await page.isVisible('#attach')) fail('image control hidden with vision true');
+  await page.setInputFiles('#file', [fixturePng, fixturePng]);
+  await page.waitForFunction(() => [...document.querySelectorAll('#pending img')].filter((i) => i.naturalWidth === 96).length === 2,
+    null, { timeout: 10000 }).catch(() => fail('two thumbnails of the fixture (96 wide) did not show'));
+  await page.click('#pending .thumb:nth-child(2) .remove');
+  const left = await page.locator('#pending img').count();
+  if (left !== 1) fail(`after removing one of two thumbnails ${left} are left`);
+  let sent = null;
+  await page.unroute('**/v1/chat/completions');
+  await page.route('**/v1/chat/completions', (route) => {
+    sent = JSON.parse(route.request().postData());
+    route.fulfill({ status: 200, contentType: 'text/event-stream', body: cannedSSE() });
+  });
+  await page.fill('#input', 'What is in this picture?');
+  await page.click('#send');
+  await page.waitForFunction(() => /a picture/.test(document.querySelector('.assistant .content')?.textContent || ''),
+    null, { timeout: 10000 }).catch(() => fail('no reply shown after sending an image'));
+  const content = sent?.messages?.at(-1)?.content;
+  if (!Array.isArray(content)) fail('user content is not an array of parts: ' + JSON.stringify(content)?.slice(0, 200));
+  const imgs = content.filter((p) => p.type === 'image_url');
+  const texts = content.filter((p) => p.type === 'text');
+  if (imgs.length !== 1) fail(`${imgs.length} image_url parts sent, want 1`);
+  const u = imgs[0].image_url?.url || '';
+  if (!u.startsWith('data:image/png;base64,')) fail('image_url is not a PNG data: URL: ' + u.slice(0, 40));
+  if (!Buffer.from(u.slice(u.indexOf(',') + 1), 'base64').equals(want)) fail('the data: URL does not hold the fixture bytes');
+  if (texts.length !== 1 || texts[0].text !== 'What is in this picture?') fail('text part: ' + JSON.stringify(texts));
+  if (await page.locator('#pending img').count() !== 0 || await page.isVisible('#pending')) fail('thumbnails left after sending');
+  if (await page.locator('.user .imgs img').count() !== 1) fail('the sent message does not show its image');
+  return { parts: content.map((p) => p.type), data_url_chars: u.length };
 }

@@ -1,0 +1,101 @@
+/* server_vision.c: image content parts of chat requests (serve --mmproj).
+ *
+ * A part's image is decoded (server_image.c) and encoded by the projector when the request is
+ * parsed, on the HTTP thread with the server's thread count. Its place in the message text is a
+ * placeholder, <|vision_start|> + a per-request random tag + <|vision_end|>, that no client can
+ * type (the tag is drawn after the body arrived), so text that merely looks like an image part
+ * stays text. After rendering, the prompt is cut at each tag into pieces that are tokenized
+ * on their own (mtmd's text chunks), the vision markers around a tag outside any message span,
+ * so they become the template's tokens; an image marker goes between the pieces. */
+#include "server/server_vision.h"
+#include "server/server_image.h"
+#include "io/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VS "<|vision_start|>"
+#define VE "<|vision_end|>"
+
+void srv_vision_init(srv_vision *v) {
+    memset(v, 0, sizeof *v);
+    unsigned char rnd[12];
+    if (getentropy(rnd, sizeof rnd)) {   /* no entropy source: still unique per request */
+        static unsigned long counter;
+        uint64_t h = bs_hash_bytes(&v, sizeof v) ^ (uint64_t)time(NULL) ^
+                     (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ULL);
+        memcpy(rnd, &h, 8);
+        memset(rnd + 8, 0, 4);
+    }
+    char *w = v->tag + snprintf(v->tag, sizeof v->tag, "<|image_pad:");
+    for (size_t i = 0; i < sizeof rnd; i++) w += snprintf(w, 3, "%02x", rnd[i]);
+    snprintf(w, 3, "|>");
+    snprintf(v->part, sizeof v->part, VS "%s" VE, v->tag);
+}
+
+void srv_vision_free(srv_vision *v) {
+    for (int k = 0; k < v->n; k++) free((void *)v->im[k].embd);
+    free(v->im);
+    v->im = NULL;
+    v->n = 0;
+}
+
+int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen) {
+    if (!s->mmproj) {
+        snprintf(err, errlen, "image input needs a vision projector: this server was started without --mmproj");
+        return -1;
+    }
+    if (v->n == SRV_MAX_IMAGES) {
+        snprintf(err, errlen, "at most %d images per request", SRV_MAX_IMAGES);
+        return -1;
+    }
+    srv_image im;
+    if (srv_image_from_part(part, SRV_IMAGE_MAX_BYTES, &im, err, errlen)) return -1;
+    bs_image_embd e;
+    const int rc = bs_vision_encode_bytes(s->mmproj, im.data, im.len, s->cfg.n_threads, &e, err, errlen);
+    const uint64_t hash = im.hash;
+    srv_image_free(&im);
+    if (rc) return -1;
+    v->im = bs_xrealloc(v->im, (size_t)(v->n + 1) * sizeof *v->im);
+    v->im[v->n++] = (bs_gen_image){.embd = e.embd, .nx = e.nx, .ny = e.ny, .hash = hash};
+    return 0;
+}
+
+/* Where the next tag starts in text[from..len), or len. */
+static size_t find_tag(const srv_vision *v, const char *text, size_t len, size_t from) {
+    const size_t tl = strlen(v->tag);
+    for (size_t i = from; i + tl <= len; i++)
+        if (text[i] == v->tag[0] && !memcmp(text + i, v->tag, tl)) return i;
+    return len;
+}
+
+int srv_vision_split(const srv_vision *v, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                     srv_piece **out, size_t *n_out) {
+    const size_t tl = strlen(v->tag), vs = strlen(VS), ve = strlen(VE);
+    srv_piece *p = NULL;
+    size_t n = 0, at = 0;
+    for (;;) {
+        const size_t end = find_tag(v, text, len, at);
+        p = bs_xrealloc(p, (n + 1) * sizeof *p);
+        srv_piece *c = &p[n++];
+        *c = (srv_piece){.b = at, .e = end, .sp = bs_xmalloc((n_sp + 1) * sizeof *c->sp)};
+        /* message text in this piece, less the vision markers next to a tag */
+        const size_t lo = at + (n > 1 ? ve : 0), hi = end < len && end >= vs ? end - vs : end;
+        for (size_t i = 0; i < n_sp; i++) {
+            const size_t b = BS_MAX(sp[i].begin, lo), e = BS_MIN(sp[i].end, hi);
+            if (b < e) c->sp[c->n_sp++] = (bs_chat_span){.begin = b - at, .end = e - at};
+        }
+        if (end == len) break;
+        at = end + tl;
+    }
+    *out = p;
+    *n_out = n;
+    return (int)n - 1 == v->n ? 0 : bs_error("the prompt places %zu images but the request has %d", n - 1, v->n);
+}
+
+void srv_pieces_free(srv_piece *p, size_t n) {
+    for (size_t i = 0; i < n; i++) free(p[i].sp);
+    free(p);
+}

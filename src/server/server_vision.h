@@ -1,0 +1,39 @@
+/* server_vision.h: image content parts of chat requests (server_vision.c). */
+#ifndef BS_SERVER_VISION_H
+#define BS_SERVER_VISION_H
+
+#include "server/server.h"
+
+#include <jansson.h>
+
+#define SRV_MAX_IMAGES 16
+
+/* A request's images and the placeholder its message text holds for each. */
+typedef struct srv_vision {
+    bs_gen_image *im;          /* n encoded images, rows malloc'd (srv_vision_free, or handed
+                                  over to the task) */
+    int n;
+    char tag[48];              /* "<|image_pad:" + random hex + "|>" */
+    char part[96];             /* what an image part adds to a message: <|vision_start|> tag <|vision_end|> */
+} srv_vision;
+
+void srv_vision_init(srv_vision *v);   /* a fresh random tag */
+void srv_vision_free(srv_vision *v);
+/* An image_url content part: decoded, encoded, appended to v. 0, or -1 + the 400 message in err
+ * (no --mmproj, a remote URL, bad base64, a bad image, too many images). */
+int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen);
+
+/* A piece of the rendered prompt between image tags: text[b, e) and the message spans in it
+ * (relative to b) for srv_tokenize_prompt. */
+typedef struct srv_piece {
+    size_t b, e;
+    bs_chat_span *sp;
+    size_t n_sp;
+} srv_piece;
+/* The prompt cut at v's tags (v->n + 1 pieces); -1 + bs_error if the tags found are not v->n
+ * (the pieces are returned anyway, for srv_pieces_free). */
+int srv_vision_split(const srv_vision *v, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,
+                     srv_piece **out, size_t *n_out);
+void srv_pieces_free(srv_piece *p, size_t n);
+
+#endif
