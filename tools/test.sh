@@ -99,7 +99,7 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_suite asan-ubsan build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBS_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 if [ -z "${BS_NO_FUZZ:-}" ]; then
   CTEST_SEL=(-L fuzz)
-  run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
+  run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -14,6 +14,8 @@
  *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
  *                     /ready, the 503s of a replica that is not serving, graceful drain
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
+ *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
+ *                     (server_image.h)
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
