@@ -16,6 +16,7 @@
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
+ *   server_vision.c   image parts encoded by the projector and placed in the prompt
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
