@@ -154,6 +154,16 @@ void bs_latch_error(char *buf, size_t size, const char *fmt, va_list ap) {
     if (!buf[0]) vsnprintf(buf, size, fmt, ap);
 }
 
+int bs_errbuf(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 char *bs_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) { bs_error("%s: %s", path, strerror(errno)); return NULL; }

@@ -68,6 +68,9 @@ uint64_t bs_current_rss(void);
 /* Writers keep their first error in a fixed buffer and report it when closed: record the
  * message only if the buffer is still empty. */
 void bs_latch_error(char *buf, size_t size, const char *fmt, va_list ap);
+/* Functions that report into a caller's buffer (err, errlen; either may be NULL / 0): format the
+ * message there and return -1. */
+int bs_errbuf(char *err, size_t errlen, const char *fmt, ...) BS_PRINTF(3, 4);
 
 /* Whole-file read into a malloc'd, NUL-terminated buffer; NULL + bs_error on failure. */
 char *bs_read_file(const char *path, size_t *len);

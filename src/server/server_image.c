@@ -14,6 +14,8 @@
  * lines at 76 columns; every other byte outside the alphabet, spaces and tabs included, is an
  * error that names its offset in the payload. */
 #include "server/server_image.h"
+#include "generate/gen.h"
+#include "io/util.h"
 #include "vision/image.h"
 
 #include <stdarg.h>
@@ -24,22 +26,6 @@
 
 #define REMOTE_MSG "image_url: remote URLs are not fetched; send the image as a data: URL"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-uint64_t srv_image_fnv1a(const unsigned char *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
 
 static int b64_value(unsigned char c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -53,8 +39,8 @@ static int b64_value(unsigned char c) {
 static int bad_byte(const char *s, size_t i, char *err, size_t errlen) {
     unsigned char c = (unsigned char)s[i];
     if (c > 32 && c < 127)
-        return fail(err, errlen, "image_url: invalid base64 at byte %zu ('%c')", i, c);
-    return fail(err, errlen, "image_url: invalid base64 at byte %zu (byte 0x%02x)", i, c);
+        return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu ('%c')", i, c);
+    return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu (byte 0x%02x)", i, c);
 }
 
 /* Pass one: validate everything and count, so nothing is allocated for bad or oversized data.
@@ -66,21 +52,21 @@ static int b64_scan(const char *s, size_t n, size_t *n_sym, char *err, size_t er
         if (c == '\r' || c == '\n') continue;
         if (c == '=') {
             if (pads == 0 && sym % 4 < 2)
-                return fail(err, errlen, "image_url: invalid base64 at byte %zu (misplaced '=' padding)", i);
-            if (++pads > 2) return fail(err, errlen, "image_url: invalid base64 at byte %zu (too much '=' padding)", i);
+                return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu (misplaced '=' padding)", i);
+            if (++pads > 2) return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu (too much '=' padding)", i);
             continue;
         }
         if (b64_value(c) < 0) return bad_byte(s, i, err, errlen);
-        if (pads) return fail(err, errlen, "image_url: invalid base64 at byte %zu (data after '=' padding)", i);
+        if (pads) return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu (data after '=' padding)", i);
         sym++;
         last = i;
     }
     if ((sym + pads) % 4)
-        return fail(err, errlen, "image_url: invalid base64: %zu characters, not a multiple of 4 ('=' padding is required)",
+        return bs_errbuf(err, errlen, "image_url: invalid base64: %zu characters, not a multiple of 4 ('=' padding is required)",
                     sym + pads);
     int unused = sym % 4 == 2 ? 0xf : sym % 4 == 3 ? 0x3 : 0;
     if (unused && (b64_value((unsigned char)s[last]) & unused))
-        return fail(err, errlen, "image_url: invalid base64 at byte %zu (nonzero padding bits)", last);
+        return bs_errbuf(err, errlen, "image_url: invalid base64 at byte %zu (nonzero padding bits)", last);
     *n_sym = sym;
     return 0;
 }
@@ -91,9 +77,9 @@ int srv_base64_decode(const char *s, size_t n, size_t max_bytes, unsigned char *
     if (b64_scan(s, n, &sym, err, errlen)) return -1;
     size_t len = sym / 4 * 3 + (sym % 4 ? sym % 4 - 1 : 0);
     if (len > max_bytes)
-        return fail(err, errlen, "image_url: the image is %zu bytes, more than the limit of %zu", len, max_bytes);
+        return bs_errbuf(err, errlen, "image_url: the image is %zu bytes, more than the limit of %zu", len, max_bytes);
     unsigned char *p = malloc(len ? len : 1);
-    if (!p) return fail(err, errlen, "image_url: out of memory for %zu bytes", len);
+    if (!p) return bs_errbuf(err, errlen, "image_url: out of memory for %zu bytes", len);
     uint32_t acc = 0;
     size_t k = 0, bits = 0;
     for (size_t i = 0; i < n; i++) {
@@ -128,41 +114,41 @@ static int media_type_ok(const char *t, size_t n) {
 
 /* url[0..n) -> its base64 payload, after checking the scheme, the type and the ;base64 flag. */
 static int data_url_payload(const char *url, size_t n, const char **pay, size_t *pay_len, char *err, size_t errlen) {
-    if (n < 5 || strncasecmp(url, "data:", 5)) return fail(err, errlen, REMOTE_MSG);
+    if (n < 5 || strncasecmp(url, "data:", 5)) return bs_errbuf(err, errlen, REMOTE_MSG);
     const char *head = url + 5, *comma = memchr(head, ',', n - 5);
-    if (!comma) return fail(err, errlen, "image_url: a data: URL needs a ',' before its data");
+    if (!comma) return bs_errbuf(err, errlen, "image_url: a data: URL needs a ',' before its data");
     const char *semi = memchr(head, ';', (size_t)(comma - head));
     const char *type_end = semi ? semi : comma, *flag = comma;
     while (flag > head && flag[-1] != ';') flag--;
     if (!semi || comma - flag != 6 || strncasecmp(flag, "base64", 6))
-        return fail(err, errlen, "image_url: only base64 data: URLs are taken (data:image/png;base64,...)");
+        return bs_errbuf(err, errlen, "image_url: only base64 data: URLs are taken (data:image/png;base64,...)");
     if (!media_type_ok(head, (size_t)(type_end - head))) {
         char buf[48];
-        return fail(err, errlen, "image_url: unsupported image type '%s' (PNG, JPEG or PPM/PGM)",
+        return bs_errbuf(err, errlen, "image_url: unsupported image type '%s' (PNG, JPEG or PPM/PGM)",
                     printable(head, (size_t)(type_end - head), buf, sizeof buf));
     }
     *pay = comma + 1;
     *pay_len = n - (size_t)(*pay - url);
-    if (!*pay_len) return fail(err, errlen, "image_url: the data: URL holds no data");
+    if (!*pay_len) return bs_errbuf(err, errlen, "image_url: the data: URL holds no data");
     return 0;
 }
 
 /* The URL string of the part: "image_url": {"url": "..."} or "image_url": "...". */
 static const json_t *part_url(const json_t *part, char *err, size_t errlen) {
-    if (!json_is_object(part)) { fail(err, errlen, "image_url: a content part must be an object"); return NULL; }
+    if (!json_is_object(part)) { bs_errbuf(err, errlen, "image_url: a content part must be an object"); return NULL; }
     const json_t *type = json_object_get(part, "type");
     if (!json_is_string(type) || strcmp(json_string_value(type), "image_url")) {
-        fail(err, errlen, "image_url: the part's \"type\" must be \"image_url\"");
+        bs_errbuf(err, errlen, "image_url: the part's \"type\" must be \"image_url\"");
         return NULL;
     }
     const json_t *iu = json_object_get(part, "image_url");
     if (json_is_string(iu)) return iu;
     if (!json_is_object(iu)) {
-        fail(err, errlen, "image_url: missing \"image_url\" ({\"url\": \"data:...\"} or a URL string)");
+        bs_errbuf(err, errlen, "image_url: missing \"image_url\" ({\"url\": \"data:...\"} or a URL string)");
         return NULL;
     }
     const json_t *url = json_object_get(iu, "url");
-    if (!json_is_string(url)) { fail(err, errlen, "image_url: missing \"image_url.url\" (a string)"); return NULL; }
+    if (!json_is_string(url)) { bs_errbuf(err, errlen, "image_url: missing \"image_url.url\" (a string)"); return NULL; }
     return url;
 }
 
@@ -178,9 +164,9 @@ int srv_image_from_part(const json_t *part, size_t max_bytes, srv_image *out, ch
     if (srv_base64_decode(pay, pay_len, max_bytes, &data, &len, err, errlen)) return -1;
     if (!bs_image_kind(data, len)) {
         free(data);
-        return fail(err, errlen, "image_url: the data is not a PNG, JPEG or PPM/PGM image");
+        return bs_errbuf(err, errlen, "image_url: the data is not a PNG, JPEG or PPM/PGM image");
     }
-    *out = (srv_image){.data = data, .len = len, .hash = srv_image_fnv1a(data, len)};
+    *out = (srv_image){.data = data, .len = len, .hash = bs_hash_bytes(data, len)};
     return 0;
 }
 

@@ -23,10 +23,9 @@ typedef struct srv_image { unsigned char *data; size_t len; uint64_t hash; } srv
 int srv_image_from_part(const json_t *part, size_t max_bytes, srv_image *out, char *err, size_t errlen);
 void srv_image_free(srv_image *im);
 
-/* The pieces, for the tests and the fuzzer. srv_image_fnv1a: 64-bit FNV-1a.
+/* The piece, for the tests and the fuzzer (the hash is bs_hash_bytes, 64-bit FNV-1a).
  * srv_base64_decode: strict RFC 4648 base64 (see server_image.c for the rules); 0 with a
  * malloc'd *out (never NULL, even for 0 bytes), or -1 + message. */
-uint64_t srv_image_fnv1a(const unsigned char *p, size_t n);
 int srv_base64_decode(const char *s, size_t n, size_t max_bytes, unsigned char **out, size_t *out_len,
                       char *err, size_t errlen);
 

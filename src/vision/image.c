@@ -1,20 +1,11 @@
 /* image.c: pick the decoder from the file's signature; the size limit; binary PPM/PGM. */
+#include "io/util.h"
 #include "vision/image.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 const char *bs_image_kind(const unsigned char *d, size_t n) {
     if (n >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8)) return "png";
@@ -25,7 +16,7 @@ const char *bs_image_kind(const unsigned char *d, size_t n) {
 
 int bs_image_decode(const unsigned char *data, size_t len, bs_image_u8 *out, char *err, size_t errlen) {
     const char *k = data ? bs_image_kind(data, len) : NULL;
-    if (!k) return fail(err, errlen, "not a PNG, JPEG or binary PPM/PGM image (unknown signature, %zu bytes)", len);
+    if (!k) return bs_errbuf(err, errlen, "not a PNG, JPEG or binary PPM/PGM image (unknown signature, %zu bytes)", len);
     if (!strcmp(k, "png")) return bs_image_decode_png(data, len, out, err, errlen);
     if (!strcmp(k, "jpeg")) return bs_image_decode_jpeg(data, len, out, err, errlen);
     return bs_image_decode_ppm(data, len, out, err, errlen);
@@ -59,21 +50,21 @@ static int ppm_number(const unsigned char *d, size_t n, size_t *at, long long *o
 }
 
 int bs_image_decode_ppm(const unsigned char *d, size_t n, bs_image_u8 *out, char *err, size_t errlen) {
-    if (n < 2 || d[0] != 'P' || (d[1] != '5' && d[1] != '6')) return fail(err, errlen, "PPM: not a P5/P6 file");
+    if (n < 2 || d[0] != 'P' || (d[1] != '5' && d[1] != '6')) return bs_errbuf(err, errlen, "PPM: not a P5/P6 file");
     int ch = d[1] == '6' ? 3 : 1;
     size_t at = 2;
     long long w, h, maxval;
     if (ppm_number(d, n, &at, &w) || ppm_number(d, n, &at, &h) || ppm_number(d, n, &at, &maxval))
-        return fail(err, errlen, "PPM: malformed header");
-    if (maxval < 1 || maxval > 65535) return fail(err, errlen, "PPM: maxval %lld is out of range [1, 65535]", maxval);
+        return bs_errbuf(err, errlen, "PPM: malformed header");
+    if (maxval < 1 || maxval > 65535) return bs_errbuf(err, errlen, "PPM: maxval %lld is out of range [1, 65535]", maxval);
     if (bs_image_check_size(w, h, err, errlen)) return -1;
-    if (at >= n) return fail(err, errlen, "PPM: truncated after the header");
+    if (at >= n) return bs_errbuf(err, errlen, "PPM: truncated after the header");
     at++;   /* the single whitespace byte before the samples */
     int bps = maxval > 255 ? 2 : 1;
     unsigned long long need = (unsigned long long)w * h * ch * bps;
-    if (n - at < need) return fail(err, errlen, "PPM: truncated: %llu sample bytes expected, %zu present", need, n - at);
+    if (n - at < need) return bs_errbuf(err, errlen, "PPM: truncated: %llu sample bytes expected, %zu present", need, n - at);
     unsigned char *rgb = malloc((size_t)(w * h * 3));
-    if (!rgb) return fail(err, errlen, "PPM: out of memory for %lld x %lld", w, h);
+    if (!rgb) return bs_errbuf(err, errlen, "PPM: out of memory for %lld x %lld", w, h);
     const unsigned char *s = d + at;
     for (long long p = 0; p < w * h; p++)
         for (int c = 0; c < 3; c++) {
