@@ -4,13 +4,6 @@
 # honoured, seeded sampling reproducible, clean failures on bad input, chat driven through
 # stdin (multi-turn, prefix reuse equal to recomputation, /exit, EOF, Ctrl-C stopping a reply).
 source "$(dirname "$0")/cli_lib.sh" runcli
-expect_error() {  # expect_error NAME PATTERN CMD...: non-zero exit and PATTERN on stderr
-    local name=$1 pat=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err" </dev/null; local rc=$?
-    if [ $rc -eq 0 ] || [ $rc -gt 128 ] || ! grep -q -- "$pat" "$T/err"; then
-        bad "$name: rc=$rc stderr=[$(cat "$T/err")]"
-    else ok "$name"; fi
-}
 gen_tokens() { sed -n 's/.* eval time = .* \/ *\([0-9]*\) tokens.*/\1/p' "$1" | tail -1; }
 
 M=$T/tiny-q1_0.gguf

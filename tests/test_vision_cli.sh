@@ -11,13 +11,6 @@
 #    a projector of another width, markers that do not match the images, an image on a Vulkan
 #    session.
 source "$(dirname "$0")/cli_lib.sh" visioncli
-expect_error() {  # expect_error NAME PATTERN CMD...: non-zero exit and PATTERN on stderr
-    local name=$1 pat=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err" </dev/null; local rc=$?
-    if [ $rc -eq 0 ] || [ $rc -gt 128 ] || ! grep -q -- "$pat" "$T/err"; then
-        bad "$name: rc=$rc stderr=[$(cat "$T/err")]"
-    else ok "$name"; fi
-}
 F=${BS_FIXTURES:?}
 M=$F/tiny-f32.gguf MP=$F/vision/tiny-mmproj-f32.gguf IMG=$F/vision/image.png
 export BITSPARK_NO_COST_CACHE=1
