@@ -92,7 +92,9 @@ void gen_images_free(bs_gen *g) {
     g->n_img = 0;
 }
 
-static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, long *total) {
+/* rows: the images' rows must be there (to begin; a reuse estimate needs only grids and hashes). */
+static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, bool rows,
+                        long *total) {
     int markers = 0;
     for (int i = 0; i < n; i++) {
         if (prompt[i] < 0 && prompt[i] != BS_TOKEN_IMAGE)   /* would pose as an image's rows */
@@ -107,7 +109,8 @@ static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t 
     *total = n - markers;
     for (int k = 0; k < r->n_images; k++) {
         const bs_gen_image *im = &r->images[k];
-        if (!im->embd || im->nx < 1 || im->ny < 1 || im->nx > n_ctx || im->ny > n_ctx)
+        if (rows && !im->embd) return bs_error("image %d has no rows (not encoded)", k + 1);
+        if (im->nx < 1 || im->ny < 1 || im->nx > n_ctx || im->ny > n_ctx)
             return bs_error("image %d: bad grid %dx%d", k + 1, im->nx, im->ny);
         *total += (long)im->nx * im->ny;
     }
@@ -131,7 +134,7 @@ static int32_t *expand(const int32_t *prompt, int n, const bs_gen_image *images,
 
 int gen_images_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int n, int32_t **out, int *n_out) {
     long total = 0;
-    if (check_images(g, r, prompt, n, &total)) return -1;
+    if (check_images(g, r, prompt, n, true, &total)) return -1;
     const int n_ctx = bs_session_n_ctx(g->sess);
     if (total >= n_ctx)
         return bs_error("the prompt is %ld positions but the context holds %d (use --ctx)", total, n_ctx);
@@ -153,7 +156,7 @@ int32_t *gen_expand_request(const bs_gen *g, const int32_t *prompt, int n, const
                             int *n_out) {
     bs_gen_request r = {.images = images, .n_images = n_images};
     long total = 0;
-    if (check_images(g, &r, prompt, n, &total) || total >= bs_session_n_ctx(g->sess)) return NULL;
+    if (check_images(g, &r, prompt, n, false, &total) || total >= bs_session_n_ctx(g->sess)) return NULL;
     return expand(prompt, n, images, total, n_out);
 }
 

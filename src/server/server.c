@@ -64,7 +64,7 @@ int srv_load(srv *s) {
     }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
-    if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics))) return -1;
+    if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics, s->mmproj))) return -1;
     srv_state_set(s, SRV_READY);
     return 0;
 }

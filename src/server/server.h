@@ -121,7 +121,9 @@ typedef struct srv_task {
     char *grammar;             /* GBNF the output must match (grammar, json_schema,
                                   response_format, tool_choice), or NULL; malloc'd */
     bs_gen_image *images;      /* the prompt's images (their rows malloc'd, owned by the task
-                                  without a leader; the other choices use the leader's) */
+                                  without a leader; the other choices use the leader's): the
+                                  rows are encoded from pixels when a slot takes the task */
+    bs_image_pixels *pixels;   /* images[k]'s pixels until then (the same ownership) */
     int n_images;
 
     pthread_mutex_t mu;
@@ -198,7 +200,9 @@ typedef struct srv_slot_info {
     bool busy;
 } srv_slot_info;
 
-srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met);
+/* mmproj: the projector that encodes requests' images when a slot takes them (NULL: none). */
+srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met,
+                         const bs_mmproj *mmproj);
 void srv_sched_free(srv_sched *s);
 /* Queue a task (takes a reference). -1 + bs_error when the queue is full. */
 int srv_sched_submit(srv_sched *s, srv_task *t);

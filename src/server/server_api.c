@@ -680,8 +680,10 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     size_t plen = strlen(prompt);
     if (!set_prompt(s, t, prompt, plen, spans, n_spans, &c.vis, r)) goto fail;
     t->images = c.vis.im;   /* the task owns them now */
+    t->pixels = c.vis.px;
     t->n_images = c.vis.n;
     c.vis.im = NULL;
+    c.vis.px = NULL;
     c.vis.n = 0;
     free(spans);
     spans = NULL;

@@ -14,6 +14,7 @@
  * Doom-loop guard: a request in `rewind` mode decodes without drafting (the server's choice:
  * rewinds are rare, drafting stays on for the other requests of a slot). */
 #include "server/server.h"
+#include "server/server_vision.h"
 #include "model/batch_eval.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -44,6 +45,7 @@ struct srv_sched {
     bs_pool *pool;
     bs_batch *batch;
     bs_dspark *drafter;
+    const bs_mmproj *mmproj;    /* encodes the images of the requests slots take */
     int draft_max;
     pthread_t thr;
     bool thr_started;
@@ -102,9 +104,7 @@ void srv_task_unref(srv_task *t) {
     int left = --t->refs;
     pthread_mutex_unlock(&t->mu);
     if (left) return;
-    if (!t->leader)
-        for (int k = 0; k < t->n_images; k++) free((void *)t->images[k].embd);
-    if (!t->leader) free(t->images);
+    if (!t->leader) srv_images_free(t->images, t->pixels, t->n_images);
     srv_task_unref(t->leader);
     free(t->prompt);
     free(t->grammar);
@@ -268,7 +268,12 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.n_images = t->n_images;
     if (t->leader && t->leader->slot >= 0)   /* another choice: the first one's evaluated prompt */
         bs_gen_share_prompt(sl->gen, s->slots[t->leader->slot].gen);
-    const int rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
+    char err[256];
+    int rc = 0;
+    if (t->n_images && srv_vision_encode(s->mmproj, t->images, t->pixels, t->n_images, s->cfg.n_threads, err,
+                                         sizeof err))
+        rc = bs_error("%s", err);
+    if (!rc) rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
     t->slot = sl->id;
@@ -452,13 +457,15 @@ static int slot_init(srv_sched *s, slot *sl, int id) {
     return (sl->gen = bs_gen_new_pooled(s->m, s->tok, &gp, s->pool)) ? 0 : -1;
 }
 
-srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met) {
+srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config *cfg, srv_metrics *met,
+                         const bs_mmproj *mmproj) {
     srv_sched *s = bs_xcalloc(1, sizeof *s);
     on_publish = cfg->on_publish;
     s->m = m;
     s->tok = tok;
     s->cfg = *cfg;
     s->met = met;
+    s->mmproj = mmproj;
     s->n_vocab = bs_model_n_vocab(m);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);

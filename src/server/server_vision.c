@@ -1,7 +1,9 @@
 /* server_vision.c: image content parts of chat requests (serve --mmproj).
  *
- * A part's image is decoded (server_image.c) and encoded by the projector when the request is
- * parsed, on the HTTP thread with the server's thread count. Its place in the message text is a
+ * A part's image is decoded (server_image.c) and preprocessed when the request is parsed, on the
+ * HTTP thread (bounded work: the decoders' size caps); the projector encodes it on the
+ * scheduler's thread when a slot takes the request (srv_vision_encode), so a large image never
+ * stalls the other connections, health probes included. Its place in the message text is a
  * placeholder, <|vision_start|> + a per-request random tag + <|vision_end|>, that no client can
  * type (the tag is drawn after the body arrived), so text that merely looks like an image part
  * stays text. After rendering, the prompt is cut at each tag into pieces that are tokenized
@@ -35,11 +37,38 @@ void srv_vision_init(srv_vision *v) {
     snprintf(v->part, sizeof v->part, VS "%s" VE, v->tag);
 }
 
+void srv_images_free(bs_gen_image *im, bs_image_pixels *px, int n) {
+    for (int k = 0; k < n; k++) {
+        if (im) free((void *)im[k].embd);
+        if (px) bs_image_pixels_free(&px[k]);
+    }
+    free(im);
+    free(px);
+}
+
 void srv_vision_free(srv_vision *v) {
-    for (int k = 0; k < v->n; k++) free((void *)v->im[k].embd);
-    free(v->im);
+    srv_images_free(v->im, v->px, v->n);
     v->im = NULL;
+    v->px = NULL;
     v->n = 0;
+}
+
+int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px, int n, int n_threads, char *err,
+                      size_t errlen) {
+    for (int k = 0; k < n; k++) {
+        if (im[k].embd) continue;
+        bs_image_embd e;
+        if (!px || !px[k].px) return bs_errbuf(err, errlen, "image %d has neither rows nor pixels", k);
+        if (bs_vision_encode_pixels(m, px[k].px, px[k].w, px[k].h, n_threads, &e, err, errlen)) return -1;
+        bs_image_pixels_free(&px[k]);
+        if (e.nx != im[k].nx || e.ny != im[k].ny) {   /* the grid the prompt was sized for */
+            bs_image_embd_free(&e);
+            return bs_errbuf(err, errlen, "image %d: the encoder made %d x %d rows, not %d x %d", k, e.nx, e.ny,
+                             im[k].nx, im[k].ny);
+        }
+        im[k].embd = e.embd;
+    }
+    return 0;
 }
 
 int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen) {
@@ -53,13 +82,15 @@ int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t 
     }
     srv_image im;
     if (srv_image_from_part(part, SRV_IMAGE_MAX_BYTES, &im, err, errlen)) return -1;
-    bs_image_embd e;
-    const int rc = bs_vision_encode_bytes(s->mmproj, im.data, im.len, s->cfg.n_threads, &e, err, errlen);
+    bs_image_pixels px;
+    const int rc = bs_vision_prepare(s->mmproj, im.data, im.len, &px, err, errlen);
     const uint64_t hash = im.hash;
     srv_image_free(&im);
     if (rc) return -1;
     v->im = bs_xrealloc(v->im, (size_t)(v->n + 1) * sizeof *v->im);
-    v->im[v->n++] = (bs_gen_image){.embd = e.embd, .nx = e.nx, .ny = e.ny, .hash = hash};
+    v->px = bs_xrealloc(v->px, (size_t)(v->n + 1) * sizeof *v->px);
+    v->px[v->n] = px;
+    v->im[v->n++] = (bs_gen_image){.embd = NULL, .nx = px.nx, .ny = px.ny, .hash = hash};
     return 0;
 }
 

@@ -10,8 +10,9 @@
 
 /* A request's images and the placeholder its message text holds for each. */
 typedef struct srv_vision {
-    bs_gen_image *im;          /* n encoded images, rows malloc'd (srv_vision_free, or handed
-                                  over to the task) */
+    bs_gen_image *im;          /* n images: grid and hash; rows (embd) only once encoded */
+    bs_image_pixels *px;       /* their preprocessed pixels, until encoded (both arrays are
+                                  freed by srv_vision_free, or handed over to the task) */
     int n;
     char tag[48];              /* "<|image_pad:" + random hex + "|>" */
     char part[96];             /* what an image part adds to a message: <|vision_start|> tag <|vision_end|> */
@@ -19,9 +20,16 @@ typedef struct srv_vision {
 
 void srv_vision_init(srv_vision *v);   /* a fresh random tag */
 void srv_vision_free(srv_vision *v);
-/* An image_url content part: decoded, encoded, appended to v. 0, or -1 + the 400 message in err
- * (no --mmproj, a remote URL, bad base64, a bad image, too many images). */
+/* An image_url content part: decoded and preprocessed (its grid known, so the prompt's length
+ * is), appended to v. 0, or -1 + the 400 message in err (no --mmproj, a remote URL, bad base64,
+ * a bad image, too many images). The encoder does not run here: this is the HTTP thread. */
 int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen);
+/* Encode the images of im[0..n) that have no rows yet from px (freed then), on the scheduler's
+ * thread just before a slot takes the request. 0, or -1 + message. */
+int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px, int n, int n_threads, char *err,
+                      size_t errlen);
+/* Free the rows and pixels of n images (the arrays themselves too). */
+void srv_images_free(bs_gen_image *im, bs_image_pixels *px, int n);
 
 /* A piece of the rendered prompt between image tags: text[b, e) and the message spans in it
  * (relative to b) for srv_tokenize_prompt. */

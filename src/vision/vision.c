@@ -9,17 +9,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bs_vision_encode_bytes(const bs_mmproj *m, const unsigned char *data, size_t len, int n_threads,
-                           bs_image_embd *out, char *err, size_t errlen) {
+int bs_vision_prepare(const bs_mmproj *m, const unsigned char *data, size_t len, bs_image_pixels *out, char *err,
+                      size_t errlen) {
     bs_image_u8 im = {0};
     memset(out, 0, sizeof *out);
     if (bs_image_decode(data, len, &im, err, errlen)) return -1;
-    int tw, th;
-    float *px = bs_image_preprocess(&im, bs_mmproj_hparams_of(m), &tw, &th, err, errlen);
+    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
+    out->px = bs_image_preprocess(&im, hp, &out->w, &out->h, err, errlen);
     bs_image_free(&im);
-    if (!px) return -1;
-    int rc = bs_vision_encode_pixels(m, px, tw, th, n_threads, out, err, errlen);
-    free(px);
+    if (!out->px) return -1;
+    const int a = hp->patch * hp->merge;
+    out->nx = out->w / a;
+    out->ny = out->h / a;
+    return 0;
+}
+
+void bs_image_pixels_free(bs_image_pixels *p) {
+    if (!p) return;
+    free(p->px);
+    memset(p, 0, sizeof *p);
+}
+
+int bs_vision_encode_bytes(const bs_mmproj *m, const unsigned char *data, size_t len, int n_threads,
+                           bs_image_embd *out, char *err, size_t errlen) {
+    bs_image_pixels p;
+    memset(out, 0, sizeof *out);
+    if (bs_vision_prepare(m, data, len, &p, err, errlen)) return -1;
+    int rc = bs_vision_encode_pixels(m, p.px, p.w, p.h, n_threads, out, err, errlen);
+    bs_image_pixels_free(&p);
     return rc;
 }
 

@@ -27,6 +27,15 @@ int bs_vision_encode_file(const bs_mmproj *m, const char *path, int n_threads, b
                           char *err, size_t errlen);
 void bs_image_embd_free(bs_image_embd *e);
 
+/* The two halves of bs_vision_encode_bytes, for callers that must not encode where they parse
+ * (the server's HTTP thread): decode + preprocess (cheap, bounded by the decoders' caps) gives
+ * the pixels and the grid of rows they will make; bs_vision_encode_pixels (below) encodes them
+ * later. px: planar [3][h][w], malloc'd. */
+typedef struct { float *px; int w, h, nx, ny; } bs_image_pixels;
+int bs_vision_prepare(const bs_mmproj *m, const unsigned char *data, size_t len, bs_image_pixels *out, char *err,
+                      size_t errlen);
+void bs_image_pixels_free(bs_image_pixels *p);
+
 /* --- additions ------------------------------------------------------------------------------ */
 
 /* The projector's shape, for inspect, bench and the preprocessing. */
