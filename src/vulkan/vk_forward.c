@@ -714,7 +714,8 @@ struct bs_vk_batch {
 bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
     const int rows = BS_MAX(1, BS_MIN(max_rows, BS_VK_BATCH_ROWS));
     bs_vk_batch *b = bs_xcalloc(1, sizeof *b);
-    b->logit_rows = BS_MAX(1, BS_MIN(max_logit_rows, rows));
+    const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
+    b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
     if (!(b->w = sess_alloc(net, 0, rows, b->logit_rows, false, false))) {
         free(b);
         return NULL;
