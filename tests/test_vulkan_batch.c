@@ -5,7 +5,8 @@
  * over several rounds with rollbacks in between. The sequences have different lengths and
  * positions: a prompt longer than a device submission's rows (two pieces in two passes),
  * verification-sized steps, one-token steps, and more sequences than one pass takes
- * (BS_VK_BATCH_SEQS), so the passes split. Exit 77 (skipped) without a Vulkan device. */
+ * (BS_VK_BATCH_SEQS), so the passes split; then decode steps of alternating sets of sessions
+ * with the same shape (a recorded pass resubmitted). Exit 77 (skipped) without a Vulkan device. */
 #include "test.h"
 #include "bitspark.h"
 #include "io/util.h"
@@ -104,6 +105,25 @@ static void check_model(const char *path) {
             CHECK(!bs_session_rollback(bat[i], keep));
             CHECK(!bs_session_rollback(alone[i], keep));
             CHECKF(same_state(alone[i], bat[i]), "%s round %d seq %d: state after rollback to %d differs", path, r, i, keep);
+        }
+    }
+    /* decode steps of one token: sessions 0-2 and 3-5 in turn, each set with the same shape (so
+     * the recorded pass of a set is resubmitted, with new tokens and positions) */
+    for (int step = 0; step < 4 && b; step++) {
+        bs_batch_seq q[3];
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            q[j] = (bs_batch_seq){bat[i], &toks[i][step][MAXN - 1], 1, BS_LOGITS_LAST, lb + (size_t)j * lsz,
+                                  has_taps(i) ? tb + (size_t)j * tsz : NULL};
+        }
+        CHECKF(!bs_eval_multi(b, q, 3), "%s decode step %d: %s", path, step, bitspark_last_error());
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            CHECK(!bs_eval(alone[i], q[j].tokens, 1, BS_LOGITS_LAST, la, has_taps(i) ? ta : NULL));
+            CHECKF(!memcmp(la, q[j].logits, (size_t)V * sizeof(float)), "%s decode step %d seq %d: logits differ", path, step, i);
+            if (has_taps(i) && i != 4)
+                CHECKF(!memcmp(ta, q[j].taps, 2 * (size_t)E * sizeof(float)), "%s decode step %d seq %d: taps differ", path, step, i);
+            CHECKF(same_state(alone[i], bat[i]), "%s decode step %d seq %d: state differs", path, step, i);
         }
     }
     bs_batch_free(b);

@@ -146,20 +146,30 @@ void bs_vk_net_lora_clear(bs_vk_net *n) {
 }
 
 /* --- sessions ------------------------------------------------------------------------------- */
+enum { KEY_TAPS = 8 };
+/* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
+ * logits rows and taps. All zero for a session's own steps. */
+typedef struct batch_key {
+    int n_seq;
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+} batch_key;
+
 struct bs_vk_sess {
     bs_vk_net *net;
     int n_ctx, B;                 /* B: rows per submission */
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
-    /* steps recorded once per shape (rows, logits rows) and resubmitted */
-    struct step_cache { int n, rows; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
+    struct step_cache { int n, rows; batch_key key; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
     int n_taps;                   /* taps of the last evaluation */
+    uint64_t uid;                 /* never reused: what a batch's recordings know it by */
+    uint32_t taps_gen;            /* changes when the taps buffer does */
 };
 
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
@@ -190,6 +200,8 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
     s->kv_f32 = kv_f32;
     s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
     s->B = B_rows;
+    static uint64_t next_uid;
+    s->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
     const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
     const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
     const size_t E = (size_t)hp->n_embd, B = (size_t)s->B;
@@ -640,17 +652,13 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     return record_logits(s, n, logits_rows, pt, np);
 }
 
-/* One step of n rows: the cached recording of its shape, recorded first if there is none (taps
- * are recorded for the step alone). */
-static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+/* The recording of a step of n rows (rows with logits; a batch's with key and its parts) from
+ * the cache, recorded into it first if it is not there, and submitted. */
+static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
-    if (n_taps > 0 || s->no_cache) {
-        TRY(bs_vk_begin(c));
-        const int rc = record_chunk(s, n, rows, taps, n_taps, NULL, 0);
-        return bs_vk_submit(c) || rc ? -1 : 0;
-    }
     for (int i = 0; i < CACHE_STEPS; i++)
-        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows) return bs_vk_submit_cmd(c, s->cache[i].cmd);
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && !memcmp(&s->cache[i].key, key, sizeof *key))
+            return bs_vk_submit_cmd(c, s->cache[i].cmd);
     struct step_cache *e = &s->cache[s->cache_next];
     s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
     cache_drop(s, e);
@@ -664,12 +672,25 @@ static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps)
         cache_drop(s, e);
         return -1;
     }
-    int rc = record_chunk(s, n, rows, NULL, 0, NULL, 0);
+    int rc = record_chunk(s, n, rows, NULL, 0, pt, np);
     rc = bs_vk_record_end(c) || rc;
     if (rc) { cache_drop(s, e); return -1; }
     e->n = n;
     e->rows = rows;
+    e->key = *key;
     return bs_vk_submit_cmd(c, e->cmd);
+}
+
+/* One step of n rows: the cached recording of its shape (taps are recorded for the step alone). */
+static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+    bs_vk_ctx *c = s->net->c;
+    if (n_taps > 0 || s->no_cache) {
+        TRY(bs_vk_begin(c));
+        const int rc = record_chunk(s, n, rows, taps, n_taps, NULL, 0);
+        return bs_vk_submit(c) || rc ? -1 : 0;
+    }
+    static const batch_key none;
+    return run_cached(s, n, rows, &none, NULL, 0);
 }
 
 /* Room for n_taps taps of every row (the drafter reads them from there). */
@@ -678,6 +699,7 @@ static int taps_ensure(bs_vk_sess *s, int n_taps) {
     if (n_taps > 0) s->n_taps = n_taps;
     if (n_taps <= 0 || (s->taps.buf && s->taps.size >= bytes)) return 0;
     bs_vk_buf_free(s->net->c, &s->taps);
+    s->taps_gen++;
     return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
@@ -751,14 +773,38 @@ static int batch_check(const bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     return 0;
 }
 
-/* The pass is recorded afresh every time: its shape (which sessions, how many rows each) rarely
- * repeats, and the sessions' own buffers are bound in it. */
+/* The key of a pass (its recording binds the sessions' own buffers); false: not cacheable. */
+static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
+    memset(k, 0, sizeof *k);
+    k->n_seq = np;
+    for (int i = 0; i < np; i++) {
+        if (pt[i].n_taps > KEY_TAPS) return false;
+        k->q[i].uid = pt[i].s->uid;
+        k->q[i].taps_gen = pt[i].s->taps_gen;
+        k->q[i].n = pt[i].n;
+        k->q[i].n_logit = pt[i].n_logit;
+        k->q[i].n_taps = pt[i].n_taps;
+        for (int t = 0; t < pt[i].n_taps; t++) k->q[i].taps[t] = pt[i].taps[t];
+    }
+    return true;
+}
+
+/* A pass of the same sequences and shapes as one before (the server's decode steps) resubmits
+ * that one's recording; others are recorded (into the scratch session's cache). */
+static int batch_run(bs_vk_sess *S, int R, const vk_part *pt, int np) {
+    batch_key key;
+    if (!S->no_cache && batch_key_of(pt, np, &key)) return run_cached(S, R, 0, &key, pt, np);
+    bs_vk_ctx *c = S->net->c;
+    TRY(bs_vk_begin(c));
+    const int rc = record_chunk(S, R, 0, NULL, 0, pt, np);
+    return bs_vk_submit(c) || rc ? -1 : 0;
+}
+
 int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     bs_vk_sess *S = b->w;
-    bs_vk_ctx *c = S->net->c;
     const bs_vk_net_desc *hp = &S->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd, nr = (size_t)hp->n_rot;
-    vk_part pt[BS_VK_BATCH_SEQS];
+    vk_part pt[BS_VK_BATCH_SEQS] = {{0}};
     TRY(batch_check(b, q, n_seq) || lora_sync(S));
     int R = 0;
     for (int i = 0; i < n_seq; i++) {
@@ -774,9 +820,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         memcpy(s->params.map, &p0, 4);
         R += q[i].n;
     }
-    TRY(bs_vk_begin(c));
-    const int rc = record_chunk(S, R, 0, NULL, 0, pt, n_seq);
-    if (bs_vk_submit(c) || rc) return bs_error_prefix("Vulkan batch: ");
+    if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
         const int lr = q[i].logit_rows, nt = q[i].n_taps;
