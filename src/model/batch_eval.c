@@ -205,7 +205,8 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
 
 /* The next piece of sequence q (done[i] rows of it evaluated) that fits a pass with `used`
  * rows (`lused` with logits) of b's: 0 rows when none fits. */
-static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, int used, int lused, bs_vk_seq *v) {
+static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bool snap, int used, int lused,
+                      bs_vk_seq *v) {
     bs_session *s = q->s;
     const size_t V = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
     int m = BS_MIN(BS_MIN(bs_vk_sess_rows(s->vk), q->n - done), bs_vk_batch_rows(vb) - used);
@@ -213,8 +214,8 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, in
     if (q->logits_mode == BS_LOGITS_ALL) m = BS_MIN(m, lroom);
     const int lr = q->logits_mode == BS_LOGITS_ALL ? m : (q->logits_mode == BS_LOGITS_LAST && done + m == q->n);
     if (m <= 0 || lr > lroom) return 0;
-    *v = (bs_vk_seq){.s = s->vk, .tokens = s->rb_tokens + done, .n = m, .pos0 = s->n_past + done,
-                     .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
+    *v = (bs_vk_seq){.s = s->vk, .snapshot = snap && done == 0, .tokens = s->rb_tokens + done, .n = m,
+                     .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
                      .logits = q->logits_mode == BS_LOGITS_ALL ? q->logits + (size_t)done * V : q->logits,
                      .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,
                      .tap_out = q->taps && !s->taps_on_device ? q->taps + (size_t)done * tap_row : NULL};
@@ -222,16 +223,18 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, in
 }
 
 /* Passes of up to BS_VK_BATCH_SEQS pieces (each at most a device submission's rows of one
- * sequence, in order) until every sequence is evaluated. */
+ * sequence, in order) until every sequence is evaluated; a sequence's first piece takes its
+ * rollback snapshot in the pass. */
 static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
     int *done = bs_xcalloc((size_t)n_seq, sizeof *done), rc = 0;
-    for (int i = 0; i < n_seq && !rc; i++) rc = bs_device_begin(q[i].s, q[i].tokens, q[i].n);
+    bool *snap = bs_xcalloc((size_t)n_seq, sizeof *snap);
+    for (int i = 0; i < n_seq && !rc; i++) rc = bs_device_begin(q[i].s, q[i].tokens, q[i].n, &snap[i]);
     for (bool more = true; more && !rc;) {
         bs_vk_seq v[BS_VK_BATCH_SEQS];
         int idx[BS_VK_BATCH_SEQS], nv = 0, used = 0, lused = 0;
         for (int i = 0; i < n_seq && nv < BS_VK_BATCH_SEQS; i++) {
             if (done[i] == q[i].n) continue;
-            const int m = next_piece(vb, &q[i], done[i], used, lused, &v[nv]);
+            const int m = next_piece(vb, &q[i], done[i], snap[i], used, lused, &v[nv]);
             if (!m) break;
             used += m;
             lused += v[nv].logit_rows;
@@ -242,6 +245,7 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
     }
     for (int i = 0; i < n_seq && !rc; i++) bs_device_end(q[i].s, q[i].n);
     free(done);
+    free(snap);
     return rc;
 }
 

@@ -122,12 +122,13 @@ int bs_device_session_new(bs_session *s) {
     return (s->vk = bs_vk_sess_new(s->m->vk_net, s->n_ctx, s->n_batch, s->kv_type == BS_KV_F32)) ? 0 : -1;
 }
 
-int bs_device_begin(bs_session *s, const int32_t *tokens, int c) {
+int bs_device_begin(bs_session *s, const int32_t *tokens, int c, bool *snap) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     memmove(s->rb_tokens, tokens, (size_t)c * sizeof(int32_t));
     s->rb_img = false;   /* image rows are refused on the device (bs_eval_image) */
     const bool undo = !(s->no_undo && c == 1);
-    if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
+    if (snap) *snap = undo;
+    else if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
     s->rb_base = s->n_past;
     s->rb_n = undo ? c : 0;
     s->rb_recorded = false;
@@ -147,7 +148,7 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
-        if (bs_device_begin(s, tokens + off, c)) return -1;
+        if (bs_device_begin(s, tokens + off, c, NULL)) return -1;
         const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;

@@ -152,9 +152,11 @@ int bs_vk_batch_logit_rows(const bs_vk_batch *b);
 
 /* One sequence of a pass: n <= bs_vk_sess_rows(s) tokens at positions pos0.. (rope: their
  * [n][n_rot] table); logits gets the last logit_rows rows' ([logit_rows][n_vocab]); taps as
- * bs_vk_sess_eval (tap_out NULL: they stay on the device for the drafter). */
+ * bs_vk_sess_eval (tap_out NULL: they stay on the device for the drafter); snapshot: first
+ * bs_vk_sess_snapshot, in the pass's submission. */
 typedef struct bs_vk_seq {
     bs_vk_sess *s;
+    bool snapshot;
     const int32_t *tokens;
     int n, pos0;
     const float *rope;

@@ -151,7 +151,7 @@ enum { KEY_TAPS = 8 };
  * logits rows and taps. All zero for a session's own steps. */
 typedef struct batch_key {
     int n_seq;
-    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
 } batch_key;
 
 struct bs_vk_sess {
@@ -281,17 +281,22 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     free(s);
 }
 
-/* Copy each recurrent layer's state from one set of buffers to the other, in one submission. */
-static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
+/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
+static void record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
     bs_vk_ctx *c = s->net->c;
-    if (s->net->n_rec == 0) return 0;
-    if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
         VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
         c->fn->vkCmdCopyBuffer(c->cmd, conv_src[g].buf, conv_dst[g].buf, 1, &r1);
         c->fn->vkCmdCopyBuffer(c->cmd, ssm_src[g].buf, ssm_dst[g].buf, 1, &r2);
     }
-    return bs_vk_submit(c);
+}
+
+/* The same in a submission of its own. */
+static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
+    if (s->net->n_rec == 0) return 0;
+    if (bs_vk_begin(s->net->c)) return -1;
+    record_states(s, conv_src, ssm_src, conv_dst, ssm_dst);
+    return bs_vk_submit(s->net->c);
 }
 
 int bs_vk_sess_snapshot(bs_vk_sess *s) { return copy_states(s, s->conv, s->ssm, s->conv_bak, s->ssm_bak); }
@@ -438,6 +443,7 @@ typedef struct vk_part {
     int r0, n, n_logit;
     const int *taps;
     int n_taps;
+    bool snap;                    /* its recurrent state becomes its snapshot first */
 } vk_part;
 
 /* n rows of width floats from row r0 of src to row d0 of dst */
@@ -635,6 +641,13 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
+    bool snaps = false;           /* a batch's snapshots first, in the same submission */
+    for (int i = 0; pt && i < np; i++)
+        if (pt[i].snap) {
+            record_states(pt[i].s, pt[i].s->conv, pt[i].s->ssm, pt[i].s->conv_bak, pt[i].s->ssm_bak);
+            snaps = true;
+        }
+    if (snaps) bs_vk_barrier(c);
     TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     for (int il = 0; il < hp->n_layer; il++) {
@@ -677,7 +690,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     if (rc) { cache_drop(s, e); return -1; }
     e->n = n;
     e->rows = rows;
-    e->key = *key;
+    memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
     return bs_vk_submit_cmd(c, e->cmd);
 }
 
@@ -784,6 +797,7 @@ static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
         k->q[i].n = pt[i].n;
         k->q[i].n_logit = pt[i].n_logit;
         k->q[i].n_taps = pt[i].n_taps;
+        k->q[i].snap = pt[i].snap;
         for (int t = 0; t < pt[i].n_taps; t++) k->q[i].taps[t] = pt[i].taps[t];
     }
     return true;
@@ -810,7 +824,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     for (int i = 0; i < n_seq; i++) {
         bs_vk_sess *s = q[i].s;
         TRY(taps_ensure(s, q[i].n_taps));
-        pt[i] = (vk_part){s, R, q[i].n, q[i].logit_rows, q[i].taps, q[i].n_taps};
+        pt[i] = (vk_part){s, R, q[i].n, q[i].logit_rows, q[i].taps, q[i].n_taps, q[i].snapshot};
         for (int t = 0; t < q[i].n; t++) {
             const uint32_t id = (uint32_t)q[i].tokens[t];
             memcpy((uint32_t *)S->tok.map + R + t, &id, 4);
