@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_controller(void) {
     bs_spec_depth d;
@@ -91,6 +92,9 @@ static void test_learning_and_seed(const char *fx) {
     snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx);
     setenv("XDG_CACHE_HOME", dir, 1);
     unsetenv("BITSPARK_NO_COST_CACHE");
+    char file[1100];   /* a fresh cache: entries of an earlier run must not answer */
+    snprintf(file, sizeof file, "%s/bitspark/dspark-costs", dir);
+    unlink(file);
     bs_spec_depth a, b;
     bs_depth_init(&a, 4, BS_DRAFT_AUTO);
     bs_depth_calibrate(&a, verify, 0.2e-3, 0.01e-3);
