@@ -222,7 +222,7 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bo
     return m;
 }
 
-/* Passes of up to BS_VK_BATCH_SEQS pieces (each at most a device submission's rows of one
+/* Passes of up to bs_vk_batch_seqs pieces (each at most a device submission's rows of one
  * sequence, in order) until every sequence is evaluated; a sequence's first piece takes its
  * rollback snapshot in the pass. */
 static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
@@ -232,7 +232,8 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
     for (bool more = true; more && !rc;) {
         bs_vk_seq v[BS_VK_BATCH_SEQS];
         int idx[BS_VK_BATCH_SEQS], nv = 0, used = 0, lused = 0;
-        for (int i = 0; i < n_seq && nv < BS_VK_BATCH_SEQS; i++) {
+        const int max_seqs = bs_vk_batch_seqs(vb);
+        for (int i = 0; i < n_seq && nv < max_seqs; i++) {
             if (done[i] == q[i].n) continue;
             const int m = next_piece(vb, &q[i], done[i], snap[i], used, lused, &v[nv]);
             if (!m) break;

@@ -149,6 +149,9 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *n, int max_rows, int max_logit_rows);
 void bs_vk_batch_free(bs_vk_batch *b);
 int bs_vk_batch_rows(const bs_vk_batch *b);
 int bs_vk_batch_logit_rows(const bs_vk_batch *b);
+/* Sequences one pass takes (<= BS_VK_BATCH_SEQS: fewer where a submission could not hold the
+ * dispatches of that many, e.g. a deep network with LoRA adapters). */
+int bs_vk_batch_seqs(const bs_vk_batch *b);
 
 /* One sequence of a pass: n <= bs_vk_sess_rows(s) tokens at positions pos0.. (rope: their
  * [n][n_rot] table); logits gets the last logit_rows rows' ([logit_rows][n_vocab]); taps as
@@ -166,7 +169,7 @@ typedef struct bs_vk_seq {
     int n_taps;
     float *tap_out;
 } bs_vk_seq;
-/* Evaluate 1..BS_VK_BATCH_SEQS sequences of distinct sessions of b's network in one
+/* Evaluate 1..bs_vk_batch_seqs(b) sequences of distinct sessions of b's network in one
  * submission. 0 or -1 with bs_error (nothing is evaluated when the request does not fit). */
 int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq);
 

@@ -765,11 +765,20 @@ void bs_vk_batch_free(bs_vk_batch *b) {
 }
 
 int bs_vk_batch_rows(const bs_vk_batch *b) { return b->w->B; }
+
+/* Sequences a pass may hold: each adds its recurrences' and attentions' dispatches (3 and 2 a
+ * layer) to the shared ones (about 16 a layer, with LoRA terms up to about 3 per product more),
+ * and a submission takes BS_VK_MAX_SETS. */
+int bs_vk_batch_seqs(const bs_vk_batch *b) {
+    const bs_vk_net *n = b->w->net;
+    const int shared = n->hp.n_layer * (n->lora_r > 0 ? 48 : 20) + 64, per_seq = 3 * n->n_rec + 2 * n->n_att;
+    return BS_MAX(1, BS_MIN(BS_VK_BATCH_SEQS, (BS_VK_MAX_SETS - shared) / BS_MAX(per_seq, 1)));
+}
 int bs_vk_batch_logit_rows(const bs_vk_batch *b) { return b->logit_rows; }
 
 static int batch_check(const bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     int rows = 0, lrows = 0;
-    if (n_seq < 1 || n_seq > BS_VK_BATCH_SEQS) return bs_error("Vulkan batch: %d sequences (1..%d)", n_seq, BS_VK_BATCH_SEQS);
+    if (n_seq < 1 || n_seq > bs_vk_batch_seqs(b)) return bs_error("Vulkan batch: %d sequences (1..%d)", n_seq, bs_vk_batch_seqs(b));
     for (int i = 0; i < n_seq; i++) {
         const bs_vk_sess *s = q[i].s;
         if (!s || s->net != b->w->net) return bs_error("Vulkan batch: sequence %d is not on this network", i);

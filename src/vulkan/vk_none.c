@@ -86,6 +86,7 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *n, int max_rows, int max_logit_rows) {
 void bs_vk_batch_free(bs_vk_batch *b) { (void)b; }
 int bs_vk_batch_rows(const bs_vk_batch *b) { (void)b; return 0; }
 int bs_vk_batch_logit_rows(const bs_vk_batch *b) { (void)b; return 0; }
+int bs_vk_batch_seqs(const bs_vk_batch *b) { (void)b; return 0; }
 int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     (void)b; (void)q; (void)n_seq;
     return bs_error("no Vulkan backend");
