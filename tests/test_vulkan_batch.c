@@ -2,6 +2,7 @@
  * (lavapipe in CI, validation layer on: any message fails), against each session evaluated
  * alone with bs_eval, bit for bit: logits (last row and every row), taps to the host and taps
  * kept on the device (as a drafter reads them), the saved state (recurrent state and KV cache),
+ * a session with undo off (its one-token steps take no snapshot),
  * over several rounds with rollbacks in between. The sequences have different lengths and
  * positions: a prompt longer than a device submission's rows (two pieces in two passes),
  * verification-sized steps, one-token steps, and more sequences than one pass takes
@@ -79,6 +80,8 @@ static void check_model(const char *path) {
         }
     }
     bat[4]->taps_on_device = true;   /* as with a drafter on the device: the taps stay there */
+    bs_session_set_undo(alone[2], 0);   /* as a plain server slot: one-token steps take no snapshot */
+    bs_session_set_undo(bat[2], 0);
     for (int r = 0; r < ROUNDS && b; r++) {
         bs_batch_seq q[NS];
         for (int i = 0; i < NS; i++) {
