@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_controller(void) {
     bs_spec_depth d;
@@ -91,20 +92,30 @@ static void test_learning_and_seed(const char *fx) {
     snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx);
     setenv("XDG_CACHE_HOME", dir, 1);
     unsetenv("BITSPARK_NO_COST_CACHE");
+    char file[1100];   /* a fresh cache: entries of an earlier run must not answer */
+    snprintf(file, sizeof file, "%s/bitspark/dspark-costs", dir);
+    unlink(file);
     bs_spec_depth a, b;
     bs_depth_init(&a, 4, BS_DRAFT_AUTO);
     bs_depth_calibrate(&a, verify, 0.2e-3, 0.01e-3);
     for (int i = 0; i < 3; i++) bs_depth_observe_accept(&a, bs_depth_choose(&a, 4), 0, NULL);
     bs_depth_observe_probe(&a, 30e-3);
-    bs_cost_cache_store(&a, tpath, dpath, 3);
+    bs_cost_cache_store(&a, tpath, dpath, 3, NULL);
     bs_depth_init(&b, 4, BS_DRAFT_AUTO);
-    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3), 1);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3, "cpu"), 1);
     CHECKF(b.p_known && fabs(b.p - a.p) < 1e-3, "cached p %.4f (run ended at %.4f)", b.p, a.p);
     CHECKF(fabs(b.probe_r - a.probe_r) < 1e-3 * a.probe_r, "cached probe cost %g (measured %g)", b.probe_r, a.probe_r);
     CHECK_EQ_INT(bs_depth_choose(&b, 4), 0);
     CHECKF(b.probe_every == 1024, "probe interval %d from the cached probe cost", b.probe_every);
     bs_depth_init(&b, 4, BS_DRAFT_AUTO);
-    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 2), 0);   /* another thread count: not this entry */
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 2, NULL), 0);   /* another thread count: not this entry */
+    bs_depth_init(&b, 4, BS_DRAFT_AUTO);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3, "Vulkan llvmpipe"), 0);   /* another device: its own */
+    bs_cost_cache_store(&a, tpath, dpath, 3, "Vulkan llvmpipe");
+    bs_depth_init(&b, 4, BS_DRAFT_AUTO);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3, "Vulkan llvmpipe"), 1);
+    bs_depth_init(&b, 4, BS_DRAFT_AUTO);
+    CHECK_EQ_INT(bs_cost_cache_load(&b, tpath, dpath, 3, NULL), 1);   /* the CPU's entry is kept beside it */
 }
 
 static float *random_rows(int n, size_t row, uint64_t seed) {

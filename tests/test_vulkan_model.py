@@ -188,6 +188,14 @@ def check_bench():
         fail('bench --device vulkan: no Vulkan pp16/tg4 rows:\n' + out)
     if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
         fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
+    # bench --spec on the device: the round's parts measured there (the drafter too), lossless
+    drafter = os.path.join(SRC, 'models', 'bonsai-tiny-dspark.gguf')
+    r = run([BITSPARK, 'bench', '-m', model, '-md', drafter, '--spec', '--device', 'vulkan', '-t', '1', '-p', '16',
+             '-n', '8', '-r', '1'])
+    out = r.stdout
+    if ('target on Vulkan' not in out or 'drafter on Vulkan' not in out or 'verify, width 5' not in out or
+            'drafter: block pass' not in out or 'identical to plain decoding: yes' not in out):
+        fail('bench --spec --device vulkan: no device rows:\n' + out)
 
 
 def check_devices_and_fallback():

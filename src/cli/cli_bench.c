@@ -570,8 +570,10 @@ static int bench_spec(int argc, char **argv) {
         } else if (!strcmp(a, "-r")) {
             if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 100, &x)) return -1;
             o.reps = (int)x;
+        } else if (!strcmp(a, "--device")) {
+            if (!(o.device = cli_value(argc, argv, &i))) return -1;
         } else {
-            return bs_error("--spec: unknown option '%s' (-m, -md, -t, -p, -n, -r)", a);
+            return bs_error("--spec: unknown option '%s' (-m, -md, -t, -p, -n, -r, --device)", a);
         }
     }
     if (!o.model || !o.drafter) return bs_error("--spec needs -m TARGET and -md DRAFTER");
@@ -648,7 +650,8 @@ void help_bench(void) {
            "  --device D           auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
            "  --spec               with -md DRAFTER: measured DSpark round costs, projected speedups and\n"
            "                       a measured greedy run with and without the drafter (options -m -md\n"
-           "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions)\n"
+           "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions,\n"
+           "                       --device: the target and the drafter on that device)\n"
            "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights (see --matmul-rows)\n"
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"

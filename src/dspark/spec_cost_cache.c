@@ -1,7 +1,8 @@
 /* spec_cost_cache.c: the auto depth's cost measurements, cached per machine + model pair
  * (dspark.md §6: "measure once"), so a run does not spend its first steps re-measuring.
  *
- * One line per (target file, drafter file, threads, CPU dispatch level) in
+ * One line per (target file, drafter file, threads, CPU dispatch level, the target's device:
+ * a target on a GPU costs nothing like one on the CPU, so each has its own entry) in
  * $XDG_CACHE_HOME/bitspark/dspark-costs (or ~/.cache/...): the key, then the block size and
  * the cost ratios of bs_spec_depth, how many drafts those cover (deeper ones are measured when
  * a run first wants them), and the acceptance the last run ended with (once it observed a few)
@@ -50,21 +51,24 @@ static void file_id(char *out, size_t cap, const char *path) {
     free(real);
 }
 
-static void make_key(char *key, size_t cap, const char *target, const char *drafter, int n_threads) {
+static void make_key(char *key, size_t cap, const char *target, const char *drafter, int n_threads,
+                     const char *device) {
     char a[1024], b[1024];
     file_id(a, sizeof a, target);
     file_id(b, sizeof b, drafter);
-    snprintf(key, cap, "%s|%s|t%d|%s|v3", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()));
+    snprintf(key, cap, "%s|%s|t%d|%s|%.200s|v3", a, b, n_threads, bs_cpu_level_name(bs_cpu_level()),
+             device && *device ? device : "cpu");
     for (char *p = key; *p; p++)
         if (*p == '\t' || *p == '\n') *p = ' ';
 }
 
-int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter, int n_threads) {
+int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter, int n_threads,
+                       const char *device) {
     char path[LINE_MAX_LEN], key[3000], line[LINE_MAX_LEN];
     if (!enabled() || cache_file(path, sizeof path, false)) return 0;
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    make_key(key, sizeof key, target, drafter, n_threads);
+    make_key(key, sizeof key, target, drafter, n_threads, device);
     const size_t kl = strlen(key);
     int found = 0;
     while (!found && fgets(line, sizeof line, f)) {
@@ -105,10 +109,11 @@ int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter
     return found;
 }
 
-void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char *drafter, int n_threads) {
+void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char *drafter, int n_threads,
+                         const char *device) {
     char path[LINE_MAX_LEN], key[3000], line[LINE_MAX_LEN];
     if (!enabled() || !d->calibrated || cache_file(path, sizeof path, true)) return;
-    make_key(key, sizeof key, target, drafter, n_threads);
+    make_key(key, sizeof key, target, drafter, n_threads, device);
     /* a crash mid-write keeps the previous cache (the temporary is renamed over it at the end) */
     bs_afile *af = bs_afile_open(path);
     if (!af) return;

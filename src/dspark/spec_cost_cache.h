@@ -6,10 +6,13 @@
 #include "dspark/spec_depth.h"
 
 /* Calibrate d from the cache (and seed p, when a run of the pair left one); 1 if an entry for
- * this pair, thread count and CPU level exists. */
-int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter, int n_threads);
+ * this pair, thread count, CPU level and device exists. device: the target's (the model's
+ * device name, e.g. "Vulkan <GPU>"; NULL or "" is the CPU). */
+int bs_cost_cache_load(bs_spec_depth *d, const char *target, const char *drafter, int n_threads,
+                       const char *device);
 /* Save d's measurements (replacing the pair's entry), with its acceptance p once it has a few
  * observations (or was seeded). Failures are silent: it is only a cache. */
-void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char *drafter, int n_threads);
+void bs_cost_cache_store(const bs_spec_depth *d, const char *target, const char *drafter, int n_threads,
+                         const char *device);
 
 #endif

@@ -12,6 +12,7 @@
  * last token (batch-invariant kernels: a straight run's logits). */
 #include "generate/gen_impl.h"
 #include "dspark/spec_cost_cache.h"
+#include "model/device.h"
 #include "model/qwen35.h"
 #include "model/session.h"
 #include "formats/gguf.h"
@@ -213,18 +214,20 @@ static void log_depth(const bs_gen *g, const char *when) {
 }
 
 static int n_threads(const bs_gen *g) { return bs_pool_size(g->sess->pool); }
+/* the cost cache's device: a target on Vulkan has its own entry */
+static const char *device(const bs_gen *g) { return g->m->vk ? bs_model_device(g->m) : "cpu"; }
 
 /* Auto depth's cost measurement (or the cached one) once the first token is known. */
 static int prepare(bs_gen *g, int32_t token) {
     g->prepared = true;
     if (g->p.draft_max != BS_DRAFT_AUTO) return 0;
     const char *tp = g->m->file->path, *dp = g->p.drafter_path ? g->p.drafter_path : "";
-    if (bs_cost_cache_load(bs_spec_depth_mut(g->spec), tp, dp, n_threads(g))) {
+    if (bs_cost_cache_load(bs_spec_depth_mut(g->spec), tp, dp, n_threads(g), device(g))) {
         log_depth(g, "costs from the cache");
         return 0;
     }
     if (bs_spec_calibrate_upto(g->spec, token, 1)) return -1;   /* deeper ones when first wanted */
-    bs_cost_cache_store(bs_spec_get_depth(g->spec), tp, dp, n_threads(g));
+    bs_cost_cache_store(bs_spec_get_depth(g->spec), tp, dp, n_threads(g), device(g));
     log_depth(g, "measured");
     return 0;
 }
@@ -391,6 +394,6 @@ void gen_finish(bs_gen *g, int stop) {
         log_depth(g, "end");
         if (g->p.draft_max == BS_DRAFT_AUTO)   /* the acceptance this pair ended with, for the next run */
             bs_cost_cache_store(bs_spec_get_depth(g->spec), g->m->file->path,
-                                g->p.drafter_path ? g->p.drafter_path : "", n_threads(g));
+                                g->p.drafter_path ? g->p.drafter_path : "", n_threads(g), device(g));
     }
 }

@@ -8,6 +8,7 @@
 #include "model/batch_eval.h"
 #include "cpu/compute.h"
 #include "model/session.h"
+#include "model/device.h"
 #include "io/util.h"
 
 #include <stdlib.h>
@@ -25,6 +26,7 @@ struct bs_batch {
     float *logits;             /* [rows][n_vocab] */
     size_t wa, wb, wc, wd;
     int row0[MAX_SEQS];
+    bs_vk_batch *vk;           /* the shared rows on the device, for a model there */
 };
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
@@ -62,6 +64,10 @@ bs_batch *bs_batch_new(const bs_model *m, int max_rows, int max_logit_rows, bs_p
         bs_error("batch: cannot allocate scratch for %d rows", max_rows);
         return NULL;
     }
+    if (m->vk_net && !(b->vk = bs_vk_batch_new(m->vk_net, max_rows, max_logit_rows))) {
+        bs_batch_free(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -69,6 +75,7 @@ void bs_batch_free(bs_batch *b) {
     if (!b) return;
     float *bufs[] = {b->x, b->xn, b->y, b->a, b->b, b->c, b->d, b->alpha, b->beta, b->logits};
     for (size_t i = 0; i < BS_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    bs_vk_batch_free(b->vk);
     free(b);
 }
 
@@ -196,15 +203,59 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     }
 }
 
+/* The next piece of sequence q (done[i] rows of it evaluated) that fits a pass with `used`
+ * rows (`lused` with logits) of b's: 0 rows when none fits. */
+static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bool snap, int used, int lused,
+                      bs_vk_seq *v) {
+    bs_session *s = q->s;
+    const size_t V = (size_t)s->m->hp.n_vocab, tap_row = (size_t)s->n_taps * s->m->hp.n_embd;
+    int m = BS_MIN(BS_MIN(bs_vk_sess_rows(s->vk), q->n - done), bs_vk_batch_rows(vb) - used);
+    const int lroom = bs_vk_batch_logit_rows(vb) - lused;
+    if (q->logits_mode == BS_LOGITS_ALL) m = BS_MIN(m, lroom);
+    const int lr = q->logits_mode == BS_LOGITS_ALL ? m : (q->logits_mode == BS_LOGITS_LAST && done + m == q->n);
+    if (m <= 0 || lr > lroom) return 0;
+    *v = (bs_vk_seq){.s = s->vk, .snapshot = snap && done == 0, .tokens = s->rb_tokens + done, .n = m,
+                     .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
+                     .logits = q->logits_mode == BS_LOGITS_ALL ? q->logits + (size_t)done * V : q->logits,
+                     .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,
+                     .tap_out = q->taps && !s->taps_on_device ? q->taps + (size_t)done * tap_row : NULL};
+    return m;
+}
+
+/* Passes of up to bs_vk_batch_seqs pieces (each at most a device submission's rows of one
+ * sequence, in order) until every sequence is evaluated; a sequence's first piece takes its
+ * rollback snapshot in the pass. */
+static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
+    int *done = bs_xcalloc((size_t)n_seq, sizeof *done), rc = 0;
+    bool *snap = bs_xcalloc((size_t)n_seq, sizeof *snap);
+    for (int i = 0; i < n_seq && !rc; i++) rc = bs_device_begin(q[i].s, q[i].tokens, q[i].n, &snap[i]);
+    for (bool more = true; more && !rc;) {
+        bs_vk_seq v[BS_VK_BATCH_SEQS];
+        int idx[BS_VK_BATCH_SEQS], nv = 0, used = 0, lused = 0;
+        const int max_seqs = bs_vk_batch_seqs(vb);
+        for (int i = 0; i < n_seq && nv < max_seqs; i++) {
+            if (done[i] == q[i].n) continue;
+            const int m = next_piece(vb, &q[i], done[i], snap[i], used, lused, &v[nv]);
+            if (!m) break;
+            used += m;
+            lused += v[nv].logit_rows;
+            idx[nv++] = i;
+        }
+        if ((more = nv > 0) && !(rc = bs_vk_batch_eval(vb, v, nv)))
+            for (int k = 0; k < nv; k++) done[idx[k]] += v[k].n;
+    }
+    for (int i = 0; i < n_seq && !rc; i++) bs_device_end(q[i].s, q[i].n);
+    free(done);
+    free(snap);
+    return rc;
+}
+
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (validate(b, q, n_seq)) return -1;
-    /* sessions on the device: one evaluation each (a row's logits do not depend on the rows
-     * evaluated with it, so the results are those of one pass) */
-    if (q[0].s->vk) {
-        for (int i = 0; i < n_seq; i++)
-            if (bs_eval(q[i].s, q[i].tokens, q[i].n, q[i].logits_mode, q[i].logits, q[i].taps)) return -1;
-        return 0;
-    }
+    /* sessions on the device: their rows through each weight product together there (one
+     * alone takes bs_eval's recorded steps: the same bits) */
+    if (b->vk && n_seq > 1) return eval_device(b->vk, q, n_seq);
+    if (b->vk) return bs_eval(q[0].s, q[0].tokens, q[0].n, q[0].logits_mode, q[0].logits, q[0].taps);
     const bs_qwen35_hparams *hp = &b->m->hp;
     const int E = hp->n_embd;
     int R = 0;

@@ -122,30 +122,39 @@ int bs_device_session_new(bs_session *s) {
     return (s->vk = bs_vk_sess_new(s->m->vk_net, s->n_ctx, s->n_batch, s->kv_type == BS_KV_F32)) ? 0 : -1;
 }
 
+int bs_device_begin(bs_session *s, const int32_t *tokens, int c, bool *snap) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    memmove(s->rb_tokens, tokens, (size_t)c * sizeof(int32_t));
+    s->rb_img = false;   /* image rows are refused on the device (bs_eval_image) */
+    const bool undo = !(s->no_undo && c == 1);
+    if (snap) *snap = undo;
+    else if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
+    s->rb_base = s->n_past;
+    s->rb_n = undo ? c : 0;
+    s->rb_recorded = false;
+    for (int t = 0; t < c; t++)
+        bs_rope_cache(s->rope + (size_t)t * hp->n_rot, sess_pos(s) + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+    return 0;
+}
+
+void bs_device_end(bs_session *s, int c) {
+    for (int t = 0; t < c; t++) s->pos_next[s->n_past + t] = sess_pos(s) + t + 1;
+    s->n_past += c;
+}
+
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
-        memmove(s->rb_tokens, tokens + off, (size_t)c * sizeof(int32_t));
-        s->rb_img = false;   /* image rows are refused on the device (bs_eval_image) */
-        /* the state before the batch is what rollback goes back to (one-token steps without
-         * undo skip the copy) */
-        const bool undo = !(s->no_undo && c == 1);
-        if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
-        s->rb_base = s->n_past;
-        s->rb_n = undo ? c : 0;
-        s->rb_recorded = false;
-        for (int t = 0; t < c; t++)
-            bs_rope_cache(s->rope + (size_t)t * hp->n_rot, sess_pos(s) + t, hp->n_rot, hp->rope_base, hp->rope_sections);
+        if (bs_device_begin(s, tokens + off, c, NULL)) return -1;
         const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
         if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0, tap_out))
             return -1;
-        for (int t = 0; t < c; t++) s->pos_next[s->n_past + t] = sess_pos(s) + t + 1;
-        s->n_past += c;
+        bs_device_end(s, c);
     }
     return 0;
 }

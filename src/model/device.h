@@ -20,6 +20,13 @@ const char *bs_model_device(const bs_model *m);
 int bs_device_session_new(bs_session *s);
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
 int bs_device_rollback(bs_session *s, int j);
+/* The bookkeeping around a batch of c tokens on the device (bs_device_eval's, and batch_eval.c's
+ * for several sessions in one pass), as bs_session_begin_batch / end_batch on the CPU: begin
+ * makes the state before it what rollback goes back to (one-token steps without undo skip that
+ * copy; snap != NULL: *snap says whether the caller's pass must take that snapshot) and puts the
+ * positions' rope rows into s->rope; end moves the positions on. */
+int bs_device_begin(bs_session *s, const int32_t *tokens, int c, bool *snap);
+void bs_device_end(bs_session *s, int c);
 int bs_device_state(bs_session *s, int n_pos, bool to_host);
 /* LoRA terms on the device's copy of the network (lora_apply.c attaches them to both). */
 int bs_device_lora(bs_model *m, const char *name, int r, const float *a, const float *b, float scale);

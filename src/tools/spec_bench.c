@@ -3,10 +3,13 @@
  * verify per width, rollback, acceptance overhead) and, from those measurements, the expected
  * tokens per second and speedup over plain decoding at assumed per-token acceptance rates.
  * Synthetic drafters have random weights, so real acceptance cannot be measured with them: the
- * projections say what a round would cost if drafts were accepted at rate p. */
+ * projections say what a round would cost if drafts were accepted at rate p. With the target on
+ * a Vulkan device the drafter runs there too (as the engine runs them: BITSPARK_DRAFT_DEVICE=cpu
+ * keeps it on the CPU) and the verify passes' taps stay on the device for its appends. */
 #include "dspark/dspark.h"
 #include "model/qwen35.h"
 #include "sample/sampler.h"
+#include "model/device.h"
 #include "model/session.h"
 #include "tools/spec_bench.h"
 #include "dspark/speculative.h"
@@ -36,6 +39,9 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
     for (int i = 0; i <= B; i++) ids[i] = (int32_t)((1000 + 37 * i) % V);
     bs_dspark_ctx *dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool);
+    /* a drafter on the device reads the target's taps there (speculative.c's dev_taps) */
+    const bool dev_taps = s->vk && dc && bs_dspark_ctx_on_device(dc) && B + 1 <= bs_vk_sess_rows(s->vk);
+    s->taps_on_device = dev_taps;
     bs_sampler_params sp = bs_sampler_default_params();
     sp.temp = 0;
     bs_sampler *smp = bs_sampler_new(&sp, V);
@@ -65,7 +71,8 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, for (int r = 0; r <= B; r++) bs_sampler_sample(smp, logits + (size_t)r * V));
         if (!warm) c->accept_row = BS_MIN(c->accept_row, t / (B + 1));
         t = 1e30;
-        BEST(t, rc |= bs_dspark_ctx_append(dc, taps, B + 1));
+        if (dev_taps) BEST(t, rc |= bs_dspark_ctx_append_session(dc, s->vk, B + 1));
+        else BEST(t, rc |= bs_dspark_ctx_append(dc, taps, B + 1));
         bs_dspark_ctx_crop(dc, s0);
         if (!warm) c->append_row = BS_MIN(c->append_row, t / (B + 1));
         t = 1e30;
@@ -83,6 +90,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, bs_dspark_confidence(dc, 0, ids[0]));
         if (!warm) c->conf = BS_MIN(c->conf, t);
     }
+    s->taps_on_device = false;
     bs_sampler_free(smp);
     bs_dspark_ctx_free(dc);
     free(logits);
@@ -104,6 +112,8 @@ static double round_time(const costs *c, int C, double p, double *tokens) {
 static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspark *d, const costs *c) {
     const int B = c->B;
     printf("DSpark round costs (measured at context %d, %d threads, best of %d)\n", o->n_prompt, o->n_threads, o->reps);
+    printf("  device: target on %s, drafter on %s\n", bs_model_device(m),
+           bs_dspark_on_device(d) ? bs_model_device(m) : "the CPU");
     printf("  target %s: %d layers, hidden %d, vocab %d\n", o->model, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab);
     printf("  drafter %s: %d layers, block %d, %d taps%s%s\n", o->drafter, d->hp.n_layer, B, d->hp.n_taps,
            d->embd_borrowed ? ", token_embd borrowed" : "", d->output_borrowed ? ", output borrowed" : "");
@@ -190,13 +200,16 @@ static int measured(bs_model *m, const bs_dspark *d, const bs_spec_bench_opts *o
 
 int bs_spec_bench(const bs_spec_bench_opts *op) {
     const bs_spec_bench_opts o = *op;
-    bs_model *m = bs_model_load(o.model, NULL);
+    bs_model_params mp = {.device = o.device};
+    bs_model *m = bs_model_load(o.model, &mp);
     bs_dspark *d = m ? bs_dspark_load(o.drafter, NULL) : NULL;
     bs_session *s = NULL;
     int32_t *prompt = NULL;
     int rc = -1;
     if (!d || bs_dspark_check_pair(d, m)) goto done;
     bs_dspark_share_embeddings(d, m, false);
+    const char *dd = getenv("BITSPARK_DRAFT_DEVICE");
+    if (m->vk && !(dd && !strcmp(dd, "cpu")) && bs_dspark_to_device(d, m, NULL)) goto done;
     bs_session_params sp = {.n_ctx = o.n_prompt + 64, .n_threads = o.n_threads};
     if (!(s = bs_session_new(m, &sp)) || bs_session_set_taps(s, d->hp.taps, d->hp.n_taps)) goto done;
     /* the context: n_prompt tokens evaluated in batches */

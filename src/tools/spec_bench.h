@@ -8,6 +8,7 @@ typedef struct bs_spec_bench_opts {
     const char *model, *drafter;
     int n_threads, n_prompt, reps;
     int n_gen;                 /* tokens of the measured generations (0: none) */
+    const char *device;        /* the target's --device (NULL: auto); the drafter follows it */
 } bs_spec_bench_opts;
 
 /* Prints the report on stdout. 0, or -1 + bs_error. */

@@ -137,6 +137,42 @@ int bs_vk_sess_reset(bs_vk_sess *s);
 int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host);
 
+/* --- several sessions in one pass (continuous batching) -------------------------------------- */
+/* Every weight product runs once over the rows of all sequences together (one pass over the
+ * weights), the per-sequence kernels (conv and delta rule, KV store and attention) per session
+ * on its own state, so a sequence's logits and taps are those of bs_vk_sess_eval, bit for bit. */
+enum { BS_VK_BATCH_SEQS = 8, BS_VK_BATCH_ROWS = 256 };
+typedef struct bs_vk_batch bs_vk_batch;
+/* Shared scratch for up to min(max_rows, BS_VK_BATCH_ROWS) rows, max_logit_rows of them (at
+ * most that) with logits. NULL with bs_error. */
+bs_vk_batch *bs_vk_batch_new(bs_vk_net *n, int max_rows, int max_logit_rows);
+void bs_vk_batch_free(bs_vk_batch *b);
+int bs_vk_batch_rows(const bs_vk_batch *b);
+int bs_vk_batch_logit_rows(const bs_vk_batch *b);
+/* Sequences one pass takes (<= BS_VK_BATCH_SEQS: fewer where a submission could not hold the
+ * dispatches of that many, e.g. a deep network with LoRA adapters). */
+int bs_vk_batch_seqs(const bs_vk_batch *b);
+
+/* One sequence of a pass: n <= bs_vk_sess_rows(s) tokens at positions pos0.. (rope: their
+ * [n][n_rot] table); logits gets the last logit_rows rows' ([logit_rows][n_vocab]); taps as
+ * bs_vk_sess_eval (tap_out NULL: they stay on the device for the drafter); snapshot: first
+ * bs_vk_sess_snapshot, in the pass's submission. */
+typedef struct bs_vk_seq {
+    bs_vk_sess *s;
+    bool snapshot;
+    const int32_t *tokens;
+    int n, pos0;
+    const float *rope;
+    int logit_rows;
+    float *logits;
+    const int *taps;
+    int n_taps;
+    float *tap_out;
+} bs_vk_seq;
+/* Evaluate 1..bs_vk_batch_seqs(b) sequences of distinct sessions of b's network in one
+ * submission. 0 or -1 with bs_error (nothing is evaluated when the request does not fit). */
+int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq);
+
 /* --- the DSpark drafter on the device (vk_dspark.c) ----------------------------------------- */
 typedef struct bs_vk_dspark_layer_desc {
     const float *attn_norm, *ffn_norm, *q_norm, *k_norm;

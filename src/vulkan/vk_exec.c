@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_SETS = 4096 };
+enum { MAX_SETS = BS_VK_MAX_SETS };
 
 /* --- pipelines ------------------------------------------------------------------------------- */
 typedef struct kernel_def {

@@ -146,20 +146,30 @@ void bs_vk_net_lora_clear(bs_vk_net *n) {
 }
 
 /* --- sessions ------------------------------------------------------------------------------- */
+enum { KEY_TAPS = 8 };
+/* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
+ * logits rows and taps. All zero for a session's own steps. */
+typedef struct batch_key {
+    int n_seq;
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+} batch_key;
+
 struct bs_vk_sess {
     bs_vk_net *net;
     int n_ctx, B;                 /* B: rows per submission */
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
-    /* steps recorded once per shape (rows, logits rows) and resubmitted */
-    struct step_cache { int n, rows; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
+    struct step_cache { int n, rows; batch_key key; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
     int n_taps;                   /* taps of the last evaluation */
+    uint64_t uid;                 /* never reused: what a batch's recordings know it by */
+    uint32_t taps_gen;            /* changes when the taps buffer does */
 };
 
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
@@ -179,7 +189,9 @@ const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
-bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) {
+/* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
+ * state and KV cache (a batch's shared scratch has none: each sequence brings its own). */
+static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states) {
     const bs_vk_net_desc *hp = &net->hp;
     bs_vk_ctx *c = net->c;
     bs_vk_sess *s = bs_xcalloc(1, sizeof *s);
@@ -187,7 +199,9 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
     s->n_ctx = n_ctx;
     s->kv_f32 = kv_f32;
     s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
-    s->B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
+    s->B = B_rows;
+    static uint64_t next_uid;
+    s->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
     const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
     const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
     const size_t E = (size_t)hp->n_embd, B = (size_t)s->B;
@@ -197,7 +211,8 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
     s->wd = zmax(vdim, H * D);
     s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
     const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
-    if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || 4u * B * (uint64_t)hp->n_vocab > c->max_binding) {
+    const uint64_t lg_bytes = 4u * (uint64_t)logit_rows * (uint64_t)hp->n_vocab;
+    if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || lg_bytes > c->max_binding) {
         bs_error("Vulkan: a context of %d positions does not fit one binding of %llu bytes", n_ctx,
                  (unsigned long long)c->max_binding);
         free(s);
@@ -212,7 +227,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
-             bs_vk_buf_new(c, &s->logits, 4 * B * (size_t)hp->n_vocab, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
+             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
     s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
     s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
@@ -220,17 +235,22 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
     s->kc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->kc);
     s->vc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->vc);
     const size_t conv_b = 4 * (size_t)(hp->conv_kernel - 1) * cd, ssm_b = 4 * (size_t)hp->n_v_heads * hp->d_v * hp->d_k;
-    for (int g = 0; g < net->n_rec && !rc; g++)
+    for (int g = 0; g < net->n_rec && !rc && states; g++)
         rc = bs_vk_buf_new(c, &s->conv[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm[g], ssm_b, false) ||
              bs_vk_buf_new(c, &s->conv_bak[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm_bak[g], ssm_b, false);
-    for (int a = 0; a < net->n_att && !rc; a++)
+    for (int a = 0; a < net->n_att && !rc && states; a++)
         rc = bs_vk_buf_new(c, &s->kc[a], kv_bytes, false) || bs_vk_buf_new(c, &s->vc[a], kv_bytes, false);
-    if (rc || bs_vk_sess_reset(s) || bs_vk_sess_snapshot(s)) {
+    if (rc || (states && (bs_vk_sess_reset(s) || bs_vk_sess_snapshot(s)))) {
         bs_error_prefix("Vulkan session: ");
         bs_vk_sess_free(s);
         return NULL;
     }
     return s;
+}
+
+bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) {
+    const int B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
+    return sess_alloc(net, n_ctx, B, B, kv_f32, true);
 }
 
 static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
@@ -261,17 +281,22 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     free(s);
 }
 
-/* Copy each recurrent layer's state from one set of buffers to the other, in one submission. */
-static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
+/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
+static void record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
     bs_vk_ctx *c = s->net->c;
-    if (s->net->n_rec == 0) return 0;
-    if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
         VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
         c->fn->vkCmdCopyBuffer(c->cmd, conv_src[g].buf, conv_dst[g].buf, 1, &r1);
         c->fn->vkCmdCopyBuffer(c->cmd, ssm_src[g].buf, ssm_dst[g].buf, 1, &r2);
     }
-    return bs_vk_submit(c);
+}
+
+/* The same in a submission of its own. */
+static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
+    if (s->net->n_rec == 0) return 0;
+    if (bs_vk_begin(s->net->c)) return -1;
+    record_states(s, conv_src, ssm_src, conv_dst, ssm_dst);
+    return bs_vk_submit(s->net->c);
 }
 
 int bs_vk_sess_snapshot(bs_vk_sess *s) { return copy_states(s, s->conv, s->ssm, s->conv_bak, s->ssm_bak); }
@@ -341,11 +366,12 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
 
 /* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
  * it (NORM_ADD) and the int8 quantization of the result for the products that read it. */
-static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, const bs_vk_buf *r, uint32_t flags) {
+static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
+                     uint32_t flags) {
     bs_vk_ctx *c = s->net->c;
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
     const bs_vk_buf *dummy = &s->net->dummy;
-    norm_push p = {E, 0, 1, 1, E, 0, x_off, 0, s->net->hp.eps, flags};
+    norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags};
     const bs_vk_buf *bb[7] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am};
     TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
     bs_vk_barrier(c);
@@ -410,15 +436,29 @@ static int embed(bs_vk_sess *s, int n) {
     return 0;
 }
 
-static int deltanet(bs_vk_sess *s, const vk_layer *L, int n) {
+/* A sequence's rows in a batch's shared scratch (bs_vk_batch_eval): rows r0..r0+n-1 are its
+ * own, its session s holds its state and runs the per-sequence kernels on its own scratch. */
+typedef struct vk_part {
+    bs_vk_sess *s;
+    int r0, n, n_logit;
+    const int *taps;
+    int n_taps;
+    bool snap;                    /* its recurrent state becomes its snapshot first */
+} vk_part;
+
+/* n rows of width floats from row r0 of src to row d0 of dst */
+static void copy_rows(bs_vk_ctx *c, const bs_vk_buf *src, int r0, const bs_vk_buf *dst, int d0, int n, size_t width) {
+    VkBufferCopy r = {4u * (VkDeviceSize)r0 * width, 4u * (VkDeviceSize)d0 * width, 4u * (VkDeviceSize)n * width};
+    c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, &r);
+}
+
+/* The recurrence of one sequence: conv over its window, L2-normed q/k, the delta rule (from
+ * its a, ga, gbeta into its d). */
+static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
     const uint32_t cd = (uint32_t)hp->conv_dim;
-    const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
-    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
-    TRY(mv_shared(s, W, Y, 4, &s->xn, n));
-    TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
     uint32_t cp[3] = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n};
     const bs_vk_buf *cb[4] = {&s->a, &s->conv[L->slot], &L->conv1d, &s->cc};
     TRY(bs_vk_dispatch(c, BS_VK_K_CONV, cb, cp, groups(cd, 64), 1, 1));
@@ -429,6 +469,37 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *db[5] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d};
     TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
     bs_vk_barrier(c);
+    return 0;
+}
+
+/* Each sequence's rows of the shared a, ga, gbeta to its own scratch, its recurrence, its
+ * output back into the shared d. */
+static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
+    bs_vk_ctx *c = S->net->c;
+    const bs_vk_net_desc *hp = &S->net->hp;
+    const size_t cd = (size_t)hp->conv_dim, nv = (size_t)hp->n_v_heads, vdim = nv * hp->d_v;
+    for (int i = 0; i < np; i++) {
+        copy_rows(c, &S->a, pt[i].r0, &pt[i].s->a, 0, pt[i].n, cd);
+        copy_rows(c, &S->ga, pt[i].r0, &pt[i].s->ga, 0, pt[i].n, nv);
+        copy_rows(c, &S->gbeta, pt[i].r0, &pt[i].s->gbeta, 0, pt[i].n, nv);
+    }
+    bs_vk_barrier(c);
+    for (int i = 0; i < np; i++) TRY(deltanet_core(pt[i].s, L, pt[i].n));
+    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, vdim);
+    bs_vk_barrier(c);
+    return 0;
+}
+
+/* pt: NULL for a session's own step, else the sequences of a batch (s is its shared scratch) */
+static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;
+    const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
+    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
+    TRY(mv_shared(s, W, Y, 4, &s->xn, n));
+    TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
+    TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
     /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm) */
     TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
     TRY(ew(c, EW_SILU_MUL, &s->d, &s->b, &s->d, (uint64_t)n * nv * dv, 0, 0));
@@ -437,23 +508,12 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-static int attention(bs_vk_sess *s, const vk_layer *L, int n) {
+/* One sequence's KV rows stored at its positions (its params) and its attention over its own
+ * cache (from its a, b, cc into its d). */
+static int attention_core(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    const bs_vk_matrix *W[3] = {L->wq, L->wk, L->wv};
-    const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
-    TRY(mv_shared(s, W, Y, 3, &s->xn, n));
-    /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
-    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
-    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
-    if (hp->n_rot > 0) {
-        uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
-        const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
-        bs_vk_barrier(c);
-    }
     uint32_t kp[2] = {Hkv * D, s->kv_f32};
     const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
     TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
@@ -463,6 +523,43 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *ab[6] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params};
     TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
+    return 0;
+}
+
+static int attention_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
+    bs_vk_ctx *c = S->net->c;
+    const bs_vk_net_desc *hp = &S->net->hp;
+    const size_t HD = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
+    for (int i = 0; i < np; i++) {
+        copy_rows(c, &S->a, pt[i].r0, &pt[i].s->a, 0, pt[i].n, 2 * HD);
+        copy_rows(c, &S->b, pt[i].r0, &pt[i].s->b, 0, pt[i].n, kvw);
+        copy_rows(c, &S->cc, pt[i].r0, &pt[i].s->cc, 0, pt[i].n, kvw);
+    }
+    bs_vk_barrier(c);
+    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n));
+    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, HD);
+    bs_vk_barrier(c);
+    return 0;
+}
+
+static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    const bs_vk_matrix *W[3] = {L->wq, L->wk, L->wv};
+    const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
+    TRY(mv_shared(s, W, Y, 3, &s->xn, n));
+    /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
+    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
+    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
+    if (hp->n_rot > 0) {   /* a batch's rope table holds every sequence's rows */
+        uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
+        const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
+        bs_vk_barrier(c);
+    }
+    TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n));
     TRY(ew(c, EW_SIGMOID_GATE, &s->d, &s->a, &s->d, (uint64_t)n * H * D, H, D));
     TRY(mv(s, L->wo, &s->d, n, &s->y, true));
     bs_vk_barrier(c);
@@ -487,52 +584,94 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
+static bool tapped_at(const int *taps, int n_taps, int il) {
+    for (int k = 0; k < n_taps; k++)
+        if (taps[k] == il) return true;
+    return false;
+}
+
+/* Rows row0..row0+n-1 of the residual stream x into tap slot k of a session's tap rows. */
+static void copy_taps(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *taps, int row0, int n, int n_taps, int k, uint32_t E) {
+    for (int t = 0; t < n; t++) {
+        VkBufferCopy r = {4u * (VkDeviceSize)(row0 + t) * E, 4u * ((VkDeviceSize)t * n_taps + k) * E, 4u * E};
+        c->fn->vkCmdCopyBuffer(c->cmd, x->buf, taps->buf, 1, &r);
+    }
+}
+
+/* After layer il: the taps that layer feeds (each sequence's into its own session); whether any. */
+static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_taps, const vk_part *pt, int np) {
+    bs_vk_ctx *c = s->net->c;
+    const uint32_t E = (uint32_t)s->net->hp.n_embd;
+    bool any = false;
+    for (int i = 0; i < (pt ? np : 1); i++) {
+        const int *tp = pt ? pt[i].taps : taps, nt = pt ? pt[i].n_taps : n_taps;
+        for (int k = 0; k < nt; k++)
+            if (tp[k] == il) {
+                if (pt) copy_taps(c, &s->x, &pt[i].s->taps, pt[i].r0, pt[i].n, nt, k, E);
+                else copy_taps(c, &s->x, &s->taps, 0, n, nt, k, E);
+                any = true;
+            }
+    }
+    if (any) bs_vk_barrier(c);
+    return any;
+}
+
+/* The final norm and LM head: the last logits_rows rows of a step, or each sequence's last
+ * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. */
+static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np) {
+    const uint32_t E = (uint32_t)s->net->hp.n_embd;
+    int k = 0;
+    if (!pt && logits_rows > 0) {
+        TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT));
+        k = logits_rows;
+    }
+    for (int i = 0; pt && i < np; i++)
+        if (pt[i].n_logit > 0) {
+            const uint32_t first = (uint32_t)(pt[i].r0 + pt[i].n - pt[i].n_logit);
+            TRY(norm_rows(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
+            k += pt[i].n_logit;
+        }
+    return k ? mv(s, s->net->output, &s->xn, k, &s->logits, false) : 0;
+}
+
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
- * the params buffer), so that the recording can be submitted again for every step of that shape. */
-static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, int n_taps) {
+ * the params buffer), so that the recording can be submitted again for every step of that shape.
+ * pt: a batch's sequences (s is then its shared scratch; taps and logits rows are theirs). */
+static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, int n_taps, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
+    bool snaps = false;           /* a batch's snapshots first, in the same submission */
+    for (int i = 0; pt && i < np; i++)
+        if (pt[i].snap) {
+            record_states(pt[i].s, pt[i].s->conv, pt[i].s->ssm, pt[i].s->conv_bak, pt[i].s->ssm_bak);
+            snaps = true;
+        }
+    if (snaps) bs_vk_barrier(c);
     TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
-        TRY(norm_rows(s, &L->attn_norm, n, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
-        TRY(L->rec ? deltanet(s, L, n) : attention(s, L, n));
-        TRY(norm_rows(s, &L->post_norm, n, 0, &s->y, NORM_QUANT | NORM_ADD));
+        TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
+        TRY(L->rec ? deltanet(s, L, n, pt, np) : attention(s, L, n, pt, np));
+        TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD));
         TRY(ffn(s, L, n));
-        bool tapped = false;
-        for (int k = 0; k < n_taps; k++) tapped |= taps[k] == il;
+        bool tapped = tapped_at(taps, n_taps, il);
+        for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);
         pending = !tapped && il + 1 < hp->n_layer;
         if (!pending) TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
-        for (int k = 0; k < n_taps; k++)
-            if (taps[k] == il)
-                for (int t = 0; t < n; t++) {
-                    VkBufferCopy r = {4u * (VkDeviceSize)t * E, 4u * ((VkDeviceSize)t * n_taps + k) * E, 4u * E};
-                    c->fn->vkCmdCopyBuffer(c->cmd, s->x.buf, s->taps.buf, 1, &r);
-                }
-        if (n_taps) bs_vk_barrier(c);
+        record_taps(s, il, n, taps, n_taps, pt, np);
     }
-    if (logits_rows > 0) {
-        /* the last logits_rows rows of the chunk, normed into xn from row 0 */
-        const uint32_t first = (uint32_t)(n - logits_rows);
-        TRY(norm_rows(s, &s->net->out_norm, logits_rows, first * E, NULL, NORM_QUANT));
-        TRY(mv(s, s->net->output, &s->xn, logits_rows, &s->logits, false));
-    }
-    return 0;
+    return record_logits(s, n, logits_rows, pt, np);
 }
 
-/* One step of n rows: the cached recording of its shape, recorded first if there is none (taps
- * are recorded for the step alone). */
-static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+/* The recording of a step of n rows (rows with logits; a batch's with key and its parts) from
+ * the cache, recorded into it first if it is not there, and submitted. */
+static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
-    if (n_taps > 0 || s->no_cache) {
-        TRY(bs_vk_begin(c));
-        const int rc = record_chunk(s, n, rows, taps, n_taps);
-        return bs_vk_submit(c) || rc ? -1 : 0;
-    }
     for (int i = 0; i < CACHE_STEPS; i++)
-        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows) return bs_vk_submit_cmd(c, s->cache[i].cmd);
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && !memcmp(&s->cache[i].key, key, sizeof *key))
+            return bs_vk_submit_cmd(c, s->cache[i].cmd);
     struct step_cache *e = &s->cache[s->cache_next];
     s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
     cache_drop(s, e);
@@ -546,26 +685,43 @@ static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps)
         cache_drop(s, e);
         return -1;
     }
-    int rc = record_chunk(s, n, rows, NULL, 0);
+    int rc = record_chunk(s, n, rows, NULL, 0, pt, np);
     rc = bs_vk_record_end(c) || rc;
     if (rc) { cache_drop(s, e); return -1; }
     e->n = n;
     e->rows = rows;
+    memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
     return bs_vk_submit_cmd(c, e->cmd);
+}
+
+/* One step of n rows: the cached recording of its shape (taps are recorded for the step alone). */
+static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
+    bs_vk_ctx *c = s->net->c;
+    if (n_taps > 0 || s->no_cache) {
+        TRY(bs_vk_begin(c));
+        const int rc = record_chunk(s, n, rows, taps, n_taps, NULL, 0);
+        return bs_vk_submit(c) || rc ? -1 : 0;
+    }
+    static const batch_key none;
+    return run_cached(s, n, rows, &none, NULL, 0);
+}
+
+/* Room for n_taps taps of every row (the drafter reads them from there). */
+static int taps_ensure(bs_vk_sess *s, int n_taps) {
+    const size_t bytes = 4u * (size_t)s->B * n_taps * s->net->hp.n_embd;
+    if (n_taps > 0) s->n_taps = n_taps;
+    if (n_taps <= 0 || (s->taps.buf && s->taps.size >= bytes)) return 0;
+    bs_vk_buf_free(s->net->c, &s->taps);
+    s->taps_gen++;
+    return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
-    bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
-    TRY(lora_sync(s));
-    if (n_taps > 0) s->n_taps = n_taps;
-    if (n_taps > 0 && (!s->taps.buf || s->taps.size < 4u * (size_t)s->B * n_taps * E)) {
-        bs_vk_buf_free(c, &s->taps);
-        TRY(bs_vk_buf_new(c, &s->taps, 4u * (size_t)s->B * n_taps * E, true));
-    }
+    TRY(lora_sync(s) || taps_ensure(s, n_taps));
     for (int off = 0; off < n; off += s->B) {
         const int m = BS_MIN(s->B, n - off);
         const bool last = off + m == n;
@@ -580,6 +736,120 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
         if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
         if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
         if (n_taps && tap_out) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
+    }
+    return 0;
+}
+
+/* --- several sessions in one pass ------------------------------------------------------------ */
+struct bs_vk_batch {
+    bs_vk_sess *w;                /* the shared rows: scratch only, no state */
+    int logit_rows;
+};
+
+bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
+    const int rows = BS_MAX(1, BS_MIN(max_rows, BS_VK_BATCH_ROWS));
+    bs_vk_batch *b = bs_xcalloc(1, sizeof *b);
+    const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
+    b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
+    if (!(b->w = sess_alloc(net, 0, rows, b->logit_rows, false, false))) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void bs_vk_batch_free(bs_vk_batch *b) {
+    if (!b) return;
+    bs_vk_sess_free(b->w);
+    free(b);
+}
+
+int bs_vk_batch_rows(const bs_vk_batch *b) { return b->w->B; }
+
+/* Sequences a pass may hold: each adds its recurrences' and attentions' dispatches (3 and 2 a
+ * layer) to the shared ones (about 16 a layer, with LoRA terms up to about 3 per product more),
+ * and a submission takes BS_VK_MAX_SETS. */
+int bs_vk_batch_seqs(const bs_vk_batch *b) {
+    const bs_vk_net *n = b->w->net;
+    const int shared = n->hp.n_layer * (n->lora_r > 0 ? 48 : 20) + 64, per_seq = 3 * n->n_rec + 2 * n->n_att;
+    return BS_MAX(1, BS_MIN(BS_VK_BATCH_SEQS, (BS_VK_MAX_SETS - shared) / BS_MAX(per_seq, 1)));
+}
+int bs_vk_batch_logit_rows(const bs_vk_batch *b) { return b->logit_rows; }
+
+static int batch_check(const bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
+    int rows = 0, lrows = 0;
+    if (n_seq < 1 || n_seq > bs_vk_batch_seqs(b)) return bs_error("Vulkan batch: %d sequences (1..%d)", n_seq, bs_vk_batch_seqs(b));
+    for (int i = 0; i < n_seq; i++) {
+        const bs_vk_sess *s = q[i].s;
+        if (!s || s->net != b->w->net) return bs_error("Vulkan batch: sequence %d is not on this network", i);
+        for (int j = 0; j < i; j++)
+            if (q[j].s == s) return bs_error("Vulkan batch: session given twice");
+        if (q[i].n < 1 || q[i].n > s->B || q[i].pos0 < 0 || q[i].pos0 + q[i].n > s->n_ctx)
+            return bs_error("Vulkan batch: %d rows at %d do not fit sequence %d", q[i].n, q[i].pos0, i);
+        if (q[i].logit_rows < 0 || q[i].logit_rows > q[i].n) return bs_error("Vulkan batch: bad logits rows");
+        rows += q[i].n;
+        lrows += q[i].logit_rows;
+    }
+    if (rows > b->w->B || lrows > b->logit_rows)
+        return bs_error("Vulkan batch: %d rows (%d with logits) exceed %d (%d)", rows, lrows, b->w->B, b->logit_rows);
+    return 0;
+}
+
+/* The key of a pass (its recording binds the sessions' own buffers); false: not cacheable. */
+static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
+    memset(k, 0, sizeof *k);
+    k->n_seq = np;
+    for (int i = 0; i < np; i++) {
+        if (pt[i].n_taps > KEY_TAPS) return false;
+        k->q[i].uid = pt[i].s->uid;
+        k->q[i].taps_gen = pt[i].s->taps_gen;
+        k->q[i].n = pt[i].n;
+        k->q[i].n_logit = pt[i].n_logit;
+        k->q[i].n_taps = pt[i].n_taps;
+        k->q[i].snap = pt[i].snap;
+        for (int t = 0; t < pt[i].n_taps; t++) k->q[i].taps[t] = pt[i].taps[t];
+    }
+    return true;
+}
+
+/* A pass of the same sequences and shapes as one before (the server's decode steps) resubmits
+ * that one's recording; others are recorded (into the scratch session's cache). */
+static int batch_run(bs_vk_sess *S, int R, const vk_part *pt, int np) {
+    batch_key key;
+    if (!S->no_cache && batch_key_of(pt, np, &key)) return run_cached(S, R, 0, &key, pt, np);
+    bs_vk_ctx *c = S->net->c;
+    TRY(bs_vk_begin(c));
+    const int rc = record_chunk(S, R, 0, NULL, 0, pt, np);
+    return bs_vk_submit(c) || rc ? -1 : 0;
+}
+
+int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
+    bs_vk_sess *S = b->w;
+    const bs_vk_net_desc *hp = &S->net->hp;
+    const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd, nr = (size_t)hp->n_rot;
+    vk_part pt[BS_VK_BATCH_SEQS] = {{0}};
+    TRY(batch_check(b, q, n_seq) || lora_sync(S));
+    int R = 0;
+    for (int i = 0; i < n_seq; i++) {
+        bs_vk_sess *s = q[i].s;
+        TRY(taps_ensure(s, q[i].n_taps));
+        pt[i] = (vk_part){s, R, q[i].n, q[i].logit_rows, q[i].taps, q[i].n_taps, q[i].snapshot};
+        for (int t = 0; t < q[i].n; t++) {
+            const uint32_t id = (uint32_t)q[i].tokens[t];
+            memcpy((uint32_t *)S->tok.map + R + t, &id, 4);
+        }
+        if (nr) memcpy((float *)S->rope.map + (size_t)R * nr, q[i].rope, sizeof(float) * (size_t)q[i].n * nr);
+        const uint32_t p0 = (uint32_t)q[i].pos0;
+        memcpy(s->params.map, &p0, 4);
+        R += q[i].n;
+    }
+    if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
+    size_t k = 0;
+    for (int i = 0; i < n_seq; i++) {
+        const int lr = q[i].logit_rows, nt = q[i].n_taps;
+        if (lr) memcpy(q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
+        k += (size_t)lr;
+        if (nt && q[i].tap_out) memcpy(q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
     }
     return 0;
 }

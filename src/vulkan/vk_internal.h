@@ -217,7 +217,9 @@ int bs_vk_staging_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, 
 int bs_vk_staging_flush(bs_vk_ctx *c);
 void bs_vk_staging_free(bs_vk_ctx *c);
 
-/* vk_exec.c: one command buffer recorded, submitted and waited for. */
+/* vk_exec.c: one command buffer recorded, submitted and waited for; at most BS_VK_MAX_SETS
+ * dispatches in it (descriptor sets of its pool). */
+enum { BS_VK_MAX_SETS = 4096 };
 int bs_vk_begin(bs_vk_ctx *c);
 /* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,

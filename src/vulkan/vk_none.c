@@ -78,6 +78,19 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
     (void)s; (void)conv; (void)ssm; (void)conv_stride; (void)ssm_stride; (void)k; (void)v; (void)kv_stride; (void)n_pos; (void)to_host;
     return bs_error("no Vulkan backend");
 }
+bs_vk_batch *bs_vk_batch_new(bs_vk_net *n, int max_rows, int max_logit_rows) {
+    (void)n; (void)max_rows; (void)max_logit_rows;
+    bs_error("no Vulkan backend");
+    return NULL;
+}
+void bs_vk_batch_free(bs_vk_batch *b) { (void)b; }
+int bs_vk_batch_rows(const bs_vk_batch *b) { (void)b; return 0; }
+int bs_vk_batch_logit_rows(const bs_vk_batch *b) { (void)b; return 0; }
+int bs_vk_batch_seqs(const bs_vk_batch *b) { (void)b; return 0; }
+int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
+    (void)b; (void)q; (void)n_seq;
+    return bs_error("no Vulkan backend");
+}
 bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *d) {
     (void)c; (void)d;
     bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");

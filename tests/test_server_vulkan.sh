@@ -1,0 +1,56 @@
+#!/bin/bash
+# test_server_vulkan.sh: bitspark serve --device vulkan (lavapipe in CI, validation layer on: any
+# message fails) with 3 slots and the trained tiny pair of models/ (the drafter on the device
+# too): concurrent greedy requests, drafting and plain, each answer equal to the CPU server's
+# plain greedy answer; slots batched in passes on the device (/metrics); an identical request
+# served from the prompt cache. Skipped (77) without a Vulkan device. Kept short: lavapipe is slow.
+. "$(dirname "$0")/server_lib.sh"
+PY=/usr/bin/python3
+if ! "$B" devices 2>/dev/null | grep -q '^vulkan:[0-9]'; then echo "skipped: no Vulkan device"; exit 77; fi
+TM="$SRC/models/bonsai-tiny-q1_0.gguf" DM="$SRC/models/bonsai-tiny-dspark.gguf"
+start_server CPU -m "$TM" -np 3 -t 2 --ctx 512 --device cpu
+export BITSPARK_VK_VALIDATE=1   # the CPU server above is already up
+start_server VK -m "$TM" -md "$DM" -np 3 -t 2 --ctx 512 --device vulkan --draft-max 4
+grep -q 'device: Vulkan' "$T/server.VK.log" && ok "the server runs on $(sed -n 's/.*device: \(Vulkan.*\)$/\1/p' "$T/server.VK.log" | head -1)" \
+    || bad "not on Vulkan: $(head -c 600 "$T/server.VK.log")"
+
+# ask URL: three requests at once (two drafting, one plain, different lengths); prints the
+# answers' messages and drafted token counts as JSON
+ask() {
+    "$PY" - "$1" <<'EOF'
+import json, sys, threading, urllib.request
+url = sys.argv[1]
+reqs = [("Tell me a story about a cat.", 20, 4), ("What is the capital of France?", 8, 0), ("Write a poem about the sea.", 14, 4)]
+out = [None] * len(reqs)
+def one(i, p, n, d):
+    body = json.dumps({"messages": [{"role": "user", "content": p}], "max_tokens": n, "temperature": 0,
+                       "ignore_eos": True, "draft_max": d}).encode()
+    r = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    y = json.load(urllib.request.urlopen(r, timeout=300))
+    out[i] = [y["choices"][0]["message"], y.get("timings", {}).get("draft_n", 0)]
+ts = [threading.Thread(target=one, args=(i,) + q) for i, q in enumerate(reqs)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(json.dumps(out))
+EOF
+}
+a=$(ask "$CPU") b=$(ask "$VK")
+same=$(printf '%s\n%s\n' "$a" "$b" | "$PY" -c 'import json,sys; a, b = (json.loads(l) for l in sys.stdin)
+print(all(x[0] == y[0] for x, y in zip(a, b)) and len(a) == 3, b[0][1] + b[2][1], b[1][1])')
+[ "${same%% *}" = True ] && [ "$(echo "$same" | cut -d' ' -f2)" -gt 0 ] && [ "${same##* }" = 0 ] \
+    && ok "3 slots on the device, drafting + plain at once: each answer = the CPU's greedy one (drafted: $same)" \
+    || bad "device answers differ or nothing drafted ($same): CPU $a VK $b"
+m=$(curl -s "$VK/metrics")
+busy=$(echo "$m" | sed -n 's/^llamacpp:n_busy_slots_per_decode \(.*\)/\1/p')
+"$PY" -c "import sys; sys.exit(0 if float('${busy:-0}') > 1 else 1)" && echo "$m" | grep -qE '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' \
+    && ok "slots share passes on the device ($busy slots per decode pass)" || bad "metrics: $(echo "$m" | grep -E 'busy_slots|draft_tokens')"
+# the same prompt twice: the second comes from the prompt cache on the device, same answer
+q='{"messages":[{"role":"user","content":"Same prompt again"}],"max_tokens":4,"temperature":0}'
+a1=$(curl -s -H 'Content-Type: application/json' "$VK/v1/chat/completions" -d "$q"); a2=$(curl -s -H 'Content-Type: application/json' "$VK/v1/chat/completions" -d "$q")
+c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a2" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p')
+msg() { echo "$1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["message"]))'; }
+[ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(msg "$a1")" = "$(msg "$a2")" ] \
+    && ok "an identical prompt is served from the cache on the device ($c2 of $p2 tokens)" || bad "cache: $c2 of $p2 [$a1] [$a2]"
+grep -q 'vulkan validation:' "$T/server.VK.log" && bad "validation messages: $(grep -m3 'vulkan validation:' "$T/server.VK.log")" \
+    || ok "no validation messages"
+finish
