@@ -8,8 +8,10 @@
 source "$(dirname "$0")/server_lib.sh"
 [ -x /usr/bin/chromium ] || { echo "FAIL /usr/bin/chromium is missing (Debian package chromium)"; exit 1; }
 node_deps
-M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
-start_server U -m "$M" -np 2 -t 2 --ctx 4096
+# a context long enough that the reply Stop ends (up to 20000 tokens) is still running when the
+# page clicks Stop on a loaded host (with 4096 it could fill the context first)
+M=$(synth_model srv-tiny-q1_0-ctx64k --preset tiny --type q1_0 --n-ctx 65536)
+start_server U -m "$M" -np 2 -t 2 --ctx 24576
 curl -s "$U/" | grep -q '<title>bitspark chat</title>' && ok "page served at /" || bad "page at /"
 mkdir -p "$T/profile"
 out=$(BS_PROFILE="$T/profile" timeout 170 node "$SRC/tests/node/webui.mjs" "$U" "${BS_TMP:-/tmp}/webui.png" 2>&1)
