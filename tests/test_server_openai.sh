@@ -136,6 +136,26 @@ out=$(node -e '
                  r.no_mmproj === 400 && r.vision[0] === true && r.vision[1] === false ? 0 : 1);
   })();' "$VIS" "$VISD" "$URL" "$FX/vision/image.png" "$T/vis.cli" 2>&1) \
   && ok "image_url parts: the CLI's answer, streamed and drafted too, cached again, 400s, /props ($out)" || bad "images: $out"
+# the image budget: the fixture image is 147456 bytes of preprocessed pixels, so 1 MiB holds 7;
+# an eighth in one request is a 503 (with Retry-After), and its bytes come back: 7 then still fit,
+# twice in a row (the second after the first's pixels were encoded and given back)
+start_server VISB -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" -np 1 -t 2 --ctx 512 \
+    --image-budget 1048576
+out=$(node -e '
+  const fs = require("fs");
+  const [base, png] = process.argv.slice(1);
+  const url = "data:image/png;base64," + fs.readFileSync(png).toString("base64");
+  const ask = (k) => fetch(base + "/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ max_tokens: 2, messages: [{ role: "user", content: [...Array(k)].map(() =>
+      ({ type: "image_url", image_url: { url } })).concat([{ type: "text", text: "Hi." }]) }] }) })
+    .then(async (r) => [r.status, r.headers.get("retry-after"), (await r.text()).slice(0, 160)]);
+  (async () => {
+    const r = { eight: await ask(8), seven: await ask(7), again: await ask(7) };
+    console.log(JSON.stringify(r));
+    process.exit(r.eight[0] === 503 && r.eight[1] !== null && /image-budget/.test(r.eight[2]) &&
+                 r.seven[0] === 200 && r.again[0] === 200 ? 0 : 1);
+  })();' "$VISB" "$FX/vision/image.png" 2>&1) \
+  && ok "image budget: 8 images past 1 MiB are a 503, 7 fit, twice ($out)" || bad "image budget: $out"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish

@@ -48,6 +48,8 @@ void help_serve(void) {
            "  --http-threads N        HTTP worker threads (4)\n"
            "  --body-budget BYTES     request bodies being received at once, in total; more wait\n"
            "                          (--body-limit + 1 MiB)\n"
+           "  --image-budget BYTES    preprocessed image pixels that requests not yet in a slot\n"
+           "                          may hold, in total; an image past it is 503 (512 MiB)\n"
            "  A request's headers must arrive within 10 s (also the idle time of a kept-alive\n"
            "  connection) and its body within 60 s of them; slower clients are disconnected.\n"
            "  --no-webui              no chat page at /\n"
@@ -167,6 +169,7 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
         else if (!strcmp(a, "--http-threads")) INT_OPT(1, 64, c->http_threads);
         else if (!strcmp(a, "--body-budget")) INT_OPT(1024, 1L << 40, c->body_budget);
+        else if (!strcmp(a, "--image-budget")) INT_OPT(1L << 20, 1L << 40, c->image_budget);
         else if (!strcmp(a, "--api-key")) { if (!(c->api_key = cli_value(argc, argv, &i))) return -1; }
         else if (!strcmp(a, "--api-key-file")) {
             if (!(v = cli_value(argc, argv, &i)) || !(c->api_key = read_key_file(v))) return -1;

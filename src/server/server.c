@@ -2,6 +2,7 @@
  * "loading"), then the model and its tokenizer and chat template, the slots with their
  * scheduler thread. */
 #include "server/server.h"
+#include "server/server_vision.h"
 #include "model/qwen35.h"
 #include "io/util.h"
 
@@ -58,6 +59,7 @@ int srv_load(srv *s) {
     if (cfg->mmproj) {
         char err[512];
         if (!(s->mmproj = bs_mmproj_load(cfg->mmproj, err, sizeof err))) return bs_error("%s", err);
+        srv_vision_set_budget(cfg->image_budget);
         if (bs_mmproj_n_embd(s->mmproj) != bs_model_n_embd(s->model))
             return bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", cfg->mmproj,
                             bs_mmproj_n_embd(s->mmproj), bs_model_n_embd(s->model));

@@ -68,6 +68,8 @@ typedef struct srv_config {
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
     long body_max;             /* bytes of a request body */
     long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */
+    long image_budget;         /* bytes of preprocessed image pixels that requests waiting for a
+                                  slot may hold, in total (0: SRV_IMAGE_BUDGET) */
     int max_connections;
     int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;

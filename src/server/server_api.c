@@ -457,8 +457,10 @@ static void chat_in_free(chat_in *c) {
 /* An image_url part: encoded, its placeholder into the text. */
 static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     char err[256];
-    if (c->s && srv_vision_add(c->s, &c->vis, part, err, sizeof err)) {
-        srv_reply_error(r, 400, "invalid_request_error", "%s", err);
+    const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, err, sizeof err) : 0;
+    if (rc) {
+        if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
+        else srv_reply_error(r, 400, "invalid_request_error", "%s", err);
         return false;
     }
     srv_buf_adds(b, c->s ? c->vis.part : BS_IMAGE_CHAT);

@@ -37,10 +37,32 @@ void srv_vision_init(srv_vision *v) {
     snprintf(v->part, sizeof v->part, VS "%s" VE, v->tag);
 }
 
+static long g_budget = SRV_IMAGE_BUDGET, g_held;
+
+void srv_vision_set_budget(long bytes) { g_budget = bytes > 0 ? bytes : SRV_IMAGE_BUDGET; }
+long srv_vision_held(void) { return __atomic_load_n(&g_held, __ATOMIC_RELAXED); }
+
+static long px_bytes(const bs_image_pixels *p) { return p->px ? (long)p->w * p->h * 3 * (long)sizeof(float) : 0; }
+
+/* Take n bytes from the budget, or say no. */
+static bool reserve(long n) {
+    long cur = __atomic_load_n(&g_held, __ATOMIC_RELAXED);
+    do {
+        if (cur + n > g_budget) return false;
+    } while (!__atomic_compare_exchange_n(&g_held, &cur, cur + n, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return true;
+}
+
+/* Free pixels that were reserved, and give their bytes back. */
+static void px_release(bs_image_pixels *p) {
+    __atomic_sub_fetch(&g_held, px_bytes(p), __ATOMIC_RELAXED);
+    bs_image_pixels_free(p);
+}
+
 void srv_images_free(bs_gen_image *im, bs_image_pixels *px, int n) {
     for (int k = 0; k < n; k++) {
         if (im) free((void *)im[k].embd);
-        if (px) bs_image_pixels_free(&px[k]);
+        if (px) px_release(&px[k]);
     }
     free(im);
     free(px);
@@ -60,7 +82,7 @@ int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px,
         bs_image_embd e;
         if (!px || !px[k].px) return bs_errbuf(err, errlen, "image %d has neither rows nor pixels", k);
         if (bs_vision_encode_pixels(m, px[k].px, px[k].w, px[k].h, n_threads, &e, err, errlen)) return -1;
-        bs_image_pixels_free(&px[k]);
+        px_release(&px[k]);
         if (e.nx != im[k].nx || e.ny != im[k].ny) {   /* the grid the prompt was sized for */
             bs_image_embd_free(&e);
             return bs_errbuf(err, errlen, "image %d: the encoder made %d x %d rows, not %d x %d", k, e.nx, e.ny,
@@ -87,6 +109,12 @@ int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t 
     const uint64_t hash = im.hash;
     srv_image_free(&im);
     if (rc) return -1;
+    if (!reserve(px_bytes(&px))) {
+        snprintf(err, errlen, "the server holds as many images as it may (--image-budget %ld bytes): retry soon",
+                 g_budget);
+        bs_image_pixels_free(&px);
+        return -2;
+    }
     v->im = bs_xrealloc(v->im, (size_t)(v->n + 1) * sizeof *v->im);
     v->px = bs_xrealloc(v->px, (size_t)(v->n + 1) * sizeof *v->px);
     v->px[v->n] = px;

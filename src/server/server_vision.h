@@ -7,6 +7,13 @@
 #include <jansson.h>
 
 #define SRV_MAX_IMAGES 16
+#define SRV_IMAGE_BUDGET (512L << 20)
+
+/* A small PNG can hold a 4096-token image: 50 MB of float pixels once preprocessed. Requests
+ * that wait for a slot keep theirs, so all of them together draw from one budget
+ * (--image-budget); srv_vision_add answers 503 past it. Set once when the server starts. */
+void srv_vision_set_budget(long bytes);
+long srv_vision_held(void);   /* bytes held now (tests, metrics) */
 
 /* A request's images and the placeholder its message text holds for each. */
 typedef struct srv_vision {
@@ -21,8 +28,9 @@ typedef struct srv_vision {
 void srv_vision_init(srv_vision *v);   /* a fresh random tag */
 void srv_vision_free(srv_vision *v);
 /* An image_url content part: decoded and preprocessed (its grid known, so the prompt's length
- * is), appended to v. 0, or -1 + the 400 message in err (no --mmproj, a remote URL, bad base64,
- * a bad image, too many images). The encoder does not run here: this is the HTTP thread. */
+ * is), appended to v. 0; -1 + the 400 message in err (no --mmproj, a remote URL, bad base64, a
+ * bad image, too many images); -2 + the 503 message (the image budget is spent). The encoder
+ * does not run here: this is the HTTP thread. */
 int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen);
 /* Encode the images of im[0..n) that have no rows yet from px (freed then), on the scheduler's
  * thread just before a slot takes the request. 0, or -1 + message. */
