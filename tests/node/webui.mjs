@@ -51,10 +51,16 @@ try {
   await page.fill('#maxtok', '20000');
   await page.fill('#input', 'Now think for a long time.');
   await page.click('#send');
-  await page.waitForFunction(() => document.querySelectorAll('.assistant')[1]?.querySelector('.think')?.textContent.length > 10, null, { timeout: 30000 })
-    .catch(async (e) => fail('no streamed reasoning: ' + (await page.textContent('#log'))));
-  const folded = await page.evaluate(() => !document.querySelectorAll('.assistant')[1].querySelector('details').open);
-  await page.click('#stop');
+  // seen and clicked in one step inside the page, polled by time: on a loaded host a click from
+  // outside (which waits for animation frames) came after the whole reply had streamed
+  const folded = await page.waitForFunction(() => {
+    const a = document.querySelectorAll('.assistant')[1], stop = document.getElementById('stop');
+    if (!(a?.querySelector('.think')?.textContent.length > 10) || stop.disabled) return false;
+    const f = !a.querySelector('details').open;
+    stop.click();
+    return { f };
+  }, null, { timeout: 30000, polling: 10 }).then((h) => h.jsonValue()).then((v) => v.f)
+    .catch(async (e) => fail('no streamed reasoning with Stop enabled: ' + (await page.textContent('#log'))));
   await page.waitForFunction(() => /stopped/.test(document.querySelectorAll('.assistant')[1]?.querySelector('.stats')?.textContent || ''), null, { timeout: 10000 });
   if (!folded) fail('think block not folded');
   await page.screenshot({ path: shot });
