@@ -3,11 +3,21 @@
 # wrong types, unknown roles, empty messages, unsupported values, a prompt longer than the
 # context, body size limit (413, declared and chunked), API key (401), unknown endpoint (404),
 # wrong method (405), a full queue (503); each answer has the OpenAI error shape and status,
-# and the server stays healthy with every slot idle afterwards.
+# and the server stays healthy with every slot idle afterwards. A second server on a port in use
+# exits with an error instead of sharing it (no SO_REUSEPORT: it would take half the traffic).
 source "$(dirname "$0")/server_lib.sh"
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server U -m "$M" -np 1 -t 1 --ctx 64 --queue 1 --body-limit 4096 --api-key sekret
 AUTH=(-H "Authorization: Bearer sekret")
+
+port=${U##*:}
+if timeout 60 "$B" serve --host 127.0.0.1 --port "$port" -m "$M" -np 1 -t 1 --ctx 64 >"$T/second.log" 2>&1; then
+    bad "a second server on port $port started: $(tail -c 300 "$T/second.log")"
+elif grep -q "cannot listen on 127.0.0.1:$port" "$T/second.log" && grep -qi "address already in use" "$T/second.log"; then
+    ok "a second server on the port in use: refused ($(grep -m1 -i 'in use' "$T/second.log"))"
+else
+    bad "a second server on port $port: $(tail -c 300 "$T/second.log")"
+fi
 
 # req NAME STATUS TYPE [curl args...]: POST/GET and check status + error.type (TYPE '-': none)
 req() {

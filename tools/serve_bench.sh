@@ -5,12 +5,18 @@
 #   tools/serve_bench.sh [-b BIN] [-m MODEL -md DRAFTER]... [-n N] [-c C] [-t THREADS] [-r REPS]
 #
 # Pairs default to the trained tiny pair in models/ and the fixtures' random pair (where
-# drafting cannot pay). Each configuration runs REPS times (median printed); tokens/s counts
-# the generated tokens of all requests over the wall time from the first send to the last
-# answer. Loopback only.
+# drafting cannot pay). tokens/s counts the generated tokens of all requests over the wall time
+# from the first send to the last answer. Loopback only.
+#
+# The four servers of a pair (1 and 4 slots, without and with the drafter) run side by side and
+# take turns: each repetition sends one request set to each, in an order that rotates, so a
+# load change on the host hits every configuration alike (run one after the other, a shared
+# host's drift swung tiny-model figures by 30%). The table has each configuration's median and
+# the medians of the per-repetition ratios. Memory: four copies of the target's working set
+# (with AVX-512 each server repacks its own Q1_0 weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build/bitspark; N=64; C=4; THREADS=2; REPS=3; models=(); drafters=()
+B=build/bitspark; N=64; C=4; THREADS=2; REPS=5; models=(); drafters=()
 while [ $# -gt 0 ]; do
   case $1 in
     -b) B=$2; shift 2;; -m) models+=("$2"); shift 2;; -md) drafters+=("$2"); shift 2;;
@@ -27,46 +33,71 @@ T=$(mktemp -d); MAIN=$BASHPID
 cleanup() { [ "$BASHPID" = "$MAIN" ] || return 0; kill $(jobs -p) 2>/dev/null || true; rm -rf "$T"; }   # not in subshells
 trap cleanup EXIT
 
-start() {   # args...: a server on a free loopback port; sets URL and PID
-  "$B" serve --host 127.0.0.1 --port 0 "$@" >"$T/server.log" 2>&1 &
-  PID=$!; URL=""
-  for _ in $(seq 1 600); do
-    URL=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/server.log" | head -1)
-    [ -n "$URL" ] && return 0
-    kill -0 "$PID" 2>/dev/null || break; sleep 0.1
+CONFIGS=("1 none" "1 auto" "4 none" "4 auto")
+URLS=(); PIDS=()
+
+start() {   # i args...: server i on a free loopback port; sets URLS[i] and PIDS[i]
+  local i=$1 url=""; shift
+  "$B" serve --host 127.0.0.1 --port 0 "$@" >"$T/server.$i.log" 2>&1 &
+  PIDS[$i]=$!
+  for _ in $(seq 1 1200); do
+    url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$T/server.$i.log" | head -1)
+    [ -n "$url" ] && { URLS[$i]=$url; return 0; }
+    kill -0 "${PIDS[$i]}" 2>/dev/null || break; sleep 0.1
   done
-  echo "server did not start: $(cat "$T/server.log")" >&2; exit 1
+  echo "server did not start: $(cat "$T/server.$i.log")" >&2; exit 1
 }
 
-one_run() {   # C concurrent requests; prints tokens per second
-  local t0 t1 pids=() i
-  t0=$(date +%s.%N)
+one_run() {   # url: C concurrent requests from one client process; prints tokens per second
+  local t0 t1 i tok=0 args=()
   for i in $(seq 1 "$C"); do
-    curl -sf -H 'Content-Type: application/json' "$URL/v1/completions" -d "{\"prompt\":\"Request $i: once upon a time\",\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true}" \
-      >"$T/ans.$i" & pids+=($!)
+    [ "$i" -gt 1 ] && args+=(--next)
+    args+=(-sf -H 'Content-Type: application/json' "$1/v1/completions" -o "$T/ans.$i"
+           -d "{\"prompt\":\"Request $i: once upon a time\",\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true}")
   done
-  for p in "${pids[@]}"; do wait "$p"; done
+  t0=$(date +%s.%N)
+  curl -Z --parallel-immediate --parallel-max "$C" "${args[@]}" 2>/dev/null
   t1=$(date +%s.%N)
-  local tok=0
   for i in $(seq 1 "$C"); do tok=$((tok + $(sed -n 's/.*"completion_tokens":\([0-9]*\).*/\1/p' "$T/ans.$i"))); done
   awk -v t="$tok" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", t / (b - a) }'
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# stdin: one line per repetition, the 4 configurations' tokens/s; out: the table's rows
+summarize() {
+  awk -v model="$1" '
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+      return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+    }
+    { for (c = 1; c <= 4; c++) v[c, NR] = $c }
+    END {
+      n = NR
+      for (c = 1; c <= 4; c++) { for (r = 1; r <= n; r++) x[r] = v[c, r]; med[c] = median(x, n) }
+      for (r = 1; r <= n; r++) x[r] = v[2, r] / v[1, r]; d1 = median(x, n)
+      for (r = 1; r <= n; r++) x[r] = v[4, r] / v[3, r]; d4 = median(x, n)
+      for (r = 1; r <= n; r++) x[r] = v[3, r] / v[1, r]; s0 = median(x, n)
+      for (r = 1; r <= n; r++) x[r] = v[4, r] / v[2, r]; sa = median(x, n)
+      printf "| %-28s | %5d | %10.2f | %10.2f | %6.3fx | %s |\n", model, 1, med[1], med[2], d1, ""
+      printf "| %-28s | %5d | %10.2f | %10.2f | %6.3fx | %.2fx / %.2fx |\n", model, 4, med[3], med[4], d4, s0, sa
+    }'
+}
 
 echo "uptime: $(uptime)"
-printf '| %-32s | %5s | %-8s | %10s |\n' model slots drafter "tokens/s"
-printf '|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..34})" "------:" "----------" "-----------:"
+echo "C=$C concurrent requests of N=$N tokens, $THREADS threads, median of $REPS turns"
+printf '| %-28s | %5s | %10s | %10s | %7s | %s |\n' model slots "no drafter" "auto" "auto/no" "4 slots / 1 (no / auto)"
+printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..30})" "------:" "-----------:" "-----------:" "--------:" "------------------------|"
 for k in "${!models[@]}"; do
-  for np in 1 4; do
-    for d in none auto; do
-      args=(-m "${models[$k]}" -np "$np" -t "$THREADS" --ctx 1024)
-      [ "$d" = auto ] && args+=(-md "${drafters[$k]}" --draft-max auto)
-      start "${args[@]}"
-      one_run >/dev/null   # warm-up: auto depth measures its costs here
-      r=$(for _ in $(seq 1 "$REPS"); do one_run; done | median)
-      kill "$PID"; wait "$PID" 2>/dev/null || true
-      printf '| %-32s | %5d | %-8s | %10s |\n' "$(basename "${models[$k]}")" "$np" "$d" "$r"
-    done
+  for i in "${!CONFIGS[@]}"; do
+    read -r np d <<<"${CONFIGS[$i]}"
+    args=(-m "${models[$k]}" -np "$np" -t "$THREADS" --ctx $((N + 1024)))
+    [ "$d" = auto ] && args+=(-md "${drafters[$k]}" --draft-max auto)
+    start "$i" "${args[@]}"
   done
+  for i in "${!CONFIGS[@]}"; do one_run "${URLS[$i]}" >/dev/null; done   # warm-up: auto depth measures its costs
+  for r in $(seq 1 "$REPS"); do
+    declare -a got=()
+    for j in 0 1 2 3; do i=$(( (j + r) % 4 )); got[$i]=$(one_run "${URLS[$i]}"); done
+    echo "${got[0]} ${got[1]} ${got[2]} ${got[3]}"
+  done | tee -a "${SERVE_BENCH_RAW:-/dev/null}" | summarize "$(basename "${models[$k]}")"
+  for i in "${!CONFIGS[@]}"; do kill "${PIDS[$i]}"; wait "${PIDS[$i]}" 2>/dev/null || true; done
 done

@@ -86,6 +86,7 @@ static void end_request(bs_gen *g) {
 void bs_gen_free(bs_gen *g) {
     if (!g) return;
     end_request(g);
+    gen_costs_flush(g);
     bs_grammar_vocab_free(g->gvocab);
     bs_sampler_free(g->smp);
     bs_spec_free(g->spec);

@@ -217,19 +217,40 @@ static int n_threads(const bs_gen *g) { return bs_pool_size(g->sess->pool); }
 /* the cost cache's device: a target on Vulkan has its own entry */
 static const char *device(const bs_gen *g) { return g->m->vk ? bs_model_device(g->m) : "cpu"; }
 
-/* Auto depth's cost measurement (or the cached one) once the first token is known. */
+/* Auto depth's cost measurement (or the cached one) once the first token is known: once per
+ * generator, since a server slot's later requests go on from the depth it has (its acceptance). */
 static int prepare(bs_gen *g, int32_t token) {
     g->prepared = true;
-    if (g->p.draft_max != BS_DRAFT_AUTO) return 0;
+    if (g->p.draft_max != BS_DRAFT_AUTO || g->costs_known) return 0;
     const char *tp = g->m->file->path, *dp = g->p.drafter_path ? g->p.drafter_path : "";
+    g->costs_known = true;
     if (bs_cost_cache_load(bs_spec_depth_mut(g->spec), tp, dp, n_threads(g), device(g))) {
         log_depth(g, "costs from the cache");
         return 0;
     }
     if (bs_spec_calibrate_upto(g->spec, token, 1)) return -1;   /* deeper ones when first wanted */
     bs_cost_cache_store(bs_spec_get_depth(g->spec), tp, dp, n_threads(g), device(g));
+    g->t_costs_saved = bs_time();
     log_depth(g, "measured");
     return 0;
+}
+
+/* The cache file is rewritten (and synced) at most this often by one generator: a server's
+ * requests end many times a second, on the thread that steps every slot. */
+#define COSTS_SAVE_EVERY_S 60.0
+
+/* Write the acceptance this pair has reached for the next run: now if `force` (the generator
+ * goes away), else when the last write is old enough. */
+static void costs_save(bs_gen *g, bool force) {
+    if (!g->costs_dirty || (!force && bs_time() - g->t_costs_saved < COSTS_SAVE_EVERY_S)) return;
+    bs_cost_cache_store(bs_spec_get_depth(g->spec), g->m->file->path, g->p.drafter_path ? g->p.drafter_path : "",
+                        n_threads(g), device(g));
+    g->costs_dirty = false;
+    g->t_costs_saved = bs_time();
+}
+
+void gen_costs_flush(bs_gen *g) {
+    if (g->spec) costs_save(g, true);
 }
 
 static void note_parking(bs_gen *g) {
@@ -392,8 +413,9 @@ void gen_finish(bs_gen *g, int stop) {
     g->state = GS_DONE;
     if (g->use_spec && g->prepared) {
         log_depth(g, "end");
-        if (g->p.draft_max == BS_DRAFT_AUTO)   /* the acceptance this pair ended with, for the next run */
-            bs_cost_cache_store(bs_spec_get_depth(g->spec), g->m->file->path,
-                                g->p.drafter_path ? g->p.drafter_path : "", n_threads(g), device(g));
+        if (g->p.draft_max == BS_DRAFT_AUTO) {   /* the acceptance this pair ended with, for the next run */
+            g->costs_dirty = true;
+            costs_save(g, false);
+        }
     }
 }

@@ -57,6 +57,9 @@ struct bs_gen {
     int gen_base;              /* session positions when the prompt was done */
     double t0;
     bs_spec_stats spec0;       /* the speculative counters when the request began */
+    bool costs_known;          /* auto depth's costs are loaded or measured (once per generator) */
+    bool costs_dirty;          /* what the cost cache holds is older than the depth's state */
+    double t_costs_saved;      /* when this generator last wrote the cost cache */
 
     /* the output */
     char *text;
@@ -77,6 +80,7 @@ bool gen_spec_plan(bs_gen *g, bs_batch_seq *q);
 void gen_spec_commit(bs_gen *g, bool ok);
 /* End the request (reason), flushing the detokenizer unless a stop string cut the text. */
 void gen_finish(bs_gen *g, int stop);
+void gen_costs_flush(bs_gen *g);
 /* Detokenizer with <think> (and tool-call) tags shown. */
 bs_detok *gen_detok_new(const bs_gen *g);
 

@@ -627,8 +627,7 @@ int srv_http_start(srv *s) {
                                  MHD_OPTION_THREAD_POOL_SIZE, workers,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s,
-                                 MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                                 MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s, MHD_OPTION_END);
     if (!s->daemon) {
         srv_http_stop(s);
         return bs_error("cannot listen on %s:%d", s->cfg.host, s->cfg.port);
