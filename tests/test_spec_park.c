@@ -56,6 +56,27 @@ static void test_controller(void) {
     }
     CHECKF(resumed >= 0 && resumed <= 2048 + 1500, "drafting resumed after %d rounds", resumed);
     CHECKF(deepest >= 2, "deepest %d", deepest);
+
+    /* a drafter as costly as the target (the trained tiny pair on a CPU: drafting pays from
+     * p ~ 0.9 only) accepted a third of the time: probes that get a draft accepted still back
+     * off, since p + 0.15 would not pay either; the same acceptance with cheap drafts keeps
+     * probing at the base interval */
+    const double costly_verify[] = {0, 1e-3, 1.4e-3, 1.8e-3, 2.0e-3, 2.3e-3};
+    for (int cheap = 0; cheap < 2; cheap++) {
+        bs_depth_init(&d, 4, BS_DRAFT_AUTO);
+        bs_depth_calibrate(&d, cheap ? verify : costly_verify, cheap ? 0.2e-3 : 1.0e-3, 0.05e-3);
+        bs_depth_seed_p(&d, cheap ? 0.05 : 0.34);
+        long probes = 0;
+        for (int i = 0; i < N; i++) {
+            const int k = bs_depth_choose(&d, 4);
+            if (k > 0) bs_depth_observe_accept(&d, k, (++probes % 3) == 1 ? 1 : 0, NULL);   /* 1 in 3 accepted */
+        }
+        if (cheap)   /* p rises towards 1/3 where drafting pays: probes keep coming, then drafting */
+            CHECKF(probes > 100, "cheap drafts, a third accepted: %ld drafting rounds in %d", probes, N);
+        else
+            CHECKF(d.parked && probes <= 3 + 14, "costly drafts, a third accepted: %ld probes in %d (interval %d)", probes,
+                   N, d.probe_every);
+    }
 }
 
 /* A drafter that is accepted sometimes is given its 8 learning rounds at depth 1, not parked

@@ -17,6 +17,7 @@
 #define PROBE_MIN 8
 #define PROBE_MAX 1024       /* the interval set from costs... */
 #define PROBE_BACKOFF_MAX 2048   /* ...doubled after each probe that got nothing accepted */
+#define PROBE_REACH 0.15     /* ...or that leaves drafting unprofitable even at p + this */
 
 void bs_depth_init(bs_spec_depth *d, int block, int fixed) {
     memset(d, 0, sizeof *d);
@@ -77,12 +78,22 @@ static void observe(bs_spec_depth *d, double x) {
     d->p += w * (x - d->p);
 }
 
+/* Whether drafting would pay at some depth were acceptance PROBE_REACH higher than now: where
+ * it would not (a drafter that costs as much as the target needs p ~ 0.9), probes that get a
+ * draft accepted now and then are not worth their cost at the base interval. */
+static bool within_reach(const bs_spec_depth *d) {
+    const double p = BS_MIN(1.0, d->p + PROBE_REACH), plain = bs_depth_rate(d, 0, p);
+    for (int c = 1; c <= d->block; c++)
+        if (bs_depth_rate(d, c, p) > plain) return true;
+    return false;
+}
+
 void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf) {
     d->n_acc += n;
     for (int i = 0; i < n; i++) observe(d, 1.0);
     if (n < k) observe(d, 0.0);
-    if (d->parked && k > 0) {   /* a probe: back off while they fail, base interval when not */
-        d->backoff = n > 0 ? 0 : BS_MIN(d->backoff + 1, 16);
+    if (d->parked && k > 0) {   /* a probe: back off while they fail or drafting is out of reach */
+        d->backoff = n > 0 && within_reach(d) ? 0 : BS_MIN(d->backoff + 1, 16);
         set_probe_interval(d);
         d->recheck = true;      /* p moved: the next round weighs drafting again */
     }
