@@ -12,7 +12,8 @@
 # take turns: each repetition sends one request set to each, in an order that rotates, so a
 # load change on the host hits every configuration alike (run one after the other, a shared
 # host's drift swung tiny-model figures by 30%). The table has each configuration's median and
-# the medians of the per-repetition ratios. Memory: four copies of the target's working set
+# the median of the per-turn ratios (in brackets their quartiles: how far one turn can be off).
+# SERVE_BENCH_RAW=FILE appends every turn's four figures to FILE. Memory: four copies of the target's working set
 # (with AVX-512 each server repacks its own Q1_0 weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,27 +66,32 @@ one_run() {   # url: C concurrent requests from one client process; prints token
 # stdin: one line per repetition, the 4 configurations' tokens/s; out: the table's rows
 summarize() {
   awk -v model="$1" '
-    function median(a, n,   i, j, t) {
+    function sort(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
-      return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+    }
+    function q(a, n, f,   x) { x = 1 + f * (n - 1); return a[int(x)] + (x - int(x)) * (a[int(x) + (x > int(x))] - a[int(x)]) }
+    function median(a, n) { sort(a, n); return q(a, n, 0.5) }
+    function ratio(c, d, n,   r) {   # median of the per-turn ratios, with their quartiles
+      for (r = 1; r <= n; r++) x[r] = v[c, r] / v[d, r]
+      sort(x, n)
+      return sprintf("%.3fx (%.2f-%.2f)", q(x, n, 0.5), q(x, n, 0.25), q(x, n, 0.75))
     }
     { for (c = 1; c <= 4; c++) v[c, NR] = $c }
     END {
       n = NR
-      for (c = 1; c <= 4; c++) { for (r = 1; r <= n; r++) x[r] = v[c, r]; med[c] = median(x, n) }
-      for (r = 1; r <= n; r++) x[r] = v[2, r] / v[1, r]; d1 = median(x, n)
-      for (r = 1; r <= n; r++) x[r] = v[4, r] / v[3, r]; d4 = median(x, n)
-      for (r = 1; r <= n; r++) x[r] = v[3, r] / v[1, r]; s0 = median(x, n)
-      for (r = 1; r <= n; r++) x[r] = v[4, r] / v[2, r]; sa = median(x, n)
-      printf "| %-28s | %5d | %10.2f | %10.2f | %6.3fx | %s |\n", model, 1, med[1], med[2], d1, ""
-      printf "| %-28s | %5d | %10.2f | %10.2f | %6.3fx | %.2fx / %.2fx |\n", model, 4, med[3], med[4], d4, s0, sa
+      for (c = 1; c <= 4; c++) { for (r = 1; r <= n; r++) y[r] = v[c, r]; med[c] = median(y, n) }
+      printf "| %-28s | %5d | %10.2f | %10.2f | %-20s | %-20s | %-20s |\n", model, 1, med[1], med[2], ratio(2, 1, n), "", ""
+      printf "| %-28s | %5d | %10.2f | %10.2f | %-20s | %-20s | %-20s |\n", model, 4, med[3], med[4], ratio(4, 3, n),
+             ratio(3, 1, n), ratio(4, 2, n)
     }'
 }
 
 echo "uptime: $(uptime)"
 echo "C=$C concurrent requests of N=$N tokens, $THREADS threads, median of $REPS turns"
-printf '| %-28s | %5s | %10s | %10s | %7s | %s |\n' model slots "no drafter" "auto" "auto/no" "4 slots / 1 (no / auto)"
-printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..30})" "------:" "-----------:" "-----------:" "--------:" "------------------------|"
+printf '| %-28s | %5s | %10s | %10s | %-20s | %-20s | %-20s |\n' model slots "no drafter" "auto" "auto / no drafter" \
+  "4 slots / 1" "4 slots / 1, auto"
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..30})" "------:" "-----------:" "-----------:" \
+  "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..22})"
 for k in "${!models[@]}"; do
   for i in "${!CONFIGS[@]}"; do
     read -r np d <<<"${CONFIGS[$i]}"
