@@ -18,6 +18,21 @@ static inline void trained_pair(char *model, char *drafter, size_t cap) {
     setenv("BITSPARK_NO_COST_CACHE", "1", 1);
 }
 
+/* Greedy decoding of a target (with a drafter at depth draft_max, BS_DRAFT_AUTO for auto, when
+ * drafter is not NULL) on one thread; n_ctx 0: the model's. */
+static inline bs_engine_opts greedy_opts(const char *model, const char *drafter, int draft_max, int n_ctx) {
+    bs_engine_opts o;
+    bs_engine_opts_init(&o);
+    o.model = model;
+    o.drafter = drafter;
+    o.draft_max = draft_max;
+    o.n_threads = 1;
+    o.n_ctx = n_ctx;
+    o.sp.temp = 0;
+    o.seed_set = true;
+    return o;
+}
+
 typedef struct {
     int n_gen, n_decode, stop;
     int32_t *tokens;           /* malloc'd, n_gen */

@@ -20,15 +20,7 @@
 #define N_GEN 120
 
 static bs_engine_opts opts(const char *model, const char *drafter, bool shift) {
-    bs_engine_opts o;
-    bs_engine_opts_init(&o);
-    o.model = model;
-    o.drafter = drafter;
-    o.draft_max = 3;
-    o.n_threads = 1;
-    o.n_ctx = N_CTX;
-    o.sp.temp = 0;
-    o.seed_set = true;
+    bs_engine_opts o = greedy_opts(model, drafter, 3, N_CTX);
     o.ignore_eos = true;
     o.context_shift = shift;
     o.n_keep = N_KEEP;

@@ -46,14 +46,7 @@ int main(void) {
     unsetenv("BITSPARK_NO_COST_CACHE");
     unlink(file);
 
-    bs_engine_opts o;
-    bs_engine_opts_init(&o);
-    o.model = model;
-    o.drafter = drafter;
-    o.n_threads = 1;
-    o.n_ctx = 1024;
-    o.sp.temp = 0;
-    o.seed_set = true;
+    bs_engine_opts o = greedy_opts(model, drafter, BS_DRAFT_AUTO, 1024);
     o.ignore_eos = true;
     bs_engine e;
     CHECK_EQ_INT(bs_engine_open(&e, &o), 0);

@@ -13,6 +13,7 @@
 #include "model/qwen35.h"
 #include "io/util.h"
 #include "test.h"
+#include "image_fixture.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,19 +192,9 @@ static void bad_requests(void) {
 }
 
 int main(void) {
-    const char *fix = getenv("BS_FIXTURES");
-    if (!fix) { fprintf(stderr, "BS_FIXTURES is not set (run through ctest)\n"); return 1; }
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tiny-f32.gguf", fix);
-    model = bs_model_load(path, NULL);
-    CHECKF(model != NULL, "%s", bs_last_error());
-    snprintf(path, sizeof path, "%s/vision/image_embd.f32", fix);
-    size_t len = 0;
-    img = (float *)bs_read_file(path, &len);
-    CHECKF(img != NULL, "%s", bs_last_error());
-    if (!model || !img) return test_summary("test_gen_image");
+    char fix[1024], path[1100];
+    if (!image_fixture_load(&model, &img, NI, fix, sizeof fix)) return test_summary("test_gen_image");
     tok = bs_tokenizer_load(model);
-    CHECK_EQ_INT(len, (size_t)NI * bs_model_n_embd(model) * sizeof(float));
     memcpy(prompt, chunk1, sizeof chunk1);
     prompt[N1] = BS_TOKEN_IMAGE;
     memcpy(prompt + N1 + 1, chunk2, sizeof chunk2);

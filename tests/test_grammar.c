@@ -124,14 +124,7 @@ static void test_mask(const bs_grammar_vocab *v, int n_vocab) {
 }
 
 static char *generate(const char *model, const char *drafter, const char *gbnf, const char *prompt) {
-    bs_engine_opts o;
-    bs_engine_opts_init(&o);
-    o.model = model;
-    o.drafter = drafter;
-    o.draft_max = 3;
-    o.n_threads = 1;
-    o.sp.temp = 0;
-    o.seed_set = true;
+    bs_engine_opts o = greedy_opts(model, drafter, 3, 0);
     bs_engine e;
     if (bs_engine_open(&e, &o)) return NULL;
     int32_t *ids;

@@ -15,6 +15,7 @@
 #include "sample/sampler.h"
 #include "io/util.h"
 #include "test.h"
+#include "image_fixture.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,20 +241,10 @@ static void bad_args(void) {
 }
 
 int main(void) {
-    const char *fix = getenv("BS_FIXTURES");
-    if (!fix) { fprintf(stderr, "BS_FIXTURES is not set (run through ctest)\n"); return 1; }
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tiny-f32.gguf", fix);
-    model = bs_model_load(path, NULL);
-    CHECKF(model != NULL, "%s", bs_last_error());
-    snprintf(path, sizeof path, "%s/vision/image_embd.f32", fix);
-    size_t len = 0;
-    img = (float *)bs_read_file(path, &len);
-    CHECKF(img != NULL, "%s", bs_last_error());
-    if (!model || !img) return test_summary("test_image_rows");
+    char fix[1024], path[1100];
+    if (!image_fixture_load(&model, &img, NI, fix, sizeof fix)) return test_summary("test_image_rows");
     V = model->hp.n_vocab;
     E = model->hp.n_embd;
-    CHECK_EQ_INT(len, (size_t)NI * E * sizeof(float));
     chunked_image();
     rollbacks();
     save_load();

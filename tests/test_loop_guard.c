@@ -219,12 +219,7 @@ static void collect(void *ud, const char *text, size_t len) {
 
 static gen_result gen(const char *model, const loop_model *lm, int mode, int every, int count,
                          sink *out, float *final_logits) {
-    bs_engine_opts o;
-    bs_engine_opts_init(&o);
-    o.model = model;
-    o.n_threads = 1;
-    o.sp.temp = 0;
-    o.seed_set = true;
+    bs_engine_opts o = greedy_opts(model, NULL, BS_DRAFT_AUTO, 0);
     o.loop.mode = mode;
     o.loop.ckpt_every = every;
     o.loop.ckpt_count = count;

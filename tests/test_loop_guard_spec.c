@@ -48,19 +48,10 @@ typedef struct {
 static result gen(const char *model, const char *drafter, bool use_oracle, int mode, int every) {
     result res;
     memset(&res, 0, sizeof res);
-    bs_engine_opts o;
-    bs_engine_opts_init(&o);
-    o.model = model;
-    o.n_threads = 1;
-    o.sp.temp = 0;
-    o.seed_set = true;
+    bs_engine_opts o = greedy_opts(model, drafter, 4, 0);
     o.loop.mode = mode;
     o.loop.ckpt_every = every;
     o.loop.ckpt_count = 4;
-    if (drafter) {
-        o.drafter = drafter;
-        o.draft_max = 4;
-    }
     bs_engine g;
     if (bs_engine_open(&g, &o)) {
         fprintf(stderr, "open: %s\n", bs_last_error());

@@ -97,17 +97,6 @@ static void check_model(const char *path) {
 }
 
 int main(void) {
-    bs_vk_device_info info[4];
-    const int nd = vk_test_devices(info, 4);
-    if (nd < 0) return -nd;
-    const char *fx = getenv("BS_FIXTURES");
-    if (!fx) { printf("BS_FIXTURES is not set\n"); return 1; }
-    static const char *models[] = {"tiny-q1_0.gguf", "tiny-q2_0.gguf", "tiny-f32.gguf"};
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", fx, models[i]);
-        check_model(path);
-    }
-    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
-    return test_summary("test_vulkan_session");
+    static const char *const models[] = {"tiny-q1_0.gguf", "tiny-q2_0.gguf", "tiny-f32.gguf"};
+    return vk_test_models("test_vulkan_session", models, (int)BS_ARRAY_LEN(models), check_model);
 }

@@ -6,6 +6,7 @@
 
 #include "io/util.h"
 #include "vulkan/backend.h"
+#include "test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,23 @@ static inline int vk_test_devices(bs_vk_device_info *info, int cap) {
     if (nd == 0) { printf("skipped: no Vulkan device\n"); return -77; }
     if (nd < 0) { fprintf(stderr, "listing Vulkan devices: %s\n", bs_last_error()); return -1; }
     return nd;
+}
+
+/* A whole test over fixture models: check(path) for each of them, then no validation message
+ * may have come. Returns the exit code (77: skipped). */
+static inline int vk_test_models(const char *name, const char *const *models, int n, void (*check)(const char *path)) {
+    bs_vk_device_info info[4];
+    const int nd = vk_test_devices(info, 4);
+    if (nd < 0) return -nd;
+    const char *fx = getenv("BS_FIXTURES");
+    if (!fx) { printf("BS_FIXTURES is not set\n"); return 1; }
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", fx, models[i]);
+        check(path);
+    }
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary(name);
 }
 
 #endif

@@ -13,8 +13,9 @@
 # load change on the host hits every configuration alike (run one after the other, a shared
 # host's drift swung tiny-model figures by 30%). The table has each configuration's median and
 # the median of the per-turn ratios (in brackets their quartiles: how far one turn can be off).
-# SERVE_BENCH_RAW=FILE appends every turn's four figures to FILE. Memory: four copies of the target's working set
-# (with AVX-512 each server repacks its own Q1_0 weights).
+# Where four copies of the target would not fit in half the free memory (a 27B), the servers run
+# one at a time instead (SERVE_BENCH_ONE=1 forces that).
+# SERVE_BENCH_RAW=FILE appends every turn's four figures to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=build/bitspark; N=64; C=4; THREADS=2; REPS=5; models=(); drafters=()
@@ -92,18 +93,34 @@ printf '| %-28s | %5s | %10s | %10s | %-20s | %-20s | %-20s |\n' model slots "no
   "4 slots / 1" "4 slots / 1, auto"
 printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..30})" "------:" "-----------:" "-----------:" \
   "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..22})" "$(printf -- '-%.0s' {1..22})"
+# servers side by side where four copies of the target fit in half the free memory; else one
+# at a time (two 27B servers side by side ran 20% slower than one alone: their repacked copies
+# and the page cache crowd memory)
+side_by_side() {
+  local avail size
+  avail=$(awk '/^MemAvailable:/ { printf "%d", $2 / 1024 }' /proc/meminfo 2>/dev/null || echo 0)   # MiB
+  size=$(( $(stat -c %s "$1") >> 20 ))
+  if [ "${SERVE_BENCH_ONE:-}" = 1 ] || [ "$((4 * size))" -gt "$((avail / 2))" ]; then echo "0|1|2|3"; else echo "0 1 2 3"; fi
+}
+
 for k in "${!models[@]}"; do
-  for i in "${!CONFIGS[@]}"; do
-    read -r np d <<<"${CONFIGS[$i]}"
-    args=(-m "${models[$k]}" -np "$np" -t "$THREADS" --ctx $((N + 1024)))
-    [ "$d" = auto ] && args+=(-md "${drafters[$k]}" --draft-max auto)
-    start "$i" "${args[@]}"
+  IFS='|' read -r -a groups <<<"$(side_by_side "${models[$k]}")"
+  for g in "${groups[@]}"; do
+    read -r -a ids <<<"$g"
+    for i in "${ids[@]}"; do
+      read -r np d <<<"${CONFIGS[$i]}"
+      args=(-m "${models[$k]}" -np "$np" -t "$THREADS" --ctx $((N + 1024)))
+      [ "$d" = auto ] && args+=(-md "${drafters[$k]}" --draft-max auto)
+      start "$i" "${args[@]}"
+      : >"$T/col.$i"
+    done
+    for i in "${ids[@]}"; do one_run "${URLS[$i]}" >/dev/null; done   # warm-up: auto depth measures its costs
+    for r in $(seq 1 "$REPS"); do   # turns: every server once, in an order that rotates
+      for j in "${!ids[@]}"; do i=${ids[$(( (j + r) % ${#ids[@]} ))]}; one_run "${URLS[$i]}" >>"$T/col.$i"; done
+    done
+    for i in "${ids[@]}"; do kill "${PIDS[$i]}"; wait "${PIDS[$i]}" 2>/dev/null || true; done
   done
-  for i in "${!CONFIGS[@]}"; do one_run "${URLS[$i]}" >/dev/null; done   # warm-up: auto depth measures its costs
-  for r in $(seq 1 "$REPS"); do
-    declare -a got=()
-    for j in 0 1 2 3; do i=$(( (j + r) % 4 )); got[$i]=$(one_run "${URLS[$i]}"); done
-    echo "${got[0]} ${got[1]} ${got[2]} ${got[3]}"
-  done | tee -a "${SERVE_BENCH_RAW:-/dev/null}" | summarize "$(basename "${models[$k]}")"
-  for i in "${!CONFIGS[@]}"; do kill "${PIDS[$i]}"; wait "${PIDS[$i]}" 2>/dev/null || true; done
+  [ ${#groups[@]} -gt 1 ] && echo "(${models[$k]}: one server at a time: the ratios pair turns of different minutes)"
+  paste -d ' ' "$T/col.0" "$T/col.1" "$T/col.2" "$T/col.3" | tee -a "${SERVE_BENCH_RAW:-/dev/null}" |
+    summarize "$(basename "${models[$k]}")"
 done

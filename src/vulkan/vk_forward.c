@@ -13,6 +13,7 @@
 #include "io/util.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -472,22 +473,31 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-/* Each sequence's rows of the shared a, ga, gbeta to its own scratch, its recurrence, its
- * output back into the shared d. */
-static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
+typedef int (*seq_core_fn)(bs_vk_sess *s, const vk_layer *L, int n);
+#define SESS_BUF(s, off) ((const bs_vk_buf *)((const char *)(s) + (off)))
+
+/* The per-sequence part of a batched layer: each sequence's rows of three shared inputs (the
+ * bs_vk_sess members at offsets in[], rows of w[] floats) to its own scratch, its core, and its
+ * output back into the shared d (rows of out_w floats). */
+static int per_sequence(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np, const size_t in[3],
+                        const size_t w[3], size_t out_w, seq_core_fn core) {
     bs_vk_ctx *c = S->net->c;
-    const bs_vk_net_desc *hp = &S->net->hp;
-    const size_t cd = (size_t)hp->conv_dim, nv = (size_t)hp->n_v_heads, vdim = nv * hp->d_v;
-    for (int i = 0; i < np; i++) {
-        copy_rows(c, &S->a, pt[i].r0, &pt[i].s->a, 0, pt[i].n, cd);
-        copy_rows(c, &S->ga, pt[i].r0, &pt[i].s->ga, 0, pt[i].n, nv);
-        copy_rows(c, &S->gbeta, pt[i].r0, &pt[i].s->gbeta, 0, pt[i].n, nv);
-    }
+    for (int i = 0; i < np; i++)
+        for (int k = 0; k < 3; k++) copy_rows(c, SESS_BUF(S, in[k]), pt[i].r0, SESS_BUF(pt[i].s, in[k]), 0, pt[i].n, w[k]);
     bs_vk_barrier(c);
-    for (int i = 0; i < np; i++) TRY(deltanet_core(pt[i].s, L, pt[i].n));
-    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, vdim);
+    for (int i = 0; i < np; i++) TRY(core(pt[i].s, L, pt[i].n));
+    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, out_w);
     bs_vk_barrier(c);
     return 0;
+}
+
+/* a batch's recurrence: from each sequence's a, ga, gbeta */
+static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
+    const bs_vk_net_desc *hp = &S->net->hp;
+    const size_t nv = (size_t)hp->n_v_heads;
+    const size_t in[3] = {offsetof(bs_vk_sess, a), offsetof(bs_vk_sess, ga), offsetof(bs_vk_sess, gbeta)};
+    const size_t w[3] = {(size_t)hp->conv_dim, nv, nv};
+    return per_sequence(S, L, pt, np, in, w, nv * hp->d_v, deltanet_core);
 }
 
 /* pt: NULL for a session's own step, else the sequences of a batch (s is its shared scratch) */
@@ -526,20 +536,13 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
+/* a batch's attention: from each sequence's q (a), k (b) and v (cc) rows */
 static int attention_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
-    bs_vk_ctx *c = S->net->c;
     const bs_vk_net_desc *hp = &S->net->hp;
     const size_t HD = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    for (int i = 0; i < np; i++) {
-        copy_rows(c, &S->a, pt[i].r0, &pt[i].s->a, 0, pt[i].n, 2 * HD);
-        copy_rows(c, &S->b, pt[i].r0, &pt[i].s->b, 0, pt[i].n, kvw);
-        copy_rows(c, &S->cc, pt[i].r0, &pt[i].s->cc, 0, pt[i].n, kvw);
-    }
-    bs_vk_barrier(c);
-    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n));
-    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, HD);
-    bs_vk_barrier(c);
-    return 0;
+    const size_t in[3] = {offsetof(bs_vk_sess, a), offsetof(bs_vk_sess, b), offsetof(bs_vk_sess, cc)};
+    const size_t w[3] = {2 * HD, kvw, kvw};
+    return per_sequence(S, L, pt, np, in, w, HD, attention_core);
 }
 
 static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
