@@ -66,13 +66,14 @@ one_run() {   # url: C concurrent requests from one client process; prints token
 
 # stdin: one line per repetition, the 4 configurations' tokens/s; out: the table's rows
 summarize() {
-  awk -v model="$1" '
+  awk -v model="$1" -v paired="$2" '
     function sort(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
     }
     function q(a, n, f,   x) { x = 1 + f * (n - 1); return a[int(x)] + (x - int(x)) * (a[int(x) + (x > int(x))] - a[int(x)]) }
     function median(a, n) { sort(a, n); return q(a, n, 0.5) }
     function ratio(c, d, n,   r) {   # median of the per-turn ratios, with their quartiles
+      if (!paired) return sprintf("%.3fx (medians)", med[c] / med[d])
       for (r = 1; r <= n; r++) x[r] = v[c, r] / v[d, r]
       sort(x, n)
       return sprintf("%.3fx (%.2f-%.2f)", q(x, n, 0.5), q(x, n, 0.25), q(x, n, 0.75))
@@ -120,7 +121,7 @@ for k in "${!models[@]}"; do
     done
     for i in "${ids[@]}"; do kill "${PIDS[$i]}"; wait "${PIDS[$i]}" 2>/dev/null || true; done
   done
-  [ ${#groups[@]} -gt 1 ] && echo "(${models[$k]}: one server at a time: the ratios pair turns of different minutes)"
+  [ ${#groups[@]} -gt 1 ] && echo "(${models[$k]}: one server at a time: ratios of the medians)"
   paste -d ' ' "$T/col.0" "$T/col.1" "$T/col.2" "$T/col.3" | tee -a "${SERVE_BENCH_RAW:-/dev/null}" |
-    summarize "$(basename "${models[$k]}")"
+    summarize "$(basename "${models[$k]}")" "$(( ${#groups[@]} == 1 ))"
 done
