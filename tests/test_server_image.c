@@ -6,23 +6,17 @@
 #include "server/server_image.h"
 #include "generate/gen.h"
 #include "vision/image.h"
+#include "io/util.h"
 #include "test.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static unsigned char *slurp(const char *dir, const char *name, size_t *len) {
-    char path[1024];
+    char path[1100];   /* a dir of up to 1023 bytes and a short name */
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "cannot open %s\n", path); exit(1); }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)n + 1);
-    if (fread(p, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "short read %s\n", path); exit(1); }
-    fclose(f);
-    *len = (size_t)n;
+    unsigned char *p = (unsigned char *)bs_read_file(path, len);
+    if (!p) { fprintf(stderr, "%s\n", bs_last_error()); exit(1); }
     return p;
 }
 

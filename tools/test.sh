@@ -83,7 +83,7 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
     ( arm64_test max max i8mm "" 2 "${arm_tests[@]}"
       arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval test_dspark_spec test_fixture_logits.py
     ) >build-aarch64/testtmp/max.out 2>&1 &
-        # (test_rollback, minutes under emulation, is left to the native runs: its invariants are
+    # (test_rollback, minutes under emulation, is left to the native runs: its invariants are
     # the session's, and the kernels under it are bit-checked against the scalar reference above)
     arm64_test a53 cortex-a53 neon "" 2 "${arm_tests[@]}" >build-aarch64/testtmp/a53.out 2>&1
     wait

@@ -331,7 +331,6 @@ int cmd_chat(int argc, char **argv) {
     }
     c.tty_in = isatty(STDIN_FILENO);
     c.tty_out = isatty(STDOUT_FILENO);
-    while (c.n_msgs) pop_msg(&c);
     if (c.o.system) push_msg(&c, "system", c.o.system, NULL);
     c.n_pending = c.vis.n;   /* --image: with the first message */
     struct sigaction sa = {0};

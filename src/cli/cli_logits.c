@@ -222,15 +222,9 @@ static int load_image(const opts *o, run_ctx *r) {
 
 /* --image through the projector --mmproj. */
 static int encode_image(const opts *o, run_ctx *r) {
+    bs_mmproj *pj = bs_vision_load(o->mmproj, r->m);
+    if (!pj) return -1;
     char err[512];
-    bs_mmproj *pj = bs_mmproj_load(o->mmproj, err, sizeof err);
-    if (!pj) return bs_error("%s", err);
-    if (bs_mmproj_n_embd(pj) != bs_model_n_embd(r->m)) {
-        bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", o->mmproj, bs_mmproj_n_embd(pj),
-                 bs_model_n_embd(r->m));
-        bs_mmproj_free(pj);
-        return -1;
-    }
     bs_image_embd e;
     const int rc = bs_vision_encode_file(pj, o->image, (int)o->threads, &e, err, sizeof err);
     bs_mmproj_free(pj);

@@ -122,32 +122,26 @@ static char *prompt_text(const run_opts *o, bs_engine *e, size_t *len) {
         free(raw);
         return NULL;
     }
-    if (!o->chat) {
-        const int n_img = o->vis.n_paths;
-        if (n_img && !strstr(raw, BS_IMAGE_MARKER)) {   /* the images go first */
-            char *p = cli_vision_prefix(n_img, raw);
-            free(raw);
-            raw = p;
-            n = strlen(p);
-        }
-        *len = n;
-        return raw;
+    if (o->chat && memchr(raw, 0, n)) {   /* before the image parts, which end at a NUL */
+        free(raw);
+        bs_error("the prompt contains a NUL byte");
+        return NULL;
     }
-    if (o->vis.n_paths) {
+    /* the images go first, unless a prompt without --chat places them itself */
+    if (o->vis.n_paths && (o->chat || !strstr(raw, BS_IMAGE_MARKER))) {
         char *p = cli_vision_prefix(o->vis.n_paths, raw);
         free(raw);
         raw = p;
         n = strlen(p);
     }
+    if (!o->chat) {
+        *len = n;
+        return raw;
+    }
     bs_chat_msg msgs[2] = {{0}};
     int nm = 0;
     if (o->system) msgs[nm++] = (bs_chat_msg){.role = "system", .content = o->system};
     msgs[nm++] = (bs_chat_msg){.role = "user", .content = raw};
-    if (memchr(raw, 0, n)) {
-        free(raw);
-        bs_error("the prompt contains a NUL byte");
-        return NULL;
-    }
     char *out = bs_engine_render(e, msgs, nm, o->no_think ? 0 : -1, true, len);
     free(raw);
     return out;

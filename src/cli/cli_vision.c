@@ -23,11 +23,7 @@ int cli_vision_parse(cli_vision *v, int argc, char **argv, int *i) {
 int cli_vision_open(cli_vision *v, const bs_model *m, int n_threads) {
     v->n_threads = n_threads;
     if (!v->mmproj) return v->n_paths ? bs_error("--image needs --mmproj FILE (the vision projector)") : 0;
-    char err[512];
-    if (!(v->proj = bs_mmproj_load(v->mmproj, err, sizeof err))) return bs_error("%s", err);
-    if (bs_mmproj_n_embd(v->proj) != bs_model_n_embd(m))
-        return bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", v->mmproj,
-                        bs_mmproj_n_embd(v->proj), bs_model_n_embd(m));
+    if (!(v->proj = bs_vision_load(v->mmproj, m))) return -1;
     for (int k = 0; k < v->n_paths; k++)
         if (cli_vision_add(v, v->paths[k])) return -1;
     return 0;

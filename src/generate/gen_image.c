@@ -179,12 +179,6 @@ uint64_t bs_hash_bytes(const void *data, size_t len) {
     return h;
 }
 
-static const char *find(const char *s, size_t n, const char *w, size_t wl) {
-    for (size_t i = 0; i + wl <= n; i++)
-        if (s[i] == w[0] && !memcmp(s + i, w, wl)) return s + i;
-    return NULL;
-}
-
 static void append(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t m) {
     if (*n + m > *cap) {
         *cap = BS_MAX(*cap * 2, *n + m + 16);
@@ -202,7 +196,7 @@ int bs_tokenize_prompt_images(const bs_tokenizer *t, const char *text, size_t le
     *n = 0;
     *n_images = 0;
     for (;;) {
-        const char *m = find(text + at, len - at, BS_IMAGE_MARKER, ml);
+        const char *m = memmem(text + at, len - at, BS_IMAGE_MARKER, ml);
         const size_t end = m ? (size_t)(m - text) : len;
         int32_t *part;
         size_t np;

@@ -57,12 +57,8 @@ int srv_load(srv *s) {
         if (bs_token_to_piece(s->tok, id, true, &piece, &n) == 0 && (int)n > s->max_piece) s->max_piece = (int)n;
     }
     if (cfg->mmproj) {
-        char err[512];
-        if (!(s->mmproj = bs_mmproj_load(cfg->mmproj, err, sizeof err))) return bs_error("%s", err);
+        if (!(s->mmproj = bs_vision_load(cfg->mmproj, s->model))) return -1;
         srv_vision_set_budget(cfg->image_budget);
-        if (bs_mmproj_n_embd(s->mmproj) != bs_model_n_embd(s->model))
-            return bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", cfg->mmproj,
-                            bs_mmproj_n_embd(s->mmproj), bs_model_n_embd(s->model));
     }
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);

@@ -18,14 +18,12 @@
 #include "io/util.h"
 #include "vision/image.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #define REMOTE_MSG "image_url: remote URLs are not fetched; send the image as a data: URL"
-
 
 static int b64_value(unsigned char c) {
     if (c >= 'A' && c <= 'Z') return c - 'A';

@@ -94,14 +94,9 @@ int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px,
 }
 
 int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen) {
-    if (!s->mmproj) {
-        snprintf(err, errlen, "image input needs a vision projector: this server was started without --mmproj");
-        return -1;
-    }
-    if (v->n == SRV_MAX_IMAGES) {
-        snprintf(err, errlen, "at most %d images per request", SRV_MAX_IMAGES);
-        return -1;
-    }
+    if (!s->mmproj)
+        return bs_errbuf(err, errlen, "image input needs a vision projector: this server was started without --mmproj");
+    if (v->n == SRV_MAX_IMAGES) return bs_errbuf(err, errlen, "at most %d images per request", SRV_MAX_IMAGES);
     srv_image im;
     if (srv_image_from_part(part, SRV_IMAGE_MAX_BYTES, &im, err, errlen)) return -1;
     bs_image_pixels px;
@@ -124,10 +119,8 @@ int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t 
 
 /* Where the next tag starts in text[from..len), or len. */
 static size_t find_tag(const srv_vision *v, const char *text, size_t len, size_t from) {
-    const size_t tl = strlen(v->tag);
-    for (size_t i = from; i + tl <= len; i++)
-        if (text[i] == v->tag[0] && !memcmp(text + i, v->tag, tl)) return i;
-    return len;
+    const char *t = memmem(text + from, len - from, v->tag, strlen(v->tag));
+    return t ? (size_t)(t - text) : len;
 }
 
 int srv_vision_split(const srv_vision *v, const char *text, size_t len, const bs_chat_span *sp, size_t n_sp,

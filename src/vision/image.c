@@ -2,7 +2,6 @@
 #include "io/util.h"
 #include "vision/image.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
