@@ -6,7 +6,12 @@
  *   - on the trained tiny model: the token mask equals allows() token by token, greedy output
  *     under a grammar matches it and ends at end-of-generation, schema output parses as JSON of
  *     that shape, and with the drafter the output is byte-identical (drafts are cut, not
- *     trusted). */
+ *     trusted);
+ *   - hostile grammars: size limits refused before allocating (a 30 KB x{0,64} grammar, a
+ *     2500-property schema, the same through tools) with an error naming the limit; compiling
+ *     8000 rules in linear time; an ambiguous grammar fails within the step budget (or a cancel
+ *     hook) instead of stalling; no alternative dropped past 4096 stacks or 64 optional
+ *     properties; $ref chains and long enums exact; meaningless schemas and grammars refused. */
 #include "gen_helper.h"
 #include "sample/grammar.h"
 #include "test.h"
@@ -17,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* 1 if text matches grammar completely, 0 if not, -1 if it does not compile. */
 static int matches(const char *gbnf, const char *text, const bs_grammar_vocab *v) {
@@ -123,6 +129,193 @@ static void test_mask(const bs_grammar_vocab *v, int n_vocab) {
     bs_grammar_free(g);
 }
 
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* GBNF text of n copies of unit after "root ::= " (malloc'd). */
+static char *repeated(const char *head, const char *unit, int n, const char *tail) {
+    const size_t len = strlen(head) + (size_t)n * strlen(unit) + strlen(tail) + 1;
+    char *s = malloc(len), *p = s;
+    p += sprintf(p, "%s", head);
+    for (int i = 0; i < n; i++) p += sprintf(p, "%s", unit);
+    sprintf(p, "%s", tail);
+    return s;
+}
+
+/* true if the error text says a limit was passed */
+static bool limit_error(void) { return strstr(bitspark_last_error(), "limit") != NULL; }
+
+/* A schema of n string properties with maxLength 64 (malloc'd JSON). */
+static char *wide_schema(int n) {
+    char *s = repeated("{\"type\":\"object\",\"properties\":{", "\"p%05d\":{\"type\":\"string\",\"maxLength\":64},", n, "");
+    char *out = malloc(strlen(s) + (size_t)n + 64), *o = out;   /* %05d: one more character each */
+    /* number the properties: the %05d placeholders become 00000, 00001, ... */
+    int k = 0;
+    for (const char *q = s; *q; q++) {
+        if (q[0] == '%' && !strncmp(q, "%05d", 4)) {
+            o += sprintf(o, "%05d", k++);
+            q += 3;
+        } else {
+            *o++ = *q;
+        }
+    }
+    o[-1] = '}';   /* the last comma */
+    sprintf(o, "}");
+    free(s);
+    return out;
+}
+
+static void test_limits(void) {
+    /* issue 34, item 1: 3000 x [a]{0,64} (30 KB) asked for 38 GB and aborted */
+    char *big = repeated("root ::= ", "[a]{0,64} ", 3000, "\n");
+    double t0 = now_s();
+    bs_grammar *g = bs_grammar_parse(big);
+    CHECKF(!g && limit_error(), "30 KB repetition grammar: %s", g ? "compiled" : bitspark_last_error());
+    CHECKF(now_s() - t0 < 2.0, "refusing it took %.2f s", now_s() - t0);
+    bs_grammar_free(g);
+    free(big);
+    char *schema = wide_schema(2500);
+    char *gbnf = bs_grammar_from_json_schema(schema);
+    g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    CHECKF(!g && limit_error(), "2500 maxLength-64 properties: %s", g ? "compiled" : bitspark_last_error());
+    bs_grammar_free(g);
+    free(gbnf);
+    char *tools = malloc(strlen(schema) + 128);
+    sprintf(tools, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", schema);
+    gbnf = bs_grammar_for_tools(tools, NULL);
+    g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    CHECKF(!g && limit_error(), "the same as tool parameters: %s", g ? "compiled" : bitspark_last_error());
+    bs_grammar_free(g);
+    free(gbnf);
+    free(tools);
+    free(schema);
+    char *long_text = repeated("root ::= \"a\"", " ", BS_GRAMMAR_MAX_BYTES, "");
+    CHECKF(!bs_grammar_parse(long_text) && limit_error(), "GBNF over %d bytes: %s", BS_GRAMMAR_MAX_BYTES, bitspark_last_error());
+    free(long_text);
+    /* item 2: 8000 chained rules compile in linear time (the n^2 matrix and cubic closure took
+     * minutes), left recursion through a long nullable chain is still found */
+    size_t cap = 8000 * 48 + 64, len = 0;
+    char *chain = malloc(cap);
+    len += (size_t)sprintf(chain, "root ::= r0\n");
+    for (int i = 0; i < 7999; i++) len += (size_t)sprintf(chain + len, "r%d ::= r%d \"x\" | \"y\"\n", i, i + 1);
+    sprintf(chain + len, "r7999 ::= \"z\"\n");
+    t0 = now_s();
+    g = bs_grammar_parse(chain);
+    const double dt = now_s() - t0;
+    CHECKF(g && dt < 1.0, "8000 chained rules: %s in %.2f s", g ? "compiled" : bitspark_last_error(), dt);
+    bs_grammar_free(g);
+    char *p = strstr(chain, "r7999 ::= \"z\"");
+    sprintf(p, "r7999 ::= r0 | \"z\"\n");
+    g = bs_grammar_parse(chain);
+    CHECKF(!g && strstr(bitspark_last_error(), "left recursion"), "left recursion over 8000 rules: %s",
+           g ? "compiled" : bitspark_last_error());
+    bs_grammar_free(g);
+    free(chain);
+}
+
+static bool cancel_now(void *ud) { return *(bool *)ud; }
+
+/* item 3: an ambiguous grammar either masks fast or fails within the step budget; a cancel hook
+ * stops it; the state still works after a failed step. */
+static void test_ambiguous(const bs_grammar_vocab *v, int n_vocab) {
+    bs_grammar *g = bs_grammar_parse("root ::= s\ns ::= [^\\n] s \"1\" | [^\\n] s \"2\" | [^\\n]");
+    CHECK(g != NULL);
+    if (!g) return;
+    bs_grammar_state *s = bs_grammar_state_new(g, v);
+    float *l = malloc((size_t)n_vocab * sizeof *l);
+    double worst = 0, worst_cpu = 0;
+    int failed_at = -1;
+    for (int k = 0; k < 40 && failed_at < 0; k++) {
+        const double t0 = now_s(), c0 = (double)clock() / CLOCKS_PER_SEC;
+        if (bs_grammar_mask(s, l, n_vocab)) failed_at = k;
+        worst = BS_MAX(worst, now_s() - t0);
+        worst_cpu = BS_MAX(worst_cpu, (double)clock() / CLOCKS_PER_SEC - c0);
+        if (failed_at < 0 && bs_grammar_accept_text(s, "a")) failed_at = k;
+    }
+    CHECKF(worst < 2.0, "ambiguous grammar: a mask or accept took %.2f s", worst);
+    CHECKF(failed_at < 0 || (strstr(bitspark_last_error(), "grammar") && limit_error()),
+           "ambiguous grammar failed at %d with '%s'", failed_at, bitspark_last_error());
+    fprintf(stderr, "ambiguous grammar: worst step %.3f s (%.3f s of CPU), %s\n", worst, worst_cpu,
+            failed_at < 0 ? "40 characters matched" : bitspark_last_error());
+    bool stop = true;
+    bs_grammar_state_reset(s);
+    for (int k = 0; k < 12; k++) bs_grammar_accept_text(s, "a");
+    bs_grammar_state_set_cancel(s, cancel_now, &stop);
+    const int rc = bs_grammar_mask(s, l, n_vocab);
+    CHECKF(rc < 0 && strstr(bitspark_last_error(), "cancelled"), "cancel hook: mask %d, '%s'", rc, bitspark_last_error());
+    free(l);
+    bs_grammar_state_free(s);
+    bs_grammar_free(g);
+}
+
+/* items 9 to 11: exact or refused, never a silently changed language */
+static void test_exact(const bs_grammar_vocab *v, int n_vocab) {
+    /* 5000 alternatives: the last one still matches (stacks past 4096 were dropped) */
+    char *alts = repeated("root ::= \"k\" ( ", "[0-9] [0-9] [0-9] [0-9] | ", 4999, "\"x\" ) \"!\"");
+    CHECK_EQ_INT(matches(alts, "k1234!", v), 1);
+    CHECK_EQ_INT(matches(alts, "kx!", v), 1);
+    free(alts);
+    /* 70 optional properties: the 70th alone, and the first with the 70th */
+    char *props = repeated("{\"type\":\"object\",\"properties\":{", "\"pNN\":{\"type\":\"integer\"},", 70, "");
+    for (int i = 0; i < 70; i++) {
+        char *q = strstr(props, "pNN");
+        q[1] = (char)('0' + i / 10);
+        q[2] = (char)('0' + i % 10);
+    }
+    props[strlen(props) - 1] = 0;
+    char *obj = malloc(strlen(props) + 8);
+    sprintf(obj, "%s}}", props);
+    CHECK_EQ_INT(schema_matches(obj, "{\"p69\": 7}", v), 1);
+    CHECK_EQ_INT(schema_matches(obj, "{\"p00\": 1, \"p69\": 7}", v), 1);
+    CHECK_EQ_INT(schema_matches(obj, "{\"p69\": 7, \"p00\": 1}", v), 0);
+    free(obj);
+    free(props);
+    /* $ref inside a $defs target */
+    const char *chain = "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/a\"}";
+    CHECK_EQ_INT(schema_matches(chain, "42", v), 1);
+    CHECK_EQ_INT(schema_matches(chain, "\"42\"", v), 0);
+    /* 40- and 48-value enums behind a $ref: every value, nothing else */
+    for (int n = 40; n <= 48; n += 8) {
+        char en[2048] = "{\"$defs\":{\"e\":{\"enum\":[";
+        for (int i = 0; i < n; i++) sprintf(en + strlen(en), "%s\"value-%02d\"", i ? "," : "", i);
+        strcat(en, "]}},\"type\":\"object\",\"properties\":{\"k\":{\"$ref\":\"#/$defs/e\"}},\"required\":[\"k\"]}");
+        char doc[64];
+        sprintf(doc, "{\"k\": \"value-%02d\"}", n - 1);
+        CHECKF(schema_matches(en, doc, v) == 1, "%d-value enum: the last value (%s)", n, bitspark_last_error());
+        CHECK_EQ_INT(schema_matches(en, "{\"k\": \"value-00\"}", v), 1);
+        CHECK_EQ_INT(schema_matches(en, "{\"k\": \"value-99\"}", v), 0);
+    }
+    /* true is any JSON value; false, non-schemas and meaningless keywords are refused */
+    CHECK_EQ_INT(schema_matches("true", "[1, {\"a\": null}]", v), 1);
+    static const char *refused[] = {"false", "5", "\"x\"", "{\"type\": []}", "{\"type\": 7}",
+                                    "{\"type\": \"string\", \"maxLength\": -1}", "{\"type\": \"string\", \"maxLength\": \"3\"}",
+                                    "{\"$defs\": {\"a\": false}, \"$ref\": \"#/$defs/a\"}",
+                                    "{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/a\"}}, \"$ref\": \"#/$defs/a\"}"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(refused); i++)
+        CHECKF(schema_matches(refused[i], "1", v) == -1, "schema %s accepted", refused[i]);
+    /* GBNF: code points past U+10FFFF, a root that matches nothing */
+    static const char *bad[] = {"root ::= \"\\U00110000\"", "root ::= [\\U00110000-\\U00120000]", "root ::= \"a\" root",
+                                "root ::= x\nx ::= \"(\" x \")\"", "root ::= []"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(bad); i++) {
+        bs_grammar *g = bs_grammar_parse(bad[i]);
+        CHECKF(!g && strstr(bitspark_last_error(), "grammar"), "bad grammar accepted: %s", bad[i]);
+        bs_grammar_free(g);
+    }
+    /* a grammar no vocabulary token can start: the mask is an error, not a silent all -inf */
+    bs_grammar *g = bs_grammar_parse("root ::= \"\\U0010FFFD\" \"x\"");
+    bs_grammar_state *s = g ? bs_grammar_state_new(g, v) : NULL;
+    float *l = malloc((size_t)n_vocab * sizeof *l);
+    const int rc = s ? bs_grammar_mask(s, l, n_vocab) : 0;
+    CHECKF(rc < 0 && strstr(bitspark_last_error(), "no token"), "no token allowed: mask %d, '%s'", rc, bitspark_last_error());
+    free(l);
+    bs_grammar_state_free(s);
+    bs_grammar_free(g);
+}
+
 static char *generate(const char *model, const char *drafter, const char *gbnf, const char *prompt) {
     bs_engine_opts o = greedy_opts(model, drafter, 3, 0);
     bs_engine e;
@@ -181,6 +374,9 @@ int main(void) {
     test_parser(v);
     test_schema(v);
     test_mask(v, bs_tokenizer_n_vocab(tok));
+    test_limits();
+    test_ambiguous(v, bs_tokenizer_n_vocab(tok));
+    test_exact(v, bs_tokenizer_n_vocab(tok));
     test_model(model, drafter, v);
     bs_grammar_vocab_free(v);
     bs_tokenizer_free(tok);

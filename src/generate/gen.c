@@ -215,7 +215,8 @@ static void prompt_done(bs_gen *g, int n);
 static int setup_grammar(bs_gen *g, const char *gbnf) {
     if (!(g->grammar = bs_grammar_parse(gbnf))) return -1;
     if (!g->gvocab) g->gvocab = bs_grammar_vocab_new(g->tok);
-    g->gstate = bs_grammar_state_new(g->grammar, g->gvocab);
+    if (!(g->gstate = bs_grammar_state_new(g->grammar, g->gvocab))) return -1;
+    bs_grammar_state_set_cancel(g->gstate, g->cancelled, g->cancel_ud);
     bs_sampler_set_grammar(g->smp, g->gstate);
     return 0;
 }
@@ -470,6 +471,11 @@ bool bs_gen_drafting(const bs_gen *g) { return g->use_spec; }
 
 void bs_gen_set_shared_rows(bs_gen *g, int rows) {
     if (g->spec) bs_spec_depth_mut(g->spec)->shared_rows = BS_MAX(rows, 0);
+}
+
+void bs_gen_set_cancel_hook(bs_gen *g, bool (*cancelled)(void *ud), void *ud) {
+    g->cancelled = cancelled;
+    g->cancel_ud = ud;
 }
 
 void bs_gen_cancel(bs_gen *g, int stop) {

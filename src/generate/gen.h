@@ -63,6 +63,9 @@ bool bs_gen_drafting(const bs_gen *g);    /* this request decodes with the draft
 /* Rows other sequences put into the passes this generator's rounds share (0: alone): auto
  * depth prices a round by what its rows add to such a pass. */
 void bs_gen_set_shared_rows(bs_gen *g, int rows);
+/* A hook the grammar matcher polls inside a long mask (true: stop, the request fails); it stays
+ * set for later requests. */
+void bs_gen_set_cancel_hook(bs_gen *g, bool (*cancelled)(void *ud), void *ud);
 
 bs_sampler *bs_gen_sampler(bs_gen *g);
 bs_spec *bs_gen_spec(bs_gen *g);          /* NULL without a drafter */

@@ -51,6 +51,8 @@ struct bs_gen {
     struct bs_grammar *grammar;           /* the request's, or NULL */
     struct bs_grammar_state *gstate;
     struct bs_grammar_vocab *gvocab;      /* the tokenizer's trie, built at the first grammar */
+    bool (*cancelled)(void *);            /* polled inside long grammar work (a cancelled request) */
+    void *cancel_ud;
     int state;                 /* GS_* */
     int32_t pending;           /* GS_DECODE: sampled, not evaluated; GS_SPEC: the anchor */
     bool use_spec, prepared, parked, stop_hit;

@@ -10,7 +10,13 @@
  * End-of-generation tokens are allowed once some stack is complete.
  *
  * Limits: tokens whose text is not whole UTF-8 (byte pieces) and control tokens other than
- * end-of-generation are never allowed under a grammar; left-recursive rules are refused. */
+ * end-of-generation are never allowed under a grammar; left-recursive rules are refused.
+ *
+ * Every grammar comes from a request, so its size and the work it may cause are bounded before
+ * anything is allocated (the limits below; exceeding one is an error naming it), no allocation
+ * aborts (failures are errors), compiling is linear in the grammar's size, and matching stops
+ * with an error when one step (a token's mask, or accepting a token) would need more than
+ * BS_GRAMMAR_MAX_STEPS stack operations (an ambiguous grammar), never dropping alternatives. */
 #ifndef BS_GRAMMAR_H
 #define BS_GRAMMAR_H
 
@@ -21,8 +27,13 @@
 
 typedef struct bs_grammar bs_grammar;
 
+#define BS_GRAMMAR_MAX_BYTES (256 * 1024)   /* GBNF text, also what a JSON schema may generate */
+#define BS_GRAMMAR_MAX_RULES 16384          /* rules, counting those groups and repetitions make */
+#define BS_GRAMMAR_MAX_SIZE 262144          /* elements + alternatives after expanding x{m,n} */
+#define BS_GRAMMAR_MAX_STEPS 2000000        /* stack operations for one token's mask or accept */
+
 /* Compile GBNF text; the start rule is `root`. NULL + bs_error with the line of a syntax error,
- * an undefined rule or left recursion. */
+ * an undefined rule, left recursion, a limit passed, or a root that matches no text at all. */
 bs_grammar *bs_grammar_parse(const char *gbnf);
 void bs_grammar_free(bs_grammar *g);
 
@@ -54,7 +65,11 @@ int bs_grammar_accept_text(bs_grammar_state *s, const char *text);
 /* How many of ids[0..n) in a row the grammar would accept from here (the state is unchanged). */
 int bs_grammar_valid_prefix(bs_grammar_state *s, const int32_t *ids, int n);
 bool bs_grammar_complete(const bs_grammar_state *s);
-/* logits[id] = -inf for every token the grammar does not allow now (n_vocab entries). */
-void bs_grammar_mask(bs_grammar_state *s, float *logits, int n_vocab);
+/* logits[id] = -inf for every token the grammar does not allow now (n_vocab entries). 0, or -1 +
+ * bs_error (starting "grammar:") when no token of the vocabulary is allowed, the step budget is
+ * spent or the cancel hook said stop; the logits are then all -inf. */
+int bs_grammar_mask(bs_grammar_state *s, float *logits, int n_vocab);
+/* A hook polled during long matching work: true stops it with an error (a cancelled request). */
+void bs_grammar_state_set_cancel(bs_grammar_state *s, bool (*cancelled)(void *ud), void *ud);
 
 #endif

@@ -16,27 +16,58 @@
 
 #define MAX_DEPTH 64
 
-typedef struct sbuf { char *p; size_t len, cap; } sbuf;
+/* Text being built; `over` once it passed BS_GRAMMAR_MAX_BYTES or an allocation failed (what
+ * follows is dropped and the conversion fails). */
+typedef struct sbuf { char *p; size_t len, cap; bool over, oom; } sbuf;
 
-static void put(sbuf *b, const char *s) {
-    const size_t n = strlen(s);
-    if (b->len + n + 1 > b->cap) {
-        b->cap = BS_MAX(2 * b->cap, b->len + n + 256);
-        b->p = bs_xrealloc(b->p, b->cap);
+static void put_n(sbuf *b, const char *s, size_t n) {
+    if (b->over) return;
+    if (b->len + n > BS_GRAMMAR_MAX_BYTES) {
+        b->over = true;
+        return;
     }
-    memcpy(b->p + b->len, s, n + 1);
-    b->len += n;
+    if (b->len + n + 1 > b->cap) {
+        const size_t cap = BS_MAX(2 * b->cap, b->len + n + 256);
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->over = b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->p[b->len += n] = 0;
 }
+
+static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 static void putf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    const int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    put(b, tmp);
+    char *tmp = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!tmp) {
+        b->over = b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(tmp, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    put_n(b, tmp, (size_t)n);
+    free(tmp);
 }
+
+/* The error for a buffer that went over (0 if it did not). */
+static int sbuf_check(const sbuf *b, const char *what) {
+    if (b->oom) return bs_error("%s: out of memory", what);
+    if (b->over) return bs_error("%s: the grammar it makes is longer than %d bytes (the limit)", what, BS_GRAMMAR_MAX_BYTES);
+    return 0;
+}
+
+#define NAME_LEN 32   /* rule names are a prefix and a number */
 
 typedef struct conv {
     sbuf out;                  /* rule definitions */
@@ -81,7 +112,8 @@ static int fail(conv *c, const char *fmt, const char *what) {
 
 static int rule_for(conv *c, json_t *s, char *name, size_t cap);
 
-/* Rule body for an object schema. */
+/* Rule body for an object schema: required properties in order, then the optional ones, each
+ * optional, in order (T_j ::= ( "," ws kv_j )? T_{j+1}: linear in their number, all reachable). */
 static int object_body(conv *c, json_t *s, sbuf *body) {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     if (!json_is_object(props) || !json_object_size(props)) {
@@ -89,8 +121,13 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         return 0;
     }
     const size_t n = json_object_size(props);
-    char (*kv)[48] = bs_xcalloc(n, sizeof *kv);
-    bool *is_req = bs_xcalloc(n, sizeof *is_req);
+    char (*kv)[NAME_LEN] = calloc(n, sizeof *kv);
+    bool *is_req = calloc(n, sizeof *is_req);
+    if (!kv || !is_req) {
+        free(kv);
+        free(is_req);
+        return fail(c, "json schema: %s", "out of memory");
+    }
     const char *key;
     json_t *ps;
     size_t i = 0, n_req = 0;
@@ -98,17 +135,14 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         size_t k;
         json_t *r;
         json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key)) is_req[i] = true;
-        char vr[48];
+        char vr[NAME_LEN];
         if (rule_for(c, ps, vr, sizeof vr)) break;
         snprintf(kv[i], sizeof kv[i], "kv%d", c->n_rules++);
-        sbuf line = {0};
-        putf(&line, "%s ::= ", kv[i]);
+        putf(&c->out, "%s ::= ", kv[i]);
         json_t *name = json_string(key);
-        put_literal(&line, name);
+        put_literal(&c->out, name);
         json_decref(name);
-        putf(&line, " ws \":\" ws %s\n", vr);
-        put(&c->out, line.p);
-        free(line.p);
+        putf(&c->out, " ws \":\" ws %s\n", vr);
         n_req += is_req[i];
         i++;
     }
@@ -120,19 +154,26 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
             putf(body, "%s%s ", first ? "" : "\",\" ws ", kv[i]);
             first = false;
         }
-    if (n_req < n) {   /* optional ones: T_j ::= ( "," ws kv_j )? T_{j+1}, in order */
-        char tails[64][48];
-        int nt = 0;
-        for (i = 0; i < n && nt < 64; i++) if (!is_req[i]) snprintf(tails[nt++], 48, "%s", kv[i]);
+    if (n_req < n) {
         const int t0 = c->n_rules;
-        c->n_rules += nt + 1;
-        for (int k = 0; k < nt; k++) putf(&c->out, "opt%d ::= ( \",\" ws %s )? opt%d\n", t0 + k, tails[k], t0 + k + 1);
+        int nt = 0;
+        for (i = 0; i < n; i++)
+            if (!is_req[i]) {
+                putf(&c->out, "opt%d ::= ( \",\" ws %s )? opt%d\n", t0 + nt, kv[i], t0 + nt + 1);
+                nt++;
+            }
         putf(&c->out, "opt%d ::= \"\"\n", t0 + nt);
+        c->n_rules += nt + 1;
         if (n_req) {
             putf(body, "opt%d ", t0);
         } else {   /* no required property: the first present one takes no comma */
             put(body, "( ");
-            for (int k = 0; k < nt; k++) putf(body, "%s%s opt%d ", k ? "| " : "", tails[k], t0 + k + 1);
+            int k = 0;
+            for (i = 0; i < n; i++)
+                if (!is_req[i]) {
+                    putf(body, "%s%s opt%d ", k ? "| " : "", kv[i], t0 + k + 1);
+                    k++;
+                }
             put(body, ")? ");
         }
     }
@@ -144,9 +185,11 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
 
 static int array_body(conv *c, json_t *s, sbuf *body) {
     json_t *items = json_object_get(s, "items");
-    char ir[48] = "value";
+    char ir[NAME_LEN] = "value";
     if (items && rule_for(c, items, ir, sizeof ir)) return -1;
     json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
+    if ((mn && !json_is_integer(mn)) || (mx && !json_is_integer(mx)))
+        return fail(c, "json schema: %s must be integers", "minItems/maxItems");
     const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
     const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
     if (lo < 0 || lo > 32 || (hi >= 0 && (hi < lo || hi > 32))) return fail(c, "json schema: %s out of the supported range 0..32", "minItems/maxItems");
@@ -155,11 +198,11 @@ static int array_body(conv *c, json_t *s, sbuf *body) {
         put(body, "ws \"]\"");
         return 0;
     }
-    char more[48];
-    if (hi < 0) snprintf(more, sizeof more, "( ws \",\" ws %s )*", ir);
-    else snprintf(more, sizeof more, "( ws \",\" ws %s ){%ld,%ld}", ir, lo ? lo - 1 : 0, hi - 1);
-    if (hi < 0 && lo > 1) snprintf(more, sizeof more, "( ws \",\" ws %s ){%ld,}", ir, lo - 1);
-    putf(body, lo ? "%s %s" : "( %s %s )?", ir, more);
+    put(body, lo ? "" : "( ");
+    if (hi < 0 && lo > 1) putf(body, "%s ( ws \",\" ws %s ){%ld,}", ir, ir, lo - 1);
+    else if (hi < 0) putf(body, "%s ( ws \",\" ws %s )*", ir, ir);
+    else putf(body, "%s ( ws \",\" ws %s ){%ld,%ld}", ir, ir, lo ? lo - 1 : 0, hi - 1);
+    put(body, lo ? "" : " )?");
     put(body, " ws \"]\"");
     return 0;
 }
@@ -168,10 +211,12 @@ static int type_body(conv *c, json_t *s, const char *type, sbuf *body) {
     if (!strcmp(type, "object")) return object_body(c, s, body);
     if (!strcmp(type, "array")) return array_body(c, s, body);
     json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");
-    if (!strcmp(type, "string") && (json_is_integer(mx) || json_is_integer(mn))) {   /* bounded length */
+    if (!strcmp(type, "string") && ((mx && !json_is_integer(mx)) || (mn && !json_is_integer(mn))))
+        return fail(c, "json schema: %s must be integers", "minLength/maxLength");
+    if (!strcmp(type, "string") && (mx || mn)) {   /* bounded length */
         const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
         const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
-        if (lo < 0 || lo > 64 || hi > 64 || (hi >= 0 && hi < lo))
+        if (lo < 0 || lo > 64 || hi > 64 || (mx && hi < 0) || (hi >= 0 && hi < lo))
             return fail(c, "json schema: %s out of the supported range 0..64", "minLength/maxLength");
         if (!c->has_char) {
             put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
@@ -194,7 +239,7 @@ static int alternatives(conv *c, json_t *list, sbuf *body) {
     json_t *v;
     if (!json_is_array(list) || !json_array_size(list)) return fail(c, "json schema: %s must be a non-empty array", "anyOf/oneOf");
     json_array_foreach(list, k, v) {
-        char r[48];
+        char r[NAME_LEN];
         if (rule_for(c, v, r, sizeof r)) return -1;
         putf(body, "%s%s", k ? " | " : "", r);
     }
@@ -206,6 +251,12 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
     for (size_t i = 0; i < BS_ARRAY_LEN(refused); i++)
         if (json_object_get(s, refused[i])) return fail(c, "json schema: '%s' is not supported", refused[i]);
     json_t *v;
+    if (json_is_string(json_object_get(s, "$ref"))) {   /* a $ref as a $defs target: its own rule */
+        char r[NAME_LEN];
+        if (rule_for(c, s, r, sizeof r)) return -1;
+        put(body, r);
+        return 0;
+    }
     if ((v = json_object_get(s, "const"))) { put_literal(body, v); return 0; }
     if ((v = json_object_get(s, "enum"))) {
         size_t k;
@@ -220,6 +271,8 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
     if ((v = json_object_get(s, "anyOf")) || (v = json_object_get(s, "oneOf"))) return alternatives(c, v, body);
     json_t *t = json_object_get(s, "type");
     if (json_is_string(t)) return type_body(c, s, json_string_value(t), body);
+    if (t && !json_is_string(t) && !(json_is_array(t) && json_array_size(t)))
+        return fail(c, "json schema: %s must be a type name or a non-empty array of them", "type");
     if (json_is_array(t)) {
         size_t k;
         json_t *e;
@@ -239,7 +292,8 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
 
 /* The rule name for schema s (defined in c->out), into name. */
 static int rule_for(conv *c, json_t *s, char *name, size_t cap) {
-    if (json_is_true(s)) { snprintf(name, cap, "value"); return 0; }
+    if (json_is_true(s)) { snprintf(name, cap, "value"); return 0; }   /* true: any JSON value */
+    if (json_is_false(s)) return fail(c, "json schema: %s", "false (a schema no value matches)");
     if (!json_is_object(s)) return fail(c, "json schema: %s", "a schema must be an object");
     if (++c->depth > MAX_DEPTH) return fail(c, "json schema: %s", "nested too deep");
     json_t *ref = json_object_get(s, "$ref");
@@ -259,25 +313,30 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap) {
         snprintf(name, cap, "ref%d", c->n_rules++);
         json_object_set_new(c->refs, r, json_string(name));   /* before the body: recursion */
         sbuf body = {0};
-        char tmp[48];
+        char tmp[NAME_LEN];
         snprintf(tmp, sizeof tmp, "%s", name);
-        int rc = schema_body(c, target, &body);
+        int rc = 0;
+        if (json_is_boolean(target)) {   /* true / false as a $defs target */
+            char r[NAME_LEN];
+            if (!(rc = rule_for(c, target, r, sizeof r))) put(&body, r);
+        } else if (!json_is_object(target)) {
+            rc = fail(c, "json schema: %s", "a schema must be an object");
+        } else {
+            rc = schema_body(c, target, &body);
+        }
+        if (!rc && body.over) rc = fail(c, "json schema: %s", "a rule longer than the grammar limit");
         if (!rc) putf(&c->out, "%s ::= %s\n", tmp, body.p ? body.p : "");
         free(body.p);
         c->depth--;
         return rc;
     }
     sbuf body = {0};
-    char own[48];
+    char own[NAME_LEN];
     snprintf(own, sizeof own, "s%d", c->n_rules++);
     int rc = schema_body(c, s, &body);
+    if (!rc && body.over) rc = fail(c, "json schema: %s", "a rule longer than the grammar limit");
     if (!rc) {
-        sbuf line = {0};
-        putf(&line, "%s ::= ", own);
-        put(&line, body.p ? body.p : "");
-        put(&line, "\n");
-        put(&c->out, line.p);
-        free(line.p);
+        putf(&c->out, "%s ::= %s\n", own, body.p ? body.p : "");
         snprintf(name, cap, "%s", own);
     }
     free(body.p);
@@ -294,15 +353,16 @@ char *bs_grammar_from_json_schema(const char *schema) {
         return c.out.p;
     }
     json_error_t err;
-    c.root = json_loads(schema, 0, &err);
+    c.root = json_loads(schema, JSON_DECODE_ANY, &err);
     if (!c.root) {
         json_decref(c.refs);
         free(c.out.p);
         return bs_error("json schema: not JSON: %s", err.text), NULL;
     }
-    char top[48];
+    char top[NAME_LEN];
     int rc = rule_for(&c, c.root, top, sizeof top);
     if (!rc) putf(&c.out, "root ::= %s\n", top);
+    if (!rc) rc = sbuf_check(&c.out, "json schema");
     json_decref(c.root);
     json_decref(c.refs);
     if (rc) {
@@ -330,7 +390,7 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
         if (!json_is_string(name) || (only && strcmp(json_string_value(name), only))) continue;
         json_t *params = json_object_get(fn, "parameters");
         c.root = params;
-        char args[48] = "object";
+        char args[NAME_LEN] = "object";
         if (json_is_object(params) && rule_for(&c, params, args, sizeof args)) break;
         putf(&c.out, "call%d ::= ", n);
         put_literal(&c.out, name);
@@ -350,6 +410,11 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
     put(&c.out, "root ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
     put(&c.out, calls.p);
     put(&c.out, " ) \"}\\n</tool_call>\"\n");
+    const int over = sbuf_check(&calls, "tool_choice") || sbuf_check(&c.out, "tool_choice");
     free(calls.p);
+    if (over) {
+        free(c.out.p);
+        return NULL;
+    }
     return c.out.p;
 }

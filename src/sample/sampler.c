@@ -430,7 +430,7 @@ static void finish(bs_sampler *s) {
 static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
-    if (s->grammar) bs_grammar_mask(s->grammar, s->w, s->n_vocab);   /* first: nothing else sees banned tokens */
+    if (s->grammar && bs_grammar_mask(s->grammar, s->w, s->n_vocab) < 0) return -1;   /* first: nothing else sees banned tokens */
     apply_penalties(s);
     apply_dry(s);
     if (s->p.temp <= 0.0f) {

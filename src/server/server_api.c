@@ -202,11 +202,15 @@ static bool parse_constraints(json_t *b, srv_task *t, const char *tools, srv_rep
     char *gbnf = NULL;
     if (g && !json_is_null(g) && !(json_is_string(g) && !json_string_length(g))) {
         if (!json_is_string(g)) { bad_request(r, "'%s' must be a string (GBNF)", "grammar"); return false; }
+        if (strlen(json_string_value(g)) != json_string_length(g)) {
+            bad_request(r, "'%s' holds a NUL character", "grammar");
+            return false;
+        }
         gbnf = bs_xstrdup(json_string_value(g));
         given++;
     }
     if (js && !json_is_null(js)) {
-        char *text = json_dumps(js, JSON_COMPACT);
+        char *text = json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY);
         free(gbnf);
         gbnf = bs_grammar_from_json_schema(text);
         free(text);
@@ -220,7 +224,7 @@ static bool parse_constraints(json_t *b, srv_task *t, const char *tools, srv_rep
             bad_request(r, "'%s' must be text, json_object or json_schema with a schema", "response_format");
             return false;
         }
-        char *text = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+        char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         free(gbnf);
         gbnf = bs_grammar_from_json_schema(text);
         free(text);

@@ -291,7 +291,11 @@ static int n_choices(const srv_task *t) { return t->n_choices > 1 ? t->n_choices
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
-            srv_reply_error(r, 500, "server_error", "generation failed: %s", choice_at(t, i)->error);
+            const char *e = choice_at(t, i)->error;
+            if (!strncmp(e, "grammar", 7))   /* the request's grammar could not go on: the client's to fix */
+                srv_reply_error(r, 422, "invalid_request_error", "generation failed: %s", e);
+            else
+                srv_reply_error(r, 500, "server_error", "generation failed: %s", e);
             return;
         }
         /* nothing was sent yet: a 503 lets a balancer retry the request on another replica */

@@ -240,8 +240,18 @@ static void stepped(srv_sched *s, slot *sl) {
     else sync_task(sl);
 }
 
+/* The grammar matcher's cancel hook: the client left (a busy lock: ask again later). */
+static bool task_cancelled(void *ud) {
+    srv_task *t = ud;
+    if (pthread_mutex_trylock(&t->mu)) return false;
+    const bool c = t->cancel;
+    pthread_mutex_unlock(&t->mu);
+    return c;
+}
+
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
     sl->task = t;
+    bs_gen_set_cancel_hook(sl->gen, task_cancelled, t);
     bs_gen_request r;
     bs_gen_request_init(&r);
     r.sp = t->sp;
