@@ -39,5 +39,7 @@ int cli_fail(const char *cmd);
 
 /* bench --mmproj (cli_bench_vision.c): the vision encoder's time per image; 0 or -1. */
 int bench_vision(int argc, char **argv);
+/* bench --grammar / --schema (cli_bench_grammar.c): the token mask's time; 0 or -1. */
+int bench_grammar(int argc, char **argv);
 
 #endif

@@ -585,6 +585,9 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--spec")) return bench_spec(argc, argv) ? cli_fail("bench --spec") : 0;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--mmproj")) return bench_vision(argc, argv) ? cli_fail("bench --mmproj") : 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--grammar") || !strcmp(argv[i], "--schema"))
+            return bench_grammar(argc, argv) ? cli_fail("bench --grammar") : 0;
     bench_opts o = {.n_prompt = 512, .n_gen = 128, .reps = 5, .warmup = 1, .out = "md",
                     .mm_type = "q1_0", .mm_mb = 1024, .mm_rows = {1, 2, 4, 5, 8}, .n_mm_rows = 5, .membw = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
@@ -660,6 +663,9 @@ void help_bench(void) {
            "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
            "                       --image-size WxH or N: default the projector's image_size, rounded up\n"
            "                       to whole 32-pixel blocks)\n"
+           "  --grammar FILE       constrained decoding: one token mask's time (median, p90, max ms on one\n"
+           "  --schema FILE        core) for a GBNF grammar or a JSON schema over a synthetic 248320-token\n"
+           "                       vocabulary, or -m MODEL's; -n tokens per walk (64), -r walks (5)\n"
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 (aarch64: scalar|neon|dotprod|i8mm) lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"

@@ -50,6 +50,10 @@ char *bs_grammar_for_tools(const char *tools, const char *only);
 /* A tokenizer's tokens as a trie of code points (built once per tokenizer; shared read-only). */
 typedef struct bs_grammar_vocab bs_grammar_vocab;
 bs_grammar_vocab *bs_grammar_vocab_new(const bs_tokenizer *tok);
+/* The same from token texts (piece[id] NULL: never allowed; eog[id]: end-of-generation), e.g. a
+ * benchmark's vocabulary without a model. */
+bs_grammar_vocab *bs_grammar_vocab_from_pieces(const char *const *piece, const size_t *len, const bool *eog, int n_vocab);
+int bs_grammar_vocab_size(const bs_grammar_vocab *v);
 void bs_grammar_vocab_free(bs_grammar_vocab *v);
 
 /* Matching state: what the generated text so far leaves open. */

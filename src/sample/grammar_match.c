@@ -48,29 +48,25 @@ static int cmp_tokens(const void *a, const void *b) {
     return v->cp_len[x] != v->cp_len[y] ? (v->cp_len[x] < v->cp_len[y] ? -1 : 1) : (x < y ? -1 : x > y);
 }
 
-/* Decode every usable token's text into code points. Returns how many tokens are usable. */
-static int decode_tokens(bs_grammar_vocab *v, const bs_tokenizer *tok) {
+/* Decode every usable token's text into code points (piece NULL: not usable). Returns how many
+ * tokens are usable. */
+static int decode_tokens(bs_grammar_vocab *v, const char *const *piece, const size_t *len) {
     size_t cap = 1 << 16, used = 0;
     v->cp = bs_xmalloc(cap * sizeof *v->cp);
     int usable = 0;
     for (int32_t id = 0; id < v->n_vocab; id++) {
         v->cp_len[id] = -1;
-        v->eog[id] = bs_token_is_eog(tok, id);
-        const enum bs_token_type ty = bs_token_type(tok, id);
-        const char *piece;
-        size_t len;
-        if (v->eog[id] || (ty != BS_TOKEN_NORMAL && ty != BS_TOKEN_USER_DEFINED)) continue;
-        if (bs_token_to_piece(tok, id, false, &piece, &len) < 0 || len == 0) continue;
-        if (used + len > cap) v->cp = bs_xrealloc(v->cp, (cap = 2 * (used + len)) * sizeof *v->cp);
+        if (v->eog[id] || !piece[id] || !len[id]) continue;
+        if (used + len[id] > cap) v->cp = bs_xrealloc(v->cp, (cap = 2 * (used + len[id])) * sizeof *v->cp);
         size_t off = 0, n = 0;
-        while (off < len) {
+        while (off < len[id]) {
             uint32_t c;
-            const int r = bs_utf8_next((const unsigned char *)piece + off, len - off, &c);
+            const int r = bs_utf8_next((const unsigned char *)piece[id] + off, len[id] - off, &c);
             if (r <= 0) break;
             v->cp[used + n++] = c;
             off += (size_t)r;
         }
-        if (off < len) continue;   /* not whole UTF-8: a byte piece */
+        if (off < len[id]) continue;   /* not whole UTF-8: a byte piece */
         v->cp_off[id] = (int32_t)used;
         v->cp_len[id] = (int32_t)n;
         used += n;
@@ -120,15 +116,38 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
     v->n_nodes = n;
 }
 
-bs_grammar_vocab *bs_grammar_vocab_new(const bs_tokenizer *tok) {
+bs_grammar_vocab *bs_grammar_vocab_from_pieces(const char *const *piece, const size_t *len, const bool *eog, int n_vocab) {
     bs_grammar_vocab *v = bs_xcalloc(1, sizeof *v);
-    v->n_vocab = bs_tokenizer_n_vocab(tok);
-    v->cp_off = bs_xcalloc((size_t)v->n_vocab, sizeof *v->cp_off);
-    v->cp_len = bs_xcalloc((size_t)v->n_vocab, sizeof *v->cp_len);
-    v->eog = bs_xcalloc((size_t)v->n_vocab, sizeof *v->eog);
-    build_trie(v, decode_tokens(v, tok));
+    v->n_vocab = n_vocab;
+    v->cp_off = bs_xcalloc((size_t)BS_MAX(n_vocab, 1), sizeof *v->cp_off);
+    v->cp_len = bs_xcalloc((size_t)BS_MAX(n_vocab, 1), sizeof *v->cp_len);
+    v->eog = bs_xcalloc((size_t)BS_MAX(n_vocab, 1), sizeof *v->eog);
+    memcpy(v->eog, eog, (size_t)n_vocab * sizeof *eog);
+    build_trie(v, decode_tokens(v, piece, len));
     return v;
 }
+
+/* Usable pieces: normal and user-defined tokens (control tokens other than end-of-generation
+ * are never allowed under a grammar). */
+bs_grammar_vocab *bs_grammar_vocab_new(const bs_tokenizer *tok) {
+    const int n = bs_tokenizer_n_vocab(tok);
+    const char **piece = bs_xcalloc((size_t)BS_MAX(n, 1), sizeof *piece);
+    size_t *len = bs_xcalloc((size_t)BS_MAX(n, 1), sizeof *len);
+    bool *eog = bs_xcalloc((size_t)BS_MAX(n, 1), sizeof *eog);
+    for (int32_t id = 0; id < n; id++) {
+        eog[id] = bs_token_is_eog(tok, id);
+        const enum bs_token_type ty = bs_token_type(tok, id);
+        if (eog[id] || (ty != BS_TOKEN_NORMAL && ty != BS_TOKEN_USER_DEFINED)) continue;
+        if (bs_token_to_piece(tok, id, false, &piece[id], &len[id]) < 0) piece[id] = NULL;
+    }
+    bs_grammar_vocab *v = bs_grammar_vocab_from_pieces(piece, len, eog, n);
+    free(piece);
+    free(len);
+    free(eog);
+    return v;
+}
+
+int bs_grammar_vocab_size(const bs_grammar_vocab *v) { return v->n_vocab; }
 
 void bs_grammar_vocab_free(bs_grammar_vocab *v) {
     if (!v) return;
