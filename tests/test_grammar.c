@@ -105,15 +105,23 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches("{\"$ref\": \"#/$defs/none\"}", "{}", v), -1);
 }
 
-/* The mask is exactly allows() over the whole vocabulary (at a few states). */
+/* The mask is exactly allows() over the whole vocabulary (at a few states; the second grammar's
+ * string body and free text are where whole trie subtrees are allowed at once). */
+static void mask_at(const bs_grammar_vocab *v, int n_vocab, const char *gbnf, const char **steps);
+
 static void test_mask(const bs_grammar_vocab *v, int n_vocab) {
-    bs_grammar *g = bs_grammar_parse("root ::= \"The\" ( \" \" [a-z]+ )+ \".\"");
-    CHECK(g != NULL);
+    mask_at(v, n_vocab, "root ::= \"The\" ( \" \" [a-z]+ )+ \".\"", (const char *[]){"", "Th", "e", " ca", "t", NULL});
+    mask_at(v, n_vocab, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]* \"\\\"\" [^0-9]* \"0\"",
+            (const char *[]){"", "\"", "ab c", "\"", "x y", NULL});
+}
+
+static void mask_at(const bs_grammar_vocab *v, int n_vocab, const char *gbnf, const char **steps) {
+    bs_grammar *g = bs_grammar_parse(gbnf);
+    CHECKF(g != NULL, "%s: %s", gbnf, bitspark_last_error());
     if (!g) return;
     bs_grammar_state *s = bs_grammar_state_new(g, v);
     float *l = malloc((size_t)n_vocab * sizeof *l);
-    const char *steps[] = {"", "Th", "e", " ca", "t"};
-    for (size_t k = 0; k < BS_ARRAY_LEN(steps); k++) {
+    for (size_t k = 0; steps[k]; k++) {
         CHECK_EQ_INT(bs_grammar_accept_text(s, steps[k]), 0);
         for (int i = 0; i < n_vocab; i++) l[i] = 0.0f;
         bs_grammar_mask(s, l, n_vocab);
@@ -130,11 +138,8 @@ static void test_mask(const bs_grammar_vocab *v, int n_vocab) {
 }
 
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+/* CPU time: the machine may be loaded; the work is what is bounded */
+static double cpu_s(void) { return (double)clock() / CLOCKS_PER_SEC; }
 
 /* GBNF text of n copies of unit after "root ::= " (malloc'd). */
 static char *repeated(const char *head, const char *unit, int n, const char *tail) {
@@ -172,10 +177,10 @@ static char *wide_schema(int n) {
 static void test_limits(void) {
     /* issue 34, item 1: 3000 x [a]{0,64} (30 KB) asked for 38 GB and aborted */
     char *big = repeated("root ::= ", "[a]{0,64} ", 3000, "\n");
-    double t0 = now_s();
+    double t0 = cpu_s();
     bs_grammar *g = bs_grammar_parse(big);
     CHECKF(!g && limit_error(), "30 KB repetition grammar: %s", g ? "compiled" : bitspark_last_error());
-    CHECKF(now_s() - t0 < 2.0, "refusing it took %.2f s", now_s() - t0);
+    CHECKF(cpu_s() - t0 < 1.0, "refusing it took %.2f s of CPU", cpu_s() - t0);
     bs_grammar_free(g);
     free(big);
     char *schema = wide_schema(2500);
@@ -203,9 +208,9 @@ static void test_limits(void) {
     len += (size_t)sprintf(chain, "root ::= r0\n");
     for (int i = 0; i < 7999; i++) len += (size_t)sprintf(chain + len, "r%d ::= r%d \"x\" | \"y\"\n", i, i + 1);
     sprintf(chain + len, "r7999 ::= \"z\"\n");
-    t0 = now_s();
+    t0 = cpu_s();
     g = bs_grammar_parse(chain);
-    const double dt = now_s() - t0;
+    const double dt = cpu_s() - t0;
     CHECKF(g && dt < 1.0, "8000 chained rules: %s in %.2f s", g ? "compiled" : bitspark_last_error(), dt);
     bs_grammar_free(g);
     char *p = strstr(chain, "r7999 ::= \"z\"");
@@ -227,19 +232,18 @@ static void test_ambiguous(const bs_grammar_vocab *v, int n_vocab) {
     if (!g) return;
     bs_grammar_state *s = bs_grammar_state_new(g, v);
     float *l = malloc((size_t)n_vocab * sizeof *l);
-    double worst = 0, worst_cpu = 0;
+    double worst_cpu = 0;
     int failed_at = -1;
     for (int k = 0; k < 40 && failed_at < 0; k++) {
-        const double t0 = now_s(), c0 = (double)clock() / CLOCKS_PER_SEC;
+        const double c0 = cpu_s();
         if (bs_grammar_mask(s, l, n_vocab)) failed_at = k;
-        worst = BS_MAX(worst, now_s() - t0);
-        worst_cpu = BS_MAX(worst_cpu, (double)clock() / CLOCKS_PER_SEC - c0);
+        worst_cpu = BS_MAX(worst_cpu, cpu_s() - c0);
         if (failed_at < 0 && bs_grammar_accept_text(s, "a")) failed_at = k;
     }
-    CHECKF(worst < 2.0, "ambiguous grammar: a mask or accept took %.2f s", worst);
+    CHECKF(worst_cpu < 0.25, "ambiguous grammar: a mask took %.3f s of CPU", worst_cpu);
     CHECKF(failed_at < 0 || (strstr(bitspark_last_error(), "grammar") && limit_error()),
            "ambiguous grammar failed at %d with '%s'", failed_at, bitspark_last_error());
-    fprintf(stderr, "ambiguous grammar: worst step %.3f s (%.3f s of CPU), %s\n", worst, worst_cpu,
+    fprintf(stderr, "ambiguous grammar: worst mask %.3f s of CPU, %s\n", worst_cpu,
             failed_at < 0 ? "40 characters matched" : bitspark_last_error());
     bool stop = true;
     bs_grammar_state_reset(s);

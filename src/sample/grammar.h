@@ -16,7 +16,10 @@
  * anything is allocated (the limits below; exceeding one is an error naming it), no allocation
  * aborts (failures are errors), compiling is linear in the grammar's size, and matching stops
  * with an error when one step (a token's mask, or accepting a token) would need more than
- * BS_GRAMMAR_MAX_STEPS stack operations (an ambiguous grammar), never dropping alternatives. */
+ * BS_GRAMMAR_MAX_STEPS stack operations or BS_GRAMMAR_MAX_MS of CPU time (an ambiguous
+ * grammar), never dropping alternatives. Sets of stacks and their steps per code point are
+ * cached per state, and a set whose characters mostly lead back to itself (a string's body)
+ * allows whole vocabulary-trie subtrees at once, which keeps masks near a millisecond. */
 #ifndef BS_GRAMMAR_H
 #define BS_GRAMMAR_H
 
@@ -31,6 +34,7 @@ typedef struct bs_grammar bs_grammar;
 #define BS_GRAMMAR_MAX_RULES 16384          /* rules, counting those groups and repetitions make */
 #define BS_GRAMMAR_MAX_SIZE 262144          /* elements + alternatives after expanding x{m,n} */
 #define BS_GRAMMAR_MAX_STEPS 2000000        /* stack operations for one token's mask or accept */
+#define BS_GRAMMAR_MAX_MS 50                /* and milliseconds of CPU time for it */
 
 /* Compile GBNF text; the start rule is `root`. NULL + bs_error with the line of a syntax error,
  * an undefined rule, left recursion, a limit passed, or a root that matches no text at all. */

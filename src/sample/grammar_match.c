@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 /* ---- the vocabulary trie --------------------------------------------------------------------- */
@@ -33,8 +34,13 @@ struct bs_grammar_vocab {
     bool *eog;                   /* per id */
     int n_nodes;
     uint32_t *node_cp, *node_end, *node_tok0, *node_ntok;
+    uint32_t *node_sub_lo, *node_sub_hi;   /* the subtree's tokens: tok[lo, hi) */
+    uint64_t *node_bits;         /* [2 per node] which characters the subtree's tokens hold (cp_bit) */
     int32_t *tok;                /* ids in trie order */
 };
+
+/* A character's bit in a 128-bit summary: ASCII 0..126 their own, everything from 0x7F one. */
+static inline int cp_bit(uint32_t c) { return c < 127 ? (int)c : 127; }
 
 static const bs_grammar_vocab *g_sort_vocab;   /* qsort has no context argument */
 
@@ -75,6 +81,16 @@ static int decode_tokens(bs_grammar_vocab *v, const char *const *piece, const si
     return usable;
 }
 
+/* The node at path[depth] is complete: its subtree ends before node n and token i; its
+ * characters go into its parent's summary. */
+static void close_node(bs_grammar_vocab *v, const uint32_t *path, int depth, int n, int i) {
+    const uint32_t x = path[depth], up = path[depth - 1];
+    v->node_end[x] = (uint32_t)n;
+    v->node_sub_hi[x] = (uint32_t)i;
+    v->node_bits[2 * (size_t)up] |= v->node_bits[2 * (size_t)x];
+    v->node_bits[2 * (size_t)up + 1] |= v->node_bits[2 * (size_t)x + 1];
+}
+
 static void build_trie(bs_grammar_vocab *v, int usable) {
     v->tok = bs_xmalloc((size_t)BS_MAX(usable, 1) * sizeof *v->tok);
     int k = 0;
@@ -88,7 +104,11 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
     v->node_end = bs_xmalloc(total * sizeof *v->node_end);
     v->node_tok0 = bs_xmalloc(total * sizeof *v->node_tok0);
     v->node_ntok = bs_xcalloc(total, sizeof *v->node_ntok);
-    uint32_t path[1024];   /* node of each depth of the current token */
+    v->node_sub_lo = bs_xcalloc(total, sizeof *v->node_sub_lo);
+    v->node_sub_hi = bs_xcalloc(total, sizeof *v->node_sub_hi);
+    v->node_bits = bs_xcalloc(2 * total, sizeof *v->node_bits);
+    uint32_t path[1025];   /* node of each depth of the current token; path[0]: the root */
+    path[0] = 0;
     int depth = 0, n = 1;
     v->node_cp[0] = 0;     /* the root */
     const int32_t *prev = NULL;
@@ -98,11 +118,14 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
         const uint32_t *c = v->cp + v->cp_off[id];
         int len = BS_MIN(v->cp_len[id], 1023), lcp = 0;
         while (prev && lcp < BS_MIN(len, prev_len) && (uint32_t)prev[lcp] == c[lcp]) lcp++;
-        for (; depth > lcp; depth--) v->node_end[path[depth]] = (uint32_t)n;   /* close the branches left */
+        for (; depth > lcp; depth--) close_node(v, path, depth, n, i);   /* the branches left */
         for (; depth < len; depth++) {
             path[depth + 1] = (uint32_t)n;
             v->node_cp[n] = c[depth];
             v->node_ntok[n] = 0;
+            v->node_sub_lo[n] = (uint32_t)i;
+            const int b = cp_bit(c[depth]);
+            v->node_bits[2 * (size_t)n + (b >> 6)] |= 1ull << (b & 63);
             n++;
         }
         const uint32_t at = depth ? path[depth] : 0;
@@ -111,8 +134,10 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
         prev = (const int32_t *)c;
         prev_len = len;
     }
-    for (; depth > 0; depth--) v->node_end[path[depth]] = (uint32_t)n;
+    for (; depth > 0; depth--) close_node(v, path, depth, n, usable);
     v->node_end[0] = (uint32_t)n;
+    v->node_sub_lo[0] = 0;
+    v->node_sub_hi[0] = (uint32_t)usable;
     v->n_nodes = n;
 }
 
@@ -159,6 +184,9 @@ void bs_grammar_vocab_free(bs_grammar_vocab *v) {
     free(v->node_end);
     free(v->node_tok0);
     free(v->node_ntok);
+    free(v->node_sub_lo);
+    free(v->node_sub_hi);
+    free(v->node_bits);
     free(v->tok);
     free(v);
 }
@@ -167,18 +195,44 @@ void bs_grammar_vocab_free(bs_grammar_vocab *v) {
 
 typedef struct gnode { uint32_t pos, parent, next; } gnode;   /* next: the hash chain */
 
+/* A set of stacks, interned: its node ids are sid[off, off + len), in the order made. */
+typedef struct gset {
+    uint32_t off, len, hash;
+    uint8_t sum_done;           /* loop[] and dead[] computed */
+    uint64_t loop[2];           /* cp_bit b set: every character of bit b leads back to this set */
+    uint64_t dead[2];           /* cp_bit b set: no character of bit b continues any stack */
+} gset;
+/* A cached step: set `from` after code point cp is set `to` (0: no stack takes it). */
+typedef struct gtrans { uint32_t from, cp, to; } gtrans;
+
+#define MASK_CACHE 4            /* masks kept per state (a long string repeats the same set) */
+#define MAX_NODES (1u << 19)    /* past these, the caches are rebuilt from the current state */
+#define MAX_SIDS (1u << 21)
+#define MAX_TRANS (1u << 19)
+
 struct bs_grammar_state {
     const bs_grammar *g;
     const bs_grammar_vocab *v;
     gnode *nd;                  /* nd[0]: the empty stack */
-    uint32_t n_nd, cap_nd, kept;   /* nodes [0, kept) belong to the current state's stacks */
+    uint32_t n_nd, cap_nd;
     uint32_t *bucket, n_bucket;    /* chain heads (0: none); later nodes head their chains */
     uint32_t *mark, stamp;         /* mark[node] == stamp: already in the set being built */
-    uint32_t *ids;                 /* sets of node ids: the current state [0, n_cur), scratch above */
-    size_t n_ids, cap_ids, n_cur;
+    uint32_t *ids;                 /* the set being built */
+    size_t n_ids, cap_ids;
     uint32_t *work;                /* the expansion's to-do list */
     size_t cap_work;
+    uint32_t *sid;                 /* interned sets; set 0 is the empty set */
+    size_t n_sid, cap_sid;
+    gset *set;
+    size_t n_set, cap_set;
+    uint32_t *set_tab, cap_set_tab;   /* open addressing: set id, 0 free */
+    gtrans *tr;                       /* open addressing: from == 0 free (the empty set goes nowhere) */
+    uint32_t n_tr, cap_tr;
+    uint32_t cur;                     /* the current state's set */
+    struct { uint32_t set; uint8_t *allowed; } mc[MASK_CACHE];
+    int mc_next;
     uint64_t steps;
+    double t0;                     /* the operation's start, ms of thread CPU time */
     bool failed;
     bool (*cancelled)(void *);
     void *ud;
@@ -191,6 +245,14 @@ static void s_fail(bs_grammar_state *S, const char *what) {
     S->failed = true;
 }
 
+static double cpu_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* One unit of matching work: false (and an error) past the step or time budget or when the
+ * cancel hook says so (both polled every 1024 steps). */
 static bool step(bs_grammar_state *S) {
     if (S->failed) return false;
     if (++S->steps > BS_GRAMMAR_MAX_STEPS) {
@@ -200,8 +262,16 @@ static bool step(bs_grammar_state *S) {
         s_fail(S, msg);
         return false;
     }
-    if (!(S->steps & 4095) && S->cancelled && S->cancelled(S->ud)) {
+    if (S->steps & 1023) return true;
+    if (S->cancelled && S->cancelled(S->ud)) {
         s_fail(S, "cancelled");
+        return false;
+    }
+    if (cpu_ms() - S->t0 > BS_GRAMMAR_MAX_MS) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "matching one token takes more than %d ms of CPU (the limit; the grammar is too ambiguous)",
+                 BS_GRAMMAR_MAX_MS);
+        s_fail(S, msg);
         return false;
     }
     return true;
@@ -318,70 +388,163 @@ static void expand(bs_grammar_state *S, uint32_t seed) {
     }
 }
 
-/* The set ids[from, to) after code point c, appended to ids. */
-static void advance(bs_grammar_state *S, size_t from, size_t to, uint32_t c) {
+/* The stacks of in[0, n) after code point c, appended to ids. */
+static void advance(bs_grammar_state *S, const uint32_t *in, size_t n_in, uint32_t c) {
     const bs_grammar *g = S->g;
     new_stamp(S);
-    for (size_t i = from; i < to && !S->failed; i++) {
-        const uint32_t n = S->ids[i];
+    for (size_t i = 0; i < n_in && !S->failed; i++) {
+        const uint32_t n = in[i];
         if (!n || !step(S) || !g_class_has(g, &g->el[S->nd[n].pos], c)) continue;
         const uint32_t next = intern(S, S->nd[n].pos + 1, S->nd[n].parent);
         if (next) expand(S, next);
     }
 }
 
-static bool has_empty(const bs_grammar_state *S, size_t from, size_t to) {
-    for (size_t i = from; i < to; i++)
-        if (!S->ids[i]) return true;
+/* ---- interned sets and cached steps ------------------------------------------------------- */
+
+static uint32_t ids_hash(const uint32_t *p, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h ^ (uint32_t)n;
+}
+
+static bool set_tab_grow(bs_grammar_state *S) {
+    const uint32_t cap = S->cap_set_tab ? 2 * S->cap_set_tab : 1024;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t) return s_fail(S, "out of memory"), false;
+    for (size_t k = 1; k < S->n_set; k++) {
+        uint32_t h = S->set[k].hash & (cap - 1);
+        while (t[h]) h = (h + 1) & (cap - 1);
+        t[h] = (uint32_t)k;
+    }
+    free(S->set_tab);
+    S->set_tab = t;
+    S->cap_set_tab = cap;
+    return true;
+}
+
+/* The id of the set p[0, n) (interned on first sight); 0 for the empty set or after a failure. */
+static uint32_t set_of(bs_grammar_state *S, const uint32_t *p, size_t n) {
+    if (!n || S->failed) return 0;
+    if (2 * (S->n_set + 1) > S->cap_set_tab && !set_tab_grow(S)) return 0;
+    const uint32_t hash = ids_hash(p, n);
+    uint32_t h = hash & (S->cap_set_tab - 1);
+    for (uint32_t k; (k = S->set_tab[h]); h = (h + 1) & (S->cap_set_tab - 1))
+        if (S->set[k].hash == hash && S->set[k].len == n && !memcmp(S->sid + S->set[k].off, p, n * sizeof *p)) return k;
+    uint32_t *sid = s_grow(S, S->sid, &S->cap_sid, S->n_sid + n, sizeof *sid);
+    if (!sid) return 0;
+    S->sid = sid;
+    gset *set = s_grow(S, S->set, &S->cap_set, S->n_set + 1, sizeof *set);
+    if (!set) return 0;
+    S->set = set;
+    memcpy(S->sid + S->n_sid, p, n * sizeof *p);
+    S->set[S->n_set] = (gset){.off = (uint32_t)S->n_sid, .len = (uint32_t)n, .hash = hash};
+    S->n_sid += n;
+    S->set_tab[h] = (uint32_t)S->n_set;
+    return (uint32_t)S->n_set++;
+}
+
+static uint32_t trans_hash(uint32_t from, uint32_t cp) { return node_hash(cp, from); }
+
+static bool trans_grow(bs_grammar_state *S) {
+    const uint32_t cap = S->cap_tr ? 2 * S->cap_tr : 4096;
+    gtrans *t = calloc(cap, sizeof *t);
+    if (!t) return s_fail(S, "out of memory"), false;
+    for (uint32_t i = 0; i < S->cap_tr; i++)
+        if (S->tr[i].from) {
+            uint32_t h = trans_hash(S->tr[i].from, S->tr[i].cp) & (cap - 1);
+            while (t[h].from) h = (h + 1) & (cap - 1);
+            t[h] = S->tr[i];
+        }
+    free(S->tr);
+    S->tr = t;
+    S->cap_tr = cap;
+    return true;
+}
+
+/* Set `from` after code point cp (0: no stack takes it, or a failure was recorded), cached. */
+static uint32_t step_set(bs_grammar_state *S, uint32_t from, uint32_t cp) {
+    if (!from || !step(S)) return 0;
+    if (2 * (S->n_tr + 1) > S->cap_tr && !trans_grow(S)) return 0;
+    uint32_t h = trans_hash(from, cp) & (S->cap_tr - 1);
+    for (; S->tr[h].from; h = (h + 1) & (S->cap_tr - 1))
+        if (S->tr[h].from == from && S->tr[h].cp == cp) return S->tr[h].to;
+    S->n_ids = 0;
+    advance(S, S->sid + S->set[from].off, S->set[from].len, cp);
+    const uint32_t to = set_of(S, S->ids, S->n_ids);
+    if (S->failed) return 0;   /* a cut-short result is never cached */
+    if (2 * (S->n_tr + 1) > S->cap_tr && !trans_grow(S)) return 0;
+    h = trans_hash(from, cp) & (S->cap_tr - 1);   /* set_of may have grown nothing here, but look again */
+    while (S->tr[h].from) h = (h + 1) & (S->cap_tr - 1);
+    S->tr[h] = (gtrans){from, cp, to};
+    S->n_tr++;
+    return to;
+}
+
+static bool set_has_empty(const bs_grammar_state *S, uint32_t k) {
+    for (uint32_t i = 0; k && i < S->set[k].len; i++)
+        if (!S->sid[S->set[k].off + i]) return true;
     return false;
 }
 
-/* Start of an operation: a fresh step count, the scratch emptied. */
-static void begin(bs_grammar_state *S) {
-    S->steps = 0;
-    S->failed = false;
-    S->n_ids = S->n_cur;
-    truncate_nodes(S, S->kept);
+/* Forget every cached set, step and mask (node ids are about to change). */
+static void clear_caches(bs_grammar_state *S) {
+    S->n_sid = 0;
+    S->n_set = 1;   /* set 0: the empty set */
+    S->set[0] = (gset){0};
+    if (S->set_tab) memset(S->set_tab, 0, S->cap_set_tab * sizeof *S->set_tab);
+    if (S->tr) memset(S->tr, 0, S->cap_tr * sizeof *S->tr);
+    S->n_tr = 0;
+    for (int i = 0; i < MASK_CACHE; i++) S->mc[i].set = 0;
 }
 
-/* Makes ids[from, to) the current state. The nodes are kept; when most of them are garbage,
- * the live ones are copied into a fresh table. */
-static void commit(bs_grammar_state *S, size_t from, size_t to) {
-    memmove(S->ids, S->ids + from, (to - from) * sizeof *S->ids);
-    S->n_cur = S->n_ids = to - from;
-    S->kept = S->n_nd;
-    if (S->n_nd < 65536 || S->n_nd < 4 * (S->n_cur + 1024)) return;
-    /* compaction: renumber the nodes reachable from the state, parents first */
+/* Start of an operation: a fresh step count. */
+static void begin(bs_grammar_state *S) {
+    S->steps = 0;
+    S->t0 = cpu_ms();
+    S->failed = false;
+}
+
+/* When the caches have grown past their bounds: keep only the nodes of the current state's
+ * stacks (parents first, renumbered) and start the caches over. */
+static void compact(bs_grammar_state *S) {
+    if (S->n_nd < MAX_NODES && S->n_sid < MAX_SIDS && S->n_tr < MAX_TRANS) return;
+    const uint32_t n_cur = S->set[S->cur].len;
+    uint32_t *cur = malloc((n_cur + 1) * sizeof *cur);
     uint32_t *map = calloc(S->n_nd, sizeof *map);   /* old -> new id, 0: not yet */
     uint32_t *chain = malloc(S->n_nd * sizeof *chain);
     gnode *nd = malloc(S->cap_nd * sizeof *nd);
-    if (!map || !chain || !nd) {
+    if (!cur || !map || !chain || !nd) {
+        free(cur);
         free(map);
         free(chain);
         free(nd);
         return;   /* keeping the garbage is correct, only bigger */
     }
+    memcpy(cur, S->sid + S->set[S->cur].off, n_cur * sizeof *cur);
     uint32_t n = 1;
     nd[0] = S->nd[0];
-    for (size_t i = 0; i < S->n_cur; i++) {
-        /* the chain up to a mapped node, then mapped from the top down */
-        size_t k = 0;
-        for (uint32_t x = S->ids[i]; x && !map[x]; x = S->nd[x].parent) chain[k++] = x;
+    for (uint32_t i = 0; i < n_cur; i++) {
+        size_t k = 0;   /* the chain up to a mapped node, then mapped from the top down */
+        for (uint32_t x = cur[i]; x && !map[x]; x = S->nd[x].parent) chain[k++] = x;
         while (k--) {
             const uint32_t x = chain[k], p = S->nd[x].parent;
             nd[n] = (gnode){S->nd[x].pos, p ? map[p] : 0, 0};
             map[x] = n++;
         }
-        S->ids[i] = S->ids[i] ? map[S->ids[i]] : 0;
+        cur[i] = cur[i] ? map[cur[i]] : 0;
     }
     free(S->nd);
     free(map);
     free(chain);
     S->nd = nd;
-    S->n_nd = S->kept = n;
+    S->n_nd = n;
     memset(S->mark, 0, S->cap_nd * sizeof *S->mark);
     S->stamp = 0;
     rehash(S, S->n_bucket);
+    clear_caches(S);
+    S->cur = set_of(S, cur, n_cur);
+    free(cur);
 }
 
 bs_grammar_state *bs_grammar_state_new(const bs_grammar *g, const bs_grammar_vocab *v) {
@@ -396,12 +559,16 @@ bs_grammar_state *bs_grammar_state_new(const bs_grammar *g, const bs_grammar_voc
     S->allowed = malloc((size_t)BS_MAX(v->n_vocab, 1));
     S->cap_work = 1024;
     S->work = malloc(S->cap_work * sizeof *S->work);
-    if (!S->nd || !S->mark || !S->bucket || !S->allowed || !S->work) {
+    S->cap_set = 1024;
+    S->set = malloc(S->cap_set * sizeof *S->set);
+    bool ok = S->nd && S->mark && S->bucket && S->allowed && S->work && S->set;
+    for (int i = 0; i < MASK_CACHE && ok; i++) ok = (S->mc[i].allowed = malloc((size_t)BS_MAX(v->n_vocab, 1))) != NULL;
+    if (!ok) {
         bs_grammar_state_free(S);
         return bs_error("grammar: out of memory"), NULL;
     }
     S->nd[0] = (gnode){UINT32_MAX, 0, 0};
-    S->n_nd = S->kept = 1;
+    S->n_nd = 1;
     bs_grammar_state_reset(S);
     if (S->failed) {
         bs_grammar_state_free(S);
@@ -417,16 +584,16 @@ void bs_grammar_state_set_cancel(bs_grammar_state *S, bool (*cancelled)(void *),
 
 void bs_grammar_state_reset(bs_grammar_state *S) {
     const bs_grammar *g = S->g;
-    S->n_cur = 0;
-    S->kept = 1;
     begin(S);
+    truncate_nodes(S, 1);
+    clear_caches(S);
+    S->n_ids = 0;
     new_stamp(S);
     for (uint32_t k = 0; k < g->rule[g->root].n_alt && !S->failed; k++) {
         const uint32_t n = intern(S, g->alt[g->rule[g->root].alt0 + k], 0);
         if (n) expand(S, n);
     }
-    if (S->failed) S->n_ids = 0;   /* an empty state: nothing is allowed; the error was recorded */
-    commit(S, 0, S->n_ids);
+    S->cur = set_of(S, S->ids, S->n_ids);   /* after a failure: the empty set, nothing allowed */
 }
 
 void bs_grammar_state_free(bs_grammar_state *S) {
@@ -436,139 +603,168 @@ void bs_grammar_state_free(bs_grammar_state *S) {
     free(S->bucket);
     free(S->ids);
     free(S->work);
+    free(S->sid);
+    free(S->set);
+    free(S->set_tab);
+    free(S->tr);
+    for (int i = 0; i < MASK_CACHE; i++) free(S->mc[i].allowed);
     free(S->allowed);
     free(S);
 }
 
-bool bs_grammar_complete(const bs_grammar_state *S) { return has_empty(S, 0, S->n_cur); }
+bool bs_grammar_complete(const bs_grammar_state *S) { return set_has_empty(S, S->cur); }
 
-/* Runs the code points cp[0..n) from the current state; true with the result at ids[*from, *to),
- * false when they do not match (or an error was recorded). */
-static bool run_cps(bs_grammar_state *S, const uint32_t *cp, int n, size_t *from, size_t *to) {
-    size_t a = 0, b = S->n_cur;
-    for (int i = 0; i < n; i++) {
-        const size_t c0 = S->n_ids;
-        advance(S, a, b, cp[i]);
-        if (S->failed || S->n_ids == c0) return false;
-        a = c0;
-        b = S->n_ids;
-    }
-    *from = a;
-    *to = b;
-    return true;
+/* The set after the code points cp[0..n) from set k: 0 when they do not match (or an error was
+ * recorded). */
+static uint32_t run_cps(bs_grammar_state *S, uint32_t k, const uint32_t *cp, int n) {
+    for (int i = 0; i < n && k; i++) k = step_set(S, k, cp[i]);
+    return k;
 }
 
-static bool run_token(bs_grammar_state *S, int32_t id, size_t *from, size_t *to) {
+static uint32_t run_token(bs_grammar_state *S, uint32_t k, int32_t id) {
     const bs_grammar_vocab *v = S->v;
-    if (id < 0 || id >= v->n_vocab || v->cp_len[id] < 0) return false;
-    return run_cps(S, v->cp + v->cp_off[id], v->cp_len[id], from, to);
+    if (id < 0 || id >= v->n_vocab || v->cp_len[id] < 0) return 0;
+    return run_cps(S, k, v->cp + v->cp_off[id], v->cp_len[id]);
 }
 
 bool bs_grammar_allows(const bs_grammar_state *cs, int32_t id) {
-    bs_grammar_state *S = (bs_grammar_state *)cs;   /* only the scratch changes */
+    bs_grammar_state *S = (bs_grammar_state *)cs;   /* only the caches change */
     if (id >= 0 && id < S->v->n_vocab && S->v->eog[id]) return bs_grammar_complete(S);
     begin(S);
-    size_t a, b;
-    const bool ok = run_token(S, id, &a, &b);
-    begin(S);
-    return ok;
+    return run_token(S, S->cur, id) != 0;
 }
 
 int bs_grammar_accept(bs_grammar_state *S, int32_t id) {
     if (id >= 0 && id < S->v->n_vocab && S->v->eog[id])
         return bs_grammar_complete(S) ? 0 : bs_error("grammar: the text is not complete at an end-of-generation token");
     begin(S);
-    size_t a, b;
-    if (!run_token(S, id, &a, &b)) {
-        const bool failed = S->failed;
-        begin(S);
-        return failed ? -1 : bs_error("grammar: token %d does not continue the grammar", id);
-    }
-    commit(S, a, b);
+    const uint32_t k = run_token(S, S->cur, id);
+    if (!k) return S->failed ? -1 : bs_error("grammar: token %d does not continue the grammar", id);
+    S->cur = k;
+    compact(S);
     return 0;
 }
 
 int bs_grammar_accept_text(bs_grammar_state *S, const char *text) {
     const size_t len = strlen(text);
-    uint32_t *cp = malloc((len + 1) * sizeof *cp);
-    if (!cp) return bs_error("grammar: out of memory");
-    int n = 0;
-    for (size_t off = 0; off < len;) {
-        const int r = bs_utf8_next((const unsigned char *)text + off, len - off, &cp[n]);
-        if (r <= 0) {
-            free(cp);
-            return bs_error("grammar: invalid UTF-8");
-        }
+    uint32_t k = S->cur;
+    for (size_t off = 0; off < len && k;) {
+        uint32_t c;
+        const int r = bs_utf8_next((const unsigned char *)text + off, len - off, &c);
+        if (r <= 0) return bs_error("grammar: invalid UTF-8");
         off += (size_t)r;
-        n++;
+        begin(S);   /* a step budget per code point */
+        k = step_set(S, k, c);
     }
-    begin(S);
-    size_t a, b;
-    int rc = 0;
-    if (run_cps(S, cp, n, &a, &b)) commit(S, a, b);
-    else rc = S->failed ? -1 : bs_error("grammar: the text does not match");
-    if (rc) begin(S);
-    free(cp);
-    return rc;
+    if (!k) return S->failed ? -1 : bs_error("grammar: the text does not match");
+    S->cur = k;
+    compact(S);
+    return 0;
 }
 
 int bs_grammar_valid_prefix(bs_grammar_state *S, const int32_t *ids, int n) {
-    /* the current state saved as its node ids; the nodes it uses stay below `kept` */
-    uint32_t *save = malloc((S->n_cur + 1) * sizeof *save);
-    if (!save) return 0;
-    const size_t n_cur = S->n_cur;
-    memcpy(save, S->ids, n_cur * sizeof *save);
-    const uint32_t kept = S->kept;
-    int k = 0;
-    /* accepting without commit's compaction: the saved ids must stay valid */
-    for (; k < n; k++) {
-        if (ids[k] >= 0 && ids[k] < S->v->n_vocab && S->v->eog[ids[k]]) {
-            if (!bs_grammar_complete(S)) break;
+    uint32_t k = S->cur;
+    int i = 0;
+    for (; i < n && k; i++) {
+        if (ids[i] >= 0 && ids[i] < S->v->n_vocab && S->v->eog[ids[i]]) {
+            if (!set_has_empty(S, k)) break;
             continue;
         }
         begin(S);
-        size_t a, b;
-        if (!run_token(S, ids[k], &a, &b)) break;
-        memmove(S->ids, S->ids + a, (b - a) * sizeof *S->ids);
-        S->n_cur = S->n_ids = b - a;
-        S->kept = S->n_nd;
+        const uint32_t next = run_token(S, k, ids[i]);
+        if (!next) break;
+        k = next;
     }
-    S->kept = kept;
-    S->n_cur = n_cur;
-    begin(S);
-    memcpy(S->ids, save, n_cur * sizeof *save);
-    free(save);
-    return k;
+    return i;
 }
 
 /* ---- the mask -------------------------------------------------------------------------------- */
 
-/* The subtree of trie node `node`, entered with the set ids[from, to). */
-static void walk(bs_grammar_state *S, uint32_t node, size_t from, size_t to) {
-    const bs_grammar_vocab *v = S->v;
-    for (uint32_t c = node + 1; c < v->node_end[node] && !S->failed; c = v->node_end[c]) {
-        const size_t mark = S->n_ids;
-        const uint32_t nodes = S->n_nd;
-        advance(S, from, to, v->node_cp[c]);
-        if (S->n_ids > mark) {
-            for (uint32_t t = 0; t < v->node_ntok[c]; t++) S->allowed[v->tok[v->node_tok0[c] + t]] = 1;
-            walk(S, c, mark, S->n_ids);
+/* Which characters lead set k back to itself (a JSON string's body, say) and which lead
+ * nowhere, as cp_bit summaries. Bit 127 (every code point from 0x7F) only when each stack's
+ * class treats them all alike, so that one of them stands for all. NULL after a failure. */
+static const gset *summary(bs_grammar_state *S, uint32_t k) {
+    if (S->set[k].sum_done) return &S->set[k];
+    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0};
+    for (uint32_t c = 0; c < 127 && !S->failed; c++) {
+        const uint32_t to = step_set(S, k, c);
+        if (to == k) loop[c >> 6] |= 1ull << (c & 63);
+        if (!to) dead[c >> 6] |= 1ull << (c & 63);
+    }
+    bool alike = true;
+    const bs_grammar *g = S->g;
+    for (uint32_t i = 0; i < S->set[k].len && alike; i++) {
+        const uint32_t n = S->sid[S->set[k].off + i];
+        if (!n) continue;
+        const g_elem *e = &g->el[S->nd[n].pos];
+        for (uint32_t r = 0; r < e->n && alike; r++) {
+            const g_range *q = &g->rg[e->a + r];
+            alike = q->hi < 0x7F || (q->lo <= 0x7F && q->hi >= 0x10FFFF);
         }
-        S->n_ids = mark;   /* this branch's stacks are done with */
-        truncate_nodes(S, nodes);
+    }
+    if (alike) {
+        const uint32_t to = step_set(S, k, 0x7F);
+        if (to == k) loop[1] |= 1ull << 63;
+        if (!to) dead[1] |= 1ull << 63;
+    }
+    if (S->failed) return NULL;
+    gset *st = &S->set[k];   /* step_set may have moved the table */
+    memcpy(st->loop, loop, sizeof loop);
+    memcpy(st->dead, dead, sizeof dead);
+    st->sum_done = 1;
+    return st;
+}
+
+#define LOOP_MIN_SUBTREE 256   /* trie nodes below which a subtree is walked without a summary */
+
+/* The subtree of trie node `node`, entered with set k. A child whose tokens hold only
+ * characters that lead k back to k has every token allowed, without walking it. */
+static void walk(bs_grammar_state *S, uint32_t node, uint32_t k) {
+    const bs_grammar_vocab *v = S->v;
+    const gset *sum = v->node_end[node] - node > LOOP_MIN_SUBTREE ? summary(S, k) : NULL;
+    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0};
+    if (sum) {   /* copies: the set table may move during the walk */
+        memcpy(loop, sum->loop, sizeof loop);
+        memcpy(dead, sum->dead, sizeof dead);
+    }
+    for (uint32_t c = node + 1; c < v->node_end[node] && !S->failed; c = v->node_end[c]) {
+        const int b = cp_bit(v->node_cp[c]);
+        if (dead[b >> 6] >> (b & 63) & 1) {
+            if (b == 127) break;   /* children are in code point order: the rest are dead too */
+            continue;
+        }
+        if (sum && !(v->node_bits[2 * (size_t)c] & ~loop[0]) && !(v->node_bits[2 * (size_t)c + 1] & ~loop[1])) {
+            for (uint32_t t = v->node_sub_lo[c]; t < v->node_sub_hi[c]; t++) S->allowed[v->tok[t]] = 1;
+            step(S);
+            continue;
+        }
+        const uint32_t next = step_set(S, k, v->node_cp[c]);
+        if (!next) continue;
+        for (uint32_t t = 0; t < v->node_ntok[c]; t++) S->allowed[v->tok[v->node_tok0[c] + t]] = 1;
+        walk(S, c, next);
     }
 }
 
 int bs_grammar_mask(bs_grammar_state *S, float *logits, int n_vocab) {
     const bs_grammar_vocab *v = S->v;
-    memset(S->allowed, 0, (size_t)v->n_vocab);
     begin(S);
-    walk(S, 0, 0, S->n_cur);
+    const uint8_t *allowed = NULL;
+    for (int i = 0; i < MASK_CACHE && !allowed; i++)
+        if (S->mc[i].set && S->mc[i].set == S->cur) allowed = S->mc[i].allowed;
+    if (!allowed) {
+        memset(S->allowed, 0, (size_t)v->n_vocab);
+        walk(S, 0, S->cur);
+        allowed = S->allowed;
+        if (!S->failed && S->cur) {   /* kept for the next mask from the same set */
+            memcpy(S->mc[S->mc_next].allowed, S->allowed, (size_t)v->n_vocab);
+            S->mc[S->mc_next].set = S->cur;
+            S->mc_next = (S->mc_next + 1) % MASK_CACHE;
+        }
+    }
     const bool failed = S->failed, done = bs_grammar_complete(S);
-    begin(S);
     int n_allowed = 0;
     for (int i = 0; i < n_vocab; i++) {
-        if (failed || i >= v->n_vocab || !(S->allowed[i] || (v->eog[i] && done))) logits[i] = -INFINITY;
+        if (failed || i >= v->n_vocab || !(allowed[i] || (v->eog[i] && done))) logits[i] = -INFINITY;
         else n_allowed++;
     }
     if (failed) return -1;
