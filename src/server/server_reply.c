@@ -568,7 +568,9 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     const char *text = t->text ? t->text + st->sent : "";
     size_t len = end > st->sent ? end - st->sent : 0;
     if (done && t->finish == SRV_FINISH_ERROR) {
-        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", t->error, "type", "server_error");
+        const bool client = !strncmp(t->error, "grammar", 7);   /* as reply_done: the request's grammar */
+        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", client ? 422 : 500, "message", t->error, "type",
+                              client ? "invalid_request_error" : "server_error");
         sse(out, e);
     } else if (st->g.native) {
         if (len || done) sse(out, native_json(st->s, t, text, len, done));
