@@ -56,6 +56,8 @@ static int cmp_tokens(const void *a, const void *b) {
 
 /* Decode every usable token's text into code points (piece NULL: not usable). Returns how many
  * tokens are usable. */
+#define MAX_TOKEN_CPS 1023   /* longer tokens are never allowed (the trie's depth) */
+
 static int decode_tokens(bs_grammar_vocab *v, const char *const *piece, const size_t *len) {
     size_t cap = 1 << 16, used = 0;
     v->cp = bs_xmalloc(cap * sizeof *v->cp);
@@ -72,7 +74,7 @@ static int decode_tokens(bs_grammar_vocab *v, const char *const *piece, const si
             v->cp[used + n++] = c;
             off += (size_t)r;
         }
-        if (off < len[id]) continue;   /* not whole UTF-8: a byte piece */
+        if (off < len[id] || n > MAX_TOKEN_CPS) continue;   /* not whole UTF-8 (a byte piece), or past the trie's depth */
         v->cp_off[id] = (int32_t)used;
         v->cp_len[id] = (int32_t)n;
         used += n;
@@ -116,7 +118,8 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
     for (int i = 0; i < usable; i++) {
         const int32_t id = v->tok[i];
         const uint32_t *c = v->cp + v->cp_off[id];
-        int len = BS_MIN(v->cp_len[id], 1023), lcp = 0;
+        const int len = v->cp_len[id];
+        int lcp = 0;
         while (prev && lcp < BS_MIN(len, prev_len) && (uint32_t)prev[lcp] == c[lcp]) lcp++;
         for (; depth > lcp; depth--) close_node(v, path, depth, n, i);   /* the branches left */
         for (; depth < len; depth++) {
