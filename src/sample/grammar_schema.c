@@ -129,12 +129,13 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         return fail(c, "json schema: %s", "out of memory");
     }
     const char *key;
-    json_t *ps;
-    size_t i = 0, n_req = 0;
+    json_t *ps, *r;
+    size_t i = 0, n_req = 0, k;
+    json_t *req_set = json_object();   /* the required names, looked up per property in O(1) */
+    json_array_foreach(req, k, r) if (json_is_string(r)) json_object_set(req_set, json_string_value(r), json_true());
     json_object_foreach(props, key, ps) {
-        size_t k;
-        json_t *r;
-        json_array_foreach(req, k, r) if (json_is_string(r) && !strcmp(json_string_value(r), key)) is_req[i] = true;
+        if (c->out.over) break;   /* past the size limit: the conversion fails anyway */
+        is_req[i] = json_object_get(req_set, key) != NULL;
         char vr[NAME_LEN];
         if (rule_for(c, ps, vr, sizeof vr)) break;
         snprintf(kv[i], sizeof kv[i], "kv%d", c->n_rules++);
@@ -146,7 +147,12 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         n_req += is_req[i];
         i++;
     }
-    if (c->failed) { free(kv); free(is_req); return -1; }
+    json_decref(req_set);
+    if (c->failed || c->out.over) {
+        free(kv);
+        free(is_req);
+        return c->failed ? -1 : fail(c, "json schema: the grammar it makes is longer than %s (the limit)", "256 KiB");
+    }
     put(body, "\"{\" ws ");
     bool first = true;
     for (i = 0; i < n; i++)
