@@ -6,6 +6,7 @@
 #define FUZZ_VOCAB_H
 
 #include "sample/grammar.h"
+#include "io/util.h"
 
 #include <math.h>
 #include <stdlib.h>

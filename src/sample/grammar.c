@@ -458,7 +458,7 @@ static bs_grammar *compile(parser *ps) {
         g->rule[i] = (g_rule){(uint32_t)g->n_alt, (uint32_t)r->n_alt};
         for (int k = 0; k < r->n_alt; k++) {
             g->alt[g->n_alt++] = (uint32_t)g->n_el;
-            memcpy(g->el + g->n_el, r->alt[k].el, (size_t)r->alt[k].n * sizeof *g->el);
+            if (r->alt[k].n) memcpy(g->el + g->n_el, r->alt[k].el, (size_t)r->alt[k].n * sizeof *g->el);
             g->n_el += r->alt[k].n;
             g->el[g->n_el++] = (g_elem){.type = GE_END};
         }
