@@ -4,9 +4,11 @@
 # with maxLength 64, as response_format and as tools + tool_choice "required") are a 400 naming
 # the limit and the server still answers; meaningless schemas and grammars are a 400; a $ref
 # chain produces its target's type. Stalls: while 4 clients post heavy grammars (compile) or an
-# ambiguous one (matching), /health answers within 2 s and a plain chat request within 10 s
-# (the machine running the tests may be loaded), and the ambiguous requests end within 60 s
-# with an answer or a 4xx error, never a 500.
+# ambiguous one (matching), /health answers within 2 s and a plain chat request within 15 s,
+# and the ambiguous requests end within 60 s with an answer or a 4xx error, never a 500. (Each
+# hostile mask stops at 50 ms of CPU, so the scheduler's step carries at most 4 x 50 ms of them;
+# a chat took 4-6 s at a load average of 25 on 2 cores, 0.3 s unloaded by the heavy compiles.
+# Before, one ambiguous request held the scheduler 33 s for 4 tokens.)
 source "$(dirname "$0")/server_lib.sh"
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server U -m "$M" -np 6 -t 1 --ctx 256
@@ -104,7 +106,7 @@ stall() {
     for p in "${pids[@]}"; do wait "$p"; done
     python3 -c "import sys; sys.exit(0 if $worst_h < 2 else 1)" && ok "$name: /health within 2 s (worst $worst_h s)" ||
         bad "$name: /health took $worst_h s"
-    python3 -c "import sys; sys.exit(0 if $worst_c < 10 else 1)" && ok "$name: plain chat within 10 s (worst $worst_c s)" ||
+    python3 -c "import sys; sys.exit(0 if $worst_c < 15 else 1)" && ok "$name: plain chat within 15 s (worst $worst_c s)" ||
         bad "$name: plain chat took $worst_c s"
     # every hostile request ended with an answer or a client error within 60 s, none a 500
     if awk '$1 >= 500 || $1 == "000" || $2 > 60 { bad = 1 } END { exit bad }' "$T/codes.$name"; then
