@@ -7,7 +7,8 @@
 # ambiguous one (matching), /health answers within 2 s and a plain chat request within 15 s,
 # and the ambiguous requests end within 60 s with an answer or a 4xx error, never a 500. (Each
 # hostile mask stops at 50 ms of CPU, so the scheduler's step carries at most 4 x 50 ms of them;
-# a chat took 4-6 s at a load average of 25 on 2 cores, 0.3 s unloaded by the heavy compiles.
+# measured: a chat within 4-6 s beside them, 0.4 s beside the heavy compiles, at a load average
+# of 25 on 2 cores.
 # Before, one ambiguous request held the scheduler 33 s for 4 tokens.)
 source "$(dirname "$0")/server_lib.sh"
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
