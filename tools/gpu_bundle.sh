@@ -7,7 +7,8 @@
 #   tools/gpu_bundle.sh [OUTDIR]     (default gpu-bundle/; make gpu-bundle)
 # Environment: BUNDLE_BUILD=DIR (default build-bundle), BS_FIXTURES=DIR (default ../shared/fixtures),
 #   BUNDLE_LIMIT_MIB (default 40: the bundle travels in a 64 MiB carry with the working tree).
-# Packages come from this machine (dpkg -L) where installed, else `apt-get download`.
+# The loader, glvnd/X11 and validation-layer packages come from this machine (dpkg -L) where
+# installed, else from `apt-get download` (unpacked with dpkg -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-bundle}
@@ -94,17 +95,19 @@ done
 # --- the Vulkan loader, glvnd and X11 client libraries, the validation layer ---------------------
 pkg_root=$(mktemp -d)
 trap 'rm -rf "$pkg_root"' EXIT
-pkg_files() { # pkg -> unpacked under $pkg_root/pkg (from the apt cache, a download, or this system)
-  local p=$1 d=$pkg_root/$1 deb
+pkg_files() { # pkg -> its files under $pkg_root/pkg: this system's where installed (no network
+  local p=$1 d=$pkg_root/$1 deb        # needed), else the apt cache's or a download's .deb
   mkdir -p "$d"
-  deb=$(ls /var/cache/apt/archives/${p}_*_amd64.deb 2>/dev/null | head -1 || true)
-  if [ -z "$deb" ]; then (cd "$pkg_root" && apt-get download "$p" >/dev/null 2>&1) || true
-    deb=$(ls "$pkg_root"/${p}_*_amd64.deb 2>/dev/null | head -1 || true); fi
-  if [ -n "$deb" ]; then dpkg -x "$deb" "$d"; return 0; fi
   if dpkg-query -W -f '${Status}' "$p:amd64" 2>/dev/null | grep -q 'ok installed'; then
-    dpkg -L "$p:amd64" | while read -r f; do [ -f "$f" ] && { mkdir -p "$d$(dirname "$f")"; cp -a "$f" "$d$f"; }; done
+    dpkg -L "$p:amd64" | while read -r f; do
+      if [ -f "$f" ] || [ -L "$f" ]; then mkdir -p "$d$(dirname "$f")"; cp -a "$f" "$d$f"; fi
+    done
     return 0
   fi
+  deb=$(ls /var/cache/apt/archives/${p}_*_amd64.deb 2>/dev/null | head -1 || true)
+  if [ -z "$deb" ]; then (cd "$pkg_root" && timeout 120 apt-get download "$p" >/dev/null 2>&1) || true
+    deb=$(ls "$pkg_root"/${p}_*_amd64.deb 2>/dev/null | head -1 || true); fi
+  if [ -n "$deb" ]; then dpkg -x "$deb" "$d"; return 0; fi
   log "package $p: not installed and not downloadable; left out"; return 1
 }
 for p in "${VK_PKGS[@]}"; do
@@ -127,7 +130,8 @@ if pkg_files vulkan-validationlayers; then
     for l in libstdc++.so.6 libgcc_s.so.1; do cp -L "/usr/lib/$arch/$l" "$pkg_root/layer/" 2>/dev/null || cp -L "/lib/$arch/$l" "$pkg_root/layer/"; done
     strip --strip-unneeded "$pkg_root/layer/libVkLayer_khronos_validation.so" 2>/dev/null || true
     tar -C "$pkg_root/layer" -czf "$out/layer.tar.gz" .
-    layer_note="validation layer: layer.tar.gz ($(dpkg-deb -f "$(ls "$pkg_root"/vulkan-validationlayers_*.deb 2>/dev/null | head -1)" Version 2>/dev/null || dpkg-query -W -f '${Version}' vulkan-validationlayers 2>/dev/null))"
+    layer_note="validation layer: layer.tar.gz ($(dpkg-query -W -f '${Version}' vulkan-validationlayers 2>/dev/null ||
+                   dpkg-deb -f "$(ls "$pkg_root"/vulkan-validationlayers_*.deb 2>/dev/null | head -1)" Version 2>/dev/null))"
   fi
 fi
 
