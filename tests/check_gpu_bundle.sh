@@ -3,10 +3,12 @@
 # but itself: every library of its programs resolves inside it (ldd, readelf), and its run.sh,
 # under `env -i` (PATH=/usr/bin:/bin, no LD_LIBRARY_PATH) with the bundle's own Vulkan loader
 # and lavapipe as the device, writes each result file well-formed (BUNDLE_QUICK=1: tiny
-# models); once more through the bundle's glibc, ld.so and validation layer, and once with a budget too small for
-# any step (every step says it was skipped, the files are still there). Builds the bundle into
-# build-bundle/gpu-bundle unless given one. Skipped (77) without lavapipe or the Vulkan build
-# tools. A step of tools/test.sh (make test), not a ctest: it builds its own build directory.
+# models); once more through the bundle's glibc, ld.so and validation layer; twice with the
+# driver in an NVIDIA-like mount (a manifest naming a bare library, then none); and once with a
+# budget too small for any step (each step says it was skipped, the files are still there).
+# Builds the bundle into build-bundle/gpu-bundle unless given one. Skipped (77) without lavapipe
+# or the Vulkan build tools. A step of tools/test.sh (make test), not a ctest: it builds its own
+# build directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -102,6 +104,21 @@ grep -q "the bundle's (bookworm) through its ld.so" "$O2/log.txt" && ok "glibc r
 check_summary "$O2" glibc
 grep -q "validation layer: the bundle's" "$O2/log.txt" && ! grep -q 'unusable here' "$O2/log.txt" && ok "glibc run: the bundle's validation layer" || bad "glibc run: not the bundle's layer"
 [[ $(row tests "$O2") =~ ^1\ passed,\ 0\ failed ]] && ok "glibc run: test passed (validation layer on)" || bad "glibc run tests [$(row tests "$O2")]"
+
+# an NVIDIA-like image: the driver in a mount (BUNDLE_NV_ROOT) outside the ld.so cache, its
+# manifest naming a bare libGLX_nvidia.so.0 (lavapipe's library under that name), then no
+# manifest at all: run.sh finds the library and writes the manifest itself
+N=$T/nvidia
+mkdir -p "$N/lib64" "$N/share/vulkan/icd.d"
+cp "$(sed -n 's/.*"library_path": *"\([^"]*\)".*/\1/p' "$lvp")" "$N/lib64/libGLX_nvidia.so.0"
+printf '{ "file_format_version": "1.0.0", "ICD": { "library_path": "libGLX_nvidia.so.0", "api_version": "1.3.0" } }\n' \
+  >"$N/share/vulkan/icd.d/nvidia_icd.json"
+for mode in manifest none; do
+  [ $mode = none ] && rm "$N/share/vulkan/icd.d/nvidia_icd.json"
+  env -i PATH=/usr/bin:/bin HOME="$T" BUNDLE_NV_ROOT="$N" BUNDLE_MODELS=none BUNDLE_TESTS='^$' bash "$B/run.sh" "$T/nv-$mode" >/dev/null 2>&1
+  grep -q "ICD manifest: .*(driver library $N/lib64/libGLX_nvidia.so.0)" "$T/nv-$mode/log.txt" && [[ $(row device "$T/nv-$mode") == llvmpipe* ]] \
+    && ok "driver mount, $mode: the ICD found and the device listed" || bad "driver mount, $mode: [$(grep ICD "$T/nv-$mode/log.txt")]"
+done
 
 # a budget too small for anything: each step says so, the files are still written, exit 0
 O3=$T/out-cut

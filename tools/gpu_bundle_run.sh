@@ -11,7 +11,9 @@
 #   BUNDLE_TESTS=REGEX (only these tests), BUNDLE_DEVICE (default vulkan), BUNDLE_MODELS="m ..."
 #   (bonsai-27b, ternary-bonsai-27b, tiny-synth, bonsai-tiny; none: no model steps),
 #   BUNDLE_LOADER=bundle / BUNDLE_GLIBC=bundle / BUNDLE_LAYER=bundle (the bundle's loader / glibc /
-#   validation layer even where the image has its own: how CI checks those paths), BUNDLE_MODEL_DIR (default /tmp/bitspark-bundle-models).
+#   validation layer even where the image has its own: how CI checks those paths),
+#   BUNDLE_NV_ROOT (default /usr/local/nvidia: the driver mount searched for libraries and an ICD
+#   manifest), BUNDLE_MODEL_DIR (default /tmp/bitspark-bundle-models).
 set -uo pipefail
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ $# -ge 1 ] || { echo "usage: run.sh OUTDIR" >&2; exit 2; }
@@ -51,7 +53,8 @@ log "glibc: image ${have_glibc:-unknown}, bundle needs $need_glibc: $([ -n "$USE
 
 # --- shared-library lookups on the image ---------------------------------------------------------
 LDCONFIG=$(command -v ldconfig || { [ -x /sbin/ldconfig ] && echo /sbin/ldconfig; } || { [ -x /usr/sbin/ldconfig ] && echo /usr/sbin/ldconfig; })
-NV_DIRS="/usr/local/nvidia/lib64 /usr/local/nvidia/lib"
+NV=${BUNDLE_NV_ROOT:-/usr/local/nvidia}   # the driver mount of some images (read-only)
+NV_DIRS="$NV/lib64 $NV/lib"
 find_lib() { # soname -> path on the image (ld.so cache, LD_LIBRARY_PATH, the usual dirs), or nothing
   local p d
   [ -n "$LDCONFIG" ] && p=$("$LDCONFIG" -p 2>/dev/null | awk -v n="$1" '$1 == n && /x86-64/ {print $NF; exit}') && [ -n "$p" ] && { echo "$p"; return 0; }
@@ -81,7 +84,7 @@ icd=${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-}}
 if [ -n "$icd" ]; then
   log "ICD manifest: given ($icd)"
 else
-  for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia*.json /usr/share/vulkan/icd.d/nvidia*.json \
+  for f in "$NV"/share/vulkan/icd.d/nvidia*.json /usr/share/vulkan/icd.d/nvidia*.json \
            /etc/vulkan/icd.d/nvidia*.json /usr/local/share/vulkan/icd.d/nvidia*.json; do
     [ -f "$f" ] && { icd=$f; break; }
   done
