@@ -66,6 +66,10 @@ cmake --build "$build" -j "$(nproc)" "${tg[@]}" >/dev/null || { cmake --build "$
 cc -std=c11 -O2 -Wall -Wextra tools/vkinfo.c -o "$build/vkinfo" -ldl
 
 # --- the programs -------------------------------------------------------------------------------
+# (only an earlier bundle or an empty folder is replaced)
+if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -e "$out/BUILD_INFO" ]; then
+  log "$out exists and is not a bundle: not replacing it"; exit 1
+fi
 rm -rf "$out"
 mkdir -p "$out"/{bin,tests,lib,glibc,vk,fixtures,src/models,src/tests}
 install -m755 "$build/bitspark" "$build/vkinfo" "$out/bin/"

@@ -283,7 +283,7 @@ for m in "${MODELS[@]}"; do
   r=$(cat "$W/synth-$m.done" 2>/dev/null || echo "FAILED (no result)")
   [ "$r" = there ] || { step_done "synth $m" "$r"; log "synth $m: $r"; }
   [ -s "$f" ] || { step_done "model $m" "missing ($f)"; continue; }
-  S[$m.size]="$(basename "$f"), $(( $(stat -c %s "$f") / 1000000 )) MB"
+  S[$m.size]="$(basename "$f"), $(awk -v b="$(stat -c %s "$f")" 'BEGIN{printf "%.1f", b / 1e6}') MB"
   # bench: load, pp512, tg128, verify widths, the copy-kernel roofline
   if can_run "bench $m" 20; then
     { echo "## $m ($f)"; } >>"$OUT/bench.txt"
