@@ -2,13 +2,16 @@
 #   make demo   build bitspark and run the demo on a built-in synthetic model
 #   make test   build (release, ASan/UBSan, fuzz) and run every test (with the aarch64 build
 #               under qemu-aarch64)
+#   make gpu-bundle [BUNDLE=gpu-bundle]   the offline GPU check bundle (docs/gpu.md)
 #   make arm64  cross-build the library, CLI and C tests for aarch64 Linux into build-aarch64/
 #   make install [PREFIX=/usr/local]   the executable, libbitspark (.so and .a), bitspark.h, bitspark.pc
 JOBS ?= $(shell nproc)
 BUILD ?= build
 PREFIX ?= /usr/local
 
-.PHONY: all build demo test fuzz clean deps install arm64
+BUNDLE ?= gpu-bundle
+
+.PHONY: all build demo test fuzz clean deps install arm64 gpu-bundle
 all: build
 
 deps:
@@ -28,6 +31,9 @@ test:
 	@tools/deps.sh test
 	@tools/test.sh
 
+gpu-bundle: deps
+	@tools/gpu_bundle.sh $(BUNDLE)
+
 arm64:
 	@tools/deps.sh arm64
 	@cmake -S . -B build-aarch64 -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DBS_VULKAN=OFF --no-warn-unused-cli >/dev/null
@@ -38,4 +44,4 @@ fuzz:
 	@FUZZ_SECONDS=$${FUZZ_SECONDS:-600} tools/fuzz.sh
 
 clean:
-	rm -rf build build-asan build-fuzz build-aarch64
+	rm -rf build build-asan build-fuzz build-aarch64 build-bundle gpu-bundle

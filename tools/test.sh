@@ -94,6 +94,13 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
   fi
   echo "aarch64 under qemu: $((SECONDS-arm_t0)) s"
 fi
+# The GPU check bundle (docs/gpu.md): built into build-bundle/, then run with nothing but
+# itself under env -i on lavapipe (tests/check_gpu_bundle.sh; 77: no lavapipe or glslc).
+if [ -z "${BS_NO_BUNDLE:-}" ]; then
+  echo "== gpu bundle =="
+  tests/check_gpu_bundle.sh; rc=$?
+  if [ $rc -eq 0 ]; then passed=$((passed+1)); elif [ $rc -ne 77 ]; then failed=$((failed+1)); fi
+fi
 # ASan + UBSan (clang, optimized so the suite stays short): every test again, against an
 # instrumented binary and library (the heaviest tests notice the sanitizer and use fewer rounds).
 CTEST_SEL=()

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# run.sh OUTDIR: the GPU check bundle's entry point (made by tools/gpu_bundle.sh; docs/gpu.md).
+# Runs on a machine without network or build tools: takes the image's Vulkan loader and NVIDIA
+# ICD where it has them and the bundle's copies only for what is missing, then writes, each as
+# soon as it exists: devices.txt (heaps, types, limits, dot-product support), tests.txt (the
+# Vulkan tests on the device), bench.txt (load, pp512, tg128, verify widths, copy roofline),
+# profile.txt (GPU time per kernel, dispatches), log.txt and summary.md (one table).
+# Writes nothing outside OUTDIR and /tmp.
+# Environment: BUNDLE_BUDGET_S (default 360: every step checks the time left), BUNDLE_QUICK=1
+#   (the tiny models only, for CI), BUNDLE_TERNARY=1 (the ternary 27B preset too),
+#   BUNDLE_TESTS=REGEX (only these tests), BUNDLE_DEVICE (default vulkan), BUNDLE_MODELS="m ..."
+#   (bonsai-27b, ternary-bonsai-27b, tiny-synth, bonsai-tiny; none: no model steps),
+#   BUNDLE_LOADER=bundle / BUNDLE_GLIBC=bundle / BUNDLE_LAYER=bundle (the bundle's loader / glibc /
+#   validation layer even where the image has its own: how CI checks those paths),
+#   BUNDLE_NV_ROOT (default /usr/local/nvidia: the driver mount searched for libraries and an ICD
+#   manifest), BUNDLE_MODEL_DIR (default /tmp/bitspark-bundle-models).
+set -uo pipefail
+B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[ $# -ge 1 ] || { echo "usage: run.sh OUTDIR" >&2; exit 2; }
+mkdir -p "$1" || exit 2
+OUT=$(cd "$1" && pwd)
+rm -f "$OUT"/{summary.md,devices.txt,tests.txt,bench.txt,profile.txt,log.txt}
+T0=$(date +%s)
+BUDGET=${BUNDLE_BUDGET_S:-360}
+QUICK=${BUNDLE_QUICK:-}
+DEV=${BUNDLE_DEVICE:-vulkan}
+W=$(mktemp -d /tmp/bitspark-bundle.XXXXXX) || exit 1
+trap 'rm -rf "$W"' EXIT
+mkdir -p "$W/bin" "$W/lib" "$W/tmp"
+now() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( BUDGET - $(now) )); }
+log() { echo "[$(now)s] $*" | tee -a "$OUT/log.txt" >&2; }
+declare -A S   # summary values
+STEPS=()
+step_done() { STEPS+=("$1: $2"); summary; }
+# a step needs at least $2 seconds of the budget, else it is skipped with a line saying so
+can_run() {
+  if [ "$(left)" -lt "$2" ]; then log "skipped $1: $(left) s of the budget left, it needs ~$2 s"; step_done "$1" "skipped (out of time)"; return 1; fi
+}
+# the compressed parts (vk: loader + glvnd/X11, glibc, src: models + Python tests) into $W, once
+unpack() { [ -d "$W/$1" ] || tar -xzf "$B/$1.tar.gz" -C "$W"; }
+bi() { awk -v k="$1" '$1 == k {print $2}' "$B/BUILD_INFO"; }
+vle() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }   # version $1 <= $2
+log "bundle: $(head -1 "$B/BUILD_INFO"); host $(uname -nr); budget ${BUDGET}s${QUICK:+; quick (tiny models)}"
+
+# --- glibc: the bundle's own (through its ld.so) only where the image's is older --------------
+have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+need_glibc=$(bi glibc_need)
+USE_LDSO=
+if [ "${BUNDLE_GLIBC:-}" = bundle ]; then USE_LDSO=1
+elif [ -z "$have_glibc" ] || ! vle "$need_glibc" "$have_glibc"; then USE_LDSO=1; fi
+log "glibc: image ${have_glibc:-unknown}, bundle needs $need_glibc: $([ -n "$USE_LDSO" ] && echo "the bundle's (bookworm) through its ld.so" || echo "the image's")"
+
+# --- shared-library lookups on the image ---------------------------------------------------------
+LDCONFIG=$(command -v ldconfig || { [ -x /sbin/ldconfig ] && echo /sbin/ldconfig; } || { [ -x /usr/sbin/ldconfig ] && echo /usr/sbin/ldconfig; })
+NV=${BUNDLE_NV_ROOT:-/usr/local/nvidia}   # the driver mount of some images (read-only)
+NV_DIRS="$NV/lib64 $NV/lib"
+find_lib() { # soname -> path on the image (ld.so cache, LD_LIBRARY_PATH, the usual dirs), or nothing
+  local p d
+  [ -n "$LDCONFIG" ] && p=$("$LDCONFIG" -p 2>/dev/null | awk -v n="$1" '$1 == n && /x86-64/ {print $NF; exit}') && [ -n "$p" ] && { echo "$p"; return 0; }
+  for d in ${LDP//:/ } $NV_DIRS /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 /lib64 /usr/lib /usr/local/lib; do
+    [ -e "$d/$1" ] && { echo "$d/$1"; return 0; }
+  done
+  return 1
+}
+shim() { ln -sf "$2" "$W/lib/$1"; log "  $1: the bundle's ($2)"; }   # one library of the bundle's
+LDP=${LD_LIBRARY_PATH:-}   # the image's library path, with the driver mount's folders
+for d in $NV_DIRS; do [ -d "$d" ] && LDP="$d${LDP:+:$LDP}"; done
+export LD_LIBRARY_PATH="${LDP:+$LDP:}$W/lib"   # the bundle's picks last: the image's libraries first
+
+# --- the Vulkan loader ------------------------------------------------------------------------
+if [ "${BUNDLE_LOADER:-}" = bundle ] || ! sys_loader=$(find_lib libvulkan.so.1); then
+  unpack vk
+  log "Vulkan loader: the bundle's ($W/vk/libvulkan.so.1)"
+  # ahead of the image's: a forced choice must win over a loader the image has
+  export LD_LIBRARY_PATH="$W/lib${LDP:+:$LDP}"
+  shim libvulkan.so.1 "$W/vk/libvulkan.so.1"
+else
+  log "Vulkan loader: the image's ($sys_loader)"
+fi
+
+# --- the driver's ICD manifest -----------------------------------------------------------------
+icd=${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-}}
+if [ -n "$icd" ]; then
+  log "ICD manifest: given ($icd)"
+else
+  for f in "$NV"/share/vulkan/icd.d/nvidia*.json /usr/share/vulkan/icd.d/nvidia*.json \
+           /etc/vulkan/icd.d/nvidia*.json /usr/local/share/vulkan/icd.d/nvidia*.json; do
+    [ -f "$f" ] && { icd=$f; break; }
+  done
+  if [ -z "$icd" ] && glx=$(find_lib libGLX_nvidia.so.0); then
+    # the driver's Vulkan entry points live in libGLX_nvidia.so.0: a manifest naming it
+    icd=$W/nvidia_icd.json
+    printf '{ "file_format_version": "1.0.0", "ICD": { "library_path": "%s", "api_version": "1.3.0" } }\n' "$glx" >"$icd"
+    log "ICD manifest: none on the image; wrote $icd for $glx"
+  fi
+  if [ -n "$icd" ]; then
+    lib=$(sed -n 's/.*"library_path" *: *"\([^"]*\)".*/\1/p' "$icd" | head -1)
+    if [ -n "$lib" ] && [ "${lib#/}" = "$lib" ] && p=$(find_lib "$lib"); then
+      # a bare name the loader's dlopen may not find (a driver mount outside the ld.so cache)
+      sed "s|\"library_path\" *: *\"[^\"]*\"|\"library_path\": \"$p\"|" "$icd" >"$W/icd.json" && icd=$W/icd.json && lib=$p
+    fi
+    log "ICD manifest: $icd (driver library ${lib:-?})"
+    export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+  else
+    log "ICD manifest: no NVIDIA manifest or driver library found; the loader's own search decides"
+  fi
+fi
+# the driver's (and loader's) dependencies the image lacks (glvnd, X11 client): the bundle's
+for lib in $(sed -n 's/.*"library_path" *: *"\([^"]*\)".*/\1/p' ${icd//:/ } 2>/dev/null) "$W/lib/libvulkan.so.1"; do
+  [ "${lib#/}" != "$lib" ] || lib=$(find_lib "$lib") || continue
+  for pass in 1 2 3; do
+    miss=$(ldd "$lib" $(ls "$W"/lib/* 2>/dev/null) 2>/dev/null | awk '/not found/{print $1}' | sort -u)
+    [ -n "$miss" ] || break
+    for m in $miss; do
+      unpack vk
+      if [ -e "$W/vk/$m" ]; then shim "$m" "$W/vk/$m"; else log "  $m: missing on the image and not in the bundle"; fi
+    done
+  done
+done
+
+# --- how the bundle's programs run (directly, or through the bundle's ld.so) ----------------------
+wrap() { # name elf: $W/bin/name runs elf
+  if [ -n "$USE_LDSO" ]; then
+    unpack glibc
+    printf '#!/bin/sh\nexec "%s" --library-path "%s" --argv0 "%s" "%s" "$@"\n' "$W/glibc/ld-linux-x86-64.so.2" \
+      "$W/glibc:$B/lib:\$LD_LIBRARY_PATH" "$2" "$2" >"$W/bin/$1"
+    chmod +x "$W/bin/$1"
+  else ln -s "$2" "$W/bin/$1"; fi
+}
+wrap bitspark "$B/bin/bitspark"; wrap vkinfo "$B/bin/vkinfo"
+for t in "$B"/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
+BS=$W/bin/bitspark
+ver=$("$BS" --version 2>&1 | head -1)
+if [ -z "$USE_LDSO" ] && echo "$ver" | grep -q 'GLIBC_'; then
+  log "the image's glibc is too old after all ($ver): switching to the bundle's"
+  USE_LDSO=1; rm -f "$W"/bin/*; wrap bitspark "$B/bin/bitspark"; wrap vkinfo "$B/bin/vkinfo"
+  for t in "$B"/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
+  ver=$("$BS" --version 2>&1 | head -1)
+fi
+log "bitspark: $ver"
+
+# --- the validation layer (the tests turn it on): the image's, else the bundle's ----------------
+layer_sys=$(ls /usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json /etc/vulkan/explicit_layer.d/VkLayer_khronos_validation.json \
+               /usr/local/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json 2>/dev/null | head -1)
+if { [ -z "$layer_sys" ] || [ "${BUNDLE_LAYER:-}" = bundle ]; } && [ -f "$B/layer.tar.gz" ]; then
+  mkdir -p "$W/layer" && tar -xzf "$B/layer.tar.gz" -C "$W/layer"
+  export VK_LAYER_PATH=$W/layer VK_ADD_LAYER_PATH=$W/layer
+  need=$(bi glibcxx_need); cxx=$(find_lib libstdc++.so.6 || true)
+  if [ "$need" != none ] && ! { [ -n "$cxx" ] && grep -aq "$need" "$cxx"; }; then
+    shim libstdc++.so.6 "$W/layer/libstdc++.so.6"; shim libgcc_s.so.1 "$W/layer/libgcc_s.so.1"
+  fi
+  log "validation layer: the bundle's ($W/layer)"
+else
+  log "validation layer: ${layer_sys:-none}"
+fi
+# (only a layer that fails where the plain instance starts counts against it)
+if BITSPARK_VK_VALIDATE=1 "$BS" devices 2>&1 | grep -q 'unavailable' && ! "$BS" devices 2>&1 | grep -q 'unavailable'; then
+  export BS_VK_NO_VALIDATE=1
+  log "validation layer: unusable here ($(BITSPARK_VK_VALIDATE=1 "$BS" devices 2>&1 | grep unavailable | head -1)); tests run without it"
+fi
+log "environment: LD_LIBRARY_PATH=$LD_LIBRARY_PATH VK_DRIVER_FILES=${VK_DRIVER_FILES:-} VK_LAYER_PATH=${VK_LAYER_PATH:-}"
+
+# --- the summary (rewritten after every step) --------------------------------------------------
+summary() {
+  {
+    echo "# bitspark GPU check ($(head -1 "$B/BUILD_INFO"))"
+    echo
+    echo "| what | value |"
+    echo "| --- | --- |"
+    echo "| device | ${S[device]:-?} |"
+    echo "| heaps | ${S[heaps]:-?} |"
+    echo "| integer dot product | ${S[dot]:-?} |"
+    echo "| tests | ${S[tests]:-not run} |"
+    local m
+    for m in ${MODELS_RUN:-}; do
+      echo "| model $m | ${S[$m.size]:-?} |"
+      echo "| load time $m | ${S[$m.load]:-?} |"
+      echo "| pp$PP $m | ${S[$m.pp]:-?} |"
+      echo "| tg$TG $m | ${S[$m.tg]:-?} |"
+      echo "| roofline fraction $m | ${S[$m.roof]:-?} |"
+      echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
+      echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
+      echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
+    done
+    echo "| time | $(now) s of ${BUDGET} s |"
+    echo
+    echo "Steps:"
+    local s
+    for s in "${STEPS[@]}"; do echo "- $s"; done
+  } >"$OUT/summary.md.tmp" && mv "$OUT/summary.md.tmp" "$OUT/summary.md"
+}
+summary
+
+# --- 1. devices ---------------------------------------------------------------------------------
+if can_run devices 10; then
+  {
+    command -v nvidia-smi >/dev/null && { echo "## nvidia-smi"; timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>&1; echo; }
+    echo "## vkinfo"; timeout 30 "$W/bin/vkinfo" 2>&1
+    echo; echo "## bitspark devices"; timeout 30 "$BS" devices 2>&1
+  } >"$OUT/devices.txt"
+  d=$(grep -m1 '^device 0:' "$OUT/devices.txt" | sed 's/^device 0: //; s/, vendor [^,]*//')
+  S[device]=${d:-none (see devices.txt)}
+  S[heaps]=$(awk '/^device 0:/{on=1; next} /^device /{on=0} on && /^  heap /{sub(/^  heap /,""); printf "%s%s", n++ ? "; " : "", $0}' "$OUT/devices.txt")
+  S[dot]=$(awk '/^device 0:/{on=1; next} /^device /{on=0} on && /integer dot product/{sub(/^ *integer dot product: /,""); print; exit}' "$OUT/devices.txt")
+  S[dot]=${S[dot]%%;*}$(grep -m1 -q '4x8-bit packed signed yes' "$OUT/devices.txt" && echo " (4x8-bit packed accelerated)")
+  step_done devices "$(grep -q '^device 0:' "$OUT/devices.txt" && echo ok || echo 'no Vulkan device') ($(now) s)"
+fi
+
+# --- the models: made with synth in the background while the tests run (it is mostly disk
+# writing: ~3.8 GB for a 27B preset) ----------------------------------------------------------
+MD=${BUNDLE_MODEL_DIR:-/tmp/bitspark-bundle-models}
+# (quick: short tests, since lavapipe on a busy CI machine runs a tiny model at ~10 t/s)
+if [ -n "$QUICK" ]; then MODELS=(tiny-synth); PP=32; TG=16; REPS=1; NGEN=8
+else MODELS=(bonsai-27b); [ -n "${BUNDLE_TERNARY:-}" ] && MODELS+=(ternary-bonsai-27b); PP=512; TG=128; REPS=2; NGEN=64; fi
+[ -n "${BUNDLE_MODELS:-}" ] && read -r -a MODELS <<<"${BUNDLE_MODELS/none/}"
+model() { # name -> f (the file) and preset (synth's arguments, empty for a bundled model)
+  case $1 in
+    tiny-synth) f=$W/tiny-synth.gguf; preset=(--preset tiny --type q1_0);;
+    bonsai-tiny) f=$W/src/models/bonsai-tiny-q1_0.gguf; preset=();;
+    *) f=$MD/$1.gguf; preset=(--preset "$1");;
+  esac
+}
+synth_result() { echo "$2" >"$W/synth-$1.tmp" && mv "$W/synth-$1.tmp" "$W/synth-$1.done"; }
+synth_all() { # each missing model in turn; $W/synth-NAME.done says how it went
+  local m t bytes free
+  for m in "${MODELS[@]}"; do
+    model "$m"
+    if [ ${#preset[@]} -eq 0 ] || [ -s "$f" ]; then synth_result "$m" there; continue; fi
+    mkdir -p "$(dirname "$f")"
+    bytes=$("$BS" synth "${preset[@]}" --dry-run 2>/dev/null | sed -n 's/^# tensors [0-9]* bytes \([0-9]*\).*/\1/p')
+    free=$(( $(df -Pk "$(dirname "$f")" | awk 'NR==2{print $4}') * 1024 ))
+    if [ -n "$bytes" ] && [ "$free" -lt $(( bytes + 100000000 )) ]; then
+      synth_result "$m" "skipped (needs $((bytes / 1000000)) MB, $(dirname "$f") has $((free / 1000000)) MB free)"; continue
+    fi
+    t=$(date +%s)
+    if [ "$(left)" -gt 30 ] && timeout $(( $(left) - 20 )) "$BS" synth "${preset[@]}" -o "$f.part" >"$W/synth-$m.log" 2>&1 &&
+       mv "$f.part" "$f"; then synth_result "$m" "ok, $(( $(date +%s) - t )) s"
+    else rm -f "$f.part"; synth_result "$m" "FAILED or out of time after $(( $(date +%s) - t )) s: $(tail -2 "$W/synth-$m.log" 2>/dev/null | tr '\n' ' ')"; fi
+  done
+}
+SYNTH_PID=
+[ ${#MODELS[@]} -gt 0 ] && { synth_all & SYNTH_PID=$!; }
+
+# --- 2. the Vulkan tests on the device ---------------------------------------------------------
+unpack src
+RESERVE=$([ -n "$QUICK" ] || [ "${BUNDLE_MODELS:-}" = none ] && echo 30 || echo 200)   # what the model steps keep for themselves
+pass=0; fail=0; skip=0; notrun=0
+{
+  echo "# Vulkan tests on the device (budget: what is left but ${RESERVE} s for the model steps)"
+  py_ok=; /usr/bin/env python3 -c 'import numpy' 2>/dev/null && py_ok=1
+  while read -r name kind; do
+    [ -n "$name" ] || continue
+    if [ -n "${BUNDLE_TESTS:-}" ] && ! echo "$name" | grep -Eq "$BUNDLE_TESTS"; then echo "$name: not run (not in BUNDLE_TESTS)"; notrun=$((notrun+1)); continue; fi
+    if [ "$kind" = py ] && [ -z "$py_ok" ]; then echo "$name: not run (no python3 with numpy here)"; notrun=$((notrun+1)); continue; fi
+    avail=$(( $(left) - RESERVE ))
+    if [ "$avail" -lt 10 ]; then echo "$name: not run (out of time: $(left) s left)"; notrun=$((notrun+1)); continue; fi
+    cmd=("$W/bin/$name"); [ "$kind" = py ] && cmd=(python3 "$W/src/tests/$name")
+    extra=(); [ "$name" = test_vulkan_dspark_sampling ] && extra=(BS_SAMPLING_VULKAN=1 BITSPARK_VK_ALLOW_CPU=1)
+    t=$(date +%s)
+    env "${extra[@]}" BITSPARK="$BS" BS_FIXTURES="$B/fixtures" BS_SRC="$W/src" BS_TMP="$W/tmp" \
+      timeout "$avail" "${cmd[@]}" >"$W/$name.log" 2>&1
+    rc=$?; dt=$(( $(date +%s) - t ))
+    case $rc in
+      0) echo "$name: passed (${dt} s)"; pass=$((pass+1));;
+      77) echo "$name: skipped ($(grep -m1 -i skip "$W/$name.log")) (${dt} s)"; skip=$((skip+1));;
+      124) echo "$name: FAILED (cut at ${avail} s: out of time)"; fail=$((fail+1)); tail -15 "$W/$name.log" | sed 's/^/    /';;
+      *) echo "$name: FAILED (exit $rc, ${dt} s)"; fail=$((fail+1)); tail -25 "$W/$name.log" | sed 's/^/    /';;
+    esac
+  done <"$B/tests.list"
+  sed 's/^/not run: /' "$B/tests_not_run.list"
+} >>"$OUT/tests.txt" 2>&1
+nr=$(( ${notrun:-0} + $(grep -c . "$B/tests_not_run.list") ))
+S[tests]="${pass:-0} passed, ${fail:-0} failed, ${skip:-0} skipped, $nr not run (tests.txt)"
+step_done tests "${S[tests]} ($(now) s)"
+
+# --- 3. the models: loaded, benched, profiled -----------------------------------------------------
+MODELS_RUN=
+for m in "${MODELS[@]}"; do
+  model "$m"
+  MODELS_RUN="$MODELS_RUN $m"
+  while [ ! -e "$W/synth-$m.done" ] && [ -n "$SYNTH_PID" ] && kill -0 "$SYNTH_PID" 2>/dev/null; do sleep 1; done
+  r=$(cat "$W/synth-$m.done" 2>/dev/null || echo "FAILED (no result)")
+  [ "$r" = there ] || { step_done "synth $m" "$r"; log "synth $m: $r"; }
+  [ -s "$f" ] || { step_done "model $m" "missing ($f)"; continue; }
+  S[$m.size]="$(basename "$f"), $(awk -v b="$(stat -c %s "$f")" 'BEGIN{printf "%.1f", b / 1e6}') MB"
+  # bench: load, pp512, tg128, verify widths, the copy-kernel roofline
+  if can_run "bench $m" 20; then
+    { echo "## $m ($f)"; } >>"$OUT/bench.txt"
+    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 >>"$OUT/bench.txt" 2>&1
+    rc=$?; echo >>"$OUT/bench.txt"
+    sec=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt")
+    S[$m.load]=$(echo "$sec" | grep -m1 -o 'load: [0-9.]* s' | sed 's/load: //')
+    S[$m.pp]=$(echo "$sec" | awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
+    S[$m.tg]=$(echo "$sec" | awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
+    r=$(echo "$sec" | grep -m1 -o 'tg reached [0-9]*%' | grep -o '[0-9]*%'); bw=$(echo "$sec" | grep -m1 -o 'membw: [0-9.]* GB/s' | grep -o '[0-9.]* GB/s')
+    S[$m.roof]="${r:-?} of the copy roofline (${bw:-?} copy)"
+    S[$m.v5]=$(echo "$sec" | grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' | sed 's/w=5 //')
+    step_done "bench $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # a profiled decode: GPU time per kernel, dispatches
+  if can_run "profile $m" 15; then
+    n=$NGEN
+    prompt="The history of the printing press begins in the fifteenth century, when"
+    { echo "## $m: BITSPARK_PROFILE=1 bitspark run -n $n --temp 0 --device $DEV"; } >>"$OUT/profile.txt"
+    BITSPARK_PROFILE=1 timeout $(( $(left) - 3 )) "$BS" run -m "$f" --device "$DEV" -p "$prompt" -n $n --temp 0 \
+      >"$W/profile.out" 2>"$W/profile.err"
+    rc=$?
+    cat "$W/profile.err" >>"$OUT/profile.txt"; echo >>"$OUT/profile.txt"
+    # "  NAME(14 wide) MS ms PCT% N dispatches": the six costliest kernels
+    S[$m.kernels]=$(awk '/^vulkan profile/{on=1; next} on && $NF == "dispatches" {
+                           name=$1; for (i = 2; i <= NF - 5; i++) name = name " " $i
+                           printf "%s\t%s %s ms (%s)\n", $(NF-4), name, $(NF-4), $(NF-2)}' "$W/profile.err" |
+                    sort -rn | head -6 | cut -f2 | paste -sd, - | sed 's/,/, /g')
+    total=$(awk '/^vulkan profile/{on=1; next} on && / dispatches$/{s += $(NF-1)} END{print s+0}' "$W/profile.err")
+    S[$m.disp]="$([ "$total" -gt 0 ] && echo "$(( total / n )) ($total dispatches over $n decode tokens, the prompt's included)" || echo "none recorded")"
+    step_done "profile $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, profile.txt)") ($(now) s)"
+  fi
+done
+log "done in $(now) s"
+summary
+cat "$OUT/summary.md"
+exit 0
