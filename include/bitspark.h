@@ -49,7 +49,7 @@ BS_API const char *bitspark_version(void);
 BS_API const char *bitspark_last_error(void);
 
 /* --- logging ----------------------------------------------------------------------------------
- * What the library reports while it works ("device: cpu (avx2)" when a model loads, warnings,
+ * What the library reports while it works ("device: CPU (avx2)" when a model loads, warnings,
  * debug detail) goes to stderr unless a callback takes it. Levels: messages at or below the set
  * level are emitted (default BS_LOG_INFO; BS_LOG_QUIET: none). Process-wide: set it before
  * loading, not while other threads run. */
