@@ -559,7 +559,8 @@ BS_API const float *bs_gen_logits(const bs_gen *g);
 /* --- LoRA adapters at run time ------------------------------------------------------------------
  * An adapter (llama.cpp GGUF LoRA, or PEFT: a directory with adapter_config.json +
  * adapter_model.safetensors, or the .safetensors) applied on top of the model's weights without
- * changing them: every matrix it names computes W x + scale * (alpha / r) * B (A x) (CPU). */
+ * changing them: every matrix it names computes W x + scale * (alpha / r) * B (A x) (CPU and
+ * Vulkan). */
 typedef struct bs_lora bs_lora;
 BS_API bs_lora *bs_lora_adapter_load(const bs_model *m, const char *path);
 /* Free an adapter (detach it first). */

@@ -88,6 +88,15 @@ schema='{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d["ok"], bool)' "$T/sampler-json.txt" 2>/dev/null \
   && ok "sampler under a JSON schema: $(tr -s ' \n' ' ' <"$T/sampler-json.txt")" \
   || bad "sampler JSON: [$(head -c 200 "$T/sampler-json.txt")] $(tail -1 "$T/sampler-json.err")"
+# the README's library program, as it stands there, with model.gguf the tiny model
+awk '/^## The library/{on=1} on && /^    /{sub(/^    /, ""); print} on && /^## Testing/{exit}' "$SRC/README.md" >"$T/readme.c"
+mkdir -p "$T/readme" && ln -sf "$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" "$T/readme/model.gguf"
+if grep -q "int main" "$T/readme.c" && $CC $FLAGS -std=c11 -Wall -Wextra -Werror "$T/readme.c" $(pkg-config --cflags --libs bitspark) -o "$T/readme/app" 2>"$T/readme.cc"; then
+  ok "the README's library program builds as written"
+else bad "README program: $(head -5 "$T/readme.cc")"; fi
+(cd "$T/readme" && ./app) >"$T/readme.txt" 2>/dev/null
+{ cat "$T/run.txt"; printf '\n'; } | cmp -s - "$T/readme.txt" && ok "the README's program prints bitspark run's text" \
+  || bad "README program output: [$(head -c 200 "$T/readme.txt")] vs [$(head -c 200 "$T/run.txt")]"
 FX=${BS_FIXTURES:?}
 VM=$FX/tiny-f32.gguf VP=$FX/vision/tiny-mmproj-f32.gguf VI=$FX/vision/image.png
 "$B" run -m "$VM" --mmproj "$VP" --image "$VI" --chat -p "Describe this picture." -n 16 --temp 0 -t 1 -q >"$T/vrun.txt" 2>/dev/null
