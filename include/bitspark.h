@@ -19,7 +19,8 @@
  * be shared by any number of threads (except bs_lora_attach / bs_lora_detach, which change the
  * model's weights: call them while nothing evaluates). A bs_session, bs_gen, bs_multi,
  * bs_sampler_chain and bs_detok are used by one thread at a time (different handles on the same
- * model may run at once).
+ * model may run at once on the CPU; on a Vulkan device, whose queue is not locked, evaluate one
+ * model's sessions from one thread at a time). The log callback and level are process-wide.
  *
  * Errors: functions return NULL or -1 and set a one-line message for the calling thread
  * (bitspark_last_error). Strings and arrays returned through pointer arguments are malloc'd:
