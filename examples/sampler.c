@@ -59,5 +59,5 @@ int main(int argc, char **argv) {
     bs_session_free(s);
     bs_tokenizer_free(tok);
     bs_model_free(m);
-    return rc;
+    return rc != 0;
 }

@@ -67,7 +67,7 @@ int bs_sampler_chain_set_grammar(bs_sampler_chain *c, const char *gbnf) {
     }
     if (!c->tok) return bs_error("a grammar needs the sampler to have a tokenizer");
     bs_grammar *g = bs_grammar_parse(gbnf);
-    if (!g) return bs_error_prefix("grammar: ");
+    if (!g) return -1;   /* "grammar, line N: ..." */
     if (!c->gv && !(c->gv = bs_grammar_vocab_new(c->tok))) {
         bs_grammar_free(g);
         return bs_error_prefix("grammar: ");
@@ -86,7 +86,7 @@ int bs_sampler_chain_set_grammar(bs_sampler_chain *c, const char *gbnf) {
 
 int bs_sampler_chain_set_json_schema(bs_sampler_chain *c, const char *schema) {
     char *gbnf = bs_grammar_from_json_schema(schema);
-    if (!gbnf) return bs_error_prefix("JSON schema: ");
+    if (!gbnf) return -1;   /* its message names the schema */
     const int rc = bs_sampler_chain_set_grammar(c, gbnf);
     free(gbnf);
     return rc;
