@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     if (argc < 5) return fprintf(stderr, "usage: %s MODEL MMPROJ IMAGE PROMPT [N]\n", argv[0]), 2;
     bs_model *m = bs_model_load(argv[1], NULL);
     bs_tokenizer *tok = m ? bs_tokenizer_load(m) : NULL;
-    bs_mmproj *proj = tok ? bs_vision_load(argv[2], m) : NULL;
+    bs_vision *proj = tok ? bs_vision_load(argv[2], m) : NULL;
     size_t len = 0;
     unsigned char *bytes = proj ? read_all(argv[3], &len) : NULL;
     bs_gen_image im = {0};
@@ -49,7 +49,8 @@ int main(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n = 0;
     int n_images = 0;
-    bs_gen_params gp = {.n_threads = 1};
+    bs_gen_params gp = bs_gen_default_params();   /* zero-init is not the defaults */
+    gp.n_threads = 1;
     bs_gen *g = prompt ? bs_gen_new(m, tok, &gp) : NULL;
     bs_gen_request r;
     bs_gen_request_init(&r);

@@ -21,7 +21,8 @@ int main(int argc, char **argv) {
     if (argc < 3) return fprintf(stderr, "usage: %s MODEL PROMPT [N]\n", argv[0]), 2;
     bs_model *m = bs_model_load(argv[1], NULL);
     bs_tokenizer *tok = m ? bs_tokenizer_load(m) : NULL;
-    bs_gen_params gp = {.n_threads = 1};
+    bs_gen_params gp = bs_gen_default_params();   /* zero-init is not the defaults */
+    gp.n_threads = 1;
     bs_gen *g = tok ? bs_gen_new(m, tok, &gp) : NULL;
     int32_t *ids = NULL;
     size_t n = 0;

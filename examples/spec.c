@@ -20,8 +20,11 @@ int main(int argc, char **argv) {
     if (argc < 4) return fprintf(stderr, "usage: %s MODEL DRAFTER PROMPT [N]\n", argv[0]), 2;
     bs_model *m = bs_model_load(argv[1], NULL);
     bs_tokenizer *tok = m ? bs_tokenizer_load(m) : NULL;
-    bs_dspark *d = tok ? bs_drafter_load(argv[2], m) : NULL;
-    bs_gen_params gp = {.n_threads = 1, .drafter = d, .draft_max = bs_drafter_block_size(d)};
+    bs_drafter *d = tok ? bs_drafter_load(argv[2], m) : NULL;
+    bs_gen_params gp = bs_gen_default_params();   /* draft_max: BS_DRAFT_AUTO */
+    gp.n_threads = 1;
+    gp.drafter = d;
+    gp.draft_max = bs_drafter_block_size(d);   /* a fixed depth: every round drafts */
     bs_gen *g = d ? bs_gen_new(m, tok, &gp) : NULL;
     int32_t *ids = NULL;
     size_t n = 0, shown = 0;
@@ -40,7 +43,7 @@ int main(int argc, char **argv) {
     }
     free(ids);
     bs_gen_free(g);
-    bs_dspark_free(d);
+    bs_drafter_free(d);
     bs_tokenizer_free(tok);
     bs_model_free(m);
     return rc;

@@ -3,9 +3,24 @@
  * What the command line does, for embedders: load a model (and a DSpark drafter), tokenize and
  * render chats, and generate with the same engine as `bitspark run` and the server (sampling,
  * stop strings, the doom-loop guard, lossless speculative decoding, streaming, stats); or drive a
- * session directly (evaluate tokens, read logits, roll back, save state). examples/simple.c and
- * examples/spec.c show both in about 30 lines. Only the functions marked BS_API are exported by
- * the shared library; the types are plain structs or opaque handles with stable names.
+ * session directly (evaluate tokens, read logits, roll back, save state), several sequences in
+ * one pass, with the sampler chain on the caller's own logits. The examples, each built against
+ * the installed library by the tests: examples/simple.c (greedy generation), spec.c (with a
+ * drafter), image.c (a question about an image), multi.c (several sequences in one pass, one
+ * rolled back) and sampler.c (a hand-written loop: logits, sampler chain with a JSON schema,
+ * streaming detokenizer). Only the functions marked BS_API are exported by the shared library;
+ * the types are plain structs or opaque handles with stable names.
+ *
+ * Parameters: every params struct has a *_default_params() (or bs_gen_request_init) giving what
+ * the command line uses. Start from it: a zero-initialised struct is NOT the defaults (a zeroed
+ * bs_gen_params has draft_max 0, no drafting; a zeroed bs_sampler_params is greedy at seed 0).
+ *
+ * Threads: a bs_model, bs_tokenizer, bs_drafter and bs_vision are read-only once loaded and may
+ * be shared by any number of threads (except bs_lora_attach / bs_lora_detach, which change the
+ * model's weights: call them while nothing evaluates). A bs_session, bs_gen, bs_multi,
+ * bs_sampler_chain and bs_detok are used by one thread at a time (different handles on the same
+ * model may run at once on the CPU; on a Vulkan device, whose queue is not locked, evaluate one
+ * model's sessions from one thread at a time). The log callback and level are process-wide.
  *
  * Errors: functions return NULL or -1 and set a one-line message for the calling thread
  * (bitspark_last_error). Strings and arrays returned through pointer arguments are malloc'd:
@@ -34,6 +49,17 @@ BS_API const char *bitspark_version(void);
 /* The last error of the calling thread, one line, never NULL. */
 BS_API const char *bitspark_last_error(void);
 
+/* --- logging ----------------------------------------------------------------------------------
+ * What the library reports while it works ("device: CPU (avx2)" when a model loads, warnings,
+ * debug detail) goes to stderr unless a callback takes it. Levels: messages at or below the set
+ * level are emitted (default BS_LOG_INFO; BS_LOG_QUIET: none). Process-wide: set it before
+ * loading, not while other threads run. */
+enum { BS_LOG_QUIET = 0, BS_LOG_INFO = 1, BS_LOG_DEBUG = 2 };
+/* text: one message, usually a whole line ending in '\n'. */
+typedef void (*bs_log_callback)(int level, const char *text, void *ud);
+BS_API void bs_log_set(bs_log_callback cb, void *ud);   /* cb NULL: stderr again */
+BS_API void bs_log_set_level(int level);
+
 /* --- models and sessions (qwen35: Bonsai-27B and other Qwen3.5/3.6 dense GGUFs) ----------------
  * A bs_model is the read-only weights (mmap'd by default); any number of bs_sessions evaluate
  * sequences on it, each with its own recurrent state and KV cache sized at creation. */
@@ -43,8 +69,16 @@ typedef struct bs_session bs_session;
 typedef struct bs_model_params {
     bool no_mmap;          /* read the whole file into memory instead of mapping it */
     const char *device;    /* NULL or "auto": the best device; "cpu", "vulkan" or "vulkan:N" */
+    bool vocab_only;       /* metadata and vocabulary only (tokenizer, chat template, metadata):
+                              no weights are read; sessions, drafters, LoRA refuse such a model */
+    /* Called with the share of the load done (0..1, ending with 1; on the CPU once per weight
+     * repacked); returning false cancels the load (NULL + error). NULL: none. */
+    bool (*progress)(float done, void *ud);
+    void *progress_ud;
 } bs_model_params;
 
+/* No mmap off, device auto, weights loaded, no progress callback. */
+BS_API bs_model_params bs_model_default_params(void);
 /* params may be NULL (defaults). NULL + bitspark_last_error() on failure. */
 BS_API bs_model *bs_model_load(const char *path, const bs_model_params *params);
 BS_API void bs_model_free(bs_model *m);
@@ -52,6 +86,18 @@ BS_API int bs_model_n_vocab(const bs_model *m);
 BS_API int bs_model_n_embd(const bs_model *m);
 BS_API int bs_model_n_layer(const bs_model *m);
 BS_API int bs_model_n_ctx_train(const bs_model *m);
+/* Metadata: general.name ("" if none); the file's bytes; the weights' parameter count (every
+ * tensor's elements); the chat template text (tokenizer.chat_template, NULL if none); the device
+ * in use (as the `device:` line prints it; "" when vocab_only); whether it was loaded
+ * vocab_only. Strings live as long as the model. */
+BS_API const char *bs_model_name(const bs_model *m);
+BS_API uint64_t bs_model_size(const bs_model *m);
+BS_API uint64_t bs_model_n_params(const bs_model *m);
+BS_API const char *bs_model_chat_template(const bs_model *m);
+BS_API const char *bs_model_device(const bs_model *m);
+BS_API bool bs_model_is_vocab_only(const bs_model *m);
+/* Any string metadata value by key (e.g. "general.architecture"), NULL if missing. */
+BS_API const char *bs_model_meta_str(const bs_model *m, const char *key);
 
 enum { BS_KV_F16 = 0, BS_KV_F32 = 1 };
 
@@ -59,11 +105,15 @@ typedef struct bs_session_params {
     int n_ctx;             /* positions the KV cache holds; 0: 4096 (capped by the model's) */
     int n_batch;           /* max tokens computed at once (longer evals are split); 0: 512 */
     int kv_type;           /* BS_KV_F16 (default, like llama.cpp) or BS_KV_F32 */
-    int n_threads;         /* 0: 1 (threading comes with the fast kernels) */
+    int n_threads;         /* threads of the session's evals; 0 or 1: the calling thread only
+                              (bs_session_default_params: every core, as the command line) */
     int n_rollback;        /* evals of up to this many tokens record what a cheap rollback
                               needs (longer ones roll back by recomputing); 0: 16 */
 } bs_session_params;
 
+/* The command line's: n_ctx 0 (4096, capped by the model's), n_batch 512, F16 KV cache, every
+ * core (up to 64), n_rollback 16. */
+BS_API bs_session_params bs_session_default_params(void);
 BS_API bs_session *bs_session_new(bs_model *m, const bs_session_params *params);
 BS_API void bs_session_free(bs_session *s);
 BS_API int bs_session_n_ctx(const bs_session *s);
@@ -88,6 +138,12 @@ BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logit
 BS_API int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits,
                          float *taps);
 
+/* An abort callback for long evaluations: asked before each batch of n_batch tokens of bs_eval;
+ * when it returns true the eval stops there with -1 ("evaluation aborted"), the batches already
+ * evaluated kept (bs_session_n_past says how far it got); on a Vulkan device it is asked once,
+ * before the eval. NULL: none. */
+BS_API void bs_session_set_abort(bs_session *s, bool (*abort)(void *ud), void *ud);
+
 /* Capture layers (0-based; duplicates allowed) for the taps of later evals; n = 0 clears. */
 BS_API int bs_session_set_taps(bs_session *s, const int *layers, int n);
 BS_API int bs_session_n_taps(const bs_session *s);
@@ -101,6 +157,35 @@ BS_API void bs_session_set_undo(bs_session *s, int keep);
 /* Keep only the first n_keep positions. Exact (bit-identical to never having evaluated the rest)
  * for any n_keep from the start of the last eval's last batch up to n_past; earlier points fail. */
 BS_API int bs_session_rollback(bs_session *s, int n_keep);
+
+/* --- several sequences in one pass --------------------------------------------------------------
+ * Each sequence is a bs_session of the same model; bs_multi_eval evaluates a batch of tokens for
+ * each in a single pass through the weights (what the server's slots do), with the same logits
+ * as evaluating each alone. Afterwards each session is exactly as if bs_eval had run on it, so
+ * bs_session_rollback works per sequence. */
+typedef struct bs_multi bs_multi;
+typedef struct bs_batch_seq {
+    bs_session *s;             /* distinct sessions of the batch's model */
+    const int32_t *tokens;     /* n tokens at positions n_past.. */
+    int n;                     /* 1 .. the session's n_batch */
+    int logits_mode;           /* BS_LOGITS_NONE / LAST / ALL, as bs_eval */
+    float *logits;             /* n_vocab (LAST) or n * n_vocab (ALL) floats */
+    float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
+} bs_batch_seq;
+/* Room for max_rows tokens in all per call, of which max_logit_rows (>= 1) get logits; n_threads
+ * (0: 1) run the weight products. NULL + error. */
+BS_API bs_multi *bs_multi_new(const bs_model *m, int max_rows, int max_logit_rows, int n_threads);
+BS_API void bs_multi_free(bs_multi *b);
+/* Everything is checked first (ids, context room, row counts): on failure nothing changes. */
+BS_API int bs_multi_eval(bs_multi *b, const bs_batch_seq *seqs, int n_seq);
+
+/* --- embeddings --------------------------------------------------------------------------------
+ * The last layer's hidden states after the final norm (what the LM head sees), as llama.cpp's
+ * and the server's embeddings: BS_POOL_NONE writes n rows of n_embd (per token, as they are),
+ * BS_POOL_MEAN / BS_POOL_LAST one L2-normalized row (the server's --pooling mean / last). The
+ * session is reset first and left holding ids, with its taps cleared. 0 or -1 + error. */
+enum { BS_POOL_NONE = 0, BS_POOL_MEAN = 1, BS_POOL_LAST = 2 };
+BS_API int bs_embed(bs_session *s, const int32_t *ids, int n, int pooling, float *out);
 
 /* Whole sequence state (positions, recurrent state, the used KV cache) as bytes, for prompt
  * caching. The size depends on n_past. Loading needs a session of the same model with an
@@ -141,19 +226,36 @@ BS_API bs_norm_mode bs_tokenizer_get_normalize(const bs_tokenizer *t);
 /* ids -> UTF-8 text (*text malloc'd, NUL-terminated); special: render control tokens too. */
 BS_API int bs_detokenize(const bs_tokenizer *t, const int32_t *ids, size_t n, bool special,
                          char **text, size_t *len);
+/* The raw bytes of one token (*piece points into the tokenizer, *len bytes, not NUL-terminated):
+ * control tokens only when special. A piece may be part of a UTF-8 sequence (byte tokens): to
+ * print tokens as they come, use the streaming detokenizer below. -1 on a bad id. */
+BS_API int bs_token_to_piece(const bs_tokenizer *t, int32_t id, bool special, const char **piece,
+                             size_t *len);
+/* Streaming detokenizer for hand-written loops: push ids one at a time; each push returns only
+ * complete, valid UTF-8 (a code point split across tokens is held back until it is whole; bytes
+ * that can never be valid come out as U+FFFD). The text stays valid until the next call. */
+typedef struct bs_detok bs_detok;
+BS_API bs_detok *bs_detok_new(const bs_tokenizer *t, bool special);
+BS_API int bs_detok_push(bs_detok *d, int32_t id, const char **text, size_t *len);
+/* Show this control token even when special is false (e.g. "<think>"); -1 if there is none. */
+BS_API int bs_detok_preserve(bs_detok *d, const char *text);
+/* What is held back (an incomplete sequence becomes U+FFFD); the detokenizer starts afresh. */
+BS_API void bs_detok_flush(bs_detok *d, const char **text, size_t *len);
+BS_API void bs_detok_free(bs_detok *d);
 
 /* --- images (a Qwen3.5 / Qwen3-VL vision projector, "mmproj" GGUF; CPU only) ---------------
  * A projector turns an image file's bytes (PNG, JPEG, binary PPM/PGM) into rows of the text
  * model's width that a generation request takes (bs_gen_image, BS_TOKEN_IMAGE below); the
  * preprocessing is llama.cpp mtmd's. */
-typedef struct bs_mmproj bs_mmproj;
+typedef struct bs_mmproj bs_vision;   /* a loaded projector */
+typedef struct bs_mmproj bs_mmproj;   /* its old name (deprecated) */
 /* Load a projector for model m (its output width must be m's n_embd; m may be NULL: no check). */
-BS_API bs_mmproj *bs_vision_load(const char *path, const bs_model *m);
-BS_API void bs_vision_free(bs_mmproj *p);
+BS_API bs_vision *bs_vision_load(const char *path, const bs_model *m);
+BS_API void bs_vision_free(bs_vision *p);
 /* Encode one image: out->embd (nx * ny rows, malloc'd: free((void *)out->embd)), the grid and
  * the bytes' hash. n_threads <= 0: every CPU. 0, or -1 + error. */
 struct bs_gen_image;
-BS_API int bs_vision_encode(const bs_mmproj *p, const void *data, size_t len, int n_threads,
+BS_API int bs_vision_encode(const bs_vision *p, const void *data, size_t len, int n_threads,
                             struct bs_gen_image *out);
 
 /* The FNV-1a 64-bit hash of bytes: bs_gen_image.hash of an image file. */
@@ -206,8 +308,47 @@ typedef struct {
     uint64_t seed;
 } bs_sampler_params;
 
-/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off. */
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off,
+ * seed 0 (the command line draws one from the clock unless --seed is given). */
 BS_API bs_sampler_params bs_sampler_default_params(void);
+
+/* The chain on the caller's own logits (e.g. from bs_eval), as the engine runs it: apply, then
+ * pick (or sample = both), then accept the token that joins the sequence. It keeps the history
+ * the penalties and DRY see (accept prompt tokens too, to count them, as llama.cpp does) and an
+ * optional grammar that masks what it does not allow. */
+typedef struct bs_sampler_chain bs_sampler_chain;
+/* params NULL: bs_sampler_default_params(). tok (may be NULL: no grammar, no DRY breakers)
+ * gives the vocabulary; n_vocab: the logits' length (<= 0: the tokenizer's); ids past the
+ * tokenizer's vocabulary are never sampled. DRY gets llama.cpp's breakers. NULL + error. */
+BS_API bs_sampler_chain *bs_sampler_chain_new(const bs_sampler_params *params, const bs_tokenizer *tok,
+                                              int32_t n_vocab);
+BS_API void bs_sampler_chain_free(bs_sampler_chain *c);
+/* Constrain what is sampled from the next token on with a GBNF grammar (llama.cpp's format) or a
+ * JSON schema (compiled to one; NULL schema: any JSON object); gbnf NULL removes it. Needs a
+ * tokenizer. -1 + error (the line of a syntax error), the previous constraint kept. */
+BS_API int bs_sampler_chain_set_grammar(bs_sampler_chain *c, const char *gbnf);
+BS_API int bs_sampler_chain_set_json_schema(bs_sampler_chain *c, const char *schema);
+/* Whether the grammar could end here (true without one). */
+BS_API bool bs_sampler_chain_grammar_complete(const bs_sampler_chain *c);
+/* Added to a token's logit first; -INFINITY bans it. */
+BS_API int bs_sampler_chain_set_logit_bias(bs_sampler_chain *c, int32_t id, float bias);
+/* Run the chain over logits (n_vocab floats, unchanged): the number of candidates left, -1 when
+ * nothing is allowed. */
+BS_API int bs_sampler_chain_apply(bs_sampler_chain *c, const float *logits);
+/* The distribution of the last apply: up to cap (id, p) pairs, most likely first when greedy,
+ * top-k or top-p ran (else in id order); returns how many were written. */
+BS_API int bs_sampler_chain_candidates(const bs_sampler_chain *c, int32_t *ids, float *p, int cap);
+/* Draw from the last apply's distribution (greedy: its argmax); -1 if nothing was applied. */
+BS_API int32_t bs_sampler_chain_pick(bs_sampler_chain *c);
+/* apply + pick; -1 + error. Does not accept the token. */
+BS_API int32_t bs_sampler_chain_sample(bs_sampler_chain *c, const float *logits);
+/* A token joined the sequence: history and grammar advance. -1 when the grammar refuses it
+ * (nothing changes) or the id is out of range. */
+BS_API int bs_sampler_chain_accept(bs_sampler_chain *c, int32_t id);
+/* Back to the start: no history, the grammar at its beginning, the random stream restarted
+ * from the seed (same logits then give the same tokens again). */
+BS_API void bs_sampler_chain_reset(bs_sampler_chain *c);
+BS_API void bs_sampler_chain_set_seed(bs_sampler_chain *c, uint64_t seed);
 
 /* --- the doom-loop guard --------------------------------------------------------------------- */
 /* Detector: a span of period p characters repeating min_repeats times over min_chars. */
@@ -245,10 +386,11 @@ typedef struct {
 } bs_loop_guard_params;
 BS_API bs_loop_guard_params bs_loop_guard_default_params(void);
 
-/* What the guard did in one generation: printed with the run's stats, and meant for the
- * server's response (e.g. "loop_guard": {"mode": "rewind", "detected": 2, "rewinds": 2,
- * "discarded_tokens": 71, "stopped": false, "last": {"period": 24, "repeats": 4, ...}}), with
- * finish_reason "loop" when `stopped`. */
+/* What the guard did in one generation: printed with the run's stats, and in the server's
+ * response as "loop_guard": {"mode": "rewind", "loops_detected": 2, "rewinds": 2,
+ * "discarded_tokens": 71, "stopped": false, "span": {"start", "repeat_start", "end", "period",
+ * "repeats", "rejected_token", "rejected_id"} or null}, with finish_reason "loop" when
+ * `stopped`. */
 typedef struct {
     int mode;
     int n_detected;            /* loops detected */
@@ -261,13 +403,16 @@ typedef struct {
 
 /* --- the DSpark drafter ---------------------------------------------------------------------- */
 #define BS_DRAFT_AUTO (-1)     /* draft_max: depth chosen per round from measured costs */
-typedef struct bs_dspark bs_dspark;
+typedef struct bs_dspark bs_drafter;   /* a loaded drafter */
+typedef struct bs_dspark bs_dspark;    /* its old name (deprecated) */
 
 /* A drafter (GGUF, or a directory / .safetensors with config.json) for target m: loaded, checked
  * against it, and sharing its token_embd / output where they are the same. */
-BS_API bs_dspark *bs_drafter_load(const char *path, const bs_model *target);
+BS_API bs_drafter *bs_drafter_load(const char *path, const bs_model *target);
+BS_API void bs_drafter_free(bs_drafter *d);
+BS_API int bs_drafter_block_size(const bs_drafter *d);
+/* Deprecated: the old name of bs_drafter_free, kept for one release. */
 BS_API void bs_dspark_free(bs_dspark *d);
-BS_API int bs_drafter_block_size(const bs_dspark *d);
 
 /* --- the generation engine ------------------------------------------------------------------- */
 #define BS_GEN_MAX_STOP 8
@@ -281,19 +426,22 @@ enum bs_gen_stop {
 };
 BS_API const char *bs_gen_stop_name(int stop);   /* "end of generation", "length limit", ... */
 
-/* How a generator is built (once per sequence slot). */
+/* How a generator is built (once per sequence slot). Start from bs_gen_default_params(). */
 typedef struct bs_gen_params {
     int n_ctx;                 /* 0: the session default */
-    int n_threads;             /* 0: 1 */
+    int n_threads;             /* 0: 1 (the defaults: every core) */
     bool undo;                 /* keep what rollback needs after one-token evals (chat's prefix
                                   reuse); drafting always keeps it */
     /* the drafter (NULL: none) and its rounds */
-    const bs_dspark *drafter;
+    const bs_drafter *drafter;
     const char *drafter_path;  /* the cost cache's key */
     int draft_max;             /* 0..block size, BS_DRAFT_AUTO */
     bool no_conf;              /* auto depth without the confidence-head trim */
-    int draft_window;
+    int draft_window;          /* the drafter attends to its last N context rows (0: all) */
 } bs_gen_params;
+/* The command line's: session context, every core (up to 64), no undo, no drafter, draft_max
+ * BS_DRAFT_AUTO (a zeroed struct's 0 would never draft), window 0. */
+BS_API bs_gen_params bs_gen_default_params(void);
 
 /* An image in a prompt: its rows (the vision encoder's output) and a content key. */
 typedef struct bs_gen_image {
@@ -345,7 +493,9 @@ typedef struct bs_gen_request {
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler
-                                                  defaults), no limits, no guard */
+                                                  defaults), no limits, no guard, seed 0 */
+/* bs_gen_request_init with a seed from the clock, as the command line without --seed. */
+BS_API bs_gen_request bs_gen_request_default_params(void);
 
 /* One generated token and what logprobs report about it (the raw model distribution). */
 typedef struct bs_gen_token {
@@ -406,6 +556,21 @@ BS_API const bs_gen_stats *bs_gen_get_stats(const bs_gen *g);
 /* The generator's session (for logits, state save / load) and the last position's logits. */
 BS_API bs_session *bs_gen_session(bs_gen *g);
 BS_API const float *bs_gen_logits(const bs_gen *g);
+
+/* --- LoRA adapters at run time ------------------------------------------------------------------
+ * An adapter (llama.cpp GGUF LoRA, or PEFT: a directory with adapter_config.json +
+ * adapter_model.safetensors, or the .safetensors) applied on top of the model's weights without
+ * changing them: every matrix it names computes W x + scale * (alpha / r) * B (A x) (CPU and
+ * Vulkan). */
+typedef struct bs_lora bs_lora;
+BS_API bs_lora *bs_lora_adapter_load(const bs_model *m, const char *path);
+/* Free an adapter (detach it first). */
+BS_API void bs_lora_free(bs_lora *l);
+/* Apply l with scale to m's weights (several adapters add up); the adapter must outlive it.
+ * Nothing changes on an error. Not while anything evaluates on m. */
+BS_API int bs_lora_attach(bs_model *m, const bs_lora *l, float scale);
+/* Remove every adapter: the model computes exactly as loaded again. */
+BS_API void bs_lora_detach(bs_model *m);
 
 #ifdef __cplusplus
 }

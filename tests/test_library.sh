@@ -5,7 +5,11 @@
 # (shared and static), generate on the trained tiny pair in models/: simple's text equals
 # `bitspark run`'s greedy text, spec's (with the drafter) equals simple's, and spec reports its
 # acceptance. examples/image.c (bs_vision_*, an image in the request) answers on the vision
-# fixture as `bitspark run --mmproj --image --chat` does.
+# fixture as `bitspark run --mmproj --image --chat` does. examples/multi.c (three prompts in one
+# bs_multi_eval per step, then per-sequence rollback) gives each prompt `bitspark run`'s text;
+# examples/sampler.c (bs_eval + the sampler chain + the streaming detokenizer) gives run's text
+# greedy and seeded, and valid JSON under a schema. bitspark.pc: --cflags is the header's
+# directory alone, and --static links examples/image.c (libpng, libjpeg) with libbitspark.a.
 set -u
 B=${BITSPARK:?}; SRC=${BS_SRC:?}; BUILD=${BS_BUILD:?}; T=${BS_TMP:?}/library
 CC=${BS_CC:-cc}; FLAGS=${BS_SANITIZE_FLAGS:-}
@@ -32,7 +36,7 @@ extra=$(comm -13 "$T/declared" "$T/exported" | tr '\n' ' '); missing=$(comm -23 
 [ -z "$missing" ] && ok "every public function exported" || bad "declared but not exported: $missing"
 
 export PKG_CONFIG_PATH=$(dirname "$pc")
-for ex in simple spec image; do
+for ex in simple spec image multi sampler; do
   if $CC $FLAGS -std=c11 -Wall -Wextra -Werror "$SRC/examples/$ex.c" $(pkg-config --cflags --libs bitspark) -o "$T/$ex" 2>"$T/$ex.cc"; then
     ok "examples/$ex.c builds against the installed shared library"
   else bad "$ex build: $(head -5 "$T/$ex.cc")"; fi
@@ -41,6 +45,15 @@ if $CC $FLAGS -std=c11 "$SRC/examples/simple.c" $(pkg-config --cflags bitspark) 
      $(pkg-config --libs jansson libmicrohttpd libutf8proc) -lpthread -lm -o "$T/simple-static" 2>"$T/static.cc"; then
   ok "examples/simple.c links the static library"
 else bad "static link: $(head -5 "$T/static.cc")"; fi
+
+cflags=$(pkg-config --cflags bitspark | xargs)
+[ "$cflags" = "-I$T/prefix/include" ] || [ "$cflags" = "-I$(dirname "$pc")/../../include" ] && ok "pkg-config --cflags: the header's directory only ($cflags)" \
+  || bad "pkg-config --cflags leaks: $cflags"
+static_libs=$(pkg-config --static --libs bitspark | sed 's/-lbitspark\b/-l:libbitspark.a/')
+if $CC $FLAGS -std=c11 "$SRC/examples/image.c" $(pkg-config --cflags bitspark) $static_libs -o "$T/image-static" 2>"$T/istatic.cc"; then
+  ok "examples/image.c links libbitspark.a with pkg-config --static alone"
+else bad "static image link: $(head -5 "$T/istatic.cc")"; fi
+ldd "$T/image-static" 2>/dev/null | grep -q libbitspark && bad "image-static loads libbitspark.so" || true
 
 export LD_LIBRARY_PATH=$(dirname "$so")
 ldd "$T/simple" 2>/dev/null | grep -q "$(dirname "$so")/libbitspark.so.0" && ok "simple uses the installed .so" || bad "simple does not load the installed .so: $(ldd "$T/simple" | grep bitspark)"
@@ -55,6 +68,35 @@ cmp -s "$T/simple.txt" "$T/spec.txt" && ok "spec (drafter) text equals simple's 
   || bad "spec vs simple: [$(head -c 200 "$T/spec.txt")] vs [$(head -c 200 "$T/simple.txt")]"
 grep -qE 'drafted [1-9][0-9]*, accepted [0-9]+ \(acceptance [0-9.]+%\)' "$T/spec.err" && ok "spec reports acceptance: $(grep -o 'acceptance [0-9.]*%' "$T/spec.err")" \
   || bad "spec acceptance line: $(tail -1 "$T/spec.err")"
+for p in "$P" "Once upon a time" "1, 2, 3,"; do
+  "$B" run -m "$M" -p "$p" -n 24 --temp 0 -t 1 -q 2>/dev/null; printf '\n---\n'
+done >"$T/multi.want"
+"$T/multi" "$M" 24 "$P" "Once upon a time" "1, 2, 3," >"$T/multi.txt" 2>"$T/multi.err" && ok "multi runs: $(cat "$T/multi.err")" \
+  || bad "multi: $(tail -2 "$T/multi.err")"
+[ -s "$T/multi.txt" ] && cmp -s "$T/multi.want" "$T/multi.txt" && ok "multi: each sequence's text equals bitspark run's" \
+  || bad "multi vs run: [$(head -c 300 "$T/multi.txt")] vs [$(head -c 300 "$T/multi.want")]"
+grep -q "rollback of 2 of them: the same logits" "$T/multi.err" && ok "multi: per-sequence rollback and re-eval, the same logits" \
+  || bad "multi rollback: $(cat "$T/multi.err")"
+"$T/sampler" "$M" "$P" 24 >"$T/sampler.txt" 2>"$T/sampler.err" && cmp -s "$T/run.txt" "$T/sampler.txt" \
+  && ok "sampler (greedy): the text of bitspark run" || bad "sampler greedy: [$(head -c 200 "$T/sampler.txt")] $(tail -1 "$T/sampler.err")"
+"$B" run -m "$M" -p "$P" -n 24 --temp 0.9 --seed 42 -t 1 -q >"$T/run-seed.txt" 2>/dev/null
+"$T/sampler" "$M" "$P" 24 0.9 42 >"$T/sampler-seed.txt" 2>/dev/null && [ -s "$T/run-seed.txt" ] && cmp -s "$T/run-seed.txt" "$T/sampler-seed.txt" \
+  && ok "sampler (temp 0.9, seed 42): the text of bitspark run --seed 42" \
+  || bad "sampler seeded: [$(head -c 200 "$T/sampler-seed.txt")] vs [$(head -c 200 "$T/run-seed.txt")]"
+schema='{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}'
+"$T/sampler" "$M" "Give me JSON:" 60 0 0 "$schema" >"$T/sampler-json.txt" 2>"$T/sampler-json.err"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d["ok"], bool)' "$T/sampler-json.txt" 2>/dev/null \
+  && ok "sampler under a JSON schema: $(tr -s ' \n' ' ' <"$T/sampler-json.txt")" \
+  || bad "sampler JSON: [$(head -c 200 "$T/sampler-json.txt")] $(tail -1 "$T/sampler-json.err")"
+# the README's library program, as it stands there, with model.gguf the tiny model
+awk '/^## The library/{on=1} on && /^    /{sub(/^    /, ""); print} on && /^## Testing/{exit}' "$SRC/README.md" >"$T/readme.c"
+mkdir -p "$T/readme" && ln -sf "$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" "$T/readme/model.gguf"
+if grep -q "int main" "$T/readme.c" && $CC $FLAGS -std=c11 -Wall -Wextra -Werror "$T/readme.c" $(pkg-config --cflags --libs bitspark) -o "$T/readme/app" 2>"$T/readme.cc"; then
+  ok "the README's library program builds as written"
+else bad "README program: $(head -5 "$T/readme.cc")"; fi
+(cd "$T/readme" && ./app) >"$T/readme.txt" 2>/dev/null
+{ cat "$T/run.txt"; printf '\n'; } | cmp -s - "$T/readme.txt" && ok "the README's program prints bitspark run's text" \
+  || bad "README program output: [$(head -c 200 "$T/readme.txt")] vs [$(head -c 200 "$T/run.txt")]"
 FX=${BS_FIXTURES:?}
 VM=$FX/tiny-f32.gguf VP=$FX/vision/tiny-mmproj-f32.gguf VI=$FX/vision/image.png
 "$B" run -m "$VM" --mmproj "$VP" --image "$VI" --chat -p "Describe this picture." -n 16 --temp 0 -t 1 -q >"$T/vrun.txt" 2>/dev/null

@@ -43,8 +43,9 @@ char *bs_chat_apply(const bs_model *m, const bs_chat_msg *msgs, size_t n, bool a
     return out;
 }
 
-bs_dspark *bs_drafter_load(const char *path, const bs_model *target) {
+bs_drafter *bs_drafter_load(const char *path, const bs_model *target) {
     if (!path || !target) return bs_error("bs_drafter_load: no drafter or target"), NULL;
+    if (!target->layers) return bs_error("bs_drafter_load: the target was loaded vocab-only"), NULL;
     bs_dspark *d = bs_dspark_load(path, NULL);
     if (!d) return NULL;
     if (bs_dspark_check_pair(d, target)) {
@@ -56,4 +57,5 @@ bs_dspark *bs_drafter_load(const char *path, const bs_model *target) {
     return d;
 }
 
-int bs_drafter_block_size(const bs_dspark *d) { return d ? d->hp.block_size : 0; }
+int bs_drafter_block_size(const bs_drafter *d) { return d ? d->hp.block_size : 0; }
+void bs_drafter_free(bs_drafter *d) { bs_dspark_free(d); }

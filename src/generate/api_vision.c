@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-bs_mmproj *bs_vision_load(const char *path, const bs_model *m) {
+bs_vision *bs_vision_load(const char *path, const bs_model *m) {
     if (!path) return bs_error("bs_vision_load: no path"), NULL;
     char err[512];
     bs_mmproj *p = bs_mmproj_load(path, err, sizeof err);
@@ -21,9 +21,9 @@ bs_mmproj *bs_vision_load(const char *path, const bs_model *m) {
     return p;
 }
 
-void bs_vision_free(bs_mmproj *p) { bs_mmproj_free(p); }
+void bs_vision_free(bs_vision *p) { bs_mmproj_free(p); }
 
-int bs_vision_encode(const bs_mmproj *p, const void *data, size_t len, int n_threads, bs_gen_image *out) {
+int bs_vision_encode(const bs_vision *p, const void *data, size_t len, int n_threads, bs_gen_image *out) {
     if (!p || !data || !out) return bs_error("bs_vision_encode: no projector, data or output");
     memset(out, 0, sizeof *out);
     char err[512];

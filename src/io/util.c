@@ -40,11 +40,25 @@ int bs_error_prefix(const char *fmt, ...) {
 const char *bs_last_error(void) { return bs_err_buf[0] ? bs_err_buf : "unknown error"; }
 void bs_clear_error(void) { bs_err_buf[0] = 0; }
 
+static void (*log_sink)(int level, const char *text, void *ud);
+static void *log_sink_ud;
+
+void bs_log_set_sink(void (*cb)(int level, const char *text, void *ud), void *ud) {
+    log_sink = cb;
+    log_sink_ud = ud;
+}
+
 void bs_log(int level, const char *fmt, ...) {
     if (level > bs_log_level) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (log_sink) {
+        char buf[2048];
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        log_sink(level, buf, log_sink_ud);
+    } else {
+        vfprintf(stderr, fmt, ap);
+    }
     va_end(ap);
 }
 

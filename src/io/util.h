@@ -25,9 +25,11 @@ int bs_error_prefix(const char *fmt, ...) BS_PRINTF(1, 2);
 const char *bs_last_error(void);
 void bs_clear_error(void);
 
-/* Logging to stderr; verbosity from bs_log_level (0 quiet, 1 info, 2 debug). */
+/* Logging to stderr; verbosity from bs_log_level (0 quiet, 1 info, 2 debug). An embedder's
+ * callback (bitspark.h's bs_log_set) takes the messages instead when set. */
 extern int bs_log_level;
 void bs_log(int level, const char *fmt, ...) BS_PRINTF(2, 3);
+void bs_log_set_sink(void (*cb)(int level, const char *text, void *ud), void *ud);
 
 /* Allocation that never returns NULL for a nonzero size: aborts with a message on OOM.
  * Use only for sizes the program controls; sizes that come from a file must be validated

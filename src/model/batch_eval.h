@@ -22,14 +22,7 @@ bs_batch *bs_batch_new(const bs_model *m, int max_rows, int max_logit_rows, bs_p
 void bs_batch_free(bs_batch *b);
 int bs_batch_max_rows(const bs_batch *b);
 
-typedef struct bs_batch_seq {
-    bs_session *s;             /* distinct sessions of the batch's model */
-    const int32_t *tokens;     /* n tokens at positions n_past.. */
-    int n;                     /* 1 .. the session's n_batch */
-    int logits_mode;           /* BS_LOGITS_NONE / LAST / ALL, as bs_eval */
-    float *logits;             /* n_vocab (LAST) or n * n_vocab (ALL) floats */
-    float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
-} bs_batch_seq;
+/* (bs_batch_seq, one sequence's tokens and outputs: bitspark.h, whose bs_multi_* wrap this.) */
 
 /* Evaluate every sequence. Everything is validated first (ids, context room, row counts): on
  * failure nothing changes. 0 or -1 + bs_error. */

@@ -19,6 +19,7 @@ static int eval_batches(bs_session *s, rows_in in, int n, int mode, float *logit
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
+        if (s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after %d of %d tokens", off, n);
         if (!in.embd) bs_session_begin_batch(s, in.tokens + off, c);
         else if (bs_session_begin_image(s, in.embd + (size_t)off * E, c, in.nx, in.ny, in.i0 + off)) return -1;
         int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
@@ -64,6 +65,7 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
     for (int i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
             return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    if (s->vk && s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after 0 of %d tokens", n_tokens);
     if (s->vk) return bs_device_eval(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
     rows_in in = {tokens, NULL, 0, 0, 0};
     return eval_batches(s, in, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);

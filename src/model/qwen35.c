@@ -220,7 +220,7 @@ static int load_layer(const gguf_file *f, const bs_qwen35_hparams *hp, int il, b
     return 0;
 }
 
-static int load_model(bs_model *m) {
+static int load_model(bs_model *m, bool vocab_only) {
     const gguf_file *f = m->file;
     bs_qwen35_hparams *hp = &m->hp;
     int n_block = 0;
@@ -233,6 +233,7 @@ static int load_model(bs_model *m) {
     if (!emb) return bs_error("missing tensor token_embd.weight");
     if (emb->ne[1] < 1 || emb->ne[1] > (1 << 24)) return bs_error("token_embd.weight: bad vocabulary size");
     hp->n_vocab = (int)emb->ne[1];
+    if (vocab_only) return 0;   /* no weights: m->layers stays NULL, which sessions refuse */
     if (load_mat(f, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd) ||
         load_vec(f, "output_norm.weight", hp->n_embd, &m->output_norm))
         return -1;
@@ -302,12 +303,16 @@ static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *poo
 /* Repack the Q1_0 matrices for the fast kernel without doubling memory: a file read into memory
  * (--no-mmap) is repacked in place; from a mapping, see pack_from_file. token_embd is only read
  * by rows (bs_get_rows) and stays as is (also when tied to the output). */
-static int pack_weights(bs_model *m) {
+static int pack_weights(bs_model *m, const bs_model_params *p) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
     const int n = model_weights(m, ws);
     int fd = -1, rc = 0;
     bs_pool *pool = NULL;
     for (int i = 0; i < n && !rc; i++) {
+        if (p->progress && !p->progress((float)i / (float)n, p->progress_ud)) {
+            rc = bs_error("cancelled by the progress callback");
+            break;
+        }
         bs_weight *w = ws[i];
         /* Q4_1 stays in llama.cpp's exact float order for targets (bit-identical on the
          * tiny-q4_1 fixture); drafters, whose legacy pack is Q4_1, take the faster X16 */
@@ -333,15 +338,18 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     bs_model_params def = {0};
     if (!params) params = &def;
     bs_model *m = bs_xcalloc(1, sizeof *m);
-    m->file = gguf_open(path, params->no_mmap ? GGUF_OPEN_NO_MMAP : 0);
+    const bool vo = params->vocab_only;
+    m->file = gguf_open(path, (params->no_mmap ? GGUF_OPEN_NO_MMAP : 0) | (vo ? GGUF_OPEN_META_ONLY : 0));
     /* on Vulkan the weights go to the device as the file has them: no CPU repacking */
-    if (!m->file || load_model(m) || bs_model_choose_device(m, params->device) || (!m->vk && pack_weights(m))) {
+    if (!m->file || load_model(m, vo) || (!vo && bs_model_choose_device(m, params->device)) ||
+        (!vo && !m->vk && pack_weights(m, params)) ||
+        (params->progress && !params->progress(1.0f, params->progress_ud) && bs_error("cancelled by the progress callback"))) {
         if (m->file) bs_error_prefix("loading %s: ", path);
         else bs_error_prefix("loading model: ");   /* the GGUF reader's message names the file */
         bs_model_free(m);
         return NULL;
     }
-    bs_log(1, "device: %s\n", bs_model_device(m));
+    if (!vo) bs_log(1, "device: %s\n", bs_model_device(m));
     return m;
 }
 

@@ -75,6 +75,10 @@ bs_session *bs_session_new(bs_model *m, const bs_session_params *params) {
     bs_session_params def = {0};
     bs_session *s = bs_xcalloc(1, sizeof *s);
     s->m = m;
+    if (!m->layers) {   /* bs_model_params.vocab_only */
+        bs_error("the model was loaded vocab-only");
+        goto fail;
+    }
     if (resolve_params(m, params ? params : &def, s)) goto fail;
     int nt = params ? params->n_threads : 0;
     if (nt > 1 && !(s->pool = bs_pool_new(nt))) goto fail;

@@ -26,6 +26,8 @@ struct bs_session {
     int cur;
     bool no_undo;                 /* bs_session_set_undo(s, 0): one-token evals update half cur */
     bool in_place;                /* the batch being evaluated updates half cur (no flip) */
+    bool (*abort_cb)(void *ud);   /* bs_session_set_abort: asked before each batch of bs_eval */
+    void *abort_ud;
 
     /* KV cache of attention slot a: k/v + a * n_ctx * kv_row bytes; rows of n_head_kv*head_dim */
     uint8_t *k, *v;
