@@ -273,6 +273,7 @@ typedef struct {
     bs_kernel_fn k;
     bs_l128_range_fn l128;  /* BS_PACK_Q1_L128 for a prompt: K cut into chunks (job_l128) */
     bs_l128_prompt_fn l128p;   /* ... for BS_L128_PROMPT_ROWS rows and more */
+    int l128_rows, l128_kc;    /* activation rows per l128 call, blocks per K chunk */
     int64_t n_rows, tile;
     int level;
     uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
@@ -300,12 +301,12 @@ static void job_quantize(void *ctx, int ith, int nth) {
  * the tables were measured not to be the bound, and rows run whole as before. */
 static void job_l128(job *j, int64_t lo, int64_t hi) {
     const int64_t nb = j->W->ne0 / 128, nr = j->n_rows;
-    const int64_t kc = BS_MIN(bs_l128_chunk_blocks > 0 ? bs_l128_chunk_blocks : 24, nb);
+    const int64_t kc = BS_MIN(bs_l128_chunk_blocks > 0 ? bs_l128_chunk_blocks : j->l128_kc, nb);
     const int64_t tile = bs_l128_chunk_blocks > 0 ? 128 : BS_MAX(128, (512 * 1024) / (kc * 18) / 128 * 128);
     for (int64_t b0 = 0; b0 < nb; b0 += kc)
         for (int64_t o = lo; o < hi; o += tile)
-            for (int64_t a = 0; a < nr; a += BS_KMAX_ROWS)
-                j->l128(j->W, o, BS_MIN(o + tile, hi), j->A, a, (int)BS_MIN(BS_KMAX_ROWS, nr - a), j->y, j->W->ne1,
+            for (int64_t a = 0; a < nr; a += j->l128_rows)
+                j->l128(j->W, o, BS_MIN(o + tile, hi), j->A, a, (int)BS_MIN(j->l128_rows, nr - a), j->y, j->W->ne1,
                         b0, BS_MIN(b0 + kc, nb));
 }
 
@@ -354,6 +355,21 @@ static void job_matmul(void *ctx, int ith, int nth) {
     }
 }
 
+/* AVX2 L128 kernels by activation row count (bench --matmul, 5120 x 17408 and 17408 x 5120
+ * Q1_0, 2 threads, this host's figures in docs/performance.md):
+ *   1 row     kernels_l128_avx2.c: nothing to share; the row kernel keeps its accumulators in
+ *             registers across the whole K;
+ *   2+ rows   kernels_tbl_avx2.c: one index extraction per block for all rows;
+ *   9+ rows   the same, L128_TBL_PASS_ROWS rows per pass over K chunks of L128_TBL_CHUNK blocks
+ *             (the rows' tables, 1 KB per block each, stay in L2 across the tile's groups). */
+#define L128_TBL_MIN_ROWS 2
+#define L128_TBL_PASS_ROWS 16
+#define L128_TBL_CHUNK 16
+static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
+    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2()) return bs_kernel_tbl_l128_avx2();
+    return bs_kernel_l128_avx2();
+}
+
 /* A product's kernel choice and what it needs of its activations. */
 typedef struct {
     const bs_type_traits *t;
@@ -369,7 +385,7 @@ static int make_plan(const bs_weight *W, int64_t n_rows, int level, plan *p) {
     bs_kernel_fn k = NULL;
     p->l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
-    else if (p->l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
+    else if (p->l128 && level >= BS_CPU_AVX2) k = l128_avx2_pick(n_rows);
     else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q2_x16_avx2();
     else if (W->packed && W->pack_kind == BS_PACK_Q4_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q4_x16_avx2();
     p->packed = k != NULL;
@@ -419,7 +435,10 @@ static void run(const plan *p, const bs_weight *W, bs_acts *A, int64_t n_rows, f
     job j = {.W = W, .t = p->t, .A = A, .y = y, .k = p->k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of the layout's row group */
     j.grain = p->l128 ? 128 : 16;
+    j.l128_rows = BS_KMAX_ROWS, j.l128_kc = 24;
     if (p->l128 && n_rows > BS_KMAX_ROWS) j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
+    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2())
+        j.l128 = bs_kernel_tbl_l128_range_avx2(), j.l128_rows = L128_TBL_PASS_ROWS, j.l128_kc = L128_TBL_CHUNK;
     if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
     if (p->packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
