@@ -365,8 +365,14 @@ static void job_matmul(void *ctx, int ith, int nth) {
 #define L128_TBL_MIN_ROWS 2
 #define L128_TBL_PASS_ROWS 16
 #define L128_TBL_CHUNK 16
+static int tbl_off(void) {   /* BITSPARK_NO_TBL=1: the row kernel for every row count (comparisons) */
+    static int off = -1;
+    if (off < 0) off = bs_env_flag("BITSPARK_NO_TBL");
+    return off;
+}
+
 static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
-    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2()) return bs_kernel_tbl_l128_avx2();
+    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2() && !tbl_off()) return bs_kernel_tbl_l128_avx2();
     return bs_kernel_l128_avx2();
 }
 
@@ -437,13 +443,25 @@ static void run(const plan *p, const bs_weight *W, bs_acts *A, int64_t n_rows, f
     j.grain = p->l128 ? 128 : 16;
     j.l128_rows = BS_KMAX_ROWS, j.l128_kc = 24;
     if (p->l128 && n_rows > BS_KMAX_ROWS) j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
-    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2())
+    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2() && !tbl_off())
         j.l128 = bs_kernel_tbl_l128_range_avx2(), j.l128_rows = L128_TBL_PASS_ROWS, j.l128_kc = L128_TBL_CHUNK;
     if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
     if (p->packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
     bs_pool_run(pool_for(W, n_rows, pool), job_matmul, &j);
+}
+
+const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level) {
+    plan p;
+    if (make_plan(W, n_rows, level, &p)) return "scalar";
+    if (p.generic) return "threaded scalar";
+    if (!p.packed) return "native";
+    const int avx512 = level >= BS_CPU_AVX512;
+    if (avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W) && bs_kernel_amx()) return "amx";
+    if (p.l128 && avx512) return n_rows >= BS_L128_PROMPT_ROWS ? "l128 prompt" : n_rows > BS_KMAX_ROWS ? "l128 chunks" : "l128";
+    if (p.l128) return p.k == bs_kernel_tbl_l128_avx2() ? (n_rows > BS_KMAX_ROWS ? "tbl chunks" : "tbl") : "l128 row";
+    return W->pack_kind == BS_PACK_Q2_X16 ? "q2 x16" : W->pack_kind == BS_PACK_Q4_X16 ? "q4 x16" : "q1 x16";
 }
 
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,

@@ -243,5 +243,7 @@ void bs_matmul_group_fast(const bs_weight *const *W, int nw, const float *x, int
                           bs_pool *pool, int level, bool *done);
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
                    int level);
+/* The kernel bs_matmul_fast takes for W and n_rows at this level, in a few words (bench). */
+const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level);
 
 #endif
