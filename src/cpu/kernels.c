@@ -355,24 +355,28 @@ static void job_matmul(void *ctx, int ith, int nth) {
     }
 }
 
-/* AVX2 L128 kernels by activation row count (bench --matmul, 5120 x 17408 and 17408 x 5120
- * Q1_0, 2 threads, this host's figures in docs/performance.md):
- *   1 row     kernels_l128_avx2.c: nothing to share; the row kernel keeps its accumulators in
- *             registers across the whole K;
- *   2+ rows   kernels_tbl_avx2.c: one index extraction per block for all rows;
- *   9+ rows   the same, L128_TBL_PASS_ROWS rows per pass over K chunks of L128_TBL_CHUNK blocks
- *             (the rows' tables, 1 KB per block each, stay in L2 across the tile's groups). */
+/* AVX2 L128 kernels by activation row count. The shared-index kernel (kernels_tbl_avx2.c)
+ * saves the index extraction (3 of ~38 vector operations per column group and 128 rows per
+ * row) but not the lookups' 4 shuffles per 32 slots, which bind the kernel on Zen 3's two
+ * shuffle pipes, and it adds index loads and a reload of each row's sums per block. Measured
+ * (bench --matmul --matmul-packed, 5120 x 17408 / 17408 x 5120 Q1_0, 2 threads, CPU time per
+ * call, medians of 3 alternating runs, AMD EPYC AVX2, load 17-21): against the row kernel
+ * 1.17 / 1.07x at 2 rows, 1.12 / 1.05x at 5, 1.24 / 1.05x at 8, 1.06 / 0.91x at 64. So every
+ * row count keeps the row kernel (8 rows per call, prompts in K chunks); BITSPARK_TBL=1 takes
+ * the shared-index kernel from L128_TBL_MIN_ROWS rows (comparisons on other CPUs), prompts
+ * L128_TBL_PASS_ROWS rows per pass over K chunks of L128_TBL_CHUNK blocks (16 rows' tables,
+ * 1 KB per block each, stay in L2 across a tile's groups). */
 #define L128_TBL_MIN_ROWS 2
 #define L128_TBL_PASS_ROWS 16
 #define L128_TBL_CHUNK 16
-static int tbl_off(void) {   /* BITSPARK_NO_TBL=1: the row kernel for every row count (comparisons) */
-    static int off = -1;
-    if (off < 0) off = bs_env_flag("BITSPARK_NO_TBL");
-    return off;
+static int tbl_on(void) {
+    static int on = -1;
+    if (on < 0) on = bs_env_flag("BITSPARK_TBL");
+    return on;
 }
 
 static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
-    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2() && !tbl_off()) return bs_kernel_tbl_l128_avx2();
+    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2() && tbl_on()) return bs_kernel_tbl_l128_avx2();
     return bs_kernel_l128_avx2();
 }
 
@@ -443,7 +447,7 @@ static void run(const plan *p, const bs_weight *W, bs_acts *A, int64_t n_rows, f
     j.grain = p->l128 ? 128 : 16;
     j.l128_rows = BS_KMAX_ROWS, j.l128_kc = 24;
     if (p->l128 && n_rows > BS_KMAX_ROWS) j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
-    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2() && !tbl_off())
+    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2() && tbl_on())
         j.l128 = bs_kernel_tbl_l128_range_avx2(), j.l128_rows = L128_TBL_PASS_ROWS, j.l128_kc = L128_TBL_CHUNK;
     if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
     if (p->packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();

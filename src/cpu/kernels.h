@@ -159,7 +159,7 @@ bs_l128_range_fn bs_kernel_l128_range_avx2(void);
 /* The same products for several activation rows with each block's nibble indices extracted
  * once for all of them (kernels_tbl_avx2.c), the one-row kernel's bits for any row count; the
  * range kernel takes any na >= 1. NULL without compiler support. Which kernel a product takes
- * by row count is bs_l128_avx2_pick's table (kernels.c), from bench --matmul. */
+ * by row count: l128_avx2_pick and its measured table (kernels.c). */
 bs_kernel_fn bs_kernel_tbl_l128_avx2(void);
 bs_l128_range_fn bs_kernel_tbl_l128_range_avx2(void);
 /* BS_PACK_Q1_L128 for a prompt of nr >= BS_L128_PROMPT_ROWS rows (kernels_l128_prompt.c): y
