@@ -17,7 +17,8 @@
  * Q1_0 is also checked repacked on AVX-512 (16-row interleave, the models' default there): as a
  * copy (bs_weight_pack, 3 row groups) and in place (bs_weight_pack_in_place, 7 groups, every row
  * unpacked by bs_weight_row back to its original bytes; the oracle reads it that way), and in
- * the 128-row layout on AVX-512 and on AVX2 (against each other, bit for bit). */
+ * the 128-row layout on AVX-512 and on AVX2 (against each other, bit for bit; AVX2's
+ * shared-index kernel for several rows against its one-row kernel, bit for bit). */
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
@@ -264,6 +265,48 @@ static void check_l128_avx2_vs_avx512(int64_t ne0, int64_t ne1, bs_pool **pools)
     free(wd);
 }
 
+/* The AVX2 shared-index L128 kernel (kernels_tbl_avx2.c) called directly gives the one-row
+ * kernel's bits for every row of 1..16-row passes, over the whole K and over K cut into chunks
+ * of 1..3 blocks, on every group of the matrix and on a sub-range of groups. */
+static void check_tbl_avx2(int64_t ne0, int64_t ne1, bs_pool **pools) {
+    enum { MAXR = 16 };
+    uint8_t *wd = make_weight(BS_Q1_0, ne0, ne1, 0);
+    bs_weight W = {.type = BS_Q1_0, .ne0 = ne0, .ne1 = ne1, .data = wd, .row_bytes = bs_row_size(BS_Q1_0, ne0)};
+    bs_cpu_set_level(BS_CPU_AVX2);
+    CHECK(bs_weight_pack(&W, pools[1]) == 0 && W.pack_kind == BS_PACK_Q1_L128);
+    float *x = make_acts(ne0, MAXR, 0);
+    bs_acts A;
+    CHECK(bs_acts_prepare(&A, BS_Q1_0, x, ne0, MAXR, 0, BS_CPU_AVX2) == 0);
+    const size_t stride = bs_l128_lut_stride(ne0);
+    uint8_t *lut = bs_xmalloc(stride * MAXR);
+    for (int r = 0; r < MAXR; r++) bs_l128_tables_avx2(A.qs + r * ne0, ne0, lut + (size_t)r * stride);
+    A.lut = lut;
+    A.want_lut = BS_LUT_PLANAR;
+    float *yr = bs_xmalloc((size_t)(MAXR * ne1) * sizeof(float)), *yt = bs_xmalloc((size_t)(MAXR * ne1) * sizeof(float));
+    bs_kernel_l128_avx2()(&W, 0, ne1, &A, 0, 1, yr, ne1);
+    for (int r = 1; r < MAXR; r++) bs_kernel_l128_avx2()(&W, 0, ne1, &A, r, 1, yr, ne1);
+    const int64_t nb = ne0 / 128;
+    for (int na = 1; na <= MAXR; na++)
+        for (int kc = 0; kc <= 3; kc++)
+            for (int sub = 0; sub < 2; sub++) {
+                const int64_t o0 = sub && ne1 > 128 ? 128 : 0, o1 = sub && ne1 > 256 ? 256 : ne1;
+                memset(yt, 0xff, (size_t)(MAXR * ne1) * sizeof(float));
+                for (int64_t a = 0; a < MAXR; a += na)
+                    for (int64_t b0 = 0; b0 < nb; b0 += kc ? kc : nb)
+                        bs_kernel_tbl_l128_range_avx2()(&W, o0, o1, &A, a, (int)BS_MIN(na, MAXR - a), yt, ne1, b0,
+                                                        BS_MIN(nb, b0 + (kc ? kc : nb)));
+                int bad = 0;
+                for (int64_t r = 0; r < MAXR; r++)
+                    bad += memcmp(yt + r * ne1 + o0, yr + r * ne1 + o0, (size_t)(o1 - o0) * sizeof(float)) != 0;
+                CHECKF(!bad, "tbl vs row kernel: ne0=%lld ne1=%lld, %d rows per pass, chunks of %d blocks, groups %lld..%lld: %d rows differ",
+                       (long long)ne0, (long long)ne1, na, kc, (long long)o0, (long long)o1, bad);
+            }
+    A.lut = NULL;
+    bs_acts_free(&A);
+    bs_weight_release(&W);
+    free(lut), free(wd), free(x), free(yr), free(yt);
+}
+
 /* The drafter pack's X16 Q4_1 kernel on AVX2 gives the AVX-512 one's bits (1..9 and 20 rows,
  * 1..3 threads). */
 static void check_q4_avx2_vs_avx512(int64_t ne0, bs_pool **pools) {
@@ -424,6 +467,8 @@ int main(void) {
     CHECK(pools[1] && pools[2]);
     printf("cpu: %s, max level %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_top_level()));
     if (bs_cpu_top_level() >= BS_CPU_AVX2 && bs_kernel_l128_avx2()) check_l128_tables(bs_cpu_top_level());
+    if (X86 && bs_cpu_top_level() >= BS_CPU_AVX2 && bs_kernel_tbl_l128_avx2() && !bs_weight_exact())
+        check_tbl_avx2(5120, 256, pools);   /* the 27B's K */
     if (X86 && bs_cpu_top_level() >= BS_CPU_AVX512 && !bs_weight_exact()) check_amx(pools);
     for (int level = BS_CPU_SCALAR + 1; level <= bs_cpu_top_level(); level++) {
         check_quantizer(level, 0);
@@ -446,6 +491,7 @@ int main(void) {
                 if (X86 && type == BS_Q1_0 && level == BS_CPU_AVX2 && !bs_weight_exact() && bs_kernel_l128_avx2() && mi < 3) {
                     check_case(type, ne0, 128, level, pools, PACK_COPY);   /* L128, the only AVX2 layout */
                     check_case(type, ne0, 384, level, pools, PACK_IN_PLACE);
+                    if (bs_kernel_tbl_l128_avx2()) check_tbl_avx2(ne0, mi ? 384 : 256, pools);
                     if (bs_cpu_top_level() >= BS_CPU_AVX512) check_l128_avx2_vs_avx512(ne0, mi ? 384 : 256, pools);
                 }
                 if (X86 && type == BS_Q1_0 && level >= BS_CPU_AVX512 && !bs_weight_exact()) {   /* 3 or 7 groups of 16 rows */

@@ -44,6 +44,7 @@ typedef struct {
     const char *mm_type;
     long mm_mb;                 /* MiB of weight copies in kernel mode */
     int mm_rows[MAX_LIST], n_mm_rows;   /* activation rows per product in kernel mode */
+    int mm_packed_only;         /* kernel mode: skip the native layout's rows */
     int membw;
     int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
     const char *device;         /* --device */
@@ -155,9 +156,9 @@ static int bench_matmul(const bench_opts *o) {
     bs_rng_seed(&rng, 42);
     printf("cpu: %s, kernels: %s\n", bs_cpu_describe(), bs_cpu_level_name(bs_cpu_level()));
     printf("(cpu ms: process CPU time per call, all threads; on a loaded machine wall time overstates cost)\n");
-    printf("| %-8s | %-6s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s | %9s |\n", "type", "layout", "ne0", "ne1",
-           "threads", "rows", "ms/call", "GB/s", "vs 1st", "cpu ms", "GMAC/s");
-    printf("| -------- | ------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: | --------: |\n");
+    printf("| %-8s | %-6s | %-12s | %6s | %6s | %7s | %4s | %9s | %8s | %9s | %9s | %9s |\n", "type", "layout", "kernel", "ne0",
+           "ne1", "threads", "rows", "ms/call", "GB/s", "vs 1st", "cpu ms", "GMAC/s");
+    printf("| -------- | ------ | ------------ | -----: | -----: | ------: | ---: | --------: | -------: | --------: | --------: | --------: |\n");
     for (int s = 0; s < 2; s++) {
         const int64_t ne0 = shapes[s][0], ne1 = shapes[s][1];
         size_t wbytes = bs_row_size(type, ne0) * (size_t)ne1;
@@ -175,7 +176,7 @@ static int bench_matmul(const bench_opts *o) {
         for (int c = 0; c < copies; c++)
             W[c] = (bs_weight){.type = type, .ne0 = ne0, .ne1 = ne1, .data = mem + (size_t)c * wbytes,
                                .row_bytes = bs_row_size(type, ne0), .name = "bench"};
-        for (int layout = 0; layout < 2; layout++) {
+        for (int layout = o->mm_packed_only; layout < 2; layout++) {
             if (layout == 1) {   /* repacked copies (bs_weight_pack), when this CPU has such a kernel */
                 bs_pool *pp = bs_pool_new(o->threads[o->n_threads - 1]);
                 double t0 = bs_time();
@@ -199,9 +200,9 @@ static int bench_matmul(const bench_opts *o) {
                         if (rep > 0 && dc < cbest) cbest = dc;
                     }
                     if (ri == 0) t1 = best;
-                    printf("| %-8s | %-6s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f | %9.1f |\n",
+                    printf("| %-8s | %-6s | %-12s | %6lld | %6lld | %7d | %4d | %9.3f | %8.2f | %8.2fx | %9.3f | %9.1f |\n",
                            bs_type_name(type), !layout ? "native" : W[0].pack_kind == BS_PACK_Q1_L128 ? "l128" : "x16",
-                           (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
+                           bs_kernel_describe(&W[0], rows[ri], bs_cpu_level()), (long long)ne0, (long long)ne1, o->threads[ti], rows[ri], best * 1e3,
                            (double)wbytes / best / 1e9, best / t1, cbest * 1e3, (double)ne0 * (double)ne1 * rows[ri] / best / 1e9);
                     fflush(stdout);
                 }
@@ -618,6 +619,7 @@ int cmd_bench(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--matmul")) o.matmul = 1;
         else if (!strcmp(a, "--matmul-type")) { if (!(o.mm_type = cli_value(argc, argv, &i))) return cli_fail("bench"); }
+        else if (!strcmp(a, "--matmul-packed")) o.mm_packed_only = 1;
         else if (!strcmp(a, "--no-membw")) o.membw = 0;
         else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
         else if (!strcmp(a, "--no-mmap")) o.no_mmap = 1;
@@ -659,6 +661,7 @@ void help_bench(void) {
            "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
            "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
            "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
+           "  --matmul-packed      only the repacked layout's rows (the kernel column: which kernel ran)\n"
            "  --mmproj FILE        the vision encoder on random preprocessed pixels: ms per image, output\n"
            "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
            "                       --image-size WxH or N: default the projector's image_size, rounded up\n"

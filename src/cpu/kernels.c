@@ -273,6 +273,7 @@ typedef struct {
     bs_kernel_fn k;
     bs_l128_range_fn l128;  /* BS_PACK_Q1_L128 for a prompt: K cut into chunks (job_l128) */
     bs_l128_prompt_fn l128p;   /* ... for BS_L128_PROMPT_ROWS rows and more */
+    int l128_rows, l128_kc;    /* activation rows per l128 call, blocks per K chunk */
     int64_t n_rows, tile;
     int level;
     uint8_t *qscratch;      /* job_quantize: one row's blocks per thread */
@@ -300,12 +301,12 @@ static void job_quantize(void *ctx, int ith, int nth) {
  * the tables were measured not to be the bound, and rows run whole as before. */
 static void job_l128(job *j, int64_t lo, int64_t hi) {
     const int64_t nb = j->W->ne0 / 128, nr = j->n_rows;
-    const int64_t kc = BS_MIN(bs_l128_chunk_blocks > 0 ? bs_l128_chunk_blocks : 24, nb);
+    const int64_t kc = BS_MIN(bs_l128_chunk_blocks > 0 ? bs_l128_chunk_blocks : j->l128_kc, nb);
     const int64_t tile = bs_l128_chunk_blocks > 0 ? 128 : BS_MAX(128, (512 * 1024) / (kc * 18) / 128 * 128);
     for (int64_t b0 = 0; b0 < nb; b0 += kc)
         for (int64_t o = lo; o < hi; o += tile)
-            for (int64_t a = 0; a < nr; a += BS_KMAX_ROWS)
-                j->l128(j->W, o, BS_MIN(o + tile, hi), j->A, a, (int)BS_MIN(BS_KMAX_ROWS, nr - a), j->y, j->W->ne1,
+            for (int64_t a = 0; a < nr; a += j->l128_rows)
+                j->l128(j->W, o, BS_MIN(o + tile, hi), j->A, a, (int)BS_MIN(j->l128_rows, nr - a), j->y, j->W->ne1,
                         b0, BS_MIN(b0 + kc, nb));
 }
 
@@ -354,6 +355,31 @@ static void job_matmul(void *ctx, int ith, int nth) {
     }
 }
 
+/* AVX2 L128 kernels by activation row count. The shared-index kernel (kernels_tbl_avx2.c)
+ * saves the index extraction (3 of ~38 vector operations per column group and 128 rows per
+ * row) but not the lookups' 4 shuffles per 32 slots, which bind the kernel on Zen 3's two
+ * shuffle pipes, and it adds index loads and a reload of each row's sums per block. Measured
+ * (bench --matmul --matmul-packed, 5120 x 17408 / 17408 x 5120 Q1_0, 2 threads, CPU time per
+ * call, medians of 3 alternating runs, AMD EPYC AVX2, load 17-21): against the row kernel
+ * 1.17 / 1.07x at 2 rows, 1.12 / 1.05x at 5, 1.24 / 1.05x at 8, 1.06 / 0.91x at 64. So every
+ * row count keeps the row kernel (8 rows per call, prompts in K chunks); BITSPARK_TBL=1 takes
+ * the shared-index kernel from L128_TBL_MIN_ROWS rows (comparisons on other CPUs), prompts
+ * L128_TBL_PASS_ROWS rows per pass over K chunks of L128_TBL_CHUNK blocks (16 rows' tables,
+ * 1 KB per block each, stay in L2 across a tile's groups). */
+#define L128_TBL_MIN_ROWS 2
+#define L128_TBL_PASS_ROWS 16
+#define L128_TBL_CHUNK 16
+static int tbl_on(void) {
+    static int on = -1;
+    if (on < 0) on = bs_env_flag("BITSPARK_TBL");
+    return on;
+}
+
+static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
+    if (n_rows >= L128_TBL_MIN_ROWS && bs_kernel_tbl_l128_avx2() && tbl_on()) return bs_kernel_tbl_l128_avx2();
+    return bs_kernel_l128_avx2();
+}
+
 /* A product's kernel choice and what it needs of its activations. */
 typedef struct {
     const bs_type_traits *t;
@@ -369,7 +395,7 @@ static int make_plan(const bs_weight *W, int64_t n_rows, int level, plan *p) {
     bs_kernel_fn k = NULL;
     p->l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
-    else if (p->l128 && level >= BS_CPU_AVX2) k = bs_kernel_l128_avx2();
+    else if (p->l128 && level >= BS_CPU_AVX2) k = l128_avx2_pick(n_rows);
     else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q2_x16_avx2();
     else if (W->packed && W->pack_kind == BS_PACK_Q4_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q4_x16_avx2();
     p->packed = k != NULL;
@@ -419,12 +445,27 @@ static void run(const plan *p, const bs_weight *W, bs_acts *A, int64_t n_rows, f
     job j = {.W = W, .t = p->t, .A = A, .y = y, .k = p->k, .n_rows = n_rows, .level = level};
     /* ~256 KiB of weights per tile, a multiple of the layout's row group */
     j.grain = p->l128 ? 128 : 16;
+    j.l128_rows = BS_KMAX_ROWS, j.l128_kc = 24;
     if (p->l128 && n_rows > BS_KMAX_ROWS) j.l128 = avx512 ? bs_kernel_l128_range_avx512() : bs_kernel_l128_range_avx2();
+    if (p->l128 && n_rows > BS_KMAX_ROWS && !avx512 && bs_kernel_tbl_l128_range_avx2() && tbl_on())
+        j.l128 = bs_kernel_tbl_l128_range_avx2(), j.l128_rows = L128_TBL_PASS_ROWS, j.l128_kc = L128_TBL_CHUNK;
     if (j.l128 && avx512 && n_rows >= BS_L128_PROMPT_ROWS) j.l128p = bs_kernel_l128_prompt_avx512();
     if (p->packed && avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W)) j.amx = bs_kernel_amx();
     j.tile = (int64_t)((256 * 1024) / (W->row_bytes ? W->row_bytes : 1)) / j.grain * j.grain;
     if (j.tile < j.grain) j.tile = j.grain;
     bs_pool_run(pool_for(W, n_rows, pool), job_matmul, &j);
+}
+
+const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level) {
+    plan p;
+    if (make_plan(W, n_rows, level, &p)) return "scalar";
+    if (p.generic) return "threaded scalar";
+    if (!p.packed) return "native";
+    const int avx512 = level >= BS_CPU_AVX512;
+    if (avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W) && bs_kernel_amx()) return "amx";
+    if (p.l128 && avx512) return n_rows >= BS_L128_PROMPT_ROWS ? "l128 prompt" : n_rows > BS_KMAX_ROWS ? "l128 chunks" : "l128";
+    if (p.l128) return p.k == bs_kernel_tbl_l128_avx2() ? (n_rows > BS_KMAX_ROWS ? "tbl chunks" : "tbl") : "l128 row";
+    return W->pack_kind == BS_PACK_Q2_X16 ? "q2 x16" : W->pack_kind == BS_PACK_Q4_X16 ? "q4 x16" : "q1 x16";
 }
 
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,

@@ -156,6 +156,12 @@ enum { BS_LUT_NONE = 0, BS_LUT_INT16 = 1, BS_LUT_PLANAR = 2 };
 void bs_l128_tables_avx2(const int8_t *qs, int64_t n, uint8_t *lut);
 bs_kernel_fn bs_kernel_l128_avx2(void);
 bs_l128_range_fn bs_kernel_l128_range_avx2(void);
+/* The same products for several activation rows with each block's nibble indices extracted
+ * once for all of them (kernels_tbl_avx2.c), the one-row kernel's bits for any row count; the
+ * range kernel takes any na >= 1. NULL without compiler support. Which kernel a product takes
+ * by row count: l128_avx2_pick and its measured table (kernels.c). */
+bs_kernel_fn bs_kernel_tbl_l128_avx2(void);
+bs_l128_range_fn bs_kernel_tbl_l128_range_avx2(void);
 /* BS_PACK_Q1_L128 for a prompt of nr >= BS_L128_PROMPT_ROWS rows (kernels_l128_prompt.c): y
  * rows [o0, o1) (whole 128-row groups) for every activation row, bit-identical to the range
  * kernel; scratch: bs_l128_prompt_scratch(W) bytes, 64-aligned, the calling thread's own. */
@@ -237,5 +243,7 @@ void bs_matmul_group_fast(const bs_weight *const *W, int nw, const float *x, int
                           bs_pool *pool, int level, bool *done);
 int bs_matmul_fast(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_pool *pool,
                    int level);
+/* The kernel bs_matmul_fast takes for W and n_rows at this level, in a few words (bench). */
+const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level);
 
 #endif
