@@ -15,7 +15,10 @@ void help_devices(void) {
            "  cpu         the CPU kernels (always there)\n"
            "  vulkan:N    Vulkan device N (libvulkan.so.1 at run time; none without a loader)\n"
            "'auto' (the default) takes the first discrete, else integrated GPU, else the CPU; a CPU\n"
-           "Vulkan device (Mesa's lavapipe) only when named or with BITSPARK_VK_ALLOW_CPU=1.\n");
+           "Vulkan device (Mesa's lavapipe) only when named or with BITSPARK_VK_ALLOW_CPU=1.\n"
+           "For each Vulkan device: its memory heaps (free space from VK_EXT_memory_budget where the\n"
+           "driver has it), the largest allocation and buffer, and the heaps device buffers take in\n"
+           "order (the next when one is full).\n");
 }
 
 static const char *yes(bool b) { return b ? "yes" : "no"; }
