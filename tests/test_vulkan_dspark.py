@@ -15,8 +15,10 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-os.environ["BITSPARK_VK_VALIDATE"] = "1"
 import test_dspark_fixtures as fx  # noqa: E402
+import vk_lib  # noqa: E402
+
+os.environ.update(vk_lib.validation_env(fx.BIN))
 
 SKIP = 77
 DEV = ["--device", "vulkan"]

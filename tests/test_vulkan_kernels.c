@@ -9,6 +9,9 @@
  *    number of rows evaluated together; Bonsai-27B's 5120 and 17408 columns too;
  *  - matrices split by rows (a small maxStorageBufferRange forced), with the plain int8 sums
  *    instead of dp4a, give the same bits;
+ *  - on a discrete GPU's memory (BITSPARK_VK_FAKE_MEMORY: device buffers only through the
+ *    staging ring) with a 32 KiB maxMemoryAllocationSize, F32 and Q8_0 matrices are split by
+ *    it and give the same bits; a buffer past it is refused with a message;
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
 /* GCC 12's aarch64 vectorizer crashes (internal compiler error in vect_transform_reduction) on
  * this file's reference reductions, which need not be vectorized. */
@@ -159,6 +162,22 @@ static void check_parse(void) {
     CHECK(bs_vk_parse_device("gpu", &kind, &index) < 0);
 }
 
+/* A buffer past maxMemoryAllocationSize (32 KiB here) is refused with a message, not a crash
+ * or a driver error. */
+static void check_alloc_limit(bs_vk_ctx *cm) {
+    const int64_t d = 256, rows = 64, n = 40;   /* 40 rows of 256 floats: 40 KiB of input */
+    uint8_t *wq;
+    bs_vk_matrix *m = upload(cm, BS_Q8_0, d, rows, &wq);
+    CHECKF(m != NULL, "upload: %s", bs_last_error());
+    float *x = calloc((size_t)(d * n), sizeof *x), *y = calloc((size_t)(rows * n), sizeof *y);
+    CHECK(m && bs_vk_matvec(cm, m, x, (int)n, y) != 0);
+    CHECKF(strstr(bs_last_error(), "binding") || strstr(bs_last_error(), "larger than the device allows"),
+           "past the allocation limit: %s", bs_last_error());
+    bs_clear_error();
+    bs_vk_matrix_free(cm, m);
+    free(x); free(y); free(wq);
+}
+
 int main(void) {
     check_parse();
     bs_vk_device_info info[8];
@@ -177,6 +196,12 @@ int main(void) {
     bs_vk_ctx *cs = bs_vk_open(dev);
     unsetenv("BITSPARK_VK_MAX_BINDING");
     unsetenv("BITSPARK_VK_DP4A");
+    /* a third on a discrete GPU's memory (tests: faked over the device's; device buffers then
+     * only through the staging ring) with 32 KiB in one allocation: larger weights are split */
+    setenv("BITSPARK_VK_FAKE_MEMORY", "discrete,256K:dl+hv+hc,1G:dl,4G:hv+hc+hca,maxalloc=32K", 1);
+    bs_vk_ctx *cm = bs_vk_open(dev);
+    unsetenv("BITSPARK_VK_FAKE_MEMORY");
+    CHECKF(cm != NULL, "a context on faked memory: %s", bs_last_error());
     printf("int8 products: %s (the second context: plain)\n", bs_vk_uses_dp4a(c) ? "dp4a" : "plain");
     CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);
@@ -187,6 +212,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         check_matvec(c, NULL, types[i], 256, 67);   /* odd rows, one 64-row workgroup and a bit */
         check_matvec(c, cs, types[i], 768, 203);    /* split into parts when 4096 bytes bind */
+    }
+    if (cm) {
+        check_matvec(c, cm, BS_F32, 768, 203);
+        check_matvec(c, cm, BS_Q8_0, 768, 203);
+        check_alloc_limit(cm);
     }
     /* Bonsai-27B's shapes: attention/FFN inputs of 5120 and the FFN down input of 17408
      * columns (odd row counts, fewer rows than the model has) */
@@ -199,6 +229,7 @@ int main(void) {
     const double gbs = bs_vk_copy_bandwidth(c, 8u << 20, 4);
     CHECKF(gbs > 0, "copy bandwidth: %s", bs_last_error());
     printf("copy kernel: %.2f GB/s\n", gbs);
+    bs_vk_close(cm);
     bs_vk_close(cs);
     bs_vk_close(c);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());

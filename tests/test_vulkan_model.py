@@ -21,13 +21,14 @@ import sys
 
 import numpy as np
 
+import vk_lib
 from fixture_lib import MODELS, F32_WORST, Q_MEDIAN, Q_WORST, MARGIN, TAPS_BOUND, failures, fail, env
 
 SKIP = 77
 
 
 BITSPARK, FIX, TMP, SRC = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP'), env('BS_SRC')
-VK_ENV = dict(os.environ, BITSPARK_VK_VALIDATE='1')
+VK_ENV = vk_lib.validation_env(BITSPARK)
 VK_ENV.pop('BITSPARK_DEVICE', None)   # the suite pins the CPU; here auto is under test
 
 

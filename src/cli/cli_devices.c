@@ -5,6 +5,7 @@
 #include "io/util.h"
 #include "vulkan/backend.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,10 +15,39 @@ void help_devices(void) {
            "  cpu         the CPU kernels (always there)\n"
            "  vulkan:N    Vulkan device N (libvulkan.so.1 at run time; none without a loader)\n"
            "'auto' (the default) takes the first discrete, else integrated GPU, else the CPU; a CPU\n"
-           "Vulkan device (Mesa's lavapipe) only when named or with BITSPARK_VK_ALLOW_CPU=1.\n");
+           "Vulkan device (Mesa's lavapipe) only when named or with BITSPARK_VK_ALLOW_CPU=1.\n"
+           "For each Vulkan device: its memory heaps (free space from VK_EXT_memory_budget where the\n"
+           "driver has it), the largest allocation and buffer, and the heaps device buffers take in\n"
+           "order (the next when one is full).\n");
 }
 
 static const char *yes(bool b) { return b ? "yes" : "no"; }
+
+static void size_str(uint64_t b, char *out, size_t n) {
+    if (b == UINT64_MAX) snprintf(out, n, "unbounded");
+    else if (b >= (1ull << 30)) snprintf(out, n, "%.1f GiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(out, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(out, n, "%.1f KiB", b / 1024.0);
+}
+
+/* The heaps, the allocation limits and where device buffers go (the first heap, then the
+ * fallbacks when it is full). */
+static void print_memory(const bs_vk_device_info *d) {
+    char a[32], b[32];
+    printf("  memory heaps:");
+    for (int h = 0; h < d->n_heaps; h++) {
+        size_str(d->heaps[h].size, a, sizeof a);
+        size_str(d->heaps[h].free, b, sizeof b);
+        printf("%s %d: %s %s, %s free", h ? ";" : "", h, a, d->heaps[h].device_local ? "device-local" : "host", b);
+    }
+    size_str(d->max_alloc, a, sizeof a);
+    size_str(d->max_buffer, b, sizeof b);
+    printf("\n  max allocation %s, max buffer %s, memory budget %s, %s memory%s\n", a, b, yes(d->memory_budget),
+           d->unified ? "unified" : "discrete", d->fake_memory ? " (faked by BITSPARK_VK_FAKE_MEMORY)" : "");
+    char plan[1024];
+    bs_vk_memory_plan(d, plan, sizeof plan);
+    printf("  device buffers: %s\n", plan);
+}
 
 int cmd_devices(int argc, char **argv) {
     if (argc > 1) {
@@ -42,6 +72,7 @@ int cmd_devices(int argc, char **argv) {
                d->api_version >> 22, (d->api_version >> 12) & 0x3ff, d->api_version & 0xfff, d->driver);
         printf("  memory %.1f GiB, max binding %.0f MiB, shared %u KiB, subgroup %u\n", d->heap_bytes / 1073741824.0,
                d->max_binding / 1048576.0, d->shared_mem / 1024, d->subgroup_size);
+        print_memory(d);
         printf("  int8 %s, int16 %s, fp16 %s, 8-bit storage %s, 16-bit storage %s, buffer addresses %s,\n"
                "  integer dot product %s, cooperative matrix %s, timestamps %s\n",
                yes(d->int8), yes(d->int16), yes(d->fp16), yes(d->storage8), yes(d->storage16), yes(d->bda),

@@ -30,6 +30,15 @@ typedef struct bs_vk_device_info {
     uint32_t shared_mem;         /* maxComputeSharedMemorySize */
     uint64_t max_binding;        /* maxStorageBufferRange */
     uint64_t heap_bytes;         /* largest device-local heap */
+    uint64_t max_alloc;          /* maxMemoryAllocationSize (Maintenance3) */
+    uint64_t max_buffer;         /* maxBufferSize (Maintenance4), or max_alloc without it */
+    bool unified;                /* device memory is the host's (integrated GPU, CPU device):
+                                    device buffers in host-visible device memory, mapped */
+    bool memory_budget;          /* VK_EXT_memory_budget: heaps' free space from the driver */
+    bool fake_memory;            /* the heaps and types of BITSPARK_VK_FAKE_MEMORY (tests) */
+    int n_heaps, n_types;
+    struct { uint64_t size, free; bool device_local; } heaps[16];
+    struct { uint32_t flags; int heap; } types[32];   /* flags: VkMemoryPropertyFlags */
     bool int8, int16, fp16, storage8, storage16, bda;
     bool dot_product;            /* VK_KHR_shader_integer_dot_product's feature (dp4a) */
     bool coop_matrix;            /* VK_KHR_cooperative_matrix */
@@ -62,6 +71,11 @@ const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
 /* Messages the validation layer reported (BITSPARK_VK_VALIDATE=1) since the process began. */
 int bs_vk_validation_messages(void);
+/* Whether the Vulkan loader offers instance layer `name` (false without a loader). */
+bool bs_vk_has_layer(const char *name);
+/* Which memory heap a device buffer goes to first and which types follow, in words ("heap 1
+ * (device-local, 8.0 GiB, 7.9 GiB free)"), for `devices`. */
+void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n);
 
 /* A weight matrix as the model holds it: ne1 rows of ne0 elements of ggml type `type`, rows of
  * row_bytes (formats/quant.h's layout), contiguous from data. */

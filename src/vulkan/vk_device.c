@@ -43,6 +43,20 @@ static bool has_layer(const bs_vk_fns *fn, const char *name) {
     return found;
 }
 
+bool bs_vk_has_layer(const char *name) {
+    /* before (or without) the instance: the loader's global entry points only */
+    const char *lib = getenv("BITSPARK_VK_LOADER");
+    void *h = dlopen(lib && *lib ? lib : "libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return false;
+    bs_vk_fns fn = {0};
+    fn.vkGetInstanceProcAddr = (PFN_vkGetInstanceProcAddr)dlsym(h, "vkGetInstanceProcAddr");
+    if (fn.vkGetInstanceProcAddr)
+        fn.vkEnumerateInstanceLayerProperties =
+            (PFN_vkEnumerateInstanceLayerProperties)fn.vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceLayerProperties");
+    const bool found = fn.vkEnumerateInstanceLayerProperties && has_layer(&fn, name);
+    return found;   /* h stays open, as the instance's does (it is the same handle) */
+}
+
 static int fail(const char *fmt, const char *arg) {
     snprintf(g_err, sizeof g_err, fmt, arg);
     return -1;
@@ -169,14 +183,126 @@ static int compute_family(const bs_vk_fns *fn, VkPhysicalDevice p, bool *timesta
     return best;
 }
 
-static void describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_device_info *o) {
+/* A size in bytes, or with K, M or G; 0 when it is not one. */
+static uint64_t parse_size(const char *s, const char **end) {
+    char *e;
+    const unsigned long long v = strtoull(s, &e, 10);
+    uint64_t m = 1;
+    if (*e == 'K' || *e == 'k') m = 1ull << 10;
+    else if (*e == 'M' || *e == 'm') m = 1ull << 20;
+    else if (*e == 'G' || *e == 'g') m = 1ull << 30;
+    if (m > 1) e++;
+    *end = e;
+    return e == s ? 0 : (uint64_t)v * m;
+}
+
+static uint32_t parse_flags(const char *s) {
+    static const struct { const char *name; uint32_t bit; } F[] = {
+        {"dl", VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT}, {"hv", VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT},
+        {"hc", VK_MEMORY_PROPERTY_HOST_COHERENT_BIT}, {"hca", VK_MEMORY_PROPERTY_HOST_CACHED_BIT}};
+    uint32_t f = 0;
+    while (*s) {
+        const size_t n = strcspn(s, "+");
+        size_t k = 0;
+        while (k < 4 && !(strlen(F[k].name) == n && !strncmp(F[k].name, s, n))) k++;
+        if (k == 4) return UINT32_MAX;
+        f |= F[k].bit;
+        s += n + (s[n] == '+');
+    }
+    return f;
+}
+
+/* BITSPARK_VK_FAKE_MEMORY (tests): heaps and types made up over the driver's, so that lavapipe
+ * (one heap, one type with every flag) takes a discrete GPU's paths. Comma-separated entries:
+ * "discrete" or "integrated" (which memory policy: see bs_vk_mem_order), SIZE:FLAGS (one heap
+ * of SIZE holding one type; FLAGS dl, hv, hc, hca joined by '+'; the heap is device-local with
+ * dl), maxalloc=SIZE, maxbuffer=SIZE. Each type is backed by the first real type that has its
+ * host flags; allocations past a fake heap's size fail as the driver's would. */
+static int fake_memory(const char *spec, const VkPhysicalDeviceMemoryProperties *real, bs_vk_device_info *o,
+                       VkPhysicalDeviceMemoryProperties *mp, uint32_t *real_type) {
+    const uint32_t host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+                          VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    memset(mp, 0, sizeof *mp);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        const char *end;
+        if (!strcmp(e, "discrete") || !strcmp(e, "integrated")) { o->unified = e[0] == 'i'; continue; }
+        if (!strncmp(e, "maxalloc=", 9) || !strncmp(e, "maxbuffer=", 10)) {
+            const uint64_t v = parse_size(strchr(e, '=') + 1, &end);
+            if (!v || *end) return bs_error("BITSPARK_VK_FAKE_MEMORY: bad size in '%s'", e);
+            *(e[3] == 'a' ? &o->max_alloc : &o->max_buffer) = v;
+            continue;
+        }
+        const uint64_t size = parse_size(e, &end);
+        const uint32_t f = *end == ':' ? parse_flags(end + 1) : UINT32_MAX;
+        if (!size || f == UINT32_MAX || mp->memoryHeapCount >= 16)
+            return bs_error("BITSPARK_VK_FAKE_MEMORY: bad entry '%s' (SIZE:dl+hv+hc+hca, discrete, integrated, "
+                            "maxalloc=SIZE, maxbuffer=SIZE)", e);
+        uint32_t t = 0;
+        while (t < real->memoryTypeCount && (real->memoryTypes[t].propertyFlags & (f & host)) != (f & host)) t++;
+        if (t == real->memoryTypeCount) return bs_error("BITSPARK_VK_FAKE_MEMORY: no real memory type has the host flags of '%s'", e);
+        const uint32_t h = mp->memoryHeapCount++;
+        mp->memoryHeaps[h].size = size;
+        mp->memoryHeaps[h].flags = (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? VK_MEMORY_HEAP_DEVICE_LOCAL_BIT : 0;
+        mp->memoryTypes[h].propertyFlags = f;
+        mp->memoryTypes[h].heapIndex = h;
+        real_type[h] = t;
+        mp->memoryTypeCount++;
+    }
+    if (!mp->memoryHeapCount) return bs_error("BITSPARK_VK_FAKE_MEMORY names no heap");
+    if (o->max_buffer > o->max_alloc) o->max_buffer = o->max_alloc;
+    o->fake_memory = true;
+    return 0;
+}
+
+/* The heaps and types as the backend sees them (real, or faked), their free space, the
+ * allocation limits and the memory policy (unified: integrated GPUs and CPU devices). */
+static int memory_info(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_info *o,
+                       VkPhysicalDeviceMemoryProperties *mp, uint32_t *real_type) {
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT bud = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                            .pNext = o->memory_budget ? &bud : NULL};
+    fn->vkGetPhysicalDeviceMemoryProperties2(p, &m2);
+    *mp = m2.memoryProperties;
+    for (uint32_t i = 0; i < VK_MAX_MEMORY_TYPES; i++) real_type[i] = i;
+    o->unified = o->type == BS_VK_INTEGRATED || o->type == BS_VK_CPU;
+    const char *fake = getenv("BITSPARK_VK_FAKE_MEMORY");
+    if (fake && *fake) {
+        if (fake_memory(fake, &m2.memoryProperties, o, mp, real_type)) return -1;
+        o->memory_budget = false;
+    }
+    o->n_heaps = (int)BS_MIN(mp->memoryHeapCount, 16u);
+    o->n_types = (int)BS_MIN(mp->memoryTypeCount, 32u);
+    o->heap_bytes = 0;
+    for (int i = 0; i < o->n_heaps; i++) {
+        const uint64_t size = mp->memoryHeaps[i].size, used = o->memory_budget ? bud.heapUsage[i] : 0;
+        const uint64_t budget = o->memory_budget ? BS_MIN(bud.heapBudget[i], size) : size;
+        o->heaps[i].size = size;
+        o->heaps[i].free = budget > used ? budget - used : 0;
+        o->heaps[i].device_local = mp->memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
+        if (o->heaps[i].device_local && size > o->heap_bytes) o->heap_bytes = size;
+    }
+    for (int i = 0; i < o->n_types; i++) {
+        o->types[i].flags = mp->memoryTypes[i].propertyFlags;
+        o->types[i].heap = (int)mp->memoryTypes[i].heapIndex;
+    }
+    return 0;
+}
+
+static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_device_info *o,
+                    VkPhysicalDeviceMemoryProperties *mp, uint32_t *real_type) {
     memset(o, 0, sizeof *o);
-    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    VkPhysicalDeviceMaintenance4Properties m4 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES};
+    VkPhysicalDeviceMaintenance3Properties m3 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceDriverProperties drv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES, .pNext = &m3};
     VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES, .pNext = &drv};
     VkPhysicalDeviceProperties2 pr = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sub};
     VkPhysicalDeviceProperties base;
     fn->vkGetPhysicalDeviceProperties(p, &base);
     const bool v12 = base.apiVersion >= VK_API_VERSION_1_2;
+    const bool maint4 = base.apiVersion >= VK_API_VERSION_1_3 || has_ext(fn, p, "VK_KHR_maintenance4");
+    if (maint4) m3.pNext = &m4;
     if (v12) fn->vkGetPhysicalDeviceProperties2(p, &pr);
     else pr.properties = base;
     o->index = index;
@@ -188,11 +314,11 @@ static void describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_d
     o->shared_mem = base.limits.maxComputeSharedMemorySize;
     o->max_binding = base.limits.maxStorageBufferRange;
     o->timestamp_ns = base.limits.timestampPeriod;
-    VkPhysicalDeviceMemoryProperties mp;
-    fn->vkGetPhysicalDeviceMemoryProperties(p, &mp);
-    for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
-        if ((mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp.memoryHeaps[i].size > o->heap_bytes)
-            o->heap_bytes = mp.memoryHeaps[i].size;
+    /* without Maintenance3 (Vulkan 1.0 drivers) nothing bounds one allocation but its heap */
+    o->max_alloc = v12 && m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : UINT64_MAX;
+    o->max_buffer = maint4 && v12 && m4.maxBufferSize ? BS_MIN(m4.maxBufferSize, o->max_alloc) : o->max_alloc;
+    o->memory_budget = has_ext(fn, p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    if (memory_info(fn, p, o, mp, real_type)) return -1;
     if (v12) {
         VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
         VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
@@ -215,12 +341,16 @@ static void describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_d
     bool ts = false;
     compute_family(fn, p, &ts);
     o->timestamps = ts && base.limits.timestampComputeAndGraphics;
+    return 0;
 }
 
 int bs_vk_devices(bs_vk_device_info *out, int max) {
     bs_vk_instance *vi = bs_vk_instance_get();
     if (!vi) return -1;
-    for (int i = 0; i < vi->n_phys && i < max; i++) describe(&vi->fn, vi->phys[i], i, &out[i]);
+    VkPhysicalDeviceMemoryProperties mp;
+    uint32_t real_type[VK_MAX_MEMORY_TYPES];
+    for (int i = 0; i < vi->n_phys && i < max; i++)
+        if (describe(&vi->fn, vi->phys[i], i, &out[i], &mp, real_type)) return -1;
     return vi->n_phys;
 }
 
@@ -250,7 +380,11 @@ bs_vk_ctx *bs_vk_open(int index) {
     c->vi = vi;
     c->fn = &vi->fn;
     c->phys = vi->phys[index];
-    describe(c->fn, c->phys, index, &c->info);
+    if (describe(c->fn, c->phys, index, &c->info, &c->memprops, c->real_type)) {
+        free(c);
+        return NULL;
+    }
+    c->last_heap = -1;
     if (c->info.api_version < VK_API_VERSION_1_2) {
         bs_error("Vulkan device %d (%s) has Vulkan %u.%u; the backend needs 1.2", index, c->info.name,
                  VK_API_VERSION_MAJOR(c->info.api_version), VK_API_VERSION_MINOR(c->info.api_version));
@@ -274,10 +408,13 @@ bs_vk_ctx *bs_vk_open(int index) {
     c->dp4a = c->info.dot_product && !(dp_env && !strcmp(dp_env, "0"));
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
                                                            .shaderIntegerDotProduct = VK_TRUE};
-    const char *dp_ext = "VK_KHR_shader_integer_dot_product";
+    const char *exts[2];
+    uint32_t n_ext = 0;
+    if (c->dp4a) exts[n_ext++] = "VK_KHR_shader_integer_dot_product";
+    if (c->info.memory_budget) exts[n_ext++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = c->dp4a ? &dpf : NULL,
                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
-                             .enabledExtensionCount = c->dp4a, .ppEnabledExtensionNames = &dp_ext};
+                             .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
     VkResult r = c->fn->vkCreateDevice(c->phys, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {
         bs_error("Vulkan device %d (%s): vkCreateDevice failed (VkResult %d)", index, c->info.name, (int)r);
@@ -290,8 +427,9 @@ bs_vk_ctx *bs_vk_open(int index) {
      * same for every device of it, and the loader's trampolines otherwise */
     BS_VK_DEVICE_FNS(BS_VK_LOAD_D)
     fn->vkGetDeviceQueue(c->dev, c->qfam, 0, &c->queue);
-    fn->vkGetPhysicalDeviceMemoryProperties(c->phys, &c->memprops);
-    c->max_binding = c->max_weight_binding = c->info.max_binding;
+    /* one buffer holds at most what one binding, one allocation and one buffer may: weights
+     * larger than that are split into parts (bs_vk_matrix_new), other buffers refused */
+    c->max_binding = c->max_weight_binding = BS_MIN(c->info.max_binding, c->info.max_buffer);
     const char *mb = getenv("BITSPARK_VK_MAX_BINDING");   /* tests: force split tensors */
     if (mb && *mb) {
         uint64_t v = strtoull(mb, NULL, 10);

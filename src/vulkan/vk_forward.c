@@ -75,6 +75,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
                  d->head_dim, d->n_rot);
         return NULL;
     }
+    if (bs_vk_mem_check(c, bs_vk_desc_bytes(d), "the model")) return NULL;
     bs_vk_net *n = bs_xcalloc(1, sizeof *n);
     n->c = c;
     n->hp = *d;
@@ -88,6 +89,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
         bs_vk_net_free(n);
         return NULL;
     }
+    bs_vk_mem_report(c, "the model");
     return n;
 }
 

@@ -20,7 +20,8 @@
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties) \
     X(vkGetPhysicalDeviceProperties2) X(vkGetPhysicalDeviceFeatures2) \
     X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) \
-    X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr)
+    X(vkEnumerateDeviceExtensionProperties) X(vkCreateDevice) X(vkGetDeviceProcAddr) \
+    X(vkGetPhysicalDeviceMemoryProperties2)
 #define BS_VK_DEVICE_FNS(X) \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) \
     X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory) \
@@ -65,6 +66,8 @@ typedef struct bs_vk_buf {
     VkDeviceMemory mem;
     VkDeviceSize size;
     void *map;
+    VkDeviceSize bytes;          /* the allocation's size, counted against its heap */
+    int heap;
 } bs_vk_buf;
 
 enum { BS_VK_PIPE_MAX_BIND = 8 };
@@ -117,7 +120,10 @@ struct bs_vk_ctx {
     VkDevice dev;
     VkQueue queue;
     uint32_t qfam;
-    VkPhysicalDeviceMemoryProperties memprops;
+    VkPhysicalDeviceMemoryProperties memprops;   /* as info describes them (faked or real) */
+    uint32_t real_type[VK_MAX_MEMORY_TYPES];     /* the driver's type behind each of memprops' */
+    uint64_t heap_used[VK_MAX_MEMORY_HEAPS];     /* bytes this context holds in each heap */
+    int last_heap;                               /* where the last device buffer went (-1 none) */
     VkCommandPool cpool;
     VkCommandBuffer cmd;              /* what bs_vk_dispatch records into: main_cmd, or a */
     VkDescriptorPool dpool;           /* cached step's buffer and pool (bs_vk_record_into) */
@@ -201,6 +207,21 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n);
 const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n);
 const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps);
+
+/* vk_memory.c: the memory types a buffer may take, best first (device buffers: device-local
+ * memory that is not host visible on a discrete GPU, host-visible device memory on unified
+ * memory; host buffers: host-visible, cached first). Returns their count. */
+int bs_vk_mem_order(const bs_vk_device_info *d, bool host, int *types);
+/* The free bytes of heap h now (the driver's budget where VK_EXT_memory_budget is there, else
+ * its size less what this context holds; faked heaps: their size less that). */
+uint64_t bs_vk_heap_free(bs_vk_ctx *c, int h);
+/* 0 when `bytes` (at least what the weights take) fit the heaps device buffers go to; else
+ * -1 with one line: "needs 4.1 GB of device memory, heap 0 has 3.2 GB free". */
+int bs_vk_mem_check(bs_vk_ctx *c, uint64_t bytes, const char *what);
+/* Logs (info) what this context holds in each heap: "<what> loaded: 1.2 GiB in heap 1 ...". */
+void bs_vk_mem_report(bs_vk_ctx *c, const char *what);
+/* What a network's weights take at least on the device (their size in the model file). */
+uint64_t bs_vk_desc_bytes(const bs_vk_net_desc *d);
 
 /* vk_memory.c: buffers; upload_vec: a device buffer of n floats, filled from v (zeros: v NULL) */
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host);

@@ -1,7 +1,13 @@
 /* vk_memory.c: buffers, and host <-> device-local copies through a ring of host-visible chunks.
  *
- * Buffers are device-local and mapped where that memory is host visible (integrated GPUs,
- * lavapipe); host buffers (host=true) are host visible, cached where the device offers it.
+ * Device buffers (weights, KV cache, recurrent state, activations) take device-local memory.
+ * On a discrete GPU that is memory the host cannot see: host-visible device memory is a small
+ * BAR window there (about 256 MiB on most cards), or, with resizable BAR, VRAM that the host
+ * reads uncached over PCIe; uploads and read-backs go through the staging ring. On unified
+ * memory (integrated GPUs, CPU devices such as lavapipe) device-local memory is host visible and
+ * mapped. When a heap is full the next type in bs_vk_mem_order's list takes the buffer. Host
+ * buffers (host=true: step parameters, logits, taps, the ring) are host visible, cached where
+ * the device offers it. Every allocation is counted against its heap (bs_vk_heap_free).
  *
  * Loading a 27B model writes ~4 GB to device-local memory. Copying each chunk and waiting for
  * it would leave the host idle while the GPU copies and the GPU idle while the host fills the
@@ -18,52 +24,219 @@
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { CHUNK_DEFAULT = 8 << 20 };
 
-static int mem_type(const bs_vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want) {
-    for (uint32_t i = 0; i < c->memprops.memoryTypeCount; i++)
-        if ((bits & (1u << i)) && (c->memprops.memoryTypes[i].propertyFlags & want) == want) return (int)i;
+/* Flags a buffer's memory must not have: protected and lazily allocated memory, and AMD's
+ * device-coherent / uncached types (meant for other uses, slower for these). */
+static const uint32_t AVOID = VK_MEMORY_PROPERTY_PROTECTED_BIT | VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT | 0x40u | 0x80u;
+
+/* A type's rank for a buffer (lower first; -1: never). */
+static int rank(const bs_vk_device_info *d, uint32_t f, bool host) {
+    const uint32_t DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                   HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+    if (f & AVOID) return -1;
+    if (host) {
+        /* host buffers are mapped for their life and never flushed: coherent; cached reads
+         * (logits, taps, read-backs); on a discrete GPU system memory before the BAR window */
+        if ((f & (HV | HC)) != (HV | HC)) return -1;
+        return ((f & CA) ? 0 : 2) + ((f & DL) && !d->unified ? 1 : 0);
+    }
+    if (d->unified) {
+        /* the device's memory is the host's: host-visible device memory mapped, no copies */
+        if ((f & (DL | HV | HC)) == (DL | HV | HC)) return 0;
+        if (f & DL) return 1;
+        return (f & (HV | HC)) == (HV | HC) ? 2 : -1;
+    }
+    /* discrete: VRAM that the host cannot see (the host-visible part is a small BAR window, or
+     * uncached PCIe reads with resizable BAR), then any device-local type, then system memory */
+    if ((f & DL) && !(f & HV)) return 0;
+    if (f & DL) return 1;
+    return (f & HV) ? 2 : -1;
+}
+
+int bs_vk_mem_order(const bs_vk_device_info *d, bool host, int *types) {
+    int n = 0;
+    for (int r = 0; r <= 3; r++)
+        for (int t = 0; t < d->n_types; t++) {
+            if (rank(d, d->types[t].flags, host) != r) continue;
+            /* the larger heap first among types of one rank */
+            int k = n++;
+            for (; k > 0 && rank(d, d->types[types[k - 1]].flags, host) == r &&
+                   d->heaps[d->types[types[k - 1]].heap].size < d->heaps[d->types[t].heap].size; k--)
+                types[k] = types[k - 1];
+            types[k] = t;
+        }
+    return n;
+}
+
+uint64_t bs_vk_heap_free(bs_vk_ctx *c, int h) {
+    const uint64_t size = c->info.heaps[h].size, used = c->heap_used[h];
+    if (!c->info.memory_budget) return size > used ? size - used : 0;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT bud = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &bud};
+    c->fn->vkGetPhysicalDeviceMemoryProperties2(c->phys, &m2);
+    const uint64_t budget = BS_MIN(bud.heapBudget[h], size);
+    return budget > bud.heapUsage[h] ? budget - bud.heapUsage[h] : 0;
+}
+
+static void human(uint64_t b, char *out, size_t n) {
+    if (b >= (1ull << 30)) snprintf(out, n, "%.1f GiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(out, n, "%.1f MiB", b / 1048576.0);
+    else snprintf(out, n, "%.1f KiB", b / 1024.0);
+}
+
+/* The heaps device buffers may go to: those of the device-local types (and, on unified
+ * memory, the host-visible ones: the same memory). */
+static int device_heaps(const bs_vk_device_info *d, bool *in) {
+    int order[32], n = bs_vk_mem_order(d, false, order), k = 0;
+    memset(in, 0, 16 * sizeof *in);
+    for (int i = 0; i < n; i++) {
+        const int h = d->types[order[i]].heap;
+        if (!in[h] && (d->unified || (d->types[order[i]].flags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT))) in[h] = true, k++;
+    }
+    return k;
+}
+
+int bs_vk_mem_check(bs_vk_ctx *c, uint64_t bytes, const char *what) {
+    /* a CPU device's heap is the host's memory, its size a nominal figure (lavapipe says 2 GiB
+     * whatever the machine has, and allocates past it): the allocations themselves decide */
+    if (c->info.type == BS_VK_CPU && !c->info.fake_memory) return 0;
+    bool in[16];
+    device_heaps(&c->info, in);
+    uint64_t free_sum = 0;
+    char names[128] = "", num[32], fs[32], need[32];
+    int k = 0;
+    for (int h = 0; h < c->info.n_heaps; h++) {
+        if (!in[h]) continue;
+        free_sum += bs_vk_heap_free(c, h);
+        snprintf(num, sizeof num, "%s%d", k ? (k == 1 ? " and " : ", ") : "", h);
+        strncat(names, num, sizeof names - strlen(names) - 1);
+        k++;
+    }
+    if (bytes <= free_sum) return 0;
+    human(bytes, need, sizeof need);
+    human(free_sum, fs, sizeof fs);
+    if (!k) return bs_error("Vulkan: %s needs %s of device memory, and the device has no heap for it", what, need);
+    return bs_error("Vulkan: %s needs %s of device memory, heap%s %s %s %s free", what, need, k > 1 ? "s" : "", names,
+                    k > 1 ? "have" : "has", fs);
+}
+
+static uint64_t tensor_bytes(const bs_vk_tensor *t) { return t->data ? (uint64_t)t->row_bytes * (uint64_t)t->ne1 : 0; }
+
+uint64_t bs_vk_desc_bytes(const bs_vk_net_desc *d) {
+    uint64_t b = tensor_bytes(&d->tok_embd) + tensor_bytes(&d->output);
+    for (int i = 0; i < d->n_layer; i++) {
+        const bs_vk_layer_desc *L = &d->layers[i];
+        const bs_vk_tensor *ts[] = {&L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->qkv, &L->gate, &L->beta,
+                                    &L->alpha, &L->ssm_out, &L->wq, &L->wk, &L->wv, &L->wo};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) b += tensor_bytes(ts[k]);
+    }
+    return b;
+}
+
+void bs_vk_mem_report(bs_vk_ctx *c, const char *what) {
+    char line[512];
+    size_t w = (size_t)snprintf(line, sizeof line, "device memory: %s loaded:", what);
+    for (int h = 0, k = 0; h < c->info.n_heaps && w < sizeof line; h++) {
+        if (!c->heap_used[h]) continue;
+        char u[32], f[32];
+        human(c->heap_used[h], u, sizeof u);
+        human(bs_vk_heap_free(c, h), f, sizeof f);
+        w += (size_t)snprintf(line + w, sizeof line - w, "%s %s in heap %d (%s, %s free)", k++ ? ";" : "", u, h,
+                              c->info.heaps[h].device_local ? "device-local" : "host memory", f);
+    }
+    bs_log(1, "%s\n", line);
+}
+
+void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n) {
+    int order[32];
+    const int k = bs_vk_mem_order(d, false, order);
+    if (!k) { snprintf(out, n, "no memory type for device buffers"); return; }
+    size_t w = 0;
+    for (int i = 0; i < k && w < n; i++) {
+        const int t = order[i], h = d->types[t].heap;
+        const uint32_t f = d->types[t].flags;
+        char sz[32], fr[32];
+        human(d->heaps[h].size, sz, sizeof sz);
+        human(d->heaps[h].free, fr, sizeof fr);
+        w += (size_t)snprintf(out + w, n - w, "%sheap %d (type %d: %s%s, %s, %s free)", i ? ", then " : "", h, t,
+                              (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) ? "device-local" : "host",
+                              (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) ? ", host-visible" : "", sz, fr);
+    }
+}
+
+/* Allocate b's memory: the types of bs_vk_mem_order in turn, the next when one is out of
+ * memory (or a faked heap is full). Returns the type, or -1. */
+static int allocate(bs_vk_ctx *c, bs_vk_buf *b, const VkMemoryRequirements *rq, bool host) {
+    int order[32];
+    const int n = bs_vk_mem_order(&c->info, host, order);
+    for (int i = 0; i < n; i++) {
+        const int t = order[i], h = c->info.types[t].heap;
+        if (!(rq->memoryTypeBits & (1u << c->real_type[t]))) continue;
+        if (c->info.fake_memory && c->heap_used[h] + rq->size > c->info.heaps[h].size) continue;
+        VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = rq->size,
+                                   .memoryTypeIndex = c->real_type[t]};
+        if (c->fn->vkAllocateMemory(c->dev, &ai, NULL, &b->mem) != VK_SUCCESS) {
+            b->mem = VK_NULL_HANDLE;
+            continue;
+        }
+        b->heap = h;
+        b->bytes = rq->size;
+        c->heap_used[h] += rq->size;
+        if (!host && h != c->last_heap) {
+            /* say where device buffers go, and when they move on to another heap */
+            char sz[32];
+            human(c->info.heaps[h].size, sz, sizeof sz);
+            bs_log(c->last_heap < 0 ? 2 : 1, "device memory: %sbuffers go to heap %d (%s, %s%s)\n",
+                   c->last_heap < 0 ? "" : "a heap is full: ", h, sz,
+                   c->info.heaps[h].device_local ? "device-local" : "host memory",
+                   (c->info.types[t].flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) ? ", host-visible" : "");
+            c->last_heap = h;
+        }
+        return t;
+    }
     return -1;
 }
 
 int bs_vk_buf_new(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize size, bool host) {
     memset(b, 0, sizeof *b);
     if (size == 0) size = 16;
+    char sz[32], lim[32];
+    human(size, sz, sizeof sz);
+    if (size > c->info.max_buffer) {
+        human(c->info.max_buffer, lim, sizeof lim);
+        return bs_error("Vulkan: a buffer of %s is larger than the device allows (%s in one buffer or allocation)", sz, lim);
+    }
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size,
                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     if (c->fn->vkCreateBuffer(c->dev, &bi, NULL, &b->buf) != VK_SUCCESS)
-        return bs_error("Vulkan: cannot create a buffer of %llu bytes", (unsigned long long)size);
+        return bs_error("Vulkan: cannot create a buffer of %s", sz);
     VkMemoryRequirements rq;
     c->fn->vkGetBufferMemoryRequirements(c->dev, b->buf, &rq);
-    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    int t = -1;
-    if (host) {
-        t = mem_type(c, rq.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-        if (t < 0) t = mem_type(c, rq.memoryTypeBits, hv);
-    } else {
-        /* device-local, mapped when it is host visible as well */
-        t = mem_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | hv);
-        if (t < 0) t = mem_type(c, rq.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-        if (t < 0) t = mem_type(c, rq.memoryTypeBits, hv);
-    }
+    int t = rq.size <= c->info.max_alloc ? allocate(c, b, &rq, host) : -1;
     if (t < 0) {
         bs_vk_buf_free(c, b);
-        return bs_error("Vulkan: no memory type for a buffer");
-    }
-    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = rq.size,
-                               .memoryTypeIndex = (uint32_t)t};
-    if (c->fn->vkAllocateMemory(c->dev, &ai, NULL, &b->mem) != VK_SUCCESS) {
-        bs_vk_buf_free(c, b);
-        return bs_error("Vulkan: out of device memory (%llu bytes)", (unsigned long long)size);
+        bool in[16];
+        const int k = host ? 0 : device_heaps(&c->info, in);
+        uint64_t best = 0;
+        int hb = -1;
+        for (int h = 0; h < c->info.n_heaps && k; h++)
+            if (in[h] && (hb < 0 || bs_vk_heap_free(c, h) > best)) best = bs_vk_heap_free(c, h), hb = h;
+        human(best, lim, sizeof lim);
+        if (hb >= 0) return bs_error("Vulkan: out of device memory: a buffer of %s does not fit, heap %d has %s free", sz, hb, lim);
+        return bs_error("Vulkan: out of %s memory: no memory type takes a buffer of %s", host ? "host-visible" : "device", sz);
     }
     c->fn->vkBindBufferMemory(c->dev, b->buf, b->mem, 0);
     b->size = size;
-    if ((c->memprops.memoryTypes[t].propertyFlags & hv) == hv && (host || !c->staged) &&
+    /* mapped: host buffers, and device buffers where device memory is the host's */
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    if ((c->info.types[t].flags & hv) == hv && (host || (c->info.unified && !c->staged)) &&
         c->fn->vkMapMemory(c->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map) != VK_SUCCESS)
         b->map = NULL;
     return 0;
@@ -78,7 +251,10 @@ void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
     if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* no copy into it may be in flight */
     if (b->map) c->fn->vkUnmapMemory(c->dev, b->mem);
     if (b->buf) c->fn->vkDestroyBuffer(c->dev, b->buf, NULL);
-    if (b->mem) c->fn->vkFreeMemory(c->dev, b->mem, NULL);
+    if (b->mem) {
+        c->fn->vkFreeMemory(c->dev, b->mem, NULL);
+        c->heap_used[b->heap] -= b->bytes;
+    }
     memset(b, 0, sizeof *b);
 }
 
@@ -101,6 +277,8 @@ static int ring_init(bs_vk_ctx *c) {
     const char *e = getenv("BITSPARK_VK_STAGING_KB");
     const long kb = e ? strtol(e, NULL, 10) : 0;
     r->chunk = kb > 0 && kb <= (1 << 20) ? (size_t)kb << 10 : (size_t)CHUNK_DEFAULT;
+    /* the ring is one buffer: within the device's limit for one (at least 4 KiB a chunk) */
+    r->chunk = (size_t)BS_MAX(4096, BS_MIN((uint64_t)r->chunk, c->info.max_buffer / BS_VK_RING / 4096 * 4096));
     if (bs_vk_buf_new(c, &r->buf, (VkDeviceSize)r->chunk * BS_VK_RING, true)) return -1;
     if (!r->buf.map) {
         bs_vk_buf_free(c, &r->buf);

@@ -21,6 +21,8 @@ bs_vk_ctx *bs_vk_open(int index) {
 void bs_vk_close(bs_vk_ctx *c) { (void)c; }
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { (void)c; return NULL; }
 int bs_vk_validation_messages(void) { return 0; }
+bool bs_vk_has_layer(const char *name) { (void)name; return false; }
+void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n) { (void)d; if (n) *out = 0; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { (void)c; return false; }
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }

@@ -8,7 +8,7 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][2*H*D]
 layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
 layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
-layout(std430, binding = 4) buffer SC { float sc[]; };             // [T*H][n_ctx] scratch
+layout(std430, binding = 4) coherent buffer SC { float sc[]; };             // [T*H][n_ctx] scratch
 layout(std430, binding = 5) readonly buffer P { uint pos0; } step;   // per-step values
 layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32; } p;
 

@@ -7,7 +7,7 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][H*D]
 layout(std430, binding = 1) readonly buffer KC { float kc[]; };    // [rows][Hkv*D]
 layout(std430, binding = 2) readonly buffer VC { float vc[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
-layout(std430, binding = 4) buffer SC { float sc[]; };             // [T*H][sc_stride] scratch
+layout(std430, binding = 4) coherent buffer SC { float sc[]; };             // [T*H][sc_stride] scratch
 layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; float scale; } p;
 
 shared float qs[256];

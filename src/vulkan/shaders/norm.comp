@@ -10,7 +10,7 @@
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer W { float w[]; };
-layout(std430, binding = 2) buffer Y { float y[]; };
+layout(std430, binding = 2) coherent buffer Y { float y[]; };   // coherent: the quantizer reads others' y
 layout(std430, binding = 3) readonly buffer R { float r[]; };
 layout(std430, binding = 4) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 5) writeonly buffer S { float s8[]; };
