@@ -343,6 +343,37 @@ static void check_act_round(int mode, int n) {
     free(x); free(y); free(ref); free(a);
 }
 
+/* --- argmax.comp: greedy tokens on the device ------------------------------------------------ */
+/* The lowest index of the largest value, NaN never winning (a row of NaN: 0), by a plain scan. */
+static uint32_t argmax_ref(const float *w, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(w[i]) && (best < 0 || w[i] > w[best])) best = i;
+    return best < 0 ? 0u : (uint32_t)best;
+}
+
+/* rows of n logits, kind 0 random, 1 few distinct values (ties everywhere; +0 and -0 equal),
+ * 2 NaN and infinities sprinkled in, 3 every value NaN */
+static void check_argmax(int n, int rows, int kind) {
+    float *x = vec((size_t)n * rows, 3.0f);
+    for (size_t i = 0; i < (size_t)n * rows; i++) {
+        if (kind == 1) x[i] = (float)(bs_rng_next(&rng) % 4) - 1.0f, x[i] = x[i] == 0.0f && i % 2 ? -0.0f : x[i];
+        if (kind == 2 && bs_rng_next(&rng) % 5 == 0) x[i] = bs_rng_next(&rng) % 2 ? NAN : -INFINITY;
+        if (kind == 3) x[i] = NAN;
+    }
+    if (kind == 2) x[0] = NAN;           /* a NaN first does not stick */
+    if (kind == 1 && n > 300) x[n - 1] = 2.0f, x[300] = 2.0f;   /* the max twice, far apart */
+    uint32_t *ids = calloc((size_t)rows, sizeof *ids);
+    void *data[2] = {x, ids};
+    size_t bytes[2] = {4u * (size_t)n * rows, 4u * (size_t)rows};
+    const uint32_t push = (uint32_t)n;
+    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 2, &push, sizeof push, (uint32_t)rows, 1, 1) == 0);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) bad += ids[r] != argmax_ref(x + (size_t)r * n, n);
+    CHECKF(bad == 0, "argmax of %d rows of %d (kind %d): %d rows differ from the scan", rows, n, kind, bad);
+    free(x); free(ids);
+}
+
 /* --- get_rows.comp: embedding rows of every layout against the format's dequantizer -------- */
 static void check_embed(int type, int64_t d, int64_t rows, int n) {
     float *w = vec((size_t)(d * rows), 0.05f);
@@ -399,6 +430,10 @@ int main(void) {
     check_ew(2, 3 * 24 * 256, 24, 256);
     check_ew(3, 5 * 6, 6, 0);
     check_ew(3, 3 * 48, 48, 0);
+    /* argmax: odd widths, one and 8 rows, Bonsai's vocabulary; ties, NaN, all NaN */
+    static const int an[] = {1, 7, 255, 257, 1000, 248320};
+    for (size_t i = 0; i < BS_ARRAY_LEN(an); i++)
+        for (int kind = 0; kind < 4; kind++) check_argmax(an[i], kind == 0 ? 8 : 1 + (int)(i % 3), kind);
     /* conv (K 4 as Qwen3.5, 2 and 8 the limits), DeltaNet */
     check_conv(37, 4, 1);
     check_conv(200, 4, 37);

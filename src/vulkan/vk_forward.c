@@ -160,9 +160,17 @@ struct bs_vk_sess {
     int n_ctx, B;                 /* B: rows per submission */
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
+    bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
-    struct step_cache { int n, rows; batch_key key; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    struct step_cache {
+        int n, rows;
+        batch_key key;
+        VkCommandBuffer cmd;
+        VkDescriptorPool pool;
+        bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
+        bs_vk_rec counts;             /* of the recording, for the stats */
+    } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
@@ -180,6 +188,7 @@ int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
 int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
     const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
     if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
+    bs_vk_count_read(s->net->c, (size_t)n * row);
     return bs_vk_buf_read(s->net->c, &s->taps, 0, out, (size_t)n * row);
 }
 
@@ -189,6 +198,12 @@ const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
 }
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* A result the host reads from mapped device memory (counted in the stats). */
+static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    bs_vk_count_read(c, bytes);
+}
 
 /* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
  * state and KV cache (a batch's shared scratch has none: each sequence brings its own). */
@@ -228,7 +243,8 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
-             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
+             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
+             bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
     s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
     s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
@@ -265,7 +281,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu};
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -287,8 +303,8 @@ static void record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src
     bs_vk_ctx *c = s->net->c;
     for (int g = 0; g < s->net->n_rec; g++) {
         VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
-        c->fn->vkCmdCopyBuffer(c->cmd, conv_src[g].buf, conv_dst[g].buf, 1, &r1);
-        c->fn->vkCmdCopyBuffer(c->cmd, ssm_src[g].buf, ssm_dst[g].buf, 1, &r2);
+        bs_vk_cmd_copy(c, &conv_src[g], &conv_dst[g], &r1);
+        bs_vk_cmd_copy(c, &ssm_src[g], &ssm_dst[g], &r2);
     }
 }
 
@@ -308,8 +324,8 @@ int bs_vk_sess_reset(bs_vk_sess *s) {
     if (s->net->n_rec == 0) return 0;
     if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
-        c->fn->vkCmdFillBuffer(c->cmd, s->conv[g].buf, 0, VK_WHOLE_SIZE, 0);
-        c->fn->vkCmdFillBuffer(c->cmd, s->ssm[g].buf, 0, VK_WHOLE_SIZE, 0);
+        bs_vk_cmd_fill(c, &s->conv[g]);
+        bs_vk_cmd_fill(c, &s->ssm[g]);
     }
     return bs_vk_submit(c);
 }
@@ -450,7 +466,7 @@ typedef struct vk_part {
 /* n rows of width floats from row r0 of src to row d0 of dst */
 static void copy_rows(bs_vk_ctx *c, const bs_vk_buf *src, int r0, const bs_vk_buf *dst, int d0, int n, size_t width) {
     VkBufferCopy r = {4u * (VkDeviceSize)r0 * width, 4u * (VkDeviceSize)d0 * width, 4u * (VkDeviceSize)n * width};
-    c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, &r);
+    bs_vk_cmd_copy(c, src, dst, &r);
 }
 
 /* The recurrence of one sequence: conv over its window, L2-normed q/k, the delta rule (from
@@ -597,7 +613,7 @@ static bool tapped_at(const int *taps, int n_taps, int il) {
 static void copy_taps(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *taps, int row0, int n, int n_taps, int k, uint32_t E) {
     for (int t = 0; t < n; t++) {
         VkBufferCopy r = {4u * (VkDeviceSize)(row0 + t) * E, 4u * ((VkDeviceSize)t * n_taps + k) * E, 4u * E};
-        c->fn->vkCmdCopyBuffer(c->cmd, x->buf, taps->buf, 1, &r);
+        bs_vk_cmd_copy(c, x, taps, &r);
     }
 }
 
@@ -634,7 +650,13 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
             TRY(norm_rows(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
             k += pt[i].n_logit;
         }
-    return k ? mv(s, s->net->output, &s->xn, k, &s->logits, false) : 0;
+    if (!k) return 0;
+    TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
+    if (!s->greedy) return 0;
+    bs_vk_barrier(s->net->c);
+    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
+    const bs_vk_buf *bb[2] = {&s->logits, &s->ids};
+    return bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, &V, (uint32_t)k, 1, 1);
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
@@ -673,8 +695,11 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
 static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
     for (int i = 0; i < CACHE_STEPS; i++)
-        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && !memcmp(&s->cache[i].key, key, sizeof *key))
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && s->cache[i].greedy == s->greedy &&
+            !memcmp(&s->cache[i].key, key, sizeof *key)) {
+            bs_vk_count_submit(c, &s->cache[i].counts);
             return bs_vk_submit_cmd(c, s->cache[i].cmd);
+        }
     struct step_cache *e = &s->cache[s->cache_next];
     s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
     cache_drop(s, e);
@@ -691,8 +716,11 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     int rc = record_chunk(s, n, rows, NULL, 0, pt, np);
     rc = bs_vk_record_end(c) || rc;
     if (rc) { cache_drop(s, e); return -1; }
+    e->counts = c->rec;
+    bs_vk_count_submit(c, &e->counts);
     e->n = n;
     e->rows = rows;
+    e->greedy = s->greedy;
     memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
     return bs_vk_submit_cmd(c, e->cmd);
 }
@@ -719,8 +747,10 @@ static int taps_ensure(bs_vk_sess *s, int n_taps) {
     return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
-int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
-                    float *logits, const int *taps, int n_taps, float *tap_out) {
+/* logits_mode as bs_vk_sess_eval; ids (then logits_mode 1): the last row's argmax instead of
+ * its logits. */
+static int sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                     float *logits, int32_t *ids, const int *taps, int n_taps, float *tap_out) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
@@ -736,11 +766,26 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
         const uint32_t p0 = (uint32_t)(pos0 + off);
         memcpy(s->params.map, &p0, 4);
-        if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
-        if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
-        if (n_taps && tap_out) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
+        s->greedy = ids && rows;
+        const int rc = run_step(s, m, rows, taps, n_taps);
+        s->greedy = false;
+        if (rc) return bs_error_prefix("Vulkan eval: ");
+        s->net->c->stats.tokens += (uint64_t)m;
+        if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
+        else if (rows) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
+        if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }
     return 0;
+}
+
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, tokens, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
+}
+
+int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
+                           const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, tokens, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
 }
 
 /* --- several sessions in one pass ------------------------------------------------------------ */
@@ -847,12 +892,13 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         R += q[i].n;
     }
     if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
+    S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
         const int lr = q[i].logit_rows, nt = q[i].n_taps;
-        if (lr) memcpy(q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
+        if (lr) read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
         k += (size_t)lr;
-        if (nt && q[i].tap_out) memcpy(q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
+        if (nt && q[i].tap_out) read_back(S->net->c, q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
     }
     return 0;
 }

@@ -180,6 +180,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
+        c->rec.weight_bytes += (p->codes.size + (f32 ? 0 : p->scales.size)) * groups((uint64_t)n, 8);
     }
     return 0;
 }
@@ -272,6 +273,7 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
     mv_push pp = {(uint32_t)g->rows, (uint32_t)gate->ne0, (uint32_t)n, (uint32_t)gate->ne1, 0, (uint32_t)gate->split};
     const bs_vk_buf *b[8] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales};
+    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
     return bs_vk_dispatch(c, glu_kernel(gate->kernel), b, &pp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split),
                           groups((uint64_t)n, 8), 1);
 }
