@@ -21,7 +21,7 @@ typedef struct kernel_def {
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_COPY] = {"copy", 2, 4, 0, {0}},
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
-    [BS_VK_K_QUANT_Q8] = {"quant_q8", 4, 8, 0, {0}},
+    [BS_VK_K_QUANT_Q8] = {"quant_q8", 5, 16, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
     [BS_VK_K_MV_Q1] = {"mv_q", 8, 24, 3, {1, 4, 0}},
     [BS_VK_K_MV_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 0}},

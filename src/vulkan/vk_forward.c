@@ -365,9 +365,7 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
     ew_push p = {(uint32_t)mode, (uint32_t)n, p0, p1};
     const bs_vk_buf *bb[3] = {a, b, cc};
     const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
-    TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1));
-    bs_vk_barrier(c);
-    return 0;
+    return bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1);   /* the caller places the barrier */
 }
 
 /* groups of d: rows of row_stride, per_row heads of head_stride; mode 0 RMS, 1 L2 */
@@ -376,9 +374,7 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
                 float eps, const bs_vk_buf *dummy) {
     norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
     const bs_vk_buf *bb[7] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy};
-    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
-    bs_vk_barrier(c);
-    return 0;
+    return bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1);   /* the caller places the barrier */
 }
 
 /* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
@@ -395,12 +391,24 @@ static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, u
     return 0;
 }
 
-/* y = W x for n rows (x at offset 0, width W->ne0). */
-static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
+/* The element-wise gate of x before a product (ew.comp's EW_SILU_MUL / EW_SIGMOID_GATE, g its
+ * other operand, H and D the heads of EW_SIGMOID_GATE): folded into the product's quantizer. */
+typedef struct mv_gate { int ew_mode; const bs_vk_buf *g; uint32_t H, D; } mv_gate;
+
+/* y = W gate(x) for n rows (x at offset 0, width W->ne0; the gate, if any, applied to x in place). */
+static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize,
+                    const mv_gate *gt) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_buf *x0 = x;   /* LoRA terms read the float input */
-    if (W->kernel != BS_VK_K_MV_F32 && quantize) {
-        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
+    const bool quant = W->kernel != BS_VK_K_MV_F32 && quantize;
+    if (gt && !quant) {       /* a float product: the gate on its own */
+        TRY(ew(c, gt->ew_mode, x, gt->g, x, (uint64_t)n * W->ne0, gt->H, gt->D));
+        bs_vk_barrier(c);
+    }
+    if (quant) {
+        const int qm = !gt ? 0 : gt->ew_mode == EW_SILU_MUL ? 1 : 2;
+        TRY(bs_vk_record_quant_gated(c, x, gt ? gt->g : NULL, qm, gt ? gt->H : 0, gt ? gt->D : 0, &s->aq, &s->as, &s->am,
+                                     (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
     if (W->act) {
@@ -410,6 +418,10 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
     }
     TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
     return W->lora ? bs_vk_record_lora(c, W, x0, n, &s->lt, &s->lu, y) : 0;
+}
+
+static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
+    return mv_gated(s, W, x, n, y, quantize, NULL);
 }
 
 /* The adapters changed since this session last ran: scratch of their size, and recordings
@@ -482,6 +494,7 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_barrier(c);
     /* L2 norm of each q and k head of every row */
     TRY(norm(c, &s->cc, NULL, &s->cc, dk, (uint32_t)n * 2 * nk, 2 * nk, cd, dk, 0, 0, 1, hp->eps, &s->net->dummy));
+    bs_vk_barrier(c);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {nk, nv, dk, dv, (uint32_t)n, cd, 1.0f / sqrtf((float)dk)};
     const bs_vk_buf *db[5] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d};
     TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
@@ -524,12 +537,18 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
     TRY(mv_shared(s, W, Y, 4, &s->xn, n));
+    /* the gates need no barrier of their own: the conv after them reads neither ga nor gbeta,
+     * and the barrier after the conv orders them before the delta rule (a batch's copies of
+     * them come first, so they get theirs) */
     TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
+    if (pt) bs_vk_barrier(c);
     TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
-    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm) */
+    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm), the silu(z) product in the
+     * output product's quantizer */
     TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
-    TRY(ew(c, EW_SILU_MUL, &s->d, &s->b, &s->d, (uint64_t)n * nv * dv, 0, 0));
-    TRY(mv(s, L->ssm_out, &s->d, n, &s->y, true));
+    bs_vk_barrier(c);
+    const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
+    TRY(mv_gated(s, L->ssm_out, &s->d, n, &s->y, true, &silu_z));
     bs_vk_barrier(c);
     return 0;
 }
@@ -571,6 +590,7 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
     TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
     TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
+    bs_vk_barrier(c);   /* one for both: the two norms touch different buffers */
     if (hp->n_rot > 0) {   /* a batch's rope table holds every sequence's rows */
         uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
         const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
@@ -579,8 +599,8 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
         bs_vk_barrier(c);
     }
     TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n));
-    TRY(ew(c, EW_SIGMOID_GATE, &s->d, &s->a, &s->d, (uint64_t)n * H * D, H, D));
-    TRY(mv(s, L->wo, &s->d, n, &s->y, true));
+    const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
+    TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
     bs_vk_barrier(c);
     return 0;
 }
@@ -598,6 +618,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *Y[2] = {&s->a, &s->b};
     TRY(mv_shared(s, W, Y, 2, &s->xn, n));
     TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
+    bs_vk_barrier(c);
     TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
     bs_vk_barrier(c);
     return 0;
@@ -684,7 +705,10 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);
         pending = !tapped && il + 1 < hp->n_layer;
-        if (!pending) TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+        if (!pending) {
+            TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+            bs_vk_barrier(c);
+        }
         record_taps(s, il, n, taps, n_taps, pt, np);
     }
     return record_logits(s, n, logits_rows, pt, np);

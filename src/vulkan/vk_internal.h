@@ -186,6 +186,10 @@ struct bs_vk_matrix {
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
 int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                        uint64_t n_blocks);
+/* The same with the element-wise gate of the step before (quant_q8.comp's mode: 1 x = silu(g)
+ * * x, 2 x *= sigmoid of the gate half of g's rows of 2*H*D) applied to x first, in place. */
+int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *g, int mode, uint32_t H, uint32_t D,
+                             const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, uint64_t n_blocks);
 /* The embedding kernel for m's layout. */
 int bs_vk_rows_kernel(const bs_vk_matrix *m);
 /* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
