@@ -130,6 +130,11 @@ enum { BS_LOGITS_NONE = 0, BS_LOGITS_LAST = 1, BS_LOGITS_ALL = 2 };
 BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits,
             float *taps);
 
+/* bs_eval with BS_LOGITS_LAST, giving the greedy token instead of the logits: *next gets the
+ * lowest id of the largest logit (NaN never wins). On a GPU the argmax runs there and only the
+ * id comes back (not the n_vocab floats of the row). Returns 0 or -1. */
+BS_API int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps);
+
 /* Evaluate an image: nx * ny rows of n_embd floats (image embeddings, row-major over the grid of
  * merged tokens) in place of token embeddings. Row i gets the M-RoPE position (p, p + i / nx,
  * p + i % nx, 0), p the current position, and the text after it continues at p + max(nx, ny)

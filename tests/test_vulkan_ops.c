@@ -4,7 +4,9 @@
  * dequantizers), or a float64 reference where the CPU code is private to the model layer (the
  * causal conv, the delta rule), on odd shapes (widths not multiples of 32 or 64, one head, many
  * heads, 1..37 tokens, GQA groups of 1, 2, 6) and Bonsai-27B's (hidden 5120, 24/4 heads of 256
- * with 64 rope dims, 16 K / 48 V DeltaNet heads of 128, conv 10240). The validation layer is on:
+ * with 64 rope dims, 16 K / 48 V DeltaNet heads of 128, conv 10240); the greedy argmax against a
+ * plain scan (ties, NaN, Bonsai's 248320-token rows, 1..8 rows) and the quantizer with a folded
+ * gate against the gate step then the quantizer (bit for bit). The validation layer is on:
  * any message fails. Exits 77 (skipped) without a backend, loader or device.
  * Tolerances (relative to the size of the terms): bit for bit where the device does the CPU's
  * exact operations (residual add, F16/BF16/int8 rounding, KV stores, conv window, embedding
@@ -343,6 +345,70 @@ static void check_act_round(int mode, int n) {
     free(x); free(y); free(ref); free(a);
 }
 
+/* --- argmax.comp: greedy tokens on the device ------------------------------------------------ */
+/* The lowest index of the largest value, NaN never winning (a row of NaN: 0), by a plain scan. */
+static uint32_t argmax_ref(const float *w, int n) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(w[i]) && (best < 0 || w[i] > w[best])) best = i;
+    return best < 0 ? 0u : (uint32_t)best;
+}
+
+/* rows of n logits, kind 0 random, 1 few distinct values (ties everywhere; +0 and -0 equal),
+ * 2 NaN and infinities sprinkled in, 3 every value NaN */
+static void check_argmax(int n, int rows, int kind) {
+    float *x = vec((size_t)n * rows, 3.0f);
+    for (size_t i = 0; i < (size_t)n * rows; i++) {
+        if (kind == 1) x[i] = (float)(bs_rng_next(&rng) % 4) - 1.0f, x[i] = x[i] == 0.0f && i % 2 ? -0.0f : x[i];
+        if (kind == 2 && bs_rng_next(&rng) % 5 == 0) x[i] = bs_rng_next(&rng) % 2 ? NAN : -INFINITY;
+        if (kind == 3) x[i] = NAN;
+    }
+    if (kind == 2) x[0] = NAN;           /* a NaN first does not stick */
+    if (kind == 1 && n > 300) x[n - 1] = 2.0f, x[300] = 2.0f;   /* the max twice, far apart */
+    uint32_t *ids = calloc((size_t)rows, sizeof *ids);
+    void *data[2] = {x, ids};
+    size_t bytes[2] = {4u * (size_t)n * rows, 4u * (size_t)rows};
+    const uint32_t push = (uint32_t)n;
+    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 2, &push, sizeof push, (uint32_t)rows, 1, 1) == 0);
+    int bad = 0;
+    for (int r = 0; r < rows; r++) bad += ids[r] != argmax_ref(x + (size_t)r * n, n);
+    CHECKF(bad == 0, "argmax of %d rows of %d (kind %d): %d rows differ from the scan", rows, n, kind, bad);
+    free(x); free(ids);
+}
+
+/* --- quant_q8.comp with a gate: the same bits as ew.comp's gate, then the plain quantizer ---- */
+static void quant_run(float *x, const float *g, size_t gn, int mode, uint32_t H, uint32_t D, size_t n, uint8_t *q, float *sc,
+                      float *sm) {
+    const size_t nb = n / 32;
+    float *gc = malloc(4 * (gn ? gn : 1));
+    if (g) memcpy(gc, g, 4 * gn);
+    void *data[5] = {x, q, sc, sm, gc};
+    size_t bytes[5] = {4 * n, nb * 32, 4 * nb, 4 * nb, 4 * (gn ? gn : 1)};
+    uint32_t push[4] = {(uint32_t)nb, (uint32_t)mode, H, D};
+    CHECK(bs_vk_kernel_run(C, "quant_q8", data, bytes, 5, push, sizeof push, (uint32_t)(nb + 63) / 64, 1, 1) == 0);
+    free(gc);
+}
+
+/* mode 1: x = silu(g) * x (g as wide as x); mode 2: x *= sigmoid(gate half of g's rows of 2HD) */
+static void check_quant_gate(int mode, int rows, uint32_t H, uint32_t D) {
+    const size_t n = (size_t)rows * H * D, gn = mode == 1 ? n : 2 * n, nb = n / 32;
+    float *x = vec(n, 1.5f), *g = vec(gn, 2.0f), *xr = malloc(4 * n), *cc = malloc(4 * n);
+    memcpy(xr, x, 4 * n);
+    memcpy(cc, x, 4 * n);
+    /* reference: ew.comp's step, then the quantizer without a gate */
+    uint32_t ep[4] = {mode == 1 ? 1u : 2u, (uint32_t)n, H, D};
+    void *ed[3] = {xr, g, cc};
+    size_t eb[3] = {4 * n, 4 * gn, 4 * n};
+    CHECK(bs_vk_kernel_run(C, "ew", ed, eb, 3, ep, sizeof ep, (uint32_t)(n + 255) / 256, 1, 1) == 0);
+    uint8_t *q0 = malloc(nb * 32), *q1 = malloc(nb * 32);
+    float *s0 = malloc(4 * nb), *s1 = malloc(4 * nb), *m0 = malloc(4 * nb), *m1 = malloc(4 * nb);
+    quant_run(xr, NULL, 0, 0, 0, 0, n, q0, s0, m0);
+    quant_run(x, g, gn, mode, H, D, n, q1, s1, m1);
+    CHECKF(!memcmp(x, xr, 4 * n) && !memcmp(q0, q1, nb * 32) && !memcmp(s0, s1, 4 * nb) && !memcmp(m0, m1, 4 * nb),
+           "quantizer with gate %d (%d rows, %u x %u): not the bits of the gate then the quantizer", mode, rows, H, D);
+    free(x); free(g); free(xr); free(cc); free(q0); free(q1); free(s0); free(s1); free(m0); free(m1);
+}
+
 /* --- get_rows.comp: embedding rows of every layout against the format's dequantizer -------- */
 static void check_embed(int type, int64_t d, int64_t rows, int n) {
     float *w = vec((size_t)(d * rows), 0.05f);
@@ -399,6 +465,17 @@ int main(void) {
     check_ew(2, 3 * 24 * 256, 24, 256);
     check_ew(3, 5 * 6, 6, 0);
     check_ew(3, 3 * 48, 48, 0);
+    /* argmax: odd widths, one and 8 rows, Bonsai's vocabulary; ties, NaN, all NaN */
+    static const int an[] = {1, 7, 255, 257, 1000, 248320};
+    for (size_t i = 0; i < BS_ARRAY_LEN(an); i++)
+        for (int kind = 0; kind < 4; kind++) check_argmax(an[i], kind == 0 ? 8 : 1 + (int)(i % 3), kind);
+    /* the gates folded into the quantizer: odd head counts, 1..8 rows, 27B's 48 x 128 and 24 x 256 */
+    for (int rows = 1; rows <= 8; rows += 3) {
+        check_quant_gate(1, rows, 3, 32);
+        check_quant_gate(2, rows, 3, 32);
+    }
+    check_quant_gate(1, 2, 48, 128);
+    check_quant_gate(2, 2, 24, 256);
     /* conv (K 4 as Qwen3.5, 2 and 8 the limits), DeltaNet */
     check_conv(37, 4, 1);
     check_conv(200, 4, 37);

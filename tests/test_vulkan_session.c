@@ -5,13 +5,16 @@
  *  - rollback inside the last batch (small and prompt-sized) leaves the session as if the
  *    rolled-back tokens had never been evaluated;
  *  - state save / load into a fresh session (and reset) round-trip;
- *  - undo off (one-token steps without the snapshot) changes nothing.
+ *  - undo off (one-token steps without the snapshot) changes nothing;
+ *  - greedy steps (bs_eval_greedy: the argmax on the device) pick the argmax of the logits
+ *    rows, lowest id on ties, reading back the token id only (<= 16 KB a step, not the row).
  * Exit 77 (skipped) without the backend, a loader or a device. */
 #include "test.h"
 #include "bitspark.h"
 #include "io/util.h"
 #include "vk_test.h"
 #include "vulkan/backend.h"
+#include "model/qwen35.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,35 @@ static bs_session *sess(bs_model *m, int n_batch) {
 }
 
 static int same(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+static int32_t argmax_first(const float *w, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (w[i] > w[best]) best = i;
+    return best;
+}
+
+/* Greedy steps on a fresh session: the prompt then the draft tokens one by one, each step's
+ * token the argmax of the reference logits (plast, then ref's rows), and a step's read-back
+ * the token id, not the row. */
+static void check_greedy(bs_model *m, const char *path, const int32_t *prompt, int np, const int32_t *draft, int nd,
+                         const float *plast, const float *ref) {
+    bs_session *g = sess(m, 512);
+    int32_t next = -1;
+    CHECK(bs_eval_greedy(g, prompt, np, &next, NULL) == 0);
+    CHECKF(next == argmax_first(plast, V), "%s: greedy prompt token %d, logits say %d", path, next, argmax_first(plast, V));
+    bs_vk_stats st0, st1;
+    bs_vk_stats_get(m->vk, &st0);
+    for (int i = 0; i < nd; i++) {
+        CHECK(bs_eval_greedy(g, draft + i, 1, &next, NULL) == 0);
+        const int32_t want = argmax_first(ref + (size_t)i * V, V);
+        CHECKF(next == want, "%s: greedy step %d gave %d, the logits' argmax is %d", path, i, next, want);
+    }
+    bs_vk_stats_get(m->vk, &st1);
+    const double per_step = (double)(st1.read_bytes - st0.read_bytes) / nd;
+    CHECKF(per_step <= 16384 && per_step < 4.0 * V, "%s: a greedy step read back %.0f bytes", path, per_step);
+    bs_session_free(g);
+}
 
 static void check_model(const char *path) {
     bs_model_params mp = {.device = "vulkan"};
@@ -61,6 +93,8 @@ static void check_model(const char *path) {
     CHECK(bs_session_rollback(b, NP + 3) == 0);
     CHECK(bs_eval(b, draft + 3, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
     CHECKF(same(tmp, ref + (size_t)3 * V, (size_t)V), "%s: rollback is not exact", path);
+
+    check_greedy(m, path, prompt, NP, draft, ND, plast, ref);
 
     /* rollback inside a prompt-sized batch (larger than n_rollback) */
     bs_session *c = sess(m, 512);

@@ -273,6 +273,8 @@ static void random_tokens(int32_t *tok, int n, int n_vocab, bs_rng *rng) {
     for (int i = 0; i < n; i++) tok[i] = (int32_t)(bs_rng_next(rng) % (uint64_t)n_vocab);
 }
 
+static bool g_device_greedy;   /* tg on a device: greedy steps (bs_eval_greedy) */
+
 /* Seconds for one run: pp = one batch of n_prompt tokens; tg = n_gen one-token evals. */
 static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_rng *rng, float *logits) {
     int32_t *tok = bs_xmalloc(sizeof(int32_t) * (size_t)BS_MAX(1, BS_MAX(n_prompt, n_gen)));
@@ -287,7 +289,9 @@ static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_r
         bs_session_set_undo(s, 0);   /* as `run` decodes */
         t0 = bs_time();
         int rc = 0;
-        for (int i = 0; i < n_gen && !rc; i++) rc = bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
+        int32_t next;   /* on a device a greedy step reads back the token, not the row (as `run` greedy) */
+        for (int i = 0; i < n_gen && !rc; i++)
+            rc = g_device_greedy ? bs_eval_greedy(s, tok + i, 1, &next, NULL) : bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
         bs_session_set_undo(s, 1);
         if (rc) goto out;
     }
@@ -462,6 +466,20 @@ static void device_roofline(bs_model *m, const model_info *mi, const double *dt,
     note("\n");
 }
 
+/* On the device, per decoded token of the tg runs: what the host asks of it besides the
+ * kernels' work (dispatches, barriers, submissions, bytes read back) and the weight bytes the
+ * products read against the file's. */
+static void device_steps(bs_model *m, const model_info *mi) {
+    bs_vk_stats st;
+    bs_vk_stats_get(m->vk, &st);
+    if (!st.tokens) return;
+    const double n = (double)st.tokens;
+    note("device tg: per token %.1f dispatches, %.1f barriers, %.2f submissions, %.0f bytes read back; "
+         "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n",
+         st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n, st.weight_bytes / n / 1e9,
+         mi->stream_bytes ? st.weight_bytes / n / (double)mi->stream_bytes : 0.0, mi->stream_bytes / 1e9);
+}
+
 static int bench_model(const bench_opts *o) {
     model_info mi;
     notes[0] = 0;
@@ -473,6 +491,7 @@ static int bench_model(const bench_opts *o) {
     note("load: %.2f s (%s, Q1_0/Q2_0 weights %s)\n", bs_time() - t_load, o->no_mmap ? "read into memory" : "mmap",
          m->vk ? "uploaded to the device" : bs_weight_exact() ? "in llama.cpp's layout: BITSPARK_EXACT" : "repacked where the CPU has a packed kernel");
     snprintf(g_backend, sizeof g_backend, "%s", m->vk ? "Vulkan" : "CPU");
+    g_device_greedy = m->vk != NULL;
     note("device: %s\n", bs_model_device(m));
     int n_vocab = bs_model_n_vocab(m), first = 1, rc = 0;
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab);
@@ -498,6 +517,7 @@ static int bench_model(const bench_opts *o) {
             if (r.n_prompt + r.n_gen == 0) continue;
             snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
             if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
+            if (m->vk) bs_vk_stats_reset(m->vk);
             for (int i = 0; i < o->reps && i < MAX_REPS; i++) {
                 if (probing && kind == 1) bw[nbw++] = probe_read(&probe, 3);
                 double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
@@ -508,6 +528,7 @@ static int bench_model(const bench_opts *o) {
             if (kind == 1) {
                 memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
                 n_tg = r.n;
+                if (m->vk) device_steps(m, &mi);
             }
             if (probing && kind == 1) {
                 bw[nbw++] = probe_read(&probe, 3);

@@ -143,6 +143,10 @@ void bs_device_end(bs_session *s, int c) {
 }
 
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
+    return bs_device_eval_next(s, tokens, n, mode, logits, taps, NULL);
+}
+
+int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
     for (int off = 0; off < n; off += s->n_batch) {
@@ -152,7 +156,9 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
         const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
         float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
         float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
-        if (bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0, tap_out))
+        const int nt = taps ? s->n_taps : 0;
+        if (next && last ? bs_vk_sess_eval_greedy(s->vk, s->rb_tokens, c, s->n_past, s->rope, next, s->taps, nt, tap_out)
+                         : bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, nt, tap_out))
             return -1;
         bs_device_end(s, c);
     }

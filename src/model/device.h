@@ -19,6 +19,8 @@ const char *bs_model_device(const bs_model *m);
  * arrays (their layouts are the same), each 0 or -1 + bs_error. */
 int bs_device_session_new(bs_session *s);
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
+/* next: the last row's greedy token, found on the device (mode LAST without the row), or NULL */
+int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next);
 int bs_device_rollback(bs_session *s, int j);
 /* The bookkeeping around a batch of c tokens on the device (bs_device_eval's, and batch_eval.c's
  * for several sessions in one pass), as bs_session_begin_batch / end_batch on the CPU: begin

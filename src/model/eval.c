@@ -5,6 +5,8 @@
 #include "model/device.h"
 #include "io/util.h"
 
+#include <stdlib.h>
+
 /* What an eval feeds: tokens, or rows i0.. of an nx x ny image's embeddings. */
 typedef struct rows_in {
     const int32_t *tokens;
@@ -69,6 +71,34 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
     if (s->vk) return bs_device_eval(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
     rows_in in = {tokens, NULL, 0, 0, 0};
     return eval_batches(s, in, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
+}
+
+/* The lowest index of the largest value, NaN never winning (0 for a row of NaN): the device's
+ * argmax.comp, so a greedy step picks the same token on either backend. */
+static int32_t argmax_lowest(const float *w, int n) {
+    int32_t best = -1;
+    for (int i = 0; i < n; i++)
+        if (w[i] == w[i] && (best < 0 || w[i] > w[best])) best = i;
+    return best < 0 ? 0 : best;
+}
+
+int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps) {
+    if (!next) return bs_error("bs_eval_greedy: no place for the token");
+    if (n_tokens <= 0 || !tokens) return bs_error("bs_eval_greedy: no tokens");
+    if (!s->vk) {
+        float *lg = bs_xmalloc(sizeof(float) * (size_t)s->m->hp.n_vocab);
+        const int rc = bs_eval(s, tokens, n_tokens, BS_LOGITS_LAST, lg, taps);
+        if (!rc) *next = argmax_lowest(lg, s->m->hp.n_vocab);
+        free(lg);
+        return rc;
+    }
+    if (n_tokens > s->n_ctx - s->n_past)
+        return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
+                        s->n_past, s->n_ctx);
+    for (int i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+            return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    return bs_device_eval_next(s, tokens, n_tokens, BS_LOGITS_LAST, NULL, s->n_taps ? taps : NULL, next);
 }
 
 int bs_session_rollback(bs_session *s, int n_keep) {

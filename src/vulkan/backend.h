@@ -69,6 +69,16 @@ void bs_vk_close(bs_vk_ctx *c);
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
 /* Whether the context's int8 products use dp4a (off with BITSPARK_VK_DP4A=0). */
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
+/* What a context submitted since it was opened (or last reset): dispatches and full barriers
+ * recorded in the command buffers submitted (a cached step's counted at every submission),
+ * submissions, bytes the host read back (logits, taps, state), weight bytes the products read
+ * and token rows evaluated by the target's forward. BITSPARK_PROFILE=1 prints them per token when the context closes. */
+typedef struct bs_vk_stats {
+    uint64_t dispatches, barriers, submits, read_bytes, tokens;
+    uint64_t weight_bytes;       /* weight codes and scales bound by the products' workgroups */
+} bs_vk_stats;
+void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out);
+void bs_vk_stats_reset(bs_vk_ctx *c);
 /* Messages the validation layer reported (BITSPARK_VK_VALIDATE=1) since the process began. */
 int bs_vk_validation_messages(void);
 /* Whether the Vulkan loader offers instance layer `name` (false without a loader). */
@@ -135,6 +145,10 @@ void bs_vk_sess_free(bs_vk_sess *s);
  * NULL: the taps of the last chunk stay on the device for bs_vk_dctx_append_sess. */
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out);
+/* The same with the last row's greedy token instead of its logits: *next gets the lowest id of
+ * the largest logit (NaN never wins), found on the device, so 4 bytes come back, not the row. */
+int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
+                           const int *taps, int n_taps, float *tap_out);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);

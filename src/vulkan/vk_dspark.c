@@ -238,7 +238,7 @@ static int norm_rope(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w
 static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf *dst, int row0, int n) {
     const VkDeviceSize w = 4u * s->kv_w;
     VkBufferCopy r = {0, (VkDeviceSize)row0 * w, (VkDeviceSize)n * w};
-    s->d->c->fn->vkCmdCopyBuffer(s->d->c->cmd, src->buf, dst->buf, 1, &r);
+    bs_vk_cmd_copy(s->d->c, src, dst, &r);
 }
 
 /* Context rows from the taps in `taps` (n rows): fc, hidden norm, every layer's K/V. */
@@ -297,7 +297,7 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *s, const bs_vk_sess *sess, int src0, int 
         bs_vk_ctx *c = s->d->c;
         TRY(bs_vk_begin(c));
         VkBufferCopy r = {(VkDeviceSize)src0 * row, 0, (VkDeviceSize)n * row};
-        c->fn->vkCmdCopyBuffer(c->cmd, taps->buf, s->in.buf, 1, &r);
+        bs_vk_cmd_copy(c, taps, &s->in, &r);
         TRY(bs_vk_submit(c));
         src = &s->in;
     }
@@ -375,5 +375,6 @@ int bs_vk_dctx_block(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int nb, int
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
     if (hidden) memcpy(hidden, s->hidden.map, 4u * (size_t)nb * hp->n_embd);
     if (n_logits) memcpy(logits, s->logits.map, 4u * (size_t)n_logits * hp->n_vocab);
+    bs_vk_count_read(d->c, (hidden ? 4u * (size_t)nb * hp->n_embd : 0) + 4u * (size_t)n_logits * hp->n_vocab);
     return 0;
 }

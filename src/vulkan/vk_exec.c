@@ -21,7 +21,7 @@ typedef struct kernel_def {
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_COPY] = {"copy", 2, 4, 0, {0}},
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
-    [BS_VK_K_QUANT_Q8] = {"quant_q8", 4, 8, 0, {0}},
+    [BS_VK_K_QUANT_Q8] = {"quant_q8", 5, 16, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
     [BS_VK_K_MV_Q1] = {"mv_q", 8, 24, 3, {1, 4, 0}},
     [BS_VK_K_MV_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 0}},
@@ -52,6 +52,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
+    [BS_VK_K_ARGMAX] = {"argmax", 2, 4, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -106,7 +107,8 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     if (bs_vk_pool_new(c, &c->dpool)) return -1;
     c->main_cmd = c->cmd;
     c->main_dpool = c->dpool;
-    c->profiling = bs_env_flag("BITSPARK_PROFILE") && c->info.timestamps;
+    c->counting = bs_env_flag("BITSPARK_PROFILE");
+    c->profiling = c->counting && c->info.timestamps;
     c->staged = bs_env_flag("BITSPARK_VK_STAGED");
     const char *glu = getenv("BITSPARK_VK_GLU");
     c->glu = !(glu && !strcmp(glu, "0"));
@@ -138,6 +140,13 @@ void bs_vk_pipes_free(bs_vk_ctx *c) {
 }
 
 /* --- recording ------------------------------------------------------------------------------- */
+/* A new command buffer: nothing counted yet; its first barrier is kept (dirty), as the work of
+ * the previous submission is only known finished to the host. */
+static void rec_start(bs_vk_ctx *c) {
+    c->rec = (bs_vk_rec){0};
+    c->dirty = true;
+}
+
 int bs_vk_begin(bs_vk_ctx *c) {
     if (c->recording) return bs_error("Vulkan: command buffer already recording");
     c->fn->vkResetCommandBuffer(c->cmd, 0);
@@ -145,6 +154,7 @@ int bs_vk_begin(bs_vk_ctx *c) {
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) return bs_error("Vulkan: vkBeginCommandBuffer failed");
     c->recording = true;
+    rec_start(c);
     if (c->profiling) {
         c->fn->vkCmdResetQueryPool(c->cmd, c->qpool, 0, MAX_SETS + 1);
         c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, c->qpool, 0);
@@ -159,6 +169,7 @@ int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool) 
     c->dpool = pool;
     c->dsets_used = 0;
     c->caching = true;
+    rec_start(c);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) {
         c->cmd = c->main_cmd;
@@ -196,12 +207,35 @@ int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd) {
     if (c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
     const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
     c->fn->vkResetFences(c->dev, 1, &c->fence);
+    c->stats.submits++;
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
 }
 
 static const char *kernel_name(int k);
 
+void bs_vk_count_submit(bs_vk_ctx *c, const bs_vk_rec *r) {
+    c->stats.dispatches += r->dispatches;
+    c->stats.barriers += r->barriers;
+    c->stats.weight_bytes += r->weight_bytes;
+}
+
+void bs_vk_count_read(bs_vk_ctx *c, size_t bytes) { c->stats.read_bytes += bytes; }
+void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out) { *out = c->stats; }
+void bs_vk_stats_reset(bs_vk_ctx *c) { memset(&c->stats, 0, sizeof c->stats); }
+
+/* Per token of the target's forward: what a step costs besides its kernels' time. */
+static void stats_print(const bs_vk_ctx *c) {
+    const bs_vk_stats *t = &c->stats;
+    if (!t->tokens) return;
+    const double n = (double)t->tokens;
+    fprintf(stderr, "vulkan steps: %llu token rows, per row: %.1f dispatches, %.1f barriers, %.3f submissions, "
+                    "%.0f bytes read back, %.0f weight bytes read\n",
+            (unsigned long long)t->tokens, t->dispatches / n, t->barriers / n, t->submits / n, t->read_bytes / n,
+            t->weight_bytes / n);
+}
+
 void bs_vk_profile_print(bs_vk_ctx *c) {
+    if (c->counting) stats_print(c);
     if (!c->profiling) return;
     double total = 0;
     for (int k = 0; k < BS_VK_K_COUNT; k++) total += c->prof_ms[k];
@@ -251,6 +285,8 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
     c->fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     c->fn->vkCmdPushConstants(c->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p->push_bytes, push);
     c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    c->rec.dispatches++;
+    c->dirty = true;
     if (c->profiling && !c->caching && c->n_queries > 0 && c->n_queries <= MAX_SETS) {
         c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c->qpool, (uint32_t)c->n_queries);
         c->q_kernel[c->n_queries++] = k;
@@ -259,11 +295,24 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
 }
 
 void bs_vk_barrier(bs_vk_ctx *c) {
+    if (!c->dirty) return;   /* the last barrier already orders everything recorded */
+    c->dirty = false;
+    c->rec.barriers++;
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT};
     c->fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+void bs_vk_cmd_copy(bs_vk_ctx *c, const bs_vk_buf *src, const bs_vk_buf *dst, const VkBufferCopy *r) {
+    c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, r);
+    c->dirty = true;
+}
+
+void bs_vk_cmd_fill(bs_vk_ctx *c, const bs_vk_buf *b) {
+    c->fn->vkCmdFillBuffer(c->cmd, b->buf, 0, VK_WHOLE_SIZE, 0);
+    c->dirty = true;
 }
 
 int bs_vk_submit(bs_vk_ctx *c) {
@@ -286,7 +335,11 @@ int bs_vk_submit(bs_vk_ctx *c) {
     }
     c->fn->vkResetDescriptorPool(c->dev, c->dpool, 0);
     c->dsets_used = 0;
-    if (!rc) profile_collect(c);
+    if (!rc) {
+        c->stats.submits++;
+        bs_vk_count_submit(c, &c->rec);
+        profile_collect(c);
+    }
     return rc;
 }
 
@@ -301,7 +354,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
-        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention"};
+        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
+        [BS_VK_K_ARGMAX] = "argmax"};
     return names[k] ? names[k] : "?";
 }
 

@@ -162,9 +162,17 @@ struct bs_vk_sess {
     int n_ctx, B;                 /* B: rows per submission */
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params;
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
+    bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
-    struct step_cache { int n, rows; batch_key key; VkCommandBuffer cmd; VkDescriptorPool pool; } cache[CACHE_STEPS];
+    struct step_cache {
+        int n, rows;
+        batch_key key;
+        VkCommandBuffer cmd;
+        VkDescriptorPool pool;
+        bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
+        bs_vk_rec counts;             /* of the recording, for the stats */
+    } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
@@ -182,6 +190,7 @@ int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
 int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
     const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
     if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
+    bs_vk_count_read(s->net->c, (size_t)n * row);
     return bs_vk_buf_read(s->net->c, &s->taps, 0, out, (size_t)n * row);
 }
 
@@ -191,6 +200,12 @@ const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
 }
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* A result the host reads from mapped device memory (counted in the stats). */
+static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+    bs_vk_count_read(c, bytes);
+}
 
 /* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
  * state and KV cache (a batch's shared scratch has none: each sequence brings its own). */
@@ -230,7 +245,8 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
-             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false);
+             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
+             bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
     s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
     s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
@@ -267,7 +283,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu};
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -289,8 +305,8 @@ static void record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src
     bs_vk_ctx *c = s->net->c;
     for (int g = 0; g < s->net->n_rec; g++) {
         VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
-        c->fn->vkCmdCopyBuffer(c->cmd, conv_src[g].buf, conv_dst[g].buf, 1, &r1);
-        c->fn->vkCmdCopyBuffer(c->cmd, ssm_src[g].buf, ssm_dst[g].buf, 1, &r2);
+        bs_vk_cmd_copy(c, &conv_src[g], &conv_dst[g], &r1);
+        bs_vk_cmd_copy(c, &ssm_src[g], &ssm_dst[g], &r2);
     }
 }
 
@@ -310,8 +326,8 @@ int bs_vk_sess_reset(bs_vk_sess *s) {
     if (s->net->n_rec == 0) return 0;
     if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
-        c->fn->vkCmdFillBuffer(c->cmd, s->conv[g].buf, 0, VK_WHOLE_SIZE, 0);
-        c->fn->vkCmdFillBuffer(c->cmd, s->ssm[g].buf, 0, VK_WHOLE_SIZE, 0);
+        bs_vk_cmd_fill(c, &s->conv[g]);
+        bs_vk_cmd_fill(c, &s->ssm[g]);
     }
     return bs_vk_submit(c);
 }
@@ -351,9 +367,7 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
     ew_push p = {(uint32_t)mode, (uint32_t)n, p0, p1};
     const bs_vk_buf *bb[3] = {a, b, cc};
     const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
-    TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1));
-    bs_vk_barrier(c);
-    return 0;
+    return bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1);   /* the caller places the barrier */
 }
 
 /* groups of d: rows of row_stride, per_row heads of head_stride; mode 0 RMS, 1 L2 */
@@ -362,9 +376,7 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
                 float eps, const bs_vk_buf *dummy) {
     norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
     const bs_vk_buf *bb[7] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy};
-    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
-    bs_vk_barrier(c);
-    return 0;
+    return bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1);   /* the caller places the barrier */
 }
 
 /* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
@@ -381,12 +393,24 @@ static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, u
     return 0;
 }
 
-/* y = W x for n rows (x at offset 0, width W->ne0). */
-static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
+/* The element-wise gate of x before a product (ew.comp's EW_SILU_MUL / EW_SIGMOID_GATE, g its
+ * other operand, H and D the heads of EW_SIGMOID_GATE): folded into the product's quantizer. */
+typedef struct mv_gate { int ew_mode; const bs_vk_buf *g; uint32_t H, D; } mv_gate;
+
+/* y = W gate(x) for n rows (x at offset 0, width W->ne0; the gate, if any, applied to x in place). */
+static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize,
+                    const mv_gate *gt) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_buf *x0 = x;   /* LoRA terms read the float input */
-    if (W->kernel != BS_VK_K_MV_F32 && quantize) {
-        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
+    const bool quant = W->kernel != BS_VK_K_MV_F32 && quantize;
+    if (gt && !quant) {       /* a float product: the gate on its own */
+        TRY(ew(c, gt->ew_mode, x, gt->g, x, (uint64_t)n * W->ne0, gt->H, gt->D));
+        bs_vk_barrier(c);
+    }
+    if (quant) {
+        const int qm = !gt ? 0 : gt->ew_mode == EW_SILU_MUL ? 1 : 2;
+        TRY(bs_vk_record_quant_gated(c, x, gt ? gt->g : NULL, qm, gt ? gt->H : 0, gt ? gt->D : 0, &s->aq, &s->as, &s->am,
+                                     (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
     if (W->act) {
@@ -396,6 +420,10 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
     }
     TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
     return W->lora ? bs_vk_record_lora(c, W, x0, n, &s->lt, &s->lu, y) : 0;
+}
+
+static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
+    return mv_gated(s, W, x, n, y, quantize, NULL);
 }
 
 /* The adapters changed since this session last ran: scratch of their size, and recordings
@@ -452,7 +480,7 @@ typedef struct vk_part {
 /* n rows of width floats from row r0 of src to row d0 of dst */
 static void copy_rows(bs_vk_ctx *c, const bs_vk_buf *src, int r0, const bs_vk_buf *dst, int d0, int n, size_t width) {
     VkBufferCopy r = {4u * (VkDeviceSize)r0 * width, 4u * (VkDeviceSize)d0 * width, 4u * (VkDeviceSize)n * width};
-    c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, &r);
+    bs_vk_cmd_copy(c, src, dst, &r);
 }
 
 /* The recurrence of one sequence: conv over its window, L2-normed q/k, the delta rule (from
@@ -468,6 +496,7 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_barrier(c);
     /* L2 norm of each q and k head of every row */
     TRY(norm(c, &s->cc, NULL, &s->cc, dk, (uint32_t)n * 2 * nk, 2 * nk, cd, dk, 0, 0, 1, hp->eps, &s->net->dummy));
+    bs_vk_barrier(c);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {nk, nv, dk, dv, (uint32_t)n, cd, 1.0f / sqrtf((float)dk)};
     const bs_vk_buf *db[5] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d};
     TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
@@ -510,12 +539,18 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
     TRY(mv_shared(s, W, Y, 4, &s->xn, n));
+    /* the gates need no barrier of their own: the conv after them reads neither ga nor gbeta,
+     * and the barrier after the conv orders them before the delta rule (a batch's copies of
+     * them come first, so they get theirs) */
     TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
+    if (pt) bs_vk_barrier(c);
     TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
-    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm) */
+    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm), the silu(z) product in the
+     * output product's quantizer */
     TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
-    TRY(ew(c, EW_SILU_MUL, &s->d, &s->b, &s->d, (uint64_t)n * nv * dv, 0, 0));
-    TRY(mv(s, L->ssm_out, &s->d, n, &s->y, true));
+    bs_vk_barrier(c);
+    const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
+    TRY(mv_gated(s, L->ssm_out, &s->d, n, &s->y, true, &silu_z));
     bs_vk_barrier(c);
     return 0;
 }
@@ -557,6 +592,7 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
     TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
     TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
+    bs_vk_barrier(c);   /* one for both: the two norms touch different buffers */
     if (hp->n_rot > 0) {   /* a batch's rope table holds every sequence's rows */
         uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
         const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
@@ -565,8 +601,8 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
         bs_vk_barrier(c);
     }
     TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n));
-    TRY(ew(c, EW_SIGMOID_GATE, &s->d, &s->a, &s->d, (uint64_t)n * H * D, H, D));
-    TRY(mv(s, L->wo, &s->d, n, &s->y, true));
+    const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
+    TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
     bs_vk_barrier(c);
     return 0;
 }
@@ -584,6 +620,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *Y[2] = {&s->a, &s->b};
     TRY(mv_shared(s, W, Y, 2, &s->xn, n));
     TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
+    bs_vk_barrier(c);
     TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
     bs_vk_barrier(c);
     return 0;
@@ -599,7 +636,7 @@ static bool tapped_at(const int *taps, int n_taps, int il) {
 static void copy_taps(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *taps, int row0, int n, int n_taps, int k, uint32_t E) {
     for (int t = 0; t < n; t++) {
         VkBufferCopy r = {4u * (VkDeviceSize)(row0 + t) * E, 4u * ((VkDeviceSize)t * n_taps + k) * E, 4u * E};
-        c->fn->vkCmdCopyBuffer(c->cmd, x->buf, taps->buf, 1, &r);
+        bs_vk_cmd_copy(c, x, taps, &r);
     }
 }
 
@@ -636,7 +673,13 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
             TRY(norm_rows(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
             k += pt[i].n_logit;
         }
-    return k ? mv(s, s->net->output, &s->xn, k, &s->logits, false) : 0;
+    if (!k) return 0;
+    TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
+    if (!s->greedy) return 0;
+    bs_vk_barrier(s->net->c);
+    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
+    const bs_vk_buf *bb[2] = {&s->logits, &s->ids};
+    return bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, &V, (uint32_t)k, 1, 1);
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
@@ -664,7 +707,10 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);
         pending = !tapped && il + 1 < hp->n_layer;
-        if (!pending) TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+        if (!pending) {
+            TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
+            bs_vk_barrier(c);
+        }
         record_taps(s, il, n, taps, n_taps, pt, np);
     }
     return record_logits(s, n, logits_rows, pt, np);
@@ -675,8 +721,11 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
 static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
     for (int i = 0; i < CACHE_STEPS; i++)
-        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && !memcmp(&s->cache[i].key, key, sizeof *key))
+        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && s->cache[i].greedy == s->greedy &&
+            !memcmp(&s->cache[i].key, key, sizeof *key)) {
+            bs_vk_count_submit(c, &s->cache[i].counts);
             return bs_vk_submit_cmd(c, s->cache[i].cmd);
+        }
     struct step_cache *e = &s->cache[s->cache_next];
     s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
     cache_drop(s, e);
@@ -693,8 +742,11 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     int rc = record_chunk(s, n, rows, NULL, 0, pt, np);
     rc = bs_vk_record_end(c) || rc;
     if (rc) { cache_drop(s, e); return -1; }
+    e->counts = c->rec;
+    bs_vk_count_submit(c, &e->counts);
     e->n = n;
     e->rows = rows;
+    e->greedy = s->greedy;
     memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
     return bs_vk_submit_cmd(c, e->cmd);
 }
@@ -721,8 +773,10 @@ static int taps_ensure(bs_vk_sess *s, int n_taps) {
     return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
-int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
-                    float *logits, const int *taps, int n_taps, float *tap_out) {
+/* logits_mode as bs_vk_sess_eval; ids (then logits_mode 1): the last row's argmax instead of
+ * its logits. */
+static int sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                     float *logits, int32_t *ids, const int *taps, int n_taps, float *tap_out) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
@@ -738,11 +792,26 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
         const uint32_t p0 = (uint32_t)(pos0 + off);
         memcpy(s->params.map, &p0, 4);
-        if (run_step(s, m, rows, taps, n_taps)) return bs_error_prefix("Vulkan eval: ");
-        if (rows) memcpy(logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
-        if (n_taps && tap_out) memcpy(tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
+        s->greedy = ids && rows;
+        const int rc = run_step(s, m, rows, taps, n_taps);
+        s->greedy = false;
+        if (rc) return bs_error_prefix("Vulkan eval: ");
+        s->net->c->stats.tokens += (uint64_t)m;
+        if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
+        else if (rows) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
+        if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }
     return 0;
+}
+
+int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
+                    float *logits, const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, tokens, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
+}
+
+int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
+                           const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, tokens, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
 }
 
 /* --- several sessions in one pass ------------------------------------------------------------ */
@@ -849,12 +918,13 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         R += q[i].n;
     }
     if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
+    S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
         const int lr = q[i].logit_rows, nt = q[i].n_taps;
-        if (lr) memcpy(q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
+        if (lr) read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
         k += (size_t)lr;
-        if (nt && q[i].tap_out) memcpy(q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
+        if (nt && q[i].tap_out) read_back(S->net->c, q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
     }
     return 0;
 }

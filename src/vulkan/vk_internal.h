@@ -82,6 +82,12 @@ typedef struct bs_vk_pipe {
     uint32_t push_bytes;
 } bs_vk_pipe;
 
+/* What one recorded command buffer does (counted while recording). */
+typedef struct bs_vk_rec {
+    uint32_t dispatches, barriers;
+    uint64_t weight_bytes;            /* weight codes and scales the products read */
+} bs_vk_rec;
+
 /* Shaders embedded at build time (vk_shaders.c, generated). */
 typedef struct bs_vk_spirv {
     const char *name;
@@ -96,7 +102,7 @@ enum bs_vk_kernel {
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
     BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1, BS_VK_K_MV_F32_LORA,
-    BS_VK_K_ATTN_NC,
+    BS_VK_K_ATTN_NC, BS_VK_K_ARGMAX,
     BS_VK_K_COUNT
 };
 
@@ -141,6 +147,12 @@ struct bs_vk_ctx {
     int q_kernel[4097];
     double prof_ms[64];
     uint64_t prof_n[64];
+    /* what was submitted (bs_vk_stats; printed with BITSPARK_PROFILE=1): rec_* count the
+     * recording under way, dirty says whether a command was recorded since the last barrier */
+    bool counting;
+    bs_vk_rec rec;
+    bool dirty;
+    bs_vk_stats stats;
     uint64_t max_binding;             /* maxStorageBufferRange */
     uint64_t max_weight_binding;      /* what a weight part may bind: the same, or less with
                                          BITSPARK_VK_MAX_BINDING (tests: force split tensors) */
@@ -180,6 +192,10 @@ struct bs_vk_matrix {
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */
 int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                        uint64_t n_blocks);
+/* The same with the element-wise gate of the step before (quant_q8.comp's mode: 1 x = silu(g)
+ * * x, 2 x *= sigmoid of the gate half of g's rows of 2*H*D) applied to x first, in place. */
+int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *g, int mode, uint32_t H, uint32_t D,
+                             const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, uint64_t n_blocks);
 /* The embedding kernel for m's layout. */
 int bs_vk_rows_kernel(const bs_vk_matrix *m);
 /* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
@@ -245,13 +261,22 @@ int bs_vk_begin(bs_vk_ctx *c);
 /* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
                    uint32_t gy, uint32_t gz);
+/* A full compute/transfer barrier, unless nothing was recorded since the last one. */
 void bs_vk_barrier(bs_vk_ctx *c);
+/* Transfers recorded into the current command buffer (so that the next barrier is kept). */
+void bs_vk_cmd_copy(bs_vk_ctx *c, const bs_vk_buf *src, const bs_vk_buf *dst, const VkBufferCopy *r);
+void bs_vk_cmd_fill(bs_vk_ctx *c, const bs_vk_buf *b);
+/* Bytes the host read back from the device (into the stats). */
+void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);
 /* A step recorded once and submitted many times: record into cmd with descriptor sets from
  * pool (both owned by the caller), end it; submit it and wait. */
 int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);
 int bs_vk_record_end(bs_vk_ctx *c);
 int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd);
+/* c->rec: the counts of the recording bs_vk_record_end just closed (a cached step keeps them
+ * and adds them to the stats with bs_vk_count_submit at each submission). */
+void bs_vk_count_submit(bs_vk_ctx *c, const bs_vk_rec *r);
 int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool);
 /* The per-kernel GPU times (BITSPARK_PROFILE=1), printed on stderr. */
 void bs_vk_profile_print(bs_vk_ctx *c);

@@ -139,7 +139,7 @@ int bs_vk_matrix_parts(const bs_vk_matrix *m) { return m->n_parts; }
 int bs_vk_matrix_split(const bs_vk_matrix *m) { return m->split; }
 
 typedef struct mv_push { uint32_t rows, cols, n, ldy, row0, pad; } mv_push;
-typedef struct q8_push { uint32_t n_blocks, pad; } q8_push;
+typedef struct q8_push { uint32_t n_blocks, mode, H, D; } q8_push;
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
@@ -156,8 +156,13 @@ int bs_vk_rows_kernel(const bs_vk_matrix *m) {
 
 int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                        uint64_t n_blocks) {
-    q8_push qp = {(uint32_t)n_blocks, 0};
-    const bs_vk_buf *b[4] = {x, aq, as, am};
+    return bs_vk_record_quant_gated(c, x, NULL, 0, 0, 0, aq, as, am, n_blocks);
+}
+
+int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *g, int mode, uint32_t H, uint32_t D,
+                             const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, uint64_t n_blocks) {
+    q8_push qp = {(uint32_t)n_blocks, (uint32_t)mode, H, D};
+    const bs_vk_buf *b[5] = {x, aq, as, am, g ? g : x};
     if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
     return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
 }
@@ -180,6 +185,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
+        c->rec.weight_bytes += (p->codes.size + (f32 ? 0 : p->scales.size)) * groups((uint64_t)n, 8);
     }
     return 0;
 }
@@ -272,6 +278,7 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
     mv_push pp = {(uint32_t)g->rows, (uint32_t)gate->ne0, (uint32_t)n, (uint32_t)gate->ne1, 0, (uint32_t)gate->split};
     const bs_vk_buf *b[8] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales};
+    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
     return bs_vk_dispatch(c, glu_kernel(gate->kernel), b, &pp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split),
                           groups((uint64_t)n, 8), 1);
 }

@@ -23,6 +23,8 @@ const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { (void)c; return NULL; 
 int bs_vk_validation_messages(void) { return 0; }
 bool bs_vk_has_layer(const char *name) { (void)name; return false; }
 void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n) { (void)d; if (n) *out = 0; }
+void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out) { (void)c; *out = (bs_vk_stats){0}; }
+void bs_vk_stats_reset(bs_vk_ctx *c) { (void)c; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { (void)c; return false; }
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }
@@ -70,6 +72,11 @@ int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
+                           const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)next; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
 int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
