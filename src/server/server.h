@@ -51,6 +51,10 @@
 #define SRV_MAX_BIAS 1024
 #define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
+/* --n-predict not given: the most tokens one request may generate. Without it a request with
+ * max_tokens -1 and ignore_eos (or a grammar that never ends) under --context-shift would
+ * generate forever. */
+#define SRV_N_PREDICT_DEFAULT 32768
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
@@ -66,6 +70,8 @@ typedef struct srv_config {
     bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     const char *device;        /* bs_model_params.device (--device) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
+    int n_predict;             /* --n-predict: tokens one request may generate at most, whatever
+                                  it asks (0: SRV_N_PREDICT_DEFAULT) */
     long body_max;             /* bytes of a request body */
     long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */
     long image_budget;         /* bytes of preprocessed image pixels that requests waiting for a
@@ -127,6 +133,9 @@ typedef struct srv_task {
                                   rows are encoded from pixels when a slot takes the task */
     bs_image_pixels *pixels;   /* images[k]'s pixels until then (the same ownership) */
     int n_images;
+    struct srv_emb *emb;       /* an embeddings request (server_embed.c) instead of a generation:
+                                  the scheduler evaluates its inputs in the prompt chunks of its
+                                  passes; NULL otherwise. Owned by the task */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -217,6 +226,8 @@ bool srv_sched_accepting(srv_sched *s);
 void srv_sched_shutdown(srv_sched *s);
 int srv_sched_n_slots(const srv_sched *s);
 int srv_sched_n_ctx(const srv_sched *s);
+/* The server-wide cap on generated tokens per request (cfg.n_predict or its default). */
+int srv_n_predict_cap(const srv_config *cfg);
 void srv_sched_slots(srv_sched *s, srv_slot_info *out);
 
 /* --- tool calls (server_tools.c) --- */
@@ -241,8 +252,6 @@ typedef struct srv {
     bs_model *model;
     struct bs_lora *loras[BS_ENGINE_MAX_LORA];
     int n_loras;
-    bs_session *emb_sess;      /* /v1/embeddings' own session (server_embed.c), made at first use */
-    pthread_mutex_t emb_mu;
     bs_tokenizer *tok;
     bs_mmproj *mmproj;         /* --mmproj, or NULL: image parts are refused */
     bs_chat_template tmpl;
@@ -282,6 +291,8 @@ int srv_drain(srv *s, double timeout_s, bool (*interrupted)(void *), void *ud);
 /* server_http.c */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
+/* Whether request bodies wait for body memory (--body-budget spent): /ready says busy. */
+bool srv_http_budget_spent(const srv *s);
 /* The header checks of server_http.c on plain header values (NULL: absent), for the fuzzer:
  * Host allowed? Access-Control-Allow-Origin for this Origin (NULL: none)? A JSON body type?
  * API key given (for url)? */
@@ -289,6 +300,24 @@ bool srv_host_allowed(const srv *s, const char *host);
 const char *srv_cors_origin(const srv *s, const char *origin);
 bool srv_json_content_type(const char *content_type);
 bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key);
+/* Request framing from the Host, Content-Length and Transfer-Encoding headers (name[i]: value[i],
+ * in order; other headers may be there too): 0; 400 for two Hosts, two different Content-Lengths,
+ * a Content-Length that is not a number or one beside Transfer-Encoding; 501 for a
+ * Transfer-Encoding other than one "chunked". msg says why. */
+int srv_framing_check(const char *const *name, const char *const *value, size_t n, char *msg, size_t len);
+
+/* server_jobs.c: a small pool that runs srv_handle for requests with image parts (decoding
+ * and preprocessing stay off the HTTP threads). srv_job_submit takes body (malloc'd) and a copy
+ * of r (async, client_gone); NULL when the pool's queue is full (or stopped). on_done is called
+ * after each job. A done job's answer is taken once (srv_job_take frees the job); a job whose
+ * client left is abandoned (freed, with its answer, when it ends). */
+typedef struct srv_job srv_job;
+int srv_jobs_start(int n_threads, void (*on_done)(void));
+void srv_jobs_stop(void);
+srv_job *srv_job_submit(srv *s, const char *method, const char *url, char *body, size_t len, const srv_reply *r);
+bool srv_job_done(srv_job *j);
+void srv_job_take(srv_job *j, srv_reply *out);
+void srv_job_abandon(srv_job *j);
 
 /* --- growable text buffer --- */
 typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;
@@ -358,13 +387,25 @@ typedef struct srv_gen {
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
+    bool embed;                /* an embeddings task (srv_emb_reply answers it) */
     char *prompt_text;         /* for echo; malloc'd */
     char id[48];
     long created;
 } srv_gen;
 
-/* server_embed.c: POST /v1/embeddings. */
+/* server_embed.c: POST /v1/embeddings. The inputs become a task (srv_task.emb) that the
+ * scheduler evaluates chunk by chunk beside the generations, on its own session: cancellable,
+ * queued and drained like a generation. */
 void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
+typedef struct srv_emb srv_emb;
+void srv_emb_free(srv_emb *e);
+/* The scheduler's side: the next chunk of at most max tokens (*tok; *fresh: the first of an
+ * input, the session starts empty), 0 once every input is done; then its n rows of last-layer
+ * hidden states (the session's taps), pooled into the input's vector. */
+int srv_emb_plan(srv_emb *e, int max, const int32_t **tok, bool *fresh);
+void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n);
+/* The answer of a finished embeddings task (t->emb). */
+void srv_emb_reply(srv *s, srv_task *t, srv_reply *r);
 
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */

@@ -460,6 +460,7 @@ static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, err, sizeof err) : 0;
     if (rc) {
         if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
+        else if (rc == -3) srv_reply_error(r, 400, "exceed_context_size_error", "%s", err);
         else srv_reply_error(r, 400, "invalid_request_error", "%s", err);
         return false;
     }
@@ -783,7 +784,7 @@ static void api_props(srv *s, srv_reply *r) {
     const bs_loop_guard_params *lg = &s->cfg.loop;
     json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
                            "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
-                           (double)d.min_p, "n_predict", -1, "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
+                           (double)d.min_p, "n_predict", srv_n_predict_cap(&s->cfg), "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
                            "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
                            lg->det.max_period, "max_rewinds", lg->max_rewinds);
     json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",

@@ -56,7 +56,8 @@ bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, 
     const bool ready = path_is(url, "/ready") || path_is(url, "/v1/ready") ||
                        (health && (ready_arg || strstr(url, "?ready") || strstr(url, "&ready")));
     if (get && ready) {
-        if (st == SRV_READY && !srv_sched_accepting(s->sched)) status_reply(s, r, 503, "busy");
+        if (st == SRV_READY && (!srv_sched_accepting(s->sched) || srv_http_budget_spent(s)))
+            status_reply(s, r, 503, "busy");
         else if (st == SRV_READY) status_reply(s, r, 200, "ready");
         else status_reply(s, r, 503, state_name(st));
         return true;

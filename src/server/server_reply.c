@@ -289,6 +289,7 @@ static srv_task *choice_at(srv_task *t, int i) { return i ? t->sib[i - 1] : t; }
 static int n_choices(const srv_task *t) { return t->n_choices > 1 ? t->n_choices : 1; }
 
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (g->embed) { srv_emb_reply(s, t, r); return; }
     for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
             srv_reply_error(r, 500, "server_error", "generation failed: %s", choice_at(t, i)->error);
