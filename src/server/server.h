@@ -55,6 +55,11 @@
  * max_tokens -1 and ignore_eos (or a grammar that never ends) under --context-shift would
  * generate forever. */
 #define SRV_N_PREDICT_DEFAULT 32768
+/* Logprob entries (tokens x (top_logprobs + 1), all choices) one request may ask for, and all
+ * requests in flight together: a reply of 16 choices x 100000 tokens x 21 would be gigabytes of
+ * JSON. Past the first: 400; past the second: 503. */
+#define SRV_LOGPROB_MAX (1L << 20)
+#define SRV_LOGPROB_BUDGET (4L << 20)
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
@@ -159,6 +164,7 @@ typedef struct srv_task {
     double t_submit, t_first;  /* bs_time() when queued and when its first token came (0: not yet),
                                   for the latency histograms */
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
+    long lp_reserved;          /* logprob entries held from SRV_LOGPROB_BUDGET (given back when freed) */
 } srv_task;
 
 srv_task *srv_task_new(void);
@@ -179,6 +185,7 @@ typedef struct srv_hist {
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     long requests_total, requests_errors, requests_rejected;
+    long requests_client_closed;    /* 499: the client left before its answer */
     long prompt_tokens, cached_tokens, predicted_tokens;
     double prompt_seconds, predicted_seconds;
     long n_decode, n_decode_rows;   /* batched decode passes and the rows they carried */
@@ -228,6 +235,9 @@ int srv_sched_n_slots(const srv_sched *s);
 int srv_sched_n_ctx(const srv_sched *s);
 /* The server-wide cap on generated tokens per request (cfg.n_predict or its default). */
 int srv_n_predict_cap(const srv_config *cfg);
+/* Take n logprob entries from SRV_LOGPROB_BUDGET (false: spent); srv_task_unref gives a task's
+ * lp_reserved back. */
+bool srv_logprob_reserve(long n);
 void srv_sched_slots(srv_sched *s, srv_slot_info *out);
 
 /* --- tool calls (server_tools.c) --- */
@@ -359,6 +369,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
 void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...);
 void srv_reply_json(srv_reply *r, int status, struct json_t *j);   /* steals j */
+/* After a reply of this many bytes was built: give the memory its building used back to the
+ * system (glibc keeps freed small blocks in its arenas: RSS would stay at the peak). */
+#define SRV_TRIM_BYTES (1u << 20)
+void srv_trim_after(size_t bytes);
 /* The model's id in answers and /v1/models: --alias, else the file name. */
 const char *srv_model_name(const srv *s);
 struct json_t *srv_error_json(int status, const char *type, const char *msg);   /* {"error": {...}} */

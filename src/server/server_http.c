@@ -668,7 +668,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     /* not the end of the body yet: the call that follows a resume carries no data */
-    if (!q->pending && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
+    if (!q->pending && !q->job && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
         q->woke = false;
         return MHD_YES;
     }

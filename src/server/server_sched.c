@@ -27,6 +27,8 @@
 
 #define PROMPT_BUDGET 256   /* prompt rows per pass, shared by the slots whose prompts wait */
 #define MAX_SLOTS 256
+#define EMB_SHARED 32       /* embedding rows per pass while slots work */
+#define EMB_IDLE 128        /* ... and while they do not (a request that comes waits for one pass) */
 
 typedef struct slot {
     int id;
@@ -68,6 +70,16 @@ struct srv_sched {
 };
 
 /* ---- tasks ---------------------------------------------------------------------------------- */
+
+static long lp_held;   /* logprob entries of the requests in flight */
+
+bool srv_logprob_reserve(long n) {
+    long cur = __atomic_load_n(&lp_held, __ATOMIC_RELAXED);
+    do {
+        if (cur + n > SRV_LOGPROB_BUDGET) return false;
+    } while (!__atomic_compare_exchange_n(&lp_held, &cur, cur + n, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return true;
+}
 
 srv_task *srv_task_new(void) {
     srv_task *t = bs_xcalloc(1, sizeof *t);
@@ -119,6 +131,7 @@ void srv_task_unref(srv_task *t) {
     free(t->text);
     free(t->toks);
     srv_emb_free(t->emb);
+    if (t->lp_reserved) __atomic_sub_fetch(&lp_held, t->lp_reserved, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);
@@ -299,6 +312,12 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     if (rc) finish(s, sl, bs_last_error());
 }
 
+static int n_active(const srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) n += s->slots[i].task != NULL;
+    return n;
+}
+
 /* ---- one pass ------------------------------------------------------------------------------- */
 
 /* Every generating slot's next token or speculative round (anchor + drafts) and chunks of the
@@ -339,12 +358,12 @@ static void step(srv_sched *s) {
         snprintf(err, sizeof err, "%s", bs_last_error());
         finish(s, sl, err);
     }
-    int emb = -1;   /* the embeddings chunk: half the budget while prompts wait, else all of it */
+    /* the embeddings chunk: EMB_IDLE rows on an idle server, else a small one (EMB_SHARED
+     * rows), so a pass - every generating slot's next token - costs little more than without it */
+    int emb = -1;
     bool fresh = false;
     const int32_t *etok = NULL;
-    bool prompts = false;
-    for (int i = 0; i < s->cfg.n_slots; i++) prompts |= s->slots[i].task && bs_gen_in_prompt(s->slots[i].gen);
-    const int en = s->emb_task ? srv_emb_plan(s->emb_task->emb, prompts ? budget / 2 : budget, &etok, &fresh) : 0;
+    const int en = s->emb_task ? srv_emb_plan(s->emb_task->emb, n_active(s) ? EMB_SHARED : BS_MIN(budget, EMB_IDLE), &etok, &fresh) : 0;
     if (en > 0) {
         if (fresh) bs_session_reset(s->emb_sess);
         q[n] = (bs_batch_seq){.s = s->emb_sess, .tokens = etok, .n = en, .logits_mode = BS_LOGITS_NONE,
@@ -401,12 +420,6 @@ static slot *pick_slot(srv_sched *s, const srv_task *t) {
         }
     }
     return best;
-}
-
-static int n_active(const srv_sched *s) {
-    int n = 0;
-    for (int i = 0; i < s->cfg.n_slots; i++) n += s->slots[i].task != NULL;
-    return n;
 }
 
 static void update_gauges(srv_sched *s, int active, int queued) {
