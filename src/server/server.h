@@ -290,8 +290,9 @@ int srv_state_get(const srv *s);
 void srv_state_set(srv *s, int state);
 /* The lifecycle's say on a request before its body is read: GET /health, /v1/health, /ready and
  * /health?ready (ready_arg) are answered here in every state; while LOADING every other request
- * is 503, while DRAINING every new generation request. true: *r holds the answer. */
-bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, srv_reply *r);
+ * is 503, while DRAINING every new generation request; /ready is 503 "busy" while the queue is
+ * full or request bodies wait for body memory (bodies_wait). true: *r holds the answer. */
+bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, bool bodies_wait, srv_reply *r);
 /* Graceful drain: DRAINING, then wait until no generation request is in flight, at most
  * timeout_s seconds; interrupted (called every ~50 ms, may block that long; NULL: never) says a
  * second signal came. On timeout or interruption the rest is cancelled (streams end with
@@ -301,8 +302,6 @@ int srv_drain(srv *s, double timeout_s, bool (*interrupted)(void *), void *ud);
 /* server_http.c */
 int srv_http_start(srv *s);
 void srv_http_stop(srv *s);
-/* Whether request bodies wait for body memory (--body-budget spent): /ready says busy. */
-bool srv_http_budget_spent(const srv *s);
 /* The header checks of server_http.c on plain header values (NULL: absent), for the fuzzer:
  * Host allowed? Access-Control-Allow-Origin for this Origin (NULL: none)? A JSON body type?
  * API key given (for url)? */
@@ -401,7 +400,8 @@ typedef struct srv_gen {
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
-    bool embed;                /* an embeddings task (srv_emb_reply answers it) */
+    /* the answer of a finished task that is not a generation (embeddings), or NULL */
+    void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */
     char id[48];
     long created;
@@ -411,15 +411,22 @@ typedef struct srv_gen {
  * scheduler evaluates chunk by chunk beside the generations, on its own session: cancellable,
  * queued and drained like a generation. */
 void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
-typedef struct srv_emb srv_emb;
+typedef struct srv_emb {
+    int count, E;
+    int32_t **ids;             /* count inputs of n[i] token ids */
+    int *n;
+    float *out;                /* count x E: sums while an input runs, then its vector */
+    bool last;                 /* --pooling last */
+    int cur, pos;              /* scheduler: the input being evaluated, its tokens done */
+    long total;                /* tokens of all inputs */
+} srv_emb;
+/* server_emb.c */
 void srv_emb_free(srv_emb *e);
 /* The scheduler's side: the next chunk of at most max tokens (*tok; *fresh: the first of an
  * input, the session starts empty), 0 once every input is done; then its n rows of last-layer
  * hidden states (the session's taps), pooled into the input's vector. */
 int srv_emb_plan(srv_emb *e, int max, const int32_t **tok, bool *fresh);
 void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n);
-/* The answer of a finished embeddings task (t->emb). */
-void srv_emb_reply(srv *s, srv_task *t, srv_reply *r);
 
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */

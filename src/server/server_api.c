@@ -457,7 +457,7 @@ static void chat_in_free(chat_in *c) {
 /* An image_url part: encoded, its placeholder into the text. */
 static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     char err[256];
-    const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, err, sizeof err) : 0;
+    const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, srv_sched_n_ctx(c->s->sched), err, sizeof err) : 0;
     if (rc) {
         if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
         else if (rc == -3) srv_reply_error(r, 400, "exceed_context_size_error", "%s", err);

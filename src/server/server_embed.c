@@ -6,12 +6,9 @@
  * queued like a generation (503 when the queue is full), cancelled when its client leaves, ended
  * by the drain; the HTTP threads only tokenize and wait suspended. */
 #include "server/server.h"
-#include "cpu/compute.h"
-#include "model/qwen35.h"
 #include "io/util.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,50 +36,7 @@ static int input_ids(srv *s, json_t *in, size_t i, int32_t **ids, size_t *n) {
     return 0;
 }
 
-struct srv_emb {
-    int count, E;
-    int32_t **ids;
-    int *n;
-    float *out;                /* count x E: sums while an input runs, then its vector */
-    bool last;                 /* --pooling last */
-    int cur, pos;              /* scheduler: the input being evaluated, its tokens done */
-    long total;                /* tokens of all inputs */
-};
-
-void srv_emb_free(srv_emb *e) {
-    if (!e) return;
-    for (int i = 0; i < e->count; i++) free(e->ids[i]);
-    free(e->ids);
-    free(e->n);
-    free(e->out);
-    free(e);
-}
-
-int srv_emb_plan(srv_emb *e, int max, const int32_t **tok, bool *fresh) {
-    if (e->cur >= e->count || max <= 0) return 0;
-    *fresh = e->pos == 0;
-    *tok = e->ids[e->cur] + e->pos;
-    return BS_MIN(max, e->n[e->cur] - e->pos);
-}
-
-void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n) {
-    const int E = e->E, len = e->n[e->cur];
-    float *out = e->out + (size_t)e->cur * E;
-    for (int i = e->last ? BS_MAX(0, len - 1 - e->pos) : 0; i < n; i++) {
-        float *row = rows + (size_t)i * E;
-        bs_rmsnorm(row, row, m->output_norm, E, m->hp.eps);   /* the final norm, as the LM head sees it */
-        for (int k = 0; k < E; k++) out[k] += row[k];
-    }
-    if ((e->pos += n) < len) return;
-    double norm = 0;
-    for (int k = 0; k < E; k++) norm += (double)out[k] * out[k];
-    const float scale = norm > 0 ? (float)(1.0 / sqrt(norm)) : 0.0f;
-    for (int k = 0; k < E; k++) out[k] *= scale;
-    e->cur++;
-    e->pos = 0;
-}
-
-void srv_emb_reply(srv *s, srv_task *t, srv_reply *r) {
+static void emb_reply(srv *s, srv_task *t, srv_reply *r) {
     if (t->finish == SRV_FINISH_SHUTDOWN) {
         srv_reply_error(r, 503, "unavailable_error", "the server shut down before the embeddings were done");
         return;
@@ -146,6 +100,6 @@ void srv_api_embeddings(srv *s, json_t *b, srv_reply *r) {
         srv_task_unref(t);
         return;
     }
-    srv_gen g = {.embed = true};
+    srv_gen g = {.answer = emb_reply};
     srv_reply_generation(s, t, &g, r);
 }

@@ -425,7 +425,7 @@ static void budget_give(req *q) {
     pthread_mutex_unlock(&W.mu);
 }
 
-bool srv_http_budget_spent(const srv *s) {
+static bool budget_spent(const srv *s) {
     pthread_mutex_lock(&W.mu);
     bool spent = W.n_budget_wait > 0 || W.budget_used >= budget_limit(s);
     pthread_mutex_unlock(&W.mu);
@@ -586,7 +586,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
     size_t arg_len;
     const bool ready_arg = MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "ready", 5, &arg, &arg_len) == MHD_YES;
     srv_reply gate = {0};
-    if (srv_life_gate(s, method, url, ready_arg, &gate)) {
+    if (srv_life_gate(s, method, url, ready_arg, budget_spent(s), &gate)) {
         const bool bodiless = !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
                               !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
         if (!bodiless) return send_reply(s, c, &gate);   /* its body is not read: the connection closes */

@@ -402,7 +402,7 @@ void srv_trim_after(size_t bytes) {
 }
 
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    if (g->embed) { srv_emb_reply(s, t, r); return; }
+    if (g->answer) { g->answer(s, t, r); return; }
     for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
             srv_reply_error(r, 500, "server_error", "generation failed: %s", choice_at(t, i)->error);

@@ -94,7 +94,7 @@ int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px,
     return 0;
 }
 
-int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen) {
+int srv_vision_add(srv *s, srv_vision *v, const json_t *part, int n_ctx, char *err, size_t errlen) {
     if (!s->mmproj)
         return bs_errbuf(err, errlen, "image input needs a vision projector: this server was started without --mmproj");
     if (v->n == SRV_MAX_IMAGES) return bs_errbuf(err, errlen, "at most %d images per request", SRV_MAX_IMAGES);
@@ -109,10 +109,10 @@ int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t 
     bs_image_target_size(w, h, a, &tw, &th);
     const long rows = (long)(tw / a) * (th / a);
     v->rows += rows;
-    if (v->rows >= srv_sched_n_ctx(s->sched)) {
+    if (v->rows >= n_ctx) {
         srv_image_free(&im);
         snprintf(err, errlen, "the request exceeds the available context size: its images alone take %ld rows "
-                 "(this one, %d x %d, takes %ld), context %d", v->rows, w, h, rows, srv_sched_n_ctx(s->sched));
+                 "(this one, %d x %d, takes %ld), context %d", v->rows, w, h, rows, n_ctx);
         return -3;
     }
     bs_image_pixels px;
