@@ -10,9 +10,9 @@ for tests/test_server_limits.sh. Each mode prints one JSON line; exit status 0 w
                         the budget make /ready 503 until they go
   npredict URL CAP      max_tokens -1 + ignore_eos (context shift on) stops at CAP tokens with
                         finish_reason length; /props reports CAP
-  embed URL             big embedding requests run while /health and a chat request answer within
-                        BOUND s; a client that leaves cancels its embedding (the next request does
-                        not wait for it)
+  embed URL             6 big embedding requests run while /health answers within BOUND s and a
+                        chat request within max(BOUND, 30 x its idle time); a client that leaves
+                        cancels its embedding (the next request does not wait for it)
   image URL PID         an 8192 x 8192 PNG (a few hundred KB) is refused as too large for the
                         context within BOUND / 2 s and without decoding (peak RSS grows < 64 MiB); /health
                         answers within BOUND s while 4 clients loop such requests
@@ -199,7 +199,16 @@ def worst_latency(url, stop, out):
 EMB = {'input': [[(i * 7 + j) % 200 + 10 for j in range(500)] for i in range(4)]}
 
 
+def baseline(url):
+    """The best of 3 plain chat requests on the idle server: the machine's speed now."""
+    return min(request(url, 'POST', '/v1/chat/completions', CHAT)[2] for _ in range(3))
+
+
 def embed(url):
+    # a chat request runs a few passes, each waiting for the embedding rows beside it: on a
+    # loaded machine (other builds) those take longer, so the chat bound is BOUND or 30 x an idle
+    # chat request, whichever is more; /health is held to BOUND as it is
+    chat_bound = max(BOUND, 30 * baseline(url))
     t0 = time.time()
     alone = request(url, 'POST', '/v1/embeddings', EMB, timeout=120)
     t_alone = time.time() - t0
@@ -225,10 +234,11 @@ def embed(url):
     time.sleep(0.2)
     small = request(url, 'POST', '/v1/embeddings', {'input': 'hello'}, timeout=120)
     ok = (alone[0] == 200 and res == [200] * 6 and 'health_bad' not in lat and 'chat_bad' not in lat and
-          lat.get('health', 99) < BOUND and lat.get('chat', 99) < BOUND and small[0] == 200 and small[2] < t_alone / 2)
+          lat.get('health', 99) < BOUND and lat.get('chat', 99) < chat_bound and small[0] == 200 and
+          small[2] < t_alone / 2)
     print(json.dumps({'ok': ok, 'one_request_s': round(t_alone, 2), 'worst_health_s': round(lat.get('health', -1), 2),
                       'worst_chat_s': round(lat.get('chat', -1), 2), 'statuses': res,
-                      'after_leaving_s': round(small[2], 2), 'bound_s': BOUND}))
+                      'after_leaving_s': round(small[2], 2), 'bound_s': BOUND, 'chat_bound_s': round(chat_bound, 2)}))
     return ok
 
 

@@ -8,8 +8,9 @@
 #  - body budget: idle sockets that declare 8 MiB + 1 MiB block nothing; /ready says busy while
 #    bodies really hold the budget;
 #  - --n-predict caps max_tokens -1 + ignore_eos under --context-shift, and /props reports it;
-#  - embeddings run on the scheduler: /health and chat answer within the bound meanwhile, a
-#    client that leaves cancels its work, SIGTERM with --drain-timeout 3 exits within 8 s;
+#  - embeddings run on the scheduler: /health answers within the bound meanwhile (chat within
+#    the bound or 30 x its idle time on a loaded machine), a client that leaves cancels its
+#    work, SIGTERM with --drain-timeout 3 exits within 8 s;
 #  - an 8192 x 8192 PNG is refused from its header (no 192 MB decode), /health answers within the
 #    bound while clients loop it;
 #  - memory: n 16 x top_logprobs 20 replies and a 7 MB /tokenize with pieces leave RSS near idle;

@@ -12,15 +12,18 @@
  * Slow clients: a request's headers must arrive within HEADER_S of the connection (or of the
  * previous request's end: that also bounds an idle keep-alive connection) and its body within
  * BODY_S of the headers, however steadily it drips; the watcher shuts down connections past
- * their deadline. Body memory: every request reserves its declared (or the maximal) body size
- * from one budget (cfg.body_budget) before its body is read, and waits suspended while the
- * budget is spent, so N huge bodies at once cost at most the budget, not N bodies.
+ * their deadline. Body memory: a request's body buffer grows as its bytes arrive, each step
+ * reserved from one budget (cfg.body_budget) first; a body that cannot grow waits suspended
+ * while the budget is spent (the oldest holder never waits), so N huge bodies at once cost at
+ * most the budget and one body, not N bodies, and a socket that only declares a size costs nothing.
  *
- * Order of checks per request: Host (403), CORS preflight, API key (401), the lifecycle (health
- * and readiness answered, 503 while loading or, for generation, draining: server_life.c), POST
- * content type (415) and declared body size (413) on the first call, before the body is read;
- * the body is collected up to the limit (413 past it); then routing. Every answer names the
- * replica (X-Replica-Id, --replica-id); every 503 carries Retry-After. */
+ * Order of checks per request: framing (400 / 501: srv_framing_check), Host (403), CORS
+ * preflight, API key (401), the lifecycle (health and readiness answered, 503 while loading or,
+ * for generation, draining: server_life.c), POST content type (415) and declared body size (413)
+ * on the first call, before the body is read; the body is collected up to the limit (413 past
+ * it); then routing (a request with image parts is parsed on the job pool, server_jobs.c, while
+ * its connection waits suspended). Every answer names the replica (X-Replica-Id,
+ * --replica-id); every 503 carries Retry-After. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -391,9 +394,9 @@ static bool budget_fits(const srv *s, const req *q, long n) {   /* W.mu held */
     return W.budget_used + n <= budget_limit(s) || !W.hold_head || W.hold_head == q;
 }
 
-static bool budget_take(const srv *s, req *q, long n) {
+static bool budget_take(const srv *s, req *q, long n, bool force) {
     pthread_mutex_lock(&W.mu);
-    bool ok = budget_fits(s, q, n);
+    bool ok = force || budget_fits(s, q, n);
     if (ok && n > 0) {
         W.budget_used += n;
         if (!q->reserved) {   /* a new holder, the youngest */
@@ -434,15 +437,16 @@ static bool budget_spent(const srv *s) {
 
 #define BODY_STEP (256L << 10)
 
-/* Room in q's body buffer for n more bytes: 0, or the bytes of budget to wait for. */
-static long body_room(srv *s, req *q, size_t n) {
+/* Room in q's body buffer for n more bytes: 0, or the bytes of budget to wait for (force: take
+ * them anyway, for a request that cannot wait). */
+static long body_room(srv *s, req *q, size_t n, bool force) {
     const size_t need = q->body.len + n + 1;
     if (need <= q->body.cap) return 0;
     size_t cap = q->body.cap + BS_MAX((size_t)BODY_STEP, q->body.cap / 2);
     const size_t most = (q->declared > 0 ? (size_t)q->declared : (size_t)s->cfg.body_max) + 1;
     cap = BS_MAX(need, BS_MIN(cap, most));
     const long more = (long)(cap - q->body.cap);
-    if (!budget_take(s, q, more)) return more;
+    if (!budget_take(s, q, more, force)) return more;
     q->body.p = bs_xrealloc(q->body.p, cap);
     q->body.cap = cap;
     return 0;
@@ -645,19 +649,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (*upload_size) {
         if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) {
             if (W.stopping) return MHD_NO;
-            const long want = body_room(s, q, *upload_size);
-            if (want && k) {   /* the budget is spent: the bytes stay with MHD until it has room */
+            /* without a connection context (never expected) it cannot wait: it takes the memory */
+            const long want = body_room(s, q, *upload_size, !k);
+            if (want) {   /* the budget is spent: the bytes stay with MHD until it has room */
                 q->want = want;
                 suspend_on(k, W_BUDGET);
                 return MHD_YES;
-            }
-            if (want) {   /* no connection context (never expected): take it anyway */
-                pthread_mutex_lock(&W.mu);
-                W.budget_used += want;
-                pthread_mutex_unlock(&W.mu);
-                q->reserved += want;
-                q->body.p = bs_xrealloc(q->body.p, q->body.cap + (size_t)want);
-                q->body.cap += (size_t)want;
             }
             srv_buf_add(&q->body, upload, *upload_size);
         } else {

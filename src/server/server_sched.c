@@ -27,8 +27,8 @@
 
 #define PROMPT_BUDGET 256   /* prompt rows per pass, shared by the slots whose prompts wait */
 #define MAX_SLOTS 256
-#define EMB_SHARED 32       /* embedding rows per pass while slots work */
-#define EMB_IDLE 128        /* ... and while they do not (a request that comes waits for one pass) */
+#define EMB_SHARED 16       /* embedding rows per pass while slots work */
+#define EMB_IDLE 64         /* ... and while they do not (a request that comes waits for one pass) */
 
 typedef struct slot {
     int id;
