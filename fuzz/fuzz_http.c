@@ -4,7 +4,7 @@
  * tiny fixture model (BS_FUZZ_MODEL) with its scheduler running.
  *
  * Input: one selector byte (endpoint and method), then header lines "Name: value\n" up to an
- * empty line, then the body. Every request must get a status in 200..599 with a JSON (or the
+ * empty line (also checked for ambiguous framing: srv_framing_check), then the body. Every request must get a status in 200..599 with a JSON (or the
  * page's / metrics') body; error bodies must have OpenAI's shape. Generations are not waited
  * for (the reply is async: pending answers and streams are freed, which cancels their task), so
  * inputs stay fast; the scheduler still takes and drops the tasks it was given. */
@@ -76,6 +76,35 @@ static const char *header(const char *hdrs, size_t n, const char *name, char *bu
     return NULL;
 }
 
+/* The framing check (duplicate Content-Length / Host, Transfer-Encoding) over every header line:
+ * its answer must be 0, 400 or 501 with a message. */
+static void check_framing(const char *hdrs, size_t n) {
+    enum { MAX = 32 };
+    char names[MAX][64], values[MAX][256];
+    const char *np[MAX], *vp[MAX];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < MAX;) {
+        size_t e = i;
+        while (e < n && hdrs[e] != '\n') e++;
+        const char *colon = memchr(hdrs + i, ':', e - i);
+        if (colon && !memchr(hdrs + i, 0, e - i)) {
+            size_t nl = BS_MIN((size_t)(colon - hdrs) - i, sizeof names[0] - 1);
+            size_t vl = BS_MIN(e - (size_t)(colon - hdrs) - 1, sizeof values[0] - 1);
+            memcpy(names[k], hdrs + i, nl);
+            names[k][nl] = 0;
+            memcpy(values[k], colon + 1, vl);
+            values[k][vl] = 0;
+            np[k] = names[k];
+            vp[k] = values[k];
+            k++;
+        }
+        i = e + 1;
+    }
+    char msg[160] = "";
+    const int st = srv_framing_check(np, vp, k, msg, sizeof msg);
+    if ((st != 0 && st != 400 && st != 501) || (st && !msg[0])) { fprintf(stderr, "framing %d '%s'\n", st, msg); abort(); }
+}
+
 static void check_reply(const srv_reply *r) {
     if (r->stream || r->pending) return;
     if (r->status < 200 || r->status > 599) { fprintf(stderr, "status %d\n", r->status); abort(); }
@@ -106,6 +135,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (hn + 1 < n) { body = in + hn + 2; blen = n - hn - 2; } else hn = 0;
     char b1[512], b2[512], b3[512];
     /* the checks the HTTP layer runs before the body (their answers must be deterministic) */
+    check_framing(in, hn);
     (void)srv_host_allowed(&S, header(in, hn, "Host", b1, sizeof b1));
     const char *o = header(in, hn, "Origin", b1, sizeof b1), *co = srv_cors_origin(&S, o);
     if (co && strcmp(co, "*") && (!o || strcmp(co, o))) abort();

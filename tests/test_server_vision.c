@@ -67,7 +67,7 @@ static void no_projector(void) {
     srv_vision_init(&v);
     json_t *part = json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", "data:image/png;base64,AAAA");
     char err[256] = "";
-    CHECK(srv_vision_add(&s, &v, part, err, sizeof err) != 0);
+    CHECK(srv_vision_add(&s, &v, part, 512, err, sizeof err) != 0);
     CHECKF(strstr(err, "--mmproj") != NULL, "message: %s", err);
     CHECK_EQ_INT(v.n, 0);
     json_decref(part);

@@ -38,6 +38,8 @@ void help_serve(void) {
            "  -c, --ctx N             context per slot in tokens (4096, capped by the model)\n"
            "  -t, --threads N         threads (all cores)\n"
            "  --queue N               requests that may wait for a slot; more get 503 (16 x slots)\n"
+           "  -n, --n-predict N       tokens one request may generate at most, whatever its\n"
+           "                          max_tokens (-1 and ignore_eos too); /props reports it (32768)\n"
            "  --api-key KEY           require 'Authorization: Bearer KEY' (not for /health and /)\n"
            "  --api-key-file FILE     the same with the key read from FILE (first line; the key\n"
            "                          then does not show in the process list)\n"
@@ -165,6 +167,7 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) INT_OPT(16, 1 << 24, c->n_ctx);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) INT_OPT(1, 512, c->n_threads);
         else if (!strcmp(a, "--queue")) INT_OPT(0, 1 << 20, c->queue_max);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) INT_OPT(1, 1 << 30, c->n_predict);
         else if (!strcmp(a, "--body-limit")) INT_OPT(1024, 1L << 32, c->body_max);
         else if (!strcmp(a, "--max-connections")) INT_OPT(4, 65536, c->max_connections);
         else if (!strcmp(a, "--http-threads")) INT_OPT(1, 64, c->http_threads);

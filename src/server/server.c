@@ -25,7 +25,6 @@ int srv_open(srv *s, const srv_config *cfg) {
     s->t_start = bs_time();
     s->t_created = (long)time(NULL);
     pthread_mutex_init(&s->metrics.mu, NULL);
-    pthread_mutex_init(&s->emb_mu, NULL);
     srv_state_set(s, SRV_LOADING);
     if (!cfg->model) return bs_error("no model given (-m FILE)");
     if (cfg->n_slots < 1 || cfg->n_slots > 256) return bs_error("-np: %d slots (1..256)", cfg->n_slots);
@@ -78,9 +77,6 @@ int srv_start(srv *s, const srv_config *cfg) {
 void srv_stop(srv *s) {
     srv_http_stop(s);
     srv_sched_free(s->sched);
-    bs_session_free(s->emb_sess);
-    s->emb_sess = NULL;
-    pthread_mutex_destroy(&s->emb_mu);
     bs_tokenizer_free(s->tok);
     bs_mmproj_free(s->mmproj);
     s->mmproj = NULL;

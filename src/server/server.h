@@ -51,6 +51,15 @@
 #define SRV_MAX_BIAS 1024
 #define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
+/* --n-predict not given: the most tokens one request may generate. Without it a request with
+ * max_tokens -1 and ignore_eos (or a grammar that never ends) under --context-shift would
+ * generate forever. */
+#define SRV_N_PREDICT_DEFAULT 32768
+/* Logprob entries (tokens x (top_logprobs + 1), all choices) one request may ask for, and all
+ * requests in flight together: a reply of 16 choices x 100000 tokens x 21 would be gigabytes of
+ * JSON. Past the first: 400; past the second: 503. */
+#define SRV_LOGPROB_MAX (1L << 20)
+#define SRV_LOGPROB_BUDGET (4L << 20)
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
@@ -66,6 +75,8 @@ typedef struct srv_config {
     bool special_in_messages;  /* --special-in-messages: content may hold control tokens (old) */
     const char *device;        /* bs_model_params.device (--device) */
     int port, n_slots, n_ctx, n_threads, queue_max, draft_max, draft_window;
+    int n_predict;             /* --n-predict: tokens one request may generate at most, whatever
+                                  it asks (0: SRV_N_PREDICT_DEFAULT) */
     long body_max;             /* bytes of a request body */
     long body_budget;          /* bytes of all request bodies being received at once (0: body_max + 1 MiB) */
     long image_budget;         /* bytes of preprocessed image pixels that requests waiting for a
@@ -127,6 +138,9 @@ typedef struct srv_task {
                                   rows are encoded from pixels when a slot takes the task */
     bs_image_pixels *pixels;   /* images[k]'s pixels until then (the same ownership) */
     int n_images;
+    struct srv_emb *emb;       /* an embeddings request (server_embed.c) instead of a generation:
+                                  the scheduler evaluates its inputs in the prompt chunks of its
+                                  passes; NULL otherwise. Owned by the task */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -150,6 +164,7 @@ typedef struct srv_task {
     double t_submit, t_first;  /* bs_time() when queued and when its first token came (0: not yet),
                                   for the latency histograms */
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
+    long lp_reserved;          /* logprob entries held from SRV_LOGPROB_BUDGET (given back when freed) */
 } srv_task;
 
 srv_task *srv_task_new(void);
@@ -170,6 +185,7 @@ typedef struct srv_hist {
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     long requests_total, requests_errors, requests_rejected;
+    long requests_client_closed;    /* 499: the client left before its answer */
     long prompt_tokens, cached_tokens, predicted_tokens;
     double prompt_seconds, predicted_seconds;
     long n_decode, n_decode_rows;   /* batched decode passes and the rows they carried */
@@ -217,6 +233,11 @@ bool srv_sched_accepting(srv_sched *s);
 void srv_sched_shutdown(srv_sched *s);
 int srv_sched_n_slots(const srv_sched *s);
 int srv_sched_n_ctx(const srv_sched *s);
+/* The server-wide cap on generated tokens per request (cfg.n_predict or its default). */
+int srv_n_predict_cap(const srv_config *cfg);
+/* Take n logprob entries from SRV_LOGPROB_BUDGET (false: spent); srv_task_unref gives a task's
+ * lp_reserved back. */
+bool srv_logprob_reserve(long n);
 void srv_sched_slots(srv_sched *s, srv_slot_info *out);
 
 /* --- tool calls (server_tools.c) --- */
@@ -241,8 +262,6 @@ typedef struct srv {
     bs_model *model;
     struct bs_lora *loras[BS_ENGINE_MAX_LORA];
     int n_loras;
-    bs_session *emb_sess;      /* /v1/embeddings' own session (server_embed.c), made at first use */
-    pthread_mutex_t emb_mu;
     bs_tokenizer *tok;
     bs_mmproj *mmproj;         /* --mmproj, or NULL: image parts are refused */
     bs_chat_template tmpl;
@@ -271,8 +290,9 @@ int srv_state_get(const srv *s);
 void srv_state_set(srv *s, int state);
 /* The lifecycle's say on a request before its body is read: GET /health, /v1/health, /ready and
  * /health?ready (ready_arg) are answered here in every state; while LOADING every other request
- * is 503, while DRAINING every new generation request. true: *r holds the answer. */
-bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, srv_reply *r);
+ * is 503, while DRAINING every new generation request; /ready is 503 "busy" while the queue is
+ * full or request bodies wait for body memory (bodies_wait). true: *r holds the answer. */
+bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, bool bodies_wait, srv_reply *r);
 /* Graceful drain: DRAINING, then wait until no generation request is in flight, at most
  * timeout_s seconds; interrupted (called every ~50 ms, may block that long; NULL: never) says a
  * second signal came. On timeout or interruption the rest is cancelled (streams end with
@@ -289,6 +309,24 @@ bool srv_host_allowed(const srv *s, const char *host);
 const char *srv_cors_origin(const srv *s, const char *origin);
 bool srv_json_content_type(const char *content_type);
 bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key);
+/* Request framing from the Host, Content-Length and Transfer-Encoding headers (name[i]: value[i],
+ * in order; other headers may be there too): 0; 400 for two Hosts, two different Content-Lengths,
+ * a Content-Length that is not a number or one beside Transfer-Encoding; 501 for a
+ * Transfer-Encoding other than one "chunked". msg says why. */
+int srv_framing_check(const char *const *name, const char *const *value, size_t n, char *msg, size_t len);
+
+/* server_jobs.c: a small pool that runs srv_handle for requests with image parts (decoding
+ * and preprocessing stay off the HTTP threads). srv_job_submit takes body (malloc'd) and a copy
+ * of r (async, client_gone); NULL when the pool's queue is full (or stopped). on_done is called
+ * after each job. A done job's answer is taken once (srv_job_take frees the job); a job whose
+ * client left is abandoned (freed, with its answer, when it ends). */
+typedef struct srv_job srv_job;
+int srv_jobs_start(int n_threads, void (*on_done)(void));
+void srv_jobs_stop(void);
+srv_job *srv_job_submit(srv *s, const char *method, const char *url, char *body, size_t len, const srv_reply *r);
+bool srv_job_done(srv_job *j);
+void srv_job_take(srv_job *j, srv_reply *out);
+void srv_job_abandon(srv_job *j);
 
 /* --- growable text buffer --- */
 typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;
@@ -330,6 +368,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
 /* Error reply in OpenAI's shape: {"error":{"code","message","type"}}. */
 void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt, ...);
 void srv_reply_json(srv_reply *r, int status, struct json_t *j);   /* steals j */
+/* After a reply of this many bytes was built: give the memory its building used back to the
+ * system (glibc keeps freed small blocks in its arenas: RSS would stay at the peak). */
+#define SRV_TRIM_BYTES (1u << 20)
+void srv_trim_after(size_t bytes);
 /* The model's id in answers and /v1/models: --alias, else the file name. */
 const char *srv_model_name(const srv *s);
 struct json_t *srv_error_json(int status, const char *type, const char *msg);   /* {"error": {...}} */
@@ -358,13 +400,33 @@ typedef struct srv_gen {
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
+    /* the answer of a finished task that is not a generation (embeddings), or NULL */
+    void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */
     char id[48];
     long created;
 } srv_gen;
 
-/* server_embed.c: POST /v1/embeddings. */
+/* server_embed.c: POST /v1/embeddings. The inputs become a task (srv_task.emb) that the
+ * scheduler evaluates chunk by chunk beside the generations, on its own session: cancellable,
+ * queued and drained like a generation. */
 void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
+typedef struct srv_emb {
+    int count, E;
+    int32_t **ids;             /* count inputs of n[i] token ids */
+    int *n;
+    float *out;                /* count x E: sums while an input runs, then its vector */
+    bool last;                 /* --pooling last */
+    int cur, pos;              /* scheduler: the input being evaluated, its tokens done */
+    long total;                /* tokens of all inputs */
+} srv_emb;
+/* server_emb.c */
+void srv_emb_free(srv_emb *e);
+/* The scheduler's side: the next chunk of at most max tokens (*tok; *fresh: the first of an
+ * input, the session starts empty), 0 once every input is done; then its n rows of last-layer
+ * hidden states (the session's taps), pooled into the input's vector. */
+int srv_emb_plan(srv_emb *e, int max, const int32_t **tok, bool *fresh);
+void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n);
 
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */

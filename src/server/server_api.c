@@ -461,9 +461,10 @@ static void chat_in_free(chat_in *c) {
 /* An image_url part: encoded, its placeholder into the text. */
 static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     char err[256];
-    const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, err, sizeof err) : 0;
+    const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, srv_sched_n_ctx(c->s->sched), err, sizeof err) : 0;
     if (rc) {
         if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
+        else if (rc == -3) srv_reply_error(r, 400, "exceed_context_size_error", "%s", err);
         else srv_reply_error(r, 400, "invalid_request_error", "%s", err);
         return false;
     }
@@ -606,13 +607,35 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
     return true;
 }
 
+/* Logprob entries the request may produce: choices x tokens x (top + 1), the tokens bounded by
+ * --n-predict and, without a context shift, by the context left after the prompt. */
+static long logprob_entries(const srv *s, const srv_task *t) {
+    if (t->n_probs < 0) return 0;
+    const int cap = srv_n_predict_cap(&s->cfg);
+    long n = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+    if (!s->cfg.gen.context_shift) n = BS_MIN(n, (long)srv_sched_n_ctx(s->sched) - t->n_prompt);
+    return BS_MAX(n, 0L) * BS_MAX(t->n_choices, 1) * (t->n_probs + 1);
+}
+
 static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    if (t->n_choices > 1 && (g->stream || g->native)) {
+    const long lp = logprob_entries(s, t);
+    bool refused = true;
+    if (t->n_choices > 1 && (g->stream || g->native))
         srv_reply_error(r, 400, "not_supported_error", "n > 1 is supported without streaming, on the OpenAI endpoints");
+    else if (lp > SRV_LOGPROB_MAX)
+        srv_reply_error(r, 400, "invalid_request_error",
+                        "logprobs: n x max_tokens x (top_logprobs + 1) = %ld entries, more than the limit of %ld "
+                        "(ask for fewer tokens, choices or top_logprobs)", lp, SRV_LOGPROB_MAX);
+    else if (lp && !srv_logprob_reserve(lp))
+        srv_reply_error(r, 503, "unavailable_error", "the server is sending as many logprobs as it may: retry soon");
+    else
+        refused = false;
+    if (refused) {
         free(g->prompt_text);
         srv_task_unref(t);
         return;
     }
+    t->lp_reserved = lp;
     /* the other choices ("n"): the same prompt and parameters, seeds + 1, + 2, ...; they wait
      * for the first one's prompt and take its evaluated state */
     for (int k = 1; k < t->n_choices; k++) t->sib[k - 1] = srv_task_choice(t, k);
@@ -787,7 +810,7 @@ static void api_props(srv *s, srv_reply *r) {
     const bs_loop_guard_params *lg = &s->cfg.loop;
     json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
                            "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
-                           (double)d.min_p, "n_predict", -1, "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
+                           (double)d.min_p, "n_predict", srv_n_predict_cap(&s->cfg), "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
                            "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
                            lg->det.max_period, "max_rewinds", lg->max_rewinds);
     json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",
@@ -832,19 +855,38 @@ static void api_tokenize(srv *s, json_t *b, srv_reply *r) {
         srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
         return;
     }
-    json_t *a = json_array();
+    /* written as text, not as a tree: 7 MB of content is ~2M tokens (jansson: ~1 GB of nodes) */
+    srv_buf out = {0};
+    char num[64];
+    srv_buf_adds(&out, "{\"tokens\":[");
     int32_t bos = bs_token_bos(s->tok);
-    if (add_special && bs_tokenizer_add_bos(s->tok) && bos >= 0 && !(n && ids[0] == bos))
-        json_array_append_new(a, json_integer(bos));
+    const bool add_bos = add_special && bs_tokenizer_add_bos(s->tok) && bos >= 0 && !(n && ids[0] == bos);
+    if (add_bos) {
+        snprintf(num, sizeof num, "%d", (int)bos);
+        srv_buf_adds(&out, num);
+    }
     for (size_t i = 0; i < n; i++) {
-        if (!pieces) { json_array_append_new(a, json_integer(ids[i])); continue; }
+        snprintf(num, sizeof num, "%s%s%d", i || add_bos ? "," : "", pieces ? "{\"id\":" : "", (int)ids[i]);
+        srv_buf_adds(&out, num);
+        if (!pieces) continue;
         const char *p;
         size_t len = 0;
         bs_token_to_piece(s->tok, ids[i], true, &p, &len);
-        json_array_append_new(a, json_pack("{s:i,s:o}", "id", ids[i], "piece", piece_json(p, len)));
+        json_t *pj = piece_json(p, len);
+        char *txt = json_dumps(pj, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(pj);
+        srv_buf_adds(&out, ",\"piece\":");
+        srv_buf_adds(&out, txt ? txt : "null");
+        srv_buf_adds(&out, "}");
+        free(txt);
     }
+    srv_buf_adds(&out, "]}");
     free(ids);
-    srv_reply_json(r, 200, json_pack("{s:o}", "tokens", a));
+    r->status = 200;
+    r->ctype = "application/json; charset=utf-8";
+    r->body = out.p;
+    r->len = out.len;
+    srv_trim_after(out.len);
 }
 
 static void api_detokenize(srv *s, json_t *b, srv_reply *r) {

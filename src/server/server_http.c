@@ -12,15 +12,18 @@
  * Slow clients: a request's headers must arrive within HEADER_S of the connection (or of the
  * previous request's end: that also bounds an idle keep-alive connection) and its body within
  * BODY_S of the headers, however steadily it drips; the watcher shuts down connections past
- * their deadline. Body memory: every request reserves its declared (or the maximal) body size
- * from one budget (cfg.body_budget) before its body is read, and waits suspended while the
- * budget is spent, so N huge bodies at once cost at most the budget, not N bodies.
+ * their deadline. Body memory: a request's body buffer grows as its bytes arrive, each step
+ * reserved from one budget (cfg.body_budget) first; a body that cannot grow waits suspended
+ * while the budget is spent (the oldest holder never waits), so N huge bodies at once cost at
+ * most the budget and one body, not N bodies, and a socket that only declares a size costs nothing.
  *
- * Order of checks per request: Host (403), CORS preflight, API key (401), the lifecycle (health
- * and readiness answered, 503 while loading or, for generation, draining: server_life.c), POST
- * content type (415) and declared body size (413) on the first call, before the body is read;
- * the body is collected up to the limit (413 past it); then routing. Every answer names the
- * replica (X-Replica-Id, --replica-id); every 503 carries Retry-After. */
+ * Order of checks per request: framing (400 / 501: srv_framing_check), Host (403), CORS
+ * preflight, API key (401), the lifecycle (health and readiness answered, 503 while loading or,
+ * for generation, draining: server_life.c), POST content type (415) and declared body size (413)
+ * on the first call, before the body is read; the body is collected up to the limit (413 past
+ * it); then routing (a request with image parts is parsed on the job pool, server_jobs.c, while
+ * its connection waits suspended). Every answer names the replica (X-Replica-Id,
+ * --replica-id); every 503 carries Retry-After. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -53,17 +56,19 @@ typedef struct conn {
     struct conn *prev, *next;
 } conn;
 enum { PH_HEADERS, PH_BODY, PH_WORK };
-enum { W_NONE, W_TASK, W_STREAM, W_BUDGET };
+enum { W_NONE, W_TASK, W_STREAM, W_BUDGET, W_JOB };
 
 typedef struct req {
     srv_buf body;
     bool too_big;
-    bool started;              /* headers checked */
-    long reserved;             /* bytes of the body budget held */
+    long reserved;             /* bytes of the body budget held: the body buffer's capacity */
+    long want;                 /* bytes of budget a suspended body waits for (W_BUDGET) */
+    struct req *hold_prev, *hold_next;   /* on W's list of budget holders while reserved > 0 */
     long long declared;        /* Content-Length, -1: chunked or none */
-    bool woke;                 /* resumed after the budget wait: MHD calls once more with no
+    bool woke;                 /* resumed after a budget wait: MHD may call once more with no
                                   data although the body has not come yet */
     srv_pending *pending;      /* non-streaming generation in progress */
+    srv_job *job;              /* the request being parsed on the job pool (image parts) */
     bool in_flight;            /* a generation request, counted in metrics.in_flight until done */
     bool has_early;            /* a lifecycle answer to a request without a body, sent on the next
                                   call (queued on the first one, MHD would close the connection) */
@@ -86,6 +91,8 @@ static struct {
     bool running, stopping, kicked;
     conn *head;
     long budget_used;
+    struct req *hold_head, *hold_tail;   /* budget holders, oldest first */
+    int n_budget_wait;                   /* bodies suspended for budget */
     int n_suspended;
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -291,6 +298,72 @@ static bool authorized(srv *s, struct MHD_Connection *c, const char *url) {
                           MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"));
 }
 
+/* Request framing (RFC 9112 6.1, 6.3, 3.2): what a proxy in front could read differently from
+ * us is refused, since libmicrohttpd takes the first of two Content-Length headers, the first of
+ * two Hosts, and waits for a connection close on a Transfer-Encoding it does not know. */
+static const char *trim_ws(const char *v, size_t *n) {
+    while (*v == ' ' || *v == '\t') v++;
+    size_t k = strlen(v);
+    while (k && (v[k - 1] == ' ' || v[k - 1] == '\t')) k--;
+    *n = k;
+    return v;
+}
+
+int srv_framing_check(const char *const *name, const char *const *value, size_t n, char *msg, size_t len) {
+    const char *cl = NULL, *te = NULL;
+    size_t cl_n = 0, te_n = 0;
+    int hosts = 0, tes = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t vn;
+        const char *v = trim_ws(value[i] ? value[i] : "", &vn);
+        if (!strcasecmp(name[i], "Host")) {
+            hosts++;
+        } else if (!strcasecmp(name[i], "Content-Length")) {
+            if (!vn || strspn(v, "0123456789") < vn) {
+                snprintf(msg, len, "a Content-Length that is not a number");
+                return 400;
+            }
+            if (cl && (cl_n != vn || strncmp(cl, v, vn))) {
+                snprintf(msg, len, "two different Content-Length headers");
+                return 400;
+            }
+            cl = v, cl_n = vn;
+        } else if (!strcasecmp(name[i], "Transfer-Encoding")) {
+            tes++;
+            te = v, te_n = vn;
+        }
+    }
+    if (hosts > 1) { snprintf(msg, len, "more than one Host header"); return 400; }
+    if (te && (tes > 1 || te_n != 7 || strncasecmp(te, "chunked", 7))) {
+        snprintf(msg, len, "Transfer-Encoding '%.*s' is not supported (only chunked)", (int)BS_MIN(te_n, 64), te);
+        return 501;
+    }
+    if (te && cl) { snprintf(msg, len, "both Content-Length and Transfer-Encoding"); return 400; }
+    return 0;
+}
+
+#define FRAMING_MAX 16   /* Host, Content-Length and Transfer-Encoding headers looked at */
+typedef struct framing { const char *name[FRAMING_MAX], *value[FRAMING_MAX]; size_t n; bool more; } framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (strcasecmp(key, "Host") && strcasecmp(key, "Content-Length") && strcasecmp(key, "Transfer-Encoding"))
+        return MHD_YES;
+    if (f->n == FRAMING_MAX) { f->more = true; return MHD_NO; }
+    f->name[f->n] = key;
+    f->value[f->n++] = value;
+    return MHD_YES;
+}
+
+/* 0, or the status (400, 501) of a request whose framing is ambiguous; msg says why. */
+static int framing_status(struct MHD_Connection *c, char *msg, size_t len) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.more) { snprintf(msg, len, "too many Host, Content-Length or Transfer-Encoding headers"); return 400; }
+    return srv_framing_check(f.name, f.value, f.n, msg, len);
+}
+
 static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const char *type, const char *msg) {
     srv_reply r = {0};
     srv_reply_error(&r, status, type, "%s", msg);
@@ -306,29 +379,77 @@ static void suspend_on(conn *k, int what) {
     pthread_mutex_lock(&W.mu);
     k->wait = what;
     W.n_suspended++;
+    if (what == W_BUDGET) W.n_budget_wait++;
     pthread_mutex_unlock(&W.mu);
 }
 
 /* default: one body of the largest size, and room for small requests beside it */
 static long budget_limit(const srv *s) { return s->cfg.body_budget > 0 ? s->cfg.body_budget : s->cfg.body_max + (1L << 20); }
 
-/* Reserve n bytes of body memory; false while the budget is spent (a request alone may
- * always take it, so a body of body_max always fits eventually). */
-static bool budget_take(const srv *s, long n) {
+/* Body memory is reserved as the bytes arrive (the buffer grows in steps, each reserved first),
+ * so a connection that declares a large Content-Length and sends nothing holds nothing. While the
+ * budget is spent a growing body waits; the oldest holder may always go on (at most one body past
+ * the budget), so bodies that each hold part of the budget never wait for each other. */
+static bool budget_fits(const srv *s, const req *q, long n) {   /* W.mu held */
+    return W.budget_used + n <= budget_limit(s) || !W.hold_head || W.hold_head == q;
+}
+
+static bool budget_take(const srv *s, req *q, long n, bool force) {
     pthread_mutex_lock(&W.mu);
-    bool ok = W.budget_used == 0 || W.budget_used + n <= budget_limit(s);
-    if (ok) W.budget_used += n;
+    bool ok = force || budget_fits(s, q, n);
+    if (ok && n > 0) {
+        W.budget_used += n;
+        if (!q->reserved) {   /* a new holder, the youngest */
+            q->hold_prev = W.hold_tail;
+            q->hold_next = NULL;
+            if (W.hold_tail) W.hold_tail->hold_next = q;
+            else W.hold_head = q;
+            W.hold_tail = q;
+        }
+        q->reserved += n;
+    }
     pthread_mutex_unlock(&W.mu);
     return ok;
 }
 
-static void budget_give(long n) {
-    if (!n) return;
+/* Give back all q holds. */
+static void budget_give(req *q) {
+    if (!q->reserved) return;
     pthread_mutex_lock(&W.mu);
-    W.budget_used -= n;
+    W.budget_used -= q->reserved;
+    q->reserved = 0;
+    if (q->hold_prev) q->hold_prev->hold_next = q->hold_next;
+    else W.hold_head = q->hold_next;
+    if (q->hold_next) q->hold_next->hold_prev = q->hold_prev;
+    else W.hold_tail = q->hold_prev;
+    q->hold_prev = q->hold_next = NULL;
     W.kicked = true;   /* a body waiting for memory may fit now */
     pthread_cond_signal(&W.cv);
     pthread_mutex_unlock(&W.mu);
+}
+
+static bool budget_spent(const srv *s) {
+    pthread_mutex_lock(&W.mu);
+    bool spent = W.n_budget_wait > 0 || W.budget_used >= budget_limit(s);
+    pthread_mutex_unlock(&W.mu);
+    return spent;
+}
+
+#define BODY_STEP (256L << 10)
+
+/* Room in q's body buffer for n more bytes: 0, or the bytes of budget to wait for (force: take
+ * them anyway, for a request that cannot wait). */
+static long body_room(srv *s, req *q, size_t n, bool force) {
+    const size_t need = q->body.len + n + 1;
+    if (need <= q->body.cap) return 0;
+    size_t cap = q->body.cap + BS_MAX((size_t)BODY_STEP, q->body.cap / 2);
+    const size_t most = (q->declared > 0 ? (size_t)q->declared : (size_t)s->cfg.body_max) + 1;
+    cap = BS_MAX(need, BS_MIN(cap, most));
+    const long more = (long)(cap - q->body.cap);
+    if (!budget_take(s, q, more, force)) return more;
+    q->body.p = bs_xrealloc(q->body.p, cap);
+    q->body.cap = cap;
+    return 0;
 }
 
 static bool wait_over(srv *s, conn *k) {
@@ -336,11 +457,14 @@ static bool wait_over(srv *s, conn *k) {
     switch (k->wait) {
     case W_TASK: return k->q && k->q->pending && srv_pending_ready(k->q->pending);
     case W_STREAM: return k->x && srv_stream_ready(k->x->st);
-    case W_BUDGET:   /* taken here for it: the resumed handler then reads its body at once */
-        if (!k->q || !budget_take(s, k->q->reserved)) return false;
-        k->q->started = true;
-        k->q->woke = true;
-        return true;
+    case W_JOB: return k->q && k->q->job && srv_job_done(k->q->job);
+    case W_BUDGET: {   /* the resumed handler takes it (or waits again) */
+        pthread_mutex_lock(&W.mu);
+        bool fits = !k->q || budget_fits(s, k->q, k->q->want);
+        pthread_mutex_unlock(&W.mu);
+        if (fits && k->q) k->q->woke = true;
+        return fits;
+    }
     }
     return false;
 }
@@ -374,7 +498,7 @@ static void *watcher(void *arg) {
                 pthread_mutex_lock(&W.mu);
                 /* k cannot have closed meanwhile: a suspended connection is never cleaned up */
                 if (over && k->wait == what) {
-                    if (what == W_BUDGET) k->phase = PH_BODY, k->t0 = now;   /* its body's deadline */
+                    if (what == W_BUDGET) W.n_budget_wait--, k->t0 = now;   /* waiting was not its fault */
                     k->wait = W_NONE;
                     W.n_suspended--;
                     MHD_resume_connection(k->c);
@@ -415,6 +539,7 @@ static void notify_conn(void *cls, struct MHD_Connection *c, void **socket_conte
         if (k->next) k->next->prev = k->prev;
         if (k->x) k->x->k = NULL;
         if (k->wait != W_NONE) W.n_suspended--;
+        if (k->wait == W_BUDGET) W.n_budget_wait--;
         pthread_mutex_unlock(&W.mu);
         free(k);
         *socket_context = NULL;
@@ -432,6 +557,9 @@ static void set_phase(conn *k, int phase) {
 /* ---- the request handler ----------------------------------------------------------------------- */
 
 static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *url, const char *method, req *q) {
+    char why[128];
+    const int bad = framing_status(c, why, sizeof why);
+    if (bad) return fail(s, c, bad, bad == 501 ? "not_supported_error" : "invalid_request_error", why);
     if (!host_allowed(s, c))
         return fail(s, c, 403, "permission_error",
                     "this Host is not allowed (a server on a loopback address answers localhost, "
@@ -462,7 +590,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
     size_t arg_len;
     const bool ready_arg = MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "ready", 5, &arg, &arg_len) == MHD_YES;
     srv_reply gate = {0};
-    if (srv_life_gate(s, method, url, ready_arg, &gate)) {
+    if (srv_life_gate(s, method, url, ready_arg, budget_spent(s), &gate)) {
         const bool bodiless = !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
                               !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
         if (!bodiless) return send_reply(s, c, &gate);   /* its body is not read: the connection closes */
@@ -481,20 +609,23 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
         snprintf(msg, sizeof msg, "the request body is larger than the limit of %ld bytes", s->cfg.body_max);
         return fail(s, c, 413, "invalid_request_error", msg);
     }
-    /* body memory: what the request declares, or (chunked) as much as it may send */
-    const bool has_body = declared > 0 || MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
-    q->reserved = !has_body ? 0 : declared > 0 ? (long)declared : s->cfg.body_max;
-    if (declared > 0) {
-        q->body.cap = (size_t)declared + 1;
-        q->body.p = bs_xmalloc(q->body.cap);
-    }
-    return MHD_YES;
+    return MHD_YES;   /* body memory is reserved as the bytes come (body_room) */
 }
 
 static enum MHD_Result reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
     if (r->stream) return send_stream(s, c, r);
     if (r->status == 499) { srv_metrics_request(&s->metrics, 499); free(r->body); return MHD_NO; }
     return send_reply(s, c, r);
+}
+
+/* A parsed request's answer: sent now, or (a generation) waited for suspended. */
+static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn *k, req *q, srv_reply *r) {
+    if (r->pending) {
+        q->pending = r->pending;
+        if (k) suspend_on(k, W_TASK);
+        return MHD_YES;
+    }
+    return reply(s, c, r);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -509,38 +640,55 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *con_cls = q;
         if (k) k->q = q;
         set_phase(k, PH_BODY);
-        enum MHD_Result rc = first_call(s, c, url, method, q);
-        if (rc != MHD_YES || !q->reserved) return rc;
+        return first_call(s, c, url, method, q);
     }
     if (q->has_early) {                   /* health / readiness, or a bodiless request refused */
         q->has_early = false;
         return send_reply(s, c, &q->early);
     }
-    if (q->reserved && !q->started) {     /* body memory first, then the body */
-        if (W.stopping || (!first && conn_gone(c))) return MHD_NO;
-        if (!budget_take(s, q->reserved)) {
-            if (k) { suspend_on(k, W_BUDGET); return MHD_YES; }
-            while (!budget_take(s, q->reserved)) { struct timespec ts = {0, 1000000L}; nanosleep(&ts, NULL); }
-        }
-        q->started = true;
-        set_phase(k, PH_BODY);              /* the body's deadline starts once it may be read */
-        if (first) return MHD_YES;          /* MHD calls again with the body */
-    }
     if (*upload_size) {
-        if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) srv_buf_add(&q->body, upload, *upload_size);
-        else q->too_big = true;
+        if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) {
+            if (W.stopping) return MHD_NO;
+            /* without a connection context (never expected) it cannot wait: it takes the memory */
+            const long want = body_room(s, q, *upload_size, !k);
+            if (want) {   /* the budget is spent: the bytes stay with MHD until it has room */
+                q->want = want;
+                suspend_on(k, W_BUDGET);
+                return MHD_YES;
+            }
+            srv_buf_add(&q->body, upload, *upload_size);
+        } else {
+            q->too_big = true;
+        }
         *upload_size = 0;
         q->woke = false;
         return MHD_YES;
     }
     /* not the end of the body yet: the call that follows a resume carries no data */
-    if (!q->pending && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
+    if (!q->pending && !q->job && !q->too_big && (q->declared > 0 ? q->body.len < (size_t)q->declared : q->woke)) {
         q->woke = false;
         return MHD_YES;
     }
     set_phase(k, PH_WORK);
+    if (q->job) {                           /* resumed: parsed on the job pool, or the client gone */
+        if (conn_gone(c) || W.stopping) {
+            srv_job_abandon(q->job);
+            q->job = NULL;
+            if (!W.stopping) srv_metrics_request(&s->metrics, 499);
+            return MHD_NO;
+        }
+        if (!srv_job_done(q->job)) { suspend_on(k, W_JOB); return MHD_YES; }
+        srv_reply r;
+        srv_job_take(q->job, &r);
+        q->job = NULL;
+        budget_give(q);
+        return answer(s, c, k, q, &r);
+    }
     if (q->pending) {                       /* resumed: the generation is done, or the client gone */
-        if (conn_gone(c) || W.stopping) return MHD_NO;   /* completed() cancels the task */
+        if (conn_gone(c) || W.stopping) {   /* completed() cancels the task */
+            if (!W.stopping) srv_metrics_request(&s->metrics, 499);   /* the client left */
+            return MHD_NO;
+        }
         if (!srv_pending_ready(q->pending)) { if (k) suspend_on(k, W_TASK); return MHD_YES; }
         srv_reply r = {0};
         srv_pending *p = q->pending;
@@ -554,17 +702,19 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return fail(s, c, 413, "invalid_request_error", msg);
     }
     srv_reply r = {.client_gone = conn_gone, .ud = c, .async = k != NULL};
+    if (k && s->mmproj && q->body.len && memmem(q->body.p, q->body.len, "image_url", 9)) {
+        /* images are decoded on the job pool, never on this thread; the job owns the body */
+        if (!(q->job = srv_job_submit(s, method, url, q->body.p, q->body.len, &r)))
+            return fail(s, c, 503, "unavailable_error", "too many requests with images are being parsed: retry soon");
+        q->body = (srv_buf){0};
+        suspend_on(k, W_JOB);
+        return MHD_YES;
+    }
     srv_handle(s, method, url, q->body.p, q->body.len, &r);
     /* the body is parsed: its memory goes back to the budget now, not at the end */
     srv_buf_free(&q->body);
-    budget_give(q->reserved);
-    q->reserved = 0;
-    if (r.pending) {
-        q->pending = r.pending;
-        if (k) suspend_on(k, W_TASK);
-        return MHD_YES;
-    }
-    return reply(s, c, &r);
+    budget_give(q);
+    return answer(s, c, k, q, &r);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
@@ -580,9 +730,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_unlock(&W.mu);
     }
     srv_pending_free(q->pending);
+    srv_job_abandon(q->job);
     if (q->has_early) free(q->early.body);
     if (q->in_flight) srv_metrics_in_flight(&((srv *)cls)->metrics, -1);
-    if (q->started) budget_give(q->reserved);
+    budget_give(q);
     srv_buf_free(&q->body);
     free(q);
     *con_cls = NULL;
@@ -623,6 +774,7 @@ int srv_http_start(srv *s) {
     W.stopping = false;
     if (pthread_create(&W.thread, NULL, watcher, s)) { W.running = false; return bs_error("cannot start a thread"); }
     const unsigned workers = s->cfg.http_threads > 0 ? (unsigned)s->cfg.http_threads : 4u;
+    if (srv_jobs_start((int)(workers + 1) / 2, kick)) { srv_http_stop(s); return -1; }
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, addr,
                                  MHD_OPTION_THREAD_POOL_SIZE, workers,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
@@ -663,6 +815,7 @@ void srv_http_stop(srv *s) {
         pthread_join(W.thread, NULL);
     }
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    srv_jobs_stop();   /* after the connections: an abandoned job frees itself when it ends */
     if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);   /* quiesce hands it to us */
     s->daemon = NULL;
 }

@@ -168,6 +168,65 @@ int srv_image_from_part(const json_t *part, size_t max_bytes, srv_image *out, ch
     return 0;
 }
 
+/* ---- dimensions from the header: PNG IHDR, JPEG SOFn, PPM/PGM ---- */
+
+static unsigned be16(const unsigned char *p) { return (unsigned)p[0] << 8 | p[1]; }
+static unsigned long be32(const unsigned char *p) { return (unsigned long)be16(p) << 16 | be16(p + 2); }
+
+static int png_dims(const unsigned char *d, size_t n, long long *w, long long *h) {
+    if (n < 24 || memcmp(d + 12, "IHDR", 4)) return -1;
+    *w = (long long)be32(d + 16);
+    *h = (long long)be32(d + 20);
+    return 0;
+}
+
+/* The first frame header (SOF0..SOF15 but DHT, JPG and DAC) before the scan. */
+static int jpeg_dims(const unsigned char *d, size_t n, long long *w, long long *h) {
+    size_t at = 2;
+    while (at + 4 <= n) {
+        if (d[at] != 0xFF) return -1;
+        const unsigned m = d[at + 1];
+        if (m == 0xFF) { at++; continue; }   /* fill byte */
+        if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { at += 2; continue; }   /* no length */
+        if (m == 0xDA || m == 0xD9) return -1;   /* scan or end before a frame header */
+        const unsigned len = be16(d + at + 2);
+        if (len < 2 || at + 2 + len > n) return -1;
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+            if (len < 7) return -1;
+            *h = be16(d + at + 5);
+            *w = be16(d + at + 7);
+            return 0;
+        }
+        at += 2 + len;
+    }
+    return -1;
+}
+
+static int ppm_num(const unsigned char *d, size_t n, size_t *at, long long *v) {
+    for (;;) {
+        while (*at < n && strchr(" \t\r\n", d[*at]) && d[*at]) (*at)++;
+        if (*at < n && d[*at] == '#') { while (*at < n && d[*at] != '\n') (*at)++; continue; }
+        break;
+    }
+    if (*at >= n || d[*at] < '0' || d[*at] > '9') return -1;
+    for (*v = 0; *at < n && d[*at] >= '0' && d[*at] <= '9'; (*at)++)
+        if ((*v = *v * 10 + (d[*at] - '0')) > (1ll << 40)) return -1;
+    return 0;
+}
+
+int srv_image_dims(const unsigned char *d, size_t n, int *w, int *h, char *err, size_t errlen) {
+    const char *k = bs_image_kind(d, n);
+    long long W = 0, H = 0;
+    size_t at = 2;
+    int rc = !k ? -1 : !strcmp(k, "png") ? png_dims(d, n, &W, &H) : !strcmp(k, "jpeg") ? jpeg_dims(d, n, &W, &H)
+             : (ppm_num(d, n, &at, &W) || ppm_num(d, n, &at, &H)) ? -1 : 0;
+    if (rc) return bs_errbuf(err, errlen, "image_url: the %s header is malformed", k ? k : "image");
+    if (bs_image_check_size(W, H, err, errlen)) return -1;
+    *w = (int)W;
+    *h = (int)H;
+    return 0;
+}
+
 void srv_image_free(srv_image *im) {
     if (!im) return;
     free(im->data);

@@ -22,6 +22,9 @@ typedef struct srv_image { unsigned char *data; size_t len; uint64_t hash; } srv
  * 0, or -1 + the HTTP 400 message in err. hash: 64-bit FNV-1a of the decoded bytes (the prompt cache key). */
 int srv_image_from_part(const json_t *part, size_t max_bytes, srv_image *out, char *err, size_t errlen);
 void srv_image_free(srv_image *im);
+/* The image's size from its header alone (PNG IHDR, JPEG's frame header, PPM/PGM), nothing
+ * decoded: 0, or -1 + message (a malformed header, or a size past the decoders' limits). */
+int srv_image_dims(const unsigned char *data, size_t len, int *w, int *h, char *err, size_t errlen);
 
 /* The piece, for the tests and the fuzzer (the hash is bs_hash_bytes, 64-bit FNV-1a).
  * srv_base64_decode: strict RFC 4648 base64 (see server_image.c for the rules); 0 with a

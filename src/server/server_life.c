@@ -49,14 +49,15 @@ static void status_reply(srv *s, srv_reply *r, int code, const char *status) {
     srv_reply_json(r, code, j);
 }
 
-bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, srv_reply *r) {
+bool srv_life_gate(srv *s, const char *method, const char *url, bool ready_arg, bool bodies_wait, srv_reply *r) {
     const int st = srv_state_get(s);
     const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     const bool health = path_is(url, "/health") || path_is(url, "/v1/health");
     const bool ready = path_is(url, "/ready") || path_is(url, "/v1/ready") ||
                        (health && (ready_arg || strstr(url, "?ready") || strstr(url, "&ready")));
     if (get && ready) {
-        if (st == SRV_READY && !srv_sched_accepting(s->sched)) status_reply(s, r, 503, "busy");
+        if (st == SRV_READY && (!srv_sched_accepting(s->sched) || bodies_wait))
+            status_reply(s, r, 503, "busy");
         else if (st == SRV_READY) status_reply(s, r, 200, "ready");
         else status_reply(s, r, 503, state_name(st));
         return true;

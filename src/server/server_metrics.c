@@ -33,6 +33,7 @@ void srv_metrics_request(srv_metrics *m, int status) {
     m->requests_total++;
     if (status == 503) m->requests_rejected++;
     else if (status >= 400) m->requests_errors++;
+    if (status == 499) m->requests_client_closed++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -121,6 +122,8 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "requests_total", "counter", "HTTP requests answered.", (double)c.requests_total);
     metric(&b, "requests_errors_total", "counter", "Requests answered with a 4xx/5xx error other than 503.",
            (double)c.requests_errors);
+    metric(&b, "requests_client_closed_total", "counter", "Requests whose client left before the answer (499).",
+           (double)c.requests_client_closed);
     metric(&b, "requests_rejected_total", "counter", "Requests answered 503 (queue full, loading, draining).",
            (double)c.requests_rejected);
     metric(&b, "prompt_tokens_total", "counter", "Number of prompt tokens processed.", (double)c.prompt_tokens);

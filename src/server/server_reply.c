@@ -14,6 +14,9 @@
 #include "io/util.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -261,15 +264,106 @@ static json_t *native_json(const srv *s, const srv_task *t, const char *text, si
     return j;
 }
 
-/* Choice idx of a finished task. */
-static json_t *choice_json(srv *s, srv_task *t, srv_gen *g, int idx) {
+/* ---- a finished answer, written piece by piece ------------------------------------------------
+ * A reply of 16 choices with top_logprobs would be millions of jansson nodes at once (and glibc
+ * keeps the memory in its arenas). So the answer's frame is built with a placeholder where the
+ * big part goes ("choices", "logprobs"), dumped, and the big part written into the text between
+ * in chunks of LP_CHUNK tokens, each chunk's nodes freed before the next. A placeholder key
+ * cannot occur in user text: quotes inside JSON strings are escaped. */
+#define LP_CHUNK 256
+#define HOLE "\x01"
+
+static void add_dump(srv_buf *b, json_t *j) {
+    char *txt = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(j);
+    if (txt) srv_buf_adds(b, txt);
+    free(txt);
+}
+
+/* The elements of array a (freed), without the brackets, after a comma unless *first. */
+static void add_items(srv_buf *b, json_t *a, bool *first) {
+    char *txt = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    size_t n = txt ? strlen(txt) : 0;
+    if (n > 2) {
+        if (!*first) srv_buf_adds(b, ",");
+        srv_buf_add(b, txt + 1, n - 2);
+        *first = false;
+    }
+    free(txt);
+}
+
+/* j (freed) into b with the value of "key": HOLE written by fill. */
+static void add_with_hole(srv_buf *b, json_t *j, const char *key, void (*fill)(srv_buf *, void *), void *arg) {
+    char *txt = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"\\u0001\"", key);
+    char *at = txt ? strstr(txt, pat) : NULL;
+    if (!at) { if (txt) srv_buf_adds(b, txt); free(txt); return; }   /* not expected */
+    const size_t k = strlen(key) + 3;   /* "key": */
+    srv_buf_add(b, txt, (size_t)(at - txt) + k);
+    fill(b, arg);
+    srv_buf_adds(b, at + strlen(pat));
+    free(txt);
+}
+
+typedef struct lp_arg { srv *s; srv_task *t; srv_gen *g; } lp_arg;
+
+static void fill_chat_lp(srv_buf *b, void *arg) {
+    const lp_arg *a = arg;
+    bool first = true;
+    srv_buf_adds(b, "{\"content\":[");
+    for (int i = 0; i < a->t->n_toks; i += LP_CHUNK) {
+        json_t *c = chat_logprobs(a->s, a->t->toks, i, BS_MIN(i + LP_CHUNK, a->t->n_toks));
+        add_items(b, json_incref(json_object_get(c, "content")), &first);
+        json_decref(c);
+    }
+    srv_buf_adds(b, "]}");
+}
+
+static void fill_compl_lp(srv_buf *b, void *arg) {
+    const lp_arg *a = arg;
+    const srv_task *t = a->t;
+    const bool echo = a->g->echo;
+    const size_t off0 = echo && a->g->prompt_text ? strlen(a->g->prompt_text) : 0;
+    size_t base = echo ? 0 : off0;   /* where the generated text starts: after the echoed prompt */
+    for (int i = 0; echo && i < t->n_prompt; i++) {
+        const char *p;
+        size_t len = 0;
+        bs_token_to_piece(a->s->tok, t->prompt[i], true, &p, &len);
+        base += len;
+    }
+    static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    srv_buf_adds(b, "{");
+    for (int k = 0; k < 4; k++) {
+        bool first = true;
+        srv_buf_adds(b, k ? ",\"" : "\"");
+        srv_buf_adds(b, keys[k]);
+        srv_buf_adds(b, "\":[");
+        for (int i = 0; i == 0 || i < t->n_toks; i += LP_CHUNK) {   /* chunk 0 also holds the echo */
+            json_t *c = compl_logprobs(a->s, t, echo && i == 0, i, BS_MIN(i + LP_CHUNK, t->n_toks),
+                                       echo && i == 0 ? 0 : base);
+            add_items(b, json_incref(json_object_get(c, keys[k])), &first);
+            json_decref(c);
+        }
+        srv_buf_adds(b, "]");
+    }
+    srv_buf_adds(b, "}");
+}
+
+/* Choice idx of a finished task, into b. */
+static void add_choice(srv_buf *b, srv *s, srv_task *t, srv_gen *g, int idx) {
     json_t *choice;
+    lp_arg a = {s, t, g};
     if (g->chat) {
         bool calls;
         json_t *msg = chat_message(s, t, g, &calls);
         choice = json_pack("{s:i,s:o,s:s}", "index", idx, "message", msg, "finish_reason", finish_name(t, calls));
-        json_object_set_new(choice, "logprobs", g->logprobs ? chat_logprobs(s, t->toks, 0, t->n_toks) : json_null());
-        return choice;
+        json_object_set_new(choice, "logprobs", g->logprobs ? json_string(HOLE) : json_null());
+        if (g->logprobs) add_with_hole(b, choice, "logprobs", fill_chat_lp, &a);
+        else add_dump(b, choice);
+        return;
     }
     srv_buf text = {0};
     srv_buf_adds(&text, "");
@@ -277,18 +371,38 @@ static json_t *choice_json(srv *s, srv_task *t, srv_gen *g, int idx) {
     srv_buf_add(&text, t->text ? t->text : "", t->len);
     choice = json_pack("{s:i,s:o,s:s}", "index", idx, "text", str_json(text.p, text.len), "finish_reason",
                        finish_name(t, false));
-    size_t off0 = g->echo && g->prompt_text ? strlen(g->prompt_text) : 0;
-    json_object_set_new(choice, "logprobs",
-                        g->logprobs ? compl_logprobs(s, t, g->echo, 0, t->n_toks, g->echo ? 0 : off0) : json_null());
     srv_buf_free(&text);
-    return choice;
+    json_object_set_new(choice, "logprobs", g->logprobs ? json_string(HOLE) : json_null());
+    if (g->logprobs) add_with_hole(b, choice, "logprobs", fill_compl_lp, &a);
+    else add_dump(b, choice);
 }
 
 /* The task's choices: itself, then the other choices it carries ("n"). */
 static srv_task *choice_at(srv_task *t, int i) { return i ? t->sib[i - 1] : t; }
 static int n_choices(const srv_task *t) { return t->n_choices > 1 ? t->n_choices : 1; }
 
+typedef struct choices_arg { srv *s; srv_task *t; srv_gen *g; } choices_arg;
+
+static void fill_choices(srv_buf *b, void *arg) {
+    const choices_arg *a = arg;
+    srv_buf_adds(b, "[");
+    for (int i = 0; i < n_choices(a->t); i++) {
+        if (i) srv_buf_adds(b, ",");
+        add_choice(b, a->s, choice_at(a->t, i), a->g, i);
+    }
+    srv_buf_adds(b, "]");
+}
+
+void srv_trim_after(size_t bytes) {
+#ifdef __GLIBC__
+    if (bytes >= SRV_TRIM_BYTES) malloc_trim(0);
+#else
+    (void)bytes;
+#endif
+}
+
 static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (g->answer) { g->answer(s, t, r); return; }
     for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
             const char *e = choice_at(t, i)->error;
@@ -308,18 +422,21 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
         return;
     }
-    json_t *choices = json_array();
     srv_timings sum = t->tm;   /* the prompt counted once, every choice's generated tokens */
-    for (int i = 0; i < n_choices(t); i++) {
-        json_array_append_new(choices, choice_json(s, choice_at(t, i), g, i));
-        if (i) sum.n_gen += choice_at(t, i)->tm.n_gen;
-    }
-    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", g->id, "object",
+    for (int i = 1; i < n_choices(t); i++) sum.n_gen += choice_at(t, i)->tm.n_gen;
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:o,s:o}", "id", g->id, "object",
                           g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
-                          srv_model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", choices,
+                          srv_model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", HOLE,
                           "usage", usage_json(&sum), "timings", timings_json(&t->tm));
     json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
-    srv_reply_json(r, 200, j);
+    choices_arg a = {s, t, g};
+    srv_buf b = {0};
+    add_with_hole(&b, j, "choices", fill_choices, &a);
+    r->status = 200;
+    r->ctype = "application/json; charset=utf-8";
+    r->body = b.p;
+    r->len = b.len;
+    srv_trim_after(b.len);
 }
 
 static bool all_done(srv_task *t) {

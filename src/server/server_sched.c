@@ -27,6 +27,8 @@
 
 #define PROMPT_BUDGET 256   /* prompt rows per pass, shared by the slots whose prompts wait */
 #define MAX_SLOTS 256
+#define EMB_SHARED 16       /* embedding rows per pass while slots work */
+#define EMB_IDLE 64         /* ... and while they do not (a request that comes waits for one pass) */
 
 typedef struct slot {
     int id;
@@ -58,9 +60,26 @@ struct srv_sched {
     int q_limit;                /* requests that may wait for a busy server */
     srv_slot_info *info;       /* guarded by mu, for /slots */
     long tick;
+    /* embeddings (server_embed.c): one task at a time on its own session, its chunks in the
+     * passes' prompt budget; the others wait in their own queue (eq, q_limit places) */
+    bs_session *emb_sess;
+    float *emb_rows;           /* PROMPT_BUDGET rows of taps */
+    srv_task *emb_task;        /* scheduler thread only */
+    srv_task **eq;
+    int eq_head, eq_len;       /* guarded by mu */
 };
 
 /* ---- tasks ---------------------------------------------------------------------------------- */
+
+static long lp_held;   /* logprob entries of the requests in flight */
+
+bool srv_logprob_reserve(long n) {
+    long cur = __atomic_load_n(&lp_held, __ATOMIC_RELAXED);
+    do {
+        if (cur + n > SRV_LOGPROB_BUDGET) return false;
+    } while (!__atomic_compare_exchange_n(&lp_held, &cur, cur + n, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return true;
+}
 
 srv_task *srv_task_new(void) {
     srv_task *t = bs_xcalloc(1, sizeof *t);
@@ -111,6 +130,8 @@ void srv_task_unref(srv_task *t) {
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->text);
     free(t->toks);
+    srv_emb_free(t->emb);
+    if (t->lp_reserved) __atomic_sub_fetch(&lp_held, t->lp_reserved, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);
@@ -233,6 +254,13 @@ static void end_queued(srv_task *t, int why, const char *msg) {
     srv_task_unref(t);
 }
 
+/* The embeddings task ends (scheduler thread): done, or err / forced as finish_as. */
+static void emb_end(srv_sched *s, const char *err, int forced) {
+    srv_task *t = s->emb_task;
+    s->emb_task = NULL;
+    end_queued(t, forced ? forced : err ? SRV_FINISH_ERROR : SRV_FINISH_STOP, err ? err : "");
+}
+
 /* After a step: stream what it produced, or finish. */
 static void stepped(srv_sched *s, slot *sl) {
     if (!bs_gen_in_prompt(sl->gen)) sl->task->prompt_ready = true;   /* scheduler thread only */
@@ -260,7 +288,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.n_bias = t->n_bias;
     r.breakers = s->cfg.gen.breakers;   /* serve's --dry-sequence-breaker, or llama.cpp's */
     r.n_breakers = s->cfg.gen.n_breakers;
-    r.n_predict = t->n_predict;
+    const int cap = srv_n_predict_cap(&s->cfg);   /* every request, max_tokens -1 included */
+    r.n_predict = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
     r.ignore_eos = t->ignore_eos;
     r.stop = (const char *const *)t->stop;
     r.n_stop = t->n_stop;
@@ -291,6 +320,12 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     pthread_mutex_unlock(&t->mu);
     publish_info(s, sl);
     if (rc) finish(s, sl, bs_last_error());
+}
+
+static int n_active(const srv_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->cfg.n_slots; i++) n += s->slots[i].task != NULL;
+    return n;
 }
 
 /* ---- one pass ------------------------------------------------------------------------------- */
@@ -333,6 +368,19 @@ static void step(srv_sched *s) {
         snprintf(err, sizeof err, "%s", bs_last_error());
         finish(s, sl, err);
     }
+    /* the embeddings chunk: EMB_IDLE rows on an idle server, else a small one (EMB_SHARED
+     * rows), so a pass - every generating slot's next token - costs little more than without it */
+    int emb = -1;
+    bool fresh = false;
+    const int32_t *etok = NULL;
+    const int en = s->emb_task ? srv_emb_plan(s->emb_task->emb, n_active(s) ? EMB_SHARED : BS_MIN(budget, EMB_IDLE), &etok, &fresh) : 0;
+    if (en > 0) {
+        if (fresh) bs_session_reset(s->emb_sess);
+        q[n] = (bs_batch_seq){.s = s->emb_sess, .tokens = etok, .n = en, .logits_mode = BS_LOGITS_NONE,
+                              .taps = s->emb_rows};
+        emb = n++;
+        budget -= en;
+    }
     for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {   /* chunks of waiting prompts */
         slot *sl = &s->slots[i];
         if (sl->task && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
@@ -344,8 +392,15 @@ static void step(srv_sched *s) {
     if (bs_eval_multi(s->batch, q, n)) {
         char err[256];
         snprintf(err, sizeof err, "evaluating: %s", bs_last_error());
-        for (int i = 0; i < n; i++) finish(s, who[i], err);
+        for (int i = 0; i < n; i++)
+            if (i == emb) emb_end(s, err, SRV_FINISH_NONE);
+            else finish(s, who[i], err);
         return;
+    }
+    if (emb >= 0) {
+        srv_emb_rows(s->m, s->emb_task->emb, s->emb_rows, en);
+        bool more = srv_emb_plan(s->emb_task->emb, 1, &etok, &fresh) > 0;
+        if (!more) emb_end(s, NULL, SRV_FINISH_NONE);
     }
     if (n_gen) {
         pthread_mutex_lock(&s->met->mu);
@@ -354,6 +409,7 @@ static void step(srv_sched *s) {
         pthread_mutex_unlock(&s->met->mu);
     }
     for (int i = 0; i < n; i++) {
+        if (i == emb) continue;
         bs_gen_commit(who[i]->gen, true);
         stepped(s, who[i]);
     }
@@ -376,12 +432,6 @@ static slot *pick_slot(srv_sched *s, const srv_task *t) {
     return best;
 }
 
-static int n_active(const srv_sched *s) {
-    int n = 0;
-    for (int i = 0; i < s->cfg.n_slots; i++) n += s->slots[i].task != NULL;
-    return n;
-}
-
 static void update_gauges(srv_sched *s, int active, int queued) {
     int before_first = 0;   /* in a slot, no token yet (t_first is written by this thread) */
     for (int i = 0; i < s->cfg.n_slots; i++) before_first += s->slots[i].task && s->slots[i].task->t_first == 0;
@@ -398,19 +448,23 @@ static void shut_all(srv_sched *s) {
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->cfg.n_slots; i++)
         if (s->slots[i].task) finish_as(s, &s->slots[i], NULL, SRV_FINISH_SHUTDOWN);
+    if (s->emb_task) emb_end(s, NULL, SRV_FINISH_SHUTDOWN);
     pthread_mutex_lock(&s->mu);
     while (s->q_len > 0) {
         end_queued(s->queue[s->q_head], SRV_FINISH_SHUTDOWN, "the server shut down");
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
     }
+    for (; s->eq_len > 0; s->eq_len--, s->eq_head = (s->eq_head + 1) % s->q_limit)
+        end_queued(s->eq[s->eq_head], SRV_FINISH_SHUTDOWN, "the server shut down");
 }
 
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->quit && s->q_len == 0 && n_active(s) == 0) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->quit && s->q_len == 0 && n_active(s) == 0 && s->eq_len == 0 && !s->emb_task)
+            pthread_cond_wait(&s->cv, &s->mu);
         if (s->quit) { pthread_mutex_unlock(&s->mu); break; }
         if (s->shutdown) {
             shut_all(s);
@@ -433,8 +487,20 @@ static void *sched_main(void *arg) {
             s->q_head = (s->q_head + 1) % s->q_cap;
             s->q_len--;
         }
-        int queued = s->q_len;
+        if (!s->emb_task && s->eq_len > 0) {   /* the next embeddings request */
+            s->emb_task = s->eq[s->eq_head];
+            s->eq_head = (s->eq_head + 1) % s->q_limit;
+            s->eq_len--;
+        }
+        int queued = s->q_len + s->eq_len;
         pthread_mutex_unlock(&s->mu);
+        if (s->emb_task) {
+            pthread_mutex_lock(&s->emb_task->mu);
+            s->emb_task->started = true;
+            bool cancel = s->emb_task->cancel;
+            pthread_mutex_unlock(&s->emb_task->mu);
+            if (cancel) emb_end(s, "cancelled", SRV_FINISH_NONE);
+        }
         for (int i = 0; i < nt; i++) {
             into[i]->task = NULL;
             admit(s, into[i], take[i]);
@@ -450,7 +516,7 @@ static void *sched_main(void *arg) {
         update_gauges(s, n_active(s), queued);
         step(s);
         pthread_mutex_lock(&s->mu);
-        queued = s->q_len;
+        queued = s->q_len + s->eq_len;
         pthread_mutex_unlock(&s->mu);
         update_gauges(s, n_active(s), queued);
     }
@@ -484,6 +550,7 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->queue = bs_xcalloc((size_t)s->q_cap, sizeof *s->queue);
     s->slots = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->slots);
     s->info = bs_xcalloc((size_t)cfg->n_slots, sizeof *s->info);
+    s->eq = bs_xcalloc((size_t)s->q_limit, sizeof *s->eq);
     if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
     if (cfg->drafter) {
         if (!(s->drafter = bs_dspark_load(cfg->drafter, NULL)) || bs_dspark_check_pair(s->drafter, m)) {
@@ -502,6 +569,14 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(bs_gen_session(s->slots[i].gen))};
     }
     s->n_ctx = s->info[0].n_ctx;
+    if (cfg->embeddings) {   /* the last layer's rows are the taps; the batch's pool runs it */
+        const int last = bs_model_n_layer(m) - 1;
+        bs_session_params sp = {.n_ctx = s->n_ctx, .n_threads = cfg->n_threads > 0 ? cfg->n_threads : 1};
+        if (!(s->emb_sess = bs_session_new(m, &sp)) || bs_session_set_taps(s->emb_sess, &last, 1) ||
+            bs_session_share_pool(s->emb_sess, s->pool))
+            goto fail;
+        s->emb_rows = bs_xmalloc((size_t)PROMPT_BUDGET * bs_model_n_embd(m) * sizeof *s->emb_rows);
+    }
     if (pthread_create(&s->thr, NULL, sched_main, s)) {
         bs_error("cannot start the scheduler thread");
         goto fail;
@@ -530,6 +605,14 @@ void srv_sched_free(srv_sched *s) {
     }
     for (int i = 0; i < s->q_len; i++)
         end_queued(s->queue[(s->q_head + i) % s->q_cap], SRV_FINISH_ERROR, "server shutting down");
+    if (s->emb_task) emb_end(s, "server shutting down", SRV_FINISH_NONE);
+    for (int i = 0; i < s->eq_len; i++) end_queued(s->eq[(s->eq_head + i) % s->q_limit], SRV_FINISH_ERROR, "server shutting down");
+    if (s->emb_sess) {
+        bs_session_unshare_pool(s->emb_sess);
+        bs_session_free(s->emb_sess);
+    }
+    free(s->emb_rows);
+    free(s->eq);
     bs_batch_free(s->batch);
     bs_dspark_free(s->drafter);
     bs_pool_free(s->pool);
@@ -577,6 +660,18 @@ int srv_sched_submit(srv_sched *s, srv_task *t) {
     }
     t->t_submit = bs_time();
     srv_task_ref(t);
+    if (t->emb) {   /* checked for room above like a generation, and in its own queue */
+        if (!s->emb_sess || s->eq_len >= s->q_limit) {
+            pthread_mutex_unlock(&s->mu);
+            srv_task_unref(t);
+            return bs_error(!s->emb_sess ? "embeddings are off" : "the server is busy: %d embeddings requests are waiting",
+                            s->q_limit);
+        }
+        s->eq[(s->eq_head + s->eq_len++) % s->q_limit] = t;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
     s->queue[(s->q_head + s->q_len) % s->q_cap] = t;
     s->q_len++;
     pthread_cond_broadcast(&s->cv);
@@ -592,6 +687,7 @@ void srv_sched_wake(srv_sched *s) {
 
 int srv_sched_n_slots(const srv_sched *s) { return s->cfg.n_slots; }
 int srv_sched_n_ctx(const srv_sched *s) { return s->n_ctx; }
+int srv_n_predict_cap(const srv_config *cfg) { return cfg->n_predict > 0 ? cfg->n_predict : SRV_N_PREDICT_DEFAULT; }
 
 void srv_sched_slots(srv_sched *s, srv_slot_info *out) {
     pthread_mutex_lock(&s->mu);

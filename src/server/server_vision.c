@@ -12,6 +12,7 @@
 #include "server/server_vision.h"
 #include "server/server_image.h"
 #include "io/util.h"
+#include "vision/image_prep.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -93,12 +94,27 @@ int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px,
     return 0;
 }
 
-int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen) {
+int srv_vision_add(srv *s, srv_vision *v, const json_t *part, int n_ctx, char *err, size_t errlen) {
     if (!s->mmproj)
         return bs_errbuf(err, errlen, "image input needs a vision projector: this server was started without --mmproj");
     if (v->n == SRV_MAX_IMAGES) return bs_errbuf(err, errlen, "at most %d images per request", SRV_MAX_IMAGES);
     srv_image im;
     if (srv_image_from_part(part, SRV_IMAGE_MAX_BYTES, &im, err, errlen)) return -1;
+    /* the rows it will take, from its header: an image that cannot fit is refused before its
+     * pixels are decoded (an 8192 x 8192 PNG of a few KB would cost 192 MB and a second) */
+    int w, h, tw, th;
+    if (srv_image_dims(im.data, im.len, &w, &h, err, errlen)) { srv_image_free(&im); return -1; }
+    const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(s->mmproj);
+    const int a = hp->patch * hp->merge;
+    bs_image_target_size(w, h, a, &tw, &th);
+    const long rows = (long)(tw / a) * (th / a);
+    v->rows += rows;
+    if (v->rows >= n_ctx) {
+        srv_image_free(&im);
+        snprintf(err, errlen, "the request exceeds the available context size: its images alone take %ld rows "
+                 "(this one, %d x %d, takes %ld), context %d", v->rows, w, h, rows, n_ctx);
+        return -3;
+    }
     bs_image_pixels px;
     const int rc = bs_vision_prepare(s->mmproj, im.data, im.len, &px, err, errlen);
     const uint64_t hash = im.hash;

@@ -21,6 +21,7 @@ typedef struct srv_vision {
     bs_image_pixels *px;       /* their preprocessed pixels, until encoded (both arrays are
                                   freed by srv_vision_free, or handed over to the task) */
     int n;
+    long rows;                 /* context rows its images take (known from their headers) */
     char tag[48];              /* "<|image_pad:" + random hex + "|>" */
     char part[96];             /* what an image part adds to a message: <|vision_start|> tag <|vision_end|> */
 } srv_vision;
@@ -28,10 +29,11 @@ typedef struct srv_vision {
 void srv_vision_init(srv_vision *v);   /* a fresh random tag */
 void srv_vision_free(srv_vision *v);
 /* An image_url content part: decoded and preprocessed (its grid known, so the prompt's length
- * is), appended to v. 0; -1 + the 400 message in err (no --mmproj, a remote URL, bad base64, a
- * bad image, too many images); -2 + the 503 message (the image budget is spent). The encoder
+ * is), appended to v (n_ctx: the slots' context). 0; -1 + the 400 message in err (no --mmproj, a remote URL, bad base64, a
+ * bad image, too many images); -2 + the 503 message (the image budget is spent); -3 + the 400
+ * message when v's images take the whole context (known from the header, before decoding). The encoder
  * does not run here: this is the HTTP thread. */
-int srv_vision_add(srv *s, srv_vision *v, const json_t *part, char *err, size_t errlen);
+int srv_vision_add(srv *s, srv_vision *v, const json_t *part, int n_ctx, char *err, size_t errlen);
 /* Encode the images of im[0..n) that have no rows yet from px (freed then), on the scheduler's
  * thread just before a slot takes the request. 0, or -1 + message. */
 int srv_vision_encode(const bs_mmproj *m, bs_gen_image *im, bs_image_pixels *px, int n, int n_threads, char *err,
