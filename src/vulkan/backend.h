@@ -121,6 +121,9 @@ void bs_vk_sess_free(bs_vk_sess *s);
  * NULL: the taps of the last chunk stay on the device for bs_vk_dctx_append_sess. */
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out);
+/* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
+int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
+                         float *logits, const int *taps, int n_taps, float *tap_out);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);

@@ -70,6 +70,12 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
+                         float *logits, const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)embd; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps;
+    (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
 int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_restore(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_reset(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }

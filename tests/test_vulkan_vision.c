@@ -1,0 +1,231 @@
+/* test_vulkan_vision.c: images on the Vulkan device (lavapipe in CI, validation layer on: any
+ * message fails), with the vision fixture (../shared/fixtures/vision, llama.cpp's numbers) and
+ * the tiny f32 target:
+ * 1. the fixture's chat prompt with its 4x3 image rows evaluated on the device gives logits
+ *    within the fixture's bounds (README: relative L2 per row, median <= 1e-3, worst <= 1e-2)
+ *    and its greedy tokens, with an F32 and an F16 KV cache; batches of 5 rows (an image cut
+ *    into three) give the same bits as one batch;
+ * 2. rollback into the middle of the image, then the rest of the image again, gives the bits of
+ *    the run without rollback;
+ * 3. generation with the image on the device: the fixture's greedy tokens, and greedy with the
+ *    drafter (on the device too) equals greedy without it;
+ * 4. the encoder on the device: the fixture's pixels give rows within the bound the CPU encoder
+ *    is held to (worst row relative L2 <= 1e-3 against llama.cpp's image_embd.f32), and close
+ *    to the CPU encoder's rows; their logits pass 1. too.
+ * Exit 77 (skipped) without the backend, a loader or a device. */
+#include "generate/gen.h"
+#include "model/session.h"
+#include "model/qwen35.h"
+#include "vision/vision.h"
+#include "io/util.h"
+#include "test.h"
+#include "vk_test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the fixture's chat prompt around the image and llama.cpp's greedy tokens (ref.json) */
+static const int32_t chunk1[] = {957, 117, 851, 10, 60, 124, 118, 272, 273, 95, 329, 406, 124, 62};
+static const int32_t chunk2[] = {60, 124, 118, 272, 273, 95, 266, 100, 124, 62, 68, 294, 99, 292, 98, 101,
+                                 332, 278, 858, 117, 268, 46, 958, 10, 957, 400, 115, 272, 116, 397, 10};
+static const int32_t greedy_ref[] = {319, 455, 549, 276, 903, 997, 226, 419};
+#define N1 ((int)BS_ARRAY_LEN(chunk1))
+#define N2 ((int)BS_ARRAY_LEN(chunk2))
+#define NG ((int)BS_ARRAY_LEN(greedy_ref))
+#define NI 12
+#define NX 4
+#define NY 3
+#define ROWS (N1 + NI + N2 + NG)
+#define N_GEN 16
+
+static const double MEDIAN = 1e-3, WORST = 1e-2, EMBD_WORST = 1e-3;
+static char fix[1024];
+static int V, E;
+
+static void *load(const char *name, size_t want) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", fix, name);
+    size_t len = 0;
+    void *p = bs_read_file(path, &len);
+    CHECKF(p && len == want, "%s: %s (%zu bytes, want %zu)", path, p ? "size" : bs_last_error(), len, want);
+    if (p && len != want) { free(p); p = NULL; }
+    return p;
+}
+
+static double rel_l2(const float *a, const float *ref, int n) {
+    double d = 0, r = 0;
+    for (int i = 0; i < n; i++) {
+        d += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        r += (double)ref[i] * ref[i];
+    }
+    return sqrt(d / r);
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Every row's logits of the prompt and the greedy tokens, the image as given. */
+static bool eval_all(bs_model *m, const float *img, int n_batch, int kv, float *out) {
+    bs_session_params sp = {.n_ctx = 128, .n_batch = n_batch, .n_rollback = 8, .kv_type = kv};
+    bs_session *s = bs_session_new(m, &sp);
+    CHECKF(s != NULL, "%s", bs_last_error());
+    if (!s) return false;
+    int32_t tail[N2 + NG];
+    memcpy(tail, chunk2, sizeof chunk2);
+    memcpy(tail + N2, greedy_ref, sizeof greedy_ref);
+    bool ok = bs_eval(s, chunk1, N1, BS_LOGITS_ALL, out, NULL) == 0 &&
+              bs_eval_image(s, img, NX, NY, BS_LOGITS_ALL, out + (size_t)N1 * V, NULL) == 0 &&
+              bs_eval(s, tail, N2 + NG, BS_LOGITS_ALL, out + (size_t)(N1 + NI) * V, NULL) == 0;
+    CHECKF(ok, "batch %d: %s", n_batch, bs_last_error());
+    bs_session_free(s);
+    return ok;
+}
+
+/* The fixture's bounds over the rows and its greedy tokens (the rows after the prompt's last). */
+static void against_fixture(const char *what, const float *got, const float *ref) {
+    double err[ROWS];
+    for (int r = 0; r < ROWS; r++) err[r] = rel_l2(got + (size_t)r * V, ref + (size_t)r * V, V);
+    double sorted[ROWS];
+    memcpy(sorted, err, sizeof err);
+    qsort(sorted, ROWS, sizeof *sorted, cmp_d);
+    const double med = sorted[ROWS / 2], worst = sorted[ROWS - 1];
+    int same = 0;
+    for (int i = 0; i < NG; i++) {
+        const float *row = got + (size_t)(N1 + NI + N2 - 1 + i) * V;
+        int best = 0;
+        for (int j = 1; j < V; j++) if (row[j] > row[best]) best = j;
+        same += best == greedy_ref[i];
+    }
+    printf("%s: logits median %.2e worst %.2e, greedy %d of %d the fixture's\n", what, med, worst, same, NG);
+    CHECKF(med <= MEDIAN && worst <= WORST, "%s: median %.2e / worst %.2e over the bounds", what, med, worst);
+    CHECKF(same == NG, "%s: %d of %d greedy tokens", what, same, NG);
+}
+
+static void logits_check(bs_model *m, const float *img, const float *ref) {
+    float *one = malloc(sizeof(float) * ROWS * V), *five = malloc(sizeof(float) * ROWS * V);
+    const int kvs[2] = {BS_KV_F32, BS_KV_F16};
+    for (int k = 0; k < 2; k++) {
+        if (!eval_all(m, img, 64, kvs[k], one) || !eval_all(m, img, 5, kvs[k], five)) continue;
+        against_fixture(k ? "device, F16 KV" : "device, F32 KV", one, ref);
+        CHECKF(!memcmp(one, five, sizeof(float) * ROWS * V), "kv %d: batches of 5 differ from one batch", k);
+    }
+    free(one);
+    free(five);
+}
+
+/* Rollback to the image's row 5, then rows 5.. again: the bits of the straight run. */
+static void rollback_check(bs_model *m, const float *img) {
+    bs_session_params sp = {.n_ctx = 128, .n_batch = 64, .n_rollback = 8, .kv_type = BS_KV_F32};
+    bs_session *s = bs_session_new(m, &sp);
+    float *a = malloc(sizeof(float) * (N2 + 1) * V), *b = malloc(sizeof(float) * (N2 + 1) * V);
+    float *junk = malloc(sizeof(float) * NI * V);
+    CHECK(s && bs_eval(s, chunk1, N1, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(s && bs_eval_image(s, img, NX, NY, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(s && bs_eval(s, chunk2, N2, BS_LOGITS_ALL, a, NULL) == 0);
+    bs_session_free(s);
+    s = bs_session_new(m, &sp);
+    CHECK(s && bs_eval(s, chunk1, N1, BS_LOGITS_NONE, NULL, NULL) == 0);
+    /* the image with other rows 5.., rolled back into it, then its own rows 5.. */
+    float *wrong = malloc(sizeof(float) * NI * E);
+    memcpy(wrong, img, sizeof(float) * NI * E);
+    for (size_t i = 5 * (size_t)E; i < (size_t)NI * E; i++) wrong[i] = -wrong[i];
+    CHECK(s && bs_eval_image(s, wrong, NX, NY, BS_LOGITS_ALL, junk, NULL) == 0);
+    CHECKF(s && bs_session_rollback(s, N1 + 5) == 0, "%s", bs_last_error());
+    CHECKF(s && bs_eval_image_rows(s, img + 5 * (size_t)E, NX, NY, 5, NI - 5, BS_LOGITS_NONE, NULL, NULL) == 0, "%s",
+           bs_last_error());
+    CHECK(s && bs_eval(s, chunk2, N2, BS_LOGITS_ALL, b, NULL) == 0);
+    CHECKF(!memcmp(a, b, sizeof(float) * N2 * V), "rollback into the image: the logits after it differ");
+    bs_session_free(s);
+    free(a); free(b); free(junk); free(wrong);
+}
+
+static bs_gen *new_gen(bs_model *m, bs_tokenizer *tok, const bs_dspark *d, int depth) {
+    bs_gen_params p = {.n_ctx = 256, .n_threads = 1, .undo = true, .drafter = d, .draft_max = depth};
+    bs_gen *g = bs_gen_new(m, tok, &p);
+    CHECKF(g != NULL, "%s", bs_last_error());
+    return g;
+}
+
+static bool generate(bs_gen *g, const float *img, int32_t *out, int *drafted) {
+    int32_t prompt[N1 + 1 + N2];
+    memcpy(prompt, chunk1, sizeof chunk1);
+    prompt[N1] = BS_TOKEN_IMAGE;
+    memcpy(prompt + N1 + 1, chunk2, sizeof chunk2);
+    bs_gen_image im = {(float *)img, NX, NY, 1};
+    bs_gen_request r;
+    bs_gen_request_init(&r);
+    r.sp.temp = 0;
+    r.n_predict = N_GEN;
+    r.ignore_eos = true;
+    r.images = &im;
+    r.n_images = 1;
+    if (bs_gen_begin(g, &r, prompt, N1 + 1 + N2) || bs_gen_run(g, NULL, NULL)) {
+        CHECKF(0, "generate: %s", bs_last_error());
+        return false;
+    }
+    bs_gen_output o;
+    bs_gen_output_get(g, &o);
+    CHECK_EQ_INT(o.n_toks, N_GEN);
+    for (int i = 0; i < o.n_toks && i < N_GEN; i++) out[i] = o.toks[i].id;
+    *drafted = bs_gen_get_stats(g)->n_drafted;
+    return o.n_toks == N_GEN;
+}
+
+static void gen_check(bs_model *m, const float *img) {
+    bs_tokenizer *tok = bs_tokenizer_load(m);
+    int32_t ref[N_GEN], got[N_GEN];
+    int drafted;
+    bs_gen *g = new_gen(m, tok, NULL, 0);
+    if (!g || !generate(g, img, ref, &drafted)) { bs_gen_free(g); bs_tokenizer_free(tok); return; }
+    bs_gen_free(g);
+    CHECKF(!memcmp(ref, greedy_ref, sizeof greedy_ref), "generate on the device: %d %d %d ..., not the fixture's",
+           ref[0], ref[1], ref[2]);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tiny-dspark-f32.gguf", fix);
+    bs_dspark *d = bs_drafter_load(path, m);
+    CHECKF(d != NULL, "%s", bs_last_error());
+    for (int depth = 1; d && depth <= 4; depth += 3) {
+        if (!(g = new_gen(m, tok, d, depth))) break;
+        if (generate(g, img, got, &drafted)) {
+            printf("drafter, depth %d: %d drafted, %s\n", depth, drafted, memcmp(ref, got, sizeof got) ? "DIFFERENT" : "the same tokens");
+            CHECKF(!memcmp(ref, got, sizeof got), "depth %d: greedy with the drafter differs on the device", depth);
+            CHECKF(drafted > 0, "depth %d: nothing drafted", depth);
+        }
+        bs_gen_free(g);
+    }
+    bs_dspark_free(d);
+    bs_tokenizer_free(tok);
+}
+
+int main(void) {
+    bs_vk_device_info info[4];
+    const int nd = vk_test_devices(info, 4);
+    if (nd < 0) return -nd;
+    const char *fx = getenv("BS_FIXTURES");
+    if (!fx) { printf("BS_FIXTURES is not set\n"); return 1; }
+    snprintf(fix, sizeof fix, "%s", fx);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tiny-f32.gguf", fix);
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(path, &mp);
+    CHECKF(m != NULL, "%s", bs_last_error());
+    if (!m) return test_summary("test_vulkan_vision");
+    V = bs_model_n_vocab(m);
+    E = bs_model_n_embd(m);
+    float *img = load("vision/image_embd.f32", sizeof(float) * NI * E);
+    float *ref = load("vision/logits.f32", sizeof(float) * ROWS * V);
+    if (img && ref) {
+        logits_check(m, img, ref);
+        rollback_check(m, img);
+        gen_check(m, img);
+    }
+    free(img);
+    free(ref);
+    bs_model_free(m);
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary("test_vulkan_vision");
+}
