@@ -201,6 +201,47 @@ static void gen_check(bs_model *m, const float *img) {
     bs_tokenizer_free(tok);
 }
 
+/* The encoder on the device against llama.cpp's rows and the CPU encoder's, then its rows'
+ * logits against the fixture. */
+static void encoder_check(bs_model *m, const float *ref_embd, const float *ref_logits) {
+    char path[1200], err[512];
+    snprintf(path, sizeof path, "%s/vision/tiny-mmproj-f32.gguf", fix);
+    bs_mmproj *pj = bs_mmproj_load(path, err, sizeof err);
+    CHECKF(pj != NULL, "%s", err);
+    float *px = load("vision/pixels.f32", sizeof(float) * 3 * 96 * 128);
+    if (!pj || !px) { bs_mmproj_free(pj); free(px); return; }
+    bs_image_embd cpu, dev;
+    CHECKF(bs_vision_encode_pixels(pj, px, 128, 96, 1, &cpu, err, sizeof err) == 0, "CPU encoder: %s", err);
+    CHECKF(bs_mmproj_use_device(pj, m->vk, err, sizeof err) == 0 && bs_mmproj_on_device(pj), "to the device: %s", err);
+    const int rc = bs_vision_encode_pixels(pj, px, 128, 96, 1, &dev, err, sizeof err);
+    CHECKF(rc == 0, "device encoder: %s", err);
+    if (rc == 0 && cpu.embd) {
+        CHECK(dev.nx == NX && dev.ny == NY && dev.n_rows == NI && dev.n_embd == E);
+        double worst = 0, worst_cpu = 0, vs_cpu = 0;
+        for (int r = 0; r < NI; r++) {
+            const double e = rel_l2(dev.embd + (size_t)r * E, ref_embd + (size_t)r * E, E);
+            const double ec = rel_l2(cpu.embd + (size_t)r * E, ref_embd + (size_t)r * E, E);
+            const double d = rel_l2(dev.embd + (size_t)r * E, cpu.embd + (size_t)r * E, E);
+            worst = e > worst ? e : worst;
+            worst_cpu = ec > worst_cpu ? ec : worst_cpu;
+            vs_cpu = d > vs_cpu ? d : vs_cpu;
+        }
+        printf("encoder on the device: worst row %.2e against the fixture (CPU encoder %.2e), %.2e against the CPU's\n",
+               worst, worst_cpu, vs_cpu);
+        CHECKF(worst <= EMBD_WORST, "device encoder: worst row %.2e over %.0e", worst, EMBD_WORST);
+        /* the two encoders differ by float order only, far below their distance to llama.cpp */
+        CHECKF(vs_cpu <= 1e-5, "device encoder: %.2e from the CPU encoder's rows", vs_cpu);
+        float *lg = malloc(sizeof(float) * ROWS * V);
+        if (eval_all(m, dev.embd, 64, BS_KV_F32, lg)) against_fixture("device-encoded rows, F32 KV", lg, ref_logits);
+        free(lg);
+    }
+    CHECKF(bs_mmproj_use_device(pj, NULL, err, sizeof err) == 0 && !bs_mmproj_on_device(pj), "back to the CPU");
+    bs_image_embd_free(&cpu);
+    bs_image_embd_free(&dev);
+    bs_mmproj_free(pj);
+    free(px);
+}
+
 int main(void) {
     bs_vk_device_info info[4];
     const int nd = vk_test_devices(info, 4);
@@ -222,6 +263,7 @@ int main(void) {
         logits_check(m, img, ref);
         rollback_check(m, img);
         gen_check(m, img);
+        encoder_check(m, img, ref);
     }
     free(img);
     free(ref);

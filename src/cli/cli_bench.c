@@ -659,7 +659,7 @@ void help_bench(void) {
            "  --mmproj FILE        the vision encoder on random preprocessed pixels: ms per image, output\n"
            "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
            "                       --image-size WxH or N: default the projector's image_size, rounded up\n"
-           "                       to whole 32-pixel blocks)\n"
+           "                       to whole 32-pixel blocks; --device vulkan[:N]: on that device)\n"
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 (aarch64: scalar|neon|dotprod|i8mm) lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"

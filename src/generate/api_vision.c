@@ -3,8 +3,10 @@
  * library. */
 #include "bitspark.h"
 #include "vision/vision.h"
+#include "model/qwen35.h"
 #include "io/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 bs_mmproj *bs_vision_load(const char *path, const bs_model *m) {
@@ -15,6 +17,13 @@ bs_mmproj *bs_vision_load(const char *path, const bs_model *m) {
     if (m && bs_mmproj_n_embd(p) != bs_model_n_embd(m)) {
         bs_error("%s: the projector's rows are %d wide but the model's n_embd is %d", path, bs_mmproj_n_embd(p),
                  bs_model_n_embd(m));
+        bs_mmproj_free(p);
+        return NULL;
+    }
+    /* a model on a Vulkan device gets its encoder there too (BITSPARK_VISION_DEVICE=cpu: not) */
+    const char *vd = getenv("BITSPARK_VISION_DEVICE");
+    if (m && m->vk && !(vd && !strcmp(vd, "cpu")) && bs_mmproj_use_device(p, m->vk, err, sizeof err)) {
+        bs_error("%s: the encoder on the device: %s", path, err);
         bs_mmproj_free(p);
         return NULL;
     }

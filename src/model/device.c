@@ -159,6 +159,24 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
     return 0;
 }
 
+/* bs_session_begin_image's bookkeeping (session.c uses this file: no call back into it): the rows
+ * kept in rb_embd, which rollback restores the snapshot and re-evaluates from. */
+static int image_begin(bs_session *s, const float *embd, int n, int nx, int ny, int i0) {
+    const size_t E = (size_t)s->m->hp.n_embd;
+    if (!s->rb_embd && !(s->rb_embd = calloc((size_t)s->n_batch * E, sizeof(float))))
+        return bs_error("image rows: cannot allocate %.1f MiB", (double)s->n_batch * E * 4 / 1048576.0);
+    memmove(s->rb_embd, embd, (size_t)n * E * sizeof(float));
+    for (int t = 0; t < n; t++) s->rb_tokens[t] = -1;
+    s->rb_base = s->n_past;
+    s->rb_n = n;
+    s->rb_recorded = false;
+    s->rb_img = true;
+    s->rb_img_nx = nx;
+    s->rb_img_ny = ny;
+    s->rb_img_i0 = i0;
+    return 0;
+}
+
 /* Image rows i0..i0+n-1 of an nx x ny image, in batches as tokens are: the rows go up in place
  * of the embedding lookup, with the M-RoPE positions bs_session_batch_rows gives them on the
  * CPU (row i at (p0, p0 + i / nx, p0 + i % nx, 0); what follows continues at p0 + max(nx, ny)). */
@@ -170,8 +188,7 @@ int bs_device_eval_image(bs_session *s, const float *embd, int nx, int ny, int i
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off), i = i0 + off;
         const bool last = off + c == n;
-        if (bs_session_begin_image(s, embd + (size_t)off * E, c, nx, ny, i) || bs_vk_sess_snapshot(s->vk)) return -1;
-        s->rb_recorded = false;   /* rollback restores the snapshot and re-evaluates (rb_embd) */
+        if (image_begin(s, embd + (size_t)off * E, c, nx, ny, i) || bs_vk_sess_snapshot(s->vk)) return -1;
         const int p = sess_pos(s), p0 = i ? p - adv : p;   /* a continued image: p is already past it */
         for (int t = 0; t < c; t++) {
             const int pos4[4] = {p0, p0 + (i + t) / nx, p0 + (i + t) % nx, 0};

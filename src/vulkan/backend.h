@@ -218,6 +218,30 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
 int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
                      float *hidden, float *logits, int n_logits);
 
+/* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */
+/* A qwen3vl_merger ViT (vision/encoder.c's network): matrices as the projector holds them (ne0
+ * inputs, ne1 outputs), vectors F32. */
+typedef struct bs_vk_vit_block_desc {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b, *qkv_b, *out_b, *up_b, *down_b;
+    bs_vk_tensor qkv, out, up, down;
+} bs_vk_vit_block_desc;
+
+typedef struct bs_vk_vit_desc {
+    int n_embd, n_ff, n_layer, n_head, patch_k, proj_dim;   /* patch_k: inputs of a patch, 3 P P */
+    float eps;                                              /* LayerNorm */
+    bs_vk_tensor patch, mm0, mm2;
+    const float *patch_b, *post_w, *post_b, *mm0_b, *mm2_b;
+    const bs_vk_vit_block_desc *blocks;
+} bs_vk_vit_desc;
+
+typedef struct bs_vk_vit bs_vk_vit;
+bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d);
+void bs_vk_vit_free(bs_vk_vit *v);
+/* One image of n patches (n % 4 == 0, in 2x2-block order): patches [n][patch_k] unrolled, pos
+ * [n][n_embd] their position rows, rope [n][head_dim/2][2] cos/sin of each rotated pair; out
+ * gets [n/4][proj_dim]. 0, or -1 with bs_error. */
+int bs_vk_vit_encode(bs_vk_vit *v, const float *patches, const float *pos, const float *rope, int n, float *out);
+
 /* --- kernels (the pieces of a step; the tests hold them against the CPU oracle) ------------ */
 typedef struct bs_vk_matrix bs_vk_matrix;
 /* Upload W, repacked: Q1_0, Q2_0 and Q2_0_G64, Q8_0 keep their bits (codes and scales in

@@ -119,3 +119,13 @@ int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int
     (void)n_logits;
     return bs_error("Vulkan backend not built");
 }
+bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d) {
+    (void)c; (void)d;
+    bs_error("no Vulkan backend");
+    return NULL;
+}
+void bs_vk_vit_free(bs_vk_vit *v) { (void)v; }
+int bs_vk_vit_encode(bs_vk_vit *v, const float *patches, const float *pos, const float *rope, int n, float *out) {
+    (void)v; (void)patches; (void)pos; (void)rope; (void)n; (void)out;
+    return bs_error("no Vulkan backend");
+}
