@@ -226,6 +226,8 @@ static int run_alloc(vit_run *r) {
     /* queries per attention dispatch: at most 65535 groups, scores within a binding and 256 MiB */
     const uint64_t cap = BS_MIN(c->max_binding, (uint64_t)256 << 20) / (4u * H * n);
     r->chunk = (int)BS_MIN(BS_MIN((uint64_t)n, cap), 65535u / H);
+    const char *force = getenv("BITSPARK_VK_VIT_CHUNK");   /* tests: the chunked path on small images */
+    if (force && atoi(force) > 0) r->chunk = BS_MIN(r->chunk, atoi(force));
     if (r->chunk < 1) return bs_error("an image of %zu patches is too large for the device's attention", n);
     const size_t ch = (size_t)r->chunk;
     return bs_vk_buf_new(c, &r->u, 4 * n * (size_t)r->v->K, false) || bs_vk_buf_new(c, &r->x, 4 * n * C, false) ||
