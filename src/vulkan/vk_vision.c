@@ -6,8 +6,11 @@
  * orders the patches in 2x2 blocks). The host does what is cheap and shape-dependent: unrolling,
  * resizing the position table, the RoPE table. Products by weights are the target's kernels
  * (bs_vk_record_mv: F32 / F16 / BF16 as F32 with the CPU's activation rounding, Q8_0 on int8).
- * One submission per block; buffers are sized per image. */
+ * One submission per block; buffers are sized per image. An MLP width the products do not take
+ * (not a multiple of 32: Qwen3.5's is 4304) is padded with zero rows of up (and zero biases:
+ * GELU(0) = 0) and zero columns of down, which changes no sum. */
 #include "vulkan/vk_internal.h"
+#include "formats/quant.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -25,7 +28,7 @@ typedef struct {
 
 struct bs_vk_vit {
     bs_vk_ctx *c;
-    int C, FF, L, H, K, proj;     /* width, MLP width, blocks, heads, patch inputs (3 P P), output */
+    int C, FF, L, H, K, proj;     /* width, MLP width (padded), blocks, heads, patch inputs (3 P P), output */
     float eps;
     bs_vk_matrix *patch, *mm0, *mm2;
     bs_vk_buf patch_b, post_w, post_b, mm0_b, mm2_b, dummy;
@@ -52,9 +55,37 @@ static int mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t, int64_t ne
     return bs_vk_upload_mat(c, m, t);
 }
 
+/* up with zero rows to ne1 = ff (pad_rows), or down with zero columns to ne0 = ff; F32, F16 or
+ * BF16 only (zero bits are 0.0 in each). */
+static int mat_padded(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t, int64_t ne0, int64_t ne1, int ff,
+                      bool pad_rows) {
+    if ((pad_rows ? t->ne1 : t->ne0) == ff) return mat(c, m, t, ne0, ne1);
+    if (t->ne0 != ne0 || t->ne1 != ne1 || (t->type != BS_F32 && t->type != BS_F16 && t->type != BS_BF16))
+        return bs_error("Vulkan vision: %s: an MLP width of %d needs an F32, F16 or BF16 matrix", t->name ? t->name : "ffn",
+                        pad_rows ? (int)t->ne1 : (int)t->ne0);
+    bs_vk_tensor p = *t;
+    if (pad_rows) p.ne1 = ff;
+    else p.ne0 = ff, p.row_bytes = bs_row_size(t->type, ff);
+    uint8_t *data = bs_xcalloc((size_t)p.ne1, p.row_bytes);
+    for (int64_t r = 0; r < t->ne1; r++) memcpy(data + (size_t)r * p.row_bytes, (const uint8_t *)t->data + (size_t)r * t->row_bytes, t->row_bytes);
+    p.data = data;
+    const int rc = bs_vk_upload_mat(c, m, &p) || bs_vk_staging_flush(c);   /* the copies have left data */
+    free(data);
+    return rc;
+}
+
+static int vec_padded(bs_vk_ctx *c, bs_vk_buf *b, const float *v, int n, int padded) {
+    if (!v) return bs_error("Vulkan vision: a vector is missing");
+    float *p = bs_xcalloc((size_t)padded, sizeof *p);
+    memcpy(p, v, sizeof *p * (size_t)n);
+    const int rc = bs_vk_upload_vec(c, b, p, (size_t)padded) || bs_vk_staging_flush(c);
+    free(p);
+    return rc;
+}
+
 static int upload(bs_vk_vit *v, const bs_vk_vit_desc *d) {
     bs_vk_ctx *c = v->c;
-    const int C = v->C, FF = v->FF;
+    const int C = v->C, FF = d->n_ff, FFp = v->FF;
     TRY(mat(c, &v->patch, &d->patch, v->K, C) || vec(c, &v->patch_b, d->patch_b, C));
     TRY(mat(c, &v->mm0, &d->mm0, 4 * C, 4 * C) || mat(c, &v->mm2, &d->mm2, 4 * C, v->proj));
     TRY(vec(c, &v->post_w, d->post_w, C) || vec(c, &v->post_b, d->post_b, C) || vec(c, &v->mm0_b, d->mm0_b, 4 * C) ||
@@ -64,9 +95,9 @@ static int upload(bs_vk_vit *v, const bs_vk_vit_desc *d) {
         vit_block *o = &v->blk[l];
         TRY(vec(c, &o->ln1_w, b->ln1_w, C) || vec(c, &o->ln1_b, b->ln1_b, C) || vec(c, &o->ln2_w, b->ln2_w, C) ||
             vec(c, &o->ln2_b, b->ln2_b, C) || vec(c, &o->qkv_b, b->qkv_b, 3 * C) || vec(c, &o->out_b, b->out_b, C) ||
-            vec(c, &o->up_b, b->up_b, FF) || vec(c, &o->down_b, b->down_b, C));
-        TRY(mat(c, &o->qkv, &b->qkv, C, 3 * C) || mat(c, &o->out, &b->out, C, C) || mat(c, &o->up, &b->up, C, FF) ||
-            mat(c, &o->down, &b->down, FF, C));
+            vec_padded(c, &o->up_b, b->up_b, FF, FFp) || vec(c, &o->down_b, b->down_b, C));
+        TRY(mat(c, &o->qkv, &b->qkv, C, 3 * C) || mat(c, &o->out, &b->out, C, C) ||
+            mat_padded(c, &o->up, &b->up, C, FF, FFp, true) || mat_padded(c, &o->down, &b->down, FF, C, FFp, false));
     }
     return 0;
 }
@@ -77,7 +108,7 @@ bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d) {
         return bs_error("Vulkan vision: a shape the kernels do not take (width %d, %d heads)", d->n_embd, d->n_head),
                NULL;
     bs_vk_vit *v = bs_xcalloc(1, sizeof *v);
-    *v = (bs_vk_vit){.c = c, .C = d->n_embd, .FF = d->n_ff, .L = d->n_layer, .H = d->n_head, .K = d->patch_k,
+    *v = (bs_vk_vit){.c = c, .C = d->n_embd, .FF = (d->n_ff + 31) / 32 * 32, .L = d->n_layer, .H = d->n_head, .K = d->patch_k,
                      .proj = d->proj_dim, .eps = d->eps};
     v->blk = bs_xcalloc((size_t)BS_MAX(v->L, 1), sizeof *v->blk);
     if (upload(v, d) || bs_vk_staging_flush(c)) {
