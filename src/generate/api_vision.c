@@ -20,12 +20,12 @@ bs_mmproj *bs_vision_load(const char *path, const bs_model *m) {
         bs_mmproj_free(p);
         return NULL;
     }
-    /* a model on a Vulkan device gets its encoder there too (BITSPARK_VISION_DEVICE=cpu: not) */
+    /* a model on a Vulkan device gets its encoder there too (BITSPARK_VISION_DEVICE=cpu: not);
+     * one it does not fit (memory, a shape) stays on the CPU, as auto's device choice does */
     const char *vd = getenv("BITSPARK_VISION_DEVICE");
     if (m && m->vk && !(vd && !strcmp(vd, "cpu")) && bs_mmproj_use_device(p, m->vk, err, sizeof err)) {
-        bs_error("%s: the encoder on the device: %s", path, err);
-        bs_mmproj_free(p);
-        return NULL;
+        bs_log(1, "vision: the encoder stays on the CPU (%s)\n", err);
+        bs_clear_error();
     }
     return p;
 }
