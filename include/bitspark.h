@@ -254,7 +254,9 @@ BS_API void bs_detok_free(bs_detok *d);
  * preprocessing is llama.cpp mtmd's. */
 typedef struct bs_mmproj bs_vision;   /* a loaded projector */
 typedef struct bs_mmproj bs_mmproj;   /* its old name (deprecated) */
-/* Load a projector for model m (its output width must be m's n_embd; m may be NULL: no check). */
+/* Load a projector for model m (its output width must be m's n_embd; m may be NULL: no check).
+ * A model on a Vulkan device gets the encoder there too (BITSPARK_VISION_DEVICE=cpu: on the
+ * CPU): then encode on the thread that evaluates, and free the projector before the model. */
 BS_API bs_vision *bs_vision_load(const char *path, const bs_model *m);
 BS_API void bs_vision_free(bs_vision *p);
 /* Encode one image: out->embd (nx * ny rows, malloc'd: free((void *)out->embd)), the grid and

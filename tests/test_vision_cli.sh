@@ -8,8 +8,8 @@
 #  - chat: --image with the first message answers as run does, /image attaches one to a later
 #    message, and that turn reuses the prompt up to it;
 #  - clear errors: --image without --mmproj, a missing or bad image, a text GGUF as projector,
-#    a projector of another width, markers that do not match the images, an image on a Vulkan
-#    session.
+#    a projector of another width, markers that do not match the images;
+#  - run --device vulkan:0 with the image gives the greedy tokens too.
 source "$(dirname "$0")/cli_lib.sh" visioncli
 F=${BS_FIXTURES:?}
 M=$F/tiny-f32.gguf MP=$F/vision/tiny-mmproj-f32.gguf IMG=$F/vision/image.png
@@ -76,9 +76,11 @@ expect_error "a text GGUF as projector" "not an mmproj" "${R[@]}" --mmproj "$M" 
 expect_error "a projector of another width" "n_embd is 256" "${R[@]}" --mmproj "$T/mm128.gguf" --image "$IMG" -p hi
 expect_error "logits: another width" "n_embd is 256" "$B" logits -m "$M" --mmproj "$T/mm128.gguf" --image "$IMG" --tokens "1,<image>" -o "$T/x.f32"
 expect_error "more markers than images" "places 2 images" "${R[@]}" --mmproj "$MP" --image "$IMG" -p "<|image_pad|> and <|image_pad|>"
-# a Vulkan session refuses images with the error, no crash (lavapipe counts as a device here)
+# an image on a Vulkan session (lavapipe counts as a device here): llama.cpp's greedy tokens too
 if BITSPARK_VK_ALLOW_CPU=1 "$B" devices 2>/dev/null | grep -q '^vulkan:0'; then
-    BITSPARK_VK_ALLOW_CPU=1 expect_error "an image on a Vulkan session" "CPU only" "${R[@]}" --device vulkan:0 \
-        --mmproj "$MP" --image "$IMG" -p hi
+    "${R[@]}" --device vulkan:0 --mmproj "$MP" --image "$IMG" --chat -p "Describe this picture." -n 8 -q \
+        >"$T/run_vk" 2>"$T/run_vk.err" || bad "run --device vulkan:0 --image rc [$(cat "$T/run_vk.err")]"
+    [ -s "$T/run_vk" ] && cmp -s "$T/run_vk" "$T/greedy" && ok "run --device vulkan:0 --image: the fixture's greedy tokens" \
+        || bad "run --device vulkan:0 --image: [$(od -c "$T/run_vk" | head -3)]"
 else ok "an image on a Vulkan session: skipped (no Vulkan device)"; fi
 exit $fail

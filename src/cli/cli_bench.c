@@ -686,7 +686,7 @@ void help_bench(void) {
            "  --mmproj FILE        the vision encoder on random preprocessed pixels: ms per image, output\n"
            "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
            "                       --image-size WxH or N: default the projector's image_size, rounded up\n"
-           "                       to whole 32-pixel blocks)\n"
+           "                       to whole 32-pixel blocks; --device vulkan[:N]: on that device)\n"
            "  --grammar FILE       constrained decoding: one token mask's time (median, p90, max ms on one\n"
            "  --schema FILE        core) for a GBNF grammar or a JSON schema over a synthetic 248320-token\n"
            "                       vocabulary, or -m MODEL's; -n tokens per walk (64), -r walks (5)\n"

@@ -1,13 +1,15 @@
-/* cli_bench_vision.c: `bitspark bench --mmproj F [--image-size WxH] [-t N,..] [-r N]`: the vision
+/* cli_bench_vision.c: `bitspark bench --mmproj F [--image-size WxH] [-t N,..] [-r N] [--device D]`: the vision
  * encoder's time per image on preprocessed random pixels (decoding and resizing excluded: they
  * are a few ms and not the encoder), as llama-bench-style rows: ms per image, output tokens/s
- * and GFLOP/s of its matrix products (bs_vision_matmul_flops). */
+ * and GFLOP/s of its matrix products (bs_vision_matmul_flops). --device vulkan[:N]: the encoder
+ * on that device (the row's threads are then unused). */
 #include "cli/cli.h"
 
 #include "io/threadpool.h"
 #include "formats/quant.h"
 #include "io/util.h"
 #include "vision/vision.h"
+#include "vulkan/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@ typedef struct {
     int w, h;                     /* 0: the projector's image_size */
     int threads[VB_MAX_THREADS], n_threads;
     int reps, warmup;
+    const char *device;           /* NULL or "cpu": the CPU */
 } vbench_opts;
 
 static int parse_size(const char *s, int *w, int *h) {
@@ -98,7 +101,8 @@ static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, i
         snprintf(ms, sizeof ms, "%.2f ± %.2f", mean * 1e3, sd * 1e3);
         snprintf(tps, sizeof tps, "%.1f", n_rows / mean);
         snprintf(gf, sizeof gf, "%.1f", flops / mean / 1e9);
-        printf("| %-24.24s | %10s | %8s | %-7s | %7d | %-12s | %20s | %12s | %10s |\n", base, size, params, "CPU", nt, test,
+        printf("| %-24.24s | %10s | %8s | %-7s | %7d | %-12s | %20s | %12s | %10s |\n", base, size, params,
+               bs_mmproj_on_device(m) ? "Vulkan" : "CPU", nt, test,
                ms, tps, gf);
         fflush(stdout);
     }
@@ -109,23 +113,43 @@ static int run_rows(const vbench_opts *o, const bs_mmproj *m, const float *px, i
     return 0;
 }
 
+/* --device: the context the encoder runs on (NULL: the CPU); -1 on a bad or unusable device */
+static int open_device(const char *spec, bs_vk_ctx **c) {
+    int kind, index;
+    *c = NULL;
+    if (!spec || bs_vk_parse_device(spec, &kind, &index)) return spec ? -1 : 0;
+    if (kind == BS_DEVICE_CPU) return 0;
+    if (index < 0 && (index = bs_vk_pick(kind == BS_DEVICE_VULKAN)) < 0)
+        return kind == BS_DEVICE_AUTO ? (bs_clear_error(), 0) : bs_error_prefix("--device %s: ", spec);
+    if (!(*c = bs_vk_open(index))) return bs_error_prefix("--device %s: ", spec);
+    fprintf(stderr, "device: Vulkan %s\n", bs_vk_info(*c)->name);
+    return 0;
+}
+
 static int bench_vision_run(const vbench_opts *o) {
     char err[512];
+    bs_vk_ctx *dev;
+    if (open_device(o->device, &dev)) return -1;
     bs_mmproj *m = bs_mmproj_load(o->mmproj, err, sizeof err);
-    if (!m) return bs_error("%s", err);
+    if (!m || (dev && bs_mmproj_use_device(m, dev, err, sizeof err))) {
+        bs_mmproj_free(m);
+        bs_vk_close(dev);
+        return bs_error("%s", err);
+    }
     const bs_mmproj_hparams *hp = bs_mmproj_hparams_of(m);
     const int unit = hp->patch * hp->merge;
     int w = o->w ? o->w : hp->image_size, h = o->h ? o->h : hp->image_size;
     w = (w + unit - 1) / unit * unit;   /* the encoder takes whole merged blocks */
     h = (h + unit - 1) / unit * unit;
     float *px = malloc((size_t)3 * w * h * sizeof *px);
-    if (!px) { bs_mmproj_free(m); return bs_error("out of memory for a %dx%d image", w, h); }
+    if (!px) { bs_mmproj_free(m); bs_vk_close(dev); return bs_error("out of memory for a %dx%d image", w, h); }
     bs_rng rng;
     bs_rng_seed(&rng, 1234);
     for (size_t i = 0; i < (size_t)3 * w * h; i++) px[i] = bs_rng_normal(&rng);
     int rc = run_rows(o, m, px, w, h);
     free(px);
-    bs_mmproj_free(m);
+    bs_mmproj_free(m);   /* before its device */
+    bs_vk_close(dev);
     return rc;
 }
 
@@ -146,8 +170,10 @@ int bench_vision(int argc, char **argv) {
             o.reps = (int)x;
         } else if (!strcmp(a, "--no-warmup")) {
             o.warmup = 0;
+        } else if (!strcmp(a, "--device")) {
+            if (!(o.device = cli_value(argc, argv, &i))) return -1;
         } else {
-            return bs_error("--mmproj: unknown option '%s' (--image-size, -t, -r, --no-warmup)", a);
+            return bs_error("--mmproj: unknown option '%s' (--image-size, -t, -r, --no-warmup, --device)", a);
         }
     }
     if (!o.mmproj) return bs_error("--mmproj needs a FILE");

@@ -60,7 +60,7 @@ void cli_vision_close(cli_vision *v);
 /* n chat image parts (BS_IMAGE_CHAT) before text, malloc'd: what a message with images holds. */
 char *cli_vision_prefix(int n, const char *text);
 #define CLI_VISION_HELP \
-    "images (Qwen3.5 vision projector; CPU only):\n" \
+    "images (Qwen3.5 vision projector; on the model's device):\n" \
     "  --mmproj F              the vision projector (mmproj GGUF) matching the model\n" \
     "  --image PATH            an image (PNG, JPEG or binary PPM), repeatable: the images go\n" \
     "                          before the text of the (first) user message\n"

@@ -211,7 +211,8 @@ int bs_spec_prompt_image(bs_spec *sp, const float *embd, int nx, int ny, float *
     if (nx < 1 || ny < 1 || nx > bs_session_n_ctx(sp->s) || ny > bs_session_n_ctx(sp->s))
         return bs_error("bad image grid %dx%d", nx, ny);
     bs_spec_sync(sp);
-    const int n = nx * ny, chunk = sp->dc ? PROMPT_CHUNK : n;
+    /* taps on the device: one submission's rows at a time, as bs_spec_prompt_plan */
+    const int n = nx * ny, chunk = sp->dc ? (sp->dev_taps ? BS_MIN(PROMPT_CHUNK, bs_vk_sess_rows(sp->s->vk)) : PROMPT_CHUNK) : n;
     const size_t E = (size_t)bs_model_n_embd(sp->s->m);
     for (int off = 0; off < n; off += chunk) {
         const int c = BS_MIN(chunk, n - off);

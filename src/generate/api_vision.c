@@ -3,8 +3,10 @@
  * library. */
 #include "bitspark.h"
 #include "vision/vision.h"
+#include "model/qwen35.h"
 #include "io/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 bs_vision *bs_vision_load(const char *path, const bs_model *m) {
@@ -17,6 +19,13 @@ bs_vision *bs_vision_load(const char *path, const bs_model *m) {
                  bs_model_n_embd(m));
         bs_mmproj_free(p);
         return NULL;
+    }
+    /* a model on a Vulkan device gets its encoder there too (BITSPARK_VISION_DEVICE=cpu: not);
+     * one it does not fit (memory, a shape) stays on the CPU, as auto's device choice does */
+    const char *vd = getenv("BITSPARK_VISION_DEVICE");
+    if (m && m->vk && !(vd && !strcmp(vd, "cpu")) && bs_mmproj_use_device(p, m->vk, err, sizeof err)) {
+        bs_log(1, "vision: the encoder stays on the CPU (%s)\n", err);
+        bs_clear_error();
     }
     return p;
 }

@@ -103,8 +103,6 @@ static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t 
     }
     if (markers != r->n_images || r->n_images < 0 || (r->n_images && !r->images))
         return bs_error("the prompt has %d image markers but the request %d images", markers, r->n_images);
-    if (r->n_images && g->sess->vk)
-        return bs_error("image input runs on the CPU only (use --device cpu)");
     const int n_ctx = bs_session_n_ctx(g->sess);
     *total = n - markers;
     for (int k = 0; k < r->n_images; k++) {

@@ -125,7 +125,7 @@ int bs_device_session_new(bs_session *s) {
 int bs_device_begin(bs_session *s, const int32_t *tokens, int c, bool *snap) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     memmove(s->rb_tokens, tokens, (size_t)c * sizeof(int32_t));
-    s->rb_img = false;   /* image rows are refused on the device (bs_eval_image) */
+    s->rb_img = false;
     const bool undo = !(s->no_undo && c == 1);
     if (snap) *snap = undo;
     else if (undo && bs_vk_sess_snapshot(s->vk)) return -1;
@@ -165,10 +165,59 @@ int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, f
     return 0;
 }
 
+/* bs_session_begin_image's bookkeeping (session.c uses this file: no call back into it): the rows
+ * kept in rb_embd, which rollback restores the snapshot and re-evaluates from. */
+static int image_begin(bs_session *s, const float *embd, int n, int nx, int ny, int i0) {
+    const size_t E = (size_t)s->m->hp.n_embd;
+    if (!s->rb_embd && !(s->rb_embd = calloc((size_t)s->n_batch * E, sizeof(float))))
+        return bs_error("image rows: cannot allocate %.1f MiB", (double)s->n_batch * E * 4 / 1048576.0);
+    memmove(s->rb_embd, embd, (size_t)n * E * sizeof(float));
+    for (int t = 0; t < n; t++) s->rb_tokens[t] = -1;
+    s->rb_base = s->n_past;
+    s->rb_n = n;
+    s->rb_recorded = false;
+    s->rb_img = true;
+    s->rb_img_nx = nx;
+    s->rb_img_ny = ny;
+    s->rb_img_i0 = i0;
+    return 0;
+}
+
+/* Image rows i0..i0+n-1 of an nx x ny image, in batches as tokens are: the rows go up in place
+ * of the embedding lookup, with the M-RoPE positions bs_session_batch_rows gives them on the
+ * CPU (row i at (p0, p0 + i / nx, p0 + i % nx, 0); what follows continues at p0 + max(nx, ny)). */
+int bs_device_eval_image(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int mode, float *logits,
+                         float *taps) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd, E = (size_t)hp->n_embd;
+    const int adv = BS_MAX(nx, ny);
+    for (int off = 0; off < n; off += s->n_batch) {
+        const int c = BS_MIN(s->n_batch, n - off), i = i0 + off;
+        const bool last = off + c == n;
+        if (image_begin(s, embd + (size_t)off * E, c, nx, ny, i) || bs_vk_sess_snapshot(s->vk)) return -1;
+        const int p = sess_pos(s), p0 = i ? p - adv : p;   /* a continued image: p is already past it */
+        for (int t = 0; t < c; t++) {
+            const int pos4[4] = {p0, p0 + (i + t) / nx, p0 + (i + t) % nx, 0};
+            bs_rope_cache4(s->rope + (size_t)t * hp->n_rot, pos4, hp->n_rot, hp->rope_base, hp->rope_sections);
+        }
+        const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
+        float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
+        float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
+        if (bs_vk_sess_eval_rows(s->vk, s->rb_embd, c, s->n_past, s->rope, bm, bl, s->taps, taps ? s->n_taps : 0,
+                                 tap_out))
+            return -1;
+        for (int t = 0; t < c; t++) s->pos_next[s->n_past + t] = p0 + adv;
+        s->n_past += c;
+    }
+    return 0;
+}
+
 int bs_device_rollback(bs_session *s, int j) {
     if (bs_vk_sess_restore(s->vk)) return -1;
     s->n_past = s->rb_base;
     s->rb_n = 0;
+    if (j > 0 && s->rb_img)
+        return bs_device_eval_image(s, s->rb_embd, s->rb_img_nx, s->rb_img_ny, s->rb_img_i0, j, BS_LOGITS_NONE, NULL, NULL);
     return j > 0 ? bs_device_eval(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL) : 0;
 }
 

@@ -22,6 +22,9 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
 /* next: the last row's greedy token, found on the device (mode LAST without the row), or NULL */
 int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next);
 int bs_device_rollback(bs_session *s, int j);
+/* Rows i0..i0+n-1 of an nx x ny image's embeddings (bs_eval_image_rows on the device). */
+int bs_device_eval_image(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int mode, float *logits,
+                         float *taps);
 /* The bookkeeping around a batch of c tokens on the device (bs_device_eval's, and batch_eval.c's
  * for several sessions in one pass), as bs_session_begin_batch / end_batch on the CPU: begin
  * makes the state before it what rollback goes back to (one-token steps without undo skip that

@@ -46,8 +46,8 @@ int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0,
     if (n > s->n_ctx - s->n_past)
         return bs_error("an image of %d rows does not fit in the context: %d of %d positions are used", n, s->n_past,
                         s->n_ctx);
-    if (s->vk) return bs_error("image input runs on the CPU only (the Vulkan forward takes token ids)");
     if (n == 0) return 0;
+    if (s->vk) return bs_device_eval_image(s, embd, nx, ny, i0, n, logits_mode, logits, s->n_taps ? taps : NULL);
     rows_in in = {NULL, embd, nx, ny, i0};
     return eval_batches(s, in, n, logits_mode, logits, s->n_taps ? taps : NULL);
 }

@@ -293,6 +293,18 @@ static void run_vit(vit *v, const float *pix, int W, int Hh, float *embd) {
     free(x); free(h); free(qkv); free(att); free(ff);
 }
 
+/* The same network on the device: the host unrolls the patches and orders the position rows and
+ * the RoPE table as the blocks read them (cheap); the rest runs there (vulkan/vk_vision.c). */
+static int run_vit_device(vit *v, const float *pix, int W, int Hh, float *embd) {
+    const int C = v->C;
+    float *u = unroll_patches(v, pix, W, Hh), *grid = resize_pos(v), *pos = bs_xmalloc((size_t)v->n * C * sizeof *pos);
+    for (int k = 0; k < v->n; k++)
+        memcpy(pos + (size_t)k * C, grid + ((size_t)v->py[k] * v->wp + v->px[k]) * C, (size_t)C * sizeof *pos);
+    const int rc = bs_vk_vit_encode(v->m->dev, u, pos, v->rope, v->n, embd);
+    free(u); free(grid); free(pos);
+    return rc;
+}
+
 int bs_vision_encode_pixels(const bs_mmproj *m, const float *pixels, int w, int h, int n_threads,
                             bs_image_embd *out, char *err, size_t errlen) {
     const int A = m->hp.patch * m->hp.merge;
@@ -306,8 +318,8 @@ int bs_vision_encode_pixels(const bs_mmproj *m, const float *pixels, int w, int 
     v.wp = w / m->hp.patch;
     v.hp = h / m->hp.patch;
     v.n = v.wp * v.hp;
-    v.pool = bs_pool_new(n_threads);
-    if (!v.pool) {
+    v.pool = m->dev ? NULL : bs_pool_new(n_threads);
+    if (!m->dev && !v.pool) {
         snprintf(err, errlen, "%s", bs_last_error());
         return -1;
     }
@@ -320,9 +332,17 @@ int bs_vision_encode_pixels(const bs_mmproj *m, const float *pixels, int w, int 
     out->n_rows = v.n / 4;
     out->n_embd = m->hp.proj_dim;
     out->embd = bs_xmalloc((size_t)out->n_rows * out->n_embd * sizeof *out->embd);
-    run_vit(&v, pixels, w, h, out->embd);
+    int rc = 0;
+    if (m->dev) rc = run_vit_device(&v, pixels, w, h, out->embd);
+    else run_vit(&v, pixels, w, h, out->embd);
     free(v.py); free(v.px); free(v.rope);
     bs_pool_free(v.pool);
+    if (rc) {
+        snprintf(err, errlen, "%s", bs_last_error());
+        free(out->embd);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
     return 0;
 }
 

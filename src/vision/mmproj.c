@@ -228,6 +228,7 @@ fail:
 
 void bs_mmproj_free(bs_mmproj *m) {
     if (!m) return;
+    bs_vk_vit_free(m->dev);
     for (int i = 0; m->blk && i < m->hp.n_layer; i++) {
         bs_vit_block *b = &m->blk[i];
         free(b->ln1_w); free(b->ln1_b); free(b->ln2_w); free(b->ln2_b);

@@ -7,6 +7,7 @@
 #include "cpu/compute.h"
 #include "formats/gguf.h"
 #include "vision/vision.h"
+#include "vulkan/backend.h"
 
 typedef struct {
     float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
@@ -25,6 +26,7 @@ struct bs_mmproj {
     float *post_w, *post_b;   /* [C] */
     bs_weight mm0, mm2;
     float *mm0_b, *mm2_b;
+    bs_vk_vit *dev;           /* the encoder's copy on a Vulkan device (encoder_device.c), or NULL */
 };
 
 #endif

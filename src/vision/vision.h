@@ -6,6 +6,7 @@
 #ifndef BS_VISION_H
 #define BS_VISION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct bs_mmproj bs_mmproj;
@@ -61,6 +62,14 @@ const bs_mmproj_hparams *bs_mmproj_hparams_of(const bs_mmproj *m);
  * bench: w and h must be multiples of patch*merge. Same return convention. */
 int bs_vision_encode_pixels(const bs_mmproj *m, const float *pixels, int w, int h, int n_threads,
                             bs_image_embd *out, char *err, size_t errlen);
+
+/* Run the encoder on a Vulkan device context (the text model's: the same thread must use both),
+ * its weights uploaded there; c NULL: back on the CPU. 0, or -1 with err (the projector stays
+ * as it was). The projector must be freed or moved back before the context is closed. */
+typedef struct bs_vk_ctx bs_vk_ctx;
+int bs_mmproj_use_device(bs_mmproj *m, bs_vk_ctx *c, char *err, size_t errlen);
+/* Whether the encoder runs on a device. */
+bool bs_mmproj_on_device(const bs_mmproj *m);
 
 /* Multiply-adds of the encoder's matrix products for an image of w x h preprocessed pixels
  * (bench reports GFLOP/s from it). */

@@ -149,6 +149,9 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
  * the largest logit (NaN never wins), found on the device, so 4 bytes come back, not the row. */
 int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
                            const int *taps, int n_taps, float *tap_out);
+/* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
+int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
+                         float *logits, const int *taps, int n_taps, float *tap_out);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);
@@ -242,6 +245,30 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * logits (may be NULL) [n_logits][n_vocab] base logits of slots 0..n_logits-1. */
 int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
                      float *hidden, float *logits, int n_logits);
+
+/* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */
+/* A qwen3vl_merger ViT (vision/encoder.c's network): matrices as the projector holds them (ne0
+ * inputs, ne1 outputs), vectors F32. */
+typedef struct bs_vk_vit_block_desc {
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b, *qkv_b, *out_b, *up_b, *down_b;
+    bs_vk_tensor qkv, out, up, down;
+} bs_vk_vit_block_desc;
+
+typedef struct bs_vk_vit_desc {
+    int n_embd, n_ff, n_layer, n_head, patch_k, proj_dim;   /* patch_k: inputs of a patch, 3 P P */
+    float eps;                                              /* LayerNorm */
+    bs_vk_tensor patch, mm0, mm2;
+    const float *patch_b, *post_w, *post_b, *mm0_b, *mm2_b;
+    const bs_vk_vit_block_desc *blocks;
+} bs_vk_vit_desc;
+
+typedef struct bs_vk_vit bs_vk_vit;
+bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d);
+void bs_vk_vit_free(bs_vk_vit *v);
+/* One image of n patches (n % 4 == 0, in 2x2-block order): patches [n][patch_k] unrolled, pos
+ * [n][n_embd] their position rows, rope [n][head_dim/2][2] cos/sin of each rotated pair; out
+ * gets [n/4][proj_dim]. 0, or -1 with bs_error. */
+int bs_vk_vit_encode(bs_vk_vit *v, const float *patches, const float *pos, const float *rope, int n, float *out);
 
 /* --- kernels (the pieces of a step; the tests hold them against the CPU oracle) ------------ */
 typedef struct bs_vk_matrix bs_vk_matrix;

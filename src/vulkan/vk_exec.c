@@ -53,6 +53,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
     [BS_VK_K_ARGMAX] = {"argmax", 2, 4, 0, {0}},
+    [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
+    [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},
 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
@@ -355,7 +357,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
         [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
-        [BS_VK_K_ARGMAX] = "argmax"};
+        [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise"};
     return names[k] ? names[k] : "?";
 }
 

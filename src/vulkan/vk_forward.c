@@ -181,6 +181,7 @@ struct bs_vk_sess {
     int n_taps;                   /* taps of the last evaluation */
     uint64_t uid;                 /* never reused: what a batch's recordings know it by */
     uint32_t taps_gen;            /* changes when the taps buffer does */
+    bool rows_in;                 /* this step's input rows are in x already (image rows) */
 };
 
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
@@ -696,7 +697,7 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
             snaps = true;
         }
     if (snaps) bs_vk_barrier(c);
-    TRY(embed(s, n));
+    if (!s->rows_in) TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
@@ -754,7 +755,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
 /* One step of n rows: the cached recording of its shape (taps are recorded for the step alone). */
 static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps) {
     bs_vk_ctx *c = s->net->c;
-    if (n_taps > 0 || s->no_cache) {
+    if (n_taps > 0 || s->no_cache || s->rows_in) {
         TRY(bs_vk_begin(c));
         const int rc = record_chunk(s, n, rows, taps, n_taps, NULL, 0);
         return bs_vk_submit(c) || rc ? -1 : 0;
@@ -773,10 +774,10 @@ static int taps_ensure(bs_vk_sess *s, int n_taps) {
     return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
-/* logits_mode as bs_vk_sess_eval; ids (then logits_mode 1): the last row's argmax instead of
- * its logits. */
-static int sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
-                     float *logits, int32_t *ids, const int *taps, int n_taps, float *tap_out) {
+/* logits_mode as bs_vk_sess_eval; tokens, or embedding rows [n][n_embd] (embd != NULL) written
+ * straight into x; ids (then logits_mode 1): the last row's argmax instead of its logits. */
+static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, int n, int pos0, const float *rope,
+                     int logits_mode, float *logits, int32_t *ids, const int *taps, int n_taps, float *tap_out) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
@@ -785,16 +786,20 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, cons
         const int m = BS_MIN(s->B, n - off);
         const bool last = off + m == n;
         const int rows = logits_mode == 2 ? m : (logits_mode == 1 && last ? 1 : 0);
-        for (int t = 0; t < m; t++) {
+        for (int t = 0; t < m && !embd; t++) {
             const uint32_t id = (uint32_t)tokens[off + t];
             memcpy((uint32_t *)s->tok.map + t, &id, 4);
         }
+        if (embd && bs_vk_buf_write(s->net->c, &s->x, 0, embd + (size_t)off * E, sizeof(float) * (size_t)m * E))
+            return bs_error_prefix("Vulkan eval: ");
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
         const uint32_t p0 = (uint32_t)(pos0 + off);
         memcpy(s->params.map, &p0, 4);
         s->greedy = ids && rows;
+        s->rows_in = embd != NULL;
         const int rc = run_step(s, m, rows, taps, n_taps);
         s->greedy = false;
+        s->rows_in = false;
         if (rc) return bs_error_prefix("Vulkan eval: ");
         s->net->c->stats.tokens += (uint64_t)m;
         if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
@@ -806,12 +811,17 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, cons
 
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
-    return sess_eval(s, tokens, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
+    return sess_eval(s, tokens, NULL, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
 }
 
 int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
                            const int *taps, int n_taps, float *tap_out) {
-    return sess_eval(s, tokens, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
+    return sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
+}
+
+int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
+                         float *logits, const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, NULL, embd, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
 }
 
 /* --- several sessions in one pass ------------------------------------------------------------ */

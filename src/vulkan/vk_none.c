@@ -79,6 +79,12 @@ int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)next; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
+                         float *logits, const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)embd; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps;
+    (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
 int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_restore(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_reset(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
@@ -121,4 +127,14 @@ int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int
     (void)c; (void)anchor; (void)mask_id; (void)nb; (void)first; (void)n_ctx; (void)rope; (void)hidden; (void)logits;
     (void)n_logits;
     return bs_error("Vulkan backend not built");
+}
+bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d) {
+    (void)c; (void)d;
+    bs_error("no Vulkan backend");
+    return NULL;
+}
+void bs_vk_vit_free(bs_vk_vit *v) { (void)v; }
+int bs_vk_vit_encode(bs_vk_vit *v, const float *patches, const float *pos, const float *rope, int n, float *out) {
+    (void)v; (void)patches; (void)pos; (void)rope; (void)n; (void)out;
+    return bs_error("no Vulkan backend");
 }
