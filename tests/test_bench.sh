@@ -43,10 +43,10 @@ assert [r[\"n_prompt\"] for r in d] == [8, 0, 8, 0]
 " "$json"'
 
 mm=$("$B" bench --matmul --matmul-mb 8 -r 1 -t 1 --no-membw 2>&1)
-check "matmul rows" '[ "$(grep -cE "^\| q1_0 +\| (native|x16) +\| +(5120|17408) " <<<"$mm")" -ge 10 ]'
+check "matmul rows" '[ "$(grep -cE "^\| q1_0 +\| (native|x16) +\| [a-z0-9 ]+ \| +(5120|17408) " <<<"$mm")" -ge 10 ]'
 # --matmul-rows: prompt-sized products, with the multiply-add rate in the last column
 mp=$("$B" bench --matmul --matmul-mb 8 --matmul-rows 1,40 -r 1 -t 1 --no-membw 2>&1)
-check "matmul-rows 40" '[ "$(grep -cE "^\| q1_0 +\| [a-z0-9]+ +\| +(5120|17408) \| +(5120|17408) \| +1 \| +40 \| .* \| +[0-9]+\.[0-9] \|$" <<<"$mp")" -ge 2 ]'
+check "matmul-rows 40" '[ "$(grep -cE "^\| q1_0 +\| [a-z0-9]+ +\| [a-z0-9 ]+ \| +(5120|17408) \| +(5120|17408) \| +1 \| +40 \| .* \| +[0-9]+\.[0-9] \|$" <<<"$mp")" -ge 2 ]'
 check "matmul-rows 0 refused" '! "$B" bench --matmul --matmul-rows 0 >/dev/null 2>&1'
 check "matmul-rows 5000 refused" '! "$B" bench --matmul --matmul-rows 1,5000 >/dev/null 2>&1'
 
