@@ -57,16 +57,22 @@ int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_m
     return bs_eval_image_rows(s, embd, nx, ny, 0, nx * ny, logits_mode, logits, taps);
 }
 
-int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
-    if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");
-    if (check_logits_args(n_tokens, logits_mode, logits)) return -1;
-    if (n_tokens == 0) return 0;
+/* n_tokens ids that fit in what is left of the context, each in the vocabulary. */
+static int check_tokens(const bs_session *s, const int32_t *tokens, int n_tokens) {
     if (n_tokens > s->n_ctx - s->n_past)
         return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
                         s->n_past, s->n_ctx);
     for (int i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
             return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    return 0;
+}
+
+int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode, float *logits, float *taps) {
+    if (n_tokens < 0 || (n_tokens > 0 && !tokens)) return bs_error("bs_eval: bad token array");
+    if (check_logits_args(n_tokens, logits_mode, logits)) return -1;
+    if (n_tokens == 0) return 0;
+    if (check_tokens(s, tokens, n_tokens)) return -1;
     if (s->vk && s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after 0 of %d tokens", n_tokens);
     if (s->vk) return bs_device_eval(s, tokens, n_tokens, logits_mode, logits, s->n_taps ? taps : NULL);
     rows_in in = {tokens, NULL, 0, 0, 0};
@@ -92,12 +98,7 @@ int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *
         free(lg);
         return rc;
     }
-    if (n_tokens > s->n_ctx - s->n_past)
-        return bs_error("%d tokens do not fit in the context: %d of %d positions are used", n_tokens,
-                        s->n_past, s->n_ctx);
-    for (int i = 0; i < n_tokens; i++)
-        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
-            return bs_error("token id %d (at %d) is out of range [0, %d)", tokens[i], i, s->m->hp.n_vocab);
+    if (check_tokens(s, tokens, n_tokens)) return -1;
     return bs_device_eval_next(s, tokens, n_tokens, BS_LOGITS_LAST, NULL, s->n_taps ? taps : NULL, next);
 }
 
