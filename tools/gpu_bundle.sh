@@ -31,6 +31,8 @@ TESTS=(
   "test_vulkan_lora c tiny-f32.gguf tiny-q1_0.gguf"
   "test_vulkan_dspark.py py tiny-dspark-f32.gguf dspark models/bonsai-tiny-dspark.gguf models/bonsai-tiny-dspark"
   "test_vulkan_model.py py tiny-f32.gguf tiny-q1_0.gguf tiny-q2_0.gguf"
+  "test_vulkan_memory.py py tiny-q1_0.gguf tiny-q1_0.json"
+  "test_vulkan_vision c tiny-f32.gguf vision"
 )
 # A Vulkan test this table does not know yet: a C one comes along and is run (its fixtures, if
 # any, are assumed to be among the bundled ones; tests.txt shows it if not), a Python one is
@@ -42,9 +44,9 @@ for src in tests/test_vulkan_*.c tests/test_vulkan_*.py; do
   if [ "${src%.c}" != "$src" ]; then TESTS+=("$n c -"); log "$n: not in the table; bundled with no fixtures of its own"
   else not_run+=("$n: not in tools/gpu_bundle.sh's table (its support files are unknown)"); fi
 done
-FIXTURES=(tiny-q1_0.gguf tiny-q2_0.gguf tiny-dspark-f32.gguf dspark prompt.txt)
+FIXTURES=(tiny-q1_0.gguf tiny-q1_0.json tiny-q2_0.gguf tiny-dspark-f32.gguf dspark prompt.txt)
 MODELS=(bonsai-tiny-q1_0.gguf bonsai-tiny-dspark.gguf bonsai-tiny-dspark)
-PY_SUPPORT=(test_dspark_fixtures.py gguf_reader.py)
+PY_SUPPORT=(test_dspark_fixtures.py gguf_reader.py fixture_lib.py vk_lib.py)
 VK_PKGS=(libvulkan1 libglvnd0 libegl1 libglx0 libgl1 libopengl0 libgles2
          libx11-6 libxext6 libxcb1 libxau6 libxdmcp6 libbsd0 libmd0)
 # (libmvec, the vector maths, is left out: nothing here links it, and it is 1 MB)
