@@ -10,9 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static bs_grammar_vocab *v;
     static int n_vocab;
     if (!v) v = fuzz_vocab(&n_vocab);
-    char *text = malloc(size + 1);
-    memcpy(text, data, size);
-    text[size] = 0;   /* a NUL inside ends the grammar, as in a C string */
+    char *text = fuzz_text(data, size);
     fuzz_match(text, v, n_vocab);
     free(text);
     return 0;

@@ -12,9 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static bs_grammar_vocab *v;
     static int n_vocab;
     if (!v) v = fuzz_vocab(&n_vocab);
-    char *text = malloc(size + 1);
-    memcpy(text, data, size);
-    text[size] = 0;
+    char *text = fuzz_text(data, size);
     char *gbnf = bs_grammar_from_json_schema(text);
     if (gbnf) fuzz_match(gbnf, v, n_vocab);
     else fuzz_check_error("json schema");

@@ -9,6 +9,7 @@
 #include "io/util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,14 @@ static const char *const fuzz_pieces[] = {
     "\"", "\":", "\",", "{\"", "\"}", "[", "]", "{", "}", ":", ",", " ", "\n", "  ", "\\", "\\\"", "\\n", "\\u00",
     "true", "false", "null", "0", "1", "12", "-", ".", "e", "+", "abc", " the", "name", "x", "\xc3\xa9", "\xe4\xb8\xad",
     "\xf0\x9f\x98\x80", "\xff", "a\"b", "ab", "\t", "1\"", "}\n", "\"a\"", "<tool_call>", "</tool_call>"};
+
+/* The input as a C string (malloc'd): a NUL inside ends it, as it ends a string of a request. */
+static char *fuzz_text(const uint8_t *data, size_t size) {
+    char *text = malloc(size + 1);
+    memcpy(text, data, size);
+    text[size] = 0;
+    return text;
+}
 
 static bs_grammar_vocab *fuzz_vocab(int *n_vocab) {
     enum { N_ONE = 95, N_PIECES = sizeof fuzz_pieces / sizeof *fuzz_pieces };

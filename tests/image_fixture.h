@@ -1,5 +1,6 @@
 /* image_fixture.h: the fixtures' tiny f32 target and the vision fixture's image embedding
- * (vision/image_embd.f32: rows of the target's width), shared by the tests of image rows. */
+ * (vision/image_embd.f32: rows of the target's width), and the prompt around it, shared by the
+ * tests of image rows. */
 #ifndef BS_TEST_IMAGE_FIXTURE_H
 #define BS_TEST_IMAGE_FIXTURE_H
 
@@ -9,6 +10,15 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+
+/* the fixture's chat prompt around the image and llama.cpp's greedy tokens (vision/ref.json) */
+static const int32_t chunk1[] = {957, 117, 851, 10, 60, 124, 118, 272, 273, 95, 329, 406, 124, 62};
+static const int32_t chunk2[] = {60, 124, 118, 272, 273, 95, 266, 100, 124, 62, 68, 294, 99, 292, 98, 101,
+                                 332, 278, 858, 117, 268, 46, 958, 10, 957, 400, 115, 272, 116, 397, 10};
+static const int32_t greedy_ref[] = {319, 455, 549, 276, 903, 997, 226, 419};
+#define N1 ((int)BS_ARRAY_LEN(chunk1))
+#define N2 ((int)BS_ARRAY_LEN(chunk2))
+#define NG ((int)BS_ARRAY_LEN(greedy_ref))
 
 /* Loads both into *model and *img (n_rows rows expected) and writes the fixtures' folder to
  * dir; false (with a failed check) when either cannot be read. */

@@ -28,20 +28,13 @@
 #include "io/util.h"
 #include "test.h"
 #include "vk_test.h"
+#include "image_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* the fixture's chat prompt around the image and llama.cpp's greedy tokens (ref.json) */
-static const int32_t chunk1[] = {957, 117, 851, 10, 60, 124, 118, 272, 273, 95, 329, 406, 124, 62};
-static const int32_t chunk2[] = {60, 124, 118, 272, 273, 95, 266, 100, 124, 62, 68, 294, 99, 292, 98, 101,
-                                 332, 278, 858, 117, 268, 46, 958, 10, 957, 400, 115, 272, 116, 397, 10};
-static const int32_t greedy_ref[] = {319, 455, 549, 276, 903, 997, 226, 419};
-#define N1 ((int)BS_ARRAY_LEN(chunk1))
-#define N2 ((int)BS_ARRAY_LEN(chunk2))
-#define NG ((int)BS_ARRAY_LEN(greedy_ref))
 #define NI 12
 #define NX 4
 #define NY 3
