@@ -103,6 +103,10 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches(len, "\"a\"", v), 0);
     CHECK_EQ_INT(schema_matches("{\"allOf\": []}", "{}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"$ref\": \"#/$defs/none\"}", "{}", v), -1);
+    /* what an error quotes from the request stays on one line (found by fuzz_schema) */
+    CHECK(bs_grammar_from_json_schema("{\"type\": \"i\\nteger\", \"$ref\": \"#\\r\"}") == NULL);
+    CHECK(strchr(bs_last_error(), '\n') == NULL && strchr(bs_last_error(), '\r') == NULL);
+    CHECK(strstr(bs_last_error(), "json schema") != NULL);
 }
 
 /* The mask is exactly allows() over the whole vocabulary (at a few states; the second grammar's

@@ -12,11 +12,19 @@
 static _Thread_local char bs_err_buf[1024];
 int bs_log_level = 1;
 
+/* A message is one line whatever it quotes (a type name, a path, a piece of a request): control
+ * bytes become '?', so a log line or an HTTP error stays one line. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 int bs_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(bs_err_buf, sizeof bs_err_buf, fmt, ap);
     va_end(ap);
+    one_line(bs_err_buf);
     return -1;
 }
 
@@ -34,6 +42,7 @@ int bs_error_prefix(const char *fmt, ...) {
     if (no > rest) no = rest;
     memcpy(bs_err_buf + np, old, no);
     bs_err_buf[np + no] = 0;
+    one_line(bs_err_buf);
     return -1;
 }
 
