@@ -12,6 +12,7 @@
  *  - on a discrete GPU's memory (BITSPARK_VK_FAKE_MEMORY: device buffers only through the
  *    staging ring) with a 32 KiB maxMemoryAllocationSize, F32 and Q8_0 matrices are split by
  *    it and give the same bits; a buffer past it is refused with a message;
+ *  - weights whose fp16 scales are subnormal (the shaders widen the file's fp16 exactly);
  *  - RMSNorm; the copy kernel's bandwidth; --device spellings. */
 /* GCC 12's aarch64 vectorizer crashes (internal compiler error in vect_transform_reduction) on
  * this file's reference reductions, which need not be vectorized. */
@@ -30,6 +31,7 @@
 
 static bs_rng rng;
 static int n_split;   /* integer matrices that the kernels split by columns */
+static float w_mag = 0.05f;   /* the weights' scale: tiny makes the files' fp16 scales subnormal */
 
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) x[i] = bs_rng_normal(&rng) * scale;
@@ -77,7 +79,7 @@ static double oracle(int type, const uint8_t *wrow, const float *x, int64_t d, d
 
 static bs_vk_matrix *upload(bs_vk_ctx *c, int type, int64_t d, int64_t rows, uint8_t **wq) {
     float *w = malloc(sizeof *w * (size_t)(d * rows));
-    fill(w, (size_t)(d * rows), 0.05f);
+    fill(w, (size_t)(d * rows), w_mag);
     const size_t rb = bs_row_size(type, d);
     *wq = malloc(rb * (size_t)rows);
     for (int64_t r = 0; r < rows; r++) bs_quantize(type, w + r * d, *wq + r * rb, d);
@@ -203,6 +205,7 @@ int main(void) {
     unsetenv("BITSPARK_VK_FAKE_MEMORY");
     CHECKF(cm != NULL, "a context on faked memory: %s", bs_last_error());
     printf("int8 products: %s (the second context: plain)\n", bs_vk_uses_dp4a(c) ? "dp4a" : "plain");
+    printf("fma(): %s\n", bs_vk_fma_fused(c) ? "fused (native)" : "not fused here: emulated (fma_rn.glsl)");
     CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);
     bs_rng_seed(&rng, 22);
@@ -213,6 +216,11 @@ int main(void) {
         check_matvec(c, NULL, types[i], 256, 67);   /* odd rows, one 64-row workgroup and a bit */
         check_matvec(c, cs, types[i], 768, 203);    /* split into parts when 4096 bytes bind */
     }
+    /* fp16 scales below 2^-14 (subnormal): the shaders widen them exactly, as the CPU does */
+    w_mag = 2e-6f;
+    static const int sub[] = {BS_Q1_0, BS_Q2_0, BS_Q8_0, BS_Q4_1};
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) check_matvec(c, NULL, sub[i], 256, 67);
+    w_mag = 0.05f;
     if (cm) {
         check_matvec(c, cm, BS_F32, 768, 203);
         check_matvec(c, cm, BS_Q8_0, 768, 203);

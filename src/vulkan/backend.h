@@ -69,6 +69,8 @@ void bs_vk_close(bs_vk_ctx *c);
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
 /* Whether the context's int8 products use dp4a (off with BITSPARK_VK_DP4A=0). */
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
+/* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
+bool bs_vk_fma_fused(const bs_vk_ctx *c);
 /* What a context submitted since it was opened (or last reset): dispatches and full barriers
  * recorded in the command buffers submitted (a cached step's counted at every submission),
  * submissions, bytes the host read back (logits, taps, state), weight bytes the products read

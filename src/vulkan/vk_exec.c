@@ -3,6 +3,7 @@
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ARGMAX] = {"argmax", 2, 4, 0, {0}},
     [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
     [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},
+    [BS_VK_K_FMA_PROBE] = {"fma_probe", 2, 4, 0, {0}},
 };
+
+/* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
+ * an id a shader does not declare changes nothing, so all take it) */
+enum { SPEC_FMA_ID = 20 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     const bs_vk_spirv *sp = bs_vk_shader(c->dp4a && !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : k->shader);
@@ -73,13 +79,20 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
-    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec, .pMapEntries = me, .dataSize = 4u * (uint32_t)k->n_spec,
-                                 .pData = k->spec};
+    VkSpecializationMapEntry me[4];
+    uint32_t data[4];
+    for (int i = 0; i < k->n_spec; i++) {
+        me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
+        data[i] = k->spec[i];
+    }
+    me[k->n_spec] = (VkSpecializationMapEntry){SPEC_FMA_ID, 4u * (uint32_t)k->n_spec, 4};
+    data[k->n_spec] = c->fma_fused;
+    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 1, .pMapEntries = me,
+                                 .dataSize = 4u * ((uint32_t)k->n_spec + 1), .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = p->mod, .pName = "main", .pSpecializationInfo = k->n_spec ? &spec : NULL},
+                  .module = p->mod, .pName = "main", .pSpecializationInfo = &spec},
         .layout = p->layout};
     if (c->fn->vkCreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &ci, NULL, &p->pipe) != VK_SUCCESS)
         return bs_error("Vulkan: cannot build the %s pipeline", k->shader);
@@ -95,6 +108,44 @@ int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool) {
     if (c->fn->vkCreateDescriptorPool(c->dev, &dp, NULL, pool) != VK_SUCCESS) return bs_error("Vulkan: descriptor pool");
     return 0;
 }
+
+/* Whether fma() rounds once on this device: a * b + c for triples whose product's low bits
+ * decide the result (a rounded product would lose them). BITSPARK_VK_FMA=emulate takes the
+ * emulation anyway (tests: the path a device without a fused fma() takes). */
+static int fma_probe(bs_vk_ctx *c) {
+    static const float in[] = {
+        1.0f + 0x1p-12f, 1.0f + 0x1p-12f, -(1.0f + 0x1p-11f),   /* fused: 2^-24; unfused: 0 */
+        1.0f + 0x1p-23f, 1.0f - 0x1p-23f, -1.0f,                /* fused: -2^-46; unfused: 0 */
+        3.0f + 0x1p-21f, 5.0f - 0x1p-20f, -15.0f,
+        0.1f, 10.0f, -1.0f,
+    };
+    enum { N = sizeof in / sizeof in[0] / 3 };
+    const char *env = getenv("BITSPARK_VK_FMA");
+    c->fma_fused = false;
+    bs_vk_buf bi = {0}, bo = {0};
+    float out[N];
+    uint32_t n = N;
+    int rc = bs_vk_buf_new(c, &bi, sizeof in, true) || bs_vk_buf_new(c, &bo, sizeof out, true) ||
+             bs_vk_buf_write(c, &bi, 0, in, sizeof in) || bs_vk_begin(c);
+    if (!rc) {
+        const bs_vk_buf *b[2] = {&bi, &bo};
+        rc = bs_vk_dispatch(c, BS_VK_K_FMA_PROBE, b, &n, 1, 1, 1);
+        rc = bs_vk_submit(c) || rc;
+    }
+    if (!rc) rc = bs_vk_buf_read(c, &bo, 0, out, sizeof out);
+    bs_vk_buf_free(c, &bi);
+    bs_vk_buf_free(c, &bo);
+    if (rc) return -1;
+    bool fused = true;
+    for (int i = 0; i < N; i++) fused &= out[i] == fmaf(in[3 * i], in[3 * i + 1], in[3 * i + 2]);
+    c->fma_fused = fused && !(env && !strcmp(env, "emulate"));
+    c->stats = (bs_vk_stats){0};   /* the probe is not the caller's work */
+    c->prof_ms[BS_VK_K_FMA_PROBE] = 0;
+    c->prof_n[BS_VK_K_FMA_PROBE] = 0;
+    return 0;
+}
+
+bool bs_vk_fma_fused(const bs_vk_ctx *c) { return c->fma_fused; }
 
 int bs_vk_pipes_init(bs_vk_ctx *c) {
     const bs_vk_fns *fn = c->fn;
@@ -119,8 +170,9 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
                                     .queryCount = MAX_SETS + 1};
         if (fn->vkCreateQueryPool(c->dev, &qi, NULL, &c->qpool) != VK_SUCCESS) c->profiling = false;
     }
+    if (pipe_new(c, &c->pipes[BS_VK_K_FMA_PROBE], &KERNELS[BS_VK_K_FMA_PROBE]) || fma_probe(c)) return -1;
     for (int k = 0; k < BS_VK_K_COUNT; k++)
-        if (pipe_new(c, &c->pipes[k], &KERNELS[k])) return -1;
+        if (k != BS_VK_K_FMA_PROBE && pipe_new(c, &c->pipes[k], &KERNELS[k])) return -1;
     return 0;
 }
 
@@ -357,7 +409,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
         [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
-        [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise"};
+        [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise", [BS_VK_K_FMA_PROBE] = "fma probe"};
     return names[k] ? names[k] : "?";
 }
 

@@ -104,6 +104,7 @@ enum bs_vk_kernel {
     BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1, BS_VK_K_MV_F32_LORA,
     BS_VK_K_ATTN_NC, BS_VK_K_ARGMAX,
     BS_VK_K_VIT_LN, BS_VK_K_VIT_EW,   /* the vision encoder's (vk_vision.c) */
+    BS_VK_K_FMA_PROBE,                /* is fma() fused here (vk_exec.c) */
     BS_VK_K_COUNT
 };
 
@@ -141,6 +142,7 @@ struct bs_vk_ctx {
     bool recording, caching;
     bool dp4a;                        /* integer products through mv_q_dp4a */
     bool glu;                         /* gate+up+SwiGLU in one dispatch (off: BITSPARK_VK_GLU=0) */
+    bool fma_fused;                   /* fma() rounds once (probed); else fma_rn.glsl emulates it */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;

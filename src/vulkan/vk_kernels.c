@@ -19,8 +19,9 @@ static int kernel_for(int type, int *bits, int *subs) {
     }
 }
 
-/* Host images of rows [r0, r0+n) in the kernel's layout. */
-static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, uint32_t *codes, float *scales) {
+/* Host images of rows [r0, r0+n) in the kernel's layout. Scales stay the file's fp16 (the
+ * shaders widen them exactly), so a product reads the GGUF's bytes and no more. */
+static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, uint32_t *codes, uint16_t *scales) {
     const int64_t n_sub = W->ne0 / 32, n_grp = n_sub / m->subs;
     const size_t hdr = W->type == BS_Q4_1 ? 4 : 2;   /* fp16 d (and Q4_1's fp16 m) */
     const size_t blk_bytes = hdr + (size_t)m->subs * (size_t)m->bits * 4;
@@ -30,10 +31,10 @@ static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0,
             const uint8_t *b = row + (size_t)g * blk_bytes;
             uint16_t h;
             memcpy(&h, b, 2);
-            scales[g * n + r] = bs_f16_to_f32(h);
+            scales[g * n + r] = h;
             if (hdr == 4) {
                 memcpy(&h, b + 2, 2);
-                scales[(n_grp + g) * n + r] = bs_f16_to_f32(h);
+                scales[(n_grp + g) * n + r] = h;
             }
             for (int k = 0; k < m->subs; k++)
                 for (int w = 0; w < m->bits; w++) {
@@ -86,7 +87,7 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     }
     if (!f32 && (W->ne0 % (32 * m->subs))) { free(m); bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight"); return NULL; }
     const uint64_t code_bytes = f32 ? 4u * (uint64_t)W->ne0 : (uint64_t)W->ne0 / 32 * m->bits * 4;
-    const uint64_t scale_bytes = f32 ? 4 : 4u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
+    const uint64_t scale_bytes = f32 ? 4 : 2u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
     /* rows per part: whole workgroups of 64 where that many fit */
     int64_t per = (int64_t)(c->max_weight_binding / code_bytes);
     if (per >= 64) per = per / 64 * 64;
@@ -101,13 +102,15 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
         bs_vk_mat_part *p = &m->parts[i];
         p->row0 = (int64_t)i * per;
         p->rows = BS_MIN(per, W->ne1 - p->row0);
-        const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = (size_t)(scale_bytes * (uint64_t)p->rows);
+        /* (fp16 scales: a part's plane rounded up to whole 32-bit words) */
+        const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = ((size_t)(scale_bytes * (uint64_t)p->rows) + 3) & ~(size_t)3;
         void *hc = bs_xmalloc(cb), *hs = bs_xmalloc(sb);
         int rc = 0;
         if (f32) {
             rc = repack_f32(W, p->row0, p->rows, hc);
             memset(hs, 0, sb);
         } else {
+            memset(hs, 0, sb);
             repack_int(W, m, p->row0, p->rows, hc, hs);
         }
         if (!rc) rc = bs_vk_buf_new(c, &p->codes, cb, false) || bs_vk_buf_new(c, &p->scales, sb, false) ||

@@ -12,6 +12,8 @@ layout(std430, binding = 4) coherent buffer SC { float sc[]; };             // [
 layout(std430, binding = 5) readonly buffer P { uint pos0; } step;   // per-step values
 layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32; } p;
 
+#include "fma_rn.glsl"
+
 #include "f16.glsl"
 
 shared float qs[256];
@@ -36,7 +38,7 @@ void main() {
     float mx = -1.0 / 0.0;
     for (uint j = tid; j < nkv; j += 64u) {
         precise float s = 0.0;
-        for (uint d = 0u; d < D; d++) s = fma(qs[d], kv_at(j, kvw, kb2, d, false), s);
+        for (uint d = 0u; d < D; d++) s = fma_x(qs[d], kv_at(j, kvw, kb2, d, false), s);
         s = s * p.scale;
         sc[sb + j] = s;
         mx = max(mx, s);
@@ -65,7 +67,7 @@ void main() {
     const float inv = 1.0 / red[0];
     for (uint d = tid; d < D; d += 64u) {
         precise float acc = 0.0;
-        for (uint j = 0u; j < nkv; j++) acc = fma(sc[sb + j], kv_at(j, kvw, kb2, d, true), acc);
+        for (uint j = 0u; j < nkv; j++) acc = fma_x(sc[sb + j], kv_at(j, kvw, kb2, d, true), acc);
         o[t * p.H * D + h * D + d] = acc * inv;
     }
 }

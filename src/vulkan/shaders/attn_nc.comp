@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // attn_nc.comp: the DSpark block's attention: every query (row t, head h; one per workgroup)
 // attends to the same n_kv F32 rows from row `first` (the context rows, then the block's own),
 // with no causal mask. Query head h reads KV head h / (H / H_kv); q rows of H*D.
@@ -9,6 +10,8 @@ layout(std430, binding = 2) readonly buffer VC { float vc[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
 layout(std430, binding = 4) coherent buffer SC { float sc[]; };             // [T*H][sc_stride] scratch
 layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; float scale; } p;
+
+#include "fma_rn.glsl"
 
 shared float qs[256];
 shared float red[64];
@@ -23,7 +26,7 @@ void main() {
     for (uint j = tid; j < p.n_kv; j += 64u) {
         const uint r = (p.first + j) * kvw + kb;
         precise float s = 0.0;
-        for (uint d = 0u; d < D; d++) s = fma(qs[d], kc[r + d], s);
+        for (uint d = 0u; d < D; d++) s = fma_x(qs[d], kc[r + d], s);
         s = s * p.scale;
         sc[sb + j] = s;
         mx = max(mx, s);
@@ -52,7 +55,7 @@ void main() {
     const float inv = 1.0 / red[0];
     for (uint d = tid; d < D; d += 64u) {
         precise float acc = 0.0;
-        for (uint j = 0u; j < p.n_kv; j++) acc = fma(sc[sb + j], vc[(p.first + j) * kvw + kb + d], acc);
+        for (uint j = 0u; j < p.n_kv; j++) acc = fma_x(sc[sb + j], vc[(p.first + j) * kvw + kb + d], acc);
         o[t * p.H * D + h * D + d] = acc * inv;
     }
 }

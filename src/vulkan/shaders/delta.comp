@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // delta.comp: the gated delta rule, one invocation per (V head h, state row j) over the batch's
 // tokens in order: S_j *= exp(g); u = S_j . k; S_j += k * (v_j - u) * beta; o_j = S_j . q * scale.
 // V head h reads K/Q head h % n_k. State rows of d_k, key index fastest, [n_v][d_v][d_k].
@@ -9,6 +10,8 @@ layout(std430, binding = 2) readonly buffer B { float beta[]; };   // [T][n_v]
 layout(std430, binding = 3) buffer S { float st[]; };
 layout(std430, binding = 4) writeonly buffer O { float o[]; };     // [T][n_v*d_v]
 layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale; } p;
+
+#include "fma_rn.glsl"
 
 void main() {
     const uint j = gl_GlobalInvocationID.x, h = gl_WorkGroupID.y;
@@ -21,14 +24,14 @@ void main() {
         for (uint i = 0u; i < p.dk; i++) {
             const float r = st[sb + i] * decay;
             st[sb + i] = r;
-            u = fma(r, qkv[kb + i], u);
+            u = fma_x(r, qkv[kb + i], u);
         }
         const float d = (qkv[t * p.cd + 2u * p.nk * p.dk + h * p.dv + j] - u) * beta[t * p.nv + h];
         precise float y = 0.0;
         for (uint i = 0u; i < p.dk; i++) {
-            const float r = fma(qkv[kb + i], d, st[sb + i]);
+            const float r = fma_x(qkv[kb + i], d, st[sb + i]);
             st[sb + i] = r;
-            y = fma(r, qkv[qb + i], y);
+            y = fma_x(r, qkv[qb + i], y);
         }
         o[t * p.nv * p.dv + h * p.dv + j] = y * p.scale;
     }

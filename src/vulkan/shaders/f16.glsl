@@ -14,3 +14,15 @@ uint f16_bits(float f) {
 }
 
 float f16_round(float f) { return unpackHalf2x16(f16_bits(f)).x; }
+
+// fp16 bits to a float by integer arithmetic: exact, subnormals included, on any driver (a
+// conversion instruction may flush fp16 subnormals to zero where the device does not preserve them).
+float f16_value(uint h) {
+    const uint sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0u) {
+        precise float v = float(m) * 5.9604644775390625e-8;   // m * 2^-24: exact
+        return sign != 0u ? -v : v;
+    }
+    if (e == 31u) return uintBitsToFloat(sign | 0x7f800000u | (m << 13));
+    return uintBitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
+}

@@ -1,14 +1,20 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // get_rows.comp: embedding rows out[t] = W[tokens[t]] from a matrix part in the product
 // layout (see mv_q.comp; BITS 32: F32 column-major), for the tokens inside this part's rows.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
-layout(std430, binding = 1) readonly buffer WS { float ws[]; };
+layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
 layout(std430, binding = 2) readonly buffer T { uint tok[]; };
 layout(std430, binding = 3) buffer O { float o[]; };
 layout(push_constant) uniform Push { uint rows, cols, row0, n; } p;
+
+#include "f16.glsl"
+
+// scale i of the plane: the file's fp16, two to a word (BITS 32 has none)
+float scale(uint i) { return f16_value((ws[i >> 1] >> (16u * (i & 1u))) & 0xffffu); }
 
 void main() {
     const uint i = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;
@@ -18,12 +24,12 @@ void main() {
     const uint r = id - p.row0;
     if (BITS == 32u) { o[t * p.cols + i] = uintBitsToFloat(wc[i * p.rows + r]); return; }
     const uint s = i / 32u, j = i % 32u;
-    const float d = ws[(s / SUBS) * p.rows + r];
+    const float d = scale((s / SUBS) * p.rows + r);
     if (BITS == 4u) {   // Q4_1: nibble * d + m, the minimums a second plane of scales
         const uint b = j & 15u, w = wc[(s * 4u + b / 4u) * p.rows + r];
         const float q4 = float((w >> (8u * (b & 3u) + (j >= 16u ? 4u : 0u))) & 15u);
         precise float v = q4 * d;
-        o[t * p.cols + i] = v + ws[(p.cols / 32u + s) * p.rows + r];
+        o[t * p.cols + i] = v + scale((p.cols / 32u + s) * p.rows + r);
         return;
     }
     int q;

@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // mv_f32.comp: y[r][row] = sum_i W[row][i] x[r][i] on F32 weights (every format without an
 // integer kernel is converted to F32 at upload), stored column-major ([col][rows]) so
 // neighbouring invocations read neighbouring words. Fixed fma order per output; with FMA = 0
@@ -11,6 +12,8 @@ layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, pad; } p;
 
+#include "fma_rn.glsl"
+
 void main() {
     const uint row = gl_GlobalInvocationID.x;
     if (row >= p.rows) return;
@@ -21,7 +24,7 @@ void main() {
         for (uint r = 0u; r < nr; r++) {
             const float xv = x[(r0 + r) * p.cols + i];
             if (FMA != 0u) {
-                precise float v = fma(wv, xv, acc[r]);
+                precise float v = fma_x(wv, xv, acc[r]);
                 acc[r] = v;
             } else {
                 precise float prod = wv * xv;

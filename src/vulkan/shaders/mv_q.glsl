@@ -5,7 +5,7 @@
 // Weights repacked at upload: for 32-element sub-block s, BITS code words at word (s*BITS+k)
 // of a row, stored row-interleaved ([word][rows]) so neighbouring invocations read
 // neighbouring words; one scale per SUBS sub-blocks ([group][rows]; Q4_1's minimums follow
-// as a second plane). Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
+// as a second plane), the file's fp16 values two to a word. Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
 // (Q2_0); BITS 4: nibble, low halves first (Q4_1); BITS 8: int8 (Q8_0). Integer sums by 4-byte
 // dot products: dp4a (mv_q_dp4a.comp, where the device has integer dot products) or the same
 // sums in plain code (mv_q.comp): the same integers, so the same bits.
@@ -16,7 +16,8 @@
 // layout and split), y = silu(gate x) * up x, in the float order of ew.comp's SILU_MUL: the
 // bits of the two products and the element-wise step run apart. Without GLU, bindings 6-7 are
 // bound but never read.
-// Float order within a slice, fixed per output whatever the number of rows:
+// Float order within a slice, fixed per output whatever the number of rows (fma: fma_x, the
+// CPU's single rounding on any driver):
 //  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
 //  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
 //  summed ((0+4)+(2+6))+((1+5)+(3+7)); Q4_1 adds sum_b fma(m_w, s_a) (s_a = fp16(d_a*sum q)).
@@ -25,20 +26,23 @@ layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
 layout(constant_id = 2) const uint GLU = 0;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
-layout(std430, binding = 1) readonly buffer WS { float ws[]; };
+layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
 layout(std430, binding = 4) readonly buffer AM { float am[]; };
 layout(std430, binding = 5) buffer Y { float y[]; };
 layout(std430, binding = 6) readonly buffer WC2 { uint wc2[]; };
-layout(std430, binding = 7) readonly buffer WS2 { float ws2[]; };
+layout(std430, binding = 7) readonly buffer WS2 { uint ws2[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, split; } p;
 
 shared float part[8][256];
 
+#include "f16.glsl"
+#include "fma_rn.glsl"
+
 // matrix m's code words and scales (m = 1: GLU's up)
 uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
-float wscale(uint m, uint i) { return m == 0u ? ws[i] : ws2[i]; }
+float wscale(uint m, uint i) { return f16_value(((m == 0u ? ws[i >> 1] : ws2[i >> 1]) >> (16u * (i & 1u))) & 0xffffu); }
 
 // The weights of lane l (elements 4l..4l+3) as four bytes: Q1_0 bits as 0/1 (value 2b - 1),
 // Q2_0 codes 0..3 (value c - 1), Q4_1 nibbles, Q8_0 bytes as they are.
@@ -94,11 +98,11 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
                 precise float d = dw * as_[ab];
                 for (uint l = 0u; l < 8u; l++) {
                     const int lane = dot4(pw[l], aq[ab * 8u + l]);
-                    precise float v = fma(d, float(lane), acc[r][l]);
+                    precise float v = fma_x(d, float(lane), acc[r][l]);
                     acc[r][l] = v;
                 }
                 if (BITS == 4u) {
-                    precise float v = fma(wscale(m, (n_sub + s) * p.rows + row), am[ab], summ[r]);
+                    precise float v = fma_x(wscale(m, (n_sub + s) * p.rows + row), am[ab], summ[r]);
                     summ[r] = v;
                 }
             }
@@ -133,7 +137,7 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
             }
             const float dw = wscale(m, g * p.rows + row);
             for (uint r = 0u; r < nr; r++) {
-                precise float v = fma(dw, blk[r], res[r]);
+                precise float v = fma_x(dw, blk[r], res[r]);
                 res[r] = v;
             }
         }

@@ -3,7 +3,8 @@
 // norm.comp: one workgroup per group of d values (a row, or one head of a row):
 // mode 0 RMSNorm y = x / sqrt(mean(x^2) + eps) * w; mode 1 L2 norm y = x / max(|x|, eps).
 // Group g sits at x_off + (g / per_row) * row_stride + (g % per_row) * head_stride (y alike,
-// from y_off). x and y may be the same buffer. Fixed reduction tree: batch invariant.
+// from y_off). x and y may be the same buffer. Fixed reduction tree: batch invariant. The scale
+// is the CPU's (norm_rn.glsl), and y = (x * scale) * w as the CPU rounds it.
 // Fused (flags): bit 0, the residual add first (x = r + x, written back, as the CPU's
 // add_rows); bit 1, the normed rows quantized for the next products exactly as quant_q8.comp
 // does (rows of d, d % 32 == 0, from y_off 0).
@@ -18,30 +19,41 @@ layout(std430, binding = 6) writeonly buffer M { float m8[]; };
 layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint flags; } p;
 
 #include "f16.glsl"
+#include "div_rn.glsl"
 #include "q8.glsl"
+#include "fma_rn.glsl"
+#include "norm_rn.glsl"
 
-shared float part[64];
+shared float part[64], part_lo[64];
 
 void main() {
     const uint g = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
     const uint rel = (g / p.per_row) * p.row_stride + (g % p.per_row) * p.head_stride;
     const uint xb = p.x_off + rel, yb = p.y_off + rel;
-    precise float s = 0.0;
+    // squares rounded to float, summed as a float-float pair in a fixed tree (see norm_rn.glsl)
+    float hi = 0.0, lo = 0.0;
     for (uint i = t; i < p.d; i += 64u) {
         float v = x[xb + i];
         if ((p.flags & 1u) != 0u) {
             v = r[xb + i] + v;
             x[xb + i] = v;
         }
-        s = fma(v, v, s);
+        precise float sq = v * v;
+        ff_add(hi, lo, sq, 0.0);
     }
-    part[t] = s;
+    part[t] = hi;
+    part_lo[t] = lo;
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
-        if (t < h) part[t] = part[t] + part[t + h];
+        if (t < h) {
+            float a = part[t], b = part_lo[t];
+            ff_add(a, b, part[t + h], part_lo[t + h]);
+            part[t] = a;
+            part_lo[t] = b;
+        }
         barrier();
     }
-    const float scale = p.mode == 0u ? 1.0 / sqrt(part[0] / float(p.d) + p.eps) : 1.0 / max(sqrt(part[0]), p.eps);
+    const float scale = norm_scale(p.mode, part[0], part_lo[0], float(p.d), p.eps);
     barrier();
     for (uint i = t; i < p.d; i += 64u) {
         precise float v = x[xb + i] * scale;

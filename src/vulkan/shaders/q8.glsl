@@ -1,15 +1,10 @@
 // q8.glsl: one 32-block of y (from element e) to int8 codes the way the CPU path quantizes
 // activations for Q8_0 products (x86 llama.cpp rounding): d = amax/127 at fp16 precision,
 // q = round half to even of x * (127/amax), plus Q8_1's s = fp16(d * sum q) (d before its fp16
-// rounding). Divisions corrected to the correctly rounded quotient (Vulkan's may be off by an
-// ulp or two), so the codes match the CPU's bit for bit. Needs f16.glsl, and the buffers y,
+// rounding). Both divisions correctly rounded by integer long division (div_rn.glsl: a
+// driver's own division or an unfused fma may be off by an ulp), so the codes match the CPU's
+// bit for bit on any conformant driver. Needs f16.glsl and div_rn.glsl, and the buffers y,
 // q (codes, 4 per word), s8 (scales) and m8 (Q8_1 sums) of the including shader.
-float div_rn(float a, float b) {
-    precise float r = a / b;
-    precise float e = fma(-r, b, a);
-    return fma(e, 1.0 / b, r);
-}
-
 void quant_block(uint e, uint blk) {
     float amax = 0.0;
     for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(y[e + j]));

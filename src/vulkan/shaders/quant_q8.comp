@@ -15,6 +15,7 @@ layout(std430, binding = 4) readonly buffer G { float g[]; };
 layout(push_constant) uniform Push { uint n_blocks, mode, H, D; } p;
 
 #include "f16.glsl"
+#include "div_rn.glsl"
 #include "q8.glsl"
 
 float sigm(float x) { return 1.0 / (1.0 + exp(-x)); }
