@@ -400,6 +400,7 @@ typedef struct srv_gen {
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
+    const struct srv_shape *shape;   /* another API's answer shape (server_dialect.h), or NULL */
     /* the answer of a finished task that is not a generation (embeddings), or NULL */
     void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */
