@@ -14,6 +14,9 @@
  *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
  *                     /ready, the 503s of a replica that is not serving, graceful drain
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
+ *   server_anthropic.c, server_responses.c, server_blocks.c (server_dialect.h)
+ *                     Anthropic's Messages API and OpenAI's Responses API: translated into a
+ *                     chat request, answered in their own shapes
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
  *   server_vision.c   image parts encoded by the projector and placed in the prompt

@@ -97,6 +97,8 @@ static bool content_parts(json_t *c, json_t *parts, const char *where, srv_reply
         json_t *text = json_object_get(blk, "text");
         if (t && !strcmp(t, "text") && json_is_string(text)) {
             json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", text));
+        } else if (t && !strcmp(t, "text")) {
+            return bad(r, "%s: a text block needs a text string", where);
         } else if (t && !strcmp(t, "image")) {
             json_t *p = image_part(blk, r);
             if (!p) return false;
@@ -445,14 +447,12 @@ static void count(srv *s, srv_task *t, srv_reply *r) {
     srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
-static const srv_shape shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, NULL};
-static const srv_shape count_shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, count};
+const srv_shape srv_anthropic_shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, NULL};
+const srv_shape srv_anthropic_count_shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, count};
 
-void srv_api_messages(srv *s, json_t *b, srv_reply *r, bool counting) {
+json_t *srv_anthropic_request(json_t *b, bool counting, srv_reply *r) {
     json_t *chat = json_object();
-    if (messages(b, chat, r) && tools(b, chat, r) && options(b, chat, counting, r)) {
-        srv_api_chat(s, chat, r, counting ? &count_shape : &shape);
-        to_error(r);
-    }
+    if (messages(b, chat, r) && tools(b, chat, r) && options(b, chat, counting, r)) return chat;
     json_decref(chat);
+    return NULL;
 }

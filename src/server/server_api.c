@@ -680,7 +680,8 @@ static size_t rendered_at_least(const bs_chat_msg *m) {
     return e - b;
 }
 
-void srv_api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
+/* shape: another API's answer (server_dialect.h), NULL: OpenAI's */
+static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     srv_task *t = srv_task_new();
     chat_in c = {.s = s};
     srv_vision_init(&c.vis);
@@ -800,6 +801,14 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, bool native) {
 fail:
     free(g.prompt_text);
     srv_task_unref(t);
+}
+
+/* Anthropic's and the Responses API's requests: translated into chat requests (NULL: refused,
+ * r says why), then run as chat; errors in the API's own shape. */
+static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *shape) {
+    if (chat) api_chat(s, chat, r, shape);
+    shape->error(r);
+    json_decref(chat);
 }
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
@@ -1019,10 +1028,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
         srv_reply_error(r, 400, "invalid_request_error", "the body must be a JSON object");
     } else {
         switch (rt->kind) {
-        case R_CHAT: srv_api_chat(s, b, r, NULL); break;
-        case R_MSGS: srv_api_messages(s, b, r, false); break;
-        case R_MSGS_COUNT: srv_api_messages(s, b, r, true); break;
-        case R_RESP: srv_api_responses(s, b, r); break;
+        case R_CHAT: api_chat(s, b, r, NULL); break;
+        case R_MSGS: api_dialect(s, srv_anthropic_request(b, false, r), r, &srv_anthropic_shape); break;
+        case R_MSGS_COUNT: api_dialect(s, srv_anthropic_request(b, true, r), r, &srv_anthropic_count_shape); break;
+        case R_RESP: api_dialect(s, srv_responses_request(b, r), r, &srv_responses_shape); break;
         case R_COMPL: api_completions(s, b, r, false); break;
         case R_NATIVE: api_completions(s, b, r, true); break;
         case R_EMBED: srv_api_embeddings(s, b, r); break;

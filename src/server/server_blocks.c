@@ -91,8 +91,6 @@ void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, co
     }
     size_t ready = content_ready(b, final);
     if (ready > b->content_sent && !(final && b->tools)) {
-        /* the text block starts once there is more than blanks (the splitter keeps blanks after
-         * the think block only when text follows, so this is only the start) */
         give(b, SRV_BLOCK_TEXT, b->content.p + b->content_sent, ready - b->content_sent, ops, ud);
         b->content_sent = ready;
     }

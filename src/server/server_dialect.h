@@ -1,8 +1,9 @@
 /* server_dialect.h: other client APIs over the chat path. Anthropic's Messages API
  * (server_anthropic.c) and OpenAI's Responses API (server_responses.c) translate their request
- * into an OpenAI chat request and hand it to srv_api_chat, so generation, scheduling, limits,
- * tools, grammar and images stay one code path; only the answer's shape differs. A shape
- * (srv_shape, in srv_gen) renders a finished task and a stream in that API's format.
+ * into an OpenAI chat request, which server_api.c runs as /v1/chat/completions, so generation,
+ * scheduling, limits, tools, grammar and images stay one code path; only the answer's shape
+ * differs. A shape (srv_shape, in srv_gen) renders a finished task and a stream in that API's
+ * format.
  *
  * Both render the output as blocks (server_blocks.c): the think block (reasoning), the text,
  * then each tool call, in that order, the same way whether streamed or not. */
@@ -29,14 +30,14 @@ typedef struct srv_shape {
     void (*count)(srv *s, srv_task *t, srv_reply *r);
 } srv_shape;
 
-/* server_api.c: an OpenAI chat request body (b, not stolen) submitted as /v1/chat/completions
- * would, its answer rendered by shape. */
-void srv_api_chat(srv *s, struct json_t *b, srv_reply *r, const srv_shape *shape);
-
-/* server_anthropic.c: POST /v1/messages and /v1/messages/count_tokens. */
-void srv_api_messages(srv *s, struct json_t *b, srv_reply *r, bool count);
-/* server_responses.c: POST /v1/responses. */
-void srv_api_responses(srv *s, struct json_t *b, srv_reply *r);
+/* server_anthropic.c: a /v1/messages body (count: /v1/messages/count_tokens, no max_tokens)
+ * -> an OpenAI chat request (new), or NULL with a 400 in r. Its answers: srv_anthropic_shape
+ * (srv_anthropic_count_shape: the prompt's size instead). */
+struct json_t *srv_anthropic_request(struct json_t *b, bool count, srv_reply *r);
+extern const srv_shape srv_anthropic_shape, srv_anthropic_count_shape;
+/* server_responses.c: a /v1/responses body -> a chat request, or NULL with a 400 in r. */
+struct json_t *srv_responses_request(struct json_t *b, srv_reply *r);
+extern const srv_shape srv_responses_shape;
 
 /* ---- blocks (server_blocks.c) ---- */
 enum srv_block_kind { SRV_BLOCK_THINKING, SRV_BLOCK_TEXT, SRV_BLOCK_TOOL };

@@ -79,6 +79,7 @@ static bool item(json_t *it, size_t i, json_t *msgs, srv_reply *r) {
         json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", is(role, "developer") ? "system" : role, "content", c));
         return true;
     }
+    if (is(t, "message")) return bad(r, "%s: a message item needs a role string", where);
     if (is(t, "function_call")) {
         json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name"), *args = json_object_get(it, "arguments");
         if (!json_is_string(name) || !json_is_string(args))
@@ -362,10 +363,11 @@ static void stream_step(void *st, const char *text, size_t len, bool fin, srv_bu
     event(a, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response(a, true)));
 }
 
-static const srv_shape shape = {done, keep_error, stream_new, stream_begin, stream_step, state_free, NULL};
+const srv_shape srv_responses_shape = {done, keep_error, stream_new, stream_begin, stream_step, state_free, NULL};
 
-void srv_api_responses(srv *s, json_t *b, srv_reply *r) {
+json_t *srv_responses_request(json_t *b, srv_reply *r) {
     json_t *chat = json_object();
-    if (input(b, chat, r) && tools(b, chat, r) && options(b, chat, r)) srv_api_chat(s, chat, r, &shape);
+    if (input(b, chat, r) && tools(b, chat, r) && options(b, chat, r)) return chat;
     json_decref(chat);
+    return NULL;
 }

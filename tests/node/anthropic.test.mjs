@@ -176,6 +176,9 @@ test('errors: Anthropic error shape and status codes', async () => {
   await bad({ max_tokens: 4, messages: [{ role: 'system', content: 'x' }] }, /role/);
   await bad({ max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'document', source: {} }] }] }, /document/);
   await bad({ max_tokens: 4, messages: [{ role: 'user', content: 42 }] }, /content/);
+  await bad({ max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] }, /text string/);
+  await bad({ max_tokens: 4, messages: [{ role: 'user', content: [null, 7] }] }, /not supported/);
+  await bad({ max_tokens: 4, system: [{ type: 'image', source: { type: 'url', url: 'https://x/y.png' } }], messages: m }, /system/);
   await bad({ max_tokens: 4, messages: m, tools: [{ name: 'x' }] }, /input_schema/);
   await bad({ max_tokens: 4, messages: m, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, /not supported/);
   await bad({ max_tokens: 4, messages: m, tool_choice: { type: 'tool' } }, /tool_choice/);

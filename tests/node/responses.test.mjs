@@ -136,6 +136,8 @@ test('errors: 400 with the OpenAI shape', async () => {
   await assert.rejects(client.responses.create({ model: 'm', input: 42 }), is400(/input/));
   await assert.rejects(client.responses.create({ model: 'm', input: [{ type: 'file_search_call' }] }), is400(/not supported/));
   await assert.rejects(client.responses.create({ model: 'm', input: [{ role: 'tool', content: 'x' }] }), is400(/role/));
+  await assert.rejects(client.responses.create({ model: 'm', input: [{ type: 'message', content: 'x' }] }), is400(/role/));
+  await assert.rejects(client.responses.create({ model: 'm', input: [null, 3] }), is400(/object/));
   await assert.rejects(client.responses.create({ model: 'm', input: 'x', tools: [{ type: 'web_search' }] }), is400(/function/));
   await assert.rejects(client.responses.create({ model: 'm', input: 'x', max_output_tokens: 0 }), is400(/max_output_tokens/));
   await assert.rejects(client.responses.create({ model: 'm', input: 'x', temperature: -1 }), is400(/temperature/));
