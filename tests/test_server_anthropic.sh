@@ -18,6 +18,41 @@ for suite in anthropic responses; do
     fi
 done
 curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health after the suites"
+# images (serve --mmproj, the vision fixture): an Anthropic base64 image block and a Responses
+# input_image answer as the same picture sent to /v1/chat/completions as an image_url part
+FX=${BS_FIXTURES:?}
+start_server VIS -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" -np 1 -t 2 --ctx 512
+out=$(node -e '
+  const Anthropic = require(process.env.BS_NODE_DIR + "/node_modules/@anthropic-ai/sdk").default;
+  const OpenAI = require(process.env.BS_NODE_DIR + "/node_modules/openai").default;
+  const fs = require("fs");
+  const [base, png] = process.argv.slice(1);
+  const data = fs.readFileSync(png).toString("base64"), url = "data:image/png;base64," + data;
+  const q = "Describe this picture.", opt = { temperature: 0, ignore_eos: true };
+  (async () => {
+    const oa = new OpenAI({ baseURL: base + "/v1", apiKey: "x", maxRetries: 0, timeout: 120_000 });
+    const chat = await oa.chat.completions.create({ model: "m", max_tokens: 8, ...opt, messages: [{ role: "user",
+      content: [{ type: "image_url", image_url: { url } }, { type: "text", text: q }] }] });
+    const an = await new Anthropic({ baseURL: base, apiKey: "x", maxRetries: 0, timeout: 120_000 }).messages.create({
+      model: "m", max_tokens: 8, ...opt, messages: [{ role: "user", content: [{ type: "image",
+      source: { type: "base64", media_type: "image/png", data } }, { type: "text", text: q }] }] });
+    const rs = await oa.responses.create({ model: "m", max_output_tokens: 8, ...opt, input: [{ role: "user",
+      content: [{ type: "input_image", image_url: url }, { type: "input_text", text: q }] }] });
+    const want = (chat.choices[0].message.reasoning_content ?? "") + "|" + (chat.choices[0].message.content ?? "");
+    const got = (b) => (b.find((x) => x.type === "thinking")?.thinking ?? "") + "|" + (b.find((x) => x.type === "text")?.text ?? "");
+    const gotR = (o) => (o.find((x) => x.type === "reasoning")?.content[0].text ?? "") + "|" +
+      (o.find((x) => x.type === "message")?.content[0].text ?? "");
+    const counted = await new Anthropic({ baseURL: base, apiKey: "x", maxRetries: 0 }).messages.countTokens({ model: "m",
+      messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data } },
+      { type: "text", text: q }] }] });
+    const textOnly = await oa.chat.completions.create({ model: "m", max_tokens: 1, messages: [{ role: "user", content: q }] });
+    const r = { want, anthropic: got(an.content), responses: gotR(rs.output), n: [chat.usage.prompt_tokens,
+      an.usage.input_tokens + an.usage.cache_read_input_tokens, rs.usage.input_tokens, counted.input_tokens],
+      text_only: textOnly.usage.prompt_tokens };
+    console.log(JSON.stringify(r));
+    process.exit(r.anthropic === want && r.responses === want && r.n.every((n) => n === r.n[0]) && r.n[0] > r.text_only ? 0 : 1);
+  })().catch((e) => { console.log(String(e)); process.exit(1); });' "$VIS" "$FX/vision/image.png" 2>&1) \
+  && ok "images: Anthropic image blocks and Responses input_image answer as image_url parts ($out)" || bad "images: $out"
 kill "$URL_PID"; wait "$URL_PID"; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
 finish
