@@ -53,6 +53,10 @@ out=$(node -e '
     process.exit(r.anthropic === want && r.responses === want && r.n.every((n) => n === r.n[0]) && r.n[0] > r.text_only ? 0 : 1);
   })().catch((e) => { console.log(String(e)); process.exit(1); });' "$VIS" "$FX/vision/image.png" 2>&1) \
   && ok "images: Anthropic image blocks and Responses input_image answer as image_url parts ($out)" || bad "images: $out"
-kill "$URL_PID"; wait "$URL_PID"; rc=$?
-[ $rc -eq 0 ] && ok "SIGTERM: clean exit" || bad "SIGTERM exit status $rc"
+# (a sanitizer build: an error or a leak would make the exit status nonzero)
+for v in URL KEY VIS; do
+    pid=${v}_PID
+    kill "${!pid}"; wait "${!pid}"; rc=$?
+    [ $rc -eq 0 ] && ok "$v server: SIGTERM, clean exit" || bad "$v server: exit status $rc"
+done
 finish
