@@ -207,3 +207,20 @@ test('x-api-key: accepted as the API key (and Bearer), 401 without', async () =>
     body: JSON.stringify(req) });
   assert.equal(r.status, 401);
 });
+
+test('a client abort mid-stream frees the slot', async () => {
+  const ac = new AbortController();
+  const stream = await client.messages.create({ model: 'm', max_tokens: 100000, temperature: 0, ignore_eos: true, stream: true,
+    messages: [{ role: 'user', content: 'Go on forever' }], ...noThink }, { signal: ac.signal });
+  let n = 0;
+  try {
+    for await (const ev of stream) { if (ev.type === 'content_block_delta' && ++n === 3) break; }
+  } catch (e) { /* breaking aborts the request */ }
+  assert.equal(n, 3);
+  let idle = false;
+  for (let i = 0; i < 100 && !idle; i++) {
+    idle = (await (await fetch(URL_ + '/slots')).json()).every((s) => !s.is_processing);
+    if (!idle) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(idle, 'all slots idle after the abort');
+});

@@ -146,3 +146,19 @@ test('errors: 400 with the OpenAI shape', async () => {
     is400(/input_file/));
   assert.equal((await fetch(URL_ + '/health')).status, 200);
 });
+
+test('a client abort mid-stream frees the slot', async () => {
+  const stream = await client.responses.create({ model: 'm', input: 'Go on forever', max_output_tokens: 100000, temperature: 0,
+    ignore_eos: true, stream: true, ...noThink });
+  let n = 0;
+  try {
+    for await (const ev of stream) { if (ev.type === 'response.output_text.delta' && ++n === 3) break; }
+  } catch (e) { /* breaking aborts the request */ }
+  assert.equal(n, 3);
+  let idle = false;
+  for (let i = 0; i < 100 && !idle; i++) {
+    idle = (await (await fetch(URL_ + '/slots')).json()).every((s) => !s.is_processing);
+    if (!idle) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(idle, 'all slots idle after the abort');
+});
