@@ -263,7 +263,11 @@ static bool options(json_t *b, json_t *chat, bool count, srv_reply *r) {
         if (json_object_get(b, pass[i]) && !(count && !strcmp(pass[i], "stream")))
             json_object_set(chat, pass[i], json_object_get(b, pass[i]));
     if (ss && !json_is_null(ss)) {
-        if (!json_is_array(ss)) return bad(r, "stop_sequences: must be an array of strings");
+        size_t i;
+        json_t *e;
+        if (!json_is_array(ss) || json_array_size(ss) > SRV_MAX_STOP)
+            return bad(r, "stop_sequences: must be an array of at most %d strings", SRV_MAX_STOP);
+        json_array_foreach(ss, i, e) if (!json_is_string(e)) return bad(r, "stop_sequences: must hold strings");
         json_object_set(chat, "stop", ss);
     }
     if (th && !json_is_null(th)) {
