@@ -127,6 +127,8 @@ static bool user_message(json_t *c, json_t *out, srv_reply *r) {
             json_array_append_new(out, json_pack("{s:s,s:O,s:o}", "role", "tool", "tool_call_id", id, "content", tp));
         }
         if (ok && json_array_size(rest)) ok = content_parts(rest, parts, "user message", r);
+    } else if (json_is_string(c)) {   /* as it is: a long text is not copied */
+        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "user", "content", c));
     } else {
         ok = content_parts(c, parts, "user message", r);
     }
@@ -189,7 +191,9 @@ static bool assistant_message(json_t *c, json_t *out, srv_reply *r) {
 static bool messages(json_t *b, json_t *chat, srv_reply *r) {
     json_t *out = json_array(), *sys = json_object_get(b, "system"), *msgs = json_object_get(b, "messages");
     json_object_set_new(chat, "messages", out);
-    if (sys && !json_is_null(sys)) {
+    if (json_is_string(sys)) {
+        json_array_append_new(out, json_pack("{s:s,s:O}", "role", "system", "content", sys));
+    } else if (sys && !json_is_null(sys)) {
         json_t *parts = json_array();
         bool ok = content_parts(sys, parts, "system", r);
         size_t i;
