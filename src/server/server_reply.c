@@ -7,7 +7,10 @@
  * and parsed into tool_calls at the end (server_tools.c).
  *
  * Every answer also carries `loop_guard` (next to `timings`; in a stream, on the finish chunk):
- * what the doom-loop guard did, see loop_guard_json. */
+ * what the doom-loop guard did, see loop_guard_json.
+ *
+ * A request of another API (Anthropic's Messages, OpenAI's Responses) carries its own shape
+ * (g->shape, server_dialect.h), which renders the finished task and the stream instead. */
 #include "server/server.h"
 #include "server/server_dialect.h"
 #include "text/reasoning.h"
@@ -75,20 +78,7 @@ const char *srv_model_name(const srv *s) {
 }
 
 /* Text as a JSON string; bytes that are not UTF-8 become U+FFFD. */
-static json_t *str_json(const char *p, size_t len) {
-    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
-    srv_buf b = {0};
-    srv_buf_adds(&b, "");
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        int n = bs_utf8_next((const unsigned char *)p + i, len - i, &cp);
-        if (n <= 0) { srv_buf_adds(&b, "\xEF\xBF\xBD"); i++; }
-        else { srv_buf_add(&b, p + i, (size_t)n); i += (size_t)n; }
-    }
-    json_t *j = json_stringn(b.p, b.len);
-    srv_buf_free(&b);
-    return j;
-}
+static json_t *str_json(const char *p, size_t len) { return srv_str_json(p, len); }
 
 static json_t *piece(const srv *s, int32_t id) {
     const char *p = "";
