@@ -255,7 +255,8 @@ static bool tools(json_t *b, json_t *chat, srv_reply *r) {
 /* The rest: sampling, stop_sequences, thinking, stream; llama-server's own extras pass. */
 static bool options(json_t *b, json_t *chat, bool count, srv_reply *r) {
     json_t *mt = json_object_get(b, "max_tokens"), *ss = json_object_get(b, "stop_sequences");
-    json_t *th = json_object_get(b, "thinking");
+    json_t *th = json_object_get(b, "thinking"), *mcp = json_object_get(b, "mcp_servers");
+    if (json_array_size(mcp)) return bad(r, "mcp_servers: not supported (connect MCP servers in the client)");
     if (!count) {
         if (!mt) return bad(r, "max_tokens: Field required");
         if (!json_is_integer(mt) || json_integer_value(mt) < 1) return bad(r, "max_tokens: must be an integer >= 1");

@@ -187,6 +187,7 @@ test('errors: Anthropic error shape and status codes', async () => {
   await bad({ max_tokens: 4, messages: m, stop_sequences: Array(9).fill('x') }, /stop_sequences/);
   await bad({ max_tokens: 4, messages: m, stop_sequences: [1] }, /stop_sequences/);
   await bad({ max_tokens: 4, messages: m, thinking: { type: 'maybe' } }, /thinking/);
+  await bad({ max_tokens: 4, messages: m, mcp_servers: [{ type: 'url', url: 'https://x', name: 'x' }] }, /mcp_servers/);
   await bad({ max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'tool_result' }] }] }, /tool_use_id/);
   await bad({ max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64' } }] }] }, /source/);
   await bad({ max_tokens: 4, messages: [{ role: 'assistant', content: [{ type: 'tool_use', name: 'x', input: 'y' }] }] }, /input/);
