@@ -14,6 +14,9 @@
  *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
  *                     /ready, the 503s of a replica that is not serving, graceful drain
  *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
+ *   server_anthropic.c, server_responses.c, server_blocks.c (server_dialect.h)
+ *                     Anthropic's Messages API and OpenAI's Responses API: translated into a
+ *                     chat request, answered in their own shapes
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
  *   server_vision.c   image parts encoded by the projector and placed in the prompt
@@ -400,6 +403,7 @@ typedef struct srv_gen {
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
+    const struct srv_shape *shape;   /* another API's answer shape (server_dialect.h), or NULL */
     /* the answer of a finished task that is not a generation (embeddings), or NULL */
     void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */

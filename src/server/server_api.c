@@ -3,6 +3,7 @@
  * unknown fields are ignored (clients send many). */
 #include "server/server.h"
 #include "server/server_vision.h"
+#include "server/server_dialect.h"
 #include "sample/grammar.h"
 #include "io/util.h"
 #include "io/utf8.h"
@@ -618,6 +619,12 @@ static long logprob_entries(const srv *s, const srv_task *t) {
 }
 
 static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (g->shape && g->shape->count) {   /* count_tokens: the prompt is all it wanted */
+        g->shape->count(s, t, r);
+        free(g->prompt_text);
+        srv_task_unref(t);
+        return;
+    }
     const long lp = logprob_entries(s, t);
     bool refused = true;
     if (t->n_choices > 1 && (g->stream || g->native))
@@ -673,7 +680,8 @@ static size_t rendered_at_least(const bs_chat_msg *m) {
     return e - b;
 }
 
-static void api_chat(srv *s, json_t *b, srv_reply *r) {
+/* shape: another API's answer (server_dialect.h), NULL: OpenAI's */
+static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     srv_task *t = srv_task_new();
     chat_in c = {.s = s};
     srv_vision_init(&c.vis);
@@ -682,6 +690,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r) {
     size_t n_spans = 0;
     srv_gen g;
     gen_init(&g, true);
+    g.shape = shape;
     int think = -1;
     bool lp = false;
     long top = 0;
@@ -792,6 +801,14 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, bool native) {
 fail:
     free(g.prompt_text);
     srv_task_unref(t);
+}
+
+/* Anthropic's and the Responses API's requests: translated into chat requests (NULL: refused,
+ * r says why), then run as chat; errors in the API's own shape. */
+static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *shape) {
+    if (chat) api_chat(s, chat, r, shape);
+    shape->error(r);
+    json_decref(chat);
 }
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
@@ -938,7 +955,8 @@ typedef struct route {
     int kind;
 } route;
 
-enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL };
+enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL,
+       R_MSGS, R_MSGS_COUNT, R_RESP };
 
 static const route routes[] = {
     {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
@@ -949,6 +967,7 @@ static const route routes[] = {
     {"/v1/embeddings", true, R_EMBED}, {"/embeddings", true, R_EMBED}, {"/embedding", true, R_EMBED},
     {"/tokenize", true, R_TOK},
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
+    {"/v1/messages", true, R_MSGS}, {"/v1/messages/count_tokens", true, R_MSGS_COUNT}, {"/v1/responses", true, R_RESP},
 };
 
 static const route *find_route(const char *url) {
@@ -960,7 +979,8 @@ static const route *find_route(const char *url) {
 
 bool srv_route_generates(const char *url) {
     const route *rt = find_route(url);
-    return rt && (rt->kind == R_CHAT || rt->kind == R_COMPL || rt->kind == R_NATIVE || rt->kind == R_EMBED);
+    return rt && (rt->kind == R_CHAT || rt->kind == R_COMPL || rt->kind == R_NATIVE || rt->kind == R_EMBED ||
+                  rt->kind == R_MSGS || rt->kind == R_RESP);
 }
 
 static void get_route(srv *s, int kind, srv_reply *r) {
@@ -1008,7 +1028,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
         srv_reply_error(r, 400, "invalid_request_error", "the body must be a JSON object");
     } else {
         switch (rt->kind) {
-        case R_CHAT: api_chat(s, b, r); break;
+        case R_CHAT: api_chat(s, b, r, NULL); break;
+        case R_MSGS: api_dialect(s, srv_anthropic_request(b, false, r), r, &srv_anthropic_shape); break;
+        case R_MSGS_COUNT: api_dialect(s, srv_anthropic_request(b, true, r), r, &srv_anthropic_count_shape); break;
+        case R_RESP: api_dialect(s, srv_responses_request(b, r), r, &srv_responses_shape); break;
         case R_COMPL: api_completions(s, b, r, false); break;
         case R_NATIVE: api_completions(s, b, r, true); break;
         case R_EMBED: srv_api_embeddings(s, b, r); break;

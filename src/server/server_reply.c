@@ -7,8 +7,12 @@
  * and parsed into tool_calls at the end (server_tools.c).
  *
  * Every answer also carries `loop_guard` (next to `timings`; in a stream, on the finish chunk):
- * what the doom-loop guard did, see loop_guard_json. */
+ * what the doom-loop guard did, see loop_guard_json.
+ *
+ * A request of another API (Anthropic's Messages, OpenAI's Responses) carries its own shape
+ * (g->shape, server_dialect.h), which renders the finished task and the stream instead. */
 #include "server/server.h"
+#include "server/server_dialect.h"
 #include "text/reasoning.h"
 #include "io/utf8.h"
 #include "io/util.h"
@@ -62,6 +66,7 @@ struct srv_stream {
     int phase;                 /* 0: nothing sent, 1: streaming, 2: finished */
     srv_buf content;           /* chat: all content so far (tool parsing) */
     size_t content_sent;       /* bytes of it sent as content deltas */
+    void *ext;                 /* g.shape's stream state */
 };
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
@@ -73,20 +78,7 @@ const char *srv_model_name(const srv *s) {
 }
 
 /* Text as a JSON string; bytes that are not UTF-8 become U+FFFD. */
-static json_t *str_json(const char *p, size_t len) {
-    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
-    srv_buf b = {0};
-    srv_buf_adds(&b, "");
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        int n = bs_utf8_next((const unsigned char *)p + i, len - i, &cp);
-        if (n <= 0) { srv_buf_adds(&b, "\xEF\xBF\xBD"); i++; }
-        else { srv_buf_add(&b, p + i, (size_t)n); i += (size_t)n; }
-    }
-    json_t *j = json_stringn(b.p, b.len);
-    srv_buf_free(&b);
-    return j;
-}
+static json_t *str_json(const char *p, size_t len) { return srv_str_json(p, len); }
 
 static json_t *piece(const srv *s, int32_t id) {
     const char *p = "";
@@ -401,8 +393,8 @@ void srv_trim_after(size_t bytes) {
 #endif
 }
 
-static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
-    if (g->answer) { g->answer(s, t, r); return; }
+/* A failed choice's error into r: true if there was one. */
+static bool reply_failed(srv_task *t, srv_reply *r) {
     for (int i = 0; i < n_choices(t); i++) {
         if (choice_at(t, i)->finish == SRV_FINISH_ERROR) {
             const char *e = choice_at(t, i)->error;
@@ -410,14 +402,24 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
                 srv_reply_error(r, 422, "invalid_request_error", "generation failed: %s", e);
             else
                 srv_reply_error(r, 500, "server_error", "generation failed: %s", e);
-            return;
+            return true;
         }
         /* nothing was sent yet: a 503 lets a balancer retry the request on another replica */
         if (choice_at(t, i)->finish == SRV_FINISH_SHUTDOWN) {
             srv_reply_error(r, 503, "unavailable_error", "the server shut down before the generation finished");
-            return;
+            return true;
         }
     }
+    return false;
+}
+
+static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
+    if (g->answer) { g->answer(s, t, r); return; }
+    if (reply_failed(t, r)) {
+        if (g->shape) g->shape->error(r);
+        return;
+    }
+    if (g->shape) { g->shape->done(s, t, g, r); return; }
     if (g->native) {
         srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
         return;
@@ -499,7 +501,8 @@ void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         st->g = *g;
         st->client_gone = r->client_gone;
         st->ud = r->ud;
-        if (g->chat) st->rs = bs_reasoning_new(g->in_think);
+        if (g->shape) st->ext = g->shape->stream_new(s, t, g);
+        else if (g->chat) st->rs = bs_reasoning_new(g->in_think);
         r->status = 200;
         r->ctype = "text/event-stream";
         r->stream = st;
@@ -663,7 +666,9 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     if (st->phase == 2) return 0;
     if (st->phase == 0) {
         st->phase = 1;
-        if (st->g.native) {
+        if (st->g.shape) {
+            st->g.shape->stream_begin(st->ext, out);
+        } else if (st->g.native) {
             return 1;
         } else if (st->g.chat) {
             json_t *d = json_pack("{s:s,s:n}", "role", "assistant", "content");
@@ -684,7 +689,9 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     size_t end = done ? t->len : t->n_safe;
     const char *text = t->text ? t->text + st->sent : "";
     size_t len = end > st->sent ? end - st->sent : 0;
-    if (done && t->finish == SRV_FINISH_ERROR) {
+    if (st->g.shape) {
+        st->g.shape->stream_step(st->ext, text, len, done, out);
+    } else if (done && t->finish == SRV_FINISH_ERROR) {
         const bool client = !strncmp(t->error, "grammar", 7);   /* as reply_done: the request's grammar */
         json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", client ? 422 : 500, "message", t->error, "type",
                               client ? "invalid_request_error" : "server_error");
@@ -704,7 +711,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
             json_object_set_new(j, "usage", usage_json(&t->tm));
             sse(out, j);
         }
-        if (!st->g.native) srv_buf_adds(out, "data: [DONE]\n\n");   /* llama-server's own stream ends without it */
+        if (!st->g.native && !st->g.shape) srv_buf_adds(out, "data: [DONE]\n\n");   /* llama-server's own stream ends without it */
         st->phase = 2;
     }
     pthread_mutex_unlock(&t->mu);
@@ -719,6 +726,7 @@ void srv_stream_free(srv_stream *st) {
     if (running) cancel(st->s, st->t);
     srv_task_unref(st->t);
     bs_reasoning_free(st->rs);
+    if (st->g.shape) st->g.shape->stream_free(st->ext);
     srv_buf_free(&st->content);
     free(st->g.prompt_text);
     free(st);

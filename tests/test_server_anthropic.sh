@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# test_server_anthropic.sh: the other client APIs of bitspark serve, each driven by its official
+# npm client (pinned in tests/node/package-lock.json) against a synthetic tiny q1_0 model:
+# Anthropic's Messages API with @anthropic-ai/sdk (tests/node/anthropic.test.mjs: messages,
+# streaming events, thinking, stop sequences, a tool round trip, count_tokens, error shapes,
+# x-api-key) and OpenAI's Responses API with openai's client.responses
+# (tests/node/responses.test.mjs). Both compare their answers with /v1/chat/completions.
+source "$(dirname "$0")/server_lib.sh"
+node_deps
+M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
+start_server URL -m "$M" -np 2 -t 2 --ctx 1024
+start_server KEY -m "$M" -np 1 -t 1 --ctx 512 --api-key secret-key
+for suite in anthropic responses; do
+    if BS_URL=$URL BS_KEY_URL=$KEY node --test --test-concurrency=1 "$SRC/tests/node/$suite.test.mjs" >"$T/$suite.out" 2>&1; then
+        ok "$suite client suite ($(grep -c '^ok ' "$T/$suite.out") tests)"
+    else
+        cat "$T/$suite.out"; bad "$suite client suite"
+    fi
+done
+curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health after the suites"
+# images (serve --mmproj, the vision fixture): an Anthropic base64 image block and a Responses
+# input_image answer as the same picture sent to /v1/chat/completions as an image_url part
+FX=${BS_FIXTURES:?}
+start_server VIS -m "$FX/tiny-f32.gguf" --mmproj "$FX/vision/tiny-mmproj-f32.gguf" -np 1 -t 2 --ctx 512
+out=$(node -e '
+  const Anthropic = require(process.env.BS_NODE_DIR + "/node_modules/@anthropic-ai/sdk").default;
+  const OpenAI = require(process.env.BS_NODE_DIR + "/node_modules/openai").default;
+  const fs = require("fs");
+  const [base, png] = process.argv.slice(1);
+  const data = fs.readFileSync(png).toString("base64"), url = "data:image/png;base64," + data;
+  const q = "Describe this picture.", opt = { temperature: 0, ignore_eos: true };
+  (async () => {
+    const oa = new OpenAI({ baseURL: base + "/v1", apiKey: "x", maxRetries: 0, timeout: 120_000 });
+    const chat = await oa.chat.completions.create({ model: "m", max_tokens: 8, ...opt, messages: [{ role: "user",
+      content: [{ type: "image_url", image_url: { url } }, { type: "text", text: q }] }] });
+    const an = await new Anthropic({ baseURL: base, apiKey: "x", maxRetries: 0, timeout: 120_000 }).messages.create({
+      model: "m", max_tokens: 8, ...opt, messages: [{ role: "user", content: [{ type: "image",
+      source: { type: "base64", media_type: "image/png", data } }, { type: "text", text: q }] }] });
+    const rs = await oa.responses.create({ model: "m", max_output_tokens: 8, ...opt, input: [{ role: "user",
+      content: [{ type: "input_image", image_url: url }, { type: "input_text", text: q }] }] });
+    const want = (chat.choices[0].message.reasoning_content ?? "") + "|" + (chat.choices[0].message.content ?? "");
+    const got = (b) => (b.find((x) => x.type === "thinking")?.thinking ?? "") + "|" + (b.find((x) => x.type === "text")?.text ?? "");
+    const gotR = (o) => (o.find((x) => x.type === "reasoning")?.content[0].text ?? "") + "|" +
+      (o.find((x) => x.type === "message")?.content[0].text ?? "");
+    const counted = await new Anthropic({ baseURL: base, apiKey: "x", maxRetries: 0 }).messages.countTokens({ model: "m",
+      messages: [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data } },
+      { type: "text", text: q }] }] });
+    const textOnly = await oa.chat.completions.create({ model: "m", max_tokens: 1, messages: [{ role: "user", content: q }] });
+    const r = { want, anthropic: got(an.content), responses: gotR(rs.output), n: [chat.usage.prompt_tokens,
+      an.usage.input_tokens + an.usage.cache_read_input_tokens, rs.usage.input_tokens, counted.input_tokens],
+      text_only: textOnly.usage.prompt_tokens };
+    console.log(JSON.stringify(r));
+    process.exit(r.anthropic === want && r.responses === want && r.n.every((n) => n === r.n[0]) && r.n[0] > r.text_only ? 0 : 1);
+  })().catch((e) => { console.log(String(e)); process.exit(1); });' "$VIS" "$FX/vision/image.png" 2>&1) \
+  && ok "images: Anthropic image blocks and Responses input_image answer as image_url parts ($out)" || bad "images: $out"
+# (a sanitizer build: an error or a leak would make the exit status nonzero)
+for v in URL KEY VIS; do
+    pid=${v}_PID
+    kill "${!pid}"; wait "${!pid}"; rc=$?
+    [ $rc -eq 0 ] && ok "$v server: SIGTERM, clean exit" || bad "$v server: exit status $rc"
+done
+finish
