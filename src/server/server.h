@@ -443,12 +443,15 @@ typedef struct srv_prompt {
  * tokenized and checked against the context. 0 or the failing status (f). */
 int srv_native_prompts(srv *s, struct json_t *b, int max, srv_prompt **out, int *n, srv_fail *f);
 void srv_prompts_free(srv_prompt *p, int n);
+/* Several prompts (the list form): tasks for pr[1..np) beside t (its other "choices", each its
+ * own prompt, taken from pr, the same parameters and seed), answered together. 0 or the status. */
+int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_fail *f);
 /* The answer of a finished native task (several prompts: an array, one per task of t). */
-struct json_t *srv_native_answer(const srv *s, srv_task *t, const srv_gen *g);
+struct json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const srv_gen *g);
 /* A stream event: text[0, len) is new, end the bytes of the task's text sent with it; the
  * tokens whose text is sent go with it (*toks_sent: how many were). final: the last event. */
-struct json_t *srv_native_chunk(const srv *s, srv_task *t, const srv_gen *g, const char *text, size_t len,
-                                size_t end, bool final, int *toks_sent);
+struct json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text,
+                                size_t len, size_t end, bool final, int *toks_sent);
 struct json_t *srv_native_progress(const srv_task *t);   /* the prompt_progress event */
 bool srv_task_truncated(const srv_task *t);   /* cut prompt, shifted or full context */
 

@@ -700,28 +700,6 @@ fail:
 
 enum { COMPL_OPENAI, COMPL_NATIVE, COMPL_INFILL };
 
-/* Several prompts (llama-server's list form): the other tasks carry the same parameters, each its
- * own prompt, and are answered together (server_native.c) as the choices of "n" are. */
-static bool more_prompts(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_reply *r) {
-    if (np > 1 && (g->stream || t->n_choices > 1)) {
-        srv_reply_error(r, 400, "not_supported_error", "several prompts are supported without streaming and n");
-        return false;
-    }
-    for (int k = 1; k < np; k++) {
-        srv_task *c = srv_task_choice(t, k);
-        srv_task_unref(c->leader);   /* its own prompt: it waits for no other */
-        c->leader = NULL;
-        free(c->prompt);
-        c->prompt = pr[k].ids;
-        c->n_prompt = pr[k].n;
-        pr[k].ids = NULL;
-        c->sp.seed = t->sp.seed;
-        t->sib[k - 1] = c;
-    }
-    if (np > 1) t->n_choices = np;
-    return true;
-}
-
 /* POST /v1/completions (OpenAI's answer), /completion and /completions (llama-server's native
  * answer), /infill (native, the prompt made of the FIM tokens). Prompt forms, native fields and
  * the FIM prompt: server_native.c and server_infill.c. */
@@ -758,7 +736,7 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     pr[0].ids = NULL;
     g.prompt_text = pr[0].text;
     pr[0].text = NULL;
-    if (!more_prompts(t, pr, np, &g, r)) goto fail;
+    if (srv_native_more(t, pr, np, &g, &f)) { fail_reply(s, &f, r); goto fail; }
     srv_prompts_free(pr, np);
     if (!g.native) {
         g.logprobs = lp >= 0;

@@ -36,7 +36,7 @@ size_t srv_min_tokens(const srv *s, size_t bytes) {
     return s->max_piece > 0 ? bytes / ((size_t)s->max_piece * 4) : 0;
 }
 
-/* ---- JSON pieces shared with server_reply.c -------------------------------------------------- */
+/* ---- JSON pieces shared with server_reply.c ---------------------------------------------------- */
 
 json_t *srv_text_json(const char *p, size_t len) {
     if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
@@ -208,6 +208,24 @@ int srv_native_prompts(srv *s, json_t *b, int max, srv_prompt **out, int *n, srv
     return 0;
 }
 
+int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_fail *f) {
+    if (np > 1 && (g->stream || t->n_choices > 1))
+        return srv_fail_set(f, 400, "not_supported_error", "several prompts are supported without streaming and n");
+    for (int k = 1; k < np; k++) {
+        srv_task *c = srv_task_choice(t, k);
+        srv_task_unref(c->leader);   /* its own prompt: it waits for no other */
+        c->leader = NULL;
+        free(c->prompt);
+        c->prompt = pr[k].ids;
+        c->n_prompt = pr[k].n;
+        pr[k].ids = NULL;
+        c->sp.seed = t->sp.seed;
+        t->sib[k - 1] = c;
+    }
+    if (np > 1) t->n_choices = np;
+    return 0;
+}
+
 /* ---- answers -------------------------------------------------------------------------------- */
 
 static json_t *bytes_json(const char *p, size_t len) {
@@ -298,13 +316,13 @@ bool srv_task_truncated(const srv_task *t) {
     return t->prompt_cut || t->shifted || t->gen_stop == BS_GEN_CTX;
 }
 
-static json_t *final_json(const srv *s, srv_task *t, const srv_gen *g, int index, bool stream) {
+static json_t *final_json(const srv *s, const char *model, srv_task *t, const srv_gen *g, int index, bool stream) {
     const char *text = t->text ? t->text : "";
     json_t *j = json_pack("{s:i,s:o,s:b,s:i,s:i}", "index", index, "content",
                           srv_text_json(stream ? "" : text, stream ? 0 : t->len), "stop", 1, "id_slot", t->slot,
                           "tokens_predicted", t->tm.n_gen);
     json_object_set_new(j, "tokens", ids_json(t, 0, stream || !g->return_tokens ? 0 : t->n_toks));
-    json_object_set_new(j, "model", json_string(srv_model_name(s)));
+    json_object_set_new(j, "model", json_string(model));
     json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
     json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
     json_object_set_new(j, "generation_settings", settings_json(t, g));
@@ -319,16 +337,16 @@ static json_t *final_json(const srv *s, srv_task *t, const srv_gen *g, int index
     return j;
 }
 
-json_t *srv_native_answer(const srv *s, srv_task *t, const srv_gen *g) {
-    if (t->n_choices <= 1) return pick_fields(final_json(s, t, g, 0, false), g);
+json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const srv_gen *g) {
+    if (t->n_choices <= 1) return pick_fields(final_json(s, model, t, g, 0, false), g);
     json_t *a = json_array();
     for (int i = 0; i < t->n_choices; i++)
-        json_array_append_new(a, pick_fields(final_json(s, i ? t->sib[i - 1] : t, g, i, false), g));
+        json_array_append_new(a, pick_fields(final_json(s, model, i ? t->sib[i - 1] : t, g, i, false), g));
     return a;
 }
 
-json_t *srv_native_chunk(const srv *s, srv_task *t, const srv_gen *g, const char *text, size_t len, size_t end,
-                         bool final, int *toks_sent) {
+json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text, size_t len,
+                         size_t end, bool final, int *toks_sent) {
     /* the tokens whose text is in what was sent so far (all of them at the end) */
     int n = final ? t->n_toks : *toks_sent;
     while (!final && n < t->n_toks_safe && t->toks[n].text_end <= end) n++;
@@ -339,7 +357,7 @@ json_t *srv_native_chunk(const srv *s, srv_task *t, const srv_gen *g, const char
     *toks_sent = n;
     if (!final) return j;
     /* the last event: the whole final answer, with this event's content, tokens and probabilities */
-    json_t *fin = final_json(s, t, g, 0, true);
+    json_t *fin = final_json(s, model, t, g, 0, true);
     json_object_update_existing(fin, j);
     json_object_set(fin, "tokens", json_object_get(j, "tokens"));
     if (json_object_get(j, "completion_probabilities"))

@@ -377,7 +377,7 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         }
     }
     if (g->native) {
-        json_t *a = srv_native_answer(s, t, g);
+        json_t *a = srv_native_answer(s, srv_model_name(s), t, g);
         for (int i = 0; !g->n_fields && i < n_choices(t); i++)   /* bitspark's own field, as on the others */
             json_object_set_new(json_is_array(a) ? json_array_get(a, (size_t)i) : a, "loop_guard",
                                 loop_guard_json(&choice_at(t, i)->loop_res));
@@ -654,7 +654,9 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     } else if (st->g.native) {
         if (st->g.progress && !st->progress_sent && (len || done)) sse(out, srv_native_progress(t));
         st->progress_sent = true;
-        json_t *c = len || done ? srv_native_chunk(st->s, t, &st->g, text, len, end, done, &st->toks_sent) : NULL;
+        json_t *c = len || done ? srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, done,
+                                                   &st->toks_sent)
+                                : NULL;
         if (c && done && !st->g.n_fields) json_object_set_new(c, "loop_guard", loop_guard_json(&t->loop_res));
         if (c) sse(out, c);
     } else if (st->g.chat) {
