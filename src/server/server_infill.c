@@ -119,7 +119,7 @@ int srv_infill_prompt(srv *s, json_t *b, int n_predict, srv_prompt *out, bool *c
         const int batch = BS_MIN(2048, n_ctx / 2), np = BS_MAX(n_predict, 0);
         const int take_pre = BS_MIN(prefix.n, 3 * (batch / 4));
         const int take_suf = BS_MIN(suffix.n, BS_MAX(0, batch / 4 - (2 + prompt.n)));
-        const int take_extra = BS_MIN(BS_MAX(0, n_ctx - batch - 2 * np), extra.n);
+        const int take_extra = (int)BS_MIN(BS_MAX(0L, (long)n_ctx - batch - 2L * np), (long)extra.n);
         *cut = take_pre < prefix.n || take_suf < suffix.n || take_extra < extra.n;
         const int32_t bos = bs_token_bos(s->tok);
         if (take_extra) put(&all, extra.p + extra.n - take_extra, take_extra);

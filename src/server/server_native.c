@@ -190,7 +190,9 @@ int srv_native_prompts(srv *s, json_t *b, int max, srv_prompt **out, int *n, srv
         return srv_fail_set(f, 400, "invalid_request_error", "'prompt' must be a string, token ids, ids mixed with "
                             "strings, or a non-empty list of those");
     if (count > max)
-        return srv_fail_set(f, 400, "invalid_request_error", "'prompt': at most %d prompts in one request", max);
+        return max == 1 ? srv_fail_set(f, 400, "invalid_request_error", "'prompt': one prompt here (POST /completion "
+                                       "takes a list of several)")
+                        : srv_fail_set(f, 400, "invalid_request_error", "'prompt': at most %d prompts in one request", max);
     srv_prompt *pr = bs_xcalloc((size_t)count, sizeof *pr);
     for (int i = 0; i < count; i++) {
         json_t *e = single ? p : json_array_get(p, (size_t)i);
