@@ -17,6 +17,9 @@
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
  *   server_vision.c   image parts encoded by the projector and placed in the prompt
+ *   server_native.c   llama-server's native completion: prompt forms, its fields, its answers
+ *   server_infill.c   the fill-in-the-middle prompt of POST /infill from the FIM tokens
+ *   server_bias.c     logit_bias by token id or text
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
