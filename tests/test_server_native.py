@@ -176,7 +176,7 @@ check(st == 501 and c['error']['type'] == 'not_supported_error' and
       '/infill on a model without FIM tokens: 501, llama-server\'s message', f'{st} {c}')
 
 # ---- 7: logit_bias by text ----------------------------------------------------------------------
-first = toks[0]
+first = toks[0] if toks else tokenize(P, a['content'])[0]   # (the old server had no return_tokens)
 piece = detok(P, [first])
 banned_ids = tokenize(P, piece)
 for form, bias in [('object', {piece: False}), ('list', [[piece, False]]), ('object -100', {piece: -100})]:
