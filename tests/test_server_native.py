@@ -138,7 +138,8 @@ check(st == 200 and c['content'] == want['content'] and c['tokens_evaluated'] ==
 st, c = post(P, '/completion', dict(q, prompt=[q['prompt'], 'The little dog']))
 other = post(P, '/completion', dict(q, prompt='The little dog'))[1]
 check(st == 200 and isinstance(c, list) and [x['index'] for x in c] == [0, 1]
-      and [x['content'] for x in c] == [a['content'], other['content']], 'a list of prompts: one result each, in order',
+      and [x['content'] for x in c] == [a['content'], other['content']] and [x['prompt'] for x in c] == [q['prompt'], 'The little dog'],
+      'a list of prompts: one result each, in order, with its prompt',
       str(c)[:300])
 st, c = post(P, '/completion', dict(q, prompt=[q['prompt']]))
 check(st == 200 and isinstance(c, dict) and c['content'] == a['content'], 'a list of one prompt: one result')

@@ -328,8 +328,13 @@ static json_t *final_json(const srv *s, const char *model, srv_task *t, const sr
     json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
     json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
     json_object_set_new(j, "generation_settings", settings_json(t, g));
-    json_object_set_new(j, "prompt", json_string(g->prompt_text && bs_utf8_valid(g->prompt_text, strlen(g->prompt_text), NULL)
-                                                     ? g->prompt_text : ""));
+    /* the other prompts of a list: their text as the model reads it (the request's is the first's) */
+    char *own = NULL;
+    size_t own_len;
+    if (index > 0 && bs_detokenize(s->tok, t->prompt, (size_t)t->n_prompt, true, &own, &own_len)) own = NULL;
+    const char *pt = index > 0 ? own : g->prompt_text;
+    json_object_set_new(j, "prompt", pt ? srv_text_json(pt, strlen(pt)) : json_string(""));
+    free(own);
     json_object_set_new(j, "has_new_line", json_boolean(t->len && memchr(text, '\n', t->len)));
     json_object_set_new(j, "truncated", json_boolean(srv_task_truncated(t)));
     json_object_set_new(j, "stop_type", json_string(stop_type(t)));
