@@ -105,13 +105,13 @@ int srv_infill_prompt(srv *s, json_t *b, int n_predict, srv_prompt *out, bool *c
     const int n_ctx = srv_sched_n_ctx(s->sched);
     const size_t bytes = json_string_length(jp) + json_string_length(js) + (json_is_string(jq) ? json_string_length(jq) : 0);
     ids prefix = {0}, suffix = {0}, prompt = {0}, extra = {0}, all = {0};
-    int rc = srv_min_tokens(s, bytes) >= (size_t)n_ctx ? 1 : 0;   /* the bytes alone are too many tokens */
-    if (!rc) rc = put_text(s, &prefix, json_string_value(jp), json_string_length(jp), false) ||
-                  put_text(s, &suffix, json_string_value(js), json_string_length(js), false) ||
-                  (json_is_string(jq) && put_text(s, &prompt, json_string_value(jq), json_string_length(jq), true)) ||
-                  extra_tokens(s, json_object_get(b, "input_extra"), rep, sep, &extra);
+    const bool too_long = srv_min_tokens(s, bytes) >= (size_t)n_ctx;   /* the bytes alone are too many tokens */
+    int rc = too_long || put_text(s, &prefix, json_string_value(jp), json_string_length(jp), false) ||
+             put_text(s, &suffix, json_string_value(js), json_string_length(js), false) ||
+             (json_is_string(jq) && put_text(s, &prompt, json_string_value(jq), json_string_length(jq), true)) ||
+             extra_tokens(s, json_object_get(b, "input_extra"), rep, sep, &extra);
     if (rc) {
-        if (rc == 1) srv_fail_set(f, 400, "exceed_context_size_error", "the request exceeds the available context size: "
+        if (too_long) srv_fail_set(f, 400, "exceed_context_size_error", "the request exceeds the available context size: "
                                   "at least %zu prompt tokens, context %d", srv_min_tokens(s, bytes), n_ctx);
         else srv_fail_set(f, 400, "invalid_request_error", "tokenizing the input: %s", bs_last_error());
     } else {
