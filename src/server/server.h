@@ -439,7 +439,7 @@ struct json_t *srv_timings_json(const srv_timings *tm);
 int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
 typedef struct srv_prompt {
     int32_t *ids;
-    int n;
+    int n, cap;
     char *text;                /* the prompt's text (malloc'd; NULL if it is not text) */
 } srv_prompt;
 /* b's "prompt" in llama-server's forms: *n prompts (at most max; a list of one is one), each

@@ -119,7 +119,10 @@ static bool one_prompt(json_t *p) {
 }
 
 static void ids_add(srv_prompt *pr, const int32_t *ids, size_t n) {
-    pr->ids = bs_xrealloc(pr->ids, (pr->n + n + 1) * sizeof *pr->ids);
+    if ((size_t)pr->n + n + 1 > (size_t)pr->cap) {   /* doubling: a prompt of many pieces stays linear */
+        pr->cap = (int)BS_MAX((size_t)pr->n + n + 1, 2 * (size_t)pr->cap);
+        pr->ids = bs_xrealloc(pr->ids, (size_t)pr->cap * sizeof *pr->ids);
+    }
     memcpy(pr->ids + pr->n, ids, n * sizeof *ids);
     pr->n += (int)n;
 }
@@ -129,12 +132,15 @@ static void ids_add(srv_prompt *pr, const int32_t *ids, size_t n) {
 static int build_prompt(srv *s, json_t *p, srv_prompt *pr, srv_fail *f) {
     const int n_ctx = srv_sched_n_ctx(s->sched), nv = bs_model_n_vocab(s->model);
     json_t *one = json_is_string(p) ? p : NULL;
-    size_t bytes = 0, i;
+    size_t bytes = 0, n_ids = 0, i;
     json_t *e;
-    json_array_foreach(p, i, e) bytes += json_string_length(e);
+    json_array_foreach(p, i, e) {
+        bytes += json_string_length(e);
+        n_ids += is_id(e);
+    }
     if (one) bytes = json_string_length(one);
-    if (srv_min_tokens(s, bytes) >= (size_t)n_ctx) {
-        f->n_prompt = (long)srv_min_tokens(s, bytes);
+    if (srv_min_tokens(s, bytes) + n_ids >= (size_t)n_ctx) {   /* known too long before tokenizing */
+        f->n_prompt = (long)(srv_min_tokens(s, bytes) + n_ids);
         return srv_fail_set(f, 400, "exceed_context_size_error", "the request exceeds the available context size: "
                             "at least %ld prompt tokens, context %d", f->n_prompt, n_ctx);
     }
