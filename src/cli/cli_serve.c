@@ -68,7 +68,7 @@ void help_serve(void) {
            "                          signal cancels at once\n"
            "  --embeddings            serve POST /v1/embeddings (the last layer after the final norm,\n"
            "                          pooled and L2-normalized)\n"
-           "  --pooling mean|last     how embeddings pool the tokens (mean)\n"
+           "  --pooling mean|last|none  how embeddings pool the tokens (mean; none: a vector per token)\n"
            "\n"
            "Browser safety (any web page the user visits can send requests to a local server):\n"
            "  replies carry no CORS header, POST bodies must be 'Content-Type: application/json',\n"
@@ -198,8 +198,10 @@ static int parse(srv_config *c, int argc, char **argv) {
         else if (!strcmp(a, "--embeddings")) c->embeddings = true;
         else if (!strcmp(a, "--pooling")) {
             if (!(v = cli_value(argc, argv, &i))) return -1;
-            if (strcmp(v, "mean") && strcmp(v, "last")) return bs_error("--pooling: mean or last, got '%s'", v);
+            if (strcmp(v, "mean") && strcmp(v, "last") && strcmp(v, "none"))
+                return bs_error("--pooling: mean, last or none, got '%s'", v);
             c->pooling_last = !strcmp(v, "last");
+            c->pooling_none = !strcmp(v, "none");
         }
         else if (!strcmp(a, "--no-mmap")) c->no_mmap = true;
         else if (!strcmp(a, "--tokenizer-normalize")) {

@@ -290,8 +290,18 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
         }
         return 0;
     }
-    if (json_object_get(s, "properties")) return object_body(c, s, body);
-    if (json_object_get(s, "items")) return array_body(c, s, body);
+    /* no "type": the keywords that apply to one type only say which (JSON Schema lets them
+     * constrain just that type; a generator writes that type) */
+    static const char *const by_kw[][2] = {
+        {"properties", "object"}, {"required", "object"}, {"additionalProperties", "object"},
+        {"minProperties", "object"}, {"maxProperties", "object"}, {"items", "array"}, {"prefixItems", "array"},
+        {"minItems", "array"}, {"maxItems", "array"}, {"uniqueItems", "array"}, {"minLength", "string"},
+        {"maxLength", "string"}, {"pattern", "string"}, {"format", "string"}, {"minimum", "number"},
+        {"maximum", "number"}, {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
+        {"multipleOf", "number"},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(by_kw); i++)
+        if (json_object_get(s, by_kw[i][0])) return type_body(c, s, by_kw[i][1], body);
     put(body, "value");   /* {} or only annotations: any JSON value */
     return 0;
 }

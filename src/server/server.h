@@ -20,6 +20,9 @@
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
  *   server_vision.c   image parts encoded by the projector and placed in the prompt
+ *   server_native.c   llama-server's native completion: prompt forms, its fields, its answers
+ *   server_infill.c   the fill-in-the-middle prompt of POST /infill from the FIM tokens
+ *   server_bias.c     logit_bias by token id or text
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
@@ -52,6 +55,8 @@
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
 #define SRV_MAX_CHOICES 16   /* "n" */
 #define SRV_MAX_BIAS 1024
+#define SRV_MAX_FIELDS 16     /* response_fields: names, and bytes of each */
+#define SRV_FIELD_LEN 64
 #define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
 #define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
 /* --n-predict not given: the most tokens one request may generate. Without it a request with
@@ -88,6 +93,7 @@ typedef struct srv_config {
     int http_threads;          /* HTTP worker threads (0: 4) */
     bool no_mmap, no_webui;
     bool embeddings, pooling_last;   /* --embeddings: POST /v1/embeddings; --pooling last (else mean) */
+    bool pooling_none;         /* --pooling none: a vector per token (not on /v1/embeddings) */
     bs_loop_guard_params loop; /* the doom-loop guard of requests that do not set "loop_guard" */
     bs_engine_opts gen;        /* sampling defaults of requests (and seed_set, logit biases) and
                                   the LoRA adapters (--temp ... --lora, as for run) */
@@ -141,6 +147,7 @@ typedef struct srv_task {
                                   rows are encoded from pixels when a slot takes the task */
     bs_image_pixels *pixels;   /* images[k]'s pixels until then (the same ownership) */
     int n_images;
+    bool prompt_cut;           /* the prompt was cut to fit (/infill): the answer says truncated */
     struct srv_emb *emb;       /* an embeddings request (server_embed.c) instead of a generation:
                                   the scheduler evaluates its inputs in the prompt chunks of its
                                   passes; NULL otherwise. Owned by the task */
@@ -168,6 +175,7 @@ typedef struct srv_task {
                                   for the latency histograms */
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
     long lp_reserved;          /* logprob entries held from SRV_LOGPROB_BUDGET (given back when freed) */
+    bool shifted;              /* the context was shifted (tokens dropped) while it generated */
 } srv_task;
 
 srv_task *srv_task_new(void);
@@ -404,6 +412,12 @@ typedef struct srv_gen {
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     bool native;               /* llama-server's POST /completion: its own answer shape */
     const struct srv_shape *shape;   /* another API's answer shape (server_dialect.h), or NULL */
+    /* native only (server_native.c): n_probs, post_sampling_probs, return_tokens,
+     * return_progress, response_fields */
+    int n_probs;
+    bool post_probs, return_tokens, progress;
+    int n_fields;
+    char fields[SRV_MAX_FIELDS][SRV_FIELD_LEN];
     /* the answer of a finished task that is not a generation (embeddings), or NULL */
     void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */
@@ -411,16 +425,65 @@ typedef struct srv_gen {
     long created;
 } srv_gen;
 
+/* server_native.c: llama-server's native completion fields and answers. A request's error
+ * (status, type, message; n_prompt for exceed_context_size_error) for the caller to answer. */
+typedef struct srv_fail {
+    int status;
+    const char *type;
+    char msg[384];
+    long n_prompt;
+} srv_fail;
+int srv_fail_set(srv_fail *f, int status, const char *type, const char *fmt, ...);   /* returns status */
+/* A lower bound of the tokens of `bytes` bytes of text (0 when unknown): see server_api.c. */
+size_t srv_min_tokens(const srv *s, size_t bytes);
+struct json_t *srv_text_json(const char *p, size_t len);   /* not UTF-8: U+FFFD for bad bytes */
+struct json_t *srv_timings_json(const srv_timings *tm);
+/* n_probs, post_sampling_probs, return_tokens, return_progress, response_fields into g (and
+ * t->n_probs); 0 or the failing status (f). */
+int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
+typedef struct srv_prompt {
+    int32_t *ids;
+    int n, cap;
+    char *text;                /* the prompt's text (malloc'd; NULL if it is not text) */
+} srv_prompt;
+/* b's "prompt" in llama-server's forms: *n prompts (at most max; a list of one is one), each
+ * tokenized and checked against the context. 0 or the failing status (f). */
+int srv_native_prompts(srv *s, struct json_t *b, int max, srv_prompt **out, int *n, srv_fail *f);
+void srv_prompts_free(srv_prompt *p, int n);
+/* Several prompts (the list form): tasks for pr[1..np) beside t (its other "choices", each its
+ * own prompt, taken from pr, the same parameters and seed), answered together. 0 or the status. */
+int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_fail *f);
+/* The answer of a finished native task (several prompts: an array, one per task of t). */
+struct json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const srv_gen *g);
+/* A stream event: text[0, len) is new, end the bytes of the task's text sent with it; the
+ * tokens whose text is sent go with it (*toks_sent: how many were). final: the last event. */
+struct json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text,
+                                size_t len, size_t end, bool final, int *toks_sent);
+struct json_t *srv_native_progress(const srv_task *t);   /* the prompt_progress event */
+bool srv_task_truncated(const srv_task *t);   /* cut prompt, shifted or full context */
+
+/* server_infill.c: the FIM prompt of POST /infill into *out (*cut: a part was cut to fit);
+ * 0 or the failing status (501: the model has no FIM tokens). */
+int srv_infill_prompt(srv *s, struct json_t *b, int n_predict, srv_prompt *out, bool *cut, srv_fail *f);
+
+/* server_bias.c: b's "logit_bias" (ids or text, object or list) into t; 0 or the failing status. */
+int srv_parse_bias(const bs_tokenizer *tok, struct json_t *b, srv_task *t, int n_vocab, srv_fail *f);
+
 /* server_embed.c: POST /v1/embeddings. The inputs become a task (srv_task.emb) that the
  * scheduler evaluates chunk by chunk beside the generations, on its own session: cancellable,
  * queued and drained like a generation. */
-void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r);
+void srv_api_embeddings(srv *s, struct json_t *b, srv_reply *r, bool oai);   /* oai: /v1/embeddings */
+#define SRV_EMB_ROWS_MAX (16L << 20)   /* --pooling none: values (tokens x n_embd) one answer may hold */
 typedef struct srv_emb {
     int count, E;
     int32_t **ids;             /* count inputs of n[i] token ids */
     int *n;
-    float *out;                /* count x E: sums while an input runs, then its vector */
+    float *out;                /* count x E: sums while an input runs, then its vector; --pooling
+                                  none: total x E, a row per token (input i's from off[i]) */
     bool last;                 /* --pooling last */
+    bool none;                 /* --pooling none */
+    bool base64;               /* encoding_format "base64" */
+    long *off;
     int cur, pos;              /* scheduler: the input being evaluated, its tokens done */
     long total;                /* tokens of all inputs */
 } srv_emb;

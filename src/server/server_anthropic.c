@@ -344,7 +344,7 @@ static void c_close(void *ud, int kind) {
         json_object_set_new(c->cur, "input", json_is_object(in) ? in : json_object());
         if (in && !json_is_object(in)) json_decref(in);
     } else {
-        json_object_set_new(c->cur, block_type(kind), srv_str_json(c->acc.p, c->acc.len));
+        json_object_set_new(c->cur, block_type(kind), srv_text_json(c->acc.p, c->acc.len));
     }
     json_array_append_new(c->content, c->cur);
     c->cur = NULL;
@@ -387,9 +387,9 @@ static void s_open(void *ud, int kind, const srv_tool_call *call) {
 
 static void s_delta(void *ud, int kind, const char *p, size_t n) {
     astream *a = ud;
-    json_t *d = kind == SRV_BLOCK_THINKING ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", srv_str_json(p, n))
-                : kind == SRV_BLOCK_TOOL   ? json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", srv_str_json(p, n))
-                                           : json_pack("{s:s,s:o}", "type", "text_delta", "text", srv_str_json(p, n));
+    json_t *d = kind == SRV_BLOCK_THINKING ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", srv_text_json(p, n))
+                : kind == SRV_BLOCK_TOOL   ? json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", srv_text_json(p, n))
+                                           : json_pack("{s:s,s:o}", "type", "text_delta", "text", srv_text_json(p, n));
     srv_sse_event(a->out, "content_block_delta",
                   json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", a->idx, "delta", d));
 }

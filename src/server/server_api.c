@@ -94,57 +94,22 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
-static bool add_bias(srv_task *t, long id, double bias, int n_vocab, srv_reply *r) {
-    if (id < 0 || id >= n_vocab) {
-        srv_reply_error(r, 400, "invalid_request_error", "'logit_bias': token %ld is out of range [0, %d)", id, n_vocab);
-        return false;
+/* A srv_fail (server_native.c and the files like it) as the reply. */
+static void fail_reply(srv *s, const srv_fail *f, srv_reply *r) {
+    if (f->status == 400 && !strcmp(f->type, "exceed_context_size_error")) {
+        json_t *e = srv_error_json(400, f->type, f->msg);
+        json_object_set_new(json_object_get(e, "error"), "n_prompt_tokens", json_integer(f->n_prompt));
+        json_object_set_new(json_object_get(e, "error"), "n_ctx", json_integer(srv_sched_n_ctx(s->sched)));
+        srv_reply_json(r, 400, e);
+        return;
     }
-    if (t->n_bias == SRV_MAX_BIAS) { bad_request(r, "'%s' has too many entries", "logit_bias"); return false; }
-    /* checked here, not when sampling: a bias past float range would fail the request with a 500 */
-    if (!(bias <= SRV_MAX_BIAS_VALUE)) {
-        srv_reply_error(r, 400, "invalid_request_error", "'logit_bias': the bias of token %ld must be a number <= %g "
-                        "(<= -100 bans the token)", id, SRV_MAX_BIAS_VALUE);
-        return false;
-    }
-    t->bias_id[t->n_bias] = (int32_t)id;
-    t->bias[t->n_bias++] = bias <= -100 ? -INFINITY : (float)bias;
-    return true;
+    srv_reply_error(r, f->status, f->type, "%s", f->msg);
 }
 
-/* OpenAI's {"id": bias} map or llama-server's [[id, bias], ...]; bias <= -100 bans. */
-static bool parse_bias(json_t *b, srv_task *t, int n_vocab, srv_reply *r) {
-    json_t *v = json_object_get(b, "logit_bias");
-    if (!v || json_is_null(v)) return true;
-    const char *key;
-    json_t *e;
-    size_t i;
-    if (json_is_object(v)) {
-        json_object_foreach(v, key, e) {
-            char *end;
-            long id = strtol(key, &end, 10);
-            if (end == key || *end || !json_is_number(e)) {
-                bad_request(r, "'logit_bias' keys must be token ids and values numbers (got '%s')", key);
-                return false;
-            }
-            if (!add_bias(t, id, json_number_value(e), n_vocab, r)) return false;
-        }
-        return true;
-    }
-    if (json_is_array(v)) {
-        json_array_foreach(v, i, e) {
-            json_t *id = json_array_get(e, 0), *bias = json_array_get(e, 1);
-            if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_integer(id) ||
-                !(json_is_number(bias) || json_is_false(bias))) {
-                bad_request(r, "'%s' entries must be [token id, bias]", "logit_bias");
-                return false;
-            }
-            if (!add_bias(t, (long)json_integer_value(id), json_is_false(bias) ? -1e9 : json_number_value(bias),
-                          n_vocab, r))
-                return false;
-        }
-        return true;
-    }
-    bad_request(r, "'%s' must be an object", "logit_bias");
+static bool parse_bias(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    srv_fail f;
+    if (!srv_parse_bias(s->tok, b, t, s->tok ? bs_model_n_vocab(s->model) : 0, &f)) return true;
+    fail_reply(s, &f, r);
     return false;
 }
 
@@ -288,7 +253,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
-        !parse_bias(b, t, s->tok ? bs_model_n_vocab(s->model) : 0, r) || !parse_loop_guard(s, b, t, r))
+        !parse_bias(s, b, t, r) || !parse_loop_guard(s, b, t, r))
         return false;
     if (n > SRV_MAX_CHOICES) { bad_request(r, "'%s' is at most 16", "n"); return false; }
     t->n_choices = (int)n;
@@ -364,9 +329,7 @@ int srv_tokenize_prompt(srv *s, const char *text, size_t len, const bs_chat_span
 /* A lower bound of the tokens of `bytes` bytes of text: no token is longer than s->max_piece
  * bytes, and Unicode normalization (NFC) composes at most a few bytes into one character, so
  * allow it a factor of 4. 0 when unknown. */
-static size_t min_tokens(const srv *s, size_t bytes) {
-    return s->max_piece > 0 ? bytes / ((size_t)s->max_piece * 4) : 0;
-}
+static size_t min_tokens(const srv *s, size_t bytes) { return srv_min_tokens(s, bytes); }
 
 /* Tokenize (spans: see srv_tokenize_prompt; NULL for a raw completion prompt, whose specials are
  * parsed), BOS if the vocab wants one; then check it fits. A prompt whose bytes alone prove it
@@ -627,7 +590,7 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     }
     const long lp = logprob_entries(s, t);
     bool refused = true;
-    if (t->n_choices > 1 && (g->stream || g->native))
+    if (t->n_choices > 1 && (g->stream || g->native) && !t->sib[0])   /* sib[0]: several prompts */
         srv_reply_error(r, 400, "not_supported_error", "n > 1 is supported without streaming, on the OpenAI endpoints");
     else if (lp > SRV_LOGPROB_MAX)
         srv_reply_error(r, 400, "invalid_request_error",
@@ -639,13 +602,15 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         refused = false;
     if (refused) {
         free(g->prompt_text);
+        for (int k = 1; k < t->n_choices; k++) srv_task_unref(t->sib[k - 1]);
         srv_task_unref(t);
         return;
     }
     t->lp_reserved = lp;
     /* the other choices ("n"): the same prompt and parameters, seeds + 1, + 2, ...; they wait
      * for the first one's prompt and take its evaluated state */
-    for (int k = 1; k < t->n_choices; k++) t->sib[k - 1] = srv_task_choice(t, k);
+    for (int k = 1; k < t->n_choices; k++)
+        if (!t->sib[k - 1]) t->sib[k - 1] = srv_task_choice(t, k);
     int failed = srv_sched_submit(s->sched, t);
     for (int k = 1; k < t->n_choices && !failed; k++) failed = srv_sched_submit(s->sched, t->sib[k - 1]);
     if (failed) {
@@ -742,63 +707,54 @@ fail:
     srv_task_unref(t);
 }
 
-/* prompt: a string, an array of token ids, or an array holding one string. */
-static bool completion_prompt(srv *s, json_t *b, srv_task *t, srv_gen *g, srv_reply *r) {
-    json_t *p = json_object_get(b, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        if (!set_prompt(s, t, json_string_value(p), json_string_length(p), NULL, 0, NULL, r)) return false;
-        g->prompt_text = bs_xstrdup(json_string_value(p));
-        return true;
-    }
-    if (!json_is_array(p) || json_array_size(p) == 0) {
-        bad_request(r, "'%s' must be a non-empty string or an array of token ids", "prompt");
-        return false;
-    }
-    const int nv = bs_model_n_vocab(s->model), n = (int)json_array_size(p);
-    if (n >= srv_sched_n_ctx(s->sched)) {
-        srv_reply_error(r, 400, "exceed_context_size_error", "the request exceeds the available context size: %d prompt tokens, context %d",
-                        n, srv_sched_n_ctx(s->sched));
-        return false;
-    }
-    t->prompt = bs_xmalloc((size_t)n * sizeof(int32_t));
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_array_get(p, (size_t)i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= nv) {
-            bad_request(r, "'%s' token ids must be integers in the vocabulary", "prompt");
-            return false;
-        }
-        t->prompt[i] = (int32_t)json_integer_value(e);
-    }
-    t->n_prompt = n;
-    char *text;
-    size_t len;
-    if (bs_detokenize(s->tok, t->prompt, (size_t)n, true, &text, &len) == 0) g->prompt_text = text;
-    return true;
-}
+enum { COMPL_OPENAI, COMPL_NATIVE, COMPL_INFILL };
 
-static void api_completions(srv *s, json_t *b, srv_reply *r, bool native) {
+/* POST /v1/completions (OpenAI's answer), /completion and /completions (llama-server's native
+ * answer), /infill (native, the prompt made of the FIM tokens). Prompt forms, native fields and
+ * the FIM prompt: server_native.c and server_infill.c. */
+static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     srv_task *t = srv_task_new();
     srv_gen g;
     gen_init(&g, false);
-    g.native = native;
+    g.native = mode != COMPL_OPENAI;
     long lp = -1;
+    srv_fail f = {0};
+    srv_prompt *pr = NULL;
+    int np = 0;
     json_t *suffix = json_object_get(b, "suffix");
     if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0)) {
-        srv_reply_error(r, 400, "not_supported_error", "'suffix' is not supported");
+        srv_reply_error(r, 400, "not_supported_error", "'suffix' is not supported (POST /infill takes input_suffix)");
         goto fail;
     }
-    t->n_predict = native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
+    t->n_predict = g.native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
     if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
-        !get_bool(b, "echo", &g.echo, r) ||
-        !get_int(b, "logprobs", 0, 5, &lp, r) || !completion_prompt(s, b, t, &g, r))
+        !get_bool(b, "echo", &g.echo, r) || (!g.native && !get_int(b, "logprobs", 0, 5, &lp, r)))
         goto fail;
-    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = native ? -1 : 16;
-    g.logprobs = lp >= 0;
-    t->n_probs = (int)lp;
+    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = g.native ? -1 : 16;
+    int rc = g.native ? srv_native_opts(b, &g, t, &f) : 0;
+    if (!rc && mode == COMPL_INFILL) {
+        pr = bs_xcalloc(1, sizeof *pr);
+        np = 1;
+        rc = srv_infill_prompt(s, b, t->n_predict, pr, &t->prompt_cut, &f);
+    } else if (!rc) {
+        rc = srv_native_prompts(s, b, g.native ? SRV_MAX_CHOICES : 1, &pr, &np, &f);
+    }
+    if (rc) { fail_reply(s, &f, r); goto fail; }
+    t->prompt = pr[0].ids;
+    t->n_prompt = pr[0].n;
+    pr[0].ids = NULL;
+    g.prompt_text = pr[0].text;
+    pr[0].text = NULL;
+    if (srv_native_more(t, pr, np, &g, &f)) { fail_reply(s, &f, r); goto fail; }
+    srv_prompts_free(pr, np);
+    if (!g.native) {
+        g.logprobs = lp >= 0;
+        t->n_probs = (int)lp;
+    }
     submit(s, t, &g, r);
     return;
 fail:
+    srv_prompts_free(pr, np);
     free(g.prompt_text);
     srv_task_unref(t);
 }
@@ -936,8 +892,10 @@ static void api_apply_template(srv *s, json_t *b, srv_reply *r) {
     chat_in c = {0};
     char *tools = NULL;
     int think = -1;
-    if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r)) {
-        bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
+    bool gen_prompt = true;   /* add_generation_prompt: false renders no assistant opener */
+    if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
+        get_bool(b, "add_generation_prompt", &gen_prompt, r)) {
+        bs_chat_opts co = {.tools = tools, .add_generation_prompt = gen_prompt, .enable_thinking = think};
         char *p = bs_chat_render(&s->tmpl, c.msgs, c.n, &co);
         if (p) srv_reply_json(r, 200, json_pack("{s:s}", "prompt", p));
         else srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
@@ -956,15 +914,17 @@ typedef struct route {
 } route;
 
 enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL,
-       R_MSGS, R_MSGS_COUNT, R_RESP };
+       R_MSGS, R_MSGS_COUNT, R_RESP, R_INFILL, R_EMBED_V1 };
 
 static const route routes[] = {
     {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
     {"/models", false, R_MODELS}, {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
     {"/metrics", false, R_METRICS}, {"/", false, R_WEBUI}, {"/index.html", false, R_WEBUI},
     {"/v1/chat/completions", true, R_CHAT}, {"/chat/completions", true, R_CHAT},
-    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_COMPL}, {"/completion", true, R_NATIVE},
-    {"/v1/embeddings", true, R_EMBED}, {"/embeddings", true, R_EMBED}, {"/embedding", true, R_EMBED},
+    /* /completions is llama-server's native endpoint too, not OpenAI's shape (that is /v1/completions) */
+    {"/v1/completions", true, R_COMPL}, {"/completions", true, R_NATIVE}, {"/completion", true, R_NATIVE},
+    {"/infill", true, R_INFILL},
+    {"/v1/embeddings", true, R_EMBED_V1}, {"/embeddings", true, R_EMBED}, {"/embedding", true, R_EMBED},
     {"/tokenize", true, R_TOK},
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
     {"/v1/messages", true, R_MSGS}, {"/v1/messages/count_tokens", true, R_MSGS_COUNT}, {"/v1/responses", true, R_RESP},
@@ -980,7 +940,7 @@ static const route *find_route(const char *url) {
 bool srv_route_generates(const char *url) {
     const route *rt = find_route(url);
     return rt && (rt->kind == R_CHAT || rt->kind == R_COMPL || rt->kind == R_NATIVE || rt->kind == R_EMBED ||
-                  rt->kind == R_MSGS || rt->kind == R_RESP);
+                  rt->kind == R_MSGS || rt->kind == R_RESP || rt->kind == R_INFILL || rt->kind == R_EMBED_V1);
 }
 
 static void get_route(srv *s, int kind, srv_reply *r) {
@@ -1032,9 +992,10 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
         case R_MSGS: api_dialect(s, srv_anthropic_request(b, false, r), r, &srv_anthropic_shape); break;
         case R_MSGS_COUNT: api_dialect(s, srv_anthropic_request(b, true, r), r, &srv_anthropic_count_shape); break;
         case R_RESP: api_dialect(s, srv_responses_request(b, r), r, &srv_responses_shape); break;
-        case R_COMPL: api_completions(s, b, r, false); break;
-        case R_NATIVE: api_completions(s, b, r, true); break;
-        case R_EMBED: srv_api_embeddings(s, b, r); break;
+        case R_COMPL: api_completions(s, b, r, COMPL_OPENAI); break;
+        case R_NATIVE: api_completions(s, b, r, COMPL_NATIVE); break;
+        case R_INFILL: api_completions(s, b, r, COMPL_INFILL); break;
+        case R_EMBED: case R_EMBED_V1: srv_api_embeddings(s, b, r, rt->kind == R_EMBED_V1); break;
         case R_TOK: api_tokenize(s, b, r); break;
         case R_DETOK: api_detokenize(s, b, r); break;
         case R_TMPL: api_apply_template(s, b, r); break;

@@ -106,21 +106,6 @@ void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, co
 
 /* ---- small shared helpers ---- */
 
-json_t *srv_str_json(const char *p, size_t len) {
-    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
-    srv_buf b = {0};
-    srv_buf_adds(&b, "");
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        int n = bs_utf8_next((const unsigned char *)p + i, len - i, &cp);
-        if (n <= 0) { srv_buf_adds(&b, "\xEF\xBF\xBD"); i++; }
-        else { srv_buf_add(&b, p + i, (size_t)n); i += (size_t)n; }
-    }
-    json_t *j = json_stringn(b.p, b.len);
-    srv_buf_free(&b);
-    return j;
-}
-
 /* The generated tokens' pieces in a row are the text before the stop string was cut off; the
  * stop string is what follows t->len there. */
 const char *srv_stop_matched(const srv *s, const srv_task *t) {

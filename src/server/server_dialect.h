@@ -67,8 +67,6 @@ void srv_blocks_init(srv_blocks *b, bool in_think, bool tools);
 void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, const srv_block_ops *ops, void *ud);
 void srv_blocks_free(srv_blocks *b);
 
-/* Text as a JSON string (bytes that are not UTF-8 become U+FFFD). */
-struct json_t *srv_str_json(const char *p, size_t len);
 /* The stop string that ended t (t->gen_stop BS_GEN_STOP_STRING), or NULL. */
 const char *srv_stop_matched(const srv *s, const srv_task *t);
 /* An SSE event "event: NAME\ndata: JSON\n\n" (steals j). */

@@ -16,6 +16,7 @@ void srv_emb_free(srv_emb *e) {
     free(e->ids);
     free(e->n);
     free(e->out);
+    free(e->off);
     free(e);
 }
 
@@ -28,6 +29,14 @@ int srv_emb_plan(srv_emb *e, int max, const int32_t **tok, bool *fresh) {
 
 void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n) {
     const int E = e->E, len = e->n[e->cur];
+    if (e->none) {   /* every row, through the final norm, not normalized (as llama-server) */
+        for (int i = 0; i < n; i++)
+            bs_rmsnorm(e->out + (size_t)(e->off[e->cur] + e->pos + i) * E, rows + (size_t)i * E, m->output_norm, E, m->hp.eps);
+        if ((e->pos += n) < len) return;
+        e->cur++;
+        e->pos = 0;
+        return;
+    }
     float *out = e->out + (size_t)e->cur * E;
     for (int i = e->last ? BS_MAX(0, len - 1 - e->pos) : 0; i < n; i++) {
         float *row = rows + (size_t)i * E;

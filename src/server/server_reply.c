@@ -67,6 +67,7 @@ struct srv_stream {
     srv_buf content;           /* chat: all content so far (tool parsing) */
     size_t content_sent;       /* bytes of it sent as content deltas */
     void *ext;                 /* g.shape's stream state */
+    bool progress_sent;        /* native: the prompt_progress event (return_progress) */
 };
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
@@ -78,7 +79,7 @@ const char *srv_model_name(const srv *s) {
 }
 
 /* Text as a JSON string; bytes that are not UTF-8 become U+FFFD. */
-static json_t *str_json(const char *p, size_t len) { return srv_str_json(p, len); }
+static json_t *str_json(const char *p, size_t len) { return srv_text_json(p, len); }
 
 static json_t *piece(const srv *s, int32_t id) {
     const char *p = "";
@@ -87,16 +88,7 @@ static json_t *piece(const srv *s, int32_t id) {
     return str_json(p, len);
 }
 
-static json_t *timings_json(const srv_timings *tm) {
-    double pn = tm->n_prompt, gn = tm->n_gen;
-    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:I,s:I}", "cache_n", tm->n_cached, "prompt_n",
-                     tm->n_prompt, "prompt_ms", tm->t_prompt_ms, "prompt_per_token_ms",
-                     pn > 0 ? tm->t_prompt_ms / pn : 0.0, "prompt_per_second",
-                     tm->t_prompt_ms > 0 ? 1e3 * pn / tm->t_prompt_ms : 0.0, "predicted_n", tm->n_gen,
-                     "predicted_ms", tm->t_gen_ms, "predicted_per_token_ms", gn > 0 ? tm->t_gen_ms / gn : 0.0,
-                     "predicted_per_second", tm->t_gen_ms > 0 ? 1e3 * gn / tm->t_gen_ms : 0.0, "draft_n",
-                     (json_int_t)tm->draft_n, "draft_n_accepted", (json_int_t)tm->draft_accepted);
-}
+static json_t *timings_json(const srv_timings *tm) { return srv_timings_json(tm); }
 
 /* {"mode", "loops_detected", "rewinds", "discarded_tokens", "stopped", "span"}: span describes
  * the last loop detected (null if none) in code points of the generated text as it was then:
@@ -233,27 +225,6 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     free(reasoning);
     free(content);
     return msg;
-}
-
-/* llama-server's stop_type: eos, word (a stop string), limit (length or context). */
-static const char *stop_type(const srv_task *t) {
-    if (t->finish == SRV_FINISH_SHUTDOWN) return "shutdown";
-    return t->gen_stop == BS_GEN_STOP_STRING ? "word" : t->finish == SRV_FINISH_LENGTH ? "limit" : "eos";
-}
-
-/* The answer or a stream event of POST /completion (llama-server's shape). */
-static json_t *native_json(const srv *s, const srv_task *t, const char *text, size_t len, bool final) {
-    json_t *j = json_pack("{s:o,s:b,s:i,s:i}", "content", str_json(text, len), "stop", final, "id_slot", t->slot,
-                          "tokens_predicted", t->tm.n_gen);
-    if (!final) return j;
-    json_object_set_new(j, "model", json_string(srv_model_name(s)));
-    json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
-    json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
-    json_object_set_new(j, "stop_type", json_string(stop_type(t)));
-    json_object_set_new(j, "truncated", json_boolean(t->gen_stop == BS_GEN_CTX));
-    json_object_set_new(j, "timings", timings_json(&t->tm));
-    json_object_set_new(j, "loop_guard", loop_guard_json(&t->loop_res));
-    return j;
 }
 
 /* ---- a finished answer, written piece by piece ------------------------------------------------
@@ -421,7 +392,11 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     }
     if (g->shape) { g->shape->done(s, t, g, r); return; }
     if (g->native) {
-        srv_reply_json(r, 200, native_json(s, t, t->text ? t->text : "", t->len, true));
+        json_t *a = srv_native_answer(s, srv_model_name(s), t, g);
+        for (int i = 0; !g->n_fields && i < n_choices(t); i++)   /* bitspark's own field, as on the others */
+            json_object_set_new(json_is_array(a) ? json_array_get(a, (size_t)i) : a, "loop_guard",
+                                loop_guard_json(&choice_at(t, i)->loop_res));
+        srv_reply_json(r, 200, a);
         return;
     }
     srv_timings sum = t->tm;   /* the prompt counted once, every choice's generated tokens */
@@ -697,7 +672,13 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
                               client ? "invalid_request_error" : "server_error");
         sse(out, e);
     } else if (st->g.native) {
-        if (len || done) sse(out, native_json(st->s, t, text, len, done));
+        if (st->g.progress && !st->progress_sent && (len || done)) sse(out, srv_native_progress(t));
+        st->progress_sent = true;
+        json_t *c = len || done ? srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, done,
+                                                   &st->toks_sent)
+                                : NULL;
+        if (c && done && !st->g.n_fields) json_object_set_new(c, "loop_guard", loop_guard_json(&t->loop_res));
+        if (c) sse(out, c);
     } else if (st->g.chat) {
         chat_text(st, text, len, done, out);
         if (done) chat_final(st, out);
@@ -706,9 +687,10 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     }
     if (end > st->sent) st->sent = end;   /* never re-send (see guard_limit in server_sched.c) */
     if (done) {
-        if (st->g.include_usage && t->finish != SRV_FINISH_ERROR) {
+        if (st->g.include_usage && !st->g.native && t->finish != SRV_FINISH_ERROR) {
             json_t *j = chunk(st, NULL);
             json_object_set_new(j, "usage", usage_json(&t->tm));
+            json_object_set_new(j, "timings", timings_json(&t->tm));   /* llama-server's, on this chunk too */
             sse(out, j);
         }
         if (!st->g.native && !st->g.shape) srv_buf_adds(out, "data: [DONE]\n\n");   /* llama-server's own stream ends without it */

@@ -217,7 +217,7 @@ static json_t *response(rstate *a, bool done) {
 }
 
 static json_t *text_part(const char *p, size_t n, const char *type) {
-    json_t *j = json_pack("{s:s,s:o}", "type", type, "text", srv_str_json(p, n));
+    json_t *j = json_pack("{s:s,s:o}", "type", type, "text", srv_text_json(p, n));
     if (!strcmp(type, "output_text")) {
         json_object_set_new(j, "annotations", json_array());
         json_object_set_new(j, "logprobs", json_array());
@@ -263,7 +263,7 @@ static void r_delta(void *ud, int kind, const char *p, size_t n) {
     const char *name = kind == SRV_BLOCK_TEXT ? "response.output_text.delta"
                        : kind == SRV_BLOCK_TOOL ? "response.function_call_arguments.delta"
                                                 : "response.reasoning_text.delta";
-    json_t *j = json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index", k, "delta", srv_str_json(p, n));
+    json_t *j = json_pack("{s:s,s:i,s:o}", "item_id", id, "output_index", k, "delta", srv_text_json(p, n));
     if (kind != SRV_BLOCK_TOOL) json_object_set_new(j, "content_index", json_integer(0));
     if (kind == SRV_BLOCK_TEXT) json_object_set_new(j, "logprobs", json_array());
     event(a, name, j);
@@ -275,7 +275,7 @@ static void r_close(void *ud, int kind) {
     const char *id = json_string_value(json_object_get(a->cur, "id"));
     json_t *part = NULL;
     if (kind == SRV_BLOCK_TOOL) {
-        json_object_set_new(a->cur, "arguments", srv_str_json(a->acc.p, a->acc.len));
+        json_object_set_new(a->cur, "arguments", srv_text_json(a->acc.p, a->acc.len));
         json_object_set_new(a->cur, "status", json_string("completed"));
     } else {
         part = text_part(a->acc.p, a->acc.len, kind == SRV_BLOCK_TEXT ? "output_text" : "reasoning_text");
@@ -290,7 +290,7 @@ static void r_close(void *ud, int kind) {
         } else {
             event(a, kind == SRV_BLOCK_TEXT ? "response.output_text.done" : "response.reasoning_text.done",
                   json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", k, "content_index", 0, "text",
-                            srv_str_json(a->acc.p, a->acc.len)));
+                            srv_text_json(a->acc.p, a->acc.len)));
             event(a, "response.content_part.done",
                   json_pack("{s:s,s:i,s:i,s:O}", "item_id", id, "output_index", k, "content_index", 0, "part", part));
         }

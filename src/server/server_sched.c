@@ -211,6 +211,7 @@ static void finish_as(srv_sched *s, slot *sl, const char *err, int forced) {
     t->tm.t_gen_ms = st->t_gen * 1e3;
     t->tm.draft_n = st->n_drafted;
     t->tm.draft_accepted = st->n_accepted;
+    t->shifted = st->n_shifts > 0;
     srv_timings tm = t->tm;
     const double t_submit = t->t_submit, t_first = t->t_first;
     pthread_mutex_unlock(&t->mu);

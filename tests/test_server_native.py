@@ -1,0 +1,269 @@
+"""test_server_native.py: llama-server's own fields and endpoints on `bitspark serve` (issue 37,
+items 3, 6-8, 10-13), against a synthetic tiny model (its vocabulary has the FIM tokens) and the
+fixture tiny model (it has none):
+- native /completion and /completions: tokens (stream events, return_tokens), n_probs ->
+  completion_probabilities (logprobs, and probabilities with post_sampling_probs: the same
+  numbers), has_new_line, generation_settings, response_fields, timings, return_progress ->
+  prompt_progress; prompt as a string, ids, ids mixed with strings, a list (one result each);
+- POST /infill: the FIM prompt in llama-server's order, the cut of a long prefix (truncated),
+  its 400s, and 501 on a model without FIM tokens;
+- logit_bias by text (object and list forms) bans or forces that text's tokens;
+- chat streams: usage (with timings) only with stream_options.include_usage;
+- embeddings: --pooling none (a vector per token on /embeddings, 400 on /v1/embeddings),
+  base64 (the same floats), the empty string, a too long input;
+- JSON schemas without "type" constrain by their keywords; a bad type is a 400;
+- truncated after a context shift; /apply-template with add_generation_prompt false."""
+import base64, json, math, os, struct, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replica_lib import B, TMP, Replica, check, finish, jbody, request, stream, workdir
+
+if not B:
+    print('BITSPARK is not set')
+    sys.exit(1)
+FIX = os.environ.get('BS_FIXTURES') or os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'fixtures')
+NO_FIM = os.path.join(FIX, 'tiny-q1_0.gguf')
+if not os.path.exists(NO_FIM):
+    print('SKIP: the fixture tiny-q1_0.gguf is missing')
+    sys.exit(77)
+W = workdir('native')
+
+
+def synth():
+    out = os.path.join(TMP, 'srv-tiny-q1_0.gguf')   # the model tests/server_lib.sh caches too
+    if not os.path.exists(out):
+        subprocess.run([B, 'synth', '--preset', 'tiny', '--type', 'q1_0', '-o', out + '.tmp.native'], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.replace(out + '.tmp.native', out)
+    return out
+
+
+M = synth()
+servers = []
+
+
+def serve(name, model, *args):
+    r = Replica(W, name, ['-m', model, '-t', '1'] + list(args)).start()
+    servers.append(r)
+    return r.wait_ready().port
+
+
+def post(port, path, body):
+    st, _, d = request(port, 'POST', path, body, timeout=120)
+    return st, jbody(d)
+
+
+def tokenize(port, text):
+    return post(port, '/tokenize', {'content': text})[1]['tokens']
+
+
+def detok(port, ids):
+    return post(port, '/detokenize', {'tokens': ids})[1]['content']
+
+
+def native_events(port, path, body):
+    """A native stream's events (it ends without [DONE]) and whether [DONE] came."""
+    st = stream(port, path, body)
+    return st['events'], st['done'], st['status']
+
+
+P = serve('main', M, '-np', '2', '--ctx', '256', '--embeddings')
+GREEDY = {'temperature': 0, 'ignore_eos': True}
+
+# ---- 6: native completion ----------------------------------------------------------------------
+q = dict(GREEDY, prompt='Once upon a time', n_predict=8)
+st, a = post(P, '/completion', dict(q, return_tokens=True, n_probs=3))
+check(st == 200 and a.get('stop') is True and a.get('stop_type') == 'limit' and a.get('tokens_predicted') == 8,
+      '/completion answers in llama-server\'s shape', str(a)[:300])
+toks = a.get('tokens', [])
+check(len(toks) == 8 and detok(P, toks) == a['content'], 'return_tokens: the 8 generated ids, they detokenize to the content',
+      f'{toks} {a.get("content")!r}')
+probs = a.get('completion_probabilities', [])
+ok_probs = len(probs) == 8 and all(p['id'] == t for p, t in zip(probs, toks))
+for p in probs:
+    top = [e['logprob'] for e in p['top_logprobs']]
+    ok_probs &= len(top) == 3 and top == sorted(top, reverse=True) and sum(math.exp(x) for x in top) <= 1 + 1e-6
+    ok_probs &= abs(p['logprob'] - top[0]) < 1e-6 and p['top_logprobs'][0]['id'] == p['id']   # greedy: the top token
+    ok_probs &= bytes(p['bytes']).decode(errors='replace') == p['token'] or '\ufffd' in p['token']
+check(ok_probs, 'n_probs 3: completion_probabilities per token (its id, the top 3 sorted, sum <= 1, greedy = top)',
+      json.dumps(probs)[:400])
+st, b = post(P, '/completion', dict(q, n_probs=3, post_sampling_probs=True))
+same = b.get('content') == a['content'] and len(b.get('completion_probabilities', [])) == 8
+for p, r in zip(b.get('completion_probabilities', []), probs):
+    same &= abs(p['prob'] - math.exp(r['logprob'])) < 1e-6 and 'logprob' not in p
+    same &= all(abs(x['prob'] - math.exp(y['logprob'])) < 1e-6 for x, y in zip(p['top_probs'], r['top_logprobs']))
+    same &= sum(x['prob'] for x in p['top_probs']) <= 1 + 1e-6
+check(same, 'post_sampling_probs: prob / top_probs, exp of the logprobs', json.dumps(b)[:300])
+check(b.get('tokens') == [], 'without return_tokens: tokens is empty', str(b.get('tokens')))
+check(a.get('has_new_line') == ('\n' in a['content']), 'has_new_line says whether the content has a newline')
+gs = a.get('generation_settings', {})
+check(gs.get('n_predict') == 8 and gs.get('temperature') == 0 and gs.get('n_probs') == 3 and gs.get('ignore_eos') is True,
+      'generation_settings: the request\'s settings', str(gs)[:300])
+check(a.get('timings', {}).get('predicted_n') == 8 and a.get('tokens_evaluated') == len(tokenize(P, q['prompt'])),
+      'timings and tokens_evaluated', str(a.get('timings')))
+check(a.get('truncated') is False and a.get('prompt') == q['prompt'], 'truncated false, prompt echoed')
+st, c = post(P, '/completion', dict(q, response_fields=['content', 'generation_settings/n_predict', 'nope']))
+check(st == 200 and c == {'content': a['content'], 'generation_settings/n_predict': 8},
+      'response_fields: only the named fields, nested by path', str(c))
+st, c = post(P, '/completions', q)
+check(st == 200 and c.get('content') == a['content'] and 'choices' not in c, '/completions is the native endpoint (as llama-server)', str(c)[:200])
+st, c = post(P, '/v1/completions', dict(GREEDY, prompt=q['prompt'], max_tokens=8))
+check(st == 200 and c['choices'][0]['text'] == a['content'], '/v1/completions keeps OpenAI\'s shape', str(c)[:200])
+
+# the stream: each event's tokens are its content's; the last one stops; no [DONE]
+ev, done, status = native_events(P, '/completion', dict(q, n_probs=2, return_progress=True))
+prog = [e for e in ev if 'prompt_progress' in e]
+text = ''.join(e.get('content', '') for e in ev)
+stoks = [t for e in ev for t in e.get('tokens', [])]
+cp = sum(len(e.get('completion_probabilities', [])) for e in ev)
+check(status == 200 and not done and ev and ev[-1].get('stop') is True and all(not e['stop'] for e in ev[:-1]),
+      'native stream: stop only on the last event, no [DONE]')
+check(text == a['content'] and stoks == toks and cp == 8, 'stream events carry their tokens and probabilities',
+      f'{text!r} {stoks} {cp}')
+check(len(prog) == 1 and ev[0] is prog[0] and prog[0]['prompt_progress']['total'] == a['tokens_evaluated']
+      and prog[0]['prompt_progress']['processed'] == prog[0]['prompt_progress']['total'],
+      'return_progress: a prompt_progress event first', str(prog)[:200])
+ev, _, _ = native_events(P, '/completion', q)
+check(not any('prompt_progress' in e for e in ev), 'no prompt_progress unless asked for')
+
+# prompt forms
+ids = tokenize(P, q['prompt'])
+st, c = post(P, '/completion', dict(q, prompt=ids))
+check(st == 200 and c['content'] == a['content'], 'prompt as token ids: the same answer')
+half = tokenize(P, 'Once upon')
+st, c = post(P, '/completion', dict(q, prompt=half + [' a time']))
+want = post(P, '/completion', dict(q, prompt=half + tokenize(P, ' a time')))[1]
+check(st == 200 and c['content'] == want['content'] and c['tokens_evaluated'] == len(half) + len(tokenize(P, ' a time')),
+      'prompt as ids mixed with strings', str(c)[:200])
+st, c = post(P, '/completion', dict(q, prompt=[q['prompt'], 'The little dog']))
+other = post(P, '/completion', dict(q, prompt='The little dog'))[1]
+check(st == 200 and isinstance(c, list) and [x['index'] for x in c] == [0, 1]
+      and [x['content'] for x in c] == [a['content'], other['content']] and [x['prompt'] for x in c] == [q['prompt'], 'The little dog'],
+      'a list of prompts: one result each, in order, with its prompt',
+      str(c)[:300])
+st, c = post(P, '/completion', dict(q, prompt=[q['prompt']]))
+check(st == 200 and isinstance(c, dict) and c['content'] == a['content'], 'a list of one prompt: one result')
+for name, body in [('a prompt object', dict(q, prompt={'a': 1})), ('an id out of the vocabulary', dict(q, prompt=[1, 10 ** 7])),
+                   ('n_probs -1', dict(q, n_probs=-1)), ('response_fields 5', dict(q, response_fields=5)),
+                   ('return_tokens "yes"', dict(q, return_tokens='yes')), ('an empty prompt list', dict(q, prompt=[])),
+                   ('a list of prompts streamed', dict(q, prompt=['a', 'b'], stream=True))]:
+    st, c = post(P, '/completion', body)
+    check(st == 400 and c and c.get('error', {}).get('message'), f'400 for {name}', f'{st} {c}')
+
+# ---- 3: infill ----------------------------------------------------------------------------------
+pre, suf = 'def add(a, b):\n    ', '\n    return c\n'
+body = dict(GREEDY, input_prefix=pre, input_suffix=suf, prompt='c =', n_predict=4,
+            input_extra=[{'filename': 'util.py', 'text': 'import os\n'}])
+st, c = post(P, '/infill', body)
+want = ('<|repo_name|>myproject\n<|file_sep|>util.py\nimport os\n<|file_sep|>filename\n<|fim_prefix|>' + pre + 'c ='
+        + '<|fim_suffix|>' + suf + '<|fim_middle|>')
+check(st == 200 and c.get('stop') is True and c.get('tokens_predicted') == 4 and c.get('prompt') == want,
+      '/infill: the FIM prompt in llama-server\'s order, a native answer', f'{st} {str(c)[:400]}')
+check(c.get('tokens_evaluated') == len(tokenize(P, want)) and c.get('truncated') is False,
+      '/infill: its tokens are the FIM tokens and the texts', f'{c.get("tokens_evaluated")} {len(tokenize(P, want))}')
+st, c2 = post(P, '/infill', dict(body, input_prefix='x = 1\n' * 300))
+check(st == 200 and c2.get('truncated') is True and c2['prompt'].endswith('x = 1\n' + 'c =<|fim_suffix|>' + suf + '<|fim_middle|>')
+      and c2['tokens_evaluated'] < 256, '/infill: a long prefix keeps its end and says truncated', str(c2)[:300])
+for name, b2, want_msg in [('no input_prefix', {'input_suffix': ''}, '"input_prefix" is required'),
+                           ('input_extra not a list', dict(body, input_extra='x'), '"input_extra" must be an array'),
+                           ('an extra chunk without text', dict(body, input_extra=[{'filename': 'a'}]), 'must contain a "text"'),
+                           ('a prompt number', dict(body, prompt=3), '"prompt" must be a string')]:
+    st, c = post(P, '/infill', b2)
+    check(st == 400 and want_msg in c.get('error', {}).get('message', ''), f'/infill 400: {name}', f'{st} {c}')
+P0 = serve('nofim', NO_FIM, '-np', '1', '--ctx', '128')
+st, c = post(P0, '/infill', body)
+check(st == 501 and c['error']['type'] == 'not_supported_error' and
+      c['error']['message'].startswith('Infill is not supported by this model: prefix token is missing.'),
+      '/infill on a model without FIM tokens: 501, llama-server\'s message', f'{st} {c}')
+
+# ---- 7: logit_bias by text ----------------------------------------------------------------------
+first = toks[0] if toks else tokenize(P, a['content'])[0]   # (the old server had no return_tokens)
+piece = detok(P, [first])
+banned_ids = tokenize(P, piece)
+for form, bias in [('object', {piece: False}), ('list', [[piece, False]]), ('object -100', {piece: -100})]:
+    st, c = post(P, '/completion', dict(q, n_predict=16, return_tokens=True, logit_bias=bias))
+    check(st == 200 and not set(c['tokens']) & set(banned_ids), f'logit_bias by text ({form}) bans {piece!r}',
+          f'{st} {c.get("tokens")} {banned_ids}')
+word = ' dog'
+wids = tokenize(P, word)
+for form, bias in [('object', {word: 100}), ('list', [[word, 100]])]:
+    st, c = post(P, '/completion', dict(q, n_predict=6, return_tokens=True, logit_bias=bias))
+    check(st == 200 and set(c['tokens']) <= set(wids), f'logit_bias by text ({form}) forces {word!r}', f'{c.get("tokens")} {wids}')
+st, c = post(P, '/completion', dict(q, n_predict=4, return_tokens=True, logit_bias={str(first): False}))
+check(st == 200 and first not in c['tokens'], 'logit_bias: a numeric key is a token id')
+st, c = post(P, '/completion', dict(q, logit_bias=[[piece, 'x']]))
+check(st == 400, 'logit_bias: a bias that is not a number or false is a 400', f'{st} {c}')
+
+# ---- 8: chat stream usage -----------------------------------------------------------------------
+chat = {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 4, 'temperature': 0}
+s1 = stream(P, '/v1/chat/completions', dict(chat, stream_options={'include_usage': True}))
+last = s1['events'][-1] if s1['events'] else {}
+check(s1['done'] and last.get('choices') == [] and last.get('usage', {}).get('completion_tokens') == 4
+      and last.get('timings', {}).get('predicted_n') == 4, 'include_usage: a usage chunk with timings, last', str(last)[:300])
+s2 = stream(P, '/v1/chat/completions', chat)
+check(s2['done'] and not any('usage' in e for e in s2['events']) and 'timings' in s2['events'][-1],
+      'without include_usage no usage chunk (timings on the finish chunk)')
+
+# ---- 10: embeddings -----------------------------------------------------------------------------
+st, f1 = post(P, '/v1/embeddings', {'input': 'hello world'})
+st2, f2 = post(P, '/v1/embeddings', {'input': 'hello world', 'encoding_format': 'base64'})
+vec = f1['data'][0]['embedding'] if st == 200 else []
+raw = base64.b64decode(f2['data'][0]['embedding']) if st2 == 200 else b''
+dec = list(struct.unpack('<%df' % (len(raw) // 4), raw))
+check(st2 == 200 and len(dec) == len(vec) > 0 and all(struct.pack('<f', x) == struct.pack('<f', y) for x, y in zip(dec, vec)),
+      'encoding_format base64: the same float32 values', f'{st2} {len(dec)} {len(vec)}')
+st, c = post(P, '/v1/embeddings', {'input': 'x', 'encoding_format': 'hex'})
+check(st == 400, 'encoding_format other than float / base64: 400')
+st, c = post(P, '/v1/embeddings', {'input': ''})
+check(st == 200 and len(c['data'][0]['embedding']) == len(vec) and c['usage']['prompt_tokens'] == 1,
+      'an empty input string embeds the empty prompt', f'{st} {str(c)[:200]}')
+st, c = post(P, '/v1/embeddings', {'input': [1] * 300})
+check(st == 400 and 'too large to process' in c['error']['message'], 'a too long input: "too large to process"', f'{st} {c}')
+PN = serve('none', M, '-np', '1', '--ctx', '128', '--embeddings', '--pooling', 'none')
+st, c = post(PN, '/embeddings', {'input': ['hello world', 'a']})
+n_tok = [len(tokenize(PN, 'hello world')), len(tokenize(PN, 'a'))]
+check(st == 200 and isinstance(c, list) and [len(x['embedding']) for x in c] == n_tok
+      and all(len(row) == len(vec) for x in c for row in x['embedding']), '--pooling none: a vector per token on /embeddings',
+      f'{st} {str(c)[:200]}')
+st, c = post(PN, '/v1/embeddings', {'input': 'hello'})
+check(st == 400 and "Pooling type 'none' is not OAI compatible" in c['error']['message'], '--pooling none: 400 on /v1/embeddings', f'{st} {c}')
+
+# ---- 11: JSON schemas without type, bad types ---------------------------------------------------
+for schema, opener in [({'items': {'type': 'integer'}}, '['), ({'properties': {'a': {'type': 'integer'}}}, '{'),
+                       ({'minLength': 2, 'maxLength': 4}, '"')]:
+    st, c = post(P, '/v1/chat/completions', dict(chat, max_tokens=12, json_schema=schema))
+    content = c['choices'][0]['message']['content'] if st == 200 else ''
+    check(st == 200 and content.startswith(opener), f'a schema without type ({list(schema)[0]}) constrains to {opener}',
+          f'{st} {str(c)[:200]}')
+for bad in [123, 'hiccup', [1]]:
+    st, c = post(P, '/v1/chat/completions', dict(chat, json_schema={'type': bad}))
+    check(st == 400 and 'type' in c['error']['message'], f'schema type {bad!r}: 400', f'{st} {c}')
+    st, c = post(P, '/v1/chat/completions', dict(chat, response_format={'type': 'json_schema', 'json_schema': {'schema': {'type': bad}}}))
+    check(st == 400, f'response_format schema type {bad!r}: 400', f'{st} {c}')
+
+# ---- 12: truncated after a context shift --------------------------------------------------------
+PS = serve('shift', M, '-np', '1', '--ctx', '64', '--context-shift', '--keep', '4')
+st, c = post(PS, '/completion', dict(q, n_predict=100))
+check(st == 200 and c.get('tokens_predicted') == 100 and c.get('truncated') is True, 'truncated after a context shift',
+      str(c)[:300])
+st, c = post(PS, '/completion', dict(q, n_predict=4))
+check(st == 200 and c.get('truncated') is False, 'not truncated without one')
+
+# ---- 13: /apply-template add_generation_prompt ------------------------------------------------
+msgs = {'messages': [{'role': 'user', 'content': 'hi'}]}
+st, on = post(P, '/apply-template', msgs)
+st2, off = post(P, '/apply-template', dict(msgs, add_generation_prompt=False))
+check(st == st2 == 200 and off['prompt'].endswith('<|im_end|>\n') and '<|im_start|>assistant' not in off['prompt']
+      and on['prompt'].startswith(off['prompt'] + '<|im_start|>assistant\n'), 'apply-template: add_generation_prompt false renders no opener',
+      f'{on} {off}')
+st, c = post(P, '/apply-template', dict(msgs, add_generation_prompt='no'))
+check(st == 400, 'apply-template: add_generation_prompt must be a boolean')
+
+st, _, _ = request(P, 'GET', '/health')
+check(st == 200, 'the server still answers')
+for r in servers:   # a sanitizer build reports into the log (leaks at exit)
+    r.stop()
+    log = r.log()
+    check(r.proc.returncode == 0 and 'Sanitizer' not in log and 'runtime error' not in log,
+          f'server {r.name}: exit 0, no sanitizer report', f'{r.proc.returncode} {log[-2000:]}')
+finish()
