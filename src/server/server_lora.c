@@ -59,13 +59,6 @@ void srv_lora_unload(srv *s) {
     pthread_mutex_unlock(&mu);
 }
 
-int srv_lora_apply(bs_model *m, struct bs_lora *const *loras, int n, const float *scale) {
-    bs_lora_detach(m);
-    for (int k = 0; k < n; k++)
-        if (scale[k] != 0.0f && bs_lora_attach(m, loras[k], scale[k])) return -1;
-    return 0;
-}
-
 /* [{"id": k, "scale": x}, ...] -> out (the adapters not listed at 0); false + a 400 in r. */
 static bool parse_list(const srv *s, json_t *v, const char *field, float *out, srv_reply *r) {
     if (!json_is_array(v)) {

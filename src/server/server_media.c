@@ -33,7 +33,7 @@ static bool bad_name(const char *p, size_t n) {
 int srv_media_read(const char *url, size_t n, size_t max_bytes, unsigned char **out, size_t *len, char *err,
                    size_t errlen) {
     if (!root[0])
-        return bs_errbuf(err, errlen, "image_url: file:// URLs are refused (start the server with --media-path DIR)");
+        return bs_errbuf(err, errlen, "image_url: remote URLs are not fetched; send the image as a data: URL (file:// URLs need --media-path DIR)");
     const char *name = url + 7;
     const size_t nl = n - 7;
     if (nl >= PATH_MAX - strlen(root) - 2 || bad_name(name, nl))
