@@ -51,7 +51,7 @@ finally:
 check(R0 is not None, 'the base model answers')
 
 srv = Replica(W, 'lora', ['-m', TINY, '-t', '2', '--ctx', '256', '-np', '2', '--lora', ADAPTER,
-                          '--lora-init-without-apply']).start().wait_ready()
+                          '--lora-init-without-apply', '--embeddings']).start().wait_ready()
 P = srv.port
 try:
     st, _, d = request(P, 'GET', '/lora-adapters')
@@ -66,8 +66,17 @@ try:
     Rh = answer(P, [{'id': 0, 'scale': 0.5}])
     check(Rh is not None and Rh != R1 and Rh != R0, 'scale 0.5: yet another answer')
 
+    E0 = post(P, '/v1/embeddings', {'input': PROMPT})[1]['data'][0]['embedding']
     st, j = post(P, '/lora-adapters', [{'id': 0, 'scale': 1}])
     check(st == 200 and j == {'success': True}, 'POST /lora-adapters', f'{st} {j}')
+    # embeddings run with the global scales, and are not starved by generations with others
+    long_gen = threading.Thread(target=lambda: post(P, '/v1/completions', {
+        'prompt': 'x', 'max_tokens': 400, 'ignore_eos': True, 'lora': [{'id': 0, 'scale': 0}]}))
+    long_gen.start()
+    st, j = post(P, '/v1/embeddings', {'input': PROMPT})
+    E1 = j['data'][0]['embedding'] if st == 200 else None
+    long_gen.join(120)
+    check(E1 is not None and E1 != E0, 'embeddings use the global scale, beside a generation with another', f'{st}')
     j = jbody(request(P, 'GET', '/lora-adapters')[2])
     check(j[0]['scale'] == 1, 'the global scale is 1 now', str(j))
     check(answer(P) == R1, 'a request without lora runs with the global scale')

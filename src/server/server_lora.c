@@ -21,9 +21,6 @@
 
 #define LORA_SCALE_MAX 100.0   /* far past any useful scale; more is a 400 */
 
-/* The global scales (POST /lora-adapters), for the requests parsed from now on. */
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static float global[SRV_MAX_LORA];
 
 int srv_lora_load(srv *s) {
     const bs_engine_opts *o = &s->cfg.gen;
@@ -40,10 +37,9 @@ int srv_lora_load(srv *s) {
         /* checked now (matrix names and shapes), then left off: the scheduler attaches per pass */
         if (bs_lora_attach(s->model, l, 1.0f)) return -1;
         bs_lora_detach(s->model);
-        pthread_mutex_lock(&mu);
-        global[k] = s->cfg.lora_init_without_apply ? 0.0f : scale;
-        pthread_mutex_unlock(&mu);
-        bs_log(1, "LoRA %d: %s, %d matrices, scale %g\n", k, l->path, l->n, (double)global[k]);
+        const float sc = s->cfg.lora_init_without_apply ? 0.0f : scale;
+        srv_lora_set_global(k, sc);
+        bs_log(1, "LoRA %d: %s, %d matrices, scale %g\n", k, l->path, l->n, (double)sc);
     }
     s->cfg.loras = s->loras;
     s->cfg.n_loras = s->n_loras;
@@ -54,9 +50,7 @@ void srv_lora_unload(srv *s) {
     if (s->model) bs_lora_detach(s->model);
     for (int k = 0; k < s->n_loras; k++) bs_lora_free(s->loras[k]);
     s->n_loras = 0;
-    pthread_mutex_lock(&mu);
-    memset(global, 0, sizeof global);
-    pthread_mutex_unlock(&mu);
+    for (int k = 0; k < SRV_MAX_LORA; k++) srv_lora_set_global(k, 0.0f);
 }
 
 /* [{"id": k, "scale": x}, ...] -> out (the adapters not listed at 0); false + a 400 in r. */
@@ -87,18 +81,10 @@ static bool parse_list(const srv *s, json_t *v, const char *field, float *out, s
 }
 
 bool srv_lora_parse(srv *s, json_t *b, srv_task *t, srv_reply *r) {
-    pthread_mutex_lock(&mu);
-    memcpy(t->lora, global, sizeof t->lora);
-    pthread_mutex_unlock(&mu);
+    srv_lora_global(t->lora);
     json_t *v = json_object_get(b, "lora");
     if (!v || json_is_null(v)) return true;
     return parse_list(s, v, "lora", t->lora, r);
-}
-
-void srv_lora_global(float *out) {
-    pthread_mutex_lock(&mu);
-    memcpy(out, global, sizeof global);
-    pthread_mutex_unlock(&mu);
 }
 
 static json_t *adapters_json(const srv *s) {
@@ -127,9 +113,7 @@ bool srv_lora_route(srv *s, const char *method, const char *url, const char *bod
     float sc[SRV_MAX_LORA];
     if (!b) srv_reply_error(r, 400, "invalid_request_error", "the body is not valid JSON: %s", je.text);
     else if (parse_list(s, b, "body", sc, r)) {
-        pthread_mutex_lock(&mu);
-        memcpy(global, sc, sizeof global);
-        pthread_mutex_unlock(&mu);
+        for (int k = 0; k < SRV_MAX_LORA; k++) srv_lora_set_global(k, sc[k]);
         srv_reply_json(r, 200, json_pack("{s:b}", "success", true));
     }
     json_decref(b);

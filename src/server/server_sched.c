@@ -296,20 +296,21 @@ static bool in_pass(const srv_sched *s, const slot *sl) {
     return !s->cfg.n_loras || same_lora(sl->task->lora, s->lora_pass);
 }
 
-/* The adapter scales of this pass: those of the first busy slot from lora_turn on (or the
- * embeddings task's), attached to the model if they are not already. false + err: attaching
+/* The adapter scales of this pass: those of the first busy slot (or the embeddings task) from
+ * lora_turn on, attached to the model if they are not already. false + err: attaching
  * failed (the pass's slots end with it). */
 static bool lora_choose(srv_sched *s, char *err, size_t len) {
     if (!s->cfg.n_loras) return true;
     const float *want = NULL;
-    for (int k = 0; k < s->cfg.n_slots && !want; k++) {
-        const int i = (s->lora_turn + k) % s->cfg.n_slots;
-        if (s->slots[i].task) {
-            want = s->slots[i].task->lora;
-            s->lora_turn = (i + 1) % s->cfg.n_slots;
+    const int n = s->cfg.n_slots + 1;   /* the slots, then the embeddings task */
+    for (int k = 0; k < n && !want; k++) {
+        const int i = (s->lora_turn + k) % n;
+        const srv_task *t = i < s->cfg.n_slots ? s->slots[i].task : s->emb_task;
+        if (t) {
+            want = t->lora;
+            s->lora_turn = (i + 1) % n;
         }
     }
-    if (!want && s->emb_task) want = s->emb_task->lora;
     if (!want) return true;
     memcpy(s->lora_pass, want, sizeof s->lora_pass);
     if (same_lora(s->lora_cur, s->lora_pass)) return true;
@@ -815,6 +816,7 @@ int srv_sched_submit(srv_sched *s, srv_task *t) {
     t->t_submit = bs_time();
     srv_task_ref(t);
     if (t->emb) {   /* checked for room above like a generation, and in its own queue */
+        srv_lora_global(t->lora);   /* embeddings run with the global adapter scales */
         if (!s->emb_sess || s->eq_len >= s->q_limit) {
             pthread_mutex_unlock(&s->mu);
             srv_task_unref(t);
