@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SLOT_MAGIC "BSSLOT1\n"
@@ -84,24 +85,26 @@ static int slot_save(srv_slot_op *op, const char *dir, bs_gen *g, const float *l
 
 /* The whole file (at most max bytes) into *buf. */
 static int read_file(srv_slot_op *op, size_t max, char **buf, size_t *len) {
-    FILE *f = fopen(op->path, "rb");
-    if (!f) return op_fail(op, 400, "Unable to restore slot: no slot file named %s", op->filename);
+    int fd = open(op->path, O_RDONLY);
+    if (fd < 0) return op_fail(op, 400, "Unable to restore slot: no slot file named %s", op->filename);
+    struct stat st;
     char *p = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            if (cap > max + 1 || !(p = bs_xrealloc(p, cap))) break;
-        }
-        size_t got = fread(p + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
+    size_t n = 0;
+    int rc = 0;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max)
+        rc = op_fail(op, 400, "Unable to restore slot: %s is not a slot file of a usable size", op->filename);
+    else if (!(p = malloc(st.st_size ? (size_t)st.st_size : 1)))
+        rc = op_fail(op, 500, "out of memory reading %s", op->filename);
+    while (!rc && n < (size_t)st.st_size) {
+        ssize_t got = read(fd, p + n, (size_t)st.st_size - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) rc = op_fail(op, 500, "reading %s failed", op->filename);
+        else n += (size_t)got;
     }
-    const bool err = ferror(f) || n > max;
-    fclose(f);
-    if (err) {
+    close(fd);
+    if (rc) {
         free(p);
-        return op_fail(op, 400, "the slot file %s cannot be read or is too large", op->filename);
+        return -1;
     }
     *buf = p;
     *len = n;
