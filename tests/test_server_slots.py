@@ -8,7 +8,7 @@
 - "id_slot" in requests: that slot takes the request (its cache shows it);
 - bad input: names with '/', "..", a leading '.', no name, a missing file, a damaged file, an
   unknown action or slot: 400; without --slot-save-path 501; --no-slots: GET /slots 501."""
-import os, sys, time
+import os, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
@@ -118,6 +118,21 @@ try:
     check(st == 400 and 'id_slot' in j['error']['message'], 'id_slot past the slots: 400', f'{st} {j}')
     st, j = post(P, '/v1/completions', {'prompt': 'hi', 'max_tokens': 1, 'id_slot': 'a'})
     check(st == 400, 'id_slot not a number: 400', f'{st} {j}')
+
+    # an action on a busy slot waits for its generation to end (it never races it)
+    res = {}
+    gen = threading.Thread(target=lambda: res.update(g=post(P, '/v1/completions', {
+        'prompt': 'Count: one two three', 'max_tokens': 400, 'ignore_eos': True, 'temperature': 0, 'id_slot': 0})))
+    gen.start()
+    for _ in range(500):
+        if jbody(request(P, 'GET', '/slots')[2])[0]['is_processing']:
+            break
+        time.sleep(0.002)
+    st, j = post(P, '/slots/0?action=save', {'filename': 'busy.bin'})
+    gen.join(120)
+    g = res.get('g', (0, None))
+    check(st == 200 and g[0] == 200 and j['n_saved'] >= g[1]['usage']['prompt_tokens'] + 400 - 1,
+          'a save on a busy slot waits and saves the finished generation', f'{st} {j} {g[0]}')
 
     # id_slot: the request goes to the named slot
     post(P, '/slots/1?action=erase', {})
