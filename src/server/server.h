@@ -17,6 +17,11 @@
  *   server_image.c    image_url content parts (data: URLs, strict base64) -> image bytes
  *                     (server_image.h)
  *   server_vision.c   image parts encoded by the projector and placed in the prompt
+ *   server_slots.c    POST /slots/{id}?action=save|restore|erase, "id_slot", --no-slots
+ *                     (server_slot_file.c: the scheduler's side, the files)
+ *   server_lora.c     /lora-adapters and requests' "lora" (server_lora_apply.c: the scales a
+ *                     pass attaches); server_props.c: /props, /models; server_media.c:
+ *                     --media-path file:// images
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
