@@ -15,7 +15,7 @@
 import base64, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
+from replica_lib import B, TINY, Replica, check, finish, jbody, request, sanitized, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -83,8 +83,19 @@ try:
     REF = greedy(ref_srv.port)
 finally:
     ref_srv.stop()
-sl = Replica(W, 'sleep', ['-m', TINY, '-t', '1', '--ctx', '256', '-np', '2', '--sleep-idle-seconds', '1']).start().wait_ready()
+
+
+def rss_kb(pid):
+    with open(f'/proc/{pid}/status') as f:
+        return next(int(l.split()[1]) for l in f if l.startswith('VmRSS:'))
+
+
+sl = Replica(W, 'sleep', ['-m', TINY, '-t', '2', '--ctx', '4096', '-np', '4', '--sleep-idle-seconds', '1']).start().wait_ready()
 try:
+    long_prompt = ' '.join(f'w{i}' for i in range(1000))   # ~4000 tokens in each slot's cache
+    for k in range(4):
+        post(sl.port, '/v1/completions', {'prompt': f'{k} {long_prompt}', 'max_tokens': 1, 'id_slot': k})
+    rss_full = rss_kb(sl.proc.pid)
     check(greedy(sl.port) == REF, 'before sleeping: the reference answer')
     check(get(sl.port, '/props')[1]['is_sleeping'] is False, 'busy a moment ago: awake')
     asleep = False
@@ -95,6 +106,10 @@ try:
             break
     check(asleep, 'after the idle time /props says is_sleeping')
     check('slots\' memory freed' in sl.log(), 'the log says the memory was freed')
+    if not sanitized():   # ASan keeps freed memory in its quarantine
+        rss_asleep = rss_kb(sl.proc.pid)
+        check(rss_full - rss_asleep > 12000, f'asleep: the KV caches\' memory went back to the system ({rss_full} -> {rss_asleep} kB)',
+              f'RSS {rss_full} kB -> {rss_asleep} kB')
     st, slots = get(sl.port, '/slots')
     check(st == 200 and all(x['n_cached'] == 0 for x in slots), 'asleep: the slots hold nothing', str(slots))
     check(greedy(sl.port) == REF, 'the next request wakes it and answers as before (tokens and logprobs)')
