@@ -16,6 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
+/* cli_serve_more.c */
+void cli_serve_more_help(void);
+int cli_serve_parse_more(srv_config *c, int argc, char **argv, int *i);
+
 void help_serve(void) {
     printf("usage: bitspark serve -m MODEL [options]\n"
            "\n"
@@ -84,6 +88,7 @@ void help_serve(void) {
            CLI_NORMALIZE_HELP
            "  -v, --verbose           more logging\n"
            "\n");
+    cli_serve_more_help();
     cli_gen_context_help();
     cli_gen_sampling_help();
     printf("  These set the defaults of requests that do not give them (--lora: for every request).\n"
@@ -146,6 +151,9 @@ static int parse(srv_config *c, int argc, char **argv) {
         int lg = parse_loop_guard(c, argc, argv, &i);
         if (lg < 0) return -1;
         if (lg) continue;
+        int more = cli_serve_parse_more(c, argc, argv, &i);
+        if (more < 0) return -1;
+        if (more) continue;
         int sg = cli_gen_parse_sampling(&c->gen, argc, argv, &i);
         if (!sg) sg = cli_gen_parse_context(&c->gen, argc, argv, &i);
         if (sg < 0) return -1;

@@ -79,4 +79,11 @@ void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src);
 int bs_gen_reusable(const bs_gen *g, const int32_t *prompt, int n, const bs_gen_image *images, int n_images,
                     bool no_cache);
 
+/* gen_slot.c, between requests: drop every cached prefix (the live session and the saved
+ * states), e.g. when the adapters the next request runs with differ; and take over a session
+ * state loaded from elsewhere (bs_session_state_save bytes) with the n tokens it holds (-1 +
+ * error, the slot then holds nothing). */
+void bs_gen_forget(bs_gen *g);
+int bs_gen_adopt(bs_gen *g, const void *state, size_t len, const int32_t *toks, int n);
+
 #endif

@@ -38,7 +38,7 @@ int srv_load(srv *s) {
     const srv_config *cfg = &s->cfg;
     bs_model_params mp = {.no_mmap = cfg->no_mmap, .device = cfg->device};
     if (!(s->model = bs_model_load(cfg->model, &mp))) return -1;
-    if (bs_loras_attach(s->model, &cfg->gen, s->loras, &s->n_loras)) return -1;
+    if (srv_lora_load(s)) return -1;
     const int train = bs_model_n_ctx_train(s->model);
     if (s->cfg.n_ctx > train) {   /* as `help serve` says: capped by the model */
         fprintf(stderr, "warning: -c %d is more than the model's training context of %d tokens: using %d\n",
@@ -59,6 +59,7 @@ int srv_load(srv *s) {
         if (!(s->mmproj = bs_vision_load(cfg->mmproj, s->model))) return -1;
         srv_vision_set_budget(cfg->image_budget);
     }
+    srv_media_set_path(cfg->media_path);
     s->tmpl_text = gguf_get_str(s->model->file, "tokenizer.chat_template");
     bs_chat_template_detect(s->tmpl_text, &s->tmpl);
     if (!(s->sched = srv_sched_new(s->model, s->tok, &s->cfg, &s->metrics, s->mmproj))) return -1;
@@ -80,8 +81,7 @@ void srv_stop(srv *s) {
     bs_tokenizer_free(s->tok);
     bs_mmproj_free(s->mmproj);
     s->mmproj = NULL;
-    bs_loras_detach(s->model, s->loras, s->n_loras);
-    s->n_loras = 0;
+    srv_lora_unload(s);
     bs_model_free(s->model);
     s->sched = NULL;
     s->tok = NULL;

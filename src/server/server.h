@@ -23,6 +23,11 @@
  *   server_native.c   llama-server's native completion: prompt forms, its fields, its answers
  *   server_infill.c   the fill-in-the-middle prompt of POST /infill from the FIM tokens
  *   server_bias.c     logit_bias by token id or text
+ *   server_slots.c    POST /slots/{id}?action=save|restore|erase, "id_slot", --no-slots
+ *                     (server_slot_file.c: the scheduler's side, the files)
+ *   server_lora.c     /lora-adapters and requests' "lora" (server_lora_apply.c: the scales a
+ *                     pass attaches); server_props.c: /props, /models; server_media.c:
+ *                     --media-path file:// images
  *
  * Doom-loop guard: `serve --loop-guard off|stop|rewind` (+ the --loop-* thresholds of run/chat)
  * is the default; a request's "loop_guard" ("off" | "stop" | "rewind", or {"mode", "min_repeats",
@@ -68,6 +73,8 @@
  * JSON. Past the first: 400; past the second: 503. */
 #define SRV_LOGPROB_MAX (1L << 20)
 #define SRV_LOGPROB_BUDGET (4L << 20)
+#define SRV_MAX_ALIAS 16
+#define SRV_MAX_LORA BS_ENGINE_MAX_LORA
 
 typedef struct srv_config {
     const char *model, *drafter, *host, *api_key, *alias;
@@ -101,6 +108,21 @@ typedef struct srv_config {
     bs_norm_mode normalize;
     const char *replica_id;    /* --replica-id: sent as X-Replica-Id on every answer (NULL: none) */
     double drain_timeout;      /* --drain-timeout: seconds in-flight work may take after SIGTERM */
+    /* llama-server's slot, adapter, model-name and idle options (server_slots.c, server_lora.c,
+     * server_props.c, server_media.c) */
+    const char *slot_save_path;   /* --slot-save-path: POST /slots/{id}?action=save|restore|erase */
+    bool no_slots;             /* --no-slots: GET /slots and the slot actions are 501 */
+    bool lora_init_without_apply;   /* --lora-init-without-apply: adapters start at scale 0 */
+    const char *aliases[SRV_MAX_ALIAS];   /* --alias (repeated or comma-separated); the first is
+                                  the model id (alias above) */
+    int n_aliases;
+    const char *tags[SRV_MAX_ALIAS];      /* --tags */
+    int n_tags;
+    const char *media_path;    /* --media-path: file:// image URLs below this directory */
+    double sleep_idle;         /* --sleep-idle-seconds: free the slots' memory when idle (0: never) */
+    /* set by srv_load: the adapters the scheduler attaches per pass (server_lora.c) */
+    struct bs_lora *const *loras;
+    int n_loras;
 } srv_config;
 
 /* SRV_FINISH_SHUTDOWN: cancelled because the server stopped (drain timeout or a second signal). */
@@ -148,6 +170,9 @@ typedef struct srv_task {
     bs_image_pixels *pixels;   /* images[k]'s pixels until then (the same ownership) */
     int n_images;
     bool prompt_cut;           /* the prompt was cut to fit (/infill): the answer says truncated */
+    int id_slot;               /* "id_slot": the slot that must take it (-1: any) */
+    float lora[SRV_MAX_LORA];  /* the adapters' scales it runs with (the global ones, or its "lora") */
+    struct srv_slot_op *op;    /* a slot action (server_slots.c) instead of a generation; owned */
     struct srv_emb *emb;       /* an embeddings request (server_embed.c) instead of a generation:
                                   the scheduler evaluates its inputs in the prompt chunks of its
                                   passes; NULL otherwise. Owned by the task */
@@ -498,5 +523,37 @@ void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n);
 /* server_reply.c: a finished task -> response JSON (r->body), or an SSE stream over it. Both
  * take ownership of g->prompt_text and a reference to t. */
 void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r);
+
+/* --- slots, adapters, model names, media (server_slots.c, server_lora.c, server_props.c,
+ * server_media.c) --- */
+typedef struct srv_slot_op srv_slot_op;
+/* POST /slots/{id}?action=... (and GET /slots under --no-slots): true when url is theirs and *r
+ * holds the answer (or the pending action). */
+bool srv_slots_route(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
+/* The scheduler's side of an action on an idle slot's generator; lora: the slot's adapter scales
+ * (a restore sets them to the file's, an erase to 0). The answer is kept in op. */
+int srv_slot_op_run(srv_slot_op *op, const srv_config *cfg, bs_gen *g, float *lora);
+void srv_slot_op_free(srv_slot_op *op);
+/* A generation request's "id_slot" and "lora" into t (false + a 400 in r). */
+bool srv_slots_parse(srv *s, struct json_t *b, srv_task *t, srv_reply *r);
+/* --lora adapters: loaded and checked (not attached; cfg.loras set), and freed. */
+int srv_lora_load(srv *s);
+void srv_lora_unload(srv *s);
+bool srv_lora_parse(srv *s, struct json_t *b, srv_task *t, srv_reply *r);
+/* The global scales: those of requests without "lora" and of embeddings (server_lora_apply.c). */
+void srv_lora_global(float *out);
+void srv_lora_set_global(int id, float scale);
+bool srv_lora_route(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
+/* The model with exactly these scales attached (0: not attached). -1 + error. */
+int srv_lora_apply(bs_model *m, struct bs_lora *const *loras, int n, const float *scale);
+/* GET /models, /v1/models and /props (server_props.c). */
+void srv_api_models(srv *s, srv_reply *r);
+void srv_api_props(srv *s, srv_reply *r);
+/* --media-path: a file:// URL's bytes, the path confined to the directory; -1 + message. */
+void srv_media_set_path(const char *dir);
+int srv_media_read(const char *url, size_t n, size_t max_bytes, unsigned char **out, size_t *len, char *err,
+                   size_t errlen);
+/* --sleep-idle-seconds: whether the slots' memory is freed now (server_sched.c). */
+bool srv_sched_sleeping(srv_sched *s);
 
 #endif

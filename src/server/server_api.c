@@ -253,7 +253,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
         !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
-        !parse_bias(s, b, t, r) || !parse_loop_guard(s, b, t, r))
+        !parse_bias(s, b, t, r) || !parse_loop_guard(s, b, t, r) || !srv_slots_parse(s, b, t, r))
         return false;
     if (n > SRV_MAX_CHOICES) { bad_request(r, "'%s' is at most 16", "n"); return false; }
     t->n_choices = (int)n;
@@ -769,32 +769,6 @@ static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *sha
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
 
-static void api_models(srv *s, srv_reply *r) {
-    json_t *meta = json_pack("{s:i,s:i,s:i,s:i}", "n_vocab", bs_model_n_vocab(s->model), "n_ctx_train",
-                             bs_model_n_ctx_train(s->model), "n_embd", bs_model_n_embd(s->model), "n_layer",
-                             bs_model_n_layer(s->model));
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", srv_model_name(s), "object", "model", "created",
-                          (json_int_t)s->t_created, "owned_by", "bitspark", "meta", meta);
-    srv_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
-}
-
-static void api_props(srv *s, srv_reply *r) {
-    const bs_sampler_params d = s->cfg.gen.sp;
-    const bs_loop_guard_params *lg = &s->cfg.loop;
-    json_t *gs = json_pack("{s:i,s:f,s:i,s:f,s:f,s:i,s:{s:s,s:i,s:i,s:i,s:i}}", "n_ctx", srv_sched_n_ctx(s->sched),
-                           "temperature", (double)d.temp, "top_k", d.top_k, "top_p", (double)d.top_p, "min_p",
-                           (double)d.min_p, "n_predict", srv_n_predict_cap(&s->cfg), "loop_guard", "mode", bs_loop_guard_mode_name(lg->mode),
-                           "min_repeats", lg->det.min_repeats, "min_chars", lg->det.min_chars, "max_period",
-                           lg->det.max_period, "max_rewinds", lg->max_rewinds);
-    json_t *j = json_pack("{s:o,s:i,s:s,s:s,s:s,s:s,s:b,s:i}", "default_generation_settings", gs, "total_slots",
-                          srv_sched_n_slots(s->sched), "model_path", s->cfg.model, "model_alias", srv_model_name(s),
-                          "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",
-                          "bitspark-" BITSPARK_VERSION, "speculative", s->cfg.drafter != NULL, "n_ctx",
-                          srv_sched_n_ctx(s->sched));
-    json_object_set_new(j, "modalities", json_pack("{s:b}", "vision", s->mmproj != NULL));
-    srv_reply_json(r, 200, j);
-}
-
 static void api_slots(srv *s, srv_reply *r) {
     int n = srv_sched_n_slots(s->sched);
     srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
@@ -946,8 +920,8 @@ bool srv_route_generates(const char *url) {
 static void get_route(srv *s, int kind, srv_reply *r) {
     switch (kind) {
     case R_HEALTH: srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok")); break;
-    case R_MODELS: api_models(s, r); break;
-    case R_PROPS: api_props(s, r); break;
+    case R_MODELS: srv_api_models(s, r); break;
+    case R_PROPS: srv_api_props(s, r); break;
     case R_SLOTS: api_slots(s, r); break;
     case R_METRICS:
         r->status = 200;
@@ -967,6 +941,7 @@ static void get_route(srv *s, int kind, srv_reply *r) {
 }
 
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r) {
+    if (srv_slots_route(s, method, url, body, len, r) || srv_lora_route(s, method, url, body, len, r)) return;
     const route *rt = find_route(url);
     if (!rt) { srv_reply_error(r, 404, "not_found_error", "no such endpoint: %.200s", url); return; }
     /* only the methods a route has; anything else (DELETE, FOO, ...) is 405 with Allow */

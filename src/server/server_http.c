@@ -286,7 +286,8 @@ bool srv_authorized(const srv *s, const char *url, const char *authorization, co
     size_t n = strcspn(url, "?");
     if ((n == 7 && !strncmp(url, "/health", 7)) || (n == 10 && !strncmp(url, "/v1/health", 10)) ||
         (n == 6 && !strncmp(url, "/ready", 6)) || (n == 9 && !strncmp(url, "/v1/ready", 9)) ||
-        (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)))
+        (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)) ||
+        (n == 7 && !strncmp(url, "/models", 7)))   /* public in llama-server too */
         return true;
     const char *h = authorization;
     if (h && !strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) return true;
@@ -709,6 +710,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         q->body = (srv_buf){0};
         suspend_on(k, W_JOB);
         return MHD_YES;
+    }
+    char with_action[512];   /* POST /slots/{id}?action=...: the handler reads the query */
+    const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    if (act && !strncmp(url, "/slots/", 7) && strlen(url) + strlen(act) + 9 < sizeof with_action) {
+        snprintf(with_action, sizeof with_action, "%s?action=%s", url, act);
+        url = with_action;
     }
     srv_handle(s, method, url, q->body.p, q->body.len, &r);
     /* the body is parsed: its memory goes back to the budget now, not at the end */

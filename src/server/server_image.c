@@ -14,6 +14,7 @@
  * lines at 76 columns; every other byte outside the alphabet, spaces and tabs included, is an
  * error that names its offset in the payload. */
 #include "server/server_image.h"
+#include "server/server.h"
 #include "generate/gen.h"
 #include "io/util.h"
 #include "vision/image.h"
@@ -155,11 +156,13 @@ int srv_image_from_part(const json_t *part, size_t max_bytes, srv_image *out, ch
     const json_t *url = part_url(part, err, errlen);
     const char *pay = NULL;
     size_t pay_len = 0;
-    if (!url || data_url_payload(json_string_value(url), json_string_length(url), &pay, &pay_len, err, errlen))
-        return -1;
     unsigned char *data = NULL;
     size_t len = 0;
-    if (srv_base64_decode(pay, pay_len, max_bytes, &data, &len, err, errlen)) return -1;
+    if (url && json_string_length(url) >= 7 && !strncasecmp(json_string_value(url), "file://", 7)) {   /* --media-path */
+        if (srv_media_read(json_string_value(url), json_string_length(url), max_bytes, &data, &len, err, errlen)) return -1;
+    } else if (!url || data_url_payload(json_string_value(url), json_string_length(url), &pay, &pay_len, err, errlen))
+        return -1;
+    else if (srv_base64_decode(pay, pay_len, max_bytes, &data, &len, err, errlen)) return -1;
     if (!bs_image_kind(data, len)) {
         free(data);
         return bs_errbuf(err, errlen, "image_url: the data is not a PNG, JPEG or PPM/PGM image");

@@ -35,6 +35,7 @@ typedef struct slot {
     bs_gen *gen;
     srv_task *task;
     long last_used;
+    float lora[SRV_MAX_LORA];   /* the adapter scales its cached prefix was computed with */
 } slot;
 
 struct srv_sched {
@@ -67,7 +68,16 @@ struct srv_sched {
     srv_task *emb_task;        /* scheduler thread only */
     srv_task **eq;
     int eq_head, eq_len;       /* guarded by mu */
+    /* LoRA (server_lora.c): the scales attached to the model now, those of this pass, and the
+     * slot whose scales the next pass takes first (passes take turns between scale sets) */
+    float lora_cur[SRV_MAX_LORA], lora_pass[SRV_MAX_LORA];
+    int lora_turn;
+    /* --sleep-idle-seconds: the slots' generators and the batch are freed while sleeping */
+    bool sleeping;             /* atomic: /props reads it */
+    double t_active;           /* bs_time() of the last turn with work */
 };
+
+static int slot_init(srv_sched *s, slot *sl, int id);
 
 /* ---- tasks ---------------------------------------------------------------------------------- */
 
@@ -90,6 +100,7 @@ srv_task *srv_task_new(void) {
     t->n_probs = -1;
     t->n_keep = -1;
     t->slot = -1;
+    t->id_slot = -1;
     t->sp = bs_sampler_default_params();
     t->loop = bs_loop_guard_default_params();
     return t;
@@ -131,6 +142,7 @@ void srv_task_unref(srv_task *t) {
     free(t->text);
     free(t->toks);
     srv_emb_free(t->emb);
+    srv_slot_op_free(t->op);
     if (t->lp_reserved) __atomic_sub_fetch(&lp_held, t->lp_reserved, __ATOMIC_RELAXED);
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
@@ -140,8 +152,8 @@ void srv_task_unref(srv_task *t) {
 /* ---- a slot's task ---------------------------------------------------------------------------- */
 
 static void publish_info(srv_sched *s, const slot *sl) {
-    int n;
-    bs_gen_cached(sl->gen, &n);
+    int n = 0;
+    if (sl->gen) bs_gen_cached(sl->gen, &n);
     pthread_mutex_lock(&s->mu);
     s->info[sl->id].busy = sl->task != NULL;
     s->info[sl->id].n_cached = n;
@@ -278,7 +290,59 @@ static bool task_cancelled(void *ud) {
     return c;
 }
 
+static bool same_lora(const float *a, const float *b) { return !memcmp(a, b, SRV_MAX_LORA * sizeof *a); }
+
+/* Whether a slot's work goes into this pass: it runs with the pass's adapter scales. */
+static bool in_pass(const srv_sched *s, const slot *sl) {
+    return !s->cfg.n_loras || same_lora(sl->task->lora, s->lora_pass);
+}
+
+/* The adapter scales of this pass: those of the first busy slot (or the embeddings task) from
+ * lora_turn on, attached to the model if they are not already. false + err: attaching
+ * failed (the pass's slots end with it). */
+static bool lora_choose(srv_sched *s, char *err, size_t len) {
+    if (!s->cfg.n_loras) return true;
+    const float *want = NULL;
+    const int n = s->cfg.n_slots + 1;   /* the slots, then the embeddings task */
+    for (int k = 0; k < n && !want; k++) {
+        const int i = (s->lora_turn + k) % n;
+        const srv_task *t = i < s->cfg.n_slots ? s->slots[i].task : s->emb_task;
+        if (t) {
+            want = t->lora;
+            s->lora_turn = (i + 1) % n;
+        }
+    }
+    if (!want) return true;
+    memcpy(s->lora_pass, want, sizeof s->lora_pass);
+    if (same_lora(s->lora_cur, s->lora_pass)) return true;
+    if (srv_lora_apply(s->m, s->cfg.loras, s->cfg.n_loras, s->lora_pass)) {
+        snprintf(err, len, "attaching the LoRA adapters: %s", bs_last_error());
+        bs_lora_detach(s->m);
+        memset(s->lora_cur, 0, sizeof s->lora_cur);
+        return false;
+    }
+    memcpy(s->lora_cur, s->lora_pass, sizeof s->lora_cur);
+    return true;
+}
+
+/* A slot action (server_slots.c) runs at once on the idle slot and ends. */
+static void run_op(srv_sched *s, slot *sl, srv_task *t) {
+    srv_slot_op_run(t->op, &s->cfg, sl->gen, sl->lora);
+    pthread_mutex_lock(&t->mu);
+    t->started = true;
+    t->slot = sl->id;
+    pthread_mutex_unlock(&t->mu);
+    end_queued(t, SRV_FINISH_STOP, "");
+    sl->last_used = ++s->tick;
+    publish_info(s, sl);
+}
+
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
+    if (t->op) { run_op(s, sl, t); return; }
+    if (!same_lora(sl->lora, t->lora)) {   /* its cache was computed with other adapters */
+        bs_gen_forget(sl->gen);
+        memcpy(sl->lora, t->lora, sizeof sl->lora);
+    }
     sl->task = t;
     bs_gen_set_cancel_hook(sl->gen, task_cancelled, t);
     bs_gen_request r;
@@ -339,9 +403,16 @@ static void step(srv_sched *s) {
     slot *who[MAX_SLOTS], *gen_slots[MAX_SLOTS];
     bs_gen *gens[MAX_SLOTS];
     int n = 0, n_gen = 0, budget = PROMPT_BUDGET, n_generating = 0;
+    char lerr[200];
+    if (!lora_choose(s, lerr, sizeof lerr)) {
+        for (int i = 0; i < s->cfg.n_slots; i++)
+            if (s->slots[i].task && in_pass(s, &s->slots[i])) finish(s, &s->slots[i], lerr);
+        if (s->emb_task && same_lora(s->emb_task->lora, s->lora_pass)) emb_end(s, lerr, SRV_FINISH_NONE);
+        return;
+    }
     for (int i = 0; i < s->cfg.n_slots; i++) {   /* the slots past their prompts */
         slot *sl = &s->slots[i];
-        if (!sl->task || bs_gen_in_prompt(sl->gen)) continue;
+        if (!sl->task || bs_gen_in_prompt(sl->gen) || !in_pass(s, sl)) continue;
         gen_slots[n_generating] = sl;
         gens[n_generating++] = sl->gen;
     }
@@ -360,7 +431,7 @@ static void step(srv_sched *s) {
     }
     for (int i = 0; i < s->cfg.n_slots; i++) {   /* an image a prompt goes on with: alone */
         slot *sl = &s->slots[i];
-        if (!sl->task || !bs_gen_next_is_image(sl->gen)) continue;
+        if (!sl->task || !in_pass(s, sl) || !bs_gen_next_is_image(sl->gen)) continue;
         if (bs_gen_step(sl->gen, 0) == 0) {
             stepped(s, sl);
             continue;
@@ -374,7 +445,8 @@ static void step(srv_sched *s) {
     int emb = -1;
     bool fresh = false;
     const int32_t *etok = NULL;
-    const int en = s->emb_task ? srv_emb_plan(s->emb_task->emb, n_active(s) ? EMB_SHARED : BS_MIN(budget, EMB_IDLE), &etok, &fresh) : 0;
+    const bool emb_here = s->emb_task && (!s->cfg.n_loras || same_lora(s->emb_task->lora, s->lora_pass));
+    const int en = emb_here ? srv_emb_plan(s->emb_task->emb, n_active(s) ? EMB_SHARED : BS_MIN(budget, EMB_IDLE), &etok, &fresh) : 0;
     if (en > 0) {
         if (fresh) bs_session_reset(s->emb_sess);
         q[n] = (bs_batch_seq){.s = s->emb_sess, .tokens = etok, .n = en, .logits_mode = BS_LOGITS_NONE,
@@ -384,7 +456,7 @@ static void step(srv_sched *s) {
     }
     for (int i = 0; i < s->cfg.n_slots && budget > 0; i++) {   /* chunks of waiting prompts */
         slot *sl = &s->slots[i];
-        if (sl->task && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
+        if (sl->task && in_pass(s, sl) && bs_gen_in_prompt(sl->gen) && bs_gen_plan(sl->gen, budget, &q[n])) {
             budget -= q[n].n;
             who[n++] = sl;
         }
@@ -419,12 +491,14 @@ static void step(srv_sched *s) {
 /* ---- the thread ----------------------------------------------------------------------------- */
 
 static slot *pick_slot(srv_sched *s, const srv_task *t) {
+    if (t->id_slot >= 0) return s->slots[t->id_slot].task ? NULL : &s->slots[t->id_slot];   /* "id_slot" */
     slot *best = NULL;
     int best_reuse = -1;
     for (int i = 0; i < s->cfg.n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->task) continue;
-        int r = bs_gen_reusable(sl->gen, t->prompt, t->n_prompt, t->images, t->n_images, t->no_cache);
+        int r = same_lora(sl->lora, t->lora) ? bs_gen_reusable(sl->gen, t->prompt, t->n_prompt, t->images, t->n_images,
+                                                               t->no_cache) : 0;
         if (r > best_reuse || (r == best_reuse && sl->last_used < best->last_used)) {
             best = sl;
             best_reuse = r;
@@ -460,13 +534,96 @@ static void shut_all(srv_sched *s) {
         end_queued(s->eq[s->eq_head], SRV_FINISH_SHUTDOWN, "the server shut down");
 }
 
+/* ---- sleeping (--sleep-idle-seconds) --------------------------------------------------------- */
+
+static int batch_new(srv_sched *s) {
+    /* every slot's verify rows (anchor + a block of drafts) and the prompt chunks in one pass */
+    const int per_slot = s->drafter ? s->drafter->hp.block_size + 1 : 1;
+    s->batch = bs_batch_new(s->m, s->cfg.n_slots * per_slot + PROMPT_BUDGET, s->cfg.n_slots * per_slot, s->pool);
+    return s->batch ? 0 : -1;
+}
+
+/* Idle for the configured time: the slots' sessions (KV caches, recurrent states, saved
+ * prefixes) and the batch's buffers go back to the system; the adapters come off. */
+static void go_sleep(srv_sched *s) {
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        bs_gen_free(s->slots[i].gen);
+        s->slots[i].gen = NULL;
+        memset(s->slots[i].lora, 0, sizeof s->slots[i].lora);
+    }
+    bs_batch_free(s->batch);
+    s->batch = NULL;
+    if (s->cfg.n_loras) bs_lora_detach(s->m);
+    memset(s->lora_cur, 0, sizeof s->lora_cur);
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->cfg.n_slots; i++) s->info[i].n_cached = 0;
+    pthread_mutex_unlock(&s->mu);
+    __atomic_store_n(&s->sleeping, true, __ATOMIC_RELEASE);
+    bs_log(1, "server: idle for %g s, slots' memory freed\n", s->cfg.sleep_idle);
+}
+
+/* Work came: the slots again, fresh (-1: they could not be made; the queued tasks fail). */
+static int wake_up(srv_sched *s) {
+    for (int i = 0; i < s->cfg.n_slots; i++)
+        if (!s->slots[i].gen && slot_init(s, &s->slots[i], i)) return -1;
+    if (!s->batch && batch_new(s)) return -1;
+    __atomic_store_n(&s->sleeping, false, __ATOMIC_RELEASE);
+    bs_log(1, "server: awake\n");
+    return 0;
+}
+
+bool srv_sched_sleeping(srv_sched *s) { return __atomic_load_n(&s->sleeping, __ATOMIC_ACQUIRE); }
+
+static bool idle(const srv_sched *s) {
+    return s->q_len == 0 && n_active(s) == 0 && s->eq_len == 0 && !s->emb_task;
+}
+
+/* Wait for work (s->mu held); with --sleep-idle-seconds, sleep when none came in time. */
+static void wait_work(srv_sched *s) {
+    while (!s->quit && idle(s)) {
+        if (s->cfg.sleep_idle <= 0 || s->sleeping) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        const double left = s->t_active + s->cfg.sleep_idle - bs_time();
+        if (left <= 0) {
+            pthread_mutex_unlock(&s->mu);
+            go_sleep(s);
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const double at = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + left;
+        ts.tv_sec = (time_t)at;
+        ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+}
+
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
+    s->t_active = bs_time();
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->quit && s->q_len == 0 && n_active(s) == 0 && s->eq_len == 0 && !s->emb_task)
-            pthread_cond_wait(&s->cv, &s->mu);
+        wait_work(s);
         if (s->quit) { pthread_mutex_unlock(&s->mu); break; }
+        if (s->sleeping && !s->shutdown) {
+            pthread_mutex_unlock(&s->mu);
+            const int rc = wake_up(s);
+            pthread_mutex_lock(&s->mu);
+            if (rc) {   /* nothing can run: what waits ends with the reason */
+                char err[256];
+                snprintf(err, sizeof err, "waking up: %s", bs_last_error());
+                for (; s->q_len > 0; s->q_len--, s->q_head = (s->q_head + 1) % s->q_cap)
+                    end_queued(s->queue[s->q_head], SRV_FINISH_ERROR, err);
+                for (; s->eq_len > 0; s->eq_len--, s->eq_head = (s->eq_head + 1) % s->q_limit)
+                    end_queued(s->eq[s->eq_head], SRV_FINISH_ERROR, err);
+                pthread_mutex_unlock(&s->mu);
+                continue;
+            }
+        }
+        s->t_active = bs_time();
         if (s->shutdown) {
             shut_all(s);
             pthread_mutex_unlock(&s->mu);
@@ -520,6 +677,7 @@ static void *sched_main(void *arg) {
         queued = s->q_len + s->eq_len;
         pthread_mutex_unlock(&s->mu);
         update_gauges(s, n_active(s), queued);
+        s->t_active = bs_time();
     }
     return NULL;
 }
@@ -561,10 +719,7 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
         bs_dspark_share_embeddings(s->drafter, m, false);
         s->draft_max = cfg->draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : cfg->draft_max;
     }
-    /* every slot's verify rows (anchor + a block of drafts) and the prompt chunks in one pass */
-    const int per_slot = s->drafter ? s->drafter->hp.block_size + 1 : 1;
-    if (!(s->batch = bs_batch_new(m, cfg->n_slots * per_slot + PROMPT_BUDGET, cfg->n_slots * per_slot, s->pool)))
-        goto fail;
+    if (batch_new(s)) goto fail;
     for (int i = 0; i < cfg->n_slots; i++) {
         if (slot_init(s, &s->slots[i], i)) goto fail;
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(bs_gen_session(s->slots[i].gen))};
@@ -662,6 +817,7 @@ int srv_sched_submit(srv_sched *s, srv_task *t) {
     t->t_submit = bs_time();
     srv_task_ref(t);
     if (t->emb) {   /* checked for room above like a generation, and in its own queue */
+        srv_lora_global(t->lora);   /* embeddings run with the global adapter scales */
         if (!s->emb_sess || s->eq_len >= s->q_limit) {
             pthread_mutex_unlock(&s->mu);
             srv_task_unref(t);
