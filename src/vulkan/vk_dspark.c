@@ -195,7 +195,7 @@ static int norm(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, con
                 uint32_t n_groups, uint32_t per_row, uint32_t row_stride, uint32_t head_stride) {
     const bs_vk_dspark *dk = s->d;
     norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0};
-    const bs_vk_buf *u = &dk->dummy, *bb[7] = {x, w, y, u, u, u, u};
+    const bs_vk_buf *u = &dk->dummy, *bb[8] = {x, w, y, u, u, u, u, u};
     TRY(bs_vk_dispatch(dk->c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
     bs_vk_barrier(dk->c);
     return 0;

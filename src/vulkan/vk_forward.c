@@ -355,9 +355,9 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
 
 /* --- recording one chunk -------------------------------------------------------------------- */
 typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
-enum { NORM_ADD = 1, NORM_QUANT = 2 };
+enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4 };
 typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
-enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE, EW_GATES };
+enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
@@ -376,7 +376,7 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
                 uint32_t per_row, uint32_t row_stride, uint32_t head_stride, uint32_t x_off, uint32_t y_off, int mode,
                 float eps, const bs_vk_buf *dummy) {
     norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
-    const bs_vk_buf *bb[7] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy};
+    const bs_vk_buf *bb[8] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy, dummy};
     return bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1);   /* the caller places the barrier */
 }
 
@@ -388,7 +388,7 @@ static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, u
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
     const bs_vk_buf *dummy = &s->net->dummy;
     norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags};
-    const bs_vk_buf *bb[7] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am};
+    const bs_vk_buf *bb[8] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am, dummy};
     TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
     bs_vk_barrier(c);
     return 0;
@@ -491,15 +491,13 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
     const uint32_t cd = (uint32_t)hp->conv_dim;
-    uint32_t cp[3] = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n};
+    /* the conv, with the L2 norm of each q and k head of every row in the same dispatch */
+    struct { uint32_t cd, K, T, nqk, dk; float eps; } cp = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk, hp->eps};
     const bs_vk_buf *cb[4] = {&s->a, &s->conv[L->slot], &L->conv1d, &s->cc};
-    TRY(bs_vk_dispatch(c, BS_VK_K_CONV, cb, cp, groups(cd, 64), 1, 1));
-    bs_vk_barrier(c);
-    /* L2 norm of each q and k head of every row */
-    TRY(norm(c, &s->cc, NULL, &s->cc, dk, (uint32_t)n * 2 * nk, 2 * nk, cd, dk, 0, 0, 1, hp->eps, &s->net->dummy));
+    TRY(bs_vk_dispatch(c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1));
     bs_vk_barrier(c);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {nk, nv, dk, dv, (uint32_t)n, cd, 1.0f / sqrtf((float)dk)};
-    const bs_vk_buf *db[5] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d};
+    const bs_vk_buf *db[6] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates};
     TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
     bs_vk_barrier(c);
     return 0;
@@ -539,19 +537,24 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
-    TRY(mv_shared(s, W, Y, 4, &s->xn, n));
-    /* the gates need no barrier of their own: the conv after them reads neither ga nor gbeta,
-     * and the barrier after the conv orders them before the delta rule (a batch's copies of
-     * them come first, so they get theirs) */
-    TRY(ew(c, EW_GATES, &s->ga, &s->gbeta, &L->gates, (uint64_t)n * nv, nv, 0));
-    if (pt) bs_vk_barrier(c);
+    TRY(mv_shared(s, W, Y, 4, &s->xn, n));   /* the delta rule makes its gates from ga, gbeta */
     TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
-    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm), the silu(z) product in the
-     * output product's quantizer */
-    TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
-    bs_vk_barrier(c);
-    const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
-    TRY(mv_gated(s, L->ssm_out, &s->d, n, &s->y, true, &silu_z));
+    /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm); for an integer product the
+     * gate and the int8 quantization in the norm's dispatch, else the gate in the product's */
+    const bs_vk_matrix *Wo = L->ssm_out;
+    if (Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && dv % 32 == 0) {
+        norm_push p = {dv, 0, 1, nv, nv * dv, dv, 0, 0, hp->eps, NORM_GATE | NORM_QUANT};
+        const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, &s->net->dummy, &s->aq, &s->as, &s->am, &s->b};
+        TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
+        bs_vk_barrier(c);
+        TRY(bs_vk_record_mv(c, Wo, &s->d, &s->aq, &s->as, &s->am, n, &s->y));
+        if (Wo->lora) TRY(bs_vk_record_lora(c, Wo, &s->d, n, &s->lt, &s->lu, &s->y));
+    } else {
+        TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
+        bs_vk_barrier(c);
+        const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
+        TRY(mv_gated(s, Wo, &s->d, n, &s->y, true, &silu_z));
+    }
     bs_vk_barrier(c);
     return 0;
 }

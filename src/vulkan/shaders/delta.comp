@@ -1,14 +1,17 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // delta.comp: the gated delta rule, one invocation per (V head h, state row j) over the batch's
-// tokens in order: S_j *= exp(g); u = S_j . k; S_j += k * (v_j - u) * beta; o_j = S_j . q * scale.
+// tokens in order: S_j *= exp(g); u = S_j . k; S_j += k * (v_j - u) * beta; o_j = S_j . q * scale,
+// with the gates from the raw projections in the same step (no dispatch of their own):
+// g = softplus(alpha + dt_bias[h]) * a[h] (a = -exp(A_log)), beta = sigmoid(beta).
 // V head h reads K/Q head h % n_k. State rows of d_k, key index fastest, [n_v][d_v][d_k].
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };  // [T][cd]: q | k | v
-layout(std430, binding = 1) readonly buffer G { float g[]; };      // [T][n_v] log decay
-layout(std430, binding = 2) readonly buffer B { float beta[]; };   // [T][n_v]
+layout(std430, binding = 1) readonly buffer G { float g[]; };      // [T][n_v] alpha projection
+layout(std430, binding = 2) readonly buffer B { float beta[]; };   // [T][n_v] beta projection
 layout(std430, binding = 3) buffer S { float st[]; };
 layout(std430, binding = 4) writeonly buffer O { float o[]; };     // [T][n_v*d_v]
+layout(std430, binding = 5) readonly buffer GT { float gates[]; }; // dt_bias[n_v] | a[n_v]
 layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale; } p;
 
 #include "fma_rn.glsl"
@@ -19,14 +22,16 @@ void main() {
     const uint kh = h % p.nk, sb = (h * p.dv + j) * p.dk;
     for (uint t = 0u; t < p.T; t++) {
         const uint qb = t * p.cd + kh * p.dk, kb = t * p.cd + (p.nk + kh) * p.dk;
-        const float decay = exp(g[t * p.nv + h]);
+        const float ga = g[t * p.nv + h] + gates[h];
+        const float decay = exp((ga > 20.0 ? ga : log(1.0 + exp(ga))) * gates[p.nv + h]);
+        const float bt = 1.0 / (1.0 + exp(-beta[t * p.nv + h]));
         precise float u = 0.0;
         for (uint i = 0u; i < p.dk; i++) {
             const float r = st[sb + i] * decay;
             st[sb + i] = r;
             u = fma_x(r, qkv[kb + i], u);
         }
-        const float d = (qkv[t * p.cd + 2u * p.nk * p.dk + h * p.dv + j] - u) * beta[t * p.nv + h];
+        const float d = (qkv[t * p.cd + 2u * p.nk * p.dk + h * p.dv + j] - u) * bt;
         precise float y = 0.0;
         for (uint i = 0u; i < p.dk; i++) {
             const float r = fma_x(qkv[kb + i], d, st[sb + i]);

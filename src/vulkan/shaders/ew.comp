@@ -3,7 +3,6 @@
 //  0 ADD           a[i] = b[i] + a[i]                       (residual)
 //  1 SILU_MUL      a[i] = silu(b[i]) * c[i]                 (SwiGLU; gated norm: a = c)
 //  2 SIGMOID_GATE  a[t][h][d] *= sigmoid(b[t][h][D + d])    (b rows of 2*H*D; p0 = H, p1 = D)
-//  3 GATES         a = softplus(a + c[h]) * c[p0 + h], b = sigmoid(b)   (delta-rule gates, p0 = n_v)
 //  4 ADD_SCALED    a[i] = a[i] + s * b[i]   (s: the float whose bits are p0; LoRA terms)
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) buffer A { float a[]; };
@@ -28,10 +27,5 @@ void main() {
         precise float t = uintBitsToFloat(p.p0) * b[i];   // the CPU's y += scale * s, unfused
         precise float v = a[i] + t;
         a[i] = v;
-    } else {
-        const uint h = i % p.p0;
-        const float v = a[i] + c[h];
-        a[i] = (v > 20.0 ? v : log(1.0 + exp(v))) * c[p.p0 + h];
-        b[i] = sigm(b[i]);
     }
 }

@@ -7,7 +7,8 @@
 // is the CPU's (norm_rn.glsl), and y = (x * scale) * w as the CPU rounds it.
 // Fused (flags): bit 0, the residual add first (x = r + x, written back, as the CPU's
 // add_rows); bit 1, the normed rows quantized for the next products exactly as quant_q8.comp
-// does (rows of d, d % 32 == 0, from y_off 0).
+// does (groups of d, d % 32 == 0, that tile whole rows, from y_off 0); bit 2, y = silu(z) * y
+// before that (the gated norm of DeltaNet: quant_q8.comp's mode 1, the same float order).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer W { float w[]; };
@@ -16,6 +17,7 @@ layout(std430, binding = 3) readonly buffer R { float r[]; };
 layout(std430, binding = 4) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 5) writeonly buffer S { float s8[]; };
 layout(std430, binding = 6) writeonly buffer M { float m8[]; };
+layout(std430, binding = 7) readonly buffer Z { float z[]; };
 layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint flags; } p;
 
 #include "f16.glsl"
@@ -57,7 +59,12 @@ void main() {
     barrier();
     for (uint i = t; i < p.d; i += 64u) {
         precise float v = x[xb + i] * scale;
-        y[yb + i] = p.has_w != 0u ? v * w[i] : v;
+        float o = p.has_w != 0u ? v * w[i] : v;
+        if ((p.flags & 4u) != 0u) {
+            const float zi = z[xb + i];
+            o = zi / (1.0 + exp(-zi)) * o;
+        }
+        y[yb + i] = o;
     }
     if ((p.flags & 2u) == 0u) return;
     memoryBarrierBuffer();
