@@ -1,0 +1,280 @@
+/* cli_opts_table.c: every option of every command that parses options (cli_opts.h), in the
+ * order help prints them. A row per option; an option whose range or meaning differs between
+ * commands has a row per meaning, with the same id. */
+#include "cli/cli_opts.h"
+#include "dspark/dspark.h"
+
+#include <stdint.h>
+
+#define ALL_GEN (CMD_GEN | CMD_SERVE)
+#define FLAG(id, c, names, help) {id, c, names, NULL, CLI_FLAG, 0, 0, 0, 0, NULL, NULL, help, NULL}
+#define INT(id, c, names, meta, lo, hi, def, help) {id, c, names, meta, CLI_INT, lo, hi, 0, 0, NULL, def, help, NULL}
+#define INTA(id, c, names, meta, lo, hi, def, help) {id, c, names, meta, CLI_INT_AUTO, lo, hi, 0, 0, NULL, def, help, NULL}
+#define FLT(id, c, names, meta, lo, hi, def, help) {id, c, names, meta, CLI_FLOAT, 0, 0, lo, hi, NULL, def, help, NULL}
+#define STR(id, c, names, meta, def, help) {id, c, names, meta, CLI_STR, 0, 0, 0, 0, NULL, def, help, NULL}
+#define STRX(id, c, names, meta, ex, def, help) {id, c, names, meta, CLI_STR, 0, 0, 0, 0, NULL, def, help, ex}
+#define STR2(id, c, names, meta, help) {id, c, names, meta, CLI_STR2, 0, 0, 0, 0, NULL, NULL, help, NULL}
+#define CHOICE(id, c, names, choices, def, help) {id, c, names, choices, CLI_CHOICE, 0, 0, 0, 0, choices, def, help, NULL}
+#define SECTION(c, title) {OPT_NONE, c, NULL, NULL, CLI_SECTION, 0, 0, 0, 0, NULL, NULL, title, NULL}
+
+#define MODEL_HELP "qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)"
+#define DEVICE_HELP "auto, cpu, vulkan or vulkan:N ('bitspark devices')"
+#define NORMALIZE_HELP \
+    "Unicode normalization of the text before tokenization: auto (the\n" \
+    "model's; NFC for Qwen vocabularies, as their tokenizer.json says) |\n" \
+    "none (llama.cpp's token ids) | nfc | nfd | nfkc | nfkd"
+
+const cli_opt cli_opts[] = {
+    /* ---- run, chat: what to generate ---- */
+    SECTION(CMD_RUN | CMD_CHAT, "generation"),
+    STR(OPT_PROMPT, CMD_RUN, "-p, --prompt", "TEXT", NULL, "prompt text"),
+    STR(OPT_FILE, CMD_RUN, "-f, --file", "FILE", NULL, "read the prompt from a file ('-': stdin)"),
+    INT(OPT_N_PREDICT, CMD_RUN, "-n, --n-predict", "N", -1, INT32_MAX, "-1",
+        "tokens to generate, -1 = until end of generation"),
+    INT(OPT_N_PREDICT, CMD_CHAT, "-n, --n-predict", "N", -1, INT32_MAX, "-1",
+        "max tokens per reply, -1 = until end of generation"),
+    FLAG(OPT_CHAT, CMD_RUN, "--chat", "wrap the prompt as a user message in the chat template"),
+    FLAG(OPT_NO_THINK, CMD_RUN, "--no-think", "with --chat: the enable_thinking=false form"),
+    FLAG(OPT_NO_THINK, CMD_CHAT, "--no-think", "thinking off (the template's enable_thinking=false form)"),
+    STR(OPT_SYSTEM, CMD_RUN, "-sys, --system", "TEXT", NULL, "with --chat: system message"),
+    STR(OPT_SYSTEM, CMD_CHAT, "-sys, --system", "TEXT", NULL, "system message"),
+    FLAG(OPT_STATS, CMD_CHAT, "--stats", "timings after each reply (stderr)"),
+    FLAG(OPT_NO_REUSE, CMD_CHAT, "--no-reuse", "re-evaluate the whole conversation every turn (for checks)"),
+    FLAG(OPT_QUIET, CMD_RUN | CMD_CHAT, "-q, --quiet", "no logs or timing lines on stderr"),
+    FLAG(OPT_VERBOSE, CMD_RUN | CMD_CHAT, "-v, --verbose", "also log the prompt as rendered and tokenized"),
+
+    /* ---- antidoom ---- */
+    SECTION(CMD_AD_MINE, "antidoom mine: one pair per prompt whose completion falls into a loop"),
+    STR(OPT_PROMPTS, CMD_AD_MINE, "--prompts", "FILE", NULL,
+        "one prompt per line (raw text, a JSON string, or a JSON object\n"
+        "with \"prompt\"/\"text\"/\"context\"/\"conversations\")"),
+    STR(OPT_OUTPUT, CMD_AD_MINE, "-o, --output, --out", "FILE", NULL, "pairs as JSON lines (antidoom's format + the ids used)"),
+    INT(OPT_N_PREDICT, CMD_AD_MINE, "-n, --n-predict", "N", 1, 1 << 20, "512", "max tokens per completion"),
+    FLAG(OPT_GENERATE_PRIMES, CMD_AD_MINE, "--generate-primes",
+         "first turn each prompt into a priming context: the prompt,\n"
+         "then its own greedy continuation cut at a sentence end,\n"
+         "repeated --prime-copies times"),
+    INT(OPT_PRIME_TOKENS, CMD_AD_MINE, "--prime-tokens", "N", 1, 1 << 20, "24", "tokens generated for the primed phrase"),
+    INT(OPT_PRIME_COPIES, CMD_AD_MINE, "--prime-copies", "K", 1, 1 << 20, "3", "copies of the phrase in the priming context"),
+    STR(OPT_PRIMES_OUT, CMD_AD_MINE, "--primes-out", "FILE", NULL, "also write the priming contexts as JSON lines"),
+    INT(OPT_CHOSEN_TOP_K, CMD_AD_MINE, "--chosen-top-k", "K", 1, 1 << 20, "20", "candidates from the top of the distribution"),
+    FLT(OPT_CHOSEN_MIN_P, CMD_AD_MINE, "--chosen-min-p", "P", 0, 1, "0.01", "floor relative to the best remaining candidate"),
+    INT(OPT_CHOSEN_MAX, CMD_AD_MINE, "--chosen-max", "N", 1, 1 << 20, "20", "chosen tokens per pair"),
+    INT(OPT_CHOSEN_MIN_CHARS, CMD_AD_MINE, "--chosen-min-chars", "N", 0, 1 << 20, "1", "min stripped decoded length"),
+    FLAG(OPT_CHOSEN_REQUIRE_ALNUM, CMD_AD_MINE, "--chosen-require-alnum", "chosen text must contain a letter or digit"),
+    SECTION(CMD_AD_EVAL, "antidoom eval: chosen-win (or loop) rate of a model"),
+    STR(OPT_PAIRS, CMD_AD_EVAL, "--pairs", "FILE", NULL,
+        "pairs as antidoom writes them (tokens as raw vocabulary strings;\n"
+        "context_ids/rejected_id/chosen_ids are used when present)"),
+    FLAG(OPT_JSON, CMD_AD_EVAL, "--json", "print {\"pairs\": [{\"chosen_win\": x, ...}], \"chosen_win\": mean}"),
+    FLAG(OPT_LOOP_RATE, CMD_AD_EVAL, "--loop-rate", "instead: the share of --prompts completions that fall into a loop\n(with --temps, -n, --seed)"),
+    STR(OPT_PROMPTS, CMD_AD_EVAL, "--prompts", "FILE", NULL, "with --loop-rate: one prompt per line"),
+    STRX(OPT_TEMPS, CMD_AD_EVAL, "--temps", "T,T,...", "0,0.5", "0,0.3,0.7", "temperatures; 0 is greedy"),
+    INT(OPT_N_PREDICT, CMD_AD_EVAL, "-n, --n-predict", "N", 1, 1 << 24, "256", "max tokens per completion"),
+
+    /* ---- serve ---- */
+    SECTION(CMD_SERVE, "server"),
+    STR(OPT_HOST, CMD_SERVE, "--host", "ADDR", "127.0.0.1", "address to listen on"),
+    INT(OPT_PORT, CMD_SERVE, "--port", "N", 0, 65535, "8080", "port, 0 = any free one"),
+    INT(OPT_PARALLEL, CMD_SERVE, "-np, --parallel", "N", 1, 256, "1",
+        "slots: requests generated at the same time, their decode\n"
+        "steps batched into one pass through the weights"),
+    INT(OPT_QUEUE, CMD_SERVE, "--queue", "N", 0, 1 << 20, "16 x slots", "requests that may wait for a slot; more get 503"),
+    INT(OPT_N_PREDICT, CMD_SERVE, "-n, --n-predict", "N", 1, 1 << 30, "32768",
+        "tokens one request may generate at most, whatever its\n"
+        "max_tokens (-1 and ignore_eos too); /props reports it"),
+    STR(OPT_API_KEY, CMD_SERVE, "--api-key", "KEY", NULL, "require 'Authorization: Bearer KEY' (not for /health and /)"),
+    STRX(OPT_API_KEY_FILE, CMD_SERVE, "--api-key-file", "FILE", "/dev/null", NULL,
+        "the same with the key read from FILE (first line; the key\n"
+        "then does not show in the process list)"),
+    STR(OPT_ALIAS, CMD_SERVE, "--alias", "NAME", "the file name", "model id reported by /v1/models"),
+    INT(OPT_BODY_LIMIT, CMD_SERVE, "--body-limit", "BYTES", 1024, 1L << 32, "8 MiB", "largest request body; more is 413"),
+    INT(OPT_MAX_CONNECTIONS, CMD_SERVE, "--max-connections", "N", 4, 65536, "2048",
+        "simultaneous connections; connections cost a socket,\n"
+        "not a thread: a few HTTP threads serve them all"),
+    INT(OPT_HTTP_THREADS, CMD_SERVE, "--http-threads", "N", 1, 64, "4", "HTTP worker threads"),
+    INT(OPT_BODY_BUDGET, CMD_SERVE, "--body-budget", "BYTES", 1024, 1L << 40, "--body-limit + 1 MiB",
+        "request bodies being received at once, in total; more\nwait"),
+    INT(OPT_IMAGE_BUDGET, CMD_SERVE, "--image-budget", "BYTES", 1L << 20, 1L << 40, "512 MiB",
+        "preprocessed image pixels that requests not yet in a slot\n"
+        "may hold, in total; an image past it is 503"),
+    FLAG(OPT_NO_WEBUI, CMD_SERVE, "--no-webui", "no chat page at /"),
+    STR(OPT_MMPROJ, CMD_SERVE, "--mmproj", "FILE", NULL,
+        "vision projector (mmproj GGUF): chat messages may hold\n"
+        "image_url parts (data: URLs); /props says modalities.vision"),
+    FLAG(OPT_EMBEDDINGS, CMD_SERVE, "--embeddings",
+         "serve POST /v1/embeddings (the last layer after the final norm,\n"
+         "pooled and L2-normalized)"),
+    CHOICE(OPT_POOLING, CMD_SERVE, "--pooling", "mean|last", "mean", "how embeddings pool the tokens"),
+    FLAG(OPT_QUIET, CMD_SERVE, "-q, --quiet", "errors only on stderr"),
+    FLAG(OPT_VERBOSE, CMD_SERVE, "-v, --verbose", "more logging"),
+    SECTION(CMD_SERVE, "behind a load balancer (see deploy/README.md)"),
+    STR(OPT_REPLICA_ID, CMD_SERVE, "--replica-id", "NAME", NULL, "name this replica in an X-Replica-Id header on every answer"),
+    FLT(OPT_DRAIN_TIMEOUT, CMD_SERVE, "--drain-timeout", "S", 0, 86400, "30",
+        "after SIGTERM/SIGINT: refuse new generation requests (503,\n"
+        "Retry-After), let in-flight ones finish for at most S seconds,\n"
+        "then cancel the rest (streams end with finish_reason\n"
+        "\"shutdown\", waiting answers get 503) and exit 0; a second\n"
+        "signal cancels at once"),
+    SECTION(CMD_SERVE, "browser safety"),
+    STR(OPT_CORS, CMD_SERVE, "--cors", "ORIGIN[,...]", NULL, "let these origins (or '*': any) call the API from a page"),
+    STR(OPT_ALLOWED_HOSTS, CMD_SERVE, "--allowed-hosts", "H[,...]", NULL, "more Host names to answer (e.g. a name for this machine)"),
+    FLAG(OPT_SPECIAL_IN_MESSAGES, CMD_SERVE, "--special-in-messages",
+         "tokenize control tokens typed in message content as control\n"
+         "tokens (default: as plain text; the template's own\n"
+         "<|im_start|> ... stay special)"),
+
+    /* ---- images (run, chat) ---- */
+    SECTION(CMD_RUN | CMD_CHAT, "images (Qwen3.5 vision projector; on the model's device)"),
+    STR(OPT_MMPROJ, CMD_RUN | CMD_CHAT, "--mmproj", "F", NULL, "the vision projector (mmproj GGUF) matching the model"),
+    STR(OPT_IMAGE, CMD_RUN | CMD_CHAT, "--image", "PATH", NULL,
+        "an image (PNG, JPEG or binary PPM), repeatable: the images go\n"
+        "before the text of the (first) user message"),
+
+    /* ---- model and session (cli_gen, serve) ---- */
+    SECTION(ALL_GEN, "model and session"),
+    STR(OPT_MODEL, ALL_GEN, "-m, --model", "FILE", NULL, MODEL_HELP),
+    INT(OPT_THREADS, ALL_GEN, "-t, --threads", "N", 1, 512, "all cores", "threads"),
+    INT(OPT_CTX, CMD_GEN, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, capped by the model", "context size in tokens"),
+    INT(OPT_CTX, CMD_SERVE, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, capped by the model",
+        "context per slot in tokens"),
+    FLAG(OPT_NO_MMAP, ALL_GEN, "--no-mmap", "read the model into memory instead of mapping it"),
+    STR(OPT_DEVICE, ALL_GEN, "--device", "D", "auto", DEVICE_HELP),
+    CHOICE(OPT_NORMALIZE, ALL_GEN, "--tokenizer-normalize", "auto|none|nfc|nfd|nfkc|nfkd", "auto",
+           NORMALIZE_HELP),
+    FLAG(OPT_CONTEXT_SHIFT, ALL_GEN, "--context-shift",
+         "a full context drops the older half of what follows the kept\n"
+         "start and re-evaluates the rest (every kept position: the\n"
+         "recurrent state cannot forget), instead of stopping"),
+    INT(OPT_KEEP, ALL_GEN, "--keep", "N", 0, INT32_MAX, "0", "tokens at the start a context shift keeps"),
+
+    SECTION(ALL_GEN, "sampling (llama.cpp order and defaults; serve: the defaults of requests)"),
+    FLT(OPT_TEMP, ALL_GEN, "--temp", "T", 0, 0, "0.8", "temperature, <= 0 is greedy"),
+    INT(OPT_TOP_K, ALL_GEN, "--top-k", "K", -1, INT32_MAX, "40", "0 = off"),
+    FLT(OPT_TOP_P, ALL_GEN, "--top-p", "P", 0, 1, "0.95", "1 = off"),
+    FLT(OPT_MIN_P, ALL_GEN, "--min-p", "P", 0, 1, "0.05", "0 = off"),
+    FLT(OPT_REPEAT_PENALTY, ALL_GEN, "--repeat-penalty", "X", 0, 0, "1.0", "1 = off"),
+    INT(OPT_REPEAT_LAST_N, ALL_GEN, "--repeat-last-n", "N", -1, INT32_MAX, "64", "window of the penalties, -1 = whole context"),
+    FLT(OPT_PRESENCE_PENALTY, ALL_GEN, "--presence-penalty", "X", 0, 0, "0", ""),
+    FLT(OPT_FREQUENCY_PENALTY, ALL_GEN, "--frequency-penalty", "X", 0, 0, "0", ""),
+    FLT(OPT_DRY_MULTIPLIER, ALL_GEN, "--dry-multiplier", "X", 0, 0, "0", "0 = DRY off"),
+    FLT(OPT_DRY_BASE, ALL_GEN, "--dry-base", "X", 0, 0, "1.75", ""),
+    INT(OPT_DRY_ALLOWED_LENGTH, ALL_GEN, "--dry-allowed-length", "N", 0, INT32_MAX, "2", ""),
+    INT(OPT_DRY_PENALTY_LAST_N, ALL_GEN, "--dry-penalty-last-n", "N", -1, INT32_MAX, "-1", "-1 = whole context"),
+    STR(OPT_DRY_BREAKER, ALL_GEN, "--dry-sequence-breaker", "S", "\\n : \" *", "repeatable; 'none' clears"),
+    STRX(OPT_LOGIT_BIAS, ALL_GEN, "-l, --logit-bias", "ID(+|-)X", "15043-inf", NULL, "e.g. 15043+1 or 15043-inf (ban)"),
+    FLAG(OPT_IGNORE_EOS, ALL_GEN, "--ignore-eos", "keep generating past end-of-generation tokens"),
+    INT(OPT_SEED, ALL_GEN & ~CMD_AD_EVAL, "-s, --seed", "S", -1, INT64_MAX, "-1", "random seed, -1 = from the clock (printed)"),
+    INT(OPT_SEED, CMD_AD_EVAL, "-s, --seed", "S", -1, INT64_MAX, "0",
+        "completion i at each temperature uses seed S + i; -1 = from the clock"),
+    STR(OPT_LORA, ALL_GEN, "--lora", "FILE[:SCALE]", NULL,
+        "LoRA adapter (llama.cpp GGUF or PEFT safetensors), applied at\n"
+        "run time, repeatable: y = W x + SCALE * alpha/r * B (A x) (SCALE 1)"),
+    STR2(OPT_LORA_SCALED, ALL_GEN, "--lora-scaled", "FILE S", "the same with the scale as a separate argument"),
+
+    SECTION(ALL_GEN, "speculative decoding (DSpark)"),
+    STR(OPT_MODEL_DRAFT, ALL_GEN, "-md, --model-draft", "F", NULL,
+        "DSpark drafter (.gguf, or safetensors + config.json); temperature\n"
+        "0 output is unchanged (serve: a request's \"draft_max\": 0 turns it off)"),
+    INTA(OPT_DRAFT_MAX, ALL_GEN, "--draft-max, --draft", "N|auto", 0, BS_DSPARK_MAX_BLOCK, "auto",
+         "drafts verified per round, 0..block size (needs -md); auto\n"
+         "measures the cost of each verify width and drafter block once per\n"
+         "machine, model pair and thread count, and keeps them with the\n"
+         "acceptance and probe cost the last run ended with in\n"
+         "$XDG_CACHE_HOME/bitspark/dspark-costs (or ~/.cache/...);\n"
+         "BITSPARK_NO_COST_CACHE=1 measures afresh and keeps nothing"),
+    FLAG(OPT_DRAFT_SHARE_EMBD, ALL_GEN, "--draft-share-embeddings",
+         "use the target's token_embd / output for the drafter\n"
+         "even where they differ (identical ones are always shared)"),
+    FLAG(OPT_DRAFT_NO_CONF, ALL_GEN, "--draft-no-conf", "auto depth without the confidence-head trim"),
+    INT(OPT_DRAFT_WINDOW, ALL_GEN, "--draft-window", "N", 0, 1 << 24, "0",
+        "the drafter attends to its last N context rows only (0:\n"
+        "all; caps the drafter's cost at long contexts; changes\n"
+        "drafts, never the output)"),
+
+    SECTION(ALL_GEN, "doom-loop guard (antidoom's detector: a span repeating >= R times over >= C chars)"),
+    CHOICE(OPT_LOOP_GUARD, ALL_GEN, "--loop-guard", "off|stop|rewind", "off",
+           "off | stop (end generation at a loop) | rewind (roll back\n"
+           "to the loop's first repeat, ban that token, resample)"),
+    INT(OPT_LOOP_MIN_REPEATS, ALL_GEN, "--loop-min-repeats", "R", 2, 1000000, "4", ""),
+    INT(OPT_LOOP_MIN_CHARS, ALL_GEN, "--loop-min-chars", "C", 1, 100000000, "60", ""),
+    INT(OPT_LOOP_MAX_PERIOD, ALL_GEN, "--loop-max-period", "P", 1, 1000000, "1024", "longest period looked for, in characters"),
+    INT(OPT_LOOP_MAX_REWINDS, ALL_GEN, "--loop-max-rewinds", "N", 0, 1000000, "8", "rewinds per generation, then stop"),
+    INT(OPT_LOOP_CKPT_EVERY, ALL_GEN, "--loop-ckpt-every", "N", 1, 1000000, "64", "rewind: tokens between state checkpoints"),
+    INT(OPT_LOOP_CKPT_COUNT, ALL_GEN, "--loop-ckpt-count", "N", 0, 4096, "8", "rewind: checkpoints kept"),
+
+    /* ---- tokenize, detokenize ---- */
+    SECTION(CMD_TOKENIZE | CMD_DETOKENIZE, "options"),
+    STR(OPT_MODEL, CMD_TOKENIZE | CMD_DETOKENIZE, "-m, --model", "MODEL", NULL,
+        "GGUF file (only its tokenizer metadata is read)"),
+    STR(OPT_FILE, CMD_TOKENIZE, "-f, --file", "FILE", NULL, "tokenize the contents of FILE ('-': stdin)"),
+    FLAG(OPT_SPECIAL, CMD_TOKENIZE, "--special",
+         "parse special tokens such as <|im_start|> in the text; without it\n"
+         "they are tokenized as plain text"),
+    FLAG(OPT_JSON, CMD_TOKENIZE, "--json", "print a JSON array of ids instead"),
+    FLAG(OPT_PIECES, CMD_TOKENIZE, "--pieces", "print one 'id<TAB>piece' line per token (piece JSON-escaped)"),
+    FLAG(OPT_JSONL, CMD_TOKENIZE, "--jsonl",
+         "batch mode: each line of stdin (or FILE) is one JSON string; each\n"
+         "gives one output line, the JSON array of its ids. A line that is\n"
+         "not a JSON string of valid UTF-8 gives {\"error\": \"line N: ...\"}\n"
+         "on its output line (so output line N always answers input line\n"
+         "N), the rest go on, and the exit status is 1"),
+    CHOICE(OPT_NORMALIZE, CMD_TOKENIZE, "--tokenizer-normalize", "auto|none|nfc|nfd|nfkc|nfkd", "auto",
+           NORMALIZE_HELP),
+    FLAG(OPT_NO_SPECIAL, CMD_DETOKENIZE, "--no-special", "print control tokens such as <|im_end|> as nothing"),
+
+    /* ---- logits ---- */
+    SECTION(CMD_LOGITS, "options"),
+    STR(OPT_MODEL, CMD_LOGITS, "-m, --model", "FILE", NULL, MODEL_HELP),
+    STR(OPT_TOKENS, CMD_LOGITS, "--tokens", "ID,ID,...", NULL, "the token ids"),
+    STR(OPT_TOKENS_FILE, CMD_LOGITS, "--tokens-file", "F", NULL, "token ids as a JSON list or separated by spaces / commas"),
+    STR(OPT_OUTPUT, CMD_LOGITS, "-o, --output, --out", "FILE", NULL, "the logits: one row of n_vocab float32 per token"),
+    INT(OPT_BATCH, CMD_LOGITS, "--batch", "N", 1, 1 << 24, "all", "tokens in the first batch"),
+    STR(OPT_TAPS, CMD_LOGITS, "--taps", "L,L,...", NULL, "also capture the residual stream after these layers (0-based)"),
+    STR(OPT_TAPS_OUT, CMD_LOGITS, "--taps-out", "F", NULL,
+        "where the taps go: one row of (number of taps * n_embd) per token"),
+    CHOICE(OPT_KV_TYPE, CMD_LOGITS, "--kv-type", "f16|f32", "f16", "KV cache type"),
+    INT(OPT_CTX, CMD_LOGITS, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, or the token count if larger",
+        "context size"),
+    INT(OPT_THREADS, CMD_LOGITS, "-t, --threads", "N", 1, 512, "all cores", "threads"),
+    STR(OPT_IMAGE_EMBD, CMD_LOGITS, "--image-embd", "F", NULL,
+        "image embeddings (rows x n_embd float32, as mmproj-embed writes)\n"
+        "evaluated where the token list says <image>: one logits row each"),
+    STRX(OPT_IMAGE_GRID, CMD_LOGITS, "--image-grid", "WxH", "4x3", NULL, "the image's grid of merged tokens (W * H = rows of F)"),
+    STR(OPT_MMPROJ, CMD_LOGITS, "--mmproj", "F", NULL, "with --image: the vision projector that encodes the image"),
+    STR(OPT_IMAGE, CMD_LOGITS, "--image", "IMG", NULL, "instead of --image-embd: an image file (PNG, JPEG, binary PPM)"),
+    FLAG(OPT_NO_MMAP, CMD_LOGITS, "--no-mmap", "read the model into memory instead of mapping it"),
+    STR(OPT_DEVICE, CMD_LOGITS | CMD_DRAFT_LOGITS, "--device", "D", "auto", DEVICE_HELP),
+
+    /* ---- draft-logits ---- */
+    SECTION(CMD_DRAFT_LOGITS, "options"),
+    STR(OPT_MODEL_DRAFT, CMD_DRAFT_LOGITS, "-md, --model-draft", "F", NULL,
+        "drafter (.gguf, or safetensors file/dir with config.json)"),
+    STR(OPT_FEATURES, CMD_DRAFT_LOGITS, "--features", "FILE", NULL, "raw tap rows"),
+    INT(OPT_ROWS, CMD_DRAFT_LOGITS, "--rows", "N", 0, 1 << 24, NULL, "how many rows to read from FILE"),
+    INT(OPT_ANCHOR, CMD_DRAFT_LOGITS, "--anchor", "ID", 0, INT32_MAX, NULL, "the block's anchor token"),
+    INT(OPT_POS, CMD_DRAFT_LOGITS, "--pos", "P", 0, 1 << 30, "N", "position of the anchor (>= N)"),
+    STR(OPT_OUTPUT, CMD_DRAFT_LOGITS, "-o, --output, --out", "FILE", NULL,
+        "base block logits: block_size rows of n_vocab float32"),
+    FLAG(OPT_JSON, CMD_DRAFT_LOGITS, "--json", "print {\"drafts\": [...], \"confidence\": [...]} instead of text"),
+    STR(OPT_ROUNDS, CMD_DRAFT_LOGITS, "--rounds", "OPS", NULL,
+        "several rounds on one drafter context instead (--anchor and\n"
+        "--pos unused): comma-separated +N (append the next N rows of\n"
+        "FILE), -N (crop the context to N rows), ID@P (a block with\n"
+        "anchor ID at position P); every block's logits go to OUT in\n"
+        "order; --json prints {\"rounds\": [{drafts, confidence}, ...]}"),
+
+    /* ---- lora merge, mmproj-embed ---- */
+    SECTION(CMD_LORA | CMD_MMPROJ_EMBED, "options"),
+    STR(OPT_OUTPUT, CMD_LORA, "-o, --output, --out", "FILE", NULL, "output GGUF"),
+    STRX(OPT_TYPE, CMD_LORA, "--type", "T", "q8_0", "each tensor's own type",
+        "type of the merged tensors (q1_0, q2_0, q8_0, f16, f32, ...);\n"
+        "other tensors are copied as is"),
+    FLAG(OPT_QUIET, CMD_LORA, "-q, --quiet", "no report"),
+    STR(OPT_MMPROJ, CMD_MMPROJ_EMBED, "--mmproj", "FILE", NULL, "the projector GGUF"),
+    STR(OPT_IMAGE, CMD_MMPROJ_EMBED, "--image", "IMG", NULL, "the image file"),
+    STR(OPT_OUTPUT, CMD_MMPROJ_EMBED, "-o, --output, --out", "FILE", NULL, "output file (written atomically)"),
+    INT(OPT_THREADS, CMD_MMPROJ_EMBED, "-t, --threads", "N", 0, 4096, "0: all cores", "threads"),
+};
+
+const int cli_n_opts = (int)(sizeof cli_opts / sizeof cli_opts[0]);
