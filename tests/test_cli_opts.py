@@ -118,6 +118,9 @@ if "(all cores)" not in re.sub(r"\s+", " ", helps["logits"].split("--threads")[1
     bad("logits -t does not default to all cores")
 if "--device D" not in helps["draft-logits"] or "(auto)" not in helps["draft-logits"]:
     bad("draft-logits --device does not default to auto")
+rc, out, err = run(["synth", "--preset", "mmproj-tiny", "--dry-run"], check=False)
+if rc != 0 or "# tensors" not in out:
+    bad(f"synth --preset mmproj-tiny --dry-run: rc={rc} {err.strip()}")
 print("ok   serve takes run's options and ranges; --seed -1; drafter options need -md; one -o; defaults")
 
 if fails:

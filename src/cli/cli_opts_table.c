@@ -275,6 +275,57 @@ const cli_opt cli_opts[] = {
     STR(OPT_IMAGE, CMD_MMPROJ_EMBED, "--image", "IMG", NULL, "the image file"),
     STR(OPT_OUTPUT, CMD_MMPROJ_EMBED, "-o, --output, --out", "FILE", NULL, "output file (written atomically)"),
     INT(OPT_THREADS, CMD_MMPROJ_EMBED, "-t, --threads", "N", 0, 4096, "0: all cores", "threads"),
+
+    /* ---- synth ---- */
+    SECTION(CMD_SYNTH, "options"),
+    STRX(OPT_PRESET, CMD_SYNTH, "--preset", "NAME", "drafter-tiny", "tiny", "one of the presets above"),
+    STR(OPT_OUTPUT, CMD_SYNTH, "-o, --output, --out", "FILE", NULL, "output GGUF (write big models outside the repository)"),
+    FLAG(OPT_DRY_RUN, CMD_SYNTH, "--dry-run, --list",
+         "print the tensor table from the same plan the writer uses,\n"
+         "one 'name<TAB>type<TAB>ne0[,ne1]<TAB>bytes' line per tensor\n"
+         "and '# tensors N bytes B'; writes nothing"),
+    STRX(OPT_TYPE, CMD_SYNTH, "--type", "T", "q8_0", NULL,
+         "matrix type: f32 f16 bf16 q1_0 q2_0 q2_0_g64 pq2_0 q4_0 q4_1\n"
+         "q8_0 q6_k tq1_0 tq2_0 (norms and other vectors stay f32);\n"
+         "for drafters this makes every matrix T; projectors: f32 f16 bf16 q8_0"),
+    STRX(OPT_EMBD_TYPE, CMD_SYNTH, "--embd-type", "T", "q8_0", "--type", "type of token_embd"),
+    STRX(OPT_OUTPUT_TYPE, CMD_SYNTH, "--output-type", "T", "q8_0", "--type", "type of output"),
+    STRX(OPT_SSM_AB_TYPE, CMD_SYNTH, "--ssm-ab-type", "T", "q8_0", "--type; bf16 for the ternary preset",
+         "type of ssm_alpha / ssm_beta"),
+    STRX(OPT_DRAFTER_TYPE, CMD_SYNTH, "--drafter-type", "P", "bf16", NULL,
+         "drafter presets: pack q4_1 (token_embd q1_0 or q2_0 as the\n"
+         "target's, markov_head_a and log_snr fc bf16, other matrices\n"
+         "q4_1), bf16 (every matrix), f32"),
+    CHOICE(OPT_VALUES, CMD_SYNTH, "--values", "binary|ternary", NULL,
+           "ternary for the q2_0/tq types, binary otherwise; q1_0 is\n"
+           "always binary, q2_0 always ternary"),
+    INT(OPT_SEED, CMD_SYNTH, "-s, --seed", "N", -1, INT64_MAX, "42",
+        "RNG seed, -1 = from the clock; each tensor has its own stream"),
+    STR(OPT_NAME, CMD_SYNTH, "--name", "S", NULL, "general.name"),
+    SECTION(CMD_SYNTH, "shape overrides (targets and drafters; projectors: --n-layer --n-embd --n-ff --n-head and\n"
+                       "--pos-side --proj-dim)"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-layer", "N", 1, 1024, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-embd", "N", 1, 1 << 20, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-ff", "N", 1, 1 << 20, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-head", "N", 1, 4096, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-head-kv", "N", 1, 4096, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--head-dim", "N", 2, 4096, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-vocab", "N", 2, 1 << 24, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--n-ctx", "N", 1, 1 << 24, NULL, ""),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--rope-dim", "N", 2, 4096, NULL, "targets"),
+    STRX(OPT_ROPE_SECTIONS, CMD_SYNTH, "--rope-sections", "a,b,c,d", "3,3,2,0", NULL, "targets"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--ssm-k-heads", "N", 1, 4096, NULL, "targets"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--ssm-v-heads", "N", 1, 4096, NULL, "targets"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--ssm-head-dim", "N", 1, 4096, NULL, "targets"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--conv-kernel", "N", 1, 64, NULL, "targets"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--attn-interval", "N", 1, 1024, NULL, "targets"),
+    INT(OPT_N_MERGES, CMD_SYNTH, "--n-merges", "N", 0, 1 << 20, NULL, "targets"),
+    STRX(OPT_SYNTH_TAPS, CMD_SYNTH, "--taps", "a,b,...", "1,4,6", NULL, "drafters"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--block-size", "N", 1, 64, NULL, "drafters"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--mask-id", "N", 0, 1 << 24, NULL, "drafters"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--markov-rank", "N", 1, 65536, NULL, "drafters"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--pos-side", "N", 1, 1 << 16, NULL, "projectors"),
+    INT(OPT_SYNTH_INT, CMD_SYNTH, "--proj-dim", "N", 1, 1 << 16, NULL, "projectors"),
 };
 
 const int cli_n_opts = (int)(sizeof cli_opts / sizeof cli_opts[0]);
