@@ -14,8 +14,11 @@ if not B or not os.path.exists(B):
     print("skipped: BITSPARK not set")
     sys.exit(77)
 
-ARGV = {"antidoom-mine": ["antidoom", "mine"], "antidoom-eval": ["antidoom", "eval"], "lora": ["lora", "merge"]}
-HELP = {"antidoom-mine": "antidoom", "antidoom-eval": "antidoom"}
+ARGV = {"antidoom-mine": ["antidoom", "mine"], "antidoom-eval": ["antidoom", "eval"], "lora": ["lora", "merge"],
+        "bench-spec": ["bench", "--spec"], "bench-mmproj": ["bench", "--mmproj", "x"],
+        "bench-grammar": ["bench", "--grammar", "x"]}
+HELP = {"antidoom-mine": "antidoom", "antidoom-eval": "antidoom", "bench-spec": "bench", "bench-mmproj": "bench",
+        "bench-grammar": "bench"}
 fails = 0
 
 
@@ -41,7 +44,13 @@ for line in run(["help", "--options"], check=False)[1].splitlines():
     rows.append((cmd, [n.strip() for n in names.split(",")], typ, int(lo), int(hi), float(flo), float(fhi),
                  choices or example))
 cmds = sorted({r[0] for r in rows})
-if len(rows) < 100 or len(cmds) < 10:
+# every command that takes options is in the table (devices takes none)
+want = {"run", "chat", "serve", "antidoom-mine", "antidoom-eval", "logits", "draft-logits", "lora", "mmproj-embed",
+        "tokenize", "detokenize", "synth", "inspect", "convert", "quantize", "bench", "bench-spec", "bench-mmproj",
+        "bench-grammar"}
+if want - set(cmds):
+    bad(f"commands missing from the table: {sorted(want - set(cmds))}")
+if len(rows) < 100:
     bad(f"the table lists {len(rows)} options of {len(cmds)} commands")
 
 helps = {c: run(["help", HELP.get(c, ARGV.get(c, [c])[0])], check=False)[1] for c in cmds}

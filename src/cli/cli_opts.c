@@ -11,7 +11,8 @@
 
 static const char *const cmd_names[CMD_N_BITS] = {
     "run", "chat", "serve", "antidoom-mine", "antidoom-eval", "logits", "draft-logits", "lora",
-    "mmproj-embed", "tokenize", "detokenize", "synth",
+    "mmproj-embed", "tokenize", "detokenize", "synth", "inspect", "convert", "quantize", "bench", "bench-spec",
+    "bench-mmproj", "bench-grammar",
 };
 
 unsigned cli_cmd_bit(const char *name) {

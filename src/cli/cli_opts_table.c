@@ -326,6 +326,76 @@ const cli_opt cli_opts[] = {
     INT(OPT_SYNTH_INT, CMD_SYNTH, "--markov-rank", "N", 1, 65536, NULL, "drafters"),
     INT(OPT_SYNTH_INT, CMD_SYNTH, "--pos-side", "N", 1, 1 << 16, NULL, "projectors"),
     INT(OPT_SYNTH_INT, CMD_SYNTH, "--proj-dim", "N", 1, 1 << 16, NULL, "projectors"),
+
+    /* ---- inspect, convert, quantize ---- */
+    SECTION(CMD_INSPECT | CMD_CONVERT | CMD_QUANTIZE, "options"),
+    FLAG(OPT_JSON, CMD_INSPECT, "--json", "print one JSON object instead of the text report"),
+    FLAG(OPT_NO_MMAP, CMD_INSPECT, "--no-mmap", "read whole files into memory (default: parse only the headers)"),
+    FLAG(OPT_MMPROJ, CMD_CONVERT, "--mmproj", "hf-to-gguf: write the vision projector instead of the text model"),
+    STRX(OPT_TYPE, CMD_CONVERT, "--type", "T", "bf16", "keep each tensor's dtype",
+         "hf-to-gguf: type of the weight matrices (f32 f16 bf16 or any\n"
+         "quantize type); norms, conv, ssm_a, ssm_dt: F32"),
+    STRX(OPT_OUTPUT_TYPE, CMD_QUANTIZE, "--output-type, --output-tensor-type", "T", "q8_0", NULL, "type of output.weight"),
+    STRX(OPT_EMBD_TYPE, CMD_QUANTIZE, "--embd-type, --token-embedding-type", "T", "q8_0", NULL,
+         "type of token_embd.weight"),
+    STRX(OPT_TENSOR_TYPE, CMD_QUANTIZE, "--tensor-type", "PAT=T", "ssm_(alpha|beta)=bf16", NULL,
+         "type of the matrices whose name matches the extended\n"
+         "regular expression PAT (searched; repeatable; the last\n"
+         "match wins), e.g. 'ssm_(alpha|beta)=bf16'"),
+    CHOICE(OPT_Q2_GROUP, CMD_QUANTIZE, "--q2-group", "128|64", "128",
+           "group size meant by q2_0 (128: the legacy 34-byte block of\n"
+           "Ternary-Bonsai; 64: mainline's)"),
+    FLAG(OPT_PURE, CMD_QUANTIZE, "--pure",
+         "accepted for llama-quantize compatibility (the default\n"
+         "already uses one type for every matrix)"),
+    FLAG(OPT_ALLOW_REQUANTIZE, CMD_QUANTIZE, "--allow-requantize", "allow converting tensors that are already quantized"),
+    INT(OPT_THREADS, CMD_CONVERT | CMD_QUANTIZE, "-t, --threads", "N", 1, 1024, "all cores", "threads for (de)quantization"),
+
+    /* ---- bench ---- */
+    SECTION(CMD_BENCH, "bench -m MODEL (llama-bench's options) and bench --matmul"),
+    STR(OPT_MODEL, CMD_BENCH, "-m, --model", "FILE", NULL, "GGUF model"),
+    INT(OPT_N_PROMPT, CMD_BENCH, "-p, --n-prompt", "N", 0, 1 << 20, "512",
+        "prompt-processing test pp<N> (one batch), 0 = skip"),
+    INT(OPT_N_GEN, CMD_BENCH, "-n, --n-gen", "N", 0, 1 << 20, "128", "generation test tg<N> (N one-token evals), 0 = skip"),
+    STRX(OPT_THREADS, CMD_BENCH, "-t, --threads", "N[,N..]", "1,2", "all cores", "threads, one row set per value"),
+    INT(OPT_REPS, CMD_BENCH, "-r, --repetitions", "N", 1, 1 << 20, "5", "repetitions, mean ± sample stddev"),
+    CHOICE(OPT_OUTPUT, CMD_BENCH, "-o, --output", "md|csv|json", "md", "output format"),
+    STRX(OPT_VERIFY, CMD_BENCH, "--verify", "W[,W..]", "1,4", NULL, "cost of a W-token verify step relative to a 1-token step"),
+    FLAG(OPT_NO_MEMBW, CMD_BENCH, "--no-membw", "skip the memory-bandwidth / roofline line"),
+    FLAG(OPT_NO_WARMUP, CMD_BENCH | CMD_BENCH_VISION, "--no-warmup", "skip the warm-up run"),
+    FLAG(OPT_NO_MMAP, CMD_BENCH, "--no-mmap", "read the model into memory instead of mapping it"),
+    STR(OPT_DEVICE, CMD_BENCH, "--device", "D", "auto", DEVICE_HELP),
+    FLAG(OPT_MATMUL, CMD_BENCH, "--matmul", "bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights"),
+    STRX(OPT_MATMUL_TYPE, CMD_BENCH, "--matmul-type", "TYPE", "q8_0", "q1_0", "weight type for --matmul"),
+    INT(OPT_MATMUL_MB, CMD_BENCH, "--matmul-mb", "N", 0, 1 << 20, "1024", "MiB of distinct weight copies streamed per pass"),
+    STRX(OPT_MATMUL_ROWS, CMD_BENCH, "--matmul-rows", "R,..", "1,8", "1,2,4,5,8",
+         "activation rows per product (prompts: e.g. 64,512)"),
+    FLAG(OPT_MATMUL_PACKED, CMD_BENCH, "--matmul-packed", "only the repacked layout's rows (the kernel column: which kernel ran)"),
+    SECTION(CMD_BENCH_SPEC, "bench --spec -m TARGET -md DRAFTER: measured DSpark round costs, projected speedups and\n"
+                            "a measured greedy run with and without the drafter"),
+    FLAG(OPT_SPEC, CMD_BENCH_SPEC, "--spec", "this mode"),
+    STR(OPT_MODEL, CMD_BENCH_SPEC, "-m, --model", "FILE", NULL, "the target"),
+    STR(OPT_MODEL_DRAFT, CMD_BENCH_SPEC, "-md, --model-draft", "F", NULL, "the drafter"),
+    INT(OPT_THREADS, CMD_BENCH_SPEC, "-t, --threads", "N", 1, 1024, "all cores", "threads"),
+    INT(OPT_N_PROMPT, CMD_BENCH_SPEC, "-p, --n-prompt", "N", 1, 1 << 20, "64", "context tokens"),
+    INT(OPT_N_GEN, CMD_BENCH_SPEC, "-n, --n-gen", "N", 0, 1 << 20, "64", "generated tokens of the measured run, 0: none"),
+    INT(OPT_REPS, CMD_BENCH_SPEC, "-r, --repetitions", "N", 1, 100, "3", "repetitions (the best counts)"),
+    STR(OPT_DEVICE, CMD_BENCH_SPEC, "--device", "D", "auto", "the target and the drafter on that device"),
+    SECTION(CMD_BENCH_VISION, "bench --mmproj FILE: the vision encoder on random preprocessed pixels: ms per image,\n"
+                              "output tokens/s, GFLOP/s of its matrix products"),
+    STR(OPT_MMPROJ, CMD_BENCH_VISION, "--mmproj", "FILE", NULL, "the projector"),
+    STRX(OPT_IMAGE_SIZE, CMD_BENCH_VISION, "--image-size", "WxH|N", "64x64", "the projector's image_size",
+         "image size, rounded up to whole 32-pixel blocks"),
+    STRX(OPT_THREADS, CMD_BENCH_VISION, "-t, --threads", "N[,N..]", "1,2", "all cores", "threads, one row per value"),
+    INT(OPT_REPS, CMD_BENCH_VISION, "-r, --repetitions", "N", 1, 100, "3", "repetitions"),
+    STR(OPT_DEVICE, CMD_BENCH_VISION, "--device", "D", "cpu", "vulkan[:N]: on that device"),
+    SECTION(CMD_BENCH_GRAMMAR, "bench --grammar FILE | --schema FILE: constrained decoding: one token mask's time\n"
+                               "(median, p90, max ms on one core) over a synthetic 248320-token vocabulary, or -m MODEL's"),
+    STR(OPT_GRAMMAR, CMD_BENCH_GRAMMAR, "--grammar", "FILE", NULL, "a GBNF grammar"),
+    STR(OPT_SCHEMA, CMD_BENCH_GRAMMAR, "--schema", "FILE", NULL, "a JSON schema"),
+    STR(OPT_MODEL, CMD_BENCH_GRAMMAR, "-m, --model", "FILE", NULL, "the model whose vocabulary to use"),
+    INT(OPT_N_GEN, CMD_BENCH_GRAMMAR, "-n, --n-gen", "N", 1, 4096, "64", "tokens per walk"),
+    INT(OPT_REPS, CMD_BENCH_GRAMMAR, "-r, --repetitions", "N", 1, 100, "5", "walks"),
 };
 
 const int cli_n_opts = (int)(sizeof cli_opts / sizeof cli_opts[0]);
