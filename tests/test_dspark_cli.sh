@@ -67,6 +67,9 @@ out=$("$B" bench -m "$M/bonsai-tiny-q1_0.gguf" -md "$M/bonsai-tiny-dspark.gguf" 
 [ $rc -eq 0 ] && ! grep -q 'random' <<<"$out" && grep -q 'drafter: .*[0-9]x; [1-9][0-9]* drafted, [1-9][0-9]* accepted' <<<"$out" \
   && ok "bench --spec, trained drafter: not called random, measured ratio with accepted drafts" \
   || bad "bench --spec, trained drafter: rc=$rc $out"
+# bench --spec measures through the engine and the drafter's forward, not the speculative rounds' internals
+! grep -q '#include "dspark/speculative.h"' "$BS_SRC/src/tools/spec_bench.c" && ok "spec_bench does not include dspark/speculative.h" \
+  || bad "spec_bench includes dspark/speculative.h"
 # serve refuses a fixed depth above the block size as run does (the same drafter loader)
 out=$(timeout 60 "$B" serve -m "$F/tiny-q1_0.gguf" -md "$F/tiny-dspark-f32.gguf" --draft-max 5 --port 0 -t 1 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q 'exceeds the drafter' <<<"$out" && ok "serve --draft-max above the block size refused" \
