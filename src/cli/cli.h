@@ -32,8 +32,6 @@ BS_DECLARE_COMMAND(mmproj_embed);
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
-/* Fetch the value of an option that takes one: advances *i; error if missing. */
-const char *cli_value(int argc, char **argv, int *i);
 /* Print "bitspark <cmd>: <last error>" and return the exit status 1. */
 int cli_fail(const char *cmd);
 
