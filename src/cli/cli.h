@@ -1,5 +1,6 @@
 /* cli.h: the subcommands of the bitspark executable (git-style: bitspark <command> ...). Each
- * command lives in its own cli_<name>.c, parses its own options and returns the exit status. */
+ * command lives in its own cli_<name>.c, parses its options from the table (cli_opts.h) and
+ * returns the exit status. */
 #ifndef BS_CLI_H
 #define BS_CLI_H
 
