@@ -40,9 +40,8 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
     for (int i = 0; i <= B; i++) ids[i] = (int32_t)((1000 + 37 * i) % V);
     bs_dspark_ctx *dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool);
-    /* a drafter on the device reads the target's taps there (speculative.c's dev_taps) */
-    const bool dev_taps = s->vk && dc && bs_dspark_ctx_on_device(dc) && B + 1 <= bs_vk_sess_rows(s->vk);
-    s->taps_on_device = dev_taps;
+    /* a drafter on the device reads the target's taps there, as in speculative rounds */
+    if (dc) bs_dspark_ctx_link(dc, s, B + 1);
     bs_sampler_params sp = bs_sampler_default_params();
     sp.temp = 0;
     bs_sampler *smp = bs_sampler_new(&sp, V);
@@ -72,8 +71,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, for (int r = 0; r <= B; r++) bs_sampler_sample(smp, logits + (size_t)r * V));
         if (!warm) c->accept_row = BS_MIN(c->accept_row, t / (B + 1));
         t = 1e30;
-        if (dev_taps) BEST(t, rc |= bs_dspark_ctx_append_session(dc, s->vk, B + 1));
-        else BEST(t, rc |= bs_dspark_ctx_append(dc, taps, B + 1));
+        BEST(t, rc |= bs_dspark_ctx_append_from(dc, s, taps, B + 1));
         bs_dspark_ctx_crop(dc, s0);
         if (!warm) c->append_row = BS_MIN(c->append_row, t / (B + 1));
         t = 1e30;
@@ -91,7 +89,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, bs_dspark_confidence(dc, 0, ids[0]));
         if (!warm) c->conf = BS_MIN(c->conf, t);
     }
-    s->taps_on_device = false;
+    bs_dspark_ctx_link(NULL, s, 0);
     bs_sampler_free(smp);
     bs_dspark_ctx_free(dc);
     free(logits);
