@@ -1,5 +1,5 @@
 # Thin wrapper over CMake: the README's two commands.
-#   make demo   build bitspark and run the demo on a built-in synthetic model
+#   make demo   build the bitspark executable only (build/bitspark) and run the demo
 #   make test   build (release, ASan/UBSan, fuzz) and run every test (with the aarch64 build
 #               under qemu-aarch64)
 #   make gpu-bundle [BUNDLE=gpu-bundle]   the offline GPU check bundle (docs/gpu.md)
@@ -21,7 +21,12 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# only the executable (not the tests), its compiler output in a log shown on failure
+demo: deps
+	@echo "building $(BUILD)/bitspark (log: $(BUILD)/demo-build.log)"
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@mkdir -p $(BUILD) && cmake --build $(BUILD) -j $(JOBS) --target bitspark >$(BUILD)/demo-build.log 2>&1 || \
+	  { tail -n 40 $(BUILD)/demo-build.log; exit 1; }
 	@tools/demo.sh $(BUILD)/bitspark
 
 install: build

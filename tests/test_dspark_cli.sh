@@ -55,6 +55,25 @@ out=$("${R[@]}" -md "$F/tiny-dspark-f32.gguf" --draft-max 5 2>&1 >/dev/null); rc
 out=$("$B" bench -m "$F/tiny-q1_0.gguf" -md "$F/tiny-dspark-f32.gguf" --spec -t 1 -p 16 -r 1 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q 'verify, width 5' <<<"$out" && grep -q 'PROJECTIONS' <<<"$out" && grep -q '^   0.90 ' <<<"$out" \
   && ok "bench --spec" || bad "bench --spec: rc=$rc $out"
+# its wording follows the drafter: a synthesized one is called random, a trained one is not; a
+# measured run where nothing was accepted shows no speedup ratio
+grep -q 'none accepted.*no speedup measured' <<<"$out" && ! grep -q 'drafter: .*[0-9]x;' <<<"$out" \
+  && ok "bench --spec: no ratio without accepted drafts" || bad "bench --spec presents a ratio with nothing accepted: $out"
+"$B" synth --preset drafter-tiny --drafter-type f32 -o "$T/dsyn.gguf" >/dev/null 2>&1
+out=$("$B" bench -m "$F/tiny-q1_0.gguf" -md "$T/dsyn.gguf" --spec -t 1 -p 16 -r 1 -n 0 2>&1)
+grep -q "synthetic drafter's weights are random" <<<"$out" && ok "bench --spec: a synthesized drafter is called random" \
+  || bad "bench --spec, synthesized drafter: $out"
+out=$("$B" bench -m "$M/bonsai-tiny-q1_0.gguf" -md "$M/bonsai-tiny-dspark.gguf" --spec -t 1 -p 16 -r 1 -n 32 2>&1); rc=$?
+[ $rc -eq 0 ] && ! grep -q 'random' <<<"$out" && grep -q 'drafter: .*[0-9]x; [1-9][0-9]* drafted, [1-9][0-9]* accepted' <<<"$out" \
+  && ok "bench --spec, trained drafter: not called random, measured ratio with accepted drafts" \
+  || bad "bench --spec, trained drafter: rc=$rc $out"
+# bench --spec measures through the engine and the drafter's forward, not the speculative rounds' internals
+! grep -q '#include "dspark/speculative.h"' "$BS_SRC/src/tools/spec_bench.c" && ok "spec_bench does not include dspark/speculative.h" \
+  || bad "spec_bench includes dspark/speculative.h"
+# serve refuses a fixed depth above the block size as run does (the same drafter loader)
+out=$(timeout 60 "$B" serve -m "$F/tiny-q1_0.gguf" -md "$F/tiny-dspark-f32.gguf" --draft-max 5 --port 0 -t 1 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q 'exceeds the drafter' <<<"$out" && ok "serve --draft-max above the block size refused" \
+  || bad "serve --draft-max 5: rc=$rc $out"
 
 # draft-logits --rounds errors
 feat="$F/dspark/random7.ctx_feat.f32"

@@ -66,7 +66,7 @@ nfd=$'Cafe\xcc\x81 cre\xcc\x80me'   # decomposed accents
 a=$(prompt_tokens "$T/nfc.err") b=$(prompt_tokens "$T/composed.err") c=$(prompt_tokens "$T/none.err")
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$c" -gt "$a" ] && ok "run: NFD prompt = NFC prompt ($a tokens), none keeps the bytes ($c)" ||
     bad "run normalization: $a / $b / $c tokens"
-expect_error "bad --tokenizer-normalize" "unknown normalization 'nfq'" "${R[@]}" -p hi --tokenizer-normalize nfq
+expect_error "bad --tokenizer-normalize" "expected auto|none|nfc|nfd|nfkc|nfkd, got 'nfq'" "${R[@]}" -p hi --tokenizer-normalize nfq
 
 # --- bad input ---
 expect_error "missing model file" "no-such.gguf" "$B" run -m "$T/no-such.gguf" -p hi

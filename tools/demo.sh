@@ -31,7 +31,11 @@ echo "\$ bitspark run -m $model -p \"$prompt\" -n 48 --seed 1 -t 1"
 "$bin" run -m "$model" -p "$prompt" -n 48 --seed 1 -t 1
 echo
 if [ -n "$drafter" ] && [ -f "$drafter" ]; then
-  echo "\$ bitspark run -m $model -md $drafter -p \"$prompt\" -n 48 --temp 0 -t 1"
-  "$bin" run -m "$model" -md "$drafter" -p "$prompt" -n 48 --temp 0 -t 1
+  # a fixed depth: auto would park this drafter (a drafter block costs about as much as a step
+  # of a 4M-parameter target; next to Bonsai-27B it costs a fraction) and show no drafting
+  echo "# with the DSpark drafter, 3 drafts per round (auto parks it at this size: the tiny"
+  echo "# drafter costs about as much as its target); at --temp 0 the text is plain greedy's"
+  echo "\$ bitspark run -m $model -md $drafter -p \"$prompt\" -n 48 --temp 0 -t 1 --draft-max 3"
+  "$bin" run -m "$model" -md "$drafter" -p "$prompt" -n 48 --temp 0 -t 1 --draft-max 3
   echo
 fi

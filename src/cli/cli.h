@@ -1,5 +1,6 @@
 /* cli.h: the subcommands of the bitspark executable (git-style: bitspark <command> ...). Each
- * command lives in its own cli_<name>.c, parses its own options and returns the exit status. */
+ * command lives in its own cli_<name>.c, parses its options from the table (cli_opts.h) and
+ * returns the exit status. */
 #ifndef BS_CLI_H
 #define BS_CLI_H
 
@@ -32,8 +33,6 @@ BS_DECLARE_COMMAND(mmproj_embed);
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
-/* Fetch the value of an option that takes one: advances *i; error if missing. */
-const char *cli_value(int argc, char **argv, int *i);
 /* Print "bitspark <cmd>: <last error>" and return the exit status 1. */
 int cli_fail(const char *cmd);
 

@@ -3,32 +3,12 @@
 #include "tools/antidoom.h"
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "io/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void mine_help(void) {
-    printf("antidoom mine: one pair per prompt whose completion falls into a loop\n"
-           "  --prompts FILE          one prompt per line (raw text, a JSON string, or a JSON object\n"
-           "                          with \"prompt\"/\"text\"/\"context\"/\"conversations\")\n"
-           "  -o FILE                 pairs as JSON lines (antidoom's format + the ids used)\n"
-           "  -n N                    max tokens per completion (512)\n"
-           "  --generate-primes       first turn each prompt into a priming context: the prompt,\n"
-           "                          then its own greedy continuation cut at a sentence end,\n"
-           "                          repeated --prime-copies times\n"
-           "  --prime-tokens N        tokens generated for the primed phrase (24)\n"
-           "  --prime-copies K        copies of the phrase in the priming context (3)\n"
-           "  --primes-out FILE       also write the priming contexts as JSON lines\n"
-           "  --chosen-top-k K        candidates from the top of the distribution (20)\n"
-           "  --chosen-min-p P        floor relative to the best remaining candidate (0.01)\n"
-           "  --chosen-max N          chosen tokens per pair (20)\n"
-           "  --chosen-min-chars N    min stripped decoded length (1)\n"
-           "  --chosen-require-alnum  chosen text must contain a letter or digit\n"
-           "  --loop-min-repeats R, --loop-min-chars C, --loop-max-period P   the detector\n"
-           "  sampling and model options as for `run` (default here: --temp 0, greedy)\n");
-}
 
 static int parse_mine(ad_mine_opts *o, int argc, char **argv) {
     cli_gen_defaults(&o->g);
@@ -38,56 +18,34 @@ static int parse_mine(ad_mine_opts *o, int argc, char **argv) {
     o->prime_copies = 3;
     o->ch = ad_chosen_defaults();
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_gen_parse(&o->g, argc, argv, &i);
+        cli_arg a;
+        if (cli_next(CMD_AD_MINE, argc, argv, &i, &a)) return -1;
+        if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
+        int r = cli_gen_apply(&o->g, &a);
         if (r < 0) return -1;
         if (r > 0) continue;
-        long x;
-        double f;
-        if (!strcmp(a, "--prompts")) {
-            if (!(o->prompts = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(o->out = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--primes-out")) {
-            if (!(o->primes_out = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--generate-primes")) {
-            o->generate_primes = true;
-        } else if (!strcmp(a, "--chosen-require-alnum")) {
-            o->ch.require_alnum = true;
-        } else if (!strcmp(a, "--chosen-min-p")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_float(a, v, &f)) return -1;
-            if (!(f >= 0 && f <= 1)) return bs_error("%s: expected a value in [0, 1]", a);
-            o->ch.min_p = (float)f;
-        } else {
-            static const char *names[] = {"-n", "--prime-tokens", "--prime-copies", "--chosen-top-k",
-                                          "--chosen-max", "--chosen-min-chars"};
-            int *dst[] = {&o->n_predict, &o->prime_tokens, &o->prime_copies, &o->ch.top_k, &o->ch.max_n,
-                          &o->ch.min_chars};
-            size_t k = 0;
-            while (k < BS_ARRAY_LEN(names) && strcmp(a, names[k])) k++;
-            if (k == BS_ARRAY_LEN(names)) return bs_error("unknown option '%s' (see bitspark help antidoom)", a);
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, k == 5 ? 0 : 1, 1 << 20, &x)) return -1;
-            *dst[k] = (int)x;
+        switch (a.opt->id) {
+        case OPT_PROMPTS: o->prompts = a.s; break;
+        case OPT_OUTPUT: o->out = a.s; break;
+        case OPT_PRIMES_OUT: o->primes_out = a.s; break;
+        case OPT_GENERATE_PRIMES: o->generate_primes = true; break;
+        case OPT_CHOSEN_REQUIRE_ALNUM: o->ch.require_alnum = true; break;
+        case OPT_CHOSEN_MIN_P: o->ch.min_p = (float)a.f; break;
+        case OPT_N_PREDICT: o->n_predict = (int)a.n; break;
+        case OPT_PRIME_TOKENS: o->prime_tokens = (int)a.n; break;
+        case OPT_PRIME_COPIES: o->prime_copies = (int)a.n; break;
+        case OPT_CHOSEN_TOP_K: o->ch.top_k = (int)a.n; break;
+        case OPT_CHOSEN_MAX: o->ch.max_n = (int)a.n; break;
+        case OPT_CHOSEN_MIN_CHARS: o->ch.min_chars = (int)a.n; break;
+        default: return bs_error("%s: not handled by antidoom mine", a.name);
         }
     }
-    if (!o->g.model) return bs_error("no model given (-m FILE)");
+    cli_opts_end();
+    if (cli_gen_check(&o->g)) return -1;
     if (!o->prompts) return bs_error("no prompts given (--prompts FILE)");
     if (!o->out) return bs_error("no output given (-o FILE)");
     o->g.loop.mode = BS_LOOP_GUARD_OFF;   /* mining drives its own guard */
     return 0;
-}
-
-static void eval_help(void) {
-    printf("antidoom eval --pairs FILE: chosen-win per pair and the mean\n"
-           "  --pairs FILE            pairs as antidoom writes them (tokens as raw vocabulary strings;\n"
-           "                          context_ids/rejected_id/chosen_ids are used when present)\n"
-           "  --json                  print {\"pairs\": [{\"chosen_win\": x, ...}], \"chosen_win\": mean}\n"
-           "antidoom eval --loop-rate --prompts FILE: share of completions that fall into a loop\n"
-           "  --temps T,T,...         temperatures (0,0.3,0.7); 0 is greedy\n"
-           "  -n N                    max tokens per completion (256)\n"
-           "  --seed S                completion i at each temperature uses seed S + i (0)\n"
-           "  --loop-min-repeats R, --loop-min-chars C, --loop-max-period P   the detector\n"
-           "  model and sampling options as for `run`\n");
 }
 
 static int parse_temps(ad_eval_opts *o, const char *v) {
@@ -111,29 +69,24 @@ static int parse_eval(ad_eval_opts *o, int argc, char **argv) {
     o->n_predict = 256;
     parse_temps(o, "0,0.3,0.7");
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_gen_parse(&o->g, argc, argv, &i);
+        cli_arg a;
+        if (cli_next(CMD_AD_EVAL, argc, argv, &i, &a)) return -1;
+        if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
+        int r = cli_gen_apply(&o->g, &a);
         if (r < 0) return -1;
         if (r > 0) continue;
-        long x;
-        if (!strcmp(a, "--pairs")) {
-            if (!(o->pairs = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--prompts")) {
-            if (!(o->prompts = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--loop-rate")) {
-            o->loop_rate = true;
-        } else if (!strcmp(a, "--temps")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_temps(o, v)) return -1;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1 << 24, &x)) return -1;
-            o->n_predict = (int)x;
-        } else {
-            return bs_error("unknown option '%s' (see bitspark help antidoom)", a);
+        switch (a.opt->id) {
+        case OPT_PAIRS: o->pairs = a.s; break;
+        case OPT_PROMPTS: o->prompts = a.s; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_LOOP_RATE: o->loop_rate = true; break;
+        case OPT_TEMPS: if (parse_temps(o, a.s)) return -1; break;
+        case OPT_N_PREDICT: o->n_predict = (int)a.n; break;
+        default: return bs_error("%s: not handled by antidoom eval", a.name);
         }
     }
-    if (!o->g.model) return bs_error("no model given (-m FILE)");
+    cli_opts_end();
+    if (cli_gen_check(&o->g)) return -1;
     if (o->loop_rate ? !o->prompts : !o->pairs)
         return bs_error(o->loop_rate ? "--loop-rate needs --prompts FILE" : "give --pairs FILE (or --loop-rate)");
     o->g.loop.mode = BS_LOOP_GUARD_OFF;
@@ -145,9 +98,8 @@ void help_antidoom(void) {
     printf("usage: bitspark antidoom mine -m MODEL --prompts FILE -o PAIRS.jsonl [options]\n"
            "       bitspark antidoom eval -m MODEL --pairs PAIRS.jsonl [--json]\n"
            "       bitspark antidoom eval -m MODEL --loop-rate --prompts FILE [--temps 0,0.3,0.7]\n\n");
-    mine_help();
-    printf("\n");
-    eval_help();
+    printf("(antidoom mine: default --temp 0, greedy)\n\n");
+    cli_opts_help(CMD_AD_MINE | CMD_AD_EVAL);
 }
 
 int cmd_antidoom(int argc, char **argv) {

@@ -10,6 +10,7 @@
  * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
  * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "tools/spec_bench.h"
 
 #include "bitspark.h"
@@ -573,33 +574,47 @@ static int bench_model(const bench_opts *o) {
 static int bench_spec(int argc, char **argv) {
     bs_spec_bench_opts o = {.n_threads = BS_MIN(bs_cpu_count(), 64), .n_prompt = 64, .reps = 3, .n_gen = 64};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long x;
-        if (!strcmp(a, "--spec")) continue;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(o.model = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
-            if (!(o.drafter = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &x)) return -1;
-            o.n_threads = (int)x;
-        } else if (!strcmp(a, "-p")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1 << 20, &x)) return -1;
-            o.n_prompt = (int)x;
-        } else if (!strcmp(a, "-n")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 20, &x)) return -1;
-            o.n_gen = (int)x;
-        } else if (!strcmp(a, "-r")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 100, &x)) return -1;
-            o.reps = (int)x;
-        } else if (!strcmp(a, "--device")) {
-            if (!(o.device = cli_value(argc, argv, &i))) return -1;
-        } else {
-            return bs_error("--spec: unknown option '%s' (-m, -md, -t, -p, -n, -r, --device)", a);
+        cli_arg a;
+        if (cli_next(CMD_BENCH_SPEC, argc, argv, &i, &a)) return -1;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_SPEC: break;
+        case OPT_MODEL: o.model = a.s; break;
+        case OPT_MODEL_DRAFT: o.drafter = a.s; break;
+        case OPT_THREADS: o.n_threads = (int)a.n; break;
+        case OPT_N_PROMPT: o.n_prompt = (int)a.n; break;
+        case OPT_N_GEN: o.n_gen = (int)a.n; break;
+        case OPT_REPS: o.reps = (int)a.n; break;
+        case OPT_DEVICE: o.device = a.s; break;
+        default: return bs_error("--spec: unexpected argument '%s'", a.s);
         }
     }
+    cli_opts_end();
     if (!o.model || !o.drafter) return bs_error("--spec needs -m TARGET and -md DRAFTER");
     return bs_spec_bench(&o);
+}
+
+/* One option of bench -m / --matmul into o; 0 or -1 + bs_error. */
+static int bench_apply(bench_opts *o, const cli_arg *a) {
+    switch (a->opt ? a->opt->id : OPT_NONE) {
+    case OPT_MODEL: o->model = a->s; break;
+    case OPT_N_PROMPT: o->n_prompt = (int)a->n; break;
+    case OPT_N_GEN: o->n_gen = (int)a->n; break;
+    case OPT_REPS: o->reps = (int)BS_MIN(a->n, MAX_REPS); break;
+    case OPT_MATMUL_MB: o->mm_mb = a->n; break;
+    case OPT_THREADS: return parse_list(a->name, a->s, o->threads, &o->n_threads, 1, 1024);
+    case OPT_MATMUL_ROWS: return parse_list(a->name, a->s, o->mm_rows, &o->n_mm_rows, 1, 4096);
+    case OPT_VERIFY: return parse_list(a->name, a->s, o->verify, &o->n_verify, 1, 64);
+    case OPT_OUTPUT: o->out = a->s; break;
+    case OPT_MATMUL: o->matmul = 1; break;
+    case OPT_MATMUL_TYPE: o->mm_type = a->s; break;
+    case OPT_MATMUL_PACKED: o->mm_packed_only = 1; break;
+    case OPT_NO_MEMBW: o->membw = 0; break;
+    case OPT_NO_WARMUP: o->warmup = 0; break;
+    case OPT_NO_MMAP: o->no_mmap = 1; break;
+    case OPT_DEVICE: o->device = a->s; break;
+    default: return bs_error("unexpected argument '%s' (see bitspark help bench)", a->s);
+    }
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -615,41 +630,10 @@ int cmd_bench(int argc, char **argv) {
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
     o.n_threads = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long n;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_bench(); return 0; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(o.model = cli_value(argc, argv, &i))) return cli_fail("bench"); }
-        else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r") || !strcmp(a, "--matmul-mb")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, !strcmp(a, "-r") ? 1 : 0, 1 << 20, &n))
-                return cli_fail("bench");
-            if (!strcmp(a, "-p")) o.n_prompt = (int)n;
-            else if (!strcmp(a, "-n")) o.n_gen = (int)n;
-            else if (!strcmp(a, "-r")) o.reps = (int)BS_MIN(n, MAX_REPS);
-            else o.mm_mb = n;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.threads, &o.n_threads, 1, 1024)) return cli_fail("bench");
-        } else if (!strcmp(a, "--matmul-rows")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.mm_rows, &o.n_mm_rows, 1, 4096)) return cli_fail("bench");
-        } else if (!strcmp(a, "--verify")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_list(a, v, o.verify, &o.n_verify, 1, 64)) return cli_fail("bench");
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(o.out = cli_value(argc, argv, &i))) return cli_fail("bench");
-            if (strcmp(o.out, "md") && strcmp(o.out, "csv") && strcmp(o.out, "json")) {
-                bs_error("-o: '%s' is not md, csv or json", o.out);
-                return cli_fail("bench");
-            }
-        } else if (!strcmp(a, "--matmul")) o.matmul = 1;
-        else if (!strcmp(a, "--matmul-type")) { if (!(o.mm_type = cli_value(argc, argv, &i))) return cli_fail("bench"); }
-        else if (!strcmp(a, "--matmul-packed")) o.mm_packed_only = 1;
-        else if (!strcmp(a, "--no-membw")) o.membw = 0;
-        else if (!strcmp(a, "--no-warmup")) o.warmup = 0;
-        else if (!strcmp(a, "--no-mmap")) o.no_mmap = 1;
-        else if (!strcmp(a, "--device")) { if (!(o.device = cli_value(argc, argv, &i))) return cli_fail("bench"); }
-        else {
-            bs_error("unknown option '%s' (see bitspark help bench)", a);
-            return cli_fail("bench");
-        }
+        cli_arg a;
+        if (cli_next(CMD_BENCH, argc, argv, &i, &a) || bench_apply(&o, &a)) return cli_fail("bench");
     }
+    cli_opts_end();
     if (!o.matmul && !o.model) {
         bs_error("need -m MODEL (or --matmul for the kernel benchmark)");
         return cli_fail("bench");
@@ -662,38 +646,20 @@ void help_bench(void) {
     printf("usage: bitspark bench -m MODEL [options]       model speed, llama-bench style\n"
            "       bitspark bench --matmul [options]       kernel speed on synthetic weights\n"
            "       bitspark bench --mmproj FILE [options]  vision encoder time per image\n"
+           "       bitspark bench --spec -m MODEL -md DRAFTER   DSpark round costs\n"
+           "       bitspark bench --grammar|--schema FILE       token mask time\n"
            "\n"
-           "  -m, --model FILE     GGUF model\n"
-           "  -p N                 prompt-processing test pp<N> (one batch), 0 = skip (default 512)\n"
-           "  -n N                 generation test tg<N> (N one-token evals), 0 = skip (default 128)\n"
-           "  -t N[,N..]           threads, one row set per value (default: all CPUs)\n"
-           "  -r N                 repetitions, mean ± sample stddev (default 5)\n"
-           "  -o md|csv|json       output format (default md)\n"
-           "  --verify W[,W..]     cost of a W-token verify step relative to a 1-token step\n"
-           "  --no-membw           skip the memory-bandwidth / roofline line\n"
-           "  --no-warmup          skip the warm-up run\n"
-           "  --no-mmap            read the model into memory instead of mapping it\n"
-           "  --device D           auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
-           "  --spec               with -md DRAFTER: measured DSpark round costs, projected speedups and\n"
-           "                       a measured greedy run with and without the drafter (options -m -md\n"
-           "                       -t, -p context, -n generated tokens (64, 0: none), -r repetitions,\n"
-           "                       --device: the target and the drafter on that device)\n"
-           "  --matmul             bs_matmul on Bonsai-shaped 5120x17408 and 17408x5120 weights (see --matmul-rows)\n"
-           "  --matmul-type TYPE   weight type for --matmul (default q1_0)\n"
-           "  --matmul-mb N        MiB of distinct weight copies streamed per pass (default 1024)\n"
-           "  --matmul-rows R,..   activation rows per product (default 1,2,4,5,8; prompts: e.g. 64,512)\n"
-           "  --matmul-packed      only the repacked layout's rows (the kernel column: which kernel ran)\n"
-           "  --mmproj FILE        the vision encoder on random preprocessed pixels: ms per image, output\n"
-           "                       tokens/s, GFLOP/s of its matrix products (options -t, -r, --no-warmup,\n"
-           "                       --image-size WxH or N: default the projector's image_size, rounded up\n"
-           "                       to whole 32-pixel blocks; --device vulkan[:N]: on that device)\n"
-           "  --grammar FILE       constrained decoding: one token mask's time (median, p90, max ms on one\n"
-           "  --schema FILE        core) for a GBNF grammar or a JSON schema over a synthetic 248320-token\n"
-           "                       vocabulary, or -m MODEL's; -n tokens per walk (64), -r walks (5)\n"
            "\n"
            "BITSPARK_CPU=scalar|avx2|avx512 (aarch64: scalar|neon|dotprod|i8mm) lowers the kernel level. With AVX-512, Q1_0 matrices are\n"
            "repacked at load (16 rows interleaved; in place, or a copy whose file pages are dropped);\n"
            "BITSPARK_EXACT=1 keeps llama.cpp's layout and float order (bit-identical to it, slower).\n"
            "Prompts of 32+ rows use AMX int8 tiles where the CPU has them (the amx line says whether);\n"
-           "BITSPARK_AMX=0 keeps them on AVX-512.\n");
+           "BITSPARK_AMX=0 keeps them on AVX-512.\n\n");
+    cli_opts_help(CMD_BENCH);
+    printf("\n");
+    cli_opts_help(CMD_BENCH_SPEC);
+    printf("\n");
+    cli_opts_help(CMD_BENCH_VISION);
+    printf("\n");
+    cli_opts_help(CMD_BENCH_GRAMMAR);
 }

@@ -9,6 +9,7 @@
  * sequence every run); the row gives the median, 90th percentile and worst mask in ms of CPU
  * time on one core, the compile time, and the load average, which the figures depend on. */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include "io/util.h"
 #include "sample/grammar.h"
@@ -123,14 +124,18 @@ int bench_grammar(int argc, char **argv) {
     const char *gfile = NULL, *sfile = NULL, *model = NULL;
     long n = 64, reps = 5;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--grammar")) { if (!(gfile = cli_value(argc, argv, &i))) return -1; }
-        else if (!strcmp(a, "--schema")) { if (!(sfile = cli_value(argc, argv, &i))) return -1; }
-        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return -1; }
-        else if (!strcmp(a, "-n")) { const char *v = cli_value(argc, argv, &i); if (!v || cli_parse_int(a, v, 1, 4096, &n)) return -1; }
-        else if (!strcmp(a, "-r")) { const char *v = cli_value(argc, argv, &i); if (!v || cli_parse_int(a, v, 1, 100, &reps)) return -1; }
-        else return bs_error("--grammar/--schema: unknown option '%s' (-m, -n, -r)", a);
+        cli_arg a;
+        if (cli_next(CMD_BENCH_GRAMMAR, argc, argv, &i, &a)) return -1;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_GRAMMAR: gfile = a.s; break;
+        case OPT_SCHEMA: sfile = a.s; break;
+        case OPT_MODEL: model = a.s; break;
+        case OPT_N_GEN: n = a.n; break;
+        case OPT_REPS: reps = a.n; break;
+        default: return bs_error("--grammar/--schema: unexpected argument '%s'", a.s);
+        }
     }
+    cli_opts_end();
     if (!gfile == !sfile) return bs_error("give one of --grammar FILE (GBNF) and --schema FILE (JSON schema)");
     size_t size;
     char *text = bs_read_file(gfile ? gfile : sfile, &size);

@@ -4,6 +4,7 @@
  * and GFLOP/s of its matrix products (bs_vision_matmul_flops). --device vulkan[:N]: the encoder
  * on that device (the row's threads are then unused). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 
 #include "io/threadpool.h"
 #include "formats/quant.h"
@@ -157,25 +158,19 @@ int bench_vision(int argc, char **argv) {
     vbench_opts o = {.reps = 3, .warmup = 1, .n_threads = 1};
     o.threads[0] = BS_MIN(bs_cpu_count(), 64);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long x;
-        if (!strcmp(a, "--mmproj")) {
-            if (!(o.mmproj = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--image-size")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_size(v, &o.w, &o.h)) return -1;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_threads(v, &o)) return -1;
-        } else if (!strcmp(a, "-r")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, VB_MAX_REPS, &x)) return -1;
-            o.reps = (int)x;
-        } else if (!strcmp(a, "--no-warmup")) {
-            o.warmup = 0;
-        } else if (!strcmp(a, "--device")) {
-            if (!(o.device = cli_value(argc, argv, &i))) return -1;
-        } else {
-            return bs_error("--mmproj: unknown option '%s' (--image-size, -t, -r, --no-warmup, --device)", a);
+        cli_arg a;
+        if (cli_next(CMD_BENCH_VISION, argc, argv, &i, &a)) return -1;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MMPROJ: o.mmproj = a.s; break;
+        case OPT_IMAGE_SIZE: if (parse_size(a.s, &o.w, &o.h)) return -1; break;
+        case OPT_THREADS: if (parse_threads(a.s, &o)) return -1; break;
+        case OPT_REPS: o.reps = (int)BS_MIN(a.n, VB_MAX_REPS); break;
+        case OPT_NO_WARMUP: o.warmup = 0; break;
+        case OPT_DEVICE: o.device = a.s; break;
+        default: return bs_error("--mmproj: unexpected argument '%s'", a.s);
         }
     }
+    cli_opts_end();
     if (!o.mmproj) return bs_error("--mmproj needs a FILE");
     return bench_vision_run(&o);
 }

@@ -13,6 +13,7 @@
  * terminal and between <think> tags otherwise. */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "text/reasoning.h"
 #include "io/utf8.h"
 #include "io/util.h"
@@ -60,47 +61,34 @@ void help_chat(void) {
            "Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset starts a new conversation.\n"
            "/image PATH attaches an image to the next message (needs --mmproj); /reset drops the\n"
            "images too.\n"
-           "\n"
-           "  -sys, --system TEXT     system message\n"
-           "  --no-think              thinking off (the template's enable_thinking=false form)\n"
-           "  -n, --n-predict N       max tokens per reply, -1 = until end of generation (-1)\n"
-           "  --stats                 timings after each reply (stderr)\n"
-           "  --no-reuse              re-evaluate the whole conversation every turn (for checks)\n"
-           CLI_VISION_HELP);
-    cli_gen_help();
+           "\n");
+    cli_opts_help(CMD_CHAT);
 }
 
 static int parse(chat_opts *o, cli_vision *vis, int argc, char **argv) {
     cli_gen_defaults(&o->g);
     o->n_predict = -1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_gen_parse(&o->g, argc, argv, &i);
-        if (!r) r = cli_vision_parse(vis, argc, argv, &i);
+        cli_arg a;
+        if (cli_next(CMD_CHAT, argc, argv, &i, &a)) return -1;
+        if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
+        int r = cli_gen_apply(&o->g, &a);
+        if (!r) r = cli_vision_apply(vis, &a);
         if (r < 0) return -1;
         if (r > 0) continue;
-        long x;
-        if (!strcmp(a, "-sys") || !strcmp(a, "--system")) {
-            if (!(o->system = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_parse_int(a, v, -1, INT32_MAX, &x)) return -1;
-            o->n_predict = (int)x;
-        } else if (!strcmp(a, "--no-think")) {
-            o->no_think = true;
-        } else if (!strcmp(a, "--stats")) {
-            o->stats = true;
-        } else if (!strcmp(a, "--no-reuse")) {
-            o->no_reuse = true;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            bs_log_level = 0;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            bs_log_level = 2;
-        } else {
-            return bs_error("unknown option '%s' (see bitspark help chat)", a);
+        switch (a.opt->id) {
+        case OPT_SYSTEM: o->system = a.s; break;
+        case OPT_N_PREDICT: o->n_predict = (int)a.n; break;
+        case OPT_NO_THINK: o->no_think = true; break;
+        case OPT_STATS: o->stats = true; break;
+        case OPT_NO_REUSE: o->no_reuse = true; break;
+        case OPT_QUIET: bs_log_level = 0; break;
+        case OPT_VERBOSE: bs_log_level = 2; break;
+        default: return bs_error("%s: not handled by chat", a.name);
         }
     }
-    if (!o->g.model) return bs_error("no model given (-m FILE)");
+    cli_opts_end();
+    if (cli_gen_check(&o->g)) return -1;
     if (vis->n_paths && !vis->mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");
     return 0;
 }

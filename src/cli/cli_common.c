@@ -26,14 +26,6 @@ int cli_parse_float(const char *opt, const char *s, double *out) {
     return 0;
 }
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        bs_error("option %s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 int cli_fail(const char *cmd) {
     fprintf(stderr, "bitspark %s: %s\n", cmd, bs_last_error());
     return 1;

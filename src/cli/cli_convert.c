@@ -1,6 +1,7 @@
 /* cli_convert.c: `bitspark convert drafter-to-safetensors | drafter-to-gguf | hf-to-gguf`
  * (convert.h). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "tools/convert.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -27,14 +28,14 @@ void help_convert(void) {
         "    -exp(A_log), V heads reordered to the tiled GGUF order, conv squeezed, vocabulary,\n"
         "    merges, token types, special tokens and chat template. Vision (model.visual.*,\n"
         "    see --mmproj) and MTP (mtp.*) tensors are skipped with a note.\n"
-        "      --mmproj   write the vision projector instead of the text model (as llama.cpp's\n"
+        "      --mmproj   the vision projector instead of the text model (as llama.cpp's\n"
         "                 convert_hf_to_gguf.py --mmproj): model.visual.* -> a clip GGUF with\n"
         "                 clip.projector_type = qwen3vl_merger for --mmproj in run/chat/serve;\n"
         "                 --type f32|f16|bf16|q8_0 sets its matrices (default: keep the dtype).\n"
         "      --type T   type of the weight matrices (f32 f16 bf16 or any quantize type);\n"
         "                 default: keep each tensor's dtype. Norms, conv, ssm_a, ssm_dt: F32.\n"
-        "\n"
-        "  -t, --threads N   threads for (de)quantization (default: all CPUs)\n");
+        "\n");
+    cli_opts_help(CMD_CONVERT);
 }
 
 int cmd_convert(int argc, char **argv) {
@@ -42,24 +43,18 @@ int cmd_convert(int argc, char **argv) {
     int n_pos = 0, mmproj = 0;
     long nt = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_convert(); return 0; }
-        if (!strcmp(a, "--mmproj")) {
-            mmproj = 1;
-        } else if (!strcmp(a, "--type")) {
-            if (!(type_s = cli_value(argc, argv, &i))) return cli_fail("convert");
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &nt)) return cli_fail("convert");
-        } else if (a[0] == '-' && a[1]) {
-            bs_error("unknown option %s (see bitspark help convert)", a);
-            return cli_fail("convert");
-        } else if (n_pos < 3) {
-            pos[n_pos++] = a;
-        } else {
-            bs_error("too many arguments");
-            return cli_fail("convert");
+        cli_arg a;
+        if (cli_next(CMD_CONVERT, argc, argv, &i, &a)) return cli_fail("convert");
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MMPROJ: mmproj = 1; break;
+        case OPT_TYPE: type_s = a.s; break;
+        case OPT_THREADS: nt = a.n; break;
+        default:
+            if (a.opt || n_pos == 3) { bs_error("too many arguments"); return cli_fail("convert"); }
+            pos[n_pos++] = a.s;
         }
     }
+    cli_opts_end();
     if (n_pos != 3) {
         bs_error("expected a mode (drafter-to-safetensors, drafter-to-gguf, hf-to-gguf), an input and an output");
         return cli_fail("convert");

@@ -1,5 +1,6 @@
 /* cli_detokenize.c: `bitspark detokenize`: print the text of token ids. */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "text/tokenizer.h"
 #include "io/util.h"
 
@@ -15,9 +16,8 @@ void help_detokenize(void) {
     printf("usage: bitspark detokenize -m MODEL [--no-special] ID...\n"
            "\n"
            "Prints the text of the token ids (separated by spaces or commas, in one or several\n"
-           "arguments). Bytes that do not form valid UTF-8 are printed as U+FFFD.\n"
-           "  -m, --model MODEL  GGUF file (only its tokenizer metadata is read)\n"
-           "  --no-special       print control tokens such as <|im_end|> as nothing\n");
+           "arguments). Bytes that do not form valid UTF-8 are printed as U+FFFD.\n\n");
+    cli_opts_help(CMD_DETOKENIZE);
 }
 
 typedef struct { int32_t *v; size_t n, cap; } idlist;
@@ -48,13 +48,19 @@ int cmd_detokenize(int argc, char **argv) {
     idlist ids = {0};
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) rc = -1; }
-        else if (!strcmp(a, "--no-special")) special = false;
-        else if (!strcmp(a, "--")) { while (rc == 0 && ++i < argc) rc = parse_ids(argv[i], &ids); }
-        else if (a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) rc = bs_error("unknown option '%s' (see 'bitspark help detokenize')", a);
-        else rc = parse_ids(a, &ids);
+        cli_arg a;
+        if ((rc = cli_next(CMD_DETOKENIZE, argc, argv, &i, &a))) break;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MODEL: model = a.s; break;
+        case OPT_NO_SPECIAL: special = false; break;
+        case OPT_NONE:
+            if (!strcmp(a.s, "--")) { while (rc == 0 && ++i < argc) rc = parse_ids(argv[i], &ids); }
+            else rc = parse_ids(a.s, &ids);
+            break;
+        default: rc = bs_error("%s: not handled by detokenize", a.name);
+        }
     }
+    if (rc == 0) cli_opts_end();
     if (rc == 0 && !model) rc = bs_error("missing -m MODEL");
     bs_tokenizer *t = NULL;
     char *text = NULL;

@@ -3,6 +3,7 @@
  * base logits (block_size rows of n_vocab float32, before the Markov bias) and prints the greedy
  * Markov drafts and the confidences. This interface is used by outside checks: keep it stable. */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "dspark/dspark.h"
 #include "io/util.h"
 
@@ -18,23 +19,10 @@ void help_draft_logits(void) {
            "n_taps * n_embd values, pre-fc, positions 0..N-1) become the drafter's context,\n"
            "then the block [ID, mask, ...] runs at positions P.. (default P = N).\n"
            "\n"
-           "  -md, --model-draft F    drafter (.gguf, or safetensors file/dir with config.json)\n"
-           "  --features FILE         raw tap rows\n"
-           "  --rows N                how many rows to read from FILE\n"
-           "  --anchor ID             the block's anchor token\n"
-           "  --pos P                 position of the anchor (>= N; default N)\n"
-           "  -o, --output FILE       base block logits: block_size rows of n_vocab float32\n"
-           "  --device D              cpu (default), vulkan or vulkan:N: where the drafter runs\n"
-           "  --json                  print {\"drafts\": [...], \"confidence\": [...]} instead of text\n"
-           "  --rounds OPS            several rounds on one drafter context instead (--anchor and\n"
-           "                          --pos unused): comma-separated +N (append the next N rows of\n"
-           "                          FILE), -N (crop the context to N rows), ID@P (a block with\n"
-           "                          anchor ID at position P); every block's logits go to OUT in\n"
-           "                          order; --json prints {\"rounds\": [{drafts, confidence}, ...]}\n"
-           "\n"
            "Drafts: greedy argmax of base logits + Markov bias, chained on the token just\n"
            "drafted, mask id excluded, ties to the lowest id. Confidence: the drafter's\n"
-           "confidence head per slot (-1 if it has none).\n");
+           "confidence head per slot (-1 if it has none).\n\n");
+    cli_opts_help(CMD_DRAFT_LOGITS);
 }
 
 typedef struct {
@@ -46,29 +34,23 @@ typedef struct {
 static int parse(dl_opts *o, int argc, char **argv) {
     o->rows = o->anchor = o->pos = -1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
-            if (!(o->drafter = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--features")) {
-            if (!(o->features = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(o->out = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--rows")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 24, &o->rows)) return -1;
-        } else if (!strcmp(a, "--anchor")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, INT32_MAX, &o->anchor)) return -1;
-        } else if (!strcmp(a, "--pos")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 0, 1 << 30, &o->pos)) return -1;
-        } else if (!strcmp(a, "--rounds")) {
-            if (!(o->rounds = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--device")) {
-            if (!(o->device = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else {
-            return bs_error("unknown option '%s' (see bitspark help draft-logits)", a);
+        cli_arg a;
+        if (cli_next(CMD_DRAFT_LOGITS, argc, argv, &i, &a)) return -1;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MODEL_DRAFT: o->drafter = a.s; break;
+        case OPT_FEATURES: o->features = a.s; break;
+        case OPT_OUTPUT: o->out = a.s; break;
+        case OPT_ROWS: o->rows = a.n; break;
+        case OPT_ANCHOR: o->anchor = a.n; break;
+        case OPT_POS: o->pos = a.n; break;
+        case OPT_ROUNDS: o->rounds = a.s; break;
+        case OPT_DEVICE: o->device = a.s; break;
+        case OPT_JSON: o->json = true; break;
+        case OPT_NONE: return bs_error("unexpected argument '%s'", a.s);
+        default: return bs_error("%s: not handled by draft-logits", a.name);
         }
     }
+    cli_opts_end();
     if (!o->drafter || !o->features || !o->out || o->rows < 0 || (o->anchor < 0 && !o->rounds))
         return bs_error("-md, --features, --rows, --anchor (or --rounds) and -o are required");
     if (o->pos < 0) o->pos = o->rows;
@@ -153,9 +135,15 @@ int cmd_draft_logits(int argc, char **argv) {
     if (parse(&o, argc, argv)) return cli_fail("draft-logits");
     bs_dspark *d = bs_dspark_load(o.drafter, NULL);
     if (!d) return cli_fail("draft-logits");
-    if (o.device && bs_dspark_to_device(d, NULL, o.device)) {
-        bs_dspark_free(d);
-        return cli_fail("draft-logits");
+    /* as for models: --device, else BITSPARK_DEVICE, else auto (a GPU if there is one) */
+    const char *env = getenv("BITSPARK_DEVICE"), *dev = o.device ? o.device : env && *env ? env : "auto";
+    if (bs_dspark_to_device(d, NULL, dev)) {
+        if (strcmp(dev, "auto")) {
+            bs_dspark_free(d);
+            return cli_fail("draft-logits");
+        }
+        bs_log(2, "draft-logits: no GPU for auto (%s); the drafter runs on the CPU\n", bs_last_error());
+        bs_clear_error();
     }
     const bs_dspark_hparams *hp = &d->hp;
     int rc = 1;

@@ -3,6 +3,7 @@
  * (generate/engine.h). */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "formats/gguf.h"
 #include "io/util.h"
 
@@ -17,162 +18,6 @@ void cli_gen_defaults(bs_engine_opts *o) {
     bs_engine_opts_init(o);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_threads = n > 0 ? (int)BS_MIN(n, 64) : 1;
-}
-
-static void spec_help(void) {
-    printf("speculative decoding (DSpark):\n"
-           "  -md, --model-draft F    DSpark drafter (.gguf, or safetensors + config.json)\n"
-           "  --draft-max N|auto      drafts verified per round, 0..block size (auto)\n"
-           "  --draft-share-embeddings  use the target's token_embd / output for the drafter\n"
-           "                          even where they differ (identical ones are always shared)\n"
-           "  --draft-no-conf         auto depth without the confidence-head trim\n"
-           "  --draft-window N        the drafter attends to its last N context rows only (0:\n"
-           "                          all; caps the drafter's cost at long contexts; changes\n"
-           "                          drafts, never the output)\n"
-           "  auto measures the cost of each verify width and drafter block once per machine,\n"
-           "  model pair and thread count, and keeps them with the acceptance and probe cost\n"
-           "  the last run ended with in $XDG_CACHE_HOME/bitspark/dspark-costs (or\n"
-           "  ~/.cache/...); BITSPARK_NO_COST_CACHE=1 measures afresh and keeps nothing.\n");
-}
-
-static int spec_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
-    if (!strcmp(a, "-md") || !strcmp(a, "--model-draft")) {
-        if (!(o->drafter = cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "--draft-max") || !strcmp(a, "--draft")) {
-        if (!(v = cli_value(argc, argv, i))) return -1;
-        long x;
-        if (!strcmp(v, "auto")) o->draft_max = BS_DRAFT_AUTO;
-        else if (cli_parse_int(a, v, 0, BS_DSPARK_MAX_BLOCK, &x)) return -1;
-        else o->draft_max = (int)x;
-    } else if (!strcmp(a, "--draft-share-embeddings")) {
-        o->share_embeddings = true;
-    } else if (!strcmp(a, "--draft-no-conf")) {
-        o->no_conf = true;
-    } else if (!strcmp(a, "--draft-window")) {
-        long x;
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 0, 1 << 24, &x)) return -1;
-        o->draft_window = (int)x;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-int cli_gen_guard_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
-    long x;
-    bs_loop_guard_params *p = &o->loop;
-    if (!strcmp(a, "--loop-guard")) {
-        if (!(v = cli_value(argc, argv, i))) return -1;
-        int m = bs_loop_guard_mode_parse(v);
-        if (m < 0) return bs_error("--loop-guard: expected off, stop or rewind, got '%s'", v);
-        p->mode = m;
-        return 1;
-    }
-    static const struct { const char *name; long lo, hi; size_t off; } iopts[] = {
-        {"--loop-min-repeats", 2, 1000000, offsetof(bs_loop_guard_params, det.min_repeats)},
-        {"--loop-min-chars", 1, 100000000, offsetof(bs_loop_guard_params, det.min_chars)},
-        {"--loop-max-period", 1, 1000000, offsetof(bs_loop_guard_params, det.max_period)},
-        {"--loop-max-rewinds", 0, 1000000, offsetof(bs_loop_guard_params, max_rewinds)},
-        {"--loop-ckpt-every", 1, 1000000, offsetof(bs_loop_guard_params, ckpt_every)},
-        {"--loop-ckpt-count", 0, 4096, offsetof(bs_loop_guard_params, ckpt_count)},
-    };
-    for (size_t k = 0; k < BS_ARRAY_LEN(iopts); k++) {
-        if (strcmp(a, iopts[k].name)) continue;
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, iopts[k].lo, iopts[k].hi, &x)) return -1;
-        *(int *)((char *)p + iopts[k].off) = (int)x;
-        return 1;
-    }
-    return 0;
-}
-
-void cli_gen_guard_help(void) {
-    printf("doom-loop guard (antidoom's detector: a span repeating >= R times over >= C chars):\n"
-           "  --loop-guard MODE       off | stop (end generation at a loop) | rewind (roll back\n"
-           "                          to the loop's first repeat, ban that token, resample) (off)\n"
-           "  --loop-min-repeats R    (4)\n"
-           "  --loop-min-chars C      (60)\n"
-           "  --loop-max-period P     longest period looked for, in characters (1024)\n"
-           "  --loop-max-rewinds N    rewinds per generation, then stop (8)\n"
-           "  --loop-ckpt-every N     rewind: tokens between state checkpoints (64)\n"
-           "  --loop-ckpt-count N     rewind: checkpoints kept (8)\n");
-}
-
-static int lora_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    bool scaled = !strcmp(a, "--lora-scaled");
-    if (strcmp(a, "--lora") && !scaled) return 0;
-    const char *v = cli_value(argc, argv, i);
-    if (!v) return -1;
-    if (o->n_lora == BS_ENGINE_MAX_LORA) return bs_error("%s: at most %d adapters", a, BS_ENGINE_MAX_LORA);
-    o->lora[o->n_lora] = v;
-    o->lora_scale[o->n_lora] = 1.0f;
-    o->lora_has_scale[o->n_lora] = false;
-    if (scaled) {
-        double s;
-        const char *sv = cli_value(argc, argv, i);
-        if (!sv || cli_parse_float(a, sv, &s)) return -1;
-        o->lora_scale[o->n_lora] = (float)s;
-        o->lora_has_scale[o->n_lora] = true;
-    }
-    o->n_lora++;
-    return 1;
-}
-
-static void lora_help(void) {
-    printf("LoRA adapters (llama.cpp GGUF or PEFT safetensors), applied at run time:\n"
-           "  --lora FILE[:SCALE]     repeatable; y = W x + SCALE * alpha/r * B (A x) (SCALE 1)\n"
-           "  --lora-scaled FILE S    the same with the scale as a separate argument\n");
-}
-
-int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode) {
-    *set = strcmp(v, "auto") != 0;
-    if (*set && bs_norm_from_name(v, mode)) return bs_error_prefix("--tokenizer-normalize: ");
-    return 0;
-}
-
-void cli_gen_sampling_help(void) {
-    printf(
-        "sampling (llama.cpp order and defaults):\n"
-        "  --temp T                temperature, <= 0 is greedy (0.8)\n"
-        "  --top-k K               0 = off (40)\n"
-        "  --top-p P               1 = off (0.95)\n"
-        "  --min-p P               0 = off (0.05)\n"
-        "  --repeat-penalty X      1 = off (1.0)\n"
-        "  --repeat-last-n N       window of the penalties, -1 = whole context (64)\n"
-        "  --presence-penalty X    (0)\n"
-        "  --frequency-penalty X   (0)\n"
-        "  --dry-multiplier X      0 = DRY off (0)\n"
-        "  --dry-base X            (1.75)\n"
-        "  --dry-allowed-length N  (2)\n"
-        "  --dry-penalty-last-n N  -1 = whole context (-1)\n"
-        "  --dry-sequence-breaker S  repeatable; 'none' clears (\\n : \" *)\n"
-        "  --logit-bias ID(+|-)X   e.g. 15043+1 or 15043-inf (ban)\n"
-        "  --ignore-eos            keep generating past end-of-generation tokens\n"
-        "  --seed S                random seed (default: from the clock, printed)\n");
-    lora_help();
-}
-
-void cli_gen_context_help(void) {
-    printf("  --context-shift         a full context drops the older half of what follows the kept\n"
-           "                          start and re-evaluates the rest (every kept position: the\n"
-           "                          recurrent state cannot forget), instead of stopping\n"
-           "  --keep N                tokens at the start a context shift keeps (0)\n");
-}
-
-void cli_gen_help(void) {
-    printf("model and session:\n"
-           "  -m, --model FILE        qwen35 GGUF (Bonsai-27B Q1_0, Ternary-Bonsai Q2_0, ...)\n"
-           "  -t, --threads N         threads (default: all cores)\n"
-           "  -c, --ctx N             context size in tokens (default 4096, capped by the model)\n"
-           "  --no-mmap               read the model into memory instead of mapping it\n"
-           "  --device D              auto (default), cpu, vulkan or vulkan:N ('bitspark devices')\n"
-           CLI_NORMALIZE_HELP);
-    cli_gen_context_help();
-    cli_gen_sampling_help();
-    spec_help();
-    cli_gen_guard_help();
 }
 
 static int parse_bias(bs_engine_opts *o, const char *v) {
@@ -195,109 +40,115 @@ static int parse_bias(bs_engine_opts *o, const char *v) {
     return 0;
 }
 
-int cli_gen_parse_sampling(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    bs_sampler_params *p = &o->sp;
-    static const struct { const char *name; size_t off; } fopts[] = {
-        {"--temp", offsetof(bs_sampler_params, temp)},
-        {"--top-p", offsetof(bs_sampler_params, top_p)},
-        {"--min-p", offsetof(bs_sampler_params, min_p)},
-        {"--repeat-penalty", offsetof(bs_sampler_params, repeat_penalty)},
-        {"--presence-penalty", offsetof(bs_sampler_params, presence_penalty)},
-        {"--frequency-penalty", offsetof(bs_sampler_params, frequency_penalty)},
-        {"--dry-multiplier", offsetof(bs_sampler_params, dry_multiplier)},
-        {"--dry-base", offsetof(bs_sampler_params, dry_base)},
-    };
-    static const struct { const char *name; size_t off; long lo; } iopts[] = {
-        {"--top-k", offsetof(bs_sampler_params, top_k), -1},
-        {"--repeat-last-n", offsetof(bs_sampler_params, penalty_last_n), -1},
-        {"--dry-allowed-length", offsetof(bs_sampler_params, dry_allowed_length), 0},
-        {"--dry-penalty-last-n", offsetof(bs_sampler_params, dry_penalty_last_n), -1},
-    };
-    int sr = lora_parse(o, argc, argv, i);
-    if (sr) return sr;
-    for (size_t k = 0; k < BS_ARRAY_LEN(fopts); k++) {
-        if (strcmp(a, fopts[k].name)) continue;
-        const char *v = cli_value(argc, argv, i);
+static int add_lora(bs_engine_opts *o, const cli_arg *a) {
+    if (o->n_lora == BS_ENGINE_MAX_LORA) return bs_error("%s: at most %d adapters", a->name, BS_ENGINE_MAX_LORA);
+    o->lora[o->n_lora] = a->s;
+    o->lora_scale[o->n_lora] = 1.0f;
+    o->lora_has_scale[o->n_lora] = false;
+    if (a->s2) {
         double x;
-        if (!v || cli_parse_float(a, v, &x)) return -1;
-        *(float *)((char *)p + fopts[k].off) = (float)x;
-        return 1;
+        if (cli_parse_float(a->name, a->s2, &x)) return -1;
+        o->lora_scale[o->n_lora] = (float)x;
+        o->lora_has_scale[o->n_lora] = true;
     }
-    for (size_t k = 0; k < BS_ARRAY_LEN(iopts); k++) {
-        if (strcmp(a, iopts[k].name)) continue;
-        const char *v = cli_value(argc, argv, i);
-        long x;
-        if (!v || cli_parse_int(a, v, iopts[k].lo, INT32_MAX, &x)) return -1;
-        *(int32_t *)((char *)p + iopts[k].off) = (int32_t)x;
-        return 1;
+    o->n_lora++;
+    return 0;
+}
+
+static int add_breaker(bs_engine_opts *o, const char *v) {
+    if (o->n_breakers < 0) o->n_breakers = 0;
+    if (!strcmp(v, "none")) o->n_breakers = 0;
+    else if (o->n_breakers == BS_GEN_MAX_BREAKERS) return bs_error("too many DRY breakers");
+    else o->breakers[o->n_breakers++] = v;
+    return 0;
+}
+
+int cli_parse_normalize(const char *v, bool *set, bs_norm_mode *mode) {
+    *set = strcmp(v, "auto") != 0;
+    if (*set && bs_norm_from_name(v, mode)) return bs_error_prefix("--tokenizer-normalize: ");
+    return 0;
+}
+
+/* The sampler's float and int fields, by option id. */
+static float *sp_float(bs_sampler_params *p, int id) {
+    switch (id) {
+    case OPT_TEMP: return &p->temp;
+    case OPT_TOP_P: return &p->top_p;
+    case OPT_MIN_P: return &p->min_p;
+    case OPT_REPEAT_PENALTY: return &p->repeat_penalty;
+    case OPT_PRESENCE_PENALTY: return &p->presence_penalty;
+    case OPT_FREQUENCY_PENALTY: return &p->frequency_penalty;
+    case OPT_DRY_MULTIPLIER: return &p->dry_multiplier;
+    case OPT_DRY_BASE: return &p->dry_base;
+    default: return NULL;
     }
-    const char *v;
-    if (!strcmp(a, "--ignore-eos")) {
-        o->ignore_eos = true;
-    } else if (!strcmp(a, "--seed") || !strcmp(a, "-s")) {
-        if (!(v = cli_value(argc, argv, i))) return -1;
-        char *end;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (end == v || *end || v[0] == '-') return bs_error("%s: '%s' is not a seed", a, v);
-        o->sp.seed = s;
-        o->seed_set = true;
-    } else if (!strcmp(a, "--dry-sequence-breaker")) {
-        if (!(v = cli_value(argc, argv, i))) return -1;
-        if (o->n_breakers < 0) o->n_breakers = 0;
-        if (!strcmp(v, "none")) o->n_breakers = 0;
-        else if (o->n_breakers == BS_GEN_MAX_BREAKERS) return bs_error("too many DRY breakers");
-        else o->breakers[o->n_breakers++] = v;
-    } else if (!strcmp(a, "--logit-bias") || !strcmp(a, "-l")) {
-        if (!(v = cli_value(argc, argv, i)) || parse_bias(o, v)) return -1;
-    } else {
-        return 0;
+}
+
+static int32_t *sp_int(bs_sampler_params *p, int id) {
+    switch (id) {
+    case OPT_TOP_K: return &p->top_k;
+    case OPT_REPEAT_LAST_N: return &p->penalty_last_n;
+    case OPT_DRY_ALLOWED_LENGTH: return &p->dry_allowed_length;
+    case OPT_DRY_PENALTY_LAST_N: return &p->dry_penalty_last_n;
+    default: return NULL;
+    }
+}
+
+static int *guard_int(bs_loop_guard_params *p, int id) {
+    switch (id) {
+    case OPT_LOOP_MIN_REPEATS: return &p->det.min_repeats;
+    case OPT_LOOP_MIN_CHARS: return &p->det.min_chars;
+    case OPT_LOOP_MAX_PERIOD: return &p->det.max_period;
+    case OPT_LOOP_MAX_REWINDS: return &p->max_rewinds;
+    case OPT_LOOP_CKPT_EVERY: return &p->ckpt_every;
+    case OPT_LOOP_CKPT_COUNT: return &p->ckpt_count;
+    default: return NULL;
+    }
+}
+
+int cli_gen_apply(bs_engine_opts *o, const cli_arg *a) {
+    if (!a->opt) return 0;
+    const int id = a->opt->id;
+    float *f = sp_float(&o->sp, id);
+    int32_t *n32 = sp_int(&o->sp, id);
+    int *g = guard_int(&o->loop, id);
+    if (f) *f = (float)a->f;
+    else if (n32) *n32 = (int32_t)a->n;
+    else if (g) *g = (int)a->n;
+    else switch (id) {
+    case OPT_MODEL: o->model = a->s; break;
+    case OPT_THREADS: o->n_threads = (int)a->n; break;
+    case OPT_CTX: o->n_ctx = (int)a->n; break;
+    case OPT_NO_MMAP: o->no_mmap = true; break;
+    case OPT_DEVICE: o->device = a->s; break;
+    case OPT_NORMALIZE: return cli_parse_normalize(a->s, &o->normalize_set, &o->normalize) ? -1 : 1;
+    case OPT_CONTEXT_SHIFT: o->context_shift = true; break;
+    case OPT_KEEP: o->n_keep = (int)a->n; break;
+    case OPT_DRY_BREAKER: return add_breaker(o, a->s) ? -1 : 1;
+    case OPT_LOGIT_BIAS: return parse_bias(o, a->s) ? -1 : 1;
+    case OPT_IGNORE_EOS: o->ignore_eos = true; break;
+    case OPT_SEED:   /* -1: a seed from the clock, as without --seed (llama.cpp's LLAMA_DEFAULT_SEED) */
+        o->seed_set = a->n >= 0;
+        o->sp.seed = a->n >= 0 ? (uint64_t)a->n : 0;
+        break;
+    case OPT_LORA: case OPT_LORA_SCALED: return add_lora(o, a) ? -1 : 1;
+    case OPT_MODEL_DRAFT: o->drafter = a->s; break;
+    case OPT_DRAFT_MAX: o->draft_max = a->n < 0 ? BS_DRAFT_AUTO : (int)a->n; break;
+    case OPT_DRAFT_SHARE_EMBD: o->share_embeddings = true; break;
+    case OPT_DRAFT_NO_CONF: o->no_conf = true; break;
+    case OPT_DRAFT_WINDOW: o->draft_window = (int)a->n; break;
+    case OPT_LOOP_GUARD: o->loop.mode = bs_loop_guard_mode_parse(a->s); break;
+    default: return 0;
     }
     return 1;
 }
 
-int cli_gen_parse(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    int sr = spec_parse(o, argc, argv, i);
-    if (sr) return sr;
-    if ((sr = cli_gen_guard_parse(o, argc, argv, i))) return sr;
-    if ((sr = cli_gen_parse_sampling(o, argc, argv, i))) return sr;
-    if ((sr = cli_gen_parse_context(o, argc, argv, i))) return sr;
-    const char *v;
-    long x;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-        if (!(o->model = cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, 512, &x)) return -1;
-        o->n_threads = (int)x;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx") || !strcmp(a, "--ctx-size")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 1, INT32_MAX, &x)) return -1;
-        o->n_ctx = (int)x;
-    } else if (!strcmp(a, "--no-mmap")) {
-        o->no_mmap = true;
-    } else if (!strcmp(a, "--device")) {
-        if (!(v = cli_value(argc, argv, i))) return -1;
-        o->device = v;
-    } else if (!strcmp(a, "--tokenizer-normalize")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_normalize(v, &o->normalize_set, &o->normalize)) return -1;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-int cli_gen_parse_context(bs_engine_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
-    long x;
-    if (!strcmp(a, "--context-shift")) {
-        o->context_shift = true;
-    } else if (!strcmp(a, "--keep")) {
-        if (!(v = cli_value(argc, argv, i)) || cli_parse_int(a, v, 0, INT32_MAX, &x)) return -1;
-        o->n_keep = (int)x;
-    } else {
-        return 0;
-    }
-    return 1;
+int cli_gen_check(const bs_engine_opts *o) {
+    if (!o->model) return bs_error("no model given (-m FILE)");
+    if (!o->drafter && (o->draft_max != BS_DRAFT_AUTO || o->share_embeddings || o->no_conf || o->draft_window))
+        return bs_error("--draft-max, --draft-share-embeddings, --draft-no-conf and --draft-window need a "
+                        "drafter (-md FILE)");
+    return 0;
 }
 
 void cli_gen_cap_ctx(bs_engine_opts *o) {

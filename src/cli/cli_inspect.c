@@ -1,5 +1,6 @@
 /* cli_inspect.c: `bitspark inspect FILE [--json] [--no-mmap]` (inspect.h does the work). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "tools/inspect.h"
 #include "io/util.h"
 
@@ -21,22 +22,25 @@ void help_inspect(void) {
         "directory holding a (sharded) safetensors checkpoint; a config.json next to a\n"
         "safetensors checkpoint is read too.\n"
         "\n"
-        "options:\n"
-        "  --json      print one JSON object instead of the text report\n"
-        "  --no-mmap   read whole files into memory (default: parse only the headers)\n");
+        "\n");
+    cli_opts_help(CMD_INSPECT);
 }
 
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     bool json = false, no_mmap = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = true;
-        else if (strcmp(argv[i], "--no-mmap") == 0) no_mmap = true;
-        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { help_inspect(); return 0; }
-        else if (argv[i][0] == '-' && argv[i][1]) { bs_error("unknown option %s", argv[i]); return cli_fail("inspect"); }
-        else if (path) { bs_error("more than one FILE given"); return cli_fail("inspect"); }
-        else path = argv[i];
+        cli_arg a;
+        if (cli_next(CMD_INSPECT, argc, argv, &i, &a)) return cli_fail("inspect");
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_JSON: json = true; break;
+        case OPT_NO_MMAP: no_mmap = true; break;
+        default:
+            if (a.opt || path) { bs_error("more than one FILE given"); return cli_fail("inspect"); }
+            path = a.s;
+        }
     }
+    cli_opts_end();
     if (!path) { bs_error("no FILE given (see bitspark help inspect)"); return cli_fail("inspect"); }
     json_t *info = bs_inspect_path(path, no_mmap);
     if (!info) return cli_fail("inspect");

@@ -5,6 +5,8 @@
  * image (--image-embd, or --image encoded with --mmproj), evaluated with bs_eval_image. Keep this interface stable. */
 #include "bitspark.h"
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "io/threadpool.h"
 #include "vision/vision.h"
 #include "io/util.h"
 
@@ -28,21 +30,8 @@ typedef struct opts {
 void help_logits(void) {
     printf("usage: bitspark logits -m MODEL (--tokens ID,ID,... | --tokens-file FILE) -o OUT.f32 [options]\n\n"
            "Evaluates the first N tokens as one batch, then the rest one at a time, and writes one\n"
-           "row of n_vocab float32 logits per token (little-endian, no header).\n\n"
-           "  --batch N          tokens in the first batch (default: all)\n"
-           "  --tokens-file F    token ids as a JSON list or separated by spaces / commas\n"
-           "  --taps L,L,...     also capture the residual stream after these layers (0-based)\n"
-           "  --taps-out F       where the taps go: one row of (number of taps * n_embd) per token\n"
-           "  --kv-type f16|f32  KV cache type (default f16)\n"
-           "  --ctx N            context size (default 4096, or the token count if larger)\n"
-           "  -t N               threads (default 1)\n"
-           "  --image-embd F     image embeddings (rows x n_embd float32, as mmproj-embed writes)\n"
-           "                     evaluated where the token list says <image>: one logits row each\n"
-           "  --image-grid WxH   the image's grid of merged tokens (W * H = rows of F)\n"
-           "  --mmproj F         with --image: the vision projector that encodes the image\n"
-           "  --image IMG        instead of --image-embd: an image file (PNG, JPEG, binary PPM)\n"
-           "  --no-mmap          read the model into memory instead of mapping it\n"
-           "  --device D         auto (default), cpu, vulkan or vulkan:N (see 'bitspark devices')\n");
+           "row of n_vocab float32 logits per token (little-endian, no header).\n\n");
+    cli_opts_help(CMD_LOGITS);
 }
 
 /* Integers separated by commas, whitespace and (for JSON lists) brackets. */
@@ -70,47 +59,47 @@ static int parse_ids(const char *text, const char *what, long lo, long hi, int32
     return 0;
 }
 
+static int parse_grid(opts *o, const char *v) {
+    char *x;
+    errno = 0;
+    o->img_nx = strtol(v, &x, 10);
+    if (x == v || (*x != 'x' && *x != 'X') || errno) return bs_error("--image-grid: '%s' is not WxH", v);
+    const char *h = x + 1;
+    o->img_ny = strtol(h, &x, 10);
+    if (x == h || *x || errno || o->img_nx < 1 || o->img_ny < 1 || o->img_nx > 4096 || o->img_ny > 4096)
+        return bs_error("--image-grid: '%s' is not WxH with 1 <= W, H <= 4096", v);
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->batch = -1;
-    o->threads = 1;
+    o->threads = bs_cpu_count();
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-#define VAL() do { if (!(v = cli_value(argc, argv, &i))) return -1; } while (0)
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "--tokens")) { VAL(); o->tokens = v; }
-        else if (!strcmp(a, "--tokens-file")) { VAL(); o->tokens_file = v; }
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) { VAL(); o->out = v; }
-        else if (!strcmp(a, "--taps")) { VAL(); o->taps = v; }
-        else if (!strcmp(a, "--taps-out")) { VAL(); o->taps_out = v; }
-        else if (!strcmp(a, "--batch")) { VAL(); if (cli_parse_int(a, v, 1, MAX_TOKENS, &o->batch)) return -1; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); if (cli_parse_int(a, v, 1, 1024, &o->threads)) return -1; }
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) { VAL(); if (cli_parse_int(a, v, 1, MAX_TOKENS, &o->ctx)) return -1; }
-        else if (!strcmp(a, "--kv-type")) {
-            VAL();
-            if (!strcmp(v, "f16")) o->kv_type = BS_KV_F16;
-            else if (!strcmp(v, "f32")) o->kv_type = BS_KV_F32;
-            else return bs_error("--kv-type: '%s' is not f16 or f32", v);
+        cli_arg a;
+        if (cli_next(CMD_LOGITS, argc, argv, &i, &a)) return -1;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MODEL: o->model = a.s; break;
+        case OPT_TOKENS: o->tokens = a.s; break;
+        case OPT_TOKENS_FILE: o->tokens_file = a.s; break;
+        case OPT_OUTPUT: o->out = a.s; break;
+        case OPT_TAPS: o->taps = a.s; break;
+        case OPT_TAPS_OUT: o->taps_out = a.s; break;
+        case OPT_BATCH: o->batch = a.n; break;
+        case OPT_THREADS: o->threads = a.n; break;
+        case OPT_CTX: o->ctx = a.n; break;
+        case OPT_KV_TYPE: o->kv_type = !strcmp(a.s, "f32") ? BS_KV_F32 : BS_KV_F16; break;
+        case OPT_IMAGE_EMBD: o->image_embd = a.s; break;
+        case OPT_MMPROJ: o->mmproj = a.s; break;
+        case OPT_IMAGE: o->image = a.s; break;
+        case OPT_IMAGE_GRID: if (parse_grid(o, a.s)) return -1; break;
+        case OPT_NO_MMAP: o->no_mmap = true; break;
+        case OPT_DEVICE: o->device = a.s; break;
+        case OPT_NONE: return bs_error("unexpected argument '%s'", a.s);
+        default: return bs_error("%s: not handled by logits", a.name);
         }
-        else if (!strcmp(a, "--image-embd")) { VAL(); o->image_embd = v; }
-        else if (!strcmp(a, "--mmproj")) { VAL(); o->mmproj = v; }
-        else if (!strcmp(a, "--image")) { VAL(); o->image = v; }
-        else if (!strcmp(a, "--image-grid")) {
-            VAL();
-            char *x;
-            errno = 0;
-            o->img_nx = strtol(v, &x, 10);
-            if (x == v || (*x != 'x' && *x != 'X') || errno) return bs_error("--image-grid: '%s' is not WxH", v);
-            const char *h = x + 1;
-            o->img_ny = strtol(h, &x, 10);
-            if (x == h || *x || errno || o->img_nx < 1 || o->img_ny < 1 || o->img_nx > 4096 || o->img_ny > 4096)
-                return bs_error("--image-grid: '%s' is not WxH with 1 <= W, H <= 4096", v);
-        }
-        else if (!strcmp(a, "--no-mmap")) o->no_mmap = true;
-        else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
-        else return bs_error("unknown option '%s' (see bitspark help logits)", a);
-#undef VAL
     }
+    cli_opts_end();
     if (!o->model) return bs_error("-m MODEL is required");
     if (!o->out) return bs_error("-o OUT.f32 is required");
     if (!o->tokens == !o->tokens_file) return bs_error("give exactly one of --tokens and --tokens-file");

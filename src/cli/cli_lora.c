@@ -1,6 +1,7 @@
 /* cli_lora.c: `bitspark lora merge`: merge LoRA adapters into a GGUF, re-quantized, with a
  * report of how much of each delta the weight format kept (lora.h). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "model/lora.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -18,11 +19,8 @@ void help_lora(void) {
            "(directory with adapter_config.json + adapter_model.safetensors, or the .safetensors).\n"
            "Prints per merged tensor and in total the share of signs that flipped, the relative\n"
            "change of the 128-weight group scales (mean |w|: Q1_0's d) and the cosine between the\n"
-           "delta that survived quantization and the intended one.\n\n"
-           "  -o, --out FILE   output GGUF\n"
-           "  --type T         type of the merged tensors (q1_0, q2_0, q8_0, f16, f32, ...;\n"
-           "                   default: each tensor's own type); other tensors are copied as is\n"
-           "  -q, --quiet      no report\n");
+           "delta that survived quantization and the intended one.\n\n");
+    cli_opts_help(CMD_LORA);
 }
 
 int cmd_lora(int argc, char **argv) {
@@ -34,29 +32,26 @@ int cmd_lora(int argc, char **argv) {
     int n = 0, type = BS_TYPE_INVALID;
     bool quiet = false;
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-o") || !strcmp(a, "--out")) {
-            if (!(out = cli_value(argc, argv, &i))) return cli_fail("lora");
-        } else if (!strcmp(a, "--type")) {
-            if (!(v = cli_value(argc, argv, &i))) return cli_fail("lora");
-            if ((type = bs_type_from_name(v)) == BS_TYPE_INVALID) {
-                bs_error("--type: unknown type '%s'", v);
+        cli_arg a;
+        if (cli_next(CMD_LORA, argc, argv, &i, &a)) return cli_fail("lora");
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_OUTPUT: out = a.s; break;
+        case OPT_TYPE:
+            if ((type = bs_type_from_name(a.s)) == BS_TYPE_INVALID) {
+                bs_error("--type: unknown type '%s'", a.s);
                 return cli_fail("lora");
             }
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (a[0] == '-' && a[1]) {
-            bs_error("unknown option '%s' (see bitspark help lora)", a);
-            return cli_fail("lora");
-        } else if (!base) {
-            base = a;
-        } else if (n < MAX_ADAPTERS) {
-            adapters[n++] = a;
-        } else {
-            bs_error("at most %d adapters", MAX_ADAPTERS);
-            return cli_fail("lora");
+            break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_NONE:
+            if (!base) base = a.s;
+            else if (n < MAX_ADAPTERS) adapters[n++] = a.s;
+            else { bs_error("at most %d adapters", MAX_ADAPTERS); return cli_fail("lora"); }
+            break;
+        default: bs_error("%s: not handled by lora", a.name); return cli_fail("lora");
         }
     }
+    cli_opts_end();
     if (!base || !n || !out) {
         bs_error("usage: bitspark lora merge BASE ADAPTER[:SCALE]... -o OUT.gguf");
         return cli_fail("lora");

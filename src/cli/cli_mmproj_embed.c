@@ -2,6 +2,7 @@
  * embeddings of one image (rows x n_embd float32, little-endian as in memory), written
  * atomically, for tests and for users who cache them. */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "vision/vision.h"
 #include "io/atomic_file.h"
 #include "io/util.h"
@@ -18,32 +19,25 @@ void help_mmproj_embed(void) {
         "(PNG, JPEG or binary PPM/PGM) and writes its embeddings: one float32 row of the text\n"
         "model's width per image token, row-major over the token grid (the grid is printed on\n"
         "stderr). Preprocessing follows llama.cpp's mtmd (docs/vision.md).\n"
-        "\n"
-        "options:\n"
-        "  --mmproj FILE  the projector GGUF\n"
-        "  --image IMG    the image file\n"
-        "  -o OUT         output file (written atomically)\n"
-        "  -t N           threads (default: every CPU)\n");
+        "\n");
+    cli_opts_help(CMD_MMPROJ_EMBED);
 }
 
 int cmd_mmproj_embed(int argc, char **argv) {
     const char *mm = NULL, *img = NULL, *out = NULL;
     long threads = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_mmproj_embed(); return 0; }
-        const char **dst = !strcmp(a, "--mmproj") ? &mm : !strcmp(a, "--image") ? &img
-                         : (!strcmp(a, "-o") || !strcmp(a, "--output")) ? &out : NULL;
-        if (dst) {
-            if (!(*dst = cli_value(argc, argv, &i))) return cli_fail("mmproj-embed");
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_parse_int(a, v, 0, 4096, &threads)) return cli_fail("mmproj-embed");
-        } else {
-            bs_error("unknown argument %s (see bitspark help mmproj-embed)", a);
-            return cli_fail("mmproj-embed");
+        cli_arg a;
+        if (cli_next(CMD_MMPROJ_EMBED, argc, argv, &i, &a)) return cli_fail("mmproj-embed");
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MMPROJ: mm = a.s; break;
+        case OPT_IMAGE: img = a.s; break;
+        case OPT_OUTPUT: out = a.s; break;
+        case OPT_THREADS: threads = a.n; break;
+        default: bs_error("unexpected argument '%s' (see bitspark help mmproj-embed)", a.s); return cli_fail("mmproj-embed");
         }
     }
+    cli_opts_end();
     if (!mm || !img || !out) {
         bs_error("--mmproj, --image and -o are all required");
         return cli_fail("mmproj-embed");

@@ -1,10 +1,12 @@
 /* cli_quantize.c: `bitspark quantize IN.gguf OUT.gguf TYPE [options]` (quantize.h). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "formats/quant.h"
 #include "formats/quantize.h"
 #include "io/util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void help_quantize(void) {
@@ -23,18 +25,8 @@ void help_quantize(void) {
         "llama.cpp's default head. Rows that do not fit a block fall back (q6_k -> q8_0,\n"
         "1/2-bit and ternary types -> q4_0, else the source float type) with a note.\n"
         "\n"
-        "options:\n"
-        "  --output-type T          type of output.weight\n"
-        "  --embd-type T            type of token_embd.weight (--token-embedding-type too)\n"
-        "  --tensor-type PAT=T      type of the matrices whose name matches the extended\n"
-        "                           regular expression PAT (searched; repeatable; the last\n"
-        "                           match wins), e.g. 'ssm_(alpha|beta)=bf16'\n"
-        "  --q2-group 128|64        group size meant by q2_0 (default 128: the legacy\n"
-        "                           34-byte block of Ternary-Bonsai; 64: mainline's)\n"
-        "  --pure                   accepted for llama-quantize compatibility (the default\n"
-        "                           already uses one type for every matrix)\n"
-        "  --allow-requantize       allow converting tensors that are already quantized\n"
-        "  -t, --threads N          threads (default: all CPUs)\n");
+        "\n");
+    cli_opts_help(CMD_QUANTIZE);
 }
 
 static int parse_type(const char *opt, const char *s, int q2_group, int *out) {
@@ -54,33 +46,22 @@ int cmd_quantize(int argc, char **argv) {
     int n_pos = 0, rc = 1;
     long group = 128, nt = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { help_quantize(); rc = 0; goto done; }
-        if (!strcmp(a, "--output-type") || !strcmp(a, "--output-tensor-type")) {
-            if (!(out_t = cli_value(argc, argv, &i))) goto fail;
-        } else if (!strcmp(a, "--embd-type") || !strcmp(a, "--token-embedding-type")) {
-            if (!(embd_t = cli_value(argc, argv, &i))) goto fail;
-        } else if (!strcmp(a, "--tensor-type")) {
-            if (!(v = cli_value(argc, argv, &i)) || bs_quantize_add_override(&p, v)) goto fail;
-        } else if (!strcmp(a, "--q2-group")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 64, 128, &group)) goto fail;
-            if (group != 64 && group != 128) { bs_error("--q2-group must be 128 or 64"); goto fail; }
-        } else if (!strcmp(a, "--pure")) {
-            p.pure = true;
-        } else if (!strcmp(a, "--allow-requantize")) {
-            p.allow_requantize = true;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(a, v, 1, 1024, &nt)) goto fail;
-        } else if (a[0] == '-' && a[1]) {
-            bs_error("unknown option %s (see bitspark help quantize)", a);
-            goto fail;
-        } else if (n_pos < 3) {
-            pos[n_pos++] = a;
-        } else {
-            bs_error("too many arguments (expected IN.gguf OUT.gguf TYPE)");
-            goto fail;
+        cli_arg a;
+        if (cli_next(CMD_QUANTIZE, argc, argv, &i, &a)) goto fail;
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_OUTPUT_TYPE: out_t = a.s; break;
+        case OPT_EMBD_TYPE: embd_t = a.s; break;
+        case OPT_TENSOR_TYPE: if (bs_quantize_add_override(&p, a.s)) goto fail; break;
+        case OPT_Q2_GROUP: group = atol(a.s); break;
+        case OPT_PURE: p.pure = true; break;
+        case OPT_ALLOW_REQUANTIZE: p.allow_requantize = true; break;
+        case OPT_THREADS: nt = a.n; break;
+        default:
+            if (a.opt || n_pos == 3) { bs_error("too many arguments (expected IN.gguf OUT.gguf TYPE)"); goto fail; }
+            pos[n_pos++] = a.s;
         }
     }
+    cli_opts_end();
     if (n_pos != 3) { bs_error("expected IN.gguf OUT.gguf TYPE (see bitspark help quantize)"); goto fail; }
     p.n_threads = (int)nt;
     if (parse_type("TYPE", pos[2], (int)group, &p.type) ||

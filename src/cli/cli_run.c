@@ -2,6 +2,7 @@
  * (streamed, whole UTF-8 code points); logs and llama.cpp-style timings go to stderr. */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "io/utf8.h"
 #include "io/util.h"
 
@@ -25,53 +26,35 @@ void help_run(void) {
            "With --image, the images go before the prompt (inside the user message with --chat),\n"
            "each as " BS_IMAGE_CHAT ", unless a prompt without --chat places\n"
            "them itself with " BS_IMAGE_MARKER ".\n"
-           "\n"
-           "  -p, --prompt TEXT       prompt text\n"
-           "  -f, --file FILE         read the prompt from a file ('-': stdin)\n"
-           "  -n, --n-predict N       tokens to generate, -1 = until end of generation (-1)\n"
-           "  --chat                  wrap the prompt as a user message in the chat template\n"
-           "  --no-think              with --chat: the enable_thinking=false form\n"
-           "  -sys, --system TEXT     with --chat: system message\n"
-           "  -q, --quiet             no logs or timing lines on stderr\n"
-           "  -v, --verbose           also log the prompt as rendered and tokenized\n"
-           CLI_VISION_HELP);
-    cli_gen_help();
+           "\n");
+    cli_opts_help(CMD_RUN);
 }
 
 static int parse(run_opts *o, int argc, char **argv) {
     cli_gen_defaults(&o->g);
     o->n_predict = -1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int r = cli_gen_parse(&o->g, argc, argv, &i);
-        if (!r) r = cli_vision_parse(&o->vis, argc, argv, &i);
+        cli_arg a;
+        if (cli_next(CMD_RUN, argc, argv, &i, &a)) return -1;
+        if (!a.opt) return bs_error("unexpected argument '%s' (the prompt goes after -p)", a.s);
+        int r = cli_gen_apply(&o->g, &a);
+        if (!r) r = cli_vision_apply(&o->vis, &a);
         if (r < 0) return -1;
         if (r > 0) continue;
-        long x;
-        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(o->prompt = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(o->file = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-sys") || !strcmp(a, "--system")) {
-            if (!(o->system = cli_value(argc, argv, &i))) return -1;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_parse_int(a, v, -1, INT32_MAX, &x)) return -1;
-            o->n_predict = (int)x;
-        } else if (!strcmp(a, "--chat")) {
-            o->chat = true;
-        } else if (!strcmp(a, "--no-think")) {
-            o->no_think = true;
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            o->quiet = true;
-            bs_log_level = 0;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            bs_log_level = 2;
-        } else {
-            return bs_error("unknown option '%s' (see bitspark help run)", a);
+        switch (a.opt->id) {
+        case OPT_PROMPT: o->prompt = a.s; break;
+        case OPT_FILE: o->file = a.s; break;
+        case OPT_SYSTEM: o->system = a.s; break;
+        case OPT_N_PREDICT: o->n_predict = (int)a.n; break;
+        case OPT_CHAT: o->chat = true; break;
+        case OPT_NO_THINK: o->no_think = true; break;
+        case OPT_QUIET: o->quiet = true; bs_log_level = 0; break;
+        case OPT_VERBOSE: bs_log_level = 2; break;
+        default: return bs_error("%s: not handled by run", a.name);
         }
     }
-    if (!o->g.model) return bs_error("no model given (-m FILE)");
+    cli_opts_end();
+    if (cli_gen_check(&o->g)) return -1;
     if (!o->prompt == !o->file) return bs_error("give exactly one of -p TEXT or -f FILE");
     if ((o->no_think || o->system) && !o->chat) return bs_error("--no-think and -sys need --chat");
     if (o->vis.n_paths && !o->vis.mmproj) return bs_error("--image needs --mmproj FILE (the vision projector)");

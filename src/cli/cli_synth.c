@@ -1,5 +1,6 @@
 /* cli_synth.c: `bitspark synth` - write a synthetic qwen35 target or dspark drafter (synth.h). */
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "formats/quant.h"
 #include "tools/synth.h"
 #include "tools/synth_mmproj.h"
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void help_synth(void) {
     printf(
@@ -49,37 +51,15 @@ void help_synth(void) {
         "Drafters carry no vocabulary (tokenizer.ggml.model = none, like PrismML's files). A\n"
         "drafter and a target made with the same seed and type share token_embd and output.\n"
         "\n"
-        "options:\n"
-        "  -o, --output FILE   output GGUF (write big models outside the repository)\n"
-        "  --dry-run, --list   print the tensor table from the same plan the writer uses,\n"
-        "                      one 'name<TAB>type<TAB>ne0[,ne1]<TAB>bytes' line per tensor\n"
-        "                      and '# tensors N bytes B'; writes nothing\n"
-        "  --type T            matrix type: f32 f16 bf16 q1_0 q2_0 q2_0_g64 pq2_0 q4_0 q4_1\n"
-        "                      q8_0 q6_k tq1_0 tq2_0 (norms and other vectors stay f32);\n"
-        "                      for drafters this makes every matrix T\n"
-        "  --embd-type T, --output-type T   type of token_embd / output (default: --type)\n"
-        "  --ssm-ab-type T     type of ssm_alpha / ssm_beta (default: --type; bf16 for the\n"
-        "                      ternary preset)\n"
-        "  --drafter-type P    drafter pack: q4_1 (token_embd q1_0 or q2_0 as the target's,\n"
-        "                      markov_head_a and log_snr fc bf16, other matrices q4_1),\n"
-        "                      bf16 (every matrix), f32\n"
-        "  --values V          binary | ternary (default: ternary for the q2_0/tq types,\n"
-        "                      binary otherwise; q1_0 is always binary, q2_0 always ternary)\n"
-        "  --seed N            RNG seed (default 42); each tensor has its own stream\n"
-        "  --name S            general.name\n"
-        "shape overrides:\n"
-        "  --n-layer N --n-embd N --n-ff N --n-head N --n-head-kv N --head-dim N --n-vocab N\n"
-        "  --n-ctx N           (both kinds)\n"
-        "  --rope-dim N --rope-sections a,b,c,d --ssm-k-heads N --ssm-v-heads N\n"
-        "  --ssm-head-dim N --conv-kernel N --attn-interval N --n-merges N   (targets)\n"
-        "  --taps a,b,... --block-size N --mask-id N --markov-rank N         (drafters)\n"
         "Row widths must be multiples of the chosen type's block size (q1_0/q2_0: 128,\n"
         "q2_0_g64: 64, q4_*/q8_0: 32, q6_k/tq*: 256); synth says which tensor does not fit.\n"
         "\n"
         "examples:\n"
         "  bitspark synth --preset tiny --type q1_0 -o tiny-q1_0.gguf\n"
         "  bitspark synth --preset bonsai-27b --dry-run\n"
-        "  bitspark synth --preset drafter-bonsai-27b --drafter-type bf16 -o /tmp/drafter.gguf\n");
+        "  bitspark synth --preset drafter-bonsai-27b --drafter-type bf16 -o /tmp/drafter.gguf\n"
+        "  bitspark synth --preset mmproj-tiny --dry-run\n\n");
+    cli_opts_help(CMD_SYNTH);
 }
 
 /* Parses "a,b,c" into at most max ints in [lo, hi]; returns the count or -1. */
@@ -107,120 +87,114 @@ static int parse_type(const char *opt, const char *s, int *out) {
 
 typedef struct synth_opts {
     bs_synth_config c;
-    const char *out;
+    bs_synth_mmproj_config mc;
+    bool mmproj;                  /* the preset is a vision projector */
+    const char *out, *drafter_type;
+    const char *misfit;           /* the first option the preset's kind does not take */
     bool dry_run, explicit_sections, explicit_mask;
 } synth_opts;
 
-/* One shape override; returns 1 if argv[*i] was one, 0 if not, -1 on error. */
-static int parse_shape(synth_opts *o, int argc, char **argv, int *i) {
-    static const struct { const char *opt; size_t off; long lo, hi; } ints[] = {
-#define F(o, f, lo, hi) {o, offsetof(bs_synth_config, f), lo, hi}
-        F("--n-layer", n_layer, 1, 1024), F("--n-embd", n_embd, 1, 1 << 20), F("--n-ff", n_ff, 1, 1 << 20),
-        F("--n-head", n_head, 1, 4096), F("--n-head-kv", n_head_kv, 1, 4096), F("--head-dim", head_dim, 2, 4096),
-        F("--n-vocab", n_vocab, 2, 1 << 24), F("--n-ctx", n_ctx, 1, 1 << 24), F("--rope-dim", rope_dim, 2, 4096),
-        F("--ssm-k-heads", ssm_k_heads, 1, 4096), F("--ssm-v-heads", ssm_v_heads, 1, 4096),
-        F("--ssm-head-dim", ssm_head_dim, 1, 4096), F("--conv-kernel", conv_kernel, 1, 64),
-        F("--attn-interval", attn_interval, 1, 1024), F("--block-size", block_size, 1, 64),
-        F("--mask-id", mask_id, 0, 1 << 24), F("--markov-rank", markov_rank, 1, 65536),
+/* A shape override by name: the field of the target / drafter config, or of the projector's. */
+static int64_t *shape_field(bs_synth_config *c, const char *name) {
+    static const struct { const char *opt; size_t off; } f[] = {
+#define F(o, f) {o, offsetof(bs_synth_config, f)}
+        F("--n-layer", n_layer), F("--n-embd", n_embd), F("--n-ff", n_ff), F("--n-head", n_head),
+        F("--n-head-kv", n_head_kv), F("--head-dim", head_dim), F("--n-vocab", n_vocab), F("--n-ctx", n_ctx),
+        F("--rope-dim", rope_dim), F("--ssm-k-heads", ssm_k_heads), F("--ssm-v-heads", ssm_v_heads),
+        F("--ssm-head-dim", ssm_head_dim), F("--conv-kernel", conv_kernel), F("--attn-interval", attn_interval),
+        F("--block-size", block_size), F("--mask-id", mask_id), F("--markov-rank", markov_rank),
 #undef F
     };
-    for (size_t k = 0; k < BS_ARRAY_LEN(ints); k++) {
-        if (strcmp(argv[*i], ints[k].opt)) continue;
-        const char *v = cli_value(argc, argv, i);
-        long x;
-        if (!v || cli_parse_int(ints[k].opt, v, ints[k].lo, ints[k].hi, &x)) return -1;
-        *(int64_t *)((char *)&o->c + ints[k].off) = x;
-        if (strcmp(ints[k].opt, "--mask-id") == 0) o->explicit_mask = true;
-        return 1;
-    }
-    return 0;
+    for (size_t k = 0; k < BS_ARRAY_LEN(f); k++)
+        if (!strcmp(name, f[k].opt)) return (int64_t *)((char *)c + f[k].off);
+    return NULL;
 }
 
-static int parse_option(synth_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i], *v;
-    int r = parse_shape(o, argc, argv, i);
-    if (r) return r < 0 ? -1 : 0;
-    if (strcmp(a, "--dry-run") == 0 || strcmp(a, "--list") == 0) { o->dry_run = true; return 0; }
-    if (!(v = cli_value(argc, argv, i))) return -1;
+static int *mmproj_field(bs_synth_mmproj_config *c, const char *name) {
+    return !strcmp(name, "--n-layer") ? &c->n_layer : !strcmp(name, "--n-embd") ? &c->n_embd
+         : !strcmp(name, "--n-ff") ? &c->n_ff : !strcmp(name, "--n-head") ? &c->n_head
+         : !strcmp(name, "--pos-side") ? &c->pos_side : !strcmp(name, "--proj-dim") ? &c->proj_dim : NULL;
+}
+
+/* What every preset takes: output, listing, seed, shape; 1 if a was one, 0 if not, -1. */
+static int apply_common(synth_opts *o, const cli_arg *a) {
+    switch (a->opt->id) {
+    case OPT_PRESET: return 1;   /* taken before the others */
+    case OPT_OUTPUT: o->out = a->s; return 1;
+    case OPT_DRY_RUN: o->dry_run = true; return 1;
+    case OPT_SEED:   /* -1: from the clock, as everywhere */
+        o->c.seed = o->mc.seed = a->n >= 0 ? (uint64_t)a->n : (uint64_t)time(NULL);
+        return 1;
+    case OPT_SYNTH_INT:
+        if (o->mmproj) {
+            int *f = mmproj_field(&o->mc, a->name);
+            if (f) *f = (int)a->n;
+            else if (!o->misfit) o->misfit = a->name;
+        } else {
+            int64_t *f = shape_field(&o->c, a->name);
+            if (f) *f = a->n;
+            else if (!o->misfit) o->misfit = a->name;
+            if (!strcmp(a->name, "--mask-id")) o->explicit_mask = true;
+        }
+        return 1;
+    case OPT_TYPE:
+        if (o->mmproj) return parse_type(a->name, a->s, &o->mc.type) ? -1 : 1;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* The options of targets and drafters. */
+static int apply_model(synth_opts *o, const cli_arg *a) {
     bs_synth_config *c = &o->c;
-    if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) { o->out = v; return 0; }
-    if (strcmp(a, "--name") == 0) { c->name = v; return 0; }
-    if (strcmp(a, "--type") == 0) {
-        if (parse_type(a, v, &c->matrix_type)) return -1;
+    int n;
+    switch (a->opt->id) {
+    case OPT_NAME: c->name = a->s; return 0;
+    case OPT_TYPE:
+        if (parse_type(a->name, a->s, &c->matrix_type)) return -1;
         c->embd_type = c->output_type = c->fc_type = c->markov_a_type = c->log_snr_type = -1;
         if (c->arch == BS_SYNTH_DSPARK || c->ssm_ab_type != BS_BF16) c->ssm_ab_type = -1;
         return 0;
-    }
-    if (strcmp(a, "--embd-type") == 0) return parse_type(a, v, &c->embd_type);
-    if (strcmp(a, "--output-type") == 0) return parse_type(a, v, &c->output_type);
-    if (strcmp(a, "--ssm-ab-type") == 0) return parse_type(a, v, &c->ssm_ab_type);
-    if (strcmp(a, "--drafter-type") == 0) {
-        if (c->arch != BS_SYNTH_DSPARK) return bs_error("--drafter-type needs a drafter preset");
-        return bs_synth_drafter_pack(c, v);
-    }
-    if (strcmp(a, "--values") == 0) {
-        if (strcmp(v, "binary") == 0) c->values = BS_SYNTH_BINARY;
-        else if (strcmp(v, "ternary") == 0) c->values = BS_SYNTH_TERNARY;
-        else return bs_error("--values: '%s' is not binary or ternary", v);
-        return 0;
-    }
-    if (strcmp(a, "--seed") == 0) {
-        char *end;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (!*v || *end) return bs_error("--seed: '%s' is not a number", v);
-        c->seed = s;
-        return 0;
-    }
-    if (strcmp(a, "--n-merges") == 0) {
-        long x;
-        if (cli_parse_int(a, v, 0, 1 << 20, &x)) return -1;
-        c->n_merges = (uint32_t)x;
-        return 0;
-    }
-    if (strcmp(a, "--rope-sections") == 0) {
-        int n = parse_list(a, v, c->rope_sections, 4, 0, 4096);
-        if (n < 0) return -1;
+    case OPT_EMBD_TYPE: return parse_type(a->name, a->s, &c->embd_type);
+    case OPT_OUTPUT_TYPE: return parse_type(a->name, a->s, &c->output_type);
+    case OPT_SSM_AB_TYPE: return parse_type(a->name, a->s, &c->ssm_ab_type);
+    case OPT_DRAFTER_TYPE: o->drafter_type = a->s; return 0;   /* after the loop: it needs a drafter */
+    case OPT_VALUES: c->values = !strcmp(a->s, "binary") ? BS_SYNTH_BINARY : BS_SYNTH_TERNARY; return 0;
+    case OPT_N_MERGES: c->n_merges = (uint32_t)a->n; return 0;
+    case OPT_ROPE_SECTIONS:
+        if ((n = parse_list(a->name, a->s, c->rope_sections, 4, 0, 4096)) < 0) return -1;
         if (n != 4) return bs_error("--rope-sections needs 4 values");
         o->explicit_sections = true;
         return 0;
-    }
-    if (strcmp(a, "--taps") == 0) {
-        int n = parse_list(a, v, c->taps, BS_SYNTH_MAX_TAPS, 0, 1023);
-        if (n < 0) return -1;
+    case OPT_SYNTH_TAPS:
+        if ((n = parse_list(a->name, a->s, c->taps, BS_SYNTH_MAX_TAPS, 0, 1023)) < 0) return -1;
         c->n_taps = n;
         return 0;
+    default:
+        return bs_error("%s: not handled by synth", a->name);
     }
-    return bs_error("unknown option '%s' (see bitspark help synth)", a);
 }
 
-/* The projector presets (synth_mmproj.h): their own few options. */
-static int synth_mmproj(int argc, char **argv, const char *preset) {
-    bs_synth_mmproj_config c;
-    const char *out = NULL;
-    bs_synth_mmproj_preset(preset, &c);
+static int parse(synth_opts *o, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = cli_value(argc, argv, &i);
-        long x;
-        if (!v) return cli_fail("synth");
-        int *dst = !strcmp(a, "--n-layer") ? &c.n_layer : !strcmp(a, "--n-embd") ? &c.n_embd
-                 : !strcmp(a, "--n-ff") ? &c.n_ff : !strcmp(a, "--n-head") ? &c.n_head
-                 : !strcmp(a, "--pos-side") ? &c.pos_side : !strcmp(a, "--proj-dim") ? &c.proj_dim : NULL;
-        if (!strcmp(a, "--preset")) continue;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-        else if (!strcmp(a, "--type")) { if (parse_type(a, v, &c.type)) return cli_fail("synth"); }
-        else if (!strcmp(a, "--seed")) {
-            if (cli_parse_int(a, v, 0, 0x7fffffff, &x)) return cli_fail("synth");
-            c.seed = (uint64_t)x;
-        } else if (dst) {
-            if (cli_parse_int(a, v, 1, 1 << 16, &x)) return cli_fail("synth");
-            *dst = (int)x;
-        } else {
-            bs_error("option '%s' does not apply to projector presets (see bitspark help synth)", a);
-            return cli_fail("synth");
-        }
+        cli_arg a;
+        if (cli_next(CMD_SYNTH, argc, argv, &i, &a)) return -1;
+        if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
+        int r = apply_common(o, &a);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        if (o->mmproj) { if (!o->misfit) o->misfit = a.name; }
+        else if (apply_model(o, &a)) return -1;
     }
-    if (!out) { bs_error("no output file (-o OUT.gguf)"); return cli_fail("synth"); }
-    return bs_synth_mmproj_write(&c, out) ? cli_fail("synth") : 0;
+    cli_opts_end();
+    if (o->misfit) return bs_error("option '%s' does not apply to %s presets (see bitspark help synth)", o->misfit,
+                                   o->mmproj ? "projector" : "target and drafter");
+    if (o->drafter_type) {
+        if (o->c.arch != BS_SYNTH_DSPARK) return bs_error("--drafter-type needs a drafter preset");
+        if (bs_synth_drafter_pack(&o->c, o->drafter_type)) return -1;
+    }
+    return 0;
 }
 
 int cmd_synth(int argc, char **argv) {
@@ -229,16 +203,13 @@ int cmd_synth(int argc, char **argv) {
     /* The preset goes first so every other option overrides it, wherever it is written. */
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--preset") == 0) preset = argv[i + 1];
-    bs_synth_mmproj_config mc;
-    if (!bs_synth_mmproj_preset(preset, &mc)) return synth_mmproj(argc, argv, preset);
-    if (bs_synth_preset(preset, &o.c)) return cli_fail("synth");
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--preset") == 0) {
-            if (++i == argc) { bs_error("option --preset needs a value"); return cli_fail("synth"); }
-            continue;
-        }
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { help_synth(); return 0; }
-        if (parse_option(&o, argc, argv, &i)) return cli_fail("synth");
+    o.mmproj = !bs_synth_mmproj_preset(preset, &o.mc);
+    if (!o.mmproj && bs_synth_preset(preset, &o.c)) return cli_fail("synth");
+    if (parse(&o, argc, argv)) return cli_fail("synth");
+    if (o.mmproj) {
+        if (o.dry_run) return bs_synth_mmproj_list(&o.mc, stdout) ? cli_fail("synth") : 0;
+        if (!o.out) { bs_error("no output file (-o OUT.gguf), or --dry-run"); return cli_fail("synth"); }
+        return bs_synth_mmproj_write(&o.mc, o.out) ? cli_fail("synth") : 0;
     }
     bs_synth_derive(&o.c, o.explicit_sections, o.explicit_mask);
     if (o.dry_run) return bs_synth_list(&o.c, stdout) ? cli_fail("synth") : 0;

@@ -2,6 +2,7 @@
  * metadata (the GGUF is opened without mapping its tensors). */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "formats/gguf.h"
 #include "text/tokenizer.h"
 #include "io/util.h"
@@ -16,18 +17,8 @@ void help_tokenize(void) {
     printf("usage: bitspark tokenize -m MODEL [options] (TEXT | -f FILE | --jsonl [-f FILE])\n"
            "\n"
            "Prints the token ids of TEXT (or of the contents of FILE, '-' for stdin), separated by\n"
-           "spaces.\n"
-           "  -m, --model MODEL  GGUF file (only its tokenizer metadata is read)\n"
-           "  --special          parse special tokens such as <|im_start|> in the text; without it\n"
-           "                     they are tokenized as plain text\n"
-           "  --json             print a JSON array of ids instead\n"
-           "  --pieces           print one 'id<TAB>piece' line per token (piece JSON-escaped)\n"
-           "  --jsonl            batch mode: each line of stdin (or FILE) is one JSON string; each\n"
-           "                     gives one output line, the JSON array of its ids. A line that is\n"
-           "                     not a JSON string of valid UTF-8 gives {\"error\": \"line N: ...\"}\n"
-           "                     on its output line (so output line N always answers input line\n"
-           "                     N), the rest go on, and the exit status is 1\n"
-           CLI_NORMALIZE_HELP);
+           "spaces.\n\n");
+    cli_opts_help(CMD_TOKENIZE);
 }
 
 /* Open MODEL's tokenizer; shared with cli_detokenize.c. */
@@ -150,22 +141,25 @@ int cmd_tokenize(int argc, char **argv) {
     bs_norm_mode norm = BS_NORM_NONE;
     int mode = 0;   /* 0 plain, 1 json, 2 pieces */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(model = cli_value(argc, argv, &i))) return cli_fail("tokenize"); }
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { if (!(file = cli_value(argc, argv, &i))) return cli_fail("tokenize"); }
-        else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "--json")) mode = 1;
-        else if (!strcmp(a, "--pieces")) mode = 2;
-        else if (!strcmp(a, "--jsonl")) jsonl = true;
-        else if (!strcmp(a, "--tokenizer-normalize")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_parse_normalize(v, &norm_set, &norm)) return cli_fail("tokenize");
+        cli_arg a;
+        if (cli_next(CMD_TOKENIZE, argc, argv, &i, &a)) return cli_fail("tokenize");
+        switch (a.opt ? a.opt->id : OPT_NONE) {
+        case OPT_MODEL: model = a.s; break;
+        case OPT_FILE: file = a.s; break;
+        case OPT_SPECIAL: special = true; break;
+        case OPT_JSON: mode = 1; break;
+        case OPT_PIECES: mode = 2; break;
+        case OPT_JSONL: jsonl = true; break;
+        case OPT_NORMALIZE: if (cli_parse_normalize(a.s, &norm_set, &norm)) return cli_fail("tokenize"); break;
+        case OPT_NONE:
+            if (!strcmp(a.s, "--")) { if (i + 1 < argc) text = argv[++i]; }
+            else if (!text) text = a.s;
+            else { bs_error("give the text as one argument (quote it)"); return cli_fail("tokenize"); }
+            break;
+        default: bs_error("%s: not handled by tokenize", a.name); return cli_fail("tokenize");
         }
-        else if (!strcmp(a, "--")) { if (i + 1 < argc) text = argv[++i]; }
-        else if (a[0] == '-' && a[1]) { bs_error("unknown option '%s' (see 'bitspark help tokenize')", a); return cli_fail("tokenize"); }
-        else if (!text) text = a;
-        else { bs_error("give the text as one argument (quote it)"); return cli_fail("tokenize"); }
     }
+    cli_opts_end();
     if (!model) { bs_error("missing -m MODEL"); return cli_fail("tokenize"); }
     if (jsonl) return cmd_tokenize_jsonl(model, file, text, special, norm_set, norm, mode);
     if (!text == !file) { bs_error("give either TEXT or -f FILE"); return cli_fail("tokenize"); }

@@ -2,18 +2,19 @@
  * checked against the model, and images encoded into the rows a bs_gen_request takes. */
 #include "cli/cli.h"
 #include "cli/cli_gen.h"
+#include "cli/cli_opts.h"
 #include "io/util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int cli_vision_parse(cli_vision *v, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--mmproj")) {
-        if (!(v->mmproj = cli_value(argc, argv, i))) return -1;
-    } else if (!strcmp(a, "--image")) {
+int cli_vision_apply(cli_vision *v, const cli_arg *a) {
+    if (!a->opt) return 0;
+    if (a->opt->id == OPT_MMPROJ) {
+        v->mmproj = a->s;
+    } else if (a->opt->id == OPT_IMAGE) {
         if (v->n_paths == CLI_MAX_IMAGES) return bs_error("at most %d images", CLI_MAX_IMAGES);
-        if (!(v->paths[v->n_paths++] = cli_value(argc, argv, i))) return -1;
+        v->paths[v->n_paths++] = a->s;
     } else {
         return 0;
     }

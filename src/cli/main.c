@@ -1,6 +1,7 @@
 /* main.c: the bitspark executable: dispatches `bitspark <command> [options]`. */
 #include "bitspark.h"
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "io/util.h"
 
 #include <stdio.h>
@@ -49,6 +50,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(name, "help")) {
         if (argc < 3) { usage(stdout); return 0; }
+        if (!strcmp(argv[2], "--options")) { cli_opts_dump(); return 0; }
         const bs_command *c = find_command(argv[2]);
         if (!c) { fprintf(stderr, "bitspark: unknown command '%s'\n", argv[2]); return 2; }
         c->help();

@@ -12,6 +12,7 @@
 #include "dspark/dspark.h"
 #include "cpu/compute.h"
 #include "vulkan/backend.h"
+#include "model/session.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -207,6 +208,15 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n) {
 }
 
 bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c) { return c->vk != NULL; }
+
+bool bs_dspark_ctx_link(bs_dspark_ctx *c, bs_session *s, int rows) {
+    s->taps_on_device = c && s->vk && c->vk && rows <= bs_vk_sess_rows(s->vk);
+    return s->taps_on_device;
+}
+
+int bs_dspark_ctx_append_from(bs_dspark_ctx *c, const bs_session *s, const float *taps, int n) {
+    return s->taps_on_device ? bs_dspark_ctx_append_session(c, s->vk, n) : bs_dspark_ctx_append(c, taps, n);
+}
 
 int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const bs_vk_sess *s, int n) {
     if (!c->vk) return bs_error("drafter: the context is not on the device");

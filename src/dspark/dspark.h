@@ -109,6 +109,13 @@ int bs_dspark_ctx_append(bs_dspark_ctx *c, const float *taps, int n);
 struct bs_vk_sess;
 int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const struct bs_vk_sess *s, int n);
 bool bs_dspark_ctx_on_device(const bs_dspark_ctx *c);
+/* Let c read the taps of target session s where s evaluated them: on the device when both run
+ * there and a pass of `rows` rows (a verify) fits one submission, since the device keeps the
+ * taps of its last submission only. Returns whether the taps stay there; c NULL ends it. Then
+ * bs_dspark_ctx_append_from appends s's last n tap rows from the device, or from taps (the rows
+ * the host got) otherwise. */
+bool bs_dspark_ctx_link(bs_dspark_ctx *c, bs_session *s, int rows);
+int bs_dspark_ctx_append_from(bs_dspark_ctx *c, const bs_session *s, const float *taps, int n);
 /* Advance len by n positions that get no row (a gap, as PrismML's DSPARK_DRAFT_WINDOW leaves:
  * later rows keep their absolute RoPE positions; drafts change, verified output never does). */
 int bs_dspark_ctx_skip(bs_dspark_ctx *c, int n);

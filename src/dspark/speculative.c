@@ -82,9 +82,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
             return NULL;
         }
         bs_dspark_ctx_set_window(sp->dc, p->draft_window);
-        /* the device keeps the taps of its last submission: a verify pass must be one */
-        sp->dev_taps = s->vk && bs_dspark_ctx_on_device(sp->dc) && sp->B + 1 <= bs_vk_sess_rows(s->vk);
-        s->taps_on_device = sp->dev_taps;
+        sp->dev_taps = bs_dspark_ctx_link(sp->dc, s, sp->B + 1);   /* a verify pass */
         sp->row = (size_t)d->hp.n_taps * d->hp.n_embd;
         sp->taps = bs_xmalloc((size_t)BS_MAX(PROMPT_CHUNK, sp->B + 1) * sp->row * sizeof(float));
     }
@@ -102,7 +100,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
 void bs_spec_free(bs_spec *sp) {
     if (!sp) return;
     if (sp->d) bs_session_set_taps(sp->s, NULL, 0);
-    sp->s->taps_on_device = false;
+    bs_dspark_ctx_link(NULL, sp->s, 0);
     bs_dspark_ctx_free(sp->dc);
     free(sp->taps);
     free(sp->pend);

@@ -2,6 +2,7 @@
  * and chat template, prompt tokenization as `run` does it, and a drafter loaded for a target. */
 #include "bitspark.h"
 #include "dspark/dspark.h"
+#include "generate/drafter.h"
 #include "formats/gguf.h"
 #include "model/qwen35.h"
 #include "text/chat_template.h"
@@ -45,16 +46,7 @@ char *bs_chat_apply(const bs_model *m, const bs_chat_msg *msgs, size_t n, bool a
 
 bs_drafter *bs_drafter_load(const char *path, const bs_model *target) {
     if (!path || !target) return bs_error("bs_drafter_load: no drafter or target"), NULL;
-    if (!target->layers) return bs_error("bs_drafter_load: the target was loaded vocab-only"), NULL;
-    bs_dspark *d = bs_dspark_load(path, NULL);
-    if (!d) return NULL;
-    if (bs_dspark_check_pair(d, target)) {
-        bs_error_prefix("%s does not fit the target: ", path);
-        bs_dspark_free(d);
-        return NULL;
-    }
-    bs_dspark_share_embeddings(d, target, false);
-    return d;
+    return bs_gen_drafter_open(path, target, BS_DRAFT_AUTO, false);
 }
 
 int bs_drafter_block_size(const bs_drafter *d) { return d ? d->hp.block_size : 0; }

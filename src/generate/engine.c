@@ -1,6 +1,7 @@
 /* engine.c: opening a target (+ LoRA, + drafter) with one generator, tokenizing and rendering
  * prompts, streaming a generation and printing its statistics (engine.h). */
 #include "generate/engine.h"
+#include "generate/drafter.h"
 #include "model/lora.h"
 #include "model/qwen35.h"
 #include "formats/gguf.h"
@@ -46,17 +47,10 @@ void bs_loras_detach(bs_model *m, struct bs_lora **loras, int n) {
     for (int k = 0; k < n; k++) bs_lora_free(loras[k]);
 }
 
-/* Load the drafter, check it against the target and borrow shared tensors. */
 static int open_drafter(bs_engine *e) {
     const bs_engine_opts *o = &e->o;
     const double t0 = bs_time();
-    if (!(e->drafter = bs_dspark_load(o->drafter, NULL))) return -1;
-    if (bs_dspark_check_pair(e->drafter, e->model)) return bs_error_prefix("%s does not fit the target: ", o->drafter);
-    if (o->draft_max > e->drafter->hp.block_size)
-        return bs_error("--draft-max %d exceeds the drafter's block size %d", o->draft_max, e->drafter->hp.block_size);
-    int shared = bs_dspark_share_embeddings(e->drafter, e->model, o->share_embeddings);
-    bs_log(shared ? 1 : 2, "drafter: %s%s%s from the target\n", shared ? "borrowing" : "nothing borrowed",
-           e->drafter->embd_borrowed ? " token_embd" : "", e->drafter->output_borrowed ? " output" : "");
+    if (!(e->drafter = bs_gen_drafter_open(o->drafter, e->model, o->draft_max, o->share_embeddings))) return -1;
     e->t_draft_load = bs_time() - t0;
     return 0;
 }

@@ -63,7 +63,6 @@
 #define SRV_MAX_FIELDS 16     /* response_fields: names, and bytes of each */
 #define SRV_FIELD_LEN 64
 #define SRV_MAX_BIAS_VALUE 1e6    /* logit_bias values above this are a 400 (far beyond any logit) */
-#define SRV_DRAFT_DEFAULT (-2)   /* --draft-max not given: the drafter's block size */
 /* --n-predict not given: the most tokens one request may generate. Without it a request with
  * max_tokens -1 and ignore_eos (or a grammar that never ends) under --context-shift would
  * generate forever. */

@@ -15,6 +15,7 @@
  * rewinds are rare, drafting stays on for the other requests of a slot). */
 #include "server/server.h"
 #include "server/server_vision.h"
+#include "generate/drafter.h"
 #include "model/batch_eval.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -687,7 +688,7 @@ static void *sched_main(void *arg) {
 static int slot_init(srv_sched *s, slot *sl, int id) {
     sl->id = id;
     bs_gen_params gp = {.n_ctx = s->cfg.n_ctx, .drafter = s->drafter,
-                        .drafter_path = s->cfg.drafter, .draft_max = s->draft_max,
+                        .drafter_path = s->cfg.drafter, .draft_max = s->draft_max, .no_conf = s->cfg.gen.no_conf,
                         .draft_window = s->cfg.draft_window};
     return (sl->gen = bs_gen_new_pooled(s->m, s->tok, &gp, s->pool)) ? 0 : -1;
 }
@@ -712,12 +713,9 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
     s->eq = bs_xcalloc((size_t)s->q_limit, sizeof *s->eq);
     if (!(s->pool = bs_pool_new(cfg->n_threads > 0 ? cfg->n_threads : 1))) goto fail;
     if (cfg->drafter) {
-        if (!(s->drafter = bs_dspark_load(cfg->drafter, NULL)) || bs_dspark_check_pair(s->drafter, m)) {
-            bs_error_prefix("drafter %s: ", cfg->drafter);
+        if (!(s->drafter = bs_gen_drafter_open(cfg->drafter, m, cfg->draft_max, cfg->gen.share_embeddings)))
             goto fail;
-        }
-        bs_dspark_share_embeddings(s->drafter, m, false);
-        s->draft_max = cfg->draft_max == SRV_DRAFT_DEFAULT ? s->drafter->hp.block_size : cfg->draft_max;
+        s->draft_max = cfg->draft_max;
     }
     if (batch_new(s)) goto fail;
     for (int i = 0; i < cfg->n_slots; i++) {

@@ -7,12 +7,13 @@
  * a Vulkan device the drafter runs there too (as the engine runs them: BITSPARK_DRAFT_DEVICE=cpu
  * keeps it on the CPU) and the verify passes' taps stay on the device for its appends. */
 #include "dspark/dspark.h"
+#include "formats/gguf.h"
+#include "generate/drafter.h"
 #include "model/qwen35.h"
 #include "sample/sampler.h"
 #include "model/device.h"
 #include "model/session.h"
 #include "tools/spec_bench.h"
-#include "dspark/speculative.h"
 #include "generate/gen.h"
 #include "io/util.h"
 
@@ -39,9 +40,8 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     int32_t ids[BS_DSPARK_MAX_BLOCK + 1];
     for (int i = 0; i <= B; i++) ids[i] = (int32_t)((1000 + 37 * i) % V);
     bs_dspark_ctx *dc = bs_dspark_ctx_new(d, s->n_ctx, s->pool);
-    /* a drafter on the device reads the target's taps there (speculative.c's dev_taps) */
-    const bool dev_taps = s->vk && dc && bs_dspark_ctx_on_device(dc) && B + 1 <= bs_vk_sess_rows(s->vk);
-    s->taps_on_device = dev_taps;
+    /* a drafter on the device reads the target's taps there, as in speculative rounds */
+    if (dc) bs_dspark_ctx_link(dc, s, B + 1);
     bs_sampler_params sp = bs_sampler_default_params();
     sp.temp = 0;
     bs_sampler *smp = bs_sampler_new(&sp, V);
@@ -71,8 +71,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, for (int r = 0; r <= B; r++) bs_sampler_sample(smp, logits + (size_t)r * V));
         if (!warm) c->accept_row = BS_MIN(c->accept_row, t / (B + 1));
         t = 1e30;
-        if (dev_taps) BEST(t, rc |= bs_dspark_ctx_append_session(dc, s->vk, B + 1));
-        else BEST(t, rc |= bs_dspark_ctx_append(dc, taps, B + 1));
+        BEST(t, rc |= bs_dspark_ctx_append_from(dc, s, taps, B + 1));
         bs_dspark_ctx_crop(dc, s0);
         if (!warm) c->append_row = BS_MIN(c->append_row, t / (B + 1));
         t = 1e30;
@@ -90,7 +89,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
         BEST(t, bs_dspark_confidence(dc, 0, ids[0]));
         if (!warm) c->conf = BS_MIN(c->conf, t);
     }
-    s->taps_on_device = false;
+    bs_dspark_ctx_link(NULL, s, 0);
     bs_sampler_free(smp);
     bs_dspark_ctx_free(dc);
     free(logits);
@@ -107,6 +106,17 @@ static double round_time(const costs *c, int C, double p, double *tokens) {
     const double draft = C ? c->block + c->head[C] + C * (c->markov + c->conf) : 0.0;
     const double all = C ? pk : 1.0;   /* probability that every draft is accepted */
     return draft + c->verify[C + 1] + (C + 1) * c->accept_row + (1.0 - all) * c->rollback + e * c->append_row;
+}
+
+/* A drafter `bitspark synth` made (general.name bitspark-synth-*): random weights, so nothing it
+ * drafts is meant to be accepted. Safetensors drafters and unnamed GGUFs count as trained. */
+static bool synthetic(const char *path) {
+    gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
+    const char *name = f ? gguf_get_str(f, "general.name") : NULL;
+    const bool synth = name && !strncmp(name, "bitspark-synth", 14);
+    gguf_close(f);
+    bs_clear_error();
+    return synth;
 }
 
 static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspark *d, const costs *c) {
@@ -130,8 +140,11 @@ static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspa
     double e0;
     const double plain = round_time(c, 0, 0, &e0);
     printf("\n  plain decoding: %.3f ms/token = %.2f tokens/s\n", plain * 1e3, 1.0 / plain);
-    printf("\n  PROJECTIONS from the measured costs above (acceptance is assumed, not measured: the\n"
-           "  synthetic drafter's weights are random). p = per-token conditional acceptance.\n");
+    printf("\n  PROJECTIONS from the measured costs above: acceptance is assumed, not measured\n"
+           "  (%s). p = per-token conditional acceptance.\n",
+           synthetic(o->drafter) ? "this synthetic drafter's weights are random"
+                 : o->n_gen > 0 ? "the measured generation below shows this drafter's own"
+                                : "-n N measures this drafter's own");
     printf("     p   best depth   tokens/round   tokens/s   speedup   (speedup at depth 1..%d)\n", B);
     const double ps[] = {0.5, 0.6, 0.7, 0.75, 0.8, 0.9};
     for (size_t i = 0; i < BS_ARRAY_LEN(ps); i++) {
@@ -191,9 +204,15 @@ static int measured(bs_model *m, const bs_dspark *d, const bs_spec_bench_opts *o
         printf("\n  MEASURED greedy generation of %d tokens after the %d-token context (engine, auto depth)\n",
                o->n_gen, o->n_prompt);
         printf("  plain:    %8.2f tokens/s\n", ta > 0 ? na / ta : 0.0);
-        printf("  drafter:  %8.2f tokens/s   (%.2fx; %ld drafted, %ld accepted = %.1f%%, %d rounds)\n",
-               tb > 0 ? nb / tb : 0.0, ta > 0 && tb > 0 ? (nb / tb) / (na / ta) : 0.0, sb.n_drafted, sb.n_accepted,
-               sb.n_drafted ? 100.0 * sb.n_accepted / sb.n_drafted : 0.0, sb.n_decode);
+        const double ratio = ta > 0 && tb > 0 ? (nb / tb) / (na / ta) : 0.0;
+        if (sb.n_accepted)
+            printf("  drafter:  %8.2f tokens/s   (%.2fx; %ld drafted, %ld accepted = %.1f%%, %d rounds)\n",
+                   tb > 0 ? nb / tb : 0.0, ratio, sb.n_drafted, sb.n_accepted, 100.0 * sb.n_accepted / sb.n_drafted,
+                   sb.n_decode);
+        else   /* every token came from plain steps: the ratio is timing noise, not a speedup */
+            printf("  drafter:  %8.2f tokens/s   (%ld drafted, none accepted%s; no speedup measured)\n",
+                   tb > 0 ? nb / tb : 0.0, sb.n_drafted,
+                   sb.n_drafted ? "" : ": auto depth parked the drafter, its rounds cost more than they gain");
         printf("  output identical to plain decoding: %s\n", same ? "yes" : "NO");
         if (!same) rc = bs_error("speculative output differs from plain greedy decoding");
     }
@@ -207,12 +226,11 @@ int bs_spec_bench(const bs_spec_bench_opts *op) {
     const bs_spec_bench_opts o = *op;
     bs_model_params mp = {.device = o.device};
     bs_model *m = bs_model_load(o.model, &mp);
-    bs_dspark *d = m ? bs_dspark_load(o.drafter, NULL) : NULL;
+    bs_dspark *d = m ? bs_gen_drafter_open(o.drafter, m, BS_DRAFT_AUTO, false) : NULL;
     bs_session *s = NULL;
     int32_t *prompt = NULL;
     int rc = -1;
-    if (!d || bs_dspark_check_pair(d, m)) goto done;
-    bs_dspark_share_embeddings(d, m, false);
+    if (!d) goto done;
     const char *dd = getenv("BITSPARK_DRAFT_DEVICE");
     if (m->vk && !(dd && !strcmp(dd, "cpu")) && bs_dspark_to_device(d, m, NULL)) goto done;
     bs_session_params sp = {.n_ctx = o.n_prompt + 64, .n_threads = o.n_threads};

@@ -49,13 +49,30 @@ static int put(gguf_writer *w, const char *name, int type, int nd, const int64_t
     return rc;
 }
 
-/* One pass declares (write = false), the second streams the data in the same order. */
-static int tensors(gguf_writer *w, const bs_synth_mmproj_config *c, bool write) {
+/* --dry-run: one 'name<TAB>type<TAB>ne0[,ne1...]<TAB>bytes' line, as bs_synth_list prints. */
+static void list_tensor(FILE *out, const char *name, int type, int nd, const int64_t *ne, uint64_t *total, int *n) {
+    int64_t rows = 1;
+    fprintf(out, "%s\t%s\t", name, bs_type_name(type));
+    for (int i = 0; i < nd; i++) {
+        fprintf(out, "%s%lld", i ? "," : "", (long long)ne[i]);
+        if (i) rows *= ne[i];
+    }
+    const uint64_t nb = bs_tensor_size(type, ne[0], (uint64_t)rows);
+    fprintf(out, "\t%llu\n", (unsigned long long)nb);
+    *total += nb;
+    ++*n;
+}
+
+/* One pass declares (write = false), the second streams the data in the same order; with list,
+ * the pass prints the tensor table instead. */
+static int tensors_or_list(gguf_writer *w, const bs_synth_mmproj_config *c, bool write, FILE *list, uint64_t *total,
+                           int *count) {
     const int64_t C = c->n_embd, FF = c->n_ff, P = c->patch, S = c->pos_side;
     const int kt = c->type == BS_F32 || c->type == BS_BF16 ? c->type : BS_F16;
     char n[96];
 #define T(name, type, kind, nd, ...) do { const int64_t ne_[] = {__VA_ARGS__}; \
-        if (write ? put(w, name, type, nd, ne_, kind, c->seed) : gguf_w_add_tensor(w, name, type, nd, ne_) < 0) \
+        if (list) list_tensor(list, name, type, nd, ne_, total, count); \
+        else if (write ? put(w, name, type, nd, ne_, kind, c->seed) : gguf_w_add_tensor(w, name, type, nd, ne_) < 0) \
             return -1; } while (0)
     T("v.patch_embd.weight", kt, K_MATRIX, 4, P, P, 3, C);
     T("v.patch_embd.weight.1", kt, K_MATRIX, 4, P, P, 3, C);
@@ -87,6 +104,10 @@ static int tensors(gguf_writer *w, const bs_synth_mmproj_config *c, bool write) 
     return 0;
 }
 
+static int tensors(gguf_writer *w, const bs_synth_mmproj_config *c, bool write) {
+    return tensors_or_list(w, c, write, NULL, NULL, NULL);
+}
+
 static void keys(gguf_writer *w, const bs_synth_mmproj_config *c) {
     const float half[3] = {0.5f, 0.5f, 0.5f};
     gguf_w_set_str(w, "general.architecture", "clip");
@@ -108,7 +129,7 @@ static void keys(gguf_writer *w, const bs_synth_mmproj_config *c) {
     gguf_w_set_arr_f32(w, "clip.vision.image_std", half, 3);
 }
 
-int bs_synth_mmproj_write(const bs_synth_mmproj_config *c, const char *path) {
+static int validate(const bs_synth_mmproj_config *c) {
     if (c->type != BS_F32 && c->type != BS_F16 && c->type != BS_BF16 && c->type != BS_Q8_0)
         return bs_error("projector matrices must be f32, f16, bf16 or q8_0");
     if (c->n_embd < 4 || c->n_head < 1 || c->n_embd % c->n_head || (c->n_embd / c->n_head) % 4 ||
@@ -116,6 +137,20 @@ int bs_synth_mmproj_write(const bs_synth_mmproj_config *c, const char *path) {
         return bs_error("bad projector shape (width a multiple of 4 * heads, everything positive)");
     if (c->type == BS_Q8_0 && (c->n_embd % 32 || c->n_ff % 32))
         return bs_error("q8_0 needs the ViT width and MLP width to be multiples of 32");
+    return 0;
+}
+
+int bs_synth_mmproj_list(const bs_synth_mmproj_config *c, FILE *out) {
+    if (validate(c)) return -1;
+    uint64_t total = 0;
+    int n = 0;
+    tensors_or_list(NULL, c, false, out, &total, &n);
+    fprintf(out, "# tensors %d bytes %llu\n", n, (unsigned long long)total);
+    return 0;
+}
+
+int bs_synth_mmproj_write(const bs_synth_mmproj_config *c, const char *path) {
+    if (validate(c)) return -1;
     gguf_writer *w = gguf_w_open(path);
     if (!w) return -1;
     keys(w, c);

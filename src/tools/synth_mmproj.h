@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct {
     int n_embd, n_ff, n_layer, n_head, patch, pos_side, proj_dim;
@@ -16,6 +17,8 @@ typedef struct {
  * 6x6 positions, output 256, f32) or "mmproj-bonsai-27b" (Qwen3.5-27B's vision tower: width
  * 1152, 27 layers, 16 heads, MLP 4304, 48x48 positions, output 5120, f16). -1 if unknown. */
 int bs_synth_mmproj_preset(const char *name, bs_synth_mmproj_config *c);
+/* --dry-run: the tensor table, as bs_synth_list prints a model's. 0 or -1 with bs_error. */
+int bs_synth_mmproj_list(const bs_synth_mmproj_config *c, FILE *out);
 /* Write the projector (atomically). 0 or -1 with bs_error. */
 int bs_synth_mmproj_write(const bs_synth_mmproj_config *c, const char *path);
 
