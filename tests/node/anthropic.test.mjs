@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
+import { slotsIdle } from './slots_idle.mjs';
 
 const require = createRequire(process.env.BS_NODE_DIR + '/');
 const AnthropicMod = require('@anthropic-ai/sdk');
@@ -220,10 +221,5 @@ test('a client abort mid-stream frees the slot', async () => {
     for await (const ev of stream) { if (ev.type === 'content_block_delta' && ++n === 3) break; }
   } catch (e) { /* breaking aborts the request */ }
   assert.equal(n, 3);
-  let idle = false;
-  for (let i = 0; i < 100 && !idle; i++) {
-    idle = (await (await fetch(URL_ + '/slots')).json()).every((s) => !s.is_processing);
-    if (!idle) await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.ok(idle, 'all slots idle after the abort');
+  assert.ok(await slotsIdle(URL_), 'all slots idle after the abort');
 });
