@@ -299,11 +299,12 @@ static T2 INL void group_q2x16_avx2(const uint8_t *pk, int qk, const bs_acts *A,
     else tile_q2x16_avx2(pk, 64, A, a0, y, ldy, NR);
 }
 
-/* Rows in pairs over each group, an odd count's first three together; later passes read the
- * group (16 rows, 22 KB for 27B's 5120 columns, 74 KB for 17408) from L1 / L2. A triple in
- * place of a pair and a single: 3 / 5 / 7 rows 1.11-1.15 / 1.08-1.10 / 1.06-1.09x less CPU
- * time; fours in place of pairs (t and acc then spill) 1.25x more (bench --matmul, Q2_0 27B
- * shapes, medians of 3, AVX2 EPYC). */
+/* Rows in threes over each group, then a pair or two (4 = 2 + 2, never a lone row after a
+ * triple); later passes read the group (16 rows, 22 KB for 27B's 5120 columns, 74 KB for 17408)
+ * from L1 / L2. A triple in place of a pair and a single: 3 / 5 / 7 rows 1.11-1.15 / 1.08-1.10
+ * / 1.06-1.09x less CPU time; 3 + 3 in place of 2 + 2 + 2: 6 rows 1.05-1.06x, 8 rows 1.01-1.07x;
+ * fours (t and acc then spill) 1.25x more (bench --matmul, Q2_0 27B shapes, medians of 3, AVX2
+ * EPYC). */
 static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
                           float *y, int64_t ldy) {
     const int qk = q2_qk(W->type);
@@ -312,7 +313,7 @@ static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_a
         const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;
         for (int r = 0; r < na;) {
             float *yr = y + (a0 + r) * ldy + o;
-            if ((na - r) % 2 && na - r >= 3) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 3), r += 3;
+            if (na - r >= 3 && na - r != 4) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 3), r += 3;
             else if (na - r >= 2) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 2), r += 2;
             else group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 1), r += 1;
         }
