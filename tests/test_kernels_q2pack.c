@@ -8,8 +8,9 @@
  *    do the oracle's float operations (see kernels_pack_q2.c). Random quant bytes (code 3
  *    included), random scales and activations; rows a multiple of 16 with odd group counts,
  *    ne0 a multiple of 128 but not of 256 (and of 64 only, for G64).
- * 3. Invariance: 1..9 and 20 activation rows (the >8-row tiled path) with 1, 2 and 3 threads
- *    give exactly the one-row results. */
+ * 3. Invariance: 1..16 and 20 activation rows (verification widths, server passes, the >8-row
+ *    tiled path) with 1, 2 and 3 threads give exactly the one-row results, on odd shapes and
+ *    on the 27B's K (5120). */
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
@@ -90,7 +91,7 @@ static int has_kernel(int level) {
 }
 
 static void check_kernels(int type, int64_t ne0, int64_t ne1, bs_pool **pools) {
-    static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 20};
+    static const int64_t nrows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20};
     const int64_t maxr = 20;
     const char *tn = bs_type_name(type);
     uint8_t *wd = make_weight(type, ne0, ne1);
@@ -186,6 +187,7 @@ int main(void) {
             check_layout(types[t], ne0s[a]);
             for (int64_t ne1 = 16; ne1 <= 80; ne1 += 32) check_kernels(types[t], ne0s[a], ne1, pools);
         }
+        check_kernels(types[t], 5120, 48, pools);   /* the 27B's K, 3 groups of 16 rows */
     }
     bs_pool_free(pools[1]);
     bs_pool_free(pools[2]);

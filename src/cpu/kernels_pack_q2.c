@@ -234,8 +234,15 @@ bs_kernel_fn bs_kernel_q2_x16_avx512(void) { return k_x16_avx512; }
 /* --- AVX2 kernel ------------------------------------------------------------------------------ */
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
+/* Keeps v in a register as it is: without it gcc regroups a 32-column group's int16 sums into
+ * a tree of all its vpmaddubsw products and spills most of them to the stack (281 stack
+ * accesses in k_x16_avx2 against 157). Measured (bench --matmul, Q2_0, 2 threads, CPU time per
+ * call, medians of 3 alternating runs, AMD EPYC AVX2, load 4-5): 2 / 4 / 8 / 16 rows 1.11 /
+ * 1.09-1.19 / 1.17-1.21 / 1.15-1.24x less time, 1 row (memory-bound) the same. The integer
+ * sums are exact in any order, so the bits do not change. */
+#define PIN(v) __asm__("" : "+x"(v))
 
-/* 16 weight rows (two vectors of 8) x NR (1-2) activation rows from a0, the AVX-512 kernel's
+/* 16 weight rows (two vectors of 8) x NR (1-3) activation rows from a0, the AVX-512 kernel's
  * sums and float steps. vpmaddubsw takes the codes shifted down to 0..3 (its u8 x s8 pair sums,
  * at most 2 * 3 * 127, then add up in int16 over a 32-column group: 8 * 762), and vpmaddwd
  * with ones widens them to the lanes' int32 sums once per group. */
@@ -244,13 +251,13 @@ static T2 INL void tile_q2x16_avx2(const uint8_t *pk, const int QK, const bs_act
     const int64_t n = A->n, nb = n / QK, ng = n / 32;
     const size_t bsz = 16 * (2 + (size_t)QK / 4);
     const __m256i m3 = _mm256_set1_epi8(3);
-    __m256 acc[2][2], t[2][2];
+    __m256 acc[3][2], t[3][2];
     for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = t[r][0] = t[r][1] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = pk + (size_t)b * bsz;
         for (size_t l = 0; l < bsz; l += 64) _mm_prefetch((const char *)blk + PF_BYTES + l, _MM_HINT_T0);
         for (int g = 0; g < QK / 32; g++) {
-            __m256i s[2][2];
+            __m256i s[3][2];
             for (int r = 0; r < NR; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
             for (int h = 0; h < 2; h++) {
                 const int c = 2 * g + h;
@@ -261,6 +268,7 @@ static T2 INL void tile_q2x16_avx2(const uint8_t *pk, const int QK, const bs_act
                         for (int r = 0; r < NR; r++) {
                             const __m256i x = _mm256_set1_epi32(ld32(A->qs + (a0 + r) * n + b * QK + 16 * c + 4 * p));
                             s[r][half] = _mm256_add_epi16(s[r][half], _mm256_maddubs_epi16(codes, x));
+                            PIN(s[r][half]);
                         }
                     }
                 }
@@ -291,18 +299,23 @@ static T2 INL void group_q2x16_avx2(const uint8_t *pk, int qk, const bs_acts *A,
     else tile_q2x16_avx2(pk, 64, A, a0, y, ldy, NR);
 }
 
-/* Rows in pairs over each group (more accumulators than the 16 registers hold would spill);
- * later pairs read the group (16 rows, ~22 KB for 27B's 5120 columns) from L1. */
+/* Rows in threes over each group, then a pair or two (4 = 2 + 2, never a lone row after a
+ * triple); later passes read the group (16 rows, 22 KB for 27B's 5120 columns, 74 KB for 17408)
+ * from L1 / L2. A triple in place of a pair and a single: 3 / 5 / 7 rows 1.11-1.15 / 1.08-1.10
+ * / 1.06-1.09x less CPU time; 3 + 3 in place of 2 + 2 + 2: 6 rows 1.05-1.06x, 8 rows 1.01-1.07x;
+ * fours (t and acc then spill) 1.25x more (bench --matmul, Q2_0 27B shapes, medians of 3, AVX2
+ * EPYC). */
 static T2 void k_x16_avx2(const bs_weight *W, int64_t o0, int64_t o1, const bs_acts *A, int64_t a0, int na,
                           float *y, int64_t ldy) {
     const int qk = q2_qk(W->type);
     const size_t gbytes = 16 * W->row_bytes;
     for (int64_t o = o0; o < o1; o += 16) {
         const uint8_t *pk = (const uint8_t *)W->packed + (size_t)(o / 16) * gbytes;
-        for (int r = 0; r < na; r += 2) {
+        for (int r = 0; r < na;) {
             float *yr = y + (a0 + r) * ldy + o;
-            if (na - r >= 2) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 2);
-            else group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 1);
+            if (na - r >= 3 && na - r != 4) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 3), r += 3;
+            else if (na - r >= 2) group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 2), r += 2;
+            else group_q2x16_avx2(pk, qk, A, a0 + r, yr, ldy, 1), r += 1;
         }
     }
 }
