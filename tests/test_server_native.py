@@ -87,6 +87,13 @@ for p in probs:
     ok_probs &= bytes(p['bytes']).decode(errors='replace') == p['token'] or '\ufffd' in p['token']
 check(ok_probs, 'n_probs 3: completion_probabilities per token (its id, the top 3 sorted, sum <= 1, greedy = top)',
       json.dumps(probs)[:400])
+# stopping_word: the stop string that ended the answer (a piece of the greedy text itself)
+if len(a.get('content', '')) >= 6:
+    word = a['content'][3:6]
+    st, sw = post(P, '/completion', dict(q, stop=['zzqxj', word]))
+    check(st == 200 and sw.get('stop_type') == 'word' and sw.get('stopping_word') == word
+          and sw.get('content') == a['content'][:a['content'].find(word)],
+          'stopping_word: the stop string that matched, the content cut before it', str(sw)[:300])
 st, b = post(P, '/completion', dict(q, n_probs=3, post_sampling_probs=True))
 same = b.get('content') == a['content'] and len(b.get('completion_probabilities', [])) == 8
 for p, r in zip(b.get('completion_probabilities', []), probs):

@@ -461,6 +461,8 @@ int srv_fail_set(srv_fail *f, int status, const char *type, const char *fmt, ...
 /* A lower bound of the tokens of `bytes` bytes of text (0 when unknown): see server_api.c. */
 size_t srv_min_tokens(const srv *s, size_t bytes);
 struct json_t *srv_text_json(const char *p, size_t len);   /* not UTF-8: U+FFFD for bad bytes */
+/* The stop string that ended t (t->gen_stop BS_GEN_STOP_STRING), or NULL (server_blocks.c). */
+const char *srv_stop_matched(const srv *s, const srv_task *t);
 struct json_t *srv_timings_json(const srv_timings *tm);
 /* n_probs, post_sampling_probs, return_tokens, return_progress, response_fields into g (and
  * t->n_probs); 0 or the failing status (f). */

@@ -67,8 +67,6 @@ void srv_blocks_init(srv_blocks *b, bool in_think, bool tools);
 void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, const srv_block_ops *ops, void *ud);
 void srv_blocks_free(srv_blocks *b);
 
-/* The stop string that ended t (t->gen_stop BS_GEN_STOP_STRING), or NULL. */
-const char *srv_stop_matched(const srv *s, const srv_task *t);
 /* An SSE event "event: NAME\ndata: JSON\n\n" (steals j). */
 void srv_sse_event(srv_buf *out, const char *name, struct json_t *j);
 #endif

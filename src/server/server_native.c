@@ -344,7 +344,8 @@ static json_t *final_json(const srv *s, const char *model, srv_task *t, const sr
     json_object_set_new(j, "has_new_line", json_boolean(t->len && memchr(text, '\n', t->len)));
     json_object_set_new(j, "truncated", json_boolean(srv_task_truncated(t)));
     json_object_set_new(j, "stop_type", json_string(stop_type(t)));
-    json_object_set_new(j, "stopping_word", json_string(""));
+    const char *word = srv_stop_matched(s, t);
+    json_object_set_new(j, "stopping_word", json_string(word ? word : ""));
     json_object_set_new(j, "timings", srv_timings_json(&t->tm));
     if (!stream && g->n_probs > 0) json_object_set_new(j, "completion_probabilities", probs_json(s, t, g, 0, t->n_toks));
     return j;
