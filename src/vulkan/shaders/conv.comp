@@ -13,11 +13,11 @@ layout(std430, binding = 2) readonly buffer W { float w[]; };       // [cd][K]
 layout(std430, binding = 3) buffer O { float o[]; };                // [T][cd]
 layout(push_constant) uniform Push { uint cd, K, T, nqk, dk; float eps; } p;
 
+shared float part[64], part_lo[64];
+
 #include "div_rn.glsl"
 #include "fma_rn.glsl"
 #include "norm_rn.glsl"
-
-shared float part[64], part_lo[64];
 
 float ext(uint r, uint c) { return r < p.K - 1u ? win[r * p.cd + c] : mixed[(r - (p.K - 1u)) * p.cd + c]; }
 
@@ -43,18 +43,7 @@ void head(uint c0, uint lt) {
             precise float sq = v * v;
             ff_add(hi, lo, sq, 0.0);
         }
-        part[lt] = hi;
-        part_lo[lt] = lo;
-        barrier();
-        for (uint h = 32u; h > 0u; h >>= 1) {
-            if (lt < h) {
-                float a = part[lt], b = part_lo[lt];
-                ff_add(a, b, part[lt + h], part_lo[lt + h]);
-                part[lt] = a;
-                part_lo[lt] = b;
-            }
-            barrier();
-        }
+        ff_reduce64(lt, hi, lo);
         const float scale = norm_scale(1u, part[0], part_lo[0], float(p.dk), p.eps);
         barrier();   // part is read before the next token writes it
         for (uint c = lt; c < p.dk; c += 64u) {

@@ -26,3 +26,6 @@ float f16_value(uint h) {
     if (e == 31u) return uintBitsToFloat(sign | 0x7f800000u | (m << 13));
     return uintBitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
 }
+
+// half i of a plane of fp16 values stored two to a 32-bit word (w: the word holding it)
+float f16_half(uint w, uint i) { return f16_value((w >> (16u * (i & 1u))) & 0xffffu); }

@@ -14,7 +14,7 @@ layout(push_constant) uniform Push { uint rows, cols, row0, n; } p;
 #include "f16.glsl"
 
 // scale i of the plane: the file's fp16, two to a word (BITS 32 has none)
-float scale(uint i) { return f16_value((ws[i >> 1] >> (16u * (i & 1u))) & 0xffffu); }
+float scale(uint i) { return f16_half(ws[i >> 1], i); }
 
 void main() {
     const uint i = gl_GlobalInvocationID.x, t = gl_WorkGroupID.y;

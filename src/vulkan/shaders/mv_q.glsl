@@ -42,7 +42,7 @@ shared float part[8][256];
 
 // matrix m's code words and scales (m = 1: GLU's up)
 uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
-float wscale(uint m, uint i) { return f16_value(((m == 0u ? ws[i >> 1] : ws2[i >> 1]) >> (16u * (i & 1u))) & 0xffffu); }
+float wscale(uint m, uint i) { return f16_half(m == 0u ? ws[i >> 1] : ws2[i >> 1], i); }
 
 // The weights of lane l (elements 4l..4l+3) as four bytes: Q1_0 bits as 0/1 (value 2b - 1),
 // Q2_0 codes 0..3 (value c - 1), Q4_1 nibbles, Q8_0 bytes as they are.

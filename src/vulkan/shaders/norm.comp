@@ -24,9 +24,10 @@ layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, h
 #include "div_rn.glsl"
 #include "q8.glsl"
 #include "fma_rn.glsl"
-#include "norm_rn.glsl"
 
 shared float part[64], part_lo[64];
+
+#include "norm_rn.glsl"
 
 void main() {
     const uint g = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
@@ -43,18 +44,7 @@ void main() {
         precise float sq = v * v;
         ff_add(hi, lo, sq, 0.0);
     }
-    part[t] = hi;
-    part_lo[t] = lo;
-    barrier();
-    for (uint h = 32u; h > 0u; h >>= 1) {
-        if (t < h) {
-            float a = part[t], b = part_lo[t];
-            ff_add(a, b, part[t + h], part_lo[t + h]);
-            part[t] = a;
-            part_lo[t] = b;
-        }
-        barrier();
-    }
+    ff_reduce64(t, hi, lo);
     const float scale = norm_scale(p.mode, part[0], part_lo[0], float(p.d), p.eps);
     barrier();
     for (uint i = t; i < p.d; i += 64u) {

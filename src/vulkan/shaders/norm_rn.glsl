@@ -3,7 +3,7 @@
 // operations that are exact on any conformant Vulkan driver: +, -, * (correctly rounded) and
 // integer division (div_rn.glsl). The sum is a float-float pair (hi + lo, error-free
 // transformations), which carries more bits than the double's sum needs, so the float it rounds
-// to is the CPU's except within ~1e-14 of a rounding midpoint. Needs div_rn.glsl and fma_rn.glsl.
+// to is the CPU's except within ~1e-14 of a rounding midpoint. Needs div_rn.glsl and fma_rn.glsl, and (for ff_reduce64) the shared arrays part and part_lo.
 
 // (h1 + l1) + (h2 + l2) as a normalized pair
 void ff_add(inout float h1, inout float l1, float h2, float l2) {
@@ -11,6 +11,23 @@ void ff_add(inout float h1, inout float l1, float h2, float l2) {
     two_sum(h1, h2, s, e);
     precise float l = (l1 + l2) + e;
     two_sum(s, l, h1, l1);
+}
+
+// The pairs (hi, lo) of a workgroup of 64 summed in a fixed tree into part[0], part_lo[0] (the
+// including shader declares shared float part[64], part_lo[64]); every invocation must call it.
+void ff_reduce64(uint lt, float hi, float lo) {
+    part[lt] = hi;
+    part_lo[lt] = lo;
+    barrier();
+    for (uint h = 32u; h > 0u; h >>= 1) {
+        if (lt < h) {
+            float a = part[lt], b = part_lo[lt];
+            ff_add(a, b, part[lt + h], part_lo[lt + h]);
+            part[lt] = a;
+            part_lo[lt] = b;
+        }
+        barrier();
+    }
 }
 
 // sqrt correctly rounded: the device's sqrt (a few ulp), then the neighbour whose square is
