@@ -78,14 +78,11 @@ const char *srv_model_name(const srv *s) {
     return slash ? slash + 1 : s->cfg.model;
 }
 
-/* Text as a JSON string; bytes that are not UTF-8 become U+FFFD. */
-static json_t *str_json(const char *p, size_t len) { return srv_text_json(p, len); }
-
 static json_t *piece(const srv *s, int32_t id) {
     const char *p = "";
     size_t len = 0;
     bs_token_to_piece(s->tok, id, true, &p, &len);
-    return str_json(p, len);
+    return srv_text_json(p, len);
 }
 
 static json_t *timings_json(const srv_timings *tm) { return srv_timings_json(tm); }
@@ -138,7 +135,7 @@ static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int fr
         const char *p;
         size_t len = 0;
         bs_token_to_piece(s->tok, t->prompt[i], true, &p, &len);
-        json_array_append_new(toks, str_json(p, len));
+        json_array_append_new(toks, srv_text_json(p, len));
         json_array_append_new(lps, json_null());
         json_array_append_new(tops, json_null());
         json_array_append_new(offs, json_integer((json_int_t)off));
@@ -217,8 +214,8 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     int nc = g->tools ? srv_parse_tool_calls(content, &calls, &rest) : 0;
     *has_calls = nc > 0;
     const char *c = nc ? rest : content;
-    json_object_set_new(msg, "content", nc && !*c ? json_null() : str_json(c, strlen(c)));
-    if (*reasoning) json_object_set_new(msg, "reasoning_content", str_json(reasoning, strlen(reasoning)));
+    json_object_set_new(msg, "content", nc && !*c ? json_null() : srv_text_json(c, strlen(c)));
+    if (*reasoning) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, strlen(reasoning)));
     if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, nc, false, g->id));
     srv_free_tool_calls(calls, nc);
     free(rest);
@@ -332,7 +329,7 @@ static void add_choice(srv_buf *b, srv *s, srv_task *t, srv_gen *g, int idx) {
     srv_buf_adds(&text, "");
     if (g->echo && g->prompt_text) srv_buf_adds(&text, g->prompt_text);
     srv_buf_add(&text, t->text ? t->text : "", t->len);
-    choice = json_pack("{s:i,s:o,s:s}", "index", idx, "text", str_json(text.p, text.len), "finish_reason",
+    choice = json_pack("{s:i,s:o,s:s}", "index", idx, "text", srv_text_json(text.p, text.len), "finish_reason",
                        finish_name(t, false));
     srv_buf_free(&text);
     json_object_set_new(choice, "logprobs", g->logprobs ? json_string(HOLE) : json_null());
@@ -559,11 +556,11 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
         if (ro.content_len) srv_buf_add(&st->content, ro.content, ro.content_len);
     }
     json_t *delta = json_object();
-    if (reasoning.len) json_object_set_new(delta, "reasoning_content", str_json(reasoning.p, reasoning.len));
+    if (reasoning.len) json_object_set_new(delta, "reasoning_content", srv_text_json(reasoning.p, reasoning.len));
     srv_buf_free(&reasoning);
     size_t ready = content_ready(st, final);
     if (ready > st->content_sent && (!final || !st->g.tools)) {
-        json_object_set_new(delta, "content", str_json(st->content.p + st->content_sent, ready - st->content_sent));
+        json_object_set_new(delta, "content", srv_text_json(st->content.p + st->content_sent, ready - st->content_sent));
         st->content_sent = ready;
     }
     json_t *lp = NULL;
@@ -585,7 +582,7 @@ static void chat_final(srv_stream *st, srv_buf *out) {
         const char *c = st->content.p ? st->content.p + st->content_sent : "";
         int n = srv_parse_tool_calls(c, &tc, &rest);
         json_t *delta = json_object();
-        if (*rest) json_object_set_new(delta, "content", str_json(rest, strlen(rest)));
+        if (*rest) json_object_set_new(delta, "content", srv_text_json(rest, strlen(rest)));
         if (n) json_object_set_new(delta, "tool_calls", tool_calls_json(tc, n, true, st->g.id));
         if (json_object_size(delta)) sse(out, chunk(st, chat_delta(delta, NULL, NULL)));
         else json_decref(delta);
@@ -607,7 +604,7 @@ static void compl_text(srv_stream *st, const char *text, size_t len, bool final,
         st->toks_sent = n_toks;
     }
     if (!len && !lp && !final) return;
-    json_t *c = json_pack("{s:i,s:o}", "index", 0, "text", str_json(text, len));
+    json_t *c = json_pack("{s:i,s:o}", "index", 0, "text", srv_text_json(text, len));
     json_object_set_new(c, "logprobs", lp ? lp : json_null());
     json_object_set_new(c, "finish_reason", final ? json_string(finish_name(st->t, false)) : json_null());
     json_t *j = chunk(st, c);
