@@ -189,8 +189,12 @@ for name, count in (('time_to_first_token_seconds', N + 1), ('time_per_output_to
     check(len(b) > 5 and mono and b[-1][1] == m.get(f'llamacpp:{name}_count') == count and m.get(f'llamacpp:{name}_sum', 0) > 0,
           f'/metrics {name}: {len(b)} cumulative buckets, count {count}', str(b))
 # a request leaves requests_in_flight once its connection is done with it, which may be a moment
-# after the client has read the last byte
-idle = until(lambda: metrics(r.port).get('llamacpp:requests_in_flight') == 0, 5)
+# after the client has read the last byte; the scheduler's gauges (processing, waiting) are
+# published after the pass that delivered the answer, also a moment later (seen under ASan)
+def settled():
+    g = metrics(r.port)
+    return all(g.get('llamacpp:' + k) == 0 for k in ('requests_in_flight', 'requests_processing', 'requests_waiting'))
+idle = until(settled, 5)
 m = metrics(r.port)
 check(idle and m.get('llamacpp:requests_waiting') == 0 and m.get('llamacpp:ready') == 1,
       '/metrics: nothing in flight or waiting, ready 1', str({k: v for k, v in m.items() if 'requests_' in k}))
