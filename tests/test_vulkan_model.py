@@ -127,25 +127,44 @@ def check_staged():
             print('%s: uploads through the staging ring (16 KiB chunks): the same bits as mapped' % name)
 
 
-def check_glu():
-    """gate + up + SwiGLU in one dispatch: the same bits as the three steps apart
-    (BITSPARK_VK_GLU=0), in every integer format, over more rows than one workgroup's 8; the
-    profile shows the fused kernel ran."""
+FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
+           ("the down product's int8 blocks in the GLU's epilogue", {'BITSPARK_VK_NO_GLUQ': '1'}),
+           ('the products that read one input as one layout and dispatch', {'BITSPARK_VK_NO_CAT': '1'}),
+           ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}))
+
+
+def dispatches(stderr):
+    m = re.search(r'vulkan steps: .*?([0-9.]+) dispatches', stderr)
+    return float(m.group(1)) if m else None
+
+
+def check_fusions():
+    """Each fusion of the forward gives the same bits as its steps apart, in every integer
+    format, over more rows than one workgroup's 8, and takes dispatches away (the profile's
+    count); the fused GLU shows in the profile."""
     for name in ('tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q4_1', 'tiny-q8_0'):
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:13]
-        a, b = os.path.join(TMP, 'vk_glu1.f32'), os.path.join(TMP, 'vk_glu0.f32')
         model = os.path.join(FIX, name + '.gguf')
-        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(len(toks)),
-                 '-o', a, '--device', 'vulkan'], extra_env={'BITSPARK_PROFILE': '1'})
-        if r.returncode != 0 or not logits(model, toks, len(toks), b, extra_env={'BITSPARK_VK_GLU': '0'}):
-            return
-        if not re.search(r'^\s*glu q', r.stderr, re.M):
-            fail('%s: the profile shows no fused GLU dispatch:\n%s' % (name, r.stderr[-800:]))
-        elif open(a, 'rb').read() != open(b, 'rb').read():
-            fail('%s: the fused GLU changes the logits' % name)
-        else:
-            print('%s: gate+up+SwiGLU fused: the same bits as apart' % name)
+        outs = {}
+        for label, env in (('fused', {}),) + FUSIONS:
+            out = os.path.join(TMP, 'vk_fusion.f32')
+            r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(len(toks)),
+                     '-o', out, '--device', 'vulkan'], extra_env=dict(env, BITSPARK_PROFILE='1'))
+            if r.returncode != 0:
+                return fail('%s: logits with %s: %s' % (name, env, r.stderr[-400:]))
+            outs[label] = (open(out, 'rb').read(), dispatches(r.stderr), r.stderr)
+        bits, n_fused, err = outs['fused']
+        if not re.search(r'^\s*glu q', err, re.M):
+            fail('%s: the profile shows no fused GLU dispatch:\n%s' % (name, err[-800:]))
+        for label, _ in FUSIONS:
+            b, n, _ = outs[label]
+            if b != bits:
+                fail('%s: %s changes the logits' % (name, label))
+            elif n is None or n_fused is None or n <= n_fused:
+                fail('%s: %s saves no dispatch (%s vs %s apart)' % (name, label, n_fused, n))
+            else:
+                print('%s: %s: the same bits as apart, %.1f dispatches per row instead of %.1f' % (name, label, n_fused, n))
 
 
 def check_taps():
@@ -232,7 +251,7 @@ def main():
     check_f16_kv()
     check_batching()
     check_staged()
-    check_glu()
+    check_fusions()
     check_taps()
     check_greedy_text()
     check_bench()

@@ -16,7 +16,7 @@ typedef struct kernel_def {
     int n_bind;
     uint32_t push_bytes;
     int n_spec;
-    uint32_t spec[3];
+    uint32_t spec[4];
 } kernel_def;
 
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
@@ -24,12 +24,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
     [BS_VK_K_QUANT_Q8] = {"quant_q8", 5, 16, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
-    [BS_VK_K_MV_Q1] = {"mv_q", 8, 24, 3, {1, 4, 0}},
-    [BS_VK_K_MV_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 0}},
-    [BS_VK_K_MV_Q2_64] = {"mv_q", 8, 24, 3, {2, 2, 0}},
-    [BS_VK_K_MV_Q8] = {"mv_q", 8, 24, 3, {8, 1, 0}},
+    [BS_VK_K_MV_Q1] = {"mv_q", 14, 56, 4, {1, 4, 0, 0}},
+    [BS_VK_K_MV_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 0, 0}},
+    [BS_VK_K_MV_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 0, 0}},
+    [BS_VK_K_MV_Q8] = {"mv_q", 14, 56, 4, {8, 1, 0, 0}},
     [BS_VK_K_MV_F32] = {"mv_f32", 3, 24, 0, {0}},
-    [BS_VK_K_MV_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 0}},
+    [BS_VK_K_MV_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 0, 0}},
     [BS_VK_K_ROWS_Q4_1] = {"get_rows", 4, 16, 2, {4, 1}},
     [BS_VK_K_ROWS_Q1] = {"get_rows", 4, 16, 2, {1, 4}},
     [BS_VK_K_ROWS_Q2_128] = {"get_rows", 4, 16, 2, {2, 4}},
@@ -45,11 +45,11 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ATTN] = {"attn", 6, 24, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
     /* mv_q with GLU: gate and up, then silu(gate) * up */
-    [BS_VK_K_GLU_Q1] = {"mv_q", 8, 24, 3, {1, 4, 1}},
-    [BS_VK_K_GLU_Q2_128] = {"mv_q", 8, 24, 3, {2, 4, 1}},
-    [BS_VK_K_GLU_Q2_64] = {"mv_q", 8, 24, 3, {2, 2, 1}},
-    [BS_VK_K_GLU_Q8] = {"mv_q", 8, 24, 3, {8, 1, 1}},
-    [BS_VK_K_GLU_Q4_1] = {"mv_q", 8, 24, 3, {4, 1, 1}},
+    [BS_VK_K_GLU_Q1] = {"mv_q", 14, 56, 4, {1, 4, 1, 0}},
+    [BS_VK_K_GLU_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 1, 0}},
+    [BS_VK_K_GLU_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 1, 0}},
+    [BS_VK_K_GLU_Q8] = {"mv_q", 14, 56, 4, {8, 1, 1, 0}},
+    [BS_VK_K_GLU_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 1, 0}},
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
@@ -57,6 +57,13 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
     [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},
     [BS_VK_K_FMA_PROBE] = {"fma_probe", 2, 4, 0, {0}},
+    /* GLU whose output is also quantized for the down projection */
+    [BS_VK_K_GLUQ_Q1] = {"mv_q", 14, 56, 4, {1, 4, 1, 1}},
+    [BS_VK_K_GLUQ_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 1, 1}},
+    [BS_VK_K_GLUQ_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 1, 1}},
+    [BS_VK_K_GLUQ_Q8] = {"mv_q", 14, 56, 4, {8, 1, 1, 1}},
+    [BS_VK_K_GLUQ_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 1, 1}},
+    [BS_VK_K_QK] = {"qk", 9, 28, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -79,8 +86,8 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[4];
-    uint32_t data[4];
+    VkSpecializationMapEntry me[5];
+    uint32_t data[5];
     for (int i = 0; i < k->n_spec; i++) {
         me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
         data[i] = k->spec[i];
@@ -409,7 +416,9 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
         [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
-        [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise", [BS_VK_K_FMA_PROBE] = "fma probe"};
+        [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise", [BS_VK_K_FMA_PROBE] = "fma probe",
+        [BS_VK_K_GLUQ_Q1] = "glu q1_0", [BS_VK_K_GLUQ_Q2_128] = "glu q2_0", [BS_VK_K_GLUQ_Q2_64] = "glu q2_0_g64",
+        [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store"};
     return names[k] ? names[k] : "?";
 }
 

@@ -25,6 +25,8 @@ typedef struct vk_layer {
     bs_vk_matrix *ffn_gate, *ffn_up, *ffn_down;
     bs_vk_matrix *qkv, *gate, *beta, *alpha, *ssm_out;
     bs_vk_matrix *wq, *wk, *wv, *wo;
+    bs_vk_matrix *cat;            /* the layout of the mixer's input products that share one
+                                     (those of its matrices that are `borrowed`), or NULL */
     bs_vk_buf attn_norm, post_norm, conv1d, gates, ssm_norm, q_norm, k_norm;
 } vk_layer;
 
@@ -37,8 +39,26 @@ struct bs_vk_net {
     int n_rec, n_att;
     int lora_gen;                 /* changes whenever adapters come or go */
     int lora_r, lora_out;         /* widest rank and output of the adapters attached */
+    bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
+    bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
 };
 
+
+/* The mixer's products that read its normed input: those of the first's format as one layout
+ * (one dispatch), the others apart. BITSPARK_VK_NO_CAT=1 keeps them all apart. */
+static int upload_inputs(bs_vk_net *net, vk_layer *L, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
+    const bs_vk_tensor *ct[BS_VK_CAT_MAX];
+    bs_vk_matrix *cm[BS_VK_CAT_MAX];
+    int idx[BS_VK_CAT_MAX], nc = 0;
+    for (int k = 0; k < n; k++)
+        if (t[k]->type == t[0]->type) ct[nc] = t[k], idx[nc++] = k;
+    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(net->c, ct, nc, &L->cat, cm);
+    if (rc < 0) return -1;
+    for (int k = 0; k < nc && rc; k++) *m[idx[k]] = cm[k];
+    for (int k = 0; k < n; k++)
+        if (!*m[k] && bs_vk_upload_mat(net->c, m[k], t[k])) return -1;
+    return 0;
+}
 
 static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
     bs_vk_ctx *c = net->c;
@@ -57,14 +77,15 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
         memcpy(g + nv, d->ssm_a, sizeof *g * (size_t)nv);
         int rc = bs_vk_upload_vec(c, &L->gates, g, 2 * (size_t)nv);
         free(g);
-        return rc || bs_vk_upload_mat(c, &L->qkv, &d->qkv) || bs_vk_upload_mat(c, &L->gate, &d->gate) ||
-               bs_vk_upload_mat(c, &L->beta, &d->beta) || bs_vk_upload_mat(c, &L->alpha, &d->alpha) ||
-               bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
+        const bs_vk_tensor *t[4] = {&d->qkv, &d->gate, &d->beta, &d->alpha};
+        bs_vk_matrix **m[4] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
+        return rc || upload_inputs(net, L, t, m, 4) || bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
                bs_vk_upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
                bs_vk_upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
     }
-    return bs_vk_upload_mat(c, &L->wq, &d->wq) || bs_vk_upload_mat(c, &L->wk, &d->wk) || bs_vk_upload_mat(c, &L->wv, &d->wv) ||
-           bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
+    const bs_vk_tensor *t[3] = {&d->wq, &d->wk, &d->wv};
+    bs_vk_matrix **m[3] = {&L->wq, &L->wk, &L->wv};
+    return upload_inputs(net, L, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
            bs_vk_upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
 }
 
@@ -80,6 +101,8 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->c = c;
     n->hp = *d;
     n->hp.layers = NULL;
+    n->no_gluq = bs_env_flag("BITSPARK_VK_NO_GLUQ");
+    n->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
              bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
@@ -101,6 +124,7 @@ void bs_vk_net_free(bs_vk_net *n) {
         bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
                               L->wq, L->wk, L->wv, L->wo};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_free(c, ms[i]);
+        bs_vk_matrix_free(c, L->cat);   /* after the matrices that borrow its buffers */
         bs_vk_buf *bs[] = {&L->attn_norm, &L->post_norm, &L->conv1d, &L->gates, &L->ssm_norm, &L->q_norm, &L->k_norm};
         for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     }
@@ -163,6 +187,7 @@ struct bs_vk_sess {
     bool kv_f32;                  /* F32 KV cache rows (else F16) */
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
+    bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
     struct step_cache {
@@ -244,7 +269,8 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
              bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
-             bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
+             bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
@@ -283,7 +309,7 @@ static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
@@ -442,15 +468,27 @@ static int lora_sync(bs_vk_sess *s) {
     return 0;
 }
 
-/* Products sharing the input x (already quantized by the norm that wrote it): */
-static int mv_shared(bs_vk_sess *s, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw, const bs_vk_buf *x, int n) {
+/* Products sharing the input x (already quantized by the norm that wrote it): those in the
+ * layer's layout (cat) in one dispatch, their adapters' terms after it, the others apart. */
+static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
+                     const bs_vk_buf *x, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_matrix *cm[BS_VK_CAT_MAX];
+    const bs_vk_buf *cy[BS_VK_CAT_MAX];
+    int nc = 0;
+    for (int i = 0; i < nw; i++)
+        if (W[i]->borrowed) cm[nc] = W[i], cy[nc++] = y[i];
+    if (nc) TRY(bs_vk_record_mv_cat(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy));
+    for (int i = 0; i < nc; i++)
+        if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, &s->lu, cy[i]));
     bool quantized = true;
     for (int i = 0; i < nw; i++) {
+        if (W[i]->borrowed) continue;
         const bool q = W[i]->kernel != BS_VK_K_MV_F32;
         TRY(mv(s, W[i], x, n, y[i], q && !quantized));
         quantized |= q;
     }
-    bs_vk_barrier(s->net->c);
+    bs_vk_barrier(c);
     return 0;
 }
 
@@ -537,7 +575,7 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
-    TRY(mv_shared(s, W, Y, 4, &s->xn, n));   /* the delta rule makes its gates from ga, gbeta */
+    TRY(mv_shared(s, L, W, Y, 4, &s->xn, n));   /* the delta rule makes its gates from ga, gbeta */
     TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
     /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm); for an integer product the
      * gate and the int8 quantization in the norm's dispatch, else the gate in the product's */
@@ -559,15 +597,44 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     return 0;
 }
 
-/* One sequence's KV rows stored at its positions (its params) and its attention over its own
- * cache (from its a, b, cc into its d). */
-static int attention_core(bs_vk_sess *s, const vk_layer *L, int n) {
+/* attention's q/k RMSNorm per head then RoPE as steps apart (BITSPARK_VK_NO_QK=1): q heads
+ * (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D); a batch's rope table holds every
+ * sequence's rows, so a batch runs them on its shared scratch */
+static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    uint32_t kp[2] = {Hkv * D, s->kv_f32};
-    const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
-    TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+    const bs_vk_buf *dummy = &s->net->dummy;
+    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, dummy));
+    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, dummy));
+    bs_vk_barrier(c);   /* one for both: the two norms touch different buffers */
+    if (hp->n_rot > 0) {
+        uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
+        const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
+        bs_vk_barrier(c);
+    }
+    return 0;
+}
+
+/* One sequence's attention over its own cache, from its a (q and gate), b (k), cc (v) rows:
+ * the q/k norms, rope (rope rows from rope_r0 of rope: a batch's table holds every sequence's)
+ * and the KV store of its positions in one dispatch (with BITSPARK_VK_NO_QK, q and k come
+ * normed and roped and only the store is left), then the softmax into its d. */
+static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *rope, uint32_t rope_r0) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    if (!s->net->no_qk) {
+        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, rope_r0, s->kv_f32, hp->eps};
+        const bs_vk_buf *qb[9] = {&s->a, &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->kc[L->slot], &s->vc[L->slot], &s->params};
+        TRY(bs_vk_dispatch(c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));
+    } else {
+        uint32_t kp[2] = {Hkv * D, s->kv_f32};
+        const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
+        TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+    }
     bs_vk_barrier(c);
     struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {
         H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
@@ -577,52 +644,63 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-/* a batch's attention: from each sequence's q (a), k (b) and v (cc) rows */
+static int attention_own(bs_vk_sess *s, const vk_layer *L, int n) { return attention_core(s, L, n, &s->rope, 0); }
+
+/* a batch's attention: each sequence's q (a), k (b) and v (cc) rows to its own scratch, its
+ * attention, its d rows back */
 static int attention_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
+    bs_vk_ctx *c = S->net->c;
     const bs_vk_net_desc *hp = &S->net->hp;
     const size_t HD = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    const size_t in[3] = {offsetof(bs_vk_sess, a), offsetof(bs_vk_sess, b), offsetof(bs_vk_sess, cc)};
+    const bs_vk_buf *in[3] = {&S->a, &S->b, &S->cc};
     const size_t w[3] = {2 * HD, kvw, kvw};
-    return per_sequence(S, L, pt, np, in, w, HD, attention_core);
+    for (int i = 0; i < np; i++)
+        for (int k = 0; k < 3; k++) {
+            const bs_vk_buf *dst = k == 0 ? &pt[i].s->a : k == 1 ? &pt[i].s->b : &pt[i].s->cc;
+            copy_rows(c, in[k], pt[i].r0, dst, 0, pt[i].n, w[k]);
+        }
+    bs_vk_barrier(c);
+    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n, &S->rope, (uint32_t)pt[i].r0));
+    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, HD);
+    bs_vk_barrier(c);
+    return 0;
 }
 
 static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
-    bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
-    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    const uint32_t H = (uint32_t)hp->n_head, D = (uint32_t)hp->head_dim;
     const bs_vk_matrix *W[3] = {L->wq, L->wk, L->wv};
     const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
-    TRY(mv_shared(s, W, Y, 3, &s->xn, n));
-    /* per-head RMSNorm then RoPE: q heads (stride 2D in rows of 2HD), k heads (D in rows of Hkv*D) */
-    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, &s->net->dummy));
-    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, &s->net->dummy));
-    bs_vk_barrier(c);   /* one for both: the two norms touch different buffers */
-    if (hp->n_rot > 0) {   /* a batch's rope table holds every sequence's rows */
-        uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
-        const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
-        bs_vk_barrier(c);
-    }
-    TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n));
+    TRY(mv_shared(s, L, W, Y, 3, &s->xn, n));
+    if (s->net->no_qk) TRY(qk_apart(s, L, n));
+    TRY(pt ? attention_parts(s, L, pt, np) : attention_own(s, L, n));
     const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
     TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
-    bs_vk_barrier(c);
+    bs_vk_barrier(s->net->c);
     return 0;
 }
 
 static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     if (bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
-        TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a));
+        const bs_vk_matrix *Wd = L->ffn_down;
+        /* the down product's int8 blocks in the GLU's epilogue, into the second set */
+        const bool qo = Wd->kernel != BS_VK_K_MV_F32 && !Wd->act && L->ffn_gate->ne1 % 32 == 0 && !s->net->no_gluq;
+        const bs_vk_buf *q2[3] = {&s->aq2, &s->as2, &s->am2};
+        TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, qo ? q2 : NULL));
         bs_vk_barrier(c);
-        TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+        if (qo) {
+            TRY(bs_vk_record_mv(c, Wd, &s->a, &s->aq2, &s->as2, &s->am2, n, &s->y));
+            if (Wd->lora) TRY(bs_vk_record_lora(c, Wd, &s->a, n, &s->lt, &s->lu, &s->y));
+        } else {
+            TRY(mv(s, Wd, &s->a, n, &s->y, true));
+        }
         bs_vk_barrier(c);
         return 0;
     }
     const bs_vk_matrix *W[2] = {L->ffn_gate, L->ffn_up};
     const bs_vk_buf *Y[2] = {&s->a, &s->b};
-    TRY(mv_shared(s, W, Y, 2, &s->xn, n));
+    TRY(mv_shared(s, L, W, Y, 2, &s->xn, n));
     TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
     bs_vk_barrier(c);
     TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));

@@ -70,7 +70,7 @@ typedef struct bs_vk_buf {
     int heap;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 8 };
+enum { BS_VK_PIPE_MAX_BIND = 14 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
@@ -105,6 +105,8 @@ enum bs_vk_kernel {
     BS_VK_K_ATTN_NC, BS_VK_K_ARGMAX,
     BS_VK_K_VIT_LN, BS_VK_K_VIT_EW,   /* the vision encoder's (vk_vision.c) */
     BS_VK_K_FMA_PROBE,                /* is fma() fused here (vk_exec.c) */
+    BS_VK_K_GLUQ_Q1, BS_VK_K_GLUQ_Q2_128, BS_VK_K_GLUQ_Q2_64, BS_VK_K_GLUQ_Q8, BS_VK_K_GLUQ_Q4_1,   /* GLU + int8 out */
+    BS_VK_K_QK,                       /* q/k norms, rope and the KV store in one */
     BS_VK_K_COUNT
 };
 
@@ -187,6 +189,10 @@ struct bs_vk_matrix {
     int64_t ne0, ne1;
     int n_parts;
     bs_vk_mat_part *parts;
+    /* one of several matrices stored as one layout (bs_vk_matrix_cat): its rows are layout rows
+     * [rbase, rbase + ne1) of lay_rows, in buffers the layout owns (borrowed) */
+    int64_t lay_rows, rbase;
+    bool borrowed;
     char *name;                  /* the model's tensor name (LoRA adapters find it by name) */
     bs_vk_lora *lora;            /* adapters, in the order given */
 };
@@ -211,15 +217,25 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
  * all; record y += scale * B (A x) for each (x: m's float input; t: n x r, u: n x ne1 scratch). */
 int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale);
 void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m);
+/* Matrices that read one input stored as one layout (at most BS_VK_CAT_MAX): *lay owns the
+ * weights, out[k] is W[k]'s matrix (rows of the layout). 1 made, 0 not possible, -1 error. */
+enum { BS_VK_CAT_MAX = 4 };
+int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_matrix **lay, bs_vk_matrix **out);
+/* Record the products of the nm matrices of one layout (m[k] made with it, in its order) in one
+ * dispatch: m[k]'s rows into y[k]. */
+int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                        const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y);
 /* *m = bs_vk_matrix_new(c, t); 0 or -1 */
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
                       const bs_vk_buf *u, const bs_vk_buf *y);
 /* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
- * BITSPARK_VK_GLU=0: never), and that dispatch: y = silu(gate x) * up x for n rows. */
+ * BITSPARK_VK_GLU=0: never), and that dispatch: y = silu(gate x) * up x for n rows; with qout
+ * (int8 codes, scales, Q8_1 sums: quant_q8.comp's buffers) y also quantized there, for a next
+ * product that reads int8 (rows a multiple of 32). */
 bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up);
 int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
-                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
+                     const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout);
 
 /* vk_forward.c: what the drafter (vk_dspark.c) uses of a target network and session: its
  * embedding and LM head, and the tap rows of the session's last chunk ([rows][n_taps][n_embd]). */

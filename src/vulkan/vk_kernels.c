@@ -21,26 +21,28 @@ static int kernel_for(int type, int *bits, int *subs) {
 
 /* Host images of rows [r0, r0+n) in the kernel's layout. Scales stay the file's fp16 (the
  * shaders widen them exactly), so a product reads the GGUF's bytes and no more. */
-static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, uint32_t *codes, uint16_t *scales) {
+static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0, int64_t n, int64_t ld, int64_t roff,
+                       uint32_t *codes, uint16_t *scales) {
     const int64_t n_sub = W->ne0 / 32, n_grp = n_sub / m->subs;
     const size_t hdr = W->type == BS_Q4_1 ? 4 : 2;   /* fp16 d (and Q4_1's fp16 m) */
     const size_t blk_bytes = hdr + (size_t)m->subs * (size_t)m->bits * 4;
     for (int64_t r = 0; r < n; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes;
+        const int64_t o = roff + r;   /* its row in a layout of ld rows */
         for (int64_t g = 0; g < n_grp; g++) {
             const uint8_t *b = row + (size_t)g * blk_bytes;
             uint16_t h;
             memcpy(&h, b, 2);
-            scales[g * n + r] = h;
+            scales[g * ld + o] = h;
             if (hdr == 4) {
                 memcpy(&h, b + 2, 2);
-                scales[(n_grp + g) * n + r] = h;
+                scales[(n_grp + g) * ld + o] = h;
             }
             for (int k = 0; k < m->subs; k++)
                 for (int w = 0; w < m->bits; w++) {
                     uint32_t v;
                     memcpy(&v, b + hdr + ((size_t)k * m->bits + w) * 4, 4);   /* little-endian host */
-                    codes[((g * m->subs + k) * m->bits + w) * n + r] = v;
+                    codes[((g * m->subs + k) * m->bits + w) * ld + o] = v;
                 }
         }
     }
@@ -57,12 +59,13 @@ static int repack_f32(const bs_vk_tensor *W, int64_t r0, int64_t n, float *out) 
     return rc;
 }
 
-bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
+/* m's kernel and layout for W (no rows yet); false, with the error said, for a shape the
+ * kernels do not take. */
+static bool matrix_meta(bs_vk_matrix *m, const bs_vk_tensor *W) {
     if (!W->data || W->ne0 <= 0 || W->ne1 <= 0 || bs_row_size(W->type, W->ne0) != W->row_bytes || W->ne0 % 32) {
         bs_error("Vulkan: %s: unsupported shape or type", W->name ? W->name : "weight");
-        return NULL;
+        return false;
     }
-    bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
     m->kernel = kernel_for(W->type, &m->bits, &m->subs);
     const bs_type_traits *tt = bs_type_get(W->type);
     const int vdt = tt ? tt->vec_dot_type : BS_F32;
@@ -71,29 +74,50 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     if (m->act == 4 && W->ne0 % 256) m->act = 0;
     m->ne0 = W->ne0;
     m->ne1 = W->ne1;
+    if (m->kernel != BS_VK_K_MV_F32 && W->ne0 % (32 * m->subs)) {
+        bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight");
+        return false;
+    }
+    return true;
+}
+
+/* split-K: a GPU wants tens of thousands of invocations per product, decode has one per row;
+ * slices of the columns make up the difference (never more than there are groups). Q1_0 and
+ * Q2_0 (the Bonsai formats) only: Q8_0 and Q4_1 keep llama.cpp's x86 float order in one slice,
+ * which their fixtures need to stay within bounds. BITSPARK_VK_SPLIT=N caps the slices (1:
+ * none). From the layout's row count only. */
+static int split_for(const bs_vk_matrix *m, int64_t rows) {
+    const char *sp = getenv("BITSPARK_VK_SPLIT");
+    const int64_t n_grp = m->kernel == BS_VK_K_MV_F32 ? 1 : m->ne0 / 32 / m->subs;
+    int split = 1;
+    if (m->kernel != BS_VK_K_MV_F32 && m->bits <= 2) {
+        const int cap = sp && *sp ? atoi(sp) : 8;
+        while (split * 2 <= cap && split * 2 <= n_grp && rows * split < 65536) split *= 2;
+    }
+    return split;
+}
+
+/* Bytes per row of m's codes and of its scales. */
+static void row_bytes(const bs_vk_matrix *m, bool q4_1, uint64_t *code_bytes, uint64_t *scale_bytes) {
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    *code_bytes = f32 ? 4u * (uint64_t)m->ne0 : (uint64_t)m->ne0 / 32 * m->bits * 4;
+    *scale_bytes = f32 ? 4 : 2u * (uint64_t)(m->ne0 / 32 / m->subs) * (q4_1 ? 2 : 1);
+}
+
+bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
+    bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
+    if (!matrix_meta(m, W)) { free(m); return NULL; }
     m->name = W->name ? bs_xstrdup(W->name) : NULL;
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
-    /* split-K: a GPU wants tens of thousands of invocations per product, decode has one per
-     * row; slices of the columns make up the difference (never more than there are groups).
-     * Q1_0 and Q2_0 (the Bonsai formats) only: Q8_0 and Q4_1 keep llama.cpp's x86 float order
-     * in one slice, which their fixtures need to stay within bounds. BITSPARK_VK_SPLIT=N caps
-     * the slices (1: none). */
-    const char *sp = getenv("BITSPARK_VK_SPLIT");
-    const int64_t n_grp = f32 ? 1 : W->ne0 / 32 / m->subs;
-    m->split = 1;
-    if (!f32 && m->bits <= 2) {
-        const int cap = sp && *sp ? atoi(sp) : 8;
-        while (m->split * 2 <= cap && m->split * 2 <= n_grp && W->ne1 * m->split < 65536) m->split *= 2;
-    }
-    if (!f32 && (W->ne0 % (32 * m->subs))) { free(m); bs_error("Vulkan: %s: bad row length", W->name ? W->name : "weight"); return NULL; }
-    const uint64_t code_bytes = f32 ? 4u * (uint64_t)W->ne0 : (uint64_t)W->ne0 / 32 * m->bits * 4;
-    const uint64_t scale_bytes = f32 ? 4 : 2u * (uint64_t)(W->ne0 / 32 / m->subs) * (W->type == BS_Q4_1 ? 2 : 1);
+    m->split = split_for(m, W->ne1);
+    uint64_t code_bytes, scale_bytes;
+    row_bytes(m, W->type == BS_Q4_1, &code_bytes, &scale_bytes);
     /* rows per part: whole workgroups of 64 where that many fit */
     int64_t per = (int64_t)(c->max_weight_binding / code_bytes);
     if (per >= 64) per = per / 64 * 64;
     if (per < 1) {
-        free(m);
         bs_error("Vulkan: %s: a row of %lld elements is too long for one binding", W->name ? W->name : "weight", (long long)W->ne0);
+        bs_vk_matrix_free(c, m);
         return NULL;
     }
     m->n_parts = (int)((W->ne1 + per - 1) / per);
@@ -104,15 +128,10 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
         p->rows = BS_MIN(per, W->ne1 - p->row0);
         /* (fp16 scales: a part's plane rounded up to whole 32-bit words) */
         const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = ((size_t)(scale_bytes * (uint64_t)p->rows) + 3) & ~(size_t)3;
-        void *hc = bs_xmalloc(cb), *hs = bs_xmalloc(sb);
+        void *hc = bs_xmalloc(cb), *hs = bs_xcalloc(1, sb);
         int rc = 0;
-        if (f32) {
-            rc = repack_f32(W, p->row0, p->rows, hc);
-            memset(hs, 0, sb);
-        } else {
-            memset(hs, 0, sb);
-            repack_int(W, m, p->row0, p->rows, hc, hs);
-        }
+        if (f32) rc = repack_f32(W, p->row0, p->rows, hc);
+        else repack_int(W, m, p->row0, p->rows, p->rows, 0, hc, hs);
         if (!rc) rc = bs_vk_buf_new(c, &p->codes, cb, false) || bs_vk_buf_new(c, &p->scales, sb, false) ||
                       bs_vk_buf_write(c, &p->codes, 0, hc, cb) || bs_vk_buf_write(c, &p->scales, 0, hs, sb);
         free(hc);
@@ -120,6 +139,55 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
         if (rc) { bs_vk_matrix_free(c, m); return NULL; }
     }
     return m;
+}
+
+/* Matrices that read one input, in one layout (their rows one after another), so one dispatch
+ * computes them all (bs_vk_record_mv_cat): out[k] is W[k]'s matrix, whose rows live in the
+ * layout. 1 made, 0 when they do not fit one layout (same integer format and row length, one
+ * binding: nothing made), -1 on an error. The layout's split-K is its total row count's. */
+int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_matrix **lay, bs_vk_matrix **out) {
+    bs_vk_matrix m0 = {0}, mk = {0};
+    if (n < 2 || n > BS_VK_CAT_MAX || !matrix_meta(&m0, W[0]) || m0.kernel == BS_VK_K_MV_F32) return bs_clear_error(), 0;
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        if (!matrix_meta(&mk, W[k])) return bs_clear_error(), 0;
+        if (W[k]->type != W[0]->type || mk.ne0 != m0.ne0) return 0;
+        total += mk.ne1;
+    }
+    uint64_t code_bytes, scale_bytes;
+    row_bytes(&m0, W[0]->type == BS_Q4_1, &code_bytes, &scale_bytes);
+    const size_t cb = (size_t)(code_bytes * (uint64_t)total), sb = ((size_t)(scale_bytes * (uint64_t)total) + 3) & ~(size_t)3;
+    if (cb > c->max_weight_binding || total >= (1 << 30)) return 0;
+    bs_vk_matrix *L = bs_xcalloc(1, sizeof *L);
+    *L = m0;
+    L->ne1 = total;
+    L->split = split_for(L, total);
+    L->n_parts = 1;
+    L->parts = bs_xcalloc(1, sizeof *L->parts);
+    L->parts[0].rows = total;
+    uint32_t *hc = bs_xmalloc(cb);
+    uint16_t *hs = bs_xcalloc(1, sb);
+    for (int64_t k = 0, off = 0; k < n; off += W[k]->ne1, k++) repack_int(W[k], L, 0, W[k]->ne1, total, off, hc, hs);
+    int rc = bs_vk_buf_new(c, &L->parts[0].codes, cb, false) || bs_vk_buf_new(c, &L->parts[0].scales, sb, false) ||
+             bs_vk_buf_write(c, &L->parts[0].codes, 0, hc, cb) || bs_vk_buf_write(c, &L->parts[0].scales, 0, hs, sb);
+    free(hc);
+    free(hs);
+    if (rc) { bs_vk_matrix_free(c, L); return -1; }
+    for (int64_t k = 0, off = 0; k < n; off += W[k]->ne1, k++) {
+        bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
+        matrix_meta(m, W[k]);
+        m->name = W[k]->name ? bs_xstrdup(W[k]->name) : NULL;
+        m->split = L->split;
+        m->n_parts = 1;
+        m->parts = bs_xcalloc(1, sizeof *m->parts);
+        m->parts[0] = (bs_vk_mat_part){.rows = m->ne1, .codes = L->parts[0].codes, .scales = L->parts[0].scales};
+        m->lay_rows = total;
+        m->rbase = off;
+        m->borrowed = true;
+        out[k] = m;
+    }
+    *lay = L;
+    return 1;
 }
 
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
@@ -130,7 +198,7 @@ void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
     if (!m) return;
     bs_vk_matrix_lora_clear(c, m);
     free(m->name);
-    for (int i = 0; i < m->n_parts; i++) {
+    for (int i = 0; i < m->n_parts && !m->borrowed; i++) {
         bs_vk_buf_free(c, &m->parts[i].codes);
         bs_vk_buf_free(c, &m->parts[i].scales);
     }
@@ -178,19 +246,50 @@ int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, co
     return bs_vk_dispatch(c, BS_VK_K_ACT_ROUND, b, push, groups(nb, 64), 1, 1);
 }
 
+/* mv_q.glsl's push constants (its header says what each is) */
+typedef struct mvq_push { uint32_t rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; } mvq_push;
+
+static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n) {
+    return (mvq_push){.rows = (uint32_t)(m->borrowed ? m->lay_rows : p->rows), .cols = (uint32_t)m->ne0, .n = (uint32_t)n,
+                      .split = (uint32_t)m->split, .rbase = (uint32_t)m->rbase, .rcount = (uint32_t)p->rows,
+                      .row0 = (uint32_t)p->row0, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m->ne1};
+}
+
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
     const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
-        const bs_vk_buf *bi[8] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales};
+        const mvq_push qp = mvq_single(m, p, n);
+        const bs_vk_buf *bi[14] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales, y, y, y, y, y, y};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
-        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, &pp, groups((uint64_t)p->rows, per), groups((uint64_t)n, 8), 1)) return -1;
-        c->rec.weight_bytes += (p->codes.size + (f32 ? 0 : p->scales.size)) * groups((uint64_t)n, 8);
+        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, f32 ? (const void *)&pp : (const void *)&qp, groups((uint64_t)p->rows, per),
+                           groups((uint64_t)n, 8), 1))
+            return -1;
+        /* (a matrix in a shared layout reads its own rows of it) */
+        c->rec.weight_bytes += (f32 ? p->codes.size : (p->codes.size + p->scales.size) * (uint64_t)p->rows / (m->borrowed ? m->lay_rows : p->rows)) *
+                               groups((uint64_t)n, 8);
     }
     return 0;
+}
+
+int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                        const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y) {
+    if (nm < 1 || nm > BS_VK_CAT_MAX) return bs_error("Vulkan: %d products in one layout", nm);
+    const bs_vk_mat_part *p = &lay->parts[0];
+    mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
+                   .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
+    uint32_t *e = &qp.e1, *l = &qp.l0;
+    const bs_vk_buf *bi[14] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0]};
+    for (int k = 1; k < nm; k++) {
+        e[k - 1] = (uint32_t)m[k]->rbase;
+        l[k] = (uint32_t)m[k]->ne1;
+        bi[7 + k] = y[k];
+    }
+    c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
+    return bs_vk_dispatch(c, lay->kernel, bi, &qp, groups((uint64_t)p->rows, 256 / (uint32_t)lay->split), groups((uint64_t)n, 8), 1);
 }
 
 /* --- LoRA terms ------------------------------------------------------------------------------ */
@@ -272,18 +371,20 @@ static int glu_kernel(int mv) {
 }
 
 bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up) {
-    return c->glu && !gate->lora && !up->lora && glu_kernel(gate->kernel) >= 0 && gate->kernel == up->kernel && gate->ne0 == up->ne0 &&
+    return c->glu && !gate->lora && !up->lora && !gate->borrowed && !up->borrowed && glu_kernel(gate->kernel) >= 0 && gate->kernel == up->kernel && gate->ne0 == up->ne0 &&
            gate->ne1 == up->ne1 && gate->split == up->split && gate->n_parts == 1 && up->n_parts == 1;
 }
 
 int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
-                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
+                     const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout) {
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
-    mv_push pp = {(uint32_t)g->rows, (uint32_t)gate->ne0, (uint32_t)n, (uint32_t)gate->ne1, 0, (uint32_t)gate->split};
-    const bs_vk_buf *b[8] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales};
+    const mvq_push qp = mvq_single(gate, g, n);
+    if (qout && gate->ne1 % 32) return bs_error("Vulkan: GLU quantization needs rows in 32s (%lld)", (long long)gate->ne1);
+    const bs_vk_buf *b[14] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, y, y, y,
+                              qout ? qout[0] : aq, qout ? qout[1] : as, qout ? qout[2] : am};
     c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
-    return bs_vk_dispatch(c, glu_kernel(gate->kernel), b, &pp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split),
-                          groups((uint64_t)n, 8), 1);
+    const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
+    return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split), groups((uint64_t)n, 8), 1);
 }
 
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {

@@ -16,6 +16,14 @@
 // layout and split), y = silu(gate x) * up x, in the float order of ew.comp's SILU_MUL: the
 // bits of the two products and the element-wise step run apart. Without GLU, bindings 6-7 are
 // bound but never read.
+// QOUT (spec constant 3, with GLU): the output rows also quantized to int8 32-blocks for the
+// next product (q8.glsl, the bits of quant_q8.comp) into bindings 11-13; a workgroup holds whole
+// blocks (256 / split >= 32 rows, the layout's rows a multiple of 32).
+// Rows: the dispatch computes layout rows [rbase, rbase + rcount) of a layout of `rows` rows
+// (matrices that read one input are stored as one layout, vk_kernels.c's bs_vk_matrix_cat, and
+// run as one dispatch). Output segment k holds layout rows [e_k, e_k+1) (e_0 = rbase; unused
+// ends are ~0) and goes to Y_k (bindings 5, 8, 9, 10), row r of it at r * l_k + (row - e_k),
+// plus row0 in segment 0 (a matrix split into parts writes its part's columns there).
 // Float order within a slice, fixed per output whatever the number of rows (fma: fma_x, the
 // CPU's single rounding on any driver):
 //  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
@@ -25,6 +33,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
 layout(constant_id = 2) const uint GLU = 0;
+layout(constant_id = 3) const uint QOUT = 0;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
 layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
@@ -33,12 +42,20 @@ layout(std430, binding = 4) readonly buffer AM { float am[]; };
 layout(std430, binding = 5) buffer Y { float y[]; };
 layout(std430, binding = 6) readonly buffer WC2 { uint wc2[]; };
 layout(std430, binding = 7) readonly buffer WS2 { uint ws2[]; };
-layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, split; } p;
+layout(std430, binding = 8) buffer Y1 { float y1[]; };
+layout(std430, binding = 9) buffer Y2 { float y2[]; };
+layout(std430, binding = 10) buffer Y3 { float y3[]; };
+layout(std430, binding = 11) writeonly buffer Q { uint q[]; };
+layout(std430, binding = 12) writeonly buffer S8 { float s8[]; };
+layout(std430, binding = 13) writeonly buffer M8 { float m8[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; } p;
 
 shared float part[8][256];
 
 #include "f16.glsl"
 #include "fma_rn.glsl"
+#include "div_rn.glsl"
+#include "q8.glsl"
 
 // matrix m's code words and scales (m = 1: GLU's up)
 uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
@@ -157,10 +174,19 @@ void reduce(uint lid, uint per, uint nr, inout float res[8]) {
     }
 }
 
+// Row r's output of layout row `row` into its segment.
+void store(uint row, uint r, float v) {
+    if (row >= p.e3) y3[r * p.l3 + row - p.e3] = v;
+    else if (row >= p.e2) y2[r * p.l2 + row - p.e2] = v;
+    else if (row >= p.e1) y1[r * p.l1 + row - p.e1] = v;
+    else y[p.row0 + r * p.l0 + row - p.rbase] = v;
+}
+
 void main() {
     const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
-    const uint row = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
-    const bool live = row < p.rows;
+    const uint local = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
+    const uint row = p.rbase + local;
+    const bool live = local < p.rcount;
     const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
     float res[8], up[8];
     // dead invocations (past the last row) add zeros: they must still reach the barriers
@@ -171,11 +197,20 @@ void main() {
     if (p.split > 1u) {
         reduce(lid, per, nr, res);
         if (GLU != 0u) reduce(lid, per, nr, up);
-        if (slice != 0u) return;
     }
-    if (!live) return;
-    for (uint r = 0u; r < nr; r++) {
-        const float x = res[r];
-        y[(r0 + r) * p.ldy + p.row0 + row] = GLU != 0u ? x / (1.0 + exp(-x)) * up[r] : x;
+    if (live && slice == 0u) {
+        for (uint r = 0u; r < nr; r++) {
+            const float x = res[r];
+            store(row, r0 + r, GLU != 0u ? x / (1.0 + exp(-x)) * up[r] : x);
+        }
+    }
+    if (QOUT != 0u) {   // the workgroup's rows are written: its blocks, one per invocation
+        memoryBarrierBuffer();
+        barrier();
+        const uint bpr = per / 32u, first = gl_WorkGroupID.x * per + (lid % bpr) * 32u;
+        if (lid < nr * bpr && first < p.rcount) {
+            const uint e = (r0 + lid / bpr) * p.l0 + first;
+            quant_block(e, e / 32u);
+        }
     }
 }

@@ -1,0 +1,90 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// qk.comp: attention's per-head steps between the products and the softmax, one workgroup per
+// head of a row: q heads (of a's rows, 2*H*D wide: each head's D values then its gate's D) are
+// RMS-normed (q_norm) and roped in place; k heads (of b's rows, Hkv*D) normed (k_norm), roped
+// and, with v's head (cc's rows), stored in the cache at position pos0 + t. The bits of
+// norm.comp (mode 0), rope.comp and kv_store.comp run one after another: the same norm scale
+// (norm_rn.glsl), y = (x * scale) * w, the rotation's products rounded before the sum, and
+// the cache's F16 rounding.
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer A { float qa[]; };
+layout(std430, binding = 1) buffer B { float kb[]; };
+layout(std430, binding = 2) readonly buffer CC { float vr[]; };
+layout(std430, binding = 3) readonly buffer QN { float qn[]; };
+layout(std430, binding = 4) readonly buffer KN { float kn[]; };
+layout(std430, binding = 5) readonly buffer CS { float cs[]; };      // [rows][n_rot]: cos, sin
+layout(std430, binding = 6) writeonly buffer KC { uint kc[]; };
+layout(std430, binding = 7) writeonly buffer VC { uint vc[]; };
+layout(std430, binding = 8) readonly buffer P { uint pos0; } step;   // per-step values
+layout(push_constant) uniform Push { uint H, Hkv, D, n_rot, cs_row0, f32; float eps; } p;
+
+#include "f16.glsl"
+#include "div_rn.glsl"
+#include "fma_rn.glsl"
+
+shared float part[64], part_lo[64];
+shared float hv[256];   // the head after its norm (MAX_HEAD_DIM)
+
+#include "norm_rn.glsl"
+
+float head_in(bool is_q, uint base, uint i) { return is_q ? qa[base + i] : kb[base + i]; }
+
+void main() {
+    const uint g = gl_WorkGroupID.x, lt = gl_LocalInvocationID.x, heads = p.H + p.Hkv;
+    const uint t = g / heads, h = g % heads;
+    const bool is_q = h < p.H;
+    const uint kvw = p.Hkv * p.D, j = h - p.H;
+    const uint base = is_q ? t * 2u * p.H * p.D + h * 2u * p.D : t * kvw + j * p.D;
+    float hi = 0.0, lo = 0.0;
+    for (uint i = lt; i < p.D; i += 64u) {
+        const float v = head_in(is_q, base, i);
+        precise float sq = v * v;
+        ff_add(hi, lo, sq, 0.0);
+    }
+    ff_reduce64(lt, hi, lo);
+    const float scale = norm_scale(0u, part[0], part_lo[0], float(p.D), p.eps);
+    for (uint i = lt; i < p.D; i += 64u) {
+        precise float v = head_in(is_q, base, i) * scale;
+        precise float o = v * (is_q ? qn[i] : kn[i]);
+        hv[i] = o;
+    }
+    barrier();
+    const uint half_ = p.n_rot / 2u, row = p.cs_row0 + t;
+    float out_[4];   // this invocation's elements lt, lt + 64, ... (D <= 256)
+    for (uint i = lt, k = 0u; i < p.D; i += 64u, k++) {
+        float o = hv[i];
+        if (i < p.n_rot) {   // x[i], x[i + half] rotated by (cs[2i'], cs[2i'+1]), i' = i mod half
+            const uint i0 = i < half_ ? i : i - half_;
+            const float c = cs[row * p.n_rot + 2u * i0], s = cs[row * p.n_rot + 2u * i0 + 1u];
+            const float x0 = hv[i0], x1 = hv[i0 + half_];
+            precise float a = x0 * c - x1 * s;
+            precise float e = x0 * s + x1 * c;
+            o = i < half_ ? a : e;
+        }
+        out_[k] = o;
+    }
+    barrier();   // every rotation has read the normed head
+    for (uint i = lt, k = 0u; i < p.D; i += 64u, k++) {
+        if (is_q) qa[base + i] = out_[k]; else kb[base + i] = out_[k];
+        hv[i] = out_[k];
+    }
+    if (is_q) return;
+    barrier();
+    // the cache rows: this head's D values of k and v at position pos0 + t
+    const uint pos = step.pos0 + t;
+    for (uint w = lt; w < p.D / 2u; w += 64u) {
+        const uint i = 2u * w, vs = t * kvw + j * p.D + i;
+        if (p.f32 != 0u) {
+            const uint d2 = pos * kvw + j * p.D + i;
+            kc[d2] = floatBitsToUint(hv[i]);
+            kc[d2 + 1u] = floatBitsToUint(hv[i + 1u]);
+            vc[d2] = floatBitsToUint(vr[vs]);
+            vc[d2 + 1u] = floatBitsToUint(vr[vs + 1u]);
+        } else {
+            const uint dst = pos * (kvw / 2u) + (j * p.D + i) / 2u;
+            kc[dst] = f16_bits(hv[i]) | (f16_bits(hv[i + 1u]) << 16);
+            vc[dst] = f16_bits(vr[vs]) | (f16_bits(vr[vs + 1u]) << 16);
+        }
+    }
+}
