@@ -130,7 +130,8 @@ def check_staged():
 FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
            ("the down product's int8 blocks in the GLU's epilogue", {'BITSPARK_VK_NO_GLUQ': '1'}),
            ('the products that read one input as one layout and dispatch', {'BITSPARK_VK_NO_CAT': '1'}),
-           ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}))
+           ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}),
+           ("the output gate and int8 blocks in attention's epilogue", {'BITSPARK_VK_NO_ATTQ': '1'}))
 
 
 def dispatches(stderr):

@@ -262,7 +262,12 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
     const float scale = 1.0f / sqrtf((float)dk);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
                                                                 (uint32_t)T, (uint32_t)cd, scale};
-    void *data[6] = {qkv, alpha, braw, st, o, gates};
+    /* the device keeps the state [nv][dk][dv] (coalesced), the CPU [nv][dv][dk] */
+    float *dev = malloc(sizeof *dev * ns);
+    for (int h = 0; h < nv; h++)
+        for (int j = 0; j < dv; j++)
+            for (int i = 0; i < dk; i++) dev[((size_t)h * dk + i) * dv + j] = st[((size_t)h * dv + j) * dk + i];
+    void *data[6] = {qkv, alpha, braw, dev, o, gates};
     size_t bytes[6] = {4u * (size_t)T * cd, 4u * (size_t)T * nv, 4u * (size_t)T * nv, 4 * ns, 4u * (size_t)T * nv * dv, 8u * (size_t)nv};
     CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 6, &p, sizeof p, (uint32_t)(dv + 63) / 64, (uint32_t)nv, 1) == 0);
     /* float64 reference of the CPU's recurrence (deltanet.c): decay, delta against the decayed
@@ -284,10 +289,15 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
     for (size_t i = 0; i < (size_t)T * nv * dv; i++) scale_o = fmax(scale_o, fabs(ref[i]));
     for (size_t i = 0; i < (size_t)T * nv * dv; i++) worst = fmax(worst, fabs(o[i] - ref[i]) / scale_o);
     for (size_t i = 0; i < ns; i++) scale_s = fmax(scale_s, fabs(S[i]));
-    for (size_t i = 0; i < ns; i++) worst_s = fmax(worst_s, fabs(st[i] - S[i]) / scale_s);
+    for (int h = 0; h < nv; h++)
+        for (int j = 0; j < dv; j++)
+            for (int i = 0; i < dk; i++) {
+                const size_t cpu = ((size_t)h * dv + j) * dk + i;
+                worst_s = fmax(worst_s, fabs(dev[((size_t)h * dk + i) * dv + j] - S[cpu]) / scale_s);
+            }
     CHECKF(worst < 1e-4 && worst_s < 1e-4, "delta %d/%d heads of %d/%d, %d tokens: error %.3g (state %.3g)", nk, nv, dk, dv,
            T, worst, worst_s);
-    free(qkv); free(alpha); free(braw); free(gates); free(g); free(beta); free(st); free(o); free(S); free(ref);
+    free(qkv); free(alpha); free(braw); free(gates); free(g); free(beta); free(st); free(dev); free(o); free(S); free(ref);
 }
 
 /* --- rope.comp ------------------------------------------------------------------------------ */
@@ -317,6 +327,76 @@ static void check_rope(int heads, int D, int hs, int rs, int n_rot, int T, int p
 }
 
 /* --- kv_store.comp and attn.comp ------------------------------------------------------------- */
+typedef struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0; } attn_push;
+
+/* attn.comp's epilogue (quant): the output gate and the int8 blocks, the same bits as its plain
+ * output then quant_q8.comp's mode 2; the blocks at row qrow0 + t. */
+static void check_attn_quant(float *q, uint8_t *kc, uint8_t *vc, uint32_t *params, size_t kvb, const attn_push *plain, int T,
+                             const float *o_plain) {
+    const size_t HD = (size_t)plain->H * plain->D, n = (size_t)T * HD, nb = n / 32, r0 = 2;
+    attn_push ap = *plain;
+    ap.quant = 1;
+    ap.qrow0 = (uint32_t)r0;
+    float *o = calloc(n, sizeof *o), *y = malloc(sizeof *y * n);
+    uint32_t *aq = calloc((nb + r0 * HD / 32) * 8, 4), *rq = calloc(nb * 8, 4);
+    float *as = calloc(nb + r0 * HD / 32, 4), *am = calloc(nb + r0 * HD / 32, 4), *rs = calloc(nb, 4), *rm = calloc(nb, 4);
+    void *ad[9] = {q, kc, vc, o, NULL, params, aq, as, am};
+    size_t ab[9] = {8u * n, kvb, kvb, 4 * n, 4u * (size_t)T * plain->H * plain->n_ctx, 16, 32 * (nb + r0 * HD / 32), 4 * (nb + r0 * HD / 32),
+                    4 * (nb + r0 * HD / 32)};
+    CHECK(bs_vk_kernel_run(C, "attn", ad, ab, 9, &ap, sizeof ap, (uint32_t)T * plain->H, 1, 1) == 0);
+    memcpy(y, o_plain, sizeof *y * n);
+    uint32_t qp[4] = {(uint32_t)nb, 2, plain->H, plain->D};
+    void *qd[5] = {y, rq, rs, rm, q};
+    size_t qb[5] = {4 * n, 32 * nb, 4 * nb, 4 * nb, 8u * n};
+    CHECK(bs_vk_kernel_run(C, "quant_q8", qd, qb, 5, qp, sizeof qp, (uint32_t)(nb + 63) / 64, 1, 1) == 0);
+    const size_t b0 = r0 * HD / 32;
+    CHECKF(!memcmp(o, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) && !memcmp(am + b0, rm, 4 * nb),
+           "attn %u heads of %u with its epilogue: differs from attn then the gate and the quantizer", plain->H, plain->D);
+    free(o); free(y); free(aq); free(rq); free(as); free(am); free(rs); free(rm);
+}
+
+/* --- qk.comp: q/k RMSNorm per head, rope, KV store; the same bits as norm, rope, kv_store ---- */
+static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int cs_row0) {
+    const int n_ctx = pos0 + T + 2, kvw = Hkv * D, esz = f32 ? 4 : 2;
+    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(cs_row0 + T);
+    float *a = vec((size_t)T * qw, 1.0f), *b = vec((size_t)T * kvw, 2.0f), *v = vec((size_t)T * kvw, 1.0f);
+    float *qn = vec((size_t)D, 1.0f), *kn = vec((size_t)D, 1.0f), *cs = malloc(sizeof *cs * nr * BS_MAX(n_rot, 1));
+    for (size_t t = 0; t < nr; t++) bs_rope_cache(cs + t * n_rot, pos0 + (int)t - cs_row0, n_rot, 10000000.0f, NULL);
+    float *a2 = malloc(sizeof *a2 * (size_t)T * qw), *b2 = malloc(sizeof *b2 * (size_t)T * kvw);
+    memcpy(a2, a, sizeof *a2 * (size_t)T * qw);
+    memcpy(b2, b, sizeof *b2 * (size_t)T * kvw);
+    uint8_t *kc = calloc(kvb, 1), *vc = calloc(kvb, 1), *kc2 = calloc(kvb, 1), *vc2 = calloc(kvb, 1);
+    uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
+    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
+                                                                         (uint32_t)cs_row0, f32, 1e-6f};
+    void *qd[9] = {a, b, v, qn, kn, cs, kc, vc, params};
+    size_t qb[9] = {4 * (size_t)T * qw, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
+    CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
+    /* apart: norm.comp per head of q and k, rope.comp (its rows from cs_row0), kv_store.comp */
+    norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, 2u * D, 0, 0, 1e-6f, 0};
+    norm_push nk = {(uint32_t)D, 0, 1, (uint32_t)Hkv, (uint32_t)kvw, (uint32_t)D, 0, 0, 1e-6f, 0};
+    void *d1[8] = {a2, qn, a2, NULL, NULL, NULL, NULL, NULL}, *d2[8] = {b2, kn, b2, NULL, NULL, NULL, NULL, NULL};
+    size_t by1[8] = {4 * (size_t)T * qw, 4u * D, 4 * (size_t)T * qw, 16, 16, 16, 16, 16};
+    size_t by2[8] = {4u * (size_t)T * kvw, 4u * D, 4u * (size_t)T * kvw, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 8, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "norm", d2, by2, 8, &nk, sizeof nk, (uint32_t)(T * Hkv), 1, 1) == 0);
+    if (n_rot > 0) {
+        uint32_t rq[4] = {(uint32_t)H, 2u * D, (uint32_t)qw, (uint32_t)n_rot}, rk[4] = {(uint32_t)Hkv, (uint32_t)D, (uint32_t)kvw, (uint32_t)n_rot};
+        void *r1[2] = {a2, cs + (size_t)cs_row0 * n_rot}, *r2[2] = {b2, cs + (size_t)cs_row0 * n_rot};
+        size_t rb1[2] = {4 * (size_t)T * qw, 4u * (size_t)T * n_rot}, rb2[2] = {4u * (size_t)T * kvw, 4u * (size_t)T * n_rot};
+        CHECK(bs_vk_kernel_run(C, "rope", r1, rb1, 2, rq, sizeof rq, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * H), 1) == 0);
+        CHECK(bs_vk_kernel_run(C, "rope", r2, rb2, 2, rk, sizeof rk, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * Hkv), 1) == 0);
+    }
+    uint32_t kp[2] = {(uint32_t)kvw, f32};
+    void *kd[5] = {b2, v, kc2, vc2, params};
+    size_t kb[5] = {4u * (size_t)T * kvw, 4u * (size_t)T * kvw, kvb, kvb, 16};
+    CHECK(bs_vk_kernel_run(C, "kv_store", kd, kb, 5, kp, sizeof kp, (uint32_t)(kvw / 2 + 63) / 64, (uint32_t)T, 1) == 0);
+    CHECKF(!memcmp(a, a2, 4 * (size_t)T * qw) && !memcmp(b, b2, 4u * (size_t)T * kvw) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
+           "qk %d/%d heads of %d, rope %d, %d rows at %d (table row %d), %s: differs from norm, rope, kv_store apart", H, Hkv, D,
+           n_rot, T, pos0, cs_row0, f32 ? "F32" : "F16");
+    free(a); free(b); free(v); free(qn); free(kn); free(cs); free(a2); free(b2); free(kc); free(vc); free(kc2); free(vc2);
+}
+
 static void check_attn(int H, int Hkv, int D, int T, int pos0, bool f32) {
     const int n_ctx = pos0 + T + 3, kvw = Hkv * D, esz = f32 ? 4 : 2;
     const size_t kvb = (size_t)n_ctx * kvw * esz;
@@ -352,12 +432,12 @@ static void check_attn(int H, int Hkv, int D, int T, int pos0, bool f32) {
     /* attention of T queries over the cache the store left */
     const size_t qw = 2u * H * D;
     float *q = vec((size_t)T * qw, 1.0f), *o = calloc((size_t)T * H * D, sizeof *o);
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx,
-                                                                         1.0f / sqrtf((float)D), f32};
+    attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx, 1.0f / sqrtf((float)D), f32, 0, 0};
     const size_t scb = 4u * (size_t)T * H * n_ctx;
-    void *ad[6] = {q, rk, rv, o, NULL, params};
-    size_t abytes[6] = {4 * (size_t)T * qw, kvb, kvb, 4u * (size_t)T * H * D, scb, 16};
-    CHECK(bs_vk_kernel_run(C, "attn", ad, abytes, 6, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    void *ad[9] = {q, rk, rv, o, NULL, params, NULL, NULL, NULL};
+    size_t abytes[9] = {4 * (size_t)T * qw, kvb, kvb, 4u * (size_t)T * H * D, scb, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "attn", ad, abytes, 9, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    if (D % 32 == 0) check_attn_quant(q, rk, rv, params, kvb, &ap, T, o);
     /* the CPU's attention: per query, q rounded to f16 for an F16 cache, KV head h / (H / Hkv) */
     float *qb = malloc(sizeof *qb * (size_t)D), *ref = malloc(sizeof *ref * (size_t)D), *sc = malloc(sizeof *sc * (size_t)n_ctx);
     float *tmp = malloc(sizeof *tmp * (size_t)D);
@@ -555,6 +635,10 @@ int main(void) {
     check_rope(24, 256, 512, 24 * 512, 64, 3, 1000);
     check_rope(4, 256, 256, 1024, 64, 2, 37);
     /* KV store + attention: GQA groups 1, 2, 6; one head; F16 and F32 caches; 1..37 positions */
+    check_qk(1, 1, 64, 64, 1, 0, false, 0);
+    check_qk(4, 2, 64, 16, 5, 32, false, 3);
+    check_qk(3, 1, 96, 0, 2, 7, true, 0);
+    check_qk(24, 4, 256, 64, 3, 1000, false, 1);
     check_attn(1, 1, 64, 1, 0, false);
     check_attn(4, 2, 64, 5, 32, false);
     check_attn(6, 1, 32, 3, 7, true);

@@ -41,6 +41,7 @@ struct bs_vk_net {
     int lora_r, lora_out;         /* widest rank and output of the adapters attached */
     bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
+    bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
 };
 
 
@@ -103,6 +104,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->hp.layers = NULL;
     n->no_gluq = bs_env_flag("BITSPARK_VK_NO_GLUQ");
     n->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
+    n->no_attq = bs_env_flag("BITSPARK_VK_NO_ATTQ");
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
              bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
@@ -359,6 +361,34 @@ int bs_vk_sess_reset(bs_vk_sess *s) {
     return bs_vk_submit(c);
 }
 
+/* The delta rule's state on the device is [n_v][d_k][d_v] (neighbouring invocations, state
+ * rows j, read neighbouring words: coalesced), the CPU's [n_v][d_v][d_k]: transposed per head
+ * between the two (dir 1: CPU to device). */
+static void state_transpose(const bs_vk_net_desc *hp, const float *src, float *dst, bool to_dev) {
+    const size_t dk = (size_t)hp->d_k, dv = (size_t)hp->d_v;
+    for (size_t h = 0; h < (size_t)hp->n_v_heads; h++)
+        for (size_t j = 0; j < dv; j++)
+            for (size_t i = 0; i < dk; i++) {
+                const size_t cpu = (h * dv + j) * dk + i, dev = (h * dk + i) * dv + j;
+                if (to_dev) dst[dev] = src[cpu]; else dst[cpu] = src[dev];
+            }
+}
+
+static int ssm_io(bs_vk_sess *s, bs_vk_buf *b, float *host, bool to_host) {
+    bs_vk_ctx *c = s->net->c;
+    float *t = bs_xmalloc((size_t)b->size);
+    int rc;
+    if (to_host) {
+        rc = bs_vk_buf_read(c, b, 0, t, (size_t)b->size);
+        if (!rc) state_transpose(&s->net->hp, t, host, false);
+    } else {
+        state_transpose(&s->net->hp, host, t, true);
+        rc = bs_vk_buf_write(c, b, 0, t, (size_t)b->size);
+    }
+    free(t);
+    return rc;
+}
+
 int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
     bs_vk_ctx *c = s->net->c;
@@ -368,8 +398,8 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
     int rc = 0;
     for (int g = 0; g < s->net->n_rec && !rc; g++) {
         float *cp = conv + (size_t)g * conv_stride, *sp = ssm + (size_t)g * ssm_stride;
-        rc = to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) || bs_vk_buf_read(c, &s->ssm[g], 0, sp, s->ssm[g].size)
-                     : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size) || bs_vk_buf_write(c, &s->ssm[g], 0, sp, s->ssm[g].size);
+        rc = (to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size)) ||
+             ssm_io(s, &s->ssm[g], sp, to_host);
     }
     for (int a = 0; a < s->net->n_att && !rc && kvb; a++) {
         uint8_t *kp = k + (size_t)a * kv_stride, *vp = v + (size_t)a * kv_stride;
@@ -619,15 +649,17 @@ static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
 }
 
 /* One sequence's attention over its own cache, from its a (q and gate), b (k), cc (v) rows:
- * the q/k norms, rope (rope rows from rope_r0 of rope: a batch's table holds every sequence's)
- * and the KV store of its positions in one dispatch (with BITSPARK_VK_NO_QK, q and k come
- * normed and roped and only the store is left), then the softmax into its d. */
-static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *rope, uint32_t rope_r0) {
+ * the q/k norms, rope and the KV store of its positions in one dispatch (with
+ * BITSPARK_VK_NO_QK, q and k come normed and roped and only the store is left), then the
+ * softmax into its d, gated and quantized into qdst's int8 blocks where qdst is given. r0: its
+ * first row in a batch (the rows of rope, a batch's table, and of qdst, its shared scratch). */
+static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *rope, uint32_t r0,
+                          const bs_vk_sess *qdst) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
     if (!s->net->no_qk) {
-        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, rope_r0, s->kv_f32, hp->eps};
+        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, r0, s->kv_f32, hp->eps};
         const bs_vk_buf *qb[9] = {&s->a, &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->kc[L->slot], &s->vc[L->slot], &s->params};
         TRY(bs_vk_dispatch(c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));
     } else {
@@ -636,15 +668,20 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_b
         TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
     }
     bs_vk_barrier(c);
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32; } ap = {
-        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32};
-    const bs_vk_buf *ab[6] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params};
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0};
+    const bs_vk_sess *qd = qdst ? qdst : s;
+    const bs_vk_buf *ab[9] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am};
     TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     return 0;
 }
 
-static int attention_own(bs_vk_sess *s, const vk_layer *L, int n) { return attention_core(s, L, n, &s->rope, 0); }
+/* Whether the output gate and the int8 blocks of the output product go in attention's epilogue. */
+static bool attn_quant(const bs_vk_sess *s, const vk_layer *L) {
+    const bs_vk_matrix *Wo = L->wo;
+    return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
+}
 
 /* a batch's attention: each sequence's q (a), k (b) and v (cc) rows to its own scratch, its
  * attention, its d rows back */
@@ -660,7 +697,8 @@ static int attention_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, 
             copy_rows(c, in[k], pt[i].r0, dst, 0, pt[i].n, w[k]);
         }
     bs_vk_barrier(c);
-    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n, &S->rope, (uint32_t)pt[i].r0));
+    const bs_vk_sess *qd = attn_quant(S, L) ? S : NULL;   /* the blocks go to the batch's rows */
+    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n, &S->rope, (uint32_t)pt[i].r0, qd));
     for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, HD);
     bs_vk_barrier(c);
     return 0;
@@ -673,9 +711,15 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
     TRY(mv_shared(s, L, W, Y, 3, &s->xn, n));
     if (s->net->no_qk) TRY(qk_apart(s, L, n));
-    TRY(pt ? attention_parts(s, L, pt, np) : attention_own(s, L, n));
-    const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
-    TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
+    const bool aq = attn_quant(s, L);
+    TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n, &s->rope, 0, aq ? s : NULL));
+    if (aq) {   /* d gated and quantized by the attention's epilogue */
+        TRY(bs_vk_record_mv(s->net->c, L->wo, &s->d, &s->aq, &s->as, &s->am, n, &s->y));
+        if (L->wo->lora) TRY(bs_vk_record_lora(s->net->c, L->wo, &s->d, n, &s->lt, &s->lu, &s->y));
+    } else {
+        const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
+        TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
+    }
     bs_vk_barrier(s->net->c);
     return 0;
 }

@@ -3,18 +3,29 @@
 // attn.comp: causal softmax attention of one query (row t, head h) per workgroup over the F16
 // (or F32) cache: q rounded to f16 for an F16 cache (as the CPU path does), scores for positions
 // 0..pos0+t, softmax, weighted sum of V. Query head h reads KV head h / (H / H_kv).
+// quant != 0: the output gate and the int8 blocks for the output product in the epilogue, the
+// bits of quant_q8.comp's mode 2 (o *= sigmoid(the head's gate half of q), then q8.glsl's
+// blocks of the head, D % 32 == 0), blocks at row qrow0 + t (a batch's rows are its shared
+// scratch's).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][2*H*D], q then gate per head
 layout(std430, binding = 1) readonly buffer KC { uint kc[]; };
 layout(std430, binding = 2) readonly buffer VC { uint vc[]; };
-layout(std430, binding = 3) writeonly buffer O { float o[]; };     // [T][H*D]
+layout(std430, binding = 3) coherent buffer O { float y[]; };     // [T][H*D]
 layout(std430, binding = 4) coherent buffer SC { float sc[]; };             // [T*H][n_ctx] scratch
 layout(std430, binding = 5) readonly buffer P { uint pos0; } step;   // per-step values
-layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32; } p;
+layout(std430, binding = 6) writeonly buffer QO { uint qo[]; };
+layout(std430, binding = 7) writeonly buffer S8 { float s8[]; };
+layout(std430, binding = 8) writeonly buffer M8 { float m8[]; };
+layout(push_constant) uniform Push { uint H, Hkv, D, n_ctx; float scale; uint f32, quant, qrow0; } p;
 
 #include "fma_rn.glsl"
 
 #include "f16.glsl"
+#include "div_rn.glsl"
+#define q qo
+#include "q8.glsl"
+#undef q
 
 shared float qs[256];
 shared float red[64];
@@ -68,6 +79,12 @@ void main() {
     for (uint d = tid; d < D; d += 64u) {
         precise float acc = 0.0;
         for (uint j = 0u; j < nkv; j++) acc = fma_x(sc[sb + j], kv_at(j, kvw, kb2, d, true), acc);
-        o[t * p.H * D + h * D + d] = acc * inv;
+        const float ov = acc * inv;
+        y[t * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[t * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
     }
+    if (p.quant == 0u) return;
+    memoryBarrierBuffer();
+    barrier();
+    const uint e = t * p.H * D + h * D, qe = (p.qrow0 + t) * p.H * D + h * D;
+    for (uint b = tid; b < D / 32u; b += 64u) quant_block(e + 32u * b, qe / 32u + b);
 }
