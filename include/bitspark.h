@@ -134,6 +134,8 @@ BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logit
  * lowest id of the largest logit (NaN never wins). On a GPU the argmax runs there and only the
  * id comes back (not the n_vocab floats of the row). Returns 0 or -1. */
 BS_API int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps);
+/* Whether the session evaluates on a GPU (where bs_eval_greedy saves the row's read-back). */
+BS_API bool bs_session_on_device(const bs_session *s);
 
 /* Evaluate an image: nx * ny rows of n_embd floats (image embeddings, row-major over the grid of
  * merged tokens) in place of token embeddings. Row i gets the M-RoPE position (p, p + i / nx,
@@ -497,6 +499,11 @@ typedef struct bs_gen_request {
     const bs_gen_image *images;   /* one per BS_TOKEN_IMAGE of the prompt, in order; each takes
                                      nx * ny positions (ckpt_at counts a marker as one) */
     int n_images;
+    bool greedy_on_device;     /* plain greedy decoding (temperature <= 0 and no grammar, bias,
+                                  penalties, DRY, guard, logprobs or drafter) on a device takes
+                                  only each token's id from it (the argmax there: the same
+                                  token), not the logits row; bs_gen_logits then keeps the
+                                  prompt's last row */
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

@@ -187,14 +187,28 @@ def check_taps():
 
 
 def check_greedy_text():
+    """run --temp 0: the same text on the device as on the CPU, and there only the token ids
+    come back (the argmax on the device): after the prompt's row, 4 bytes per step (the old
+    path read a row of the model's 2048 logits per step)."""
     model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
     texts = {}
     for dev in ('cpu', 'vulkan'):
-        r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0', '--device', dev])
+        r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0', '--device', dev],
+                extra_env={'BITSPARK_PROFILE': '1'})
         texts[dev] = r.stdout
         want = 'device: Vulkan' if dev == 'vulkan' else 'device: CPU'
         if want not in r.stderr:
             fail('run --device %s: no "%s" line on stderr' % (dev, want))
+        if dev == 'vulkan':
+            m = re.search(r'vulkan steps: (\d+) token rows, .*? ([0-9.]+) bytes read back', r.stderr)
+            vocab_row = 4 * 2048   # bonsai-tiny's vocabulary
+            if not m:
+                fail('run --device vulkan: no step statistics:\n%s' % r.stderr[-600:])
+            elif float(m.group(2)) * int(m.group(1)) > 2 * vocab_row + 4 * int(m.group(1)):
+                fail('greedy run read back %.0f bytes per row over %s rows: more than the prompt row and the ids' %
+                     (float(m.group(2)), m.group(1)))
+            else:
+                print('greedy run on the device: %.0f bytes read back per row (%s rows)' % (float(m.group(2)), m.group(1)))
     if not texts['cpu'].strip() or texts['cpu'] != texts['vulkan']:
         fail('greedy text differs: cpu %r vs vulkan %r' % (texts['cpu'][:120], texts['vulkan'][:120]))
     else:

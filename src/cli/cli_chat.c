@@ -206,6 +206,7 @@ static int reply(chat *c) {
     }
     bs_gen_request r;
     bs_engine_request(&c->e, &r);
+    r.greedy_on_device = true;   /* plain greedy: only token ids come back from a GPU */
     r.n_predict = c->o.n_predict;
     r.interrupt = &interrupted;
     r.no_cache = c->o.no_reuse;

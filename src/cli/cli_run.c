@@ -152,6 +152,7 @@ int cmd_run(int argc, char **argv) {
     bs_log(2, "prompt (%zu tokens):\n%.*s\n", n, (int)BS_MIN(len, 4096), text);
     bs_gen_request r;
     bs_engine_request(&e, &r);
+    r.greedy_on_device = true;   /* plain greedy: only token ids come back from a GPU */
     r.n_predict = o.n_predict;
     r.images = o.vis.im;
     r.n_images = o.vis.n;

@@ -303,6 +303,10 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
         g->state = GS_IDLE;
         return -1;
     }
+    /* decoding needs only each token's id: the device's argmax, not the logits row */
+    g->argmax_dev = r->greedy_on_device && !g->use_spec && r->n_probs < 0 && !g->guard && bs_sampler_plain_greedy(g->smp) &&
+                    bs_session_on_device(g->sess);
+    g->have_next = false;
     if (reuse == n) {   /* the whole prompt and its logits came from the cache */
         if (g->spec) bs_spec_sync(g->spec);
         prompt_done(g, 0);
@@ -393,7 +397,9 @@ int bs_gen_step(bs_gen *g, int budget) {
     case GS_PROMPT:
         return prompt_step(g, budget);
     case GS_DECODE:
-        if (bs_eval(g->sess, &g->pending, 1, BS_LOGITS_LAST, g->logits, NULL)) {
+        g->have_next = g->argmax_dev;
+        if (g->argmax_dev ? bs_eval_greedy(g->sess, &g->pending, 1, &g->next_id, NULL)
+                          : bs_eval(g->sess, &g->pending, 1, BS_LOGITS_LAST, g->logits, NULL)) {
             bs_error_prefix("decoding: ");
             gen_finish(g, BS_GEN_ERROR);
             return -1;

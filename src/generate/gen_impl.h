@@ -55,6 +55,9 @@ struct bs_gen {
     void *cancel_ud;
     int state;                 /* GS_* */
     int32_t pending;           /* GS_DECODE: sampled, not evaluated; GS_SPEC: the anchor */
+    bool argmax_dev;           /* this request decodes by bs_eval_greedy (greedy_on_device) */
+    bool have_next;            /* next_id is the argmax of the logits g->logits would hold */
+    int32_t next_id;
     bool use_spec, prepared, parked, stop_hit;
     int gen_base;              /* session positions when the prompt was done */
     double t0;

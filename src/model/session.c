@@ -103,6 +103,7 @@ void bs_session_free(bs_session *s) {
 int bs_session_n_ctx(const bs_session *s) { return s->n_ctx; }
 int bs_session_n_past(const bs_session *s) { return s->n_past; }
 int bs_session_n_taps(const bs_session *s) { return s->n_taps; }
+bool bs_session_on_device(const bs_session *s) { return s->vk != NULL; }
 
 void bs_session_reset(bs_session *s) {
     for (int g = 0; g < s->m->n_recurrent; g++) {

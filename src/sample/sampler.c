@@ -445,6 +445,14 @@ static int apply_chain(bs_sampler *s, const float *logits) {
     return s->n_cand;
 }
 
+bool bs_sampler_plain_greedy(const bs_sampler *s) {
+    const bs_sampler_params *p = &s->p;
+    const bool penalties = p->penalty_last_n != 0 &&
+                           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    const bool dry = p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    return p->temp <= 0.0f && !s->grammar && s->n_bias == 0 && s->n_ban == 0 && !penalties && !dry;
+}
+
 int bs_sampler_apply(bs_sampler *s, const float *logits) {
     const uint64_t t0 = bs_prof_begin();
     const int r = apply_chain(s, logits);

@@ -107,6 +107,9 @@ int bs_sampler_apply(bs_sampler *s, const float *logits);
 int32_t bs_sampler_pick(bs_sampler *s);
 /* apply + pick; -1 + bs_error when every token is banned. Does not accept the token. */
 int32_t bs_sampler_sample(bs_sampler *s, const float *logits);
+/* Whether sampling is the plain argmax of the logits (lowest id of the largest, NaN never):
+ * temperature <= 0 and nothing that changes the logits (grammar, bias, bans, penalties, DRY). */
+bool bs_sampler_plain_greedy(const bs_sampler *s);
 
 /* The distribution of the last apply. Candidates are in descending probability (ties: lower id
  * first) when greedy, top-k or top-p ran; otherwise in id order. Probabilities sum to 1. */
