@@ -16,7 +16,7 @@ typedef struct kernel_def {
     int n_bind;
     uint32_t push_bytes;
     int n_spec;
-    uint32_t spec[4];
+    uint32_t spec[5];
 } kernel_def;
 
 static const kernel_def KERNELS[BS_VK_K_COUNT] = {
@@ -24,12 +24,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_RMSNORM] = {"rmsnorm", 3, 12, 0, {0}},
     [BS_VK_K_QUANT_Q8] = {"quant_q8", 5, 16, 0, {0}},
     /* mv_q: spec constants (bits per weight, 32-element sub-blocks per scale) */
-    [BS_VK_K_MV_Q1] = {"mv_q", 14, 56, 4, {1, 4, 0, 0}},
-    [BS_VK_K_MV_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 0, 0}},
-    [BS_VK_K_MV_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 0, 0}},
-    [BS_VK_K_MV_Q8] = {"mv_q", 14, 56, 4, {8, 1, 0, 0}},
+    [BS_VK_K_MV_Q1] = {"mv_q", 17, 60, 5, {1, 4, 0, 0, 0}},
+    [BS_VK_K_MV_Q2_128] = {"mv_q", 17, 60, 5, {2, 4, 0, 0, 0}},
+    [BS_VK_K_MV_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 0, 0, 0}},
+    [BS_VK_K_MV_Q8] = {"mv_q", 17, 60, 5, {8, 1, 0, 0, 0}},
     [BS_VK_K_MV_F32] = {"mv_f32", 3, 24, 0, {0}},
-    [BS_VK_K_MV_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 0, 0}},
+    [BS_VK_K_MV_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 0, 0, 0}},
     [BS_VK_K_ROWS_Q4_1] = {"get_rows", 4, 16, 2, {4, 1}},
     [BS_VK_K_ROWS_Q1] = {"get_rows", 4, 16, 2, {1, 4}},
     [BS_VK_K_ROWS_Q2_128] = {"get_rows", 4, 16, 2, {2, 4}},
@@ -45,11 +45,11 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ATTN] = {"attn", 9, 32, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
     /* mv_q with GLU: gate and up, then silu(gate) * up */
-    [BS_VK_K_GLU_Q1] = {"mv_q", 14, 56, 4, {1, 4, 1, 0}},
-    [BS_VK_K_GLU_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 1, 0}},
-    [BS_VK_K_GLU_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 1, 0}},
-    [BS_VK_K_GLU_Q8] = {"mv_q", 14, 56, 4, {8, 1, 1, 0}},
-    [BS_VK_K_GLU_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 1, 0}},
+    [BS_VK_K_GLU_Q1] = {"mv_q", 17, 60, 5, {1, 4, 1, 0, 0}},
+    [BS_VK_K_GLU_Q2_128] = {"mv_q", 17, 60, 5, {2, 4, 1, 0, 0}},
+    [BS_VK_K_GLU_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 1, 0, 0}},
+    [BS_VK_K_GLU_Q8] = {"mv_q", 17, 60, 5, {8, 1, 1, 0, 0}},
+    [BS_VK_K_GLU_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 1, 0, 0}},
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
@@ -58,12 +58,18 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},
     [BS_VK_K_FMA_PROBE] = {"fma_probe", 2, 4, 0, {0}},
     /* GLU whose output is also quantized for the down projection */
-    [BS_VK_K_GLUQ_Q1] = {"mv_q", 14, 56, 4, {1, 4, 1, 1}},
-    [BS_VK_K_GLUQ_Q2_128] = {"mv_q", 14, 56, 4, {2, 4, 1, 1}},
-    [BS_VK_K_GLUQ_Q2_64] = {"mv_q", 14, 56, 4, {2, 2, 1, 1}},
-    [BS_VK_K_GLUQ_Q8] = {"mv_q", 14, 56, 4, {8, 1, 1, 1}},
-    [BS_VK_K_GLUQ_Q4_1] = {"mv_q", 14, 56, 4, {4, 1, 1, 1}},
+    [BS_VK_K_GLUQ_Q1] = {"mv_q", 17, 60, 5, {1, 4, 1, 1, 0}},
+    [BS_VK_K_GLUQ_Q2_128] = {"mv_q", 17, 60, 5, {2, 4, 1, 1, 0}},
+    [BS_VK_K_GLUQ_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 1, 1, 0}},
+    [BS_VK_K_GLUQ_Q8] = {"mv_q", 17, 60, 5, {8, 1, 1, 1, 0}},
+    [BS_VK_K_GLUQ_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 1, 1, 0}},
     [BS_VK_K_QK] = {"qk", 9, 28, 0, {0}},
+    /* mv_q adding into the residual stream, the last workgroup norming it (NORM_OUT) */
+    [BS_VK_K_MVN_Q1] = {"mv_q", 17, 60, 5, {1, 4, 0, 0, 1}},
+    [BS_VK_K_MVN_Q2_128] = {"mv_q", 17, 60, 5, {2, 4, 0, 0, 1}},
+    [BS_VK_K_MVN_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 0, 0, 1}},
+    [BS_VK_K_MVN_Q8] = {"mv_q", 17, 60, 5, {8, 1, 0, 0, 1}},
+    [BS_VK_K_MVN_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 0, 0, 1}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -86,8 +92,8 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[5];
-    uint32_t data[5];
+    VkSpecializationMapEntry me[6];
+    uint32_t data[6];
     for (int i = 0; i < k->n_spec; i++) {
         me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
         data[i] = k->spec[i];
@@ -418,7 +424,9 @@ static const char *kernel_name(int k) {
         [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
         [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise", [BS_VK_K_FMA_PROBE] = "fma probe",
         [BS_VK_K_GLUQ_Q1] = "glu q1_0", [BS_VK_K_GLUQ_Q2_128] = "glu q2_0", [BS_VK_K_GLUQ_Q2_64] = "glu q2_0_g64",
-        [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store"};
+        [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store",
+        [BS_VK_K_MVN_Q1] = "mv+norm q1_0", [BS_VK_K_MVN_Q2_128] = "mv+norm q2_0", [BS_VK_K_MVN_Q2_64] = "mv+norm q2_0_g64",
+        [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1"};
     return names[k] ? names[k] : "?";
 }
 

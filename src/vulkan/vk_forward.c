@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8 };
+enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
 
 typedef struct vk_layer {
     bool rec;
@@ -42,6 +42,7 @@ struct bs_vk_net {
     bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
+    bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
 };
 
 
@@ -105,6 +106,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_gluq = bs_env_flag("BITSPARK_VK_NO_GLUQ");
     n->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
     n->no_attq = bs_env_flag("BITSPARK_VK_NO_ATTQ");
+    n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
              bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
@@ -190,6 +192,8 @@ struct bs_vk_sess {
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
     bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
+    bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
+    int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
     struct step_cache {
@@ -264,6 +268,7 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
         free(s);
         return NULL;
     }
+    static const uint32_t zero_cnt[CNT_GROUPS];
     int rc = bs_vk_buf_new(c, &s->x, 4 * B * E, false) || bs_vk_buf_new(c, &s->xn, 4 * B * E, false) ||
              bs_vk_buf_new(c, &s->y, 4 * B * E, false) || bs_vk_buf_new(c, &s->a, 4 * B * s->wa, false) ||
              bs_vk_buf_new(c, &s->b, 4 * B * s->wb, false) || bs_vk_buf_new(c, &s->cc, 4 * B * s->wc, false) ||
@@ -273,6 +278,7 @@ static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_r
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
+             bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
@@ -311,7 +317,7 @@ static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
@@ -522,6 +528,24 @@ static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     return 0;
 }
 
+/* A layer's output product W d (n rows; q: d's int8 blocks), which the residual stream x takes.
+ * With nw, where W allows it, added into x and x normed with nw and quantized into aq.. for the
+ * next products in the same dispatch (s->normed = 1); else into y, which the caller adds and
+ * norms. Up to 8 rows (one row group: decode, verification): the norming workgroup overwrites
+ * blocks of aq that, with more groups, another group's product may still be reading. */
+static int out_product(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *d, const bs_vk_buf *const *q, int n,
+                       const bs_vk_buf *nw) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    s->normed = nw && n <= 8 && !s->net->no_normo && bs_vk_norm_fusable(W) && W->ne1 == hp->n_embd && hp->n_embd % 32 == 0;
+    if (s->normed) {
+        const bs_vk_buf *qo[3] = {&s->aq, &s->as, &s->am};
+        return bs_vk_record_mv_norm(c, W, q[0], q[1], q[2], n, &s->x, nw, hp->eps, &s->xn, qo, &s->cnt);
+    }
+    TRY(bs_vk_record_mv(c, W, d, q[0], q[1], q[2], n, &s->y));
+    return W->lora ? bs_vk_record_lora(c, W, d, n, &s->lt, &s->lu, &s->y) : 0;
+}
+
 static int embed(bs_vk_sess *s, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_matrix *m = s->net->embd;
@@ -600,6 +624,7 @@ static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, i
 
 /* pt: NULL for a session's own step, else the sequences of a batch (s is its shared scratch) */
 static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
+    s->normed = 0;
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;
@@ -615,8 +640,8 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
         const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, &s->net->dummy, &s->aq, &s->as, &s->am, &s->b};
         TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
         bs_vk_barrier(c);
-        TRY(bs_vk_record_mv(c, Wo, &s->d, &s->aq, &s->as, &s->am, n, &s->y));
-        if (Wo->lora) TRY(bs_vk_record_lora(c, Wo, &s->d, n, &s->lt, &s->lu, &s->y));
+        const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
+        TRY(out_product(s, Wo, &s->d, q, n, &L->post_norm));
     } else {
         TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
         bs_vk_barrier(c);
@@ -713,9 +738,10 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     if (s->net->no_qk) TRY(qk_apart(s, L, n));
     const bool aq = attn_quant(s, L);
     TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n, &s->rope, 0, aq ? s : NULL));
+    s->normed = 0;
     if (aq) {   /* d gated and quantized by the attention's epilogue */
-        TRY(bs_vk_record_mv(s->net->c, L->wo, &s->d, &s->aq, &s->as, &s->am, n, &s->y));
-        if (L->wo->lora) TRY(bs_vk_record_lora(s->net->c, L->wo, &s->d, n, &s->lt, &s->lu, &s->y));
+        const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
+        TRY(out_product(s, L->wo, &s->d, q, n, &L->post_norm));
     } else {
         const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
         TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
@@ -724,8 +750,10 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     return 0;
 }
 
-static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
+/* nw: the next layer's input norm, which the down product may take (s->normed) */
+static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     bs_vk_ctx *c = s->net->c;
+    s->normed = 0;
     if (bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
         const bs_vk_matrix *Wd = L->ffn_down;
         /* the down product's int8 blocks in the GLU's epilogue, into the second set */
@@ -734,8 +762,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n) {
         TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, qo ? q2 : NULL));
         bs_vk_barrier(c);
         if (qo) {
-            TRY(bs_vk_record_mv(c, Wd, &s->a, &s->aq2, &s->as2, &s->am2, n, &s->y));
-            if (Wd->lora) TRY(bs_vk_record_lora(c, Wd, &s->a, n, &s->lt, &s->lu, &s->y));
+            TRY(out_product(s, Wd, &s->a, q2, n, nw));
         } else {
             TRY(mv(s, Wd, &s->a, n, &s->y, true));
         }
@@ -824,16 +851,18 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     if (snaps) bs_vk_barrier(c);
     if (!s->rows_in) TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
+    bool normed = false;          /* x holds the residual stream with the FFN's output, normed */
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
-        TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
+        if (!normed) TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
         TRY(L->rec ? deltanet(s, L, n, pt, np) : attention(s, L, n, pt, np));
-        TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD));
-        TRY(ffn(s, L, n));
+        if (!s->normed) TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD));
+        TRY(ffn(s, L, n, il + 1 < hp->n_layer ? &s->net->L[il + 1].attn_norm : NULL));
+        normed = s->normed;
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);
-        pending = !tapped && il + 1 < hp->n_layer;
-        if (!pending) {
+        pending = !normed && !tapped && il + 1 < hp->n_layer;
+        if (!pending && !normed) {
             TRY(ew(c, EW_ADD, &s->x, &s->y, &s->y, (uint64_t)n * E, 0, 0));
             bs_vk_barrier(c);
         }

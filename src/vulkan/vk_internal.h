@@ -70,7 +70,7 @@ typedef struct bs_vk_buf {
     int heap;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 14 };
+enum { BS_VK_PIPE_MAX_BIND = 17 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
@@ -107,6 +107,7 @@ enum bs_vk_kernel {
     BS_VK_K_FMA_PROBE,                /* is fma() fused here (vk_exec.c) */
     BS_VK_K_GLUQ_Q1, BS_VK_K_GLUQ_Q2_128, BS_VK_K_GLUQ_Q2_64, BS_VK_K_GLUQ_Q8, BS_VK_K_GLUQ_Q4_1,   /* GLU + int8 out */
     BS_VK_K_QK,                       /* q/k norms, rope and the KV store in one */
+    BS_VK_K_MVN_Q1, BS_VK_K_MVN_Q2_128, BS_VK_K_MVN_Q2_64, BS_VK_K_MVN_Q8, BS_VK_K_MVN_Q4_1,   /* + residual, norm */
     BS_VK_K_COUNT
 };
 
@@ -225,6 +226,15 @@ int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_ma
  * dispatch: m[k]'s rows into y[k]. */
 int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y);
+/* Whether m's product can add itself into the residual stream and norm it (one integer part,
+ * no adapters), and that dispatch: x += m (activations aq..) for n rows of m->ne1, then x's rows
+ * RMS-normed with the weight nw into xn and quantized into qout (codes, scales, Q8_1 sums) by
+ * the last workgroup to finish (cnt: a zeroed counter per 8 rows, left zeroed): norm.comp's
+ * ADD | QUANT bits. */
+bool bs_vk_norm_fusable(const bs_vk_matrix *m);
+int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                         int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
+                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt);
 /* *m = bs_vk_matrix_new(c, t); 0 or -1 */
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,

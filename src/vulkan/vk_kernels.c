@@ -247,7 +247,7 @@ int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, co
 }
 
 /* mv_q.glsl's push constants (its header says what each is) */
-typedef struct mvq_push { uint32_t rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; } mvq_push;
+typedef struct mvq_push { uint32_t rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } mvq_push;
 
 static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n) {
     return (mvq_push){.rows = (uint32_t)(m->borrowed ? m->lay_rows : p->rows), .cols = (uint32_t)m->ne0, .n = (uint32_t)n,
@@ -262,7 +262,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
         const mvq_push qp = mvq_single(m, p, n);
-        const bs_vk_buf *bi[14] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales, y, y, y, y, y, y};
+        const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales, y, y, y, y, y, y, y, y, y};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
         if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, f32 ? (const void *)&pp : (const void *)&qp, groups((uint64_t)p->rows, per),
@@ -282,7 +282,8 @@ int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matri
     mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
                    .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
     uint32_t *e = &qp.e1, *l = &qp.l0;
-    const bs_vk_buf *bi[14] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0]};
+    const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
+                              y[0], y[0], y[0]};
     for (int k = 1; k < nm; k++) {
         e[k - 1] = (uint32_t)m[k]->rbase;
         l[k] = (uint32_t)m[k]->ne1;
@@ -380,11 +381,28 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
     const mvq_push qp = mvq_single(gate, g, n);
     if (qout && gate->ne1 % 32) return bs_error("Vulkan: GLU quantization needs rows in 32s (%lld)", (long long)gate->ne1);
-    const bs_vk_buf *b[14] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, y, y, y,
-                              qout ? qout[0] : aq, qout ? qout[1] : as, qout ? qout[2] : am};
+    const bs_vk_buf *b[17] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, y, y, y,
+                              qout ? qout[0] : aq, qout ? qout[1] : as, qout ? qout[2] : am, y, y, y};
     c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
     const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
     return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split), groups((uint64_t)n, 8), 1);
+}
+
+bool bs_vk_norm_fusable(const bs_vk_matrix *m) {
+    return glu_kernel(m->kernel) >= 0 && !m->act && !m->lora && !m->borrowed && m->n_parts == 1;
+}
+
+int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
+                         int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
+                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt) {
+    if (!bs_vk_norm_fusable(m) || m->ne1 % 32) return bs_error("Vulkan: %s: no norm in this product's epilogue", m->name ? m->name : "matrix");
+    const bs_vk_mat_part *p = &m->parts[0];
+    mvq_push qp = mvq_single(m, p, n);
+    qp.eps = eps;
+    const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, &p->codes, &p->scales, x, x, x, qout[0], qout[1], qout[2], nw, xn, cnt};
+    c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
+    const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVN_Q1;
+    return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)p->rows, 256 / (uint32_t)m->split), groups((uint64_t)n, 8), 1);
 }
 
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {

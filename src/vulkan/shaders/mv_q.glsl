@@ -19,6 +19,11 @@
 // QOUT (spec constant 3, with GLU): the output rows also quantized to int8 32-blocks for the
 // next product (q8.glsl, the bits of quant_q8.comp) into bindings 11-13; a workgroup holds whole
 // blocks (256 / split >= 32 rows, the layout's rows a multiple of 32).
+// NORM_OUT (spec constant 4): y is the residual stream: each product is added to its element
+// (y + W x: norm.comp's residual add, the same bits), and the last workgroup of the 8 activation
+// rows to finish (counter cnt, binding 16, left at 0) RMS-norms those rows with the weight nw
+// (binding 14) into xn (binding 15) and quantizes them into bindings 11-13: norm.comp's flags
+// ADD | QUANT over the whole row (rows of l0, no parts), in one dispatch instead of two.
 // Rows: the dispatch computes layout rows [rbase, rbase + rcount) of a layout of `rows` rows
 // (matrices that read one input are stored as one layout, vk_kernels.c's bs_vk_matrix_cat, and
 // run as one dispatch). Output segment k holds layout rows [e_k, e_k+1) (e_0 = rbase; unused
@@ -34,12 +39,13 @@ layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
 layout(constant_id = 2) const uint GLU = 0;
 layout(constant_id = 3) const uint QOUT = 0;
+layout(constant_id = 4) const uint NORM_OUT = 0;
 layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
 layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
 layout(std430, binding = 4) readonly buffer AM { float am[]; };
-layout(std430, binding = 5) buffer Y { float y[]; };
+layout(std430, binding = 5) coherent buffer Y { float y[]; };   // coherent: NORM_OUT reads others' rows
 layout(std430, binding = 6) readonly buffer WC2 { uint wc2[]; };
 layout(std430, binding = 7) readonly buffer WS2 { uint ws2[]; };
 layout(std430, binding = 8) buffer Y1 { float y1[]; };
@@ -48,14 +54,26 @@ layout(std430, binding = 10) buffer Y3 { float y3[]; };
 layout(std430, binding = 11) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 12) writeonly buffer S8 { float s8[]; };
 layout(std430, binding = 13) writeonly buffer M8 { float m8[]; };
-layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; } p;
+layout(std430, binding = 14) readonly buffer NW { float nw[]; };
+layout(std430, binding = 15) coherent buffer XN { float xn[]; };
+layout(std430, binding = 16) coherent buffer CNT { uint cnt[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } p;
 
-shared float part[8][256];
+shared float spart[8][256];
 
 #include "f16.glsl"
 #include "fma_rn.glsl"
 #include "div_rn.glsl"
 #include "q8.glsl"
+#define quant_block quant_block_xn
+#define y xn
+#include "q8.glsl"
+#undef y
+#undef quant_block
+
+shared float part[64], part_lo[64];
+shared bool last_wg;
+#include "norm_rn.glsl"
 
 // matrix m's code words and scales (m = 1: GLU's up)
 uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
@@ -164,12 +182,12 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
 // The slices' partials summed in slice order (valid in slice 0's invocations).
 void reduce(uint lid, uint per, uint nr, inout float res[8]) {
     barrier();   // the previous reduction's reads are done
-    for (uint r = 0u; r < nr; r++) part[r][lid] = res[r];
+    for (uint r = 0u; r < nr; r++) spart[r][lid] = res[r];
     barrier();
     if (lid >= per) return;
     for (uint r = 0u; r < nr; r++) {
-        precise float v = part[r][lid];
-        for (uint k = 1u; k < p.split; k++) v = v + part[r][k * per + lid];
+        precise float v = spart[r][lid];
+        for (uint k = 1u; k < p.split; k++) v = v + spart[r][k * per + lid];
         res[r] = v;
     }
 }
@@ -179,7 +197,41 @@ void store(uint row, uint r, float v) {
     if (row >= p.e3) y3[r * p.l3 + row - p.e3] = v;
     else if (row >= p.e2) y2[r * p.l2 + row - p.e2] = v;
     else if (row >= p.e1) y1[r * p.l1 + row - p.e1] = v;
-    else y[p.row0 + r * p.l0 + row - p.rbase] = v;
+    else {
+        const uint i = p.row0 + r * p.l0 + row - p.rbase;
+        y[i] = NORM_OUT != 0u ? y[i] + v : v;
+    }
+}
+
+// NORM_OUT: once every workgroup of these rows has added its products, the last one norms them.
+void norm_rows_last(uint lid, uint r0, uint nr) {
+    memoryBarrierBuffer();
+    barrier();
+    if (lid == 0u) last_wg = atomicAdd(cnt[gl_WorkGroupID.y], 1u) == gl_NumWorkGroups.x - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    const uint E = p.l0;
+    for (uint r = 0u; r < nr; r++) {
+        const uint xb = (r0 + r) * E;
+        float hi = 0.0, lo = 0.0;   // norm.comp's sum: invocation t takes t, t + 64, ...
+        for (uint i = lid; lid < 64u && i < E; i += 64u) {
+            const float v = y[xb + i];
+            precise float sq = v * v;
+            ff_add(hi, lo, sq, 0.0);
+        }
+        ff_reduce64(lid, hi, lo);
+        const float scale = norm_scale(0u, part[0], part_lo[0], float(E), p.eps);
+        barrier();
+        for (uint i = lid; i < E; i += 256u) {
+            precise float v = y[xb + i] * scale;
+            xn[xb + i] = v * nw[i];
+        }
+    }
+    memoryBarrierBuffer();
+    barrier();
+    for (uint b = lid; b < nr * E / 32u; b += 256u) quant_block_xn(r0 * E + 32u * b, r0 * E / 32u + b);
+    if (lid == 0u) cnt[gl_WorkGroupID.y] = 0u;
 }
 
 void main() {
@@ -204,6 +256,7 @@ void main() {
             store(row, r0 + r, GLU != 0u ? x / (1.0 + exp(-x)) * up[r] : x);
         }
     }
+    if (NORM_OUT != 0u) norm_rows_last(lid, r0, nr);
     if (QOUT != 0u) {   // the workgroup's rows are written: its blocks, one per invocation
         memoryBarrierBuffer();
         barrier();

@@ -13,11 +13,14 @@ void ff_add(inout float h1, inout float l1, float h2, float l2) {
     two_sum(s, l, h1, l1);
 }
 
-// The pairs (hi, lo) of a workgroup of 64 summed in a fixed tree into part[0], part_lo[0] (the
-// including shader declares shared float part[64], part_lo[64]); every invocation must call it.
+// The pairs (hi, lo) of invocations 0..63 summed in a fixed tree into part[0], part_lo[0] (the
+// including shader declares shared float part[64], part_lo[64]); every invocation of the
+// workgroup (64 or more) must call it.
 void ff_reduce64(uint lt, float hi, float lo) {
-    part[lt] = hi;
-    part_lo[lt] = lo;
+    if (lt < 64u) {
+        part[lt] = hi;
+        part_lo[lt] = lo;
+    }
     barrier();
     for (uint h = 32u; h > 0u; h >>= 1) {
         if (lt < h) {
