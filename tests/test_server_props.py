@@ -8,7 +8,9 @@
   /health, /v1/models is not;
 - --n-predict caps what a request may generate;
 - --sleep-idle-seconds: after the idle time /props says is_sleeping, the next request answers
-  as before (the same greedy tokens and logprobs) and wakes the server;
+  as before (the same greedy tokens and logprobs) and wakes the server; the weights' memory goes
+  too (RSS drops by about tiny-f32's size, mapped and --no-mmap), and a model file changed while
+  asleep is refused rather than read;
 - --media-path: file:// image URLs read below the directory (the same answer as the image sent
   as a data: URL); "..", absolute paths, a symbolic link out of it, a missing file, and any
   file:// URL without --media-path are 400s; remote URLs stay refused."""
@@ -117,6 +119,58 @@ try:
     check(greedy(sl.port) == REF, 'and again')
 finally:
     sl.stop()
+
+# ---- --sleep-idle-seconds frees the weights (model/sleep.c) -----------------------------------
+def rss_split(pid):
+    with open(f'/proc/{pid}/status') as f:
+        return {l.split(':')[0]: int(l.split()[1]) for l in f if l.startswith(('VmRSS:', 'RssAnon:', 'RssFile:'))}
+
+
+F32 = os.path.join(FX, 'tiny-f32.gguf')
+if not os.path.exists(F32):
+    print(f'FAIL the fixture {F32} is missing')
+    sys.exit(1)
+weights_kb = os.path.getsize(F32) // 1024
+for extra in ([], ['--no-mmap']):   # mapped pages, and a file read into memory
+    what = ' '.join(['tiny-f32'] + extra)
+    ws = Replica(W, 'sleepw', ['-m', F32, '-t', '2', '--ctx', '256', '--sleep-idle-seconds', '1'] + extra).start().wait_ready()
+    try:
+        before = greedy(ws.port)
+        awake_kb = rss_split(ws.proc.pid)
+        for _ in range(60):
+            time.sleep(0.1)
+            if get(ws.port, '/props')[1]['is_sleeping']:
+                break
+        check('weights\' memory freed' in ws.log(), f'{what}: the log says the weights were freed')
+        asleep_kb = rss_split(ws.proc.pid)
+        if not sanitized():
+            check(awake_kb['VmRSS'] - asleep_kb['VmRSS'] > 0.8 * weights_kb,
+                  f'{what}: asleep, RSS dropped by about the weights ({weights_kb} kB)', f'{awake_kb} -> {asleep_kb}')
+        check(get(ws.port, '/props')[1]['is_sleeping'] is True, f'{what}: /props is_sleeping true')
+        check(greedy(ws.port) == before, f'{what}: a request while asleep wakes it and answers as before (tokens, logprobs)')
+        check(get(ws.port, '/props')[1]['is_sleeping'] is False, f'{what}: /props is_sleeping false once awake')
+    finally:
+        ws.stop()
+
+# a model file that changed while the server slept is not read again
+COPY = os.path.join(W, 'copy.gguf')
+with open(TINY, 'rb') as fi, open(COPY, 'wb') as fo:
+    fo.write(fi.read())
+ch = Replica(W, 'sleepc', ['-m', COPY, '-t', '1', '--ctx', '256', '--sleep-idle-seconds', '1']).start().wait_ready()
+try:
+    check(greedy(ch.port) is not None, 'changed file: the first request')
+    for _ in range(60):
+        time.sleep(0.1)
+        if get(ch.port, '/props')[1]['is_sleeping']:
+            break
+    st0 = os.stat(COPY)
+    os.utime(COPY, ns=(st0.st_atime_ns, st0.st_mtime_ns + 5 * 10**9))
+    st, _, d = request(ch.port, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 2})
+    check(st >= 500 and b'changed since it was loaded' in d, 'a file changed while asleep: the request fails, naming it',
+          f'{st} {d[:200]}')
+    check(get(ch.port, '/health')[0] == 200, 'and the server still answers')
+finally:
+    ch.stop()
 
 # ---- --media-path -----------------------------------------------------------------------------
 MODEL, MMPROJ, IMG = (os.path.join(FX, p) for p in ('tiny-f32.gguf', 'vision/tiny-mmproj-f32.gguf', 'vision/image.png'))

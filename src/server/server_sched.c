@@ -17,6 +17,7 @@
 #include "server/server_vision.h"
 #include "generate/drafter.h"
 #include "model/batch_eval.h"
+#include "model/sleep.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -559,12 +560,17 @@ static void go_sleep(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->cfg.n_slots; i++) s->info[i].n_cached = 0;
     pthread_mutex_unlock(&s->mu);
+    /* the weights too (the tokenizer and template, read from the metadata, stay) */
+    const bool weights = !bs_model_sleep(s->m);
+    if (!weights) bs_log(1, "server: %s\n", bs_last_error());
     __atomic_store_n(&s->sleeping, true, __ATOMIC_RELEASE);
-    bs_log(1, "server: idle for %g s, slots' memory freed\n", s->cfg.sleep_idle);
+    bs_log(1, "server: idle for %g s, slots' memory freed%s\n", s->cfg.sleep_idle,
+           weights ? ", weights' memory freed" : "");
 }
 
 /* Work came: the slots again, fresh (-1: they could not be made; the queued tasks fail). */
 static int wake_up(srv_sched *s) {
+    if (bs_model_wake(s->m)) return -1;
     for (int i = 0; i < s->cfg.n_slots; i++)
         if (!s->slots[i].gen && slot_init(s, &s->slots[i], i)) return -1;
     if (!s->batch && batch_new(s)) return -1;
