@@ -35,6 +35,10 @@ typedef struct srv_shape {
  * (srv_anthropic_count_shape: the prompt's size instead). */
 struct json_t *srv_anthropic_request(struct json_t *b, bool count, srv_reply *r);
 extern const srv_shape srv_anthropic_shape, srv_anthropic_count_shape;
+/* Whether a path is Anthropic's (/v1/messages and below), whose errors take Anthropic's shape;
+ * srv_anthropic_error turns an OpenAI-shaped error reply into it (an Anthropic one stays). */
+bool srv_anthropic_path(const char *url);
+void srv_anthropic_error(srv_reply *r);
 /* server_responses.c: a /v1/responses body -> a chat request, or NULL with a 400 in r. */
 struct json_t *srv_responses_request(struct json_t *b, srv_reply *r);
 extern const srv_shape srv_responses_shape;

@@ -212,6 +212,38 @@ test('x-api-key: accepted as the API key (and Bearer), 401 without', async () =>
   assert.equal(r.status, 401);
 });
 
+test('errors the HTTP layer gives before routing have Anthropic\'s shape on /v1/messages*', async () => {
+  const base = process.env.BS_KEY_URL;   // --api-key secret-key --body-limit 65536
+  const req = { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] };
+  await assert.rejects(new Anthropic({ baseURL: base, apiKey: 'wrong', maxRetries: 0 }).messages.create(req),
+    (e) => e instanceof Anthropic.AuthenticationError && e.error?.type === 'error' &&
+      e.error.error.type === 'authentication_error');
+  const key = { 'x-api-key': 'secret-key' };
+  const shaped = async (path, init, status, type) => {
+    const r = await fetch(base + path, init);
+    const j = await r.json();
+    assert.equal(r.status, status, JSON.stringify(j));
+    assert.equal(j.type, 'error', `${path} ${status}: ${JSON.stringify(j)}`);
+    assert.equal(j.error.type, type, JSON.stringify(j));
+    assert.equal(typeof j.error.message, 'string');
+  };
+  await shaped('/v1/messages', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{"max_tokens": 2,' }, 400,
+    'invalid_request_error');
+  await shaped('/v1/messages', { method: 'POST', headers: { 'Content-Type': 'text/plain', ...key }, body: '{}' }, 415,
+    'invalid_request_error');
+  await shaped('/v1/messages', { method: 'GET', headers: key }, 405, 'invalid_request_error');
+  await shaped('/v1/messages/nope', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{}' }, 404, 'not_found_error');
+  await shaped('/v1/messages/count_tokens', { method: 'POST', headers: JSON_HDR, body: '{}' }, 401, 'authentication_error');
+  await shaped('/v1/messages', { method: 'POST', headers: { ...JSON_HDR, ...key },
+    body: JSON.stringify({ ...req, system: 'x'.repeat(70000) }) }, 413, 'request_too_large');
+  // elsewhere the OpenAI shape stays
+  const r = await fetch(base + '/v1/chat/completions', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{' });
+  const j = await r.json();
+  assert.equal(r.status, 400);
+  assert.equal(j.error.code, 400);
+  assert.equal(j.type, undefined);
+});
+
 test('a client abort mid-stream frees the slot', async () => {
   const ac = new AbortController();
   const stream = await client.messages.create({ model: 'm', max_tokens: 100000, temperature: 0, ignore_eos: true, stream: true,
