@@ -6,7 +6,7 @@
   tags (--tags), capabilities (completion, chat, embeddings with --embeddings, vision with
   --mmproj, infill when the vocabulary has FIM tokens); /models is public under --api-key like
   /health, /v1/models is not;
-- --n-predict caps what a request may generate;
+- --n-predict caps what a request may generate and is the length of requests that give none;
 - --sleep-idle-seconds: after the idle time /props says is_sleeping, the next request answers
   as before (the same greedy tokens and logprobs) and wakes the server; the weights' memory goes
   too (RSS drops by about tiny-f32's size, mapped and --no-mmap), and a model file changed while
@@ -45,7 +45,7 @@ def greedy(port, n=8):
 
 # ---- /props, /models, --alias, --tags, --n-predict, --api-key ---------------------------------
 srv = Replica(W, 'props', ['-m', TINY, '-t', '1', '--ctx', '256', '--alias', 'bonsai,bonsai-tiny', '-a', 'tiny',
-                           '--tags', 'test,small', '--temp', '0.5', '--top-k', '17', '--seed', '42', '-n', '5',
+                           '--tags', 'test,small', '--temp', '0.5', '--top-k', '17', '--seed', '42', '-n', '20',
                            '--embeddings', '--api-key', 'k3y']).start().wait_ready()
 P = srv.port
 AUTH = {'Authorization': 'Bearer k3y'}
@@ -53,7 +53,7 @@ try:
     st, j = get(P, '/props', AUTH)
     prm = (j or {}).get('default_generation_settings', {}).get('params', {})
     check(st == 200 and prm.get('temperature') == 0.5 and prm.get('top_k') == 17 and prm.get('seed') == 42 and
-          prm.get('n_predict') == 5 and isinstance(prm.get('samplers'), list) and 'top_k' in prm['samplers'] and
+          prm.get('n_predict') == 20 and isinstance(prm.get('samplers'), list) and 'top_k' in prm['samplers'] and
           'top_p' in prm and 'min_p' in prm, '/props default_generation_settings.params', str(prm))
     check(j.get('is_sleeping') is False, '/props is_sleeping false', str(j.get('is_sleeping')))
     check(j.get('total_slots') == 1 and j.get('model_alias') == 'bonsai', '/props total_slots, model_alias')
@@ -74,8 +74,24 @@ try:
     st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 100, 'ignore_eos': True,
                                                        'temperature': 0}, headers=AUTH)
     j = jbody(d)
-    check(st == 200 and j['usage']['completion_tokens'] == 5 and j['choices'][0]['finish_reason'] == 'length',
-          '--n-predict 5 caps max_tokens 100', f'{st} {j and j.get("usage")}')
+    check(st == 200 and j['usage']['completion_tokens'] == 20 and j['choices'][0]['finish_reason'] == 'length',
+          '--n-predict 20 caps max_tokens 100', f'{st} {j and j.get("usage")}')
+    # and is the default of requests that give no length (llama-server's params_from_json_cmpl)
+    st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0},
+                       headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['usage']['completion_tokens'] == 20,
+          '--n-predict 20: /v1/completions without max_tokens generates 20 (not OpenAI\'s 16)', f'{st} {j and j.get("usage")}')
+    st, _, d = request(P, 'POST', '/completion', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0,
+                                                  'max_tokens': 3}, headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['tokens_predicted'] == 3, 'a smaller max_tokens is kept', f'{st} {j and j.get("tokens_predicted")}')
+    st, _, d = request(P, 'POST', '/completion', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0},
+                       headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['tokens_predicted'] == 20 and j['generation_settings']['n_predict'] == 20,
+          '/completion without n_predict: generation_settings.n_predict is the server\'s 20',
+          f'{st} {j and (j.get("tokens_predicted"), j.get("generation_settings", {}).get("n_predict"))}')
 finally:
     srv.stop()
 
