@@ -4,7 +4,7 @@ fixture tiny model (it has none):
 - native /completion and /completions: tokens (stream events, return_tokens), n_probs ->
   completion_probabilities (logprobs, and probabilities with post_sampling_probs: the same
   numbers), has_new_line, generation_settings, response_fields, timings, return_progress ->
-  prompt_progress; prompt as a string, ids, ids mixed with strings, a list (one result each);
+  prompt_progress events (one when the slot takes the prompt, one per prompt chunk); prompt as a string, ids, ids mixed with strings, a list (one result each);
 - POST /infill: the FIM prompt in llama-server's order, the cut of a long prefix (truncated),
   its 400s, and 501 on a model without FIM tokens;
 - logit_bias by text (object and list forms) bans or forces that text's tokens;
@@ -127,11 +127,24 @@ check(status == 200 and not done and ev and ev[-1].get('stop') is True and all(n
       'native stream: stop only on the last event, no [DONE]')
 check(text == a['content'] and stoks == toks and cp == 8, 'stream events carry their tokens and probabilities',
       f'{text!r} {stoks} {cp}')
-check(len(prog) == 1 and ev[0] is prog[0] and prog[0]['prompt_progress']['total'] == a['tokens_evaluated']
-      and prog[0]['prompt_progress']['processed'] == prog[0]['prompt_progress']['total'],
-      'return_progress: a prompt_progress event first', str(prog)[:200])
+check(prog and ev[:len(prog)] == prog and prog[-1]['prompt_progress']['total'] == a['tokens_evaluated']
+      and prog[-1]['prompt_progress']['processed'] == prog[-1]['prompt_progress']['total'],
+      'return_progress: prompt_progress events first, the last with the whole prompt', str(prog)[:300])
 ev, _, _ = native_events(P, '/completion', q)
 check(not any('prompt_progress' in e for e in ev), 'no prompt_progress unless asked for')
+# a long prompt: an event when the slot takes it (processed = cache = 0) and one per prompt chunk
+# evaluated (the scheduler's passes take 256 prompt rows), as llama-server's per batch
+PP = serve('progress', M, '-np', '1', '--ctx', '2048')
+long_ids = tokenize(PP, ' '.join(f'w{i}' for i in range(300)))[:900]
+ev, _, _ = native_events(PP, '/completion', dict(GREEDY, prompt=long_ids, n_predict=2, cache_prompt=False,
+                                                 return_progress=True))
+prog = [e['prompt_progress'] for e in ev if 'prompt_progress' in e]
+done = [p['processed'] for p in prog]
+check(len(long_ids) == 900 and len(prog) >= 5 and done[0] == 0 and done[-1] == 900 and done == sorted(set(done)) and
+      all(p['total'] == 900 and p['cache'] == 0 for p in prog) and
+      all(b['time_ms'] >= a_['time_ms'] for a_, b in zip(prog, prog[1:])) and
+      all('prompt_progress' in e for e in ev[:len(prog)]),
+      f'return_progress on a 900-token prompt: an event per chunk ({done})', str(prog)[:400])
 
 # prompt forms
 ids = tokenize(P, q['prompt'])

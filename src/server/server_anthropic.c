@@ -460,8 +460,17 @@ static void count(srv *s, srv_task *t, srv_reply *r) {
     srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
-const srv_shape srv_anthropic_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step, stream_free, NULL};
-const srv_shape srv_anthropic_count_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step, stream_free, count};
+/* While the prompt is evaluated, a ping per chunk (Anthropic's keep-alive event): a long prompt
+ * on a big model takes minutes before the first token. */
+static void stream_progress(void *st, srv_buf *out) {
+    (void)st;
+    srv_sse_event(out, "ping", json_pack("{s:s}", "type", "ping"));
+}
+
+const srv_shape srv_anthropic_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step, stream_free,
+                                       NULL, stream_progress};
+const srv_shape srv_anthropic_count_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step,
+                                             stream_free, count, NULL};
 
 json_t *srv_anthropic_request(json_t *b, bool counting, srv_reply *r) {
     json_t *chat = json_object();

@@ -28,6 +28,9 @@ typedef struct srv_shape {
     void (*stream_free)(void *st);
     /* set: answer the prompt's size in tokens instead of generating (count_tokens) */
     void (*count)(srv *s, srv_task *t, srv_reply *r);
+    /* set: an event per prompt chunk evaluated (Anthropic: a ping, so a long prompt keeps the
+     * connection alive); NULL: none */
+    void (*progress)(void *st, srv_buf *out);
 } srv_shape;
 
 /* server_anthropic.c: a /v1/messages body (count: /v1/messages/count_tokens, no max_tokens)

@@ -383,9 +383,8 @@ json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv
     return pick_fields(fin, g);
 }
 
-json_t *srv_native_progress(const srv_task *t) {
-    const double ms = t->t_first > 0 && t->t_submit > 0 ? (t->t_first - t->t_submit) * 1e3 : 0.0;
-    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:{s:i,s:i,s:i,s:f}}", "index", 0, "content", "", "tokens", "stop", 0,
-                     "id_slot", t->slot, "prompt_progress", "total", t->n_prompt, "cache", t->tm.n_cached,
-                     "processed", t->n_prompt, "time_ms", ms);
+json_t *srv_native_progress(const srv_task *t, int k) {
+    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:{s:I,s:i,s:i,s:I}}", "index", 0, "content", "", "tokens", "stop", 0,
+                     "id_slot", t->slot, "prompt_progress", "total", (json_int_t)srv_task_positions(t), "cache",
+                     t->tm.n_cached, "processed", t->prog_done[k], "time_ms", (json_int_t)t->prog_ms[k]);
 }

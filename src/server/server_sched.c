@@ -143,6 +143,8 @@ void srv_task_unref(srv_task *t) {
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->text);
     free(t->toks);
+    free(t->prog_done);
+    free(t->prog_ms);
     srv_emb_free(t->emb);
     srv_slot_op_free(t->op);
     if (t->lp_reserved) __atomic_sub_fetch(&lp_held, t->lp_reserved, __ATOMIC_RELAXED);
@@ -167,6 +169,28 @@ static void publish_info(srv_sched *s, const slot *sl) {
 static void (*on_publish)(void);
 static void notify(void) {
     if (on_publish) on_publish();
+}
+
+long srv_task_positions(const srv_task *t) {
+    long n = t->n_prompt;
+    for (int k = 0; k < t->n_images; k++) n += (long)t->images[k].nx * t->images[k].ny - 1;
+    return n;
+}
+
+/* A progress entry when the prompt positions in the slot grew (t->mu held). */
+static void note_progress(slot *sl) {
+    srv_task *t = sl->task;
+    int n = 0;
+    bs_gen_cached(sl->gen, &n);
+    n = (int)BS_MIN((long)n, srv_task_positions(t));
+    if (t->n_prog > 0 && n <= t->prog_done[t->n_prog - 1]) return;
+    if (t->n_prog == t->cap_prog) {
+        t->cap_prog = BS_MAX(2 * t->cap_prog, 8);
+        t->prog_done = bs_xrealloc(t->prog_done, (size_t)t->cap_prog * sizeof *t->prog_done);
+        t->prog_ms = bs_xrealloc(t->prog_ms, (size_t)t->cap_prog * sizeof *t->prog_ms);
+    }
+    t->prog_done[t->n_prog] = n;
+    t->prog_ms[t->n_prog++] = (float)((bs_time() - t->t_prompt0) * 1e3);
 }
 
 static void sync_task(slot *sl) {
@@ -195,6 +219,7 @@ static void sync_task(slot *sl) {
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
     if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
+    note_progress(sl);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     notify();
@@ -379,11 +404,14 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     if (t->n_images && srv_vision_encode(s->mmproj, t->images, t->pixels, t->n_images, s->cfg.n_threads, err,
                                          sizeof err))
         rc = bs_error("%s", err);
+    const double t0 = bs_time();
     if (!rc) rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
     t->slot = sl->id;
     t->tm.n_cached = rc ? 0 : bs_gen_get_stats(sl->gen)->n_cached;
+    t->t_prompt0 = t0;
+    if (!rc) note_progress(sl);   /* the start: what the cache gave */
     pthread_mutex_unlock(&t->mu);
     publish_info(s, sl);
     if (rc) finish(s, sl, bs_last_error());

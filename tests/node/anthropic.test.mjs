@@ -89,6 +89,24 @@ test('streaming: Anthropic events in order, the same message as without streamin
   assert.equal(final.usage.output_tokens, 10);
 });
 
+test('streaming a long prompt: a ping per prompt chunk evaluated, before the first block', async () => {
+  const words = Array.from({ length: 220 }, (_, i) => `w${i}`).join(' ');
+  const req = { model: 'm', max_tokens: 2, temperature: 0, ignore_eos: true, cache_prompt: false,
+    messages: [{ role: 'user', content: words }], ...noThink };
+  const n = (await client.messages.countTokens({ model: 'm', messages: req.messages, ...noThink })).input_tokens;
+  assert.ok(n > 600 && n < 1000, `prompt of ${n} tokens`);
+  // raw events: the SDK's iterator drops pings
+  const r = await fetch(URL_ + '/v1/messages', { method: 'POST', headers: JSON_HDR, body: JSON.stringify({ ...req, stream: true }) });
+  assert.equal(r.status, 200);
+  const types = (await r.text()).split('\n').filter((l) => l.startsWith('event: ')).map((l) => l.slice(7));
+  assert.equal(types.at(-1), 'message_stop');
+  const first = types.indexOf('content_block_start');
+  const pings = types.slice(0, first).filter((t) => t === 'ping').length;
+  // the one after message_start, then one when the slot takes the prompt and one per 256 rows
+  assert.ok(pings >= 1 + Math.ceil(n / 256), `${pings} pings for ${n} prompt tokens: ${types.join(' ')}`);
+  assert.equal(types.slice(first).filter((t) => t === 'ping').length, 0);
+});
+
 test('thinking: the model reasoning comes as a thinking block, streamed as thinking_delta', async () => {
   const req = { model: 'm', max_tokens: 6, temperature: 0, ignore_eos: true, thinking: { type: 'enabled', budget_tokens: 1024 },
     messages: [{ role: 'user', content: 'Think first' }] };
