@@ -497,6 +497,10 @@ typedef struct bs_gen_request {
     const bs_gen_image *images;   /* one per BS_TOKEN_IMAGE of the prompt, in order; each takes
                                      nx * ny positions (ckpt_at counts a marker as one) */
     int n_images;
+    bool post_probs;           /* with n_probs: log-probabilities after the sampler chain (its
+                                  truncated, tempered, renormalised distribution, the tokens it
+                                  dropped left out) instead of the model's; decodes without the
+                                  drafter (llama-server's post_sampling_probs) */
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

@@ -153,6 +153,7 @@ typedef struct srv_task {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */
+    bool post_probs;           /* post_sampling_probs: the sampler chain's probabilities */
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
     bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */

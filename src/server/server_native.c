@@ -79,6 +79,7 @@ int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
     if (opt_bool(b, "post_sampling_probs", &g->post_probs, f) || opt_bool(b, "return_tokens", &g->return_tokens, f) ||
         opt_bool(b, "return_progress", &g->progress, f))
         return f->status;
+    t->post_probs = g->post_probs;
     if (np && !json_is_null(np)) {
         if (!json_is_integer(np) || json_integer_value(np) < 0 || json_integer_value(np) > SRV_MAX_TOP)
             return srv_fail_set(f, 400, "invalid_request_error", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP);
