@@ -17,7 +17,7 @@
 import base64, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, TINY, Replica, check, finish, jbody, request, sanitized, workdir
+from replica_lib import B, SRC, TINY, Replica, check, finish, jbody, request, sanitized, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -167,6 +167,24 @@ for extra in ([], ['--no-mmap']):   # mapped pages, and a file read into memory
         check(get(ws.port, '/props')[1]['is_sleeping'] is False, f'{what}: /props is_sleeping false once awake')
     finally:
         ws.stop()
+
+# with a drafter that borrows the target's embedding and LM head: they stay valid across sleep
+DRAFT = os.path.join(SRC, 'models', 'bonsai-tiny-dspark.gguf')
+wd = Replica(W, 'sleepd', ['-m', TINY, '-md', DRAFT, '--draft-max', '4', '--draft-share-embeddings', '--no-mmap', '-t', '2',
+                           '--ctx', '512', '--sleep-idle-seconds', '1']).start().wait_ready()
+try:
+    body = {'prompt': 'Once upon a time', 'max_tokens': 24, 'temperature': 0, 'logprobs': 2, 'ignore_eos': True}
+    st, a = post(wd.port, '/v1/completions', body)
+    for _ in range(60):
+        time.sleep(0.1)
+        if get(wd.port, '/props')[1]['is_sleeping']:
+            break
+    check('weights\' memory freed' in wd.log(), 'drafter: the target\'s weights were freed')
+    st2, b = post(wd.port, '/v1/completions', body)
+    check(st == st2 == 200 and a['choices'] == b['choices'] and a['timings']['draft_n'] > 0 and b['timings']['draft_n'] > 0,
+          'drafter sharing the embeddings: after waking the same drafted answer', f'{a.get("timings")} {b.get("timings")}')
+finally:
+    wd.stop()
 
 # a model file that changed while the server slept is not read again
 COPY = os.path.join(W, 'copy.gguf')
