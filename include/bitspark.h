@@ -504,6 +504,10 @@ typedef struct bs_gen_request {
                                   only each token's id from it (the argmax there: the same
                                   token), not the logits row; bs_gen_logits then keeps the
                                   prompt's last row */
+    bool post_probs;           /* with n_probs: log-probabilities after the sampler chain (its
+                                  truncated, tempered, renormalised distribution, the tokens it
+                                  dropped left out) instead of the model's; decodes without the
+                                  drafter (llama-server's post_sampling_probs) */
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

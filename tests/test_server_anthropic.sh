@@ -3,13 +3,13 @@
 # npm client (pinned in tests/node/package-lock.json) against a synthetic tiny q1_0 model:
 # Anthropic's Messages API with @anthropic-ai/sdk (tests/node/anthropic.test.mjs: messages,
 # streaming events, thinking, stop sequences, a tool round trip, count_tokens, error shapes,
-# x-api-key) and OpenAI's Responses API with openai's client.responses
-# (tests/node/responses.test.mjs). Both compare their answers with /v1/chat/completions.
+# those the HTTP layer gives before routing too, x-api-key) and OpenAI's Responses API with
+# openai's client.responses (tests/node/responses.test.mjs). Both compare their answers with /v1/chat/completions.
 source "$(dirname "$0")/server_lib.sh"
 node_deps
 M=$(synth_model srv-tiny-q1_0 --preset tiny --type q1_0)
 start_server URL -m "$M" -np 2 -t 2 --ctx 1024
-start_server KEY -m "$M" -np 1 -t 1 --ctx 512 --api-key secret-key
+start_server KEY -m "$M" -np 1 -t 1 --ctx 512 --api-key secret-key --body-limit 65536
 for suite in anthropic responses; do
     if BS_URL=$URL BS_KEY_URL=$KEY node --test --test-concurrency=1 "$SRC/tests/node/$suite.test.mjs" >"$T/$suite.out" 2>&1; then
         ok "$suite client suite ($(grep -c '^ok ' "$T/$suite.out") tests)"

@@ -4,7 +4,7 @@ fixture tiny model (it has none):
 - native /completion and /completions: tokens (stream events, return_tokens), n_probs ->
   completion_probabilities (logprobs, and probabilities with post_sampling_probs: the same
   numbers), has_new_line, generation_settings, response_fields, timings, return_progress ->
-  prompt_progress; prompt as a string, ids, ids mixed with strings, a list (one result each);
+  prompt_progress events (one when the slot takes the prompt, one per prompt chunk); prompt as a string, ids, ids mixed with strings, a list (one result each);
 - POST /infill: the FIM prompt in llama-server's order, the cut of a long prefix (truncated),
   its 400s, and 501 on a model without FIM tokens;
 - logit_bias by text (object and list forms) bans or forces that text's tokens;
@@ -94,13 +94,27 @@ if len(a.get('content', '')) >= 6:
     check(st == 200 and sw.get('stop_type') == 'word' and sw.get('stopping_word') == word
           and sw.get('content') == a['content'][:a['content'].find(word)],
           'stopping_word: the stop string that matched, the content cut before it', str(sw)[:300])
+# post_sampling_probs: the distribution after the sampler chain (llama-server's
+# populate_token_probs over the chain's candidates): greedy is one token at probability 1
 st, b = post(P, '/completion', dict(q, n_probs=3, post_sampling_probs=True))
 same = b.get('content') == a['content'] and len(b.get('completion_probabilities', [])) == 8
 for p, r in zip(b.get('completion_probabilities', []), probs):
-    same &= abs(p['prob'] - math.exp(r['logprob'])) < 1e-6 and 'logprob' not in p
-    same &= all(abs(x['prob'] - math.exp(y['logprob'])) < 1e-6 for x, y in zip(p['top_probs'], r['top_logprobs']))
-    same &= sum(x['prob'] for x in p['top_probs']) <= 1 + 1e-6
-check(same, 'post_sampling_probs: prob / top_probs, exp of the logprobs', json.dumps(b)[:300])
+    same &= p['prob'] == 1.0 and 'logprob' not in p and [(x['id'], x['prob']) for x in p['top_probs']] == [(r['id'], 1.0)]
+check(same, 'post_sampling_probs, greedy: the drawn token at prob 1, nothing else', json.dumps(b)[:300])
+# sampled with top_k 3 at temperature 0.7: each position's top_probs are the raw top 3 tempered
+# and renormalised (at most 3 though n_probs is 5), the drawn token's prob among them
+samp = dict(q, temperature=0.7, top_k=3, top_p=1, min_p=0, seed=11, n_probs=5)
+st, raw = post(P, '/completion', samp)
+st2, pst = post(P, '/completion', dict(samp, post_sampling_probs=True))
+same = st == st2 == 200 and pst.get('content') == raw.get('content') and len(pst.get('completion_probabilities', [])) == 8
+for p, r in zip(pst.get('completion_probabilities', []), raw.get('completion_probabilities', [])):
+    w = [math.exp(x['logprob'] / 0.7) for x in r['top_logprobs'][:3]]
+    want = [(x['id'], v / sum(w)) for x, v in zip(r['top_logprobs'][:3], w)]
+    got = [(x['id'], x['prob']) for x in p['top_probs']]
+    same &= len(got) == 3 and all(i == j and abs(u - v) < 1e-4 for (i, u), (j, v) in zip(got, want))
+    same &= p['id'] == r['id'] and abs(p['prob'] - dict(got).get(p['id'], -1)) < 1e-6
+check(same, 'post_sampling_probs, top_k 3: the chain\'s truncated, tempered, renormalised probabilities',
+      json.dumps(pst.get('completion_probabilities', []))[:400])
 check(b.get('tokens') == [], 'without return_tokens: tokens is empty', str(b.get('tokens')))
 check(a.get('has_new_line') == ('\n' in a['content']), 'has_new_line says whether the content has a newline')
 gs = a.get('generation_settings', {})
@@ -127,11 +141,24 @@ check(status == 200 and not done and ev and ev[-1].get('stop') is True and all(n
       'native stream: stop only on the last event, no [DONE]')
 check(text == a['content'] and stoks == toks and cp == 8, 'stream events carry their tokens and probabilities',
       f'{text!r} {stoks} {cp}')
-check(len(prog) == 1 and ev[0] is prog[0] and prog[0]['prompt_progress']['total'] == a['tokens_evaluated']
-      and prog[0]['prompt_progress']['processed'] == prog[0]['prompt_progress']['total'],
-      'return_progress: a prompt_progress event first', str(prog)[:200])
+check(prog and ev[:len(prog)] == prog and prog[-1]['prompt_progress']['total'] == a['tokens_evaluated']
+      and prog[-1]['prompt_progress']['processed'] == prog[-1]['prompt_progress']['total'],
+      'return_progress: prompt_progress events first, the last with the whole prompt', str(prog)[:300])
 ev, _, _ = native_events(P, '/completion', q)
 check(not any('prompt_progress' in e for e in ev), 'no prompt_progress unless asked for')
+# a long prompt: an event when the slot takes it (processed = cache = 0) and one per prompt chunk
+# evaluated (the scheduler's passes take 256 prompt rows), as llama-server's per batch
+PP = serve('progress', M, '-np', '1', '--ctx', '2048')
+long_ids = tokenize(PP, ' '.join(f'w{i}' for i in range(300)))[:900]
+ev, _, _ = native_events(PP, '/completion', dict(GREEDY, prompt=long_ids, n_predict=2, cache_prompt=False,
+                                                 return_progress=True))
+prog = [e['prompt_progress'] for e in ev if 'prompt_progress' in e]
+done = [p['processed'] for p in prog]
+check(len(long_ids) == 900 and len(prog) >= 5 and done[0] == 0 and done[-1] == 900 and done == sorted(set(done)) and
+      all(p['total'] == 900 and p['cache'] == 0 for p in prog) and
+      all(b['time_ms'] >= a_['time_ms'] for a_, b in zip(prog, prog[1:])) and
+      all('prompt_progress' in e for e in ev[:len(prog)]),
+      f'return_progress on a 900-token prompt: an event per chunk ({done})', str(prog)[:400])
 
 # prompt forms
 ids = tokenize(P, q['prompt'])

@@ -6,16 +6,18 @@
   tags (--tags), capabilities (completion, chat, embeddings with --embeddings, vision with
   --mmproj, infill when the vocabulary has FIM tokens); /models is public under --api-key like
   /health, /v1/models is not;
-- --n-predict caps what a request may generate;
+- --n-predict caps what a request may generate and is the length of requests that give none;
 - --sleep-idle-seconds: after the idle time /props says is_sleeping, the next request answers
-  as before (the same greedy tokens and logprobs) and wakes the server;
+  as before (the same greedy tokens and logprobs) and wakes the server; the weights' memory goes
+  too (RSS drops by about tiny-f32's size, mapped and --no-mmap), and a model file changed while
+  asleep is refused rather than read;
 - --media-path: file:// image URLs read below the directory (the same answer as the image sent
   as a data: URL); "..", absolute paths, a symbolic link out of it, a missing file, and any
   file:// URL without --media-path are 400s; remote URLs stay refused."""
 import base64, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, TINY, Replica, check, finish, jbody, request, sanitized, workdir
+from replica_lib import B, SRC, TINY, Replica, check, finish, jbody, request, sanitized, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -43,7 +45,7 @@ def greedy(port, n=8):
 
 # ---- /props, /models, --alias, --tags, --n-predict, --api-key ---------------------------------
 srv = Replica(W, 'props', ['-m', TINY, '-t', '1', '--ctx', '256', '--alias', 'bonsai,bonsai-tiny', '-a', 'tiny',
-                           '--tags', 'test,small', '--temp', '0.5', '--top-k', '17', '--seed', '42', '-n', '5',
+                           '--tags', 'test,small', '--temp', '0.5', '--top-k', '17', '--seed', '42', '-n', '20',
                            '--embeddings', '--api-key', 'k3y']).start().wait_ready()
 P = srv.port
 AUTH = {'Authorization': 'Bearer k3y'}
@@ -51,7 +53,7 @@ try:
     st, j = get(P, '/props', AUTH)
     prm = (j or {}).get('default_generation_settings', {}).get('params', {})
     check(st == 200 and prm.get('temperature') == 0.5 and prm.get('top_k') == 17 and prm.get('seed') == 42 and
-          prm.get('n_predict') == 5 and isinstance(prm.get('samplers'), list) and 'top_k' in prm['samplers'] and
+          prm.get('n_predict') == 20 and isinstance(prm.get('samplers'), list) and 'top_k' in prm['samplers'] and
           'top_p' in prm and 'min_p' in prm, '/props default_generation_settings.params', str(prm))
     check(j.get('is_sleeping') is False, '/props is_sleeping false', str(j.get('is_sleeping')))
     check(j.get('total_slots') == 1 and j.get('model_alias') == 'bonsai', '/props total_slots, model_alias')
@@ -72,8 +74,24 @@ try:
     st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 100, 'ignore_eos': True,
                                                        'temperature': 0}, headers=AUTH)
     j = jbody(d)
-    check(st == 200 and j['usage']['completion_tokens'] == 5 and j['choices'][0]['finish_reason'] == 'length',
-          '--n-predict 5 caps max_tokens 100', f'{st} {j and j.get("usage")}')
+    check(st == 200 and j['usage']['completion_tokens'] == 20 and j['choices'][0]['finish_reason'] == 'length',
+          '--n-predict 20 caps max_tokens 100', f'{st} {j and j.get("usage")}')
+    # and is the default of requests that give no length (llama-server's params_from_json_cmpl)
+    st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0},
+                       headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['usage']['completion_tokens'] == 20,
+          '--n-predict 20: /v1/completions without max_tokens generates 20 (not OpenAI\'s 16)', f'{st} {j and j.get("usage")}')
+    st, _, d = request(P, 'POST', '/completion', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0,
+                                                  'max_tokens': 3}, headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['tokens_predicted'] == 3, 'a smaller max_tokens is kept', f'{st} {j and j.get("tokens_predicted")}')
+    st, _, d = request(P, 'POST', '/completion', {'prompt': 'Hello', 'ignore_eos': True, 'temperature': 0},
+                       headers=AUTH)
+    j = jbody(d)
+    check(st == 200 and j['tokens_predicted'] == 20 and j['generation_settings']['n_predict'] == 20,
+          '/completion without n_predict: generation_settings.n_predict is the server\'s 20',
+          f'{st} {j and (j.get("tokens_predicted"), j.get("generation_settings", {}).get("n_predict"))}')
 finally:
     srv.stop()
 
@@ -117,6 +135,76 @@ try:
     check(greedy(sl.port) == REF, 'and again')
 finally:
     sl.stop()
+
+# ---- --sleep-idle-seconds frees the weights (model/sleep.c) -----------------------------------
+def rss_split(pid):
+    with open(f'/proc/{pid}/status') as f:
+        return {l.split(':')[0]: int(l.split()[1]) for l in f if l.startswith(('VmRSS:', 'RssAnon:', 'RssFile:'))}
+
+
+F32 = os.path.join(FX, 'tiny-f32.gguf')
+if not os.path.exists(F32):
+    print(f'FAIL the fixture {F32} is missing')
+    sys.exit(1)
+weights_kb = os.path.getsize(F32) // 1024
+for extra in ([], ['--no-mmap']):   # mapped pages, and a file read into memory
+    what = ' '.join(['tiny-f32'] + extra)
+    ws = Replica(W, 'sleepw', ['-m', F32, '-t', '2', '--ctx', '256', '--sleep-idle-seconds', '1'] + extra).start().wait_ready()
+    try:
+        before = greedy(ws.port)
+        awake_kb = rss_split(ws.proc.pid)
+        for _ in range(60):
+            time.sleep(0.1)
+            if get(ws.port, '/props')[1]['is_sleeping']:
+                break
+        check('weights\' memory freed' in ws.log(), f'{what}: the log says the weights were freed')
+        asleep_kb = rss_split(ws.proc.pid)
+        if not sanitized():
+            check(awake_kb['VmRSS'] - asleep_kb['VmRSS'] > 0.8 * weights_kb,
+                  f'{what}: asleep, RSS dropped by about the weights ({weights_kb} kB)', f'{awake_kb} -> {asleep_kb}')
+        check(get(ws.port, '/props')[1]['is_sleeping'] is True, f'{what}: /props is_sleeping true')
+        check(greedy(ws.port) == before, f'{what}: a request while asleep wakes it and answers as before (tokens, logprobs)')
+        check(get(ws.port, '/props')[1]['is_sleeping'] is False, f'{what}: /props is_sleeping false once awake')
+    finally:
+        ws.stop()
+
+# with a drafter that borrows the target's embedding and LM head: they stay valid across sleep
+DRAFT = os.path.join(SRC, 'models', 'bonsai-tiny-dspark.gguf')
+wd = Replica(W, 'sleepd', ['-m', TINY, '-md', DRAFT, '--draft-max', '4', '--draft-share-embeddings', '--no-mmap', '-t', '2',
+                           '--ctx', '512', '--sleep-idle-seconds', '1']).start().wait_ready()
+try:
+    body = {'prompt': 'Once upon a time', 'max_tokens': 24, 'temperature': 0, 'logprobs': 2, 'ignore_eos': True}
+    st, a = post(wd.port, '/v1/completions', body)
+    for _ in range(60):
+        time.sleep(0.1)
+        if get(wd.port, '/props')[1]['is_sleeping']:
+            break
+    check('weights\' memory freed' in wd.log(), 'drafter: the target\'s weights were freed')
+    st2, b = post(wd.port, '/v1/completions', body)
+    check(st == st2 == 200 and a['choices'] == b['choices'] and a['timings']['draft_n'] > 0 and b['timings']['draft_n'] > 0,
+          'drafter sharing the embeddings: after waking the same drafted answer', f'{a.get("timings")} {b.get("timings")}')
+finally:
+    wd.stop()
+
+# a model file that changed while the server slept is not read again
+COPY = os.path.join(W, 'copy.gguf')
+with open(TINY, 'rb') as fi, open(COPY, 'wb') as fo:
+    fo.write(fi.read())
+ch = Replica(W, 'sleepc', ['-m', COPY, '-t', '1', '--ctx', '256', '--sleep-idle-seconds', '1']).start().wait_ready()
+try:
+    check(greedy(ch.port) is not None, 'changed file: the first request')
+    for _ in range(60):
+        time.sleep(0.1)
+        if get(ch.port, '/props')[1]['is_sleeping']:
+            break
+    st0 = os.stat(COPY)
+    os.utime(COPY, ns=(st0.st_atime_ns, st0.st_mtime_ns + 5 * 10**9))
+    st, _, d = request(ch.port, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 2})
+    check(st >= 500 and b'changed since it was loaded' in d, 'a file changed while asleep: the request fails, naming it',
+          f'{st} {d[:200]}')
+    check(get(ch.port, '/health')[0] == 200, 'and the server still answers')
+finally:
+    ch.stop()
 
 # ---- --media-path -----------------------------------------------------------------------------
 MODEL, MMPROJ, IMG = (os.path.join(FX, p) for p in ('tiny-f32.gguf', 'vision/tiny-mmproj-f32.gguf', 'vision/image.png'))

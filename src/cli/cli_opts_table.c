@@ -82,7 +82,8 @@ const cli_opt cli_opts[] = {
     INT(OPT_QUEUE, CMD_SERVE, "--queue", "N", 0, 1 << 20, "16 x slots", "requests that may wait for a slot; more get 503"),
     INT(OPT_N_PREDICT, CMD_SERVE, "-n, --n-predict", "N", 1, 1 << 30, "32768",
         "tokens one request may generate at most, whatever its\n"
-        "max_tokens (-1 and ignore_eos too); /props reports it"),
+        "max_tokens (-1 and ignore_eos too), and the length of\n"
+        "requests that set none; /props reports it"),
     STR(OPT_API_KEY, CMD_SERVE, "--api-key", "KEY", NULL, "require 'Authorization: Bearer KEY' (not for /health and /)"),
     STRX(OPT_API_KEY_FILE, CMD_SERVE, "--api-key-file", "FILE", "/dev/null", NULL,
         "the same with the key read from FILE (first line; the key\n"
@@ -124,7 +125,8 @@ const cli_opt cli_opts[] = {
          "image_url file://NAME reads DIR/NAME (nothing outside DIR)"),
     FLT(OPT_SLEEP_IDLE, CMD_SERVE, "--sleep-idle-seconds", "N", 0, 1e7, "0",
         "after N idle seconds free the slots' memory (KV cache and\n"
-        "states); the next request brings it back (/props is_sleeping)"),
+        "states) and the model's weights; the next request brings\n"
+        "them back (/props is_sleeping)"),
     SECTION(CMD_SERVE, "behind a load balancer (see deploy/README.md)"),
     STR(OPT_REPLICA_ID, CMD_SERVE, "--replica-id", "NAME", NULL, "name this replica in an X-Replica-Id header on every answer"),
     FLT(OPT_DRAIN_TIMEOUT, CMD_SERVE, "--drain-timeout", "S", 0, 86400, "30",

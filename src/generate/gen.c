@@ -285,7 +285,7 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     prompt = g->prompt;
     n = g->n_prompt;
     g->t0 = bs_time();
-    g->use_spec = g->spec && !r->no_draft;
+    g->use_spec = g->spec && !r->no_draft && !(r->post_probs && r->n_probs >= 0);
     g->prepared = g->parked = false;
     if (g->spec) g->spec0 = *bs_spec_get_stats(g->spec);
     const int reuse = restore_prefix(g, prompt, n, r->no_cache);

@@ -18,6 +18,7 @@
 #include "formats/gguf.h"
 #include "io/util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,6 +262,25 @@ static void note_parking(bs_gen *g) {
 
 /* ---- decoding -------------------------------------------------------------------------------- */
 
+/* The chain's final distribution for tk (post_probs): the n most probable candidates (ties: the
+ * lower id), those with p = 0 left out, as log p; and log p of the token drawn. */
+static void chain_probs(const bs_sampler *smp, int n, bs_gen_token *tk) {
+    int nc = 0, k = 0;
+    const bs_token_prob *c = bs_sampler_candidates(smp, &nc);
+    float p[BS_GEN_MAX_TOP];
+    n = n < BS_GEN_MAX_TOP ? n : BS_GEN_MAX_TOP;
+    for (int i = 0; i < nc && n > 0; i++) {
+        if (!(c[i].p > 0.0f) || (k == n && !(c[i].p > p[n - 1]))) continue;
+        int j = k < n ? k++ : n - 1;
+        for (; j > 0 && c[i].p > p[j - 1]; j--) p[j] = p[j - 1], tk->top_id[j] = tk->top_id[j - 1];
+        p[j] = c[i].p;
+        tk->top_id[j] = c[i].id;
+    }
+    for (int j = 0; j < k; j++) tk->top_lp[j] = logf(p[j]);
+    tk->n_top = k;
+    tk->logprob = logf(bs_sampler_prob(smp, tk->id));
+}
+
 void gen_after_logits(bs_gen *g) {
     for (;;) {
         if (g->r.interrupt && *g->r.interrupt) { gen_finish(g, BS_GEN_INTERRUPT); return; }
@@ -271,7 +291,9 @@ void gen_after_logits(bs_gen *g) {
         if (is_eog(g, id)) { gen_finish(g, BS_GEN_EOG); return; }
         bs_sampler_accept(g->smp, id);
         bs_gen_token tk = {.id = id};
-        if (g->r.n_probs >= 0)
+        if (g->r.n_probs >= 0 && g->r.post_probs)
+            chain_probs(g->smp, g->r.n_probs, &tk);
+        else if (g->r.n_probs >= 0)
             tk.n_top = bs_top_logprobs(g->logits, g->n_vocab, g->r.n_probs, tk.top_id, tk.top_lp, id, &tk.logprob);
         const int act = guard_push(g, &tk);
         if (act < 0) return;

@@ -91,3 +91,13 @@ void bs_file_map_close(bs_file_map *m) {
     }
     memset(m, 0, sizeof *m);
 }
+
+int bs_file_identity(const char *path, uint64_t id[4]) {
+    struct stat sb;
+    if (stat(path, &sb)) return bs_error("%s: %s", path, strerror(errno));
+    id[0] = (uint64_t)sb.st_dev;
+    id[1] = (uint64_t)sb.st_ino;
+    id[2] = (uint64_t)sb.st_size;
+    id[3] = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
+    return 0;
+}

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct bs_file_map {
     void *base;
@@ -22,5 +23,7 @@ void bs_file_map_willneed(const bs_file_map *m);
  * page by page: for weights that are used rarely and late, like a parked drafter's. */
 void bs_file_map_prefault(const bs_file_map *m);
 void bs_file_map_close(bs_file_map *m);
+/* A file's identity: device, inode, size, mtime (ns), to tell whether it changed. 0 or -1. */
+int bs_file_identity(const char *path, uint64_t id[4]);
 
 #endif

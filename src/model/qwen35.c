@@ -3,6 +3,7 @@
 #include "model/qwen35.h"
 #include "model/device.h"
 #include "formats/quant.h"
+#include "io/file_map.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -255,8 +256,9 @@ static int load_model(bs_model *m, bool vocab_only) {
 
 /* ---- packed weight layouts (kernels.h) ------------------------------------------------------ */
 
-/* Every matmul weight of the model, each once (a tied output is the token embedding). */
-static int model_weights(bs_model *m, bs_weight **out) {
+int bs_model_max_weights(const bs_model *m) { return 1 + 12 * m->hp.n_layer; }
+
+int bs_model_weights(bs_model *m, bs_weight **out) {
     int n = 0;
     if (m->output.data != m->tok_embd.data) out[n++] = &m->output;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -273,30 +275,37 @@ static int model_weights(bs_model *m, bs_weight **out) {
  * huge-page memory and packed there, so the mapping's pages are never faulted in (no resident
  * file pages, no 4 KiB page faults); w->data stays valid for the rare reader of raw rows (a
  * drafter comparing its LM head), which then reads the file. */
-static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *pool) {
+int bs_model_pack_from_file(bs_weight *w, int fd, const gguf_file *f, void *buf, bs_pool *pool) {
     const size_t bytes = w->row_bytes * (size_t)w->ne1;
     const off_t off = (off_t)((const uint8_t *)w->data - (const uint8_t *)f->base);
-    void *buf = NULL;
-    if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0)
-        return bs_error("%s: out of memory repacking %zu bytes", w->name, bytes);
-    madvise(buf, bytes, MADV_HUGEPAGE);
     for (size_t done = 0; done < bytes;) {
         ssize_t r = pread(fd, (uint8_t *)buf + done, bytes - done, off + (off_t)done);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            free(buf);
+        if (r <= 0)
             return bs_error("%s: reading for repacking: %s", w->name, r < 0 ? strerror(errno) : "file shrank");
-        }
         done += (size_t)r;
     }
     bs_weight t = *w;
     t.data = buf;
-    if (bs_weight_pack_in_place(&t, pool) || !t.packed) {
-        free(buf);
+    t.packed = NULL;
+    t.pack_kind = 0;   /* none (matmul.h) */
+    if (bs_weight_pack_in_place(&t, pool) || !t.packed)
         return t.packed ? -1 : bs_error("%s: could not be repacked", w->name);
-    }
     w->packed = buf;
     w->pack_kind = t.pack_kind;
+    return 0;
+}
+
+static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *pool) {
+    const size_t bytes = w->row_bytes * (size_t)w->ne1;
+    void *buf = NULL;
+    if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0)
+        return bs_error("%s: out of memory repacking %zu bytes", w->name, bytes);
+    madvise(buf, bytes, MADV_HUGEPAGE);
+    if (bs_model_pack_from_file(w, fd, f, buf, pool)) {
+        free(buf);
+        return -1;
+    }
     return 0;
 }
 
@@ -304,8 +313,8 @@ static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *poo
  * (--no-mmap) is repacked in place; from a mapping, see pack_from_file. token_embd is only read
  * by rows (bs_get_rows) and stays as is (also when tied to the output). */
 static int pack_weights(bs_model *m, const bs_model_params *p) {
-    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
-    const int n = model_weights(m, ws);
+    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
+    const int n = bs_model_weights(m, ws);
     int fd = -1, rc = 0;
     bs_pool *pool = NULL;
     for (int i = 0; i < n && !rc; i++) {
@@ -341,7 +350,7 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     const bool vo = params->vocab_only;
     m->file = gguf_open(path, (params->no_mmap ? GGUF_OPEN_NO_MMAP : 0) | (vo ? GGUF_OPEN_META_ONLY : 0));
     /* on Vulkan the weights go to the device as the file has them: no CPU repacking */
-    if (!m->file || load_model(m, vo) || (!vo && bs_model_choose_device(m, params->device)) ||
+    if (!m->file || load_model(m, vo) || bs_file_identity(path, m->file_id) || (!vo && bs_model_choose_device(m, params->device)) ||
         (!vo && !m->vk && pack_weights(m, params)) ||
         (params->progress && !params->progress(1.0f, params->progress_ud) && bs_error("cancelled by the progress callback"))) {
         if (m->file) bs_error_prefix("loading %s: ", path);
@@ -356,8 +365,8 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
 void bs_model_free(bs_model *m) {
     if (!m) return;
     if (m->layers) {
-        bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)(1 + 12 * m->hp.n_layer));
-        const int n = model_weights(m, ws);
+        bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
+        const int n = bs_model_weights(m, ws);
         for (int i = 0; i < n; i++) bs_weight_release(ws[i]);
         free(ws);
     }

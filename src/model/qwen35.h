@@ -52,6 +52,18 @@ struct bs_model {
     bs_vk_ctx *vk;
     bs_vk_net *vk_net;
     char device_name[300];
+    /* sleep.c: the weights' memory given back while idle; the file's identity at load, checked
+     * before it is read again */
+    bool asleep;
+    uint64_t file_id[4];   /* bs_file_identity */
 };
+
+/* Every matmul weight of the model, each once (a tied output is the token embedding); out has
+ * room for bs_model_max_weights(m). */
+int bs_model_weights(bs_model *m, bs_weight **out);
+int bs_model_max_weights(const bs_model *m);
+/* Read w's raw bytes from the file (fd open on it) into buf (row_bytes x ne1, from the file's
+ * mapping offsets) and pack them there; w then uses buf as its packed copy. */
+int bs_model_pack_from_file(bs_weight *w, int fd, const gguf_file *f, void *buf, bs_pool *pool);
 
 #endif

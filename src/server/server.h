@@ -153,6 +153,7 @@ typedef struct srv_task {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */
+    bool post_probs;           /* post_sampling_probs: the sampler chain's probabilities */
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
                                   message), 0: none */
     bs_loop_guard_params loop; /* the doom-loop guard (--loop-guard, or the request's) */
@@ -200,6 +201,13 @@ typedef struct srv_task {
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
     long lp_reserved;          /* logprob entries held from SRV_LOGPROB_BUDGET (given back when freed) */
     bool shifted;              /* the context was shifted (tokens dropped) while it generated */
+    /* prompt progress, one entry when a slot takes it and one per prompt chunk evaluated:
+     * positions in the slot then (cached + evaluated) and ms since the slot took it (streams
+     * send them as prompt_progress events or Anthropic pings) */
+    int *prog_done;
+    float *prog_ms;
+    int n_prog, cap_prog;
+    double t_prompt0;
 } srv_task;
 
 srv_task *srv_task_new(void);
@@ -485,7 +493,11 @@ struct json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, c
  * tokens whose text is sent go with it (*toks_sent: how many were). final: the last event. */
 struct json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text,
                                 size_t len, size_t end, bool final, int *toks_sent);
-struct json_t *srv_native_progress(const srv_task *t);   /* the prompt_progress event */
+/* The prompt_progress event of t's progress entry k (llama-server's total, cache, processed,
+ * time_ms). */
+struct json_t *srv_native_progress(const srv_task *t, int k);
+/* The prompt's positions (an image takes one per row of its grid). */
+long srv_task_positions(const srv_task *t);
 bool srv_task_truncated(const srv_task *t);   /* cut prompt, shifted or full context */
 
 /* server_infill.c: the FIM prompt of POST /infill into *out (*cut: a part was cut to fit);

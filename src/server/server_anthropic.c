@@ -34,8 +34,12 @@ static json_t *error_json(int status, const char *msg) {
     return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", error_type(status), "message", msg);
 }
 
+bool srv_anthropic_path(const char *url) {
+    return !strncmp(url, "/v1/messages", 12) && (url[12] == '\0' || url[12] == '/' || url[12] == '?');
+}
+
 /* An OpenAI-shaped error reply -> Anthropic's (once: an Anthropic one stays). */
-static void to_error(srv_reply *r) {
+void srv_anthropic_error(srv_reply *r) {
     if (r->status < 400 || !r->body) return;
     json_t *j = json_loadb(r->body, r->len, 0, NULL);
     const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
@@ -456,8 +460,17 @@ static void count(srv *s, srv_task *t, srv_reply *r) {
     srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
-const srv_shape srv_anthropic_shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, NULL};
-const srv_shape srv_anthropic_count_shape = {done, to_error, stream_new, stream_begin, stream_step, stream_free, count};
+/* While the prompt is evaluated, a ping per chunk (Anthropic's keep-alive event): a long prompt
+ * on a big model takes minutes before the first token. */
+static void stream_progress(void *st, srv_buf *out) {
+    (void)st;
+    srv_sse_event(out, "ping", json_pack("{s:s}", "type", "ping"));
+}
+
+const srv_shape srv_anthropic_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step, stream_free,
+                                       NULL, stream_progress};
+const srv_shape srv_anthropic_count_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step,
+                                             stream_free, count, NULL};
 
 json_t *srv_anthropic_request(json_t *b, bool counting, srv_reply *r) {
     json_t *chat = json_object();

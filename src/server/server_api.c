@@ -236,7 +236,9 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     }
     if (!refuse_unsupported(b, r)) return false;
     bs_sampler_params *p = &t->sp;
-    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_predict = -1, n_keep = -1;
+    /* --n-predict is also the default of requests without a length, as llama-server */
+    long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_keep = -1;
+    long n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
     if (!get_float(b, "temperature", 0, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
         !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
@@ -730,7 +732,8 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
         !get_bool(b, "echo", &g.echo, r) || (!g.native && !get_int(b, "logprobs", 0, 5, &lp, r)))
         goto fail;
-    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict")) t->n_predict = g.native ? -1 : 16;
+    if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict"))
+        t->n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : g.native ? -1 : 16;
     int rc = g.native ? srv_native_opts(b, &g, t, &f) : 0;
     if (!rc && mode == COMPL_INFILL) {
         pr = bs_xcalloc(1, sizeof *pr);

@@ -28,6 +28,9 @@ typedef struct srv_shape {
     void (*stream_free)(void *st);
     /* set: answer the prompt's size in tokens instead of generating (count_tokens) */
     void (*count)(srv *s, srv_task *t, srv_reply *r);
+    /* set: an event per prompt chunk evaluated (Anthropic: a ping, so a long prompt keeps the
+     * connection alive); NULL: none */
+    void (*progress)(void *st, srv_buf *out);
 } srv_shape;
 
 /* server_anthropic.c: a /v1/messages body (count: /v1/messages/count_tokens, no max_tokens)
@@ -35,6 +38,10 @@ typedef struct srv_shape {
  * (srv_anthropic_count_shape: the prompt's size instead). */
 struct json_t *srv_anthropic_request(struct json_t *b, bool count, srv_reply *r);
 extern const srv_shape srv_anthropic_shape, srv_anthropic_count_shape;
+/* Whether a path is Anthropic's (/v1/messages and below), whose errors take Anthropic's shape;
+ * srv_anthropic_error turns an OpenAI-shaped error reply into it (an Anthropic one stays). */
+bool srv_anthropic_path(const char *url);
+void srv_anthropic_error(srv_reply *r);
 /* server_responses.c: a /v1/responses body -> a chat request, or NULL with a 400 in r. */
 struct json_t *srv_responses_request(struct json_t *b, srv_reply *r);
 extern const srv_shape srv_responses_shape;

@@ -25,6 +25,7 @@
  * its connection waits suspended). Every answer names the replica (X-Replica-Id,
  * --replica-id); every 503 carries Retry-After. */
 #include "server/server.h"
+#include "server/server_dialect.h"
 #include "io/util.h"
 
 #include <arpa/inet.h>
@@ -73,6 +74,7 @@ typedef struct req {
     bool has_early;            /* a lifecycle answer to a request without a body, sent on the next
                                   call (queued on the first one, MHD would close the connection) */
     srv_reply early;
+    bool anthropic;            /* an Anthropic path: every error answer in its shape */
 } req;
 
 typedef struct sse_ctx {
@@ -209,7 +211,13 @@ static void add_common_headers(const srv *s, struct MHD_Response *resp, const ch
     if (srv_state_get(s) >= SRV_DRAINING) MHD_add_response_header(resp, "Connection", "close");
 }
 
+static conn *conn_of(struct MHD_Connection *c);
+
 static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
+    /* errors given before routing (401, 413, 415, bad JSON, 404, 405, 503) speak the path's
+     * dialect too: the Anthropic SDKs read {"type": "error", "error": {...}} */
+    const conn *k = conn_of(c);
+    if (r->status >= 400 && k && k->q && k->q->anthropic) srv_anthropic_error(r);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(r->len, r->body ? r->body : (void *)"", r->body ? MHD_RESPMEM_MUST_FREE
                                                                                      : MHD_RESPMEM_PERSISTENT);
@@ -558,6 +566,7 @@ static void set_phase(conn *k, int phase) {
 /* ---- the request handler ----------------------------------------------------------------------- */
 
 static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *url, const char *method, req *q) {
+    q->anthropic = srv_anthropic_path(url);
     char why[128];
     const int bad = framing_status(c, why, sizeof why);
     if (bad) return fail(s, c, bad, bad == 501 ? "not_supported_error" : "invalid_request_error", why);

@@ -79,6 +79,7 @@ int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
     if (opt_bool(b, "post_sampling_probs", &g->post_probs, f) || opt_bool(b, "return_tokens", &g->return_tokens, f) ||
         opt_bool(b, "return_progress", &g->progress, f))
         return f->status;
+    t->post_probs = g->post_probs;
     if (np && !json_is_null(np)) {
         if (!json_is_integer(np) || json_integer_value(np) < 0 || json_integer_value(np) > SRV_MAX_TOP)
             return srv_fail_set(f, 400, "invalid_request_error", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP);
@@ -383,9 +384,8 @@ json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv
     return pick_fields(fin, g);
 }
 
-json_t *srv_native_progress(const srv_task *t) {
-    const double ms = t->t_first > 0 && t->t_submit > 0 ? (t->t_first - t->t_submit) * 1e3 : 0.0;
-    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:{s:i,s:i,s:i,s:f}}", "index", 0, "content", "", "tokens", "stop", 0,
-                     "id_slot", t->slot, "prompt_progress", "total", t->n_prompt, "cache", t->tm.n_cached,
-                     "processed", t->n_prompt, "time_ms", ms);
+json_t *srv_native_progress(const srv_task *t, int k) {
+    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:{s:I,s:i,s:i,s:I}}", "index", 0, "content", "", "tokens", "stop", 0,
+                     "id_slot", t->slot, "prompt_progress", "total", (json_int_t)srv_task_positions(t), "cache",
+                     t->tm.n_cached, "processed", t->prog_done[k], "time_ms", (json_int_t)t->prog_ms[k]);
 }

@@ -67,7 +67,8 @@ struct srv_stream {
     srv_buf content;           /* chat: all content so far (tool parsing) */
     size_t content_sent;       /* bytes of it sent as content deltas */
     void *ext;                 /* g.shape's stream state */
-    bool progress_sent;        /* native: the prompt_progress event (return_progress) */
+    int prog_sent;             /* the task's progress entries sent (prompt_progress events,
+                                  Anthropic pings) */
 };
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
@@ -615,9 +616,26 @@ static void compl_text(srv_stream *st, const char *text, size_t len, bool final,
     sse(out, j);
 }
 
+/* Whether this stream reports prompt progress: native return_progress, or a shape's events. */
+static bool wants_progress(const srv_stream *st) {
+    return st->g.shape ? st->g.shape->progress != NULL : st->g.native && st->g.progress;
+}
+
 static bool has_news(srv_task *t, void *arg) {
     const srv_stream *st = arg;
-    return t->done || t->n_safe > st->sent || (st->g.logprobs && toks_ready(t) > st->toks_sent);
+    return t->done || t->n_safe > st->sent || (st->g.logprobs && toks_ready(t) > st->toks_sent) ||
+           (t->n_prog > st->prog_sent && wants_progress(st));
+}
+
+/* Each progress entry not sent yet (t->mu held): llama-server's prompt_progress events, one
+ * per prompt chunk, or the shape's (Anthropic: a ping). */
+static void send_progress(srv_stream *st, srv_buf *out) {
+    srv_task *t = st->t;
+    if (!wants_progress(st)) return;
+    for (; st->prog_sent < t->n_prog; st->prog_sent++) {
+        if (st->g.shape) st->g.shape->progress(st->ext, out);
+        else sse(out, srv_native_progress(t, st->prog_sent));
+    }
 }
 
 bool srv_stream_ready(srv_stream *st) {
@@ -661,6 +679,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     size_t end = done ? t->len : t->n_safe;
     const char *text = t->text ? t->text + st->sent : "";
     size_t len = end > st->sent ? end - st->sent : 0;
+    if (t->finish != SRV_FINISH_ERROR) send_progress(st, out);
     if (st->g.shape) {
         st->g.shape->stream_step(st->ext, text, len, done, out);
     } else if (done && t->finish == SRV_FINISH_ERROR) {
@@ -669,8 +688,6 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
                               client ? "invalid_request_error" : "server_error");
         sse(out, e);
     } else if (st->g.native) {
-        if (st->g.progress && !st->progress_sent && (len || done)) sse(out, srv_native_progress(t));
-        st->progress_sent = true;
         json_t *c = len || done ? srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, done,
                                                    &st->toks_sent)
                                 : NULL;

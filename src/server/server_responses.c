@@ -363,7 +363,7 @@ static void stream_step(void *st, const char *text, size_t len, bool fin, srv_bu
     event(a, cut ? "response.incomplete" : "response.completed", json_pack("{s:o}", "response", response(a, true)));
 }
 
-const srv_shape srv_responses_shape = {done, keep_error, stream_new, stream_begin, stream_step, state_free, NULL};
+const srv_shape srv_responses_shape = {done, keep_error, stream_new, stream_begin, stream_step, state_free, NULL, NULL};
 
 json_t *srv_responses_request(json_t *b, srv_reply *r) {
     json_t *chat = json_object();

@@ -17,6 +17,7 @@
 #include "server/server_vision.h"
 #include "generate/drafter.h"
 #include "model/batch_eval.h"
+#include "model/sleep.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -142,6 +143,8 @@ void srv_task_unref(srv_task *t) {
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
     free(t->text);
     free(t->toks);
+    free(t->prog_done);
+    free(t->prog_ms);
     srv_emb_free(t->emb);
     srv_slot_op_free(t->op);
     if (t->lp_reserved) __atomic_sub_fetch(&lp_held, t->lp_reserved, __ATOMIC_RELAXED);
@@ -166,6 +169,28 @@ static void publish_info(srv_sched *s, const slot *sl) {
 static void (*on_publish)(void);
 static void notify(void) {
     if (on_publish) on_publish();
+}
+
+long srv_task_positions(const srv_task *t) {
+    long n = t->n_prompt;
+    for (int k = 0; k < t->n_images; k++) n += (long)t->images[k].nx * t->images[k].ny - 1;
+    return n;
+}
+
+/* A progress entry when the prompt positions in the slot grew (t->mu held). */
+static void note_progress(slot *sl) {
+    srv_task *t = sl->task;
+    int n = 0;
+    bs_gen_cached(sl->gen, &n);
+    n = (int)BS_MIN((long)n, srv_task_positions(t));
+    if (t->n_prog > 0 && n <= t->prog_done[t->n_prog - 1]) return;
+    if (t->n_prog == t->cap_prog) {
+        t->cap_prog = BS_MAX(2 * t->cap_prog, 8);
+        t->prog_done = bs_xrealloc(t->prog_done, (size_t)t->cap_prog * sizeof *t->prog_done);
+        t->prog_ms = bs_xrealloc(t->prog_ms, (size_t)t->cap_prog * sizeof *t->prog_ms);
+    }
+    t->prog_done[t->n_prog] = n;
+    t->prog_ms[t->n_prog++] = (float)((bs_time() - t->t_prompt0) * 1e3);
 }
 
 static void sync_task(slot *sl) {
@@ -194,6 +219,7 @@ static void sync_task(slot *sl) {
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
     if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
+    note_progress(sl);
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     notify();
@@ -360,6 +386,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.stop = (const char *const *)t->stop;
     r.n_stop = t->n_stop;
     r.n_probs = t->n_probs;
+    r.post_probs = t->post_probs;
     r.loop = t->loop;
     r.no_draft = t->no_draft || t->loop.mode == BS_LOOP_GUARD_REWIND;
     r.no_cache = t->no_cache;
@@ -378,11 +405,14 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     if (t->n_images && srv_vision_encode(s->mmproj, t->images, t->pixels, t->n_images, s->cfg.n_threads, err,
                                          sizeof err))
         rc = bs_error("%s", err);
+    const double t0 = bs_time();
     if (!rc) rc = bs_gen_begin(sl->gen, &r, t->prompt, t->n_prompt);
     pthread_mutex_lock(&t->mu);
     t->started = true;
     t->slot = sl->id;
     t->tm.n_cached = rc ? 0 : bs_gen_get_stats(sl->gen)->n_cached;
+    t->t_prompt0 = t0;
+    if (!rc) note_progress(sl);   /* the start: what the cache gave */
     pthread_mutex_unlock(&t->mu);
     publish_info(s, sl);
     if (rc) finish(s, sl, bs_last_error());
@@ -559,12 +589,17 @@ static void go_sleep(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->cfg.n_slots; i++) s->info[i].n_cached = 0;
     pthread_mutex_unlock(&s->mu);
+    /* the weights too (the tokenizer and template, read from the metadata, stay) */
+    const bool weights = !bs_model_sleep(s->m);
+    if (!weights) bs_log(1, "server: %s\n", bs_last_error());
     __atomic_store_n(&s->sleeping, true, __ATOMIC_RELEASE);
-    bs_log(1, "server: idle for %g s, slots' memory freed\n", s->cfg.sleep_idle);
+    bs_log(1, "server: idle for %g s, slots' memory freed%s\n", s->cfg.sleep_idle,
+           weights ? ", weights' memory freed" : "");
 }
 
 /* Work came: the slots again, fresh (-1: they could not be made; the queued tasks fail). */
 static int wake_up(srv_sched *s) {
+    if (bs_model_wake(s->m)) return -1;
     for (int i = 0; i < s->cfg.n_slots; i++)
         if (!s->slots[i].gen && slot_init(s, &s->slots[i], i)) return -1;
     if (!s->batch && batch_new(s)) return -1;

@@ -89,6 +89,24 @@ test('streaming: Anthropic events in order, the same message as without streamin
   assert.equal(final.usage.output_tokens, 10);
 });
 
+test('streaming a long prompt: a ping per prompt chunk evaluated, before the first block', async () => {
+  const words = Array.from({ length: 220 }, (_, i) => `w${i}`).join(' ');
+  const req = { model: 'm', max_tokens: 2, temperature: 0, ignore_eos: true, cache_prompt: false,
+    messages: [{ role: 'user', content: words }], ...noThink };
+  const n = (await client.messages.countTokens({ model: 'm', messages: req.messages, ...noThink })).input_tokens;
+  assert.ok(n > 600 && n < 1000, `prompt of ${n} tokens`);
+  // raw events: the SDK's iterator drops pings
+  const r = await fetch(URL_ + '/v1/messages', { method: 'POST', headers: JSON_HDR, body: JSON.stringify({ ...req, stream: true }) });
+  assert.equal(r.status, 200);
+  const types = (await r.text()).split('\n').filter((l) => l.startsWith('event: ')).map((l) => l.slice(7));
+  assert.equal(types.at(-1), 'message_stop');
+  const first = types.indexOf('content_block_start');
+  const pings = types.slice(0, first).filter((t) => t === 'ping').length;
+  // the one after message_start, then one when the slot takes the prompt and one per 256 rows
+  assert.ok(pings >= 1 + Math.ceil(n / 256), `${pings} pings for ${n} prompt tokens: ${types.join(' ')}`);
+  assert.equal(types.slice(first).filter((t) => t === 'ping').length, 0);
+});
+
 test('thinking: the model reasoning comes as a thinking block, streamed as thinking_delta', async () => {
   const req = { model: 'm', max_tokens: 6, temperature: 0, ignore_eos: true, thinking: { type: 'enabled', budget_tokens: 1024 },
     messages: [{ role: 'user', content: 'Think first' }] };
@@ -210,6 +228,38 @@ test('x-api-key: accepted as the API key (and Bearer), 401 without', async () =>
   const r = await fetch(base + '/v1/messages', { method: 'POST', headers: { ...JSON_HDR, 'anthropic-version': '2023-06-01' },
     body: JSON.stringify(req) });
   assert.equal(r.status, 401);
+});
+
+test('errors the HTTP layer gives before routing have Anthropic\'s shape on /v1/messages*', async () => {
+  const base = process.env.BS_KEY_URL;   // --api-key secret-key --body-limit 65536
+  const req = { model: 'm', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] };
+  await assert.rejects(new Anthropic({ baseURL: base, apiKey: 'wrong', maxRetries: 0 }).messages.create(req),
+    (e) => e instanceof Anthropic.AuthenticationError && e.error?.type === 'error' &&
+      e.error.error.type === 'authentication_error');
+  const key = { 'x-api-key': 'secret-key' };
+  const shaped = async (path, init, status, type) => {
+    const r = await fetch(base + path, init);
+    const j = await r.json();
+    assert.equal(r.status, status, JSON.stringify(j));
+    assert.equal(j.type, 'error', `${path} ${status}: ${JSON.stringify(j)}`);
+    assert.equal(j.error.type, type, JSON.stringify(j));
+    assert.equal(typeof j.error.message, 'string');
+  };
+  await shaped('/v1/messages', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{"max_tokens": 2,' }, 400,
+    'invalid_request_error');
+  await shaped('/v1/messages', { method: 'POST', headers: { 'Content-Type': 'text/plain', ...key }, body: '{}' }, 415,
+    'invalid_request_error');
+  await shaped('/v1/messages', { method: 'GET', headers: key }, 405, 'invalid_request_error');
+  await shaped('/v1/messages/nope', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{}' }, 404, 'not_found_error');
+  await shaped('/v1/messages/count_tokens', { method: 'POST', headers: JSON_HDR, body: '{}' }, 401, 'authentication_error');
+  await shaped('/v1/messages', { method: 'POST', headers: { ...JSON_HDR, ...key },
+    body: JSON.stringify({ ...req, system: 'x'.repeat(70000) }) }, 413, 'request_too_large');
+  // elsewhere the OpenAI shape stays
+  const r = await fetch(base + '/v1/chat/completions', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{' });
+  const j = await r.json();
+  assert.equal(r.status, 400);
+  assert.equal(j.error.code, 400);
+  assert.equal(j.type, undefined);
 });
 
 test('a client abort mid-stream frees the slot', async () => {
