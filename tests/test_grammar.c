@@ -107,6 +107,11 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK(bs_grammar_from_json_schema("{\"type\": \"i\\nteger\", \"$ref\": \"#\\r\"}") == NULL);
     CHECK(strchr(bs_last_error(), '\n') == NULL && strchr(bs_last_error(), '\r') == NULL);
     CHECK(strstr(bs_last_error(), "json schema") != NULL);
+    /* an error re-raised with the last one as its argument keeps the message */
+    char was[256];
+    snprintf(was, sizeof was, "%s", bs_last_error());
+    bs_error("%s", bs_last_error());
+    CHECK(strcmp(bs_last_error(), was) == 0);
 }
 
 /* The mask is exactly allows() over the whole vocabulary (at a few states; the second grammar's

@@ -20,10 +20,12 @@ static void one_line(char *s) {
 }
 
 int bs_error(const char *fmt, ...) {
+    char msg[sizeof bs_err_buf];   /* (the arguments may be the last error itself) */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(bs_err_buf, sizeof bs_err_buf, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(bs_err_buf, msg, sizeof msg);
     one_line(bs_err_buf);
     return -1;
 }
