@@ -178,6 +178,8 @@ typedef struct bs_batch_seq {
     int logits_mode;           /* BS_LOGITS_NONE / LAST / ALL, as bs_eval */
     float *logits;             /* n_vocab (LAST) or n * n_vocab (ALL) floats */
     float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
+    int32_t *next;             /* LAST: NULL, or the greedy token of the row (as bs_eval_greedy);
+                                  with it, on a GPU, the row itself may stay unwritten */
 } bs_batch_seq;
 /* Room for max_rows tokens in all per call, of which max_logit_rows (>= 1) get logits; n_threads
  * (0: 1) run the weight products. NULL + error. */

@@ -87,7 +87,7 @@ static void check_model(const char *path) {
         for (int i = 0; i < NS; i++) {
             int n, mode;
             plan(i, r, &n, &mode);
-            q[i] = (bs_batch_seq){bat[i], toks[i][r], n, mode, lb + (size_t)i * lsz, has_taps(i) ? tb + (size_t)i * tsz : NULL};
+            q[i] = (bs_batch_seq){bat[i], toks[i][r], n, mode, lb + (size_t)i * lsz, has_taps(i) ? tb + (size_t)i * tsz : NULL, NULL};
         }
         CHECKF(!bs_eval_multi(b, q, NS), "%s round %d: %s", path, r, bitspark_last_error());
         for (int i = 0; i < NS; i++) {
@@ -117,7 +117,7 @@ static void check_model(const char *path) {
         for (int j = 0; j < 3; j++) {
             const int i = 3 * (step % 2) + j;
             q[j] = (bs_batch_seq){bat[i], &toks[i][step][MAXN - 1], 1, BS_LOGITS_LAST, lb + (size_t)j * lsz,
-                                  has_taps(i) ? tb + (size_t)j * tsz : NULL};
+                                  has_taps(i) ? tb + (size_t)j * tsz : NULL, NULL};
         }
         CHECKF(!bs_eval_multi(b, q, 3), "%s decode step %d: %s", path, step, bitspark_last_error());
         for (int j = 0; j < 3; j++) {
@@ -127,6 +127,27 @@ static void check_model(const char *path) {
             if (has_taps(i) && i != 4)
                 CHECKF(!memcmp(ta, q[j].taps, 2 * (size_t)E * sizeof(float)), "%s decode step %d seq %d: taps differ", path, step, i);
             CHECKF(same_state(alone[i], bat[i]), "%s decode step %d seq %d: state differs", path, step, i);
+        }
+    }
+    /* greedy decode steps (.next): every sequence greedy (only the ids come back), then one of
+     * three (the rows come back, the id from its row): the alone row's lowest argmax */
+    for (int step = 0; step < 4 && b; step++) {
+        bs_batch_seq q[3];
+        int32_t next[3] = {-1, -1, -1};
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            q[j] = (bs_batch_seq){bat[i], &toks[i][step][MAXN - 2], 1, BS_LOGITS_LAST, lb + (size_t)j * lsz,
+                                  has_taps(i) ? tb + (size_t)j * tsz : NULL, step < 2 || j == 1 ? &next[j] : NULL};
+        }
+        CHECKF(!bs_eval_multi(b, q, 3), "%s greedy step %d: %s", path, step, bitspark_last_error());
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            CHECK(!bs_eval(alone[i], q[j].tokens, 1, BS_LOGITS_LAST, la, has_taps(i) ? ta : NULL));
+            int32_t best = 0;
+            for (int k = 1; k < V; k++) best = la[k] > la[best] ? k : best;
+            if (q[j].next) CHECKF(next[j] == best, "%s greedy step %d seq %d: id %d, the row's argmax %d", path, step, i, next[j], best);
+            else CHECKF(!memcmp(la, q[j].logits, (size_t)V * sizeof(float)), "%s greedy step %d seq %d: logits differ", path, step, i);
+            CHECKF(same_state(alone[i], bat[i]), "%s greedy step %d seq %d: state differs", path, step, i);
         }
     }
     bs_batch_free(b);

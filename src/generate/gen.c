@@ -428,7 +428,7 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     if (g->use_spec && g->state == GS_SPEC) return g->spec_planned = gen_spec_plan(g, q);
     if (g->state == GS_DECODE) {
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
-                            .logits = g->logits};
+                            .logits = g->logits, .next = g->argmax_dev ? &g->next_id : NULL};
         return 1;
     }
     if (g->state != GS_PROMPT || budget <= 0 || next_image(g)) return 0;   /* images: bs_gen_step */
@@ -460,6 +460,7 @@ void bs_gen_commit(bs_gen *g, bool ok) {
         return;
     }
     if (g->state == GS_DECODE) {
+        g->have_next = g->argmax_dev;   /* the pass gave the id (bs_gen_plan's .next) */
         decoded(g);
     } else if (g->state == GS_PROMPT) {
         if (g->use_spec && bs_spec_prompt_commit(g->spec, g->planned)) {

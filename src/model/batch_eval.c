@@ -199,6 +199,7 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         if (q[i].logits_mode == BS_LOGITS_NONE) continue;
         const int rows = q[i].logits_mode == BS_LOGITS_ALL ? q[i].n : 1;
         memcpy(q[i].logits, b->logits + (size_t)k * V, (size_t)rows * V * sizeof(float));
+        if (q[i].next && q[i].logits_mode == BS_LOGITS_LAST) *q[i].next = bs_argmax_lowest(q[i].logits, (int)V);
         k += rows;
     }
 }
@@ -217,6 +218,7 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bo
     *v = (bs_vk_seq){.s = s->vk, .snapshot = snap && done == 0, .tokens = s->rb_tokens + done, .n = m,
                      .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
                      .logits = q->logits_mode == BS_LOGITS_ALL ? q->logits + (size_t)done * V : q->logits,
+                     .next = lr && q->logits_mode == BS_LOGITS_LAST ? q->next : NULL,
                      .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,
                      .tap_out = q->taps && !s->taps_on_device ? q->taps + (size_t)done * tap_row : NULL};
     return m;
@@ -255,6 +257,7 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     /* sessions on the device: their rows through each weight product together there (one
      * alone takes bs_eval's recorded steps: the same bits) */
     if (b->vk && n_seq > 1) return eval_device(b->vk, q, n_seq);
+    if (b->vk && q[0].next && q[0].logits_mode == BS_LOGITS_LAST) return bs_eval_greedy(q[0].s, q[0].tokens, q[0].n, q[0].next, q[0].taps);
     if (b->vk) return bs_eval(q[0].s, q[0].tokens, q[0].n, q[0].logits_mode, q[0].logits, q[0].taps);
     const bs_qwen35_hparams *hp = &b->m->hp;
     const int E = hp->n_embd;

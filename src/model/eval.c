@@ -81,7 +81,7 @@ int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logits_mode,
 
 /* The lowest index of the largest value, NaN never winning (0 for a row of NaN): the device's
  * argmax.comp, so a greedy step picks the same token on either backend. */
-static int32_t argmax_lowest(const float *w, int n) {
+int32_t bs_argmax_lowest(const float *w, int n) {
     int32_t best = -1;
     for (int i = 0; i < n; i++)
         if (w[i] == w[i] && (best < 0 || w[i] > w[best])) best = i;
@@ -94,7 +94,7 @@ int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *
     if (!s->vk) {
         float *lg = bs_xmalloc(sizeof(float) * (size_t)s->m->hp.n_vocab);
         const int rc = bs_eval(s, tokens, n_tokens, BS_LOGITS_LAST, lg, taps);
-        if (!rc) *next = argmax_lowest(lg, s->m->hp.n_vocab);
+        if (!rc) *next = bs_argmax_lowest(lg, s->m->hp.n_vocab);
         free(lg);
         return rc;
     }

@@ -113,6 +113,9 @@ void bs_session_end_batch(bs_session *s, int n);
 int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
                        float *logits, float *taps);
 
+/* eval.c: the lowest index of the largest of w[0..n), NaN never winning (the device's argmax). */
+int32_t bs_argmax_lowest(const float *w, int n);
+
 /* forward.c: evaluate the n <= n_batch rows of the batch begun (validated), taps/logits at row
  * offset handled by the caller's pointers. */
 void bs_forward_batch(bs_session *s, int n, bool record, int logits_mode,

@@ -386,6 +386,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.stop = (const char *const *)t->stop;
     r.n_stop = t->n_stop;
     r.n_probs = t->n_probs;
+    r.greedy_on_device = true;   /* plain greedy slots on a GPU: only token ids come back */
     r.post_probs = t->post_probs;
     r.loop = t->loop;
     r.no_draft = t->no_draft || t->loop.mode == BS_LOOP_GUARD_REWIND;

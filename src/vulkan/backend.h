@@ -198,6 +198,9 @@ typedef struct bs_vk_seq {
     const float *rope;
     int logit_rows;
     float *logits;
+    int32_t *next;                /* logit_rows 1: NULL, or the row's argmax (the row may then
+                                     stay unread: when every such sequence of the pass has it,
+                                     only the ids come back) */
     const int *taps;
     int n_taps;
     float *tap_out;
