@@ -278,7 +278,7 @@ int main(void) {
     fx = getenv("BS_FIXTURES");
     bin = getenv("BITSPARK");
     tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     if (!bin) { fprintf(stderr, "BITSPARK is not set\n"); return 1; }
     char base[1024], adapter[1024], peft[1024];

@@ -1,5 +1,5 @@
 /* test_vulkan_vision.c: images on the Vulkan device (lavapipe in CI, validation layer on: any
- * message fails), with the vision fixture (../shared/fixtures/vision, llama.cpp's numbers) and
+ * message fails), with the vision fixture (tests/fixtures/vision, llama.cpp's numbers) and
  * the tiny f32 target:
  * 1. the fixture's chat prompt with its 4x3 image rows evaluated on the device gives logits
  *    within the fixture's bounds (README: relative L2 per row, median <= 1e-3, worst <= 1e-2)

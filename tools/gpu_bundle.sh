@@ -5,7 +5,7 @@
 # images, the Vulkan loader and the glvnd/X11 libraries NVIDIA's driver needs (used there only
 # where the image lacks them), the validation layer, the fixtures that fit and run.sh.
 #   tools/gpu_bundle.sh [OUTDIR]     (default gpu-bundle/; make gpu-bundle)
-# Environment: BUNDLE_BUILD=DIR (default build-bundle), BS_FIXTURES=DIR (default ../shared/fixtures),
+# Environment: BUNDLE_BUILD=DIR (default build-bundle), BS_FIXTURES=DIR (default tests/fixtures),
 #   BUNDLE_LIMIT_MIB (default 40: the bundle travels in a 64 MiB carry with the working tree).
 # The loader, glvnd/X11 and validation-layer packages come from this machine (dpkg -L) where
 # installed, else from `apt-get download` (unpacked with dpkg -x).
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu-bundle}
 build=${BUNDLE_BUILD:-build-bundle}
-fx=${BS_FIXTURES:-../shared/fixtures}
+fx=${BS_FIXTURES:-tests/fixtures}
 limit_mib=${BUNDLE_LIMIT_MIB:-40}
 log() { echo "gpu_bundle: $*" >&2; }
 arch=x86_64-linux-gnu

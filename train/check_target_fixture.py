@@ -53,7 +53,7 @@ def load_gguf_target(path, qat=False):
 
 
 def main():
-    fix = os.environ.get('BS_FIXTURES', '/work/shared/fixtures')
+    fix = os.environ.get('BS_FIXTURES', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'fixtures'))
     torch.set_num_threads(1)
     model, c = load_gguf_target(os.path.join(fix, 'tiny-f32.gguf'))
     j = json.load(open(os.path.join(fix, 'tiny-f32.json')))
