@@ -16,6 +16,9 @@
 #   manifest), BUNDLE_MODEL_DIR (default /tmp/bitspark-bundle-models).
 set -uo pipefail
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the bundle's own fixtures, or the repository's when the bundle sits at its top (gpu_bundle.sh)
+FX=$B/fixtures
+[ -n "$(ls -A "$FX" 2>/dev/null)" ] || FX=$(cd "$B/.." && pwd)/tests/fixtures
 [ $# -ge 1 ] || { echo "usage: run.sh OUTDIR" >&2; exit 2; }
 mkdir -p "$1" || exit 2
 OUT=$(cd "$1" && pwd)
@@ -258,7 +261,7 @@ pass=0; fail=0; skip=0; notrun=0
     cmd=("$W/bin/$name"); [ "$kind" = py ] && cmd=(python3 "$W/src/tests/$name")
     extra=(); [ "$name" = test_vulkan_dspark_sampling ] && extra=(BS_SAMPLING_VULKAN=1 BITSPARK_VK_ALLOW_CPU=1)
     t=$(date +%s)
-    env "${extra[@]}" BITSPARK="$BS" BS_FIXTURES="$B/fixtures" BS_SRC="$W/src" BS_TMP="$W/tmp" \
+    env "${extra[@]}" BITSPARK="$BS" BS_FIXTURES="$FX" BS_SRC="$W/src" BS_TMP="$W/tmp" \
       timeout "$avail" "${cmd[@]}" >"$W/$name.log" 2>&1
     rc=$?; dt=$(( $(date +%s) - t ))
     case $rc in
