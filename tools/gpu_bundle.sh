@@ -85,7 +85,7 @@ for t in "${TESTS[@]}"; do
     case " ${FIXTURES[*]} ${MODELS[*]/#/models/} " in *" $need "*) ;; *) missing+=("$need");; esac
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    not_run+=("$name: needs ${missing[*]} (not in the bundle: over its size limit)")
+    not_run+=("$name: needs ${missing[*]} (not among the bundled fixtures)")
     continue
   fi
   run_list+=("$name $kind")
@@ -152,14 +152,14 @@ fi
 
 # --- fixtures and the repository's tiny models -------------------------------------------------
 # A bundle at the top of the repository (make gpu-bundle: gpu-bundle/) travels with the working
-# tree, which holds the fixtures (tests/fixtures): run.sh reads them there, and the pair stays
-# inside a 64 MiB carry. Anywhere else the bundle takes its own copy.
+# tree, which holds the fixtures (tests/fixtures) and the models: run.sh reads them there, so the
+# pair fits a 64 MiB carry. Anywhere else the bundle takes its own copies.
 if [ "$(cd "$(dirname "$out")" && pwd)" = "$PWD" ] && [ "$(cd "$fx" && pwd)" = "$PWD/tests/fixtures" ]; then
-  log "fixtures: read from ../tests/fixtures (the bundle sits in the repository)"
+  log "fixtures and models: read from ../tests/fixtures and ../models (the bundle sits in the repository)"
 else
   for f in "${FIXTURES[@]}"; do cp -r "$fx/$f" "$out/fixtures/"; done
+  for f in "${MODELS[@]}"; do cp -r "models/$f" "$out/src/models/"; done
 fi
-for f in "${MODELS[@]}"; do cp -r "models/$f" "$out/src/models/"; done
 install -m755 tools/gpu_bundle_run.sh "$out/run.sh"
 
 # --- what the bundle needs of the machine, for run.sh -------------------------------------------

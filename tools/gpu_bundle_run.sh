@@ -247,6 +247,10 @@ SYNTH_PID=
 
 # --- 2. the Vulkan tests on the device ---------------------------------------------------------
 unpack src
+# a bundle at the top of a repository leaves the models to it, like the fixtures (gpu_bundle.sh)
+if [ -z "$(ls -A "$W/src/models" 2>/dev/null)" ] && [ -d "$B/../models" ]; then
+  rmdir "$W/src/models" 2>/dev/null; ln -s "$(cd "$B/.." && pwd)/models" "$W/src/models"
+fi
 RESERVE=$([ -n "$QUICK" ] || [ "${BUNDLE_MODELS:-}" = none ] && echo 30 || echo 200)   # what the model steps keep for themselves
 pass=0; fail=0; skip=0; notrun=0
 {
