@@ -1,5 +1,5 @@
 """What the fixture-logits checks share: the fixture models and the bounds every backend
-(CPU levels, ARM, Vulkan) must meet against llama.cpp's logits (../shared/fixtures/README), the
+(CPU levels, ARM, Vulkan) must meet against llama.cpp's logits (tests/fixtures/README.md), the
 failure list and the ctest environment."""
 import os
 import sys

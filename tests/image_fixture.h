@@ -15,7 +15,7 @@
 static const int32_t chunk1[] = {957, 117, 851, 10, 60, 124, 118, 272, 273, 95, 329, 406, 124, 62};
 static const int32_t chunk2[] = {60, 124, 118, 272, 273, 95, 266, 100, 124, 62, 68, 294, 99, 292, 98, 101,
                                  332, 278, 858, 117, 268, 46, 958, 10, 957, 400, 115, 272, 116, 397, 10};
-static const int32_t greedy_ref[] = {319, 455, 549, 276, 903, 997, 226, 419};
+static const int32_t greedy_ref[] = {592, 770, 544, 575, 399, 814, 609, 177};
 #define N1 ((int)BS_ARRAY_LEN(chunk1))
 #define N2 ((int)BS_ARRAY_LEN(chunk2))
 #define NG ((int)BS_ARRAY_LEN(greedy_ref))

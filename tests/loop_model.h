@@ -5,8 +5,10 @@
  * each, so the residual stream is dominated by the current word) and output.weight reads those
  * axes only, making the model a near-bigram machine: cycle word c_i is followed by c_{i+1 mod K}
  * (logit ~ 16 * BEST) with the escape word e_0 second (16 * SECOND); escape word e_m is followed
- * by e_{m+1}, the last one by end-of-generation. The layers are left as they are, so the logits
- * still depend (a little) on the whole context and the recurrent/KV state.
+ * by e_{m+1}, the last one by end-of-generation. Every other token gets the embedding A * e_{K+M}
+ * (one more axis) that output.weight maps to c_0, so any other text (a chat template's assistant
+ * header) leads into the cycle whatever the fixture's random weights. The layers are left as
+ * they are, so the logits still depend (a little) on the whole context and the recurrent/KV state.
  *
  * Greedy from c_0 loops c_1 .. c_{K-1} c_0 c_1 ...; banning the first token of the second copy
  * gives e_0 instead and the text ends after the escape chain. */
@@ -72,9 +74,14 @@ static int loop_model_write(const char *src, const char *dst, loop_model *lm) {
         float *buf = bs_xmalloc(x->nbytes);
         memcpy(buf, x->data, x->nbytes);
         if (!strcmp(x->name, "token_embd.weight")) {
+            for (int64_t id = 0; id < V; id++) {
+                float *row = buf + (size_t)id * E;
+                memset(row, 0, (size_t)E * sizeof *row);
+                row[LOOP_K + LOOP_M] = A;
+            }
             for (int k = 0; k < LOOP_K + LOOP_M; k++) {
                 float *row = buf + (size_t)words[k] * E;
-                memset(row, 0, (size_t)E * sizeof *row);
+                row[LOOP_K + LOOP_M] = 0.0f;
                 row[k] = A;
             }
         } else if (!strcmp(x->name, "output.weight")) {
@@ -85,13 +92,13 @@ static int loop_model_write(const char *src, const char *dst, loop_model *lm) {
             }
             for (int m = 0; m < LOOP_M; m++)
                 buf[(size_t)(m + 1 < LOOP_M ? lm->escape[m + 1] : lm->eos) * E + LOOP_K + m] = BEST;
+            buf[(size_t)lm->cycle[0] * E + LOOP_K + LOOP_M] = BEST;
         } else if (!strcmp(x->name, "output_norm.weight")) {
             for (int64_t k = 0; k < E; k++) buf[k] = 1.0f;
         }
         gguf_w_write(w, buf, x->nbytes);
         free(buf);
     }
-    (void)V;
     gguf_close(f);
     return gguf_w_close(w);
 }

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_reader import GGUF  # noqa: E402
 from ref_qwen35 import Qwen35Ref  # noqa: E402
 
-FIX = os.environ.get('BS_FIXTURES', os.path.join(os.path.dirname(__file__), '../../shared/fixtures'))
+FIX = os.environ.get('BS_FIXTURES', os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures'))
 failures = 0
 
 

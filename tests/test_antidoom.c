@@ -279,7 +279,7 @@ int main(void) {
     const char *fx = getenv("BS_FIXTURES");
     bin = getenv("BITSPARK");
     tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     if (!bin) {
         fprintf(stderr, "BITSPARK is not set\n");

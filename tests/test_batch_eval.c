@@ -106,7 +106,7 @@ static void check_model(const char *path) {
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES");
-    if (!fx) fx = "../shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     char path[1024];
     static const char *models[] = {"tiny-f32.gguf", "tiny-q1_0.gguf", "tiny-q2_0.gguf"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {

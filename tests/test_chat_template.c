@@ -88,7 +88,7 @@ static void test_golden(void) {
 static void test_chatml(void) {
     const char *dir = getenv("BS_FIXTURES");
     char path[4096];
-    snprintf(path, sizeof path, "%s/tiny-f32.gguf", dir ? dir : "../shared/fixtures");
+    snprintf(path, sizeof path, "%s/tiny-f32.gguf", dir ? dir : "tests/fixtures");
     gguf_file *f = gguf_open(path, GGUF_OPEN_META_ONLY);
     CHECKF(f != NULL, "%s", bs_last_error());
     bs_chat_template t;

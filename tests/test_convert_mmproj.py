@@ -1,7 +1,7 @@
 """hf-to-gguf --mmproj: a Hugging Face Qwen3.5 checkpoint's vision tower converts to the mmproj
 GGUF llama.cpp's converter writes.
 
-The HF form is made here from the fixture projector (../shared/fixtures/vision, written by
+The HF form is made here from the fixture projector (tests/fixtures/vision, written by
 llama.cpp's converter) by undoing its layout: the two patch kernels stacked back into the Conv3d
 weight [C, 3, 2, P, P], GGUF names -> model.visual.* names, the shape into config.json's
 vision_config (the text rms_norm_eps becomes the LayerNorm epsilon, as llama.cpp does), plus a

@@ -177,8 +177,8 @@ static void rounds_together(const char *target, const char *drafter) {
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *src = getenv("BS_SRC");
     char t[600], dr[600];
-    snprintf(t, sizeof t, "%s/tiny-q1_0.gguf", fx ? fx : "../shared/fixtures");
-    snprintf(dr, sizeof dr, "%s/tiny-dspark-f32.gguf", fx ? fx : "../shared/fixtures");
+    snprintf(t, sizeof t, "%s/tiny-q1_0.gguf", fx ? fx : "tests/fixtures");
+    snprintf(dr, sizeof dr, "%s/tiny-dspark-f32.gguf", fx ? fx : "tests/fixtures");
     rounds_together(t, dr);
     snprintf(t, sizeof t, "%s/models/bonsai-tiny-q1_0.gguf", src ? src : ".");
     snprintf(dr, sizeof dr, "%s/models/bonsai-tiny-dspark.gguf", src ? src : ".");

@@ -275,8 +275,8 @@ int main(void) {
         snprintf(path, sizeof path, "%s/models/bonsai-tiny-q1_0.gguf", src ? src : ".");
         snprintf(dpath, sizeof dpath, "%s/models/bonsai-tiny-dspark.gguf", src ? src : ".");
     } else {
-        snprintf(path, sizeof path, "%s/tiny-q1_0.gguf", fx ? fx : "../shared/fixtures");
-        snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx ? fx : "../shared/fixtures");
+        snprintf(path, sizeof path, "%s/tiny-q1_0.gguf", fx ? fx : "tests/fixtures");
+        snprintf(dpath, sizeof dpath, "%s/tiny-dspark-f32.gguf", fx ? fx : "tests/fixtures");
     }
     bs_model_params mp = {.device = on_vulkan ? "vulkan" : NULL};
     M = bs_model_load(path, &mp);

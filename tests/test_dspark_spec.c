@@ -304,7 +304,7 @@ static const char *synth(const char *preset, const char *name, int type, const c
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP");
-    if (!fx) fx = "../shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     full = getenv("BS_DSPARK_FULL") && atoi(getenv("BS_DSPARK_FULL"));
     snprintf(tmpdir, sizeof tmpdir, "%s", tmp ? tmp : "/tmp");
     char tf32[600], tq1[600], tq2[600], dfix[600];

@@ -6,7 +6,7 @@ run), compared row by row with the llama.cpp logits using the bounds of the fixt
   - tiny-f32: worst row relative L2 <= 1e-3 (and <= 1e-3 with the default F16 KV cache too);
   - quantized: median <= 3e-2, worst <= 6e-2, and the same argmax on every row whose reference
     top-2 margin is >= 0.3.
-Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against dspark/round1.ctx_feat.f32
+Also: the layer taps [1, 4, 6] of tiny-f32 over the prompt against llama.cpp's tiny-f32.taps.f32
 (<= 1e-4 relative per row); batch splits and --no-mmap give bit-identical logits (matmul rows and
 attention rows never depend on the batch, the recurrence is sequential); --tokens-file; and
 clear errors (non-zero exit, message) for bad input. tiny-q1_0: the default (repacked on
@@ -112,18 +112,19 @@ def check_f32_extras(f32_out):
         if run_ok(cmd) and open(cmd[cmd.index('-o') + 1], 'rb').read() != base:
             fail('tiny-f32 %s: logits differ from the prompt-batch run' % what)
 
-    # taps [1, 4, 6] over the prompt vs the DSpark round-1 context rows
-    cmeta = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
+    # taps [1, 4, 6] over the prompt vs llama.cpp's (tiny-f32.taps.f32, named in tiny-f32.json)
+    layers, taps_ref = meta['taps_layers'], os.path.join(FIX, meta['taps_file'])
+    width = os.path.getsize(taps_ref) // 4 // len(prompt)   # the layers' rows side by side
     taps_out = os.path.join(TMP, 'fixture_taps.f32')
     if run_ok(logits_cmd('tiny-f32', prompt, len(prompt), os.path.join(TMP, 'taps_logits.f32'),
-                         '--kv-type', 'f32', '--taps', '1,4,6', '--taps-out', taps_out)):
-        ours = read_rows(taps_out, cmeta['n_embd_cap'])
-        ref = read_rows(os.path.join(FIX, 'dspark', 'round1.ctx_feat.f32'), cmeta['n_embd_cap'])
+                         '--kv-type', 'f32', '--taps', ','.join(map(str, layers)), '--taps-out', taps_out)):
+        ours = read_rows(taps_out, width)
+        ref = read_rows(taps_ref, width)
         if ours.shape != ref.shape:
             fail('taps: %s rows vs reference %s' % (ours.shape, ref.shape))
         else:
             err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
-            print('taps [1,4,6]     worst=%.3e median=%.3e' % (err.max(), np.median(err)))
+            print('taps %s     worst=%.3e median=%.3e' % (layers, err.max(), np.median(err)))
             if err.max() > TAPS_BOUND:
                 fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
 

@@ -38,8 +38,8 @@ static double cached_p(const char *path) {
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP");
     char model[1024], drafter[1024], dir[1024], file[1200];
-    snprintf(model, sizeof model, "%s/tiny-q1_0.gguf", fx ? fx : "/work/shared/fixtures");
-    snprintf(drafter, sizeof drafter, "%s/tiny-dspark-f32.gguf", fx ? fx : "/work/shared/fixtures");
+    snprintf(model, sizeof model, "%s/tiny-q1_0.gguf", fx ? fx : "tests/fixtures");
+    snprintf(drafter, sizeof drafter, "%s/tiny-dspark-f32.gguf", fx ? fx : "tests/fixtures");
     snprintf(dir, sizeof dir, "%s/gen_costs_cache", tmp ? tmp : "/tmp");
     snprintf(file, sizeof file, "%s/bitspark/dspark-costs", dir);
     setenv("XDG_CACHE_HOME", dir, 1);

@@ -1,5 +1,5 @@
 /* test_gen_image.c: images in generation requests (bs_gen_request.images) on tiny-f32 with the
- * vision fixture's 4x3 image embeddings and its chat prompt (../shared/fixtures/vision):
+ * vision fixture's 4x3 image embeddings and its chat prompt (tests/fixtures/vision):
  * 1. greedy tokens equal the fixture's (llama.cpp's) greedy tokens;
  * 2. with the fixture drafter, greedy output equals plain greedy output;
  * 3. stepping through bs_gen_plan / bs_eval_multi / bs_gen_commit (the server's way; the image

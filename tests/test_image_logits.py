@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Image rows in the text model against llama.cpp's mtmd (../shared/fixtures/vision/README.md):
+"""Image rows in the text model against llama.cpp's mtmd (tests/fixtures/vision/README.md):
 `bitspark logits --image-embd image_embd.f32 --image-grid 4x3` on tiny-f32 with the fixture's
 chat prompt (text chunk, <image>, text chunk, then the 8 greedy tokens one at a time) gives
 logits within the README's bounds (relative L2 per row: median <= 1e-3, worst <= 1e-2) and the

@@ -1,5 +1,5 @@
 /* test_image_rows.c: image embeddings in the context (bs_eval_image) on tiny-f32 with the vision
- * fixture's 4x3 image and chat prompt (../shared/fixtures/vision):
+ * fixture's 4x3 image and chat prompt (tests/fixtures/vision):
  * 1. any split of the image into row chunks gives the same logits and taps as one batch;
  * 2. rollback into, before and after the image (recorded and recomputed batches) leaves the
  *    session byte-identical (state save) to one that evaluated the kept rows straight, and the

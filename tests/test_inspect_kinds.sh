@@ -37,7 +37,7 @@ done
 cp /etc/passwd "$T/bad.safetensors"
 "$B" inspect "$T/bad.safetensors" >"$T/out" 2>&1; rc=$?
 [ $rc = 1 ] && grep -q "header length" "$T/out" && ok "*.safetensors keeps the precise error" || bad "bad.safetensors: $(cat "$T/out")"
-FX=${BS_FIXTURES:-$(dirname "$0")/../../shared/fixtures}
+FX=${BS_FIXTURES:-$(dirname "$0")/fixtures}
 for f in "$FX/vision/tiny-mmproj-f32.gguf" synth; do
   if [ "$f" = synth ]; then "$B" synth --preset mmproj-tiny -o "$T/mp.gguf" >/dev/null 2>&1; f=$T/mp.gguf; fi
   "$B" inspect "$f" >"$T/out" 2>&1; rc=$?

@@ -305,7 +305,7 @@ static void test_guard(const char *fixtures, const char *tmp) {
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     test_random_vs_brute();
     test_thresholds();

@@ -94,7 +94,7 @@ static void free_result(result *r) {
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     char src[1024], model[1024], drafter[1024];
     snprintf(src, sizeof src, "%s/tiny-f32.gguf", fx);

@@ -31,8 +31,21 @@ static const char *hf_names[] = {"model.layers.0.linear_attn.in_proj_qkv", "mode
 
 typedef struct { int64_t in, out; float *a, *b; } delta;   /* a [R][in], b [out][R], GGUF order */
 
-/* tiny: 2 K heads, 6 V heads of 64; GGUF V head n is HF head (n % 2) * 3 + n / 2 (arch §2.7) */
-static int hf_of(int n) { return (n % 2) * 3 + n / 2; }
+/* The base's DeltaNet heads: nk K heads of dk, nv V heads of dv (read from its metadata). */
+static uint32_t nk, dk, nv, dv;
+
+/* GGUF V head n is HF head (n % nk) * (nv / nk) + n / nk (arch §2.7) */
+static int hf_of(int n) { return (n % (int)nk) * (int)(nv / nk) + n / (int)nk; }
+
+static int read_heads(const gguf_file *f) {
+    uint32_t inner;
+    if (gguf_get_u32(f, "qwen35.ssm.group_count", &nk) || gguf_get_u32(f, "qwen35.ssm.time_step_rank", &nv) ||
+        gguf_get_u32(f, "qwen35.ssm.state_size", &dk) || gguf_get_u32(f, "qwen35.ssm.inner_size", &inner) || !nk ||
+        !nv || nv % nk || inner % nv)
+        return -1;
+    dv = inner / nv;
+    return 0;
+}
 
 static void make_deltas(const gguf_file *base, delta *d) {
     bs_rng r;
@@ -88,14 +101,14 @@ static int write_peft_adapter(const char *dir, const delta *d) {
         memcpy(a, d[t].a, (size_t)R * d[t].in * sizeof(float));
         memcpy(b, d[t].b, (size_t)d[t].out * R * sizeof(float));
         /* GGUF -> HF head order */
-        int64_t head = t == 2 ? 1 : 64, o = t == 0 ? 2 * 2 * 64 : 0;
+        int64_t head = t == 2 ? 1 : (int64_t)dv, o = t == 0 ? 2 * (int64_t)nk * dk : 0;
         if (t <= 2)
-            for (int n = 0; n < 6; n++)
+            for (int n = 0; n < (int)nv; n++)
                 memcpy(b + (o + hf_of(n) * head) * R, d[t].b + (o + n * head) * R, (size_t)(head * R) * sizeof(float));
         if (t == 3)
             for (int k = 0; k < R; k++)
-                for (int n = 0; n < 6; n++)
-                    memcpy(a + k * d[t].in + hf_of(n) * 64, d[t].a + k * d[t].in + n * 64, 64 * sizeof(float));
+                for (int n = 0; n < (int)nv; n++)
+                    memcpy(a + k * d[t].in + hf_of(n) * dv, d[t].a + k * d[t].in + n * dv, dv * sizeof(float));
         char name[256];
         const char *pre = t == NT - 1 ? "base_model.model." : "base_model.model.";
         bufs[2 * t] = a, sizes[2 * t] = (size_t)R * d[t].in * sizeof(float);
@@ -274,28 +287,41 @@ static void test_q1_report(const char *adapter) {
     gguf_close(fm);
 }
 
+/* Random deltas of the base's shapes written as a GGUF adapter (and as a PEFT directory when
+ * peft is given); -1 with a failed check when the base cannot be read. */
+static int make_adapter(const char *base, const char *adapter, const char *peft) {
+    gguf_file *f = gguf_open(base, 0);
+    CHECKF(f != NULL, "%s: %s", base, bs_last_error());
+    if (!f) return -1;
+    bool ok = read_heads(f) == 0;
+    CHECKF(ok, "%s: no DeltaNet head counts", base);
+    delta d[NT];
+    if (ok) make_deltas(f, d);
+    gguf_close(f);
+    if (!ok) return -1;
+    CHECK_EQ_INT(write_gguf_adapter(adapter, d), 0);
+    if (peft) CHECK_EQ_INT(write_peft_adapter(peft, d), 0);
+    for (int t = 0; t < NT; t++) free(d[t].a), free(d[t].b);
+    return 0;
+}
+
 int main(void) {
     fx = getenv("BS_FIXTURES");
     bin = getenv("BITSPARK");
     tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     if (!bin) { fprintf(stderr, "BITSPARK is not set\n"); return 1; }
-    char base[1024], adapter[1024], peft[1024];
+    char base[1024], adapter[1024], peft[1024], q1[1024], adapter_q1[1024];
     snprintf(base, sizeof base, "%s/tiny-f32.gguf", fx);
     snprintf(adapter, sizeof adapter, "%s/lora_test_adapter.gguf", tmp);
     snprintf(peft, sizeof peft, "%s/lora_test_peft", tmp);
-    gguf_file *f = gguf_open(base, 0);
-    CHECK(f != NULL);
-    if (!f) return test_summary("test_lora");
-    delta d[NT];
-    make_deltas(f, d);
-    gguf_close(f);
-    CHECK_EQ_INT(write_gguf_adapter(adapter, d), 0);
-    CHECK_EQ_INT(write_peft_adapter(peft, d), 0);
-    for (int t = 0; t < NT; t++) free(d[t].a), free(d[t].b);
+    snprintf(q1, sizeof q1, "%s/tiny-q1_0.gguf", fx);
+    snprintf(adapter_q1, sizeof adapter_q1, "%s/lora_test_adapter_q1.gguf", tmp);
+    /* tiny-q1_0 is wider than tiny-f32 (the fixtures README): each gets an adapter of its shapes */
+    if (make_adapter(q1, adapter_q1, NULL) || make_adapter(base, adapter, peft)) return test_summary("test_lora");
     test_runtime_vs_merged(adapter, peft);
-    test_q1_report(adapter);
+    test_q1_report(adapter_q1);
     /* a bad adapter is refused with an error, not a crash */
     CHECK(bs_lora_load(base, NULL) == NULL);
     return test_summary("test_lora");

@@ -20,7 +20,7 @@
 static char path_buf[4096];
 static const char *fixture(const char *name) {
     const char *dir = getenv("BS_FIXTURES");
-    snprintf(path_buf, sizeof path_buf, "%s/%s", dir ? dir : "../shared/fixtures", name);
+    snprintf(path_buf, sizeof path_buf, "%s/%s", dir ? dir : "tests/fixtures", name);
     return path_buf;
 }
 

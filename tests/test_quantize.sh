@@ -42,11 +42,11 @@ m = {k['key'] if isinstance(k, dict) else k: k for k in j.get('metadata', [])}
 assert ts['output.weight'] == 'q8_0' and ts['token_embd.weight'] == 'bf16', ts
 assert ts['blk.0.ffn_up.weight'] == 'pq2_0' and ts['blk.0.ssm_a'] == 'f32' and ts['blk.0.ssm_conv1d.weight'] == 'f32'
 PYEOF
-# q6_k needs rows of 256: ssm_out (384 wide) falls back to q8_0 with a note (only the ssm_out
+# q6_k needs rows of 256: ssm_out (64 wide) falls back to q8_0 with a note (only the ssm_out
 # tensors are asked for q6_k, which keeps this fast under ASan)
 "$B" quantize "$F/tiny-f32.gguf" "$T/d.gguf" f32 --tensor-type 'ssm_out=q6_k' --tensor-type 'blk\.3\.ffn_up=q6_k' 2>"$T/err" \
   && "$B" inspect --json "$T/d.gguf" | grep -q '"q6_k"' \
-  && grep -q "blk.0.ssm_out.weight: rows of 384 .* using q8_0" "$T/err" && grep -q "blk.0.ssm_out.weight: rows of 384 .* using q8_0" "$T/err" \
+  && grep -q "blk.0.ssm_out.weight: rows of 64 .* using q8_0" "$T/err" && grep -q "blk.6.ssm_out.weight: rows of 64 .* using q8_0" "$T/err" \
   && [ "$(grep -c '^note:' "$T/err")" = 6 ] && ok "q6_k fallback notes" || bad "q6_k fallback: $(cat "$T/err")"
 for args in "x.gguf" "$F/tiny-f32.gguf $T/e.gguf q9_9" "$F/tiny-f32.gguf $T/e.gguf q4_1 --tensor-type (=q4_1" \
             "$F/tiny-f32.gguf $T/e.gguf q4_1 --q2-group 32" "/nonexistent.gguf $T/e.gguf q4_1"; do

@@ -79,7 +79,7 @@ int main(void) {
         {.what = "unaltered copy", .expect = NULL},
         {.what = "missing tensor", .drop_tensor = "blk.0.ssm_a", .expect = "missing tensor blk.0.ssm_a"},
         {.what = "wrong shape", .halve_tensor = "blk.3.attn_q.weight",
-         .expect = "blk.3.attn_q.weight has shape [256, 256], expected [256, 512]"},
+         .expect = "blk.3.attn_q.weight has shape [256, 128], expected [256, 256]"},
         {.what = "norm not f32", .f16_tensor = "blk.0.ssm_norm.weight",
          .expect = "blk.0.ssm_norm.weight has type f16, expected f32"},
         {.what = "hadamard key", .str_key = "prism.hadamard.inverse_weight_names", .str_val = "x",

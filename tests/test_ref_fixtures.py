@@ -4,9 +4,9 @@ can be trusted as the oracle of tests/test_ref_vs_engine.py.
 
 Asserted:
   1. tiny-f32: logits of all 63 teacher-forced rows vs tiny-f32.logits.f32, worst relative L2 per
-     row <= 2e-5 (measured 2.0e-6: llama.cpp's float32 vs our float64).
+     row <= 2e-5 (llama.cpp's float32 vs our float64).
   2. tiny-f32: taps of layers [1, 4, 6] over the 31 prompt tokens vs
-     dspark/round1.ctx_feat.f32, worst relative L2 per row <= 2e-5 (measured 2.4e-6).
+     tiny-f32.taps.f32, worst relative L2 per row <= 2e-5.
   3. Dequantizers: Q8_0 / Q4_1 tensors of tiny-q8_0 / tiny-q4_1 against the F32 weights they were
      made from (relative L2 per tensor <= 1e-2 / 0.1: the rounding step of 8 / 4 bits, a wrong
      bit layout gives ~1.4) and byte-equal to ggml-style re-quantization of them; Q2_0 g128 and
@@ -127,17 +127,15 @@ def check_f32():
           % (len(e), e.max(), np.median(e)))
     check((logits.argmax(1) == ref.argmax(1)).all(), 'tiny-f32 argmax equal on every row')
 
-    cj = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
-    n, width = cj['n_ctx_rows'], cj['n_embd_cap']
-    taps = np.fromfile(os.path.join(FIX, 'dspark', 'round1.ctx_feat.f32'), dtype='<f4').reshape(n, width)
-    ne = m.hp.n_embd
-    layers = [1, 4, 6]
-    if width != ne * len(layers) or n != len(j['prompt_tokens']):
-        raise SystemExit('round1 fixture has an unexpected shape')
+    n, ne, layers = len(j['prompt_tokens']), m.hp.n_embd, j['taps_layers']
+    taps = np.fromfile(os.path.join(FIX, j['taps_file']), dtype='<f4')
+    if taps.size != n * ne * len(layers):
+        raise SystemExit('%s has an unexpected size' % j['taps_file'])
+    taps = taps.reshape(n, len(layers) * ne)
     for i, L in enumerate(layers):
         e = rel_l2_rows(outs[L][:n], taps[:, i * ne:(i + 1) * ne])
-        check(e.max() <= 2e-5, 'tiny-f32 tap of layer %d vs round1.ctx_feat: worst %.2e median %.2e (bound 2e-5)'
-              % (L, e.max(), np.median(e)))
+        check(e.max() <= 2e-5, 'tiny-f32 tap of layer %d vs %s: worst %.2e median %.2e (bound 2e-5)'
+              % (L, j['taps_file'], e.max(), np.median(e)))
 
 
 def rel(a, b):

@@ -212,7 +212,7 @@ static void check_q6_k(void) {
 
 int main(void) {
     const char *e = getenv("BS_FIXTURES");
-    snprintf(fx, sizeof fx, "%s", e ? e : "../shared/fixtures");
+    snprintf(fx, sizeof fx, "%s", e ? e : "tests/fixtures");
     check_from_f32("tiny-q8_0.gguf", BS_Q8_0);
     check_from_f32("tiny-q4_1.gguf", BS_Q4_1);
     check_qat("tiny-q1_0.gguf");

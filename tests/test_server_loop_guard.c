@@ -21,7 +21,7 @@ static char *text_of(const bs_tokenizer *tk, const int32_t *ids, int n) {
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP"), *src = getenv("BS_SRC");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     if (!src) src = ".";
     char base[1024], model[1024], expect[1024], drafter[1024];

@@ -21,7 +21,7 @@ from replica_lib import B, TMP, Replica, check, finish, jbody, request, stream, 
 if not B:
     print('BITSPARK is not set')
     sys.exit(1)
-FIX = os.environ.get('BS_FIXTURES') or os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'fixtures')
+FIX = os.environ.get('BS_FIXTURES') or os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures')
 NO_FIM = os.path.join(FIX, 'tiny-q1_0.gguf')
 if not os.path.exists(NO_FIM):
     print('SKIP: the fixture tiny-q1_0.gguf is missing')

@@ -295,7 +295,7 @@ static void test_end_to_end(const char *fx, bool asan) {
 
 int main(void) {
     const char *fx = getenv("BS_FIXTURES");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     const char *san = getenv("BS_SANITIZED");
     bool asan = san && *san == '1';
 #if defined(__has_feature)

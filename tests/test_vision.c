@@ -1,5 +1,5 @@
 /* test_vision.c: the vision encoder against llama.cpp's numbers on the fixture projector
- * (../shared/fixtures/vision): decoded PNG = image.rgb exactly, preprocessed pixels =
+ * (tests/fixtures/vision): decoded PNG = image.rgb exactly, preprocessed pixels =
  * pixels.f32 exactly, image embeddings within 1e-3 (worst row, relative L2) of image_embd.f32;
  * the loader's errors; hostile images (truncated, corrupt, absurd sizes, bombs) refused cleanly. */
 #include "test.h"
@@ -157,7 +157,7 @@ static void test_load_errors(void) {
 
 int main(void) {
     const char *fxd = getenv("BS_FIXTURES");
-    snprintf(dir, sizeof dir, "%s/vision", fxd ? fxd : "../shared/fixtures");
+    snprintf(dir, sizeof dir, "%s/vision", fxd ? fxd : "tests/fixtures");
     char path[700], err[512] = "";
     snprintf(path, sizeof path, "%s/tiny-mmproj-f32.gguf", dir);
     bs_mmproj *m = bs_mmproj_load(path, err, sizeof err);

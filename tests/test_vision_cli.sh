@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_vision_cli.sh: images in `run`, `chat` and `logits` (--mmproj F --image PATH) on the
-# vision fixture (tiny-f32 + tiny-mmproj-f32, ../shared/fixtures/vision):
+# vision fixture (tiny-f32 + tiny-mmproj-f32, tests/fixtures/vision):
 #  - run --chat with the fixture image gives llama.cpp's greedy tokens (ref.json), and the
 #    logits of `logits --mmproj --image` predict each of them (argmax per row);
 #  - a raw prompt placing the image with <|image_pad|> gives the same as --chat renders it;

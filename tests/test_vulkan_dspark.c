@@ -148,7 +148,7 @@ int main(void) {
     const int nd = vk_test_devices(info, 8);
     if (nd < 0) return -nd;
     const char *fx = getenv("BS_FIXTURES"), *src = getenv("BS_SRC"), *tmp = getenv("BS_TMP");
-    if (!fx) fx = "../shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!src) src = ".";
     if (!tmp) tmp = "/tmp";
     bs_rng r;

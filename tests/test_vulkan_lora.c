@@ -143,7 +143,7 @@ int main(void) {
     const int nd = vk_test_devices(info, 8);
     if (nd < 0) return -nd;
     const char *fx = getenv("BS_FIXTURES"), *tmp = getenv("BS_TMP");
-    if (!fx) fx = "/work/shared/fixtures";
+    if (!fx) fx = "tests/fixtures";
     if (!tmp) tmp = "/tmp";
     check_model(fx, tmp, "tiny-q1_0", 6e-2);
     check_model(fx, tmp, "tiny-f32", 1e-4);

@@ -8,7 +8,7 @@ machine no loader or device.
     a time;
   - a row's logits do not depend on how the tokens are batched: batches of 1, 7, 64+ (more rows
     than one submission holds) and the whole sequence give the same bits;
-  - layer taps [1, 4, 6] of tiny-f32 vs the DSpark round-1 context rows (<= 1e-4);
+  - layer taps [1, 4, 6] of tiny-f32 vs llama.cpp's (tiny-f32.taps.f32, <= 1e-4);
   - greedy text of the trained tiny model (models/) equals the CPU's;
   - bench on the device: Vulkan rows, verify costs, the copy-kernel roofline;
   - devices lists the device; a named device that cannot start fails with a message, auto
@@ -183,19 +183,20 @@ def check_fusions():
 
 
 def check_taps():
-    cmeta = json.load(open(os.path.join(FIX, 'dspark', 'round1.json')))
     meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
-    prompt = meta['prompt_tokens']
+    prompt, layers = meta['prompt_tokens'], meta['taps_layers']
+    taps_ref = os.path.join(FIX, meta['taps_file'])
+    width = os.path.getsize(taps_ref) // 4 // len(prompt)   # the layers' rows side by side
     taps_out = os.path.join(TMP, 'vk_taps.f32')
     if not logits(os.path.join(FIX, 'tiny-f32.gguf'), prompt, len(prompt), os.path.join(TMP, 'vk_taps_l.f32'),
-                  '--kv-type', 'f32', '--taps', '1,4,6', '--taps-out', taps_out):
+                  '--kv-type', 'f32', '--taps', ','.join(map(str, layers)), '--taps-out', taps_out):
         return
-    ours = rows(taps_out, cmeta['n_embd_cap'])
-    ref = rows(os.path.join(FIX, 'dspark', 'round1.ctx_feat.f32'), cmeta['n_embd_cap'])
+    ours = rows(taps_out, width)
+    ref = rows(taps_ref, width)
     if ours.shape != ref.shape:
         return fail('taps: %s rows vs %s' % (ours.shape, ref.shape))
     err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
-    print('taps [1,4,6] vulkan: worst=%.3e' % err.max())
+    print('taps %s vulkan: worst=%.3e' % (layers, err.max()))
     if err.max() > TAPS_BOUND:
         fail('taps: worst %.3e > %g' % (err.max(), TAPS_BOUND))
 

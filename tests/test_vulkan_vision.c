@@ -1,5 +1,5 @@
 /* test_vulkan_vision.c: images on the Vulkan device (lavapipe in CI, validation layer on: any
- * message fails), with the vision fixture (../shared/fixtures/vision, llama.cpp's numbers) and
+ * message fails), with the vision fixture (tests/fixtures/vision, llama.cpp's numbers) and
  * the tiny f32 target:
  * 1. the fixture's chat prompt with its 4x3 image rows evaluated on the device gives logits
  *    within the fixture's bounds (README: relative L2 per row, median <= 1e-3, worst <= 1e-2)
@@ -42,6 +42,10 @@
 #define N_GEN 16
 
 static const double MEDIAN = 1e-3, WORST = 1e-2, EMBD_WORST = 1e-3;
+/* Rows from our own encoder's embeddings: exact tanh GELU where llama.cpp reads an fp16 table
+ * puts them 4.8e-4 from the fixture's, which tiny-f32 turns into up to 3.2e-2 in an image row
+ * (the CPU encoder's rows measure the same; vision/README.md). */
+static const double ENC_WORST = 5e-2;
 static char fix[1024];
 static int V, E;
 
@@ -87,7 +91,7 @@ static bool eval_all(bs_model *m, const float *img, int n_batch, int kv, float *
 }
 
 /* The fixture's bounds over the rows and its greedy tokens (the rows after the prompt's last). */
-static void against_fixture(const char *what, const float *got, const float *ref) {
+static void against_fixture(const char *what, const float *got, const float *ref, double worst_bound) {
     double err[ROWS];
     for (int r = 0; r < ROWS; r++) err[r] = rel_l2(got + (size_t)r * V, ref + (size_t)r * V, V);
     double sorted[ROWS];
@@ -102,7 +106,7 @@ static void against_fixture(const char *what, const float *got, const float *ref
         same += best == greedy_ref[i];
     }
     printf("%s: logits median %.2e worst %.2e, greedy %d of %d the fixture's\n", what, med, worst, same, NG);
-    CHECKF(med <= MEDIAN && worst <= WORST, "%s: median %.2e / worst %.2e over the bounds", what, med, worst);
+    CHECKF(med <= MEDIAN && worst <= worst_bound, "%s: median %.2e / worst %.2e over the bounds", what, med, worst);
     CHECKF(same == NG, "%s: %d of %d greedy tokens", what, same, NG);
 }
 
@@ -111,7 +115,7 @@ static void logits_check(bs_model *m, const float *img, const float *ref) {
     const int kvs[2] = {BS_KV_F32, BS_KV_F16};
     for (int k = 0; k < 2; k++) {
         if (!eval_all(m, img, 64, kvs[k], one)) continue;
-        against_fixture(k ? "device, F16 KV" : "device, F32 KV", one, ref);
+        against_fixture(k ? "device, F16 KV" : "device, F32 KV", one, ref, WORST);
         if (k == 0 && eval_all(m, img, 5, kvs[k], five))   /* lavapipe is slow: batching once */
             CHECKF(!memcmp(one, five, sizeof(float) * ROWS * V), "batches of 5 differ from one batch");
     }
@@ -234,7 +238,7 @@ static void encoder_check(bs_model *m, const float *ref_embd, const float *ref_l
         /* the two encoders differ by float order only, far below their distance to llama.cpp */
         CHECKF(vs_cpu <= 1e-5, "device encoder: %.2e from the CPU encoder's rows", vs_cpu);
         float *lg = malloc(sizeof(float) * ROWS * V);
-        if (eval_all(m, dev.embd, 64, BS_KV_F32, lg)) against_fixture("device-encoded rows, F32 KV", lg, ref_logits);
+        if (eval_all(m, dev.embd, 64, BS_KV_F32, lg)) against_fixture("device-encoded rows, F32 KV", lg, ref_logits, ENC_WORST);
         free(lg);
     }
     CHECKF(bs_mmproj_use_device(pj, NULL, err, sizeof err) == 0 && !bs_mmproj_on_device(pj), "back to the CPU");

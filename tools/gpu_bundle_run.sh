@@ -16,6 +16,9 @@
 #   manifest), BUNDLE_MODEL_DIR (default /tmp/bitspark-bundle-models).
 set -uo pipefail
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the bundle's own fixtures, or the repository's when the bundle sits at its top (gpu_bundle.sh)
+FX=$B/fixtures
+[ -n "$(ls -A "$FX" 2>/dev/null)" ] || FX=$(cd "$B/.." && pwd)/tests/fixtures
 [ $# -ge 1 ] || { echo "usage: run.sh OUTDIR" >&2; exit 2; }
 mkdir -p "$1" || exit 2
 OUT=$(cd "$1" && pwd)
@@ -244,6 +247,10 @@ SYNTH_PID=
 
 # --- 2. the Vulkan tests on the device ---------------------------------------------------------
 unpack src
+# a bundle at the top of a repository leaves the models to it, like the fixtures (gpu_bundle.sh)
+if [ -z "$(ls -A "$W/src/models" 2>/dev/null)" ] && [ -d "$B/../models" ]; then
+  rmdir "$W/src/models" 2>/dev/null; ln -s "$(cd "$B/.." && pwd)/models" "$W/src/models"
+fi
 RESERVE=$([ -n "$QUICK" ] || [ "${BUNDLE_MODELS:-}" = none ] && echo 30 || echo 200)   # what the model steps keep for themselves
 pass=0; fail=0; skip=0; notrun=0
 {
@@ -258,7 +265,7 @@ pass=0; fail=0; skip=0; notrun=0
     cmd=("$W/bin/$name"); [ "$kind" = py ] && cmd=(python3 "$W/src/tests/$name")
     extra=(); [ "$name" = test_vulkan_dspark_sampling ] && extra=(BS_SAMPLING_VULKAN=1 BITSPARK_VK_ALLOW_CPU=1)
     t=$(date +%s)
-    env "${extra[@]}" BITSPARK="$BS" BS_FIXTURES="$B/fixtures" BS_SRC="$W/src" BS_TMP="$W/tmp" \
+    env "${extra[@]}" BITSPARK="$BS" BS_FIXTURES="$FX" BS_SRC="$W/src" BS_TMP="$W/tmp" \
       timeout "$avail" "${cmd[@]}" >"$W/$name.log" 2>&1
     rc=$?; dt=$(( $(date +%s) - t ))
     case $rc in

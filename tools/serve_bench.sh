@@ -27,8 +27,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#models[@]} -eq 0 ]; then
-  models=(models/bonsai-tiny-q1_0.gguf ../shared/fixtures/tiny-q1_0.gguf)
-  drafters=(models/bonsai-tiny-dspark.gguf ../shared/fixtures/tiny-dspark-f32.gguf)
+  models=(models/bonsai-tiny-q1_0.gguf tests/fixtures/tiny-q1_0.gguf)
+  drafters=(models/bonsai-tiny-dspark.gguf tests/fixtures/tiny-dspark-f32.gguf)
 fi
 [ ${#models[@]} -eq ${#drafters[@]} ] || { echo "give one -md per -m" >&2; exit 2; }
 T=$(mktemp -d); MAIN=$BASHPID

@@ -62,7 +62,7 @@ arm64_test() { # name qemu-cpu expected-top-level BITSPARK_CPU-or-empty BS_TEST_
     local cmd=(qemu-aarch64 -cpu "$cpu" -L / "$dir/tests/$t")
     [ "${t%.py}" != "$t" ] && cmd=(/usr/bin/python3 "tests/$t")   # Debian's, with numpy (as ctest)
     local t0=$SECONDS
-    env ${lv:+BITSPARK_CPU=$lv} BITSPARK="$wrap" BS_FIXTURES="$PWD/../shared/fixtures" BS_TMP="$PWD/$tmp" \
+    env ${lv:+BITSPARK_CPU=$lv} BITSPARK="$wrap" BS_FIXTURES="$PWD/tests/fixtures" BS_TMP="$PWD/$tmp" \
         BS_SRC="$PWD" BS_BUILD="$PWD/$dir" BS_ARCH=aarch64 BS_TEST_QUICK=$quick timeout 900 "${cmd[@]}" >"$tmp/$t.log" 2>&1
     rc=$?
     # the emulated CPU must reach the level this run is for (else fewer kernels were tested)

@@ -45,7 +45,7 @@ def load_gguf_drafter(path):
 
 
 def main():
-    fix = os.environ.get('BS_FIXTURES', '/work/shared/fixtures')
+    fix = os.environ.get('BS_FIXTURES', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'fixtures'))
     d = load_gguf_drafter(os.path.join(fix, 'tiny-dspark-f32.gguf'))
     ok = True
     for case in ['round1', 'random7', 'random120']:

@@ -1,7 +1,7 @@
 """Check train/model.py's forward (the training graph, chunked DeltaNet) against llama.cpp: load
 $BS_FIXTURES/tiny-f32.gguf into the PyTorch module (the inverse of export_gguf.py's mapping,
 ssm_a -> A_log = log(-ssm_a)) and compare the prompt rows of tiny-f32.logits.f32 (relative L2
-per row; the fixtures' f32 bound is 1e-3). Also the taps [1, 4, 6] against dspark/round1."""
+per row; the fixtures' f32 bound is 1e-3). Also the taps [1, 4, 6] against tiny-f32.taps.f32."""
 import json
 import os
 import sys
@@ -53,16 +53,16 @@ def load_gguf_target(path, qat=False):
 
 
 def main():
-    fix = os.environ.get('BS_FIXTURES', '/work/shared/fixtures')
+    fix = os.environ.get('BS_FIXTURES', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'fixtures'))
     torch.set_num_threads(1)
     model, c = load_gguf_target(os.path.join(fix, 'tiny-f32.gguf'))
     j = json.load(open(os.path.join(fix, 'tiny-f32.json')))
     toks = j['prompt_tokens']
     ref = np.fromfile(os.path.join(fix, 'tiny-f32.logits.f32'), '<f4').reshape(-1, c.n_vocab)[:len(toks)]
     with torch.no_grad():
-        lg, taps = model(torch.tensor([toks]), taps=[1, 4, 6])
+        lg, taps = model(torch.tensor([toks]), taps=j['taps_layers'])
     rel = np.linalg.norm(lg[0].numpy() - ref, axis=1) / np.linalg.norm(ref, axis=1)
-    tref = np.fromfile(os.path.join(fix, 'dspark', 'round1.ctx_feat.f32'), '<f4').reshape(len(toks), -1)
+    tref = np.fromfile(os.path.join(fix, j['taps_file']), '<f4').reshape(len(toks), -1)
     trel = np.linalg.norm(taps[0].numpy() - tref, axis=1) / np.linalg.norm(tref, axis=1)
     print('logits rows %d: worst rel-L2 %.2e median %.2e; taps worst %.2e' % (
         len(toks), rel.max(), np.median(rel), trel.max()))
