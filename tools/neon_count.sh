@@ -6,7 +6,8 @@
 # included; the activations' quantization and tables are per activation row and cancel).
 # Needs the cross build: cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
 # -DBS_VULKAN=OFF && cmake --build build-aarch64 --target bitspark_lib.
-# Usage: tools/neon_count.sh [types] [rows]   (defaults: q1_0 q2_0 q2_0_g64, 1 2 4 8)
+# Usage: tools/neon_count.sh [types] [rows] [levels]   (defaults: q1_0 q2_0 q2_0_g64, 1 2 4 8,
+# 1 2 3 = neon dotprod i8mm; the tables are counted at the first level given)
 set -euo pipefail
 B=build-aarch64
 [ -f "$B/libbitspark.a" ] || { echo "neon_count: build $B first (see the header)"; exit 1; }
@@ -14,6 +15,7 @@ libs=$(sed -n 's/.*libbitspark.a //p' "$B/tests/CMakeFiles/test_kernels.dir/link
 aarch64-linux-gnu-gcc -std=c11 -O2 -Isrc tools/neon_count.c -o "$B/neon_count" "$B/libbitspark.a" $libs
 types=${1:-"q1_0 q2_0 q2_0_g64"}
 rows=${2:-"1 2 4 8"}
+levels=${3:-"1 2 3"}
 NE0=1024 NE1=64
 count() { # type ne1_run nr level tbl -> executed instructions
   qemu-aarch64 -cpu max -singlestep -d exec,nochain -D /dev/stdout -L / "$B/neon_count" "$1" $NE0 $((2 * NE1)) "$2" "$3" "$4" "$5" |
@@ -21,9 +23,10 @@ count() { # type ne1_run nr level tbl -> executed instructions
 }
 printf '| type | level | kernel | rows | instructions / output / 32 weights |\n|---|---|---|---:|---:|\n'
 for t in $types; do
-  for lv in 1 2 3; do
+  first=${levels%% *}
+  for lv in $levels; do
     for tbl in 1 0; do
-      [ $tbl = 1 ] && [ $lv != 1 ] && continue   # the tables are one build for every level
+      [ $tbl = 1 ] && [ $lv != "$first" ] && continue   # the tables are one build for every level
       for nr in $rows; do
         name=$(qemu-aarch64 -cpu max -L / "$B/neon_count" "$t" $NE0 $((2 * NE1)) $NE1 "$nr" $lv $tbl)
         a=$(count "$t" $NE1 "$nr" $lv $tbl); b=$(count "$t" $((2 * NE1)) "$nr" $lv $tbl)

@@ -384,11 +384,23 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
 
 /* aarch64: the table-lookup kernels (kernels_neon_tbl.c) against the sdot / smmla ones, per
  * type, level and activation row count. qemu's timings say nothing about a real core, so the
- * choice is by counted instructions per output (weight row x activation row) per 32 weights,
- * executed under qemu-aarch64 (tools/neon_count.sh; docs/performance.md has the table).
- * So: Q1_0 and Q2_0 take tables at the NEON level; with sdot, Q2_0 takes tables and Q1_0 sdot;
- * with smmla, Q1_0 sdot, Q2_0 tables for one row and smmla from two. BITSPARK_NEON_TBL=1 takes
- * the tables for every row count and level, =0 never (to measure on a real core). */
+ * choice is by instructions executed per output (weight row x activation row) per 32 weights,
+ * counted under qemu-aarch64 (tools/neon_count.sh, 1024 x 64 products; docs/performance.md):
+ *   rows                 1     2     4     5     6     8
+ *   Q1_0  tables       18.9  15.2  13.3              12.4
+ *         plain NEON   43.0  34.0  27.2              23.2
+ *         sdot         36.3  24.8  19.0              17.1
+ *   Q2_0  tables       23.6  16.9  13.6  13.0  12.5  11.9
+ *         plain NEON   40.5  34.7  27.4              21.8
+ *         sdot         31.5  24.0  16.4              14.4
+ *         smmla        41.1  21.7  14.2  13.8  11.2   9.9
+ *   G64   tables       25.4  18.0  14.3  13.6  13.2  12.5
+ *         smmla        35.7  19.8  13.6  12.7  12.0  10.6
+ * So the tables take Q1_0 and Q2_0 everywhere, except that with FEAT_I8MM smmla takes Q2_0 from
+ * 6 rows and Q2_0_G64 from 4 (its pairs of activation rows pay once several share the
+ * unpacking). Counts are instructions, not cycles (tbl with two table registers may take more
+ * than one issue slot on some cores): BITSPARK_NEON_TBL=1 takes the tables for every product
+ * they serve, =0 never, so a real core can measure. */
 int bs_neon_tbl_mode = BS_TBL_AUTO;
 
 static int neon_tbl_env(void) {
@@ -406,9 +418,8 @@ static bs_kernel_fn neon_tbl_pick(int type, int level, int64_t n_rows) {
     const bs_kernel_fn k = level >= BS_CPU_NEON ? bs_kernel_neon_tbl(type) : NULL;
     const int env = neon_tbl_env();
     if (!k || env == 0) return NULL;
-    if (env == 1 || level == BS_CPU_NEON) return k;
-    if (type == BS_Q1_0) return NULL;
-    return level >= BS_CPU_I8MM && n_rows >= 2 ? NULL : k;
+    if (env == 1 || type == BS_Q1_0) return k;
+    return level >= BS_CPU_I8MM && n_rows >= (type == BS_Q2_0_G64 ? 4 : 6) ? NULL : k;
 #else
     (void)type, (void)level, (void)n_rows;
     return NULL;

@@ -16,16 +16,16 @@
  * weight rows per vector. So every result is bit-identical to BITSPARK_CPU=scalar and to the
  * sdot / smmla kernels, whatever kernel or tile computes it.
  *
- * Instruction counts per 8 weight rows (one output = one weight row x one activation row), from
- * the loops below; kernels.c's dispatch table compares them with the sdot / smmla kernels':
- *   shared per block of 8 rows: make_idx per 16 code bytes: 8 loads, 24 zips (the 8 x 16 byte
- *     transpose), 8 and/ushr + 16 orr + 32 zips for the 32 index vectors, 32 stores (~120);
- *     8 scale conversions.
- *   Q1_0 per activation row and 128 columns: 16 ld1 (2 tables each) + 32 tbl + 64 sxtl +
- *     64 scvtf + 64 fmul/fmla + 4 dy loads + 16 acc ld/fmla/st + 32 index loads shared by the
- *     rows of a pass.
- *   Q2_0 per activation row and 32 columns: 8 ld1 (2 tables each) + 16 tbl + 16 add, then 2 sxtl,
- *     2 scvtf, 2 fmul, 2 fadd and the sums' 2 loads / 2 stores (+ 16 index loads per pass). */
+ * The loops, per 8 weight rows (one output = one weight row x one activation row):
+ *   shared, per block and 16 code bytes: make_idx, 8 loads, 24 zips (the 8 x 16 byte
+ *     transpose), 8 and/ushr, 16 orr and 32 zips for the 32 index vectors; per block the 8
+ *     scales (8 lane loads, 2 fcvtl).
+ *   Q1_0, per activation row and 128 columns: 32 two-register loads of tables, 32 tbl, 64 sxtl,
+ *     64 scvtf, 64 fmul/fmla by the group scale, 16 loads / fmla / stores of the accumulators.
+ *   Q2_0, per activation row and 32 columns: 16 table loads, 16 tbl, 16 add, then 2 sxtl,
+ *     2 scvtf, 2 fmul, 2 fadd and the block sums' 2 loads and 2 stores.
+ * Executed instructions per output, against the sdot / smmla kernels, are counted by
+ * tools/neon_count.sh; kernels.c's dispatch follows them. */
 #include "cpu/kernels.h"
 
 #if defined(__aarch64__)
