@@ -403,6 +403,7 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
  * they serve, =0 never, so a real core can measure. */
 int bs_neon_tbl_mode = BS_TBL_AUTO;
 
+#ifdef BS_CPU_ARM
 static int neon_tbl_env(void) {
     static int v = -2;
     if (bs_neon_tbl_mode != BS_TBL_AUTO) return bs_neon_tbl_mode == BS_TBL_ON;
@@ -412,6 +413,7 @@ static int neon_tbl_env(void) {
     }
     return v;
 }
+#endif
 
 static bs_kernel_fn neon_tbl_pick(int type, int level, int64_t n_rows) {
 #ifdef BS_CPU_ARM
