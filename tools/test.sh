@@ -78,7 +78,7 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
      ! cmake --build build-aarch64 -j "$jobs" >/dev/null; then
     echo "aarch64: build failed"; cmake --build build-aarch64 -j 1 2>&1 | tail -30; failed=$((failed+1))
   else
-    arm_tests=(test_cpu_features test_kernels test_kernels_quant test_matmul test_step_ops test_batch_eval
+    arm_tests=(test_cpu_features test_kernels test_neon_tbl test_kernels_quant test_matmul test_step_ops test_batch_eval
                test_dspark_spec test_fixture_logits.py)
     # the two emulated CPUs side by side (each emulator runs mostly one thread); counts from the logs
     mkdir -p build-aarch64/testtmp

@@ -187,6 +187,8 @@ static void acts_row(bs_acts *A, const bs_type_traits *t, int64_t r, const float
         bs_l128_tables_avx512(A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_l128_lut_stride(A->n));
     else if (A->want_lut == BS_LUT_PLANAR)
         bs_l128_tables_avx2(A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_l128_lut_stride(A->n));
+    else if (A->want_lut == BS_LUT_NEON_Q1 || A->want_lut == BS_LUT_NEON_Q2)
+        bs_neon_tables(A->want_lut, A->qs + r * A->n, A->n, A->lut + (size_t)r * bs_neon_lut_stride(A->want_lut, A->n));
     if (A->want_gsum && !A->perm && A->type == BS_Q8_0) {
         const int32_t *ns = A->nsum + r * (A->n / 4);
         for (int64_t g = 0; g < A->n / QK; g++) {
@@ -380,6 +382,52 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
     return bs_kernel_l128_avx2();
 }
 
+/* aarch64: the table-lookup kernels (kernels_neon_tbl.c) against the sdot / smmla ones, per
+ * type, level and activation row count. qemu's timings say nothing about a real core, so the
+ * choice is by instructions executed per output (weight row x activation row) per 32 weights,
+ * counted under qemu-aarch64 (tools/neon_count.sh, 1024 x 64 products; docs/performance.md):
+ *   rows                 1     2     4     5     6     8
+ *   Q1_0  tables       18.9  15.2  13.3              12.4
+ *         plain NEON   43.0  34.0  27.2              23.2
+ *         sdot         36.3  24.8  19.0              17.1
+ *   Q2_0  tables       23.6  16.9  13.6  13.0  12.5  11.9
+ *         plain NEON   40.5  34.7  27.4              21.8
+ *         sdot         31.5  24.0  16.4              14.4
+ *         smmla        41.1  21.7  14.2  13.8  11.2   9.9
+ *   G64   tables       25.4  18.0  14.3  13.6  13.2  12.5
+ *         smmla        35.7  19.8  13.6  12.7  12.0  10.6
+ * So the tables take Q1_0 and Q2_0 everywhere, except that with FEAT_I8MM smmla takes Q2_0 from
+ * 6 rows and Q2_0_G64 from 4 (its pairs of activation rows pay once several share the
+ * unpacking). Counts are instructions, not cycles (tbl with two table registers may take more
+ * than one issue slot on some cores): BITSPARK_NEON_TBL=1 takes the tables for every product
+ * they serve, =0 never, so a real core can measure. */
+int bs_neon_tbl_mode = BS_TBL_AUTO;
+
+#ifdef BS_CPU_ARM
+static int neon_tbl_env(void) {
+    static int v = -2;
+    if (bs_neon_tbl_mode != BS_TBL_AUTO) return bs_neon_tbl_mode == BS_TBL_ON;
+    if (v == -2) {
+        const char *e = getenv("BITSPARK_NEON_TBL");
+        v = e && *e ? atoi(e) != 0 : -1;
+    }
+    return v;
+}
+#endif
+
+static bs_kernel_fn neon_tbl_pick(int type, int level, int64_t n_rows) {
+#ifdef BS_CPU_ARM
+    const bs_kernel_fn k = level >= BS_CPU_NEON ? bs_kernel_neon_tbl(type) : NULL;
+    const int env = neon_tbl_env();
+    if (!k || env == 0) return NULL;
+    if (env == 1 || type == BS_Q1_0) return k;
+    return level >= BS_CPU_I8MM && n_rows >= (type == BS_Q2_0_G64 ? 4 : 6) ? NULL : k;
+#else
+    (void)type, (void)level, (void)n_rows;
+    return NULL;
+#endif
+}
+
 /* A product's kernel choice and what it needs of its activations. */
 typedef struct {
     const bs_type_traits *t;
@@ -407,6 +455,8 @@ static int make_plan(const bs_weight *W, int64_t n_rows, int level, plan *p) {
     p->l128 = p->l128 && p->packed;
     p->want_gsum = p->packed && (W->pack_kind == BS_PACK_Q1_X16 || W->pack_kind == BS_PACK_Q2_X16);   /* seeds */
     p->want_lut = !p->l128 ? BS_LUT_NONE : level >= BS_CPU_AVX512 ? BS_LUT_INT16 : BS_LUT_PLANAR;
+    bs_kernel_fn tk = p->packed || p->generic ? NULL : neon_tbl_pick(W->type, level, n_rows);
+    if (tk) p->k = tk, p->want_lut = W->type == BS_Q1_0 ? BS_LUT_NEON_Q1 : BS_LUT_NEON_Q2;
     return 0;
 }
 
@@ -429,7 +479,10 @@ static int prepare(const plan *p, const bs_weight *W, const float *x, int64_t n_
     A->perm = p->perm;
     A->want_gsum = p->want_gsum;
     A->want_lut = p->want_lut;
-    if (p->want_lut) A->lut = scratch_get(2, bs_l128_lut_stride(W->ne0) * (size_t)n_rows);
+    if (p->want_lut) {
+        const int neon = p->want_lut == BS_LUT_NEON_Q1 || p->want_lut == BS_LUT_NEON_Q2;
+        A->lut = scratch_get(2, (neon ? bs_neon_lut_stride(p->want_lut, W->ne0) : bs_l128_lut_stride(W->ne0)) * (size_t)n_rows);
+    }
     job j = {.W = W, .t = p->t, .x = x, .A = A, .n_rows = n_rows, .level = level};
     pool = pool_for(W, n_rows, pool);
     const bool par = n_rows >= 4 && bs_pool_size(pool) > 1;
@@ -460,6 +513,12 @@ const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level) {
     plan p;
     if (make_plan(W, n_rows, level, &p)) return "scalar";
     if (p.generic) return "threaded scalar";
+    if (p.want_lut == BS_LUT_NEON_Q1 || p.want_lut == BS_LUT_NEON_Q2) return "neon tbl";
+#ifdef BS_CPU_ARM
+    const int q2 = W->type == BS_Q2_0 || W->type == BS_PQ2_0 || W->type == BS_Q2_0_G64;
+    if (!p.packed && p.t->is_quantized)
+        return level >= BS_CPU_I8MM && q2 ? "neon smmla" : level >= BS_CPU_DOTPROD ? "neon sdot" : "neon";
+#endif
     if (!p.packed) return "native";
     const int avx512 = level >= BS_CPU_AVX512;
     if (avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W) && bs_kernel_amx()) return "amx";

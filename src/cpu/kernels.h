@@ -72,7 +72,8 @@ typedef struct bs_acts {
     int want_gsum;
     uint8_t *lut;        /* per row (stride bs_l128_lut_stride(n)) n/4 16-entry int16 BS_PACK_Q1_L128
                           * tables; filled when want_lut */
-    int want_lut;        /* BS_LUT_INT16 (AVX-512 kernels) or BS_LUT_PLANAR (AVX2) */
+    int want_lut;        /* BS_LUT_INT16 (AVX-512 kernels), BS_LUT_PLANAR (AVX2), BS_LUT_NEON_Q1/Q2
+                          * (aarch64 tables, bs_neon_tables, stride bs_neon_lut_stride) */
     void *mem;           /* one allocation behind all of the above */
 } bs_acts;
 
@@ -100,6 +101,15 @@ bs_kernel_fn bs_kernel_get(int type, int level, int64_t ne0, int *perm);
 bs_kernel_fn bs_kernel_neon(int type);
 bs_kernel_fn bs_kernel_neon_dot(int type);
 bs_kernel_fn bs_kernel_neon_i8mm(int type);
+/* aarch64 table lookups (kernels_neon_tbl.c) for Q1_0, Q2_0/PQ2_0 and Q2_0_G64, natural layout,
+ * bit-identical to the kernels above; they read per activation row the tables bs_neon_tables
+ * writes (bs_acts.lut, want_lut BS_LUT_NEON_Q1 or BS_LUT_NEON_Q2, bs_neon_lut_stride bytes per
+ * row). Which products take them: neon_tbl_pick (kernels.c). NULL elsewhere. */
+bs_kernel_fn bs_kernel_neon_tbl(int type);
+size_t bs_neon_lut_stride(int lut_kind, int64_t n);
+void bs_neon_tables(int lut_kind, const int8_t *qs, int64_t n, uint8_t *lut);
+enum { BS_TBL_AUTO = 0, BS_TBL_OFF = 1, BS_TBL_ON = 2 };
+extern int bs_neon_tbl_mode;   /* tests: BS_TBL_AUTO (BITSPARK_NEON_TBL, else the table), off, on */
 
 /* Packed weight layouts (bs_weight.pack_kind, made by bs_weight_pack).
  * BS_PACK_Q1_X16: Q1_0 in groups of 16 rows; per group and 128-column block 288 bytes: the 16
@@ -152,7 +162,7 @@ bs_l128_range_fn bs_kernel_l128_range_avx512(void);
 /* The same layout on AVX2 (kernels_l128_avx2.c), bit-identical to the AVX-512 kernels. Its
  * tables are planar: per 4-column group the 16 entries' low bytes, then their high bytes
  * (bs_acts.want_lut == BS_LUT_PLANAR). NULL without compiler support. */
-enum { BS_LUT_NONE = 0, BS_LUT_INT16 = 1, BS_LUT_PLANAR = 2 };
+enum { BS_LUT_NONE = 0, BS_LUT_INT16 = 1, BS_LUT_PLANAR = 2, BS_LUT_NEON_Q1 = 3, BS_LUT_NEON_Q2 = 4 };
 void bs_l128_tables_avx2(const int8_t *qs, int64_t n, uint8_t *lut);
 bs_kernel_fn bs_kernel_l128_avx2(void);
 bs_l128_range_fn bs_kernel_l128_range_avx2(void);
