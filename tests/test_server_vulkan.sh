@@ -56,6 +56,16 @@ c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a
 msg() { echo "$1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["message"]))'; }
 [ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(msg "$a1")" = "$(msg "$a2")" ] \
     && ok "an identical prompt is served from the cache on the device ($c2 of $p2 tokens)" || bad "cache: $c2 of $p2 [$a1] [$a2]"
-grep -q 'vulkan validation:' "$T/server.VK.log" && bad "validation messages: $(grep -m3 'vulkan validation:' "$T/server.VK.log")" \
+# --sleep-idle-seconds on the device: the weights' device buffers go and come back, the answer stays
+start_server VKS -m "$TM" -np 1 -t 2 --ctx 256 --device vulkan --sleep-idle-seconds 1
+q='{"prompt":"Hello there","n_predict":8,"temperature":0}'
+s1=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q"); sleep 3
+slp=$(curl -s "$VKS/props" | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("is_sleeping"))')
+s2=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q")
+txt() { echo "$1" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["content"])'; }
+[ "$slp" = True ] && grep -q "weights' memory freed" "$T/server.VKS.log" && [ -n "$(txt "$s1")" ] && [ "$(txt "$s1")" = "$(txt "$s2")" ] \
+    && ok "asleep on the device, the weights' memory freed; awake, the same answer" \
+    || bad "device sleep: sleeping=$slp [$s1] [$s2] $(grep -m2 'server:' "$T/server.VKS.log")"
+grep -q 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log" && bad "validation messages: $(grep -hm3 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log")" \
     || ok "no validation messages"
 finish

@@ -20,9 +20,10 @@ static bs_vk_tensor tensor_of(const bs_weight *w) {
                           .name = w->name};
 }
 
-static bs_vk_net *upload(bs_model *m) {
+/* The network as the backend takes it (ld: its layers, the caller frees them). */
+static bs_vk_net_desc describe(const bs_model *m, bs_vk_layer_desc **ldp) {
     const bs_qwen35_hparams *hp = &m->hp;
-    bs_vk_layer_desc *ld = bs_xcalloc((size_t)hp->n_layer, sizeof *ld);
+    bs_vk_layer_desc *ld = *ldp = bs_xcalloc((size_t)hp->n_layer, sizeof *ld);
     for (int il = 0; il < hp->n_layer; il++) {
         const bs_qwen35_layer *L = &m->layers[il];
         bs_vk_layer_desc *d = &ld[il];
@@ -51,7 +52,7 @@ static bs_vk_net *upload(bs_model *m) {
             d->k_norm = L->k_norm;
         }
     }
-    bs_vk_net_desc nd = {
+    return (bs_vk_net_desc){
         .n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff, .n_vocab = hp->n_vocab, .eps = hp->eps,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .n_rot = hp->n_rot,
         .rope_base = hp->rope_base, .conv_kernel = hp->conv_kernel, .n_k_heads = hp->n_k_heads,
@@ -59,9 +60,25 @@ static bs_vk_net *upload(bs_model *m) {
         .tok_embd = tensor_of(&m->tok_embd), .output = tensor_of(&m->output), .output_norm = m->output_norm,
         .layers = ld,
     };
+}
+
+static bs_vk_net *upload(bs_model *m) {
+    bs_vk_layer_desc *ld;
+    const bs_vk_net_desc nd = describe(m, &ld);
     bs_vk_net *net = bs_vk_net_new(m->vk, &nd);
     free(ld);
     return net;
+}
+
+int bs_device_sleep(bs_model *m) { return m->vk_net ? bs_vk_net_sleep(m->vk_net) : 0; }
+
+int bs_device_wake(bs_model *m) {
+    if (!m->vk_net) return 0;
+    bs_vk_layer_desc *ld;
+    const bs_vk_net_desc nd = describe(m, &ld);
+    const int rc = bs_vk_net_wake(m->vk_net, &nd);
+    free(ld);
+    return rc;
 }
 
 static void name_cpu(bs_model *m) {

@@ -20,6 +20,10 @@ const char *bs_model_device(const bs_model *m);
 int bs_device_session_new(bs_session *s);
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
 /* next: the last row's greedy token, found on the device (mode LAST without the row), or NULL */
+/* sleep.c's device part: the weights' device buffers freed (no session may be alive) and
+ * uploaded again from the host weights (restored first). 0 where the model runs on the CPU. */
+int bs_device_sleep(bs_model *m);
+int bs_device_wake(bs_model *m);
 int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next);
 int bs_device_rollback(bs_session *s, int j);
 /* Rows i0..i0+n-1 of an nx x ny image's embeddings (bs_eval_image_rows on the device). */

@@ -6,6 +6,7 @@
  * file when read; anonymous pages (a read-in file, a packed copy) come back zeroed, so wake
  * reads them from the file again and repacks them, which gives the same bytes. */
 #include "model/sleep.h"
+#include "model/device.h"
 #include "io/file_map.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -30,7 +31,7 @@ static bool packed_copy(const bs_weight *w) { return w->packed && w->packed != w
 int bs_model_sleep(bs_model *m) {
     if (!m->layers) return bs_error("the model has no weights loaded");
     if (m->asleep) return 0;
-    if (m->vk) return bs_error("on %s the weights stay in device memory while idle", m->device_name);
+    if (bs_device_sleep(m)) return -1;   /* on a device: its buffers first (nothing changed on failure) */
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
     for (int i = 0; i < n; i++)
@@ -91,7 +92,7 @@ int bs_model_wake(bs_model *m) {
     const int rc = restore(m, fd, pool);
     bs_pool_free(pool);
     close(fd);
-    if (rc) return -1;
+    if (rc || bs_device_wake(m)) return -1;
     m->asleep = false;
     return 0;
 }

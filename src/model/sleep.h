@@ -8,8 +8,9 @@
 
 #include <stdbool.h>
 
-/* Release the weights' resident memory (mapped pages, packed copies). 0, or -1 + bs_error when
- * this model cannot (on a Vulkan device the weights stay there): it is left as it was. */
+/* Release the weights' resident memory (mapped pages, packed copies, and on a Vulkan device its
+ * buffers: every session of the model freed first). 0, or -1 + bs_error when it cannot: it is
+ * left as it was. */
 int bs_model_sleep(bs_model *m);
 /* Restore them: the file must be the one loaded (same device, inode, size and mtime); it is
  * read and repacked to the same bytes as at load. 0, or -1 + bs_error (still asleep). */

@@ -129,6 +129,15 @@ typedef struct bs_vk_net bs_vk_net;
  * bs_error (e.g. out of device memory, or a shape the kernels do not take). */
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d);
 void bs_vk_net_free(bs_vk_net *n);
+/* Sleep: the weights' device memory given back (every session and batch of the net freed first,
+ * no adapters attached; the matrices keep their shapes, so a drafter that shares them keeps
+ * them); wake: uploaded again from d, the same tensors as at bs_vk_net_new. 0 or -1 + error
+ * (wake: still asleep). */
+int bs_vk_net_sleep(bs_vk_net *n);
+int bs_vk_net_wake(bs_vk_net *n, const bs_vk_net_desc *d);
+bool bs_vk_net_asleep(const bs_vk_net *n);
+/* Bytes of device memory the context holds (all heaps). */
+uint64_t bs_vk_bytes_held(const bs_vk_ctx *c);
 /* LoRA on the device: y += scale * B (A x) on the matrix of that tensor name (a [r][in], b
  * [out][r], row-major F32; copied), in the order attached; clear drops every adapter. Sessions
  * pick the change up at their next evaluation. */

@@ -43,6 +43,8 @@ struct bs_vk_net {
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
+    int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
+    bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
 };
 
 
@@ -176,6 +178,74 @@ void bs_vk_net_lora_clear(bs_vk_net *n) {
     n->lora_gen++;
 }
 
+/* --- sleep ---------------------------------------------------------------------------------- */
+typedef int (*layer_fn)(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d);
+
+/* A layer's weight matrices given back (the layouts after the matrices that borrow them). */
+static int release_layer(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d) {
+    (void)d;
+    bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
+                          L->wq, L->wk, L->wv, L->wo, L->cat};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_release(n->c, ms[i]);
+    return 0;
+}
+
+/* A layer's weight matrices made again from d, in the same structs. */
+static int refill_layer(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d) {
+    bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
+                          L->wq, L->wk, L->wv, L->wo};
+    const bs_vk_tensor *ts[] = {&d->ffn_gate, &d->ffn_up, &d->ffn_down, &d->qkv, &d->gate, &d->beta, &d->alpha, &d->ssm_out,
+                                &d->wq, &d->wk, &d->wv, &d->wo};
+    const bs_vk_tensor *ct[BS_VK_CAT_MAX];
+    bs_vk_matrix *cm[BS_VK_CAT_MAX];
+    int nc = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        if (!ms[i]) continue;
+        if (ms[i]->borrowed) {   /* in the layout, in its order (upload_inputs) */
+            ct[nc] = ts[i];
+            cm[nc++] = ms[i];
+        } else if (bs_vk_matrix_refill(n->c, ms[i], ts[i])) {
+            return -1;
+        }
+    }
+    return L->cat ? bs_vk_matrix_cat_refill(n->c, L->cat, ct, nc, cm) : 0;
+}
+
+static int each_layer(bs_vk_net *n, const bs_vk_net_desc *d, layer_fn f) {
+    for (int il = 0; il < n->hp.n_layer; il++)
+        if (f(n, &n->L[il], d ? &d->layers[il] : NULL)) return -1;
+    return 0;
+}
+
+int bs_vk_net_sleep(bs_vk_net *n) {
+    if (n->asleep) return 0;
+    if (n->n_sess > 0) return bs_error("Vulkan: %d sessions still use the weights", n->n_sess);
+    if (n->lora_r > 0) return bs_error("Vulkan: adapters are attached");
+    each_layer(n, NULL, release_layer);
+    bs_vk_matrix_release(n->c, n->embd);
+    bs_vk_matrix_release(n->c, n->output);
+    n->asleep = true;
+    bs_vk_mem_report(n->c, "the model asleep");
+    return 0;
+}
+
+int bs_vk_net_wake(bs_vk_net *n, const bs_vk_net_desc *d) {
+    if (!n->asleep) return 0;
+    if (d->n_layer != n->hp.n_layer) return bs_error("Vulkan: the model changed while asleep");
+    if (each_layer(n, d, refill_layer) || bs_vk_matrix_refill(n->c, n->embd, &d->tok_embd) ||
+        bs_vk_matrix_refill(n->c, n->output, &d->output)) {
+        bs_error_prefix("Vulkan: uploading the weights again: ");
+        each_layer(n, NULL, release_layer);   /* all or nothing: still asleep */
+        bs_vk_matrix_release(n->c, n->embd);
+        bs_vk_matrix_release(n->c, n->output);
+        return -1;
+    }
+    n->asleep = false;
+    return 0;
+}
+
+bool bs_vk_net_asleep(const bs_vk_net *n) { return n->asleep; }
+
 /* --- sessions ------------------------------------------------------------------------------- */
 enum { KEY_TAPS = 8 };
 /* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
@@ -244,8 +314,13 @@ static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
 static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states) {
     const bs_vk_net_desc *hp = &net->hp;
     bs_vk_ctx *c = net->c;
+    if (net->asleep) {
+        bs_error("Vulkan: the model is asleep (its weights are not on the device)");
+        return NULL;
+    }
     bs_vk_sess *s = bs_xcalloc(1, sizeof *s);
     s->net = net;
+    net->n_sess++;
     s->n_ctx = n_ctx;
     s->kv_f32 = kv_f32;
     s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
@@ -317,6 +392,7 @@ static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
+    s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);

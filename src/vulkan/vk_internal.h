@@ -235,6 +235,12 @@ bool bs_vk_norm_fusable(const bs_vk_matrix *m);
 int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
                          const bs_vk_buf *const *qout, const bs_vk_buf *cnt);
+/* Sleep and wake (bs_vk_net_sleep): m's weight buffers freed, its shape and name kept; made
+ * again from W (the same tensor: checked for shape) into the same matrix, or a layout and its
+ * n matrices m (bs_vk_matrix_cat's, in order). */
+void bs_vk_matrix_release(bs_vk_ctx *c, bs_vk_matrix *m);
+int bs_vk_matrix_refill(bs_vk_ctx *c, bs_vk_matrix *m, const bs_vk_tensor *W);
+int bs_vk_matrix_cat_refill(bs_vk_ctx *c, bs_vk_matrix *lay, const bs_vk_tensor *const *W, int n, bs_vk_matrix *const *m);
 /* *m = bs_vk_matrix_new(c, t); 0 or -1 */
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,

@@ -104,11 +104,12 @@ static void row_bytes(const bs_vk_matrix *m, bool q4_1, uint64_t *code_bytes, ui
     *scale_bytes = f32 ? 4 : 2u * (uint64_t)(m->ne0 / 32 / m->subs) * (q4_1 ? 2 : 1);
 }
 
+static int fill_parts(bs_vk_ctx *c, bs_vk_matrix *m, const bs_vk_tensor *W);
+
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
     if (!matrix_meta(m, W)) { free(m); return NULL; }
     m->name = W->name ? bs_xstrdup(W->name) : NULL;
-    const bool f32 = m->kernel == BS_VK_K_MV_F32;
     m->split = split_for(m, W->ne1);
     uint64_t code_bytes, scale_bytes;
     row_bytes(m, W->type == BS_Q4_1, &code_bytes, &scale_bytes);
@@ -123,9 +124,20 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
     m->n_parts = (int)((W->ne1 + per - 1) / per);
     m->parts = bs_xcalloc((size_t)m->n_parts, sizeof *m->parts);
     for (int i = 0; i < m->n_parts; i++) {
+        m->parts[i].row0 = (int64_t)i * per;
+        m->parts[i].rows = BS_MIN(per, W->ne1 - m->parts[i].row0);
+    }
+    if (fill_parts(c, m, W)) { bs_vk_matrix_free(c, m); return NULL; }
+    return m;
+}
+
+/* m's parts' buffers made and filled from W (their rows set). */
+static int fill_parts(bs_vk_ctx *c, bs_vk_matrix *m, const bs_vk_tensor *W) {
+    const bool f32 = m->kernel == BS_VK_K_MV_F32;
+    uint64_t code_bytes, scale_bytes;
+    row_bytes(m, W->type == BS_Q4_1, &code_bytes, &scale_bytes);
+    for (int i = 0; i < m->n_parts; i++) {
         bs_vk_mat_part *p = &m->parts[i];
-        p->row0 = (int64_t)i * per;
-        p->rows = BS_MIN(per, W->ne1 - p->row0);
         /* (fp16 scales: a part's plane rounded up to whole 32-bit words) */
         const size_t cb = (size_t)(code_bytes * (uint64_t)p->rows), sb = ((size_t)(scale_bytes * (uint64_t)p->rows) + 3) & ~(size_t)3;
         void *hc = bs_xmalloc(cb), *hs = bs_xcalloc(1, sb);
@@ -136,9 +148,30 @@ bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) {
                       bs_vk_buf_write(c, &p->codes, 0, hc, cb) || bs_vk_buf_write(c, &p->scales, 0, hs, sb);
         free(hc);
         free(hs);
-        if (rc) { bs_vk_matrix_free(c, m); return NULL; }
+        if (rc) return -1;
     }
-    return m;
+    return 0;
+}
+
+/* The layout L's buffers made and filled from its n matrices W (in order); m[k], when given,
+ * borrow them again. */
+static int fill_cat(bs_vk_ctx *c, bs_vk_matrix *L, const bs_vk_tensor *const *W, int n, bs_vk_matrix *const *m) {
+    const int64_t total = L->ne1;
+    uint64_t code_bytes, scale_bytes;
+    row_bytes(L, W[0]->type == BS_Q4_1, &code_bytes, &scale_bytes);
+    const size_t cb = (size_t)(code_bytes * (uint64_t)total), sb = ((size_t)(scale_bytes * (uint64_t)total) + 3) & ~(size_t)3;
+    uint32_t *hc = bs_xmalloc(cb);
+    uint16_t *hs = bs_xcalloc(1, sb);
+    for (int64_t k = 0, off = 0; k < n; off += W[k]->ne1, k++) repack_int(W[k], L, 0, W[k]->ne1, total, off, hc, hs);
+    int rc = bs_vk_buf_new(c, &L->parts[0].codes, cb, false) || bs_vk_buf_new(c, &L->parts[0].scales, sb, false) ||
+             bs_vk_buf_write(c, &L->parts[0].codes, 0, hc, cb) || bs_vk_buf_write(c, &L->parts[0].scales, 0, hs, sb);
+    free(hc);
+    free(hs);
+    for (int k = 0; k < n && m && !rc; k++) {
+        m[k]->parts[0].codes = L->parts[0].codes;
+        m[k]->parts[0].scales = L->parts[0].scales;
+    }
+    return rc ? -1 : 0;
 }
 
 /* Matrices that read one input, in one layout (their rows one after another), so one dispatch
@@ -156,7 +189,7 @@ int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_ma
     }
     uint64_t code_bytes, scale_bytes;
     row_bytes(&m0, W[0]->type == BS_Q4_1, &code_bytes, &scale_bytes);
-    const size_t cb = (size_t)(code_bytes * (uint64_t)total), sb = ((size_t)(scale_bytes * (uint64_t)total) + 3) & ~(size_t)3;
+    const size_t cb = (size_t)(code_bytes * (uint64_t)total);
     if (cb > c->max_weight_binding || total >= (1 << 30)) return 0;
     bs_vk_matrix *L = bs_xcalloc(1, sizeof *L);
     *L = m0;
@@ -165,14 +198,7 @@ int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_ma
     L->n_parts = 1;
     L->parts = bs_xcalloc(1, sizeof *L->parts);
     L->parts[0].rows = total;
-    uint32_t *hc = bs_xmalloc(cb);
-    uint16_t *hs = bs_xcalloc(1, sb);
-    for (int64_t k = 0, off = 0; k < n; off += W[k]->ne1, k++) repack_int(W[k], L, 0, W[k]->ne1, total, off, hc, hs);
-    int rc = bs_vk_buf_new(c, &L->parts[0].codes, cb, false) || bs_vk_buf_new(c, &L->parts[0].scales, sb, false) ||
-             bs_vk_buf_write(c, &L->parts[0].codes, 0, hc, cb) || bs_vk_buf_write(c, &L->parts[0].scales, 0, hs, sb);
-    free(hc);
-    free(hs);
-    if (rc) { bs_vk_matrix_free(c, L); return -1; }
+    if (fill_cat(c, L, W, n, NULL)) { bs_vk_matrix_free(c, L); return -1; }
     for (int64_t k = 0, off = 0; k < n; off += W[k]->ne1, k++) {
         bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
         matrix_meta(m, W[k]);
@@ -188,6 +214,29 @@ int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_ma
     }
     *lay = L;
     return 1;
+}
+
+void bs_vk_matrix_release(bs_vk_ctx *c, bs_vk_matrix *m) {
+    for (int i = 0; m && i < m->n_parts; i++) {
+        if (!m->borrowed) {
+            bs_vk_buf_free(c, &m->parts[i].codes);
+            bs_vk_buf_free(c, &m->parts[i].scales);
+        }
+        memset(&m->parts[i].codes, 0, sizeof m->parts[i].codes);
+        memset(&m->parts[i].scales, 0, sizeof m->parts[i].scales);
+    }
+}
+
+int bs_vk_matrix_refill(bs_vk_ctx *c, bs_vk_matrix *m, const bs_vk_tensor *W) {
+    if (W->ne0 != m->ne0 || W->ne1 != m->ne1) return bs_error("Vulkan: %s changed shape", m->name ? m->name : "a matrix");
+    return fill_parts(c, m, W);
+}
+
+int bs_vk_matrix_cat_refill(bs_vk_ctx *c, bs_vk_matrix *lay, const bs_vk_tensor *const *W, int n, bs_vk_matrix *const *m) {
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) total += W[k]->ne1;
+    if (total != lay->ne1) return bs_error("Vulkan: a layout's matrices changed shape");
+    return fill_cat(c, lay, W, n, m);
 }
 
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {

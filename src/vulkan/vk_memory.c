@@ -73,6 +73,12 @@ int bs_vk_mem_order(const bs_vk_device_info *d, bool host, int *types) {
     return n;
 }
 
+uint64_t bs_vk_bytes_held(const bs_vk_ctx *c) {
+    uint64_t t = 0;
+    for (int h = 0; h < c->info.n_heaps; h++) t += c->heap_used[h];
+    return t;
+}
+
 uint64_t bs_vk_heap_free(bs_vk_ctx *c, int h) {
     const uint64_t size = c->info.heaps[h].size, used = c->heap_used[h];
     if (!c->info.memory_budget) return size > used ? size - used : 0;

@@ -55,6 +55,10 @@ int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const 
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
 void bs_vk_net_free(bs_vk_net *n) { (void)n; }
+int bs_vk_net_sleep(bs_vk_net *n) { (void)n; return bs_error("Vulkan: not built"); }
+int bs_vk_net_wake(bs_vk_net *n, const bs_vk_net_desc *d) { (void)n; (void)d; return bs_error("Vulkan: not built"); }
+bool bs_vk_net_asleep(const bs_vk_net *n) { (void)n; return false; }
+uint64_t bs_vk_bytes_held(const bs_vk_ctx *c) { (void)c; return 0; }
 int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale) {
     (void)n; (void)name; (void)r; (void)a; (void)b; (void)scale;
     return bs_error("no Vulkan backend");
