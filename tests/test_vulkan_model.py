@@ -133,7 +133,8 @@ FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
            ('the products that read one input as one layout and dispatch', {'BITSPARK_VK_NO_CAT': '1'}),
            ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}),
            ("the output gate and int8 blocks in attention's epilogue", {'BITSPARK_VK_NO_ATTQ': '1'}),
-           ('the residual add and the next norm in the output products', {'BITSPARK_VK_NO_NORMO': '1'}))
+           ('the residual add and the next norm in the output products', {'BITSPARK_VK_NO_NORMO': '1'}),
+           ("q/k norms, rope and KV store inside the attention's dispatch", {'BITSPARK_VK_NO_ATTF': '1'}))
 ALL_APART = {k: v for _, env in FUSIONS for k, v in env.items()}
 
 

@@ -326,8 +326,12 @@ static void check_rope(int heads, int D, int hs, int rs, int n_rot, int T, int p
     free(x); free(ref); free(cs);
 }
 
+/* attn.comp fused (up to 8 rows): from raw q/k/v rows, the same output and cache bits as
+ * qk.comp then attn.comp. */
+static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int r0);
+
 /* --- kv_store.comp and attn.comp ------------------------------------------------------------- */
-typedef struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0; } attn_push;
+typedef struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } attn_push;
 
 /* attn.comp's epilogue (quant): the output gate and the int8 blocks, the same bits as its plain
  * output then quant_q8.comp's mode 2; the blocks at row qrow0 + t. */
@@ -340,10 +344,10 @@ static void check_attn_quant(float *q, uint8_t *kc, uint8_t *vc, uint32_t *param
     float *o = calloc(n, sizeof *o), *y = malloc(sizeof *y * n);
     uint32_t *aq = calloc((nb + r0 * HD / 32) * 8, 4), *rq = calloc(nb * 8, 4);
     float *as = calloc(nb + r0 * HD / 32, 4), *am = calloc(nb + r0 * HD / 32, 4), *rs = calloc(nb, 4), *rm = calloc(nb, 4);
-    void *ad[9] = {q, kc, vc, o, NULL, params, aq, as, am};
-    size_t ab[9] = {8u * n, kvb, kvb, 4 * n, 4u * (size_t)T * plain->H * plain->n_ctx, 16, 32 * (nb + r0 * HD / 32), 4 * (nb + r0 * HD / 32),
-                    4 * (nb + r0 * HD / 32)};
-    CHECK(bs_vk_kernel_run(C, "attn", ad, ab, 9, &ap, sizeof ap, (uint32_t)T * plain->H, 1, 1) == 0);
+    void *ad[14] = {q, kc, vc, o, NULL, params, aq, as, am, NULL, NULL, NULL, NULL, NULL};
+    size_t ab[14] = {8u * n, kvb, kvb, 4 * n, 4u * (size_t)T * plain->H * plain->n_ctx, 16, 32 * (nb + r0 * HD / 32), 4 * (nb + r0 * HD / 32),
+                     4 * (nb + r0 * HD / 32), 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "attn", ad, ab, 14, &ap, sizeof ap, (uint32_t)T * plain->H, 1, 1) == 0);
     memcpy(y, o_plain, sizeof *y * n);
     uint32_t qp[4] = {(uint32_t)nb, 2, plain->H, plain->D};
     void *qd[5] = {y, rq, rs, rm, q};
@@ -432,11 +436,11 @@ static void check_attn(int H, int Hkv, int D, int T, int pos0, bool f32) {
     /* attention of T queries over the cache the store left */
     const size_t qw = 2u * H * D;
     float *q = vec((size_t)T * qw, 1.0f), *o = calloc((size_t)T * H * D, sizeof *o);
-    attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx, 1.0f / sqrtf((float)D), f32, 0, 0};
+    attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx, 1.0f / sqrtf((float)D), f32, 0, 0, 0, 0, 0};
     const size_t scb = 4u * (size_t)T * H * n_ctx;
-    void *ad[9] = {q, rk, rv, o, NULL, params, NULL, NULL, NULL};
-    size_t abytes[9] = {4 * (size_t)T * qw, kvb, kvb, 4u * (size_t)T * H * D, scb, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "attn", ad, abytes, 9, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    void *ad[14] = {q, rk, rv, o, NULL, params, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t abytes[14] = {4 * (size_t)T * qw, kvb, kvb, 4u * (size_t)T * H * D, scb, 16, 16, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "attn", ad, abytes, 14, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
     if (D % 32 == 0) check_attn_quant(q, rk, rv, params, kvb, &ap, T, o);
     /* the CPU's attention: per query, q rounded to f16 for an F16 cache, KV head h / (H / Hkv) */
     float *qb = malloc(sizeof *qb * (size_t)D), *ref = malloc(sizeof *ref * (size_t)D), *sc = malloc(sizeof *sc * (size_t)n_ctx);
@@ -639,6 +643,10 @@ int main(void) {
     check_qk(4, 2, 64, 16, 5, 32, false, 3);
     check_qk(3, 1, 96, 0, 2, 7, true, 0);
     check_qk(24, 4, 256, 64, 3, 1000, false, 1);
+    check_attn_fused(1, 1, 64, 64, 1, 0, false, 0);
+    check_attn_fused(4, 2, 64, 16, 5, 32, false, 3);
+    check_attn_fused(6, 2, 96, 0, 8, 7, true, 0);
+    check_attn_fused(24, 4, 256, 64, 2, 300, false, 1);
     check_attn(1, 1, 64, 1, 0, false);
     check_attn(4, 2, 64, 5, 32, false);
     check_attn(6, 1, 32, 3, 7, true);
@@ -657,4 +665,44 @@ int main(void) {
     bs_vk_close(C);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
     return test_summary("test_vulkan_ops");
+}
+
+static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int r0) {
+    const int n_ctx = pos0 + T + 2, kvw = Hkv * D, esz = f32 ? 4 : 2;
+    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(r0 + T), ob = 4u * (size_t)T * H * D;
+    float *a = vec((size_t)T * qw, 1.0f), *b = vec((size_t)T * kvw, 2.0f), *v = vec((size_t)T * kvw, 1.0f);
+    float *qn = vec((size_t)D, 1.0f), *kn = vec((size_t)D, 1.0f), *cs = malloc(sizeof *cs * nr * BS_MAX(n_rot, 1));
+    for (size_t t = 0; t < nr; t++) bs_rope_cache(cs + t * n_rot, pos0 + (int)t - r0, n_rot, 10000000.0f, NULL);
+    uint8_t *kc = malloc(kvb), *vc = malloc(kvb);
+    for (size_t i = 0; i < kvb; i++) kc[i] = (uint8_t)(bs_rng_next(&rng) & 0x3b), vc[i] = (uint8_t)(bs_rng_next(&rng) & 0x3b);
+    uint8_t *kc2 = malloc(kvb), *vc2 = malloc(kvb);
+    memcpy(kc2, kc, kvb);
+    memcpy(vc2, vc, kvb);
+    float *a2 = malloc(sizeof *a2 * (size_t)T * qw), *b2 = malloc(sizeof *b2 * (size_t)T * kvw);
+    memcpy(a2, a, sizeof *a2 * (size_t)T * qw);
+    memcpy(b2, b, sizeof *b2 * (size_t)T * kvw);
+    float *o1 = calloc((size_t)T * H * D, 4), *o2 = calloc((size_t)T * H * D, 4);
+    uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
+    const size_t scb = 4u * (size_t)T * H * n_ctx, csb = 4 * nr * BS_MAX(n_rot, 1);
+    /* apart: qk.comp, then attn.comp on what it left */
+    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
+                                                                         (uint32_t)r0, f32, 1e-6f};
+    void *qd[9] = {a2, b2, v, qn, kn, cs, kc2, vc2, params};
+    size_t qb[9] = {4 * (size_t)T * qw, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, csb, kvb, kvb, 16};
+    CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
+    attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx, 1.0f / sqrtf((float)D), f32, 0, (uint32_t)r0, 0,
+                    (uint32_t)n_rot, 1e-6f};
+    void *d1[14] = {a2, kc2, vc2, o1, NULL, params, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t b1[14] = {4 * (size_t)T * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "attn", d1, b1, 14, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    /* fused, from the raw rows */
+    ap.fused = 1;
+    void *d2[14] = {a, kc, vc, o2, NULL, params, NULL, NULL, NULL, b, v, qn, kn, cs};
+    size_t b2s[14] = {4 * (size_t)T * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, csb};
+    CHECK(bs_vk_kernel_run(C, "attn", d2, b2s, 14, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
+    CHECKF(!memcmp(o1, o2, ob) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
+           "attn fused %d/%d heads of %d, rope %d, %d rows at %d (row %d), %s: differs from qk then attn", H, Hkv, D, n_rot, T,
+           pos0, r0, f32 ? "F32" : "F16");
+    free(a); free(b); free(v); free(qn); free(kn); free(cs); free(kc); free(vc); free(kc2); free(vc2);
+    free(a2); free(b2); free(o1); free(o2);
 }

@@ -42,7 +42,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_DELTA] = {"delta", 6, 28, 0, {0}},
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
     [BS_VK_K_KV_STORE] = {"kv_store", 5, 8, 0, {0}},
-    [BS_VK_K_ATTN] = {"attn", 9, 32, 0, {0}},
+    [BS_VK_K_ATTN] = {"attn", 14, 44, 0, {0}},
     [BS_VK_K_ACT_ROUND] = {"act_round", 2, 8, 0, {0}},
     /* mv_q with GLU: gate and up, then silu(gate) * up */
     [BS_VK_K_GLU_Q1] = {"mv_q", 17, 60, 5, {1, 4, 1, 0, 0}},

@@ -42,6 +42,7 @@ struct bs_vk_net {
     bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
+    bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
     bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
@@ -108,6 +109,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_gluq = bs_env_flag("BITSPARK_VK_NO_GLUQ");
     n->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
     n->no_attq = bs_env_flag("BITSPARK_VK_NO_ATTQ");
+    n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
@@ -750,29 +752,34 @@ static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
 }
 
 /* One sequence's attention over its own cache, from its a (q and gate), b (k), cc (v) rows:
- * the q/k norms, rope and the KV store of its positions in one dispatch (with
- * BITSPARK_VK_NO_QK, q and k come normed and roped and only the store is left), then the
- * softmax into its d, gated and quantized into qdst's int8 blocks where qdst is given. r0: its
- * first row in a batch (the rows of rope, a batch's table, and of qdst, its shared scratch). */
+ * the q/k norms, rope and the KV store of its positions (up to 8 rows: in the attention's own
+ * dispatch; else qk.comp first; with BITSPARK_VK_NO_QK q and k come normed and roped and only
+ * the store is left), the softmax into its d, gated and quantized into qdst's int8 blocks where
+ * qdst is given. r0: its first row in a batch (the rows of rope, a batch's table, and of qdst,
+ * its shared scratch). */
 static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *rope, uint32_t r0,
                           const bs_vk_sess *qdst) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    if (!s->net->no_qk) {
+    /* up to 8 rows: the norms, rope and store inside the attention's dispatch (attn.comp fused) */
+    const bool fused = !s->net->no_qk && !s->net->no_attf && n <= 8;
+    if (!fused && !s->net->no_qk) {
         struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, r0, s->kv_f32, hp->eps};
         const bs_vk_buf *qb[9] = {&s->a, &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->kc[L->slot], &s->vc[L->slot], &s->params};
         TRY(bs_vk_dispatch(c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));
-    } else {
+        bs_vk_barrier(c);
+    } else if (!fused) {
         uint32_t kp[2] = {Hkv * D, s->kv_f32};
         const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
         TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+        bs_vk_barrier(c);
     }
-    bs_vk_barrier(c);
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0; } ap = {
-        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0};
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps};
     const bs_vk_sess *qd = qdst ? qdst : s;
-    const bs_vk_buf *ab[9] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am};
+    const bs_vk_buf *ab[14] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
+                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope};
     TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     return 0;
