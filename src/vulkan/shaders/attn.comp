@@ -46,47 +46,16 @@ shared float part[64], part_lo[64];
 
 #include "norm_rn.glsl"
 
-// fused: a head of D raw values (q's head at base of binding 0, or k's at base of binding 9)
-// RMS-normed and roped with rope row csrow into hv: qk.comp's operations. All invocations.
-void norm_rope(bool is_q, uint base, uint csrow, uint tid) {
-    float hi = 0.0, lo = 0.0;
-    for (uint i = tid; i < p.D; i += 64u) {
-        const float v = is_q ? q[base + i] : kr[base + i];
-        precise float sq = v * v;
-        ff_add(hi, lo, sq, 0.0);
-    }
-    ff_reduce64(tid, hi, lo);
-    const float scale = norm_scale(0u, part[0], part_lo[0], float(p.D), p.eps);
-    for (uint i = tid; i < p.D; i += 64u) {
-        precise float v = (is_q ? q[base + i] : kr[base + i]) * scale;
-        precise float o = v * (is_q ? qn[i] : kn[i]);
-        hv[i] = o;
-    }
-    barrier();
-    const uint half_ = p.n_rot / 2u;
-    float out_[4];
-    for (uint i = tid, k = 0u; i < p.D; i += 64u, k++) {
-        float o = hv[i];
-        if (i < p.n_rot) {
-            const uint i0 = i < half_ ? i : i - half_;
-            const float c = cs[csrow * p.n_rot + 2u * i0], s = cs[csrow * p.n_rot + 2u * i0 + 1u];
-            const float x0 = hv[i0], x1 = hv[i0 + half_];
-            precise float a = x0 * c - x1 * s;
-            precise float e = x0 * s + x1 * c;
-            o = i < half_ ? a : e;
-        }
-        out_[k] = o;
-    }
-    barrier();
-    for (uint i = tid, k = 0u; i < p.D; i += 64u, k++) hv[i] = out_[k];
-    barrier();
-}
+// fused: a q head (binding 0) or k head (binding 9) at base, normed and roped into hv
+#define HEAD_IN(i) (is_q ? q[base + (i)] : kr[base + (i)])
+#define HEAD_W(i) (is_q ? qn[i] : kn[i])
+#include "head_rn.glsl"
 
 // fused: k and v of batch row r (position pos0 + r) of KV head kvh into kvs, and, for the
 // storing workgroup, into the cache (kv_store.comp's F16 or F32 rows)
 void batch_kv(uint r, uint kvh, bool store, uint tid) {
     const uint kvw = p.Hkv * p.D, b = r * kvw + kvh * p.D;
-    norm_rope(false, b, p.qrow0 + r, tid);
+    norm_rope_head(false, b, p.qrow0 + r, tid);
     for (uint d = tid; d < p.D; d += 64u) {
         kvs[0][r][d] = p.f32 != 0u ? hv[d] : f16_round(hv[d]);
         kvs[1][r][d] = p.f32 != 0u ? vr[b + d] : f16_round(vr[b + d]);
@@ -125,7 +94,7 @@ void main() {
     const uint nkv = step.pos0 + t + 1u, kvw = p.Hkv * D, kb2 = kvh * D, sb = g * p.n_ctx;
     if (p.fused != 0u) {
         for (uint r = 0u; r <= t; r++) batch_kv(r, kvh, r == t && h % (p.H / p.Hkv) == 0u, tid);
-        norm_rope(true, t * 2u * p.H * D + h * 2u * D, p.qrow0 + t, tid);
+        norm_rope_head(true, t * 2u * p.H * D + h * 2u * D, p.qrow0 + t, tid);
     }
     for (uint d = tid; d < D; d += 64u) {
         const float qv = p.fused != 0u ? hv[d] : q[t * 2u * p.H * D + h * 2u * D + d];

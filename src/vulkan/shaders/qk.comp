@@ -28,7 +28,9 @@ shared float hv[256];   // the head after its norm (MAX_HEAD_DIM)
 
 #include "norm_rn.glsl"
 
-float head_in(bool is_q, uint base, uint i) { return is_q ? qa[base + i] : kb[base + i]; }
+#define HEAD_IN(i) (is_q ? qa[base + (i)] : kb[base + (i)])
+#define HEAD_W(i) (is_q ? qn[i] : kn[i])
+#include "head_rn.glsl"
 
 void main() {
     const uint g = gl_WorkGroupID.x, lt = gl_LocalInvocationID.x, heads = p.H + p.Hkv;
@@ -36,41 +38,11 @@ void main() {
     const bool is_q = h < p.H;
     const uint kvw = p.Hkv * p.D, j = h - p.H;
     const uint base = is_q ? t * 2u * p.H * p.D + h * 2u * p.D : t * kvw + j * p.D;
-    float hi = 0.0, lo = 0.0;
-    for (uint i = lt; i < p.D; i += 64u) {
-        const float v = head_in(is_q, base, i);
-        precise float sq = v * v;
-        ff_add(hi, lo, sq, 0.0);
-    }
-    ff_reduce64(lt, hi, lo);
-    const float scale = norm_scale(0u, part[0], part_lo[0], float(p.D), p.eps);
-    for (uint i = lt; i < p.D; i += 64u) {
-        precise float v = head_in(is_q, base, i) * scale;
-        precise float o = v * (is_q ? qn[i] : kn[i]);
-        hv[i] = o;
-    }
-    barrier();
-    const uint half_ = p.n_rot / 2u, row = p.cs_row0 + t;
-    float out_[4];   // this invocation's elements lt, lt + 64, ... (D <= 256)
-    for (uint i = lt, k = 0u; i < p.D; i += 64u, k++) {
-        float o = hv[i];
-        if (i < p.n_rot) {   // x[i], x[i + half] rotated by (cs[2i'], cs[2i'+1]), i' = i mod half
-            const uint i0 = i < half_ ? i : i - half_;
-            const float c = cs[row * p.n_rot + 2u * i0], s = cs[row * p.n_rot + 2u * i0 + 1u];
-            const float x0 = hv[i0], x1 = hv[i0 + half_];
-            precise float a = x0 * c - x1 * s;
-            precise float e = x0 * s + x1 * c;
-            o = i < half_ ? a : e;
-        }
-        out_[k] = o;
-    }
-    barrier();   // every rotation has read the normed head
-    for (uint i = lt, k = 0u; i < p.D; i += 64u, k++) {
-        if (is_q) qa[base + i] = out_[k]; else kb[base + i] = out_[k];
-        hv[i] = out_[k];
+    norm_rope_head(is_q, base, p.cs_row0 + t, lt);
+    for (uint i = lt; i < p.D; i += 64u) {   // (each invocation its own elements)
+        if (is_q) qa[base + i] = hv[i]; else kb[base + i] = hv[i];
     }
     if (is_q) return;
-    barrier();
     // the cache rows: this head's D values of k and v at position pos0 + t
     const uint pos = step.pos0 + t;
     for (uint w = lt; w < p.D / 2u; w += 64u) {
