@@ -2,11 +2,12 @@
 # test.sh: build and run every test: the release build (and again at the AVX2 level where the
 # CPU has AVX-512), the aarch64 cross build under qemu, the ASan/UBSan build, and a bounded
 # libFuzzer run of each parser. Ends with
-# one summary line "N passed, N failed".
+# one summary line "N passed, N failed, N skipped" (skipped: exit 77, no device or not this
+# architecture; never counted as passed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 run_suite() { # name build-dir "targets|all" cmake-args...
   local name=$1 dir=$2 targets=$3; shift 3
   echo "== $name =="
@@ -18,9 +19,11 @@ run_suite() { # name build-dir "targets|all" cmake-args...
   local log=$dir/ctest.log
   (cd "$dir" && ctest --output-on-failure -j "$jobs" "${CTEST_SEL[@]}") 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]} p f
-  # ctest writes "..***Failed" (no space before the stars) and "   Passed"
+  # ctest writes "..***Failed" (no space before the stars), "   Passed" and, for a test that
+  # exits 77 (no device, another architecture's kernels), "..***Skipped": skipped, not failed
   p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' "$log")
-  f=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
+  f=$(grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run|Timeout|Exception)' "$log" | grep -vc '\*\*\*Skipped')
+  skipped=$((skipped + $(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*Skipped' "$log")))
   # a failure ctest reports in its exit status but no line above shows still counts
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   passed=$((passed+p)); failed=$((failed+f))
@@ -114,5 +117,5 @@ if [ -z "${BS_NO_FUZZ:-}" ]; then
   CTEST_SEL=(-L fuzz)
   run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
