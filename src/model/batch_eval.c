@@ -243,8 +243,13 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
             lused += v[nv].logit_rows;
             idx[nv++] = i;
         }
+        for (int k = 0; k < nv; k++)
+            if (v[k].next) *v[k].next = -1;   /* stays so where the pass read the rows back */
         if ((more = nv > 0) && !(rc = bs_vk_batch_eval(vb, v, nv)))
-            for (int k = 0; k < nv; k++) done[idx[k]] += v[k].n;
+            for (int k = 0; k < nv; k++) {
+                if (v[k].next && *v[k].next < 0) *v[k].next = bs_argmax_lowest(v[k].logits, (int)q[0].s->m->hp.n_vocab);
+                done[idx[k]] += v[k].n;
+            }
     }
     for (int i = 0; i < n_seq && !rc; i++) bs_device_end(q[i].s, q[i].n);
     free(done);

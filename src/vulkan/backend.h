@@ -207,9 +207,10 @@ typedef struct bs_vk_seq {
     const float *rope;
     int logit_rows;
     float *logits;
-    int32_t *next;                /* logit_rows 1: NULL, or the row's argmax (the row may then
-                                     stay unread: when every such sequence of the pass has it,
-                                     only the ids come back) */
+    int32_t *next;                /* logit_rows 1: NULL, or where the row's argmax goes when every
+                                     such sequence of the pass has one (only the ids come back,
+                                     the rows stay unread; else the rows come back, next is left
+                                     as it was and the caller takes the argmax) */
     const int *taps;
     int n_taps;
     float *tap_out;

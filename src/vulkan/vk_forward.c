@@ -1144,14 +1144,6 @@ static int batch_run(bs_vk_sess *S, int R, const vk_part *pt, int np) {
     return bs_vk_submit(c) || rc ? -1 : 0;
 }
 
-/* argmax.comp's choice on the host: the lowest index of the largest value, NaN never winning */
-static int32_t host_argmax(const float *w, int n) {
-    int32_t best = -1;
-    for (int i = 0; i < n; i++)
-        if (w[i] == w[i] && (best < 0 || w[i] > w[best])) best = i;
-    return best < 0 ? 0 : best;
-}
-
 int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     bs_vk_sess *S = b->w;
     const bs_vk_net_desc *hp = &S->net->hp;
@@ -1185,7 +1177,6 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
             read_back(S->net->c, q[i].next, (const int32_t *)S->ids.map + k, sizeof(int32_t));
         } else if (lr) {
             read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
-            if (q[i].next) *q[i].next = host_argmax(q[i].logits, (int)V);
         }
         k += (size_t)lr;
         if (nt && q[i].tap_out) read_back(S->net->c, q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
