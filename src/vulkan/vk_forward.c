@@ -9,7 +9,7 @@
  * Every kernel computes a row without looking at the others (recurrences run token by token
  * in order inside one invocation per channel / state row), so a row's result does not depend
  * on how many rows are evaluated together or how a batch is cut into submissions. */
-#include "vulkan/vk_internal.h"
+#include "vulkan/vk_net.h"
 #include "io/util.h"
 
 #include <math.h>
@@ -17,480 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
-
-typedef struct vk_layer {
-    bool rec;
-    int slot;
-    bs_vk_matrix *ffn_gate, *ffn_up, *ffn_down;
-    bs_vk_matrix *qkv, *gate, *beta, *alpha, *ssm_out;
-    bs_vk_matrix *wq, *wk, *wv, *wo;
-    bs_vk_matrix *cat;            /* the layout of the mixer's input products that share one
-                                     (those of its matrices that are `borrowed`), or NULL */
-    bs_vk_buf attn_norm, post_norm, conv1d, gates, ssm_norm, q_norm, k_norm;
-} vk_layer;
-
-struct bs_vk_net {
-    bs_vk_ctx *c;
-    bs_vk_net_desc hp;            /* the description's numbers (its pointers are not kept) */
-    vk_layer *L;
-    bs_vk_matrix *embd, *output;
-    bs_vk_buf out_norm, dummy;
-    int n_rec, n_att;
-    int lora_gen;                 /* changes whenever adapters come or go */
-    int lora_r, lora_out;         /* widest rank and output of the adapters attached */
-    bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
-    bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
-    bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
-    bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
-    bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
-    int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
-    bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
-};
-
-
-/* The mixer's products that read its normed input: those of the first's format as one layout
- * (one dispatch), the others apart. BITSPARK_VK_NO_CAT=1 keeps them all apart. */
-static int upload_inputs(bs_vk_net *net, vk_layer *L, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
-    const bs_vk_tensor *ct[BS_VK_CAT_MAX];
-    bs_vk_matrix *cm[BS_VK_CAT_MAX];
-    int idx[BS_VK_CAT_MAX], nc = 0;
-    for (int k = 0; k < n; k++)
-        if (t[k]->type == t[0]->type) ct[nc] = t[k], idx[nc++] = k;
-    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(net->c, ct, nc, &L->cat, cm);
-    if (rc < 0) return -1;
-    for (int k = 0; k < nc && rc; k++) *m[idx[k]] = cm[k];
-    for (int k = 0; k < n; k++)
-        if (!*m[k] && bs_vk_upload_mat(net->c, m[k], t[k])) return -1;
-    return 0;
-}
-
-static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
-    bs_vk_ctx *c = net->c;
-    const bs_vk_net_desc *hp = &net->hp;
-    const size_t E = (size_t)hp->n_embd;
-    L->rec = d->recurrent;
-    L->slot = d->recurrent ? net->n_rec++ : net->n_att++;
-    if (bs_vk_upload_vec(c, &L->attn_norm, d->attn_norm, E) || bs_vk_upload_vec(c, &L->post_norm, d->post_norm, E) ||
-        bs_vk_upload_mat(c, &L->ffn_gate, &d->ffn_gate) || bs_vk_upload_mat(c, &L->ffn_up, &d->ffn_up) ||
-        bs_vk_upload_mat(c, &L->ffn_down, &d->ffn_down))
-        return -1;
-    if (d->recurrent) {
-        const int nv = hp->n_v_heads;
-        float *g = bs_xmalloc(sizeof *g * 2 * (size_t)nv);
-        memcpy(g, d->dt_bias, sizeof *g * (size_t)nv);
-        memcpy(g + nv, d->ssm_a, sizeof *g * (size_t)nv);
-        int rc = bs_vk_upload_vec(c, &L->gates, g, 2 * (size_t)nv);
-        free(g);
-        const bs_vk_tensor *t[4] = {&d->qkv, &d->gate, &d->beta, &d->alpha};
-        bs_vk_matrix **m[4] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
-        return rc || upload_inputs(net, L, t, m, 4) || bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
-               bs_vk_upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
-               bs_vk_upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
-    }
-    const bs_vk_tensor *t[3] = {&d->wq, &d->wk, &d->wv};
-    bs_vk_matrix **m[3] = {&L->wq, &L->wk, &L->wv};
-    return upload_inputs(net, L, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
-           bs_vk_upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
-}
-
-bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
-    if (d->conv_kernel < 2 || d->conv_kernel > MAX_CONV_K || d->head_dim > MAX_HEAD_DIM || d->head_dim % 2 ||
-        d->n_rot > d->head_dim || d->n_rot % 2 || (d->n_head_kv * d->head_dim) % 2) {
-        bs_error("Vulkan: the kernels do not take this shape (conv kernel %d, head dim %d, rope dims %d)", d->conv_kernel,
-                 d->head_dim, d->n_rot);
-        return NULL;
-    }
-    if (bs_vk_mem_check(c, bs_vk_desc_bytes(d), "the model")) return NULL;
-    bs_vk_net *n = bs_xcalloc(1, sizeof *n);
-    n->c = c;
-    n->hp = *d;
-    n->hp.layers = NULL;
-    n->no_gluq = bs_env_flag("BITSPARK_VK_NO_GLUQ");
-    n->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
-    n->no_attq = bs_env_flag("BITSPARK_VK_NO_ATTQ");
-    n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
-    n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
-    n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
-    int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
-             bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
-    for (int il = 0; il < d->n_layer && !rc; il++) rc = upload_layer(n, &n->L[il], &d->layers[il]);
-    if (rc) {
-        bs_error_prefix("Vulkan: uploading the model: ");
-        bs_vk_net_free(n);
-        return NULL;
-    }
-    bs_vk_mem_report(c, "the model");
-    return n;
-}
-
-void bs_vk_net_free(bs_vk_net *n) {
-    if (!n) return;
-    bs_vk_ctx *c = n->c;
-    for (int il = 0; il < n->hp.n_layer; il++) {
-        vk_layer *L = &n->L[il];
-        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
-                              L->wq, L->wk, L->wv, L->wo};
-        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_free(c, ms[i]);
-        bs_vk_matrix_free(c, L->cat);   /* after the matrices that borrow its buffers */
-        bs_vk_buf *bs[] = {&L->attn_norm, &L->post_norm, &L->conv1d, &L->gates, &L->ssm_norm, &L->q_norm, &L->k_norm};
-        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
-    }
-    bs_vk_matrix_free(c, n->embd);
-    bs_vk_matrix_free(c, n->output);
-    bs_vk_buf_free(c, &n->out_norm);
-    bs_vk_buf_free(c, &n->dummy);
-    free(n->L);
-    free(n);
-}
-
-/* --- LoRA adapters ---------------------------------------------------------------------------- */
-static bs_vk_matrix *matrix_named(bs_vk_net *n, const char *name) {
-    if (n->output->name && !strcmp(n->output->name, name)) return n->output;
-    for (int il = 0; il < n->hp.n_layer; il++) {
-        vk_layer *L = &n->L[il];
-        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
-                              L->wq, L->wk, L->wv, L->wo};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
-            if (ms[k] && ms[k]->name && !strcmp(ms[k]->name, name)) return ms[k];
-    }
-    return NULL;
-}
-
-int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale) {
-    bs_vk_matrix *m = matrix_named(n, name);
-    if (!m) return bs_error("Vulkan: LoRA tensor %s: the network has no such matrix", name);
-    if (r <= 0 || bs_vk_matrix_lora_add(n->c, m, r, a, b, scale)) return -1;
-    n->lora_r = BS_MAX(n->lora_r, r);
-    n->lora_out = BS_MAX(n->lora_out, (int)m->ne1);
-    n->lora_gen++;
-    return 0;
-}
-
-void bs_vk_net_lora_clear(bs_vk_net *n) {
-    bs_vk_matrix_lora_clear(n->c, n->output);
-    for (int il = 0; il < n->hp.n_layer; il++) {
-        vk_layer *L = &n->L[il];
-        bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
-                              L->wq, L->wk, L->wv, L->wo};
-        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
-            if (ms[k]) bs_vk_matrix_lora_clear(n->c, ms[k]);
-    }
-    n->lora_r = n->lora_out = 0;
-    n->lora_gen++;
-}
-
-/* --- sleep ---------------------------------------------------------------------------------- */
-typedef int (*layer_fn)(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d);
-
-/* A layer's weight matrices given back (the layouts after the matrices that borrow them). */
-static int release_layer(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d) {
-    (void)d;
-    bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
-                          L->wq, L->wk, L->wv, L->wo, L->cat};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_release(n->c, ms[i]);
-    return 0;
-}
-
-/* A layer's weight matrices made again from d, in the same structs. */
-static int refill_layer(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d) {
-    bs_vk_matrix *ms[] = {L->ffn_gate, L->ffn_up, L->ffn_down, L->qkv, L->gate, L->beta, L->alpha, L->ssm_out,
-                          L->wq, L->wk, L->wv, L->wo};
-    const bs_vk_tensor *ts[] = {&d->ffn_gate, &d->ffn_up, &d->ffn_down, &d->qkv, &d->gate, &d->beta, &d->alpha, &d->ssm_out,
-                                &d->wq, &d->wk, &d->wv, &d->wo};
-    const bs_vk_tensor *ct[BS_VK_CAT_MAX];
-    bs_vk_matrix *cm[BS_VK_CAT_MAX];
-    int nc = 0;
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
-        if (!ms[i]) continue;
-        if (ms[i]->borrowed) {   /* in the layout, in its order (upload_inputs) */
-            ct[nc] = ts[i];
-            cm[nc++] = ms[i];
-        } else if (bs_vk_matrix_refill(n->c, ms[i], ts[i])) {
-            return -1;
-        }
-    }
-    return L->cat ? bs_vk_matrix_cat_refill(n->c, L->cat, ct, nc, cm) : 0;
-}
-
-static int each_layer(bs_vk_net *n, const bs_vk_net_desc *d, layer_fn f) {
-    for (int il = 0; il < n->hp.n_layer; il++)
-        if (f(n, &n->L[il], d ? &d->layers[il] : NULL)) return -1;
-    return 0;
-}
-
-int bs_vk_net_sleep(bs_vk_net *n) {
-    if (n->asleep) return 0;
-    if (n->n_sess > 0) return bs_error("Vulkan: %d sessions still use the weights", n->n_sess);
-    if (n->lora_r > 0) return bs_error("Vulkan: adapters are attached");
-    each_layer(n, NULL, release_layer);
-    bs_vk_matrix_release(n->c, n->embd);
-    bs_vk_matrix_release(n->c, n->output);
-    n->asleep = true;
-    bs_vk_mem_report(n->c, "the model asleep");
-    return 0;
-}
-
-int bs_vk_net_wake(bs_vk_net *n, const bs_vk_net_desc *d) {
-    if (!n->asleep) return 0;
-    if (d->n_layer != n->hp.n_layer) return bs_error("Vulkan: the model changed while asleep");
-    if (each_layer(n, d, refill_layer) || bs_vk_matrix_refill(n->c, n->embd, &d->tok_embd) ||
-        bs_vk_matrix_refill(n->c, n->output, &d->output)) {
-        bs_error_prefix("Vulkan: uploading the weights again: ");
-        each_layer(n, NULL, release_layer);   /* all or nothing: still asleep */
-        bs_vk_matrix_release(n->c, n->embd);
-        bs_vk_matrix_release(n->c, n->output);
-        return -1;
-    }
-    n->asleep = false;
-    return 0;
-}
-
-bool bs_vk_net_asleep(const bs_vk_net *n) { return n->asleep; }
-
-/* --- sessions ------------------------------------------------------------------------------- */
-enum { KEY_TAPS = 8 };
-/* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
- * logits rows and taps. All zero for a session's own steps. */
-typedef struct batch_key {
-    int n_seq;
-    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
-} batch_key;
-
-struct bs_vk_sess {
-    bs_vk_net *net;
-    int n_ctx, B;                 /* B: rows per submission */
-    bool kv_f32;                  /* F32 KV cache rows (else F16) */
-    size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
-    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
-    bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
-    bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
-    int normed;                   /* this layer's output product added itself into x and normed it */
-    bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
-    /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
-    struct step_cache {
-        int n, rows;
-        batch_key key;
-        VkCommandBuffer cmd;
-        VkDescriptorPool pool;
-        bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
-        bs_vk_rec counts;             /* of the recording, for the stats */
-    } cache[CACHE_STEPS];
-    int cache_next;
-    bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
-    bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
-    bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
-    int lora_gen;                 /* the net's adapters these buffers and recordings are for */
-    int n_taps;                   /* taps of the last evaluation */
-    uint64_t uid;                 /* never reused: what a batch's recordings know it by */
-    uint32_t taps_gen;            /* changes when the taps buffer does */
-    bool rows_in;                 /* this step's input rows are in x already (image rows) */
-};
-
-const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n) { return n->embd; }
-const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n) { return n->output; }
-int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
-
-int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
-    const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
-    if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
-    bs_vk_count_read(s->net->c, (size_t)n * row);
-    return bs_vk_buf_read(s->net->c, &s->taps, 0, out, (size_t)n * row);
-}
-
-const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
-    *n_taps = s->n_taps;
-    return &s->taps;
-}
-
-static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 /* A result the host reads from mapped device memory (counted in the stats). */
 static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
     bs_vk_count_read(c, bytes);
-}
-
-/* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
- * state and KV cache (a batch's shared scratch has none: each sequence brings its own). */
-static bs_vk_sess *sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states) {
-    const bs_vk_net_desc *hp = &net->hp;
-    bs_vk_ctx *c = net->c;
-    if (net->asleep) {
-        bs_error("Vulkan: the model is asleep (its weights are not on the device)");
-        return NULL;
-    }
-    bs_vk_sess *s = bs_xcalloc(1, sizeof *s);
-    s->net = net;
-    net->n_sess++;
-    s->n_ctx = n_ctx;
-    s->kv_f32 = kv_f32;
-    s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
-    s->B = B_rows;
-    static uint64_t next_uid;
-    s->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
-    const size_t H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
-    const size_t vdim = (size_t)hp->n_v_heads * hp->d_v, ff = (size_t)hp->n_ff, cd = (size_t)hp->conv_dim;
-    const size_t E = (size_t)hp->n_embd, B = (size_t)s->B;
-    s->wa = zmax(zmax(cd, 2 * H * D), ff);
-    s->wb = zmax(zmax(vdim, Hkv * D), ff);
-    s->wc = zmax(cd, Hkv * D);
-    s->wd = zmax(vdim, H * D);
-    s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
-    const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
-    const uint64_t lg_bytes = 4u * (uint64_t)logit_rows * (uint64_t)hp->n_vocab;
-    if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || lg_bytes > c->max_binding) {
-        bs_error("Vulkan: a context of %d positions does not fit one binding of %llu bytes", n_ctx,
-                 (unsigned long long)c->max_binding);
-        free(s);
-        return NULL;
-    }
-    static const uint32_t zero_cnt[CNT_GROUPS];
-    int rc = bs_vk_buf_new(c, &s->x, 4 * B * E, false) || bs_vk_buf_new(c, &s->xn, 4 * B * E, false) ||
-             bs_vk_buf_new(c, &s->y, 4 * B * E, false) || bs_vk_buf_new(c, &s->a, 4 * B * s->wa, false) ||
-             bs_vk_buf_new(c, &s->b, 4 * B * s->wb, false) || bs_vk_buf_new(c, &s->cc, 4 * B * s->wc, false) ||
-             bs_vk_buf_new(c, &s->d, 4 * B * s->wd, false) ||
-             bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
-             bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
-             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
-             bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
-             bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
-             bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
-             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
-             bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
-             bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
-    s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
-    s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
-    s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
-    s->ssm_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm_bak);
-    s->kc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->kc);
-    s->vc = bs_xcalloc((size_t)net->n_att + 1, sizeof *s->vc);
-    const size_t conv_b = 4 * (size_t)(hp->conv_kernel - 1) * cd, ssm_b = 4 * (size_t)hp->n_v_heads * hp->d_v * hp->d_k;
-    for (int g = 0; g < net->n_rec && !rc && states; g++)
-        rc = bs_vk_buf_new(c, &s->conv[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm[g], ssm_b, false) ||
-             bs_vk_buf_new(c, &s->conv_bak[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm_bak[g], ssm_b, false);
-    for (int a = 0; a < net->n_att && !rc && states; a++)
-        rc = bs_vk_buf_new(c, &s->kc[a], kv_bytes, false) || bs_vk_buf_new(c, &s->vc[a], kv_bytes, false);
-    if (rc || (states && (bs_vk_sess_reset(s) || bs_vk_sess_snapshot(s)))) {
-        bs_error_prefix("Vulkan session: ");
-        bs_vk_sess_free(s);
-        return NULL;
-    }
-    return s;
-}
-
-bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) {
-    const int B = BS_MAX(1, BS_MIN(n_batch, DEV_ROWS));
-    return sess_alloc(net, n_ctx, B, B, kv_f32, true);
-}
-
-static void cache_drop(bs_vk_sess *s, struct step_cache *e) {
-    bs_vk_ctx *c = s->net->c;
-    if (e->cmd) c->fn->vkFreeCommandBuffers(c->dev, c->cpool, 1, &e->cmd);
-    if (e->pool) c->fn->vkDestroyDescriptorPool(c->dev, e->pool, NULL);
-    memset(e, 0, sizeof *e);
-}
-
-void bs_vk_sess_free(bs_vk_sess *s) {
-    if (!s) return;
-    bs_vk_ctx *c = s->net->c;
-    s->net->n_sess--;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
-    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
-    for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
-    for (int g = 0; g < s->net->n_rec; g++) {
-        bs_vk_buf_free(c, &s->conv[g]);
-        bs_vk_buf_free(c, &s->ssm[g]);
-        bs_vk_buf_free(c, &s->conv_bak[g]);
-        bs_vk_buf_free(c, &s->ssm_bak[g]);
-    }
-    for (int a = 0; a < s->net->n_att; a++) {
-        bs_vk_buf_free(c, &s->kc[a]);
-        bs_vk_buf_free(c, &s->vc[a]);
-    }
-    free(s->conv); free(s->ssm); free(s->conv_bak); free(s->ssm_bak); free(s->kc); free(s->vc);
-    free(s);
-}
-
-/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
-static void record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
-    bs_vk_ctx *c = s->net->c;
-    for (int g = 0; g < s->net->n_rec; g++) {
-        VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
-        bs_vk_cmd_copy(c, &conv_src[g], &conv_dst[g], &r1);
-        bs_vk_cmd_copy(c, &ssm_src[g], &ssm_dst[g], &r2);
-    }
-}
-
-/* The same in a submission of its own. */
-static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
-    if (s->net->n_rec == 0) return 0;
-    if (bs_vk_begin(s->net->c)) return -1;
-    record_states(s, conv_src, ssm_src, conv_dst, ssm_dst);
-    return bs_vk_submit(s->net->c);
-}
-
-int bs_vk_sess_snapshot(bs_vk_sess *s) { return copy_states(s, s->conv, s->ssm, s->conv_bak, s->ssm_bak); }
-int bs_vk_sess_restore(bs_vk_sess *s) { return copy_states(s, s->conv_bak, s->ssm_bak, s->conv, s->ssm); }
-
-int bs_vk_sess_reset(bs_vk_sess *s) {
-    bs_vk_ctx *c = s->net->c;
-    if (s->net->n_rec == 0) return 0;
-    if (bs_vk_begin(c)) return -1;
-    for (int g = 0; g < s->net->n_rec; g++) {
-        bs_vk_cmd_fill(c, &s->conv[g]);
-        bs_vk_cmd_fill(c, &s->ssm[g]);
-    }
-    return bs_vk_submit(c);
-}
-
-/* The delta rule's state on the device is [n_v][d_k][d_v] (neighbouring invocations, state
- * rows j, read neighbouring words: coalesced), the CPU's [n_v][d_v][d_k]: transposed per head
- * between the two (dir 1: CPU to device). */
-static void state_transpose(const bs_vk_net_desc *hp, const float *src, float *dst, bool to_dev) {
-    const size_t dk = (size_t)hp->d_k, dv = (size_t)hp->d_v;
-    for (size_t h = 0; h < (size_t)hp->n_v_heads; h++)
-        for (size_t j = 0; j < dv; j++)
-            for (size_t i = 0; i < dk; i++) {
-                const size_t cpu = (h * dv + j) * dk + i, dev = (h * dk + i) * dv + j;
-                if (to_dev) dst[dev] = src[cpu]; else dst[cpu] = src[dev];
-            }
-}
-
-static int ssm_io(bs_vk_sess *s, bs_vk_buf *b, float *host, bool to_host) {
-    bs_vk_ctx *c = s->net->c;
-    float *t = bs_xmalloc((size_t)b->size);
-    int rc;
-    if (to_host) {
-        rc = bs_vk_buf_read(c, b, 0, t, (size_t)b->size);
-        if (!rc) state_transpose(&s->net->hp, t, host, false);
-    } else {
-        state_transpose(&s->net->hp, host, t, true);
-        rc = bs_vk_buf_write(c, b, 0, t, (size_t)b->size);
-    }
-    free(t);
-    return rc;
-}
-
-int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
-                     uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {
-    bs_vk_ctx *c = s->net->c;
-    const bs_vk_net_desc *hp = &s->net->hp;
-    const size_t kv_row = (s->kv_f32 ? 4 : 2) * (size_t)hp->n_head_kv * hp->head_dim, kvb = (size_t)n_pos * kv_row;
-    if (n_pos < 0 || n_pos > s->n_ctx) return bs_error("Vulkan state: bad position count");
-    int rc = 0;
-    for (int g = 0; g < s->net->n_rec && !rc; g++) {
-        float *cp = conv + (size_t)g * conv_stride, *sp = ssm + (size_t)g * ssm_stride;
-        rc = (to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size)) ||
-             ssm_io(s, &s->ssm[g], sp, to_host);
-    }
-    for (int a = 0; a < s->net->n_att && !rc && kvb; a++) {
-        uint8_t *kp = k + (size_t)a * kv_stride, *vp = v + (size_t)a * kv_stride;
-        rc = to_host ? bs_vk_buf_read(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_read(c, &s->vc[a], 0, vp, kvb)
-                     : bs_vk_buf_write(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_write(c, &s->vc[a], 0, vp, kvb);
-    }
-    return rc ? -1 : 0;
 }
 
 /* --- recording one chunk -------------------------------------------------------------------- */
@@ -572,7 +103,7 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
 static int lora_sync(bs_vk_sess *s) {
     bs_vk_net *net = s->net;
     if (s->lora_gen == net->lora_gen) return 0;
-    for (int i = 0; i < CACHE_STEPS; i++) cache_drop(s, &s->cache[i]);
+    for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
     bs_vk_buf_free(net->c, &s->lt);
     bs_vk_buf_free(net->c, &s->lu);
     if (net->lora_r > 0 && (bs_vk_buf_new(net->c, &s->lt, 4u * (size_t)s->B * net->lora_r, false) ||
@@ -928,7 +459,7 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bool snaps = false;           /* a batch's snapshots first, in the same submission */
     for (int i = 0; pt && i < np; i++)
         if (pt[i].snap) {
-            record_states(pt[i].s, pt[i].s->conv, pt[i].s->ssm, pt[i].s->conv_bak, pt[i].s->ssm_bak);
+            bs_vk_record_states(pt[i].s, pt[i].s->conv, pt[i].s->ssm, pt[i].s->conv_bak, pt[i].s->ssm_bak);
             snaps = true;
         }
     if (snaps) bs_vk_barrier(c);
@@ -966,7 +497,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
         }
     struct step_cache *e = &s->cache[s->cache_next];
     s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
-    cache_drop(s, e);
+    bs_vk_step_drop(s, e);
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->cpool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
     if (c->fn->vkAllocateCommandBuffers(c->dev, &ai, &e->cmd) != VK_SUCCESS) {
@@ -974,12 +505,12 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
         return bs_error("Vulkan: command buffer");
     }
     if (bs_vk_pool_new(c, &e->pool) || bs_vk_record_into(c, e->cmd, e->pool)) {
-        cache_drop(s, e);
+        bs_vk_step_drop(s, e);
         return -1;
     }
     int rc = record_chunk(s, n, rows, NULL, 0, pt, np);
     rc = bs_vk_record_end(c) || rc;
-    if (rc) { cache_drop(s, e); return -1; }
+    if (rc) { bs_vk_step_drop(s, e); return -1; }
     e->counts = c->rec;
     bs_vk_count_submit(c, &e->counts);
     e->n = n;
@@ -1072,7 +603,7 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
     bs_vk_batch *b = bs_xcalloc(1, sizeof *b);
     const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
     b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
-    if (!(b->w = sess_alloc(net, 0, rows, b->logit_rows, false, false))) {
+    if (!(b->w = bs_vk_sess_alloc(net, 0, rows, b->logit_rows, false, false))) {
         free(b);
         return NULL;
     }

@@ -253,7 +253,7 @@ bool bs_vk_glu_fusable(const bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk
 int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq, const bs_vk_buf *as,
                      const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout);
 
-/* vk_forward.c: what the drafter (vk_dspark.c) uses of a target network and session: its
+/* vk_net.c, vk_session.c: what the drafter (vk_dspark.c) uses of a target network and session: its
  * embedding and LM head, and the tap rows of the session's last chunk ([rows][n_taps][n_embd]). */
 const bs_vk_matrix *bs_vk_net_embd(const bs_vk_net *n);
 const bs_vk_matrix *bs_vk_net_output(const bs_vk_net *n);

@@ -1,0 +1,86 @@
+/* vk_net.h: what the forward's files share (vk_net.c: the weights on the device; vk_session.c:
+ * a session's buffers and states; vk_forward.c: recording and running a step). */
+#ifndef BS_VK_NET_H
+#define BS_VK_NET_H
+
+#include "vulkan/vk_internal.h"
+
+enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
+
+typedef struct vk_layer {
+    bool rec;
+    int slot;
+    bs_vk_matrix *ffn_gate, *ffn_up, *ffn_down;
+    bs_vk_matrix *qkv, *gate, *beta, *alpha, *ssm_out;
+    bs_vk_matrix *wq, *wk, *wv, *wo;
+    bs_vk_matrix *cat;            /* the layout of the mixer's input products that share one
+                                     (those of its matrices that are `borrowed`), or NULL */
+    bs_vk_buf attn_norm, post_norm, conv1d, gates, ssm_norm, q_norm, k_norm;
+} vk_layer;
+
+struct bs_vk_net {
+    bs_vk_ctx *c;
+    bs_vk_net_desc hp;            /* the description's numbers (its pointers are not kept) */
+    vk_layer *L;
+    bs_vk_matrix *embd, *output;
+    bs_vk_buf out_norm, dummy;
+    int n_rec, n_att;
+    int lora_gen;                 /* changes whenever adapters come or go */
+    int lora_r, lora_out;         /* widest rank and output of the adapters attached */
+    bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
+    bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
+    bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
+    bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
+    bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
+    int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
+    bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
+};
+
+enum { KEY_TAPS = 8 };
+/* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
+ * logits rows and taps. All zero for a session's own steps. */
+typedef struct batch_key {
+    int n_seq;
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+} batch_key;
+
+struct bs_vk_sess {
+    bs_vk_net *net;
+    int n_ctx, B;                 /* B: rows per submission */
+    bool kv_f32;                  /* F32 KV cache rows (else F16) */
+    size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
+    bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
+    bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
+    bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
+    int normed;                   /* this layer's output product added itself into x and normed it */
+    bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
+    /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
+    struct step_cache {
+        int n, rows;
+        batch_key key;
+        VkCommandBuffer cmd;
+        VkDescriptorPool pool;
+        bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
+        bs_vk_rec counts;             /* of the recording, for the stats */
+    } cache[CACHE_STEPS];
+    int cache_next;
+    bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
+    bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
+    bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
+    int lora_gen;                 /* the net's adapters these buffers and recordings are for */
+    int n_taps;                   /* taps of the last evaluation */
+    uint64_t uid;                 /* never reused: what a batch's recordings know it by */
+    uint32_t taps_gen;            /* changes when the taps buffer does */
+    bool rows_in;                 /* this step's input rows are in x already (image rows) */
+};
+
+/* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
+ * state and KV cache (a batch's shared scratch has none: each sequence brings its own). */
+bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states);
+/* A recorded step's command buffer and descriptors given back. */
+void bs_vk_step_drop(bs_vk_sess *s, struct step_cache *e);
+
+/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
+void bs_vk_record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst);
+
+#endif
