@@ -134,7 +134,9 @@ FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
            ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}),
            ("the output gate and int8 blocks in attention's epilogue", {'BITSPARK_VK_NO_ATTQ': '1'}),
            ('the residual add and the next norm in the output products', {'BITSPARK_VK_NO_NORMO': '1'}),
-           ("q/k norms, rope and KV store inside the attention's dispatch", {'BITSPARK_VK_NO_ATTF': '1'}))
+           ("q/k norms, rope and KV store inside the attention's dispatch", {'BITSPARK_VK_NO_ATTF': '1'}),
+           ("DeltaNet's conv in the products' epilogue, q/k norms + delta rule + gated norm in one dispatch",
+            {'BITSPARK_VK_NO_GDNF': '1'}))
 ALL_APART = {k: v for _, env in FUSIONS for k, v in env.items()}
 
 
@@ -147,7 +149,9 @@ def check_fusions():
     """The fusions of the forward give the same bits as their steps apart, in every integer
     format: all of them against none, with a first batch of 13 rows (two row groups of 8) and of
     8 (the output products norm one group only), then single rows; on tiny-q1_0 each alone takes
-    dispatches away (the profile's count). The fused GLU shows in the profile."""
+    dispatches away (the profile's count), and the fused DeltaNet step alone in every format whose
+    fixture has V heads in whole int8 blocks (d_v % 32 == 0: q4_1 and q8_0's have 16). The fused
+    GLU shows in the profile."""
     for name in ('tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q4_1', 'tiny-q8_0'):
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:13]
@@ -168,6 +172,8 @@ def check_fusions():
         cases = [('all fusions', ALL_APART, 13), ('all fusions', ALL_APART, 8)]
         if name == 'tiny-q1_0':
             cases += [(label, env, 8) for label, env in FUSIONS]
+        elif name in ('tiny-q2_0', 'tiny-q2_0-g64'):
+            cases += [(label, env, b) for label, env in FUSIONS[-1:] for b in (8, 5)]
         for label, env, batch in cases:
             f, a = logits_of({}, batch), logits_of(env, batch)
             if not f or not a:

@@ -7,7 +7,9 @@
  * with 64 rope dims, 16 K / 48 V DeltaNet heads of 128, conv 10240); the greedy argmax against a
  * plain scan (ties, NaN, Bonsai's 248320-token rows, 1..8 rows) and the quantizer with a folded
  * gate against the gate step then the quantizer (bit for bit); the delta rule makes its own
- * gates from the raw alpha / beta projections. The validation layer is on:
+ * gates from the raw alpha / beta projections; the fused DeltaNet decode step (the products with
+ * the conv in their epilogue; delta_norm.comp) against its steps apart, bit for bit, on odd and
+ * 27B shapes with 1..8 rows. The validation layer is on:
  * any message fails. Exits 77 (skipped) without a backend, loader or device.
  * Tolerances (relative to the size of the terms): bit for bit where the device does the CPU's
  * exact operations (residual add, F16/BF16/int8 rounding, KV stores, conv window, embedding
@@ -298,6 +300,80 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
     CHECKF(worst < 1e-4 && worst_s < 1e-4, "delta %d/%d heads of %d/%d, %d tokens: error %.3g (state %.3g)", nk, nv, dk, dv,
            T, worst, worst_s);
     free(qkv); free(alpha); free(braw); free(gates); free(g); free(beta); free(st); free(dev); free(o); free(S); free(ref);
+}
+
+/* --- the fused DeltaNet decode step (gdn_fused in vk_forward.c) ------------------------------- */
+/* The products with the conv in their epilogue (mv_q.glsl's CONV) of a type x rows (= conv
+ * channels) x d matrix for n rows: the same bits as the product, then conv.comp (y, conv
+ * output, window). */
+static void check_mv_conv(int type, int64_t d, int64_t rows, int n, int K) {
+    const size_t rb = bs_row_size(type, d), nw = (size_t)(K - 1) * rows, no = (size_t)n * rows;
+    float *w = vec((size_t)(d * rows), 0.05f), *x = vec((size_t)d * n, 1.0f), *cw = vec((size_t)rows * K, 0.5f);
+    float *win = vec(nw, 1.0f), *win2 = malloc(4 * nw + 4), *y = calloc(no, 4), *y2 = calloc(no, 4), *o = calloc(no, 4);
+    float *o2 = calloc(no, 4);
+    uint8_t *wq = malloc(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) bs_quantize(type, w + r * d, wq + r * rb, d);
+    memcpy(win2, win, 4 * nw);
+    bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb, .name = bs_type_name(type)};
+    bs_vk_matrix *m = bs_vk_matrix_new(C, &T);
+    CHECKF(m != NULL, "%s upload: %s", bs_type_name(type), bs_last_error());
+    if (m) {
+        CHECKF(bs_vk_matvec_conv(C, m, x, n, y, win, cw, K, o) == 0, "mv+conv: %s", bs_last_error());
+        CHECK(bs_vk_matvec(C, m, x, n, y2) == 0);
+        struct { uint32_t cd, K, T, nqk, dk; float eps; } push = {(uint32_t)rows, (uint32_t)K, (uint32_t)n, 0, 0, 0.0f};
+        void *data[4] = {y2, win2, cw, o2};
+        size_t bytes[4] = {4 * no, 4 * nw + 4, 4u * (size_t)rows * K, 4 * no};
+        CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, &push, sizeof push, (uint32_t)(rows + 63) / 64, 1, 1) == 0);
+        CHECKF(!memcmp(y, y2, 4 * no) && !memcmp(o, o2, 4 * no) && !memcmp(win, win2, 4 * nw),
+               "mv+conv %s %lld x %lld, %d rows, K %d: differs from the product then conv.comp (y %d, out %d, window %d)",
+               bs_type_name(type), (long long)rows, (long long)d, n, K, !!memcmp(y, y2, 4 * no), !!memcmp(o, o2, 4 * no),
+               !!memcmp(win, win2, 4 * nw));
+        bs_vk_matrix_free(C, m);
+    }
+    free(w); free(x); free(cw); free(win); free(win2); free(y); free(y2); free(o); free(o2); free(wq);
+}
+
+/* delta_norm.comp (q/k L2 norms, delta rule, gated RMSNorm, int8 blocks; one workgroup per V
+ * head) against its steps apart: norm.comp mode 1 on the q/k heads, delta.comp, norm.comp's
+ * NORM_GATE | NORM_QUANT. Bit for bit: outputs, int8 blocks and state. */
+static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
+    const size_t cd = (size_t)(2 * nk * dk + nv * dv), nc = (size_t)T * cd, no = (size_t)T * nv * dv, nb = no / 32;
+    const size_t ns = (size_t)nv * dk * dv;
+    float *cc = vec(nc, 1.0f), *alpha = vec((size_t)T * nv, 4.0f), *braw = vec((size_t)T * nv, 2.0f);
+    float *gates = vec(2 * (size_t)nv, 1.0f), *st = vec(ns, 0.1f), *z = vec(no, 2.0f), *w = vec((size_t)dv, 1.0f);
+    for (int h = 0; h < nv; h++) gates[nv + h] = -0.3f * fabsf(gates[nv + h]) - 0.01f;
+    for (int i = 0; i < T * nv; i += 3) alpha[i] += 24.0f;
+    float *cc2 = malloc(4 * nc), *st2 = malloc(4 * ns), *y = calloc(no, 4), *y2 = calloc(no, 4);
+    float *s8 = calloc(nb, 4), *m8 = calloc(nb, 4), *s8b = calloc(nb, 4), *m8b = calloc(nb, 4), dummy[4] = {0};
+    uint8_t *q = calloc(nb, 32), *qb = calloc(nb, 32);
+    memcpy(cc2, cc, 4 * nc);
+    memcpy(st2, st, 4 * ns);
+    const float scale = 1.0f / sqrtf((float)dk), eps = 1e-6f;
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
+                                                                     (uint32_t)T, (uint32_t)cd, scale, eps};
+    void *d1[11] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8};
+    size_t b1[11] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb};
+    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 11, &p, sizeof p, (uint32_t)nv, 1, 1) == 0);
+    /* apart: the L2 norms of the q and k heads, the delta rule, the gated norm with its blocks */
+    norm_push l2p = {(uint32_t)dk, 1, 0, (uint32_t)(2 * nk), (uint32_t)cd, (uint32_t)dk, 0, 0, eps, 0};
+    void *d2[8] = {cc2, dummy, cc2, dummy, dummy, dummy, dummy, dummy};
+    size_t b2[8] = {4 * nc, 16, 4 * nc, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 8, &l2p, sizeof l2p, (uint32_t)(T * 2 * nk), 1, 1) == 0);
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
+                                                                 (uint32_t)T, (uint32_t)cd, scale};
+    void *d3[6] = {cc2, alpha, braw, st2, y2, gates};
+    size_t b3[6] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv};
+    CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 6, &dp, sizeof dp, (uint32_t)(dv + 63) / 64, (uint32_t)nv, 1) == 0);
+    norm_push gp = {(uint32_t)dv, 0, 1, (uint32_t)nv, (uint32_t)(nv * dv), (uint32_t)dv, 0, 0, eps, 2 | 4};
+    void *d4[8] = {y2, w, y2, dummy, qb, s8b, m8b, z};
+    size_t b4[8] = {4 * no, 4u * dv, 4 * no, 16, 32 * nb, 4 * nb, 4 * nb, 4 * no};
+    CHECK(bs_vk_kernel_run(C, "norm", d4, b4, 8, &gp, sizeof gp, (uint32_t)(T * nv), 1, 1) == 0);
+    const int dy = !!memcmp(y, y2, 4 * no), dq = memcmp(q, qb, 32 * nb) || memcmp(s8, s8b, 4 * nb) || memcmp(m8, m8b, 4 * nb);
+    const int ds = !!memcmp(st, st2, 4 * ns);
+    CHECKF(!dy && !dq && !ds, "delta+norm %d/%d heads of %d/%d, %d tokens: differs from the steps apart (y %d, blocks %d, state %d)",
+           nk, nv, dk, dv, T, dy, dq, ds);
+    free(cc); free(alpha); free(braw); free(gates); free(st); free(z); free(w); free(cc2); free(st2); free(y); free(y2);
+    free(s8); free(m8); free(s8b); free(m8b); free(q); free(qb);
 }
 
 /* --- rope.comp ------------------------------------------------------------------------------ */
@@ -633,6 +709,19 @@ int main(void) {
     check_delta(1, 3, 33, 17, 7);
     check_delta(2, 6, 64, 64, 37);
     check_delta(16, 48, 128, 128, 2);
+    /* the fused decode step: odd shapes, 1..8 rows, every integer format; 27B's (Q1_0 qkv of
+     * 10240 x 5120, conv K 4; 16 / 48 heads of 128) */
+    check_mv_conv(BS_Q1_0, 256, 77, 1, 4);
+    check_mv_conv(BS_Q2_0, 256, 300, 5, 4);
+    check_mv_conv(BS_Q2_0_G64, 128, 65, 8, 2);
+    check_mv_conv(BS_Q8_0, 96, 70, 3, 9);
+    check_mv_conv(BS_Q4_1, 64, 33, 7, 1);
+    for (int n = 1; n <= 8; n += 7) check_mv_conv(BS_Q1_0, 5120, 10240, n, 4);
+    check_delta_norm(1, 1, 16, 32, 1);
+    check_delta_norm(1, 3, 33, 64, 7);
+    check_delta_norm(2, 6, 64, 96, 5);
+    check_delta_norm(3, 3, 200, 256, 2);
+    for (int T = 1; T <= 8; T += 2) check_delta_norm(16, 48, 128, 128, T);
     /* RoPE: partial (16 of 64, 64 of 256), one and many heads, q heads at stride 2D */
     check_rope(1, 64, 64, 64, 64, 1, 0);
     check_rope(4, 64, 128, 512, 16, 5, 3);

@@ -299,6 +299,11 @@ int bs_vk_matrix_split(const bs_vk_matrix *m);
  * 32-blocks exactly as the CPU path does (Q8_0, x86 rounding) for formats whose products take
  * Q8_0; F32 otherwise. A row's result does not depend on n (same code, same order). */
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y);
+/* bs_vk_matvec (an integer matrix of one part, n <= 8) with the DeltaNet conv in the product's
+ * epilogue (mv_q.glsl's CONV): y's channels convolved with the window win ([K-1][ne1], moved
+ * on in place) and the weights w ([ne1][K]) + SiLU into out ([n][ne1]). */
+int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
+                      float *out);
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w may be NULL: no weight). */
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y);
 /* The int8 activations of x (n rows of d, d % 32 == 0) in Q8_0 blocks {f16 d; i8 q[32]}: what

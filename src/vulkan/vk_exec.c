@@ -70,6 +70,13 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVN_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 0, 0, 1}},
     [BS_VK_K_MVN_Q8] = {"mv_q", 17, 60, 5, {8, 1, 0, 0, 1}},
     [BS_VK_K_MVN_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 0, 0, 1}},
+    /* mv_q with the DeltaNet conv in its epilogue (CONV: three more bindings, K pushed) */
+    [BS_VK_K_MVC_Q1] = {"mv_qc", 20, 64, 5, {1, 4, 0, 0, 0}},
+    [BS_VK_K_MVC_Q2_128] = {"mv_qc", 20, 64, 5, {2, 4, 0, 0, 0}},
+    [BS_VK_K_MVC_Q2_64] = {"mv_qc", 20, 64, 5, {2, 2, 0, 0, 0}},
+    [BS_VK_K_MVC_Q8] = {"mv_qc", 20, 64, 5, {8, 1, 0, 0, 0}},
+    [BS_VK_K_MVC_Q4_1] = {"mv_qc", 20, 64, 5, {4, 1, 0, 0, 0}},
+    [BS_VK_K_DELTA_NORM] = {"delta_norm", 11, 32, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -77,7 +84,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
 enum { SPEC_FMA_ID = 20 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
-    const bs_vk_spirv *sp = bs_vk_shader(c->dp4a && !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : k->shader);
+    const char *dp4a = !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : !strcmp(k->shader, "mv_qc") ? "mv_qc_dp4a" : NULL;
+    const bs_vk_spirv *sp = bs_vk_shader(c->dp4a && dp4a ? dp4a : k->shader);
     if (!sp) return bs_error("Vulkan: shader %s is not embedded", k->shader);
     VkShaderModuleCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sp->bytes, .pCode = sp->code};
     if (c->fn->vkCreateShaderModule(c->dev, &si, NULL, &p->mod) != VK_SUCCESS) return bs_error("Vulkan: shader %s rejected", k->shader);
@@ -426,7 +434,9 @@ static const char *kernel_name(int k) {
         [BS_VK_K_GLUQ_Q1] = "glu q1_0", [BS_VK_K_GLUQ_Q2_128] = "glu q2_0", [BS_VK_K_GLUQ_Q2_64] = "glu q2_0_g64",
         [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store",
         [BS_VK_K_MVN_Q1] = "mv+norm q1_0", [BS_VK_K_MVN_Q2_128] = "mv+norm q2_0", [BS_VK_K_MVN_Q2_64] = "mv+norm q2_0_g64",
-        [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1"};
+        [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1",
+        [BS_VK_K_MVC_Q1] = "mv+conv q1_0", [BS_VK_K_MVC_Q2_128] = "mv+conv q2_0", [BS_VK_K_MVC_Q2_64] = "mv+conv q2_0_g64",
+        [BS_VK_K_MVC_Q8] = "mv+conv q8_0", [BS_VK_K_MVC_Q4_1] = "mv+conv q4_1", [BS_VK_K_DELTA_NORM] = "gdn delta+norm"};
     return names[k] ? names[k] : "?";
 }
 

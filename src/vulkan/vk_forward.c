@@ -114,16 +114,20 @@ static int lora_sync(bs_vk_sess *s) {
 }
 
 /* Products sharing the input x (already quantized by the norm that wrote it): those in the
- * layer's layout (cat) in one dispatch, their adapters' terms after it, the others apart. */
-static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
-                     const bs_vk_buf *x, int n) {
+ * layer's layout (cat) in one dispatch, their adapters' terms after it, the others apart. With
+ * conv (window, weights, output: gdn_fused), the DeltaNet conv in the layout's epilogue. */
+static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
+                     const bs_vk_buf *x, int n, const bs_vk_buf *const *conv) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_matrix *cm[BS_VK_CAT_MAX];
     const bs_vk_buf *cy[BS_VK_CAT_MAX];
     int nc = 0;
     for (int i = 0; i < nw; i++)
         if (W[i]->borrowed) cm[nc] = W[i], cy[nc++] = y[i];
-    if (nc) TRY(bs_vk_record_mv_cat(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy));
+    if (nc && conv)
+        TRY(bs_vk_record_mv_conv(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy, conv[0], conv[1], conv[2],
+                                 s->net->hp.conv_kernel));
+    else if (nc) TRY(bs_vk_record_mv_cat(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy));
     for (int i = 0; i < nc; i++)
         if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, &s->lu, cy[i]));
     bool quantized = true;
@@ -135,6 +139,11 @@ static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     }
     bs_vk_barrier(c);
     return 0;
+}
+
+static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
+                     const bs_vk_buf *x, int n) {
+    return mv_inputs(s, L, W, y, nw, x, n, NULL);
 }
 
 /* A layer's output product W d (n rows; q: d's int8 blocks), which the residual stream x takes.
@@ -231,9 +240,45 @@ static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, i
     return per_sequence(S, L, pt, np, in, w, nv * hp->d_v, deltanet_core);
 }
 
+/* Whether this step's recurrence can run fused (gdn_fused): a session's own step of up to 8 rows
+ * (the products' one row group holds all rows of a channel; a batch's sequences each have their
+ * own window), qkv first in the layout without adapters (their terms come after the product),
+ * shapes the kernels hold, and an integer output product that reads int8 blocks. */
+static bool gdn_fusable(const bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt) {
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const bs_vk_matrix *q = L->qkv, *Wo = L->ssm_out;
+    return !pt && n <= 8 && !s->net->no_gdnf && L->cat && bs_vk_conv_fusable(L->cat) && q->borrowed && q->rbase == 0 &&
+           !q->lora && q->ne1 == hp->conv_dim && hp->conv_kernel >= 1 && hp->conv_kernel <= 9 && hp->d_k <= 256 &&
+           hp->d_v <= 256 && hp->d_v % 32 == 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act;
+}
+
+/* The layer in three dispatches and barriers (the steps apart take five): the products with the
+ * conv in their epilogue (mv_q.glsl's CONV), then one workgroup per V head for the q/k L2 norms,
+ * the delta rule, the gated RMSNorm and ssm_out's int8 blocks (delta_norm.comp), then ssm_out.
+ * The same float operations in the same order as the steps apart, so the same bits. */
+static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_net_desc *hp = &s->net->hp;
+    const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
+    const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
+    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[3] = {&s->conv[L->slot], &L->conv1d, &s->cc};
+    TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } dp = {nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim,
+                                                                     1.0f / sqrtf((float)dk), hp->eps};
+    const bs_vk_buf *db[11] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates, &L->ssm_norm, &s->b,
+                               &s->aq, &s->as, &s->am};
+    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv, 1, 1));
+    bs_vk_barrier(c);
+    const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
+    TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm));
+    bs_vk_barrier(c);
+    return 0;
+}
+
 /* pt: NULL for a session's own step, else the sequences of a batch (s is its shared scratch) */
 static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
     s->normed = 0;
+    if (gdn_fusable(s, L, n, pt)) return gdn_fused(s, L, n);
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;

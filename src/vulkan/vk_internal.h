@@ -70,7 +70,7 @@ typedef struct bs_vk_buf {
     int heap;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 17 };
+enum { BS_VK_PIPE_MAX_BIND = 20 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
@@ -108,6 +108,8 @@ enum bs_vk_kernel {
     BS_VK_K_GLUQ_Q1, BS_VK_K_GLUQ_Q2_128, BS_VK_K_GLUQ_Q2_64, BS_VK_K_GLUQ_Q8, BS_VK_K_GLUQ_Q4_1,   /* GLU + int8 out */
     BS_VK_K_QK,                       /* q/k norms, rope and the KV store in one */
     BS_VK_K_MVN_Q1, BS_VK_K_MVN_Q2_128, BS_VK_K_MVN_Q2_64, BS_VK_K_MVN_Q8, BS_VK_K_MVN_Q4_1,   /* + residual, norm */
+    BS_VK_K_MVC_Q1, BS_VK_K_MVC_Q2_128, BS_VK_K_MVC_Q2_64, BS_VK_K_MVC_Q8, BS_VK_K_MVC_Q4_1,   /* + DeltaNet conv */
+    BS_VK_K_DELTA_NORM,               /* q/k L2 norms, delta rule, gated norm and int8 blocks in one */
     BS_VK_K_COUNT
 };
 
@@ -232,6 +234,14 @@ int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matri
  * the last workgroup to finish (cnt: a zeroed counter per 8 rows, left zeroed): norm.comp's
  * ADD | QUANT bits. */
 bool bs_vk_norm_fusable(const bs_vk_matrix *m);
+/* Whether a layout's (or a matrix's) products can take the DeltaNet conv in their epilogue (an
+ * integer layout of one part), and that dispatch (up to 8 rows): bs_vk_record_mv_cat's, then
+ * the conv + SiLU of m[0]'s rows (the conv channels) over the window win ([K-1][m[0]->ne1],
+ * moved on) with the weights cw ([ne1][K]) into co ([n][ne1]): conv.comp's bits. */
+bool bs_vk_conv_fusable(const bs_vk_matrix *lay);
+int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *win,
+                         const bs_vk_buf *cw, const bs_vk_buf *co, int K);
 int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
                          const bs_vk_buf *const *qout, const bs_vk_buf *cnt);

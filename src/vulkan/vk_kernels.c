@@ -324,22 +324,49 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
     return 0;
 }
 
-int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
-                        const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y) {
+static int glu_kernel(int mv);
+
+/* mv_q's push constants and bindings 0-16 for the nm products of one layout; kernel k, or with
+ * the conv (K > 0) its CONV twin and bindings 17-19 */
+static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                      const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *const *conv,
+                      int K) {
     if (nm < 1 || nm > BS_VK_CAT_MAX) return bs_error("Vulkan: %d products in one layout", nm);
     const bs_vk_mat_part *p = &lay->parts[0];
+    struct { mvq_push qp; uint32_t K; } push;
     mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
                    .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
     uint32_t *e = &qp.e1, *l = &qp.l0;
-    const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
-                              y[0], y[0], y[0]};
+    const bs_vk_buf *bi[20] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
+                              y[0], y[0], y[0], conv ? conv[0] : NULL, conv ? conv[1] : NULL, conv ? conv[2] : NULL};
     for (int k = 1; k < nm; k++) {
         e[k - 1] = (uint32_t)m[k]->rbase;
         l[k] = (uint32_t)m[k]->ne1;
         bi[7 + k] = y[k];
     }
     c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
-    return bs_vk_dispatch(c, lay->kernel, bi, &qp, groups((uint64_t)p->rows, 256 / (uint32_t)lay->split), groups((uint64_t)n, 8), 1);
+    push.qp = qp;
+    push.K = (uint32_t)K;
+    const int k = conv ? glu_kernel(lay->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVC_Q1 : lay->kernel;
+    return bs_vk_dispatch(c, k, bi, &push, groups((uint64_t)p->rows, 256 / (uint32_t)lay->split), groups((uint64_t)n, 8), 1);
+}
+
+int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                        const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y) {
+    return record_cat(c, lay, m, nm, aq, as, am, n, y, NULL, 0);
+}
+
+bool bs_vk_conv_fusable(const bs_vk_matrix *lay) {
+    return glu_kernel(lay->kernel) >= 0 && !lay->act && lay->n_parts == 1;
+}
+
+int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
+                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *win,
+                         const bs_vk_buf *cw, const bs_vk_buf *co, int K) {
+    if (!bs_vk_conv_fusable(lay) || n < 1 || n > 8 || K < 1 || K > 9)
+        return bs_error("Vulkan: no conv in this product's epilogue (%d rows, K %d)", n, K);
+    const bs_vk_buf *conv[3] = {win, cw, co};
+    return record_cat(c, lay, m, nm, aq, as, am, n, y, conv, K);
 }
 
 /* --- LoRA terms ------------------------------------------------------------------------------ */
@@ -454,11 +481,22 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
     return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)p->rows, 256 / (uint32_t)m->split), groups((uint64_t)n, 8), 1);
 }
 
-int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
+/* bs_vk_matvec_conv's conv: window (moved on), weights, K, output (NULL: none) */
+typedef struct matvec_conv { float *win; const float *w; int K; float *out; } matvec_conv;
+
+static int conv_bufs(bs_vk_ctx *c, const bs_vk_matrix *m, int n, const matvec_conv *cv, bs_vk_buf *b) {
+    const uint64_t wb = 4u * (uint64_t)(cv->K - 1 > 0 ? cv->K - 1 : 1) * m->ne1;
+    return bs_vk_buf_new(c, &b[0], wb, true) || bs_vk_buf_new(c, &b[1], 4u * (uint64_t)cv->K * m->ne1, true) ||
+           bs_vk_buf_new(c, &b[2], 4u * (uint64_t)n * m->ne1, true) ||
+           bs_vk_buf_write(c, &b[0], 0, cv->win, 4u * (size_t)(cv->K - 1) * m->ne1) ||
+           bs_vk_buf_write(c, &b[1], 0, cv->w, 4u * (size_t)cv->K * m->ne1);
+}
+
+static int matvec_run(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, const matvec_conv *cv) {
     if (n <= 0 || n > 65535 * 8) return bs_error("Vulkan matvec: bad row count %d", n);
     const uint64_t xb = 4u * (uint64_t)n * m->ne0, yb = 4u * (uint64_t)n * m->ne1;
     if (xb > c->max_binding || yb > c->max_binding) return bs_error("Vulkan matvec: %d rows do not fit one binding", n);
-    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0};
+    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0}, bc[3] = {{0}};
     if (bs_vk_buf_new(c, &bx, xb, true)) return -1;
     if (bs_vk_buf_new(c, &by, yb, true)) { bs_vk_buf_free(c, &bx); return -1; }
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
@@ -467,6 +505,7 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     if (!rc && !f32) rc = bs_vk_buf_new(c, &bq, nb * 32, false) || bs_vk_buf_new(c, &bs, nb * 4, false) ||
                           bs_vk_buf_new(c, &bm, nb * 4, false);
     if (!rc && m->act) rc = bs_vk_buf_new(c, &br, xb, false);
+    if (!rc && cv) rc = conv_bufs(c, m, n, cv, bc);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc && !f32) {
         rc = bs_vk_record_quant(c, &bx, &bq, &bs, &bm, nb);
@@ -476,16 +515,31 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
         rc = bs_vk_record_act(c, m, &bx, &br, n);
         bs_vk_barrier(c);
     }
-    if (!rc) rc = bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, &bm, n, &by);
+    const bs_vk_buf *ys[1] = {&by};
+    if (!rc) rc = cv ? bs_vk_record_mv_conv(c, m, &m, 1, &bq, &bs, &bm, n, ys, &bc[0], &bc[1], &bc[2], cv->K)
+                     : bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, &bm, n, &by);
     if (c->recording) rc = bs_vk_submit(c) || rc;
     if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
+    if (!rc && cv) rc = bs_vk_buf_read(c, &bc[0], 0, cv->win, 4u * (size_t)(cv->K - 1) * m->ne1) ||
+                        bs_vk_buf_read(c, &bc[2], 0, cv->out, 4u * (size_t)n * m->ne1);
     bs_vk_buf_free(c, &bx);
     bs_vk_buf_free(c, &by);
     bs_vk_buf_free(c, &bq);
     bs_vk_buf_free(c, &bs);
     bs_vk_buf_free(c, &br);
     bs_vk_buf_free(c, &bm);
+    for (int i = 0; i < 3; i++) bs_vk_buf_free(c, &bc[i]);
     return rc ? -1 : 0;
+}
+
+int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y) {
+    return matvec_run(c, m, x, n, y, NULL);
+}
+
+int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
+                      float *out) {
+    const matvec_conv cv = {win, w, K, out};
+    return matvec_run(c, m, x, n, y, &cv);
 }
 
 typedef struct norm_push { uint32_t d; float eps; uint32_t has_w; } norm_push;

@@ -32,6 +32,7 @@ struct bs_vk_net {
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
     bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
+    bool no_gdnf;                 /* BITSPARK_VK_NO_GDNF=1: DeltaNet's conv, q/k norms, delta rule, gated norm apart */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
     bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
 };

@@ -35,6 +35,11 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     (void)c; (void)m; (void)x; (void)n; (void)y;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
+                      float *out) {
+    (void)c; (void)m; (void)x; (void)n; (void)y; (void)win; (void)w; (void)K; (void)out;
+    return bs_error("no Vulkan backend");
+}
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y) {
     (void)c; (void)x; (void)w; (void)d; (void)n; (void)eps; (void)y;
     return bs_error("no Vulkan backend");

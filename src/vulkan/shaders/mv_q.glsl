@@ -34,6 +34,13 @@
 //  BITS 1/2, per group: blk = d_a[0]*isum_0, then fma(d_a[k], isum_k, blk); acc = fma(d_w, blk, acc).
 //  BITS 4/8 (llama.cpp's x86 order): 8 lanes of 4 elements, lane += fma(d_w*d_a, lane dot),
 //  summed ((0+4)+(2+6))+((1+5)+(3+7)); Q4_1 adds sum_b fma(m_w, s_a) (s_a = fp16(d_a*sum q)).
+// CONV (BS_CONV: mv_qc.comp, mv_qc_dp4a.comp): a Gated DeltaNet layer's causal depthwise conv
+// + SiLU in the epilogue of its input products, for up to 8 rows (one row group): segment 0's
+// row c is conv channel c (l0 = conv_dim channels). The invocation that stores channel c holds
+// its n new values, so it convolves them with the window (binding 17, [K-1][l0], oldest first)
+// and the weights (18, [l0][K]) into binding 19 ([n][l0]), then moves that channel's window on
+// (no other invocation touches it): conv.comp's float operations in its order, so its bits,
+// without its dispatch and barrier. K is a push constant after eps.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
@@ -57,7 +64,14 @@ layout(std430, binding = 13) writeonly buffer M8 { float m8[]; };
 layout(std430, binding = 14) readonly buffer NW { float nw[]; };
 layout(std430, binding = 15) coherent buffer XN { float xn[]; };
 layout(std430, binding = 16) coherent buffer CNT { uint cnt[]; };
+#ifdef BS_CONV
+layout(std430, binding = 17) buffer WIN { float win[]; };
+layout(std430, binding = 18) readonly buffer CW { float cw[]; };
+layout(std430, binding = 19) writeonly buffer CO { float co[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; uint K; } p;
+#else
 layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } p;
+#endif
 
 shared float spart[8][256];
 
@@ -234,6 +248,25 @@ void norm_rows_last(uint lid, uint r0, uint nr) {
     if (lid == 0u) cnt[gl_WorkGroupID.y] = 0u;
 }
 
+#ifdef BS_CONV
+// Channel c's conv over its window and the nr new values x (conv.comp's conv_at and
+// move_window: sums in tap order from 0, then x / (1 + exp(-x))).
+void conv_channel(uint c, uint nr, float x[8]) {
+    const uint cd = p.l0, km1 = p.K - 1u;
+    for (uint t = 0u; t < nr; t++) {
+        precise float s = 0.0;
+        for (uint i = 0u; i < p.K; i++) {
+            const uint r = t + i;
+            s = s + (r < km1 ? win[r * cd + c] : x[r - km1]) * cw[c * p.K + i];
+        }
+        co[t * cd + c] = s / (1.0 + exp(-s));
+    }
+    float keep[8];
+    for (uint r = 0u; r < km1; r++) keep[r] = nr + r < km1 ? win[(nr + r) * cd + c] : x[nr + r - km1];
+    for (uint r = 0u; r < km1; r++) win[r * cd + c] = keep[r];
+}
+#endif
+
 void main() {
     const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
     const uint local = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
@@ -255,6 +288,9 @@ void main() {
             const float x = res[r];
             store(row, r0 + r, GLU != 0u ? x / (1.0 + exp(-x)) * up[r] : x);
         }
+#ifdef BS_CONV
+        if (row < p.e1) conv_channel(p.row0 + row - p.rbase, nr, res);
+#endif
     }
     if (NORM_OUT != 0u) norm_rows_last(lid, r0, nr);
     if (QOUT != 0u) {   // the workgroup's rows are written: its blocks, one per invocation
