@@ -28,6 +28,7 @@ typedef struct bs_vk_device_info {
     char driver[256];            /* driver name and info */
     uint32_t subgroup_size;
     uint32_t shared_mem;         /* maxComputeSharedMemorySize */
+    uint32_t max_storage;        /* maxPerStageDescriptorStorageBuffers */
     uint64_t max_binding;        /* maxStorageBufferRange */
     uint64_t heap_bytes;         /* largest device-local heap */
     uint64_t max_alloc;          /* maxMemoryAllocationSize (Maintenance3) */

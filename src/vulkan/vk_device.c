@@ -312,6 +312,7 @@ static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_de
     if (v12) snprintf(o->driver, sizeof o->driver, "%.120s %.120s", drv.driverName, drv.driverInfo);
     o->subgroup_size = v12 ? sub.subgroupSize : 0;
     o->shared_mem = base.limits.maxComputeSharedMemorySize;
+    o->max_storage = base.limits.maxPerStageDescriptorStorageBuffers;
     o->max_binding = base.limits.maxStorageBufferRange;
     o->timestamp_ns = base.limits.timestampPeriod;
     /* without Maintenance3 (Vulkan 1.0 drivers) nothing bounds one allocation but its heap */
@@ -399,6 +400,12 @@ bs_vk_ctx *bs_vk_open(int index) {
         return NULL;
     }
     c->qfam = (uint32_t)fam;
+    if (c->info.max_storage < BS_VK_PIPE_MAX_BIND) {   /* the widest kernel's bindings, said plainly */
+        bs_error("Vulkan device %d (%s) allows %u storage buffers per kernel; bitspark's kernels need %d", index,
+                 c->info.name, c->info.max_storage, (int)BS_VK_PIPE_MAX_BIND);
+        free(c);
+        return NULL;
+    }
     const float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = c->qfam,
                                   .queueCount = 1, .pQueuePriorities = &prio};
