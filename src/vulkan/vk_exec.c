@@ -70,6 +70,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVN_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 0, 0, 1}},
     [BS_VK_K_MVN_Q8] = {"mv_q", 17, 60, 5, {8, 1, 0, 0, 1}},
     [BS_VK_K_MVN_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 0, 0, 1}},
+    [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -426,7 +427,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_GLUQ_Q1] = "glu q1_0", [BS_VK_K_GLUQ_Q2_128] = "glu q2_0", [BS_VK_K_GLUQ_Q2_64] = "glu q2_0_g64",
         [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store",
         [BS_VK_K_MVN_Q1] = "mv+norm q1_0", [BS_VK_K_MVN_Q2_128] = "mv+norm q2_0", [BS_VK_K_MVN_Q2_64] = "mv+norm q2_0_g64",
-        [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1"};
+        [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1",
+        [BS_VK_K_ATTN_SPLIT] = "attention split"};
     return names[k] ? names[k] : "?";
 }
 

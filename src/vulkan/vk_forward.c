@@ -306,12 +306,16 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_b
         TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
         bs_vk_barrier(c);
     }
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } ap = {
-        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps};
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; uint32_t chunk, n_chunk; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps,
+        (uint32_t)s->net->attn_chunk, (uint32_t)s->n_chunk};
     const bs_vk_sess *qd = qdst ? qdst : s;
-    const bs_vk_buf *ab[14] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
-                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope};
-    TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
+    const bs_vk_buf *ab[16] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
+                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->apart, &s->acnt};
+    /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), every
+       chunk of the context (a recorded step runs again at later positions); else attn.comp */
+    if (s->n_chunk > 0) TRY(bs_vk_dispatch(c, BS_VK_K_ATTN_SPLIT, ab, &ap, (uint32_t)s->n_chunk, (uint32_t)n * Hkv, 1));
+    else TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     return 0;
 }

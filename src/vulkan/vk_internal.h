@@ -108,6 +108,7 @@ enum bs_vk_kernel {
     BS_VK_K_GLUQ_Q1, BS_VK_K_GLUQ_Q2_128, BS_VK_K_GLUQ_Q2_64, BS_VK_K_GLUQ_Q8, BS_VK_K_GLUQ_Q4_1,   /* GLU + int8 out */
     BS_VK_K_QK,                       /* q/k norms, rope and the KV store in one */
     BS_VK_K_MVN_Q1, BS_VK_K_MVN_Q2_128, BS_VK_K_MVN_Q2_64, BS_VK_K_MVN_Q8, BS_VK_K_MVN_Q4_1,   /* + residual, norm */
+    BS_VK_K_ATTN_SPLIT,               /* attention split over the context, chunks merged */
     BS_VK_K_COUNT
 };
 
