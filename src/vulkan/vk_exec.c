@@ -331,8 +331,8 @@ static void profile_collect(bs_vk_ctx *c) {
     c->n_queries = 0;
 }
 
-int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx, uint32_t gy,
-                   uint32_t gz) {
+/* kernel k's pipeline, buffers and push constants bound for a dispatch */
+static int bind_kernel(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push) {
     const bs_vk_pipe *p = &c->pipes[k];
     if (c->dsets_used >= MAX_SETS) return bs_error("Vulkan: too many dispatches in one submission");
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = c->dpool,
@@ -352,13 +352,32 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
     c->fn->vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
     c->fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     c->fn->vkCmdPushConstants(c->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p->push_bytes, push);
-    c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    return 0;
+}
+
+/* after a dispatch: counted, and timed when profiling */
+static void dispatched(bs_vk_ctx *c, int k) {
     c->rec.dispatches++;
     c->dirty = true;
     if (c->profiling && !c->caching && c->n_queries > 0 && c->n_queries <= MAX_SETS) {
         c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c->qpool, (uint32_t)c->n_queries);
         c->q_kernel[c->n_queries++] = k;
     }
+}
+
+int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx, uint32_t gy,
+                   uint32_t gz) {
+    if (bind_kernel(c, k, bufs, push)) return -1;
+    c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    dispatched(c, k);
+    return 0;
+}
+
+int bs_vk_dispatch_indirect(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, const bs_vk_buf *args,
+                            uint64_t offset) {
+    if (bind_kernel(c, k, bufs, push)) return -1;
+    c->fn->vkCmdDispatchIndirect(c->cmd, args->buf, offset);
+    dispatched(c, k);
     return 0;
 }
 

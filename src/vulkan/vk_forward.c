@@ -312,12 +312,21 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_b
     const bs_vk_sess *qd = qdst ? qdst : s;
     const bs_vk_buf *ab[16] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
                                &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->apart, &s->acnt};
-    /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), every
-       chunk of the context (a recorded step runs again at later positions); else attn.comp */
-    if (s->n_chunk > 0) TRY(bs_vk_dispatch(c, BS_VK_K_ATTN_SPLIT, ab, &ap, (uint32_t)s->n_chunk, (uint32_t)n * Hkv, 1));
+    /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), the
+       chunks counted per step (attn_split_groups: a recorded step runs again later); else attn.comp */
+    if (s->n_chunk > 0) TRY(bs_vk_dispatch_indirect(c, BS_VK_K_ATTN_SPLIT, ab, &ap, &s->params, ATTN_GROUPS));
     else TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     return 0;
+}
+
+/* The split attention's workgroups for n rows from p0, where its dispatch reads them (params at
+ * ATTN_GROUPS): the chunks of the last row's positions, n rows of KV heads. */
+static void attn_split_groups(bs_vk_sess *s, uint32_t p0, int n) {
+    if (s->n_chunk == 0) return;
+    const uint32_t C = (uint32_t)s->net->attn_chunk;
+    const uint32_t g[3] = {(p0 + (uint32_t)n + C - 1) / C, (uint32_t)n * (uint32_t)s->net->hp.n_head_kv, 1};
+    memcpy((char *)s->params.map + ATTN_GROUPS, g, sizeof g);
 }
 
 /* Whether the output gate and the int8 blocks of the output product go in attention's epilogue. */
@@ -567,6 +576,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
         const uint32_t p0 = (uint32_t)(pos0 + off);
         memcpy(s->params.map, &p0, 4);
+        attn_split_groups(s, p0, m);
         s->greedy = ids && rows;
         s->rows_in = embd != NULL;
         const int rc = run_step(s, m, rows, taps, n_taps);
@@ -697,6 +707,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         if (nr) memcpy((float *)S->rope.map + (size_t)R * nr, q[i].rope, sizeof(float) * (size_t)q[i].n * nr);
         const uint32_t p0 = (uint32_t)q[i].pos0;
         memcpy(s->params.map, &p0, 4);
+        attn_split_groups(s, p0, q[i].n);
         R += q[i].n;
     }
     /* greedy sequences only: the argmax on the device, the ids back instead of the rows */

@@ -35,7 +35,7 @@
     X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
     X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
     X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
-    X(vkGetQueryPoolResults)
+    X(vkGetQueryPoolResults) X(vkCmdDispatchIndirect)
 
 typedef struct bs_vk_fns {
 #define BS_VK_DECL(f) PFN_##f f;
@@ -297,6 +297,9 @@ int bs_vk_begin(bs_vk_ctx *c);
 /* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
                    uint32_t gy, uint32_t gz);
+/* The same with the group counts read at run time from args at offset (three uint32: x, y, z). */
+int bs_vk_dispatch_indirect(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, const bs_vk_buf *args,
+                            uint64_t offset);
 /* A full compute/transfer barrier, unless nothing was recorded since the last one. */
 void bs_vk_barrier(bs_vk_ctx *c);
 /* Transfers recorded into the current command buffer (so that the next barrier is kept). */

@@ -6,6 +6,7 @@
 #include "vulkan/vk_internal.h"
 
 enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
+enum { ATTN_GROUPS = 16 };   /* params' bytes from here: attn_split.comp's group counts this step */
 
 typedef struct vk_layer {
     bool rec;

@@ -89,7 +89,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
              bs_vk_buf_new(c, &s->apart, pt_bytes, false) || bs_vk_buf_new(c, &s->acnt, zmax(16, acnt_bytes), false) ||
              zero_buf(c, &s->acnt, zmax(16, acnt_bytes)) ||
-             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
+             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
