@@ -207,8 +207,12 @@ def check_split():
     outs = []
     for b in (len(toks), 1, 7):
         out = os.path.join(TMP, 'vk_split_b%d.f32' % b)
-        if not logits(model, toks, b, out, extra_env=small):
+        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(b), '-o', out,
+                 '--device', 'vulkan'], extra_env=dict(small, BITSPARK_PROFILE='1'))
+        if r.returncode != 0:
             return
+        if not re.search(r'^\s*attention split', r.stderr, re.M):
+            return fail('tiny-q1_0: the profile shows no split attention dispatch:\n%s' % r.stderr[-800:])
         outs.append(open(out, 'rb').read())
     if any(o != outs[0] for o in outs[1:]):
         fail('tiny-q1_0, attention in chunks of 16: the logits depend on the batching (%s)' % [o == outs[0] for o in outs])

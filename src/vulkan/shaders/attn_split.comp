@@ -10,7 +10,7 @@
 // w = exp(m - M) (1 where m == M), L = sum w l, out = (sum w a) / L in chunk order, then
 // attn.comp's epilogue. Chunks start at multiples of C, so a row's bits never depend on the
 // rows evaluated with it; workgroups past a row's last chunk return at once (the dispatch is
-// sized for the whole context: recorded steps are resubmitted at other positions).
+// sized for the batch's last row, whose context is the longest).
 // Inside a chunk the float order is attn.comp's (a score's sum over d, the sum of exp by
 // invocation j % 64 then a tree, V sums over j in order), and a single chunk's merge multiplies
 // by 1 exactly, so with pos0 + t < C the bits are attn.comp's.
