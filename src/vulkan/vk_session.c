@@ -31,13 +31,14 @@ static int zero_buf(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes) {
 }
 
 /* Chunks of attn_split.comp for a context of n_ctx (0: attn.comp): its shared memory holds a KV
- * group's q heads (G * D <= 2048) and its partials must fit one binding. */
+ * group's q heads (G * D <= 2048), it reads element pairs (D even) and its partials must fit one
+ * binding. */
 static int attn_chunks(const bs_vk_net *net, int n_ctx, size_t B) {
     const bs_vk_net_desc *hp = &net->hp;
     if (net->no_split || net->n_att == 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) return 0;
     const size_t G = (size_t)(hp->n_head / hp->n_head_kv), D = (size_t)hp->head_dim;
     const size_t n_chunk = ((size_t)n_ctx + (size_t)net->attn_chunk - 1) / (size_t)net->attn_chunk;
-    if (D > MAX_HEAD_DIM || G * D > 2048 || n_chunk > 65535) return 0;
+    if (D > MAX_HEAD_DIM || D % 2 || G * D > 2048 || n_chunk > 65535) return 0;
     return 4u * B * (size_t)hp->n_head * n_chunk * (D + 2) > net->c->max_binding ? 0 : (int)n_chunk;
 }
 

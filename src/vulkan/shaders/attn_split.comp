@@ -61,18 +61,20 @@ shared bool last_wg;
 #define HEAD_W(i) (is_q ? qn[i] : kn[i])
 #include "head_rn.glsl"
 
-float cache_at(uint j, uint kvw, uint kb2, uint d, bool v) {
-    if (p.f32 != 0u) return uintBitsToFloat(v ? vc[j * kvw + kb2 + d] : kc[j * kvw + kb2 + d]);
-    const vec2 f = unpackHalf2x16(v ? vc[(j * kvw + kb2 + d) / 2u] : kc[(j * kvw + kb2 + d) / 2u]);
-    return (d & 1u) != 0u ? f.y : f.x;
+// elements d, d + 1 (d even) of cache row j's KV head at kb2: one word of an F16 cache
+vec2 cache_pair(uint j, uint kvw, uint kb2, uint d, bool v) {
+    const uint i = j * kvw + kb2 + d;
+    if (p.f32 != 0u) return v ? vec2(uintBitsToFloat(vc[i]), uintBitsToFloat(vc[i + 1u])) : vec2(uintBitsToFloat(kc[i]), uintBitsToFloat(kc[i + 1u]));
+    return unpackHalf2x16(v ? vc[i / 2u] : kc[i / 2u]);
 }
 
 float rounded(float x) { return p.f32 != 0u ? x : f16_round(x); }
 
-// element d of V row j: the batch's rows (fused) from the raw rows, rounded as the cache holds them
-float v_at(uint j, uint kvw, uint kb2, uint d) {
-    if (p.fused != 0u && j >= step.pos0) return rounded(vr[(j - step.pos0) * kvw + kb2 + d]);
-    return cache_at(j, kvw, kb2, d, true);
+// V row j's pair at d: the batch's rows (fused) from the raw rows, rounded as the cache holds them
+vec2 v_pair(uint j, uint kvw, uint kb2, uint d) {
+    if (p.fused == 0u || j < step.pos0) return cache_pair(j, kvw, kb2, d, true);
+    const uint b = (j - step.pos0) * kvw + kb2 + d;
+    return vec2(rounded(vr[b]), rounded(vr[b + 1u]));
 }
 
 // fused: k of batch row r normed and roped into hv (all invocations); stored with its v when asked
@@ -97,12 +99,15 @@ void batch_k(uint r, uint kvh, bool store, uint tid) {
     }
 }
 
-// K rows j0 .. j0 + n - 1 into kt (the cache's rows read together; the batch's normed here)
+// K rows j0 .. j0 + n - 1 into kt (D even) (the cache's rows read together; the batch's normed here)
 void load_tile(uint j0, uint n, uint t, uint kvh, uint tid) {
     const uint D = p.D, kvw = p.Hkv * D, kb2 = kvh * D;
-    for (uint e = tid; e < n * D; e += 64u) {
+    for (uint e = 2u * tid; e < n * D; e += 128u) {   // pairs: a word of an F16 cache each
         const uint jj = e / D, d = e % D;
-        if (p.fused == 0u || j0 + jj < step.pos0) kt[jj * (D + 1u) + d] = cache_at(j0 + jj, kvw, kb2, d, false);
+        if (p.fused != 0u && j0 + jj >= step.pos0) continue;
+        const vec2 f = cache_pair(j0 + jj, kvw, kb2, d, false);
+        kt[jj * (D + 1u) + d] = f.x;
+        kt[jj * (D + 1u) + d + 1u] = f.y;
     }
     if (p.fused == 0u) return;
     for (uint jj = 0u; jj < n; jj++) {   // uniform: every invocation takes the same rows
@@ -163,23 +168,35 @@ void chunk_softmax(uint sb, uint pb, uint c0, uint c1, uint tid) {
     barrier();
 }
 
-// the V sums of heads g0 .. g0 + ng - 1 over the chunk, each V element read once for them all
+// the V sums of heads g0 .. g0 + ng - 1 over the chunk, each V element read once for them all;
+// loops of constant bounds (guarded) so that acc stays in registers
 void chunk_v(uint t, uint kvh, uint G, uint g0, uint ng, uint ch, uint c0, uint c1, uint tid) {
     const uint D = p.D, kvw = p.Hkv * D, kb2 = kvh * D;
-    float acc[MAXG][4];   // heads g0.., elements tid, tid + 64, ... (D <= 256)
+    vec2 acc[MAXG][2];   // heads g0.., element pairs 2 tid and 2 tid + 128 (D <= 256)
     for (uint g = 0u; g < MAXG; g++)
-        for (uint k = 0u; k < 4u; k++) acc[g][k] = 0.0;
+        for (uint k = 0u; k < 2u; k++) acc[g][k] = vec2(0.0);
     for (uint j = c0; j < c1; j++) {
-        float v[4];
-        for (uint k = 0u, d = tid; k < 4u; k++, d += 64u) v[k] = d < D ? v_at(j, kvw, kb2, d) : 0.0;
-        for (uint g = 0u; g < ng; g++) {
+        vec2 v[2];
+        for (uint k = 0u; k < 2u; k++) {
+            const uint d = 2u * tid + 128u * k;
+            v[k] = d < D ? v_pair(j, kvw, kb2, d) : vec2(0.0);
+        }
+        for (uint g = 0u; g < MAXG; g++) {
+            if (g >= ng) break;
             const float e = sc[((t * p.H) + kvh * G + g0 + g) * p.n_ctx + j];
-            for (uint k = 0u; k < 4u; k++) acc[g][k] = fma_x(e, v[k], acc[g][k]);
+            for (uint k = 0u; k < 2u; k++) acc[g][k] = vec2(fma_x(e, v[k].x, acc[g][k].x), fma_x(e, v[k].y, acc[g][k].y));
         }
     }
-    for (uint g = 0u; g < ng; g++) {
+    for (uint g = 0u; g < MAXG; g++) {
+        if (g >= ng) break;
         const uint pb = (((t * p.H) + kvh * G + g0 + g) * p.n_chunk + ch) * (2u + D) + 2u;
-        for (uint k = 0u, d = tid; k < 4u && d < D; k++, d += 64u) pt[pb + d] = acc[g][k];
+        for (uint k = 0u; k < 2u; k++) {
+            const uint d = 2u * tid + 128u * k;
+            if (d < D) {
+                pt[pb + d] = acc[g][k].x;
+                pt[pb + d + 1u] = acc[g][k].y;
+            }
+        }
     }
 }
 
