@@ -99,7 +99,8 @@ void batch_k(uint r, uint kvh, bool store, uint tid) {
     }
 }
 
-// K rows j0 .. j0 + n - 1 into kt (D even) (the cache's rows read together; the batch's normed here)
+// K rows j0 .. j0 + n - 1 into kt: the cache's a word per invocation (D even), read together; the
+// batch's (fused) normed and roped here
 void load_tile(uint j0, uint n, uint t, uint kvh, uint tid) {
     const uint D = p.D, kvw = p.Hkv * D, kb2 = kvh * D;
     for (uint e = 2u * tid; e < n * D; e += 128u) {   // pairs: a word of an F16 cache each
