@@ -8,6 +8,8 @@ machine no loader or device.
     a time;
   - a row's logits do not depend on how the tokens are batched: batches of 1, 7, 64+ (more rows
     than one submission holds) and the whole sequence give the same bits;
+  - attention split over the context in small chunks (BITSPARK_VK_ATTN_CHUNK=16): logits within
+    the fixture bound and the same bits however batched; in one chunk the bits of attn.comp;
   - layer taps [1, 4, 6] of tiny-f32 vs llama.cpp's (tiny-f32.taps.f32, <= 1e-4);
   - greedy text of the trained tiny model (models/) equals the CPU's;
   - bench on the device: Vulkan rows, verify costs, the copy-kernel roofline;
@@ -189,6 +191,54 @@ def check_fusions():
                       (name, label, batch, f[1], a[1]))
 
 
+def check_split():
+    """Attention split over the context (attn_split.comp) in chunks of 16 positions, so that the
+    fixtures' 63 tokens take four and the chunks' merge runs: tiny-f32's logits vs llama.cpp's
+    within the fixture bound (F32 KV cache); tiny-q1_0's rows the same bits however the tokens
+    are batched (63 as one batch, 1 at a time, 7 then 1s); with the default chunk (256: one
+    here) the bits of attn.comp's single pass (BITSPARK_VK_NO_SPLIT=1) at the same dispatches."""
+    small = {'BITSPARK_VK_ATTN_CHUNK': '16'}
+    meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
+    nv, toks = meta['n_vocab'], meta['prompt_tokens'] + meta['greedy_tokens']
+    ref = rows(os.path.join(FIX, 'tiny-f32.logits.f32'), nv)
+    out = os.path.join(TMP, 'vk_split.f32')
+    if logits(os.path.join(FIX, 'tiny-f32.gguf'), toks, len(meta['prompt_tokens']), out, '--kv-type', 'f32', extra_env=small):
+        err = np.linalg.norm(rows(out, nv) - ref, axis=1) / np.linalg.norm(ref, axis=1)
+        print('tiny-f32 vulkan, attention in chunks of 16: worst=%.3e' % err.max())
+        if err.max() > F32_WORST:
+            fail('tiny-f32 with attention in chunks of 16: worst %.3e > %g' % (err.max(), F32_WORST))
+    model = os.path.join(FIX, 'tiny-q1_0.gguf')
+    meta = json.load(open(os.path.join(FIX, 'tiny-q1_0.json')))
+    toks = meta['prompt_tokens'] + meta['greedy_tokens']
+    outs = []
+    for b in (len(toks), 1, 7):
+        out = os.path.join(TMP, 'vk_split_b%d.f32' % b)
+        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(b), '-o', out,
+                 '--device', 'vulkan'], extra_env=dict(small, BITSPARK_PROFILE='1'))
+        if r.returncode != 0:
+            return
+        if not re.search(r'^\s*attention split', r.stderr, re.M):
+            return fail('tiny-q1_0: the profile shows no split attention dispatch:\n%s' % r.stderr[-800:])
+        outs.append(open(out, 'rb').read())
+    if any(o != outs[0] for o in outs[1:]):
+        fail('tiny-q1_0, attention in chunks of 16: the logits depend on the batching (%s)' % [o == outs[0] for o in outs])
+    else:
+        print('tiny-q1_0, attention in chunks of 16: %d tokens as one batch, 1 at a time, 7 then 1s: the same bits' % len(toks))
+    got = []
+    for env in ({}, {'BITSPARK_VK_NO_SPLIT': '1'}):
+        out = os.path.join(TMP, 'vk_split_one.f32')
+        r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', '5', '-o', out,
+                 '--device', 'vulkan'], extra_env=dict(env, BITSPARK_PROFILE='1'))
+        if r.returncode != 0:
+            return
+        got.append((open(out, 'rb').read(), dispatches(r.stderr)))
+    if got[0][0] != got[1][0] or got[0][1] is None or got[0][1] != got[1][1]:
+        fail('tiny-q1_0: the split attention in one chunk differs from attn.comp (bits %s, dispatches %s vs %s)'
+             % (got[0][0] == got[1][0], got[0][1], got[1][1]))
+    else:
+        print('tiny-q1_0: the split attention in one chunk: the bits of attn.comp, %.1f dispatches per row' % got[0][1])
+
+
 def check_taps():
     meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
     prompt, layers = meta['prompt_tokens'], meta['taps_layers']
@@ -289,6 +339,7 @@ def main():
     check_batching()
     check_staged()
     check_fusions()
+    check_split()
     check_taps()
     check_greedy_text()
     check_bench()

@@ -77,6 +77,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVC_Q8] = {"mv_qc", 20, 64, 5, {8, 1, 0, 0, 0}},
     [BS_VK_K_MVC_Q4_1] = {"mv_qc", 20, 64, 5, {4, 1, 0, 0, 0}},
     [BS_VK_K_DELTA_NORM] = {"delta_norm", 11, 32, 0, {0}},
+    [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -338,8 +339,8 @@ static void profile_collect(bs_vk_ctx *c) {
     c->n_queries = 0;
 }
 
-int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx, uint32_t gy,
-                   uint32_t gz) {
+/* kernel k's pipeline, buffers and push constants bound for a dispatch */
+static int bind_kernel(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push) {
     const bs_vk_pipe *p = &c->pipes[k];
     if (c->dsets_used >= MAX_SETS) return bs_error("Vulkan: too many dispatches in one submission");
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = c->dpool,
@@ -359,13 +360,32 @@ int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void
     c->fn->vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
     c->fn->vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     c->fn->vkCmdPushConstants(c->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, p->push_bytes, push);
-    c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    return 0;
+}
+
+/* after a dispatch: counted, and timed when profiling */
+static void dispatched(bs_vk_ctx *c, int k) {
     c->rec.dispatches++;
     c->dirty = true;
     if (c->profiling && !c->caching && c->n_queries > 0 && c->n_queries <= MAX_SETS) {
         c->fn->vkCmdWriteTimestamp(c->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c->qpool, (uint32_t)c->n_queries);
         c->q_kernel[c->n_queries++] = k;
     }
+}
+
+int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx, uint32_t gy,
+                   uint32_t gz) {
+    if (bind_kernel(c, k, bufs, push)) return -1;
+    c->fn->vkCmdDispatch(c->cmd, gx, gy, gz);
+    dispatched(c, k);
+    return 0;
+}
+
+int bs_vk_dispatch_indirect(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, const bs_vk_buf *args,
+                            uint64_t offset) {
+    if (bind_kernel(c, k, bufs, push)) return -1;
+    c->fn->vkCmdDispatchIndirect(c->cmd, args->buf, offset);
+    dispatched(c, k);
     return 0;
 }
 
@@ -436,7 +456,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MVN_Q1] = "mv+norm q1_0", [BS_VK_K_MVN_Q2_128] = "mv+norm q2_0", [BS_VK_K_MVN_Q2_64] = "mv+norm q2_0_g64",
         [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1",
         [BS_VK_K_MVC_Q1] = "mv+conv q1_0", [BS_VK_K_MVC_Q2_128] = "mv+conv q2_0", [BS_VK_K_MVC_Q2_64] = "mv+conv q2_0_g64",
-        [BS_VK_K_MVC_Q8] = "mv+conv q8_0", [BS_VK_K_MVC_Q4_1] = "mv+conv q4_1", [BS_VK_K_DELTA_NORM] = "gdn delta+norm"};
+        [BS_VK_K_MVC_Q8] = "mv+conv q8_0", [BS_VK_K_MVC_Q4_1] = "mv+conv q4_1", [BS_VK_K_DELTA_NORM] = "gdn delta+norm",
+        [BS_VK_K_ATTN_SPLIT] = "attention split"};
     return names[k] ? names[k] : "?";
 }
 

@@ -351,14 +351,27 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_b
         TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
         bs_vk_barrier(c);
     }
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } ap = {
-        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps};
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; uint32_t chunk, n_chunk; } ap = {
+        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps,
+        (uint32_t)s->net->attn_chunk, (uint32_t)s->n_chunk};
     const bs_vk_sess *qd = qdst ? qdst : s;
-    const bs_vk_buf *ab[14] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
-                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope};
-    TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
+    const bs_vk_buf *ab[16] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
+                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->apart, &s->acnt};
+    /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), the
+       chunks counted per step (attn_split_groups: a recorded step runs again later); else attn.comp */
+    if (s->n_chunk > 0) TRY(bs_vk_dispatch_indirect(c, BS_VK_K_ATTN_SPLIT, ab, &ap, &s->params, ATTN_GROUPS));
+    else TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
     bs_vk_barrier(c);
     return 0;
+}
+
+/* The split attention's workgroups for n rows from p0, where its dispatch reads them (params at
+ * ATTN_GROUPS): the chunks of the last row's positions, n rows of KV heads. */
+static void attn_split_groups(bs_vk_sess *s, uint32_t p0, int n) {
+    if (s->n_chunk == 0) return;
+    const uint32_t C = (uint32_t)s->net->attn_chunk;
+    const uint32_t g[3] = {(p0 + (uint32_t)n + C - 1) / C, (uint32_t)n * (uint32_t)s->net->hp.n_head_kv, 1};
+    memcpy((char *)s->params.map + ATTN_GROUPS, g, sizeof g);
 }
 
 /* Whether the output gate and the int8 blocks of the output product go in attention's epilogue. */
@@ -608,6 +621,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
         const uint32_t p0 = (uint32_t)(pos0 + off);
         memcpy(s->params.map, &p0, 4);
+        attn_split_groups(s, p0, m);
         s->greedy = ids && rows;
         s->rows_in = embd != NULL;
         const int rc = run_step(s, m, rows, taps, n_taps);
@@ -738,6 +752,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         if (nr) memcpy((float *)S->rope.map + (size_t)R * nr, q[i].rope, sizeof(float) * (size_t)q[i].n * nr);
         const uint32_t p0 = (uint32_t)q[i].pos0;
         memcpy(s->params.map, &p0, 4);
+        attn_split_groups(s, p0, q[i].n);
         R += q[i].n;
     }
     /* greedy sequences only: the argmax on the device, the ids back instead of the rows */

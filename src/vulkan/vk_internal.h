@@ -35,7 +35,7 @@
     X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
     X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
     X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
-    X(vkGetQueryPoolResults)
+    X(vkGetQueryPoolResults) X(vkCmdDispatchIndirect)
 
 typedef struct bs_vk_fns {
 #define BS_VK_DECL(f) PFN_##f f;
@@ -110,6 +110,7 @@ enum bs_vk_kernel {
     BS_VK_K_MVN_Q1, BS_VK_K_MVN_Q2_128, BS_VK_K_MVN_Q2_64, BS_VK_K_MVN_Q8, BS_VK_K_MVN_Q4_1,   /* + residual, norm */
     BS_VK_K_MVC_Q1, BS_VK_K_MVC_Q2_128, BS_VK_K_MVC_Q2_64, BS_VK_K_MVC_Q8, BS_VK_K_MVC_Q4_1,   /* + DeltaNet conv */
     BS_VK_K_DELTA_NORM,               /* q/k L2 norms, delta rule, gated norm and int8 blocks in one */
+    BS_VK_K_ATTN_SPLIT,               /* attention split over the context, chunks merged */
     BS_VK_K_COUNT
 };
 
@@ -306,6 +307,9 @@ int bs_vk_begin(bs_vk_ctx *c);
 /* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
                    uint32_t gy, uint32_t gz);
+/* The same with the group counts read at run time from args at offset (three uint32: x, y, z). */
+int bs_vk_dispatch_indirect(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, const bs_vk_buf *args,
+                            uint64_t offset);
 /* A full compute/transfer barrier, unless nothing was recorded since the last one. */
 void bs_vk_barrier(bs_vk_ctx *c);
 /* Transfers recorded into the current command buffer (so that the next barrier is kept). */

@@ -68,6 +68,11 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
+    n->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
+    /* 256 positions: at a 32k context 128 chunks per KV head fill a large GPU, and a chunk's
+       partials (G heads of D + 2 floats) are ~2% of the K/V bytes it reads (tests: smaller) */
+    const char *ch = getenv("BITSPARK_VK_ATTN_CHUNK");
+    n->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
              bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);

@@ -6,6 +6,7 @@
 #include "vulkan/vk_internal.h"
 
 enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
+enum { ATTN_GROUPS = 16 };   /* params' bytes from here: attn_split.comp's group counts this step */
 
 typedef struct vk_layer {
     bool rec;
@@ -33,6 +34,8 @@ struct bs_vk_net {
     bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
     bool no_gdnf;                 /* BITSPARK_VK_NO_GDNF=1: DeltaNet's conv, q/k norms, delta rule, gated norm apart */
+    bool no_split;                /* BITSPARK_VK_NO_SPLIT=1: attention in one workgroup per query (attn.comp) */
+    int attn_chunk;               /* positions per attn_split.comp chunk (BITSPARK_VK_ATTN_CHUNK, 256) */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
     bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
 };
@@ -53,6 +56,8 @@ struct bs_vk_sess {
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
     bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
     bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
+    bs_vk_buf apart, acnt;        /* attn_split.comp's per-chunk partials and its (row, KV head) counters */
+    int n_chunk;                  /* attention chunks of the context (0: attn.comp's one pass) */
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */

@@ -22,6 +22,26 @@ const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
+/* A device buffer's first bytes set to zero (counters that kernels leave at 0). */
+static int zero_buf(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes) {
+    uint32_t *z = bs_xcalloc(bytes / 4 + 1, 4);
+    const int rc = bs_vk_buf_write(c, b, 0, z, bytes);
+    free(z);
+    return rc;
+}
+
+/* Chunks of attn_split.comp for a context of n_ctx (0: attn.comp): its shared memory holds a KV
+ * group's q heads (G * D <= 2048), it reads element pairs (D even) and its partials must fit one
+ * binding. */
+static int attn_chunks(const bs_vk_net *net, int n_ctx, size_t B) {
+    const bs_vk_net_desc *hp = &net->hp;
+    if (net->no_split || net->n_att == 0 || hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv) return 0;
+    const size_t G = (size_t)(hp->n_head / hp->n_head_kv), D = (size_t)hp->head_dim;
+    const size_t n_chunk = ((size_t)n_ctx + (size_t)net->attn_chunk - 1) / (size_t)net->attn_chunk;
+    if (D > MAX_HEAD_DIM || D % 2 || G * D > 2048 || n_chunk > 65535) return 0;
+    return 4u * B * (size_t)hp->n_head * n_chunk * (D + 2) > net->c->max_binding ? 0 : (int)n_chunk;
+}
+
 
 bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states) {
     const bs_vk_net_desc *hp = &net->hp;
@@ -56,6 +76,8 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
         return NULL;
     }
     static const uint32_t zero_cnt[CNT_GROUPS];
+    s->n_chunk = states ? attn_chunks(net, n_ctx, B) : 0;   /* a batch's scratch runs no attention of its own */
+    const size_t pt_bytes = zmax(16, 4u * B * H * (size_t)s->n_chunk * (D + 2)), acnt_bytes = 4u * B * Hkv;
     int rc = bs_vk_buf_new(c, &s->x, 4 * B * E, false) || bs_vk_buf_new(c, &s->xn, 4 * B * E, false) ||
              bs_vk_buf_new(c, &s->y, 4 * B * E, false) || bs_vk_buf_new(c, &s->a, 4 * B * s->wa, false) ||
              bs_vk_buf_new(c, &s->b, 4 * B * s->wb, false) || bs_vk_buf_new(c, &s->cc, 4 * B * s->wc, false) ||
@@ -66,7 +88,9 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
              bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
-             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 16, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
+             bs_vk_buf_new(c, &s->apart, pt_bytes, false) || bs_vk_buf_new(c, &s->acnt, zmax(16, acnt_bytes), false) ||
+             zero_buf(c, &s->acnt, zmax(16, acnt_bytes)) ||
+             bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
@@ -105,7 +129,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     s->net->n_sess--;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
