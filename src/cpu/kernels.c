@@ -386,20 +386,21 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
  * of each chunk once per tile of up to three rows) or the shared-extraction one
  * (kernels_q2_shared_avx2.c: once per block for every row of the pass, through a 2 KB buffer in
  * L1), the same bits. Measured (bench --matmul --matmul-packed -t 1, CPU time per call, medians
- * of 3 alternating runs of one binary, AMD EPYC Zen 3 class AVX2, load 2.2-2.7), X16 / shared:
+ * of 3 alternating runs of one binary, AMD EPYC Zen 3 class AVX2, load 2.2-2.7):
  *   rows                    1     2     3     4     5     8    16
  *   Q2_0  5120 x 17408    0.74  0.72  0.74  0.86  0.82  0.87  0.85
  *         17408 x 5120    0.72  0.73  0.60  0.84  0.82  0.87  0.82
  *   G64   5120 x 17408    0.64  0.64  0.67  0.80  0.76  0.79  0.77
  *         17408 x 5120    0.63  0.65  0.65  0.79  0.80  0.78  0.72
- * (below 1: X16 takes less time). The extraction X16 repeats per tile is ~2.3 of ~15 vector
- * operations per 128 weight-row products per row at three rows; the buffer's stores (four
- * 32-byte stores per 128 weights, one store per cycle on this core) cost more than that saves,
- * and each row's multiply-adds (vpbroadcastd + 2 x (vpmaddubsw + vpaddw) per 64 products, ~2.6
- * cycles per 128 at 4 vector operations per cycle) stay the same. So X16 takes every row count;
- * BITSPARK_Q2_SHARED=1 takes the shared kernel for every Q2 X16 product (comparisons on other
- * CPUs: one with more store bandwidth may differ), =0 never. docs/performance.md has the
- * cycles per 128 products (tools/q2_cycles.c). */
+ * (X16's CPU time over the shared kernel's: below 1, X16 is faster). The extraction X16
+ * repeats per tile is ~2.3 of ~15 vector operations per 128 weight-row products per row at
+ * three rows; the buffer's stores (four 32-byte stores per 128 weights, one store per cycle on
+ * this core) cost more than that saves, and each row's multiply-adds (2 x (vpmaddubsw +
+ * vpaddw) per 64 products, which bind: ~2.6 cycles per 128 in a micro-loop, against X16's ~3.9
+ * at three rows) stay the same. So X16 takes every row count; BITSPARK_Q2_SHARED=1 takes the
+ * shared kernel for every Q2 X16 product (comparisons on other CPUs: one with more store
+ * bandwidth may differ), =0 never. docs/performance.md has the cycles per 128 products
+ * (tools/q2_cycles.c). */
 int bs_q2_shared_mode = BS_TBL_AUTO;
 
 static int q2_shared_env(void) {
