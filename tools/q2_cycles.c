@@ -2,10 +2,10 @@
  * kernels, on one packed weight held in L2 (default 5120 x 256 Q2_0, 348 KB), one thread,
  * process CPU time, the kernel called directly on prepared activations (no quantization in
  * the timed loop). The clock is estimated from a chain of dependent adds (one per cycle).
- * Build (after the library):
- *   cc -std=c11 -O2 -D_GNU_SOURCE -Isrc tools/q2_cycles.c -o build/q2_cycles build/libbitspark.a -lm -lpthread
- *     (plus the library's other link flags: jansson microhttpd utf8proc, vulkan if built)
- * Usage: q2_cycles [TYPE [NE0 [NE1 [ROWS...]]]] */
+ * Build (after the library; the link flags are the executable's):
+ *   cc -std=c11 -O2 -D_GNU_SOURCE -Isrc tools/q2_cycles.c -o build/q2_cycles build/libbitspark.a \
+ *      $(sed 's/.*libbitspark.a//' build/CMakeFiles/bitspark.dir/link.txt)
+ * Usage: q2_cycles [TYPE [NE0 [NE1 [ROWS...]]]]   (defaults q2_0 5120 256, rows 1 2 3 4 5 8) */
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
