@@ -10,7 +10,10 @@
  *    ne0 a multiple of 128 but not of 256 (and of 64 only, for G64).
  * 3. Invariance: 1..16 and 20 activation rows (verification widths, server passes, the >8-row
  *    tiled path) with 1, 2 and 3 threads give exactly the one-row results, on odd shapes and
- *    on the 27B's K (5120). */
+ *    on the 27B's K (5120 and 17408 columns).
+ * 4. At AVX2 both kernels, X16 and the shared-extraction one (kernels_q2_shared_avx2.c, forced
+ *    with bs_q2_shared_mode; bench names it "q2 shared"), give the oracle's bits and each
+ *    other's for every row count and thread count above. */
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
@@ -128,23 +131,39 @@ static void check_kernels(int type, int64_t ne0, int64_t ne1, bs_pool **pools) {
     scalar_packed(&W, x, maxr, y);
     CHECKF(memcmp(y, yref, ybytes) == 0, "%s ne0=%lld ne1=%lld: packed scalar kernel != oracle", tn,
            (long long)ne0, (long long)ne1);
+    float *yx16 = bs_xmalloc(ybytes);
     for (int level = BS_CPU_AVX2; level <= BS_CPU_AVX512; level++) {
         if (!has_kernel(level)) continue;
         bs_cpu_set_level(level);
+        /* AVX2: the X16 kernel, then the shared-extraction one, which must give its bits */
+        const int modes = level == BS_CPU_AVX2 && bs_kernel_q2_shared_avx2() ? 2 : 1;
         for (size_t k = 0; k < BS_ARRAY_LEN(nrows); k++)
-            for (int p = 0; p < 3; p++) {
-                const int64_t nr = nrows[k];
-                memset(y, 0xff, ybytes);
-                bs_matmul(&W, x, nr, y, pools[p]);
-                int64_t bad = -1;
-                for (int64_t i = 0; i < nr * ne1 && bad < 0; i++)
-                    if (memcmp(&y[i], &yref[i], sizeof(float))) bad = i;
-                CHECKF(bad < 0, "%s %s ne0=%lld ne1=%lld, %lld rows, %d threads: row %lld out %lld = %.9g, oracle %.9g",
-                       tn, bs_cpu_level_name(level), (long long)ne0, (long long)ne1, (long long)nr, bs_pool_size(pools[p]),
-                       (long long)(bad / ne1), (long long)(bad % ne1), bad < 0 ? 0.0 : y[bad],
-                       bad < 0 ? 0.0 : yref[bad]);
-            }
+            for (int p = 0; p < 3; p++)
+                for (int m = 0; m < modes; m++) {
+                    const int64_t nr = nrows[k];
+                    bs_q2_shared_mode = level != BS_CPU_AVX2 ? BS_TBL_AUTO : m ? BS_TBL_ON : BS_TBL_OFF;
+                    const char *kn = bs_kernel_describe(&W, nr, level);
+                    if (level == BS_CPU_AVX2)
+                        CHECKF(strcmp(kn, m ? "q2 shared" : "q2 x16") == 0, "%s AVX2 %lld rows, mode %d: kernel %s",
+                               tn, (long long)nr, m, kn);
+                    memset(y, 0xff, ybytes);
+                    bs_matmul(&W, x, nr, y, pools[p]);
+                    int64_t bad = -1;
+                    for (int64_t i = 0; i < nr * ne1 && bad < 0; i++)
+                        if (memcmp(&y[i], &yref[i], sizeof(float))) bad = i;
+                    CHECKF(bad < 0, "%s %s (%s) ne0=%lld ne1=%lld, %lld rows, %d threads: row %lld out %lld = %.9g, oracle %.9g",
+                           tn, bs_cpu_level_name(level), kn, (long long)ne0, (long long)ne1, (long long)nr,
+                           bs_pool_size(pools[p]), (long long)(bad / ne1), (long long)(bad % ne1), bad < 0 ? 0.0 : y[bad],
+                           bad < 0 ? 0.0 : yref[bad]);
+                    if (m == 0) memcpy(yx16, y, (size_t)(nr * ne1) * sizeof(float));
+                    else
+                        CHECKF(memcmp(y, yx16, (size_t)(nr * ne1) * sizeof(float)) == 0,
+                               "%s ne0=%lld ne1=%lld, %lld rows, %d threads: shared kernel != X16 kernel", tn,
+                               (long long)ne0, (long long)ne1, (long long)nr, bs_pool_size(pools[p]));
+                }
+        bs_q2_shared_mode = BS_TBL_AUTO;
     }
+    free(yx16);
     for (int pack_level = BS_CPU_AVX2; pack_level <= BS_CPU_AVX512; pack_level++) {
         if (!has_kernel(pack_level)) continue;
         /* the model loader's path: bs_weight_pack_in_place picks this layout; the scalar level
@@ -188,6 +207,7 @@ int main(void) {
             for (int64_t ne1 = 16; ne1 <= 80; ne1 += 32) check_kernels(types[t], ne0s[a], ne1, pools);
         }
         check_kernels(types[t], 5120, 48, pools);   /* the 27B's K, 3 groups of 16 rows */
+        check_kernels(types[t], 17408, 32, pools);   /* the 27B's FFN-down K */
     }
     bs_pool_free(pools[1]);
     bs_pool_free(pools[2]);

@@ -382,6 +382,43 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
     return bs_kernel_l128_avx2();
 }
 
+/* AVX2 Q2 X16 kernels by activation row count: the X16 kernel (codes shifted and masked out
+ * of each chunk once per tile of up to three rows) or the shared-extraction one
+ * (kernels_q2_shared_avx2.c: once per block for every row of the pass, through a 2 KB buffer in
+ * L1), the same bits. Measured (bench --matmul --matmul-packed -t 1, CPU time per call, medians
+ * of 3 alternating runs of one binary, AMD EPYC Zen 3 class AVX2, load 2.2-2.7):
+ *   rows                    1     2     3     4     5     8    16
+ *   Q2_0  5120 x 17408    0.74  0.72  0.74  0.86  0.82  0.87  0.85
+ *         17408 x 5120    0.72  0.73  0.60  0.84  0.82  0.87  0.82
+ *   G64   5120 x 17408    0.64  0.64  0.67  0.80  0.76  0.79  0.77
+ *         17408 x 5120    0.63  0.65  0.65  0.79  0.80  0.78  0.72
+ * (X16's CPU time over the shared kernel's: below 1, X16 is faster). The extraction X16
+ * repeats per tile is ~2.3 of ~15 vector operations per 128 weight-row products per row at
+ * three rows; the buffer's stores (four 32-byte stores per 128 weights, one store per cycle on
+ * this core) cost more than that saves, and each row's multiply-adds (2 x (vpmaddubsw +
+ * vpaddw) per 64 products, which bind: ~2.6 cycles per 128 in a micro-loop, against X16's ~3.9
+ * at three rows) stay the same. So X16 takes every row count; BITSPARK_Q2_SHARED=1 takes the
+ * shared kernel for every Q2 X16 product (comparisons on other CPUs: one with more store
+ * bandwidth may differ), =0 never. docs/performance.md has the cycles per 128 products
+ * (tools/q2_cycles.c). */
+int bs_q2_shared_mode = BS_TBL_AUTO;
+
+static int q2_shared_env(void) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("BITSPARK_Q2_SHARED");
+        v = e && *e ? atoi(e) != 0 : -1;
+    }
+    return v;
+}
+
+static bs_kernel_fn q2_avx2_pick(int64_t n_rows) {
+    const bs_kernel_fn shared = bs_kernel_q2_shared_avx2(), x16 = bs_kernel_q2_x16_avx2();
+    const int env = bs_q2_shared_mode != BS_TBL_AUTO ? bs_q2_shared_mode == BS_TBL_ON : q2_shared_env();
+    (void)n_rows;   /* measured: X16 at every row count (above) */
+    return shared && env == 1 ? shared : x16;
+}
+
 /* aarch64: the table-lookup kernels (kernels_neon_tbl.c) against the sdot / smmla ones, per
  * type, level and activation row count. qemu's timings say nothing about a real core, so the
  * choice is by instructions executed per output (weight row x activation row) per 32 weights,
@@ -444,7 +481,7 @@ static int make_plan(const bs_weight *W, int64_t n_rows, int level, plan *p) {
     p->l128 = W->packed && W->pack_kind == BS_PACK_Q1_L128;
     if (W->packed && level >= BS_CPU_AVX512) k = bs_kernel_packed_avx512(W->pack_kind);
     else if (p->l128 && level >= BS_CPU_AVX2) k = l128_avx2_pick(n_rows);
-    else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q2_x16_avx2();
+    else if (W->packed && W->pack_kind == BS_PACK_Q2_X16 && level >= BS_CPU_AVX2) k = q2_avx2_pick(n_rows);
     else if (W->packed && W->pack_kind == BS_PACK_Q4_X16 && level >= BS_CPU_AVX2) k = bs_kernel_q4_x16_avx2();
     p->packed = k != NULL;
     /* packed in place and no kernel for it at this level: the scalar path unpacks rows */
@@ -524,6 +561,7 @@ const char *bs_kernel_describe(const bs_weight *W, int64_t n_rows, int level) {
     if (avx512 && n_rows >= BS_AMX_MIN_ROWS && bs_amx_fits(W) && bs_kernel_amx()) return "amx";
     if (p.l128 && avx512) return n_rows >= BS_L128_PROMPT_ROWS ? "l128 prompt" : n_rows > BS_KMAX_ROWS ? "l128 chunks" : "l128";
     if (p.l128) return p.k == bs_kernel_tbl_l128_avx2() ? (n_rows > BS_KMAX_ROWS ? "tbl chunks" : "tbl") : "l128 row";
+    if (p.k == bs_kernel_q2_shared_avx2()) return "q2 shared";
     return W->pack_kind == BS_PACK_Q2_X16 ? "q2 x16" : W->pack_kind == BS_PACK_Q4_X16 ? "q4 x16" : "q1 x16";
 }
 

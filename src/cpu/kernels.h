@@ -214,6 +214,12 @@ void bs_pack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int
 void bs_unpack_q2_x16_group(const uint8_t *src, size_t row_bytes, int64_t ne0, int qk, uint8_t *dst);
 bs_kernel_fn bs_kernel_q2_x16_avx512(void);   /* NULL without compiler support */
 bs_kernel_fn bs_kernel_q2_x16_avx2(void);     /* the same bits with AVX2 (NULL likewise) */
+/* The same products and bits on AVX2 with each block's codes extracted once into L1 for all
+ * rows of a pass (kernels_q2_shared_avx2.c); NULL without compiler support. Which row counts
+ * take it: q2_avx2_pick (kernels.c); bs_q2_shared_mode (tests): BS_TBL_AUTO (BITSPARK_Q2_SHARED
+ * = 0 / 1, else the measured choice), BS_TBL_OFF (X16 always), BS_TBL_ON (this one always). */
+bs_kernel_fn bs_kernel_q2_shared_avx2(void);
+extern int bs_q2_shared_mode;
 bs_kernel_fn bs_kernel_q2_x16_scalar(void);
 /* BS_PACK_Q4_X16 (kernels_pack_q4.c): Q4_1 in groups of 16 rows, per 32-column block the 16
  * fp16 scales, the 16 fp16 minimums, then 4 chunks of 64 bytes whose 32-bit lanes are the rows
