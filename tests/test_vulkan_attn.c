@@ -205,13 +205,8 @@ static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool 
 }
 
 int main(void) {
-    bs_vk_device_info info[8];
-    const int nd = vk_test_devices(info, 8);
-    if (nd < 0) return -nd;
-    C = bs_vk_open(bs_vk_pick(true));
-    CHECKF(C != NULL, "%s", bs_last_error());
-    if (!C) return test_summary("test_vulkan_attn");
-    printf("device: %s\n", bs_vk_info(C)->name);
+    const int rc = vk_test_open("test_vulkan_attn", &C);
+    if (rc || !C) return rc;
     bs_rng_seed(&rng, 3607);
     /* contexts (pos0 + rows) of 1, C - 1, C, C + 1, 5C + 3 with chunks of 16; 27B's shape */
     static const int ctx[] = {1, 15, 16, 17, 83};

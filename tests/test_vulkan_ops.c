@@ -654,13 +654,8 @@ static void check_embed(int type, int64_t d, int64_t rows, int n) {
 }
 
 int main(void) {
-    bs_vk_device_info info[8];
-    const int nd = vk_test_devices(info, 8);
-    if (nd < 0) return -nd;
-    C = bs_vk_open(bs_vk_pick(true));
-    CHECKF(C != NULL, "%s", bs_last_error());
-    if (!C) return test_summary("test_vulkan_ops");
-    printf("device: %s\n", bs_vk_info(C)->name);
+    const int rc = vk_test_open("test_vulkan_ops", &C);
+    if (rc || !C) return rc;
     bs_rng_seed(&rng, 2201);
     /* norms: rows (odd widths, 27B's 5120), q heads in rows of 2HD, k heads, DeltaNet's q/k
      * L2 heads and gated-norm heads; the fused add+norm+quantize */

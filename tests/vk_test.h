@@ -27,6 +27,19 @@ static inline int vk_test_devices(bs_vk_device_info *info, int cap) {
     return nd;
 }
 
+/* The best device opened for a test of kernels (*ctx; NULL where it cannot be, a failed check),
+ * its name printed. Returns 0 to go on, else the exit code the test ends with (77: skipped). */
+static inline int vk_test_open(const char *name, bs_vk_ctx **ctx) {
+    bs_vk_device_info info[8];
+    const int nd = vk_test_devices(info, 8);
+    if (nd < 0) return -nd;
+    *ctx = bs_vk_open(bs_vk_pick(true));
+    CHECKF(*ctx != NULL, "%s", bs_last_error());
+    if (!*ctx) return test_summary(name);
+    printf("device: %s\n", bs_vk_info(*ctx)->name);
+    return 0;
+}
+
 /* A whole test over fixture models: check(path) for each of them, then no validation message
  * may have come. Returns the exit code (77: skipped). */
 static inline int vk_test_models(const char *name, const char *const *models, int n, void (*check)(const char *path)) {
