@@ -107,6 +107,18 @@ static void free_case(attn_case *c) {
     free(c->a); free(c->b); free(c->v); free(c->qn); free(c->kn); free(c->cs); free(c->kc); free(c->vc);
 }
 
+/* the largest |got - ref| over the largest |ref| (a loop of plain comparisons: gcc 12's aarch64
+ * vectorizer fails on the same fmax reductions) */
+static double rel_error(const float *got, const float *ref, int n) {
+    float mag = 0, err = 0;
+    for (int i = 0; i < n; i++) {
+        const float a = fabsf(ref[i]), e = fabsf(got[i] - ref[i]);
+        if (a > mag) mag = a;
+        if (e > err) err = e;
+    }
+    return err / (mag + 1e-6);
+}
+
 /* the CPU's attention of every (row, head) of q rows (normed, roped) over the cache */
 static double cpu_error(const attn_case *c, const float *q, const uint8_t *kc, const uint8_t *vc, const float *o) {
     const int D = c->D, esz = c->f32 ? 4 : 2;
@@ -121,9 +133,7 @@ static double cpu_error(const attn_case *c, const float *q, const uint8_t *kc, c
             const size_t off = (size_t)kvh * D * esz;
             bs_attn_queries(qb, 1, &nkv, kc + off, vc + off, c->kvw * esz, !c->f32, D, ref, sc, (size_t)c->n_ctx, tmp);
             const float *got = o + ((size_t)t * c->H + h) * D;
-            double mag = 0;
-            for (int i = 0; i < D; i++) mag = fmax(mag, fabs(ref[i]));
-            for (int i = 0; i < D; i++) worst = fmax(worst, fabs(got[i] - ref[i]) / (mag + 1e-6));
+            worst = fmax(worst, rel_error(got, ref, D));
         }
     free(qb); free(ref); free(sc); free(tmp);
     return worst;
