@@ -148,6 +148,8 @@ bs_kernel_fn bs_kernel_q2_x16_scalar(void) { return k_x16_scalar; }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include "cpu/kernels_q2_x16.h"
+
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 #define INL inline __attribute__((always_inline))
 #define PF_BYTES 8192   /* software prefetch distance along the packed stream */
@@ -276,11 +278,7 @@ static T2 INL void tile_q2x16_avx2(const uint8_t *pk, const int QK, const bs_act
             for (int r = 0; r < NR; r++) {
                 const __m256i seed = _mm256_set1_epi32(A->gsum[(a0 + r) * ng + b * (QK / 32) + g]);
                 const __m256 dx = _mm256_set1_ps(A->dl[(a0 + r) * (n / 4) + 8 * (b * (QK / 32) + g)]);
-                for (int half = 0; half < 2; half++) {
-                    const __m256i i = _mm256_add_epi32(seed, _mm256_madd_epi16(s[r][half], _mm256_set1_epi16(1)));
-                    const __m256 f = _mm256_cvtepi32_ps(i);
-                    t[r][half] = g == 0 ? _mm256_mul_ps(f, dx) : _mm256_fmadd_ps(f, dx, t[r][half]);
-                }
+                for (int half = 0; half < 2; half++) t[r][half] = bs_q2x16_step(seed, s[r][half], dx, t[r][half], g == 0);
             }
         }
         for (int half = 0; half < 2; half++) {

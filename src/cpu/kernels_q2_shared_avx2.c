@@ -29,6 +29,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
+#include "cpu/kernels_q2_x16.h"
+
 #define T2 __attribute__((target("avx2,fma,f16c")))
 #define INL inline __attribute__((always_inline))
 #define PF_BYTES 8192   /* software prefetch distance along the packed stream, as X16's */
@@ -55,7 +57,7 @@ static T2 INL void block_codes(const uint8_t *blk, const int QK, __m256i *cb) {
 static T2 INL void rows_block(const __m256i *cb, const uint8_t *blk, const int QK, const bs_acts *A, int64_t a,
                               int64_t b, float *y, int64_t ldy, int first, const int NR) {
     const int64_t n = A->n, ng = n / 32;
-    __m256 t[2][2];
+    __m256 t[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}, {_mm256_setzero_ps(), _mm256_setzero_ps()}};
     for (int g = 0; g < QK / 32; g++) {
         __m256i s[2][2];
         for (int r = 0; r < NR; r++) s[r][0] = s[r][1] = _mm256_setzero_si256();
@@ -74,11 +76,7 @@ static T2 INL void rows_block(const __m256i *cb, const uint8_t *blk, const int Q
             const int64_t k = (a + r) * ng + b * (QK / 32) + g;
             const __m256i seed = _mm256_set1_epi32(A->gsum[k]);
             const __m256 dx = _mm256_set1_ps(A->dl[8 * k]);
-            for (int half = 0; half < 2; half++) {
-                const __m256i i = _mm256_add_epi32(seed, _mm256_madd_epi16(s[r][half], _mm256_set1_epi16(1)));
-                const __m256 f = _mm256_cvtepi32_ps(i);
-                t[r][half] = g == 0 ? _mm256_mul_ps(f, dx) : _mm256_fmadd_ps(f, dx, t[r][half]);
-            }
+            for (int half = 0; half < 2; half++) t[r][half] = bs_q2x16_step(seed, s[r][half], dx, t[r][half], g == 0);
         }
     }
     for (int half = 0; half < 2; half++) {
