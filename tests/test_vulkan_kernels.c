@@ -31,6 +31,7 @@
 
 static bs_rng rng;
 static int n_split;   /* integer matrices that the kernels split by columns */
+static bs_vk_ctx *c_asum;   /* mv_q taking the activation block sums the other way (NULL: none) */
 static float w_mag = 0.05f;   /* the weights' scale: tiny makes the files' fp16 scales subnormal */
 
 static void fill(float *x, size_t n, float scale) {
@@ -119,6 +120,16 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
     CHECK(bs_vk_matvec(c, m, x + (size_t)5 * d, 3, y3) == 0);
     same &= !memcmp(y3, y + (size_t)5 * rows, sizeof *y3 * (size_t)(rows * 3));
     CHECKF(same, "%s: a row's result depends on how many rows run together", bs_type_name(type));
+    if (c_asum) {   /* the other way of taking the activation block sums: the same bits */
+        bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
+        bs_vk_matrix *ma = bs_vk_matrix_new(c_asum, &T);
+        float *ya = malloc(sizeof *ya * (size_t)(rows * N));
+        CHECK(ma && bs_vk_matvec(c_asum, ma, x, N, ya) == 0);
+        CHECKF(ma && !memcmp(ya, y, sizeof *ya * (size_t)(rows * N)), "%s %lldx%lld: the block sums staged or not differ",
+               bs_type_name(type), (long long)rows, (long long)d);
+        bs_vk_matrix_free(c_asum, ma);
+        free(ya);
+    }
     if (c_split) {
         bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
         bs_vk_matrix *ms = bs_vk_matrix_new(c_split, &T);
@@ -205,6 +216,12 @@ int main(void) {
     unsetenv("BITSPARK_VK_FAKE_MEMORY");
     CHECKF(cm != NULL, "a context on faked memory: %s", bs_last_error());
     printf("int8 products: %s (the second context: plain)\n", bs_vk_uses_dp4a(c) ? "dp4a" : "plain");
+    /* a fourth that takes mv_q's activation block sums the other way from the device's choice */
+    setenv("BITSPARK_VK_ASUM", bs_vk_asum_staged(c) ? "row" : "stage", 1);
+    c_asum = bs_vk_open(dev);
+    unsetenv("BITSPARK_VK_ASUM");
+    CHECKF(c_asum && bs_vk_asum_staged(c_asum) != bs_vk_asum_staged(c), "a context with the other block sums: %s", bs_last_error());
+    printf("activation block sums: %s (the fourth context: the other way)\n", bs_vk_asum_staged(c) ? "staged" : "per row");
     printf("fma(): %s\n", bs_vk_fma_fused(c) ? "fused (native)" : "not fused here: emulated (fma_rn.glsl)");
     CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);
@@ -233,11 +250,16 @@ int main(void) {
         check_matvec(c, NULL, bonsai[i], 5120, 517);
         check_matvec(c, NULL, bonsai[i], 17408, 131);
     }
+    /* 8 rows of 32768 columns hold more activation block sums than mv_q stages (6144): that
+     * group sums its own, the 9th row's group takes the staged ones; the same bits either way */
+    check_matvec(c, NULL, BS_Q1_0, 32768, 37);
+    check_matvec(c, NULL, BS_Q2_0, 32768, 37);
     CHECKF(n_split >= 5, "only %d matrices took the split-K kernels", n_split);
     const double gbs = bs_vk_copy_bandwidth(c, 8u << 20, 4);
     CHECKF(gbs > 0, "copy bandwidth: %s", bs_last_error());
     printf("copy kernel: %.2f GB/s\n", gbs);
     bs_vk_close(cm);
+    bs_vk_close(c_asum);
     bs_vk_close(cs);
     bs_vk_close(c);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());

@@ -136,6 +136,27 @@ def check_staged():
             print('%s: uploads through the staging ring (16 KiB chunks): the same bits as mapped' % name)
 
 
+def check_asum():
+    """mv_q's activation block sums staged once per workgroup or summed by each weight row
+    (BITSPARK_VK_ASUM: the device picks one, a GPU staged, a CPU device per row): the same bits
+    through every product of the model (plain, GLU, norm and conv epilogues): 21 tokens in
+    batches of 13 (two row groups) and 8 (one, the conv in the products' epilogue)."""
+    names = ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0')
+    for name in names:
+        meta = json.load(open(os.path.join(FIX, name + '.json')))
+        toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:21]
+        out = {}
+        for way in ('stage', 'row'):
+            out[way] = os.path.join(TMP, 'vk_asum_%s.f32' % way)
+            if not logits(os.path.join(FIX, name + '.gguf'), toks, 13, out[way], extra_env={'BITSPARK_VK_ASUM': way}):
+                fail('%s: logits with BITSPARK_VK_ASUM=%s failed' % (name, way))
+                return
+        if open(out['stage'], 'rb').read() != open(out['row'], 'rb').read():
+            fail('%s: the activation block sums staged or per row change the logits' % name)
+        else:
+            print('%s: activation block sums staged or per row: the same bits' % name)
+
+
 # (what, the switch that keeps it apart)
 FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
            ("the down product's int8 blocks in the GLU's epilogue", {'BITSPARK_VK_NO_GLUQ': '1'}),
@@ -348,6 +369,7 @@ def main():
     check_batching()
     check_staged()
     check_fusions()
+    check_asum()
     check_split()
     check_taps()
     check_greedy_text()

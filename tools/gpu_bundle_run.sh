@@ -183,6 +183,7 @@ summary() {
       echo "| tg$TG $m | ${S[$m.tg]:-?} |"
       echo "| roofline fraction $m | ${S[$m.roof]:-?} |"
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
+      echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
     done
@@ -304,6 +305,19 @@ for m in "${MODELS[@]}"; do
     S[$m.roof]="${r:-?} of the copy roofline (${bw:-?} copy)"
     S[$m.v5]=$(echo "$sec" | grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' | sed 's/w=5 //')
     step_done "bench $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # the block sums the other way (docs/kernels.md: a GPU stages them; which is faster is only
+  # known here): pp, tg and verify(5) again with each weight row summing its own
+  if can_run "asum-row $m" 30; then
+    { echo "## $m with BITSPARK_VK_ASUM=row"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_ASUM=row timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r 2 --verify 1,5 \
+      --no-membw >"$W/asum.txt" 2>&1
+    rc=$?; cat "$W/asum.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/asum.txt")
+    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/asum.txt")
+    v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/asum.txt" | sed 's/w=5 //')
+    S[$m.asum]="pp$PP ${pp:-?}, tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
+    step_done "asum-row $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
   # a profiled decode: GPU time per kernel, dispatches
   if can_run "profile $m" 15; then

@@ -29,6 +29,7 @@ typedef struct bs_vk_device_info {
     uint32_t subgroup_size;
     uint32_t shared_mem;         /* maxComputeSharedMemorySize */
     uint32_t max_storage;        /* maxPerStageDescriptorStorageBuffers */
+    uint32_t max_groups_y;       /* maxComputeWorkGroupCount[1] */
     uint64_t max_binding;        /* maxStorageBufferRange */
     uint64_t heap_bytes;         /* largest device-local heap */
     uint64_t max_alloc;          /* maxMemoryAllocationSize (Maintenance3) */
@@ -70,6 +71,8 @@ void bs_vk_close(bs_vk_ctx *c);
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
 /* Whether the context's int8 products use dp4a (off with BITSPARK_VK_DP4A=0). */
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
+/* whether mv_q stages the activation block sums per workgroup (BITSPARK_VK_ASUM) */
+bool bs_vk_asum_staged(const bs_vk_ctx *c);
 /* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
 bool bs_vk_fma_fused(const bs_vk_ctx *c);
 /* What a context submitted since it was opened (or last reset): dispatches and full barriers

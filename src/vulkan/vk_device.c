@@ -313,6 +313,7 @@ static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_de
     o->subgroup_size = v12 ? sub.subgroupSize : 0;
     o->shared_mem = base.limits.maxComputeSharedMemorySize;
     o->max_storage = base.limits.maxPerStageDescriptorStorageBuffers;
+    o->max_groups_y = base.limits.maxComputeWorkGroupCount[1];
     o->max_binding = base.limits.maxStorageBufferRange;
     o->timestamp_ns = base.limits.timestampPeriod;
     /* without Maintenance3 (Vulkan 1.0 drivers) nothing bounds one allocation but its heap */
@@ -413,6 +414,11 @@ bs_vk_ctx *bs_vk_open(int index) {
      * BITSPARK_VK_DP4A=0 keeps the plain shader (the same integers, so the same bits) */
     const char *dp_env = getenv("BITSPARK_VK_DP4A");
     c->dp4a = c->info.dot_product && !(dp_env && !strcmp(dp_env, "0"));
+    /* mv_q's activation block sums: staged once per workgroup on a GPU (a shared load instead of
+     * 8 dot products per weight row and block), each row's own on a CPU device, where the barrier
+     * costs more than the sums (lavapipe: 17% slower staged); BITSPARK_VK_ASUM=stage|row */
+    const char *as_env = getenv("BITSPARK_VK_ASUM");
+    c->asum_staged = as_env ? strcmp(as_env, "row") != 0 : c->info.type != BS_VK_CPU;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
                                                            .shaderIntegerDotProduct = VK_TRUE};
     const char *exts[2];
@@ -461,4 +467,5 @@ void bs_vk_close(bs_vk_ctx *c) {
 
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { return &c->info; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { return c->dp4a; }
+bool bs_vk_asum_staged(const bs_vk_ctx *c) { return c->asum_staged; }
 

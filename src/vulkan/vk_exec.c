@@ -82,7 +82,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
  * an id a shader does not declare changes nothing, so all take it) */
-enum { SPEC_FMA_ID = 20 };
+enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21 };   /* and mv_q's ASUM_STAGE, likewise */
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     const char *dp4a = !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : !strcmp(k->shader, "mv_qc") ? "mv_qc_dp4a" : NULL;
@@ -101,16 +101,18 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[6];
-    uint32_t data[6];
+    VkSpecializationMapEntry me[7];
+    uint32_t data[7];
     for (int i = 0; i < k->n_spec; i++) {
         me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
         data[i] = k->spec[i];
     }
     me[k->n_spec] = (VkSpecializationMapEntry){SPEC_FMA_ID, 4u * (uint32_t)k->n_spec, 4};
     data[k->n_spec] = c->fma_fused;
-    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 1, .pMapEntries = me,
-                                 .dataSize = 4u * ((uint32_t)k->n_spec + 1), .pData = data};
+    me[k->n_spec + 1] = (VkSpecializationMapEntry){SPEC_ASUM_ID, 4u * ((uint32_t)k->n_spec + 1), 4};
+    data[k->n_spec + 1] = c->asum_staged;
+    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 2, .pMapEntries = me,
+                                 .dataSize = 4u * ((uint32_t)k->n_spec + 2), .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,

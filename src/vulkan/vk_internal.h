@@ -149,6 +149,7 @@ struct bs_vk_ctx {
     bool dp4a;                        /* integer products through mv_q_dp4a */
     bool glu;                         /* gate+up+SwiGLU in one dispatch (off: BITSPARK_VK_GLU=0) */
     bool fma_fused;                   /* fma() rounds once (probed); else fma_rn.glsl emulates it */
+    bool asum_staged;                 /* mv_q's activation block sums once per workgroup (ASUM_STAGE) */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;

@@ -42,7 +42,7 @@ static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0,
                 for (int w = 0; w < m->bits; w++) {
                     uint32_t v;
                     memcpy(&v, b + hdr + ((size_t)k * m->bits + w) * 4, 4);   /* little-endian host */
-                    codes[((g * m->subs + k) * m->bits + w) * ld + o] = v;
+                    codes[(g * ld + o) * m->subs * m->bits + k * m->bits + w] = v;   /* mv_q.glsl's layout */
                 }
         }
     }
@@ -304,6 +304,14 @@ static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n
                       .row0 = (uint32_t)p->row0, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m->ne1};
 }
 
+/* An integer product's grid (mv_q.glsl): activation row groups along x, launched fastest, weight
+ * tiles of 256 / split rows along y. */
+static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const void *push, uint64_t rows, uint32_t split, int n) {
+    const uint64_t tiles = groups(rows, 256 / split);
+    if (tiles > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)tiles);
+    return bs_vk_dispatch(c, k, b, push, groups((uint64_t)n, 8), (uint32_t)tiles, 1);
+}
+
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
     const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA;
@@ -313,9 +321,8 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const mvq_push qp = mvq_single(m, p, n);
         const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales, y, y, y, y, y, y, y, y, y};
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
-        const uint32_t per = f32 ? 64 : 256 / (uint32_t)m->split;
-        if (bs_vk_dispatch(c, m->kernel, f32 ? bf : bi, f32 ? (const void *)&pp : (const void *)&qp, groups((uint64_t)p->rows, per),
-                           groups((uint64_t)n, 8), 1))
+        if (f32 ? bs_vk_dispatch(c, m->kernel, bf, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)
+                : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
             return -1;
         /* (a matrix in a shared layout reads its own rows of it) */
         c->rec.weight_bytes += (f32 ? p->codes.size : (p->codes.size + p->scales.size) * (uint64_t)p->rows / (m->borrowed ? m->lay_rows : p->rows)) *
@@ -348,7 +355,7 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
     push.qp = qp;
     push.K = (uint32_t)K;
     const int k = conv ? glu_kernel(lay->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVC_Q1 : lay->kernel;
-    return bs_vk_dispatch(c, k, bi, &push, groups((uint64_t)p->rows, 256 / (uint32_t)lay->split), groups((uint64_t)n, 8), 1);
+    return dispatch_mvq(c, k, bi, &push, (uint64_t)p->rows, (uint32_t)lay->split, n);
 }
 
 int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
@@ -461,7 +468,7 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
                               qout ? qout[0] : aq, qout ? qout[1] : as, qout ? qout[2] : am, y, y, y};
     c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
     const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
-    return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)g->rows, 256 / (uint32_t)gate->split), groups((uint64_t)n, 8), 1);
+    return dispatch_mvq(c, k, b, &qp, (uint64_t)g->rows, (uint32_t)gate->split, n);
 }
 
 bool bs_vk_norm_fusable(const bs_vk_matrix *m) {
@@ -478,7 +485,7 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
     const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, &p->codes, &p->scales, x, x, x, qout[0], qout[1], qout[2], nw, xn, cnt};
     c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
     const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVN_Q1;
-    return bs_vk_dispatch(c, k, b, &qp, groups((uint64_t)p->rows, 256 / (uint32_t)m->split), groups((uint64_t)n, 8), 1);
+    return dispatch_mvq(c, k, b, &qp, (uint64_t)p->rows, (uint32_t)m->split, n);
 }
 
 /* bs_vk_matvec_conv's conv: window (moved on), weights, K, output (NULL: none) */

@@ -26,6 +26,7 @@ void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n) { (void)
 void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out) { (void)c; *out = (bs_vk_stats){0}; }
 void bs_vk_stats_reset(bs_vk_ctx *c) { (void)c; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { (void)c; return false; }
+bool bs_vk_asum_staged(const bs_vk_ctx *c) { (void)c; return false; }
 bool bs_vk_fma_fused(const bs_vk_ctx *c) { (void)c; return false; }
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }

@@ -1,17 +1,22 @@
 // mv_q.glsl: the body of mv_q.comp and mv_q_dp4a.comp.
 // mv_q: y[r][row] = sum_i W[row][i] x[r][i] for the formats whose products take int8
-// activations, one invocation per weight row, up to 8 activation rows per workgroup row
-// (gl_WorkGroupID.y picks which 8).
-// Weights repacked at upload: for 32-element sub-block s, BITS code words at word (s*BITS+k)
-// of a row, stored row-interleaved ([word][rows]) so neighbouring invocations read
-// neighbouring words; one scale per SUBS sub-blocks ([group][rows]; Q4_1's minimums follow
-// as a second plane), the file's fp16 values two to a word. Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
+// activations, one invocation per weight row, up to 8 activation rows per workgroup
+// (gl_WorkGroupID.x picks which 8).
+// Weights repacked at upload: a scale group (SUBS sub-blocks of 32 elements) of a row is
+// WPG = SUBS * BITS code words, word k * BITS + b for sub-block k, stored [group][rows][WPG]:
+// WPG is a multiple of 4 in every format (Q1_0 4, Q2_0 8, Q2_0_G64 4, Q4_1 4, Q8_0 8), so an
+// invocation reads its group in 16-byte loads and neighbouring invocations neighbouring 16
+// bytes; one scale per group ([group][rows]; Q4_1's minimums follow as a second plane), the
+// file's fp16 values two to a word. Codes: BITS 1: bit set = +1, clear = -1 (Q1_0); BITS 2: code - 1
 // (Q2_0); BITS 4: nibble, low halves first (Q4_1); BITS 8: int8 (Q8_0). Integer sums by 4-byte
 // dot products: dp4a (mv_q_dp4a.comp, where the device has integer dot products) or the same
 // sums in plain code (mv_q.comp): the same integers, so the same bits.
 // A workgroup is 256 / SPLIT rows x SPLIT slices of the groups (split-K: more invocations for
 // the GPU than rows); slice partials are summed in slice order, ((p0 + p1) + p2) + ...; SPLIT
 // is a property of the matrix (its row count), never of the number of activation rows.
+// Workgroup (x, y) takes activation rows 8x..8x+7 and weight rows y*256/SPLIT..: with x the
+// fastest-launched index, a prompt's row groups read one weight tile back to back (from the
+// cache after the first), instead of streaming every weight once per 8 rows.
 // GLU (spec constant 2): gate and up in one dispatch (bindings 0-1 gate, 6-7 up; the same shape,
 // layout and split), y = silu(gate x) * up x, in the float order of ew.comp's SILU_MUL: the
 // bits of the two products and the element-wise step run apart. Without GLU, bindings 6-7 are
@@ -47,13 +52,13 @@ layout(constant_id = 1) const uint SUBS = 4;
 layout(constant_id = 2) const uint GLU = 0;
 layout(constant_id = 3) const uint QOUT = 0;
 layout(constant_id = 4) const uint NORM_OUT = 0;
-layout(std430, binding = 0) readonly buffer WC { uint wc[]; };
+layout(std430, binding = 0) readonly buffer WC { uvec4 wc[]; };
 layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
 layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
 layout(std430, binding = 3) readonly buffer AS { float as_[]; };
 layout(std430, binding = 4) readonly buffer AM { float am[]; };
 layout(std430, binding = 5) coherent buffer Y { float y[]; };   // coherent: NORM_OUT reads others' rows
-layout(std430, binding = 6) readonly buffer WC2 { uint wc2[]; };
+layout(std430, binding = 6) readonly buffer WC2 { uvec4 wc2[]; };
 layout(std430, binding = 7) readonly buffer WS2 { uint ws2[]; };
 layout(std430, binding = 8) buffer Y1 { float y1[]; };
 layout(std430, binding = 9) buffer Y2 { float y2[]; };
@@ -74,6 +79,14 @@ layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, r
 #endif
 
 shared float spart[8][256];
+// BITS 1/2 with ASUM_STAGE (spec constant 21, the device's choice): sum_i q_i of each activation
+// 32-block the workgroup's products read, worked out once per workgroup (not once per weight row:
+// half the integer dot products), int16 two to a word, entry r * n_sub + s; past ASUM_CAP entries
+// (8 rows of > 24576 columns), or without ASUM_STAGE, each row sums its own. Exact integers: the
+// same bits either way.
+layout(constant_id = 21) const uint ASUM_STAGE = 1;
+const uint ASUM_CAP = 6144u;
+shared uint asum_s[ASUM_CAP / 2u];
 
 #include "f16.glsl"
 #include "fma_rn.glsl"
@@ -90,7 +103,18 @@ shared bool last_wg;
 #include "norm_rn.glsl"
 
 // matrix m's code words and scales (m = 1: GLU's up)
-uint wcode(uint m, uint i) { return m == 0u ? wc[i] : wc2[i]; }
+const uint WPG = SUBS * BITS;
+// The WPG code words of matrix m's group g of layout row `row`, 16 bytes at a time
+void group_words(uint m, uint g, uint row, out uint gw[8]) {
+    for (uint j = 0u; j < WPG / 4u; j++) {
+        const uint i = (g * p.rows + row) * (WPG / 4u) + j;
+        const uvec4 v = m == 0u ? wc[i] : wc2[i];
+        gw[4u * j] = v.x;
+        gw[4u * j + 1u] = v.y;
+        gw[4u * j + 2u] = v.z;
+        gw[4u * j + 3u] = v.w;
+    }
+}
 float wscale(uint m, uint i) { return f16_half(m == 0u ? ws[i >> 1] : ws2[i >> 1], i); }
 
 // The weights of lane l (elements 4l..4l+3) as four bytes: Q1_0 bits as 0/1 (value 2b - 1),
@@ -124,6 +148,32 @@ int dot4(uint w, uint a) {
 }
 #endif
 
+// Block sum of activation block ab (sum of its 32 int8 codes: exact in any order).
+int block_sum(uint ab) {
+    int asum = 0;
+    for (uint w = 0u; w < 8u; w++) asum += dot4(0x01010101u, aq[ab * 8u + w]);
+    return asum;
+}
+
+bool asums_staged(uint nr) { return ASUM_STAGE != 0u && BITS <= 2u && nr * (p.cols / 32u) <= ASUM_CAP; }
+
+// Every invocation reaches the barrier, live or not.
+void stage_asums(uint lid, uint r0, uint nr) {
+    if (!asums_staged(nr)) return;
+    const uint n_sub = p.cols / 32u, words = (nr * n_sub + 1u) / 2u;
+    for (uint w = lid; w < words; w += 256u) {
+        uint v = 0u;
+        for (uint h = 0u; h < 2u; h++) {
+            const uint j = 2u * w + h;
+            if (j < nr * n_sub) v |= (uint(block_sum((r0 + j / n_sub) * n_sub + j % n_sub)) & 0xffffu) << (16u * h);
+        }
+        asum_s[w] = v;
+    }
+    barrier();
+}
+
+int staged_asum(uint j) { return bitfieldExtract(int(asum_s[j >> 1]), int(16u * (j & 1u)), 16); }
+
 // This invocation's partial sums of matrix m for activation rows r0..r0+nr-1 (its slice).
 void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
     const uint n_sub = p.cols / 32u, n_grp = n_sub / SUBS;
@@ -138,7 +188,7 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
         }
         for (uint s = s0; s < s1; s++) {
             uint wv[8];
-            for (uint b = 0u; b < BITS; b++) wv[b] = wcode(m, (s * BITS + b) * p.rows + row);
+            group_words(m, s, row, wv);   // SUBS 1: a group is a sub-block
             uint pw[8];
             packed_weights(wv, pw);
             const float dw = wscale(m, s * p.rows + row);
@@ -163,22 +213,23 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
         }
     } else {
         const uint g0 = n_grp * slice / p.split, g1 = n_grp * (slice + 1u) / p.split;
+        const bool staged = asums_staged(nr);
         for (uint g = g0; g < g1; g++) {
             float blk[8];
+            uint gw[8];
+            group_words(m, g, row, gw);
             for (uint k = 0u; k < SUBS; k++) {
                 const uint s = g * SUBS + k;
                 uint wv[8];
-                for (uint b = 0u; b < BITS; b++) wv[b] = wcode(m, (s * BITS + b) * p.rows + row);
+                for (uint b = 0u; b < BITS; b++) wv[b] = gw[k * BITS + b];
                 uint pw[8];
                 packed_weights(wv, pw);
                 for (uint r = 0u; r < nr; r++) {
                     const uint ab = (r0 + r) * n_sub + s;
                     // sum of (code + off) * a = sum code * a + off * sum a: all integers, exact
-                    int isum = 0, asum = 0;
-                    for (uint w = 0u; w < 8u; w++) {
-                        isum += dot4(pw[w], aq[ab * 8u + w]);
-                        asum += dot4(0x01010101u, aq[ab * 8u + w]);
-                    }
+                    int isum = 0;
+                    for (uint w = 0u; w < 8u; w++) isum += dot4(pw[w], aq[ab * 8u + w]);
+                    const int asum = staged ? staged_asum(r * n_sub + s) : block_sum(ab);
                     isum = BITS == 1u ? 2 * isum - asum : isum - asum;
                     precise float v = k == 0u ? as_[ab] * float(isum) : fma(as_[ab], float(isum), blk[r]);
                     blk[r] = v;
@@ -221,7 +272,7 @@ void store(uint row, uint r, float v) {
 void norm_rows_last(uint lid, uint r0, uint nr) {
     memoryBarrierBuffer();
     barrier();
-    if (lid == 0u) last_wg = atomicAdd(cnt[gl_WorkGroupID.y], 1u) == gl_NumWorkGroups.x - 1u;
+    if (lid == 0u) last_wg = atomicAdd(cnt[gl_WorkGroupID.x], 1u) == gl_NumWorkGroups.y - 1u;
     barrier();
     if (!last_wg) return;
     memoryBarrierBuffer();
@@ -245,7 +296,7 @@ void norm_rows_last(uint lid, uint r0, uint nr) {
     memoryBarrierBuffer();
     barrier();
     for (uint b = lid; b < nr * E / 32u; b += 256u) quant_block_xn(r0 * E + 32u * b, r0 * E / 32u + b);
-    if (lid == 0u) cnt[gl_WorkGroupID.y] = 0u;
+    if (lid == 0u) cnt[gl_WorkGroupID.x] = 0u;
 }
 
 #ifdef BS_CONV
@@ -269,11 +320,12 @@ void conv_channel(uint c, uint nr, float x[8]) {
 
 void main() {
     const uint per = 256u / p.split, lid = gl_LocalInvocationID.x;
-    const uint local = gl_WorkGroupID.x * per + lid % per, slice = lid / per;
+    const uint local = gl_WorkGroupID.y * per + lid % per, slice = lid / per;
     const uint row = p.rbase + local;
     const bool live = local < p.rcount;
-    const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
+    const uint r0 = gl_WorkGroupID.x * 8u, nr = min(8u, p.n - r0);
     float res[8], up[8];
+    stage_asums(lid, r0, nr);
     // dead invocations (past the last row) add zeros: they must still reach the barriers
     if (live) product(0u, row, slice, r0, nr, res); else for (uint r = 0u; r < 8u; r++) res[r] = 0.0;
     if (GLU != 0u) {
@@ -296,7 +348,7 @@ void main() {
     if (QOUT != 0u) {   // the workgroup's rows are written: its blocks, one per invocation
         memoryBarrierBuffer();
         barrier();
-        const uint bpr = per / 32u, first = gl_WorkGroupID.x * per + (lid % bpr) * 32u;
+        const uint bpr = per / 32u, first = gl_WorkGroupID.y * per + (lid % bpr) * 32u;
         if (lid < nr * bpr && first < p.rcount) {
             const uint e = (r0 + lid / bpr) * p.l0 + first;
             quant_block(e, e / 32u);
