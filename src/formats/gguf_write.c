@@ -8,7 +8,6 @@
 #include "io/util.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,9 +19,7 @@ typedef struct wtensor {
 } wtensor;
 
 struct gguf_writer {
-    char *path;
-    bs_afile *af;                 /* temporary renamed over path by gguf_w_close */
-    FILE *fp;
+    bs_aout out;                  /* the temporary, renamed over the path at close; the first error */
     gguf_kv *kv;
     uint64_t n_kv, cap_kv;
     wtensor *t;
@@ -31,24 +28,11 @@ struct gguf_writer {
     uint32_t alignment;
     uint64_t cur, cur_done;       /* tensor being streamed, bytes of it written */
     uint64_t pos;                 /* bytes written to the file */
-    char err[512];                /* first error; reported by gguf_w_close */
 };
 
-static void w_fail(gguf_writer *w, const char *fmt, ...) BS_PRINTF(2, 3);
-static void w_fail(gguf_writer *w, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    bs_latch_error(w->err, sizeof w->err, fmt, ap);
-    va_end(ap);
-}
-
 gguf_writer *gguf_w_open(const char *path) {
-    bs_afile *af = bs_afile_open(path);
-    if (!af) return NULL;
     gguf_writer *w = bs_xcalloc(1, sizeof *w);
-    w->path = bs_xstrdup(path);
-    w->af = af;
-    w->fp = bs_afile_fp(af);
+    if (bs_aout_open(&w->out, path)) { free(w); return NULL; }
     return w;
 }
 
@@ -107,9 +91,9 @@ static int64_t w_find_kv(const gguf_writer *w, const char *key) {
 }
 
 void gguf_w_set_value(gguf_writer *w, const char *key, const gguf_value *v) {
-    if (w->header_written) { w_fail(w, "metadata '%s' set after tensor data was written", key); return; }
-    if (!key[0]) { w_fail(w, "empty metadata key"); return; }
-    if (!valid_value(v, 0)) { w_fail(w, "metadata '%s': invalid value", key); return; }
+    if (w->header_written) { bs_aout_fail(&w->out, "metadata '%s' set after tensor data was written", key); return; }
+    if (!key[0]) { bs_aout_fail(&w->out, "empty metadata key"); return; }
+    if (!valid_value(v, 0)) { bs_aout_fail(&w->out, "metadata '%s': invalid value", key); return; }
     int64_t i = w_find_kv(w, key);
     gguf_kv *kv;
     if (i >= 0) {
@@ -128,7 +112,7 @@ void gguf_w_set_value(gguf_writer *w, const char *key, const gguf_value *v) {
 }
 
 void gguf_w_remove(gguf_writer *w, const char *key) {
-    if (w->header_written) { w_fail(w, "metadata '%s' removed after tensor data was written", key); return; }
+    if (w->header_written) { bs_aout_fail(&w->out, "metadata '%s' removed after tensor data was written", key); return; }
     int64_t i = w_find_kv(w, key);
     if (i < 0) return;
     free(w->kv[i].key.s);
@@ -191,7 +175,7 @@ void gguf_w_set_arr_str(gguf_writer *w, const char *key, const char *const *a, u
 
 int gguf_w_add_tensor(gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne) {
     const bs_type_traits *tt = bs_type_get(type);
-    if (w->header_written) { w_fail(w, "tensor '%s' declared after tensor data was written", name); return bs_error("%s", w->err); }
+    if (w->header_written) { bs_aout_fail(&w->out, "tensor '%s' declared after tensor data was written", name); return bs_error("%s", w->out.err); }
     if (!tt) return bs_error("tensor '%s': unknown type %d", name, type);
     if (!name[0]) return bs_error("empty tensor name");
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
@@ -220,8 +204,8 @@ int gguf_w_add_tensor(gguf_writer *w, const char *name, int type, int n_dims, co
 }
 
 static void w_bytes(gguf_writer *w, const void *p, size_t n) {
-    if (w->err[0] || n == 0) return;
-    if (fwrite(p, 1, n, w->fp) != n) w_fail(w, "write failed: %s", strerror(errno));
+    if (w->out.err[0] || n == 0) return;
+    if (fwrite(p, 1, n, w->out.fp) != n) bs_aout_fail(&w->out, "write failed: %s", strerror(errno));
     w->pos += n;
 }
 static void w_u32(gguf_writer *w, uint32_t v) { w_bytes(w, &v, 4); }
@@ -281,7 +265,7 @@ static void w_header(gguf_writer *w) {
         int64_t a;
         bool huge;
         if (gguf_int_value(v, &a, &huge) || huge || a <= 0 || a > (1 << 30) || (a & (a - 1))) {
-            w_fail(w, "general.alignment must be a power of two");
+            bs_aout_fail(&w->out, "general.alignment must be a power of two");
             return;
         }
         w->alignment = (uint32_t)a;
@@ -312,9 +296,9 @@ static void w_header(gguf_writer *w) {
 int gguf_w_write(gguf_writer *w, const void *data, size_t n) {
     if (!w->header_written) w_header(w);
     const uint8_t *p = data;
-    while (n && !w->err[0]) {
+    while (n && !w->out.err[0]) {
         if (w->cur >= w->n_t) {
-            w_fail(w, "%zu bytes written past the last tensor", n);
+            bs_aout_fail(&w->out, "%zu bytes written past the last tensor", n);
             break;
         }
         wtensor *t = &w->t[w->cur];
@@ -328,7 +312,7 @@ int gguf_w_write(gguf_writer *w, const void *data, size_t n) {
             w->cur_done = 0;
         }
     }
-    if (w->err[0]) return bs_error("%s: %s", w->path, w->err);
+    if (w->out.err[0]) return bs_error("%s: %s", w->out.path, w->out.err);
     return 0;
 }
 
@@ -337,32 +321,23 @@ static void writer_free(gguf_writer *w) {
     free(w->kv);
     for (uint64_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->t);
-    free(w->path);
     free(w);
 }
 
 int gguf_w_close(gguf_writer *w) {
     if (!w->header_written) w_header(w);
-    if (!w->err[0] && w->cur < w->n_t)
-        w_fail(w, "tensor '%s' got %llu of its %llu bytes (%llu tensors declared, %llu complete)",
+    if (!w->out.err[0] && w->cur < w->n_t)
+        bs_aout_fail(&w->out, "tensor '%s' got %llu of its %llu bytes (%llu tensors declared, %llu complete)",
                w->t[w->cur].name, (unsigned long long)w->cur_done,
                (unsigned long long)w->t[w->cur].nbytes, (unsigned long long)w->n_t,
                (unsigned long long)w->cur);
-    w->fp = NULL;
-    if (w->err[0]) {
-        /* the previous file under this name (if any) is untouched */
-        bs_afile_abort(w->af);
-        bs_error("%s: %s", w->path, w->err);
-        writer_free(w);
-        return -1;
-    }
-    int rc = bs_afile_commit(w->af);
+    int rc = bs_aout_close(&w->out);   /* an error keeps any previous file under this name */
     writer_free(w);
     return rc;
 }
 
 void gguf_w_abort(gguf_writer *w) {
     if (!w) return;
-    bs_afile_abort(w->af);
+    bs_aout_abort(&w->out);
     writer_free(w);
 }

@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,47 +416,32 @@ typedef struct wtensor {
 } wtensor;
 
 struct st_writer {
-    char *path;
-    bs_afile *af;                 /* temporary renamed over path by st_w_close */
-    FILE *fp;
+    bs_aout out;                  /* the temporary, renamed over the path at close; the first error */
     json_t *meta;                 /* NULL until the first st_w_set_meta */
     wtensor *t;
     uint64_t n_t, cap_t;
     bool header_written;
     uint64_t cur, cur_done;
-    char err[512];
 };
 
-static void w_fail(st_writer *w, const char *fmt, ...) BS_PRINTF(2, 3);
-static void w_fail(st_writer *w, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    bs_latch_error(w->err, sizeof w->err, fmt, ap);
-    va_end(ap);
-}
-
 st_writer *st_w_open(const char *path) {
-    bs_afile *af = bs_afile_open(path);
-    if (!af) return NULL;
     st_writer *w = bs_xcalloc(1, sizeof *w);
-    w->path = bs_xstrdup(path);
-    w->af = af;
-    w->fp = bs_afile_fp(af);
+    if (bs_aout_open(&w->out, path)) { free(w); return NULL; }
     return w;
 }
 
 void st_w_set_meta(st_writer *w, const char *key, const char *value) {
-    if (w->header_written) { w_fail(w, "metadata '%s' set after data was written", key); return; }
+    if (w->header_written) { bs_aout_fail(&w->out, "metadata '%s' set after data was written", key); return; }
     if (!w->meta) w->meta = json_object();
     json_t *s = json_string(value);
-    if (!s) { w_fail(w, "metadata '%s': value is not valid UTF-8", key); return; }
-    if (json_object_set_new(w->meta, key, s)) w_fail(w, "metadata key '%s' is invalid", key);
+    if (!s) { bs_aout_fail(&w->out, "metadata '%s': value is not valid UTF-8", key); return; }
+    if (json_object_set_new(w->meta, key, s)) bs_aout_fail(&w->out, "metadata key '%s' is invalid", key);
 }
 
 int st_w_add_tensor(st_writer *w, const char *name, int dtype, int n_dims, const int64_t *shape) {
     if (w->header_written) {
-        w_fail(w, "tensor '%s' declared after data was written", name);
-        return bs_error("%s", w->err);
+        bs_aout_fail(&w->out, "tensor '%s' declared after data was written", name);
+        return bs_error("%s", w->out.err);
     }
     if (!valid_dtype(dtype)) return bs_error("tensor '%s': invalid dtype %d", name, dtype);
     if (!*name || strcmp(name, "__metadata__") == 0)
@@ -496,7 +480,7 @@ static json_t *header_json(st_writer *w) {
                               shape, "data_offsets", (json_int_t)off,
                               (json_int_t)(off + t->nbytes));
         if (!e || json_object_set_new(root, t->name, e)) {
-            w_fail(w, "tensor '%s': name is not valid UTF-8", t->name);
+            bs_aout_fail(&w->out, "tensor '%s': name is not valid UTF-8", t->name);
             break;
         }
         off += t->nbytes;
@@ -507,28 +491,28 @@ static json_t *header_json(st_writer *w) {
 static void w_header(st_writer *w) {
     w->header_written = true;
     json_t *root = header_json(w);
-    char *s = w->err[0] ? NULL : json_dumps(root, JSON_COMPACT);
+    char *s = w->out.err[0] ? NULL : json_dumps(root, JSON_COMPACT);
     json_decref(root);
-    if (!s) { w_fail(w, "cannot encode the header"); return; }
+    if (!s) { bs_aout_fail(&w->out, "cannot encode the header"); return; }
     uint64_t n = strlen(s), padded = (n + 7) / 8 * 8;   /* data section starts 8-aligned */
-    bool ok = fwrite(&padded, 8, 1, w->fp) == 1 && fwrite(s, 1, n, w->fp) == n;
-    for (uint64_t i = n; i < padded && ok; i++) ok = fputc(' ', w->fp) != EOF;
+    bool ok = fwrite(&padded, 8, 1, w->out.fp) == 1 && fwrite(s, 1, n, w->out.fp) == n;
+    for (uint64_t i = n; i < padded && ok; i++) ok = fputc(' ', w->out.fp) != EOF;
     free(s);
-    if (!ok) w_fail(w, "write failed: %s", strerror(errno));
+    if (!ok) bs_aout_fail(&w->out, "write failed: %s", strerror(errno));
 }
 
 int st_w_write(st_writer *w, const void *data, size_t n) {
     if (!w->header_written) w_header(w);
     const uint8_t *p = data;
-    while (n && !w->err[0]) {
+    while (n && !w->out.err[0]) {
         while (w->cur < w->n_t && w->cur_done == w->t[w->cur].nbytes) w->cur++, w->cur_done = 0;
-        if (w->cur >= w->n_t) { w_fail(w, "%zu bytes written past the last tensor", n); break; }
+        if (w->cur >= w->n_t) { bs_aout_fail(&w->out, "%zu bytes written past the last tensor", n); break; }
         uint64_t left = w->t[w->cur].nbytes - w->cur_done;
         size_t k = n < left ? n : (size_t)left;
-        if (fwrite(p, 1, k, w->fp) != k) w_fail(w, "write failed: %s", strerror(errno));
+        if (fwrite(p, 1, k, w->out.fp) != k) bs_aout_fail(&w->out, "write failed: %s", strerror(errno));
         p += k, n -= k, w->cur_done += k;
     }
-    if (w->err[0]) return bs_error("%s: %s", w->path, w->err);
+    if (w->out.err[0]) return bs_error("%s: %s", w->out.path, w->out.err);
     return 0;
 }
 
@@ -536,29 +520,22 @@ static void writer_free(st_writer *w) {
     for (uint64_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->t);
     json_decref(w->meta);
-    free(w->path);
     free(w);
 }
 
 int st_w_close(st_writer *w) {
     if (!w->header_written) w_header(w);
     while (w->cur < w->n_t && w->cur_done == w->t[w->cur].nbytes) w->cur++, w->cur_done = 0;
-    if (!w->err[0] && w->cur < w->n_t)
-        w_fail(w, "tensor '%s' got %llu of its %llu bytes", w->t[w->cur].name,
+    if (!w->out.err[0] && w->cur < w->n_t)
+        bs_aout_fail(&w->out, "tensor '%s' got %llu of its %llu bytes", w->t[w->cur].name,
                (unsigned long long)w->cur_done, (unsigned long long)w->t[w->cur].nbytes);
-    int rc;
-    if (w->err[0]) {
-        bs_afile_abort(w->af);      /* the previous file under this name is untouched */
-        rc = bs_error("%s: %s", w->path, w->err);
-    } else {
-        rc = bs_afile_commit(w->af);
-    }
+    int rc = bs_aout_close(&w->out);   /* an error keeps any previous file under this name */
     writer_free(w);
     return rc;
 }
 
 void st_w_abort(st_writer *w) {
     if (!w) return;
-    bs_afile_abort(w->af);
+    bs_aout_abort(&w->out);
     writer_free(w);
 }

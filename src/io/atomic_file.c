@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,4 +221,40 @@ int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs)
         }
     }
     return 0;
+}
+
+/* --- bs_aout ------------------------------------------------------------------------------- */
+
+int bs_aout_open(bs_aout *o, const char *path) {
+    *o = (bs_aout){0};
+    if (!(o->af = bs_afile_open(path))) return -1;
+    o->path = bs_xstrdup(path);
+    o->fp = bs_afile_fp(o->af);
+    return 0;
+}
+
+void bs_aout_fail(bs_aout *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    bs_latch_error(o->err, sizeof o->err, fmt, ap);
+    va_end(ap);
+}
+
+int bs_aout_close(bs_aout *o) {
+    int rc;
+    if (o->err[0]) {
+        bs_afile_abort(o->af);
+        rc = bs_error("%s: %s", o->path, o->err);
+    } else {
+        rc = bs_afile_commit(o->af);
+    }
+    free(o->path);
+    *o = (bs_aout){0};
+    return rc;
+}
+
+void bs_aout_abort(bs_aout *o) {
+    bs_afile_abort(o->af);
+    free(o->path);
+    *o = (bs_aout){0};
 }

@@ -25,6 +25,26 @@ int bs_afile_commit(bs_afile *a);
 /* Give up: close and remove the temporary, keep any previous file; frees a. NULL is a no-op. */
 void bs_afile_abort(bs_afile *a);
 
+/* A streaming writer's output (the GGUF and safetensors writers): the temporary it writes and
+ * the first error it met, kept until close (the first says what went wrong; a caller checks
+ * once at the end instead of after every write). */
+typedef struct bs_aout {
+    char *path;
+    bs_afile *af;
+    FILE *fp;          /* bs_afile_fp(af) */
+    char err[512];     /* "" while all is well */
+} bs_aout;
+
+/* Open o for path. 0, or -1 with bs_error (o then holds nothing to free). */
+int bs_aout_open(bs_aout *o, const char *path);
+/* Record an error unless one is already recorded. */
+void bs_aout_fail(bs_aout *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* With no error recorded, commit (bs_afile_commit's result); else remove the temporary, keep
+ * any previous file and return -1 with bs_error("PATH: ERR"). Frees what o holds. */
+int bs_aout_close(bs_aout *o);
+/* Remove the temporary, keep any previous file; frees what o holds. */
+void bs_aout_abort(bs_aout *o);
+
 /* Whole small file (text, JSON) written atomically. 0 or -1 + bs_error. */
 int bs_write_file_atomic(const char *path, const void *data, size_t n);
 
