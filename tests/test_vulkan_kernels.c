@@ -120,8 +120,8 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
     CHECK(bs_vk_matvec(c, m, x + (size_t)5 * d, 3, y3) == 0);
     same &= !memcmp(y3, y + (size_t)5 * rows, sizeof *y3 * (size_t)(rows * 3));
     CHECKF(same, "%s: a row's result depends on how many rows run together", bs_type_name(type));
+    const bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
     if (c_asum) {   /* the other way of taking the activation block sums: the same bits */
-        bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
         bs_vk_matrix *ma = bs_vk_matrix_new(c_asum, &T);
         float *ya = malloc(sizeof *ya * (size_t)(rows * N));
         CHECK(ma && bs_vk_matvec(c_asum, ma, x, N, ya) == 0);
@@ -131,7 +131,6 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
         free(ya);
     }
     if (c_split) {
-        bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
         bs_vk_matrix *ms = bs_vk_matrix_new(c_split, &T);
         CHECK(ms && bs_vk_matrix_parts(ms) > 1);
         float *ys = malloc(sizeof *ys * (size_t)(rows * N));

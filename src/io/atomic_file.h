@@ -11,6 +11,8 @@
 #ifndef BS_ATOMIC_FILE_H
 #define BS_ATOMIC_FILE_H
 
+#include "io/util.h"
+
 #include <stdio.h>
 
 typedef struct bs_afile bs_afile;
@@ -38,7 +40,7 @@ typedef struct bs_aout {
 /* Open o for path. 0, or -1 with bs_error (o then holds nothing to free). */
 int bs_aout_open(bs_aout *o, const char *path);
 /* Record an error unless one is already recorded. */
-void bs_aout_fail(bs_aout *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bs_aout_fail(bs_aout *o, const char *fmt, ...) BS_PRINTF(2, 3);
 /* With no error recorded, commit (bs_afile_commit's result); else remove the temporary, keep
  * any previous file and return -1 with bs_error("PATH: ERR"). Frees what o holds. */
 int bs_aout_close(bs_aout *o);

@@ -416,7 +416,7 @@ bs_vk_ctx *bs_vk_open(int index) {
     c->dp4a = c->info.dot_product && !(dp_env && !strcmp(dp_env, "0"));
     /* mv_q's activation block sums: staged once per workgroup on a GPU (a shared load instead of
      * 8 dot products per weight row and block), each row's own on a CPU device, where the barrier
-     * costs more than the sums (lavapipe: 17% slower staged); BITSPARK_VK_ASUM=stage|row */
+     * costs more than the sums (lavapipe: 12% slower staged, docs/kernels.md); BITSPARK_VK_ASUM=stage|row */
     const char *as_env = getenv("BITSPARK_VK_ASUM");
     c->asum_staged = as_env ? strcmp(as_env, "row") != 0 : c->info.type != BS_VK_CPU;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
