@@ -13,6 +13,11 @@ check "md pp16 row" 'grep -qE "^\| qwen35 .* Q1_0 +\| .* MiB \| .* M \| CPU +\| 
 check "md tg4 row" 'grep -qE "\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$md"'
 check "md verify line" 'grep -qE "^verify \(threads 1.*w=2 [0-9.]+ ms \([0-9.]+x\)" <<<"$md"'
 check "md build footer" 'grep -q "^build: " <<<"$md"'
+# --parallel: sessions decoding together (one pass per token of each); t/s counts all their tokens
+par=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 4 -r 2 -t 1 --parallel 1,3 --no-membw 2>&1)
+check "parallel rows" '[ "$(grep -cE "\| +tg4x[13] \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$par")" = 2 ]'
+check "parallel 0 refused" '! "$B" bench -m "$F/tiny-q1_0.gguf" --parallel 0 >/dev/null 2>&1'
+check "parallel 65 refused" '! "$B" bench -m "$F/tiny-q1_0.gguf" --parallel 2,65 >/dev/null 2>&1'
 
 # membw + int8 ceiling lines (the int8 line only where bitspark dispatches AVX-512: VNNI + VBMI)
 # bandwidth probed before, between and after the 2 tg runs: 3 probes

@@ -40,8 +40,9 @@ static void *dup(const void *p, size_t n) {
     return d;
 }
 
-/* One case's inputs: raw q (+ gate) / k / v rows, norm weights, the rope table from row r0,
- * and a cache whose rows before pos0 a previous step left. */
+/* One case's inputs: raw q (+ gate) / k / v rows and the rope table, the sequence's from row r0
+ * (a batch's rows: the kernels take rows qrow0.. of every row buffer), norm weights, and a cache
+ * whose rows before pos0 a previous step left. */
 typedef struct {
     int H, Hkv, D, n_rot, T, pos0, n_ctx, r0;
     bool f32;
@@ -51,16 +52,17 @@ typedef struct {
     uint8_t *kc, *vc;
 } attn_case;
 
-/* kernel run: "attn" (sp->chunk == 0) or "attn_split"; o: [T][H*D]; aq/as/am: the blocks (quant) */
+/* kernel run: "attn" (sp->chunk == 0) or "attn_split"; q, k, v, o: the case's r0 + T rows, the
+ * dispatch's T from ap->qrow0; aq/as/am: the blocks (quant) */
 static int run_attn(const attn_case *c, const attn_push *ap, int T, int pos0, const float *q, const float *k, const float *v,
                     uint8_t *kc, uint8_t *vc, float *o, uint32_t *aq, float *as, float *am, bool split, bool *cnt_zero) {
-    const size_t HD = (size_t)c->H * c->D, nb = ((size_t)ap->qrow0 + (size_t)T) * HD / 32 + 1;
+    const size_t HD = (size_t)c->H * c->D, nr = (size_t)(c->r0 + c->T), nb = nr * HD / 32 + 1;
     const uint32_t n_chunk = (uint32_t)((c->n_ctx + (int)c->chunk - 1) / (int)c->chunk);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     uint32_t *cnt = calloc((size_t)T * c->Hkv, 4);
     void *d[16] = {(void *)q, kc, vc, o, NULL, params, aq, as, am, (void *)k, (void *)v, c->qn, c->kn, c->cs, NULL, cnt};
-    size_t by[16] = {4u * (size_t)T * c->qw, c->kvb, c->kvb, 4u * (size_t)T * HD, 4u * (size_t)T * c->H * (size_t)c->n_ctx, 16,
-                     32 * nb, 4 * nb, 4 * nb, 4u * (size_t)T * c->kvw, 4u * (size_t)T * c->kvw, 4u * c->D, 4u * c->D, c->csb,
+    size_t by[16] = {4u * nr * c->qw, c->kvb, c->kvb, 4u * nr * HD, 4u * (size_t)T * c->H * (size_t)c->n_ctx, 16,
+                     32 * nb, 4 * nb, 4 * nb, 4u * nr * c->kvw, 4u * nr * c->kvw, 4u * c->D, 4u * c->D, c->csb,
                      4u * (size_t)T * c->H * n_chunk * (c->D + 2u), 4u * (size_t)T * c->Hkv};
     int rc;
     if (split) {
@@ -84,9 +86,9 @@ static attn_case make_case(int H, int Hkv, int D, int n_rot, int T, int pos0, bo
     c.kvb = (size_t)c.n_ctx * c.kvw * (f32 ? 4 : 2);
     const size_t nr = (size_t)(c.r0 + T);
     c.csb = 4 * nr * BS_MAX(n_rot, 1);
-    c.a = vec((size_t)T * c.qw, 1.0f);
-    c.b = vec((size_t)T * c.kvw, 2.0f);
-    c.v = vec((size_t)T * c.kvw, 1.0f);
+    c.a = vec(nr * c.qw, 1.0f);
+    c.b = vec(nr * c.kvw, 2.0f);
+    c.v = vec(nr * c.kvw, 1.0f);
     c.qn = vec((size_t)D, 1.0f);
     c.kn = vec((size_t)D, 1.0f);
     c.cs = malloc(c.csb);
@@ -127,12 +129,12 @@ static double cpu_error(const attn_case *c, const float *q, const uint8_t *kc, c
     double worst = 0;
     for (int t = 0; t < c->T; t++)
         for (int h = 0; h < c->H; h++) {
-            const float *src = q + (size_t)t * c->qw + (size_t)h * 2 * D;
+            const float *src = q + (size_t)(c->r0 + t) * c->qw + (size_t)h * 2 * D;
             for (int i = 0; i < D; i++) qb[i] = c->f32 ? src[i] : bs_f16_to_f32(bs_f32_to_f16(src[i]));
             const int nkv = c->pos0 + t + 1, kvh = h / (c->H / c->Hkv);
             const size_t off = (size_t)kvh * D * esz;
             bs_attn_queries(qb, 1, &nkv, kc + off, vc + off, c->kvw * esz, !c->f32, D, ref, sc, (size_t)c->n_ctx, tmp);
-            const float *got = o + ((size_t)t * c->H + h) * D;
+            const float *got = o + ((size_t)(c->r0 + t) * c->H + h) * D;
             worst = fmax(worst, rel_error(got, ref, D));
         }
     free(qb); free(ref); free(sc); free(tmp);
@@ -141,19 +143,19 @@ static double cpu_error(const attn_case *c, const float *q, const uint8_t *kc, c
 
 /* the epilogue: gate and blocks from the split kernel vs its plain output then quant_q8 mode 2 */
 static bool quant_same(const attn_case *c, attn_push ap, const float *q, uint8_t *kc, uint8_t *vc, const float *o_plain) {
-    const size_t HD = (size_t)c->H * c->D, n = (size_t)c->T * HD, nb = n / 32, r0 = 2, all = nb + r0 * HD / 32 + 1;
-    ap.quant = 1;
-    ap.qrow0 = (uint32_t)r0;   /* the blocks' rows (the rope table's too: unused unfused) */
-    float *o = calloc(n, 4), *y = dup(o_plain, 4 * n), *as = calloc(all, 4), *am = calloc(all, 4), *rs = calloc(nb, 4), *rm = calloc(nb, 4);
+    const size_t HD = (size_t)c->H * c->D, n = (size_t)c->T * HD, nb = n / 32, r0 = (size_t)c->r0, all = nb + r0 * HD / 32 + 1;
+    ap.quant = 1;   /* the blocks at the sequence's rows, from r0 (ap.qrow0) */
+    float *o = calloc(n + r0 * HD, 4), *y = dup(o_plain + r0 * HD, 4 * n), *as = calloc(all, 4), *am = calloc(all, 4);
+    float *rs = calloc(nb, 4), *rm = calloc(nb, 4);
     uint32_t *aq = calloc(all * 8, 4), *rq = calloc(nb * 8, 4);
     bool z = false;
     int rc = run_attn(c, &ap, c->T, c->pos0, q, c->b, c->v, kc, vc, o, aq, as, am, true, &z);
     uint32_t qp[4] = {(uint32_t)nb, 2, (uint32_t)c->H, (uint32_t)c->D};
-    void *qd[5] = {y, rq, rs, rm, (void *)q};
+    void *qd[5] = {y, rq, rs, rm, (void *)(q + r0 * c->qw)};
     size_t qb[5] = {4 * n, 32 * nb, 4 * nb, 4 * nb, 4u * (size_t)c->T * c->qw};
     rc = rc || bs_vk_kernel_run(C, "quant_q8", qd, qb, 5, qp, sizeof qp, (uint32_t)(nb + 63) / 64, 1, 1);
     const size_t b0 = r0 * HD / 32;
-    const bool same = !rc && z && !memcmp(o, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) &&
+    const bool same = !rc && z && !memcmp(o + r0 * HD, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) &&
                       !memcmp(am + b0, rm, 4 * nb);
     free(o); free(y); free(as); free(am); free(rs); free(rm); free(aq); free(rq);
     return same;
@@ -161,18 +163,19 @@ static bool quant_same(const attn_case *c, attn_push ap, const float *q, uint8_t
 
 static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, uint32_t chunk) {
     attn_case c = make_case(H, Hkv, D, n_rot, T, pos0, f32, chunk);
-    const size_t ob = 4u * (size_t)T * H * D;
+    const size_t ob = 4u * (size_t)(c.r0 + T) * H * D;
     char what[160];
     snprintf(what, sizeof what, "attn_split %d/%d heads of %d, %d rows at %d (context %d, chunk %u), %s", H, Hkv, D, T, pos0,
              pos0 + T, chunk, f32 ? "F32" : "F16");
     /* apart: qk.comp's norms, rope and store, then the unfused kernels on what it left */
-    float *a2 = dup(c.a, 4u * (size_t)T * c.qw), *b2 = dup(c.b, 4u * (size_t)T * c.kvw);
+    float *a2 = dup(c.a, 4u * (size_t)(c.r0 + T) * c.qw), *b2 = dup(c.b, 4u * (size_t)(c.r0 + T) * c.kvw);
     uint8_t *kc2 = dup(c.kc, c.kvb), *vc2 = dup(c.vc, c.kvb);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
                                                                          (uint32_t)c.r0, f32, 1e-6f};
     void *qd[9] = {a2, b2, c.v, c.qn, c.kn, c.cs, kc2, vc2, params};
-    size_t qb[9] = {4u * (size_t)T * c.qw, 4u * (size_t)T * c.kvw, 4u * (size_t)T * c.kvw, 4u * D, 4u * D, c.csb, c.kvb, c.kvb, 16};
+    const size_t nr = (size_t)(c.r0 + T);
+    size_t qb[9] = {4u * nr * c.qw, 4u * nr * c.kvw, 4u * nr * c.kvw, 4u * D, 4u * D, c.csb, c.kvb, c.kvb, 16};
     CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
     attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)c.n_ctx, 1.0f / sqrtf((float)D), f32, 0, (uint32_t)c.r0, 0,
                     (uint32_t)n_rot, 1e-6f};
@@ -194,13 +197,13 @@ static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool 
     bool alone = true;
     for (int t = 0; t < T; t++) {
         attn_push p1 = ap, f1 = fp;
-        f1.qrow0 = (uint32_t)(c.r0 + t);
+        p1.qrow0 = f1.qrow0 = (uint32_t)(c.r0 + t);
+        const size_t at = (size_t)(c.r0 + t) * HD;
         uint8_t *kc4 = dup(kc2, c.kvb), *vc4 = dup(vc2, c.kvb);
-        CHECK(run_attn(&c, &p1, 1, pos0 + t, a2 + (size_t)t * c.qw, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL) == 0);
-        alone &= !memcmp(o1, o_nf + (size_t)t * HD, 4 * HD);
-        CHECK(run_attn(&c, &f1, 1, pos0 + t, c.a + (size_t)t * c.qw, c.b + (size_t)t * c.kvw, c.v + (size_t)t * c.kvw, kc4, vc4, o1,
-                       NULL, NULL, NULL, true, NULL) == 0);
-        alone &= !memcmp(o1, o_f + (size_t)t * HD, 4 * HD) && !memcmp(kc4, kc2, c.kvb) && !memcmp(vc4, vc2, c.kvb);
+        CHECK(run_attn(&c, &p1, 1, pos0 + t, a2, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL) == 0);
+        alone &= !memcmp(o1 + at, o_nf + at, 4 * HD);
+        CHECK(run_attn(&c, &f1, 1, pos0 + t, c.a, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL) == 0);
+        alone &= !memcmp(o1 + at, o_f + at, 4 * HD) && !memcmp(kc4, kc2, c.kvb) && !memcmp(vc4, vc2, c.kvb);
         free(kc4); free(vc4);
     }
     CHECKF(alone, "%s: a row's bits depend on the rows evaluated with it", what);

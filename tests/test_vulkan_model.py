@@ -136,25 +136,31 @@ def check_staged():
             print('%s: uploads through the staging ring (16 KiB chunks): the same bits as mapped' % name)
 
 
+# A device's choices that must not change a bit: (variable, its two ways, what they are)
+CHOICES = (('BITSPARK_VK_ASUM', ('stage', 'row'), "mv_q's activation block sums staged once per workgroup or per weight row"),
+           ('BITSPARK_VK_DELTA', ('lanes', 'column'), "the delta rule's sums over 8 lanes per state column or in one"))
+
+
 def check_asum():
-    """mv_q's activation block sums staged once per workgroup or summed by each weight row
-    (BITSPARK_VK_ASUM: the device picks one, a GPU staged, a CPU device per row): the same bits
-    through every product of the model (plain, GLU, norm and conv epilogues): 21 tokens in
-    batches of 13 (two row groups) and 8 (one, the conv in the products' epilogue)."""
+    """The device's choices (CHOICES: the device picks one way, a GPU the first, a CPU device the
+    second): the same bits through the whole model, every product (plain, GLU, norm and conv
+    epilogues) and both recurrence paths: 21 tokens in batches of 13 (two row groups, the steps
+    apart) and 8 (one, the conv in the products' epilogue and the fused recurrence)."""
     names = ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0')
     for name in names:
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:21]
-        out = {}
-        for way in ('stage', 'row'):
-            out[way] = os.path.join(TMP, 'vk_asum_%s.f32' % way)
-            if not logits(os.path.join(FIX, name + '.gguf'), toks, 13, out[way], extra_env={'BITSPARK_VK_ASUM': way}):
-                fail('%s: logits with BITSPARK_VK_ASUM=%s failed' % (name, way))
-                return
-        if open(out['stage'], 'rb').read() != open(out['row'], 'rb').read():
-            fail('%s: the activation block sums staged or per row change the logits' % name)
-        else:
-            print('%s: activation block sums staged or per row: the same bits' % name)
+        for var, ways, what in CHOICES:
+            out = {}
+            for way in ways:
+                out[way] = os.path.join(TMP, 'vk_choice_%s.f32' % way)
+                if not logits(os.path.join(FIX, name + '.gguf'), toks, 13, out[way], extra_env={var: way}):
+                    fail('%s: logits with %s=%s failed' % (name, var, way))
+                    return
+            if open(out[ways[0]], 'rb').read() != open(out[ways[1]], 'rb').read():
+                fail('%s: %s (%s=%s|%s) change the logits' % (name, what, var, ways[0], ways[1]))
+            else:
+                print('%s: %s: the same bits' % (name, what))
 
 
 # (what, the switch that keeps it apart)
@@ -325,6 +331,18 @@ def check_bench():
         fail('bench --device vulkan: no Vulkan pp16/tg4 rows:\n' + out)
     if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
         fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
+    # sessions decoding together: each pass is one submission, and its barriers do not grow with
+    # the sessions (their per-sequence kernels run side by side between the same barriers)
+    r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '0', '-n', '2', '-r', '1', '--parallel', '2,5',
+             '--no-membw'])
+    passes = {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in
+              re.finditer(r'device tg x(\d+): per pass \(\d+ tokens\) [0-9.]+ dispatches, ([0-9.]+) barriers, '
+                          r'([0-9.]+) submissions', r.stdout)}
+    if sorted(passes) != [2, 5] or passes[2][0] != passes[5][0] or passes[5][1] != 1.0:
+        fail('bench --parallel 2,5 on the device: barriers per pass grow with the sessions or a pass is '
+             'not one submission:\n' + r.stdout)
+    else:
+        print('bench --parallel on the device: %.0f barriers per pass of 2 or 5 sessions' % passes[2][0])
     # bench --spec on the device: the round's parts measured there (the drafter too), lossless
     drafter = os.path.join(SRC, 'models', 'bonsai-tiny-dspark.gguf')
     r = run([BITSPARK, 'bench', '-m', model, '-md', drafter, '--spec', '--device', 'vulkan', '-t', '1', '-p', '16',

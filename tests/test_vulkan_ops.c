@@ -32,6 +32,7 @@
 
 static bs_rng rng;
 static bs_vk_ctx *C;
+static bs_vk_ctx *C_spread;   /* the delta rule spread the other way (NULL: none) */
 
 static float *vec(size_t n, float scale) {
     float *x = malloc(sizeof *x * (n ? n : 1));
@@ -181,7 +182,7 @@ static void check_conv(int cd, int K, int T) {
     float *mixed = vec((size_t)T * cd, 1.0f), *win = vec((size_t)km1 * cd, 1.0f), *w = vec((size_t)cd * K, 0.5f);
     float *o = calloc((size_t)T * cd, sizeof *o), *win0 = malloc(sizeof *win * (size_t)km1 * cd);
     memcpy(win0, win, sizeof *win * (size_t)km1 * cd);
-    struct { uint32_t cd, K, T, nqk, dk; float eps; } push = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f};
+    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } push = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0};
     void *data[4] = {mixed, win, w, o};
     size_t bytes[4] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd};
     CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, &push, sizeof push, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
@@ -217,9 +218,9 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
     float *mixed = vec((size_t)T * cd, 1.0f), *win = vec((size_t)km1 * cd, 1.0f), *w = vec((size_t)cd * K, 0.5f);
     float *win2 = malloc(sizeof *win * (size_t)km1 * cd), *o = calloc((size_t)T * cd, 4), *o2 = calloc((size_t)T * cd, 4);
     memcpy(win2, win, sizeof *win * (size_t)km1 * cd);
-    typedef struct { uint32_t cd, K, T, nqk, dk; float eps; } conv_push;
-    conv_push fused = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, (uint32_t)nqk, (uint32_t)dk, 1e-6f};
-    conv_push plain = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f};
+    typedef struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } conv_push;
+    conv_push fused = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, (uint32_t)nqk, (uint32_t)dk, 1e-6f, 0};
+    conv_push plain = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0};
     size_t bytes[4] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd};
     void *d1[4] = {mixed, win, w, o}, *d2[4] = {mixed, win2, w, o2};
     CHECK(bs_vk_kernel_run(C, "conv", d1, bytes, 4, &fused, sizeof fused, (uint32_t)(nqk + (n_v + 63) / 64), 1, 1) == 0);
@@ -235,6 +236,27 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
 }
 
 /* --- delta.comp ----------------------------------------------------------------------------- */
+/* workgroups along the state columns: 256 / spread columns each (delta_lanes.glsl) */
+static uint32_t delta_groups(const bs_vk_ctx *c, int dv) {
+    const int cols = 256 / bs_vk_delta_spread(c);
+    return (uint32_t)((dv + cols - 1) / cols);
+}
+
+/* the same kernel run on C_spread with copies of data's buffers: its outputs (buffer indices
+ * outs[]) must have the bits of those C left in data */
+static bool same_other_spread(const char *kernel, void **data, const size_t *bytes, int n, const int *outs, int n_out,
+                              const void *push, size_t push_bytes, uint32_t gx_of_c2, uint32_t gy, void *const *before) {
+    void *d2[16];
+    for (int i = 0; i < n; i++) {
+        d2[i] = malloc(bytes[i]);
+        memcpy(d2[i], before[i] ? before[i] : data[i], bytes[i]);
+    }
+    bool same = bs_vk_kernel_run(C_spread, kernel, d2, bytes, n, push, push_bytes, gx_of_c2, gy, 1) == 0;
+    for (int k = 0; k < n_out && same; k++) same = !memcmp(d2[outs[k]], data[outs[k]], bytes[outs[k]]);
+    for (int i = 0; i < n; i++) free(d2[i]);
+    return same;
+}
+
 static void l2(float *x, int n) {
     double s = 0;
     for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
@@ -262,8 +284,8 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
     double *S = malloc(sizeof *S * ns), *ref = malloc(sizeof *ref * (size_t)T * nv * dv);
     for (size_t i = 0; i < ns; i++) S[i] = st[i];
     const float scale = 1.0f / sqrtf((float)dk);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
-                                                                (uint32_t)T, (uint32_t)cd, scale};
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
+                                                                (uint32_t)T, (uint32_t)cd, scale, 0};
     /* the device keeps the state [nv][dk][dv] (coalesced), the CPU [nv][dv][dk] */
     float *dev = malloc(sizeof *dev * ns);
     for (int h = 0; h < nv; h++)
@@ -271,7 +293,17 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
             for (int i = 0; i < dk; i++) dev[((size_t)h * dk + i) * dv + j] = st[((size_t)h * dv + j) * dk + i];
     void *data[6] = {qkv, alpha, braw, dev, o, gates};
     size_t bytes[6] = {4u * (size_t)T * cd, 4u * (size_t)T * nv, 4u * (size_t)T * nv, 4 * ns, 4u * (size_t)T * nv * dv, 8u * (size_t)nv};
-    CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 6, &p, sizeof p, (uint32_t)(dv + 63) / 64, (uint32_t)nv, 1) == 0);
+    float *dev0 = malloc(bytes[3]);
+    memcpy(dev0, dev, bytes[3]);
+    CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 6, &p, sizeof p, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
+    if (C_spread) {   /* the sums spread over 8 lanes or in one invocation: the same bits */
+        void *before[6] = {NULL, NULL, NULL, dev0, NULL, NULL};
+        static const int outs[2] = {3, 4};
+        CHECKF(same_other_spread("delta", data, bytes, 6, outs, 2, &p, sizeof p, delta_groups(C_spread, dv), (uint32_t)nv, before),
+               "delta %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T, bs_vk_delta_spread(C),
+               bs_vk_delta_spread(C_spread));
+    }
+    free(dev0);
     /* float64 reference of the CPU's recurrence (deltanet.c): decay, delta against the decayed
      * state, read-out with the updated state; V head h reads K/Q head h % nk */
     for (int t = 0; t < T; t++)
@@ -320,7 +352,7 @@ static void check_mv_conv(int type, int64_t d, int64_t rows, int n, int K) {
     if (m) {
         CHECKF(bs_vk_matvec_conv(C, m, x, n, y, win, cw, K, o) == 0, "mv+conv: %s", bs_last_error());
         CHECK(bs_vk_matvec(C, m, x, n, y2) == 0);
-        struct { uint32_t cd, K, T, nqk, dk; float eps; } push = {(uint32_t)rows, (uint32_t)K, (uint32_t)n, 0, 0, 0.0f};
+        struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } push = {(uint32_t)rows, (uint32_t)K, (uint32_t)n, 0, 0, 0.0f, 0};
         void *data[4] = {y2, win2, cw, o2};
         size_t bytes[4] = {4 * no, 4 * nw + 4, 4u * (size_t)rows * K, 4 * no};
         CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, &push, sizeof push, (uint32_t)(rows + 63) / 64, 1, 1) == 0);
@@ -333,8 +365,8 @@ static void check_mv_conv(int type, int64_t d, int64_t rows, int n, int K) {
     free(w); free(x); free(cw); free(win); free(win2); free(y); free(y2); free(o); free(o2); free(wq);
 }
 
-/* delta_norm.comp (q/k L2 norms, delta rule, gated RMSNorm, int8 blocks; one workgroup per V
- * head) against its steps apart: norm.comp mode 1 on the q/k heads, delta.comp, norm.comp's
+/* delta_norm.comp (q/k L2 norms, delta rule, gated RMSNorm, int8 blocks; a workgroup per 32
+ * state columns of a V head, the head's last one norming) against its steps apart: norm.comp mode 1 on the q/k heads, delta.comp, norm.comp's
  * NORM_GATE | NORM_QUANT. Bit for bit: outputs, int8 blocks and state. */
 static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     const size_t cd = (size_t)(2 * nk * dk + nv * dv), nc = (size_t)T * cd, no = (size_t)T * nv * dv, nb = no / 32;
@@ -351,19 +383,30 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     const float scale = 1.0f / sqrtf((float)dk), eps = 1e-6f;
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
                                                                      (uint32_t)T, (uint32_t)cd, scale, eps};
-    void *d1[11] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8};
-    size_t b1[11] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb};
-    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 11, &p, sizeof p, (uint32_t)nv, 1, 1) == 0);
+    uint32_t *cnt = calloc((size_t)nv, 4);   /* the heads' counters: 0 before and after */
+    void *d1[12] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt};
+    size_t b1[12] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv};
+    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 12, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
+    if (C_spread) {   /* outputs, blocks, state and counters with the sums spread the other way */
+        void *before[12] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        static const int outs[6] = {3, 4, 8, 9, 10, 11};
+        CHECKF(same_other_spread("delta_norm", d1, b1, 12, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
+                                 before),
+               "delta+norm %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T,
+               bs_vk_delta_spread(C), bs_vk_delta_spread(C_spread));
+    }
+    for (int h = 0; h < nv; h++) CHECKF(cnt[h] == 0, "delta_norm left head %d's counter at %u", h, cnt[h]);
+    free(cnt);
     /* apart: the L2 norms of the q and k heads, the delta rule, the gated norm with its blocks */
     norm_push l2p = {(uint32_t)dk, 1, 0, (uint32_t)(2 * nk), (uint32_t)cd, (uint32_t)dk, 0, 0, eps, 0};
     void *d2[8] = {cc2, dummy, cc2, dummy, dummy, dummy, dummy, dummy};
     size_t b2[8] = {4 * nc, 16, 4 * nc, 16, 16, 16, 16, 16};
     CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 8, &l2p, sizeof l2p, (uint32_t)(T * 2 * nk), 1, 1) == 0);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
-                                                                 (uint32_t)T, (uint32_t)cd, scale};
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } dp = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
+                                                                 (uint32_t)T, (uint32_t)cd, scale, 0};
     void *d3[6] = {cc2, alpha, braw, st2, y2, gates};
     size_t b3[6] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv};
-    CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 6, &dp, sizeof dp, (uint32_t)(dv + 63) / 64, (uint32_t)nv, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 6, &dp, sizeof dp, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
     norm_push gp = {(uint32_t)dv, 0, 1, (uint32_t)nv, (uint32_t)(nv * dv), (uint32_t)dv, 0, 0, eps, 2 | 4};
     void *d4[8] = {y2, w, y2, dummy, qb, s8b, m8b, z};
     size_t b4[8] = {4 * no, 4u * dv, 4 * no, 16, 32 * nb, 4 * nb, 4 * nb, 4 * no};
@@ -410,18 +453,21 @@ static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, 
 typedef struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } attn_push;
 
 /* attn.comp's epilogue (quant): the output gate and the int8 blocks, the same bits as its plain
- * output then quant_q8.comp's mode 2; the blocks at row qrow0 + t. */
+ * output then quant_q8.comp's mode 2; q, the output and the blocks at rows qrow0 + t (a batch's
+ * rows), rows before qrow0 left as they were. */
 static void check_attn_quant(float *q, uint8_t *kc, uint8_t *vc, uint32_t *params, size_t kvb, const attn_push *plain, int T,
                              const float *o_plain) {
     const size_t HD = (size_t)plain->H * plain->D, n = (size_t)T * HD, nb = n / 32, r0 = 2;
     attn_push ap = *plain;
     ap.quant = 1;
     ap.qrow0 = (uint32_t)r0;
-    float *o = calloc(n, sizeof *o), *y = malloc(sizeof *y * n);
+    const size_t no = n + r0 * HD;   /* r0 rows before the sequence's */
+    float *o = calloc(no, sizeof *o), *y = malloc(sizeof *y * n), *qq = vec(2 * no, 1.0f);
+    memcpy(qq + 2 * r0 * HD, q, 8u * n);
     uint32_t *aq = calloc((nb + r0 * HD / 32) * 8, 4), *rq = calloc(nb * 8, 4);
     float *as = calloc(nb + r0 * HD / 32, 4), *am = calloc(nb + r0 * HD / 32, 4), *rs = calloc(nb, 4), *rm = calloc(nb, 4);
-    void *ad[14] = {q, kc, vc, o, NULL, params, aq, as, am, NULL, NULL, NULL, NULL, NULL};
-    size_t ab[14] = {8u * n, kvb, kvb, 4 * n, 4u * (size_t)T * plain->H * plain->n_ctx, 16, 32 * (nb + r0 * HD / 32), 4 * (nb + r0 * HD / 32),
+    void *ad[14] = {qq, kc, vc, o, NULL, params, aq, as, am, NULL, NULL, NULL, NULL, NULL};
+    size_t ab[14] = {8u * no, kvb, kvb, 4 * no, 4u * (size_t)T * plain->H * plain->n_ctx, 16, 32 * (nb + r0 * HD / 32), 4 * (nb + r0 * HD / 32),
                      4 * (nb + r0 * HD / 32), 16, 16, 16, 16, 16};
     CHECK(bs_vk_kernel_run(C, "attn", ad, ab, 14, &ap, sizeof ap, (uint32_t)T * plain->H, 1, 1) == 0);
     memcpy(y, o_plain, sizeof *y * n);
@@ -430,48 +476,56 @@ static void check_attn_quant(float *q, uint8_t *kc, uint8_t *vc, uint32_t *param
     size_t qb[5] = {4 * n, 32 * nb, 4 * nb, 4 * nb, 8u * n};
     CHECK(bs_vk_kernel_run(C, "quant_q8", qd, qb, 5, qp, sizeof qp, (uint32_t)(nb + 63) / 64, 1, 1) == 0);
     const size_t b0 = r0 * HD / 32;
-    CHECKF(!memcmp(o, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) && !memcmp(am + b0, rm, 4 * nb),
-           "attn %u heads of %u with its epilogue: differs from attn then the gate and the quantizer", plain->H, plain->D);
-    free(o); free(y); free(aq); free(rq); free(as); free(am); free(rs); free(rm);
+    bool before = true;   /* rows before r0 untouched */
+    for (size_t i = 0; i < r0 * HD; i++) before &= o[i] == 0.0f;
+    for (size_t i = 0; i < 8 * b0; i++) before &= aq[i] == 0u;
+    CHECKF(before && !memcmp(o + r0 * HD, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) &&
+               !memcmp(am + b0, rm, 4 * nb),
+           "attn %u heads of %u with its epilogue at row %zu: differs from attn then the gate and the quantizer", plain->H,
+           plain->D, r0);
+    free(o); free(y); free(qq); free(aq); free(rq); free(as); free(am); free(rs); free(rm);
 }
 
 /* --- qk.comp: q/k RMSNorm per head, rope, KV store; the same bits as norm, rope, kv_store ---- */
 static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int cs_row0) {
     const int n_ctx = pos0 + T + 2, kvw = Hkv * D, esz = f32 ? 4 : 2;
-    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(cs_row0 + T);
-    float *a = vec((size_t)T * qw, 1.0f), *b = vec((size_t)T * kvw, 2.0f), *v = vec((size_t)T * kvw, 1.0f);
+    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(cs_row0 + T), r0 = (size_t)cs_row0;
+    /* the sequence's rows from cs_row0 of a, b, v and the rope table (a batch's rows) */
+    float *a = vec(nr * qw, 1.0f), *b = vec(nr * kvw, 2.0f), *v = vec(nr * kvw, 1.0f);
     float *qn = vec((size_t)D, 1.0f), *kn = vec((size_t)D, 1.0f), *cs = malloc(sizeof *cs * nr * BS_MAX(n_rot, 1));
     for (size_t t = 0; t < nr; t++) bs_rope_cache(cs + t * n_rot, pos0 + (int)t - cs_row0, n_rot, 10000000.0f, NULL);
-    float *a2 = malloc(sizeof *a2 * (size_t)T * qw), *b2 = malloc(sizeof *b2 * (size_t)T * kvw);
-    memcpy(a2, a, sizeof *a2 * (size_t)T * qw);
-    memcpy(b2, b, sizeof *b2 * (size_t)T * kvw);
+    float *a2 = malloc(sizeof *a2 * nr * qw), *b2 = malloc(sizeof *b2 * nr * kvw);
+    memcpy(a2, a, sizeof *a2 * nr * qw);
+    memcpy(b2, b, sizeof *b2 * nr * kvw);
     uint8_t *kc = calloc(kvb, 1), *vc = calloc(kvb, 1), *kc2 = calloc(kvb, 1), *vc2 = calloc(kvb, 1);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
                                                                          (uint32_t)cs_row0, f32, 1e-6f};
     void *qd[9] = {a, b, v, qn, kn, cs, kc, vc, params};
-    size_t qb[9] = {4 * (size_t)T * qw, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
+    size_t qb[9] = {4 * nr * qw, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
-    /* apart: norm.comp per head of q and k, rope.comp (its rows from cs_row0), kv_store.comp */
+    /* apart: norm.comp per head of q and k, rope.comp (its rows from cs_row0), on the sequence's
+       rows alone, then kv_store.comp from row cs_row0 of the whole b and v */
+    float *ra = a2 + r0 * qw, *rb = b2 + r0 * kvw;
     norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, 2u * D, 0, 0, 1e-6f, 0};
     norm_push nk = {(uint32_t)D, 0, 1, (uint32_t)Hkv, (uint32_t)kvw, (uint32_t)D, 0, 0, 1e-6f, 0};
-    void *d1[8] = {a2, qn, a2, NULL, NULL, NULL, NULL, NULL}, *d2[8] = {b2, kn, b2, NULL, NULL, NULL, NULL, NULL};
+    void *d1[8] = {ra, qn, ra, NULL, NULL, NULL, NULL, NULL}, *d2[8] = {rb, kn, rb, NULL, NULL, NULL, NULL, NULL};
     size_t by1[8] = {4 * (size_t)T * qw, 4u * D, 4 * (size_t)T * qw, 16, 16, 16, 16, 16};
     size_t by2[8] = {4u * (size_t)T * kvw, 4u * D, 4u * (size_t)T * kvw, 16, 16, 16, 16, 16};
     CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 8, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
     CHECK(bs_vk_kernel_run(C, "norm", d2, by2, 8, &nk, sizeof nk, (uint32_t)(T * Hkv), 1, 1) == 0);
     if (n_rot > 0) {
         uint32_t rq[4] = {(uint32_t)H, 2u * D, (uint32_t)qw, (uint32_t)n_rot}, rk[4] = {(uint32_t)Hkv, (uint32_t)D, (uint32_t)kvw, (uint32_t)n_rot};
-        void *r1[2] = {a2, cs + (size_t)cs_row0 * n_rot}, *r2[2] = {b2, cs + (size_t)cs_row0 * n_rot};
+        void *r1[2] = {ra, cs + (size_t)cs_row0 * n_rot}, *r2[2] = {rb, cs + (size_t)cs_row0 * n_rot};
         size_t rb1[2] = {4 * (size_t)T * qw, 4u * (size_t)T * n_rot}, rb2[2] = {4u * (size_t)T * kvw, 4u * (size_t)T * n_rot};
         CHECK(bs_vk_kernel_run(C, "rope", r1, rb1, 2, rq, sizeof rq, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * H), 1) == 0);
         CHECK(bs_vk_kernel_run(C, "rope", r2, rb2, 2, rk, sizeof rk, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * Hkv), 1) == 0);
     }
-    uint32_t kp[2] = {(uint32_t)kvw, f32};
+    uint32_t kp[3] = {(uint32_t)kvw, f32, (uint32_t)cs_row0};
     void *kd[5] = {b2, v, kc2, vc2, params};
-    size_t kb[5] = {4u * (size_t)T * kvw, 4u * (size_t)T * kvw, kvb, kvb, 16};
+    size_t kb[5] = {4u * nr * kvw, 4u * nr * kvw, kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "kv_store", kd, kb, 5, kp, sizeof kp, (uint32_t)(kvw / 2 + 63) / 64, (uint32_t)T, 1) == 0);
-    CHECKF(!memcmp(a, a2, 4 * (size_t)T * qw) && !memcmp(b, b2, 4u * (size_t)T * kvw) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
+    CHECKF(!memcmp(a, a2, 4 * nr * qw) && !memcmp(b, b2, 4u * nr * kvw) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
            "qk %d/%d heads of %d, rope %d, %d rows at %d (table row %d), %s: differs from norm, rope, kv_store apart", H, Hkv, D,
            n_rot, T, pos0, cs_row0, f32 ? "F32" : "F16");
     free(a); free(b); free(v); free(qn); free(kn); free(cs); free(a2); free(b2); free(kc); free(vc); free(kc2); free(vc2);
@@ -504,7 +558,7 @@ static void check_attn(int H, int Hkv, int D, int T, int pos0, bool f32) {
         }
     }
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
-    uint32_t kp[2] = {(uint32_t)kvw, f32};
+    uint32_t kp[3] = {(uint32_t)kvw, f32, 0};
     void *kd[5] = {k, v, kc, vc, params};
     size_t kbytes[5] = {4u * (size_t)T * kvw, 4u * (size_t)T * kvw, kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "kv_store", kd, kbytes, 5, kp, sizeof kp, (uint32_t)(kvw / 2 + 63) / 64, (uint32_t)T, 1) == 0);
@@ -656,6 +710,14 @@ static void check_embed(int type, int64_t d, int64_t rows, int n) {
 int main(void) {
     const int rc = vk_test_open("test_vulkan_ops", &C);
     if (rc || !C) return rc;
+    /* a second context that spreads the delta rule's sums the other way from the device's choice */
+    setenv("BITSPARK_VK_DELTA", bs_vk_delta_spread(C) == 8 ? "column" : "lanes", 1);
+    C_spread = bs_vk_open(bs_vk_pick(true));
+    unsetenv("BITSPARK_VK_DELTA");
+    CHECKF(C_spread && bs_vk_delta_spread(C_spread) != bs_vk_delta_spread(C), "a context with the other delta spread: %s",
+           bs_last_error());
+    printf("delta rule: %d lanes per state column (the second context: %d)\n", bs_vk_delta_spread(C),
+           C_spread ? bs_vk_delta_spread(C_spread) : 0);
     bs_rng_seed(&rng, 2201);
     /* norms: rows (odd widths, 27B's 5120), q heads in rows of 2HD, k heads, DeltaNet's q/k
      * L2 heads and gated-norm heads; the fused add+norm+quantize */
@@ -746,6 +808,7 @@ int main(void) {
     static const int et[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_Q8_0, BS_Q4_1, BS_F16, BS_BF16, BS_Q6_K, BS_F32};
     for (size_t i = 0; i < sizeof et / sizeof et[0]; i++) check_embed(et[i], 256, 301, 37);
     check_embed(BS_Q1_0, 5120, 67, 3);
+    bs_vk_close(C_spread);
     bs_vk_close(C);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
     return test_summary("test_vulkan_ops");
@@ -753,8 +816,9 @@ int main(void) {
 
 static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int r0) {
     const int n_ctx = pos0 + T + 2, kvw = Hkv * D, esz = f32 ? 4 : 2;
-    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(r0 + T), ob = 4u * (size_t)T * H * D;
-    float *a = vec((size_t)T * qw, 1.0f), *b = vec((size_t)T * kvw, 2.0f), *v = vec((size_t)T * kvw, 1.0f);
+    /* the sequence's rows from r0 of q, k, v, the rope table and the output (a batch's rows) */
+    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(r0 + T), ob = 4u * nr * H * D;
+    float *a = vec(nr * qw, 1.0f), *b = vec(nr * kvw, 2.0f), *v = vec(nr * kvw, 1.0f);
     float *qn = vec((size_t)D, 1.0f), *kn = vec((size_t)D, 1.0f), *cs = malloc(sizeof *cs * nr * BS_MAX(n_rot, 1));
     for (size_t t = 0; t < nr; t++) bs_rope_cache(cs + t * n_rot, pos0 + (int)t - r0, n_rot, 10000000.0f, NULL);
     uint8_t *kc = malloc(kvb), *vc = malloc(kvb);
@@ -762,29 +826,31 @@ static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, 
     uint8_t *kc2 = malloc(kvb), *vc2 = malloc(kvb);
     memcpy(kc2, kc, kvb);
     memcpy(vc2, vc, kvb);
-    float *a2 = malloc(sizeof *a2 * (size_t)T * qw), *b2 = malloc(sizeof *b2 * (size_t)T * kvw);
-    memcpy(a2, a, sizeof *a2 * (size_t)T * qw);
-    memcpy(b2, b, sizeof *b2 * (size_t)T * kvw);
-    float *o1 = calloc((size_t)T * H * D, 4), *o2 = calloc((size_t)T * H * D, 4);
+    float *a2 = malloc(sizeof *a2 * nr * qw), *b2 = malloc(sizeof *b2 * nr * kvw);
+    memcpy(a2, a, sizeof *a2 * nr * qw);
+    memcpy(b2, b, sizeof *b2 * nr * kvw);
+    float *o1 = calloc(nr * H * D, 4), *o2 = calloc(nr * H * D, 4);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     const size_t scb = 4u * (size_t)T * H * n_ctx, csb = 4 * nr * BS_MAX(n_rot, 1);
     /* apart: qk.comp, then attn.comp on what it left */
     struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
                                                                          (uint32_t)r0, f32, 1e-6f};
     void *qd[9] = {a2, b2, v, qn, kn, cs, kc2, vc2, params};
-    size_t qb[9] = {4 * (size_t)T * qw, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, csb, kvb, kvb, 16};
+    size_t qb[9] = {4 * nr * qw, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, csb, kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
     attn_push ap = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_ctx, 1.0f / sqrtf((float)D), f32, 0, (uint32_t)r0, 0,
                     (uint32_t)n_rot, 1e-6f};
     void *d1[14] = {a2, kc2, vc2, o1, NULL, params, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-    size_t b1[14] = {4 * (size_t)T * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 16, 16, 16, 16, 16};
+    size_t b1[14] = {4 * nr * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 16, 16, 16, 16, 16};
     CHECK(bs_vk_kernel_run(C, "attn", d1, b1, 14, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
     /* fused, from the raw rows */
     ap.fused = 1;
     void *d2[14] = {a, kc, vc, o2, NULL, params, NULL, NULL, NULL, b, v, qn, kn, cs};
-    size_t b2s[14] = {4 * (size_t)T * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 4u * (size_t)T * kvw, 4u * (size_t)T * kvw, 4u * D, 4u * D, csb};
+    size_t b2s[14] = {4 * nr * qw, kvb, kvb, ob, scb, 16, 16, 16, 16, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, csb};
     CHECK(bs_vk_kernel_run(C, "attn", d2, b2s, 14, &ap, sizeof ap, (uint32_t)(T * H), 1, 1) == 0);
-    CHECKF(!memcmp(o1, o2, ob) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
+    bool before = true;   /* output rows before r0 untouched */
+    for (size_t i = 0; i < (size_t)r0 * H * D; i++) before &= o2[i] == 0.0f;
+    CHECKF(before && !memcmp(o1, o2, ob) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
            "attn fused %d/%d heads of %d, rope %d, %d rows at %d (row %d), %s: differs from qk then attn", H, Hkv, D, n_rot, T,
            pos0, r0, f32 ? "F32" : "F16");
     free(a); free(b); free(v); free(qn); free(kn); free(cs); free(kc); free(vc); free(kc2); free(vc2);

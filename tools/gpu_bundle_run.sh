@@ -3,7 +3,7 @@
 # Runs on a machine without network or build tools: takes the image's Vulkan loader and NVIDIA
 # ICD where it has them and the bundle's copies only for what is missing, then writes, each as
 # soon as it exists: devices.txt (heaps, types, limits, dot-product support), tests.txt (the
-# Vulkan tests on the device), bench.txt (load, pp512, tg128, verify widths, copy roofline),
+# Vulkan tests on the device), bench.txt (load, pp512, tg128, 8 sessions' tg128, verify widths, copy roofline),
 # profile.txt (GPU time per kernel, dispatches), log.txt and summary.md (one table).
 # Writes nothing outside OUTDIR and /tmp.
 # Environment: BUNDLE_BUDGET_S (default 360: every step checks the time left), BUNDLE_QUICK=1
@@ -181,9 +181,11 @@ summary() {
       echo "| load time $m | ${S[$m.load]:-?} |"
       echo "| pp$PP $m | ${S[$m.pp]:-?} |"
       echo "| tg$TG $m | ${S[$m.tg]:-?} |"
+      echo "| tg$TG x8 sessions $m | ${S[$m.par]:-?} |"
       echo "| roofline fraction $m | ${S[$m.roof]:-?} |"
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
+      echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
     done
@@ -295,12 +297,15 @@ for m in "${MODELS[@]}"; do
   # bench: load, pp512, tg128, verify widths, the copy-kernel roofline
   if can_run "bench $m" 20; then
     { echo "## $m ($f)"; } >>"$OUT/bench.txt"
-    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 >>"$OUT/bench.txt" 2>&1
+    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 --parallel 8 >>"$OUT/bench.txt" 2>&1
     rc=$?; echo >>"$OUT/bench.txt"
     sec=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt")
     S[$m.load]=$(echo "$sec" | grep -m1 -o 'load: [0-9.]* s' | sed 's/load: //')
     S[$m.pp]=$(echo "$sec" | awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
     S[$m.tg]=$(echo "$sec" | awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
+    par=$(echo "$sec" | awk -F'|' -v t="tg${TG}x8" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}')
+    pb=$(echo "$sec" | grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches, [0-9.]* barriers' | sed 's/.*tokens) //')
+    S[$m.par]="${par:-?} t/s of all 8 (bench --parallel 8; ${pb:-?} per pass)"
     r=$(echo "$sec" | grep -m1 -o 'tg reached [0-9]*%' | grep -o '[0-9]*%'); bw=$(echo "$sec" | grep -m1 -o 'membw: [0-9.]* GB/s' | grep -o '[0-9.]* GB/s')
     S[$m.roof]="${r:-?} of the copy roofline (${bw:-?} copy)"
     S[$m.v5]=$(echo "$sec" | grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' | sed 's/w=5 //')
@@ -318,6 +323,18 @@ for m in "${MODELS[@]}"; do
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/asum.txt" | sed 's/w=5 //')
     S[$m.asum]="pp$PP ${pp:-?}, tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "asum-row $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # the delta rule's sums in one invocation per state column (a CPU device's way) against the
+  # device's 8 lanes with the state in registers (docs/kernels.md): tg and verify(5) again
+  if can_run "delta-column $m" 30; then
+    { echo "## $m with BITSPARK_VK_DELTA=column"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_DELTA=column timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --verify 1,5 \
+      --no-membw >"$W/delta.txt" 2>&1
+    rc=$?; cat "$W/delta.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/delta.txt")
+    v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/delta.txt" | sed 's/w=5 //')
+    S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
+    step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
   # a profiled decode: GPU time per kernel, dispatches
   if can_run "profile $m" 15; then

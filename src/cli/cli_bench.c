@@ -5,7 +5,8 @@
  * llama-bench's markdown / csv / json layout; --verify W,.. adds the cost of a W-token verify
  * step relative to a 1-token step; a `membw` line gives this machine's measured read bandwidth,
  * the decode roofline it implies for the model's weight bytes per token, and the fraction tg
- * reached.
+ * reached; --parallel N,.. adds tg rows of N sessions decoding together (one pass per token of
+ * each, as the server's slots decode), counting every session's tokens.
  * Kernel mode (--matmul): bs_matmul on synthetic Bonsai-shaped weights (default Q1_0 5120x17408
  * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
  * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
@@ -34,12 +35,14 @@
 
 #define MAX_LIST 16
 #define MAX_REPS 64   /* -r: samples per test (and tg runs between bandwidth probes) */
+#define MAX_PARALLEL 64   /* --parallel: sessions per row */
 
 typedef struct {
     const char *model;
     int n_prompt, n_gen, reps, warmup;
     int threads[MAX_LIST], n_threads;
     int verify[MAX_LIST], n_verify;
+    int parallel[MAX_LIST], n_parallel;   /* --parallel: sessions decoding together */
     const char *out;            /* md, csv, json */
     int matmul;                 /* kernel mode */
     const char *mm_type;
@@ -470,15 +473,84 @@ static void device_roofline(bs_model *m, const model_info *mi, const double *dt,
 /* On the device, per decoded token of the tg runs: what the host asks of it besides the
  * kernels' work (dispatches, barriers, submissions, bytes read back) and the weight bytes the
  * products read against the file's. */
-static void device_steps(bs_model *m, const model_info *mi) {
+static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_stats *passes) {
     bs_vk_stats st;
-    bs_vk_stats_get(m->vk, &st);
+    if (passes) st = *passes;
+    else bs_vk_stats_get(m->vk, &st);
     if (!st.tokens) return;
-    const double n = (double)st.tokens;
+    const double n = (double)st.tokens / np;   /* steps: np tokens each */
+    if (np > 1) {
+        note("device tg x%d: per pass (%d tokens) %.1f dispatches, %.1f barriers, %.2f submissions, %.0f bytes read back\n",
+             np, np, st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n);
+        return;
+    }
     note("device tg: per token %.1f dispatches, %.1f barriers, %.2f submissions, %.0f bytes read back; "
          "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n",
          st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n, st.weight_bytes / n / 1e9,
          mi->stream_bytes ? st.weight_bytes / n / (double)mi->stream_bytes : 0.0, mi->stream_bytes / 1e9);
+}
+
+/* One timed run of --parallel: np sessions (16-token prompts, not timed) then n_gen passes of one
+ * token each through bs_multi_eval; greedy ids on a device, logits rows on the CPU. */
+static double parallel_once(bs_model *m, bs_multi *mb, bs_session **ss, int np, int n_gen, bs_rng *rng, float *logits,
+                            bs_vk_stats *sum) {
+    const int n_vocab = bs_model_n_vocab(m);
+    enum { PROMPT = 16 };
+    int32_t *tok = bs_xmalloc(sizeof(int32_t) * (size_t)np * (PROMPT + (size_t)n_gen)), next[MAX_PARALLEL];
+    bs_batch_seq q[MAX_PARALLEL];
+    random_tokens(tok, np * (PROMPT + n_gen), n_vocab, rng);
+    double dt = -1;
+    for (int i = 0; i < np; i++) {
+        bs_session_reset(ss[i]);
+        if (bs_eval(ss[i], tok + (size_t)i * (PROMPT + n_gen), PROMPT, BS_LOGITS_NONE, NULL, NULL)) goto out;
+    }
+    if (m->vk) bs_vk_stats_reset(m->vk);   /* the passes' work alone */
+    const double t0 = bs_time();
+    for (int t = 0; t < n_gen; t++) {
+        for (int i = 0; i < np; i++)
+            q[i] = (bs_batch_seq){ss[i], tok + (size_t)i * (PROMPT + n_gen) + PROMPT + t, 1, BS_LOGITS_LAST,
+                                  logits + (size_t)i * n_vocab, NULL, g_device_greedy ? &next[i] : NULL};
+        if (bs_multi_eval(mb, q, np)) goto out;
+    }
+    dt = bs_time() - t0;
+    if (m->vk && sum) {
+        bs_vk_stats st;
+        bs_vk_stats_get(m->vk, &st);
+        sum->dispatches += st.dispatches, sum->barriers += st.barriers, sum->submits += st.submits;
+        sum->read_bytes += st.read_bytes, sum->tokens += st.tokens, sum->weight_bytes += st.weight_bytes;
+    }
+out:
+    free(tok);
+    return dt;
+}
+
+/* The tg<n_gen>x<np> row: np sessions decoding together; t/s counts all their tokens. */
+static int parallel_row(const bench_opts *o, bs_model *m, const model_info *mi, int threads, int np, bs_rng *rng, int first) {
+    const int n_vocab = bs_model_n_vocab(m);
+    bs_vk_stats sum = {0};
+    bs_session_params sp = {.n_ctx = o->n_gen + 32, .n_batch = 16, .n_threads = threads};
+    bs_session *ss[MAX_PARALLEL] = {0};
+    bs_multi *mb = bs_multi_new(m, np, np, threads);
+    float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab * (size_t)np);
+    int rc = mb ? 0 : -1;
+    for (int i = 0; i < np && !rc; i++) {
+        if (!(ss[i] = bs_session_new(m, &sp))) rc = -1;
+        else bs_session_set_undo(ss[i], 0);   /* as the server's decode steps */
+    }
+    result r = {.threads = threads, .n_gen = np * o->n_gen};
+    snprintf(r.test, sizeof r.test, "tg%dx%d", o->n_gen, np);
+    if (!rc && o->warmup && parallel_once(m, mb, ss, np, o->n_gen, rng, logits, NULL) < 0) rc = -1;
+    for (int i = 0; i < o->reps && !rc; i++) {
+        const double dt = parallel_once(m, mb, ss, np, o->n_gen, rng, logits, &sum);
+        if (dt < 0) rc = -1;
+        else r.samples[r.n++] = dt;
+    }
+    if (!rc && m->vk) device_steps(m, mi, np, &sum);
+    if (!rc) print_result(o, mi, &r, first);
+    for (int i = 0; i < np; i++) bs_session_free(ss[i]);
+    bs_multi_free(mb);
+    free(logits);
+    return rc ? bs_error("--parallel %d: %s", np, bitspark_last_error()) : 0;
 }
 
 static int bench_model(const bench_opts *o) {
@@ -529,7 +601,7 @@ static int bench_model(const bench_opts *o) {
             if (kind == 1) {
                 memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
                 n_tg = r.n;
-                if (m->vk) device_steps(m, &mi);
+                if (m->vk) device_steps(m, &mi, 1, NULL);
             }
             if (probing && kind == 1) {
                 bw[nbw++] = probe_read(&probe, 3);
@@ -537,6 +609,10 @@ static int bench_model(const bench_opts *o) {
                 n_tg = r.n;
             }
             print_result(o, &mi, &r, first);
+            first = 0;
+        }
+        for (int p = 0; p < o->n_parallel && !rc && o->n_gen > 0; p++) {
+            rc = parallel_row(o, m, &mi, o->threads[ti], o->parallel[p], &rng, first);
             first = 0;
         }
         if (!rc && o->n_verify && !strcmp(o->out, "md")) {
@@ -604,6 +680,7 @@ static int bench_apply(bench_opts *o, const cli_arg *a) {
     case OPT_THREADS: return parse_list(a->name, a->s, o->threads, &o->n_threads, 1, 1024);
     case OPT_MATMUL_ROWS: return parse_list(a->name, a->s, o->mm_rows, &o->n_mm_rows, 1, 4096);
     case OPT_VERIFY: return parse_list(a->name, a->s, o->verify, &o->n_verify, 1, 64);
+    case OPT_BENCH_PARALLEL: return parse_list(a->name, a->s, o->parallel, &o->n_parallel, 1, MAX_PARALLEL);
     case OPT_OUTPUT: o->out = a->s; break;
     case OPT_MATMUL: o->matmul = 1; break;
     case OPT_MATMUL_TYPE: o->mm_type = a->s; break;

@@ -73,6 +73,8 @@ const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c);
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
 /* whether mv_q stages the activation block sums per workgroup (BITSPARK_VK_ASUM) */
 bool bs_vk_asum_staged(const bs_vk_ctx *c);
+/* the delta rule's lanes per state column: 8 (state in registers) or 1 (BITSPARK_VK_DELTA) */
+int bs_vk_delta_spread(const bs_vk_ctx *c);
 /* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
 bool bs_vk_fma_fused(const bs_vk_ctx *c);
 /* What a context submitted since it was opened (or last reset): dispatches and full barriers

@@ -419,6 +419,11 @@ bs_vk_ctx *bs_vk_open(int index) {
      * costs more than the sums (lavapipe: 12% slower staged, docs/kernels.md); BITSPARK_VK_ASUM=stage|row */
     const char *as_env = getenv("BITSPARK_VK_ASUM");
     c->asum_staged = as_env ? strcmp(as_env, "row") != 0 : c->info.type != BS_VK_CPU;
+    /* the delta rule: 8 lanes per state column holding it in registers on a GPU, an invocation
+     * per column on a CPU device, where the barriers cost more (lavapipe: the tiny model's decode
+     * 30% slower with lanes); the same bits either way; BITSPARK_VK_DELTA=lanes|column */
+    const char *dl_env = getenv("BITSPARK_VK_DELTA");
+    c->delta_spread = (dl_env ? strcmp(dl_env, "column") != 0 : c->info.type != BS_VK_CPU) ? 8u : 1u;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
                                                            .shaderIntegerDotProduct = VK_TRUE};
     const char *exts[2];
@@ -468,4 +473,5 @@ void bs_vk_close(bs_vk_ctx *c) {
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { return &c->info; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { return c->dp4a; }
 bool bs_vk_asum_staged(const bs_vk_ctx *c) { return c->asum_staged; }
+int bs_vk_delta_spread(const bs_vk_ctx *c) { return (int)c->delta_spread; }
 

@@ -52,16 +52,21 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
 }
 
 /* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
- * it (NORM_ADD) and the int8 quantization of the result for the products that read it. */
-static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
-                     uint32_t flags) {
-    bs_vk_ctx *c = s->net->c;
+ * it (NORM_ADD) and the int8 quantization of the result for the products that read it; the
+ * caller places the barrier (norm_rows: right after it). */
+static int norm_rows_nb(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
+                        uint32_t flags) {
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
     const bs_vk_buf *dummy = &s->net->dummy;
     norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags};
     const bs_vk_buf *bb[8] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am, dummy};
-    TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
-    bs_vk_barrier(c);
+    return bs_vk_dispatch(s->net->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1);
+}
+
+static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
+                     uint32_t flags) {
+    TRY(norm_rows_nb(s, w, n, x_off, y_off, r, flags));
+    bs_vk_barrier(s->net->c);
     return 0;
 }
 
@@ -188,56 +193,38 @@ typedef struct vk_part {
     bool snap;                    /* its recurrent state becomes its snapshot first */
 } vk_part;
 
-/* n rows of width floats from row r0 of src to row d0 of dst */
-static void copy_rows(bs_vk_ctx *c, const bs_vk_buf *src, int r0, const bs_vk_buf *dst, int d0, int n, size_t width) {
-    VkBufferCopy r = {4u * (VkDeviceSize)r0 * width, 4u * (VkDeviceSize)d0 * width, 4u * (VkDeviceSize)n * width};
-    bs_vk_cmd_copy(c, src, dst, &r);
+/* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
+ * with the L2 norms of its q and k heads (a -> cc), then the delta rule (cc, ga, gbeta -> d).
+ * io holds the rows (a session's own, or a batch's shared scratch with the sequence's rows from
+ * r0), st the sequence's state. */
+static int gdn_conv(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
+    const bs_vk_net_desc *hp = &st->net->hp;
+    const uint32_t nk = (uint32_t)hp->n_k_heads, dk = (uint32_t)hp->d_k, cd = (uint32_t)hp->conv_dim;
+    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } cp = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk,
+                                                                         hp->eps, r0};
+    const bs_vk_buf *cb[4] = {&io->a, &st->conv[L->slot], &L->conv1d, &io->cc};
+    return bs_vk_dispatch(st->net->c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1);
 }
 
-/* The recurrence of one sequence: conv over its window, L2-normed q/k, the delta rule (from
- * its a, ga, gbeta into its d). */
-static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n) {
-    bs_vk_ctx *c = s->net->c;
-    const bs_vk_net_desc *hp = &s->net->hp;
+static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
+    const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
-    const uint32_t cd = (uint32_t)hp->conv_dim;
-    /* the conv, with the L2 norm of each q and k head of every row in the same dispatch */
-    struct { uint32_t cd, K, T, nqk, dk; float eps; } cp = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk, hp->eps};
-    const bs_vk_buf *cb[4] = {&s->a, &s->conv[L->slot], &L->conv1d, &s->cc};
-    TRY(bs_vk_dispatch(c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1));
-    bs_vk_barrier(c);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; } dp = {nk, nv, dk, dv, (uint32_t)n, cd, 1.0f / sqrtf((float)dk)};
-    const bs_vk_buf *db[6] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA, db, &dp, groups(dv, 64), nv, 1));
-    bs_vk_barrier(c);
-    return 0;
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } dp = {nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim,
+                                                                             1.0f / sqrtf((float)dk), r0};
+    const bs_vk_buf *db[6] = {&io->cc, &io->ga, &io->gbeta, &st->ssm[L->slot], &io->d, &L->gates};
+    return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, 256 / st->net->c->delta_spread), nv, 1);
 }
 
-typedef int (*seq_core_fn)(bs_vk_sess *s, const vk_layer *L, int n);
-#define SESS_BUF(s, off) ((const bs_vk_buf *)((const char *)(s) + (off)))
-
-/* The per-sequence part of a batched layer: each sequence's rows of three shared inputs (the
- * bs_vk_sess members at offsets in[], rows of w[] floats) to its own scratch, its core, and its
- * output back into the shared d (rows of out_w floats). */
-static int per_sequence(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np, const size_t in[3],
-                        const size_t w[3], size_t out_w, seq_core_fn core) {
-    bs_vk_ctx *c = S->net->c;
-    for (int i = 0; i < np; i++)
-        for (int k = 0; k < 3; k++) copy_rows(c, SESS_BUF(S, in[k]), pt[i].r0, SESS_BUF(pt[i].s, in[k]), 0, pt[i].n, w[k]);
-    bs_vk_barrier(c);
-    for (int i = 0; i < np; i++) TRY(core(pt[i].s, L, pt[i].n));
-    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, out_w);
-    bs_vk_barrier(c);
+/* pt: NULL for a session's own step of n rows, else a batch's sequences, which touch disjoint
+ * rows and states: all their convs, one barrier, all their delta rules, one barrier. */
+static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
+    const vk_part self = {.s = s, .n = n};
+    if (!pt) pt = &self, np = 1;
+    for (int i = 0; i < np; i++) TRY(gdn_conv(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+    bs_vk_barrier(s->net->c);
+    for (int i = 0; i < np; i++) TRY(gdn_delta(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+    bs_vk_barrier(s->net->c);
     return 0;
-}
-
-/* a batch's recurrence: from each sequence's a, ga, gbeta */
-static int deltanet_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
-    const bs_vk_net_desc *hp = &S->net->hp;
-    const size_t nv = (size_t)hp->n_v_heads;
-    const size_t in[3] = {offsetof(bs_vk_sess, a), offsetof(bs_vk_sess, ga), offsetof(bs_vk_sess, gbeta)};
-    const size_t w[3] = {(size_t)hp->conv_dim, nv, nv};
-    return per_sequence(S, L, pt, np, in, w, nv * hp->d_v, deltanet_core);
 }
 
 /* Whether this step's recurrence can run fused (gdn_fused): a session's own step of up to 8 rows
@@ -253,8 +240,9 @@ static bool gdn_fusable(const bs_vk_sess *s, const vk_layer *L, int n, const vk_
 }
 
 /* The layer in three dispatches and barriers (the steps apart take five): the products with the
- * conv in their epilogue (mv_q.glsl's CONV), then one workgroup per V head for the q/k L2 norms,
- * the delta rule, the gated RMSNorm and ssm_out's int8 blocks (delta_norm.comp), then ssm_out.
+ * conv in their epilogue (mv_q.glsl's CONV), then the q/k L2 norms and the delta rule (a workgroup
+ * per 256 / DL_SPREAD state columns of a V head) with the gated RMSNorm and ssm_out's int8 blocks
+ * by each head's last workgroup (delta_norm.comp, its counters in dcnt), then ssm_out.
  * The same float operations in the same order as the steps apart, so the same bits. */
 static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
@@ -265,9 +253,9 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } dp = {nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim,
                                                                      1.0f / sqrtf((float)dk), hp->eps};
-    const bs_vk_buf *db[11] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates, &L->ssm_norm, &s->b,
-                               &s->aq, &s->as, &s->am};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv, 1, 1));
+    const bs_vk_buf *db[12] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates, &L->ssm_norm, &s->b,
+                               &s->aq, &s->as, &s->am, &s->dcnt};
+    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * groups(dv, 256 / c->delta_spread), 1, 1));
     bs_vk_barrier(c);
     const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
     TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm));
@@ -285,7 +273,7 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
     TRY(mv_shared(s, L, W, Y, 4, &s->xn, n));   /* the delta rule makes its gates from ga, gbeta */
-    TRY(pt ? deltanet_parts(s, L, pt, np) : deltanet_core(s, L, n));
+    TRY(deltanet_core(s, L, n, pt, np));
     /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm); for an integer product the
      * gate and the int8 quantization in the norm's dispatch, else the gate in the product's */
     const bs_vk_matrix *Wo = L->ssm_out;
@@ -327,42 +315,43 @@ static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
     return 0;
 }
 
-/* One sequence's attention over its own cache, from its a (q and gate), b (k), cc (v) rows:
- * the q/k norms, rope and the KV store of its positions (up to 8 rows: in the attention's own
- * dispatch; else qk.comp first; with BITSPARK_VK_NO_QK q and k come normed and roped and only
- * the store is left), the softmax into its d, gated and quantized into qdst's int8 blocks where
- * qdst is given. r0: its first row in a batch (the rows of rope, a batch's table, and of qdst,
- * its shared scratch). */
-static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *rope, uint32_t r0,
-                          const bs_vk_sess *qdst) {
-    bs_vk_ctx *c = s->net->c;
-    const bs_vk_net_desc *hp = &s->net->hp;
+/* One sequence's attention over its own cache (st: its session) from the rows of io (a session's
+ * own, or a batch's shared scratch with the sequence's rows from r0): q and gate (a), k (b), v (cc)
+ * into d, and, with quant, gated and quantized into io's int8 blocks. Two phases, each a dispatch:
+ * attn_prep, the q/k norms, rope and KV store of its positions (qk.comp; kv_store.comp alone
+ * with BITSPARK_VK_NO_QK, which norms and ropes them earlier), left to the attention's own
+ * dispatch for up to 8 rows (returns 0 then, else 1); attn_main, the softmax. */
+static bool attn_fused(const bs_vk_sess *st, int n) { return !st->net->no_qk && !st->net->no_attf && n <= 8; }
+
+static int attn_prep(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
+    const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    /* up to 8 rows: the norms, rope and store inside the attention's dispatch (attn.comp fused) */
-    const bool fused = !s->net->no_qk && !s->net->no_attf && n <= 8;
-    if (!fused && !s->net->no_qk) {
-        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, r0, s->kv_f32, hp->eps};
-        const bs_vk_buf *qb[9] = {&s->a, &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->kc[L->slot], &s->vc[L->slot], &s->params};
-        TRY(bs_vk_dispatch(c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));
-        bs_vk_barrier(c);
-    } else if (!fused) {
-        uint32_t kp[2] = {Hkv * D, s->kv_f32};
-        const bs_vk_buf *kb[5] = {&s->b, &s->cc, &s->kc[L->slot], &s->vc[L->slot], &s->params};
-        TRY(bs_vk_dispatch(c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
-        bs_vk_barrier(c);
+    if (attn_fused(st, n)) return 0;
+    if (!st->net->no_qk) {
+        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {H, Hkv, D, (uint32_t)hp->n_rot, r0, st->kv_f32, hp->eps};
+        const bs_vk_buf *qb[9] = {&io->a, &io->b, &io->cc, &L->q_norm, &L->k_norm, &io->rope, &st->kc[L->slot], &st->vc[L->slot], &st->params};
+        TRY(bs_vk_dispatch(st->net->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));
+        return 1;
     }
+    uint32_t kp[3] = {Hkv * D, st->kv_f32, r0};
+    const bs_vk_buf *kb[5] = {&io->b, &io->cc, &st->kc[L->slot], &st->vc[L->slot], &st->params};
+    TRY(bs_vk_dispatch(st->net->c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+    return 1;
+}
+
+static int attn_main(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n, bool quant) {
+    bs_vk_ctx *c = st->net->c;
+    const bs_vk_net_desc *hp = &st->net->hp;
+    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
     struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; uint32_t chunk, n_chunk; } ap = {
-        H, Hkv, D, (uint32_t)s->n_ctx, 1.0f / sqrtf((float)D), s->kv_f32, qdst != NULL, r0, fused, (uint32_t)hp->n_rot, hp->eps,
-        (uint32_t)s->net->attn_chunk, (uint32_t)s->n_chunk};
-    const bs_vk_sess *qd = qdst ? qdst : s;
-    const bs_vk_buf *ab[16] = {&s->a, &s->kc[L->slot], &s->vc[L->slot], &s->d, &s->scores, &s->params, &qd->aq, &qd->as, &qd->am,
-                               &s->b, &s->cc, &L->q_norm, &L->k_norm, rope, &s->apart, &s->acnt};
+        H, Hkv, D, (uint32_t)st->n_ctx, 1.0f / sqrtf((float)D), st->kv_f32, quant, r0, attn_fused(st, n), (uint32_t)hp->n_rot, hp->eps,
+        (uint32_t)st->net->attn_chunk, (uint32_t)st->n_chunk};
+    const bs_vk_buf *ab[16] = {&io->a, &st->kc[L->slot], &st->vc[L->slot], &io->d, &st->scores, &st->params, &io->aq, &io->as, &io->am,
+                               &io->b, &io->cc, &L->q_norm, &L->k_norm, &io->rope, &st->apart, &st->acnt};
     /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), the
        chunks counted per step (attn_split_groups: a recorded step runs again later); else attn.comp */
-    if (s->n_chunk > 0) TRY(bs_vk_dispatch_indirect(c, BS_VK_K_ATTN_SPLIT, ab, &ap, &s->params, ATTN_GROUPS));
-    else TRY(bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1));
-    bs_vk_barrier(c);
-    return 0;
+    if (st->n_chunk > 0) return bs_vk_dispatch_indirect(c, BS_VK_K_ATTN_SPLIT, ab, &ap, &st->params, ATTN_GROUPS);
+    return bs_vk_dispatch(c, BS_VK_K_ATTN, ab, &ap, (uint32_t)n * H, 1, 1);
 }
 
 /* The split attention's workgroups for n rows from p0, where its dispatch reads them (params at
@@ -380,24 +369,20 @@ static bool attn_quant(const bs_vk_sess *s, const vk_layer *L) {
     return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
 }
 
-/* a batch's attention: each sequence's q (a), k (b) and v (cc) rows to its own scratch, its
- * attention, its d rows back */
-static int attention_parts(bs_vk_sess *S, const vk_layer *L, const vk_part *pt, int np) {
-    bs_vk_ctx *c = S->net->c;
-    const bs_vk_net_desc *hp = &S->net->hp;
-    const size_t HD = (size_t)hp->n_head * hp->head_dim, kvw = (size_t)hp->n_head_kv * hp->head_dim;
-    const bs_vk_buf *in[3] = {&S->a, &S->b, &S->cc};
-    const size_t w[3] = {2 * HD, kvw, kvw};
-    for (int i = 0; i < np; i++)
-        for (int k = 0; k < 3; k++) {
-            const bs_vk_buf *dst = k == 0 ? &pt[i].s->a : k == 1 ? &pt[i].s->b : &pt[i].s->cc;
-            copy_rows(c, in[k], pt[i].r0, dst, 0, pt[i].n, w[k]);
-        }
-    bs_vk_barrier(c);
-    const bs_vk_sess *qd = attn_quant(S, L) ? S : NULL;   /* the blocks go to the batch's rows */
-    for (int i = 0; i < np; i++) TRY(attention_core(pt[i].s, L, pt[i].n, &S->rope, (uint32_t)pt[i].r0, qd));
-    for (int i = 0; i < np; i++) copy_rows(c, &pt[i].s->d, 0, &S->d, pt[i].r0, pt[i].n, HD);
-    bs_vk_barrier(c);
+/* pt: NULL for a session's own step of n rows, else a batch's sequences (disjoint rows and
+ * caches): every sequence's first phase, a barrier where there was one, every softmax, a barrier. */
+static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np, bool quant) {
+    const vk_part self = {.s = s, .n = n};
+    if (!pt) pt = &self, np = 1;
+    int prep = 0;
+    for (int i = 0; i < np; i++) {
+        const int rc = attn_prep(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n);
+        if (rc < 0) return -1;
+        prep |= rc;
+    }
+    if (prep) bs_vk_barrier(s->net->c);
+    for (int i = 0; i < np; i++) TRY(attn_main(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n, quant));
+    bs_vk_barrier(s->net->c);
     return 0;
 }
 
@@ -409,7 +394,7 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     TRY(mv_shared(s, L, W, Y, 3, &s->xn, n));
     if (s->net->no_qk) TRY(qk_apart(s, L, n));
     const bool aq = attn_quant(s, L);
-    TRY(pt ? attention_parts(s, L, pt, np) : attention_core(s, L, n, &s->rope, 0, aq ? s : NULL));
+    TRY(attention_core(s, L, n, pt, np, aq));
     s->normed = 0;
     if (aq) {   /* d gated and quantized by the attention's epilogue */
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
@@ -492,13 +477,14 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
         TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT));
         k = logits_rows;
     }
-    for (int i = 0; pt && i < np; i++)
+    for (int i = 0; pt && i < np; i++)   /* each its own rows: one barrier after them all */
         if (pt[i].n_logit > 0) {
             const uint32_t first = (uint32_t)(pt[i].r0 + pt[i].n - pt[i].n_logit);
-            TRY(norm_rows(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
+            TRY(norm_rows_nb(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
             k += pt[i].n_logit;
         }
     if (!k) return 0;
+    if (pt) bs_vk_barrier(s->net->c);
     TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
     if (!s->greedy) return 0;
     bs_vk_barrier(s->net->c);

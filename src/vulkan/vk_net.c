@@ -52,9 +52,9 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
 
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     if (d->conv_kernel < 2 || d->conv_kernel > MAX_CONV_K || d->head_dim > MAX_HEAD_DIM || d->head_dim % 2 ||
-        d->n_rot > d->head_dim || d->n_rot % 2 || (d->n_head_kv * d->head_dim) % 2) {
-        bs_error("Vulkan: the kernels do not take this shape (conv kernel %d, head dim %d, rope dims %d)", d->conv_kernel,
-                 d->head_dim, d->n_rot);
+        d->n_rot > d->head_dim || d->n_rot % 2 || (d->n_head_kv * d->head_dim) % 2 || d->d_k > MAX_HEAD_DIM) {
+        bs_error("Vulkan: the kernels do not take this shape (conv kernel %d, head dim %d, rope dims %d, d_k %d)",
+                 d->conv_kernel, d->head_dim, d->n_rot, d->d_k);
         return NULL;
     }
     if (bs_vk_mem_check(c, bs_vk_desc_bytes(d), "the model")) return NULL;

@@ -90,6 +90,8 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
              bs_vk_buf_new(c, &s->apart, pt_bytes, false) || bs_vk_buf_new(c, &s->acnt, zmax(16, acnt_bytes), false) ||
              zero_buf(c, &s->acnt, zmax(16, acnt_bytes)) ||
+             bs_vk_buf_new(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads), false) ||
+             zero_buf(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
@@ -129,7 +131,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
     s->net->n_sess--;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->dcnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);

@@ -5,8 +5,8 @@
 // 0..pos0+t, softmax, weighted sum of V. Query head h reads KV head h / (H / H_kv).
 // quant != 0: the output gate and the int8 blocks for the output product in the epilogue, the
 // bits of quant_q8.comp's mode 2 (o *= sigmoid(the head's gate half of q), then q8.glsl's
-// blocks of the head, D % 32 == 0), blocks at row qrow0 + t (a batch's rows are its shared
-// scratch's).
+// blocks of the head, D % 32 == 0). qrow0: the sequence's first row in q, the raw k and v, y, the
+// rope table and the blocks (a batch's rows: its shared scratch's).
 // fused != 0 (up to 8 rows): the q/k RMSNorm, rope and KV store of qk.comp in the same dispatch:
 // q and k come raw (q's head from binding 0, k's rows from 9, v's from 10); the workgroup norms
 // and ropes its q head and every k row of the batch up to its own (qk.comp's operations, so
@@ -54,7 +54,7 @@ shared float part[64], part_lo[64];
 // fused: k and v of batch row r (position pos0 + r) of KV head kvh into kvs, and, for the
 // storing workgroup, into the cache (kv_store.comp's F16 or F32 rows)
 void batch_kv(uint r, uint kvh, bool store, uint tid) {
-    const uint kvw = p.Hkv * p.D, b = r * kvw + kvh * p.D;
+    const uint kvw = p.Hkv * p.D, b = (p.qrow0 + r) * kvw + kvh * p.D;
     norm_rope_head(false, b, p.qrow0 + r, tid);
     for (uint d = tid; d < p.D; d += 64u) {
         kvs[0][r][d] = p.f32 != 0u ? hv[d] : f16_round(hv[d]);
@@ -90,14 +90,14 @@ float kv_at(uint j, uint kvw, uint kb2, uint d, bool v) {
 
 void main() {
     const uint g = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
-    const uint t = g / p.H, h = g % p.H, kvh = h / (p.H / p.Hkv), D = p.D;
+    const uint t = g / p.H, h = g % p.H, kvh = h / (p.H / p.Hkv), D = p.D, row = p.qrow0 + t;
     const uint nkv = step.pos0 + t + 1u, kvw = p.Hkv * D, kb2 = kvh * D, sb = g * p.n_ctx;
     if (p.fused != 0u) {
         for (uint r = 0u; r <= t; r++) batch_kv(r, kvh, r == t && h % (p.H / p.Hkv) == 0u, tid);
-        norm_rope_head(true, t * 2u * p.H * D + h * 2u * D, p.qrow0 + t, tid);
+        norm_rope_head(true, row * 2u * p.H * D + h * 2u * D, row, tid);
     }
     for (uint d = tid; d < D; d += 64u) {
-        const float qv = p.fused != 0u ? hv[d] : q[t * 2u * p.H * D + h * 2u * D + d];
+        const float qv = p.fused != 0u ? hv[d] : q[row * 2u * p.H * D + h * 2u * D + d];
         qs[d] = p.f32 != 0u ? qv : f16_round(qv);
     }
     barrier();
@@ -135,11 +135,11 @@ void main() {
         precise float acc = 0.0;
         for (uint j = 0u; j < nkv; j++) acc = fma_x(sc[sb + j], kv_at(j, kvw, kb2, d, true), acc);
         const float ov = acc * inv;
-        y[t * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[t * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
+        y[row * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[row * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
     }
     if (p.quant == 0u) return;
     memoryBarrierBuffer();
     barrier();
-    const uint e = t * p.H * D + h * D, qe = (p.qrow0 + t) * p.H * D + h * D;
-    for (uint b = tid; b < D / 32u; b += 64u) quant_block(e + 32u * b, qe / 32u + b);
+    const uint e = row * p.H * D + h * D;
+    for (uint b = tid; b < D / 32u; b += 64u) quant_block(e + 32u * b, e / 32u + b);
 }

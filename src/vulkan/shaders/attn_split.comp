@@ -17,6 +17,8 @@
 // fused != 0 (up to 8 rows): attn.comp's norms, rope and KV store in the dispatch: the batch's
 // k rows are normed and roped as a tile takes them; the workgroup of row t whose chunk holds
 // pos0 + t stores that row (k and v) in the cache, which no workgroup reads in this dispatch.
+// qrow0: the sequence's first row in q, the raw k and v, y, the rope table and the blocks (a
+// batch's rows: its shared scratch's); the scores, partials and counters are the sequence's own.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][2*H*D], q then gate per head
 layout(std430, binding = 1) buffer KC { uint kc[]; };
@@ -73,13 +75,13 @@ float rounded(float x) { return p.f32 != 0u ? x : f16_round(x); }
 // V row j's pair at d: the batch's rows (fused) from the raw rows, rounded as the cache holds them
 vec2 v_pair(uint j, uint kvw, uint kb2, uint d) {
     if (p.fused == 0u || j < step.pos0) return cache_pair(j, kvw, kb2, d, true);
-    const uint b = (j - step.pos0) * kvw + kb2 + d;
+    const uint b = (p.qrow0 + j - step.pos0) * kvw + kb2 + d;
     return vec2(rounded(vr[b]), rounded(vr[b + 1u]));
 }
 
 // fused: k of batch row r normed and roped into hv (all invocations); stored with its v when asked
 void batch_k(uint r, uint kvh, bool store, uint tid) {
-    const uint kvw = p.Hkv * p.D, b = r * kvw + kvh * p.D;
+    const uint kvw = p.Hkv * p.D, b = (p.qrow0 + r) * kvw + kvh * p.D;
     norm_rope_head(false, b, p.qrow0 + r, tid);
     if (!store) return;
     const uint pos = step.pos0 + r;
@@ -203,7 +205,7 @@ void chunk_v(uint t, uint kvh, uint G, uint g0, uint ng, uint ch, uint c0, uint 
 
 // the last workgroup of (t, kvh): the chunks' partials of head h merged into y, nc chunks
 void merge_head(uint t, uint h, uint nc, uint tid) {
-    const uint D = p.D, stride = 2u + D, pb = (t * p.H + h) * p.n_chunk * stride;
+    const uint D = p.D, stride = 2u + D, pb = (t * p.H + h) * p.n_chunk * stride, row = p.qrow0 + t;
     float M = -1.0 / 0.0;
     for (uint c = 0u; c < nc; c++) M = max(M, pt[pb + c * stride]);
     barrier();   // every invocation has read the maxima
@@ -220,7 +222,7 @@ void merge_head(uint t, uint h, uint nc, uint tid) {
         precise float acc = pt[pb + 2u + d] * pt[pb];
         for (uint c = 1u; c < nc; c++) acc = fma_x(pt[pb + c * stride + 2u + d], pt[pb + c * stride], acc);
         const float ov = acc * inv;
-        y[t * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[t * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
+        y[row * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[row * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
     }
 }
 
@@ -231,7 +233,7 @@ void main() {
     if (c0 >= nkv) return;   // past this row's positions: not counted
     const uint c1 = min(c0 + p.chunk, nkv), nc = (nkv + p.chunk - 1u) / p.chunk;
     for (uint g = 0u; g < G; g++) {
-        const uint qb = t * 2u * p.H * D + (kvh * G + g) * 2u * D;
+        const uint qb = (p.qrow0 + t) * 2u * p.H * D + (kvh * G + g) * 2u * D;
         if (p.fused != 0u) norm_rope_head(true, qb, p.qrow0 + t, tid);
         for (uint d = tid; d < D; d += 64u) qs[g * D + d] = rounded(p.fused != 0u ? hv[d] : q[qb + d]);
         barrier();
@@ -257,6 +259,6 @@ void main() {
     if (p.quant == 0u) return;
     memoryBarrierBuffer();
     barrier();
-    const uint e = t * p.H * D + kvh * G * D, qe = (p.qrow0 + t) * p.H * D + kvh * G * D;
-    for (uint b = tid; b < G * D / 32u; b += 64u) quant_block(e + 32u * b, qe / 32u + b);
+    const uint e = (p.qrow0 + t) * p.H * D + kvh * G * D;
+    for (uint b = tid; b < G * D / 32u; b += 64u) quant_block(e + 32u * b, e / 32u + b);
 }

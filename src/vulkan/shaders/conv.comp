@@ -5,13 +5,13 @@
 // CPU path. The first nqk workgroups are the q and k heads (dk channels each): after each
 // token's conv they L2-norm it, as norm.comp's mode 1 does (the same sum tree and scale, so the
 // same bits), which saves that dispatch and its barrier; the other workgroups take 64 of the
-// remaining (v) channels each.
+// remaining (v) channels each. r0: the sequence's first row in mixed and o (a batch's rows).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer M { float mixed[]; };   // [T][cd] pre-conv rows
 layout(std430, binding = 1) buffer S { float win[]; };              // [K-1][cd], oldest first
 layout(std430, binding = 2) readonly buffer W { float w[]; };       // [cd][K]
 layout(std430, binding = 3) buffer O { float o[]; };                // [T][cd]
-layout(push_constant) uniform Push { uint cd, K, T, nqk, dk; float eps; } p;
+layout(push_constant) uniform Push { uint cd, K, T, nqk, dk; float eps; uint r0; } p;
 
 shared float part[64], part_lo[64];
 
@@ -19,7 +19,7 @@ shared float part[64], part_lo[64];
 #include "fma_rn.glsl"
 #include "norm_rn.glsl"
 
-float ext(uint r, uint c) { return r < p.K - 1u ? win[r * p.cd + c] : mixed[(r - (p.K - 1u)) * p.cd + c]; }
+float ext(uint r, uint c) { return r < p.K - 1u ? win[r * p.cd + c] : mixed[(p.r0 + r - (p.K - 1u)) * p.cd + c]; }
 
 float conv_at(uint t, uint c) {
     precise float s = 0.0;
@@ -39,7 +39,7 @@ void head(uint c0, uint lt) {
         float hi = 0.0, lo = 0.0;
         for (uint c = lt; c < p.dk; c += 64u) {
             const float v = conv_at(t, c0 + c);
-            o[t * p.cd + c0 + c] = v;
+            o[(p.r0 + t) * p.cd + c0 + c] = v;
             precise float sq = v * v;
             ff_add(hi, lo, sq, 0.0);
         }
@@ -47,8 +47,8 @@ void head(uint c0, uint lt) {
         const float scale = norm_scale(1u, part[0], part_lo[0], float(p.dk), p.eps);
         barrier();   // part is read before the next token writes it
         for (uint c = lt; c < p.dk; c += 64u) {
-            precise float v = o[t * p.cd + c0 + c] * scale;
-            o[t * p.cd + c0 + c] = v;
+            precise float v = o[(p.r0 + t) * p.cd + c0 + c] * scale;
+            o[(p.r0 + t) * p.cd + c0 + c] = v;
         }
     }
     for (uint c = lt; c < p.dk; c += 64u) move_window(c0 + c);
@@ -62,6 +62,6 @@ void main() {
     }
     const uint c = p.nqk * p.dk + (wg - p.nqk) * 64u + lt;
     if (c >= p.cd) return;
-    for (uint t = 0u; t < p.T; t++) o[t * p.cd + c] = conv_at(t, c);
+    for (uint t = 0u; t < p.T; t++) o[(p.r0 + t) * p.cd + c] = conv_at(t, c);
     move_window(c);
 }

@@ -6,7 +6,8 @@
 // and, with v's head (cc's rows), stored in the cache at position pos0 + t. The bits of
 // norm.comp (mode 0), rope.comp and kv_store.comp run one after another: the same norm scale
 // (norm_rn.glsl), y = (x * scale) * w, the rotation's products rounded before the sum, and
-// the cache's F16 rounding.
+// the cache's F16 rounding. cs_row0: the sequence's first row in a, b, cc and the rope table
+// (a batch's rows).
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer A { float qa[]; };
 layout(std430, binding = 1) buffer B { float kb[]; };
@@ -34,11 +35,11 @@ shared float hv[256];   // the head after its norm (MAX_HEAD_DIM)
 
 void main() {
     const uint g = gl_WorkGroupID.x, lt = gl_LocalInvocationID.x, heads = p.H + p.Hkv;
-    const uint t = g / heads, h = g % heads;
+    const uint t = g / heads, h = g % heads, row = p.cs_row0 + t;
     const bool is_q = h < p.H;
     const uint kvw = p.Hkv * p.D, j = h - p.H;
-    const uint base = is_q ? t * 2u * p.H * p.D + h * 2u * p.D : t * kvw + j * p.D;
-    norm_rope_head(is_q, base, p.cs_row0 + t, lt);
+    const uint base = is_q ? row * 2u * p.H * p.D + h * 2u * p.D : row * kvw + j * p.D;
+    norm_rope_head(is_q, base, row, lt);
     for (uint i = lt; i < p.D; i += 64u) {   // (each invocation its own elements)
         if (is_q) qa[base + i] = hv[i]; else kb[base + i] = hv[i];
     }
@@ -46,7 +47,7 @@ void main() {
     // the cache rows: this head's D values of k and v at position pos0 + t
     const uint pos = step.pos0 + t;
     for (uint w = lt; w < p.D / 2u; w += 64u) {
-        const uint i = 2u * w, vs = t * kvw + j * p.D + i;
+        const uint i = 2u * w, vs = row * kvw + j * p.D + i;
         if (p.f32 != 0u) {
             const uint d2 = pos * kvw + j * p.D + i;
             kc[d2] = floatBitsToUint(hv[i]);
