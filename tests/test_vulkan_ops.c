@@ -236,23 +236,36 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
 }
 
 /* --- delta.comp ----------------------------------------------------------------------------- */
-/* workgroups along the state columns: 256 / spread columns each (delta_lanes.glsl) */
+/* workgroups along the state columns: bs_vk_delta_cols each (delta_lanes.glsl) */
 static uint32_t delta_groups(const bs_vk_ctx *c, int dv) {
-    const int cols = 256 / bs_vk_delta_spread(c);
+    const int cols = (int)bs_vk_delta_cols(c);
     return (uint32_t)((dv + cols - 1) / cols);
 }
 
-/* the same kernel run on C_spread with copies of data's buffers: its outputs (buffer indices
- * outs[]) must have the bits of those C left in data */
-static bool same_other_spread(const char *kernel, void **data, const size_t *bytes, int n, const int *outs, int n_out,
-                              const void *push, size_t push_bytes, uint32_t gx_of_c2, uint32_t gy, void *const *before) {
+/* The same kernel run again on ctx with copies of data's buffers (before[i] where given: the
+ * inputs data[i] held before the first run): its outputs (indices outs[]) must have the bits the
+ * first run left in data. in_b >= 0: the state is read from the other buffer of its pair (the
+ * step after a snapshot; push sets from_in): binding in_b gets the state binding st_b had, st_b
+ * zeros, and in_b must come back unchanged. */
+static bool same_run(bs_vk_ctx *ctx, const char *kernel, void **data, size_t *bytes, int n, const int *outs, int n_out,
+                     const void *push, size_t push_bytes, uint32_t gx, uint32_t gy, void *const *before, int st_b, int in_b) {
     void *d2[16];
+    size_t b2[16];
     for (int i = 0; i < n; i++) {
+        b2[i] = bytes[i];
         d2[i] = malloc(bytes[i]);
         memcpy(d2[i], before[i] ? before[i] : data[i], bytes[i]);
     }
-    bool same = bs_vk_kernel_run(C_spread, kernel, d2, bytes, n, push, push_bytes, gx_of_c2, gy, 1) == 0;
+    if (in_b >= 0) {
+        free(d2[in_b]);
+        b2[in_b] = bytes[st_b];
+        d2[in_b] = malloc(b2[in_b]);
+        memcpy(d2[in_b], d2[st_b], b2[in_b]);
+        memset(d2[st_b], 0, b2[st_b]);
+    }
+    bool same = bs_vk_kernel_run(ctx, kernel, d2, b2, n, push, push_bytes, gx, gy, 1) == 0;
     for (int k = 0; k < n_out && same; k++) same = !memcmp(d2[outs[k]], data[outs[k]], bytes[outs[k]]);
+    if (in_b >= 0 && same) same = !memcmp(d2[in_b], before[st_b] ? before[st_b] : data[st_b], b2[in_b]);
     for (int i = 0; i < n; i++) free(d2[i]);
     return same;
 }
@@ -284,25 +297,30 @@ static void check_delta(int nk, int nv, int dk, int dv, int T) {
     double *S = malloc(sizeof *S * ns), *ref = malloc(sizeof *ref * (size_t)T * nv * dv);
     for (size_t i = 0; i < ns; i++) S[i] = st[i];
     const float scale = 1.0f / sqrtf((float)dk);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
-                                                                (uint32_t)T, (uint32_t)cd, scale, 0};
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0, from_in; } p = {
+        (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, 0, 0};
     /* the device keeps the state [nv][dk][dv] (coalesced), the CPU [nv][dv][dk] */
     float *dev = malloc(sizeof *dev * ns);
     for (int h = 0; h < nv; h++)
         for (int j = 0; j < dv; j++)
             for (int i = 0; i < dk; i++) dev[((size_t)h * dk + i) * dv + j] = st[((size_t)h * dv + j) * dk + i];
-    void *data[6] = {qkv, alpha, braw, dev, o, gates};
-    size_t bytes[6] = {4u * (size_t)T * cd, 4u * (size_t)T * nv, 4u * (size_t)T * nv, 4 * ns, 4u * (size_t)T * nv * dv, 8u * (size_t)nv};
+    float unbound[4] = {0};   /* binding 6, the pair's other buffer: read only after a snapshot */
+    void *data[7] = {qkv, alpha, braw, dev, o, gates, unbound};
+    size_t bytes[7] = {4u * (size_t)T * cd, 4u * (size_t)T * nv, 4u * (size_t)T * nv, 4 * ns, 4u * (size_t)T * nv * dv,
+                       8u * (size_t)nv, 16};
     float *dev0 = malloc(bytes[3]);
     memcpy(dev0, dev, bytes[3]);
-    CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 6, &p, sizeof p, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
-    if (C_spread) {   /* the sums spread over 8 lanes or in one invocation: the same bits */
-        void *before[6] = {NULL, NULL, NULL, dev0, NULL, NULL};
-        static const int outs[2] = {3, 4};
-        CHECKF(same_other_spread("delta", data, bytes, 6, outs, 2, &p, sizeof p, delta_groups(C_spread, dv), (uint32_t)nv, before),
+    CHECK(bs_vk_kernel_run(C, "delta", data, bytes, 7, &p, sizeof p, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
+    void *before[7] = {NULL, NULL, NULL, dev0, NULL, NULL, NULL};
+    static const int outs[2] = {3, 4};
+    if (C_spread)   /* the sums spread over 8 lanes or in one invocation: the same bits */
+        CHECKF(same_run(C_spread, "delta", data, bytes, 7, outs, 2, &p, sizeof p, delta_groups(C_spread, dv), (uint32_t)nv, before,
+                        3, -1),
                "delta %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T, bs_vk_delta_spread(C),
                bs_vk_delta_spread(C_spread));
-    }
+    p.from_in = 1;   /* from the pair's other buffer (a snapshot's step): the same bits, that buffer kept */
+    CHECKF(same_run(C, "delta", data, bytes, 7, outs, 2, &p, sizeof p, delta_groups(C, dv), (uint32_t)nv, before, 3, 6),
+           "delta %d/%d heads of %d/%d, %d tokens: the state read from the other buffer differs", nk, nv, dk, dv, T);
     free(dev0);
     /* float64 reference of the CPU's recurrence (deltanet.c): decay, delta against the decayed
      * state, read-out with the updated state; V head h reads K/Q head h % nk */
@@ -381,20 +399,23 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     memcpy(cc2, cc, 4 * nc);
     memcpy(st2, st, 4 * ns);
     const float scale = 1.0f / sqrtf((float)dk), eps = 1e-6f;
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } p = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
-                                                                     (uint32_t)T, (uint32_t)cd, scale, eps};
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } p = {
+        (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, eps, 0};
     uint32_t *cnt = calloc((size_t)nv, 4);   /* the heads' counters: 0 before and after */
-    void *d1[12] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt};
-    size_t b1[12] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv};
-    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 12, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
-    if (C_spread) {   /* outputs, blocks, state and counters with the sums spread the other way */
-        void *before[12] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-        static const int outs[6] = {3, 4, 8, 9, 10, 11};
-        CHECKF(same_other_spread("delta_norm", d1, b1, 12, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
-                                 before),
+    float unbound[4] = {0};   /* binding 12, the pair's other buffer: read only after a snapshot */
+    void *d1[13] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt, unbound};
+    size_t b1[13] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv, 16};
+    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 13, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
+    void *before[13] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    static const int outs[6] = {3, 4, 8, 9, 10, 11};
+    if (C_spread)   /* outputs, blocks, state and counters with the sums spread the other way */
+        CHECKF(same_run(C_spread, "delta_norm", d1, b1, 13, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
+                        before, 3, -1),
                "delta+norm %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T,
                bs_vk_delta_spread(C), bs_vk_delta_spread(C_spread));
-    }
+    p.from_in = 1;   /* from the pair's other buffer (a snapshot's step): the same bits, that buffer kept */
+    CHECKF(same_run(C, "delta_norm", d1, b1, 13, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, before, 3, 12),
+           "delta+norm %d/%d heads of %d/%d, %d tokens: the state read from the other buffer differs", nk, nv, dk, dv, T);
     for (int h = 0; h < nv; h++) CHECKF(cnt[h] == 0, "delta_norm left head %d's counter at %u", h, cnt[h]);
     free(cnt);
     /* apart: the L2 norms of the q and k heads, the delta rule, the gated norm with its blocks */
@@ -402,11 +423,11 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     void *d2[8] = {cc2, dummy, cc2, dummy, dummy, dummy, dummy, dummy};
     size_t b2[8] = {4 * nc, 16, 4 * nc, 16, 16, 16, 16, 16};
     CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 8, &l2p, sizeof l2p, (uint32_t)(T * 2 * nk), 1, 1) == 0);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } dp = {(uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv,
-                                                                 (uint32_t)T, (uint32_t)cd, scale, 0};
-    void *d3[6] = {cc2, alpha, braw, st2, y2, gates};
-    size_t b3[6] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv};
-    CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 6, &dp, sizeof dp, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0, from_in; } dp = {
+        (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, 0, 0};
+    void *d3[7] = {cc2, alpha, braw, st2, y2, gates, unbound};
+    size_t b3[7] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 16};
+    CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 7, &dp, sizeof dp, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
     norm_push gp = {(uint32_t)dv, 0, 1, (uint32_t)nv, (uint32_t)(nv * dv), (uint32_t)dv, 0, 0, eps, 2 | 4};
     void *d4[8] = {y2, w, y2, dummy, qb, s8b, m8b, z};
     size_t b4[8] = {4 * no, 4u * dv, 4 * no, 16, 32 * nb, 4 * nb, 4 * nb, 4 * no};

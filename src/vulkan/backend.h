@@ -75,6 +75,8 @@ bool bs_vk_uses_dp4a(const bs_vk_ctx *c);
 bool bs_vk_asum_staged(const bs_vk_ctx *c);
 /* the delta rule's lanes per state column: 8 (state in registers) or 1 (BITSPARK_VK_DELTA) */
 int bs_vk_delta_spread(const bs_vk_ctx *c);
+/* the state columns of a delta-rule workgroup: 32 with 8 lanes (256 invocations), 64 with one */
+uint32_t bs_vk_delta_cols(const bs_vk_ctx *c);
 /* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
 bool bs_vk_fma_fused(const bs_vk_ctx *c);
 /* What a context submitted since it was opened (or last reset): dispatches and full barriers

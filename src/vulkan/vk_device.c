@@ -424,6 +424,7 @@ bs_vk_ctx *bs_vk_open(int index) {
      * 30% slower with lanes); the same bits either way; BITSPARK_VK_DELTA=lanes|column */
     const char *dl_env = getenv("BITSPARK_VK_DELTA");
     c->delta_spread = (dl_env ? strcmp(dl_env, "column") != 0 : c->info.type != BS_VK_CPU) ? 8u : 1u;
+    c->delta_cols = c->delta_spread == 8 ? 32u : 64u;   /* workgroups of 256 / 64 invocations */
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
                                                            .shaderIntegerDotProduct = VK_TRUE};
     const char *exts[2];
@@ -474,4 +475,5 @@ const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { return &c->info; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { return c->dp4a; }
 bool bs_vk_asum_staged(const bs_vk_ctx *c) { return c->asum_staged; }
 int bs_vk_delta_spread(const bs_vk_ctx *c) { return (int)c->delta_spread; }
+uint32_t bs_vk_delta_cols(const bs_vk_ctx *c) { return c->delta_cols; }
 

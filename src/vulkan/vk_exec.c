@@ -39,7 +39,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_NORM] = {"norm", 8, 40, 0, {0}},
     [BS_VK_K_EW] = {"ew", 3, 16, 0, {0}},
     [BS_VK_K_CONV] = {"conv", 4, 28, 0, {0}},
-    [BS_VK_K_DELTA] = {"delta", 6, 32, 0, {0}},
+    [BS_VK_K_DELTA] = {"delta", 7, 36, 0, {0}},
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
     [BS_VK_K_KV_STORE] = {"kv_store", 5, 12, 0, {0}},
     [BS_VK_K_ATTN] = {"attn", 14, 44, 0, {0}},
@@ -76,13 +76,14 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVC_Q2_64] = {"mv_qc", 20, 64, 5, {2, 2, 0, 0, 0}},
     [BS_VK_K_MVC_Q8] = {"mv_qc", 20, 64, 5, {8, 1, 0, 0, 0}},
     [BS_VK_K_MVC_Q4_1] = {"mv_qc", 20, 64, 5, {4, 1, 0, 0, 0}},
-    [BS_VK_K_DELTA_NORM] = {"delta_norm", 12, 32, 0, {0}},
+    [BS_VK_K_DELTA_NORM] = {"delta_norm", 13, 36, 0, {0}},
     [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
  * an id a shader does not declare changes nothing, so all take it) */
-enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22 };   /* and mv_q's ASUM_STAGE, delta_lanes' DL_SPREAD */
+/* and mv_q's ASUM_STAGE, delta_lanes' DL_SPREAD and workgroup size DL_INV (ignored by the others) */
+enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_ID = 23 };
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     const char *dp4a = !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : !strcmp(k->shader, "mv_qc") ? "mv_qc_dp4a" : NULL;
@@ -101,8 +102,8 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[8];   /* spec[5] and the three shared ones */
-    uint32_t data[8];
+    VkSpecializationMapEntry me[9];   /* spec[5] and the four shared ones */
+    uint32_t data[9];
     for (int i = 0; i < k->n_spec; i++) {
         me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
         data[i] = k->spec[i];
@@ -113,8 +114,10 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     data[k->n_spec + 1] = c->asum_staged;
     me[k->n_spec + 2] = (VkSpecializationMapEntry){SPEC_DELTA_ID, 4u * ((uint32_t)k->n_spec + 2), 4};
     data[k->n_spec + 2] = c->delta_spread;
-    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 3, .pMapEntries = me,
-                                 .dataSize = 4u * ((uint32_t)k->n_spec + 3), .pData = data};
+    me[k->n_spec + 3] = (VkSpecializationMapEntry){SPEC_DELTA_INV_ID, 4u * ((uint32_t)k->n_spec + 3), 4};
+    data[k->n_spec + 3] = c->delta_cols * c->delta_spread;
+    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 4, .pMapEntries = me,
+                                 .dataSize = 4u * ((uint32_t)k->n_spec + 4), .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,

@@ -190,8 +190,17 @@ typedef struct vk_part {
     int r0, n, n_logit;
     const int *taps;
     int n_taps;
-    bool snap;                    /* its recurrent state becomes its snapshot first */
+    bool snap;                    /* a pending snapshot: this pass takes it (bs_vk_sess_snapshot) */
 } vk_part;
+
+/* The delta rule's state of layer L for a step of st: where it is updated, and, on the step after
+ * a snapshot, the other buffer of the pair it is read from (*from_in 1; else the net's dummy). */
+static const bs_vk_buf *ssm_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in) {
+    bs_vk_buf *cur = bs_vk_ssm_cur(st, L->slot);
+    *from_in = st->snap == SNAP_PENDING;
+    *in = *from_in ? cur : &st->net->dummy;
+    return *from_in ? (cur == &st->ssm[L->slot] ? &st->ssm_bak[L->slot] : &st->ssm[L->slot]) : cur;
+}
 
 /* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
  * with the L2 norms of its q and k heads (a -> cc), then the delta rule (cc, ga, gbeta -> d).
@@ -209,10 +218,11 @@ static int gdn_conv(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uin
 static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0; } dp = {nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim,
-                                                                             1.0f / sqrtf((float)dk), r0};
-    const bs_vk_buf *db[6] = {&io->cc, &io->ga, &io->gbeta, &st->ssm[L->slot], &io->d, &L->gates};
-    return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, 256 / st->net->c->delta_spread), nv, 1);
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0, from_in; } dp = {
+        nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), r0, 0};
+    const bs_vk_buf *in, *out = ssm_bind(st, L, &in, &dp.from_in);
+    const bs_vk_buf *db[7] = {&io->cc, &io->ga, &io->gbeta, out, &io->d, &L->gates, in};
+    return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, bs_vk_delta_cols(st->net->c)), nv, 1);
 }
 
 /* pt: NULL for a session's own step of n rows, else a batch's sequences, which touch disjoint
@@ -241,7 +251,7 @@ static bool gdn_fusable(const bs_vk_sess *s, const vk_layer *L, int n, const vk_
 
 /* The layer in three dispatches and barriers (the steps apart take five): the products with the
  * conv in their epilogue (mv_q.glsl's CONV), then the q/k L2 norms and the delta rule (a workgroup
- * per 256 / DL_SPREAD state columns of a V head) with the gated RMSNorm and ssm_out's int8 blocks
+ * per bs_vk_delta_cols state columns of a V head) with the gated RMSNorm and ssm_out's int8 blocks
  * by each head's last workgroup (delta_norm.comp, its counters in dcnt), then ssm_out.
  * The same float operations in the same order as the steps apart, so the same bits. */
 static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
@@ -251,11 +261,12 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[3] = {&s->conv[L->slot], &L->conv1d, &s->cc};
     TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; } dp = {nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim,
-                                                                     1.0f / sqrtf((float)dk), hp->eps};
-    const bs_vk_buf *db[12] = {&s->cc, &s->ga, &s->gbeta, &s->ssm[L->slot], &s->d, &L->gates, &L->ssm_norm, &s->b,
-                               &s->aq, &s->as, &s->am, &s->dcnt};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * groups(dv, 256 / c->delta_spread), 1, 1));
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } dp = {
+        nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0};
+    const bs_vk_buf *in, *out = ssm_bind(s, L, &in, &dp.from_in);
+    const bs_vk_buf *db[13] = {&s->cc, &s->ga, &s->gbeta, out, &s->d, &L->gates, &L->ssm_norm, &s->b,
+                               &s->aq, &s->as, &s->am, &s->dcnt, in};
+    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * groups(dv, bs_vk_delta_cols(c)), 1, 1));
     bs_vk_barrier(c);
     const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
     TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm));
@@ -500,10 +511,11 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
-    bool snaps = false;           /* a batch's snapshots first, in the same submission */
+    bool snaps = !pt && s->snap == SNAP_PENDING;   /* snapshots' conv windows first, in the same submission */
+    if (snaps) bs_vk_record_snapshot(s);
     for (int i = 0; pt && i < np; i++)
         if (pt[i].snap) {
-            bs_vk_record_states(pt[i].s, pt[i].s->conv, pt[i].s->ssm, pt[i].s->conv_bak, pt[i].s->ssm_bak);
+            bs_vk_record_snapshot(pt[i].s);
             snaps = true;
         }
     if (snaps) bs_vk_barrier(c);
@@ -529,13 +541,18 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     return record_logits(s, n, logits_rows, pt, np);
 }
 
+/* Which of a session's state buffers a step binds: the delta rule's pair's order, and whether it
+ * reads the other one and copies the windows (a pending snapshot). */
+static int state_key(const bs_vk_sess *s) { return (s->snap == SNAP_PENDING) | (int)s->ssm_flip << 1; }
+
 /* The recording of a step of n rows (rows with logits; a batch's with key and its parts) from
  * the cache, recorded into it first if it is not there, and submitted. */
 static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
     bs_vk_ctx *c = s->net->c;
+    const int state = state_key(s);
     for (int i = 0; i < CACHE_STEPS; i++)
         if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && s->cache[i].greedy == s->greedy &&
-            !memcmp(&s->cache[i].key, key, sizeof *key)) {
+            s->cache[i].state == state && !memcmp(&s->cache[i].key, key, sizeof *key)) {
             bs_vk_count_submit(c, &s->cache[i].counts);
             return bs_vk_submit_cmd(c, s->cache[i].cmd);
         }
@@ -560,6 +577,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     e->n = n;
     e->rows = rows;
     e->greedy = s->greedy;
+    e->state = state;
     memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
     return bs_vk_submit_cmd(c, e->cmd);
 }
@@ -614,6 +632,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         s->greedy = false;
         s->rows_in = false;
         if (rc) return bs_error_prefix("Vulkan eval: ");
+        bs_vk_sess_stepped(s);
         s->net->c->stats.tokens += (uint64_t)m;
         if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
         else if (rows) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
@@ -704,6 +723,7 @@ static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
         k->q[i].n_logit = pt[i].n_logit;
         k->q[i].n_taps = pt[i].n_taps;
         k->q[i].snap = pt[i].snap;
+        k->q[i].flip = pt[i].s->ssm_flip;
         for (int t = 0; t < pt[i].n_taps; t++) k->q[i].taps[t] = pt[i].taps[t];
     }
     return true;
@@ -730,7 +750,8 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     for (int i = 0; i < n_seq; i++) {
         bs_vk_sess *s = q[i].s;
         TRY(taps_ensure(s, q[i].n_taps));
-        pt[i] = (vk_part){s, R, q[i].n, q[i].logit_rows, q[i].taps, q[i].n_taps, q[i].snapshot};
+        if (q[i].snapshot) bs_vk_sess_snapshot(s);   /* taken by this pass (its windows, its state pair) */
+        pt[i] = (vk_part){s, R, q[i].n, q[i].logit_rows, q[i].taps, q[i].n_taps, s->snap == SNAP_PENDING};
         for (int t = 0; t < q[i].n; t++) {
             const uint32_t id = (uint32_t)q[i].tokens[t];
             memcpy((uint32_t *)S->tok.map + R + t, &id, 4);
@@ -746,6 +767,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     for (int i = 0; i < n_seq; i++) ids_only &= !q[i].logit_rows || (q[i].next && q[i].logit_rows == 1);
     S->greedy = ids_only;
     if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
+    for (int i = 0; i < n_seq; i++) bs_vk_sess_stepped(pt[i].s);
     S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {

@@ -151,6 +151,7 @@ struct bs_vk_ctx {
     bool fma_fused;                   /* fma() rounds once (probed); else fma_rn.glsl emulates it */
     bool asum_staged;                 /* mv_q's activation block sums once per workgroup (ASUM_STAGE) */
     uint32_t delta_spread;            /* the delta rule's lanes per state column (DL_SPREAD): 8 or 1 */
+    uint32_t delta_cols;              /* and its state columns per workgroup: 32 or 64 */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;

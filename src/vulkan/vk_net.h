@@ -41,11 +41,15 @@ struct bs_vk_net {
 };
 
 enum { KEY_TAPS = 8 };
+/* A session's rollback snapshot of its recurrent state: none; pending (the state as it is now:
+ * the next step copies the conv windows to conv_bak and writes the delta rule's state into the
+ * other buffer of its pair, leaving the snapshot where it was); held (that step ran). */
+enum { SNAP_NONE, SNAP_PENDING, SNAP_HELD };
 /* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
  * logits rows and taps. All zero for a session's own steps. */
 typedef struct batch_key {
     int n_seq;
-    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, flip, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
 } batch_key;
 
 struct bs_vk_sess {
@@ -68,11 +72,15 @@ struct bs_vk_sess {
         VkCommandBuffer cmd;
         VkDescriptorPool pool;
         bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
+        int state;                    /* the recurrent state's buffers it binds (state_key) */
         bs_vk_rec counts;             /* of the recording, for the stats */
     } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
+    bool ssm_flip;                /* the delta rule's state is in ssm_bak (else ssm): the pair swaps
+                                     on each step after a snapshot */
+    int snap;                     /* SNAP_NONE / _PENDING / _HELD */
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
     int n_taps;                   /* taps of the last evaluation */
@@ -87,7 +95,11 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
 /* A recorded step's command buffer and descriptors given back. */
 void bs_vk_step_drop(bs_vk_sess *s, struct step_cache *e);
 
-/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
-void bs_vk_record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst);
+/* The delta rule's state of recurrent layer g as it is now. */
+bs_vk_buf *bs_vk_ssm_cur(bs_vk_sess *s, int g);
+/* A pending snapshot's part at the start of a step: the conv windows copied to conv_bak. */
+void bs_vk_record_snapshot(bs_vk_sess *s);
+/* After a step's submission: a pending snapshot is held (the state pair swapped). */
+void bs_vk_sess_stepped(bs_vk_sess *s);
 
 #endif

@@ -28,6 +28,7 @@ void bs_vk_stats_reset(bs_vk_ctx *c) { (void)c; }
 bool bs_vk_uses_dp4a(const bs_vk_ctx *c) { (void)c; return false; }
 bool bs_vk_asum_staged(const bs_vk_ctx *c) { (void)c; return false; }
 int bs_vk_delta_spread(const bs_vk_ctx *c) { (void)c; return 1; }
+uint32_t bs_vk_delta_cols(const bs_vk_ctx *c) { (void)c; return 64; }
 bool bs_vk_fma_fused(const bs_vk_ctx *c) { (void)c; return false; }
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }

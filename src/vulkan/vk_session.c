@@ -149,29 +149,48 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     free(s);
 }
 
-/* Record the copy of each recurrent layer's state from one set of buffers to the other. */
-void bs_vk_record_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
-    bs_vk_ctx *c = s->net->c;
+/* The rollback snapshot of the recurrent state. The delta rule's state (3 MiB per layer of the
+ * 27B) is never copied: a step after a snapshot reads it from one buffer of its pair and writes
+ * the other (delta_lanes.glsl's from_in), so the state before that step stays where it was, and
+ * restoring is swapping back. The conv windows (K - 1 rows) are copied at the start of that
+ * step, in its own submission. As the CPU path keeps two halves (session.c's cur). */
+bs_vk_buf *bs_vk_ssm_cur(bs_vk_sess *s, int g) { return s->ssm_flip ? &s->ssm_bak[g] : &s->ssm[g]; }
+
+static void record_conv_copy(bs_vk_sess *s, bs_vk_buf *src, bs_vk_buf *dst) {
     for (int g = 0; g < s->net->n_rec; g++) {
-        VkBufferCopy r1 = {0, 0, conv_src[g].size}, r2 = {0, 0, ssm_src[g].size};
-        bs_vk_cmd_copy(c, &conv_src[g], &conv_dst[g], &r1);
-        bs_vk_cmd_copy(c, &ssm_src[g], &ssm_dst[g], &r2);
+        VkBufferCopy r = {0, 0, src[g].size};
+        bs_vk_cmd_copy(s->net->c, &src[g], &dst[g], &r);
     }
 }
 
-/* The same in a submission of its own. */
-static int copy_states(bs_vk_sess *s, bs_vk_buf *conv_src, bs_vk_buf *ssm_src, bs_vk_buf *conv_dst, bs_vk_buf *ssm_dst) {
-    if (s->net->n_rec == 0) return 0;
-    if (bs_vk_begin(s->net->c)) return -1;
-    bs_vk_record_states(s, conv_src, ssm_src, conv_dst, ssm_dst);
-    return bs_vk_submit(s->net->c);
+void bs_vk_record_snapshot(bs_vk_sess *s) { record_conv_copy(s, s->conv, s->conv_bak); }
+
+void bs_vk_sess_stepped(bs_vk_sess *s) {
+    if (s->snap != SNAP_PENDING) return;
+    s->ssm_flip = !s->ssm_flip;
+    s->snap = SNAP_HELD;
 }
 
-int bs_vk_sess_snapshot(bs_vk_sess *s) { return copy_states(s, s->conv, s->ssm, s->conv_bak, s->ssm_bak); }
-int bs_vk_sess_restore(bs_vk_sess *s) { return copy_states(s, s->conv_bak, s->ssm_bak, s->conv, s->ssm); }
+int bs_vk_sess_snapshot(bs_vk_sess *s) {
+    s->snap = SNAP_PENDING;
+    return 0;
+}
+
+int bs_vk_sess_restore(bs_vk_sess *s) {
+    if (s->snap == SNAP_PENDING || s->net->n_rec == 0) return 0;   /* no step since: the state is it */
+    if (s->snap != SNAP_HELD) return bs_error("Vulkan: no snapshot to restore");
+    if (bs_vk_begin(s->net->c)) return -1;
+    record_conv_copy(s, s->conv_bak, s->conv);
+    if (bs_vk_submit(s->net->c)) return -1;
+    s->ssm_flip = !s->ssm_flip;
+    s->snap = SNAP_PENDING;   /* the state is the snapshot again, which the next step keeps */
+    return 0;
+}
 
 int bs_vk_sess_reset(bs_vk_sess *s) {
     bs_vk_ctx *c = s->net->c;
+    s->ssm_flip = false;
+    s->snap = SNAP_NONE;
     if (s->net->n_rec == 0) return 0;
     if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -219,8 +238,9 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
     for (int g = 0; g < s->net->n_rec && !rc; g++) {
         float *cp = conv + (size_t)g * conv_stride, *sp = ssm + (size_t)g * ssm_stride;
         rc = (to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size)) ||
-             ssm_io(s, &s->ssm[g], sp, to_host);
+             ssm_io(s, bs_vk_ssm_cur(s, g), sp, to_host);
     }
+    if (!to_host) s->snap = SNAP_NONE;   /* a state loaded: whatever snapshot there was is not of it */
     for (int a = 0; a < s->net->n_att && !rc && kvb; a++) {
         uint8_t *kp = k + (size_t)a * kv_stride, *vp = v + (size_t)a * kv_stride;
         rc = to_host ? bs_vk_buf_read(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_read(c, &s->vc[a], 0, vp, kvb)

@@ -1,5 +1,4 @@
-// delta_lanes.glsl: the gated delta rule's step for the state columns of a 256-invocation
-// workgroup. The operations and their order are deltanet.c's (the CPU path): 8 sums per column,
+// delta_lanes.glsl: the gated delta rule's step for the state columns of a workgroup. The operations and their order are deltanet.c's (the CPU path): 8 sums per column,
 // sum l taking the products of rows i = l (mod 8), multiply then add, added at the end as its
 // reduce() tree ((0+1)+(2+3))+((4+5)+(6+7)); so a column's bits depend on d_k alone, never on how
 // many tokens or sequences a dispatch holds, nor on how the sums are spread (DL_SPREAD):
@@ -7,13 +6,22 @@
 //    so a state row is read 128 bytes at a time) by 8 lanes, lane l holding rows l, l + 8, ...
 //    of its column in registers for the whole step: the state is read once and written once per
 //    step whatever its tokens, and 8 times as many invocations keep loads in flight;
-//  - 1 (CPU devices, where a barrier costs more than it saves): 256 columns per workgroup, an
-//    invocation per column walking its rows in memory with the 8 sums in registers.
+//  - 1 (CPU devices, where a barrier costs more than it saves, and an idle invocation as much as
+//    a busy one): 64 columns per workgroup, an invocation per column walking its rows in memory
+//    with the 8 sums in registers.
+// The includer's workgroup is DL_INV invocations (local_size_x_id 23: 256 with 8 lanes, 64 with
+// 1), DL_COLS columns.
+// The registers are arrays indexed by loop counters, so the loops are unrolled ([[unroll]]: the
+// includer enables GL_EXT_control_flow_attributes): a GPU compiler then keeps them in registers.
 // The includer defines DL_K(i) and DL_Q(i) (the token's normed k and q), binds the state as st[]
-// ([n_v][d_k][d_v]) and has push constants dk, dv.
+// ([n_v][d_k][d_v]), and has push constants dk, dv and from_in: the step after a snapshot reads
+// the state it starts from in st_in[], the other buffer of the session's pair, and leaves it
+// there (the snapshot, at no cost); other steps leave st_in unbound and update st in place.
+float dl_first(uint e) { return p.from_in != 0u ? st_in[e] : st[e]; }
 layout(constant_id = 22) const uint DL_SPREAD = 8u;
+const uint DL_INV = gl_WorkGroupSize.x;
 const uint DL_LANES = 8u, DL_ROWS = 32u;   // DL_ROWS * DL_LANES: d_k <= 256
-const uint DL_COLS = 256u / DL_SPREAD;     // columns per workgroup
+const uint DL_COLS = DL_INV / DL_SPREAD;   // columns per workgroup
 shared float dl_red[DL_LANES][32];
 shared float dl_d[32];
 float dl_r[DL_ROWS];   // spread 8: this invocation's rows of its column
@@ -21,15 +29,15 @@ float dl_r[DL_ROWS];   // spread 8: this invocation's rows of its column
 // spread 8: column j's rows of lane l from the state (sb: the column's first element); zeros where off
 void dl_load(uint sb, uint l, bool on) {
     if (DL_SPREAD == 1u) return;
-    for (uint a = 0u; a < DL_ROWS; a++) {
+    [[unroll]] for (uint a = 0u; a < DL_ROWS; a++) {
         const uint i = l + DL_LANES * a;
-        dl_r[a] = on && i < p.dk ? st[sb + i * p.dv] : 0.0;
+        dl_r[a] = on && i < p.dk ? dl_first(sb + i * p.dv) : 0.0;
     }
 }
 
 void dl_store(uint sb, uint l, bool on) {
     if (DL_SPREAD == 1u) return;
-    for (uint a = 0u; a < DL_ROWS; a++) {
+    [[unroll]] for (uint a = 0u; a < DL_ROWS; a++) {
         const uint i = l + DL_LANES * a;
         if (on && i < p.dk) st[sb + i * p.dv] = dl_r[a];
     }
@@ -58,15 +66,16 @@ float dl_sum(uint jj) {
                    dl_red[7][jj]);
 }
 
-// spread 1: the token for column sb of the state in memory, the 8 sums in this invocation
-float dl_token_column(uint sb, float decay, float bt, float v) {
+// spread 1: the token for column sb of the state in memory, the 8 sums in this invocation; first:
+// the step's first token (the state in st_in where the step reads it there)
+float dl_token_column(uint sb, float decay, float bt, float v, bool first) {
     float acc[8];
-    for (uint l = 0u; l < 8u; l++) acc[l] = 0.0;
+    [[unroll]] for (uint l = 0u; l < 8u; l++) acc[l] = 0.0;
     for (uint i0 = 0u; i0 < p.dk; i0 += 8u)
-        for (uint l = 0u; l < 8u; l++) {
+        [[unroll]] for (uint l = 0u; l < 8u; l++) {
             const uint i = i0 + l;
             if (i < p.dk) {
-                precise float r = st[sb + i * p.dv] * decay;
+                precise float r = (first ? dl_first(sb + i * p.dv) : st[sb + i * p.dv]) * decay;
                 st[sb + i * p.dv] = r;
                 precise float pk = r * DL_K(i);
                 precise float s = acc[l] + pk;
@@ -74,9 +83,9 @@ float dl_token_column(uint sb, float decay, float bt, float v) {
             }
         }
     precise float d = (v - dl_tree(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7])) * bt;
-    for (uint l = 0u; l < 8u; l++) acc[l] = 0.0;
+    [[unroll]] for (uint l = 0u; l < 8u; l++) acc[l] = 0.0;
     for (uint i0 = 0u; i0 < p.dk; i0 += 8u)
-        for (uint l = 0u; l < 8u; l++) {
+        [[unroll]] for (uint l = 0u; l < 8u; l++) {
             const uint i = i0 + l;
             if (i < p.dk) {
                 precise float kd = DL_K(i) * d;
@@ -92,11 +101,11 @@ float dl_token_column(uint sb, float decay, float bt, float v) {
 
 // One token: S *= decay; u = S . k; d = (v - u) * beta; S += k d; returns S . q (spread 8: in
 // lane 0, and every invocation of the workgroup calls it: it holds barriers). sb, on: the
-// column's first element and whether it exists.
-float dl_token(uint l, uint jj, uint sb, bool on, float decay, float bt, float v) {
-    if (DL_SPREAD == 1u) return on ? dl_token_column(sb, decay, bt, v) : 0.0;
+// column's first element and whether it exists; first: the step's first token.
+float dl_token(uint l, uint jj, uint sb, bool on, float decay, float bt, float v, bool first) {
+    if (DL_SPREAD == 1u) return on ? dl_token_column(sb, decay, bt, v, first) : 0.0;
     precise float acc = 0.0;
-    for (uint a = 0u; a < DL_ROWS; a++) {
+    [[unroll]] for (uint a = 0u; a < DL_ROWS; a++) {
         const uint i = l + DL_LANES * a;
         if (i < p.dk) {
             precise float r = dl_r[a] * decay;
@@ -114,7 +123,7 @@ float dl_token(uint l, uint jj, uint sb, bool on, float decay, float bt, float v
     barrier();   // lane 0 has read dl_red: the lanes may write it again
     const float d = dl_d[jj];
     acc = 0.0;
-    for (uint a = 0u; a < DL_ROWS; a++) {
+    [[unroll]] for (uint a = 0u; a < DL_ROWS; a++) {
         const uint i = l + DL_LANES * a;
         if (i < p.dk) {
             precise float kd = DL_K(i) * d;

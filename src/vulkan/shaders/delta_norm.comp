@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 // delta_norm.comp: a Gated DeltaNet layer's recurrence for a session's own step in one dispatch,
 // a workgroup per (V head h, DL_COLS state columns: delta_lanes.glsl), token by token: the L2 norms of its K head's q
 // and k (conv.comp's head(): norm.comp mode 1's sum tree and scale; each workgroup of a head
@@ -9,7 +10,7 @@
 // and their int8 blocks for ssm_out (norm.comp's NORM_GATE | NORM_QUANT: the same sum tree,
 // scale and q8.glsl). That saves the conv's norm step and norm.comp's dispatch and barrier.
 // The same bits as conv.comp (L2), delta.comp and norm.comp run apart (test_vulkan_ops).
-layout(local_size_x = 256) in;
+layout(local_size_x_id = 23) in;   // DL_INV (delta_lanes.glsl)
 layout(std430, binding = 0) readonly buffer CC { float cc[]; };    // [T][cd]: conv outputs q | k | v (q, k not normed)
 layout(std430, binding = 1) readonly buffer G { float g[]; };      // [T][n_v] alpha projection
 layout(std430, binding = 2) readonly buffer B { float beta[]; };   // [T][n_v] beta projection
@@ -22,7 +23,8 @@ layout(std430, binding = 8) writeonly buffer Q { uint q[]; };      // int8 block
 layout(std430, binding = 9) writeonly buffer S8 { float s8[]; };
 layout(std430, binding = 10) writeonly buffer M8 { float m8[]; };
 layout(std430, binding = 11) coherent buffer CNT { uint cnt[]; };  // [n_v], 0 between dispatches
-layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale, eps; } p;
+layout(std430, binding = 12) readonly buffer SI { float st_in[]; }; // from_in: the state before the step
+layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale, eps; uint from_in; } p;
 
 const uint MAXD = 256u;   // d_k, d_v at most (the host checks)
 shared float qn[MAXD], kn[MAXD];
@@ -60,7 +62,7 @@ void qk_norms(uint t, uint kh, uint lt) {
     float sq_, sk_;
     NORM_SCALE(sq_, cc[qb + i], p.dk, 1u);
     NORM_SCALE(sk_, cc[kb + i], p.dk, 1u);
-    for (uint i = lt; i < p.dk; i += 256u) {
+    for (uint i = lt; i < p.dk; i += DL_INV) {
         precise float a = cc[qb + i] * sq_;
         precise float b = cc[kb + i] * sk_;
         qn[i] = a;
@@ -80,7 +82,7 @@ void main() {
         float decay, bt;
         dl_gates(g[t * p.nv + h], gates[h], gates[p.nv + h], beta[t * p.nv + h], decay, bt);
         const float v = on ? cc[t * p.cd + 2u * p.nk * p.dk + h * p.dv + j] : 0.0;
-        const float o = dl_token(l, jj, sb, on, decay, bt, v);
+        const float o = dl_token(l, jj, sb, on, decay, bt, v, t == 0u);
         if (l == 0u && on) y[t * p.nv * p.dv + h * p.dv + j] = o * p.scale;
         barrier();   // qn, kn are the next token's
     }
@@ -97,7 +99,7 @@ void main() {
         const uint yb = t * p.nv * p.dv + h * p.dv;
         float sc;
         NORM_SCALE(sc, y[yb + i], p.dv, 0u);
-        for (uint i = lt; i < p.dv; i += 256u) {
+        for (uint i = lt; i < p.dv; i += DL_INV) {
             precise float v = y[yb + i] * sc;
             float o = v * w[i];
             const float zi = z[yb + i];
@@ -106,7 +108,7 @@ void main() {
         }
         memoryBarrierBuffer();
         barrier();
-        for (uint b = lt; b < p.dv / 32u; b += 256u) quant_block(yb + b * 32u, yb / 32u + b);
+        for (uint b = lt; b < p.dv / 32u; b += DL_INV) quant_block(yb + b * 32u, yb / 32u + b);
         barrier();   // y's next row is read after this one's blocks
     }
     if (lt == 0u) cnt[h] = 0u;
