@@ -196,10 +196,10 @@ typedef struct vk_part {
 /* The delta rule's state of layer L for a step of st: where it is updated, and, on the step after
  * a snapshot, the other buffer of the pair it is read from (*from_in 1; else the net's dummy). */
 static const bs_vk_buf *ssm_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in) {
-    bs_vk_buf *cur = bs_vk_ssm_cur(st, L->slot);
+    bs_vk_buf *cur = bs_vk_ssm_cur(st, L->slot), *other = st->ssm_flip ? &st->ssm[L->slot] : &st->ssm_bak[L->slot];
     *from_in = st->snap == SNAP_PENDING;
     *in = *from_in ? cur : &st->net->dummy;
-    return *from_in ? (cur == &st->ssm[L->slot] ? &st->ssm_bak[L->slot] : &st->ssm[L->slot]) : cur;
+    return *from_in ? other : cur;
 }
 
 /* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
