@@ -93,6 +93,28 @@ static double worst_rel(const float *a, const float *b, int V) {
     return worst;
 }
 
+/* Greedy decoding ahead (undo off) across an adapter attached between two steps: the step the
+ * device ran ahead had no adapter, so it is not taken; what follows is a waited-for session's
+ * (undo on) with the same history, bit for bit. */
+static void check_ahead(bs_model *mv, bs_lora *l, const char *name, int V) {
+    bs_session_params sp = {.n_ctx = 64, .n_threads = 1};
+    bs_session *g = bs_session_new(mv, &sp), *r = bs_session_new(mv, &sp);
+    bs_session_set_undo(g, 0);
+    int32_t cg = -1, cr = -1;
+    CHECK(bs_eval_greedy(g, toks, 8, &cg, NULL) == 0 && bs_eval_greedy(r, toks, 8, &cr, NULL) == 0);
+    for (int i = 0; i < 3; i++) CHECK(bs_eval_greedy(g, &cg, 1, &cg, NULL) == 0 && bs_eval_greedy(r, &cr, 1, &cr, NULL) == 0);
+    CHECKF(cg == cr, "%s: decoding ahead gave %d, waited steps %d", name, cg, cr);
+    CHECK_EQ_INT(bs_lora_attach(mv, l, 0.7f), 0);   /* a step ahead is under way in g */
+    CHECK(bs_eval_greedy(g, &cg, 1, &cg, NULL) == 0 && bs_eval_greedy(r, &cr, 1, &cr, NULL) == 0);
+    float *a = malloc(sizeof *a * (size_t)V), *b = malloc(sizeof *b * (size_t)V);
+    CHECK(bs_eval(g, &cg, 1, BS_LOGITS_LAST, a, NULL) == 0 && bs_eval(r, &cr, 1, BS_LOGITS_LAST, b, NULL) == 0);
+    CHECKF(cg == cr && !memcmp(a, b, sizeof *a * (size_t)V), "%s: after an adapter came, decoding ahead differs", name);
+    bs_lora_detach(mv);
+    free(a), free(b);
+    bs_session_free(g);
+    bs_session_free(r);
+}
+
 static void check_model(const char *fx, const char *tmp, const char *name, double bound) {
     char base[1024], ad[1024];
     snprintf(base, sizeof base, "%s/%s.gguf", fx, name);
@@ -128,6 +150,7 @@ static void check_model(const char *fx, const char *tmp, const char *name, doubl
         bs_lora_detach(mv);
         float *again = logits_of(sv, V, 8);
         CHECKF(!memcmp(again, plain_v, (size_t)NTOK * V * sizeof *again), "%s: detached, the device's logits changed", name);
+        check_ahead(mv, l, name, V);
         free(lc), free(lv), free(lv1), free(lc2), free(lv2), free(again);
         bs_lora_free(l);
     }

@@ -176,16 +176,51 @@ static void check_ew(int mode, size_t n, uint32_t p0, uint32_t p1) {
     free(a); free(b); free(c); free(a0); free(b0);
 }
 
+/* The same kernel run again on ctx with copies of data's buffers (before[i] where given: the
+ * inputs data[i] held before the first run): its outputs (indices outs[]) must have the bits the
+ * first run left in data. in_b >= 0: the state is read from the other buffer of its pair (the
+ * step after a snapshot; push sets from_in): binding in_b gets the state binding st_b had, st_b
+ * zeros, and in_b must come back unchanged. */
+static bool same_run(bs_vk_ctx *ctx, const char *kernel, void **data, size_t *bytes, int n, const int *outs, int n_out,
+                     const void *push, size_t push_bytes, uint32_t gx, uint32_t gy, void *const *before, int st_b, int in_b) {
+    void *d2[16];
+    size_t b2[16];
+    for (int i = 0; i < n; i++) {
+        b2[i] = bytes[i];
+        d2[i] = malloc(bytes[i]);
+        memcpy(d2[i], before[i] ? before[i] : data[i], bytes[i]);
+    }
+    if (in_b >= 0) {
+        free(d2[in_b]);
+        b2[in_b] = bytes[st_b];
+        d2[in_b] = malloc(b2[in_b]);
+        memcpy(d2[in_b], d2[st_b], b2[in_b]);
+        memset(d2[st_b], 0, b2[st_b]);
+    }
+    bool same = bs_vk_kernel_run(ctx, kernel, d2, b2, n, push, push_bytes, gx, gy, 1) == 0;
+    for (int k = 0; k < n_out && same; k++) same = !memcmp(d2[outs[k]], data[outs[k]], bytes[outs[k]]);
+    if (in_b >= 0 && same) same = !memcmp(d2[in_b], before[st_b] ? before[st_b] : data[st_b], b2[in_b]);
+    for (int i = 0; i < n; i++) free(d2[i]);
+    return same;
+}
+
 /* --- conv.comp ------------------------------------------------------------------------------ */
 static void check_conv(int cd, int K, int T) {
     const int km1 = K - 1;
     float *mixed = vec((size_t)T * cd, 1.0f), *win = vec((size_t)km1 * cd, 1.0f), *w = vec((size_t)cd * K, 0.5f);
     float *o = calloc((size_t)T * cd, sizeof *o), *win0 = malloc(sizeof *win * (size_t)km1 * cd);
     memcpy(win0, win, sizeof *win * (size_t)km1 * cd);
-    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } push = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0};
-    void *data[4] = {mixed, win, w, o};
-    size_t bytes[4] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd};
-    CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, &push, sizeof push, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
+    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0, from_in; } push = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0, 0};
+    float spare[1] = {0};
+    void *data[5] = {mixed, win, w, o, spare};
+    size_t bytes[5] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd, 4};
+    CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 5, &push, sizeof push, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
+    /* the window read from the pair's other buffer (a snapshot's step): the same bits, it kept */
+    push.from_in = 1;
+    void *before[5] = {NULL, win0, NULL, NULL, NULL};
+    const int outs[2] = {1, 3};
+    CHECKF(same_run(C, "conv", data, bytes, 5, outs, 2, &push, sizeof push, (uint32_t)(cd + 63) / 64, 1, before, 1, 4),
+           "conv cd %d K %d T %d: the window from the other buffer differs", cd, K, T);
     double worst = 0;
     int win_ok = 1;
     for (int c = 0; c < cd; c++) {
@@ -218,13 +253,22 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
     float *mixed = vec((size_t)T * cd, 1.0f), *win = vec((size_t)km1 * cd, 1.0f), *w = vec((size_t)cd * K, 0.5f);
     float *win2 = malloc(sizeof *win * (size_t)km1 * cd), *o = calloc((size_t)T * cd, 4), *o2 = calloc((size_t)T * cd, 4);
     memcpy(win2, win, sizeof *win * (size_t)km1 * cd);
-    typedef struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } conv_push;
-    conv_push fused = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, (uint32_t)nqk, (uint32_t)dk, 1e-6f, 0};
-    conv_push plain = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0};
-    size_t bytes[4] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd};
-    void *d1[4] = {mixed, win, w, o}, *d2[4] = {mixed, win2, w, o2};
-    CHECK(bs_vk_kernel_run(C, "conv", d1, bytes, 4, &fused, sizeof fused, (uint32_t)(nqk + (n_v + 63) / 64), 1, 1) == 0);
-    CHECK(bs_vk_kernel_run(C, "conv", d2, bytes, 4, &plain, sizeof plain, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
+    typedef struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0, from_in; } conv_push;
+    conv_push fused = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, (uint32_t)nqk, (uint32_t)dk, 1e-6f, 0, 0};
+    conv_push plain = {(uint32_t)cd, (uint32_t)K, (uint32_t)T, 0, 0, 0.0f, 0, 0};
+    float spare[1] = {0}, *win0 = malloc(sizeof *win * (size_t)km1 * cd);
+    memcpy(win0, win, sizeof *win * (size_t)km1 * cd);
+    size_t bytes[5] = {4u * (size_t)T * cd, 4u * (size_t)km1 * cd, 4u * (size_t)cd * K, 4u * (size_t)T * cd, 4};
+    void *d1[5] = {mixed, win, w, o, spare}, *d2[5] = {mixed, win2, w, o2, spare};
+    const uint32_t gx = (uint32_t)(nqk + (n_v + 63) / 64);
+    CHECK(bs_vk_kernel_run(C, "conv", d1, bytes, 5, &fused, sizeof fused, gx, 1, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "conv", d2, bytes, 5, &plain, sizeof plain, (uint32_t)(cd + 63) / 64, 1, 1) == 0);
+    fused.from_in = 1;   /* the window from the pair's other buffer: the same bits */
+    void *before[5] = {NULL, win0, NULL, NULL, NULL};
+    const int outs[2] = {1, 3};
+    CHECKF(same_run(C, "conv", d1, bytes, 5, outs, 2, &fused, sizeof fused, gx, 1, before, 1, 4),
+           "conv + L2 %d heads of %d: the window from the other buffer differs", nqk, dk);
+    free(win0);
     norm_push np = {(uint32_t)dk, 1, 0, (uint32_t)nqk, (uint32_t)cd, (uint32_t)dk, 0, 0, 1e-6f, 0};
     float dummy[4] = {0}, wd[1] = {0};
     void *d3[8] = {o2, wd, o2, dummy, dummy, dummy, dummy, dummy};
@@ -240,34 +284,6 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
 static uint32_t delta_groups(const bs_vk_ctx *c, int dv) {
     const int cols = (int)bs_vk_delta_cols(c);
     return (uint32_t)((dv + cols - 1) / cols);
-}
-
-/* The same kernel run again on ctx with copies of data's buffers (before[i] where given: the
- * inputs data[i] held before the first run): its outputs (indices outs[]) must have the bits the
- * first run left in data. in_b >= 0: the state is read from the other buffer of its pair (the
- * step after a snapshot; push sets from_in): binding in_b gets the state binding st_b had, st_b
- * zeros, and in_b must come back unchanged. */
-static bool same_run(bs_vk_ctx *ctx, const char *kernel, void **data, size_t *bytes, int n, const int *outs, int n_out,
-                     const void *push, size_t push_bytes, uint32_t gx, uint32_t gy, void *const *before, int st_b, int in_b) {
-    void *d2[16];
-    size_t b2[16];
-    for (int i = 0; i < n; i++) {
-        b2[i] = bytes[i];
-        d2[i] = malloc(bytes[i]);
-        memcpy(d2[i], before[i] ? before[i] : data[i], bytes[i]);
-    }
-    if (in_b >= 0) {
-        free(d2[in_b]);
-        b2[in_b] = bytes[st_b];
-        d2[in_b] = malloc(b2[in_b]);
-        memcpy(d2[in_b], d2[st_b], b2[in_b]);
-        memset(d2[st_b], 0, b2[st_b]);
-    }
-    bool same = bs_vk_kernel_run(ctx, kernel, d2, b2, n, push, push_bytes, gx, gy, 1) == 0;
-    for (int k = 0; k < n_out && same; k++) same = !memcmp(d2[outs[k]], data[outs[k]], bytes[outs[k]]);
-    if (in_b >= 0 && same) same = !memcmp(d2[in_b], before[st_b] ? before[st_b] : data[st_b], b2[in_b]);
-    for (int i = 0; i < n; i++) free(d2[i]);
-    return same;
 }
 
 static void l2(float *x, int n) {
@@ -368,12 +384,20 @@ static void check_mv_conv(int type, int64_t d, int64_t rows, int n, int K) {
     bs_vk_matrix *m = bs_vk_matrix_new(C, &T);
     CHECKF(m != NULL, "%s upload: %s", bs_type_name(type), bs_last_error());
     if (m) {
-        CHECKF(bs_vk_matvec_conv(C, m, x, n, y, win, cw, K, o) == 0, "mv+conv: %s", bs_last_error());
+        float *win3 = malloc(4 * nw + 4), *y3 = calloc(no, 4), *o3 = calloc(no, 4);
+        memcpy(win3, win, 4 * nw);
+        CHECKF(bs_vk_matvec_conv(C, m, x, n, y, win, cw, K, o, false) == 0, "mv+conv: %s", bs_last_error());
+        /* the window read from a buffer of its own (the step after a snapshot): the same bits */
+        CHECKF(bs_vk_matvec_conv(C, m, x, n, y3, win3, cw, K, o3, true) == 0, "mv+conv: %s", bs_last_error());
+        CHECKF(!memcmp(y, y3, 4 * no) && !memcmp(o, o3, 4 * no) && !memcmp(win, win3, 4 * nw),
+               "mv+conv %s, %d rows: the window from its own buffer differs", bs_type_name(type), n);
+        free(win3); free(y3); free(o3);
         CHECK(bs_vk_matvec(C, m, x, n, y2) == 0);
-        struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } push = {(uint32_t)rows, (uint32_t)K, (uint32_t)n, 0, 0, 0.0f, 0};
-        void *data[4] = {y2, win2, cw, o2};
-        size_t bytes[4] = {4 * no, 4 * nw + 4, 4u * (size_t)rows * K, 4 * no};
-        CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 4, &push, sizeof push, (uint32_t)(rows + 63) / 64, 1, 1) == 0);
+        struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0, from_in; } push = {(uint32_t)rows, (uint32_t)K, (uint32_t)n, 0, 0, 0.0f, 0, 0};
+        float spare[1] = {0};
+        void *data[5] = {y2, win2, cw, o2, spare};
+        size_t bytes[5] = {4 * no, 4 * nw + 4, 4u * (size_t)rows * K, 4 * no, 4};
+        CHECK(bs_vk_kernel_run(C, "conv", data, bytes, 5, &push, sizeof push, (uint32_t)(rows + 63) / 64, 1, 1) == 0);
         CHECKF(!memcmp(y, y2, 4 * no) && !memcmp(o, o2, 4 * no) && !memcmp(win, win2, 4 * nw),
                "mv+conv %s %lld x %lld, %d rows, K %d: differs from the product then conv.comp (y %d, out %d, window %d)",
                bs_type_name(type), (long long)rows, (long long)d, n, K, !!memcmp(y, y2, 4 * no), !!memcmp(o, o2, 4 * no),
@@ -659,14 +683,16 @@ static void check_argmax(int n, int rows, int kind) {
     }
     if (kind == 2) x[0] = NAN;           /* a NaN first does not stick */
     if (kind == 1 && n > 300) x[n - 1] = 2.0f, x[300] = 2.0f;   /* the max twice, far apart */
-    uint32_t *ids = calloc((size_t)rows, sizeof *ids);
-    void *data[2] = {x, ids};
-    size_t bytes[2] = {4u * (size_t)n * rows, 4u * (size_t)rows};
-    const uint32_t push = (uint32_t)n;
-    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 2, &push, sizeof push, (uint32_t)rows, 1, 1) == 0);
+    uint32_t *ids = calloc((size_t)rows, sizeof *ids), fed = 0xdeadbeefu;
+    void *data[3] = {x, ids, &fed};
+    size_t bytes[3] = {4u * (size_t)n * rows, 4u * (size_t)rows, 4};
+    const uint32_t push[2] = {(uint32_t)n, (uint32_t)(kind % 2 == 0)};   /* feed: row 0's id to the next step too */
+    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 3, push, sizeof push, (uint32_t)rows, 1, 1) == 0);
     int bad = 0;
     for (int r = 0; r < rows; r++) bad += ids[r] != argmax_ref(x + (size_t)r * n, n);
     CHECKF(bad == 0, "argmax of %d rows of %d (kind %d): %d rows differ from the scan", rows, n, kind, bad);
+    CHECKF(fed == (push[1] ? ids[0] : 0xdeadbeefu), "argmax (kind %d, feed %u): the next step's token %u, row 0's %u", kind,
+           push[1], fed, ids[0]);
     free(x); free(ids);
 }
 
@@ -739,6 +765,9 @@ int main(void) {
            bs_last_error());
     printf("delta rule: %d lanes per state column (the second context: %d)\n", bs_vk_delta_spread(C),
            C_spread ? bs_vk_delta_spread(C_spread) : 0);
+    /* pipelines are built on first use: here every one, so a driver that rejects any says so */
+    CHECKF(bs_vk_pipes_build(C) == 0 && (!C_spread || bs_vk_pipes_build(C_spread) == 0), "building every pipeline: %s",
+           bs_last_error());
     bs_rng_seed(&rng, 2201);
     /* norms: rows (odd widths, 27B's 5120), q heads in rows of 2HD, k heads, DeltaNet's q/k
      * L2 heads and gated-norm heads; the fused add+norm+quantize */

@@ -15,6 +15,7 @@
 #include "vk_test.h"
 #include "vulkan/backend.h"
 #include "model/qwen35.h"
+#include "model/session.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,69 @@ static void check_greedy(bs_model *m, const char *path, const int32_t *prompt, i
     bs_session_free(g);
 }
 
+static int32_t ahead_stat(bs_model *m, bool undone) {
+    bs_vk_stats st;
+    bs_vk_stats_get(m->vk, &st);
+    return (int32_t)(undone ? st.discarded : st.ahead);
+}
+
+/* Greedy decoding with undo off, each step's token the one before's (as `run` decodes): the
+ * device runs the next step before the host asks (bs_vk_sess_decode_ahead). The tokens are
+ * those of steps waited for one by one; leaving that path (another token, a state save, a
+ * reset, the end of the context) undoes the step ahead exactly. */
+static void check_ahead(bs_model *m, const char *path, const int32_t *prompt, int np, int32_t other) {
+    enum { NG = 12 };
+    bs_session *r = sess(m, 512), *g = sess(m, 512);
+    bs_session_set_undo(g, 0);
+    int32_t want[NG + 1], cur = -1, got = -1;
+    CHECK(bs_eval_greedy(r, prompt, np, &want[0], NULL) == 0);   /* undo on: each step waited for */
+    for (int i = 0; i < NG; i++) CHECK(bs_eval_greedy(r, &want[i], 1, &want[i + 1], NULL) == 0);
+    const int32_t a0 = ahead_stat(m, false), d0 = ahead_stat(m, true);
+    CHECK(bs_eval_greedy(g, prompt, np, &cur, NULL) == 0);
+    CHECKF(cur == want[0], "%s: ahead: prompt token %d, want %d", path, cur, want[0]);
+    for (int i = 0; i < NG; i++, cur = got) {
+        CHECK(bs_eval_greedy(g, &cur, 1, &got, NULL) == 0);
+        CHECKF(got == want[i + 1], "%s: ahead: step %d gave %d, waited steps %d", path, i, got, want[i + 1]);
+    }
+    CHECKF(ahead_stat(m, false) - a0 == NG && ahead_stat(m, true) == d0,
+           "%s: %d steps went ahead (%d undone), want %d (0)", path, ahead_stat(m, false) - a0, ahead_stat(m, true) - d0, NG);
+    /* another token than the argmax: the step ahead undone, the logits those of the reference */
+    float *lg = malloc(sizeof(float) * (size_t)V), *lr = malloc(sizeof(float) * (size_t)V);
+    CHECK(bs_eval(g, &other, 1, BS_LOGITS_LAST, lg, NULL) == 0 && bs_eval(r, &other, 1, BS_LOGITS_LAST, lr, NULL) == 0);
+    CHECKF(same(lg, lr, (size_t)V), "%s: after decoding ahead, another token's logits differ", path);
+    CHECKF(ahead_stat(m, true) - d0 == 1, "%s: the step ahead was not undone once", path);
+    /* ahead again, then the state saved while a step is under way: the reference's bytes */
+    cur = bs_argmax_lowest(lg, V);
+    for (int i = 0; i < 3; i++, cur = got) {
+        int32_t w = -1;
+        CHECK(bs_eval_greedy(g, &cur, 1, &got, NULL) == 0 && bs_eval_greedy(r, &cur, 1, &w, NULL) == 0);
+        CHECKF(got == w, "%s: ahead after a detour: step %d gave %d, want %d", path, i, got, w);
+    }
+    const size_t sz = bs_session_state_size(g);
+    CHECK(sz == bs_session_state_size(r));
+    uint8_t *sg = malloc(sz), *sr = malloc(sz);
+    CHECK(bs_session_state_save(g, sg, sz) == 0 && bs_session_state_save(r, sr, sz) == 0);
+    CHECKF(!memcmp(sg, sr, sz), "%s: the state saved with a step ahead under way differs", path);
+    /* a reset with a step under way; then the context's end: the last step has none ahead */
+    bs_session_params sp = {.n_ctx = np + 3, .n_batch = 512, .n_rollback = 8};
+    bs_session *e = bs_session_new(m, &sp);
+    CHECK(e != NULL);
+    bs_session_set_undo(e, 0);
+    bs_session_reset(g);
+    CHECK(bs_eval_greedy(g, prompt, np, &cur, NULL) == 0 && bs_eval_greedy(e, prompt, np, &got, NULL) == 0);
+    CHECKF(cur == want[0] && got == want[0], "%s: after a reset the prompt gave %d and %d, want %d", path, cur, got, want[0]);
+    for (int i = 0; i < 3; i++) {
+        int32_t ge, gg;
+        CHECK(bs_eval_greedy(e, &got, 1, &ge, NULL) == 0 && bs_eval_greedy(g, &cur, 1, &gg, NULL) == 0);
+        CHECKF(ge == gg, "%s: near the context's end step %d gave %d, want %d", path, i, ge, gg);
+        got = ge;
+        cur = gg;
+    }
+    CHECKF(bs_eval_greedy(e, &got, 1, &cur, NULL) != 0, "%s: a step past the context's end was evaluated", path);
+    free(lg); free(lr); free(sg); free(sr);
+    bs_session_free(r); bs_session_free(g); bs_session_free(e);
+}
+
 static void check_model(const char *path) {
     bs_model_params mp = {.device = "vulkan"};
     bs_model *m = bs_model_load(path, &mp);
@@ -95,6 +159,7 @@ static void check_model(const char *path) {
     CHECKF(same(tmp, ref + (size_t)3 * V, (size_t)V), "%s: rollback is not exact", path);
 
     check_greedy(m, path, prompt, NP, draft, ND, plast, ref);
+    check_ahead(m, path, prompt, NP, x);
 
     /* rollback inside a prompt-sized batch (larger than n_rollback) */
     bs_session *c = sess(m, 512);

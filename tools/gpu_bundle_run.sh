@@ -186,6 +186,7 @@ summary() {
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
+      echo "| with BITSPARK_VK_NO_AHEAD=1 $m | ${S[$m.ahead]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
     done
@@ -335,6 +336,16 @@ for m in "${MODELS[@]}"; do
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/delta.txt" | sed 's/w=5 //')
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain)
+  if can_run "no-ahead $m" 20; then
+    { echo "## $m with BITSPARK_VK_NO_AHEAD=1"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_NO_AHEAD=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 \
+      --no-membw >"$W/ahead.txt" 2>&1
+    rc=$?; cat "$W/ahead.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/ahead.txt")
+    S[$m.ahead]="tg$TG ${tg:-?} t/s"
+    step_done "no-ahead $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
   # a profiled decode: GPU time per kernel, dispatches
   if can_run "profile $m" 15; then

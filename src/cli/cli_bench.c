@@ -293,9 +293,11 @@ static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_r
         bs_session_set_undo(s, 0);   /* as `run` decodes */
         t0 = bs_time();
         int rc = 0;
-        int32_t next;   /* on a device a greedy step reads back the token, not the row (as `run` greedy) */
-        for (int i = 0; i < n_gen && !rc; i++)
-            rc = g_device_greedy ? bs_eval_greedy(s, tok + i, 1, &next, NULL) : bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
+        /* on a device a greedy step reads back the token, not the row, and each step's token is
+           the one before's (as `run` greedy: the device runs the next step meanwhile) */
+        int32_t cur = tok[0], next = 0;
+        for (int i = 0; i < n_gen && !rc; i++, cur = next)
+            rc = g_device_greedy ? bs_eval_greedy(s, &cur, 1, &next, NULL) : bs_eval(s, tok + i, 1, BS_LOGITS_LAST, logits, NULL);
         bs_session_set_undo(s, 1);
         if (rc) goto out;
     }
@@ -488,6 +490,8 @@ static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_
          "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n",
          st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n, st.weight_bytes / n / 1e9,
          mi->stream_bytes ? st.weight_bytes / n / (double)mi->stream_bytes : 0.0, mi->stream_bytes / 1e9);
+    if (st.ahead) note("device tg: %llu steps submitted ahead of the host, %llu undone\n", (unsigned long long)st.ahead,
+                       (unsigned long long)st.discarded);
 }
 
 /* One timed run of --parallel: np sessions (16-token prompts, not timed) then n_gen passes of one

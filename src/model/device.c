@@ -163,8 +163,21 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
     return bs_device_eval_next(s, tokens, n, mode, logits, taps, NULL);
 }
 
+/* A plain greedy decode step (undo off): the device runs the step after it meanwhile
+ * (bs_vk_sess_decode_ahead), at the next position with this step's token fed to it. */
+static int decode_ahead(bs_session *s, int32_t tok, int32_t *next) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    if (bs_device_begin(s, &tok, 1, NULL)) return -1;
+    float *rope1 = s->rope + hp->n_rot;   /* session.c keeps two rows at least */
+    bs_rope_cache(rope1, sess_pos(s) + 1, hp->n_rot, hp->rope_base, hp->rope_sections);
+    if (bs_vk_sess_decode_ahead(s->vk, tok, s->n_past, s->rope, rope1, next)) return -1;
+    bs_device_end(s, 1);
+    return 0;
+}
+
 int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next) {
     const bs_qwen35_hparams *hp = &s->m->hp;
+    if (n == 1 && next && !taps && s->no_undo) return decode_ahead(s, tokens[0], next);
     const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);

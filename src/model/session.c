@@ -64,7 +64,7 @@ static int alloc_buffers(bs_session *s) {
         !(s->b = alloc_n(nb, s->wb * F, "activations")) || !(s->c = alloc_n(nb, s->wc * F, "activations")) ||
         !(s->d = alloc_n(nb, s->wd * F, "activations")) ||
         !(s->gb = alloc_n(nb, 2 * (size_t)hp->n_v_heads * F, "activations")) ||
-        !(s->rope = alloc_n(nb, (size_t)hp->n_rot * F, "activations")) ||
+        !(s->rope = alloc_n(BS_MAX(nb, 2), (size_t)hp->n_rot * F, "activations")) ||   /* 2: device.c's decode_ahead */
         !(s->scores = alloc_n(nth * (size_t)BS_MAX(H, BS_ATTN_MAX_GROUP), (size_t)s->n_ctx * F, "attention scores")) ||
         !(s->qtmp = alloc_n(nth * (2 * BS_ATTN_MAX_GROUP + 1) * D, F, "activations")))
         return -1;

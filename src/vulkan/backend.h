@@ -86,6 +86,8 @@ bool bs_vk_fma_fused(const bs_vk_ctx *c);
 typedef struct bs_vk_stats {
     uint64_t dispatches, barriers, submits, read_bytes, tokens;
     uint64_t weight_bytes;       /* weight codes and scales bound by the products' workgroups */
+    uint64_t ahead, discarded;   /* greedy steps submitted ahead (bs_vk_sess_decode_ahead), and
+                                    those of them not wanted (their state put back) */
 } bs_vk_stats;
 void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out);
 void bs_vk_stats_reset(bs_vk_ctx *c);
@@ -171,6 +173,15 @@ int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0
 /* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out);
+/* Greedy decoding one step ahead: token tok at pos0 (rope0: its table row), *next its greedy
+ * token, as bs_vk_sess_eval_greedy gives it; but before waiting for it, the step after is
+ * submitted too (at pos0 + 1, rope1), its token fed on the device by this one's argmax, so the
+ * device never waits for the host between steps. When the next call asks for that very token
+ * and position, it is already under way; any other use of the session first puts back the
+ * state from before it (as a rollback does), so what the session holds is only ever what its
+ * caller evaluated. Evaluations of one row only, without taps, and undo off (the last step
+ * cannot be rolled back). */
+int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);
@@ -309,9 +320,11 @@ int bs_vk_matrix_split(const bs_vk_matrix *m);
 int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y);
 /* bs_vk_matvec (an integer matrix of one part, n <= 8) with the DeltaNet conv in the product's
  * epilogue (mv_q.glsl's CONV): y's channels convolved with the window win ([K-1][ne1], moved
- * on in place) and the weights w ([ne1][K]) + SiLU into out ([n][ne1]). */
+ * on in place) and the weights w ([ne1][K]) + SiLU into out ([n][ne1]). from_in: the window read
+ * from a buffer of its own and the moved one written to another (zeroed first), as the step
+ * after a rollback snapshot does. */
 int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
-                      float *out);
+                      float *out, bool from_in);
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w may be NULL: no weight). */
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y);
 /* The int8 activations of x (n rows of d, d % 32 == 0) in Q8_0 blocks {f16 d; i8 q[32]}: what
@@ -319,6 +332,9 @@ int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, fl
 int bs_vk_quantize_q8(bs_vk_ctx *c, const float *x, int d, int n, void *out);
 /* out[t] = row tokens[t] of m as the embedding kernel reads it (n rows of m->ne0 floats). */
 int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int n, float *out);
+/* Every kernel's pipeline built now (a context builds each when first dispatched): 0, or -1
+ * naming the kernel whose pipeline the driver would not build. */
+int bs_vk_pipes_build(bs_vk_ctx *c);
 /* One step kernel alone, for the tests: the shader `kernel` (the name of its .comp without
  * options: norm, ew, conv, delta, rope, kv_store, attn, act_round) dispatched over (gx, gy, gz)
  * groups on n_bind buffers filled from data[i] (bytes[i] each; NULL data: zeros) and read back

@@ -38,7 +38,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ROWS_F32] = {"get_rows", 4, 16, 2, {32, 1}},
     [BS_VK_K_NORM] = {"norm", 8, 40, 0, {0}},
     [BS_VK_K_EW] = {"ew", 3, 16, 0, {0}},
-    [BS_VK_K_CONV] = {"conv", 4, 28, 0, {0}},
+    [BS_VK_K_CONV] = {"conv", 5, 32, 0, {0}},
     [BS_VK_K_DELTA] = {"delta", 7, 36, 0, {0}},
     [BS_VK_K_ROPE] = {"rope", 2, 16, 0, {0}},
     [BS_VK_K_KV_STORE] = {"kv_store", 5, 12, 0, {0}},
@@ -53,7 +53,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
-    [BS_VK_K_ARGMAX] = {"argmax", 2, 4, 0, {0}},
+    [BS_VK_K_ARGMAX] = {"argmax", 3, 8, 0, {0}},
     [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
     [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},
     [BS_VK_K_FMA_PROBE] = {"fma_probe", 2, 4, 0, {0}},
@@ -71,11 +71,11 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVN_Q8] = {"mv_q", 17, 60, 5, {8, 1, 0, 0, 1}},
     [BS_VK_K_MVN_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 0, 0, 1}},
     /* mv_q with the DeltaNet conv in its epilogue (CONV: three more bindings, K pushed) */
-    [BS_VK_K_MVC_Q1] = {"mv_qc", 20, 64, 5, {1, 4, 0, 0, 0}},
-    [BS_VK_K_MVC_Q2_128] = {"mv_qc", 20, 64, 5, {2, 4, 0, 0, 0}},
-    [BS_VK_K_MVC_Q2_64] = {"mv_qc", 20, 64, 5, {2, 2, 0, 0, 0}},
-    [BS_VK_K_MVC_Q8] = {"mv_qc", 20, 64, 5, {8, 1, 0, 0, 0}},
-    [BS_VK_K_MVC_Q4_1] = {"mv_qc", 20, 64, 5, {4, 1, 0, 0, 0}},
+    [BS_VK_K_MVC_Q1] = {"mv_qc", 21, 68, 5, {1, 4, 0, 0, 0}},
+    [BS_VK_K_MVC_Q2_128] = {"mv_qc", 21, 68, 5, {2, 4, 0, 0, 0}},
+    [BS_VK_K_MVC_Q2_64] = {"mv_qc", 21, 68, 5, {2, 2, 0, 0, 0}},
+    [BS_VK_K_MVC_Q8] = {"mv_qc", 21, 68, 5, {8, 1, 0, 0, 0}},
+    [BS_VK_K_MVC_Q4_1] = {"mv_qc", 21, 68, 5, {4, 1, 0, 0, 0}},
     [BS_VK_K_DELTA_NORM] = {"delta_norm", 13, 36, 0, {0}},
     [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
 };
@@ -199,9 +199,25 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
                                     .queryCount = MAX_SETS + 1};
         if (fn->vkCreateQueryPool(c->dev, &qi, NULL, &c->qpool) != VK_SUCCESS) c->profiling = false;
     }
-    if (pipe_new(c, &c->pipes[BS_VK_K_FMA_PROBE], &KERNELS[BS_VK_K_FMA_PROBE]) || fma_probe(c)) return -1;
+    /* the others are built when first dispatched (a model takes some 25 of them; building them
+       all took most of a short run's time on a CPU device), or all at once: bs_vk_pipes_build */
+    return fma_probe(c);
+}
+
+/* Kernel k's pipeline, built now if it is not yet (a failed build is not tried again). */
+static const bs_vk_pipe *pipe_get(bs_vk_ctx *c, int k) {
+    bs_vk_pipe *p = &c->pipes[k];
+    if (p->pipe) return p;
+    if (p->mod) {
+        bs_error("Vulkan: the %s pipeline could not be built", KERNELS[k].shader);
+        return NULL;
+    }
+    return pipe_new(c, p, &KERNELS[k]) ? NULL : p;
+}
+
+int bs_vk_pipes_build(bs_vk_ctx *c) {
     for (int k = 0; k < BS_VK_K_COUNT; k++)
-        if (k != BS_VK_K_FMA_PROBE && pipe_new(c, &c->pipes[k], &KERNELS[k])) return -1;
+        if (!pipe_get(c, k)) return -1;
     return 0;
 }
 
@@ -284,14 +300,33 @@ int bs_vk_record_end(bs_vk_ctx *c) {
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: vkEndCommandBuffer failed");
 }
 
-int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd) {
+int bs_vk_submit_cmd_to(bs_vk_ctx *c, VkCommandBuffer cmd, VkFence f) {
     if (bs_vk_staging_flush(c)) return -1;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-    if (c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
-    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
-    c->fn->vkResetFences(c->dev, 1, &c->fence);
+    if (c->fn->vkQueueSubmit(c->queue, 1, &si, f) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
     c->stats.submits++;
+    return 0;
+}
+
+int bs_vk_fence_wait(bs_vk_ctx *c, VkFence f) {
+    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &f, VK_TRUE, UINT64_MAX);
+    c->fn->vkResetFences(c->dev, 1, &f);
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
+}
+
+void bs_vk_idle(bs_vk_ctx *c) { c->fn->vkQueueWaitIdle(c->queue); }
+
+int bs_vk_fence_new(bs_vk_ctx *c, VkFence *f) {
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    return c->fn->vkCreateFence(c->dev, &fi, NULL, f) == VK_SUCCESS ? 0 : bs_error("Vulkan: fence");
+}
+
+void bs_vk_fence_free(bs_vk_ctx *c, VkFence f) {
+    if (f) c->fn->vkDestroyFence(c->dev, f, NULL);
+}
+
+int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd) {
+    return bs_vk_submit_cmd_to(c, cmd, c->fence) || bs_vk_fence_wait(c, c->fence) ? -1 : 0;
 }
 
 static const char *kernel_name(int k);
@@ -315,6 +350,9 @@ static void stats_print(const bs_vk_ctx *c) {
                     "%.0f bytes read back, %.0f weight bytes read\n",
             (unsigned long long)t->tokens, t->dispatches / n, t->barriers / n, t->submits / n, t->read_bytes / n,
             t->weight_bytes / n);
+    if (t->ahead)
+        fprintf(stderr, "vulkan steps submitted ahead: %llu, undone: %llu\n", (unsigned long long)t->ahead,
+                (unsigned long long)t->discarded);
 }
 
 void bs_vk_profile_print(bs_vk_ctx *c) {
@@ -348,7 +386,8 @@ static void profile_collect(bs_vk_ctx *c) {
 
 /* kernel k's pipeline, buffers and push constants bound for a dispatch */
 static int bind_kernel(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push) {
-    const bs_vk_pipe *p = &c->pipes[k];
+    const bs_vk_pipe *p = pipe_get(c, k);
+    if (!p) return -1;
     if (c->dsets_used >= MAX_SETS) return bs_error("Vulkan: too many dispatches in one submission");
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = c->dpool,
                                       .descriptorSetCount = 1, .pSetLayouts = &p->dsl};

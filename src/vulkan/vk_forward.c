@@ -131,7 +131,7 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
         if (W[i]->borrowed) cm[nc] = W[i], cy[nc++] = y[i];
     if (nc && conv)
         TRY(bs_vk_record_mv_conv(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy, conv[0], conv[1], conv[2],
-                                 s->net->hp.conv_kernel));
+                                 s->net->hp.conv_kernel, conv[3]));
     else if (nc) TRY(bs_vk_record_mv_cat(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy));
     for (int i = 0; i < nc; i++)
         if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, &s->lu, cy[i]));
@@ -193,13 +193,23 @@ typedef struct vk_part {
     bool snap;                    /* a pending snapshot: this pass takes it (bs_vk_sess_snapshot) */
 } vk_part;
 
-/* The delta rule's state of layer L for a step of st: where it is updated, and, on the step after
- * a snapshot, the other buffer of the pair it is read from (*from_in 1; else the net's dummy). */
-static const bs_vk_buf *ssm_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in) {
-    bs_vk_buf *cur = bs_vk_ssm_cur(st, L->slot), *other = st->ssm_flip ? &st->ssm[L->slot] : &st->ssm_bak[L->slot];
+/* A recurrent state of layer L for a step of st (pair: the delta rule's, ssm / ssm_bak, or the
+ * conv windows, conv / conv_bak): where it is updated, and, on the step after a snapshot, the
+ * other buffer of the pair it is read from (*from_in 1; else *in is the net's dummy). */
+static const bs_vk_buf *pair_bind(bs_vk_sess *st, bs_vk_buf *a, bs_vk_buf *b, const vk_layer *L, const bs_vk_buf **in,
+                                  uint32_t *from_in) {
+    bs_vk_buf *cur = st->pair_flip ? &b[L->slot] : &a[L->slot], *other = st->pair_flip ? &a[L->slot] : &b[L->slot];
     *from_in = st->snap == SNAP_PENDING;
     *in = *from_in ? cur : &st->net->dummy;
     return *from_in ? other : cur;
+}
+
+static const bs_vk_buf *ssm_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in) {
+    return pair_bind(st, st->ssm, st->ssm_bak, L, in, from_in);
+}
+
+static const bs_vk_buf *conv_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in) {
+    return pair_bind(st, st->conv, st->conv_bak, L, in, from_in);
 }
 
 /* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
@@ -209,9 +219,10 @@ static const bs_vk_buf *ssm_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk_
 static int gdn_conv(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, dk = (uint32_t)hp->d_k, cd = (uint32_t)hp->conv_dim;
-    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0; } cp = {cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk,
-                                                                         hp->eps, r0};
-    const bs_vk_buf *cb[4] = {&io->a, &st->conv[L->slot], &L->conv1d, &io->cc};
+    struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0, from_in; } cp = {
+        cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk, hp->eps, r0, 0};
+    const bs_vk_buf *in, *win = conv_bind(st, L, &in, &cp.from_in);
+    const bs_vk_buf *cb[5] = {&io->a, win, &L->conv1d, &io->cc, in};
     return bs_vk_dispatch(st->net->c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1);
 }
 
@@ -259,7 +270,9 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
-    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[3] = {&s->conv[L->slot], &L->conv1d, &s->cc};
+    uint32_t win_from_in;
+    const bs_vk_buf *win_in, *win = conv_bind(s, L, &win_in, &win_from_in);
+    const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[4] = {win, &L->conv1d, &s->cc, win_from_in ? win_in : NULL};
     TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } dp = {
         nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0};
@@ -500,8 +513,10 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
     if (!s->greedy) return 0;
     bs_vk_barrier(s->net->c);
     const uint32_t V = (uint32_t)s->net->hp.n_vocab;
-    const bs_vk_buf *bb[2] = {&s->logits, &s->ids};
-    return bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, &V, (uint32_t)k, 1, 1);
+    /* feed: the token the step submitted after this one embeds, in the other set */
+    const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : &s->net->dummy};
+    const uint32_t push[2] = {V, s->feed};
+    return bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1);
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
@@ -511,14 +526,7 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
-    bool snaps = !pt && s->snap == SNAP_PENDING;   /* snapshots' conv windows first, in the same submission */
-    if (snaps) bs_vk_record_snapshot(s);
-    for (int i = 0; pt && i < np; i++)
-        if (pt[i].snap) {
-            bs_vk_record_snapshot(pt[i].s);
-            snaps = true;
-        }
-    if (snaps) bs_vk_barrier(c);
+    if (s->feed) bs_vk_barrier(c);   /* submitted while the step before may still run */
     if (!s->rows_in) TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     bool normed = false;          /* x holds the residual stream with the FFN's output, normed */
@@ -541,23 +549,35 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     return record_logits(s, n, logits_rows, pt, np);
 }
 
-/* Which of a session's state buffers a step binds: the delta rule's pair's order, and whether it
- * reads the other one and copies the windows (a pending snapshot). */
-static int state_key(const bs_vk_sess *s) { return (s->snap == SNAP_PENDING) | (int)s->ssm_flip << 1; }
+/* Which of a session's state buffers a step binds: the pairs' order, and whether it reads the
+ * other ones (a pending snapshot). */
+static int state_key(const bs_vk_sess *s) { return (s->snap == SNAP_PENDING) | (int)s->pair_flip << 1; }
+
+/* A cached recording submitted: waited for, or with fence f (not waited for). */
+static int submit_step(bs_vk_sess *s, const struct step_cache *e, VkFence f) {
+    bs_vk_count_submit(s->net->c, &e->counts);
+    if (!f) return bs_vk_submit_cmd(s->net->c, e->cmd);
+    if (bs_vk_submit_cmd_to(s->net->c, e->cmd, f)) return -1;
+    s->busy[s->io] = e->cmd;   /* f is the current set's fence: bs_vk_sess_wait clears it */
+    return 0;
+}
 
 /* The recording of a step of n rows (rows with logits; a batch's with key and its parts) from
- * the cache, recorded into it first if it is not there, and submitted. */
-static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np) {
+ * the cache, recorded into it first if it is not there, and submitted (f: submit_step's). */
+static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, const vk_part *pt, int np, VkFence f) {
     bs_vk_ctx *c = s->net->c;
     const int state = state_key(s);
-    for (int i = 0; i < CACHE_STEPS; i++)
-        if (s->cache[i].cmd && s->cache[i].n == n && s->cache[i].rows == rows && s->cache[i].greedy == s->greedy &&
-            s->cache[i].state == state && !memcmp(&s->cache[i].key, key, sizeof *key)) {
-            bs_vk_count_submit(c, &s->cache[i].counts);
-            return bs_vk_submit_cmd(c, s->cache[i].cmd);
-        }
-    struct step_cache *e = &s->cache[s->cache_next];
-    s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
+    for (int i = 0; i < CACHE_STEPS; i++) {
+        const struct step_cache *e = &s->cache[i];
+        if (e->cmd && e->n == n && e->rows == rows && e->greedy == s->greedy && e->feed == s->feed && e->io == s->io &&
+            e->state == state && !memcmp(&e->key, key, sizeof *key))
+            return submit_step(s, e, f);
+    }
+    struct step_cache *e;
+    do {   /* never a recording still in flight (at most two: vk_ahead.c's) */
+        e = &s->cache[s->cache_next];
+        s->cache_next = (s->cache_next + 1) % CACHE_STEPS;
+    } while (e->cmd && (e->cmd == s->busy[0] || e->cmd == s->busy[1]));
     bs_vk_step_drop(s, e);
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->cpool,
                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
@@ -573,13 +593,14 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     rc = bs_vk_record_end(c) || rc;
     if (rc) { bs_vk_step_drop(s, e); return -1; }
     e->counts = c->rec;
-    bs_vk_count_submit(c, &e->counts);
     e->n = n;
     e->rows = rows;
     e->greedy = s->greedy;
+    e->feed = s->feed;
+    e->io = s->io;
     e->state = state;
     memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
-    return bs_vk_submit_cmd(c, e->cmd);
+    return submit_step(s, e, f);
 }
 
 /* One step of n rows: the cached recording of its shape (taps are recorded for the step alone). */
@@ -591,7 +612,7 @@ static int run_step(bs_vk_sess *s, int n, int rows, const int *taps, int n_taps)
         return bs_vk_submit(c) || rc ? -1 : 0;
     }
     static const batch_key none;
-    return run_cached(s, n, rows, &none, NULL, 0);
+    return run_cached(s, n, rows, &none, NULL, 0, VK_NULL_HANDLE);
 }
 
 /* Room for n_taps taps of every row (the drafter reads them from there). */
@@ -604,6 +625,28 @@ static int taps_ensure(bs_vk_sess *s, int n_taps) {
     return bs_vk_buf_new(s->net->c, &s->taps, bytes, true);
 }
 
+/* A step's values besides its tokens: the rope table's rows and the positions from p0. */
+static void step_values(bs_vk_sess *s, const float *rope, uint32_t p0, int m) {
+    const int nr = s->net->hp.n_rot;
+    if (nr > 0) memcpy(s->rope.map, rope, sizeof(float) * (size_t)m * (size_t)nr);
+    memcpy(s->params.map, &p0, 4);
+    attn_split_groups(s, p0, m);
+}
+
+int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f) {
+    TRY(lora_sync(s));
+    if (tok) memcpy(s->tok.map, tok, 4);
+    step_values(s, rope, (uint32_t)pos0, 1);
+    static const batch_key none;
+    s->greedy = s->feed = true;
+    const int rc = run_cached(s, 1, 1, &none, NULL, 0, f);
+    s->greedy = s->feed = false;
+    if (rc) return bs_error_prefix("Vulkan eval: ");
+    bs_vk_sess_stepped(s);
+    s->net->c->stats.tokens++;
+    return 0;
+}
+
 /* logits_mode as bs_vk_sess_eval; tokens, or embedding rows [n][n_embd] (embd != NULL) written
  * straight into x; ids (then logits_mode 1): the last row's argmax instead of its logits. */
 static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, int n, int pos0, const float *rope,
@@ -611,7 +654,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
-    TRY(lora_sync(s) || taps_ensure(s, n_taps));
+    TRY(bs_vk_sess_settle(s) || lora_sync(s) || taps_ensure(s, n_taps));
     for (int off = 0; off < n; off += s->B) {
         const int m = BS_MIN(s->B, n - off);
         const bool last = off + m == n;
@@ -622,10 +665,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         }
         if (embd && bs_vk_buf_write(s->net->c, &s->x, 0, embd + (size_t)off * E, sizeof(float) * (size_t)m * E))
             return bs_error_prefix("Vulkan eval: ");
-        if (hp->n_rot > 0) memcpy(s->rope.map, rope + (size_t)off * hp->n_rot, sizeof(float) * (size_t)m * hp->n_rot);
-        const uint32_t p0 = (uint32_t)(pos0 + off);
-        memcpy(s->params.map, &p0, 4);
-        attn_split_groups(s, p0, m);
+        step_values(s, rope + (size_t)off * hp->n_rot, (uint32_t)(pos0 + off), m);
         s->greedy = ids && rows;
         s->rows_in = embd != NULL;
         const int rc = run_step(s, m, rows, taps, n_taps);
@@ -723,7 +763,8 @@ static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
         k->q[i].n_logit = pt[i].n_logit;
         k->q[i].n_taps = pt[i].n_taps;
         k->q[i].snap = pt[i].snap;
-        k->q[i].flip = pt[i].s->ssm_flip;
+        k->q[i].flip = pt[i].s->pair_flip;
+        k->q[i].io = pt[i].s->io;
         for (int t = 0; t < pt[i].n_taps; t++) k->q[i].taps[t] = pt[i].taps[t];
     }
     return true;
@@ -733,7 +774,7 @@ static bool batch_key_of(const vk_part *pt, int np, batch_key *k) {
  * that one's recording; others are recorded (into the scratch session's cache). */
 static int batch_run(bs_vk_sess *S, int R, const vk_part *pt, int np) {
     batch_key key;
-    if (!S->no_cache && batch_key_of(pt, np, &key)) return run_cached(S, R, 0, &key, pt, np);
+    if (!S->no_cache && batch_key_of(pt, np, &key)) return run_cached(S, R, 0, &key, pt, np, VK_NULL_HANDLE);
     bs_vk_ctx *c = S->net->c;
     TRY(bs_vk_begin(c));
     const int rc = record_chunk(S, R, 0, NULL, 0, pt, np);
@@ -747,6 +788,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     vk_part pt[BS_VK_BATCH_SEQS] = {{0}};
     TRY(batch_check(b, q, n_seq) || lora_sync(S));
     int R = 0;
+    for (int i = 0; i < n_seq; i++) TRY(bs_vk_sess_settle(q[i].s));
     for (int i = 0; i < n_seq; i++) {
         bs_vk_sess *s = q[i].s;
         TRY(taps_ensure(s, q[i].n_taps));

@@ -33,7 +33,7 @@
     X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkResetCommandBuffer) X(vkFreeCommandBuffers) \
     X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) \
     X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
-    X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
+    X(vkQueueSubmit) X(vkQueueWaitIdle) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences) \
     X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool) X(vkCmdWriteTimestamp) \
     X(vkGetQueryPoolResults) X(vkCmdDispatchIndirect)
 
@@ -70,7 +70,7 @@ typedef struct bs_vk_buf {
     int heap;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 20 };
+enum { BS_VK_PIPE_MAX_BIND = 21 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
@@ -241,11 +241,12 @@ bool bs_vk_norm_fusable(const bs_vk_matrix *m);
 /* Whether a layout's (or a matrix's) products can take the DeltaNet conv in their epilogue (an
  * integer layout of one part), and that dispatch (up to 8 rows): bs_vk_record_mv_cat's, then
  * the conv + SiLU of m[0]'s rows (the conv channels) over the window win ([K-1][m[0]->ne1],
- * moved on) with the weights cw ([ne1][K]) into co ([n][ne1]): conv.comp's bits. */
+ * moved on) with the weights cw ([ne1][K]) into co ([n][ne1]): conv.comp's bits. win_in: the
+ * window read from there instead, the moved one written to win (NULL: win in place). */
 bool bs_vk_conv_fusable(const bs_vk_matrix *lay);
 int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
                          const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *win,
-                         const bs_vk_buf *cw, const bs_vk_buf *co, int K);
+                         const bs_vk_buf *cw, const bs_vk_buf *co, int K, const bs_vk_buf *win_in);
 int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
                          const bs_vk_buf *const *qout, const bs_vk_buf *cnt);
@@ -326,6 +327,15 @@ int bs_vk_submit(bs_vk_ctx *c);
 int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);
 int bs_vk_record_end(bs_vk_ctx *c);
 int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd);
+/* The same without waiting: f signals when it is done (bs_vk_fence_wait waits and resets it).
+ * The queue runs submissions in order; a recording that may start while its predecessor
+ * still runs begins with a barrier. */
+int bs_vk_submit_cmd_to(bs_vk_ctx *c, VkCommandBuffer cmd, VkFence f);
+int bs_vk_fence_wait(bs_vk_ctx *c, VkFence f);
+/* Everything submitted to the queue finished (before buffers a step in flight may bind go). */
+void bs_vk_idle(bs_vk_ctx *c);
+int bs_vk_fence_new(bs_vk_ctx *c, VkFence *f);
+void bs_vk_fence_free(bs_vk_ctx *c, VkFence f);
 /* c->rec: the counts of the recording bs_vk_record_end just closed (a cached step keeps them
  * and adds them to the stats with bs_vk_count_submit at each submission). */
 void bs_vk_count_submit(bs_vk_ctx *c, const bs_vk_rec *r);

@@ -340,12 +340,14 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
                       int K) {
     if (nm < 1 || nm > BS_VK_CAT_MAX) return bs_error("Vulkan: %d products in one layout", nm);
     const bs_vk_mat_part *p = &lay->parts[0];
-    struct { mvq_push qp; uint32_t K; } push;
+    struct { mvq_push qp; uint32_t K, from_in; } push;
     mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
                    .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
     uint32_t *e = &qp.e1, *l = &qp.l0;
-    const bs_vk_buf *bi[20] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
-                              y[0], y[0], y[0], conv ? conv[0] : NULL, conv ? conv[1] : NULL, conv ? conv[2] : NULL};
+    /* in place, the conv weights (read only, never read as the window) fill binding 20 */
+    const bs_vk_buf *bi[21] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
+                              y[0], y[0], y[0], conv ? conv[0] : NULL, conv ? conv[1] : NULL, conv ? conv[2] : NULL,
+                              conv ? (conv[3] ? conv[3] : conv[1]) : NULL};
     for (int k = 1; k < nm; k++) {
         e[k - 1] = (uint32_t)m[k]->rbase;
         l[k] = (uint32_t)m[k]->ne1;
@@ -354,6 +356,7 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
     c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
     push.qp = qp;
     push.K = (uint32_t)K;
+    push.from_in = conv && conv[3];
     const int k = conv ? glu_kernel(lay->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVC_Q1 : lay->kernel;
     return dispatch_mvq(c, k, bi, &push, (uint64_t)p->rows, (uint32_t)lay->split, n);
 }
@@ -369,10 +372,10 @@ bool bs_vk_conv_fusable(const bs_vk_matrix *lay) {
 
 int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
                          const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *win,
-                         const bs_vk_buf *cw, const bs_vk_buf *co, int K) {
+                         const bs_vk_buf *cw, const bs_vk_buf *co, int K, const bs_vk_buf *win_in) {
     if (!bs_vk_conv_fusable(lay) || n < 1 || n > 8 || K < 1 || K > 9)
         return bs_error("Vulkan: no conv in this product's epilogue (%d rows, K %d)", n, K);
-    const bs_vk_buf *conv[3] = {win, cw, co};
+    const bs_vk_buf *conv[4] = {win, cw, co, win_in};
     return record_cat(c, lay, m, nm, aq, as, am, n, y, conv, K);
 }
 
@@ -488,22 +491,29 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
     return dispatch_mvq(c, k, b, &qp, (uint64_t)p->rows, (uint32_t)m->split, n);
 }
 
-/* bs_vk_matvec_conv's conv: window (moved on), weights, K, output (NULL: none) */
-typedef struct matvec_conv { float *win; const float *w; int K; float *out; } matvec_conv;
+/* bs_vk_matvec_conv's conv: window (moved on), weights, K, output (NULL: none), window read
+ * from a buffer of its own */
+typedef struct matvec_conv { float *win; const float *w; int K; float *out; bool from_in; } matvec_conv;
 
+/* window (zeros with from_in), weights, output, and with from_in the window read */
 static int conv_bufs(bs_vk_ctx *c, const bs_vk_matrix *m, int n, const matvec_conv *cv, bs_vk_buf *b) {
     const uint64_t wb = 4u * (uint64_t)(cv->K - 1 > 0 ? cv->K - 1 : 1) * m->ne1;
-    return bs_vk_buf_new(c, &b[0], wb, true) || bs_vk_buf_new(c, &b[1], 4u * (uint64_t)cv->K * m->ne1, true) ||
-           bs_vk_buf_new(c, &b[2], 4u * (uint64_t)n * m->ne1, true) ||
-           bs_vk_buf_write(c, &b[0], 0, cv->win, 4u * (size_t)(cv->K - 1) * m->ne1) ||
-           bs_vk_buf_write(c, &b[1], 0, cv->w, 4u * (size_t)cv->K * m->ne1);
+    const size_t used = 4u * (size_t)(cv->K - 1) * m->ne1;
+    float *z = bs_xcalloc(used / 4 + 1, 4);
+    const int rc = bs_vk_buf_new(c, &b[0], wb, true) || bs_vk_buf_new(c, &b[1], 4u * (uint64_t)cv->K * m->ne1, true) ||
+                   bs_vk_buf_new(c, &b[2], 4u * (uint64_t)n * m->ne1, true) ||
+                   bs_vk_buf_write(c, &b[0], 0, cv->from_in ? z : cv->win, used) ||
+                   bs_vk_buf_write(c, &b[1], 0, cv->w, 4u * (size_t)cv->K * m->ne1) ||
+                   (cv->from_in && (bs_vk_buf_new(c, &b[3], wb, true) || bs_vk_buf_write(c, &b[3], 0, cv->win, used)));
+    free(z);
+    return rc;
 }
 
 static int matvec_run(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, const matvec_conv *cv) {
     if (n <= 0 || n > 65535 * 8) return bs_error("Vulkan matvec: bad row count %d", n);
     const uint64_t xb = 4u * (uint64_t)n * m->ne0, yb = 4u * (uint64_t)n * m->ne1;
     if (xb > c->max_binding || yb > c->max_binding) return bs_error("Vulkan matvec: %d rows do not fit one binding", n);
-    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0}, bc[3] = {{0}};
+    bs_vk_buf bx, by, bq = {0}, bs = {0}, bm = {0}, br = {0}, bc[4] = {{0}};
     if (bs_vk_buf_new(c, &bx, xb, true)) return -1;
     if (bs_vk_buf_new(c, &by, yb, true)) { bs_vk_buf_free(c, &bx); return -1; }
     const bool f32 = m->kernel == BS_VK_K_MV_F32;
@@ -523,7 +533,8 @@ static int matvec_run(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n
         bs_vk_barrier(c);
     }
     const bs_vk_buf *ys[1] = {&by};
-    if (!rc) rc = cv ? bs_vk_record_mv_conv(c, m, &m, 1, &bq, &bs, &bm, n, ys, &bc[0], &bc[1], &bc[2], cv->K)
+    if (!rc) rc = cv ? bs_vk_record_mv_conv(c, m, &m, 1, &bq, &bs, &bm, n, ys, &bc[0], &bc[1], &bc[2], cv->K,
+                                            cv->from_in ? &bc[3] : NULL)
                      : bs_vk_record_mv(c, m, m->act ? &br : &bx, &bq, &bs, &bm, n, &by);
     if (c->recording) rc = bs_vk_submit(c) || rc;
     if (!rc) rc = bs_vk_buf_read(c, &by, 0, y, yb);
@@ -535,7 +546,7 @@ static int matvec_run(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n
     bs_vk_buf_free(c, &bs);
     bs_vk_buf_free(c, &br);
     bs_vk_buf_free(c, &bm);
-    for (int i = 0; i < 3; i++) bs_vk_buf_free(c, &bc[i]);
+    for (int i = 0; i < 4; i++) bs_vk_buf_free(c, &bc[i]);
     return rc ? -1 : 0;
 }
 
@@ -544,8 +555,8 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
 }
 
 int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
-                      float *out) {
-    const matvec_conv cv = {win, w, K, out};
+                      float *out, bool from_in) {
+    const matvec_conv cv = {win, w, K, out, from_in};
     return matvec_run(c, m, x, n, y, &cv);
 }
 

@@ -122,6 +122,7 @@ static bs_vk_matrix *matrix_named(bs_vk_net *n, const char *name) {
 int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const float *b, float scale) {
     bs_vk_matrix *m = matrix_named(n, name);
     if (!m) return bs_error("Vulkan: LoRA tensor %s: the network has no such matrix", name);
+    bs_vk_idle(n->c);   /* a step decoded ahead may still run with the adapters as they were */
     if (r <= 0 || bs_vk_matrix_lora_add(n->c, m, r, a, b, scale)) return -1;
     n->lora_r = BS_MAX(n->lora_r, r);
     n->lora_out = BS_MAX(n->lora_out, (int)m->ne1);
@@ -130,6 +131,7 @@ int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const 
 }
 
 void bs_vk_net_lora_clear(bs_vk_net *n) {
+    bs_vk_idle(n->c);   /* the buffers freed here may be bound by a step still running */
     bs_vk_matrix_lora_clear(n->c, n->output);
     for (int il = 0; il < n->hp.n_layer; il++) {
         vk_layer *L = &n->L[il];

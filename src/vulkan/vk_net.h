@@ -42,14 +42,14 @@ struct bs_vk_net {
 
 enum { KEY_TAPS = 8 };
 /* A session's rollback snapshot of its recurrent state: none; pending (the state as it is now:
- * the next step copies the conv windows to conv_bak and writes the delta rule's state into the
- * other buffer of its pair, leaving the snapshot where it was); held (that step ran). */
+ * the next step writes the conv windows and the delta rule's state into the other buffers of
+ * their pairs, leaving the snapshot where it was); held (that step ran). */
 enum { SNAP_NONE, SNAP_PENDING, SNAP_HELD };
 /* What a batch's recorded pass binds and does: per sequence its session (uid, taps buffer), rows,
  * logits rows and taps. All zero for a session's own steps. */
 typedef struct batch_key {
     int n_seq;
-    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, flip, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
+    struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, flip, io, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
 } batch_key;
 
 struct bs_vk_sess {
@@ -72,14 +72,17 @@ struct bs_vk_sess {
         VkCommandBuffer cmd;
         VkDescriptorPool pool;
         bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
+        bool feed;                    /* and the argmax into the other set's token */
+        int io;                       /* the set of per-step buffers it binds */
         int state;                    /* the recurrent state's buffers it binds (state_key) */
         bs_vk_rec counts;             /* of the recording, for the stats */
     } cache[CACHE_STEPS];
     int cache_next;
     bool no_cache;                /* BITSPARK_VK_NO_CACHE=1 or profiling: record every step */
+    bool no_ahead;                /* BITSPARK_VK_NO_AHEAD=1: greedy decoding waits for each step */
     bs_vk_buf *conv, *ssm, *conv_bak, *ssm_bak, *kc, *vc;
-    bool ssm_flip;                /* the delta rule's state is in ssm_bak (else ssm): the pair swaps
-                                     on each step after a snapshot */
+    bool pair_flip;               /* the state is in ssm_bak and conv_bak (else ssm and conv): the
+                                     pairs swap on each step after a snapshot */
     int snap;                     /* SNAP_NONE / _PENDING / _HELD */
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
@@ -87,6 +90,17 @@ struct bs_vk_sess {
     uint64_t uid;                 /* never reused: what a batch's recordings know it by */
     uint32_t taps_gen;            /* changes when the taps buffer does */
     bool rows_in;                 /* this step's input rows are in x already (image rows) */
+    /* decoding ahead (vk_ahead.c): the per-step buffers (tok, rope, params, ids) in two sets,
+     * the current one in tok.. and the other in *_alt, swapped after each step submitted ahead,
+     * so the host fills one while the device reads the other */
+    bs_vk_buf tok_alt, rope_alt, params_alt, ids_alt;
+    int io;                       /* the current set's index */
+    bool feed;                    /* this step: its argmax into tok_alt (the next step's token) */
+    VkFence fence[2];             /* per set: its step in flight */
+    VkCommandBuffer busy[2];      /* per set: the recording in flight (never dropped until waited) */
+    bool ahead;                   /* a step is in flight: token ahead_tok at ahead_pos, set ahead_io */
+    int32_t ahead_tok;
+    int ahead_pos, ahead_io;
 };
 
 /* A session of B rows per submission (logit_rows of them with logits); states: the recurrent
@@ -97,9 +111,14 @@ void bs_vk_step_drop(bs_vk_sess *s, struct step_cache *e);
 
 /* The delta rule's state of recurrent layer g as it is now. */
 bs_vk_buf *bs_vk_ssm_cur(bs_vk_sess *s, int g);
-/* A pending snapshot's part at the start of a step: the conv windows copied to conv_bak. */
-void bs_vk_record_snapshot(bs_vk_sess *s);
 /* After a step's submission: a pending snapshot is held (the state pair swapped). */
 void bs_vk_sess_stepped(bs_vk_sess *s);
+/* Before any other use of a session: a step in flight ahead waited for and undone. */
+int bs_vk_sess_settle(bs_vk_sess *s);
+/* The step submitted in set io (bs_vk_step_fed) waited for: its recording may go again. */
+int bs_vk_sess_wait(bs_vk_sess *s, int io);
+/* vk_forward.c: a one-row greedy step of token *tok (NULL: the one the step before fed it) at
+ * pos0 submitted with fence f (not waited for), its argmax fed into the other set's token. */
+int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f);
 
 #endif

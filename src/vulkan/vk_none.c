@@ -39,8 +39,8 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     return bs_error("no Vulkan backend");
 }
 int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
-                      float *out) {
-    (void)c; (void)m; (void)x; (void)n; (void)y; (void)win; (void)w; (void)K; (void)out;
+                      float *out, bool from_in) {
+    (void)c; (void)m; (void)x; (void)n; (void)y; (void)win; (void)w; (void)K; (void)out; (void)from_in;
     return bs_error("no Vulkan backend");
 }
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y) {
@@ -55,6 +55,7 @@ int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int 
     (void)c; (void)m; (void)tokens; (void)n; (void)out;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_pipes_build(bs_vk_ctx *c) { (void)c; return bs_error("no Vulkan backend"); }
 int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
                      size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
     (void)c; (void)kernel; (void)data; (void)bytes; (void)n_bind; (void)push; (void)push_bytes; (void)gx; (void)gy; (void)gz;
@@ -90,6 +91,10 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
 int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
                            const int *taps, int n_taps, float *tap_out) {
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)next; (void)taps; (void)n_taps; (void)tap_out;
+    return bs_error("no Vulkan backend");
+}
+int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next) {
+    (void)s; (void)tok; (void)pos0; (void)rope0; (void)rope1; (void)next;
     return bs_error("no Vulkan backend");
 }
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,

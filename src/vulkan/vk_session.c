@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define TRY(x) do { if (x) return -1; } while (0)
+
 int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
 
 int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
+    TRY(bs_vk_sess_settle(s));
     const size_t row = 4u * (size_t)s->n_taps * s->net->hp.n_embd;
     if (n < 0 || n > s->B || !s->taps.buf) return bs_error("Vulkan: no taps for %d rows", n);
     bs_vk_count_read(s->net->c, (size_t)n * row);
@@ -56,6 +59,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
     s->n_ctx = n_ctx;
     s->kv_f32 = kv_f32;
     s->no_cache = bs_env_flag("BITSPARK_VK_NO_CACHE") || c->profiling;
+    s->no_ahead = bs_env_flag("BITSPARK_VK_NO_AHEAD");
     s->B = B_rows;
     static uint64_t next_uid;
     s->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
@@ -130,10 +134,13 @@ void bs_vk_step_drop(bs_vk_sess *s, struct step_cache *e) {
 void bs_vk_sess_free(bs_vk_sess *s) {
     if (!s) return;
     bs_vk_ctx *c = s->net->c;
+    if (s->ahead) bs_vk_sess_wait(s, s->ahead_io);   /* its buffers are about to go */
     s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->dcnt, &s->xr,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids};
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
+                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    for (int i = 0; i < 2; i++) bs_vk_fence_free(c, s->fence[i]);
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {
         bs_vk_buf_free(c, &s->conv[g]);
@@ -149,47 +156,54 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     free(s);
 }
 
-/* The rollback snapshot of the recurrent state. The delta rule's state (3 MiB per layer of the
- * 27B) is never copied: a step after a snapshot reads it from one buffer of its pair and writes
- * the other (delta_lanes.glsl's from_in), so the state before that step stays where it was, and
- * restoring is swapping back. The conv windows (K - 1 rows) are copied at the start of that
- * step, in its own submission. As the CPU path keeps two halves (session.c's cur). */
-bs_vk_buf *bs_vk_ssm_cur(bs_vk_sess *s, int g) { return s->ssm_flip ? &s->ssm_bak[g] : &s->ssm[g]; }
-
-static void record_conv_copy(bs_vk_sess *s, bs_vk_buf *src, bs_vk_buf *dst) {
-    for (int g = 0; g < s->net->n_rec; g++) {
-        VkBufferCopy r = {0, 0, src[g].size};
-        bs_vk_cmd_copy(s->net->c, &src[g], &dst[g], &r);
-    }
-}
-
-void bs_vk_record_snapshot(bs_vk_sess *s) { record_conv_copy(s, s->conv, s->conv_bak); }
+/* The rollback snapshot of the recurrent state is never copied: the delta rule's state (3 MiB
+ * per layer of the 27B) and the conv windows are each a pair of buffers, a step after a
+ * snapshot reads them from one and writes the other (delta_lanes.glsl's and the convs' from_in),
+ * so the state before that step stays where it was, and restoring is swapping back, with no
+ * submission at all. As the CPU path keeps two halves (session.c's cur). */
+bs_vk_buf *bs_vk_ssm_cur(bs_vk_sess *s, int g) { return s->pair_flip ? &s->ssm_bak[g] : &s->ssm[g]; }
+static bs_vk_buf *conv_cur(bs_vk_sess *s, int g) { return s->pair_flip ? &s->conv_bak[g] : &s->conv[g]; }
 
 void bs_vk_sess_stepped(bs_vk_sess *s) {
     if (s->snap != SNAP_PENDING) return;
-    s->ssm_flip = !s->ssm_flip;
+    s->pair_flip = !s->pair_flip;
     s->snap = SNAP_HELD;
 }
 
 int bs_vk_sess_snapshot(bs_vk_sess *s) {
+    TRY(bs_vk_sess_settle(s));
     s->snap = SNAP_PENDING;
     return 0;
 }
 
 int bs_vk_sess_restore(bs_vk_sess *s) {
+    TRY(bs_vk_sess_settle(s));
     if (s->snap == SNAP_PENDING || s->net->n_rec == 0) return 0;   /* no step since: the state is it */
     if (s->snap != SNAP_HELD) return bs_error("Vulkan: no snapshot to restore");
-    if (bs_vk_begin(s->net->c)) return -1;
-    record_conv_copy(s, s->conv_bak, s->conv);
-    if (bs_vk_submit(s->net->c)) return -1;
-    s->ssm_flip = !s->ssm_flip;
+    s->pair_flip = !s->pair_flip;
     s->snap = SNAP_PENDING;   /* the state is the snapshot again, which the next step keeps */
     return 0;
 }
 
+/* A step submitted ahead that the caller did not ask for: waited for, then the state from
+ * before it put back (it took a snapshot); its KV rows lie past n_past, rewritten before read. */
+int bs_vk_sess_settle(bs_vk_sess *s) {
+    if (!s->ahead) return 0;
+    s->ahead = false;
+    bs_vk_ctx *c = s->net->c;
+    c->stats.discarded++;
+    return bs_vk_sess_wait(s, s->ahead_io) || bs_vk_sess_restore(s) ? -1 : 0;
+}
+
+int bs_vk_sess_wait(bs_vk_sess *s, int io) {
+    s->busy[io] = VK_NULL_HANDLE;
+    return bs_vk_fence_wait(s->net->c, s->fence[io]);
+}
+
 int bs_vk_sess_reset(bs_vk_sess *s) {
     bs_vk_ctx *c = s->net->c;
-    s->ssm_flip = false;
+    TRY(bs_vk_sess_settle(s));
+    s->pair_flip = false;
     s->snap = SNAP_NONE;
     if (s->net->n_rec == 0) return 0;
     if (bs_vk_begin(c)) return -1;
@@ -234,10 +248,12 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
     const bs_vk_net_desc *hp = &s->net->hp;
     const size_t kv_row = (s->kv_f32 ? 4 : 2) * (size_t)hp->n_head_kv * hp->head_dim, kvb = (size_t)n_pos * kv_row;
     if (n_pos < 0 || n_pos > s->n_ctx) return bs_error("Vulkan state: bad position count");
+    TRY(bs_vk_sess_settle(s));
     int rc = 0;
     for (int g = 0; g < s->net->n_rec && !rc; g++) {
         float *cp = conv + (size_t)g * conv_stride, *sp = ssm + (size_t)g * ssm_stride;
-        rc = (to_host ? bs_vk_buf_read(c, &s->conv[g], 0, cp, s->conv[g].size) : bs_vk_buf_write(c, &s->conv[g], 0, cp, s->conv[g].size)) ||
+        bs_vk_buf *cv = conv_cur(s, g);
+        rc = (to_host ? bs_vk_buf_read(c, cv, 0, cp, cv->size) : bs_vk_buf_write(c, cv, 0, cp, cv->size)) ||
              ssm_io(s, bs_vk_ssm_cur(s, g), sp, to_host);
     }
     if (!to_host) s->snap = SNAP_NONE;   /* a state loaded: whatever snapshot there was is not of it */

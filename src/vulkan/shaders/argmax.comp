@@ -2,11 +2,13 @@
 // argmax.comp: greedy decoding on the device. Workgroup r finds, in row r of n logits, the
 // lowest index holding the largest value (NaN never wins; a row of NaN gives 0), as a scan from
 // index 0 keeping the first maximum would: comparisons only, so every device agrees bit for bit.
-// ids[r] gets it, so a greedy step reads 4 bytes back instead of the row.
+// ids[r] gets it, so a greedy step reads 4 bytes back instead of the row; with feed, row 0's
+// also goes to the token the step submitted after this one embeds (vk_ahead.c).
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer L { float lg[]; };
 layout(std430, binding = 1) writeonly buffer I { uint ids[]; };
-layout(push_constant) uniform Push { uint n; } p;
+layout(std430, binding = 2) writeonly buffer F { uint next_tok[]; };
+layout(push_constant) uniform Push { uint n, feed; } p;
 
 const uint NONE = 0xffffffffu;
 shared float sv[256];
@@ -39,5 +41,9 @@ void main() {
         }
         barrier();
     }
-    if (t == 0u) ids[gl_WorkGroupID.x] = si[0] == NONE ? 0u : si[0];
+    if (t == 0u) {
+        const uint id = si[0] == NONE ? 0u : si[0];
+        ids[gl_WorkGroupID.x] = id;
+        if (p.feed != 0u && gl_WorkGroupID.x == 0u) next_tok[0] = id;
+    }
 }

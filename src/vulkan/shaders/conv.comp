@@ -6,12 +6,15 @@
 // token's conv they L2-norm it, as norm.comp's mode 1 does (the same sum tree and scale, so the
 // same bits), which saves that dispatch and its barrier; the other workgroups take 64 of the
 // remaining (v) channels each. r0: the sequence's first row in mixed and o (a batch's rows).
+// from_in: the window is read from win_in and the moved one written to win (the step after a
+// rollback snapshot: the window pair's other buffer keeps the snapshot); else win in place.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer M { float mixed[]; };   // [T][cd] pre-conv rows
 layout(std430, binding = 1) buffer S { float win[]; };              // [K-1][cd], oldest first
 layout(std430, binding = 2) readonly buffer W { float w[]; };       // [cd][K]
 layout(std430, binding = 3) buffer O { float o[]; };                // [T][cd]
-layout(push_constant) uniform Push { uint cd, K, T, nqk, dk; float eps; uint r0; } p;
+layout(std430, binding = 4) readonly buffer SI { float win_in[]; };  // from_in: the window read
+layout(push_constant) uniform Push { uint cd, K, T, nqk, dk; float eps; uint r0, from_in; } p;
 
 shared float part[64], part_lo[64];
 
@@ -19,7 +22,10 @@ shared float part[64], part_lo[64];
 #include "fma_rn.glsl"
 #include "norm_rn.glsl"
 
-float ext(uint r, uint c) { return r < p.K - 1u ? win[r * p.cd + c] : mixed[(p.r0 + r - (p.K - 1u)) * p.cd + c]; }
+float ext(uint r, uint c) {
+    if (r >= p.K - 1u) return mixed[(p.r0 + r - (p.K - 1u)) * p.cd + c];
+    return p.from_in != 0u ? win_in[r * p.cd + c] : win[r * p.cd + c];
+}
 
 float conv_at(uint t, uint c) {
     precise float s = 0.0;

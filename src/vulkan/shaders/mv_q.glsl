@@ -45,7 +45,8 @@
 // its n new values, so it convolves them with the window (binding 17, [K-1][l0], oldest first)
 // and the weights (18, [l0][K]) into binding 19 ([n][l0]), then moves that channel's window on
 // (no other invocation touches it): conv.comp's float operations in its order, so its bits,
-// without its dispatch and barrier. K is a push constant after eps.
+// without its dispatch and barrier. K is a push constant after eps, then from_in: the window
+// read from binding 20 and the moved one written to 17 (conv.comp's from_in), else 17 in place.
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint BITS = 1;
 layout(constant_id = 1) const uint SUBS = 4;
@@ -73,7 +74,8 @@ layout(std430, binding = 16) coherent buffer CNT { uint cnt[]; };
 layout(std430, binding = 17) buffer WIN { float win[]; };
 layout(std430, binding = 18) readonly buffer CW { float cw[]; };
 layout(std430, binding = 19) writeonly buffer CO { float co[]; };
-layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; uint K; } p;
+layout(std430, binding = 20) readonly buffer WIN_IN { float win_in[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; uint K, from_in; } p;
 #else
 layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } p;
 #endif
@@ -302,18 +304,20 @@ void norm_rows_last(uint lid, uint r0, uint nr) {
 #ifdef BS_CONV
 // Channel c's conv over its window and the nr new values x (conv.comp's conv_at and
 // move_window: sums in tap order from 0, then x / (1 + exp(-x))).
+float win_at(uint i) { return p.from_in != 0u ? win_in[i] : win[i]; }
+
 void conv_channel(uint c, uint nr, float x[8]) {
     const uint cd = p.l0, km1 = p.K - 1u;
     for (uint t = 0u; t < nr; t++) {
         precise float s = 0.0;
         for (uint i = 0u; i < p.K; i++) {
             const uint r = t + i;
-            s = s + (r < km1 ? win[r * cd + c] : x[r - km1]) * cw[c * p.K + i];
+            s = s + (r < km1 ? win_at(r * cd + c) : x[r - km1]) * cw[c * p.K + i];
         }
         co[t * cd + c] = s / (1.0 + exp(-s));
     }
     float keep[8];
-    for (uint r = 0u; r < km1; r++) keep[r] = nr + r < km1 ? win[(nr + r) * cd + c] : x[nr + r - km1];
+    for (uint r = 0u; r < km1; r++) keep[r] = nr + r < km1 ? win_at((nr + r) * cd + c) : x[nr + r - km1];
     for (uint r = 0u; r < km1; r++) win[r * cd + c] = keep[r];
 }
 #endif
