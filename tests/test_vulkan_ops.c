@@ -26,6 +26,7 @@
 #include "formats/quant.h"
 #include "io/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -696,6 +697,57 @@ static void check_argmax(int n, int rows, int kind) {
     free(x); free(ids);
 }
 
+/* topk.comp: the sampler's candidates (sampler.c: NaN and -inf dropped, +inf as FLT_MAX, higher
+ * logit then lower id first) of a row of n logits, the kinds of check_argmax (4: +inf too) */
+typedef struct topk_ref { float v; uint32_t id; } topk_ref;
+static int topk_cmp(const void *a, const void *b) {
+    const topk_ref *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void check_topk(int n, int k, int kind) {
+    float *x = vec((size_t)n, 3.0f);
+    for (int i = 0; i < n; i++) {
+        if (kind == 1) x[i] = (float)(bs_rng_next(&rng) % 4) - 1.0f, x[i] = x[i] == 0.0f && i % 2 ? -0.0f : x[i];
+        if (kind == 2 && bs_rng_next(&rng) % 5 == 0) x[i] = bs_rng_next(&rng) % 2 ? NAN : -INFINITY;
+        if (kind == 3) x[i] = NAN;
+        if (kind == 4 && i % 97 == 5) x[i] = INFINITY;
+    }
+    topk_ref *ref = malloc(sizeof *ref * (size_t)n);
+    int nr = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(x[i]) && x[i] != -INFINITY) ref[nr++] = (topk_ref){x[i] > FLT_MAX ? FLT_MAX : x[i], (uint32_t)i};
+    qsort(ref, (size_t)nr, sizeof *ref, topk_cmp);
+    /* the levels as vk_forward.c's record_topk runs them, each a dispatch of its own here */
+    const size_t groups0 = ((size_t)n + 2047) / 2048;
+    uint32_t *ca = calloc(groups0 * (size_t)k * 2, 4), *cb = calloc(groups0 * (size_t)k * 2, 4), out[129], spare[2] = {0};
+    uint32_t nn = (uint32_t)n, mode = 0;
+    uint32_t *in = spare, *o = ca;
+    for (;;) {
+        const uint32_t groups = (nn + 2047) / 2048, last = groups == 1;
+        const uint32_t push[4] = {nn, (uint32_t)k, mode, last};
+        void *data[4] = {x, in, last ? spare : o, out};
+        size_t bytes[4] = {4u * (size_t)n, mode ? 8u * nn : 8u, last ? 8u : 8u * groups * (size_t)k, sizeof out};
+        CHECK(bs_vk_kernel_run(C, "topk", data, bytes, 4, push, sizeof push, groups, 1, 1) == 0);
+        if (last) break;
+        nn = groups * (uint32_t)k;
+        mode = 1;
+        in = o;
+        o = o == ca ? cb : ca;
+    }
+    const int want = nr < k ? nr : k;
+    int bad = (int)out[0] != want;
+    for (int i = 0; i < want && !bad; i++) {
+        float v;
+        memcpy(&v, &out[1 + 64 + i], 4);
+        bad += out[1 + i] != ref[i].id || !(v == ref[i].v || (v > FLT_MAX && ref[i].v == FLT_MAX));
+    }
+    CHECKF(!bad, "top-%d of %d logits (kind %d): %u candidates, want %d; first id %u, want %u", k, n, kind, out[0], want,
+           out[1], want ? ref[0].id : 0);
+    free(x); free(ref); free(ca); free(cb);
+}
+
 /* --- quant_q8.comp with a gate: the same bits as ew.comp's gate, then the plain quantizer ---- */
 static void quant_run(float *x, const float *g, size_t gn, int mode, uint32_t H, uint32_t D, size_t n, uint8_t *q, float *sc,
                       float *sm) {
@@ -796,6 +848,10 @@ int main(void) {
     static const int an[] = {1, 7, 255, 257, 1000, 248320};
     for (size_t i = 0; i < BS_ARRAY_LEN(an); i++)
         for (int kind = 0; kind < 4; kind++) check_argmax(an[i], kind == 0 ? 8 : 1 + (int)(i % 3), kind);
+    /* top-k: one workgroup, two and three levels (Bonsai's vocabulary), k 1..64 */
+    static const int tn[] = {5, 100, 2048, 2049, 5000, 248320}, tk[] = {1, 40, 64};
+    for (size_t i = 0; i < BS_ARRAY_LEN(tn); i++)
+        for (int kind = 0; kind < 5; kind++) check_topk(tn[i], tk[(i + (size_t)kind) % 3], kind);
     /* the gates folded into the quantizer: odd head counts, 1..8 rows, 27B's 48 x 128 and 24 x 256 */
     for (int rows = 1; rows <= 8; rows += 3) {
         check_quant_gate(1, rows, 3, 32);

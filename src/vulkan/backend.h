@@ -170,6 +170,13 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
  * the largest logit (NaN never wins), found on the device, so 4 bytes come back, not the row. */
 int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
                            const int *taps, int n_taps, float *tap_out);
+/* The same with the k best (k <= BS_VK_TOP_MAX) of the last row's logits instead: their ids and
+ * values, best first in the sampler's order (higher logit, then lower id; NaN and -inf never,
+ * +inf as FLT_MAX), found on the device (topk.comp), so 8 bytes each come back, not the row.
+ * Returns how many (fewer than k when fewer logits are candidates), or -1. No taps. */
+enum { BS_VK_TOP_MAX = 64 };
+int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
+                        float *vals);
 /* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out);

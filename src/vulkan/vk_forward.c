@@ -492,6 +492,27 @@ static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_tap
     return any;
 }
 
+/* The k best of logits row 0 into topv (topk.comp: levels of 2048-candidate sorts, each
+ * workgroup's k best to the next level, until one workgroup is left). */
+static int record_topk(bs_vk_sess *s, uint32_t k) {
+    bs_vk_ctx *c = s->net->c;
+    const bs_vk_buf *dummy = &s->net->dummy, *in = dummy, *out = &s->cand[0];
+    uint32_t n = (uint32_t)s->net->hp.n_vocab, mode = 0;
+    bs_vk_barrier(c);
+    for (;;) {
+        const uint32_t groups = (n + TOPK_CHUNK - 1) / TOPK_CHUNK, last = groups == 1;
+        const struct { uint32_t n, k, mode, last; } push = {n, k, mode, last};
+        const bs_vk_buf *bb[4] = {&s->logits, in, last ? dummy : out, &s->topv};
+        TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, 1, 1));
+        if (last) return 0;
+        bs_vk_barrier(c);
+        n = groups * k;
+        mode = 1;
+        in = out;
+        out = out == &s->cand[0] ? &s->cand[1] : &s->cand[0];
+    }
+}
+
 /* The final norm and LM head: the last logits_rows rows of a step, or each sequence's last
  * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. */
 static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np) {
@@ -510,6 +531,7 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
     if (!k) return 0;
     if (pt) bs_vk_barrier(s->net->c);
     TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
+    if (s->topk > 0) return record_topk(s, (uint32_t)s->topk);
     if (!s->greedy) return 0;
     bs_vk_barrier(s->net->c);
     const uint32_t V = (uint32_t)s->net->hp.n_vocab;
@@ -569,7 +591,8 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     const int state = state_key(s);
     for (int i = 0; i < CACHE_STEPS; i++) {
         const struct step_cache *e = &s->cache[i];
-        if (e->cmd && e->n == n && e->rows == rows && e->greedy == s->greedy && e->feed == s->feed && e->io == s->io &&
+        if (e->cmd && e->n == n && e->rows == rows && e->greedy == s->greedy && e->topk == s->topk && e->feed == s->feed &&
+            e->io == s->io &&
             e->state == state && !memcmp(&e->key, key, sizeof *key))
             return submit_step(s, e, f);
     }
@@ -596,6 +619,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     e->n = n;
     e->rows = rows;
     e->greedy = s->greedy;
+    e->topk = s->topk;
     e->feed = s->feed;
     e->io = s->io;
     e->state = state;
@@ -675,7 +699,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         bs_vk_sess_stepped(s);
         s->net->c->stats.tokens += (uint64_t)m;
         if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
-        else if (rows) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
+        else if (rows && !s->topk) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
         if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }
     return 0;
@@ -689,6 +713,36 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
 int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
                            const int *taps, int n_taps, float *tap_out) {
     return sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
+}
+
+/* topk.comp's buffers, made on first use: level outputs (a workgroup's k best each) and the list */
+static int top_ready(bs_vk_sess *s) {
+    if (s->topv.buf) return 0;
+    bs_vk_ctx *c = s->net->c;
+    const uint64_t groups = ((uint64_t)s->net->hp.n_vocab + TOPK_CHUNK - 1) / TOPK_CHUNK, bytes = 8u * groups * BS_VK_TOP_MAX;
+    if (bs_vk_buf_new(c, &s->cand[0], bytes, false) || bs_vk_buf_new(c, &s->cand[1], bytes, false) ||
+        bs_vk_buf_new(c, &s->topv, 4u * (1 + 2 * BS_VK_TOP_MAX), true)) {
+        for (int i = 0; i < 2; i++) bs_vk_buf_free(c, &s->cand[i]);
+        bs_vk_buf_free(c, &s->topv);
+        return bs_error_prefix("Vulkan top-k: ");
+    }
+    return 0;
+}
+
+int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
+                        float *vals) {
+    if (k < 1 || k > BS_VK_TOP_MAX) return bs_error("Vulkan top-k: k = %d (1..%d)", k, BS_VK_TOP_MAX);
+    TRY(top_ready(s));
+    s->topk = k;
+    const int rc = sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, NULL, NULL, 0, NULL);
+    s->topk = 0;
+    if (rc) return -1;
+    const uint32_t *o = s->topv.map;
+    const int got = (int)BS_MIN(o[0], (uint32_t)k);
+    memcpy(ids, o + 1, 4u * (size_t)got);
+    memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
+    bs_vk_count_read(s->net->c, 4u + 8u * (size_t)got);
+    return got;
 }
 
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,

@@ -102,7 +102,7 @@ enum bs_vk_kernel {
     BS_VK_K_ROWS_Q1, BS_VK_K_ROWS_Q2_128, BS_VK_K_ROWS_Q2_64, BS_VK_K_ROWS_Q8, BS_VK_K_ROWS_F32,
     BS_VK_K_NORM, BS_VK_K_EW, BS_VK_K_CONV, BS_VK_K_DELTA, BS_VK_K_ROPE, BS_VK_K_KV_STORE, BS_VK_K_ATTN, BS_VK_K_ACT_ROUND,
     BS_VK_K_GLU_Q1, BS_VK_K_GLU_Q2_128, BS_VK_K_GLU_Q2_64, BS_VK_K_GLU_Q8, BS_VK_K_GLU_Q4_1, BS_VK_K_MV_F32_LORA,
-    BS_VK_K_ATTN_NC, BS_VK_K_ARGMAX,
+    BS_VK_K_ATTN_NC, BS_VK_K_ARGMAX, BS_VK_K_TOPK,
     BS_VK_K_VIT_LN, BS_VK_K_VIT_EW,   /* the vision encoder's (vk_vision.c) */
     BS_VK_K_FMA_PROBE,                /* is fma() fused here (vk_exec.c) */
     BS_VK_K_GLUQ_Q1, BS_VK_K_GLUQ_Q2_128, BS_VK_K_GLUQ_Q2_64, BS_VK_K_GLUQ_Q8, BS_VK_K_GLUQ_Q4_1,   /* GLU + int8 out */

@@ -6,7 +6,8 @@
 #include "vulkan/vk_internal.h"
 
 enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
-enum { ATTN_GROUPS = 16 };   /* params' bytes from here: attn_split.comp's group counts this step */
+enum { ATTN_GROUPS = 16 };
+enum { TOPK_CHUNK = 2048 };   /* topk.comp's candidates per workgroup */   /* params' bytes from here: attn_split.comp's group counts this step */
 
 typedef struct vk_layer {
     bool rec;
@@ -65,6 +66,8 @@ struct bs_vk_sess {
     int n_chunk;                  /* attention chunks of the context (0: attn.comp's one pass) */
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
+    int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
+    bs_vk_buf cand[2], topv;      /* topk.comp's levels and its list (made on first use) */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
     struct step_cache {
         int n, rows;
@@ -73,6 +76,7 @@ struct bs_vk_sess {
         VkDescriptorPool pool;
         bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
         bool feed;                    /* and the argmax into the other set's token */
+        int topk;                     /* the logits row's k best into topv (0: none) */
         int io;                       /* the set of per-step buffers it binds */
         int state;                    /* the recurrent state's buffers it binds (state_key) */
         bs_vk_rec counts;             /* of the recording, for the stats */
