@@ -55,8 +55,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n_seq; i++) {
             if (q[i].done) continue;
             const bool first = step == 0;
-            b[nb++] = (bs_batch_seq){q[i].s, first ? q[i].prompt : &q[i].gen[q[i].n_gen - 1],
-                                     first ? (int)q[i].n_prompt : 1, BS_LOGITS_LAST, q[i].logits, NULL, NULL};
+            b[nb++] = (bs_batch_seq){.s = q[i].s, .tokens = first ? q[i].prompt : &q[i].gen[q[i].n_gen - 1],
+                                     .n = first ? (int)q[i].n_prompt : 1, .logits_mode = BS_LOGITS_LAST, .logits = q[i].logits};
         }
         if (!nb || bs_multi_eval(mb, b, nb)) {
             rc = nb > 0;
@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
         const int32_t *last = q[i].n_gen ? &q[i].gen[q[i].n_gen - 1] : &q[i].prompt[q[i].n_prompt - 1];
         memcpy(before + (size_t)nb * nv, q[i].logits, sizeof(float) * nv);
         rc = bs_session_rollback(q[i].s, n_past - 1);
-        b[nb++] = (bs_batch_seq){q[i].s, last, 1, BS_LOGITS_LAST, q[i].logits, NULL, NULL};
+        b[nb++] = (bs_batch_seq){.s = q[i].s, .tokens = last, .n = 1, .logits_mode = BS_LOGITS_LAST, .logits = q[i].logits};
     }
     if (!rc && nb) rc = bs_multi_eval(mb, b, nb);
     for (int k = 0; !rc && k < nb; k++) redone_same &= !memcmp(before + (size_t)k * nv, b[k].logits, sizeof(float) * nv);

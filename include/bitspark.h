@@ -134,6 +134,12 @@ BS_API int bs_eval(bs_session *s, const int32_t *tokens, int n_tokens, int logit
  * lowest id of the largest logit (NaN never wins). On a GPU the argmax runs there and only the
  * id comes back (not the n_vocab floats of the row). Returns 0 or -1. */
 BS_API int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps);
+/* bs_eval with BS_LOGITS_LAST, giving the k best (1 .. BS_TOP_MAX) of the row instead of the row:
+ * ids[] and logits[], best first in the sampler's order (the higher logit, then the lower id;
+ * NaN and -inf are never among them, +inf is). On a GPU they are found there and only they come
+ * back. Returns how many (fewer than k only when fewer logits are candidates) or -1. */
+#define BS_TOP_MAX 64
+BS_API int bs_eval_top(bs_session *s, const int32_t *tokens, int n_tokens, int k, int32_t *ids, float *logits);
 /* Whether the session evaluates on a GPU (where bs_eval_greedy saves the row's read-back). */
 BS_API bool bs_session_on_device(const bs_session *s);
 
@@ -180,6 +186,12 @@ typedef struct bs_batch_seq {
     float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
     int32_t *next;             /* LAST: NULL, or the greedy token of the row (as bs_eval_greedy);
                                   with it, on a GPU, the row itself may stay unwritten */
+    int top_k;                 /* LAST: 0, or the row's top_k best into top_ids / top_logits and
+                                  their count into *n_top (as bs_eval_top; the row may then stay
+                                  unwritten on a GPU) */
+    int32_t *top_ids;
+    float *top_logits;
+    int *n_top;
 } bs_batch_seq;
 /* Room for max_rows tokens in all per call, of which max_logit_rows (>= 1) get logits; n_threads
  * (0: 1) run the weight products. NULL + error. */
@@ -504,8 +516,10 @@ typedef struct bs_gen_request {
     bool greedy_on_device;     /* plain greedy decoding (temperature <= 0 and no grammar, bias,
                                   penalties, DRY, guard, logprobs or drafter) on a device takes
                                   only each token's id from it (the argmax there: the same
-                                  token), not the logits row; bs_gen_logits then keeps the
-                                  prompt's last row */
+                                  token), not the logits row; and sampling whose chain reads only
+                                  the top_k best logits (top_k 1..BS_TOP_MAX, nothing else that
+                                  changes them) only those k (bs_eval_top: the same draw);
+                                  bs_gen_logits then keeps the prompt's last row */
     bool post_probs;           /* with n_probs: log-probabilities after the sampler chain (its
                                   truncated, tempered, renormalised distribution, the tokens it
                                   dropped left out) instead of the model's; decodes without the

@@ -194,15 +194,16 @@ static void test_multi(bs_model *m) {
     CHECKF(mb, "%s", bitspark_last_error());
     CHECK(!bs_multi_new(m, 4, 8, 1));   /* more logit rows than rows */
     CHECK(!bs_eval(alone[0], pa, 5, BS_LOGITS_ALL, ra, NULL) && !bs_eval(alone[1], pb, 3, BS_LOGITS_LAST, rb, NULL));
-    bs_batch_seq seqs[2] = {{bat[0], pa, 5, BS_LOGITS_ALL, la, NULL, NULL}, {bat[1], pb, 3, BS_LOGITS_LAST, lb, NULL, NULL}};
+    bs_batch_seq seqs[2] = {{.s = bat[0], .tokens = pa, .n = 5, .logits_mode = BS_LOGITS_ALL, .logits = la},
+                            {.s = bat[1], .tokens = pb, .n = 3, .logits_mode = BS_LOGITS_LAST, .logits = lb}};
     CHECKF(!bs_multi_eval(mb, seqs, 2), "%s", bitspark_last_error());
     CHECK(!memcmp(la, ra, sizeof(float) * nv * 5) && !memcmp(lb, rb, sizeof(float) * nv));
     CHECK(bs_session_n_past(bat[0]) == 5 && bs_session_n_past(bat[1]) == 3);
 
     /* a decode step for both, then sequence 0 alone rolls back and takes another token */
     const int32_t step[2] = {258, 33}, other = 400;
-    seqs[0] = (bs_batch_seq){bat[0], &step[0], 1, BS_LOGITS_LAST, la, NULL, NULL};
-    seqs[1] = (bs_batch_seq){bat[1], &step[1], 1, BS_LOGITS_LAST, lb, NULL, NULL};
+    seqs[0] = (bs_batch_seq){.s = bat[0], .tokens = &step[0], .n = 1, .logits_mode = BS_LOGITS_LAST, .logits = la};
+    seqs[1] = (bs_batch_seq){.s = bat[1], .tokens = &step[1], .n = 1, .logits_mode = BS_LOGITS_LAST, .logits = lb};
     CHECK(!bs_multi_eval(mb, seqs, 2));
     CHECK(!bs_eval(alone[1], &step[1], 1, BS_LOGITS_LAST, rb, NULL) && !memcmp(lb, rb, sizeof(float) * nv));
     CHECK(!bs_session_rollback(bat[0], 5) && bs_session_n_past(bat[1]) == 4);

@@ -3,6 +3,8 @@
 #include "sample/sampler.h"
 #include "sample/sampler_dry.h"
 #include "io/util.h"
+#include "model/session.h"
+#include "bitspark.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -594,8 +596,65 @@ static void test_speed(void) {
     free(x);
 }
 
+/* Sampling from the k best of a row (bs_top_lowest's list: what bs_eval_top gives, on the CPU or
+ * found on a device) draws what sampling from the whole row draws whenever bs_sampler_top_k_only
+ * says k: the same token at every step (so the same RNG use), on rows with ties, +-0, NaN and
+ * infinities; and the chains that read more than the k best are never told k. */
+static void test_top_only(void) {
+    enum { V = 3000, STEPS = 150 };
+    static const struct { float temp, top_p, min_p; int top_k, min_keep; } cfg[] = {
+        {0.8f, 0.95f, 0.05f, 40, 1}, {1.5f, 1.0f, 0.0f, 1, 1}, {0.3f, 0.5f, 0.0f, 64, 1},
+        {1.0f, 0.9f, 0.2f, 10, 20}, {0.7f, 1.0f, 0.0f, 63, 64}, {2.0f, 0.99f, 0.01f, 40, 1}};
+    bs_rng r;
+    bs_rng_seed(&r, 99);
+    float *x = malloc(sizeof *x * V), vals[BS_TOP_MAX];
+    int32_t ids[BS_TOP_MAX];
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        bs_sampler_params p = bs_sampler_default_params();
+        p.temp = cfg[c].temp, p.top_p = cfg[c].top_p, p.min_p = cfg[c].min_p, p.top_k = cfg[c].top_k;
+        p.min_keep = cfg[c].min_keep, p.seed = 1234 + c;
+        bs_sampler *a = bs_sampler_new(&p, V), *b = bs_sampler_new(&p, V);
+        const int k = bs_sampler_top_k_only(a, BS_TOP_MAX);
+        CHECK(k == BS_MAX(cfg[c].top_k, cfg[c].min_keep), "config %zu: top_k_only %d", c, k);
+        int same = 0;
+        for (int step = 0; step < STEPS; step++) {
+            random_logits(&r, x, V, 3.0f);
+            for (int i = 0; i < V; i++) {
+                const uint64_t u = bs_rng_next(&r) % 1000;
+                if (step % 4 == 1) x[i] = (float)(int)(x[i] * 2) * (i % 2 ? 1.0f : -1.0f);   /* ties, +0 and -0 */
+                if (step % 4 == 2 && u < 50) x[i] = u % 2 ? NAN : -INFINITY;
+                if (step % 4 == 3 && u < 2) x[i] = INFINITY;
+            }
+            if (step == STEPS - 1) for (int i = 0; i < V; i++) x[i] = i < 3 ? 1.0f : NAN;   /* fewer than k */
+            const int32_t ta = bs_sampler_sample(a, x);
+            const int n = bs_top_lowest(x, V, k, ids, vals);
+            const int32_t tb = bs_sampler_sample_top(b, ids, vals, n);
+            same += ta == tb;
+            if (ta >= 0) bs_sampler_accept(a, ta);
+            if (tb >= 0) bs_sampler_accept(b, tb);
+        }
+        CHECK(same == STEPS, "config %zu: sampling from the top %d differs at %d of %d steps", c, k, STEPS - same, STEPS);
+        bs_sampler_free(a);
+        bs_sampler_free(b);
+    }
+    /* chains that read more than the k best: greedy, no top-k, k past the list, penalties, bias */
+    for (int t = 0; t < 5; t++) {
+        bs_sampler_params p = bs_sampler_default_params();
+        if (t == 0) p.temp = 0;
+        if (t == 1) p.top_k = 0;
+        if (t == 2) p.top_k = 100;
+        if (t == 3) p.repeat_penalty = 1.1f;
+        bs_sampler *s = bs_sampler_new(&p, V);
+        if (t == 4) bs_sampler_set_logit_bias(s, 5, 2.0f);
+        CHECK(bs_sampler_top_k_only(s, BS_TOP_MAX) == 0, "chain %d (greedy, no top-k, 100, penalties, bias) said k", t);
+        bs_sampler_free(s);
+    }
+    free(x);
+}
+
 int main(void) {
     test_greedy();
+    test_top_only();
     test_filters_vs_reference();
     test_frequencies();
     test_reproducible();

@@ -3,7 +3,8 @@
 # message fails) with 3 slots and the trained tiny pair of models/ (the drafter on the device
 # too): concurrent greedy requests, drafting and plain, each answer equal to the CPU server's
 # plain greedy answer; slots batched in passes on the device (/metrics); an identical request
-# served from the prompt cache. Skipped (77) without a Vulkan device. Kept short: lavapipe is slow.
+# served from the prompt cache; a sampled answer from the top 40 found on the device equal to one
+# sampled from whole rows. Skipped (77) without a Vulkan device. Kept short: lavapipe is slow.
 . "$(dirname "$0")/server_lib.sh"
 PY=/usr/bin/python3
 if ! "$B" devices 2>/dev/null | grep -q '^vulkan:[0-9]'; then echo "skipped: no Vulkan device"; exit 77; fi
@@ -66,6 +67,18 @@ txt() { echo "$1" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["conte
 [ "$slp" = True ] && grep -q "weights' memory freed" "$T/server.VKS.log" && [ -n "$(txt "$s1")" ] && [ "$(txt "$s1")" = "$(txt "$s2")" ] \
     && ok "asleep on the device, the weights' memory freed; awake, the same answer" \
     || bad "device sleep: sleeping=$slp [$s1] [$s2] $(grep -m2 'server:' "$T/server.VKS.log")"
+# sampling (temperature 0.8, top-k 40: the chain reads the 40 best logits only): the device finds
+# them and only they come back; the answer is the one sampled from whole rows (a server with
+# BITSPARK_VK_NO_TOPK=1), the same seed
+q='{"prompt":"Hello there","n_predict":12,"temperature":0.8,"top_k":40,"seed":7,"ignore_eos":true}'
+t1=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q")
+export BITSPARK_VK_NO_TOPK=1
+start_server VKR -m "$TM" -np 1 -t 2 --ctx 256 --device vulkan
+unset BITSPARK_VK_NO_TOPK
+t2=$(curl -s -H 'Content-Type: application/json' "$VKR/completion" -d "$q")
+[ -n "$(txt "$t1")" ] && [ "$(txt "$t1")" = "$(txt "$t2")" ] \
+    && ok "sampled with the top 40 found on the device = sampled from whole rows: $(txt "$t1" | head -c 40)" \
+    || bad "sampled answers differ: [$t1] [$t2]"
 grep -q 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log" && bad "validation messages: $(grep -hm3 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log")" \
     || ok "no validation messages"
 finish

@@ -87,7 +87,8 @@ static void check_model(const char *path) {
         for (int i = 0; i < NS; i++) {
             int n, mode;
             plan(i, r, &n, &mode);
-            q[i] = (bs_batch_seq){bat[i], toks[i][r], n, mode, lb + (size_t)i * lsz, has_taps(i) ? tb + (size_t)i * tsz : NULL, NULL};
+            q[i] = (bs_batch_seq){.s = bat[i], .tokens = toks[i][r], .n = n, .logits_mode = mode, .logits = lb + (size_t)i * lsz,
+                                  .taps = has_taps(i) ? tb + (size_t)i * tsz : NULL};
         }
         CHECKF(!bs_eval_multi(b, q, NS), "%s round %d: %s", path, r, bitspark_last_error());
         for (int i = 0; i < NS; i++) {
@@ -116,8 +117,8 @@ static void check_model(const char *path) {
         bs_batch_seq q[3];
         for (int j = 0; j < 3; j++) {
             const int i = 3 * (step % 2) + j;
-            q[j] = (bs_batch_seq){bat[i], &toks[i][step][MAXN - 1], 1, BS_LOGITS_LAST, lb + (size_t)j * lsz,
-                                  has_taps(i) ? tb + (size_t)j * tsz : NULL, NULL};
+            q[j] = (bs_batch_seq){.s = bat[i], .tokens = &toks[i][step][MAXN - 1], .n = 1, .logits_mode = BS_LOGITS_LAST,
+                                  .logits = lb + (size_t)j * lsz, .taps = has_taps(i) ? tb + (size_t)j * tsz : NULL};
         }
         CHECKF(!bs_eval_multi(b, q, 3), "%s decode step %d: %s", path, step, bitspark_last_error());
         for (int j = 0; j < 3; j++) {
@@ -136,8 +137,9 @@ static void check_model(const char *path) {
         int32_t next[3] = {-1, -1, -1};
         for (int j = 0; j < 3; j++) {
             const int i = 3 * (step % 2) + j;
-            q[j] = (bs_batch_seq){bat[i], &toks[i][step][MAXN - 2], 1, BS_LOGITS_LAST, lb + (size_t)j * lsz,
-                                  has_taps(i) ? tb + (size_t)j * tsz : NULL, step < 2 || j == 1 ? &next[j] : NULL};
+            q[j] = (bs_batch_seq){.s = bat[i], .tokens = &toks[i][step][MAXN - 2], .n = 1, .logits_mode = BS_LOGITS_LAST,
+                                  .logits = lb + (size_t)j * lsz, .taps = has_taps(i) ? tb + (size_t)j * tsz : NULL,
+                                  .next = step < 2 || j == 1 ? &next[j] : NULL};
         }
         CHECKF(!bs_eval_multi(b, q, 3), "%s greedy step %d: %s", path, step, bitspark_last_error());
         for (int j = 0; j < 3; j++) {

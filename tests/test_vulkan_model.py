@@ -323,6 +323,33 @@ def check_greedy_text():
         print('greedy text of the trained model on the device = on the CPU (%d chars)' % len(texts['cpu']))
 
 
+def check_sampled_text():
+    """run --temp 0.8 (top-k 40, the default chain): the device finds the 40 best logits of each
+    step and only they come back; the text is the one sampled from whole rows read back
+    (BITSPARK_VK_NO_TOPK=1), with the same seed."""
+    model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
+    out = {}
+    for mode in ('top', 'rows'):
+        env = {'BITSPARK_PROFILE': '1'}
+        if mode == 'rows':
+            env['BITSPARK_VK_NO_TOPK'] = '1'
+        r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0.8', '--seed', '5',
+                 '--device', 'vulkan'], extra_env=env)
+        m = re.search(r'vulkan steps: (\d+) token rows, .*? ([0-9.]+) bytes read back', r.stderr)
+        if not m:
+            fail('run --temp 0.8 --device vulkan: no step statistics:\n%s' % r.stderr[-600:])
+            return
+        out[mode] = (r.stdout, float(m.group(2)) * int(m.group(1)), int(m.group(1)))
+    (top, top_bytes, n), (rows, _, _) = out['top'], out['rows']
+    if not top.strip() or top != rows:
+        fail('sampled text differs: top-k on the device %r vs rows %r' % (top[:120], rows[:120]))
+    elif top_bytes > 2 * 4 * 2048 + (4 + 8 * 40) * n:
+        fail('sampled run read back %.0f bytes over %d rows: more than the prompt row and the top 40s' % (top_bytes, n))
+    else:
+        print('sampled text with the top 40 found on the device = from whole rows (%d chars; %.0f bytes read back '
+              'over %d rows)' % (len(top), top_bytes, n))
+
+
 def check_bench():
     model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
     r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '16', '-n', '4', '-r', '1', '--verify', '1,2'])
@@ -391,6 +418,7 @@ def main():
     check_split()
     check_taps()
     check_greedy_text()
+    check_sampled_text()
     check_bench()
     check_devices_and_fallback()
     print('%d failures' % len(failures))

@@ -16,6 +16,7 @@
 #include "vulkan/backend.h"
 #include "model/qwen35.h"
 #include "model/session.h"
+#include "sample/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,44 @@ static void check_ahead(bs_model *m, const char *path, const int32_t *prompt, in
     bs_session_free(r); bs_session_free(g); bs_session_free(e);
 }
 
+/* Sampling from the k best found on the device (bs_eval_top: topk.comp) against the whole row
+ * read back: the same list (ids and bits, bs_top_lowest of the row), and with the default chain
+ * (temperature 0.8, top-k 40) the same tokens from twin samplers; 8 bytes a candidate come back. */
+static void check_top(bs_model *m, const char *path, const int32_t *prompt, int np) {
+    bs_session *a = sess(m, 512), *b = sess(m, 512);
+    float *row = malloc(sizeof(float) * (size_t)V), va[BS_TOP_MAX], vb[BS_TOP_MAX];
+    int32_t ia[BS_TOP_MAX], ib[BS_TOP_MAX];
+    bs_sampler_params p = bs_sampler_default_params();
+    p.seed = 77;
+    bs_sampler *sa = bs_sampler_new(&p, V), *sb = bs_sampler_new(&p, V);
+    const int k = bs_sampler_top_k_only(sb, BS_TOP_MAX);
+    CHECKF(k == 40, "%s: the default chain reads the top %d", path, k);
+    CHECK(bs_eval(a, prompt, np, BS_LOGITS_LAST, row, NULL) == 0);
+    int nb = bs_eval_top(b, prompt, np, k, ib, vb);
+    bs_vk_stats st0, st1;
+    for (int step = 0; step < 12; step++) {
+        const int na = bs_top_lowest(row, V, k, ia, va);
+        CHECKF(na == nb && !memcmp(ia, ib, sizeof *ia * (size_t)na) && !memcmp(va, vb, sizeof *va * (size_t)na),
+               "%s: step %d: the device's top %d differ from the row's (%d / %d candidates)", path, step, k, nb, na);
+        const int32_t ta = bs_sampler_sample(sa, row), tb = bs_sampler_sample_top(sb, ib, vb, nb);
+        CHECKF(ta == tb && ta >= 0, "%s: step %d: sampled %d from the top, %d from the row", path, step, tb, ta);
+        bs_sampler_accept(sa, ta);
+        bs_sampler_accept(sb, tb);
+        CHECK(bs_eval(a, &ta, 1, BS_LOGITS_LAST, row, NULL) == 0);
+        bs_vk_stats_get(m->vk, &st0);
+        nb = bs_eval_top(b, &tb, 1, step % 3 == 2 ? BS_TOP_MAX : k, ib, vb);   /* and the longest list */
+        bs_vk_stats_get(m->vk, &st1);
+        CHECKF(st1.read_bytes - st0.read_bytes <= 4 + 8 * BS_TOP_MAX, "%s: a top-k step read back %llu bytes", path,
+               (unsigned long long)(st1.read_bytes - st0.read_bytes));
+        if (step % 3 == 2) nb = BS_MIN(nb, k);
+    }
+    bs_sampler_free(sa);
+    bs_sampler_free(sb);
+    free(row);
+    bs_session_free(a);
+    bs_session_free(b);
+}
+
 static void check_model(const char *path) {
     bs_model_params mp = {.device = "vulkan"};
     bs_model *m = bs_model_load(path, &mp);
@@ -160,6 +199,7 @@ static void check_model(const char *path) {
 
     check_greedy(m, path, prompt, NP, draft, ND, plast, ref);
     check_ahead(m, path, prompt, NP, x);
+    check_top(m, path, prompt, NP);
 
     /* rollback inside a prompt-sized batch (larger than n_rollback) */
     bs_session *c = sess(m, 512);

@@ -512,8 +512,9 @@ static double parallel_once(bs_model *m, bs_multi *mb, bs_session **ss, int np, 
     const double t0 = bs_time();
     for (int t = 0; t < n_gen; t++) {
         for (int i = 0; i < np; i++)
-            q[i] = (bs_batch_seq){ss[i], tok + (size_t)i * (PROMPT + n_gen) + PROMPT + t, 1, BS_LOGITS_LAST,
-                                  logits + (size_t)i * n_vocab, NULL, g_device_greedy ? &next[i] : NULL};
+            q[i] = (bs_batch_seq){.s = ss[i], .tokens = tok + (size_t)i * (PROMPT + n_gen) + PROMPT + t, .n = 1,
+                                  .logits_mode = BS_LOGITS_LAST, .logits = logits + (size_t)i * n_vocab,
+                                  .next = g_device_greedy ? &next[i] : NULL};
         if (bs_multi_eval(mb, q, np)) goto out;
     }
     dt = bs_time() - t0;

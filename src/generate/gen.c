@@ -304,9 +304,10 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
         return -1;
     }
     /* decoding needs only each token's id: the device's argmax, not the logits row */
-    g->argmax_dev = r->greedy_on_device && !g->use_spec && r->n_probs < 0 && !g->guard && bs_sampler_plain_greedy(g->smp) &&
-                    bs_session_on_device(g->sess);
-    g->have_next = false;
+    const bool ids_only = r->greedy_on_device && !g->use_spec && r->n_probs < 0 && !g->guard && bs_session_on_device(g->sess);
+    g->argmax_dev = ids_only && bs_sampler_plain_greedy(g->smp);
+    g->top_dev = ids_only && !g->argmax_dev ? bs_sampler_top_k_only(g->smp, BS_TOP_MAX) : 0;
+    g->have_next = g->have_top = false;
     if (reuse == n) {   /* the whole prompt and its logits came from the cache */
         if (g->spec) bs_spec_sync(g->spec);
         prompt_done(g, 0);
@@ -398,7 +399,9 @@ int bs_gen_step(bs_gen *g, int budget) {
         return prompt_step(g, budget);
     case GS_DECODE:
         g->have_next = g->argmax_dev;
+        g->have_top = g->top_dev > 0;
         if (g->argmax_dev ? bs_eval_greedy(g->sess, &g->pending, 1, &g->next_id, NULL)
+            : g->top_dev  ? (g->n_top = bs_eval_top(g->sess, &g->pending, 1, g->top_dev, g->top_ids, g->top_vals)) < 0
                           : bs_eval(g->sess, &g->pending, 1, BS_LOGITS_LAST, g->logits, NULL)) {
             bs_error_prefix("decoding: ");
             gen_finish(g, BS_GEN_ERROR);
@@ -428,7 +431,8 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     if (g->use_spec && g->state == GS_SPEC) return g->spec_planned = gen_spec_plan(g, q);
     if (g->state == GS_DECODE) {
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
-                            .logits = g->logits, .next = g->argmax_dev ? &g->next_id : NULL};
+                            .logits = g->logits, .next = g->argmax_dev ? &g->next_id : NULL, .top_k = g->top_dev,
+                            .top_ids = g->top_ids, .top_logits = g->top_vals, .n_top = &g->n_top};
         return 1;
     }
     if (g->state != GS_PROMPT || budget <= 0 || next_image(g)) return 0;   /* images: bs_gen_step */
@@ -461,6 +465,7 @@ void bs_gen_commit(bs_gen *g, bool ok) {
     }
     if (g->state == GS_DECODE) {
         g->have_next = g->argmax_dev;   /* the pass gave the id (bs_gen_plan's .next) */
+        g->have_top = g->top_dev > 0;   /* or the k best (.top_k) */
         decoded(g);
     } else if (g->state == GS_PROMPT) {
         if (g->use_spec && bs_spec_prompt_commit(g->spec, g->planned)) {

@@ -285,8 +285,10 @@ void gen_after_logits(bs_gen *g) {
     for (;;) {
         if (g->r.interrupt && *g->r.interrupt) { gen_finish(g, BS_GEN_INTERRUPT); return; }
         if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) { gen_finish(g, BS_GEN_LENGTH); return; }
-        const int32_t id = g->have_next ? g->next_id : bs_sampler_sample(g->smp, g->logits);
-        g->have_next = false;
+        const int32_t id = g->have_next ? g->next_id
+                         : g->have_top ? bs_sampler_sample_top(g->smp, g->top_ids, g->top_vals, g->n_top)
+                                       : bs_sampler_sample(g->smp, g->logits);
+        g->have_next = g->have_top = false;
         if (id < 0) { gen_finish(g, BS_GEN_ERROR); return; }
         if (is_eog(g, id)) { gen_finish(g, BS_GEN_EOG); return; }
         bs_sampler_accept(g->smp, id);

@@ -58,6 +58,12 @@ struct bs_gen {
     bool argmax_dev;           /* this request decodes by bs_eval_greedy (greedy_on_device) */
     bool have_next;            /* next_id is the argmax of the logits g->logits would hold */
     int32_t next_id;
+    int top_dev;               /* this request samples from the k best the device finds
+                                  (bs_eval_top; greedy_on_device and a top-k-only chain), or 0 */
+    bool have_top;             /* top_ids / top_vals are the k best of the logits g->logits would hold */
+    int n_top;
+    int32_t top_ids[BS_TOP_MAX];
+    float top_vals[BS_TOP_MAX];
     bool use_spec, prepared, parked, stop_hit;
     int gen_base;              /* session positions when the prompt was done */
     double t0;

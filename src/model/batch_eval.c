@@ -108,6 +108,9 @@ static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
         if (q[i].logits_mode < BS_LOGITS_NONE || q[i].logits_mode > BS_LOGITS_ALL ||
             (q[i].logits_mode != BS_LOGITS_NONE && !q[i].logits))
             return bs_error("batch: bad logits request");
+        if (q[i].top_k < 0 || q[i].top_k > BS_TOP_MAX ||
+            (q[i].top_k && (q[i].logits_mode != BS_LOGITS_LAST || q[i].next || !q[i].top_ids || !q[i].top_logits || !q[i].n_top)))
+            return bs_error("batch: bad top-k request (1..%d of a LAST row, with places for them)", BS_TOP_MAX);
         for (int t = 0; t < q[i].n; t++)
             if (q[i].tokens[t] < 0 || q[i].tokens[t] >= b->m->hp.n_vocab)
                 return bs_error("token id %d is out of range [0, %d)", q[i].tokens[t], b->m->hp.n_vocab);
@@ -257,8 +260,24 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
     return rc;
 }
 
+static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq);
+
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (validate(b, q, n_seq)) return -1;
+    if (b->vk && n_seq == 1 && q[0].top_k) {   /* one on the device: the k best found there */
+        const int c = bs_eval_top(q[0].s, q[0].tokens, q[0].n, q[0].top_k, q[0].top_ids, q[0].top_logits);
+        if (c < 0) return -1;
+        *q[0].n_top = c;
+        return 0;
+    }
+    if (eval_rows(b, q, n_seq)) return -1;
+    for (int i = 0; i < n_seq; i++)   /* the rows came back: their k best taken here */
+        if (q[i].top_k)
+            *q[i].n_top = bs_top_lowest(q[i].logits, b->m->hp.n_vocab, q[i].top_k, q[i].top_ids, q[i].top_logits);
+    return 0;
+}
+
+static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     /* sessions on the device: their rows through each weight product together there (one
      * alone takes bs_eval's recorded steps: the same bits) */
     if (b->vk && n_seq > 1) return eval_device(b->vk, q, n_seq);

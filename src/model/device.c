@@ -159,8 +159,59 @@ void bs_device_end(bs_session *s, int c) {
     s->n_past += c;
 }
 
+_Static_assert(BS_TOP_MAX <= BS_VK_TOP_MAX, "the device's top-k list holds BS_TOP_MAX");
+
+/* What an evaluation gives back: logits rows (mode), taps, and for its last row the greedy
+ * token (next) or the top_k best (top_ids, top_logits; their count into n_top) instead. */
+typedef struct dev_out {
+    int mode;
+    float *logits, *taps;
+    int32_t *next;
+    int top_k;
+    int32_t *top_ids;
+    float *top_logits;
+    int n_top;
+} dev_out;
+
+static int device_eval(bs_session *s, const int32_t *tokens, int n, dev_out *o) {
+    const bs_qwen35_hparams *hp = &s->m->hp;
+    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
+    const int mode = o->mode;
+    for (int off = 0; off < n; off += s->n_batch) {
+        const int c = BS_MIN(s->n_batch, n - off);
+        const bool last = off + c == n;
+        if (bs_device_begin(s, tokens + off, c, NULL)) return -1;
+        const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
+        float *bl = mode == BS_LOGITS_ALL ? o->logits + (size_t)off * nv : o->logits;
+        float *tap_out = o->taps && !s->taps_on_device ? o->taps + (size_t)off * tap_row : NULL;
+        const int nt = o->taps ? s->n_taps : 0;
+        int rc;
+        if (last && o->top_k > 0)
+            rc = (o->n_top = bs_vk_sess_eval_top(s->vk, s->rb_tokens, c, s->n_past, s->rope, o->top_k, o->top_ids, o->top_logits)) < 0;
+        else if (last && o->next)
+            rc = bs_vk_sess_eval_greedy(s->vk, s->rb_tokens, c, s->n_past, s->rope, o->next, s->taps, nt, tap_out);
+        else
+            rc = bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, nt, tap_out);
+        if (rc) return -1;
+        bs_device_end(s, c);
+    }
+    return 0;
+}
+
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
     return bs_device_eval_next(s, tokens, n, mode, logits, taps, NULL);
+}
+
+int bs_device_eval_top(bs_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *logits) {
+    if (bs_env_flag("BITSPARK_VK_NO_TOPK")) {   /* the row back, its k best taken here (comparisons) */
+        float *row = bs_xmalloc(sizeof(float) * (size_t)s->m->hp.n_vocab);
+        const int rc = bs_device_eval(s, tokens, n, BS_LOGITS_LAST, row, NULL);
+        const int c = rc ? -1 : bs_top_lowest(row, s->m->hp.n_vocab, k, ids, logits);
+        free(row);
+        return c;
+    }
+    dev_out o = {.mode = BS_LOGITS_LAST, .top_k = k, .top_ids = ids, .top_logits = logits};
+    return device_eval(s, tokens, n, &o) ? -1 : o.n_top;
 }
 
 /* A plain greedy decode step (undo off): the device runs the step after it meanwhile
@@ -176,23 +227,9 @@ static int decode_ahead(bs_session *s, int32_t tok, int32_t *next) {
 }
 
 int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next) {
-    const bs_qwen35_hparams *hp = &s->m->hp;
     if (n == 1 && next && !taps && s->no_undo) return decode_ahead(s, tokens[0], next);
-    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
-    for (int off = 0; off < n; off += s->n_batch) {
-        const int c = BS_MIN(s->n_batch, n - off);
-        const bool last = off + c == n;
-        if (bs_device_begin(s, tokens + off, c, NULL)) return -1;
-        const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
-        float *bl = mode == BS_LOGITS_ALL ? logits + (size_t)off * nv : logits;
-        float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
-        const int nt = taps ? s->n_taps : 0;
-        if (next && last ? bs_vk_sess_eval_greedy(s->vk, s->rb_tokens, c, s->n_past, s->rope, next, s->taps, nt, tap_out)
-                         : bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, nt, tap_out))
-            return -1;
-        bs_device_end(s, c);
-    }
-    return 0;
+    dev_out o = {.mode = mode, .logits = logits, .taps = taps, .next = next};
+    return device_eval(s, tokens, n, &o);
 }
 
 /* bs_session_begin_image's bookkeeping (session.c uses this file: no call back into it): the rows

@@ -25,6 +25,8 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
 int bs_device_sleep(bs_model *m);
 int bs_device_wake(bs_model *m);
 int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next);
+/* The same giving the last row's k best logits and their ids (bs_eval_top): their count, or -1. */
+int bs_device_eval_top(bs_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *logits);
 int bs_device_rollback(bs_session *s, int j);
 /* Rows i0..i0+n-1 of an nx x ny image's embeddings (bs_eval_image_rows on the device). */
 int bs_device_eval_image(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int mode, float *logits,

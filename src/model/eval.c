@@ -88,6 +88,22 @@ int32_t bs_argmax_lowest(const float *w, int n) {
     return best < 0 ? 0 : best;
 }
 
+int bs_eval_top(bs_session *s, const int32_t *tokens, int n_tokens, int k, int32_t *ids, float *logits) {
+    if (!ids || !logits) return bs_error("bs_eval_top: no place for the candidates");
+    if (k < 1 || k > BS_TOP_MAX) return bs_error("bs_eval_top: k = %d (1..%d)", k, BS_TOP_MAX);
+    if (n_tokens <= 0 || !tokens) return bs_error("bs_eval_top: no tokens");
+    const int V = s->m->hp.n_vocab;
+    if (!s->vk) {
+        float *lg = bs_xmalloc(sizeof(float) * (size_t)V);
+        const int rc = bs_eval(s, tokens, n_tokens, BS_LOGITS_LAST, lg, NULL);
+        const int c = rc ? -1 : bs_top_lowest(lg, V, k, ids, logits);
+        free(lg);
+        return c;
+    }
+    if (check_tokens(s, tokens, n_tokens)) return -1;
+    return bs_device_eval_top(s, tokens, n_tokens, k, ids, logits);
+}
+
 int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps) {
     if (!next) return bs_error("bs_eval_greedy: no place for the token");
     if (n_tokens <= 0 || !tokens) return bs_error("bs_eval_greedy: no tokens");

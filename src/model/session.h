@@ -115,6 +115,8 @@ int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0,
 
 /* eval.c: the lowest index of the largest of w[0..n), NaN never winning (the device's argmax). */
 int32_t bs_argmax_lowest(const float *w, int n);
+/* The k best of w[0..n) as bs_eval_top gives them (on the CPU): their count. */
+int bs_top_lowest(const float *w, int n, int k, int32_t *ids, float *vals);
 
 /* forward.c: evaluate the n <= n_batch rows of the batch begun (validated), taps/logits at row
  * offset handled by the caller's pointers. */

@@ -445,12 +445,42 @@ static int apply_chain(bs_sampler *s, const float *logits) {
     return s->n_cand;
 }
 
-bool bs_sampler_plain_greedy(const bs_sampler *s) {
+/* Whether the chain takes the logits as they come (no grammar, bias, bans, penalties, DRY). */
+static bool logits_as_given(const bs_sampler *s) {
     const bs_sampler_params *p = &s->p;
     const bool penalties = p->penalty_last_n != 0 &&
                            (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
     const bool dry = p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
-    return p->temp <= 0.0f && !s->grammar && s->n_bias == 0 && s->n_ban == 0 && !penalties && !dry;
+    return !s->grammar && s->n_bias == 0 && s->n_ban == 0 && !penalties && !dry;
+}
+
+bool bs_sampler_plain_greedy(const bs_sampler *s) { return s->p.temp <= 0.0f && logits_as_given(s); }
+
+/* gather's k: top_k widened to min_keep, at most the vocabulary */
+static int top_k_of(const bs_sampler *s) { return BS_MIN(BS_MAX(s->p.top_k, s->p.min_keep), s->n_vocab); }
+
+int bs_sampler_top_k_only(const bs_sampler *s, int max) {
+    if (s->p.temp <= 0.0f || s->p.top_k <= 0 || s->p.top_k >= s->n_vocab || !logits_as_given(s)) return 0;
+    const int k = top_k_of(s);
+    return k <= max ? k : 0;
+}
+
+int32_t bs_sampler_sample_top(bs_sampler *s, const int32_t *ids, const float *logits, int n) {
+    const uint64_t t0 = bs_prof_begin();
+    s->applied = false;
+    /* what gather's heap_top_k would have kept (load_logits' clamp; no NaN or -inf come) */
+    n = BS_MIN(n, top_k_of(s));
+    for (int i = 0; i < n; i++) s->cand[i] = (bs_token_prob){ids[i], logits[i] > FLT_MAX ? FLT_MAX : logits[i], 0.0f};
+    s->n_cand = n;
+    s->sorted = true;
+    if (n > 0) {   /* the rest of the chain as apply_chain runs it after gather */
+        apply_top_p(s);
+        apply_min_p(s);
+        finish(s);
+        s->applied = true;
+    }
+    bs_prof_end(BS_PROF_SAMPLE, t0);
+    return n > 0 ? bs_sampler_pick(s) : bs_error("sampler: every token is banned");
 }
 
 int bs_sampler_apply(bs_sampler *s, const float *logits) {

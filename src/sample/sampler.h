@@ -110,6 +110,13 @@ int32_t bs_sampler_sample(bs_sampler *s, const float *logits);
 /* Whether sampling is the plain argmax of the logits (lowest id of the largest, NaN never):
  * temperature <= 0 and nothing that changes the logits (grammar, bias, bans, penalties, DRY). */
 bool bs_sampler_plain_greedy(const bs_sampler *s);
+/* How many of the best logits the chain reads when that is all it reads (temperature > 0, a
+ * top-k of at most max, and nothing that changes the logits): k, else 0. Then a device may find
+ * those k (bs_eval_top) and bs_sampler_sample_top gives what bs_sampler_sample would. */
+int bs_sampler_top_k_only(const bs_sampler *s, int max);
+/* apply + pick from the k best logits (ids[n], logits[n], best first in the sampler's order, as
+ * bs_eval_top gives them) when bs_sampler_top_k_only said k: the same token, the same draw. */
+int32_t bs_sampler_sample_top(bs_sampler *s, const int32_t *ids, const float *logits, int n);
 
 /* The distribution of the last apply. Candidates are in descending probability (ties: lower id
  * first) when greedy, top-k or top-p ran; otherwise in id order. Probabilities sum to 1. */
