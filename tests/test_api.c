@@ -211,10 +211,36 @@ static void test_multi(bs_model *m) {
     CHECK(!bs_multi_eval(mb, seqs, 1));
     CHECK(!bs_eval(alone[0], &other, 1, BS_LOGITS_LAST, ra, NULL) && !memcmp(la, ra, sizeof(float) * nv));
 
+    /* the k best instead of (beside) the rows: bs_eval_top's list, in the sampler's order */
+    int32_t ti[2][BS_TOP_MAX], ri[BS_TOP_MAX];
+    float tv[2][BS_TOP_MAX], rv[BS_TOP_MAX];
+    int nt[2] = {-1, -1};
+    const int32_t more[2] = {5, 6};
+    for (int k = 0; k < 2; k++) {
+        seqs[k] = (bs_batch_seq){.s = bat[k], .tokens = &more[k], .n = 1, .logits_mode = BS_LOGITS_LAST,
+                                 .logits = k ? lb : la, .top_k = k ? BS_TOP_MAX : 7, .top_ids = ti[k], .top_logits = tv[k],
+                                 .n_top = &nt[k]};
+    }
+    CHECKF(!bs_multi_eval(mb, seqs, 2), "%s", bitspark_last_error());
+    for (int k = 0; k < 2; k++) {
+        const int want = k ? BS_TOP_MAX : 7;
+        const int got = bs_eval_top(alone[k], &more[k], 1, want, ri, rv);
+        CHECKF(got == want && nt[k] == want && !memcmp(ti[k], ri, sizeof *ri * (size_t)want) &&
+               !memcmp(tv[k], rv, sizeof *rv * (size_t)want), "top-%d of sequence %d: %d / %d", want, k, nt[k], got);
+        for (int i = 1; i < want; i++) CHECK(rv[i - 1] > rv[i] || (rv[i - 1] == rv[i] && ri[i - 1] < ri[i]));
+    }
+    CHECK(bs_eval_top(alone[0], &more[0], 1, BS_TOP_MAX + 1, ri, rv) < 0 && bs_session_n_past(alone[0]) == 7);
+    seqs[0].top_k = BS_TOP_MAX + 1;   /* too many, or both an argmax and a top-k: refused */
+    CHECK(bs_multi_eval(mb, seqs, 2) < 0 && bs_session_n_past(bat[0]) == 7);
+    int32_t nx;
+    seqs[0].top_k = 3, seqs[0].next = &nx;
+    CHECK(bs_multi_eval(mb, seqs, 2) < 0 && bs_session_n_past(bat[0]) == 7);
+    seqs[0].next = NULL;
+
     /* bad input changes nothing */
     const int32_t bad = nv + 5;
     seqs[0].tokens = &bad;
-    CHECK(bs_multi_eval(mb, seqs, 2) < 0 && bs_session_n_past(bat[0]) == 6 && bs_session_n_past(bat[1]) == 4);
+    CHECK(bs_multi_eval(mb, seqs, 2) < 0 && bs_session_n_past(bat[0]) == 7 && bs_session_n_past(bat[1]) == 5);
     bs_multi_free(mb);
     for (int k = 0; k < 2; k++) {
         bs_session_free(alone[k]);
