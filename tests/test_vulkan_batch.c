@@ -152,6 +152,38 @@ static void check_model(const char *path) {
             CHECKF(same_state(alone[i], bat[i]), "%s greedy step %d seq %d: state differs", path, step, i);
         }
     }
+    /* top-k steps (.top_k): every sequence's k best found on the device (k 5, 40, 64), then with a
+     * greedy one beside them, then with one that wants its row (the rows come back, the k best
+     * taken on the host): the alone row's list (bs_top_lowest), ids and bits */
+    for (int step = 0; step < 3 && b; step++) {
+        bs_batch_seq q[3];
+        int32_t next = -1, ids[3][BS_TOP_MAX], ri[BS_TOP_MAX];
+        float vals[3][BS_TOP_MAX], rv[BS_TOP_MAX];
+        int nt[3] = {-1, -1, -1};
+        static const int ks[3] = {5, 40, BS_TOP_MAX};
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            q[j] = (bs_batch_seq){.s = bat[i], .tokens = &toks[i][step][MAXN - 3], .n = 1, .logits_mode = BS_LOGITS_LAST,
+                                  .logits = lb + (size_t)j * lsz, .taps = has_taps(i) ? tb + (size_t)j * tsz : NULL};
+            if (step == 0 || j > 0) q[j].top_k = ks[j], q[j].top_ids = ids[j], q[j].top_logits = vals[j], q[j].n_top = &nt[j];
+            else if (step == 1) q[j].next = &next;
+        }
+        CHECKF(!bs_eval_multi(b, q, 3), "%s top-k step %d: %s", path, step, bitspark_last_error());
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * (step % 2) + j;
+            CHECK(!bs_eval(alone[i], q[j].tokens, 1, BS_LOGITS_LAST, la, has_taps(i) ? ta : NULL));
+            if (q[j].top_k) {
+                const int want = bs_top_lowest(la, V, ks[j], ri, rv);
+                CHECKF(nt[j] == want && !memcmp(ids[j], ri, sizeof *ri * (size_t)want) && !memcmp(vals[j], rv, sizeof *rv * (size_t)want),
+                       "%s top-k step %d seq %d: the %d best differ from the row's (%d / %d)", path, step, i, ks[j], nt[j], want);
+            } else if (q[j].next) {
+                CHECKF(next == bs_argmax_lowest(la, V), "%s top-k step %d seq %d: greedy id %d", path, step, i, next);
+            } else {
+                CHECKF(!memcmp(la, q[j].logits, (size_t)V * sizeof(float)), "%s top-k step %d seq %d: logits differ", path, step, i);
+            }
+            CHECKF(same_state(alone[i], bat[i]), "%s top-k step %d seq %d: state differs", path, step, i);
+        }
+    }
     bs_batch_free(b);
     for (int i = 0; i < NS; i++) {
         bs_session_free(alone[i]);

@@ -706,46 +706,50 @@ static int topk_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static void check_topk(int n, int k, int kind) {
-    float *x = vec((size_t)n, 3.0f);
-    for (int i = 0; i < n; i++) {
+static void check_topk(int n, int k, int kind, int rows) {
+    float *x = vec((size_t)n * rows, 3.0f);
+    for (size_t i = 0; i < (size_t)n * rows; i++) {
         if (kind == 1) x[i] = (float)(bs_rng_next(&rng) % 4) - 1.0f, x[i] = x[i] == 0.0f && i % 2 ? -0.0f : x[i];
         if (kind == 2 && bs_rng_next(&rng) % 5 == 0) x[i] = bs_rng_next(&rng) % 2 ? NAN : -INFINITY;
         if (kind == 3) x[i] = NAN;
         if (kind == 4 && i % 97 == 5) x[i] = INFINITY;
     }
-    topk_ref *ref = malloc(sizeof *ref * (size_t)n);
-    int nr = 0;
-    for (int i = 0; i < n; i++)
-        if (!isnan(x[i]) && x[i] != -INFINITY) ref[nr++] = (topk_ref){x[i] > FLT_MAX ? FLT_MAX : x[i], (uint32_t)i};
-    qsort(ref, (size_t)nr, sizeof *ref, topk_cmp);
     /* the levels as vk_forward.c's record_topk runs them, each a dispatch of its own here */
-    const size_t groups0 = ((size_t)n + 2047) / 2048;
-    uint32_t *ca = calloc(groups0 * (size_t)k * 2, 4), *cb = calloc(groups0 * (size_t)k * 2, 4), out[129], spare[2] = {0};
-    uint32_t nn = (uint32_t)n, mode = 0;
-    uint32_t *in = spare, *o = ca;
+    const uint32_t groups0 = (uint32_t)(n + 2047) / 2048, stride = groups0 * (uint32_t)k;
+    uint32_t *ca = calloc((size_t)stride * rows * 2, 4), *cb = calloc((size_t)stride * rows * 2, 4), spare[2] = {0};
+    uint32_t *out = calloc(129u * (size_t)rows, 4), nn = (uint32_t)n, mode = 0, *in = spare, *o = ca;
     for (;;) {
         const uint32_t groups = (nn + 2047) / 2048, last = groups == 1;
-        const uint32_t push[4] = {nn, (uint32_t)k, mode, last};
+        const uint32_t push[6] = {nn, (uint32_t)k, mode, last, stride, (uint32_t)n};
         void *data[4] = {x, in, last ? spare : o, out};
-        size_t bytes[4] = {4u * (size_t)n, mode ? 8u * nn : 8u, last ? 8u : 8u * groups * (size_t)k, sizeof out};
-        CHECK(bs_vk_kernel_run(C, "topk", data, bytes, 4, push, sizeof push, groups, 1, 1) == 0);
+        size_t bytes[4] = {4u * (size_t)n * rows, mode ? 8u * stride * rows : 8u, last ? 8u : 8u * stride * rows,
+                           4u * 129 * (size_t)rows};
+        CHECK(bs_vk_kernel_run(C, "topk", data, bytes, 4, push, sizeof push, groups, (uint32_t)rows, 1) == 0);
         if (last) break;
         nn = groups * (uint32_t)k;
         mode = 1;
         in = o;
         o = o == ca ? cb : ca;
     }
-    const int want = nr < k ? nr : k;
-    int bad = (int)out[0] != want;
-    for (int i = 0; i < want && !bad; i++) {
-        float v;
-        memcpy(&v, &out[1 + 64 + i], 4);
-        bad += out[1 + i] != ref[i].id || !(v == ref[i].v || (v > FLT_MAX && ref[i].v == FLT_MAX));
+    topk_ref *ref = malloc(sizeof *ref * (size_t)n);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        const uint32_t *orow = out + 129u * (size_t)r;
+        int nr = 0;
+        for (int i = 0; i < n; i++)
+            if (!isnan(xr[i]) && xr[i] != -INFINITY) ref[nr++] = (topk_ref){xr[i] > FLT_MAX ? FLT_MAX : xr[i], (uint32_t)i};
+        qsort(ref, (size_t)nr, sizeof *ref, topk_cmp);
+        const int want = nr < k ? nr : k;
+        int bad = (int)orow[0] != want;
+        for (int i = 0; i < want && !bad; i++) {
+            float v;
+            memcpy(&v, &orow[1 + 64 + i], 4);
+            bad += orow[1 + i] != ref[i].id || !(v == ref[i].v || (v > FLT_MAX && ref[i].v == FLT_MAX));
+        }
+        CHECKF(!bad, "top-%d of %d logits (kind %d, row %d of %d): %u candidates, want %d; first id %u, want %u", k, n, kind,
+               r, rows, orow[0], want, orow[1], want ? ref[0].id : 0);
     }
-    CHECKF(!bad, "top-%d of %d logits (kind %d): %u candidates, want %d; first id %u, want %u", k, n, kind, out[0], want,
-           out[1], want ? ref[0].id : 0);
-    free(x); free(ref); free(ca); free(cb);
+    free(x); free(ref); free(ca); free(cb); free(out);
 }
 
 /* --- quant_q8.comp with a gate: the same bits as ew.comp's gate, then the plain quantizer ---- */
@@ -848,10 +852,10 @@ int main(void) {
     static const int an[] = {1, 7, 255, 257, 1000, 248320};
     for (size_t i = 0; i < BS_ARRAY_LEN(an); i++)
         for (int kind = 0; kind < 4; kind++) check_argmax(an[i], kind == 0 ? 8 : 1 + (int)(i % 3), kind);
-    /* top-k: one workgroup, two and three levels (Bonsai's vocabulary), k 1..64 */
+    /* top-k: one workgroup, two and three levels (Bonsai's vocabulary), k 1..64, 1..3 rows */
     static const int tn[] = {5, 100, 2048, 2049, 5000, 248320}, tk[] = {1, 40, 64};
     for (size_t i = 0; i < BS_ARRAY_LEN(tn); i++)
-        for (int kind = 0; kind < 5; kind++) check_topk(tn[i], tk[(i + (size_t)kind) % 3], kind);
+        for (int kind = 0; kind < 5; kind++) check_topk(tn[i], tk[(i + (size_t)kind) % 3], kind, 1 + (int)((i + (size_t)kind) % 3));
     /* the gates folded into the quantizer: odd head counts, 1..8 rows, 27B's 48 x 128 and 24 x 256 */
     for (int rows = 1; rows <= 8; rows += 3) {
         check_quant_gate(1, rows, 3, 32);

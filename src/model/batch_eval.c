@@ -222,6 +222,8 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bo
                      .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
                      .logits = q->logits_mode == BS_LOGITS_ALL ? q->logits + (size_t)done * V : q->logits,
                      .next = lr && q->logits_mode == BS_LOGITS_LAST ? q->next : NULL,
+                     .top_k = lr && q->logits_mode == BS_LOGITS_LAST ? q->top_k : 0, .top_ids = q->top_ids,
+                     .top_logits = q->top_logits, .n_top = q->n_top,
                      .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,
                      .tap_out = q->taps && !s->taps_on_device ? q->taps + (size_t)done * tap_row : NULL};
     return m;
@@ -246,8 +248,10 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
             lused += v[nv].logit_rows;
             idx[nv++] = i;
         }
-        for (int k = 0; k < nv; k++)
-            if (v[k].next) *v[k].next = -1;   /* stays so where the pass read the rows back */
+        for (int k = 0; k < nv; k++) {   /* these stay so where the pass read the rows back */
+            if (v[k].next) *v[k].next = -1;
+            if (v[k].top_k) *v[k].n_top = -1;
+        }
         if ((more = nv > 0) && !(rc = bs_vk_batch_eval(vb, v, nv)))
             for (int k = 0; k < nv; k++) {
                 if (v[k].next && *v[k].next < 0) *v[k].next = bs_argmax_lowest(v[k].logits, (int)q[0].s->m->hp.n_vocab);
@@ -270,9 +274,11 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         *q[0].n_top = c;
         return 0;
     }
+    for (int i = 0; i < n_seq; i++)
+        if (q[i].top_k) *q[i].n_top = -1;
     if (eval_rows(b, q, n_seq)) return -1;
-    for (int i = 0; i < n_seq; i++)   /* the rows came back: their k best taken here */
-        if (q[i].top_k)
+    for (int i = 0; i < n_seq; i++)   /* where the rows came back: their k best taken here */
+        if (q[i].top_k && *q[i].n_top < 0)
             *q[i].n_top = bs_top_lowest(q[i].logits, b->m->hp.n_vocab, q[i].top_k, q[i].top_ids, q[i].top_logits);
     return 0;
 }

@@ -237,6 +237,13 @@ typedef struct bs_vk_seq {
                                      such sequence of the pass has one (only the ids come back,
                                      the rows stay unread; else the rows come back, next is left
                                      as it was and the caller takes the argmax) */
+    int top_k;                    /* logit_rows 1: 0, or the row's top_k best (bs_vk_sess_eval_top)
+                                     into top_ids / top_logits and their count into *n_top, when
+                                     every sequence with logits has next or top_k (else the rows
+                                     come back and *n_top is left as it was) */
+    int32_t *top_ids;
+    float *top_logits;
+    int *n_top;
     const int *taps;
     int n_taps;
     float *tap_out;

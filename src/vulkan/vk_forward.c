@@ -492,18 +492,24 @@ static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_tap
     return any;
 }
 
-/* The k best of logits row 0 into topv (topk.comp: levels of 2048-candidate sorts, each
- * workgroup's k best to the next level, until one workgroup is left). */
-static int record_topk(bs_vk_sess *s, uint32_t k) {
+/* topk.comp's candidates per logits row in its level buffers (the first level's workgroups' k best) */
+static uint32_t topk_stride(const bs_vk_sess *s) {
+    return (uint32_t)(((uint64_t)s->net->hp.n_vocab + TOPK_CHUNK - 1) / TOPK_CHUNK * BS_VK_TOP_MAX);
+}
+
+/* The k best of each of logits rows 0..rows-1 into topv (topk.comp: levels of 2048-candidate
+ * sorts, each workgroup's k best to the next level, until one workgroup per row is left). */
+static int record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_buf *dummy = &s->net->dummy, *in = dummy, *out = &s->cand[0];
-    uint32_t n = (uint32_t)s->net->hp.n_vocab, mode = 0;
+    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
+    uint32_t n = V, mode = 0;
     bs_vk_barrier(c);
     for (;;) {
         const uint32_t groups = (n + TOPK_CHUNK - 1) / TOPK_CHUNK, last = groups == 1;
-        const struct { uint32_t n, k, mode, last; } push = {n, k, mode, last};
+        const struct { uint32_t n, k, mode, last, stride, V; } push = {n, k, mode, last, topk_stride(s), V};
         const bs_vk_buf *bb[4] = {&s->logits, in, last ? dummy : out, &s->topv};
-        TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, 1, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, rows, 1));
         if (last) return 0;
         bs_vk_barrier(c);
         n = groups * k;
@@ -531,14 +537,15 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
     if (!k) return 0;
     if (pt) bs_vk_barrier(s->net->c);
     TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
-    if (s->topk > 0) return record_topk(s, (uint32_t)s->topk);
-    if (!s->greedy) return 0;
-    bs_vk_barrier(s->net->c);
-    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
-    /* feed: the token the step submitted after this one embeds, in the other set */
-    const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : &s->net->dummy};
-    const uint32_t push[2] = {V, s->feed};
-    return bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1);
+    if (s->greedy) {
+        bs_vk_barrier(s->net->c);
+        const uint32_t V = (uint32_t)s->net->hp.n_vocab;
+        /* feed: the token the step submitted after this one embeds, in the other set */
+        const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : &s->net->dummy};
+        const uint32_t push[2] = {V, s->feed};
+        TRY(bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1));
+    }
+    return s->topk > 0 ? record_topk(s, (uint32_t)s->topk, (uint32_t)k) : 0;
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
@@ -715,13 +722,14 @@ int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0
     return sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
 }
 
-/* topk.comp's buffers, made on first use: level outputs (a workgroup's k best each) and the list */
+/* topk.comp's buffers for every logits row, made on first use: level outputs (a workgroup's k
+ * best each) and the lists */
 static int top_ready(bs_vk_sess *s) {
     if (s->topv.buf) return 0;
     bs_vk_ctx *c = s->net->c;
-    const uint64_t groups = ((uint64_t)s->net->hp.n_vocab + TOPK_CHUNK - 1) / TOPK_CHUNK, bytes = 8u * groups * BS_VK_TOP_MAX;
+    const uint64_t rows = s->logits.size / (4u * (uint64_t)s->net->hp.n_vocab), bytes = 8u * rows * topk_stride(s);
     if (bs_vk_buf_new(c, &s->cand[0], bytes, false) || bs_vk_buf_new(c, &s->cand[1], bytes, false) ||
-        bs_vk_buf_new(c, &s->topv, 4u * (1 + 2 * BS_VK_TOP_MAX), true)) {
+        bs_vk_buf_new(c, &s->topv, 4u * rows * (1 + 2 * BS_VK_TOP_MAX), true)) {
         for (int i = 0; i < 2; i++) bs_vk_buf_free(c, &s->cand[i]);
         bs_vk_buf_free(c, &s->topv);
         return bs_error_prefix("Vulkan top-k: ");
@@ -858,18 +866,35 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         attn_split_groups(s, p0, q[i].n);
         R += q[i].n;
     }
-    /* greedy sequences only: the argmax on the device, the ids back instead of the rows */
+    /* greedy and top-k sequences only: the argmax and the k best found on the device, they come
+       back instead of the rows (the widest k for every row: a list's first k are the k best) */
     bool ids_only = true;
-    for (int i = 0; i < n_seq; i++) ids_only &= !q[i].logit_rows || (q[i].next && q[i].logit_rows == 1);
-    S->greedy = ids_only;
-    if (batch_run(S, R, pt, n_seq)) return bs_error_prefix("Vulkan batch: ");
+    int top = 0;
+    for (int i = 0; i < n_seq; i++) {
+        ids_only &= !q[i].logit_rows || ((q[i].next || q[i].top_k > 0) && q[i].logit_rows == 1);
+        if (q[i].logit_rows && q[i].top_k > 0) top = BS_MAX(top, BS_MIN(q[i].top_k, BS_VK_TOP_MAX));
+    }
+    S->greedy = false;
+    for (int i = 0; i < n_seq && ids_only; i++) S->greedy |= q[i].logit_rows && q[i].next;
+    S->topk = ids_only ? top : 0;
+    if (S->topk && top_ready(S)) return bs_error_prefix("Vulkan batch: ");
+    const int rc = batch_run(S, R, pt, n_seq);
+    S->greedy = false;
+    S->topk = 0;
+    if (rc) return bs_error_prefix("Vulkan batch: ");
     for (int i = 0; i < n_seq; i++) bs_vk_sess_stepped(pt[i].s);
     S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
         const int lr = q[i].logit_rows, nt = q[i].n_taps;
-        if (lr && ids_only) {
+        if (lr && ids_only && q[i].next) {
             read_back(S->net->c, q[i].next, (const int32_t *)S->ids.map + k, sizeof(int32_t));
+        } else if (lr && ids_only) {
+            const uint32_t *o = (const uint32_t *)S->topv.map + k * (1 + 2 * BS_VK_TOP_MAX);
+            const int got = (int)BS_MIN(o[0], (uint32_t)q[i].top_k);
+            read_back(S->net->c, q[i].top_ids, o + 1, 4u * (size_t)got);
+            read_back(S->net->c, q[i].top_logits, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
+            *q[i].n_top = got;
         } else if (lr) {
             read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
         }

@@ -1,20 +1,21 @@
 #version 450
-// topk.comp: the k best logits of one row (k <= 64), for sampling: only their ids and values
+// topk.comp: the k best logits of each row (k <= 64; rows along y), for sampling: only their ids and values
 // come back to the host, not the row. "Best" is the sampler's order (sampler.c's `better`):
 // higher logit first, then lower id; NaN and -inf are never candidates, +inf counts as FLT_MAX,
 // -0 as +0. A workgroup sorts 2048 candidates in shared memory (bitonic, 16 KiB: the least any
 // device has) and keeps its k best; levels of this kernel reduce the row's chunks to one list
 // (the 27B's 248320 logits: 122 workgroups, then 4, then 1). Comparisons only: every device
 // gives the CPU's list.
-//   mode 0: the candidates are logits[0..n); else the (key, id) pairs cand_in[0..n) of the level
-//   before. Workgroup g writes its k best to cand_out[g * k..] or, with last, the list:
-//   out[0] the count (< k where fewer are candidates), out[1..k] ids, out[65..] the logits' bits.
+//   mode 0: the candidates are row r's logits lg[r * n..][0..n); else the (key, id) pairs
+//   cand_in[r * stride..][0..n) of the level before. Workgroup (g, r) writes its k best to
+//   cand_out[r * stride + g * k..] or, with last, row r's list at out[r * 129..]: the count (< k
+//   where fewer are candidates), then 64 ids, then 64 logits' bits.
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer L { float lg[]; };
 layout(std430, binding = 1) readonly buffer CI { uvec2 cand_in[]; };
 layout(std430, binding = 2) writeonly buffer CO { uvec2 cand_out[]; };
 layout(std430, binding = 3) writeonly buffer O { uint out_[]; };
-layout(push_constant) uniform Push { uint n, k, mode, last; } p;
+layout(push_constant) uniform Push { uint n, k, mode, last, stride, V; } p;
 
 const uint N = 2048u, NONE = 0xffffffffu;
 shared uint sk[N], si[N];
@@ -31,17 +32,18 @@ uint key_of(float x) {
 bool before(uint ka, uint ia, uint kb, uint ib) { return ka > kb || (ka == kb && ia < ib); }
 
 void main() {
-    const uint lid = gl_LocalInvocationID.x, base = gl_WorkGroupID.x * N;
+    const uint lid = gl_LocalInvocationID.x, base = gl_WorkGroupID.x * N, row = gl_WorkGroupID.y;
+    const uint lrow = row * p.V, crow = row * p.stride, orow = row * 129u;
     for (uint t = lid; t < N; t += 256u) {
         const uint i = base + t;
         uint key = 0u, id = NONE;
         if (i < p.n) {
             if (p.mode == 0u) {
-                key = key_of(lg[i]);
+                key = key_of(lg[lrow + i]);
                 id = i;
             } else {
-                key = cand_in[i].x;
-                id = cand_in[i].y;
+                key = cand_in[crow + i].x;
+                id = cand_in[crow + i].y;
             }
         }
         sk[t] = key;
@@ -63,17 +65,17 @@ void main() {
         }
     }
     if (p.last == 0u) {
-        for (uint t = lid; t < p.k; t += 256u) cand_out[gl_WorkGroupID.x * p.k + t] = uvec2(sk[t], si[t]);
+        for (uint t = lid; t < p.k; t += 256u) cand_out[crow + gl_WorkGroupID.x * p.k + t] = uvec2(sk[t], si[t]);
         return;
     }
     if (lid < p.k) {
         const bool real = sk[lid] != 0u;
-        out_[1u + lid] = real ? si[lid] : 0u;
-        out_[65u + lid] = real ? floatBitsToUint(lg[si[lid]]) : 0u;
+        out_[orow + 1u + lid] = real ? si[lid] : 0u;
+        out_[orow + 65u + lid] = real ? floatBitsToUint(lg[lrow + si[lid]]) : 0u;
     }
     if (lid == 0u) {
         uint c = 0u;
         while (c < p.k && sk[c] != 0u) c++;
-        out_[0] = c;
+        out_[orow] = c;
     }
 }
