@@ -18,6 +18,9 @@ par=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 4 -r 2 -t 1 --parallel 1,3 --no-
 check "parallel rows" '[ "$(grep -cE "\| +tg4x[13] \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$par")" = 2 ]'
 check "parallel 0 refused" '! "$B" bench -m "$F/tiny-q1_0.gguf" --parallel 0 >/dev/null 2>&1'
 check "parallel 65 refused" '! "$B" bench -m "$F/tiny-q1_0.gguf" --parallel 2,65 >/dev/null 2>&1'
+# --sampled: a tg row whose tokens are drawn by the default chain
+smp=$("$B" bench -m "$F/tiny-q1_0.gguf" -p 0 -n 4 -r 2 -t 1 --sampled --no-membw 2>&1)
+check "sampled row" 'grep -qE "\| +tg4 \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$smp" && grep -qE "\| +tg4 sampled \| +[0-9.]+ ± [0-9.]+ \|$" <<<"$smp"'
 
 # membw + int8 ceiling lines (the int8 line only where bitspark dispatches AVX-512: VNNI + VBMI)
 # bandwidth probed before, between and after the 2 tg runs: 3 probes

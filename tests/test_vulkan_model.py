@@ -352,10 +352,18 @@ def check_sampled_text():
 
 def check_bench():
     model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
-    r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '16', '-n', '4', '-r', '1', '--verify', '1,2'])
+    r = run([BITSPARK, 'bench', '-m', model, '--device', 'vulkan', '-p', '16', '-n', '4', '-r', '1', '--verify', '1,2',
+             '--sampled'])
     out = r.stdout
     if not any('| Vulkan ' in l and 'pp16' in l for l in out.splitlines()) or 'tg4' not in out:
         fail('bench --device vulkan: no Vulkan pp16/tg4 rows:\n' + out)
+    # --sampled: the tokens drawn from the 40 best found on the device, only they read back
+    m = re.search(r'device tg sampled: per token [0-9.]+ dispatches, [0-9.]+ barriers, [0-9.]+ submissions, '
+                  r'([0-9.]+) bytes read back', out)
+    if 'tg4 sampled' not in out or not m or float(m.group(1)) > 4 + 8 * 40:
+        fail('bench --sampled --device vulkan: no sampled row, or more than the top 40 read back:\n' + out)
+    else:
+        print('bench --sampled on the device: %s bytes read back per token' % m.group(1))
     if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
         fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
     # sessions decoding together: each pass is one submission, and its barriers do not grow with

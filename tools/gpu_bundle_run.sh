@@ -182,11 +182,12 @@ summary() {
       echo "| pp$PP $m | ${S[$m.pp]:-?} |"
       echo "| tg$TG $m | ${S[$m.tg]:-?} |"
       echo "| tg$TG x8 sessions $m | ${S[$m.par]:-?} |"
+      echo "| tg$TG sampled $m | ${S[$m.smp]:-?} |"
       echo "| roofline fraction $m | ${S[$m.roof]:-?} |"
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
-      echo "| with BITSPARK_VK_NO_AHEAD=1 $m | ${S[$m.ahead]:-not run} |"
+      echo "| with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m | ${S[$m.ahead]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
     done
@@ -298,7 +299,8 @@ for m in "${MODELS[@]}"; do
   # bench: load, pp512, tg128, verify widths, the copy-kernel roofline
   if can_run "bench $m" 20; then
     { echo "## $m ($f)"; } >>"$OUT/bench.txt"
-    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 --parallel 8 >>"$OUT/bench.txt" 2>&1
+    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 --parallel 8 \
+      --sampled >>"$OUT/bench.txt" 2>&1
     rc=$?; echo >>"$OUT/bench.txt"
     sec=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt")
     S[$m.load]=$(echo "$sec" | grep -m1 -o 'load: [0-9.]* s' | sed 's/load: //')
@@ -307,6 +309,9 @@ for m in "${MODELS[@]}"; do
     par=$(echo "$sec" | awk -F'|' -v t="tg${TG}x8" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}')
     pb=$(echo "$sec" | grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches, [0-9.]* barriers' | sed 's/.*tokens) //')
     S[$m.par]="${par:-?} t/s of all 8 (bench --parallel 8; ${pb:-?} per pass)"
+    smp=$(echo "$sec" | awk -F'|' -v t="tg$TG sampled" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}')
+    sb=$(echo "$sec" | grep -m1 -o 'device tg sampled: per token .* [0-9.]* bytes read back' | grep -o '[0-9.]* bytes read back')
+    S[$m.smp]="${smp:-?} t/s (temperature 0.8, top-k 40; ${sb:-?} per token)"
     r=$(echo "$sec" | grep -m1 -o 'tg reached [0-9]*%' | grep -o '[0-9]*%'); bw=$(echo "$sec" | grep -m1 -o 'membw: [0-9.]* GB/s' | grep -o '[0-9.]* GB/s')
     S[$m.roof]="${r:-?} of the copy roofline (${bw:-?} copy)"
     S[$m.v5]=$(echo "$sec" | grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' | sed 's/w=5 //')
@@ -337,14 +342,16 @@ for m in "${MODELS[@]}"; do
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
-  # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain)
-  if can_run "no-ahead $m" 20; then
-    { echo "## $m with BITSPARK_VK_NO_AHEAD=1"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_NO_AHEAD=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 \
-      --no-membw >"$W/ahead.txt" 2>&1
+  # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain), and
+  # sampling from whole rows read back instead of the top 40 found on the device (topk.comp's)
+  if can_run "no-ahead $m" 30; then
+    { echo "## $m with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 \
+      -n $TG -r 2 --sampled --no-membw >"$W/ahead.txt" 2>&1
     rc=$?; cat "$W/ahead.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/ahead.txt")
-    S[$m.ahead]="tg$TG ${tg:-?} t/s"
+    smp=$(awk -F'|' -v t="tg$TG sampled" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/ahead.txt")
+    S[$m.ahead]="tg$TG ${tg:-?} t/s, tg$TG sampled ${smp:-?} t/s"
     step_done "no-ahead $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
   # a profiled decode: GPU time per kernel, dispatches

@@ -6,7 +6,8 @@
  * step relative to a 1-token step; a `membw` line gives this machine's measured read bandwidth,
  * the decode roofline it implies for the model's weight bytes per token, and the fraction tg
  * reached; --parallel N,.. adds tg rows of N sessions decoding together (one pass per token of
- * each, as the server's slots decode), counting every session's tokens.
+ * each, as the server's slots decode), counting every session's tokens; --sampled adds a tg row
+ * that samples each token (the default chain; on a device from the k best found there).
  * Kernel mode (--matmul): bs_matmul on synthetic Bonsai-shaped weights (default Q1_0 5120x17408
  * and 17408x5120), spread over enough copies that every call streams from DRAM, for 1..8
  * activation rows and each thread count: ms per call, GB/s and cost relative to one row. */
@@ -15,6 +16,7 @@
 #include "tools/spec_bench.h"
 
 #include "bitspark.h"
+#include "sample/sampler.h"
 #include "cpu/cpu_features.h"
 #include "formats/gguf.h"
 #include "cpu/kernels.h"
@@ -52,6 +54,7 @@ typedef struct {
     int membw;
     int no_mmap;                /* read the model into anonymous memory (stabler numbers) */
     const char *device;         /* --device */
+    int sampled;                /* --sampled: a tg row sampling each token (the default chain) */
 } bench_opts;
 
 typedef struct { double mean, sd; } stat;
@@ -279,8 +282,28 @@ static void random_tokens(int32_t *tok, int n, int n_vocab, bs_rng *rng) {
 
 static bool g_device_greedy;   /* tg on a device: greedy steps (bs_eval_greedy) */
 
-/* Seconds for one run: pp = one batch of n_prompt tokens; tg = n_gen one-token evals. */
-static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_rng *rng, float *logits) {
+/* The tg steps of --sampled: each token drawn by the default chain (temperature 0.8, top-k 40,
+ * top-p 0.95, min-p 0.05) from the step before, as `run` samples: on a device from the k best
+ * found there (bs_eval_top), else from the row. */
+static int sampled_steps(bs_session *s, bs_sampler *smp, int32_t first, int n_gen, float *logits) {
+    const int k = g_device_greedy ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
+    int32_t cur = first, ids[BS_TOP_MAX];
+    float vals[BS_TOP_MAX];
+    bs_sampler_set_seed(smp, 1);
+    for (int i = 0; i < n_gen; i++) {
+        const int n = k ? bs_eval_top(s, &cur, 1, k, ids, vals) : bs_eval(s, &cur, 1, BS_LOGITS_LAST, logits, NULL);
+        if (n < 0) return -1;
+        const int32_t next = k ? bs_sampler_sample_top(smp, ids, vals, n) : bs_sampler_sample(smp, logits);
+        if (next < 0) return -1;
+        bs_sampler_accept(smp, next);
+        cur = next;
+    }
+    return 0;
+}
+
+/* Seconds for one run: pp = one batch of n_prompt tokens; tg = n_gen one-token evals (smp: drawn
+ * by it, sampled_steps). */
+static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_rng *rng, float *logits, bs_sampler *smp) {
     int32_t *tok = bs_xmalloc(sizeof(int32_t) * (size_t)BS_MAX(1, BS_MAX(n_prompt, n_gen)));
     bs_session_reset(s);
     double t0 = bs_time(), dt = -1;
@@ -288,6 +311,13 @@ static double run_once(bs_session *s, int n_prompt, int n_gen, int n_vocab, bs_r
         random_tokens(tok, n_prompt, n_vocab, rng);
         t0 = bs_time();
         if (bs_eval(s, tok, n_prompt, BS_LOGITS_LAST, logits, NULL)) goto out;
+    } else if (smp) {
+        random_tokens(tok, 1, n_vocab, rng);
+        bs_session_set_undo(s, 0);
+        t0 = bs_time();
+        const int rc = sampled_steps(s, smp, tok[0], n_gen, logits);
+        bs_session_set_undo(s, 1);
+        if (rc) goto out;
     } else {
         random_tokens(tok, n_gen, n_vocab, rng);
         bs_session_set_undo(s, 0);   /* as `run` decodes */
@@ -475,7 +505,7 @@ static void device_roofline(bs_model *m, const model_info *mi, const double *dt,
 /* On the device, per decoded token of the tg runs: what the host asks of it besides the
  * kernels' work (dispatches, barriers, submissions, bytes read back) and the weight bytes the
  * products read against the file's. */
-static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_stats *passes) {
+static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_stats *passes, const char *what) {
     bs_vk_stats st;
     if (passes) st = *passes;
     else bs_vk_stats_get(m->vk, &st);
@@ -486,8 +516,8 @@ static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_
              np, np, st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n);
         return;
     }
-    note("device tg: per token %.1f dispatches, %.1f barriers, %.2f submissions, %.0f bytes read back; "
-         "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n",
+    note("device %s: per token %.1f dispatches, %.1f barriers, %.2f submissions, %.0f bytes read back; "
+         "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n", what,
          st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n, st.weight_bytes / n / 1e9,
          mi->stream_bytes ? st.weight_bytes / n / (double)mi->stream_bytes : 0.0, mi->stream_bytes / 1e9);
     if (st.ahead) note("device tg: %llu steps submitted ahead of the host, %llu undone\n", (unsigned long long)st.ahead,
@@ -550,7 +580,7 @@ static int parallel_row(const bench_opts *o, bs_model *m, const model_info *mi, 
         if (dt < 0) rc = -1;
         else r.samples[r.n++] = dt;
     }
-    if (!rc && m->vk) device_steps(m, mi, np, &sum);
+    if (!rc && m->vk) device_steps(m, mi, np, &sum, "tg");
     if (!rc) print_result(o, mi, &r, first);
     for (int i = 0; i < np; i++) bs_session_free(ss[i]);
     bs_multi_free(mb);
@@ -588,26 +618,32 @@ static int bench_model(const bench_opts *o) {
         double bw[MAX_REPS + 1], tg_dt[MAX_REPS];
         int nbw = 0, n_tg = 0;
         if (probing) probe_init(&probe, o->threads[ti] > 1 ? bs_pool_new(o->threads[ti]) : NULL);
-        for (int kind = 0; kind < 2 && !rc; kind++) {
+        for (int kind = 0; kind < 3 && !rc; kind++) {   /* pp, tg, tg sampled */
             result r = {.threads = o->threads[ti]};
             r.n_prompt = kind == 0 ? o->n_prompt : 0;
-            r.n_gen = kind == 1 ? o->n_gen : 0;
+            r.n_gen = kind == 1 || (kind == 2 && o->sampled) ? o->n_gen : 0;
             if (r.n_prompt + r.n_gen == 0) continue;
-            snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : "tg%d", kind == 0 ? r.n_prompt : r.n_gen);
-            if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits) < 0) { rc = -1; break; }
+            snprintf(r.test, sizeof r.test, kind == 0 ? "pp%d" : kind == 1 ? "tg%d" : "tg%d sampled", kind == 0 ? r.n_prompt : r.n_gen);
+            bs_sampler *smp = NULL;
+            if (kind == 2) {
+                const bs_sampler_params sp = bs_sampler_default_params();
+                if (!(smp = bs_sampler_new(&sp, n_vocab))) { rc = -1; break; }
+            }
+            if (o->warmup && run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits, smp) < 0) rc = -1;
             if (m->vk) bs_vk_stats_reset(m->vk);
-            for (int i = 0; i < o->reps && i < MAX_REPS; i++) {
+            for (int i = 0; i < o->reps && i < MAX_REPS && !rc; i++) {
                 if (probing && kind == 1) bw[nbw++] = probe_read(&probe, 3);
-                double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits);
+                double dt = run_once(s, r.n_prompt, r.n_gen, n_vocab, &rng, logits, smp);
                 if (dt < 0) { rc = bs_error("%s", bitspark_last_error()); break; }
                 r.samples[r.n++] = dt;
             }
+            bs_sampler_free(smp);
             if (rc) break;
             if (kind == 1) {
                 memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
                 n_tg = r.n;
-                if (m->vk) device_steps(m, &mi, 1, NULL);
             }
+            if (kind && m->vk) device_steps(m, &mi, 1, NULL, kind == 2 ? "tg sampled" : "tg");
             if (probing && kind == 1) {
                 bw[nbw++] = probe_read(&probe, 3);
                 memcpy(tg_dt, r.samples, sizeof(double) * (size_t)r.n);
@@ -691,6 +727,7 @@ static int bench_apply(bench_opts *o, const cli_arg *a) {
     case OPT_MATMUL_TYPE: o->mm_type = a->s; break;
     case OPT_MATMUL_PACKED: o->mm_packed_only = 1; break;
     case OPT_NO_MEMBW: o->membw = 0; break;
+    case OPT_BENCH_SAMPLED: o->sampled = 1; break;
     case OPT_NO_WARMUP: o->warmup = 0; break;
     case OPT_NO_MMAP: o->no_mmap = 1; break;
     case OPT_DEVICE: o->device = a->s; break;

@@ -382,6 +382,8 @@ const cli_opt cli_opts[] = {
     STRX(OPT_VERIFY, CMD_BENCH, "--verify", "W[,W..]", "1,4", NULL, "cost of a W-token verify step relative to a 1-token step"),
     STRX(OPT_BENCH_PARALLEL, CMD_BENCH, "-npl, --parallel", "N[,N..]", "4,8", NULL,
          "tg<n>x<N>: N sessions decoding together, one token each per pass (the server's slots)"),
+    FLAG(OPT_BENCH_SAMPLED, CMD_BENCH, "--sampled",
+         "tg<N> sampled: each token drawn from the step before's logits (temperature 0.8, top-k 40, as run samples)"),
     FLAG(OPT_NO_MEMBW, CMD_BENCH, "--no-membw", "skip the memory-bandwidth / roofline line"),
     FLAG(OPT_NO_WARMUP, CMD_BENCH | CMD_BENCH_VISION, "--no-warmup", "skip the warm-up run"),
     FLAG(OPT_NO_MMAP, CMD_BENCH, "--no-mmap", "read the model into memory instead of mapping it"),
