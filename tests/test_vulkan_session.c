@@ -87,6 +87,18 @@ static void check_ahead(bs_model *m, const char *path, const int32_t *prompt, in
     }
     CHECKF(ahead_stat(m, false) - a0 == NG && ahead_stat(m, true) == d0,
            "%s: %d steps went ahead (%d undone), want %d (0)", path, ahead_stat(m, false) - a0, ahead_stat(m, true) - d0, NG);
+    /* a step the caller says is its last (bs_session_ahead_limit): the one under way is taken,
+       none goes ahead after it, nothing is undone */
+    bs_session_ahead_limit(g, bs_session_n_past(g) + 1);
+    int32_t w_last = -1, g_last = -1;
+    CHECK(bs_eval_greedy(r, &want[NG], 1, &w_last, NULL) == 0 && bs_eval_greedy(g, &cur, 1, &g_last, NULL) == 0);
+    CHECKF(g_last == w_last && ahead_stat(m, false) - a0 == NG && ahead_stat(m, true) == d0,
+           "%s: a last step gave %d (want %d), %d went ahead, %d undone", path, g_last, w_last, ahead_stat(m, false) - a0,
+           ahead_stat(m, true) - d0);
+    bs_session_ahead_limit(g, 0);
+    int32_t w_more = -1;   /* one more step each: again one under way in g */
+    CHECK(bs_eval_greedy(r, &w_last, 1, &w_more, NULL) == 0 && bs_eval_greedy(g, &g_last, 1, &got, NULL) == 0);
+    CHECKF(got == w_more, "%s: after a last step, ahead again gave %d, want %d", path, got, w_more);
     /* another token than the argmax: the step ahead undone, the logits those of the reference */
     float *lg = malloc(sizeof(float) * (size_t)V), *lr = malloc(sizeof(float) * (size_t)V);
     CHECK(bs_eval(g, &other, 1, BS_LOGITS_LAST, lg, NULL) == 0 && bs_eval(r, &other, 1, BS_LOGITS_LAST, lr, NULL) == 0);

@@ -10,6 +10,7 @@
 #include "generate/gen_impl.h"
 #include "sample/grammar.h"
 #include "model/batch_eval.h"
+#include "model/session.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 
@@ -393,11 +394,20 @@ static void decoded(bs_gen *g) {
     gen_after_logits(g);
 }
 
+/* A greedy step on a device runs the next one ahead unless the token budget ends with this one
+ * (a request of a few tokens would pay a step in vain). */
+static void ahead_hint(bs_gen *g) {
+    if (!g->argmax_dev) return;
+    const bool last = g->r.n_predict >= 0 && g->n_out + 1 >= g->r.n_predict;
+    bs_session_ahead_limit(g->sess, last ? bs_session_n_past(g->sess) + 1 : 0);
+}
+
 int bs_gen_step(bs_gen *g, int budget) {
     switch (g->state) {
     case GS_PROMPT:
         return prompt_step(g, budget);
     case GS_DECODE:
+        ahead_hint(g);
         g->have_next = g->argmax_dev;
         g->have_top = g->top_dev > 0;
         if (g->argmax_dev ? bs_eval_greedy(g->sess, &g->pending, 1, &g->next_id, NULL)
@@ -430,6 +440,7 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     g->spec_planned = false;
     if (g->use_spec && g->state == GS_SPEC) return g->spec_planned = gen_spec_plan(g, q);
     if (g->state == GS_DECODE) {
+        ahead_hint(g);
         *q = (bs_batch_seq){.s = g->sess, .tokens = &g->pending, .n = 1, .logits_mode = BS_LOGITS_LAST,
                             .logits = g->logits, .next = g->argmax_dev ? &g->next_id : NULL, .top_k = g->top_dev,
                             .top_ids = g->top_ids, .top_logits = g->top_vals, .n_top = &g->n_top};

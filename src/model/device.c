@@ -221,7 +221,8 @@ static int decode_ahead(bs_session *s, int32_t tok, int32_t *next) {
     if (bs_device_begin(s, &tok, 1, NULL)) return -1;
     float *rope1 = s->rope + hp->n_rot;   /* session.c keeps two rows at least */
     bs_rope_cache(rope1, sess_pos(s) + 1, hp->n_rot, hp->rope_base, hp->rope_sections);
-    if (bs_vk_sess_decode_ahead(s->vk, tok, s->n_past, s->rope, rope1, next)) return -1;
+    const bool more = !s->ahead_limit || s->n_past + 1 < s->ahead_limit;
+    if (bs_vk_sess_decode_ahead(s->vk, tok, s->n_past, s->rope, more ? rope1 : NULL, next)) return -1;
     bs_device_end(s, 1);
     return 0;
 }

@@ -186,6 +186,7 @@ void bs_session_end_batch(bs_session *s, int n) {
 }
 
 void bs_session_set_undo(bs_session *s, int keep) { s->no_undo = !keep; }
+void bs_session_ahead_limit(bs_session *s, int n_pos) { s->ahead_limit = n_pos > 0 ? n_pos : 0; }
 
 /* ---- state save / load ----------------------------------------------------------------------- */
 

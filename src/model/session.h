@@ -26,6 +26,7 @@ struct bs_session {
     int cur;
     bool no_undo;                 /* bs_session_set_undo(s, 0): one-token evals update half cur */
     bool in_place;                /* the batch being evaluated updates half cur (no flip) */
+    int ahead_limit;              /* bs_session_ahead_limit: no step decoded ahead at or past it (0: none) */
     bool (*abort_cb)(void *ud);   /* bs_session_set_abort: asked before each batch of bs_eval */
     void *abort_ud;
 
@@ -115,6 +116,10 @@ int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0,
 
 /* eval.c: the lowest index of the largest of w[0..n), NaN never winning (the device's argmax). */
 int32_t bs_argmax_lowest(const float *w, int n);
+/* Greedy steps on a device decode the next one ahead (vulkan/vk_ahead.c) only at positions below
+ * n_pos (0: no limit besides the context): a caller that knows it stops there (a token budget)
+ * wastes no step. */
+void bs_session_ahead_limit(bs_session *s, int n_pos);
 /* The k best of w[0..n) as bs_eval_top gives them (on the CPU): their count. */
 int bs_top_lowest(const float *w, int n, int k, int32_t *ids, float *vals);
 

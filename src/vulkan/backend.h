@@ -187,7 +187,7 @@ int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, cons
  * and position, it is already under way; any other use of the session first puts back the
  * state from before it (as a rollback does), so what the session holds is only ever what its
  * caller evaluated. Evaluations of one row only, without taps, and undo off (the last step
- * cannot be rolled back). */
+ * cannot be rolled back). rope1 NULL: no step after this one (the caller stops here). */
 int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */

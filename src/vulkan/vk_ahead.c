@@ -76,7 +76,7 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
     }
     /* the next one, its token this one's argmax, undoable (the snapshot is the state after this) */
     int rc = 0;
-    if (pos0 + 1 < s->n_ctx) {
+    if (rope1 && pos0 + 1 < s->n_ctx) {
         rc = bs_vk_sess_snapshot(s) || issue(s, NULL, pos0 + 1, rope1, &s->ahead_io);
         if (!rc) {
             s->ahead = true;
