@@ -59,7 +59,7 @@ static int issue(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope,
 int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next) {
     bs_vk_ctx *c = s->net->c;
     if (pos0 < 0 || pos0 >= s->n_ctx) return bs_error("Vulkan eval: a token at %d does not fit", pos0);
-    if (!s->no_ahead && ahead_ready(s)) {   /* no second set: wait for each step (said once) */
+    if (!s->no_cache && !s->no_ahead && ahead_ready(s)) {   /* no second set: wait for each step (said once) */
         bs_log(1, "Vulkan: %s; greedy steps wait for each other\n", bs_last_error());
         bs_clear_error();
         s->no_ahead = true;
@@ -74,18 +74,21 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
     } else {
         TRY(bs_vk_sess_settle(s) || issue(s, &tok, pos0, rope0, &io));
     }
-    /* the next one, its token this one's argmax, undoable (the snapshot is the state after this) */
-    int rc = 0;
+    /* the next one, its token this one's argmax, undoable (the snapshot is the state after this);
+       if it cannot go, this step still stands (its state is the session's) and later ones wait */
     if (rope1 && pos0 + 1 < s->n_ctx) {
-        rc = bs_vk_sess_snapshot(s) || issue(s, NULL, pos0 + 1, rope1, &s->ahead_io);
-        if (!rc) {
+        if (bs_vk_sess_snapshot(s) || issue(s, NULL, pos0 + 1, rope1, &s->ahead_io)) {
+            bs_log(1, "Vulkan: a step ahead could not be submitted (%s); greedy steps wait for each other\n",
+                   bs_last_error());
+            bs_clear_error();
+            s->no_ahead = true;
+        } else {
             s->ahead = true;
             s->ahead_pos = pos0 + 1;
             c->stats.ahead++;
         }
     }
-    /* waited for even when the next failed: nothing is left in flight unaccounted */
-    if (bs_vk_sess_wait(s, io) || rc) return -1;
+    if (bs_vk_sess_wait(s, io)) return -1;
     memcpy(next, (io == s->io ? &s->ids : &s->ids_alt)->map, 4);
     bs_vk_count_read(c, 4);
     s->ahead_tok = *next;
