@@ -42,7 +42,11 @@ glibc=" ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libmvec.so.1 libpthread.so.0 li
 n=0
 # (the programs' ldd lists every library the process loads; their DT_RPATH covers the libraries'
 # own dependencies, which ldd of a library alone would look up elsewhere)
-for elf in "$B"/bin/* "$B"/tests/*; do
+# the test programs travel compressed (run.sh unpacks them next to a lib/ that is the bundle's)
+mkdir -p "$T/unpacked/tests" && ln -sfn "$B/lib" "$T/unpacked/lib"
+for t in "$B"/tests/*.gz; do u=$T/unpacked/tests/$(basename "$t" .gz); gzip -dc "$t" >"$u" && chmod +x "$u"; done
+[ "$(ls "$T/unpacked/tests" | wc -l)" -gt 0 ] && ok "$(ls "$T/unpacked/tests" | wc -l) test programs, compressed" || bad "no test programs"
+for elf in "$B"/bin/* "$T"/unpacked/tests/*; do
   while read -r name arrow path _; do
     [ -n "$name" ] || continue
     case "$glibc" in *" $name "*) continue;; esac

@@ -177,8 +177,11 @@ printf '%s\n' "${run_list[@]}" >"$out/tests.list"
 printf '%s\n' "${not_run[@]}" >"$out/tests_not_run.list"
 
 # what run.sh needs only in some cases (or unpacked anyway) travels compressed: the loader and
-# glvnd/X11 libraries, glibc, the repository's files (models, Python tests)
+# glvnd/X11 libraries, glibc, the repository's files (models, Python tests); and the test
+# programs (each links the library and the shaders: half their size compressed), which run.sh
+# unpacks into tests/ next to a lib/ that is the bundle's (their rpath $ORIGIN/../lib)
 for d in vk glibc src; do tar -C "$out" -czf "$out/$d.tar.gz" "$d" && rm -rf "${out:?}/$d"; done
+for t in "$out"/tests/*; do gzip -9n "$t"; done
 
 size=$(du -sb "$out" | cut -f1)
 log "$out: $((size / 1048576)).$(( (size % 1048576) * 10 / 1048576 )) MiB ($size bytes; limit $limit_mib MiB)"

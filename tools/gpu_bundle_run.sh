@@ -131,14 +131,21 @@ wrap() { # name elf: $W/bin/name runs elf
     chmod +x "$W/bin/$1"
   else ln -s "$2" "$W/bin/$1"; fi
 }
+# the test programs travel compressed: unpacked where their rpath ($ORIGIN/../lib) finds lib/
+mkdir -p "$W/t/tests" && ln -s "$B/lib" "$W/t/lib"
+for t in "$B"/tests/*.gz; do
+  [ -f "$t" ] || continue
+  u=$W/t/tests/$(basename "$t" .gz)
+  gzip -dc "$t" >"$u" && chmod +x "$u" || log "cannot unpack $(basename "$t")"
+done
 wrap bitspark "$B/bin/bitspark"; wrap vkinfo "$B/bin/vkinfo"
-for t in "$B"/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
+for t in "$W"/t/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
 BS=$W/bin/bitspark
 ver=$("$BS" --version 2>&1 | head -1)
 if [ -z "$USE_LDSO" ] && echo "$ver" | grep -q 'GLIBC_'; then
   log "the image's glibc is too old after all ($ver): switching to the bundle's"
   USE_LDSO=1; rm -f "$W"/bin/*; wrap bitspark "$B/bin/bitspark"; wrap vkinfo "$B/bin/vkinfo"
-  for t in "$B"/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
+  for t in "$W"/t/tests/*; do [ -f "$t" ] && wrap "$(basename "$t")" "$t"; done
   ver=$("$BS" --version 2>&1 | head -1)
 fi
 log "bitspark: $ver"
