@@ -14,8 +14,6 @@
 
 #include <string.h>
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 static void swap_buf(bs_vk_buf *a, bs_vk_buf *b) {
     const bs_vk_buf t = *a;
     *a = *b;

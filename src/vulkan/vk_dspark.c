@@ -39,10 +39,7 @@ struct bs_vk_dctx {
     bs_vk_buf in, tok, rope, hidden, logits;   /* host visible */
 };
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
-
 
 static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
     bs_vk_ctx *c = d->c;

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* A result the host reads from mapped device memory (counted in the stats). */
 static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
@@ -31,8 +30,6 @@ typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
 enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
-
-#define TRY(x) do { if (x) return -1; } while (0)
 
 static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n, uint32_t p0,
               uint32_t p1) {
@@ -492,33 +489,6 @@ static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_tap
     return any;
 }
 
-/* topk.comp's candidates per logits row in its level buffers (the first level's workgroups' k best) */
-static uint32_t topk_stride(const bs_vk_sess *s) {
-    return (uint32_t)(((uint64_t)s->net->hp.n_vocab + TOPK_CHUNK - 1) / TOPK_CHUNK * BS_VK_TOP_MAX);
-}
-
-/* The k best of each of logits rows 0..rows-1 into topv (topk.comp: levels of 2048-candidate
- * sorts, each workgroup's k best to the next level, until one workgroup per row is left). */
-static int record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
-    bs_vk_ctx *c = s->net->c;
-    const bs_vk_buf *dummy = &s->net->dummy, *in = dummy, *out = &s->cand[0];
-    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
-    uint32_t n = V, mode = 0;
-    bs_vk_barrier(c);
-    for (;;) {
-        const uint32_t groups = (n + TOPK_CHUNK - 1) / TOPK_CHUNK, last = groups == 1;
-        const struct { uint32_t n, k, mode, last, stride, V; } push = {n, k, mode, last, topk_stride(s), V};
-        const bs_vk_buf *bb[4] = {&s->logits, in, last ? dummy : out, &s->topv};
-        TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, rows, 1));
-        if (last) return 0;
-        bs_vk_barrier(c);
-        n = groups * k;
-        mode = 1;
-        in = out;
-        out = out == &s->cand[0] ? &s->cand[1] : &s->cand[0];
-    }
-}
-
 /* The final norm and LM head: the last logits_rows rows of a step, or each sequence's last
  * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. */
 static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np) {
@@ -545,7 +515,7 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
         const uint32_t push[2] = {V, s->feed};
         TRY(bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1));
     }
-    return s->topk > 0 ? record_topk(s, (uint32_t)s->topk, (uint32_t)k) : 0;
+    return s->topk > 0 ? bs_vk_record_topk(s, (uint32_t)s->topk, (uint32_t)k) : 0;
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in
@@ -722,25 +692,10 @@ int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0
     return sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
 }
 
-/* topk.comp's buffers for every logits row, made on first use: level outputs (a workgroup's k
- * best each) and the lists */
-static int top_ready(bs_vk_sess *s) {
-    if (s->topv.buf) return 0;
-    bs_vk_ctx *c = s->net->c;
-    const uint64_t rows = s->logits.size / (4u * (uint64_t)s->net->hp.n_vocab), bytes = 8u * rows * topk_stride(s);
-    if (bs_vk_buf_new(c, &s->cand[0], bytes, false) || bs_vk_buf_new(c, &s->cand[1], bytes, false) ||
-        bs_vk_buf_new(c, &s->topv, 4u * rows * (1 + 2 * BS_VK_TOP_MAX), true)) {
-        for (int i = 0; i < 2; i++) bs_vk_buf_free(c, &s->cand[i]);
-        bs_vk_buf_free(c, &s->topv);
-        return bs_error_prefix("Vulkan top-k: ");
-    }
-    return 0;
-}
-
 int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
                         float *vals) {
     if (k < 1 || k > BS_VK_TOP_MAX) return bs_error("Vulkan top-k: k = %d (1..%d)", k, BS_VK_TOP_MAX);
-    TRY(top_ready(s));
+    TRY(bs_vk_top_ready(s));
     s->topk = k;
     const int rc = sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, NULL, NULL, 0, NULL);
     s->topk = 0;
@@ -877,7 +832,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     S->greedy = false;
     for (int i = 0; i < n_seq && ids_only; i++) S->greedy |= q[i].logit_rows && q[i].next;
     S->topk = ids_only ? top : 0;
-    if (S->topk && top_ready(S)) return bs_error_prefix("Vulkan batch: ");
+    if (S->topk && bs_vk_top_ready(S)) return bs_error_prefix("Vulkan batch: ");
     const int rc = batch_run(S, R, pt, n_seq);
     S->greedy = false;
     S->topk = 0;

@@ -304,6 +304,9 @@ int bs_vk_staging_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, 
 int bs_vk_staging_flush(bs_vk_ctx *c);
 void bs_vk_staging_free(bs_vk_ctx *c);
 
+/* Return -1 when x fails (x: an int call, 0 on success). */
+#define TRY(x) do { if (x) return -1; } while (0)
+
 /* vk_exec.c: one command buffer recorded, submitted and waited for; at most BS_VK_MAX_SETS
  * dispatches in it (descriptor sets of its pool). */
 enum { BS_VK_MAX_SETS = 4096 };

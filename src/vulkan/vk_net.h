@@ -121,6 +121,10 @@ void bs_vk_sess_stepped(bs_vk_sess *s);
 int bs_vk_sess_settle(bs_vk_sess *s);
 /* The step submitted in set io (bs_vk_step_fed) waited for: its recording may go again. */
 int bs_vk_sess_wait(bs_vk_sess *s, int io);
+/* vk_top.c: the k best of each of logits rows 0..rows-1 into topv (s->topk's step), and the
+ * buffers that takes, made on first use. */
+int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows);
+int bs_vk_top_ready(bs_vk_sess *s);
 /* vk_forward.c: a one-row greedy step of token *tok (NULL: the one the step before fed it) at
  * pos0 submitted with fence f (not waited for), its argmax fed into the other set's token. */
 int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f);

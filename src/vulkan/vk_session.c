@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 int bs_vk_sess_rows(const bs_vk_sess *s) { return s->B; }
 
 int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n) {
@@ -44,7 +42,6 @@ static int attn_chunks(const bs_vk_net *net, int n_ctx, size_t B) {
     if (D > MAX_HEAD_DIM || D % 2 || G * D > 2048 || n_chunk > 65535) return 0;
     return 4u * B * (size_t)hp->n_head * n_chunk * (D + 2) > net->c->max_binding ? 0 : (int)n_chunk;
 }
-
 
 bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_rows, bool kv_f32, bool states) {
     const bs_vk_net_desc *hp = &net->hp;

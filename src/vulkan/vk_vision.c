@@ -17,8 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 enum { VIT_BIAS = 0, VIT_BIAS_GELU = 1, VIT_ADD = 2, VIT_QKV = 3 };
 
 typedef struct {
