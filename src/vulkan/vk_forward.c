@@ -133,11 +133,19 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     for (int i = 0; i < nc; i++)
         if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, &s->lu, cy[i]));
     bool quantized = true;
+    int xr_act = 0;   /* how the float products before rounded x into xr (0: none yet) */
     for (int i = 0; i < nw; i++) {
         if (W[i]->borrowed) continue;
         const bool q = W[i]->kernel != BS_VK_K_MV_F32;
+        if (W[i]->act && W[i]->act == xr_act) {   /* xr holds x rounded this way: read it again */
+            TRY(bs_vk_record_mv(c, W[i], &s->xr, &s->aq, &s->as, &s->am, n, y[i]));
+            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, &s->lu, y[i]));
+            continue;
+        }
+        if (W[i]->act && xr_act) bs_vk_barrier(c);   /* the products before still read xr */
         TRY(mv(s, W[i], x, n, y[i], q && !quantized));
         quantized |= q;
+        if (W[i]->act) xr_act = W[i]->act;
     }
     bs_vk_barrier(c);
     return 0;
