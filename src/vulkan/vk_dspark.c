@@ -250,8 +250,8 @@ static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) 
         TRY(norm_rope(s, &s->kb, &L->k_norm, n, d->hp.n_head_kv));
         copy_rows(s, &s->kb, &s->k[l], row0, n);
         copy_rows(s, &s->vb, &s->v[l], row0, n);
+        bs_vk_barrier(d->c);   /* the next layer's products write kb and vb: after these copies read them */
     }
-    bs_vk_barrier(d->c);
     return 0;
 }
 

@@ -240,11 +240,13 @@ void bs_vk_pipes_free(bs_vk_ctx *c) {
 }
 
 /* --- recording ------------------------------------------------------------------------------- */
-/* A new command buffer: nothing counted yet; its first barrier is kept (dirty), as the work of
- * the previous submission is only known finished to the host. */
+/* A new command buffer: nothing counted yet, and first a barrier. A fence tells the host that
+ * the submission before has finished; only a barrier makes its writes visible to this one's
+ * reads (and a submission may start while the one before still runs: vk_ahead.c). */
 static void rec_start(bs_vk_ctx *c) {
     c->rec = (bs_vk_rec){0};
     c->dirty = true;
+    bs_vk_barrier(c);
 }
 
 int bs_vk_begin(bs_vk_ctx *c) {
@@ -269,7 +271,6 @@ int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool) 
     c->dpool = pool;
     c->dsets_used = 0;
     c->caching = true;
-    rec_start(c);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) {
         c->cmd = c->main_cmd;
@@ -278,6 +279,7 @@ int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool) 
         return bs_error("Vulkan: vkBeginCommandBuffer failed");
     }
     c->recording = true;
+    rec_start(c);
     return 0;
 }
 

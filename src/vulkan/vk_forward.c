@@ -533,7 +533,6 @@ static int record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, 
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t E = (uint32_t)hp->n_embd;
-    if (s->feed) bs_vk_barrier(c);   /* submitted while the step before may still run */
     if (!s->rows_in) TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     bool normed = false;          /* x holds the residual stream with the FFN's output, normed */
