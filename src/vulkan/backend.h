@@ -31,6 +31,7 @@ typedef struct bs_vk_device_info {
     uint32_t max_storage;        /* maxPerStageDescriptorStorageBuffers */
     uint32_t max_groups_y;       /* maxComputeWorkGroupCount[1] */
     uint64_t max_binding;        /* maxStorageBufferRange */
+    uint32_t offset_align;       /* minStorageBufferOffsetAlignment */
     uint64_t heap_bytes;         /* largest device-local heap */
     uint64_t max_alloc;          /* maxMemoryAllocationSize (Maintenance3) */
     uint64_t max_buffer;         /* maxBufferSize (Maintenance4), or max_alloc without it */
@@ -93,6 +94,9 @@ void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out);
 void bs_vk_stats_reset(bs_vk_ctx *c);
 /* Messages the validation layer reported (BITSPARK_VK_VALIDATE=1) since the process began. */
 int bs_vk_validation_messages(void);
+/* Whether that validation checks synchronization too (hazards between commands; where the
+ * layer offers VK_EXT_validation_features). */
+bool bs_vk_sync_validation(void);
 /* Whether the Vulkan loader offers instance layer `name` (false without a loader). */
 bool bs_vk_has_layer(const char *name);
 /* Which memory heap a device buffer goes to first and which types follow, in words ("heap 1
@@ -357,5 +361,9 @@ int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const 
                      size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz);
 /* Device memory bandwidth from a copy kernel over `bytes` (read + write), GB/s; -1 on error. */
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps);
+/* The tests of the validation itself: `in` copied by the copy kernel to a buffer, from it to
+ * another (with a barrier between the two dispatches, or none: a race the synchronization
+ * validation must report) and read back into out. */
+int bs_vk_copy_chain(bs_vk_ctx *c, const void *in, void *out, size_t bytes, bool barrier);
 
 #endif

@@ -19,6 +19,10 @@ static void *g_lib;
 
 bool bs_vk_built(void) { return true; }
 int bs_vk_validation_messages(void) { return __atomic_load_n(&g_messages, __ATOMIC_RELAXED); }
+bool bs_vk_sync_validation(void) {
+    const bs_vk_instance *vi = bs_vk_instance_get();
+    return vi && vi->sync_validating;
+}
 
 static VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                  VkDebugUtilsMessageTypeFlagsEXT type,
@@ -39,6 +43,18 @@ static bool has_layer(const bs_vk_fns *fn, const char *name) {
     bool found = false;
     if (fn->vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
         for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(p[i].layerName, name);
+    free(p);
+    return found;
+}
+
+/* whether the layer offers an instance extension (the validation layer's own ones) */
+static bool layer_has_ext(const bs_vk_fns *fn, const char *layer, const char *name) {
+    uint32_t n = 0;
+    if (fn->vkEnumerateInstanceExtensionProperties(layer, &n, NULL) != VK_SUCCESS || !n) return false;
+    VkExtensionProperties *p = bs_xcalloc(n, sizeof *p);
+    bool found = false;
+    if (fn->vkEnumerateInstanceExtensionProperties(layer, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(p[i].extensionName, name);
     free(p);
     return found;
 }
@@ -74,12 +90,18 @@ static int instance_init(bs_vk_instance *vi) {
     const bool validate = bs_env_flag("BITSPARK_VK_VALIDATE");
     const char *layer = "VK_LAYER_KHRONOS_validation";
     if (validate && !has_layer(fn, layer)) return fail("BITSPARK_VK_VALIDATE=1 but %s is not installed", layer);
-    const char *ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    /* Validation checks synchronization too where the layer can: on a CPU device every dispatch
+       runs after the one before, so a missing barrier shows only on a GPU, or here */
+    const char *ext[2] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
+    const bool sync = validate && layer_has_ext(fn, layer, ext[1]);
+    const VkValidationFeatureEnableEXT en = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT vf = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT, .enabledValidationFeatureCount = 1,
+                                  .pEnabledValidationFeatures = &en};
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "bitspark",
                              .pEngineName = "bitspark", .apiVersion = VK_API_VERSION_1_2};
-    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app,
-                               .enabledLayerCount = validate, .ppEnabledLayerNames = &layer,
-                               .enabledExtensionCount = validate, .ppEnabledExtensionNames = &ext};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pNext = sync ? &vf : NULL,
+                               .pApplicationInfo = &app, .enabledLayerCount = validate, .ppEnabledLayerNames = &layer,
+                               .enabledExtensionCount = validate + sync, .ppEnabledExtensionNames = ext};
     VkResult r = fn->vkCreateInstance(&ci, NULL, &vi->inst);
     if (r != VK_SUCCESS) {
         snprintf(g_err, sizeof g_err, "vkCreateInstance failed (VkResult %d)", (int)r);
@@ -100,6 +122,7 @@ static int instance_init(bs_vk_instance *vi) {
             fn->vkCreateDebugUtilsMessengerEXT(vi->inst, &mi, NULL, &vi->messenger) != VK_SUCCESS)
             return fail("Vulkan: cannot install the validation %s", "message callback");
         vi->validating = true;
+        vi->sync_validating = sync;
     }
     uint32_t n = 0;
     if (fn->vkEnumeratePhysicalDevices(vi->inst, &n, NULL) != VK_SUCCESS) return fail("Vulkan: %s failed", "vkEnumeratePhysicalDevices");
@@ -315,6 +338,7 @@ static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_de
     o->max_storage = base.limits.maxPerStageDescriptorStorageBuffers;
     o->max_groups_y = base.limits.maxComputeWorkGroupCount[1];
     o->max_binding = base.limits.maxStorageBufferRange;
+    o->offset_align = (uint32_t)base.limits.minStorageBufferOffsetAlignment;
     o->timestamp_ns = base.limits.timestampPeriod;
     /* without Maintenance3 (Vulkan 1.0 drivers) nothing bounds one allocation but its heap */
     o->max_alloc = v12 && m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : UINT64_MAX;

@@ -26,7 +26,7 @@ struct bs_vk_dspark {
     dl_layer *L;
     const bs_vk_matrix *embd, *output;
     bs_vk_matrix *own_embd, *own_output, *fc;
-    bs_vk_buf out_norm, hid_norm, snr, dummy;   /* snr: [block_size][n_embd] addends (anchor, masks) */
+    bs_vk_buf out_norm, hid_norm, snr;   /* snr: [block_size][n_embd] addends (anchor, masks) */
     bool snr_on;
 };
 
@@ -76,7 +76,7 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->hp.share = NULL;
     d->L = bs_xcalloc((size_t)s->n_layer, sizeof *d->L);
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
-             bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd) || bs_vk_upload_vec(c, &d->dummy, NULL, 4);
+             bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
     if (!rc) rc = s->share_output ? !(d->output = bs_vk_net_output(s->share)) : bs_vk_upload_mat(c, &d->own_output, &s->output);
     if (!rc && s->snr_anchor && s->snr_mask) rc = upload_snr(d, s);
@@ -104,7 +104,7 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_matrix_free(c, d->own_embd);
     bs_vk_matrix_free(c, d->own_output);
     bs_vk_matrix_free(c, d->fc);
-    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr, &d->dummy};
+    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     free(d->L);
     free(d);
@@ -192,7 +192,7 @@ static int norm(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, con
                 uint32_t n_groups, uint32_t per_row, uint32_t row_stride, uint32_t head_stride) {
     const bs_vk_dspark *dk = s->d;
     norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0};
-    const bs_vk_buf *u = &dk->dummy, *bb[8] = {x, w, y, u, u, u, u, u};
+    const bs_vk_buf *bb[8] = {x, w, y, NULL, NULL, NULL, NULL, NULL};
     TRY(bs_vk_dispatch(dk->c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
     bs_vk_barrier(dk->c);
     return 0;

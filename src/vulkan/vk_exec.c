@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_SETS = BS_VK_MAX_SETS };
+enum { MAX_SETS = BS_VK_MAX_SETS, NIL_SLOTS = 1024 };
 
 /* --- pipelines ------------------------------------------------------------------------------- */
 typedef struct kernel_def {
@@ -188,6 +188,8 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (fn->vkCreateFence(c->dev, &fi, NULL, &c->fence) != VK_SUCCESS) return bs_error("Vulkan: fence");
     if (bs_vk_pool_new(c, &c->dpool)) return -1;
+    c->nil_stride = BS_MAX(16, c->info.offset_align);
+    if (bs_vk_buf_new(c, &c->nil, c->nil_stride * NIL_SLOTS, false)) return -1;
     c->main_cmd = c->cmd;
     c->main_dpool = c->dpool;
     c->counting = bs_env_flag("BITSPARK_PROFILE");
@@ -224,6 +226,7 @@ int bs_vk_pipes_build(bs_vk_ctx *c) {
 
 void bs_vk_pipes_free(bs_vk_ctx *c) {
     const bs_vk_fns *fn = c->fn;
+    bs_vk_buf_free(c, &c->nil);
     bs_vk_staging_free(c);
     for (int k = 0; k < BS_VK_K_COUNT; k++) {
         bs_vk_pipe *p = &c->pipes[k];
@@ -400,7 +403,9 @@ static int bind_kernel(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const 
     VkDescriptorBufferInfo bi[BS_VK_PIPE_MAX_BIND];
     VkWriteDescriptorSet w[BS_VK_PIPE_MAX_BIND];
     for (int i = 0; i < p->n_bind; i++) {
-        bi[i] = (VkDescriptorBufferInfo){.buffer = bufs[i]->buf, .offset = 0, .range = VK_WHOLE_SIZE};
+        if (bufs[i]) bi[i] = (VkDescriptorBufferInfo){.buffer = bufs[i]->buf, .offset = 0, .range = VK_WHOLE_SIZE};
+        else bi[i] = (VkDescriptorBufferInfo){.buffer = c->nil.buf, .offset = c->nil_stride * (c->nil_next++ % NIL_SLOTS),
+                                               .range = c->nil_stride};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set, .dstBinding = (uint32_t)i,
                                       .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &bi[i]};

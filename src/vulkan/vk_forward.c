@@ -42,9 +42,9 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
 /* groups of d: rows of row_stride, per_row heads of head_stride; mode 0 RMS, 1 L2 */
 static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d, uint32_t n_groups,
                 uint32_t per_row, uint32_t row_stride, uint32_t head_stride, uint32_t x_off, uint32_t y_off, int mode,
-                float eps, const bs_vk_buf *dummy) {
+                float eps) {
     norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
-    const bs_vk_buf *bb[8] = {x, w ? w : dummy, y, dummy, dummy, dummy, dummy, dummy};
+    const bs_vk_buf *bb[8] = {x, w, y, NULL, NULL, NULL, NULL, NULL};   /* NULL: unused (bs_vk_dispatch) */
     return bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1);   /* the caller places the barrier */
 }
 
@@ -54,9 +54,8 @@ static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_v
 static int norm_rows_nb(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
                         uint32_t flags) {
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
-    const bs_vk_buf *dummy = &s->net->dummy;
     norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags};
-    const bs_vk_buf *bb[8] = {&s->x, w, &s->xn, r ? r : dummy, &s->aq, &s->as, &s->am, dummy};
+    const bs_vk_buf *bb[8] = {&s->x, w, &s->xn, r, &s->aq, &s->as, &s->am, NULL};
     return bs_vk_dispatch(s->net->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1);
 }
 
@@ -200,12 +199,12 @@ typedef struct vk_part {
 
 /* A recurrent state of layer L for a step of st (pair: the delta rule's, ssm / ssm_bak, or the
  * conv windows, conv / conv_bak): where it is updated, and, on the step after a snapshot, the
- * other buffer of the pair it is read from (*from_in 1; else *in is the net's dummy). */
+ * other buffer of the pair it is read from (*from_in 1; else *in is NULL, unused). */
 static const bs_vk_buf *pair_bind(bs_vk_sess *st, bs_vk_buf *a, bs_vk_buf *b, const vk_layer *L, const bs_vk_buf **in,
                                   uint32_t *from_in) {
     bs_vk_buf *cur = st->pair_flip ? &b[L->slot] : &a[L->slot], *other = st->pair_flip ? &a[L->slot] : &b[L->slot];
     *from_in = st->snap == SNAP_PENDING;
-    *in = *from_in ? cur : &st->net->dummy;
+    *in = *from_in ? cur : NULL;
     return *from_in ? other : cur;
 }
 
@@ -308,13 +307,13 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const bs_vk_matrix *Wo = L->ssm_out;
     if (Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && dv % 32 == 0) {
         norm_push p = {dv, 0, 1, nv, nv * dv, dv, 0, 0, hp->eps, NORM_GATE | NORM_QUANT};
-        const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, &s->net->dummy, &s->aq, &s->as, &s->am, &s->b};
+        const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, NULL, &s->aq, &s->as, &s->am, &s->b};
         TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
         bs_vk_barrier(c);
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
         TRY(out_product(s, Wo, &s->d, q, n, &L->post_norm));
     } else {
-        TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps, &s->net->dummy));
+        TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps));
         bs_vk_barrier(c);
         const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
         TRY(mv_gated(s, Wo, &s->d, n, &s->y, true, &silu_z));
@@ -330,9 +329,8 @@ static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    const bs_vk_buf *dummy = &s->net->dummy;
-    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps, dummy));
-    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps, dummy));
+    TRY(norm(c, &s->a, &L->q_norm, &s->a, D, (uint32_t)n * H, H, 2 * H * D, 2 * D, 0, 0, 0, hp->eps));
+    TRY(norm(c, &s->b, &L->k_norm, &s->b, D, (uint32_t)n * Hkv, Hkv, Hkv * D, D, 0, 0, 0, hp->eps));
     bs_vk_barrier(c);   /* one for both: the two norms touch different buffers */
     if (hp->n_rot > 0) {
         uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
@@ -519,7 +517,7 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
         bs_vk_barrier(s->net->c);
         const uint32_t V = (uint32_t)s->net->hp.n_vocab;
         /* feed: the token the step submitted after this one embeds, in the other set */
-        const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : &s->net->dummy};
+        const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : NULL};
         const uint32_t push[2] = {V, s->feed};
         TRY(bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1));
     }

@@ -56,7 +56,7 @@ typedef struct bs_vk_instance {
     VkDebugUtilsMessengerEXT messenger;
     VkPhysicalDevice *phys;
     int n_phys;
-    bool validating;
+    bool validating, sync_validating;
 } bs_vk_instance;
 bs_vk_instance *bs_vk_instance_get(void);
 
@@ -145,6 +145,12 @@ struct bs_vk_ctx {
     VkDescriptorPool main_dpool;
     VkFence fence;
     int dsets_used;
+    /* bindings a dispatch does not use (NULL in its list) get slots of nil in turn, so two
+       dispatches between barriers never share one: the synchronization validation layer, which
+       cannot know a binding is unused, then sees no hazard where there is none */
+    bs_vk_buf nil;
+    VkDeviceSize nil_stride;
+    uint32_t nil_next;
     bool recording, caching;
     bool dp4a;                        /* integer products through mv_q_dp4a */
     bool glu;                         /* gate+up+SwiGLU in one dispatch (off: BITSPARK_VK_GLU=0) */

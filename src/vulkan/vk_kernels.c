@@ -282,7 +282,7 @@ int bs_vk_record_quant(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *aq, co
 int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *g, int mode, uint32_t H, uint32_t D,
                              const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, uint64_t n_blocks) {
     q8_push qp = {(uint32_t)n_blocks, (uint32_t)mode, H, D};
-    const bs_vk_buf *b[5] = {x, aq, as, am, g ? g : x};
+    const bs_vk_buf *b[5] = {x, aq, as, am, g};   /* NULL: unused (bs_vk_dispatch) */
     if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
     return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
 }
@@ -319,7 +319,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const bs_vk_mat_part *p = &m->parts[i];
         mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
         const mvq_push qp = mvq_single(m, p, n);
-        const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y, &p->codes, &p->scales, y, y, y, y, y, y, y, y, y};
+        const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y};   /* the rest NULL: unused */
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
         if (f32 ? bs_vk_dispatch(c, m->kernel, bf, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)
                 : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
@@ -344,10 +344,8 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
     mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
                    .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
     uint32_t *e = &qp.e1, *l = &qp.l0;
-    /* in place, the conv weights (read only, never read as the window) fill binding 20 */
-    const bs_vk_buf *bi[21] = {&p->codes, &p->scales, aq, as, am, y[0], &p->codes, &p->scales, y[0], y[0], y[0], y[0], y[0], y[0],
-                              y[0], y[0], y[0], conv ? conv[0] : NULL, conv ? conv[1] : NULL, conv ? conv[2] : NULL,
-                              conv ? (conv[3] ? conv[3] : conv[1]) : NULL};
+    const bs_vk_buf *bi[21] = {&p->codes, &p->scales, aq, as, am, y[0], [17] = conv ? conv[0] : NULL, conv ? conv[1] : NULL,
+                              conv ? conv[2] : NULL, conv ? conv[3] : NULL};   /* NULL: unused (bs_vk_dispatch) */
     for (int k = 1; k < nm; k++) {
         e[k - 1] = (uint32_t)m[k]->rbase;
         l[k] = (uint32_t)m[k]->ne1;
@@ -467,8 +465,8 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
     const mvq_push qp = mvq_single(gate, g, n);
     if (qout && gate->ne1 % 32) return bs_error("Vulkan: GLU quantization needs rows in 32s (%lld)", (long long)gate->ne1);
-    const bs_vk_buf *b[17] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, y, y, y,
-                              qout ? qout[0] : aq, qout ? qout[1] : as, qout ? qout[2] : am, y, y, y};
+    const bs_vk_buf *b[17] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, NULL, NULL, NULL,
+                              qout ? qout[0] : NULL, qout ? qout[1] : NULL, qout ? qout[2] : NULL};   /* NULL: unused */
     c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
     const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
     return dispatch_mvq(c, k, b, &qp, (uint64_t)g->rows, (uint32_t)gate->split, n);
@@ -485,7 +483,7 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
     const bs_vk_mat_part *p = &m->parts[0];
     mvq_push qp = mvq_single(m, p, n);
     qp.eps = eps;
-    const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, &p->codes, &p->scales, x, x, x, qout[0], qout[1], qout[2], nw, xn, cnt};
+    const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, NULL, NULL, NULL, NULL, NULL, qout[0], qout[1], qout[2], nw, xn, cnt};
     c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
     const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVN_Q1;
     return dispatch_mvq(c, k, b, &qp, (uint64_t)p->rows, (uint32_t)m->split, n);
@@ -645,6 +643,24 @@ double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) {
     bs_vk_buf_free(c, &a);
     bs_vk_buf_free(c, &b);
     return best > 0 ? best : -1;
+}
+
+int bs_vk_copy_chain(bs_vk_ctx *c, const void *in, void *out, size_t bytes, bool barrier) {
+    if (bytes % 16 || !bytes || bytes / 16 > 65535u * 256) return bs_error("Vulkan copy: %zu bytes", bytes);
+    bs_vk_buf b[3] = {{0}};
+    int rc = bs_vk_buf_new(c, &b[0], bytes, true) || bs_vk_buf_new(c, &b[1], bytes, false) ||
+             bs_vk_buf_new(c, &b[2], bytes, true) || bs_vk_buf_write(c, &b[0], 0, in, bytes) || bs_vk_begin(c);
+    if (!rc) {
+        const copy_push cp = {(uint32_t)(bytes / 16)};
+        const bs_vk_buf *first[2] = {&b[0], &b[1]}, *second[2] = {&b[1], &b[2]};
+        rc = bs_vk_dispatch(c, BS_VK_K_COPY, first, &cp, groups(bytes / 16, 256), 1, 1);
+        if (barrier) bs_vk_barrier(c);
+        rc = bs_vk_dispatch(c, BS_VK_K_COPY, second, &cp, groups(bytes / 16, 256), 1, 1) || rc;
+        rc = bs_vk_submit(c) || rc;
+    }
+    if (!rc) rc = bs_vk_buf_read(c, &b[2], 0, out, bytes);
+    for (int i = 0; i < 3; i++) bs_vk_buf_free(c, &b[i]);
+    return rc ? -1 : 0;
 }
 
 int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int n, float *out) {

@@ -75,7 +75,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
     int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
-             bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd) || bs_vk_upload_vec(c, &n->dummy, NULL, 4);
+             bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd);
     for (int il = 0; il < d->n_layer && !rc; il++) rc = upload_layer(n, &n->L[il], &d->layers[il]);
     if (rc) {
         bs_error_prefix("Vulkan: uploading the model: ");
@@ -101,7 +101,6 @@ void bs_vk_net_free(bs_vk_net *n) {
     bs_vk_matrix_free(c, n->embd);
     bs_vk_matrix_free(c, n->output);
     bs_vk_buf_free(c, &n->out_norm);
-    bs_vk_buf_free(c, &n->dummy);
     free(n->L);
     free(n);
 }

@@ -25,7 +25,7 @@ struct bs_vk_net {
     bs_vk_net_desc hp;            /* the description's numbers (its pointers are not kept) */
     vk_layer *L;
     bs_vk_matrix *embd, *output;
-    bs_vk_buf out_norm, dummy;
+    bs_vk_buf out_norm;
     int n_rec, n_att;
     int lora_gen;                 /* changes whenever adapters come or go */
     int lora_r, lora_out;         /* widest rank and output of the adapters attached */

@@ -21,6 +21,7 @@ bs_vk_ctx *bs_vk_open(int index) {
 void bs_vk_close(bs_vk_ctx *c) { (void)c; }
 const bs_vk_device_info *bs_vk_info(const bs_vk_ctx *c) { (void)c; return NULL; }
 int bs_vk_validation_messages(void) { return 0; }
+bool bs_vk_sync_validation(void) { return false; }
 bool bs_vk_has_layer(const char *name) { (void)name; return false; }
 void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n) { (void)d; if (n) *out = 0; }
 void bs_vk_stats_get(const bs_vk_ctx *c, bs_vk_stats *out) { (void)c; *out = (bs_vk_stats){0}; }
@@ -62,6 +63,10 @@ int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const 
     return bs_error("no Vulkan backend");
 }
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
+int bs_vk_copy_chain(bs_vk_ctx *c, const void *in, void *out, size_t bytes, bool barrier) {
+    (void)c; (void)in; (void)out; (void)bytes; (void)barrier;
+    return bs_error("no Vulkan backend");
+}
 bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) { (void)c; (void)d; bs_error("no Vulkan backend"); return NULL; }
 void bs_vk_net_free(bs_vk_net *n) { (void)n; }
 int bs_vk_net_sleep(bs_vk_net *n) { (void)n; return bs_error("Vulkan: not built"); }

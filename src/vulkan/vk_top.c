@@ -13,14 +13,14 @@ static uint32_t topk_stride(const bs_vk_sess *s) {
  * sorts, each workgroup's k best to the next level, until one workgroup per row is left). */
 int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
     bs_vk_ctx *c = s->net->c;
-    const bs_vk_buf *dummy = &s->net->dummy, *in = dummy, *out = &s->cand[0];
+    const bs_vk_buf *in = NULL, *out = &s->cand[0];
     const uint32_t V = (uint32_t)s->net->hp.n_vocab;
     uint32_t n = V, mode = 0;
     bs_vk_barrier(c);
     for (;;) {
         const uint32_t groups = (n + TOPK_CHUNK - 1) / TOPK_CHUNK, last = groups == 1;
         const struct { uint32_t n, k, mode, last, stride, V; } push = {n, k, mode, last, topk_stride(s), V};
-        const bs_vk_buf *bb[4] = {&s->logits, in, last ? dummy : out, &s->topv};
+        const bs_vk_buf *bb[4] = {&s->logits, in, last ? NULL : out, &s->topv};
         TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, rows, 1));
         if (last) return 0;
         bs_vk_barrier(c);

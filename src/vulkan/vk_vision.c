@@ -29,7 +29,7 @@ struct bs_vk_vit {
     int C, FF, L, H, K, proj;     /* width, MLP width (padded), blocks, heads, patch inputs (3 P P), output */
     float eps;
     bs_vk_matrix *patch, *mm0, *mm2;
-    bs_vk_buf patch_b, post_w, post_b, mm0_b, mm2_b, dummy;
+    bs_vk_buf patch_b, post_w, post_b, mm0_b, mm2_b;
     vit_block *blk;
 };
 
@@ -87,7 +87,7 @@ static int upload(bs_vk_vit *v, const bs_vk_vit_desc *d) {
     TRY(mat(c, &v->patch, &d->patch, v->K, C) || vec(c, &v->patch_b, d->patch_b, C));
     TRY(mat(c, &v->mm0, &d->mm0, 4 * C, 4 * C) || mat(c, &v->mm2, &d->mm2, 4 * C, v->proj));
     TRY(vec(c, &v->post_w, d->post_w, C) || vec(c, &v->post_b, d->post_b, C) || vec(c, &v->mm0_b, d->mm0_b, 4 * C) ||
-        vec(c, &v->mm2_b, d->mm2_b, v->proj) || bs_vk_buf_new(c, &v->dummy, 16, false));
+        vec(c, &v->mm2_b, d->mm2_b, v->proj));
     for (int l = 0; l < v->L; l++) {
         const bs_vk_vit_block_desc *b = &d->blocks[l];
         vit_block *o = &v->blk[l];
@@ -127,7 +127,7 @@ void bs_vk_vit_free(bs_vk_vit *v) {
         bs_vk_matrix *ms[] = {o->qkv, o->out, o->up, o->down};
         for (size_t i = 0; i < BS_ARRAY_LEN(ms); i++) bs_vk_matrix_free(c, ms[i]);
     }
-    bs_vk_buf *bs[] = {&v->patch_b, &v->post_w, &v->post_b, &v->mm0_b, &v->mm2_b, &v->dummy};
+    bs_vk_buf *bs[] = {&v->patch_b, &v->post_w, &v->post_b, &v->mm0_b, &v->mm2_b};
     for (size_t i = 0; i < BS_ARRAY_LEN(bs); i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_matrix_free(c, v->patch);
     bs_vk_matrix_free(c, v->mm0);
@@ -141,8 +141,7 @@ void bs_vk_vit_free(bs_vk_vit *v) {
 static int ew(vit_run *r, int mode, const bs_vk_buf *a, const bs_vk_buf *b, uint64_t n, uint32_t width, uint32_t p0,
               const bs_vk_buf *c3, const bs_vk_buf *d3, const bs_vk_buf *e3) {
     bs_vk_ctx *c = r->v->c;
-    const bs_vk_buf *d0 = &r->v->dummy;
-    const bs_vk_buf *bb[5] = {a, b, c3 ? c3 : d0, d3 ? d3 : d0, e3 ? e3 : d0};
+    const bs_vk_buf *bb[5] = {a, b, c3, d3, e3};   /* NULL: unused (bs_vk_dispatch) */
     const uint32_t push[4] = {(uint32_t)mode, (uint32_t)n, width, p0};
     const uint32_t g = groups(n, 256), gx = g < 65535 ? g : 65535;
     TRY(bs_vk_dispatch(c, BS_VK_K_VIT_EW, bb, push, gx, groups(g, gx), 1));
@@ -178,8 +177,8 @@ static int linear(vit_run *r, const bs_vk_matrix *W, const bs_vk_buf *b, const b
 }
 
 static void copy(bs_vk_ctx *c, const bs_vk_buf *src, VkDeviceSize so, const bs_vk_buf *dst, VkDeviceSize dof, VkDeviceSize n) {
-    VkBufferCopy reg = {so, dof, n};
-    c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, &reg);
+    const VkBufferCopy reg = {so, dof, n};
+    bs_vk_cmd_copy(c, src, dst, &reg);   /* marks the recording dirty, so the next barrier is kept */
 }
 
 /* Every patch attends to every patch: softmax(Q_h K_h^T / sqrt(D)) V_h, in chunks of queries
