@@ -184,11 +184,12 @@ typedef struct bs_batch_seq {
     int logits_mode;           /* BS_LOGITS_NONE / LAST / ALL, as bs_eval */
     float *logits;             /* n_vocab (LAST) or n * n_vocab (ALL) floats */
     float *taps;               /* NULL, or n rows of the session's taps (bs_session_set_taps) */
-    int32_t *next;             /* LAST: NULL, or the greedy token of the row (as bs_eval_greedy);
-                                  with it, on a GPU, the row itself may stay unwritten */
-    int top_k;                 /* LAST: 0, or the row's top_k best into top_ids / top_logits and
-                                  their count into *n_top (as bs_eval_top; the row may then stay
-                                  unwritten on a GPU) */
+    int32_t *next;             /* NULL, or the greedy token of each logits row (as bs_eval_greedy;
+                                  one for LAST, n for ALL); with it, on a GPU, the rows themselves
+                                  may stay unwritten (speculative verification reads n ids) */
+    int top_k;                 /* 0, or each logits row's top_k best into top_ids / top_logits
+                                  (row r at r * top_k) and their count into n_top[r] (as
+                                  bs_eval_top; the rows may then stay unwritten on a GPU) */
     int32_t *top_ids;
     float *top_logits;
     int *n_top;

@@ -22,6 +22,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The lowest id of the largest value among those not in skip[0..n_skip) (the test's own argmax
+ * and, repeated, its k best in the sampler's order) */
+static int32_t best_of(const float *w, int nv, const int32_t *skip, int n_skip) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < nv; i++) {
+        int skipped = 0;
+        for (int j = 0; j < n_skip; j++) skipped |= skip[j] == i;
+        if (!skipped && w[i] == w[i] && (best < 0 || w[i] > w[best])) best = i;
+    }
+    return best;
+}
+
 static char model_path[1024], drafter_path[1024], lora_path[1024];
 
 /* ---- logging, progress, abort ---------------------------------------------------------------- */
@@ -236,6 +248,31 @@ static void test_multi(bs_model *m) {
     seqs[0].top_k = 3, seqs[0].next = &nx;
     CHECK(bs_multi_eval(mb, seqs, 2) < 0 && bs_session_n_past(bat[0]) == 7);
     seqs[0].next = NULL;
+
+    /* every row's greedy token and k best (speculative verification): those of its row */
+    {
+        const int32_t four[4] = {7, 8, 9, 10}, two[2] = {11, 12};
+        float *rows4 = malloc(sizeof(float) * nv * 4), *rows2 = malloc(sizeof(float) * nv * 2);
+        int32_t nx4[4] = {-1, -1, -1, -1}, li[2][5], ri2[5];
+        float lv[2][5], rv2[5];
+        int nt2[2] = {-1, -1};
+        seqs[0] = (bs_batch_seq){.s = bat[0], .tokens = four, .n = 4, .logits_mode = BS_LOGITS_ALL, .logits = rows4, .next = nx4};
+        seqs[1] = (bs_batch_seq){.s = bat[1], .tokens = two, .n = 2, .logits_mode = BS_LOGITS_ALL, .logits = rows2,
+                                 .top_k = 5, .top_ids = &li[0][0], .top_logits = &lv[0][0], .n_top = nt2};
+        CHECKF(!bs_multi_eval(mb, seqs, 2), "%s", bitspark_last_error());
+        int ok = 1;
+        for (int r = 0; r < 4; r++) ok &= nx4[r] == best_of(rows4 + (size_t)r * nv, nv, NULL, 0);
+        CHECKF(ok, "ALL rows with next: each row's argmax");
+        for (int r = 0; r < 2; r++) {
+            int c = 0;
+            for (; c < 5; c++) rv2[c] = rows2[(size_t)r * nv + (ri2[c] = best_of(rows2 + (size_t)r * nv, nv, ri2, c))];
+            CHECKF(nt2[r] == c && c == 5 && !memcmp(li[r], ri2, sizeof ri2) && !memcmp(lv[r], rv2, sizeof rv2),
+                   "ALL rows with top-k: row %d's list", r);
+        }
+        CHECK(!bs_session_rollback(bat[0], 7) && !bs_session_rollback(bat[1], 5));
+        free(rows4);
+        free(rows2);
+    }
 
     /* bad input changes nothing */
     const int32_t bad = nv + 5;

@@ -184,6 +184,38 @@ static void check_model(const char *path) {
             CHECKF(same_state(alone[i], bat[i]), "%s top-k step %d seq %d: state differs", path, step, i);
         }
     }
+    /* verify passes (BS_LOGITS_ALL, the server's batched speculation): every row's greedy id or
+     * k best found on the device, only they back; each the alone row's */
+    for (int step = 0; step < 2 && b; step++) {
+        enum { R = 4, K = 7 };
+        bs_batch_seq q[3];
+        int32_t next[3][R], ids[R * K], ri[K];
+        float vals[R * K], rv[K];
+        int nt[R];
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * step + j;
+            q[j] = (bs_batch_seq){.s = bat[i], .tokens = &toks[i][3][0], .n = R, .logits_mode = BS_LOGITS_ALL,
+                                  .logits = lb + (size_t)j * lsz, .taps = has_taps(i) ? tb + (size_t)j * tsz : NULL};
+            if (j == 1) q[j].top_k = K, q[j].top_ids = ids, q[j].top_logits = vals, q[j].n_top = nt;
+            else q[j].next = next[j];
+        }
+        CHECKF(!bs_eval_multi(b, q, 3), "%s verify pass %d: %s", path, step, bitspark_last_error());
+        for (int j = 0; j < 3; j++) {
+            const int i = 3 * step + j;
+            CHECK(!bs_eval(alone[i], q[j].tokens, R, BS_LOGITS_ALL, la, has_taps(i) ? ta : NULL));
+            for (int r = 0; r < R; r++) {
+                const float *row = la + (size_t)r * V;
+                if (q[j].next) {
+                    CHECKF(next[j][r] == bs_argmax_lowest(row, V), "%s verify pass %d seq %d row %d: id %d", path, step, i, r, next[j][r]);
+                } else {
+                    const int want = bs_top_lowest(row, V, K, ri, rv);
+                    CHECKF(nt[r] == want && !memcmp(ids + r * K, ri, sizeof *ri * (size_t)want) &&
+                           !memcmp(vals + r * K, rv, sizeof *rv * (size_t)want), "%s verify pass %d seq %d row %d: list", path, step, i, r);
+                }
+            }
+            CHECKF(same_state(alone[i], bat[i]), "%s verify pass %d seq %d: state differs", path, step, i);
+        }
+    }
     bs_batch_free(b);
     for (int i = 0; i < NS; i++) {
         bs_session_free(alone[i]);

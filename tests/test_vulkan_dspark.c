@@ -6,8 +6,11 @@
  *     output; and the same drafter from safetensors + config.json, BF16),
  *   - a synthetic target with a drafter in the legacy Q4_1 pack (token_embd the target's Q1_0).
  * The drafter must actually be on the device (its context there, taps kept there), and
- * BITSPARK_DRAFT_DEVICE=cpu must keep it on the CPU with the same output. Skipped (77) without a
- * Vulkan device. */
+ * BITSPARK_DRAFT_DEVICE=cpu must keep it on the CPU with the same output. Verification reads
+ * each row's greedy token (or, sampling with a top-k, each row's k best) found on the device
+ * instead of the rows: the same tokens as from the rows (bs_spec_want_rows), greedy and sampled
+ * from the same seed, without the verified rows read back.
+ * Skipped (77) without a Vulkan device. */
 #include "dspark/dspark.h"
 #include "model/qwen35.h"
 #include "model/session.h"
@@ -38,6 +41,21 @@ static bs_sampler *greedy(int n_vocab) {
     return bs_sampler_new(&p, n_vocab);
 }
 
+/* the sampler of spec(): greedy, or temperature 0.9 with top-k 40 from seed 5 */
+static bool sampled;
+static bs_sampler *spec_sampler(int n_vocab) {
+    if (!sampled) return greedy(n_vocab);
+    bs_sampler_params p = bs_sampler_default_params();
+    p.temp = 0.9f;
+    p.top_k = 40;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 5;
+    return bs_sampler_new(&p, n_vocab);
+}
+static bool want_rows;           /* spec(): verification from the rows (bs_spec_want_rows) */
+static double read_per_round;    /* spec(): bytes read back per verify round */
+
 static int plain(bs_model *m, int32_t *out) {
     bs_session *s = new_session(m);
     bs_sampler *smp = greedy(m->hp.n_vocab);
@@ -56,10 +74,11 @@ static int plain(bs_model *m, int32_t *out) {
 
 static int spec(bs_model *m, const bs_dspark *d, int draft_max, int32_t *out, bs_spec_stats *st, bool *dev_ctx) {
     bs_session *s = new_session(m);
-    bs_sampler *smp = greedy(m->hp.n_vocab);
+    bs_sampler *smp = spec_sampler(m->hp.n_vocab);
     float *logits = bs_xmalloc((size_t)m->hp.n_vocab * sizeof(float));
     bs_spec_params sp = {.draft_max = draft_max, .conf_cut = 1};
     bs_spec *sx = s ? bs_spec_new(s, d, &sp) : NULL;
+    if (sx) bs_spec_want_rows(sx, want_rows);
     int rc = sx ? bs_spec_prompt(sx, prompt, NP, logits) : -1, got = 0;
     *dev_ctx = s && s->taps_on_device;
     if (!rc) {
@@ -68,12 +87,18 @@ static int spec(bs_model *m, const bs_dspark *d, int draft_max, int32_t *out, bs
         if (draft_max == BS_DRAFT_AUTO) rc = bs_spec_calibrate(sx, out[0]);
     }
     int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
+    bs_vk_stats v0, v1;
+    bs_vk_stats_get(m->vk, &v0);
+    long rounds = 0;
     while (!rc && got < N_GEN) {
         const int r = bs_spec_round(sx, smp, out[got - 1], N_GEN - got, NULL, NULL, buf);
         if (r < 1 || r > N_GEN - got) { rc = -1; break; }
         memcpy(out + got, buf, (size_t)r * sizeof *buf);
         got += r;
+        rounds++;
     }
+    bs_vk_stats_get(m->vk, &v1);
+    read_per_round = rounds ? (double)(v1.read_bytes - v0.read_bytes) / (double)rounds : 0;
     if (!rc) *st = *bs_spec_get_stats(sx);
     if (rc) fprintf(stderr, "spec: %s\n", bs_last_error());
     bs_spec_free(sx);
@@ -103,6 +128,32 @@ static void lossless(const char *target, const char *drafter, const int *depths,
                depths[i] == BS_DRAFT_AUTO ? "auto" : (char[]){(char)('0' + depths[i]), 0},
                st.n_drafted ? (double)st.n_accepted / st.n_drafted : 0.0, st.n_drafted);
     }
+    /* verification from ids / lists against from rows: the same tokens (greedy, then sampled
+       with a top-k from one seed); the rows are megabytes per round, the lists not */
+    for (int smp_kind = 0; smp_kind < 2; smp_kind++) {
+        sampled = smp_kind == 1;
+        int32_t by_rows[N_GEN];
+        double rows_read = 0, lists_read = 0;
+        bs_spec_stats st;
+        bool dev = false;
+        want_rows = true;
+        int rc = spec(m, d, 3, by_rows, &st, &dev);
+        rows_read = read_per_round;
+        want_rows = false;
+        rc = rc || spec(m, d, 3, got, &st, &dev);
+        lists_read = read_per_round;
+        CHECKF(!rc && !memcmp(by_rows, got, sizeof got), "%s verification from %s: tokens differ from the rows'",
+               sampled ? "sampled" : "greedy", sampled ? "k best lists" : "greedy ids");
+        if (!sampled) CHECKF(!rc && !memcmp(ref, got, sizeof got), "greedy from ids: differs from plain greedy");
+        /* a round of 3 drafts verifies 4 rows; the drafter's own rows still come back (its
+           greedy choice and its sampling run on the host) */
+        const double row = 4.0 * m->hp.n_vocab;
+        CHECKF(rows_read - lists_read >= 2 * row, "%s: %.0f bytes read back per round from rows, %.0f from %s",
+               sampled ? "sampled" : "greedy", rows_read, lists_read, sampled ? "lists" : "ids");
+        printf("  %s verification: %.0f bytes read back per round (rows: %.0f)\n", sampled ? "sampled (top-k 40)" : "greedy",
+               lists_read, rows_read);
+    }
+    sampled = false;
     if (cpu_too) {   /* BITSPARK_DRAFT_DEVICE=cpu: the drafter on the CPU, taps to the host */
         bs_dspark *dc = bs_dspark_load(drafter, NULL);
         bs_dspark_share_embeddings(dc, m, false);

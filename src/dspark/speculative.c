@@ -25,6 +25,13 @@ struct bs_spec {
     float *logits;               /* [B+1][V] verify logits */
     float *q;                    /* [B][V] drafter logits, then distributions when sampling */
     float *p, *r;                /* [V] target distribution, residual / Markov bias */
+    /* verification without its rows (a GPU then reads back ids, not megabytes): each row's
+       greedy token, or its k best for a sampler that reads no more (bs_sampler_top_k_only) */
+    int32_t next[BS_DSPARK_MAX_BLOCK + 1];
+    int32_t *top_ids;            /* [B+1][BS_TOP_MAX] */
+    float *top_vals;
+    int n_top[BS_DSPARK_MAX_BLOCK + 1];
+    bool want_rows;              /* the caller reads the rows (bs_spec_logits) */
     int32_t drafts[BS_DSPARK_MAX_BLOCK];
     float conf[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
@@ -42,6 +49,8 @@ struct bs_spec {
         bool prepared;           /* bs_spec_round_prepare chose k for this anchor */
         bool blocked;            /* the drafter's block for it has run (bs_spec_blocks) */
         bool probe, sampling;
+        int lists;               /* LISTS_*: what verification reads */
+        int top_k;
         double t0, t1, t_draft;
     } rd;
 };
@@ -90,6 +99,8 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
     sp->logits = bs_xmalloc((size_t)(sp->B + 1) * V * sizeof(float));
     sp->q = bs_xmalloc((size_t)sp->B * V * sizeof(float));
     sp->p = bs_xmalloc(V * sizeof(float));
+    sp->top_ids = bs_xmalloc((size_t)(sp->B + 1) * BS_TOP_MAX * sizeof *sp->top_ids);
+    sp->top_vals = bs_xmalloc((size_t)(sp->B + 1) * BS_TOP_MAX * sizeof *sp->top_vals);
     sp->r = bs_xmalloc(V * sizeof(float));
     sp->drafting = true;
     int depth = p->draft_max == BS_DRAFT_AUTO ? BS_DRAFT_AUTO : BS_MIN(BS_MAX(p->draft_max, 0), sp->B);
@@ -108,6 +119,8 @@ void bs_spec_free(bs_spec *sp) {
     free(sp->q);
     free(sp->p);
     free(sp->r);
+    free(sp->top_ids);
+    free(sp->top_vals);
     free(sp);
 }
 
@@ -118,6 +131,7 @@ void bs_spec_set_draft_hook(bs_spec *sp, bs_spec_draft_fn fn, void *ud) {
 
 const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp) { return &sp->st; }
 const float *bs_spec_logits(const bs_spec *sp, int i) { return sp->logits + (size_t)i * sp->V; }
+void bs_spec_want_rows(bs_spec *sp, bool on) { sp->want_rows = on; }
 const bs_spec_depth *bs_spec_get_depth(const bs_spec *sp) { return &sp->depth; }
 bs_spec_depth *bs_spec_depth_mut(bs_spec *sp) { return &sp->depth; }
 
@@ -266,20 +280,63 @@ static int make_drafts(bs_spec *sp, bs_sampler *smp, int32_t anchor, int pos, in
     return sampling ? draft_sample(sp, smp, anchor, k, T) : draft_greedy(sp, anchor, k);
 }
 
+enum { LISTS_NONE, LISTS_NEXT, LISTS_TOP };
+
+/* Which verification reads: the greedy tokens or k best lists where the sampler reads no more
+ * of a row and the caller wants no rows, else the rows. */
+static int lists_for(const bs_spec *sp, const bs_sampler *smp, bool sampling, int *top_k) {
+    *top_k = 0;
+    if (sp->want_rows) return LISTS_NONE;
+    if (!sampling) return bs_sampler_plain_greedy(smp) ? LISTS_NEXT : LISTS_NONE;
+    return (*top_k = bs_sampler_top_k_only(smp, BS_TOP_MAX)) > 0 ? LISTS_TOP : LISTS_NONE;
+}
+
+/* The sampler's distribution at row i: from its row, or from its k best. */
+static int apply_row(bs_spec *sp, bs_sampler *smp, int i) {
+    if (sp->rd.lists != LISTS_TOP) return bs_sampler_apply(smp, sp->logits + (size_t)i * sp->V);
+    const size_t at = (size_t)i * (size_t)sp->rd.top_k;
+    return bs_sampler_apply_top(smp, sp->top_ids + at, sp->top_vals + at, sp->n_top[i]);
+}
+
+static int cmp_id(const void *a, const void *b) {
+    const int32_t x = ((const bs_token_prob *)a)->id, y = ((const bs_token_prob *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* A draw from max(0, p - q) after a rejection. p - q > 0 only where p > 0, so over p's
+ * candidates; taken in id order, the sums and the draw are those of the dense rows' (zeros
+ * elsewhere add nothing), so both ways give the same token from the same seed. */
+static int32_t draw_residual(bs_spec *sp, bs_sampler *smp, const float *q) {
+    if (sp->rd.lists != LISTS_TOP) {
+        bs_sampler_probs_dense(smp, sp->p);
+        double mass = 0.0;
+        for (int v = 0; v < sp->V; v++) mass += (sp->r[v] = fmaxf(0.0f, sp->p[v] - q[v]));
+        return mass > 1e-12 ? bs_sampler_draw(smp, NULL, sp->r, sp->V) : bs_sampler_pick(smp);
+    }
+    int n;
+    const bs_token_prob *c = bs_sampler_candidates(smp, &n);
+    bs_token_prob by_id[BS_TOP_MAX];
+    int32_t ids[BS_TOP_MAX];
+    memcpy(by_id, c, sizeof *c * (size_t)n);
+    qsort(by_id, (size_t)n, sizeof *by_id, cmp_id);
+    double mass = 0.0;
+    for (int j = 0; j < n; j++) {
+        ids[j] = by_id[j].id;
+        mass += (sp->r[j] = fmaxf(0.0f, by_id[j].p - q[by_id[j].id]));
+    }
+    return mass > 1e-12 ? bs_sampler_draw(smp, ids, sp->r, n) : bs_sampler_pick(smp);
+}
+
 /* Verify row i against draft d: 1 accepted, 0 rejected with the replacement in *t, -1 error. */
 static int verify_row(bs_spec *sp, bs_sampler *smp, int i, int32_t d, bool sampling, int32_t *t) {
-    const float *L = sp->logits + (size_t)i * sp->V;
     if (!sampling) {
-        if ((*t = bs_sampler_sample(smp, L)) < 0) return -1;
-        return *t == d;
+        *t = sp->rd.lists == LISTS_NEXT ? sp->next[i] : bs_sampler_sample(smp, sp->logits + (size_t)i * sp->V);
+        return *t < 0 ? -1 : *t == d;
     }
-    if (bs_sampler_apply(smp, L) < 0) return -1;
-    bs_sampler_probs_dense(smp, sp->p);
+    if (apply_row(sp, smp, i) < 0) return -1;
     const float *q = sp->q + (size_t)i * sp->V;
-    if (bs_sampler_uniform(smp) * q[d] < sp->p[d]) return 1;   /* prob min(1, p/q) */
-    double mass = 0.0;
-    for (int v = 0; v < sp->V; v++) mass += (sp->r[v] = fmaxf(0.0f, sp->p[v] - q[v]));
-    *t = mass > 1e-12 ? bs_sampler_draw(smp, NULL, sp->r, sp->V) : bs_sampler_pick(smp);
+    if (bs_sampler_uniform(smp) * q[d] < bs_sampler_prob(smp, d)) return 1;   /* prob min(1, p/q) */
+    *t = draw_residual(sp, smp, q);
     return *t < 0 ? -1 : 0;
 }
 
@@ -299,7 +356,9 @@ static int accept(bs_spec *sp, bs_sampler *smp, int k, bool sampling, bool (*is_
         ++*n_acc;
         if (is_stop && is_stop(ud, tok)) return m;
     }
-    const int32_t t = bs_sampler_sample(smp, sp->logits + (size_t)k * sp->V);
+    int32_t t;
+    if (sp->rd.lists == LISTS_NEXT) t = sp->next[k];
+    else t = apply_row(sp, smp, k) < 0 ? -1 : bs_sampler_pick(smp);
     if (t < 0) return -1;
     bs_sampler_accept(smp, t);
     out[m++] = t;
@@ -380,6 +439,12 @@ int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_ne
     bs_session_set_undo(sp->s, k > 0);
     *q = (bs_batch_seq){.s = sp->s, .tokens = sp->rd.ids, .n = k + 1, .logits_mode = BS_LOGITS_ALL,
                         .logits = sp->logits, .taps = sp->dc ? sp->taps : NULL};
+    sp->rd.lists = lists_for(sp, smp, sp->rd.sampling, &sp->rd.top_k);
+    if (sp->rd.lists == LISTS_NEXT) q->next = sp->next;
+    if (sp->rd.lists == LISTS_TOP)
+        *q = (bs_batch_seq){.s = q->s, .tokens = q->tokens, .n = q->n, .logits_mode = q->logits_mode, .logits = q->logits,
+                            .taps = q->taps, .top_k = sp->rd.top_k, .top_ids = sp->top_ids, .top_logits = sp->top_vals,
+                            .n_top = sp->n_top};
     return 0;
 }
 
@@ -417,7 +482,7 @@ int bs_spec_round(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_new,
                   bool (*is_stop)(void *ud, int32_t id), void *ud, int32_t *out) {
     bs_batch_seq q;
     if (bs_spec_round_begin(sp, smp, anchor, max_new, &q)) return -1;
-    const bool ok = bs_eval(q.s, q.tokens, q.n, q.logits_mode, q.logits, q.taps) == 0;
+    const bool ok = bs_eval_seq(&q) == 0;
     return bs_spec_round_end(sp, smp, ok, true, is_stop, ud, out);
 }
 
@@ -433,7 +498,10 @@ static int time_widths(bs_spec *sp, const int32_t *ids, int nw, double *best) {
     for (int rep = 0; rep <= reps; rep++)
         for (int w = 1; w <= nw; w++) {
             double t0 = bs_time();
-            if (bs_eval(sp->s, ids, w, BS_LOGITS_ALL, sp->logits, sp->dc ? sp->taps : NULL)) return -1;
+            /* as a round verifies: without its rows unless the caller wants them */
+            const bs_batch_seq q = {.s = sp->s, .tokens = ids, .n = w, .logits_mode = BS_LOGITS_ALL, .logits = sp->logits,
+                                    .taps = sp->dc ? sp->taps : NULL, .next = sp->want_rows ? NULL : sp->next};
+            if (bs_eval_seq(&q)) return -1;
             double dt = bs_time() - t0;
             if (bs_session_rollback(sp->s, s)) return -1;
             if (rep) best[w] = BS_MIN(best[w], dt);

@@ -100,6 +100,10 @@ void bs_spec_set_draft_hook(bs_spec *sp, bs_spec_draft_fn fn, void *ud);
 /* Target logits of verify row i of the last round (n_vocab floats; i < its m): row m-1 is what
  * the session's last position predicts, the logits of a straight run at that point. */
 const float *bs_spec_logits(const bs_spec *sp, int i);
+/* Whether the caller reads those rows (log-probabilities, the loop guard). Without, a round
+ * verifies from each row's greedy token or k best where the sampler reads no more (on a GPU
+ * only they come back, not the rows), and bs_spec_logits is not to be read. */
+void bs_spec_want_rows(bs_spec *sp, bool on);
 
 const bs_spec_stats *bs_spec_get_stats(const bs_spec *sp);
 /* The depth controller (for --verbose reports). */

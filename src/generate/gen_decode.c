@@ -364,8 +364,12 @@ static int round_room(const bs_gen *g) {
     return BS_MAX(left, 1);
 }
 
+/* the round's verify rows are read after it when log-probabilities or the loop guard are on */
+static void spec_rows(bs_gen *g) { bs_spec_want_rows(g->spec, g->r.n_probs >= 0 || g->guard); }
+
 void gen_spec_round(bs_gen *g) {
     int32_t out[BS_DSPARK_MAX_BLOCK + 1];
+    spec_rows(g);
     const int m = bs_spec_round(g->spec, g->smp, g->pending, round_room(g), spec_is_stop, g, out);
     if (m < 0) {
         bs_error_prefix("decoding: ");
@@ -392,6 +396,7 @@ int bs_gen_draft_together(bs_gen *const *gs, int n) {
 }
 
 bool gen_spec_plan(bs_gen *g, bs_batch_seq *q) {
+    spec_rows(g);
     if (bs_spec_round_begin(g->spec, g->smp, g->pending, round_room(g), q)) {
         bs_error_prefix("decoding: ");
         gen_finish(g, BS_GEN_ERROR);

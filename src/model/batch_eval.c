@@ -109,8 +109,8 @@ static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
             (q[i].logits_mode != BS_LOGITS_NONE && !q[i].logits))
             return bs_error("batch: bad logits request");
         if (q[i].top_k < 0 || q[i].top_k > BS_TOP_MAX ||
-            (q[i].top_k && (q[i].logits_mode != BS_LOGITS_LAST || q[i].next || !q[i].top_ids || !q[i].top_logits || !q[i].n_top)))
-            return bs_error("batch: bad top-k request (1..%d of a LAST row, with places for them)", BS_TOP_MAX);
+            (q[i].top_k && (q[i].logits_mode == BS_LOGITS_NONE || q[i].next || !q[i].top_ids || !q[i].top_logits || !q[i].n_top)))
+            return bs_error("batch: bad top-k request (1..%d of logits rows, with places for them)", BS_TOP_MAX);
         for (int t = 0; t < q[i].n; t++)
             if (q[i].tokens[t] < 0 || q[i].tokens[t] >= b->m->hp.n_vocab)
                 return bs_error("token id %d is out of range [0, %d)", q[i].tokens[t], b->m->hp.n_vocab);
@@ -202,7 +202,7 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         if (q[i].logits_mode == BS_LOGITS_NONE) continue;
         const int rows = q[i].logits_mode == BS_LOGITS_ALL ? q[i].n : 1;
         memcpy(q[i].logits, b->logits + (size_t)k * V, (size_t)rows * V * sizeof(float));
-        if (q[i].next && q[i].logits_mode == BS_LOGITS_LAST) *q[i].next = bs_argmax_lowest(q[i].logits, (int)V);
+        for (int r = 0; r < rows && q[i].next; r++) q[i].next[r] = bs_argmax_lowest(q[i].logits + (size_t)r * V, (int)V);
         k += rows;
     }
 }
@@ -216,14 +216,15 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bo
     int m = BS_MIN(BS_MIN(bs_vk_sess_rows(s->vk), q->n - done), bs_vk_batch_rows(vb) - used);
     const int lroom = bs_vk_batch_logit_rows(vb) - lused;
     if (q->logits_mode == BS_LOGITS_ALL) m = BS_MIN(m, lroom);
-    const int lr = q->logits_mode == BS_LOGITS_ALL ? m : (q->logits_mode == BS_LOGITS_LAST && done + m == q->n);
+    const bool all = q->logits_mode == BS_LOGITS_ALL;
+    const int lr = all ? m : (q->logits_mode == BS_LOGITS_LAST && done + m == q->n);
     if (m <= 0 || lr > lroom) return 0;
+    const size_t r0 = all ? (size_t)done : 0, k = (size_t)q->top_k;   /* the piece's first logits row */
     *v = (bs_vk_seq){.s = s->vk, .snapshot = snap && done == 0, .tokens = s->rb_tokens + done, .n = m,
                      .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
-                     .logits = q->logits_mode == BS_LOGITS_ALL ? q->logits + (size_t)done * V : q->logits,
-                     .next = lr && q->logits_mode == BS_LOGITS_LAST ? q->next : NULL,
-                     .top_k = lr && q->logits_mode == BS_LOGITS_LAST ? q->top_k : 0, .top_ids = q->top_ids,
-                     .top_logits = q->top_logits, .n_top = q->n_top,
+                     .logits = q->logits + r0 * V, .next = lr && q->next ? q->next + r0 : NULL,
+                     .top_k = lr ? q->top_k : 0, .top_ids = q->top_k ? q->top_ids + r0 * k : NULL,
+                     .top_logits = q->top_k ? q->top_logits + r0 * k : NULL, .n_top = q->top_k ? q->n_top + r0 : NULL,
                      .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,
                      .tap_out = q->taps && !s->taps_on_device ? q->taps + (size_t)done * tap_row : NULL};
     return m;
@@ -248,13 +249,16 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
             lused += v[nv].logit_rows;
             idx[nv++] = i;
         }
-        for (int k = 0; k < nv; k++) {   /* these stay so where the pass read the rows back */
-            if (v[k].next) *v[k].next = -1;
-            if (v[k].top_k) *v[k].n_top = -1;
-        }
+        for (int k = 0; k < nv; k++)   /* these stay so where the pass read the rows back */
+            for (int r = 0; r < v[k].logit_rows; r++) {
+                if (v[k].next) v[k].next[r] = -1;
+                if (v[k].top_k) v[k].n_top[r] = -1;
+            }
+        const int V = q[0].s->m->hp.n_vocab;
         if ((more = nv > 0) && !(rc = bs_vk_batch_eval(vb, v, nv)))
             for (int k = 0; k < nv; k++) {
-                if (v[k].next && *v[k].next < 0) *v[k].next = bs_argmax_lowest(v[k].logits, (int)q[0].s->m->hp.n_vocab);
+                for (int r = 0; r < v[k].logit_rows && v[k].next; r++)
+                    if (v[k].next[r] < 0) v[k].next[r] = bs_argmax_lowest(v[k].logits + (size_t)r * V, V);
                 done[idx[k]] += v[k].n;
             }
     }
@@ -266,20 +270,23 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
 
 static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq);
 
+/* Logits rows of sequence q: 1 (LAST), n (ALL), 0 */
+static int logit_rows(const bs_batch_seq *q) {
+    return q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
+}
+
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (validate(b, q, n_seq)) return -1;
-    if (b->vk && n_seq == 1 && q[0].top_k) {   /* one on the device: the k best found there */
-        const int c = bs_eval_top(q[0].s, q[0].tokens, q[0].n, q[0].top_k, q[0].top_ids, q[0].top_logits);
-        if (c < 0) return -1;
-        *q[0].n_top = c;
-        return 0;
-    }
     for (int i = 0; i < n_seq; i++)
-        if (q[i].top_k) *q[i].n_top = -1;
+        for (int r = 0; r < logit_rows(&q[i]) && q[i].top_k; r++) q[i].n_top[r] = -1;
     if (eval_rows(b, q, n_seq)) return -1;
+    const int V = b->m->hp.n_vocab;
     for (int i = 0; i < n_seq; i++)   /* where the rows came back: their k best taken here */
-        if (q[i].top_k && *q[i].n_top < 0)
-            *q[i].n_top = bs_top_lowest(q[i].logits, b->m->hp.n_vocab, q[i].top_k, q[i].top_ids, q[i].top_logits);
+        for (int r = 0; r < logit_rows(&q[i]) && q[i].top_k; r++)
+            if (q[i].n_top[r] < 0) {
+                const size_t at = (size_t)r * (size_t)q[i].top_k;
+                q[i].n_top[r] = bs_top_lowest(q[i].logits + (size_t)r * V, V, q[i].top_k, q[i].top_ids + at, q[i].top_logits + at);
+            }
     return 0;
 }
 
@@ -287,8 +294,13 @@ static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     /* sessions on the device: their rows through each weight product together there (one
      * alone takes bs_eval's recorded steps: the same bits) */
     if (b->vk && n_seq > 1) return eval_device(b->vk, q, n_seq);
-    if (b->vk && q[0].next && q[0].logits_mode == BS_LOGITS_LAST) return bs_eval_greedy(q[0].s, q[0].tokens, q[0].n, q[0].next, q[0].taps);
-    if (b->vk) return bs_eval(q[0].s, q[0].tokens, q[0].n, q[0].logits_mode, q[0].logits, q[0].taps);
+    if (b->vk) {   /* one alone: the ids or lists found on the device where asked, else the rows */
+        bs_session *s = q[0].s;
+        const bs_vk_out o = {.mode = q[0].logits_mode, .logits = q[0].logits, .next = q[0].next, .top_k = q[0].top_k,
+                             .top_ids = q[0].top_ids, .top_vals = q[0].top_logits, .n_top = q[0].n_top};
+        if (s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after 0 of %d tokens", q[0].n);
+        return bs_device_eval_out(s, q[0].tokens, q[0].n, &o, s->n_taps ? q[0].taps : NULL);
+    }
     const bs_qwen35_hparams *hp = &b->m->hp;
     const int E = hp->n_embd;
     int R = 0;

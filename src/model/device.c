@@ -161,57 +161,31 @@ void bs_device_end(bs_session *s, int c) {
 
 _Static_assert(BS_TOP_MAX <= BS_VK_TOP_MAX, "the device's top-k list holds BS_TOP_MAX");
 
-/* What an evaluation gives back: logits rows (mode), taps, and for its last row the greedy
- * token (next) or the top_k best (top_ids, top_logits; their count into n_top) instead. */
-typedef struct dev_out {
-    int mode;
-    float *logits, *taps;
-    int32_t *next;
-    int top_k;
-    int32_t *top_ids;
-    float *top_logits;
-    int n_top;
-} dev_out;
-
-static int device_eval(bs_session *s, const int32_t *tokens, int n, dev_out *o) {
+/* An evaluation in chunks of the session's batch: each chunk's logits rows (mode) come back as
+ * o asks (rows, greedy tokens or k best lists; bs_vk_out), its taps into taps. */
+static int device_eval(bs_session *s, const int32_t *tokens, int n, const bs_vk_out *o, float *taps) {
     const bs_qwen35_hparams *hp = &s->m->hp;
-    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd;
-    const int mode = o->mode;
+    const size_t nv = (size_t)hp->n_vocab, tap_row = (size_t)s->n_taps * hp->n_embd, k = (size_t)o->top_k;
+    const bool all = o->mode == BS_LOGITS_ALL;
     for (int off = 0; off < n; off += s->n_batch) {
         const int c = BS_MIN(s->n_batch, n - off);
         const bool last = off + c == n;
+        const size_t r0 = all ? (size_t)off : 0;   /* the chunk's first logits row */
+        bs_vk_out co = {.mode = all ? BS_LOGITS_ALL : (o->mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE),
+                        .logits = o->logits ? o->logits + r0 * nv : NULL, .next = o->next ? o->next + r0 : NULL,
+                        .top_k = o->top_k, .top_ids = o->top_ids ? o->top_ids + r0 * k : NULL,
+                        .top_vals = o->top_vals ? o->top_vals + r0 * k : NULL, .n_top = o->n_top ? o->n_top + r0 : NULL};
         if (bs_device_begin(s, tokens + off, c, NULL)) return -1;
-        const int bm = mode == BS_LOGITS_ALL ? BS_LOGITS_ALL : (mode == BS_LOGITS_LAST && last ? BS_LOGITS_LAST : BS_LOGITS_NONE);
-        float *bl = mode == BS_LOGITS_ALL ? o->logits + (size_t)off * nv : o->logits;
-        float *tap_out = o->taps && !s->taps_on_device ? o->taps + (size_t)off * tap_row : NULL;
-        const int nt = o->taps ? s->n_taps : 0;
-        int rc;
-        if (last && o->top_k > 0)
-            rc = (o->n_top = bs_vk_sess_eval_top(s->vk, s->rb_tokens, c, s->n_past, s->rope, o->top_k, o->top_ids, o->top_logits)) < 0;
-        else if (last && o->next)
-            rc = bs_vk_sess_eval_greedy(s->vk, s->rb_tokens, c, s->n_past, s->rope, o->next, s->taps, nt, tap_out);
-        else
-            rc = bs_vk_sess_eval(s->vk, s->rb_tokens, c, s->n_past, s->rope, bm, bl, s->taps, nt, tap_out);
-        if (rc) return -1;
+        float *tap_out = taps && !s->taps_on_device ? taps + (size_t)off * tap_row : NULL;
+        if (bs_vk_sess_eval_out(s->vk, s->rb_tokens, c, s->n_past, s->rope, &co, s->taps, taps ? s->n_taps : 0, tap_out))
+            return -1;
         bs_device_end(s, c);
     }
     return 0;
 }
 
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps) {
-    return bs_device_eval_next(s, tokens, n, mode, logits, taps, NULL);
-}
-
-int bs_device_eval_top(bs_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *logits) {
-    if (bs_env_flag("BITSPARK_VK_NO_TOPK")) {   /* the row back, its k best taken here (comparisons) */
-        float *row = bs_xmalloc(sizeof(float) * (size_t)s->m->hp.n_vocab);
-        const int rc = bs_device_eval(s, tokens, n, BS_LOGITS_LAST, row, NULL);
-        const int c = rc ? -1 : bs_top_lowest(row, s->m->hp.n_vocab, k, ids, logits);
-        free(row);
-        return c;
-    }
-    dev_out o = {.mode = BS_LOGITS_LAST, .top_k = k, .top_ids = ids, .top_logits = logits};
-    return device_eval(s, tokens, n, &o) ? -1 : o.n_top;
+    return device_eval(s, tokens, n, &(bs_vk_out){.mode = mode, .logits = logits}, taps);
 }
 
 /* A plain greedy decode step (undo off): the device runs the step after it meanwhile
@@ -227,10 +201,23 @@ static int decode_ahead(bs_session *s, int32_t tok, int32_t *next) {
     return 0;
 }
 
-int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next) {
-    if (n == 1 && next && !taps && s->no_undo) return decode_ahead(s, tokens[0], next);
-    dev_out o = {.mode = mode, .logits = logits, .taps = taps, .next = next};
-    return device_eval(s, tokens, n, &o);
+/* BITSPARK_VK_NO_TOPK=1 (comparisons): the rows back, their k best taken here */
+static int lists_on_host(bs_session *s, const int32_t *tokens, int n, const bs_vk_out *o, float *taps) {
+    const int V = s->m->hp.n_vocab, rows = o->mode == BS_LOGITS_ALL ? n : 1;
+    float *lg = bs_xmalloc(sizeof(float) * (size_t)V * (size_t)rows);
+    int rc = device_eval(s, tokens, n, &(bs_vk_out){.mode = o->mode, .logits = lg}, taps);
+    for (int r = 0; r < rows && !rc; r++) {
+        const size_t at = (size_t)r * (size_t)o->top_k;
+        o->n_top[r] = bs_top_lowest(lg + (size_t)r * V, V, o->top_k, o->top_ids + at, o->top_vals + at);
+    }
+    free(lg);
+    return rc;
+}
+
+int bs_device_eval_out(bs_session *s, const int32_t *tokens, int n, const bs_vk_out *o, float *taps) {
+    if (o->mode == BS_LOGITS_LAST && n == 1 && o->next && !taps && s->no_undo) return decode_ahead(s, tokens[0], o->next);
+    if (o->top_k && bs_env_flag("BITSPARK_VK_NO_TOPK")) return lists_on_host(s, tokens, n, o, taps);
+    return device_eval(s, tokens, n, o, taps);
 }
 
 /* bs_session_begin_image's bookkeeping (session.c uses this file: no call back into it): the rows

@@ -19,14 +19,13 @@ const char *bs_model_device(const bs_model *m);
  * arrays (their layouts are the same), each 0 or -1 + bs_error. */
 int bs_device_session_new(bs_session *s);
 int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps);
-/* next: the last row's greedy token, found on the device (mode LAST without the row), or NULL */
 /* sleep.c's device part: the weights' device buffers freed (no session may be alive) and
  * uploaded again from the host weights (restored first). 0 where the model runs on the CPU. */
 int bs_device_sleep(bs_model *m);
 int bs_device_wake(bs_model *m);
-int bs_device_eval_next(bs_session *s, const int32_t *tokens, int n, int mode, float *logits, float *taps, int32_t *next);
-/* The same giving the last row's k best logits and their ids (bs_eval_top): their count, or -1. */
-int bs_device_eval_top(bs_session *s, const int32_t *tokens, int n, int k, int32_t *ids, float *logits);
+/* The same with what comes back of the logits rows as o says (the rows, each one's greedy token
+ * or k best: bs_vk_out); a one-token greedy step with undo off goes one step ahead. */
+int bs_device_eval_out(bs_session *s, const int32_t *tokens, int n, const bs_vk_out *o, float *taps);
 int bs_device_rollback(bs_session *s, int j);
 /* Rows i0..i0+n-1 of an nx x ny image's embeddings (bs_eval_image_rows on the device). */
 int bs_device_eval_image(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int mode, float *logits,

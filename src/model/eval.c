@@ -3,6 +3,7 @@
  * the last batch, or recomputing its kept tokens when it was too large to record. */
 #include "model/session.h"
 #include "model/device.h"
+#include "model/batch_eval.h"
 #include "io/util.h"
 
 #include <stdlib.h>
@@ -101,7 +102,36 @@ int bs_eval_top(bs_session *s, const int32_t *tokens, int n_tokens, int k, int32
         return c;
     }
     if (check_tokens(s, tokens, n_tokens)) return -1;
-    return bs_device_eval_top(s, tokens, n_tokens, k, ids, logits);
+    int got = 0;
+    const bs_vk_out o = {.mode = BS_LOGITS_LAST, .top_k = k, .top_ids = ids, .top_vals = logits, .n_top = &got};
+    return bs_device_eval_out(s, tokens, n_tokens, &o, NULL) ? -1 : got;
+}
+
+int bs_eval_seq(const bs_batch_seq *q) {
+    bs_session *s = q->s;
+    const int V = s->m->hp.n_vocab, rows = q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
+    if (q->top_k < 0 || q->top_k > BS_TOP_MAX ||
+        (q->top_k && (!rows || q->next || !q->top_ids || !q->top_logits || !q->n_top)))
+        return bs_error("bad top-k request (1..%d of logits rows, with places for them)", BS_TOP_MAX);
+    float *taps = s->n_taps ? q->taps : NULL;
+    if (s->vk && rows && (q->next || q->top_k)) {   /* the ids or lists found on the device */
+        if (q->n <= 0 || !q->tokens || check_logits_args(q->n, q->logits_mode, q->logits) || check_tokens(s, q->tokens, q->n))
+            return bs_error_prefix("bs_eval_seq: ");
+        if (s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after 0 of %d tokens", q->n);
+        const bs_vk_out o = {.mode = q->logits_mode, .logits = q->logits, .next = q->next, .top_k = q->top_k,
+                             .top_ids = q->top_ids, .top_vals = q->top_logits, .n_top = q->n_top};
+        return bs_device_eval_out(s, q->tokens, q->n, &o, taps);
+    }
+    if (bs_eval(s, q->tokens, q->n, q->logits_mode, q->logits, taps)) return -1;
+    for (int r = 0; r < rows; r++) {
+        const float *row = q->logits + (size_t)r * V;
+        if (q->next) q->next[r] = bs_argmax_lowest(row, V);
+        if (q->top_k) {
+            const size_t at = (size_t)r * (size_t)q->top_k;
+            q->n_top[r] = bs_top_lowest(row, V, q->top_k, q->top_ids + at, q->top_logits + at);
+        }
+    }
+    return 0;
 }
 
 int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *next, float *taps) {
@@ -115,7 +145,8 @@ int bs_eval_greedy(bs_session *s, const int32_t *tokens, int n_tokens, int32_t *
         return rc;
     }
     if (check_tokens(s, tokens, n_tokens)) return -1;
-    return bs_device_eval_next(s, tokens, n_tokens, BS_LOGITS_LAST, NULL, s->n_taps ? taps : NULL, next);
+    const bs_vk_out o = {.mode = BS_LOGITS_LAST, .next = next};
+    return bs_device_eval_out(s, tokens, n_tokens, &o, s->n_taps ? taps : NULL);
 }
 
 int bs_session_rollback(bs_session *s, int n_keep) {

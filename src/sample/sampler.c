@@ -466,6 +466,10 @@ int bs_sampler_top_k_only(const bs_sampler *s, int max) {
 }
 
 int32_t bs_sampler_sample_top(bs_sampler *s, const int32_t *ids, const float *logits, int n) {
+    return bs_sampler_apply_top(s, ids, logits, n) < 0 ? -1 : bs_sampler_pick(s);
+}
+
+int bs_sampler_apply_top(bs_sampler *s, const int32_t *ids, const float *logits, int n) {
     const uint64_t t0 = bs_prof_begin();
     s->applied = false;
     /* what gather's heap_top_k would have kept (load_logits' clamp; no NaN or -inf come) */
@@ -480,7 +484,7 @@ int32_t bs_sampler_sample_top(bs_sampler *s, const int32_t *ids, const float *lo
         s->applied = true;
     }
     bs_prof_end(BS_PROF_SAMPLE, t0);
-    return n > 0 ? bs_sampler_pick(s) : bs_error("sampler: every token is banned");
+    return n > 0 ? s->n_cand : bs_error("sampler: every token is banned");
 }
 
 int bs_sampler_apply(bs_sampler *s, const float *logits) {

@@ -117,6 +117,9 @@ int bs_sampler_top_k_only(const bs_sampler *s, int max);
 /* apply + pick from the k best logits (ids[n], logits[n], best first in the sampler's order, as
  * bs_eval_top gives them) when bs_sampler_top_k_only said k: the same token, the same draw. */
 int32_t bs_sampler_sample_top(bs_sampler *s, const int32_t *ids, const float *logits, int n);
+/* Its apply alone: the distribution bs_sampler_apply would keep, from those k. Returns the
+ * number of candidates, -1 + bs_error when there are none. */
+int bs_sampler_apply_top(bs_sampler *s, const int32_t *ids, const float *logits, int n);
 
 /* The distribution of the last apply. Candidates are in descending probability (ties: lower id
  * first) when greedy, top-k or top-p ran; otherwise in id order. Probabilities sum to 1. */

@@ -170,22 +170,29 @@ void bs_vk_sess_free(bs_vk_sess *s);
  * NULL: the taps of the last chunk stay on the device for bs_vk_dctx_append_sess. */
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out);
-/* The same with the last row's greedy token instead of its logits: *next gets the lowest id of
- * the largest logit (NaN never wins), found on the device, so 4 bytes come back, not the row. */
-int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
-                           const int *taps, int n_taps, float *tap_out);
-/* The same with the k best (k <= BS_VK_TOP_MAX) of the last row's logits instead: their ids and
- * values, best first in the sampler's order (higher logit, then lower id; NaN and -inf never,
- * +inf as FLT_MAX), found on the device (topk.comp), so 8 bytes each come back, not the row.
- * Returns how many (fewer than k when fewer logits are candidates), or -1. No taps. */
+/* What comes back of the logits rows of an evaluation (mode 1: the last row; 2: every row):
+ * with next, each row's greedy token (the lowest id of the largest logit, NaN never), 4 bytes a
+ * row; with top_k (<= BS_VK_TOP_MAX), each row's k best, their ids and values best first in the
+ * sampler's order (higher logit, then lower id; NaN and -inf never, +inf as FLT_MAX) at
+ * [row][top_k] and their count (fewer than k when fewer are candidates) at n_top[row], 8 bytes
+ * each; else the rows themselves. Ids and lists are found on the device (argmax.comp, topk.comp). */
 enum { BS_VK_TOP_MAX = 64 };
-int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
-                        float *vals);
+typedef struct bs_vk_out {
+    int mode;
+    float *logits;
+    int32_t *next;
+    int top_k;
+    int32_t *top_ids;
+    float *top_vals;
+    int *n_top;
+} bs_vk_out;
+int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,
+                        const int *taps, int n_taps, float *tap_out);
 /* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out);
 /* Greedy decoding one step ahead: token tok at pos0 (rope0: its table row), *next its greedy
- * token, as bs_vk_sess_eval_greedy gives it; but before waiting for it, the step after is
+ * token, as bs_vk_sess_eval_out's next gives it; but before waiting for it, the step after is
  * submitted too (at pos0 + 1, rope1), its token fed on the device by this one's argmax, so the
  * device never waits for the host between steps. When the next call asks for that very token
  * and position, it is already under way; any other use of the session first puts back the
@@ -237,14 +244,14 @@ typedef struct bs_vk_seq {
     const float *rope;
     int logit_rows;
     float *logits;
-    int32_t *next;                /* logit_rows 1: NULL, or where the row's argmax goes when every
-                                     such sequence of the pass has one (only the ids come back,
-                                     the rows stay unread; else the rows come back, next is left
-                                     as it was and the caller takes the argmax) */
-    int top_k;                    /* logit_rows 1: 0, or the row's top_k best (bs_vk_sess_eval_top)
-                                     into top_ids / top_logits and their count into *n_top, when
-                                     every sequence with logits has next or top_k (else the rows
-                                     come back and *n_top is left as it was) */
+    int32_t *next;                /* NULL, or where the rows' argmaxes go (logit_rows of them) when
+                                     every sequence of the pass with logits has next or top_k (only
+                                     the ids come back, the rows stay unread; else the rows come
+                                     back, next is left as it was and the caller takes the argmax) */
+    int top_k;                    /* 0, or the rows' top_k best (bs_vk_out's lists) into top_ids /
+                                     top_logits ([logit_rows][top_k]) and their counts into
+                                     n_top[logit_rows], on the same condition (else the rows come
+                                     back and n_top is left as it was) */
     int32_t *top_ids;
     float *top_logits;
     int *n_top;

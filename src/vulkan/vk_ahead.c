@@ -63,7 +63,7 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
         s->no_ahead = true;
     }
     if (s->no_cache || s->no_ahead)   /* (steps recorded anew every time have one set of buffers) */
-        return bs_vk_sess_eval_greedy(s, &tok, 1, pos0, rope0, next, NULL, 0, NULL);
+        return bs_vk_sess_eval_out(s, &tok, 1, pos0, rope0, &(bs_vk_out){.mode = 1, .next = next}, NULL, 0, NULL);
     int io;
     /* under way already, with the adapters it was recorded with (LoRA may have changed since) */
     if (s->ahead && s->ahead_tok == tok && s->ahead_pos == pos0 && s->lora_gen == s->net->lora_gen) {

@@ -655,16 +655,40 @@ int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rop
 
 /* logits_mode as bs_vk_sess_eval; tokens, or embedding rows [n][n_embd] (embd != NULL) written
  * straight into x; ids (then logits_mode 1): the last row's argmax instead of its logits. */
+/* topk.comp's list of logits row r into the caller's [row][k] arrays (vk_top.c's layout) */
+static void read_list(bs_vk_ctx *c, const bs_vk_buf *topv, size_t r, int k, int32_t *ids, float *vals, int *n_top) {
+    const uint32_t *o = (const uint32_t *)topv->map + r * (1 + 2 * BS_VK_TOP_MAX);
+    const int got = (int)BS_MIN(o[0], (uint32_t)k);
+    memcpy(ids, o + 1, 4u * (size_t)got);
+    memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
+    *n_top = got;
+    bs_vk_count_read(c, 4u + 8u * (size_t)got);
+}
+
+/* What a chunk's rows (from row `first` of the evaluation) give back: the rows, their ids, or
+ * their lists. */
+static void chunk_out(bs_vk_sess *s, const bs_vk_out *o, size_t first, int rows) {
+    bs_vk_ctx *c = s->net->c;
+    const size_t V = (size_t)s->net->hp.n_vocab, k = (size_t)o->top_k;
+    if (o->next) read_back(c, o->next + first, s->ids.map, 4u * (size_t)rows);
+    else if (o->top_k)
+        for (int r = 0; r < rows; r++)
+            read_list(c, &s->topv, (size_t)r, o->top_k, o->top_ids + (first + r) * k, o->top_vals + (first + r) * k,
+                      o->n_top + first + r);
+    else read_back(c, o->logits + first * V, s->logits.map, sizeof(float) * V * (size_t)rows);
+}
+
 static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, int n, int pos0, const float *rope,
-                     int logits_mode, float *logits, int32_t *ids, const int *taps, int n_taps, float *tap_out) {
+                     const bs_vk_out *o, const int *taps, int n_taps, float *tap_out) {
     const bs_vk_net_desc *hp = &s->net->hp;
-    const size_t V = (size_t)hp->n_vocab, E = (size_t)hp->n_embd;
+    const size_t E = (size_t)hp->n_embd;
     if (n <= 0 || pos0 < 0 || pos0 + n > s->n_ctx) return bs_error("Vulkan eval: %d tokens at %d do not fit", n, pos0);
-    TRY(bs_vk_sess_settle(s) || lora_sync(s) || taps_ensure(s, n_taps));
+    if (o->top_k && (o->top_k > BS_VK_TOP_MAX || o->top_k < 0)) return bs_error("Vulkan top-k: k = %d (1..%d)", o->top_k, BS_VK_TOP_MAX);
+    TRY(bs_vk_sess_settle(s) || lora_sync(s) || taps_ensure(s, n_taps) || (o->top_k ? bs_vk_top_ready(s) : 0));
     for (int off = 0; off < n; off += s->B) {
         const int m = BS_MIN(s->B, n - off);
         const bool last = off + m == n;
-        const int rows = logits_mode == 2 ? m : (logits_mode == 1 && last ? 1 : 0);
+        const int rows = o->mode == 2 ? m : (o->mode == 1 && last ? 1 : 0);
         for (int t = 0; t < m && !embd; t++) {
             const uint32_t id = (uint32_t)tokens[off + t];
             memcpy((uint32_t *)s->tok.map + t, &id, 4);
@@ -672,16 +696,17 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         if (embd && bs_vk_buf_write(s->net->c, &s->x, 0, embd + (size_t)off * E, sizeof(float) * (size_t)m * E))
             return bs_error_prefix("Vulkan eval: ");
         step_values(s, rope + (size_t)off * hp->n_rot, (uint32_t)(pos0 + off), m);
-        s->greedy = ids && rows;
+        s->greedy = o->next && rows;
+        s->topk = rows ? o->top_k : 0;
         s->rows_in = embd != NULL;
         const int rc = run_step(s, m, rows, taps, n_taps);
         s->greedy = false;
+        s->topk = 0;
         s->rows_in = false;
         if (rc) return bs_error_prefix("Vulkan eval: ");
         bs_vk_sess_stepped(s);
         s->net->c->stats.tokens += (uint64_t)m;
-        if (rows && ids) read_back(s->net->c, ids, s->ids.map, 4u * (size_t)rows);
-        else if (rows && !s->topk) read_back(s->net->c, logits + (logits_mode == 2 ? (size_t)off * V : 0), s->logits.map, sizeof(float) * V * (size_t)rows);
+        if (rows) chunk_out(s, o, o->mode == 2 ? (size_t)off : 0, rows);
         if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
     }
     return 0;
@@ -689,33 +714,19 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
 
 int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int logits_mode,
                     float *logits, const int *taps, int n_taps, float *tap_out) {
-    return sess_eval(s, tokens, NULL, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
+    const bs_vk_out o = {.mode = logits_mode, .logits = logits};
+    return sess_eval(s, tokens, NULL, n, pos0, rope, &o, taps, n_taps, tap_out);
 }
 
-int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
-                           const int *taps, int n_taps, float *tap_out) {
-    return sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, next, taps, n_taps, tap_out);
-}
-
-int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
-                        float *vals) {
-    if (k < 1 || k > BS_VK_TOP_MAX) return bs_error("Vulkan top-k: k = %d (1..%d)", k, BS_VK_TOP_MAX);
-    TRY(bs_vk_top_ready(s));
-    s->topk = k;
-    const int rc = sess_eval(s, tokens, NULL, n, pos0, rope, 1, NULL, NULL, NULL, 0, NULL);
-    s->topk = 0;
-    if (rc) return -1;
-    const uint32_t *o = s->topv.map;
-    const int got = (int)BS_MIN(o[0], (uint32_t)k);
-    memcpy(ids, o + 1, 4u * (size_t)got);
-    memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
-    bs_vk_count_read(s->net->c, 4u + 8u * (size_t)got);
-    return got;
+int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,
+                        const int *taps, int n_taps, float *tap_out) {
+    return sess_eval(s, tokens, NULL, n, pos0, rope, o, taps, n_taps, tap_out);
 }
 
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out) {
-    return sess_eval(s, NULL, embd, n, pos0, rope, logits_mode, logits, NULL, taps, n_taps, tap_out);
+    const bs_vk_out o = {.mode = logits_mode, .logits = logits};
+    return sess_eval(s, NULL, embd, n, pos0, rope, &o, taps, n_taps, tap_out);
 }
 
 /* --- several sessions in one pass ------------------------------------------------------------ */
@@ -831,7 +842,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     bool ids_only = true;
     int top = 0;
     for (int i = 0; i < n_seq; i++) {
-        ids_only &= !q[i].logit_rows || ((q[i].next || q[i].top_k > 0) && q[i].logit_rows == 1);
+        ids_only &= !q[i].logit_rows || q[i].next || q[i].top_k > 0;
         if (q[i].logit_rows && q[i].top_k > 0) top = BS_MAX(top, BS_MIN(q[i].top_k, BS_VK_TOP_MAX));
     }
     S->greedy = false;
@@ -848,13 +859,12 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     for (int i = 0; i < n_seq; i++) {
         const int lr = q[i].logit_rows, nt = q[i].n_taps;
         if (lr && ids_only && q[i].next) {
-            read_back(S->net->c, q[i].next, (const int32_t *)S->ids.map + k, sizeof(int32_t));
+            read_back(S->net->c, q[i].next, (const int32_t *)S->ids.map + k, sizeof(int32_t) * (size_t)lr);
         } else if (lr && ids_only) {
-            const uint32_t *o = (const uint32_t *)S->topv.map + k * (1 + 2 * BS_VK_TOP_MAX);
-            const int got = (int)BS_MIN(o[0], (uint32_t)q[i].top_k);
-            read_back(S->net->c, q[i].top_ids, o + 1, 4u * (size_t)got);
-            read_back(S->net->c, q[i].top_logits, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
-            *q[i].n_top = got;
+            const size_t tk = (size_t)q[i].top_k;
+            for (int r = 0; r < lr; r++)
+                read_list(S->net->c, &S->topv, k + (size_t)r, q[i].top_k, q[i].top_ids + r * tk, q[i].top_logits + r * tk,
+                          q[i].n_top + r);
         } else if (lr) {
             read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
         }

@@ -93,14 +93,9 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)logits_mode; (void)logits; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
-int bs_vk_sess_eval_greedy(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int32_t *next,
-                           const int *taps, int n_taps, float *tap_out) {
-    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)next; (void)taps; (void)n_taps; (void)tap_out;
-    return bs_error("no Vulkan backend");
-}
-int bs_vk_sess_eval_top(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, int k, int32_t *ids,
-                        float *vals) {
-    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)k; (void)ids; (void)vals;
+int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,
+                        const int *taps, int n_taps, float *tap_out) {
+    (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)o; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
 int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next) {
