@@ -25,6 +25,7 @@
 #include "io/threadpool.h"
 #include "io/util.h"
 #include "model/device.h"
+#include "model/batch_eval.h"
 #include "vulkan/backend.h"
 
 #include <math.h>
@@ -395,9 +396,10 @@ static void print_result(const bench_opts *o, const model_info *mi, const result
     fflush(stdout);
 }
 
-/* Seconds of a w-token verify step (logits for all w) after a 16-token prefix, best of reps. */
+/* Seconds of a w-token verify step after a 16-token prefix, best of reps: as a greedy
+ * speculative round runs it, each row's greedy token back (on a GPU the ids, not the rows). */
 static double verify_step(bs_session *s, int w, int reps, int n_vocab, bs_rng *rng) {
-    int32_t tok[64 + 16];
+    int32_t tok[64 + 16], next[64];
     float *logits = bs_xmalloc(sizeof(float) * (size_t)n_vocab * (size_t)w);
     double best = -1;
     bs_session_reset(s);
@@ -405,7 +407,8 @@ static double verify_step(bs_session *s, int w, int reps, int n_vocab, bs_rng *r
     if (bs_eval(s, tok, 16, BS_LOGITS_NONE, NULL, NULL) == 0) {
         for (int r = 0; r < reps + 1; r++) {
             double t0 = bs_time();
-            if (bs_eval(s, tok + 16, w, BS_LOGITS_ALL, logits, NULL)) break;
+            const bs_batch_seq q = {.s = s, .tokens = tok + 16, .n = w, .logits_mode = BS_LOGITS_ALL, .logits = logits, .next = next};
+            if (bs_eval_seq(&q)) break;
             double dt = bs_time() - t0;
             if (bs_session_rollback(s, 16)) break;
             if (r > 0 && (best < 0 || dt < best)) best = dt;
