@@ -9,7 +9,10 @@
  * BITSPARK_DRAFT_DEVICE=cpu must keep it on the CPU with the same output. Verification reads
  * each row's greedy token (or, sampling with a top-k, each row's k best) found on the device
  * instead of the rows: the same tokens as from the rows (bs_spec_want_rows), greedy and sampled
- * from the same seed, without the verified rows read back.
+ * from the same seed, without the verified rows read back. The drafter's greedy drafts are taken
+ * on the device (base logits + Markov term, argmax, slot after slot) without its rows read
+ * back: the drafts and confidences of the rows read back and taken on the host
+ * (BITSPARK_VK_DRAFT_HOST=1), bit for bit.
  * Skipped (77) without a Vulkan device. */
 #include "dspark/dspark.h"
 #include "model/qwen35.h"
@@ -145,11 +148,13 @@ static void lossless(const char *target, const char *drafter, const int *depths,
         CHECKF(!rc && !memcmp(by_rows, got, sizeof got), "%s verification from %s: tokens differ from the rows'",
                sampled ? "sampled" : "greedy", sampled ? "k best lists" : "greedy ids");
         if (!sampled) CHECKF(!rc && !memcmp(ref, got, sizeof got), "greedy from ids: differs from plain greedy");
-        /* a round of 3 drafts verifies 4 rows; the drafter's own rows still come back (its
-           greedy choice and its sampling run on the host) */
+        /* a round of 3 drafts verifies 4 rows; greedy, the drafter's drafts are taken on the device
+           too (its final states, E floats a slot, still come back for the confidence head);
+           sampling, its rows come back for the draws */
         const double row = 4.0 * m->hp.n_vocab;
-        CHECKF(rows_read - lists_read >= 2 * row, "%s: %.0f bytes read back per round from rows, %.0f from %s",
-               sampled ? "sampled" : "greedy", rows_read, lists_read, sampled ? "lists" : "ids");
+        CHECKF(rows_read - lists_read >= 2 * row && (sampled || lists_read < row),
+               "%s: %.0f bytes read back per round from rows, %.0f from %s", sampled ? "sampled" : "greedy", rows_read,
+               lists_read, sampled ? "lists" : "ids");
         printf("  %s verification: %.0f bytes read back per round (rows: %.0f)\n", sampled ? "sampled (top-k 40)" : "greedy",
                lists_read, rows_read);
     }
@@ -167,6 +172,53 @@ static void lossless(const char *target, const char *drafter, const int *depths,
         bs_dspark_free(dc);
     }
     bs_dspark_free(d);   /* before the target: it may hold the target's tensors on the device */
+    bs_model_free(m);
+}
+
+/* Greedy drafts on the device against the host's from the same block rows, for several anchors
+ * and block widths over a context of made-up tap rows. */
+static void draft_chain(const char *target, const char *drafter) {
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(target, &mp);
+    bs_dspark *d = m ? bs_dspark_load(drafter, NULL) : NULL;
+    CHECKF(m && d, "%s", bs_last_error());
+    if (!m || !d) { bs_dspark_free(d); bs_model_free(m); return; }
+    bs_dspark_share_embeddings(d, m, false);
+    CHECKF(bs_dspark_to_device(d, m, NULL) == 0, "%s", bs_last_error());
+    bs_dspark_ctx *dc = bs_dspark_ctx_new(d, 64, NULL);
+    const int B = d->hp.block_size, row = d->hp.n_taps * d->hp.n_embd, n_rows = 9;
+    float *taps = malloc(sizeof(float) * (size_t)row * n_rows);
+    bs_rng r;
+    bs_rng_seed(&r, 3);
+    for (int i = 0; i < row * n_rows; i++) taps[i] = (float)((int)(bs_rng_next(&r) % 2001) - 1000) / 500.0f;
+    CHECK(dc && bs_dspark_ctx_on_device(dc) && bs_dspark_ctx_append(dc, taps, n_rows) == 0);
+    int same = 0, runs = 0;
+    for (int a = 0; a < 6 && dc; a++) {
+        const int32_t anchor = (int32_t)(bs_rng_next(&r) % (uint64_t)d->hp.n_vocab);
+        const int n = 1 + a % B;
+        int32_t dev[BS_DSPARK_MAX_BLOCK], host[BS_DSPARK_MAX_BLOCK];
+        float cdev[BS_DSPARK_MAX_BLOCK], chost[BS_DSPARK_MAX_BLOCK];
+        bs_vk_stats s0, s1;
+        CHECK(bs_dspark_block(dc, anchor, n_rows) == 0);
+        bs_vk_stats_get(m->vk, &s0);
+        bs_dspark_draft_greedy(dc, anchor, n, dev, cdev);
+        bs_vk_stats_get(m->vk, &s1);
+        CHECKF(s1.read_bytes - s0.read_bytes < 4u * (uint64_t)d->hp.n_vocab, "device drafts: %llu bytes read back",
+               (unsigned long long)(s1.read_bytes - s0.read_bytes));
+        setenv("BITSPARK_VK_DRAFT_HOST", "1", 1);
+        CHECK(bs_dspark_block(dc, anchor, n_rows) == 0);
+        bs_dspark_draft_greedy(dc, anchor, n, host, chost);
+        unsetenv("BITSPARK_VK_DRAFT_HOST");
+        same += !memcmp(dev, host, sizeof *dev * (size_t)n) && !memcmp(cdev, chost, sizeof *cdev * (size_t)n);
+        runs++;
+    }
+    CHECKF(same == runs, "%s: greedy drafts on the device differ from the host's in %d of %d blocks", strrchr(drafter, '/') + 1,
+           runs - same, runs);
+    printf("%s: greedy drafts on the device = the host's in %d blocks (Markov rank %d)\n", strrchr(drafter, '/') + 1, runs,
+           d->hp.markov_rank);
+    free(taps);
+    bs_dspark_ctx_free(dc);
+    bs_dspark_free(d);
     bs_model_free(m);
 }
 
@@ -212,6 +264,8 @@ int main(void) {
     snprintf(d_tiny, sizeof d_tiny, "%s/models/bonsai-tiny-dspark.gguf", src);
     snprintf(d_st, sizeof d_st, "%s/models/bonsai-tiny-dspark", src);
     static const int all[] = {1, 2, 3, 4, BS_DRAFT_AUTO, 0}, some[] = {2, BS_DRAFT_AUTO, 0};
+    draft_chain(t_fix, d_fix);
+    draft_chain(t_tiny, d_tiny);
     lossless(t_fix, d_fix, all, false);
     lossless(t_tiny, d_tiny, all, true);
     lossless(t_tiny, d_st, all, false);

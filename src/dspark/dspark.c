@@ -44,6 +44,7 @@ struct bs_dspark_ctx {
     int nb;                      /* slots of the last block (block_size unless shortened) */
     int window;                  /* > 0: the block attends to the last `window` context rows only */
     int n_logits;                /* slots of the last block whose base logits are in `logits` */
+    bool logits_dev;             /* ... still only on the device (read on first use) */
     float *mb;                   /* scratch of blocks run together (bs_dspark_block_multi) */
     size_t mb_rows;              /* rows mb holds */
     bs_vk_dctx *vk;              /* the K/V rows on the device, or NULL: on the CPU */
@@ -319,17 +320,20 @@ static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     c->nb = B;
     c->block_pos = pos;
     c->n_logits = 0;
+    c->logits_dev = false;
     return 0;
 }
 
-/* The block on the device: every slot's state and base logits come back. */
+/* The block on the device: every slot's state comes back; the base logits stay there until
+ * read (greedy drafts are taken there: bs_dspark_draft_greedy). */
 static int block_device(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     if (block_begin(c, anchor, pos, n_slots)) return -1;
     const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
     if (bs_vk_dctx_block(c->vk, anchor, c->d->hp.mask_id, n_slots, first, c->n_rows - first, c->rope, c->hidden,
-                         c->logits, n_slots))
+                         NULL, n_slots))
         return -1;
     c->n_logits = n_slots;
+    c->logits_dev = true;
     return 0;
 }
 
@@ -433,7 +437,11 @@ const float *bs_dspark_hidden(const bs_dspark_ctx *c, int slot) {
 
 void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits) {
     const size_t V = (size_t)c->d->hp.n_vocab;
-    if (first + n <= c->n_logits) {   /* computed with other blocks (bs_dspark_block_multi) */
+    if (c->logits_dev) {   /* the block's rows, from the device on first use (else computed below) */
+        c->logits_dev = false;
+        if (bs_vk_dctx_logits(c->vk, 0, c->n_logits, c->logits)) c->n_logits = 0;
+    }
+    if (first + n <= c->n_logits) {   /* computed with the block, or with other blocks (bs_dspark_block_multi) */
         if (logits != c->logits + (size_t)first * V) memcpy(logits, c->logits + (size_t)first * V, (size_t)n * V * sizeof(float));
         return;
     }
@@ -464,10 +472,23 @@ float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev) {
     return (float)(1.0 / (1.0 + exp(-z)));
 }
 
+/* The greedy drafts taken on the device from the block's rows there (BITSPARK_VK_DRAFT_HOST=1
+ * reads the rows back and takes them here: comparisons); false where they cannot be. */
+static bool draft_greedy_device(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
+    if (!c->logits_dev || n > c->n_logits || bs_env_flag("BITSPARK_VK_DRAFT_HOST")) return false;
+    if (bs_vk_dctx_draft_greedy(c->vk, anchor, c->d->hp.mask_id, n, drafts)) {
+        bs_log(1, "drafter: greedy drafts on the host (%s)\n", bs_last_error());
+        bs_clear_error();
+        return false;
+    }
+    for (int k = 0; k < n && conf; k++) conf[k] = bs_dspark_confidence(c, k, k ? drafts[k - 1] : anchor);
+    return true;
+}
+
 void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int V = hp->n_vocab;
-    if (n <= 0) return;
+    if (n <= 0 || draft_greedy_device(c, anchor, n, drafts, conf)) return;
     bs_dspark_logits(c, 0, n, c->logits);
     int32_t prev = anchor;
     for (int k = 0; k < n; k++) {

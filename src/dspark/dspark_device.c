@@ -37,7 +37,9 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
         .block_size = hp->block_size, .eps = hp->eps, .tok_embd = tensor_of(&d->tok_embd),
         .output = tensor_of(&d->output), .fc = tensor_of(&d->fc), .output_norm = d->output_norm,
         .hidden_norm = d->hidden_norm, .snr_anchor = d->snr_anchor, .snr_mask = d->snr_mask, .layers = ld,
-        .share = share, .share_embd = share && d->embd_borrowed, .share_output = share && d->output_borrowed};
+        .share = share, .share_embd = share && d->embd_borrowed, .share_output = share && d->output_borrowed,
+        .markov_rank = hp->markov_rank};
+    if (hp->markov_rank > 0) nd.markov_a = tensor_of(&d->markov_a), nd.markov_b = tensor_of(&d->markov_b);
     bs_vk_dspark *net = bs_vk_dspark_new(c, &nd);
     free(ld);
     return net;

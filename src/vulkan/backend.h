@@ -281,6 +281,8 @@ typedef struct bs_vk_dspark_desc {
     const bs_vk_dspark_layer_desc *layers;
     const bs_vk_net *share;
     bool share_embd, share_output;
+    int markov_rank;                      /* 0: no Markov head */
+    bs_vk_tensor markov_a, markov_b;      /* [n_vocab][rank] rows by the previous token; rank -> n_vocab */
 } bs_vk_dspark_desc;
 
 typedef struct bs_vk_dspark bs_vk_dspark;
@@ -301,9 +303,17 @@ int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const f
 int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope);
 /* The block [anchor, mask_id x (nb-1)] attending to context rows first..first+n_ctx-1 and
  * itself; rope: [nb][head_dim] of its positions. hidden gets [nb][n_embd] final-normed states,
- * logits (may be NULL) [n_logits][n_vocab] base logits of slots 0..n_logits-1. */
+ * and the base logits of slots 0..n_logits-1 go to logits ([n_logits][n_vocab]), or with logits
+ * NULL stay on the device for bs_vk_dctx_logits and bs_vk_dctx_draft_greedy. */
 int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
                      float *hidden, float *logits, int n_logits);
+/* Rows first..first+n-1 of those kept on the device into out. */
+int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out);
+/* The greedy drafts of slots 0..n-1 from those rows, on the device: slot k's draft is the lowest
+ * id of the largest base logit plus Markov term of the draft before (the anchor for slot 0),
+ * the mask id never (dspark.c's bs_dspark_draft_greedy, the same products); n ids come back,
+ * not the rows. */
+int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, int32_t *drafts);
 
 /* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */
 /* A qwen3vl_merger ViT (vision/encoder.c's network): matrices as the projector holds them (ne0

@@ -28,6 +28,7 @@ struct bs_vk_dspark {
     bs_vk_matrix *own_embd, *own_output, *fc;
     bs_vk_buf out_norm, hid_norm, snr;   /* snr: [block_size][n_embd] addends (anchor, masks) */
     bool snr_on;
+    bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
 };
 
 struct bs_vk_dctx {
@@ -37,6 +38,10 @@ struct bs_vk_dctx {
     bs_vk_buf *k, *v;               /* per layer [n_rows_max + block_size][kv_w] */
     bs_vk_buf x, h, q, kb, vb, att, f1, f2, aq, as, am, xr, scores;
     bs_vk_buf in, tok, rope, hidden, logits;   /* host visible */
+    int n_logits;                   /* rows in logits from the last block */
+    /* greedy drafting: the previous draft's Markov row, a slot's scores, their argmax, the
+       token the Markov row is read by (host visible: the anchor goes in), the drafts */
+    bs_vk_buf mrow, score, best, prev, drafts;
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -80,6 +85,14 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
     if (!rc) rc = s->share_output ? !(d->output = bs_vk_net_output(s->share)) : bs_vk_upload_mat(c, &d->own_output, &s->output);
     if (!rc && s->snr_anchor && s->snr_mask) rc = upload_snr(d, s);
+    /* the Markov head for greedy drafts on the device; without it they are taken on the host */
+    if (!rc && s->markov_rank > 0 && (bs_vk_upload_mat(c, &d->markov_a, &s->markov_a) || bs_vk_upload_mat(c, &d->markov_b, &s->markov_b))) {
+        bs_log(1, "Vulkan drafter: the Markov head stays on the host (%s)\n", bs_last_error());
+        bs_clear_error();
+        bs_vk_matrix_free(c, d->markov_a);
+        bs_vk_matrix_free(c, d->markov_b);
+        d->markov_a = d->markov_b = NULL;
+    }
     for (int l = 0; l < s->n_layer && !rc; l++) rc = upload_layer(d, &d->L[l], &s->layers[l]);
     if (rc) {
         bs_error_prefix("Vulkan: uploading the drafter: ");
@@ -104,6 +117,8 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_matrix_free(c, d->own_embd);
     bs_vk_matrix_free(c, d->own_output);
     bs_vk_matrix_free(c, d->fc);
+    bs_vk_matrix_free(c, d->markov_a);
+    bs_vk_matrix_free(c, d->markov_b);
     bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     free(d->L);
@@ -131,7 +146,9 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_buf_new(c, &s->scores, scb, false) ||
              bs_vk_buf_new(c, &s->in, 4 * APPEND_ROWS * (size_t)hp->n_taps * E, true) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * R * hp->head_dim, true) ||
-             bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true);
+             bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true) ||
+             bs_vk_buf_new(c, &s->mrow, 4 * (size_t)BS_MAX(hp->markov_rank, 1), false) || bs_vk_buf_new(c, &s->score, 4 * V, false) ||
+             bs_vk_buf_new(c, &s->best, 4, false) || bs_vk_buf_new(c, &s->prev, 4, true) || bs_vk_buf_new(c, &s->drafts, 4 * B, true);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
     return rc ? -1 : 0;
@@ -163,7 +180,8 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     if (!s) return;
     bs_vk_ctx *c = s->d->c;
     bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
-                       &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits};
+                       &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
+                       &s->best, &s->prev, &s->drafts};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     for (int l = 0; l < s->d->hp.n_layer; l++) {
         bs_vk_buf_free(c, &s->k[l]);
@@ -178,13 +196,18 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
 typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
 enum { EW_ADD = 0, EW_SILU_MUL = 1 };
 
-static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n) {
-    uint32_t p[4] = {(uint32_t)mode, (uint32_t)n, 0, 0};
+/* ew.comp over n elements (b read from element b0 on: EW_ADD only), then a barrier */
+static int ew_at(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n, uint32_t b0) {
+    uint32_t p[4] = {(uint32_t)mode, (uint32_t)n, b0, 0};
     const bs_vk_buf *bb[3] = {a, b, cc};
     const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
     TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, p, gx, gy, 1));
     bs_vk_barrier(c);
     return 0;
+}
+
+static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n) {
+    return ew_at(c, mode, a, b, cc, n, 0);
 }
 
 /* RMSNorm of groups of d (n_groups; per_row of them a row of row_stride, head_stride apart). */
@@ -360,18 +383,78 @@ int bs_vk_dctx_block(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int nb, int
                      float *hidden, float *logits, int n_logits) {
     bs_vk_dspark *d = s->d;
     const bs_vk_dspark_desc *hp = &d->hp;
-    if (nb < 1 || nb > hp->block_size || n_logits < 0 || n_logits > nb || (n_logits && !logits))
+    if (nb < 1 || nb > hp->block_size || n_logits < 0 || n_logits > nb)
         return bs_error("Vulkan drafter: %d block slots, %d logits rows", nb, n_logits);
     if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
         return bs_error("Vulkan drafter: token id out of range");
     if (first < 0 || n_ctx < 0 || first > s->n_rows_max - n_ctx) return bs_error("Vulkan drafter: bad context range");
     for (int t = 0; t < nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : anchor;
     memcpy(s->rope.map, rope, 4u * (size_t)nb * hp->head_dim);
+    s->n_logits = 0;
     TRY(bs_vk_begin(d->c));
     const int rc = record_block(s, nb, first, n_ctx, n_logits);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
+    s->n_logits = n_logits;
     if (hidden) memcpy(hidden, s->hidden.map, 4u * (size_t)nb * hp->n_embd);
-    if (n_logits) memcpy(logits, s->logits.map, 4u * (size_t)n_logits * hp->n_vocab);
-    bs_vk_count_read(d->c, (hidden ? 4u * (size_t)nb * hp->n_embd : 0) + 4u * (size_t)n_logits * hp->n_vocab);
+    bs_vk_count_read(d->c, hidden ? 4u * (size_t)nb * hp->n_embd : 0);
+    return logits && n_logits ? bs_vk_dctx_logits(s, 0, n_logits, logits) : 0;
+}
+
+int bs_vk_dctx_logits(bs_vk_dctx *s, int first, int n, float *out) {
+    const size_t V = (size_t)s->d->hp.n_vocab;
+    if (first < 0 || n < 0 || first + n > s->n_logits) return bs_error("Vulkan drafter: logits rows %d..%d of %d", first, first + n, s->n_logits);
+    memcpy(out, (const float *)s->logits.map + (size_t)first * V, 4u * V * (size_t)n);
+    bs_vk_count_read(s->d->c, 4u * V * (size_t)n);
+    return 0;
+}
+
+/* Slot k's greedy draft: its base logits plus the Markov term of the token in prev (markov_b
+ * times markov_a's row of it), the mask id at -inf, argmax; the argmax goes to prev (the next
+ * slot's) and to drafts[k]. */
+static int record_draft(bs_vk_dctx *s, int k, int32_t mask_id) {
+    bs_vk_dspark *d = s->d;
+    bs_vk_ctx *c = d->c;
+    const uint32_t V = (uint32_t)d->hp.n_vocab;
+    if (d->markov_a) {
+        const bs_vk_matrix *m = d->markov_a;
+        for (int i = 0; i < m->n_parts; i++) {
+            const bs_vk_mat_part *p = &m->parts[i];
+            const uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, 1};
+            const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->prev, &s->mrow};
+            TRY(bs_vk_dispatch(c, bs_vk_rows_kernel(m), bb, push, groups((uint64_t)m->ne0, 64), 1, 1));
+        }
+        bs_vk_barrier(c);
+        TRY(mv(s, d->markov_b, &s->mrow, 1, &s->score));
+        TRY(ew_at(c, EW_ADD, &s->score, &s->logits, NULL, V, (uint32_t)k * V));   /* base + Markov, as the CPU adds */
+    } else {
+        const VkBufferCopy r = {(VkDeviceSize)k * V * 4u, 0, (VkDeviceSize)V * 4u};
+        bs_vk_cmd_copy(c, &s->logits, &s->score, &r);
+        bs_vk_barrier(c);
+    }
+    bs_vk_cmd_fill_at(c, &s->score, 4u * (VkDeviceSize)mask_id, 4, 0xff800000u);   /* -inf: never drafted */
+    bs_vk_barrier(c);
+    const uint32_t push[2] = {V, 1};
+    const bs_vk_buf *bb[3] = {&s->score, &s->best, &s->prev};
+    TRY(bs_vk_dispatch(c, BS_VK_K_ARGMAX, bb, push, 1, 1, 1));
+    bs_vk_barrier(c);
+    const VkBufferCopy r = {0, 4u * (VkDeviceSize)k, 4};
+    bs_vk_cmd_copy(c, &s->prev, &s->drafts, &r);
+    return 0;
+}
+
+int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {
+    bs_vk_dspark *d = s->d;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    if (n < 1 || n > s->n_logits) return bs_error("Vulkan drafter: %d greedy drafts from %d logits rows", n, s->n_logits);
+    if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
+        return bs_error("Vulkan drafter: token id out of range");
+    if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
+    memcpy(s->prev.map, &anchor, 4);
+    TRY(bs_vk_begin(d->c));
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) rc = record_draft(s, k, mask_id);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's greedy drafts: ");
+    memcpy(drafts, s->drafts.map, 4u * (size_t)n);
+    bs_vk_count_read(d->c, 4u * (size_t)n);
     return 0;
 }

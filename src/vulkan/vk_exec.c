@@ -449,13 +449,19 @@ void bs_vk_barrier(bs_vk_ctx *c) {
     c->rec.barriers++;
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT};
+                          .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                                           VK_ACCESS_TRANSFER_WRITE_BIT};   /* a copy or fill over what a dispatch wrote, too */
     c->fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 void bs_vk_cmd_copy(bs_vk_ctx *c, const bs_vk_buf *src, const bs_vk_buf *dst, const VkBufferCopy *r) {
     c->fn->vkCmdCopyBuffer(c->cmd, src->buf, dst->buf, 1, r);
+    c->dirty = true;
+}
+
+void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, VkDeviceSize size, uint32_t value) {
+    c->fn->vkCmdFillBuffer(c->cmd, b->buf, offset, size, value);
     c->dirty = true;
 }
 

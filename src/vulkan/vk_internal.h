@@ -328,6 +328,7 @@ void bs_vk_barrier(bs_vk_ctx *c);
 /* Transfers recorded into the current command buffer (so that the next barrier is kept). */
 void bs_vk_cmd_copy(bs_vk_ctx *c, const bs_vk_buf *src, const bs_vk_buf *dst, const VkBufferCopy *r);
 void bs_vk_cmd_fill(bs_vk_ctx *c, const bs_vk_buf *b);
+void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, VkDeviceSize size, uint32_t value);
 /* Bytes the host read back from the device (into the stats). */
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);

@@ -151,6 +151,14 @@ int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int
     (void)n_logits;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out) {
+    (void)c; (void)first; (void)n; (void)out;
+    return bs_error("Vulkan backend not built");
+}
+int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {
+    (void)c; (void)anchor; (void)mask_id; (void)n; (void)drafts;
+    return bs_error("Vulkan backend not built");
+}
 bs_vk_vit *bs_vk_vit_new(bs_vk_ctx *c, const bs_vk_vit_desc *d) {
     (void)c; (void)d;
     bs_error("no Vulkan backend");

@@ -1,6 +1,6 @@
 #version 450
 // ew.comp: element-wise steps, by mode:
-//  0 ADD           a[i] = b[i] + a[i]                       (residual)
+//  0 ADD           a[i] = b[p0 + i] + a[i]                  (residual; the drafter's Markov term)
 //  1 SILU_MUL      a[i] = silu(b[i]) * c[i]                 (SwiGLU; gated norm: a = c)
 //  2 SIGMOID_GATE  a[t][h][d] *= sigmoid(b[t][h][D + d])    (b rows of 2*H*D; p0 = H, p1 = D)
 //  4 ADD_SCALED    a[i] = a[i] + s * b[i]   (s: the float whose bits are p0; LoRA terms)
@@ -16,7 +16,7 @@ void main() {
     const uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 256u;
     if (i >= p.n) return;
     if (p.mode == 0u) {
-        a[i] = b[i] + a[i];
+        a[i] = b[p.p0 + i] + a[i];
     } else if (p.mode == 1u) {
         const float x = b[i];
         a[i] = x / (1.0 + exp(-x)) * c[i];
