@@ -485,6 +485,17 @@ static bool draft_greedy_device(bs_dspark_ctx *c, int32_t anchor, int n, int32_t
     return true;
 }
 
+int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t *ids, float *vals) {
+    if (!c->logits_dev || slot >= c->n_logits || bs_env_flag("BITSPARK_VK_DRAFT_HOST")) return 0;
+    const int n = bs_vk_dctx_slot_top(c->vk, slot, prev, c->d->hp.mask_id, k, ids, vals);
+    if (n < 0) {
+        bs_log(1, "drafter: sampled drafts from the rows (%s)\n", bs_last_error());
+        bs_clear_error();
+        return 0;
+    }
+    return n;
+}
+
 void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int V = hp->n_vocab;

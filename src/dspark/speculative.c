@@ -249,16 +249,25 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
  * them accepted; the accept / residual rule is exact for any q. q rows are kept for
  * verification. Returns k. */
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
-    const int V = sp->V;
+    const int V = sp->V, tk = bs_sampler_top_k_only(smp, BS_TOP_MAX);
     (void)T;   /* the chain's own temperature */
-    bs_dspark_logits(sp->dc, 0, k, sp->q);
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
-        bs_dspark_markov_bias(sp->dc, prev, sp->r);
-        for (int v = 0; v < V; v++) q[v] += sp->r[v];
-        q[sp->d->hp.mask_id] = -INFINITY;
-        if (bs_sampler_apply(smp, q) < 0) return i;
+        /* a chain that reads only the k best: those of the slot's scores, found on the device
+           (the same list as from the row, so the same draws) */
+        int32_t ids[BS_TOP_MAX];
+        float vals[BS_TOP_MAX];
+        const int n = tk ? bs_dspark_slot_top(sp->dc, i, prev, tk, ids, vals) : 0;
+        if (n > 0) {
+            if (bs_sampler_apply_top(smp, ids, vals, n) < 0) return i;
+        } else {
+            bs_dspark_logits(sp->dc, i, 1, q);
+            bs_dspark_markov_bias(sp->dc, prev, sp->r);
+            for (int v = 0; v < V; v++) q[v] += sp->r[v];
+            q[sp->d->hp.mask_id] = -INFINITY;
+            if (bs_sampler_apply(smp, q) < 0) return i;
+        }
         bs_sampler_probs_dense(smp, q);
         sp->conf[i] = bs_dspark_confidence(sp->dc, i, prev);
         const int32_t t = bs_sampler_draw(smp, NULL, q, V);

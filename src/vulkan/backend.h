@@ -314,6 +314,10 @@ int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out);
  * the mask id never (dspark.c's bs_dspark_draft_greedy, the same products); n ids come back,
  * not the rows. */
 int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, int32_t *drafts);
+/* Slot `slot`'s scores (its base logits plus the Markov term of prev, the mask id never) reduced
+ * on the device to their k best (bs_vk_out's lists: the sampler's order): their count, or -1.
+ * Sampled drafts: a slot's draw then needs its list, not its row. */
+int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, int k, int32_t *ids, float *vals);
 
 /* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */
 /* A qwen3vl_merger ViT (vision/encoder.c's network): matrices as the projector holds them (ne0

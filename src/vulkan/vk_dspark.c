@@ -42,6 +42,7 @@ struct bs_vk_dctx {
     /* greedy drafting: the previous draft's Markov row, a slot's scores, their argmax, the
        token the Markov row is read by (host visible: the anchor goes in), the drafts */
     bs_vk_buf mrow, score, best, prev, drafts;
+    bs_vk_top_bufs top;             /* a slot's k best (sampled drafts; made on first use) */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -183,6 +184,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
                        &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
                        &s->best, &s->prev, &s->drafts};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    bs_vk_top_bufs_free(c, &s->top);
     for (int l = 0; l < s->d->hp.n_layer; l++) {
         bs_vk_buf_free(c, &s->k[l]);
         bs_vk_buf_free(c, &s->v[l]);
@@ -408,10 +410,9 @@ int bs_vk_dctx_logits(bs_vk_dctx *s, int first, int n, float *out) {
     return 0;
 }
 
-/* Slot k's greedy draft: its base logits plus the Markov term of the token in prev (markov_b
- * times markov_a's row of it), the mask id at -inf, argmax; the argmax goes to prev (the next
- * slot's) and to drafts[k]. */
-static int record_draft(bs_vk_dctx *s, int k, int32_t mask_id) {
+/* Slot k's scores: its base logits plus the Markov term of the token in prev (markov_b times
+ * markov_a's row of it), the mask id at -inf. */
+static int record_score(bs_vk_dctx *s, int k, int32_t mask_id) {
     bs_vk_dspark *d = s->d;
     bs_vk_ctx *c = d->c;
     const uint32_t V = (uint32_t)d->hp.n_vocab;
@@ -433,13 +434,36 @@ static int record_draft(bs_vk_dctx *s, int k, int32_t mask_id) {
     }
     bs_vk_cmd_fill_at(c, &s->score, 4u * (VkDeviceSize)mask_id, 4, 0xff800000u);   /* -inf: never drafted */
     bs_vk_barrier(c);
-    const uint32_t push[2] = {V, 1};
+    return 0;
+}
+
+/* Slot k's greedy draft: the argmax of its scores, into prev (the next slot's) and drafts[k]. */
+static int record_draft(bs_vk_dctx *s, int k, int32_t mask_id) {
+    bs_vk_ctx *c = s->d->c;
+    TRY(record_score(s, k, mask_id));
+    const uint32_t push[2] = {(uint32_t)s->d->hp.n_vocab, 1};
     const bs_vk_buf *bb[3] = {&s->score, &s->best, &s->prev};
     TRY(bs_vk_dispatch(c, BS_VK_K_ARGMAX, bb, push, 1, 1, 1));
     bs_vk_barrier(c);
     const VkBufferCopy r = {0, 4u * (VkDeviceSize)k, 4};
     bs_vk_cmd_copy(c, &s->prev, &s->drafts, &r);
     return 0;
+}
+
+int bs_vk_dctx_slot_top(bs_vk_dctx *s, int slot, int32_t prev, int32_t mask_id, int k, int32_t *ids, float *vals) {
+    bs_vk_dspark *d = s->d;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    if (slot < 0 || slot >= s->n_logits || k < 1 || k > BS_VK_TOP_MAX)
+        return bs_error("Vulkan drafter: slot %d of %d, top-%d", slot, s->n_logits, k);
+    if (prev < 0 || prev >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab) return bs_error("Vulkan drafter: token id out of range");
+    if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
+    TRY(bs_vk_top_bufs_ready(d->c, &s->top, (uint32_t)hp->n_vocab, 1));
+    memcpy(s->prev.map, &prev, 4);
+    TRY(bs_vk_begin(d->c));
+    int rc = record_score(s, slot, mask_id);
+    if (!rc) rc = bs_vk_record_topk_in(d->c, &s->top, &s->score, (uint32_t)hp->n_vocab, (uint32_t)k, 1);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's slot list: ");
+    return bs_vk_top_list(d->c, &s->top, 0, k, ids, vals);
 }
 
 int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {

@@ -655,16 +655,6 @@ int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rop
 
 /* logits_mode as bs_vk_sess_eval; tokens, or embedding rows [n][n_embd] (embd != NULL) written
  * straight into x; ids (then logits_mode 1): the last row's argmax instead of its logits. */
-/* topk.comp's list of logits row r into the caller's [row][k] arrays (vk_top.c's layout) */
-static void read_list(bs_vk_ctx *c, const bs_vk_buf *topv, size_t r, int k, int32_t *ids, float *vals, int *n_top) {
-    const uint32_t *o = (const uint32_t *)topv->map + r * (1 + 2 * BS_VK_TOP_MAX);
-    const int got = (int)BS_MIN(o[0], (uint32_t)k);
-    memcpy(ids, o + 1, 4u * (size_t)got);
-    memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
-    *n_top = got;
-    bs_vk_count_read(c, 4u + 8u * (size_t)got);
-}
-
 /* What a chunk's rows (from row `first` of the evaluation) give back: the rows, their ids, or
  * their lists. */
 static void chunk_out(bs_vk_sess *s, const bs_vk_out *o, size_t first, int rows) {
@@ -673,8 +663,8 @@ static void chunk_out(bs_vk_sess *s, const bs_vk_out *o, size_t first, int rows)
     if (o->next) read_back(c, o->next + first, s->ids.map, 4u * (size_t)rows);
     else if (o->top_k)
         for (int r = 0; r < rows; r++)
-            read_list(c, &s->topv, (size_t)r, o->top_k, o->top_ids + (first + r) * k, o->top_vals + (first + r) * k,
-                      o->n_top + first + r);
+            o->n_top[first + r] = bs_vk_top_list(c, &s->top, (size_t)r, o->top_k, o->top_ids + (first + r) * k,
+                                                 o->top_vals + (first + r) * k);
     else read_back(c, o->logits + first * V, s->logits.map, sizeof(float) * V * (size_t)rows);
 }
 
@@ -863,8 +853,8 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         } else if (lr && ids_only) {
             const size_t tk = (size_t)q[i].top_k;
             for (int r = 0; r < lr; r++)
-                read_list(S->net->c, &S->topv, k + (size_t)r, q[i].top_k, q[i].top_ids + r * tk, q[i].top_logits + r * tk,
-                          q[i].n_top + r);
+                q[i].n_top[r] = bs_vk_top_list(S->net->c, &S->top, k + (size_t)r, q[i].top_k, q[i].top_ids + r * tk,
+                                               q[i].top_logits + r * tk);
         } else if (lr) {
             read_back(S->net->c, q[i].logits, (float *)S->logits.map + k * V, sizeof(float) * V * (size_t)lr);
         }

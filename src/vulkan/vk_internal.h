@@ -329,6 +329,16 @@ void bs_vk_barrier(bs_vk_ctx *c);
 void bs_vk_cmd_copy(bs_vk_ctx *c, const bs_vk_buf *src, const bs_vk_buf *dst, const VkBufferCopy *r);
 void bs_vk_cmd_fill(bs_vk_ctx *c, const bs_vk_buf *b);
 void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, VkDeviceSize size, uint32_t value);
+
+/* vk_top.c: topk.comp's buffers (its levels' candidates and the lists, host visible) for rows
+ * of V logits; the k best of rows 0..rows-1 of logits recorded into them; row r's list read
+ * back (its count, at most k). */
+typedef struct bs_vk_top_bufs { bs_vk_buf cand[2], topv; } bs_vk_top_bufs;
+int bs_vk_top_bufs_ready(bs_vk_ctx *c, bs_vk_top_bufs *t, uint32_t V, uint64_t rows);
+void bs_vk_top_bufs_free(bs_vk_ctx *c, bs_vk_top_bufs *t);
+int bs_vk_record_topk_in(bs_vk_ctx *c, const bs_vk_top_bufs *t, const bs_vk_buf *logits, uint32_t V, uint32_t k,
+                         uint32_t rows);
+int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int32_t *ids, float *vals);
 /* Bytes the host read back from the device (into the stats). */
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);

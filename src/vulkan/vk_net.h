@@ -67,7 +67,7 @@ struct bs_vk_sess {
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
-    bs_vk_buf cand[2], topv;      /* topk.comp's levels and its list (made on first use) */
+    bs_vk_top_bufs top;           /* topk.comp's levels and lists (made on first use) */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
     struct step_cache {
         int n, rows;
@@ -121,7 +121,7 @@ void bs_vk_sess_stepped(bs_vk_sess *s);
 int bs_vk_sess_settle(bs_vk_sess *s);
 /* The step submitted in set io (bs_vk_step_fed) waited for: its recording may go again. */
 int bs_vk_sess_wait(bs_vk_sess *s, int io);
-/* vk_top.c: the k best of each of logits rows 0..rows-1 into topv (s->topk's step), and the
+/* vk_top.c: the k best of each of logits rows 0..rows-1 into s->top (s->topk's step), and the
  * buffers that takes, made on first use. */
 int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows);
 int bs_vk_top_ready(bs_vk_sess *s);

@@ -155,6 +155,10 @@ int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out) {
     (void)c; (void)first; (void)n; (void)out;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, int k, int32_t *ids, float *vals) {
+    (void)c; (void)slot; (void)prev; (void)mask_id; (void)k; (void)ids; (void)vals;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {
     (void)c; (void)anchor; (void)mask_id; (void)n; (void)drafts;
     return bs_error("Vulkan backend not built");

@@ -135,8 +135,9 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->dcnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
-                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->cand[0], &s->cand[1], &s->topv};
+                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    bs_vk_top_bufs_free(c, &s->top);
     for (int i = 0; i < 2; i++) bs_vk_fence_free(c, s->fence[i]);
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {

@@ -1,47 +1,71 @@
-/* vk_top.c: sampling's top-k on the device (topk.comp): the k best of each logits row of a step,
- * found there so that only they come back to the host (vk_forward.c records it after the LM
- * head; docs/kernels.md). */
+/* vk_top.c: sampling's top-k on the device (topk.comp): the k best of each logits row, found
+ * there so that only they come back to the host. A session's step records it after the LM head
+ * (vk_forward.c), the drafter's sampled drafts after each slot's Markov term (vk_dspark.c);
+ * docs/kernels.md. */
 #include "vulkan/vk_net.h"
 #include "io/util.h"
 
-/* topk.comp's candidates per logits row in its level buffers (the first level's workgroups' k best) */
-static uint32_t topk_stride(const bs_vk_sess *s) {
-    return (uint32_t)(((uint64_t)s->net->hp.n_vocab + TOPK_CHUNK - 1) / TOPK_CHUNK * BS_VK_TOP_MAX);
+#include <string.h>
+
+/* topk.comp's candidates per logits row of V in its level buffers (the first level's workgroups'
+ * k best) */
+static uint32_t topk_stride(uint32_t V) {
+    return (uint32_t)(((uint64_t)V + TOPK_CHUNK - 1) / TOPK_CHUNK * BS_VK_TOP_MAX);
 }
 
-/* The k best of each of logits rows 0..rows-1 into topv (topk.comp: levels of 2048-candidate
- * sorts, each workgroup's k best to the next level, until one workgroup per row is left). */
-int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
-    bs_vk_ctx *c = s->net->c;
-    const bs_vk_buf *in = NULL, *out = &s->cand[0];
-    const uint32_t V = (uint32_t)s->net->hp.n_vocab;
+/* The k best of each of rows 0..rows-1 of logits (rows of V) into topv (topk.comp: levels of
+ * 2048-candidate sorts, each workgroup's k best to the next level, until one workgroup per row
+ * is left). */
+int bs_vk_record_topk_in(bs_vk_ctx *c, const bs_vk_top_bufs *t, const bs_vk_buf *logits, uint32_t V, uint32_t k,
+                         uint32_t rows) {
+    const bs_vk_buf *in = NULL, *out = &t->cand[0];
     uint32_t n = V, mode = 0;
     bs_vk_barrier(c);
     for (;;) {
         const uint32_t groups = (n + TOPK_CHUNK - 1) / TOPK_CHUNK, last = groups == 1;
-        const struct { uint32_t n, k, mode, last, stride, V; } push = {n, k, mode, last, topk_stride(s), V};
-        const bs_vk_buf *bb[4] = {&s->logits, in, last ? NULL : out, &s->topv};
+        const struct { uint32_t n, k, mode, last, stride, V; } push = {n, k, mode, last, topk_stride(V), V};
+        const bs_vk_buf *bb[4] = {logits, in, last ? NULL : out, &t->topv};
         TRY(bs_vk_dispatch(c, BS_VK_K_TOPK, bb, &push, groups, rows, 1));
         if (last) return 0;
         bs_vk_barrier(c);
         n = groups * k;
         mode = 1;
         in = out;
-        out = out == &s->cand[0] ? &s->cand[1] : &s->cand[0];
+        out = out == &t->cand[0] ? &t->cand[1] : &t->cand[0];
     }
 }
 
-/* topk.comp's buffers for every logits row, made on first use: level outputs (a workgroup's k
- * best each) and the lists */
-int bs_vk_top_ready(bs_vk_sess *s) {
-    if (s->topv.buf) return 0;
-    bs_vk_ctx *c = s->net->c;
-    const uint64_t rows = s->logits.size / (4u * (uint64_t)s->net->hp.n_vocab), bytes = 8u * rows * topk_stride(s);
-    if (bs_vk_buf_new(c, &s->cand[0], bytes, false) || bs_vk_buf_new(c, &s->cand[1], bytes, false) ||
-        bs_vk_buf_new(c, &s->topv, 4u * rows * (1 + 2 * BS_VK_TOP_MAX), true)) {
-        for (int i = 0; i < 2; i++) bs_vk_buf_free(c, &s->cand[i]);
-        bs_vk_buf_free(c, &s->topv);
+int bs_vk_top_bufs_ready(bs_vk_ctx *c, bs_vk_top_bufs *t, uint32_t V, uint64_t rows) {
+    if (t->topv.buf) return 0;
+    const uint64_t bytes = 8u * rows * topk_stride(V);
+    if (bs_vk_buf_new(c, &t->cand[0], bytes, false) || bs_vk_buf_new(c, &t->cand[1], bytes, false) ||
+        bs_vk_buf_new(c, &t->topv, 4u * rows * (1 + 2 * BS_VK_TOP_MAX), true)) {
+        bs_vk_top_bufs_free(c, t);
         return bs_error_prefix("Vulkan top-k: ");
     }
     return 0;
+}
+
+void bs_vk_top_bufs_free(bs_vk_ctx *c, bs_vk_top_bufs *t) {
+    for (int i = 0; i < 2; i++) bs_vk_buf_free(c, &t->cand[i]);
+    bs_vk_buf_free(c, &t->topv);
+}
+
+int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int32_t *ids, float *vals) {
+    const uint32_t *o = (const uint32_t *)t->topv.map + row * (1 + 2 * BS_VK_TOP_MAX);
+    const int got = (int)BS_MIN(o[0], (uint32_t)k);
+    memcpy(ids, o + 1, 4u * (size_t)got);
+    memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
+    bs_vk_count_read(c, 4u + 8u * (size_t)got);
+    return got;
+}
+
+int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
+    return bs_vk_record_topk_in(s->net->c, &s->top, &s->logits, (uint32_t)s->net->hp.n_vocab, k, rows);
+}
+
+/* for every logits row of the session */
+int bs_vk_top_ready(bs_vk_sess *s) {
+    const uint64_t rows = s->logits.size / (4u * (uint64_t)s->net->hp.n_vocab);
+    return bs_vk_top_bufs_ready(s->net->c, &s->top, (uint32_t)s->net->hp.n_vocab, rows);
 }
