@@ -125,7 +125,7 @@ static void check_ahead(bs_model *m, const char *path, const int32_t *prompt, in
     CHECK(bs_eval_greedy(g, prompt, np, &cur, NULL) == 0 && bs_eval_greedy(e, prompt, np, &got, NULL) == 0);
     CHECKF(cur == want[0] && got == want[0], "%s: after a reset the prompt gave %d and %d, want %d", path, cur, got, want[0]);
     for (int i = 0; i < 3; i++) {
-        int32_t ge, gg;
+        int32_t ge = -1, gg = -2;
         CHECK(bs_eval_greedy(e, &got, 1, &ge, NULL) == 0 && bs_eval_greedy(g, &cur, 1, &gg, NULL) == 0);
         CHECKF(ge == gg, "%s: near the context's end step %d gave %d, want %d", path, i, ge, gg);
         got = ge;

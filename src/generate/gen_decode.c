@@ -364,8 +364,10 @@ static int round_room(const bs_gen *g) {
     return BS_MAX(left, 1);
 }
 
-/* the round's verify rows are read after it when log-probabilities or the loop guard are on */
-static void spec_rows(bs_gen *g) { bs_spec_want_rows(g->spec, g->r.n_probs >= 0 || g->guard); }
+/* the round's verify rows are read after it for log-probabilities and the loop guard's rewinds */
+static void spec_rows(bs_gen *g) {
+    bs_spec_want_rows(g->spec, g->r.n_probs >= 0 || (g->guard && bs_loop_guard_reads_logits(g->guard)));
+}
 
 void gen_spec_round(bs_gen *g) {
     int32_t out[BS_DSPARK_MAX_BLOCK + 1];

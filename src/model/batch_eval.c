@@ -222,7 +222,7 @@ static int next_piece(const bs_vk_batch *vb, const bs_batch_seq *q, int done, bo
     const size_t r0 = all ? (size_t)done : 0, k = (size_t)q->top_k;   /* the piece's first logits row */
     *v = (bs_vk_seq){.s = s->vk, .snapshot = snap && done == 0, .tokens = s->rb_tokens + done, .n = m,
                      .pos0 = s->n_past + done, .rope = s->rope + (size_t)done * s->m->hp.n_rot, .logit_rows = lr,
-                     .logits = q->logits + r0 * V, .next = lr && q->next ? q->next + r0 : NULL,
+                     .logits = q->logits ? q->logits + r0 * V : NULL, .next = lr && q->next ? q->next + r0 : NULL,
                      .top_k = lr ? q->top_k : 0, .top_ids = q->top_k ? q->top_ids + r0 * k : NULL,
                      .top_logits = q->top_k ? q->top_logits + r0 * k : NULL, .n_top = q->top_k ? q->n_top + r0 : NULL,
                      .taps = s->taps, .n_taps = q->taps ? s->n_taps : 0,

@@ -104,6 +104,8 @@ int bs_loop_guard_set_prefix(bs_loop_guard *g, const char *text, size_t len) {
     return bs_loop_detector_set_prefix(g->det, text, len);
 }
 
+bool bs_loop_guard_reads_logits(const bs_loop_guard *g) { return g->ring && g->p.ckpt_count > 0; }
+
 void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits) {
     if (!g->ring || g->p.ckpt_count == 0) return;
     /* one checkpoint whenever a multiple of ckpt_every is reached or passed (speculative rounds

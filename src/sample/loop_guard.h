@@ -105,6 +105,9 @@ int bs_loop_guard_push(bs_loop_guard *g, int32_t id, float *logits, int *n_keep)
  * speculative decoding: after each round, when the session holds every pushed token but the
  * last, with the logits that predicted that last one (the verify row before it). */
 void bs_loop_guard_evaluated(bs_loop_guard *g, const float *logits);
+/* Whether it reads those logits at all (rewinding keeps them in its checkpoints; stopping does
+ * not), so a speculative round must keep its rows. */
+bool bs_loop_guard_reads_logits(const bs_loop_guard *g);
 /* Generated tokens [0, n) can no longer be rewound (to stream them out). */
 int bs_loop_guard_n_safe(const bs_loop_guard *g);
 const bs_loop_guard_result *bs_loop_guard_result_get(const bs_loop_guard *g);
