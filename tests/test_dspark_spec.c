@@ -98,6 +98,18 @@ static int oracle_draft(void *ud, int32_t anchor, int pos, int k, bs_sampler *sm
     return k;
 }
 
+/* Rounds from out[got - 1] on until out holds n tokens: 0, or -1. */
+static int rounds(bs_spec *spec, bs_sampler *smp, int32_t *out, int got, int n) {
+    int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
+    while (got < n) {
+        const int r = bs_spec_round(spec, smp, out[got - 1], n - got, NULL, NULL, buf);
+        if (r < 1 || r > n - got) return -1;
+        memcpy(out + got, buf, (size_t)r * sizeof *buf);
+        got += r;
+    }
+    return 0;
+}
+
 /* Speculative greedy decoding of n tokens; returns 0 and fills out, or -1. */
 static int spec_greedy(bs_model *m, bs_dspark *d, oracle *orc, int draft_max, const int32_t *prompt, int np,
                        int n, int32_t *out, bs_spec_stats *stats) {
@@ -116,13 +128,7 @@ static int spec_greedy(bs_model *m, bs_dspark *d, oracle *orc, int draft_max, co
         bs_sampler_accept(smp, out[got++]);
         if (draft_max == BS_DRAFT_AUTO) rc = bs_spec_calibrate(spec, out[0]);
     }
-    int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
-    while (!rc && got < n) {
-        const int r = bs_spec_round(spec, smp, out[got - 1], n - got, NULL, NULL, buf);
-        if (r < 1 || r > n - got) { rc = -1; break; }
-        memcpy(out + got, buf, (size_t)r * sizeof *buf);
-        got += r;
-    }
+    if (!rc) rc = rounds(spec, smp, out, got, n);
     if (!rc && stats) *stats = *bs_spec_get_stats(spec);
     if (rc) fprintf(stderr, "spec_greedy: %s\n", bs_last_error());
     bs_spec_free(spec);
@@ -152,13 +158,7 @@ static int spec_sampled(bs_model *m, bs_dspark *d, bool want_rows, const int32_t
     if (spec) bs_spec_want_rows(spec, want_rows);
     bs_sampler_accept_many(smp, prompt, (size_t)np);
     if (!rc) bs_sampler_accept(smp, out[got++] = bs_sampler_sample(smp, logits));
-    int32_t buf[BS_DSPARK_MAX_BLOCK + 1];
-    while (!rc && got < n) {
-        const int r = bs_spec_round(spec, smp, out[got - 1], n - got, NULL, NULL, buf);
-        if (r < 1 || r > n - got) { rc = -1; break; }
-        memcpy(out + got, buf, (size_t)r * sizeof *buf);
-        got += r;
-    }
+    if (!rc) rc = rounds(spec, smp, out, got, n);
     bs_spec_free(spec);
     free(logits);
     bs_sampler_free(smp);
