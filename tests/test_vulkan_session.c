@@ -7,7 +7,9 @@
  *  - state save / load into a fresh session (and reset) round-trip;
  *  - undo off (one-token steps without the snapshot) changes nothing;
  *  - greedy steps (bs_eval_greedy: the argmax on the device) pick the argmax of the logits
- *    rows, lowest id on ties, reading back the token id only (<= 16 KB a step, not the row).
+ *    rows, lowest id on ties, reading back the token id only (<= 16 KB a step, not the row);
+ *  - every row's greedy id and k best (a verification pass, bs_eval_seq) over more rows than
+ *    one device submission takes: those of each row read back.
  * Exit 77 (skipped) without the backend, a loader or a device. */
 #include "test.h"
 #include "bitspark.h"
@@ -16,6 +18,7 @@
 #include "vulkan/backend.h"
 #include "model/qwen35.h"
 #include "model/session.h"
+#include "model/batch_eval.h"
 #include "sample/sampler.h"
 
 #include <stdlib.h>
@@ -174,6 +177,35 @@ static void check_top(bs_model *m, const char *path, const int32_t *prompt, int 
     bs_session_free(b);
 }
 
+/* Every row's greedy id, then every row's 9 best, of 150 rows (submissions of at most the
+ * device's rows each) against the rows of another session. */
+static void check_all_rows(bs_model *m, const char *path) {
+    enum { N = 150, K = 9 };
+    bs_session *a = sess(m, 512), *b = sess(m, 512);
+    int32_t tok[N], next[N], ids[N * K], nt[N], ri[K];
+    float *rows = malloc(sizeof(float) * (size_t)V * N), *rb = malloc(sizeof(float) * (size_t)V * N), vals[N * K], rv[K];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 37 + 5) % V);
+    CHECK(bs_eval(b, tok, N, BS_LOGITS_ALL, rb, NULL) == 0 && N > bs_vk_sess_rows(a->vk));
+    bs_batch_seq q = {.s = a, .tokens = tok, .n = N, .logits_mode = BS_LOGITS_ALL, .logits = rows, .next = next};
+    CHECK(bs_eval_seq(&q) == 0);
+    int bad = 0;
+    for (int r = 0; r < N; r++) bad += next[r] != bs_argmax_lowest(rb + (size_t)r * V, V);
+    CHECKF(!bad, "%s: %d of %d rows' greedy ids differ from their rows'", path, bad, N);
+    bs_session_reset(a);
+    q = (bs_batch_seq){.s = a, .tokens = tok, .n = N, .logits_mode = BS_LOGITS_ALL, .logits = rows, .top_k = K,
+                       .top_ids = ids, .top_logits = vals, .n_top = nt};
+    CHECK(bs_eval_seq(&q) == 0);
+    bad = 0;
+    for (int r = 0; r < N; r++)
+        bad += bs_top_lowest(rb + (size_t)r * V, V, K, ri, rv) != nt[r] || memcmp(ri, ids + r * K, sizeof ri) ||
+               memcmp(rv, vals + r * K, sizeof rv);
+    CHECKF(!bad, "%s: %d of %d rows' %d best differ from their rows'", path, bad, N, K);
+    free(rows);
+    free(rb);
+    bs_session_free(a);
+    bs_session_free(b);
+}
+
 static void check_model(const char *path) {
     bs_model_params mp = {.device = "vulkan"};
     bs_model *m = bs_model_load(path, &mp);
@@ -212,6 +244,7 @@ static void check_model(const char *path) {
     check_greedy(m, path, prompt, NP, draft, ND, plast, ref);
     check_ahead(m, path, prompt, NP, x);
     check_top(m, path, prompt, NP);
+    check_all_rows(m, path);
 
     /* rollback inside a prompt-sized batch (larger than n_rollback) */
     bs_session *c = sess(m, 512);
