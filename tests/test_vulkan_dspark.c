@@ -12,7 +12,9 @@
  * from the same seed, without the verified rows read back. The drafter's greedy drafts are taken
  * on the device (base logits + Markov term, argmax, slot after slot) without its rows read
  * back: the drafts and confidences of the rows read back and taken on the host
- * (BITSPARK_VK_DRAFT_HOST=1), bit for bit.
+ * (BITSPARK_VK_DRAFT_HOST=1), bit for bit. Blocks of several contexts in one submission
+ * (bs_dspark_block_multi, the server's slots) give each context the states, rows and drafts of
+ * its block alone.
  * Skipped (77) without a Vulkan device. */
 #include "dspark/dspark.h"
 #include "model/qwen35.h"
@@ -225,6 +227,53 @@ static void draft_chain(const char *target, const char *drafter) {
     bs_model_free(m);
 }
 
+/* Blocks of three device contexts (different lengths and widths) in one submission against each
+ * alone: the same final states, base logits and greedy drafts. */
+static void blocks_together(const char *target, const char *drafter) {
+    enum { NS = 3 };
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(target, &mp);
+    bs_dspark *d = m ? bs_dspark_load(drafter, NULL) : NULL;
+    CHECKF(m && d && bs_dspark_to_device(d, m, NULL) == 0, "%s", bs_last_error());
+    if (!m || !d) { bs_dspark_free(d); bs_model_free(m); return; }
+    const int B = d->hp.block_size, E = d->hp.n_embd, V = d->hp.n_vocab, row = d->hp.n_taps * E;
+    const int lens[NS] = {4, 9, 21}, slots[NS] = {B, 2, BS_MIN(3, B)};
+    const int32_t anchors[NS] = {3, 17, 400 % V};
+    int pos[NS];
+    bs_dspark_ctx *alone[NS], *together[NS];
+    float *taps = malloc(sizeof(float) * (size_t)row * 21), *la = malloc(sizeof(float) * (size_t)B * V), *lb = malloc(sizeof(float) * (size_t)B * V);
+    bs_rng r;
+    bs_rng_seed(&r, 9);
+    for (int i = 0; i < row * 21; i++) taps[i] = (float)((int)(bs_rng_next(&r) % 2001) - 1000) / 500.0f;
+    for (int i = 0; i < NS; i++) {
+        alone[i] = bs_dspark_ctx_new(d, 64, NULL);
+        together[i] = bs_dspark_ctx_new(d, 64, NULL);
+        CHECK(alone[i] && together[i] && bs_dspark_ctx_on_device(together[i]) && !bs_dspark_ctx_append(alone[i], taps, lens[i]) &&
+              !bs_dspark_ctx_append(together[i], taps, lens[i]));
+        pos[i] = lens[i];
+    }
+    CHECK(bs_dspark_block_multi(together, anchors, pos, slots, NS) == 0);
+    for (int i = 0; i < NS; i++) {
+        int32_t da[BS_DSPARK_MAX_BLOCK], db[BS_DSPARK_MAX_BLOCK];
+        CHECK(bs_dspark_block_n(alone[i], anchors[i], pos[i], slots[i]) == 0);
+        bs_dspark_draft_greedy(alone[i], anchors[i], slots[i], da, NULL);
+        bs_dspark_draft_greedy(together[i], anchors[i], slots[i], db, NULL);
+        CHECKF(!memcmp(da, db, sizeof *da * (size_t)slots[i]), "block %d together: greedy drafts differ", i);
+        int same = 1;
+        for (int t = 0; t < slots[i]; t++) same &= !memcmp(bs_dspark_hidden(alone[i], t), bs_dspark_hidden(together[i], t), sizeof(float) * (size_t)E);
+        bs_dspark_logits(alone[i], 0, slots[i], la);
+        bs_dspark_logits(together[i], 0, slots[i], lb);
+        CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d together: states or rows differ", i);
+    }
+    for (int i = 0; i < NS; i++) {
+        bs_dspark_ctx_free(alone[i]);
+        bs_dspark_ctx_free(together[i]);
+    }
+    free(taps); free(la); free(lb);
+    bs_dspark_free(d);
+    bs_model_free(m);
+}
+
 static const char *synth(const char *preset, const char *dir, const char *name, int type, const char *pack, int embd_type) {
     static char paths[4][600];
     static int n;
@@ -269,6 +318,7 @@ int main(void) {
     static const int all[] = {1, 2, 3, 4, BS_DRAFT_AUTO, 0}, some[] = {2, BS_DRAFT_AUTO, 0};
     draft_chain(t_fix, d_fix);
     draft_chain(t_tiny, d_tiny);
+    blocks_together(t_tiny, d_tiny);
     lossless(t_fix, d_fix, all, false);
     lossless(t_tiny, d_tiny, all, true);
     lossless(t_tiny, d_st, all, false);

@@ -337,6 +337,27 @@ static int block_device(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) 
     return 0;
 }
 
+enum { DEV_BLOCKS = 8 };   /* blocks in one device submission (bs_vk_dctx_blocks) */
+
+static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const int *pos, const int *n_slots, int n) {
+    if (n > DEV_BLOCKS)
+        return blocks_device(cs, anchors, pos, n_slots, DEV_BLOCKS) ||
+               blocks_device(cs + DEV_BLOCKS, anchors + DEV_BLOCKS, pos + DEV_BLOCKS, n_slots + DEV_BLOCKS, n - DEV_BLOCKS);
+    bs_vk_dblock b[DEV_BLOCKS] = {{0}};
+    for (int i = 0; i < n; i++) {
+        bs_dspark_ctx *c = cs[i];
+        if (block_begin(c, anchors[i], pos[i], n_slots[i])) return -1;
+        const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
+        b[i] = (bs_vk_dblock){c->vk, anchors[i], n_slots[i], first, c->n_rows - first, c->rope, c->hidden, n_slots[i]};
+    }
+    if (bs_vk_dctx_blocks(b, n, cs[0]->d->hp.mask_id)) return -1;
+    for (int i = 0; i < n; i++) {
+        cs[i]->n_logits = n_slots[i];
+        cs[i]->logits_dev = true;
+    }
+    return 0;
+}
+
 /* Input rows of one block into x: [anchor, mask...] embeddings (+ log-SNR addends). */
 static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, float *x) {
     const bs_dspark *d = c->d;
@@ -409,12 +430,8 @@ int bs_dspark_block_multi(bs_dspark_ctx *const *cs, const int32_t *anchors, cons
         row0[i] = R;
         R += BS_MAX(n_slots[i], 0);
     }
-    /* on the device: one block after another (each a submission; logits included) */
-    if (cs[0]->vk) {
-        for (int i = 0; i < n; i++)
-            if (block_device(cs[i], anchors[i], pos[i], n_slots[i])) return -1;
-        return 0;
-    }
+    /* on the device: one block after another in one submission, the rows left there */
+    if (cs[0]->vk) return blocks_device(cs, anchors, pos, n_slots, n);
     blk_bufs b = multi_bufs(cs[0], (size_t)R);
     for (int i = 0; i < n; i++)
         if (block_input(cs[i], anchors[i], pos[i], n_slots[i], b.x + (size_t)row0[i] * E)) return -1;

@@ -307,6 +307,17 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * NULL stay on the device for bs_vk_dctx_logits and bs_vk_dctx_draft_greedy. */
 int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
                      float *hidden, float *logits, int n_logits);
+/* Several contexts' blocks (each as bs_vk_dctx_block with logits NULL; at most 8, distinct
+ * contexts of one drafter) in one submission: the server's slots drafting together. */
+typedef struct bs_vk_dblock {
+    bs_vk_dctx *s;
+    int32_t anchor;
+    int nb, first, n_ctx;
+    const float *rope;
+    float *hidden;
+    int n_logits;
+} bs_vk_dblock;
+int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id);
 /* Rows first..first+n-1 of those kept on the device into out. */
 int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out);
 /* The greedy drafts of slots 0..n-1 from those rows, on the device: slot k's draft is the lowest

@@ -381,24 +381,49 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
     return n_logits > 0 ? mv(s, d->output, &s->hidden, n_logits, &s->logits) : 0;
 }
 
+static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
+    const bs_vk_dspark_desc *hp = &b->s->d->hp;
+    if (b->nb < 1 || b->nb > hp->block_size || b->n_logits < 0 || b->n_logits > b->nb)
+        return bs_error("Vulkan drafter: %d block slots, %d logits rows", b->nb, b->n_logits);
+    if (b->anchor < 0 || b->anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
+        return bs_error("Vulkan drafter: token id out of range");
+    if (b->first < 0 || b->n_ctx < 0 || b->first > b->s->n_rows_max - b->n_ctx) return bs_error("Vulkan drafter: bad context range");
+    return 0;
+}
+
+int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
+    if (n < 1 || n > 8) return bs_error("Vulkan drafter: %d blocks in one submission (1..8)", n);
+    bs_vk_dspark *d = b[0].s->d;
+    for (int i = 0; i < n; i++) {
+        TRY(check_block(&b[i], mask_id));
+        if (b[i].s->d != d) return bs_error("Vulkan drafter: blocks of different drafters in one submission");
+        for (int j = 0; j < i; j++)
+            if (b[j].s == b[i].s) return bs_error("Vulkan drafter: one context twice in a submission");
+    }
+    const size_t E = (size_t)d->hp.n_embd;
+    for (int i = 0; i < n; i++) {
+        bs_vk_dctx *s = b[i].s;
+        for (int t = 0; t < b[i].nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : b[i].anchor;
+        memcpy(s->rope.map, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
+        s->n_logits = 0;
+    }
+    /* each context its own scratch: the blocks one after another in one submission */
+    TRY(bs_vk_begin(d->c));
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, b[i].n_logits);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
+    for (int i = 0; i < n; i++) {
+        b[i].s->n_logits = b[i].n_logits;
+        if (b[i].hidden) memcpy(b[i].hidden, b[i].s->hidden.map, 4u * (size_t)b[i].nb * E);
+        bs_vk_count_read(d->c, b[i].hidden ? 4u * (size_t)b[i].nb * E : 0);
+    }
+    return 0;
+}
+
 int bs_vk_dctx_block(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
                      float *hidden, float *logits, int n_logits) {
-    bs_vk_dspark *d = s->d;
-    const bs_vk_dspark_desc *hp = &d->hp;
-    if (nb < 1 || nb > hp->block_size || n_logits < 0 || n_logits > nb)
-        return bs_error("Vulkan drafter: %d block slots, %d logits rows", nb, n_logits);
-    if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
-        return bs_error("Vulkan drafter: token id out of range");
-    if (first < 0 || n_ctx < 0 || first > s->n_rows_max - n_ctx) return bs_error("Vulkan drafter: bad context range");
-    for (int t = 0; t < nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : anchor;
-    memcpy(s->rope.map, rope, 4u * (size_t)nb * hp->head_dim);
-    s->n_logits = 0;
-    TRY(bs_vk_begin(d->c));
-    const int rc = record_block(s, nb, first, n_ctx, n_logits);
-    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
-    s->n_logits = n_logits;
-    if (hidden) memcpy(hidden, s->hidden.map, 4u * (size_t)nb * hp->n_embd);
-    bs_vk_count_read(d->c, hidden ? 4u * (size_t)nb * hp->n_embd : 0);
+    const bs_vk_dblock b = {s, anchor, nb, first, n_ctx, rope, hidden, n_logits};
+    TRY(bs_vk_dctx_blocks(&b, 1, mask_id));
     return logits && n_logits ? bs_vk_dctx_logits(s, 0, n_logits, logits) : 0;
 }
 

@@ -151,6 +151,10 @@ int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int
     (void)n_logits;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
+    (void)b; (void)n; (void)mask_id;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out) {
     (void)c; (void)first; (void)n; (void)out;
     return bs_error("Vulkan backend not built");
