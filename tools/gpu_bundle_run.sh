@@ -197,6 +197,7 @@ summary() {
       echo "| with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m | ${S[$m.ahead]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
+      echo "| DSpark round parts $m (bench --spec, drafter on the device) | ${S[$m.spec]:-not run} |"
     done
     echo "| time | $(now) s of ${BUDGET} s |"
     echo
@@ -236,6 +237,14 @@ model() { # name -> f (the file) and preset (synth's arguments, empty for a bund
     *) f=$MD/$1.gguf; preset=(--preset "$1");;
   esac
 }
+drafter() { # model name -> df (its drafter's file) and dpreset (synth's arguments, empty: bundled or none)
+  case $1 in
+    tiny-synth) df=$W/drafter-tiny.gguf; dpreset=(--preset drafter-tiny);;
+    bonsai-tiny) df=$W/src/models/bonsai-tiny-dspark.gguf; dpreset=();;
+    bonsai-27b|ternary-bonsai-27b) df=$MD/drafter-$1.gguf; dpreset=(--preset "drafter-$1");;
+    *) df=; dpreset=();;
+  esac
+}
 synth_result() { echo "$2" >"$W/synth-$1.tmp" && mv "$W/synth-$1.tmp" "$W/synth-$1.done"; }
 synth_all() { # each missing model in turn; $W/synth-NAME.done says how it went
   local m t bytes free
@@ -253,6 +262,13 @@ synth_all() { # each missing model in turn; $W/synth-NAME.done says how it went
        mv "$f.part" "$f"; then synth_result "$m" "ok, $(( $(date +%s) - t )) s"
     else rm -f "$f.part"; synth_result "$m" "FAILED or out of time after $(( $(date +%s) - t )) s: $(tail -2 "$W/synth-$m.log" 2>/dev/null | tr '\n' ' ')"; fi
   done
+  # then their drafters (random weights: DSpark round costs, not acceptance), after every model
+  for m in "${MODELS[@]}"; do
+    drafter "$m"
+    if [ -z "$df" ] || [ ${#dpreset[@]} -eq 0 ] || [ -s "$df" ] || [ "$(left)" -le 60 ]; then continue; fi
+    timeout $(( $(left) - 40 )) "$BS" synth "${dpreset[@]}" -o "$df.part" >"$W/synth-d-$m.log" 2>&1 && mv "$df.part" "$df" || rm -f "$df.part"
+  done
+  echo done >"$W/synth-drafters.done"
 }
 SYNTH_PID=
 [ ${#MODELS[@]} -gt 0 ] && { synth_all & SYNTH_PID=$!; }
@@ -379,6 +395,22 @@ for m in "${MODELS[@]}"; do
     S[$m.disp]="$([ "$total" -gt 0 ] && echo "$(( total / n )) ($total dispatches over $n decode tokens, the prompt's included)" || echo "none recorded")"
     step_done "profile $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, profile.txt)") ($(now) s)"
   fi
+  # a DSpark round's parts with the drafter on the device too (bench --spec): verify widths as a
+  # greedy round runs them (ids back), the block pass, the greedy drafts of 4 slots
+  drafter "$m"
+  while [ -n "$df" ] && [ ! -e "$W/synth-drafters.done" ] && [ -n "$SYNTH_PID" ] && kill -0 "$SYNTH_PID" 2>/dev/null &&
+        [ "$(left)" -gt 40 ]; do sleep 1; done
+  if [ -n "$df" ] && [ -s "$df" ] && can_run "spec $m" 40; then
+    { echo "## $m: bench --spec -md $(basename "$df")"; } >>"$OUT/bench.txt"
+    timeout $(( $(left) - 5 )) "$BS" bench --spec -m "$f" -md "$df" --device "$DEV" -r 1 >"$W/spec.txt" 2>&1
+    rc=$?; cat "$W/spec.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    v1=$(grep -m1 -o 'verify, width 1 *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    v5=$(grep -m1 -o 'verify, width 5 *[0-9.]* *([0-9.]*x' "$W/spec.txt" | sed 's/verify, width 5 *//; s/ *(/ ms (/')
+    blk=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    g4=$(grep -m1 -o 'greedy drafts, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms"
+    step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
 done
 log "done in $(now) s"
 summary
