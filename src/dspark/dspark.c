@@ -324,21 +324,10 @@ static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     return 0;
 }
 
-/* The block on the device: every slot's state comes back; the base logits stay there until
- * read (greedy drafts are taken there: bs_dspark_draft_greedy). */
-static int block_device(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
-    if (block_begin(c, anchor, pos, n_slots)) return -1;
-    const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
-    if (bs_vk_dctx_block(c->vk, anchor, c->d->hp.mask_id, n_slots, first, c->n_rows - first, c->rope, c->hidden,
-                         NULL, n_slots))
-        return -1;
-    c->n_logits = n_slots;
-    c->logits_dev = true;
-    return 0;
-}
-
 enum { DEV_BLOCKS = 8 };   /* blocks in one device submission (bs_vk_dctx_blocks) */
 
+/* Blocks on the device, up to DEV_BLOCKS a submission: every slot's state comes back; the base
+ * logits stay there until read (greedy drafts are taken there: bs_dspark_draft_greedy). */
 static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const int *pos, const int *n_slots, int n) {
     if (n > DEV_BLOCKS)
         return blocks_device(cs, anchors, pos, n_slots, DEV_BLOCKS) ||
@@ -407,7 +396,7 @@ int bs_dspark_block(bs_dspark_ctx *c, int32_t anchor, int pos) {
 int bs_dspark_block_n(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int E = hp->n_embd;
-    if (c->vk) return block_device(c, anchor, pos, n_slots);
+    if (c->vk) return blocks_device(&c, &anchor, &pos, &n_slots, 1);
     if (block_input(c, anchor, pos, n_slots, c->x)) return -1;
     const blk_bufs b = {c->x, c->h, c->q, c->kb, c->vb, c->att, c->f1, c->f2, NULL};
     const int row0 = 0;

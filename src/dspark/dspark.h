@@ -141,12 +141,12 @@ void bs_dspark_logits(bs_dspark_ctx *c, int first, int n, float *logits);
 /* Markov bias of the token after prev: bias[v] = sum_r W2[v][r] * W1[prev][r] (zeros if rank 0). */
 void bs_dspark_markov_bias(bs_dspark_ctx *c, int32_t prev, float *bias);
 /* Confidence of slot given the token before it (prev); -1 if the drafter has no head. */
+float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev);
 /* Slot `slot`'s k best scores (base logits + the Markov term of prev, the mask id never), in
  * the sampler's order, found on the device from the last block's rows there: their count, or 0
  * where they are not there (a CPU context, rows already read back, BITSPARK_VK_DRAFT_HOST=1):
  * then the caller takes the row (bs_dspark_logits + bs_dspark_markov_bias). */
 int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t *ids, float *vals);
-float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev);
 
 /* Greedy drafts of slots 0..n-1: argmax of base logits + Markov bias chained on the token just
  * drafted (prev = anchor for slot 0), mask id excluded, ties to the lowest id. conf (may be NULL)

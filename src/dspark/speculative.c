@@ -450,10 +450,12 @@ int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_ne
                         .logits = sp->logits, .taps = sp->dc ? sp->taps : NULL};
     sp->rd.lists = lists_for(sp, smp, sp->rd.sampling, &sp->rd.top_k);
     if (sp->rd.lists == LISTS_NEXT) q->next = sp->next;
-    if (sp->rd.lists == LISTS_TOP)
-        *q = (bs_batch_seq){.s = q->s, .tokens = q->tokens, .n = q->n, .logits_mode = q->logits_mode, .logits = q->logits,
-                            .taps = q->taps, .top_k = sp->rd.top_k, .top_ids = sp->top_ids, .top_logits = sp->top_vals,
-                            .n_top = sp->n_top};
+    if (sp->rd.lists == LISTS_TOP) {
+        q->top_k = sp->rd.top_k;
+        q->top_ids = sp->top_ids;
+        q->top_logits = sp->top_vals;
+        q->n_top = sp->n_top;
+    }
     return 0;
 }
 

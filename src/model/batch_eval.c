@@ -108,8 +108,7 @@ static int validate(const bs_batch *b, const bs_batch_seq *q, int n_seq) {
         if (q[i].logits_mode < BS_LOGITS_NONE || q[i].logits_mode > BS_LOGITS_ALL ||
             (q[i].logits_mode != BS_LOGITS_NONE && !q[i].logits))
             return bs_error("batch: bad logits request");
-        if (q[i].top_k < 0 || q[i].top_k > BS_TOP_MAX ||
-            (q[i].top_k && (q[i].logits_mode == BS_LOGITS_NONE || q[i].next || !q[i].top_ids || !q[i].top_logits || !q[i].n_top)))
+        if (!bs_seq_top_ok(&q[i]))
             return bs_error("batch: bad top-k request (1..%d of logits rows, with places for them)", BS_TOP_MAX);
         for (int t = 0; t < q[i].n; t++)
             if (q[i].tokens[t] < 0 || q[i].tokens[t] >= b->m->hp.n_vocab)

@@ -30,6 +30,9 @@ int bs_eval_multi(bs_batch *b, const bs_batch_seq *seqs, int n_seq);
 /* One sequence alone, as bs_eval_multi would evaluate it (next and top_k included), without a
  * batch's scratch: bs_eval's path (eval.c). 0 or -1 + bs_error. */
 int bs_eval_seq(const bs_batch_seq *q);
+/* Whether q's top-k request is well formed: none, or 1..BS_TOP_MAX of its logits rows (not
+ * with next), with places for them. */
+bool bs_seq_top_ok(const bs_batch_seq *q);
 
 /* Make a session use a shared pool (the batch's) instead of its own, which is freed: the
  * session must have been created with at least as many threads as the pool has, since its

@@ -107,11 +107,15 @@ int bs_eval_top(bs_session *s, const int32_t *tokens, int n_tokens, int k, int32
     return bs_device_eval_out(s, tokens, n_tokens, &o, NULL) ? -1 : got;
 }
 
+bool bs_seq_top_ok(const bs_batch_seq *q) {
+    return q->top_k >= 0 && q->top_k <= BS_TOP_MAX &&
+           (!q->top_k || (q->logits_mode != BS_LOGITS_NONE && !q->next && q->top_ids && q->top_logits && q->n_top));
+}
+
 int bs_eval_seq(const bs_batch_seq *q) {
     bs_session *s = q->s;
     const int V = s->m->hp.n_vocab, rows = q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
-    if (q->top_k < 0 || q->top_k > BS_TOP_MAX ||
-        (q->top_k && (!rows || q->next || !q->top_ids || !q->top_logits || !q->n_top)))
+    if (!bs_seq_top_ok(q))
         return bs_error("bad top-k request (1..%d of logits rows, with places for them)", BS_TOP_MAX);
     float *taps = s->n_taps ? q->taps : NULL;
     if (s->vk && rows && (q->next || q->top_k)) {   /* the ids or lists found on the device */

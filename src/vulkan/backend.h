@@ -301,14 +301,11 @@ int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const f
 /* The same from the taps a device session just evaluated (rows src0..src0+n-1 of its last
  * chunk, bs_vk_sess_eval with tap_out NULL): the taps never leave the device. */
 int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope);
-/* The block [anchor, mask_id x (nb-1)] attending to context rows first..first+n_ctx-1 and
- * itself; rope: [nb][head_dim] of its positions. hidden gets [nb][n_embd] final-normed states,
- * and the base logits of slots 0..n_logits-1 go to logits ([n_logits][n_vocab]), or with logits
- * NULL stay on the device for bs_vk_dctx_logits and bs_vk_dctx_draft_greedy. */
-int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
-                     float *hidden, float *logits, int n_logits);
-/* Several contexts' blocks (each as bs_vk_dctx_block with logits NULL; at most 8, distinct
- * contexts of one drafter) in one submission: the server's slots drafting together. */
+/* Blocks of up to 8 distinct contexts of one drafter in one submission (one alone, or the
+ * server's slots drafting together). Each: [anchor, mask_id x (nb-1)] attending to its context
+ * rows first..first+n_ctx-1 and itself; rope: [nb][head_dim] of its positions. hidden gets
+ * [nb][n_embd] final-normed states; the base logits of slots 0..n_logits-1 stay on the device
+ * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. */
 typedef struct bs_vk_dblock {
     bs_vk_dctx *s;
     int32_t anchor;

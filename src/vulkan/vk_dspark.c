@@ -420,13 +420,6 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     return 0;
 }
 
-int bs_vk_dctx_block(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
-                     float *hidden, float *logits, int n_logits) {
-    const bs_vk_dblock b = {s, anchor, nb, first, n_ctx, rope, hidden, n_logits};
-    TRY(bs_vk_dctx_blocks(&b, 1, mask_id));
-    return logits && n_logits ? bs_vk_dctx_logits(s, 0, n_logits, logits) : 0;
-}
-
 int bs_vk_dctx_logits(bs_vk_dctx *s, int first, int n, float *out) {
     const size_t V = (size_t)s->d->hp.n_vocab;
     if (first < 0 || n < 0 || first + n > s->n_logits) return bs_error("Vulkan drafter: logits rows %d..%d of %d", first, first + n, s->n_logits);

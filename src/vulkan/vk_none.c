@@ -145,12 +145,6 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
     (void)c; (void)s; (void)src0; (void)n; (void)row0; (void)rope;
     return bs_error("Vulkan backend not built");
 }
-int bs_vk_dctx_block(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int nb, int first, int n_ctx, const float *rope,
-                     float *hidden, float *logits, int n_logits) {
-    (void)c; (void)anchor; (void)mask_id; (void)nb; (void)first; (void)n_ctx; (void)rope; (void)hidden; (void)logits;
-    (void)n_logits;
-    return bs_error("Vulkan backend not built");
-}
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     (void)b; (void)n; (void)mask_id;
     return bs_error("Vulkan backend not built");
