@@ -90,6 +90,51 @@ static bs_vk_matrix *upload(bs_vk_ctx *c, int type, int64_t d, int64_t rows, uin
     return m;
 }
 
+/* A context whose products of more than 8 rows run in mm_q's tiles (the plain sums; or, where
+ * the device has them, the cooperative matrices): the bits of c's for 9 rows (one partial tile)
+ * and 41 (a whole one and a partial one). */
+static bs_vk_ctx *c_mm;
+
+static void check_mm(bs_vk_ctx *c, int type, int64_t d, int64_t rows, const uint8_t *wq) {
+    if (!c_mm) return;
+    const bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = bs_row_size(type, d)};
+    bs_vk_matrix *m = bs_vk_matrix_new(c, &T), *mm = bs_vk_matrix_new(c_mm, &T);
+    CHECK(m && mm);
+    enum { N = 41 };
+    float *x = malloc(sizeof *x * (size_t)(d * N)), *y = malloc(sizeof *y * (size_t)(rows * N));
+    float *ym = malloc(sizeof *ym * (size_t)(rows * N));
+    fill(x, (size_t)(d * N), 1.0f);
+    for (int n = 9; n <= N && m && mm; n += N - 9) {
+        CHECK(bs_vk_matvec(c, m, x, n, y) == 0);
+        CHECK(bs_vk_matvec(c_mm, mm, x, n, ym) == 0);
+        CHECKF(!memcmp(y, ym, sizeof *y * (size_t)(rows * n)), "%s %lldx%lld, %d rows: %s and %s differ", bs_type_name(type),
+               (long long)rows, (long long)d, n, bs_vk_mm_name(bs_vk_mm_mode(c)), bs_vk_mm_name(bs_vk_mm_mode(c_mm)));
+    }
+    bs_vk_matrix_free(c, m);
+    bs_vk_matrix_free(c_mm, mm);
+    free(x); free(y); free(ym);
+}
+
+/* BITSPARK_VK_MM: a way the device cannot take, or no way at all, is refused with its name; the
+ * check a context makes of a chosen way (on a GPU of its cooperative matrices) passes for tiles. */
+static void check_mm_choice(int dev, const bs_vk_device_info *info) {
+    static const char *bad[] = {"coop", "tiles"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (!strcmp(bad[i], "coop") && info->coop_m) continue;   /* this device has them */
+        setenv("BITSPARK_VK_MM", bad[i], 1);
+        bs_vk_ctx *x = bs_vk_open(dev);
+        CHECKF(!x && strstr(bs_last_error(), "BITSPARK_VK_MM="), "BITSPARK_VK_MM=%s: %s", bad[i], x ? "opened" : bs_last_error());
+        bs_vk_close(x);
+    }
+    setenv("BITSPARK_VK_MM", "tile", 1);
+    setenv("BITSPARK_VK_MM_CHECK", "1", 1);
+    bs_vk_ctx *x = bs_vk_open(dev);
+    unsetenv("BITSPARK_VK_MM");
+    unsetenv("BITSPARK_VK_MM_CHECK");
+    CHECKF(x && bs_vk_mm_mode(x) == BS_VK_MM_TILE, "tiles after the opening check: %s", x ? bs_vk_mm_name(bs_vk_mm_mode(x)) : bs_last_error());
+    bs_vk_close(x);
+}
+
 static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, int64_t rows) {
     uint8_t *wq;
     bs_vk_matrix *m = upload(c, type, d, rows, &wq);
@@ -121,6 +166,7 @@ static void check_matvec(bs_vk_ctx *c, bs_vk_ctx *c_split, int type, int64_t d, 
     same &= !memcmp(y3, y + (size_t)5 * rows, sizeof *y3 * (size_t)(rows * 3));
     CHECKF(same, "%s: a row's result depends on how many rows run together", bs_type_name(type));
     const bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = rb};
+    check_mm(c, type, d, rows, wq);
     if (c_asum) {   /* the other way of taking the activation block sums: the same bits */
         bs_vk_matrix *ma = bs_vk_matrix_new(c_asum, &T);
         float *ya = malloc(sizeof *ya * (size_t)(rows * N));
@@ -222,6 +268,14 @@ int main(void) {
     CHECKF(c_asum && bs_vk_asum_staged(c_asum) != bs_vk_asum_staged(c), "a context with the other block sums: %s", bs_last_error());
     printf("activation block sums: %s (the fourth context: the other way)\n", bs_vk_asum_staged(c) ? "staged" : "per row");
     printf("fma(): %s\n", bs_vk_fma_fused(c) ? "fused (native)" : "not fused here: emulated (fma_rn.glsl)");
+    /* a fifth whose products of more than 8 rows take mm_q's tiles the other way from c's */
+    setenv("BITSPARK_VK_MM", bs_vk_mm_mode(c) == BS_VK_MM_OFF ? "tile" : "off", 1);
+    c_mm = bs_vk_open(dev);
+    unsetenv("BITSPARK_VK_MM");
+    CHECKF(c_mm != NULL, "a context with products of many rows in tiles: %s", bs_last_error());
+    printf("products of more than 8 rows: %s (the fifth context: %s)\n", bs_vk_mm_name(bs_vk_mm_mode(c)),
+           c_mm ? bs_vk_mm_name(bs_vk_mm_mode(c_mm)) : "none");
+    check_mm_choice(dev, &info[dev]);
     CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);
     bs_rng_seed(&rng, 22);
@@ -259,6 +313,7 @@ int main(void) {
     printf("copy kernel: %.2f GB/s\n", gbs);
     bs_vk_close(cm);
     bs_vk_close(c_asum);
+    bs_vk_close(c_mm);
     bs_vk_close(cs);
     bs_vk_close(c);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());

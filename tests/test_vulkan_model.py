@@ -138,12 +138,14 @@ def check_staged():
 
 # A device's choices that must not change a bit: (variable, its two ways, what they are)
 CHOICES = (('BITSPARK_VK_ASUM', ('stage', 'row'), "mv_q's activation block sums staged once per workgroup or per weight row"),
-           ('BITSPARK_VK_DELTA', ('lanes', 'column'), "the delta rule's sums over 8 lanes per state column or in one"))
+           ('BITSPARK_VK_DELTA', ('lanes', 'column'), "the delta rule's sums over 8 lanes per state column or in one"),
+           ('BITSPARK_VK_MM', ('off', 'tile', 'auto'),
+            "products of more than 8 rows by mv_q's row groups, mm_q's tiles or the device's choice (cooperative matrices on a GPU that has them)"))
 
 
 def check_asum():
-    """The device's choices (CHOICES: the device picks one way, a GPU the first, a CPU device the
-    second): the same bits through the whole model, every product (plain, GLU, norm and conv
+    """The device's choices (CHOICES: the device picks one way, for the first two a GPU the first, a
+    CPU device the second): the same bits through the whole model, every product (plain, GLU, norm and conv
     epilogues) and both recurrence paths: 21 tokens in batches of 13 (two row groups, the steps
     apart) and 8 (one, the conv in the products' epilogue and the fused recurrence)."""
     names = ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0')
@@ -157,8 +159,10 @@ def check_asum():
                 if not logits(os.path.join(FIX, name + '.gguf'), toks, 13, out[way], extra_env={var: way}):
                     fail('%s: logits with %s=%s failed' % (name, var, way))
                     return
-            if open(out[ways[0]], 'rb').read() != open(out[ways[1]], 'rb').read():
-                fail('%s: %s (%s=%s|%s) change the logits' % (name, what, var, ways[0], ways[1]))
+            first = open(out[ways[0]], 'rb').read()
+            differ = [way for way in ways[1:] if open(out[way], 'rb').read() != first]
+            if differ:
+                fail('%s: %s (%s=%s against %s) change the logits' % (name, what, var, ways[0], '|'.join(differ)))
             else:
                 print('%s: %s: the same bits' % (name, what))
 

@@ -194,6 +194,7 @@ summary() {
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
+      echo "| prompts' products $m | ${S[$m.mm]:-not run} |"
       echo "| with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m | ${S[$m.ahead]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
@@ -364,6 +365,18 @@ for m in "${MODELS[@]}"; do
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/delta.txt" | sed 's/w=5 //')
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # prompts' products by mv_q's row groups against the device's choice (int8 cooperative
+  # matrices where the device has them: vk_mm.c), pp only
+  if can_run "mm-off $m" 30; then
+    { echo "## $m with BITSPARK_VK_MM=off"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r 2 \
+      --no-membw >"$W/mm.txt" 2>&1
+    rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/mm.txt")
+    way=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt" | grep -m1 -o 'prompts by [^|]*' | sed 's/ *$//')
+    S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
+    step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
   # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain), and
   # sampling from whole rows read back instead of the top 40 found on the device (topk.comp's)

@@ -73,10 +73,13 @@ int cmd_devices(int argc, char **argv) {
         printf("  memory %.1f GiB, max binding %.0f MiB, shared %u KiB, subgroup %u\n", d->heap_bytes / 1073741824.0,
                d->max_binding / 1048576.0, d->shared_mem / 1024, d->subgroup_size);
         print_memory(d);
+        char coop[64];   /* the NV int8 shape prompts' products take (vk_mm.c); KHR's alone is not used */
+        if (d->coop_m) snprintf(coop, sizeof coop, "int8 %ux%ux32 (NV)", d->coop_m, d->coop_n);
+        else snprintf(coop, sizeof coop, "%s", d->coop_matrix ? "KHR only (not used)" : "no");
         printf("  int8 %s, int16 %s, fp16 %s, 8-bit storage %s, 16-bit storage %s, buffer addresses %s,\n"
                "  integer dot product %s, cooperative matrix %s, timestamps %s\n",
                yes(d->int8), yes(d->int16), yes(d->fp16), yes(d->storage8), yes(d->storage16), yes(d->bda),
-               yes(d->dot_product), yes(d->coop_matrix), yes(d->timestamps));
+               yes(d->dot_product), coop, yes(d->timestamps));
     }
     const int pick = bs_vk_pick(false);
     if (pick >= 0) printf("auto: vulkan:%d\n", pick);

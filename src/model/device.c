@@ -120,7 +120,10 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
         bs_clear_error();
         return 0;
     }
-    snprintf(m->device_name, sizeof m->device_name, "Vulkan %s", bs_vk_info(m->vk)->name);
+    /* (and how prompts' products run, where not mv_q's way: cooperative matrices on a GPU) */
+    const int mm = bs_vk_mm_mode(m->vk);
+    snprintf(m->device_name, sizeof m->device_name, "Vulkan %.200s%s%s", bs_vk_info(m->vk)->name, mm ? ", prompts by " : "",
+             mm ? bs_vk_mm_name(mm) : "");
     return 0;
 }
 

@@ -45,6 +45,9 @@ typedef struct bs_vk_device_info {
     bool int8, int16, fp16, storage8, storage16, bda;
     bool dot_product;            /* VK_KHR_shader_integer_dot_product's feature (dp4a) */
     bool coop_matrix;            /* VK_KHR_cooperative_matrix */
+    /* VK_NV_cooperative_matrix with an int8 x int8 -> int32 subgroup shape of K = 32 whose M and
+       N divide 32 (mm_q_coop.comp's): coop_m x coop_n, else 0 */
+    uint32_t coop_m, coop_n;
     bool timestamps;             /* timestamp queries on the compute queue */
     float timestamp_ns;          /* timestampPeriod */
 } bs_vk_device_info;
@@ -78,6 +81,13 @@ bool bs_vk_asum_staged(const bs_vk_ctx *c);
 int bs_vk_delta_spread(const bs_vk_ctx *c);
 /* the state columns of a delta-rule workgroup: 32 with 8 lanes (256 invocations), 64 with one */
 uint32_t bs_vk_delta_cols(const bs_vk_ctx *c);
+/* How the context's integer products of more than 8 rows run: mv_q in groups of 8 (BS_VK_MM_OFF),
+ * mm_q's tiles with plain integer sums (TILE) or with int8 cooperative matrices (COOP); the same
+ * bits every way. BITSPARK_VK_MM=off|tile|coop|auto (auto: COOP where the device has the shape
+ * and the kernel gave mv_q's bits on a check product when the context opened, else OFF). */
+enum { BS_VK_MM_OFF = 0, BS_VK_MM_TILE = 1, BS_VK_MM_COOP = 2 };
+int bs_vk_mm_mode(const bs_vk_ctx *c);
+const char *bs_vk_mm_name(int mode);
 /* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
 bool bs_vk_fma_fused(const bs_vk_ctx *c);
 /* What a context submitted since it was opened (or last reset): dispatches and full barriers

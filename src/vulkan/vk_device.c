@@ -174,6 +174,36 @@ static bool has_ext(const bs_vk_fns *fn, VkPhysicalDevice p, const char *name) {
     return found;
 }
 
+/* VK_NV_cooperative_matrix: the largest int8 x int8 -> int32 subgroup shape with K = 32 whose M
+ * and N divide mm_q's 32 x 32 tile, where the feature is on (mm_q_coop.comp) */
+static void coop_shape(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_info *o) {
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cf};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    fn->vkGetPhysicalDeviceFeatures2(p, &f);
+    bs_vk_instance *vi = bs_vk_instance_get();
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV props =
+        vi ? (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)fn->vkGetInstanceProcAddr(vi->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV")
+           : NULL;
+    uint32_t n = 0;
+    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !props || props(p, &n, NULL) != VK_SUCCESS || !n) return;
+    VkCooperativeMatrixPropertiesNV *cp = bs_xcalloc(n, sizeof *cp);
+    for (uint32_t i = 0; i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    if (props(p, &n, cp) >= 0)
+        for (uint32_t i = 0; i < n; i++) {
+            const VkCooperativeMatrixPropertiesNV *q = &cp[i];
+            if (q->AType != VK_COMPONENT_TYPE_SINT8_NV || q->BType != VK_COMPONENT_TYPE_SINT8_NV ||
+                q->CType != VK_COMPONENT_TYPE_SINT32_NV || q->DType != VK_COMPONENT_TYPE_SINT32_NV ||
+                q->scope != VK_SCOPE_SUBGROUP_NV || q->KSize != 32 || !q->MSize || !q->NSize || 32 % q->MSize || 32 % q->NSize)
+                continue;
+            if (q->MSize * q->NSize > o->coop_m * o->coop_n) {
+                o->coop_m = q->MSize;
+                o->coop_n = q->NSize;
+            }
+        }
+    free(cp);
+}
+
 static int type_of(VkPhysicalDeviceType t) {
     switch (t) {
     case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return BS_VK_INTEGRATED;
@@ -364,6 +394,7 @@ static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_de
         o->dot_product = dp.shaderIntegerDotProduct;
     }
     o->coop_matrix = has_ext(fn, p, "VK_KHR_cooperative_matrix");
+    if (o->int8 && has_ext(fn, p, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) coop_shape(fn, p, o);
     bool ts = false;
     compute_family(fn, p, &ts);
     o->timestamps = ts && base.limits.timestampComputeAndGraphics;
@@ -449,13 +480,26 @@ bs_vk_ctx *bs_vk_open(int index) {
     const char *dl_env = getenv("BITSPARK_VK_DELTA");
     c->delta_spread = (dl_env ? strcmp(dl_env, "column") != 0 : c->info.type != BS_VK_CPU) ? 8u : 1u;
     c->delta_cols = c->delta_spread == 8 ? 32u : 64u;   /* workgroups of 256 / 64 invocations */
+    /* the products of many rows (vk_mm.c): int8 in shared memory, and for cooperative matrices
+     * the NV extension and the Vulkan memory model its shaders declare */
+    if (bs_vk_mm_want(c)) {
+        free(c);
+        return NULL;
+    }
+    const bool coop = c->mm == BS_VK_MM_COOP;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+                                                       .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
-                                                           .shaderIntegerDotProduct = VK_TRUE};
-    const char *exts[2];
+                                                           .pNext = coop ? &cmf : NULL, .shaderIntegerDotProduct = VK_TRUE};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = c->dp4a ? (void *)&dpf : coop ? (void *)&cmf : NULL,
+                                            .shaderInt8 = c->info.int8, .vulkanMemoryModel = coop};
+    const char *exts[3];
     uint32_t n_ext = 0;
     if (c->dp4a) exts[n_ext++] = "VK_KHR_shader_integer_dot_product";
     if (c->info.memory_budget) exts[n_ext++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
-    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = c->dp4a ? &dpf : NULL,
+    if (coop) exts[n_ext++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f12,
                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
                              .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
     VkResult r = c->fn->vkCreateDevice(c->phys, &di, NULL, &c->dev);
@@ -478,7 +522,7 @@ bs_vk_ctx *bs_vk_open(int index) {
         uint64_t v = strtoull(mb, NULL, 10);
         if (v >= 1024 && v < c->max_binding) c->max_weight_binding = v;
     }
-    if (bs_vk_pipes_init(c)) goto fail;
+    if (bs_vk_pipes_init(c) || bs_vk_mm_check(c)) goto fail;
     return c;
 fail:
     bs_vk_close(c);

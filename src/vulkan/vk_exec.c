@@ -79,16 +79,35 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVC_Q4_1] = {"mv_qc", 21, 68, 5, {4, 1, 0, 0, 0}},
     [BS_VK_K_DELTA_NORM] = {"delta_norm", 13, 36, 0, {0}},
     [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
+    /* mm_q (vk_mm.c): mv_q's bindings, push constants and spec constants, tiles of 32 x 32 */
+    [BS_VK_K_MM_Q1] = {"mm_q", 17, 60, 5, {1, 4, 0, 0, 0}},
+    [BS_VK_K_MM_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 0, 0, 0}},
+    [BS_VK_K_MM_Q2_64] = {"mm_q", 17, 60, 5, {2, 2, 0, 0, 0}},
+    [BS_VK_K_MMG_Q1] = {"mm_q", 17, 60, 5, {1, 4, 1, 0, 0}},
+    [BS_VK_K_MMG_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 1, 0, 0}},
+    [BS_VK_K_MMG_Q2_64] = {"mm_q", 17, 60, 5, {2, 2, 1, 0, 0}},
+    [BS_VK_K_MMGQ_Q1] = {"mm_q", 17, 60, 5, {1, 4, 1, 1, 0}},
+    [BS_VK_K_MMGQ_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 1, 1, 0}},
+    [BS_VK_K_MMGQ_Q2_64] = {"mm_q", 17, 60, 5, {2, 2, 1, 1, 0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
  * an id a shader does not declare changes nothing, so all take it) */
-/* and mv_q's ASUM_STAGE, delta_lanes' DL_SPREAD and workgroup size DL_INV (ignored by the others) */
-enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_ID = 23 };
+/* and mv_q's ASUM_STAGE, delta_lanes' DL_SPREAD and workgroup size DL_INV, mm_q_coop's
+ * cooperative matrix shape CM x CN (ignored by the others) */
+enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_ID = 23, SPEC_CM_ID = 24, SPEC_CN_ID = 25,
+       N_SHARED_SPEC = 6 };
+
+/* the shader a kernel runs on this context: mv_q's with dp4a, mm_q's with cooperative matrices */
+static const char *shader_of(const bs_vk_ctx *c, const kernel_def *k) {
+    if (c->dp4a && !strcmp(k->shader, "mv_q")) return "mv_q_dp4a";
+    if (c->dp4a && !strcmp(k->shader, "mv_qc")) return "mv_qc_dp4a";
+    if (c->mm == BS_VK_MM_COOP && !strcmp(k->shader, "mm_q")) return "mm_q_coop";
+    return k->shader;
+}
 
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
-    const char *dp4a = !strcmp(k->shader, "mv_q") ? "mv_q_dp4a" : !strcmp(k->shader, "mv_qc") ? "mv_qc_dp4a" : NULL;
-    const bs_vk_spirv *sp = bs_vk_shader(c->dp4a && dp4a ? dp4a : k->shader);
+    const bs_vk_spirv *sp = bs_vk_shader(shader_of(c, k));
     if (!sp) return bs_error("Vulkan: shader %s is not embedded", k->shader);
     VkShaderModuleCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sp->bytes, .pCode = sp->code};
     if (c->fn->vkCreateShaderModule(c->dev, &si, NULL, &p->mod) != VK_SUCCESS) return bs_error("Vulkan: shader %s rejected", k->shader);
@@ -103,8 +122,8 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
                                      .pSetLayouts = &p->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
     if (c->fn->vkCreatePipelineLayout(c->dev, &pl, NULL, &p->layout) != VK_SUCCESS) return bs_error("Vulkan: pipeline layout");
-    VkSpecializationMapEntry me[9];   /* spec[5] and the four shared ones */
-    uint32_t data[9];
+    VkSpecializationMapEntry me[5 + N_SHARED_SPEC];   /* spec[5] and the shared ones */
+    uint32_t data[5 + N_SHARED_SPEC];
     for (int i = 0; i < k->n_spec; i++) {
         me[i] = (VkSpecializationMapEntry){(uint32_t)i, 4u * (uint32_t)i, 4};
         data[i] = k->spec[i];
@@ -117,8 +136,12 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     data[k->n_spec + 2] = c->delta_spread;
     me[k->n_spec + 3] = (VkSpecializationMapEntry){SPEC_DELTA_INV_ID, 4u * ((uint32_t)k->n_spec + 3), 4};
     data[k->n_spec + 3] = c->delta_cols * c->delta_spread;
-    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + 4, .pMapEntries = me,
-                                 .dataSize = 4u * ((uint32_t)k->n_spec + 4), .pData = data};
+    me[k->n_spec + 4] = (VkSpecializationMapEntry){SPEC_CM_ID, 4u * ((uint32_t)k->n_spec + 4), 4};
+    data[k->n_spec + 4] = c->info.coop_m ? c->info.coop_m : 16;
+    me[k->n_spec + 5] = (VkSpecializationMapEntry){SPEC_CN_ID, 4u * ((uint32_t)k->n_spec + 5), 4};
+    data[k->n_spec + 5] = c->info.coop_n ? c->info.coop_n : 8;
+    VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + N_SHARED_SPEC, .pMapEntries = me,
+                                 .dataSize = 4u * ((uint32_t)k->n_spec + N_SHARED_SPEC), .pData = data};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -517,7 +540,10 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MVN_Q8] = "mv+norm q8_0", [BS_VK_K_MVN_Q4_1] = "mv+norm q4_1",
         [BS_VK_K_MVC_Q1] = "mv+conv q1_0", [BS_VK_K_MVC_Q2_128] = "mv+conv q2_0", [BS_VK_K_MVC_Q2_64] = "mv+conv q2_0_g64",
         [BS_VK_K_MVC_Q8] = "mv+conv q8_0", [BS_VK_K_MVC_Q4_1] = "mv+conv q4_1", [BS_VK_K_DELTA_NORM] = "gdn delta+norm",
-        [BS_VK_K_ATTN_SPLIT] = "attention split"};
+        [BS_VK_K_ATTN_SPLIT] = "attention split", [BS_VK_K_MM_Q1] = "mm q1_0", [BS_VK_K_MM_Q2_128] = "mm q2_0",
+        [BS_VK_K_MM_Q2_64] = "mm q2_0_g64", [BS_VK_K_MMG_Q1] = "mm glu q1_0", [BS_VK_K_MMG_Q2_128] = "mm glu q2_0",
+        [BS_VK_K_MMG_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_MMGQ_Q1] = "mm glu q1_0", [BS_VK_K_MMGQ_Q2_128] = "mm glu q2_0",
+        [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64"};
     return names[k] ? names[k] : "?";
 }
 

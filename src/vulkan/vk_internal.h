@@ -111,6 +111,9 @@ enum bs_vk_kernel {
     BS_VK_K_MVC_Q1, BS_VK_K_MVC_Q2_128, BS_VK_K_MVC_Q2_64, BS_VK_K_MVC_Q8, BS_VK_K_MVC_Q4_1,   /* + DeltaNet conv */
     BS_VK_K_DELTA_NORM,               /* q/k L2 norms, delta rule, gated norm and int8 blocks in one */
     BS_VK_K_ATTN_SPLIT,               /* attention split over the context, chunks merged */
+    /* mv_q's products for more than 8 rows in tiles (mm_q.glsl): plain, GLU, GLU + int8 out */
+    BS_VK_K_MM_Q1, BS_VK_K_MM_Q2_128, BS_VK_K_MM_Q2_64, BS_VK_K_MMG_Q1, BS_VK_K_MMG_Q2_128, BS_VK_K_MMG_Q2_64,
+    BS_VK_K_MMGQ_Q1, BS_VK_K_MMGQ_Q2_128, BS_VK_K_MMGQ_Q2_64,
     BS_VK_K_COUNT
 };
 
@@ -158,13 +161,15 @@ struct bs_vk_ctx {
     bool asum_staged;                 /* mv_q's activation block sums once per workgroup (ASUM_STAGE) */
     uint32_t delta_spread;            /* the delta rule's lanes per state column (DL_SPREAD): 8 or 1 */
     uint32_t delta_cols;              /* and its state columns per workgroup: 32 or 64 */
+    int mm;                           /* products of more than 8 rows: BS_VK_MM_* (vk_mm.c) */
+    bool mm_auto;                     /* cooperative matrices chosen, not asked for: checked at open */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;
     int n_queries;
     int q_kernel[4097];
-    double prof_ms[64];
-    uint64_t prof_n[64];
+    double prof_ms[BS_VK_K_COUNT];
+    uint64_t prof_n[BS_VK_K_COUNT];
     /* what was submitted (bs_vk_stats; printed with BITSPARK_PROFILE=1): rec_* count the
      * recording under way, dirty says whether a command was recorded since the last barrier */
     bool counting;
@@ -363,6 +368,16 @@ int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool);
 /* The per-kernel GPU times (BITSPARK_PROFILE=1), printed on stderr. */
 void bs_vk_profile_print(bs_vk_ctx *c);
 int bs_vk_pipes_init(bs_vk_ctx *c);
+/* vk_mm.c: c->mm from BITSPARK_VK_MM and the device (before the device is created: it decides
+ * its features); -1 with bs_error for a way the device cannot take. */
+int bs_vk_mm_want(bs_vk_ctx *c);
+/* After the pipelines: cooperative matrices the context chose are checked against mv_q on two
+ * products (mv_q is taken where they differ or fail, with a message). */
+int bs_vk_mm_check(bs_vk_ctx *c);
+/* The mm kernel that computes mv_q kernel k's product of n rows, or -1 (mv_q's own). */
+int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n);
+/* How many times kernel k's product of n rows reads its weights: row groups of 8 or tiles of 32. */
+uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n);
 void bs_vk_pipes_free(bs_vk_ctx *c);
 
 #endif

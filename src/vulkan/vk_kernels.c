@@ -307,6 +307,11 @@ static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n
 /* An integer product's grid (mv_q.glsl): activation row groups along x, launched fastest, weight
  * tiles of 256 / split rows along y. */
 static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const void *push, uint64_t rows, uint32_t split, int n) {
+    const int mk = bs_vk_mm_kernel(c, k, n);   /* more than 8 rows: mm_q's tiles of 32 x 32 (vk_mm.c) */
+    if (mk >= 0) {
+        if (groups(rows, 32) > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)groups(rows, 32));
+        return bs_vk_dispatch(c, mk, b, push, groups((uint64_t)n, 32), groups(rows, 32), 1);
+    }
     const uint64_t tiles = groups(rows, 256 / split);
     if (tiles > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)tiles);
     return bs_vk_dispatch(c, k, b, push, groups((uint64_t)n, 8), (uint32_t)tiles, 1);
@@ -326,7 +331,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
             return -1;
         /* (a matrix in a shared layout reads its own rows of it) */
         c->rec.weight_bytes += (f32 ? p->codes.size : (p->codes.size + p->scales.size) * (uint64_t)p->rows / (m->borrowed ? m->lay_rows : p->rows)) *
-                               groups((uint64_t)n, 8);
+                               (f32 ? groups((uint64_t)n, 8) : bs_vk_mvq_passes(c, m->kernel, n));
     }
     return 0;
 }
@@ -351,7 +356,7 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
         l[k] = (uint32_t)m[k]->ne1;
         bi[7 + k] = y[k];
     }
-    c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
+    c->rec.weight_bytes += (p->codes.size + p->scales.size) * bs_vk_mvq_passes(c, lay->kernel, n);
     push.qp = qp;
     push.K = (uint32_t)K;
     push.from_in = conv && conv[3];
@@ -467,7 +472,7 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     if (qout && gate->ne1 % 32) return bs_error("Vulkan: GLU quantization needs rows in 32s (%lld)", (long long)gate->ne1);
     const bs_vk_buf *b[17] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, NULL, NULL, NULL,
                               qout ? qout[0] : NULL, qout ? qout[1] : NULL, qout ? qout[2] : NULL};   /* NULL: unused */
-    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * groups((uint64_t)n, 8);
+    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * bs_vk_mvq_passes(c, gate->kernel, n);
     const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
     return dispatch_mvq(c, k, b, &qp, (uint64_t)g->rows, (uint32_t)gate->split, n);
 }
