@@ -201,7 +201,6 @@ static void logits(bs_batch *b, const bs_batch_seq *q, int n_seq) {
         if (q[i].logits_mode == BS_LOGITS_NONE) continue;
         const int rows = q[i].logits_mode == BS_LOGITS_ALL ? q[i].n : 1;
         memcpy(q[i].logits, b->logits + (size_t)k * V, (size_t)rows * V * sizeof(float));
-        for (int r = 0; r < rows && q[i].next; r++) q[i].next[r] = bs_argmax_lowest(q[i].logits + (size_t)r * V, (int)V);
         k += rows;
     }
 }
@@ -248,18 +247,9 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
             lused += v[nv].logit_rows;
             idx[nv++] = i;
         }
-        for (int k = 0; k < nv; k++)   /* these stay so where the pass read the rows back */
-            for (int r = 0; r < v[k].logit_rows; r++) {
-                if (v[k].next) v[k].next[r] = -1;
-                if (v[k].top_k) v[k].n_top[r] = -1;
-            }
-        const int V = q[0].s->m->hp.n_vocab;
+        /* (ids and lists the pass does not take stay -1: bs_eval_multi takes them from the rows) */
         if ((more = nv > 0) && !(rc = bs_vk_batch_eval(vb, v, nv)))
-            for (int k = 0; k < nv; k++) {
-                for (int r = 0; r < v[k].logit_rows && v[k].next; r++)
-                    if (v[k].next[r] < 0) v[k].next[r] = bs_argmax_lowest(v[k].logits + (size_t)r * V, V);
-                done[idx[k]] += v[k].n;
-            }
+            for (int k = 0; k < nv; k++) done[idx[k]] += v[k].n;
     }
     for (int i = 0; i < n_seq && !rc; i++) bs_device_end(q[i].s, q[i].n);
     free(done);
@@ -269,23 +259,11 @@ static int eval_device(bs_vk_batch *vb, const bs_batch_seq *q, int n_seq) {
 
 static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq);
 
-/* Logits rows of sequence q: 1 (LAST), n (ALL), 0 */
-static int logit_rows(const bs_batch_seq *q) {
-    return q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
-}
-
 int bs_eval_multi(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     if (validate(b, q, n_seq)) return -1;
-    for (int i = 0; i < n_seq; i++)
-        for (int r = 0; r < logit_rows(&q[i]) && q[i].top_k; r++) q[i].n_top[r] = -1;
+    for (int i = 0; i < n_seq; i++) bs_seq_unset(&q[i]);
     if (eval_rows(b, q, n_seq)) return -1;
-    const int V = b->m->hp.n_vocab;
-    for (int i = 0; i < n_seq; i++)   /* where the rows came back: their k best taken here */
-        for (int r = 0; r < logit_rows(&q[i]) && q[i].top_k; r++)
-            if (q[i].n_top[r] < 0) {
-                const size_t at = (size_t)r * (size_t)q[i].top_k;
-                q[i].n_top[r] = bs_top_lowest(q[i].logits + (size_t)r * V, V, q[i].top_k, q[i].top_ids + at, q[i].top_logits + at);
-            }
+    for (int i = 0; i < n_seq; i++) bs_seq_from_rows(&q[i]);   /* where the rows came back */
     return 0;
 }
 
@@ -293,13 +271,7 @@ static int eval_rows(bs_batch *b, const bs_batch_seq *q, int n_seq) {
     /* sessions on the device: their rows through each weight product together there (one
      * alone takes bs_eval's recorded steps: the same bits) */
     if (b->vk && n_seq > 1) return eval_device(b->vk, q, n_seq);
-    if (b->vk) {   /* one alone: the ids or lists found on the device where asked, else the rows */
-        bs_session *s = q[0].s;
-        const bs_vk_out o = {.mode = q[0].logits_mode, .logits = q[0].logits, .next = q[0].next, .top_k = q[0].top_k,
-                             .top_ids = q[0].top_ids, .top_vals = q[0].top_logits, .n_top = q[0].n_top};
-        if (s->abort_cb && s->abort_cb(s->abort_ud)) return bs_error("evaluation aborted after 0 of %d tokens", q[0].n);
-        return bs_device_eval_out(s, q[0].tokens, q[0].n, &o, s->n_taps ? q[0].taps : NULL);
-    }
+    if (b->vk) return bs_eval_seq(&q[0]);   /* one alone: the ids or lists found on the device where asked */
     const bs_qwen35_hparams *hp = &b->m->hp;
     const int E = hp->n_embd;
     int R = 0;

@@ -33,6 +33,10 @@ int bs_eval_seq(const bs_batch_seq *q);
 /* Whether q's top-k request is well formed: none, or 1..BS_TOP_MAX of its logits rows (not
  * with next), with places for them. */
 bool bs_seq_top_ok(const bs_batch_seq *q);
+/* q's greedy ids and k-best lists: all marked not taken (-1), then those still not taken (the
+ * device takes them where it can) from its logits rows, as the device would. */
+void bs_seq_unset(const bs_batch_seq *q);
+void bs_seq_from_rows(const bs_batch_seq *q);
 
 /* Make a session use a shared pool (the batch's) instead of its own, which is freed: the
  * session must have been created with at least as many threads as the pool has, since its

@@ -112,9 +112,32 @@ bool bs_seq_top_ok(const bs_batch_seq *q) {
            (!q->top_k || (q->logits_mode != BS_LOGITS_NONE && !q->next && q->top_ids && q->top_logits && q->n_top));
 }
 
+static int seq_rows(const bs_batch_seq *q) {
+    return q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
+}
+
+void bs_seq_unset(const bs_batch_seq *q) {
+    for (int r = 0; r < seq_rows(q); r++) {
+        if (q->next) q->next[r] = -1;
+        if (q->top_k) q->n_top[r] = -1;
+    }
+}
+
+void bs_seq_from_rows(const bs_batch_seq *q) {
+    const int V = q->s->m->hp.n_vocab;
+    for (int r = 0; r < seq_rows(q); r++) {
+        const float *row = q->logits + (size_t)r * V;
+        if (q->next && q->next[r] < 0) q->next[r] = bs_argmax_lowest(row, V);
+        if (q->top_k && q->n_top[r] < 0) {
+            const size_t at = (size_t)r * (size_t)q->top_k;
+            q->n_top[r] = bs_top_lowest(row, V, q->top_k, q->top_ids + at, q->top_logits + at);
+        }
+    }
+}
+
 int bs_eval_seq(const bs_batch_seq *q) {
     bs_session *s = q->s;
-    const int V = s->m->hp.n_vocab, rows = q->logits_mode == BS_LOGITS_ALL ? q->n : q->logits_mode == BS_LOGITS_LAST;
+    const int rows = seq_rows(q);
     if (!bs_seq_top_ok(q))
         return bs_error("bad top-k request (1..%d of logits rows, with places for them)", BS_TOP_MAX);
     float *taps = s->n_taps ? q->taps : NULL;
@@ -127,14 +150,8 @@ int bs_eval_seq(const bs_batch_seq *q) {
         return bs_device_eval_out(s, q->tokens, q->n, &o, taps);
     }
     if (bs_eval(s, q->tokens, q->n, q->logits_mode, q->logits, taps)) return -1;
-    for (int r = 0; r < rows; r++) {
-        const float *row = q->logits + (size_t)r * V;
-        if (q->next) q->next[r] = bs_argmax_lowest(row, V);
-        if (q->top_k) {
-            const size_t at = (size_t)r * (size_t)q->top_k;
-            q->n_top[r] = bs_top_lowest(row, V, q->top_k, q->top_ids + at, q->top_logits + at);
-        }
-    }
+    bs_seq_unset(q);
+    bs_seq_from_rows(q);
     return 0;
 }
 
