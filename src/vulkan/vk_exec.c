@@ -89,6 +89,9 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MMGQ_Q1] = {"mm_q", 17, 60, 5, {1, 4, 1, 1, 0}},
     [BS_VK_K_MMGQ_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 1, 1, 0}},
     [BS_VK_K_MMGQ_Q2_64] = {"mm_q", 17, 60, 5, {2, 2, 1, 1, 0}},
+    /* conv.glsl / delta.glsl for up to 8 sequences (workgroup z), a window / state binding each */
+    [BS_VK_K_CONV_B] = {"conv_b", 19, 56, 0, {0}},
+    [BS_VK_K_DELTA_B] = {"delta_b", 21, 60, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -543,7 +546,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN_SPLIT] = "attention split", [BS_VK_K_MM_Q1] = "mm q1_0", [BS_VK_K_MM_Q2_128] = "mm q2_0",
         [BS_VK_K_MM_Q2_64] = "mm q2_0_g64", [BS_VK_K_MMG_Q1] = "mm glu q1_0", [BS_VK_K_MMG_Q2_128] = "mm glu q2_0",
         [BS_VK_K_MMG_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_MMGQ_Q1] = "mm glu q1_0", [BS_VK_K_MMGQ_Q2_128] = "mm glu q2_0",
-        [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64"};
+        [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_CONV_B] = "gdn conv", [BS_VK_K_DELTA_B] = "gdn delta rule"};
     return names[k] ? names[k] : "?";
 }
 

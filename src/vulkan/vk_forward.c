@@ -240,14 +240,62 @@ static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
     return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, bs_vk_delta_cols(st->net->c)), nv, 1);
 }
 
+/* The same two phases for the sequences of a batch in one dispatch each (conv_b.comp,
+ * delta_b.comp: workgroup z is the sequence, each its own window and state binding, rows and
+ * snapshot flag in the push constants): the same workgroups as a dispatch per sequence, so the
+ * same bits, without 2 (np - 1) dispatches per layer. */
+enum { SEQ_BATCH = 8 };
+_Static_assert(BS_VK_BATCH_ROWS < 65536 && BS_VK_BATCH_SEQS <= SEQ_BATCH * 64, "rows and counts in 16 bits");
+static void seq_push(const vk_part *pt, int np, uint32_t *rt) {
+    for (int i = 0; i < np; i++) rt[i] = (uint32_t)pt[i].r0 | (uint32_t)pt[i].n << 16;
+}
+
+static int gdn_conv_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part *pt, int np) {
+    const bs_vk_net_desc *hp = &io->net->hp;
+    const uint32_t nk = (uint32_t)hp->n_k_heads, dk = (uint32_t)hp->d_k, cd = (uint32_t)hp->conv_dim;
+    struct { uint32_t cd, K, nqk, dk; float eps; uint32_t from_mask, rt[SEQ_BATCH]; } cp = {
+        cd, (uint32_t)hp->conv_kernel, 2 * nk, dk, hp->eps, 0, {0}};
+    const bs_vk_buf *cb[19] = {&io->a, NULL, &L->conv1d, &io->cc, NULL};   /* NULL: unused (bs_vk_dispatch) */
+    for (int i = 0; i < np; i++) {
+        const bs_vk_buf *in;
+        uint32_t from;
+        cb[i ? 4 + i : 1] = conv_bind(pt[i].s, L, &in, &from);
+        cb[i ? 11 + i : 4] = in;
+        cp.from_mask |= from << i;
+    }
+    seq_push(pt, np, cp.rt);
+    return bs_vk_dispatch(io->net->c, BS_VK_K_CONV_B, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, (uint32_t)np);
+}
+
+static int gdn_delta_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part *pt, int np) {
+    const bs_vk_net_desc *hp = &io->net->hp;
+    const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
+    struct { uint32_t nk, nv, dk, dv, cd; float scale; uint32_t from_mask, rt[SEQ_BATCH]; } dp = {
+        nk, nv, dk, dv, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), 0, {0}};
+    const bs_vk_buf *db[21] = {&io->cc, &io->ga, &io->gbeta, NULL, &io->d, &L->gates, NULL};
+    for (int i = 0; i < np; i++) {
+        const bs_vk_buf *in;
+        uint32_t from;
+        db[i ? 6 + i : 3] = ssm_bind(pt[i].s, L, &in, &from);
+        db[i ? 13 + i : 6] = in;
+        dp.from_mask |= from << i;
+    }
+    seq_push(pt, np, dp.rt);
+    return bs_vk_dispatch(io->net->c, BS_VK_K_DELTA_B, db, &dp, groups(dv, bs_vk_delta_cols(io->net->c)), nv, (uint32_t)np);
+}
+
 /* pt: NULL for a session's own step of n rows, else a batch's sequences, which touch disjoint
- * rows and states: all their convs, one barrier, all their delta rules, one barrier. */
+ * rows and states: all their convs, one barrier, all their delta rules, one barrier (each phase
+ * one dispatch for up to 8 sequences; a dispatch per sequence with BITSPARK_VK_SEQ_APART=1). */
 static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
     const vk_part self = {.s = s, .n = n};
     if (!pt) pt = &self, np = 1;
-    for (int i = 0; i < np; i++) TRY(gdn_conv(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+    const bool together = np > 1 && !s->net->seq_apart;
+    for (int i = 0; i < np; i += together ? SEQ_BATCH : 1)
+        TRY(together ? gdn_conv_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_conv(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
     bs_vk_barrier(s->net->c);
-    for (int i = 0; i < np; i++) TRY(gdn_delta(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+    for (int i = 0; i < np; i += together ? SEQ_BATCH : 1)
+        TRY(together ? gdn_delta_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_delta(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
     bs_vk_barrier(s->net->c);
     return 0;
 }

@@ -114,6 +114,7 @@ enum bs_vk_kernel {
     /* mv_q's products for more than 8 rows in tiles (mm_q.glsl): plain, GLU, GLU + int8 out */
     BS_VK_K_MM_Q1, BS_VK_K_MM_Q2_128, BS_VK_K_MM_Q2_64, BS_VK_K_MMG_Q1, BS_VK_K_MMG_Q2_128, BS_VK_K_MMG_Q2_64,
     BS_VK_K_MMGQ_Q1, BS_VK_K_MMGQ_Q2_128, BS_VK_K_MMGQ_Q2_64,
+    BS_VK_K_CONV_B, BS_VK_K_DELTA_B,  /* a batch's convs / delta rules, one dispatch for all its sequences */
     BS_VK_K_COUNT
 };
 

@@ -68,6 +68,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
+    n->seq_apart = bs_env_flag("BITSPARK_VK_SEQ_APART");
     n->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
     /* 256 positions: at a 32k context 128 chunks per KV head fill a large GPU, and a chunk's
        partials (G heads of D + 2 floats) are ~2% of the K/V bytes it reads (tests: smaller) */

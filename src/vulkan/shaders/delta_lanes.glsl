@@ -17,7 +17,15 @@
 // ([n_v][d_k][d_v]), and has push constants dk, dv and from_in: the step after a snapshot reads
 // the state it starts from in st_in[], the other buffer of the session's pair, and leaves it
 // there (the snapshot, at no cost); other steps leave st_in unbound and update st in place.
-float dl_first(uint e) { return p.from_in != 0u ? st_in[e] : st[e]; }
+// (A batch's kernel, delta_b.comp, reads and writes its sequences' states through DL_ST,
+// DL_ST_SET, DL_ST_IN and DL_FROM_IN instead: the same operations on another buffer.)
+#ifndef DL_ST
+#define DL_ST(e) st[e]
+#define DL_ST_SET(e, v) st[e] = (v)
+#define DL_ST_IN(e) st_in[e]
+#define DL_FROM_IN (p.from_in != 0u)
+#endif
+float dl_first(uint e) { return DL_FROM_IN ? DL_ST_IN(e) : DL_ST(e); }
 layout(constant_id = 22) const uint DL_SPREAD = 8u;
 const uint DL_INV = gl_WorkGroupSize.x;
 const uint DL_LANES = 8u, DL_ROWS = 32u;   // DL_ROWS * DL_LANES: d_k <= 256
@@ -39,7 +47,7 @@ void dl_store(uint sb, uint l, bool on) {
     if (DL_SPREAD == 1u) return;
     [[unroll]] for (uint a = 0u; a < DL_ROWS; a++) {
         const uint i = l + DL_LANES * a;
-        if (on && i < p.dk) st[sb + i * p.dv] = dl_r[a];
+        if (on && i < p.dk) DL_ST_SET(sb + i * p.dv, dl_r[a]);
     }
 }
 
@@ -75,8 +83,8 @@ float dl_token_column(uint sb, float decay, float bt, float v, bool first) {
         [[unroll]] for (uint l = 0u; l < 8u; l++) {
             const uint i = i0 + l;
             if (i < p.dk) {
-                precise float r = (first ? dl_first(sb + i * p.dv) : st[sb + i * p.dv]) * decay;
-                st[sb + i * p.dv] = r;
+                precise float r = (first ? dl_first(sb + i * p.dv) : DL_ST(sb + i * p.dv)) * decay;
+                DL_ST_SET(sb + i * p.dv, r);
                 precise float pk = r * DL_K(i);
                 precise float s = acc[l] + pk;
                 acc[l] = s;
@@ -89,8 +97,8 @@ float dl_token_column(uint sb, float decay, float bt, float v, bool first) {
             const uint i = i0 + l;
             if (i < p.dk) {
                 precise float kd = DL_K(i) * d;
-                precise float r = st[sb + i * p.dv] + kd;
-                st[sb + i * p.dv] = r;
+                precise float r = DL_ST(sb + i * p.dv) + kd;
+                DL_ST_SET(sb + i * p.dv, r);
                 precise float pq = r * DL_Q(i);
                 precise float s = acc[l] + pq;
                 acc[l] = s;
