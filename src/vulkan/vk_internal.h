@@ -375,7 +375,7 @@ int bs_vk_mm_want(bs_vk_ctx *c);
 /* After the pipelines: cooperative matrices the context chose are checked against mv_q on two
  * products (mv_q is taken where they differ or fail, with a message). */
 int bs_vk_mm_check(bs_vk_ctx *c);
-/* The mm kernel that computes mv_q kernel k's product of n rows, or -1 (mv_q's own). */
+/* vk_kernels.c: the mm kernel that computes mv_q kernel k's product of n rows, or -1 (mv_q's own). */
 int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n);
 /* How many times kernel k's product of n rows reads its weights: row groups of 8 or tiles of 32. */
 uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n);

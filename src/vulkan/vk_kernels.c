@@ -304,6 +304,28 @@ static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n
                       .row0 = (uint32_t)p->row0, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m->ne1};
 }
 
+/* Products of more than 8 rows: mm_q's kernel for mv_q's (c->mm: vk_mm.c) */
+int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n) {
+    if (c->mm == BS_VK_MM_OFF || n <= 8) return -1;
+    switch (k) {
+    case BS_VK_K_MV_Q1: return BS_VK_K_MM_Q1;
+    case BS_VK_K_MV_Q2_128: return BS_VK_K_MM_Q2_128;
+    case BS_VK_K_MV_Q2_64: return BS_VK_K_MM_Q2_64;
+    case BS_VK_K_GLU_Q1: return BS_VK_K_MMG_Q1;
+    case BS_VK_K_GLU_Q2_128: return BS_VK_K_MMG_Q2_128;
+    case BS_VK_K_GLU_Q2_64: return BS_VK_K_MMG_Q2_64;
+    case BS_VK_K_GLUQ_Q1: return BS_VK_K_MMGQ_Q1;
+    case BS_VK_K_GLUQ_Q2_128: return BS_VK_K_MMGQ_Q2_128;
+    case BS_VK_K_GLUQ_Q2_64: return BS_VK_K_MMGQ_Q2_64;
+    default: return -1;   /* other formats, and the epilogues of at most 8 rows */
+    }
+}
+
+uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n) {
+    const uint64_t rows = bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8;
+    return ((uint64_t)n + rows - 1) / rows;
+}
+
 /* An integer product's grid (mv_q.glsl): activation row groups along x, launched fastest, weight
  * tiles of 256 / split rows along y. */
 static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const void *push, uint64_t rows, uint32_t split, int n) {

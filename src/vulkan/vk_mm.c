@@ -1,7 +1,7 @@
 /* vk_mm.c: the integer products of more than 8 rows (prompts, large batches) in mm_q.glsl's
  * tiles, with int8 cooperative matrices (tensor cores) where the device has them: which way a
- * context takes, the kernels that stand in for mv_q's, and the check a context makes before it
- * trusts cooperative matrices with a model. A CPU device has none, so the test suite checks
+ * context takes, and the check a context makes before it trusts cooperative matrices with a
+ * model (the kernels that stand in for mv_q's: vk_kernels.c's bs_vk_mm_kernel). A CPU device has none, so the test suite checks
  * mm_q's plain form against mv_q there, and a context on a GPU checks the cooperative form
  * against mv_q itself, bit for bit, before using it. */
 #include "vulkan/vk_internal.h"
@@ -37,27 +37,6 @@ int bs_vk_mm_want(bs_vk_ctx *c) {
     }
     if (c->mm != BS_VK_MM_OFF && bs_env_flag("BITSPARK_VK_MM_CHECK")) c->mm_auto = true;   /* tests: check a way asked for */
     return 0;
-}
-
-int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n) {
-    if (c->mm == BS_VK_MM_OFF || n <= 8) return -1;
-    switch (k) {
-    case BS_VK_K_MV_Q1: return BS_VK_K_MM_Q1;
-    case BS_VK_K_MV_Q2_128: return BS_VK_K_MM_Q2_128;
-    case BS_VK_K_MV_Q2_64: return BS_VK_K_MM_Q2_64;
-    case BS_VK_K_GLU_Q1: return BS_VK_K_MMG_Q1;
-    case BS_VK_K_GLU_Q2_128: return BS_VK_K_MMG_Q2_128;
-    case BS_VK_K_GLU_Q2_64: return BS_VK_K_MMG_Q2_64;
-    case BS_VK_K_GLUQ_Q1: return BS_VK_K_MMGQ_Q1;
-    case BS_VK_K_GLUQ_Q2_128: return BS_VK_K_MMGQ_Q2_128;
-    case BS_VK_K_GLUQ_Q2_64: return BS_VK_K_MMGQ_Q2_64;
-    default: return -1;   /* other formats, and the epilogues of at most 8 rows */
-    }
-}
-
-uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n) {
-    const uint64_t rows = bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8;
-    return ((uint64_t)n + rows - 1) / rows;
 }
 
 /* One product of `rows` x `cols` of type on `n` rows with the context's mm and with mv_q; 1 when
