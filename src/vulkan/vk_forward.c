@@ -246,8 +246,23 @@ static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
  * same bits, without 2 (np - 1) dispatches per layer. */
 enum { SEQ_BATCH = 8 };
 _Static_assert(BS_VK_BATCH_ROWS < 65536 && BS_VK_BATCH_SEQS <= SEQ_BATCH * 64, "rows and counts in 16 bits");
-static void seq_push(const vk_part *pt, int np, uint32_t *rt) {
-    for (int i = 0; i < np; i++) rt[i] = (uint32_t)pt[i].r0 | (uint32_t)pt[i].n << 16;
+typedef const bs_vk_buf *state_bind_fn(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in);
+
+/* Each sequence's state of L (bind: conv_bind or ssm_bind) into b: sequence 0's at s0 and its
+ * snapshot read at in0, sequence i's at base + i and in_base + i; their rows into rt (r0 | n << 16).
+ * Returns the sequences' from_in flags as a mask. */
+static uint32_t seq_states(const vk_part *pt, int np, const vk_layer *L, state_bind_fn *bind, const bs_vk_buf **b, int s0,
+                           int in0, int base, int in_base, uint32_t *rt) {
+    uint32_t mask = 0;
+    for (int i = 0; i < np; i++) {
+        const bs_vk_buf *in;
+        uint32_t from;
+        b[i ? base + i : s0] = bind(pt[i].s, L, &in, &from);
+        b[i ? in_base + i : in0] = in;
+        mask |= from << i;
+        rt[i] = (uint32_t)pt[i].r0 | (uint32_t)pt[i].n << 16;
+    }
+    return mask;
 }
 
 static int gdn_conv_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part *pt, int np) {
@@ -256,14 +271,7 @@ static int gdn_conv_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part
     struct { uint32_t cd, K, nqk, dk; float eps; uint32_t from_mask, rt[SEQ_BATCH]; } cp = {
         cd, (uint32_t)hp->conv_kernel, 2 * nk, dk, hp->eps, 0, {0}};
     const bs_vk_buf *cb[19] = {&io->a, NULL, &L->conv1d, &io->cc, NULL};   /* NULL: unused (bs_vk_dispatch) */
-    for (int i = 0; i < np; i++) {
-        const bs_vk_buf *in;
-        uint32_t from;
-        cb[i ? 4 + i : 1] = conv_bind(pt[i].s, L, &in, &from);
-        cb[i ? 11 + i : 4] = in;
-        cp.from_mask |= from << i;
-    }
-    seq_push(pt, np, cp.rt);
+    cp.from_mask = seq_states(pt, np, L, conv_bind, cb, 1, 4, 4, 11, cp.rt);
     return bs_vk_dispatch(io->net->c, BS_VK_K_CONV_B, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, (uint32_t)np);
 }
 
@@ -273,14 +281,7 @@ static int gdn_delta_batch(const bs_vk_sess *io, const vk_layer *L, const vk_par
     struct { uint32_t nk, nv, dk, dv, cd; float scale; uint32_t from_mask, rt[SEQ_BATCH]; } dp = {
         nk, nv, dk, dv, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), 0, {0}};
     const bs_vk_buf *db[21] = {&io->cc, &io->ga, &io->gbeta, NULL, &io->d, &L->gates, NULL};
-    for (int i = 0; i < np; i++) {
-        const bs_vk_buf *in;
-        uint32_t from;
-        db[i ? 6 + i : 3] = ssm_bind(pt[i].s, L, &in, &from);
-        db[i ? 13 + i : 6] = in;
-        dp.from_mask |= from << i;
-    }
-    seq_push(pt, np, dp.rt);
+    dp.from_mask = seq_states(pt, np, L, ssm_bind, db, 3, 6, 6, 13, dp.rt);
     return bs_vk_dispatch(io->net->c, BS_VK_K_DELTA_B, db, &dp, groups(dv, bs_vk_delta_cols(io->net->c)), nv, (uint32_t)np);
 }
 

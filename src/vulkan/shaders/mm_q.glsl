@@ -14,27 +14,8 @@
 // slices of the matrix (group ranges n_grp * s / split) restart acc and are summed in slice
 // order. So a row's result is the same whichever kernel (and how many rows) computed it.
 layout(local_size_x = 128) in;
-layout(constant_id = 0) const uint BITS = 1;
-layout(constant_id = 1) const uint SUBS = 4;
-layout(constant_id = 2) const uint GLU = 0;
-layout(constant_id = 3) const uint QOUT = 0;
-layout(constant_id = 4) const uint NORM_OUT = 0;   // not taken here (bs_vk_mm_kernel)
-layout(std430, binding = 0) readonly buffer WC { uvec4 wc[]; };
-layout(std430, binding = 1) readonly buffer WS { uint ws[]; };
-layout(std430, binding = 2) readonly buffer AQ { uint aq[]; };
-layout(std430, binding = 3) readonly buffer AS { float as_[]; };
-layout(std430, binding = 5) coherent buffer Y { float y[]; };   // coherent: QOUT reads others' rows
-layout(std430, binding = 6) readonly buffer WC2 { uvec4 wc2[]; };
-layout(std430, binding = 7) readonly buffer WS2 { uint ws2[]; };
-layout(std430, binding = 8) buffer Y1 { float y1[]; };
-layout(std430, binding = 9) buffer Y2 { float y2[]; };
-layout(std430, binding = 10) buffer Y3 { float y3[]; };
-layout(std430, binding = 11) writeonly buffer Q { uint q[]; };
-layout(std430, binding = 12) writeonly buffer S8 { float s8[]; };
-layout(std430, binding = 13) writeonly buffer M8 { float m8[]; };
-layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } p;
+#include "mvq_io.glsl"
 
-#include "f16.glsl"
 #include "fma_rn.glsl"
 #include "div_rn.glsl"
 #include "q8.glsl"
@@ -109,8 +90,6 @@ void sums(uint lid) {
 }
 #endif
 
-float wscale(uint mat, uint i) { return f16_half(mat == 0u ? ws[i >> 1] : ws2[i >> 1], i); }
-
 // Group g's sums into this invocation's chains (weight row j, activation rows m = m_i + 4 i):
 // mv_q.glsl's product() for BITS 1/2, the same operations in the same order.
 void chains(uint mat, uint g, uint j, uint row, uint mi, uint r0, uint nr, inout float acc[PER]) {
@@ -138,14 +117,6 @@ void end_slice(uint s, inout float tot[PER], inout float acc[PER]) {
         tot[i] = v;
         acc[i] = 0.0;
     }
-}
-
-// mv_q.glsl's store()
-void store(uint row, uint r, float v) {
-    if (row >= p.e3) y3[r * p.l3 + row - p.e3] = v;
-    else if (row >= p.e2) y2[r * p.l2 + row - p.e2] = v;
-    else if (row >= p.e1) y1[r * p.l1 + row - p.e1] = v;
-    else y[p.row0 + r * p.l0 + row - p.rbase] = v;
 }
 
 void main() {
