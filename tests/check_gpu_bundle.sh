@@ -89,6 +89,7 @@ check_summary() { # outdir label [models]
     v=$(row "with BITSPARK_VK_ASUM=row $m" "$o"); [[ $v =~ ^pp32\ [0-9.]+\ ±\ [0-9.]+,\ tg16\ [0-9.]+\ ±\ [0-9.]+\ t/s,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\)$ ]] || bad "$l: asum-row $m [$v]"
     v=$(row "with BITSPARK_VK_DELTA=column $m" "$o"); [[ $v =~ ^tg16\ [0-9.]+\ ±\ [0-9.]+\ t/s,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\)$ ]] || bad "$l: delta-column $m [$v]"
     v=$(row "prompts' products $m" "$o"); [[ $v =~ ^pp32\ [0-9.]+\ ±\ [0-9.]+\ t/s\ by\ mv_q\;\ with\ BITSPARK_VK_MM=off\ \(mv_q\)\ [0-9.]+\ ±\ [0-9.]+\ t/s$ ]] || bad "$l: mm-off $m [$v]"
+    v=$(row "tg16 x8 sessions with BITSPARK_VK_SEQ=apart $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s\ of\ all\ 8\ \([0-9.]+\ dispatches\ per\ pass\)$ ]] || bad "$l: seq-apart $m [$v]"
     v=$(row "with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m" "$o"); [[ $v =~ ^tg16\ [0-9.]+\ ±\ [0-9.]+\ t/s,\ tg16\ sampled\ [0-9.]+\ ±\ [0-9.]+\ t/s$ ]] || bad "$l: no-ahead $m [$v]"
     v=$(row "tg16 sampled $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s\ \(temperature\ 0.8,\ top-k\ 40\;\ [0-9.]+\ bytes\ read\ back\ per\ token\)$ ]] || bad "$l: sampled $m [$v]"
     v=$(row "per-kernel GPU time $m" "$o"); [[ $v =~ ^[a-z_0-9\ ]+\ [0-9.]+\ ms\ \([0-9.]+%\) ]] || bad "$l: per-kernel $m [$v]"

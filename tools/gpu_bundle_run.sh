@@ -195,6 +195,7 @@ summary() {
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
       echo "| prompts' products $m | ${S[$m.mm]:-not run} |"
+      echo "| tg$TG x8 sessions with BITSPARK_VK_SEQ=apart $m | ${S[$m.seq]:-not run} |"
       echo "| with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m | ${S[$m.ahead]:-not run} |"
       echo "| per-kernel GPU time $m | ${S[$m.kernels]:-?} |"
       echo "| dispatches per token $m | ${S[$m.disp]:-?} |"
@@ -366,18 +367,6 @@ for m in "${MODELS[@]}"; do
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
-  # prompts' products by mv_q's row groups against the device's choice (int8 cooperative
-  # matrices where the device has them: vk_mm.c), pp only
-  if can_run "mm-off $m" 30; then
-    { echo "## $m with BITSPARK_VK_MM=off"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r 2 \
-      --no-membw >"$W/mm.txt" 2>&1
-    rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/mm.txt")
-    way=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt" | grep -m1 -o 'prompts by [^|]*' | sed 's/ *$//')
-    S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
-    step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
-  fi
   # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain), and
   # sampling from whole rows read back instead of the top 40 found on the device (topk.comp's)
   if can_run "no-ahead $m" 30; then
@@ -424,6 +413,31 @@ for m in "${MODELS[@]}"; do
     S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms"
     step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
+  # (last: the two newest comparisons, so that they never take the budget of the others)
+  # prompts' products by mv_q's row groups against the device's choice (int8 cooperative
+  # matrices where the device has them: vk_mm.c), pp only
+  if can_run "mm-off $m" 30; then
+    { echo "## $m with BITSPARK_VK_MM=off"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r 2 \
+      --no-membw >"$W/mm.txt" 2>&1
+    rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/mm.txt")
+    way=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt" | grep -m1 -o 'prompts by [^|]*' | sed 's/ *$//')
+    S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
+    step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
+  # 8 sessions' passes with the recurrence a dispatch per sequence (a CPU device's way) against
+  # one for all of them (docs/kernels.md, several sessions in one pass)
+  if can_run "seq-apart $m" 30; then
+    { echo "## $m with BITSPARK_VK_SEQ=apart"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --parallel 8 \
+      --no-membw >"$W/seq.txt" 2>&1
+    rc=$?; cat "$W/seq.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    par=$(awk -F'|' -v t="tg${TG}x8" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/seq.txt")
+    pb=$(grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches' "$W/seq.txt" | sed 's/.*tokens) //')
+    S[$m.seq]="${par:-?} t/s of all 8 (${pb:-?} per pass)"
+    step_done "seq-apart $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
 done
 log "done in $(now) s"
 summary

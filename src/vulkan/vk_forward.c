@@ -287,11 +287,11 @@ static int gdn_delta_batch(const bs_vk_sess *io, const vk_layer *L, const vk_par
 
 /* pt: NULL for a session's own step of n rows, else a batch's sequences, which touch disjoint
  * rows and states: all their convs, one barrier, all their delta rules, one barrier (each phase
- * one dispatch for up to 8 sequences; a dispatch per sequence with BITSPARK_VK_SEQ_APART=1). */
+ * one dispatch for up to 8 sequences where the net takes them together, else one per sequence). */
 static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np) {
     const vk_part self = {.s = s, .n = n};
     if (!pt) pt = &self, np = 1;
-    const bool together = np > 1 && !s->net->seq_apart;
+    const bool together = np > 1 && s->net->seq_together;
     for (int i = 0; i < np; i += together ? SEQ_BATCH : 1)
         TRY(together ? gdn_conv_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_conv(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
     bs_vk_barrier(s->net->c);

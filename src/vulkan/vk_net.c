@@ -68,7 +68,12 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
-    n->seq_apart = bs_env_flag("BITSPARK_VK_SEQ_APART");
+    /* a batch's conv and delta rule: one dispatch for its sequences on a GPU; on a CPU device,
+     * whose delta rule walks the state in memory, a dispatch per sequence (lavapipe: the state
+     * reads through the sequences' bindings made 8 sessions' passes 35% slower); the same bits
+     * either way; BITSPARK_VK_SEQ=together|apart */
+    const char *sq = getenv("BITSPARK_VK_SEQ");
+    n->seq_together = sq ? strcmp(sq, "apart") != 0 : bs_vk_delta_spread(c) == 8;
     n->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
     /* 256 positions: at a 32k context 128 chunks per KV head fill a large GPU, and a chunk's
        partials (G heads of D + 2 floats) are ~2% of the K/V bytes it reads (tests: smaller) */

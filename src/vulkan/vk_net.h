@@ -35,7 +35,7 @@ struct bs_vk_net {
     bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
     bool no_gdnf;                 /* BITSPARK_VK_NO_GDNF=1: DeltaNet's conv, q/k norms, delta rule, gated norm apart */
-    bool seq_apart;               /* BITSPARK_VK_SEQ_APART=1: a batch's recurrence a dispatch per sequence */
+    bool seq_together;            /* a batch's recurrence one dispatch for all sequences (BITSPARK_VK_SEQ) */
     bool no_split;                /* BITSPARK_VK_NO_SPLIT=1: attention in one workgroup per query (attn.comp) */
     int attn_chunk;               /* positions per attn_split.comp chunk (BITSPARK_VK_ATTN_CHUNK, 256) */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
