@@ -43,6 +43,8 @@ can_run() {
 # the compressed parts (vk: loader + glvnd/X11, glibc, src: models + Python tests) into $W, once
 unpack() { [ -d "$W/$1" ] || tar -xzf "$B/$1.tar.gz" -C "$W"; }
 bi() { awk -v k="$1" '$1 == k {print $2}' "$B/BUILD_INFO"; }
+# a bench table's value (column 8) in the first row whose test (column 7) matches $1, plus $2; stdin
+tfield() { awk -F'|' -v t="$1" -v s="${2:-}" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 s; exit}'; }
 vle() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }   # version $1 <= $2
 log "bundle: $(head -1 "$B/BUILD_INFO"); host $(uname -nr); budget ${BUDGET}s${QUICK:+; quick (tiny models)}"
 
@@ -329,12 +331,12 @@ for m in "${MODELS[@]}"; do
     rc=$?; echo >>"$OUT/bench.txt"
     sec=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt")
     S[$m.load]=$(echo "$sec" | grep -m1 -o 'load: [0-9.]* s' | sed 's/load: //')
-    S[$m.pp]=$(echo "$sec" | awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
-    S[$m.tg]=$(echo "$sec" | awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 " t/s"; exit}')
-    par=$(echo "$sec" | awk -F'|' -v t="tg${TG}x8" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}')
+    S[$m.pp]=$(echo "$sec" | tfield "pp$PP" " t/s")
+    S[$m.tg]=$(echo "$sec" | tfield "tg$TG" " t/s")
+    par=$(echo "$sec" | tfield "tg${TG}x8")
     pb=$(echo "$sec" | grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches, [0-9.]* barriers' | sed 's/.*tokens) //')
     S[$m.par]="${par:-?} t/s of all 8 (bench --parallel 8; ${pb:-?} per pass)"
-    smp=$(echo "$sec" | awk -F'|' -v t="tg$TG sampled" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}')
+    smp=$(echo "$sec" | tfield "tg$TG sampled")
     sb=$(echo "$sec" | grep -m1 -o 'device tg sampled: per token .* [0-9.]* bytes read back' | grep -o '[0-9.]* bytes read back')
     S[$m.smp]="${smp:-?} t/s (temperature 0.8, top-k 40; ${sb:-?} per token)"
     r=$(echo "$sec" | grep -m1 -o 'tg reached [0-9]*%' | grep -o '[0-9]*%'); bw=$(echo "$sec" | grep -m1 -o 'membw: [0-9.]* GB/s' | grep -o '[0-9.]* GB/s')
@@ -349,8 +351,8 @@ for m in "${MODELS[@]}"; do
     BITSPARK_VK_ASUM=row timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r 2 --verify 1,5 \
       --no-membw >"$W/asum.txt" 2>&1
     rc=$?; cat "$W/asum.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/asum.txt")
-    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/asum.txt")
+    pp=$(tfield "pp$PP" <"$W/asum.txt")
+    tg=$(tfield "tg$TG" <"$W/asum.txt")
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/asum.txt" | sed 's/w=5 //')
     S[$m.asum]="pp$PP ${pp:-?}, tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "asum-row $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
@@ -362,7 +364,7 @@ for m in "${MODELS[@]}"; do
     BITSPARK_VK_DELTA=column timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --verify 1,5 \
       --no-membw >"$W/delta.txt" 2>&1
     rc=$?; cat "$W/delta.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/delta.txt")
+    tg=$(tfield "tg$TG" <"$W/delta.txt")
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/delta.txt" | sed 's/w=5 //')
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
     step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
@@ -374,8 +376,8 @@ for m in "${MODELS[@]}"; do
     BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 \
       -n $TG -r 2 --sampled --no-membw >"$W/ahead.txt" 2>&1
     rc=$?; cat "$W/ahead.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    tg=$(awk -F'|' -v t="tg$TG" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/ahead.txt")
-    smp=$(awk -F'|' -v t="tg$TG sampled" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/ahead.txt")
+    tg=$(tfield "tg$TG" <"$W/ahead.txt")
+    smp=$(tfield "tg$TG sampled" <"$W/ahead.txt")
     S[$m.ahead]="tg$TG ${tg:-?} t/s, tg$TG sampled ${smp:-?} t/s"
     step_done "no-ahead $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
@@ -421,7 +423,7 @@ for m in "${MODELS[@]}"; do
     BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r 2 \
       --no-membw >"$W/mm.txt" 2>&1
     rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    pp=$(awk -F'|' -v t="pp$PP" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/mm.txt")
+    pp=$(tfield "pp$PP" <"$W/mm.txt")
     way=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt" | grep -m1 -o 'prompts by [^|]*' | sed 's/ *$//')
     S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
     step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
@@ -433,7 +435,7 @@ for m in "${MODELS[@]}"; do
     BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --parallel 8 \
       --no-membw >"$W/seq.txt" 2>&1
     rc=$?; cat "$W/seq.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
-    par=$(awk -F'|' -v t="tg${TG}x8" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8; exit}' "$W/seq.txt")
+    par=$(tfield "tg${TG}x8" <"$W/seq.txt")
     pb=$(grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches' "$W/seq.txt" | sed 's/.*tokens) //')
     S[$m.seq]="${par:-?} t/s of all 8 (${pb:-?} per pass)"
     step_done "seq-apart $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"

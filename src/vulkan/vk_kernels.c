@@ -322,21 +322,16 @@ int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n) {
 }
 
 uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n) {
-    const uint64_t rows = bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8;
-    return ((uint64_t)n + rows - 1) / rows;
+    return groups((uint64_t)n, bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8);
 }
 
 /* An integer product's grid (mv_q.glsl): activation row groups along x, launched fastest, weight
- * tiles of 256 / split rows along y. */
+ * tiles of 256 / split rows along y; more than 8 rows on mm_q: tiles of 32 x 32 (vk_mm.c). */
 static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const void *push, uint64_t rows, uint32_t split, int n) {
-    const int mk = bs_vk_mm_kernel(c, k, n);   /* more than 8 rows: mm_q's tiles of 32 x 32 (vk_mm.c) */
-    if (mk >= 0) {
-        if (groups(rows, 32) > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)groups(rows, 32));
-        return bs_vk_dispatch(c, mk, b, push, groups((uint64_t)n, 32), groups(rows, 32), 1);
-    }
-    const uint64_t tiles = groups(rows, 256 / split);
+    const int mk = bs_vk_mm_kernel(c, k, n);
+    const uint64_t tiles = groups(rows, mk >= 0 ? 32 : 256 / split);
     if (tiles > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)tiles);
-    return bs_vk_dispatch(c, k, b, push, groups((uint64_t)n, 8), (uint32_t)tiles, 1);
+    return bs_vk_dispatch(c, mk >= 0 ? mk : k, b, push, (uint32_t)bs_vk_mvq_passes(c, k, n), (uint32_t)tiles, 1);
 }
 
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,

@@ -1,9 +1,9 @@
 /* vk_mm.c: the integer products of more than 8 rows (prompts, large batches) in mm_q.glsl's
  * tiles, with int8 cooperative matrices (tensor cores) where the device has them: which way a
  * context takes, and the check a context makes before it trusts cooperative matrices with a
- * model (the kernels that stand in for mv_q's: vk_kernels.c's bs_vk_mm_kernel). A CPU device has none, so the test suite checks
- * mm_q's plain form against mv_q there, and a context on a GPU checks the cooperative form
- * against mv_q itself, bit for bit, before using it. */
+ * model (the kernels that stand in for mv_q's: vk_kernels.c's bs_vk_mm_kernel). A CPU device
+ * has none, so the test suite checks mm_q's plain form against mv_q there, and a context on a
+ * GPU checks the cooperative form against mv_q itself, bit for bit, before using it. */
 #include "vulkan/vk_internal.h"
 #include "formats/quant.h"
 #include "io/util.h"
@@ -82,7 +82,7 @@ int bs_vk_mm_check(bs_vk_ctx *c) {
                bs_vk_mm_name(c->mm), ok < 0 ? "failed to run" : "differ from mv_q's");
         c->mm = BS_VK_MM_OFF;
     }
-    c->stats = (bs_vk_stats){0};   /* the check is not the caller's work */
+    bs_vk_stats_reset(c);   /* the check is not the caller's work */
     memset(c->prof_ms, 0, sizeof c->prof_ms);
     memset(c->prof_n, 0, sizeof c->prof_n);
     return 0;
