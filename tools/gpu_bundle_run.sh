@@ -428,8 +428,9 @@ for m in "${MODELS[@]}"; do
     S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
     step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
-  # 8 sessions' passes with the recurrence a dispatch per sequence (a CPU device's way) against
-  # one for all of them (docs/kernels.md, several sessions in one pass)
+  # 8 sessions' passes with the recurrence and attention a dispatch per sequence (a CPU device's
+  # way) against one for all of them, one per 4 for attention (docs/kernels.md, several sessions
+  # in one pass)
   if can_run "seq-apart $m" 30; then
     { echo "## $m with BITSPARK_VK_SEQ=apart"; } >>"$OUT/bench.txt"
     BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --parallel 8 \

@@ -456,9 +456,9 @@ bs_vk_ctx *bs_vk_open(int index) {
         return NULL;
     }
     c->qfam = (uint32_t)fam;
-    if (c->info.max_storage < BS_VK_PIPE_MAX_BIND) {   /* the widest kernel's bindings, said plainly */
+    if (c->info.max_storage < BS_VK_PIPE_NEED_BIND) {   /* the kernels' bindings, said plainly */
         bs_error("Vulkan device %d (%s) allows %u storage buffers per kernel; bitspark's kernels need %d", index,
-                 c->info.name, c->info.max_storage, (int)BS_VK_PIPE_MAX_BIND);
+                 c->info.name, c->info.max_storage, (int)BS_VK_PIPE_NEED_BIND);
         free(c);
         return NULL;
     }

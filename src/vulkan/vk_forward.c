@@ -244,7 +244,7 @@ static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
  * delta_b.comp: workgroup z is the sequence, each its own window and state binding, rows and
  * snapshot flag in the push constants): the same workgroups as a dispatch per sequence, so the
  * same bits, without 2 (np - 1) dispatches per layer. */
-enum { SEQ_BATCH = 8 };
+enum { SEQ_BATCH = 8, ATT_BATCH = 4 };
 _Static_assert(BS_VK_BATCH_ROWS < 65536 && BS_VK_BATCH_SEQS <= SEQ_BATCH * 64, "rows and counts in 16 bits");
 typedef const bs_vk_buf *state_bind_fn(bs_vk_sess *st, const vk_layer *L, const bs_vk_buf **in, uint32_t *from_in);
 
@@ -445,8 +445,58 @@ static bool attn_quant(const bs_vk_sess *s, const vk_layer *L) {
     return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
 }
 
+/* A batch's split attentions ATT_BATCH sequences to a dispatch (attn_split_b.comp: workgroup z
+ * the sequence; its cache, scores, positions and partials bound apart, its rows and context in
+ * the push constants, the counters the batch scratch's, a pair per row): where every sequence
+ * splits its attention, the net takes sequences together and the device allows the bindings.
+ * The same workgroups as a dispatch per sequence (those past a sequence's rows or chunks
+ * return), so the same bits. */
+static bool attn_together(const bs_vk_sess *io, const vk_part *pt, int np) {
+    if (np < 2 || !io->net->seq_together || io->net->c->info.max_storage < BS_VK_PIPE_MAX_BIND) return false;
+    for (int i = 0; i < np; i++)
+        if (pt[i].s->n_chunk == 0) return false;
+    return true;
+}
+
+static int attn_main_batch(bs_vk_sess *io, const vk_layer *L, const vk_part *pt, int np, uint32_t grp, bool quant) {
+    const bs_vk_net_desc *hp = &io->net->hp;
+    const uint32_t D = (uint32_t)hp->head_dim;
+    struct { uint32_t H, Hkv, D; float scale; uint32_t quant, n_rot; float eps; uint32_t chunk, flags, rt[ATT_BATCH], n_ctx[ATT_BATCH]; } ap = {
+        (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv, D, 1.0f / sqrtf((float)D), quant, (uint32_t)hp->n_rot, hp->eps,
+        (uint32_t)io->net->attn_chunk, 0, {0}, {0}};
+    const bs_vk_buf *ab[BS_VK_PIPE_MAX_BIND] = {&io->a, NULL, NULL, &io->d, NULL, NULL, &io->aq, &io->as, &io->am, &io->b,
+                                               &io->cc, &L->q_norm, &L->k_norm, &io->rope, NULL, &io->acnt};
+    for (int i = 0; i < np; i++) {   /* sequence 0's where attn_split.comp has them, i's from 15 + i */
+        bs_vk_sess *st = pt[i].s;
+        ab[i ? 15 + i : 1] = &st->kc[L->slot];
+        ab[i ? 18 + i : 2] = &st->vc[L->slot];
+        ab[i ? 21 + i : 4] = &st->scores;
+        ab[i ? 24 + i : 5] = &st->params;
+        ab[i ? 27 + i : 14] = &st->apart;
+        ap.flags |= (uint32_t)st->kv_f32 << i | (uint32_t)attn_fused(st, pt[i].n) << (8 + i);
+        ap.rt[i] = (uint32_t)pt[i].r0 | (uint32_t)pt[i].n << 16;
+        ap.n_ctx[i] = (uint32_t)st->n_ctx;
+    }
+    return bs_vk_dispatch_indirect(io->net->c, BS_VK_K_ATTN_SPLIT_B, ab, &ap, &io->agrp, 16u * grp);
+}
+
+/* attn_split_b's workgroups this pass, per ATT_BATCH sequences (into agrp, where the recorded
+ * dispatches read them): the most chunks and rows of KV heads of its sequences. */
+static void attn_batch_groups(bs_vk_sess *io, const bs_vk_seq *q, int np) {
+    const uint32_t C = (uint32_t)io->net->attn_chunk, Hkv = (uint32_t)io->net->hp.n_head_kv;
+    for (int g = 0; g * ATT_BATCH < np; g++) {
+        uint32_t w[4] = {0, 0, (uint32_t)BS_MIN(ATT_BATCH, np - g * ATT_BATCH), 0};
+        for (int i = g * ATT_BATCH; i < BS_MIN(np, (g + 1) * ATT_BATCH); i++) {
+            w[0] = BS_MAX(w[0], ((uint32_t)q[i].pos0 + (uint32_t)q[i].n + C - 1) / C);
+            w[1] = BS_MAX(w[1], (uint32_t)q[i].n * Hkv);
+        }
+        memcpy((char *)io->agrp.map + 16 * g, w, sizeof w);
+    }
+}
+
 /* pt: NULL for a session's own step of n rows, else a batch's sequences (disjoint rows and
- * caches): every sequence's first phase, a barrier where there was one, every softmax, a barrier. */
+ * caches): every sequence's first phase, a barrier where there was one, every softmax (a
+ * dispatch per sequence, or per ATT_BATCH of them), a barrier. */
 static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np, bool quant) {
     const vk_part self = {.s = s, .n = n};
     if (!pt) pt = &self, np = 1;
@@ -457,7 +507,11 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part
         prep |= rc;
     }
     if (prep) bs_vk_barrier(s->net->c);
-    for (int i = 0; i < np; i++) TRY(attn_main(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n, quant));
+    if (pt != &self && attn_together(s, pt, np)) {
+        for (int i = 0; i < np; i += ATT_BATCH) TRY(attn_main_batch(s, L, pt + i, BS_MIN(ATT_BATCH, np - i), (uint32_t)(i / ATT_BATCH), quant));
+    } else {
+        for (int i = 0; i < np; i++) TRY(attn_main(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n, quant));
+    }
     bs_vk_barrier(s->net->c);
     return 0;
 }
@@ -779,7 +833,9 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
     bs_vk_batch *b = bs_xcalloc(1, sizeof *b);
     const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
     b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
-    if (!(b->w = bs_vk_sess_alloc(net, 0, rows, b->logit_rows, false, false))) {
+    if (!(b->w = bs_vk_sess_alloc(net, 0, rows, b->logit_rows, false, false)) ||
+        bs_vk_buf_new(net->c, &b->w->agrp, 16u * (BS_VK_BATCH_SEQS + ATT_BATCH - 1) / ATT_BATCH, true)) {
+        bs_vk_sess_free(b->w);
         free(b);
         return NULL;
     }
@@ -876,6 +932,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         attn_split_groups(s, p0, q[i].n);
         R += q[i].n;
     }
+    attn_batch_groups(S, q, n_seq);
     /* greedy and top-k sequences only: the argmax and the k best found on the device, they come
        back instead of the rows (the widest k for every row: a list's first k are the k best) */
     bool ids_only = true;

@@ -70,7 +70,10 @@ typedef struct bs_vk_buf {
     int heap;
 } bs_vk_buf;
 
-enum { BS_VK_PIPE_MAX_BIND = 21 };
+/* The widest kernel's bindings (attn_split_b), and the most a kernel every device must take
+ * has: a device allowing fewer than BS_VK_PIPE_MAX_BIND runs a batch's attention a sequence at
+ * a time (bs_vk_attn_batch). */
+enum { BS_VK_PIPE_MAX_BIND = 31, BS_VK_PIPE_NEED_BIND = 21 };
 
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
@@ -115,6 +118,7 @@ enum bs_vk_kernel {
     BS_VK_K_MM_Q1, BS_VK_K_MM_Q2_128, BS_VK_K_MM_Q2_64, BS_VK_K_MMG_Q1, BS_VK_K_MMG_Q2_128, BS_VK_K_MMG_Q2_64,
     BS_VK_K_MMGQ_Q1, BS_VK_K_MMGQ_Q2_128, BS_VK_K_MMGQ_Q2_64,
     BS_VK_K_CONV_B, BS_VK_K_DELTA_B,  /* a batch's convs / delta rules, one dispatch for all its sequences */
+    BS_VK_K_ATTN_SPLIT_B,             /* up to 4 sequences' split attention in one dispatch */
     BS_VK_K_COUNT
 };
 

@@ -63,6 +63,7 @@ struct bs_vk_sess {
     bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
     bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
     bs_vk_buf apart, acnt;        /* attn_split.comp's per-chunk partials and its (row, KV head) counters */
+    bs_vk_buf agrp;               /* a batch's scratch: attn_split_b's workgroups, per 4 sequences */
     bs_vk_buf dcnt;               /* delta_norm.comp's counters, one per V head */
     int n_chunk;                  /* attention chunks of the context (0: attn.comp's one pass) */
     int normed;                   /* this layer's output product added itself into x and normed it */
