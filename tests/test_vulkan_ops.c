@@ -699,8 +699,9 @@ static uint32_t argmax_ref(const float *w, int n) {
 }
 
 /* rows of n logits, kind 0 random, 1 few distinct values (ties everywhere; +0 and -0 equal),
- * 2 NaN and infinities sprinkled in, 3 every value NaN */
-static void check_argmax(int n, int rows, int kind) {
+ * 2 NaN and infinities sprinkled in, 3 every value NaN; in chunks of `chunk` logits a workgroup
+ * (0: the backend's choice, bs_vk_amax_chunk) */
+static void check_argmax(int n, int rows, int kind, uint32_t chunk) {
     float *x = vec((size_t)n * rows, 3.0f);
     for (size_t i = 0; i < (size_t)n * rows; i++) {
         if (kind == 1) x[i] = (float)(bs_rng_next(&rng) % 4) - 1.0f, x[i] = x[i] == 0.0f && i % 2 ? -0.0f : x[i];
@@ -709,17 +710,23 @@ static void check_argmax(int n, int rows, int kind) {
     }
     if (kind == 2) x[0] = NAN;           /* a NaN first does not stick */
     if (kind == 1 && n > 300) x[n - 1] = 2.0f, x[300] = 2.0f;   /* the max twice, far apart */
-    uint32_t *ids = calloc((size_t)rows, sizeof *ids), fed = 0xdeadbeefu;
-    void *data[3] = {x, ids, &fed};
-    size_t bytes[3] = {4u * (size_t)n * rows, 4u * (size_t)rows, 4};
-    const uint32_t push[2] = {(uint32_t)n, (uint32_t)(kind % 2 == 0)};   /* feed: row 0's id to the next step too */
-    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 3, push, sizeof push, (uint32_t)rows, 1, 1) == 0);
+    if (!chunk) chunk = bs_vk_amax_chunk((uint32_t)n);
+    const uint32_t nc = ((uint32_t)n + chunk - 1) / chunk;
+    CHECKF(nc <= BS_VK_AMAX_CHUNKS, "argmax of %d in chunks of %u: %u chunks", n, chunk, nc);
+    uint32_t *ids = calloc((size_t)rows, sizeof *ids), fed = 0xdeadbeefu, *cnt = calloc((size_t)rows, 4);
+    void *data[5] = {x, ids, &fed, NULL, cnt};   /* the chunks' bests start as zeros */
+    size_t bytes[5] = {4u * (size_t)n * rows, 4u * (size_t)rows, 4, 8u * BS_VK_AMAX_CHUNKS * rows, 4u * (size_t)rows};
+    const uint32_t push[3] = {(uint32_t)n, (uint32_t)(kind % 2 == 0), chunk};   /* feed: row 0's id to the next step too */
+    CHECK(bs_vk_kernel_run(C, "argmax", data, bytes, 5, push, sizeof push, nc, (uint32_t)rows, 1) == 0);
     int bad = 0;
     for (int r = 0; r < rows; r++) bad += ids[r] != argmax_ref(x + (size_t)r * n, n);
-    CHECKF(bad == 0, "argmax of %d rows of %d (kind %d): %d rows differ from the scan", rows, n, kind, bad);
+    CHECKF(bad == 0, "argmax of %d rows of %d in chunks of %u (kind %d): %d rows differ from the scan", rows, n, chunk, kind, bad);
+    int left = 0;
+    for (int r = 0; r < rows; r++) left += cnt[r] != 0;
+    CHECKF(left == 0, "argmax of %d rows of %d in chunks of %u: %d counters not left at 0", rows, n, chunk, left);
     CHECKF(fed == (push[1] ? ids[0] : 0xdeadbeefu), "argmax (kind %d, feed %u): the next step's token %u, row 0's %u", kind,
            push[1], fed, ids[0]);
-    free(x); free(ids);
+    free(x); free(ids); free(cnt);
 }
 
 /* topk.comp: the sampler's candidates (sampler.c: NaN and -inf dropped, +inf as FLT_MAX, higher
@@ -874,10 +881,16 @@ int main(void) {
     }
     check_ew(2, 1 * 1 * 33, 1, 33);
     check_ew(2, 3 * 24 * 256, 24, 256);
-    /* argmax: odd widths, one and 8 rows, Bonsai's vocabulary; ties, NaN, all NaN */
-    static const int an[] = {1, 7, 255, 257, 1000, 248320};
+    /* argmax: odd widths, one and 8 rows, Bonsai's vocabulary; ties, NaN, all NaN; in the
+       backend's chunks (Bonsai's: 61), in one, and in up to 64 of 256 */
+    static const int an[] = {1, 7, 255, 257, 1000, 5000, 16383, 248320};
     for (size_t i = 0; i < BS_ARRAY_LEN(an); i++)
-        for (int kind = 0; kind < 4; kind++) check_argmax(an[i], kind == 0 ? 8 : 1 + (int)(i % 3), kind);
+        for (int kind = 0; kind < 4; kind++) {
+            const int rows = kind == 0 ? 8 : 1 + (int)(i % 3);
+            check_argmax(an[i], rows, kind, 0);
+            check_argmax(an[i], rows, kind, (uint32_t)an[i]);
+            if (an[i] <= 256 * BS_VK_AMAX_CHUNKS) check_argmax(an[i], rows, kind, 256);
+        }
     /* top-k: one workgroup, two and three levels (Bonsai's vocabulary), k 1..64, 1..3 rows */
     static const int tn[] = {5, 100, 2048, 2049, 5000, 248320}, tk[] = {1, 40, 64};
     for (size_t i = 0; i < BS_ARRAY_LEN(tn); i++)

@@ -392,6 +392,10 @@ int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int 
 /* Every kernel's pipeline built now (a context builds each when first dispatched): 0, or -1
  * naming the kernel whose pipeline the driver would not build. */
 int bs_vk_pipes_build(bs_vk_ctx *c);
+/* argmax.comp's chunking (vk_top.c): logits per workgroup for rows of V, a multiple of 256 and
+ * at most BS_VK_AMAX_CHUNKS chunks a row. */
+enum { BS_VK_AMAX_CHUNKS = 64 };
+uint32_t bs_vk_amax_chunk(uint32_t V);
 /* One step kernel alone, for the tests: the shader `kernel` (the name of its .comp without
  * options: norm, ew, conv, delta, rope, kv_store, attn, act_round) dispatched over (gx, gy, gz)
  * groups on n_bind buffers filled from data[i] (bytes[i] each; NULL data: zeros) and read back

@@ -43,6 +43,7 @@ struct bs_vk_dctx {
        token the Markov row is read by (host visible: the anchor goes in), the drafts */
     bs_vk_buf mrow, score, best, prev, drafts;
     bs_vk_top_bufs top;             /* a slot's k best (sampled drafts; made on first use) */
+    bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -149,7 +150,8 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * R * hp->head_dim, true) ||
              bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true) ||
              bs_vk_buf_new(c, &s->mrow, 4 * (size_t)BS_MAX(hp->markov_rank, 1), false) || bs_vk_buf_new(c, &s->score, 4 * V, false) ||
-             bs_vk_buf_new(c, &s->best, 4, false) || bs_vk_buf_new(c, &s->prev, 4, true) || bs_vk_buf_new(c, &s->drafts, 4 * B, true);
+             bs_vk_buf_new(c, &s->best, 4, false) || bs_vk_buf_new(c, &s->prev, 4, true) || bs_vk_buf_new(c, &s->drafts, 4 * B, true) ||
+             bs_vk_amax_bufs_new(c, &s->amax, 1);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
     return rc ? -1 : 0;
@@ -185,6 +187,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
                        &s->best, &s->prev, &s->drafts};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
+    bs_vk_amax_bufs_free(c, &s->amax);
     for (int l = 0; l < s->d->hp.n_layer; l++) {
         bs_vk_buf_free(c, &s->k[l]);
         bs_vk_buf_free(c, &s->v[l]);
@@ -459,9 +462,7 @@ static int record_score(bs_vk_dctx *s, int k, int32_t mask_id) {
 static int record_draft(bs_vk_dctx *s, int k, int32_t mask_id) {
     bs_vk_ctx *c = s->d->c;
     TRY(record_score(s, k, mask_id));
-    const uint32_t push[2] = {(uint32_t)s->d->hp.n_vocab, 1};
-    const bs_vk_buf *bb[3] = {&s->score, &s->best, &s->prev};
-    TRY(bs_vk_dispatch(c, BS_VK_K_ARGMAX, bb, push, 1, 1, 1));
+    TRY(bs_vk_record_argmax(c, &s->amax, &s->score, (uint32_t)s->d->hp.n_vocab, 1, &s->best, &s->prev));
     bs_vk_barrier(c);
     const VkBufferCopy r = {0, 4u * (VkDeviceSize)k, 4};
     bs_vk_cmd_copy(c, &s->prev, &s->drafts, &r);

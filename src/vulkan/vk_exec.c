@@ -53,7 +53,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
-    [BS_VK_K_ARGMAX] = {"argmax", 3, 8, 0, {0}},
+    [BS_VK_K_ARGMAX] = {"argmax", 5, 12, 0, {0}},
     [BS_VK_K_TOPK] = {"topk", 4, 24, 0, {0}},
     [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
     [BS_VK_K_VIT_EW] = {"vit_ew", 5, 16, 0, {0}},

@@ -620,9 +620,7 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
         bs_vk_barrier(s->net->c);
         const uint32_t V = (uint32_t)s->net->hp.n_vocab;
         /* feed: the token the step submitted after this one embeds, in the other set */
-        const bs_vk_buf *bb[3] = {&s->logits, &s->ids, s->feed ? &s->tok_alt : NULL};
-        const uint32_t push[2] = {V, s->feed};
-        TRY(bs_vk_dispatch(s->net->c, BS_VK_K_ARGMAX, bb, push, (uint32_t)k, 1, 1));
+        TRY(bs_vk_record_argmax(s->net->c, &s->amax, &s->logits, V, (uint32_t)k, &s->ids, s->feed ? &s->tok_alt : NULL));
     }
     return s->topk > 0 ? bs_vk_record_topk(s, (uint32_t)s->topk, (uint32_t)k) : 0;
 }

@@ -344,6 +344,15 @@ void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, Vk
  * of V logits; the k best of rows 0..rows-1 of logits recorded into them; row r's list read
  * back (its count, at most k). */
 typedef struct bs_vk_top_bufs { bs_vk_buf cand[2], topv; } bs_vk_top_bufs;
+/* argmax.comp's scratch for `rows` logits rows: each chunk's best (part, BS_VK_AMAX_CHUNKS a row)
+ * and a counter per row, zeroed when made (the kernel leaves it at 0). */
+typedef struct bs_vk_amax_bufs { bs_vk_buf part, cnt; } bs_vk_amax_bufs;
+int bs_vk_amax_bufs_new(bs_vk_ctx *c, bs_vk_amax_bufs *a, uint64_t rows);
+void bs_vk_amax_bufs_free(bs_vk_ctx *c, bs_vk_amax_bufs *a);
+/* Each of rows 0..rows-1 of logits (rows of V): its greedy id into ids[row] and, with feed, row
+ * 0's into feed[0] (argmax.comp, a workgroup per chunk of a row). */
+int bs_vk_record_argmax(bs_vk_ctx *c, const bs_vk_amax_bufs *a, const bs_vk_buf *logits, uint32_t V, uint32_t rows,
+                        const bs_vk_buf *ids, const bs_vk_buf *feed);
 int bs_vk_top_bufs_ready(bs_vk_ctx *c, bs_vk_top_bufs *t, uint32_t V, uint64_t rows);
 void bs_vk_top_bufs_free(bs_vk_ctx *c, bs_vk_top_bufs *t);
 int bs_vk_record_topk_in(bs_vk_ctx *c, const bs_vk_top_bufs *t, const bs_vk_buf *logits, uint32_t V, uint32_t k,

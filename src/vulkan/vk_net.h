@@ -70,6 +70,7 @@ struct bs_vk_sess {
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
     bs_vk_top_bufs top;           /* topk.comp's levels and lists (made on first use) */
+    bs_vk_amax_bufs amax;         /* argmax.comp's chunks' bests and row counters */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
     struct step_cache {
         int n, rows;

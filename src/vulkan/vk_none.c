@@ -64,6 +64,7 @@ int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const 
     (void)c; (void)kernel; (void)data; (void)bytes; (void)n_bind; (void)push; (void)push_bytes; (void)gx; (void)gy; (void)gz;
     return bs_error("no Vulkan backend");
 }
+uint32_t bs_vk_amax_chunk(uint32_t V) { return V; }
 double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) { (void)c; (void)bytes; (void)reps; return -1; }
 int bs_vk_copy_chain(bs_vk_ctx *c, const void *in, void *out, size_t bytes, bool barrier) {
     (void)c; (void)in; (void)out; (void)bytes; (void)barrier;

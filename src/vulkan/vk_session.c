@@ -95,7 +95,8 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              zero_buf(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
-             bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true);
+             bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true) ||
+             bs_vk_amax_bufs_new(c, &s->amax, (uint64_t)BS_MAX(logit_rows, 1));
     s->conv = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv);
     s->ssm = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->ssm);
     s->conv_bak = bs_xcalloc((size_t)net->n_rec + 1, sizeof *s->conv_bak);
@@ -138,6 +139,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
                        &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
+    bs_vk_amax_bufs_free(c, &s->amax);
     for (int i = 0; i < 2; i++) bs_vk_fence_free(c, s->fence[i]);
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
     for (int g = 0; g < s->net->n_rec; g++) {

@@ -1,10 +1,11 @@
-/* vk_top.c: sampling's top-k on the device (topk.comp): the k best of each logits row, found
- * there so that only they come back to the host. A session's step records it after the LM head
- * (vk_forward.c), the drafter's sampled drafts after each slot's Markov term (vk_dspark.c);
- * docs/kernels.md. */
+/* vk_top.c: the logits rows' reductions on the device, so that only their results come back to
+ * the host: sampling's top-k (topk.comp: the k best of each row) and greedy decoding's argmax
+ * (argmax.comp). A session's step records them after the LM head (vk_forward.c), the drafter's
+ * drafts after each slot's Markov term (vk_dspark.c); docs/kernels.md. */
 #include "vulkan/vk_net.h"
 #include "io/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* topk.comp's candidates per logits row of V in its level buffers (the first level's workgroups'
@@ -58,6 +59,32 @@ int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int
     memcpy(vals, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)got);
     bs_vk_count_read(c, 4u + 8u * (size_t)got);
     return got;
+}
+
+uint32_t bs_vk_amax_chunk(uint32_t V) {
+    const uint32_t per = (V + BS_VK_AMAX_CHUNKS - 1) / BS_VK_AMAX_CHUNKS;
+    return BS_MAX(1u, (per + 255) / 256) * 256;
+}
+
+int bs_vk_amax_bufs_new(bs_vk_ctx *c, bs_vk_amax_bufs *a, uint64_t rows) {
+    uint32_t *z = bs_xcalloc(rows, 4);
+    const int rc = bs_vk_buf_new(c, &a->part, 8u * BS_VK_AMAX_CHUNKS * rows, false) || bs_vk_buf_new(c, &a->cnt, 4u * rows, false) ||
+                   bs_vk_buf_write(c, &a->cnt, 0, z, 4u * rows);
+    free(z);
+    if (rc) bs_vk_amax_bufs_free(c, a);
+    return rc ? bs_error_prefix("Vulkan argmax: ") : 0;
+}
+
+void bs_vk_amax_bufs_free(bs_vk_ctx *c, bs_vk_amax_bufs *a) {
+    bs_vk_buf_free(c, &a->part);
+    bs_vk_buf_free(c, &a->cnt);
+}
+
+int bs_vk_record_argmax(bs_vk_ctx *c, const bs_vk_amax_bufs *a, const bs_vk_buf *logits, uint32_t V, uint32_t rows,
+                        const bs_vk_buf *ids, const bs_vk_buf *feed) {
+    const uint32_t chunk = bs_vk_amax_chunk(V), push[3] = {V, feed != NULL, chunk};
+    const bs_vk_buf *bb[5] = {logits, ids, feed, &a->part, &a->cnt};
+    return bs_vk_dispatch(c, BS_VK_K_ARGMAX, bb, push, (V + chunk - 1) / chunk, rows, 1);
 }
 
 int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows) {
