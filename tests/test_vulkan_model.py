@@ -143,6 +143,13 @@ CHOICES = (('BITSPARK_VK_ASUM', ('stage', 'row'), "mv_q's activation block sums 
             "products of more than 8 rows by mv_q's row groups, mm_q's tiles or the device's choice (cooperative matrices on a GPU that has them)"))
 
 
+def coop_device():
+    """Whether the device offers int8 cooperative matrices (`bitspark devices`): without them the
+    MM choice 'auto' is 'off' (mv_q), and runs once."""
+    r = run([BITSPARK, 'devices'])
+    return 'cooperative matrix int8' in r.stdout
+
+
 def check_asum():
     """The device's choices (CHOICES: the device picks one way, for the first two a GPU the first, a
     CPU device the second): the same bits through the whole model, every product (plain, GLU, norm and conv
@@ -153,6 +160,9 @@ def check_asum():
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:21]
         for var, ways, what in CHOICES:
+            if var == 'BITSPARK_VK_MM' and not coop_device():
+                ways = tuple(w for w in ways if w != 'auto')
+                print('%s: no cooperative matrices on this device: %s=auto is off, not run again' % (name, var))
             out = {}
             for way in ways:
                 out[way] = os.path.join(TMP, 'vk_choice_%s.f32' % way)
