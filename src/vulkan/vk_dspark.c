@@ -28,6 +28,8 @@ struct bs_vk_dspark {
     bs_vk_matrix *own_embd, *own_output, *fc;
     bs_vk_buf out_norm, hid_norm, snr;   /* snr: [block_size][n_embd] addends (anchor, masks) */
     bool snr_on;
+    int attn_chunk;                 /* positions per chunk of the split attention (BITSPARK_VK_ATTN_CHUNK) */
+    bool no_split;                  /* BITSPARK_VK_NO_SPLIT=1: attn_nc.comp, one workgroup per (row, head) */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
 };
 
@@ -44,6 +46,8 @@ struct bs_vk_dctx {
     bs_vk_buf mrow, score, best, prev, drafts;
     bs_vk_top_bufs top;             /* a slot's k best (sampled drafts; made on first use) */
     bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
+    int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
+    bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -82,6 +86,9 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->hp.layers = NULL;
     d->hp.share = NULL;
     d->L = bs_xcalloc((size_t)s->n_layer, sizeof *d->L);
+    const char *ch = getenv("BITSPARK_VK_ATTN_CHUNK");
+    d->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
+    d->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -130,6 +137,23 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
 /* --- contexts ------------------------------------------------------------------------------- */
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
+/* The split attention's chunks and buffers, where it takes the shape (the group's q heads in its
+ * shared memory: G * D <= 2048) and its partials fit one binding; else attn_nc.comp. */
+static int split_bufs(bs_vk_dctx *s) {
+    const bs_vk_dspark *d = s->d;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    const size_t B = (size_t)hp->block_size, H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv, D = (size_t)hp->head_dim;
+    const size_t n_chunk = ((size_t)s->n_rows_max + B + (size_t)d->attn_chunk - 1) / (size_t)d->attn_chunk;
+    const size_t pt_bytes = 4 * B * H * n_chunk * (D + 2);
+    if (d->no_split || H / Hkv * D > 2048 || n_chunk > 65535 || pt_bytes > d->c->max_binding) return 0;
+    uint32_t *z = bs_xcalloc(B * Hkv, 4);
+    const int rc = bs_vk_buf_new(d->c, &s->apart, pt_bytes, false) || bs_vk_buf_new(d->c, &s->acnt, 4 * B * Hkv, false) ||
+                   bs_vk_buf_write(d->c, &s->acnt, 0, z, 4 * B * Hkv);
+    free(z);
+    s->n_chunk = rc ? 0 : (int)n_chunk;
+    return rc ? -1 : 0;
+}
+
 static int ctx_bufs(bs_vk_dctx *s) {
     bs_vk_ctx *c = s->d->c;
     const bs_vk_dspark_desc *hp = &s->d->hp;
@@ -154,7 +178,7 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_amax_bufs_new(c, &s->amax, 1);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
-    return rc ? -1 : 0;
+    return rc ? -1 : split_bufs(s);
 }
 
 bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max) {
@@ -184,7 +208,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     bs_vk_ctx *c = s->d->c;
     bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
                        &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
-                       &s->best, &s->prev, &s->drafts};
+                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
@@ -344,11 +368,33 @@ static int embed_block(bs_vk_dctx *s, int nb) {
     return 0;
 }
 
+/* The block's attention over cache rows first..first+n_kv-1 of layer l: split over the context
+ * (attn_nc_split.comp: a workgroup per (chunk, row, KV head) for the group's query heads, each
+ * K/V row read once per group, the chunks merged by the last one) where the context has its
+ * buffers, else a workgroup per (row, head) over all of it (attn_nc.comp). */
+static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
+    const bs_vk_dspark_desc *hp = &s->d->hp;
+    const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    const uint32_t sc_stride = (uint32_t)(s->n_rows_max + hp->block_size), C = (uint32_t)s->d->attn_chunk;
+    const float scale = 1.0f / sqrtf((float)D);
+    if (s->n_chunk > 0) {
+        struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t chunk, n_chunk, n_rot; float eps; } sp = {
+            H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale, C, (uint32_t)s->n_chunk, 0, 0.0f};
+        const bs_vk_buf *sb[16] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
+        sb[14] = &s->apart;
+        sb[15] = &s->acnt;
+        return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC_SPLIT, sb, &sp, ((uint32_t)n_kv + C - 1) / C, (uint32_t)nb * Hkv, 1);
+    }
+    struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale};
+    const bs_vk_buf *ab[5] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
+    return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1);
+}
+
 static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
     bs_vk_dspark *d = s->d;
     bs_vk_ctx *c = d->c;
     const bs_vk_dspark_desc *hp = &d->hp;
-    const uint32_t H = (uint32_t)hp->n_head, D = (uint32_t)hp->head_dim, E = (uint32_t)hp->n_embd;
+    const uint32_t E = (uint32_t)hp->n_embd;
     TRY(norm_rows(s, &s->x, &L->attn_norm, &s->h, nb));
     TRY(mv(s, L->wq, &s->h, nb, &s->q));
     TRY(mv(s, L->wk, &s->h, nb, &s->kb));
@@ -359,11 +405,7 @@ static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int 
     copy_rows(s, &s->kb, &s->k[l], at, nb);
     copy_rows(s, &s->vb, &s->v[l], at, nb);
     bs_vk_barrier(c);
-    struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {
-        H, (uint32_t)hp->n_head_kv, D, (uint32_t)first, (uint32_t)(n_ctx + nb),
-        (uint32_t)(s->n_rows_max + hp->block_size), 1.0f / sqrtf((float)D)};
-    const bs_vk_buf *ab[5] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
-    TRY(bs_vk_dispatch(c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1));
+    TRY(block_attention(s, l, nb, first, n_ctx + nb));
     bs_vk_barrier(c);
     TRY(mv(s, L->wo, &s->att, nb, &s->h));
     TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));

@@ -119,6 +119,7 @@ enum bs_vk_kernel {
     BS_VK_K_MMGQ_Q1, BS_VK_K_MMGQ_Q2_128, BS_VK_K_MMGQ_Q2_64,
     BS_VK_K_CONV_B, BS_VK_K_DELTA_B,  /* a batch's convs / delta rules, one dispatch for all its sequences */
     BS_VK_K_ATTN_SPLIT_B,             /* up to 4 sequences' split attention in one dispatch */
+    BS_VK_K_ATTN_NC_SPLIT,            /* the drafter block's attention split over the context */
     BS_VK_K_COUNT
 };
 

@@ -1,6 +1,6 @@
 // attn_split.glsl (attn_split.comp, one sequence; attn_split_b.comp, up to 4 sequences of a
 // batch in one dispatch, workgroup z the sequence, each its own cache, scores, partials and
-// positions): attn.comp's causal softmax attention split over the context (flash-decoding).
+// positions; attn_nc_split.comp, the drafter's block, attn_nc.comp's attention): attn.comp's causal softmax attention split over the context (flash-decoding).
 // Workgroup (chunk c, row t * Hkv + KV head) takes positions [c*C, c*C + C) of row t's
 // 0..pos0+t for the G = H / Hkv query heads of the KV group, so each K/V row is read once per
 // group: K rows staged in shared memory a tile at a time (the workgroup reads a row's elements
@@ -82,11 +82,38 @@ void seq_select() {
     SEQ_SWITCH(A_POS0 = step.pos0, A_POS0 = step1.pos0, A_POS0 = step2.pos0, A_POS0 = step3.pos0)
 }
 #define SEQ_PAST(t) ((t) >= A_T)
+#define A_QUANT p.quant
 #define CNT_AT(t, kvh) ((A_QROW0 + (t)) * p.Hkv + (kvh))
+#elif defined(BS_NC)
+// the drafter's block (attn_nc.comp's): every row attends to the F32 cache rows first..first+n_kv-1
+// (no causal mask; q rows of H*D, no gate, nothing fused or quantized); n_rot and eps unused
+layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; float scale; uint chunk, n_chunk, n_rot; float eps; } p;
+#define A_F32 1u
+#define A_FUSED 0u
+#define A_QROW0 0u
+#define A_QUANT 0u
+#define A_KV0 p.first
+#define A_NCTX p.sc_stride
+#define A_NCHUNK p.n_chunk
+#define A_POS0 0u
+#define ROW_NKV(t) p.n_kv
+#define Q_BASE(t, h) ((t) * p.H * p.D + (h) * p.D)
+#define kc_at(i) kc[i]
+#define vc_at(i) vc[i]
+#define sc_at(i) sc[i]
+#define pt_at(i) pt[i]
+#define kc_put(i, v) kc[i] = (v)
+#define vc_put(i, v) vc[i] = (v)
+#define sc_put(i, v) sc[i] = (v)
+#define pt_put(i, v) pt[i] = (v)
+void seq_select() {}
+#define SEQ_PAST(t) false
+#define CNT_AT(t, kvh) gl_WorkGroupID.y
 #else
 layout(push_constant) uniform Push {
     uint H, Hkv, D, n_ctx; float scale; uint f32, quant, qrow0, fused, n_rot; float eps; uint chunk, n_chunk;
 } p;
+#define A_QUANT p.quant
 #define A_F32 p.f32
 #define A_FUSED p.fused
 #define A_QROW0 p.qrow0
@@ -104,6 +131,12 @@ layout(push_constant) uniform Push {
 #define pt_put(i, v) pt[i] = (v)
 void seq_select() {}
 #define CNT_AT(t, kvh) gl_WorkGroupID.y
+#endif
+
+#ifndef BS_NC   // a target's step: causal, rows of q then gate per head
+#define A_KV0 0u
+#define ROW_NKV(t) (A_POS0 + (t) + 1u)
+#define Q_BASE(t, h) ((A_QROW0 + (t)) * 2u * p.H * p.D + (h) * 2u * p.D)
 #endif
 
 #include "fma_rn.glsl"
@@ -131,7 +164,7 @@ shared bool last_wg;
 
 // elements d, d + 1 (d even) of cache row j's KV head at kb2: one word of an F16 cache
 vec2 cache_pair(uint j, uint kvw, uint kb2, uint d, bool v) {
-    const uint i = j * kvw + kb2 + d;
+    const uint i = (A_KV0 + j) * kvw + kb2 + d;
     if (A_F32 != 0u) return v ? vec2(uintBitsToFloat(vc_at(i)), uintBitsToFloat(vc_at(i + 1u))) : vec2(uintBitsToFloat(kc_at(i)), uintBitsToFloat(kc_at(i + 1u)));
     return unpackHalf2x16(v ? vc_at(i / 2u) : kc_at(i / 2u));
 }
@@ -288,7 +321,7 @@ void merge_head(uint t, uint h, uint nc, uint tid) {
         precise float acc = pt_at(pb + 2u + d) * pt_at(pb);
         for (uint c = 1u; c < nc; c++) acc = fma_x(pt_at(pb + c * stride + 2u + d), pt_at(pb + c * stride), acc);
         const float ov = acc * inv;
-        y[row * p.H * D + h * D + d] = p.quant != 0u ? ov * (1.0 / (1.0 + exp(-q[row * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
+        y[row * p.H * D + h * D + d] = A_QUANT != 0u ? ov * (1.0 / (1.0 + exp(-q[row * 2u * p.H * D + h * 2u * D + D + d]))) : ov;
     }
 }
 
@@ -297,11 +330,11 @@ void main() {
     const uint ch = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
     const uint t = gl_WorkGroupID.y / p.Hkv, kvh = gl_WorkGroupID.y % p.Hkv, G = p.H / p.Hkv, D = p.D;
     if (SEQ_PAST(t)) return;   // a batch: past this sequence's rows (the dispatch fits its longest)
-    const uint nkv = A_POS0 + t + 1u, c0 = ch * p.chunk;
+    const uint nkv = ROW_NKV(t), c0 = ch * p.chunk;
     if (c0 >= nkv) return;   // past this row's positions: not counted
     const uint c1 = min(c0 + p.chunk, nkv), nc = (nkv + p.chunk - 1u) / p.chunk;
     for (uint g = 0u; g < G; g++) {
-        const uint qb = (A_QROW0 + t) * 2u * p.H * D + (kvh * G + g) * 2u * D;
+        const uint qb = Q_BASE(t, kvh * G + g);
         if (A_FUSED != 0u) norm_rope_head(true, qb, A_QROW0 + t, tid);
         for (uint d = tid; d < D; d += 64u) qs[g * D + d] = rounded(A_FUSED != 0u ? hv[d] : q[qb + d]);
         barrier();
@@ -324,7 +357,7 @@ void main() {
     memoryBarrierBuffer();
     for (uint g = 0u; g < G; g++) merge_head(t, kvh * G + g, nc, tid);
     if (tid == 0u) cnt[CNT_AT(t, kvh)] = 0u;
-    if (p.quant == 0u) return;
+    if (A_QUANT == 0u) return;
     memoryBarrierBuffer();
     barrier();
     const uint e = (A_QROW0 + t) * p.H * D + kvh * G * D;
