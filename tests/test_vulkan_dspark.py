@@ -9,6 +9,7 @@ CPU drafter's to 1e-4; the trained tiny drafter (Q8_0 with Q1_0 token_embd / out
 CPU's drafts. Skipped (77) where the binary has no Vulkan backend or the machine no device."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -80,7 +81,9 @@ def safetensors():
 
 def trained():
     """The trained drafter of models/ (Q8_0 layers, Q1_0 token_embd / output, log-SNR) on the
-    random120 features cut to its tap width."""
+    random120 features cut to its tap width; on the device its block takes the target step's
+    fusions (integer layers), which must give the bits of the steps apart (BITSPARK_VK_NO_NORMO=1,
+    which the profile shows as more dispatches)."""
     drafter = os.path.join(SRC, "models", "bonsai-tiny-dspark.gguf")
     meta = json.load(open(os.path.join(fx.FIX, "dspark", "random120.json")))
     feat = np.fromfile(os.path.join(fx.FIX, "dspark", "random120.ctx_feat.f32"), dtype=np.float32)
@@ -88,16 +91,21 @@ def trained():
     rows = feat.size // width
     path = os.path.join(fx.TMP, "vk_trained_feat.f32")
     feat[:rows * width].tofile(path)
-    outs = []
-    for extra in ([], DEV):
-        out = os.path.join(fx.TMP, "vk_trained_%d.f32" % len(extra))
+    outs, counts = [], []
+    for extra, apart in (([], False), (DEV, False), (DEV, True)):
+        out = os.path.join(fx.TMP, "vk_trained_%d_%d.f32" % (len(extra), apart))
+        env = dict(os.environ, BITSPARK_PROFILE="1", **({"BITSPARK_VK_NO_NORMO": "1"} if apart else {}))
         r = subprocess.run([fx.BIN, "draft-logits", "-md", drafter, "--features", path, "--rows", str(rows),
-                            "--anchor", "100", "-o", out, "--json"] + extra, capture_output=True, text=True)
+                            "--anchor", "100", "-o", out, "--json"] + extra, capture_output=True, text=True, env=env)
         if r.returncode != 0 or "vulkan validation:" in r.stderr:
             fx.check(False, f"trained drafter {' '.join(extra)}: {r.stderr.strip()[-500:]}")
             return
         outs.append((json.loads(r.stdout), np.fromfile(out, dtype=np.float32).reshape(4, -1)))
-    (rc, lc), (rd, ld) = outs
+        counts.append(sum(int(n) for n in re.findall(r"(\d+) dispatches", r.stderr)))
+    (rc, lc), (rd, ld), (ra, la) = outs
+    fx.check(np.array_equal(ld.view(np.uint32), la.view(np.uint32)) and rd == ra,
+             "trained drafter on Vulkan: the fused block gives the bits of its steps apart")
+    fx.check(0 < counts[1] < counts[2], f"trained drafter on Vulkan: {counts[1]} dispatches fused, {counts[2]} apart")
     rel = rel_l2(ld, lc)
     # int8 activations: on random (off-distribution) features a rounding that falls the other way
     # in one 32-block moves the products by a step; the drafts must not move

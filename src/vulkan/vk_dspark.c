@@ -30,6 +30,7 @@ struct bs_vk_dspark {
     bool snr_on;
     int attn_chunk;                 /* positions per chunk of the split attention (BITSPARK_VK_ATTN_CHUNK) */
     bool no_split;                  /* BITSPARK_VK_NO_SPLIT=1: attn_nc.comp, one workgroup per (row, head) */
+    bool no_normo;                  /* BITSPARK_VK_NO_NORMO=1: the block's layers in steps apart (block_fusable) */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
 };
 
@@ -48,6 +49,7 @@ struct bs_vk_dctx {
     bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
     int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
     bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
+    bs_vk_buf aq2, as2, am2, ncnt;  /* the fused block (block_fusable): down's int8 blocks, mv_q's NORM_OUT counters */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -89,6 +91,7 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     const char *ch = getenv("BITSPARK_VK_ATTN_CHUNK");
     d->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
     d->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
+    d->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -178,6 +181,10 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_amax_bufs_new(c, &s->amax, 1);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
+    static const uint32_t zero[16];
+    rc = rc || bs_vk_buf_new(c, &s->aq2, R * ff, false) || bs_vk_buf_new(c, &s->as2, R * ff / 8 + 4, false) ||
+         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_buf_new(c, &s->ncnt, sizeof zero, false) ||
+         bs_vk_buf_write(c, &s->ncnt, 0, zero, sizeof zero);
     return rc ? -1 : split_bufs(s);
 }
 
@@ -208,7 +215,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     bs_vk_ctx *c = s->d->c;
     bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
                        &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
-                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt};
+                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->aq2, &s->as2, &s->am2, &s->ncnt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
@@ -222,7 +229,6 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
 }
 
 /* --- recording ------------------------------------------------------------------------------ */
-typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
 enum { EW_ADD = 0, EW_SILU_MUL = 1 };
 
 /* ew.comp over n elements (b read from element b0 on: EW_ADD only), then a barrier */
@@ -418,11 +424,81 @@ static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int 
     return 0;
 }
 
+/* Whether the block's layers take the target step's fusions (docs/kernels.md, "The decode step's
+ * fusions"): up to 8 rows (mv_q's one row group), integer products that read int8 blocks, and
+ * wo, down, gate / up as mv_q's NORM_OUT and GLU take them. */
+static bool block_fusable(const bs_vk_dctx *s, int nb) {
+    const bs_vk_dspark *d = s->d;
+    if (nb > 8 || d->no_normo || d->hp.n_embd % 32 || d->hp.n_ff % 32) return false;
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        const dl_layer *L = &d->L[l];
+        const bs_vk_matrix *in[3] = {L->wq, L->wk, L->wv};
+        for (int i = 0; i < 3; i++)
+            if (in[i]->kernel == BS_VK_K_MV_F32 || in[i]->act) return false;
+        if (!bs_vk_norm_fusable(L->wo) || !bs_vk_norm_fusable(L->down) || !bs_vk_glu_fusable(d->c, L->gate, L->up)) return false;
+    }
+    return true;
+}
+
+/* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
+static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+    const uint32_t E = (uint32_t)s->d->hp.n_embd;
+    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, s->d->hp.eps, NORM_QUANT};
+    const bs_vk_buf *bb[8] = {&s->x, w, y, NULL, &s->aq, &s->as, &s->am, NULL};
+    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
+    bs_vk_barrier(s->d->c);
+    return 0;
+}
+
+/* A layer of the fused block: h normed and quantized (aq..) on entry; wo and down add into x
+ * and norm it with the FFN's norm, then nw (the next layer's, or the output norm into the
+ * drafter's hidden rows), for the products after them; gate, up and SwiGLU in one dispatch
+ * with down's int8 blocks. The same bits as block_layer's steps apart. */
+static int block_layer_fused(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx, const bs_vk_buf *nw,
+                             const bs_vk_buf *xn) {
+    bs_vk_dspark *d = s->d;
+    bs_vk_ctx *c = d->c;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    const bs_vk_buf *q1[3] = {&s->aq, &s->as, &s->am}, *q2[3] = {&s->aq2, &s->as2, &s->am2};
+    TRY(bs_vk_record_mv(c, L->wq, &s->h, &s->aq, &s->as, &s->am, nb, &s->q));
+    TRY(bs_vk_record_mv(c, L->wk, &s->h, &s->aq, &s->as, &s->am, nb, &s->kb));
+    TRY(bs_vk_record_mv(c, L->wv, &s->h, &s->aq, &s->as, &s->am, nb, &s->vb));
+    bs_vk_barrier(c);
+    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
+    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
+    const int l = (int)(L - d->L), at = first + n_ctx;
+    copy_rows(s, &s->kb, &s->k[l], at, nb);
+    copy_rows(s, &s->vb, &s->v[l], at, nb);
+    bs_vk_barrier(c);
+    TRY(block_attention(s, l, nb, first, n_ctx + nb));
+    bs_vk_barrier(c);
+    TRY(bs_vk_record_quant(c, &s->att, &s->aq, &s->as, &s->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
+    bs_vk_barrier(c);
+    TRY(bs_vk_record_mv_norm(c, L->wo, &s->aq, &s->as, &s->am, nb, &s->x, &L->ffn_norm, hp->eps, &s->h, q1, &s->ncnt));
+    bs_vk_barrier(c);
+    TRY(bs_vk_record_glu(c, L->gate, L->up, &s->aq, &s->as, &s->am, nb, &s->f1, q2));
+    bs_vk_barrier(c);
+    TRY(bs_vk_record_mv_norm(c, L->down, &s->aq2, &s->as2, &s->am2, nb, &s->x, nw, hp->eps, xn, q1, &s->ncnt));
+    bs_vk_barrier(c);
+    return 0;
+}
+
 static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logits) {
     bs_vk_dspark *d = s->d;
     TRY(embed_block(s, nb));
-    for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(s, &d->L[l], nb, first, n_ctx));
-    TRY(norm_rows(s, &s->x, &d->out_norm, &s->hidden, nb));
+    if (block_fusable(s, nb)) {   /* the output norm in the last layer's down product */
+        TRY(norm_q(s, &d->L[0].attn_norm, &s->h, nb));
+        for (int l = 0; l < d->hp.n_layer; l++) {
+            const bool last = l + 1 == d->hp.n_layer;
+            TRY(block_layer_fused(s, &d->L[l], nb, first, n_ctx, last ? &d->out_norm : &d->L[l + 1].attn_norm, last ? &s->hidden : &s->h));
+        }
+        const bs_vk_matrix *o = d->output;
+        if (n_logits > 0 && o->kernel != BS_VK_K_MV_F32 && !o->act)
+            return bs_vk_record_mv(d->c, o, &s->hidden, &s->aq, &s->as, &s->am, n_logits, &s->logits);
+    } else {
+        for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(s, &d->L[l], nb, first, n_ctx));
+        TRY(norm_rows(s, &s->x, &d->out_norm, &s->hidden, nb));
+    }
     return n_logits > 0 ? mv(s, d->output, &s->hidden, n_logits, &s->logits) : 0;
 }
 

@@ -24,8 +24,6 @@ static void read_back(bs_vk_ctx *c, void *dst, const void *src, size_t bytes) {
 }
 
 /* --- recording one chunk -------------------------------------------------------------------- */
-typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
-enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4 };
 typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
 enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE };
 

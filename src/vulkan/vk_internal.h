@@ -345,6 +345,12 @@ void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, Vk
  * of V logits; the k best of rows 0..rows-1 of logits recorded into them; row r's list read
  * back (its count, at most k). */
 typedef struct bs_vk_top_bufs { bs_vk_buf cand[2], topv; } bs_vk_top_bufs;
+/* norm.comp's push constants (vk_forward.c, vk_dspark.c): groups of d (rows of row_stride,
+ * per_row heads of head_stride), mode 0 RMS, 1 L2; flags: the residual added first, the result
+ * quantized into int8 blocks, the gate silu(z) applied. */
+typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4 };
+
 /* argmax.comp's scratch for `rows` logits rows: each chunk's best (part, BS_VK_AMAX_CHUNKS a row)
  * and a counter per row, zeroed when made (the kernel leaves it at 0). */
 typedef struct bs_vk_amax_bufs { bs_vk_buf part, cnt; } bs_vk_amax_bufs;

@@ -580,7 +580,7 @@ int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n
     return matvec_run(c, m, x, n, y, &cv);
 }
 
-typedef struct norm_push { uint32_t d; float eps; uint32_t has_w; } norm_push;
+typedef struct rms_push { uint32_t d; float eps; uint32_t has_w; } rms_push;
 
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y) {
     if (d <= 0 || n <= 0 || n > 65535) return bs_error("Vulkan rmsnorm: bad shape");
@@ -592,7 +592,7 @@ int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, fl
     if (!rc && w) rc = bs_vk_buf_write(c, &bw, 0, w, 4u * (size_t)d);
     if (!rc) rc = bs_vk_begin(c);
     if (!rc) {
-        norm_push np = {(uint32_t)d, eps, w != NULL};
+        rms_push np = {(uint32_t)d, eps, w != NULL};
         const bs_vk_buf *b[3] = {&bx, &bw, &by};
         rc = bs_vk_dispatch(c, BS_VK_K_RMSNORM, b, &np, (uint32_t)n, 1, 1);
         rc = bs_vk_submit(c) || rc;
