@@ -297,14 +297,36 @@ static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf
 }
 
 /* Context rows from the taps in `taps` (n rows): fc, hidden norm, every layer's K/V. */
+/* Whether every layer's K and V products read int8 blocks (the append quantizes h once for all;
+ * BITSPARK_VK_NO_NORMO=1: a quantizer per product, as before, the same bits). */
+static bool kv_integer(const bs_vk_dspark *d) {
+    if (d->no_normo) return false;
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        const bs_vk_matrix *k = d->L[l].wk, *v = d->L[l].wv;
+        if (k->kernel == BS_VK_K_MV_F32 || k->act || v->kernel == BS_VK_K_MV_F32 || v->act) return false;
+    }
+    return d->hp.n_embd % 32 == 0;
+}
+
+static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n);
+
+/* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized
+ * once where the products are integer. */
 static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) {
     bs_vk_dspark *d = s->d;
+    const bool q1 = kv_integer(d);
     TRY(mv(s, d->fc, taps, n, &s->x));
-    TRY(norm_rows(s, &s->x, &d->hid_norm, &s->h, n));
+    TRY(q1 ? norm_q(s, &d->hid_norm, &s->h, n) : norm_rows(s, &s->x, &d->hid_norm, &s->h, n));
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
-        TRY(mv(s, L->wk, &s->h, n, &s->kb));
-        TRY(mv(s, L->wv, &s->h, n, &s->vb));
+        if (q1) {
+            TRY(bs_vk_record_mv(d->c, L->wk, &s->h, &s->aq, &s->as, &s->am, n, &s->kb));
+            TRY(bs_vk_record_mv(d->c, L->wv, &s->h, &s->aq, &s->as, &s->am, n, &s->vb));
+            bs_vk_barrier(d->c);
+        } else {
+            TRY(mv(s, L->wk, &s->h, n, &s->kb));
+            TRY(mv(s, L->wv, &s->h, n, &s->vb));
+        }
         TRY(norm_rope(s, &s->kb, &L->k_norm, n, d->hp.n_head_kv));
         copy_rows(s, &s->kb, &s->k[l], row0, n);
         copy_rows(s, &s->vb, &s->v[l], row0, n);
