@@ -418,6 +418,21 @@ static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
     return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1);
 }
 
+/* The block's q and k (in q, kb; v in vb) normed and roped, k and v stored after the context's
+ * rows, then its attention into att. */
+static int block_qkv_attention(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
+    const bs_vk_dspark_desc *hp = &s->d->hp;
+    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
+    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
+    const int l = (int)(L - s->d->L), at = first + n_ctx;
+    copy_rows(s, &s->kb, &s->k[l], at, nb);
+    copy_rows(s, &s->vb, &s->v[l], at, nb);
+    bs_vk_barrier(s->d->c);
+    TRY(block_attention(s, l, nb, first, n_ctx + nb));
+    bs_vk_barrier(s->d->c);
+    return 0;
+}
+
 static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
     bs_vk_dspark *d = s->d;
     bs_vk_ctx *c = d->c;
@@ -427,14 +442,7 @@ static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int 
     TRY(mv(s, L->wq, &s->h, nb, &s->q));
     TRY(mv(s, L->wk, &s->h, nb, &s->kb));
     TRY(mv(s, L->wv, &s->h, nb, &s->vb));
-    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
-    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
-    const int l = (int)(L - d->L), at = first + n_ctx;
-    copy_rows(s, &s->kb, &s->k[l], at, nb);
-    copy_rows(s, &s->vb, &s->v[l], at, nb);
-    bs_vk_barrier(c);
-    TRY(block_attention(s, l, nb, first, n_ctx + nb));
-    bs_vk_barrier(c);
+    TRY(block_qkv_attention(s, L, nb, first, n_ctx));
     TRY(mv(s, L->wo, &s->att, nb, &s->h));
     TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));
     TRY(norm_rows(s, &s->x, &L->ffn_norm, &s->h, nb));
@@ -486,14 +494,7 @@ static int block_layer_fused(bs_vk_dctx *s, const dl_layer *L, int nb, int first
     TRY(bs_vk_record_mv(c, L->wk, &s->h, &s->aq, &s->as, &s->am, nb, &s->kb));
     TRY(bs_vk_record_mv(c, L->wv, &s->h, &s->aq, &s->as, &s->am, nb, &s->vb));
     bs_vk_barrier(c);
-    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
-    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
-    const int l = (int)(L - d->L), at = first + n_ctx;
-    copy_rows(s, &s->kb, &s->k[l], at, nb);
-    copy_rows(s, &s->vb, &s->v[l], at, nb);
-    bs_vk_barrier(c);
-    TRY(block_attention(s, l, nb, first, n_ctx + nb));
-    bs_vk_barrier(c);
+    TRY(block_qkv_attention(s, L, nb, first, n_ctx));
     TRY(bs_vk_record_quant(c, &s->att, &s->aq, &s->as, &s->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
     bs_vk_barrier(c);
     TRY(bs_vk_record_mv_norm(c, L->wo, &s->aq, &s->as, &s->am, nb, &s->x, &L->ffn_norm, hp->eps, &s->h, q1, &s->ncnt));

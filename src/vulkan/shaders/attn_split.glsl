@@ -98,15 +98,6 @@ layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; flo
 #define A_POS0 0u
 #define ROW_NKV(t) p.n_kv
 #define Q_BASE(t, h) ((t) * p.H * p.D + (h) * p.D)
-#define kc_at(i) kc[i]
-#define vc_at(i) vc[i]
-#define sc_at(i) sc[i]
-#define pt_at(i) pt[i]
-#define kc_put(i, v) kc[i] = (v)
-#define vc_put(i, v) vc[i] = (v)
-#define sc_put(i, v) sc[i] = (v)
-#define pt_put(i, v) pt[i] = (v)
-void seq_select() {}
 #define SEQ_PAST(t) false
 #define CNT_AT(t, kvh) gl_WorkGroupID.y
 #else
@@ -121,6 +112,9 @@ layout(push_constant) uniform Push {
 #define A_NCTX p.n_ctx
 #define A_NCHUNK p.n_chunk
 #define A_POS0 step.pos0
+#define CNT_AT(t, kvh) gl_WorkGroupID.y
+#endif
+#ifndef BS_BATCH   // one sequence: its own buffers
 #define kc_at(i) kc[i]
 #define vc_at(i) vc[i]
 #define sc_at(i) sc[i]
@@ -130,7 +124,6 @@ layout(push_constant) uniform Push {
 #define sc_put(i, v) sc[i] = (v)
 #define pt_put(i, v) pt[i] = (v)
 void seq_select() {}
-#define CNT_AT(t, kvh) gl_WorkGroupID.y
 #endif
 
 #ifndef BS_NC   // a target's step: causal, rows of q then gate per head
