@@ -161,8 +161,11 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     return 0;
 }
 
+/* A pool for one recording: MAX_SETS sets of up to BS_VK_PIPE_NEED_BIND descriptors on average
+ * (the widest kernel, attn_split_b, takes the place of 4 sets of 16, so no recording needs more;
+ * a pool sized by it would hold half as much again in every cached step). */
 int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool) {
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * BS_VK_PIPE_MAX_BIND};
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * BS_VK_PIPE_NEED_BIND};
     VkDescriptorPoolCreateInfo dp = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = MAX_SETS,
                                      .poolSizeCount = 1, .pPoolSizes = &ps};
     if (c->fn->vkCreateDescriptorPool(c->dev, &dp, NULL, pool) != VK_SUCCESS) return bs_error("Vulkan: descriptor pool");

@@ -830,7 +830,7 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
     const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
     b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
     if (!(b->w = bs_vk_sess_alloc(net, 0, rows, b->logit_rows, false, false)) ||
-        bs_vk_buf_new(net->c, &b->w->agrp, 16u * (BS_VK_BATCH_SEQS + ATT_BATCH - 1) / ATT_BATCH, true)) {
+        bs_vk_buf_new(net->c, &b->w->agrp, 16u * ((BS_VK_BATCH_SEQS + ATT_BATCH - 1) / ATT_BATCH), true)) {
         bs_vk_sess_free(b->w);
         free(b);
         return NULL;
