@@ -149,10 +149,7 @@ static int split_bufs(bs_vk_dctx *s) {
     const size_t n_chunk = ((size_t)s->n_rows_max + B + (size_t)d->attn_chunk - 1) / (size_t)d->attn_chunk;
     const size_t pt_bytes = 4 * B * H * n_chunk * (D + 2);
     if (d->no_split || H / Hkv * D > 2048 || n_chunk > 65535 || pt_bytes > d->c->max_binding) return 0;
-    uint32_t *z = bs_xcalloc(B * Hkv, 4);
-    const int rc = bs_vk_buf_new(d->c, &s->apart, pt_bytes, false) || bs_vk_buf_new(d->c, &s->acnt, 4 * B * Hkv, false) ||
-                   bs_vk_buf_write(d->c, &s->acnt, 0, z, 4 * B * Hkv);
-    free(z);
+    const int rc = bs_vk_buf_new(d->c, &s->apart, pt_bytes, false) || bs_vk_counters_new(d->c, &s->acnt, 4 * B * Hkv);
     s->n_chunk = rc ? 0 : (int)n_chunk;
     return rc ? -1 : 0;
 }
@@ -181,10 +178,8 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_amax_bufs_new(c, &s->amax, 1);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
-    static const uint32_t zero[16];
     rc = rc || bs_vk_buf_new(c, &s->aq2, R * ff, false) || bs_vk_buf_new(c, &s->as2, R * ff / 8 + 4, false) ||
-         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_buf_new(c, &s->ncnt, sizeof zero, false) ||
-         bs_vk_buf_write(c, &s->ncnt, 0, zero, sizeof zero);
+         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_counters_new(c, &s->ncnt, 64);
     return rc ? -1 : split_bufs(s);
 }
 
@@ -296,19 +291,26 @@ static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf
     bs_vk_cmd_copy(s->d->c, src, dst, &r);
 }
 
-/* Context rows from the taps in `taps` (n rows): fc, hidden norm, every layer's K/V. */
 /* Whether every layer's K and V products read int8 blocks (the append quantizes h once for all;
  * BITSPARK_VK_NO_NORMO=1: a quantizer per product, as before, the same bits). */
+static bool reads_int8(const bs_vk_matrix *m) { return m->kernel != BS_VK_K_MV_F32 && !m->act; }
+
 static bool kv_integer(const bs_vk_dspark *d) {
     if (d->no_normo) return false;
-    for (int l = 0; l < d->hp.n_layer; l++) {
-        const bs_vk_matrix *k = d->L[l].wk, *v = d->L[l].wv;
-        if (k->kernel == BS_VK_K_MV_F32 || k->act || v->kernel == BS_VK_K_MV_F32 || v->act) return false;
-    }
+    for (int l = 0; l < d->hp.n_layer; l++)
+        if (!reads_int8(d->L[l].wk) || !reads_int8(d->L[l].wv)) return false;
     return d->hp.n_embd % 32 == 0;
 }
 
-static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n);
+/* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
+static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+    const uint32_t E = (uint32_t)s->d->hp.n_embd;
+    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, s->d->hp.eps, NORM_QUANT};
+    const bs_vk_buf *bb[8] = {&s->x, w, y, NULL, &s->aq, &s->as, &s->am, NULL};
+    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
+    bs_vk_barrier(s->d->c);
+    return 0;
+}
 
 /* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized
  * once where the products are integer. */
@@ -462,22 +464,10 @@ static bool block_fusable(const bs_vk_dctx *s, int nb) {
     if (nb > 8 || d->no_normo || d->hp.n_embd % 32 || d->hp.n_ff % 32) return false;
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
-        const bs_vk_matrix *in[3] = {L->wq, L->wk, L->wv};
-        for (int i = 0; i < 3; i++)
-            if (in[i]->kernel == BS_VK_K_MV_F32 || in[i]->act) return false;
+        if (!reads_int8(L->wq) || !reads_int8(L->wk) || !reads_int8(L->wv)) return false;
         if (!bs_vk_norm_fusable(L->wo) || !bs_vk_norm_fusable(L->down) || !bs_vk_glu_fusable(d->c, L->gate, L->up)) return false;
     }
     return true;
-}
-
-/* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
-static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
-    const uint32_t E = (uint32_t)s->d->hp.n_embd;
-    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, s->d->hp.eps, NORM_QUANT};
-    const bs_vk_buf *bb[8] = {&s->x, w, y, NULL, &s->aq, &s->as, &s->am, NULL};
-    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
-    bs_vk_barrier(s->d->c);
-    return 0;
 }
 
 /* A layer of the fused block: h normed and quantized (aq..) on entry; wo and down add into x
@@ -516,7 +506,7 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
             TRY(block_layer_fused(s, &d->L[l], nb, first, n_ctx, last ? &d->out_norm : &d->L[l + 1].attn_norm, last ? &s->hidden : &s->h));
         }
         const bs_vk_matrix *o = d->output;
-        if (n_logits > 0 && o->kernel != BS_VK_K_MV_F32 && !o->act)
+        if (n_logits > 0 && reads_int8(o))
             return bs_vk_record_mv(d->c, o, &s->hidden, &s->aq, &s->as, &s->am, n_logits, &s->logits);
     } else {
         for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(s, &d->L[l], nb, first, n_ctx));

@@ -312,6 +312,8 @@ int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n);
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b);
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n);
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n);
+/* A device buffer of `bytes` set to zero: counters that kernels leave at 0 between dispatches. */
+int bs_vk_counters_new(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes);
 
 /* vk_memory.c: a write returns once its bytes are in the ring (copies may still be in
  * flight: flush waits for them, and every submission, read and buffer release flushes first);

@@ -270,6 +270,13 @@ int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *sr
     return bs_vk_staging_write(c, b, off, src, n);
 }
 
+int bs_vk_counters_new(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes) {
+    uint32_t *z = bs_xcalloc(bytes / 4 + 1, 4);
+    const int rc = bs_vk_buf_new(c, b, bytes, false) || bs_vk_buf_write(c, b, 0, z, bytes);
+    free(z);
+    return rc ? -1 : 0;
+}
+
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n) {
     if (off + n > b->size) return bs_error("Vulkan: read past a buffer's end");
     if (b->map) { memcpy(dst, (const char *)b->map + off, n); return 0; }

@@ -23,13 +23,6 @@ const bs_vk_buf *bs_vk_sess_taps(const bs_vk_sess *s, int *n_taps) {
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
-/* A device buffer's first bytes set to zero (counters that kernels leave at 0). */
-static int zero_buf(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes) {
-    uint32_t *z = bs_xcalloc(bytes / 4 + 1, 4);
-    const int rc = bs_vk_buf_write(c, b, 0, z, bytes);
-    free(z);
-    return rc;
-}
 
 /* Chunks of attn_split.comp for a context of n_ctx (0: attn.comp): its shared memory holds a KV
  * group's q heads (G * D <= 2048), it reads element pairs (D even) and its partials must fit one
@@ -76,7 +69,6 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
         free(s);
         return NULL;
     }
-    static const uint32_t zero_cnt[CNT_GROUPS];
     s->n_chunk = states ? attn_chunks(net, n_ctx, B) : 0;   /* a batch's scratch runs no attention of its own */
     const size_t pt_bytes = zmax(16, 4u * B * H * (size_t)s->n_chunk * (D + 2)), acnt_bytes = 4u * B * Hkv;
     int rc = bs_vk_buf_new(c, &s->x, 4 * B * E, false) || bs_vk_buf_new(c, &s->xn, 4 * B * E, false) ||
@@ -88,11 +80,9 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
-             bs_vk_buf_new(c, &s->cnt, 4 * CNT_GROUPS, false) || bs_vk_buf_write(c, &s->cnt, 0, zero_cnt, sizeof zero_cnt) ||
-             bs_vk_buf_new(c, &s->apart, pt_bytes, false) || bs_vk_buf_new(c, &s->acnt, zmax(16, acnt_bytes), false) ||
-             zero_buf(c, &s->acnt, zmax(16, acnt_bytes)) ||
-             bs_vk_buf_new(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads), false) ||
-             zero_buf(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
+             bs_vk_counters_new(c, &s->cnt, 4 * CNT_GROUPS) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
+             bs_vk_counters_new(c, &s->acnt, zmax(16, acnt_bytes)) ||
+             bs_vk_counters_new(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||
              bs_vk_buf_new(c, &s->logits, lg_bytes, true) || bs_vk_buf_new(c, &s->scores, sc_bytes, false) ||
              bs_vk_buf_new(c, &s->ids, 4u * (size_t)BS_MAX(logit_rows, 1), true) ||

@@ -5,7 +5,6 @@
 #include "vulkan/vk_net.h"
 #include "io/util.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* topk.comp's candidates per logits row of V in its level buffers (the first level's workgroups'
@@ -67,10 +66,7 @@ uint32_t bs_vk_amax_chunk(uint32_t V) {
 }
 
 int bs_vk_amax_bufs_new(bs_vk_ctx *c, bs_vk_amax_bufs *a, uint64_t rows) {
-    uint32_t *z = bs_xcalloc(rows, 4);
-    const int rc = bs_vk_buf_new(c, &a->part, 8u * BS_VK_AMAX_CHUNKS * rows, false) || bs_vk_buf_new(c, &a->cnt, 4u * rows, false) ||
-                   bs_vk_buf_write(c, &a->cnt, 0, z, 4u * rows);
-    free(z);
+    const int rc = bs_vk_buf_new(c, &a->part, 8u * BS_VK_AMAX_CHUNKS * rows, false) || bs_vk_counters_new(c, &a->cnt, 4u * rows);
     if (rc) bs_vk_amax_bufs_free(c, a);
     return rc ? bs_error_prefix("Vulkan argmax: ") : 0;
 }
