@@ -12,7 +12,8 @@
  * from the same seed, without the verified rows read back. The drafter's greedy drafts are taken
  * on the device (base logits + Markov term, argmax, slot after slot) without its rows read
  * back: the drafts and confidences of the rows read back and taken on the host
- * (BITSPARK_VK_DRAFT_HOST=1), bit for bit. Blocks of several contexts in one submission
+ * (BITSPARK_VK_DRAFT_HOST=1), bit for bit, also where a greedy round takes them in the block's
+ * submission (one submission for both). Blocks of several contexts in one submission
  * (bs_dspark_block_multi, the server's slots) give each context the states, rows and drafts of
  * its block alone.
  * Skipped (77) without a Vulkan device. */
@@ -60,6 +61,7 @@ static bs_sampler *spec_sampler(int n_vocab) {
 }
 static bool want_rows;           /* spec(): verification from the rows (bs_spec_want_rows) */
 static double read_per_round;    /* spec(): bytes read back per verify round */
+static double subs_per_round;    /* spec(): submissions per round */
 
 static int plain(bs_model *m, int32_t *out) {
     bs_session *s = new_session(m);
@@ -104,6 +106,7 @@ static int spec(bs_model *m, const bs_dspark *d, int draft_max, int32_t *out, bs
     }
     bs_vk_stats_get(m->vk, &v1);
     read_per_round = rounds ? (double)(v1.read_bytes - v0.read_bytes) / (double)rounds : 0;
+    subs_per_round = rounds ? (double)(v1.submits - v0.submits) / (double)rounds : 0;
     if (!rc) *st = *bs_spec_get_stats(sx);
     if (rc) fprintf(stderr, "spec: %s\n", bs_last_error());
     bs_spec_free(sx);
@@ -150,7 +153,7 @@ static void lossless(const char *target, const char *drafter, const int *depths,
         unsetenv("BITSPARK_VK_DRAFT_HOST");
         const double host_read = read_per_round;
         rc = rc || spec(m, d, 3, got, &st, &dev);   /* ids / lists only, both ends */
-        const double lists_read = read_per_round;
+        const double lists_read = read_per_round, subs = subs_per_round;
         CHECKF(!rc && !memcmp(by_rows, got, sizeof got) && !memcmp(host_drafts, got, sizeof got),
                "%s: tokens differ between verification from the rows, drafts from the rows and neither", kind);
         if (!sampled) CHECKF(!rc && !memcmp(ref, got, sizeof got), "greedy from ids: differs from plain greedy");
@@ -160,8 +163,12 @@ static void lossless(const char *target, const char *drafter, const int *depths,
         CHECKF(rows_read - lists_read >= 2 * row && host_read - lists_read >= 2 * row,
                "%s: bytes read back per round: %.0f (rows verified), %.0f (drafter's rows), %.0f (neither)", kind, rows_read,
                host_read, lists_read);
-        printf("  %s: %.0f bytes read back per round (%.0f with the rows verified, %.0f with the drafter's rows)\n", kind,
-               lists_read, rows_read, host_read);
+        /* a greedy round's submissions: the drafter's block with its drafts, the verification,
+           the rollback where drafts were rejected, and the append of the rows kept (not waited
+           for): no more than 4 */
+        if (!sampled) CHECKF(subs <= 4.0, "greedy: %.2f submissions per round (at most 4)", subs);
+        printf("  %s: %.0f bytes read back per round (%.0f with the rows verified, %.0f with the drafter's rows), "
+               "%.2f submissions\n", kind, lists_read, rows_read, host_read, subs);
     }
     sampled = false;
     if (cpu_too) {   /* BITSPARK_DRAFT_DEVICE=cpu: the drafter on the CPU, taps to the host */
@@ -210,11 +217,23 @@ static void draft_chain(const char *target, const char *drafter) {
         bs_vk_stats_get(m->vk, &s1);
         CHECKF(s1.read_bytes - s0.read_bytes < 4u * (uint64_t)d->hp.n_vocab, "device drafts: %llu bytes read back",
                (unsigned long long)(s1.read_bytes - s0.read_bytes));
+        /* taken with the block (a greedy round's): one submission for both, the same drafts */
+        int32_t with[BS_DSPARK_MAX_BLOCK];
+        float cwith[BS_DSPARK_MAX_BLOCK];
+        bs_dspark_ctx_greedy_ahead(dc, true);
+        bs_vk_stats_get(m->vk, &s0);
+        CHECK(bs_dspark_block(dc, anchor, n_rows) == 0);
+        bs_dspark_draft_greedy(dc, anchor, n, with, cwith);
+        bs_vk_stats_get(m->vk, &s1);
+        bs_dspark_ctx_greedy_ahead(dc, false);
+        CHECKF(s1.submits - s0.submits == 1, "block and greedy drafts: %llu submissions, not 1",
+               (unsigned long long)(s1.submits - s0.submits));
         setenv("BITSPARK_VK_DRAFT_HOST", "1", 1);
         CHECK(bs_dspark_block(dc, anchor, n_rows) == 0);
         bs_dspark_draft_greedy(dc, anchor, n, host, chost);
         unsetenv("BITSPARK_VK_DRAFT_HOST");
-        same += !memcmp(dev, host, sizeof *dev * (size_t)n) && !memcmp(cdev, chost, sizeof *cdev * (size_t)n);
+        same += !memcmp(dev, host, sizeof *dev * (size_t)n) && !memcmp(cdev, chost, sizeof *cdev * (size_t)n) &&
+                !memcmp(with, host, sizeof *dev * (size_t)n) && !memcmp(cwith, chost, sizeof *cdev * (size_t)n);
         runs++;
     }
     CHECKF(same == runs, "%s: greedy drafts on the device differ from the host's in %d of %d blocks", strrchr(drafter, '/') + 1,
@@ -248,6 +267,7 @@ static void blocks_together(const char *target, const char *drafter) {
     for (int i = 0; i < NS; i++) {
         alone[i] = bs_dspark_ctx_new(d, 64, NULL);
         together[i] = bs_dspark_ctx_new(d, 64, NULL);
+        if (together[i] && i != 1) bs_dspark_ctx_greedy_ahead(together[i], true);   /* drafts with the blocks */
         CHECK(alone[i] && together[i] && bs_dspark_ctx_on_device(together[i]) && !bs_dspark_ctx_append(alone[i], taps, lens[i]) &&
               !bs_dspark_ctx_append(together[i], taps, lens[i]));
         pos[i] = lens[i];

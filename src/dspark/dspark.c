@@ -45,6 +45,9 @@ struct bs_dspark_ctx {
     int window;                  /* > 0: the block attends to the last `window` context rows only */
     int n_logits;                /* slots of the last block whose base logits are in `logits` */
     bool logits_dev;             /* ... still only on the device (read on first use) */
+    bool greedy_ahead;           /* device blocks take their greedy drafts in the same submission */
+    int n_ahead;                 /* drafts of the last block taken so, its anchor's chain */
+    int32_t ahead_anchor, ahead[BS_DSPARK_MAX_BLOCK];
     float *mb;                   /* scratch of blocks run together (bs_dspark_block_multi) */
     size_t mb_rows;              /* rows mb holds */
     bs_vk_dctx *vk;              /* the K/V rows on the device, or NULL: on the CPU */
@@ -321,6 +324,7 @@ static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     c->block_pos = pos;
     c->n_logits = 0;
     c->logits_dev = false;
+    c->n_ahead = 0;
     return 0;
 }
 
@@ -337,15 +341,20 @@ static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const
         bs_dspark_ctx *c = cs[i];
         if (block_begin(c, anchors[i], pos[i], n_slots[i])) return -1;
         const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
-        b[i] = (bs_vk_dblock){c->vk, anchors[i], n_slots[i], first, c->n_rows - first, c->rope, c->hidden, n_slots[i]};
+        b[i] = (bs_vk_dblock){c->vk, anchors[i], n_slots[i], first, c->n_rows - first, c->rope, c->hidden, n_slots[i], NULL};
+        if (c->greedy_ahead && !bs_env_flag("BITSPARK_VK_DRAFT_HOST")) b[i].drafts = c->ahead;
     }
     if (bs_vk_dctx_blocks(b, n, cs[0]->d->hp.mask_id)) return -1;
     for (int i = 0; i < n; i++) {
         cs[i]->n_logits = n_slots[i];
         cs[i]->logits_dev = true;
+        cs[i]->n_ahead = b[i].drafts && b[i].drafts[0] >= 0 ? n_slots[i] : 0;
+        cs[i]->ahead_anchor = anchors[i];
     }
     return 0;
 }
+
+void bs_dspark_ctx_greedy_ahead(bs_dspark_ctx *c, bool on) { c->greedy_ahead = on; }
 
 /* Input rows of one block into x: [anchor, mask...] embeddings (+ log-SNR addends). */
 static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, float *x) {
@@ -482,7 +491,9 @@ float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev) {
  * reads the rows back and takes them here: comparisons); false where they cannot be. */
 static bool draft_greedy_device(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
     if (!c->logits_dev || n > c->n_logits || bs_env_flag("BITSPARK_VK_DRAFT_HOST")) return false;
-    if (bs_vk_dctx_draft_greedy(c->vk, anchor, c->d->hp.mask_id, n, drafts)) {
+    if (n <= c->n_ahead && anchor == c->ahead_anchor)   /* taken with the block */
+        memcpy(drafts, c->ahead, (size_t)n * sizeof *drafts);
+    else if (bs_vk_dctx_draft_greedy(c->vk, anchor, c->d->hp.mask_id, n, drafts)) {
         bs_log(1, "drafter: greedy drafts on the host (%s)\n", bs_last_error());
         bs_clear_error();
         return false;

@@ -152,5 +152,9 @@ int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t 
  * drafted (prev = anchor for slot 0), mask id excluded, ties to the lowest id. conf (may be NULL)
  * gets each slot's confidence. Requires a bs_dspark_block before. */
 void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf);
+/* On: the context's blocks on the device take their greedy drafts in the same submission (the
+ * next bs_dspark_draft_greedy of the block's anchor reads them): one wait on the device a
+ * greedy round instead of two. Off (the default) where rounds sample their drafts. */
+void bs_dspark_ctx_greedy_ahead(bs_dspark_ctx *c, bool on);
 
 #endif

@@ -389,6 +389,7 @@ int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_
     }
     sp->rd.probe = k > 0 && sp->depth.parked;
     sp->rd.sampling = bs_sampler_get_params(smp)->temp > 0.0f;
+    if (sp->dc) bs_dspark_ctx_greedy_ahead(sp->dc, !sp->rd.sampling);   /* greedy drafts with the block */
     sp->rd.s = s;
     sp->rd.k = k;
     sp->rd.anchor = anchor;

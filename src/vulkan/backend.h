@@ -315,7 +315,8 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * server's slots drafting together). Each: [anchor, mask_id x (nb-1)] attending to its context
  * rows first..first+n_ctx-1 and itself; rope: [nb][head_dim] of its positions. hidden gets
  * [nb][n_embd] final-normed states; the base logits of slots 0..n_logits-1 stay on the device
- * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. */
+ * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. A greedy round's drafts
+ * come with the block (drafts): one wait on the device instead of two. */
 typedef struct bs_vk_dblock {
     bs_vk_dctx *s;
     int32_t anchor;
@@ -323,6 +324,9 @@ typedef struct bs_vk_dblock {
     const float *rope;
     float *hidden;
     int n_logits;
+    int32_t *drafts;   /* non-NULL: the greedy drafts of slots 0..n_logits-1 too, as
+                          bs_vk_dctx_draft_greedy takes them, in the same submission; drafts[0]
+                          is -1 where they cannot be (the Markov head stayed on the host) */
 } bs_vk_dblock;
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id);
 /* Rows first..first+n-1 of those kept on the device into out. */

@@ -532,6 +532,7 @@ fail:
 void bs_vk_close(bs_vk_ctx *c) {
     if (!c) return;
     if (c->dev) {
+        bs_vk_settle(c);
         bs_vk_profile_print(c);
         bs_vk_pipes_free(c);
         c->fn->vkDestroyDevice(c->dev, NULL);

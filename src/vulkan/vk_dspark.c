@@ -343,12 +343,16 @@ static int check_rows(const bs_vk_dctx *s, int n, int row0) {
     return 0;
 }
 
+/* Not waited for: the host goes on (the round's bookkeeping, the next block's recording) while
+ * the device appends; the next submission queues behind it. Host writes to the buffers it reads
+ * (rope, in) settle it first. */
 static int submit_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0, const float *rope) {
     bs_vk_ctx *c = s->d->c;
+    TRY(bs_vk_settle(c));
     memcpy(s->rope.map, rope, 4u * (size_t)n * s->d->hp.head_dim);
     TRY(bs_vk_begin(c));
     const int rc = record_append(s, taps, n, row0);
-    return bs_vk_submit(c) || rc ? bs_error_prefix("Vulkan drafter: ") : 0;
+    return bs_vk_submit_nowait(c) || rc ? bs_error_prefix("Vulkan drafter: ") : 0;
 }
 
 int bs_vk_dctx_append(bs_vk_dctx *s, const float *taps, int n, int row0, const float *rope) {
@@ -356,6 +360,7 @@ int bs_vk_dctx_append(bs_vk_dctx *s, const float *taps, int n, int row0, const f
     const size_t row = (size_t)s->d->hp.n_taps * s->d->hp.n_embd, D = (size_t)s->d->hp.head_dim;
     for (int off = 0; off < n; off += APPEND_ROWS) {
         const int m = BS_MIN(APPEND_ROWS, n - off);
+        TRY(bs_vk_settle(s->d->c));   /* the chunk before may still read `in` */
         memcpy(s->in.map, taps + (size_t)off * row, 4u * (size_t)m * row);
         TRY(submit_append(s, &s->in, m, row0 + off, rope + (size_t)off * D));
     }
@@ -515,6 +520,8 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
     return n_logits > 0 ? mv(s, d->output, &s->hidden, n_logits, &s->logits) : 0;
 }
 
+static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
+
 static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     const bs_vk_dspark_desc *hp = &b->s->d->hp;
     if (b->nb < 1 || b->nb > hp->block_size || b->n_logits < 0 || b->n_logits > b->nb)
@@ -522,6 +529,7 @@ static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     if (b->anchor < 0 || b->anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
         return bs_error("Vulkan drafter: token id out of range");
     if (b->first < 0 || b->n_ctx < 0 || b->first > b->s->n_rows_max - b->n_ctx) return bs_error("Vulkan drafter: bad context range");
+    if (b->drafts && b->n_logits < 1) return bs_error("Vulkan drafter: greedy drafts without logits rows");
     return 0;
 }
 
@@ -535,21 +543,29 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
             if (b[j].s == b[i].s) return bs_error("Vulkan drafter: one context twice in a submission");
     }
     const size_t E = (size_t)d->hp.n_embd;
+    TRY(bs_vk_settle(d->c));   /* an append in flight reads rope */
     for (int i = 0; i < n; i++) {
         bs_vk_dctx *s = b[i].s;
         for (int t = 0; t < b[i].nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : b[i].anchor;
         memcpy(s->rope.map, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
         s->n_logits = 0;
     }
-    /* each context its own scratch: the blocks one after another in one submission */
+    /* each context its own scratch: the blocks one after another in one submission, then
+       the greedy chains asked for (each context's own score, argmax and prev buffers) */
     TRY(bs_vk_begin(d->c));
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, b[i].n_logits);
+    const bool chains = !(d->hp.markov_rank > 0 && !d->markov_a);   /* (the head stayed on the host) */
+    for (int i = 0; i < n && !rc; i++)
+        if (b[i].drafts && chains) rc = record_chain(b[i].s, b[i].anchor, mask_id, b[i].n_logits);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
     for (int i = 0; i < n; i++) {
         b[i].s->n_logits = b[i].n_logits;
         if (b[i].hidden) memcpy(b[i].hidden, b[i].s->hidden.map, 4u * (size_t)b[i].nb * E);
-        bs_vk_count_read(d->c, b[i].hidden ? 4u * (size_t)b[i].nb * E : 0);
+        const bool took = b[i].drafts && chains;
+        if (took) memcpy(b[i].drafts, b[i].s->drafts.map, 4u * (size_t)b[i].n_logits);
+        else if (b[i].drafts) b[i].drafts[0] = -1;
+        bs_vk_count_read(d->c, (b[i].hidden ? 4u * (size_t)b[i].nb * E : 0) + (took ? 4u * (size_t)b[i].n_logits : 0));
     }
     return 0;
 }
@@ -608,12 +624,20 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *s, int slot, int32_t prev, int32_t mask_id, 
     if (prev < 0 || prev >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab) return bs_error("Vulkan drafter: token id out of range");
     if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
     TRY(bs_vk_top_bufs_ready(d->c, &s->top, (uint32_t)hp->n_vocab, 1));
+    TRY(bs_vk_settle(d->c));
     memcpy(s->prev.map, &prev, 4);
     TRY(bs_vk_begin(d->c));
     int rc = record_score(s, slot, mask_id);
     if (!rc) rc = bs_vk_record_topk_in(d->c, &s->top, &s->score, (uint32_t)hp->n_vocab, (uint32_t)k, 1);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's slot list: ");
     return bs_vk_top_list(d->c, &s->top, 0, k, ids, vals);
+}
+
+/* Slots 0..n-1's greedy drafts into drafts, the chain starting at anchor. */
+static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n) {
+    memcpy(s->prev.map, &anchor, 4);   /* (host-visible: read by the first slot's Markov row) */
+    for (int k = 0; k < n; k++) TRY(record_draft(s, k, mask_id));
+    return 0;
 }
 
 int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {
@@ -623,10 +647,8 @@ int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int 
     if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
         return bs_error("Vulkan drafter: token id out of range");
     if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
-    memcpy(s->prev.map, &anchor, 4);
     TRY(bs_vk_begin(d->c));
-    int rc = 0;
-    for (int k = 0; k < n && !rc; k++) rc = record_draft(s, k, mask_id);
+    const int rc = record_chain(s, anchor, mask_id, n);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's greedy drafts: ");
     memcpy(drafts, s->drafts.map, 4u * (size_t)n);
     bs_vk_count_read(d->c, 4u * (size_t)n);

@@ -287,6 +287,7 @@ static void rec_start(bs_vk_ctx *c) {
 
 int bs_vk_begin(bs_vk_ctx *c) {
     if (c->recording) return bs_error("Vulkan: command buffer already recording");
+    TRY(bs_vk_settle(c));
     c->fn->vkResetCommandBuffer(c->cmd, 0);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
@@ -340,7 +341,7 @@ int bs_vk_record_end(bs_vk_ctx *c) {
 }
 
 int bs_vk_submit_cmd_to(bs_vk_ctx *c, VkCommandBuffer cmd, VkFence f) {
-    if (bs_vk_staging_flush(c)) return -1;
+    if ((f == c->fence && bs_vk_settle(c)) || bs_vk_staging_flush(c)) return -1;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
     if (c->fn->vkQueueSubmit(c->queue, 1, &si, f) != VK_SUCCESS) return bs_error("Vulkan: vkQueueSubmit failed");
     c->stats.submits++;
@@ -353,7 +354,10 @@ int bs_vk_fence_wait(bs_vk_ctx *c, VkFence f) {
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
 }
 
-void bs_vk_idle(bs_vk_ctx *c) { c->fn->vkQueueWaitIdle(c->queue); }
+void bs_vk_idle(bs_vk_ctx *c) {
+    bs_vk_settle(c);
+    c->fn->vkQueueWaitIdle(c->queue);
+}
 
 int bs_vk_fence_new(bs_vk_ctx *c, VkFence *f) {
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
@@ -503,33 +507,42 @@ void bs_vk_cmd_fill(bs_vk_ctx *c, const bs_vk_buf *b) {
     c->dirty = true;
 }
 
-int bs_vk_submit(bs_vk_ctx *c) {
+/* The main command buffer ended and submitted with c->fence: 0, or -1 (nothing in flight). */
+static int submit_main(bs_vk_ctx *c) {
     if (!c->recording) return bs_error("Vulkan: nothing recorded");
     c->recording = false;
-    /* results go back to the host through mapped memory */
-    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    c->fn->vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    host_barrier(c);   /* results go back to the host through mapped memory */
     int rc = bs_vk_staging_flush(c);
     if (c->fn->vkEndCommandBuffer(c->cmd) != VK_SUCCESS) rc = bs_error("Vulkan: vkEndCommandBuffer failed");
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
     if (!rc && c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) rc = bs_error("Vulkan: vkQueueSubmit failed");
-    if (!rc) {
-        VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
-        if (r != VK_SUCCESS) rc = bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
-        c->fn->vkResetFences(c->dev, 1, &c->fence);
+    if (rc) {
+        c->fn->vkResetDescriptorPool(c->dev, c->dpool, 0);
+        c->dsets_used = 0;
+        return -1;
     }
-    c->fn->vkResetDescriptorPool(c->dev, c->dpool, 0);
-    c->dsets_used = 0;
-    if (!rc) {
-        c->stats.submits++;
-        bs_vk_count_submit(c, &c->rec);
-        profile_collect(c);
-    }
-    return rc;
+    c->in_flight = true;
+    c->stats.submits++;
+    bs_vk_count_submit(c, &c->rec);
+    return 0;
 }
+
+int bs_vk_settle(bs_vk_ctx *c) {
+    if (!c->in_flight) return 0;
+    c->in_flight = false;
+    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
+    c->fn->vkResetFences(c->dev, 1, &c->fence);
+    c->fn->vkResetDescriptorPool(c->dev, c->main_dpool, 0);
+    if (!c->caching) c->dsets_used = 0;
+    if (r != VK_SUCCESS) return bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
+    profile_collect(c);
+    return 0;
+}
+
+int bs_vk_submit(bs_vk_ctx *c) { return submit_main(c) || bs_vk_settle(c) ? -1 : 0; }
+
+/* (profiling reads each submission's timestamps: it waits) */
+int bs_vk_submit_nowait(bs_vk_ctx *c) { return submit_main(c) || (c->profiling && bs_vk_settle(c)) ? -1 : 0; }
 
 static const char *kernel_name(int k) {
     static const char *names[BS_VK_K_COUNT] = {

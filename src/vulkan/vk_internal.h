@@ -153,6 +153,7 @@ struct bs_vk_ctx {
     VkCommandBuffer main_cmd;
     VkDescriptorPool main_dpool;
     VkFence fence;
+    bool in_flight;                   /* main_cmd submitted and not waited for (bs_vk_submit_nowait) */
     int dsets_used;
     /* bindings a dispatch does not use (NULL in its list) get slots of nil in turn, so two
        dispatches between barriers never share one: the synchronization validation layer, which
@@ -370,6 +371,12 @@ int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int
 /* Bytes the host read back from the device (into the stats). */
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);
+/* The same without waiting for it: the next use of the main command buffer, its fence or its
+ * descriptor pool (bs_vk_begin, bs_vk_submit_cmd) and every buffer release wait for it first
+ * (bs_vk_settle). The caller settles before it writes host memory the submission reads; the
+ * queue's order and the barrier each recording begins with order later device work after it. */
+int bs_vk_submit_nowait(bs_vk_ctx *c);
+int bs_vk_settle(bs_vk_ctx *c);
 /* A step recorded once and submitted many times: record into cmd with descriptor sets from
  * pool (both owned by the caller), end it; submit it and wait. */
 int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);

@@ -254,7 +254,8 @@ int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
 }
 
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
-    if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* no copy into it may be in flight */
+    if (b->buf) bs_vk_settle(c);   /* no submission that binds it may be in flight */
+    if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* nor a copy into it */
     if (b->map) c->fn->vkUnmapMemory(c->dev, b->mem);
     if (b->buf) c->fn->vkDestroyBuffer(c->dev, b->buf, NULL);
     if (b->mem) {
@@ -266,6 +267,7 @@ void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
 
 int bs_vk_buf_write(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, const void *src, size_t n) {
     if (off + n > b->size) return bs_error("Vulkan: write past a buffer's end");
+    TRY(bs_vk_settle(c));   /* (a submission in flight may read it) */
     if (b->map) { memcpy((char *)b->map + off, src, n); return 0; }
     return bs_vk_staging_write(c, b, off, src, n);
 }
@@ -279,6 +281,7 @@ int bs_vk_counters_new(bs_vk_ctx *c, bs_vk_buf *b, size_t bytes) {
 
 int bs_vk_buf_read(bs_vk_ctx *c, bs_vk_buf *b, VkDeviceSize off, void *dst, size_t n) {
     if (off + n > b->size) return bs_error("Vulkan: read past a buffer's end");
+    TRY(bs_vk_settle(c));   /* (a submission in flight may write it) */
     if (b->map) { memcpy(dst, (const char *)b->map + off, n); return 0; }
     return bs_vk_staging_read(c, b, off, dst, n);
 }
