@@ -3,7 +3,8 @@
  *  - verifying w = 1..8 tokens in one evaluation gives each row the logits of one-token
  *    evaluations, and a prompt cut into batches of any size the same logits;
  *  - rollback inside the last batch (small and prompt-sized) leaves the session as if the
- *    rolled-back tokens had never been evaluated;
+ *    rolled-back tokens had never been evaluated; up to 17 rows by replaying their recurrence
+ *    (no weights read, one submission), longer steps by evaluating the kept rows again;
  *  - state save / load into a fresh session (and reset) round-trip;
  *  - undo off (one-token steps without the snapshot) changes nothing;
  *  - greedy steps (bs_eval_greedy: the argmax on the device) pick the argmax of the logits
@@ -179,6 +180,45 @@ static void check_top(bs_model *m, const char *path, const int32_t *prompt, int 
 
 /* Every row's greedy id, then every row's 9 best, of 150 rows (submissions of at most the
  * device's rows each) against the rows of another session. */
+/* Rollback by replay (bs_vk_sess_replay): the kept rows' recurrence from the step's record, in
+ * one submission that reads no weights; again inside the rows kept; and a step longer than the
+ * record (REPLAY_ROWS) re-evaluated instead. Each continues with the bits of a session that
+ * never saw the rolled-back rows. */
+static void check_replay(bs_model *m, const char *path, const int32_t *prompt, int np, const int32_t *draft, int nd,
+                         const float *ref) {
+    float *tmp = malloc(sizeof(float) * (size_t)V), *want = malloc(sizeof(float) * (size_t)V);
+    bs_vk_stats s0, s1;
+    bs_session *s = sess(m, 512);
+    CHECK(bs_eval(s, prompt, np, BS_LOGITS_NONE, NULL, NULL) == 0);
+    CHECK(bs_eval(s, draft, nd, BS_LOGITS_NONE, NULL, NULL) == 0);
+    bs_vk_stats_get(m->vk, &s0);
+    CHECK(bs_session_rollback(s, np + 5) == 0);
+    bs_vk_stats_get(m->vk, &s1);
+    CHECKF(s1.weight_bytes == s0.weight_bytes && s1.submits - s0.submits == 1,
+           "%s: rollback of %d rows to 5 read %llu weight bytes in %llu submissions (a replay reads none, in one)", path, nd,
+           (unsigned long long)(s1.weight_bytes - s0.weight_bytes), (unsigned long long)(s1.submits - s0.submits));
+    CHECK(bs_session_rollback(s, np + 2) == 0);   /* inside the rows kept: replayed again */
+    CHECK(bs_eval(s, draft + 2, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    CHECKF(same(tmp, ref + (size_t)2 * V, (size_t)V), "%s: rollback by replay (twice) is not exact", path);
+    /* 30 rows: more than the record holds, so re-evaluated */
+    const int p0 = np - 30;
+    bs_session_reset(s);
+    CHECK(bs_eval(s, prompt, p0, BS_LOGITS_NONE, NULL, NULL) == 0 && bs_eval(s, prompt + p0, 30, BS_LOGITS_NONE, NULL, NULL) == 0);
+    bs_vk_stats_get(m->vk, &s0);
+    CHECK(bs_session_rollback(s, p0 + 7) == 0);
+    bs_vk_stats_get(m->vk, &s1);
+    CHECKF(s1.weight_bytes > s0.weight_bytes, "%s: a 30-row step was not re-evaluated on rollback", path);
+    CHECK(bs_eval(s, prompt + p0 + 7, 1, BS_LOGITS_LAST, tmp, NULL) == 0);
+    bs_session *r = sess(m, 512);
+    CHECK(bs_eval(r, prompt, p0 + 8, BS_LOGITS_LAST, want, NULL) == 0);
+    CHECKF(same(tmp, want, (size_t)V), "%s: rollback of a step longer than the record is not exact", path);
+    printf("%s: rollback by replay: no weights read, one submission; exact, twice; a 30-row step re-evaluated\n", path);
+    bs_session_free(r);
+    bs_session_free(s);
+    free(tmp);
+    free(want);
+}
+
 static void check_all_rows(bs_model *m, const char *path) {
     enum { N = 150, K = 9 };
     bs_session *a = sess(m, 512), *b = sess(m, 512);
@@ -245,6 +285,7 @@ static void check_model(const char *path) {
     check_ahead(m, path, prompt, NP, x);
     check_top(m, path, prompt, NP);
     check_all_rows(m, path);
+    check_replay(m, path, prompt, NP, draft, ND, ref);
 
     /* rollback inside a prompt-sized batch (larger than n_rollback) */
     bs_session *c = sess(m, 512);

@@ -274,6 +274,18 @@ int bs_device_rollback(bs_session *s, int j) {
     if (bs_vk_sess_restore(s->vk)) return -1;
     s->n_past = s->rb_base;
     s->rb_n = 0;
+    /* the kept rows' recurrence replayed from the step's record (not images: their rows are
+       re-evaluated): the bits of evaluating them again, at a fraction of a step's cost; the
+       snapshot stays, so the rows kept can be undone again, as on the CPU */
+    if (j > 0 && !s->rb_img && !bs_env_flag("BITSPARK_VK_NO_REPLAY")) {
+        const int r = bs_vk_sess_replay(s->vk, j);
+        if (r < 0) return -1;
+        if (r == 0) {
+            s->rb_n = j;
+            bs_device_end(s, j);
+            return 0;
+        }
+    }
     if (j > 0 && s->rb_img)
         return bs_device_eval_image(s, s->rb_embd, s->rb_img_nx, s->rb_img_ny, s->rb_img_i0, j, BS_LOGITS_NONE, NULL, NULL);
     return j > 0 ? bs_device_eval(s, s->rb_tokens, j, BS_LOGITS_NONE, NULL, NULL) : 0;

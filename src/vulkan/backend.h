@@ -214,10 +214,16 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);
 int bs_vk_sess_taps_read(bs_vk_sess *s, float *out, int n);
-/* The recurrent state now becomes the snapshot / goes back to it (rollback then re-evaluates
- * the kept tokens: the same kernels on the same inputs, so the same bits). */
+/* The recurrent state now becomes the snapshot / goes back to it (rollback then replays the
+ * kept rows' recurrence, or re-evaluates them: the same kernels on the same inputs, so the same
+ * bits). */
 int bs_vk_sess_snapshot(bs_vk_sess *s);
 int bs_vk_sess_restore(bs_vk_sess *s);
+/* After bs_vk_sess_restore: the state the last step's first j rows left, from that step's
+ * recorded recurrence inputs (one submission with no weight reads: each recurrent layer's conv
+ * and delta rule over j rows). 0; 1 where the step left no record of j rows (more rows than
+ * recorded, a state loaded since, other adapters): then re-evaluate; -1 + bs_error. */
+int bs_vk_sess_replay(bs_vk_sess *s, int j);
 /* Zero the recurrent state (the KV cache needs no clearing: positions are rewritten). */
 int bs_vk_sess_reset(bs_vk_sess *s);
 /* The state in the CPU session's layouts (conv windows [K-1][conv_dim] and delta-rule states

@@ -218,24 +218,41 @@ static const bs_vk_buf *conv_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk
  * with the L2 norms of its q and k heads (a -> cc), then the delta rule (cc, ga, gbeta -> d).
  * io holds the rows (a session's own, or a batch's shared scratch with the sequence's rows from
  * r0), st the sequence's state. */
-static int gdn_conv(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
+typedef struct gdn_rows { const bs_vk_buf *a, *cc, *ga, *gbeta, *d; } gdn_rows;   /* (a step's, or a replay's) */
+static gdn_rows rows_of(const bs_vk_sess *io) { return (gdn_rows){&io->a, &io->cc, &io->ga, &io->gbeta, &io->d}; }
+
+static int gdn_conv(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, dk = (uint32_t)hp->d_k, cd = (uint32_t)hp->conv_dim;
     struct { uint32_t cd, K, T, nqk, dk; float eps; uint32_t r0, from_in; } cp = {
         cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk, hp->eps, r0, 0};
     const bs_vk_buf *in, *win = conv_bind(st, L, &in, &cp.from_in);
-    const bs_vk_buf *cb[5] = {&io->a, win, &L->conv1d, &io->cc, in};
+    const bs_vk_buf *cb[5] = {io->a, win, &L->conv1d, io->cc, in};
     return bs_vk_dispatch(st->net->c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1);
 }
 
-static int gdn_delta(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
+static int gdn_delta(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, nv = (uint32_t)hp->n_v_heads, dk = (uint32_t)hp->d_k, dv = (uint32_t)hp->d_v;
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0, from_in; } dp = {
         nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), r0, 0};
     const bs_vk_buf *in, *out = ssm_bind(st, L, &in, &dp.from_in);
-    const bs_vk_buf *db[7] = {&io->cc, &io->ga, &io->gbeta, out, &io->d, &L->gates, in};
+    const bs_vk_buf *db[7] = {io->cc, io->ga, io->gbeta, out, io->d, &L->gates, in};
     return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, bs_vk_delta_cols(st->net->c)), nv, 1);
+}
+
+/* A step's recurrence inputs of layer L (rows r0..r0+n-1 of io's pre-conv rows, alpha and beta
+ * rows, written by the products before the last barrier) copied into st's record, for a
+ * rollback that replays only the recurrence (bs_vk_sess_replay) instead of the whole step. */
+static void record_inputs(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, int r0, int n) {
+    if (!st->rp_a.buf || n > st->rp_rows) return;
+    bs_vk_ctx *c = st->net->c;
+    const VkDeviceSize cd = 4u * (VkDeviceSize)st->net->hp.conv_dim, nv = 4u * (VkDeviceSize)st->net->hp.n_v_heads;
+    const VkDeviceSize at = (VkDeviceSize)L->slot * (VkDeviceSize)st->rp_rows, r = (VkDeviceSize)r0, m = (VkDeviceSize)n;
+    const VkBufferCopy ra = {r * cd, at * cd, m * cd}, rg = {r * nv, at * nv, m * nv};
+    bs_vk_cmd_copy(c, &io->a, &st->rp_a, &ra);
+    bs_vk_cmd_copy(c, &io->ga, &st->rp_ga, &rg);
+    bs_vk_cmd_copy(c, &io->gbeta, &st->rp_gb, &rg);
 }
 
 /* The same two phases for the sequences of a batch in one dispatch each (conv_b.comp,
@@ -290,11 +307,13 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part 
     const vk_part self = {.s = s, .n = n};
     if (!pt) pt = &self, np = 1;
     const bool together = np > 1 && s->net->seq_together;
+    const gdn_rows io = rows_of(s);
+    for (int i = 0; i < np; i++) record_inputs(s, pt[i].s, L, pt[i].r0, pt[i].n);
     for (int i = 0; i < np; i += together ? SEQ_BATCH : 1)
-        TRY(together ? gdn_conv_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_conv(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+        TRY(together ? gdn_conv_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_conv(&io, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
     bs_vk_barrier(s->net->c);
     for (int i = 0; i < np; i += together ? SEQ_BATCH : 1)
-        TRY(together ? gdn_delta_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_delta(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
+        TRY(together ? gdn_delta_batch(s, L, pt + i, BS_MIN(SEQ_BATCH, np - i)) : gdn_delta(&io, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n));
     bs_vk_barrier(s->net->c);
     return 0;
 }
@@ -325,6 +344,7 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *win_in, *win = conv_bind(s, L, &win_in, &win_from_in);
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[4] = {win, &L->conv1d, &s->cc, win_from_in ? win_in : NULL};
     TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
+    record_inputs(s, s, L, 0, n);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } dp = {
         nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0};
     const bs_vk_buf *in, *out = ssm_bind(s, L, &in, &dp.from_in);
@@ -748,6 +768,7 @@ int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rop
     s->greedy = s->feed = false;
     if (rc) return bs_error_prefix("Vulkan eval: ");
     bs_vk_sess_stepped(s);
+    s->rp_n = 1;
     s->net->c->stats.tokens++;
     return 0;
 }
@@ -794,6 +815,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         s->rows_in = false;
         if (rc) return bs_error_prefix("Vulkan eval: ");
         bs_vk_sess_stepped(s);
+        s->rp_n = m <= s->rp_rows ? m : 0;
         s->net->c->stats.tokens += (uint64_t)m;
         if (rows) chunk_out(s, o, o->mode == 2 ? (size_t)off : 0, rows);
         if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
@@ -945,7 +967,10 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     S->greedy = false;
     S->topk = 0;
     if (rc) return bs_error_prefix("Vulkan batch: ");
-    for (int i = 0; i < n_seq; i++) bs_vk_sess_stepped(pt[i].s);
+    for (int i = 0; i < n_seq; i++) {
+        bs_vk_sess_stepped(pt[i].s);
+        pt[i].s->rp_n = pt[i].n <= pt[i].s->rp_rows ? pt[i].n : 0;
+    }
     S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
@@ -963,5 +988,43 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
         k += (size_t)lr;
         if (nt && q[i].tap_out) read_back(S->net->c, q[i].tap_out, q[i].s->taps.map, sizeof(float) * (size_t)q[i].n * nt * E);
     }
+    return 0;
+}
+
+/* Rollback to the first j rows of the last step by replaying its recurrence: after
+ * bs_vk_sess_restore, each recurrent layer's conv and delta rule over the j rows recorded in
+ * that step (record_inputs), all layers' convs then all their delta rules (the layers'
+ * recurrences are independent given their inputs): the state the step's first j rows left,
+ * from the same kernels on the same inputs (products are batch invariant), so the bits of
+ * evaluating those j rows again, without their products, attention or FFN. The KV rows past j
+ * are rewritten before any step reads them. */
+static int replay_scratch(bs_vk_net *net, int rows) {
+    const bs_vk_net_desc *hp = &net->hp;
+    const size_t n = (size_t)net->n_rec * (size_t)rows, cc = 4 * n * (size_t)hp->conv_dim, d = 4 * n * (size_t)hp->n_v_heads * hp->d_v;
+    if (net->rp_cc.size >= cc && net->rp_d.size >= d) return 0;
+    bs_vk_buf_free(net->c, &net->rp_cc);
+    bs_vk_buf_free(net->c, &net->rp_d);
+    return bs_vk_buf_new(net->c, &net->rp_cc, cc, false) || bs_vk_buf_new(net->c, &net->rp_d, d, false) ? -1 : 0;
+}
+
+int bs_vk_sess_replay(bs_vk_sess *s, int j) {
+    bs_vk_net *net = s->net;
+    if (j < 1 || j > s->rp_n || s->snap != SNAP_PENDING || s->lora_gen != net->lora_gen) return 1;
+    TRY(bs_vk_sess_settle(s) || replay_scratch(net, s->rp_rows));
+    bs_vk_ctx *c = net->c;
+    const gdn_rows io = {&s->rp_a, &net->rp_cc, &s->rp_ga, &s->rp_gb, &net->rp_d};
+    TRY(bs_vk_begin(c));
+    int rc = 0;
+    for (int phase = 0; phase < 2 && !rc; phase++) {
+        for (int il = 0; il < net->hp.n_layer && !rc; il++) {
+            const vk_layer *L = &net->L[il];
+            if (!L->rec) continue;
+            const uint32_t r0 = (uint32_t)(L->slot * s->rp_rows);
+            rc = phase ? gdn_delta(&io, s, L, r0, j) : gdn_conv(&io, s, L, r0, j);
+        }
+        bs_vk_barrier(c);
+    }
+    if (bs_vk_submit(c) || rc) return bs_error_prefix("Vulkan rollback: ");
+    bs_vk_sess_stepped(s);
     return 0;
 }

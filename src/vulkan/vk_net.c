@@ -107,6 +107,8 @@ void bs_vk_net_free(bs_vk_net *n) {
     bs_vk_matrix_free(c, n->embd);
     bs_vk_matrix_free(c, n->output);
     bs_vk_buf_free(c, &n->out_norm);
+    bs_vk_buf_free(c, &n->rp_cc);
+    bs_vk_buf_free(c, &n->rp_d);
     free(n->L);
     free(n);
 }

@@ -7,6 +7,7 @@
 
 enum { MAX_CONV_K = 8, MAX_HEAD_DIM = 256, DEV_ROWS = 64, CACHE_STEPS = 8, CNT_GROUPS = DEV_ROWS / 8 };
 enum { ATTN_GROUPS = 16 };
+enum { REPLAY_ROWS = 17 };   /* rows a step may have for rollback by replay: a verification of 16 drafts */
 enum { TOPK_CHUNK = 2048 };   /* topk.comp's candidates per workgroup */   /* params' bytes from here: attn_split.comp's group counts this step */
 
 typedef struct vk_layer {
@@ -38,6 +39,8 @@ struct bs_vk_net {
     bool seq_together;            /* a batch's recurrence one dispatch for all sequences (BITSPARK_VK_SEQ) */
     bool no_split;                /* BITSPARK_VK_NO_SPLIT=1: attention in one workgroup per query (attn.comp) */
     int attn_chunk;               /* positions per attn_split.comp chunk (BITSPARK_VK_ATTN_CHUNK, 256) */
+    bs_vk_buf rp_cc, rp_d;        /* a replay's conv and delta-rule outputs (bs_vk_sess_replay; made on
+                                     first use, shared: replays are waited for) */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
     bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
 };
@@ -91,6 +94,11 @@ struct bs_vk_sess {
     bool pair_flip;               /* the state is in ssm_bak and conv_bak (else ssm and conv): the
                                      pairs swap on each step after a snapshot */
     int snap;                     /* SNAP_NONE / _PENDING / _HELD */
+    /* rollback by replay (bs_vk_sess_replay): each recurrent layer's inputs of the last step of
+       at most rp_rows rows (its pre-conv rows, alpha and beta rows; layer slot g's at rows
+       g * rp_rows), rp_n rows of them (0: none, or not this state's) */
+    bs_vk_buf rp_a, rp_ga, rp_gb;
+    int rp_rows, rp_n;
     bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
     int n_taps;                   /* taps of the last evaluation */

@@ -113,6 +113,7 @@ int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, cons
 }
 int bs_vk_sess_snapshot(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_restore(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
+int bs_vk_sess_replay(bs_vk_sess *s, int j) { (void)s, (void)j; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_reset(bs_vk_sess *s) { (void)s; return bs_error("no Vulkan backend"); }
 int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride, size_t ssm_stride, uint8_t *k,
                      uint8_t *v, size_t kv_stride, int n_pos, bool to_host) {

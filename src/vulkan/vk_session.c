@@ -99,6 +99,12 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->conv_bak[g], conv_b, false) || bs_vk_buf_new(c, &s->ssm_bak[g], ssm_b, false);
     for (int a = 0; a < net->n_att && !rc && states; a++)
         rc = bs_vk_buf_new(c, &s->kc[a], kv_bytes, false) || bs_vk_buf_new(c, &s->vc[a], kv_bytes, false);
+    if (!rc && states && net->n_rec > 0 && !bs_env_flag("BITSPARK_VK_NO_REPLAY")) {
+        s->rp_rows = BS_MIN(s->B, REPLAY_ROWS);
+        const size_t rows = (size_t)net->n_rec * (size_t)s->rp_rows;
+        rc = bs_vk_buf_new(c, &s->rp_a, 4 * rows * cd, false) || bs_vk_buf_new(c, &s->rp_ga, 4 * rows * (size_t)hp->n_v_heads, false) ||
+             bs_vk_buf_new(c, &s->rp_gb, 4 * rows * (size_t)hp->n_v_heads, false);
+    }
     if (rc || (states && (bs_vk_sess_reset(s) || bs_vk_sess_snapshot(s)))) {
         bs_error_prefix("Vulkan session: ");
         bs_vk_sess_free(s);
@@ -126,7 +132,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->agrp, &s->dcnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
-                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt};
+                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->rp_a, &s->rp_ga, &s->rp_gb};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
@@ -182,6 +188,7 @@ int bs_vk_sess_settle(bs_vk_sess *s) {
     s->ahead = false;
     bs_vk_ctx *c = s->net->c;
     c->stats.discarded++;
+    s->rp_n = 0;   /* the record is the discarded step's */
     return bs_vk_sess_wait(s, s->ahead_io) || bs_vk_sess_restore(s) ? -1 : 0;
 }
 
@@ -195,6 +202,7 @@ int bs_vk_sess_reset(bs_vk_sess *s) {
     TRY(bs_vk_sess_settle(s));
     s->pair_flip = false;
     s->snap = SNAP_NONE;
+    s->rp_n = 0;
     if (s->net->n_rec == 0) return 0;
     if (bs_vk_begin(c)) return -1;
     for (int g = 0; g < s->net->n_rec; g++) {
@@ -246,7 +254,7 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
         rc = (to_host ? bs_vk_buf_read(c, cv, 0, cp, cv->size) : bs_vk_buf_write(c, cv, 0, cp, cv->size)) ||
              ssm_io(s, bs_vk_ssm_cur(s, g), sp, to_host);
     }
-    if (!to_host) s->snap = SNAP_NONE;   /* a state loaded: whatever snapshot there was is not of it */
+    if (!to_host) s->snap = SNAP_NONE, s->rp_n = 0;   /* a state loaded: no snapshot or record is of it */
     for (int a = 0; a < s->net->n_att && !rc && kvb; a++) {
         uint8_t *kp = k + (size_t)a * kv_stride, *vp = v + (size_t)a * kv_stride;
         rc = to_host ? bs_vk_buf_read(c, &s->kc[a], 0, kp, kvb) || bs_vk_buf_read(c, &s->vc[a], 0, vp, kvb)
