@@ -527,22 +527,14 @@ static int submit_main(bs_vk_ctx *c) {
     return 0;
 }
 
-int bs_vk_settle(bs_vk_ctx *c) {
-    if (!c->in_flight) return 0;
-    c->in_flight = false;
-    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
-    c->fn->vkResetFences(c->dev, 1, &c->fence);
-    c->fn->vkResetDescriptorPool(c->dev, c->main_dpool, 0);
-    if (!c->caching) c->dsets_used = 0;
-    if (r != VK_SUCCESS) return bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
+int bs_vk_submit(bs_vk_ctx *c) {
+    TRY(submit_main(c) || bs_vk_settle(c));
     profile_collect(c);
     return 0;
 }
 
-int bs_vk_submit(bs_vk_ctx *c) { return submit_main(c) || bs_vk_settle(c) ? -1 : 0; }
-
 /* (profiling reads each submission's timestamps: it waits) */
-int bs_vk_submit_nowait(bs_vk_ctx *c) { return submit_main(c) || (c->profiling && bs_vk_settle(c)) ? -1 : 0; }
+int bs_vk_submit_nowait(bs_vk_ctx *c) { return c->profiling ? bs_vk_submit(c) : submit_main(c); }
 
 static const char *kernel_name(int k) {
     static const char *names[BS_VK_K_COUNT] = {

@@ -372,9 +372,10 @@ int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);
 /* The same without waiting for it: the next use of the main command buffer, its fence or its
- * descriptor pool (bs_vk_begin, bs_vk_submit_cmd) and every buffer release wait for it first
- * (bs_vk_settle). The caller settles before it writes host memory the submission reads; the
- * queue's order and the barrier each recording begins with order later device work after it. */
+ * descriptor pool (bs_vk_begin, bs_vk_submit_cmd) and every buffer write, read and release wait
+ * for it first (bs_vk_settle, vk_memory.c). The caller settles before it writes mapped memory
+ * the submission reads; the queue's order and the barrier each recording begins with order
+ * later device work after it. */
 int bs_vk_submit_nowait(bs_vk_ctx *c);
 int bs_vk_settle(bs_vk_ctx *c);
 /* A step recorded once and submitted many times: record into cmd with descriptor sets from

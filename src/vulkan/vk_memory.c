@@ -253,6 +253,19 @@ int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
     return v ? bs_vk_buf_write(c, b, 0, v, 4 * n) : 0;
 }
 
+/* The main command buffer's submission not waited for (vk_exec.c's bs_vk_submit_nowait): waited
+ * for, its fence and descriptor pool taken back. Here, with the staging ring's waits, because
+ * every buffer write, read and release must come after it. */
+int bs_vk_settle(bs_vk_ctx *c) {
+    if (!c->in_flight) return 0;
+    c->in_flight = false;
+    const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
+    c->fn->vkResetFences(c->dev, 1, &c->fence);
+    c->fn->vkResetDescriptorPool(c->dev, c->main_dpool, 0);
+    if (!c->caching) c->dsets_used = 0;
+    return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
+}
+
 void bs_vk_buf_free(bs_vk_ctx *c, bs_vk_buf *b) {
     if (b->buf) bs_vk_settle(c);   /* no submission that binds it may be in flight */
     if (b->buf && b != &c->stage.buf) bs_vk_staging_flush(c);   /* nor a copy into it */
