@@ -412,7 +412,8 @@ for m in "${MODELS[@]}"; do
     v5=$(grep -m1 -o 'verify, width 5 *[0-9.]* *([0-9.]*x' "$W/spec.txt" | sed 's/verify, width 5 *//; s/ *(/ ms (/')
     blk=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     g4=$(grep -m1 -o 'greedy drafts, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
-    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms"
+    rb=$(grep -m1 -o 'rollback (keep 1 of [0-9]* rows) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms, rollback ${rb:-?} ms"
     step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
   # (last: the two newest comparisons, so that they never take the budget of the others)
