@@ -31,7 +31,8 @@ SKIP = 77
 
 BITSPARK, FIX, TMP, SRC = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP'), env('BS_SRC')
 # A sanitizer build runs the host code of every path once: the fusion switches on tiny-q1_0
-# only (the other formats differ in the shaders alone, which the release run compares) and one
+# only (the other formats differ in the shaders alone, which a release build's ctest compares;
+# make test runs the Vulkan tests in the sanitizer build only, so it does not) and one
 # batching of the split attention (lavapipe is several times slower under it).
 try:
     SANITIZED = b'__asan_init' in open(BITSPARK, 'rb').read()
