@@ -521,6 +521,9 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
 }
 
 static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
+/* Whether the Markov term can be added here (a drafter without one needs none; else its head
+ * may have stayed on the host: bs_vk_dspark_new). */
+static bool markov_here(const bs_vk_dspark *d) { return d->hp.markov_rank == 0 || d->markov_a; }
 
 static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     const bs_vk_dspark_desc *hp = &b->s->d->hp;
@@ -555,7 +558,7 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     TRY(bs_vk_begin(d->c));
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, b[i].n_logits);
-    const bool chains = !(d->hp.markov_rank > 0 && !d->markov_a);   /* (the head stayed on the host) */
+    const bool chains = markov_here(d);
     for (int i = 0; i < n && !rc; i++)
         if (b[i].drafts && chains) rc = record_chain(b[i].s, b[i].anchor, mask_id, b[i].n_logits);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
@@ -622,11 +625,10 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *s, int slot, int32_t prev, int32_t mask_id, 
     if (slot < 0 || slot >= s->n_logits || k < 1 || k > BS_VK_TOP_MAX)
         return bs_error("Vulkan drafter: slot %d of %d, top-%d", slot, s->n_logits, k);
     if (prev < 0 || prev >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab) return bs_error("Vulkan drafter: token id out of range");
-    if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
+    if (!markov_here(d)) return bs_error("Vulkan drafter: no Markov head on the device");
     TRY(bs_vk_top_bufs_ready(d->c, &s->top, (uint32_t)hp->n_vocab, 1));
-    TRY(bs_vk_settle(d->c));
-    memcpy(s->prev.map, &prev, 4);
     TRY(bs_vk_begin(d->c));
+    memcpy(s->prev.map, &prev, 4);   /* (after begin: nothing in flight reads it then) */
     int rc = record_score(s, slot, mask_id);
     if (!rc) rc = bs_vk_record_topk_in(d->c, &s->top, &s->score, (uint32_t)hp->n_vocab, (uint32_t)k, 1);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's slot list: ");
@@ -646,7 +648,7 @@ int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int 
     if (n < 1 || n > s->n_logits) return bs_error("Vulkan drafter: %d greedy drafts from %d logits rows", n, s->n_logits);
     if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
         return bs_error("Vulkan drafter: token id out of range");
-    if (hp->markov_rank > 0 && !d->markov_a) return bs_error("Vulkan drafter: no Markov head on the device");
+    if (!markov_here(d)) return bs_error("Vulkan drafter: no Markov head on the device");
     TRY(bs_vk_begin(d->c));
     const int rc = record_chain(s, anchor, mask_id, n);
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's greedy drafts: ");

@@ -214,13 +214,13 @@ static const bs_vk_buf *conv_bind(bs_vk_sess *st, const vk_layer *L, const bs_vk
     return pair_bind(st, st->conv, st->conv_bak, L, in, from_in);
 }
 
-/* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
- * with the L2 norms of its q and k heads (a -> cc), then the delta rule (cc, ga, gbeta -> d).
- * io holds the rows (a session's own, or a batch's shared scratch with the sequence's rows from
- * r0), st the sequence's state. */
-typedef struct gdn_rows { const bs_vk_buf *a, *cc, *ga, *gbeta, *d; } gdn_rows;   /* (a step's, or a replay's) */
+typedef struct gdn_rows { const bs_vk_buf *a, *cc, *ga, *gbeta, *d; } gdn_rows;
 static gdn_rows rows_of(const bs_vk_sess *io) { return (gdn_rows){&io->a, &io->cc, &io->ga, &io->gbeta, &io->d}; }
 
+/* The recurrence in two phases, each a dispatch per sequence: the conv over the sequence's window
+ * with the L2 norms of its q and k heads (a -> cc), then the delta rule (cc, ga, gbeta -> d).
+ * io holds the rows (a session's own, a batch's shared scratch with the sequence's rows from
+ * r0, or a replay's record), st the sequence's state. */
 static int gdn_conv(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t nk = (uint32_t)hp->n_k_heads, dk = (uint32_t)hp->d_k, cd = (uint32_t)hp->conv_dim;
@@ -245,7 +245,7 @@ static int gdn_delta(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint
  * rows, written by the products before the last barrier) copied into st's record, for a
  * rollback that replays only the recurrence (bs_vk_sess_replay) instead of the whole step. */
 static void record_inputs(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, int r0, int n) {
-    if (!st->rp_a.buf || n > st->rp_rows) return;
+    if (n > st->rp_rows) return;   /* (rp_rows 0: no record) */
     bs_vk_ctx *c = st->net->c;
     const VkDeviceSize cd = 4u * (VkDeviceSize)st->net->hp.conv_dim, nv = 4u * (VkDeviceSize)st->net->hp.n_v_heads;
     const VkDeviceSize at = (VkDeviceSize)L->slot * (VkDeviceSize)st->rp_rows, r = (VkDeviceSize)r0, m = (VkDeviceSize)n;
@@ -253,6 +253,12 @@ static void record_inputs(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *
     bs_vk_cmd_copy(c, &io->a, &st->rp_a, &ra);
     bs_vk_cmd_copy(c, &io->ga, &st->rp_ga, &rg);
     bs_vk_cmd_copy(c, &io->gbeta, &st->rp_gb, &rg);
+}
+
+/* After a step of n rows: its snapshot held, and its record's rows (those record_inputs wrote). */
+static void step_done(bs_vk_sess *s, int n) {
+    bs_vk_sess_stepped(s);
+    s->rp_n = n <= s->rp_rows ? n : 0;
 }
 
 /* The same two phases for the sequences of a batch in one dispatch each (conv_b.comp,
@@ -767,8 +773,7 @@ int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rop
     const int rc = run_cached(s, 1, 1, &none, NULL, 0, f);
     s->greedy = s->feed = false;
     if (rc) return bs_error_prefix("Vulkan eval: ");
-    bs_vk_sess_stepped(s);
-    s->rp_n = 1;
+    step_done(s, 1);
     s->net->c->stats.tokens++;
     return 0;
 }
@@ -814,8 +819,7 @@ static int sess_eval(bs_vk_sess *s, const int32_t *tokens, const float *embd, in
         s->topk = 0;
         s->rows_in = false;
         if (rc) return bs_error_prefix("Vulkan eval: ");
-        bs_vk_sess_stepped(s);
-        s->rp_n = m <= s->rp_rows ? m : 0;
+        step_done(s, m);
         s->net->c->stats.tokens += (uint64_t)m;
         if (rows) chunk_out(s, o, o->mode == 2 ? (size_t)off : 0, rows);
         if (n_taps && tap_out) read_back(s->net->c, tap_out + (size_t)off * n_taps * E, s->taps.map, sizeof(float) * (size_t)m * n_taps * E);
@@ -967,10 +971,7 @@ int bs_vk_batch_eval(bs_vk_batch *b, const bs_vk_seq *q, int n_seq) {
     S->greedy = false;
     S->topk = 0;
     if (rc) return bs_error_prefix("Vulkan batch: ");
-    for (int i = 0; i < n_seq; i++) {
-        bs_vk_sess_stepped(pt[i].s);
-        pt[i].s->rp_n = pt[i].n <= pt[i].s->rp_rows ? pt[i].n : 0;
-    }
+    for (int i = 0; i < n_seq; i++) step_done(pt[i].s, pt[i].n);
     S->net->c->stats.tokens += (uint64_t)R;
     size_t k = 0;
     for (int i = 0; i < n_seq; i++) {
