@@ -103,7 +103,7 @@ check_summary() { # outdir label [models]
 
 O=$T/out
 t=$SECONDS
-quick_run "$O" BUNDLE_TESTS='^test_vulkan_ops$' BUNDLE_BUDGET_S=200
+quick_run "$O" BUNDLE_TESTS='^test_vulkan_attn$' BUNDLE_BUDGET_S=200
 echo "  (run.sh: $((SECONDS - t)) s)"
 check_summary "$O" quick tiny-synth
 v=$(row tests "$O")
@@ -113,7 +113,7 @@ grep -q 'not run (not in BUNDLE_TESTS)' "$O/tests.txt" || bad "filtered tests no
 
 # through the bundle's glibc and ld.so (the path an image older than bookworm takes)
 O2=$T/out-glibc
-quick_run "$O2" BUNDLE_GLIBC=bundle BUNDLE_LAYER=bundle BUNDLE_TESTS='^test_vulkan_ops$' BUNDLE_MODELS=none BUNDLE_BUDGET_S=100
+quick_run "$O2" BUNDLE_GLIBC=bundle BUNDLE_LAYER=bundle BUNDLE_TESTS='^test_vulkan_attn$' BUNDLE_MODELS=none BUNDLE_BUDGET_S=100
 grep -q "the bundle's (bookworm) through its ld.so" "$O2/log.txt" && ok "glibc run: the bundle's ld.so" || bad "glibc run did not take the bundle's ld.so"
 check_summary "$O2" glibc
 grep -q "validation layer: the bundle's" "$O2/log.txt" && ! grep -q 'unusable here' "$O2/log.txt" && ok "glibc run: the bundle's validation layer" || bad "glibc run: not the bundle's layer"

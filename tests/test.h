@@ -9,6 +9,19 @@
 
 static int test_failures, test_checks;
 
+/* TEST_SANITIZED: 1 in an ASan build. The heaviest tests then run the same checks on fewer
+ * samples or models (each path of the host code still once); the release build runs them all. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_SANITIZED 1
+#endif
+#endif
+#ifndef TEST_SANITIZED
+#define TEST_SANITIZED 0
+#endif
+
 #define CHECK(cond) do { test_checks++; if (!(cond)) { test_failures++; \
     fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } } while (0)
 /* CHECK with a printf-style explanation printed on failure. */

@@ -32,19 +32,9 @@
 
 #define TOPK 3
 #define NCELL (TOPK * TOPK * TOPK)
-/* Under sanitizers (a -O0 ASan build runs these kernels ~100x slower) the same checks run on
- * fewer samples; the release build runs the full sizes. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-#define RUNS_CPU (SANITIZED ? 150 : 700)
+/* Under sanitizers (TEST_SANITIZED) the same checks run on fewer samples; the release build
+ * runs the full sizes. */
+#define RUNS_CPU (TEST_SANITIZED ? 150 : 700)
 #define RUNS_VULKAN 300
 static int RUNS = RUNS_CPU;
 static bool on_vulkan;
@@ -317,7 +307,7 @@ int main(void) {
         run_variant(&e, D_SELF, "perfect drafter (q = p)", 2, d);
         run_variant(&e, D_TEMPERED, "mediocre drafter (T 2, k 6)", 3, d);
     }
-    if (!SANITIZED && !on_vulkan) {
+    if (!TEST_SANITIZED && !on_vulkan) {
         run_variant(&e, D_BAD, "bad drafter (off-support)", 2, d);
         run_variant(&e, D_DSPARK, "DSpark fixture drafter", 2, d);
     }
@@ -331,7 +321,7 @@ int main(void) {
         for (int c = 0; c < NCELL; c++) count[c] = lround(e.q[c] / qsum * RUNS);
         stat = chi2(count, e.p, RUNS, 0, &crit);
     }
-    CHECKF(stat > (SANITIZED ? 1 : 2) * crit, "power: the drafter's own distribution gives chi2 %.1f (critical %.1f)", stat, crit);
+    CHECKF(stat > (TEST_SANITIZED ? 1 : 2) * crit, "power: the drafter's own distribution gives chi2 %.1f (critical %.1f)", stat, crit);
     printf("  power check: the mediocre drafter's own distribution scores chi2 %.1f (critical %.1f)\n", stat, crit);
     free(state0);
     bs_dspark_free(d);

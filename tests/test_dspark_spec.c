@@ -25,20 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Under sanitizers (a -O0 ASan build runs these kernels ~100x slower) the same checks run on
- * fewer samples; the release build runs the full sizes. */
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-/* BS_TEST_QUICK=1 (the aarch64 runs under qemu, ~10-30x slower) takes the sanitizer sizes, with
- * the ternary pair too (its own kernels on ARM); BS_TEST_QUICK=2 only the two lossless pairs. */
+/* Under sanitizers (TEST_SANITIZED) the same checks run on fewer samples; the release build runs
+ * the full sizes. BS_TEST_QUICK=1 (the aarch64 runs under qemu, ~10-30x slower) takes the
+ * sanitizer sizes, with the ternary pair too (its own kernels on ARM); BS_TEST_QUICK=2 only the
+ * two lossless pairs. */
 static int quick;
 #define N_GEN_MAX 210
 #define N_GEN (quick ? 60 : N_GEN_MAX)
@@ -366,7 +356,7 @@ int main(void) {
     for (int i = 0; i < n_long; i++) prompt_long[i] = (int32_t)(bs_rng_next(&r) % 900);
 
     const int q_env = getenv("BS_TEST_QUICK") ? atoi(getenv("BS_TEST_QUICK")) : 0;
-    quick = SANITIZED || q_env > 0;
+    quick = TEST_SANITIZED || q_env > 0;
     if (q_env >= 2) {   /* the lossless check alone: the tiny pair, Q1_0 and ternary targets */
         lossless(tq1, dfix, false, false, (const int[]){3, 0});
         lossless(tq2, dfix, false, false, (const int[]){2, 0});
@@ -375,7 +365,7 @@ int main(void) {
     }
     if (quick) {   /* memory safety of every path on a few cheap runs */
         lossless(tq1, dfix, false, false, (const int[]){2, BS_DRAFT_AUTO, 0});
-        if (!SANITIZED) lossless(tq2, dfix, false, false, (const int[]){3, 0});
+        if (!TEST_SANITIZED) lossless(tq2, dfix, false, false, (const int[]){3, 0});
         lossless(tq1, NULL, true, false, (const int[]){4, 0});
         rollback_stress(tq1, 200);
         sampled_lists(tq1, dfix);

@@ -322,6 +322,8 @@ static void check_model(const char *path) {
 }
 
 int main(void) {
-    static const char *const models[] = {"tiny-q1_0.gguf", "tiny-q2_0.gguf", "tiny-f32.gguf"};
-    return vk_test_models("test_vulkan_session", models, (int)BS_ARRAY_LEN(models), check_model);
+    /* (a sanitizer build leaves out tiny-q2_0: its products differ from tiny-q1_0's in the shaders
+       alone, which test_vulkan_kernels and test_vulkan_ops check on every format) */
+    static const char *const models[] = {"tiny-q1_0.gguf", "tiny-f32.gguf", "tiny-q2_0.gguf"};
+    return vk_test_models("test_vulkan_session", models, TEST_SANITIZED ? 2 : 3, check_model);
 }

@@ -61,8 +61,7 @@ for t in "${TESTS[@]}"; do
   [ "$2" = c ] && targets+=("${1/test_vulkan_dspark_sampling/test_dspark_sampling}")
 done
 log "building ${#targets[@]} targets in $build"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBS_VULKAN=ON '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' \
-      -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DBS_VULKAN=ON -DBS_BUNDLE_RPATH=ON >/dev/null
 for t in "${targets[@]}"; do tg+=(--target "$t"); done
 cmake --build "$build" -j "$(nproc)" "${tg[@]}" >/dev/null || { cmake --build "$build" -j 1 "${tg[@]}" 2>&1 | tail -30; exit 1; }
 cc -std=c11 -O2 -Wall -Wextra tools/vkinfo.c -o "$build/vkinfo" -ldl

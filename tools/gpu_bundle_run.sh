@@ -348,7 +348,7 @@ for m in "${MODELS[@]}"; do
   # known here): pp, tg and verify(5) again with each weight row summing its own
   if can_run "asum-row $m" 30; then
     { echo "## $m with BITSPARK_VK_ASUM=row"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_ASUM=row timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r 2 --verify 1,5 \
+    BITSPARK_VK_ASUM=row timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,5 \
       --no-membw >"$W/asum.txt" 2>&1
     rc=$?; cat "$W/asum.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     pp=$(tfield "pp$PP" <"$W/asum.txt")
@@ -361,7 +361,7 @@ for m in "${MODELS[@]}"; do
   # device's 8 lanes with the state in registers (docs/kernels.md): tg and verify(5) again
   if can_run "delta-column $m" 30; then
     { echo "## $m with BITSPARK_VK_DELTA=column"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_DELTA=column timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --verify 1,5 \
+    BITSPARK_VK_DELTA=column timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r $REPS --verify 1,5 \
       --no-membw >"$W/delta.txt" 2>&1
     rc=$?; cat "$W/delta.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     tg=$(tfield "tg$TG" <"$W/delta.txt")
@@ -374,7 +374,7 @@ for m in "${MODELS[@]}"; do
   if can_run "no-ahead $m" 30; then
     { echo "## $m with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1"; } >>"$OUT/bench.txt"
     BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 \
-      -n $TG -r 2 --sampled --no-membw >"$W/ahead.txt" 2>&1
+      -n $TG -r $REPS --sampled --no-membw >"$W/ahead.txt" 2>&1
     rc=$?; cat "$W/ahead.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     tg=$(tfield "tg$TG" <"$W/ahead.txt")
     smp=$(tfield "tg$TG sampled" <"$W/ahead.txt")
@@ -421,7 +421,7 @@ for m in "${MODELS[@]}"; do
   # matrices where the device has them: vk_mm.c), pp only
   if can_run "mm-off $m" 30; then
     { echo "## $m with BITSPARK_VK_MM=off"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r 2 \
+    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r $REPS \
       --no-membw >"$W/mm.txt" 2>&1
     rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     pp=$(tfield "pp$PP" <"$W/mm.txt")
@@ -434,7 +434,7 @@ for m in "${MODELS[@]}"; do
   # in one pass)
   if can_run "seq-apart $m" 30; then
     { echo "## $m with BITSPARK_VK_SEQ=apart"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r 2 --parallel 8 \
+    BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r $REPS --parallel 8 \
       --no-membw >"$W/seq.txt" 2>&1
     rc=$?; cat "$W/seq.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
     par=$(tfield "tg${TG}x8" <"$W/seq.txt")

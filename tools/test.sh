@@ -8,14 +8,20 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 passed=0; failed=0; skipped=0
-run_suite() { # name build-dir "targets|all" cmake-args...
+build_suite() { # name build-dir "targets|all" cmake-args...: 0 when built
   local name=$1 dir=$2 targets=$3; shift 3
   echo "== $name =="
   local build_args=()
   [ "$targets" = all ] || for t in $targets; do build_args+=(--target "$t"); done
   if ! cmake -S . -B "$dir" "$@" >/dev/null || ! cmake --build "$dir" -j "$jobs" "${build_args[@]}" >/dev/null; then
-    echo "$name: build failed"; cmake --build "$dir" -j 1 "${build_args[@]}" 2>&1 | tail -30; failed=$((failed+1)); return
+    echo "$name: build failed"; cmake --build "$dir" -j 1 "${build_args[@]}" 2>&1 | tail -30; failed=$((failed+1)); return 1
   fi
+}
+run_suite() { # name build-dir "targets|all" cmake-args...
+  build_suite "$@" && test_suite "$2"
+}
+test_suite() { # build-dir: its ctest (CTEST_SEL), counted
+  local dir=$1
   local log=$dir/ctest.log
   (cd "$dir" && ctest --output-on-failure -j "$jobs" "${CTEST_SEL[@]}") 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]} p f
@@ -31,22 +37,31 @@ run_suite() { # name build-dir "targets|all" cmake-args...
 # Release: every test but the Vulkan ones. Those run once, in the ASan/UBSan suite below: on
 # lavapipe their cost is the software device's, the same in both builds, and the sanitizers
 # check the host side too; the release binary runs the Vulkan kernels test in the GPU bundle check.
+# (Linked as the GPU check bundle wants, BS_BUNDLE_RPATH: the bundle step below reuses this build.)
+# The training chain of train/ with a few steps of everything (python3-torch), and bitspark on
+# what it wrote: one check, run once with the release binary, beside the release tests (it
+# takes one core, niced, and many of those tests wait on sockets and timers).
 CTEST_SEL=(-E vulkan)
-run_suite release build all -DCMAKE_BUILD_TYPE=Release
+REL_ARGS=(-DCMAKE_BUILD_TYPE=Release -DBS_BUNDLE_RPATH=ON)
+smoke_pid=
+if build_suite release build all "${REL_ARGS[@]}"; then
+  [ -n "${BS_NO_TRAIN:-}" ] || { tools/train_smoke.sh build/bitspark >build/train-smoke.log 2>&1 & smoke_pid=$!; }
+  test_suite build
+fi
+if [ -n "$smoke_pid" ]; then
+  echo "== train smoke =="
+  wait "$smoke_pid"; rc=$?
+  cat build/train-smoke.log
+  if [ $rc -eq 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); fi
+fi
 # CPUs without AVX-512 (most desktops and laptops) take other kernels with the same layouts:
 # where this one has AVX-512, every test again as if it had AVX2 only (BITSPARK_CPU caps the level).
 # (The Vulkan tests run on the device, not on these kernels, and the HTTP robustness, lifecycle,
 # page, layering and file-safety tests check nothing a kernel level changes: once is enough.)
 if grep -qw avx512vbmi /proc/cpuinfo 2>/dev/null && [ -z "${BITSPARK_CPU:-}" ]; then
   CTEST_SEL=(-E 'vulkan|server_soak|server_hostile|server_replicas|server_lifecycle|server_webui|server_security|server_load|atomic_tools|test_layers|test_deploy')
-  BITSPARK_CPU=avx2 run_suite release-avx2 build all -DCMAKE_BUILD_TYPE=Release
+  BITSPARK_CPU=avx2 run_suite release-avx2 build all "${REL_ARGS[@]}"
   CTEST_SEL=()
-fi
-# The training chain of train/ with a few steps of everything (python3-torch), and bitspark on
-# what it wrote: one check, run once with the release binary.
-if [ -z "${BS_NO_TRAIN:-}" ]; then
-  echo "== train smoke =="
-  if tools/train_smoke.sh build/bitspark; then passed=$((passed+1)); else failed=$((failed+1)); fi
 fi
 # aarch64: the cross build (make arm64) under qemu-aarch64, as a CPU with DotProd + I8MM + SVE
 # (-cpu max) and as one without DotProd (cortex-a53: plain NEON). The kernel and step-op tests
@@ -103,11 +118,12 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
   fi
   echo "aarch64 under qemu: $((SECONDS-arm_t0)) s"
 fi
-# The GPU check bundle (docs/gpu.md): built into build-bundle/, then run with nothing but
-# itself under env -i on lavapipe (tests/check_gpu_bundle.sh; 77: no lavapipe or glslc).
+# The GPU check bundle (docs/gpu.md): made from the release build (its objects, not compiled
+# again) into build-bundle/, then run with nothing but itself under env -i on lavapipe
+# (tests/check_gpu_bundle.sh; 77: no lavapipe or glslc).
 if [ -z "${BS_NO_BUNDLE:-}" ]; then
   echo "== gpu bundle =="
-  tests/check_gpu_bundle.sh; rc=$?
+  BUNDLE_BUILD=build tests/check_gpu_bundle.sh; rc=$?
   if [ $rc -eq 0 ]; then passed=$((passed+1)); elif [ $rc -ne 77 ]; then failed=$((failed+1)); fi
 fi
 # ASan + UBSan (clang, optimized so the suite stays short): every test again, against an
