@@ -82,8 +82,10 @@ def safetensors():
 def trained():
     """The trained drafter of models/ (Q8_0 layers, Q1_0 token_embd / output, log-SNR) on the
     random120 features cut to its tap width; on the device its block takes the target step's
-    fusions (integer layers), which must give the bits of the steps apart (BITSPARK_VK_NO_NORMO=1,
-    which the profile shows as more dispatches)."""
+    fusions (integer layers), its q/k/v products one layout (one dispatch; the context's k and
+    v a run of it) and its q/k norms, RoPE and K/V rows one dispatch (qk.comp), which must give
+    the bits of each apart (BITSPARK_VK_NO_NORMO=1, _NO_CAT=1, _NO_QK=1), which the profile
+    shows as more dispatches."""
     drafter = os.path.join(SRC, "models", "bonsai-tiny-dspark.gguf")
     meta = json.load(open(os.path.join(fx.FIX, "dspark", "random120.json")))
     feat = np.fromfile(os.path.join(fx.FIX, "dspark", "random120.ctx_feat.f32"), dtype=np.float32)
@@ -92,9 +94,10 @@ def trained():
     path = os.path.join(fx.TMP, "vk_trained_feat.f32")
     feat[:rows * width].tofile(path)
     outs, counts = [], []
-    for extra, apart in (([], False), (DEV, False), (DEV, True)):
-        out = os.path.join(fx.TMP, "vk_trained_%d_%d.f32" % (len(extra), apart))
-        env = dict(os.environ, BITSPARK_PROFILE="1", **({"BITSPARK_VK_NO_NORMO": "1"} if apart else {}))
+    aparts = ("BITSPARK_VK_NO_NORMO", "BITSPARK_VK_NO_CAT", "BITSPARK_VK_NO_QK")
+    for extra, apart in [([], None), (DEV, None)] + [(DEV, a) for a in aparts]:
+        out = os.path.join(fx.TMP, "vk_trained_%d_%s.f32" % (len(extra), apart))
+        env = dict(os.environ, BITSPARK_PROFILE="1", **({apart: "1"} if apart else {}))
         r = subprocess.run([fx.BIN, "draft-logits", "-md", drafter, "--features", path, "--rows", str(rows),
                             "--anchor", "100", "-o", out, "--json"] + extra, capture_output=True, text=True, env=env)
         if r.returncode != 0 or "vulkan validation:" in r.stderr:
@@ -102,10 +105,11 @@ def trained():
             return
         outs.append((json.loads(r.stdout), np.fromfile(out, dtype=np.float32).reshape(4, -1)))
         counts.append(sum(int(n) for n in re.findall(r"(\d+) dispatches", r.stderr)))
-    (rc, lc), (rd, ld), (ra, la) = outs
-    fx.check(np.array_equal(ld.view(np.uint32), la.view(np.uint32)) and rd == ra,
-             "trained drafter on Vulkan: the fused block gives the bits of its steps apart")
-    fx.check(0 < counts[1] < counts[2], f"trained drafter on Vulkan: {counts[1]} dispatches fused, {counts[2]} apart")
+    (rc, lc), (rd, ld) = outs[:2]
+    for a, (ra, la), n in zip(aparts, outs[2:], counts[2:]):
+        fx.check(np.array_equal(ld.view(np.uint32), la.view(np.uint32)) and rd == ra,
+                 f"trained drafter on Vulkan: the fused block gives the bits of {a}=1")
+        fx.check(0 < counts[1] < n, f"trained drafter on Vulkan: {counts[1]} dispatches fused, {n} with {a}=1")
     rel = rel_l2(ld, lc)
     # int8 activations: on random (off-distribution) features a rounding that falls the other way
     # in one 32-block moves the products by a step; the drafts must not move

@@ -557,39 +557,42 @@ static void check_attn_quant(float *q, uint8_t *kc, uint8_t *vc, uint32_t *param
     free(o); free(y); free(qq); free(aq); free(rq); free(as); free(am); free(rs); free(rm);
 }
 
-/* --- qk.comp: q/k RMSNorm per head, rope, KV store; the same bits as norm, rope, kv_store ---- */
-static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int cs_row0) {
+/* --- qk.comp: q/k RMSNorm per head, rope, KV store; the same bits as norm, rope, kv_store ----
+ * gated: q heads each followed by their gate (the target's); else packed (the drafter's, whose
+ * context rows have no q heads: H = 0) */
+static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32, int cs_row0, bool gated) {
     const int n_ctx = pos0 + T + 2, kvw = Hkv * D, esz = f32 ? 4 : 2;
-    const size_t qw = 2u * H * D, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(cs_row0 + T), r0 = (size_t)cs_row0;
+    const size_t qh = (gated ? 2u : 1u) * D, qw = qh * H, kvb = (size_t)n_ctx * kvw * esz, nr = (size_t)(cs_row0 + T),
+                 r0 = (size_t)cs_row0;
     /* the sequence's rows from cs_row0 of a, b, v and the rope table (a batch's rows) */
-    float *a = vec(nr * qw, 1.0f), *b = vec(nr * kvw, 2.0f), *v = vec(nr * kvw, 1.0f);
+    float *a = vec(nr * BS_MAX(qw, 1), 1.0f), *b = vec(nr * kvw, 2.0f), *v = vec(nr * kvw, 1.0f);
     float *qn = vec((size_t)D, 1.0f), *kn = vec((size_t)D, 1.0f), *cs = malloc(sizeof *cs * nr * BS_MAX(n_rot, 1));
     for (size_t t = 0; t < nr; t++) bs_rope_cache(cs + t * n_rot, pos0 + (int)t - cs_row0, n_rot, 10000000.0f, NULL);
-    float *a2 = malloc(sizeof *a2 * nr * qw), *b2 = malloc(sizeof *b2 * nr * kvw);
+    float *a2 = malloc(sizeof *a2 * nr * BS_MAX(qw, 1)), *b2 = malloc(sizeof *b2 * nr * kvw);   /* (one unread row for H 0) */
     memcpy(a2, a, sizeof *a2 * nr * qw);
     memcpy(b2, b, sizeof *b2 * nr * kvw);
     uint8_t *kc = calloc(kvb, 1), *vc = calloc(kvb, 1), *kc2 = calloc(kvb, 1), *vc2 = calloc(kvb, 1);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
-    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
-                                                                         (uint32_t)cs_row0, f32, 1e-6f};
+    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+        (uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot, (uint32_t)cs_row0, f32, 1e-6f, gated};
     void *qd[9] = {a, b, v, qn, kn, cs, kc, vc, params};
-    size_t qb[9] = {4 * nr * qw, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
+    size_t qb[9] = {4 * nr * BS_MAX(qw, 1), 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);
     /* apart: norm.comp per head of q and k, rope.comp (its rows from cs_row0), on the sequence's
        rows alone, then kv_store.comp from row cs_row0 of the whole b and v */
     float *ra = a2 + r0 * qw, *rb = b2 + r0 * kvw;
-    norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, 2u * D, 0, 0, 1e-6f, 0};
+    norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, (uint32_t)qh, 0, 0, 1e-6f, 0};
     norm_push nk = {(uint32_t)D, 0, 1, (uint32_t)Hkv, (uint32_t)kvw, (uint32_t)D, 0, 0, 1e-6f, 0};
     void *d1[8] = {ra, qn, ra, NULL, NULL, NULL, NULL, NULL}, *d2[8] = {rb, kn, rb, NULL, NULL, NULL, NULL, NULL};
     size_t by1[8] = {4 * (size_t)T * qw, 4u * D, 4 * (size_t)T * qw, 16, 16, 16, 16, 16};
     size_t by2[8] = {4u * (size_t)T * kvw, 4u * D, 4u * (size_t)T * kvw, 16, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 8, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
+    if (H) CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 8, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
     CHECK(bs_vk_kernel_run(C, "norm", d2, by2, 8, &nk, sizeof nk, (uint32_t)(T * Hkv), 1, 1) == 0);
     if (n_rot > 0) {
-        uint32_t rq[4] = {(uint32_t)H, 2u * D, (uint32_t)qw, (uint32_t)n_rot}, rk[4] = {(uint32_t)Hkv, (uint32_t)D, (uint32_t)kvw, (uint32_t)n_rot};
+        uint32_t rq[4] = {(uint32_t)H, (uint32_t)qh, (uint32_t)qw, (uint32_t)n_rot}, rk[4] = {(uint32_t)Hkv, (uint32_t)D, (uint32_t)kvw, (uint32_t)n_rot};
         void *r1[2] = {ra, cs + (size_t)cs_row0 * n_rot}, *r2[2] = {rb, cs + (size_t)cs_row0 * n_rot};
         size_t rb1[2] = {4 * (size_t)T * qw, 4u * (size_t)T * n_rot}, rb2[2] = {4u * (size_t)T * kvw, 4u * (size_t)T * n_rot};
-        CHECK(bs_vk_kernel_run(C, "rope", r1, rb1, 2, rq, sizeof rq, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * H), 1) == 0);
+        if (H) CHECK(bs_vk_kernel_run(C, "rope", r1, rb1, 2, rq, sizeof rq, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * H), 1) == 0);
         CHECK(bs_vk_kernel_run(C, "rope", r2, rb2, 2, rk, sizeof rk, (uint32_t)(n_rot / 2 + 63) / 64, (uint32_t)(T * Hkv), 1) == 0);
     }
     uint32_t kp[3] = {(uint32_t)kvw, f32, (uint32_t)cs_row0};
@@ -597,8 +600,8 @@ static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32
     size_t kb[5] = {4u * nr * kvw, 4u * nr * kvw, kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "kv_store", kd, kb, 5, kp, sizeof kp, (uint32_t)(kvw / 2 + 63) / 64, (uint32_t)T, 1) == 0);
     CHECKF(!memcmp(a, a2, 4 * nr * qw) && !memcmp(b, b2, 4u * nr * kvw) && !memcmp(kc, kc2, kvb) && !memcmp(vc, vc2, kvb),
-           "qk %d/%d heads of %d, rope %d, %d rows at %d (table row %d), %s: differs from norm, rope, kv_store apart", H, Hkv, D,
-           n_rot, T, pos0, cs_row0, f32 ? "F32" : "F16");
+           "qk %d/%d heads of %d%s, rope %d, %d rows at %d (table row %d), %s: differs from norm, rope, kv_store apart", H, Hkv, D,
+           gated ? " (gated)" : "", n_rot, T, pos0, cs_row0, f32 ? "F32" : "F16");
     free(a); free(b); free(v); free(qn); free(kn); free(cs); free(a2); free(b2); free(kc); free(vc); free(kc2); free(vc2);
 }
 
@@ -934,10 +937,15 @@ int main(void) {
     check_rope(24, 256, 512, 24 * 512, 64, 3, 1000);
     check_rope(4, 256, 256, 1024, 64, 2, 37);
     /* KV store + attention: GQA groups 1, 2, 6; one head; F16 and F32 caches; 1..37 positions */
-    check_qk(1, 1, 64, 64, 1, 0, false, 0);
-    check_qk(4, 2, 64, 16, 5, 32, false, 3);
-    check_qk(3, 1, 96, 0, 2, 7, true, 0);
-    check_qk(24, 4, 256, 64, 3, 1000, false, 1);
+    check_qk(1, 1, 64, 64, 1, 0, false, 0, true);
+    check_qk(4, 2, 64, 16, 5, 32, false, 3, true);
+    check_qk(3, 1, 96, 0, 2, 7, true, 0, true);
+    check_qk(24, 4, 256, 64, 3, 1000, false, 1, true);
+    /* the DSpark drafter's: packed q heads, RoPE over the whole head, F32 rows; its context rows
+       (no q heads: 37 rows, more than a block) */
+    check_qk(4, 2, 64, 64, 7, 30, true, 0, false);
+    check_qk(32, 8, 128, 128, 16, 1000, true, 0, false);
+    check_qk(0, 2, 64, 64, 37, 5, true, 0, false);
     check_attn_fused(1, 1, 64, 64, 1, 0, false, 0);
     check_attn_fused(4, 2, 64, 16, 5, 32, false, 3);
     check_attn_fused(6, 2, 96, 0, 8, 7, true, 0);
@@ -983,8 +991,8 @@ static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, 
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     const size_t scb = 4u * (size_t)T * H * n_ctx, csb = 4 * nr * BS_MAX(n_rot, 1);
     /* apart: qk.comp, then attn.comp on what it left */
-    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; } qp = {(uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot,
-                                                                         (uint32_t)r0, f32, 1e-6f};
+    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+        (uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot, (uint32_t)r0, f32, 1e-6f, 1};
     void *qd[9] = {a2, b2, v, qn, kn, cs, kc2, vc2, params};
     size_t qb[9] = {4 * nr * qw, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, csb, kvb, kvb, 16};
     CHECK(bs_vk_kernel_run(C, "qk", qd, qb, 9, &qp, sizeof qp, (uint32_t)(T * (H + Hkv)), 1, 1) == 0);

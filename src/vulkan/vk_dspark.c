@@ -17,6 +17,7 @@ enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256 };
 
 typedef struct dl_layer {
     bs_vk_matrix *wq, *wk, *wv, *wo, *gate, *up, *down;
+    bs_vk_matrix *qkv;              /* wq, wk, wv as one layout (they borrow its rows), or NULL */
     bs_vk_buf attn_norm, ffn_norm, q_norm, k_norm;
 } dl_layer;
 
@@ -31,6 +32,7 @@ struct bs_vk_dspark {
     int attn_chunk;                 /* positions per chunk of the split attention (BITSPARK_VK_ATTN_CHUNK) */
     bool no_split;                  /* BITSPARK_VK_NO_SPLIT=1: attn_nc.comp, one workgroup per (row, head) */
     bool no_normo;                  /* BITSPARK_VK_NO_NORMO=1: the block's layers in steps apart (block_fusable) */
+    bool no_qk;                     /* BITSPARK_VK_NO_QK=1: the block's q/k norms, RoPE and K/V rows apart */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
 };
 
@@ -50,15 +52,31 @@ struct bs_vk_dctx {
     int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
     bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
     bs_vk_buf aq2, as2, am2, ncnt;  /* the fused block (block_fusable): down's int8 blocks, mv_q's NORM_OUT counters */
+    bs_vk_buf kvpos;                /* the block's first cache row (qk.comp's pos0), filled by the recording */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
+/* wq, wk and wv read the same normed rows: one layout where they share an integer format, so the
+ * block's three products are one dispatch and the append's k and v (a run of it) another
+ * (BITSPARK_VK_NO_CAT=1: apart, as the target's) */
+static int upload_qkv(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
+    const bs_vk_tensor *t[3] = {&s->wq, &s->wk, &s->wv};
+    bs_vk_matrix *m[3];
+    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(d->c, t, 3, &L->qkv, m);
+    if (rc < 0) return -1;
+    if (rc) {
+        L->wq = m[0], L->wk = m[1], L->wv = m[2];
+        return 0;
+    }
+    return bs_vk_upload_mat(d->c, &L->wq, &s->wq) || bs_vk_upload_mat(d->c, &L->wk, &s->wk) ||
+           bs_vk_upload_mat(d->c, &L->wv, &s->wv) ? -1 : 0;
+}
+
 static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
     bs_vk_ctx *c = d->c;
     const size_t E = (size_t)d->hp.n_embd, D = (size_t)d->hp.head_dim;
-    return bs_vk_upload_mat(c, &L->wq, &s->wq) || bs_vk_upload_mat(c, &L->wk, &s->wk) || bs_vk_upload_mat(c, &L->wv, &s->wv) ||
-           bs_vk_upload_mat(c, &L->wo, &s->wo) || bs_vk_upload_mat(c, &L->gate, &s->gate) || bs_vk_upload_mat(c, &L->up, &s->up) ||
+    return upload_qkv(d, L, s) || bs_vk_upload_mat(c, &L->wo, &s->wo) || bs_vk_upload_mat(c, &L->gate, &s->gate) || bs_vk_upload_mat(c, &L->up, &s->up) ||
            bs_vk_upload_mat(c, &L->down, &s->down) || bs_vk_upload_vec(c, &L->attn_norm, s->attn_norm, E) ||
            bs_vk_upload_vec(c, &L->ffn_norm, s->ffn_norm, E) || bs_vk_upload_vec(c, &L->q_norm, s->q_norm, D) ||
            bs_vk_upload_vec(c, &L->k_norm, s->k_norm, D) ? -1 : 0;
@@ -92,6 +110,7 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
     d->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
     d->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
+    d->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -121,7 +140,7 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_ctx *c = d->c;
     for (int l = 0; l < d->hp.n_layer; l++) {
         dl_layer *L = &d->L[l];
-        bs_vk_matrix *ms[] = {L->wq, L->wk, L->wv, L->wo, L->gate, L->up, L->down};
+        bs_vk_matrix *ms[] = {L->wq, L->wk, L->wv, L->qkv, L->wo, L->gate, L->up, L->down};
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) bs_vk_matrix_free(c, ms[i]);
         bs_vk_buf *bs[] = {&L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm};
         for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
@@ -179,7 +198,8 @@ static int ctx_bufs(bs_vk_dctx *s) {
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
     rc = rc || bs_vk_buf_new(c, &s->aq2, R * ff, false) || bs_vk_buf_new(c, &s->as2, R * ff / 8 + 4, false) ||
-         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_counters_new(c, &s->ncnt, 64);
+         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_counters_new(c, &s->ncnt, 64) ||
+         bs_vk_buf_new(c, &s->kvpos, 4, false);
     return rc ? -1 : split_bufs(s);
 }
 
@@ -210,7 +230,8 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     bs_vk_ctx *c = s->d->c;
     bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
                        &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
-                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->aq2, &s->as2, &s->am2, &s->ncnt};
+                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->aq2, &s->as2, &s->am2, &s->ncnt,
+                       &s->kvpos};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
@@ -291,6 +312,28 @@ static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf
     bs_vk_cmd_copy(s->d->c, src, dst, &r);
 }
 
+/* n rows of q (nq heads: the block's, or none for the context's rows) and kb normed and roped,
+ * k and v stored at layer L's cache rows at.. (kvpos, filled by the recording): the target's
+ * qk.comp in one dispatch (the bits of norm.comp, rope.comp and the copies), or with
+ * BITSPARK_VK_NO_QK=1 those steps apart. A barrier follows: the next products write kb and vb. */
+static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
+    const bs_vk_dspark_desc *hp = &s->d->hp;
+    const int l = (int)(L - s->d->L);
+    if (!s->d->no_qk) {
+        const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {(uint32_t)nq, Hkv, D, D, 0, 1, hp->eps, 0};
+        const bs_vk_buf *qb[9] = {&s->q, &s->kb, &s->vb, &L->q_norm, &L->k_norm, &s->rope, &s->k[l], &s->v[l], &s->kvpos};
+        TRY(bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1));
+    } else {
+        if (nq) TRY(norm_rope(s, &s->q, &L->q_norm, n, nq));
+        TRY(norm_rope(s, &s->kb, &L->k_norm, n, hp->n_head_kv));
+        copy_rows(s, &s->kb, &s->k[l], at, n);
+        copy_rows(s, &s->vb, &s->v[l], at, n);
+    }
+    bs_vk_barrier(s->d->c);
+    return 0;
+}
+
 /* Whether every layer's K and V products read int8 blocks (the append quantizes h once for all;
  * BITSPARK_VK_NO_NORMO=1: a quantizer per product, as before, the same bits). */
 static bool reads_int8(const bs_vk_matrix *m) { return m->kernel != BS_VK_K_MV_F32 && !m->act; }
@@ -312,27 +355,35 @@ static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) 
     return 0;
 }
 
+/* The products of h (its int8 blocks in aq..) for q, k and v (from = 0) or k and v alone
+ * (from = 1): one dispatch where the layer has its layout. */
+static int record_qkv(bs_vk_dctx *s, const dl_layer *L, int from, int n) {
+    const bs_vk_matrix *m[3] = {L->wq, L->wk, L->wv};
+    const bs_vk_buf *y[3] = {&s->q, &s->kb, &s->vb};
+    bs_vk_ctx *c = s->d->c;
+    if (L->qkv) return bs_vk_record_mv_cat(c, L->qkv, m + from, 3 - from, &s->aq, &s->as, &s->am, n, y + from);
+    for (int i = from; i < 3; i++) TRY(bs_vk_record_mv(c, m[i], &s->h, &s->aq, &s->as, &s->am, n, y[i]));
+    return 0;
+}
+
 /* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized
  * once where the products are integer. */
 static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) {
     bs_vk_dspark *d = s->d;
     const bool q1 = kv_integer(d);
+    bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)row0);   /* (the product's barrier covers it) */
     TRY(mv(s, d->fc, taps, n, &s->x));
     TRY(q1 ? norm_q(s, &d->hid_norm, &s->h, n) : norm_rows(s, &s->x, &d->hid_norm, &s->h, n));
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
         if (q1) {
-            TRY(bs_vk_record_mv(d->c, L->wk, &s->h, &s->aq, &s->as, &s->am, n, &s->kb));
-            TRY(bs_vk_record_mv(d->c, L->wv, &s->h, &s->aq, &s->as, &s->am, n, &s->vb));
+            TRY(record_qkv(s, L, 1, n));
             bs_vk_barrier(d->c);
         } else {
             TRY(mv(s, L->wk, &s->h, n, &s->kb));
             TRY(mv(s, L->wv, &s->h, n, &s->vb));
         }
-        TRY(norm_rope(s, &s->kb, &L->k_norm, n, d->hp.n_head_kv));
-        copy_rows(s, &s->kb, &s->k[l], row0, n);
-        copy_rows(s, &s->vb, &s->v[l], row0, n);
-        bs_vk_barrier(d->c);   /* the next layer's products write kb and vb: after these copies read them */
+        TRY(qk_store(s, L, n, 0, row0));
     }
     return 0;
 }
@@ -426,15 +477,10 @@ static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
 }
 
 /* The block's q and k (in q, kb; v in vb) normed and roped, k and v stored after the context's
- * rows, then its attention into att. */
+ * rows (first + n_ctx, as the recording filled kvpos), then its attention into att. */
 static int block_qkv_attention(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
-    const bs_vk_dspark_desc *hp = &s->d->hp;
-    TRY(norm_rope(s, &s->q, &L->q_norm, nb, hp->n_head));
-    TRY(norm_rope(s, &s->kb, &L->k_norm, nb, hp->n_head_kv));
-    const int l = (int)(L - s->d->L), at = first + n_ctx;
-    copy_rows(s, &s->kb, &s->k[l], at, nb);
-    copy_rows(s, &s->vb, &s->v[l], at, nb);
-    bs_vk_barrier(s->d->c);
+    const int l = (int)(L - s->d->L);
+    TRY(qk_store(s, L, nb, s->d->hp.n_head, first + n_ctx));
     TRY(block_attention(s, l, nb, first, n_ctx + nb));
     bs_vk_barrier(s->d->c);
     return 0;
@@ -485,9 +531,7 @@ static int block_layer_fused(bs_vk_dctx *s, const dl_layer *L, int nb, int first
     bs_vk_ctx *c = d->c;
     const bs_vk_dspark_desc *hp = &d->hp;
     const bs_vk_buf *q1[3] = {&s->aq, &s->as, &s->am}, *q2[3] = {&s->aq2, &s->as2, &s->am2};
-    TRY(bs_vk_record_mv(c, L->wq, &s->h, &s->aq, &s->as, &s->am, nb, &s->q));
-    TRY(bs_vk_record_mv(c, L->wk, &s->h, &s->aq, &s->as, &s->am, nb, &s->kb));
-    TRY(bs_vk_record_mv(c, L->wv, &s->h, &s->aq, &s->as, &s->am, nb, &s->vb));
+    TRY(record_qkv(s, L, 0, nb));
     bs_vk_barrier(c);
     TRY(block_qkv_attention(s, L, nb, first, n_ctx));
     TRY(bs_vk_record_quant(c, &s->att, &s->aq, &s->as, &s->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
@@ -503,6 +547,7 @@ static int block_layer_fused(bs_vk_dctx *s, const dl_layer *L, int nb, int first
 
 static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logits) {
     bs_vk_dspark *d = s->d;
+    bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)(first + n_ctx));   /* (embed_block's barrier covers it) */
     TRY(embed_block(s, nb));
     if (block_fusable(s, nb)) {   /* the output norm in the last layer's down product */
         TRY(norm_q(s, &d->L[0].attn_norm, &s->h, nb));

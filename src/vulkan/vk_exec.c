@@ -64,7 +64,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_GLUQ_Q2_64] = {"mv_q", 17, 60, 5, {2, 2, 1, 1, 0}},
     [BS_VK_K_GLUQ_Q8] = {"mv_q", 17, 60, 5, {8, 1, 1, 1, 0}},
     [BS_VK_K_GLUQ_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 1, 1, 0}},
-    [BS_VK_K_QK] = {"qk", 9, 28, 0, {0}},
+    [BS_VK_K_QK] = {"qk", 9, 32, 0, {0}},
     /* mv_q adding into the residual stream, the last workgroup norming it (NORM_OUT) */
     [BS_VK_K_MVN_Q1] = {"mv_q", 17, 60, 5, {1, 4, 0, 0, 1}},
     [BS_VK_K_MVN_Q2_128] = {"mv_q", 17, 60, 5, {2, 4, 0, 0, 1}},

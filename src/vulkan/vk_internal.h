@@ -246,8 +246,8 @@ void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m);
  * weights, out[k] is W[k]'s matrix (rows of the layout). 1 made, 0 not possible, -1 error. */
 enum { BS_VK_CAT_MAX = 4 };
 int bs_vk_matrix_cat(bs_vk_ctx *c, const bs_vk_tensor *const *W, int n, bs_vk_matrix **lay, bs_vk_matrix **out);
-/* Record the products of the nm matrices of one layout (m[k] made with it, in its order) in one
- * dispatch: m[k]'s rows into y[k]. */
+/* Record the products of the nm matrices of one layout (m[k] made with it, in its order: all of
+ * them or a run of consecutive ones) in one dispatch: m[k]'s rows into y[k]. */
 int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y);
 /* Whether m's product can add itself into the residual stream and norm it (one integer part,

@@ -355,16 +355,21 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
 
 static int glu_kernel(int mv);
 
-/* mv_q's push constants and bindings 0-16 for the nm products of one layout; kernel k, or with
- * the conv (K > 0) its CONV twin and bindings 17-19 */
+/* mv_q's push constants and bindings 0-16 for the nm products of one layout (consecutive ones:
+ * all of them, or a run, whose rows alone are read); kernel k, or with the conv (K > 0) its
+ * CONV twin and bindings 17-19 */
 static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,
                       const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *const *y, const bs_vk_buf *const *conv,
                       int K) {
     if (nm < 1 || nm > BS_VK_CAT_MAX) return bs_error("Vulkan: %d products in one layout", nm);
+    for (int k = 1; k < nm; k++)
+        if (m[k]->rbase != m[k - 1]->rbase + m[k - 1]->ne1) return bs_error("Vulkan: products of a layout not in its order");
     const bs_vk_mat_part *p = &lay->parts[0];
+    const int64_t rbase = m[0]->rbase, rcount = m[nm - 1]->rbase + m[nm - 1]->ne1 - rbase;
     struct { mvq_push qp; uint32_t K, from_in; } push;
     mvq_push qp = {.rows = (uint32_t)p->rows, .cols = (uint32_t)lay->ne0, .n = (uint32_t)n, .split = (uint32_t)lay->split,
-                   .rcount = (uint32_t)p->rows, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m[0]->ne1};
+                   .rbase = (uint32_t)rbase, .rcount = (uint32_t)rcount, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u,
+                   .l0 = (uint32_t)m[0]->ne1};
     uint32_t *e = &qp.e1, *l = &qp.l0;
     const bs_vk_buf *bi[21] = {&p->codes, &p->scales, aq, as, am, y[0], [17] = conv ? conv[0] : NULL, conv ? conv[1] : NULL,
                               conv ? conv[2] : NULL, conv ? conv[3] : NULL};   /* NULL: unused (bs_vk_dispatch) */
@@ -373,12 +378,12 @@ static int record_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix 
         l[k] = (uint32_t)m[k]->ne1;
         bi[7 + k] = y[k];
     }
-    c->rec.weight_bytes += (p->codes.size + p->scales.size) * bs_vk_mvq_passes(c, lay->kernel, n);
+    c->rec.weight_bytes += (p->codes.size + p->scales.size) * (uint64_t)rcount / (uint64_t)p->rows * bs_vk_mvq_passes(c, lay->kernel, n);
     push.qp = qp;
     push.K = (uint32_t)K;
     push.from_in = conv && conv[3];
     const int k = conv ? glu_kernel(lay->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVC_Q1 : lay->kernel;
-    return dispatch_mvq(c, k, bi, &push, (uint64_t)p->rows, (uint32_t)lay->split, n);
+    return dispatch_mvq(c, k, bi, &push, (uint64_t)rcount, (uint32_t)lay->split, n);
 }
 
 int bs_vk_record_mv_cat(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matrix *const *m, int nm, const bs_vk_buf *aq,

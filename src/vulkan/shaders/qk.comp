@@ -1,7 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // qk.comp: attention's per-head steps between the products and the softmax, one workgroup per
-// head of a row: q heads (of a's rows, 2*H*D wide: each head's D values then its gate's D) are
+// head of a row: q heads (of a's rows: 2*H*D wide with gated, each head's D values then its
+// gate's D, as the target's gated attention has them; H*D without, the DSpark drafter's) are
 // RMS-normed (q_norm) and roped in place; k heads (of b's rows, Hkv*D) normed (k_norm), roped
 // and, with v's head (cc's rows), stored in the cache at position pos0 + t. The bits of
 // norm.comp (mode 0), rope.comp and kv_store.comp run one after another: the same norm scale
@@ -18,7 +19,7 @@ layout(std430, binding = 5) readonly buffer CS { float cs[]; };      // [rows][n
 layout(std430, binding = 6) writeonly buffer KC { uint kc[]; };
 layout(std430, binding = 7) writeonly buffer VC { uint vc[]; };
 layout(std430, binding = 8) readonly buffer P { uint pos0; } step;   // per-step values
-layout(push_constant) uniform Push { uint H, Hkv, D, n_rot, cs_row0, f32; float eps; } p;
+layout(push_constant) uniform Push { uint H, Hkv, D, n_rot, cs_row0, f32; float eps; uint gated; } p;
 
 #include "f16.glsl"
 #include "div_rn.glsl"
@@ -38,7 +39,8 @@ void main() {
     const uint t = g / heads, h = g % heads, row = p.cs_row0 + t;
     const bool is_q = h < p.H;
     const uint kvw = p.Hkv * p.D, j = h - p.H;
-    const uint base = is_q ? row * 2u * p.H * p.D + h * 2u * p.D : row * kvw + j * p.D;
+    const uint qw = p.gated != 0u ? 2u * p.D : p.D;   // a q head and, gated, its gate
+    const uint base = is_q ? row * p.H * qw + h * qw : row * kvw + j * p.D;
     norm_rope_head(is_q, base, row, lt);
     for (uint i = lt; i < p.D; i += 64u) {   // (each invocation its own elements)
         if (is_q) qa[base + i] = hv[i]; else kb[base + i] = hv[i];
