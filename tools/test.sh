@@ -66,8 +66,9 @@ fi
 # aarch64: the cross build (make arm64) under qemu-aarch64, as a CPU with DotProd + I8MM + SVE
 # (-cpu max) and as one without DotProd (cortex-a53: plain NEON). The kernel and step-op tests
 # run every level the CPU has; the fixture logits (the x86 bounds) and the lossless-speculation
-# check (BS_TEST_QUICK=2: the tiny pair, Q1_0 and ternary) run at the
-# CPU's top level, and on -cpu max again at the dotprod level.
+# check (BS_TEST_QUICK=2: the tiny pair, Q1_0 and ternary) run at the CPU's top level, and on
+# -cpu max the batch and speculation checks again at the dotprod level (whose kernels
+# test_kernels has checked bit for bit against the scalar ones).
 # Tiny models only: emulation costs ~10-30x. The server and page tests stay x86-only.
 arm64_test() { # name qemu-cpu expected-top-level BITSPARK_CPU-or-empty BS_TEST_QUICK tests...
   local name=$1 cpu=$2 top=$3 lv=$4 quick=$5; shift 5
@@ -103,7 +104,7 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
     # (the dotprod level's speculation check goes with the a53 side: the two sides then take
     # about as long)
     ( arm64_test max max i8mm "" 2 "${arm_tests[@]}"
-      arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval test_fixture_logits.py
+      arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval
     ) >build-aarch64/testtmp/max.out 2>&1 &
     # (test_rollback, minutes under emulation, is left to the native runs: its invariants are
     # the session's, and the kernels under it are bit-checked against the scalar reference above)
@@ -132,8 +133,8 @@ CTEST_SEL=()
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_suite asan-ubsan build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBS_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 if [ -z "${BS_NO_FUZZ:-}" ]; then
-  # 20 s a target here (tools/fuzz.sh runs them for 10 minutes by hand)
-  export FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+  # 15 s a target here (tools/fuzz.sh runs them for 10 minutes by hand)
+  export FUZZ_SECONDS=${FUZZ_SECONDS:-15}
   CTEST_SEL=(-L fuzz)
   run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi

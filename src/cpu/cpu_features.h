@@ -59,4 +59,13 @@ const char *bs_cpu_describe(void);
 /* Request AMX tile permission from the kernel (Linux arch_prctl). True when AMX can be used. */
 bool bs_cpu_enable_amx(void);
 
+/* BS_AVX512_NOSAN follows the target attribute of every AVX-512 function. In a sanitizer build
+ * on a machine without AVX-512 (CMake defines BS_SANITIZE_NO_AVX512) those functions can never
+ * run, and instrumenting them was most of that build's compile time: they are left plain. */
+#ifdef BS_SANITIZE_NO_AVX512
+#define BS_AVX512_NOSAN __attribute__((no_sanitize("address", "undefined")))
+#else
+#define BS_AVX512_NOSAN
+#endif
+
 #endif

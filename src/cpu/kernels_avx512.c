@@ -26,8 +26,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2")))
-#define T512B __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2"))) BS_AVX512_NOSAN
+#define T512B __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 
 enum { FMT_Q1, FMT_Q2, FMT_Q2G64 };

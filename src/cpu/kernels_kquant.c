@@ -16,6 +16,7 @@
  * The helpers are AVX2 code; the AVX-512 entry points compile the same code for the AVX-512
  * target (32 vector registers, no spills at 8 rows). */
 #include "cpu/kernels_quant.h"
+#include "cpu/cpu_features.h"
 
 #include "formats/quant.h"
 #include "io/util.h"
@@ -30,7 +31,7 @@
 #endif
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 #define PF_DIST 1024
 

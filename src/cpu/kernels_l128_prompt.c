@@ -25,6 +25,7 @@
  * row scale per block into the sum so far), so every result is bit-identical to the one-row
  * kernel's, whatever the prompt length, tiling or thread count (tests/test_kernels.c). */
 #include "cpu/kernels.h"
+#include "cpu/cpu_features.h"
 
 #include "io/util.h"
 
@@ -35,7 +36,7 @@ int bs_l128_prompt_groups = 0;   /* tests: 128-row groups per tile; 0 = as below
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 
 enum {

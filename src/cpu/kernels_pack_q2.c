@@ -150,7 +150,7 @@ bs_kernel_fn bs_kernel_q2_x16_scalar(void) { return k_x16_scalar; }
 
 #include "cpu/kernels_q2_x16.h"
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 #define PF_BYTES 8192   /* software prefetch distance along the packed stream */
 

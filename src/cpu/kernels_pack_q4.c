@@ -16,6 +16,7 @@
  * threads. Per block and activation row it does 4 float operations (convert, scale, 2 fma)
  * for 16 outputs where the native one does 4 for 2. */
 #include "cpu/kernels.h"
+#include "cpu/cpu_features.h"
 
 #include "formats/quant.h"
 #include "io/util.h"
@@ -72,7 +73,7 @@ int bs_q4_x16_fits(const bs_weight *W) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 #define PF_DIST 2048   /* software prefetch distance along a group, bytes */
 

@@ -16,6 +16,7 @@
  * Tiles: MR weight rows (AVX2) or P row pairs (AVX-512) x NR activation rows share each decoded
  * block; each output has its own accumulators and the same operations whatever the tile. */
 #include "cpu/kernels_quant.h"
+#include "cpu/cpu_features.h"
 
 #include "formats/quant.h"
 #include "io/util.h"
@@ -30,7 +31,7 @@
 #endif
 
 #define T2 __attribute__((target("avx2,fma,f16c")))
-#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2"))) BS_AVX512_NOSAN
 #define INL inline __attribute__((always_inline))
 #define PF_DIST 1024   /* software prefetch distance along a weight row, bytes */
 

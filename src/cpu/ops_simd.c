@@ -10,7 +10,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 
-#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,avx2")))
+#define T512 __attribute__((target("avx512f,avx512dq,avx512vl,fma,avx2"))) BS_AVX512_NOSAN
 #define T2 __attribute__((target("avx2,fma")))
 #define INL inline __attribute__((always_inline))
 
