@@ -98,7 +98,11 @@ static int check_shape(const char *name, const tinfo *t, int64_t ne0, int64_t ne
     return 0;
 }
 
-static int load_mat(const source *s, const char *name, int64_t ne0, int64_t ne1, bs_weight *w) {
+static void *own(bs_dspark *d, void *p);
+
+/* A matrix in place; its name is the drafter's own copy (callers build names in buffers of
+ * their own stack frames, which the device upload reads later). */
+static int load_mat(bs_dspark *d, const source *s, const char *name, int64_t ne0, int64_t ne1, bs_weight *w) {
     tinfo t;
     if (src_find(s, name, &t) || check_shape(name, &t, ne0, ne1)) return -1;
     const bs_type_traits *tr = bs_type_get(t.type);
@@ -110,7 +114,7 @@ static int load_mat(const source *s, const char *name, int64_t ne0, int64_t ne1,
     if (row == 0 || total == UINT64_MAX || total > t.nbytes)
         return bs_error("tensor %s: %" PRIu64 " bytes do not hold [%" PRId64 ", %" PRId64 "] of %s", name,
                         t.nbytes, ne0, ne1, bs_type_name(t.type));
-    *w = (bs_weight){.type = t.type, .ne0 = ne0, .ne1 = ne1, .data = t.data, .row_bytes = row, .name = name};
+    *w = (bs_weight){.type = t.type, .ne0 = ne0, .ne1 = ne1, .data = t.data, .row_bytes = row, .name = own(d, bs_xstrdup(name))};
     return 0;
 }
 
@@ -266,13 +270,13 @@ static int load_layer(bs_dspark *d, const source *s, int il) {
         load_vec(d, s, NAME("ffn_norm.weight"), E, &L->ffn_norm) ||
         load_vec(d, s, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm) ||
         load_vec(d, s, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm) ||
-        load_mat(s, NAME("attn_q.weight"), E, q, &L->wq) ||
-        load_mat(s, NAME("attn_k.weight"), E, kv, &L->wk) ||
-        load_mat(s, NAME("attn_v.weight"), E, kv, &L->wv) ||
-        load_mat(s, NAME("attn_output.weight"), q, E, &L->wo) ||
-        load_mat(s, NAME("ffn_gate.weight"), E, hp->n_ff, &L->gate) ||
-        load_mat(s, NAME("ffn_up.weight"), E, hp->n_ff, &L->up) ||
-        load_mat(s, NAME("ffn_down.weight"), hp->n_ff, E, &L->down))
+        load_mat(d, s, NAME("attn_q.weight"), E, q, &L->wq) ||
+        load_mat(d, s, NAME("attn_k.weight"), E, kv, &L->wk) ||
+        load_mat(d, s, NAME("attn_v.weight"), E, kv, &L->wv) ||
+        load_mat(d, s, NAME("attn_output.weight"), q, E, &L->wo) ||
+        load_mat(d, s, NAME("ffn_gate.weight"), E, hp->n_ff, &L->gate) ||
+        load_mat(d, s, NAME("ffn_up.weight"), E, hp->n_ff, &L->up) ||
+        load_mat(d, s, NAME("ffn_down.weight"), hp->n_ff, E, &L->down))
         return -1;
 #undef NAME
     return 0;
@@ -289,9 +293,9 @@ static int load_log_snr(bs_dspark *d, const source *s) {
     if (src_find(s, "dspark.log_snr_fc1.weight", &t1)) return -1;
     const int64_t nf = t1.ne0;
     if (nf < 2 || nf % 2 || nf > 65536) return bs_error("dspark.log_snr_fc1.weight: bad feature width %" PRId64, nf);
-    if (load_mat(s, "dspark.log_snr_fc1.weight", nf, E, &fc1) ||
+    if (load_mat(d, s, "dspark.log_snr_fc1.weight", nf, E, &fc1) ||
         load_vec(d, s, "dspark.log_snr_fc1.bias", E, &b1) ||
-        load_mat(s, "dspark.log_snr_fc2.weight", E, E, &fc2) ||
+        load_mat(d, s, "dspark.log_snr_fc2.weight", E, E, &fc2) ||
         load_vec(d, s, "dspark.log_snr_fc2.bias", E, &b2))
         return -1;
     const int half = (int)nf / 2;
@@ -336,18 +340,18 @@ static int load_tensors(bs_dspark *d, const source *s) {
     hp->n_vocab = (int)emb.ne1;
     if (check_hparams(hp)) return -1;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
-    if (load_mat(s, "token_embd.weight", E, V, &d->tok_embd) ||
+    if (load_mat(d, s, "token_embd.weight", E, V, &d->tok_embd) ||
         load_vec(d, s, "output_norm.weight", E, &d->output_norm) ||
-        load_mat(s, "dspark.fc.weight", (int64_t)hp->n_taps * E, E, &d->fc) ||
+        load_mat(d, s, "dspark.fc.weight", (int64_t)hp->n_taps * E, E, &d->fc) ||
         load_vec(d, s, "dspark.hidden_norm.weight", E, &d->hidden_norm))
         return -1;
     if (src_has(s, "output.weight")) {
-        if (load_mat(s, "output.weight", E, V, &d->output)) return -1;
+        if (load_mat(d, s, "output.weight", E, V, &d->output)) return -1;
     } else {
         d->output = d->tok_embd;
     }
-    if (hp->markov_rank > 0 && (load_mat(s, "dspark.markov_head_a.weight", hp->markov_rank, V, &d->markov_a) ||
-                                load_mat(s, "dspark.markov_head_b.weight", hp->markov_rank, V, &d->markov_b)))
+    if (hp->markov_rank > 0 && (load_mat(d, s, "dspark.markov_head_a.weight", hp->markov_rank, V, &d->markov_a) ||
+                                load_mat(d, s, "dspark.markov_head_b.weight", hp->markov_rank, V, &d->markov_b)))
         return -1;
     if (hp->conf_head && load_conf(d, s)) return -1;
     if (hp->log_snr && load_log_snr(d, s)) return -1;
