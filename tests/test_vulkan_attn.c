@@ -171,7 +171,7 @@ static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool 
     float *a2 = dup(c.a, 4u * (size_t)(c.r0 + T) * c.qw), *b2 = dup(c.b, 4u * (size_t)(c.r0 + T) * c.kvw);
     uint8_t *kc2 = dup(c.kc, c.kvb), *vc2 = dup(c.vc, c.kvb);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
-    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+    qk_push qp = {
         (uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot, (uint32_t)c.r0, f32, 1e-6f, 1};
     void *qd[9] = {a2, b2, c.v, c.qn, c.kn, c.cs, kc2, vc2, params};
     const size_t nr = (size_t)(c.r0 + T);

@@ -573,7 +573,7 @@ static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32
     memcpy(b2, b, sizeof *b2 * nr * kvw);
     uint8_t *kc = calloc(kvb, 1), *vc = calloc(kvb, 1), *kc2 = calloc(kvb, 1), *vc2 = calloc(kvb, 1);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
-    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+    qk_push qp = {
         (uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot, (uint32_t)cs_row0, f32, 1e-6f, gated};
     void *qd[9] = {a, b, v, qn, kn, cs, kc, vc, params};
     size_t qb[9] = {4 * nr * BS_MAX(qw, 1), 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, 4 * nr * BS_MAX(n_rot, 1), kvb, kvb, 16};
@@ -991,7 +991,7 @@ static void check_attn_fused(int H, int Hkv, int D, int n_rot, int T, int pos0, 
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     const size_t scb = 4u * (size_t)T * H * n_ctx, csb = 4 * nr * BS_MAX(n_rot, 1);
     /* apart: qk.comp, then attn.comp on what it left */
-    struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+    qk_push qp = {
         (uint32_t)H, (uint32_t)Hkv, (uint32_t)D, (uint32_t)n_rot, (uint32_t)r0, f32, 1e-6f, 1};
     void *qd[9] = {a2, b2, v, qn, kn, cs, kc2, vc2, params};
     size_t qb[9] = {4 * nr * qw, 4u * nr * kvw, 4u * nr * kvw, 4u * D, 4u * D, csb, kvb, kvb, 16};

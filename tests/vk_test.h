@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* qk.comp's push constants, as the shader declares them (test_vulkan_ops, test_vulkan_attn) */
+typedef struct qk_push { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qk_push;
+
 /* The devices into info[0..cap): their number, or minus the exit code the test ends with. */
 static inline int vk_test_devices(bs_vk_device_info *info, int cap) {
     if (!bs_vk_built()) { printf("skipped: this build has no Vulkan backend\n"); return -77; }

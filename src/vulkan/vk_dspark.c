@@ -57,26 +57,15 @@ struct bs_vk_dctx {
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
-/* wq, wk and wv read the same normed rows: one layout where they share an integer format, so the
- * block's three products are one dispatch and the append's k and v (a run of it) another
- * (BITSPARK_VK_NO_CAT=1: apart, as the target's) */
-static int upload_qkv(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
-    const bs_vk_tensor *t[3] = {&s->wq, &s->wk, &s->wv};
-    bs_vk_matrix *m[3];
-    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(d->c, t, 3, &L->qkv, m);
-    if (rc < 0) return -1;
-    if (rc) {
-        L->wq = m[0], L->wk = m[1], L->wv = m[2];
-        return 0;
-    }
-    return bs_vk_upload_mat(d->c, &L->wq, &s->wq) || bs_vk_upload_mat(d->c, &L->wk, &s->wk) ||
-           bs_vk_upload_mat(d->c, &L->wv, &s->wv) ? -1 : 0;
-}
-
 static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
     bs_vk_ctx *c = d->c;
     const size_t E = (size_t)d->hp.n_embd, D = (size_t)d->hp.head_dim;
-    return upload_qkv(d, L, s) || bs_vk_upload_mat(c, &L->wo, &s->wo) || bs_vk_upload_mat(c, &L->gate, &s->gate) || bs_vk_upload_mat(c, &L->up, &s->up) ||
+    /* wq, wk and wv read the same normed rows: one layout where they share an integer format,
+       so the block's three products are one dispatch and the append's k and v (a run of it)
+       another (record_qkv) */
+    const bs_vk_tensor *t[3] = {&s->wq, &s->wk, &s->wv};
+    bs_vk_matrix **m[3] = {&L->wq, &L->wk, &L->wv};
+    return bs_vk_upload_inputs(c, &L->qkv, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &s->wo) || bs_vk_upload_mat(c, &L->gate, &s->gate) || bs_vk_upload_mat(c, &L->up, &s->up) ||
            bs_vk_upload_mat(c, &L->down, &s->down) || bs_vk_upload_vec(c, &L->attn_norm, s->attn_norm, E) ||
            bs_vk_upload_vec(c, &L->ffn_norm, s->ffn_norm, E) || bs_vk_upload_vec(c, &L->q_norm, s->q_norm, D) ||
            bs_vk_upload_vec(c, &L->k_norm, s->k_norm, D) ? -1 : 0;
@@ -321,7 +310,7 @@ static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
     const int l = (int)(L - s->d->L);
     if (!s->d->no_qk) {
         const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {(uint32_t)nq, Hkv, D, D, 0, 1, hp->eps, 0};
+        qk_push qp = {(uint32_t)nq, Hkv, D, D, 0, 1, hp->eps, 0};
         const bs_vk_buf *qb[9] = {&s->q, &s->kb, &s->vb, &L->q_norm, &L->k_norm, &s->rope, &s->k[l], &s->v[l], &s->kvpos};
         TRY(bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1));
     } else {
@@ -360,10 +349,15 @@ static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) 
 static int record_qkv(bs_vk_dctx *s, const dl_layer *L, int from, int n) {
     const bs_vk_matrix *m[3] = {L->wq, L->wk, L->wv};
     const bs_vk_buf *y[3] = {&s->q, &s->kb, &s->vb};
+    const bs_vk_matrix *cm[3];
+    const bs_vk_buf *cy[3];
     bs_vk_ctx *c = s->d->c;
-    if (L->qkv) return bs_vk_record_mv_cat(c, L->qkv, m + from, 3 - from, &s->aq, &s->as, &s->am, n, y + from);
-    for (int i = from; i < 3; i++) TRY(bs_vk_record_mv(c, m[i], &s->h, &s->aq, &s->as, &s->am, n, y[i]));
-    return 0;
+    int nc = 0;
+    for (int i = from; i < 3; i++) {   /* the layout's in one dispatch (a suffix of it is a run) */
+        if (m[i]->borrowed) cm[nc] = m[i], cy[nc++] = y[i];
+        else TRY(bs_vk_record_mv(c, m[i], &s->h, &s->aq, &s->as, &s->am, n, y[i]));
+    }
+    return nc ? bs_vk_record_mv_cat(c, L->qkv, cm, nc, &s->aq, &s->as, &s->am, n, cy) : 0;
 }
 
 /* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized

@@ -428,7 +428,7 @@ static int attn_prep(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
     if (attn_fused(st, n)) return 0;
     if (!st->net->no_qk) {
-        struct { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qp = {
+        qk_push qp = {
             H, Hkv, D, (uint32_t)hp->n_rot, r0, st->kv_f32, hp->eps, 1};
         const bs_vk_buf *qb[9] = {&io->a, &io->b, &io->cc, &L->q_norm, &L->k_norm, &io->rope, &st->kc[L->slot], &st->vc[L->slot], &st->params};
         TRY(bs_vk_dispatch(st->net->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * (H + Hkv), 1, 1));

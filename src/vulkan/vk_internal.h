@@ -276,6 +276,9 @@ int bs_vk_matrix_refill(bs_vk_ctx *c, bs_vk_matrix *m, const bs_vk_tensor *W);
 int bs_vk_matrix_cat_refill(bs_vk_ctx *c, bs_vk_matrix *lay, const bs_vk_tensor *const *W, int n, bs_vk_matrix *const *m);
 /* *m = bs_vk_matrix_new(c, t); 0 or -1 */
 int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
+/* Matrices that read one input (n <= BS_VK_CAT_MAX, *m[k] NULL on entry): those sharing t[0]'s
+ * format as one layout *lay (borrowed rows, in t's order), the others alone; 0 or -1. */
+int bs_vk_upload_inputs(bs_vk_ctx *c, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n);
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
                       const bs_vk_buf *u, const bs_vk_buf *y);
 /* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
@@ -353,6 +356,9 @@ typedef struct bs_vk_top_bufs { bs_vk_buf cand[2], topv; } bs_vk_top_bufs;
  * quantized into int8 blocks, the gate silu(z) applied. */
 typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
 enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4 };
+/* qk.comp's push constants (vk_forward.c gated 1: each q head followed by its gate; vk_dspark.c
+ * gated 0: packed q heads, no gates) */
+typedef struct qk_push { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qk_push;
 
 /* argmax.comp's scratch for `rows` logits rows: each chunk's best (part, BS_VK_AMAX_CHUNKS a row)
  * and a counter per row, zeroed when made (the kernel leaves it at 0). */

@@ -243,6 +243,22 @@ int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
     return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
 }
 
+/* Those of t that share t[0]'s format go into one layout (*lay), the rest are uploaded alone:
+ * the target's mixer inputs and the drafter's q, k, v. BITSPARK_VK_NO_CAT=1: all alone. */
+int bs_vk_upload_inputs(bs_vk_ctx *c, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
+    const bs_vk_tensor *ct[BS_VK_CAT_MAX] = {0};
+    bs_vk_matrix *cm[BS_VK_CAT_MAX] = {0};
+    int idx[BS_VK_CAT_MAX] = {0}, nc = 0;
+    for (int k = 0; k < n && nc < BS_VK_CAT_MAX; k++)
+        if (t[k]->type == t[0]->type) ct[nc] = t[k], idx[nc++] = k;
+    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(c, ct, nc, lay, cm);
+    if (rc < 0) return -1;
+    for (int k = 0; k < nc && rc; k++) *m[idx[k]] = cm[k];
+    for (int k = 0; k < n; k++)
+        if (!*m[k] && bs_vk_upload_mat(c, m[k], t[k])) return -1;
+    return 0;
+}
+
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) {
     if (!m) return;
     bs_vk_matrix_lora_clear(c, m);

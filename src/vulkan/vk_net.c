@@ -7,20 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int upload_inputs(bs_vk_net *net, vk_layer *L, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
-    const bs_vk_tensor *ct[BS_VK_CAT_MAX];
-    bs_vk_matrix *cm[BS_VK_CAT_MAX];
-    int idx[BS_VK_CAT_MAX], nc = 0;
-    for (int k = 0; k < n; k++)
-        if (t[k]->type == t[0]->type) ct[nc] = t[k], idx[nc++] = k;
-    const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(net->c, ct, nc, &L->cat, cm);
-    if (rc < 0) return -1;
-    for (int k = 0; k < nc && rc; k++) *m[idx[k]] = cm[k];
-    for (int k = 0; k < n; k++)
-        if (!*m[k] && bs_vk_upload_mat(net->c, m[k], t[k])) return -1;
-    return 0;
-}
-
 static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
     bs_vk_ctx *c = net->c;
     const bs_vk_net_desc *hp = &net->hp;
@@ -40,13 +26,13 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
         free(g);
         const bs_vk_tensor *t[4] = {&d->qkv, &d->gate, &d->beta, &d->alpha};
         bs_vk_matrix **m[4] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
-        return rc || upload_inputs(net, L, t, m, 4) || bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
+        return rc || bs_vk_upload_inputs(c, &L->cat, t, m, 4) || bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
                bs_vk_upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
                bs_vk_upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
     }
     const bs_vk_tensor *t[3] = {&d->wq, &d->wk, &d->wv};
     bs_vk_matrix **m[3] = {&L->wq, &L->wk, &L->wv};
-    return upload_inputs(net, L, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
+    return bs_vk_upload_inputs(c, &L->cat, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
            bs_vk_upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
 }
 
@@ -174,7 +160,7 @@ static int refill_layer(bs_vk_net *n, vk_layer *L, const bs_vk_layer_desc *d) {
     int nc = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         if (!ms[i]) continue;
-        if (ms[i]->borrowed) {   /* in the layout, in its order (upload_inputs) */
+        if (ms[i]->borrowed) {   /* in the layout, in its order (bs_vk_upload_inputs) */
             ct[nc] = ts[i];
             cm[nc++] = ms[i];
         } else if (bs_vk_matrix_refill(n->c, ms[i], ts[i])) {
