@@ -1,5 +1,5 @@
 /* vk_net.h: what the forward's files share (vk_net.c: the weights on the device; vk_session.c:
- * a session's buffers and states; vk_forward.c: recording and running a step). */
+ * a session's buffers and states; vk_forward.c: recording a step; vk_step.c: running it). */
 #ifndef BS_VK_NET_H
 #define BS_VK_NET_H
 
@@ -56,6 +56,18 @@ typedef struct batch_key {
     int n_seq;
     struct { uint64_t uid; uint32_t taps_gen; int n, n_logit, n_taps, snap, flip, io, taps[KEY_TAPS]; } q[BS_VK_BATCH_SEQS];
 } batch_key;
+
+/* A sequence's rows in a batch's shared scratch (bs_vk_batch_eval): rows r0..r0+n-1 are its
+ * own, its session s holds its state and runs the per-sequence kernels on its own scratch. */
+typedef struct vk_part {
+    bs_vk_sess *s;
+    int r0, n, n_logit;
+    const int *taps;
+    int n_taps;
+    bool snap;                    /* a pending snapshot: this pass takes it (bs_vk_sess_snapshot) */
+} vk_part;
+/* Sequences a batch's split attention takes in one dispatch (attn_split_b.comp) */
+enum { ATT_BATCH = 4 };
 
 struct bs_vk_sess {
     bs_vk_net *net;
@@ -136,8 +148,12 @@ int bs_vk_sess_wait(bs_vk_sess *s, int io);
  * buffers that takes, made on first use. */
 int bs_vk_record_topk(bs_vk_sess *s, uint32_t k, uint32_t rows);
 int bs_vk_top_ready(bs_vk_sess *s);
-/* vk_forward.c: a one-row greedy step of token *tok (NULL: the one the step before fed it) at
+/* vk_step.c: a one-row greedy step of token *tok (NULL: the one the step before fed it) at
  * pos0 submitted with fence f (not waited for), its argmax fed into the other set's token. */
 int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f);
+
+/* vk_forward.c: record a step of n rows (logits_rows of them with logits; taps: those layers'
+ * outputs; pt: a batch's sequences, NULL for the session's own) into the current recording. */
+int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, int n_taps, const vk_part *pt, int np);
 
 #endif
