@@ -32,12 +32,21 @@ SKIP = 77
 BITSPARK, FIX, TMP, SRC = env('BITSPARK'), env('BS_FIXTURES'), env('BS_TMP'), env('BS_SRC')
 # A sanitizer build runs the host code of every path once: the batchings, the staging ring and
 # the fusion switches on tiny-q1_0 (and tiny-f32's own path) only (the other formats differ in
-# the shaders alone, which a release build's ctest compares; make test runs the Vulkan tests in
-# the sanitizer build only, so it does not) and one batching of the split attention.
+# the shaders alone) and two batchings of the split attention. make test runs the Vulkan tests
+# in the sanitizer build; its release build runs the rest (py_vk_rest_model: BS_TEST_REST=1,
+# those checks only, on what the sanitizer build leaves out), so every part runs once.
 try:
     SANITIZED = b'__asan_init' in open(BITSPARK, 'rb').read()
 except OSError:
     SANITIZED = False
+REST = not SANITIZED and os.environ.get('BS_TEST_REST') == '1'
+
+
+def part(full, sanitized):
+    """The items a check takes: the sanitizer build's, the rest of them (REST), or all."""
+    if SANITIZED:
+        return sanitized
+    return tuple(x for x in full if x not in sanitized) if REST else full
 VK_ENV = vk_lib.validation_env(BITSPARK)
 VK_ENV.pop('BITSPARK_DEVICE', None)   # the suite pins the CPU; here auto is under test
 
@@ -103,7 +112,7 @@ def check_f16_kv():
 
 def check_batching():
     """Same bits whatever the batching, on a sequence longer than one submission (64 rows)."""
-    for name in ('tiny-f32', 'tiny-q1_0') if SANITIZED else ('tiny-f32', 'tiny-q1_0', 'tiny-q2_0'):
+    for name in part(('tiny-f32', 'tiny-q1_0', 'tiny-q2_0'), ('tiny-f32', 'tiny-q1_0')):
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens']) * 3
         toks = toks[:72]
@@ -124,7 +133,7 @@ def check_staged():
     that every tensor takes many, with copies still in flight when the next one is filled): the
     same bits as through mapped memory."""
     staged = {'BITSPARK_VK_STAGED': '1', 'BITSPARK_VK_STAGING_KB': '16'}
-    for name in ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0'):
+    for name in part(('tiny-q1_0', 'tiny-q2_0'), ('tiny-q1_0',)):
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = meta['prompt_tokens'] + meta['greedy_tokens']
         a, b = os.path.join(TMP, 'vk_mapped.f32'), os.path.join(TMP, 'vk_staged.f32')
@@ -156,7 +165,7 @@ def check_asum():
     CPU device the second): the same bits through the whole model, every product (plain, GLU, norm and conv
     epilogues) and both recurrence paths: 21 tokens in batches of 13 (two row groups, the steps
     apart) and 8 (one, the conv in the products' epilogue and the fused recurrence)."""
-    names = ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0')
+    names = part(('tiny-q1_0', 'tiny-q2_0'), ('tiny-q1_0',))
     for name in names:
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:21]
@@ -203,7 +212,7 @@ def check_fusions():
     dispatches away (the profile's count), and the fused DeltaNet step alone in every format whose
     fixture has V heads in whole int8 blocks (d_v % 32 == 0: q4_1 and q8_0's have 16). The fused
     GLU shows in the profile."""
-    names = ('tiny-q1_0',) if SANITIZED else ('tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q4_1', 'tiny-q8_0')
+    names = part(('tiny-q1_0', 'tiny-q2_0', 'tiny-q2_0-g64', 'tiny-q4_1', 'tiny-q8_0'), ('tiny-q1_0',))
     for name in names:
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:13]
@@ -252,7 +261,8 @@ def check_split():
     nv, toks = meta['n_vocab'], meta['prompt_tokens'] + meta['greedy_tokens']
     ref = rows(os.path.join(FIX, 'tiny-f32.logits.f32'), nv)
     out = os.path.join(TMP, 'vk_split.f32')
-    if logits(os.path.join(FIX, 'tiny-f32.gguf'), toks, len(meta['prompt_tokens']), out, '--kv-type', 'f32', extra_env=small):
+    if not REST and logits(os.path.join(FIX, 'tiny-f32.gguf'), toks, len(meta['prompt_tokens']), out, '--kv-type', 'f32',
+                           extra_env=small):
         err = np.linalg.norm(rows(out, nv) - ref, axis=1) / np.linalg.norm(ref, axis=1)
         print('tiny-f32 vulkan, attention in chunks of 16: worst=%.3e' % err.max())
         if err.max() > F32_WORST:
@@ -261,7 +271,9 @@ def check_split():
     meta = json.load(open(os.path.join(FIX, 'tiny-q1_0.json')))
     toks = meta['prompt_tokens'] + meta['greedy_tokens']
     outs = []
-    for b in (len(toks), 7) if SANITIZED else (len(toks), 1, 7):
+    # (the rest: one at a time against the whole, the reference of every batching)
+    batches = (len(toks),) + part((1, 7), (7,))
+    for b in batches:
         out = os.path.join(TMP, 'vk_split_b%d.f32' % b)
         r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(b), '-o', out,
                  '--device', 'vulkan'], extra_env=dict(small, BITSPARK_PROFILE='1'))
@@ -274,7 +286,9 @@ def check_split():
         fail('tiny-q1_0, attention in chunks of 16: the logits depend on the batching (%s)' % [o == outs[0] for o in outs])
     else:
         print('tiny-q1_0, attention in chunks of 16: %d tokens in batches of %s: the same bits'
-              % (len(toks), ', '.join(map(str, (len(toks), 7) if SANITIZED else (len(toks), 1, 7)))))
+              % (len(toks), ', '.join(map(str, batches))))
+    if REST:
+        return
     got = []
     for env in ({}, {'BITSPARK_VK_NO_SPLIT': '1'}):
         out = os.path.join(TMP, 'vk_split_one.f32')
@@ -431,6 +445,11 @@ def main():
     if 'not built' in r.stdout or 'vulkan: unavailable' in r.stdout or 'no devices' in r.stdout:
         print('skipped: %s' % r.stdout.strip().splitlines()[-1])
         return SKIP
+    if REST:   # what the sanitizer build leaves out of these checks (part())
+        for check in (check_batching, check_staged, check_fusions, check_asum, check_split):
+            check()
+        print('%d failures (the rest of the sanitizer build\'s checks)' % len(failures))
+        return 1 if failures else 0
     for name in MODELS:
         check_fixture(name)
     check_f16_kv()

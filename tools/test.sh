@@ -36,7 +36,8 @@ test_suite() { # build-dir: its ctest (CTEST_SEL), counted
 }
 # Release: every test but the Vulkan ones. Those run once, in the ASan/UBSan suite below: on
 # lavapipe their cost is the software device's, the same in both builds, and the sanitizers
-# check the host side too; the release binary runs the Vulkan kernels test in the GPU bundle check.
+# check the host side too; the release binary runs the Vulkan kernels test in the GPU bundle check,
+# and py_vk_rest_model the formats the sanitizer build leaves out of test_vulkan_model.py's checks.
 # (Linked as the GPU check bundle wants, BS_BUNDLE_RPATH: the bundle step below reuses this build.)
 # The training chain of train/ with a few steps of everything (python3-torch), and bitspark on
 # what it wrote: one check, run once with the release binary, beside the release tests (it
