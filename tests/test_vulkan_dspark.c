@@ -47,15 +47,16 @@ static bs_sampler *greedy(int n_vocab) {
     return bs_sampler_new(&p, n_vocab);
 }
 
-/* the sampler of spec(): greedy, or temperature 0.9 with top-k 40 from seed 5 */
+/* the sampler of spec(): greedy, or temperature 0.9 with top-k 40, top-p 0.9 and min-p 0.05
+ * (each cut of the device chain's predicted draws) from seed 5 */
 static bool sampled;
 static bs_sampler *spec_sampler(int n_vocab) {
     if (!sampled) return greedy(n_vocab);
     bs_sampler_params p = bs_sampler_default_params();
     p.temp = 0.9f;
     p.top_k = 40;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
+    p.top_p = 0.9f;
+    p.min_p = 0.05f;
     p.seed = 5;
     return bs_sampler_new(&p, n_vocab);
 }
@@ -143,7 +144,7 @@ static void lossless(const char *target, const char *drafter, const int *depths,
        with a top-k from one seed); the rows are megabytes per round, the lists not */
     for (int smp_kind = 0; smp_kind < 2 && (what & LISTS); smp_kind++) {
         sampled = smp_kind == 1;
-        const char *kind = sampled ? "sampled (top-k 40)" : "greedy";
+        const char *kind = sampled ? "sampled (top-k 40, top-p 0.9, min-p 0.05)" : "greedy";
         int32_t by_rows[N_GEN], host_drafts[N_GEN];
         bs_spec_stats st;
         bool dev = false;
@@ -155,10 +156,29 @@ static void lossless(const char *target, const char *drafter, const int *depths,
         rc = rc || spec(m, d, 3, host_drafts, &st, &dev);
         unsetenv("BITSPARK_VK_DRAFT_HOST");
         const double host_read = read_per_round;
+        int32_t by_slot[N_GEN];
+        double slot_subs = 0;
+        if (sampled) {   /* the sampled drafts' lists a slot at a time, not the device's chain */
+            setenv("BITSPARK_VK_NO_CHAIN", "1", 1);
+            rc = rc || spec(m, d, 3, by_slot, &st, &dev);
+            unsetenv("BITSPARK_VK_NO_CHAIN");
+            slot_subs = subs_per_round;
+        }
         rc = rc || spec(m, d, 3, got, &st, &dev);   /* ids / lists only, both ends */
         const double lists_read = read_per_round, subs = subs_per_round;
         CHECKF(!rc && !memcmp(by_rows, got, sizeof got) && !memcmp(host_drafts, got, sizeof got),
                "%s: tokens differ between verification from the rows, drafts from the rows and neither", kind);
+        /* sampled: the chain's lists in one submission, each draw predicted there and drawn here
+           again (a miss only where float and double round a boundary apart) */
+        if (sampled) {
+            CHECKF(!rc && !memcmp(by_slot, got, sizeof got), "sampled: tokens differ with the chain's lists a slot at a time");
+            CHECKF(!rc && st.n_chained > 0 && st.n_chain_miss * 100 <= st.n_chained,
+                   "sampled: %ld drafts from the device's chain, %ld of its draws mispredicted", st.n_chained, st.n_chain_miss);
+            CHECKF(!rc && subs < slot_subs, "sampled: %.2f submissions per round with the chain, %.2f a slot at a time", subs,
+                   slot_subs);
+            printf("  sampled chain: %ld drafts from its lists, %ld mispredicted; %.2f submissions a round (%.2f a slot at a time)\n",
+                   st.n_chained, st.n_chain_miss, subs, slot_subs);
+        }
         if (!sampled) CHECKF(!rc && !memcmp(ref, got, sizeof got), "greedy from ids: differs from plain greedy");
         /* a round of 3 drafts verifies 4 rows, and drafts from 3; what is left is ids, lists and
            the drafter's final states (E floats a slot, for the confidence head) */

@@ -513,6 +513,22 @@ int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t 
     return n;
 }
 
+int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_dspark_draw *p, const double *u,
+                            int32_t *pred, int32_t *ids, float *vals, int *counts) {
+    if (!c->logits_dev || n < 1 || n > c->n_logits || bs_env_flag("BITSPARK_VK_DRAFT_HOST") ||
+        bs_env_flag("BITSPARK_VK_NO_CHAIN"))
+        return 0;
+    float uf[BS_DSPARK_MAX_BLOCK];
+    for (int k = 0; k < n; k++) uf[k] = (float)u[k];
+    const bs_vk_draw vp = {p->top_k, p->min_keep, p->top_p, p->min_p, p->temp};
+    if (bs_vk_dctx_draft_sampled(c->vk, anchor, c->d->hp.mask_id, n, &vp, uf, pred, ids, vals, counts)) {
+        bs_log(1, "drafter: sampled drafts a slot at a time (%s)\n", bs_last_error());
+        bs_clear_error();
+        return 0;
+    }
+    return n;
+}
+
 void bs_dspark_draft_greedy(bs_dspark_ctx *c, int32_t anchor, int n, int32_t *drafts, float *conf) {
     const bs_dspark_hparams *hp = &c->d->hp;
     const int V = hp->n_vocab;

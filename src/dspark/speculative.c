@@ -34,6 +34,10 @@ struct bs_spec {
     bool want_rows;              /* the caller reads the rows (bs_spec_logits) */
     int32_t drafts[BS_DSPARK_MAX_BLOCK];
     float conf[BS_DSPARK_MAX_BLOCK];
+    /* a sampled chain's slots from the device (chain_lists): their lists, its predicted drafts */
+    int32_t ch_ids[BS_DSPARK_MAX_BLOCK * BS_TOP_MAX], ch_pred[BS_DSPARK_MAX_BLOCK];
+    float ch_vals[BS_DSPARK_MAX_BLOCK * BS_TOP_MAX];
+    int ch_n[BS_DSPARK_MAX_BLOCK];
     bool drafting;               /* the drafter context is in step with the session */
     bool dev_taps;               /* drafter and target on the device: taps stay there */
     double append_row_s;         /* best seen time to feed one tap row */
@@ -248,17 +252,42 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
  * drafts then come from the same truncated support the target samples from, which is what gets
  * them accepted; the accept / residual rule is exact for any q. q rows are kept for
  * verification. Returns k. */
+/* The chain's slots on the device in one submission (bs_dspark_draft_sampled): their lists, and
+ * the drafts the device predicts with the round's uniforms; 0 where it cannot run. */
+static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k, int tk, const double *u) {
+    const bs_sampler_params *sp_p = bs_sampler_get_params(smp);
+    const bs_dspark_draw p = {tk, sp_p->min_keep, sp_p->top_p, sp_p->min_p, sp_p->temp};
+    return bs_dspark_draft_sampled(sp->dc, anchor, k, &p, u, sp->ch_pred, sp->ch_ids, sp->ch_vals, sp->ch_n);
+}
+
+/* Sampled drafts: each the sampler's draw from its slot's distribution given the drafts before.
+ * The round's uniforms are taken first (one a draft, as the draws would take them), so that
+ * where the sampler reads only the k best, the device can run the whole chain in one submission
+ * and predict each draw; every draft is still drawn here, from its slot's list with its uniform,
+ * and the device's lists are taken only while its predictions equal those draws (after a miss
+ * the slots go one submission each, from the drafts drawn here). */
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V, tk = bs_sampler_top_k_only(smp, BS_TOP_MAX);
     (void)T;   /* the chain's own temperature */
+    double u[BS_DSPARK_MAX_BLOCK];
+    for (int i = 0; i < k; i++) u[i] = bs_sampler_uniform(smp);
+    int chained = tk ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
         /* a chain that reads only the k best: those of the slot's scores, found on the device
            (the same list as from the row, so the same draws) */
-        int32_t ids[BS_TOP_MAX];
-        float vals[BS_TOP_MAX];
-        const int n = tk ? bs_dspark_slot_top(sp->dc, i, prev, tk, ids, vals) : 0;
+        int32_t ids_i[BS_TOP_MAX];
+        float vals_i[BS_TOP_MAX];
+        const int32_t *ids = ids_i;
+        const float *vals = vals_i;
+        int n;
+        if (i < chained) {
+            sp->st.n_chained++;
+            ids = sp->ch_ids + (size_t)i * tk, vals = sp->ch_vals + (size_t)i * tk, n = sp->ch_n[i];
+        } else {
+            n = tk ? bs_dspark_slot_top(sp->dc, i, prev, tk, ids_i, vals_i) : 0;
+        }
         if (n > 0) {
             if (bs_sampler_apply_top(smp, ids, vals, n) < 0) return i;
         } else {
@@ -270,9 +299,13 @@ static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, flo
         }
         bs_sampler_probs_dense(smp, q);
         sp->conf[i] = bs_dspark_confidence(sp->dc, i, prev);
-        const int32_t t = bs_sampler_draw(smp, NULL, q, V);
+        const int32_t t = bs_sampler_draw_u(NULL, q, V, u[i]);
         if (t < 0) return i;
         sp->drafts[i] = prev = t;
+        if (i < chained && t != sp->ch_pred[i]) {   /* later lists are of another draft */
+            chained = i + 1;
+            sp->st.n_chain_miss++;
+        }
     }
     return k;
 }

@@ -35,6 +35,8 @@ typedef struct bs_spec_stats {
     long n_draft_rounds;       /* rounds that drafted */
     long n_drafted, n_accepted;/* draft tokens verified / accepted */
     long n_tokens;             /* tokens produced by rounds */
+    long n_chained;            /* sampled drafts drawn from lists of the device's chain */
+    long n_chain_miss;         /* ... where its predicted draft was not the one drawn */
     double t_draft, t_verify, t_rollback, t_append;   /* seconds */
 } bs_spec_stats;
 

@@ -494,20 +494,36 @@ int bs_sampler_apply(bs_sampler *s, const float *logits) {
     return r;
 }
 
-int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n) {
+/* The positive weights' sum, and the index whose running sum first passes x (in index order). */
+static double draw_mass(const float *w, int n) {
     double total = 0;
     for (int i = 0; i < n; i++)
         if (w[i] > 0) total += w[i];
-    if (!(total > 0) || isinf(total)) return bs_error("sampler: nothing to draw from");
-    double u = bs_rng_uniform(&s->rng) * total, cum = 0;
+    return total > 0 && !isinf(total) ? total : 0.0;
+}
+
+static int32_t draw_scan(const int32_t *ids, const float *w, int n, double x) {
+    double cum = 0;
     int last = -1;
     for (int i = 0; i < n; i++) {
         if (!(w[i] > 0)) continue;
         last = i;
         cum += w[i];
-        if (u < cum) break;
+        if (x < cum) break;
     }
     return ids ? ids[last] : last;
+}
+
+int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n) {
+    const double total = draw_mass(w, n);
+    if (total == 0.0) return bs_error("sampler: nothing to draw from");
+    return draw_scan(ids, w, n, bs_rng_uniform(&s->rng) * total);
+}
+
+int32_t bs_sampler_draw_u(const int32_t *ids, const float *w, int n, double u) {
+    const double total = draw_mass(w, n);
+    if (total == 0.0) return bs_error("sampler: nothing to draw from");
+    return draw_scan(ids, w, n, u * total);
 }
 
 int32_t bs_sampler_pick(bs_sampler *s) {

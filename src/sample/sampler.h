@@ -135,6 +135,8 @@ double bs_sampler_uniform(bs_sampler *s);   /* [0, 1) */
 /* Draw an index i with probability w[i] / sum(w) (w >= 0); returns ids ? ids[i] : i, or -1 +
  * bs_error when the mass is zero. */
 int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n);
+/* The same draw with the uniform u in [0, 1) given (taken before from bs_sampler_uniform). */
+int32_t bs_sampler_draw_u(const int32_t *ids, const float *w, int n, double u);
 
 /* Raw log-probabilities (log-softmax of the unmodified logits): the n most likely tokens in
  * descending order (ties: lower id first) into ids/logprobs, and optionally the log-probability

@@ -346,6 +346,14 @@ int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int 
  * on the device to their k best (bs_vk_out's lists: the sampler's order): their count, or -1.
  * Sampled drafts: a slot's draw then needs its list, not its row. */
 int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, int k, int32_t *ids, float *vals);
+/* A chain of n sampled drafts in one submission: slot k's list (bs_vk_dctx_slot_top's, of the
+ * draft before it, the anchor's for slot 0) into ids/vals + k * top_k (counts[k] long), and its
+ * draft predicted from that list with uniform u[k] into drafts[k] (draft_draw.comp: the host
+ * sampler's top-k, top-p, min-p, temperature and draw redone in float). A prediction: the
+ * caller draws again from the list and keeps the chain only as far as the two agree. */
+typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+                             int32_t *drafts, int32_t *ids, float *vals, int *counts);
 
 /* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */
 /* A qwen3vl_merger ViT (vision/encoder.c's network): matrices as the projector holds them (ne0

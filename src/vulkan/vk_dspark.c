@@ -48,6 +48,7 @@ struct bs_vk_dctx {
        token the Markov row is read by (host visible: the anchor goes in), the drafts */
     bs_vk_buf mrow, score, best, prev, drafts;
     bs_vk_top_bufs top;             /* a slot's k best (sampled drafts; made on first use) */
+    bs_vk_buf unif, lists;          /* a sampled chain's uniforms and its slots' lists (host visible; first use) */
     bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
     int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
     bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
@@ -220,7 +221,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
                        &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
                        &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->aq2, &s->as2, &s->am2, &s->ncnt,
-                       &s->kvpos};
+                       &s->kvpos, &s->unif, &s->lists};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
@@ -693,5 +694,57 @@ int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int 
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's greedy drafts: ");
     memcpy(drafts, s->drafts.map, 4u * (size_t)n);
     bs_vk_count_read(d->c, 4u * (size_t)n);
+    return 0;
+}
+
+/* Slot k of a sampled chain: its list (of the draft before, in prev) into lists row k, and its
+ * draft predicted from it with uniform k (draft_draw.comp) into prev and drafts[k]. */
+static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_draw *p) {
+    bs_vk_ctx *c = s->d->c;
+    const uint32_t row = 4u * (1 + 2 * BS_VK_TOP_MAX);
+    TRY(record_score(s, k, mask_id));
+    TRY(bs_vk_record_topk_in(c, &s->top, &s->score, (uint32_t)s->d->hp.n_vocab, (uint32_t)p->top_k, 1));
+    bs_vk_barrier(c);
+    const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; } dp = {
+        (uint32_t)k, (uint32_t)p->top_k, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp};
+    const bs_vk_buf *bb[4] = {&s->top.topv, &s->unif, &s->prev, &s->drafts};
+    TRY(bs_vk_dispatch(c, BS_VK_K_DRAFT_DRAW, bb, &dp, 1, 1, 1));
+    const VkBufferCopy r = {0, (VkDeviceSize)row * (VkDeviceSize)k, row};
+    bs_vk_cmd_copy(c, &s->top.topv, &s->lists, &r);
+    bs_vk_barrier(c);   /* the next slot's Markov row reads prev */
+    return 0;
+}
+
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+                             int32_t *drafts, int32_t *ids, float *vals, int *counts) {
+    bs_vk_dspark *d = s->d;
+    const bs_vk_dspark_desc *hp = &d->hp;
+    const size_t row = 1 + 2 * BS_VK_TOP_MAX, B = (size_t)hp->block_size;
+    if (n < 1 || n > s->n_logits || p->top_k < 1 || p->top_k > BS_VK_TOP_MAX || !(p->temp > 0.0f))
+        return bs_error("Vulkan drafter: a sampled chain of %d from %d logits rows, top-%d", n, s->n_logits, p->top_k);
+    if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
+        return bs_error("Vulkan drafter: token id out of range");
+    if (!markov_here(d)) return bs_error("Vulkan drafter: no Markov head on the device");
+    TRY(bs_vk_top_bufs_ready(d->c, &s->top, (uint32_t)hp->n_vocab, 1));
+    if (!s->lists.buf && (bs_vk_buf_new(d->c, &s->unif, 4 * B, true) || bs_vk_buf_new(d->c, &s->lists, 4 * row * B, true))) {
+        bs_vk_buf_free(d->c, &s->unif);
+        return bs_error_prefix("Vulkan drafter's sampled chain: ");
+    }
+    TRY(bs_vk_begin(d->c));
+    memcpy(s->prev.map, &anchor, 4);   /* (after begin: nothing in flight reads them then) */
+    memcpy(s->unif.map, u, 4u * (size_t)n);
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) rc = record_sampled(s, k, mask_id, p);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's sampled chain: ");
+    memcpy(drafts, s->drafts.map, 4u * (size_t)n);
+    size_t bytes = 4u * (size_t)n;
+    for (int k = 0; k < n; k++) {
+        const uint32_t *o = (const uint32_t *)s->lists.map + (size_t)k * row;
+        counts[k] = (int)BS_MIN(o[0], (uint32_t)p->top_k);
+        memcpy(ids + (size_t)k * p->top_k, o + 1, 4u * (size_t)counts[k]);
+        memcpy(vals + (size_t)k * p->top_k, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)counts[k]);
+        bytes += 4u + 8u * (size_t)counts[k];
+    }
+    bs_vk_count_read(d->c, bytes);
     return 0;
 }

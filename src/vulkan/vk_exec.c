@@ -96,6 +96,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ATTN_SPLIT_B] = {"attn_split_b", 31, 68, 0, {0}},
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 44, 0, {0}},
+    /* the sampled chain's draw from a slot's list (vk_dspark.c) */
+    [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 24, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -559,7 +561,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MM_Q2_64] = "mm q2_0_g64", [BS_VK_K_MMG_Q1] = "mm glu q1_0", [BS_VK_K_MMG_Q2_128] = "mm glu q2_0",
         [BS_VK_K_MMG_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_MMGQ_Q1] = "mm glu q1_0", [BS_VK_K_MMGQ_Q2_128] = "mm glu q2_0",
         [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_CONV_B] = "gdn conv", [BS_VK_K_DELTA_B] = "gdn delta rule",
-        [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split"};
+        [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
+        [BS_VK_K_DRAFT_DRAW] = "draft draw"};
     return names[k] ? names[k] : "?";
 }
 

@@ -120,6 +120,7 @@ enum bs_vk_kernel {
     BS_VK_K_CONV_B, BS_VK_K_DELTA_B,  /* a batch's convs / delta rules, one dispatch for all its sequences */
     BS_VK_K_ATTN_SPLIT_B,             /* up to 4 sequences' split attention in one dispatch */
     BS_VK_K_ATTN_NC_SPLIT,            /* the drafter block's attention split over the context */
+    BS_VK_K_DRAFT_DRAW,               /* a sampled draft predicted from its slot's list */
     BS_VK_K_COUNT
 };
 

@@ -161,6 +161,11 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, 
     (void)c; (void)slot; (void)prev; (void)mask_id; (void)k; (void)ids; (void)vals;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+                             int32_t *drafts, int32_t *ids, float *vals, int *counts) {
+    (void)c; (void)anchor; (void)mask_id; (void)n; (void)p; (void)u; (void)drafts; (void)ids; (void)vals; (void)counts;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_dctx_draft_greedy(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, int32_t *drafts) {
     (void)c; (void)anchor; (void)mask_id; (void)n; (void)drafts;
     return bs_error("Vulkan backend not built");
