@@ -400,7 +400,8 @@ for m in "${MODELS[@]}"; do
     step_done "profile $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, profile.txt)") ($(now) s)"
   fi
   # a DSpark round's parts with the drafter on the device too (bench --spec): verify widths as a
-  # greedy round runs them (ids back), the block pass, the greedy drafts of 4 slots
+  # greedy round runs them (ids back), the block pass, the greedy drafts of 4 slots, the sampled
+  # chain of 4 and the block's slots a submission each
   drafter "$m"
   while [ -n "$df" ] && [ ! -e "$W/synth-drafters.done" ] && [ -n "$SYNTH_PID" ] && kill -0 "$SYNTH_PID" 2>/dev/null &&
         [ "$(left)" -gt 40 ]; do sleep 1; done
@@ -413,7 +414,9 @@ for m in "${MODELS[@]}"; do
     blk=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     g4=$(grep -m1 -o 'greedy drafts, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     rb=$(grep -m1 -o 'rollback (keep 1 of [0-9]* rows) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
-    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms, rollback ${rb:-?} ms"
+    s4=$(grep -m1 -o 'sampled chain, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    sa=$(grep -m1 -o 'sampled, *[0-9]* slots apart *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
+    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
     step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
   # (last: the two newest comparisons, so that they never take the budget of the others)

@@ -31,9 +31,36 @@ typedef struct {
                                                   rows, Markov terms, argmaxes, confidences (on a
                                                   device the rows stay there) */
     double accept_row;                         /* greedy acceptance of one verified row (its id) */
+    double chain[BS_DSPARK_MAX_BLOCK + 1];     /* sampled drafts of k slots (top-k 40) as the device's
+                                                  chain in one submission (a drafter on the device) */
+    double slots;                              /* ... of all B slots, a submission each */
 } costs;
 
 #define BEST(var, expr) do { double t0_ = bs_time(); expr; double dt_ = bs_time() - t0_; if (dt_ < (var)) (var) = dt_; } while (0)
+
+/* The sampled drafts' lists of slots 1..B after a block, as a round on the device takes them:
+ * the chain in one submission, and a slot at a time (BITSPARK_VK_NO_CHAIN=1). */
+static void measure_sampled(bs_dspark_ctx *dc, int32_t anchor, int B, bool warm, costs *c) {
+    enum { K = 40 };
+    const bs_dspark_draw p = {K, 1, 0.95f, 0.05f, 0.8f};
+    double u[BS_DSPARK_MAX_BLOCK];
+    int32_t pred[BS_DSPARK_MAX_BLOCK], *ids = bs_xmalloc(sizeof *ids * K * BS_DSPARK_MAX_BLOCK);
+    float *vals = bs_xmalloc(sizeof *vals * K * BS_DSPARK_MAX_BLOCK);
+    int n[BS_DSPARK_MAX_BLOCK];
+    for (int k = 0; k < B; k++) u[k] = (k + 0.5) / B;
+    for (int k = 1; k <= B; k++) {
+        double t = 1e30;
+        int got = 0;
+        BEST(t, got = bs_dspark_draft_sampled(dc, anchor, k, &p, u, pred, ids, vals, n));
+        if (!warm && got == k) c->chain[k] = BS_MIN(c->chain[k], t);
+    }
+    double t = 1e30;
+    int got = 0;
+    BEST(t, for (int k = 0; k < B; k++) got += bs_dspark_slot_top(dc, k, k ? pred[k - 1] : anchor, K, ids, vals) > 0);
+    if (!warm && got == B) c->slots = BS_MIN(c->slots, t);
+    free(ids);
+    free(vals);
+}
 
 static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, costs *c) {
     const bs_dspark_hparams *hp = &d->hp;
@@ -50,7 +77,8 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     c->B = B;
     for (int w = 0; w <= B + 1; w++) c->verify[w] = 1e30;
     c->rollback = c->append_row = c->block = c->markov = c->conf = c->accept_row = 1e30;
-    for (int k = 0; k <= B; k++) c->head[k] = 1e30;
+    for (int k = 0; k <= B; k++) c->head[k] = c->chain[k] = 1e30;
+    c->slots = 1e30;
     /* a context of s0 rows for the drafter (the taps of the prompt are random-free: real rows) */
     float *ptaps = bs_xmalloc((size_t)BS_MAX(s0, 1) * row * sizeof(float));
     for (size_t i = 0; i < (size_t)s0 * row; i++) ptaps[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
@@ -90,6 +118,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
             BEST(t, bs_dspark_draft_greedy(dc, ids[0], k, drafts, conf));
             if (!warm) c->head[k] = BS_MIN(c->head[k], t);
         }
+        measure_sampled(dc, ids[0], B, warm, c);
         t = 1e30;
         BEST(t, bs_dspark_markov_bias(dc, ids[0], logits));
         if (!warm) c->markov = BS_MIN(c->markov, t);
@@ -141,6 +170,9 @@ static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspa
     printf("  drafter: context append / row   %10.3f\n", c->append_row * 1e3);
     printf("  drafter: block pass (%d slots)   %10.3f\n", B, c->block * 1e3);
     for (int k = 1; k <= B; k++) printf("  drafter: greedy drafts, %2d slot%s %10.3f\n", k, k > 1 ? "s" : " ", c->head[k] * 1e3);
+    for (int k = 1; k <= B && c->chain[1] < 1e30; k++)
+        printf("  drafter: sampled chain, %2d slot%s %10.3f   (one submission)\n", k, k > 1 ? "s" : " ", c->chain[k] * 1e3);
+    if (c->slots < 1e30) printf("  drafter: sampled, %2d slots apart %10.3f   (a submission each)\n", B, c->slots * 1e3);
     printf("  of which Markov bias / slot     %10.3f   (on the host)\n", c->markov * 1e3);
     printf("  of which confidence / slot      %10.3f\n", c->conf * 1e3);
     printf("  overhead: greedy accept / row   %10.3f\n", c->accept_row * 1e3);
