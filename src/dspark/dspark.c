@@ -48,6 +48,15 @@ struct bs_dspark_ctx {
     bool greedy_ahead;           /* device blocks take their greedy drafts in the same submission */
     int n_ahead;                 /* drafts of the last block taken so, its anchor's chain */
     int32_t ahead_anchor, ahead[BS_DSPARK_MAX_BLOCK];
+    /* a sampled round's chain with the block (bs_dspark_ctx_sampled_ahead): its steps and
+       uniforms (chain_on), then its lists and predicted drafts: n_chain slots from chain_anchor */
+    bool chain_on;
+    bs_vk_draw chain_p;
+    float chain_u[BS_DSPARK_MAX_BLOCK];
+    int n_chain, n_chain_u;
+    int32_t chain_anchor, chain_pred[BS_DSPARK_MAX_BLOCK], chain_ids[BS_DSPARK_MAX_BLOCK * BS_VK_TOP_MAX];
+    float chain_vals[BS_DSPARK_MAX_BLOCK * BS_VK_TOP_MAX];
+    int chain_n[BS_DSPARK_MAX_BLOCK];
     float *mb;                   /* scratch of blocks run together (bs_dspark_block_multi) */
     size_t mb_rows;              /* rows mb holds */
     bs_vk_dctx *vk;              /* the K/V rows on the device, or NULL: on the CPU */
@@ -325,6 +334,7 @@ static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     c->n_logits = 0;
     c->logits_dev = false;
     c->n_ahead = 0;
+    c->n_chain = 0;
     return 0;
 }
 
@@ -337,12 +347,19 @@ static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const
         return blocks_device(cs, anchors, pos, n_slots, DEV_BLOCKS) ||
                blocks_device(cs + DEV_BLOCKS, anchors + DEV_BLOCKS, pos + DEV_BLOCKS, n_slots + DEV_BLOCKS, n - DEV_BLOCKS);
     bs_vk_dblock b[DEV_BLOCKS] = {{0}};
+    bs_vk_chain ch[DEV_BLOCKS];
+    memset(ch, 0, sizeof ch);
+    const bool host = bs_env_flag("BITSPARK_VK_DRAFT_HOST");
     for (int i = 0; i < n; i++) {
         bs_dspark_ctx *c = cs[i];
         if (block_begin(c, anchors[i], pos[i], n_slots[i])) return -1;
         const int first = c->window > 0 && c->n_rows > c->window ? c->n_rows - c->window : 0;
-        b[i] = (bs_vk_dblock){c->vk, anchors[i], n_slots[i], first, c->n_rows - first, c->rope, c->hidden, n_slots[i], NULL};
-        if (c->greedy_ahead && !bs_env_flag("BITSPARK_VK_DRAFT_HOST")) b[i].drafts = c->ahead;
+        b[i] = (bs_vk_dblock){c->vk, anchors[i], n_slots[i], first, c->n_rows - first, c->rope, c->hidden, n_slots[i], NULL, NULL};
+        if (c->greedy_ahead && !host) b[i].drafts = c->ahead;
+        else if (c->chain_on && c->n_chain_u >= n_slots[i] && !host && !bs_env_flag("BITSPARK_VK_NO_CHAIN")) {
+            ch[i] = (bs_vk_chain){c->chain_p, c->chain_u, c->chain_pred, c->chain_ids, c->chain_vals, c->chain_n, 0};
+            b[i].chain = &ch[i];
+        }
     }
     if (bs_vk_dctx_blocks(b, n, cs[0]->d->hp.mask_id)) return -1;
     for (int i = 0; i < n; i++) {
@@ -350,11 +367,23 @@ static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const
         cs[i]->logits_dev = true;
         cs[i]->n_ahead = b[i].drafts && b[i].drafts[0] >= 0 ? n_slots[i] : 0;
         cs[i]->ahead_anchor = anchors[i];
+        cs[i]->n_chain = ch[i].done ? n_slots[i] : 0;
+        cs[i]->chain_anchor = anchors[i];
     }
     return 0;
 }
 
 void bs_dspark_ctx_greedy_ahead(bs_dspark_ctx *c, bool on) { c->greedy_ahead = on; }
+
+static bs_vk_draw vk_draw(const bs_dspark_draw *p) { return (bs_vk_draw){p->top_k, p->min_keep, p->top_p, p->min_p, p->temp}; }
+
+void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_dspark_draw *p, const double *u, int n) {
+    c->chain_on = p && n > 0 && p->top_k >= 1 && p->top_k <= BS_VK_TOP_MAX;
+    c->n_chain_u = c->chain_on ? BS_MIN(n, BS_DSPARK_MAX_BLOCK) : 0;
+    if (!c->chain_on) return;
+    c->chain_p = vk_draw(p);
+    for (int k = 0; k < c->n_chain_u; k++) c->chain_u[k] = (float)u[k];
+}
 
 /* Input rows of one block into x: [anchor, mask...] embeddings (+ log-SNR addends). */
 static int block_input(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots, float *x) {
@@ -520,7 +549,15 @@ int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_ds
         return 0;
     float uf[BS_DSPARK_MAX_BLOCK];
     for (int k = 0; k < n; k++) uf[k] = (float)u[k];
-    const bs_vk_draw vp = {p->top_k, p->min_keep, p->top_p, p->min_p, p->temp};
+    const bs_vk_draw vp = vk_draw(p);
+    if (n <= c->n_chain && anchor == c->chain_anchor && !memcmp(&vp, &c->chain_p, sizeof vp) &&
+        !memcmp(uf, c->chain_u, sizeof *uf * (size_t)n)) {   /* run with the block */
+        memcpy(pred, c->chain_pred, sizeof *pred * (size_t)n);
+        memcpy(counts, c->chain_n, sizeof *counts * (size_t)n);
+        memcpy(ids, c->chain_ids, sizeof *ids * (size_t)n * (size_t)p->top_k);
+        memcpy(vals, c->chain_vals, sizeof *vals * (size_t)n * (size_t)p->top_k);
+        return n;
+    }
     if (bs_vk_dctx_draft_sampled(c->vk, anchor, c->d->hp.mask_id, n, &vp, uf, pred, ids, vals, counts)) {
         bs_log(1, "drafter: sampled drafts a slot at a time (%s)\n", bs_last_error());
         bs_clear_error();

@@ -157,6 +157,10 @@ typedef struct bs_dspark_draw { int top_k, min_keep; float top_p, min_p, temp; }
  * Returns n, or 0 where the chain cannot run there (as bs_dspark_slot_top). */
 int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_dspark_draw *p, const double *u,
                             int32_t *pred, int32_t *ids, float *vals, int *counts);
+/* The next device block runs such a chain of its slots in its own submission (p NULL: none),
+ * with the first n of uniforms u: bs_dspark_draft_sampled then gives its results for the same
+ * anchor, steps and uniforms without a submission of its own. */
+void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_dspark_draw *p, const double *u, int n);
 
 /* Greedy drafts of slots 0..n-1: argmax of base logits + Markov bias chained on the token just
  * drafted (prev = anchor for slot 0), mask id excluded, ties to the lowest id. conf (may be NULL)

@@ -55,6 +55,8 @@ struct bs_spec {
         bool probe, sampling;
         int lists;               /* LISTS_*: what verification reads */
         int top_k;
+        double u[BS_DSPARK_MAX_BLOCK];   /* sampled drafts' uniforms, taken when the round is prepared */
+        int n_u;
         double t0, t1, t_draft;
     } rd;
 };
@@ -252,11 +254,17 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
  * drafts then come from the same truncated support the target samples from, which is what gets
  * them accepted; the accept / residual rule is exact for any q. q rows are kept for
  * verification. Returns k. */
-/* The chain's slots on the device in one submission (bs_dspark_draft_sampled): their lists, and
- * the drafts the device predicts with the round's uniforms; 0 where it cannot run. */
+/* The sampler's steps a sampled chain redoes on the device (tk: its top-k, the lists' length). */
+static bs_dspark_draw chain_draw(const bs_sampler *smp, int tk) {
+    const bs_sampler_params *p = bs_sampler_get_params(smp);
+    return (bs_dspark_draw){tk, p->min_keep, p->top_p, p->min_p, p->temp};
+}
+
+/* The chain's slots on the device in one submission (bs_dspark_draft_sampled; with the block's,
+ * where the round armed it: bs_spec_round_prepare): their lists, and the drafts the device
+ * predicts with the round's uniforms; 0 where it cannot run. */
 static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k, int tk, const double *u) {
-    const bs_sampler_params *sp_p = bs_sampler_get_params(smp);
-    const bs_dspark_draw p = {tk, sp_p->min_keep, sp_p->top_p, sp_p->min_p, sp_p->temp};
+    const bs_dspark_draw p = chain_draw(smp, tk);
     return bs_dspark_draft_sampled(sp->dc, anchor, k, &p, u, sp->ch_pred, sp->ch_ids, sp->ch_vals, sp->ch_n);
 }
 
@@ -269,8 +277,10 @@ static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V, tk = bs_sampler_top_k_only(smp, BS_TOP_MAX);
     (void)T;   /* the chain's own temperature */
-    double u[BS_DSPARK_MAX_BLOCK];
-    for (int i = 0; i < k; i++) u[i] = bs_sampler_uniform(smp);
+    double *u = sp->rd.u;
+    if (sp->rd.n_u < k)
+        for (int i = 0; i < k; i++) u[i] = bs_sampler_uniform(smp);
+    sp->rd.n_u = 0;
     int chained = tk ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
@@ -422,7 +432,19 @@ int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_
     }
     sp->rd.probe = k > 0 && sp->depth.parked;
     sp->rd.sampling = bs_sampler_get_params(smp)->temp > 0.0f;
-    if (sp->dc) bs_dspark_ctx_greedy_ahead(sp->dc, !sp->rd.sampling);   /* greedy drafts with the block */
+    /* greedy drafts with the block; sampled ones with their uniforms taken now (one a draft, in
+       the order the draws take them), so that the block can run their chain on the device too */
+    sp->rd.n_u = 0;
+    if (sp->rd.sampling && k > 0 && !sp->hook) {
+        for (int i = 0; i < k; i++) sp->rd.u[i] = bs_sampler_uniform(smp);
+        sp->rd.n_u = k;
+    }
+    if (sp->dc) {
+        const int tk = sp->rd.n_u ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
+        const bs_dspark_draw p = chain_draw(smp, tk);
+        bs_dspark_ctx_greedy_ahead(sp->dc, !sp->rd.sampling);
+        bs_dspark_ctx_sampled_ahead(sp->dc, tk ? &p : NULL, sp->rd.u, tk ? k : 0);
+    }
     sp->rd.s = s;
     sp->rd.k = k;
     sp->rd.anchor = anchor;

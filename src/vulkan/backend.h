@@ -322,7 +322,21 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * rows first..first+n_ctx-1 and itself; rope: [nb][head_dim] of its positions. hidden gets
  * [nb][n_embd] final-normed states; the base logits of slots 0..n_logits-1 stay on the device
  * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. A greedy round's drafts
- * come with the block (drafts): one wait on the device instead of two. */
+ * come with the block (drafts), a sampled round's chain too (chain): one wait on the device
+ * instead of two. */
+/* The sampler's steps draft_draw.comp redoes (bs_vk_dctx_draft_sampled). */
+typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
+/* A sampled chain recorded with a block (bs_vk_dblock.chain: bs_vk_dctx_draft_sampled's over the
+ * block's n_logits slots): its steps and uniforms, where its lists and predicted drafts go, and
+ * done = 1 once they came back (0 where it could not run: the caller runs it apart). */
+typedef struct bs_vk_chain {
+    bs_vk_draw p;
+    const float *u;
+    int32_t *pred, *ids;
+    float *vals;
+    int *counts;
+    int done;
+} bs_vk_chain;
 typedef struct bs_vk_dblock {
     bs_vk_dctx *s;
     int32_t anchor;
@@ -333,6 +347,7 @@ typedef struct bs_vk_dblock {
     int32_t *drafts;   /* non-NULL: the greedy drafts of slots 0..n_logits-1 too, as
                           bs_vk_dctx_draft_greedy takes them, in the same submission; drafts[0]
                           is -1 where they cannot be (the Markov head stayed on the host) */
+    bs_vk_chain *chain;   /* non-NULL (and drafts NULL): a sampled chain in the same submission */
 } bs_vk_dblock;
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id);
 /* Rows first..first+n-1 of those kept on the device into out. */
@@ -351,7 +366,6 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, 
  * draft predicted from that list with uniform u[k] into drafts[k] (draft_draw.comp: the host
  * sampler's top-k, top-p, min-p, temperature and draw redone in float). A prediction: the
  * caller draws again from the list and keeps the chain only as far as the two agree. */
-typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
 int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
                              int32_t *drafts, int32_t *ids, float *vals, int *counts);
 

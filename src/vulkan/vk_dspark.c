@@ -561,6 +561,9 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
 }
 
 static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
+static int chain_ready(bs_vk_dctx *s, int n, const bs_vk_draw *p);
+static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u);
+static void chain_read(bs_vk_dctx *s, int n, int top_k, int32_t *pred, int32_t *ids, float *vals, int *counts);
 /* Whether the Markov term can be added here (a drafter without one needs none; else its head
  * may have stayed on the host: bs_vk_dspark_new). */
 static bool markov_here(const bs_vk_dspark *d) { return d->hp.markov_rank == 0 || d->markov_a; }
@@ -599,11 +602,20 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, b[i].n_logits);
     const bool chains = markov_here(d);
-    for (int i = 0; i < n && !rc; i++)
+    bool sampled[8] = {false};
+    for (int i = 0; i < n && !rc; i++) {
+        bs_vk_chain *ch = b[i].drafts ? NULL : b[i].chain;
         if (b[i].drafts && chains) rc = record_chain(b[i].s, b[i].anchor, mask_id, b[i].n_logits);
+        else if (ch && b[i].n_logits > 0 && chain_ready(b[i].s, b[i].n_logits, &ch->p) == 0)
+            rc = record_sampled_chain(b[i].s, b[i].anchor, mask_id, b[i].n_logits, &ch->p, ch->u), sampled[i] = true;
+        else bs_clear_error();   /* (no chain: the caller's drafts go a slot at a time) */
+    }
     if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter block: ");
     for (int i = 0; i < n; i++) {
         b[i].s->n_logits = b[i].n_logits;
+        if (b[i].chain && !b[i].drafts) b[i].chain->done = sampled[i];
+        if (sampled[i]) chain_read(b[i].s, b[i].n_logits, b[i].chain->p.top_k, b[i].chain->pred, b[i].chain->ids,
+                                   b[i].chain->vals, b[i].chain->counts);
         if (b[i].hidden) memcpy(b[i].hidden, b[i].s->hidden.map, 4u * (size_t)b[i].nb * E);
         const bool took = b[i].drafts && chains;
         if (took) memcpy(b[i].drafts, b[i].s->drafts.map, 4u * (size_t)b[i].n_logits);
@@ -715,36 +727,54 @@ static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_dra
     return 0;
 }
 
-int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
-                             int32_t *drafts, int32_t *ids, float *vals, int *counts) {
+/* A sampled chain's checks and buffers (made on first use). */
+static int chain_ready(bs_vk_dctx *s, int n, const bs_vk_draw *p) {
     bs_vk_dspark *d = s->d;
     const bs_vk_dspark_desc *hp = &d->hp;
     const size_t row = 1 + 2 * BS_VK_TOP_MAX, B = (size_t)hp->block_size;
-    if (n < 1 || n > s->n_logits || p->top_k < 1 || p->top_k > BS_VK_TOP_MAX || !(p->temp > 0.0f))
-        return bs_error("Vulkan drafter: a sampled chain of %d from %d logits rows, top-%d", n, s->n_logits, p->top_k);
-    if (anchor < 0 || anchor >= hp->n_vocab || mask_id < 0 || mask_id >= hp->n_vocab)
-        return bs_error("Vulkan drafter: token id out of range");
+    if (n < 1 || n > hp->block_size || p->top_k < 1 || p->top_k > BS_VK_TOP_MAX || !(p->temp > 0.0f))
+        return bs_error("Vulkan drafter: a sampled chain of %d slots, top-%d", n, p->top_k);
     if (!markov_here(d)) return bs_error("Vulkan drafter: no Markov head on the device");
     TRY(bs_vk_top_bufs_ready(d->c, &s->top, (uint32_t)hp->n_vocab, 1));
     if (!s->lists.buf && (bs_vk_buf_new(d->c, &s->unif, 4 * B, true) || bs_vk_buf_new(d->c, &s->lists, 4 * row * B, true))) {
         bs_vk_buf_free(d->c, &s->unif);
         return bs_error_prefix("Vulkan drafter's sampled chain: ");
     }
-    TRY(bs_vk_begin(d->c));
-    memcpy(s->prev.map, &anchor, 4);   /* (after begin: nothing in flight reads them then) */
+    return 0;
+}
+
+/* Slots 0..n-1 of a sampled chain from anchor with uniforms u into the recording. */
+static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u) {
+    memcpy(s->prev.map, &anchor, 4);   /* (host visible: read by the first slot's Markov row) */
     memcpy(s->unif.map, u, 4u * (size_t)n);
-    int rc = 0;
-    for (int k = 0; k < n && !rc; k++) rc = record_sampled(s, k, mask_id, p);
-    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's sampled chain: ");
-    memcpy(drafts, s->drafts.map, 4u * (size_t)n);
+    for (int k = 0; k < n; k++) TRY(record_sampled(s, k, mask_id, p));
+    return 0;
+}
+
+/* A submitted chain's predicted drafts and lists read back. */
+static void chain_read(bs_vk_dctx *s, int n, int top_k, int32_t *pred, int32_t *ids, float *vals, int *counts) {
+    const size_t row = 1 + 2 * BS_VK_TOP_MAX;
+    memcpy(pred, s->drafts.map, 4u * (size_t)n);
     size_t bytes = 4u * (size_t)n;
     for (int k = 0; k < n; k++) {
         const uint32_t *o = (const uint32_t *)s->lists.map + (size_t)k * row;
-        counts[k] = (int)BS_MIN(o[0], (uint32_t)p->top_k);
-        memcpy(ids + (size_t)k * p->top_k, o + 1, 4u * (size_t)counts[k]);
-        memcpy(vals + (size_t)k * p->top_k, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)counts[k]);
+        counts[k] = (int)BS_MIN(o[0], (uint32_t)top_k);
+        memcpy(ids + (size_t)k * top_k, o + 1, 4u * (size_t)counts[k]);
+        memcpy(vals + (size_t)k * top_k, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)counts[k]);
         bytes += 4u + 8u * (size_t)counts[k];
     }
-    bs_vk_count_read(d->c, bytes);
+    bs_vk_count_read(s->d->c, bytes);
+}
+
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+                             int32_t *drafts, int32_t *ids, float *vals, int *counts) {
+    bs_vk_dspark *d = s->d;
+    if (n > s->n_logits) return bs_error("Vulkan drafter: a sampled chain of %d from %d logits rows", n, s->n_logits);
+    if (anchor < 0 || anchor >= d->hp.n_vocab || mask_id < 0 || mask_id >= d->hp.n_vocab)
+        return bs_error("Vulkan drafter: token id out of range");
+    TRY(chain_ready(s, n, p) || bs_vk_begin(d->c));
+    const int rc = record_sampled_chain(s, anchor, mask_id, n, p, u);
+    if (bs_vk_submit(d->c) || rc) return bs_error_prefix("Vulkan drafter's sampled chain: ");
+    chain_read(s, n, p->top_k, drafts, ids, vals, counts);
     return 0;
 }
