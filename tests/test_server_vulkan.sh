@@ -4,7 +4,7 @@
 # too): concurrent greedy requests, drafting and plain, each answer equal to the CPU server's
 # plain greedy answer; slots batched in passes on the device (/metrics); an identical request
 # served from the prompt cache; a sampled answer from the top 40 found on the device equal to one
-# sampled from whole rows. Skipped (77) without a Vulkan device. Kept short: lavapipe is slow.
+# sampled from whole rows; sampled drafting in two slots at once equal to one alone. Skipped (77) without a Vulkan device. Kept short: lavapipe is slow.
 . "$(dirname "$0")/server_lib.sh"
 PY=/usr/bin/python3
 if ! "$B" devices 2>/dev/null | grep -q '^vulkan:[0-9]'; then echo "skipped: no Vulkan device"; exit 77; fi
@@ -79,6 +79,28 @@ t2=$(curl -s -H 'Content-Type: application/json' "$VKR/completion" -d "$q")
 [ -n "$(txt "$t1")" ] && [ "$(txt "$t1")" = "$(txt "$t2")" ] \
     && ok "sampled with the top 40 found on the device = sampled from whole rows: $(txt "$t1" | head -c 40)" \
     || bad "sampled answers differ: [$t1] [$t2]"
+# sampled drafting (temperature 0.8, top-k 40, one seed): two requests at once, their slots'
+# blocks and sampled chains in shared submissions, then the same alone: the same text
+sampled_spec() {
+    "$PY" - "$VK" <<'EOF'
+import json, sys, threading, urllib.request
+url, out = sys.argv[1], [None] * 3
+def one(i):
+    body = json.dumps({"prompt": "Once upon a time", "n_predict": 16, "temperature": 0.8, "top_k": 40, "seed": 11,
+                       "ignore_eos": True, "draft_max": 4}).encode()
+    r = urllib.request.Request(url + "/completion", body, {"Content-Type": "application/json"})
+    y = json.load(urllib.request.urlopen(r, timeout=300))
+    out[i] = [y["content"], y.get("timings", {}).get("draft_n", 0)]
+ts = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+for t in ts: t.start()
+for t in ts: t.join()
+one(2)
+print(len({o[0] for o in out}) == 1 and all(o[1] > 0 for o in out), json.dumps(out))
+EOF
+}
+ss=$(sampled_spec)
+[ "${ss%% *}" = True ] && ok "sampled drafting, two slots at once and one alone: the same text" \
+    || bad "sampled drafting together and alone: $ss"
 grep -q 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log" && bad "validation messages: $(grep -hm3 'vulkan validation:' "$T/server.VK.log" "$T/server.VKS.log")" \
     || ok "no validation messages"
 finish
