@@ -1,0 +1,139 @@
+/* test_vulkan_draw.c: draft_draw.comp, the sampled draft predicted on the device from a slot's
+ * list (vk_dspark.c's sampled chain), against the host's sampler on the same list with the same
+ * uniform (bs_sampler_apply_top, bs_sampler_probs_dense, bs_sampler_draw_u): lists of 1..64
+ * candidates in topk.comp's layout and order (the larger logit first, then the lower id) with
+ * ties, a wide and a narrow spread, top-k cuts shorter than the list, top-p, min-p, min_keep and
+ * temperatures from 0.1 to 2, uniforms at 0, near 1 and across. The prediction is float and the
+ * host's sums double, so a uniform within rounding of a boundary may draw apart: at most 1 in
+ * 200 may, and none where the uniform is at least 1e-4 from every boundary. An empty list gives
+ * no draft (-1) and a Markov token still in range. */
+#include "test.h"
+#include "vk_test.h"
+#include "sample/sampler.h"
+#include "vulkan/backend.h"
+#include "io/util.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { V = 5000, ROW = 129, TRIALS = 3000 };
+
+static bs_rng rng;
+static bs_vk_ctx *C;
+
+typedef struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; } draw_push;
+typedef struct { int32_t id; float v; } cand;
+
+static int by_order(const void *a, const void *b) {   /* topk.comp's: larger value, then lower id */
+    const cand *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* A list of n distinct ids in the kernel's order: values from a spread (ties where coarse). */
+static void make_list(cand *c, int n, float spread, bool coarse) {
+    for (int i = 0; i < n; i++) {
+        int32_t id;
+        bool dup;
+        do {
+            id = (int32_t)(bs_rng_next(&rng) % V);
+            dup = false;
+            for (int j = 0; j < i; j++) dup |= c[j].id == id;
+        } while (dup);
+        float v = bs_rng_normal(&rng) * spread;
+        if (coarse) v = roundf(v);
+        c[i] = (cand){id, v};
+    }
+    qsort(c, (size_t)n, sizeof *c, by_order);
+}
+
+/* The host's draw from the list with uniform u, and how near u is to its boundaries (the
+ * cumulative probabilities in id order, over their total). */
+static int32_t host_draw(bs_sampler *s, const cand *c, int n, double u, float *q, double *margin) {
+    int32_t ids[64];
+    float vals[64];
+    for (int i = 0; i < n; i++) ids[i] = c[i].id, vals[i] = c[i].v;
+    if (bs_sampler_apply_top(s, ids, vals, n) < 0) return -1;
+    bs_sampler_probs_dense(s, q);
+    double total = 0, cum = 0;
+    for (int v = 0; v < V; v++) total += q[v] > 0 ? q[v] : 0;
+    *margin = 1.0;
+    for (int v = 0; v < V; v++) {
+        if (!(q[v] > 0)) continue;
+        cum += q[v];
+        *margin = fmin(*margin, fabs(cum / total - u));
+    }
+    return bs_sampler_draw_u(NULL, q, V, u);
+}
+
+static void check_draws(void) {
+    float *q = malloc(sizeof *q * V);
+    uint32_t lst[ROW];
+    int apart = 0, apart_far = 0, runs = 0;
+    for (int t = 0; t < TRIALS; t++) {
+        const int n = 1 + (int)(bs_rng_next(&rng) % 64);
+        cand c[64];
+        make_list(c, n, t % 3 == 0 ? 0.3f : t % 3 == 1 ? 3.0f : 8.0f, t % 5 == 0);
+        bs_sampler_params p = bs_sampler_default_params();
+        p.top_k = t % 4 == 0 ? 1 + (int)(bs_rng_next(&rng) % 64) : 64;
+        p.top_p = t % 3 == 0 ? 1.0f : 0.5f + 0.5f * (float)bs_rng_uniform(&rng);
+        p.min_p = t % 2 == 0 ? 0.0f : 0.2f * (float)bs_rng_uniform(&rng);
+        p.min_keep = t % 7 == 0 ? 3 : 1;
+        p.temp = 0.1f + 1.9f * (float)bs_rng_uniform(&rng);
+        const double u = t % 11 == 0 ? 0.0 : t % 13 == 0 ? 1.0 - 1e-9 : bs_rng_uniform(&rng);
+        bs_sampler *s = bs_sampler_new(&p, V);
+        const int k = BS_MIN(BS_MAX(p.top_k, p.min_keep), V);   /* the chain's list length (top_k_of) */
+        /* the list as topk.comp leaves it: the k best of the candidates */
+        const int m = BS_MIN(n, k);
+        memset(lst, 0, sizeof lst);
+        lst[0] = (uint32_t)m;
+        for (int i = 0; i < m; i++) {
+            lst[1 + i] = (uint32_t)c[i].id;
+            memcpy(&lst[65 + i], &c[i].v, 4);
+        }
+        double margin = 1.0;
+        const int32_t want = host_draw(s, c, m, u, q, &margin);
+        float uf[2] = {0.0f, (float)u};
+        int32_t prev = 7, drafts[2] = {-2, -2};
+        const draw_push dp = {1, (uint32_t)k, (uint32_t)p.min_keep, p.top_p, p.min_p, p.temp};
+        void *data[4] = {lst, uf, &prev, drafts};
+        size_t bytes[4] = {sizeof lst, sizeof uf, sizeof prev, sizeof drafts};
+        CHECK(bs_vk_kernel_run(C, "draft_draw", data, bytes, 4, &dp, sizeof dp, 1, 1, 1) == 0);
+        runs++;
+        if (drafts[1] != want) {
+            apart++;
+            apart_far += margin >= 1e-4;
+            if (margin >= 1e-4)
+                fprintf(stderr, "trial %d: %d candidates, top-k %d, top-p %.3f, min-p %.3f, temp %.2f, u %.6f: device %d, host %d\n",
+                        t, m, k, p.top_p, p.min_p, p.temp, u, drafts[1], want);
+        }
+        CHECKF(prev == drafts[1] && drafts[0] == -2, "trial %d: the draft %d, the Markov token %d, slot 0 %d", t, drafts[1], prev,
+               drafts[0]);
+        bs_sampler_free(s);
+    }
+    CHECKF(apart_far == 0 && apart * 200 <= runs, "%d of %d draws apart (%d away from a boundary)", apart, runs, apart_far);
+    printf("draft_draw.comp: %d of %d lists drew the host's token (%d apart, %d of them away from a boundary)\n", runs - apart,
+           runs, apart, apart_far);
+    /* an empty list: no draft, and a Markov token the next slot can still read a row of */
+    memset(lst, 0, sizeof lst);
+    float uf[1] = {0.5f};
+    int32_t prev = 7, drafts[1] = {-2};
+    const draw_push dp = {0, 40, 1, 0.9f, 0.05f, 0.8f};
+    void *data[4] = {lst, uf, &prev, drafts};
+    size_t bytes[4] = {sizeof lst, sizeof uf, sizeof prev, sizeof drafts};
+    CHECK(bs_vk_kernel_run(C, "draft_draw", data, bytes, 4, &dp, sizeof dp, 1, 1, 1) == 0);
+    CHECKF(drafts[0] == -1 && prev >= 0 && prev < V, "an empty list: draft %d, Markov token %d", drafts[0], prev);
+    free(q);
+}
+
+int main(void) {
+    const int rc = vk_test_open("test_vulkan_draw", &C);
+    if (rc || !C) return rc;
+    bs_rng_seed(&rng, 4242);
+    check_draws();
+    bs_vk_close(C);
+    CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
+    return test_summary("test_vulkan_draw");
+}
