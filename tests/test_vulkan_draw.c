@@ -1,6 +1,8 @@
-/* test_vulkan_draw.c: draft_draw.comp, the sampled draft predicted on the device from a slot's
- * list (vk_dspark.c's sampled chain), against the host's sampler on the same list with the same
- * uniform (bs_sampler_apply_top, bs_sampler_probs_dense, bs_sampler_draw_u): lists of 1..64
+/* test_vulkan_draw.c: draft_draw.comp, the sampled token predicted on the device from a list,
+ * against the host's sampler on the same list with the same uniform: a draft (vk_dspark.c's
+ * sampled chain: bs_sampler_apply_top, bs_sampler_probs_dense, bs_sampler_draw_u, the scan in
+ * id order) and a decode step (vk_ahead.c: bs_sampler_sample_top with the uniform drawn ahead,
+ * bs_sampler_lookahead, the scan in the list's order): lists of 1..64
  * candidates in topk.comp's layout and order (the larger logit first, then the lower id) with
  * ties, a wide and a narrow spread, top-k cuts shorter than the list, top-p, min-p, min_keep and
  * temperatures from 0.1 to 2, uniforms at 0, near 1 and across. The prediction is float and the
@@ -23,7 +25,7 @@ enum { V = 5000, ROW = 129, TRIALS = 3000 };
 static bs_rng rng;
 static bs_vk_ctx *C;
 
-typedef struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; } draw_push;
+typedef struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; uint32_t by_id; } draw_push;
 typedef struct { int32_t id; float v; } cand;
 
 static int by_order(const void *a, const void *b) {   /* topk.comp's: larger value, then lower id */
@@ -71,7 +73,7 @@ static int32_t host_draw(bs_sampler *s, const cand *c, int n, double u, float *q
 static void check_draws(void) {
     float *q = malloc(sizeof *q * V);
     uint32_t lst[ROW];
-    int apart = 0, apart_far = 0, runs = 0;
+    int apart = 0, apart_far = 0, runs = 0, pick_apart = 0;
     for (int t = 0; t < TRIALS; t++) {
         const int n = 1 + (int)(bs_rng_next(&rng) % 64);
         cand c[64];
@@ -97,7 +99,7 @@ static void check_draws(void) {
         const int32_t want = host_draw(s, c, m, u, q, &margin);
         float uf[2] = {0.0f, (float)u};
         int32_t prev = 7, drafts[2] = {-2, -2};
-        const draw_push dp = {1, (uint32_t)k, (uint32_t)p.min_keep, p.top_p, p.min_p, p.temp};
+        const draw_push dp = {1, (uint32_t)k, (uint32_t)p.min_keep, p.top_p, p.min_p, p.temp, 1};
         void *data[4] = {lst, uf, &prev, drafts};
         size_t bytes[4] = {sizeof lst, sizeof uf, sizeof prev, sizeof drafts};
         CHECK(bs_vk_kernel_run(C, "draft_draw", data, bytes, 4, &dp, sizeof dp, 1, 1, 1) == 0);
@@ -111,16 +113,31 @@ static void check_draws(void) {
         }
         CHECKF(prev == drafts[1] && drafts[0] == -2, "trial %d: the draft %d, the Markov token %d, slot 0 %d", t, drafts[1], prev,
                drafts[0]);
+        /* a decode step's draw: bs_sampler_pick's scan in the list's order, with the uniform the
+           sampler's next draw takes (drawn ahead) */
+        double ua;
+        bs_sampler_set_seed(s, (uint64_t)t + 1);
+        bs_sampler_lookahead(s, 1, &ua);
+        int32_t ids[64];
+        float vals[64];
+        for (int i = 0; i < m; i++) ids[i] = c[i].id, vals[i] = c[i].v;
+        const int32_t picked = bs_sampler_sample_top(s, ids, vals, m);
+        const draw_push pp = {1, (uint32_t)k, (uint32_t)p.min_keep, p.top_p, p.min_p, p.temp, 0};
+        uf[1] = (float)ua;
+        CHECK(bs_vk_kernel_run(C, "draft_draw", data, bytes, 4, &pp, sizeof pp, 1, 1, 1) == 0);
+        runs++;
+        if (drafts[1] != picked) apart++, pick_apart++;
         bs_sampler_free(s);
     }
-    CHECKF(apart_far == 0 && apart * 200 <= runs, "%d of %d draws apart (%d away from a boundary)", apart, runs, apart_far);
+    CHECKF(apart_far == 0 && apart * 200 <= runs, "%d of %d draws apart (%d away from a boundary, %d decode steps')", apart, runs,
+           apart_far, pick_apart);
     printf("draft_draw.comp: %d of %d lists drew the host's token (%d apart, %d of them away from a boundary)\n", runs - apart,
            runs, apart, apart_far);
     /* an empty list: no draft, and a Markov token the next slot can still read a row of */
     memset(lst, 0, sizeof lst);
     float uf[1] = {0.5f};
     int32_t prev = 7, drafts[1] = {-2};
-    const draw_push dp = {0, 40, 1, 0.9f, 0.05f, 0.8f};
+    const draw_push dp = {0, 40, 1, 0.9f, 0.05f, 0.8f, 1};
     void *data[4] = {lst, uf, &prev, drafts};
     size_t bytes[4] = {sizeof lst, sizeof uf, sizeof prev, sizeof drafts};
     CHECK(bs_vk_kernel_run(C, "draft_draw", data, bytes, 4, &dp, sizeof dp, 1, 1, 1) == 0);

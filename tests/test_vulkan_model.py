@@ -355,13 +355,20 @@ def check_greedy_text():
 def check_sampled_text():
     """run --temp 0.8 (top-k 40, the default chain): the device finds the 40 best logits of each
     step and only they come back; the text is the one sampled from whole rows read back
-    (BITSPARK_VK_NO_TOPK=1), with the same seed."""
+    (BITSPARK_VK_NO_TOPK=1), with the same seed, and the one sampled with each step run ahead of
+    the host, fed the draw the device predicts (without the profile, which records every step
+    and so runs none ahead)."""
     model = os.path.join(SRC, 'models', 'bonsai-tiny-q1_0.gguf')
     out = {}
-    for mode in ('top', 'rows'):
-        env = {'BITSPARK_PROFILE': '1'}
+    for mode in ('top', 'rows', 'ahead'):
+        env = {'BITSPARK_PROFILE': '1'} if mode != 'ahead' else {}
         if mode == 'rows':
             env['BITSPARK_VK_NO_TOPK'] = '1'
+        if mode == 'ahead':
+            r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0.8', '--seed', '5',
+                     '--device', 'vulkan'], extra_env=env)
+            out[mode] = r.stdout
+            continue
         r = run([BITSPARK, 'run', '-m', model, '-p', 'To copy a file, use', '-n', '48', '--temp', '0.8', '--seed', '5',
                  '--device', 'vulkan'], extra_env=env)
         m = re.search(r'vulkan steps: (\d+) token rows, .*? ([0-9.]+) bytes read back', r.stderr)
@@ -370,8 +377,8 @@ def check_sampled_text():
             return
         out[mode] = (r.stdout, float(m.group(2)) * int(m.group(1)), int(m.group(1)))
     (top, top_bytes, n), (rows, _, _) = out['top'], out['rows']
-    if not top.strip() or top != rows:
-        fail('sampled text differs: top-k on the device %r vs rows %r' % (top[:120], rows[:120]))
+    if not top.strip() or top != rows or top != out['ahead']:
+        fail('sampled text differs: top-k on the device %r vs rows %r vs run ahead %r' % (top[:120], rows[:120], out['ahead'][:120]))
     elif top_bytes > 2 * 4 * 2048 + (4 + 8 * 40) * n:
         fail('sampled run read back %.0f bytes over %d rows: more than the prompt row and the top 40s' % (top_bytes, n))
     else:
@@ -389,10 +396,14 @@ def check_bench():
     # --sampled: the tokens drawn from the 40 best found on the device, only they read back
     m = re.search(r'device tg sampled: per token [0-9.]+ dispatches, [0-9.]+ barriers, [0-9.]+ submissions, '
                   r'([0-9.]+) bytes read back', out)
+    a = re.search(r'device tg sampled: (\d+) steps submitted ahead of the host, (\d+) undone', out)
     if 'tg4 sampled' not in out or not m or float(m.group(1)) > 4 + 8 * 40:
         fail('bench --sampled --device vulkan: no sampled row, or more than the top 40 read back:\n' + out)
+    elif not a or int(a.group(1)) < 3 or int(a.group(2)) > 1:
+        fail('bench --sampled --device vulkan: sampled steps not run ahead, or their predicted draws missed:\n' + out)
     else:
-        print('bench --sampled on the device: %s bytes read back per token' % m.group(1))
+        print('bench --sampled on the device: %s bytes read back per token, %s steps run ahead, %s undone'
+              % (m.group(1), a.group(1), a.group(2)))
     if 'device: Vulkan' not in out or 'verify' not in out or 'GB/s copy on Vulkan' not in out or 'tg reached' not in out:
         fail('bench --device vulkan: no device, verify or copy-roofline line:\n' + out)
     # sessions decoding together: each pass is one submission, and its barriers do not grow with

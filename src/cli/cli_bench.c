@@ -285,14 +285,19 @@ static bool g_device_greedy;   /* tg on a device: greedy steps (bs_eval_greedy) 
 
 /* The tg steps of --sampled: each token drawn by the default chain (temperature 0.8, top-k 40,
  * top-p 0.95, min-p 0.05) from the step before, as `run` samples: on a device from the k best
- * found there (bs_eval_top), else from the row. */
+ * found there, the step after running meanwhile fed the draw predicted there
+ * (bs_eval_top_drawn), else from the row. */
 static int sampled_steps(bs_session *s, bs_sampler *smp, int32_t first, int n_gen, float *logits) {
     const int k = g_device_greedy ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
+    const bs_sampler_params *p = bs_sampler_get_params(smp);
+    const bs_eval_draw d = {k, p->min_keep, p->top_p, p->min_p, p->temp};
     int32_t cur = first, ids[BS_TOP_MAX];
     float vals[BS_TOP_MAX];
+    double u[2];
     bs_sampler_set_seed(smp, 1);
     for (int i = 0; i < n_gen; i++) {
-        const int n = k ? bs_eval_top(s, &cur, 1, k, ids, vals) : bs_eval(s, &cur, 1, BS_LOGITS_LAST, logits, NULL);
+        if (k) bs_sampler_lookahead(smp, 2, u);
+        const int n = k ? bs_eval_top_drawn(s, cur, &d, u, ids, vals) : bs_eval(s, &cur, 1, BS_LOGITS_LAST, logits, NULL);
         if (n < 0) return -1;
         const int32_t next = k ? bs_sampler_sample_top(smp, ids, vals, n) : bs_sampler_sample(smp, logits);
         if (next < 0) return -1;
@@ -523,7 +528,7 @@ static void device_steps(bs_model *m, const model_info *mi, int np, const bs_vk_
          "weights read %.3f GB/token (%.3fx the file's %.3f GB)\n", what,
          st.dispatches / n, st.barriers / n, st.submits / n, st.read_bytes / n, st.weight_bytes / n / 1e9,
          mi->stream_bytes ? st.weight_bytes / n / (double)mi->stream_bytes : 0.0, mi->stream_bytes / 1e9);
-    if (st.ahead) note("device tg: %llu steps submitted ahead of the host, %llu undone\n", (unsigned long long)st.ahead,
+    if (st.ahead) note("device %s: %llu steps submitted ahead of the host, %llu undone\n", what, (unsigned long long)st.ahead,
                        (unsigned long long)st.discarded);
 }
 

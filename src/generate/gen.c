@@ -394,12 +394,23 @@ static void decoded(bs_gen *g) {
     gen_after_logits(g);
 }
 
-/* A greedy step on a device runs the next one ahead unless the token budget ends with this one
- * (a request of a few tokens would pay a step in vain). */
+/* A greedy or sampled step on a device runs the next one ahead unless the token budget ends
+ * with this one (a request of a few tokens would pay a step in vain). */
 static void ahead_hint(bs_gen *g) {
-    if (!g->argmax_dev) return;
+    if (!g->argmax_dev && !g->top_dev) return;
     const bool last = g->r.n_predict >= 0 && g->n_out + 1 >= g->r.n_predict;
     bs_session_ahead_limit(g->sess, last ? bs_session_n_past(g->sess) + 1 : 0);
+}
+
+/* A sampled step from the device's k best: with the uniforms of this draw and the next (the
+ * sampler's own, taken first: bs_sampler_lookahead), so that the step after can run meanwhile,
+ * fed the draw the device predicts. */
+static int top_step(bs_gen *g) {
+    const bs_sampler_params *p = bs_sampler_get_params(g->smp);
+    const bs_eval_draw d = {g->top_dev, p->min_keep, p->top_p, p->min_p, p->temp};
+    double u[2];
+    bs_sampler_lookahead(g->smp, 2, u);
+    return bs_eval_top_drawn(g->sess, g->pending, &d, u, g->top_ids, g->top_vals);
 }
 
 int bs_gen_step(bs_gen *g, int budget) {
@@ -411,7 +422,7 @@ int bs_gen_step(bs_gen *g, int budget) {
         g->have_next = g->argmax_dev;
         g->have_top = g->top_dev > 0;
         if (g->argmax_dev ? bs_eval_greedy(g->sess, &g->pending, 1, &g->next_id, NULL)
-            : g->top_dev  ? (g->n_top = bs_eval_top(g->sess, &g->pending, 1, g->top_dev, g->top_ids, g->top_vals)) < 0
+            : g->top_dev  ? (g->n_top = top_step(g)) < 0
                           : bs_eval(g->sess, &g->pending, 1, BS_LOGITS_LAST, g->logits, NULL)) {
             bs_error_prefix("decoding: ");
             gen_finish(g, BS_GEN_ERROR);

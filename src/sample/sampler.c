@@ -31,7 +31,24 @@ struct bs_sampler {
     bs_dry dry;
     bs_grammar_state *grammar;  /* NULL, or what constrains the tokens accepted from grammar_base on */
     size_t grammar_base;
+    double ahead[BS_SAMPLER_AHEAD];  /* uniforms drawn ahead (bs_sampler_lookahead): taken first */
+    int n_ahead;
 };
+
+/* The next uniform of the sampler's stream: one drawn ahead, else a new one. */
+static double next_uniform(bs_sampler *s) {
+    if (s->n_ahead == 0) return bs_rng_uniform(&s->rng);
+    const double u = s->ahead[0];
+    memmove(s->ahead, s->ahead + 1, sizeof *s->ahead * (size_t)--s->n_ahead);
+    return u;
+}
+
+int bs_sampler_lookahead(bs_sampler *s, int n, double *u) {
+    n = BS_MAX(0, BS_MIN(n, BS_SAMPLER_AHEAD));
+    while (s->n_ahead < n) s->ahead[s->n_ahead++] = bs_rng_uniform(&s->rng);
+    memcpy(u, s->ahead, sizeof *u * (size_t)n);
+    return n;
+}
 
 bs_sampler_params bs_sampler_default_params(void) {
     return (bs_sampler_params){
@@ -96,6 +113,7 @@ int32_t bs_sampler_n_vocab(const bs_sampler *s) { return s->n_vocab; }
 void bs_sampler_set_seed(bs_sampler *s, uint64_t seed) {
     s->p.seed = seed;
     bs_rng_seed(&s->rng, seed);
+    s->n_ahead = 0;
 }
 
 /* --- logit bias and bans --------------------------------------------------------------------- */
@@ -517,7 +535,7 @@ static int32_t draw_scan(const int32_t *ids, const float *w, int n, double x) {
 int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n) {
     const double total = draw_mass(w, n);
     if (total == 0.0) return bs_error("sampler: nothing to draw from");
-    return draw_scan(ids, w, n, bs_rng_uniform(&s->rng) * total);
+    return draw_scan(ids, w, n, next_uniform(s) * total);
 }
 
 int32_t bs_sampler_draw_u(const int32_t *ids, const float *w, int n, double u) {
@@ -531,7 +549,7 @@ int32_t bs_sampler_pick(bs_sampler *s) {
     if (s->p.temp <= 0.0f) return s->cand[0].id;
     double total = 0;
     for (int i = 0; i < s->n_cand; i++) total += s->cand[i].p;
-    double u = bs_rng_uniform(&s->rng) * total, cum = 0;
+    double u = next_uniform(s) * total, cum = 0;
     int last = 0;
     for (int i = 0; i < s->n_cand; i++) {
         if (s->cand[i].p <= 0) continue;
@@ -565,7 +583,7 @@ void bs_sampler_probs_dense(const bs_sampler *s, float *out) {
     for (int i = 0; i < s->n_cand; i++) out[s->cand[i].id] = s->cand[i].p;
 }
 
-double bs_sampler_uniform(bs_sampler *s) { return bs_rng_uniform(&s->rng); }
+double bs_sampler_uniform(bs_sampler *s) { return next_uniform(s); }
 
 /* --- raw log-probabilities -------------------------------------------------------------------- */
 

@@ -132,6 +132,11 @@ void bs_sampler_probs_dense(const bs_sampler *s, float *out);
 /* Helpers for speculative sampling, drawing from the sampler's own random stream so the whole
  * run stays reproducible from the seed. */
 double bs_sampler_uniform(bs_sampler *s);   /* [0, 1) */
+/* The next n uniforms of the stream into u (n <= BS_SAMPLER_AHEAD), drawn now and kept: the
+ * sampler's own draws take them first, in order, so a device can predict a draw with the
+ * uniform the host will use for it. Returns n. */
+enum { BS_SAMPLER_AHEAD = 64 };
+int bs_sampler_lookahead(bs_sampler *s, int n, double *u);
 /* Draw an index i with probability w[i] / sum(w) (w >= 0); returns ids ? ids[i] : i, or -1 +
  * bs_error when the mass is zero. */
 int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n);

@@ -195,12 +195,16 @@ typedef struct bs_vk_out {
     int32_t *top_ids;
     float *top_vals;
     int *n_top;
+    const struct bs_vk_draw *draw;   /* with top_k, one row, undo off: sampled decoding ahead */
+    const float *u;                  /* (bs_vk_sess_sample_ahead's draw and uniforms) */
 } bs_vk_out;
 int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,
                         const int *taps, int n_taps, float *tap_out);
 /* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out);
+/* The sampler's steps draft_draw.comp redoes (sampled decoding ahead, bs_vk_dctx_draft_sampled). */
+typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
 /* Greedy decoding one step ahead: token tok at pos0 (rope0: its table row), *next its greedy
  * token, as bs_vk_sess_eval_out's next gives it; but before waiting for it, the step after is
  * submitted too (at pos0 + 1, rope1), its token fed on the device by this one's argmax, so the
@@ -210,6 +214,13 @@ int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, cons
  * caller evaluated. Evaluations of one row only, without taps, and undo off (the last step
  * cannot be rolled back). rope1 NULL: no step after this one (the caller stops here). */
 int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next);
+/* Sampled decoding one step ahead, the same way: the step's k best (p->top_k; their count into
+ * *n_top, as bs_vk_out's lists), and the host's draw from them predicted on the device with
+ * uniform u[0] (draft_draw.comp) fed to the step after, which predicts its own with u[1]. The
+ * caller draws the token itself from the list with u[0]; where it is another than the
+ * prediction, its next call's token differs and the step ahead is undone. */
+int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+                            const float *u, int32_t *ids, float *vals, int *n_top);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
 int bs_vk_sess_rows(const bs_vk_sess *s);
@@ -324,8 +335,6 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. A greedy round's drafts
  * come with the block (drafts), a sampled round's chain too (chain): one wait on the device
  * instead of two. */
-/* The sampler's steps draft_draw.comp redoes (bs_vk_dctx_draft_sampled). */
-typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
 /* A sampled chain recorded with a block (bs_vk_dblock.chain: bs_vk_dctx_draft_sampled's over the
  * block's n_logits slots): its steps and uniforms, where its lists and predicted drafts go, and
  * done = 1 once they came back (0 where it could not run: the caller runs it apart). */

@@ -717,8 +717,8 @@ static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_dra
     TRY(record_score(s, k, mask_id));
     TRY(bs_vk_record_topk_in(c, &s->top, &s->score, (uint32_t)s->d->hp.n_vocab, (uint32_t)p->top_k, 1));
     bs_vk_barrier(c);
-    const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; } dp = {
-        (uint32_t)k, (uint32_t)p->top_k, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp};
+    const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; uint32_t by_id; } dp = {
+        (uint32_t)k, (uint32_t)p->top_k, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp, 1};
     const bs_vk_buf *bb[4] = {&s->top.topv, &s->unif, &s->prev, &s->drafts};
     TRY(bs_vk_dispatch(c, BS_VK_K_DRAFT_DRAW, bb, &dp, 1, 1, 1));
     const VkBufferCopy r = {0, (VkDeviceSize)row * (VkDeviceSize)k, row};

@@ -97,7 +97,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 44, 0, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
-    [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 24, 0, {0}},
+    [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for

@@ -84,6 +84,8 @@ struct bs_vk_sess {
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
+    const bs_vk_draw *draw;       /* this step (with topk and feed): the host's draw from that list
+                                     predicted with the uniform in unif (draft_draw.comp), fed */
     bs_vk_top_bufs top;           /* topk.comp's levels and lists (made on first use) */
     bs_vk_amax_bufs amax;         /* argmax.comp's chunks' bests and row counters */
     /* steps recorded once per shape (rows, logits rows; a batch's: its sequences) and resubmitted */
@@ -95,6 +97,8 @@ struct bs_vk_sess {
         bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
         bool feed;                    /* and the argmax into the other set's token */
         int topk;                     /* the logits row's k best into topv (0: none) */
+        bool drawn;                   /* and the draw from them predicted, fed (draw) */
+        bs_vk_draw draw;
         int io;                       /* the set of per-step buffers it binds */
         int state;                    /* the recurrent state's buffers it binds (state_key) */
         bs_vk_rec counts;             /* of the recording, for the stats */
@@ -121,6 +125,10 @@ struct bs_vk_sess {
      * the current one in tok.. and the other in *_alt, swapped after each step submitted ahead,
      * so the host fills one while the device reads the other */
     bs_vk_buf tok_alt, rope_alt, params_alt, ids_alt;
+    /* sampled decoding ahead: per set the uniform of its step's predicted draw and its list
+       (top.topv is the current set's; made on first use, then swapped with the sets too) */
+    bs_vk_buf unif, unif_alt, topv_alt;
+    bool ahead_drawn;             /* the step ahead is a sampled one (its list comes back) */
     int io;                       /* the current set's index */
     bool feed;                    /* this step: its argmax into tok_alt (the next step's token) */
     VkFence fence[2];             /* per set: its step in flight */
@@ -151,6 +159,10 @@ int bs_vk_top_ready(bs_vk_sess *s);
 /* vk_step.c: a one-row greedy step of token *tok (NULL: the one the step before fed it) at
  * pos0 submitted with fence f (not waited for), its argmax fed into the other set's token. */
 int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f);
+/* The same for sampled decoding: the step's k best (p->top_k) into top.topv, and the host's draw
+ * from them predicted with uniform u (draft_draw.comp) and fed instead of the argmax. */
+int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p,
+                         float u);
 
 /* vk_forward.c: record a step of n rows (logits_rows of them with logits; taps: those layers'
  * outputs; pt: a batch's sequences, NULL for the session's own) into the current recording. */

@@ -101,6 +101,11 @@ int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, c
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)o; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+                            const float *u, int32_t *ids, float *vals, int *n_top) {
+    (void)s; (void)tok; (void)pos0; (void)rope0; (void)rope1; (void)p; (void)u; (void)ids; (void)vals; (void)n_top;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, int32_t *next) {
     (void)s; (void)tok; (void)pos0; (void)rope0; (void)rope1; (void)next;
     return bs_error("no Vulkan backend");

@@ -132,7 +132,8 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->agrp, &s->dcnt, &s->xr,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
-                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->rp_a, &s->rp_ga, &s->rp_gb};
+                       &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->rp_a, &s->rp_ga, &s->rp_gb,
+                       &s->unif, &s->unif_alt, &s->topv_alt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);

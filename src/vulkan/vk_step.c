@@ -79,7 +79,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     for (int i = 0; i < CACHE_STEPS; i++) {
         const struct step_cache *e = &s->cache[i];
         if (e->cmd && e->n == n && e->rows == rows && e->greedy == s->greedy && e->topk == s->topk && e->feed == s->feed &&
-            e->io == s->io &&
+            e->io == s->io && e->drawn == (s->draw != NULL) && (!s->draw || !memcmp(&e->draw, s->draw, sizeof e->draw)) &&
             e->state == state && !memcmp(&e->key, key, sizeof *key))
             return submit_step(s, e, f);
     }
@@ -108,6 +108,8 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
     e->greedy = s->greedy;
     e->topk = s->topk;
     e->feed = s->feed;
+    e->drawn = s->draw != NULL;
+    if (s->draw) e->draw = *s->draw;
     e->io = s->io;
     e->state = state;
     memcpy(&e->key, key, sizeof *key);   /* padding too: keys are compared with memcmp */
@@ -144,18 +146,35 @@ static void step_values(bs_vk_sess *s, const float *rope, uint32_t p0, int m) {
     attn_split_groups(s, p0, m);
 }
 
-int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f) {
+/* A one-row step fed to the next: greedy (p NULL: the argmax) or sampled (the k best, and the
+ * draw predicted from them with uniform u). */
+static int step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p, float u) {
     TRY(lora_sync(s));
     if (tok) memcpy(s->tok.map, tok, 4);
+    if (p) memcpy(s->unif.map, &u, 4);
     step_values(s, rope, (uint32_t)pos0, 1);
     static const batch_key none;
-    s->greedy = s->feed = true;
+    s->greedy = !p;
+    s->feed = true;
+    s->topk = p ? p->top_k : 0;
+    s->draw = p;
     const int rc = run_cached(s, 1, 1, &none, NULL, 0, f);
     s->greedy = s->feed = false;
+    s->topk = 0;
+    s->draw = NULL;
     if (rc) return bs_error_prefix("Vulkan eval: ");
     step_done(s, 1);
     s->net->c->stats.tokens++;
     return 0;
+}
+
+int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f) {
+    return step_fed(s, tok, pos0, rope, f, NULL, 0.0f);
+}
+
+int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p,
+                         float u) {
+    return step_fed(s, tok, pos0, rope, f, p, u);
 }
 
 /* What a chunk's rows (from row `first` of the evaluation) give back: the rows, their ids, or
