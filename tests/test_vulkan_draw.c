@@ -8,10 +8,15 @@
  * temperatures from 0.1 to 2, uniforms at 0, near 1 and across. The prediction is float and the
  * host's sums double, so a uniform within rounding of a boundary may draw apart: at most 1 in
  * 200 may, and none where the uniform is at least 1e-4 from every boundary. An empty list gives
- * no draft (-1) and a Markov token still in range. */
+ * no draft (-1) and a Markov token still in range.
+ * Then a session on tiny-q1_0 mixing greedy steps ahead, plain top-k steps, sampled steps ahead
+ * (fed their predicted draws, or another token: undone) and top-k steps again, in every order of
+ * the two sets of per-step buffers: each step's list equal to a session's plain steps' at the
+ * same tokens. */
 #include "test.h"
 #include "vk_test.h"
 #include "sample/sampler.h"
+#include "model/batch_eval.h"
 #include "vulkan/backend.h"
 #include "io/util.h"
 
@@ -145,11 +150,71 @@ static void check_draws(void) {
     free(q);
 }
 
+/* One step of tok by kind: 0 plain top-k (undo on), 1 greedy ahead (*next its token), 2 sampled
+ * ahead (u: this draw's uniform and the next's); its list's length (0 for greedy). */
+static int step(bs_session *s, int kind, int32_t tok, const double *u, int32_t *ids, float *vals, int32_t *next) {
+    static const bs_eval_draw d = {40, 1, 0.95f, 0.05f, 0.8f};
+    bs_session_set_undo(s, kind == 0);
+    if (kind == 2) return bs_eval_top_drawn(s, tok, &d, u, ids, vals);
+    if (kind == 1) return bs_eval_greedy(s, &tok, 1, next, NULL);
+    return bs_eval_top(s, &tok, 1, 40, ids, vals);
+}
+
+static void check_mixed(const char *fixtures) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny-q1_0.gguf", fixtures);
+    bs_model_params mp = {.device = "vulkan"};
+    bs_model *m = bs_model_load(path, &mp);
+    CHECKF(m != NULL, "%s", bitspark_last_error());
+    if (!m) return;
+    bs_session_params sp = {.n_ctx = 128, .n_batch = 8, .n_rollback = 8};
+    bs_session *a = bs_session_new(m, &sp), *ref = bs_session_new(m, &sp);
+    bs_sampler_params pp = bs_sampler_default_params();
+    pp.seed = 3;
+    bs_sampler *smp = bs_sampler_new(&pp, bs_model_n_vocab(m));
+    /* kinds at random; the next token the one the step fed ahead (its argmax or its predicted
+       draw: the step ahead taken, the sets flipping once) or another (undone: twice), so that
+       plain lists are recorded in either set before and after the sampled steps' second lists */
+    bs_rng r;
+    bs_rng_seed(&r, 77);
+    int bad = 0, lists = 0;
+    int32_t tok = 17;
+    /* first a script: a plain list in the second set, the sampled steps' lists made in the first,
+       then a plain list in the second set again (its recording from before binds the first set's
+       list), each once with the state pair either way; then kinds at random */
+    static const int script[] = {1, 1, 0, 1, 1, 2, 2, 0, 0, 1, 1, 0, 1, 1, 2, 2, 0};
+    const int n_script = (int)BS_ARRAY_LEN(script);
+    for (int i = 0; i < n_script + 48 && a && ref; i++) {
+        const int kind = i < n_script ? script[i] : (int)(bs_rng_next(&r) % 3);
+        int32_t ia[64], ib[64], next = -1;
+        float va[64], vb[64];
+        double u[2] = {0.5, 0.5};
+        if (kind == 2) bs_sampler_lookahead(smp, 2, u);
+        const int na = step(a, kind, tok, u, ia, va, &next), nb = step(ref, 0, tok, u, ib, vb, NULL);
+        if (na < 0 || nb < 0) { CHECKF(false, "step %d: %s", i, bitspark_last_error()); break; }
+        int32_t fed = kind == 1 ? next : kind == 2 ? bs_sampler_sample_top(smp, ia, va, na) : -1;
+        if (kind != 1) {
+            lists++;
+            bad += na != nb || memcmp(ia, ib, sizeof *ia * (size_t)nb) || memcmp(va, vb, sizeof *va * (size_t)nb);
+        }
+        /* (the script takes what was fed, after its first step) */
+        tok = fed >= 0 && (i < n_script ? i > 0 : bs_rng_next(&r) % 4 != 0) ? fed : (int32_t)(bs_rng_next(&r) % 1000);
+    }
+    CHECKF(bad == 0, "%d of %d lists differ from plain steps' after steps ahead", bad, lists);
+    printf("greedy and sampled steps ahead mixed with plain ones: %d lists, each the plain steps'\n", lists);
+    bs_sampler_free(smp);
+    bs_session_free(a);
+    bs_session_free(ref);
+    bs_model_free(m);
+}
+
 int main(void) {
     const int rc = vk_test_open("test_vulkan_draw", &C);
     if (rc || !C) return rc;
     bs_rng_seed(&rng, 4242);
     check_draws();
+    const char *fx = getenv("BS_FIXTURES");
+    check_mixed(fx ? fx : "tests/fixtures");
     bs_vk_close(C);
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
     return test_summary("test_vulkan_draw");

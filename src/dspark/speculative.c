@@ -249,11 +249,6 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
     return k;
 }
 
-/* Drafts sampled from q = the target's sampler chain (logit bias, penalties, DRY, top-k, top-p,
- * min-p, temperature) applied to the drafter's logits (base + Markov bias, mask id excluded):
- * drafts then come from the same truncated support the target samples from, which is what gets
- * them accepted; the accept / residual rule is exact for any q. q rows are kept for
- * verification. Returns k. */
 /* The sampler's steps a sampled chain redoes on the device (tk: its top-k, the lists' length). */
 static bs_dspark_draw chain_draw(const bs_sampler *smp, int tk) {
     const bs_sampler_params *p = bs_sampler_get_params(smp);
@@ -268,7 +263,11 @@ static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k
     return bs_dspark_draft_sampled(sp->dc, anchor, k, &p, u, sp->ch_pred, sp->ch_ids, sp->ch_vals, sp->ch_n);
 }
 
-/* Sampled drafts: each the sampler's draw from its slot's distribution given the drafts before.
+/* Drafts sampled from q = the target's sampler chain (logit bias, penalties, DRY, top-k, top-p,
+ * min-p, temperature) applied to the drafter's logits (base + Markov bias, mask id excluded):
+ * drafts then come from the same truncated support the target samples from, which is what gets
+ * them accepted; the accept / residual rule is exact for any q. q rows are kept for
+ * verification. Returns k.
  * The round's uniforms are taken first (one a draft, as the draws would take them), so that
  * where the sampler reads only the k best, the device can run the whole chain in one submission
  * and predict each draw; every draft is still drawn here, from its slot's list with its uniform,

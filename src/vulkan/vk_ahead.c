@@ -66,6 +66,10 @@ static int drawn_ready(bs_vk_sess *s) {
         for (int i = 0; i < 3; i++) bs_vk_buf_free(c, b[i]);
         return bs_error_prefix("Vulkan sampling ahead: ");
     }
+    /* from now on the lists swap with the sets: a list's recording made before, in the other
+       set, binds what is now this one's (none is in flight: only greedy steps went ahead) */
+    for (int i = 0; i < CACHE_STEPS; i++)
+        if (s->cache[i].cmd && s->cache[i].topk > 0) bs_vk_step_drop(s, &s->cache[i]);
     return 0;
 }
 
