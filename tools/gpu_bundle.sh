@@ -24,6 +24,8 @@ arch=x86_64-linux-gnu
 TESTS=(
   "test_vulkan_kernels c -"
   "test_vulkan_ops c -"
+  "test_vulkan_attn c -"
+  "test_vulkan_draw c tiny-q1_0.gguf"
   "test_vulkan_dspark c tiny-q1_0.gguf tiny-dspark-f32.gguf models/bonsai-tiny-q1_0.gguf models/bonsai-tiny-dspark.gguf models/bonsai-tiny-dspark"
   "test_vulkan_dspark_sampling c tiny-q1_0.gguf tiny-dspark-f32.gguf models/bonsai-tiny-q1_0.gguf models/bonsai-tiny-dspark.gguf"
   "test_vulkan_session c tiny-f32.gguf tiny-q1_0.gguf tiny-q2_0.gguf"
