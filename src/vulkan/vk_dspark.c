@@ -717,10 +717,7 @@ static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_dra
     TRY(record_score(s, k, mask_id));
     TRY(bs_vk_record_topk_in(c, &s->top, &s->score, (uint32_t)s->d->hp.n_vocab, (uint32_t)p->top_k, 1));
     bs_vk_barrier(c);
-    const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; uint32_t by_id; } dp = {
-        (uint32_t)k, (uint32_t)p->top_k, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp, 1};
-    const bs_vk_buf *bb[4] = {&s->top.topv, &s->unif, &s->prev, &s->drafts};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DRAFT_DRAW, bb, &dp, 1, 1, 1));
+    TRY(bs_vk_record_draw(c, &s->top, (uint32_t)p->top_k, p, true, &s->unif, (uint32_t)k, &s->prev, &s->drafts));
     const VkBufferCopy r = {0, (VkDeviceSize)row * (VkDeviceSize)k, row};
     bs_vk_cmd_copy(c, &s->top.topv, &s->lists, &r);
     bs_vk_barrier(c);   /* the next slot's Markov row reads prev */
@@ -753,17 +750,11 @@ static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, 
 
 /* A submitted chain's predicted drafts and lists read back. */
 static void chain_read(bs_vk_dctx *s, int n, int top_k, int32_t *pred, int32_t *ids, float *vals, int *counts) {
-    const size_t row = 1 + 2 * BS_VK_TOP_MAX;
+    const bs_vk_top_bufs t = {.topv = s->lists};   /* (topk.comp's rows, a slot's each) */
     memcpy(pred, s->drafts.map, 4u * (size_t)n);
-    size_t bytes = 4u * (size_t)n;
-    for (int k = 0; k < n; k++) {
-        const uint32_t *o = (const uint32_t *)s->lists.map + (size_t)k * row;
-        counts[k] = (int)BS_MIN(o[0], (uint32_t)top_k);
-        memcpy(ids + (size_t)k * top_k, o + 1, 4u * (size_t)counts[k]);
-        memcpy(vals + (size_t)k * top_k, o + 1 + BS_VK_TOP_MAX, 4u * (size_t)counts[k]);
-        bytes += 4u + 8u * (size_t)counts[k];
-    }
-    bs_vk_count_read(s->d->c, bytes);
+    bs_vk_count_read(s->d->c, 4u * (size_t)n);
+    for (int k = 0; k < n; k++)
+        counts[k] = bs_vk_top_list(s->d->c, &t, (size_t)k, top_k, ids + (size_t)k * top_k, vals + (size_t)k * top_k);
 }
 
 int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,

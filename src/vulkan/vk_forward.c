@@ -592,12 +592,8 @@ static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *p
     TRY(bs_vk_record_topk(s, (uint32_t)s->topk, (uint32_t)k));
     if (!s->draw) return 0;
     /* the draw predicted from the list, fed: the token the step submitted after this one embeds */
-    const bs_vk_draw *p = s->draw;
-    const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; uint32_t by_id; } dp = {
-        0, (uint32_t)s->topk, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp, 0};   /* (bs_sampler_pick's order) */
-    const bs_vk_buf *bb[4] = {&s->top.topv, &s->unif, &s->tok_alt, &s->ids};
-    bs_vk_barrier(s->net->c);
-    return bs_vk_dispatch(s->net->c, BS_VK_K_DRAFT_DRAW, bb, &dp, 1, 1, 1);
+    bs_vk_barrier(s->net->c);   /* (in bs_sampler_pick's order: the list's) */
+    return bs_vk_record_draw(s->net->c, &s->top, (uint32_t)s->topk, s->draw, false, &s->unif, 0, &s->tok_alt, &s->ids);
 }
 
 /* Everything of one step of n rows but its per-step values (tokens, rope table, positions in

@@ -375,6 +375,11 @@ void bs_vk_top_bufs_free(bs_vk_ctx *c, bs_vk_top_bufs *t);
 int bs_vk_record_topk_in(bs_vk_ctx *c, const bs_vk_top_bufs *t, const bs_vk_buf *logits, uint32_t V, uint32_t k,
                          uint32_t rows);
 int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int32_t *ids, float *vals);
+/* The draw from list row 0 of t (k long) predicted with uniform u[slot] (draft_draw.comp: the
+ * sampler's steps p, the scan in id order with by_id, else in the list's) into tok[0] and
+ * out[slot]. */
+int bs_vk_record_draw(bs_vk_ctx *c, const bs_vk_top_bufs *t, uint32_t k, const bs_vk_draw *p, bool by_id, const bs_vk_buf *u,
+                      uint32_t slot, const bs_vk_buf *tok, const bs_vk_buf *out);
 /* Bytes the host read back from the device (into the stats). */
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);
 int bs_vk_submit(bs_vk_ctx *c);
