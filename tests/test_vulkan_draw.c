@@ -153,7 +153,7 @@ static void check_draws(void) {
 /* One step of tok by kind: 0 plain top-k (undo on), 1 greedy ahead (*next its token), 2 sampled
  * ahead (u: this draw's uniform and the next's); its list's length (0 for greedy). */
 static int step(bs_session *s, int kind, int32_t tok, const double *u, int32_t *ids, float *vals, int32_t *next) {
-    static const bs_eval_draw d = {40, 1, 0.95f, 0.05f, 0.8f};
+    static const bs_draw d = {40, 1, 0.95f, 0.05f, 0.8f};
     bs_session_set_undo(s, kind == 0);
     if (kind == 2) return bs_eval_top_drawn(s, tok, &d, u, ids, vals);
     if (kind == 1) return bs_eval_greedy(s, &tok, 1, next, NULL);

@@ -273,7 +273,7 @@ static void draft_chain(const char *target, const char *drafter) {
  * alone: the same final states, base logits and greedy drafts. */
 /* A sampled chain recorded with the blocks (bs_dspark_ctx_sampled_ahead) against the same chain
  * run alone after a block: the same lists and predictions, and no submission of its own. */
-static const bs_dspark_draw chain_p = {8, 1, 0.9f, 0.02f, 1.5f};
+static const bs_draw chain_p = {8, 1, 0.9f, 0.02f, 1.5f};
 static const double chain_u[BS_DSPARK_MAX_BLOCK] = {0.31, 0.77, 0.05, 0.5};
 
 static void chain_with_blocks(bs_model *m, bs_dspark_ctx *alone, bs_dspark_ctx *together, int32_t anchor, int n) {

@@ -289,8 +289,7 @@ static bool g_device_greedy;   /* tg on a device: greedy steps (bs_eval_greedy) 
  * (bs_eval_top_drawn), else from the row. */
 static int sampled_steps(bs_session *s, bs_sampler *smp, int32_t first, int n_gen, float *logits) {
     const int k = g_device_greedy ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
-    const bs_sampler_params *p = bs_sampler_get_params(smp);
-    const bs_eval_draw d = {k, p->min_keep, p->top_p, p->min_p, p->temp};
+    const bs_draw d = bs_sampler_draw_steps(smp, k);
     int32_t cur = first, ids[BS_TOP_MAX];
     float vals[BS_TOP_MAX];
     double u[2];

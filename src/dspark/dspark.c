@@ -51,7 +51,7 @@ struct bs_dspark_ctx {
     /* a sampled round's chain with the block (bs_dspark_ctx_sampled_ahead): its steps and
        uniforms (chain_on), then its lists and predicted drafts: n_chain slots from chain_anchor */
     bool chain_on;
-    bs_vk_draw chain_p;
+    bs_draw chain_p;
     float chain_u[BS_DSPARK_MAX_BLOCK];
     int n_chain, n_chain_u;
     int32_t chain_anchor, chain_pred[BS_DSPARK_MAX_BLOCK], chain_ids[BS_DSPARK_MAX_BLOCK * BS_VK_TOP_MAX];
@@ -375,13 +375,11 @@ static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const
 
 void bs_dspark_ctx_greedy_ahead(bs_dspark_ctx *c, bool on) { c->greedy_ahead = on; }
 
-static bs_vk_draw vk_draw(const bs_dspark_draw *p) { return (bs_vk_draw){p->top_k, p->min_keep, p->top_p, p->min_p, p->temp}; }
-
-void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_dspark_draw *p, const double *u, int n) {
+void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_draw *p, const double *u, int n) {
     c->chain_on = p && n > 0 && p->top_k >= 1 && p->top_k <= BS_VK_TOP_MAX;
     c->n_chain_u = c->chain_on ? BS_MIN(n, BS_DSPARK_MAX_BLOCK) : 0;
     if (!c->chain_on) return;
-    c->chain_p = vk_draw(p);
+    c->chain_p = *p;
     for (int k = 0; k < c->n_chain_u; k++) c->chain_u[k] = (float)u[k];
 }
 
@@ -542,15 +540,14 @@ int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t 
     return n;
 }
 
-int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_dspark_draw *p, const double *u,
+int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_draw *p, const double *u,
                             int32_t *pred, int32_t *ids, float *vals, int *counts) {
     if (!c->logits_dev || n < 1 || n > c->n_logits || bs_env_flag("BITSPARK_VK_DRAFT_HOST") ||
         bs_env_flag("BITSPARK_VK_NO_CHAIN"))
         return 0;
     float uf[BS_DSPARK_MAX_BLOCK];
     for (int k = 0; k < n; k++) uf[k] = (float)u[k];
-    const bs_vk_draw vp = vk_draw(p);
-    if (n <= c->n_chain && anchor == c->chain_anchor && !memcmp(&vp, &c->chain_p, sizeof vp) &&
+    if (n <= c->n_chain && anchor == c->chain_anchor && !memcmp(p, &c->chain_p, sizeof *p) &&
         !memcmp(uf, c->chain_u, sizeof *uf * (size_t)n)) {   /* run with the block */
         memcpy(pred, c->chain_pred, sizeof *pred * (size_t)n);
         memcpy(counts, c->chain_n, sizeof *counts * (size_t)n);
@@ -558,7 +555,7 @@ int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_ds
         memcpy(vals, c->chain_vals, sizeof *vals * (size_t)n * (size_t)p->top_k);
         return n;
     }
-    if (bs_vk_dctx_draft_sampled(c->vk, anchor, c->d->hp.mask_id, n, &vp, uf, pred, ids, vals, counts)) {
+    if (bs_vk_dctx_draft_sampled(c->vk, anchor, c->d->hp.mask_id, n, p, uf, pred, ids, vals, counts)) {
         bs_log(1, "drafter: sampled drafts a slot at a time (%s)\n", bs_last_error());
         bs_clear_error();
         return 0;

@@ -19,6 +19,7 @@
 
 #include "bitspark.h"
 #include "cpu/compute.h"
+#include "vulkan/backend.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -147,20 +148,17 @@ float bs_dspark_confidence(bs_dspark_ctx *c, int slot, int32_t prev);
  * where they are not there (a CPU context, rows already read back, BITSPARK_VK_DRAFT_HOST=1):
  * then the caller takes the row (bs_dspark_logits + bs_dspark_markov_bias). */
 int bs_dspark_slot_top(bs_dspark_ctx *c, int slot, int32_t prev, int k, int32_t *ids, float *vals);
-/* A sampled chain's steps (the sampler's: its top-k, at most BS_TOP_MAX, min_keep, top-p, min-p,
- * temperature). */
-typedef struct bs_dspark_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_dspark_draw;
 /* Slots 0..n-1's lists for a chain of sampled drafts from anchor, and the drafts the device
  * predicts from them with the uniforms u (one submission: no host between the slots). Slot k's
  * list (ids/vals + k * top_k, counts[k] long) is that of pred[k-1]: the caller draws each draft
  * itself from its list with u[k] and takes the lists only as long as its draws equal pred.
  * Returns n, or 0 where the chain cannot run there (as bs_dspark_slot_top). */
-int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_dspark_draw *p, const double *u,
+int bs_dspark_draft_sampled(bs_dspark_ctx *c, int32_t anchor, int n, const bs_draw *p, const double *u,
                             int32_t *pred, int32_t *ids, float *vals, int *counts);
 /* The next device block runs such a chain of its slots in its own submission (p NULL: none),
  * with the first n of uniforms u: bs_dspark_draft_sampled then gives its results for the same
  * anchor, steps and uniforms without a submission of its own. */
-void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_dspark_draw *p, const double *u, int n);
+void bs_dspark_ctx_sampled_ahead(bs_dspark_ctx *c, const bs_draw *p, const double *u, int n);
 
 /* Greedy drafts of slots 0..n-1: argmax of base logits + Markov bias chained on the token just
  * drafted (prev = anchor for slot 0), mask id excluded, ties to the lowest id. conf (may be NULL)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define PROMPT_CHUNK 64      /* prompt rows evaluated (and their taps held) at once */
+_Static_assert(BS_DSPARK_MAX_BLOCK <= BS_SAMPLER_AHEAD, "a round's uniforms fit the sampler's queue");
 
 struct bs_spec {
     bs_session *s;
@@ -55,8 +56,6 @@ struct bs_spec {
         bool probe, sampling;
         int lists;               /* LISTS_*: what verification reads */
         int top_k;
-        double u[BS_DSPARK_MAX_BLOCK];   /* sampled drafts' uniforms, taken when the round is prepared */
-        int n_u;
         double t0, t1, t_draft;
     } rd;
 };
@@ -249,17 +248,11 @@ static int draft_greedy(bs_spec *sp, int32_t anchor, int k) {
     return k;
 }
 
-/* The sampler's steps a sampled chain redoes on the device (tk: its top-k, the lists' length). */
-static bs_dspark_draw chain_draw(const bs_sampler *smp, int tk) {
-    const bs_sampler_params *p = bs_sampler_get_params(smp);
-    return (bs_dspark_draw){tk, p->min_keep, p->top_p, p->min_p, p->temp};
-}
-
 /* The chain's slots on the device in one submission (bs_dspark_draft_sampled; with the block's,
  * where the round armed it: bs_spec_round_prepare): their lists, and the drafts the device
  * predicts with the round's uniforms; 0 where it cannot run. */
 static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k, int tk, const double *u) {
-    const bs_dspark_draw p = chain_draw(smp, tk);
+    const bs_draw p = bs_sampler_draw_steps(smp, tk);
     return bs_dspark_draft_sampled(sp->dc, anchor, k, &p, u, sp->ch_pred, sp->ch_ids, sp->ch_vals, sp->ch_n);
 }
 
@@ -268,19 +261,17 @@ static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k
  * drafts then come from the same truncated support the target samples from, which is what gets
  * them accepted; the accept / residual rule is exact for any q. q rows are kept for
  * verification. Returns k.
- * The round's uniforms are taken first (one a draft, as the draws would take them), so that
- * where the sampler reads only the k best, the device can run the whole chain in one submission
- * and predict each draw; every draft is still drawn here, from its slot's list with its uniform,
+ * Where the sampler reads only the k best, the uniforms its next k draws take are drawn first
+ * (bs_sampler_lookahead, as when the round was prepared), so that the device can run the whole
+ * chain in one submission and predict each draw; every draft is still drawn here, from its
+ * slot's list by the sampler, which takes those very uniforms in order,
  * and the device's lists are taken only while its predictions equal those draws (after a miss
  * the slots go one submission each, from the drafts drawn here). */
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V, tk = bs_sampler_top_k_only(smp, BS_TOP_MAX);
     (void)T;   /* the chain's own temperature */
-    double *u = sp->rd.u;
-    if (sp->rd.n_u < k)
-        for (int i = 0; i < k; i++) u[i] = bs_sampler_uniform(smp);
-    sp->rd.n_u = 0;
-    int chained = tk ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
+    double u[BS_DSPARK_MAX_BLOCK];
+    int chained = tk && bs_sampler_lookahead(smp, k, u) == k ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
@@ -308,7 +299,7 @@ static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, flo
         }
         bs_sampler_probs_dense(smp, q);
         sp->conf[i] = bs_dspark_confidence(sp->dc, i, prev);
-        const int32_t t = bs_sampler_draw_u(NULL, q, V, u[i]);
+        const int32_t t = bs_sampler_draw(smp, NULL, q, V);
         if (t < 0) return i;
         sp->drafts[i] = prev = t;
         if (i < chained && t != sp->ch_pred[i]) {   /* later lists are of another draft */
@@ -431,18 +422,15 @@ int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_
     }
     sp->rd.probe = k > 0 && sp->depth.parked;
     sp->rd.sampling = bs_sampler_get_params(smp)->temp > 0.0f;
-    /* greedy drafts with the block; sampled ones with their uniforms taken now (one a draft, in
-       the order the draws take them), so that the block can run their chain on the device too */
-    sp->rd.n_u = 0;
-    if (sp->rd.sampling && k > 0 && !sp->hook) {
-        for (int i = 0; i < k; i++) sp->rd.u[i] = bs_sampler_uniform(smp);
-        sp->rd.n_u = k;
-    }
+    /* greedy drafts with the block; sampled ones from the k best with the uniforms their draws
+       will take, drawn now and kept in the sampler, so that the block can run their chain too */
     if (sp->dc) {
-        const int tk = sp->rd.n_u ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
-        const bs_dspark_draw p = chain_draw(smp, tk);
+        const int tk = sp->rd.sampling && k > 0 && !sp->hook ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
+        const bs_draw p = bs_sampler_draw_steps(smp, tk);
+        double u[BS_DSPARK_MAX_BLOCK];
+        const bool chain = tk && bs_sampler_lookahead(smp, k, u) == k;
         bs_dspark_ctx_greedy_ahead(sp->dc, !sp->rd.sampling);
-        bs_dspark_ctx_sampled_ahead(sp->dc, tk ? &p : NULL, sp->rd.u, tk ? k : 0);
+        bs_dspark_ctx_sampled_ahead(sp->dc, chain ? &p : NULL, u, chain ? k : 0);
     }
     sp->rd.s = s;
     sp->rd.k = k;

@@ -406,8 +406,7 @@ static void ahead_hint(bs_gen *g) {
  * sampler's own, taken first: bs_sampler_lookahead), so that the step after can run meanwhile,
  * fed the draw the device predicts. */
 static int top_step(bs_gen *g) {
-    const bs_sampler_params *p = bs_sampler_get_params(g->smp);
-    const bs_eval_draw d = {g->top_dev, p->min_keep, p->top_p, p->min_p, p->temp};
+    const bs_draw d = bs_sampler_draw_steps(g->smp, g->top_dev);
     double u[2];
     bs_sampler_lookahead(g->smp, 2, u);
     return bs_eval_top_drawn(g->sess, g->pending, &d, u, g->top_ids, g->top_vals);

@@ -12,6 +12,7 @@
 
 #include "bitspark.h"
 #include "io/threadpool.h"
+#include "vulkan/backend.h"
 
 typedef struct bs_batch bs_batch;
 
@@ -36,12 +37,10 @@ bool bs_seq_top_ok(const bs_batch_seq *q);
 /* q's greedy ids and k-best lists: all marked not taken (-1), then those still not taken (the
  * device takes them where it can) from its logits rows, as the device would. */
 void bs_seq_unset(const bs_batch_seq *q);
-/* A sampler's steps after its top-k (bs_eval_top_drawn). */
-typedef struct bs_eval_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_eval_draw;
 /* bs_eval_top of one token with the sampler's steps d and the uniforms u[0..1] its next two
  * draws take (bs_sampler_lookahead): on a GPU, with undo off, the step after it runs meanwhile,
  * fed the draw predicted there (bs_vk_sess_sample_ahead; ahead_limit as greedy steps'). */
-int bs_eval_top_drawn(bs_session *s, int32_t tok, const bs_eval_draw *d, const double *u, int32_t *ids, float *logits);
+int bs_eval_top_drawn(bs_session *s, int32_t tok, const bs_draw *d, const double *u, int32_t *ids, float *logits);
 void bs_seq_from_rows(const bs_batch_seq *q);
 
 /* Make a session use a shared pool (the batch's) instead of its own, which is freed: the

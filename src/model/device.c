@@ -191,30 +191,19 @@ int bs_device_eval(bs_session *s, const int32_t *tokens, int n, int mode, float 
     return device_eval(s, tokens, n, &(bs_vk_out){.mode = mode, .logits = logits}, taps);
 }
 
-/* A plain greedy decode step (undo off): the device runs the step after it meanwhile
- * (bs_vk_sess_decode_ahead), at the next position with this step's token fed to it. */
-static int decode_ahead(bs_session *s, int32_t tok, int32_t *next) {
+/* A decode step one ahead (undo off): the device runs the step after it meanwhile, at the next
+ * position, fed this step's token on the device: its argmax (o->next: bs_vk_sess_decode_ahead)
+ * or the draw predicted there from its k best (o->draw: bs_vk_sess_sample_ahead). */
+static int step_ahead(bs_session *s, int32_t tok, const bs_vk_out *o) {
     const bs_qwen35_hparams *hp = &s->m->hp;
     if (bs_device_begin(s, &tok, 1, NULL)) return -1;
     float *rope1 = s->rope + hp->n_rot;   /* session.c keeps two rows at least */
     bs_rope_cache(rope1, sess_pos(s) + 1, hp->n_rot, hp->rope_base, hp->rope_sections);
-    const bool more = !s->ahead_limit || s->n_past + 1 < s->ahead_limit;
-    if (bs_vk_sess_decode_ahead(s->vk, tok, s->n_past, s->rope, more ? rope1 : NULL, next)) return -1;
-    bs_device_end(s, 1);
-    return 0;
-}
-
-/* A sampled decode step (undo off, a sampler that reads the k best only): the same, the step
- * after fed the draw the device predicts (bs_vk_sess_sample_ahead). */
-static int sample_ahead(bs_session *s, int32_t tok, const bs_vk_out *o) {
-    const bs_qwen35_hparams *hp = &s->m->hp;
-    if (bs_device_begin(s, &tok, 1, NULL)) return -1;
-    float *rope1 = s->rope + hp->n_rot;
-    bs_rope_cache(rope1, sess_pos(s) + 1, hp->n_rot, hp->rope_base, hp->rope_sections);
-    const bool more = !s->ahead_limit || s->n_past + 1 < s->ahead_limit;
-    if (bs_vk_sess_sample_ahead(s->vk, tok, s->n_past, s->rope, more ? rope1 : NULL, o->draw, o->u, o->top_ids, o->top_vals,
-                                o->n_top))
-        return -1;
+    const float *r1 = !s->ahead_limit || s->n_past + 1 < s->ahead_limit ? rope1 : NULL;
+    const int rc = o->next ? bs_vk_sess_decode_ahead(s->vk, tok, s->n_past, s->rope, r1, o->next)
+                           : bs_vk_sess_sample_ahead(s->vk, tok, s->n_past, s->rope, r1, o->draw, o->u, o->top_ids,
+                                                     o->top_vals, o->n_top);
+    if (rc) return -1;
     bs_device_end(s, 1);
     return 0;
 }
@@ -233,9 +222,9 @@ static int lists_on_host(bs_session *s, const int32_t *tokens, int n, const bs_v
 }
 
 int bs_device_eval_out(bs_session *s, const int32_t *tokens, int n, const bs_vk_out *o, float *taps) {
-    if (o->mode == BS_LOGITS_LAST && n == 1 && o->next && !taps && s->no_undo) return decode_ahead(s, tokens[0], o->next);
+    if (o->mode == BS_LOGITS_LAST && n == 1 && o->next && !taps && s->no_undo) return step_ahead(s, tokens[0], o);
     if (o->top_k && bs_env_flag("BITSPARK_VK_NO_TOPK")) return lists_on_host(s, tokens, n, o, taps);
-    if (o->mode == BS_LOGITS_LAST && n == 1 && o->top_k && o->draw && !taps && s->no_undo) return sample_ahead(s, tokens[0], o);
+    if (o->mode == BS_LOGITS_LAST && n == 1 && o->top_k && o->draw && !taps && s->no_undo) return step_ahead(s, tokens[0], o);
     return device_eval(s, tokens, n, o, taps);
 }
 

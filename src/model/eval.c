@@ -107,14 +107,13 @@ int bs_eval_top(bs_session *s, const int32_t *tokens, int n_tokens, int k, int32
     return bs_device_eval_out(s, tokens, n_tokens, &o, NULL) ? -1 : got;
 }
 
-int bs_eval_top_drawn(bs_session *s, int32_t tok, const bs_eval_draw *d, const double *u, int32_t *ids, float *logits) {
+int bs_eval_top_drawn(bs_session *s, int32_t tok, const bs_draw *d, const double *u, int32_t *ids, float *logits) {
     if (!s->vk || d->top_k < 1 || d->top_k > BS_TOP_MAX) return bs_eval_top(s, &tok, 1, d->top_k, ids, logits);
     if (check_tokens(s, &tok, 1)) return -1;
-    const bs_vk_draw vd = {d->top_k, d->min_keep, d->top_p, d->min_p, d->temp};
     const float uf[2] = {(float)u[0], (float)u[1]};
     int got = 0;
     const bs_vk_out o = {.mode = BS_LOGITS_LAST, .top_k = d->top_k, .top_ids = ids, .top_vals = logits, .n_top = &got,
-                         .draw = &vd, .u = uf};
+                         .draw = d, .u = uf};
     return bs_device_eval_out(s, &tok, 1, &o, NULL) ? -1 : got;
 }
 

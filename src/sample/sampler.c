@@ -3,6 +3,7 @@
 #include "sample/grammar.h"
 #include "sample/sampler_dry.h"
 #include "model/profile.h"
+#include "vulkan/backend.h"
 #include "io/util.h"
 
 #include <float.h>
@@ -41,6 +42,10 @@ static double next_uniform(bs_sampler *s) {
     const double u = s->ahead[0];
     memmove(s->ahead, s->ahead + 1, sizeof *s->ahead * (size_t)--s->n_ahead);
     return u;
+}
+
+struct bs_draw bs_sampler_draw_steps(const bs_sampler *s, int top_k) {
+    return (bs_draw){top_k, s->p.min_keep, s->p.top_p, s->p.min_p, s->p.temp};
 }
 
 int bs_sampler_lookahead(bs_sampler *s, int n, double *u) {

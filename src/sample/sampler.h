@@ -137,6 +137,9 @@ double bs_sampler_uniform(bs_sampler *s);   /* [0, 1) */
  * uniform the host will use for it. Returns n. */
 enum { BS_SAMPLER_AHEAD = 64 };
 int bs_sampler_lookahead(bs_sampler *s, int n, double *u);
+/* Its steps after the top-k, for a device that redoes them on lists of top_k (vulkan/backend.h's
+ * bs_draw: sampled decoding ahead, the drafter's sampled chain). */
+struct bs_draw bs_sampler_draw_steps(const bs_sampler *s, int top_k);
 /* Draw an index i with probability w[i] / sum(w) (w >= 0); returns ids ? ids[i] : i, or -1 +
  * bs_error when the mass is zero. */
 int32_t bs_sampler_draw(bs_sampler *s, const int32_t *ids, const float *w, int n);

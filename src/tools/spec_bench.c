@@ -42,7 +42,7 @@ typedef struct {
  * the chain in one submission, and a slot at a time (BITSPARK_VK_NO_CHAIN=1). */
 static void measure_sampled(bs_dspark_ctx *dc, int32_t anchor, int B, bool warm, costs *c) {
     enum { K = 40 };
-    const bs_dspark_draw p = {K, 1, 0.95f, 0.05f, 0.8f};
+    const bs_draw p = {K, 1, 0.95f, 0.05f, 0.8f};
     double u[BS_DSPARK_MAX_BLOCK];
     int32_t pred[BS_DSPARK_MAX_BLOCK], *ids = bs_xmalloc(sizeof *ids * K * BS_DSPARK_MAX_BLOCK);
     float *vals = bs_xmalloc(sizeof *vals * K * BS_DSPARK_MAX_BLOCK);

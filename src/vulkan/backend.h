@@ -187,6 +187,10 @@ int bs_vk_sess_eval(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const
  * [row][top_k] and their count (fewer than k when fewer are candidates) at n_top[row], 8 bytes
  * each; else the rows themselves. Ids and lists are found on the device (argmax.comp, topk.comp). */
 enum { BS_VK_TOP_MAX = 64 };
+/* A sampler's steps after its top-k (top_k: the lists' length), which draft_draw.comp redoes to
+ * predict a draw: sampled decoding ahead (bs_vk_out.draw) and the drafter's sampled chain. The
+ * one definition for every layer that passes them on (model, dspark). */
+typedef struct bs_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_draw;
 typedef struct bs_vk_out {
     int mode;
     float *logits;
@@ -195,7 +199,7 @@ typedef struct bs_vk_out {
     int32_t *top_ids;
     float *top_vals;
     int *n_top;
-    const struct bs_vk_draw *draw;   /* with top_k, one row, undo off: sampled decoding ahead */
+    const bs_draw *draw;          /* with top_k, one row, undo off: sampled decoding ahead */
     const float *u;                  /* (bs_vk_sess_sample_ahead's draw and uniforms) */
 } bs_vk_out;
 int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,
@@ -203,8 +207,6 @@ int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, c
 /* The same with embedding rows ([n][n_embd] floats, e.g. an image's) in place of token ids. */
 int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, const float *rope, int logits_mode,
                          float *logits, const int *taps, int n_taps, float *tap_out);
-/* The sampler's steps draft_draw.comp redoes (sampled decoding ahead, bs_vk_dctx_draft_sampled). */
-typedef struct bs_vk_draw { int top_k, min_keep; float top_p, min_p, temp; } bs_vk_draw;
 /* Greedy decoding one step ahead: token tok at pos0 (rope0: its table row), *next its greedy
  * token, as bs_vk_sess_eval_out's next gives it; but before waiting for it, the step after is
  * submitted too (at pos0 + 1, rope1), its token fed on the device by this one's argmax, so the
@@ -219,7 +221,7 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
  * uniform u[0] (draft_draw.comp) fed to the step after, which predicts its own with u[1]. The
  * caller draws the token itself from the list with u[0]; where it is another than the
  * prediction, its next call's token differs and the step ahead is undone. */
-int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_draw *p,
                             const float *u, int32_t *ids, float *vals, int *n_top);
 /* Rows one submission holds (the taps kept on the device are those of the last one's), and the
  * first n of those tap rows copied to the host. */
@@ -339,7 +341,7 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
  * block's n_logits slots): its steps and uniforms, where its lists and predicted drafts go, and
  * done = 1 once they came back (0 where it could not run: the caller runs it apart). */
 typedef struct bs_vk_chain {
-    bs_vk_draw p;
+    bs_draw p;
     const float *u;
     int32_t *pred, *ids;
     float *vals;
@@ -375,7 +377,7 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, 
  * draft predicted from that list with uniform u[k] into drafts[k] (draft_draw.comp: the host
  * sampler's top-k, top-p, min-p, temperature and draw redone in float). A prediction: the
  * caller draws again from the list and keeps the chain only as far as the two agree. */
-int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_draw *p, const float *u,
                              int32_t *drafts, int32_t *ids, float *vals, int *counts);
 
 /* --- the vision encoder on the device (vk_vision.c) ----------------------------------------- */

@@ -75,7 +75,7 @@ static int drawn_ready(bs_vk_sess *s) {
 
 /* The step of token tok (NULL: fed by the step before) at pos0 submitted in the current set,
  * greedy (p NULL) or sampled with uniform u; *io gets that set (its fence, ids and list). */
-static int issue(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, int *io, const bs_vk_draw *p, float u) {
+static int issue(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, int *io, const bs_draw *p, float u) {
     *io = s->io;
     TRY(p ? bs_vk_step_fed_drawn(s, tok, pos0, rope, s->fence[*io], p, u) : bs_vk_step_fed(s, tok, pos0, rope, s->fence[*io]));
     next_set(s);
@@ -83,7 +83,7 @@ static int issue(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope,
 }
 
 /* Whether steps go ahead here: with the second set (made on first use) and recordings kept. */
-static bool can_ahead(bs_vk_sess *s, const bs_vk_draw *p) {
+static bool can_ahead(bs_vk_sess *s, const bs_draw *p) {
     if (!s->no_cache && !s->no_ahead && (ahead_ready(s) || (p && drawn_ready(s)))) {   /* wait for each step (said once) */
         bs_log(1, "Vulkan: %s; decoding steps wait for each other\n", bs_last_error());
         bs_clear_error();
@@ -94,7 +94,7 @@ static bool can_ahead(bs_vk_sess *s, const bs_vk_draw *p) {
 
 /* The step of tok at pos0, under way already or submitted now, and the one after it (rope1) fed
  * by it; the set of the step of tok into *io, waited for. u: the sampled steps' uniforms. */
-static int step_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+static int step_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_draw *p,
                       const float *u, int *io) {
     /* under way already, of this kind, with the adapters it was recorded with (LoRA may have
        changed since) */
@@ -135,7 +135,7 @@ int bs_vk_sess_decode_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *r
     return 0;
 }
 
-int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_draw *p,
                             const float *u, int32_t *ids, float *vals, int *n_top) {
     if (pos0 < 0 || pos0 >= s->n_ctx) return bs_error("Vulkan eval: a token at %d does not fit", pos0);
     if (p->top_k < 1 || p->top_k > BS_VK_TOP_MAX || !(p->temp > 0.0f)) return bs_error("Vulkan sampling ahead: top-%d", p->top_k);

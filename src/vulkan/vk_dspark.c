@@ -561,8 +561,8 @@ static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logit
 }
 
 static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
-static int chain_ready(bs_vk_dctx *s, int n, const bs_vk_draw *p);
-static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u);
+static int chain_ready(bs_vk_dctx *s, int n, const bs_draw *p);
+static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_draw *p, const float *u);
 static void chain_read(bs_vk_dctx *s, int n, int top_k, int32_t *pred, int32_t *ids, float *vals, int *counts);
 /* Whether the Markov term can be added here (a drafter without one needs none; else its head
  * may have stayed on the host: bs_vk_dspark_new). */
@@ -711,7 +711,7 @@ int bs_vk_dctx_draft_greedy(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int 
 
 /* Slot k of a sampled chain: its list (of the draft before, in prev) into lists row k, and its
  * draft predicted from it with uniform k (draft_draw.comp) into prev and drafts[k]. */
-static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_draw *p) {
+static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_draw *p) {
     bs_vk_ctx *c = s->d->c;
     const uint32_t row = 4u * (1 + 2 * BS_VK_TOP_MAX);
     TRY(record_score(s, k, mask_id));
@@ -725,7 +725,7 @@ static int record_sampled(bs_vk_dctx *s, int k, int32_t mask_id, const bs_vk_dra
 }
 
 /* A sampled chain's checks and buffers (made on first use). */
-static int chain_ready(bs_vk_dctx *s, int n, const bs_vk_draw *p) {
+static int chain_ready(bs_vk_dctx *s, int n, const bs_draw *p) {
     bs_vk_dspark *d = s->d;
     const bs_vk_dspark_desc *hp = &d->hp;
     const size_t row = 1 + 2 * BS_VK_TOP_MAX, B = (size_t)hp->block_size;
@@ -741,7 +741,7 @@ static int chain_ready(bs_vk_dctx *s, int n, const bs_vk_draw *p) {
 }
 
 /* Slots 0..n-1 of a sampled chain from anchor with uniforms u into the recording. */
-static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u) {
+static int record_sampled_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_draw *p, const float *u) {
     memcpy(s->prev.map, &anchor, 4);   /* (host visible: read by the first slot's Markov row) */
     memcpy(s->unif.map, u, 4u * (size_t)n);
     for (int k = 0; k < n; k++) TRY(record_sampled(s, k, mask_id, p));
@@ -757,7 +757,7 @@ static void chain_read(bs_vk_dctx *s, int n, int top_k, int32_t *pred, int32_t *
         counts[k] = bs_vk_top_list(s->d->c, &t, (size_t)k, top_k, ids + (size_t)k * top_k, vals + (size_t)k * top_k);
 }
 
-int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n, const bs_draw *p, const float *u,
                              int32_t *drafts, int32_t *ids, float *vals, int *counts) {
     bs_vk_dspark *d = s->d;
     if (n > s->n_logits) return bs_error("Vulkan drafter: a sampled chain of %d from %d logits rows", n, s->n_logits);

@@ -378,7 +378,7 @@ int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int
 /* The draw from list row 0 of t (k long) predicted with uniform u[slot] (draft_draw.comp: the
  * sampler's steps p, the scan in id order with by_id, else in the list's) into tok[0] and
  * out[slot]. */
-int bs_vk_record_draw(bs_vk_ctx *c, const bs_vk_top_bufs *t, uint32_t k, const bs_vk_draw *p, bool by_id, const bs_vk_buf *u,
+int bs_vk_record_draw(bs_vk_ctx *c, const bs_vk_top_bufs *t, uint32_t k, const bs_draw *p, bool by_id, const bs_vk_buf *u,
                       uint32_t slot, const bs_vk_buf *tok, const bs_vk_buf *out);
 /* Bytes the host read back from the device (into the stats). */
 void bs_vk_count_read(bs_vk_ctx *c, size_t bytes);

@@ -84,7 +84,7 @@ struct bs_vk_sess {
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
-    const bs_vk_draw *draw;       /* this step (with topk and feed): the host's draw from that list
+    const bs_draw *draw;       /* this step (with topk and feed): the host's draw from that list
                                      predicted with the uniform in unif (draft_draw.comp), fed */
     bs_vk_top_bufs top;           /* topk.comp's levels and lists (made on first use) */
     bs_vk_amax_bufs amax;         /* argmax.comp's chunks' bests and row counters */
@@ -98,7 +98,7 @@ struct bs_vk_sess {
         bool feed;                    /* and the argmax into the other set's token */
         int topk;                     /* the logits row's k best into topv (0: none) */
         bool drawn;                   /* and the draw from them predicted, fed (draw) */
-        bs_vk_draw draw;
+        bs_draw draw;
         int io;                       /* the set of per-step buffers it binds */
         int state;                    /* the recurrent state's buffers it binds (state_key) */
         bs_vk_rec counts;             /* of the recording, for the stats */
@@ -161,7 +161,7 @@ int bs_vk_top_ready(bs_vk_sess *s);
 int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f);
 /* The same for sampled decoding: the step's k best (p->top_k) into top.topv, and the host's draw
  * from them predicted with uniform u (draft_draw.comp) and fed instead of the argmax. */
-int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p,
+int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_draw *p,
                          float u);
 
 /* vk_forward.c: record a step of n rows (logits_rows of them with logits; taps: those layers'

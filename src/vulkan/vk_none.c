@@ -101,7 +101,7 @@ int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, c
     (void)s; (void)tokens; (void)n; (void)pos0; (void)rope; (void)o; (void)taps; (void)n_taps; (void)tap_out;
     return bs_error("no Vulkan backend");
 }
-int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_vk_draw *p,
+int bs_vk_sess_sample_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_draw *p,
                             const float *u, int32_t *ids, float *vals, int *n_top) {
     (void)s; (void)tok; (void)pos0; (void)rope0; (void)rope1; (void)p; (void)u; (void)ids; (void)vals; (void)n_top;
     return bs_error("Vulkan backend not built");
@@ -166,7 +166,7 @@ int bs_vk_dctx_slot_top(bs_vk_dctx *c, int slot, int32_t prev, int32_t mask_id, 
     (void)c; (void)slot; (void)prev; (void)mask_id; (void)k; (void)ids; (void)vals;
     return bs_error("Vulkan backend not built");
 }
-int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_vk_draw *p, const float *u,
+int bs_vk_dctx_draft_sampled(bs_vk_dctx *c, int32_t anchor, int32_t mask_id, int n, const bs_draw *p, const float *u,
                              int32_t *drafts, int32_t *ids, float *vals, int *counts) {
     (void)c; (void)anchor; (void)mask_id; (void)n; (void)p; (void)u; (void)drafts; (void)ids; (void)vals; (void)counts;
     return bs_error("Vulkan backend not built");

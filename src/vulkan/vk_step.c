@@ -148,7 +148,7 @@ static void step_values(bs_vk_sess *s, const float *rope, uint32_t p0, int m) {
 
 /* A one-row step fed to the next: greedy (p NULL: the argmax) or sampled (the k best, and the
  * draw predicted from them with uniform u). */
-static int step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p, float u) {
+static int step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_draw *p, float u) {
     TRY(lora_sync(s));
     if (tok) memcpy(s->tok.map, tok, 4);
     if (p) memcpy(s->unif.map, &u, 4);
@@ -172,7 +172,7 @@ int bs_vk_step_fed(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rop
     return step_fed(s, tok, pos0, rope, f, NULL, 0.0f);
 }
 
-int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_vk_draw *p,
+int bs_vk_step_fed_drawn(bs_vk_sess *s, const int32_t *tok, int pos0, const float *rope, VkFence f, const bs_draw *p,
                          float u) {
     return step_fed(s, tok, pos0, rope, f, p, u);
 }

@@ -60,7 +60,7 @@ int bs_vk_top_list(bs_vk_ctx *c, const bs_vk_top_bufs *t, size_t row, int k, int
     return got;
 }
 
-int bs_vk_record_draw(bs_vk_ctx *c, const bs_vk_top_bufs *t, uint32_t k, const bs_vk_draw *p, bool by_id, const bs_vk_buf *u,
+int bs_vk_record_draw(bs_vk_ctx *c, const bs_vk_top_bufs *t, uint32_t k, const bs_draw *p, bool by_id, const bs_vk_buf *u,
                       uint32_t slot, const bs_vk_buf *tok, const bs_vk_buf *out) {
     const struct { uint32_t slot, top_k, min_keep; float top_p, min_p, temp; uint32_t by_id; } dp = {
         slot, k, (uint32_t)BS_MAX(p->min_keep, 0), p->top_p, p->min_p, p->temp, by_id};
