@@ -3,9 +3,10 @@
 # items 1-3 and 9-11). Grammars that would explode (3000 x [a]{0,64}; a schema of 2500 strings
 # with maxLength 64, as response_format and as tools + tool_choice "required") are a 400 naming
 # the limit and the server still answers; meaningless schemas and grammars are a 400; a $ref
-# chain produces its target's type. Stalls: while 4 clients post heavy grammars (compile) or an
-# ambiguous one (matching), /health answers within 2 s and a plain chat request within 15 s,
-# and the ambiguous requests end within 60 s with an answer or a 4xx error, never a 500. (Each
+# chain produces its target's type; a string pattern's output matches it, a lookahead is a
+# 400. Stalls: while 4 clients post heavy grammars (compile) or an ambiguous one (matching),
+# /health answers within 2 s and a plain chat request within 15 s, and the ambiguous requests
+# end within 60 s with an answer or a 4xx error, never a 500. (Each
 # hostile mask stops at 50 ms of CPU, so the scheduler's step carries at most 4 x 50 ms of them;
 # measured: a chat within 4-6 s beside them, 0.4 s beside the heavy compiles, at a load average
 # of 25 on 2 cores.
@@ -52,6 +53,8 @@ bad("no_text", grammar='root ::= "a" root')
 bad("schema_true", json_schema=True, max_tokens=24)
 bad("ref_chain", json_schema={"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"type": "integer"}}, "$ref": "#/$defs/a"}, max_tokens=24)
 bad("plain", max_tokens=4)
+bad("pattern", json_schema={"type": "string", "pattern": "^[a-z]{2}-\\d{3}( \"[^\"]{0,3}\")?$"}, max_tokens=48)
+bad("lookahead", json_schema={"type": "string", "pattern": "^a(?=b)"})
 # 240 x [a]{0,64}: 15600 rules, under the limits (compiles, then generates); 6 KB over them
 json.dump({"messages": msgs, "max_tokens": 4, "grammar": "root ::= " + "[a]{0,64} " * 240}, open(t + "/heavy_ok.json", "w"))
 json.dump({"messages": msgs, "max_tokens": 4, "grammar": "root ::= " + "[a]{0,64} " * 600}, open(t + "/heavy_6k.json", "w"))
@@ -76,6 +79,19 @@ post "json_schema true (any JSON value)" 200 "$T/schema_true.json"
 post "\$ref chain to an integer" 200 "$T/ref_chain.json"
 content=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"])' "$T/out" 2>/dev/null)
 [[ "$content" =~ ^-?[0-9]+$ ]] && ok "\$ref chain output is an integer: $content" || bad "\$ref chain output: '$content'"
+
+# ---- a string pattern (an ECMAScript regular expression): the answer's value matches it ----
+post "a string pattern" 200 "$T/pattern.json"
+if python3 - "$T/out" <<'EOF'
+import json, re, sys
+content = json.load(open(sys.argv[1]))["choices"][0]["message"]["content"]
+value = json.loads(content)
+print(repr(value))
+sys.exit(0 if re.fullmatch(r'[a-z]{2}-\d{3}( "[^"]{0,3}")?', value, re.ASCII) else 1)
+EOF
+then ok "the pattern's output matches it"; else bad "the pattern's output: $(head -c 300 "$T/out")"; fi
+post "a pattern with lookahead" 400 "$T/lookahead.json"
+grep -q 'lookaround' "$T/out" && ok "the error names lookaround" || bad "lookahead: $(head -c 300 "$T/out")"
 
 # ---- stalls: /health and a plain chat request stay answerable ----
 # stall NAME BODY...: 4 clients loop on the bodies for ~8 s; the worst /health and chat times

@@ -2,10 +2,12 @@
  *
  * Each schema becomes a rule; objects list their properties in the schema's order, required
  * ones first and always present, optional ones each optional; numbers and whitespace have
- * bounded lengths so that a model cannot pad forever. Keywords that only narrow values without
- * changing the structure (description, title, format, minLength, ...) are ignored; those that
- * would change it and are not handled (allOf, not, patternProperties, if/then) are refused. */
+ * bounded lengths so that a model cannot pad forever. A string's pattern, or its format where
+ * that has a fixed shape (date, uuid, ...), becomes the grammar of its text (grammar_pattern.c).
+ * Annotations (description, title, other formats) are ignored; keywords that would change the
+ * structure and are not handled (allOf, not, patternProperties, if/then) are refused. */
 #include "sample/grammar.h"
+#include "sample/grammar_text.h"
 #include "io/util.h"
 
 #include <jansson.h>
@@ -16,61 +18,10 @@
 
 #define MAX_DEPTH 64
 
-/* Text being built; `over` once it passed BS_GRAMMAR_MAX_BYTES or an allocation failed (what
- * follows is dropped and the conversion fails). */
-typedef struct sbuf { char *p; size_t len, cap; bool over, oom; } sbuf;
-
-static void put_n(sbuf *b, const char *s, size_t n) {
-    if (b->over) return;
-    if (b->len + n > BS_GRAMMAR_MAX_BYTES) {
-        b->over = true;
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        const size_t cap = BS_MAX(2 * b->cap, b->len + n + 256);
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->over = b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->p[b->len += n] = 0;
-}
-
-static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
-
-static void putf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void putf(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    const int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *tmp = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!tmp) {
-        b->over = b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(tmp, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    put_n(b, tmp, (size_t)n);
-    free(tmp);
-}
-
-/* The error for a buffer that went over (0 if it did not). */
-static int sbuf_check(const sbuf *b, const char *what) {
-    if (b->oom) return bs_error("%s: out of memory", what);
-    if (b->over) return bs_error("%s: the grammar it makes is longer than %d bytes (the limit)", what, BS_GRAMMAR_MAX_BYTES);
-    return 0;
-}
-
 #define NAME_LEN 32   /* rule names are a prefix and a number */
 
 typedef struct conv {
-    sbuf out;                  /* rule definitions */
+    gt_buf out;                  /* rule definitions */
     json_t *root;
     int n_rules, depth;
     json_t *refs;              /* "$ref" -> rule name, for recursive schemas */
@@ -90,17 +41,17 @@ static const char BASE[] =
 
 /* A GBNF string literal matching the JSON text of v exactly (e.g. a property name or an enum
  * value), appended to b. */
-static void put_literal(sbuf *b, json_t *v) {
+static void put_literal(gt_buf *b, json_t *v) {
     char *j = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    put(b, "\"");
+    gt_put(b, "\"");
     for (const char *c = j ? j : ""; *c; c++) {
         char e[8];
         if (*c == '"' || *c == '\\') snprintf(e, sizeof e, "\\%c", *c);
         else if ((unsigned char)*c < 0x20) snprintf(e, sizeof e, "\\x%02x", (unsigned char)*c);
         else e[0] = *c, e[1] = 0;
-        put(b, e);
+        gt_put(b, e);
     }
-    put(b, "\"");
+    gt_put(b, "\"");
     free(j);
 }
 
@@ -114,10 +65,10 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap);
 
 /* Rule body for an object schema: required properties in order, then the optional ones, each
  * optional, in order (T_j ::= ( "," ws kv_j )? T_{j+1}: linear in their number, all reachable). */
-static int object_body(conv *c, json_t *s, sbuf *body) {
+static int object_body(conv *c, json_t *s, gt_buf *body) {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     if (!json_is_object(props) || !json_object_size(props)) {
-        put(body, "object");
+        gt_put(body, "object");
         return 0;
     }
     const size_t n = json_object_size(props);
@@ -139,11 +90,11 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         char vr[NAME_LEN];
         if (rule_for(c, ps, vr, sizeof vr)) break;
         snprintf(kv[i], sizeof kv[i], "kv%d", c->n_rules++);
-        putf(&c->out, "%s ::= ", kv[i]);
+        gt_putf(&c->out, "%s ::= ", kv[i]);
         json_t *name = json_string(key);
         put_literal(&c->out, name);
         json_decref(name);
-        putf(&c->out, " ws \":\" ws %s\n", vr);
+        gt_putf(&c->out, " ws \":\" ws %s\n", vr);
         n_req += is_req[i];
         i++;
     }
@@ -153,11 +104,11 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         free(is_req);
         return c->failed ? -1 : fail(c, "json schema: the grammar it makes is longer than %s (the limit)", "256 KiB");
     }
-    put(body, "\"{\" ws ");
+    gt_put(body, "\"{\" ws ");
     bool first = true;
     for (i = 0; i < n; i++)
         if (is_req[i]) {
-            putf(body, "%s%s ", first ? "" : "\",\" ws ", kv[i]);
+            gt_putf(body, "%s%s ", first ? "" : "\",\" ws ", kv[i]);
             first = false;
         }
     if (n_req < n) {
@@ -165,31 +116,31 @@ static int object_body(conv *c, json_t *s, sbuf *body) {
         int nt = 0;
         for (i = 0; i < n; i++)
             if (!is_req[i]) {
-                putf(&c->out, "opt%d ::= ( \",\" ws %s )? opt%d\n", t0 + nt, kv[i], t0 + nt + 1);
+                gt_putf(&c->out, "opt%d ::= ( \",\" ws %s )? opt%d\n", t0 + nt, kv[i], t0 + nt + 1);
                 nt++;
             }
-        putf(&c->out, "opt%d ::= \"\"\n", t0 + nt);
+        gt_putf(&c->out, "opt%d ::= \"\"\n", t0 + nt);
         c->n_rules += nt + 1;
         if (n_req) {
-            putf(body, "opt%d ", t0);
+            gt_putf(body, "opt%d ", t0);
         } else {   /* no required property: the first present one takes no comma */
-            put(body, "( ");
+            gt_put(body, "( ");
             int k = 0;
             for (i = 0; i < n; i++)
                 if (!is_req[i]) {
-                    putf(body, "%s%s opt%d ", k ? "| " : "", kv[i], t0 + k + 1);
+                    gt_putf(body, "%s%s opt%d ", k ? "| " : "", kv[i], t0 + k + 1);
                     k++;
                 }
-            put(body, ")? ");
+            gt_put(body, ")? ");
         }
     }
-    put(body, "ws \"}\"");
+    gt_put(body, "ws \"}\"");
     free(kv);
     free(is_req);
     return 0;
 }
 
-static int array_body(conv *c, json_t *s, sbuf *body) {
+static int array_body(conv *c, json_t *s, gt_buf *body) {
     json_t *items = json_object_get(s, "items");
     char ir[NAME_LEN] = "value";
     if (items && rule_for(c, items, ir, sizeof ir)) return -1;
@@ -199,23 +150,45 @@ static int array_body(conv *c, json_t *s, sbuf *body) {
     const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
     const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
     if (lo < 0 || lo > 32 || (hi >= 0 && (hi < lo || hi > 32))) return fail(c, "json schema: %s out of the supported range 0..32", "minItems/maxItems");
-    put(body, "\"[\" ws ");
+    gt_put(body, "\"[\" ws ");
     if (hi == 0) {
-        put(body, "ws \"]\"");
+        gt_put(body, "ws \"]\"");
         return 0;
     }
-    put(body, lo ? "" : "( ");
-    if (hi < 0 && lo > 1) putf(body, "%s ( ws \",\" ws %s ){%ld,}", ir, ir, lo - 1);
-    else if (hi < 0) putf(body, "%s ( ws \",\" ws %s )*", ir, ir);
-    else putf(body, "%s ( ws \",\" ws %s ){%ld,%ld}", ir, ir, lo ? lo - 1 : 0, hi - 1);
-    put(body, lo ? "" : " )?");
-    put(body, " ws \"]\"");
+    gt_put(body, lo ? "" : "( ");
+    if (hi < 0 && lo > 1) gt_putf(body, "%s ( ws \",\" ws %s ){%ld,}", ir, ir, lo - 1);
+    else if (hi < 0) gt_putf(body, "%s ( ws \",\" ws %s )*", ir, ir);
+    else gt_putf(body, "%s ( ws \",\" ws %s ){%ld,%ld}", ir, ir, lo ? lo - 1 : 0, hi - 1);
+    gt_put(body, lo ? "" : " )?");
+    gt_put(body, " ws \"]\"");
     return 0;
 }
 
-static int type_body(conv *c, json_t *s, const char *type, sbuf *body) {
+/* A string's pattern, else its format where that has a fixed shape, as its body; 1 where it has
+ * neither. The pattern decides alone: with minLength/maxLength too, those are not applied (as
+ * in llama.cpp: a grammar cannot in general write both at once). */
+static int pattern_body(conv *c, json_t *s, gt_buf *body) {
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat)) return fail(c, "json schema: %s must be a string", "pattern");
+    const char *rx = pat ? json_string_value(pat) : json_is_string(fmt) ? bs_grammar_format_pattern(json_string_value(fmt)) : NULL;
+    if (!rx) return 1;
+    char *e = bs_grammar_from_pattern(rx);
+    if (!e) {
+        c->failed = true;
+        return -1;
+    }
+    gt_put(body, e);
+    free(e);
+    return 0;
+}
+
+static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
     if (!strcmp(type, "object")) return object_body(c, s, body);
     if (!strcmp(type, "array")) return array_body(c, s, body);
+    if (!strcmp(type, "string")) {
+        const int rc = pattern_body(c, s, body);
+        if (rc <= 0) return rc;
+    }
     json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");
     if (!strcmp(type, "string") && ((mx && !json_is_integer(mx)) || (mn && !json_is_integer(mn))))
         return fail(c, "json schema: %s must be integers", "minLength/maxLength");
@@ -225,34 +198,34 @@ static int type_body(conv *c, json_t *s, const char *type, sbuf *body) {
         if (lo < 0 || lo > 64 || hi > 64 || (mx && hi < 0) || (hi >= 0 && hi < lo))
             return fail(c, "json schema: %s out of the supported range 0..64", "minLength/maxLength");
         if (!c->has_char) {
-            put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
+            gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
             c->has_char = true;
         }
-        if (hi < 0) putf(body, "\"\\\"\" char{%ld,} \"\\\"\"", lo);
-        else putf(body, "\"\\\"\" char{%ld,%ld} \"\\\"\"", lo, hi);
+        if (hi < 0) gt_putf(body, "\"\\\"\" char{%ld,} \"\\\"\"", lo);
+        else gt_putf(body, "\"\\\"\" char{%ld,%ld} \"\\\"\"", lo, hi);
         return 0;
     }
     if (!strcmp(type, "string") || !strcmp(type, "number") || !strcmp(type, "integer") ||
         !strcmp(type, "boolean") || !strcmp(type, "null")) {
-        put(body, type);
+        gt_put(body, type);
         return 0;
     }
     return fail(c, "json schema: unknown type '%s'", type);
 }
 
-static int alternatives(conv *c, json_t *list, sbuf *body) {
+static int alternatives(conv *c, json_t *list, gt_buf *body) {
     size_t k;
     json_t *v;
     if (!json_is_array(list) || !json_array_size(list)) return fail(c, "json schema: %s must be a non-empty array", "anyOf/oneOf");
     json_array_foreach(list, k, v) {
         char r[NAME_LEN];
         if (rule_for(c, v, r, sizeof r)) return -1;
-        putf(body, "%s%s", k ? " | " : "", r);
+        gt_putf(body, "%s%s", k ? " | " : "", r);
     }
     return 0;
 }
 
-static int schema_body(conv *c, json_t *s, sbuf *body) {
+static int schema_body(conv *c, json_t *s, gt_buf *body) {
     static const char *refused[] = {"allOf", "not", "patternProperties", "if", "then", "else", "dependentSchemas"};
     for (size_t i = 0; i < BS_ARRAY_LEN(refused); i++)
         if (json_object_get(s, refused[i])) return fail(c, "json schema: '%s' is not supported", refused[i]);
@@ -260,7 +233,7 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
     if (json_is_string(json_object_get(s, "$ref"))) {   /* a $ref as a $defs target: its own rule */
         char r[NAME_LEN];
         if (rule_for(c, s, r, sizeof r)) return -1;
-        put(body, r);
+        gt_put(body, r);
         return 0;
     }
     if ((v = json_object_get(s, "const"))) { put_literal(body, v); return 0; }
@@ -269,7 +242,7 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
         json_t *e;
         if (!json_is_array(v) || !json_array_size(v)) return fail(c, "json schema: %s must be a non-empty array", "enum");
         json_array_foreach(v, k, e) {
-            if (k) put(body, " | ");
+            if (k) gt_put(body, " | ");
             put_literal(body, e);
         }
         return 0;
@@ -284,9 +257,9 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
         json_t *e;
         json_array_foreach(t, k, e) {
             if (!json_is_string(e)) return fail(c, "json schema: %s must hold strings", "type");
-            put(body, k ? " | ( " : "( ");
+            gt_put(body, k ? " | ( " : "( ");
             if (type_body(c, s, json_string_value(e), body)) return -1;
-            put(body, " )");
+            gt_put(body, " )");
         }
         return 0;
     }
@@ -302,7 +275,7 @@ static int schema_body(conv *c, json_t *s, sbuf *body) {
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(by_kw); i++)
         if (json_object_get(s, by_kw[i][0])) return type_body(c, s, by_kw[i][1], body);
-    put(body, "value");   /* {} or only annotations: any JSON value */
+    gt_put(body, "value");   /* {} or only annotations: any JSON value */
     return 0;
 }
 
@@ -328,31 +301,31 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap) {
         if (!target) return fail(c, "json schema: cannot resolve $ref '%s'", r);
         snprintf(name, cap, "ref%d", c->n_rules++);
         json_object_set_new(c->refs, r, json_string(name));   /* before the body: recursion */
-        sbuf body = {0};
+        gt_buf body = {0};
         char tmp[NAME_LEN];
         snprintf(tmp, sizeof tmp, "%s", name);
         int rc = 0;
         if (json_is_boolean(target)) {   /* true / false as a $defs target */
             char r[NAME_LEN];
-            if (!(rc = rule_for(c, target, r, sizeof r))) put(&body, r);
+            if (!(rc = rule_for(c, target, r, sizeof r))) gt_put(&body, r);
         } else if (!json_is_object(target)) {
             rc = fail(c, "json schema: %s", "a schema must be an object");
         } else {
             rc = schema_body(c, target, &body);
         }
         if (!rc && body.over) rc = fail(c, "json schema: %s", "a rule longer than the grammar limit");
-        if (!rc) putf(&c->out, "%s ::= %s\n", tmp, body.p ? body.p : "");
+        if (!rc) gt_putf(&c->out, "%s ::= %s\n", tmp, body.p ? body.p : "");
         free(body.p);
         c->depth--;
         return rc;
     }
-    sbuf body = {0};
+    gt_buf body = {0};
     char own[NAME_LEN];
     snprintf(own, sizeof own, "s%d", c->n_rules++);
     int rc = schema_body(c, s, &body);
     if (!rc && body.over) rc = fail(c, "json schema: %s", "a rule longer than the grammar limit");
     if (!rc) {
-        putf(&c->out, "%s ::= %s\n", own, body.p ? body.p : "");
+        gt_putf(&c->out, "%s ::= %s\n", own, body.p ? body.p : "");
         snprintf(name, cap, "%s", own);
     }
     free(body.p);
@@ -362,9 +335,9 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap) {
 
 char *bs_grammar_from_json_schema(const char *schema) {
     conv c = {.refs = json_object()};
-    put(&c.out, BASE);
+    gt_put(&c.out, BASE);
     if (!schema) {
-        put(&c.out, "root ::= object\n");
+        gt_put(&c.out, "root ::= object\n");
         json_decref(c.refs);
         return c.out.p;
     }
@@ -377,8 +350,8 @@ char *bs_grammar_from_json_schema(const char *schema) {
     }
     char top[NAME_LEN];
     int rc = rule_for(&c, c.root, top, sizeof top);
-    if (!rc) putf(&c.out, "root ::= %s\n", top);
-    if (!rc) rc = sbuf_check(&c.out, "json schema");
+    if (!rc) gt_putf(&c.out, "root ::= %s\n", top);
+    if (!rc) rc = gt_check(&c.out, "json schema");
     json_decref(c.root);
     json_decref(c.refs);
     if (rc) {
@@ -396,8 +369,8 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
         return bs_error("tool_choice: no tools were offered"), NULL;
     }
     conv c = {.refs = json_object()};
-    put(&c.out, BASE);
-    sbuf calls = {0};
+    gt_put(&c.out, BASE);
+    gt_buf calls = {0};
     size_t i;
     json_t *tool;
     int n = 0;
@@ -408,10 +381,10 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
         c.root = params;
         char args[NAME_LEN] = "object";
         if (json_is_object(params) && rule_for(&c, params, args, sizeof args)) break;
-        putf(&c.out, "call%d ::= ", n);
+        gt_putf(&c.out, "call%d ::= ", n);
         put_literal(&c.out, name);
-        putf(&c.out, " \", \\\"arguments\\\": \" %s\n", args);
-        putf(&calls, "%scall%d", n ? " | " : "", n);
+        gt_putf(&c.out, " \", \\\"arguments\\\": \" %s\n", args);
+        gt_putf(&calls, "%scall%d", n ? " | " : "", n);
         n++;
     }
     json_decref(list);
@@ -423,10 +396,10 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
         return NULL;
     }
     /* the JSON form of a call, which server_tools.c reads back as tool_calls */
-    put(&c.out, "root ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
-    put(&c.out, calls.p);
-    put(&c.out, " ) \"}\\n</tool_call>\"\n");
-    const int over = sbuf_check(&calls, "tool_choice") || sbuf_check(&c.out, "tool_choice");
+    gt_put(&c.out, "root ::= \"<tool_call>\\n{\\\"name\\\": \" ( ");
+    gt_put(&c.out, calls.p);
+    gt_put(&c.out, " ) \"}\\n</tool_call>\"\n");
+    const int over = gt_check(&calls, "tool_choice") || gt_check(&c.out, "tool_choice");
     free(calls.p);
     if (over) {
         free(c.out.p);

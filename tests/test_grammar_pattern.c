@@ -1,0 +1,184 @@
+/* test_grammar_pattern.c: JSON schema string patterns and formats as grammars (grammar_pattern.c).
+ *   - strings that match and strings that do not, for anchors (and their absence: a match
+ *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
+ *     characters JSON escapes (", \, controls) written as JSON writes them;
+ *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4), a pattern beside
+ *     minLength/maxLength, a pattern inside an object's property;
+ *   - what it does not support is refused with an error naming it, never dropped;
+ *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
+ *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
+ *     or -1 (refused): test_grammar_pattern.py compares that with Python's re. */
+#include "sample/grammar.h"
+#include "test.h"
+#include "io/util.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bs_grammar_vocab *vocab(void) {
+    static const char *const piece[] = {"\"", "a", "0"};
+    static const size_t len[] = {1, 1, 1};
+    static const bool eog[] = {false, false, false};
+    return bs_grammar_vocab_from_pieces(piece, len, eog, 3);
+}
+
+/* 1 if the JSON text doc matches schema completely, 0 if not, -1 if the schema is refused. */
+static int schema_matches(const char *schema, const char *doc, const bs_grammar_vocab *v) {
+    char *gbnf = bs_grammar_from_json_schema(schema);
+    if (!gbnf) return -1;
+    bs_grammar *g = bs_grammar_parse(gbnf);
+    free(gbnf);
+    if (!g) return -2;
+    bs_grammar_state *s = bs_grammar_state_new(g, v);
+    const int r = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
+    bs_grammar_state_free(s);
+    bs_grammar_free(g);
+    return r;
+}
+
+/* The same for {"type": "string", "pattern": pattern} and the JSON text of str. */
+static int pattern_matches(const char *pattern, const char *str, size_t str_len, const bs_grammar_vocab *v) {
+    json_t *sch = json_pack("{s:s,s:s}", "type", "string", "pattern", pattern);
+    json_t *s = json_stringn(str, str_len);
+    char *schema = json_dumps(sch, JSON_COMPACT), *doc = json_dumps(s, JSON_ENCODE_ANY);
+    const int r = schema && doc ? schema_matches(schema, doc, v) : -3;
+    free(schema);
+    free(doc);
+    json_decref(sch);
+    json_decref(s);
+    return r;
+}
+
+static void test_cases(const bs_grammar_vocab *v) {
+    static const struct { const char *p, *s; int want; } cases[] = {
+        {"^abc$", "abc", 1}, {"^abc$", "abcd", 0}, {"^abc$", "", 0},
+        {"abc", "xxabcxx", 1}, {"abc", "ab", 0}, {"^abc", "abcxx", 1}, {"^abc", "xabc", 0},
+        {"abc$", "xxabc", 1}, {"abc$", "abcx", 0}, {"", "anything", 1}, {"^$", "", 1}, {"^$", "a", 0},
+        {"^a|b$", "ax", 1}, {"^a|b$", "xb", 1}, {"^a|b$", "xa", 0},
+        {"^[a-c]+$", "abcab", 1}, {"^[a-c]+$", "abd", 0}, {"^[^a-c]+$", "xyz", 1}, {"^[^a-c]+$", "xaz", 0},
+        {"^\\d{3}-\\d{4}$", "555-1234", 1}, {"^\\d{3}-\\d{4}$", "55-1234", 0}, {"^\\d{3}-\\d{4}$", "555-12345", 0},
+        {"^\\w+$", "ab_9Z", 1}, {"^\\w+$", "a-b", 0}, {"^\\W$", "-", 1}, {"^\\W$", "a", 0},
+        {"^a\\sb$", "a b", 1}, {"^a\\sb$", "a\tb", 1}, {"^a\\sb$", "a\nb", 1}, {"^a\\Sb$", "a b", 0},
+        {"^\\D+$", "ab", 1}, {"^\\D+$", "a1", 0},
+        {"^a.c$", "abc", 1}, {"^a.c$", "a\"c", 1}, {"^a.c$", "a\nc", 0}, {"^a.c$", "a\rc", 0},
+        {"^a.c$", "a\xc3\xa9" "c", 1}, {"^a.c$", "a\xe2\x80\xa8" "c", 0}, {"^a.c$", "a\x01" "c", 1},
+        {"^\"\\\\$", "\"\\", 1}, {"^[\"\\\\]+$", "\\\"\\", 1}, {"^[\"\\\\]+$", "a", 0},
+        {"^\\t\\n$", "\t\n", 1}, {"^[\\x00-\\x1f]$", "\x1f", 1}, {"^[\\x00-\\x1f]$", " ", 0},
+        {"^\\x41\\u00e9$", "A\xc3\xa9", 1}, {"^\\cJ$", "\n", 1}, {"^[\\b]$", "\b", 1}, {"^\\0$", "", 0},
+        {"^(ab|cd)+$", "abcdab", 1}, {"^(ab|cd)+$", "abc", 0}, {"^(?:ab)?c$", "c", 1}, {"^(?:ab)?c$", "abc", 1},
+        {"^(?<y>\\d{4})-x$", "2024-x", 1}, {"^a{2,3}$", "aaa", 1}, {"^a{2,3}$", "aaaa", 0}, {"^a{2,}$", "aaaaa", 1},
+        {"^a{2,}$", "a", 0}, {"^a{0}b$", "b", 1}, {"^a*?b+?$", "aabb", 1}, {"^a{,2}$", "a{,2}", 1},
+        {"^x{$", "x{", 1}, {"^[a-]+$", "a-a", 1}, {"^[-a]$", "-", 1}, {"^[\\-\\]]+$", "-]", 1},
+        {"^\\.\\*\\+\\?\\(\\)\\[\\{\\|\\^\\$\\/$", ".*+?()[{|^$/", 1}, {"^[^]$", "\n", 1},
+        {"^[\\d.]+$", "1.5", 1}, {"^[\\d.]+$", "1,5", 0}, {"^[^\\d\\s]+$", "ab", 1}, {"^[^\\d\\s]+$", "a b", 0},
+        {"^(a|b|)c$", "c", 1}, {"^((a|b)c){2}$", "acbc", 1}, {"^((a|b)c){2}$", "acb", 0},
+        {"^\xc3\xa9+$", "\xc3\xa9\xc3\xa9", 1}, {"^[\xc3\xa0-\xc3\xbf]$", "\xc3\xa9", 1}, {"^[\xc3\xa0-\xc3\xbf]$", "e", 0},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
+        const int got = pattern_matches(cases[i].p, cases[i].s, strlen(cases[i].s), v);
+        CHECKF(got == cases[i].want, "pattern %zu /%s/ on \"%s\": %d, want %d (%s)", i, cases[i].p, cases[i].s, got,
+               cases[i].want, got < 0 ? bitspark_last_error() : "");
+    }
+    /* a NUL inside the string is the JSON escape \u0000 */
+    CHECK_EQ_INT(pattern_matches("^a\\0b$", "a\0b", 3, v), 1);
+    CHECK_EQ_INT(pattern_matches("^a[\\0]b$", "a\0c", 3, v), 0);
+}
+
+static void test_refused(const bs_grammar_vocab *v) {
+    static const struct { const char *p, *why; } bad[] = {
+        {"^(a)\\1$", "backreferences"}, {"^(?<n>a)\\k<n>$", "backreferences"}, {"a(?=b)", "lookaround"},
+        {"(?!a)b", "lookaround"}, {"(?<=a)b", "lookaround"}, {"\\bword\\b", "word boundaries"},
+        {"a^b", "anchor"}, {"a$b", "anchor"}, {"(^a)", "anchor"}, {"*a", "nothing to repeat"},
+        {"a{2}{3}", "nothing to repeat"}, {"(a", "')'"}, {"a)", "'('"}, {"[a-", "']'"}, {"[z-a]", "out of order"},
+        {"[]", "matches nothing"}, {"(a*)*", "can match nothing"}, {"(a|)+", "can match nothing"},
+        {"(a?){2,}", "can match nothing"}, {"a{65}", "past 64"}, {"a{3,2}", "m < n"}, {"\\q", "unknown escape"},
+        {"\\x4", "hex digits"}, {"\\07", "octal"}, {"[a-\\d]", "class escape"}, {"\\", "backslash at the end"},
+        {"[\\uD800-\\uDFFF]", "surrogates"},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(bad); i++) {
+        const int got = pattern_matches(bad[i].p, "x", 1, v);
+        CHECKF(got == -1 && strstr(bitspark_last_error(), "pattern") && strstr(bitspark_last_error(), bad[i].why),
+               "pattern /%s/: %d, error '%s', want a refusal naming '%s'", bad[i].p, got, bitspark_last_error(), bad[i].why);
+    }
+    CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"pattern\": 5}", "\"5\"", v), -1);
+    /* nested counts share their rules (no blow-up); a pattern or its grammar past the limits is
+       refused, naming the limit */
+    CHECK_EQ_INT(pattern_matches("^((.{64}){64}){64}$", "a", 1, v), 0);
+    char big[5000];
+    for (int n = 3000, k = 0; k < 2; k++, n = 4097) {
+        memset(big, '.', (size_t)n);
+        big[n] = 0;
+        CHECK_EQ_INT(pattern_matches(big, "a", 1, v), -1);
+        CHECKF(strstr(bitspark_last_error(), k ? "longer than 4096" : "(the limit)") != NULL, "%s", bitspark_last_error());
+    }
+}
+
+static void test_formats(const bs_grammar_vocab *v) {
+    static const struct { const char *fmt, *doc; int want; } cases[] = {
+        {"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", 0}, {"date", "\"24-01-01\"", 0},
+        {"time", "\"23:59:60Z\"", 1}, {"time", "\"12:00:00.123+05:30\"", 1}, {"time", "\"12:00:00\"", 0},
+        {"date-time", "\"2024-01-31T08:30:00Z\"", 1}, {"date-time", "\"2024-01-31 08:30:00Z\"", 0},
+        {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1}, {"uuid", "\"123e4567e89b12d3a456426614174000\"", 0},
+        {"ipv4", "\"192.168.0.255\"", 1}, {"ipv4", "\"192.168.0.256\"", 0}, {"ipv4", "\"01.2.3.4\"", 0},
+        {"email", "\"not constrained\"", 1},   /* an annotation: any string */
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
+        char schema[128];
+        snprintf(schema, sizeof schema, "{\"type\": \"string\", \"format\": \"%s\"}", cases[i].fmt);
+        const int got = schema_matches(schema, cases[i].doc, v);
+        CHECKF(got == cases[i].want, "format %s on %s: %d, want %d", cases[i].fmt, cases[i].doc, got, cases[i].want);
+    }
+    /* the pattern decides where both are given; without "type" the pattern makes it a string;
+       inside an object's property; beside minLength/maxLength */
+    static const char both[] = "{\"type\": \"string\", \"format\": \"date\", \"pattern\": \"^x+$\"}";
+    CHECK_EQ_INT(schema_matches(both, "\"xx\"", v), 1);
+    CHECK_EQ_INT(schema_matches(both, "\"2024-01-01\"", v), 0);
+    CHECK_EQ_INT(schema_matches("{\"pattern\": \"^[0-9]+$\"}", "\"42\"", v), 1);
+    CHECK_EQ_INT(schema_matches("{\"pattern\": \"^[0-9]+$\"}", "42", v), 0);
+    static const char obj[] = "{\"type\": \"object\", \"properties\": {\"zip\": {\"type\": \"string\", "
+                              "\"pattern\": \"^\\\\d{5}$\"}}, \"required\": [\"zip\"]}";
+    CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"12345\"}", v), 1);
+    CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"1234\"}", v), 0);
+    static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}";
+    CHECK_EQ_INT(schema_matches(len, "\"aaaa\"", v), 1);
+    CHECK_EQ_INT(schema_matches(len, "\"b\"", v), 0);
+}
+
+/* Oracle mode for test_grammar_pattern.py. */
+static int oracle(const char *path, const bs_grammar_vocab *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fprintf(stderr, "cannot open %s\n", path), 1;
+    char line[65536];
+    while (fgets(line, sizeof line, f)) {
+        json_error_t err;
+        json_t *a = json_loads(line, JSON_ALLOW_NUL, &err);
+        const char *p = json_string_value(json_array_get(a, 0));
+        json_t *s = json_array_get(a, 1);
+        if (!p || !json_is_string(s)) {
+            fprintf(stderr, "bad line: %s", line);
+            json_decref(a);
+            fclose(f);
+            return 1;
+        }
+        printf("%d\n", pattern_matches(p, json_string_value(s), json_string_length(s), v));
+        json_decref(a);
+    }
+    fclose(f);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bs_grammar_vocab *v = vocab();
+    if (argc > 1) {
+        const int rc = oracle(argv[1], v);
+        bs_grammar_vocab_free(v);
+        return rc;
+    }
+    test_cases(v);
+    test_refused(v);
+    test_formats(v);
+    bs_grammar_vocab_free(v);
+    return test_summary("test_grammar_pattern");
+}
