@@ -81,6 +81,16 @@ static void test_cases(const bs_grammar_vocab *v) {
         CHECKF(got == cases[i].want, "pattern %zu /%s/ on \"%s\": %d, want %d (%s)", i, cases[i].p, cases[i].s, got,
                cases[i].want, got < 0 ? bitspark_last_error() : "");
     }
+    /* a class that lists 400 characters one by one (neighbours: merged as they come) */
+    char cls[2600] = "^[";
+    for (int c = 0; c < 400; c++) {
+        char u[8];
+        snprintf(u, sizeof u, "\\u%04x", 0x100 + c);
+        strcat(cls, u);
+    }
+    strcat(cls, "]$");
+    CHECK_EQ_INT(pattern_matches(cls, "\xc4\x80", 2, v), 1);
+    CHECK_EQ_INT(pattern_matches(cls, "a", 1, v), 0);
     /* a NUL inside the string is the JSON escape \u0000 */
     CHECK_EQ_INT(pattern_matches("^a\\0b$", "a\0b", 3, v), 1);
     CHECK_EQ_INT(pattern_matches("^a[\\0]b$", "a\0c", 3, v), 0);

@@ -48,7 +48,10 @@ static int rx_fail(rx *x, const char *what) {
 
 /* --- sets of code points ------------------------------------------------------------------ */
 
+static void set_norm(cset *s);
+
 static void set_add(cset *s, uint32_t lo, uint32_t hi) {
+    if (s->n == MAX_RANGES) set_norm(s);   /* [abc...]: neighbours merge */
     if (s->n == MAX_RANGES) { s->over = true; return; }
     s->r[s->n++] = (cp_range){lo, hi};
 }
