@@ -5,7 +5,7 @@ backslash, controls, non-ASCII) plus strings built to match, must be accepted by
 {"type": "string", "pattern": p} (their JSON text) exactly when re.search finds the pattern in
 them. The patterns keep to what ECMAScript and Python read alike (re.ASCII: \\d \\w \\s are
 ASCII there as in ECMAScript for these strings; $ is \\Z, ECMAScript's end; no \\r in the strings,
-which ECMAScript's . excludes and Python's takes). The grammars come from test_grammar_pattern
+which ECMAScript's . excludes and Python's takes). The grammars come from test_grammar_values
 in its oracle mode (a file of [pattern, string] lines)."""
 import json
 import os
@@ -66,7 +66,7 @@ def strings_for(p, examples, rng):
 
 def main():
     build = os.environ.get('BS_BUILD', 'build')
-    exe = os.path.join(build, 'tests', 'test_grammar_pattern')
+    exe = os.path.join(build, 'tests', 'test_grammar_values')
     if not os.path.exists(exe):
         print('%s is not built' % exe)
         return 1

@@ -54,6 +54,9 @@ char *bs_grammar_from_pattern(const char *pattern);
 /* The pattern for a string "format" of a fixed shape (date, time, date-time, uuid, ipv4); NULL
  * for the others (annotations). */
 const char *bs_grammar_format_pattern(const char *format);
+/* GBNF for the integers from lo to hi (either bound absent: unbounded; grammar_range.c), as the
+ * schema's integer rule writes them. malloc'd; NULL + bs_error for an empty range. */
+char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi);
 /* GBNF of one call of the OpenAI-style tools (a JSON array; only: that function, or NULL: any of
  * them), in the JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, the
  * arguments following each tool's parameter schema. malloc'd; NULL + bs_error. */

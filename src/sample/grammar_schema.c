@@ -11,7 +11,7 @@
 #include "io/util.h"
 
 #include <jansson.h>
-#include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,11 +182,54 @@ static int pattern_body(conv *c, json_t *s, gt_buf *body) {
     return 0;
 }
 
+/* One bound of an integer's range: from minimum (exclusive where exclusiveMinimum is true, as
+ * in draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; 1 where neither. */
+static int int_bound(conv *c, json_t *s, bool upper, int64_t *v) {
+    json_t *inc = json_object_get(s, upper ? "maximum" : "minimum");
+    json_t *exc = json_object_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
+    if ((inc && !json_is_number(inc)) || (exc && !json_is_number(exc) && !json_is_boolean(exc)))
+        return fail(c, "json schema: %s must be numbers", "minimum/maximum");
+    double b = upper ? INFINITY : -INFINITY;
+    if (inc) {
+        const double x = json_number_value(inc);
+        const bool open = json_is_true(exc);
+        b = upper ? (open ? ceil(x) - 1 : floor(x)) : (open ? floor(x) + 1 : ceil(x));
+    }
+    if (json_is_number(exc)) {
+        const double x = json_number_value(exc);
+        b = upper ? fmin(b, ceil(x) - 1) : fmax(b, floor(x) + 1);
+    }
+    if (isinf(b)) return 1;
+    if (fabs(b) > 1e17) b = b > 0 ? 1e17 : -1e17;   /* past the 16 digits either way */
+    *v = (int64_t)b;
+    return 0;
+}
+
+/* An integer with minimum/maximum: exactly its range; 1 where it has neither. */
+static int int_range_body(conv *c, json_t *s, gt_buf *body) {
+    int64_t lo = 0, hi = 0;
+    const int has_lo = int_bound(c, s, false, &lo), has_hi = int_bound(c, s, true, &hi);
+    if (has_lo < 0 || has_hi < 0) return -1;
+    if (has_lo && has_hi) return 1;
+    char *e = bs_grammar_int_range(!has_lo, lo, !has_hi, hi);
+    if (!e) {
+        c->failed = true;
+        return -1;
+    }
+    gt_put(body, e);
+    free(e);
+    return 0;
+}
+
 static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
     if (!strcmp(type, "object")) return object_body(c, s, body);
     if (!strcmp(type, "array")) return array_body(c, s, body);
     if (!strcmp(type, "string")) {
         const int rc = pattern_body(c, s, body);
+        if (rc <= 0) return rc;
+    }
+    if (!strcmp(type, "integer")) {
+        const int rc = int_range_body(c, s, body);
         if (rc <= 0) return rc;
     }
     json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");

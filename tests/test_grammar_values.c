@@ -1,10 +1,15 @@
-/* test_grammar_pattern.c: JSON schema string patterns and formats as grammars (grammar_pattern.c).
+/* test_grammar_values.c: the values a JSON schema narrows, as grammars: string patterns and
+ * formats (grammar_pattern.c) and integer ranges (grammar_range.c).
  *   - strings that match and strings that do not, for anchors (and their absence: a match
  *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
  *     characters JSON escapes (", \, controls) written as JSON writes them;
  *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4), a pattern beside
  *     minLength/maxLength, a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
+ *   - integers with minimum/maximum (inclusive, exclusive as draft 4's booleans and as later
+ *     drafts' numbers, fractional bounds): every integer near the bounds, across lengths and
+ *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
+ *     no leading zeros); an empty range is refused;
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
  *     or -1 (refused): test_grammar_pattern.py compares that with Python's re. */
@@ -156,6 +161,79 @@ static void test_formats(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches(len, "\"b\"", v), 0);
 }
 
+static bool in_range(long long v, bool has_lo, long long lo, bool has_hi, long long hi) {
+    return (!has_lo || v >= lo) && (!has_hi || v <= hi);
+}
+
+/* The integers of [lo, hi] (a side absent: unbounded) from the schema's keywords, checked on
+ * every integer near the bounds and zero, the powers of ten around them, and random ones. */
+static void check_range(const char *schema, bool has_lo, long long lo, bool has_hi, long long hi, bs_rng *r,
+                        const bs_grammar_vocab *v) {
+    char *gbnf = bs_grammar_from_json_schema(schema);
+    bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    free(gbnf);
+    CHECKF(g != NULL, "%s: %s", schema, bitspark_last_error());
+    if (!g) return;
+    long long probe[400];
+    int n = 0;
+    const long long centre[] = {lo, hi, 0};
+    for (int k = 0; k < 3; k++)
+        for (long long d = -12; d <= 12; d++) probe[n++] = centre[k] + d;
+    for (long long p = 1; p <= 1000000000000000LL; p *= 10) probe[n++] = p, probe[n++] = -p, probe[n++] = p - 1, probe[n++] = 1 - p;
+    while (n < 400) probe[n++] = (long long)(bs_rng_next(r) % 2000001) - 1000000;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        char doc[32];
+        snprintf(doc, sizeof doc, "%lld", probe[i]);
+        bs_grammar_state *s = bs_grammar_state_new(g, v);
+        const bool got = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
+        bs_grammar_state_free(s);
+        if (got != in_range(probe[i], has_lo, lo, has_hi, hi) && bad++ < 3)
+            CHECKF(false, "%s: %s %s", schema, doc, got ? "accepted" : "refused");
+    }
+    CHECKF(bad == 0, "%s: %d integers wrong", schema, bad);
+    static const char *const never[] = {"-0", "007", "+5", "1.0", "1e2", " 1", ""};
+    for (size_t i = 0; i < BS_ARRAY_LEN(never); i++) {
+        bs_grammar_state *s = bs_grammar_state_new(g, v);
+        CHECKF(!(bs_grammar_accept_text(s, never[i]) == 0 && bs_grammar_complete(s)), "%s: '%s' accepted", schema, never[i]);
+        bs_grammar_state_free(s);
+    }
+    bs_grammar_free(g);
+}
+
+static void test_ranges(const bs_grammar_vocab *v) {
+    bs_rng r;
+    bs_rng_seed(&r, 5);
+    static const struct { long long lo, hi; } spans[] = {
+        {0, 120}, {1, 10}, {-5, 5}, {-273, -1}, {7, 7}, {0, 0}, {-1, 0}, {10, 99}, {9, 100}, {123, 45678},
+        {-98765, -1234}, {-100000, 2500}, {1000, 1000000000000LL}, {-9999999999999999LL, 9999999999999999LL},
+    };
+    char schema[256];
+    for (size_t i = 0; i < BS_ARRAY_LEN(spans); i++) {
+        snprintf(schema, sizeof schema, "{\"type\": \"integer\", \"minimum\": %lld, \"maximum\": %lld}", spans[i].lo, spans[i].hi);
+        check_range(schema, true, spans[i].lo, true, spans[i].hi, &r, v);
+    }
+    for (int i = 0; i < 40; i++) {   /* random spans, bounds of different lengths and signs */
+        const long long a = (long long)(bs_rng_next(&r) % 200001) - 100000, w = (long long)(bs_rng_next(&r) % 50000);
+        snprintf(schema, sizeof schema, "{\"type\": \"integer\", \"minimum\": %lld, \"maximum\": %lld}", a, a + w);
+        check_range(schema, true, a, true, a + w, &r, v);
+    }
+    check_range("{\"type\": \"integer\", \"minimum\": 18}", true, 18, false, 0, &r, v);
+    check_range("{\"type\": \"integer\", \"maximum\": -3}", false, 0, true, -3, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": 0, \"exclusiveMaximum\": 100}", true, 0, true, 99, &r, v);
+    check_range("{\"type\": \"integer\", \"exclusiveMinimum\": -1, \"maximum\": 9.5}", true, 0, true, 9, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": 1, \"exclusiveMinimum\": true, \"maximum\": 5, "
+                "\"exclusiveMaximum\": true}", true, 2, true, 4, &r, v);   /* draft 4 */
+    check_range("{\"type\": \"integer\", \"minimum\": 0.5, \"maximum\": 3.5}", true, 1, true, 3, &r, v);
+    check_range("{\"type\": [\"integer\", \"null\"], \"minimum\": 1, \"maximum\": 3}", true, 1, true, 3, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": -1e300}", false, 0, false, 0, &r, v);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "5", v), -1);
+    CHECK(strstr(bitspark_last_error(), "no integer") != NULL);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 1e20}", "5", v), -1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": \"0\"}", "5", v), -1);
+    CHECK_EQ_INT(schema_matches("{\"type\": [\"integer\", \"null\"], \"minimum\": 1}", "null", v), 1);
+}
+
 /* Oracle mode for test_grammar_pattern.py. */
 static int oracle(const char *path, const bs_grammar_vocab *v) {
     FILE *f = fopen(path, "r");
@@ -189,6 +267,7 @@ int main(int argc, char **argv) {
     test_cases(v);
     test_refused(v);
     test_formats(v);
+    test_ranges(v);
     bs_grammar_vocab_free(v);
-    return test_summary("test_grammar_pattern");
+    return test_summary("test_grammar_values");
 }

@@ -1,0 +1,107 @@
+/* grammar_range.c: the integers of a JSON schema's minimum/maximum as GBNF, exactly.
+ *
+ * Integers are written as the schema's integer rule writes them (no leading zeros, no "-0", at
+ * most 16 digits). A range is split by sign and then by the number of digits; the numbers of
+ * one length from x to y are "x's first digit, then from x's rest up", the first digits between
+ * with any rest, and "y's first digit, then up to y's rest", recursively: at most two branches a
+ * digit, so the grammar grows with the digits, not with the range. */
+#include "sample/grammar.h"
+#include "sample/grammar_text.h"
+#include "io/util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIGITS 16
+static const int64_t MAX_INT = 9999999999999999;   /* 10^16 - 1: 16 digits */
+
+static bool all_of(const char *s, char c) {
+    for (; *s; s++)
+        if (*s != c) return false;
+    return true;
+}
+
+/* The L-digit strings from x to y (x <= y, both L digits) into b. */
+static void same_length(gt_buf *b, const char *x, const char *y, int L) {
+    if (L == 0) {
+        gt_put(b, "\"\"");
+        return;
+    }
+    if (x[0] == y[0]) {
+        gt_putf(b, "\"%c\" ( ", x[0]);
+        same_length(b, x + 1, y + 1, L - 1);
+        gt_put(b, " )");
+        return;
+    }
+    const bool from_0 = all_of(x + 1, '0'), to_9 = all_of(y + 1, '9');
+    char zeros[MAX_DIGITS + 1], nines[MAX_DIGITS + 1];
+    memset(zeros, '0', (size_t)L - 1), zeros[L - 1] = 0;
+    memset(nines, '9', (size_t)L - 1), nines[L - 1] = 0;
+    const char lo = from_0 ? x[0] : (char)(x[0] + 1), hi = to_9 ? y[0] : (char)(y[0] - 1);
+    int n = 0;
+    gt_put(b, "( ");
+    if (!from_0) {
+        gt_putf(b, "\"%c\" ( ", x[0]);
+        same_length(b, x + 1, nines, L - 1);
+        gt_put(b, " )");
+        n++;
+    }
+    if (lo <= hi) {
+        gt_putf(b, "%s[%c-%c]", n++ ? " | " : "", lo, hi);
+        if (L > 1) gt_putf(b, " [0-9]{%d}", L - 1);
+    }
+    if (!to_9) {
+        gt_putf(b, "%s\"%c\" ( ", n++ ? " | " : "", y[0]);
+        same_length(b, zeros, y + 1, L - 1);
+        gt_put(b, " )");
+    }
+    gt_put(b, " )");
+}
+
+static int digits(int64_t v) {
+    int n = 1;
+    while (v >= 10) v /= 10, n++;
+    return n;
+}
+
+/* The integers from a to z (0 <= a <= z <= MAX_INT) into b, alternatives by length. */
+static void non_negative(gt_buf *b, int64_t a, int64_t z) {
+    int64_t p10 = 1;   /* 10^(L-1) */
+    for (int L = 1; L < digits(a); L++) p10 *= 10;
+    gt_put(b, "( ");
+    for (int L = digits(a); L <= digits(z); L++, p10 *= 10) {
+        char x[24], y[24];
+        snprintf(x, sizeof x, "%lld", (long long)(L == digits(a) ? a : p10));
+        snprintf(y, sizeof y, "%lld", (long long)(L == digits(z) ? z : p10 * 10 - 1));
+        if (L > digits(a)) gt_put(b, " | ");
+        same_length(b, x, y, L);
+    }
+    gt_put(b, " )");
+}
+
+char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi) {
+    if ((has_lo && lo > MAX_INT) || (has_hi && hi < -MAX_INT))
+        return bs_error("json schema: an integer bound past the 16 digits integers have here"), NULL;
+    lo = has_lo ? BS_MAX(lo, -MAX_INT) : -MAX_INT;
+    hi = has_hi ? BS_MIN(hi, MAX_INT) : MAX_INT;
+    if (lo > hi) return bs_error("json schema: no integer between minimum and maximum"), NULL;
+    gt_buf b = {0};
+    gt_put(&b, "( ");
+    if (lo < 0) {   /* -m for m from max(1, -hi) to -lo */
+        gt_put(&b, "\"-\" ");
+        non_negative(&b, hi < 0 ? -hi : 1, -lo);
+    }
+    if (hi >= 0) {
+        if (lo < 0) gt_put(&b, " | ");
+        non_negative(&b, BS_MAX(lo, 0), hi);
+    }
+    gt_put(&b, " )");
+    if (gt_check(&b, "json schema: integer range")) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
