@@ -2,7 +2,7 @@
  *   - the parser: every construct compiles; syntax errors, undefined rules and left recursion
  *     are refused with the line;
  *   - matching on text: accepted and rejected strings for repetitions, classes, escapes, groups;
- *   - JSON schema -> grammar: valid documents match, invalid ones do not;
+ *   - JSON schema -> grammar: valid documents match, invalid ones do not (tuples included);
  *   - on the trained tiny model: the token mask equals allows() token by token, greedy output
  *     under a grammar matches it and ends at end-of-generation, schema output parses as JSON of
  *     that shape, and with the drafter the output is byte-identical (drafts are cut, not
@@ -101,6 +101,24 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches(len, "\"a\\\"c\"", v), 1);
     CHECK_EQ_INT(schema_matches(len, "\"abcd\"", v), 0);
     CHECK_EQ_INT(schema_matches(len, "\"a\"", v), 0);
+    /* tuples: prefixItems (and draft 4's items as an array), the prefix whole, past it what
+       minItems asks of the rest; items false: the empty array */
+    static const char tup[] = "{\"prefixItems\": [{\"type\": \"integer\"}, {\"type\": \"string\"}]}";
+    CHECK_EQ_INT(schema_matches(tup, "[1, \"a\"]", v), 1);
+    CHECK_EQ_INT(schema_matches(tup, "[\"a\", 1]", v), 0);
+    CHECK_EQ_INT(schema_matches(tup, "[1, \"a\", 2]", v), 0);
+    static const char tup1[] = "{\"prefixItems\": [{\"type\": \"integer\"}, {\"type\": \"string\"}], \"maxItems\": 1}";
+    CHECK_EQ_INT(schema_matches(tup1, "[7]", v), 1);
+    CHECK_EQ_INT(schema_matches(tup1, "[7, \"a\"]", v), 0);
+    static const char tup3[] = "{\"prefixItems\": [{\"type\": \"integer\"}], \"items\": {\"type\": \"boolean\"}, \"minItems\": 3}";
+    CHECK_EQ_INT(schema_matches(tup3, "[1, true, false]", v), 1);
+    CHECK_EQ_INT(schema_matches(tup3, "[1, true]", v), 0);
+    CHECK_EQ_INT(schema_matches("{\"prefixItems\": [{\"type\": \"integer\"}], \"items\": false, \"minItems\": 2}", "[1]", v), -1);
+    static const char d4[] = "{\"items\": [{\"type\": \"integer\"}], \"additionalItems\": {\"type\": \"null\"}, \"minItems\": 2}";
+    CHECK_EQ_INT(schema_matches(d4, "[1, null]", v), 1);
+    CHECK_EQ_INT(schema_matches(d4, "[1, 2]", v), 0);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"items\": false}", "[]", v), 1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"items\": false}", "[1]", v), 0);
     CHECK_EQ_INT(schema_matches("{\"allOf\": []}", "{}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"$ref\": \"#/$defs/none\"}", "{}", v), -1);
     /* what an error quotes from the request stays on one line (found by fuzz_schema) */

@@ -140,16 +140,44 @@ static int object_body(conv *c, json_t *s, gt_buf *body) {
     return 0;
 }
 
+/* A tuple (prefixItems, or draft 4's items as an array): its items in order, as many as
+ * maxItems allows, then as many more as minItems asks for from the schema of the rest (items, or
+ * draft 4's additionalItems). An array shorter than the prefix is as valid as the whole of it,
+ * so the prefix written whole gives only arrays the schema accepts. */
+static int tuple_body(conv *c, json_t *prefix, json_t *rest, long lo, long hi, gt_buf *body) {
+    if (!json_is_array(prefix)) return fail(c, "json schema: %s must be an array", "prefixItems");
+    const long n = (long)json_array_size(prefix), k = hi >= 0 ? BS_MIN(n, hi) : n, more = BS_MAX(0, lo - k);
+    if (more && json_is_false(rest)) return fail(c, "json schema: %s", "minItems past the items the tuple allows");
+    char rr[NAME_LEN] = "value";
+    if (more && rest && rule_for(c, rest, rr, sizeof rr)) return -1;
+    gt_put(body, "\"[\" ws ");
+    for (long i = 0; i < k + more; i++) {
+        char r[NAME_LEN];
+        if (i < k && rule_for(c, json_array_get(prefix, (size_t)i), r, sizeof r)) return -1;
+        gt_putf(body, "%s%s ", i ? "ws \",\" ws " : "", i < k ? r : rr);
+    }
+    gt_put(body, "ws \"]\"");
+    return 0;
+}
+
 static int array_body(conv *c, json_t *s, gt_buf *body) {
     json_t *items = json_object_get(s, "items");
-    char ir[NAME_LEN] = "value";
-    if (items && rule_for(c, items, ir, sizeof ir)) return -1;
     json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
     if ((mn && !json_is_integer(mn)) || (mx && !json_is_integer(mx)))
         return fail(c, "json schema: %s must be integers", "minItems/maxItems");
     const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
     const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
     if (lo < 0 || lo > 32 || (hi >= 0 && (hi < lo || hi > 32))) return fail(c, "json schema: %s out of the supported range 0..32", "minItems/maxItems");
+    json_t *prefix = json_object_get(s, "prefixItems");
+    if (prefix) return tuple_body(c, prefix, items, lo, hi, body);
+    if (json_is_array(items)) return tuple_body(c, items, json_object_get(s, "additionalItems"), lo, hi, body);
+    if (json_is_false(items)) {   /* no item is allowed: the empty array */
+        if (lo) return fail(c, "json schema: %s", "minItems with items false");
+        gt_put(body, "\"[\" ws \"]\"");
+        return 0;
+    }
+    char ir[NAME_LEN] = "value";
+    if (items && rule_for(c, items, ir, sizeof ir)) return -1;
     gt_put(body, "\"[\" ws ");
     if (hi == 0) {
         gt_put(body, "ws \"]\"");
