@@ -6,6 +6,10 @@
  *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4), a pattern beside
  *     minLength/maxLength, a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
+ *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096,
+ *     minItems/maxItems up to 256, pattern quantifiers up to 1000, at and around their bounds;
+ *   - the token mask equals allows() token by token on a 20000-token random vocabulary, along
+ *     random walks through counted and looping strings (the mask's whole-subtree shortcuts);
  *   - integers with minimum/maximum (inclusive, exclusive as draft 4's booleans and as later
  *     drafts' numbers, fractional bounds): every integer near the bounds, across lengths and
  *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
@@ -108,7 +112,7 @@ static void test_refused(const bs_grammar_vocab *v) {
         {"a^b", "anchor"}, {"a$b", "anchor"}, {"(^a)", "anchor"}, {"*a", "nothing to repeat"},
         {"a{2}{3}", "nothing to repeat"}, {"(a", "')'"}, {"a)", "'('"}, {"[a-", "']'"}, {"[z-a]", "out of order"},
         {"[]", "matches nothing"}, {"(a*)*", "can match nothing"}, {"(a|)+", "can match nothing"},
-        {"(a?){2,}", "can match nothing"}, {"a{65}", "past 64"}, {"a{3,2}", "m < n"}, {"\\q", "unknown escape"},
+        {"(a?){2,}", "can match nothing"}, {"a{1001}", "past 1000"}, {"a{3,2}", "m < n"}, {"\\q", "unknown escape"},
         {"\\x4", "hex digits"}, {"\\07", "octal"}, {"[a-\\d]", "class escape"}, {"\\", "backslash at the end"},
         {"[\\uD800-\\uDFFF]", "surrogates"},
     };
@@ -234,6 +238,113 @@ static void test_ranges(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches("{\"type\": [\"integer\", \"null\"], \"minimum\": 1}", "null", v), 1);
 }
 
+/* The JSON text of n copies of unit between open and close (sep between them), malloc'd. */
+static char *repeat_doc(const char *open, const char *unit, const char *sep, int n, const char *close) {
+    size_t cap = strlen(open) + strlen(close) + (size_t)n * (strlen(unit) + strlen(sep)) + 1;
+    char *d = malloc(cap);
+    strcpy(d, open);
+    for (int i = 0; i < n; i++) strcat(strcat(d, i ? sep : ""), unit);
+    return strcat(d, close);
+}
+
+/* Counts past the 64 one GBNF repetition takes (written as runs of 64 and nested rests): string
+ * lengths, array lengths and pattern quantifiers, each at and around its bounds. */
+static void test_long_counts(const bs_grammar_vocab *v) {
+    static const struct { const char *schema, *open, *unit, *sep, *close; int lo, hi; } cases[] = {
+        {"{\"type\": \"string\", \"minLength\": 100, \"maxLength\": 200}", "\"", "x", "", "\"", 100, 200},
+        {"{\"type\": \"string\", \"minLength\": 130}", "\"", "\\n", "", "\"", 130, -1},
+        {"{\"type\": \"string\", \"maxLength\": 4096}", "\"", "y", "", "\"", 0, 4096},
+        {"{\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 70, \"maxItems\": 140}", "[", "7", ", ", "]", 70, 140},
+        {"{\"type\": \"string\", \"pattern\": \"^a{100,300}$\"}", "\"", "a", "", "\"", 100, 300},
+        {"{\"type\": \"string\", \"pattern\": \"^(ab){65}$\"}", "\"", "ab", "", "\"", 65, 65},
+        {"{\"type\": \"string\", \"pattern\": \"^b{70,}$\"}", "\"", "b", "", "\"", 70, -1},
+        {"{\"type\": \"string\", \"pattern\": \"^c{0,129}$\"}", "\"", "c", "", "\"", 0, 129},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
+        const int lo = cases[i].lo, hi = cases[i].hi;
+        const int ns[] = {0, 1, lo - 1, lo, lo + 1, 63, 64, 65, 127, 128, 129, hi - 1, hi, hi + 1, lo + 300};
+        for (size_t k = 0; k < BS_ARRAY_LEN(ns); k++) {
+            if (ns[k] < 0) continue;
+            char *doc = repeat_doc(cases[i].open, cases[i].unit, cases[i].sep, ns[k], cases[i].close);
+            const int want = ns[k] >= lo && (hi < 0 || ns[k] <= hi);
+            const int got = schema_matches(cases[i].schema, doc, v);
+            CHECKF(got == want, "%s with %d: %d, want %d", cases[i].schema, ns[k], got, want);
+            free(doc);
+        }
+    }
+    CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"maxLength\": 4097}", "\"a\"", v), -1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"maxItems\": 257}", "[]", v), -1);
+}
+
+/* A vocabulary of n random tokens of 1..24 characters from a small alphabet (so that its trie
+ * has subtrees deep and wide enough for the mask's whole-subtree shortcuts). */
+static bs_grammar_vocab *random_vocab(int n, bs_rng *r) {
+    static const char *const al[] = {"a", "b", "c", " ", "x", "0", "7", "\"", "\\", "n", "-", "\xc3\xa9", "\xe2\x82\xac", "[", "]", ","};
+    char **piece = calloc((size_t)n, sizeof *piece);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    bool *eog = calloc((size_t)n, sizeof *eog);
+    for (int i = 0; i < n; i++) {
+        const int k = 1 + (int)(bs_rng_next(r) % (i % 7 ? 6 : 24));
+        piece[i] = calloc((size_t)k * 3 + 1, 1);
+        for (int j = 0; j < k; j++) strcat(piece[i], al[bs_rng_next(r) % (i % 3 ? 6 : BS_ARRAY_LEN(al))]);
+        len[i] = strlen(piece[i]);
+    }
+    eog[n - 1] = true;
+    bs_grammar_vocab *v = bs_grammar_vocab_from_pieces((const char *const *)piece, len, eog, n);
+    for (int i = 0; i < n; i++) free(piece[i]);
+    free(piece);
+    free(len);
+    free(eog);
+    return v;
+}
+
+/* The mask equals allows() token by token along random walks, for the schemas whose strings
+ * are counted (whole subtrees allowed where a run of counted characters keeps them alive) or
+ * loop, on a vocabulary whose tokens run past the counts. */
+static void test_mask_exact(void) {
+    bs_rng r;
+    bs_rng_seed(&r, 9);
+    const int n = 20000;
+    bs_grammar_vocab *v = random_vocab(n, &r);
+    static const char *const schemas[] = {
+        "{\"type\": \"string\", \"maxLength\": 10}", "{\"type\": \"string\", \"minLength\": 3, \"maxLength\": 64}",
+        "{\"type\": \"string\", \"maxLength\": 300}", "{\"type\": \"string\"}",
+        "{\"type\": \"string\", \"pattern\": \"^[a-c ]{0,30}$\"}", "{\"type\": \"string\", \"pattern\": \"^(ab){0,40}x?$\"}",
+        "{\"type\": \"string\", \"pattern\": \"^[0-9]{5,8}-[^x]{2,90}$\"}", "{\"type\": \"array\", \"items\": {\"type\": \"string\", \"maxLength\": 5}}",
+    };
+    float *l = malloc((size_t)n * sizeof *l);
+    for (size_t i = 0; i < BS_ARRAY_LEN(schemas); i++) {
+        char *gbnf = bs_grammar_from_json_schema(schemas[i]);
+        bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+        free(gbnf);
+        bs_grammar_state *s = g ? bs_grammar_state_new(g, v) : NULL;
+        CHECKF(s != NULL, "%s: %s", schemas[i], bitspark_last_error());
+        int bad = 0, masks = 0;
+        for (int step = 0; s && step < 24 && !bad; step++, masks++) {
+            for (int t = 0; t < n; t++) l[t] = 0.0f;
+            if (bs_grammar_mask(s, l, n)) {   /* a text the vocabulary cannot go on from: start over */
+                CHECKF(strstr(bitspark_last_error(), "no token"), "%s: mask: %s", schemas[i], bitspark_last_error());
+                bs_grammar_state_reset(s);
+                continue;
+            }
+            int ok[64], n_ok = 0;
+            for (int t = 0; t < n - 1; t++) {
+                const bool a = l[t] == 0.0f;
+                bad += a != bs_grammar_allows(s, t);
+                if (a && n_ok < 64) ok[n_ok++] = t;
+                else if (a && bs_rng_next(&r) % 8 == 0) ok[bs_rng_next(&r) % 64] = t;
+            }
+            if (!n_ok) bs_grammar_state_reset(s);
+            else bs_grammar_accept(s, ok[bs_rng_next(&r) % (uint64_t)n_ok]);
+        }
+        CHECKF(bad == 0, "%s: %d tokens of the mask differ from allows() (%d masks)", schemas[i], bad, masks);
+        bs_grammar_state_free(s);
+        bs_grammar_free(g);
+    }
+    free(l);
+    bs_grammar_vocab_free(v);
+}
+
 /* Oracle mode for test_grammar_pattern.py. */
 static int oracle(const char *path, const bs_grammar_vocab *v) {
     FILE *f = fopen(path, "r");
@@ -268,6 +379,8 @@ int main(int argc, char **argv) {
     test_refused(v);
     test_formats(v);
     test_ranges(v);
+    test_long_counts(v);
+    test_mask_exact();
     bs_grammar_vocab_free(v);
     return test_summary("test_grammar_values");
 }

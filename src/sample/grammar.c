@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_REPEAT 64      /* x{m,n}: n at most this (each copy is an element) */
 #define MAX_DEPTH 256      /* nested groups */
 
 /* ---- building -------------------------------------------------------------------------------- */
@@ -321,12 +320,12 @@ static int parse_count(parser *ps, int *min, int *max) {
     ps->p++;   /* { */
     char *end;
     long lo = strtol(ps->p, &end, 10), hi = lo;
-    if (end == ps->p || lo < 0 || lo > MAX_REPEAT) return fail(ps, "bad repetition count");
+    if (end == ps->p || lo < 0 || lo > BS_GRAMMAR_MAX_REPEAT) return fail(ps, "bad repetition count");
     ps->p = end;
     if (*ps->p == ',') {
         ps->p++;
         if (*ps->p == '}') hi = -1;
-        else if ((hi = strtol(ps->p, &end, 10)) < lo || hi > MAX_REPEAT || end == ps->p) return fail(ps, "bad repetition count");
+        else if ((hi = strtol(ps->p, &end, 10)) < lo || hi > BS_GRAMMAR_MAX_REPEAT || end == ps->p) return fail(ps, "bad repetition count");
         else ps->p = end;
     }
     if (*ps->p != '}') return fail(ps, "expected } after a repetition count");

@@ -18,8 +18,9 @@
  * with an error when one step (a token's mask, or accepting a token) would need more than
  * BS_GRAMMAR_MAX_STEPS stack operations or BS_GRAMMAR_MAX_MS of CPU time (an ambiguous
  * grammar), never dropping alternatives. Sets of stacks and their steps per code point are
- * cached per state, and a set whose characters mostly lead back to itself (a string's body)
- * allows whole vocabulary-trie subtrees at once, which keeps masks near a millisecond. */
+ * cached per state, and a set whose characters mostly lead back to itself (a string's body), or
+ * along a chain of sets that long (a string of bounded length), allows whole vocabulary-trie
+ * subtrees at once, which keeps masks near a millisecond. */
 #ifndef BS_GRAMMAR_H
 #define BS_GRAMMAR_H
 
@@ -33,6 +34,7 @@ typedef struct bs_grammar bs_grammar;
 #define BS_GRAMMAR_MAX_BYTES (256 * 1024)   /* GBNF text, also what a JSON schema may generate */
 #define BS_GRAMMAR_MAX_RULES 16384          /* rules, counting those groups and repetitions make */
 #define BS_GRAMMAR_MAX_SIZE 262144          /* elements + alternatives after expanding x{m,n} */
+#define BS_GRAMMAR_MAX_REPEAT 64            /* n of one x{m,n} (each copy is an element) */
 #define BS_GRAMMAR_MAX_STEPS 2000000        /* stack operations for one token's mask or accept */
 #define BS_GRAMMAR_MAX_MS 50                /* and milliseconds of CPU time for it */
 

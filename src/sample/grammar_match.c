@@ -36,6 +36,8 @@ struct bs_grammar_vocab {
     uint32_t *node_cp, *node_end, *node_tok0, *node_ntok;
     uint32_t *node_sub_lo, *node_sub_hi;   /* the subtree's tokens: tok[lo, hi) */
     uint64_t *node_bits;         /* [2 per node] which characters the subtree's tokens hold (cp_bit) */
+    uint16_t *node_maxlen;       /* the subtree's longest token, in code points */
+    int max_len;                 /* the longest token */
     int32_t *tok;                /* ids in trie order */
 };
 
@@ -91,6 +93,7 @@ static void close_node(bs_grammar_vocab *v, const uint32_t *path, int depth, int
     v->node_sub_hi[x] = (uint32_t)i;
     v->node_bits[2 * (size_t)up] |= v->node_bits[2 * (size_t)x];
     v->node_bits[2 * (size_t)up + 1] |= v->node_bits[2 * (size_t)x + 1];
+    v->node_maxlen[up] = BS_MAX(v->node_maxlen[up], v->node_maxlen[x]);
 }
 
 static void build_trie(bs_grammar_vocab *v, int usable) {
@@ -109,6 +112,7 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
     v->node_sub_lo = bs_xcalloc(total, sizeof *v->node_sub_lo);
     v->node_sub_hi = bs_xcalloc(total, sizeof *v->node_sub_hi);
     v->node_bits = bs_xcalloc(2 * total, sizeof *v->node_bits);
+    v->node_maxlen = bs_xcalloc(total, sizeof *v->node_maxlen);
     uint32_t path[1025];   /* node of each depth of the current token; path[0]: the root */
     path[0] = 0;
     int depth = 0, n = 1;
@@ -134,6 +138,8 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
         const uint32_t at = depth ? path[depth] : 0;
         if (!v->node_ntok[at]) v->node_tok0[at] = (uint32_t)i;
         v->node_ntok[at]++;
+        v->node_maxlen[at] = (uint16_t)len;   /* (the longest to end here: tokens come sorted) */
+        v->max_len = BS_MAX(v->max_len, len);
         prev = (const int32_t *)c;
         prev_len = len;
     }
@@ -190,6 +196,7 @@ void bs_grammar_vocab_free(bs_grammar_vocab *v) {
     free(v->node_sub_lo);
     free(v->node_sub_hi);
     free(v->node_bits);
+    free(v->node_maxlen);
     free(v->tok);
     free(v);
 }
@@ -204,6 +211,10 @@ typedef struct gset {
     uint8_t sum_done;           /* loop[] and dead[] computed */
     uint64_t loop[2];           /* cp_bit b set: every character of bit b leads back to this set */
     uint64_t dead[2];           /* cp_bit b set: no character of bit b continues any stack */
+    uint64_t run[2];            /* cp_bit b set: every character of bit b leads to run_next */
+    uint32_t run_next;          /* the successor most characters lead to (0: none) */
+    uint16_t run_len;           /* run[]'s characters keep a chain of successors alive this long */
+    uint8_t run_done;           /* run_len computed */
 } gset;
 /* A cached step: set `from` after code point cp is set `to` (0: no stack takes it). */
 typedef struct gtrans { uint32_t from, cp, to; } gtrans;
@@ -683,14 +694,16 @@ int bs_grammar_valid_prefix(bs_grammar_state *S, const int32_t *ids, int n) {
 
 /* ---- the mask -------------------------------------------------------------------------------- */
 
-/* Which characters lead set k back to itself (a JSON string's body, say) and which lead
- * nowhere, as cp_bit summaries. Bit 127 (every code point from 0x7F) only when each stack's
- * class treats them all alike, so that one of them stands for all. NULL after a failure. */
+/* Which characters lead set k back to itself (a JSON string's body, say), which lead nowhere,
+ * and which lead to the successor most of them share (a counted string's next length), as
+ * cp_bit summaries. Bit 127 (every code point from 0x7F) only when each stack's class treats
+ * them all alike, so that one of them stands for all. NULL after a failure. */
 static const gset *summary(bs_grammar_state *S, uint32_t k) {
     if (S->set[k].sum_done) return &S->set[k];
-    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0};
+    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0}, run[2] = {0, 0};
+    uint32_t to_of[128] = {0};
     for (uint32_t c = 0; c < 127 && !S->failed; c++) {
-        const uint32_t to = step_set(S, k, c);
+        const uint32_t to = to_of[c] = step_set(S, k, c);
         if (to == k) loop[c >> 6] |= 1ull << (c & 63);
         if (!to) dead[c >> 6] |= 1ull << (c & 63);
     }
@@ -706,29 +719,68 @@ static const gset *summary(bs_grammar_state *S, uint32_t k) {
         }
     }
     if (alike) {
-        const uint32_t to = step_set(S, k, 0x7F);
+        const uint32_t to = to_of[127] = step_set(S, k, 0x7F);
         if (to == k) loop[1] |= 1ull << 63;
         if (!to) dead[1] |= 1ull << 63;
     }
     if (S->failed) return NULL;
+    uint32_t next = 0;   /* the most common successor (not k: that is loop[]) */
+    for (int c = 0, best = 0; c < 128; c++) {
+        if (!to_of[c] || to_of[c] == k || (c == 127 && !alike)) continue;
+        int n = 0;
+        for (int d = c; d < 128; d++) n += to_of[d] == to_of[c] && (d < 127 || alike);
+        if (n > best) best = n, next = to_of[c];
+    }
+    for (int c = 0; c < 128 && next; c++)
+        if (to_of[c] == next && (c < 127 || alike)) run[c >> 6] |= 1ull << (c & 63);
     gset *st = &S->set[k];   /* step_set may have moved the table */
     memcpy(st->loop, loop, sizeof loop);
     memcpy(st->dead, dead, sizeof dead);
+    memcpy(st->run, run, sizeof run);
+    st->run_next = next;
     st->sum_done = 1;
     return st;
 }
 
+/* How many characters of k's run[] in a row the sets from k keep alive: k's run_next, its
+ * run_next, ... for as long as each one's run[] holds k's (up to the longest token, which is
+ * all a mask needs). 0 after a failure. */
+static int run_length(bs_grammar_state *S, uint32_t k) {
+    if (S->set[k].run_done) return S->set[k].run_len;
+    const uint64_t m0 = S->set[k].run[0], m1 = S->set[k].run[1];
+    int n = 0;
+    for (uint32_t at = k; at && n < S->v->max_len;) {
+        const gset *s = summary(S, at);
+        if (!s || (m0 & ~s->run[0]) || (m1 & ~s->run[1])) break;
+        n++;
+        at = s->run_next;
+    }
+    if (S->failed) return 0;
+    S->set[k].run_len = (uint16_t)n;
+    S->set[k].run_done = 1;
+    return n;
+}
+
 #define LOOP_MIN_SUBTREE 256   /* trie nodes below which a subtree is walked without a summary */
 
-/* The subtree of trie node `node`, entered with set k. A child whose tokens hold only
- * characters that lead k back to k has every token allowed, without walking it. */
-static void walk(bs_grammar_state *S, uint32_t node, uint32_t k) {
+/* Whether every token below trie node c holds only characters of bits m. */
+static bool only_of(const bs_grammar_vocab *v, uint32_t c, const uint64_t m[2]) {
+    return !(v->node_bits[2 * (size_t)c] & ~m[0]) && !(v->node_bits[2 * (size_t)c + 1] & ~m[1]);
+}
+
+/* The subtree of trie node `node` (depth code points from the root), entered with set k. A
+ * child whose tokens hold only characters that lead k back to k, or only characters of k's run
+ * and none longer than the run keeps alive (a counted string), has every token allowed,
+ * without walking it. */
+static void walk(bs_grammar_state *S, uint32_t node, int depth, uint32_t k) {
     const bs_grammar_vocab *v = S->v;
     const gset *sum = v->node_end[node] - node > LOOP_MIN_SUBTREE ? summary(S, k) : NULL;
-    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0};
+    uint64_t loop[2] = {0, 0}, dead[2] = {0, 0}, run[2] = {0, 0};
+    int run_len = -1;   /* not yet known */
     if (sum) {   /* copies: the set table may move during the walk */
         memcpy(loop, sum->loop, sizeof loop);
         memcpy(dead, sum->dead, sizeof dead);
+        memcpy(run, sum->run, sizeof run);
     }
     for (uint32_t c = node + 1; c < v->node_end[node] && !S->failed; c = v->node_end[c]) {
         const int b = cp_bit(v->node_cp[c]);
@@ -736,7 +788,12 @@ static void walk(bs_grammar_state *S, uint32_t node, uint32_t k) {
             if (b == 127) break;   /* children are in code point order: the rest are dead too */
             continue;
         }
-        if (sum && !(v->node_bits[2 * (size_t)c] & ~loop[0]) && !(v->node_bits[2 * (size_t)c + 1] & ~loop[1])) {
+        bool whole = sum && only_of(v, c, loop);
+        if (sum && !whole && only_of(v, c, run)) {
+            if (run_len < 0) run_len = run_length(S, k);
+            whole = v->node_maxlen[c] - depth <= run_len;
+        }
+        if (whole) {
             for (uint32_t t = v->node_sub_lo[c]; t < v->node_sub_hi[c]; t++) S->allowed[v->tok[t]] = 1;
             step(S);
             continue;
@@ -744,7 +801,7 @@ static void walk(bs_grammar_state *S, uint32_t node, uint32_t k) {
         const uint32_t next = step_set(S, k, v->node_cp[c]);
         if (!next) continue;
         for (uint32_t t = 0; t < v->node_ntok[c]; t++) S->allowed[v->tok[v->node_tok0[c] + t]] = 1;
-        walk(S, c, next);
+        walk(S, c, depth + 1, next);
     }
 }
 
@@ -756,7 +813,7 @@ int bs_grammar_mask(bs_grammar_state *S, float *logits, int n_vocab) {
         if (S->mc[i].set && S->mc[i].set == S->cur) allowed = S->mc[i].allowed;
     if (!allowed) {
         memset(S->allowed, 0, (size_t)v->n_vocab);
-        walk(S, 0, S->cur);
+        walk(S, 0, 0, S->cur);
         allowed = S->allowed;
         if (!S->failed && S->cur) {   /* kept for the next mask from the same set */
             memcpy(S->mc[S->mc_next].allowed, S->allowed, (size_t)v->n_vocab);

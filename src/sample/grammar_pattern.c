@@ -25,7 +25,7 @@
 
 #define MAX_PATTERN 4096   /* bytes of a pattern */
 #define MAX_NEST 32        /* groups inside groups */
-#define MAX_COUNT 64       /* a {n,m} bound: the grammar's own (grammar.c) */
+#define MAX_COUNT 1000     /* a {n,m} bound (written in the grammar's counts: gt_put_repeat) */
 #define MAX_RANGES 256     /* a class's ranges of code points, after merging */
 #define INF (-1)
 #define TRY(x) do { if (x) return -1; } while (0)
@@ -370,15 +370,10 @@ static int sequence(rx *x, gt_buf *b, bool top, bool *nullable) {
         int rc = atom(x, &a, &nul);
         if (!rc && (a.over || !a.p)) rc = a.over ? gt_check(&a, "json schema: pattern") : rx_fail(x, "an empty atom");
         if (!rc && quantifier(x, &mn, &mx)) {
-            if (mn > MAX_COUNT || mx > MAX_COUNT) rc = rx_fail(x, "a repetition count past 64 (the grammar's limit)");
+            if (mn > MAX_COUNT || mx > MAX_COUNT) rc = rx_fail(x, "a repetition count past 1000");
             else if (mx != INF && mx < mn) rc = rx_fail(x, "a repetition {n,m} with m < n");
             else if (mx == INF && nul) rc = rx_fail(x, "an unbounded repetition of what can match nothing");
-            else if (mn == 0 && mx == INF) gt_putf(b, " ( %s )*", a.p);
-            else if (mn == 1 && mx == INF) gt_putf(b, " ( %s )+", a.p);
-            else if (mn == 0 && mx == 1) gt_putf(b, " ( %s )?", a.p);
-            else if (mx == INF) gt_putf(b, " ( %s ){%ld,}", a.p, mn);
-            else if (mn == mx) gt_putf(b, " ( %s ){%ld}", a.p, mn);
-            else gt_putf(b, " ( %s ){%ld,%ld}", a.p, mn, mx);
+            else gt_put(b, " "), gt_put_repeat(b, a.p, mn, mx);
             nul = nul || mn == 0;
         } else if (!rc) {
             gt_putf(b, " %s", a.p);

@@ -17,6 +17,8 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
+#define MAX_ITEMS 256     /* minItems/maxItems */
+#define MAX_LENGTH 4096   /* minLength/maxLength */
 
 #define NAME_LEN 32   /* rule names are a prefix and a number */
 
@@ -167,7 +169,8 @@ static int array_body(conv *c, json_t *s, gt_buf *body) {
         return fail(c, "json schema: %s must be integers", "minItems/maxItems");
     const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
     const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
-    if (lo < 0 || lo > 32 || (hi >= 0 && (hi < lo || hi > 32))) return fail(c, "json schema: %s out of the supported range 0..32", "minItems/maxItems");
+    if (lo < 0 || lo > MAX_ITEMS || (hi >= 0 && (hi < lo || hi > MAX_ITEMS)))
+        return fail(c, "json schema: %s out of the supported range 0..256", "minItems/maxItems");
     json_t *prefix = json_object_get(s, "prefixItems");
     if (prefix) return tuple_body(c, prefix, items, lo, hi, body);
     if (json_is_array(items)) return tuple_body(c, items, json_object_get(s, "additionalItems"), lo, hi, body);
@@ -183,10 +186,10 @@ static int array_body(conv *c, json_t *s, gt_buf *body) {
         gt_put(body, "ws \"]\"");
         return 0;
     }
-    gt_put(body, lo ? "" : "( ");
-    if (hi < 0 && lo > 1) gt_putf(body, "%s ( ws \",\" ws %s ){%ld,}", ir, ir, lo - 1);
-    else if (hi < 0) gt_putf(body, "%s ( ws \",\" ws %s )*", ir, ir);
-    else gt_putf(body, "%s ( ws \",\" ws %s ){%ld,%ld}", ir, ir, lo ? lo - 1 : 0, hi - 1);
+    char more[NAME_LEN + 16];
+    snprintf(more, sizeof more, "ws \",\" ws %s", ir);
+    gt_putf(body, "%s%s ", lo ? "" : "( ", ir);
+    gt_put_repeat(body, more, lo ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
     gt_put(body, lo ? "" : " )?");
     gt_put(body, " ws \"]\"");
     return 0;
@@ -266,14 +269,15 @@ static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
     if (!strcmp(type, "string") && (mx || mn)) {   /* bounded length */
         const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
         const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
-        if (lo < 0 || lo > 64 || hi > 64 || (mx && hi < 0) || (hi >= 0 && hi < lo))
-            return fail(c, "json schema: %s out of the supported range 0..64", "minLength/maxLength");
+        if (lo < 0 || lo > MAX_LENGTH || hi > MAX_LENGTH || (mx && hi < 0) || (hi >= 0 && hi < lo))
+            return fail(c, "json schema: %s out of the supported range 0..4096", "minLength/maxLength");
         if (!c->has_char) {
             gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
             c->has_char = true;
         }
-        if (hi < 0) gt_putf(body, "\"\\\"\" char{%ld,} \"\\\"\"", lo);
-        else gt_putf(body, "\"\\\"\" char{%ld,%ld} \"\\\"\"", lo, hi);
+        gt_put(body, "\"\\\"\" ");
+        gt_put_repeat(body, "char", lo, hi);
+        gt_put(body, " \"\\\"\"");
         return 0;
     }
     if (!strcmp(type, "string") || !strcmp(type, "number") || !strcmp(type, "integer") ||

@@ -47,6 +47,26 @@ void gt_putf(gt_buf *b, const char *fmt, ...) {
     free(tmp);
 }
 
+void gt_put_repeat(gt_buf *b, const char *x, long lo, long hi) {
+    const long R = BS_GRAMMAR_MAX_REPEAT;
+    if (lo == 0 && hi < 0) { gt_putf(b, "( %s )*", x); return; }
+    if (lo == 1 && hi < 0) { gt_putf(b, "( %s )+", x); return; }
+    if (lo == 0 && hi == 1) { gt_putf(b, "( %s )?", x); return; }
+    if (lo <= R && hi < 0) { gt_putf(b, "( %s ){%ld,}", x, lo); return; }
+    if (hi >= 0 && hi <= R) { gt_putf(b, "( %s ){%ld,%ld}", x, lo, hi); return; }
+    gt_put(b, "( \"\"");
+    for (long n = lo; n > 0; n -= BS_MIN(n, R)) gt_putf(b, " ( %s ){%ld}", x, BS_MIN(n, R));
+    if (hi < 0) {
+        gt_putf(b, " ( %s )*", x);
+    } else {
+        long m = hi - lo, open = 0;
+        for (; m > R; m -= R, open++) gt_putf(b, " ( ( %s ){%ld}", x, R);
+        if (m) gt_putf(b, " ( %s ){0,%ld}", x, m);
+        while (open--) gt_putf(b, " | ( %s ){0,%ld} )", x, R - 1);
+    }
+    gt_put(b, " )");
+}
+
 int gt_check(const gt_buf *b, const char *what) {
     if (b->oom) return bs_error("%s: out of memory", what);
     if (b->over) return bs_error("%s: the grammar it makes is longer than %d bytes (the limit)", what, BS_GRAMMAR_MAX_BYTES);
