@@ -13,7 +13,8 @@
  *   - integers with minimum/maximum (inclusive, exclusive as draft 4's booleans and as later
  *     drafts' numbers, fractional bounds): every integer near the bounds, across lengths and
  *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
- *     no leading zeros); an empty range is refused;
+ *     no leading zeros); an empty range is refused; numbers likewise (integer parts near the
+ *     bounds with fractions, both signs), their bounds rounded inward where not whole;
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
  *     or -1 (refused): test_grammar_pattern.py compares that with Python's re. */
@@ -238,6 +239,63 @@ static void test_ranges(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches("{\"type\": [\"integer\", \"null\"], \"minimum\": 1}", "null", v), 1);
 }
 
+/* Numbers with minimum/maximum (whole bounds here, inclusive or not): every integer part near
+ * the bounds and zero with the fractions .0 .5 .001 .999 .000 and none, both signs; accepted
+ * exactly when inside (an exponent never: the grammar writes none). */
+static void check_num(const char *schema, bool has_lo, double lo, bool lo_in, bool has_hi, double hi, bool hi_in,
+                      const bs_grammar_vocab *v) {
+    char *gbnf = bs_grammar_from_json_schema(schema);
+    bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    free(gbnf);
+    CHECKF(g != NULL, "%s: %s", schema, bitspark_last_error());
+    if (!g) return;
+    static const char *const frac[] = {"", ".0", ".5", ".001", ".999", ".000"};
+    const long long centre[] = {(long long)lo, (long long)hi, 0};
+    int bad = 0, n_in = 0;
+    for (int k = 0; k < 3; k++)
+        for (long long i = centre[k] - 3; i <= centre[k] + 3; i++)
+            for (int neg = 0; neg < 2; neg++)
+                for (size_t f = 0; f < BS_ARRAY_LEN(frac); f++) {
+                    if (neg && i == 0 && (f == 0 || f == 1 || f == 5)) continue;   /* -0: not written */
+                    const long long m = i < 0 ? -i : i;
+                    char doc[48];
+                    snprintf(doc, sizeof doc, "%s%lld%s", (i < 0) != neg ? "-" : "", m, frac[f]);
+                    const double x = strtod(doc, NULL);
+                    const bool in = (!has_lo || (lo_in ? x >= lo : x > lo)) && (!has_hi || (hi_in ? x <= hi : x < hi));
+                    bs_grammar_state *s = bs_grammar_state_new(g, v);
+                    const bool got = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
+                    bs_grammar_state_free(s);
+                    n_in += in;
+                    if (got != in && bad++ < 3) CHECKF(false, "%s: %s %s", schema, doc, got ? "accepted" : "refused");
+                }
+    CHECKF(bad == 0 && n_in > 0, "%s: %d numbers wrong (%d inside)", schema, bad, n_in);
+    bs_grammar_state *s = bs_grammar_state_new(g, v);
+    CHECKF(!(bs_grammar_accept_text(s, "1e0") == 0 && bs_grammar_complete(s)), "%s: an exponent accepted", schema);
+    bs_grammar_state_free(s);
+    bs_grammar_free(g);
+}
+
+static void test_num_ranges(const bs_grammar_vocab *v) {
+    check_num("{\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}", true, 0, true, true, 1, true, v);
+    check_num("{\"type\": \"number\", \"minimum\": 0}", true, 0, true, false, 0, false, v);
+    check_num("{\"type\": \"number\", \"exclusiveMinimum\": 0}", true, 0, false, false, 0, false, v);
+    check_num("{\"type\": \"number\", \"exclusiveMaximum\": 0}", false, 0, false, true, 0, false, v);
+    check_num("{\"type\": \"number\", \"maximum\": 0}", false, 0, false, true, 0, true, v);
+    check_num("{\"type\": \"number\", \"minimum\": -90, \"maximum\": 90}", true, -90, true, true, 90, true, v);
+    check_num("{\"type\": \"number\", \"exclusiveMinimum\": -5, \"exclusiveMaximum\": -2}", true, -5, false, true, -2, false, v);
+    check_num("{\"type\": \"number\", \"minimum\": 2, \"exclusiveMinimum\": true, \"maximum\": 3}", true, 2, false, true, 3, true, v);
+    check_num("{\"type\": \"number\", \"minimum\": 7, \"maximum\": 7}", true, 7, true, true, 7, true, v);
+    check_num("{\"type\": \"number\", \"minimum\": 100, \"exclusiveMaximum\": 1000}", true, 100, true, true, 1000, false, v);
+    check_num("{\"type\": \"number\", \"minimum\": -3, \"exclusiveMaximum\": 0}", true, -3, true, true, 0, false, v);
+    check_num("{\"type\": \"number\", \"maximum\": -1}", false, 0, false, true, -1, true, v);
+    /* bounds that are not whole: rounded inward (what is written is inside) */
+    check_num("{\"type\": \"number\", \"minimum\": 0.5, \"maximum\": 2.5}", true, 1, true, true, 2, true, v);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"minimum\": 0.1, \"maximum\": 0.9}", "0.5", v), -1);
+    CHECK(strstr(bitspark_last_error(), "rounded inward") != NULL);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"exclusiveMinimum\": 1, \"maximum\": 1}", "1", v), -1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"minimum\": 1e20}", "1", v), -1);
+}
+
 /* The JSON text of n copies of unit between open and close (sep between them), malloc'd. */
 static char *repeat_doc(const char *open, const char *unit, const char *sep, int n, const char *close) {
     size_t cap = strlen(open) + strlen(close) + (size_t)n * (strlen(unit) + strlen(sep)) + 1;
@@ -379,6 +437,7 @@ int main(int argc, char **argv) {
     test_refused(v);
     test_formats(v);
     test_ranges(v);
+    test_num_ranges(v);
     test_long_counts(v);
     test_mask_exact();
     bs_grammar_vocab_free(v);

@@ -59,6 +59,9 @@ const char *bs_grammar_format_pattern(const char *format);
 /* GBNF for the integers from lo to hi (either bound absent: unbounded; grammar_range.c), as the
  * schema's integer rule writes them. malloc'd; NULL + bs_error for an empty range. */
 char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi);
+/* GBNF for the numbers from lo to hi (inclusive or not; either absent: unbounded), written
+ * without an exponent; bounds that are not whole are rounded inward. NULL + bs_error if empty. */
+char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
 /* GBNF of one call of the OpenAI-style tools (a JSON array; only: that function, or NULL: any of
  * them), in the JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, the
  * arguments following each tool's parameter schema. malloc'd; NULL + bs_error. */

@@ -1,15 +1,22 @@
-/* grammar_range.c: the integers of a JSON schema's minimum/maximum as GBNF, exactly.
+/* grammar_range.c: the integers and numbers of a JSON schema's minimum/maximum as GBNF.
  *
  * Integers are written as the schema's integer rule writes them (no leading zeros, no "-0", at
  * most 16 digits). A range is split by sign and then by the number of digits; the numbers of
  * one length from x to y are "x's first digit, then from x's rest up", the first digits between
  * with any rest, and "y's first digit, then up to y's rest", recursively: at most two branches a
- * digit, so the grammar grows with the digits, not with the range. */
+ * digit, so the grammar grows with the digits, not with the range.
+ *
+ * Numbers are an integer part and an optional fraction, without an exponent (which would hide
+ * their size). With whole bounds that is exact: p.f >= L is p >= L with any fraction, and
+ * p.f > L is p > L with any fraction or p = L with a fraction not all zeros; p.f <= H is
+ * p < H with any or p = H with zeros only; negative numbers are the same on magnitudes. Bounds
+ * that are not whole are rounded inward (a subset of the numbers they allow). */
 #include "sample/grammar.h"
 #include "sample/grammar_text.h"
 #include "io/util.h"
 
 #include <stdbool.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +87,69 @@ static void non_negative(gt_buf *b, int64_t a, int64_t z) {
         same_length(b, x, y, L);
     }
     gt_put(b, " )");
+}
+
+#define FRAC "( \".\" [0-9]{1,16} )?"
+#define ZEROS "( \".\" \"0\"{1,16} )?"
+#define NONZERO "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}"
+
+/* One bound of a number range on magnitudes: whole, inclusive or not, or absent. */
+typedef struct mbound { bool has; int64_t v; bool incl; } mbound;
+
+/* Numbers p.f >= 0 between lo and hi (lo.v >= 0) into b as alternatives (each after " | " but
+ * the first); how many. */
+static int magnitudes(gt_buf *b, mbound lo, mbound hi) {
+    const int64_t a = !lo.has ? 0 : lo.incl ? lo.v : lo.v + 1;   /* any fraction from here */
+    const int64_t z = !hi.has ? MAX_INT : hi.v - 1;              /* ... to here */
+    int n = 0;
+    if (lo.has && !lo.incl && (!hi.has || lo.v < hi.v)) {   /* p = lo, a fraction not all zeros */
+        gt_putf(b, "\"%lld\" " NONZERO, (long long)lo.v);
+        n++;
+    }
+    if (a <= z && z >= 0) {
+        gt_put(b, n++ ? " | " : "");
+        non_negative(b, BS_MAX(a, 0), z);
+        gt_put(b, " " FRAC);
+    }
+    if (hi.has && hi.incl && hi.v >= a) {   /* p = hi, zeros only */
+        gt_putf(b, "%s\"%lld\" " ZEROS, n++ ? " | " : "", (long long)hi.v);
+    }
+    return n;
+}
+
+char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl) {
+    /* bounds that are not whole: inward, inclusive */
+    if (has_lo && lo != floor(lo)) lo = ceil(lo), lo_incl = true;
+    if (has_hi && hi != floor(hi)) hi = floor(hi), hi_incl = true;
+    if ((has_lo && lo > (double)MAX_INT) || (has_hi && hi < -(double)MAX_INT))
+        return bs_error("json schema: a number bound past the 16 digits numbers have here"), NULL;
+    has_lo = has_lo && lo >= -(double)MAX_INT;
+    has_hi = has_hi && hi <= (double)MAX_INT;
+    const int64_t L = has_lo ? (int64_t)lo : 0, H = has_hi ? (int64_t)hi : 0;
+    gt_buf b = {0};
+    gt_put(&b, "( ");
+    int n = 0;
+    if (!has_hi || H > 0 || (H == 0 && hi_incl)) {   /* x >= 0 */
+        const mbound ml = has_lo && L >= 0 ? (mbound){true, L, lo_incl} : (mbound){true, 0, true};
+        n += magnitudes(&b, ml, (mbound){has_hi, H, hi_incl});
+    }
+    if (!has_lo || L < 0) {   /* x < 0: -m, m > 0 */
+        const mbound ml = has_hi && H < 0 ? (mbound){true, -H, hi_incl} : (mbound){true, 0, false};
+        gt_buf m = {0};
+        if (magnitudes(&m, ml, (mbound){has_lo, -L, lo_incl}) && m.p) {
+            gt_putf(&b, "%s\"-\" ( %s )", n ? " | " : "", m.p);
+            n++;
+        }
+        b.over |= m.over, b.oom |= m.oom;
+        free(m.p);
+    }
+    gt_put(&b, " )");
+    if (!n) bs_error("json schema: no number between minimum and maximum (bounds that are not whole are rounded inward)");
+    if (!n || gt_check(&b, "json schema: number range")) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
 }
 
 char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi) {

@@ -213,36 +213,40 @@ static int pattern_body(conv *c, json_t *s, gt_buf *body) {
     return 0;
 }
 
-/* One bound of an integer's range: from minimum (exclusive where exclusiveMinimum is true, as
- * in draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; 1 where neither. */
-static int int_bound(conv *c, json_t *s, bool upper, int64_t *v) {
-    json_t *inc = json_object_get(s, upper ? "maximum" : "minimum");
-    json_t *exc = json_object_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
-    if ((inc && !json_is_number(inc)) || (exc && !json_is_number(exc) && !json_is_boolean(exc)))
+/* One bound of a number's range: minimum (exclusive where exclusiveMinimum is true, as in
+ * draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; 1 where neither. */
+static int num_bound(conv *c, json_t *s, bool upper, double *v, bool *incl) {
+    json_t *in = json_object_get(s, upper ? "maximum" : "minimum");
+    json_t *ex = json_object_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
+    if ((in && !json_is_number(in)) || (ex && !json_is_number(ex) && !json_is_boolean(ex)))
         return fail(c, "json schema: %s must be numbers", "minimum/maximum");
-    double b = upper ? INFINITY : -INFINITY;
-    if (inc) {
-        const double x = json_number_value(inc);
-        const bool open = json_is_true(exc);
-        b = upper ? (open ? ceil(x) - 1 : floor(x)) : (open ? floor(x) + 1 : ceil(x));
+    const double sign = upper ? -1 : 1;   /* tighter: larger for a minimum, smaller for a maximum */
+    bool has = false;
+    if (in) *v = json_number_value(in), *incl = !json_is_true(ex), has = true;
+    if (json_is_number(ex)) {
+        const double x = json_number_value(ex);
+        if (!has || sign * x >= sign * *v) *v = x, *incl = false;
+        has = true;
     }
-    if (json_is_number(exc)) {
-        const double x = json_number_value(exc);
-        b = upper ? fmin(b, ceil(x) - 1) : fmax(b, floor(x) + 1);
-    }
-    if (isinf(b)) return 1;
-    if (fabs(b) > 1e17) b = b > 0 ? 1e17 : -1e17;   /* past the 16 digits either way */
-    *v = (int64_t)b;
-    return 0;
+    return has ? 0 : 1;
 }
 
-/* An integer with minimum/maximum: exactly its range; 1 where it has neither. */
-static int int_range_body(conv *c, json_t *s, gt_buf *body) {
-    int64_t lo = 0, hi = 0;
-    const int has_lo = int_bound(c, s, false, &lo), has_hi = int_bound(c, s, true, &hi);
-    if (has_lo < 0 || has_hi < 0) return -1;
-    if (has_lo && has_hi) return 1;
-    char *e = bs_grammar_int_range(!has_lo, lo, !has_hi, hi);
+/* A number or an integer with minimum/maximum: the numbers or integers in its range
+ * (grammar_range.c); 1 where it has neither bound. */
+static int range_body(conv *c, json_t *s, bool integer, gt_buf *body) {
+    double lo = 0, hi = 0;
+    bool lo_in = true, hi_in = true;
+    const int no_lo = num_bound(c, s, false, &lo, &lo_in), no_hi = num_bound(c, s, true, &hi, &hi_in);
+    if (no_lo < 0 || no_hi < 0) return -1;
+    if (no_lo && no_hi) return 1;
+    char *e;
+    if (integer) {   /* the integers inside: whole and inclusive */
+        const double a = lo_in ? ceil(lo) : floor(lo) + 1, z = hi_in ? floor(hi) : ceil(hi) - 1;
+        const double cap = 1e17;   /* past the 16 digits either way */
+        e = bs_grammar_int_range(!no_lo, (int64_t)fmax(fmin(a, cap), -cap), !no_hi, (int64_t)fmax(fmin(z, cap), -cap));
+    } else {
+        e = bs_grammar_num_range(!no_lo, lo, lo_in, !no_hi, hi, hi_in);
+    }
     if (!e) {
         c->failed = true;
         return -1;
@@ -259,8 +263,8 @@ static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
         const int rc = pattern_body(c, s, body);
         if (rc <= 0) return rc;
     }
-    if (!strcmp(type, "integer")) {
-        const int rc = int_range_body(c, s, body);
+    if (!strcmp(type, "integer") || !strcmp(type, "number")) {
+        const int rc = range_body(c, s, type[0] == 'i', body);
         if (rc <= 0) return rc;
     }
     json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");
