@@ -2,7 +2,8 @@
  * the input is a schema; it converts or is refused with one "json schema..." line, the GBNF it
  * makes compiles or is refused with one "grammar..." line (a limit), and a few matching steps
  * run on it (fuzz_vocab.h). The same schema as the parameters of a tool goes through
- * bs_grammar_for_tools. */
+ * bs_grammar_for_tools, and the input itself as a string pattern (a regular expression)
+ * through bs_grammar_from_pattern. */
 #include "fuzz_vocab.h"
 
 #include <stdint.h>
@@ -23,6 +24,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gbnf) fuzz_match(gbnf, v, n_vocab);
     free(gbnf);
     free(tools);
+    gbnf = bs_grammar_from_pattern(text);   /* its expression, as the root of a grammar */
+    if (gbnf) {
+        char *root = malloc(strlen(gbnf) + 16);
+        sprintf(root, "root ::= %s\n", gbnf);
+        bs_grammar *g = bs_grammar_parse(root);   /* a converted pattern compiles, or passes a limit */
+        if (!g && !strstr(bs_last_error(), "limit")) abort();
+        bs_grammar_free(g);
+        fuzz_match(root, v, n_vocab);
+        free(root);
+    } else {
+        fuzz_check_error("json schema: pattern");
+    }
+    free(gbnf);
     free(text);
     return 0;
 }

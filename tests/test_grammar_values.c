@@ -166,6 +166,15 @@ static void test_formats(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches(len, "\"b\"", v), 0);
 }
 
+/* The compiled grammar of a schema (a failed check where it is refused). */
+static bs_grammar *schema_grammar(const char *schema) {
+    char *gbnf = bs_grammar_from_json_schema(schema);
+    bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
+    free(gbnf);
+    CHECKF(g != NULL, "%s: %s", schema, bitspark_last_error());
+    return g;
+}
+
 static bool in_range(long long v, bool has_lo, long long lo, bool has_hi, long long hi) {
     return (!has_lo || v >= lo) && (!has_hi || v <= hi);
 }
@@ -174,10 +183,7 @@ static bool in_range(long long v, bool has_lo, long long lo, bool has_hi, long l
  * every integer near the bounds and zero, the powers of ten around them, and random ones. */
 static void check_range(const char *schema, bool has_lo, long long lo, bool has_hi, long long hi, bs_rng *r,
                         const bs_grammar_vocab *v) {
-    char *gbnf = bs_grammar_from_json_schema(schema);
-    bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
-    free(gbnf);
-    CHECKF(g != NULL, "%s: %s", schema, bitspark_last_error());
+    bs_grammar *g = schema_grammar(schema);
     if (!g) return;
     long long probe[400];
     int n = 0;
@@ -244,10 +250,7 @@ static void test_ranges(const bs_grammar_vocab *v) {
  * exactly when inside (an exponent never: the grammar writes none). */
 static void check_num(const char *schema, bool has_lo, double lo, bool lo_in, bool has_hi, double hi, bool hi_in,
                       const bs_grammar_vocab *v) {
-    char *gbnf = bs_grammar_from_json_schema(schema);
-    bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
-    free(gbnf);
-    CHECKF(g != NULL, "%s: %s", schema, bitspark_last_error());
+    bs_grammar *g = schema_grammar(schema);
     if (!g) return;
     static const char *const frac[] = {"", ".0", ".5", ".001", ".999", ".000"};
     const long long centre[] = {(long long)lo, (long long)hi, 0};
@@ -372,9 +375,7 @@ static void test_mask_exact(void) {
     };
     float *l = malloc((size_t)n * sizeof *l);
     for (size_t i = 0; i < BS_ARRAY_LEN(schemas); i++) {
-        char *gbnf = bs_grammar_from_json_schema(schemas[i]);
-        bs_grammar *g = gbnf ? bs_grammar_parse(gbnf) : NULL;
-        free(gbnf);
+        bs_grammar *g = schema_grammar(schemas[i]);
         bs_grammar_state *s = g ? bs_grammar_state_new(g, v) : NULL;
         CHECKF(s != NULL, "%s: %s", schemas[i], bitspark_last_error());
         int bad = 0, masks = 0;

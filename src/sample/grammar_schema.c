@@ -195,15 +195,9 @@ static int array_body(conv *c, json_t *s, gt_buf *body) {
     return 0;
 }
 
-/* A string's pattern, else its format where that has a fixed shape, as its body; 1 where it has
- * neither. The pattern decides alone: with minLength/maxLength too, those are not applied (as
- * in llama.cpp: a grammar cannot in general write both at once). */
-static int pattern_body(conv *c, json_t *s, gt_buf *body) {
-    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    if (pat && !json_is_string(pat)) return fail(c, "json schema: %s must be a string", "pattern");
-    const char *rx = pat ? json_string_value(pat) : json_is_string(fmt) ? bs_grammar_format_pattern(json_string_value(fmt)) : NULL;
-    if (!rx) return 1;
-    char *e = bs_grammar_from_pattern(rx);
+/* A converter's expression (grammar_pattern.c, grammar_range.c) into body; NULL: its error
+ * stands. */
+static int put_expr(conv *c, gt_buf *body, char *e) {
     if (!e) {
         c->failed = true;
         return -1;
@@ -211,6 +205,16 @@ static int pattern_body(conv *c, json_t *s, gt_buf *body) {
     gt_put(body, e);
     free(e);
     return 0;
+}
+
+/* A string's pattern, else its format where that has a fixed shape, as its body; 1 where it has
+ * neither. The pattern decides alone: with minLength/maxLength too, those are not applied (as
+ * in llama.cpp: a grammar cannot in general write both at once). */
+static int pattern_body(conv *c, json_t *s, gt_buf *body) {
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat)) return fail(c, "json schema: %s must be a string", "pattern");
+    const char *rx = pat ? json_string_value(pat) : json_is_string(fmt) ? bs_grammar_format_pattern(json_string_value(fmt)) : NULL;
+    return rx ? put_expr(c, body, bs_grammar_from_pattern(rx)) : 1;
 }
 
 /* One bound of a number's range: minimum (exclusive where exclusiveMinimum is true, as in
@@ -239,21 +243,12 @@ static int range_body(conv *c, json_t *s, bool integer, gt_buf *body) {
     const int no_lo = num_bound(c, s, false, &lo, &lo_in), no_hi = num_bound(c, s, true, &hi, &hi_in);
     if (no_lo < 0 || no_hi < 0) return -1;
     if (no_lo && no_hi) return 1;
-    char *e;
-    if (integer) {   /* the integers inside: whole and inclusive */
-        const double a = lo_in ? ceil(lo) : floor(lo) + 1, z = hi_in ? floor(hi) : ceil(hi) - 1;
-        const double cap = 1e17;   /* past the 16 digits either way */
-        e = bs_grammar_int_range(!no_lo, (int64_t)fmax(fmin(a, cap), -cap), !no_hi, (int64_t)fmax(fmin(z, cap), -cap));
-    } else {
-        e = bs_grammar_num_range(!no_lo, lo, lo_in, !no_hi, hi, hi_in);
-    }
-    if (!e) {
-        c->failed = true;
-        return -1;
-    }
-    gt_put(body, e);
-    free(e);
-    return 0;
+    if (!integer) return put_expr(c, body, bs_grammar_num_range(!no_lo, lo, lo_in, !no_hi, hi, hi_in));
+    /* the integers inside: whole and inclusive */
+    const double a = lo_in ? ceil(lo) : floor(lo) + 1, z = hi_in ? floor(hi) : ceil(hi) - 1;
+    const double cap = 1e17;   /* past the 16 digits either way */
+    return put_expr(c, body, bs_grammar_int_range(!no_lo, (int64_t)fmax(fmin(a, cap), -cap), !no_hi,
+                                                  (int64_t)fmax(fmin(z, cap), -cap)));
 }
 
 static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
