@@ -119,6 +119,15 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches(d4, "[1, 2]", v), 0);
     CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"items\": false}", "[]", v), 1);
     CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"items\": false}", "[1]", v), 0);
+    /* required names that properties lacks: additionalProperties' schema (any value without it) */
+    CHECK_EQ_INT(schema_matches("{\"type\": \"object\", \"required\": [\"a\"]}", "{\"a\": [1]}", v), 1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"object\", \"required\": [\"a\"]}", "{}", v), 0);
+    static const char more[] = "{\"properties\": {\"x\": {\"type\": \"integer\"}}, \"required\": [\"x\", \"y\"], "
+                               "\"additionalProperties\": {\"type\": \"string\"}}";
+    CHECK_EQ_INT(schema_matches(more, "{\"x\": 1, \"y\": \"s\"}", v), 1);
+    CHECK_EQ_INT(schema_matches(more, "{\"x\": 1}", v), 0);
+    CHECK_EQ_INT(schema_matches(more, "{\"x\": 1, \"y\": 2}", v), 0);
+    CHECK_EQ_INT(schema_matches("{\"required\": [\"y\"], \"additionalProperties\": false}", "{\"y\": 1}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"allOf\": []}", "{}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"$ref\": \"#/$defs/none\"}", "{}", v), -1);
     /* what an error quotes from the request stays on one line (found by fuzz_schema) */

@@ -67,8 +67,7 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap);
 
 /* Rule body for an object schema: required properties in order, then the optional ones, each
  * optional, in order (T_j ::= ( "," ws kv_j )? T_{j+1}: linear in their number, all reachable). */
-static int object_body(conv *c, json_t *s, gt_buf *body) {
-    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+static int object_props(conv *c, json_t *props, json_t *req, gt_buf *body) {
     if (!json_is_object(props) || !json_object_size(props)) {
         gt_put(body, "object");
         return 0;
@@ -160,6 +159,28 @@ static int tuple_body(conv *c, json_t *prefix, json_t *rest, long lo, long hi, g
     }
     gt_put(body, "ws \"]\"");
     return 0;
+}
+
+/* An object: its properties, and the required names properties lacks after them, with the
+ * schema of additionalProperties (any value where it is absent; none where it is false, so
+ * such a schema allows no object). */
+static int object_body(conv *c, json_t *s, gt_buf *body) {
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *more = json_object_get(s, "additionalProperties"), *all = NULL, *r;
+    size_t k;
+    json_array_foreach(req, k, r) {
+        const char *name = json_string_value(r);
+        if (!name || json_object_get(props, name)) continue;
+        if (json_is_false(more)) {
+            json_decref(all);
+            return fail(c, "json schema: the required '%s' is not in properties, and additionalProperties is false", name);
+        }
+        if (!all) all = json_is_object(props) ? json_copy(props) : json_object();
+        json_object_set(all, name, more ? more : json_true());
+    }
+    const int rc = object_props(c, all ? all : props, req, body);
+    json_decref(all);
+    return rc;
 }
 
 static int array_body(conv *c, json_t *s, gt_buf *body) {
