@@ -56,9 +56,10 @@ char *bs_grammar_from_pattern(const char *pattern);
 /* The pattern for a string "format" of a fixed shape (date, time, date-time, uuid, ipv4); NULL
  * for the others (annotations). */
 const char *bs_grammar_format_pattern(const char *format);
-/* GBNF for the integers from lo to hi (either bound absent: unbounded; grammar_range.c), as the
- * schema's integer rule writes them. malloc'd; NULL + bs_error for an empty range. */
-char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi);
+/* GBNF for the integers from lo to hi (inclusive or not; either bound absent: unbounded;
+ * grammar_range.c), as the schema's integer rule writes them. malloc'd; NULL + bs_error for an
+ * empty range. */
+char *bs_grammar_int_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
 /* GBNF for the numbers from lo to hi (inclusive or not; either absent: unbounded), written
  * without an exponent; bounds that are not whole are rounded inward. NULL + bs_error if empty. */
 char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);

@@ -117,14 +117,23 @@ static int magnitudes(gt_buf *b, mbound lo, mbound hi) {
     return n;
 }
 
+/* A bound made whole (one that is not: rounded inward, inclusive) within the 16 digits: past
+ * them on its own side (a minimum of -10^16 or less) it bounds nothing and is dropped; past them
+ * on the far side it leaves nothing (an error naming what: "integer" or "number"). (10^16, not
+ * MAX_INT, which a double does not hold: 9999999999999999 parses as 10^16.) */
+static int whole_bound(bool *has, double *v, bool *incl, bool upper, const char *what) {
+    const double past = 1e16;
+    if (!*has) return 0;
+    if (*v != floor(*v)) *v = upper ? floor(*v) : ceil(*v), *incl = true;
+    if (upper ? *v <= -past : *v >= past)
+        return bs_error("json schema: %s %s bound past the 16 digits %ss have here", what[0] == 'i' ? "an" : "a", what, what);
+    if (upper ? *v >= past : *v <= -past) *has = false;
+    return 0;
+}
+
 char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl) {
-    /* bounds that are not whole: inward, inclusive */
-    if (has_lo && lo != floor(lo)) lo = ceil(lo), lo_incl = true;
-    if (has_hi && hi != floor(hi)) hi = floor(hi), hi_incl = true;
-    if ((has_lo && lo > (double)MAX_INT) || (has_hi && hi < -(double)MAX_INT))
-        return bs_error("json schema: a number bound past the 16 digits numbers have here"), NULL;
-    has_lo = has_lo && lo >= -(double)MAX_INT;
-    has_hi = has_hi && hi <= (double)MAX_INT;
+    if (whole_bound(&has_lo, &lo, &lo_incl, false, "number") || whole_bound(&has_hi, &hi, &hi_incl, true, "number"))
+        return NULL;
     const int64_t L = has_lo ? (int64_t)lo : 0, H = has_hi ? (int64_t)hi : 0;
     gt_buf b = {0};
     gt_put(&b, "( ");
@@ -152,11 +161,13 @@ char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, do
     return b.p;
 }
 
-char *bs_grammar_int_range(bool has_lo, int64_t lo, bool has_hi, int64_t hi) {
-    if ((has_lo && lo > MAX_INT) || (has_hi && hi < -MAX_INT))
+char *bs_grammar_int_range(bool has_lo, double lo_b, bool lo_incl, bool has_hi, double hi_b, bool hi_incl) {
+    if (whole_bound(&has_lo, &lo_b, &lo_incl, false, "integer") || whole_bound(&has_hi, &hi_b, &hi_incl, true, "integer"))
+        return NULL;
+    /* the integers inside, inclusive bounds */
+    const int64_t lo = has_lo ? (int64_t)lo_b + !lo_incl : -MAX_INT, hi = has_hi ? (int64_t)hi_b - !hi_incl : MAX_INT;
+    if (lo > MAX_INT || hi < -MAX_INT)
         return bs_error("json schema: an integer bound past the 16 digits integers have here"), NULL;
-    lo = has_lo ? BS_MAX(lo, -MAX_INT) : -MAX_INT;
-    hi = has_hi ? BS_MIN(hi, MAX_INT) : MAX_INT;
     if (lo > hi) return bs_error("json schema: no integer between minimum and maximum"), NULL;
     gt_buf b = {0};
     gt_put(&b, "( ");

@@ -3,15 +3,17 @@
  * Each schema becomes a rule; objects list their properties in the schema's order, required
  * ones first and always present, optional ones each optional; numbers and whitespace have
  * bounded lengths so that a model cannot pad forever. A string's pattern, or its format where
- * that has a fixed shape (date, uuid, ...), becomes the grammar of its text (grammar_pattern.c).
- * Annotations (description, title, other formats) are ignored; keywords that would change the
- * structure and are not handled (allOf, not, patternProperties, if/then) are refused. */
+ * that has a fixed shape (date, uuid, ...), becomes the grammar of its text (grammar_pattern.c),
+ * and a number's or an integer's minimum/maximum the grammar of its range (grammar_range.c).
+ * Annotations (description, title, other formats) are ignored, and so are multipleOf,
+ * uniqueItems and minProperties/maxProperties, which it does not write; keywords that would
+ * change the structure and are not handled (allOf, not, patternProperties, if/then) are
+ * refused. */
 #include "sample/grammar.h"
 #include "sample/grammar_text.h"
 #include "io/util.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,12 +266,7 @@ static int range_body(conv *c, json_t *s, bool integer, gt_buf *body) {
     const int no_lo = num_bound(c, s, false, &lo, &lo_in), no_hi = num_bound(c, s, true, &hi, &hi_in);
     if (no_lo < 0 || no_hi < 0) return -1;
     if (no_lo && no_hi) return 1;
-    if (!integer) return put_expr(c, body, bs_grammar_num_range(!no_lo, lo, lo_in, !no_hi, hi, hi_in));
-    /* the integers inside: whole and inclusive */
-    const double a = lo_in ? ceil(lo) : floor(lo) + 1, z = hi_in ? floor(hi) : ceil(hi) - 1;
-    const double cap = 1e17;   /* past the 16 digits either way */
-    return put_expr(c, body, bs_grammar_int_range(!no_lo, (int64_t)fmax(fmin(a, cap), -cap), !no_hi,
-                                                  (int64_t)fmax(fmin(z, cap), -cap)));
+    return put_expr(c, body, (integer ? bs_grammar_int_range : bs_grammar_num_range)(!no_lo, lo, lo_in, !no_hi, hi, hi_in));
 }
 
 static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
