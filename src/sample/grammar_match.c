@@ -701,7 +701,7 @@ int bs_grammar_valid_prefix(bs_grammar_state *S, const int32_t *ids, int n) {
 static const gset *summary(bs_grammar_state *S, uint32_t k) {
     if (S->set[k].sum_done) return &S->set[k];
     uint64_t loop[2] = {0, 0}, dead[2] = {0, 0}, run[2] = {0, 0};
-    uint32_t to_of[128] = {0};
+    uint32_t to_of[128] = {0};   /* (to_of[127] stays 0 unless bit 127 stands for all) */
     for (uint32_t c = 0; c < 127 && !S->failed; c++) {
         const uint32_t to = to_of[c] = step_set(S, k, c);
         if (to == k) loop[c >> 6] |= 1ull << (c & 63);
@@ -726,13 +726,13 @@ static const gset *summary(bs_grammar_state *S, uint32_t k) {
     if (S->failed) return NULL;
     uint32_t next = 0;   /* the most common successor (not k: that is loop[]) */
     for (int c = 0, best = 0; c < 128; c++) {
-        if (!to_of[c] || to_of[c] == k || (c == 127 && !alike)) continue;
+        if (!to_of[c] || to_of[c] == k) continue;
         int n = 0;
-        for (int d = c; d < 128; d++) n += to_of[d] == to_of[c] && (d < 127 || alike);
+        for (int d = c; d < 128; d++) n += to_of[d] == to_of[c];
         if (n > best) best = n, next = to_of[c];
     }
     for (int c = 0; c < 128 && next; c++)
-        if (to_of[c] == next && (c < 127 || alike)) run[c >> 6] |= 1ull << (c & 63);
+        if (to_of[c] == next) run[c >> 6] |= 1ull << (c & 63);
     gset *st = &S->set[k];   /* step_set may have moved the table */
     memcpy(st->loop, loop, sizeof loop);
     memcpy(st->dead, dead, sizeof dead);
