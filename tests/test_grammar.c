@@ -13,6 +13,7 @@
  *     hook) instead of stalling; no alternative dropped past 4096 stacks or 64 optional
  *     properties; $ref chains and long enums exact; meaningless schemas and grammars refused. */
 #include "gen_helper.h"
+#include "grammar_test.h"
 #include "sample/grammar.h"
 #include "test.h"
 #include "io/util.h"
@@ -23,17 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* 1 if text matches grammar completely, 0 if not, -1 if it does not compile. */
-static int matches(const char *gbnf, const char *text, const bs_grammar_vocab *v) {
-    bs_grammar *g = bs_grammar_parse(gbnf);
-    if (!g) return -1;
-    bs_grammar_state *s = bs_grammar_state_new(g, v);
-    const int r = bs_grammar_accept_text(s, text) == 0 && bs_grammar_complete(s);
-    bs_grammar_state_free(s);
-    bs_grammar_free(g);
-    return r;
-}
 
 static void test_parser(const bs_grammar_vocab *v) {
     static const struct { const char *g, *text; int want; } cases[] = {
@@ -64,14 +54,6 @@ static void test_parser(const bs_grammar_vocab *v) {
         CHECKF(!g && strstr(bitspark_last_error(), "grammar"), "bad grammar %zu accepted: %s", i, bad[i]);
         bs_grammar_free(g);
     }
-}
-
-static int schema_matches(const char *schema, const char *doc, const bs_grammar_vocab *v) {
-    char *gbnf = bs_grammar_from_json_schema(schema);
-    if (!gbnf) return -1;
-    const int r = matches(gbnf, doc, v);
-    free(gbnf);
-    return r;
 }
 
 static void test_schema(const bs_grammar_vocab *v) {

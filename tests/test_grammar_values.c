@@ -1,5 +1,5 @@
 /* test_grammar_values.c: the values a JSON schema narrows, as grammars: string patterns and
- * formats (grammar_pattern.c) and integer ranges (grammar_range.c).
+ * formats (grammar_pattern.c) and integer and number ranges (grammar_range.c).
  *   - strings that match and strings that do not, for anchors (and their absence: a match
  *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
  *     characters JSON escapes (", \, controls) written as JSON writes them;
@@ -17,8 +17,9 @@
  *     bounds with fractions, both signs), their bounds rounded inward where not whole;
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
- *     or -1 (refused): test_grammar_pattern.py compares that with Python's re. */
-#include "sample/grammar.h"
+ *     or -1 (refused, or not compiling): test_grammar_pattern.py compares that with Python's
+ *     re. */
+#include "grammar_test.h"
 #include "test.h"
 #include "io/util.h"
 
@@ -32,20 +33,6 @@ static bs_grammar_vocab *vocab(void) {
     static const size_t len[] = {1, 1, 1};
     static const bool eog[] = {false, false, false};
     return bs_grammar_vocab_from_pieces(piece, len, eog, 3);
-}
-
-/* 1 if the JSON text doc matches schema completely, 0 if not, -1 if the schema is refused. */
-static int schema_matches(const char *schema, const char *doc, const bs_grammar_vocab *v) {
-    char *gbnf = bs_grammar_from_json_schema(schema);
-    if (!gbnf) return -1;
-    bs_grammar *g = bs_grammar_parse(gbnf);
-    free(gbnf);
-    if (!g) return -2;
-    bs_grammar_state *s = bs_grammar_state_new(g, v);
-    const int r = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
-    bs_grammar_state_free(s);
-    bs_grammar_free(g);
-    return r;
 }
 
 /* The same for {"type": "string", "pattern": pattern} and the JSON text of str. */
@@ -196,18 +183,14 @@ static void check_range(const char *schema, bool has_lo, long long lo, bool has_
     for (int i = 0; i < n; i++) {
         char doc[32];
         snprintf(doc, sizeof doc, "%lld", probe[i]);
-        bs_grammar_state *s = bs_grammar_state_new(g, v);
-        const bool got = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
-        bs_grammar_state_free(s);
+        const bool got = text_matches(g, v, doc);
         if (got != in_range(probe[i], has_lo, lo, has_hi, hi) && bad++ < 3)
             CHECKF(false, "%s: %s %s", schema, doc, got ? "accepted" : "refused");
     }
     CHECKF(bad == 0, "%s: %d integers wrong", schema, bad);
     static const char *const never[] = {"-0", "007", "+5", "1.0", "1e2", " 1", ""};
     for (size_t i = 0; i < BS_ARRAY_LEN(never); i++) {
-        bs_grammar_state *s = bs_grammar_state_new(g, v);
-        CHECKF(!(bs_grammar_accept_text(s, never[i]) == 0 && bs_grammar_complete(s)), "%s: '%s' accepted", schema, never[i]);
-        bs_grammar_state_free(s);
+        CHECKF(!text_matches(g, v, never[i]), "%s: '%s' accepted", schema, never[i]);
     }
     bs_grammar_free(g);
 }
@@ -265,16 +248,12 @@ static void check_num(const char *schema, bool has_lo, double lo, bool lo_in, bo
                     snprintf(doc, sizeof doc, "%s%lld%s", (i < 0) != neg ? "-" : "", m, frac[f]);
                     const double x = strtod(doc, NULL);
                     const bool in = (!has_lo || (lo_in ? x >= lo : x > lo)) && (!has_hi || (hi_in ? x <= hi : x < hi));
-                    bs_grammar_state *s = bs_grammar_state_new(g, v);
-                    const bool got = bs_grammar_accept_text(s, doc) == 0 && bs_grammar_complete(s);
-                    bs_grammar_state_free(s);
+                    const bool got = text_matches(g, v, doc);
                     n_in += in;
                     if (got != in && bad++ < 3) CHECKF(false, "%s: %s %s", schema, doc, got ? "accepted" : "refused");
                 }
     CHECKF(bad == 0 && n_in > 0, "%s: %d numbers wrong (%d inside)", schema, bad, n_in);
-    bs_grammar_state *s = bs_grammar_state_new(g, v);
-    CHECKF(!(bs_grammar_accept_text(s, "1e0") == 0 && bs_grammar_complete(s)), "%s: an exponent accepted", schema);
-    bs_grammar_state_free(s);
+    CHECKF(!text_matches(g, v, "1e0"), "%s: an exponent accepted", schema);
     bs_grammar_free(g);
 }
 
