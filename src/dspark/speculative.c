@@ -270,8 +270,9 @@ static int chain_lists(bs_spec *sp, const bs_sampler *smp, int32_t anchor, int k
 static int draft_sample(bs_spec *sp, bs_sampler *smp, int32_t anchor, int k, float T) {
     const int V = sp->V, tk = bs_sampler_top_k_only(smp, BS_TOP_MAX);
     (void)T;   /* the chain's own temperature */
-    double u[BS_DSPARK_MAX_BLOCK];
-    int chained = tk && bs_sampler_lookahead(smp, k, u) == k ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
+    double u[BS_DSPARK_MAX_BLOCK];   /* (k uniforms always fit the queue: the assertion above) */
+    if (tk) bs_sampler_lookahead(smp, k, u);
+    int chained = tk ? chain_lists(sp, smp, anchor, k, tk, u) : 0;
     int32_t prev = anchor;
     for (int i = 0; i < k; i++) {
         float *q = sp->q + (size_t)i * V;
@@ -428,9 +429,9 @@ int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_
         const int tk = sp->rd.sampling && k > 0 && !sp->hook ? bs_sampler_top_k_only(smp, BS_TOP_MAX) : 0;
         const bs_draw p = bs_sampler_draw_steps(smp, tk);
         double u[BS_DSPARK_MAX_BLOCK];
-        const bool chain = tk && bs_sampler_lookahead(smp, k, u) == k;
+        if (tk) bs_sampler_lookahead(smp, k, u);
         bs_dspark_ctx_greedy_ahead(sp->dc, !sp->rd.sampling);
-        bs_dspark_ctx_sampled_ahead(sp->dc, chain ? &p : NULL, u, chain ? k : 0);
+        bs_dspark_ctx_sampled_ahead(sp->dc, tk ? &p : NULL, u, tk ? k : 0);
     }
     sp->rd.s = s;
     sp->rd.k = k;

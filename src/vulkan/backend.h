@@ -199,7 +199,7 @@ typedef struct bs_vk_out {
     int32_t *top_ids;
     float *top_vals;
     int *n_top;
-    const bs_draw *draw;          /* with top_k, one row, undo off: sampled decoding ahead */
+    const bs_draw *draw;             /* with top_k, one row, undo off: sampled decoding ahead */
     const float *u;                  /* (bs_vk_sess_sample_ahead's draw and uniforms) */
 } bs_vk_out;
 int bs_vk_sess_eval_out(bs_vk_sess *s, const int32_t *tokens, int n, int pos0, const float *rope, const bs_vk_out *o,

@@ -84,7 +84,7 @@ struct bs_vk_sess {
     int normed;                   /* this layer's output product added itself into x and normed it */
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
-    const bs_draw *draw;       /* this step (with topk and feed): the host's draw from that list
+    const bs_draw *draw;          /* this step (with topk and feed): the host's draw from that list
                                      predicted with the uniform in unif (draft_draw.comp), fed */
     bs_vk_top_bufs top;           /* topk.comp's levels and lists (made on first use) */
     bs_vk_amax_bufs amax;         /* argmax.comp's chunks' bests and row counters */
