@@ -11,6 +11,7 @@ passed=0; failed=0; skipped=0
 build_suite() { # name build-dir "targets|all" cmake-args...: 0 when built
   local name=$1 dir=$2 targets=$3; shift 3
   echo "== $name =="
+  sect_name=$name; sect_t0=$SECONDS
   local build_args=()
   [ "$targets" = all ] || for t in $targets; do build_args+=(--target "$t"); done
   if ! cmake -S . -B "$dir" "$@" >/dev/null || ! cmake --build "$dir" -j "$jobs" "${build_args[@]}" >/dev/null; then
@@ -33,6 +34,7 @@ test_suite() { # build-dir: its ctest (CTEST_SEL), counted
   # a failure ctest reports in its exit status but no line above shows still counts
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   passed=$((passed+p)); failed=$((failed+f))
+  echo "$sect_name: $((SECONDS-sect_t0)) s, build and tests"
 }
 # Release: every test but the Vulkan ones. Those run once, in the ASan/UBSan suite below: on
 # lavapipe their cost is the software device's, the same in both builds, and the sanitizers
@@ -68,8 +70,9 @@ fi
 # (-cpu max) and as one without DotProd (cortex-a53: plain NEON). The kernel and step-op tests
 # run every level the CPU has; the fixture logits (the x86 bounds) and the lossless-speculation
 # check (BS_TEST_QUICK=2: the tiny pair, Q1_0 and ternary) run at the CPU's top level, and on
-# -cpu max the batch and speculation checks again at the dotprod level (whose kernels
-# test_kernels has checked bit for bit against the scalar ones).
+# -cpu max the batch check again at the dotprod level (whose kernels test_kernels has checked
+# bit for bit against the scalar ones; the batch check's row invariance at that level is what
+# lossless speculation rests on, and the speculation code above the kernels is the same C).
 # Tiny models only: emulation costs ~10-30x. The server and page tests stay x86-only.
 arm64_test() { # name qemu-cpu expected-top-level BITSPARK_CPU-or-empty BS_TEST_QUICK tests...
   local name=$1 cpu=$2 top=$3 lv=$4 quick=$5; shift 5
@@ -102,15 +105,12 @@ if [ -z "${BS_NO_ARM64:-}" ]; then
                test_dspark_spec test_fixture_logits.py)
     # the two emulated CPUs side by side (each emulator runs mostly one thread); counts from the logs
     mkdir -p build-aarch64/testtmp
-    # (the dotprod level's speculation check goes with the a53 side: the two sides then take
-    # about as long)
-    ( arm64_test max max i8mm "" 2 "${arm_tests[@]}"
-      arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval
-    ) >build-aarch64/testtmp/max.out 2>&1 &
+    # (the dotprod level's batch check goes with the a53 side: the two sides then take about as long)
+    arm64_test max max i8mm "" 2 "${arm_tests[@]}" >build-aarch64/testtmp/max.out 2>&1 &
     # (test_rollback, minutes under emulation, is left to the native runs: its invariants are
     # the session's, and the kernels under it are bit-checked against the scalar reference above)
     ( arm64_test a53 cortex-a53 neon "" 2 "${arm_tests[@]}"
-      arm64_test max-dotprod max i8mm dotprod 2 test_dspark_spec
+      arm64_test max-dotprod max i8mm dotprod 2 test_batch_eval
     ) >build-aarch64/testtmp/a53.out 2>&1
     wait
     for f in build-aarch64/testtmp/max.out build-aarch64/testtmp/a53.out; do
@@ -125,7 +125,9 @@ fi
 # (tests/check_gpu_bundle.sh; 77: no lavapipe or glslc).
 if [ -z "${BS_NO_BUNDLE:-}" ]; then
   echo "== gpu bundle =="
+  bundle_t0=$SECONDS
   BUNDLE_BUILD=build tests/check_gpu_bundle.sh; rc=$?
+  echo "gpu bundle: $((SECONDS-bundle_t0)) s"
   if [ $rc -eq 0 ]; then passed=$((passed+1)); elif [ $rc -ne 77 ]; then failed=$((failed+1)); fi
 fi
 # ASan + UBSan (clang, optimized so the suite stays short): every test again, against an
@@ -134,8 +136,9 @@ CTEST_SEL=()
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   run_suite asan-ubsan build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBS_SANITIZE=ON -DCMAKE_C_COMPILER=clang
 if [ -z "${BS_NO_FUZZ:-}" ]; then
-  # 15 s a target here (tools/fuzz.sh runs them for 10 minutes by hand)
-  export FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+  # 10 s a target here: the corpus replayed and a short search (tools/fuzz.sh runs them for
+  # 10 minutes by hand)
+  export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
   CTEST_SEL=(-L fuzz)
   run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi
