@@ -5,8 +5,10 @@
  * a session with undo off (its one-token steps take no snapshot),
  * over several rounds with rollbacks in between. The sequences have different lengths and
  * positions: a prompt longer than a device submission's rows (two pieces in two passes),
- * verification-sized steps, one-token steps, and more sequences than one pass takes
- * (BS_VK_BATCH_SEQS), so the passes split; then decode steps of alternating sets of sessions
+ * verification-sized steps, one-token steps; 10 sequences: more than one pass takes where
+ * BITSPARK_VK_BATCH_SEQS caps it (test_vulkan_batch: 4, so the passes split), else all in one
+ * pass (test_vulkan_batch_together: more than the 8 sequences a recurrence dispatch takes and
+ * the 4 an attention dispatch takes); then decode steps of alternating sets of sessions
  * with the same shape (a recorded pass resubmitted). Exit 77 (skipped) without a Vulkan device. */
 #include "test.h"
 #include "bitspark.h"
@@ -19,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NS = BS_VK_BATCH_SEQS + 2, MAXN = 80, ROUNDS = 4 };
+enum { NS = 10, MAXN = 80, ROUNDS = 4 };
 
 static int V, E;
 static int32_t toks[NS][ROUNDS][MAXN];

@@ -191,6 +191,7 @@ summary() {
       echo "| pp$PP $m | ${S[$m.pp]:-?} |"
       echo "| tg$TG $m | ${S[$m.tg]:-?} |"
       echo "| tg$TG x8 sessions $m | ${S[$m.par]:-?} |"
+      echo "| tg$TG x32 sessions $m | ${S[$m.par32]:-?} |"
       echo "| tg$TG sampled $m | ${S[$m.smp]:-?} |"
       echo "| roofline fraction $m | ${S[$m.roof]:-?} |"
       echo "| verify(5)/verify(1) $m | ${S[$m.v5]:-?} |"
@@ -326,8 +327,8 @@ for m in "${MODELS[@]}"; do
   # bench: load, pp512, tg128, verify widths, the copy-kernel roofline
   if can_run "bench $m" 20; then
     { echo "## $m ($f)"; } >>"$OUT/bench.txt"
-    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 --parallel 8 \
-      --sampled >>"$OUT/bench.txt" 2>&1
+    timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,2,3,4,5,8 \
+      --parallel 8,32 --sampled >>"$OUT/bench.txt" 2>&1
     rc=$?; echo >>"$OUT/bench.txt"
     sec=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt")
     S[$m.load]=$(echo "$sec" | grep -m1 -o 'load: [0-9.]* s' | sed 's/load: //')
@@ -336,6 +337,9 @@ for m in "${MODELS[@]}"; do
     par=$(echo "$sec" | tfield "tg${TG}x8")
     pb=$(echo "$sec" | grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches, [0-9.]* barriers' | sed 's/.*tokens) //')
     S[$m.par]="${par:-?} t/s of all 8 (bench --parallel 8; ${pb:-?} per pass)"
+    par=$(echo "$sec" | tfield "tg${TG}x32")
+    pb=$(echo "$sec" | grep -m1 -o 'device tg x32: per pass (32 tokens) [0-9.]* dispatches, [0-9.]* barriers, [0-9.]* submissions' | sed 's/.*tokens) //')
+    S[$m.par32]="${par:-?} t/s of all 32 (${pb:-?} per pass)"
     smp=$(echo "$sec" | tfield "tg$TG sampled")
     sb=$(echo "$sec" | grep -m1 -o 'device tg sampled: per token .* [0-9.]* bytes read back' | grep -o '[0-9.]* bytes read back')
     S[$m.smp]="${smp:-?} t/s (temperature 0.8, top-k 40; ${sb:-?} per token)"

@@ -249,7 +249,7 @@ int bs_vk_sess_state(bs_vk_sess *s, float *conv, float *ssm, size_t conv_stride,
 /* Every weight product runs once over the rows of all sequences together (one pass over the
  * weights), the per-sequence kernels (conv and delta rule, KV store and attention) per session
  * on its own state, so a sequence's logits and taps are those of bs_vk_sess_eval, bit for bit. */
-enum { BS_VK_BATCH_SEQS = 8, BS_VK_BATCH_ROWS = 256 };
+enum { BS_VK_BATCH_SEQS = 32, BS_VK_BATCH_ROWS = 256 };
 typedef struct bs_vk_batch bs_vk_batch;
 /* Shared scratch for up to min(max_rows, BS_VK_BATCH_ROWS) rows, max_logit_rows of them (at
  * most that) with logits. NULL with bs_error. */

@@ -163,15 +163,44 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     return 0;
 }
 
-/* A pool for one recording: MAX_SETS sets of up to BS_VK_PIPE_NEED_BIND descriptors on average
- * (the widest kernel, attn_split_b, takes the place of 4 sets of 16, so no recording needs more;
- * a pool sized by it would hold half as much again in every cached step). */
-int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool) {
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = MAX_SETS * BS_VK_PIPE_NEED_BIND};
-    VkDescriptorPoolCreateInfo dp = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = MAX_SETS,
+/* --- descriptor pools ------------------------------------------------------------------------ */
+/* One pool of the chain: POOL_SETS sets with room for the widest kernel's bindings in each, so
+ * sets, never descriptors, are what runs out (a recording's sets count its dispatches). */
+static int pool_new(bs_vk_ctx *c, VkDescriptorPool *pool) {
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                               .descriptorCount = BS_VK_POOL_SETS * BS_VK_PIPE_MAX_BIND};
+    VkDescriptorPoolCreateInfo dp = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = BS_VK_POOL_SETS,
                                      .poolSizeCount = 1, .pPoolSizes = &ps};
     if (c->fn->vkCreateDescriptorPool(c->dev, &dp, NULL, pool) != VK_SUCCESS) return bs_error("Vulkan: descriptor pool");
     return 0;
+}
+
+/* The pool the next set comes from: the current one while it has room, else the next of the
+ * chain (made now if it is not yet). */
+static int pools_take(bs_vk_ctx *c, bs_vk_pools *ps, VkDescriptorPool *out) {
+    if (ps->n == 0 || ps->sets == BS_VK_POOL_SETS) {
+        const int next = ps->n == 0 ? 0 : ps->cur + 1;
+        if (next == BS_VK_MAX_POOLS) return bs_error("Vulkan: too many dispatches in one submission (%d)", BS_VK_MAX_SETS);
+        if (next == ps->n) {
+            TRY(pool_new(c, &ps->p[next]));
+            ps->n++;
+        }
+        ps->cur = next;
+        ps->sets = 0;
+    }
+    ps->sets++;
+    *out = ps->p[ps->cur];
+    return 0;
+}
+
+void bs_vk_pools_reset(bs_vk_ctx *c, bs_vk_pools *ps) {
+    for (int i = 0; i < ps->n && i <= ps->cur; i++) c->fn->vkResetDescriptorPool(c->dev, ps->p[i], 0);
+    ps->cur = ps->sets = 0;
+}
+
+void bs_vk_pools_free(bs_vk_ctx *c, bs_vk_pools *ps) {
+    for (int i = 0; i < ps->n; i++) c->fn->vkDestroyDescriptorPool(c->dev, ps->p[i], NULL);
+    *ps = (bs_vk_pools){0};
 }
 
 /* Whether fma() rounds once on this device: a * b + c for triples whose product's low bits
@@ -222,11 +251,10 @@ int bs_vk_pipes_init(bs_vk_ctx *c) {
     if (fn->vkAllocateCommandBuffers(c->dev, &ai, &c->cmd) != VK_SUCCESS) return bs_error("Vulkan: command buffer");
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (fn->vkCreateFence(c->dev, &fi, NULL, &c->fence) != VK_SUCCESS) return bs_error("Vulkan: fence");
-    if (bs_vk_pool_new(c, &c->dpool)) return -1;
     c->nil_stride = BS_MAX(16, c->info.offset_align);
     if (bs_vk_buf_new(c, &c->nil, c->nil_stride * NIL_SLOTS, false)) return -1;
     c->main_cmd = c->cmd;
-    c->main_dpool = c->dpool;
+    c->dpools = &c->main_pools;
     c->counting = bs_env_flag("BITSPARK_PROFILE");
     c->profiling = c->counting && c->info.timestamps;
     c->staged = bs_env_flag("BITSPARK_VK_STAGED");
@@ -271,8 +299,7 @@ void bs_vk_pipes_free(bs_vk_ctx *c) {
         if (p->mod) fn->vkDestroyShaderModule(c->dev, p->mod, NULL);
     }
     if (c->qpool) fn->vkDestroyQueryPool(c->dev, c->qpool, NULL);
-    if (c->main_dpool) fn->vkDestroyDescriptorPool(c->dev, c->main_dpool, NULL);
-    else if (c->dpool) fn->vkDestroyDescriptorPool(c->dev, c->dpool, NULL);
+    bs_vk_pools_free(c, &c->main_pools);
     if (c->fence) fn->vkDestroyFence(c->dev, c->fence, NULL);
     if (c->cpool) fn->vkDestroyCommandPool(c->dev, c->cpool, NULL);
 }
@@ -304,16 +331,15 @@ int bs_vk_begin(bs_vk_ctx *c) {
     return 0;
 }
 
-int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool) {
+int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, bs_vk_pools *pools) {
     if (c->recording) return bs_error("Vulkan: command buffer already recording");
     c->cmd = cmd;
-    c->dpool = pool;
-    c->dsets_used = 0;
+    c->dpools = pools;
     c->caching = true;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     if (c->fn->vkBeginCommandBuffer(c->cmd, &bi) != VK_SUCCESS) {
         c->cmd = c->main_cmd;
-        c->dpool = c->main_dpool;
+        c->dpools = &c->main_pools;
         c->caching = false;
         return bs_error("Vulkan: vkBeginCommandBuffer failed");
     }
@@ -337,8 +363,7 @@ int bs_vk_record_end(bs_vk_ctx *c) {
     c->recording = false;
     c->caching = false;
     c->cmd = c->main_cmd;
-    c->dpool = c->main_dpool;
-    c->dsets_used = 0;
+    c->dpools = &c->main_pools;
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: vkEndCommandBuffer failed");
 }
 
@@ -417,15 +442,15 @@ void bs_vk_profile_print(bs_vk_ctx *c) {
  * recorded between them. */
 static void profile_collect(bs_vk_ctx *c) {
     if (!c->profiling || c->n_queries < 2) return;
-    uint64_t ts[MAX_SETS + 1];
-    if (c->fn->vkGetQueryPoolResults(c->dev, c->qpool, 0, (uint32_t)c->n_queries, sizeof ts, ts, sizeof ts[0],
-                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
-        return;
-    for (int i = 1; i < c->n_queries; i++) {
-        const int k = c->q_kernel[i];
-        c->prof_ms[k] += (double)(ts[i] - ts[i - 1]) * c->info.timestamp_ns * 1e-6;
-        c->prof_n[k]++;
-    }
+    uint64_t *ts = bs_xmalloc(sizeof *ts * (size_t)c->n_queries);
+    if (c->fn->vkGetQueryPoolResults(c->dev, c->qpool, 0, (uint32_t)c->n_queries, sizeof *ts * (size_t)c->n_queries, ts,
+                                     sizeof *ts, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS)
+        for (int i = 1; i < c->n_queries; i++) {
+            const int k = c->q_kernel[i];
+            c->prof_ms[k] += (double)(ts[i] - ts[i - 1]) * c->info.timestamp_ns * 1e-6;
+            c->prof_n[k]++;
+        }
+    free(ts);
     c->n_queries = 0;
 }
 
@@ -433,12 +458,11 @@ static void profile_collect(bs_vk_ctx *c) {
 static int bind_kernel(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push) {
     const bs_vk_pipe *p = pipe_get(c, k);
     if (!p) return -1;
-    if (c->dsets_used >= MAX_SETS) return bs_error("Vulkan: too many dispatches in one submission");
-    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = c->dpool,
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                       .descriptorSetCount = 1, .pSetLayouts = &p->dsl};
+    TRY(pools_take(c, c->dpools, &ai.descriptorPool));
     VkDescriptorSet set;
     if (c->fn->vkAllocateDescriptorSets(c->dev, &ai, &set) != VK_SUCCESS) return bs_error("Vulkan: descriptor sets exhausted");
-    c->dsets_used++;
     VkDescriptorBufferInfo bi[BS_VK_PIPE_MAX_BIND];
     VkWriteDescriptorSet w[BS_VK_PIPE_MAX_BIND];
     for (int i = 0; i < p->n_bind; i++) {
@@ -519,8 +543,7 @@ static int submit_main(bs_vk_ctx *c) {
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
     if (!rc && c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) rc = bs_error("Vulkan: vkQueueSubmit failed");
     if (rc) {
-        c->fn->vkResetDescriptorPool(c->dev, c->dpool, 0);
-        c->dsets_used = 0;
+        bs_vk_pools_reset(c, &c->main_pools);
         return -1;
     }
     c->in_flight = true;

@@ -75,6 +75,16 @@ typedef struct bs_vk_buf {
  * a time (bs_vk_attn_batch). */
 enum { BS_VK_PIPE_MAX_BIND = 31, BS_VK_PIPE_NEED_BIND = 21 };
 
+/* A recording's descriptor sets: a chain of pools of BS_VK_POOL_SETS sets (each room for the
+ * widest kernel's), made as the recording needs them, so a recorded step holds what it uses
+ * and a pass of many sequences may take up to BS_VK_MAX_SETS dispatches. */
+enum { BS_VK_POOL_SETS = 1024, BS_VK_MAX_POOLS = 8, BS_VK_MAX_SETS = BS_VK_POOL_SETS * BS_VK_MAX_POOLS };
+typedef struct bs_vk_pools {
+    VkDescriptorPool p[BS_VK_MAX_POOLS];
+    int n;                        /* pools made */
+    int cur, sets;                /* the pool sets come from now, and the sets taken from it */
+} bs_vk_pools;
+
 /* A compute pipeline of one shader: n_bind storage buffers, push constants of push_bytes. */
 typedef struct bs_vk_pipe {
     VkShaderModule mod;
@@ -150,12 +160,11 @@ struct bs_vk_ctx {
     int last_heap;                               /* where the last device buffer went (-1 none) */
     VkCommandPool cpool;
     VkCommandBuffer cmd;              /* what bs_vk_dispatch records into: main_cmd, or a */
-    VkDescriptorPool dpool;           /* cached step's buffer and pool (bs_vk_record_into) */
+    bs_vk_pools *dpools;              /* cached step's buffer and pools (bs_vk_record_into) */
     VkCommandBuffer main_cmd;
-    VkDescriptorPool main_dpool;
+    bs_vk_pools main_pools;
     VkFence fence;
     bool in_flight;                   /* main_cmd submitted and not waited for (bs_vk_submit_nowait) */
-    int dsets_used;
     /* bindings a dispatch does not use (NULL in its list) get slots of nil in turn, so two
        dispatches between barriers never share one: the synchronization validation layer, which
        cannot know a binding is unused, then sees no hazard where there is none */
@@ -175,7 +184,7 @@ struct bs_vk_ctx {
     bool profiling;
     VkQueryPool qpool;
     int n_queries;
-    int q_kernel[4097];
+    int q_kernel[BS_VK_MAX_SETS + 1];
     double prof_ms[BS_VK_K_COUNT];
     uint64_t prof_n[BS_VK_K_COUNT];
     /* what was submitted (bs_vk_stats; printed with BITSPARK_PROFILE=1): rec_* count the
@@ -332,8 +341,7 @@ void bs_vk_staging_free(bs_vk_ctx *c);
 #define TRY(x) do { if (x) return -1; } while (0)
 
 /* vk_exec.c: one command buffer recorded, submitted and waited for; at most BS_VK_MAX_SETS
- * dispatches in it (descriptor sets of its pool). */
-enum { BS_VK_MAX_SETS = 4096 };
+ * dispatches in it (descriptor sets of its pools). */
 int bs_vk_begin(bs_vk_ctx *c);
 /* Record one dispatch of kernel k over groups (gx, gy, gz) with the buffers and push values. */
 int bs_vk_dispatch(bs_vk_ctx *c, int k, const bs_vk_buf *const *bufs, const void *push, uint32_t gx,
@@ -391,8 +399,9 @@ int bs_vk_submit(bs_vk_ctx *c);
 int bs_vk_submit_nowait(bs_vk_ctx *c);
 int bs_vk_settle(bs_vk_ctx *c);
 /* A step recorded once and submitted many times: record into cmd with descriptor sets from
- * pool (both owned by the caller), end it; submit it and wait. */
-int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, VkDescriptorPool pool);
+ * pools (both owned by the caller; pools zeroed, or emptied by bs_vk_pools_free), end it;
+ * submit it and wait. */
+int bs_vk_record_into(bs_vk_ctx *c, VkCommandBuffer cmd, bs_vk_pools *pools);
 int bs_vk_record_end(bs_vk_ctx *c);
 int bs_vk_submit_cmd(bs_vk_ctx *c, VkCommandBuffer cmd);
 /* The same without waiting: f signals when it is done (bs_vk_fence_wait waits and resets it).
@@ -407,7 +416,9 @@ void bs_vk_fence_free(bs_vk_ctx *c, VkFence f);
 /* c->rec: the counts of the recording bs_vk_record_end just closed (a cached step keeps them
  * and adds them to the stats with bs_vk_count_submit at each submission). */
 void bs_vk_count_submit(bs_vk_ctx *c, const bs_vk_rec *r);
-int bs_vk_pool_new(bs_vk_ctx *c, VkDescriptorPool *pool);
+/* The pools' sets all free again (none of them bound by work in flight), or the pools gone. */
+void bs_vk_pools_reset(bs_vk_ctx *c, bs_vk_pools *ps);
+void bs_vk_pools_free(bs_vk_ctx *c, bs_vk_pools *ps);
 /* The per-kernel GPU times (BITSPARK_PROFILE=1), printed on stderr. */
 void bs_vk_profile_print(bs_vk_ctx *c);
 int bs_vk_pipes_init(bs_vk_ctx *c);

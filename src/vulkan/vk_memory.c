@@ -261,8 +261,7 @@ int bs_vk_settle(bs_vk_ctx *c) {
     c->in_flight = false;
     const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
     c->fn->vkResetFences(c->dev, 1, &c->fence);
-    c->fn->vkResetDescriptorPool(c->dev, c->main_dpool, 0);
-    if (!c->caching) c->dsets_used = 0;
+    bs_vk_pools_reset(c, &c->main_pools);
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
 }
 

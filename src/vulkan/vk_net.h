@@ -93,7 +93,7 @@ struct bs_vk_sess {
         int n, rows;
         batch_key key;
         VkCommandBuffer cmd;
-        VkDescriptorPool pool;
+        bs_vk_pools pools;
         bool greedy;                  /* the logits rows' argmax into ids (their rows stay) */
         bool feed;                    /* and the argmax into the other set's token */
         int topk;                     /* the logits row's k best into topv (0: none) */

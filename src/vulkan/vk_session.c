@@ -121,7 +121,7 @@ bs_vk_sess *bs_vk_sess_new(bs_vk_net *net, int n_ctx, int n_batch, bool kv_f32) 
 void bs_vk_step_drop(bs_vk_sess *s, struct step_cache *e) {
     bs_vk_ctx *c = s->net->c;
     if (e->cmd) c->fn->vkFreeCommandBuffers(c->dev, c->cpool, 1, &e->cmd);
-    if (e->pool) c->fn->vkDestroyDescriptorPool(c->dev, e->pool, NULL);
+    bs_vk_pools_free(c, &e->pools);
     memset(e, 0, sizeof *e);
 }
 

@@ -95,7 +95,7 @@ static int run_cached(bs_vk_sess *s, int n, int rows, const batch_key *key, cons
         e->cmd = VK_NULL_HANDLE;
         return bs_error("Vulkan: command buffer");
     }
-    if (bs_vk_pool_new(c, &e->pool) || bs_vk_record_into(c, e->cmd, e->pool)) {
+    if (bs_vk_record_into(c, e->cmd, &e->pools)) {
         bs_vk_step_drop(s, e);
         return -1;
     }
@@ -247,6 +247,7 @@ int bs_vk_sess_eval_rows(bs_vk_sess *s, const float *embd, int n, int pos0, cons
 struct bs_vk_batch {
     bs_vk_sess *w;                /* the shared rows: scratch only, no state */
     int logit_rows;
+    int max_seqs;                 /* BITSPARK_VK_BATCH_SEQS (tests, tuning), else BS_VK_BATCH_SEQS */
 };
 
 bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
@@ -254,6 +255,8 @@ bs_vk_batch *bs_vk_batch_new(bs_vk_net *net, int max_rows, int max_logit_rows) {
     bs_vk_batch *b = bs_xcalloc(1, sizeof *b);
     const uint64_t per_row = 4u * (uint64_t)net->hp.n_vocab;   /* the logits rows must fit one binding */
     b->logit_rows = (int)BS_MAX(1, BS_MIN((uint64_t)BS_MIN(max_logit_rows, rows), net->c->max_binding / per_row));
+    const char *ms = getenv("BITSPARK_VK_BATCH_SEQS");
+    b->max_seqs = ms && atoi(ms) > 0 ? BS_MIN(atoi(ms), BS_VK_BATCH_SEQS) : BS_VK_BATCH_SEQS;
     if (!(b->w = bs_vk_sess_alloc(net, 0, rows, b->logit_rows, false, false)) ||
         bs_vk_buf_new(net->c, &b->w->agrp, 16u * ((BS_VK_BATCH_SEQS + ATT_BATCH - 1) / ATT_BATCH), true)) {
         bs_vk_sess_free(b->w);
@@ -271,13 +274,13 @@ void bs_vk_batch_free(bs_vk_batch *b) {
 
 int bs_vk_batch_rows(const bs_vk_batch *b) { return b->w->B; }
 
-/* Sequences a pass may hold: each adds its recurrences' and attentions' dispatches (3 and 2 a
- * layer) to the shared ones (about 16 a layer, with LoRA terms up to about 3 per product more),
- * and a submission takes BS_VK_MAX_SETS. */
+/* Sequences a pass may hold: each adds its recurrences' and attentions' dispatches (at most 3
+ * and 2 a layer) to the shared ones (about 16 a layer, with LoRA terms up to about 3 per product
+ * more), and a submission takes BS_VK_MAX_SETS (the 27B: 32 sequences, 28 with adapters). */
 int bs_vk_batch_seqs(const bs_vk_batch *b) {
     const bs_vk_net *n = b->w->net;
     const int shared = n->hp.n_layer * (n->lora_r > 0 ? 48 : 20) + 64, per_seq = 3 * n->n_rec + 2 * n->n_att;
-    return BS_MAX(1, BS_MIN(BS_VK_BATCH_SEQS, (BS_VK_MAX_SETS - shared) / BS_MAX(per_seq, 1)));
+    return BS_MAX(1, BS_MIN(b->max_seqs, (BS_VK_MAX_SETS - shared) / BS_MAX(per_seq, 1)));
 }
 int bs_vk_batch_logit_rows(const bs_vk_batch *b) { return b->logit_rows; }
 
