@@ -34,7 +34,11 @@ typedef struct {
     double chain[BS_DSPARK_MAX_BLOCK + 1];     /* sampled drafts of k slots (top-k 40) as the device's
                                                   chain in one submission (a drafter on the device) */
     double slots;                              /* ... of all B slots, a submission each */
+    double multi;                              /* the blocks of MULTI contexts in one
+                                                  bs_dspark_block_multi (drafting server slots) */
 } costs;
+
+enum { MULTI = 4 };
 
 #define BEST(var, expr) do { double t0_ = bs_time(); expr; double dt_ = bs_time() - t0_; if (dt_ < (var)) (var) = dt_; } while (0)
 
@@ -62,6 +66,27 @@ static void measure_sampled(bs_dspark_ctx *dc, int32_t anchor, int B, bool warm,
     free(vals);
 }
 
+/* The blocks of MULTI contexts of s0 rows each in one pass, as drafting server slots run them
+ * (on a device: the layers a block at a time, the LM head once for all of them). */
+static int measure_multi(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, int s0, const float *ptaps, costs *c) {
+    bs_dspark_ctx *cs[MULTI] = {NULL};
+    int32_t anchors[MULTI];
+    int pos[MULTI], slots[MULTI], rc = 0;
+    for (int i = 0; i < MULTI && !rc; i++) {
+        rc = !(cs[i] = bs_dspark_ctx_new(d, s->n_ctx, s->pool)) || bs_dspark_ctx_append(cs[i], ptaps, s0);
+        anchors[i] = (int32_t)((1000 + 37 * i) % s->m->hp.n_vocab);
+        pos[i] = s0;
+        slots[i] = d->hp.block_size;
+    }
+    for (int rep = 0; rep <= o->reps && !rc; rep++) {
+        double t = 1e30;
+        BEST(t, rc |= bs_dspark_block_multi(cs, anchors, pos, slots, MULTI));
+        if (rep) c->multi = BS_MIN(c->multi, t);
+    }
+    for (int i = 0; i < MULTI; i++) bs_dspark_ctx_free(cs[i]);
+    return rc ? -1 : 0;
+}
+
 static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, costs *c) {
     const bs_dspark_hparams *hp = &d->hp;
     const int B = hp->block_size, V = s->m->hp.n_vocab, s0 = bs_session_n_past(s);
@@ -78,11 +103,11 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     for (int w = 0; w <= B + 1; w++) c->verify[w] = 1e30;
     c->rollback = c->append_row = c->block = c->markov = c->conf = c->accept_row = 1e30;
     for (int k = 0; k <= B; k++) c->head[k] = c->chain[k] = 1e30;
-    c->slots = 1e30;
+    c->slots = c->multi = 1e30;
     /* a context of s0 rows for the drafter (the taps of the prompt are random-free: real rows) */
     float *ptaps = bs_xmalloc((size_t)BS_MAX(s0, 1) * row * sizeof(float));
     for (size_t i = 0; i < (size_t)s0 * row; i++) ptaps[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
-    if (!rc) rc = bs_dspark_ctx_append(dc, ptaps, s0);
+    if (!rc) rc = bs_dspark_ctx_append(dc, ptaps, s0) || measure_multi(o, s, d, s0, ptaps, c);
     free(ptaps);
     for (int rep = 0; rep <= o->reps && !rc; rep++) {
         const bool warm = rep == 0;
@@ -169,6 +194,9 @@ static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspa
     printf("  rollback (keep 1 of %d rows)     %10.3f\n", B + 1, c->rollback * 1e3);
     printf("  drafter: context append / row   %10.3f\n", c->append_row * 1e3);
     printf("  drafter: block pass (%d slots)   %10.3f\n", B, c->block * 1e3);
+    if (c->multi < 1e30)
+        printf("  drafter: blocks of %d contexts   %10.3f   (%.2fx one; drafting server slots, one pass)\n", MULTI,
+               c->multi * 1e3, c->multi / c->block);
     for (int k = 1; k <= B; k++) printf("  drafter: greedy drafts, %2d slot%s %10.3f\n", k, k > 1 ? "s" : " ", c->head[k] * 1e3);
     for (int k = 1; k <= B && c->chain[1] < 1e30; k++)
         printf("  drafter: sampled chain, %2d slot%s %10.3f   (one submission)\n", k, k > 1 ? "s" : " ", c->chain[k] * 1e3);

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256 };
+enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256, MAX_BLOCKS = 8 };
 
 typedef struct dl_layer {
     bs_vk_matrix *wq, *wk, *wv, *wo, *gate, *up, *down;
@@ -34,6 +34,10 @@ struct bs_vk_dspark {
     bool no_normo;                  /* BITSPARK_VK_NO_NORMO=1: the block's layers in steps apart (block_fusable) */
     bool no_qk;                     /* BITSPARK_VK_NO_QK=1: the block's q/k norms, RoPE and K/V rows apart */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
+    /* the LM head of several blocks' rows as one product (record_head): their hidden rows, its
+       int8 blocks and rounded rows, its logits rows (made on first use) */
+    bs_vk_buf hx, haq, has, ham, hxr, hlogits;
+    bool head_apart;                /* BITSPARK_VK_DRAFT_HEAD=apart: each block its own head product */
 };
 
 struct bs_vk_dctx {
@@ -101,6 +105,8 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->no_split = bs_env_flag("BITSPARK_VK_NO_SPLIT");
     d->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     d->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
+    const char *hd = getenv("BITSPARK_VK_DRAFT_HEAD");
+    d->head_apart = hd && !strcmp(hd, "apart");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -140,7 +146,7 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_matrix_free(c, d->fc);
     bs_vk_matrix_free(c, d->markov_a);
     bs_vk_matrix_free(c, d->markov_b);
-    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
+    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr, &d->hx, &d->haq, &d->has, &d->ham, &d->hxr, &d->hlogits};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     free(d->L);
     free(d);
@@ -267,21 +273,26 @@ static int norm_rows(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w
     return norm(s, x, w, y, E, (uint32_t)n, 1, E, 0);
 }
 
-/* y = W x for n rows, activations quantized / rounded as the CPU path does. */
-static int mv(bs_vk_dctx *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
-    bs_vk_ctx *c = s->d->c;
+/* y = W x for n rows, activations quantized (into aq, as, am) or rounded (into xr) as the CPU
+ * path does. */
+static int mv_with(bs_vk_ctx *c, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y,
+                   const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, const bs_vk_buf *xr) {
     if (W->kernel != BS_VK_K_MV_F32) {
-        TRY(bs_vk_record_quant(c, x, &s->aq, &s->as, &s->am, (uint64_t)n * W->ne0 / 32));
+        TRY(bs_vk_record_quant(c, x, aq, as, am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
     if (W->act) {
-        TRY(bs_vk_record_act(c, W, x, &s->xr, n));
+        TRY(bs_vk_record_act(c, W, x, xr, n));
         bs_vk_barrier(c);
-        x = &s->xr;
+        x = xr;
     }
-    TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
+    TRY(bs_vk_record_mv(c, W, x, aq, as, am, n, y));
     bs_vk_barrier(c);
     return 0;
+}
+
+static int mv(bs_vk_dctx *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
+    return mv_with(s->d->c, W, x, n, y, &s->aq, &s->as, &s->am, &s->xr);
 }
 
 /* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims, of n rows of nh heads. */
@@ -579,8 +590,50 @@ static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     return 0;
 }
 
+/* Whether the blocks' logits rows go through the LM head as one product (record_head): two or
+ * more blocks with rows, the head's buffers there (made now, for MAX_BLOCKS blocks' rows, where
+ * its logits fit one binding; else each block keeps its own product). */
+static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
+    int with = 0;
+    for (int i = 0; i < n; i++) with += b[i].n_logits > 0;
+    if (with < 2 || d->head_apart) return false;
+    if (d->hlogits.buf) return true;
+    bs_vk_ctx *c = d->c;
+    const size_t R = (size_t)MAX_BLOCKS * d->hp.block_size, E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
+    if (4 * R * V > c->max_binding) return false;
+    if (bs_vk_buf_new(c, &d->hx, 4 * R * E, false) || bs_vk_buf_new(c, &d->haq, R * E, false) ||
+        bs_vk_buf_new(c, &d->has, R * E / 8 + 4, false) || bs_vk_buf_new(c, &d->ham, R * E / 8 + 4, false) ||
+        bs_vk_buf_new(c, &d->hxr, 4 * R * E, false) || bs_vk_buf_new(c, &d->hlogits, 4 * R * V, false)) {
+        bs_vk_buf *bs[] = {&d->hx, &d->haq, &d->has, &d->ham, &d->hxr, &d->hlogits};
+        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+        bs_clear_error();   /* (each block its own product, as before) */
+        return false;
+    }
+    return true;
+}
+
+/* The blocks' logits rows through the LM head as one product: each block's hidden rows copied
+ * into the head's rows, one product over all of them (the head, most of a drafter's bytes, read
+ * once a submission rather than once a block), its rows copied to each block's logits. The
+ * products are batch-invariant, so a block's rows are the bits of its own product. */
+static int record_head(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
+    bs_vk_ctx *c = d->c;
+    const VkDeviceSize E4 = 4u * (VkDeviceSize)d->hp.n_embd, V4 = 4u * (VkDeviceSize)d->hp.n_vocab;
+    bs_vk_barrier(c);
+    VkDeviceSize r = 0;
+    for (int i = 0; i < n; r += (VkDeviceSize)BS_MAX(b[i].n_logits, 0), i++)
+        if (b[i].n_logits > 0) bs_vk_cmd_copy(c, &b[i].s->hidden, &d->hx, &(VkBufferCopy){0, r * E4, (VkDeviceSize)b[i].n_logits * E4});
+    bs_vk_barrier(c);
+    TRY(mv_with(c, d->output, &d->hx, (int)r, &d->hlogits, &d->haq, &d->has, &d->ham, &d->hxr));
+    r = 0;
+    for (int i = 0; i < n; r += (VkDeviceSize)BS_MAX(b[i].n_logits, 0), i++)
+        if (b[i].n_logits > 0) bs_vk_cmd_copy(c, &d->hlogits, &b[i].s->logits, &(VkBufferCopy){r * V4, 0, (VkDeviceSize)b[i].n_logits * V4});
+    bs_vk_barrier(c);
+    return 0;
+}
+
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
-    if (n < 1 || n > 8) return bs_error("Vulkan drafter: %d blocks in one submission (1..8)", n);
+    if (n < 1 || n > MAX_BLOCKS) return bs_error("Vulkan drafter: %d blocks in one submission (1..%d)", n, (int)MAX_BLOCKS);
     bs_vk_dspark *d = b[0].s->d;
     for (int i = 0; i < n; i++) {
         TRY(check_block(&b[i], mask_id));
@@ -598,11 +651,13 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     }
     /* each context its own scratch: the blocks one after another in one submission, then
        the greedy chains asked for (each context's own score, argmax and prev buffers) */
+    const bool shared = head_shared(d, b, n);
     TRY(bs_vk_begin(d->c));
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, b[i].n_logits);
+    for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, shared ? 0 : b[i].n_logits);
+    if (!rc && shared) rc = record_head(d, b, n);
     const bool chains = markov_here(d);
-    bool sampled[8] = {false};
+    bool sampled[MAX_BLOCKS] = {false};
     for (int i = 0; i < n && !rc; i++) {
         bs_vk_chain *ch = b[i].drafts ? NULL : b[i].chain;
         if (b[i].drafts && chains) rc = record_chain(b[i].s, b[i].anchor, mask_id, b[i].n_logits);
