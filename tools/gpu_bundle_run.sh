@@ -418,11 +418,11 @@ for m in "${MODELS[@]}"; do
     v5=$(grep -m1 -o 'verify, width 5 *[0-9.]* *([0-9.]*x' "$W/spec.txt" | sed 's/verify, width 5 *//; s/ *(/ ms (/')
     blk=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     g4=$(grep -m1 -o 'greedy drafts, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
-    b4=$(grep -m1 -o 'blocks of 4 contexts *[0-9.]* *([0-9.]*x' "$W/spec.txt" | sed 's/blocks of 4 contexts *//; s/ *(/ ms (/')
+    b4=$(grep -m1 -o 'blocks of 4 contexts *[0-9.]* *(one pass; [0-9.]*x one a pass' "$W/spec.txt" | sed 's/blocks of 4 contexts *//; s/ *(one pass; / ms (/')
     rb=$(grep -m1 -o 'rollback (keep 1 of [0-9]* rows) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     s4=$(grep -m1 -o 'sampled chain, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     sa=$(grep -m1 -o 'sampled, *[0-9]* slots apart *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
-    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?} one), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
+    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?}), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
     step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
   # (last: the two newest comparisons, so that they never take the budget of the others)
