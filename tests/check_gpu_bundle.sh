@@ -84,6 +84,8 @@ check_summary() { # outdir label [models]
     v=$(row "pp32 $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s$ ]] || bad "$l: pp32 $m [$v]"
     v=$(row "tg16 $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s$ ]] || bad "$l: tg16 $m [$v]"
     v=$(row "tg16 x8 sessions $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s\ of\ all\ 8\ \(bench\ --parallel\ 8\;\ [0-9.]+\ dispatches,\ [0-9.]+\ barriers\ per\ pass\)$ ]] || bad "$l: tg16 x8 $m [$v]"
+    # (32 sessions: one pass, one submission)
+    v=$(row "tg16 x32 sessions $m" "$o"); [[ $v =~ ^[0-9.]+\ ±\ [0-9.]+\ t/s\ of\ all\ 32\ \([0-9.]+\ dispatches,\ [0-9.]+\ barriers,\ 1.00\ submissions\ per\ pass\)$ ]] || bad "$l: tg16 x32 $m [$v]"
     v=$(row "roofline fraction $m" "$o"); [[ $v =~ ^[0-9]+%\ of\ the\ copy\ roofline\ \([0-9.]+\ GB/s ]] || bad "$l: roofline $m [$v]"
     v=$(row "verify(5)/verify(1) $m" "$o"); [[ $v =~ ^[0-9.]+\ ms\ \([0-9.]+x\)$ ]] || bad "$l: verify(5) $m [$v]"
     v=$(row "with BITSPARK_VK_ASUM=row $m" "$o"); [[ $v =~ ^pp32\ [0-9.]+\ ±\ [0-9.]+,\ tg16\ [0-9.]+\ ±\ [0-9.]+\ t/s,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\)$ ]] || bad "$l: asum-row $m [$v]"
@@ -95,7 +97,7 @@ check_summary() { # outdir label [models]
     v=$(row "per-kernel GPU time $m" "$o"); [[ $v =~ ^[a-z_0-9\ ]+\ [0-9.]+\ ms\ \([0-9.]+%\) ]] || bad "$l: per-kernel $m [$v]"
     v=$(row "dispatches per token $m" "$o"); [[ $v =~ ^[0-9]+\  ]] || bad "$l: dispatches $m [$v]"
     v=$(row "DSpark round parts $m (bench --spec, drafter on the device)" "$o")
-    [[ $v =~ ^verify\(1\)\ [0-9.]+\ ms,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\),\ block\ pass\ [0-9.]+\ ms,\ greedy\ drafts\ of\ 4\ slots\ [0-9.]+\ ms,\ sampled\ chain\ of\ 4\ [0-9.]+\ ms\ \(all\ slots\ apart\ [0-9.]+\ ms\),\ rollback\ [0-9.]+\ ms$ ]] \
+    [[ $v =~ ^verify\(1\)\ [0-9.]+\ ms,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\),\ block\ pass\ [0-9.]+\ ms,\ blocks\ of\ 4\ contexts\ [0-9.]+\ ms\ \([0-9.]+x\ one\ a\ pass\),\ greedy\ drafts\ of\ 4\ slots\ [0-9.]+\ ms,\ sampled\ chain\ of\ 4\ [0-9.]+\ ms\ \(all\ slots\ apart\ [0-9.]+\ ms\),\ rollback\ [0-9.]+\ ms$ ]] \
       || bad "$l: DSpark round parts $m [$v]"
   done
   [ -z "${3:-}" ] || ok "$l: model rows checked ($(row 'pp32 tiny-synth' "$o") pp32, $(row 'tg16 tiny-synth' "$o") tg16 on the synthetic tiny model)"
