@@ -4,11 +4,14 @@ relative L2 per slot, the greedy Markov drafts exactly and the confidences withi
 (fixtures/README.md). Also checks the drafter loads from a safetensors + config.json export of
 the same weights (Qwen3DSparkModel names, BF16 matrices) with the same drafts, and that bad
 invocations fail cleanly."""
+import atexit
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -17,7 +20,11 @@ import gguf_reader  # noqa: E402
 
 BIN = os.environ["BITSPARK"]
 FIX = os.environ["BS_FIXTURES"]
-TMP = os.environ.get("BS_TMP", "/tmp")
+# a directory of this process's own: ctest runs this file and test_vulkan_dspark.py (three ways)
+# side by side, and their outputs and exports have the same names
+os.makedirs(os.environ.get("BS_TMP", "/tmp"), exist_ok=True)
+TMP = tempfile.mkdtemp(prefix="dspark.", dir=os.environ.get("BS_TMP", "/tmp"))
+atexit.register(shutil.rmtree, TMP, True)
 DRAFTER = os.path.join(FIX, "tiny-dspark-f32.gguf")
 CASES = ["random7", "random120", "round1"]
 failures = []

@@ -317,6 +317,7 @@ static void rec_start(bs_vk_ctx *c) {
 int bs_vk_begin(bs_vk_ctx *c) {
     if (c->recording) return bs_error("Vulkan: command buffer already recording");
     TRY(bs_vk_settle(c));
+    bs_vk_pools_reset(c, &c->main_pools);   /* (the main buffer's last submission is done) */
     c->fn->vkResetCommandBuffer(c->cmd, 0);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};

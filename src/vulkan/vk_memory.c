@@ -254,14 +254,13 @@ int bs_vk_upload_vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, size_t n) {
 }
 
 /* The main command buffer's submission not waited for (vk_exec.c's bs_vk_submit_nowait): waited
- * for, its fence and descriptor pool taken back. Here, with the staging ring's waits, because
+ * for, its fence taken back (its descriptor sets: at the next bs_vk_begin). Here, with the staging ring's waits, because
  * every buffer write, read and release must come after it. */
 int bs_vk_settle(bs_vk_ctx *c) {
     if (!c->in_flight) return 0;
     c->in_flight = false;
     const VkResult r = c->fn->vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
     c->fn->vkResetFences(c->dev, 1, &c->fence);
-    bs_vk_pools_reset(c, &c->main_pools);
     return r == VK_SUCCESS ? 0 : bs_error("Vulkan: the device did not finish (VkResult %d)", (int)r);
 }
 
