@@ -131,6 +131,12 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     return d;
 }
 
+/* record_head's buffers (bs_vk_buf_free leaves a buffer never made alone) */
+static void head_bufs_free(bs_vk_dspark *d) {
+    bs_vk_buf *bs[] = {&d->hx, &d->haq, &d->has, &d->ham, &d->hxr, &d->hlogits};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
+}
+
 void bs_vk_dspark_free(bs_vk_dspark *d) {
     if (!d) return;
     bs_vk_ctx *c = d->c;
@@ -146,8 +152,9 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_matrix_free(c, d->fc);
     bs_vk_matrix_free(c, d->markov_a);
     bs_vk_matrix_free(c, d->markov_b);
-    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr, &d->hx, &d->haq, &d->has, &d->ham, &d->hxr, &d->hlogits};
+    bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    head_bufs_free(d);
     free(d->L);
     free(d);
 }
@@ -604,8 +611,7 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     if (bs_vk_buf_new(c, &d->hx, 4 * R * E, false) || bs_vk_buf_new(c, &d->haq, R * E, false) ||
         bs_vk_buf_new(c, &d->has, R * E / 8 + 4, false) || bs_vk_buf_new(c, &d->ham, R * E / 8 + 4, false) ||
         bs_vk_buf_new(c, &d->hxr, 4 * R * E, false) || bs_vk_buf_new(c, &d->hlogits, 4 * R * V, false)) {
-        bs_vk_buf *bs[] = {&d->hx, &d->haq, &d->has, &d->ham, &d->hxr, &d->hlogits};
-        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+        head_bufs_free(d);
         bs_clear_error();   /* (each block its own product, as before) */
         return false;
     }

@@ -543,10 +543,7 @@ static int submit_main(bs_vk_ctx *c) {
     if (c->fn->vkEndCommandBuffer(c->cmd) != VK_SUCCESS) rc = bs_error("Vulkan: vkEndCommandBuffer failed");
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cmd};
     if (!rc && c->fn->vkQueueSubmit(c->queue, 1, &si, c->fence) != VK_SUCCESS) rc = bs_error("Vulkan: vkQueueSubmit failed");
-    if (rc) {
-        bs_vk_pools_reset(c, &c->main_pools);
-        return -1;
-    }
+    if (rc) return -1;   /* (its descriptor sets go back at the next bs_vk_begin) */
     c->in_flight = true;
     c->stats.submits++;
     bs_vk_count_submit(c, &c->rec);
