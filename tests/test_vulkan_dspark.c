@@ -270,8 +270,6 @@ static void draft_chain(const char *target, const char *drafter) {
     bs_model_free(m);
 }
 
-/* Blocks of three device contexts (different lengths and widths) in one submission against each
- * alone: the same final states, base logits and greedy drafts. */
 /* A sampled chain recorded with the blocks (bs_dspark_ctx_sampled_ahead) against the same chain
  * run alone after a block: the same lists and predictions, and no submission of its own. */
 static const bs_draw chain_p = {8, 1, 0.9f, 0.02f, 1.5f};
@@ -296,7 +294,33 @@ static void chain_with_blocks(bs_model *m, bs_dspark_ctx *alone, bs_dspark_ctx *
     printf("  a sampled chain of %d slots with the blocks: the lists and draws of one alone\n", n);
 }
 
-static void blocks_together(const char *target, const char *drafter) {
+/* Two blocks' layers read the weights once (record_group): a submission of a block of B slots
+ * and one of 2 (6 rows: one row group of the fused layers) binds the bytes of the first alone. */
+static void weights_once(bs_model *m, bs_dspark *d, const float *taps) {
+    const int B = d->hp.block_size;
+    bs_dspark_ctx *cs[2] = {bs_dspark_ctx_new(d, 64, NULL), bs_dspark_ctx_new(d, 64, NULL)};
+    const int32_t anchors[2] = {5, 9};
+    const int pos[2] = {6, 11}, slots[2] = {B, 2};
+    CHECK(cs[0] && cs[1] && !bs_dspark_ctx_append(cs[0], taps, pos[0]) && !bs_dspark_ctx_append(cs[1], taps, pos[1]));
+    bs_vk_stats v0, v1, v2;
+    bs_vk_stats_get(m->vk, &v0);
+    CHECK(bs_dspark_block_n(cs[0], anchors[0], pos[0], B) == 0);
+    bs_vk_stats_get(m->vk, &v1);
+    CHECK(bs_dspark_block_multi(cs, anchors, pos, slots, 2) == 0);
+    bs_vk_stats_get(m->vk, &v2);
+    const uint64_t alone = v1.weight_bytes - v0.weight_bytes, both = v2.weight_bytes - v1.weight_bytes;
+    CHECKF(alone > 0 && both == alone && v2.submits - v1.submits == 1,
+           "two blocks together read %llu bytes of weights in %llu submissions, one alone %llu",
+           (unsigned long long)both, (unsigned long long)(v2.submits - v1.submits), (unsigned long long)alone);
+    printf("  two blocks together: %llu bytes of weights, those of one alone\n", (unsigned long long)both);
+    bs_dspark_ctx_free(cs[0]);
+    bs_dspark_ctx_free(cs[1]);
+}
+
+/* Blocks of ns device contexts (different lengths and widths) in one submission against each
+ * alone: the same final states, base logits and greedy drafts. Two blocks' rows (B + 2) are one
+ * row group of the fused layers; three (B + 5 with B = 4) take the products' multi-row forms. */
+static void blocks_together(const char *target, const char *drafter, int ns) {
     enum { NS = 3 };
     bs_model_params mp = {.device = "vulkan"};
     bs_model *m = bs_model_load(target, &mp);
@@ -321,8 +345,8 @@ static void blocks_together(const char *target, const char *drafter) {
               !bs_dspark_ctx_append(together[i], taps, lens[i]));
         pos[i] = lens[i];
     }
-    CHECK(bs_dspark_block_multi(together, anchors, pos, slots, NS) == 0);
-    for (int i = 0; i < NS; i++) {
+    CHECK(bs_dspark_block_multi(together, anchors, pos, slots, ns) == 0);
+    for (int i = 0; i < ns; i++) {
         int32_t da[BS_DSPARK_MAX_BLOCK], db[BS_DSPARK_MAX_BLOCK];
         CHECK(bs_dspark_block_n(alone[i], anchors[i], pos[i], slots[i]) == 0);
         bs_dspark_draft_greedy(alone[i], anchors[i], slots[i], da, NULL);
@@ -333,8 +357,9 @@ static void blocks_together(const char *target, const char *drafter) {
         for (int t = 0; t < slots[i]; t++) same &= !memcmp(bs_dspark_hidden(alone[i], t), bs_dspark_hidden(together[i], t), sizeof(float) * (size_t)E);
         bs_dspark_logits(alone[i], 0, slots[i], la);
         bs_dspark_logits(together[i], 0, slots[i], lb);
-        CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d together: states or rows differ", i);
+        CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d of %d together: states or rows differ", i, ns);
     }
+    if (ns == 2) weights_once(m, d, taps);
     for (int i = 0; i < NS; i++) {
         bs_dspark_ctx_free(alone[i]);
         bs_dspark_ctx_free(together[i]);
@@ -389,7 +414,8 @@ int main(void) {
     static const int ends[] = {1, 4, BS_DRAFT_AUTO, 0};   /* the fixture pair under the sanitizers */
     draft_chain(t_fix, d_fix);
     draft_chain(t_tiny, d_tiny);
-    blocks_together(t_tiny, d_tiny);
+    blocks_together(t_tiny, d_tiny, 2);
+    blocks_together(t_tiny, d_tiny, 3);
     /* (the lists against the rows: every drafter format in a release build; the shipped pair's
        alone under the sanitizers, whose host paths the formats share) */
     lossless(t_fix, d_fix, TEST_SANITIZED ? ends : all, TEST_SANITIZED ? 0 : LISTS);

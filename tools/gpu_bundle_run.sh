@@ -406,7 +406,7 @@ for m in "${MODELS[@]}"; do
   fi
   # a DSpark round's parts with the drafter on the device too (bench --spec): verify widths as a
   # greedy round runs them (ids back), the block pass, the blocks of 4 contexts in one pass (the
-  # LM head read once for them), the greedy drafts of 4 slots, the sampled chain of 4 and the
+  # layers and LM head read once for them) and the weight bytes against a block a pass, the greedy drafts of 4 slots, the sampled chain of 4 and the
   # block's slots a submission each
   drafter "$m"
   while [ -n "$df" ] && [ ! -e "$W/synth-drafters.done" ] && [ -n "$SYNTH_PID" ] && kill -0 "$SYNTH_PID" 2>/dev/null &&
@@ -420,10 +420,11 @@ for m in "${MODELS[@]}"; do
     blk=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     g4=$(grep -m1 -o 'greedy drafts, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     b4=$(grep -m1 -o 'blocks of 4 contexts *[0-9.]* *(one pass; [0-9.]*x one a pass' "$W/spec.txt" | sed 's/blocks of 4 contexts *//; s/ *(one pass; / ms (/')
+    bw=$(grep -m1 -o 'their weights read *[0-9.]* MB (one pass; [0-9.]*x' "$W/spec.txt" | sed 's/.*one pass; //')
     rb=$(grep -m1 -o 'rollback (keep 1 of [0-9]* rows) *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     s4=$(grep -m1 -o 'sampled chain, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     sa=$(grep -m1 -o 'sampled, *[0-9]* slots apart *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
-    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?}), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
+    S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?}, weights read ${bw:-?}), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
     step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
   # (last: the two newest comparisons, so that they never take the budget of the others)

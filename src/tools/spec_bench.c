@@ -15,6 +15,7 @@
 #include "model/session.h"
 #include "model/batch_eval.h"
 #include "tools/spec_bench.h"
+#include "vulkan/backend.h"
 #include "generate/gen.h"
 #include "io/util.h"
 
@@ -36,6 +37,7 @@ typedef struct {
     double slots;                              /* ... of all B slots, a submission each */
     double multi, multi_apart;                 /* the blocks of MULTI contexts (drafting server
                                                   slots) in one bs_dspark_block_multi, and one a call */
+    uint64_t multi_bytes, multi_apart_bytes;   /* the weights those read (on a device) */
 } costs;
 
 enum { MULTI = 4 };
@@ -78,12 +80,18 @@ static int measure_multi(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *
         pos[i] = s0;
         slots[i] = d->hp.block_size;
     }
+    bs_vk_stats v[3] = {{0}};
     for (int rep = 0; rep <= o->reps && !rc; rep++) {
         double t = 1e30, ta = 1e30;
+        if (s->m->vk) bs_vk_stats_get(s->m->vk, &v[0]);
         BEST(t, rc |= bs_dspark_block_multi(cs, anchors, pos, slots, MULTI));
+        if (s->m->vk) bs_vk_stats_get(s->m->vk, &v[1]);
         BEST(ta, for (int i = 0; i < MULTI; i++) rc |= bs_dspark_block_multi(cs + i, anchors + i, pos + i, slots + i, 1));
+        if (s->m->vk) bs_vk_stats_get(s->m->vk, &v[2]);
         if (rep) c->multi = BS_MIN(c->multi, t), c->multi_apart = BS_MIN(c->multi_apart, ta);
     }
+    c->multi_bytes = v[1].weight_bytes - v[0].weight_bytes;
+    c->multi_apart_bytes = v[2].weight_bytes - v[1].weight_bytes;
     for (int i = 0; i < MULTI; i++) bs_dspark_ctx_free(cs[i]);
     return rc ? -1 : 0;
 }
@@ -198,6 +206,9 @@ static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspa
     if (c->multi < 1e30)   /* (a block with its slots' LM head rows, as the server's slots draft) */
         printf("  drafter: blocks of %d contexts   %10.3f   (one pass; %.2fx one a pass: %.3f)\n", MULTI, c->multi * 1e3,
                c->multi / c->multi_apart, c->multi_apart * 1e3);
+    if (c->multi < 1e30 && c->multi_apart_bytes)
+        printf("  drafter: their weights read   %10.3f MB (one pass; %.2fx one a pass: %.3f MB)\n", c->multi_bytes / 1e6,
+               (double)c->multi_bytes / (double)c->multi_apart_bytes, c->multi_apart_bytes / 1e6);
     for (int k = 1; k <= B; k++) printf("  drafter: greedy drafts, %2d slot%s %10.3f\n", k, k > 1 ? "s" : " ", c->head[k] * 1e3);
     for (int k = 1; k <= B && c->chain[1] < 1e30; k++)
         printf("  drafter: sampled chain, %2d slot%s %10.3f   (one submission)\n", k, k > 1 ? "s" : " ", c->chain[k] * 1e3);

@@ -5,7 +5,8 @@
  * RoPE, attention to [context ; block] with no mask, output product, residual, SwiGLU FFN,
  * then the final norm and the LM head. Per block only the anchor and the rope table go up and
  * the final states (for the Markov and confidence heads, which are small) and the base logits
- * of the slots asked for come back. */
+ * of the slots asked for come back. The blocks of several contexts in one submission run their
+ * layers as one over all their rows (record_group), the attention a block at a time. */
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
@@ -14,6 +15,14 @@
 #include <string.h>
 
 enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256, MAX_BLOCKS = 8 };
+
+/* The rows a block's layers run in: the residual x, the normed h, the products' outputs and the
+ * int8 blocks (or rounded rows) they read. A context has its own; the drafter has one for the
+ * blocks of several contexts whose layers run as one (record_group). */
+typedef struct dl_rows {
+    bs_vk_buf x, h, q, kb, vb, att, f1, f2, aq, as, am, xr;
+    bs_vk_buf aq2, as2, am2, ncnt;  /* the fused block (block_fusable): down's int8 blocks, mv_q's NORM_OUT counters */
+} dl_rows;
 
 typedef struct dl_layer {
     bs_vk_matrix *wq, *wk, *wv, *wo, *gate, *up, *down;
@@ -38,14 +47,20 @@ struct bs_vk_dspark {
        int8 blocks and rounded rows, its logits rows (made on first use) */
     bs_vk_buf hx, haq, has, ham, hxr, hlogits;
     bool head_apart;                /* BITSPARK_VK_DRAFT_HEAD=apart: each block its own head product */
+    /* the layers of several blocks as one (record_group): their rows and final states (made on
+       first use, for MAX_BLOCKS blocks) */
+    dl_rows gr;
+    bs_vk_buf ghidden;
+    bool layers_apart;              /* BITSPARK_VK_DRAFT_LAYERS=apart: each block its own layers */
 };
 
 struct bs_vk_dctx {
     bs_vk_dspark *d;
     int n_rows_max, R;              /* R: scratch rows, max(APPEND_ROWS, block_size) */
-    size_t kv_w, wq;                /* n_head_kv * head_dim; widest product input */
+    size_t kv_w;                    /* n_head_kv * head_dim */
     bs_vk_buf *k, *v;               /* per layer [n_rows_max + block_size][kv_w] */
-    bs_vk_buf x, h, q, kb, vb, att, f1, f2, aq, as, am, xr, scores;
+    dl_rows r;
+    bs_vk_buf scores;
     bs_vk_buf in, tok, rope, hidden, logits;   /* host visible */
     int n_logits;                   /* rows in logits from the last block */
     /* greedy drafting: the previous draft's Markov row, a slot's scores, their argmax, the
@@ -56,11 +71,39 @@ struct bs_vk_dctx {
     bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
     int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
     bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
-    bs_vk_buf aq2, as2, am2, ncnt;  /* the fused block (block_fusable): down's int8 blocks, mv_q's NORM_OUT counters */
     bs_vk_buf kvpos;                /* the block's first cache row (qk.comp's pos0), filled by the recording */
 };
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The widest product input: the taps (fc), the FFN (down) or the heads (wo). */
+static size_t widest(const bs_vk_dspark_desc *hp) {
+    return zmax(zmax((size_t)hp->n_taps * hp->n_embd, (size_t)hp->n_ff), (size_t)hp->n_head * hp->head_dim);
+}
+
+static void rows_free(bs_vk_ctx *c, dl_rows *r) {
+    bs_vk_buf *bs[] = {&r->x, &r->h, &r->q, &r->kb, &r->vb, &r->att, &r->f1, &r->f2, &r->aq, &r->as, &r->am,
+                       &r->xr, &r->aq2, &r->as2, &r->am2, &r->ncnt};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+}
+
+/* Rows for R rows of the drafter's layers. */
+static int rows_new(bs_vk_ctx *c, const bs_vk_dspark_desc *hp, dl_rows *r, size_t R) {
+    const size_t E = (size_t)hp->n_embd, HD = (size_t)hp->n_head * hp->head_dim, ff = (size_t)hp->n_ff;
+    const size_t kv_w = (size_t)hp->n_head_kv * hp->head_dim, wq = widest(hp);
+    return bs_vk_buf_new(c, &r->x, 4 * R * E, false) || bs_vk_buf_new(c, &r->h, 4 * R * E, false) ||
+           bs_vk_buf_new(c, &r->q, 4 * R * HD, false) || bs_vk_buf_new(c, &r->kb, 4 * R * kv_w, false) ||
+           bs_vk_buf_new(c, &r->vb, 4 * R * kv_w, false) || bs_vk_buf_new(c, &r->att, 4 * R * HD, false) ||
+           bs_vk_buf_new(c, &r->f1, 4 * R * ff, false) || bs_vk_buf_new(c, &r->f2, 4 * R * ff, false) ||
+           bs_vk_buf_new(c, &r->aq, R * wq, false) || bs_vk_buf_new(c, &r->as, R * wq / 8 + 4, false) ||
+           bs_vk_buf_new(c, &r->am, R * wq / 8 + 4, false) || bs_vk_buf_new(c, &r->xr, 4 * R * wq, false) ||
+           bs_vk_buf_new(c, &r->aq2, R * ff, false) || bs_vk_buf_new(c, &r->as2, R * ff / 8 + 4, false) ||
+           bs_vk_buf_new(c, &r->am2, R * ff / 8 + 4, false) || bs_vk_counters_new(c, &r->ncnt, 64)
+               ? -1
+               : 0;
+}
 
 static int upload_layer(bs_vk_dspark *d, dl_layer *L, const bs_vk_dspark_layer_desc *s) {
     bs_vk_ctx *c = d->c;
@@ -107,6 +150,8 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->no_qk = bs_env_flag("BITSPARK_VK_NO_QK");
     const char *hd = getenv("BITSPARK_VK_DRAFT_HEAD");
     d->head_apart = hd && !strcmp(hd, "apart");
+    const char *la = getenv("BITSPARK_VK_DRAFT_LAYERS");
+    d->layers_apart = la && !strcmp(la, "apart");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -155,12 +200,13 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     head_bufs_free(d);
+    rows_free(c, &d->gr);
+    bs_vk_buf_free(c, &d->ghidden);
     free(d->L);
     free(d);
 }
 
 /* --- contexts ------------------------------------------------------------------------------- */
-static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 /* The split attention's chunks and buffers, where it takes the shape (the group's q heads in its
  * shared memory: G * D <= 2048) and its partials fit one binding; else attn_nc.comp. */
@@ -179,19 +225,12 @@ static int split_bufs(bs_vk_dctx *s) {
 static int ctx_bufs(bs_vk_dctx *s) {
     bs_vk_ctx *c = s->d->c;
     const bs_vk_dspark_desc *hp = &s->d->hp;
-    const size_t R = (size_t)s->R, E = (size_t)hp->n_embd, HD = (size_t)hp->n_head * hp->head_dim;
-    const size_t ff = (size_t)hp->n_ff, B = (size_t)hp->block_size, V = (size_t)hp->n_vocab;
+    const size_t R = (size_t)s->R, E = (size_t)hp->n_embd, B = (size_t)hp->block_size, V = (size_t)hp->n_vocab;
     const size_t kvb = 4 * ((size_t)s->n_rows_max + B) * s->kv_w, scb = 4 * B * hp->n_head * ((size_t)s->n_rows_max + B);
     if (kvb > c->max_binding || scb > c->max_binding || 4 * B * V > c->max_binding)
         return bs_error("a drafter context of %d rows does not fit one binding of %llu bytes", s->n_rows_max,
                         (unsigned long long)c->max_binding);
-    int rc = bs_vk_buf_new(c, &s->x, 4 * R * E, false) || bs_vk_buf_new(c, &s->h, 4 * R * E, false) ||
-             bs_vk_buf_new(c, &s->q, 4 * R * HD, false) || bs_vk_buf_new(c, &s->kb, 4 * R * s->kv_w, false) ||
-             bs_vk_buf_new(c, &s->vb, 4 * R * s->kv_w, false) || bs_vk_buf_new(c, &s->att, 4 * R * HD, false) ||
-             bs_vk_buf_new(c, &s->f1, 4 * R * ff, false) || bs_vk_buf_new(c, &s->f2, 4 * R * ff, false) ||
-             bs_vk_buf_new(c, &s->aq, R * s->wq, false) || bs_vk_buf_new(c, &s->as, R * s->wq / 8 + 4, false) ||
-             bs_vk_buf_new(c, &s->am, R * s->wq / 8 + 4, false) || bs_vk_buf_new(c, &s->xr, 4 * R * s->wq, false) ||
-             bs_vk_buf_new(c, &s->scores, scb, false) ||
+    int rc = rows_new(c, hp, &s->r, R) || bs_vk_buf_new(c, &s->scores, scb, false) ||
              bs_vk_buf_new(c, &s->in, 4 * APPEND_ROWS * (size_t)hp->n_taps * E, true) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * R * hp->head_dim, true) ||
              bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true) ||
@@ -200,9 +239,7 @@ static int ctx_bufs(bs_vk_dctx *s) {
              bs_vk_amax_bufs_new(c, &s->amax, 1);
     for (int l = 0; l < hp->n_layer && !rc; l++)
         rc = bs_vk_buf_new(c, &s->k[l], kvb, false) || bs_vk_buf_new(c, &s->v[l], kvb, false);
-    rc = rc || bs_vk_buf_new(c, &s->aq2, R * ff, false) || bs_vk_buf_new(c, &s->as2, R * ff / 8 + 4, false) ||
-         bs_vk_buf_new(c, &s->am2, R * ff / 8 + 4, false) || bs_vk_counters_new(c, &s->ncnt, 64) ||
-         bs_vk_buf_new(c, &s->kvpos, 4, false);
+    rc = rc || bs_vk_buf_new(c, &s->kvpos, 4, false);
     return rc ? -1 : split_bufs(s);
 }
 
@@ -217,7 +254,6 @@ bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max) {
     s->n_rows_max = n_rows_max;
     s->R = BS_MAX(APPEND_ROWS, hp->block_size);
     s->kv_w = (size_t)hp->n_head_kv * hp->head_dim;
-    s->wq = zmax(zmax((size_t)hp->n_taps * hp->n_embd, (size_t)hp->n_ff), (size_t)hp->n_head * hp->head_dim);
     s->k = bs_xcalloc((size_t)hp->n_layer, sizeof *s->k);
     s->v = bs_xcalloc((size_t)hp->n_layer, sizeof *s->v);
     if (ctx_bufs(s)) {
@@ -231,11 +267,10 @@ bs_vk_dctx *bs_vk_dctx_new(bs_vk_dspark *d, int n_rows_max) {
 void bs_vk_dctx_free(bs_vk_dctx *s) {
     if (!s) return;
     bs_vk_ctx *c = s->d->c;
-    bs_vk_buf *bs[] = {&s->x, &s->h, &s->q, &s->kb, &s->vb, &s->att, &s->f1, &s->f2, &s->aq, &s->as, &s->am,
-                       &s->xr, &s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
-                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->aq2, &s->as2, &s->am2, &s->ncnt,
-                       &s->kvpos, &s->unif, &s->lists};
+    bs_vk_buf *bs[] = {&s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
+                       &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->kvpos, &s->unif, &s->lists};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
+    rows_free(c, &s->r);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
     for (int l = 0; l < s->d->hp.n_layer; l++) {
@@ -265,9 +300,8 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
 }
 
 /* RMSNorm of groups of d (n_groups; per_row of them a row of row_stride, head_stride apart). */
-static int norm(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d,
+static int norm(const bs_vk_dspark *dk, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d,
                 uint32_t n_groups, uint32_t per_row, uint32_t row_stride, uint32_t head_stride) {
-    const bs_vk_dspark *dk = s->d;
     norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0};
     const bs_vk_buf *bb[8] = {x, w, y, NULL, NULL, NULL, NULL, NULL};
     TRY(bs_vk_dispatch(dk->c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
@@ -275,9 +309,9 @@ static int norm(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, con
     return 0;
 }
 
-static int norm_rows(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
-    const uint32_t E = (uint32_t)s->d->hp.n_embd;
-    return norm(s, x, w, y, E, (uint32_t)n, 1, E, 0);
+static int norm_rows(const bs_vk_dspark *d, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+    const uint32_t E = (uint32_t)d->hp.n_embd;
+    return norm(d, x, w, y, E, (uint32_t)n, 1, E, 0);
 }
 
 /* y = W x for n rows, activations quantized (into aq, as, am) or rounded (into xr) as the CPU
@@ -298,14 +332,14 @@ static int mv_with(bs_vk_ctx *c, const bs_vk_matrix *W, const bs_vk_buf *x, int 
     return 0;
 }
 
-static int mv(bs_vk_dctx *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
-    return mv_with(s->d->c, W, x, n, y, &s->aq, &s->as, &s->am, &s->xr);
+static int mv(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
+    return mv_with(d->c, W, x, n, y, &r->aq, &r->as, &r->am, &r->xr);
 }
 
 /* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims, of n rows of nh heads. */
 static int norm_rope(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
     const uint32_t D = (uint32_t)s->d->hp.head_dim, H = (uint32_t)nh;
-    TRY(norm(s, x, w, x, D, (uint32_t)n * H, H, H * D, D));
+    TRY(norm(s->d, x, w, x, D, (uint32_t)n * H, H, H * D, D));
     uint32_t rp[4] = {H, D, H * D, D};
     const bs_vk_buf *bb[2] = {x, &s->rope};
     TRY(bs_vk_dispatch(s->d->c, BS_VK_K_ROPE, bb, rp, groups(D / 2, 64), (uint32_t)n * H, 1));
@@ -313,31 +347,36 @@ static int norm_rope(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w
     return 0;
 }
 
-/* Rows 0..n-1 of src into rows row0.. of dst (rows of kv_w floats). */
-static void copy_rows(const bs_vk_dctx *s, const bs_vk_buf *src, const bs_vk_buf *dst, int row0, int n) {
-    const VkDeviceSize w = 4u * s->kv_w;
-    VkBufferCopy r = {0, (VkDeviceSize)row0 * w, (VkDeviceSize)n * w};
-    bs_vk_cmd_copy(s->d->c, src, dst, &r);
+/* n rows of w floats: src's from row s0 into dst's from row d0. */
+static void copy_w(bs_vk_ctx *c, const bs_vk_buf *src, int s0, const bs_vk_buf *dst, int d0, int n, size_t w) {
+    const VkDeviceSize rb = 4u * (VkDeviceSize)w;
+    bs_vk_cmd_copy(c, src, dst, &(VkBufferCopy){(VkDeviceSize)s0 * rb, (VkDeviceSize)d0 * rb, (VkDeviceSize)n * rb});
 }
 
 /* n rows of q (nq heads: the block's, or none for the context's rows) and kb normed and roped,
  * k and v stored at layer L's cache rows at.. (kvpos, filled by the recording): the target's
  * qk.comp in one dispatch (the bits of norm.comp, rope.comp and the copies), or with
- * BITSPARK_VK_NO_QK=1 those steps apart. A barrier follows: the next products write kb and vb. */
-static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
+ * BITSPARK_VK_NO_QK=1 those steps apart. No barrier after it (qk_store's). */
+static int qk_record(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
     const bs_vk_dspark_desc *hp = &s->d->hp;
     const int l = (int)(L - s->d->L);
+    const dl_rows *r = &s->r;
     if (!s->d->no_qk) {
         const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
         qk_push qp = {(uint32_t)nq, Hkv, D, D, 0, 1, hp->eps, 0};
-        const bs_vk_buf *qb[9] = {&s->q, &s->kb, &s->vb, &L->q_norm, &L->k_norm, &s->rope, &s->k[l], &s->v[l], &s->kvpos};
-        TRY(bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1));
-    } else {
-        if (nq) TRY(norm_rope(s, &s->q, &L->q_norm, n, nq));
-        TRY(norm_rope(s, &s->kb, &L->k_norm, n, hp->n_head_kv));
-        copy_rows(s, &s->kb, &s->k[l], at, n);
-        copy_rows(s, &s->vb, &s->v[l], at, n);
+        const bs_vk_buf *qb[9] = {&r->q, &r->kb, &r->vb, &L->q_norm, &L->k_norm, &s->rope, &s->k[l], &s->v[l], &s->kvpos};
+        return bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1);
     }
+    if (nq) TRY(norm_rope(s, &r->q, &L->q_norm, n, nq));
+    TRY(norm_rope(s, &r->kb, &L->k_norm, n, hp->n_head_kv));
+    copy_w(s->d->c, &r->kb, 0, &s->k[l], at, n, s->kv_w);
+    copy_w(s->d->c, &r->vb, 0, &s->v[l], at, n, s->kv_w);
+    return 0;
+}
+
+/* qk_record, then a barrier: the next products write kb and vb. */
+static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
+    TRY(qk_record(s, L, n, nq, at));
     bs_vk_barrier(s->d->c);
     return 0;
 }
@@ -354,47 +393,47 @@ static bool kv_integer(const bs_vk_dspark *d) {
 }
 
 /* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
-static int norm_q(bs_vk_dctx *s, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
-    const uint32_t E = (uint32_t)s->d->hp.n_embd;
-    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, s->d->hp.eps, NORM_QUANT};
-    const bs_vk_buf *bb[8] = {&s->x, w, y, NULL, &s->aq, &s->as, &s->am, NULL};
-    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
-    bs_vk_barrier(s->d->c);
+static int norm_q(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+    const uint32_t E = (uint32_t)d->hp.n_embd;
+    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, d->hp.eps, NORM_QUANT};
+    const bs_vk_buf *bb[8] = {&r->x, w, y, NULL, &r->aq, &r->as, &r->am, NULL};
+    TRY(bs_vk_dispatch(d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
+    bs_vk_barrier(d->c);
     return 0;
 }
 
 /* The products of h (its int8 blocks in aq..) for q, k and v (from = 0) or k and v alone
  * (from = 1): one dispatch where the layer has its layout. */
-static int record_qkv(bs_vk_dctx *s, const dl_layer *L, int from, int n) {
+static int record_qkv(bs_vk_ctx *c, const dl_rows *r, const dl_layer *L, int from, int n) {
     const bs_vk_matrix *m[3] = {L->wq, L->wk, L->wv};
-    const bs_vk_buf *y[3] = {&s->q, &s->kb, &s->vb};
+    const bs_vk_buf *y[3] = {&r->q, &r->kb, &r->vb};
     const bs_vk_matrix *cm[3];
     const bs_vk_buf *cy[3];
-    bs_vk_ctx *c = s->d->c;
     int nc = 0;
     for (int i = from; i < 3; i++) {   /* the layout's in one dispatch (a suffix of it is a run) */
         if (m[i]->borrowed) cm[nc] = m[i], cy[nc++] = y[i];
-        else TRY(bs_vk_record_mv(c, m[i], &s->h, &s->aq, &s->as, &s->am, n, y[i]));
+        else TRY(bs_vk_record_mv(c, m[i], &r->h, &r->aq, &r->as, &r->am, n, y[i]));
     }
-    return nc ? bs_vk_record_mv_cat(c, L->qkv, cm, nc, &s->aq, &s->as, &s->am, n, cy) : 0;
+    return nc ? bs_vk_record_mv_cat(c, L->qkv, cm, nc, &r->aq, &r->as, &r->am, n, cy) : 0;
 }
 
 /* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized
  * once where the products are integer. */
 static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) {
     bs_vk_dspark *d = s->d;
+    const dl_rows *r = &s->r;
     const bool q1 = kv_integer(d);
     bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)row0);   /* (the product's barrier covers it) */
-    TRY(mv(s, d->fc, taps, n, &s->x));
-    TRY(q1 ? norm_q(s, &d->hid_norm, &s->h, n) : norm_rows(s, &s->x, &d->hid_norm, &s->h, n));
+    TRY(mv(d, r, d->fc, taps, n, &r->x));
+    TRY(q1 ? norm_q(d, r, &d->hid_norm, &r->h, n) : norm_rows(d, &r->x, &d->hid_norm, &r->h, n));
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
         if (q1) {
-            TRY(record_qkv(s, L, 1, n));
+            TRY(record_qkv(d->c, r, L, 1, n));
             bs_vk_barrier(d->c);
         } else {
-            TRY(mv(s, L->wk, &s->h, n, &s->kb));
-            TRY(mv(s, L->wv, &s->h, n, &s->vb));
+            TRY(mv(d, r, L->wk, &r->h, n, &r->kb));
+            TRY(mv(d, r, L->wv, &r->h, n, &r->vb));
         }
         TRY(qk_store(s, L, n, 0, row0));
     }
@@ -459,11 +498,11 @@ static int embed_block(bs_vk_dctx *s, int nb) {
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)nb};
-        const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->x};
+        const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->r.x};
         TRY(bs_vk_dispatch(d->c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)nb, 1));
     }
     bs_vk_barrier(d->c);
-    if (d->snr_on) TRY(ew(d->c, EW_ADD, &s->x, &d->snr, &d->snr, (uint64_t)nb * d->hp.n_embd));
+    if (d->snr_on) TRY(ew(d->c, EW_ADD, &s->r.x, &d->snr, &d->snr, (uint64_t)nb * d->hp.n_embd));
     return 0;
 }
 
@@ -479,52 +518,90 @@ static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
     if (s->n_chunk > 0) {
         struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t chunk, n_chunk, n_rot; float eps; } sp = {
             H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale, C, (uint32_t)s->n_chunk, 0, 0.0f};
-        const bs_vk_buf *sb[16] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
+        const bs_vk_buf *sb[16] = {&s->r.q, &s->k[l], &s->v[l], &s->r.att, &s->scores};
         sb[14] = &s->apart;
         sb[15] = &s->acnt;
         return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC_SPLIT, sb, &sp, ((uint32_t)n_kv + C - 1) / C, (uint32_t)nb * Hkv, 1);
     }
     struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale};
-    const bs_vk_buf *ab[5] = {&s->q, &s->k[l], &s->v[l], &s->att, &s->scores};
+    const bs_vk_buf *ab[5] = {&s->r.q, &s->k[l], &s->v[l], &s->r.att, &s->scores};
     return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1);
 }
 
-/* The block's q and k (in q, kb; v in vb) normed and roped, k and v stored after the context's
- * rows (first + n_ctx, as the recording filled kvpos), then its attention into att. */
-static int block_qkv_attention(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
-    const int l = (int)(L - s->d->L);
-    TRY(qk_store(s, L, nb, s->d->hp.n_head, first + n_ctx));
-    TRY(block_attention(s, l, nb, first, n_ctx + nb));
-    bs_vk_barrier(s->d->c);
+/* The blocks whose layers run as one: their rows one after another in r (a block alone: its
+ * context's own rows), the final states into hidden (its context's). Past the attention a
+ * row's products do not depend on the rows beside it, so each block keeps its own bits; the
+ * layers' weights are read once for all the blocks rather than once a block. */
+typedef struct dl_group {
+    bs_vk_dspark *d;
+    const dl_rows *r;
+    const bs_vk_dblock *b;
+    int n, rows;
+    const bs_vk_buf *hidden;
+} dl_group;
+
+static bool group_own(const dl_group *g) { return g->r == &g->b[0].s->r; }
+
+/* The blocks' q, kb and vb rows from the group's rows to their contexts' (out), or their att
+ * rows back: the attention kernels read a context's rows from row 0. A barrier follows. */
+static void group_copy(const dl_group *g, bool out) {
+    const bs_vk_dspark_desc *hp = &g->d->hp;
+    const size_t HD = (size_t)hp->n_head * hp->head_dim, kv_w = (size_t)hp->n_head_kv * hp->head_dim;
+    bs_vk_ctx *c = g->d->c;
+    for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) {
+        const dl_rows *o = &g->b[i].s->r;
+        const int nb = g->b[i].nb;
+        if (out) {
+            copy_w(c, &g->r->q, off, &o->q, 0, nb, HD);
+            copy_w(c, &g->r->kb, off, &o->kb, 0, nb, kv_w);
+            copy_w(c, &g->r->vb, off, &o->vb, 0, nb, kv_w);
+        } else {
+            copy_w(c, &o->att, 0, &g->r->att, off, nb, HD);
+        }
+    }
+    bs_vk_barrier(c);
+}
+
+/* The blocks' q and k (in q, kb; v in vb) normed and roped, k and v stored after each context's
+ * rows (first + n_ctx, as the recording filled kvpos), then their attention into att. */
+static int group_attention(const dl_group *g, const dl_layer *L) {
+    bs_vk_dspark *d = g->d;
+    const int l = (int)(L - d->L);
+    if (!group_own(g)) group_copy(g, true);
+    for (int i = 0; i < g->n; i++) TRY(qk_record(g->b[i].s, L, g->b[i].nb, d->hp.n_head, g->b[i].first + g->b[i].n_ctx));
+    bs_vk_barrier(d->c);
+    for (int i = 0; i < g->n; i++) TRY(block_attention(g->b[i].s, l, g->b[i].nb, g->b[i].first, g->b[i].n_ctx + g->b[i].nb));
+    bs_vk_barrier(d->c);
+    if (!group_own(g)) group_copy(g, false);
     return 0;
 }
 
-static int block_layer(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx) {
-    bs_vk_dspark *d = s->d;
+static int block_layer(const dl_group *g, const dl_layer *L) {
+    bs_vk_dspark *d = g->d;
     bs_vk_ctx *c = d->c;
-    const bs_vk_dspark_desc *hp = &d->hp;
-    const uint32_t E = (uint32_t)hp->n_embd;
-    TRY(norm_rows(s, &s->x, &L->attn_norm, &s->h, nb));
-    TRY(mv(s, L->wq, &s->h, nb, &s->q));
-    TRY(mv(s, L->wk, &s->h, nb, &s->kb));
-    TRY(mv(s, L->wv, &s->h, nb, &s->vb));
-    TRY(block_qkv_attention(s, L, nb, first, n_ctx));
-    TRY(mv(s, L->wo, &s->att, nb, &s->h));
-    TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));
-    TRY(norm_rows(s, &s->x, &L->ffn_norm, &s->h, nb));
-    TRY(mv(s, L->gate, &s->h, nb, &s->f1));
-    TRY(mv(s, L->up, &s->h, nb, &s->f2));
-    TRY(ew(c, EW_SILU_MUL, &s->f1, &s->f1, &s->f2, (uint64_t)nb * hp->n_ff));
-    TRY(mv(s, L->down, &s->f1, nb, &s->h));
-    TRY(ew(c, EW_ADD, &s->x, &s->h, &s->h, (uint64_t)nb * E));
+    const dl_rows *r = g->r;
+    const int nb = g->rows;
+    const uint64_t E = (uint64_t)d->hp.n_embd;
+    TRY(norm_rows(d, &r->x, &L->attn_norm, &r->h, nb));
+    TRY(mv(d, r, L->wq, &r->h, nb, &r->q));
+    TRY(mv(d, r, L->wk, &r->h, nb, &r->kb));
+    TRY(mv(d, r, L->wv, &r->h, nb, &r->vb));
+    TRY(group_attention(g, L));
+    TRY(mv(d, r, L->wo, &r->att, nb, &r->h));
+    TRY(ew(c, EW_ADD, &r->x, &r->h, &r->h, (uint64_t)nb * E));
+    TRY(norm_rows(d, &r->x, &L->ffn_norm, &r->h, nb));
+    TRY(mv(d, r, L->gate, &r->h, nb, &r->f1));
+    TRY(mv(d, r, L->up, &r->h, nb, &r->f2));
+    TRY(ew(c, EW_SILU_MUL, &r->f1, &r->f1, &r->f2, (uint64_t)nb * d->hp.n_ff));
+    TRY(mv(d, r, L->down, &r->f1, nb, &r->h));
+    TRY(ew(c, EW_ADD, &r->x, &r->h, &r->h, (uint64_t)nb * E));
     return 0;
 }
 
 /* Whether the block's layers take the target step's fusions (docs/kernels.md, "The decode step's
  * fusions"): up to 8 rows (mv_q's one row group), integer products that read int8 blocks, and
  * wo, down, gate / up as mv_q's NORM_OUT and GLU take them. */
-static bool block_fusable(const bs_vk_dctx *s, int nb) {
-    const bs_vk_dspark *d = s->d;
+static bool block_fusable(const bs_vk_dspark *d, int nb) {
     if (nb > 8 || d->no_normo || d->hp.n_embd % 32 || d->hp.n_ff % 32) return false;
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
@@ -538,44 +615,69 @@ static bool block_fusable(const bs_vk_dctx *s, int nb) {
  * and norm it with the FFN's norm, then nw (the next layer's, or the output norm into the
  * drafter's hidden rows), for the products after them; gate, up and SwiGLU in one dispatch
  * with down's int8 blocks. The same bits as block_layer's steps apart. */
-static int block_layer_fused(bs_vk_dctx *s, const dl_layer *L, int nb, int first, int n_ctx, const bs_vk_buf *nw,
-                             const bs_vk_buf *xn) {
-    bs_vk_dspark *d = s->d;
+static int block_layer_fused(const dl_group *g, const dl_layer *L, const bs_vk_buf *nw, const bs_vk_buf *xn) {
+    bs_vk_dspark *d = g->d;
     bs_vk_ctx *c = d->c;
     const bs_vk_dspark_desc *hp = &d->hp;
-    const bs_vk_buf *q1[3] = {&s->aq, &s->as, &s->am}, *q2[3] = {&s->aq2, &s->as2, &s->am2};
-    TRY(record_qkv(s, L, 0, nb));
+    const dl_rows *r = g->r;
+    const int nb = g->rows;
+    const bs_vk_buf *q1[3] = {&r->aq, &r->as, &r->am}, *q2[3] = {&r->aq2, &r->as2, &r->am2};
+    TRY(record_qkv(c, r, L, 0, nb));
     bs_vk_barrier(c);
-    TRY(block_qkv_attention(s, L, nb, first, n_ctx));
-    TRY(bs_vk_record_quant(c, &s->att, &s->aq, &s->as, &s->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
+    TRY(group_attention(g, L));
+    TRY(bs_vk_record_quant(c, &r->att, &r->aq, &r->as, &r->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
     bs_vk_barrier(c);
-    TRY(bs_vk_record_mv_norm(c, L->wo, &s->aq, &s->as, &s->am, nb, &s->x, &L->ffn_norm, hp->eps, &s->h, q1, &s->ncnt));
+    TRY(bs_vk_record_mv_norm(c, L->wo, &r->aq, &r->as, &r->am, nb, &r->x, &L->ffn_norm, hp->eps, &r->h, q1, &r->ncnt));
     bs_vk_barrier(c);
-    TRY(bs_vk_record_glu(c, L->gate, L->up, &s->aq, &s->as, &s->am, nb, &s->f1, q2));
+    TRY(bs_vk_record_glu(c, L->gate, L->up, &r->aq, &r->as, &r->am, nb, &r->f1, q2));
     bs_vk_barrier(c);
-    TRY(bs_vk_record_mv_norm(c, L->down, &s->aq2, &s->as2, &s->am2, nb, &s->x, nw, hp->eps, xn, q1, &s->ncnt));
+    TRY(bs_vk_record_mv_norm(c, L->down, &r->aq2, &r->as2, &r->am2, nb, &r->x, nw, hp->eps, xn, q1, &r->ncnt));
     bs_vk_barrier(c);
     return 0;
 }
 
-static int record_block(bs_vk_dctx *s, int nb, int first, int n_ctx, int n_logits) {
-    bs_vk_dspark *d = s->d;
-    bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)(first + n_ctx));   /* (embed_block's barrier covers it) */
-    TRY(embed_block(s, nb));
-    if (block_fusable(s, nb)) {   /* the output norm in the last layer's down product */
-        TRY(norm_q(s, &d->L[0].attn_norm, &s->h, nb));
+/* The group's blocks embedded (each in its context's rows, then copied to the group's), its
+ * layers, and the final states into g->hidden, then each context's hidden rows. *q_hidden: the
+ * final states' int8 blocks are in the group's aq.. (the fused path's last product). */
+static int record_group(const dl_group *g, bool *q_hidden) {
+    bs_vk_dspark *d = g->d;
+    const dl_rows *r = g->r;
+    const size_t E = (size_t)d->hp.n_embd;
+    for (int i = 0; i < g->n; i++) {
+        bs_vk_dctx *s = g->b[i].s;
+        bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)(g->b[i].first + g->b[i].n_ctx));   /* (embed_block's barrier covers it) */
+        TRY(embed_block(s, g->b[i].nb));
+    }
+    if (!group_own(g)) {
+        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) copy_w(d->c, &g->b[i].s->r.x, 0, &r->x, off, g->b[i].nb, E);
+        bs_vk_barrier(d->c);
+    }
+    *q_hidden = block_fusable(d, g->rows);
+    if (*q_hidden) {   /* the output norm in the last layer's down product */
+        TRY(norm_q(d, r, &d->L[0].attn_norm, &r->h, g->rows));
         for (int l = 0; l < d->hp.n_layer; l++) {
             const bool last = l + 1 == d->hp.n_layer;
-            TRY(block_layer_fused(s, &d->L[l], nb, first, n_ctx, last ? &d->out_norm : &d->L[l + 1].attn_norm, last ? &s->hidden : &s->h));
+            TRY(block_layer_fused(g, &d->L[l], last ? &d->out_norm : &d->L[l + 1].attn_norm, last ? g->hidden : &r->h));
         }
-        const bs_vk_matrix *o = d->output;
-        if (n_logits > 0 && reads_int8(o))
-            return bs_vk_record_mv(d->c, o, &s->hidden, &s->aq, &s->as, &s->am, n_logits, &s->logits);
     } else {
-        for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(s, &d->L[l], nb, first, n_ctx));
-        TRY(norm_rows(s, &s->x, &d->out_norm, &s->hidden, nb));
+        for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(g, &d->L[l]));
+        TRY(norm_rows(d, &r->x, &d->out_norm, g->hidden, g->rows));
     }
-    return n_logits > 0 ? mv(s, d->output, &s->hidden, n_logits, &s->logits) : 0;
+    if (!group_own(g)) {
+        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) copy_w(d->c, g->hidden, off, &g->b[i].s->hidden, 0, g->b[i].nb, E);
+        bs_vk_barrier(d->c);
+    }
+    return 0;
+}
+
+/* A block's own LM-head product over its first n_logits final states; q_hidden: their int8
+ * blocks are in its rows' aq.. already. */
+static int record_block_head(bs_vk_dctx *s, int n_logits, bool q_hidden) {
+    const bs_vk_dspark *d = s->d;
+    if (n_logits <= 0) return 0;
+    if (q_hidden && reads_int8(d->output))
+        return bs_vk_record_mv(d->c, d->output, &s->hidden, &s->r.aq, &s->r.as, &s->r.am, n_logits, &s->logits);
+    return mv(d, &s->r, d->output, &s->hidden, n_logits, &s->logits);
 }
 
 static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
@@ -618,6 +720,21 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     return true;
 }
 
+/* Whether the blocks' layers run as one (record_group over the drafter's rows, made now for
+ * MAX_BLOCKS blocks; where they cannot be, each block runs its own as before). */
+static bool layers_shared(bs_vk_dspark *d, int n) {
+    if (n < 2 || d->layers_apart) return false;
+    if (d->ghidden.buf) return true;
+    const size_t R = (size_t)MAX_BLOCKS * d->hp.block_size;
+    if (rows_new(d->c, &d->hp, &d->gr, R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * R * d->hp.n_embd, false)) {
+        rows_free(d->c, &d->gr);
+        bs_vk_buf_free(d->c, &d->ghidden);
+        bs_clear_error();   /* (each block its own layers, as before) */
+        return false;
+    }
+    return true;
+}
+
 /* The blocks' logits rows through the LM head as one product: each block's hidden rows copied
  * into the head's rows, one product over all of them (the head, most of a drafter's bytes, read
  * once a submission rather than once a block), its rows copied to each block's logits. The
@@ -655,12 +772,20 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
         memcpy(s->rope.map, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
         s->n_logits = 0;
     }
-    /* each context its own scratch: the blocks one after another in one submission, then
-       the greedy chains asked for (each context's own score, argmax and prev buffers) */
-    const bool shared = head_shared(d, b, n);
+    /* the blocks' layers as one where they can be (else a block at a time, each in its
+       context's rows), the LM head, then the greedy chains asked for (each context's own
+       score, argmax and prev buffers) */
+    const bool shared = head_shared(d, b, n), together = layers_shared(d, n);
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += b[i].nb;
     TRY(bs_vk_begin(d->c));
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) rc = record_block(b[i].s, b[i].nb, b[i].first, b[i].n_ctx, shared ? 0 : b[i].n_logits);
+    bool q_hidden = false;
+    if (together) rc = record_group(&(dl_group){d, &d->gr, b, n, rows, &d->ghidden}, &q_hidden);
+    for (int i = 0; i < n && !rc; i++) {
+        if (!together) rc = record_group(&(dl_group){d, &b[i].s->r, &b[i], 1, b[i].nb, &b[i].s->hidden}, &q_hidden);
+        if (!rc && !shared) rc = record_block_head(b[i].s, b[i].n_logits, q_hidden && !together);
+    }
     if (!rc && shared) rc = record_head(d, b, n);
     const bool chains = markov_here(d);
     bool sampled[MAX_BLOCKS] = {false};
@@ -709,7 +834,7 @@ static int record_score(bs_vk_dctx *s, int k, int32_t mask_id) {
             TRY(bs_vk_dispatch(c, bs_vk_rows_kernel(m), bb, push, groups((uint64_t)m->ne0, 64), 1, 1));
         }
         bs_vk_barrier(c);
-        TRY(mv(s, d->markov_b, &s->mrow, 1, &s->score));
+        TRY(mv(d, &s->r, d->markov_b, &s->mrow, 1, &s->score));
         TRY(ew_at(c, EW_ADD, &s->score, &s->logits, NULL, V, (uint32_t)k * V));   /* base + Markov, as the CPU adds */
     } else {
         const VkBufferCopy r = {(VkDeviceSize)k * V * 4u, 0, (VkDeviceSize)V * 4u};
