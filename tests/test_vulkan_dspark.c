@@ -317,6 +317,45 @@ static void weights_once(bs_model *m, bs_dspark *d, const float *taps) {
     bs_dspark_ctx_free(cs[1]);
 }
 
+/* More blocks than the 8 a submission once took (the server's slots drafting together): one
+ * submission, each block's states and logits rows those of it alone. */
+static void many_blocks(bs_model *m, bs_dspark *d, const float *taps) {
+    enum { N = 10 };
+    const int B = d->hp.block_size, E = d->hp.n_embd, V = d->hp.n_vocab;
+    bs_dspark_ctx *cs[N], *alone[N];
+    int32_t anchors[N];
+    int pos[N], slots[N];
+    float *la = malloc(sizeof(float) * (size_t)B * V), *lb = malloc(sizeof(float) * (size_t)B * V);
+    for (int i = 0; i < N; i++) {
+        cs[i] = bs_dspark_ctx_new(d, 64, NULL);
+        alone[i] = bs_dspark_ctx_new(d, 64, NULL);
+        anchors[i] = (int32_t)((7 + 31 * i) % V);
+        pos[i] = 1 + (i * 5) % 19;
+        slots[i] = 1 + i % B;
+        CHECK(cs[i] && alone[i] && !bs_dspark_ctx_append(cs[i], taps, pos[i]) && !bs_dspark_ctx_append(alone[i], taps, pos[i]));
+    }
+    bs_vk_stats v0, v1;
+    bs_vk_stats_get(m->vk, &v0);
+    CHECK(bs_dspark_block_multi(cs, anchors, pos, slots, N) == 0);
+    bs_vk_stats_get(m->vk, &v1);
+    CHECKF(v1.submits - v0.submits == 1, "%d blocks took %llu submissions", N, (unsigned long long)(v1.submits - v0.submits));
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        CHECK(bs_dspark_block_n(alone[i], anchors[i], pos[i], slots[i]) == 0);
+        for (int t = 0; t < slots[i]; t++) same &= !memcmp(bs_dspark_hidden(alone[i], t), bs_dspark_hidden(cs[i], t), sizeof(float) * (size_t)E);
+        bs_dspark_logits(alone[i], 0, slots[i], la);
+        bs_dspark_logits(cs[i], 0, slots[i], lb);
+        same &= !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V);
+    }
+    CHECKF(same, "%d blocks in one submission: states or rows differ from each alone", N);
+    printf("  %d blocks in one submission: the states and rows of each alone\n", N);
+    for (int i = 0; i < N; i++) {
+        bs_dspark_ctx_free(cs[i]);
+        bs_dspark_ctx_free(alone[i]);
+    }
+    free(la); free(lb);
+}
+
 /* Blocks of ns device contexts (different lengths and widths) in one submission against each
  * alone: the same final states, base logits and greedy drafts. Two blocks' rows (B + 2) are one
  * row group of the fused layers; three (B + 5 with B = 4) take the products' multi-row forms. */
@@ -360,6 +399,7 @@ static void blocks_together(const char *target, const char *drafter, int ns) {
         CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d of %d together: states or rows differ", i, ns);
     }
     if (ns == 2) weights_once(m, d, taps);
+    else many_blocks(m, d, taps);
     for (int i = 0; i < NS; i++) {
         bs_dspark_ctx_free(alone[i]);
         bs_dspark_ctx_free(together[i]);

@@ -338,16 +338,16 @@ static int block_begin(bs_dspark_ctx *c, int32_t anchor, int pos, int n_slots) {
     return 0;
 }
 
-enum { DEV_BLOCKS = 8 };   /* blocks in one device submission (bs_vk_dctx_blocks) */
-
-/* Blocks on the device, up to DEV_BLOCKS a submission: every slot's state comes back; the base
- * logits stay there until read (greedy drafts are taken there: bs_dspark_draft_greedy). */
+/* Blocks on the device, as many a submission as it takes (bs_vk_dctx_blocks: up to
+ * BS_VK_DRAFT_BLOCKS): every slot's state comes back; the base logits stay there until read
+ * (greedy drafts are taken there: bs_dspark_draft_greedy). */
 static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const int *pos, const int *n_slots, int n) {
-    if (n > DEV_BLOCKS)
-        return blocks_device(cs, anchors, pos, n_slots, DEV_BLOCKS) ||
-               blocks_device(cs + DEV_BLOCKS, anchors + DEV_BLOCKS, pos + DEV_BLOCKS, n_slots + DEV_BLOCKS, n - DEV_BLOCKS);
-    bs_vk_dblock b[DEV_BLOCKS] = {{0}};
-    bs_vk_chain ch[DEV_BLOCKS];
+    const int max = BS_MIN(bs_dspark_dev_max_blocks(cs[0]->d), (int)BS_VK_DRAFT_BLOCKS);
+    if (n > max)
+        return blocks_device(cs, anchors, pos, n_slots, max) ||
+               blocks_device(cs + max, anchors + max, pos + max, n_slots + max, n - max);
+    bs_vk_dblock b[BS_VK_DRAFT_BLOCKS] = {{0}};
+    bs_vk_chain ch[BS_VK_DRAFT_BLOCKS];
     memset(ch, 0, sizeof ch);
     const bool host = bs_env_flag("BITSPARK_VK_DRAFT_HOST");
     for (int i = 0; i < n; i++) {

@@ -89,6 +89,8 @@ bool bs_dspark_on_device(const bs_dspark *d);
 bs_dspark_dev *bs_dspark_dev_new(void);
 void bs_dspark_dev_free(bs_dspark_dev *dev);
 struct bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max);
+/* Blocks one device submission takes (bs_vk_dspark_max_blocks). */
+int bs_dspark_dev_max_blocks(const bs_dspark *d);
 
 /* --- forward ---------------------------------------------------------------------------------- */
 typedef struct bs_dspark_ctx bs_dspark_ctx;

@@ -82,3 +82,5 @@ void bs_dspark_dev_free(bs_dspark_dev *dev) {
 bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max) {
     return bs_vk_dctx_new(d->dev->net, n_rows_max);
 }
+
+int bs_dspark_dev_max_blocks(const bs_dspark *d) { return bs_vk_dspark_max_blocks(d->dev->net); }

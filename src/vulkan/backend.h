@@ -330,8 +330,9 @@ int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const f
 /* The same from the taps a device session just evaluated (rows src0..src0+n-1 of its last
  * chunk, bs_vk_sess_eval with tap_out NULL): the taps never leave the device. */
 int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope);
-/* Blocks of up to 8 distinct contexts of one drafter in one submission (one alone, or the
- * server's slots drafting together). Each: [anchor, mask_id x (nb-1)] attending to its context
+/* Blocks of up to bs_vk_dspark_max_blocks distinct contexts of one drafter in one submission (one
+ * alone, or the server's slots drafting together; their layers and LM head run once over all
+ * their rows, the attention a block at a time). Each: [anchor, mask_id x (nb-1)] attending to its context
  * rows first..first+n_ctx-1 and itself; rope: [nb][head_dim] of its positions. hidden gets
  * [nb][n_embd] final-normed states; the base logits of slots 0..n_logits-1 stay on the device
  * for bs_vk_dctx_logits, bs_vk_dctx_draft_greedy and bs_vk_dctx_slot_top. A greedy round's drafts
@@ -361,6 +362,10 @@ typedef struct bs_vk_dblock {
     bs_vk_chain *chain;   /* non-NULL (and drafts NULL): a sampled chain in the same submission */
 } bs_vk_dblock;
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id);
+/* Blocks one bs_vk_dctx_blocks takes: BS_VK_DRAFT_BLOCKS (the server's slots in one batch pass),
+ * fewer where a deep drafter's dispatches could pass a submission's. */
+enum { BS_VK_DRAFT_BLOCKS = 32 };
+int bs_vk_dspark_max_blocks(const bs_vk_dspark *d);
 /* Rows first..first+n-1 of those kept on the device into out. */
 int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out);
 /* The greedy drafts of slots 0..n-1 from those rows, on the device: slot k's draft is the lowest

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256, MAX_BLOCKS = 8 };
+enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256, MAX_BLOCKS = BS_VK_DRAFT_BLOCKS, GROW_BLOCKS = 8 };
 
 /* The rows a block's layers run in: the residual x, the normed h, the products' outputs and the
  * int8 blocks (or rounded rows) they read. A context has its own; the drafter has one for the
@@ -44,13 +44,15 @@ struct bs_vk_dspark {
     bool no_qk;                     /* BITSPARK_VK_NO_QK=1: the block's q/k norms, RoPE and K/V rows apart */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
     /* the LM head of several blocks' rows as one product (record_head): their hidden rows, its
-       int8 blocks and rounded rows, its logits rows (made on first use) */
+       int8 blocks and rounded rows, its logits rows; made on first use, for h_blocks blocks */
     bs_vk_buf hx, haq, has, ham, hxr, hlogits;
+    int h_blocks;
     bool head_apart;                /* BITSPARK_VK_DRAFT_HEAD=apart: each block its own head product */
-    /* the layers of several blocks as one (record_group): their rows and final states (made on
-       first use, for MAX_BLOCKS blocks) */
+    /* the layers of several blocks as one (record_group): their rows and final states; made on
+       first use, for g_blocks blocks */
     dl_rows gr;
     bs_vk_buf ghidden;
+    int g_blocks;
     bool layers_apart;              /* BITSPARK_VK_DRAFT_LAYERS=apart: each block its own layers */
 };
 
@@ -699,16 +701,24 @@ static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     return 0;
 }
 
+/* Blocks the shared buffers below are made for: n rounded up to GROW_BLOCKS (the server's slots
+ * drafting together grow them a step at a time, not a block at a time). */
+static int grow_to(int n) { return BS_MIN((n + GROW_BLOCKS - 1) / GROW_BLOCKS * GROW_BLOCKS, (int)MAX_BLOCKS); }
+
 /* Whether the blocks' logits rows go through the LM head as one product (record_head): two or
- * more blocks with rows, the head's buffers there (made now, for MAX_BLOCKS blocks' rows, where
- * its logits fit one binding; else each block keeps its own product). */
+ * more blocks with rows, the head's buffers there (made now, or again larger, where its logits
+ * fit one binding; else each block keeps its own product). Nothing in flight reads them: the
+ * caller settled the device. */
 static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     int with = 0;
     for (int i = 0; i < n; i++) with += b[i].n_logits > 0;
     if (with < 2 || d->head_apart) return false;
-    if (d->hlogits.buf) return true;
+    if (d->h_blocks >= n) return true;
     bs_vk_ctx *c = d->c;
-    const size_t R = (size_t)MAX_BLOCKS * d->hp.block_size, E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
+    const int nb = grow_to(n);
+    const size_t R = (size_t)nb * d->hp.block_size, E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
+    head_bufs_free(d);
+    d->h_blocks = 0;
     if (4 * R * V > c->max_binding) return false;
     if (bs_vk_buf_new(c, &d->hx, 4 * R * E, false) || bs_vk_buf_new(c, &d->haq, R * E, false) ||
         bs_vk_buf_new(c, &d->has, R * E / 8 + 4, false) || bs_vk_buf_new(c, &d->ham, R * E / 8 + 4, false) ||
@@ -717,22 +727,36 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
         bs_clear_error();   /* (each block its own product, as before) */
         return false;
     }
+    d->h_blocks = nb;
     return true;
 }
 
-/* Whether the blocks' layers run as one (record_group over the drafter's rows, made now for
- * MAX_BLOCKS blocks; where they cannot be, each block runs its own as before). */
+/* Whether the blocks' layers run as one (record_group over the drafter's rows, made now or
+ * again larger; where they cannot be, each block runs its own as before). */
 static bool layers_shared(bs_vk_dspark *d, int n) {
     if (n < 2 || d->layers_apart) return false;
-    if (d->ghidden.buf) return true;
-    const size_t R = (size_t)MAX_BLOCKS * d->hp.block_size;
+    if (d->g_blocks >= n) return true;
+    const int nb = grow_to(n);
+    const size_t R = (size_t)nb * d->hp.block_size;
+    rows_free(d->c, &d->gr);
+    bs_vk_buf_free(d->c, &d->ghidden);
+    d->g_blocks = 0;
     if (rows_new(d->c, &d->hp, &d->gr, R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * R * d->hp.n_embd, false)) {
         rows_free(d->c, &d->gr);
         bs_vk_buf_free(d->c, &d->ghidden);
         bs_clear_error();   /* (each block its own layers, as before) */
         return false;
     }
+    d->g_blocks = nb;
     return true;
+}
+
+/* A submission's descriptor sets, a dispatch each, bound from above: a block's embedding, layers
+ * (a block alone, every step apart: 24 a layer), head, and a chain of block_size slots (16 a
+ * slot); the shared layers and head once. */
+int bs_vk_dspark_max_blocks(const bs_vk_dspark *d) {
+    const int L = d->hp.n_layer, per = d->embd->n_parts + 2 + 24 * L + 4 + 16 * d->hp.block_size, shared = 24 * L + 8;
+    return BS_MAX(1, BS_MIN((int)MAX_BLOCKS, (BS_VK_MAX_SETS - shared) / per));
 }
 
 /* The blocks' logits rows through the LM head as one product: each block's hidden rows copied
@@ -756,8 +780,10 @@ static int record_head(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
 }
 
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
-    if (n < 1 || n > MAX_BLOCKS) return bs_error("Vulkan drafter: %d blocks in one submission (1..%d)", n, (int)MAX_BLOCKS);
+    if (n < 1) return bs_error("Vulkan drafter: no blocks to run");
     bs_vk_dspark *d = b[0].s->d;
+    if (n > bs_vk_dspark_max_blocks(d))
+        return bs_error("Vulkan drafter: %d blocks in one submission (1..%d)", n, bs_vk_dspark_max_blocks(d));
     for (int i = 0; i < n; i++) {
         TRY(check_block(&b[i], mask_id));
         if (b[i].s->d != d) return bs_error("Vulkan drafter: blocks of different drafters in one submission");
