@@ -531,9 +531,10 @@ static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
 }
 
 /* The blocks whose layers run as one: their rows one after another in r (a block alone: its
- * context's own rows), the final states into hidden (its context's). Past the attention a
- * row's products do not depend on the rows beside it, so each block keeps its own bits; the
- * layers' weights are read once for all the blocks rather than once a block. */
+ * context's own rows), the final states into hidden (its context's). Every step but the
+ * attention (a block's own, over its context) takes a row alone and the products are
+ * batch-invariant, so each block keeps its own bits; the layers' weights are read once for all
+ * the blocks rather than once a block. */
 typedef struct dl_group {
     bs_vk_dspark *d;
     const dl_rows *r;
