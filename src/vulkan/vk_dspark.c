@@ -51,7 +51,7 @@ struct bs_vk_dspark {
     /* the layers of several blocks as one (record_group): their rows and final states; made on
        first use, for g_blocks blocks */
     dl_rows gr;
-    bs_vk_buf ghidden;
+    bs_vk_buf ghidden, grope;       /* (grope host visible: the blocks' rope rows go up there) */
     int g_blocks;
     bool layers_apart;              /* BITSPARK_VK_DRAFT_LAYERS=apart: each block its own layers */
 };
@@ -204,6 +204,7 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     head_bufs_free(d);
     rows_free(c, &d->gr);
     bs_vk_buf_free(c, &d->ghidden);
+    bs_vk_buf_free(c, &d->grope);
     free(d->L);
     free(d);
 }
@@ -338,14 +339,15 @@ static int mv(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_matrix *W, co
     return mv_with(d->c, W, x, n, y, &r->aq, &r->as, &r->am, &r->xr);
 }
 
-/* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims, of n rows of nh heads. */
-static int norm_rope(const bs_vk_dctx *s, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
-    const uint32_t D = (uint32_t)s->d->hp.head_dim, H = (uint32_t)nh;
-    TRY(norm(s->d, x, w, x, D, (uint32_t)n * H, H, H * D, D));
+/* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims (rope's rows), of n rows of nh
+ * heads. */
+static int norm_rope(const bs_vk_dspark *d, const bs_vk_buf *rope, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
+    const uint32_t D = (uint32_t)d->hp.head_dim, H = (uint32_t)nh;
+    TRY(norm(d, x, w, x, D, (uint32_t)n * H, H, H * D, D));
     uint32_t rp[4] = {H, D, H * D, D};
-    const bs_vk_buf *bb[2] = {x, &s->rope};
-    TRY(bs_vk_dispatch(s->d->c, BS_VK_K_ROPE, bb, rp, groups(D / 2, 64), (uint32_t)n * H, 1));
-    bs_vk_barrier(s->d->c);
+    const bs_vk_buf *bb[2] = {x, rope};
+    TRY(bs_vk_dispatch(d->c, BS_VK_K_ROPE, bb, rp, groups(D / 2, 64), (uint32_t)n * H, 1));
+    bs_vk_barrier(d->c);
     return 0;
 }
 
@@ -355,31 +357,32 @@ static void copy_w(bs_vk_ctx *c, const bs_vk_buf *src, int s0, const bs_vk_buf *
     bs_vk_cmd_copy(c, src, dst, &(VkBufferCopy){(VkDeviceSize)s0 * rb, (VkDeviceSize)d0 * rb, (VkDeviceSize)n * rb});
 }
 
-/* n rows of q (nq heads: the block's, or none for the context's rows) and kb normed and roped,
- * k and v stored at layer L's cache rows at.. (kvpos, filled by the recording): the target's
- * qk.comp in one dispatch (the bits of norm.comp, rope.comp and the copies), or with
- * BITSPARK_VK_NO_QK=1 those steps apart. No barrier after it (qk_store's). */
-static int qk_record(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
+/* The target's qk.comp over n rows of r from row0 with rope's rows from row0: q's nq heads (the
+ * block's; none for context rows) and kb's normed and roped in place, k and v stored at s's
+ * layer-L cache rows from kvpos (filled by the recording); the bits of norm.comp, rope.comp
+ * and the copies (BITSPARK_VK_NO_QK=1 runs those). No barrier after it. */
+static int qk_dispatch(bs_vk_dctx *s, const dl_rows *r, int row0, const bs_vk_buf *rope, const dl_layer *L, int n, int nq) {
     const bs_vk_dspark_desc *hp = &s->d->hp;
     const int l = (int)(L - s->d->L);
-    const dl_rows *r = &s->r;
-    if (!s->d->no_qk) {
-        const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-        qk_push qp = {(uint32_t)nq, Hkv, D, D, 0, 1, hp->eps, 0};
-        const bs_vk_buf *qb[9] = {&r->q, &r->kb, &r->vb, &L->q_norm, &L->k_norm, &s->rope, &s->k[l], &s->v[l], &s->kvpos};
-        return bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1);
-    }
-    if (nq) TRY(norm_rope(s, &r->q, &L->q_norm, n, nq));
-    TRY(norm_rope(s, &r->kb, &L->k_norm, n, hp->n_head_kv));
-    copy_w(s->d->c, &r->kb, 0, &s->k[l], at, n, s->kv_w);
-    copy_w(s->d->c, &r->vb, 0, &s->v[l], at, n, s->kv_w);
-    return 0;
+    const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
+    qk_push qp = {(uint32_t)nq, Hkv, D, D, (uint32_t)row0, 1, hp->eps, 0};
+    const bs_vk_buf *qb[9] = {&r->q, &r->kb, &r->vb, &L->q_norm, &L->k_norm, rope, &s->k[l], &s->v[l], &s->kvpos};
+    return bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1);
 }
 
-/* qk_record, then a barrier: the next products write kb and vb. */
-static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int nq, int at) {
-    TRY(qk_record(s, L, n, nq, at));
-    bs_vk_barrier(s->d->c);
+/* n context rows' k (in kb) normed and roped and stored with v (vb) at layer L's cache rows
+ * at..; a barrier follows (the next products write kb and vb). */
+static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int at) {
+    bs_vk_dspark *d = s->d;
+    if (!d->no_qk) {
+        TRY(qk_dispatch(s, &s->r, 0, &s->rope, L, n, 0));
+    } else {
+        const int l = (int)(L - d->L);
+        TRY(norm_rope(d, &s->rope, &s->r.kb, &L->k_norm, n, d->hp.n_head_kv));
+        copy_w(d->c, &s->r.kb, 0, &s->k[l], at, n, s->kv_w);
+        copy_w(d->c, &s->r.vb, 0, &s->v[l], at, n, s->kv_w);
+    }
+    bs_vk_barrier(d->c);
     return 0;
 }
 
@@ -437,7 +440,7 @@ static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) 
             TRY(mv(d, r, L->wk, &r->h, n, &r->kb));
             TRY(mv(d, r, L->wv, &r->h, n, &r->vb));
         }
-        TRY(qk_store(s, L, n, 0, row0));
+        TRY(qk_store(s, L, n, row0));
     }
     return 0;
 }
@@ -508,25 +511,27 @@ static int embed_block(bs_vk_dctx *s, int nb) {
     return 0;
 }
 
-/* The block's attention over cache rows first..first+n_kv-1 of layer l: split over the context
+/* The block's attention (its q rows from row0 of r, into att's from row0) over cache rows
+ * first..first+n_kv-1 of layer l: split over the context
  * (attn_nc_split.comp: a workgroup per (chunk, row, KV head) for the group's query heads, each
  * K/V row read once per group, the chunks merged by the last one) where the context has its
  * buffers, else a workgroup per (row, head) over all of it (attn_nc.comp). */
-static int block_attention(bs_vk_dctx *s, int l, int nb, int first, int n_kv) {
+static int block_attention(bs_vk_dctx *s, const dl_rows *r, int row0, int l, int nb, int first, int n_kv) {
     const bs_vk_dspark_desc *hp = &s->d->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
     const uint32_t sc_stride = (uint32_t)(s->n_rows_max + hp->block_size), C = (uint32_t)s->d->attn_chunk;
     const float scale = 1.0f / sqrtf((float)D);
     if (s->n_chunk > 0) {
-        struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t chunk, n_chunk, n_rot; float eps; } sp = {
-            H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale, C, (uint32_t)s->n_chunk, 0, 0.0f};
-        const bs_vk_buf *sb[16] = {&s->r.q, &s->k[l], &s->v[l], &s->r.att, &s->scores};
+        struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t chunk, n_chunk, n_rot; float eps; uint32_t qrow0; } sp = {
+            H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale, C, (uint32_t)s->n_chunk, 0, 0.0f, (uint32_t)row0};
+        const bs_vk_buf *sb[16] = {&r->q, &s->k[l], &s->v[l], &r->att, &s->scores};
         sb[14] = &s->apart;
         sb[15] = &s->acnt;
         return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC_SPLIT, sb, &sp, ((uint32_t)n_kv + C - 1) / C, (uint32_t)nb * Hkv, 1);
     }
-    struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale};
-    const bs_vk_buf *ab[5] = {&s->r.q, &s->k[l], &s->v[l], &s->r.att, &s->scores};
+    struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t qrow0; } ap = {
+        H, Hkv, D, (uint32_t)first, (uint32_t)n_kv, sc_stride, scale, (uint32_t)row0};
+    const bs_vk_buf *ab[5] = {&r->q, &s->k[l], &s->v[l], &r->att, &s->scores};
     return bs_vk_dispatch(s->d->c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)nb * H, 1, 1);
 }
 
@@ -540,42 +545,36 @@ typedef struct dl_group {
     const dl_rows *r;
     const bs_vk_dblock *b;
     int n, rows;
-    const bs_vk_buf *hidden;
+    const bs_vk_buf *hidden, *rope;   /* (rope: the rows' positions, each block's at its rows) */
 } dl_group;
 
 static bool group_own(const dl_group *g) { return g->r == &g->b[0].s->r; }
 
-/* The blocks' q, kb and vb rows from the group's rows to their contexts' (out), or their att
- * rows back: the attention kernels read a context's rows from row 0. A barrier follows. */
-static void group_copy(const dl_group *g, bool out) {
-    const bs_vk_dspark_desc *hp = &g->d->hp;
-    const size_t HD = (size_t)hp->n_head * hp->head_dim, kv_w = (size_t)hp->n_head_kv * hp->head_dim;
-    bs_vk_ctx *c = g->d->c;
-    for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) {
-        const dl_rows *o = &g->b[i].s->r;
-        const int nb = g->b[i].nb;
-        if (out) {
-            copy_w(c, &g->r->q, off, &o->q, 0, nb, HD);
-            copy_w(c, &g->r->kb, off, &o->kb, 0, nb, kv_w);
-            copy_w(c, &g->r->vb, off, &o->vb, 0, nb, kv_w);
-        } else {
-            copy_w(c, &o->att, 0, &g->r->att, off, nb, HD);
-        }
-    }
-    bs_vk_barrier(c);
-}
-
 /* The blocks' q and k (in q, kb; v in vb) normed and roped, k and v stored after each context's
- * rows (first + n_ctx, as the recording filled kvpos), then their attention into att. */
+ * rows (first + n_ctx, as the recording filled kvpos), then their attention into att: the
+ * kernels read and write a block's rows where they are (from its first row in the group's),
+ * each over its own context. */
 static int group_attention(const dl_group *g, const dl_layer *L) {
     bs_vk_dspark *d = g->d;
+    const dl_rows *r = g->r;
     const int l = (int)(L - d->L);
-    if (!group_own(g)) group_copy(g, true);
-    for (int i = 0; i < g->n; i++) TRY(qk_record(g->b[i].s, L, g->b[i].nb, d->hp.n_head, g->b[i].first + g->b[i].n_ctx));
+    if (d->no_qk) {   /* the steps apart: norms and RoPE over all the rows, then each block's cache rows */
+        TRY(norm_rope(d, g->rope, &r->q, &L->q_norm, g->rows, d->hp.n_head));
+        TRY(norm_rope(d, g->rope, &r->kb, &L->k_norm, g->rows, d->hp.n_head_kv));
+    }
+    for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) {
+        bs_vk_dctx *s = g->b[i].s;
+        if (!d->no_qk) {
+            TRY(qk_dispatch(s, r, off, g->rope, L, g->b[i].nb, d->hp.n_head));
+        } else {
+            copy_w(d->c, &r->kb, off, &s->k[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
+            copy_w(d->c, &r->vb, off, &s->v[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
+        }
+    }
     bs_vk_barrier(d->c);
-    for (int i = 0; i < g->n; i++) TRY(block_attention(g->b[i].s, l, g->b[i].nb, g->b[i].first, g->b[i].n_ctx + g->b[i].nb));
+    for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++)
+        TRY(block_attention(g->b[i].s, r, off, l, g->b[i].nb, g->b[i].first, g->b[i].n_ctx + g->b[i].nb));
     bs_vk_barrier(d->c);
-    if (!group_own(g)) group_copy(g, false);
     return 0;
 }
 
@@ -739,12 +738,14 @@ static bool layers_shared(bs_vk_dspark *d, int n) {
     if (d->g_blocks >= n) return true;
     const int nb = grow_to(n);
     const size_t R = (size_t)nb * d->hp.block_size;
+    bs_vk_buf *bs[] = {&d->ghidden, &d->grope};
     rows_free(d->c, &d->gr);
-    bs_vk_buf_free(d->c, &d->ghidden);
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
     d->g_blocks = 0;
-    if (rows_new(d->c, &d->hp, &d->gr, R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * R * d->hp.n_embd, false)) {
+    if (rows_new(d->c, &d->hp, &d->gr, R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * R * d->hp.n_embd, false) ||
+        bs_vk_buf_new(d->c, &d->grope, 4 * R * d->hp.head_dim, true)) {
         rows_free(d->c, &d->gr);
-        bs_vk_buf_free(d->c, &d->ghidden);
+        for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
         bs_clear_error();   /* (each block its own layers, as before) */
         return false;
     }
@@ -804,13 +805,14 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
        score, argmax and prev buffers) */
     const bool shared = head_shared(d, b, n), together = layers_shared(d, n);
     int rows = 0;
-    for (int i = 0; i < n; i++) rows += b[i].nb;
+    for (int i = 0; i < n; rows += b[i].nb, i++)
+        if (together) memcpy((float *)d->grope.map + (size_t)rows * d->hp.head_dim, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
     TRY(bs_vk_begin(d->c));
     int rc = 0;
     bool q_hidden = false;
-    if (together) rc = record_group(&(dl_group){d, &d->gr, b, n, rows, &d->ghidden}, &q_hidden);
+    if (together) rc = record_group(&(dl_group){d, &d->gr, b, n, rows, &d->ghidden, &d->grope}, &q_hidden);
     for (int i = 0; i < n && !rc; i++) {
-        if (!together) rc = record_group(&(dl_group){d, &b[i].s->r, &b[i], 1, b[i].nb, &b[i].s->hidden}, &q_hidden);
+        if (!together) rc = record_group(&(dl_group){d, &b[i].s->r, &b[i], 1, b[i].nb, &b[i].s->hidden, &b[i].s->rope}, &q_hidden);
         if (!rc && !shared) rc = record_block_head(b[i].s, b[i].n_logits, q_hidden && !together);
     }
     if (!rc && shared) rc = record_head(d, b, n);

@@ -52,7 +52,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_GLU_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 1, 0, 0}},
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
     [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
-    [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 28, 0, {0}},
+    [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 32, 0, {0}},
     [BS_VK_K_ARGMAX] = {"argmax", 5, 12, 0, {0}},
     [BS_VK_K_TOPK] = {"topk", 4, 24, 0, {0}},
     [BS_VK_K_VIT_LN] = {"vit_ln", 4, 8, 0, {0}},
@@ -95,7 +95,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* attn_split for up to 4 sequences (workgroup z), their caches, scores, positions, partials */
     [BS_VK_K_ATTN_SPLIT_B] = {"attn_split_b", 31, 68, 0, {0}},
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
-    [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 44, 0, {0}},
+    [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 48, 0, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
 };

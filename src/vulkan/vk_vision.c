@@ -37,7 +37,7 @@ struct bs_vk_vit {
 typedef struct {
     bs_vk_vit *v;
     int n, chunk;                 /* patches; queries per attention dispatch */
-    bs_vk_buf u, x, h, qkv, q, k, vv, att, ff, out, pos, rope, sc, qc, oc, aq, as, am, xr;
+    bs_vk_buf u, x, h, qkv, q, k, vv, att, ff, out, pos, rope, sc, aq, as, am, xr;
 } vit_run;
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
@@ -176,33 +176,19 @@ static int linear(vit_run *r, const bs_vk_matrix *W, const bs_vk_buf *b, const b
     return ew(r, gelu ? VIT_BIAS_GELU : VIT_BIAS, y, b, (uint64_t)n * W->ne1, (uint32_t)W->ne1, 0, NULL, NULL, NULL);
 }
 
-static void copy(bs_vk_ctx *c, const bs_vk_buf *src, VkDeviceSize so, const bs_vk_buf *dst, VkDeviceSize dof, VkDeviceSize n) {
-    const VkBufferCopy reg = {so, dof, n};
-    bs_vk_cmd_copy(c, src, dst, &reg);   /* marks the recording dirty, so the next barrier is kept */
-}
-
 /* Every patch attends to every patch: softmax(Q_h K_h^T / sqrt(D)) V_h, in chunks of queries
- * (a dispatch's group count and the scores scratch bound them). */
+ * (a dispatch's group count and the scores scratch bound them), each reading its q rows and
+ * writing its output rows from row i0 (the kernel's qrow0). */
 static int attention(vit_run *r) {
     bs_vk_ctx *c = r->v->c;
     const uint32_t H = (uint32_t)r->v->H, C = (uint32_t)r->v->C, D = C / H;
     for (int i0 = 0; i0 < r->n; i0 += r->chunk) {
         const int m = BS_MIN(r->chunk, r->n - i0);
-        const bool whole = m == r->n;
-        const VkDeviceSize row = 4u * (VkDeviceSize)C;
-        if (!whole) {
-            copy(c, &r->q, (VkDeviceSize)i0 * row, &r->qc, 0, (VkDeviceSize)m * row);
-            bs_vk_barrier(c);
-        }
-        struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; } ap = {
-            H, H, D, 0, (uint32_t)r->n, (uint32_t)r->n, 1.0f / sqrtf((float)D)};
-        const bs_vk_buf *ab[5] = {whole ? &r->q : &r->qc, &r->k, &r->vv, whole ? &r->att : &r->oc, &r->sc};
+        struct { uint32_t H, Hkv, D, first, n_kv, sc_stride; float scale; uint32_t qrow0; } ap = {
+            H, H, D, 0, (uint32_t)r->n, (uint32_t)r->n, 1.0f / sqrtf((float)D), (uint32_t)i0};
+        const bs_vk_buf *ab[5] = {&r->q, &r->k, &r->vv, &r->att, &r->sc};
         TRY(bs_vk_dispatch(c, BS_VK_K_ATTN_NC, ab, &ap, (uint32_t)m * H, 1, 1));
-        bs_vk_barrier(c);
-        if (!whole) {
-            copy(c, &r->oc, 0, &r->att, (VkDeviceSize)i0 * row, (VkDeviceSize)m * row);
-            bs_vk_barrier(c);
-        }
+        bs_vk_barrier(c);   /* (the next chunk's scores take the same scratch) */
     }
     return 0;
 }
@@ -264,8 +250,7 @@ static int run_alloc(vit_run *r) {
            bs_vk_buf_new(c, &r->vv, 4 * n * C, false) || bs_vk_buf_new(c, &r->att, 4 * n * C, false) ||
            bs_vk_buf_new(c, &r->ff, 4 * n * ffw, false) || bs_vk_buf_new(c, &r->out, 4 * (n / 4) * (size_t)r->v->proj, false) ||
            bs_vk_buf_new(c, &r->pos, 4 * n * C, false) || bs_vk_buf_new(c, &r->rope, 4 * n * (C / H), false) ||
-           bs_vk_buf_new(c, &r->sc, 4 * ch * H * n, false) || bs_vk_buf_new(c, &r->qc, 4 * ch * C, false) ||
-           bs_vk_buf_new(c, &r->oc, 4 * ch * C, false) || bs_vk_buf_new(c, &r->aq, n * wq, false) ||
+           bs_vk_buf_new(c, &r->sc, 4 * ch * H * n, false) || bs_vk_buf_new(c, &r->aq, n * wq, false) ||
            bs_vk_buf_new(c, &r->as, n * wq / 8 + 16, false) || bs_vk_buf_new(c, &r->am, n * wq / 8 + 16, false) ||
            bs_vk_buf_new(c, &r->xr, 4 * n * wq, false)
                ? -1 : 0;
@@ -273,7 +258,7 @@ static int run_alloc(vit_run *r) {
 
 static void run_free(vit_run *r) {
     bs_vk_buf *bs[] = {&r->u, &r->x, &r->h, &r->qkv, &r->q, &r->k, &r->vv, &r->att, &r->ff, &r->out, &r->pos,
-                       &r->rope, &r->sc, &r->qc, &r->oc, &r->aq, &r->as, &r->am, &r->xr};
+                       &r->rope, &r->sc, &r->aq, &r->as, &r->am, &r->xr};
     for (size_t i = 0; i < BS_ARRAY_LEN(bs); i++) bs_vk_buf_free(r->v->c, bs[i]);
 }
 

@@ -86,18 +86,19 @@ void seq_select() {
 #define CNT_AT(t, kvh) ((A_QROW0 + (t)) * p.Hkv + (kvh))
 #elif defined(BS_NC)
 // the drafter's block (attn_nc.comp's): every row attends to the F32 cache rows first..first+n_kv-1
-// (no causal mask; q rows of H*D, no gate, nothing fused or quantized); n_rot and eps unused
-layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; float scale; uint chunk, n_chunk, n_rot; float eps; } p;
+// (no causal mask; q rows of H*D, no gate, nothing fused or quantized); n_rot and eps unused;
+// qrow0: the block's first row in q and y (several blocks' rows one after another)
+layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; float scale; uint chunk, n_chunk, n_rot; float eps; uint qrow0; } p;
 #define A_F32 1u
 #define A_FUSED 0u
-#define A_QROW0 0u
+#define A_QROW0 p.qrow0
 #define A_QUANT 0u
 #define A_KV0 p.first
 #define A_NCTX p.sc_stride
 #define A_NCHUNK p.n_chunk
 #define A_POS0 0u
 #define ROW_NKV(t) p.n_kv
-#define Q_BASE(t, h) ((t) * p.H * p.D + (h) * p.D)
+#define Q_BASE(t, h) ((A_QROW0 + (t)) * p.H * p.D + (h) * p.D)
 #define SEQ_PAST(t) false
 #define CNT_AT(t, kvh) gl_WorkGroupID.y
 #else
