@@ -356,6 +356,57 @@ static void many_blocks(bs_model *m, bs_dspark *d, const float *taps) {
     free(la); free(lb);
 }
 
+/* Three contexts' appends of their sessions' tap rows collected and run as one pass
+ * (bs_dspark_collect, as the server's slots after a pass) against each context's own: the
+ * blocks after them give the same states and rows, and the pass reads fewer weight bytes. */
+static void appends_together(bs_model *m, bs_dspark *d) {
+    enum { N = 3 };
+    const int E = d->hp.n_embd, V = d->hp.n_vocab, B = d->hp.block_size, lens[N] = {3, 7, 5};
+    bs_session *ss[N];
+    bs_dspark_ctx *own[N], *grp[N];
+    float *logits = malloc(sizeof(float) * (size_t)V), *taps = malloc(sizeof(float) * 8 * (size_t)d->hp.n_taps * E);
+    float *la = malloc(sizeof(float) * (size_t)B * V), *lb = malloc(sizeof(float) * (size_t)B * V);
+    bs_session_params sp = {.n_ctx = 64, .n_threads = 1};
+    for (int i = 0; i < N; i++) {
+        ss[i] = bs_session_new(m, &sp);
+        own[i] = bs_dspark_ctx_new(d, 64, NULL);
+        grp[i] = bs_dspark_ctx_new(d, 64, NULL);
+        CHECK(ss[i] && own[i] && grp[i] && !bs_session_set_taps(ss[i], d->hp.taps, d->hp.n_taps) &&
+              bs_dspark_ctx_link(own[i], ss[i], 8));
+        int32_t tok[8];
+        for (int t = 0; t < lens[i]; t++) tok[t] = (int32_t)((11 + 97 * i + 13 * t) % m->hp.n_vocab);
+        CHECK(ss[i] && bs_eval(ss[i], tok, lens[i], BS_LOGITS_LAST, logits, taps) == 0);   /* (the taps stay there) */
+    }
+    bs_vk_stats v0, v1, v2;
+    bs_vk_stats_get(m->vk, &v0);
+    for (int i = 0; i < N; i++) CHECKF(own[i] && bs_dspark_ctx_append_session(own[i], ss[i]->vk, lens[i]) == 0, "%s", bs_last_error());
+    bs_vk_stats_get(m->vk, &v1);
+    bs_dspark_collect(d, true);
+    for (int i = 0; i < N; i++) CHECK(grp[i] && bs_dspark_ctx_append_session(grp[i], ss[i]->vk, lens[i]) == 0);
+    CHECK(bs_dspark_collect(d, false) == 0);
+    bs_vk_stats_get(m->vk, &v2);
+    const uint64_t wo = v1.weight_bytes - v0.weight_bytes, wg = v2.weight_bytes - v1.weight_bytes;
+    CHECKF(v2.submits - v1.submits == 1 && wg < wo, "three appends collected: %llu submissions, %llu weight bytes (%llu apart)",
+           (unsigned long long)(v2.submits - v1.submits), (unsigned long long)wg, (unsigned long long)wo);
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        CHECK(bs_dspark_block_n(own[i], 5, lens[i], B) == 0 && bs_dspark_block_n(grp[i], 5, lens[i], B) == 0);
+        for (int t = 0; t < B; t++) same &= !memcmp(bs_dspark_hidden(own[i], t), bs_dspark_hidden(grp[i], t), sizeof(float) * (size_t)E);
+        bs_dspark_logits(own[i], 0, B, la);
+        bs_dspark_logits(grp[i], 0, B, lb);
+        same &= !memcmp(la, lb, sizeof(float) * (size_t)B * V);
+    }
+    CHECKF(same, "blocks after collected appends differ from those after each context's own");
+    printf("  3 contexts' appends in one pass (%.2fx the weight bytes): the blocks after them those after each one's own\n",
+           (double)wg / (double)wo);
+    for (int i = 0; i < N; i++) {
+        bs_dspark_ctx_free(own[i]);
+        bs_dspark_ctx_free(grp[i]);
+        bs_session_free(ss[i]);
+    }
+    free(logits); free(taps); free(la); free(lb);
+}
+
 /* Blocks of ns device contexts (different lengths and widths) in one submission against each
  * alone: the same final states, base logits and greedy drafts. Two blocks' rows (B + 2) are one
  * row group of the fused layers; three (B + 5 with B = 4) take the products' multi-row forms. */
@@ -399,7 +450,7 @@ static void blocks_together(const char *target, const char *drafter, int ns) {
         CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d of %d together: states or rows differ", i, ns);
     }
     if (ns == 2) weights_once(m, d, taps);
-    else many_blocks(m, d, taps);
+    else many_blocks(m, d, taps), appends_together(m, d);
     for (int i = 0; i < NS; i++) {
         bs_dspark_ctx_free(alone[i]);
         bs_dspark_ctx_free(together[i]);

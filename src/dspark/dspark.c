@@ -116,6 +116,7 @@ bs_dspark_ctx *bs_dspark_ctx_new(const bs_dspark *d, int n_ctx_max, bs_pool *poo
 
 void bs_dspark_ctx_free(bs_dspark_ctx *c) {
     if (!c) return;
+    if (c->vk && bs_dspark_dev_flush(c->d)) bs_log(1, "drafter: %s\n", bs_last_error());   /* (none may name it) */
     bs_vk_dctx_free(c->vk);
     for (int l = 0; l < c->d->hp.n_layer; l++) {
         free(c->k[l]);
@@ -185,7 +186,7 @@ static int append_chunk(bs_dspark_ctx *c, const float *taps, int n) {
     const int E = hp->n_embd;
     if (c->vk) {
         rope_rows(c, c->len, n);
-        if (bs_vk_dctx_append(c->vk, taps, n, c->n_rows, c->rope)) return -1;
+        if (bs_dspark_dev_flush(d) || bs_vk_dctx_append(c->vk, taps, n, c->n_rows, c->rope)) return -1;
         for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
         c->n_rows += n;
         c->len += n;
@@ -237,7 +238,7 @@ int bs_dspark_ctx_append_session(bs_dspark_ctx *c, const bs_vk_sess *s, int n) {
     if (n > c->n_ctx_max - c->len) return bs_error("drafter context full: %d + %d rows > %d", c->len, n, c->n_ctx_max);
     reserve(c, c->n_rows + n);
     rope_rows(c, c->len, n);
-    if (bs_vk_dctx_append_sess(c->vk, s, 0, n, c->n_rows, c->rope)) return -1;
+    if (bs_dspark_dev_append(c->d, c->vk, s, n, c->n_rows, c->rope, APPEND_CHUNK)) return -1;
     for (int t = 0; t < n; t++) c->pos[c->n_rows + t] = c->len + t;
     c->n_rows += n;
     c->len += n;
@@ -346,6 +347,7 @@ static int blocks_device(bs_dspark_ctx *const *cs, const int32_t *anchors, const
     if (n > max)
         return blocks_device(cs, anchors, pos, n_slots, max) ||
                blocks_device(cs + max, anchors + max, pos + max, n_slots + max, n - max);
+    if (bs_dspark_dev_flush(cs[0]->d)) return -1;   /* the blocks read the contexts' rows */
     bs_vk_dblock b[BS_VK_DRAFT_BLOCKS] = {{0}};
     bs_vk_chain ch[BS_VK_DRAFT_BLOCKS];
     memset(ch, 0, sizeof ch);

@@ -91,6 +91,17 @@ void bs_dspark_dev_free(bs_dspark_dev *dev);
 struct bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max);
 /* Blocks one device submission takes (bs_vk_dspark_max_blocks). */
 int bs_dspark_dev_max_blocks(const bs_dspark *d);
+/* A context's append of n rows of its device session's taps (bs_vk_dctx_append_sess), or, while
+ * collecting, kept for the next flush (a context already kept flushes first); rope: [n][head_dim]
+ * (copied), n <= max_rows. The flush runs the kept appends as one pass (bs_vk_dctx_append_multi)
+ * and is called before anything reads a context's rows on the device. */
+int bs_dspark_dev_append(const bs_dspark *d, struct bs_vk_dctx *s, const struct bs_vk_sess *sess, int n, int row0,
+                         const float *rope, int max_rows);
+int bs_dspark_dev_flush(const bs_dspark *d);
+/* Appends from device sessions collected (on) and run as one pass (off: 0 or -1 + bs_error).
+ * The server collects its slots' appends after a batch pass: fc and the K/V products are read
+ * once for all of them, not once a slot. The sessions' taps must stay as they are till then. */
+int bs_dspark_collect(const bs_dspark *d, bool on);
 
 /* --- forward ---------------------------------------------------------------------------------- */
 typedef struct bs_dspark_ctx bs_dspark_ctx;

@@ -10,10 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Appends from device sessions collected while on (bs_dspark_collect), to run as one pass. */
+typedef struct collected {
+    bs_vk_dappend a[BS_VK_DRAFT_BLOCKS];
+    float *rope[BS_VK_DRAFT_BLOCKS];   /* each [APPEND_CHUNK][head_dim], made on first use */
+    int n;
+    bool on;
+} collected;
+
 struct bs_dspark_dev {
     bs_vk_ctx *ctx;
     bool own_ctx;
     bs_vk_dspark *net;
+    collected col;
 };
 
 static bs_vk_tensor tensor_of(const bs_weight *w) {
@@ -74,6 +83,7 @@ bs_dspark_dev *bs_dspark_dev_new(void) { return bs_xcalloc(1, sizeof(bs_dspark_d
 
 void bs_dspark_dev_free(bs_dspark_dev *dev) {
     if (!dev) return;
+    for (int i = 0; i < BS_VK_DRAFT_BLOCKS; i++) free(dev->col.rope[i]);
     bs_vk_dspark_free(dev->net);
     if (dev->own_ctx) bs_vk_close(dev->ctx);
     free(dev);
@@ -84,3 +94,31 @@ bs_vk_dctx *bs_dspark_dev_ctx_new(const bs_dspark *d, int n_rows_max) {
 }
 
 int bs_dspark_dev_max_blocks(const bs_dspark *d) { return bs_vk_dspark_max_blocks(d->dev->net); }
+
+int bs_dspark_dev_flush(const bs_dspark *d) {
+    collected *col = &d->dev->col;
+    const int n = col->n;
+    col->n = 0;
+    return n ? bs_vk_dctx_append_multi(col->a, n) : 0;
+}
+
+int bs_dspark_collect(const bs_dspark *d, bool on) {
+    if (!d->dev) return 0;
+    d->dev->col.on = on;
+    return on ? 0 : bs_dspark_dev_flush(d);
+}
+
+int bs_dspark_dev_append(const bs_dspark *d, bs_vk_dctx *s, const bs_vk_sess *sess, int n, int row0, const float *rope,
+                         int max_rows) {
+    collected *col = &d->dev->col;
+    if (!col->on) return bs_vk_dctx_append_sess(s, sess, 0, n, row0, rope);
+    bool again = col->n == BS_VK_DRAFT_BLOCKS;
+    for (int i = 0; i < col->n && !again; i++) again = col->a[i].s == s;
+    if (again && bs_dspark_dev_flush(d)) return -1;   /* (a context once a pass, in its order) */
+    const size_t D = (size_t)d->hp.head_dim;
+    float **r = &col->rope[col->n];
+    if (!*r) *r = bs_xmalloc(sizeof **r * D * (size_t)max_rows);
+    memcpy(*r, rope, sizeof **r * D * (size_t)n);
+    col->a[col->n++] = (bs_vk_dappend){s, sess, n, row0, *r};
+    return 0;
+}

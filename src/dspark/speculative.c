@@ -115,9 +115,9 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
 
 void bs_spec_free(bs_spec *sp) {
     if (!sp) return;
+    bs_dspark_ctx_free(sp->dc);   /* first: an append it kept may read the session's taps */
     if (sp->d) bs_session_set_taps(sp->s, NULL, 0);
     bs_dspark_ctx_link(NULL, sp->s, 0);
-    bs_dspark_ctx_free(sp->dc);
     free(sp->taps);
     free(sp->pend);
     free(sp->logits);

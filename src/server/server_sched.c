@@ -513,11 +513,14 @@ static void step(srv_sched *s) {
         s->met->n_decode_rows += n_gen;
         pthread_mutex_unlock(&s->met->mu);
     }
+    /* the drafting slots' appends of the rows they kept: collected, then one pass on a device */
+    if (s->drafter) bs_dspark_collect(s->drafter, true);
     for (int i = 0; i < n; i++) {
         if (i == emb) continue;
         bs_gen_commit(who[i]->gen, true);
         stepped(s, who[i]);
     }
+    if (s->drafter && bs_dspark_collect(s->drafter, false)) bs_log(1, "drafter appends: %s\n", bs_last_error());
 }
 
 /* ---- the thread ----------------------------------------------------------------------------- */

@@ -330,6 +330,17 @@ int bs_vk_dctx_append(bs_vk_dctx *c, const float *taps, int n, int row0, const f
 /* The same from the taps a device session just evaluated (rows src0..src0+n-1 of its last
  * chunk, bs_vk_sess_eval with tap_out NULL): the taps never leave the device. */
 int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, int row0, const float *rope);
+/* Several distinct contexts' appends of their sessions' tap rows (rows 0..n-1 of each session's
+ * last chunk, as bs_vk_dctx_append_sess with src0 0) in one pass (the server's slots after a
+ * batch pass): fc and the K/V products once over all their rows, each context's rows stored in
+ * its own cache; the bits of each context's own append. Not waited for. */
+typedef struct bs_vk_dappend {
+    bs_vk_dctx *s;
+    const bs_vk_sess *sess;
+    int n, row0;
+    const float *rope;   /* [n][head_dim] of the rows' positions */
+} bs_vk_dappend;
+int bs_vk_dctx_append_multi(const bs_vk_dappend *a, int n);
 /* Blocks of up to bs_vk_dspark_max_blocks distinct contexts of one drafter in one submission (one
  * alone, or the server's slots drafting together; their layers and LM head run once over all
  * their rows, the attention a block at a time). Each: [anchor, mask_id x (nb-1)] attending to its context

@@ -7,74 +7,12 @@
  * the final states (for the Markov and confidence heads, which are small) and the base logits
  * of the slots asked for come back. The blocks of several contexts in one submission run their
  * layers as one over all their rows (record_group), the attention a block at a time. */
-#include "vulkan/vk_internal.h"
+#include "vulkan/vk_dspark_int.h"
 #include "io/util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { APPEND_ROWS = 64, MAX_HEAD_DIM = 256, MAX_BLOCKS = BS_VK_DRAFT_BLOCKS, GROW_BLOCKS = 8 };
-
-/* The rows a block's layers run in: the residual x, the normed h, the products' outputs and the
- * int8 blocks (or rounded rows) they read. A context has its own; the drafter has one for the
- * blocks of several contexts whose layers run as one (record_group). */
-typedef struct dl_rows {
-    bs_vk_buf x, h, q, kb, vb, att, f1, f2, aq, as, am, xr;
-    bs_vk_buf aq2, as2, am2, ncnt;  /* the fused block (block_fusable): down's int8 blocks, mv_q's NORM_OUT counters */
-} dl_rows;
-
-typedef struct dl_layer {
-    bs_vk_matrix *wq, *wk, *wv, *wo, *gate, *up, *down;
-    bs_vk_matrix *qkv;              /* wq, wk, wv as one layout (they borrow its rows), or NULL */
-    bs_vk_buf attn_norm, ffn_norm, q_norm, k_norm;
-} dl_layer;
-
-struct bs_vk_dspark {
-    bs_vk_ctx *c;
-    bs_vk_dspark_desc hp;           /* the description's numbers (its pointers are not kept) */
-    dl_layer *L;
-    const bs_vk_matrix *embd, *output;
-    bs_vk_matrix *own_embd, *own_output, *fc;
-    bs_vk_buf out_norm, hid_norm, snr;   /* snr: [block_size][n_embd] addends (anchor, masks) */
-    bool snr_on;
-    int attn_chunk;                 /* positions per chunk of the split attention (BITSPARK_VK_ATTN_CHUNK) */
-    bool no_split;                  /* BITSPARK_VK_NO_SPLIT=1: attn_nc.comp, one workgroup per (row, head) */
-    bool no_normo;                  /* BITSPARK_VK_NO_NORMO=1: the block's layers in steps apart (block_fusable) */
-    bool no_qk;                     /* BITSPARK_VK_NO_QK=1: the block's q/k norms, RoPE and K/V rows apart */
-    bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
-    /* the LM head of several blocks' rows as one product (record_head): their hidden rows, its
-       int8 blocks and rounded rows, its logits rows; made on first use, for h_blocks blocks */
-    bs_vk_buf hx, haq, has, ham, hxr, hlogits;
-    int h_blocks;
-    bool head_apart;                /* BITSPARK_VK_DRAFT_HEAD=apart: each block its own head product */
-    /* the layers of several blocks as one (record_group): their rows and final states; made on
-       first use, for g_blocks blocks */
-    dl_rows gr;
-    bs_vk_buf ghidden, grope;       /* (grope host visible: the blocks' rope rows go up there) */
-    int g_blocks;
-    bool layers_apart;              /* BITSPARK_VK_DRAFT_LAYERS=apart: each block its own layers */
-};
-
-struct bs_vk_dctx {
-    bs_vk_dspark *d;
-    int n_rows_max, R;              /* R: scratch rows, max(APPEND_ROWS, block_size) */
-    size_t kv_w;                    /* n_head_kv * head_dim */
-    bs_vk_buf *k, *v;               /* per layer [n_rows_max + block_size][kv_w] */
-    dl_rows r;
-    bs_vk_buf scores;
-    bs_vk_buf in, tok, rope, hidden, logits;   /* host visible */
-    int n_logits;                   /* rows in logits from the last block */
-    /* greedy drafting: the previous draft's Markov row, a slot's scores, their argmax, the
-       token the Markov row is read by (host visible: the anchor goes in), the drafts */
-    bs_vk_buf mrow, score, best, prev, drafts;
-    bs_vk_top_bufs top;             /* a slot's k best (sampled drafts; made on first use) */
-    bs_vk_buf unif, lists;          /* a sampled chain's uniforms and its slots' lists (host visible; first use) */
-    bs_vk_amax_bufs amax;           /* a slot's argmax (greedy drafts) */
-    int n_chunk;                    /* attn_nc_split.comp's chunks of the longest context (0: attn_nc.comp) */
-    bs_vk_buf apart, acnt;          /* its partials per (row, head, chunk) and (row, KV head) counters */
-    bs_vk_buf kvpos;                /* the block's first cache row (qk.comp's pos0), filled by the recording */
-};
 
 static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
@@ -85,14 +23,14 @@ static size_t widest(const bs_vk_dspark_desc *hp) {
     return zmax(zmax((size_t)hp->n_taps * hp->n_embd, (size_t)hp->n_ff), (size_t)hp->n_head * hp->head_dim);
 }
 
-static void rows_free(bs_vk_ctx *c, dl_rows *r) {
+void dl_rows_free(bs_vk_ctx *c, dl_rows *r) {
     bs_vk_buf *bs[] = {&r->x, &r->h, &r->q, &r->kb, &r->vb, &r->att, &r->f1, &r->f2, &r->aq, &r->as, &r->am,
                        &r->xr, &r->aq2, &r->as2, &r->am2, &r->ncnt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
 }
 
 /* Rows for R rows of the drafter's layers. */
-static int rows_new(bs_vk_ctx *c, const bs_vk_dspark_desc *hp, dl_rows *r, size_t R) {
+int dl_rows_new(bs_vk_ctx *c, const bs_vk_dspark_desc *hp, dl_rows *r, size_t R) {
     const size_t E = (size_t)hp->n_embd, HD = (size_t)hp->n_head * hp->head_dim, ff = (size_t)hp->n_ff;
     const size_t kv_w = (size_t)hp->n_head_kv * hp->head_dim, wq = widest(hp);
     return bs_vk_buf_new(c, &r->x, 4 * R * E, false) || bs_vk_buf_new(c, &r->h, 4 * R * E, false) ||
@@ -154,6 +92,8 @@ bs_vk_dspark *bs_vk_dspark_new(bs_vk_ctx *c, const bs_vk_dspark_desc *s) {
     d->head_apart = hd && !strcmp(hd, "apart");
     const char *la = getenv("BITSPARK_VK_DRAFT_LAYERS");
     d->layers_apart = la && !strcmp(la, "apart");
+    const char *ap = getenv("BITSPARK_VK_DRAFT_APPEND");
+    d->append_apart = ap && !strcmp(ap, "apart");
     int rc = bs_vk_upload_mat(c, &d->fc, &s->fc) || bs_vk_upload_vec(c, &d->out_norm, s->output_norm, (size_t)s->n_embd) ||
              bs_vk_upload_vec(c, &d->hid_norm, s->hidden_norm, (size_t)s->n_embd);
     if (!rc) rc = s->share_embd ? !(d->embd = bs_vk_net_embd(s->share)) : bs_vk_upload_mat(c, &d->own_embd, &s->tok_embd);
@@ -202,8 +142,9 @@ void bs_vk_dspark_free(bs_vk_dspark *d) {
     bs_vk_buf *bs[] = {&d->out_norm, &d->hid_norm, &d->snr};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
     head_bufs_free(d);
-    rows_free(c, &d->gr);
+    dl_rows_free(c, &d->gr);
     bs_vk_buf_free(c, &d->ghidden);
+    bs_vk_buf_free(c, &d->ain);
     bs_vk_buf_free(c, &d->grope);
     free(d->L);
     free(d);
@@ -233,7 +174,7 @@ static int ctx_bufs(bs_vk_dctx *s) {
     if (kvb > c->max_binding || scb > c->max_binding || 4 * B * V > c->max_binding)
         return bs_error("a drafter context of %d rows does not fit one binding of %llu bytes", s->n_rows_max,
                         (unsigned long long)c->max_binding);
-    int rc = rows_new(c, hp, &s->r, R) || bs_vk_buf_new(c, &s->scores, scb, false) ||
+    int rc = dl_rows_new(c, hp, &s->r, R) || bs_vk_buf_new(c, &s->scores, scb, false) ||
              bs_vk_buf_new(c, &s->in, 4 * APPEND_ROWS * (size_t)hp->n_taps * E, true) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->rope, 4 * R * hp->head_dim, true) ||
              bs_vk_buf_new(c, &s->hidden, 4 * B * E, true) || bs_vk_buf_new(c, &s->logits, 4 * B * V, true) ||
@@ -273,7 +214,7 @@ void bs_vk_dctx_free(bs_vk_dctx *s) {
     bs_vk_buf *bs[] = {&s->scores, &s->in, &s->tok, &s->rope, &s->hidden, &s->logits, &s->mrow, &s->score,
                        &s->best, &s->prev, &s->drafts, &s->apart, &s->acnt, &s->kvpos, &s->unif, &s->lists};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);
-    rows_free(c, &s->r);
+    dl_rows_free(c, &s->r);
     bs_vk_top_bufs_free(c, &s->top);
     bs_vk_amax_bufs_free(c, &s->amax);
     for (int l = 0; l < s->d->hp.n_layer; l++) {
@@ -312,7 +253,7 @@ static int norm(const bs_vk_dspark *dk, const bs_vk_buf *x, const bs_vk_buf *w, 
     return 0;
 }
 
-static int norm_rows(const bs_vk_dspark *d, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+int dl_norm_rows(const bs_vk_dspark *d, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
     const uint32_t E = (uint32_t)d->hp.n_embd;
     return norm(d, x, w, y, E, (uint32_t)n, 1, E, 0);
 }
@@ -335,13 +276,13 @@ static int mv_with(bs_vk_ctx *c, const bs_vk_matrix *W, const bs_vk_buf *x, int 
     return 0;
 }
 
-static int mv(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
+int dl_mv(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y) {
     return mv_with(d->c, W, x, n, y, &r->aq, &r->as, &r->am, &r->xr);
 }
 
 /* Per-head RMSNorm with w, then NeoX RoPE over all head_dim dims (rope's rows), of n rows of nh
  * heads. */
-static int norm_rope(const bs_vk_dspark *d, const bs_vk_buf *rope, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
+int dl_norm_rope(const bs_vk_dspark *d, const bs_vk_buf *rope, const bs_vk_buf *x, const bs_vk_buf *w, int n, int nh) {
     const uint32_t D = (uint32_t)d->hp.head_dim, H = (uint32_t)nh;
     TRY(norm(d, x, w, x, D, (uint32_t)n * H, H, H * D, D));
     uint32_t rp[4] = {H, D, H * D, D};
@@ -352,7 +293,7 @@ static int norm_rope(const bs_vk_dspark *d, const bs_vk_buf *rope, const bs_vk_b
 }
 
 /* n rows of w floats: src's from row s0 into dst's from row d0. */
-static void copy_w(bs_vk_ctx *c, const bs_vk_buf *src, int s0, const bs_vk_buf *dst, int d0, int n, size_t w) {
+void dl_copy_w(bs_vk_ctx *c, const bs_vk_buf *src, int s0, const bs_vk_buf *dst, int d0, int n, size_t w) {
     const VkDeviceSize rb = 4u * (VkDeviceSize)w;
     bs_vk_cmd_copy(c, src, dst, &(VkBufferCopy){(VkDeviceSize)s0 * rb, (VkDeviceSize)d0 * rb, (VkDeviceSize)n * rb});
 }
@@ -361,7 +302,7 @@ static void copy_w(bs_vk_ctx *c, const bs_vk_buf *src, int s0, const bs_vk_buf *
  * block's; none for context rows) and kb's normed and roped in place, k and v stored at s's
  * layer-L cache rows from kvpos (filled by the recording); the bits of norm.comp, rope.comp
  * and the copies (BITSPARK_VK_NO_QK=1 runs those). No barrier after it. */
-static int qk_dispatch(bs_vk_dctx *s, const dl_rows *r, int row0, const bs_vk_buf *rope, const dl_layer *L, int n, int nq) {
+int dl_qk_dispatch(bs_vk_dctx *s, const dl_rows *r, int row0, const bs_vk_buf *rope, const dl_layer *L, int n, int nq) {
     const bs_vk_dspark_desc *hp = &s->d->hp;
     const int l = (int)(L - s->d->L);
     const uint32_t Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
@@ -370,35 +311,19 @@ static int qk_dispatch(bs_vk_dctx *s, const dl_rows *r, int row0, const bs_vk_bu
     return bs_vk_dispatch(s->d->c, BS_VK_K_QK, qb, &qp, (uint32_t)n * ((uint32_t)nq + Hkv), 1, 1);
 }
 
-/* n context rows' k (in kb) normed and roped and stored with v (vb) at layer L's cache rows
- * at..; a barrier follows (the next products write kb and vb). */
-static int qk_store(bs_vk_dctx *s, const dl_layer *L, int n, int at) {
-    bs_vk_dspark *d = s->d;
-    if (!d->no_qk) {
-        TRY(qk_dispatch(s, &s->r, 0, &s->rope, L, n, 0));
-    } else {
-        const int l = (int)(L - d->L);
-        TRY(norm_rope(d, &s->rope, &s->r.kb, &L->k_norm, n, d->hp.n_head_kv));
-        copy_w(d->c, &s->r.kb, 0, &s->k[l], at, n, s->kv_w);
-        copy_w(d->c, &s->r.vb, 0, &s->v[l], at, n, s->kv_w);
-    }
-    bs_vk_barrier(d->c);
-    return 0;
-}
-
 /* Whether every layer's K and V products read int8 blocks (the append quantizes h once for all;
  * BITSPARK_VK_NO_NORMO=1: a quantizer per product, as before, the same bits). */
-static bool reads_int8(const bs_vk_matrix *m) { return m->kernel != BS_VK_K_MV_F32 && !m->act; }
+bool dl_reads_int8(const bs_vk_matrix *m) { return m->kernel != BS_VK_K_MV_F32 && !m->act; }
 
-static bool kv_integer(const bs_vk_dspark *d) {
+bool dl_kv_integer(const bs_vk_dspark *d) {
     if (d->no_normo) return false;
     for (int l = 0; l < d->hp.n_layer; l++)
-        if (!reads_int8(d->L[l].wk) || !reads_int8(d->L[l].wv)) return false;
+        if (!dl_reads_int8(d->L[l].wk) || !dl_reads_int8(d->L[l].wv)) return false;
     return d->hp.n_embd % 32 == 0;
 }
 
 /* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
-static int norm_q(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
+int dl_norm_q(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
     const uint32_t E = (uint32_t)d->hp.n_embd;
     norm_push p = {E, 0, 1, 1, E, 0, 0, 0, d->hp.eps, NORM_QUANT};
     const bs_vk_buf *bb[8] = {&r->x, w, y, NULL, &r->aq, &r->as, &r->am, NULL};
@@ -409,7 +334,7 @@ static int norm_q(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_buf *w, c
 
 /* The products of h (its int8 blocks in aq..) for q, k and v (from = 0) or k and v alone
  * (from = 1): one dispatch where the layer has its layout. */
-static int record_qkv(bs_vk_ctx *c, const dl_rows *r, const dl_layer *L, int from, int n) {
+int dl_record_qkv(bs_vk_ctx *c, const dl_rows *r, const dl_layer *L, int from, int n) {
     const bs_vk_matrix *m[3] = {L->wq, L->wk, L->wv};
     const bs_vk_buf *y[3] = {&r->q, &r->kb, &r->vb};
     const bs_vk_matrix *cm[3];
@@ -420,80 +345,6 @@ static int record_qkv(bs_vk_ctx *c, const dl_rows *r, const dl_layer *L, int fro
         else TRY(bs_vk_record_mv(c, m[i], &r->h, &r->aq, &r->as, &r->am, n, y[i]));
     }
     return nc ? bs_vk_record_mv_cat(c, L->qkv, cm, nc, &r->aq, &r->as, &r->am, n, cy) : 0;
-}
-
-/* Context rows: every layer's K and V from the same h (the normed fc of the taps), quantized
- * once where the products are integer. */
-static int record_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0) {
-    bs_vk_dspark *d = s->d;
-    const dl_rows *r = &s->r;
-    const bool q1 = kv_integer(d);
-    bs_vk_cmd_fill_at(d->c, &s->kvpos, 0, 4, (uint32_t)row0);   /* (the product's barrier covers it) */
-    TRY(mv(d, r, d->fc, taps, n, &r->x));
-    TRY(q1 ? norm_q(d, r, &d->hid_norm, &r->h, n) : norm_rows(d, &r->x, &d->hid_norm, &r->h, n));
-    for (int l = 0; l < d->hp.n_layer; l++) {
-        const dl_layer *L = &d->L[l];
-        if (q1) {
-            TRY(record_qkv(d->c, r, L, 1, n));
-            bs_vk_barrier(d->c);
-        } else {
-            TRY(mv(d, r, L->wk, &r->h, n, &r->kb));
-            TRY(mv(d, r, L->wv, &r->h, n, &r->vb));
-        }
-        TRY(qk_store(s, L, n, row0));
-    }
-    return 0;
-}
-
-static int check_rows(const bs_vk_dctx *s, int n, int row0) {
-    if (n < 0 || row0 < 0 || row0 > s->n_rows_max - n)
-        return bs_error("Vulkan drafter: rows %d..%d outside the context of %d", row0, row0 + n, s->n_rows_max);
-    return 0;
-}
-
-/* Not waited for: the host goes on (the round's bookkeeping, the next block's recording) while
- * the device appends; the next submission queues behind it. Host writes to the buffers it reads
- * (rope, in) settle it first. */
-static int submit_append(bs_vk_dctx *s, const bs_vk_buf *taps, int n, int row0, const float *rope) {
-    bs_vk_ctx *c = s->d->c;
-    TRY(bs_vk_settle(c));
-    memcpy(s->rope.map, rope, 4u * (size_t)n * s->d->hp.head_dim);
-    TRY(bs_vk_begin(c));
-    const int rc = record_append(s, taps, n, row0);
-    return bs_vk_submit_nowait(c) || rc ? bs_error_prefix("Vulkan drafter: ") : 0;
-}
-
-int bs_vk_dctx_append(bs_vk_dctx *s, const float *taps, int n, int row0, const float *rope) {
-    TRY(check_rows(s, n, row0));
-    const size_t row = (size_t)s->d->hp.n_taps * s->d->hp.n_embd, D = (size_t)s->d->hp.head_dim;
-    for (int off = 0; off < n; off += APPEND_ROWS) {
-        const int m = BS_MIN(APPEND_ROWS, n - off);
-        TRY(bs_vk_settle(s->d->c));   /* the chunk before may still read `in` */
-        memcpy(s->in.map, taps + (size_t)off * row, 4u * (size_t)m * row);
-        TRY(submit_append(s, &s->in, m, row0 + off, rope + (size_t)off * D));
-    }
-    return 0;
-}
-
-int bs_vk_dctx_append_sess(bs_vk_dctx *s, const bs_vk_sess *sess, int src0, int n, int row0, const float *rope) {
-    int n_taps;
-    const bs_vk_buf *taps = bs_vk_sess_taps(sess, &n_taps);
-    const size_t row = 4u * (size_t)s->d->hp.n_taps * s->d->hp.n_embd;
-    TRY(check_rows(s, n, row0));
-    if (n_taps != s->d->hp.n_taps || !taps->buf || (size_t)(src0 + n) * row > taps->size)
-        return bs_error("Vulkan drafter: the session holds no taps for rows %d..%d", src0, src0 + n);
-    if (n == 0) return 0;
-    if (n > APPEND_ROWS) return bs_error("Vulkan drafter: %d tap rows at once (at most %d)", n, APPEND_ROWS);
-    const bs_vk_buf *src = taps;
-    if (src0 > 0) {   /* the products read from offset 0: the rows wanted go to the front of `in` */
-        bs_vk_ctx *c = s->d->c;
-        TRY(bs_vk_begin(c));
-        VkBufferCopy r = {(VkDeviceSize)src0 * row, 0, (VkDeviceSize)n * row};
-        bs_vk_cmd_copy(c, taps, &s->in, &r);
-        TRY(bs_vk_submit(c));
-        src = &s->in;
-    }
-    return submit_append(s, src, n, row0, rope);
 }
 
 static int embed_block(bs_vk_dctx *s, int nb) {
@@ -559,16 +410,16 @@ static int group_attention(const dl_group *g, const dl_layer *L) {
     const dl_rows *r = g->r;
     const int l = (int)(L - d->L);
     if (d->no_qk) {   /* the steps apart: norms and RoPE over all the rows, then each block's cache rows */
-        TRY(norm_rope(d, g->rope, &r->q, &L->q_norm, g->rows, d->hp.n_head));
-        TRY(norm_rope(d, g->rope, &r->kb, &L->k_norm, g->rows, d->hp.n_head_kv));
+        TRY(dl_norm_rope(d, g->rope, &r->q, &L->q_norm, g->rows, d->hp.n_head));
+        TRY(dl_norm_rope(d, g->rope, &r->kb, &L->k_norm, g->rows, d->hp.n_head_kv));
     }
     for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) {
         bs_vk_dctx *s = g->b[i].s;
         if (!d->no_qk) {
-            TRY(qk_dispatch(s, r, off, g->rope, L, g->b[i].nb, d->hp.n_head));
+            TRY(dl_qk_dispatch(s, r, off, g->rope, L, g->b[i].nb, d->hp.n_head));
         } else {
-            copy_w(d->c, &r->kb, off, &s->k[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
-            copy_w(d->c, &r->vb, off, &s->v[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
+            dl_copy_w(d->c, &r->kb, off, &s->k[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
+            dl_copy_w(d->c, &r->vb, off, &s->v[l], g->b[i].first + g->b[i].n_ctx, g->b[i].nb, s->kv_w);
         }
     }
     bs_vk_barrier(d->c);
@@ -584,18 +435,18 @@ static int block_layer(const dl_group *g, const dl_layer *L) {
     const dl_rows *r = g->r;
     const int nb = g->rows;
     const uint64_t E = (uint64_t)d->hp.n_embd;
-    TRY(norm_rows(d, &r->x, &L->attn_norm, &r->h, nb));
-    TRY(mv(d, r, L->wq, &r->h, nb, &r->q));
-    TRY(mv(d, r, L->wk, &r->h, nb, &r->kb));
-    TRY(mv(d, r, L->wv, &r->h, nb, &r->vb));
+    TRY(dl_norm_rows(d, &r->x, &L->attn_norm, &r->h, nb));
+    TRY(dl_mv(d, r, L->wq, &r->h, nb, &r->q));
+    TRY(dl_mv(d, r, L->wk, &r->h, nb, &r->kb));
+    TRY(dl_mv(d, r, L->wv, &r->h, nb, &r->vb));
     TRY(group_attention(g, L));
-    TRY(mv(d, r, L->wo, &r->att, nb, &r->h));
+    TRY(dl_mv(d, r, L->wo, &r->att, nb, &r->h));
     TRY(ew(c, EW_ADD, &r->x, &r->h, &r->h, (uint64_t)nb * E));
-    TRY(norm_rows(d, &r->x, &L->ffn_norm, &r->h, nb));
-    TRY(mv(d, r, L->gate, &r->h, nb, &r->f1));
-    TRY(mv(d, r, L->up, &r->h, nb, &r->f2));
+    TRY(dl_norm_rows(d, &r->x, &L->ffn_norm, &r->h, nb));
+    TRY(dl_mv(d, r, L->gate, &r->h, nb, &r->f1));
+    TRY(dl_mv(d, r, L->up, &r->h, nb, &r->f2));
     TRY(ew(c, EW_SILU_MUL, &r->f1, &r->f1, &r->f2, (uint64_t)nb * d->hp.n_ff));
-    TRY(mv(d, r, L->down, &r->f1, nb, &r->h));
+    TRY(dl_mv(d, r, L->down, &r->f1, nb, &r->h));
     TRY(ew(c, EW_ADD, &r->x, &r->h, &r->h, (uint64_t)nb * E));
     return 0;
 }
@@ -607,7 +458,7 @@ static bool block_fusable(const bs_vk_dspark *d, int nb) {
     if (nb > 8 || d->no_normo || d->hp.n_embd % 32 || d->hp.n_ff % 32) return false;
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dl_layer *L = &d->L[l];
-        if (!reads_int8(L->wq) || !reads_int8(L->wk) || !reads_int8(L->wv)) return false;
+        if (!dl_reads_int8(L->wq) || !dl_reads_int8(L->wk) || !dl_reads_int8(L->wv)) return false;
         if (!bs_vk_norm_fusable(L->wo) || !bs_vk_norm_fusable(L->down) || !bs_vk_glu_fusable(d->c, L->gate, L->up)) return false;
     }
     return true;
@@ -624,7 +475,7 @@ static int block_layer_fused(const dl_group *g, const dl_layer *L, const bs_vk_b
     const dl_rows *r = g->r;
     const int nb = g->rows;
     const bs_vk_buf *q1[3] = {&r->aq, &r->as, &r->am}, *q2[3] = {&r->aq2, &r->as2, &r->am2};
-    TRY(record_qkv(c, r, L, 0, nb));
+    TRY(dl_record_qkv(c, r, L, 0, nb));
     bs_vk_barrier(c);
     TRY(group_attention(g, L));
     TRY(bs_vk_record_quant(c, &r->att, &r->aq, &r->as, &r->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
@@ -651,22 +502,22 @@ static int record_group(const dl_group *g, bool *q_hidden) {
         TRY(embed_block(s, g->b[i].nb));
     }
     if (!group_own(g)) {
-        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) copy_w(d->c, &g->b[i].s->r.x, 0, &r->x, off, g->b[i].nb, E);
+        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) dl_copy_w(d->c, &g->b[i].s->r.x, 0, &r->x, off, g->b[i].nb, E);
         bs_vk_barrier(d->c);
     }
     *q_hidden = block_fusable(d, g->rows);
     if (*q_hidden) {   /* the output norm in the last layer's down product */
-        TRY(norm_q(d, r, &d->L[0].attn_norm, &r->h, g->rows));
+        TRY(dl_norm_q(d, r, &d->L[0].attn_norm, &r->h, g->rows));
         for (int l = 0; l < d->hp.n_layer; l++) {
             const bool last = l + 1 == d->hp.n_layer;
             TRY(block_layer_fused(g, &d->L[l], last ? &d->out_norm : &d->L[l + 1].attn_norm, last ? g->hidden : &r->h));
         }
     } else {
         for (int l = 0; l < d->hp.n_layer; l++) TRY(block_layer(g, &d->L[l]));
-        TRY(norm_rows(d, &r->x, &d->out_norm, g->hidden, g->rows));
+        TRY(dl_norm_rows(d, &r->x, &d->out_norm, g->hidden, g->rows));
     }
     if (!group_own(g)) {
-        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) copy_w(d->c, g->hidden, off, &g->b[i].s->hidden, 0, g->b[i].nb, E);
+        for (int i = 0, off = 0; i < g->n; off += g->b[i].nb, i++) dl_copy_w(d->c, g->hidden, off, &g->b[i].s->hidden, 0, g->b[i].nb, E);
         bs_vk_barrier(d->c);
     }
     return 0;
@@ -677,9 +528,9 @@ static int record_group(const dl_group *g, bool *q_hidden) {
 static int record_block_head(bs_vk_dctx *s, int n_logits, bool q_hidden) {
     const bs_vk_dspark *d = s->d;
     if (n_logits <= 0) return 0;
-    if (q_hidden && reads_int8(d->output))
+    if (q_hidden && dl_reads_int8(d->output))
         return bs_vk_record_mv(d->c, d->output, &s->hidden, &s->r.aq, &s->r.as, &s->r.am, n_logits, &s->logits);
-    return mv(d, &s->r, d->output, &s->hidden, n_logits, &s->logits);
+    return dl_mv(d, &s->r, d->output, &s->hidden, n_logits, &s->logits);
 }
 
 static int record_chain(bs_vk_dctx *s, int32_t anchor, int32_t mask_id, int n);
@@ -731,27 +582,27 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     return true;
 }
 
-/* Whether the blocks' layers run as one (record_group over the drafter's rows, made now or
- * again larger; where they cannot be, each block runs its own as before). */
-static bool layers_shared(bs_vk_dspark *d, int n) {
-    if (n < 2 || d->layers_apart) return false;
-    if (d->g_blocks >= n) return true;
-    const int nb = grow_to(n);
-    const size_t R = (size_t)nb * d->hp.block_size;
+bool dl_group_rows(bs_vk_dspark *d, int rows) {
+    if (d->g_rows >= rows) return true;
+    const int step = GROW_BLOCKS * d->hp.block_size, R = (rows + step - 1) / step * step;
     bs_vk_buf *bs[] = {&d->ghidden, &d->grope};
-    rows_free(d->c, &d->gr);
+    dl_rows_free(d->c, &d->gr);
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
-    d->g_blocks = 0;
-    if (rows_new(d->c, &d->hp, &d->gr, R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * R * d->hp.n_embd, false) ||
-        bs_vk_buf_new(d->c, &d->grope, 4 * R * d->hp.head_dim, true)) {
-        rows_free(d->c, &d->gr);
+    d->g_rows = 0;
+    if (dl_rows_new(d->c, &d->hp, &d->gr, (size_t)R) || bs_vk_buf_new(d->c, &d->ghidden, 4 * (size_t)R * d->hp.n_embd, false) ||
+        bs_vk_buf_new(d->c, &d->grope, 4 * (size_t)R * d->hp.head_dim, true)) {
+        dl_rows_free(d->c, &d->gr);
         for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
-        bs_clear_error();   /* (each block its own layers, as before) */
+        bs_clear_error();
         return false;
     }
-    d->g_blocks = nb;
+    d->g_rows = R;
     return true;
 }
+
+/* Whether the blocks' layers run as one (record_group over the drafter's shared rows; where they
+ * cannot be, each block runs its own as before). */
+static bool layers_shared(bs_vk_dspark *d, int n, int rows) { return n >= 2 && !d->layers_apart && dl_group_rows(d, rows); }
 
 /* A submission's descriptor sets, a dispatch each, bound from above: a block's embedding, layers
  * (a block alone, every step apart: 24 a layer), head, and a chain of block_size slots (16 a
@@ -803,8 +654,10 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     /* the blocks' layers as one where they can be (else a block at a time, each in its
        context's rows), the LM head, then the greedy chains asked for (each context's own
        score, argmax and prev buffers) */
-    const bool shared = head_shared(d, b, n), together = layers_shared(d, n);
     int rows = 0;
+    for (int i = 0; i < n; i++) rows += b[i].nb;
+    const bool shared = head_shared(d, b, n), together = layers_shared(d, n, rows);
+    rows = 0;
     for (int i = 0; i < n; rows += b[i].nb, i++)
         if (together) memcpy((float *)d->grope.map + (size_t)rows * d->hp.head_dim, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
     TRY(bs_vk_begin(d->c));
@@ -863,7 +716,7 @@ static int record_score(bs_vk_dctx *s, int k, int32_t mask_id) {
             TRY(bs_vk_dispatch(c, bs_vk_rows_kernel(m), bb, push, groups((uint64_t)m->ne0, 64), 1, 1));
         }
         bs_vk_barrier(c);
-        TRY(mv(d, &s->r, d->markov_b, &s->mrow, 1, &s->score));
+        TRY(dl_mv(d, &s->r, d->markov_b, &s->mrow, 1, &s->score));
         TRY(ew_at(c, EW_ADD, &s->score, &s->logits, NULL, V, (uint32_t)k * V));   /* base + Markov, as the CPU adds */
     } else {
         const VkBufferCopy r = {(VkDeviceSize)k * V * 4u, 0, (VkDeviceSize)V * 4u};

@@ -154,10 +154,15 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *c, const bs_vk_sess *s, int src0, int n, 
     (void)c; (void)s; (void)src0; (void)n; (void)row0; (void)rope;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dctx_append_multi(const bs_vk_dappend *a, int n) {
+    (void)a; (void)n;
+    return bs_error("Vulkan backend not built");
+}
 int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     (void)b; (void)n; (void)mask_id;
     return bs_error("Vulkan backend not built");
 }
+int bs_vk_dspark_max_blocks(const bs_vk_dspark *d) { (void)d; return 1; }
 int bs_vk_dctx_logits(bs_vk_dctx *c, int first, int n, float *out) {
     (void)c; (void)first; (void)n; (void)out;
     return bs_error("Vulkan backend not built");
