@@ -38,6 +38,9 @@ typedef struct {
     double multi, multi_apart;                 /* the blocks of MULTI contexts (drafting server
                                                   slots) in one bs_dspark_block_multi, and one a call */
     uint64_t multi_bytes, multi_apart_bytes;   /* the weights those read (on a device) */
+    double app, app_apart;                     /* their appends of a round's rows then their blocks: the
+                                                  appends collected into one pass, and a pass each */
+    uint64_t app_bytes, app_apart_bytes;
 } costs;
 
 enum { MULTI = 4 };
@@ -68,8 +71,45 @@ static void measure_sampled(bs_dspark_ctx *dc, int32_t anchor, int B, bool warm,
     free(vals);
 }
 
+/* The MULTI contexts' appends of a round's B + 1 kept rows from the session's taps on the device,
+ * then their blocks, as the server's slots run them after a pass: the appends collected into one
+ * pass (bs_dspark_collect) against a pass each; the contexts and session are put back after. */
+static int measure_appends(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, bs_dspark_ctx **cs, const int32_t *anchors,
+                           const int *slots, costs *c) {
+    if (!s->m->vk || !s->taps_on_device) return 0;
+    const int B = d->hp.block_size, s0 = bs_session_n_past(s), V = s->m->hp.n_vocab;
+    int32_t ids[BS_DSPARK_MAX_BLOCK + 1], next[BS_DSPARK_MAX_BLOCK + 1];
+    int pos[MULTI];
+    for (int i = 0; i <= B; i++) ids[i] = (int32_t)((500 + 31 * i) % V);
+    for (int i = 0; i < MULTI; i++) pos[i] = s0 + B + 1;
+    float *logits = bs_xmalloc(sizeof *logits * (size_t)(B + 1) * V);
+    float *taps = bs_xmalloc(sizeof *taps * (size_t)(B + 1) * d->hp.n_taps * d->hp.n_embd);   /* (not written: the taps stay there) */
+    const bs_batch_seq q = {.s = s, .tokens = ids, .n = B + 1, .logits_mode = BS_LOGITS_ALL, .logits = logits, .taps = taps, .next = next};
+    int rc = bs_eval_seq(&q);
+    for (int rep = 0; rep <= o->reps && !rc; rep++)
+        for (int way = 0; way < 2 && !rc; way++) {   /* 0: one appends' pass, 1: a pass each */
+            bs_vk_stats v0, v1;
+            bs_vk_stats_get(s->m->vk, &v0);
+            const double t0 = bs_time();
+            if (!way) bs_dspark_collect(d, true);
+            for (int i = 0; i < MULTI; i++) rc |= bs_dspark_ctx_append_session(cs[i], s->vk, B + 1);
+            if (!way) rc |= bs_dspark_collect(d, false);
+            rc |= bs_dspark_block_multi(cs, anchors, pos, slots, MULTI);
+            const double dt = bs_time() - t0;
+            bs_vk_stats_get(s->m->vk, &v1);
+            for (int i = 0; i < MULTI; i++) bs_dspark_ctx_crop(cs[i], s0);
+            if (!rep) continue;
+            *(way ? &c->app_apart : &c->app) = BS_MIN(way ? c->app_apart : c->app, dt);
+            *(way ? &c->app_apart_bytes : &c->app_bytes) = v1.weight_bytes - v0.weight_bytes;
+        }
+    rc |= bs_session_rollback(s, s0);
+    free(logits);
+    free(taps);
+    return rc ? -1 : 0;
+}
+
 /* The blocks of MULTI contexts of s0 rows each in one pass, as drafting server slots run them
- * (on a device: the layers a block at a time, the LM head once for all of them). */
+ * (on a device: the layers and the LM head once for all of them), then measure_appends. */
 static int measure_multi(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, int s0, const float *ptaps, costs *c) {
     bs_dspark_ctx *cs[MULTI] = {NULL};
     int32_t anchors[MULTI];
@@ -92,6 +132,7 @@ static int measure_multi(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *
     }
     c->multi_bytes = v[1].weight_bytes - v[0].weight_bytes;
     c->multi_apart_bytes = v[2].weight_bytes - v[1].weight_bytes;
+    if (!rc) rc = measure_appends(o, s, d, cs, anchors, slots, c);
     for (int i = 0; i < MULTI; i++) bs_dspark_ctx_free(cs[i]);
     return rc ? -1 : 0;
 }
@@ -112,7 +153,7 @@ static int measure(const bs_spec_bench_opts *o, bs_session *s, bs_dspark *d, cos
     for (int w = 0; w <= B + 1; w++) c->verify[w] = 1e30;
     c->rollback = c->append_row = c->block = c->markov = c->conf = c->accept_row = 1e30;
     for (int k = 0; k <= B; k++) c->head[k] = c->chain[k] = 1e30;
-    c->slots = c->multi = c->multi_apart = 1e30;
+    c->slots = c->multi = c->multi_apart = c->app = c->app_apart = 1e30;
     /* a context of s0 rows for the drafter (the taps of the prompt are random-free: real rows) */
     float *ptaps = bs_xmalloc((size_t)BS_MAX(s0, 1) * row * sizeof(float));
     for (size_t i = 0; i < (size_t)s0 * row; i++) ptaps[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
@@ -209,6 +250,9 @@ static void report(const bs_spec_bench_opts *o, const bs_model *m, const bs_dspa
     if (c->multi < 1e30 && c->multi_apart_bytes)
         printf("  drafter: their weights read   %10.3f MB (one pass; %.2fx one a pass: %.3f MB)\n", c->multi_bytes / 1e6,
                (double)c->multi_bytes / (double)c->multi_apart_bytes, c->multi_apart_bytes / 1e6);
+    if (c->app < 1e30 && c->app_apart < 1e30 && c->app_apart_bytes)   /* (as the server's slots after a pass) */
+        printf("  drafter: appends + blocks of %d  %10.3f   (one appends' pass; %.2fx a pass each: %.3f; weights %.2fx)\n",
+               MULTI, c->app * 1e3, c->app / c->app_apart, c->app_apart * 1e3, (double)c->app_bytes / (double)c->app_apart_bytes);
     for (int k = 1; k <= B; k++) printf("  drafter: greedy drafts, %2d slot%s %10.3f\n", k, k > 1 ? "s" : " ", c->head[k] * 1e3);
     for (int k = 1; k <= B && c->chain[1] < 1e30; k++)
         printf("  drafter: sampled chain, %2d slot%s %10.3f   (one submission)\n", k, k > 1 ? "s" : " ", c->chain[k] * 1e3);
