@@ -450,7 +450,10 @@ static void blocks_together(const char *target, const char *drafter, int ns) {
         CHECKF(same && !memcmp(la, lb, sizeof(float) * (size_t)slots[i] * V), "block %d of %d together: states or rows differ", i, ns);
     }
     if (ns == 2) weights_once(m, d, taps);
-    else many_blocks(m, d, taps), appends_together(m, d);
+    else {
+        many_blocks(m, d, taps);
+        appends_together(m, d);
+    }
     for (int i = 0; i < NS; i++) {
         bs_dspark_ctx_free(alone[i]);
         bs_dspark_ctx_free(together[i]);

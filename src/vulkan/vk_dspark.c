@@ -552,9 +552,12 @@ static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     return 0;
 }
 
-/* Blocks the shared buffers below are made for: n rounded up to GROW_BLOCKS (the server's slots
- * drafting together grow them a step at a time, not a block at a time). */
-static int grow_to(int n) { return BS_MIN((n + GROW_BLOCKS - 1) / GROW_BLOCKS * GROW_BLOCKS, (int)MAX_BLOCKS); }
+/* Rows the shared buffers below are made for: rows rounded up to GROW_BLOCKS blocks (the
+ * server's slots drafting together grow them a step at a time, not a block at a time). */
+static int grow_rows(const bs_vk_dspark *d, int rows) {
+    const int step = GROW_BLOCKS * d->hp.block_size;
+    return (rows + step - 1) / step * step;
+}
 
 /* Whether the blocks' logits rows go through the LM head as one product (record_head): two or
  * more blocks with rows, the head's buffers there (made now, or again larger, where its logits
@@ -564,12 +567,11 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     int with = 0;
     for (int i = 0; i < n; i++) with += b[i].n_logits > 0;
     if (with < 2 || d->head_apart) return false;
-    if (d->h_blocks >= n) return true;
+    if (d->h_rows >= n * d->hp.block_size) return true;
     bs_vk_ctx *c = d->c;
-    const int nb = grow_to(n);
-    const size_t R = (size_t)nb * d->hp.block_size, E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
+    const size_t R = (size_t)grow_rows(d, n * d->hp.block_size), E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
     head_bufs_free(d);
-    d->h_blocks = 0;
+    d->h_rows = 0;
     if (4 * R * V > c->max_binding) return false;
     if (bs_vk_buf_new(c, &d->hx, 4 * R * E, false) || bs_vk_buf_new(c, &d->haq, R * E, false) ||
         bs_vk_buf_new(c, &d->has, R * E / 8 + 4, false) || bs_vk_buf_new(c, &d->ham, R * E / 8 + 4, false) ||
@@ -578,13 +580,13 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
         bs_clear_error();   /* (each block its own product, as before) */
         return false;
     }
-    d->h_blocks = nb;
+    d->h_rows = (int)R;
     return true;
 }
 
 bool dl_group_rows(bs_vk_dspark *d, int rows) {
     if (d->g_rows >= rows) return true;
-    const int step = GROW_BLOCKS * d->hp.block_size, R = (rows + step - 1) / step * step;
+    const int R = grow_rows(d, rows);
     bs_vk_buf *bs[] = {&d->ghidden, &d->grope};
     dl_rows_free(d->c, &d->gr);
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
@@ -643,14 +645,8 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
         for (int j = 0; j < i; j++)
             if (b[j].s == b[i].s) return bs_error("Vulkan drafter: one context twice in a submission");
     }
-    const size_t E = (size_t)d->hp.n_embd;
-    TRY(bs_vk_settle(d->c));   /* an append in flight reads rope */
-    for (int i = 0; i < n; i++) {
-        bs_vk_dctx *s = b[i].s;
-        for (int t = 0; t < b[i].nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : b[i].anchor;
-        memcpy(s->rope.map, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
-        s->n_logits = 0;
-    }
+    const size_t E = (size_t)d->hp.n_embd, R4 = 4u * (size_t)d->hp.head_dim;
+    TRY(bs_vk_settle(d->c));   /* an append in flight reads rope and the shared buffers */
     /* the blocks' layers as one where they can be (else a block at a time, each in its
        context's rows), the LM head, then the greedy chains asked for (each context's own
        score, argmax and prev buffers) */
@@ -658,8 +654,12 @@ int bs_vk_dctx_blocks(const bs_vk_dblock *b, int n, int32_t mask_id) {
     for (int i = 0; i < n; i++) rows += b[i].nb;
     const bool shared = head_shared(d, b, n), together = layers_shared(d, n, rows);
     rows = 0;
-    for (int i = 0; i < n; rows += b[i].nb, i++)
-        if (together) memcpy((float *)d->grope.map + (size_t)rows * d->hp.head_dim, b[i].rope, 4u * (size_t)b[i].nb * d->hp.head_dim);
+    for (int i = 0; i < n; rows += b[i].nb, i++) {   /* RoPE rows where the layers read them */
+        bs_vk_dctx *s = b[i].s;
+        for (int t = 0; t < b[i].nb; t++) ((int32_t *)s->tok.map)[t] = t ? mask_id : b[i].anchor;
+        memcpy(together ? (float *)d->grope.map + (size_t)rows * d->hp.head_dim : s->rope.map, b[i].rope, R4 * (size_t)b[i].nb);
+        s->n_logits = 0;
+    }
     TRY(bs_vk_begin(d->c));
     int rc = 0;
     bool q_hidden = false;

@@ -35,9 +35,9 @@ struct bs_vk_dspark {
     bool no_qk;                     /* BITSPARK_VK_NO_QK=1: the block's q/k norms, RoPE and K/V rows apart */
     bs_vk_matrix *markov_a, *markov_b;   /* NULL without a Markov head */
     /* the LM head of several blocks' rows as one product (record_head): their hidden rows, its
-       int8 blocks and rounded rows, its logits rows; made on first use, for h_blocks blocks */
+       int8 blocks and rounded rows, its logits rows; made on first use, for h_rows rows */
     bs_vk_buf hx, haq, has, ham, hxr, hlogits;
-    int h_blocks;
+    int h_rows;
     bool head_apart;                /* BITSPARK_VK_DRAFT_HEAD=apart: each block its own head product */
     /* the rows of several contexts' blocks or appends run as one (record_group, vk_dappend.c):
        their rows, final states and rope rows (host visible); made on first use, for g_rows rows */
