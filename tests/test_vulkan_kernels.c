@@ -120,7 +120,7 @@ static void check_mm(bs_vk_ctx *c, int type, int64_t d, int64_t rows, const uint
 static void check_mm_choice(int dev, const bs_vk_device_info *info) {
     static const char *bad[] = {"coop", "tiles"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        if (!strcmp(bad[i], "coop") && info->coop_m) continue;   /* this device has them */
+        if (!strcmp(bad[i], "coop") && (info->coop_nv.m || info->coop_khr.m)) continue;   /* this device has them */
         setenv("BITSPARK_VK_MM", bad[i], 1);
         bs_vk_ctx *x = bs_vk_open(dev);
         CHECKF(!x && strstr(bs_last_error(), "BITSPARK_VK_MM="), "BITSPARK_VK_MM=%s: %s", bad[i], x ? "opened" : bs_last_error());

@@ -23,6 +23,7 @@ arch=x86_64-linux-gnu
 # at 6.4 MB it would fit, but those tests have not been timed against the run's budget yet.
 TESTS=(
   "test_vulkan_kernels c -"
+  "test_vulkan_spirv c -"
   "test_vulkan_ops c -"
   "test_vulkan_attn c -"
   "test_vulkan_draw c tiny-q1_0.gguf"

@@ -440,6 +440,18 @@ for m in "${MODELS[@]}"; do
     S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
     step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
   fi
+  # where the device has both NV's and KHR's cooperative matrices (NVIDIA), the products again by
+  # KHR's (mm_q_coop's module rewritten, the way AMD and Intel GPUs take: vk_spirv.c)
+  if grep -q 'cooperative matrix int8 .*(NV), .*(KHR)' "$OUT/devices.txt" 2>/dev/null && can_run "coop-khr $m" 30; then
+    { echo "## $m with BITSPARK_VK_COOP=khr"; } >>"$OUT/bench.txt"
+    BITSPARK_VK_COOP=khr timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r $REPS \
+      --no-membw >"$W/khr.txt" 2>&1
+    rc=$?; cat "$W/khr.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    pp=$(tfield "pp$PP" <"$W/khr.txt")
+    way=$(grep -m1 -o 'prompts by [^|]*' "$W/khr.txt" | sed 's/ *$//')
+    S[$m.mm]="${S[$m.mm]:-}; with BITSPARK_VK_COOP=khr ${pp:-?} t/s (${way:-?})"
+    step_done "coop-khr $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+  fi
   # 8 sessions' passes with the recurrence and attention a dispatch per sequence (a CPU device's
   # way) against one for all of them, one per 4 for attention (docs/kernels.md, several sessions
   # in one pass)

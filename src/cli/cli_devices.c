@@ -73,9 +73,11 @@ int cmd_devices(int argc, char **argv) {
         printf("  memory %.1f GiB, max binding %.0f MiB, shared %u KiB, subgroup %u\n", d->heap_bytes / 1073741824.0,
                d->max_binding / 1048576.0, d->shared_mem / 1024, d->subgroup_size);
         print_memory(d);
-        char coop[64];   /* the NV int8 shape prompts' products take (vk_mm.c); KHR's alone is not used */
-        if (d->coop_m) snprintf(coop, sizeof coop, "int8 %ux%ux32 (NV)", d->coop_m, d->coop_n);
-        else snprintf(coop, sizeof coop, "%s", d->coop_matrix ? "KHR only (not used)" : "no");
+        char coop[96];   /* the int8 shapes prompts' products can take (vk_mm.c) */
+        const bs_vk_coop_shape *nv = &d->coop_nv, *kh = &d->coop_khr;
+        if (nv->m && kh->m) snprintf(coop, sizeof coop, "int8 %ux%ux%u (NV), %ux%ux%u (KHR)", nv->m, nv->n, nv->k, kh->m, kh->n, kh->k);
+        else if (nv->m || kh->m) snprintf(coop, sizeof coop, "int8 %ux%ux%u (%s)", nv->m | kh->m, nv->n | kh->n, nv->k | kh->k, nv->m ? "NV" : "KHR");
+        else snprintf(coop, sizeof coop, "%s", d->coop_matrix ? "KHR, no int8 shape mm_q takes" : "no");
         printf("  int8 %s, int16 %s, fp16 %s, 8-bit storage %s, 16-bit storage %s, buffer addresses %s,\n"
                "  integer dot product %s, cooperative matrix %s, timestamps %s\n",
                yes(d->int8), yes(d->int16), yes(d->fp16), yes(d->storage8), yes(d->storage16), yes(d->bda),

@@ -122,8 +122,12 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
     }
     /* (and how prompts' products run, where not mv_q's way: cooperative matrices on a GPU) */
     const int mm = bs_vk_mm_mode(m->vk);
-    snprintf(m->device_name, sizeof m->device_name, "Vulkan %.200s%s%s", bs_vk_info(m->vk)->name, mm ? ", prompts by " : "",
-             mm ? bs_vk_mm_name(mm) : "");
+    bool khr = false;
+    const bs_vk_coop_shape cs = bs_vk_mm_coop(m->vk, &khr);
+    char shape[48] = "";
+    if (mm == BS_VK_MM_COOP) snprintf(shape, sizeof shape, " %ux%ux%u %s", cs.m, cs.n, cs.k, khr ? "KHR" : "NV");
+    snprintf(m->device_name, sizeof m->device_name, "Vulkan %.200s%s%s%s", bs_vk_info(m->vk)->name, mm ? ", prompts by " : "",
+             mm ? bs_vk_mm_name(mm) : "", shape);
     return 0;
 }
 

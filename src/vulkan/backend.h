@@ -19,6 +19,8 @@
 
 enum bs_vk_dev_type { BS_VK_OTHER = 0, BS_VK_INTEGRATED = 1, BS_VK_DISCRETE = 2, BS_VK_VIRTUAL = 3, BS_VK_CPU = 4 };
 
+typedef struct { uint32_t m, n, k; } bs_vk_coop_shape;   /* a cooperative matrix shape M x N x K */
+
 /* What the backend uses of a device. */
 typedef struct bs_vk_device_info {
     int index;                   /* position in the instance's list: --device vulkan:N */
@@ -45,9 +47,10 @@ typedef struct bs_vk_device_info {
     bool int8, int16, fp16, storage8, storage16, bda;
     bool dot_product;            /* VK_KHR_shader_integer_dot_product's feature (dp4a) */
     bool coop_matrix;            /* VK_KHR_cooperative_matrix */
-    /* VK_NV_cooperative_matrix with an int8 x int8 -> int32 subgroup shape of K = 32 whose M and
-       N divide 32 (mm_q_coop.comp's): coop_m x coop_n, else 0 */
-    uint32_t coop_m, coop_n;
+    /* the int8 x int8 -> int32 subgroup shapes mm_q_coop.comp takes (M and N dividing 32, K 32
+       or 16), the largest of VK_NV_cooperative_matrix's and of VK_KHR_cooperative_matrix's;
+       zeros where none */
+    bs_vk_coop_shape coop_nv, coop_khr;
     bool timestamps;             /* timestamp queries on the compute queue */
     float timestamp_ns;          /* timestampPeriod */
 } bs_vk_device_info;
@@ -87,6 +90,9 @@ uint32_t bs_vk_delta_cols(const bs_vk_ctx *c);
  * and the kernel gave mv_q's bits on a check product when the context opened, else OFF). */
 enum { BS_VK_MM_OFF = 0, BS_VK_MM_TILE = 1, BS_VK_MM_COOP = 2 };
 int bs_vk_mm_mode(const bs_vk_ctx *c);
+/* COOP's shape and extension: NV's where the device has it, else KHR's (BITSPARK_VK_COOP=nv|khr
+ * picks one); khr is set for VK_KHR_cooperative_matrix (mm_q_coop's module rewritten: vk_spirv.c) */
+bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr);
 const char *bs_vk_mm_name(int mode);
 /* Whether the device's fma() rounds once; else the shaders emulate it (fma_rn.glsl). */
 bool bs_vk_fma_fused(const bs_vk_ctx *c);

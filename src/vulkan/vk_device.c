@@ -2,6 +2,7 @@
  * validation layer and a message counter when BITSPARK_VK_VALIDATE=1), what each physical
  * device offers, the --device rule and contexts (logical device + one compute queue). */
 #include "vulkan/vk_internal.h"
+#include "vulkan/vk_coop_khr.h"
 #include "io/util.h"
 
 #include <dlfcn.h>
@@ -174,9 +175,20 @@ static bool has_ext(const bs_vk_fns *fn, VkPhysicalDevice p, const char *name) {
     return found;
 }
 
-/* VK_NV_cooperative_matrix: the largest int8 x int8 -> int32 subgroup shape with K = 32 whose M
- * and N divide mm_q's 32 x 32 tile, where the feature is on (mm_q_coop.comp) */
-static void coop_shape(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_info *o) {
+/* Whether an int8 x int8 -> int32 subgroup shape fits mm_q_coop: M and N divide the 32 x 32 tile,
+ * K is 32 or 16 (a 32-element sub-block's sum in one or two multiply-adds; its 16-byte offsets
+ * keep the loads aligned), and it beats the shape so far (more of the tile per multiply-add,
+ * then the larger K). The component types' values are the same in NV's and KHR's enums. */
+static void coop_take(bs_vk_coop_shape *best, uint32_t m, uint32_t n, uint32_t k, const uint32_t ty[4], uint32_t scope) {
+    if (ty[0] != VK_COMPONENT_TYPE_SINT8_NV || ty[1] != VK_COMPONENT_TYPE_SINT8_NV || ty[2] != VK_COMPONENT_TYPE_SINT32_NV ||
+        ty[3] != VK_COMPONENT_TYPE_SINT32_NV || scope != VK_SCOPE_SUBGROUP_NV || (k != 32 && k != 16) || !m || !n || 32 % m || 32 % n)
+        return;
+    if (m * n > best->m * best->n || (m * n == best->m * best->n && k > best->k)) *best = (bs_vk_coop_shape){m, n, k};
+}
+
+/* VK_NV_cooperative_matrix's shapes, where its feature and the Vulkan memory model (the module
+ * declares it) are on */
+static void coop_shape_nv(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_info *o) {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cf};
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
@@ -192,14 +204,35 @@ static void coop_shape(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_inf
     if (props(p, &n, cp) >= 0)
         for (uint32_t i = 0; i < n; i++) {
             const VkCooperativeMatrixPropertiesNV *q = &cp[i];
-            if (q->AType != VK_COMPONENT_TYPE_SINT8_NV || q->BType != VK_COMPONENT_TYPE_SINT8_NV ||
-                q->CType != VK_COMPONENT_TYPE_SINT32_NV || q->DType != VK_COMPONENT_TYPE_SINT32_NV ||
-                q->scope != VK_SCOPE_SUBGROUP_NV || q->KSize != 32 || !q->MSize || !q->NSize || 32 % q->MSize || 32 % q->NSize)
-                continue;
-            if (q->MSize * q->NSize > o->coop_m * o->coop_n) {
-                o->coop_m = q->MSize;
-                o->coop_n = q->NSize;
-            }
+            coop_take(&o->coop_nv, q->MSize, q->NSize, q->KSize, (const uint32_t[]){q->AType, q->BType, q->CType, q->DType}, q->scope);
+        }
+    free(cp);
+}
+
+/* VK_KHR_cooperative_matrix's (its declarations: vk_coop_khr.h), for compute shaders */
+static void coop_shape_khr(const bs_vk_fns *fn, VkPhysicalDevice p, bs_vk_device_info *o) {
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cf = {.sType = BS_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &cf};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    fn->vkGetPhysicalDeviceFeatures2(p, &f);
+    VkPhysicalDeviceCooperativeMatrixPropertiesKHR pp = {.sType = BS_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &pp};
+    fn->vkGetPhysicalDeviceProperties2(p, &p2);
+    bs_vk_instance *vi = bs_vk_instance_get();
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR props =
+        vi ? (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR)fn->vkGetInstanceProcAddr(vi->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+           : NULL;
+    uint32_t n = 0;
+    if (!cf.cooperativeMatrix || !f12.vulkanMemoryModel || !(pp.cooperativeMatrixSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+        !props || props(p, &n, NULL) != VK_SUCCESS || !n)
+        return;
+    VkCooperativeMatrixPropertiesKHR *cp = bs_xcalloc(n, sizeof *cp);
+    for (uint32_t i = 0; i < n; i++) cp[i].sType = BS_VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR;
+    if (props(p, &n, cp) >= 0)
+        for (uint32_t i = 0; i < n; i++) {
+            const VkCooperativeMatrixPropertiesKHR *q = &cp[i];
+            if (q->saturatingAccumulation) continue;   /* (the sums must wrap as the CPU's, never clamp) */
+            coop_take(&o->coop_khr, q->MSize, q->NSize, q->KSize, (const uint32_t[]){q->AType, q->BType, q->CType, q->ResultType}, q->scope);
         }
     free(cp);
 }
@@ -393,8 +426,9 @@ static int describe(const bs_vk_fns *fn, VkPhysicalDevice p, int index, bs_vk_de
         fn->vkGetPhysicalDeviceFeatures2(p, &f);
         o->dot_product = dp.shaderIntegerDotProduct;
     }
-    o->coop_matrix = has_ext(fn, p, "VK_KHR_cooperative_matrix");
-    if (o->int8 && has_ext(fn, p, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) coop_shape(fn, p, o);
+    o->coop_matrix = has_ext(fn, p, BS_VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    if (o->int8 && has_ext(fn, p, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) coop_shape_nv(fn, p, o);
+    if (o->int8 && o->coop_matrix) coop_shape_khr(fn, p, o);
     bool ts = false;
     compute_family(fn, p, &ts);
     o->timestamps = ts && base.limits.timestampComputeAndGraphics;
@@ -481,24 +515,27 @@ bs_vk_ctx *bs_vk_open(int index) {
     c->delta_spread = (dl_env ? strcmp(dl_env, "column") != 0 : c->info.type != BS_VK_CPU) ? 8u : 1u;
     c->delta_cols = c->delta_spread == 8 ? 32u : 64u;   /* workgroups of 256 / 64 invocations */
     /* the products of many rows (vk_mm.c): int8 in shared memory, and for cooperative matrices
-     * the NV extension and the Vulkan memory model its shaders declare */
+     * the NV or KHR extension and the Vulkan memory model its shaders declare */
     if (bs_vk_mm_want(c)) {
         free(c);
         return NULL;
     }
     const bool coop = c->mm == BS_VK_MM_COOP;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
-                                                       .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cmf_nv = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+                                                          .cooperativeMatrix = VK_TRUE};
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cmf_khr = {.sType = BS_VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR,
+                                                            .cooperativeMatrix = VK_TRUE};
+    void *cmf = !coop ? NULL : c->coop_khr ? (void *)&cmf_khr : (void *)&cmf_nv;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dpf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
-                                                           .pNext = coop ? &cmf : NULL, .shaderIntegerDotProduct = VK_TRUE};
+                                                           .pNext = cmf, .shaderIntegerDotProduct = VK_TRUE};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                            .pNext = c->dp4a ? (void *)&dpf : coop ? (void *)&cmf : NULL,
+                                            .pNext = c->dp4a ? (void *)&dpf : cmf,
                                             .shaderInt8 = c->info.int8, .vulkanMemoryModel = coop};
     const char *exts[3];
     uint32_t n_ext = 0;
     if (c->dp4a) exts[n_ext++] = "VK_KHR_shader_integer_dot_product";
     if (c->info.memory_budget) exts[n_ext++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
-    if (coop) exts[n_ext++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (coop) exts[n_ext++] = c->coop_khr ? BS_VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME : VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f12,
                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
                              .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};

@@ -103,9 +103,9 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
  * an id a shader does not declare changes nothing, so all take it) */
 /* and mv_q's ASUM_STAGE, delta_lanes' DL_SPREAD and workgroup size DL_INV, mm_q_coop's
- * cooperative matrix shape CM x CN (ignored by the others) */
+ * cooperative matrix shape CM x CN x CK (ignored by the others) */
 enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_ID = 23, SPEC_CM_ID = 24, SPEC_CN_ID = 25,
-       N_SHARED_SPEC = 6 };
+       SPEC_CK_ID = 26, N_SHARED_SPEC = 7 };
 
 /* the shader a kernel runs on this context: mv_q's with dp4a, mm_q's with cooperative matrices */
 static const char *shader_of(const bs_vk_ctx *c, const kernel_def *k) {
@@ -115,11 +115,25 @@ static const char *shader_of(const bs_vk_ctx *c, const kernel_def *k) {
     return k->shader;
 }
 
+/* The shader module of a kernel: the embedded SPIR-V, or for KHR cooperative matrices the NV
+ * module rewritten (vk_spirv.c). */
+static int module_new(bs_vk_ctx *c, const kernel_def *k, VkShaderModule *mod) {
+    const char *name = shader_of(c, k);
+    const bs_vk_spirv *sp = bs_vk_shader(name);
+    if (!sp) return bs_error("Vulkan: shader %s is not embedded", name);
+    uint32_t *khr = NULL;
+    size_t words = sp->bytes / 4;
+    if (c->coop_khr && !strcmp(name, "mm_q_coop") && bs_vk_spirv_coop_khr(sp->code, words, &khr, &words))
+        return bs_error_prefix("Vulkan: mm_q_coop for VK_KHR_cooperative_matrix: ");
+    VkShaderModuleCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = 4 * words,
+                                   .pCode = khr ? khr : sp->code};
+    const VkResult r = c->fn->vkCreateShaderModule(c->dev, &si, NULL, mod);
+    free(khr);
+    return r == VK_SUCCESS ? 0 : bs_error("Vulkan: shader %s rejected", name);
+}
+
 static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
-    const bs_vk_spirv *sp = bs_vk_shader(shader_of(c, k));
-    if (!sp) return bs_error("Vulkan: shader %s is not embedded", k->shader);
-    VkShaderModuleCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sp->bytes, .pCode = sp->code};
-    if (c->fn->vkCreateShaderModule(c->dev, &si, NULL, &p->mod) != VK_SUCCESS) return bs_error("Vulkan: shader %s rejected", k->shader);
+    TRY(module_new(c, k, &p->mod));
     VkDescriptorSetLayoutBinding b[BS_VK_PIPE_MAX_BIND];
     for (int i = 0; i < k->n_bind; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -146,9 +160,11 @@ static int pipe_new(bs_vk_ctx *c, bs_vk_pipe *p, const kernel_def *k) {
     me[k->n_spec + 3] = (VkSpecializationMapEntry){SPEC_DELTA_INV_ID, 4u * ((uint32_t)k->n_spec + 3), 4};
     data[k->n_spec + 3] = c->delta_cols * c->delta_spread;
     me[k->n_spec + 4] = (VkSpecializationMapEntry){SPEC_CM_ID, 4u * ((uint32_t)k->n_spec + 4), 4};
-    data[k->n_spec + 4] = c->info.coop_m ? c->info.coop_m : 16;
+    data[k->n_spec + 4] = c->coop.m ? c->coop.m : 16;
     me[k->n_spec + 5] = (VkSpecializationMapEntry){SPEC_CN_ID, 4u * ((uint32_t)k->n_spec + 5), 4};
-    data[k->n_spec + 5] = c->info.coop_n ? c->info.coop_n : 8;
+    data[k->n_spec + 5] = c->coop.n ? c->coop.n : 8;
+    me[k->n_spec + 6] = (VkSpecializationMapEntry){SPEC_CK_ID, 4u * ((uint32_t)k->n_spec + 6), 4};
+    data[k->n_spec + 6] = c->coop.k ? c->coop.k : 32;
     VkSpecializationInfo spec = {.mapEntryCount = (uint32_t)k->n_spec + N_SHARED_SPEC, .pMapEntries = me,
                                  .dataSize = 4u * ((uint32_t)k->n_spec + N_SHARED_SPEC), .pData = data};
     VkComputePipelineCreateInfo ci = {

@@ -108,6 +108,9 @@ typedef struct bs_vk_spirv {
     size_t bytes;
 } bs_vk_spirv;
 const bs_vk_spirv *bs_vk_shader(const char *name);
+/* The NV cooperative-matrix module in[n_words] rewritten for VK_KHR_cooperative_matrix
+ * (vk_spirv.c): *out (malloc'd, *out_words words), or -1 with the error set. */
+int bs_vk_spirv_coop_khr(const uint32_t *in, size_t n_words, uint32_t **out, size_t *out_words);
 
 enum bs_vk_kernel {
     BS_VK_K_COPY, BS_VK_K_RMSNORM, BS_VK_K_QUANT_Q8, BS_VK_K_MV_Q1, BS_VK_K_MV_Q2_128,
@@ -180,6 +183,8 @@ struct bs_vk_ctx {
     uint32_t delta_cols;              /* and its state columns per workgroup: 32 or 64 */
     int mm;                           /* products of more than 8 rows: BS_VK_MM_* (vk_mm.c) */
     bool mm_auto;                     /* cooperative matrices chosen, not asked for: checked at open */
+    bs_vk_coop_shape coop;            /* COOP's shape (the device's NV or KHR one) */
+    bool coop_khr;                    /* ... by VK_KHR_cooperative_matrix */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */
     bool profiling;
     VkQueryPool qpool;

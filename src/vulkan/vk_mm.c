@@ -17,9 +17,32 @@ const char *bs_vk_mm_name(int mode) {
 
 int bs_vk_mm_mode(const bs_vk_ctx *c) { return c->mm; }
 
+bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr) {
+    if (khr) *khr = c->coop_khr;
+    return c->coop;
+}
+
+/* The cooperative matrices a context would take: NV's where the device has them (glslang's own
+ * module), else KHR's (the rewritten one); BITSPARK_VK_COOP=nv|khr asks for one. */
+static int coop_pick(bs_vk_ctx *c) {
+    const char *env = getenv("BITSPARK_VK_COOP");
+    const bool nv = c->info.coop_nv.m > 0, khr = c->info.coop_khr.m > 0;
+    c->coop_khr = false;
+    c->coop = (bs_vk_coop_shape){0, 0, 0};
+    if (env && *env && strcmp(env, "nv") && strcmp(env, "khr") && strcmp(env, "auto"))
+        return bs_error("BITSPARK_VK_COOP=%s: expected nv, khr or auto", env);
+    const bool want_khr = env && !strcmp(env, "khr"), want_nv = env && !strcmp(env, "nv");
+    if (want_khr) c->coop_khr = khr;
+    else if (!want_nv) c->coop_khr = !nv && khr;
+    if (c->coop_khr) c->coop = c->info.coop_khr;
+    else if (nv && !want_khr) c->coop = c->info.coop_nv;
+    return 0;
+}
+
 int bs_vk_mm_want(bs_vk_ctx *c) {
     const char *env = getenv("BITSPARK_VK_MM");
-    const bool coop = c->info.coop_m > 0;
+    TRY(coop_pick(c));
+    const bool coop = c->coop.m > 0;
     c->mm_auto = false;
     if (!env || !*env || !strcmp(env, "auto")) {
         c->mm = coop ? BS_VK_MM_COOP : BS_VK_MM_OFF;
@@ -30,7 +53,9 @@ int bs_vk_mm_want(bs_vk_ctx *c) {
         if (!c->info.int8) return bs_error("BITSPARK_VK_MM=tile: %s has no shaderInt8", c->info.name);
         c->mm = BS_VK_MM_TILE;
     } else if (!strcmp(env, "coop")) {
-        if (!coop) return bs_error("BITSPARK_VK_MM=coop: %s has no int8 cooperative matrix of K = 32", c->info.name);
+        if (!coop)
+            return bs_error("BITSPARK_VK_MM=coop: %s has no int8 cooperative matrix mm_q takes%s", c->info.name,
+                            getenv("BITSPARK_VK_COOP") ? " by the extension BITSPARK_VK_COOP names" : "");
         c->mm = BS_VK_MM_COOP;
     } else {
         return bs_error("BITSPARK_VK_MM=%s: expected off, tile, coop or auto", env);

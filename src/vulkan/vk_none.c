@@ -33,6 +33,11 @@ uint32_t bs_vk_delta_cols(const bs_vk_ctx *c) { (void)c; return 64; }
 bool bs_vk_fma_fused(const bs_vk_ctx *c) { (void)c; return false; }
 int bs_vk_mm_mode(const bs_vk_ctx *c) { (void)c; return BS_VK_MM_OFF; }
 const char *bs_vk_mm_name(int mode) { (void)mode; return "mv_q"; }
+bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr) {
+    (void)c;
+    if (khr) *khr = false;
+    return (bs_vk_coop_shape){0, 0, 0};
+}
 bs_vk_matrix *bs_vk_matrix_new(bs_vk_ctx *c, const bs_vk_tensor *W) { (void)c; (void)W; return NULL; }
 void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m) { (void)c; (void)m; }
 int bs_vk_matrix_parts(const bs_vk_matrix *m) { (void)m; return 0; }

@@ -63,19 +63,25 @@ void stage_b(uint lid, uint mat, uint g, uint t0) {
 }
 
 #ifdef BS_COOP
-// Cooperative matrix tiles of CM x CN (the device's int8 shape, K = 32), spread over subgroups.
+// Cooperative matrix tiles of CM x CN (the device's int8 shape), spread over subgroups; a
+// sub-block's 32 products in 32 / CK multiply-adds of the device's K (32, or 16: AMD's), whose
+// integer sums are exact in any order. (VK_KHR_cooperative_matrix devices run this module
+// rewritten to the KHR instructions: vk_spirv.c.)
 layout(constant_id = 24) const uint CM = 16;
 layout(constant_id = 25) const uint CN = 8;
+layout(constant_id = 26) const uint CK = 32;
 void sums(uint lid) {
     const uint tm = TM / CM, tn = TN / CN, tiles = SUBS * tm * tn;
     for (uint t = gl_SubgroupID; t < tiles; t += gl_NumSubgroups) {
         const uint k = t / (tm * tn), m0 = (t / tn) % tm * CM, j0 = t % tn * CN;
-        icoopmatNV<8, gl_ScopeSubgroup, CM, 32> ma;
-        icoopmatNV<8, gl_ScopeSubgroup, 32, CN> mb;
+        icoopmatNV<8, gl_ScopeSubgroup, CM, CK> ma;
+        icoopmatNV<8, gl_ScopeSubgroup, CK, CN> mb;
         icoopmatNV<32, gl_ScopeSubgroup, CM, CN> mc = icoopmatNV<32, gl_ScopeSubgroup, CM, CN>(0);
-        coopMatLoadNV(ma, a_s, m0 * ST + k * 32u, ST, false);
-        coopMatLoadNV(mb, b_s, j0 * ST + k * 32u, ST, true);
-        mc = coopMatMulAddNV(ma, mb, mc);
+        for (uint kk = 0u; kk < 32u; kk += CK) {
+            coopMatLoadNV(ma, a_s, m0 * ST + k * 32u + kk, ST, false);
+            coopMatLoadNV(mb, b_s, j0 * ST + k * 32u + kk, ST, true);
+            mc = coopMatMulAddNV(ma, mb, mc);
+        }
         coopMatStoreNV(mc, c_s, (k * TM + m0) * TN + j0, TN, false);
     }
 }
