@@ -540,6 +540,17 @@ bs_vk_ctx *bs_vk_open(int index) {
                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi,
                              .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
     VkResult r = c->fn->vkCreateDevice(c->phys, &di, NULL, &c->dev);
+    if (r != VK_SUCCESS && coop && c->mm_auto) {   /* chosen, not asked for: the device without them */
+        bs_log(0, "bitspark: Vulkan %s: no device with cooperative matrices (VkResult %d); products of many rows use mv_q\n",
+               c->info.name, (int)r);
+        c->mm = BS_VK_MM_OFF;
+        c->mm_auto = false;
+        f12.vulkanMemoryModel = VK_FALSE;
+        dpf.pNext = NULL;
+        if (!c->dp4a) f12.pNext = NULL;
+        di.enabledExtensionCount = --n_ext;   /* (the coop extension is the last one) */
+        r = c->fn->vkCreateDevice(c->phys, &di, NULL, &c->dev);
+    }
     if (r != VK_SUCCESS) {
         bs_error("Vulkan device %d (%s): vkCreateDevice failed (VkResult %d)", index, c->info.name, (int)r);
         free(c);
