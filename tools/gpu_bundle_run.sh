@@ -45,6 +45,18 @@ unpack() { [ -d "$W/$1" ] || tar -xzf "$B/$1.tar.gz" -C "$W"; }
 bi() { awk -v k="$1" '$1 == k {print $2}' "$B/BUILD_INFO"; }
 # a bench table's value (column 8) in the first row whose test (column 7) matches $1, plus $2; stdin
 tfield() { awk -F'|' -v t="$1" -v s="${2:-}" '$7 ~ t {gsub(/^ +| +$/,"",$8); print $8 s; exit}'; }
+# A comparison bench of model $m ($f): `variant FILE "VAR=value ..." bench-args...` runs it with
+# those variables, its output in $W/FILE and a section of bench.txt headed by them; rc its status.
+variant() {
+  local out=$1 envs=$2; shift 2
+  echo "## $m with $envs" >>"$OUT/bench.txt"
+  # (word splitting on purpose: the assignments, none with a space in it)
+  # shellcheck disable=SC2086
+  env $envs timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" "$@" --no-membw >"$W/$out" 2>&1
+  rc=$?; cat "$W/$out" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+}
+# a bench step's line: ok, or its exit status
+bench_done() { step_done "$1 $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"; }
 vle() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }   # version $1 <= $2
 log "bundle: $(head -1 "$B/BUILD_INFO"); host $(uname -nr); budget ${BUDGET}s${QUICK:+; quick (tiny models)}"
 
@@ -347,44 +359,35 @@ for m in "${MODELS[@]}"; do
     r=$(echo "$sec" | grep -m1 -o 'tg reached [0-9]*%' | grep -o '[0-9]*%'); bw=$(echo "$sec" | grep -m1 -o 'membw: [0-9.]* GB/s' | grep -o '[0-9.]* GB/s')
     S[$m.roof]="${r:-?} of the copy roofline (${bw:-?} copy)"
     S[$m.v5]=$(echo "$sec" | grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' | sed 's/w=5 //')
-    step_done "bench $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done bench
   fi
   # the block sums the other way (docs/kernels.md: a GPU stages them; which is faster is only
   # known here): pp, tg and verify(5) again with each weight row summing its own
   if can_run "asum-row $m" 30; then
-    { echo "## $m with BITSPARK_VK_ASUM=row"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_ASUM=row timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n $TG -r $REPS --verify 1,5 \
-      --no-membw >"$W/asum.txt" 2>&1
-    rc=$?; cat "$W/asum.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant asum.txt "BITSPARK_VK_ASUM=row" -p $PP -n $TG -r $REPS --verify 1,5
     pp=$(tfield "pp$PP" <"$W/asum.txt")
     tg=$(tfield "tg$TG" <"$W/asum.txt")
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/asum.txt" | sed 's/w=5 //')
     S[$m.asum]="pp$PP ${pp:-?}, tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
-    step_done "asum-row $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done asum-row
   fi
   # the delta rule's sums in one invocation per state column (a CPU device's way) against the
   # device's 8 lanes with the state in registers (docs/kernels.md): tg and verify(5) again
   if can_run "delta-column $m" 30; then
-    { echo "## $m with BITSPARK_VK_DELTA=column"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_DELTA=column timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r $REPS --verify 1,5 \
-      --no-membw >"$W/delta.txt" 2>&1
-    rc=$?; cat "$W/delta.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant delta.txt "BITSPARK_VK_DELTA=column" -p 0 -n $TG -r $REPS --verify 1,5
     tg=$(tfield "tg$TG" <"$W/delta.txt")
     v5=$(grep -m1 -o 'w=5 [0-9.]* ms ([0-9.]*x)' "$W/delta.txt" | sed 's/w=5 //')
     S[$m.delta]="tg$TG ${tg:-?} t/s, verify(5) ${v5:-?}"
-    step_done "delta-column $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done delta-column
   fi
   # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain), and
   # sampling from whole rows read back instead of the top 40 found on the device (topk.comp's)
   if can_run "no-ahead $m" 30; then
-    { echo "## $m with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 \
-      -n $TG -r $REPS --sampled --no-membw >"$W/ahead.txt" 2>&1
-    rc=$?; cat "$W/ahead.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant ahead.txt "BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1" -p 0 -n $TG -r $REPS --sampled
     tg=$(tfield "tg$TG" <"$W/ahead.txt")
     smp=$(tfield "tg$TG sampled" <"$W/ahead.txt")
     S[$m.ahead]="tg$TG ${tg:-?} t/s, tg$TG sampled ${smp:-?} t/s"
-    step_done "no-ahead $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done no-ahead
   fi
   # a profiled decode: GPU time per kernel, dispatches
   if can_run "profile $m" 15; then
@@ -425,45 +428,36 @@ for m in "${MODELS[@]}"; do
     s4=$(grep -m1 -o 'sampled chain, *4 slots *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     sa=$(grep -m1 -o 'sampled, *[0-9]* slots apart *[0-9.]*' "$W/spec.txt" | grep -o '[0-9.]*$')
     S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?}, weights read ${bw:-?}), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
-    step_done "spec $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done spec
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
   # (last: the two newest comparisons, so that they never take the budget of the others)
   # prompts' products by mv_q's row groups against the device's choice (int8 cooperative
   # matrices where the device has them: vk_mm.c), pp only
   if can_run "mm-off $m" 30; then
-    { echo "## $m with BITSPARK_VK_MM=off"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r $REPS \
-      --no-membw >"$W/mm.txt" 2>&1
-    rc=$?; cat "$W/mm.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant mm.txt "BITSPARK_VK_MM=off" -p $PP -n 0 -r $REPS
     pp=$(tfield "pp$PP" <"$W/mm.txt")
     way=$(awk -v h="## $m (" 'index($0, h) == 1 {on=1; next} /^## /{on=0} on' "$OUT/bench.txt" | grep -m1 -o 'prompts by [^|]*' | sed 's/ *$//')
     S[$m.mm]="pp$PP ${S[$m.pp]:-?} ${way:-by mv_q}; with BITSPARK_VK_MM=off (mv_q) ${pp:-?} t/s"
-    step_done "mm-off $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done mm-off
   fi
   # where the device has both NV's and KHR's cooperative matrices (NVIDIA), the products again by
   # KHR's (mm_q_coop's module rewritten, the way AMD and Intel GPUs take: vk_spirv.c)
   if grep -q 'cooperative matrix int8 .*(NV), .*(KHR)' "$OUT/devices.txt" 2>/dev/null && can_run "coop-khr $m" 30; then
-    { echo "## $m with BITSPARK_VK_COOP=khr"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_COOP=khr timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p $PP -n 0 -r $REPS \
-      --no-membw >"$W/khr.txt" 2>&1
-    rc=$?; cat "$W/khr.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant khr.txt "BITSPARK_VK_COOP=khr" -p $PP -n 0 -r $REPS
     pp=$(tfield "pp$PP" <"$W/khr.txt")
     way=$(grep -m1 -o 'prompts by [^|]*' "$W/khr.txt" | sed 's/ *$//')
     S[$m.mm]="${S[$m.mm]:-}; with BITSPARK_VK_COOP=khr ${pp:-?} t/s (${way:-?})"
-    step_done "coop-khr $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done coop-khr
   fi
   # 8 sessions' passes with the recurrence and attention a dispatch per sequence (a CPU device's
   # way) against one for all of them, one per 4 for attention (docs/kernels.md, several sessions
   # in one pass)
   if can_run "seq-apart $m" 30; then
-    { echo "## $m with BITSPARK_VK_SEQ=apart"; } >>"$OUT/bench.txt"
-    BITSPARK_VK_SEQ=apart timeout $(( $(left) - 5 )) "$BS" bench -m "$f" --device "$DEV" -p 0 -n $TG -r $REPS --parallel 8 \
-      --no-membw >"$W/seq.txt" 2>&1
-    rc=$?; cat "$W/seq.txt" >>"$OUT/bench.txt"; echo >>"$OUT/bench.txt"
+    variant seq.txt "BITSPARK_VK_SEQ=apart" -p 0 -n $TG -r $REPS --parallel 8
     par=$(tfield "tg${TG}x8" <"$W/seq.txt")
     pb=$(grep -m1 -o 'device tg x8: per pass (8 tokens) [0-9.]* dispatches' "$W/seq.txt" | sed 's/.*tokens) //')
     S[$m.seq]="${par:-?} t/s of all 8 (${pb:-?} per pass)"
-    step_done "seq-apart $m" "$([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc, bench.txt)") ($(now) s)"
+    bench_done seq-apart
   fi
 done
 log "done in $(now) s"
