@@ -127,7 +127,7 @@ int bs_vk_dctx_append_sess(bs_vk_dctx *s, const bs_vk_sess *sess, int src0, int 
 /* The drafter's tap rows for several contexts' appends (d->ain) for at least `rows` rows. */
 static bool ain_rows(bs_vk_dspark *d, int rows) {
     if (d->a_rows >= rows) return true;
-    const int R = (rows + APPEND_ROWS - 1) / APPEND_ROWS * APPEND_ROWS;
+    const int R = dl_grow_rows(d, rows);
     bs_vk_buf_free(d->c, &d->ain);
     d->a_rows = 0;
     if (bs_vk_buf_new(d->c, &d->ain, 4 * (size_t)R * d->hp.n_taps * d->hp.n_embd, false)) {

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -233,7 +232,7 @@ enum { EW_ADD = 0, EW_SILU_MUL = 1 };
 static int ew_at(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n, uint32_t b0) {
     uint32_t p[4] = {(uint32_t)mode, (uint32_t)n, b0, 0};
     const bs_vk_buf *bb[3] = {a, b, cc};
-    const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
+    const uint32_t g = bs_vk_groups(n, 256), gx = BS_MIN(g, 65535u), gy = bs_vk_groups(g, gx);
     TRY(bs_vk_dispatch(c, BS_VK_K_EW, bb, p, gx, gy, 1));
     bs_vk_barrier(c);
     return 0;
@@ -287,7 +286,7 @@ int dl_norm_rope(const bs_vk_dspark *d, const bs_vk_buf *rope, const bs_vk_buf *
     TRY(norm(d, x, w, x, D, (uint32_t)n * H, H, H * D, D));
     uint32_t rp[4] = {H, D, H * D, D};
     const bs_vk_buf *bb[2] = {x, rope};
-    TRY(bs_vk_dispatch(d->c, BS_VK_K_ROPE, bb, rp, groups(D / 2, 64), (uint32_t)n * H, 1));
+    TRY(bs_vk_dispatch(d->c, BS_VK_K_ROPE, bb, rp, bs_vk_groups(D / 2, 64), (uint32_t)n * H, 1));
     bs_vk_barrier(d->c);
     return 0;
 }
@@ -355,7 +354,7 @@ static int embed_block(bs_vk_dctx *s, int nb) {
         const bs_vk_mat_part *p = &m->parts[i];
         uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)nb};
         const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->r.x};
-        TRY(bs_vk_dispatch(d->c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)nb, 1));
+        TRY(bs_vk_dispatch(d->c, k, bb, push, bs_vk_groups((uint64_t)m->ne0, 64), (uint32_t)nb, 1));
     }
     bs_vk_barrier(d->c);
     if (d->snr_on) TRY(ew(d->c, EW_ADD, &s->r.x, &d->snr, &d->snr, (uint64_t)nb * d->hp.n_embd));
@@ -552,9 +551,7 @@ static int check_block(const bs_vk_dblock *b, int32_t mask_id) {
     return 0;
 }
 
-/* Rows the shared buffers below are made for: rows rounded up to GROW_BLOCKS blocks (the
- * server's slots drafting together grow them a step at a time, not a block at a time). */
-static int grow_rows(const bs_vk_dspark *d, int rows) {
+int dl_grow_rows(const bs_vk_dspark *d, int rows) {
     const int step = GROW_BLOCKS * d->hp.block_size;
     return (rows + step - 1) / step * step;
 }
@@ -569,7 +566,7 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
     if (with < 2 || d->head_apart) return false;
     if (d->h_rows >= n * d->hp.block_size) return true;
     bs_vk_ctx *c = d->c;
-    const size_t R = (size_t)grow_rows(d, n * d->hp.block_size), E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
+    const size_t R = (size_t)dl_grow_rows(d, n * d->hp.block_size), E = (size_t)d->hp.n_embd, V = (size_t)d->hp.n_vocab;
     head_bufs_free(d);
     d->h_rows = 0;
     if (4 * R * V > c->max_binding) return false;
@@ -586,7 +583,7 @@ static bool head_shared(bs_vk_dspark *d, const bs_vk_dblock *b, int n) {
 
 bool dl_group_rows(bs_vk_dspark *d, int rows) {
     if (d->g_rows >= rows) return true;
-    const int R = grow_rows(d, rows);
+    const int R = dl_grow_rows(d, rows);
     bs_vk_buf *bs[] = {&d->ghidden, &d->grope};
     dl_rows_free(d->c, &d->gr);
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(d->c, bs[i]);
@@ -713,7 +710,7 @@ static int record_score(bs_vk_dctx *s, int k, int32_t mask_id) {
             const bs_vk_mat_part *p = &m->parts[i];
             const uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, 1};
             const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->prev, &s->mrow};
-            TRY(bs_vk_dispatch(c, bs_vk_rows_kernel(m), bb, push, groups((uint64_t)m->ne0, 64), 1, 1));
+            TRY(bs_vk_dispatch(c, bs_vk_rows_kernel(m), bb, push, bs_vk_groups((uint64_t)m->ne0, 64), 1, 1));
         }
         bs_vk_barrier(c);
         TRY(dl_mv(d, &s->r, d->markov_b, &s->mrow, 1, &s->score));

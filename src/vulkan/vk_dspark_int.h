@@ -73,6 +73,9 @@ struct bs_vk_dctx {
 /* Rows for R rows of the drafter's layers, and their release (a buffer never made is left). */
 int dl_rows_new(bs_vk_ctx *c, const bs_vk_dspark_desc *hp, dl_rows *r, size_t R);
 void dl_rows_free(bs_vk_ctx *c, dl_rows *r);
+/* Rows the drafter's shared buffers are made for: rows rounded up to GROW_BLOCKS blocks (the
+ * server's slots drafting together grow them a step at a time, not a block at a time). */
+int dl_grow_rows(const bs_vk_dspark *d, int rows);
 /* The drafter's shared rows (d->gr) for at least `rows` rows, made or made again larger (the
  * device settled first); false where they cannot be (the caller goes a context at a time). */
 bool dl_group_rows(bs_vk_dspark *d, int rows);
@@ -94,6 +97,5 @@ int dl_qk_dispatch(bs_vk_dctx *s, const dl_rows *r, int row0, const bs_vk_buf *r
 /* Whether a product reads int8 blocks; whether every layer's K and V products do. */
 bool dl_reads_int8(const bs_vk_matrix *m);
 bool dl_kv_integer(const bs_vk_dspark *d);
-static inline uint32_t dl_groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
 #endif

@@ -21,13 +21,12 @@
 typedef struct ew_push { uint32_t mode, n, p0, p1; } ew_push;
 enum { EW_ADD, EW_SILU_MUL, EW_SIGMOID_GATE };
 
-static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
 static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, const bs_vk_buf *cc, uint64_t n, uint32_t p0,
               uint32_t p1) {
     ew_push p = {(uint32_t)mode, (uint32_t)n, p0, p1};
     const bs_vk_buf *bb[3] = {a, b, cc};
-    const uint32_t g = groups(n, 256), gx = BS_MIN(g, 65535u), gy = groups(g, gx);
+    const uint32_t g = bs_vk_groups(n, 256), gx = BS_MIN(g, 65535u), gy = bs_vk_groups(g, gx);
     return bs_vk_dispatch(c, BS_VK_K_EW, bb, &p, gx, gy, 1);   /* the caller places the barrier */
 }
 
@@ -158,7 +157,7 @@ static int embed(bs_vk_sess *s, int n) {
         const bs_vk_mat_part *p = &m->parts[i];
         uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)n};
         const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &s->tok, &s->x};
-        TRY(bs_vk_dispatch(c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)n, 1));
+        TRY(bs_vk_dispatch(c, k, bb, push, bs_vk_groups((uint64_t)m->ne0, 64), (uint32_t)n, 1));
     }
     bs_vk_barrier(c);
     return 0;
@@ -198,7 +197,7 @@ static int gdn_conv(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint3
         cd, (uint32_t)hp->conv_kernel, (uint32_t)n, 2 * nk, dk, hp->eps, r0, 0};
     const bs_vk_buf *in, *win = conv_bind(st, L, &in, &cp.from_in);
     const bs_vk_buf *cb[5] = {io->a, win, &L->conv1d, io->cc, in};
-    return bs_vk_dispatch(st->net->c, BS_VK_K_CONV, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, 1);
+    return bs_vk_dispatch(st->net->c, BS_VK_K_CONV, cb, &cp, 2 * nk + bs_vk_groups(cd - 2 * nk * dk, 64), 1, 1);
 }
 
 static int gdn_delta(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n) {
@@ -208,7 +207,7 @@ static int gdn_delta(const gdn_rows *io, bs_vk_sess *st, const vk_layer *L, uint
         nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), r0, 0};
     const bs_vk_buf *in, *out = ssm_bind(st, L, &in, &dp.from_in);
     const bs_vk_buf *db[7] = {io->cc, io->ga, io->gbeta, out, io->d, &L->gates, in};
-    return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, groups(dv, bs_vk_delta_cols(st->net->c)), nv, 1);
+    return bs_vk_dispatch(st->net->c, BS_VK_K_DELTA, db, &dp, bs_vk_groups(dv, bs_vk_delta_cols(st->net->c)), nv, 1);
 }
 
 /* A step's recurrence inputs of layer L (rows r0..r0+n-1 of io's pre-conv rows, alpha and beta
@@ -257,7 +256,7 @@ static int gdn_conv_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part
         cd, (uint32_t)hp->conv_kernel, 2 * nk, dk, hp->eps, 0, {0}};
     const bs_vk_buf *cb[19] = {&io->a, NULL, &L->conv1d, &io->cc, NULL};   /* NULL: unused (bs_vk_dispatch) */
     cp.from_mask = seq_states(pt, np, L, conv_bind, cb, 1, 4, 4, 11, cp.rt);
-    return bs_vk_dispatch(io->net->c, BS_VK_K_CONV_B, cb, &cp, 2 * nk + groups(cd - 2 * nk * dk, 64), 1, (uint32_t)np);
+    return bs_vk_dispatch(io->net->c, BS_VK_K_CONV_B, cb, &cp, 2 * nk + bs_vk_groups(cd - 2 * nk * dk, 64), 1, (uint32_t)np);
 }
 
 static int gdn_delta_batch(const bs_vk_sess *io, const vk_layer *L, const vk_part *pt, int np) {
@@ -267,7 +266,7 @@ static int gdn_delta_batch(const bs_vk_sess *io, const vk_layer *L, const vk_par
         nk, nv, dk, dv, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), 0, {0}};
     const bs_vk_buf *db[21] = {&io->cc, &io->ga, &io->gbeta, NULL, &io->d, &L->gates, NULL};
     dp.from_mask = seq_states(pt, np, L, ssm_bind, db, 3, 6, 6, 13, dp.rt);
-    return bs_vk_dispatch(io->net->c, BS_VK_K_DELTA_B, db, &dp, groups(dv, bs_vk_delta_cols(io->net->c)), nv, (uint32_t)np);
+    return bs_vk_dispatch(io->net->c, BS_VK_K_DELTA_B, db, &dp, bs_vk_groups(dv, bs_vk_delta_cols(io->net->c)), nv, (uint32_t)np);
 }
 
 /* pt: NULL for a session's own step of n rows, else a batch's sequences, which touch disjoint
@@ -320,7 +319,7 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *in, *out = ssm_bind(s, L, &in, &dp.from_in);
     const bs_vk_buf *db[13] = {&s->cc, &s->ga, &s->gbeta, out, &s->d, &L->gates, &L->ssm_norm, &s->b,
                                &s->aq, &s->as, &s->am, &s->dcnt, in};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * groups(dv, bs_vk_delta_cols(c)), 1, 1));
+    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * bs_vk_groups(dv, bs_vk_delta_cols(c)), 1, 1));
     bs_vk_barrier(c);
     const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
     TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm));
@@ -372,8 +371,8 @@ static int qk_apart(bs_vk_sess *s, const vk_layer *L, int n) {
     if (hp->n_rot > 0) {
         uint32_t rq[4] = {H, 2 * D, 2 * H * D, (uint32_t)hp->n_rot}, rk[4] = {Hkv, D, Hkv * D, (uint32_t)hp->n_rot};
         const bs_vk_buf *bq[2] = {&s->a, &s->rope}, *bk[2] = {&s->b, &s->rope};
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
-        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bq, rq, bs_vk_groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * H, 1));
+        TRY(bs_vk_dispatch(c, BS_VK_K_ROPE, bk, rk, bs_vk_groups((uint64_t)hp->n_rot / 2, 64), (uint32_t)n * Hkv, 1));
         bs_vk_barrier(c);
     }
     return 0;
@@ -400,7 +399,7 @@ static int attn_prep(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
     }
     uint32_t kp[3] = {Hkv * D, st->kv_f32, r0};
     const bs_vk_buf *kb[5] = {&io->b, &io->cc, &st->kc[L->slot], &st->vc[L->slot], &st->params};
-    TRY(bs_vk_dispatch(st->net->c, BS_VK_K_KV_STORE, kb, kp, groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
+    TRY(bs_vk_dispatch(st->net->c, BS_VK_K_KV_STORE, kb, kp, bs_vk_groups((uint64_t)Hkv * D / 2, 64), (uint32_t)n, 1));
     return 1;
 }
 

@@ -345,6 +345,9 @@ void bs_vk_staging_free(bs_vk_ctx *c);
 /* Return -1 when x fails (x: an int call, 0 on success). */
 #define TRY(x) do { if (x) return -1; } while (0)
 
+/* Workgroups of `per` that cover n items. */
+static inline uint32_t bs_vk_groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
+
 /* vk_exec.c: one command buffer recorded, submitted and waited for; at most BS_VK_MAX_SETS
  * dispatches in it (descriptor sets of its pools). */
 int bs_vk_begin(bs_vk_ctx *c);

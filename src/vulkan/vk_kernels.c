@@ -277,7 +277,6 @@ int bs_vk_matrix_split(const bs_vk_matrix *m) { return m->split; }
 typedef struct mv_push { uint32_t rows, cols, n, ldy, row0, pad; } mv_push;
 typedef struct q8_push { uint32_t n_blocks, mode, H, D; } q8_push;
 
-static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
 int bs_vk_rows_kernel(const bs_vk_matrix *m) {
     switch (m->kernel) {
@@ -299,16 +298,16 @@ int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *
                              const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, uint64_t n_blocks) {
     q8_push qp = {(uint32_t)n_blocks, (uint32_t)mode, H, D};
     const bs_vk_buf *b[5] = {x, aq, as, am, g};   /* NULL: unused (bs_vk_dispatch) */
-    if (groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
-    return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, groups(n_blocks, 64), 1, 1);
+    if (bs_vk_groups(n_blocks, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
+    return bs_vk_dispatch(c, BS_VK_K_QUANT_Q8, b, &qp, bs_vk_groups(n_blocks, 64), 1, 1);
 }
 
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n) {
     const uint64_t nb = (uint64_t)n * m->ne0 / (m->act == 4 ? 256 : 32);
     uint32_t push[2] = {(uint32_t)m->act, (uint32_t)nb};
     const bs_vk_buf *b[2] = {x, xr};
-    if (groups(nb, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
-    return bs_vk_dispatch(c, BS_VK_K_ACT_ROUND, b, push, groups(nb, 64), 1, 1);
+    if (bs_vk_groups(nb, 64) > 65535) return bs_error("Vulkan: too many activation blocks in one dispatch");
+    return bs_vk_dispatch(c, BS_VK_K_ACT_ROUND, b, push, bs_vk_groups(nb, 64), 1, 1);
 }
 
 /* mv_q.glsl's push constants (its header says what each is) */
@@ -338,14 +337,14 @@ int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n) {
 }
 
 uint64_t bs_vk_mvq_passes(const bs_vk_ctx *c, int k, int n) {
-    return groups((uint64_t)n, bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8);
+    return bs_vk_groups((uint64_t)n, bs_vk_mm_kernel(c, k, n) >= 0 ? 32 : 8);
 }
 
 /* An integer product's grid (mv_q.glsl): activation row groups along x, launched fastest, weight
  * tiles of 256 / split rows along y; more than 8 rows on mm_q: tiles of 32 x 32 (vk_mm.c). */
 static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const void *push, uint64_t rows, uint32_t split, int n) {
     const int mk = bs_vk_mm_kernel(c, k, n);
-    const uint64_t tiles = groups(rows, mk >= 0 ? 32 : 256 / split);
+    const uint64_t tiles = bs_vk_groups(rows, mk >= 0 ? 32 : 256 / split);
     if (tiles > c->info.max_groups_y) return bs_error("Vulkan: %llu weight tiles in one dispatch", (unsigned long long)tiles);
     return bs_vk_dispatch(c, mk >= 0 ? mk : k, b, push, (uint32_t)bs_vk_mvq_passes(c, k, n), (uint32_t)tiles, 1);
 }
@@ -359,12 +358,12 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const mvq_push qp = mvq_single(m, p, n);
         const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y};   /* the rest NULL: unused */
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
-        if (f32 ? bs_vk_dispatch(c, m->kernel, bf, &pp, groups((uint64_t)p->rows, 64), groups((uint64_t)n, 8), 1)
+        if (f32 ? bs_vk_dispatch(c, m->kernel, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1)
                 : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
             return -1;
         /* (a matrix in a shared layout reads its own rows of it) */
         c->rec.weight_bytes += (f32 ? p->codes.size : (p->codes.size + p->scales.size) * (uint64_t)p->rows / (m->borrowed ? m->lay_rows : p->rows)) *
-                               (f32 ? groups((uint64_t)n, 8) : bs_vk_mvq_passes(c, m->kernel, n));
+                               (f32 ? bs_vk_groups((uint64_t)n, 8) : bs_vk_mvq_passes(c, m->kernel, n));
     }
     return 0;
 }
@@ -479,9 +478,9 @@ int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, i
         const uint64_t cnt = (uint64_t)n * m->ne1;
         uint32_t sb;
         memcpy(&sb, &l->scale, 4);
-        const uint32_t push[4] = {4u, (uint32_t)cnt, sb, 0}, g = groups(cnt, 256), gx = BS_MIN(g, 65535u);
+        const uint32_t push[4] = {4u, (uint32_t)cnt, sb, 0}, g = bs_vk_groups(cnt, 256), gx = BS_MIN(g, 65535u);
         const bs_vk_buf *bb[3] = {y, u, u};
-        if (bs_vk_dispatch(c, BS_VK_K_EW, bb, push, gx, groups(g, gx), 1)) return -1;
+        if (bs_vk_dispatch(c, BS_VK_K_EW, bb, push, gx, bs_vk_groups(g, gx), 1)) return -1;
     }
     bs_vk_barrier(c);
     return 0;
@@ -527,7 +526,7 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
     mvq_push qp = mvq_single(m, p, n);
     qp.eps = eps;
     const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, NULL, NULL, NULL, NULL, NULL, qout[0], qout[1], qout[2], nw, xn, cnt};
-    c->rec.weight_bytes += (p->codes.size + p->scales.size) * groups((uint64_t)n, 8);
+    c->rec.weight_bytes += (p->codes.size + p->scales.size) * bs_vk_groups((uint64_t)n, 8);
     const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVN_Q1;
     return dispatch_mvq(c, k, b, &qp, (uint64_t)p->rows, (uint32_t)m->split, n);
 }
@@ -669,7 +668,7 @@ double bs_vk_copy_bandwidth(bs_vk_ctx *c, size_t bytes, int reps) {
     }
     copy_push cp = {(uint32_t)(half / 16)};
     const bs_vk_buf *bb[2] = {&a, &b};
-    const uint32_t g = BS_MIN(groups(half / 16, 256), 65535u);
+    const uint32_t g = BS_MIN(bs_vk_groups(half / 16, 256), 65535u);
     double best = 0;
     for (int pass = 0; pass < 2; pass++) {   /* the first pass warms the pipeline and pages */
         if (bs_vk_begin(c)) break;
@@ -696,9 +695,9 @@ int bs_vk_copy_chain(bs_vk_ctx *c, const void *in, void *out, size_t bytes, bool
     if (!rc) {
         const copy_push cp = {(uint32_t)(bytes / 16)};
         const bs_vk_buf *first[2] = {&b[0], &b[1]}, *second[2] = {&b[1], &b[2]};
-        rc = bs_vk_dispatch(c, BS_VK_K_COPY, first, &cp, groups(bytes / 16, 256), 1, 1);
+        rc = bs_vk_dispatch(c, BS_VK_K_COPY, first, &cp, bs_vk_groups(bytes / 16, 256), 1, 1);
         if (barrier) bs_vk_barrier(c);
-        rc = bs_vk_dispatch(c, BS_VK_K_COPY, second, &cp, groups(bytes / 16, 256), 1, 1) || rc;
+        rc = bs_vk_dispatch(c, BS_VK_K_COPY, second, &cp, bs_vk_groups(bytes / 16, 256), 1, 1) || rc;
         rc = bs_vk_submit(c) || rc;
     }
     if (!rc) rc = bs_vk_buf_read(c, &b[2], 0, out, bytes);
@@ -721,7 +720,7 @@ int bs_vk_embed(bs_vk_ctx *c, const bs_vk_matrix *m, const int32_t *tokens, int 
             const bs_vk_mat_part *p = &m->parts[i];
             uint32_t push[4] = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)p->row0, (uint32_t)n};
             const bs_vk_buf *bb[4] = {&p->codes, &p->scales, &bt, &bo};
-            rc = bs_vk_dispatch(c, k, bb, push, groups((uint64_t)m->ne0, 64), (uint32_t)n, 1);
+            rc = bs_vk_dispatch(c, k, bb, push, bs_vk_groups((uint64_t)m->ne0, 64), (uint32_t)n, 1);
         }
         rc = bs_vk_submit(c) || rc;
     }

@@ -39,7 +39,7 @@ typedef struct {
     int use[MAX_COOP_TYPES];
     uint32_t coop[MAX_COOP_TYPES], comp[MAX_COOP_TYPES];
     int n_coop;
-    uint32_t uint_type, c_use[3], c_layout[2];   /* the added constants' ids */
+    uint32_t uint_type, c_val[3];  /* the added constants' ids: uint 0, 1, 2 (the uses; layouts 0 and 1) */
     uint32_t *out;
     size_t n_out, cap;
 } rw;
@@ -112,7 +112,7 @@ static int scan(rw *r) {
 
 static uint32_t layout_of(const rw *r, uint32_t bool_id) {
     if (bool_id >= r->bound || (r->kind[bool_id] != 1 && r->kind[bool_id] != 2)) return 0;   /* not a constant bool */
-    return r->c_layout[r->kind[bool_id] == 1 ? LAYOUT_COL : LAYOUT_ROW];
+    return r->c_val[r->kind[bool_id] == 1 ? LAYOUT_COL : LAYOUT_ROW];
 }
 
 static bool signed_type(const rw *r, uint32_t coop_type) {
@@ -138,11 +138,11 @@ static int emit(rw *r, const uint32_t *w, bool *consts_done) {
         break;
     case OP_TYPE_COOP_NV: {
         if (!*consts_done) {   /* the constants the rewritten operands name, before their first use */
-            for (uint32_t v = 0; v < 3; v++) put_inst(r, OP_CONSTANT, (const uint32_t[]){r->uint_type, r->c_use[v], v}, 3);
+            for (uint32_t v = 0; v < 3; v++) put_inst(r, OP_CONSTANT, (const uint32_t[]){r->uint_type, r->c_val[v], v}, 3);
             *consts_done = true;
         }
         const int j = coop_index(r, o[0]);
-        put_inst(r, OP_TYPE_COOP_KHR, (const uint32_t[]){o[0], o[1], o[2], o[3], o[4], r->c_use[r->use[j]]}, 6);
+        put_inst(r, OP_TYPE_COOP_KHR, (const uint32_t[]){o[0], o[1], o[2], o[3], o[4], r->c_val[r->use[j]]}, 6);
         return 0;
     }
     case OP_LOAD_NV: {   /* type, result, pointer, stride, column-major, [memory operands] */
@@ -191,9 +191,7 @@ int bs_vk_spirv_coop_khr(const uint32_t *in, size_t n_words, uint32_t **out, siz
     r.kind = bs_xcalloc(r.bound + 6, 1);
     int rc = scan(&r) ? -1 : 0;
     uint32_t next = (uint32_t)r.bound;
-    for (int v = 0; v < 3; v++) r.c_use[v] = next++;
-    r.c_layout[LAYOUT_ROW] = r.c_use[0];   /* the layouts' values are 0 and 1 too */
-    r.c_layout[LAYOUT_COL] = r.c_use[1];
+    for (int v = 0; v < 3; v++) r.c_val[v] = next++;
     bool consts_done = false;
     if (!rc) {
         for (int k = 0; k < 5; k++) put(&r, in[k]);

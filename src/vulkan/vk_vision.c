@@ -40,7 +40,6 @@ typedef struct {
     bs_vk_buf u, x, h, qkv, q, k, vv, att, ff, out, pos, rope, sc, aq, as, am, xr;
 } vit_run;
 
-static uint32_t groups(uint64_t n, uint32_t per) { return (uint32_t)((n + per - 1) / per); }
 
 static int vec(bs_vk_ctx *c, bs_vk_buf *b, const float *v, int n) {
     return !v ? bs_error("Vulkan vision: a vector is missing") : bs_vk_upload_vec(c, b, v, (size_t)n);
@@ -143,8 +142,8 @@ static int ew(vit_run *r, int mode, const bs_vk_buf *a, const bs_vk_buf *b, uint
     bs_vk_ctx *c = r->v->c;
     const bs_vk_buf *bb[5] = {a, b, c3, d3, e3};   /* NULL: unused (bs_vk_dispatch) */
     const uint32_t push[4] = {(uint32_t)mode, (uint32_t)n, width, p0};
-    const uint32_t g = groups(n, 256), gx = g < 65535 ? g : 65535;
-    TRY(bs_vk_dispatch(c, BS_VK_K_VIT_EW, bb, push, gx, groups(g, gx), 1));
+    const uint32_t g = bs_vk_groups(n, 256), gx = g < 65535 ? g : 65535;
+    TRY(bs_vk_dispatch(c, BS_VK_K_VIT_EW, bb, push, gx, bs_vk_groups(g, gx), 1));
     bs_vk_barrier(c);
     return 0;
 }
