@@ -2,7 +2,8 @@
  * adapter in HF names and head order) on the tiny model: applied at run time it matches the
  * model merged offline in F32 (<= 1e-4 relative L2 per logits row), both adapter formats give
  * the same logits, and `lora merge --type q1_0` reports exactly the sign flips and scale changes
- * counted directly from the two files' Q1_0 blocks. */
+ * counted directly from the two files' Q1_0 blocks. Alphas that are not finite floats and a
+ * merge onto a PEFT adapter's own config are refused. */
 #include "test.h"
 #include "model/lora.h"
 #include "model/qwen35.h"
@@ -61,12 +62,12 @@ static void make_deltas(const gguf_file *base, delta *d) {
     }
 }
 
-static int write_gguf_adapter(const char *path, const delta *d) {
+static int write_gguf_adapter(const char *path, const delta *d, float alpha) {
     gguf_writer *w = gguf_w_open(path);
     gguf_w_set_str(w, "general.architecture", "qwen35");
     gguf_w_set_str(w, "general.type", "adapter");
     gguf_w_set_str(w, "adapter.type", "lora");
-    gguf_w_set_f32(w, "adapter.lora.alpha", ALPHA);
+    gguf_w_set_f32(w, "adapter.lora.alpha", alpha);
     for (int t = 0; t < NT; t++) {
         char n[256];
         int64_t nea[2] = {d[t].in, R}, neb[2] = {R, d[t].out};
@@ -287,6 +288,32 @@ static void test_q1_report(const char *adapter) {
     gguf_close(fm);
 }
 
+/* An alpha that is not a finite float (NaN in a GGUF, 1e39 in a PEFT config) would make every
+ * merged weight NaN: refused at load. `lora merge` onto a PEFT adapter's config (read beside
+ * its tensors) is refused and leaves the config as it was. */
+static void test_refusals(const char *base, const char *peft) {
+    char path[2048], dir[1024], cmd[16384];
+    snprintf(path, sizeof path, "%s/lora_test_nan.gguf", tmp);
+    bs_clear_error();
+    CHECK(bs_lora_load(path, NULL) == NULL);
+    CHECKF(strstr(bs_last_error(), "finite") != NULL, "NaN alpha: %s", bs_last_error());
+    snprintf(dir, sizeof dir, "%s/lora_test_peft_big", tmp);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s' && ln -s '%s/adapter_model.safetensors' '%s/' && "
+             "echo '{\"r\": %d, \"lora_alpha\": 1e39}' > '%s/adapter_config.json'", dir, dir, peft, dir, R, dir);
+    CHECK_EQ_INT(system(cmd), 0);
+    bs_clear_error();
+    CHECK(bs_lora_load(dir, NULL) == NULL);
+    CHECKF(strstr(bs_last_error(), "finite") != NULL, "lora_alpha 1e39: %s", bs_last_error());
+    snprintf(path, sizeof path, "%s/adapter_config.json", peft);
+    size_t n0, n1;
+    char *before = bs_read_file(path, &n0);
+    snprintf(cmd, sizeof cmd, "'%s' lora merge '%s' '%s/adapter_model.safetensors' -o '%s' 2> /dev/null", bin, base, peft, path);
+    CHECK(system(cmd) != 0);
+    char *after = bs_read_file(path, &n1);
+    CHECK(before && after && n0 == n1 && !memcmp(before, after, n0));
+    free(before), free(after);
+}
+
 /* Random deltas of the base's shapes written as a GGUF adapter (and as a PEFT directory when
  * peft is given); -1 with a failed check when the base cannot be read. */
 static int make_adapter(const char *base, const char *adapter, const char *peft) {
@@ -299,8 +326,13 @@ static int make_adapter(const char *base, const char *adapter, const char *peft)
     if (ok) make_deltas(f, d);
     gguf_close(f);
     if (!ok) return -1;
-    CHECK_EQ_INT(write_gguf_adapter(adapter, d), 0);
-    if (peft) CHECK_EQ_INT(write_peft_adapter(peft, d), 0);
+    CHECK_EQ_INT(write_gguf_adapter(adapter, d, ALPHA), 0);
+    if (peft) {
+        CHECK_EQ_INT(write_peft_adapter(peft, d), 0);
+        char nan_path[1024];   /* the same adapter with a NaN alpha, for test_refusals */
+        snprintf(nan_path, sizeof nan_path, "%s/lora_test_nan.gguf", tmp);
+        CHECK_EQ_INT(write_gguf_adapter(nan_path, d, NAN), 0);
+    }
     for (int t = 0; t < NT; t++) free(d[t].a), free(d[t].b);
     return 0;
 }
@@ -322,6 +354,7 @@ int main(void) {
     if (make_adapter(q1, adapter_q1, NULL) || make_adapter(base, adapter, peft)) return test_summary("test_lora");
     test_runtime_vs_merged(adapter, peft);
     test_q1_report(adapter_q1);
+    test_refusals(base, peft);
     /* a bad adapter is refused with an error, not a crash */
     CHECK(bs_lora_load(base, NULL) == NULL);
     return test_summary("test_lora");

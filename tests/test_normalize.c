@@ -197,8 +197,10 @@ static void test_rule_and_names(void) {
     free(out);
 }
 
-/* tokenizer.ggml.normalizer in a GGUF wins over the pre-tokenizer rule; bad values fail. */
-static bs_tokenizer *load(const char *path, const char *pre, const char *norm, bool norm_int) {
+/* tokenizer.ggml.normalizer in a GGUF wins over the pre-tokenizer rule; bad values fail.
+ * int_keys: 1 writes the normalizer, 2 the pre-tokenizer as a u32 instead of a string. */
+enum { NORM_INT = 1, PRE_INT = 2 };
+static bs_tokenizer *load(const char *path, const char *pre, const char *norm, int int_keys) {
     const char *tokens[256];
     for (int b = 0; b < 256; b++) tokens[b] = byte_token(b);
     const char *merges[1] = {"a b"};
@@ -206,7 +208,8 @@ static bs_tokenizer *load(const char *path, const char *pre, const char *norm, b
     gguf_w_set_str(w, "tokenizer.ggml.model", "gpt2");
     if (pre) gguf_w_set_str(w, "tokenizer.ggml.pre", pre);
     if (norm) gguf_w_set_str(w, BS_NORMALIZER_KEY, norm);
-    if (norm_int) gguf_w_set_u32(w, BS_NORMALIZER_KEY, 1);
+    if (int_keys & NORM_INT) gguf_w_set_u32(w, BS_NORMALIZER_KEY, 1);
+    if (int_keys & PRE_INT) gguf_w_set_u32(w, "tokenizer.ggml.pre", 2);
     gguf_w_set_arr_str(w, "tokenizer.ggml.tokens", tokens, 256);
     gguf_w_set_arr_str(w, "tokenizer.ggml.merges", merges, 0);
     gguf_w_close(w);
@@ -232,15 +235,17 @@ static void test_gguf_key(void) {
         {"gpt2", "nfc", BS_NORM_NFC, BS_NORMALIZER_KEY}, {"qwen35", "NFKD", BS_NORM_NFKD, BS_NORMALIZER_KEY},
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(ok); i++) {
-        bs_tokenizer *t = load(path, ok[i].pre, ok[i].norm, false);
+        bs_tokenizer *t = load(path, ok[i].pre, ok[i].norm, 0);
         CHECKF(t && bs_tokenizer_get_normalize(t) == ok[i].want && !strcmp(bs_tokenizer_normalize_source(t), ok[i].src),
                "case %zu: %s", i, t ? bs_norm_name(bs_tokenizer_get_normalize(t)) : bs_last_error());
         bs_tokenizer_free(t);
     }
-    bs_tokenizer *t = load(path, "qwen35", "nfcc", false);
+    bs_tokenizer *t = load(path, "qwen35", "nfcc", 0);
     CHECKF(!t && strstr(bs_last_error(), "tokenizer.ggml.normalizer: unknown normalization 'nfcc'"), "%s", bs_last_error());
-    t = load(path, "qwen35", NULL, true);
+    t = load(path, "qwen35", NULL, NORM_INT);
     CHECKF(!t && strstr(bs_last_error(), "tokenizer.ggml.normalizer must be a string"), "%s", bs_last_error());
+    t = load(path, NULL, NULL, PRE_INT);   /* not taken for an absent one (the default splitter) */
+    CHECKF(!t && strstr(bs_last_error(), "tokenizer.ggml.pre must be a string"), "%s", bs_last_error());
     remove(path);
 }
 

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
 #include "dspark/dspark.h"
+#include "io/atomic_file.h"
 #include "io/util.h"
 
 #include <stdio.h>
@@ -55,7 +56,8 @@ static int parse(dl_opts *o, int argc, char **argv) {
         return bs_error("-md, --features, --rows, --anchor (or --rounds) and -o are required");
     if (o->pos < 0) o->pos = o->rows;
     if (o->pos < o->rows) return bs_error("--pos %ld is inside the %ld context rows", o->pos, o->rows);
-    return 0;
+    const char *inputs[] = {o->drafter, o->features};
+    return bs_check_not_input(o->out, inputs, 2);
 }
 
 static float *read_features(const char *path, long rows, size_t row, size_t *len) {
@@ -150,23 +152,25 @@ int cmd_draft_logits(int argc, char **argv) {
     size_t len;
     bs_dspark_ctx *c = NULL;
     float *feat = read_features(o.features, o.rows, (size_t)hp->n_taps * hp->n_embd, &len);
-    FILE *f = NULL;
+    bs_afile *af = NULL;
     if (!feat) goto done;
     float *logits = bs_xmalloc((size_t)hp->block_size * hp->n_vocab * sizeof(float));
     if (!(c = bs_dspark_ctx_new(d, (int)BS_MIN(BS_MAX(o.rows, 1) + 4096L, 1L << 24), NULL))) goto done_l;
-    if (!(f = fopen(o.out, "wb"))) { bs_error("cannot write %s", o.out); goto done_l; }
+    /* the rows go to a temporary, renamed over OUT only when every block ran */
+    if (!(af = bs_afile_open(o.out))) goto done_l;
+    FILE *f = bs_afile_fp(af);
     if (o.rounds) {
         if (run_rounds(&o, c, d, feat, f, logits)) goto done_l;
     } else {
         if (bs_dspark_ctx_append(c, feat, (int)o.rows) || block(&o, c, d, o.anchor, o.pos, f, logits)) goto done_l;
         if (o.json) printf("\n");
     }
-    rc = fclose(f) ? bs_error("cannot write %s", o.out) : 0;
-    f = NULL;
+    rc = bs_afile_commit(af) ? 1 : 0;
+    af = NULL;
 done_l:
     free(logits);
 done:
-    if (f) fclose(f);
+    bs_afile_abort(af);
     if (rc) cli_fail("draft-logits");
     bs_dspark_ctx_free(c);
     free(feat);

@@ -6,6 +6,7 @@
 #include "bitspark.h"
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
+#include "io/atomic_file.h"
 #include "io/threadpool.h"
 #include "vision/vision.h"
 #include "io/util.h"
@@ -111,12 +112,13 @@ static int parse_opts(int argc, char **argv, opts *o) {
     return 0;
 }
 
-static int write_file(const char *path, const float *data, size_t count) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return bs_error("cannot create %s: %s", path, strerror(errno));
-    size_t w = fwrite(data, sizeof(float), count, f);
-    if (fclose(f) != 0 || w != count) { remove(path); return bs_error("writing %s failed", path); }
-    return 0;
+/* Neither output is an input (the model, the projector, the image, the token file) or the
+ * other output: checked before the model loads, so a mistyped -o costs nothing. */
+static int check_outputs(const opts *o) {
+    const char *inputs[] = {o->model, o->mmproj, o->image, o->image_embd, o->tokens_file};
+    const int n = (int)(sizeof inputs / sizeof *inputs);
+    if (bs_check_not_input(o->out, inputs, n) || (o->taps_out && bs_check_not_input(o->taps_out, inputs, n))) return -1;
+    return bs_check_outputs_differ(o->out, o->taps_out);
 }
 
 typedef struct run_ctx {
@@ -182,8 +184,8 @@ static int evaluate(const opts *o, run_ctx *r) {
     double t0 = bs_time();
     if (eval_all(r, nb)) return -1;
     bs_log(1, "logits: %d rows in %.3f s\n", r->n_rows, bs_time() - t0);
-    if (write_file(o->out, r->logits, (size_t)r->n_rows * nv)) return -1;
-    if (r->n_taps && write_file(o->taps_out, r->tap_rows, (size_t)r->n_rows * tap_w)) return -1;
+    if (bs_write_file_atomic(o->out, r->logits, (size_t)r->n_rows * nv * sizeof(float))) return -1;
+    if (r->n_taps && bs_write_file_atomic(o->taps_out, r->tap_rows, (size_t)r->n_rows * tap_w * sizeof(float))) return -1;
     return 0;
 }
 
@@ -246,7 +248,7 @@ int cmd_logits(int argc, char **argv) {
     opts o;
     run_ctx r = {0};
     int rc = 1;
-    if (parse_opts(argc, argv, &o)) return cli_fail("logits");
+    if (parse_opts(argc, argv, &o) || check_outputs(&o)) return cli_fail("logits");
     if (o.tokens) {
         if (parse_tokens(o.tokens, "--tokens", &r)) goto done;
     } else {

@@ -15,7 +15,18 @@
 bs_tokenizer *bs_tokenizer_load(const bs_model *m) {
     if (!m) return bs_error("bs_tokenizer_load: no model"), NULL;
     bs_tokenizer *t = bs_tokenizer_from_gguf(m->file);
-    if (!t) bs_error_prefix("%s: tokenizer: ", m->file->path);
+    if (!t) {
+        bs_error_prefix("%s: tokenizer: ", m->file->path);
+        return NULL;
+    }
+    /* every id the tokenizer can give must have an embedding row and a logit (a vocabulary
+     * padded past the tokens is fine; the other way round reads outside the matrices) */
+    if (bs_tokenizer_n_vocab(t) > bs_model_n_vocab(m)) {
+        bs_error("%s: the tokenizer has %d tokens, but the model's matrices only %d rows", m->file->path,
+                 (int)bs_tokenizer_n_vocab(t), bs_model_n_vocab(m));
+        bs_tokenizer_free(t);
+        return NULL;
+    }
     return t;
 }
 

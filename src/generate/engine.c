@@ -62,10 +62,7 @@ int bs_engine_open(bs_engine *e, const bs_engine_opts *o) {
     const double t0 = bs_time();
     bs_model_params mp = {.no_mmap = o->no_mmap, .device = o->device};
     if (!(e->model = bs_model_load(o->model, &mp))) goto fail;
-    if (!(e->tok = bs_tokenizer_from_gguf(e->model->file))) {
-        bs_error_prefix("%s: tokenizer: ", o->model);
-        goto fail;
-    }
+    if (!(e->tok = bs_tokenizer_load(e->model))) goto fail;
     if (o->normalize_set && bs_tokenizer_set_normalize(e->tok, o->normalize)) goto fail;
     e->n_vocab = bs_model_n_vocab(e->model);
     if (bs_loras_attach(e->model, o, e->loras, &e->n_loras)) goto fail;

@@ -223,6 +223,38 @@ int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs)
     return 0;
 }
 
+/* path's directory resolved (symlinks, "..", other spellings) and its last component, as one
+ * string; NULL where the directory does not resolve. */
+static char *canonical(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? bs_xstrdup(path) : bs_xstrdup(".");
+    if (slash) dir[slash == path ? 1 : slash - path] = 0;
+    char *real = realpath(dir, NULL);
+    free(dir);
+    if (!real) return NULL;
+    const char *base = slash ? slash + 1 : path;
+    size_t n = strlen(real) + strlen(base) + 2;
+    char *full = bs_xmalloc(n);
+    snprintf(full, n, "%s/%s", real, base);
+    free(real);
+    return full;
+}
+
+int bs_check_outputs_differ(const char *a, const char *b) {
+    if (!a || !b) return 0;
+    struct stat sa, sb;
+    bool same;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {
+        same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    } else {
+        char *ca = canonical(a), *cb = canonical(b);
+        same = ca && cb ? !strcmp(ca, cb) : !strcmp(a, b);
+        free(ca);
+        free(cb);
+    }
+    return same ? bs_error("refusing to write %s and %s: they are the same file (choose two names)", a, b) : 0;
+}
+
 /* --- bs_aout ------------------------------------------------------------------------------- */
 
 int bs_aout_open(bs_aout *o, const char *path) {

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ void bs_lora_free(bs_lora *l) {
     }
     free(l->t);
     free(l->path);
+    free(l->config);
     free(l);
 }
 
@@ -95,6 +97,7 @@ static int load_gguf(bs_lora *l, const char *path, const gguf_file *base) {
         goto done;
     }
     if (gguf_find_kv(f, "adapter.lora.alpha") && gguf_get_f32(f, "adapter.lora.alpha", &l->alpha)) goto done;
+    if (!isfinite(l->alpha)) { bs_error("adapter.lora.alpha is %g: not a finite number", (double)l->alpha); goto done; }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *a = &f->tensors[i];
         size_t nl = strlen(a->name);
@@ -254,6 +257,7 @@ static int load_peft(bs_lora *l, const char *path, const gguf_file *base) {
         const char *slash = strrchr(path, '/');
         snprintf(cfg_path, sizeof cfg_path, "%.*sadapter_config.json", slash ? (int)(slash - path + 1) : 0, path);
     }
+    l->config = bs_xstrdup(cfg_path);
     json_t *cfg = read_config(cfg_path);
     if (!cfg) return -1;
     int rc = -1, cap = 0;
@@ -262,7 +266,9 @@ static int load_peft(bs_lora *l, const char *path, const gguf_file *base) {
     if (json_is_true(json_object_get(cfg, "fan_in_fan_out"))) { bs_error("fan_in_fan_out adapters are not supported"); goto done; }
     if (json_object_size(ra) || json_object_size(aa)) { bs_error("rank_pattern / alpha_pattern are not supported"); goto done; }
     if (!json_is_number(json_object_get(cfg, "lora_alpha"))) { bs_error("%s: no lora_alpha", cfg_path); goto done; }
-    l->alpha = (float)json_number_value(json_object_get(cfg, "lora_alpha"));
+    const double alpha = json_number_value(json_object_get(cfg, "lora_alpha"));
+    if (!(fabs(alpha) <= FLT_MAX)) { bs_error("%s: lora_alpha %g is not a finite float", cfg_path, alpha); goto done; }
+    l->alpha = (float)alpha;
     const bool rslora = json_is_true(json_object_get(cfg, "use_rslora"));
     if (!(f = st_open(st_path, 0))) goto done;
     const gdn_shape g = base_gdn(base);

@@ -25,6 +25,7 @@
 
 typedef struct bs_lora {
     char *path;
+    char *config;             /* a PEFT adapter's adapter_config.json (an input too); NULL for GGUF */
     float alpha;              /* 0: none given */
     int n;
     bs_lora_tensor *t;

@@ -45,10 +45,7 @@ int srv_load(srv *s) {
                 s->cfg.n_ctx, train, train);
         s->cfg.n_ctx = train;
     }
-    if (!(s->tok = bs_tokenizer_from_gguf(s->model->file))) {
-        bs_error_prefix("%s: tokenizer: ", cfg->model);
-        return -1;
-    }
+    if (!(s->tok = bs_tokenizer_load(s->model))) return -1;
     if (cfg->normalize_set && bs_tokenizer_set_normalize(s->tok, cfg->normalize)) return -1;
     for (int32_t id = 0; id < bs_tokenizer_n_vocab(s->tok); id++) {
         const char *piece;

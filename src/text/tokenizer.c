@@ -376,9 +376,13 @@ static int gguf_normalizer(const gguf_file *f, const char **out) {
     return 0;
 }
 
-static const char *gguf_pre(const gguf_file *f) {
-    const char *pre = gguf_get_str(f, "tokenizer.ggml.pre");
-    return pre ? pre : "default";   /* old GGUFs: llama.cpp falls back to its default splitter too */
+/* tokenizer.ggml.pre, "default" when absent (old GGUFs: llama.cpp falls back to its default
+ * splitter too); -1 + bs_error when it is there but not a string. */
+static int gguf_pre(const gguf_file *f, const char **pre) {
+    *pre = "default";
+    if (!gguf_find_kv(f, "tokenizer.ggml.pre")) return 0;
+    if (!(*pre = gguf_get_str(f, "tokenizer.ggml.pre"))) return bs_error("tokenizer.ggml.pre must be a string");
+    return 0;
 }
 
 int bs_tokenizer_gguf_normalize(const gguf_file *f, bs_norm_mode *mode, const char **source) {
@@ -390,8 +394,9 @@ int bs_tokenizer_gguf_normalize(const gguf_file *f, bs_norm_mode *mode, const ch
         *source = src_key;
         return bs_norm_from_name(name, mode) ? bs_error_prefix("%s: ", BS_NORMALIZER_KEY) : 0;
     }
-    if (bs_pre_from_name(gguf_pre(f), &pre, &ig)) return -1;   /* an unknown name is an error */
-    *mode = bs_norm_for_pre(gguf_pre(f));
+    const char *pre_name;
+    if (gguf_pre(f, &pre_name) || bs_pre_from_name(pre_name, &pre, &ig)) return -1;   /* an unknown name is an error */
+    *mode = bs_norm_for_pre(pre_name);
     *source = src_rule;
     return 0;
 }
@@ -403,10 +408,10 @@ static bs_tokenizer *from_gguf(const gguf_file *f) {
         bs_error("tokenizer.ggml.model is '%s'; only 'gpt2' (byte-level BPE) is supported", model);
         return NULL;
     }
-    if (!gguf_get_str(f, "tokenizer.ggml.pre"))
+    const char *pre, *norm;
+    if (gguf_pre(f, &pre) || gguf_normalizer(f, &norm)) return NULL;
+    if (!gguf_find_kv(f, "tokenizer.ggml.pre"))
         bs_log(1, "tokenizer: no tokenizer.ggml.pre in the file, using the 'default' pre-tokenizer\n");
-    const char *pre = gguf_pre(f), *norm;
-    if (gguf_normalizer(f, &norm)) return NULL;
     const gguf_value *tv = find_array(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, true);
     if (!tv) return NULL;
     const gguf_value *mv = find_array(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, true);

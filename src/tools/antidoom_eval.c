@@ -22,7 +22,8 @@ static int32_t token_of(const bs_engine *g, json_t *id, json_t *str) {
         return v >= 0 && v < g->n_vocab ? (int32_t)v : -1;
     }
     const char *s = json_string_value(str);
-    return s ? bs_token_lookup(g->tok, s) : -1;
+    const int32_t t = s ? bs_token_lookup(g->tok, s) : -1;
+    return t < g->n_vocab ? t : -1;   /* (bs_engine_open refuses larger tokenizers; kept local) */
 }
 
 /* Context tokens of a pair: context_ids, else context_before tokenized as `run` does. */

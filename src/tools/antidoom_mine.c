@@ -9,6 +9,7 @@
  * evaluation of the context. */
 #include "tools/antidoom.h"
 #include "io/atomic_file.h"
+#include "model/lora.h"
 #include "io/utf8.h"
 #include "io/util.h"
 
@@ -200,12 +201,17 @@ int ad_mine(const ad_mine_opts *op) {
     if (bs_engine_open(&g, &o.g)) { ad_prompts_free(&pr); return -1; }
     /* both outputs are temporaries until every prompt is mined: a stopped run keeps the
      * previous files */
-    const char *inputs[] = {o.prompts};
+    const char *inputs[3 + 2 * BS_ENGINE_MAX_LORA] = {o.prompts, o.g.model, o.g.drafter};
+    int n_in = 3;
+    for (int k = 0; k < g.n_loras; k++) {   /* the adapters (and a PEFT one's config) too */
+        inputs[n_in++] = g.loras[k]->path;
+        inputs[n_in++] = g.loras[k]->config;
+    }
     bs_afile *aout = NULL, *apout = NULL;
     FILE *out = NULL, *pout = NULL;
     int rc = 1, n_pairs = 0, n_looped = 0, n_prompts = pr.n;
-    if (bs_check_not_input(o.out, inputs, 1) ||
-        (o.primes_out && bs_check_not_input(o.primes_out, inputs, 1)))
+    if (bs_check_not_input(o.out, inputs, n_in) || (o.primes_out && bs_check_not_input(o.primes_out, inputs, n_in)) ||
+        bs_check_outputs_differ(o.out, o.primes_out))
         goto done;
     if (!(aout = bs_afile_open(o.out))) goto done;
     if (o.primes_out && !(apout = bs_afile_open(o.primes_out))) goto done;

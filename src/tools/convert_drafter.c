@@ -184,8 +184,17 @@ static int st_stream(st_writer *w, bs_pool *pool, const gguf_tensor *t, int out_
     return rc;
 }
 
+/* The safetensors dtype of a written type: the float types and integers as they are (their
+ * bytes are streamed unchanged), dequantized blocks as BF16. */
 static int st_dtype_of(int type) {
-    return type == BS_F32 ? ST_F32 : type == BS_F16 ? ST_F16 : ST_BF16;
+    switch (type) {
+    case BS_F32: return ST_F32;
+    case BS_F16: return ST_F16;
+    case BS_I8: return ST_I8;
+    case BS_I16: return ST_I16;
+    case BS_I32: return ST_I32;
+    default: return ST_BF16;
+    }
 }
 
 static int to_st_tensors(const gguf_file *f, st_writer *w, bs_pool *pool, int *types, const char **hf) {

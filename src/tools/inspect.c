@@ -585,7 +585,26 @@ static void print_tokenizer(FILE *out, const json_t *tok) {
     else fprintf(out, "invalid: %s\n", json_string_value(json_object_get(tok, "normalization_error")));
 }
 
+static void print_report(FILE *out, const json_t *info);
+
+/* The report is rendered first and copied with every control byte but the newline shown as
+ * '?': names and strings come from the file, and a terminal must never take one for an escape
+ * sequence. */
 void bs_inspect_print(FILE *out, const json_t *info) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&buf, &n);
+    if (!m) return;
+    print_report(m, info);
+    if (fclose(m) == 0)
+        for (size_t i = 0; i < n; i++) {
+            const unsigned char c = (unsigned char)buf[i];
+            fputc((c < 0x20 && c != '\n') || c == 0x7f ? '?' : c, out);
+        }
+    free(buf);
+}
+
+static void print_report(FILE *out, const json_t *info) {
     char b1[64], b2[64];
     const char *fmt = json_string_value(json_object_get(info, "format"));
     bool gguf = strcmp(fmt, "gguf") == 0;

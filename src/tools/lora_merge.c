@@ -121,10 +121,13 @@ int bs_lora_merge(const bs_lora_merge_params *p, bs_lora_merge_stats *total) {
     /* the base is mapped and the adapters are inputs too: writing over any of them would
      * destroy it (the output is renamed into place only at the end, but refuse anyway: the
      * user almost certainly mistyped) */
-    const char **inputs = bs_xmalloc((size_t)(p->n_loras + 1) * sizeof *inputs);
+    const char **inputs = bs_xmalloc((size_t)(2 * p->n_loras + 1) * sizeof *inputs);
     inputs[0] = p->base;
-    for (int k = 0; k < p->n_loras; k++) inputs[k + 1] = p->loras[k]->path;
-    int same = bs_check_not_input(p->out, inputs, p->n_loras + 1);
+    for (int k = 0; k < p->n_loras; k++) {   /* a PEFT adapter's config beside its tensors too */
+        inputs[2 * k + 1] = p->loras[k]->path;
+        inputs[2 * k + 2] = p->loras[k]->config;
+    }
+    int same = bs_check_not_input(p->out, inputs, 2 * p->n_loras + 1);
     free(inputs);
     if (same) { gguf_close(f); return -1; }
     gguf_writer *w = gguf_w_open(p->out);

@@ -310,8 +310,8 @@ static int generate(bs_model *m, const bs_tokenizer *tok, const bs_spec_bench_op
 
 /* The measured part: plain greedy decoding against the engine with the drafter (auto depth). */
 static int measured(bs_model *m, const bs_dspark *d, const bs_spec_bench_opts *o, const int32_t *prompt) {
-    bs_tokenizer *tok = bs_tokenizer_from_gguf(m->file);
-    if (!tok) return bs_error_prefix("tokenizer: ");
+    bs_tokenizer *tok = bs_tokenizer_load(m);
+    if (!tok) return -1;
     int32_t *a = bs_xmalloc((size_t)o->n_gen * sizeof *a), *b = bs_xmalloc((size_t)o->n_gen * sizeof *b);
     int na = 0, nb = 0;
     double ta = 0, tb = 0;
