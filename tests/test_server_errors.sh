@@ -61,6 +61,8 @@ chat "stream not a bool" 400 invalid_request_error '{"messages": [{"role": "user
 chat "n = 17" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "n": 17}'
 chat "n = 2 streaming" 400 not_supported_error '{"messages": [{"role": "user", "content": "hi"}], "n": 2, "stream": true}'
 chat "stop of numbers" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "stop": [1]}'
+chat "stop with a U+0000" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "stop": ["s\u0000z"]}'
+chat "stop string with a U+0000" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "stop": "s\u0000"}'
 chat "logit_bias bad id" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}}'
 chat "top_logprobs too many" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 50}'
 chat "tools not an array" 400 invalid_request_error '{"messages": [{"role": "user", "content": "hi"}], "tools": {}}'

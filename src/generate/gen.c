@@ -75,10 +75,7 @@ static void end_request(bs_gen *g) {
     bs_detok_free(g->dt);
     g->guard = NULL;
     g->dt = NULL;
-    for (int i = 0; i < BS_GEN_MAX_STOP; i++) {
-        free(g->stop[i]);
-        g->stop[i] = NULL;
-    }
+    bs_stops_free(&g->stops);
     free(g->prompt);
     g->prompt = NULL;
     gen_images_free(g);
@@ -271,10 +268,10 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     g->r = *r;
     g->r.stop = NULL;
     g->r.grammar = NULL;   /* compiled below; the text is not kept */
-    g->max_stop = 0;
-    for (int i = 0; i < r->n_stop; i++) {
-        g->stop[i] = bs_xstrdup(r->stop[i]);
-        g->max_stop = BS_MAX(g->max_stop, strlen(r->stop[i]));
+    if (bs_stops_init(&g->stops, r->stop, r->n_stop)) {
+        end_request(g);
+        g->state = GS_IDLE;
+        return -1;
     }
     if (gen_images_begin(g, r, prompt, n, &g->prompt, &g->n_prompt)) {
         end_request(g);

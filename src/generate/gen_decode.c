@@ -44,40 +44,18 @@ static void text_add(bs_gen *g, const char *s, size_t n) {
     g->text[g->len] = 0;
 }
 
-/* Length of the longest suffix of the text that is a proper prefix of a stop string. */
-static size_t stop_partial(const bs_gen *g) {
-    size_t best = 0;
-    for (int i = 0; i < g->r.n_stop; i++) {
-        size_t sl = strlen(g->stop[i]);
-        for (size_t k = BS_MIN(sl - 1, g->len); k > best; k--)
-            if (!memcmp(g->text + g->len - k, g->stop[i], k)) { best = k; break; }
-    }
-    return best;
-}
-
-/* Earliest complete stop string starting at or after `from`; SIZE_MAX if none. */
-static size_t stop_find(const bs_gen *g, size_t from) {
-    size_t best = SIZE_MAX;
-    for (int i = 0; i < g->r.n_stop; i++) {
-        size_t sl = strlen(g->stop[i]);
-        for (size_t p = from; p + sl <= g->len && p < best; p++)
-            if (!memcmp(g->text + p, g->stop[i], sl)) { best = p; break; }
-    }
-    return best;
-}
-
 /* Append a token's text. True when a stop string completed (the text is cut before it). */
 static bool add_text(bs_gen *g, const char *s, size_t n) {
-    const size_t from = g->len > g->max_stop ? g->len - g->max_stop : 0;
+    const size_t at = g->len;
     text_add(g, s, n);
-    const size_t p = g->r.n_stop ? stop_find(g, from) : SIZE_MAX;
+    const size_t p = bs_stops_feed(&g->stops, s, n, at);
     if (p != SIZE_MAX) {
         g->len = p;
         g->text[p] = 0;
         g->n_safe = p;
         return true;
     }
-    g->n_safe = g->len - stop_partial(g);
+    g->n_safe = g->len - bs_stops_partial(&g->stops);
     return false;
 }
 
@@ -114,7 +92,9 @@ static int rewound(bs_gen *g, int keep) {
     if (g->text) g->text[g->len] = 0;
     g->n_out = keep;
     g->st.n_gen = keep;
-    g->n_safe = g->len - stop_partial(g);
+    bs_stops_reset(&g->stops);   /* the kept text held no stop string: only the states change */
+    bs_stops_feed(&g->stops, g->text ? g->text : "", g->len, 0);
+    g->n_safe = g->len - bs_stops_partial(&g->stops);
     guard_limit(g);
     if (g->n_safe < sent_max && sent_max <= g->len) g->n_safe = sent_max;
     g->dirty_text = 0;

@@ -3,6 +3,9 @@
 #define BS_GEN_IMPL_H
 
 #include "generate/gen.h"
+#include "text/stop_match.h"
+
+_Static_assert(BS_STOP_MAX >= BS_GEN_MAX_STOP, "a request's stop strings fit bs_stops");
 
 enum { GS_IDLE, GS_PROMPT, GS_DECODE, GS_SPEC, GS_DONE };
 
@@ -37,8 +40,7 @@ struct bs_gen {
 
     /* the request */
     bs_gen_request r;
-    char *stop[BS_GEN_MAX_STOP];
-    size_t max_stop;
+    bs_stops stops;            /* the request's stop strings, matched as the text grows */
     int32_t *prompt;           /* expanded: an image's rows hold its ids (gen_image.c) */
     int n_prompt, n_done;      /* n_done: prompt tokens the session holds */
     gen_img *img;              /* the request's images */

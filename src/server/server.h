@@ -57,6 +57,7 @@
 #include <stdint.h>
 
 #define SRV_MAX_STOP 8
+#define SRV_MAX_STOP_LEN 65536   /* bytes of one stop string */
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
 #define SRV_MAX_CHOICES 16   /* "n" */
 #define SRV_MAX_BIAS 1024

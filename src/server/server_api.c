@@ -73,13 +73,24 @@ static bool get_bool(json_t *b, const char *k, bool *out, srv_reply *r) {
 
 /* ---- shared generation fields --------------------------------------------------------------- */
 
+/* One stop string: no NUL inside (a C string would end there and stop at its first part), at
+ * most SRV_MAX_STOP_LEN bytes; an empty one is no stop string. */
+static bool add_stop(json_t *e, srv_task *t, srv_reply *r) {
+    const size_t n = json_string_length(e);
+    if (strlen(json_string_value(e)) != n) { bad_request(r, "'%s' strings must not contain U+0000", "stop"); return false; }
+    if (n > SRV_MAX_STOP_LEN) {
+        srv_reply_error(r, 400, "invalid_request_error", "'stop' strings must be at most %d bytes (one is %zu)",
+                        SRV_MAX_STOP_LEN, n);
+        return false;
+    }
+    if (n) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
+    return true;
+}
+
 static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     json_t *v = json_object_get(b, "stop");
     if (!v || json_is_null(v)) return true;
-    if (json_is_string(v)) {
-        if (*json_string_value(v)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(v));
-        return true;
-    }
+    if (json_is_string(v)) return add_stop(v, t, r);
     if (!json_is_array(v) || json_array_size(v) > SRV_MAX_STOP) {
         srv_reply_error(r, 400, "invalid_request_error", "'stop' must be a string or an array of at most %d strings",
                         SRV_MAX_STOP);
@@ -89,7 +100,7 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     json_t *e;
     json_array_foreach(v, i, e) {
         if (!json_is_string(e)) { bad_request(r, "'%s' must hold strings", "stop"); return false; }
-        if (*json_string_value(e)) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
+        if (!add_stop(e, t, r)) return false;
     }
     return true;
 }
