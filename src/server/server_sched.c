@@ -641,6 +641,34 @@ static void wait_work(srv_sched *s) {
     }
 }
 
+/* The queued tasks that can start now, each with its slot reserved (s->mu held), in queue order:
+ * one that cannot start yet (its "id_slot" busy, a later choice waiting for the first one's
+ * prompt) keeps its place without holding up the tasks behind it, as llama-server defers it.
+ * Tasks whose clients went away leave the queue here instead of counting against its room (a
+ * flag being set right now is seen on the next pass). */
+static int take_queued(srv_sched *s, srv_task **take, slot **into) {
+    int nt = 0, kept = 0;
+    for (int i = 0; i < s->q_len; i++) {
+        srv_task *t = s->queue[(s->q_head + i) % s->q_cap];
+        if (task_cancelled(t)) {
+            end_queued(t, SRV_FINISH_ERROR, "cancelled");
+            continue;
+        }
+        const bool waits = t->leader && !t->leader->prompt_ready;   /* for the first choice's prompt */
+        slot *sl = nt < 256 && !waits ? pick_slot(s, t) : NULL;
+        if (!sl) {
+            s->queue[(s->q_head + kept++) % s->q_cap] = t;   /* (kept <= i: the ring compacts in place) */
+            continue;
+        }
+        take[nt] = t;
+        into[nt++] = sl;
+        sl->task = t;   /* reserved; admit() sets it up */
+        s->info[sl->id].busy = true;
+    }
+    s->q_len = kept;
+    return nt;
+}
+
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     s->t_active = bs_time();
@@ -672,19 +700,7 @@ static void *sched_main(void *arg) {
         }
         srv_task *take[256];
         slot *into[256];
-        int nt = 0;
-        while (s->q_len > 0 && nt < 256) {
-            const srv_task *head = s->queue[s->q_head];
-            if (head->leader && !head->leader->prompt_ready) break;   /* waits for the first choice's prompt */
-            slot *sl = pick_slot(s, s->queue[s->q_head]);
-            if (!sl) break;
-            take[nt] = s->queue[s->q_head];
-            into[nt++] = sl;
-            sl->task = take[nt - 1];   /* reserved; admit() below sets it up */
-            s->info[sl->id].busy = true;
-            s->q_head = (s->q_head + 1) % s->q_cap;
-            s->q_len--;
-        }
+        const int nt = take_queued(s, take, into);
         if (!s->emb_task && s->eq_len > 0) {   /* the next embeddings request */
             s->emb_task = s->eq[s->eq_head];
             s->eq_head = (s->eq_head + 1) % s->q_limit;
