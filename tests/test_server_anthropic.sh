@@ -53,6 +53,15 @@ out=$(node -e '
     process.exit(r.anthropic === want && r.responses === want && r.n.every((n) => n === r.n[0]) && r.n[0] > r.text_only ? 0 : 1);
   })().catch((e) => { console.log(String(e)); process.exit(1); });' "$VIS" "$FX/vision/image.png" 2>&1) \
   && ok "images: Anthropic image blocks and Responses input_image answer as image_url parts ($out)" || bad "images: $out"
+# every one of those images (the chat and Responses parts, the Anthropic block, its token
+# count) and one in an image_url part whose key is spelled with an escape was decoded on the job
+# pool, none on an HTTP thread: 5 requests there, the text-only one not
+png64=$(base64 -w0 "$FX/vision/image.png")
+printf '{"max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "image\\u005furl", "image\\u005furl": {"url": "data:image/png;base64,%s"}}, {"type": "text", "text": "hi"}]}]}' "$png64" > "$T/escaped.json"
+st=$(curl -s -o "$T/escaped.out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @"$T/escaped.json" "$VIS/v1/chat/completions")
+[ "$st" = 200 ] && ok "an image_url part with an escaped key: 200" || bad "escaped image_url key: $st $(head -c 300 "$T/escaped.out")"
+jobs=$(curl -s "$VIS/metrics" | awk '/^[a-z:_]*requests_image_jobs_total /{print $2}')
+[ "$jobs" = 5 ] && ok "images decoded on the job pool only (5 requests)" || bad "image job requests: '$jobs', want 5"
 # (a sanitizer build: an error or a leak would make the exit status nonzero)
 for v in URL KEY VIS; do
     pid=${v}_PID

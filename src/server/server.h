@@ -236,6 +236,7 @@ typedef struct srv_metrics {
     long n_draft_shared;            /* drafter blocks run in a pass shared with other slots */
     long draft_tokens, draft_accepted, draft_rounds;
     long loops_detected, loop_rewinds, loop_stops;   /* doom-loop guard */
+    long image_jobs;                /* requests parsed on the job pool (their images decoded there) */
     int processing, deferred;       /* gauges, set by the scheduler */
     int waiting;                    /* gauge: accepted, first token not yet (queued or in prompt) */
     int in_flight;                  /* gauge: generation requests being answered (HTTP side) */
@@ -250,6 +251,7 @@ void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r);
 /* A finished generation's latencies (t_first 0: no token came, nothing observed). */
 void srv_metrics_latency(srv_metrics *m, double t_submit, double t_first, double t_end, int n_gen);
 void srv_metrics_in_flight(srv_metrics *m, int delta);
+void srv_metrics_image_job(srv_metrics *m);
 int srv_metrics_get_in_flight(srv_metrics *m);
 /* Prometheus text exposition; malloc'd. */
 char *srv_metrics_text(srv_metrics *m, int n_slots);
@@ -395,6 +397,11 @@ typedef struct srv_reply {
     /* set by server_http.c: true once the client has gone away */
     bool (*client_gone)(void *ud);
     void *ud;
+    /* set by server_http.c on its own threads: an image is not decoded there. The handler stops
+     * at the first one with wants_job set (and nothing else to send), and the request goes
+     * whole to the job pool (server_jobs.c), however its JSON spells the image. */
+    bool no_images;
+    bool wants_job;
 } srv_reply;
 
 struct json_t;

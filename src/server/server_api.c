@@ -437,6 +437,10 @@ static void chat_in_free(chat_in *c) {
 
 /* An image_url part: encoded, its placeholder into the text. */
 static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
+    if (c->s && r->no_images) {   /* an HTTP thread: decoded on the job pool instead */
+        r->wants_job = true;
+        return false;
+    }
     char err[256];
     const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, srv_sched_n_ctx(c->s->sched), err, sizeof err) : 0;
     if (rc) {

@@ -638,6 +638,16 @@ static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn *k, req *q,
     return reply(s, c, r);
 }
 
+/* The request to the job pool (images are decoded there): the job owns the body from now. */
+static enum MHD_Result to_job(srv *s, struct MHD_Connection *c, conn *k, req *q, const char *method, const char *url,
+                              const srv_reply *r) {
+    if (!(q->job = srv_job_submit(s, method, url, q->body.p, q->body.len, r)))
+        return fail(s, c, 503, "unavailable_error", "too many requests with images are being parsed: retry soon");
+    q->body = (srv_buf){0};
+    suspend_on(k, W_JOB);
+    return MHD_YES;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -712,14 +722,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return fail(s, c, 413, "invalid_request_error", msg);
     }
     srv_reply r = {.client_gone = conn_gone, .ud = c, .async = k != NULL};
-    if (k && s->mmproj && q->body.len && memmem(q->body.p, q->body.len, "image_url", 9)) {
-        /* images are decoded on the job pool, never on this thread; the job owns the body */
-        if (!(q->job = srv_job_submit(s, method, url, q->body.p, q->body.len, &r)))
-            return fail(s, c, 503, "unavailable_error", "too many requests with images are being parsed: retry soon");
-        q->body = (srv_buf){0};
-        suspend_on(k, W_JOB);
-        return MHD_YES;
-    }
+    /* images are decoded on the job pool, never on this thread: a body that names image_url
+     * goes there at once, and the handler hands back any other (an Anthropic image block, an
+     * escaped key) at its first image */
+    if (k && s->mmproj && q->body.len && memmem(q->body.p, q->body.len, "image_url", 9))
+        return to_job(s, c, k, q, method, url, &r);
+    r.no_images = k && s->mmproj;
     char with_action[512];   /* POST /slots/{id}?action=...: the handler reads the query */
     const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     if (act && !strncmp(url, "/slots/", 7) && strlen(url) + strlen(act) + 9 < sizeof with_action) {
@@ -727,6 +735,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         url = with_action;
     }
     srv_handle(s, method, url, q->body.p, q->body.len, &r);
+    if (r.wants_job) {
+        free(r.body);
+        srv_reply jr = {.client_gone = conn_gone, .ud = c, .async = true};
+        return to_job(s, c, k, q, method, url, &jr);
+    }
     /* the body is parsed: its memory goes back to the budget now, not at the end */
     srv_buf_free(&q->body);
     budget_give(q);

@@ -57,7 +57,10 @@ static void *worker(void *arg) {
         J.n_queued--;
         const bool gone = j->abandoned;
         pthread_mutex_unlock(&J.mu);
-        if (!gone) srv_handle(j->s, j->method, j->url, j->body ? j->body : "", j->len, &j->r);
+        if (!gone) {
+            srv_metrics_image_job(&j->s->metrics);
+            srv_handle(j->s, j->method, j->url, j->body ? j->body : "", j->len, &j->r);
+        }
         free(j->body);
         j->body = NULL;
         pthread_mutex_lock(&J.mu);

@@ -85,6 +85,12 @@ void srv_metrics_in_flight(srv_metrics *m, int delta) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_image_job(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->image_jobs++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 int srv_metrics_get_in_flight(srv_metrics *m) {
     pthread_mutex_lock(&m->mu);
     int n = m->in_flight;
@@ -140,6 +146,8 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "n_decode_total", "counter", "Batched decode passes.", (double)c.n_decode);
     metric(&b, "n_busy_slots_per_decode", "gauge", "Average number of slots per decode pass.",
            c.n_decode ? (double)c.n_decode_rows / c.n_decode : 0.0);
+    metric(&b, "requests_image_jobs_total", "counter",
+           "Requests parsed on the image job pool (images are never decoded on an HTTP thread).", (double)c.image_jobs);
     metric(&b, "requests_processing", "gauge", "Number of requests processing.", c.processing);
     metric(&b, "requests_deferred", "gauge", "Number of requests waiting in the queue.", c.deferred);
     metric(&b, "n_slots", "gauge", "Number of slots.", n_slots);
