@@ -112,6 +112,24 @@ static void test_schema(const bs_grammar_vocab *v) {
     CHECK_EQ_INT(schema_matches("{\"required\": [\"y\"], \"additionalProperties\": false}", "{\"y\": 1}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"allOf\": []}", "{}", v), -1);
     CHECK_EQ_INT(schema_matches("{\"$ref\": \"#/$defs/none\"}", "{}", v), -1);
+    /* numbers fit a double: at most 2 exponent digits (1e971 would not parse back) */
+    CHECK_EQ_INT(schema_matches("{\"type\": \"number\"}", "923292300E94", v), 1);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"number\"}", "923292300E494", v), 0);
+    /* a tool's arguments are an object whatever its parameters say: {} and properties without a
+     * type are object schemas, another type gives the plain object rule */
+    static const char *const params[] = {"{}", "{\"properties\": {\"x\": {\"type\": \"number\"}}}", "{\"type\": \"string\"}"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(params); i++) {
+        char tools[256], call[128];
+        snprintf(tools, sizeof tools, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":%s}}]", params[i]);
+        char *gbnf = bs_grammar_for_tools(tools, NULL);
+        CHECKF(gbnf != NULL, "tools with parameters %s: %s", params[i], bitspark_last_error());
+        static const char *const args[][2] = {{"{\"x\": 1}", "1"}, {"true", "0"}, {"1e971", "0"}, {"\"s\"", "0"}};
+        for (size_t k = 0; gbnf && k < BS_ARRAY_LEN(args); k++) {
+            snprintf(call, sizeof call, "<tool_call>\n{\"name\": \"f\", \"arguments\": %s}\n</tool_call>", args[k][0]);
+            CHECKF(matches(gbnf, call, v) == atoi(args[k][1]), "parameters %s, arguments %s", params[i], args[k][0]);
+        }
+        free(gbnf);
+    }
     /* what an error quotes from the request stays on one line (found by fuzz_schema) */
     CHECK(bs_grammar_from_json_schema("{\"type\": \"i\\nteger\", \"$ref\": \"#\\r\"}") == NULL);
     CHECK(strchr(bs_last_error(), '\n') == NULL && strchr(bs_last_error(), '\r') == NULL);

@@ -58,7 +58,7 @@ int main(void) {
     for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
         const rcase *c = &cases[i];
         char *rs, *cs;
-        bs_reasoning_split(c->text, strlen(c->text), c->in_think, &rs, &cs);
+        bs_reasoning_split(c->text, strlen(c->text), c->in_think, &rs, NULL, &cs, NULL);
         CHECKF(!strcmp(rs, c->reasoning) && !strcmp(cs, c->content), "case %zu: reasoning '%s' content '%s'", i, rs, cs);
         free(rs);
         free(cs);

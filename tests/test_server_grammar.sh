@@ -50,6 +50,7 @@ bad("maxlen_neg", json_schema={"type": "string", "maxLength": -1})
 bad("cp_past", grammar='root ::= "\\U00110000"')
 bad("nul", grammar='root ::= "a"\u0000 junk ::= ')
 bad("no_text", grammar='root ::= "a" root')
+bad("nul_out", grammar='root ::= [\\x00] "x"', max_tokens=4)
 bad("schema_true", json_schema=True, max_tokens=24)
 bad("ref_chain", json_schema={"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"type": "integer"}}, "$ref": "#/$defs/a"}, max_tokens=24)
 bad("plain", max_tokens=4)
@@ -74,6 +75,10 @@ post "a code point past U+10FFFF" 400 "$T/cp_past.json"
 post "a NUL inside grammar" 400 "$T/nul.json"
 post "a root that matches no text" 400 "$T/no_text.json"
 post "json_schema true (any JSON value)" 200 "$T/schema_true.json"
+# a NUL the model writes is content like any other character (not the end of a C string)
+post "a grammar whose output starts with U+0000" 200 "$T/nul_out.json"
+python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["choices"][0]["message"]["content"] == "\u0000x" else 1)' "$T/out" \
+  && ok "its content is U+0000 x" || bad "NUL in the output: $(head -c 300 "$T/out")"
 
 # ---- item 9: a $ref inside a $defs target is followed ----
 post "\$ref chain to an integer" 200 "$T/ref_chain.json"

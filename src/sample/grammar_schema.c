@@ -36,7 +36,7 @@ static const char BASE[] =
     "ws ::= ( \" \" | \"\\n\" [ \\t]{0,8} )?\n"
     "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
     "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
-    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n"
     "value ::= object | array | string | number | boolean | null\n"
@@ -453,6 +453,22 @@ char *bs_grammar_from_json_schema(const char *schema) {
     return c.out.p;
 }
 
+/* A tool's "parameters" as a schema that only objects match (a call's arguments are an object,
+ * which the server parses back): an object schema as it is, one that names no type ({}, or only
+ * properties) with "type": "object" added; NULL for anything else (another type, $ref, anyOf,
+ * enum: the plain object rule then). A new reference. */
+static json_t *object_schema(json_t *params) {
+    if (!json_is_object(params)) return NULL;
+    json_t *t = json_object_get(params, "type");
+    if (json_is_string(t) && !strcmp(json_string_value(t), "object")) return json_incref(params);
+    static const char *const other[] = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "not"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(other); i++)
+        if (json_object_get(params, other[i])) return NULL;
+    json_t *o = json_copy(params);
+    json_object_set_new(o, "type", json_string("object"));
+    return o;
+}
+
 char *bs_grammar_for_tools(const char *tools, const char *only) {
     json_error_t err;
     json_t *list = tools ? json_loads(tools, 0, &err) : NULL;
@@ -469,10 +485,12 @@ char *bs_grammar_for_tools(const char *tools, const char *only) {
     json_array_foreach(list, i, tool) {
         json_t *fn = json_object_get(tool, "function"), *name = json_object_get(fn, "name");
         if (!json_is_string(name) || (only && strcmp(json_string_value(name), only))) continue;
-        json_t *params = json_object_get(fn, "parameters");
+        json_t *params = object_schema(json_object_get(fn, "parameters"));
         c.root = params;
         char args[NAME_LEN] = "object";
-        if (json_is_object(params) && rule_for(&c, params, args, sizeof args)) break;
+        const int rc = params ? rule_for(&c, params, args, sizeof args) : 0;
+        json_decref(params);
+        if (rc) break;
         gt_putf(&c.out, "call%d ::= ", n);
         put_literal(&c.out, name);
         gt_putf(&c.out, " \", \\\"arguments\\\": \" %s\n", args);

@@ -207,16 +207,19 @@ static bool is_done(srv_task *t, void *arg) { (void)arg; return t->done; }
 
 static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     char *reasoning, *content;
+    size_t rlen, clen;
     /* nothing generated (max_tokens 0, or an immediate end): text is still NULL */
-    bs_reasoning_split(t->text ? t->text : "", t->len, g->in_think, &reasoning, &content);
+    bs_reasoning_split(t->text ? t->text : "", t->len, g->in_think, &reasoning, &rlen, &content, &clen);
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     srv_tool_call *calls = NULL;
     char *rest = NULL;
-    int nc = g->tools ? srv_parse_tool_calls(content, &calls, &rest) : 0;
+    /* (tool calls are read from C strings: text holding a NUL the model wrote stays content) */
+    int nc = g->tools && !memchr(content, 0, clen) ? srv_parse_tool_calls(content, &calls, &rest) : 0;
     *has_calls = nc > 0;
     const char *c = nc ? rest : content;
-    json_object_set_new(msg, "content", nc && !*c ? json_null() : srv_text_json(c, strlen(c)));
-    if (*reasoning) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, strlen(reasoning)));
+    const size_t cl = nc ? strlen(rest) : clen;
+    json_object_set_new(msg, "content", nc && !cl ? json_null() : srv_text_json(c, cl));
+    if (rlen) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, rlen));
     if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, nc, false, g->id));
     srv_free_tool_calls(calls, nc);
     free(rest);

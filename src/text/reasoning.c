@@ -142,7 +142,8 @@ void bs_reasoning_feed(bs_reasoning *r, const char *text, size_t len, bs_reasoni
 
 void bs_reasoning_finish(bs_reasoning *r, bs_reasoning_out *out) { deliver(r, out, "", 0, true); }
 
-void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reasoning, char **content) {
+void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reasoning, size_t *reasoning_len,
+                        char **content, size_t *content_len) {
     bs_reasoning *r = bs_reasoning_new(in_think);
     bs_reasoning_out o;
     bs_reasoning_feed(r, text, len, &o);
@@ -155,4 +156,6 @@ void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reas
     bs_reasoning_free(r);
     *reasoning = rb.s;
     *content = cb.s;
+    if (reasoning_len) *reasoning_len = rb.n;
+    if (content_len) *content_len = cb.n;
 }

@@ -32,7 +32,9 @@ void bs_reasoning_finish(bs_reasoning *r, bs_reasoning_out *out);
 bool bs_reasoning_in_content(const bs_reasoning *r);
 void bs_reasoning_free(bs_reasoning *r);
 
-/* Whole text at once: *reasoning and *content are malloc'd and NUL-terminated. */
-void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reasoning, char **content);
+/* Whole text at once: *reasoning and *content are malloc'd and NUL-terminated; their lengths
+ * (which count any NUL the model wrote) into *reasoning_len and *content_len unless NULL. */
+void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reasoning, size_t *reasoning_len,
+                        char **content, size_t *content_len);
 
 #endif
