@@ -7,7 +7,7 @@ others (server_sched.c, take_queued):
 - the pinned request runs once its slot frees.
 Order, not time, is checked: each "while" is that the long request is still in its slot when the
 other answer comes (it generates thousands of tokens; the others one)."""
-import http.client, json, os, socket, subprocess, sys, threading, time
+import json, os, socket, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from replica_lib import B, Replica, check, finish, jbody, metrics, request, workdir
@@ -39,14 +39,28 @@ def wait_for(pred, secs=30):
 
 
 def open_stream(port, body):
-    """The long request on a connection of our own: its first event read (it runs), then left open
-    until closed (its client goes away: the server cancels it)."""
-    c = http.client.HTTPConnection('127.0.0.1', port, timeout=300)
-    c.request('POST', '/v1/completions', body=json.dumps(body).encode(), headers={'Content-Type': 'application/json'})
-    r = c.getresponse()
-    while r.status == 200 and not r.readline().startswith(b'data: '):
-        pass
-    return c, r.status
+    """The long request on a connection of our own: its first event read (it runs), the rest read
+    and dropped by a thread (the stream never waits on us) until the caller closes the socket (its
+    client goes away: the server cancels it)."""
+    s = socket.create_connection(('127.0.0.1', port))
+    data = json.dumps(body).encode()
+    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
+              b'Content-Length: %d\r\n\r\n%s' % (len(data), data))
+    head = b''
+    while b'data: ' not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+
+    def drain():
+        try:
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+    threading.Thread(target=drain, daemon=True).start()
+    return s, int(head.split(b' ')[1]) if head.startswith(b'HTTP/1.1 ') else 0
 
 
 def queued_then_gone(port, body):
@@ -76,8 +90,11 @@ try:
     check(st == 200 and busy(P, 0) and pinned.is_alive(),
           'a request behind it runs on the idle slot while the pinned one waits', f'{st} {busy(P, 0)}')
 
-    # fill the queue (--queue 2 past the idle slot), then let those clients go
+    # fill the queue (--queue 2 past the idle slot), then let those clients go; slot 1 counts as
+    # idle once its answer is published, a moment after the answer reached us
+    wait_for(lambda: not busy(P, 1))
     gone = [queued_then_gone(P, {'prompt': f'gone {i}', 'max_tokens': 1, 'id_slot': 0}) for i in range(2)]
+    check(wait_for(lambda: metrics(P).get('llamacpp:requests_deferred', 0) == 3), 'two more pinned requests wait')
     check(wait_for(lambda: request(P, 'GET', '/ready')[0] == 503), 'the full queue: /ready is 503')
     st, j = post(P, {'prompt': 'refused', 'max_tokens': 1})
     check(st == 503, 'the full queue: a new request is 503', f'{st} {j}')
@@ -88,6 +105,7 @@ try:
     st, j = post(P, {'prompt': 'after', 'max_tokens': 1})
     check(st == 200 and busy(P, 0), 'and a new request is served meanwhile', f'{st} {j}')
 
+    a.shutdown(socket.SHUT_RDWR)
     a.close()   # the long request's client goes: its slot frees and the pinned request runs
     pinned.join(120)
     b = res.get('b', (0, None))
