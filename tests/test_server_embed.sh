@@ -45,4 +45,9 @@ code=$(curl -s -H 'Content-Type: application/json' -o "$T/bad" -w '%{http_code}'
 [ "$code" = 400 ] && ok "a bad token id: 400" || bad "bad id: $code $(cat "$T/bad")"
 code=$(curl -s -H 'Content-Type: application/json' -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" -d '{"input":[]}')
 [ "$code" = 400 ] && ok "no input: 400" || bad "empty input: $code"
+# an input whose bytes alone prove it longer than the context is refused before it is tokenized
+/usr/bin/python3 -c 'import json; print(json.dumps({"input": ["short", "x" * 2000000]}))' > "$T/huge.json"
+code=$(curl -s -H 'Content-Type: application/json' -o "$T/bad" -w '%{http_code}' "$E/v1/embeddings" --data-binary @"$T/huge.json")
+[ "$code" = 400 ] && grep -q "input 1 (at least [0-9]* tokens) is too large" "$T/bad" && ok "a 2 MB input: 400 by its size" \
+  || bad "2 MB input: $code $(head -c 300 "$T/bad")"
 finish

@@ -14,8 +14,12 @@
 #include <string.h>
 
 /* The inputs: a string, an array of strings, an array of token ids or of id arrays. */
+static json_t *input_at(json_t *in, size_t i) {
+    return json_is_array(in) && !json_is_integer(json_array_get(in, 0)) ? json_array_get(in, i) : in;
+}
+
 static int input_ids(srv *s, json_t *in, size_t i, int32_t **ids, size_t *n) {
-    json_t *v = json_is_array(in) && !json_is_integer(json_array_get(in, 0)) ? json_array_get(in, i) : in;
+    json_t *v = input_at(in, i);
     if (json_is_string(v)) {
         int32_t *raw;
         if (bs_tokenize(s->tok, json_string_value(v), json_string_length(v), false, &raw, n) < 0) return -1;
@@ -139,6 +143,14 @@ void srv_api_embeddings(srv *s, json_t *b, srv_reply *r, bool oai) {
     if (!parse_format(b, e, r)) { srv_emb_free(e); return; }
     for (size_t i = 0; i < count; i++, e->count++) {
         size_t n = 0;
+        json_t *text = input_at(in, i);   /* bytes that alone prove it too long: not tokenized */
+        const size_t least = json_is_string(text) ? srv_min_tokens(s, json_string_length(text)) : 0;
+        if (least > (size_t)n_ctx) {
+            srv_emb_free(e);
+            srv_reply_error(r, 400, "invalid_request_error", "input %zu (at least %zu tokens) is too large to process. "
+                            "increase the context size (current context size: %d)", i, least, n_ctx);
+            return;
+        }
         if (input_ids(s, in, i, &e->ids[i], &n)) {
             srv_emb_free(e);
             srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
