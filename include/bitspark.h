@@ -259,7 +259,8 @@ BS_API int bs_token_to_piece(const bs_tokenizer *t, int32_t id, bool special, co
 typedef struct bs_detok bs_detok;
 BS_API bs_detok *bs_detok_new(const bs_tokenizer *t, bool special);
 BS_API int bs_detok_push(bs_detok *d, int32_t id, const char **text, size_t *len);
-/* Show this control token even when special is false (e.g. "<think>"); -1 if there is none. */
+/* Show this control token even when special is false (e.g. "<think>"); -1 if there is none, or
+ * when 16 tokens are preserved already. */
 BS_API int bs_detok_preserve(bs_detok *d, const char *text);
 /* What is held back (an incomplete sequence becomes U+FFFD); the detokenizer starts afresh. */
 BS_API void bs_detok_flush(bs_detok *d, const char **text, size_t *len);

@@ -168,7 +168,13 @@ static void test_defaults(bs_model *m, const bs_tokenizer *tok) {
     bs_gen_request r = bs_gen_request_default_params();
     CHECK(r.n_predict == -1 && r.loop.mode == BS_LOOP_GUARD_OFF && r.sp.seed != 0);
 
-    /* the generator's defaults draft; a zeroed struct with the same drafter does not */
+    /* the generator's defaults draft; a zeroed struct with the same drafter does not. Auto depth
+     * starts from the measured costs of earlier runs (the cost cache): an empty cache of its own,
+     * so what other runs on this machine measured cannot decide it */
+    char cache[1024];
+    snprintf(cache, sizeof cache, "%s/test_api_cache.XXXXXX", getenv("BS_TMP") ? getenv("BS_TMP") : "/tmp");
+    mkdir(getenv("BS_TMP") ? getenv("BS_TMP") : "/tmp", 0755);
+    CHECK(mkdtemp(cache) != NULL && setenv("XDG_CACHE_HOME", cache, 1) == 0);
     bs_drafter *d = bs_drafter_load(drafter_path, m);
     CHECKF(d, "%s", bitspark_last_error());
     if (!d) return;

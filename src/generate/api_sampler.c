@@ -95,7 +95,13 @@ int bs_sampler_chain_set_json_schema(bs_sampler_chain *c, const char *schema) {
 bool bs_sampler_chain_grammar_complete(const bs_sampler_chain *c) { return !c || !c->gs || bs_grammar_complete(c->gs); }
 
 int bs_sampler_chain_set_logit_bias(bs_sampler_chain *c, int32_t id, float bias) {
-    return c ? bs_sampler_set_logit_bias(c->s, id, bias) : bs_error("no sampler");
+    if (!c) return bs_error("no sampler");
+    /* ids past the tokenizer's vocabulary are banned for good: a bias would replace the ban */
+    if (c->tok && id >= bs_tokenizer_n_vocab(c->tok) && id < bs_sampler_n_vocab(c->s))
+        return bias == -INFINITY ? 0
+                                 : bs_error("logit bias: id %d is past the tokenizer's %d tokens (never sampled)", id,
+                                            (int)bs_tokenizer_n_vocab(c->tok));
+    return bs_sampler_set_logit_bias(c->s, id, bias);
 }
 
 int bs_sampler_chain_apply(bs_sampler_chain *c, const float *logits) {

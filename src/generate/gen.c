@@ -49,6 +49,7 @@ bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_par
     g->st.stop = BS_GEN_RUNNING;
     bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = pool ? bs_pool_size(pool) : p->n_threads};
     if (!(g->sess = bs_session_new(m, &sp))) goto fail;
+    gen_own_session(g);
     if (pool && bs_session_share_pool(g->sess, pool)) goto fail;
     if (p->drafter) {
         bs_spec_params pp = {.draft_max = p->draft_max, .conf_cut = p->no_conf ? 0 : 1,
@@ -117,9 +118,14 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     int best = 0;
     *from = -2;
     if (no_cache || g->state == GS_PROMPT) return 0;
+    /* the live session counts only while it is what the generator left: not after a reset or a
+     * state load by the caller (bs_gen_session), and not past rows an aborted or failed
+     * evaluation left unrecorded (then the rows before them still are toks: a rollback holds) */
+    const bool own = bs_session_loads(g->sess) == g->sess_loads;
+    const bool whole = own && bs_session_n_past(g->sess) == g->n_toks;
     /* a reused prefix never ends inside an image: the rest of it would need its earlier rows */
-    const int common = gen_image_cut(prompt, n, prefix_len(g->toks, g->n_toks, prompt, n));
-    if (g->n_toks > 0 && g->n_toks < n && common == g->n_toks) {
+    const int common = own ? gen_image_cut(prompt, n, prefix_len(g->toks, g->n_toks, prompt, n)) : 0;
+    if (whole && g->n_toks > 0 && g->n_toks < n && common == g->n_toks) {
         best = g->n_toks;
         *from = -1;
     }
@@ -204,6 +210,7 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
     }
     if (reuse == 0) bs_session_reset(g->sess);
     g->n_toks = reuse;   /* from == -1: the live session already holds exactly that */
+    gen_own_session(g);
     return reuse;
 }
 

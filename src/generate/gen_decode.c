@@ -160,6 +160,7 @@ static bool shift(bs_gen *g) {
     memmove(g->toks + keep, g->toks + keep + discard, (size_t)(n - keep - discard) * sizeof *g->toks);
     g->n_toks = n - discard;
     bs_session_reset(g->sess);
+    gen_own_session(g);   /* (a failed evaluation below leaves fewer rows: reuse_len sees it) */
     const int e = g->use_spec ? bs_spec_prompt(g->spec, g->toks, g->n_toks, NULL)
                               : bs_eval(g->sess, g->toks, g->n_toks, BS_LOGITS_NONE, NULL, NULL);
     if (e) {

@@ -3,6 +3,7 @@
 #define BS_GEN_IMPL_H
 
 #include "generate/gen.h"
+#include "model/session.h"
 #include "text/stop_match.h"
 
 _Static_assert(BS_STOP_MAX >= BS_GEN_MAX_STOP, "a request's stop strings fit bs_stops");
@@ -36,6 +37,8 @@ struct bs_gen {
     float *logits;             /* [n_vocab] of the last evaluated position */
     int32_t *toks;             /* what the session holds: toks[0..n_toks) == its positions */
     int n_toks;
+    unsigned sess_loads;       /* bs_session_loads when the generator last made toks true: a
+                                * reset or load by anyone else since makes toks unknown */
     gen_ckpt ck[2];            /* the request's ckpt_at, the end of a prompt */
 
     /* the request */
@@ -113,5 +116,9 @@ bool gen_is_image_start(int32_t id);
 const gen_img *gen_image_at(const bs_gen *g, int pos);
 /* The first image start in [from, to), or to. */
 int gen_text_run(const bs_gen *g, int from, int to);
+
+/* The session holds toks[0..n_toks) as the generator itself made it (after its own resets and
+ * loads): record that, so a later one by anyone else is noticed. */
+static inline void gen_own_session(bs_gen *g) { g->sess_loads = bs_session_loads(g->sess); }
 
 #endif

@@ -18,6 +18,7 @@ void bs_gen_forget(bs_gen *g) {
     }
     bs_session_reset(g->sess);
     g->n_toks = 0;
+    gen_own_session(g);
     if (g->spec) bs_spec_sync(g->spec);
 }
 
@@ -35,6 +36,7 @@ int bs_gen_adopt(bs_gen *g, const void *state, size_t len, const int32_t *toks, 
     }
     memcpy(g->toks, toks, (size_t)n * sizeof *g->toks);
     g->n_toks = n;
+    gen_own_session(g);
     if (g->spec) bs_spec_sync(g->spec);
     return 0;
 }

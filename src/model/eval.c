@@ -42,7 +42,8 @@ static int check_logits_args(int n, int logits_mode, const float *logits) {
 int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0, int n, int logits_mode,
                        float *logits, float *taps) {
     if (!embd || nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image rows");
-    if (i0 < 0 || n < 0 || n > nx * ny - i0) return bs_error("bs_eval_image: rows %d..%d are not in a %dx%d image", i0, i0 + n, nx, ny);
+    if (i0 < 0 || n < 0 || (int64_t)n > (int64_t)nx * ny - i0)
+        return bs_error("bs_eval_image: rows %d..%d are not in a %dx%d image", i0, i0 + n, nx, ny);
     if (check_logits_args(n, logits_mode, logits)) return -1;
     if (n > s->n_ctx - s->n_past)
         return bs_error("an image of %d rows does not fit in the context: %d of %d positions are used", n, s->n_past,
@@ -55,7 +56,11 @@ int bs_eval_image_rows(bs_session *s, const float *embd, int nx, int ny, int i0,
 
 int bs_eval_image(bs_session *s, const float *embd, int nx, int ny, int logits_mode, float *logits, float *taps) {
     if (nx <= 0 || ny <= 0 || nx > s->n_ctx || ny > s->n_ctx) return bs_error("bs_eval_image: bad image grid %dx%d", nx, ny);
-    return bs_eval_image_rows(s, embd, nx, ny, 0, nx * ny, logits_mode, logits, taps);
+    const int64_t rows = (int64_t)nx * ny;   /* (each side fits the context; their product may not) */
+    if (rows > s->n_ctx - s->n_past)
+        return bs_error("an image of %lld rows does not fit in the context: %d of %d positions are used", (long long)rows,
+                        s->n_past, s->n_ctx);
+    return bs_eval_image_rows(s, embd, nx, ny, 0, (int)rows, logits_mode, logits, taps);
 }
 
 /* n_tokens ids that fit in what is left of the context, each in the vocabulary. */
@@ -197,11 +202,17 @@ int bs_session_rollback(bs_session *s, int n_keep) {
         s->rb_n = j;
         return 0;
     }
-    /* batch too large to record: restore the state before it and recompute the kept rows */
+    /* batch too large to record: restore the state before it and recompute the kept rows (not
+     * asking the abort callback: it is bs_eval's, and a rollback stopped half way would keep
+     * neither the old positions nor the new) */
     rows_in in = {s->rb_tokens, s->rb_img ? s->rb_embd : NULL, s->rb_img_nx, s->rb_img_ny, s->rb_img_i0};
     s->cur = 1 - s->cur;
     s->n_past = s->rb_base;
     s->rb_n = 0;
-    return j > 0 ? eval_batches(s, in, j, BS_LOGITS_NONE, NULL, NULL) : 0;
+    bool (*abort_cb)(void *) = s->abort_cb;
+    s->abort_cb = NULL;
+    const int rc = j > 0 ? eval_batches(s, in, j, BS_LOGITS_NONE, NULL, NULL) : 0;
+    s->abort_cb = abort_cb;
+    return rc;
 }
 

@@ -32,6 +32,7 @@ static bs_weight *weight_named(bs_model *m, bs_weight **all, int n, const char *
 }
 
 int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
+    if (!m->layers) return bs_error("%s: a vocabulary-only model has no weights to adapt", l->path);
     const int cap = 1 + 12 * m->hp.n_layer;
     bs_weight **all = bs_xmalloc((size_t)cap * sizeof *all);
     int n = model_weights(m, all, cap), rc = 0;
@@ -63,7 +64,7 @@ int bs_lora_attach(bs_model *m, const bs_lora *l, float user_scale) {
 }
 
 void bs_lora_detach(bs_model *m) {
-    if (!m) return;
+    if (!m || !m->layers) return;   /* (a vocabulary-only model: nothing was attached) */
     bs_device_lora_clear(m);
     const int cap = 1 + 12 * m->hp.n_layer;
     bs_weight **all = bs_xmalloc((size_t)cap * sizeof *all);

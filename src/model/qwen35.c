@@ -2,6 +2,7 @@
  * shape and type, with an error naming the first mismatch (qwen35-arch.md §1, §5). */
 #include "model/qwen35.h"
 #include "model/device.h"
+#include "model/lora.h"
 #include "formats/quant.h"
 #include "io/file_map.h"
 #include "io/threadpool.h"
@@ -364,6 +365,7 @@ bs_model *bs_model_load(const char *path, const bs_model_params *params) {
 
 void bs_model_free(bs_model *m) {
     if (!m) return;
+    bs_lora_detach(m);   /* adapters still attached: their references go with the model */
     if (m->layers) {
         bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
         const int n = bs_model_weights(m, ws);

@@ -102,10 +102,12 @@ void bs_session_free(bs_session *s) {
 
 int bs_session_n_ctx(const bs_session *s) { return s->n_ctx; }
 int bs_session_n_past(const bs_session *s) { return s->n_past; }
+unsigned bs_session_loads(const bs_session *s) { return s->loads; }
 int bs_session_n_taps(const bs_session *s) { return s->n_taps; }
 bool bs_session_on_device(const bs_session *s) { return s->vk != NULL; }
 
 void bs_session_reset(bs_session *s) {
+    s->loads++;
     for (int g = 0; g < s->m->n_recurrent; g++) {
         memset(sess_conv(s, g, s->cur), 0, s->conv_sz * sizeof(float));
         memset(sess_ssm(s, g, s->cur), 0, s->ssm_sz * sizeof(float));
@@ -250,6 +252,7 @@ int bs_session_state_save(const bs_session *s, void *buf, size_t cap) {
 
 int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
     state_header h, want;
+    s->loads++;
     if (!buf || len < sizeof h) return bs_error("state: truncated");
     memcpy(&h, buf, sizeof h);
     if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) return bs_error("state: not a bitspark session state");

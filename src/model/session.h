@@ -17,6 +17,7 @@ struct bs_session {
     int n_ctx, n_batch, n_rollback, kv_type;
     bs_pool *pool;
     int n_past;
+    unsigned loads;            /* resets and state loads so far (bs_session_loads) */
 
     /* recurrent state of GDN slot g, half h (0/1):
      *   conv window: conv + ((g*2 + h) * conv_sz), (conv_kernel-1) rows of conv_dim, oldest first
@@ -127,5 +128,10 @@ int bs_top_lowest(const float *w, int n, int k, int32_t *ids, float *vals);
  * offset handled by the caller's pointers. */
 void bs_forward_batch(bs_session *s, int n, bool record, int logits_mode,
                       float *logits, float *taps);
+
+/* How many times the session was reset or had a state loaded (attempts included): a caller
+ * that tracks what the session holds (the generator's prompt cache) notices a change it did not
+ * make itself. */
+unsigned bs_session_loads(const bs_session *s);
 
 #endif

@@ -44,10 +44,10 @@ struct bs_grammar_vocab {
 /* A character's bit in a 128-bit summary: ASCII 0..126 their own, everything from 0x7F one. */
 static inline int cp_bit(uint32_t c) { return c < 127 ? (int)c : 127; }
 
-static const bs_grammar_vocab *g_sort_vocab;   /* qsort has no context argument */
-
-static int cmp_tokens(const void *a, const void *b) {
-    const bs_grammar_vocab *v = g_sort_vocab;
+/* (qsort_r's context: vocabularies are built on several threads at once, by different sampler
+ * chains and server slots) */
+static int cmp_tokens(const void *a, const void *b, void *ctx) {
+    const bs_grammar_vocab *v = ctx;
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     const uint32_t *p = v->cp + v->cp_off[x], *q = v->cp + v->cp_off[y];
     const int n = BS_MIN(v->cp_len[x], v->cp_len[y]);
@@ -101,8 +101,7 @@ static void build_trie(bs_grammar_vocab *v, int usable) {
     int k = 0;
     for (int32_t id = 0; id < v->n_vocab; id++)
         if (v->cp_len[id] >= 0) v->tok[k++] = id;
-    g_sort_vocab = v;
-    qsort(v->tok, (size_t)usable, sizeof *v->tok, cmp_tokens);
+    qsort_r(v->tok, (size_t)usable, sizeof *v->tok, cmp_tokens, v);
     size_t total = 1;
     for (int i = 0; i < usable; i++) total += (size_t)v->cp_len[v->tok[i]];
     v->node_cp = bs_xmalloc(total * sizeof *v->node_cp);

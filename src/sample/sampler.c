@@ -70,6 +70,7 @@ static int check_params(const bs_sampler_params *p) {
         isnan(p->frequency_penalty) || isnan(p->dry_multiplier) || isnan(p->dry_base) ||
         isinf(p->presence_penalty) || isinf(p->frequency_penalty) || isinf(p->dry_multiplier))
         return bs_error("sampler: parameters must be finite numbers");
+    if (p->dry_multiplier < 0) return bs_error("sampler: DRY multiplier must be >= 0 (0 = off)");
     if (!(p->repeat_penalty > 0) || isinf(p->repeat_penalty))
         return bs_error("sampler: repeat penalty must be > 0 (1 = off), got %g",
                         (double)p->repeat_penalty);
@@ -243,12 +244,13 @@ static int select_top(bs_token_prob *a, int n, int k) {
 
 /* --- the chain ------------------------------------------------------------------------------- */
 
+/* A working logit as the later steps need it: never NaN (out of the race), never +inf (the
+ * softmax takes differences to the max); -inf stays banned. */
+static inline float tame(float x) { return isnan(x) ? -INFINITY : x > FLT_MAX ? FLT_MAX : x; }
+
 static void load_logits(bs_sampler *s, const float *logits) {
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        float x = logits[i];
-        s->w[i] = isnan(x) ? -INFINITY : x > FLT_MAX ? FLT_MAX : x;
-    }
-    for (int i = 0; i < s->n_bias; i++) s->w[s->bias_id[i]] += s->bias[i];
+    for (int32_t i = 0; i < s->n_vocab; i++) s->w[i] = tame(logits[i]);
+    for (int i = 0; i < s->n_bias; i++) s->w[s->bias_id[i]] = tame(s->w[s->bias_id[i]] + s->bias[i]);
     for (int i = 0; i < s->n_ban; i++) s->w[s->ban[i]] = -INFINITY;
     s->n_ban = 0;
 }
@@ -272,9 +274,11 @@ static void apply_penalties(bs_sampler *s) {
     for (int i = 0; i < n_seen; i++) {
         int32_t id = s->seen[i];
         float *x = &s->w[id];
-        *x = *x <= 0 ? *x * p->repeat_penalty : *x / p->repeat_penalty;
-        *x -= (float)s->count[id] * p->frequency_penalty + p->presence_penalty;
+        const float count = (float)s->count[id];
         s->count[id] = 0;
+        if (*x == -INFINITY) continue;   /* banned or masked: stays so (-inf - -inf would be NaN) */
+        *x = *x <= 0 ? *x * p->repeat_penalty : *x / p->repeat_penalty;
+        *x = tame(*x - (count * p->frequency_penalty + p->presence_penalty));
     }
 }
 
@@ -287,13 +291,14 @@ static void apply_dry(bs_sampler *s) {
                  p->dry_allowed_length, s->w);
 }
 
-/* The first id holding the largest working logit (w has no NaN). Two passes the compiler turns
- * into vector code: the max as a branch-free reduction, then the scan for its first position. */
+/* The first id holding the largest working logit (w has no NaN: tame). Two passes the compiler
+ * turns into vector code: the max as a branch-free reduction, then the scan for its first
+ * position (bounded all the same). */
 static int32_t argmax_first(const float *w, int32_t n) {
     float mx = w[0];
     for (int32_t i = 1; i < n; i++) mx = w[i] > mx ? w[i] : mx;
     int32_t i = 0;
-    while (w[i] != mx) i++;
+    while (i < n - 1 && w[i] != mx) i++;
     return i;
 }
 

@@ -417,8 +417,14 @@ char *bs_chat_render_spans(const bs_chat_template *t, const bs_chat_msg *msgs, s
                            bs_chat_span **spans, size_t *n_spans) {
     if (spans) *spans = NULL;
     if (n_spans) *n_spans = 0;
-    for (size_t i = 0; i < n; i++)
+    if (n && !msgs) { bs_error("%zu messages but no array of them", n); return NULL; }
+    for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role) { bs_error("message %zu has no role", i); return NULL; }
+        if (msgs[i].n_tool_calls && !msgs[i].tool_calls) {
+            bs_error("message %zu: %zu tool calls but no array of them", i, msgs[i].n_tool_calls);
+            return NULL;
+        }
+    }
     json_t *tools = NULL;
     if (o->tools) {
         json_error_t err;

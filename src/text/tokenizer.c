@@ -724,9 +724,14 @@ bs_detok *bs_detok_new(const bs_tokenizer *t, bool special) {
 }
 
 int bs_detok_preserve(bs_detok *d, const char *text) {
+    if (!text) return bs_error("bs_detok_preserve: no text");
     int32_t id = bs_token_lookup(d->t, text);
-    if (id < 0) return -1;
-    if (d->n_preserved < (int)BS_ARRAY_LEN(d->preserved)) d->preserved[d->n_preserved++] = id;
+    if (id < 0) return bs_error("no token '%s' to preserve", text);
+    for (int i = 0; i < d->n_preserved; i++)
+        if (d->preserved[i] == id) return 0;
+    if (d->n_preserved == (int)BS_ARRAY_LEN(d->preserved))
+        return bs_error("at most %d preserved tokens", (int)BS_ARRAY_LEN(d->preserved));
+    d->preserved[d->n_preserved++] = id;
     return 0;
 }
 
