@@ -3,6 +3,7 @@
  *   - a generator whose prompt was aborted part way, or whose session had a state loaded by the
  *     caller, answers the next request exactly as a fresh generator does (it does not trust the
  *     rows it did not record);
+ *     and ids past the vocabulary are refused by bs_gen_begin;
  *   - a rollback that recomputes rows does not ask the abort callback (it is bs_eval's), so it
  *     cannot stop half way;
  *   - sampling: +inf logits, huge biases and penalties never make NaN (no crash in greedy, no
@@ -92,6 +93,11 @@ static void test_gen_cache(bs_model *m, const bs_tokenizer *tok) {
     CHECKF(want && got && !strcmp(want, got), "after a foreign state load: '%s', a fresh generator '%s'",
            got ? got : "?", want ? want : "?");
     free(got), free(want), free(st);
+    /* an id past the vocabulary is refused by bs_gen_begin, as a negative one is */
+    int32_t bad[2] = {5, bs_model_n_vocab(m)};
+    bs_gen_request r;
+    bs_gen_request_init(&r);
+    CHECK(bs_gen_begin(g, &r, bad, 2) == -1 && strstr(bitspark_last_error(), "out of range"));
     bs_session_free(other);
     bs_gen_free(g);
     bs_gen_free(fresh);

@@ -516,6 +516,7 @@ void bs_gen_set_cancel_hook(bs_gen *g, bool (*cancelled)(void *ud), void *ud) {
 }
 
 void bs_gen_cancel(bs_gen *g, int stop) {
+    if (stop < 0 || stop >= BS_GEN_RUNNING) stop = BS_GEN_INTERRUPT;   /* a reason that is none: cancelled */
     if (g->state != GS_DONE && g->state != GS_IDLE) gen_finish(g, stop);
 }
 

@@ -97,8 +97,8 @@ static int check_images(const bs_gen *g, const bs_gen_request *r, const int32_t 
                         long *total) {
     int markers = 0;
     for (int i = 0; i < n; i++) {
-        if (prompt[i] < 0 && prompt[i] != BS_TOKEN_IMAGE)   /* would pose as an image's rows */
-            return bs_error("token id %d (at %d) is out of range", prompt[i], i);
+        if ((prompt[i] < 0 && prompt[i] != BS_TOKEN_IMAGE) || prompt[i] >= g->n_vocab)   /* < 0: would pose as an image's rows */
+            return bs_error("token id %d (at %d) is out of range [0, %d)", prompt[i], i, g->n_vocab);
         markers += prompt[i] == BS_TOKEN_IMAGE;
     }
     if (markers != r->n_images || r->n_images < 0 || (r->n_images && !r->images))
