@@ -4,6 +4,8 @@
  *     caller, answers the next request exactly as a fresh generator does (it does not trust the
  *     rows it did not record);
  *     and ids past the vocabulary are refused by bs_gen_begin;
+ *   - a request that does not draft does not stop the next one from drafting (a gap in the
+ *     drafter's context; plain decoding's output);
  *   - a rollback that recomputes rows does not ask the abort callback (it is bs_eval's), so it
  *     cannot stop half way;
  *   - sampling: +inf logits, huge biases and penalties never make NaN (no crash in greedy, no
@@ -24,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char model_path[1024], lora_path[1024], small_path[1024];
+static char model_path[1024], lora_path[1024], small_path[1024], drafter_path[1024];
 
 /* ---- the generator's prompt cache after an abort or a foreign state load ------------------- */
 
@@ -101,6 +103,45 @@ static void test_gen_cache(bs_model *m, const bs_tokenizer *tok) {
     bs_session_free(other);
     bs_gen_free(g);
     bs_gen_free(fresh);
+}
+
+/* A request that does not draft leaves the drafter behind the session: the next turn drafts
+ * all the same (the positions it missed are a gap in its context), with the output of plain
+ * decoding. */
+static void test_no_draft_then_draft(bs_model *m, const bs_tokenizer *tok) {
+    bs_drafter *d = bs_drafter_load(drafter_path, m);
+    CHECKF(d, "%s", bitspark_last_error());
+    if (!d) return;
+    bs_gen_params gp = bs_gen_default_params();
+    gp.n_threads = 1;
+    gp.n_ctx = 512;
+    gp.draft_max = 3;
+    bs_gen_params pp = gp;
+    pp.drafter = NULL;
+    gp.drafter = d;
+    bs_gen *g = bs_gen_new(m, tok, &gp), *plain = bs_gen_new(m, tok, &pp);
+    int32_t p[48], out[16];
+    int n_out = 0;
+    for (int i = 0; i < 48; i++) p[i] = 200 + (i * 13) % 700;
+    bs_gen_request r;
+    bs_gen_request_init(&r);
+    r.sp.temp = 0;
+    r.n_predict = 8;
+    r.ignore_eos = true;
+    r.no_draft = true;
+    CHECK(g && plain && !bs_gen_begin(g, &r, p, 10) && !bs_gen_run(g, NULL, NULL));
+    CHECK_EQ_INT(bs_gen_get_stats(g)->n_drafted, 0);
+    bs_gen_output o;
+    bs_gen_output_get(g, &o);
+    for (int i = 0; i < o.n_toks && i < 16; i++) out[n_out++] = o.toks[i].id;
+    memcpy(p + 10, out, (size_t)n_out * sizeof *out);   /* the next turn continues it */
+    char *got = greedy(g, p, 48, NULL, NULL), *want = greedy(plain, p, 48, NULL, NULL);
+    CHECKF(bs_gen_get_stats(g)->n_drafted > 0, "the turn after a request without drafts drafted nothing");
+    CHECKF(got && want && !strcmp(got, want), "drafted '%s', plain '%s'", got ? got : "?", want ? want : "?");
+    free(got), free(want);
+    bs_gen_free(g);
+    bs_gen_free(plain);
+    bs_drafter_free(d);
 }
 
 /* ---- rollback and the abort callback ------------------------------------------------------- */
@@ -275,12 +316,14 @@ int main(void) {
     snprintf(model_path, sizeof model_path, "%s/models/bonsai-tiny-q1_0.gguf", src);
     snprintf(lora_path, sizeof lora_path, "%s/models/bonsai-tiny-antidoom-lora.gguf", src);
     snprintf(small_path, sizeof small_path, "%s/tiny-q1_0.gguf", fx);
+    snprintf(drafter_path, sizeof drafter_path, "%s/models/bonsai-tiny-dspark.gguf", src);
     bs_log_set_level(BS_LOG_QUIET);
     bs_model *m = bs_model_load(model_path, NULL);
     bs_tokenizer *tok = m ? bs_tokenizer_load(m) : NULL;
     CHECKF(tok, "%s", bitspark_last_error());
     if (!tok) return test_summary("test_api_misuse");
     test_gen_cache(m, tok);
+    test_no_draft_then_draft(m, tok);
     test_rollback_abort(m);
     test_sampling(tok);
     test_grammar_threads(tok);

@@ -191,12 +191,17 @@ int bs_spec_sync(bs_spec *sp) {
         const int excess = len + sp->n_skip + sp->n_pend - n_past, drop = BS_MIN(excess, sp->n_pend);
         sp->n_pend -= drop;
         sp->n_skip -= excess - drop;
+    } else if (len + sp->n_skip + sp->n_pend < n_past) {
+        /* positions the session evaluated without the drafter (a request that did not draft, a
+         * state restored or shared): a gap in its context, as parking leaves one, the kept-back
+         * rows before it included; drafts near it may be worse, the output is the same */
+        const int gap = n_past - (len + sp->n_skip + sp->n_pend);
+        bs_log(2, "speculative: %d positions the drafter has not seen become a gap in its context\n", gap + sp->n_pend);
+        sp->n_skip += sp->n_pend + gap;
+        sp->n_pend = 0;
     }
-    const bool was = sp->drafting;
-    sp->drafting = bs_dspark_ctx_len(sp->dc) + sp->n_skip + sp->n_pend == n_past;
-    if (was && !sp->drafting)   /* positions without taps: the drafter cannot follow */
-        bs_log(1, "speculative: the session holds positions the drafter has not seen; drafting is off\n");
-    return sp->drafting;
+    sp->drafting = true;
+    return 1;
 }
 
 int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {

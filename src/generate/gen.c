@@ -290,6 +290,8 @@ int bs_gen_begin(bs_gen *g, const bs_gen_request *r, const int32_t *prompt, int 
     prompt = g->prompt;
     n = g->n_prompt;
     g->t0 = bs_time();
+    /* a request that does not draft still feeds its prompt to the drafter (the prompt paths take
+     * g->spec): the next turn of the conversation drafts from a context that has it */
     g->use_spec = g->spec && !r->no_draft && !(r->post_probs && r->n_probs >= 0);
     g->prepared = g->parked = false;
     if (g->spec) g->spec0 = *bs_spec_get_stats(g->spec);
@@ -342,7 +344,7 @@ static int image_step(bs_gen *g, const gen_img *im) {
     const int rows = im->nx * im->ny;
     const bool last = g->n_done + rows == g->n_prompt;
     float *lg = last ? g->logits : NULL;
-    if (g->use_spec ? bs_spec_prompt_image(g->spec, im->embd, im->nx, im->ny, lg)
+    if (g->spec ? bs_spec_prompt_image(g->spec, im->embd, im->nx, im->ny, lg)
                     : bs_eval_image(g->sess, im->embd, im->nx, im->ny, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, lg, NULL)) {
         bs_error_prefix("evaluating the prompt's image: ");
         gen_finish(g, BS_GEN_ERROR);
@@ -377,7 +379,7 @@ static int prompt_step(bs_gen *g, int budget) {
     const int c = prompt_chunk(g, budget);
     const bool last = g->n_done + c == g->n_prompt;
     const int32_t *t = g->prompt + g->n_done;
-    int e = g->use_spec ? bs_spec_prompt(g->spec, t, c, last ? g->logits : NULL)
+    int e = g->spec ? bs_spec_prompt(g->spec, t, c, last ? g->logits : NULL)
                         : bs_eval(g->sess, t, c, last ? BS_LOGITS_LAST : BS_LOGITS_NONE, last ? g->logits : NULL, NULL);
     if (e) {
         bs_error_prefix("evaluating the prompt: ");
@@ -463,7 +465,7 @@ int bs_gen_plan(bs_gen *g, int budget, bs_batch_seq *q) {
     if (g->state != GS_PROMPT || budget <= 0 || next_image(g)) return 0;   /* images: bs_gen_step */
     const int c = prompt_chunk(g, budget);
     const bool last = g->n_done + c == g->n_prompt;
-    if (g->use_spec) {   /* with the taps the drafter reads, in chunks its tap buffer holds */
+    if (g->spec) {   /* with the taps the drafter reads, in chunks its tap buffer holds */
         const int r = bs_spec_prompt_plan(g->spec, g->prompt + g->n_done, c, last ? g->logits : NULL, q);
         if (r < 0) {
             gen_finish(g, BS_GEN_ERROR);
@@ -493,7 +495,7 @@ void bs_gen_commit(bs_gen *g, bool ok) {
         g->have_top = g->top_dev > 0;   /* or the k best (.top_k) */
         decoded(g);
     } else if (g->state == GS_PROMPT) {
-        if (g->use_spec && bs_spec_prompt_commit(g->spec, g->planned)) {
+        if (g->spec && bs_spec_prompt_commit(g->spec, g->planned)) {
             bs_error_prefix("evaluating the prompt: ");
             gen_finish(g, BS_GEN_ERROR);
             return;

@@ -99,7 +99,7 @@ static int rewound(bs_gen *g, int keep) {
     if (g->n_safe < sent_max && sent_max <= g->len) g->n_safe = sent_max;
     g->dirty_text = 0;
     g->dirty_tok = BS_MIN(g->dirty_tok, keep);
-    if (g->use_spec) bs_spec_sync(g->spec);   /* the drafter's context back to the rewound position */
+    if (g->spec) bs_spec_sync(g->spec);   /* the drafter's context back to the rewound position */
     return 0;
 }
 
@@ -161,7 +161,7 @@ static bool shift(bs_gen *g) {
     g->n_toks = n - discard;
     bs_session_reset(g->sess);
     gen_own_session(g);   /* (a failed evaluation below leaves fewer rows: reuse_len sees it) */
-    const int e = g->use_spec ? bs_spec_prompt(g->spec, g->toks, g->n_toks, NULL)
+    const int e = g->spec ? bs_spec_prompt(g->spec, g->toks, g->n_toks, NULL)
                               : bs_eval(g->sess, g->toks, g->n_toks, BS_LOGITS_NONE, NULL, NULL);
     if (e) {
         bs_error_prefix("context shift: ");
