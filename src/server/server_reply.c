@@ -18,6 +18,7 @@
 #include "io/util.h"
 
 #include <errno.h>
+#include <limits.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -63,6 +64,7 @@ struct srv_stream {
     bs_reasoning *rs;
     size_t sent;               /* bytes of the task's text consumed */
     int toks_sent;             /* logprob entries sent */
+    int toks_max;              /* this read's last token (exclusive): LP_CHUNK past toks_sent */
     int phase;                 /* 0: nothing sent, 1: streaming, 2: finished */
     srv_buf content;           /* chat: all content so far (tool parsing) */
     size_t content_sent;       /* bytes of it sent as content deltas */
@@ -568,7 +570,7 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
         st->content_sent = ready;
     }
     json_t *lp = NULL;
-    int n_toks = toks_ready(st->t);
+    int n_toks = BS_MIN(toks_ready(st->t), st->toks_max);
     if (st->g.logprobs && n_toks > st->toks_sent) {
         lp = chat_logprobs(st->s, st->t->toks, st->toks_sent, n_toks);
         st->toks_sent = n_toks;
@@ -602,7 +604,7 @@ static void chat_final(srv_stream *st, srv_buf *out) {
 
 static void compl_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
     json_t *lp = NULL;
-    int n_toks = toks_ready(st->t);
+    int n_toks = BS_MIN(toks_ready(st->t), st->toks_max);
     if (st->g.logprobs && n_toks > st->toks_sent) {
         lp = compl_logprobs(st->s, st->t, false, st->toks_sent, n_toks, 0);
         st->toks_sent = n_toks;
@@ -680,6 +682,17 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
     }
     bool done = t->done;
     size_t end = done ? t->len : t->n_safe;
+    /* one read carries at most LP_CHUNK tokens with their logprobs (and the text up to the last
+     * of them): a client that reads late does not have one huge event built, in memory and under
+     * the task's lock (which the scheduler and the other readers wait on); the rest follows in
+     * the next reads */
+    st->toks_max = INT_MAX;
+    const bool per_token = !st->g.shape && (st->g.logprobs || (st->g.native && st->g.n_probs > 0));
+    if (per_token && toks_ready(t) - st->toks_sent > LP_CHUNK) {
+        st->toks_max = st->toks_sent + LP_CHUNK;
+        end = BS_MIN(end, BS_MAX(st->sent, t->toks[st->toks_max - 1].text_end));
+        done = false;
+    }
     const char *text = t->text ? t->text + st->sent : "";
     size_t len = end > st->sent ? end - st->sent : 0;
     if (t->finish != SRV_FINISH_ERROR) send_progress(st, out);
