@@ -1,9 +1,9 @@
 """test_server_stream_chunks.py: a stream with logprobs read late (the whole answer generated
-before the client reads, past what the sockets buffer) comes as events of at most 256 tokens' logprobs
-each, never one event
-of everything (server_reply.c: each read is built under the task's lock and in memory); the
-events together carry every token's logprob once, the text of the answer, and the same logprobs
-as the answer without streaming, for /v1/completions and /v1/chat/completions."""
+before the client reads, past what the sockets buffer) comes as events of at most 256 tokens'
+logprobs each, never one event of everything (server_reply.c: each read is built under the
+task's lock and in memory); the events together carry every token's logprob once, the text of
+the answer, and the same logprobs as the answer without streaming, for /v1/completions and
+/v1/chat/completions."""
 import json, os, socket, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
