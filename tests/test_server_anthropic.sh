@@ -18,6 +18,22 @@ for suite in anthropic responses; do
     fi
 done
 curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health after the suites"
+# Responses usage: the output tokens spent in the think block are reasoning_tokens (the output
+# starts inside it: all of them while it stays open), none when thinking is off
+for effort in medium none; do
+  curl -s -H 'Content-Type: application/json' "$URL/v1/responses" -o "$T/resp.json" \
+    -d "{\"input\": \"Say something.\", \"max_output_tokens\": 6, \"temperature\": 0, \"ignore_eos\": true, \"reasoning\": {\"effort\": \"$effort\"}}"
+  if /usr/bin/python3 - "$T/resp.json" "$effort" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1])); u = r['usage']; n = u['output_tokens_details']['reasoning_tokens']
+think = [x for x in r['output'] if x['type'] == 'reasoning']
+text = [x for x in r['output'] if x['type'] == 'message' and x['content'][0]['text']]
+if sys.argv[2] == 'none': sys.exit(0 if n == 0 and not think else 1)
+sys.exit(0 if think and (n == u['output_tokens'] if not text else 0 < n < u['output_tokens']) else 1)
+PYEOF
+  then ok "responses (effort $effort): reasoning_tokens $(grep -o '"reasoning_tokens":[0-9]*' "$T/resp.json")"
+  else bad "responses (effort $effort) usage: $(head -c 400 "$T/resp.json")"; fi
+done
 # images (serve --mmproj, the vision fixture): an Anthropic base64 image block and a Responses
 # input_image answer as the same picture sent to /v1/chat/completions as an image_url part
 FX=${BS_FIXTURES:?}

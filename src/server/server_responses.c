@@ -188,6 +188,7 @@ typedef struct rstate {
     json_t *cur;               /* the open item */
     srv_buf acc;               /* its text or arguments */
     srv_buf *out;              /* streaming: where events go (NULL: not streaming) */
+    bool in_think;             /* the output starts inside a think block (the template opened it) */
     long seq;
     srv_blocks bl;
 } rstate;
@@ -198,11 +199,26 @@ static void event(rstate *a, const char *name, json_t *j) {
     srv_sse_event(a->out, name, j);
 }
 
-static json_t *usage(const srv_timings *tm) {
+/* Output tokens spent thinking: those whose text ends by the close of the think block the
+ * output starts in (all of them while it is still open); 0 when the output does not think. */
+static int reasoning_tokens(const srv_task *t, bool in_think) {
+    const char *text = t->text ? t->text : "";
+    size_t from = 0;
+    while (from < t->len && (text[from] == '\n' || text[from] == ' ')) from++;
+    if (!in_think && (t->len - from < 7 || memcmp(text + from, "<think>", 7))) return 0;
+    const char *close = memmem(text, t->len, "</think>", 8);
+    const size_t end = close ? (size_t)(close - text) + 8 : t->len;
+    int n = 0;
+    while (n < t->n_toks && t->toks[n].text_end <= end) n++;
+    return n;
+}
+
+static json_t *usage(const srv_task *t, bool in_think) {
+    const srv_timings *tm = &t->tm;
     int in = tm->n_prompt + tm->n_cached;
     return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", in, "input_tokens_details", "cached_tokens",
-                     tm->n_cached, "output_tokens", tm->n_gen, "output_tokens_details", "reasoning_tokens", 0,
-                     "total_tokens", in + tm->n_gen);
+                     tm->n_cached, "output_tokens", tm->n_gen, "output_tokens_details", "reasoning_tokens",
+                     reasoning_tokens(t, in_think), "total_tokens", in + tm->n_gen);
 }
 
 /* The response object: in progress (done false: no usage yet) or finished. */
@@ -212,7 +228,7 @@ static json_t *response(rstate *a, bool done) {
                           (json_int_t)a->created, "status", !done ? "in_progress" : cut ? "incomplete" : "completed",
                           "error", "model", srv_model_name(a->s), "output", a->output, "parallel_tool_calls", 1);
     json_object_set_new(j, "incomplete_details", cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
-    json_object_set_new(j, "usage", done ? usage(&a->t->tm) : json_null());
+    json_object_set_new(j, "usage", done ? usage(a->t, a->in_think) : json_null());
     return j;
 }
 
@@ -312,6 +328,7 @@ static rstate *state_new(srv *s, srv_task *t, const srv_gen *g) {
     a->created = g->created;
     a->output = json_array();
     srv_blocks_init(&a->bl, g->in_think, g->tools);
+    a->in_think = g->in_think;
     return a;
 }
 
