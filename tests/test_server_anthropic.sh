@@ -18,6 +18,22 @@ for suite in anthropic responses; do
     fi
 done
 curl -sf "$URL/health" >/dev/null && ok "healthy afterwards" || bad "health after the suites"
+# Anthropic streams: message_start's usage splits the prompt as the final usage does (the same
+# conversation twice: the second is served from the prompt cache, cache_read_input_tokens > 0)
+for k in 1 2; do
+  curl -sN -H 'Content-Type: application/json' "$URL/v1/messages" -o "$T/am$k.sse" \
+    -d '{"model": "m", "max_tokens": 4, "stream": true, "messages": [{"role": "user", "content": "A cached question about rivers?"}]}'
+done
+if /usr/bin/python3 - "$T/am2.sse" <<'PYEOF'
+import json, sys
+ev = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith('data: {')]
+start = ev[0]['message']['usage']; end = [e for e in ev if e['type'] == 'message_delta'][0]['usage']
+print(start, end)
+sys.exit(0 if ev[0]['type'] == 'message_start' and start['cache_read_input_tokens'] > 0 and
+         all(start[k] == end[k] for k in ('input_tokens', 'cache_read_input_tokens')) else 1)
+PYEOF
+then ok "anthropic stream: message_start's usage = the final split"
+else bad "anthropic stream usage: $(grep -m2 usage "$T/am2.sse" | head -c 600)"; fi
 # Responses usage: the output tokens spent in the think block are reasoning_tokens (the output
 # starts inside it: all of them while it stays open), none when thinking is off
 for effort in medium none; do

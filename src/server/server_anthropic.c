@@ -381,6 +381,7 @@ typedef struct astream {
     char id[64];
     int idx;
     srv_buf *out;
+    bool started;              /* message_start sent */
 } astream;
 
 static void s_open(void *ud, int kind, const srv_tool_call *call) {
@@ -417,19 +418,30 @@ static void *stream_new(srv *s, srv_task *t, const srv_gen *g) {
     return a;
 }
 
-static void stream_begin(void *st, srv_buf *out) {
-    astream *a = st;
-    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i}}", "id", a->id, "type", "message", "role",
+/* message_start waits for the task's first news (its slot took it: the prompt cache's share is
+ * known), so its usage splits the prompt as the final usage does: input_tokens the tokens
+ * evaluated, cache_read_input_tokens those the cache gave (Anthropic's input_tokens exclude
+ * cache reads). (t->mu is held.) */
+static void start(astream *a, srv_buf *out) {
+    if (a->started) return;
+    a->started = true;
+    const int cached = a->t->started ? a->t->tm.n_cached : 0;
+    const int input = (int)srv_task_positions(a->t) - cached;
+    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i,s:i,s:i}}", "id", a->id, "type", "message", "role",
                           "assistant", "model", srv_model_name(a->s), "content", "stop_reason", "stop_sequence", "usage",
-                          "input_tokens", a->t->n_prompt, "output_tokens", 0);
+                          "input_tokens", input, "output_tokens", 0, "cache_read_input_tokens", cached,
+                          "cache_creation_input_tokens", 0);
     srv_sse_event(out, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", m));
     srv_sse_event(out, "ping", json_pack("{s:s}", "type", "ping"));
 }
+
+static void stream_begin(void *st, srv_buf *out) { (void)st, (void)out; }
 
 static void stream_step(void *st, const char *text, size_t len, bool fin, srv_buf *out) {
     astream *a = st;
     srv_task *t = a->t;
     a->out = out;
+    start(a, out);
     if (fin && (t->finish == SRV_FINISH_ERROR || t->finish == SRV_FINISH_SHUTDOWN)) {
         const char *msg = t->finish == SRV_FINISH_SHUTDOWN ? "the server shut down before the generation finished" : t->error;
         srv_sse_event(out, "error", error_json(t->finish == SRV_FINISH_SHUTDOWN ? 503 : 500, msg));
@@ -463,8 +475,9 @@ static void count(srv *s, srv_task *t, srv_reply *r) {
 /* While the prompt is evaluated, a ping per chunk (Anthropic's keep-alive event): a long prompt
  * on a big model takes minutes before the first token. */
 static void stream_progress(void *st, srv_buf *out) {
-    (void)st;
-    srv_sse_event(out, "ping", json_pack("{s:s}", "type", "ping"));
+    astream *a = st;
+    if (!a->started) start(a, out);   /* (its ping is this chunk's) */
+    else srv_sse_event(out, "ping", json_pack("{s:s}", "type", "ping"));
 }
 
 const srv_shape srv_anthropic_shape = {done, srv_anthropic_error, stream_new, stream_begin, stream_step, stream_free,
