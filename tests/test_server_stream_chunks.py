@@ -55,7 +55,7 @@ try:
              lambda e: (e['choices'][0].get('logprobs') or {}).get('tokens') or []),
             ('/v1/chat/completions', dict(base, messages=[{'role': 'user', 'content': 'Tell me a story.'}], top_logprobs=20),
              lambda e: ((e['choices'][0].get('logprobs') or {}).get('content') or []) if e.get('choices') else [])]:
-        events = late_stream(P, path, body, 3.0)
+        events = late_stream(P, path, body, 1.5)
         sizes = [len(entries(e)) for e in events]
         check(sum(sizes) == N and max(sizes) <= 256 and sum(1 for n in sizes if n) >= 3,
               f'{path}: a stream read late comes in events of at most 256 tokens', f'{sizes[:12]} sum {sum(sizes)}')
