@@ -4,7 +4,8 @@ for tests/test_server_limits.sh. Each mode prints one JSON line; exit status 0 w
   framing URL           raw sockets: two different Content-Lengths and two Hosts are 400, an
                         unknown Transfer-Encoding is 501 at once, equal Content-Lengths and
                         chunked bodies are served
-  leave URL             a non-streaming chat request whose client leaves is counted as 499
+  leave URL             a chat request whose client leaves (without and with streaming) is counted
+                        in requests_client_closed_total
   budget URL            two idle sockets declaring 8 MiB + 1 MiB block no POST (chat and tokenize
                         answer within BOUND s) and leave /ready at 200; bodies that really hold
                         the budget make /ready 503 until they go
@@ -99,10 +100,14 @@ def framing(url):
 
 
 def leave(url):
+    return leave_one(url, False) and leave_one(url, True)
+
+
+def leave_one(url, stream):
     before = metric(url, 'requests_client_closed_total') or 0
     h, p = hp(url)
     body = json.dumps({'messages': [{'role': 'user', 'content': 'Go on.'}], 'max_tokens': 100000,
-                       'ignore_eos': True}).encode()
+                       'ignore_eos': True, 'stream': stream}).encode()
     s = socket.create_connection((h, p), timeout=5)
     s.sendall(f'POST /v1/chat/completions HTTP/1.1\r\nHost: {h}:{p}\r\nContent-Type: application/json\r\n'
               f'Content-Length: {len(body)}\r\n\r\n'.encode() + body)
@@ -118,7 +123,7 @@ def leave(url):
         idle = not any(x.get('is_processing') for x in json.loads(sl))
         time.sleep(0.1)
     ok = after == before + 1 and idle
-    print(json.dumps({'ok': ok, 'client_closed_before': before, 'after': after, 'slot_freed': idle,
+    print(json.dumps({'ok': ok, 'stream': stream, 'client_closed_before': before, 'after': after, 'slot_freed': idle,
                       'seconds': round(time.time() - t0, 2)}))
     return ok
 

@@ -4,7 +4,8 @@
 # hostile one runs, 2 s):
 #  - framing: two different Content-Lengths or two Hosts are 400, an unknown Transfer-Encoding
 #    is 501 at once (RFC 9112);
-#  - a non-streaming request whose client leaves is counted as 499 (and frees its slot);
+#  - a request whose client leaves, streaming or not, is counted in requests_client_closed_total
+#    (and frees its slot);
 #  - body budget: idle sockets that declare 8 MiB + 1 MiB block nothing; /ready says busy while
 #    bodies really hold the budget;
 #  - --n-predict caps max_tokens -1 + ignore_eos under --context-shift, and /props reports it;

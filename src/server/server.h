@@ -252,6 +252,8 @@ void srv_metrics_loop_guard(srv_metrics *m, const bs_loop_guard_result *r);
 void srv_metrics_latency(srv_metrics *m, double t_submit, double t_first, double t_end, int n_gen);
 void srv_metrics_in_flight(srv_metrics *m, int delta);
 void srv_metrics_image_job(srv_metrics *m);
+/* A streaming client left before its stream ended (its 200 is already counted). */
+void srv_metrics_client_closed(srv_metrics *m);
 int srv_metrics_get_in_flight(srv_metrics *m);
 /* Prometheus text exposition; malloc'd. */
 char *srv_metrics_text(srv_metrics *m, int n_slots);

@@ -241,7 +241,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     while (x->off == x->buf.len) {
         x->buf.len = 0;
         x->off = 0;
-        if (x->k && conn_gone(x->k->c)) return MHD_CONTENT_READER_END_WITH_ERROR;   /* frees: cancels */
+        if (x->k && conn_gone(x->k->c)) {   /* frees: cancels */
+            srv_metrics_client_closed(&x->s->metrics);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (W.stopping) return MHD_CONTENT_READER_END_WITH_ERROR;
         int rc = srv_stream_poll(x->st, &x->buf);
         if (rc == 2) {          /* nothing yet: sleep until the watcher sees news */

@@ -85,6 +85,12 @@ void srv_metrics_in_flight(srv_metrics *m, int delta) {
     pthread_mutex_unlock(&m->mu);
 }
 
+void srv_metrics_client_closed(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->requests_client_closed++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void srv_metrics_image_job(srv_metrics *m) {
     pthread_mutex_lock(&m->mu);
     m->image_jobs++;
@@ -128,7 +134,7 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "requests_total", "counter", "HTTP requests answered.", (double)c.requests_total);
     metric(&b, "requests_errors_total", "counter", "Requests answered with a 4xx/5xx error other than 503.",
            (double)c.requests_errors);
-    metric(&b, "requests_client_closed_total", "counter", "Requests whose client left before the answer (499).",
+    metric(&b, "requests_client_closed_total", "counter", "Requests whose client left before the answer (499) or the end of its stream.",
            (double)c.requests_client_closed);
     metric(&b, "requests_rejected_total", "counter", "Requests answered 503 (queue full, loading, draining).",
            (double)c.requests_rejected);
