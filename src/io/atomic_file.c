@@ -226,17 +226,17 @@ int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs)
 /* path's directory resolved (symlinks, "..", other spellings) and its last component, as one
  * string; NULL where the directory does not resolve. */
 static char *canonical(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? bs_xstrdup(path) : bs_xstrdup(".");
-    if (slash) dir[slash == path ? 1 : slash - path] = 0;
-    char *real = realpath(dir, NULL);
+    char *dir = dir_of(path), *real = realpath(dir, NULL), *copy = bs_xstrdup(path);
+    const char *base = basename(copy);
+    char *full = NULL;
+    if (real) {
+        const size_t n = strlen(real) + strlen(base) + 2;
+        full = bs_xmalloc(n);
+        snprintf(full, n, "%s/%s", real, base);
+    }
     free(dir);
-    if (!real) return NULL;
-    const char *base = slash ? slash + 1 : path;
-    size_t n = strlen(real) + strlen(base) + 2;
-    char *full = bs_xmalloc(n);
-    snprintf(full, n, "%s/%s", real, base);
     free(real);
+    free(copy);
     return full;
 }
 
