@@ -39,7 +39,6 @@ struct bs_spec {
     int32_t ch_ids[BS_DSPARK_MAX_BLOCK * BS_TOP_MAX], ch_pred[BS_DSPARK_MAX_BLOCK];
     float ch_vals[BS_DSPARK_MAX_BLOCK * BS_TOP_MAX];
     int ch_n[BS_DSPARK_MAX_BLOCK];
-    bool drafting;               /* the drafter context is in step with the session */
     bool dev_taps;               /* drafter and target on the device: taps stay there */
     double append_row_s;         /* best seen time to feed one tap row */
     float *pend;                 /* [2 * BS_PARK_WINDOW][row] tap rows kept back while parked */
@@ -107,7 +106,6 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
     sp->top_ids = bs_xmalloc((size_t)(sp->B + 1) * BS_TOP_MAX * sizeof *sp->top_ids);
     sp->top_vals = bs_xmalloc((size_t)(sp->B + 1) * BS_TOP_MAX * sizeof *sp->top_vals);
     sp->r = bs_xmalloc(V * sizeof(float));
-    sp->drafting = true;
     int depth = p->draft_max == BS_DRAFT_AUTO ? BS_DRAFT_AUTO : BS_MIN(BS_MAX(p->draft_max, 0), sp->B);
     bs_depth_init(&sp->depth, sp->B, depth);
     return sp;
@@ -164,7 +162,7 @@ static int flush(bs_spec *sp) {
 
 /* Feed the tap rows of the positions just kept (in sp->taps) to the drafter, or keep them back. */
 static int feed(bs_spec *sp, int n, bool defer) {
-    if (!sp->dc || !sp->drafting || n <= 0) return 0;
+    if (!sp->dc || n <= 0) return 0;
     if (!defer || n > BS_PARK_WINDOW) return flush(sp) || append_rows(sp, sp->dev_taps ? NULL : sp->taps, n) ? -1 : 0;
     /* kept back while parked: from the device, these few rows come to the host */
     if (sp->dev_taps && bs_vk_sess_taps_read(sp->s->vk, sp->taps, n)) return -1;
@@ -195,13 +193,13 @@ int bs_spec_sync(bs_spec *sp) {
         /* positions the session evaluated without the drafter (a request that did not draft, a
          * state restored or shared): a gap in its context, as parking leaves one, the kept-back
          * rows before it included; drafts near it may be worse, the output is the same */
-        const int gap = n_past - (len + sp->n_skip + sp->n_pend);
-        bs_log(2, "speculative: %d positions the drafter has not seen become a gap in its context\n", gap + sp->n_pend);
-        sp->n_skip += sp->n_pend + gap;
+        const int gap = n_past - (len + sp->n_skip + sp->n_pend) + sp->n_pend;
+        bs_log(2, "speculative: %d positions the drafter has not seen become a gap in its context\n", gap);
+        sp->n_skip += gap;
         sp->n_pend = 0;
+        return gap;
     }
-    sp->drafting = true;
-    return 1;
+    return 0;
 }
 
 int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q) {
@@ -418,7 +416,7 @@ int bs_spec_round_prepare(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_
     sp->rd.prepared = sp->rd.blocked = false;
     if (max_new < 1) return bs_error("speculative round: no room for a token");
     if (s >= sp->s->n_ctx) return bs_error("speculative round: the context is full");
-    const bool can_draft = sp->hook || (sp->dc && sp->drafting);
+    const bool can_draft = sp->hook || sp->dc;
     const int k_max = can_draft ? BS_MIN(BS_MIN(sp->B, max_new - 1), sp->s->n_ctx - s - 1) : 0;
     int k = bs_depth_choose(&sp->depth, k_max);
     if (k > sp->depth.measured_k && sp->depth.calibrated && !sp->hook) {
@@ -581,7 +579,7 @@ int bs_spec_calibrate_upto(bs_spec *sp, int32_t token, int max_k) {
     if (reps < 0) return -1;
     for (int w = max_k + 2; w <= sp->B + 1; w++)   /* not measured yet: linear, from the last two */
         best[w] = best[w - 1] + (best[max_k + 1] - best[max_k]);
-    if (sp->dc && sp->drafting && !flush(sp) && bs_dspark_ctx_len(sp->dc) == s) {
+    if (sp->dc && !flush(sp) && bs_dspark_ctx_len(sp->dc) == s) {
         /* feeding rows: B+1 at a time as rounds do (the prompt's first append also paid for
          * growing the cache, so it overstates the cost) */
         double app = 1e30;

@@ -48,8 +48,7 @@ bs_spec *bs_spec_new(bs_session *s, const bs_dspark *d, const bs_spec_params *p)
 void bs_spec_free(bs_spec *sp);
 
 /* Evaluate n prompt tokens (logits of the last one into logits[n_vocab]; logits may be NULL) with taps, feeding the
- * drafter's context. If the session holds positions the drafter has not seen, drafting stays
- * off (rounds become plain steps). 0 or -1 + bs_error. */
+ * drafter's context (bs_spec_sync first). 0 or -1 + bs_error. */
 int bs_spec_prompt(bs_spec *sp, const int32_t *tokens, int n, float *logits);
 
 /* An image in the prompt (bs_eval_image's rows), its taps fed to the drafter like a prompt's;
@@ -63,9 +62,12 @@ int bs_spec_prompt_image(bs_spec *sp, const float *embd, int nx, int ny, float *
 int bs_spec_prompt_plan(bs_spec *sp, const int32_t *tokens, int n, float *logits, bs_batch_seq *q);
 int bs_spec_prompt_commit(bs_spec *sp, int n);
 
-/* After the session was rolled back or its state loaded: drop drafter context rows at positions
- * >= n_past (they must describe the same tokens as the session's, e.g. a state saved earlier in
- * this sequence). Drafting stays off if the drafter lacks rows. Returns 1 if drafting is on. */
+/* After the session was rolled back, its state loaded, or positions evaluated without the
+ * drafter: drop drafter context rows at positions >= n_past (they must describe the same tokens
+ * as the session's, e.g. a state saved earlier in this sequence); positions it lacks become a gap
+ * in its context (drafts near it may be worse; the output is the same). Returns how many
+ * positions became that gap (kept-back rows before it included): 0 when the drafter was in step
+ * with the session. */
 int bs_spec_sync(bs_spec *sp);
 
 /* One round from `anchor`. Produces m >= 1 tokens into out (at most max_new, >= 1), each accepted
