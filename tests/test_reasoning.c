@@ -82,5 +82,14 @@ int main(void) {
     bs_reasoning_feed(r, "x</think>", 9, &o);
     CHECK(bs_reasoning_in_content(r) && o.reasoning_len == 1 && o.content_len == 0);
     bs_reasoning_free(r);
+    /* where the think block ends, by the split's rules (leading whitespace, then <think>) */
+    static const struct { const char *text; bool in_think; size_t want; } ends[] = {
+        {"\n <think>ab</think>cd", false, 19}, {"ab</think>cd", true, 10}, {"<think>still open", false, 17},
+        {"plain </think> text", false, 0},      {"x<think>a</think>", false, 0}, {"open", true, 4}, {"", true, 0},
+    };
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+        const size_t got = bs_reasoning_end(ends[i].text, strlen(ends[i].text), ends[i].in_think);
+        CHECKF(got == ends[i].want, "end of '%s': %zu, want %zu", ends[i].text, got, ends[i].want);
+    }
     return test_summary("test_reasoning");
 }

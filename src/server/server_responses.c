@@ -202,14 +202,9 @@ static void event(rstate *a, const char *name, json_t *j) {
 /* Output tokens spent thinking: those whose text ends by the close of the think block the
  * output starts in (all of them while it is still open); 0 when the output does not think. */
 static int reasoning_tokens(const srv_task *t, bool in_think) {
-    const char *text = t->text ? t->text : "";
-    size_t from = 0;
-    while (from < t->len && (text[from] == '\n' || text[from] == ' ')) from++;
-    if (!in_think && (t->len - from < 7 || memcmp(text + from, "<think>", 7))) return 0;
-    const char *close = memmem(text, t->len, "</think>", 8);
-    const size_t end = close ? (size_t)(close - text) + 8 : t->len;
+    const size_t end = bs_reasoning_end(t->text ? t->text : "", t->len, in_think);
     int n = 0;
-    while (n < t->n_toks && t->toks[n].text_end <= end) n++;
+    while (end && n < t->n_toks && t->toks[n].text_end <= end) n++;
     return n;
 }
 

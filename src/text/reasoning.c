@@ -159,3 +159,14 @@ void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reas
     if (reasoning_len) *reasoning_len = rb.n;
     if (content_len) *content_len = cb.n;
 }
+
+size_t bs_reasoning_end(const char *text, size_t len, bool in_think) {
+    size_t from = 0;
+    if (!in_think) {   /* ST_START's rule: whitespace, then the open tag, or no think block */
+        from = leading_ws(text, len);
+        if (len - from < sizeof OPEN - 1 || memcmp(text + from, OPEN, sizeof OPEN - 1)) return 0;
+        from += sizeof OPEN - 1;
+    }
+    const char *c = find(text + from, len - from, CLOSE);
+    return c ? (size_t)(c - text) + sizeof CLOSE - 1 : len;
+}

@@ -36,5 +36,8 @@ void bs_reasoning_free(bs_reasoning *r);
  * (which count any NUL the model wrote) into *reasoning_len and *content_len unless NULL. */
 void bs_reasoning_split(const char *text, size_t len, bool in_think, char **reasoning, size_t *reasoning_len,
                         char **content, size_t *content_len);
+/* Where the think block the whole text starts in ends: the offset just past its </think>, len
+ * while it is still open, 0 when the text does not start with one (the split's rules). */
+size_t bs_reasoning_end(const char *text, size_t len, bool in_think);
 
 #endif
