@@ -116,9 +116,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
  * other output: checked before the model loads, so a mistyped -o costs nothing. */
 static int check_outputs(const opts *o) {
     const char *inputs[] = {o->model, o->mmproj, o->image, o->image_embd, o->tokens_file};
-    const int n = (int)(sizeof inputs / sizeof *inputs);
-    if (bs_check_not_input(o->out, inputs, n) || (o->taps_out && bs_check_not_input(o->taps_out, inputs, n))) return -1;
-    return bs_check_outputs_differ(o->out, o->taps_out);
+    return bs_check_outputs(o->out, o->taps_out, inputs, (int)(sizeof inputs / sizeof *inputs));
 }
 
 typedef struct run_ctx {

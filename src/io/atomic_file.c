@@ -240,8 +240,7 @@ static char *canonical(const char *path) {
     return full;
 }
 
-int bs_check_outputs_differ(const char *a, const char *b) {
-    if (!a || !b) return 0;
+static int outputs_differ(const char *a, const char *b) {
     struct stat sa, sb;
     bool same;
     if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {
@@ -253,6 +252,11 @@ int bs_check_outputs_differ(const char *a, const char *b) {
         free(cb);
     }
     return same ? bs_error("refusing to write %s and %s: they are the same file (choose two names)", a, b) : 0;
+}
+
+int bs_check_outputs(const char *a, const char *b, const char *const *inputs, int n_inputs) {
+    if (bs_check_not_input(a, inputs, n_inputs) || (b && bs_check_not_input(b, inputs, n_inputs))) return -1;
+    return b ? outputs_differ(a, b) : 0;
 }
 
 /* --- bs_aout ------------------------------------------------------------------------------- */

@@ -54,9 +54,9 @@ int bs_write_file_atomic(const char *path, const void *data, size_t n);
  * path, symlinks and hard links all resolve to the same file). Inputs that do not exist and a
  * NULL entry are skipped. 0, or -1 with bs_error("refusing to write OUT: it is the input IN"). */
 int bs_check_not_input(const char *out, const char *const *inputs, int n_inputs);
-/* Refuse two outputs of one command that name the same file (one would replace the other):
- * the same inode where both exist, else the same directory and name. NULL is skipped. 0, or -1
- * with bs_error. */
-int bs_check_outputs_differ(const char *a, const char *b);
+/* A command's two outputs (b may be NULL): neither is an input (bs_check_not_input), and they
+ * do not name the same file (one would replace the other: the same inode where both exist,
+ * else the same directory and name). 0, or -1 with bs_error. */
+int bs_check_outputs(const char *a, const char *b, const char *const *inputs, int n_inputs);
 
 #endif

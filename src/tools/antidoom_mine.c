@@ -210,9 +210,7 @@ int ad_mine(const ad_mine_opts *op) {
     bs_afile *aout = NULL, *apout = NULL;
     FILE *out = NULL, *pout = NULL;
     int rc = 1, n_pairs = 0, n_looped = 0, n_prompts = pr.n;
-    if (bs_check_not_input(o.out, inputs, n_in) || (o.primes_out && bs_check_not_input(o.primes_out, inputs, n_in)) ||
-        bs_check_outputs_differ(o.out, o.primes_out))
-        goto done;
+    if (bs_check_outputs(o.out, o.primes_out, inputs, n_in)) goto done;
     if (!(aout = bs_afile_open(o.out))) goto done;
     if (o.primes_out && !(apout = bs_afile_open(o.primes_out))) goto done;
     out = bs_afile_fp(aout);

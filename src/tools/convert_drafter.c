@@ -285,7 +285,7 @@ int bs_convert_drafter_to_st(const char *in_gguf, const char *out_dir, int n_thr
     if (make_dir(out_dir)) return -1;
     const char *inputs[] = {in_gguf};
     char *st_path = path_join(out_dir, "model.safetensors"), *cfg_path = path_join(out_dir, "config.json");
-    int same = bs_check_not_input(st_path, inputs, 1) || bs_check_not_input(cfg_path, inputs, 1);
+    int same = bs_check_outputs(st_path, cfg_path, inputs, 1);
     free(st_path);
     free(cfg_path);
     if (same) return -1;
