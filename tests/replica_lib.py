@@ -137,6 +137,20 @@ def request(port, method, path, body=None, headers=None, timeout=60):
         c.close()
 
 
+def raw_post(port, path, body, rcvbuf=0):
+    """POST body (JSON) on a socket of the caller's own, returned unread: the caller decides when
+    to read (the server closes it after the answer) or to go away. rcvbuf: a receive buffer that
+    small (the server's writes then stall)."""
+    s = socket.socket()
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(('127.0.0.1', port))
+    data = json.dumps(body).encode()
+    s.sendall(b'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n'
+              b'Content-Length: %d\r\n\r\n%s' % (path.encode(), len(data), data))
+    return s
+
+
 def jbody(d):
     try:
         return json.loads(d)

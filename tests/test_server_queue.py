@@ -7,10 +7,10 @@ others (server_sched.c, take_queued):
 - the pinned request runs once its slot frees.
 Order, not time, is checked: each "while" is that the long request is still in its slot when the
 other answer comes (it generates thousands of tokens; the others one)."""
-import json, os, socket, subprocess, sys, threading, time
+import os, socket, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, Replica, check, finish, jbody, metrics, request, workdir
+from replica_lib import B, Replica, check, finish, jbody, metrics, raw_post, request, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -42,10 +42,7 @@ def open_stream(port, body):
     """The long request on a connection of our own: its first event read (it runs), the rest read
     and dropped by a thread (the stream never waits on us) until the caller closes the socket (its
     client goes away: the server cancels it)."""
-    s = socket.create_connection(('127.0.0.1', port))
-    data = json.dumps(body).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
-              b'Content-Length: %d\r\n\r\n%s' % (len(data), data))
+    s = raw_post(port, '/v1/completions', body)
     head = b''
     while b'data: ' not in head:
         chunk = s.recv(4096)
@@ -61,15 +58,6 @@ def open_stream(port, body):
             pass
     threading.Thread(target=drain, daemon=True).start()
     return s, int(head.split(b' ')[1]) if head.startswith(b'HTTP/1.1 ') else 0
-
-
-def queued_then_gone(port, body):
-    """A request sent on a raw socket: the caller closes it while it waits in the queue."""
-    s = socket.create_connection(('127.0.0.1', port))
-    data = json.dumps(body).encode()
-    s.sendall(b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
-              b'Content-Length: %d\r\n\r\n%s' % (len(data), data))
-    return s
 
 
 # a model wide enough that the long request takes seconds (about 1 ms a token on one thread)
@@ -93,7 +81,7 @@ try:
     # fill the queue (--queue 2 past the idle slot), then let those clients go; slot 1 counts as
     # idle once its answer is published, a moment after the answer reached us
     wait_for(lambda: not busy(P, 1))
-    gone = [queued_then_gone(P, {'prompt': f'gone {i}', 'max_tokens': 1, 'id_slot': 0}) for i in range(2)]
+    gone = [raw_post(P, '/v1/completions', {'prompt': f'gone {i}', 'max_tokens': 1, 'id_slot': 0}) for i in range(2)]
     check(wait_for(lambda: metrics(P).get('llamacpp:requests_deferred', 0) == 3), 'two more pinned requests wait')
     check(wait_for(lambda: request(P, 'GET', '/ready')[0] == 503), 'the full queue: /ready is 503')
     st, j = post(P, {'prompt': 'refused', 'max_tokens': 1})

@@ -4,10 +4,10 @@ logprobs each, never one event of everything (server_reply.c: each read is built
 task's lock and in memory); the events together carry every token's logprob once, the text of
 the answer, and the same logprobs as the answer without streaming, for /v1/completions and
 /v1/chat/completions."""
-import json, os, socket, sys, time
+import json, os, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
+from replica_lib import B, TINY, Replica, check, finish, jbody, raw_post, request, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -18,12 +18,7 @@ N = 3000   # with the top 20 of each: about 3 KB a token, more than the sockets'
 
 def late_stream(port, path, body, wait):
     """POST a stream, read nothing for `wait` seconds, then everything: the data events."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # a small window: the server's writes stall
-    s.connect(('127.0.0.1', port))
-    data = json.dumps(dict(body, stream=True)).encode()
-    s.sendall(b'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n'
-              b'Content-Length: %d\r\n\r\n%s' % (path.encode(), len(data), data))
+    s = raw_post(port, path, dict(body, stream=True), rcvbuf=4096)   # a small window: the server's writes stall
     time.sleep(wait)
     raw = b''
     while True:
