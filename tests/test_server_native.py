@@ -198,6 +198,24 @@ check(c.get('tokens_evaluated') == len(tokenize(P, want)) and c.get('truncated')
 st, c2 = post(P, '/infill', dict(body, input_prefix='x = 1\n' * 300))
 check(st == 200 and c2.get('truncated') is True and c2['prompt'].endswith('x = 1\n' + 'c =<|fim_suffix|>' + suf + '<|fim_middle|>')
       and c2['tokens_evaluated'] < 256, '/infill: a long prefix keeps its end and says truncated', str(c2)[:300])
+# input_extra: the prompt keeps the extra context's last tokens; megabytes of it are tokenized
+# only as far as they fit, and give the same prompt as a text a little longer than what fits
+def extra_part(c):
+    return c['prompt'][:c['prompt'].index('<|fim_prefix|>')]
+line = 'y = 2\n'
+st, e1 = post(P, '/infill', dict(body, input_extra=[{'filename': 'b.py', 'text': line * 400}]))
+st2, e2 = post(P, '/infill', dict(body, input_extra=[{'filename': 'a.py', 'text': 'import os\n'},
+                                                     {'filename': 'b.py', 'text': line * 400000}]))
+check(st == 200 and st2 == 200 and e1.get('truncated') is True and e2.get('truncated') is True
+      and extra_part(e1).endswith(line + '<|file_sep|>filename\n') and '<|repo_name|>' not in e1['prompt']
+      and 'a.py' not in e2['prompt'] and e1['prompt'] == e2['prompt'] and e1['tokens_evaluated'] == e2['tokens_evaluated'],
+      '/infill: a 2.4 MB input_extra keeps its last tokens, as a short one that does not fit',
+      f'{st} {st2} {str(e1)[:300]} {str(e2)[:300]}')
+st, e3 = post(P, '/infill', dict(body, input_extra=[{'filename': 'a.py', 'text': line * 400000},
+                                                    {'filename': 'c.py', 'text': 'z\n'}]))
+check(st == 200 and e3.get('truncated') is True and extra_part(e3).endswith(line + '<|file_sep|>c.py\nz\n<|file_sep|>filename\n')
+      and '<|file_sep|>a.py' not in e3['prompt'] and e3['tokens_evaluated'] == e1['tokens_evaluated'],
+      '/infill: the last file whole, the one before it cut to its end', f'{st} {str(e3)[:300]} {e1["tokens_evaluated"]}')
 for name, b2, want_msg in [('no input_prefix', {'input_suffix': ''}, '"input_prefix" is required'),
                            ('input_extra not a list', dict(body, input_extra='x'), '"input_extra" must be an array'),
                            ('an extra chunk without text', dict(body, input_extra=[{'filename': 'a'}]), 'must contain a "text"'),
