@@ -563,9 +563,10 @@ bool srv_slots_parse(srv *s, struct json_t *b, srv_task *t, srv_reply *r);
 int srv_lora_load(srv *s);
 void srv_lora_unload(srv *s);
 bool srv_lora_parse(srv *s, struct json_t *b, srv_task *t, srv_reply *r);
-/* The global scales: those of requests without "lora" and of embeddings (server_lora_apply.c). */
+/* The global scales, SRV_MAX_LORA of them: those of requests without "lora" and of embeddings
+ * (server_lora_apply.c); set all at once. */
 void srv_lora_global(float *out);
-void srv_lora_set_global(int id, float scale);
+void srv_lora_set_global(const float *scale);
 bool srv_lora_route(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r);
 /* The model with exactly these scales attached (0: not attached). -1 + error. */
 int srv_lora_apply(bs_model *m, struct bs_lora *const *loras, int n, const float *scale);

@@ -24,6 +24,7 @@
 
 int srv_lora_load(srv *s) {
     const bs_engine_opts *o = &s->cfg.gen;
+    float init[SRV_MAX_LORA] = {0};
     s->n_loras = 0;
     for (int k = 0; k < o->n_lora; k++) {
         char *path;
@@ -37,10 +38,10 @@ int srv_lora_load(srv *s) {
         /* checked now (matrix names and shapes), then left off: the scheduler attaches per pass */
         if (bs_lora_attach(s->model, l, 1.0f)) return -1;
         bs_lora_detach(s->model);
-        const float sc = s->cfg.lora_init_without_apply ? 0.0f : scale;
-        srv_lora_set_global(k, sc);
-        bs_log(1, "LoRA %d: %s, %d matrices, scale %g\n", k, l->path, l->n, (double)sc);
+        init[k] = s->cfg.lora_init_without_apply ? 0.0f : scale;
+        bs_log(1, "LoRA %d: %s, %d matrices, scale %g\n", k, l->path, l->n, (double)init[k]);
     }
+    srv_lora_set_global(init);
     s->cfg.loras = s->loras;
     s->cfg.n_loras = s->n_loras;
     return 0;
@@ -50,7 +51,8 @@ void srv_lora_unload(srv *s) {
     if (s->model) bs_lora_detach(s->model);
     for (int k = 0; k < s->n_loras; k++) bs_lora_free(s->loras[k]);
     s->n_loras = 0;
-    for (int k = 0; k < SRV_MAX_LORA; k++) srv_lora_set_global(k, 0.0f);
+    static const float none[SRV_MAX_LORA];
+    srv_lora_set_global(none);
 }
 
 /* [{"id": k, "scale": x}, ...] -> out (the adapters not listed at 0); false + a 400 in r. */
@@ -113,7 +115,7 @@ bool srv_lora_route(srv *s, const char *method, const char *url, const char *bod
     float sc[SRV_MAX_LORA];
     if (!b) srv_reply_error(r, 400, "invalid_request_error", "the body is not valid JSON: %s", je.text);
     else if (parse_list(s, b, "body", sc, r)) {
-        for (int k = 0; k < SRV_MAX_LORA; k++) srv_lora_set_global(k, sc[k]);
+        srv_lora_set_global(sc);
         srv_reply_json(r, 200, json_pack("{s:b}", "success", true));
     }
     json_decref(b);

@@ -14,9 +14,10 @@ void srv_lora_global(float *out) {
     pthread_mutex_unlock(&mu);
 }
 
-void srv_lora_set_global(int id, float scale) {
+/* Every scale at once: a request parsed meanwhile sees all old scales or all new ones. */
+void srv_lora_set_global(const float *scale) {
     pthread_mutex_lock(&mu);
-    global[id] = scale;
+    memcpy(global, scale, sizeof global);
     pthread_mutex_unlock(&mu);
 }
 
