@@ -2,12 +2,14 @@
 #include "model/profile.h"
 #include "io/util.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-int bs_prof_state = -1;
+_Atomic int bs_prof_state = -1;
 
 enum { CLASS_1, CLASS_VERIFY, CLASS_BATCH, N_CLASS };
 
@@ -36,13 +38,20 @@ uint64_t bs_prof_ns(void) {
 
 static void report_at_exit(void) { bs_prof_report(); }
 
-int bs_prof_init(void) {
+/* Once, whichever thread asks first: the clock and the exit report are set before the state
+ * is published, so another thread never sees "on" with the wrong clock or a second report. */
+static void prof_read_env(void) {
     const char *e = getenv("BITSPARK_PROFILE");
     const int on = bs_env_flag("BITSPARK_PROFILE");
     if (on && strcmp(e, "cpu") == 0) prof_clock = CLOCK_THREAD_CPUTIME_ID;
-    if (on && bs_prof_state < 0) atexit(report_at_exit);
-    bs_prof_state = on;
-    return on;
+    if (on) atexit(report_at_exit);
+    atomic_store_explicit(&bs_prof_state, on, memory_order_release);
+}
+
+int bs_prof_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, prof_read_env);
+    return atomic_load_explicit(&bs_prof_state, memory_order_acquire);
 }
 
 void bs_prof_add(int phase, uint64_t ns) {

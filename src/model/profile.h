@@ -14,6 +14,7 @@
 #ifndef BS_PROFILE_H
 #define BS_PROFILE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -44,11 +45,11 @@ enum bs_prof_phase {
     BS_PROF_N
 };
 
-extern int bs_prof_state;   /* -1: not read yet, 0: off, 1: on */
-int bs_prof_init(void);     /* reads BITSPARK_PROFILE once; returns the state */
+extern _Atomic int bs_prof_state;   /* -1: not read yet, 0: off, 1: on */
+int bs_prof_init(void);             /* reads BITSPARK_PROFILE once (any thread); returns the state */
 
 static inline bool bs_prof_on(void) {
-    const int st = bs_prof_state;
+    const int st = atomic_load_explicit(&bs_prof_state, memory_order_acquire);
     return st < 0 ? bs_prof_init() != 0 : st != 0;
 }
 
