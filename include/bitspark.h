@@ -24,7 +24,11 @@
  *
  * Errors: functions return NULL or -1 and set a one-line message for the calling thread
  * (bitspark_last_error). Strings and arrays returned through pointer arguments are malloc'd:
- * release them with free(). */
+ * release them with free().
+ *
+ * Handles: a handle argument must be one the library returned and has not freed; a NULL handle
+ * is a bug in the caller and is not checked (as with a NULL FILE * in stdio), except where a
+ * function says so and in the *_free functions, which take NULL and do nothing. */
 #ifndef BITSPARK_H
 #define BITSPARK_H
 
