@@ -178,18 +178,28 @@ static int feed(bs_spec *sp, int n, bool defer) {
     return 0;
 }
 
-int bs_spec_sync(bs_spec *sp) {
+void bs_spec_crop(bs_spec *sp, int n) {
     sp->rd.prepared = sp->rd.blocked = false;   /* a prepared round's block may be stale now */
-    if (!sp->dc) return 0;
-    const int n_past = bs_session_n_past(sp->s), len = bs_dspark_ctx_len(sp->dc);
-    if (len > n_past) {
-        bs_dspark_ctx_crop(sp->dc, n_past);
+    if (!sp->dc) return;
+    const int len = bs_dspark_ctx_len(sp->dc);
+    if (len > n) {
+        bs_dspark_ctx_crop(sp->dc, BS_MAX(n, 0));
         sp->n_pend = sp->n_skip = 0;
-    } else if (len + sp->n_skip + sp->n_pend > n_past) {   /* drop the newest kept-back rows first */
-        const int excess = len + sp->n_skip + sp->n_pend - n_past, drop = BS_MIN(excess, sp->n_pend);
+    } else if (len + sp->n_skip + sp->n_pend > n) {   /* drop the newest kept-back rows first */
+        const int excess = len + sp->n_skip + sp->n_pend - n, drop = BS_MIN(excess, sp->n_pend);
         sp->n_pend -= drop;
         sp->n_skip -= excess - drop;
-    } else if (len + sp->n_skip + sp->n_pend < n_past) {
+    }
+}
+
+int bs_spec_rows(const bs_spec *sp) { return sp->dc ? bs_dspark_ctx_len(sp->dc) + sp->n_pend : 0; }
+
+int bs_spec_sync(bs_spec *sp) {
+    const int n_past = bs_session_n_past(sp->s);
+    bs_spec_crop(sp, n_past);
+    if (!sp->dc) return 0;
+    const int len = bs_dspark_ctx_len(sp->dc);
+    if (len + sp->n_skip + sp->n_pend < n_past) {
         /* positions the session evaluated without the drafter (a request that did not draft, a
          * state restored or shared): a gap in its context, as parking leaves one, the kept-back
          * rows before it included; drafts near it may be worse, the output is the same */

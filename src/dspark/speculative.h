@@ -69,6 +69,12 @@ int bs_spec_prompt_commit(bs_spec *sp, int n);
  * positions became that gap (kept-back rows before it included): 0 when the drafter was in step
  * with the session. */
 int bs_spec_sync(bs_spec *sp);
+/* Before the session takes a state whose tokens agree with the ones the drafter saw only on the
+ * first n: drop the drafter's rows from position n on (bs_spec_sync then makes the rest a gap),
+ * so it never drafts from rows of other tokens. */
+void bs_spec_crop(bs_spec *sp, int n);
+/* The positions the drafter holds rows of (its context and the rows it keeps back; not a gap). */
+int bs_spec_rows(const bs_spec *sp);
 
 /* One round from `anchor`. Produces m >= 1 tokens into out (at most max_new, >= 1), each accepted
  * into smp's history; stops after a token for which is_stop(ud, id) is true. The session ends

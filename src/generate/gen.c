@@ -144,6 +144,13 @@ static int reuse_len(const bs_gen *g, const int32_t *prompt, int n, bool no_cach
     return best;
 }
 
+void gen_spec_keep(bs_gen *g, const int32_t *toks, int n) {
+    if (!g->spec) return;
+    /* the drafter followed the session, and the session g->toks while it is the generator's own */
+    const bool own = bs_session_loads(g->sess) == g->sess_loads;
+    bs_spec_crop(g->spec, own ? prefix_len(g->toks, BS_MIN(g->n_toks, bs_session_n_past(g->sess)), toks, n) : 0);
+}
+
 void bs_gen_share_prompt(bs_gen *dst, const bs_gen *src) {
     const gen_ckpt *c = &src->ck[1];
     gen_ckpt *d = &dst->ck[1];
@@ -198,6 +205,7 @@ static int restore_prefix(bs_gen *g, const int32_t *prompt, int n, bool no_cache
     int from, reuse = reuse_len(g, prompt, n, no_cache, &from);
     if (from == 0 || from == 1) {
         const gen_ckpt *c = &g->ck[from];
+        gen_spec_keep(g, c->toks, c->n);   /* a prompt shared from another slot is other tokens */
         if (bs_session_state_load(g->sess, c->state, c->len) == 0) {
             memcpy(g->toks, c->toks, (size_t)c->n * sizeof *g->toks);
             g->n_toks = c->n;

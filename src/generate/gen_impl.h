@@ -120,5 +120,8 @@ int gen_text_run(const bs_gen *g, int from, int to);
 /* The session holds toks[0..n_toks) as the generator itself made it (after its own resets and
  * loads): record that, so a later one by anyone else is noticed. */
 static inline void gen_own_session(bs_gen *g) { g->sess_loads = bs_session_loads(g->sess); }
+/* Before the session takes a state that holds toks[0..n): the drafter keeps only its rows of the
+ * positions where toks agree with what the session held (gen.c). */
+void gen_spec_keep(bs_gen *g, const int32_t *toks, int n);
 
 #endif

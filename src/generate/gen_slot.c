@@ -26,6 +26,7 @@ int bs_gen_adopt(bs_gen *g, const void *state, size_t len, const int32_t *toks, 
     if (g->state != GS_IDLE && g->state != GS_DONE) return bs_error("the slot is busy");
     if (n < 0 || n > bs_session_n_ctx(g->sess)) return bs_error("%d tokens do not fit the context of %d", n,
                                                                   bs_session_n_ctx(g->sess));
+    gen_spec_keep(g, toks, n);   /* the restored tokens may be another conversation's */
     if (bs_session_state_load(g->sess, state, len)) {
         bs_gen_forget(g);   /* a half-loaded session holds nothing usable */
         return -1;
