@@ -12,7 +12,8 @@ fixture tiny model (it has none):
 - embeddings: --pooling none (a vector per token on /embeddings, 400 on /v1/embeddings),
   base64 (the same floats), the empty string, a too long input;
 - JSON schemas without "type" constrain by their keywords; a bad type is a 400;
-- truncated after a context shift; /apply-template with add_generation_prompt false."""
+- truncated after a context shift; /apply-template with add_generation_prompt false;
+- a last assistant message is a prefill to continue, with llama-server's 400s."""
 import base64, json, math, os, struct, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -310,6 +311,26 @@ check(st == st2 == 200 and off['prompt'].endswith('<|im_end|>\n') and '<|im_star
       f'{on} {off}')
 st, c = post(P, '/apply-template', dict(msgs, add_generation_prompt='no'))
 check(st == 400, 'apply-template: add_generation_prompt must be a boolean')
+
+# ---- 14: a last assistant message is a prefill (llama-server) ---------------------------------
+pre = {'messages': [{'role': 'user', 'content': 'Tell me a story'}, {'role': 'assistant', 'content': 'Once upon a '}],
+       'enable_thinking': False}
+st, shown = post(P, '/apply-template', pre)
+st2, opener = post(P, '/apply-template', {'messages': pre['messages'][:1], 'enable_thinking': False})
+check(st == st2 == 200 and shown['prompt'] == opener['prompt'] + 'Once upon a ',
+      'prefill: the turns before it with the generation prompt, then its content as typed', f'{shown} {opener}')
+st, ch = post(P, '/v1/chat/completions', dict(pre, max_tokens=6, **GREEDY))
+st2, co = post(P, '/completion', {'prompt': shown['prompt'], 'n_predict': 6, **GREEDY})
+check(st == st2 == 200 and ch['choices'][0]['message']['content'] == co['content'] and co['tokens_predicted'] == 6,
+      'prefill: chat continues it as /completion continues the rendered prompt', f'{st} {ch} {co}')
+for name, body, msg in [('thinking on', dict(pre, enable_thinking=True), 'incompatible with enable_thinking'),
+                        ('two at the end', dict(pre, messages=pre['messages'] + [{'role': 'assistant', 'content': 'x'}]),
+                         '2 or more assistant messages'),
+                        ('tool calls', dict(pre, messages=pre['messages'][:1] + [{'role': 'assistant', 'content': None,
+                         'tool_calls': [{'id': 'c', 'type': 'function', 'function': {'name': 'f', 'arguments': '{}'}}]}]),
+                         'cannot be continued')]:
+    st, c = post(P, '/v1/chat/completions', dict(body, max_tokens=2))
+    check(st == 400 and msg in c.get('error', {}).get('message', ''), f'prefill 400: {name}', f'{st} {c}')
 
 st, _, _ = request(P, 'GET', '/health')
 check(st == 200, 'the server still answers')

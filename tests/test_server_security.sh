@@ -3,8 +3,10 @@
 #  - unknown methods (FOO /health, DELETE /slots, PUT on a POST endpoint) are 405 with Allow;
 #  - no Access-Control-Allow-Origin by default (also not on a preflight); --cors ORIGIN allows
 #    that origin only (echoed, Vary: Origin), --cors '*' any;
-#  - POST bodies must be application/json: text/plain, form and missing types are 415, and
-#    nothing runs (no generation counted);
+#  - a browser's POST (one with an Origin --cors does not allow) must be application/json:
+#    text/plain, form and missing types are 415, and nothing runs (no generation counted);
+#    without an Origin (curl -d, Python's requests: not a browser) any type is read as JSON, as
+#    llama-server reads it, and a slot action may have no body;
 #  - on 127.0.0.1, Host evil.example is 403 (DNS rebinding), localhost / 127.0.0.1 / [::1] with
 #    any port pass, --allowed-hosts adds names;
 #  - message content holding <|im_start|> costs exactly its plain-text tokens (no control
@@ -37,14 +39,23 @@ c=$(code -X OPTIONS -H 'Origin: https://evil.example' -H 'Access-Control-Request
   && ok "default: preflight gets no CORS grant ($c)" || bad "default preflight grants: $(cat "$T/hdr")"
 # --- item 6: content type ---
 before=$(curl -s "$U/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
+EVIL=(-H 'Origin: https://evil.example')
 for ct in 'text/plain' 'application/x-www-form-urlencoded' 'multipart/form-data; boundary=x' 'application/jsonx'; do
-  c=$(code -H "Content-Type: $ct" "$U/v1/chat/completions" --data-binary "$HI")
-  [ "$c" = 415 ] && grep -q 'application/json' "$T/body" && ok "POST as $ct: 415" || bad "POST as $ct: $c $(cat "$T/body")"
+  c=$(code "${EVIL[@]}" -H "Content-Type: $ct" "$U/v1/chat/completions" --data-binary "$HI")
+  [ "$c" = 415 ] && grep -q 'application/json' "$T/body" && ok "a page's POST as $ct: 415" || bad "POST as $ct: $c $(cat "$T/body")"
 done
-c=$(code -X POST "$U/v1/chat/completions" --data-binary @- -H 'Content-Type:' <<<"$HI")
-[ "$c" = 415 ] && ok "POST without a Content-Type: 415" || bad "POST without type: $c"
+c=$(code -H 'Origin: null' -X POST "$U/v1/chat/completions" --data-binary @- -H 'Content-Type:' <<<"$HI")
+[ "$c" = 415 ] && ok "a page's POST without a Content-Type: 415" || bad "POST without type: $c"
 after=$(curl -s "$U/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
 [ "$before" = "$after" ] && ok "refused bodies ran nothing (prompt tokens $before)" || bad "prompt tokens $before -> $after"
+for ct in 'application/x-www-form-urlencoded' 'text/plain;charset=UTF-8'; do
+  c=$(code -H "Content-Type: $ct" "$U/v1/chat/completions" --data-binary "$HI")
+  [ "$c" = 200 ] && grep -q chat.completion "$T/body" && ok "no Origin, POST as $ct: read as JSON" || bad "no Origin, $ct: $c $(cat "$T/body")"
+done
+c=$(code -X POST "$U/v1/chat/completions" --data-binary @- -H 'Content-Type:' <<<"$HI")
+[ "$c" = 200 ] && ok "no Origin, no Content-Type: read as JSON" || bad "no Origin, no type: $c $(cat "$T/body")"
+c=$(code -H "Content-Type: text/plain" "$U/v1/chat/completions" --data-binary 'messages=hi')
+[ "$c" = 400 ] && grep -q 'not valid JSON' "$T/body" && ok "no Origin, a form body: 400 not JSON" || bad "form body: $c $(cat "$T/body")"
 c=$(code -H 'Content-Type: Application/JSON; charset=utf-8' "$U/v1/chat/completions" --data-binary "$HI")
 [ "$c" = 200 ] && ok "application/json with parameters: 200" || bad "json with charset: $c $(cat "$T/body")"
 

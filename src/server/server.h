@@ -356,6 +356,8 @@ void srv_http_stop(srv *s);
 bool srv_host_allowed(const srv *s, const char *host);
 const char *srv_cors_origin(const srv *s, const char *origin);
 bool srv_json_content_type(const char *content_type);
+/* Whether a POST with these headers (each may be NULL) may be read: see server_http.c. */
+bool srv_post_type_ok(const srv *s, const char *content_type, const char *origin);
 bool srv_authorized(const srv *s, const char *url, const char *authorization, const char *x_api_key);
 /* Request framing from the Host, Content-Length and Transfer-Encoding headers (name[i]: value[i],
  * in order; other headers may be there too): 0; 400 for two Hosts, two different Content-Lengths,

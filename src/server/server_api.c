@@ -662,6 +662,46 @@ static size_t rendered_at_least(const bs_chat_msg *m) {
     return e - b;
 }
 
+/* The conversation rendered (spans: the request's own text, see bs_chat_render_spans). As
+ * llama-server, a last assistant message is a prefill, not a finished turn: the messages before
+ * it are rendered with the generation prompt and its content follows as typed, for the model to
+ * continue. Its refusals are llama-server's: two assistant messages at the end, and a prefill
+ * after an opened think block (thinking on). NULL + a 400 in r. */
+static char *render_chat(const srv *s, const chat_in *c, const bs_chat_opts *co, bs_chat_span **sp, size_t *n_sp,
+                         srv_reply *r) {
+    const bs_chat_msg *last = c->n ? &c->msgs[c->n - 1] : NULL;
+    const bool prefill = co->add_generation_prompt && last && !strcmp(last->role, "assistant");
+    if (prefill && c->n >= 2 && !strcmp(c->msgs[c->n - 2].role, "assistant")) {
+        bad_request(r, "%s", "Cannot have 2 or more assistant messages at the end of the list.");
+        return NULL;
+    }
+    if (prefill && last->n_tool_calls) {
+        bad_request(r, "%s", "a last assistant message with tool_calls cannot be continued (prefill takes content)");
+        return NULL;
+    }
+    char *p = bs_chat_render_spans(&s->tmpl, c->msgs, c->n - prefill, co, sp, n_sp);
+    if (!p) {
+        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
+        return NULL;
+    }
+    if (!prefill) return p;
+    const size_t plen = strlen(p), clen = last->content ? strlen(last->content) : 0;
+    if (plen >= 8 && !memcmp(p + plen - 8, "<think>\n", 8)) {
+        free(p);
+        free(*sp);
+        *sp = NULL;
+        bad_request(r, "%s", "Assistant response prefill is incompatible with enable_thinking.");
+        return NULL;
+    }
+    p = bs_xrealloc(p, plen + clen + 1);
+    memcpy(p + plen, last->content ? last->content : "", clen + 1);
+    if (clen) {
+        *sp = bs_xrealloc(*sp, (*n_sp + 1) * sizeof **sp);
+        (*sp)[(*n_sp)++] = (bs_chat_span){plen, plen + clen};
+    }
+    return p;
+}
+
 /* shape: another API's answer (server_dialect.h), NULL: OpenAI's */
 static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     srv_task *t = srv_task_new();
@@ -693,10 +733,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
         goto fail;
     }
     bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
-    if (!(prompt = bs_chat_render_spans(&s->tmpl, c.msgs, c.n, &co, &spans, &n_spans))) {
-        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
-        goto fail;
-    }
+    if (!(prompt = render_chat(s, &c, &co, &spans, &n_spans, r))) goto fail;
     size_t plen = strlen(prompt);
     if (!set_prompt(s, t, prompt, plen, spans, n_spans, &c.vis, r)) goto fail;
     t->images = c.vis.im;   /* the task owns them now */
@@ -888,10 +925,12 @@ static void api_apply_template(srv *s, json_t *b, srv_reply *r) {
     if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
         get_bool(b, "add_generation_prompt", &gen_prompt, r)) {
         bs_chat_opts co = {.tools = tools, .add_generation_prompt = gen_prompt, .enable_thinking = think};
-        char *p = bs_chat_render(&s->tmpl, c.msgs, c.n, &co);
+        bs_chat_span *sp = NULL;
+        size_t n_sp = 0;
+        char *p = render_chat(s, &c, &co, &sp, &n_sp, r);
         if (p) srv_reply_json(r, 200, json_pack("{s:s}", "prompt", p));
-        else srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
         free(p);
+        free(sp);
     }
     free(tools);
     chat_in_free(&c);

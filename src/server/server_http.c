@@ -19,7 +19,7 @@
  *
  * Order of checks per request: framing (400 / 501: srv_framing_check), Host (403), CORS
  * preflight, API key (401), the lifecycle (health and readiness answered, 503 while loading or,
- * for generation, draining: server_life.c), POST content type (415) and declared body size (413)
+ * for generation, draining: server_life.c), a browser's POST content type (415) and declared body size (413)
  * on the first call, before the body is read; the body is collected up to the limit (413 past
  * it); then routing (a request with image parts is parsed on the job pool, server_jobs.c, while
  * its connection waits suspended). Every answer names the replica (X-Replica-Id,
@@ -175,8 +175,9 @@ static bool host_allowed(const srv *s, struct MHD_Connection *c) {
     return srv_host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
 }
 
-/* A POST body must be declared JSON: text/plain, form and multipart bodies are what a page may
- * send cross-origin without a CORS preflight, so they are refused before anything runs. */
+/* Whether a POST body is declared JSON. Text/plain, form and multipart bodies are what a page
+ * may send cross-origin without a CORS preflight, so a browser's (one with an Origin that
+ * --cors does not allow) must be: see post_type_ok. */
 bool srv_json_content_type(const char *t) {
     if (!t) return false;
     while (*t == ' ') t++;
@@ -186,8 +187,18 @@ bool srv_json_content_type(const char *t) {
     return !*t || *t == ';';
 }
 
-static bool json_content_type(struct MHD_Connection *c) {
-    return srv_json_content_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"));
+/* A POST's body is read as JSON whatever its declared type (llama-server does the same: `curl
+ * -d` sends a form type, Python's requests none), except from a browser: a request with an
+ * Origin header that --cors does not allow must declare JSON, which a page cannot send
+ * cross-origin without a preflight. Browsers send Origin with every POST (the Fetch standard),
+ * so a page's simple POST never gets here unasked. */
+bool srv_post_type_ok(const srv *s, const char *content_type, const char *origin) {
+    return srv_json_content_type(content_type) || !origin || srv_cors_origin(s, origin);
+}
+
+static bool post_type_ok(const srv *s, struct MHD_Connection *c) {
+    return srv_post_type_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
+                            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
 }
 
 /* Compare in time that depends only on the configured key's length (no early exit). */
@@ -611,9 +622,9 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, const char *
         q->has_early = true;
         return MHD_YES;
     }
-    if (!strcmp(method, "POST") && !json_content_type(c))
+    if (!strcmp(method, "POST") && !post_type_ok(s, c))
         return fail(s, c, 415, "invalid_request_error",
-                    "the body must be JSON, sent with 'Content-Type: application/json'");
+                    "a browser's request body must be sent with 'Content-Type: application/json'");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     long long declared = cl ? strtoll(cl, NULL, 10) : -1;
     q->declared = declared;
