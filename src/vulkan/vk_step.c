@@ -29,10 +29,14 @@ static int lora_sync(bs_vk_sess *s) {
     return 0;
 }
 
-/* After a step of n rows: its snapshot held, and its record's rows (those record_inputs wrote). */
+/* After a step of n rows: its snapshot held, and its record's rows (those record_inputs wrote).
+ * The record is kept only for the step that took the snapshot: a replay starts from the snapshot,
+ * so the rows of a later step of the same evaluation (one of more than a submission's rows, whose
+ * later steps run on the held state) would be replayed onto the wrong state. */
 static void step_done(bs_vk_sess *s, int n) {
+    const bool took = s->snap == SNAP_PENDING;
     bs_vk_sess_stepped(s);
-    s->rp_n = n <= s->rp_rows ? n : 0;
+    s->rp_n = took && n <= s->rp_rows ? n : 0;
 }
 
 /* The split attention's workgroups for n rows from p0, where its dispatch reads them (params at
