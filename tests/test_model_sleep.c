@@ -150,6 +150,12 @@ static int check_device(const char *path) {
         return 77;
     }
     const size_t nv = (size_t)bs_model_n_vocab(m);
+    /* a session the device refuses (its KV cache past one binding) does not count as one that
+     * uses the weights: the model still sleeps */
+    bs_session_params big = {.n_ctx = 1 << 22};
+    bs_session *no = bs_session_new(m, &big);
+    CHECKF(!no, "vulkan: a context of %d positions was accepted", big.n_ctx);
+    bs_session_free(no);
     float *before = logits_of(m);
     const uint64_t held = bs_vk_bytes_held(m->vk);
     CHECKF(!bs_model_sleep(m), "vulkan: sleep: %s", bitspark_last_error());

@@ -66,6 +66,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
     if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || lg_bytes > c->max_binding) {
         bs_error("Vulkan: a context of %d positions does not fit one binding of %llu bytes", n_ctx,
                  (unsigned long long)c->max_binding);
+        net->n_sess--;   /* counted above: a refused session must not keep the weights awake */
         free(s);
         return NULL;
     }
