@@ -57,16 +57,22 @@ c2=$(echo "$a2" | sed -n 's/.*"cached_tokens":\([0-9]*\).*/\1/p'); p2=$(echo "$a
 msg() { echo "$1" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["choices"][0]["message"]))'; }
 [ -n "$c2" ] && [ "$c2" = "$p2" ] && [ "$(msg "$a1")" = "$(msg "$a2")" ] \
     && ok "an identical prompt is served from the cache on the device ($c2 of $p2 tokens)" || bad "cache: $c2 of $p2 [$a1] [$a2]"
-# --sleep-idle-seconds on the device: the weights' device buffers go and come back, the answer stays
-start_server VKS -m "$TM" -np 1 -t 2 --ctx 256 --device vulkan --sleep-idle-seconds 1
+# --sleep-idle-seconds on the device: the weights' device buffers go and come back (with
+# --embeddings too: its session must not keep them there), the answers stay
+start_server VKS -m "$TM" -np 1 -t 2 --ctx 256 --device vulkan --sleep-idle-seconds 1 --embeddings
 q='{"prompt":"Hello there","n_predict":8,"temperature":0}'
-s1=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q"); sleep 3
+e='{"input":"Hello there"}'
+s1=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q")
+e1=$(curl -s -H 'Content-Type: application/json' "$VKS/v1/embeddings" -d "$e"); sleep 3
 slp=$(curl -s "$VKS/props" | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("is_sleeping"))')
+e2=$(curl -s -H 'Content-Type: application/json' "$VKS/v1/embeddings" -d "$e")
 s2=$(curl -s -H 'Content-Type: application/json' "$VKS/completion" -d "$q")
 txt() { echo "$1" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["content"])'; }
+vec() { echo "$1" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["embedding"][:4])'; }
 [ "$slp" = True ] && grep -q "weights' memory freed" "$T/server.VKS.log" && [ -n "$(txt "$s1")" ] && [ "$(txt "$s1")" = "$(txt "$s2")" ] \
-    && ok "asleep on the device, the weights' memory freed; awake, the same answer" \
-    || bad "device sleep: sleeping=$slp [$s1] [$s2] $(grep -m2 'server:' "$T/server.VKS.log")"
+    && [ -n "$(vec "$e1")" ] && [ "$(vec "$e1")" = "$(vec "$e2")" ] \
+    && ok "asleep on the device with --embeddings, the weights' memory freed; awake, the same answer and embedding" \
+    || bad "device sleep: sleeping=$slp [$s1] [$s2] [${e1:0:80}] [${e2:0:80}] $(grep -m2 'server:' "$T/server.VKS.log")"
 # sampling (temperature 0.8, top-k 40: the chain reads the 40 best logits only): the device finds
 # them and only they come back; the answer is the one sampled from whole rows (a server with
 # BITSPARK_VK_NO_TOPK=1), the same seed

@@ -578,8 +578,27 @@ static int batch_new(srv_sched *s) {
     return s->batch ? 0 : -1;
 }
 
+/* The embeddings session (--embeddings): the last layer's rows are its taps; the batch's pool
+ * runs it. Closed while the server sleeps: on a device it would keep the weights there. */
+static int emb_open(srv_sched *s) {
+    const int last = bs_model_n_layer(s->m) - 1;
+    bs_session_params sp = {.n_ctx = s->n_ctx, .n_threads = s->cfg.n_threads > 0 ? s->cfg.n_threads : 1};
+    return !(s->emb_sess = bs_session_new(s->m, &sp)) || bs_session_set_taps(s->emb_sess, &last, 1) ||
+                   bs_session_share_pool(s->emb_sess, s->pool)
+               ? -1
+               : 0;
+}
+
+static void emb_close(srv_sched *s) {
+    if (!s->emb_sess) return;
+    bs_session_unshare_pool(s->emb_sess);
+    bs_session_free(s->emb_sess);
+    s->emb_sess = NULL;
+}
+
 /* Idle for the configured time: the slots' sessions (KV caches, recurrent states, saved
- * prefixes) and the batch's buffers go back to the system; the adapters come off. */
+ * prefixes), the embeddings session and the batch's buffers go back to the system; the adapters
+ * come off. */
 static void go_sleep(srv_sched *s) {
     for (int i = 0; i < s->cfg.n_slots; i++) {
         bs_gen_free(s->slots[i].gen);
@@ -588,6 +607,7 @@ static void go_sleep(srv_sched *s) {
     }
     bs_batch_free(s->batch);
     s->batch = NULL;
+    emb_close(s);
     if (s->cfg.n_loras) bs_lora_detach(s->m);
     memset(s->lora_cur, 0, sizeof s->lora_cur);
     pthread_mutex_lock(&s->mu);
@@ -607,6 +627,7 @@ static int wake_up(srv_sched *s) {
     for (int i = 0; i < s->cfg.n_slots; i++)
         if (!s->slots[i].gen && slot_init(s, &s->slots[i], i)) return -1;
     if (!s->batch && batch_new(s)) return -1;
+    if (s->cfg.embeddings && !s->emb_sess && emb_open(s)) return -1;
     __atomic_store_n(&s->sleeping, false, __ATOMIC_RELEASE);
     bs_log(1, "server: awake\n");
     return 0;
@@ -778,12 +799,8 @@ srv_sched *srv_sched_new(bs_model *m, const bs_tokenizer *tok, const srv_config 
         s->info[i] = (srv_slot_info){.id = i, .n_ctx = bs_session_n_ctx(bs_gen_session(s->slots[i].gen))};
     }
     s->n_ctx = s->info[0].n_ctx;
-    if (cfg->embeddings) {   /* the last layer's rows are the taps; the batch's pool runs it */
-        const int last = bs_model_n_layer(m) - 1;
-        bs_session_params sp = {.n_ctx = s->n_ctx, .n_threads = cfg->n_threads > 0 ? cfg->n_threads : 1};
-        if (!(s->emb_sess = bs_session_new(m, &sp)) || bs_session_set_taps(s->emb_sess, &last, 1) ||
-            bs_session_share_pool(s->emb_sess, s->pool))
-            goto fail;
+    if (cfg->embeddings) {
+        if (emb_open(s)) goto fail;
         s->emb_rows = bs_xmalloc((size_t)PROMPT_BUDGET * bs_model_n_embd(m) * sizeof *s->emb_rows);
     }
     if (pthread_create(&s->thr, NULL, sched_main, s)) {
@@ -816,10 +833,7 @@ void srv_sched_free(srv_sched *s) {
         end_queued(s->queue[(s->q_head + i) % s->q_cap], SRV_FINISH_ERROR, "server shutting down");
     if (s->emb_task) emb_end(s, "server shutting down", SRV_FINISH_NONE);
     for (int i = 0; i < s->eq_len; i++) end_queued(s->eq[(s->eq_head + i) % s->q_limit], SRV_FINISH_ERROR, "server shutting down");
-    if (s->emb_sess) {
-        bs_session_unshare_pool(s->emb_sess);
-        bs_session_free(s->emb_sess);
-    }
+    emb_close(s);
     free(s->emb_rows);
     free(s->eq);
     bs_batch_free(s->batch);
@@ -871,10 +885,10 @@ int srv_sched_submit(srv_sched *s, srv_task *t) {
     srv_task_ref(t);
     if (t->emb) {   /* checked for room above like a generation, and in its own queue */
         srv_lora_global(t->lora);   /* embeddings run with the global adapter scales */
-        if (!s->emb_sess || s->eq_len >= s->q_limit) {
+        if (!s->cfg.embeddings || s->eq_len >= s->q_limit) {   /* (the session is closed while asleep) */
             pthread_mutex_unlock(&s->mu);
             srv_task_unref(t);
-            return bs_error(!s->emb_sess ? "embeddings are off" : "the server is busy: %d embeddings requests are waiting",
+            return bs_error(!s->cfg.embeddings ? "embeddings are off" : "the server is busy: %d embeddings requests are waiting",
                             s->q_limit);
         }
         s->eq[(s->eq_head + s->eq_len++) % s->q_limit] = t;

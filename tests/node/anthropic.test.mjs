@@ -247,7 +247,7 @@ test('errors the HTTP layer gives before routing have Anthropic\'s shape on /v1/
   };
   await shaped('/v1/messages', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{"max_tokens": 2,' }, 400,
     'invalid_request_error');
-  await shaped('/v1/messages', { method: 'POST', headers: { 'Content-Type': 'text/plain', ...key }, body: '{}' }, 415,
+  await shaped('/v1/messages', { method: 'POST', headers: { 'Content-Type': 'text/plain', Origin: 'https://evil.example', ...key }, body: '{}' }, 415,
     'invalid_request_error');
   await shaped('/v1/messages', { method: 'GET', headers: key }, 405, 'invalid_request_error');
   await shaped('/v1/messages/nope', { method: 'POST', headers: { ...JSON_HDR, ...key }, body: '{}' }, 404, 'not_found_error');
