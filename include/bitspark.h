@@ -444,7 +444,7 @@ BS_API int bs_drafter_block_size(const bs_drafter *d);
 BS_API void bs_dspark_free(bs_dspark *d);
 
 /* --- the generation engine ------------------------------------------------------------------- */
-#define BS_GEN_MAX_STOP 8
+#define BS_GEN_MAX_STOP 64
 #define BS_GEN_MAX_TOP 20
 #define BS_GEN_MAX_BREAKERS 16
 

@@ -32,6 +32,18 @@ st=$(stop_req 65537)
   || bad "a stop string of 65537 bytes: $st $(head -c 200 "$T/stop.json")"
 st=$(stop_req 65536)
 [ "$st" = 200 ] && ok "a stop string of 65536 bytes: served" || bad "a stop string of 65536 bytes: $st $(head -c 200 "$T/stop.json")"
+# up to 64 stop strings (clients send many; llama-server has no limit), 256 KiB of them together
+stops_req() {   # stops_req COUNT BYTES: the status with COUNT stop strings of BYTES each
+  $PY -c "import json, sys; n, b = map(int, sys.argv[1:]); print(json.dumps({'prompt': 'hi', 'max_tokens': 2,
+'stop': [chr(65 + i % 26) * b + str(i) for i in range(n)]}))" "$1" "$2" \
+    | curl -s -o "$T/stop.json" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @- "$U/v1/completions"
+}
+st=$(stops_req 64 100); [ "$st" = 200 ] && ok "64 stop strings: served" || bad "64 stop strings: $st $(head -c 200 "$T/stop.json")"
+st=$(stops_req 65 1)
+[ "$st" = 400 ] && grep -q "at most 64 strings" "$T/stop.json" && ok "65 stop strings: 400" || bad "65 stop strings: $st"
+st=$(stops_req 5 60000)
+[ "$st" = 400 ] && grep -q "262144 bytes together" "$T/stop.json" && ok "5 stop strings of 60000 bytes: 400 (their sum)" \
+  || bad "5 x 60000 bytes of stop strings: $st $(head -c 200 "$T/stop.json")"
 curl -sf "$U/health" >/dev/null && ok "healthy afterwards" || bad "not healthy afterwards"
 curl -s "$U/slots" | grep -q '"is_processing":true' && bad "a slot stuck" || ok "slots idle"
 finish

@@ -56,8 +56,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRV_MAX_STOP 8
-#define SRV_MAX_STOP_LEN 65536   /* bytes of one stop string */
+#define SRV_MAX_STOP 64                  /* as many as clients send (llama-server sets no limit) */
+#define SRV_MAX_STOP_LEN 65536           /* bytes of one stop string */
+#define SRV_MAX_STOP_BYTES (256 * 1024)  /* of them all: their automata's tables, 5 bytes a byte */
 #define SRV_MAX_TOP BS_GEN_MAX_TOP
 #define SRV_MAX_CHOICES 16   /* "n" */
 #define SRV_MAX_BIAS 1024

@@ -83,6 +83,13 @@ static bool add_stop(json_t *e, srv_task *t, srv_reply *r) {
                         SRV_MAX_STOP_LEN, n);
         return false;
     }
+    size_t all = n;
+    for (int k = 0; k < t->n_stop; k++) all += strlen(t->stop[k]);
+    if (all > SRV_MAX_STOP_BYTES) {
+        srv_reply_error(r, 400, "invalid_request_error", "'stop' strings must be at most %d bytes together",
+                        SRV_MAX_STOP_BYTES);
+        return false;
+    }
     if (n) t->stop[t->n_stop++] = bs_xstrdup(json_string_value(e));
     return true;
 }

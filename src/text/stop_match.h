@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { BS_STOP_MAX = 8 };
+enum { BS_STOP_MAX = 64 };
 
 typedef struct bs_stop_str {
     char *s;
