@@ -13,7 +13,10 @@ fixture tiny model (it has none):
   base64 (the same floats), the empty string, a too long input;
 - JSON schemas without "type" constrain by their keywords; a bad type is a 400;
 - truncated after a context shift; /apply-template with add_generation_prompt false;
-- a last assistant message is a prefill to continue, with llama-server's 400s."""
+- a last assistant message is a prefill to continue, with llama-server's 400s;
+- sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
+  stages off, stages the chain lacks are 400 unless off; logprobs as n_probs; response_format's
+  schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -331,6 +334,43 @@ for name, body, msg in [('thinking on', dict(pre, enable_thinking=True), 'incomp
                          'cannot be continued')]:
     st, c = post(P, '/v1/chat/completions', dict(body, max_tokens=2))
     check(st == 400 and msg in c.get('error', {}).get('message', ''), f'prefill 400: {name}', f'{st} {c}')
+
+# ---- 15: llama-server's sampler fields and number forms -----------------------------------------
+q = {'prompt': 'Hello there', 'n_predict': 6, 'ignore_eos': True}
+st, g0 = post(P, '/completion', dict(q, temperature=0))
+st2, gneg = post(P, '/completion', dict(q, temperature=-1, n_predict=6.0, top_k=40.0))
+check(st == st2 == 200 and gneg['content'] == g0['content'] and gneg['tokens_predicted'] == 6,
+      'a negative temperature is greedy; 6.0 and 40.0 are integers', f'{st} {st2} {gneg} {g0}')
+st, c = post(P, '/completion', dict(q, n_predict=2.5))
+check(st == 400 and "'n_predict' must be an integer" in c['error']['message'], '2.5 is not an integer', f'{st} {c}')
+off = {'mirostat': 0, 'typical_p': 1.0, 'xtc_probability': 0, 'xtc_threshold': 0.1, 'dynatemp_range': 0,
+       'dynatemp_exponent': 1, 'top_n_sigma': -1, 'samplers': 'edkypmxt'}
+st, c = post(P, '/completion', dict(q, temperature=0, **off))
+check(st == 200 and c['content'] == g0['content'], 'the stages it lacks, sent off (as llama.cpp\'s page sends them): served', f'{st} {c}')
+for field, val in [('mirostat', 2), ('typical_p', 0.5), ('xtc_probability', 0.5), ('dynatemp_range', 0.5), ('top_n_sigma', 1.0)]:
+    st, c = post(P, '/completion', dict(q, **{field: val}))
+    check(st == 400 and c['error']['type'] == 'not_supported_error' and field in c['error']['message'],
+          f'{field} {val}: 400 naming it, never silently ignored', f'{st} {c}')
+st, c = post(P, '/completion', dict(q, typical_p=0.5, samplers=['top_k', 'temperature']))
+check(st == 200, 'typical_p with typ_p not among the samplers: it would not run, served', f'{st} {c}')
+# a stage left out of `samplers` is off: top_k alone with temperature left out is plain sampling
+# of the 1 best at temperature 1 = greedy; with only temperature, top_k 1 does not apply
+st, c1 = post(P, '/completion', dict(q, temperature=5, top_k=1, samplers=['top_k'], seed=3))
+check(st == 200 and c1['content'] == g0['content'], 'samplers [top_k] with top_k 1: greedy whatever the temperature', f'{st} {c1}')
+st, c2 = post(P, '/completion', dict(q, temperature=100, top_k=1, samplers='t', seed=3))
+st3, c3 = post(P, '/completion', dict(q, temperature=100, top_k=0, top_p=1, min_p=0, seed=3))
+check(st == st3 == 200 and c2['content'] == c3['content'], 'samplers "t": top-k, top-p and min-p off', f'{c2} {c3}')
+st, c = post(P, '/completion', dict(q, samplers=5))
+check(st == 400 and 'samplers' in c['error']['message'], 'samplers 5: 400', f'{st} {c}')
+st, c = post(P, '/completion', dict(q, n_predict=2, logprobs=3))
+check(st == 200 and len(c.get('completion_probabilities', [])) == 2 and len(c['completion_probabilities'][0]['top_logprobs']) == 3,
+      '/completion logprobs 3: n_probs 3, as llama-server falls back to it', f'{st} {str(c)[:300]}')
+sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}
+st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 40, 'temperature': 0,
+                                          'response_format': {'type': 'json_schema', 'schema': sch}})
+txt = c['choices'][0]['message']['content'] if st == 200 else ''
+check(st == 200 and isinstance(json.loads(txt), dict) and isinstance(json.loads(txt).get('a'), int),
+      'response_format json_schema with the schema beside the type (llama-server\'s README form): constrained', f'{st} {str(c)[:300]}')
 
 st, _, _ = request(P, 'GET', '/health')
 check(st == 200, 'the server still answers')

@@ -50,11 +50,17 @@ static bool get_float(json_t *b, const char *k, double lo, double hi, float *out
     return true;
 }
 
+/* An integer, or a number written with a fraction of zero (Python's json.dumps(3.0) gives 3.0;
+ * llama-server converts it too). */
 static bool get_int(json_t *b, const char *k, long lo, long hi, long *out, srv_reply *r) {
     json_t *v = json_object_get(b, k);
     if (!v || json_is_null(v)) return true;
-    if (!json_is_integer(v)) { bad_request(r, "'%s' must be an integer", k); return false; }
-    json_int_t x = json_integer_value(v);
+    const double d = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (!json_is_integer(v) && !(d == floor(d) && fabs(d) < 9.0e15)) {
+        bad_request(r, "'%s' must be an integer", k);
+        return false;
+    }
+    json_int_t x = json_is_integer(v) ? json_integer_value(v) : (json_int_t)d;
     if (x < lo || x > hi) {
         srv_reply_error(r, 400, "invalid_request_error", "'%s' must be in [%ld, %ld]", k, lo, hi);
         return false;
@@ -201,8 +207,9 @@ static bool parse_constraints(json_t *b, srv_task *t, const char *tools, srv_rep
         given++;
     }
     if (rf && !json_is_null(rf) && !(rts && !strcmp(rts, "text"))) {
-        json_t *schema = rts && !strcmp(rts, "json_schema") ? json_object_get(json_object_get(rf, "json_schema"), "schema")
-                                                             : json_object_get(rf, "schema");
+        /* json_schema.schema (OpenAI), or beside the type (llama-server's README shows both) */
+        json_t *schema = json_object_get(json_object_get(rf, "json_schema"), "schema");
+        if (!schema) schema = json_object_get(rf, "schema");
         if (!rts || (strcmp(rts, "json_object") && strcmp(rts, "json_schema")) || (!strcmp(rts, "json_schema") && !schema)) {
             free(gbnf);
             bad_request(r, "'%s' must be text, json_object or json_schema with a schema", "response_format");
@@ -258,7 +265,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_keep = -1;
     long n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : -1;
     long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
-    if (!get_float(b, "temperature", 0, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
+    if (!get_float(b, "temperature", -1e30, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
         !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
         !get_float(b, "presence_penalty", -2, 2, &p->presence_penalty, r) ||
         !get_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, r) ||
@@ -286,6 +293,11 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;
     p->dry_penalty_last_n = (int32_t)dry_last;
+    srv_fail f = {0};
+    if (srv_sampler_fields(b, p, &f)) {   /* after every field of p is read: it may turn them off */
+        srv_reply_error(r, f.status, f.type, "%s", f.msg);
+        return false;
+    }
     p->seed = seed >= 0         ? (uint64_t)seed
               : def->seed_set ? def->sp.seed
                               : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)t;
@@ -789,7 +801,7 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     }
     t->n_predict = g.native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
     if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
-        !get_bool(b, "echo", &g.echo, r) || (!g.native && !get_int(b, "logprobs", 0, 5, &lp, r)))
+        !get_bool(b, "echo", &g.echo, r) || (!g.native && !get_int(b, "logprobs", 0, SRV_MAX_TOP, &lp, r)))
         goto fail;
     if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict"))
         t->n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : g.native ? -1 : 16;

@@ -76,6 +76,8 @@ static int opt_bool(json_t *b, const char *k, bool *out, srv_fail *f) {
 
 int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
     json_t *np = json_object_get(b, "n_probs"), *rf = json_object_get(b, "response_fields");
+    if ((!np || json_is_null(np)) && json_is_integer(json_object_get(b, "logprobs")))
+        np = json_object_get(b, "logprobs");   /* llama-server's fallback for n_probs */
     if (opt_bool(b, "post_sampling_probs", &g->post_probs, f) || opt_bool(b, "return_tokens", &g->return_tokens, f) ||
         opt_bool(b, "return_progress", &g->progress, f))
         return f->status;
