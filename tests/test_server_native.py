@@ -145,6 +145,10 @@ check(status == 200 and not done and ev and ev[-1].get('stop') is True and all(n
       'native stream: stop only on the last event, no [DONE]')
 check(text == a['content'] and stoks == toks and cp == 8, 'stream events carry their tokens and probabilities',
       f'{text!r} {stoks} {cp}')
+check(ev[-1].get('content') == '' and ev[-1].get('tokens') == [] and 'completion_probabilities' not in ev[-1]
+      and ev[-1].get('tokens_predicted') == 8 and 'timings' in ev[-1],
+      'native stream: the last event carries no text or tokens of its own (llama-server: they came before), its fields do',
+      str(ev[-1])[:300])
 check(prog and ev[:len(prog)] == prog and prog[-1]['prompt_progress']['total'] == a['tokens_evaluated']
       and prog[-1]['prompt_progress']['processed'] == prog[-1]['prompt_progress']['total'],
       'return_progress: prompt_progress events first, the last with the whole prompt', str(prog)[:300])

@@ -507,7 +507,9 @@ int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_f
 /* The answer of a finished native task (several prompts: an array, one per task of t). */
 struct json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const srv_gen *g);
 /* A stream event: text[0, len) is new, end the bytes of the task's text sent with it; the
- * tokens whose text is sent go with it (*toks_sent: how many were). final: the last event. */
+ * tokens whose text is sent go with it (*toks_sent: how many were; at the end all the rest).
+ * final: the last event, which as llama-server's carries no text or tokens of its own (send
+ * the rest in an event before it) but the whole answer's fields. */
 struct json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text,
                                 size_t len, size_t end, bool final, int *toks_sent);
 /* The prompt_progress event of t's progress entry k (llama-server's total, cache, processed,

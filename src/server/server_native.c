@@ -364,19 +364,21 @@ json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const sr
 
 json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv_gen *g, const char *text, size_t len,
                          size_t end, bool final, int *toks_sent) {
-    /* the tokens whose text is in what was sent so far (all of them at the end) */
-    int n = final ? t->n_toks : *toks_sent;
-    while (!final && n < t->n_toks_safe && t->toks[n].text_end <= end) n++;
+    /* the tokens whose text is in what was sent so far (all of them once the text is whole) */
+    int n = *toks_sent;
+    if (t->done && end >= t->len) n = t->n_toks;
+    while (n < t->n_toks_safe && t->toks[n].text_end <= end) n++;
     json_t *j = json_pack("{s:i,s:o,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", srv_text_json(text, len), "tokens",
                           ids_json(t, *toks_sent, n), "stop", 0, "id_slot", t->slot, "tokens_predicted", n,
                           "tokens_evaluated", t->n_prompt);
     if (g->n_probs > 0 && n > *toks_sent) json_object_set_new(j, "completion_probabilities", probs_json(s, t, g, *toks_sent, n));
     *toks_sent = n;
     if (!final) return j;
-    /* the last event: the whole final answer, with this event's content, tokens and probabilities */
+    /* the last event: the whole final answer's fields, with this event's content and tokens */
     json_t *fin = final_json(s, model, t, g, 0, true);
     json_object_update_existing(fin, j);
     json_object_set(fin, "tokens", json_object_get(j, "tokens"));
+    json_object_del(fin, "completion_probabilities");
     if (json_object_get(j, "completion_probabilities"))
         json_object_set(fin, "completion_probabilities", json_object_get(j, "completion_probabilities"));
     json_object_set_new(fin, "stop", json_true());

@@ -704,6 +704,10 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
                               client ? "invalid_request_error" : "server_error");
         sse(out, e);
     } else if (st->g.native) {
+        if (done && (len || st->toks_sent < t->n_toks)) {   /* the rest first: the last event has none */
+            sse(out, srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, false, &st->toks_sent));
+            len = 0;
+        }
         json_t *c = len || done ? srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, done,
                                                    &st->toks_sent)
                                 : NULL;
