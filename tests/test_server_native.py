@@ -277,6 +277,11 @@ check(st == 400, 'encoding_format other than float / base64: 400')
 st, c = post(P, '/v1/embeddings', {'input': ''})
 check(st == 200 and len(c['data'][0]['embedding']) == len(vec) and c['usage']['prompt_tokens'] == 1,
       'an empty input string embeds the empty prompt', f'{st} {str(c)[:200]}')
+for path, key in [('/embedding', 'content'), ('/embeddings', 'input')]:
+    st, c = post(P, path, {key: ['hello world', 'a']})
+    check(st == 200 and isinstance(c, list) and [x['index'] for x in c] == [0, 1] and len(c[0]['embedding']) == 1
+          and c[0]['embedding'][0] == vec, f'{path}: llama-server\'s shape, [{{"index", "embedding": [the pooled row]}}]',
+          f'{st} {str(c)[:200]}')
 st, c = post(P, '/v1/embeddings', {'input': [1] * 300})
 check(st == 400 and 'too large to process' in c['error']['message'], 'a too long input: "too large to process"', f'{st} {c}')
 PN = serve('none', M, '-np', '1', '--ctx', '128', '--embeddings', '--pooling', 'none')

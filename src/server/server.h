@@ -539,6 +539,7 @@ typedef struct srv_emb {
                                   none: total x E, a row per token (input i's from off[i]) */
     bool last;                 /* --pooling last */
     bool none;                 /* --pooling none */
+    bool native;               /* /embeddings, /embedding: llama-server's answer shape, not OpenAI's */
     bool base64;               /* encoding_format "base64" */
     long *off;
     int cur, pos;              /* scheduler: the input being evaluated, its tokens done */

@@ -80,16 +80,18 @@ static void emb_reply(srv *s, srv_task *t, srv_reply *r) {
     }
     json_t *data = json_array();
     for (int i = 0; i < e->count; i++) {
-        if (e->none) {   /* llama-server's /embeddings answer: [{"index", "embedding": [row per token]}] */
+        if (e->native) {   /* llama-server's /embeddings answer: [{"index", "embedding": [rows]}] */
             json_t *rows = json_array();
-            for (int k = 0; k < e->n[i]; k++) json_array_append_new(rows, vector_json(e, e->out + (size_t)(e->off[i] + k) * e->E));
+            if (!e->none) json_array_append_new(rows, vector_json(e, e->out + (size_t)i * e->E));   /* the pooled row */
+            for (int k = 0; e->none && k < e->n[i]; k++)
+                json_array_append_new(rows, vector_json(e, e->out + (size_t)(e->off[i] + k) * e->E));   /* one per token */
             json_array_append_new(data, json_pack("{s:i,s:o}", "index", i, "embedding", rows));
             continue;
         }
         json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding",
                                               vector_json(e, e->out + (size_t)i * e->E)));
     }
-    if (e->none) { srv_reply_json(r, 200, data); return; }
+    if (e->native) { srv_reply_json(r, 200, data); return; }
     srv_reply_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
                                      srv_model_name(s), "usage", "prompt_tokens", (json_int_t)e->total,
                                      "total_tokens", (json_int_t)e->total));
@@ -137,6 +139,7 @@ void srv_api_embeddings(srv *s, json_t *b, srv_reply *r, bool oai) {
     e->E = bs_model_n_embd(s->model);
     e->last = s->cfg.pooling_last;
     e->none = s->cfg.pooling_none;
+    e->native = !oai;
     e->ids = bs_xcalloc(count, sizeof *e->ids);
     e->n = bs_xcalloc(count, sizeof *e->n);
     e->off = bs_xcalloc(count, sizeof *e->off);
