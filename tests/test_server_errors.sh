@@ -86,10 +86,16 @@ req "body over the limit (chunked)" 413 invalid_request_error "${AUTH[@]}" -H 'T
 req "no API key" 401 authentication_error "$U/v1/models"
 req "wrong API key" 401 authentication_error -H "Authorization: Bearer nope" "$U/v1/models"
 req "right API key" 200 - "${AUTH[@]}" "$U/v1/models"
+req "the bare key, without Bearer (llama-server takes it)" 200 - -H "Authorization: sekret" "$U/v1/models"
+req "a bare wrong key" 401 authentication_error -H "Authorization: sekre" "$U/v1/models"
 req "health needs no key" 200 - "$U/health"
 req "chat page needs no key" 200 - "$U/"
 req "unknown endpoint" 404 not_found_error "${AUTH[@]}" "$U/v1/nothing"
 req "GET on a POST endpoint" 405 invalid_request_error "${AUTH[@]}" "$U/v1/chat/completions"
+for p in /rerank /v1/rerank /reranking /v1/reranking; do
+  req "POST $p (llama-server's, not offered)" 501 not_supported_error "${AUTH[@]}" "$U$p" -d '{"query": "a", "documents": ["b"]}'
+done
+req "POST /props (llama-server's without --props)" 501 not_supported_error "${AUTH[@]}" "$U/props" -d '{}'
 
 # full queue (a second server: one slot, one place in the queue): two endless streams hold the
 # slot and the queue, a third request gets 503; killing the clients frees the slot

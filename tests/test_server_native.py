@@ -381,6 +381,15 @@ txt = c['choices'][0]['message']['content'] if st == 200 else ''
 check(st == 200 and isinstance(json.loads(txt), dict) and isinstance(json.loads(txt).get('a'), int),
       'response_format json_schema with the schema beside the type (llama-server\'s README form): constrained', f'{st} {str(c)[:300]}')
 
+# chat logprobs: bytes are the token's UTF-8 bytes as integers (llama-server's; OpenAI allows null)
+st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 6, 'temperature': 0,
+                                          'logprobs': True, 'top_logprobs': 2, 'chat_template_kwargs': {'enable_thinking': False}})
+lp = c['choices'][0]['logprobs']['content'] if st == 200 else []
+check(st == 200 and lp and all(isinstance(e['bytes'], list) and all(isinstance(x['bytes'], list) for x in e['top_logprobs'])
+                               for e in lp), 'chat logprobs: bytes as integer lists', f'{st} {str(lp)[:300]}')
+check(all(bytes(e['bytes']).decode('utf-8', 'replace') == e['token'] or '\ufffd' in e['token'] for e in lp),
+      'chat logprobs: each entry\'s bytes are its token\'s', str(lp)[:300])
+
 st, _, _ = request(P, 'GET', '/health')
 check(st == 200, 'the server still answers')
 for r in servers:   # a sanitizer build reports into the log (leaks at exit)

@@ -482,6 +482,7 @@ int srv_fail_set(srv_fail *f, int status, const char *type, const char *fmt, ...
 /* A lower bound of the tokens of `bytes` bytes of text (0 when unknown): see server_api.c. */
 size_t srv_min_tokens(const srv *s, size_t bytes);
 struct json_t *srv_text_json(const char *p, size_t len);   /* not UTF-8: U+FFFD for bad bytes */
+struct json_t *srv_token_bytes_json(const srv *s, int32_t id);   /* a token's bytes, as integers */
 /* The stop string that ended t (t->gen_stop BS_GEN_STOP_STRING), or NULL (server_blocks.c). */
 const char *srv_stop_matched(const srv *s, const srv_task *t);
 struct json_t *srv_timings_json(const srv_timings *tm);

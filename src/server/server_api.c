@@ -1016,8 +1016,27 @@ static void get_route(srv *s, int kind, srv_reply *r) {
     }
 }
 
+/* llama-server's endpoints this server does not offer: its 501 answers rather than a 404, so a
+ * client can tell "not here" from "wrong address". */
+static bool unsupported_route(const char *method, const char *url, srv_reply *r) {
+    const size_t n = strcspn(url, "?");
+    static const char *const rerank[] = {"/rerank", "/reranking", "/v1/rerank", "/v1/reranking"};
+    for (size_t i = 0; i < BS_ARRAY_LEN(rerank); i++)
+        if (n == strlen(rerank[i]) && !strncmp(url, rerank[i], n)) {
+            srv_reply_error(r, 501, "not_supported_error", "reranking is not supported by this server");
+            return true;
+        }
+    if (!strcmp(method, "POST") && n == 6 && !strncmp(url, "/props", 6)) {
+        srv_reply_error(r, 501, "not_supported_error", "This server does not support changing global properties.");
+        return true;
+    }
+    return false;
+}
+
 void srv_handle(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r) {
-    if (srv_slots_route(s, method, url, body, len, r) || srv_lora_route(s, method, url, body, len, r)) return;
+    if (srv_slots_route(s, method, url, body, len, r) || srv_lora_route(s, method, url, body, len, r) ||
+        unsupported_route(method, url, r))
+        return;
     const route *rt = find_route(url);
     if (!rt) { srv_reply_error(r, 404, "not_found_error", "no such endpoint: %.200s", url); return; }
     /* only the methods a route has; anything else (DELETE, FOO, ...) is 405 with Allow */

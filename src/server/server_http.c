@@ -311,8 +311,9 @@ bool srv_authorized(const srv *s, const char *url, const char *authorization, co
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)) ||
         (n == 7 && !strncmp(url, "/models", 7)))   /* public in llama-server too */
         return true;
-    const char *h = authorization;
-    if (h && !strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) return true;
+    const char *h = authorization;   /* "Bearer KEY", or the bare key as llama-server takes it */
+    if (h && ((!strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) || key_equal(h, s->cfg.api_key)))
+        return true;
     return x_api_key && key_equal(x_api_key, s->cfg.api_key);
 }
 

@@ -245,6 +245,13 @@ static json_t *bytes_json(const char *p, size_t len) {
     return a;
 }
 
+json_t *srv_token_bytes_json(const srv *s, int32_t id) {
+    const char *p = "";
+    size_t len = 0;
+    bs_token_to_piece(s->tok, id, true, &p, &len);
+    return bytes_json(p, len);
+}
+
 /* {"id", "token", "bytes", "logprob" | "prob"}; post: probabilities instead of logprobs. */
 static json_t *prob_entry(const srv *s, int32_t id, float lp, bool post) {
     const char *p = "";

@@ -113,14 +113,14 @@ static json_t *usage_json(const srv_timings *tm) {
                      n_in + tm->n_gen, "prompt_tokens_details", "cached_tokens", tm->n_cached);
 }
 
-/* One chat logprobs entry (OpenAI: token, logprob, bytes, top_logprobs). */
+/* One chat logprobs entry (OpenAI: token, logprob, bytes as integers, top_logprobs). */
 static json_t *chat_lp_entry(const srv *s, const srv_tok *k) {
     json_t *top = json_array();
     for (int i = 0; i < k->n_top; i++)
-        json_array_append_new(top, json_pack("{s:o,s:f,s:n}", "token", piece(s, k->top_id[i]), "logprob",
-                                             (double)k->top_lp[i], "bytes"));
-    return json_pack("{s:o,s:f,s:n,s:o}", "token", piece(s, k->id), "logprob", (double)k->logprob, "bytes",
-                     "top_logprobs", top);
+        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", piece(s, k->top_id[i]), "logprob",
+                                             (double)k->top_lp[i], "bytes", srv_token_bytes_json(s, k->top_id[i])));
+    return json_pack("{s:o,s:f,s:o,s:o}", "token", piece(s, k->id), "logprob", (double)k->logprob, "bytes",
+                     srv_token_bytes_json(s, k->id), "top_logprobs", top);
 }
 
 static json_t *chat_logprobs(const srv *s, const srv_tok *k, int from, int to) {
