@@ -381,6 +381,27 @@ txt = c['choices'][0]['message']['content'] if st == 200 else ''
 check(st == 200 and isinstance(json.loads(txt), dict) and isinstance(json.loads(txt).get('a'), int),
       'response_format json_schema with the schema beside the type (llama-server\'s README form): constrained', f'{st} {str(c)[:300]}')
 
+# reasoning_format: none keeps the think block in content (as generated), deepseek-legacy keeps it
+# there and splits it out too, auto (the default) splits it out
+conv = {'messages': [{'role': 'user', 'content': 'Why is the sky blue?'}]}
+st, shown = post(P, '/apply-template', conv)
+st2, raw = post(P, '/completion', {'prompt': shown['prompt'], 'n_predict': 12, **GREEDY})
+res = {}
+for f in ['auto', 'none', 'deepseek-legacy']:
+    st3, c = post(P, '/v1/chat/completions', dict(conv, max_tokens=12, reasoning_format=f, **GREEDY))
+    res[f] = c['choices'][0]['message'] if st3 == 200 else {}
+check(st == st2 == 200 and res['none'].get('content') == raw['content'] and 'reasoning_content' not in res['none'],
+      'reasoning_format none: the text as generated in content, no reasoning_content', f'{res} {raw.get("content")!r}')
+check(res['deepseek-legacy'].get('content') == raw['content'] and res['auto'].get('reasoning_content')
+      and res['deepseek-legacy'].get('reasoning_content') == res['auto'].get('reasoning_content'),
+      'reasoning_format deepseek-legacy: content as generated and reasoning_content as auto splits it', str(res)[:400])
+ev = stream(P, '/v1/chat/completions', dict(conv, max_tokens=12, reasoning_format='none', stream=True, **GREEDY))['events']
+got = ''.join((e['choices'][0]['delta'].get('content') or '') for e in ev if e.get('choices'))
+check(got == raw['content'] and not any(e['choices'][0]['delta'].get('reasoning_content') for e in ev if e.get('choices')),
+      'reasoning_format none, streamed: the same content, no reasoning deltas', f'{got!r}')
+st, c = post(P, '/v1/chat/completions', dict(conv, max_tokens=2, reasoning_format='xml'))
+check(st == 400 and 'reasoning_format' in c['error']['message'], 'reasoning_format xml: 400', f'{st} {c}')
+
 # chat logprobs: bytes are the token's UTF-8 bytes as integers (llama-server's; OpenAI allows null)
 st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 6, 'temperature': 0,
                                           'logprobs': True, 'top_logprobs': 2, 'chat_template_kwargs': {'enable_thinking': False}})

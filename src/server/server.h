@@ -455,6 +455,9 @@ typedef struct srv_gen {
     bool echo;                 /* completions: prepend the prompt */
     bool tools;                /* tools were offered: parse <tool_call> blocks */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
+    /* reasoning_format: 0 split the think block into reasoning_content (auto, deepseek), 1 none:
+     * everything in content, 2 deepseek-legacy: content as generated and reasoning_content too */
+    int reasoning_format;
     bool native;               /* llama-server's POST /completion: its own answer shape */
     const struct srv_shape *shape;   /* another API's answer shape (server_dialect.h), or NULL */
     /* native only (server_native.c): n_probs, post_sampling_probs, return_tokens,

@@ -588,6 +588,19 @@ static bool thinking_flag(json_t *b, int *enable, srv_reply *r) {
     return true;
 }
 
+/* llama-server's reasoning_format: "auto" and "deepseek" split the think block out (the default),
+ * "none" leaves it in content, "deepseek-legacy" leaves it there and splits it out too. */
+static bool reasoning_format(json_t *b, int *rf, srv_reply *r) {
+    json_t *v = json_object_get(b, "reasoning_format");
+    if (!v || json_is_null(v)) return true;
+    static const char *const names[] = {"auto", "deepseek", "none", "deepseek-legacy"};
+    static const int mode[] = {0, 0, 1, 2};
+    for (size_t i = 0; json_is_string(v) && i < BS_ARRAY_LEN(names); i++)
+        if (!strcmp(json_string_value(v), names[i])) { *rf = mode[i]; return true; }
+    bad_request(r, "'%s' must be \"auto\", \"deepseek\", \"none\" or \"deepseek-legacy\"", "reasoning_format");
+    return false;
+}
+
 static void gen_init(srv_gen *g, bool chat) {
     memset(g, 0, sizeof *g);
     g->chat = chat;
@@ -737,7 +750,9 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     long top = 0;
     json_t *offered = json_object_get(b, "tools");
     char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
+    int rf = 0;
     const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
+                    reasoning_format(b, &rf, r) &&
                     parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
                     get_bool(b, "logprobs", &lp, r) && get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
     free(offered_text);
@@ -767,6 +782,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
     g.in_think = plen >= 8 && !memcmp(prompt + plen - 8, "<think>\n", 8);
+    g.reasoning_format = rf;
     free(prompt);
     free(tools);
     chat_in_free(&c);

@@ -212,6 +212,14 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     size_t rlen, clen;
     /* nothing generated (max_tokens 0, or an immediate end): text is still NULL */
     bs_reasoning_split(t->text ? t->text : "", t->len, g->in_think, &reasoning, &rlen, &content, &clen);
+    if (g->reasoning_format) {   /* content as generated (none: no reasoning_content either) */
+        free(content);
+        clen = t->len;
+        content = bs_xmalloc(clen + 1);
+        memcpy(content, t->text ? t->text : "", clen);
+        content[clen] = 0;
+        if (g->reasoning_format == 1) rlen = 0;
+    }
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     srv_tool_call *calls = NULL;
     char *rest = NULL;
@@ -551,15 +559,17 @@ static size_t content_ready(const srv_stream *st, bool final) {
 static void chat_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
     bs_reasoning_out ro = {0};
     srv_buf reasoning = {0};
-    if (len) {
+    const int rf = st->g.reasoning_format;   /* 1, 2: content as generated; 2: reasoning too */
+    if (len && rf) srv_buf_add(&st->content, text, len);
+    if (len && rf != 1) {
         bs_reasoning_feed(st->rs, text, len, &ro);
         srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
-        if (ro.content_len) srv_buf_add(&st->content, ro.content, ro.content_len);
+        if (ro.content_len && !rf) srv_buf_add(&st->content, ro.content, ro.content_len);
     }
-    if (final) {
+    if (final && rf != 1) {
         bs_reasoning_finish(st->rs, &ro);
         srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
-        if (ro.content_len) srv_buf_add(&st->content, ro.content, ro.content_len);
+        if (ro.content_len && !rf) srv_buf_add(&st->content, ro.content, ro.content_len);
     }
     json_t *delta = json_object();
     if (reasoning.len) json_object_set_new(delta, "reasoning_content", srv_text_json(reasoning.p, reasoning.len));
