@@ -96,9 +96,11 @@ static bool can_ahead(bs_vk_sess *s, const bs_draw *p) {
  * by it; the set of the step of tok into *io, waited for. u: the sampled steps' uniforms. */
 static int step_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, const float *rope1, const bs_draw *p,
                       const float *u, int *io) {
-    /* under way already, of this kind, with the adapters it was recorded with (LoRA may have
-       changed since) */
-    if (s->ahead && s->ahead_tok == tok && s->ahead_pos == pos0 && s->ahead_drawn == (p != NULL) && s->lora_gen == s->net->lora_gen) {
+    /* under way already, of this kind and draw (a list as long as this call's), with the adapters
+       it was recorded with (LoRA may have changed since) */
+    const bool same_draw = !p || !memcmp(&s->ahead_draw, p, sizeof *p);
+    if (s->ahead && s->ahead_tok == tok && s->ahead_pos == pos0 && s->ahead_drawn == (p != NULL) && same_draw &&
+        s->lora_gen == s->net->lora_gen) {
         *io = s->ahead_io;
         s->ahead = false;
     } else {
@@ -117,6 +119,7 @@ static int step_ahead(bs_vk_sess *s, int32_t tok, int pos0, const float *rope0, 
             s->ahead = true;
             s->ahead_pos = pos0 + 1;
             s->ahead_drawn = p != NULL;
+            if (p) s->ahead_draw = *p;
             s->net->c->stats.ahead++;
         }
     }

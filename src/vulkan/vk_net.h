@@ -129,6 +129,7 @@ struct bs_vk_sess {
        (top.topv is the current set's; made on first use, then swapped with the sets too) */
     bs_vk_buf unif, unif_alt, topv_alt;
     bool ahead_drawn;             /* the step ahead is a sampled one (its list comes back) */
+    bs_draw ahead_draw;           /* ... with these parameters (its list is that long) */
     int io;                       /* the current set's index */
     bool feed;                    /* this step: its argmax into tok_alt (the next step's token) */
     VkFence fence[2];             /* per set: its step in flight */
