@@ -3,7 +3,8 @@
  *   - strings that match and strings that do not, for anchors (and their absence: a match
  *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
  *     characters JSON escapes (", \, controls) written as JSON writes them;
- *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4), a pattern beside
+ *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4; a date's days by its
+ *     month, February's 29 in every year), a pattern beside
  *     minLength/maxLength, a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
  *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096,
@@ -125,6 +126,12 @@ static void test_refused(const bs_grammar_vocab *v) {
 static void test_formats(const bs_grammar_vocab *v) {
     static const struct { const char *fmt, *doc; int want; } cases[] = {
         {"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", 0}, {"date", "\"24-01-01\"", 0},
+        {"date", "\"2024-01-31\"", 1}, {"date", "\"2024-04-30\"", 1}, {"date", "\"2024-04-31\"", 0},
+        {"date", "\"2024-06-31\"", 0}, {"date", "\"2024-09-31\"", 0}, {"date", "\"2024-11-31\"", 0},
+        {"date", "\"2024-12-31\"", 1}, {"date", "\"2023-02-28\"", 1}, {"date", "\"2023-02-29\"", 1},
+        {"date", "\"2024-02-30\"", 0}, {"date", "\"2024-02-31\"", 0}, {"date", "\"2024-02-00\"", 0},
+        {"date-time", "\"2024-02-30T08:30:00Z\"", 0}, {"date-time", "\"2024-11-31T08:30:00Z\"", 0},
+        {"date-time", "\"2024-08-31T08:30:00Z\"", 1},
         {"time", "\"23:59:60Z\"", 1}, {"time", "\"12:00:00.123+05:30\"", 1}, {"time", "\"12:00:00\"", 0},
         {"date-time", "\"2024-01-31T08:30:00Z\"", 1}, {"date-time", "\"2024-01-31 08:30:00Z\"", 0},
         {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1}, {"uuid", "\"123e4567e89b12d3a456426614174000\"", 0},
