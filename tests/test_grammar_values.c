@@ -7,7 +7,8 @@
  *     month, February's 29 in every year), a pattern beside
  *     minLength/maxLength, a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
- *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096,
+ *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096 (code points:
+ *     a \u surrogate pair counts one, a lone surrogate is refused),
  *     minItems/maxItems up to 256, pattern quantifiers up to 1000, at and around their bounds;
  *   - the token mask equals allows() token by token on a 20000-token random vocabulary, along
  *     random walks through counted and looping strings (the mask's whole-subtree shortcuts);
@@ -320,6 +321,20 @@ static void test_long_counts(const bs_grammar_vocab *v) {
         }
     }
     CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"maxLength\": 4097}", "\"a\"", v), -1);
+    /* lengths count code points, as JSON Schema does: a \u surrogate pair is one, a lone half
+       is not a character at all */
+    static const struct { const char *doc; int n; } units[] = {
+        {"\"\\ud83d\\ude00\"", 1}, {"\"\\uD83D\\uDE00x\"", 2}, {"\"\\u00e9\\uffff\\uE000\\u1234\"", 4},
+        {"\"\xf0\x9f\x98\x80\"", 1}, {"\"\\ud83d\"", -1}, {"\"\\ude00\"", -1}, {"\"\\ud83dx\"", -1},
+        {"\"\\ude00\\ud83d\"", -1}, {"\"\\ud83d\\u0041\"", -1},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(units); i++)
+        for (int lo = 0; lo <= 5; lo++) {
+            char schema[96];
+            snprintf(schema, sizeof schema, "{\"type\": \"string\", \"minLength\": %d, \"maxLength\": %d}", lo, lo);
+            const int got = schema_matches(schema, units[i].doc, v);
+            CHECKF(got == (units[i].n == lo), "%s with length %d: %d, want %d", units[i].doc, lo, got, units[i].n == lo);
+        }
     CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"maxItems\": 257}", "[]", v), -1);
 }
 

@@ -288,8 +288,9 @@ static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
         const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
         if (lo < 0 || lo > MAX_LENGTH || hi > MAX_LENGTH || (mx && hi < 0) || (hi >= 0 && hi < lo))
             return fail(c, "json schema: %s out of the supported range 0..4096", "minLength/maxLength");
-        if (!c->has_char) {
-            gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
+        if (!c->has_char) {   /* a character is a code point: a \u surrogate pair is one, a lone half none */
+            gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+                            "[dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} ) )\n");
             c->has_char = true;
         }
         gt_put(body, "\"\\\"\" ");
