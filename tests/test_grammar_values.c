@@ -16,7 +16,8 @@
  *     drafts' numbers, fractional bounds): every integer near the bounds, across lengths and
  *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
  *     no leading zeros); an empty range is refused; numbers likewise (integer parts near the
- *     bounds with fractions, both signs), their bounds rounded inward where not whole;
+ *     bounds with fractions, both signs), their bounds rounded inward where not whole; bounds
+ *     past 2^53 written as integers are exact, for integers and numbers;
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
  *     or -1 (refused, or not compiling): test_grammar_pattern.py compares that with Python's
@@ -229,6 +230,14 @@ static void test_ranges(const bs_grammar_vocab *v) {
     check_range("{\"type\": \"integer\", \"minimum\": 0.5, \"maximum\": 3.5}", true, 1, true, 3, &r, v);
     check_range("{\"type\": [\"integer\", \"null\"], \"minimum\": 1, \"maximum\": 3}", true, 1, true, 3, &r, v);
     check_range("{\"type\": \"integer\", \"minimum\": -1e300}", false, 0, false, 0, &r, v);
+    /* bounds past 2^53, where a double would round them: exact where written as integers */
+    check_range("{\"type\": \"integer\", \"minimum\": 9007199254740993}", true, 9007199254740993LL, false, 0, &r, v);
+    check_range("{\"type\": \"integer\", \"maximum\": 9007199254740995}", false, 0, true, 9007199254740995LL, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": -9007199254740995, \"maximum\": -9007199254740993}", true,
+                -9007199254740995LL, true, -9007199254740993LL, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": 9007199254740992, \"exclusiveMinimum\": 9007199254740993, "
+                "\"exclusiveMaximum\": 9999999999999999}", true, 9007199254740994LL, true, 9999999999999998LL, &r, v);
+    check_range("{\"type\": \"integer\", \"maximum\": 9999999999999999}", false, 0, true, 9999999999999999LL, &r, v);
     CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "5", v), -1);
     CHECK(strstr(bitspark_last_error(), "no integer") != NULL);
     CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 1e20}", "5", v), -1);
@@ -284,6 +293,22 @@ static void test_num_ranges(const bs_grammar_vocab *v) {
     CHECK(strstr(bitspark_last_error(), "rounded inward") != NULL);
     CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"exclusiveMinimum\": 1, \"maximum\": 1}", "1", v), -1);
     CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"minimum\": 1e20}", "1", v), -1);
+    /* bounds past 2^53 written as integers are exact; 10^16 - 1 bounds numbers of 16 digits */
+    static const struct { const char *schema, *doc; int want; } big[] = {
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999999", 1},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999998.5", 1},
+        {"{\"type\": \"number\", \"exclusiveMaximum\": 9999999999999999}", "9999999999999998.5", 1},
+        {"{\"type\": \"number\", \"exclusiveMaximum\": 9999999999999999}", "9999999999999999", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993}", "9007199254740992.5", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993}", "9007199254740993", 1},
+        {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993.5", 0},
+        {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993", 1},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(big); i++) {
+        const int got = schema_matches(big[i].schema, big[i].doc, v);
+        CHECKF(got == big[i].want, "%s on %s: %d, want %d", big[i].schema, big[i].doc, got, big[i].want);
+    }
 }
 
 /* The JSON text of n copies of unit between open and close (sep between them), malloc'd. */

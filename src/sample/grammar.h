@@ -56,13 +56,15 @@ char *bs_grammar_from_pattern(const char *pattern);
 /* The pattern for a string "format" of a fixed shape (date, time, date-time, uuid, ipv4); NULL
  * for the others (annotations). */
 const char *bs_grammar_format_pattern(const char *format);
-/* GBNF for the integers from lo to hi (inclusive or not; either bound absent: unbounded;
- * grammar_range.c), as the schema's integer rule writes them. malloc'd; NULL + bs_error for an
- * empty range. */
-char *bs_grammar_int_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
-/* GBNF for the numbers from lo to hi (inclusive or not; either absent: unbounded), written
- * without an exponent; bounds that are not whole are rounded inward. NULL + bs_error if empty. */
-char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
+/* One bound of a schema's minimum/maximum (has: given; incl: inclusive): exactly i where the
+ * schema wrote an integer (is_int), else the double v. */
+typedef struct bs_grammar_bound { bool has, incl, is_int; int64_t i; double v; } bs_grammar_bound;
+/* GBNF for the integers from lo to hi (either bound absent: unbounded; grammar_range.c), as the
+ * schema's integer rule writes them. malloc'd; NULL + bs_error for an empty range. */
+char *bs_grammar_int_range(bs_grammar_bound lo, bs_grammar_bound hi);
+/* GBNF for the numbers from lo to hi (either absent: unbounded), written without an exponent;
+ * bounds that are not whole are rounded inward. NULL + bs_error if empty. */
+char *bs_grammar_num_range(bs_grammar_bound lo, bs_grammar_bound hi);
 /* GBNF of one call of the OpenAI-style tools (a JSON array; only: that function, or NULL: any of
  * them), in the JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, the
  * arguments following each tool's parameter schema. malloc'd; NULL + bs_error. */

@@ -240,33 +240,40 @@ static int pattern_body(conv *c, json_t *s, gt_buf *body) {
     return rx ? put_expr(c, body, bs_grammar_from_pattern(rx)) : 1;
 }
 
+/* A schema's number as a bound: exact where it is an integer. */
+static bs_grammar_bound bound_of(json_t *x, bool incl) {
+    return (bs_grammar_bound){.has = true, .incl = incl, .is_int = json_is_integer(x),
+                              .i = json_is_integer(x) ? (int64_t)json_integer_value(x) : 0, .v = json_number_value(x)};
+}
+
+/* Whether x lies beyond y on the bounded side (a larger minimum, a smaller maximum), or equals
+ * it; exact when both are integers. */
+static bool tighter_or_equal(bs_grammar_bound x, bs_grammar_bound y, bool upper) {
+    if (x.is_int && y.is_int) return upper ? x.i <= y.i : x.i >= y.i;
+    return upper ? x.v <= y.v : x.v >= y.v;
+}
+
 /* One bound of a number's range: minimum (exclusive where exclusiveMinimum is true, as in
- * draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; 1 where neither. */
-static int num_bound(conv *c, json_t *s, bool upper, double *v, bool *incl) {
+ * draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; b->has false where
+ * neither is given. */
+static int num_bound(conv *c, json_t *s, bool upper, bs_grammar_bound *b) {
     json_t *in = json_object_get(s, upper ? "maximum" : "minimum");
     json_t *ex = json_object_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
     if ((in && !json_is_number(in)) || (ex && !json_is_number(ex) && !json_is_boolean(ex)))
         return fail(c, "json schema: %s must be numbers", "minimum/maximum");
-    const double sign = upper ? -1 : 1;   /* tighter: larger for a minimum, smaller for a maximum */
-    bool has = false;
-    if (in) *v = json_number_value(in), *incl = !json_is_true(ex), has = true;
-    if (json_is_number(ex)) {
-        const double x = json_number_value(ex);
-        if (!has || sign * x >= sign * *v) *v = x, *incl = false;
-        has = true;
-    }
-    return has ? 0 : 1;
+    *b = (bs_grammar_bound){.has = false};
+    if (in) *b = bound_of(in, !json_is_true(ex));
+    if (json_is_number(ex) && (!b->has || tighter_or_equal(bound_of(ex, false), *b, upper))) *b = bound_of(ex, false);
+    return 0;
 }
 
 /* A number or an integer with minimum/maximum: the numbers or integers in its range
  * (grammar_range.c); 1 where it has neither bound. */
 static int range_body(conv *c, json_t *s, bool integer, gt_buf *body) {
-    double lo = 0, hi = 0;
-    bool lo_in = true, hi_in = true;
-    const int no_lo = num_bound(c, s, false, &lo, &lo_in), no_hi = num_bound(c, s, true, &hi, &hi_in);
-    if (no_lo < 0 || no_hi < 0) return -1;
-    if (no_lo && no_hi) return 1;
-    return put_expr(c, body, (integer ? bs_grammar_int_range : bs_grammar_num_range)(!no_lo, lo, lo_in, !no_hi, hi, hi_in));
+    bs_grammar_bound lo, hi;
+    if (num_bound(c, s, false, &lo) || num_bound(c, s, true, &hi)) return -1;
+    if (!lo.has && !hi.has) return 1;
+    return put_expr(c, body, (integer ? bs_grammar_int_range : bs_grammar_num_range)(lo, hi));
 }
 
 static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
