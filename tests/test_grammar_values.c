@@ -17,7 +17,8 @@
  *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
  *     no leading zeros); an empty range is refused; numbers likewise (integer parts near the
  *     bounds with fractions, both signs), their bounds rounded inward where not whole; bounds
- *     past 2^53 written as integers are exact, for integers and numbers;
+ *     past 2^53 written as integers are exact, for integers and numbers, and written as reals
+ *     move a double's step inward (never outward of the number written);
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
  *     or -1 (refused, or not compiling): test_grammar_pattern.py compares that with Python's
@@ -304,6 +305,15 @@ static void test_num_ranges(const bs_grammar_vocab *v) {
         {"{\"type\": \"number\", \"minimum\": 9007199254740993}", "9007199254740993", 1},
         {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993.5", 0},
         {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993", 1},
+        /* written as reals, their doubles may lie outward of them: a step inward */
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.0}", "9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.5}", "9999999999999999.7", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.0}", "9999999999999998", 1},
+        {"{\"type\": \"number\", \"minimum\": -9999999999999999.0}", "-9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993.0}", "9007199254740992", 0},
+        {"{\"type\": \"integer\", \"minimum\": 9007199254740993.0}", "9007199254740992", 0},
+        {"{\"type\": \"integer\", \"maximum\": 9007199254740995.0}", "9007199254740996", 0},
+        {"{\"type\": \"integer\", \"maximum\": 9007199254740995.0}", "9007199254740994", 1},
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(big); i++) {
         const int got = schema_matches(big[i].schema, big[i].doc, v);

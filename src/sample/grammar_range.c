@@ -118,13 +118,16 @@ static int magnitudes(gt_buf *b, mbound lo, mbound hi) {
 }
 
 /* A bound made whole within the 16 digits, into *w: an integer the schema wrote is exact; a
- * real one that is not whole is rounded inward (inclusive). Past the 16 digits on its own side
+ * real one that is not whole is rounded inward (inclusive), and so is one at or past 2^53: its
+ * double may be the number written rounded by up to half a step, outward too (9999999999999999.5
+ * reads as 10^16), so it moves one step inward. Past the 16 digits on its own side
  * (a minimum of -10^16 or less) it bounds nothing and is dropped; past them on the far side it
  * leaves nothing (an error naming what: "integer" or "number"). */
 static int whole_bound(bs_grammar_bound *b, bool upper, int64_t *w, const char *what) {
     const int64_t past = MAX_INT + 1;
     double v = b->v;
     if (!b->has) return 0;
+    if (!b->is_int && fabs(v) >= 0x1p53) v = nextafter(v, upper ? -INFINITY : INFINITY), b->incl = true;
     if (!b->is_int && v != floor(v)) v = upper ? floor(v) : ceil(v), b->incl = true;
     /* a double past +-10^16 compares as it is; one inside converts exactly (it is whole) */
     const bool own = b->is_int ? (upper ? b->i >= past : b->i <= -past) : (upper ? v >= past : v <= -past);
