@@ -4,8 +4,9 @@
  *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
  *     characters JSON escapes (", \, controls) written as JSON writes them;
  *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4; a date's days by its
- *     month, February's 29 in every year), a pattern beside
- *     minLength/maxLength, a pattern inside an object's property;
+ *     month, February's 29 in every year), a pattern beside minLength/maxLength (taken where
+ *     all its strings' lengths are within them, else refused),
+ *     a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
  *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096 (code points:
  *     a \u surrogate pair counts one, a lone surrogate is refused),
@@ -158,9 +159,20 @@ static void test_formats(const bs_grammar_vocab *v) {
                               "\"pattern\": \"^\\\\d{5}$\"}}, \"required\": [\"zip\"]}";
     CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"12345\"}", v), 1);
     CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"1234\"}", v), 0);
-    static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}";
-    CHECK_EQ_INT(schema_matches(len, "\"aaaa\"", v), 1);
-    CHECK_EQ_INT(schema_matches(len, "\"b\"", v), 0);
+    /* beside minLength/maxLength, a pattern whose strings all have lengths within them; one
+       whose strings may not is refused (dropping either bound would let wrong strings through) */
+    static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a{1,2}(b|cd)?$\", \"minLength\": 1, \"maxLength\": 4}";
+    CHECK_EQ_INT(schema_matches(len, "\"aacd\"", v), 1);
+    CHECK_EQ_INT(schema_matches(len, "\"aaa\"", v), 0);
+    static const char *const too_long[] = {
+        "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}", "{\"type\": \"string\", \"pattern\": \"a\", \"maxLength\": 9}",
+        "{\"type\": \"string\", \"pattern\": \"^a?$\", \"minLength\": 1}", "{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 9}",
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(too_long); i++) {
+        CHECK_EQ_INT(schema_matches(too_long[i], "\"a\"", v), -1);
+        CHECKF(strstr(bitspark_last_error(), "minLength/maxLength") != NULL, "%s", bitspark_last_error());
+    }
+    CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 10}", "\"2024-01-01\"", v), 1);
 }
 
 /* The compiled grammar of a schema (a failed check where it is refused). */

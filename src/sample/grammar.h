@@ -46,13 +46,17 @@ void bs_grammar_free(bs_grammar *g);
 /* GBNF of a JSON schema (grammar_schema.c): objects (properties, required), arrays (items,
  * minItems, maxItems), strings (enum, const, minLength, maxLength, pattern, the formats of
  * bs_grammar_format_pattern), numbers, integers, booleans, null, enum, const,
- * anyOf / oneOf, $ref into #/$defs or #/definitions. malloc'd; NULL + bs_error on what it does not
- * support. schema NULL: any JSON object (response_format json_object). */
+ * anyOf / oneOf, $ref into #/$defs or #/definitions, with the keywords beside them merged in
+ * (grammar_allof.c). malloc'd; NULL + bs_error on what it does not support, never dropping a
+ * constraint. schema NULL: any JSON object (response_format json_object). */
 char *bs_grammar_from_json_schema(const char *schema);
 /* GBNF for the JSON text of a string matching `pattern`, a JSON schema's ECMAScript regular
  * expression (grammar_pattern.c: what it supports and refuses): an expression, "\"" to "\"".
  * malloc'd; NULL + bs_error naming what is not supported. */
 char *bs_grammar_from_pattern(const char *pattern);
+/* The same, and the lengths in code points of the strings it allows: *min_len to *max_len (-1:
+ * unbounded). */
+char *bs_grammar_from_pattern_len(const char *pattern, long *min_len, long *max_len);
 /* The pattern for a string "format" of a fixed shape (date, time, date-time, uuid, ipv4); NULL
  * for the others (annotations). */
 const char *bs_grammar_format_pattern(const char *format);
