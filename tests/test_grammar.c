@@ -11,7 +11,10 @@
  *     2500-property schema, the same through tools) with an error naming the limit; compiling
  *     8000 rules in linear time; an ambiguous grammar fails within the step budget (or a cancel
  *     hook) instead of stalling; no alternative dropped past 4096 stacks or 64 optional
- *     properties; $ref chains and long enums exact; meaningless schemas and grammars refused. */
+ *     properties; $ref chains and long enums exact; meaningless schemas and grammars refused;
+ *   - keywords beside anyOf/oneOf, $ref, enum and const hold (merged into each branch, or
+ *     filtering the values), annotations beside them change nothing, and what cannot be
+ *     combined is refused naming the keyword. */
 #include "gen_helper.h"
 #include "grammar_test.h"
 #include "sample/grammar.h"
@@ -54,6 +57,67 @@ static void test_parser(const bs_grammar_vocab *v) {
         CHECKF(!g && strstr(bitspark_last_error(), "grammar"), "bad grammar %zu accepted: %s", i, bad[i]);
         bs_grammar_free(g);
     }
+}
+
+/* Keywords beside anyOf/oneOf, $ref, enum and const hold too: each alternative (a $ref's
+ * target) is merged with them, enum and const values that fail them are dropped, and what cannot
+ * be combined is refused naming the keyword; annotations beside them change nothing. */
+static void test_siblings(const bs_grammar_vocab *v) {
+    static const struct { const char *schema, *doc; int want; } cases[] = {
+        /* the reviewer's: each was accepted */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"oneOf\":[{\"type\":\"object\"}]}", "{}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],\"oneOf\":[{\"type\":\"object\"}]}", "{\"a\": 1}", 1},
+        {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":2}", "\"abcdef\"", 0},
+        {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"maxLength\":2}", "\"ab\"", 1},
+        {"{\"enum\":[\"abc\",\"x\"],\"maxLength\":2}", "\"abc\"", 0},
+        {"{\"enum\":[\"abc\",\"x\"],\"maxLength\":2}", "\"x\"", 1},
+        {"{\"type\":\"string\",\"enum\":[\"a\",1]}", "1", 0},
+        {"{\"type\":\"string\",\"enum\":[\"a\",1]}", "\"a\"", 1},
+        {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aaaaa\"", -1},
+        /* the common shapes: type beside anyOf, required per branch, nullable by type list */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{\"b\": 2}", 1},
+        {"{\"type\":[\"string\",\"null\"],\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"null\"}]}", "null", 1},
+        {"{\"type\":[\"string\",\"null\"],\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"null\"}]}", "\"ab\"", 0},
+        {"{\"type\":[\"string\",\"null\"],\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"integer\"}]}", "3", 0},
+        {"{\"type\":\"integer\",\"anyOf\":[{\"minimum\":10},{\"maximum\":-10}]}", "0", 0},
+        {"{\"type\":\"integer\",\"anyOf\":[{\"minimum\":10},{\"maximum\":-10}]}", "-11", 1},
+        {"{\"type\":\"number\",\"anyOf\":[{\"type\":\"integer\"}]}", "1.5", 0},
+        {"{\"minimum\":5,\"anyOf\":[{\"type\":\"integer\",\"minimum\":1}]}", "3", 0},
+        {"{\"minimum\":5,\"anyOf\":[{\"type\":\"integer\",\"minimum\":1}]}", "5", 1},
+        /* a property in both sides: both schemas; additionalProperties false on one side */
+        {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"anyOf\":[{\"properties\":{\"a\":{\"maxLength\":1}},\"required\":[\"a\"]}]}", "{\"a\": \"xy\"}", 0},
+        {"{\"properties\":{\"a\":{\"type\":\"string\"}},\"anyOf\":[{\"properties\":{\"a\":{\"maxLength\":1}},\"required\":[\"a\"]}]}", "{\"a\": \"x\"}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false,\"anyOf\":[{\"properties\":{\"b\":{}}}]}", "{\"b\": 1}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false,\"anyOf\":[{\"properties\":{\"b\":{}},\"required\":[\"b\"]}]}", "{}", -1},
+        /* a $ref beside constraints, and through a chain; enum beside $ref, const beside type */
+        {"{\"$defs\":{\"o\":{\"$ref\":\"#/$defs/p\"},\"p\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}},\"$ref\":\"#/$defs/o\",\"required\":[\"x\"]}", "{}", 0},
+        {"{\"$defs\":{\"o\":{\"$ref\":\"#/$defs/p\"},\"p\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"integer\"}}}},\"$ref\":\"#/$defs/o\",\"required\":[\"x\"]}", "{\"x\": 2}", 1},
+        {"{\"$defs\":{\"c\":{\"type\":\"string\",\"maxLength\":1}},\"$ref\":\"#/$defs/c\",\"enum\":[\"r\",\"gb\"]}", "\"gb\"", 0},
+        {"{\"$defs\":{\"c\":{\"type\":\"string\",\"maxLength\":1}},\"$ref\":\"#/$defs/c\",\"enum\":[\"r\",\"gb\"]}", "\"r\"", 1},
+        {"{\"type\":\"integer\",\"const\":2.5}", "2.5", -1},
+        {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "5", 1},
+        {"{\"enum\":[1,5,9],\"minimum\":2,\"exclusiveMaximum\":9}", "9", 0},
+        {"{\"enum\":[\"ab\",\"b\"],\"pattern\":\"^a\"}", "\"b\"", 0},
+        {"{\"enum\":[{\"k\":1},{\"k\":\"s\"}],\"properties\":{\"k\":{\"type\":\"string\"}}}", "{\"k\":1}", 0},
+        {"{\"enum\":[{\"k\":1},{\"k\":\"s\"}],\"properties\":{\"k\":{\"type\":\"string\"}}}", "{\"k\":\"s\"}", 1},
+        /* annotations beside $ref and anyOf (pydantic, OpenAI tools) change nothing */
+        {"{\"$defs\":{\"s\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/s\",\"description\":\"d\",\"title\":\"T\",\"default\":\"x\"}", "\"abc\"", 1},
+        {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}],\"default\":null,\"title\":\"N\",\"$comment\":\"c\",\"examples\":[1]}", "null", 1},
+        /* what cannot be combined is refused, naming it */
+        {"{\"type\":\"string\",\"pattern\":\"^a$\",\"anyOf\":[{\"pattern\":\"^b$\"}]}", "\"a\"", -1},
+        {"{\"prefixItems\":[{}],\"anyOf\":[{\"items\":{\"type\":\"integer\"}}]}", "[1]", -1},
+        {"{\"enum\":[[1]],\"prefixItems\":[{\"type\":\"integer\"}]}", "[1]", -1},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
+        const int got = schema_matches(cases[i].schema, cases[i].doc, v);
+        CHECKF(got == cases[i].want, "%s on %s: %d, want %d (%s)", cases[i].schema, cases[i].doc, got, cases[i].want,
+               got < 0 ? bitspark_last_error() : "");
+    }
+    CHECK_EQ_INT(schema_matches("{\"type\":\"string\",\"pattern\":\"^a$\",\"anyOf\":[{\"pattern\":\"^b$\"}]}", "\"a\"", v), -1);
+    CHECKF(strstr(bitspark_last_error(), "'pattern'") != NULL, "%s", bitspark_last_error());
+    CHECK_EQ_INT(schema_matches("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"}]}", "1", v), -1);
+    CHECKF(strstr(bitspark_last_error(), "anyOf") != NULL, "%s", bitspark_last_error());
 }
 
 static void test_schema(const bs_grammar_vocab *v) {
@@ -413,6 +477,7 @@ int main(void) {
     bs_grammar_vocab *v = bs_grammar_vocab_new(tok);
     test_parser(v);
     test_schema(v);
+    test_siblings(v);
     test_mask(v, bs_tokenizer_n_vocab(tok));
     test_limits();
     test_ambiguous(v, bs_tokenizer_n_vocab(tok));

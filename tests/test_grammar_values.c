@@ -3,10 +3,13 @@
  *   - strings that match and strings that do not, for anchors (and their absence: a match
  *     anywhere), classes, escapes, groups, alternation and every quantifier, with the
  *     characters JSON escapes (", \, controls) written as JSON writes them;
- *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4), a pattern beside
- *     minLength/maxLength, a pattern inside an object's property;
+ *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4; a date's days by its
+ *     month, February's 29 in every year), a pattern beside minLength/maxLength (taken where
+ *     all its strings' lengths are within them, else refused),
+ *     a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
- *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096,
+ *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096 (code points:
+ *     a \u surrogate pair counts one, a lone surrogate is refused),
  *     minItems/maxItems up to 256, pattern quantifiers up to 1000, at and around their bounds;
  *   - the token mask equals allows() token by token on a 20000-token random vocabulary, along
  *     random walks through counted and looping strings (the mask's whole-subtree shortcuts);
@@ -14,7 +17,9 @@
  *     drafts' numbers, fractional bounds): every integer near the bounds, across lengths and
  *     signs, and random ones, is accepted exactly when inside, written canonically (no "-0",
  *     no leading zeros); an empty range is refused; numbers likewise (integer parts near the
- *     bounds with fractions, both signs), their bounds rounded inward where not whole;
+ *     bounds with fractions, both signs), their bounds rounded inward where not whole; bounds
+ *     past 2^53 written as integers are exact, for integers and numbers, and written as reals
+ *     move a double's step inward (never outward of the number written);
  *   - with a file argument: each line a JSON array [pattern, string], it prints 1 (the JSON
  *     text of the string matches the schema {"type": "string", "pattern": pattern}), 0 (not),
  *     or -1 (refused, or not compiling): test_grammar_pattern.py compares that with Python's
@@ -125,6 +130,12 @@ static void test_refused(const bs_grammar_vocab *v) {
 static void test_formats(const bs_grammar_vocab *v) {
     static const struct { const char *fmt, *doc; int want; } cases[] = {
         {"date", "\"2024-02-29\"", 1}, {"date", "\"2024-13-01\"", 0}, {"date", "\"24-01-01\"", 0},
+        {"date", "\"2024-01-31\"", 1}, {"date", "\"2024-04-30\"", 1}, {"date", "\"2024-04-31\"", 0},
+        {"date", "\"2024-06-31\"", 0}, {"date", "\"2024-09-31\"", 0}, {"date", "\"2024-11-31\"", 0},
+        {"date", "\"2024-12-31\"", 1}, {"date", "\"2023-02-28\"", 1}, {"date", "\"2023-02-29\"", 1},
+        {"date", "\"2024-02-30\"", 0}, {"date", "\"2024-02-31\"", 0}, {"date", "\"2024-02-00\"", 0},
+        {"date-time", "\"2024-02-30T08:30:00Z\"", 0}, {"date-time", "\"2024-11-31T08:30:00Z\"", 0},
+        {"date-time", "\"2024-08-31T08:30:00Z\"", 1},
         {"time", "\"23:59:60Z\"", 1}, {"time", "\"12:00:00.123+05:30\"", 1}, {"time", "\"12:00:00\"", 0},
         {"date-time", "\"2024-01-31T08:30:00Z\"", 1}, {"date-time", "\"2024-01-31 08:30:00Z\"", 0},
         {"uuid", "\"123e4567-e89b-12d3-a456-426614174000\"", 1}, {"uuid", "\"123e4567e89b12d3a456426614174000\"", 0},
@@ -148,9 +159,20 @@ static void test_formats(const bs_grammar_vocab *v) {
                               "\"pattern\": \"^\\\\d{5}$\"}}, \"required\": [\"zip\"]}";
     CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"12345\"}", v), 1);
     CHECK_EQ_INT(schema_matches(obj, "{\"zip\": \"1234\"}", v), 0);
-    static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}";
-    CHECK_EQ_INT(schema_matches(len, "\"aaaa\"", v), 1);
-    CHECK_EQ_INT(schema_matches(len, "\"b\"", v), 0);
+    /* beside minLength/maxLength, a pattern whose strings all have lengths within them; one
+       whose strings may not is refused (dropping either bound would let wrong strings through) */
+    static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a{1,2}(b|cd)?$\", \"minLength\": 1, \"maxLength\": 4}";
+    CHECK_EQ_INT(schema_matches(len, "\"aacd\"", v), 1);
+    CHECK_EQ_INT(schema_matches(len, "\"aaa\"", v), 0);
+    static const char *const too_long[] = {
+        "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}", "{\"type\": \"string\", \"pattern\": \"a\", \"maxLength\": 9}",
+        "{\"type\": \"string\", \"pattern\": \"^a?$\", \"minLength\": 1}", "{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 9}",
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(too_long); i++) {
+        CHECK_EQ_INT(schema_matches(too_long[i], "\"a\"", v), -1);
+        CHECKF(strstr(bitspark_last_error(), "minLength/maxLength") != NULL, "%s", bitspark_last_error());
+    }
+    CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 10}", "\"2024-01-01\"", v), 1);
 }
 
 /* The compiled grammar of a schema (a failed check where it is refused). */
@@ -221,6 +243,14 @@ static void test_ranges(const bs_grammar_vocab *v) {
     check_range("{\"type\": \"integer\", \"minimum\": 0.5, \"maximum\": 3.5}", true, 1, true, 3, &r, v);
     check_range("{\"type\": [\"integer\", \"null\"], \"minimum\": 1, \"maximum\": 3}", true, 1, true, 3, &r, v);
     check_range("{\"type\": \"integer\", \"minimum\": -1e300}", false, 0, false, 0, &r, v);
+    /* bounds past 2^53, where a double would round them: exact where written as integers */
+    check_range("{\"type\": \"integer\", \"minimum\": 9007199254740993}", true, 9007199254740993LL, false, 0, &r, v);
+    check_range("{\"type\": \"integer\", \"maximum\": 9007199254740995}", false, 0, true, 9007199254740995LL, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": -9007199254740995, \"maximum\": -9007199254740993}", true,
+                -9007199254740995LL, true, -9007199254740993LL, &r, v);
+    check_range("{\"type\": \"integer\", \"minimum\": 9007199254740992, \"exclusiveMinimum\": 9007199254740993, "
+                "\"exclusiveMaximum\": 9999999999999999}", true, 9007199254740994LL, true, 9999999999999998LL, &r, v);
+    check_range("{\"type\": \"integer\", \"maximum\": 9999999999999999}", false, 0, true, 9999999999999999LL, &r, v);
     CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 4}", "5", v), -1);
     CHECK(strstr(bitspark_last_error(), "no integer") != NULL);
     CHECK_EQ_INT(schema_matches("{\"type\": \"integer\", \"minimum\": 1e20}", "5", v), -1);
@@ -276,6 +306,31 @@ static void test_num_ranges(const bs_grammar_vocab *v) {
     CHECK(strstr(bitspark_last_error(), "rounded inward") != NULL);
     CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"exclusiveMinimum\": 1, \"maximum\": 1}", "1", v), -1);
     CHECK_EQ_INT(schema_matches("{\"type\": \"number\", \"minimum\": 1e20}", "1", v), -1);
+    /* bounds past 2^53 written as integers are exact; 10^16 - 1 bounds numbers of 16 digits */
+    static const struct { const char *schema, *doc; int want; } big[] = {
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999999", 1},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999}", "9999999999999998.5", 1},
+        {"{\"type\": \"number\", \"exclusiveMaximum\": 9999999999999999}", "9999999999999998.5", 1},
+        {"{\"type\": \"number\", \"exclusiveMaximum\": 9999999999999999}", "9999999999999999", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993}", "9007199254740992.5", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993}", "9007199254740993", 1},
+        {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993.5", 0},
+        {"{\"type\": \"number\", \"minimum\": -9007199254740993}", "-9007199254740993", 1},
+        /* written as reals, their doubles may lie outward of them: a step inward */
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.0}", "9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.5}", "9999999999999999.7", 0},
+        {"{\"type\": \"number\", \"maximum\": 9999999999999999.0}", "9999999999999998", 1},
+        {"{\"type\": \"number\", \"minimum\": -9999999999999999.0}", "-9999999999999999.5", 0},
+        {"{\"type\": \"number\", \"minimum\": 9007199254740993.0}", "9007199254740992", 0},
+        {"{\"type\": \"integer\", \"minimum\": 9007199254740993.0}", "9007199254740992", 0},
+        {"{\"type\": \"integer\", \"maximum\": 9007199254740995.0}", "9007199254740996", 0},
+        {"{\"type\": \"integer\", \"maximum\": 9007199254740995.0}", "9007199254740994", 1},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(big); i++) {
+        const int got = schema_matches(big[i].schema, big[i].doc, v);
+        CHECKF(got == big[i].want, "%s on %s: %d, want %d", big[i].schema, big[i].doc, got, big[i].want);
+    }
 }
 
 /* The JSON text of n copies of unit between open and close (sep between them), malloc'd. */
@@ -313,6 +368,20 @@ static void test_long_counts(const bs_grammar_vocab *v) {
         }
     }
     CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"maxLength\": 4097}", "\"a\"", v), -1);
+    /* lengths count code points, as JSON Schema does: a \u surrogate pair is one, a lone half
+       is not a character at all */
+    static const struct { const char *doc; int n; } units[] = {
+        {"\"\\ud83d\\ude00\"", 1}, {"\"\\uD83D\\uDE00x\"", 2}, {"\"\\u00e9\\uffff\\uE000\\u1234\"", 4},
+        {"\"\xf0\x9f\x98\x80\"", 1}, {"\"\\ud83d\"", -1}, {"\"\\ude00\"", -1}, {"\"\\ud83dx\"", -1},
+        {"\"\\ude00\\ud83d\"", -1}, {"\"\\ud83d\\u0041\"", -1},
+    };
+    for (size_t i = 0; i < BS_ARRAY_LEN(units); i++)
+        for (int lo = 0; lo <= 5; lo++) {
+            char schema[96];
+            snprintf(schema, sizeof schema, "{\"type\": \"string\", \"minLength\": %d, \"maxLength\": %d}", lo, lo);
+            const int got = schema_matches(schema, units[i].doc, v);
+            CHECKF(got == (units[i].n == lo), "%s with length %d: %d, want %d", units[i].doc, lo, got, units[i].n == lo);
+        }
     CHECK_EQ_INT(schema_matches("{\"type\": \"array\", \"maxItems\": 257}", "[]", v), -1);
 }
 

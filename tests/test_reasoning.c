@@ -1,6 +1,8 @@
 /* test_reasoning.c: splitting generated text into reasoning and content, whole and streamed in
  * every chunking (single bytes included): a stream must give exactly the whole-text result and
- * never show part of a tag. */
+ * never show part of a tag. Random texts of tags, pieces of tags and whitespace, streamed in
+ * random chunks, against a plain reference splitter; the bytes the splitter examines stay
+ * linear in the bytes fed (whitespace held inside the think block is not scanned again). */
 #include "text/reasoning.h"
 #include "test.h"
 #include "io/util.h"
@@ -54,7 +56,78 @@ static void stream(const rcase *c, const size_t *sizes, size_t ns, char **rs, ch
     bs_reasoning_free(r);
 }
 
+static bool ws(char c) { return c && strchr(" \n\r\t\f\v", c); }
+
+/* The split's rules written plainly for a whole text: (whitespace and <think> unless
+ * in_think) reasoning up to the first </think>, trimmed; the rest, without leading whitespace,
+ * is content. Without the opening tag it is all content. Appends to rs / cs. */
+static void reference(const char *t, bool in_think, char *rs, char *cs) {
+    const char *p = t;
+    rs[0] = 0;
+    if (!in_think) {
+        while (ws(*p)) p++;
+        if (strncmp(p, "<think>", 7)) {
+            strcpy(cs, t);
+            return;
+        }
+        p += 7;
+    }
+    const char *close = strstr(p, "</think>"), *end = close ? close : p + strlen(p);
+    while (p < end && ws(*p)) p++;
+    while (end > p && ws(end[-1])) end--;
+    memcpy(rs, p, (size_t)(end - p));
+    rs[end - p] = 0;
+    for (p = close ? close + 8 : "", cs[0] = 0; ws(*p); p++) {}
+    strcpy(cs, p);
+}
+
+/* Random texts streamed in random chunks equal the reference; the work stays within two
+ * looks at each byte and two tags' lengths a call. */
+static void test_random(void) {
+    static const char *const piece[] = {"<think>", "</think>", "</th", "<", "/", " ", "\n", "\n\n", "a", "xy", "\t "};
+    bs_rng rng;
+    bs_rng_seed(&rng, 77);
+    char text[4096], want_r[4096], want_c[4096], got_r[4096], got_c[4096];
+    for (int trial = 0; trial < 3000; trial++) {
+        text[0] = 0;
+        const int n = 1 + (int)(bs_rng_next(&rng) % 60);
+        for (int k = 0; k < n; k++) strcat(text, piece[bs_rng_next(&rng) % BS_ARRAY_LEN(piece)]);
+        const bool in_think = bs_rng_next(&rng) % 2;
+        reference(text, in_think, want_r, want_c);
+        bs_reasoning *r = bs_reasoning_new(in_think);
+        bs_reasoning_out o;
+        size_t len = strlen(text), pos = 0, rn = 0, cn = 0, calls = 0;
+        for (; pos < len; calls++) {
+            const size_t want = 1 + bs_rng_next(&rng) % 12, step = BS_MIN(len - pos, want);
+            bs_reasoning_feed(r, text + pos, step, &o);
+            pos += step;
+            memcpy(got_r + rn, o.reasoning, o.reasoning_len), rn += o.reasoning_len;
+            memcpy(got_c + cn, o.content, o.content_len), cn += o.content_len;
+        }
+        bs_reasoning_finish(r, &o);
+        memcpy(got_r + rn, o.reasoning, o.reasoning_len), rn += o.reasoning_len;
+        memcpy(got_c + cn, o.content, o.content_len), cn += o.content_len;
+        got_r[rn] = got_c[cn] = 0;
+        CHECKF(!strcmp(got_r, want_r) && !strcmp(got_c, want_c), "'%s' (in_think %d): reasoning '%s' content '%s'",
+               text, in_think, got_r, got_c);
+        CHECKF(bs_reasoning_work(r) <= 2 * len + 16 * (calls + 1), "'%s': %zu bytes examined for %zu", text,
+               bs_reasoning_work(r), len);
+        bs_reasoning_free(r);
+    }
+    /* the reviewer's case: whitespace held inside the think block, 4 bytes a call */
+    bs_reasoning *r = bs_reasoning_new(true);
+    bs_reasoning_out o;
+    bs_reasoning_feed(r, "x", 1, &o);
+    size_t emitted = 0;
+    for (int i = 0; i < 64000; i++) bs_reasoning_feed(r, "\n\n\n\n", 4, &o), emitted += o.reasoning_len;
+    bs_reasoning_feed(r, "y", 1, &o);
+    CHECK(emitted == 0 && o.reasoning_len == 256001 && o.reasoning[256000] == 'y');
+    CHECKF(bs_reasoning_work(r) <= 2 * 256002 + 16 * 64002, "%zu bytes examined", bs_reasoning_work(r));
+    bs_reasoning_free(r);
+}
+
 int main(void) {
+    test_random();
     for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
         const rcase *c = &cases[i];
         char *rs, *cs;

@@ -46,23 +46,29 @@ void bs_grammar_free(bs_grammar *g);
 /* GBNF of a JSON schema (grammar_schema.c): objects (properties, required), arrays (items,
  * minItems, maxItems), strings (enum, const, minLength, maxLength, pattern, the formats of
  * bs_grammar_format_pattern), numbers, integers, booleans, null, enum, const,
- * anyOf / oneOf, $ref into #/$defs or #/definitions. malloc'd; NULL + bs_error on what it does not
- * support. schema NULL: any JSON object (response_format json_object). */
+ * anyOf / oneOf, $ref into #/$defs or #/definitions, with the keywords beside them merged in
+ * (grammar_allof.c). malloc'd; NULL + bs_error on what it does not support, never dropping a
+ * constraint. schema NULL: any JSON object (response_format json_object). */
 char *bs_grammar_from_json_schema(const char *schema);
 /* GBNF for the JSON text of a string matching `pattern`, a JSON schema's ECMAScript regular
  * expression (grammar_pattern.c: what it supports and refuses): an expression, "\"" to "\"".
  * malloc'd; NULL + bs_error naming what is not supported. */
 char *bs_grammar_from_pattern(const char *pattern);
+/* The same, and the lengths in code points of the strings it allows: *min_len to *max_len (-1:
+ * unbounded). */
+char *bs_grammar_from_pattern_len(const char *pattern, long *min_len, long *max_len);
 /* The pattern for a string "format" of a fixed shape (date, time, date-time, uuid, ipv4); NULL
  * for the others (annotations). */
 const char *bs_grammar_format_pattern(const char *format);
-/* GBNF for the integers from lo to hi (inclusive or not; either bound absent: unbounded;
- * grammar_range.c), as the schema's integer rule writes them. malloc'd; NULL + bs_error for an
- * empty range. */
-char *bs_grammar_int_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
-/* GBNF for the numbers from lo to hi (inclusive or not; either absent: unbounded), written
- * without an exponent; bounds that are not whole are rounded inward. NULL + bs_error if empty. */
-char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl);
+/* One bound of a schema's minimum/maximum (has: given; incl: inclusive): exactly i where the
+ * schema wrote an integer (is_int), else the double v. */
+typedef struct bs_grammar_bound { bool has, incl, is_int; int64_t i; double v; } bs_grammar_bound;
+/* GBNF for the integers from lo to hi (either bound absent: unbounded; grammar_range.c), as the
+ * schema's integer rule writes them. malloc'd; NULL + bs_error for an empty range. */
+char *bs_grammar_int_range(bs_grammar_bound lo, bs_grammar_bound hi);
+/* GBNF for the numbers from lo to hi (either absent: unbounded), written without an exponent;
+ * bounds that are not whole are rounded inward. NULL + bs_error if empty. */
+char *bs_grammar_num_range(bs_grammar_bound lo, bs_grammar_bound hi);
 /* GBNF of one call of the OpenAI-style tools (a JSON array; only: that function, or NULL: any of
  * them), in the JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, the
  * arguments following each tool's parameter schema. malloc'd; NULL + bs_error. */

@@ -33,6 +33,14 @@
 typedef struct cp_range { uint32_t lo, hi; } cp_range;
 typedef struct cset { cp_range r[MAX_RANGES]; int n; bool over; } cset;
 
+/* The lengths in code points a piece of a pattern matches: lo to hi (INF: unbounded). */
+typedef struct span { long lo, hi; } span;
+
+#define SPAN_CAP 100000000L   /* past any minLength/maxLength: counted as unbounded */
+
+static long span_mul(long a, long n) { return a == INF || n == INF ? (a && n ? INF : 0) : a * n > SPAN_CAP ? INF : a * n; }
+static long span_add(long a, long b) { return a == INF || b == INF || a + b > SPAN_CAP ? INF : a + b; }
+
 typedef struct rx {
     const char *s, *p, *end;
     int depth;
@@ -292,14 +300,14 @@ static bool quantifier(rx *x, long *mn, long *mx) {
     return true;
 }
 
-static int alternation(rx *x, gt_buf *b, bool top, bool *nullable);
+static int alternation(rx *x, gt_buf *b, bool top, span *len);
 
-/* One atom into b; *nullable when it can match the empty string. */
-static int atom(rx *x, gt_buf *b, bool *nullable) {
+/* One atom into b; *len: the lengths it matches (lo 0: it can match the empty string). */
+static int atom(rx *x, gt_buf *b, span *len) {
     cset s = {.n = 0};
     uint32_t cp;
     bool is_set = false;
-    *nullable = false;
+    *len = (span){1, 1};
     const char c = *x->p;
     if (c == '(') {
         x->p++;
@@ -314,7 +322,7 @@ static int atom(rx *x, gt_buf *b, bool *nullable) {
             }
         }
         if (++x->depth > MAX_NEST) return rx_fail(x, "groups nested too deep");
-        TRY(alternation(x, b, false, nullable));
+        TRY(alternation(x, b, false, len));
         x->depth--;
         if (x->p >= x->end || *x->p != ')') return rx_fail(x, "a group without its ')'");
         x->p++;
@@ -351,11 +359,11 @@ static int atom(rx *x, gt_buf *b, bool *nullable) {
 
 /* Items up to '|', ')' or the end; at the top level a leading ^ and a trailing $ anchor it,
  * and a side without one takes any characters. */
-static int sequence(rx *x, gt_buf *b, bool top, bool *nullable) {
+static int sequence(rx *x, gt_buf *b, bool top, span *len) {
     const bool start = top && x->p < x->end && *x->p == '^';
     x->p += start;
     bool end = false;
-    *nullable = true;
+    *len = (span){0, 0};
     if (top && !start) gt_putf(b, "( %s )* ", x->any);
     gt_put(b, "\"\"");   /* the empty sequence, and a separator */
     while (x->p < x->end && *x->p != '|' && *x->p != ')') {
@@ -365,37 +373,37 @@ static int sequence(rx *x, gt_buf *b, bool top, bool *nullable) {
             break;
         }
         gt_buf a = {0};
-        bool nul;
+        span al;
         long mn, mx;
-        int rc = atom(x, &a, &nul);
+        int rc = atom(x, &a, &al);
+        const bool nul = al.lo == 0;
         if (!rc && (a.over || !a.p)) rc = a.over ? gt_check(&a, "json schema: pattern") : rx_fail(x, "an empty atom");
         if (!rc && quantifier(x, &mn, &mx)) {
             if (mn > MAX_COUNT || mx > MAX_COUNT) rc = rx_fail(x, "a repetition count past 1000");
             else if (mx != INF && mx < mn) rc = rx_fail(x, "a repetition {n,m} with m < n");
             else if (mx == INF && nul) rc = rx_fail(x, "an unbounded repetition of what can match nothing");
             else gt_put(b, " "), gt_put_repeat(b, a.p, mn, mx);
-            nul = nul || mn == 0;
+            al = (span){span_mul(al.lo, mn), span_mul(al.hi, mx)};
         } else if (!rc) {
             gt_putf(b, " %s", a.p);
         }
         free(a.p);
         if (rc) return -1;
-        *nullable = *nullable && nul;
+        *len = (span){span_add(len->lo, al.lo), span_add(len->hi, al.hi)};
     }
-    if (top && !end) {
-        gt_putf(b, " ( %s )*", x->any);
-        *nullable = true;
-    }
+    if (top && !end) gt_putf(b, " ( %s )*", x->any);
+    if (top && (!start || !end)) len->hi = INF;   /* an unanchored side takes any characters */
     return 0;
 }
 
-static int alternation(rx *x, gt_buf *b, bool top, bool *nullable) {
+static int alternation(rx *x, gt_buf *b, bool top, span *len) {
     gt_put(b, "( ");
-    *nullable = false;
-    for (;;) {
-        bool nul;
-        TRY(sequence(x, b, top, &nul));
-        *nullable = *nullable || nul;
+    for (bool first = true;; first = false) {
+        span sl;
+        TRY(sequence(x, b, top, &sl));
+        if (first) *len = sl;
+        len->lo = BS_MIN(len->lo, sl.lo);
+        len->hi = len->hi == INF || sl.hi == INF ? INF : BS_MAX(len->hi, sl.hi);
         if (x->p >= x->end || *x->p != '|') break;
         x->p++;
         gt_put(b, " | ");
@@ -404,7 +412,7 @@ static int alternation(rx *x, gt_buf *b, bool top, bool *nullable) {
     return 0;
 }
 
-char *bs_grammar_from_pattern(const char *pattern) {
+char *bs_grammar_from_pattern_len(const char *pattern, long *min_len, long *max_len) {
     const size_t n = strlen(pattern);
     if (n > MAX_PATTERN) return bs_error("json schema: pattern: longer than %d bytes", MAX_PATTERN), NULL;
     rx x = {.s = pattern, .p = pattern, .end = pattern + n};
@@ -415,9 +423,9 @@ char *bs_grammar_from_pattern(const char *pattern) {
     snprintf(x.any, sizeof x.any, "%s", any.p ? any.p : "");
     free(any.p);
     gt_buf b = {0};
-    bool nullable;
+    span len;
     gt_put(&b, "\"\\\"\" ");
-    int rc = alternation(&x, &b, true, &nullable);
+    int rc = alternation(&x, &b, true, &len);
     if (!rc && x.p < x.end) rc = rx_fail(&x, "a ')' without its '('");
     gt_put(&b, " \"\\\"\"");
     if (!rc) rc = gt_check(&b, "json schema: pattern");
@@ -425,16 +433,24 @@ char *bs_grammar_from_pattern(const char *pattern) {
         free(b.p);
         return NULL;
     }
+    if (min_len) *min_len = len.lo;
+    if (max_len) *max_len = len.hi;
     return b.p;
 }
+
+char *bs_grammar_from_pattern(const char *pattern) { return bs_grammar_from_pattern_len(pattern, NULL, NULL); }
+
+/* An RFC 3339 full-date: each month with its own days. February has 29 in every year (a
+ * grammar would need the year's value mod 4, 100 and 400 to tell): 2023-02-29 passes. */
+#define DATE "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-9]))"
 
 /* The string formats with a fixed shape (RFC 3339 date and time, UUID, IPv4), as patterns;
  * NULL for the others, which JSON Schema makes annotations (email, uri, ...: not constrained). */
 const char *bs_grammar_format_pattern(const char *format) {
     static const char *const fmt[][2] = {
-        {"date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"},
+        {"date", "^" DATE "$"},
         {"time", "^([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
-        {"date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)"
+        {"date-time", "^" DATE "T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)"
                       "(\\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
         {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
         {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"},

@@ -117,24 +117,33 @@ static int magnitudes(gt_buf *b, mbound lo, mbound hi) {
     return n;
 }
 
-/* A bound made whole (one that is not: rounded inward, inclusive) within the 16 digits: past
- * them on its own side (a minimum of -10^16 or less) it bounds nothing and is dropped; past them
- * on the far side it leaves nothing (an error naming what: "integer" or "number"). (10^16, not
- * MAX_INT, which a double does not hold: 9999999999999999 parses as 10^16.) */
-static int whole_bound(bool *has, double *v, bool *incl, bool upper, const char *what) {
-    const double past = 1e16;
-    if (!*has) return 0;
-    if (*v != floor(*v)) *v = upper ? floor(*v) : ceil(*v), *incl = true;
-    if (upper ? *v <= -past : *v >= past)
-        return bs_error("json schema: %s %s bound past the 16 digits %ss have here", what[0] == 'i' ? "an" : "a", what, what);
-    if (upper ? *v >= past : *v <= -past) *has = false;
+/* A bound made whole within the 16 digits, into *w: an integer the schema wrote is exact; a
+ * real one that is not whole is rounded inward (inclusive), and so is one at or past 2^53: its
+ * double may be the number written rounded by up to half a step, outward too (9999999999999999.5
+ * reads as 10^16), so it moves one step inward. Past the 16 digits on its own side
+ * (a minimum of -10^16 or less) it bounds nothing and is dropped; past them on the far side it
+ * leaves nothing (an error naming what: "integer" or "number"). */
+static int whole_bound(bs_grammar_bound *b, bool upper, int64_t *w, const char *what) {
+    const int64_t past = MAX_INT + 1;
+    double v = b->v;
+    if (!b->has) return 0;
+    if (!b->is_int && fabs(v) >= 0x1p53) v = nextafter(v, upper ? -INFINITY : INFINITY), b->incl = true;
+    if (!b->is_int && v != floor(v)) v = upper ? floor(v) : ceil(v), b->incl = true;
+    /* a double past +-10^16 compares as it is; one inside converts exactly (it is whole) */
+    const bool own = b->is_int ? (upper ? b->i >= past : b->i <= -past) : (upper ? v >= past : v <= -past);
+    const bool far = b->is_int ? (upper ? b->i <= -past : b->i >= past) : (upper ? v <= -past : v >= past);
+    if (far) return bs_error("json schema: %s %s bound past the 16 digits %ss have here", what[0] == 'i' ? "an" : "a", what, what);
+    if (own) b->has = false;
+    else *w = b->is_int ? b->i : (int64_t)v;
     return 0;
 }
 
-char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, double hi, bool hi_incl) {
-    if (whole_bound(&has_lo, &lo, &lo_incl, false, "number") || whole_bound(&has_hi, &hi, &hi_incl, true, "number"))
-        return NULL;
-    const int64_t L = has_lo ? (int64_t)lo : 0, H = has_hi ? (int64_t)hi : 0;
+char *bs_grammar_num_range(bs_grammar_bound lo, bs_grammar_bound hi) {
+    int64_t L = 0, H = 0;
+    if (whole_bound(&lo, false, &L, "number") || whole_bound(&hi, true, &H, "number")) return NULL;
+    const bool has_lo = lo.has, has_hi = hi.has, lo_incl = lo.incl, hi_incl = hi.incl;
+    if (!has_lo) L = 0;
+    if (!has_hi) H = 0;
     gt_buf b = {0};
     gt_put(&b, "( ");
     int n = 0;
@@ -161,11 +170,11 @@ char *bs_grammar_num_range(bool has_lo, double lo, bool lo_incl, bool has_hi, do
     return b.p;
 }
 
-char *bs_grammar_int_range(bool has_lo, double lo_b, bool lo_incl, bool has_hi, double hi_b, bool hi_incl) {
-    if (whole_bound(&has_lo, &lo_b, &lo_incl, false, "integer") || whole_bound(&has_hi, &hi_b, &hi_incl, true, "integer"))
-        return NULL;
+char *bs_grammar_int_range(bs_grammar_bound lo_b, bs_grammar_bound hi_b) {
+    int64_t L = 0, H = 0;
+    if (whole_bound(&lo_b, false, &L, "integer") || whole_bound(&hi_b, true, &H, "integer")) return NULL;
     /* the integers inside, inclusive bounds */
-    const int64_t lo = has_lo ? (int64_t)lo_b + !lo_incl : -MAX_INT, hi = has_hi ? (int64_t)hi_b - !hi_incl : MAX_INT;
+    const int64_t lo = lo_b.has ? L + !lo_b.incl : -MAX_INT, hi = hi_b.has ? H - !hi_b.incl : MAX_INT;
     if (lo > MAX_INT || hi < -MAX_INT)
         return bs_error("json schema: an integer bound past the 16 digits integers have here"), NULL;
     if (lo > hi) return bs_error("json schema: no integer between minimum and maximum"), NULL;

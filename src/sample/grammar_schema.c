@@ -4,13 +4,18 @@
  * ones first and always present, optional ones each optional; numbers and whitespace have
  * bounded lengths so that a model cannot pad forever. A string's pattern, or its format where
  * that has a fixed shape (date, uuid, ...), becomes the grammar of its text (grammar_pattern.c),
- * and a number's or an integer's minimum/maximum the grammar of its range (grammar_range.c).
- * Annotations (description, title, other formats) are ignored, and so are multipleOf,
- * uniqueItems and minProperties/maxProperties, which it does not write; keywords that would
- * change the structure and are not handled (allOf, not, patternProperties, if/then) are
- * refused. */
+ * refused beside minLength/maxLength unless all its strings' lengths are within them; a
+ * number's or an integer's minimum/maximum the grammar of its range (grammar_range.c).
+ * Keywords that constrain beside anyOf/oneOf or $ref are merged into each branch or the target
+ * (grammar_allof.c), and an enum's or const's values that fail them are dropped; what cannot be
+ * merged or checked is refused naming the keyword. oneOf is written as anyOf (a value that
+ * matches two branches passes). Annotations (description, title, other formats) are ignored,
+ * and so are multipleOf, uniqueItems and minProperties/maxProperties, which it does not write;
+ * keywords that would change the structure and are not handled (allOf, not,
+ * patternProperties, if/then) are refused. */
 #include "sample/grammar.h"
 #include "sample/grammar_text.h"
+#include "sample/grammar_allof.h"
 #include "io/util.h"
 
 #include <jansson.h>
@@ -231,74 +236,102 @@ static int put_expr(conv *c, gt_buf *body, char *e) {
 }
 
 /* A string's pattern, else its format where that has a fixed shape, as its body; 1 where it has
- * neither. The pattern decides alone: with minLength/maxLength too, those are not applied (as
- * in llama.cpp: a grammar cannot in general write both at once). */
-static int pattern_body(conv *c, json_t *s, gt_buf *body) {
+ * neither. With minLength/maxLength (lo, hi; hi < 0: none) too, the pattern's strings must all
+ * be of a length between them: a grammar cannot in general write both at once, and dropping
+ * either would let strings the schema refuses through; else it is refused. */
+static int pattern_body(conv *c, json_t *s, long lo, long hi, gt_buf *body) {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     if (pat && !json_is_string(pat)) return fail(c, "json schema: %s must be a string", "pattern");
     const char *rx = pat ? json_string_value(pat) : json_is_string(fmt) ? bs_grammar_format_pattern(json_string_value(fmt)) : NULL;
-    return rx ? put_expr(c, body, bs_grammar_from_pattern(rx)) : 1;
+    if (!rx) return 1;
+    long pl, ph;
+    char *e = bs_grammar_from_pattern_len(rx, &pl, &ph);
+    if (e && (pl < lo || (hi >= 0 && (ph < 0 || ph > hi)))) {
+        free(e);
+        return fail(c, "json schema: a %s with minLength/maxLength that its strings do not all meet is not supported "
+                       "(anchor it with ^...$ and bound its counts within them)", pat ? "pattern" : "format");
+    }
+    return put_expr(c, body, e);
+}
+
+/* minLength/maxLength into *lo, *hi (hi -1: none). */
+static int length_bounds(conv *c, json_t *s, long *lo, long *hi) {
+    json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");
+    if ((mx && !json_is_integer(mx)) || (mn && !json_is_integer(mn)))
+        return fail(c, "json schema: %s must be integers", "minLength/maxLength");
+    *lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
+    *hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
+    if (*lo < 0 || *lo > MAX_LENGTH || *hi > MAX_LENGTH || (mx && *hi < 0) || (*hi >= 0 && *hi < *lo))
+        return fail(c, "json schema: %s out of the supported range 0..4096", "minLength/maxLength");
+    return 0;
+}
+
+/* A string: its pattern or format, else its bounded length, else any string. */
+static int string_body(conv *c, json_t *s, gt_buf *body) {
+    long lo, hi;
+    if (length_bounds(c, s, &lo, &hi)) return -1;
+    const int rc = pattern_body(c, s, lo, hi, body);
+    if (rc <= 0) return rc;
+    if (!lo && hi < 0) {
+        gt_put(body, "string");
+        return 0;
+    }
+    if (!c->has_char) {   /* a character is a code point: a \u surrogate pair is one, a lone half none */
+        gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" ( [0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
+                        "[dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] [0-9a-fA-F]{2} ) )\n");
+        c->has_char = true;
+    }
+    gt_put(body, "\"\\\"\" ");
+    gt_put_repeat(body, "char", lo, hi);
+    gt_put(body, " \"\\\"\"");
+    return 0;
+}
+
+/* A schema's number as a bound: exact where it is an integer. */
+static bs_grammar_bound bound_of(json_t *x, bool incl) {
+    return (bs_grammar_bound){.has = true, .incl = incl, .is_int = json_is_integer(x),
+                              .i = json_is_integer(x) ? (int64_t)json_integer_value(x) : 0, .v = json_number_value(x)};
+}
+
+/* Whether x lies beyond y on the bounded side (a larger minimum, a smaller maximum), or equals
+ * it; exact when both are integers. */
+static bool tighter_or_equal(bs_grammar_bound x, bs_grammar_bound y, bool upper) {
+    if (x.is_int && y.is_int) return upper ? x.i <= y.i : x.i >= y.i;
+    return upper ? x.v <= y.v : x.v >= y.v;
 }
 
 /* One bound of a number's range: minimum (exclusive where exclusiveMinimum is true, as in
- * draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; 1 where neither. */
-static int num_bound(conv *c, json_t *s, bool upper, double *v, bool *incl) {
+ * draft 4) and exclusiveMinimum as a number (draft 6 on), the tighter; b->has false where
+ * neither is given. */
+static int num_bound(conv *c, json_t *s, bool upper, bs_grammar_bound *b) {
     json_t *in = json_object_get(s, upper ? "maximum" : "minimum");
     json_t *ex = json_object_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
     if ((in && !json_is_number(in)) || (ex && !json_is_number(ex) && !json_is_boolean(ex)))
         return fail(c, "json schema: %s must be numbers", "minimum/maximum");
-    const double sign = upper ? -1 : 1;   /* tighter: larger for a minimum, smaller for a maximum */
-    bool has = false;
-    if (in) *v = json_number_value(in), *incl = !json_is_true(ex), has = true;
-    if (json_is_number(ex)) {
-        const double x = json_number_value(ex);
-        if (!has || sign * x >= sign * *v) *v = x, *incl = false;
-        has = true;
-    }
-    return has ? 0 : 1;
+    *b = (bs_grammar_bound){.has = false};
+    if (in) *b = bound_of(in, !json_is_true(ex));
+    if (json_is_number(ex) && (!b->has || tighter_or_equal(bound_of(ex, false), *b, upper))) *b = bound_of(ex, false);
+    return 0;
 }
 
 /* A number or an integer with minimum/maximum: the numbers or integers in its range
  * (grammar_range.c); 1 where it has neither bound. */
 static int range_body(conv *c, json_t *s, bool integer, gt_buf *body) {
-    double lo = 0, hi = 0;
-    bool lo_in = true, hi_in = true;
-    const int no_lo = num_bound(c, s, false, &lo, &lo_in), no_hi = num_bound(c, s, true, &hi, &hi_in);
-    if (no_lo < 0 || no_hi < 0) return -1;
-    if (no_lo && no_hi) return 1;
-    return put_expr(c, body, (integer ? bs_grammar_int_range : bs_grammar_num_range)(!no_lo, lo, lo_in, !no_hi, hi, hi_in));
+    bs_grammar_bound lo, hi;
+    if (num_bound(c, s, false, &lo) || num_bound(c, s, true, &hi)) return -1;
+    if (!lo.has && !hi.has) return 1;
+    return put_expr(c, body, (integer ? bs_grammar_int_range : bs_grammar_num_range)(lo, hi));
 }
 
 static int type_body(conv *c, json_t *s, const char *type, gt_buf *body) {
     if (!strcmp(type, "object")) return object_body(c, s, body);
     if (!strcmp(type, "array")) return array_body(c, s, body);
-    if (!strcmp(type, "string")) {
-        const int rc = pattern_body(c, s, body);
-        if (rc <= 0) return rc;
-    }
+    if (!strcmp(type, "string")) return string_body(c, s, body);
     if (!strcmp(type, "integer") || !strcmp(type, "number")) {
         const int rc = range_body(c, s, type[0] == 'i', body);
         if (rc <= 0) return rc;
     }
-    json_t *mx = json_object_get(s, "maxLength"), *mn = json_object_get(s, "minLength");
-    if (!strcmp(type, "string") && ((mx && !json_is_integer(mx)) || (mn && !json_is_integer(mn))))
-        return fail(c, "json schema: %s must be integers", "minLength/maxLength");
-    if (!strcmp(type, "string") && (mx || mn)) {   /* bounded length */
-        const long lo = json_is_integer(mn) ? (long)json_integer_value(mn) : 0;
-        const long hi = json_is_integer(mx) ? (long)json_integer_value(mx) : -1;
-        if (lo < 0 || lo > MAX_LENGTH || hi > MAX_LENGTH || (mx && hi < 0) || (hi >= 0 && hi < lo))
-            return fail(c, "json schema: %s out of the supported range 0..4096", "minLength/maxLength");
-        if (!c->has_char) {
-            gt_put(&c->out, "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n");
-            c->has_char = true;
-        }
-        gt_put(body, "\"\\\"\" ");
-        gt_put_repeat(body, "char", lo, hi);
-        gt_put(body, " \"\\\"\"");
-        return 0;
-    }
-    if (!strcmp(type, "string") || !strcmp(type, "number") || !strcmp(type, "integer") ||
-        !strcmp(type, "boolean") || !strcmp(type, "null")) {
+    if (!strcmp(type, "number") || !strcmp(type, "integer") || !strcmp(type, "boolean") || !strcmp(type, "null")) {
         gt_put(body, type);
         return 0;
     }
@@ -317,29 +350,84 @@ static int alternatives(conv *c, json_t *list, gt_buf *body) {
     return 0;
 }
 
+/* The rule of a merged schema (ga_merge) into body: false (no value fits) is an error. */
+static int merged_rule(conv *c, json_t *m, const char *key, gt_buf *body) {
+    if (!m) return fail(c, "%s", bs_last_error());
+    char r[NAME_LEN];
+    const int rc = json_is_false(m) ? fail(c, "json schema: no value meets both %s and the keywords beside it", key)
+                                    : rule_for(c, m, r, sizeof r);
+    if (!rc) gt_put(body, r);
+    json_decref(m);
+    return rc;
+}
+
+/* anyOf/oneOf with keywords beside it that constrain: each branch merged with them (the
+ * branches no value of which meets them left out). oneOf is written as anyOf. */
+static int merged_alternatives(conv *c, json_t *s, const char *key, gt_buf *body) {
+    json_t *list = json_object_get(s, key), *rest = ga_without(s, key), *v;
+    size_t k;
+    int n = 0, rc = 0;
+    if (!json_is_array(list) || !json_array_size(list)) rc = fail(c, "json schema: %s must be a non-empty array", "anyOf/oneOf");
+    json_array_foreach(list, k, v) {
+        json_t *m = rc ? NULL : ga_merge(rest, v);
+        if (rc || json_is_false(m)) {
+            json_decref(m);
+            continue;
+        }
+        gt_put(body, n++ ? " | " : "");
+        rc = merged_rule(c, m, key, body);
+    }
+    json_decref(rest);
+    if (!rc && !n) rc = fail(c, "json schema: no branch of %s meets the keywords beside it", key);
+    return rc;
+}
+
+/* $ref with keywords beside it that constrain: its target merged with them. */
+static int merged_ref(conv *c, json_t *s, gt_buf *body) {
+    const char *r = json_string_value(json_object_get(s, "$ref"));
+    json_t *target = ga_resolve(c->root, r);
+    if (!target) return fail(c, "json schema: cannot resolve $ref '%s'", r);
+    json_t *rest = ga_without(s, "$ref"), *m = ga_merge(rest, target);
+    json_decref(rest);
+    return merged_rule(c, m, "$ref", body);
+}
+
+/* enum or const: the values that meet the keywords beside them (type, lengths, pattern, bounds,
+ * properties, ...); a keyword that is not checked on values refuses the schema. */
+static int values_body(conv *c, json_t *s, gt_buf *body) {
+    json_t *v = json_object_get(s, "const"), *list = v ? json_pack("[O]", v) : json_incref(json_object_get(s, "enum")), *e;
+    size_t k;
+    int n = 0, rc = 0;
+    if (!json_is_array(list) || !json_array_size(list)) rc = fail(c, "json schema: %s must be a non-empty array", "enum");
+    json_array_foreach(list, k, e) {
+        const int fits = rc ? 0 : ga_value_fits(s, e, c->root);
+        if (fits < 0) rc = fail(c, "%s", bs_last_error());
+        if (fits <= 0) continue;
+        gt_put(body, n++ ? " | " : "");
+        put_literal(body, e);
+    }
+    json_decref(list);
+    if (!rc && !n) rc = fail(c, "json schema: no value of %s meets the keywords beside it", v ? "const" : "enum");
+    return rc;
+}
+
 static int schema_body(conv *c, json_t *s, gt_buf *body) {
     static const char *refused[] = {"allOf", "not", "patternProperties", "if", "then", "else", "dependentSchemas"};
     for (size_t i = 0; i < BS_ARRAY_LEN(refused); i++)
         if (json_object_get(s, refused[i])) return fail(c, "json schema: '%s' is not supported", refused[i]);
     json_t *v;
-    if (json_is_string(json_object_get(s, "$ref"))) {   /* a $ref as a $defs target: its own rule */
-        char r[NAME_LEN];
+    if (json_is_string(json_object_get(s, "$ref"))) {
+        if (ga_constrained(s, "$ref")) return merged_ref(c, s, body);
+        char r[NAME_LEN];   /* a $ref as a $defs target: its own rule */
         if (rule_for(c, s, r, sizeof r)) return -1;
         gt_put(body, r);
         return 0;
     }
-    if ((v = json_object_get(s, "const"))) { put_literal(body, v); return 0; }
-    if ((v = json_object_get(s, "enum"))) {
-        size_t k;
-        json_t *e;
-        if (!json_is_array(v) || !json_array_size(v)) return fail(c, "json schema: %s must be a non-empty array", "enum");
-        json_array_foreach(v, k, e) {
-            if (k) gt_put(body, " | ");
-            put_literal(body, e);
-        }
-        return 0;
-    }
-    if ((v = json_object_get(s, "anyOf")) || (v = json_object_get(s, "oneOf"))) return alternatives(c, v, body);
+    static const char *const alts[] = {"anyOf", "oneOf"};
+    for (int i = 0; i < 2; i++)
+        if ((v = json_object_get(s, alts[i])))
+            return ga_constrained(s, alts[i]) ? merged_alternatives(c, s, alts[i], body) : alternatives(c, v, body);
+    if (json_object_get(s, "const") || json_object_get(s, "enum")) return values_body(c, s, body);
     json_t *t = json_object_get(s, "type");
     if (json_is_string(t)) return type_body(c, s, json_string_value(t), body);
     if (t && !json_is_string(t) && !(json_is_array(t) && json_array_size(t)))
@@ -378,18 +466,15 @@ static int rule_for(conv *c, json_t *s, char *name, size_t cap) {
     if (!json_is_object(s)) return fail(c, "json schema: %s", "a schema must be an object");
     if (++c->depth > MAX_DEPTH) return fail(c, "json schema: %s", "nested too deep");
     json_t *ref = json_object_get(s, "$ref");
-    if (json_is_string(ref)) {
+    if (json_is_string(ref) && !ga_constrained(s, "$ref")) {   /* one rule per target (recursion) */
         json_t *known = json_object_get(c->refs, json_string_value(ref));
         if (known) {
             snprintf(name, cap, "%s", json_string_value(known));
             c->depth--;
             return 0;
         }
-        const char *r = json_string_value(ref), *key = NULL;
-        json_t *target = NULL;
-        if (!strncmp(r, "#/$defs/", 8)) key = r + 8, target = json_object_get(json_object_get(c->root, "$defs"), key);
-        else if (!strncmp(r, "#/definitions/", 14)) key = r + 14, target = json_object_get(json_object_get(c->root, "definitions"), key);
-        else if (!strcmp(r, "#")) target = c->root;
+        const char *r = json_string_value(ref);
+        json_t *target = ga_resolve(c->root, r);
         if (!target) return fail(c, "json schema: cannot resolve $ref '%s'", r);
         snprintf(name, cap, "ref%d", c->n_rules++);
         json_object_set_new(c->refs, r, json_string(name));   /* before the body: recursion */

@@ -1,6 +1,7 @@
 /* reasoning.c: see reasoning.h. A three-state scanner over a pending buffer that only ever
  * holds undecided text: a possible partial tag, and whitespace that would be dropped if the
- * tag follows. */
+ * tag follows. Each feed looks only at the new bytes (plus a tag's length of overlap): the held
+ * whitespace is not scanned again, so a stream costs time linear in its length. */
 #include "text/reasoning.h"
 #include "io/util.h"
 
@@ -16,6 +17,9 @@ struct bs_reasoning {
     bool think_fresh;    /* nothing of the reasoning emitted yet: drop leading whitespace */
     bool content_fresh;  /* just after </think>: drop leading whitespace */
     buf pend, rout, cout;
+    size_t searched;     /* ST_THINK: no </think> starts in pend before this */
+    size_t ws_lead;      /* ST_THINK: pend's first ws_lead bytes are whitespace */
+    size_t work;         /* bytes examined while in ST_THINK (bs_reasoning_work) */
 };
 
 static const char OPEN[] = "<think>", CLOSE[] = "</think>";
@@ -59,6 +63,34 @@ static const char *find(const char *s, size_t n, const char *tag) {
     return NULL;
 }
 
+static void emit_reasoning(bs_reasoning *r, const char *s, size_t n, bool trim_end);
+
+static size_t sub0(size_t a, size_t b) { return a > b ? a - b : 0; }
+
+/* Drop k bytes off the front of pend, keeping what is known about the rest. */
+static void pend_drop(bs_reasoning *r, size_t k) {
+    if (!k) return;
+    buf_drop_front(&r->pend, k);
+    r->searched = sub0(r->searched, k);
+    r->ws_lead = sub0(r->ws_lead, k);
+}
+
+/* ST_THINK without a closing tag in pend: emit all but what must wait (a partial tag, and the
+ * whitespace before it, which is dropped if the tag follows). The whitespace run at pend's
+ * front was held before: it is not scanned again. */
+static void think_hold(bs_reasoning *r) {
+    buf *p = &r->pend;
+    const size_t tag = partial_tag(p->s, p->n, CLOSE);
+    size_t i = p->n - tag;
+    while (i > r->ws_lead && is_ws(p->s[i - 1])) i--;
+    r->work += tag + (p->n - tag - i);
+    if (i <= r->ws_lead) i = 0;   /* whitespace all the way back */
+    emit_reasoning(r, p->s, i, false);
+    pend_drop(r, i);
+    r->ws_lead = p->n - tag;
+    r->searched = sub0(p->n + 1, sizeof CLOSE - 1);   /* every start before n - len + 1 failed */
+}
+
 bs_reasoning *bs_reasoning_new(bool in_think) {
     bs_reasoning *r = bs_xcalloc(1, sizeof *r);
     r->state = in_think ? ST_THINK : ST_START;
@@ -73,6 +105,8 @@ void bs_reasoning_free(bs_reasoning *r) {
 }
 
 bool bs_reasoning_in_content(const bs_reasoning *r) { return r->state == ST_CONTENT; }
+
+size_t bs_reasoning_work(const bs_reasoning *r) { return r->work; }
 
 /* Emit reasoning text s[0..n), minus trailing whitespace when `trim_end`. */
 static void emit_reasoning(bs_reasoning *r, const char *s, size_t n, bool trim_end) {
@@ -89,6 +123,7 @@ static void process(bs_reasoning *r, bool final) {
             if (p->n - i >= sizeof OPEN - 1 && memcmp(p->s + i, OPEN, sizeof OPEN - 1) == 0) {
                 buf_drop_front(p, i + sizeof OPEN - 1);
                 r->state = ST_THINK;
+                r->searched = r->ws_lead = 0;
                 continue;
             }
             bool maybe = p->n - i < sizeof OPEN - 1 && memcmp(p->s + i, OPEN, p->n - i) == 0;
@@ -97,8 +132,10 @@ static void process(bs_reasoning *r, bool final) {
             continue;
         }
         if (r->state == ST_THINK) {
-            if (r->think_fresh) buf_drop_front(p, leading_ws(p->s, p->n));
-            const char *c = find(p->s, p->n, CLOSE);
+            if (r->think_fresh) pend_drop(r, leading_ws(p->s, p->n));
+            const size_t from = BS_MIN(r->searched, p->n);
+            const char *c = find(p->s + from, p->n - from, CLOSE);
+            r->work += p->n - from;
             if (c) {
                 emit_reasoning(r, p->s, (size_t)(c - p->s), true);
                 buf_drop_front(p, (size_t)(c - p->s) + sizeof CLOSE - 1);
@@ -107,10 +144,7 @@ static void process(bs_reasoning *r, bool final) {
                 continue;
             }
             if (final) { emit_reasoning(r, p->s, p->n, true); p->n = 0; return; }
-            size_t hold = partial_tag(p->s, p->n, CLOSE);
-            while (hold < p->n && is_ws(p->s[p->n - hold - 1])) hold++;
-            emit_reasoning(r, p->s, p->n - hold, false);
-            buf_drop_front(p, p->n - hold);
+            think_hold(r);
             return;
         }
         if (r->content_fresh) {

@@ -31,6 +31,9 @@ void bs_reasoning_finish(bs_reasoning *r, bs_reasoning_out *out);
 /* True once </think> has been seen (or the output turned out not to start with <think>). */
 bool bs_reasoning_in_content(const bs_reasoning *r);
 void bs_reasoning_free(bs_reasoning *r);
+/* Bytes the splitter has examined inside the think block so far (for tests: linear in the
+ * bytes fed, however they are chunked). */
+size_t bs_reasoning_work(const bs_reasoning *r);
 
 /* Whole text at once: *reasoning and *content are malloc'd and NUL-terminated; their lengths
  * (which count any NUL the model wrote) into *reasoning_len and *content_len unless NULL. */
