@@ -5,7 +5,8 @@
  *     characters JSON escapes (", \, controls) written as JSON writes them;
  *   - the formats of a fixed shape (date, time, date-time, uuid, ipv4; a date's days by its
  *     month, February's 29 in every year), a pattern beside minLength/maxLength (taken where
- *     all its strings' lengths are within them, else refused),
+ *     all its strings' lengths are within them, one repeated character class counted by them,
+ *     else refused),
  *     a pattern inside an object's property;
  *   - what it does not support is refused with an error naming it, never dropped;
  *   - counts past the 64 one GBNF repetition takes: minLength/maxLength up to 4096 (code points:
@@ -164,8 +165,24 @@ static void test_formats(const bs_grammar_vocab *v) {
     static const char len[] = "{\"type\": \"string\", \"pattern\": \"^a{1,2}(b|cd)?$\", \"minLength\": 1, \"maxLength\": 4}";
     CHECK_EQ_INT(schema_matches(len, "\"aacd\"", v), 1);
     CHECK_EQ_INT(schema_matches(len, "\"aaa\"", v), 0);
+    /* one character class repeated (pydantic's constr(pattern=..., max_length=...)): the lengths
+       become its count */
+    static const char cls[] = "{\"type\": \"string\", \"pattern\": \"^[a-z0-9_-]+$\", \"minLength\": 2, \"maxLength\": 5}";
+    CHECK_EQ_INT(schema_matches(cls, "\"ab-1\"", v), 1);
+    CHECK_EQ_INT(schema_matches(cls, "\"a\"", v), 0);
+    CHECK_EQ_INT(schema_matches(cls, "\"abcdef\"", v), 0);
+    CHECK_EQ_INT(schema_matches(cls, "\"aB\"", v), 0);
+    static const char digits[] = "{\"type\": \"string\", \"pattern\": \"^\\\\d*$\", \"maxLength\": 3}";
+    CHECK_EQ_INT(schema_matches(digits, "\"\"", v), 1);
+    CHECK_EQ_INT(schema_matches(digits, "\"123\"", v), 1);
+    CHECK_EQ_INT(schema_matches(digits, "\"1234\"", v), 0);
+    static const char atleast[] = "{\"type\": \"string\", \"pattern\": \"^x{3,}$\", \"maxLength\": 4}";
+    CHECK_EQ_INT(schema_matches(atleast, "\"xx\"", v), 0);
+    CHECK_EQ_INT(schema_matches(atleast, "\"xxxx\"", v), 1);
+    CHECK_EQ_INT(schema_matches(atleast, "\"xxxxx\"", v), 0);
+    CHECK_EQ_INT(schema_matches("{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}", "\"aaa\"", v), 0);
     static const char *const too_long[] = {
-        "{\"type\": \"string\", \"pattern\": \"^a+$\", \"maxLength\": 2}", "{\"type\": \"string\", \"pattern\": \"a\", \"maxLength\": 9}",
+        "{\"type\": \"string\", \"pattern\": \"^(ab)+$\", \"maxLength\": 2}", "{\"type\": \"string\", \"pattern\": \"a\", \"maxLength\": 9}",
         "{\"type\": \"string\", \"pattern\": \"^a?$\", \"minLength\": 1}", "{\"type\": \"string\", \"format\": \"date\", \"maxLength\": 9}",
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(too_long); i++) {

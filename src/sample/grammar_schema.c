@@ -235,17 +235,54 @@ static int put_expr(conv *c, gt_buf *body, char *e) {
     return 0;
 }
 
+/* The most common pattern beside minLength/maxLength, one character class repeated and anchored
+ * (`^[a-z0-9_-]+$`, `^\\d*$`, `^x{2,}$`: what pydantic's constr(pattern=..., max_length=...)
+ * sends), with the lengths as its count: `^[a-z0-9_-]{lo,hi}$`. NULL for any other pattern. */
+static char *counted_class(const char *rx, long lo, long hi) {
+    const size_t n = strlen(rx);
+    if (n < 4 || rx[0] != '^' || rx[n - 1] != '$' || (n >= 2 && rx[n - 2] == '\\')) return NULL;
+    size_t a = 1, e;   /* the atom: [class] (no nesting), \x, or one plain character */
+    if (rx[a] == '[') {
+        e = a + 1 + (rx[a + 1] == '^') + (rx[a + 1 + (rx[a + 1] == '^')] == ']');
+        while (e < n && rx[e] != ']') e += rx[e] == '\\' ? 2 : 1;
+        if (e >= n) return NULL;
+        e++;
+    } else if (rx[a] == '\\') {
+        e = a + 2;
+    } else {
+        if (strchr("()|?*+{}.$", rx[a])) return NULL;
+        e = a + 1;
+    }
+    long m = 0;   /* the quantifier: *, + or {m,} */
+    const char *q = rx + e, *end = rx + n - 1;
+    if (q + 1 == end && (*q == '*' || *q == '+')) m = *q == '+';
+    else if (*q == '{' && end - q >= 3 && end[-1] == '}' && end[-2] == ',') {
+        char *stop;
+        m = strtol(q + 1, &stop, 10);
+        if (stop != end - 2 || m < 0 || m > 4096) return NULL;
+    } else {
+        return NULL;
+    }
+    char *out = bs_xmalloc(e - a + 48);
+    int k = snprintf(out, e - a + 48, "^%.*s{%ld,", (int)(e - a), rx + a, BS_MAX(lo, m));
+    snprintf(out + k, e - a + 48 - (size_t)k, hi >= 0 ? "%ld}$" : "}$", hi);
+    return out;
+}
+
 /* A string's pattern, else its format where that has a fixed shape, as its body; 1 where it has
  * neither. With minLength/maxLength (lo, hi; hi < 0: none) too, the pattern's strings must all
  * be of a length between them: a grammar cannot in general write both at once, and dropping
- * either would let strings the schema refuses through; else it is refused. */
+ * either would let strings the schema refuses through. A repeated character class takes the
+ * lengths as its count (counted_class); other patterns whose strings do not all fit are refused. */
 static int pattern_body(conv *c, json_t *s, long lo, long hi, gt_buf *body) {
     json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     if (pat && !json_is_string(pat)) return fail(c, "json schema: %s must be a string", "pattern");
     const char *rx = pat ? json_string_value(pat) : json_is_string(fmt) ? bs_grammar_format_pattern(json_string_value(fmt)) : NULL;
     if (!rx) return 1;
     long pl, ph;
-    char *e = bs_grammar_from_pattern_len(rx, &pl, &ph);
+    char *counted = pat && (lo > 0 || hi >= 0) ? counted_class(rx, lo, hi) : NULL;
+    char *e = bs_grammar_from_pattern_len(counted ? counted : rx, &pl, &ph);
+    free(counted);
     if (e && (pl < lo || (hi >= 0 && (ph < 0 || ph > hi)))) {
         free(e);
         return fail(c, "json schema: a %s with minLength/maxLength that its strings do not all meet is not supported "
