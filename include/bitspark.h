@@ -319,7 +319,10 @@ BS_API char *bs_chat_apply(const bs_model *m, const bs_chat_msg *msgs, size_t n,
 
 /* --- sampling -------------------------------------------------------------------------------- */
 /* The sampler chain of llama.cpp, in its order: logit bias -> repetition/presence/frequency
- * penalties -> DRY -> top-k -> top-p -> min-p -> temperature -> draw. */
+ * penalties -> DRY -> top-n-sigma -> top-k -> typical-p -> top-p -> min-p -> XTC -> temperature
+ * (dynamic or not) -> draw. Top-n-sigma, typical-p, XTC and the dynamic temperature apply to
+ * sampling only (temperature <= 0 is the argmax); XTC's coin is part of the distribution (the
+ * mixture with and without it), so speculative sampling stays exact with it. */
 typedef struct {
     float temp;                 /* <= 0: greedy */
     int32_t top_k;              /* <= 0: off */
@@ -335,10 +338,17 @@ typedef struct {
     int32_t dry_allowed_length; /* repeats up to this long are free */
     int32_t dry_penalty_last_n; /* 0: DRY off, -1: whole history */
     uint64_t seed;
+    float typical_p;            /* locally typical sampling: 0 or >= 1 off */
+    float top_n_sigma;          /* keep logits within n standard deviations of the best: <= 0 off */
+    float xtc_probability;      /* XTC: the chance the most probable tokens are excluded: 0 off */
+    float xtc_threshold;        /* ... those at least this probable but the last (> 0.5: off) */
+    float dynatemp_range;       /* dynamic temperature, temp +- range by the entropy: <= 0 off */
+    float dynatemp_exponent;    /* ... the entropy's exponent (1 in the defaults) */
 } bs_sampler_params;
 
 /* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off,
- * seed 0 (the command line draws one from the clock unless --seed is given). */
+ * top-n-sigma, typical-p, XTC (threshold 0.1) and dynamic temperature (exponent 1) off, seed 0
+ * (the command line draws one from the clock unless --seed is given). */
 BS_API bs_sampler_params bs_sampler_default_params(void);
 
 /* The chain on the caller's own logits (e.g. from bs_eval), as the engine runs it: apply, then

@@ -10,7 +10,9 @@
  *   - the real DSpark fixture drafter (random weights: its Markov-corrected logits through the
  *     target's sampler chain, top-k 3 at temperature 1).
  * The test's power is shown too: the mediocre drafter's own distribution must be rejected by the
- * same criterion at the same sample size.
+ * same criterion at the same sample size. The perfect and mediocre drafters again with the
+ * target's chain holding typical-p, XTC (its coin part of the distribution) and a dynamic
+ * temperature: still exact.
  * BS_SAMPLING_VULKAN=1 (ctest's test_vulkan_dspark_sampling): target and drafter on the Vulkan
  * device instead, the trained tiny pair (models/: a drafter that gets drafts accepted, its
  * token_embd / output borrowed from the target), the DSpark drafter alone on fewer runs (lavapipe
@@ -47,6 +49,8 @@ static int32_t anchor;
 static uint8_t *state0;          /* the session after the prompt (the anchor not evaluated) */
 static size_t state0_len;
 
+static bool g_stages;   /* the target's chain with typical-p, XTC and a dynamic temperature too */
+
 static bs_sampler *make_sampler(float temp, int top_k, uint64_t seed) {
     bs_sampler_params p = bs_sampler_default_params();
     p.temp = temp;
@@ -54,6 +58,12 @@ static bs_sampler *make_sampler(float temp, int top_k, uint64_t seed) {
     p.top_p = 1.0f;
     p.min_p = 0.0f;
     p.seed = seed;
+    if (g_stages && temp == 1.0f && top_k == TOPK) {
+        p.typical_p = 0.97f;
+        p.xtc_probability = 0.5f;
+        p.xtc_threshold = 0.2f;
+        p.dynatemp_range = 0.5f;
+    }
     return bs_sampler_new(&p, V);
 }
 
@@ -310,6 +320,19 @@ int main(void) {
     if (!TEST_SANITIZED && !on_vulkan) {
         run_variant(&e, D_BAD, "bad drafter (off-support)", 2, d);
         run_variant(&e, D_DSPARK, "DSpark fixture drafter", 2, d);
+    }
+
+    /* the stages beyond the default chain (XTC's coin as a mixture): still exact */
+    if (!on_vulkan) {
+        g_stages = true;
+        exact e2;
+        enumerate(&e2);
+        double sum2 = 0, moved = 0;
+        for (int c = 0; c < NCELL; c++) sum2 += e2.p[c], moved += fabs(e2.p[c] - e.p[c]);
+        CHECKF(fabs(sum2 - 1) < 1e-4 && moved > 0.1, "with the stages: sums to %g, %g of the mass moved", sum2, moved);
+        run_variant(&e2, D_SELF, "perfect, typical+XTC+dyntemp", 2, d);
+        run_variant(&e2, D_TEMPERED, "mediocre, typical+XTC+dyntemp", 3, d);
+        g_stages = false;
     }
 
     /* power: sampling the mediocre drafter's own distribution must fail the same test */

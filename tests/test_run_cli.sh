@@ -40,6 +40,12 @@ cmp -s "$T/s1" "$T/s2" && ok "same seed, same text" || bad "same seed differs"
 cmp -s "$T/s1" "$T/s3" && bad "seeds 7 and 8 gave the same text" || ok "another seed, other text"
 "${R[@]}" "${S[@]}" --seed 7 --repeat-penalty 1.3 --dry-multiplier 0.8 --presence-penalty 0.5 \
     --logit-bias 100-inf >"$T/s4" 2>/dev/null && [ -s "$T/s4" ] && ok "penalties, DRY, bias run" || bad "penalties run"
+X=(--typical 0.9 --xtc-probability 0.5 --xtc-threshold 0.05 --dynatemp-range 0.4 --top-nsigma 2)
+"${R[@]}" "${S[@]}" --seed 7 "${X[@]}" >"$T/s5" 2>/dev/null && "${R[@]}" "${S[@]}" --seed 7 "${X[@]}" >"$T/s6" 2>/dev/null \
+    && [ -s "$T/s5" ] && cmp -s "$T/s5" "$T/s6" && ! cmp -s "$T/s5" "$T/s1" \
+    && ok "typical-p, XTC, dynamic temperature, top-n-sigma: one seed one text, another than without them" \
+    || bad "extra stages run"
+"${R[@]}" "${S[@]}" --xtc-probability 1.5 >/dev/null 2>&1 && bad "--xtc-probability 1.5 accepted" || ok "--xtc-probability 1.5 refused"
 
 # --- chat template in run ---
 "${R[@]}" -p "Hello" --chat --no-think -sys "Be brief." -n 4 --temp 0 -v >/dev/null 2>"$T/chat.err"

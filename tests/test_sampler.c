@@ -1,5 +1,6 @@
-/* test_sampler.c: the sampler chain against brute-force references (full sorts, O(n^2) DRY),
- * hand-computed penalties, empirical frequencies and reproducibility. */
+/* test_sampler.c: the sampler chain against brute-force references (full sorts, O(n^2) DRY, the
+ * extra stages from their definitions), hand-computed penalties, empirical frequencies and
+ * reproducibility. */
 #include "sample/sampler.h"
 #include "sample/sampler_dry.h"
 #include "io/util.h"
@@ -652,10 +653,172 @@ static void test_top_only(void) {
     free(x);
 }
 
+/* ---------- the stages beyond the default chain, against a double-precision reference ---------- */
+
+typedef struct { int id; double l, key; } st_tok;
+
+static int st_by_logit(const void *a, const void *b) {
+    const st_tok *x = a, *y = b;
+    if (x->l != y->l) return x->l > y->l ? -1 : 1;
+    return x->id - y->id;
+}
+
+static int st_by_key(const void *a, const void *b) {
+    const st_tok *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return st_by_logit(a, b);
+}
+
+/* softmax of t[from..n) at temperature T into out (dense, added with weight w) */
+static void st_softmax_add(const st_tok *t, int from, int n, double T, double w, double *out) {
+    double mx = -INFINITY, z = 0;
+    for (int i = from; i < n; i++) mx = fmax(mx, t[i].l);
+    for (int i = from; i < n; i++) z += exp((t[i].l - mx) / T);
+    for (int i = from; i < n; i++) out[t[i].id] += w * exp((t[i].l - mx) / T) / z;
+}
+
+static double st_entropy(const st_tok *t, int from, int n) {
+    double mx = -INFINITY, z = 0, h = 0;
+    for (int i = from; i < n; i++) mx = fmax(mx, t[i].l);
+    for (int i = from; i < n; i++) z += exp(t[i].l - mx);
+    for (int i = from; i < n; i++) {
+        const double q = exp(t[i].l - mx) / z;
+        if (q > 0) h -= q * log(q);
+    }
+    return h;
+}
+
+static double st_temp(const st_tok *t, int from, int n, const bs_sampler_params *p) {
+    if (!(p->dynatemp_range > 0) || n - from < 2) return p->temp;
+    const double lo = fmax(0, p->temp - p->dynatemp_range), hi = p->temp + p->dynatemp_range;
+    return lo + (hi - lo) * pow(st_entropy(t, from, n) / log((double)(n - from)), p->dynatemp_exponent);
+}
+
+/* The chain with top-k, top-p and min-p off: top-n-sigma, typical-p, XTC (as the mixture) and the
+ * (dynamic) temperature, straight from their definitions; dense probabilities into out. */
+static void ref_stages(const float *x, int V, const bs_sampler_params *p, double *out) {
+    st_tok *t = malloc(sizeof *t * (size_t)V);
+    int n = 0;
+    double mx = -INFINITY, sum = 0, sq = 0;
+    for (int i = 0; i < V; i++) if (isfinite(x[i])) { mx = fmax(mx, x[i]); sum += x[i]; n++; }
+    const double mean = sum / n;
+    for (int i = 0; i < V; i++) if (isfinite(x[i])) sq += (x[i] - mean) * (x[i] - mean);
+    const double lim = p->top_n_sigma > 0 ? mx - p->top_n_sigma * sqrt(sq / n) : -INFINITY;
+    n = 0;
+    for (int i = 0; i < V; i++) if (isfinite(x[i]) && x[i] >= lim) t[n++] = (st_tok){i, x[i], 0};
+    if (p->typical_p > 0 && p->typical_p < 1) {
+        const double h = st_entropy(t, 0, n);
+        double lmx = -INFINITY, z = 0;
+        for (int i = 0; i < n; i++) lmx = fmax(lmx, t[i].l);
+        for (int i = 0; i < n; i++) z += exp(t[i].l - lmx);
+        for (int i = 0; i < n; i++) t[i].key = fabs(-log(exp(t[i].l - lmx) / z) - h);
+        qsort(t, (size_t)n, sizeof *t, st_by_key);
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += exp(t[i].l - lmx) / z;
+            if (cum > p->typical_p) { n = i + 1; break; }
+        }
+    }
+    qsort(t, (size_t)n, sizeof *t, st_by_logit);
+    int cut = 0;
+    if (p->xtc_probability > 0 && p->xtc_threshold <= 0.5f && n >= 2) {
+        double z = 0;
+        for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
+        for (int i = 0; i < n && exp(t[i].l - t[0].l) / z >= p->xtc_threshold; i++) cut = i;
+    }
+    memset(out, 0, sizeof *out * (size_t)V);
+    const double P = cut ? p->xtc_probability : 0;
+    st_softmax_add(t, 0, n, st_temp(t, 0, n, p), 1 - P, out);
+    if (cut) st_softmax_add(t, cut, n, st_temp(t, cut, n, p), P, out);
+    free(t);
+}
+
+static void test_stages(void) {
+    enum { V = 300 };
+    static float x[V];
+    static double ref[V];
+    static float got[V];
+    bs_rng r;
+    bs_rng_seed(&r, 31);
+    static const struct { float sigma, typ, xp, xt, dr, de, temp; } cfg[] = {
+        {1.0f, 1, 0, 0.1f, 0, 1, 1}, {2.5f, 1, 0, 0.1f, 0, 1, 0.7f},                 /* top-n-sigma */
+        {-1, 0.5f, 0, 0.1f, 0, 1, 1}, {-1, 0.9f, 0, 0.1f, 0, 1, 1.3f},               /* typical-p */
+        {-1, 1, 0.5f, 0.05f, 0, 1, 1}, {-1, 1, 1.0f, 0.02f, 0, 1, 0.8f},              /* XTC */
+        {-1, 1, 0, 0.1f, 0.5f, 1, 1}, {-1, 1, 0, 0.1f, 0.9f, 2.0f, 0.6f},             /* dynamic temperature */
+        {1.5f, 0.8f, 0.6f, 0.03f, 0.4f, 1.5f, 0.9f},                                    /* all of them */
+    };
+    for (size_t c = 0; c < BS_ARRAY_LEN(cfg); c++) {
+        for (int trial = 0; trial < 4; trial++) {
+            bs_sampler_params p = plain();
+            p.temp = cfg[c].temp, p.top_n_sigma = cfg[c].sigma, p.typical_p = cfg[c].typ;
+            p.xtc_probability = cfg[c].xp, p.xtc_threshold = cfg[c].xt, p.dynatemp_range = cfg[c].dr;
+            p.dynatemp_exponent = cfg[c].de;
+            random_logits(&r, x, V, trial % 2 ? 3.0f : 1.0f);
+            if (trial == 3) for (int i = 0; i < V; i += 7) x[i] = -INFINITY;
+            bs_sampler *s = bs_sampler_new(&p, V);
+            CHECK(bs_sampler_apply(s, x) > 0, "config %zu: apply failed", c);
+            bs_sampler_probs_dense(s, got);
+            ref_stages(x, V, &p, ref);
+            double err = 0, sum = 0;
+            for (int i = 0; i < V; i++) err = fmax(err, fabs(got[i] - ref[i])), sum += got[i];
+            CHECK(err < 2e-5 && CLOSE(sum, 1, 1e-4), "config %zu trial %d: probabilities off by %g (sum %g)", c, trial, err, sum);
+            CHECK(bs_sampler_top_k_only(s, BS_TOP_MAX) == 0, "config %zu: a device's top-k list was offered", c);
+            bs_sampler_free(s);
+        }
+    }
+    /* draws follow the mixture: XTC at 0.5 over 12 tokens, 40000 draws, each frequency within 5 sigma */
+    {
+        enum { N = 12, DRAWS = 40000 };
+        float y[N];
+        double q[N];
+        long count[N] = {0};
+        for (int i = 0; i < N; i++) y[i] = 2.0f - 0.35f * i;
+        bs_sampler_params p = plain();
+        p.xtc_probability = 0.5f, p.xtc_threshold = 0.08f, p.seed = 5;
+        ref_stages(y, N, &p, q);
+        bs_sampler *s = bs_sampler_new(&p, N);
+        for (int d = 0; d < DRAWS; d++) count[bs_sampler_sample(s, y)]++;
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const double e = q[i] * DRAWS, sd = sqrt(e * (1 - q[i])) + 1;
+            bad += fabs(count[i] - e) > 5 * sd;
+        }
+        double plain_q[N];
+        bs_sampler_params off = p;
+        off.xtc_probability = 0;
+        ref_stages(y, N, &off, plain_q);
+        CHECK(!bad && q[0] < 0.75 * plain_q[0], "XTC draws: %d of %d frequencies off (top token %g, %g without XTC)", bad,
+              N, q[0], plain_q[0]);
+        bs_sampler_free(s);
+    }
+    /* temperature 0 stays the argmax whatever the stages say */
+    {
+        bs_sampler_params p = plain();
+        p.temp = 0, p.typical_p = 0.2f, p.xtc_probability = 1, p.xtc_threshold = 0.01f, p.top_n_sigma = 0.5f;
+        random_logits(&r, x, V, 2.0f);
+        bs_sampler *s = bs_sampler_new(&p, V);
+        int32_t best = 0;
+        for (int i = 1; i < V; i++) if (x[i] > x[best]) best = i;
+        CHECK(bs_sampler_sample(s, x) == best, "greedy with the stages set: not the argmax");
+        bs_sampler_free(s);
+    }
+    /* bad values are refused */
+    {
+        bs_sampler_params p = plain();
+        p.xtc_probability = 1.5f;
+        CHECK(bs_sampler_new(&p, V) == NULL, "XTC probability 1.5 accepted");
+        p = plain();
+        p.typical_p = NAN;
+        CHECK(bs_sampler_new(&p, V) == NULL, "typical-p NaN accepted");
+    }
+    printf("stages: top-n-sigma, typical-p, XTC and dynamic temperature match their definitions\n");
+}
+
 int main(void) {
     test_greedy();
     test_top_only();
     test_filters_vs_reference();
+    test_stages();
     test_frequencies();
     test_reproducible();
     test_penalties();

@@ -355,13 +355,22 @@ check(st == 400 and "'n_predict' must be an integer" in c['error']['message'], '
 off = {'mirostat': 0, 'typical_p': 1.0, 'xtc_probability': 0, 'xtc_threshold': 0.1, 'dynatemp_range': 0,
        'dynatemp_exponent': 1, 'top_n_sigma': -1, 'samplers': 'edkypmxt'}
 st, c = post(P, '/completion', dict(q, temperature=0, **off))
-check(st == 200 and c['content'] == g0['content'], 'the stages it lacks, sent off (as llama.cpp\'s page sends them): served', f'{st} {c}')
-for field, val in [('mirostat', 2), ('typical_p', 0.5), ('xtc_probability', 0.5), ('dynatemp_range', 0.5), ('top_n_sigma', 1.0)]:
-    st, c = post(P, '/completion', dict(q, **{field: val}))
-    check(st == 400 and c['error']['type'] == 'not_supported_error' and field in c['error']['message'],
-          f'{field} {val}: 400 naming it, never silently ignored', f'{st} {c}')
+check(st == 200 and c['content'] == g0['content'], 'the stages sent off (as llama.cpp\'s page sends them): served', f'{st} {c}')
+on = {'typical_p': 0.9, 'xtc_probability': 0.5, 'xtc_threshold': 0.05, 'dynatemp_range': 0.3, 'dynatemp_exponent': 1.5,
+      'top_n_sigma': 2.0}
+st, c = post(P, '/completion', dict(q, seed=4, **on))
+gs = c.get('generation_settings', {})
+check(st == 200 and c['tokens_predicted'] == 6 and all(abs(gs.get(k, -9) - v) < 1e-6 for k, v in on.items()),
+      'typical_p, XTC, dynamic temperature, top_n_sigma: run and reported in generation_settings', f'{st} {gs}')
+st2, c2 = post(P, '/completion', dict(q, seed=4, **on))
+check(st2 == 200 and c2['content'] == c['content'], 'with the stages, one seed gives one answer', f'{c2} {c}')
+st, c = post(P, '/completion', dict(q, mirostat=2))
+check(st == 400 and c['error']['type'] == 'not_supported_error' and 'mirostat' in c['error']['message'],
+      'mirostat 2: 400 naming it, never silently ignored', f'{st} {c}')
+st, c = post(P, '/completion', dict(q, xtc_probability=1.5))
+check(st == 400 and 'xtc_probability' in c['error']['message'], 'xtc_probability 1.5: 400', f'{st} {c}')
 st, c = post(P, '/completion', dict(q, typical_p=0.5, samplers=['top_k', 'temperature']))
-check(st == 200, 'typical_p with typ_p not among the samplers: it would not run, served', f'{st} {c}')
+check(st == 200 and c['generation_settings']['typical_p'] == 1, 'typical_p with typ_p not among the samplers: off', f'{st} {c}')
 # a stage left out of `samplers` is off: top_k alone with temperature left out is plain sampling
 # of the 1 best at temperature 1 = greedy; with only temperature, top_k 1 does not apply
 st, c1 = post(P, '/completion', dict(q, temperature=5, top_k=1, samplers=['top_k'], seed=3))

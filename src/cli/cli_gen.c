@@ -80,6 +80,12 @@ static float *sp_float(bs_sampler_params *p, int id) {
     case OPT_FREQUENCY_PENALTY: return &p->frequency_penalty;
     case OPT_DRY_MULTIPLIER: return &p->dry_multiplier;
     case OPT_DRY_BASE: return &p->dry_base;
+    case OPT_TYPICAL: return &p->typical_p;
+    case OPT_TOP_N_SIGMA: return &p->top_n_sigma;
+    case OPT_XTC_PROBABILITY: return &p->xtc_probability;
+    case OPT_XTC_THRESHOLD: return &p->xtc_threshold;
+    case OPT_DYNATEMP_RANGE: return &p->dynatemp_range;
+    case OPT_DYNATEMP_EXP: return &p->dynatemp_exponent;
     default: return NULL;
     }
 }

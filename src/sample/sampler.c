@@ -2,6 +2,7 @@
 #include "sample/sampler.h"
 #include "sample/grammar.h"
 #include "sample/sampler_dry.h"
+#include "sample/sampler_stages.h"
 #include "model/profile.h"
 #include "vulkan/backend.h"
 #include "io/util.h"
@@ -17,6 +18,7 @@ struct bs_sampler {
     bs_rng rng;
     float *w;                 /* [n_vocab] working logits */
     bs_token_prob *cand;      /* [n_vocab] candidates of the last apply */
+    float *alt;               /* [2 n_vocab] the final softmax, XTC's second distribution */
     int n_cand;
     bool sorted;              /* cand in descending order (ties: lower id first) */
     bool applied;
@@ -61,15 +63,20 @@ bs_sampler_params bs_sampler_default_params(void) {
         .penalty_last_n = 64, .repeat_penalty = 1.0f,
         .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
         .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2,
-        .dry_penalty_last_n = -1, .seed = 0,
+        .dry_penalty_last_n = -1, .seed = 0, .typical_p = 1.0f, .top_n_sigma = -1.0f,
+        .xtc_probability = 0.0f, .xtc_threshold = 0.1f, .dynatemp_range = 0.0f, .dynatemp_exponent = 1.0f,
     };
 }
 
 static int check_params(const bs_sampler_params *p) {
     if (isnan(p->temp) || isnan(p->top_p) || isnan(p->min_p) || isnan(p->presence_penalty) ||
         isnan(p->frequency_penalty) || isnan(p->dry_multiplier) || isnan(p->dry_base) ||
-        isinf(p->presence_penalty) || isinf(p->frequency_penalty) || isinf(p->dry_multiplier))
+        isinf(p->presence_penalty) || isinf(p->frequency_penalty) || isinf(p->dry_multiplier) ||
+        !isfinite(p->typical_p) || !isfinite(p->top_n_sigma) || !isfinite(p->xtc_probability) ||
+        !isfinite(p->xtc_threshold) || !isfinite(p->dynatemp_range) || !isfinite(p->dynatemp_exponent))
         return bs_error("sampler: parameters must be finite numbers");
+    if (p->xtc_probability < 0 || p->xtc_probability > 1) return bs_error("sampler: XTC probability must be in [0, 1]");
+    if (p->dynatemp_exponent < 0) return bs_error("sampler: dynamic temperature exponent must be >= 0");
     if (p->dry_multiplier < 0) return bs_error("sampler: DRY multiplier must be >= 0 (0 = off)");
     if (!(p->repeat_penalty > 0) || isinf(p->repeat_penalty))
         return bs_error("sampler: repeat penalty must be > 0 (1 = off), got %g",
@@ -94,6 +101,7 @@ bs_sampler *bs_sampler_new(const bs_sampler_params *params, int32_t n_vocab) {
     bs_rng_seed(&s->rng, p.seed);
     s->w = bs_xmalloc((size_t)n_vocab * sizeof *s->w);
     s->cand = bs_xmalloc((size_t)n_vocab * sizeof *s->cand);
+    s->alt = bs_xmalloc(2 * (size_t)n_vocab * sizeof *s->alt);
     s->count = bs_xcalloc((size_t)n_vocab, sizeof *s->count);
     s->seen = bs_xmalloc((size_t)n_vocab * sizeof *s->seen);
     bs_dry_init(&s->dry, n_vocab);
@@ -104,6 +112,7 @@ void bs_sampler_free(bs_sampler *s) {
     if (!s) return;
     free(s->w);
     free(s->cand);
+    free(s->alt);
     free(s->bias_id);
     free(s->bias);
     free(s->ban);
@@ -396,6 +405,12 @@ static int select_mass(bs_token_prob *c, int n, double need) {
     return hi;
 }
 
+static void apply_typical(bs_sampler *s) {
+    if (!(s->p.typical_p > 0 && s->p.typical_p < 1)) return;
+    s->n_cand = bs_stage_typical(s->cand, s->n_cand, s->p.typical_p, BS_MAX(s->p.min_keep, 1));
+    s->sorted = false;   /* in the order of typicality now */
+}
+
 static void apply_top_p(bs_sampler *s) {
     float top_p = s->p.top_p;
     if (top_p >= 1.0f) return;
@@ -441,18 +456,42 @@ static void apply_min_p(bs_sampler *s) {
     s->n_cand = n;
 }
 
-/* Temperature and the final softmax. Differences to the max are taken before dividing so that a
- * tiny temperature cannot overflow. */
+static bool xtc_on(const bs_sampler_params *p) { return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f; }
+
+/* The temperature of c[from..n): the fixed one, or the dynamic one of those candidates. */
+static float temp_of(const bs_sampler *s, int from) {
+    const bs_sampler_params *p = &s->p;
+    return p->dynatemp_range > 0 ? bs_stage_dynatemp(s->cand + from, s->n_cand - from, p->temp, p->dynatemp_range,
+                                                     p->dynatemp_exponent)
+                                 : p->temp;
+}
+
+/* XTC and the temperature, then the final softmax (bs_stage_softmax: differences to the max
+ * taken before dividing, so a tiny temperature cannot overflow). With XTC the distribution is
+ * the mixture of the candidates as they are and of those its cut leaves (each at its own
+ * temperature, as the dynamic one differs); candidates left at probability 0 are dropped. */
 static void finish(bs_sampler *s) {
     bs_token_prob *c = s->cand;
-    float mx = -INFINITY;
-    for (int i = 0; i < s->n_cand; i++) mx = BS_MAX(mx, c[i].logit);
-    double z = 0;
-    for (int i = 0; i < s->n_cand; i++) {
-        z += c[i].p = expf((c[i].logit - mx) / s->p.temp);
-        c[i].logit /= s->p.temp;
+    int cut = 0;
+    if (xtc_on(&s->p)) {
+        if (!s->sorted) qsort(c, (size_t)s->n_cand, sizeof *c, cmp_better);
+        s->sorted = true;
+        cut = bs_stage_xtc_cut(c, s->n_cand, s->p.xtc_threshold, BS_MAX(s->p.min_keep, 1));
     }
-    for (int i = 0; i < s->n_cand; i++) c[i].p = (float)(c[i].p / z);
+    float *all = s->alt, *left = s->alt + s->n_vocab;
+    if (cut) bs_stage_softmax(c, cut, s->n_cand, temp_of(s, cut), left);
+    const float t = temp_of(s, 0), P = cut ? s->p.xtc_probability : 0.0f;
+    bs_stage_softmax(c, 0, s->n_cand, t, all);
+    int n = 0;
+    for (int i = 0; i < s->n_cand; i++) {
+        const float p = cut ? (1 - P) * all[i] + (i >= cut ? P * left[i] : 0.0f) : all[i];
+        if (!(p > 0) && (cut || !(t > 0))) continue;   /* a dynamic temperature of 0 keeps the best; XTC at 1 drops the cut */
+        c[n] = c[i];
+        c[n].p = p;
+        if (t > 0) c[n].logit /= t;
+        n++;
+    }
+    s->n_cand = n;
 }
 
 static int apply_chain(bs_sampler *s, const float *logits) {
@@ -464,7 +503,9 @@ static int apply_chain(bs_sampler *s, const float *logits) {
     if (s->p.temp <= 0.0f) {
         if (greedy(s) < 0) return -1;
     } else {
+        if (s->p.top_n_sigma > 0) bs_stage_top_n_sigma(s->w, s->n_vocab, s->p.top_n_sigma);
         if (gather(s) < 0) return -1;
+        apply_typical(s);
         apply_top_p(s);
         apply_min_p(s);
         finish(s);
@@ -487,8 +528,14 @@ bool bs_sampler_plain_greedy(const bs_sampler *s) { return s->p.temp <= 0.0f && 
 /* gather's k: top_k widened to min_keep, at most the vocabulary */
 static int top_k_of(const bs_sampler *s) { return BS_MIN(BS_MAX(s->p.top_k, s->p.min_keep), s->n_vocab); }
 
+/* Stages the device's chain (bs_draw: top-k, top-p, min-p, temperature) does not run. */
+static bool extra_stages(const bs_sampler_params *p) {
+    return p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0;
+}
+
 int bs_sampler_top_k_only(const bs_sampler *s, int max) {
-    if (s->p.temp <= 0.0f || s->p.top_k <= 0 || s->p.top_k >= s->n_vocab || !logits_as_given(s)) return 0;
+    if (s->p.temp <= 0.0f || s->p.top_k <= 0 || s->p.top_k >= s->n_vocab || !logits_as_given(s) || extra_stages(&s->p))
+        return 0;
     const int k = top_k_of(s);
     return k <= max ? k : 0;
 }
@@ -506,6 +553,7 @@ int bs_sampler_apply_top(bs_sampler *s, const int32_t *ids, const float *logits,
     s->n_cand = n;
     s->sorted = true;
     if (n > 0) {   /* the rest of the chain as apply_chain runs it after gather */
+        apply_typical(s);
         apply_top_p(s);
         apply_min_p(s);
         finish(s);

@@ -492,10 +492,12 @@ struct json_t *srv_timings_json(const srv_timings *tm);
 /* n_probs, post_sampling_probs, return_tokens, return_progress, response_fields into g (and
  * t->n_probs); 0 or the failing status (f). */
 int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
-/* llama-server's sampler fields beyond p's (server_samplers.c): `samplers` turns stages off,
- * the stages the chain lacks are refused unless off, a negative temperature is greedy. 0, or
- * the failing status (f). */
+/* llama-server's sampler fields beyond the common ones (server_samplers.c): top-n-sigma,
+ * typical-p, XTC, dynamic temperature into p, mirostat refused unless off, `samplers` turns
+ * stages off, a negative temperature is greedy. 0, or the failing status (f). */
 int srv_sampler_fields(struct json_t *b, bs_sampler_params *p, srv_fail *f);
+/* Those stages' parameters into a settings object (generation_settings, /props' params). */
+void srv_stage_settings(struct json_t *j, const bs_sampler_params *p);
 typedef struct srv_prompt {
     int32_t *ids;
     int n, cap;

@@ -17,20 +17,9 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int srv_fail_set(srv_fail *f, int status, const char *type, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(f->msg, sizeof f->msg, fmt, ap);
-    va_end(ap);
-    f->status = status;
-    f->type = type;
-    return status;
-}
 
 size_t srv_min_tokens(const srv *s, size_t bytes) {
     return s->max_piece > 0 ? bytes / ((size_t)s->max_piece * 4) : 0;
@@ -297,6 +286,7 @@ static json_t *settings_json(const srv_task *t, const srv_gen *g) {
     json_object_set_new(j, "dry_base", json_real(p->dry_base));
     json_object_set_new(j, "dry_allowed_length", json_integer(p->dry_allowed_length));
     json_object_set_new(j, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n));
+    srv_stage_settings(j, p);
     json_object_set_new(j, "n_keep", json_integer(t->n_keep));
     json_object_set_new(j, "n_probs", json_integer(g->n_probs));
     json_object_set_new(j, "post_sampling_probs", json_boolean(g->post_probs));

@@ -18,9 +18,12 @@ static json_t *samplers_json(const bs_sampler_params *p) {
     if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
         json_array_append_new(a, json_string("penalties"));
     if (p->dry_multiplier != 0.0f) json_array_append_new(a, json_string("dry"));
+    if (p->top_n_sigma > 0) json_array_append_new(a, json_string("top_n_sigma"));
     json_array_append_new(a, json_string("top_k"));
+    if (p->typical_p > 0 && p->typical_p < 1) json_array_append_new(a, json_string("typ_p"));
     json_array_append_new(a, json_string("top_p"));
     json_array_append_new(a, json_string("min_p"));
+    if (p->xtc_probability > 0) json_array_append_new(a, json_string("xtc"));
     json_array_append_new(a, json_string("temperature"));
     return a;
 }
@@ -52,6 +55,7 @@ static json_t *params_json(const srv *s) {
     json_object_set_new(j, "dry_allowed_length", json_integer(p->dry_allowed_length));
     json_object_set_new(j, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n));
     json_object_set_new(j, "dry_sequence_breakers", breakers_json(o));
+    srv_stage_settings(j, p);
     json_object_set_new(j, "n_predict", json_integer(srv_n_predict_cap(&s->cfg)));
     json_object_set_new(j, "max_tokens", json_integer(srv_n_predict_cap(&s->cfg)));
     json_object_set_new(j, "n_keep", json_integer(o->n_keep));

@@ -1,14 +1,17 @@
-/* server_samplers.c: llama-server's sampler fields beyond the chain's own parameters.
+/* server_samplers.c: llama-server's sampler fields beyond the common ones (server_api.c reads
+ * temperature, top-k/p, min-p, penalties and DRY).
+ *
+ * top_n_sigma, typical_p (typ_p), xtc_probability / xtc_threshold and dynatemp_range /
+ * dynatemp_exponent set the chain's stages of those names (bitspark.h). Mirostat replaces the
+ * chain with a stateful sampler this engine does not have: it is accepted at 0 (off, what
+ * clients such as llama.cpp's own page send every time) and any other value is a 400 naming it,
+ * never silently ignored.
  *
  * `samplers` (a list of names, or a string of llama.cpp's one-letter codes) says which stages
- * run. The chain's order is fixed (llama.cpp's default: penalties, DRY, top-k, top-p, min-p,
- * temperature), so the list's order is not followed, but a stage left out is off, as in
- * llama.cpp: penalties, DRY, top-k, top-p and min-p neutral, and without `temperature` the
- * logits are not scaled (temperature 1; llama.cpp's greedy lives in that stage too).
- *
- * Stages the chain does not have (mirostat, typical-p, XTC, dynamic temperature, top-n-sigma)
- * are accepted at the values that turn them off, which clients such as llama.cpp's own web page
- * send every time; any other value is a 400 naming the field, never silently ignored. A negative
+ * run. The chain's order is fixed (llama.cpp's default: penalties, DRY, top-n-sigma, top-k,
+ * typical-p, top-p, min-p, XTC, temperature), so the list's order is not followed, but a stage
+ * left out is off, as in llama.cpp; without `temperature` the logits are not scaled
+ * (temperature 1, and no dynamic range: llama.cpp's greedy lives in that stage too). A negative
  * temperature is greedy, as llama-server documents. */
 #include "server/server.h"
 
@@ -56,46 +59,53 @@ static int parse_stages(json_t *v, srv_fail *f) {
     return st;
 }
 
-/* A number field (absent or null: off), or -2 + f when it is not a number. */
-static int number(json_t *b, const char *k, double *x, srv_fail *f) {
+/* A number field in [lo, hi] into *x (absent or null: left alone); -1 + f otherwise. */
+static int number(json_t *b, const char *k, double lo, double hi, float *x, srv_fail *f) {
     json_t *v = json_object_get(b, k);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return srv_fail_set(f, 400, "invalid_request_error", "'%s' must be a number", k), -2;
-    *x = json_number_value(v);
-    return 1;
+    const double d = json_is_number(v) ? json_number_value(v) : lo - 1;
+    if (!(d >= lo && d <= hi))
+        return srv_fail_set(f, 400, "invalid_request_error", "'%s' must be a number in [%g, %g]", k, lo, hi), -1;
+    *x = (float)d;
+    return 0;
 }
 
-/* Each stage the chain lacks, with the field that turns it on and the test of "off". */
-static int refuse_missing(json_t *b, int stages, srv_fail *f) {
-    static const struct { const char *field; int st; double off_at; bool off_below; const char *off; } lack[] = {
-        {"mirostat", ST_ALL, 0, false, "0"},   /* (replaces the chain: whatever `samplers` says) */
-        {"typical_p", ST_TYPICAL, 1, true, "1"},
-        {"typ_p", ST_TYPICAL, 1, true, "1"},
-        {"xtc_probability", ST_XTC, 0, false, "0"},
-        {"dynatemp_range", ST_TEMP, 0, false, "0"},
-        {"top_n_sigma", ST_SIGMA, 0, false, "0 or less"},
-    };
-    for (size_t i = 0; i < sizeof lack / sizeof *lack; i++) {
-        double x = 0;
-        const int rc = number(b, lack[i].field, &x, f);
-        if (rc < 0) return f->status;
-        const bool on = lack[i].off_below ? x < lack[i].off_at : x > lack[i].off_at;
-        if (rc && on && (lack[i].st == ST_ALL || (stages & lack[i].st)))
-            return srv_fail_set(f, 400, "not_supported_error", "'%s' is not supported: only %s (off) is accepted",
-                                lack[i].field, lack[i].off);
-    }
+static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
+    float miro = 0;
+    if (number(b, "mirostat", 0, 2, &miro, f) || number(b, "typical_p", 0, 1e9, &p->typical_p, f) ||
+        number(b, "typ_p", 0, 1e9, &p->typical_p, f) || number(b, "top_n_sigma", -1e9, 1e9, &p->top_n_sigma, f) ||
+        number(b, "xtc_probability", 0, 1, &p->xtc_probability, f) ||
+        number(b, "xtc_threshold", 0, 1e9, &p->xtc_threshold, f) ||
+        number(b, "dynatemp_range", 0, 100, &p->dynatemp_range, f) ||
+        number(b, "dynatemp_exponent", 0, 100, &p->dynatemp_exponent, f))
+        return f->status;
+    if (miro != 0)
+        return srv_fail_set(f, 400, "not_supported_error", "'mirostat' is not supported: only 0 (off) is accepted");
     return 0;
 }
 
 int srv_sampler_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
     const int st = parse_stages(json_object_get(b, "samplers"), f);
-    if (st < 0 || refuse_missing(b, st, f)) return f->status;
+    if (st < 0 || stage_fields(b, p, f)) return f->status;
     if (p->temp < 0) p->temp = 0;
     if (!(st & ST_PENALTIES)) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
     if (!(st & ST_DRY)) p->dry_multiplier = 0;
+    if (!(st & ST_SIGMA)) p->top_n_sigma = -1;
     if (!(st & ST_TOP_K)) p->top_k = 0;
+    if (!(st & ST_TYPICAL)) p->typical_p = 1;
     if (!(st & ST_TOP_P)) p->top_p = 1;
     if (!(st & ST_MIN_P)) p->min_p = 0;
-    if (!(st & ST_TEMP)) p->temp = 1;
+    if (!(st & ST_XTC)) p->xtc_probability = 0;
+    if (!(st & ST_TEMP)) p->temp = 1, p->dynatemp_range = 0;
     return 0;
+}
+
+void srv_stage_settings(json_t *j, const bs_sampler_params *p) {
+    json_object_set_new(j, "top_n_sigma", json_real(p->top_n_sigma));
+    json_object_set_new(j, "typical_p", json_real(p->typical_p));
+    json_object_set_new(j, "xtc_probability", json_real(p->xtc_probability));
+    json_object_set_new(j, "xtc_threshold", json_real(p->xtc_threshold));
+    json_object_set_new(j, "dynatemp_range", json_real(p->dynatemp_range));
+    json_object_set_new(j, "dynatemp_exponent", json_real(p->dynatemp_exponent));
+    json_object_set_new(j, "mirostat", json_integer(0));
 }
