@@ -523,8 +523,9 @@ typedef struct bs_gen_request {
                                   cannot drop positions), instead of ending with BS_GEN_CTX */
     int n_keep;                /* context shift: tokens kept at the start (a system prompt) */
     const char *grammar;       /* GBNF (llama.cpp's format): what is generated must match it;
-                                  NULL: free text. Drafts it does not allow are cut before
-                                  verification, so speculation stays exact under it */
+                                  NULL: free text. Speculation stays exact under it: greedy
+                                  drafts it does not allow are cut before verification, sampled
+                                  ones are verified (and rejected: the grammar gives them p 0) */
     volatile sig_atomic_t *interrupt;   /* ends generation (BS_GEN_INTERRUPT) once nonzero */
     const bs_gen_image *images;   /* one per BS_TOKEN_IMAGE of the prompt, in order; each takes
                                      nx * ny positions (ckpt_at counts a marker as one) */

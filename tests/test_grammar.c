@@ -73,7 +73,9 @@ static void test_siblings(const bs_grammar_vocab *v) {
         {"{\"enum\":[\"abc\",\"x\"],\"maxLength\":2}", "\"x\"", 1},
         {"{\"type\":\"string\",\"enum\":[\"a\",1]}", "1", 0},
         {"{\"type\":\"string\",\"enum\":[\"a\",1]}", "\"a\"", 1},
-        {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aaaaa\"", -1},
+        {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aaaaa\"", 0},   /* a+ counted 1..2 */
+        {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aa\"", 1},
+        {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^(ab)+$\"}]}", "\"ab\"", -1},
         /* the common shapes: type beside anyOf, required per branch, nullable by type list */
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{}", 0},
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{\"b\": 2}", 1},

@@ -178,7 +178,7 @@ int bs_depth_choose(bs_spec_depth *d, int k_max) {
     return d->last = 0;
 }
 
-int bs_depth_trim(bs_spec_depth *d, const float *conf, int k) {
+int bs_depth_trim(bs_spec_depth *d, const float *conf, int k, bool sampled) {
     if (d->fixed >= 0 || !conf || k <= 1 || conf[0] < 0) return k;
     /* the raw head is over-confident: scale it so its mean matches the observed acceptance */
     const double scale = d->conf_sum > 8 ? BS_MIN(2.0, d->acc_sum / d->conf_sum) : 1.0;
@@ -189,6 +189,7 @@ int bs_depth_trim(bs_spec_depth *d, const float *conf, int k) {
         e += surv;
         const double r = e / (d->draft_kr[k] + d->verify_r[c + 1] + d->append_r * e);   /* drafted: k */
         if (r > best_rate * 1.001) { best = c; best_rate = r; }
+        else if (sampled) break;   /* the first best: whether draft c is kept reads conf up to c only */
     }
     if (best < k) d->n_trimmed++;
     return best;

@@ -74,8 +74,11 @@ void bs_depth_observe_accept(bs_spec_depth *d, int k, int n, const float *conf);
 void bs_depth_seed_p(bs_spec_depth *d, double p);
 /* A probe round (a drafted round while parked) cost extra_s seconds more than a plain step. */
 void bs_depth_observe_probe(bs_spec_depth *d, double extra_s);
-/* Auto only: how many of k drafts with confidences conf to verify (1..k). */
-int bs_depth_trim(bs_spec_depth *d, const float *conf, int k);
+/* Auto only: how many of k drafts with confidences conf to verify (1..k). sampled: the first
+ * best length, so that keeping draft j reads conf[0..j] only (which the drafts before j make):
+ * whether a sampled draft is verified must not depend on its own value, or the output would not
+ * be an exact sample (greedy output is the same either way: the best length of all). */
+int bs_depth_trim(bs_spec_depth *d, const float *conf, int k, bool sampled);
 /* One line saying what the controller decided and why (for --verbose). */
 void bs_depth_describe(const bs_spec_depth *d, char *buf, int cap);
 

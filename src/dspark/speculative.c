@@ -490,10 +490,13 @@ int bs_spec_round_begin(bs_spec *sp, bs_sampler *smp, int32_t anchor, int max_ne
     const double t0 = bs_time();
     if (k > 0) {
         if ((k = make_drafts(sp, smp, anchor, s, k, sp->rd.sampling, bs_sampler_get_params(smp)->temp)) < 0) return -1;
-        if (k > 0 && !sp->hook && sp->prm.conf_cut > 0) k = bs_depth_trim(&sp->depth, sp->conf, k);
-        /* under a grammar, drafts from the first one it does not allow would only be rejected
-         * (the anchor is already accepted into the sampler, so the state is the drafts') */
-        if (k > 0) k = bs_sampler_grammar_prefix(smp, sp->drafts, k);
+        if (k > 0 && !sp->hook && sp->prm.conf_cut > 0) k = bs_depth_trim(&sp->depth, sp->conf, k, sp->rd.sampling);
+        /* under a grammar, greedy drafts from the first one it does not allow would only be
+         * rejected (the anchor is already accepted into the sampler, so the state is the
+         * drafts'). Not when sampling: whether a draft is verified must not depend on its own
+         * value (an exact sample needs each draft judged by accept / residual, or none), and one
+         * the grammar forbids has p = 0 there, so it is rejected and the residual drawn */
+        if (k > 0 && !sp->rd.sampling) k = bs_sampler_grammar_prefix(smp, sp->drafts, k);
     }
     sp->rd.blocked = false;
     sp->rd.k = k;
