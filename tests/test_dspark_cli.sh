@@ -51,6 +51,15 @@ out=$("${R[@]}" -md "$T/dtap.gguf" 2>&1 >/dev/null); rc=$?
 out=$("${R[@]}" -md "$F/tiny-dspark-f32.gguf" --draft-max 5 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q 'exceeds the drafter' <<<"$out" && ok "--draft-max above the block size refused" || bad "draft-max 5: rc=$rc $out"
 
+# drafters with blocks of 16 and more (the loader takes up to 64): the session's cheap rollback
+# holds a round's rows; greedy output with the whole block drafted is plain decoding's
+"$B" synth --preset drafter-tiny --drafter-type f32 --block-size 24 -o "$T/d24.gguf" >/dev/null 2>&1
+"$B" run -m "$F/tiny-q1_0.gguf" -t 1 -p "Once upon a time" -n 40 --temp 0 --ignore-eos -q >"$T/p24" 2>/dev/null
+"$B" run -m "$F/tiny-q1_0.gguf" -t 1 -md "$T/d24.gguf" --draft-max 24 -p "Once upon a time" -n 40 --temp 0 --ignore-eos \
+    -q >"$T/s24" 2>"$T/e24"; rc=$?
+[ $rc -eq 0 ] && [ -s "$T/p24" ] && cmp -s "$T/p24" "$T/s24" && ok "a block-24 drafter at depth 24: plain decoding's text" \
+  || bad "block 24: rc=$rc $(cat "$T/e24")"
+
 # bench --spec
 out=$("$B" bench -m "$F/tiny-q1_0.gguf" -md "$F/tiny-dspark-f32.gguf" --spec -t 1 -p 16 -r 1 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q 'verify, width 5' <<<"$out" && grep -q 'PROJECTIONS' <<<"$out" && grep -q '^   0.90 ' <<<"$out" \

@@ -47,7 +47,10 @@ bs_gen *bs_gen_new_pooled(bs_model *m, const bs_tokenizer *tok, const bs_gen_par
     g->n_vocab = bs_model_n_vocab(m);
     g->state = GS_IDLE;
     g->st.stop = BS_GEN_RUNNING;
-    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = pool ? bs_pool_size(pool) : p->n_threads};
+    /* a drafter's round rolls back up to its block and the anchor: the cheap rollback must hold
+     * that many rows (the default 16 is the most for blocks up to 15) */
+    bs_session_params sp = {.n_ctx = p->n_ctx, .n_threads = pool ? bs_pool_size(pool) : p->n_threads,
+                            .n_rollback = p->drafter ? BS_MAX(16, p->drafter->hp.block_size + 1) : 0};
     if (!(g->sess = bs_session_new(m, &sp))) goto fail;
     gen_own_session(g);
     if (pool && bs_session_share_pool(g->sess, pool)) goto fail;

@@ -356,7 +356,8 @@ int bs_spec_bench(const bs_spec_bench_opts *op) {
     if (!d) goto done;
     const char *dd = getenv("BITSPARK_DRAFT_DEVICE");
     if (m->vk && !(dd && !strcmp(dd, "cpu")) && bs_dspark_to_device(d, m, NULL)) goto done;
-    bs_session_params sp = {.n_ctx = o.n_prompt + 64, .n_threads = o.n_threads};
+    bs_session_params sp = {.n_ctx = o.n_prompt + 64, .n_threads = o.n_threads,
+                            .n_rollback = BS_MAX(16, d->hp.block_size + 1)};   /* a round's rows (gen.c) */
     if (!(s = bs_session_new(m, &sp)) || bs_session_set_taps(s, d->hp.taps, d->hp.n_taps)) goto done;
     /* the context: n_prompt tokens evaluated in batches */
     prompt = bs_xmalloc((size_t)o.n_prompt * sizeof *prompt);
