@@ -499,6 +499,12 @@ static void test_edges(void) {
     p = bs_sampler_default_params();
     p.top_p = NAN;
     CHECK(bs_sampler_new(&p, V) == NULL, "NaN rejected");
+    p = bs_sampler_default_params();
+    p.typical_p = NAN;
+    CHECK(bs_sampler_new(&p, V) == NULL, "typical-p NaN rejected");
+    p = bs_sampler_default_params();
+    p.xtc_probability = 1.5f;
+    CHECK(bs_sampler_new(&p, V) == NULL, "XTC probability 1.5 rejected");
     CHECK(bs_sampler_new(NULL, 0) == NULL, "empty vocab rejected");
     bs_sampler *s = bs_sampler_new(NULL, V);
     CHECK(bs_sampler_set_logit_bias(s, V, 1) < 0 && bs_sampler_set_logit_bias(s, 0, NAN) < 0, "bad bias");
@@ -801,15 +807,6 @@ static void test_stages(void) {
         for (int i = 1; i < V; i++) if (x[i] > x[best]) best = i;
         CHECK(bs_sampler_sample(s, x) == best, "greedy with the stages set: not the argmax");
         bs_sampler_free(s);
-    }
-    /* bad values are refused */
-    {
-        bs_sampler_params p = plain();
-        p.xtc_probability = 1.5f;
-        CHECK(bs_sampler_new(&p, V) == NULL, "XTC probability 1.5 accepted");
-        p = plain();
-        p.typical_p = NAN;
-        CHECK(bs_sampler_new(&p, V) == NULL, "typical-p NaN accepted");
     }
     printf("stages: top-n-sigma, typical-p, XTC and dynamic temperature match their definitions\n");
 }
