@@ -68,6 +68,9 @@ out=$(node -e '
 m=$(curl -s "$S4/metrics")
 echo "$m" | grep -qE '^llamacpp:n_decode_total [1-9]' && echo "$m" | grep -qE '^llamacpp:spec_decode_num_draft_tokens_total [1-9]' \
   && ok "drafting slots share batched passes ($(echo "$m" | grep -E '^llamacpp:n_decode_total'))" || bad "batched drafting metrics: $(echo "$m" | grep -E 'n_decode|draft')"
+nmax=$(echo "$m" | sed -n 's/^llamacpp:n_tokens_max //p')
+[ -n "$nmax" ] && [ "$nmax" -gt 32 ] && [ "$nmax" -lt 256 ] && ok "n_tokens_max: the longest request's positions ($nmax)" \
+  || bad "n_tokens_max: '$nmax'"
 echo "$m" | grep -qE '^llamacpp:spec_decode_shared_blocks_total [1-9]' \
   && ok "drafter blocks of two slots in shared passes ($(echo "$m" | grep -E '^llamacpp:spec_decode_shared_blocks_total'))" || bad "shared drafter blocks: $(echo "$m" | grep -E 'shared_blocks')"
 # the same prompt twice: the second reuses all of it (the saved end of the prompt keeps its logits)

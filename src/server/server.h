@@ -234,6 +234,7 @@ typedef struct srv_metrics {
     long prompt_tokens, cached_tokens, predicted_tokens;
     double prompt_seconds, predicted_seconds;
     long n_decode, n_decode_rows;   /* batched decode passes and the rows they carried */
+    long n_tokens_max;              /* the most positions a finished request's slot held */
     long n_draft_shared;            /* drafter blocks run in a pass shared with other slots */
     long draft_tokens, draft_accepted, draft_rounds;
     long loops_detected, loop_rewinds, loop_stops;   /* doom-loop guard */

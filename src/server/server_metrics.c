@@ -46,6 +46,7 @@ void srv_metrics_task(srv_metrics *m, const srv_timings *t) {
     m->predicted_seconds += t->t_gen_ms / 1e3;
     m->draft_tokens += t->draft_n;
     m->draft_accepted += t->draft_accepted;
+    m->n_tokens_max = BS_MAX(m->n_tokens_max, (long)t->n_prompt + t->n_cached + t->n_gen);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -152,6 +153,8 @@ char *srv_metrics_text(srv_metrics *m, int n_slots) {
     metric(&b, "n_decode_total", "counter", "Batched decode passes.", (double)c.n_decode);
     metric(&b, "n_busy_slots_per_decode", "gauge", "Average number of slots per decode pass.",
            c.n_decode ? (double)c.n_decode_rows / c.n_decode : 0.0);
+    metric(&b, "n_tokens_max", "counter", "Largest observed n_tokens (a finished request's prompt and output).",
+           (double)c.n_tokens_max);
     metric(&b, "requests_image_jobs_total", "counter",
            "Requests parsed on the image job pool (images are never decoded on an HTTP thread).", (double)c.image_jobs);
     metric(&b, "requests_processing", "gauge", "Number of requests processing.", c.processing);
