@@ -134,6 +134,17 @@ st, c = post(P, '/completions', q)
 check(st == 200 and c.get('content') == a['content'] and 'choices' not in c, '/completions is the native endpoint (as llama-server)', str(c)[:200])
 st, c = post(P, '/v1/completions', dict(GREEDY, prompt=q['prompt'], max_tokens=8))
 check(st == 200 and c['choices'][0]['text'] == a['content'], '/v1/completions keeps OpenAI\'s shape', str(c)[:200])
+# OpenAI's prompt list: a choice per prompt, in order, each as its prompt alone gives it; usage
+# counts every prompt
+two = ['Hello there', 'Once upon a time']
+st, c = post(P, '/v1/completions', dict(GREEDY, prompt=two, max_tokens=5))
+alone = [post(P, '/v1/completions', dict(GREEDY, prompt=x, max_tokens=5))[1] for x in two]
+check(st == 200 and [x['index'] for x in c['choices']] == [0, 1]
+      and [x['text'] for x in c['choices']] == [x['choices'][0]['text'] for x in alone]
+      and c['usage']['prompt_tokens'] == sum(x['usage']['prompt_tokens'] for x in alone) and c['usage']['completion_tokens'] == 10,
+      '/v1/completions with a list of prompts: a choice each, usage of them all', str(c)[:400])
+st, c = post(P, '/v1/completions', dict(GREEDY, prompt=two, max_tokens=2, echo=True))
+check(st == 400 and 'echo' in c['error']['message'], '/v1/completions: echo with a list of prompts is a 400', f'{st} {c}')
 
 # the stream: each event's tokens are its content's; the last one stops; no [DONE]
 ev, done, status = native_events(P, '/completion', dict(q, n_probs=2, return_progress=True))

@@ -827,7 +827,9 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
         np = 1;
         rc = srv_infill_prompt(s, b, t->n_predict, pr, &t->prompt_cut, &f);
     } else if (!rc) {
-        rc = srv_native_prompts(s, b, g.native ? SRV_MAX_CHOICES : 1, &pr, &np, &f);
+        rc = srv_native_prompts(s, b, SRV_MAX_CHOICES, &pr, &np, &f);   /* a list: a choice each */
+        if (!rc && np > 1 && g.echo)
+            rc = srv_fail_set(&f, 400, "not_supported_error", "'echo' is supported with one prompt");
     }
     if (rc) { fail_reply(s, &f, r); goto fail; }
     t->prompt = pr[0].ids;

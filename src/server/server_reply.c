@@ -410,8 +410,14 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         srv_reply_json(r, 200, a);
         return;
     }
-    srv_timings sum = t->tm;   /* the prompt counted once, every choice's generated tokens */
-    for (int i = 1; i < n_choices(t); i++) sum.n_gen += choice_at(t, i)->tm.n_gen;
+    /* every choice's generated tokens; a shared prompt counted once, a choice's own (one of a
+       list of prompts) each time */
+    srv_timings sum = t->tm;
+    for (int i = 1; i < n_choices(t); i++) {
+        const srv_task *c = choice_at(t, i);
+        sum.n_gen += c->tm.n_gen;
+        if (!c->leader) sum.n_prompt += c->tm.n_prompt, sum.n_cached += c->tm.n_cached;
+    }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:o,s:o}", "id", g->id, "object",
                           g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
                           srv_model_name(s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices", HOLE,
