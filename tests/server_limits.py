@@ -9,6 +9,11 @@ for tests/test_server_limits.sh. Each mode prints one JSON line; exit status 0 w
   budget URL            two idle sockets declaring 8 MiB + 1 MiB block no POST (chat and tokenize
                         answer within BOUND s) and leave /ready at 200; bodies that really hold
                         the budget make /ready 503 until they go
+  stall URL             (a server with --body-budget 1000000) a client that sends half of a
+                        600 KB body and stops, holding budget, is cut while three whole 600 KB
+                        bodies wait: they are answered in well under BODY_S (60 s; at 64 KB/s
+                        past 5 s of grace the holder is cut after some 13 s), and its socket
+                        closed
   npredict URL CAP      max_tokens -1 + ignore_eos (context shift on) stops at CAP tokens with
                         finish_reason length; /props reports CAP
   embed URL             6 big embedding requests run while /health answers within BOUND s and a
@@ -171,6 +176,39 @@ def budget(url):
     return ok
 
 
+def stall(url):
+    u = urlparse(url)
+    body = json.dumps({'content': 'a' * 600000}).encode()
+    hdr = (b'POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n'
+           b'Content-Length: %d\r\n\r\n' % len(body))
+    holder = socket.create_connection((u.hostname, u.port))
+    holder.sendall(hdr + body[:len(body) // 2])   # then nothing
+    time.sleep(0.3)
+    out = []
+
+    def whole():
+        t0 = time.time()
+        try:
+            st, _, _ = request(url, 'POST', '/tokenize', {'content': 'a' * 600000}, timeout=55)
+        except OSError as e:
+            st = repr(e)
+        out.append((st, round(time.time() - t0, 1)))
+    ts = [threading.Thread(target=whole) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    holder.settimeout(5)
+    try:
+        cut = holder.recv(100) == b''
+    except OSError:
+        cut = True
+    holder.close()
+    ok = len(out) == 3 and all(st == 200 and dt < 40 for st, dt in out) and cut
+    print(json.dumps({'ok': ok, 'answers': sorted(out, key=lambda x: x[1]), 'holder_cut': cut}))
+    return ok
+
+
 def npredict(url, cap):
     st, body, _ = request(url, 'POST', '/v1/chat/completions',
                           {'messages': [{'role': 'user', 'content': 'Count.'}], 'max_tokens': -1, 'ignore_eos': True},
@@ -327,6 +365,6 @@ def rss(url, pid):
 
 if __name__ == '__main__':
     mode, args = sys.argv[1], sys.argv[2:]
-    fn = {'framing': framing, 'leave': leave, 'budget': budget, 'npredict': lambda u, c: npredict(u, int(c)),
+    fn = {'framing': framing, 'leave': leave, 'budget': budget, 'stall': stall, 'npredict': lambda u, c: npredict(u, int(c)),
           'embed': embed, 'image': lambda u, p: image(u, int(p)), 'rss': lambda u, p: rss(u, int(p))}[mode]
     sys.exit(0 if fn(*args) else 1)

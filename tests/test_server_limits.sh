@@ -7,7 +7,7 @@
 #  - a request whose client leaves, streaming or not, is counted in requests_client_closed_total
 #    (and frees its slot);
 #  - body budget: idle sockets that declare 8 MiB + 1 MiB block nothing; /ready says busy while
-#    bodies really hold the budget;
+#    bodies really hold the budget; a holder that stops sending while others wait is cut;
 #  - --n-predict caps max_tokens -1 + ignore_eos under --context-shift, and /props reports it;
 #  - embeddings run on the scheduler: /health answers within the bound meanwhile (chat within
 #    the bound or 30 x its idle time on a loaded machine), a client that leaves cancels its
@@ -29,6 +29,8 @@ start_server U -m "$M" -np 2 -t 1 --ctx 4096
 check "framing" framing "$U"
 check "client left: 499" leave "$U"
 check "body budget" budget "$U"
+start_server BS -m "$M" -np 1 -t 1 --ctx 512 --body-limit 2000000 --body-budget 1000000
+check "a body that stops while others wait for budget is cut" stall "$BS"
 
 start_server N -m "$M" -np 2 -t 1 --ctx 64 --context-shift --n-predict 40
 check "--n-predict 40" npredict "$N" 40

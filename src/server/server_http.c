@@ -16,6 +16,8 @@
  * reserved from one budget (cfg.body_budget) first; a body that cannot grow waits suspended
  * while the budget is spent (the oldest holder never waits), so N huge bodies at once cost at
  * most the budget and one body, not N bodies, and a socket that only declares a size costs nothing.
+ * While bodies wait, a holder whose body stops growing (HOLD_RATE) is cut instead of holding them
+ * up until its BODY_S.
  *
  * Order of checks per request: framing (400 / 501: srv_framing_check), Host (403), CORS
  * preflight, API key (401), the lifecycle (health and readiness answered, 503 while loading or,
@@ -44,6 +46,11 @@
 #define WATCH_MS 10
 #define HEADER_S 10.0
 #define BODY_S 60.0
+/* While bodies wait for budget, a holder must keep its body growing: past HOLD_GRACE_S after its
+ * headers, at HOLD_RATE bytes a second on average, or it is cut (one client that stops mid-body
+ * must not hold every other large body for BODY_S). */
+#define HOLD_GRACE_S 5.0
+#define HOLD_RATE (64.0 * 1024)
 
 /* One connection (MHD's socket context), on the watcher's list from accept to close. */
 typedef struct conn {
@@ -244,7 +251,9 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
     return ok;
 }
 
-static void suspend_on(conn *k, int what);
+static bool suspend_on(conn *k, int what);
+/* Whether srv_http_stop began (read by MHD's workers, the readers and the watcher). */
+static bool stopping(void);
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
@@ -256,11 +265,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
             srv_metrics_client_closed(&x->s->metrics);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (W.stopping) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (stopping()) return MHD_CONTENT_READER_END_WITH_ERROR;
         int rc = srv_stream_poll(x->st, &x->buf);
         if (rc == 2) {          /* nothing yet: sleep until the watcher sees news */
-            if (!x->k) { rc = srv_stream_read(x->st, &x->buf); }
-            else { suspend_on(x->k, W_STREAM); return 0; }
+            if (!x->k) rc = srv_stream_read(x->st, &x->buf);
+            else return suspend_on(x->k, W_STREAM) ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc == 0 && x->buf.len == 0) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -396,15 +405,23 @@ static enum MHD_Result fail(srv *s, struct MHD_Connection *c, int status, const 
 
 /* ---- suspension and the watcher ------------------------------------------------------------ */
 
+static bool stopping(void) { return __atomic_load_n(&W.stopping, __ATOMIC_ACQUIRE); }
+
 /* Called from the handler or the content reader (MHD's rule): park the connection until the
- * watcher sees what it waits for. */
-static void suspend_on(conn *k, int what) {
-    MHD_suspend_connection(k->c);
+ * watcher sees what it waits for. False, and nothing parked, once the server is stopping: its
+ * stop waits for the suspended connections to be resumed, and MHD must not stop with one left,
+ * so none may be added after the flag is set (checked under the lock that counts them). */
+static bool suspend_on(conn *k, int what) {
     pthread_mutex_lock(&W.mu);
-    k->wait = what;
-    W.n_suspended++;
-    if (what == W_BUDGET) W.n_budget_wait++;
+    const bool ok = !W.stopping;
+    if (ok) {
+        MHD_suspend_connection(k->c);
+        k->wait = what;
+        W.n_suspended++;
+        if (what == W_BUDGET) W.n_budget_wait++;
+    }
     pthread_mutex_unlock(&W.mu);
+    return ok;
 }
 
 /* default: one body of the largest size, and room for small requests beside it */
@@ -477,7 +494,7 @@ static long body_room(srv *s, req *q, size_t n, bool force) {
 }
 
 static bool wait_over(srv *s, conn *k) {
-    if (W.stopping || conn_gone(k->c)) return true;
+    if (stopping() || conn_gone(k->c)) return true;
     switch (k->wait) {
     case W_TASK: return k->q && k->q->pending && srv_pending_ready(k->q->pending);
     case W_STREAM: return k->x && srv_stream_ready(k->x->st);
@@ -499,6 +516,14 @@ static void watch_cv_init(void) {
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
     pthread_cond_init(&W.cv, &a);
     pthread_condattr_destroy(&a);
+}
+
+/* A body holding budget that others wait for, growing slower than HOLD_RATE past its grace
+ * (its reservation follows its bytes, in BODY_STEP steps). W.mu held. */
+static bool holds_up(const conn *k, double now) {
+    const double t = now - k->t0 - HOLD_GRACE_S;
+    return k->phase == PH_BODY && W.n_budget_wait > 0 && k->q && k->q->reserved > 0 && t > 0 &&
+           (double)k->q->reserved < t * HOLD_RATE;
 }
 
 static void *watcher(void *arg) {
@@ -528,7 +553,7 @@ static void *watcher(void *arg) {
                     MHD_resume_connection(k->c);
                 }
             } else if ((k->phase == PH_HEADERS && now - k->t0 > HEADER_S) ||
-                       (k->phase == PH_BODY && now - k->t0 > BODY_S)) {
+                       (k->phase == PH_BODY && now - k->t0 > BODY_S) || holds_up(k, now)) {
                 /* past its deadline: MHD sees the shut socket and closes the connection */
                 shutdown(k->fd, SHUT_RDWR);
                 k->phase = PH_WORK;
@@ -647,8 +672,7 @@ static enum MHD_Result reply(srv *s, struct MHD_Connection *c, srv_reply *r) {
 static enum MHD_Result answer(srv *s, struct MHD_Connection *c, conn *k, req *q, srv_reply *r) {
     if (r->pending) {
         q->pending = r->pending;
-        if (k) suspend_on(k, W_TASK);
-        return MHD_YES;
+        return !k || suspend_on(k, W_TASK) ? MHD_YES : MHD_NO;   /* (stopping: completed() cancels it) */
     }
     return reply(s, c, r);
 }
@@ -659,8 +683,7 @@ static enum MHD_Result to_job(srv *s, struct MHD_Connection *c, conn *k, req *q,
     if (!(q->job = srv_job_submit(s, method, url, q->body.p, q->body.len, r)))
         return fail(s, c, 503, "unavailable_error", "too many requests with images are being parsed: retry soon");
     q->body = (srv_buf){0};
-    suspend_on(k, W_JOB);
-    return MHD_YES;
+    return suspend_on(k, W_JOB) ? MHD_YES : MHD_NO;   /* (stopping: completed() abandons the job) */
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -683,13 +706,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     if (*upload_size) {
         if (!q->too_big && q->body.len + *upload_size <= (size_t)s->cfg.body_max) {
-            if (W.stopping) return MHD_NO;
+            if (stopping()) return MHD_NO;
             /* without a connection context (never expected) it cannot wait: it takes the memory */
             const long want = body_room(s, q, *upload_size, !k);
             if (want) {   /* the budget is spent: the bytes stay with MHD until it has room */
                 q->want = want;
-                suspend_on(k, W_BUDGET);
-                return MHD_YES;
+                return suspend_on(k, W_BUDGET) ? MHD_YES : MHD_NO;
             }
             srv_buf_add(&q->body, upload, *upload_size);
         } else {
@@ -706,13 +728,13 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     set_phase(k, PH_WORK);
     if (q->job) {                           /* resumed: parsed on the job pool, or the client gone */
-        if (conn_gone(c) || W.stopping) {
+        if (conn_gone(c) || stopping()) {
             srv_job_abandon(q->job);
             q->job = NULL;
-            if (!W.stopping) srv_metrics_request(&s->metrics, 499);
+            if (!stopping()) srv_metrics_request(&s->metrics, 499);
             return MHD_NO;
         }
-        if (!srv_job_done(q->job)) { suspend_on(k, W_JOB); return MHD_YES; }
+        if (!srv_job_done(q->job)) return suspend_on(k, W_JOB) ? MHD_YES : MHD_NO;
         srv_reply r;
         srv_job_take(q->job, &r);
         q->job = NULL;
@@ -720,11 +742,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return answer(s, c, k, q, &r);
     }
     if (q->pending) {                       /* resumed: the generation is done, or the client gone */
-        if (conn_gone(c) || W.stopping) {   /* completed() cancels the task */
-            if (!W.stopping) srv_metrics_request(&s->metrics, 499);   /* the client left */
+        if (conn_gone(c) || stopping()) {   /* completed() cancels the task */
+            if (!stopping()) srv_metrics_request(&s->metrics, 499);   /* the client left */
             return MHD_NO;
         }
-        if (!srv_pending_ready(q->pending)) { if (k) suspend_on(k, W_TASK); return MHD_YES; }
+        if (!srv_pending_ready(q->pending)) return !k || suspend_on(k, W_TASK) ? MHD_YES : MHD_NO;
         srv_reply r = {0};
         srv_pending *p = q->pending;
         q->pending = NULL;
@@ -815,7 +837,7 @@ int srv_http_start(srv *s) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, watch_cv_init);
     W.running = true;
-    W.stopping = false;
+    __atomic_store_n(&W.stopping, false, __ATOMIC_RELEASE);
     if (pthread_create(&W.thread, NULL, watcher, s)) { W.running = false; return bs_error("cannot start a thread"); }
     const unsigned workers = s->cfg.http_threads > 0 ? (unsigned)s->cfg.http_threads : 4u;
     if (srv_jobs_start((int)(workers + 1) / 2, kick)) { srv_http_stop(s); return -1; }
@@ -840,7 +862,7 @@ void srv_http_stop(srv *s) {
          * end at once instead of waiting again */
         listen_fd = MHD_quiesce_daemon(s->daemon);
         pthread_mutex_lock(&W.mu);
-        W.stopping = true;
+        __atomic_store_n(&W.stopping, true, __ATOMIC_RELEASE);   /* no suspension after this (suspend_on) */
         pthread_mutex_unlock(&W.mu);
         for (int i = 0; i < 500; i++) {
             pthread_mutex_lock(&W.mu);
