@@ -76,6 +76,17 @@ static void test_siblings(const bs_grammar_vocab *v) {
         {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aaaaa\"", 0},   /* a+ counted 1..2 */
         {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^a+$\"}]}", "\"aa\"", 1},
         {"{\"type\":\"string\",\"maxLength\":2,\"anyOf\":[{\"pattern\":\"^(ab)+$\"}]}", "\"ab\"", -1},
+        /* draft 4's boolean exclusiveMinimum stays with its own minimum: 10 meets both */
+        {"{\"type\":\"integer\",\"minimum\":10,\"maximum\":10,\"anyOf\":[{\"minimum\":5,\"exclusiveMinimum\":true}]}", "10", 1},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true,\"maximum\":9,\"anyOf\":[{\"minimum\":3}]}", "5", 0},
+        {"{\"type\":\"integer\",\"minimum\":5,\"exclusiveMinimum\":true,\"maximum\":9,\"anyOf\":[{\"minimum\":3}]}", "6", 1},
+        /* enum values are checked against multipleOf and uniqueItems beside them */
+        {"{\"enum\":[3,4],\"multipleOf\":2}", "3", 0},
+        {"{\"enum\":[3,4],\"multipleOf\":2}", "4", 1},
+        {"{\"enum\":[0.75,0.7],\"multipleOf\":0.25}", "0.7", 0},
+        {"{\"enum\":[0.75,0.7],\"multipleOf\":0.25}", "0.75", 1},
+        {"{\"type\":\"array\",\"enum\":[[1,1],[1,2]],\"uniqueItems\":true}", "[1,1]", 0},
+        {"{\"type\":\"array\",\"enum\":[[1,1],[1,2]],\"uniqueItems\":true}", "[1,2]", 1},
         /* the common shapes: type beside anyOf, required per branch, nullable by type list */
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{}", 0},
         {"{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}", "{\"b\": 2}", 1},

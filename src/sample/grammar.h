@@ -47,8 +47,11 @@ void bs_grammar_free(bs_grammar *g);
  * minItems, maxItems), strings (enum, const, minLength, maxLength, pattern, the formats of
  * bs_grammar_format_pattern), numbers, integers, booleans, null, enum, const,
  * anyOf / oneOf, $ref into #/$defs or #/definitions, with the keywords beside them merged in
- * (grammar_allof.c). malloc'd; NULL + bs_error on what it does not support, never dropping a
- * constraint. schema NULL: any JSON object (response_format json_object). */
+ * (grammar_allof.c; an enum's or const's values checked against them, multipleOf and
+ * uniqueItems included). malloc'd; NULL + bs_error on what it does not support. Outside enum
+ * and const, multipleOf, uniqueItems and minProperties/maxProperties are not written (a
+ * grammar cannot count them): the one kind of constraint it leaves out, as grammar_schema.c
+ * says. schema NULL: any JSON object (response_format json_object). */
 char *bs_grammar_from_json_schema(const char *schema);
 /* GBNF for the JSON text of a string matching `pattern`, a JSON schema's ECMAScript regular
  * expression (grammar_pattern.c: what it supports and refuses): an expression, "\"" to "\"".

@@ -85,7 +85,6 @@ static int num_cmp(json_t *x, json_t *y) {
 /* The tighter bound; draft 4's boolean exclusive forms: exclusive if either is (only tighter). */
 static json_t *merge_bound(const char *k, json_t *a, json_t *b) {
     const bool lower = !strncmp(k, "min", 3) || !strcmp(k, "exclusiveMinimum");
-    if (json_is_boolean(a) && json_is_boolean(b)) return json_boolean(json_is_true(a) || json_is_true(b));
     if (!json_is_number(a) || !json_is_number(b)) return refuse(k);
     const int c = num_cmp(a, b);
     return json_incref(lower ? (c >= 0 ? a : b) : (c <= 0 ? a : b));
@@ -193,10 +192,40 @@ static bool object_kw(const char *k) {
     return !strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "additionalProperties");
 }
 
+/* Draft 4's boolean exclusiveMinimum / exclusiveMaximum as draft 6's numbers: a flag belongs to
+ * its own side's bound, which the merge may not keep (minimum 5 exclusive beside minimum 10
+ * is minimum 10, inclusive), so each bound merges on its own. A new reference. */
+static json_t *numeric_exclusive(json_t *s) {
+    static const char *const pair[2][2] = {{"minimum", "exclusiveMinimum"}, {"maximum", "exclusiveMaximum"}};
+    json_t *c = NULL;
+    for (int i = 0; i < 2; i++) {
+        json_t *flag = json_object_get(s, pair[i][1]), *bound = json_object_get(s, pair[i][0]);
+        if (!json_is_boolean(flag)) continue;
+        if (!c) c = json_copy(s);
+        if (json_is_true(flag) && bound) {
+            json_object_set(c, pair[i][1], bound);
+            json_object_del(c, pair[i][0]);
+        } else {
+            json_object_del(c, pair[i][1]);
+        }
+    }
+    return c ? c : json_incref(s);
+}
+
+static json_t *merge_objects(json_t *a, json_t *b);
+
 json_t *ga_merge(json_t *a, json_t *b) {
     if (json_is_true(a) || json_is_false(b)) return json_incref(b);
     if (json_is_true(b) || json_is_false(a)) return json_incref(a);
     if (!json_is_object(a) || !json_is_object(b)) return bs_error("json schema: %s", "a schema must be an object"), NULL;
+    json_t *na = numeric_exclusive(a), *nb = numeric_exclusive(b), *m = merge_objects(na, nb);
+    json_decref(na);
+    json_decref(nb);
+    return m;
+}
+
+/* Two schema objects merged (ga_merge). */
+static json_t *merge_objects(json_t *a, json_t *b) {
     if (tuple_clash(a, b)) return refuse("prefixItems/items");
     json_t *m = json_object(), *x;
     const char *k;
@@ -276,6 +305,13 @@ static int number_fits(json_t *s, json_t *v) {
     if (json_is_number(mx) && num_cmp(v, mx) > (json_is_true(emx) ? -1 : 0)) return 0;
     if (json_is_number(emn) && num_cmp(v, emn) <= 0) return 0;
     if (json_is_number(emx) && num_cmp(v, emx) >= 0) return 0;
+    json_t *m = json_object_get(s, "multipleOf");
+    if (json_is_integer(m) && json_integer_value(m) > 0 && json_is_integer(v))
+        return json_integer_value(v) % json_integer_value(m) == 0;
+    if (json_is_number(m) && json_number_value(m) > 0) {   /* v / m a whole number, to a double's precision */
+        const double q = json_number_value(v) / json_number_value(m);
+        return fabs(q - nearbyint(q)) <= 1e-9 * fmax(1.0, fabs(q));
+    }
     return 1;
 }
 
@@ -307,6 +343,8 @@ static int array_fits(json_t *s, json_t *v, json_t *root, int depth) {
     json_array_foreach(v, i, x) {
         const int r = fits(or_true(items), x, root, depth + 1);
         if (r <= 0) return r;
+        for (size_t j = 0; json_is_true(json_object_get(s, "uniqueItems")) && j < i; j++)
+            if (json_equal(json_array_get(v, j), x)) return 0;
     }
     return 1;
 }

@@ -583,10 +583,13 @@ static int batch_new(srv_sched *s) {
 static int emb_open(srv_sched *s) {
     const int last = bs_model_n_layer(s->m) - 1;
     bs_session_params sp = {.n_ctx = s->n_ctx, .n_threads = s->cfg.n_threads > 0 ? s->cfg.n_threads : 1};
-    return !(s->emb_sess = bs_session_new(s->m, &sp)) || bs_session_set_taps(s->emb_sess, &last, 1) ||
-                   bs_session_share_pool(s->emb_sess, s->pool)
-               ? -1
-               : 0;
+    bs_session *e = bs_session_new(s->m, &sp);
+    if (!e || bs_session_set_taps(e, &last, 1) || bs_session_share_pool(e, s->pool)) {
+        bs_session_free(e);   /* half made: none, so the next wake tries again */
+        return -1;
+    }
+    s->emb_sess = e;
+    return 0;
 }
 
 static void emb_close(srv_sched *s) {
