@@ -159,6 +159,8 @@ static bool options(json_t *b, json_t *chat, srv_reply *r) {
         if (!json_is_integer(mt) || json_integer_value(mt) < 1) return bad(r, "max_output_tokens: must be an integer >= 1");
         json_object_set(chat, "max_tokens", mt);
     }
+    json_t *temp = json_object_get(b, "temperature");   /* OpenAI's range: no negative (chat's greedy) */
+    if (json_is_number(temp) && json_number_value(temp) < 0) return bad(r, "temperature: must be >= 0");
     static const char *pass[] = {"temperature", "top_p", "stream", "seed", "top_k", "min_p", "ignore_eos", "repeat_penalty",
                                  "cache_prompt", "draft_max", "loop_guard", "chat_template_kwargs"};
     for (size_t i = 0; i < BS_ARRAY_LEN(pass); i++)

@@ -203,7 +203,8 @@ test('errors: Anthropic error shape and status codes', async () => {
   await bad({ max_tokens: 4, messages: m, tool_choice: { type: 'tool' } }, /tool_choice/);
   await bad({ max_tokens: 4, messages: m, temperature: 'hot' }, /temperature/);
   await bad({ max_tokens: 4, messages: m, stop_sequences: 'x' }, /stop_sequences/);
-  await bad({ max_tokens: 4, messages: m, stop_sequences: Array(9).fill('x') }, /stop_sequences/);
+  await bad({ max_tokens: 4, messages: m, stop_sequences: Array(65).fill('x') }, /stop_sequences/);
+  await bad({ max_tokens: 4, messages: m, temperature: -1 }, /temperature/);
   await bad({ max_tokens: 4, messages: m, stop_sequences: [1] }, /stop_sequences/);
   await bad({ max_tokens: 4, messages: m, thinking: { type: 'maybe' } }, /thinking/);
   await bad({ max_tokens: 4, messages: m, mcp_servers: [{ type: 'url', url: 'https://x', name: 'x' }] }, /mcp_servers/);
