@@ -4,7 +4,8 @@
 # folded, Stop ends a reply, and the screenshot is not blank; the image control is hidden unless
 # /props says vision, and an attached fixture image is shown, removable and sent as an image_url
 # data: URL (webui.mjs, BS_FIXTURES/vision/image.png); then a page of another origin cannot
-# read or drive the server and a DNS-rebound page gets 403 (hostile_page.mjs). Needs /usr/bin/chromium.
+# read or drive the server and a DNS-rebound page gets 403 (hostile_page.mjs); the page's
+# Content-Security-Policy allows its own script and style by hash. Needs /usr/bin/chromium.
 source "$(dirname "$0")/server_lib.sh"
 [ -x /usr/bin/chromium ] || { echo "FAIL /usr/bin/chromium is missing (Debian package chromium)"; exit 1; }
 node_deps
@@ -13,6 +14,23 @@ node_deps
 M=$(synth_model srv-tiny-q1_0-ctx64k --preset tiny --type q1_0 --n-ctx 65536)
 start_server U -m "$M" -np 2 -t 2 --ctx 24576
 curl -s "$U/" | grep -q '<title>bitspark chat</title>' && ok "page served at /" || bad "page at /"
+# its headers: a Content-Security-Policy that allows its own inline script and style by hash and
+# nothing from elsewhere (the chromium run below works under it), never framed, no referrer
+h=$(curl -s -D - -o /dev/null "$U/" | tr -d '\r')
+csp=$(echo "$h" | sed -n 's/^Content-Security-Policy: //Ip')
+want=$(/usr/bin/python3 -c "import hashlib, base64, sys
+t = open(sys.argv[1], 'rb').read()
+def h(tag):
+    a = t.index(b'<' + tag + b'>') + len(tag) + 2
+    return base64.b64encode(hashlib.sha256(t[a:t.index(b'</' + tag + b'>')]).digest()).decode()
+print(h(b'script'), h(b'style'))" "$SRC/src/server/webui/index.html")
+case "$csp" in
+  *"script-src 'sha256-${want% *}'"*"style-src 'sha256-${want#* }'"*"connect-src 'self'"*"frame-ancestors 'none'"*)
+    echo "$h" | grep -qi '^X-Frame-Options: DENY' && echo "$h" | grep -qi '^X-Content-Type-Options: nosniff' \
+      && echo "$h" | grep -qi '^Referrer-Policy: no-referrer' && ok "page headers: CSP by hash, no framing, nosniff, no referrer" \
+      || bad "page headers: $h" ;;
+  *) bad "page CSP: '$csp' (want hashes $want)" ;;
+esac
 mkdir -p "$T/profile"
 out=$(BS_PROFILE="$T/profile" timeout 170 node "$SRC/tests/node/webui.mjs" "$U" "${BS_TMP:-/tmp}/webui.png" 2>&1)
 echo "$out" | grep -q '"ok":true' && ok "chromium: $out" || bad "chromium: $out"

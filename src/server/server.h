@@ -397,6 +397,7 @@ typedef struct srv_reply {
     size_t len;
     srv_stream *stream;        /* SSE reply: server_http.c pulls it with srv_stream_read */
     const char *allow;         /* 405: the methods the endpoint has (the Allow header) */
+    const char *csp;           /* the web page: its Content-Security-Policy (no framing, no referrer) */
     /* set by server_http.c: never block; a non-streaming generation comes back as pending */
     bool async;
     srv_pending *pending;

@@ -19,6 +19,7 @@
 
 extern const char bs_webui_html[];
 extern const size_t bs_webui_html_len;
+extern const char bs_webui_html_csp[];   /* (tools/embed.cmake: the page's inline script and style by hash) */
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
@@ -1027,6 +1028,7 @@ static void get_route(srv *s, int kind, srv_reply *r) {
         if (s->cfg.no_webui) { srv_reply_error(r, 404, "not_found_error", "the web page is disabled"); break; }
         r->status = 200;
         r->ctype = "text/html; charset=utf-8";
+        r->csp = bs_webui_html_csp;
         r->body = bs_xmalloc(bs_webui_html_len + 1);
         memcpy(r->body, bs_webui_html, bs_webui_html_len + 1);
         r->len = bs_webui_html_len;

@@ -223,6 +223,7 @@ static void add_common_headers(const srv *s, struct MHD_Response *resp, const ch
         if (strcmp(origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
     }
     MHD_add_response_header(resp, "Server", "bitspark/" BITSPARK_VERSION);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     /* which replica answered (prompt-cache affinity can be checked from outside) */
     if (s->cfg.replica_id) MHD_add_response_header(resp, "X-Replica-Id", s->cfg.replica_id);
     /* a draining server closes kept-alive connections so clients reconnect elsewhere */
@@ -245,6 +246,11 @@ static enum MHD_Result send_reply(srv *s, struct MHD_Connection *c, srv_reply *r
     /* loading, draining, shut down or a full queue: worth retrying soon, maybe elsewhere */
     if (r->status == 503) MHD_add_response_header(resp, "Retry-After", srv_state_get(s) == SRV_LOADING ? "5" : "1");
     if (r->allow) MHD_add_response_header(resp, "Allow", r->allow);
+    if (r->csp) {   /* the page: only its own script and style, no other origin, never framed */
+        MHD_add_response_header(resp, "Content-Security-Policy", r->csp);
+        MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+        MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    }
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     srv_metrics_request(&s->metrics, r->status);

@@ -1,7 +1,7 @@
 // hostile_page.mjs: what a web page the user visits can do to a local bitspark serve, in headless
 // Debian chromium (playwright-core), run by tests/test_server_webui.sh:
 //   node hostile_page.mjs VICTIM_URL OTHER_ORIGIN_URL
-// From a page of another origin (a second server on another port): reading /props fails (no
+// From a document of another origin (a second server's /health): reading /props fails (no
 // CORS grant), a JSON POST is stopped at its preflight, a text/plain "simple" POST (no preflight)
 // and a form POST are refused by the server (415), so nothing runs. DNS rebinding: the browser
 // resolves evil.test to 127.0.0.1 (--host-resolver-rules) and loads http://evil.test:PORT/,
@@ -22,7 +22,9 @@ const browser = await chromium.launchPersistentContext(process.env.BS_PROFILE, {
 });
 try {
   const page = browser.pages()[0] ?? await browser.newPage();
-  await page.goto(other + '/');
+  // a document of the other origin without the page's Content-Security-Policy (connect-src
+  // 'self' would stop its fetches: an attacker's page sets none)
+  await page.goto(other + '/health');
   const r = await page.evaluate(async (v) => {
     const out = {};
     const body = JSON.stringify({ messages: [{ role: 'user', content: 'pwned' }], max_tokens: 2 });

@@ -5,7 +5,8 @@
 // /props has no "modalities" or says vision false; with vision true (/props rewritten here), the
 // fixture image (BS_FIXTURES) shows as a thumbnail, can be removed, and goes out as an image_url
 // part whose data: URL holds the file's bytes (the request is answered here, not by the server,
-// which runs without a projector). Prints one JSON line; exit 1 on failure.
+// which runs without a projector). Then the conversation it keeps (historyChecks: a refused
+// message, a cut stream, New chat during a reply). Prints one JSON line; exit 1 on failure.
 import { createRequire } from 'node:module';
 const require = createRequire(process.env.BS_NODE_DIR + '/');
 const { chromium } = require('playwright-core');
@@ -80,8 +81,10 @@ try {
   }, (await import('node:fs')).readFileSync(shot).toString('base64'));
   if (distinct < 20) fail('screenshot looks blank: ' + distinct + ' colours');
   const image = await imageChecks(page);
+  const conversation = await historyChecks(page);
   if (errors.length) fail('page errors: ' + errors.join('; '));
-  console.log(JSON.stringify({ ok: true, first_chunk: first, text: final.slice(0, 60), stats, colours: distinct, image }));
+  console.log(JSON.stringify({ ok: true, first_chunk: first, text: final.slice(0, 60), stats, colours: distinct, image,
+                               conversation }));
 } finally {
   await browser.close();
 }
@@ -144,4 +147,51 @@ async function imageChecks(page) {
   if (await page.locator('#pending img').count() !== 0 || await page.isVisible('#pending')) fail('thumbnails left after sending');
   if (await page.locator('.user .imgs img').count() !== 1) fail('the sent message does not show its image');
   return { parts: content.map((p) => p.type), data_url_chars: u.length };
+}
+
+// The conversation the page keeps (answers canned here): a refused message is not sent again
+// with the next; a stream that closes before its end says so; New chat while a reply is on its
+// way starts empty (that reply does not join the new history).
+async function historyChecks(page) {
+  const bodies = [];
+  let answer = null;
+  await page.unroute('**/v1/chat/completions');
+  await page.route('**/v1/chat/completions', async (route) => {
+    bodies.push(JSON.parse(route.request().postData()));
+    const a = answer;
+    if (a.delay) await new Promise((r) => setTimeout(r, a.delay));
+    await route.fulfill(a.fulfill).catch(() => {});   // (an aborted request has no one to answer)
+  });
+  const say = async (text) => { await page.fill('#input', text); await page.click('#send'); };
+  const settled = () => page.waitForFunction(() => document.getElementById('send').disabled === false, null, { timeout: 10000 });
+  await page.click('#clear');
+  answer = { fulfill: { status: 400, contentType: 'application/json',
+                        body: JSON.stringify({ error: { code: 400, message: 'too long for the context', type: 'exceed_context_size_error' } }) } };
+  await say('a message the server refuses');
+  await settled();
+  if (!/too long for the context/.test(await page.textContent('#log'))) fail('the refusal is not shown');
+  answer = { fulfill: { status: 200, contentType: 'text/event-stream', body: cannedSSE() } };
+  await say('hi');
+  await settled();
+  const sent = bodies.at(-1).messages;
+  if (sent.length !== 1 || sent[0].content !== 'hi') fail('after a refused message the next one sent: ' + JSON.stringify(sent));
+  // a stream cut before its end
+  answer = { fulfill: { status: 200, contentType: 'text/event-stream',
+                        body: 'data: ' + JSON.stringify({ choices: [{ index: 0, delta: { content: 'partial' }, finish_reason: null }] }) + '\n\n' } };
+  await say('again');
+  await settled();
+  const last = await page.evaluate(() => [...document.querySelectorAll('.assistant')].at(-1).textContent);
+  if (!/partial/.test(last) || !/closed before the reply finished/.test(last)) fail('a cut stream is not said to be cut: ' + last);
+  // New chat while a reply is on its way
+  answer = { delay: 1500, fulfill: { status: 200, contentType: 'text/event-stream', body: cannedSSE() } };
+  await say('an old chat');
+  await page.waitForFunction(() => document.getElementById('stop').disabled === false, null, { timeout: 10000 });
+  await page.click('#clear');
+  await settled();
+  answer = { fulfill: { status: 200, contentType: 'text/event-stream', body: cannedSSE() } };
+  await say('a new chat');
+  await settled();
+  const fresh = bodies.at(-1).messages;
+  if (fresh.length !== 1 || fresh[0].content !== 'a new chat') fail('New chat during a reply kept: ' + JSON.stringify(fresh));
+  return { requests: bodies.length };
 }
