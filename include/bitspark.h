@@ -214,11 +214,16 @@ enum { BS_POOL_NONE = 0, BS_POOL_MEAN = 1, BS_POOL_LAST = 2 };
 BS_API int bs_embed(bs_session *s, const int32_t *ids, int n, int pooling, float *out);
 
 /* Whole sequence state (positions, recurrent state, the used KV cache) as bytes, for prompt
- * caching. The size depends on n_past. Loading needs a session of the same model with an
- * n_ctx >= the saved n_past and the same kv_type. */
+ * caching. The size depends on n_past. Loading needs a session of the same model (the same
+ * file's contents: another quantization or fine-tune of the same shapes is refused) with an
+ * n_ctx >= the saved n_past and the same kv_type; a refused load leaves the session as it was. */
 BS_API size_t bs_session_state_size(const bs_session *s);
 BS_API int bs_session_state_save(const bs_session *s, void *buf, size_t cap);
 BS_API int bs_session_state_load(bs_session *s, const void *buf, size_t len);
+/* Whether bs_session_state_load would take these bytes (the same model, by a fingerprint of its
+ * file, and KV type; the positions fit; the size matches), without touching s: the positions
+ * they hold, or -1 + error. */
+BS_API int bs_session_state_check(const bs_session *s, const void *buf, size_t len);
 
 /* --- tokenizer ---------------------------------------------------------------------------------
  * The model's own vocabulary (byte-level BPE with its pre-tokenizer, from the GGUF). */

@@ -82,8 +82,15 @@ static void test_adopt(const char *model, const char *drafter) {
     CHECK_EQ_INT(bs_spec_sync(sp), 0);   /* the drafter follows the session */
     CHECK_EQ_INT(bs_spec_rows(sp), sb.n);
 
+    CHECK(e.gen->ck[1].state != NULL);   /* the requests' prompt ends were saved */
     CHECK_EQ_INT(bs_gen_adopt(e.gen, sb.state, sb.len, sb.toks, sb.n), 0);
     CHECKF(bs_spec_rows(sp) == sb.n, "its own state again: every drafter row kept (%d of %d)", bs_spec_rows(sp), sb.n);
+    /* the saved prefixes go: they may hold other adapter scales than the state taken over */
+    CHECKF(!e.gen->ck[0].state && !e.gen->ck[1].state, "an adopted state keeps the generator's saved prefixes");
+    /* a state the session refuses (cut short) leaves the generator as it was */
+    CHECK(bs_gen_adopt(e.gen, sa.state, sa.len - 1, sa.toks, sa.n) != 0);
+    CHECKF(bs_session_n_past(bs_gen_session(e.gen)) == sb.n && bs_spec_rows(sp) == sb.n,
+           "a refused state emptied the generator (%d positions)", bs_session_n_past(bs_gen_session(e.gen)));
     CHECK_EQ_INT(bs_gen_adopt(e.gen, sc.state, sc.len, sc.toks, sc.n), 0);
     CHECKF(bs_spec_rows(sp) == NP / 2, "a conversation sharing %d tokens: their rows kept, no more (%d)", NP / 2,
            bs_spec_rows(sp));

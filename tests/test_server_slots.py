@@ -6,9 +6,11 @@
   conversation with the same tokens and the same logprobs (to the last bit of the printed
   numbers) as a slot that was never interrupted, and it serves the saved prefix from its cache;
 - "id_slot" in requests: that slot takes the request (its cache shows it);
-- bad input: names with '/', "..", a leading '.', no name, a missing file, a damaged file, an
-  unknown action or slot: 400; without --slot-save-path 501; --no-slots: GET /slots 501."""
-import os, sys, threading, time
+- bad input: names with '/', "..", a leading '.', no name, a missing file, a damaged file, a
+  header that lies about sizes, a FIFO or a link, a file of another model of the same shapes,
+  an unknown action or slot: 400 (a refused restore leaves the slot as it was); without
+  --slot-save-path 501; --no-slots: GET /slots 501."""
+import os, struct, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
@@ -108,6 +110,24 @@ try:
     st, j = post(P, '/slots/0?action=restore', {'filename': 'cut.bin'})
     check(st == 400, 'restore of a truncated file: 400', f'{st} {j}')
     check(slots(P)[0]['n_cached'] == held, 'a refused restore leaves the slot as it was', f'{slots(P)} vs {held}')
+    # a header that lies about its sizes (more tokens than the file holds, a state length that
+    # wraps): refused before anything past it is read (it used to read past its buffer)
+    n_lora = struct.unpack_from('<I', data, 16)[0]
+    hs = 24 + 4 * n_lora + 8
+    lie = bytearray(data[:hs])
+    struct.pack_into('<I', lie, 12, 500)
+    struct.pack_into('<Q', lie, hs - 8, (1 << 64) - 2000)
+    with open(os.path.join(SAVE, 'lie.bin'), 'wb') as f:
+        f.write(bytes(lie))
+    st, j = post(P, '/slots/0?action=restore', {'filename': 'lie.bin'})
+    check(st == 400 and 'damaged' in j['error']['message'], 'restore of a file whose header lies about sizes: 400', f'{st} {j}')
+    # a FIFO or a link in the directory is no slot file (a FIFO would block the scheduler)
+    os.mkfifo(os.path.join(SAVE, 'fifo'))
+    os.symlink(path, os.path.join(SAVE, 'link.bin'))
+    for name in ['fifo', 'link.bin']:
+        st, _, d = request(P, 'POST', '/slots/0?action=restore', {'filename': name}, timeout=10)
+        check(st == 400, f'restore of {name}: 400 at once', f'{st} {d[:200]}')
+    check(slots(P)[0]['n_cached'] == held, 'the refused restores left the slot as it was', f'{slots(P)} vs {held}')
     st, j = post(P, '/slots/0?action=fly', {'filename': 'x'})
     check(st == 400 and 'action' in j['error']['message'].lower(), 'unknown action: 400', f'{st} {j}')
     st, j = post(P, '/slots/7?action=save', {'filename': 'x'})
@@ -145,6 +165,20 @@ try:
     check(st == 200 and slots(P)[0]['n_cached'] > 0, 'id_slot in chat requests too')
 finally:
     srv.stop()
+
+# a file saved by another model of the same shapes (the ternary twin) is refused, and the slot
+# keeps what it held: states name their model by a fingerprint of its file
+Q2 = os.path.join(os.path.dirname(TINY), 'bonsai-tiny-q2_0.gguf')
+other = Replica(W, 'other', ['-m', Q2, '-np', '1', '-t', '1', '--ctx', '512', '--slot-save-path', SAVE]).start().wait_ready()
+try:
+    complete(other.port, 'Something held before.', 0)
+    held = slots(other.port)[0]['n_cached']
+    st, j = post(other.port, '/slots/0?action=restore', {'filename': 'conv.bin'})
+    check(st == 400 and 'different model' in j['error']['message'], 'a file of another model (same shapes): 400', f'{st} {j}')
+    check(held > 0 and slots(other.port)[0]['n_cached'] == held, 'the refused restore left the slot as it was',
+          f'{slots(other.port)} vs {held}')
+finally:
+    other.stop()
 
 # without --slot-save-path: 501 (llama-server's answer); --no-slots: /slots 501
 plain = Replica(W, 'plain', ['-m', TINY, '-t', '1', '--ctx', '256']).start().wait_ready()

@@ -170,13 +170,6 @@ int gen_expand_pos(const bs_gen_request *r, const int32_t *prompt, int n, int po
 
 /* ---- the public helpers ---------------------------------------------------------------------- */
 
-uint64_t bs_hash_bytes(const void *data, size_t len) {
-    const unsigned char *b = data;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 static void append(int32_t **ids, size_t *n, size_t *cap, const int32_t *src, size_t m) {
     if (*n + m > *cap) {
         *cap = BS_MAX(*cap * 2, *n + m + 16);

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void bs_gen_forget(bs_gen *g) {
-    for (int k = 0; k < 2; k++) {   /* the buffers stay for the next checkpoint */
+/* The saved prefixes: they may have been computed with other adapter scales than what the slot
+ * runs with next (a restored slot takes the file's). */
+static void drop_ckpts(bs_gen *g) {
+    for (int k = 0; k < 2; k++) {
         free(g->ck[k].toks);
         g->ck[k].toks = NULL;
         g->ck[k].n = 0;
@@ -16,6 +18,10 @@ void bs_gen_forget(bs_gen *g) {
         g->ck[k].state = NULL;
         g->ck[k].len = 0;
     }
+}
+
+void bs_gen_forget(bs_gen *g) {
+    drop_ckpts(g);
     bs_session_reset(g->sess);
     g->n_toks = 0;
     gen_own_session(g);
@@ -26,7 +32,12 @@ int bs_gen_adopt(bs_gen *g, const void *state, size_t len, const int32_t *toks, 
     if (g->state != GS_IDLE && g->state != GS_DONE) return bs_error("the slot is busy");
     if (n < 0 || n > bs_session_n_ctx(g->sess)) return bs_error("%d tokens do not fit the context of %d", n,
                                                                   bs_session_n_ctx(g->sess));
+    /* a state the session would refuse, or of another length, leaves the slot as it was */
+    const int held = bs_session_state_check(g->sess, state, len);
+    if (held < 0) return -1;
+    if (held != n) return bs_error("the state holds %d positions, the file names %d tokens", held, n);
     gen_spec_keep(g, toks, n);   /* the restored tokens may be another conversation's */
+    drop_ckpts(g);
     if (bs_session_state_load(g->sess, state, len)) {
         bs_gen_forget(g);   /* a half-loaded session holds nothing usable */
         return -1;

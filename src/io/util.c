@@ -1,5 +1,6 @@
 /* util.c: see util.h. */
 #include "io/util.h"
+#include "bitspark.h"   /* bs_hash_bytes is public */
 
 #include <errno.h>
 #include <math.h>
@@ -231,4 +232,11 @@ float bs_rng_normal(bs_rng *r) {
     double u1 = bs_rng_uniform(r), u2 = bs_rng_uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+uint64_t bs_hash_bytes(const void *data, size_t len) {   /* FNV-1a, 64 bits */
+    const unsigned char *b = data;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
 }

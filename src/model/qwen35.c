@@ -344,12 +344,27 @@ static int pack_weights(bs_model *m, const bs_model_params *p) {
     return rc;
 }
 
+/* What a saved state names its model by: the file's header (metadata and tensor table) and 64
+ * samples of its weights, hashed. Another model, another quantization or another fine-tune of
+ * the same shapes differs; a copy of the file does not. */
+static uint64_t model_fingerprint(const gguf_file *f) {
+    const uint8_t *b = f->base;
+    uint64_t h[2] = {bs_hash_bytes(b, (size_t)f->data_offset), 0};
+    const uint64_t n = f->file_size > f->data_offset ? f->file_size - f->data_offset : 0;
+    for (int i = 0; i < 64 && n >= 64; i++) {
+        h[1] = bs_hash_bytes(b + f->data_offset + (n - 64) / 63 * (uint64_t)i, 64);
+        h[0] = bs_hash_bytes(h, sizeof h);
+    }
+    return h[0];
+}
+
 bs_model *bs_model_load(const char *path, const bs_model_params *params) {
     bs_model_params def = {0};
     if (!params) params = &def;
     bs_model *m = bs_xcalloc(1, sizeof *m);
     const bool vo = params->vocab_only;
     m->file = gguf_open(path, (params->no_mmap ? GGUF_OPEN_NO_MMAP : 0) | (vo ? GGUF_OPEN_META_ONLY : 0));
+    if (m->file && !vo) m->fingerprint = model_fingerprint(m->file);   /* (before the weights are moved) */
     /* on Vulkan the weights go to the device as the file has them: no CPU repacking */
     if (!m->file || load_model(m, vo) || bs_file_identity(path, m->file_id) || (!vo && bs_model_choose_device(m, params->device)) ||
         (!vo && !m->vk && pack_weights(m, params)) ||

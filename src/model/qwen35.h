@@ -56,6 +56,7 @@ struct bs_model {
      * before it is read again */
     bool asleep;
     uint64_t file_id[4];   /* bs_file_identity */
+    uint64_t fingerprint;  /* what saved states name the model by (qwen35.c: model_fingerprint) */
 };
 
 /* Every matmul weight of the model, each once (a tied output is the token embedding); out has

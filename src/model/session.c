@@ -9,7 +9,7 @@
 #include <string.h>
 
 #define STATE_MAGIC 0x54534253u   /* "BSST" */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u   /* 2: the model's fingerprint */
 #define N_CTX_MAX (1 << 24)
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
@@ -197,6 +197,7 @@ typedef struct state_header {
     int32_t n_layer, n_embd, n_vocab, n_recurrent, n_attention, kv_type, n_past;
     int32_t pos_delta;   /* next position - n_past (0 without images: older states load as is) */
     uint64_t conv_sz, ssm_sz, kv_row;
+    uint64_t model;      /* bs_model.fingerprint: shapes alone let another model's state load */
 } state_header;
 
 static void fill_header(const bs_session *s, state_header *h) {
@@ -214,6 +215,7 @@ static void fill_header(const bs_session *s, state_header *h) {
     h->conv_sz = s->conv_sz;
     h->ssm_sz = s->ssm_sz;
     h->kv_row = s->kv_row;
+    h->model = s->m->fingerprint;
 }
 
 static size_t state_bytes(const bs_session *s, int n_past) {
@@ -223,6 +225,7 @@ static size_t state_bytes(const bs_session *s, int n_past) {
 }
 
 size_t bs_session_state_size(const bs_session *s) { return state_bytes(s, s->n_past); }
+size_t bs_session_state_bytes(const bs_session *s, int n_past) { return state_bytes(s, n_past); }
 
 /* Copy between the session and a flat buffer (save: to_buf). */
 static void copy_state(bs_session *s, uint8_t *p, bool to_buf) {
@@ -250,22 +253,30 @@ int bs_session_state_save(const bs_session *s, void *buf, size_t cap) {
     return 0;
 }
 
-int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
+int bs_session_state_check(const bs_session *s, const void *buf, size_t len) {
     state_header h, want;
-    s->loads++;
     if (!buf || len < sizeof h) return bs_error("state: truncated");
     memcpy(&h, buf, sizeof h);
-    if (h.magic != STATE_MAGIC || h.version != STATE_VERSION) return bs_error("state: not a bitspark session state");
+    if (h.magic != STATE_MAGIC) return bs_error("state: not a bitspark session state");
+    if (h.version != STATE_VERSION) return bs_error("state: saved by another version of bitspark (format %u)", h.version);
     fill_header(s, &want);
     want.n_past = h.n_past;
     want.pos_delta = h.pos_delta;
-    if (memcmp(&h, &want, sizeof h))
-        return bs_error("state: saved from a different model or KV cache type");
+    if (h.model != want.model) return bs_error("state: saved from a different model");
+    if (memcmp(&h, &want, sizeof h)) return bs_error("state: saved from a different model or KV cache type");
     if (h.n_past < 0 || h.n_past > s->n_ctx)
         return bs_error("state: %d positions do not fit in this session's context of %d", h.n_past, s->n_ctx);
     if (len != state_bytes(s, h.n_past)) return bs_error("state: size %zu does not match its header", len);
     if (h.pos_delta > 0 || (h.n_past == 0 && h.pos_delta) || h.n_past + h.pos_delta < 0)
         return bs_error("state: bad position offset %d", h.pos_delta);
+    return h.n_past;
+}
+
+int bs_session_state_load(bs_session *s, const void *buf, size_t len) {
+    state_header h;
+    s->loads++;
+    if (bs_session_state_check(s, buf, len) < 0) return -1;
+    memcpy(&h, buf, sizeof h);
     s->n_past = h.n_past;
     /* only the last row's successor is ever read: rollback reaches no further back than here */
     if (s->n_past) s->pos_next[s->n_past - 1] = s->n_past + h.pos_delta;

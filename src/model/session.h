@@ -106,6 +106,9 @@ int bs_session_begin_image(bs_session *s, const float *embd, int n, int nx, int 
 /* After begin: the batch's input rows into x, their RoPE tables into s->rope and their
  * successors' positions into pos_next. */
 void bs_session_batch_rows(bs_session *s, int n, float *x);
+/* The bytes bs_session_state_save writes for a session holding n_past positions (what a saved
+ * state of that length must be: the server's slot files check it before reading one). */
+size_t bs_session_state_bytes(const bs_session *s, int n_past);
 /* The M-RoPE position the next text token gets. */
 static inline int sess_pos(const bs_session *s) { return s->n_past ? s->pos_next[s->n_past - 1] : 0; }
 void bs_session_end_batch(bs_session *s, int n);

@@ -44,7 +44,7 @@ int srv_media_read(const char *url, size_t n, size_t max_bytes, unsigned char **
     struct stat st;
     if (!realpath(path, real) || stat(real, &st) || !S_ISREG(st.st_mode))
         return bs_errbuf(err, errlen, "image_url: no such file in --media-path");
-    if (strncmp(real, root, rl) || real[rl] != '/')
+    if (strncmp(real, root, rl) || (real[rl] != '/' && !(rl == 1 && root[0] == '/')))   /* (root "/": any) */
         return bs_errbuf(err, errlen, "image_url: the file lies outside --media-path");
     if ((size_t)st.st_size > max_bytes)
         return bs_errbuf(err, errlen, "image_url: the image is %lld bytes, more than the limit of %zu",

@@ -2,6 +2,7 @@
  * tokens, adapter scales and session state to a file atomically, restore them, or erase the
  * slot. Runs on the scheduler thread, on an idle slot. */
 #include "server/server_slots.h"
+#include "model/session.h"
 #include "io/util.h"
 
 #include <errno.h>
@@ -83,64 +84,64 @@ static int slot_save(srv_slot_op *op, const char *dir, bs_gen *g, const float *l
     return rc;
 }
 
-/* The whole file (at most max bytes) into *buf. */
-static int read_file(srv_slot_op *op, size_t max, char **buf, size_t *len) {
-    int fd = open(op->path, O_RDONLY);
-    if (fd < 0) return op_fail(op, 400, "Unable to restore slot: no slot file named %s", op->filename);
-    struct stat st;
-    char *p = NULL;
-    size_t n = 0;
-    int rc = 0;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max)
-        rc = op_fail(op, 400, "Unable to restore slot: %s is not a slot file of a usable size", op->filename);
-    else if (!(p = malloc(st.st_size ? (size_t)st.st_size : 1)))
-        rc = op_fail(op, 500, "out of memory reading %s", op->filename);
-    while (!rc && n < (size_t)st.st_size) {
-        ssize_t got = read(fd, p + n, (size_t)st.st_size - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) rc = op_fail(op, 500, "reading %s failed", op->filename);
-        else n += (size_t)got;
+/* Read exactly n bytes at the file's current offset. */
+static int read_exact(int fd, void *p, size_t n) {
+    for (size_t got = 0; got < n;) {
+        const ssize_t k = read(fd, (char *)p + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        got += (size_t)k;
     }
-    close(fd);
-    if (rc) {
-        free(p);
-        return -1;
-    }
-    *buf = p;
-    *len = n;
+    return 0;
+}
+
+/* The header's sizes against the file and this slot, each step without overflow: its tokens fit
+ * the context, its state is exactly what a session of that many positions saves (so a lying
+ * header is refused before anything past it is read, and nothing larger is ever read). */
+static int check_header(srv_slot_op *op, const slot_header *h, uint64_t size, bs_session *sess) {
+    const int n_ctx = bs_session_n_ctx(sess);
+    if (memcmp(h->magic, SLOT_MAGIC, 8) || h->n_lora != SRV_MAX_LORA)
+        return op_fail(op, 400, "%s is not a slot file of this server", op->filename);
+    if (h->n_vocab != (uint32_t)op->n_vocab || h->n_tokens > (uint32_t)n_ctx ||
+        h->state_len != bs_session_state_bytes(sess, (int)h->n_tokens) ||
+        size - sizeof *h != (uint64_t)h->n_tokens * 4 + h->state_len)
+        return op_fail(op, 400, "%s was saved from another model or context size, or is damaged", op->filename);
     return 0;
 }
 
 static int slot_restore(srv_slot_op *op, bs_gen *g, float *lora) {
     bs_session *sess = bs_gen_session(g);
-    const int n_ctx = bs_session_n_ctx(sess);
-    char *buf = NULL;
-    size_t len = 0;
-    const size_t max = (size_t)64 << 30;
-    if (read_file(op, max, &buf, &len)) return -1;
+    /* a regular file of the directory only: no link out of it, no FIFO to block the scheduler */
+    const int fd = open(op->path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return op_fail(op, 400, "Unable to restore slot: no slot file named %s", op->filename);
+    struct stat st;
     slot_header h;
-    int rc = 0;
-    if (len < sizeof h) rc = op_fail(op, 400, "%s is not a slot file", op->filename);
-    else memcpy(&h, buf, sizeof h);
-    if (!rc && (memcmp(h.magic, SLOT_MAGIC, 8) || h.n_lora != SRV_MAX_LORA))
-        rc = op_fail(op, 400, "%s is not a slot file of this server", op->filename);
-    else if (!rc && (h.n_vocab != (uint32_t)op->n_vocab || h.n_tokens > (uint32_t)n_ctx ||
-                     len != sizeof h + (size_t)h.n_tokens * 4 + h.state_len))
-        rc = op_fail(op, 400, "%s was saved from another model or context size, or is damaged", op->filename);
-    const int32_t *toks = (const int32_t *)(buf + sizeof h);
+    char *body = NULL;
+    int rc = fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < sizeof h
+                 ? op_fail(op, 400, "Unable to restore slot: %s is not a slot file", op->filename)
+             : read_exact(fd, &h, sizeof h) ? op_fail(op, 500, "reading %s failed", op->filename)
+                                            : check_header(op, &h, (uint64_t)st.st_size, sess);
+    const size_t n_body = rc ? 0 : (size_t)st.st_size - sizeof h;
+    if (!rc && !(body = malloc(n_body ? n_body : 1))) rc = op_fail(op, 500, "out of memory reading %s", op->filename);
+    if (!rc && read_exact(fd, body, n_body)) rc = op_fail(op, 500, "reading %s failed", op->filename);
+    close(fd);
+    const int32_t *toks = (const int32_t *)body;
     for (uint32_t i = 0; !rc && i < h.n_tokens; i++)
         if (toks[i] < 0 || toks[i] >= op->n_vocab) rc = op_fail(op, 400, "%s holds a token outside the vocabulary", op->filename);
-    if (!rc && bs_gen_adopt(g, buf + sizeof h + (size_t)h.n_tokens * 4, h.state_len, toks, (int)h.n_tokens)) {
+    /* a state the session refuses (another model's) leaves the slot as it was (bs_gen_adopt) */
+    if (!rc && bs_gen_adopt(g, body + (size_t)h.n_tokens * 4, h.state_len, toks, (int)h.n_tokens)) {
         op_fail(op, 400, "Unable to restore slot: %s", bs_last_error());
         rc = -1;
-        memset(lora, 0, SRV_MAX_LORA * sizeof *lora);   /* it holds nothing now */
+        int held = 0;
+        bs_gen_cached(g, &held);
+        if (!held) memset(lora, 0, SRV_MAX_LORA * sizeof *lora);   /* emptied by a load that failed part way */
     }
     if (!rc) {
         memcpy(lora, h.lora, sizeof h.lora);   /* what its cached prefix was computed with */
         op->n_tokens = (int)h.n_tokens;
-        op->n_bytes = len;
+        op->n_bytes = (size_t)st.st_size;
     }
-    free(buf);
+    free(body);
     return rc;
 }
 
