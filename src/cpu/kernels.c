@@ -371,10 +371,30 @@ static void job_matmul(void *ctx, int ith, int nth) {
 #define L128_TBL_MIN_ROWS 2
 #define L128_TBL_PASS_ROWS 16
 #define L128_TBL_CHUNK 16
+/* The kernel-choice environment variables, read once whichever thread asks first (sessions on
+ * one model plan their first products at once): BITSPARK_TBL, BITSPARK_Q2_SHARED and
+ * BITSPARK_NEON_TBL (the last two: -1 unset, else 0 / 1). */
+static struct { int tbl, q2_shared, neon_tbl; } kenv;
+
+static int env_tri(const char *name) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) != 0 : -1;
+}
+
+static void read_env(void) {
+    kenv.tbl = bs_env_flag("BITSPARK_TBL");
+    kenv.q2_shared = env_tri("BITSPARK_Q2_SHARED");
+    kenv.neon_tbl = env_tri("BITSPARK_NEON_TBL");
+}
+
+static void env_once(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_env);
+}
+
 static int tbl_on(void) {
-    static int on = -1;
-    if (on < 0) on = bs_env_flag("BITSPARK_TBL");
-    return on;
+    env_once();
+    return kenv.tbl;
 }
 
 static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
@@ -404,12 +424,8 @@ static bs_kernel_fn l128_avx2_pick(int64_t n_rows) {
 int bs_q2_shared_mode = BS_TBL_AUTO;
 
 static int q2_shared_env(void) {
-    static int v = -2;
-    if (v == -2) {
-        const char *e = getenv("BITSPARK_Q2_SHARED");
-        v = e && *e ? atoi(e) != 0 : -1;
-    }
-    return v;
+    env_once();
+    return kenv.q2_shared;
 }
 
 static bs_kernel_fn q2_avx2_pick(int64_t n_rows) {
@@ -442,13 +458,9 @@ int bs_neon_tbl_mode = BS_TBL_AUTO;
 
 #ifdef BS_CPU_ARM
 static int neon_tbl_env(void) {
-    static int v = -2;
     if (bs_neon_tbl_mode != BS_TBL_AUTO) return bs_neon_tbl_mode == BS_TBL_ON;
-    if (v == -2) {
-        const char *e = getenv("BITSPARK_NEON_TBL");
-        v = e && *e ? atoi(e) != 0 : -1;
-    }
-    return v;
+    env_once();
+    return kenv.neon_tbl;
 }
 #endif
 
