@@ -250,6 +250,12 @@ try:
     check('vision' in caps['data'][0]['capabilities'], '/v1/models capabilities: vision with --mmproj')
 finally:
     vis.stop()
+rootmedia = Replica(W, 'rootmedia', ['-m', MODEL, '--mmproj', MMPROJ, '-t', '2', '--ctx', '512', '--media-path', '/']).start().wait_ready()
+try:   # --media-path /: every file below the root (the prefix check took none)
+    st, got = image_chat(rootmedia.port, 'file://' + os.path.realpath(MEDIA).lstrip('/') + '/cat.png')
+    check(st == 200 and got == want, '--media-path /: a file below the root', f'{st} {got!r} vs {want!r}')
+finally:
+    rootmedia.stop()
 novis = Replica(W, 'nomedia', ['-m', MODEL, '--mmproj', MMPROJ, '-t', '2', '--ctx', '512']).start().wait_ready()
 try:
     st, j = image_chat(novis.port, 'file://cat.png')
