@@ -695,6 +695,10 @@ static size_t rendered_at_least(const bs_chat_msg *m) {
     return e - b;
 }
 
+/* Whether a rendered prompt ends inside an opened think block (the generation prompt with
+ * thinking on): the output starts as reasoning, and no prefill may follow it. */
+static bool opens_think(const char *p, size_t len) { return len >= 8 && !memcmp(p + len - 8, "<think>\n", 8); }
+
 /* The conversation rendered (spans: the request's own text, see bs_chat_render_spans). As
  * llama-server, a last assistant message is a prefill, not a finished turn: the messages before
  * it are rendered with the generation prompt and its content follows as typed, for the model to
@@ -719,7 +723,7 @@ static char *render_chat(const srv *s, const chat_in *c, const bs_chat_opts *co,
     }
     if (!prefill) return p;
     const size_t plen = strlen(p), clen = last->content ? strlen(last->content) : 0;
-    if (plen >= 8 && !memcmp(p + plen - 8, "<think>\n", 8)) {
+    if (opens_think(p, plen)) {
         free(p);
         free(*sp);
         *sp = NULL;
@@ -782,7 +786,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     g.logprobs = lp;
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
-    g.in_think = plen >= 8 && !memcmp(prompt + plen - 8, "<think>\n", 8);
+    g.in_think = opens_think(prompt, plen);
     g.reasoning_format = rf;
     free(prompt);
     free(tools);
