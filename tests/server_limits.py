@@ -105,7 +105,17 @@ def framing(url):
 
 
 def leave(url):
-    return leave_one(url, False) and leave_one(url, True)
+    return leave_one(url, False) and leave_one(url, True) and stay(url)
+
+
+def stay(url):
+    """A stream read to its end is not a client that left."""
+    before = metric(url, 'requests_client_closed_total') or 0
+    status, body, _ = request(url, 'POST', '/v1/chat/completions', dict(CHAT, stream=True))
+    after = metric(url, 'requests_client_closed_total') or 0
+    ok = status == 200 and body.rstrip().endswith(b'[DONE]') and after == before
+    print(json.dumps({'ok': ok, 'complete_stream': status, 'client_closed_before': before, 'after': after}))
+    return ok
 
 
 def leave_one(url, stream):
@@ -122,8 +132,8 @@ def leave_one(url, stream):
     while time.time() - t0 < 10 and after == before:
         time.sleep(0.2)
         after = metric(url, 'requests_client_closed_total') or 0
-    idle = False   # the slot is freed too
-    while time.time() - t0 < 10 and not idle:
+    idle, t1 = False, time.time()   # the slot is freed too (its own 10 s)
+    while time.time() - t1 < 10 and not idle:
         _, sl, _ = request(url, 'GET', '/slots')
         idle = not any(x.get('is_processing') for x in json.loads(sl))
         time.sleep(0.1)

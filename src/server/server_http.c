@@ -90,6 +90,7 @@ typedef struct sse_ctx {
     srv_buf buf;
     size_t off;
     conn *k;
+    bool ended;                /* the stream's end was sent, or its client's leaving counted */
 } sse_ctx;
 
 /* The watcher: connection list, body budget, the thread. One per process (one server). */
@@ -269,6 +270,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
         x->off = 0;
         if (x->k && conn_gone(x->k->c)) {   /* frees: cancels */
             srv_metrics_client_closed(&x->s->metrics);
+            x->ended = true;
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (stopping()) return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -278,7 +280,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
             else return suspend_on(x->k, W_STREAM) ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (rc == 0 && x->buf.len == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (rc == 0 && x->buf.len == 0) {
+            x->ended = true;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
     }
     size_t n = BS_MIN(max, x->buf.len - x->off);
     memcpy(out, x->buf.p + x->off, n);
@@ -288,6 +293,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void sse_free(void *cls) {
     sse_ctx *x = cls;
+    /* a stream freed before its end, and not by a stop, lost its client: often MHD saw it first,
+     * its send failing on the reset socket before the reader looked */
+    if (!x->ended && !stopping()) srv_metrics_client_closed(&x->s->metrics);
     pthread_mutex_lock(&W.mu);
     if (x->k && x->k->x == x) x->k->x = NULL;
     pthread_mutex_unlock(&W.mu);
@@ -308,7 +316,7 @@ static enum MHD_Result send_stream(srv *s, struct MHD_Connection *c, srv_reply *
     x->k = conn_of(c);
     if (x->k) x->k->x = x;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
-    if (!resp) { sse_free(x); return MHD_NO; }
+    if (!resp) { x->ended = true; sse_free(x); return MHD_NO; }
     add_common_headers(s, resp, "text/event-stream", cors_origin(s, c));
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
