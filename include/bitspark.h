@@ -327,7 +327,9 @@ BS_API char *bs_chat_apply(const bs_model *m, const bs_chat_msg *msgs, size_t n,
  * penalties -> DRY -> top-n-sigma -> top-k -> typical-p -> top-p -> min-p -> XTC -> temperature
  * (dynamic or not) -> draw. Top-n-sigma, typical-p, XTC and the dynamic temperature apply to
  * sampling only (temperature <= 0 is the argmax); XTC's coin is part of the distribution (the
- * mixture with and without it), so speculative sampling stays exact with it. */
+ * mixture with and without it), so speculative sampling stays exact with it. Mirostat (on)
+ * makes the chain logit bias -> temperature -> Mirostat -> draw, as llama.cpp does; its state
+ * (mu) follows the tokens accepted after an apply and is rolled back with the history. */
 typedef struct {
     float temp;                 /* <= 0: greedy */
     int32_t top_k;              /* <= 0: off */
@@ -349,10 +351,15 @@ typedef struct {
     float xtc_threshold;        /* ... those at least this probable but the last (> 0.5: off) */
     float dynatemp_range;       /* dynamic temperature, temp +- range by the entropy: <= 0 off */
     float dynatemp_exponent;    /* ... the entropy's exponent (1 in the defaults) */
+    int32_t mirostat;           /* 0 off; 1 or 2: Mirostat v1 / v2 replaces everything between the
+                                 * logit bias and the draw but the temperature (llama.cpp's chain) */
+    float mirostat_tau;         /* its target surprise, in bits (5) */
+    float mirostat_eta;         /* its learning rate (0.1) */
 } bs_sampler_params;
 
 /* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off,
- * top-n-sigma, typical-p, XTC (threshold 0.1) and dynamic temperature (exponent 1) off, seed 0
+ * top-n-sigma, typical-p, XTC (threshold 0.1), dynamic temperature (exponent 1) and Mirostat
+ * (tau 5, eta 0.1) off, seed 0
  * (the command line draws one from the clock unless --seed is given). */
 BS_API bs_sampler_params bs_sampler_default_params(void);
 

@@ -14,7 +14,8 @@
  * target's chain holding typical-p, XTC (its coin part of the distribution) and a dynamic
  * temperature: still exact. And the mediocre drafter with a grammar on the target that forbids a
  * letter the drafter's choices use (the drafter's q does not know it): drafts the grammar forbids
- * are verified and rejected, not cut from the block, or the sample would be biased.
+ * are verified and rejected, not cut from the block, or the sample would be biased. Mirostat's
+ * state through rounds with rejections equals a plain replay's.
  * BS_SAMPLING_VULKAN=1 (ctest's test_vulkan_dspark_sampling): target and drafter on the Vulkan
  * device instead, the trained tiny pair (models/: a drafter that gets drafts accepted, its
  * token_embd / output borrowed from the target), the DSpark drafter alone on fewer runs (lavapipe
@@ -298,6 +299,63 @@ static void run_variant(const exact *e, int mode, const char *name, int draft_ma
     bs_session_free(scratch);
 }
 
+/* Mirostat's bound through speculative rounds (drafts rejected, rows rolled back) equals a plain
+ * replay's, bit for bit: each accepted token moved it by its surprise in the target's distribution
+ * at its own position, so every round verified its drafts against the distribution plain decoding
+ * has there (speculative sampling is then exact, as for any chain). */
+static void mirostat_replay(void) {
+    enum { N = 32 };
+    bs_session *s = new_session(), *scratch = new_session();
+    float *l = bs_xmalloc((size_t)V * sizeof(float));
+    hook_ctx h = {.mode = D_TEMPERED, .main = s, .scratch = scratch, .cap = state0_len + (1u << 20), .logits = l};
+    h.buf = bs_xmalloc(h.cap);
+    bs_spec_params sp = {.draft_max = 3};
+    bs_spec *spec = bs_spec_new(s, NULL, &sp);
+    bs_spec_set_draft_hook(spec, hook, &h);
+    bs_session_state_load(s, state0, state0_len);
+    bs_spec_sync(spec);
+    bs_sampler_params p = bs_sampler_default_params();
+    p.temp = 1.0f, p.mirostat = 2, p.mirostat_tau = 2.0f, p.mirostat_eta = 0.5f, p.seed = 7;
+    bs_sampler *smp = bs_sampler_new(&p, V), *rs = bs_sampler_new(&p, V);
+    int32_t got[N + BS_DSPARK_MAX_BLOCK + 1], a = anchor;
+    int n = 0;
+    for (bs_sampler *x = smp; x; x = x == smp ? rs : NULL) {
+        bs_sampler_accept_many(x, prompt, NP);
+        bs_sampler_accept(x, anchor);
+    }
+    while (n < N) {
+        const int m = bs_spec_round(spec, smp, a, N - n, NULL, NULL, got + n);
+        if (m < 1) { CHECKF(false, "mirostat round failed: %s", bs_last_error()); break; }
+        n += m;
+        a = got[n - 1];
+    }
+    bs_session_state_load(scratch, state0, state0_len);   /* the replay: one plain step per token */
+    int32_t t = anchor;
+    int outside = 0;
+    for (int i = 0; i < n; i++) {
+        bs_eval(scratch, &t, 1, BS_LOGITS_LAST, l, NULL);
+        bs_sampler_apply(rs, l);
+        outside += bs_sampler_prob(rs, got[i]) == 0;
+        bs_sampler_accept(rs, t = got[i]);
+    }
+    const bs_spec_stats *st = bs_spec_get_stats(spec);
+    const float mu = bs_sampler_mirostat_mu(smp), mu_plain = bs_sampler_mirostat_mu(rs);
+    CHECKF(n == N && !outside && mu == mu_plain && mu != 2 * p.mirostat_tau,
+           "mirostat: %d tokens, %d outside the plain distribution, mu %.9g after the rounds, %.9g replayed", n,
+           outside, (double)mu, (double)mu_plain);
+    CHECKF(st->n_accepted > 0 && st->n_accepted < st->n_drafted, "mirostat: %ld of %ld drafts accepted",
+           st->n_accepted, st->n_drafted);
+    printf("  mirostat 2 through %ld rounds (%ld of %ld drafts accepted): mu %.6f, the plain replay's %.6f\n",
+           st->n_rounds, st->n_accepted, st->n_drafted, (double)mu, (double)mu_plain);
+    bs_sampler_free(smp);
+    bs_sampler_free(rs);
+    bs_spec_free(spec);
+    free(h.buf);
+    free(l);
+    bs_session_free(s);
+    bs_session_free(scratch);
+}
+
 int main(void) {
     const char *fx = getenv("BS_FIXTURES"), *src = getenv("BS_SRC");
     char path[600], dpath[600];
@@ -427,6 +485,8 @@ int main(void) {
         g_gvocab = NULL;
         bs_tokenizer_free(tok);
     }
+
+    if (!on_vulkan) mirostat_replay();
 
     /* power: sampling the mediocre drafter's own distribution must fail the same test */
     double crit, stat = 0;

@@ -15,7 +15,8 @@ fixture tiny model (it has none):
 - truncated after a context shift; /apply-template with add_generation_prompt false;
 - a last assistant message is a prefill to continue, with llama-server's 400s;
 - sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
-  stages off, stages the chain lacks are 400 unless off; logprobs as n_probs; response_format's
+  stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
+  versions 400); logprobs as n_probs; response_format's
   schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
@@ -375,9 +376,18 @@ check(st == 200 and c['tokens_predicted'] == 6 and all(abs(gs.get(k, -9) - v) < 
       'typical_p, XTC, dynamic temperature, top_n_sigma: run and reported in generation_settings', f'{st} {gs}')
 st2, c2 = post(P, '/completion', dict(q, seed=4, **on))
 check(st2 == 200 and c2['content'] == c['content'], 'with the stages, one seed gives one answer', f'{c2} {c}')
-st, c = post(P, '/completion', dict(q, mirostat=2))
-check(st == 400 and c['error']['type'] == 'not_supported_error' and 'mirostat' in c['error']['message'],
-      'mirostat 2: 400 naming it, never silently ignored', f'{st} {c}')
+miro = {'mirostat': 2, 'mirostat_tau': 3.0, 'mirostat_eta': 0.2}
+st, c = post(P, '/completion', dict(q, seed=9, **miro))
+st2, c2 = post(P, '/completion', dict(q, seed=9, **miro))
+gs = c.get('generation_settings', {})
+check(st == st2 == 200 and c['tokens_predicted'] == 6 and c2['content'] == c['content'] and
+      all(abs(gs.get(k, -9) - v) < 1e-6 for k, v in miro.items()),
+      'mirostat 2: runs, one seed one answer, reported in generation_settings', f'{st} {gs} {c2}')
+st, c = post(P, '/completion', dict(q, temperature=0, mirostat=1))
+check(st == 200 and c['content'] == g0['content'], 'mirostat 1 at temperature 0: greedy', f'{st} {c}')
+for bad in (3, 1.5, -1):
+    st, c = post(P, '/completion', dict(q, mirostat=bad))
+    check(st == 400 and 'mirostat' in c['error']['message'], f'mirostat {bad}: 400', f'{st} {c}')
 st, c = post(P, '/completion', dict(q, xtc_probability=1.5))
 check(st == 400 and 'xtc_probability' in c['error']['message'], 'xtc_probability 1.5: 400', f'{st} {c}')
 st, c = post(P, '/completion', dict(q, typical_p=0.5, samplers=['top_k', 'temperature']))

@@ -86,6 +86,8 @@ static float *sp_float(bs_sampler_params *p, int id) {
     case OPT_XTC_THRESHOLD: return &p->xtc_threshold;
     case OPT_DYNATEMP_RANGE: return &p->dynatemp_range;
     case OPT_DYNATEMP_EXP: return &p->dynatemp_exponent;
+    case OPT_MIROSTAT_LR: return &p->mirostat_eta;
+    case OPT_MIROSTAT_ENT: return &p->mirostat_tau;
     default: return NULL;
     }
 }
@@ -96,6 +98,7 @@ static int32_t *sp_int(bs_sampler_params *p, int id) {
     case OPT_REPEAT_LAST_N: return &p->penalty_last_n;
     case OPT_DRY_ALLOWED_LENGTH: return &p->dry_allowed_length;
     case OPT_DRY_PENALTY_LAST_N: return &p->dry_penalty_last_n;
+    case OPT_MIROSTAT: return &p->mirostat;
     default: return NULL;
     }
 }

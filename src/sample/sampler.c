@@ -36,6 +36,9 @@ struct bs_sampler {
     size_t grammar_base;
     double ahead[BS_SAMPLER_AHEAD];  /* uniforms drawn ahead (bs_sampler_lookahead): taken first */
     int n_ahead;
+    float mu;                 /* Mirostat's surprise bound, updated by each token accepted after an apply */
+    float *mu_hist;           /* [cap_hist] mu before each accepted token (truncation restores it) */
+    bool miro_pending;        /* an apply ran since the last accept: the next token updates mu */
 };
 
 /* The next uniform of the sampler's stream: one drawn ahead, else a new one. */
@@ -65,6 +68,7 @@ bs_sampler_params bs_sampler_default_params(void) {
         .dry_multiplier = 0.0f, .dry_base = 1.75f, .dry_allowed_length = 2,
         .dry_penalty_last_n = -1, .seed = 0, .typical_p = 1.0f, .top_n_sigma = -1.0f,
         .xtc_probability = 0.0f, .xtc_threshold = 0.1f, .dynatemp_range = 0.0f, .dynatemp_exponent = 1.0f,
+        .mirostat = 0, .mirostat_tau = 5.0f, .mirostat_eta = 0.1f,
     };
 }
 
@@ -75,6 +79,9 @@ static int check_params(const bs_sampler_params *p) {
         !isfinite(p->typical_p) || !isfinite(p->top_n_sigma) || !isfinite(p->xtc_probability) ||
         !isfinite(p->xtc_threshold) || !isfinite(p->dynatemp_range) || !isfinite(p->dynatemp_exponent))
         return bs_error("sampler: parameters must be finite numbers");
+    if (p->mirostat < 0 || p->mirostat > 2) return bs_error("sampler: mirostat must be 0, 1 or 2");
+    if (!isfinite(p->mirostat_tau) || !isfinite(p->mirostat_eta) || p->mirostat_tau < 0 || p->mirostat_eta < 0)
+        return bs_error("sampler: mirostat tau and eta must be finite and >= 0");
     if (p->xtc_probability < 0 || p->xtc_probability > 1) return bs_error("sampler: XTC probability must be in [0, 1]");
     if (p->dynatemp_exponent < 0) return bs_error("sampler: dynamic temperature exponent must be >= 0");
     if (p->dry_multiplier < 0) return bs_error("sampler: DRY multiplier must be >= 0 (0 = off)");
@@ -99,6 +106,7 @@ bs_sampler *bs_sampler_new(const bs_sampler_params *params, int32_t n_vocab) {
     s->p = p;
     s->n_vocab = n_vocab;
     bs_rng_seed(&s->rng, p.seed);
+    s->mu = 2.0f * p.mirostat_tau;   /* llama.cpp's start */
     s->w = bs_xmalloc((size_t)n_vocab * sizeof *s->w);
     s->cand = bs_xmalloc((size_t)n_vocab * sizeof *s->cand);
     s->alt = bs_xmalloc(2 * (size_t)n_vocab * sizeof *s->alt);
@@ -117,6 +125,7 @@ void bs_sampler_free(bs_sampler *s) {
     free(s->bias);
     free(s->ban);
     free(s->hist);
+    free(s->mu_hist);
     free(s->count);
     free(s->seen);
     bs_dry_free(&s->dry);
@@ -167,13 +176,24 @@ int bs_sampler_ban_once(bs_sampler *s, int32_t id) {
 
 void bs_sampler_accept(bs_sampler *s, int32_t id) { bs_sampler_accept_many(s, &id, 1); }
 
+/* Mirostat's update for the token that joins after an apply: its surprise in that distribution
+ * against the target (a token the distribution did not hold, e.g. forced, teaches nothing). */
+static void mirostat_learn(bs_sampler *s, int32_t id) {
+    const float p = bs_sampler_prob(s, id);
+    if (p > 0) s->mu -= s->p.mirostat_eta * (-log2f(p) - s->p.mirostat_tau);
+}
+
 void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n) {
     if (s->n_hist + n > s->cap_hist) {
         size_t cap = s->cap_hist ? s->cap_hist : 256;
         while (cap < s->n_hist + n) cap *= 2;
         s->hist = bs_xrealloc(s->hist, cap * sizeof *s->hist);
+        s->mu_hist = bs_xrealloc(s->mu_hist, cap * sizeof *s->mu_hist);
         s->cap_hist = cap;
     }
+    for (size_t i = 0; i < n; i++) s->mu_hist[s->n_hist + i] = s->mu;
+    if (n == 1 && s->miro_pending && s->p.mirostat) mirostat_learn(s, ids[0]);
+    s->miro_pending = false;
     if (n) memcpy(s->hist + s->n_hist, ids, n * sizeof *ids);
     s->n_hist += n;
     for (size_t i = 0; s->grammar && i < n; i++) bs_grammar_accept(s->grammar, ids[i]);
@@ -182,6 +202,8 @@ void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n) {
 void bs_sampler_truncate(bs_sampler *s, size_t n) {
     if (n >= s->n_hist) return;
     s->n_hist = n;
+    s->mu = s->mu_hist[n];
+    s->miro_pending = false;
     if (!s->grammar) return;
     /* the grammar state of a shorter history: replay what is left since it was set */
     if (s->grammar_base > n) s->grammar_base = n;
@@ -198,6 +220,7 @@ int bs_sampler_grammar_prefix(bs_sampler *s, const int32_t *ids, int n) {
     return s->grammar ? bs_grammar_valid_prefix(s->grammar, ids, n) : n;
 }
 size_t bs_sampler_history_len(const bs_sampler *s) { return s->n_hist; }
+float bs_sampler_mirostat_mu(const bs_sampler *s) { return s->mu; }
 const int32_t *bs_sampler_history(const bs_sampler *s) { return s->hist; }
 
 /* --- DRY breakers ---------------------------------------------------------------------------- */
@@ -494,14 +517,66 @@ static void finish(bs_sampler *s) {
     s->n_cand = n;
 }
 
+/* Mirostat v1's k: the top-k that gives surprise mu under the Zipf law fitted to the m best
+ * (c[0..m) sorted), as llama.cpp computes it; its limit where the fitted exponent is 1. */
+static int mirostat_k(const bs_token_prob *c, int m, int n, float mu, int32_t n_vocab) {
+    double tb = 0, tt = 0;
+    for (int i = 0; i + 1 < m; i++) {
+        const double t = log((i + 2.0) / (i + 1.0));
+        tb += t * ((double)c[i].logit - c[i + 1].logit);   /* log(p_i / p_i+1) */
+        tt += t * t;
+    }
+    const double s_hat = tt > 0 ? tb / tt : 0.0, eps = s_hat - 1;
+    const double k = fabs(eps) < 1e-9 ? exp2(mu) / log((double)n_vocab)
+                                      : pow(eps * exp2(mu) / (1 - pow((double)n_vocab, -eps)), 1 / s_hat);
+    return !(k >= 1) ? 1 : k >= n ? n : (int)k;
+}
+
+/* Every allowed token into cand, its logit at the temperature; returns how many. */
+static int tempered_all(bs_sampler *s) {
+    int n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i] / s->p.temp, 0.0f};
+    return n;
+}
+
+/* Mirostat over every allowed token at the temperature: v2 keeps those whose surprise is at most
+ * mu (at least the best), v1 the top k of mirostat_k; sorted, renormalised. */
+static int apply_mirostat(bs_sampler *s) {
+    bs_token_prob *c = s->cand;
+    const int n = tempered_all(s);
+    if (n == 0) return bs_error("sampler: every token is banned");
+    int keep = 0;
+    if (s->p.mirostat == 2) {
+        const double lim = weights(c, n) * exp2(-(double)s->mu);   /* p >= 2^-mu */
+        for (int i = 0; i < n; i++)
+            if (c[i].p >= lim) c[keep++] = c[i];
+        if (keep) qsort(c, (size_t)keep, sizeof *c, cmp_better);
+        else keep = select_top(c, n, 1);
+    } else {
+        const int m = select_top(c, n, BS_MIN(100, n));
+        keep = mirostat_k(c, m, n, s->mu, s->n_vocab);
+        if (keep > m) select_top(c, tempered_all(s), keep);   /* (select_top leaves the tail unusable) */
+    }
+    const double z = weights(c, keep);
+    for (int i = 0; i < keep; i++) c[i].p = (float)(c[i].p / z);
+    s->n_cand = keep;
+    s->sorted = true;
+    return keep;
+}
+
 static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
     if (s->grammar && bs_grammar_mask(s->grammar, s->w, s->n_vocab) < 0) return -1;   /* first: nothing else sees banned tokens */
-    apply_penalties(s);
-    apply_dry(s);
+    if (!s->p.mirostat) {   /* llama.cpp's Mirostat chain has no penalties */
+        apply_penalties(s);
+        apply_dry(s);
+    }
     if (s->p.temp <= 0.0f) {
         if (greedy(s) < 0) return -1;
+    } else if (s->p.mirostat) {
+        if (apply_mirostat(s) < 0) return -1;
     } else {
         if (s->p.top_n_sigma > 0) bs_stage_top_n_sigma(s->w, s->n_vocab, s->p.top_n_sigma);
         if (gather(s) < 0) return -1;
@@ -511,15 +586,16 @@ static int apply_chain(bs_sampler *s, const float *logits) {
         finish(s);
     }
     s->applied = true;
+    s->miro_pending = true;
     return s->n_cand;
 }
 
 /* Whether the chain takes the logits as they come (no grammar, bias, bans, penalties, DRY). */
 static bool logits_as_given(const bs_sampler *s) {
     const bs_sampler_params *p = &s->p;
-    const bool penalties = p->penalty_last_n != 0 &&
+    const bool penalties = p->penalty_last_n != 0 && !p->mirostat &&
                            (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
-    const bool dry = p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    const bool dry = !p->mirostat && p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
     return !s->grammar && s->n_bias == 0 && s->n_ban == 0 && !penalties && !dry;
 }
 
@@ -530,7 +606,8 @@ static int top_k_of(const bs_sampler *s) { return BS_MIN(BS_MAX(s->p.top_k, s->p
 
 /* Stages the device's chain (bs_draw: top-k, top-p, min-p, temperature) does not run. */
 static bool extra_stages(const bs_sampler_params *p) {
-    return p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0;
+    return p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0 ||
+           p->mirostat;
 }
 
 int bs_sampler_top_k_only(const bs_sampler *s, int max) {

@@ -6,6 +6,10 @@
  *   logit bias -> repetition/presence/frequency penalties -> DRY -> top-k -> top-p -> min-p
  *   -> temperature -> softmax -> draw
  *
+ * (or, with Mirostat on, llama.cpp's logit bias -> temperature -> Mirostat -> draw; Mirostat's
+ * bound mu moves with each token accepted right after an apply, by that token's surprise in the
+ * applied distribution, and truncating the history restores it)
+ *
  * top-p and min-p therefore see the untempered distribution, as in llama.cpp. Temperature <= 0
  * is greedy: the argmax of the biased and penalised logits, ties to the lowest id.
  *
@@ -74,6 +78,8 @@ void bs_sampler_set_grammar(bs_sampler *s, struct bs_grammar_state *g);
 /* How many of ids[0..n) in a row the grammar allows from here (n without a grammar). */
 int bs_sampler_grammar_prefix(bs_sampler *s, const int32_t *ids, int n);
 size_t bs_sampler_history_len(const bs_sampler *s);
+/* Mirostat's surprise bound now (2 tau until a token is accepted after an apply). */
+float bs_sampler_mirostat_mu(const bs_sampler *s);
 const int32_t *bs_sampler_history(const bs_sampler *s);
 
 /* --- DRY sequence breakers ---

@@ -2,10 +2,9 @@
  * temperature, top-k/p, min-p, penalties and DRY).
  *
  * top_n_sigma, typical_p (typ_p), xtc_probability / xtc_threshold and dynatemp_range /
- * dynatemp_exponent set the chain's stages of those names (bitspark.h). Mirostat replaces the
- * chain with a stateful sampler this engine does not have: it is accepted at 0 (off, what
- * clients such as llama.cpp's own page send every time) and any other value is a 400 naming it,
- * never silently ignored.
+ * dynatemp_exponent set the chain's stages of those names (bitspark.h). mirostat (0, 1 or 2),
+ * mirostat_tau and mirostat_eta choose llama.cpp's Mirostat chain: logit bias, temperature,
+ * Mirostat, and nothing else (`samplers` is then not read, as in llama.cpp).
  *
  * `samplers` (a list of names, or a string of llama.cpp's one-letter codes) says which stages
  * run. The chain's order is fixed (llama.cpp's default: penalties, DRY, top-n-sigma, top-k,
@@ -71,16 +70,18 @@ static int number(json_t *b, const char *k, double lo, double hi, float *x, srv_
 }
 
 static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
-    float miro = 0;
-    if (number(b, "mirostat", 0, 2, &miro, f) || number(b, "typical_p", 0, 1e9, &p->typical_p, f) ||
+    float miro = (float)p->mirostat;
+    if (number(b, "mirostat", 0, 2, &miro, f) || number(b, "mirostat_tau", 0, 1e6, &p->mirostat_tau, f) ||
+        number(b, "mirostat_eta", 0, 1e6, &p->mirostat_eta, f) || number(b, "typical_p", 0, 1e9, &p->typical_p, f) ||
         number(b, "typ_p", 0, 1e9, &p->typical_p, f) || number(b, "top_n_sigma", -1e9, 1e9, &p->top_n_sigma, f) ||
         number(b, "xtc_probability", 0, 1, &p->xtc_probability, f) ||
         number(b, "xtc_threshold", 0, 1e9, &p->xtc_threshold, f) ||
         number(b, "dynatemp_range", 0, 100, &p->dynatemp_range, f) ||
         number(b, "dynatemp_exponent", 0, 100, &p->dynatemp_exponent, f))
         return f->status;
-    if (miro != 0)
-        return srv_fail_set(f, 400, "not_supported_error", "'mirostat' is not supported: only 0 (off) is accepted");
+    if (miro != (int)miro)
+        return srv_fail_set(f, 400, "invalid_request_error", "'mirostat' must be 0 (off), 1 or 2");
+    p->mirostat = (int32_t)miro;
     return 0;
 }
 
@@ -88,6 +89,7 @@ int srv_sampler_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
     const int st = parse_stages(json_object_get(b, "samplers"), f);
     if (st < 0 || stage_fields(b, p, f)) return f->status;
     if (p->temp < 0) p->temp = 0;
+    if (p->mirostat) return 0;   /* its own chain */
     if (!(st & ST_PENALTIES)) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
     if (!(st & ST_DRY)) p->dry_multiplier = 0;
     if (!(st & ST_SIGMA)) p->top_n_sigma = -1;
@@ -107,5 +109,7 @@ void srv_stage_settings(json_t *j, const bs_sampler_params *p) {
     json_object_set_new(j, "xtc_threshold", json_real(p->xtc_threshold));
     json_object_set_new(j, "dynatemp_range", json_real(p->dynatemp_range));
     json_object_set_new(j, "dynatemp_exponent", json_real(p->dynatemp_exponent));
-    json_object_set_new(j, "mirostat", json_integer(0));
+    json_object_set_new(j, "mirostat", json_integer(p->mirostat));
+    json_object_set_new(j, "mirostat_tau", json_real(p->mirostat_tau));
+    json_object_set_new(j, "mirostat_eta", json_real(p->mirostat_eta));
 }
