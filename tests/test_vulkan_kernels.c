@@ -131,7 +131,8 @@ static void check_mm_choice(int dev, const bs_vk_device_info *info) {
     bs_vk_ctx *x = bs_vk_open(dev);
     unsetenv("BITSPARK_VK_MM");
     unsetenv("BITSPARK_VK_MM_CHECK");
-    CHECKF(x && bs_vk_mm_mode(x) == BS_VK_MM_TILE, "tiles after the opening check: %s", x ? bs_vk_mm_name(bs_vk_mm_mode(x)) : bs_last_error());
+    CHECKF(x && bs_vk_mm_mode(x) == BS_VK_MM_TILE && bs_vk_mm_lanes(x), "tiles after the opening check: %s%s",
+           x ? bs_vk_mm_name(bs_vk_mm_mode(x)) : bs_last_error(), x && !bs_vk_mm_lanes(x) ? ", but not for Q8_0 / Q4_1" : "");
     bs_vk_close(x);
 }
 
@@ -273,8 +274,9 @@ int main(void) {
     c_mm = bs_vk_open(dev);
     unsetenv("BITSPARK_VK_MM");
     CHECKF(c_mm != NULL, "a context with products of many rows in tiles: %s", bs_last_error());
-    printf("products of more than 8 rows: %s (the fifth context: %s)\n", bs_vk_mm_name(bs_vk_mm_mode(c)),
-           c_mm ? bs_vk_mm_name(bs_vk_mm_mode(c_mm)) : "none");
+    printf("products of more than 8 rows: %s, Q8_0 / Q4_1 %s (the fifth context: %s, %s)\n", bs_vk_mm_name(bs_vk_mm_mode(c)),
+           bs_vk_mm_lanes(c) ? "tiles" : "mv_q", c_mm ? bs_vk_mm_name(bs_vk_mm_mode(c_mm)) : "none",
+           c_mm && bs_vk_mm_lanes(c_mm) ? "tiles" : "mv_q");
     check_mm_choice(dev, &info[dev]);
     CHECK(!cs || !bs_vk_uses_dp4a(cs));
     CHECK(cs != NULL);

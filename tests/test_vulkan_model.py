@@ -150,7 +150,7 @@ def check_staged():
 CHOICES = (('BITSPARK_VK_ASUM', ('stage', 'row'), "mv_q's activation block sums staged once per workgroup or per weight row"),
            ('BITSPARK_VK_DELTA', ('lanes', 'column'), "the delta rule's sums over 8 lanes per state column or in one"),
            ('BITSPARK_VK_MM', ('off', 'tile', 'auto'),
-            "products of more than 8 rows by mv_q's row groups, mm_q's tiles or the device's choice (cooperative matrices on a GPU that has them)"))
+            "products of more than 8 rows by mv_q's row groups, mm_q's tiles (mm_ql's for Q8_0 / Q4_1) or the device's choice (cooperative matrices on a GPU that has them)"))
 
 
 def coop_device():
@@ -163,13 +163,15 @@ def coop_device():
 def check_asum():
     """The device's choices (CHOICES: the device picks one way, for the first two a GPU the first, a
     CPU device the second): the same bits through the whole model, every product (plain, GLU, norm and conv
-    epilogues) and both recurrence paths: 21 tokens in batches of 13 (two row groups, the steps
+    epilogues) and both recurrence paths (and the products' ways for Q8_0 and Q4_1 models): 21 tokens in batches of 13 (two row groups, the steps
     apart) and 8 (one, the conv in the products' epilogue and the fused recurrence)."""
     names = part(('tiny-q1_0', 'tiny-q2_0'), ('tiny-q1_0',))
-    for name in names:
+    # Q8_0 and Q4_1 (a drafter's formats): their products of more than 8 rows in mm_ql's tiles
+    lanes = [(n, [c for c in CHOICES if c[0] == 'BITSPARK_VK_MM']) for n in part(('tiny-q8_0', 'tiny-q4_1'), ('tiny-q4_1',))]
+    for name, choices in [(n, CHOICES) for n in names] + lanes:
         meta = json.load(open(os.path.join(FIX, name + '.json')))
         toks = (meta['prompt_tokens'] + meta['greedy_tokens'])[:21]
-        for var, ways, what in CHOICES:
+        for var, ways, what in choices:
             if var == 'BITSPARK_VK_MM' and not coop_device():
                 ways = tuple(w for w in ways if w != 'auto')
                 print('%s: no cooperative matrices on this device: %s=auto is off, not run again' % (name, var))

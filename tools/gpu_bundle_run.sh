@@ -414,6 +414,7 @@ for m in "${MODELS[@]}"; do
   drafter "$m"
   while [ -n "$df" ] && [ ! -e "$W/synth-drafters.done" ] && [ -n "$SYNTH_PID" ] && kill -0 "$SYNTH_PID" 2>/dev/null &&
         [ "$(left)" -gt 40 ]; do sleep 1; done
+  blk=""
   if [ -n "$df" ] && [ -s "$df" ] && can_run "spec $m" 40; then
     { echo "## $m: bench --spec -md $(basename "$df")"; } >>"$OUT/bench.txt"
     timeout $(( $(left) - 5 )) "$BS" bench --spec -m "$f" -md "$df" --device "$DEV" -r 1 >"$W/spec.txt" 2>&1
@@ -430,6 +431,15 @@ for m in "${MODELS[@]}"; do
     S[$m.spec]="verify(1) ${v1:-?} ms, verify(5) ${v5:-?}), block pass ${blk:-?} ms, blocks of 4 contexts ${b4:-?}, weights read ${bw:-?}), greedy drafts of 4 slots ${g4:-?} ms, sampled chain of 4 ${s4:-?} ms (all slots apart ${sa:-?} ms), rollback ${rb:-?} ms"
     bench_done spec
   elif [ -n "$df" ]; then S[$m.spec]="not run (no drafter: $(tr '\n' ' ' <"$W/synth-d-$m.log" 2>/dev/null | tail -c 200))"; fi
+  # the drafter's Q4_1 products of a block's 16 rows by mv_q's row groups (BITSPARK_VK_MM=off)
+  # against the device's way (mm_ql's tiles on a GPU, each weight read once per 32 rows: vk_mm.c)
+  if [ -n "$df" ] && [ -s "$df" ] && [ -n "${blk:-}" ] && can_run "spec-mm-off $m" 40; then
+    BITSPARK_VK_MM=off timeout $(( $(left) - 5 )) "$BS" bench --spec -m "$f" -md "$df" --device "$DEV" -r 1 >"$W/spec-off.txt" 2>&1
+    { echo "## $m: BITSPARK_VK_MM=off bench --spec"; cat "$W/spec-off.txt"; echo; } >>"$OUT/bench.txt"
+    blk2=$(grep -m1 -o 'block pass ([0-9]* slots) *[0-9.]*' "$W/spec-off.txt" | grep -o '[0-9.]*$')
+    S[$m.spec]="${S[$m.spec]}; block pass with BITSPARK_VK_MM=off (mv_q) ${blk2:-?} ms"
+    bench_done spec-mm-off
+  fi
   # (last: the two newest comparisons, so that they never take the budget of the others)
   # prompts' products by mv_q's row groups against the device's choice (int8 cooperative
   # matrices where the device has them: vk_mm.c), pp only

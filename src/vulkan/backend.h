@@ -90,6 +90,8 @@ uint32_t bs_vk_delta_cols(const bs_vk_ctx *c);
  * and the kernel gave mv_q's bits on a check product when the context opened, else OFF). */
 enum { BS_VK_MM_OFF = 0, BS_VK_MM_TILE = 1, BS_VK_MM_COOP = 2 };
 int bs_vk_mm_mode(const bs_vk_ctx *c);
+/* Whether its Q8_0 / Q4_1 products of more than 8 rows take mm_ql's tiles (vk_mm.c). */
+bool bs_vk_mm_lanes(const bs_vk_ctx *c);
 /* COOP's shape and extension: NV's where the device has it, else KHR's (BITSPARK_VK_COOP=nv|khr
  * picks one); khr is set for VK_KHR_cooperative_matrix (mm_q_coop's module rewritten: vk_spirv.c) */
 bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr);

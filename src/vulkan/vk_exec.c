@@ -89,6 +89,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MMGQ_Q1] = {"mm_q", 17, 60, 5, {1, 4, 1, 1, 0}},
     [BS_VK_K_MMGQ_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 1, 1, 0}},
     [BS_VK_K_MMGQ_Q2_64] = {"mm_q", 17, 60, 5, {2, 2, 1, 1, 0}},
+    [BS_VK_K_MM_Q8] = {"mm_ql", 17, 60, 5, {8, 1, 0, 0, 0}},
+    [BS_VK_K_MM_Q4_1] = {"mm_ql", 17, 60, 5, {4, 1, 0, 0, 0}},
     /* conv.glsl / delta.glsl for up to 8 sequences (workgroup z), a window / state binding each */
     [BS_VK_K_CONV_B] = {"conv_b", 19, 56, 0, {0}},
     [BS_VK_K_DELTA_B] = {"delta_b", 21, 60, 0, {0}},
@@ -107,10 +109,12 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
 enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_ID = 23, SPEC_CM_ID = 24, SPEC_CN_ID = 25,
        SPEC_CK_ID = 26, N_SHARED_SPEC = 7 };
 
-/* the shader a kernel runs on this context: mv_q's with dp4a, mm_q's with cooperative matrices */
+/* the shader a kernel runs on this context: mv_q's and mm_ql's with dp4a, mm_q's with cooperative
+ * matrices */
 static const char *shader_of(const bs_vk_ctx *c, const kernel_def *k) {
     if (c->dp4a && !strcmp(k->shader, "mv_q")) return "mv_q_dp4a";
     if (c->dp4a && !strcmp(k->shader, "mv_qc")) return "mv_qc_dp4a";
+    if (c->dp4a && !strcmp(k->shader, "mm_ql")) return "mm_ql_dp4a";
     if (c->mm == BS_VK_MM_COOP && !strcmp(k->shader, "mm_q")) return "mm_q_coop";
     return k->shader;
 }
@@ -599,7 +603,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MMG_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_MMGQ_Q1] = "mm glu q1_0", [BS_VK_K_MMGQ_Q2_128] = "mm glu q2_0",
         [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_CONV_B] = "gdn conv", [BS_VK_K_DELTA_B] = "gdn delta rule",
         [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
-        [BS_VK_K_DRAFT_DRAW] = "draft draw"};
+        [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1"};
     return names[k] ? names[k] : "?";
 }
 

@@ -130,6 +130,7 @@ enum bs_vk_kernel {
     /* mv_q's products for more than 8 rows in tiles (mm_q.glsl): plain, GLU, GLU + int8 out */
     BS_VK_K_MM_Q1, BS_VK_K_MM_Q2_128, BS_VK_K_MM_Q2_64, BS_VK_K_MMG_Q1, BS_VK_K_MMG_Q2_128, BS_VK_K_MMG_Q2_64,
     BS_VK_K_MMGQ_Q1, BS_VK_K_MMGQ_Q2_128, BS_VK_K_MMGQ_Q2_64,
+    BS_VK_K_MM_Q8, BS_VK_K_MM_Q4_1,   /* ... and the lane-order formats' (mm_ql.glsl) */
     BS_VK_K_CONV_B, BS_VK_K_DELTA_B,  /* a batch's convs / delta rules, one dispatch for all its sequences */
     BS_VK_K_ATTN_SPLIT_B,             /* up to 4 sequences' split attention in one dispatch */
     BS_VK_K_ATTN_NC_SPLIT,            /* the drafter block's attention split over the context */
@@ -183,6 +184,7 @@ struct bs_vk_ctx {
     uint32_t delta_cols;              /* and its state columns per workgroup: 32 or 64 */
     int mm;                           /* products of more than 8 rows: BS_VK_MM_* (vk_mm.c) */
     bool mm_auto;                     /* cooperative matrices chosen, not asked for: checked at open */
+    bool mm_lanes;                    /* Q8_0 / Q4_1 products of more than 8 rows in mm_ql's tiles */
     bs_vk_coop_shape coop;            /* COOP's shape (the device's NV or KHR one) */
     bool coop_khr;                    /* ... by VK_KHR_cooperative_matrix */
     /* BITSPARK_PROFILE=1: a timestamp after every dispatch, GPU time summed per kernel */

@@ -319,9 +319,13 @@ static mvq_push mvq_single(const bs_vk_matrix *m, const bs_vk_mat_part *p, int n
                       .row0 = (uint32_t)p->row0, .e1 = ~0u, .e2 = ~0u, .e3 = ~0u, .l0 = (uint32_t)m->ne1};
 }
 
-/* Products of more than 8 rows: mm_q's kernel for mv_q's (c->mm: vk_mm.c) */
+/* Products of more than 8 rows: mm_q's kernel for mv_q's (c->mm: vk_mm.c), mm_ql's for Q8_0 and
+ * Q4_1 (c->mm_lanes) */
 int bs_vk_mm_kernel(const bs_vk_ctx *c, int k, int n) {
-    if (c->mm == BS_VK_MM_OFF || n <= 8) return -1;
+    if (n <= 8) return -1;
+    if (c->mm_lanes && k == BS_VK_K_MV_Q8) return BS_VK_K_MM_Q8;
+    if (c->mm_lanes && k == BS_VK_K_MV_Q4_1) return BS_VK_K_MM_Q4_1;
+    if (c->mm == BS_VK_MM_OFF) return -1;
     switch (k) {
     case BS_VK_K_MV_Q1: return BS_VK_K_MM_Q1;
     case BS_VK_K_MV_Q2_128: return BS_VK_K_MM_Q2_128;

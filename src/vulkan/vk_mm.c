@@ -1,7 +1,8 @@
 /* vk_mm.c: the integer products of more than 8 rows (prompts, large batches) in mm_q.glsl's
- * tiles, with int8 cooperative matrices (tensor cores) where the device has them: which way a
- * context takes, and the check a context makes before it trusts cooperative matrices with a
- * model (the kernels that stand in for mv_q's: vk_kernels.c's bs_vk_mm_kernel). A CPU device
+ * tiles, with int8 cooperative matrices (tensor cores) where the device has them, and Q8_0 /
+ * Q4_1's in mm_ql.glsl's: which way a context takes, and the check a context makes before it
+ * trusts them with a model (the kernels that stand in for mv_q's: vk_kernels.c's
+ * bs_vk_mm_kernel). A CPU device
  * has none, so the test suite checks mm_q's plain form against mv_q there, and a context on a
  * GPU checks the cooperative form against mv_q itself, bit for bit, before using it. */
 #include "vulkan/vk_internal.h"
@@ -16,6 +17,7 @@ const char *bs_vk_mm_name(int mode) {
 }
 
 int bs_vk_mm_mode(const bs_vk_ctx *c) { return c->mm; }
+bool bs_vk_mm_lanes(const bs_vk_ctx *c) { return c->mm_lanes; }
 
 bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr) {
     if (khr) *khr = c->coop_khr;
@@ -61,6 +63,11 @@ int bs_vk_mm_want(bs_vk_ctx *c) {
         return bs_error("BITSPARK_VK_MM=%s: expected off, tile, coop or auto", env);
     }
     if (c->mm != BS_VK_MM_OFF && bs_env_flag("BITSPARK_VK_MM_CHECK")) c->mm_auto = true;   /* tests: check a way asked for */
+    /* Q8_0 / Q4_1 (a drafter's formats) in mm_ql's tiles: plain integer code (dp4a where the
+     * device has it), so any device can; a GPU's default, and whenever tiles are asked for.
+     * On a CPU device (lavapipe) mv_q's row groups are as fast: they stay the default there. */
+    const bool off = env && !strcmp(env, "off");
+    c->mm_lanes = !off && (c->mm != BS_VK_MM_OFF || c->info.type != BS_VK_CPU);
     return 0;
 }
 
@@ -87,10 +94,13 @@ static int same_bits(bs_vk_ctx *c, int type, int64_t cols, int64_t rows, int n) 
     bs_vk_tensor T = {.type = type, .ne0 = cols, .ne1 = rows, .data = q, .row_bytes = rb, .name = "mm check"};
     bs_vk_matrix *m = rc ? NULL : bs_vk_matrix_new(c, &T);
     const int mode = c->mm;
+    const bool lanes = c->mm_lanes;
     rc = !m || bs_vk_matvec(c, m, x, n, y1);
     c->mm = BS_VK_MM_OFF;
+    c->mm_lanes = false;
     rc = rc || bs_vk_matvec(c, m, x, n, y0);
     c->mm = mode;
+    c->mm_lanes = lanes;
     const int same = rc ? -1 : !memcmp(y0, y1, sizeof *y0 * (size_t)(rows * n));
     bs_vk_matrix_free(c, m);
     free(w); free(x); free(y0); free(y1); free(q);
@@ -98,14 +108,24 @@ static int same_bits(bs_vk_ctx *c, int type, int64_t cols, int64_t rows, int n) 
 }
 
 int bs_vk_mm_check(bs_vk_ctx *c) {
-    if (!c->mm_auto) return 0;
-    /* split-K slices (few rows), a partial tile of rows and of activation rows, both formats */
-    int ok = same_bits(c, BS_Q1_0, 1024, 72, 41);
-    if (ok == 1) ok = same_bits(c, BS_Q2_0, 512, 40, 35);
+    if (!c->mm_auto && !c->mm_lanes) return 0;
+    /* split-K slices (few rows), a partial tile of rows and of activation rows, every format */
+    int ok = 1;
+    if (c->mm_auto) {
+        ok = same_bits(c, BS_Q1_0, 1024, 72, 41);
+        if (ok == 1) ok = same_bits(c, BS_Q2_0, 512, 40, 35);
+    }
     if (ok != 1) {
         bs_log(0, "bitspark: Vulkan %s: the products by %s %s; products of many rows use mv_q\n", c->info.name,
                bs_vk_mm_name(c->mm), ok < 0 ? "failed to run" : "differ from mv_q's");
         c->mm = BS_VK_MM_OFF;
+    }
+    int lanes = c->mm_lanes ? same_bits(c, BS_Q8_0, 512, 72, 41) : 1;
+    if (lanes == 1 && c->mm_lanes) lanes = same_bits(c, BS_Q4_1, 256, 40, 35);
+    if (lanes != 1) {
+        bs_log(0, "bitspark: Vulkan %s: Q8_0 / Q4_1 products in tiles %s; they use mv_q\n", c->info.name,
+               lanes < 0 ? "failed to run" : "differ from mv_q's");
+        c->mm_lanes = false;
     }
     bs_vk_stats_reset(c);   /* the check is not the caller's work */
     memset(c->prof_ms, 0, sizeof c->prof_ms);

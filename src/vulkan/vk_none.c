@@ -32,6 +32,7 @@ int bs_vk_delta_spread(const bs_vk_ctx *c) { (void)c; return 1; }
 uint32_t bs_vk_delta_cols(const bs_vk_ctx *c) { (void)c; return 64; }
 bool bs_vk_fma_fused(const bs_vk_ctx *c) { (void)c; return false; }
 int bs_vk_mm_mode(const bs_vk_ctx *c) { (void)c; return BS_VK_MM_OFF; }
+bool bs_vk_mm_lanes(const bs_vk_ctx *c) { (void)c; return false; }
 const char *bs_vk_mm_name(int mode) { (void)mode; return "mv_q"; }
 bs_vk_coop_shape bs_vk_mm_coop(const bs_vk_ctx *c, bool *khr) {
     (void)c;
