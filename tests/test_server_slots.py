@@ -9,7 +9,9 @@
 - bad input: names with '/', "..", a leading '.', no name, a missing file, a damaged file, a
   header that lies about sizes, a FIFO or a link, a file of another model of the same shapes,
   an unknown action or slot: 400 (a refused restore leaves the slot as it was); without
-  --slot-save-path 501; --no-slots: GET /slots 501."""
+  --slot-save-path 501; --no-slots: GET /slots 501;
+- GET /slots: id_task, speculative, and the running or last task's params and next_token
+  (n_decoded, n_remain, has_next_token); ?fail_on_no_slot=1 is 503 while no slot is idle."""
 import os, struct, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -171,7 +173,38 @@ finally:
 Q2 = os.path.join(os.path.dirname(TINY), 'bonsai-tiny-q2_0.gguf')
 other = Replica(W, 'other', ['-m', Q2, '-np', '1', '-t', '1', '--ctx', '512', '--slot-save-path', SAVE]).start().wait_ready()
 try:
+    fresh = slots(other.port)[0]
+    check(fresh['id_task'] == -1 and 'params' not in fresh and fresh['speculative'] is False,
+          'GET /slots before any task: id_task -1, no params', str(fresh))
+    # GET /slots?fail_on_no_slot=1: 503 while the only slot is busy, 200 once idle; the busy slot
+    # shows its task's params and progress (next_token), and keeps them once done
+    res = {}
+    gen = threading.Thread(target=lambda: res.update(g=post(other.port, '/v1/completions', {
+        'prompt': 'Count: one two three', 'max_tokens': 400, 'ignore_eos': True, 'temperature': 0})))
+    gen.start()
+    busy_st, seen = None, None
+    for _ in range(20000):
+        if request(other.port, 'GET', '/slots?fail_on_no_slot=1')[0] == 503:
+            busy_st = 503
+        j = jbody(request(other.port, 'GET', '/slots')[2])[0]
+        if j['is_processing'] and j.get('next_token', [{}])[0].get('n_decoded', 0) > 0:
+            seen = j
+        if (busy_st and seen) or not gen.is_alive():
+            break
+    gen.join(120)
+    done = slots(other.port)[0]
+    st_idle = request(other.port, 'GET', '/slots?fail_on_no_slot=1')[0]
+    check(busy_st == 503 and st_idle == 200, 'fail_on_no_slot=1: 503 while the slot is busy, 200 when idle',
+          f'{busy_st} {st_idle}')
+    check(seen is not None and seen['params']['n_predict'] == 400 and seen['params']['temperature'] == 0 and
+          seen['next_token'][0]['has_next_token'] and 0 < seen['next_token'][0]['n_remain'] < 400,
+          'a busy slot: its task\'s params and next_token', str(seen))
+    nt = done.get('next_token', [{}])[0]
+    check(seen is not None and done['id_task'] == seen['id_task'] and nt.get('n_decoded') == 400 and
+          nt.get('n_remain') == 0 and nt.get('has_next_token') is False and done['params']['ignore_eos'] is True,
+          'the slot keeps its last task\'s params and progress', str(done))
     complete(other.port, 'Something held before.', 0)
+    check(slots(other.port)[0]['id_task'] > done['id_task'], 'the next task has a new id_task')
     held = slots(other.port)[0]['n_cached']
     st, j = post(other.port, '/slots/0?action=restore', {'filename': 'conv.bin'})
     check(st == 400 and 'different model' in j['error']['message'], 'a file of another model (same shapes): 400', f'{st} {j}')

@@ -198,6 +198,7 @@ typedef struct srv_task {
     bs_loop_guard_result loop_res;   /* what the guard did (mode off: zeros) */
     srv_timings tm;
     int slot;
+    long long id;              /* its id (llama-server's id_task), from srv_task_new */
     double t_submit, t_first;  /* bs_time() when queued and when its first token came (0: not yet),
                                   for the latency histograms */
     bool prompt_ready;         /* its prompt is evaluated (or it ended): the other choices may go */
@@ -266,6 +267,13 @@ typedef struct srv_sched srv_sched;
 typedef struct srv_slot_info {
     int id, n_ctx, n_cached;
     bool busy;
+    bool drafts;               /* its generations speculate (a drafter, --draft-max > 0) */
+    /* the task it runs, or the last it ran (llama-server's task_prev): has_task false before any */
+    bool has_task;
+    long long id_task;
+    bs_sampler_params sp;
+    int n_predict, n_keep, n_decoded;
+    bool ignore_eos, has_new_line;
 } srv_slot_info;
 
 /* mmproj: the projector that encodes requests' images when a slot takes them (NULL: none). */
@@ -495,11 +503,12 @@ struct json_t *srv_timings_json(const srv_timings *tm);
  * t->n_probs); 0 or the failing status (f). */
 int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
 /* llama-server's sampler fields beyond the common ones (server_samplers.c): top-n-sigma,
- * typical-p, XTC, dynamic temperature into p, mirostat refused unless off, `samplers` turns
- * stages off, a negative temperature is greedy. 0, or the failing status (f). */
+ * typical-p, XTC, dynamic temperature, Mirostat into p, `samplers` turns stages off, a negative
+ * temperature is greedy. 0, or the failing status (f). */
 int srv_sampler_fields(struct json_t *b, bs_sampler_params *p, srv_fail *f);
-/* Those stages' parameters into a settings object (generation_settings, /props' params). */
-void srv_stage_settings(struct json_t *j, const bs_sampler_params *p);
+/* The chain's parameters but the seed (temperature, top-k/p, min-p, penalties, DRY and those
+ * stages) into a settings object (generation_settings, /props' params, /slots' params). */
+void srv_sampler_settings(struct json_t *j, const bs_sampler_params *p);
 typedef struct srv_prompt {
     int32_t *ids;
     int n, cap;

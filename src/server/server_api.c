@@ -866,18 +866,6 @@ static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *sha
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
 
-static void api_slots(srv *s, srv_reply *r) {
-    int n = srv_sched_n_slots(s->sched);
-    srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
-    srv_sched_slots(s->sched, info);
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:i}", "id", info[i].id, "n_ctx", info[i].n_ctx,
-                                           "is_processing", info[i].busy, "n_cached", info[i].n_cached));
-    free(info);
-    srv_reply_json(r, 200, a);
-}
-
 /* A piece as a string when it is valid UTF-8, else as its byte values (llama-server does so). */
 static json_t *piece_json(const char *p, size_t len) {
     if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
@@ -1021,7 +1009,7 @@ static void get_route(srv *s, int kind, srv_reply *r) {
     case R_HEALTH: srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok")); break;
     case R_MODELS: srv_api_models(s, r); break;
     case R_PROPS: srv_api_props(s, r); break;
-    case R_SLOTS: api_slots(s, r); break;
+    case R_SLOTS: break;   /* (srv_slots_route answers GET /slots) */
     case R_METRICS:
         r->status = 200;
         r->ctype = "text/plain; version=0.0.4";

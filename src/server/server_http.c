@@ -779,10 +779,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (k && s->mmproj && q->body.len && memmem(q->body.p, q->body.len, "image_url", 9))
         return to_job(s, c, k, q, method, url, &r);
     r.no_images = k && s->mmproj;
-    char with_action[512];   /* POST /slots/{id}?action=...: the handler reads the query */
+    char with_action[512];   /* POST /slots/{id}?action=..., GET /slots?fail_on_no_slot=1: the handler reads the query */
     const char *act = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    const char *fail = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
     if (act && !strncmp(url, "/slots/", 7) && strlen(url) + strlen(act) + 9 < sizeof with_action) {
         snprintf(with_action, sizeof with_action, "%s?action=%s", url, act);
+        url = with_action;
+    } else if (fail && !strcmp(url, "/slots") && strlen(fail) < 64) {
+        snprintf(with_action, sizeof with_action, "/slots?fail_on_no_slot=%s", fail);
         url = with_action;
     }
     srv_handle(s, method, url, q->body.p, q->body.len, &r);

@@ -277,16 +277,8 @@ static json_t *settings_json(const srv_task *t, const srv_gen *g) {
     for (int i = 0; i < t->n_bias; i++)
         json_array_append_new(bias, json_pack("[i,o]", t->bias_id[i], isinf(t->bias[i]) ? json_false()
                                                                                         : json_real(t->bias[i])));
-    json_t *j = json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:i,s:f,s:f,s:f}", "n_predict", t->n_predict, "seed",
-                          (json_int_t)p->seed, "temperature", (double)p->temp, "top_k", p->top_k, "top_p",
-                          (double)p->top_p, "min_p", (double)p->min_p, "repeat_last_n", p->penalty_last_n,
-                          "repeat_penalty", (double)p->repeat_penalty, "presence_penalty",
-                          (double)p->presence_penalty, "frequency_penalty", (double)p->frequency_penalty);
-    json_object_set_new(j, "dry_multiplier", json_real(p->dry_multiplier));
-    json_object_set_new(j, "dry_base", json_real(p->dry_base));
-    json_object_set_new(j, "dry_allowed_length", json_integer(p->dry_allowed_length));
-    json_object_set_new(j, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n));
-    srv_stage_settings(j, p);
+    json_t *j = json_pack("{s:i,s:I}", "n_predict", t->n_predict, "seed", (json_int_t)p->seed);
+    srv_sampler_settings(j, p);
     json_object_set_new(j, "n_keep", json_integer(t->n_keep));
     json_object_set_new(j, "n_probs", json_integer(g->n_probs));
     json_object_set_new(j, "post_sampling_probs", json_boolean(g->post_probs));

@@ -41,21 +41,8 @@ static json_t *params_json(const srv *s) {
     const bs_sampler_params *p = &o->sp;
     json_t *j = json_object();
     json_object_set_new(j, "seed", json_integer(o->seed_set ? (json_int_t)p->seed : 4294967295LL));   /* -1: random */
-    json_object_set_new(j, "temperature", json_real(p->temp));
-    json_object_set_new(j, "top_k", json_integer(p->top_k));
-    json_object_set_new(j, "top_p", json_real(p->top_p));
-    json_object_set_new(j, "min_p", json_real(p->min_p));
-    json_object_set_new(j, "min_keep", json_integer(p->min_keep));
-    json_object_set_new(j, "repeat_last_n", json_integer(p->penalty_last_n));
-    json_object_set_new(j, "repeat_penalty", json_real(p->repeat_penalty));
-    json_object_set_new(j, "presence_penalty", json_real(p->presence_penalty));
-    json_object_set_new(j, "frequency_penalty", json_real(p->frequency_penalty));
-    json_object_set_new(j, "dry_multiplier", json_real(p->dry_multiplier));
-    json_object_set_new(j, "dry_base", json_real(p->dry_base));
-    json_object_set_new(j, "dry_allowed_length", json_integer(p->dry_allowed_length));
-    json_object_set_new(j, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n));
+    srv_sampler_settings(j, p);
     json_object_set_new(j, "dry_sequence_breakers", breakers_json(o));
-    srv_stage_settings(j, p);
     json_object_set_new(j, "n_predict", json_integer(srv_n_predict_cap(&s->cfg)));
     json_object_set_new(j, "max_tokens", json_integer(srv_n_predict_cap(&s->cfg)));
     json_object_set_new(j, "n_keep", json_integer(o->n_keep));

@@ -102,7 +102,20 @@ int srv_sampler_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
     return 0;
 }
 
-void srv_stage_settings(json_t *j, const bs_sampler_params *p) {
+void srv_sampler_settings(json_t *j, const bs_sampler_params *p) {
+    json_object_set_new(j, "temperature", json_real(p->temp));
+    json_object_set_new(j, "top_k", json_integer(p->top_k));
+    json_object_set_new(j, "top_p", json_real(p->top_p));
+    json_object_set_new(j, "min_p", json_real(p->min_p));
+    json_object_set_new(j, "min_keep", json_integer(p->min_keep));
+    json_object_set_new(j, "repeat_last_n", json_integer(p->penalty_last_n));
+    json_object_set_new(j, "repeat_penalty", json_real(p->repeat_penalty));
+    json_object_set_new(j, "presence_penalty", json_real(p->presence_penalty));
+    json_object_set_new(j, "frequency_penalty", json_real(p->frequency_penalty));
+    json_object_set_new(j, "dry_multiplier", json_real(p->dry_multiplier));
+    json_object_set_new(j, "dry_base", json_real(p->dry_base));
+    json_object_set_new(j, "dry_allowed_length", json_integer(p->dry_allowed_length));
+    json_object_set_new(j, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n));
     json_object_set_new(j, "top_n_sigma", json_real(p->top_n_sigma));
     json_object_set_new(j, "typical_p", json_real(p->typical_p));
     json_object_set_new(j, "xtc_probability", json_real(p->xtc_probability));

@@ -36,6 +36,8 @@ typedef struct slot {
     int id;
     bs_gen *gen;
     srv_task *task;
+    int n_decoded;              /* the task's tokens so far, and whether they end in a newline */
+    bool new_line;              /* (both atomic: /slots reads them between the passes' updates) */
     long last_used;
     float lora[SRV_MAX_LORA];   /* the adapter scales its cached prefix was computed with */
 } slot;
@@ -94,7 +96,9 @@ bool srv_logprob_reserve(long n) {
 }
 
 srv_task *srv_task_new(void) {
+    static long long next_id;
     srv_task *t = bs_xcalloc(1, sizeof *t);
+    t->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
     t->refs = 1;
@@ -159,8 +163,18 @@ static void publish_info(srv_sched *s, const slot *sl) {
     int n = 0;
     if (sl->gen) bs_gen_cached(sl->gen, &n);
     pthread_mutex_lock(&s->mu);
-    s->info[sl->id].busy = sl->task != NULL;
-    s->info[sl->id].n_cached = n;
+    srv_slot_info *in = &s->info[sl->id];
+    in->busy = sl->task != NULL;
+    in->n_cached = n;
+    const srv_task *t = sl->task;
+    if (t && !t->op && !t->emb && (!in->has_task || in->id_task != t->id)) {   /* a new task: its parameters (fixed while it runs) */
+        in->has_task = true;
+        in->id_task = t->id;
+        in->sp = t->sp;
+        in->n_predict = t->n_predict;
+        in->n_keep = t->n_keep;
+        in->ignore_eos = t->ignore_eos;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -215,6 +229,8 @@ static void sync_task(slot *sl) {
     if (o.n_toks > kf)   /* nothing yet (t->toks may still be NULL): no pointer arithmetic on it */
         memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
     t->n_toks = o.n_toks;
+    __atomic_store_n(&sl->n_decoded, o.n_toks, __ATOMIC_RELAXED);
+    __atomic_store_n(&sl->new_line, o.len > 0 && o.text[o.len - 1] == '\n', __ATOMIC_RELAXED);
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
@@ -371,6 +387,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
         memcpy(sl->lora, t->lora, sizeof sl->lora);
     }
     sl->task = t;
+    __atomic_store_n(&sl->n_decoded, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sl->new_line, false, __ATOMIC_RELAXED);
     bs_gen_set_cancel_hook(sl->gen, task_cancelled, t);
     bs_gen_request r;
     bs_gen_request_init(&r);
@@ -920,4 +938,9 @@ void srv_sched_slots(srv_sched *s, srv_slot_info *out) {
     pthread_mutex_lock(&s->mu);
     memcpy(out, s->info, (size_t)s->cfg.n_slots * sizeof *out);
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->cfg.n_slots; i++) {
+        out[i].drafts = s->drafter && s->draft_max > 0;
+        out[i].n_decoded = __atomic_load_n(&s->slots[i].n_decoded, __ATOMIC_RELAXED);
+        out[i].has_new_line = __atomic_load_n(&s->slots[i].new_line, __ATOMIC_RELAXED);
+    }
 }

@@ -1,5 +1,6 @@
-/* server_slots.c: llama-server's slot persistence, POST /slots/{id}?action=save|restore|erase
- * with {"filename": NAME} (serve --slot-save-path DIR), and --no-slots.
+/* server_slots.c: GET /slots, llama-server's slot persistence, POST
+ * /slots/{id}?action=save|restore|erase with {"filename": NAME} (serve --slot-save-path DIR),
+ * and --no-slots.
  *
  * An action is a task of the scheduler (server_sched.c) for that slot: it runs on the scheduler
  * thread, which owns the slots, once the slot is idle (a busy slot's action waits, as in
@@ -120,10 +121,53 @@ static void slot_action(srv *s, const char *url, const char *body, size_t len, s
     srv_reply_generation(s, t, &g, r);
 }
 
+/* GET /slots: llama-server's shape per slot (id, id_task, n_ctx, speculative, is_processing,
+ * and for the task it runs or last ran its params and next_token) and this server's n_cached;
+ * ?fail_on_no_slot=1 answers 503 when every slot is busy. */
+static void slots_list(srv *s, const char *url, srv_reply *r) {
+    const int n = srv_sched_n_slots(s->sched);
+    srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
+    srv_sched_slots(s->sched, info);
+    const char *q = strchr(url, '?');
+    bool idle = false;
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        const srv_slot_info *in = &info[i];
+        idle |= !in->busy;
+        json_t *j = json_pack("{s:i,s:I,s:i,s:b,s:b,s:i}", "id", in->id, "id_task",
+                              (json_int_t)(in->has_task ? in->id_task : -1), "n_ctx", in->n_ctx, "speculative",
+                              in->drafts, "is_processing", in->busy, "n_cached", in->n_cached);
+        if (in->has_task) {
+            json_t *p = json_pack("{s:i,s:I}", "n_predict", in->n_predict, "seed", (json_int_t)in->sp.seed);
+            srv_sampler_settings(p, &in->sp);
+            json_object_set_new(p, "n_keep", json_integer(in->n_keep));
+            json_object_set_new(p, "ignore_eos", json_boolean(in->ignore_eos));
+            json_object_set_new(j, "params", p);
+            const int remain = in->n_predict < 0 ? -1 : BS_MAX(0, in->n_predict - in->n_decoded);
+            json_object_set_new(j, "next_token", json_pack("[{s:b,s:b,s:i,s:i}]", "has_next_token", in->busy,
+                                                           "has_new_line", in->has_new_line, "n_remain", remain,
+                                                           "n_decoded", in->n_decoded));
+        }
+        json_array_append_new(a, j);
+    }
+    free(info);
+    const char *f = q ? strstr(q, "fail_on_no_slot=") : NULL;
+    if (f && f[16] == '1' && (f[17] == 0 || f[17] == '&') && !idle) {
+        json_decref(a);
+        srv_reply_error(r, 503, "unavailable_error", "no slot available");
+        return;
+    }
+    srv_reply_json(r, 200, a);
+}
+
 bool srv_slots_route(srv *s, const char *method, const char *url, const char *body, size_t len, srv_reply *r) {
     const size_t plen = strcspn(url, "?");
     if (plen == 6 && !strncmp(url, "/slots", 6) && s->cfg.no_slots) {
         srv_reply_error(r, 501, "not_supported_error", "This server does not support slots endpoint. Start it with `--slots`");
+        return true;
+    }
+    if (plen == 6 && !strncmp(url, "/slots", 6) && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {
+        slots_list(s, url, r);
         return true;
     }
     if (plen <= 7 || strncmp(url, "/slots/", 7)) return false;
