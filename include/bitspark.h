@@ -553,6 +553,11 @@ typedef struct bs_gen_request {
                                   truncated, tempered, renormalised distribution, the tokens it
                                   dropped left out) instead of the model's; decodes without the
                                   drafter (llama-server's post_sampling_probs) */
+    int n_indent;              /* > 0: a generated line after the first newline indented (spaces,
+                                  tabs) by fewer characters ends generation (BS_GEN_LENGTH), cut
+                                  at its first other character (code completion; llama-server's) */
+    int t_max_predict_ms;      /* > 0: generation ends (BS_GEN_LENGTH) once this long has passed
+                                  since its first token and it has produced a newline */
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

@@ -97,7 +97,7 @@ check_summary() { # outdir label [models]
     v=$(row "per-kernel GPU time $m" "$o"); [[ $v =~ ^[a-z_0-9\ ]+\ [0-9.]+\ ms\ \([0-9.]+%\) ]] || bad "$l: per-kernel $m [$v]"
     v=$(row "dispatches per token $m" "$o"); [[ $v =~ ^[0-9]+\  ]] || bad "$l: dispatches $m [$v]"
     v=$(row "DSpark round parts $m (bench --spec, drafter on the device)" "$o")
-    [[ $v =~ ^verify\(1\)\ [0-9.]+\ ms,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\),\ block\ pass\ [0-9.]+\ ms,\ blocks\ of\ 4\ contexts\ [0-9.]+\ ms\ \([0-9.]+x\ one\ a\ pass,\ weights\ read\ [0-9.]+x\),\ greedy\ drafts\ of\ 4\ slots\ [0-9.]+\ ms,\ sampled\ chain\ of\ 4\ [0-9.]+\ ms\ \(all\ slots\ apart\ [0-9.]+\ ms\),\ rollback\ [0-9.]+\ ms$ ]] \
+    [[ $v =~ ^verify\(1\)\ [0-9.]+\ ms,\ verify\(5\)\ [0-9.]+\ ms\ \([0-9.]+x\),\ block\ pass\ [0-9.]+\ ms,\ blocks\ of\ 4\ contexts\ [0-9.]+\ ms\ \([0-9.]+x\ one\ a\ pass,\ weights\ read\ [0-9.]+x\),\ greedy\ drafts\ of\ 4\ slots\ [0-9.]+\ ms,\ sampled\ chain\ of\ 4\ [0-9.]+\ ms\ \(all\ slots\ apart\ [0-9.]+\ ms\),\ rollback\ [0-9.]+\ ms(\;\ block\ pass\ with\ BITSPARK_VK_MM=off\ \(mv_q\)\ [0-9.]+\ ms)?$ ]] \
       || bad "$l: DSpark round parts $m [$v]"
   done
   [ -z "${3:-}" ] || ok "$l: model rows checked ($(row 'pp32 tiny-synth' "$o") pp32, $(row 'tg16 tiny-synth' "$o") tg16 on the synthetic tiny model)"

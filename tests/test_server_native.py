@@ -16,7 +16,8 @@ fixture tiny model (it has none):
 - a last assistant message is a prefill to continue, with llama-server's 400s;
 - sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
   stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
-  versions 400); logprobs as n_probs; response_format's
+  versions 400); logprobs as n_probs; n_indent and t_max_predict_ms end answers as llama-server's
+  do; response_format's
   schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
@@ -404,6 +405,28 @@ check(st == 400 and 'samplers' in c['error']['message'], 'samplers 5: 400', f'{s
 st, c = post(P, '/completion', dict(q, n_predict=2, logprobs=3))
 check(st == 200 and len(c.get('completion_probabilities', [])) == 2 and len(c['completion_probabilities'][0]['top_logprobs']) == 3,
       '/completion logprobs 3: n_probs 3, as llama-server falls back to it', f'{st} {str(c)[:300]}')
+# n_indent (code completion): a line after the first newline indented less ends the answer, cut
+# at its first character; the grammar fixes the text whatever the model, so the cut is known
+lines = 'root ::= "ab\\n" "    cd\\n" "  ef\\n" "gh"'
+st, full = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, **GREEDY})
+st2, ind = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, 'n_indent': 3, **GREEDY})
+st3, ind4 = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, 'n_indent': 2, **GREEDY})
+check(st == st2 == st3 == 200 and full['content'] == 'ab\n    cd\n  ef\ngh' and ind['content'] == 'ab\n    cd\n  ' and
+      ind['stop_type'] == 'limit' and ind4['content'] == 'ab\n    cd\n  ef\n' and
+      ind['generation_settings']['n_indent'] == 3,
+      'n_indent 3 cuts at the line indented 2, n_indent 2 at the one indented 0', f'{full} {ind} {ind4}')
+ev = stream(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, 'n_indent': 3, 'stream': True, **GREEDY})['events']
+check(''.join(e.get('content', '') for e in ev) == 'ab\n    cd\n  ', 'n_indent streamed: the cut text never sent',
+      str(ev)[:300])
+# t_max_predict_ms: past it, once a newline is out, the answer ends (stop_type limit)
+free = 'root ::= "ab\\n" [a-z ]*'
+st, long_ = post(P, '/completion', {'prompt': 'x', 'n_predict': 200, 'grammar': free, **GREEDY})
+st2, cut = post(P, '/completion', {'prompt': 'x', 'n_predict': 200, 'grammar': free, 't_max_predict_ms': 1, **GREEDY})
+check(st == st2 == 200 and long_['tokens_predicted'] == 200 and cut['content'].startswith('ab\n') and
+      cut['tokens_predicted'] < 200 and cut['stop_type'] == 'limit',
+      't_max_predict_ms 1: ends soon after the newline', f"{long_['tokens_predicted']} {cut.get('tokens_predicted')} {cut.get('stop_type')}")
+st, c = post(P, '/completion', {'prompt': 'x', 'n_indent': -1})
+check(st == 400 and 'n_indent' in c['error']['message'], 'n_indent -1: 400', f'{st} {c}')
 sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}
 st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 40, 'temperature': 0,
                                           'response_format': {'type': 'json_schema', 'schema': sch}})

@@ -268,6 +268,9 @@ static void reset_output(bs_gen *g) {
     g->dirty_text = 0;
     g->dirty_tok = 0;
     g->stop_hit = false;
+    g->line_at = SIZE_MAX;
+    g->line_judged = false;
+    g->t_first_out = 0;
     memset(&g->st, 0, sizeof g->st);
     g->st.stop = BS_GEN_RUNNING;
     g->st.loop.mode = BS_LOOP_GUARD_OFF;

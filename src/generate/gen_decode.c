@@ -44,19 +44,47 @@ static void text_add(bs_gen *g, const char *s, size_t n) {
     g->text[g->len] = 0;
 }
 
-/* Append a token's text. True when a stop string completed (the text is cut before it). */
-static bool add_text(bs_gen *g, const char *s, size_t n) {
+/* llama-server's n_indent over text[from, len): the lines after the first newline must be
+ * indented (spaces, tabs) by at least n_indent; the first whose first other character comes
+ * sooner ends generation there. Returns that character's position, or SIZE_MAX. */
+static size_t indent_cut(bs_gen *g, size_t from) {
+    for (size_t i = from; i < g->len; i++) {
+        const char c = g->text[i];
+        if (c == '\n') {
+            g->line_at = i + 1;
+            g->line_judged = false;
+        } else if (g->line_at != SIZE_MAX && !g->line_judged && c != ' ' && c != '\t') {
+            g->line_judged = true;
+            if (g->r.n_indent > 0 && i - g->line_at < (size_t)g->r.n_indent) return i;
+        }
+    }
+    return SIZE_MAX;
+}
+
+/* Cut the text at p: generation ends there (nothing past it was streamed: it came just now). */
+static void cut_at(bs_gen *g, size_t p) {
+    g->len = p;
+    g->text[p] = 0;
+    g->n_safe = p;
+}
+
+/* Append a token's text. BS_GEN_STOP_STRING when a stop string completed (the text is cut before
+ * it), BS_GEN_LENGTH when a line fell short of n_indent (cut at its first character), else 0. */
+static int add_text(bs_gen *g, const char *s, size_t n) {
     const size_t at = g->len;
     text_add(g, s, n);
     const size_t p = bs_stops_feed(&g->stops, s, n, at);
-    if (p != SIZE_MAX) {
-        g->len = p;
-        g->text[p] = 0;
-        g->n_safe = p;
-        return true;
+    const size_t q = indent_cut(g, at);
+    if (p != SIZE_MAX && p <= q) {
+        cut_at(g, p);
+        return BS_GEN_STOP_STRING;
+    }
+    if (q != SIZE_MAX) {
+        cut_at(g, q);
+        return BS_GEN_LENGTH;
     }
     g->n_safe = g->len - bs_stops_partial(&g->stops);
-    return false;
+    return 0;
 }
 
 /* What may be streamed: only tokens no rewind can reach any more. Never less than before: a
@@ -94,6 +122,9 @@ static int rewound(bs_gen *g, int keep) {
     g->st.n_gen = keep;
     bs_stops_reset(&g->stops);   /* the kept text held no stop string: only the states change */
     bs_stops_feed(&g->stops, g->text ? g->text : "", g->len, 0);
+    g->line_at = SIZE_MAX;       /* nor a line short of n_indent */
+    g->line_judged = false;
+    indent_cut(g, 0);
     g->n_safe = g->len - bs_stops_partial(&g->stops);
     guard_limit(g);
     if (g->n_safe < sent_max && sent_max <= g->len) g->n_safe = sent_max;
@@ -112,9 +143,10 @@ static bool record(bs_gen *g, bs_gen_token *tk) {
         return false;
     }
     const size_t before = g->len;
-    const bool stopped = add_text(g, text, len);
+    const int stopped = add_text(g, text, len);
     g->dirty_text = BS_MIN(g->dirty_text, BS_MIN(before, g->len));
     tk->text_end = g->len;
+    if (g->n_out == 0) g->t_first_out = bs_time();
     if (g->n_out == g->cap_out) {
         g->cap_out = g->cap_out ? 2 * g->cap_out : 64;
         g->out = bs_xrealloc(g->out, (size_t)g->cap_out * sizeof *g->out);
@@ -124,7 +156,7 @@ static bool record(bs_gen *g, bs_gen_token *tk) {
     guard_limit(g);
     if (stopped) {
         g->stop_hit = true;
-        gen_finish(g, BS_GEN_STOP_STRING);
+        gen_finish(g, stopped);
         return false;
     }
     return true;
@@ -179,6 +211,9 @@ static bool shift(bs_gen *g) {
 static bool may_continue(bs_gen *g) {
     if (g->r.interrupt && *g->r.interrupt) gen_finish(g, BS_GEN_INTERRUPT);
     else if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) gen_finish(g, BS_GEN_LENGTH);
+    else if (g->r.t_max_predict_ms > 0 && g->line_at != SIZE_MAX && g->t_first_out > 0 &&
+             (bs_time() - g->t_first_out) * 1000.0 > g->r.t_max_predict_ms)
+        gen_finish(g, BS_GEN_LENGTH);   /* llama-server's t_max_predict_ms: past it, with a newline */
     else if (bs_session_n_past(g->sess) < bs_session_n_ctx(g->sess)) return true;
     else if (!g->r.context_shift) gen_finish(g, BS_GEN_CTX);
     else if (shift(g)) return true;

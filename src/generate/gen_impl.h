@@ -69,7 +69,13 @@ struct bs_gen {
     int n_top;
     int32_t top_ids[BS_TOP_MAX];
     float top_vals[BS_TOP_MAX];
-    bool use_spec, prepared, parked, stop_hit;
+    bool use_spec, prepared, parked;
+    bool stop_hit;             /* the text was cut where generation ended (a stop string, n_indent):
+                                  what the detokenizer still holds is not added */
+    size_t line_at;            /* where the text's last line begins (after its last newline);
+                                  SIZE_MAX: no newline yet */
+    bool line_judged;          /* that line's indentation was held against n_indent */
+    double t_first_out;        /* bs_time() of the first generated token (t_max_predict_ms) */
     int gen_base;              /* session positions when the prompt was done */
     double t0;
     bs_spec_stats spec0;       /* the speculative counters when the request began */

@@ -150,6 +150,8 @@ typedef struct srv_task {
     int n_predict;             /* < 0: until EOG or the context is full */
     int n_keep;                /* context shift: tokens kept at the start; < 0: serve's --keep */
     bool ignore_eos;
+    int n_indent;              /* llama-server's n_indent and t_max_predict_ms (bs_gen_request) */
+    int t_max_predict_ms;
     bool no_cache;             /* cache_prompt: false -- evaluate the whole prompt */
     bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */
     char *stop[SRV_MAX_STOP];

@@ -286,8 +286,12 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     if (n > SRV_MAX_CHOICES) { bad_request(r, "'%s' is at most 16", "n"); return false; }
     t->n_choices = (int)n;
     bool cache = true;
-    long draft = -1;
-    if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r)) return false;
+    long draft = -1, indent = 0, t_max = 0;
+    if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r) ||
+        !get_int(b, "n_indent", 0, 1 << 20, &indent, r) || !get_int(b, "t_max_predict_ms", 0, 1L << 30, &t_max, r))
+        return false;
+    t->n_indent = (int)indent;
+    t->t_max_predict_ms = (int)t_max;
     t->no_cache = !cache;
     t->no_draft = draft == 0;
     p->top_k = (int32_t)top_k;

@@ -283,6 +283,8 @@ static json_t *settings_json(const srv_task *t, const srv_gen *g) {
     json_object_set_new(j, "n_probs", json_integer(g->n_probs));
     json_object_set_new(j, "post_sampling_probs", json_boolean(g->post_probs));
     json_object_set_new(j, "ignore_eos", json_boolean(t->ignore_eos));
+    json_object_set_new(j, "n_indent", json_integer(t->n_indent));
+    json_object_set_new(j, "t_max_predict_ms", json_integer(t->t_max_predict_ms));
     json_object_set_new(j, "stream", json_boolean(g->stream));
     json_object_set_new(j, "cache_prompt", json_boolean(!t->no_cache));
     json_object_set_new(j, "stop", stop);

@@ -401,6 +401,8 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     const int cap = srv_n_predict_cap(&s->cfg);   /* every request, max_tokens -1 included */
     r.n_predict = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
     r.ignore_eos = t->ignore_eos;
+    r.n_indent = t->n_indent;
+    r.t_max_predict_ms = t->t_max_predict_ms;
     r.stop = (const char *const *)t->stop;
     r.n_stop = t->n_stop;
     r.n_probs = t->n_probs;
