@@ -200,10 +200,50 @@ static void test_target(int version) {
     bs_sampler_free(plain);
 }
 
+/* Extremes: a tiny temperature or a logit of +inf (FLT_MAX once tamed) does not overflow the
+ * tempered logits (the best token drawn at p 1, mu learning from it); an apply that no token
+ * followed (an end-of-generation token drawn, never accepted) teaches nothing to the prompt token
+ * accepted after a truncation, and neither to the first token after a reset. */
+static void test_extremes(void) {
+    const float x[8] = {0.5f, -1, 2, 0.1f, 3, 9, -4, 1}, y[8] = {0.5f, -1, 2, INFINITY, 3, 1, -4, 1};
+    for (int v = 1; v <= 2; v++) {
+        const struct { const float *l; float t; int32_t best; } cases[] = {{x, 1e-39f, 5}, {y, 0.5f, 3}};
+        for (size_t k = 0; k < BS_ARRAY_LEN(cases); k++) {
+            bs_sampler_params p = miro(v, 3.0f, 0.5f);
+            p.temp = cases[k].t;
+            bs_sampler *s = bs_sampler_new(&p, 8);
+            const int32_t id = bs_sampler_sample(s, cases[k].l);
+            const float pr = bs_sampler_prob(s, id);
+            bs_sampler_accept(s, id);
+            CHECK(id == cases[k].best && pr == 1.0f && bs_sampler_mirostat_mu(s) == 6.0f + 1.5f,
+                  "v%d case %zu: drew %d at p %g, mu %g", v, k, id, (double)pr, (double)bs_sampler_mirostat_mu(s));
+            bs_sampler_free(s);
+        }
+        bs_sampler_params p = miro(v, 3.0f, 0.5f);
+        bs_sampler *s = bs_sampler_new(&p, 8);
+        const int32_t prompt[3] = {1, 2, 3}, next = 1;
+        bs_sampler_accept_many(s, prompt, 3);
+        bs_sampler_apply(s, x);   /* drawn and not accepted (an end of generation) */
+        bs_sampler_truncate(s, 3);
+        bs_sampler_accept_many(s, &next, 1);
+        CHECK(bs_sampler_mirostat_mu(s) == 6.0f, "v%d: a prompt token after a truncation moved mu to %g", v,
+              (double)bs_sampler_mirostat_mu(s));
+        bs_sampler_truncate(s, 0);
+        bs_sampler_apply(s, x);
+        bs_sampler_truncate(s, 0);   /* a reset of an empty history */
+        bs_sampler_accept(s, next);
+        CHECK(bs_sampler_mirostat_mu(s) == 6.0f, "v%d: the first token after a reset moved mu to %g", v,
+              (double)bs_sampler_mirostat_mu(s));
+        bs_sampler_free(s);
+    }
+    printf("mirostat: no overflow at a tiny temperature or an infinite logit; no learning from a stale apply\n");
+}
+
 int main(void) {
     test_steps(1);
     test_steps(2);
     test_chain();
+    test_extremes();
     test_target(1);
     test_target(2);
     if (failures) {

@@ -135,6 +135,7 @@ void bs_sampler_free(bs_sampler *s) {
 const bs_sampler_params *bs_sampler_get_params(const bs_sampler *s) { return &s->p; }
 int32_t bs_sampler_n_vocab(const bs_sampler *s) { return s->n_vocab; }
 void bs_sampler_set_seed(bs_sampler *s, uint64_t seed) {
+    s->miro_pending = false;
     s->p.seed = seed;
     bs_rng_seed(&s->rng, seed);
     s->n_ahead = 0;
@@ -200,10 +201,10 @@ void bs_sampler_accept_many(bs_sampler *s, const int32_t *ids, size_t n) {
 }
 
 void bs_sampler_truncate(bs_sampler *s, size_t n) {
+    s->miro_pending = false;   /* what was applied is not the next token's distribution any more */
     if (n >= s->n_hist) return;
     s->n_hist = n;
     s->mu = s->mu_hist[n];
-    s->miro_pending = false;
     if (!s->grammar) return;
     /* the grammar state of a shorter history: replay what is left since it was set */
     if (s->grammar_base > n) s->grammar_base = n;
@@ -532,11 +533,14 @@ static int mirostat_k(const bs_token_prob *c, int m, int n, float mu, int32_t n_
     return !(k >= 1) ? 1 : k >= n ? n : (int)k;
 }
 
-/* Every allowed token into cand, its logit at the temperature; returns how many. */
+/* Every allowed token into cand, its logit less the best's at the temperature (the difference
+ * taken first: a tiny temperature or a logit of FLT_MAX cannot overflow); returns how many. */
 static int tempered_all(bs_sampler *s) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++) mx = s->w[i] > mx ? s->w[i] : mx;
     int n = 0;
     for (int32_t i = 0; i < s->n_vocab; i++)
-        if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i] / s->p.temp, 0.0f};
+        if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, (s->w[i] - mx) / s->p.temp, 0.0f};
     return n;
 }
 

@@ -39,7 +39,8 @@
 bs_sampler_params bs_sampler_default_params(void);
 
 /* One surviving candidate of the last apply: its id, its logit after every transformation
- * (temperature included) and its probability in the final distribution. */
+ * (temperature included; under Mirostat less the best's) and its probability in the final
+ * distribution. */
 typedef struct {
     int32_t id;
     float logit;
