@@ -579,7 +579,7 @@ typedef struct bs_gen_stats {
     int n_prompt, n_cached;    /* prompt tokens evaluated / reused from the cache */
     int n_gen;                 /* tokens generated (EOG excluded) */
     int n_decode;              /* decode steps: one-token evals or speculative rounds */
-    double t_prompt, t_gen;    /* seconds */
+    double t_prompt, t_gen;    /* seconds (t_gen: so far, while generating) */
     long n_drafted, n_accepted, n_draft_rounds;   /* this request's speculative rounds */
     bs_loop_guard_result loop; /* what the loop guard did (mode off: zeros) */
     int n_shifts, n_shifted;   /* context shifts, and the positions they dropped */

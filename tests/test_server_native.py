@@ -17,7 +17,7 @@ fixture tiny model (it has none):
 - sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
   stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
   versions 400); logprobs as n_probs; n_indent and t_max_predict_ms end answers as llama-server's
-  do; response_format's
+  do; timings_per_token puts the timings in every streamed chunk; response_format's
   schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
@@ -384,6 +384,14 @@ gs = c.get('generation_settings', {})
 check(st == st2 == 200 and c['tokens_predicted'] == 6 and c2['content'] == c['content'] and
       all(abs(gs.get(k, -9) - v) < 1e-6 for k, v in miro.items()),
       'mirostat 2: runs, one seed one answer, reported in generation_settings', f'{st} {gs} {c2}')
+# Mirostat 2 with a bound of 0.02 bits and no learning keeps only the best token: greedy at a hot
+# temperature, where the plain chain samples other text
+tight = {'mirostat': 2, 'mirostat_tau': 0.01, 'mirostat_eta': 0, 'temperature': 3, 'seed': 5}
+st, c = post(P, '/completion', dict(q, **tight))
+st2, c2 = post(P, '/completion', dict(q, temperature=3, top_k=0, top_p=1, min_p=0, seed=5))
+check(st == st2 == 200 and c['content'] == g0['content'] and c2['content'] != g0['content'],
+      'mirostat 2 with a tight bound: the best token only (the plain chain at that temperature is not greedy)',
+      f"{c.get('content')!r} {c2.get('content')!r} {g0['content']!r}")
 st, c = post(P, '/completion', dict(q, temperature=0, mirostat=1))
 check(st == 200 and c['content'] == g0['content'], 'mirostat 1 at temperature 0: greedy', f'{st} {c}')
 for bad in (3, 1.5, -1):
@@ -425,6 +433,21 @@ st2, cut = post(P, '/completion', {'prompt': 'x', 'n_predict': 200, 'grammar': f
 check(st == st2 == 200 and long_['tokens_predicted'] == 200 and cut['content'].startswith('ab\n') and
       cut['tokens_predicted'] < 200 and cut['stop_type'] == 'limit',
       't_max_predict_ms 1: ends soon after the newline', f"{long_['tokens_predicted']} {cut.get('tokens_predicted')} {cut.get('stop_type')}")
+# timings_per_token: every streamed chunk carries the timings so far (predicted_n growing), native
+# and OpenAI; without it only the last ones do
+tq = {'prompt': 'Hello there', 'n_predict': 6, 'stream': True, **GREEDY}
+ev = stream(P, '/completion', dict(tq, timings_per_token=True))['events']
+ev0 = stream(P, '/completion', tq)['events']
+pn = [e['timings']['predicted_n'] for e in ev if 'timings' in e]
+check(len(pn) == len(ev) and pn == sorted(pn) and pn[-1] == 6 and
+      all(e['timings']['predicted_n'] >= e['tokens_predicted'] for e in ev[:-1]) and
+      all(e['timings']['prompt_n'] + e['timings']['cache_n'] > 0 for e in ev) and
+      not any('timings' in e for e in ev0[:-1]),
+      'timings_per_token: every native chunk has the timings so far', f'{pn} {len(ev)} {ev0[:1]}')
+ev = stream(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 6, 'stream': True,
+                                        'timings_per_token': True, **GREEDY})['events']
+tk = [e['timings']['predicted_n'] for e in ev if 'timings' in e]
+check(len(tk) >= len(ev) - 1 and tk == sorted(tk) and tk[-1] == 6, 'timings_per_token: OpenAI chunks too', f'{tk} {len(ev)}')
 st, c = post(P, '/completion', {'prompt': 'x', 'n_indent': -1})
 check(st == 400 and 'n_indent' in c['error']['message'], 'n_indent -1: 400', f'{st} {c}')
 sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}

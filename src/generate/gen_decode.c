@@ -146,7 +146,9 @@ static bool record(bs_gen *g, bs_gen_token *tk) {
     const int stopped = add_text(g, text, len);
     g->dirty_text = BS_MIN(g->dirty_text, BS_MIN(before, g->len));
     tk->text_end = g->len;
-    if (g->n_out == 0) g->t_first_out = bs_time();
+    const double now = bs_time();
+    if (g->n_out == 0) g->t_first_out = now;
+    g->st.t_gen = now - g->t0;   /* so far (the end sets it again) */
     if (g->n_out == g->cap_out) {
         g->cap_out = g->cap_out ? 2 * g->cap_out : 64;
         g->out = bs_xrealloc(g->out, (size_t)g->cap_out * sizeof *g->out);

@@ -476,6 +476,7 @@ typedef struct srv_gen {
      * return_progress, response_fields */
     int n_probs;
     bool post_probs, return_tokens, progress;
+    bool timings_per_token;    /* every streamed chunk carries the timings so far (native and OpenAI) */
     int n_fields;
     char fields[SRV_MAX_FIELDS][SRV_FIELD_LEN];
     /* the answer of a finished task that is not a generation (embeddings), or NULL */

@@ -364,6 +364,7 @@ json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv
                           "tokens_evaluated", t->n_prompt);
     if (g->n_probs > 0 && n > *toks_sent) json_object_set_new(j, "completion_probabilities", probs_json(s, t, g, *toks_sent, n));
     *toks_sent = n;
+    if (g->timings_per_token) json_object_set_new(j, "timings", srv_timings_json(&t->tm));
     if (!final) return j;
     /* the last event: the whole final answer's fields, with this event's content and tokens */
     json_t *fin = final_json(s, model, t, g, 0, true);

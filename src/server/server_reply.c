@@ -71,6 +71,7 @@ struct srv_stream {
     void *ext;                 /* g.shape's stream state */
     int prog_sent;             /* the task's progress entries sent (prompt_progress events,
                                   Anthropic pings) */
+    bool locked;               /* t->mu is held: the chunks may read the task's timings */
 };
 
 /* ---- shared pieces -------------------------------------------------------------------------- */
@@ -534,6 +535,7 @@ static json_t *chunk(srv_stream *st, json_t *choice) {
                           st->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)st->g.created,
                           "model", srv_model_name(st->s), "system_fingerprint", "bitspark-" BITSPARK_VERSION, "choices");
     if (choice) json_array_append_new(json_object_get(j, "choices"), choice);
+    if (st->g.timings_per_token && st->locked) json_object_set_new(j, "timings", timings_json(&st->t->tm));
     return j;
 }
 
@@ -696,6 +698,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
         cancel(st->s, t);
         return -1;
     }
+    st->locked = true;
     bool done = t->done;
     size_t end = done ? t->len : t->n_safe;
     /* one read carries at most LP_CHUNK tokens with their logprobs (and the text up to the last
@@ -746,6 +749,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
         if (!st->g.native && !st->g.shape) srv_buf_adds(out, "data: [DONE]\n\n");   /* llama-server's own stream ends without it */
         st->phase = 2;
     }
+    st->locked = false;
     pthread_mutex_unlock(&t->mu);
     return 1;
 }

@@ -234,6 +234,11 @@ static void sync_task(slot *sl) {
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
+    const bs_gen_stats *gs = bs_gen_get_stats(sl->gen);   /* the timings so far (timings_per_token) */
+    t->tm.n_prompt = gs->n_prompt;
+    t->tm.n_cached = gs->n_cached;
+    t->tm.t_prompt_ms = gs->t_prompt * 1e3;
+    t->tm.t_gen_ms = gs->t_gen * 1e3;
     if (o.n_toks > 0 && t->t_first == 0) t->t_first = bs_time();
     note_progress(sl);
     pthread_cond_broadcast(&t->cv);
