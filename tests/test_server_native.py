@@ -17,12 +17,13 @@ fixture tiny model (it has none):
 - sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
   stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
   versions 400); logprobs as n_probs; n_indent and t_max_predict_ms end answers as llama-server's
-  do; timings_per_token puts the timings in every streamed chunk; response_format's
+  do; timings_per_token puts the timings in every streamed chunk; min_keep and
+  dry_sequence_breakers per request; response_format's
   schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from replica_lib import B, TMP, Replica, check, finish, jbody, request, stream, workdir
+from replica_lib import B, TINY, TMP, Replica, check, finish, jbody, request, stream, workdir
 
 if not B:
     print('BITSPARK is not set')
@@ -448,6 +449,26 @@ ev = stream(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content':
                                         'timings_per_token': True, **GREEDY})['events']
 tk = [e['timings']['predicted_n'] for e in ev if 'timings' in e]
 check(len(tk) >= len(ev) - 1 and tk == sorted(tk) and tk[-1] == 6, 'timings_per_token: OpenAI chunks too', f'{tk} {len(ev)}')
+# min_keep widens top_k as llama.cpp's does: top_k 1 at a hot temperature is greedy, with
+# min_keep 20 it samples; dry_sequence_breakers per request: breakers on every space end DRY's
+# matches (the text DRY changes without them comes back)
+mk = {'prompt': 'Once upon a time', 'n_predict': 8, 'temperature': 5, 'top_k': 1, 'seed': 3}
+st, k0 = post(P, '/completion', mk)
+st2, k20 = post(P, '/completion', dict(mk, min_keep=20))
+st3, kg = post(P, '/completion', dict(mk, temperature=0))
+check(st == st2 == st3 == 200 and k0['content'] == kg['content'] and k20['content'] != kg['content'] and
+      k20['generation_settings']['min_keep'] == 20, 'min_keep 20 widens top_k 1', f"{k0.get('content')!r} {k20.get('content')!r}")
+PT = serve('trained', TINY, '-np', '1', '--ctx', '256')   # the trained tiny model repeats itself
+dq = {'prompt': 'Once upon a time', 'n_predict': 60, **GREEDY}
+dry = dict(dq, dry_multiplier=3, dry_allowed_length=1)
+st, d0 = post(PT, '/completion', dq)
+st2, dn = post(PT, '/completion', dict(dry, dry_sequence_breakers=[]))
+st3, ds = post(PT, '/completion', dict(dry, dry_sequence_breakers=[' ', 'e', 'a', 't', 'o', 'n']))
+check(st == st2 == st3 == 200 and dn['content'] != d0['content'] and ds['content'] != dn['content'],
+      'dry_sequence_breakers per request: none and many give other text', f"{d0['content'][:60]!r} {dn['content'][:60]!r} {ds['content'][:60]!r}")
+for bad in (['a'] * 17, 'x', [1], ['a' * 300]):
+    st, c = post(P, '/completion', dict(dry, dry_sequence_breakers=bad))
+    check(st == 400 and 'dry_sequence_breakers' in c['error']['message'], f'dry_sequence_breakers {str(bad)[:20]}: 400', f'{st} {c}')
 st, c = post(P, '/completion', {'prompt': 'x', 'n_indent': -1})
 check(st == 400 and 'n_indent' in c['error']['message'], 'n_indent -1: 400', f'{st} {c}')
 sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}

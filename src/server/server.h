@@ -156,6 +156,8 @@ typedef struct srv_task {
     bool no_draft;             /* draft_max: 0 -- no speculative decoding for this request */
     char *stop[SRV_MAX_STOP];
     int n_stop;
+    char *breakers[BS_GEN_MAX_BREAKERS];   /* dry_sequence_breakers (malloc'd); n_breakers < 0: the server's */
+    int n_breakers;
     int n_probs;               /* top logprobs per token; -1: no logprobs at all */
     bool post_probs;           /* post_sampling_probs: the sampler chain's probabilities */
     int ckpt_at;               /* prompt position worth a cache checkpoint (start of the last
@@ -509,6 +511,16 @@ int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
  * typical-p, XTC, dynamic temperature, Mirostat into p, `samplers` turns stages off, a negative
  * temperature is greedy. 0, or the failing status (f). */
 int srv_sampler_fields(struct json_t *b, bs_sampler_params *p, srv_fail *f);
+/* A request body's typed fields (server_fields.c): *out left alone when the field is absent or
+ * null; false with a 400 naming the field in r when its type or range is wrong. srv_get_int takes
+ * a number with a zero fraction too (3.0). */
+bool srv_get_num(struct json_t *b, const char *k, double lo, double hi, double *out, srv_reply *r);
+bool srv_get_float(struct json_t *b, const char *k, double lo, double hi, float *out, srv_reply *r);
+bool srv_get_int(struct json_t *b, const char *k, long lo, long hi, long *out, srv_reply *r);
+bool srv_get_bool(struct json_t *b, const char *k, bool *out, srv_reply *r);
+/* POST /tokenize and /detokenize (server_tokenize.c). */
+void srv_api_tokenize(srv *s, struct json_t *b, srv_reply *r);
+void srv_api_detokenize(srv *s, struct json_t *b, srv_reply *r);
 /* The chain's parameters but the seed (temperature, top-k/p, min-p, penalties, DRY and those
  * stages) into a settings object (generation_settings, /props' params, /slots' params). */
 void srv_sampler_settings(struct json_t *j, const bs_sampler_params *p);

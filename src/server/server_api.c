@@ -27,57 +27,6 @@ static void bad_request(srv_reply *r, const char *fmt, const char *arg) {
     srv_reply_error(r, 400, "invalid_request_error", fmt, arg);
 }
 
-/* ---- typed fields --------------------------------------------------------------------------- */
-
-/* Each getter leaves *out alone when the field is absent or null; false (and a 400 in r) when it
- * has the wrong type or range. */
-static bool get_num(json_t *b, const char *k, double lo, double hi, double *out, srv_reply *r) {
-    json_t *v = json_object_get(b, k);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_number(v)) { bad_request(r, "'%s' must be a number", k); return false; }
-    double x = json_number_value(v);
-    if (!(x >= lo && x <= hi)) {
-        srv_reply_error(r, 400, "invalid_request_error", "'%s' must be in [%g, %g]", k, lo, hi);
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
-static bool get_float(json_t *b, const char *k, double lo, double hi, float *out, srv_reply *r) {
-    double x = *out;
-    if (!get_num(b, k, lo, hi, &x, r)) return false;
-    *out = (float)x;
-    return true;
-}
-
-/* An integer, or a number written with a fraction of zero (Python's json.dumps(3.0) gives 3.0;
- * llama-server converts it too). */
-static bool get_int(json_t *b, const char *k, long lo, long hi, long *out, srv_reply *r) {
-    json_t *v = json_object_get(b, k);
-    if (!v || json_is_null(v)) return true;
-    const double d = json_is_real(v) ? json_real_value(v) : 0.5;
-    if (!json_is_integer(v) && !(d == floor(d) && fabs(d) < 9.0e15)) {
-        bad_request(r, "'%s' must be an integer", k);
-        return false;
-    }
-    json_int_t x = json_is_integer(v) ? json_integer_value(v) : (json_int_t)d;
-    if (x < lo || x > hi) {
-        srv_reply_error(r, 400, "invalid_request_error", "'%s' must be in [%ld, %ld]", k, lo, hi);
-        return false;
-    }
-    *out = (long)x;
-    return true;
-}
-
-static bool get_bool(json_t *b, const char *k, bool *out, srv_reply *r) {
-    json_t *v = json_object_get(b, k);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_boolean(v)) { bad_request(r, "'%s' must be a boolean", k); return false; }
-    *out = json_is_true(v);
-    return true;
-}
-
 /* ---- shared generation fields --------------------------------------------------------------- */
 
 /* One stop string: no NUL inside (a C string would end there and stop at its first part), at
@@ -115,6 +64,29 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     json_array_foreach(v, i, e) {
         if (!json_is_string(e)) { bad_request(r, "'%s' must hold strings", "stop"); return false; }
         if (!add_stop(e, t, r)) return false;
+    }
+    return true;
+}
+
+/* dry_sequence_breakers: an array of at most BS_GEN_MAX_BREAKERS strings (the sampler finds
+ * the tokens of each over the vocabulary, as llama.cpp does; empty ones are ignored). */
+static bool parse_breakers(json_t *b, srv_task *t, srv_reply *r) {
+    json_t *v = json_object_get(b, "dry_sequence_breakers");
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_array(v) || json_array_size(v) > BS_GEN_MAX_BREAKERS) {
+        srv_reply_error(r, 400, "invalid_request_error", "'dry_sequence_breakers' must be an array of at most %d strings",
+                        BS_GEN_MAX_BREAKERS);
+        return false;
+    }
+    t->n_breakers = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e) || json_string_length(e) > 256) {
+            bad_request(r, "'%s' must hold strings of at most 256 bytes without U+0000", "dry_sequence_breakers");
+            return false;
+        }
+        t->breakers[t->n_breakers++] = bs_xstrdup(json_string_value(e));
     }
     return true;
 }
@@ -158,8 +130,8 @@ static bool parse_loop_guard(srv *s, json_t *b, srv_task *t, srv_reply *r) {
             if (i == BS_ARRAY_LEN(known)) { bad_request(r, msg, "loop_guard"); return false; }
         }
         long rep = p->det.min_repeats, chars = p->det.min_chars, per = p->det.max_period, rew = p->max_rewinds;
-        if (!get_int(v, "min_repeats", 2, 1000000, &rep, r) || !get_int(v, "min_chars", 1, 100000000, &chars, r) ||
-            !get_int(v, "max_period", 1, 1000000, &per, r) || !get_int(v, "max_rewinds", 0, 1000000, &rew, r))
+        if (!srv_get_int(v, "min_repeats", 2, 1000000, &rep, r) || !srv_get_int(v, "min_chars", 1, 100000000, &chars, r) ||
+            !srv_get_int(v, "max_period", 1, 1000000, &per, r) || !srv_get_int(v, "max_rewinds", 0, 1000000, &rew, r))
             return false;
         p->det = (bs_loop_params){.min_repeats = (int)rep, .min_chars = (int)chars, .max_period = (int)per};
         p->max_rewinds = (int)rew;
@@ -265,30 +237,30 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     /* --n-predict is also the default of requests without a length, as llama-server */
     long seed = -1, top_k = p->top_k, last_n = p->penalty_last_n, n = 1, n_keep = -1;
     long n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : -1;
-    long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n;
-    if (!get_float(b, "temperature", -1e30, 100, &p->temp, r) || !get_float(b, "top_p", 0, 1, &p->top_p, r) ||
-        !get_float(b, "min_p", 0, 1, &p->min_p, r) || !get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
-        !get_float(b, "presence_penalty", -2, 2, &p->presence_penalty, r) ||
-        !get_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, r) ||
-        !get_float(b, "repeat_penalty", 1e-3, 100, &p->repeat_penalty, r) ||
-        !get_int(b, "repeat_last_n", -1, 1 << 30, &last_n, r) ||
-        !get_float(b, "dry_multiplier", 0, 100, &p->dry_multiplier, r) ||
-        !get_float(b, "dry_base", 0, 100, &p->dry_base, r) ||
-        !get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
-        !get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) ||
-        !get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !get_int(b, "n", 1, 1 << 30, &n, r) ||
-        !get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) || !get_int(b, "n_keep", -1, 1 << 30, &n_keep, r) ||
-        !get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
-        !get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
-        !get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) ||
+    long dry_len = p->dry_allowed_length, dry_last = p->dry_penalty_last_n, min_keep = p->min_keep;
+    if (!srv_get_float(b, "temperature", -1e30, 100, &p->temp, r) || !srv_get_float(b, "top_p", 0, 1, &p->top_p, r) ||
+        !srv_get_float(b, "min_p", 0, 1, &p->min_p, r) || !srv_get_int(b, "top_k", -1, 1 << 30, &top_k, r) ||
+        !srv_get_float(b, "presence_penalty", -2, 2, &p->presence_penalty, r) ||
+        !srv_get_float(b, "frequency_penalty", -2, 2, &p->frequency_penalty, r) ||
+        !srv_get_float(b, "repeat_penalty", 1e-3, 100, &p->repeat_penalty, r) ||
+        !srv_get_int(b, "repeat_last_n", -1, 1 << 30, &last_n, r) ||
+        !srv_get_float(b, "dry_multiplier", 0, 100, &p->dry_multiplier, r) ||
+        !srv_get_float(b, "dry_base", 0, 100, &p->dry_base, r) ||
+        !srv_get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
+        !srv_get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) || !srv_get_int(b, "min_keep", 0, 1 << 20, &min_keep, r) ||
+        !srv_get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !srv_get_int(b, "n", 1, 1 << 30, &n, r) ||
+        !srv_get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) || !srv_get_int(b, "n_keep", -1, 1 << 30, &n_keep, r) ||
+        !srv_get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
+        !srv_get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
+        !srv_get_bool(b, "ignore_eos", &t->ignore_eos, r) || !parse_stop(b, t, r) || !parse_breakers(b, t, r) ||
         !parse_bias(s, b, t, r) || !parse_loop_guard(s, b, t, r) || !srv_slots_parse(s, b, t, r))
         return false;
     if (n > SRV_MAX_CHOICES) { bad_request(r, "'%s' is at most 16", "n"); return false; }
     t->n_choices = (int)n;
     bool cache = true;
     long draft = -1, indent = 0, t_max = 0;
-    if (!get_bool(b, "cache_prompt", &cache, r) || !get_int(b, "draft_max", -1, 64, &draft, r) ||
-        !get_int(b, "n_indent", 0, 1 << 20, &indent, r) || !get_int(b, "t_max_predict_ms", 0, 1L << 30, &t_max, r))
+    if (!srv_get_bool(b, "cache_prompt", &cache, r) || !srv_get_int(b, "draft_max", -1, 64, &draft, r) ||
+        !srv_get_int(b, "n_indent", 0, 1 << 20, &indent, r) || !srv_get_int(b, "t_max_predict_ms", 0, 1L << 30, &t_max, r))
         return false;
     t->n_indent = (int)indent;
     t->t_max_predict_ms = (int)t_max;
@@ -298,6 +270,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->penalty_last_n = (int32_t)last_n;
     p->dry_allowed_length = (int32_t)dry_len;
     p->dry_penalty_last_n = (int32_t)dry_last;
+    p->min_keep = (int32_t)min_keep;
     srv_fail f = {0};
     if (srv_sampler_fields(b, p, &f)) {   /* after every field of p is read: it may turn them off */
         srv_reply_error(r, f.status, f.type, "%s", f.msg);
@@ -587,7 +560,7 @@ static bool thinking_flag(json_t *b, int *enable, srv_reply *r) {
     bool on = false;
     json_t *src = json_object_get(kw, "enable_thinking") ? kw : b;
     if (json_object_get(src, "enable_thinking")) {
-        if (!get_bool(src, "enable_thinking", &on, r)) return false;
+        if (!srv_get_bool(src, "enable_thinking", &on, r)) return false;
         *enable = on;
     }
     return true;
@@ -616,11 +589,11 @@ static void gen_init(srv_gen *g, bool chat) {
 }
 
 static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
-    if (!get_bool(b, "stream", &g->stream, r) || !get_bool(b, "timings_per_token", &g->timings_per_token, r)) return false;
+    if (!srv_get_bool(b, "stream", &g->stream, r) || !srv_get_bool(b, "timings_per_token", &g->timings_per_token, r)) return false;
     json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) { bad_request(r, "'%s' must be an object", "stream_options"); return false; }
-        if (!get_bool(so, "include_usage", &g->include_usage, r)) return false;
+        if (!srv_get_bool(so, "include_usage", &g->include_usage, r)) return false;
     }
     return true;
 }
@@ -763,7 +736,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
                     reasoning_format(b, &rf, r) &&
                     parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
-                    get_bool(b, "logprobs", &lp, r) && get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
+                    srv_get_bool(b, "logprobs", &lp, r) && srv_get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
     free(offered_text);
     if (!ok) goto fail;
     if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
@@ -826,7 +799,7 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     }
     t->n_predict = g.native ? -1 : 16;   /* OpenAI's default for completions; llama-server's: none */
     if (!parse_sampling(s, b, t, r) || !parse_constraints(b, t, NULL, r) || !parse_stream(b, &g, r) ||
-        !get_bool(b, "echo", &g.echo, r) || (!g.native && !get_int(b, "logprobs", 0, SRV_MAX_TOP, &lp, r)))
+        !srv_get_bool(b, "echo", &g.echo, r) || (!g.native && !srv_get_int(b, "logprobs", 0, SRV_MAX_TOP, &lp, r)))
         goto fail;
     if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict"))
         t->n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : g.native ? -1 : 16;
@@ -870,94 +843,13 @@ static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *sha
 
 /* ---- small endpoints ------------------------------------------------------------------------ */
 
-/* A piece as a string when it is valid UTF-8, else as its byte values (llama-server does so). */
-static json_t *piece_json(const char *p, size_t len) {
-    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
-    json_t *a = json_array();
-    for (size_t i = 0; i < len; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
-    return a;
-}
-
-static void api_tokenize(srv *s, json_t *b, srv_reply *r) {
-    json_t *c = json_object_get(b, "content");
-    bool add_special = false, parse_special = true, pieces = false;
-    if (!json_is_string(c)) { bad_request(r, "'%s' must be a string", "content"); return; }
-    if (!get_bool(b, "add_special", &add_special, r) || !get_bool(b, "parse_special", &parse_special, r) ||
-        !get_bool(b, "with_pieces", &pieces, r))
-        return;
-    int32_t *ids;
-    size_t n;
-    if (bs_tokenize(s->tok, json_string_value(c), json_string_length(c), parse_special, &ids, &n) < 0) {
-        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
-        return;
-    }
-    /* written as text, not as a tree: 7 MB of content is ~2M tokens (jansson: ~1 GB of nodes) */
-    srv_buf out = {0};
-    char num[64];
-    srv_buf_adds(&out, "{\"tokens\":[");
-    int32_t bos = bs_token_bos(s->tok);
-    const bool add_bos = add_special && bs_tokenizer_add_bos(s->tok) && bos >= 0 && !(n && ids[0] == bos);
-    if (add_bos) {
-        snprintf(num, sizeof num, "%d", (int)bos);
-        srv_buf_adds(&out, num);
-    }
-    for (size_t i = 0; i < n; i++) {
-        snprintf(num, sizeof num, "%s%s%d", i || add_bos ? "," : "", pieces ? "{\"id\":" : "", (int)ids[i]);
-        srv_buf_adds(&out, num);
-        if (!pieces) continue;
-        const char *p;
-        size_t len = 0;
-        bs_token_to_piece(s->tok, ids[i], true, &p, &len);
-        json_t *pj = piece_json(p, len);
-        char *txt = json_dumps(pj, JSON_COMPACT | JSON_ENCODE_ANY);
-        json_decref(pj);
-        srv_buf_adds(&out, ",\"piece\":");
-        srv_buf_adds(&out, txt ? txt : "null");
-        srv_buf_adds(&out, "}");
-        free(txt);
-    }
-    srv_buf_adds(&out, "]}");
-    free(ids);
-    r->status = 200;
-    r->ctype = "application/json; charset=utf-8";
-    r->body = out.p;
-    r->len = out.len;
-    srv_trim_after(out.len);
-}
-
-static void api_detokenize(srv *s, json_t *b, srv_reply *r) {
-    json_t *a = json_object_get(b, "tokens");
-    if (!json_is_array(a)) { bad_request(r, "'%s' must be an array of token ids", "tokens"); return; }
-    size_t n = json_array_size(a), i;
-    int32_t *ids = bs_xmalloc((n ? n : 1) * sizeof *ids);
-    json_t *e;
-    json_array_foreach(a, i, e) {
-        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= bs_tokenizer_n_vocab(s->tok)) {
-            free(ids);
-            bad_request(r, "'%s' must hold token ids of the vocabulary", "tokens");
-            return;
-        }
-        ids[i] = (int32_t)json_integer_value(e);
-    }
-    char *text;
-    size_t len;
-    if (bs_detokenize(s->tok, ids, n, true, &text, &len)) {
-        free(ids);
-        srv_reply_error(r, 400, "invalid_request_error", "%s", bs_last_error());
-        return;
-    }
-    free(ids);
-    srv_reply_json(r, 200, json_pack("{s:s%}", "content", text, len));
-    free(text);
-}
-
 static void api_apply_template(srv *s, json_t *b, srv_reply *r) {
     chat_in c = {0};
     char *tools = NULL;
     int think = -1;
     bool gen_prompt = true;   /* add_generation_prompt: false renders no assistant opener */
     if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
-        get_bool(b, "add_generation_prompt", &gen_prompt, r)) {
+        srv_get_bool(b, "add_generation_prompt", &gen_prompt, r)) {
         bs_chat_opts co = {.tools = tools, .add_generation_prompt = gen_prompt, .enable_thinking = think};
         bs_chat_span *sp = NULL;
         size_t n_sp = 0;
@@ -1082,8 +974,8 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
         case R_NATIVE: api_completions(s, b, r, COMPL_NATIVE); break;
         case R_INFILL: api_completions(s, b, r, COMPL_INFILL); break;
         case R_EMBED: case R_EMBED_V1: srv_api_embeddings(s, b, r, rt->kind == R_EMBED_V1); break;
-        case R_TOK: api_tokenize(s, b, r); break;
-        case R_DETOK: api_detokenize(s, b, r); break;
+        case R_TOK: srv_api_tokenize(s, b, r); break;
+        case R_DETOK: srv_api_detokenize(s, b, r); break;
         case R_TMPL: api_apply_template(s, b, r); break;
         }
     }

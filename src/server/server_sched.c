@@ -105,6 +105,7 @@ srv_task *srv_task_new(void) {
     t->n_predict = -1;
     t->n_probs = -1;
     t->n_keep = -1;
+    t->n_breakers = -1;
     t->slot = -1;
     t->id_slot = -1;
     t->sp = bs_sampler_default_params();
@@ -119,6 +120,7 @@ srv_task *srv_task_choice(srv_task *t, int k) {
     c->prompt = bs_xmalloc((size_t)t->n_prompt * sizeof *c->prompt);
     memcpy(c->prompt, t->prompt, (size_t)t->n_prompt * sizeof *c->prompt);
     for (int i = 0; i < t->n_stop; i++) c->stop[i] = bs_xstrdup(t->stop[i]);
+    for (int i = 0; i < t->n_breakers; i++) c->breakers[i] = bs_xstrdup(t->breakers[i]);
     c->grammar = t->grammar ? bs_xstrdup(t->grammar) : NULL;
     c->sp.seed = t->sp.seed + (uint64_t)k;
     c->n_choices = 1;
@@ -145,6 +147,7 @@ void srv_task_unref(srv_task *t) {
     free(t->prompt);
     free(t->grammar);
     for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    for (int i = 0; i < t->n_breakers; i++) free(t->breakers[i]);
     free(t->text);
     free(t->toks);
     free(t->prog_done);
@@ -401,8 +404,12 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.bias_id = t->bias_id;
     r.bias = t->bias;
     r.n_bias = t->n_bias;
-    r.breakers = s->cfg.gen.breakers;   /* serve's --dry-sequence-breaker, or llama.cpp's */
+    r.breakers = s->cfg.gen.breakers;   /* the request's, else serve's --dry-sequence-breaker, or llama.cpp's */
     r.n_breakers = s->cfg.gen.n_breakers;
+    if (t->n_breakers >= 0) {
+        r.breakers = (const char *const *)t->breakers;
+        r.n_breakers = t->n_breakers;
+    }
     const int cap = srv_n_predict_cap(&s->cfg);   /* every request, max_tokens -1 included */
     r.n_predict = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
     r.ignore_eos = t->ignore_eos;
