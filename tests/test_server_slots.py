@@ -11,7 +11,8 @@
   an unknown action or slot: 400 (a refused restore leaves the slot as it was); without
   --slot-save-path 501; --no-slots: GET /slots 501;
 - GET /slots: id_task, speculative, and the running or last task's params and next_token
-  (n_decoded, n_remain, has_next_token); ?fail_on_no_slot=1 is 503 while no slot is idle."""
+  (n_decoded, n_remain, has_next_token, has_new_line) as the slot runs it (--n-predict, --keep);
+  ?fail_on_no_slot=1 (any value) is 503 while no slot is idle."""
 import os, struct, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -171,7 +172,8 @@ finally:
 # a file saved by another model of the same shapes (the ternary twin) is refused, and the slot
 # keeps what it held: states name their model by a fingerprint of its file
 Q2 = os.path.join(os.path.dirname(TINY), 'bonsai-tiny-q2_0.gguf')
-other = Replica(W, 'other', ['-m', Q2, '-np', '1', '-t', '1', '--ctx', '512', '--slot-save-path', SAVE]).start().wait_ready()
+other = Replica(W, 'other', ['-m', Q2, '-np', '1', '-t', '1', '--ctx', '512', '--slot-save-path', SAVE,
+                              '--n-predict', '450', '--keep', '4']).start().wait_ready()
 try:
     fresh = slots(other.port)[0]
     check(fresh['id_task'] == -1 and 'params' not in fresh and fresh['speculative'] is False,
@@ -183,8 +185,8 @@ try:
         'prompt': 'Count: one two three', 'max_tokens': 400, 'ignore_eos': True, 'temperature': 0})))
     gen.start()
     busy_st, seen = None, None
-    for _ in range(20000):
-        if request(other.port, 'GET', '/slots?fail_on_no_slot=1')[0] == 503:
+    for k in range(20000):   # any value asks (llama-server's rule)
+        if request(other.port, 'GET', '/slots?fail_on_no_slot=' + ('1' if k % 2 else 'true'))[0] == 503:
             busy_st = 503
         j = jbody(request(other.port, 'GET', '/slots')[2])[0]
         if j['is_processing'] and j.get('next_token', [{}])[0].get('n_decoded', 0) > 0:
@@ -203,8 +205,19 @@ try:
     check(seen is not None and done['id_task'] == seen['id_task'] and nt.get('n_decoded') == 400 and
           nt.get('n_remain') == 0 and nt.get('has_next_token') is False and done['params']['ignore_eos'] is True,
           'the slot keeps its last task\'s params and progress', str(done))
+    text = res.get('g', (0, {}))[1]['choices'][0]['text'] if res.get('g', (0,))[0] == 200 else None
+    check(done['params']['n_keep'] == 4 and text is not None and
+          done.get('next_token', [{}])[0].get('has_new_line') is ('\n' in text),
+          'params.n_keep is --keep; has_new_line says whether the text has a newline', str(done))
+    # what the slot runs with: max_tokens past --n-predict shows the cap; a newline anywhere in
+    # the answer is has_new_line
+    st, j = post(other.port, '/completion', {'prompt': 'x', 'n_predict': 1000, 'grammar': 'root ::= "one\\ntwo three"',
+                                             'temperature': 0})
+    capped = slots(other.port)[0]
+    check(st == 200 and capped['params']['n_predict'] == 450 and capped['id_task'] > done['id_task'] and
+          capped['next_token'][0]['has_new_line'] is True and capped['next_token'][0]['n_remain'] == 450 - j['tokens_predicted'],
+          'n_predict as capped by --n-predict, has_new_line once a newline came', str(capped))
     complete(other.port, 'Something held before.', 0)
-    check(slots(other.port)[0]['id_task'] > done['id_task'], 'the next task has a new id_task')
     held = slots(other.port)[0]['n_cached']
     st, j = post(other.port, '/slots/0?action=restore', {'filename': 'conv.bin'})
     check(st == 400 and 'different model' in j['error']['message'], 'a file of another model (same shapes): 400', f'{st} {j}')

@@ -100,6 +100,8 @@ static void check_mm(bs_vk_ctx *c, int type, int64_t d, int64_t rows, const uint
     const bs_vk_tensor T = {.type = type, .ne0 = d, .ne1 = rows, .data = wq, .row_bytes = bs_row_size(type, d)};
     bs_vk_matrix *m = bs_vk_matrix_new(c, &T), *mm = bs_vk_matrix_new(c_mm, &T);
     CHECK(m && mm);
+    if (type == BS_Q8_0 || type == BS_Q4_1)   /* one of the two takes mm_ql (none fell back at its opening check) */
+        CHECKF(bs_vk_mm_lanes(c) != bs_vk_mm_lanes(c_mm), "%s: both contexts take the same way", bs_type_name(type));
     enum { N = 41 };
     float *x = malloc(sizeof *x * (size_t)(d * N)), *y = malloc(sizeof *y * (size_t)(rows * N));
     float *ym = malloc(sizeof *ym * (size_t)(rows * N));
@@ -270,7 +272,7 @@ int main(void) {
     printf("activation block sums: %s (the fourth context: the other way)\n", bs_vk_asum_staged(c) ? "staged" : "per row");
     printf("fma(): %s\n", bs_vk_fma_fused(c) ? "fused (native)" : "not fused here: emulated (fma_rn.glsl)");
     /* a fifth whose products of more than 8 rows take mm_q's tiles the other way from c's */
-    setenv("BITSPARK_VK_MM", bs_vk_mm_mode(c) == BS_VK_MM_OFF ? "tile" : "off", 1);
+    setenv("BITSPARK_VK_MM", bs_vk_mm_mode(c) == BS_VK_MM_OFF && !bs_vk_mm_lanes(c) ? "tile" : "off", 1);
     c_mm = bs_vk_open(dev);
     unsetenv("BITSPARK_VK_MM");
     CHECKF(c_mm != NULL, "a context with products of many rows in tiles: %s", bs_last_error());

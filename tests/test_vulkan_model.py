@@ -56,6 +56,8 @@ def run(cmd, ok=True, extra_env=None):
     r = subprocess.run(cmd, capture_output=True, text=True, env=e)
     if 'vulkan validation:' in r.stderr:
         fail('%s: validation messages:\n%s' % (' '.join(cmd[1:3]), r.stderr[-2000:]))
+    if 'differ from mv_q' in r.stderr or ('failed to run' in r.stderr and 'use mv_q' in r.stderr):   # a way fell back at its opening check
+        fail('%s: %s' % (' '.join(cmd[1:3]), r.stderr.strip()[-500:]))
     if ok and r.returncode != 0:
         fail('%s exited %d: %s' % (' '.join(cmd[1:4]), r.returncode, r.stderr.strip()[-500:]))
     return r

@@ -271,13 +271,14 @@ typedef struct srv_sched srv_sched;
 typedef struct srv_slot_info {
     int id, n_ctx, n_cached;
     bool busy;
+    bool generating;           /* busy with a generation (not a slot action or embeddings) */
     bool drafts;               /* its generations speculate (a drafter, --draft-max > 0) */
     /* the task it runs, or the last it ran (llama-server's task_prev): has_task false before any */
     bool has_task;
     long long id_task;
     bs_sampler_params sp;
-    int n_predict, n_keep, n_decoded;
-    bool ignore_eos, has_new_line;
+    int n_predict, n_keep, n_decoded;   /* n_predict and n_keep as it runs them (--n-predict, --keep) */
+    bool ignore_eos, has_new_line;      /* has_new_line: a newline was generated */
 } srv_slot_info;
 
 /* mmproj: the projector that encodes requests' images when a slot takes them (NULL: none). */
@@ -454,6 +455,7 @@ void srv_stream_free(srv_stream *st);   /* cancels a task still running */
 /* Without blocking: whether srv_stream_read has something (or the end) to give now; and
  * srv_stream_read if so, else 2. */
 bool srv_stream_ready(srv_stream *st);
+bool srv_stream_done(const srv_stream *st);   /* its last event is read (srv_stream_read said so) */
 int srv_stream_poll(srv_stream *st, srv_buf *out);
 /* A pending answer (r->async): ready once the task is done; finish fills r (and frees p);
  * free cancels a task still running. */

@@ -90,7 +90,7 @@ typedef struct sse_ctx {
     srv_buf buf;
     size_t off;
     conn *k;
-    bool ended;                /* the stream's end was sent, or its client's leaving counted */
+    bool ended;                /* the stream's end is in hand, or its client's leaving counted */
 } sse_ctx;
 
 /* The watcher: connection list, body budget, the thread. One per process (one server). */
@@ -268,7 +268,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
     while (x->off == x->buf.len) {
         x->buf.len = 0;
         x->off = 0;
-        if (x->k && conn_gone(x->k->c)) {   /* frees: cancels */
+        if (x->k && !x->ended && conn_gone(x->k->c)) {   /* frees: cancels */
             srv_metrics_client_closed(&x->s->metrics);
             x->ended = true;
             return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -280,6 +280,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
             else return suspend_on(x->k, W_STREAM) ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (srv_stream_done(x->st)) x->ended = true;   /* all of it is in hand: a client that leaves now read its answer */
         if (rc == 0 && x->buf.len == 0) {
             x->ended = true;
             return MHD_CONTENT_READER_END_OF_STREAM;

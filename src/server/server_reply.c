@@ -661,6 +661,8 @@ static void send_progress(srv_stream *st, srv_buf *out) {
     }
 }
 
+bool srv_stream_done(const srv_stream *st) { return st->phase == 2; }
+
 bool srv_stream_ready(srv_stream *st) {
     if (st->phase != 1) return true;
     pthread_mutex_lock(&st->t->mu);

@@ -168,16 +168,8 @@ static void publish_info(srv_sched *s, const slot *sl) {
     pthread_mutex_lock(&s->mu);
     srv_slot_info *in = &s->info[sl->id];
     in->busy = sl->task != NULL;
+    in->generating = in->generating && sl->task != NULL;
     in->n_cached = n;
-    const srv_task *t = sl->task;
-    if (t && !t->op && !t->emb && (!in->has_task || in->id_task != t->id)) {   /* a new task: its parameters (fixed while it runs) */
-        in->has_task = true;
-        in->id_task = t->id;
-        in->sp = t->sp;
-        in->n_predict = t->n_predict;
-        in->n_keep = t->n_keep;
-        in->ignore_eos = t->ignore_eos;
-    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -233,7 +225,8 @@ static void sync_task(slot *sl) {
         memcpy(t->toks + kf, o.toks + kf, (size_t)(o.n_toks - kf) * sizeof *t->toks);
     t->n_toks = o.n_toks;
     __atomic_store_n(&sl->n_decoded, o.n_toks, __ATOMIC_RELAXED);
-    __atomic_store_n(&sl->new_line, o.len > 0 && o.text[o.len - 1] == '\n', __ATOMIC_RELAXED);
+    if (o.len > tf && memchr(o.text + tf, '\n', o.len - tf))   /* once any newline came (llama-server's) */
+        __atomic_store_n(&sl->new_line, true, __ATOMIC_RELAXED);
     t->n_safe = o.n_safe;
     t->n_toks_safe = o.n_toks_safe;
     t->tm.n_gen = o.n_toks;
@@ -388,6 +381,14 @@ static void run_op(srv_sched *s, slot *sl, srv_task *t) {
     publish_info(s, sl);
 }
 
+/* What a task runs with: max_tokens capped by --n-predict (every request, -1 included), n_keep
+ * defaulting to --keep. */
+static int task_n_predict(const srv_sched *s, const srv_task *t) {
+    const int cap = srv_n_predict_cap(&s->cfg);
+    return t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+}
+static int task_n_keep(const srv_sched *s, const srv_task *t) { return t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep; }
+
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
     if (t->op) { run_op(s, sl, t); return; }
     if (!same_lora(sl->lora, t->lora)) {   /* its cache was computed with other adapters */
@@ -395,8 +396,6 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
         memcpy(sl->lora, t->lora, sizeof sl->lora);
     }
     sl->task = t;
-    __atomic_store_n(&sl->n_decoded, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&sl->new_line, false, __ATOMIC_RELAXED);
     bs_gen_set_cancel_hook(sl->gen, task_cancelled, t);
     bs_gen_request r;
     bs_gen_request_init(&r);
@@ -410,8 +409,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
         r.breakers = (const char *const *)t->breakers;
         r.n_breakers = t->n_breakers;
     }
-    const int cap = srv_n_predict_cap(&s->cfg);   /* every request, max_tokens -1 included */
-    r.n_predict = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+    r.n_predict = task_n_predict(s, t);
     r.ignore_eos = t->ignore_eos;
     r.n_indent = t->n_indent;
     r.t_max_predict_ms = t->t_max_predict_ms;
@@ -428,7 +426,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
     r.tool_tags = true;
     r.grammar = t->grammar;
     r.context_shift = s->cfg.gen.context_shift && t->loop.mode != BS_LOOP_GUARD_REWIND;
-    r.n_keep = t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep;
+    r.n_keep = task_n_keep(s, t);
     r.images = t->images;
     r.n_images = t->n_images;
     if (t->leader && t->leader->slot >= 0)   /* another choice: the first one's evaluated prompt */
@@ -697,6 +695,24 @@ static void wait_work(srv_sched *s) {
     }
 }
 
+/* sl is reserved for t (s->mu held): /slots shows it busy, and a generation as its task from now,
+ * its progress counted from 0 (a slot action or embeddings keep the last task's). */
+static void reserve(srv_sched *s, slot *sl, srv_task *t) {
+    sl->task = t;   /* admit() sets it up */
+    srv_slot_info *in = &s->info[sl->id];
+    in->busy = true;
+    if (t->op || t->emb) return;
+    in->generating = true;
+    in->has_task = true;
+    in->id_task = t->id;
+    in->sp = t->sp;
+    in->n_predict = task_n_predict(s, t);
+    in->n_keep = task_n_keep(s, t);
+    in->ignore_eos = t->ignore_eos;
+    __atomic_store_n(&sl->n_decoded, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sl->new_line, false, __ATOMIC_RELAXED);
+}
+
 /* The queued tasks that can start now, each with its slot reserved (s->mu held), in queue order:
  * one that cannot start yet (its "id_slot" busy, a later choice waiting for the first one's
  * prompt) keeps its place without holding up the tasks behind it, as llama-server defers it.
@@ -718,8 +734,7 @@ static int take_queued(srv_sched *s, srv_task **take, slot **into) {
         }
         take[nt] = t;
         into[nt++] = sl;
-        sl->task = t;   /* reserved; admit() sets it up */
-        s->info[sl->id].busy = true;
+        reserve(s, sl, t);
     }
     s->q_len = kept;
     return nt;
@@ -949,12 +964,12 @@ int srv_sched_n_ctx(const srv_sched *s) { return s->n_ctx; }
 int srv_n_predict_cap(const srv_config *cfg) { return cfg->n_predict > 0 ? cfg->n_predict : SRV_N_PREDICT_DEFAULT; }
 
 void srv_sched_slots(srv_sched *s, srv_slot_info *out) {
-    pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->mu);   /* (the counters are reset under it with the task they count) */
     memcpy(out, s->info, (size_t)s->cfg.n_slots * sizeof *out);
-    pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < s->cfg.n_slots; i++) {
         out[i].drafts = s->drafter && s->draft_max > 0;
         out[i].n_decoded = __atomic_load_n(&s->slots[i].n_decoded, __ATOMIC_RELAXED);
         out[i].has_new_line = __atomic_load_n(&s->slots[i].new_line, __ATOMIC_RELAXED);
     }
+    pthread_mutex_unlock(&s->mu);
 }

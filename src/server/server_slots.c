@@ -123,7 +123,7 @@ static void slot_action(srv *s, const char *url, const char *body, size_t len, s
 
 /* GET /slots: llama-server's shape per slot (id, id_task, n_ctx, speculative, is_processing,
  * and for the task it runs or last ran its params and next_token) and this server's n_cached;
- * ?fail_on_no_slot=1 answers 503 when every slot is busy. */
+ * ?fail_on_no_slot=VALUE (any non-empty one) answers 503 when every slot is busy. */
 static void slots_list(srv *s, const char *url, srv_reply *r) {
     const int n = srv_sched_n_slots(s->sched);
     srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
@@ -144,7 +144,7 @@ static void slots_list(srv *s, const char *url, srv_reply *r) {
             json_object_set_new(p, "ignore_eos", json_boolean(in->ignore_eos));
             json_object_set_new(j, "params", p);
             const int remain = in->n_predict < 0 ? -1 : BS_MAX(0, in->n_predict - in->n_decoded);
-            json_object_set_new(j, "next_token", json_pack("[{s:b,s:b,s:i,s:i}]", "has_next_token", in->busy,
+            json_object_set_new(j, "next_token", json_pack("[{s:b,s:b,s:i,s:i}]", "has_next_token", in->generating,
                                                            "has_new_line", in->has_new_line, "n_remain", remain,
                                                            "n_decoded", in->n_decoded));
         }
@@ -152,7 +152,7 @@ static void slots_list(srv *s, const char *url, srv_reply *r) {
     }
     free(info);
     const char *f = q ? strstr(q, "fail_on_no_slot=") : NULL;
-    if (f && f[16] == '1' && (f[17] == 0 || f[17] == '&') && !idle) {
+    if (f && f[16] && f[16] != '&' && !idle) {   /* any value, as llama-server takes it */
         json_decref(a);
         srv_reply_error(r, 503, "unavailable_error", "no slot available");
         return;

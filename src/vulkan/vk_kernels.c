@@ -513,8 +513,9 @@ int bs_vk_record_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix 
     if (qout && gate->ne1 % 32) return bs_error("Vulkan: GLU quantization needs rows in 32s (%lld)", (long long)gate->ne1);
     const bs_vk_buf *b[17] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, NULL, NULL, NULL,
                               qout ? qout[0] : NULL, qout ? qout[1] : NULL, qout ? qout[2] : NULL};   /* NULL: unused */
-    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * bs_vk_mvq_passes(c, gate->kernel, n);
     const int k = glu_kernel(gate->kernel) + (qout ? BS_VK_K_GLUQ_Q1 - BS_VK_K_GLU_Q1 : 0);
+    /* the passes of the kernel dispatched (GLU of Q8_0 / Q4_1 stays on mv_q's row groups) */
+    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * bs_vk_mvq_passes(c, k, n);
     return dispatch_mvq(c, k, b, &qp, (uint64_t)g->rows, (uint32_t)gate->split, n);
 }
 

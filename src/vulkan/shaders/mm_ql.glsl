@@ -27,16 +27,17 @@ void stage(uint lid, uint g, uint r0, uint nr, uint t0) {
         const uint m = i / 8u, w = i % 8u;
         a_w[m * 9u + w] = m < nr ? aq[((r0 + m) * n_sub + g) * 8u + w] : 0u;
     }
-    for (uint i = lid; i < TN * 8u; i += NI) {
-        const uint j = i / 8u, l = i % 8u;
-        uint v = 0u;
-        if (t0 + j < p.rcount) {
-            const uint w = BITS == 8u ? l : l % 4u;   // Q4_1: lanes 0-3 low nibbles, 4-7 high
-            const uvec4 q = wc[(g * p.rows + p.rbase + t0 + j) * (WPG / 4u) + w / 4u];
-            const uint c = w % 4u, word = c == 0u ? q.x : c == 1u ? q.y : c == 2u ? q.z : q.w;
-            v = BITS == 8u ? word : (word >> (l < 4u ? 0u : 4u)) & 0x0f0f0f0fu;
+    for (uint i = lid; i < TN * (WPG / 4u); i += NI) {   // one 16-byte load: 4 lanes (Q8_0) or all 8 (Q4_1)
+        const uint j = i / (WPG / 4u), h = i % (WPG / 4u);
+        const uvec4 q = t0 + j < p.rcount ? wc[(g * p.rows + p.rbase + t0 + j) * (WPG / 4u) + h] : uvec4(0u);
+        if (BITS == 8u) {
+            for (uint l = 0u; l < 4u; l++) b_w[j * 9u + 4u * h + l] = q[l];
+        } else {   // Q4_1: lanes 0-3 the low nibbles, 4-7 the high ones
+            for (uint l = 0u; l < 4u; l++) {
+                b_w[j * 9u + l] = q[l] & 0x0f0f0f0fu;
+                b_w[j * 9u + 4u + l] = (q[l] >> 4) & 0x0f0f0f0fu;
+            }
         }
-        b_w[j * 9u + l] = v;
     }
 }
 
