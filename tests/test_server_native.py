@@ -18,7 +18,7 @@ fixture tiny model (it has none):
   stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
   versions 400); logprobs as n_probs; n_indent and t_max_predict_ms end answers as llama-server's
   do; timings_per_token puts the timings in every streamed chunk; min_keep and
-  dry_sequence_breakers per request; response_format's
+  dry_sequence_breakers per request; n_cmpl; response_format's
   schema beside its type."""
 import base64, json, math, os, struct, subprocess, sys
 
@@ -469,6 +469,20 @@ check(st == st2 == st3 == 200 and dn['content'] != d0['content'] and ds['content
 for bad in (['a'] * 17, 'x', [1], ['a' * 300]):
     st, c = post(P, '/completion', dict(dry, dry_sequence_breakers=bad))
     check(st == 400 and 'dry_sequence_breakers' in c['error']['message'], f'dry_sequence_breakers {str(bad)[:20]}: 400', f'{st} {c}')
+# n_cmpl (alias n): completions per prompt, answered as an array in llama-server's order (prompt i's
+# completion j at i * n_cmpl + j), each prompt evaluated once; streamed: 400
+nq = {'n_predict': 5, 'seed': 3, 'temperature': 1.0}
+st, one = post(P, '/completion', dict(nq, prompt='Once upon a time', n_cmpl=2))
+st2, two = post(P, '/completion', dict(nq, prompt=['Once upon a time', 'Hello'], n_cmpl=2))
+st3, alone = post(P, '/completion', dict(nq, prompt='Hello'))
+st4, via_n = post(P, '/completion', dict(nq, prompt='Once upon a time', n=2))
+check(st == st2 == st3 == st4 == 200 and isinstance(one, list) and [x['index'] for x in one] == [0, 1] and
+      [x['content'] for x in two[:2]] == [x['content'] for x in one] and two[2]['content'] == alone['content'] and
+      [x['index'] for x in two] == [0, 1, 2, 3] and [x['content'] for x in via_n] == [x['content'] for x in one],
+      'n_cmpl 2: an array per prompt in order, the first of each as alone, n its alias', f'{str(one)[:200]} {str(two)[:200]}')
+st, c = post(P, '/completion', dict(nq, prompt='x', n_cmpl=2, stream=True))
+st2, c2 = post(P, '/completion', dict(nq, prompt=['a'] * 9, n_cmpl=2))
+check(st == 400 and st2 == 400 and 'at most 16' in c2['error']['message'], 'n_cmpl streamed, or past 16 answers: 400', f'{c} {c2}')
 st, c = post(P, '/completion', {'prompt': 'x', 'n_indent': -1})
 check(st == 400 and 'n_indent' in c['error']['message'], 'n_indent -1: 400', f'{st} {c}')
 sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}

@@ -535,8 +535,10 @@ typedef struct srv_prompt {
  * tokenized and checked against the context. 0 or the failing status (f). */
 int srv_native_prompts(srv *s, struct json_t *b, int max, srv_prompt **out, int *n, srv_fail *f);
 void srv_prompts_free(srv_prompt *p, int n);
-/* Several prompts (the list form): tasks for pr[1..np) beside t (its other "choices", each its
- * own prompt, taken from pr, the same parameters and seed), answered together. 0 or the status. */
+/* Several prompts (the list form), each with t->n_choices completions (n, n_cmpl): the tasks
+ * beside t as its other "choices", answer q = prompt q / n's completion q % n; each prompt's first
+ * takes its own prompt from pr with t's seed, the others its evaluated prompt with seed + j.
+ * Answered together, never streamed. 0 or the status. */
 int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_fail *f);
 /* The answer of a finished native task (several prompts: an array, one per task of t). */
 struct json_t *srv_native_answer(const srv *s, const char *model, srv_task *t, const srv_gen *g);

@@ -617,8 +617,8 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     }
     const long lp = logprob_entries(s, t);
     bool refused = true;
-    if (t->n_choices > 1 && (g->stream || g->native) && !t->sib[0])   /* sib[0]: several prompts */
-        srv_reply_error(r, 400, "not_supported_error", "n > 1 is supported without streaming, on the OpenAI endpoints");
+    if (t->n_choices > 1 && g->stream && !t->sib[0])   /* sib[0]: several prompts */
+        srv_reply_error(r, 400, "not_supported_error", "n > 1 is supported without streaming");
     else if (lp > SRV_LOGPROB_MAX)
         srv_reply_error(r, 400, "invalid_request_error",
                         "logprobs: n x max_tokens x (top_logprobs + 1) = %ld entries, more than the limit of %ld "

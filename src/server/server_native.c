@@ -70,6 +70,12 @@ int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
     if (opt_bool(b, "post_sampling_probs", &g->post_probs, f) || opt_bool(b, "return_tokens", &g->return_tokens, f) ||
         opt_bool(b, "return_progress", &g->progress, f))
         return f->status;
+    json_t *nc = json_object_get(b, "n_cmpl");   /* completions per prompt ("n" is its alias) */
+    if (nc && !json_is_null(nc)) {
+        if (!json_is_integer(nc) || json_integer_value(nc) < 1 || json_integer_value(nc) > SRV_MAX_CHOICES)
+            return srv_fail_set(f, 400, "invalid_request_error", "'n_cmpl' must be an integer in [1, %d]", SRV_MAX_CHOICES);
+        t->n_choices = (int)json_integer_value(nc);
+    }
     t->post_probs = g->post_probs;
     if (np && !json_is_null(np)) {
         if (!json_is_integer(np) || json_integer_value(np) < 0 || json_integer_value(np) > SRV_MAX_TOP)
@@ -209,20 +215,31 @@ int srv_native_prompts(srv *s, json_t *b, int max, srv_prompt **out, int *n, srv
 }
 
 int srv_native_more(srv_task *t, srv_prompt *pr, int np, const srv_gen *g, srv_fail *f) {
-    if (np > 1 && (g->stream || t->n_choices > 1))
-        return srv_fail_set(f, 400, "not_supported_error", "several prompts are supported without streaming and n");
-    for (int k = 1; k < np; k++) {
-        srv_task *c = srv_task_choice(t, k);
-        srv_task_unref(c->leader);   /* its own prompt: it waits for no other */
-        c->leader = NULL;
-        free(c->prompt);
-        c->prompt = pr[k].ids;
-        c->n_prompt = pr[k].n;
-        pr[k].ids = NULL;
-        c->sp.seed = t->sp.seed;
-        t->sib[k - 1] = c;
+    const int n = t->n_choices > 1 ? t->n_choices : 1;   /* completions per prompt (n, n_cmpl) */
+    if (np <= 1) return 0;
+    if (g->stream) return srv_fail_set(f, 400, "not_supported_error", "several prompts are supported without streaming");
+    if (np * n > SRV_MAX_CHOICES)
+        return srv_fail_set(f, 400, "invalid_request_error", "%d prompts x %d completions: at most %d in one request", np,
+                            n, SRV_MAX_CHOICES);
+    /* answer q = prompt i's completion j (q = i * n + j, llama-server's order): each prompt's
+     * first has its own prompt and seed, the others take its evaluated prompt with seed + j */
+    srv_task *base = t;
+    for (int q = 1; q < np * n; q++) {
+        const int i = q / n, j = q % n;
+        srv_task *c = srv_task_choice(j ? base : t, j);
+        if (!j) {
+            srv_task_unref(c->leader);   /* its own prompt: it waits for no other */
+            c->leader = NULL;
+            free(c->prompt);
+            c->prompt = pr[i].ids;
+            c->n_prompt = pr[i].n;
+            pr[i].ids = NULL;
+            c->sp.seed = t->sp.seed;
+            base = c;
+        }
+        t->sib[q - 1] = c;
     }
-    if (np > 1) t->n_choices = np;
+    t->n_choices = np * n;
     return 0;
 }
 
