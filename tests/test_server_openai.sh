@@ -139,6 +139,34 @@ out=$(node -e '
                  r.no_mmproj === 400 && r.vision[0] === true && r.vision[1] === false ? 0 : 1);
   })();' "$VIS" "$VISD" "$URL" "$FX/vision/image.png" "$T/vis.cli" 2>&1) \
   && ok "image_url parts: the CLI's answer, streamed and drafted too, cached again, 400s, /props ($out)" || bad "images: $out"
+# llama-server's /completion prompt object: {"prompt_string" with <__media__> markers,
+# "multimodal_data": [base64]} answers as the chat with that image part does (greedy, the text as
+# generated); a marker without data, or data on a server without --mmproj, is a 400
+out=$($PY - "$VIS" "$URL" "$FX/vision/image.png" <<'PYEOF' 2>&1
+import base64, json, sys, urllib.error, urllib.request
+vis, plain, png = sys.argv[1:4]
+b64 = base64.b64encode(open(png, 'rb').read()).decode()
+def post(u, path, body):
+    req = urllib.request.Request(u + path, json.dumps(body).encode(), {'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+msgs = [{'role': 'user', 'content': [{'type': 'image_url', 'image_url': {'url': 'data:image/png;base64,' + b64}},
+                                     {'type': 'text', 'text': 'Describe this picture.'}]}]
+_, tmpl = post(vis, '/apply-template', {'messages': msgs})
+ps = tmpl['prompt'].replace('<|vision_start|><|image_pad|><|vision_end|>', '<__media__>')
+st, c = post(vis, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_data': [b64]}, 'n_predict': 8, 'temperature': 0})
+st2, ch = post(vis, '/v1/chat/completions', {'messages': msgs, 'max_tokens': 8, 'temperature': 0, 'reasoning_format': 'none'})
+st3, miss = post(vis, '/completion', {'prompt': {'prompt_string': ps}, 'n_predict': 2})
+st4, nomm = post(plain, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_data': [b64]}, 'n_predict': 2})
+ok = (st == st2 == 200 and c['content'] == ch['choices'][0]['message']['content'] and c['tokens_evaluated'] > 50 and
+      st3 == 400 and 'markers' in miss['error']['message'] and st4 == 400)
+print(json.dumps({'native': c.get('content'), 'chat': ch['choices'][0]['message']['content'], 'missing': st3, 'no_mmproj': st4}))
+sys.exit(0 if ok else 1)
+PYEOF
+) && ok "/completion with multimodal_data: the chat's answer ($out)" || bad "/completion multimodal_data: $out"
 # the image budget: the fixture image is 147456 bytes of preprocessed pixels, so 1 MiB holds 7;
 # an eighth in one request is a 503 (with Retry-After), and its bytes come back: 7 then still fit,
 # twice in a row (the second after the first's pixels were encoded and given back)

@@ -780,6 +780,77 @@ fail:
 
 enum { COMPL_OPENAI, COMPL_NATIVE, COMPL_INFILL };
 
+#define MEDIA_MARKER "<__media__>"   /* llama-server's (mtmd's default marker) */
+
+/* /completion's prompt object {"prompt_string", "multimodal_data": [base64, ...]}: each marker
+ * in the string is the next image, placed as a chat's image part is (<|vision_start|> ...
+ * <|vision_end|>); the images go to t as a chat's do. 1 done, 0 not that form, -1 refused (r). */
+static int media_prompt(srv *s, json_t *b, srv_task *t, srv_reply *r) {
+    json_t *p = json_object_get(b, "prompt");
+    if (!json_is_object(p)) return 0;
+    json_t *ps = json_object_get(p, "prompt_string"), *md = json_object_get(p, "multimodal_data");
+    if (!json_is_string(ps) || (md && !json_is_null(md) && !json_is_array(md))) {
+        bad_request(r, "'prompt' as an object is {\"prompt_string\": text, \"multimodal_data\": [base64, ...]}%s", "");
+        return -1;
+    }
+    const size_t n_md = json_is_array(md) ? json_array_size(md) : 0;
+    if (n_md && r->no_images) {   /* an HTTP thread: decoded on the job pool instead */
+        r->wants_job = true;
+        return -1;
+    }
+    const char *text = json_string_value(ps), *end = text + json_string_length(ps);
+    size_t n_mark = 0;
+    for (const char *q = text; (q = memmem(q, (size_t)(end - q), MEDIA_MARKER, 11)); q += 11) n_mark++;
+    if (n_mark != n_md) {
+        srv_reply_error(r, 400, "invalid_request_error", "the prompt holds %zu " MEDIA_MARKER " markers for %zu "
+                        "multimodal_data entries", n_mark, n_md);
+        return -1;
+    }
+    srv_vision vis;
+    srv_vision_init(&vis);
+    srv_buf out = {0};
+    int rc = 1;
+    const char *q = text;
+    for (size_t i = 0; i < n_md && rc > 0; i++) {
+        json_t *e = json_array_get(md, i);
+        const char *m = memmem(q, (size_t)(end - q), MEDIA_MARKER, 11);
+        char err[256];
+        if (!json_is_string(e)) { bad_request(r, "'multimodal_data' must hold base64 strings%s", ""); rc = -1; break; }
+        srv_buf url = {0};
+        srv_buf_adds(&url, "data:application/octet-stream;base64,");
+        srv_buf_add(&url, json_string_value(e), json_string_length(e));
+        json_t *part = json_pack("{s:s,s:{s:s%}}", "type", "image_url", "image_url", "url", url.p, url.len);
+        srv_buf_free(&url);
+        const int v = srv_vision_add(s, &vis, part, srv_sched_n_ctx(s->sched), err, sizeof err);
+        json_decref(part);
+        if (v) {
+            srv_reply_error(r, v == -2 ? 503 : 400, v == -2 ? "unavailable_error" : v == -3 ? "exceed_context_size_error"
+                                                                                     : "invalid_request_error", "%s", err);
+            rc = -1;
+            break;
+        }
+        srv_buf_add(&out, q, (size_t)(m - q));
+        srv_buf_adds(&out, vis.part);
+        q = m + 11;
+    }
+    if (rc > 0) {
+        srv_buf_add(&out, q, (size_t)(end - q));
+        if (set_prompt(s, t, out.p ? out.p : "", out.len, NULL, 0, &vis, r)) {
+            t->images = vis.im;   /* the task owns them now */
+            t->pixels = vis.px;
+            t->n_images = vis.n;
+            vis.im = NULL;
+            vis.px = NULL;
+            vis.n = 0;
+        } else {
+            rc = -1;
+        }
+    }
+    srv_buf_free(&out);
+    srv_vision_free(&vis);
+    return rc;
+}
+
 /* POST /v1/completions (OpenAI's answer), /completion and /completions (llama-server's native
  * answer), /infill (native, the prompt made of the FIM tokens). Prompt forms, native fields and
  * the FIM prompt: server_native.c and server_infill.c. */
@@ -804,6 +875,13 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     if (!json_object_get(b, "max_tokens") && !json_object_get(b, "n_predict"))
         t->n_predict = s->cfg.n_predict > 0 ? s->cfg.n_predict : g.native ? -1 : 16;
     int rc = g.native ? srv_native_opts(b, &g, t, &f) : 0;
+    const int media = !rc && mode == COMPL_NATIVE ? media_prompt(s, b, t, r) : 0;
+    if (media < 0) goto fail;
+    if (media > 0) {   /* one prompt, with images */
+        g.prompt_text = bs_xstrdup(json_string_value(json_object_get(json_object_get(b, "prompt"), "prompt_string")));
+        submit(s, t, &g, r);
+        return;
+    }
     if (!rc && mode == COMPL_INFILL) {
         pr = bs_xcalloc(1, sizeof *pr);
         np = 1;

@@ -775,9 +775,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     srv_reply r = {.client_gone = conn_gone, .ud = c, .async = k != NULL};
     /* images are decoded on the job pool, never on this thread: a body that names image_url
-     * goes there at once, and the handler hands back any other (an Anthropic image block, an
+     * (or multimodal_data) goes there at once, and the handler hands back any other (an Anthropic image block, an
      * escaped key) at its first image */
-    if (k && s->mmproj && q->body.len && memmem(q->body.p, q->body.len, "image_url", 9))
+    if (k && s->mmproj && q->body.len &&
+        (memmem(q->body.p, q->body.len, "image_url", 9) || memmem(q->body.p, q->body.len, "multimodal_data", 15)))
         return to_job(s, c, k, q, method, url, &r);
     r.no_images = k && s->mmproj;
     char with_action[512];   /* POST /slots/{id}?action=..., GET /slots?fail_on_no_slot=1: the handler reads the query */
