@@ -129,7 +129,7 @@ int cli_gen_apply(bs_engine_opts *o, const cli_arg *a) {
     case OPT_THREADS: o->n_threads = (int)a->n; break;
     case OPT_CTX: o->n_ctx = (int)a->n; break;
     case OPT_NO_MMAP: o->no_mmap = true; break;
-    case OPT_DEVICE: o->device = a->s; break;
+    case OPT_DEVICE: o->device = strcmp(a->s, "none") ? a->s : "cpu"; break;   /* llama.cpp's -dev none */
     case OPT_NORMALIZE: return cli_parse_normalize(a->s, &o->normalize_set, &o->normalize) ? -1 : 1;
     case OPT_CONTEXT_SHIFT: o->context_shift = true; break;
     case OPT_KEEP: o->n_keep = (int)a->n; break;

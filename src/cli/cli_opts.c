@@ -88,7 +88,12 @@ int cli_next(unsigned cmd, int argc, char **argv, int *i, cli_arg *a) {
     /* positional: "-" (stdin), "--" (the rest is text or ids), a negative number (detokenize) */
     if (s[0] != '-' || !s[1] || !strcmp(s, "--") || (s[1] >= '0' && s[1] <= '9')) return 0;
     const cli_opt *o = find(cmd, s);
-    if (!o) return bs_error("unknown option '%s' (see bitspark help %s)", s, cli_cmd_name(cmd));
+    if (!o) {
+        for (int k = 0; k < cli_n_refused; k++)
+            if ((cli_refused_opts[k].cmds & cmd) && has_name(cli_refused_opts[k].names, s))
+                return bs_error("%s is not supported by bitspark %s: %s", s, cli_cmd_name(cmd), cli_refused_opts[k].why);
+        return bs_error("unknown option '%s' (see bitspark help %s)", s, cli_cmd_name(cmd));
+    }
     a->opt = o;
     if (o->type == CLI_FLAG) return 0;
     const int need = o->type == CLI_STR2 ? 2 : 1;

@@ -56,6 +56,9 @@ enum {
     OPT_MAX_CONNECTIONS, OPT_HTTP_THREADS, OPT_BODY_BUDGET, OPT_IMAGE_BUDGET, OPT_NO_WEBUI, OPT_REPLICA_ID,
     OPT_DRAIN_TIMEOUT, OPT_EMBEDDINGS, OPT_POOLING, OPT_CORS, OPT_ALLOWED_HOSTS, OPT_SPECIAL_IN_MESSAGES,
     OPT_SLOT_SAVE_PATH, OPT_NO_SLOTS, OPT_SLOTS, OPT_LORA_INIT_WITHOUT_APPLY, OPT_TAGS, OPT_MEDIA_PATH, OPT_SLEEP_IDLE,
+    /* serve: llama-server's options taken here (cli_serve_compat.c) */
+    OPT_COMPAT_NOOP, OPT_NGL, OPT_REASONING_BUDGET, OPT_REASONING_FORMAT, OPT_TEMPLATE_KWARGS,
+    OPT_HTTP_TIMEOUT, OPT_NO_CONTEXT_SHIFT, OPT_VERBOSITY, OPT_LOG_DISABLE,
     /* antidoom */
     OPT_PROMPTS, OPT_GENERATE_PRIMES, OPT_PRIME_TOKENS, OPT_PRIME_COPIES, OPT_PRIMES_OUT, OPT_CHOSEN_TOP_K,
     OPT_CHOSEN_MIN_P, OPT_CHOSEN_MAX, OPT_CHOSEN_MIN_CHARS, OPT_CHOSEN_REQUIRE_ALNUM, OPT_PAIRS, OPT_LOOP_RATE,
@@ -92,6 +95,14 @@ typedef struct cli_opt {
 
 extern const cli_opt cli_opts[];
 extern const int cli_n_opts;
+/* Options of other programs a command refuses with a reason (cli_next's error). */
+typedef struct cli_refused {
+    unsigned cmds;
+    const char *names;
+    const char *why;
+} cli_refused;
+extern const cli_refused cli_refused_opts[];
+extern const int cli_n_refused;
 
 /* One parsed argument: opt NULL for a positional argument (s: the text). */
 typedef struct cli_arg {

@@ -95,7 +95,7 @@ const cli_opt cli_opts[] = {
     INT(OPT_MAX_CONNECTIONS, CMD_SERVE, "--max-connections", "N", 4, 65536, "2048",
         "simultaneous connections; connections cost a socket,\n"
         "not a thread: a few HTTP threads serve them all"),
-    INT(OPT_HTTP_THREADS, CMD_SERVE, "--http-threads", "N", 1, 64, "4", "HTTP worker threads"),
+    INT(OPT_HTTP_THREADS, CMD_SERVE, "--http-threads, --threads-http", "N", 1, 64, "4", "HTTP worker threads"),
     INT(OPT_BODY_BUDGET, CMD_SERVE, "--body-budget", "BYTES", 1024, 1L << 40, "--body-limit + 1 MiB",
         "request bodies being received at once, in total; more\nwait"),
     INT(OPT_IMAGE_BUDGET, CMD_SERVE, "--image-budget", "BYTES", 1L << 20, 1L << 40, "512 MiB",
@@ -127,6 +127,44 @@ const cli_opt cli_opts[] = {
         "after N idle seconds free the slots' memory (KV cache and\n"
         "states) and the model's weights; the next request brings\n"
         "them back (/props is_sleeping)"),
+    SECTION(CMD_SERVE, "llama-server's other options, taken for drop-in use (docs/server.md)"),
+    STRX(OPT_NGL, CMD_SERVE, "-ngl, --n-gpu-layers, --gpu-layers", "N", "99", NULL,
+        "0: --device cpu; any other count, auto or all: every layer on\n"
+        "the device --device picks (no partial offload)"),
+    INT(OPT_REASONING_BUDGET, CMD_SERVE, "--reasoning-budget", "N", -1, 0, "-1",
+        "0: thinking off in requests that do not ask for it, -1: the\n"
+        "template's default"),
+    CHOICE(OPT_REASONING_FORMAT, CMD_SERVE, "--reasoning-format", "auto|deepseek|none|deepseek-legacy", "auto",
+           "requests' default reasoning_format"),
+    STRX(OPT_TEMPLATE_KWARGS, CMD_SERVE, "--chat-template-kwargs", "JSON", "{\"enable_thinking\": false}", NULL,
+         "requests' default chat_template_kwargs (the templates here read\n"
+         "enable_thinking)"),
+    INT(OPT_HTTP_TIMEOUT, CMD_SERVE, "-to, --timeout", "S", 1, 86400, "600", "an idle connection is closed after S seconds"),
+    FLAG(OPT_NO_CONTEXT_SHIFT, CMD_SERVE, "--no-context-shift", "no context shift (the default)"),
+    INT(OPT_VERBOSITY, CMD_SERVE, "-lv, --verbosity, --log-verbosity", "N", 0, 100, "3",
+        "llama.cpp's levels: <= 1 errors only (-q), >= 4 more (-v)"),
+    FLAG(OPT_LOG_DISABLE, CMD_SERVE, "--log-disable", "errors only (-q)"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--jinja, --no-jinja", "ignored: the model's template is rendered natively"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "-cb, --cont-batching, -nocb, --no-cont-batching",
+         "ignored: slots are always batched together"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--metrics, --props", "ignored: /metrics is always served; POST /props is 501"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--mlock, --no-warmup, --swa-full, -kvu, --kv-unified, --no-kv-offload",
+         "ignored: no meaning for this engine"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--mmproj-offload, --no-mmproj-offload", "ignored: the projector runs on the model's device"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-fa, --flash-attn", "on|off|auto", NULL, "ignored: attention is always fused here"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-ctk, --cache-type-k, -ctv, --cache-type-v", "TYPE", NULL,
+        "ignored: the KV cache has this engine's own format"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-b, --batch-size, -ub, --ubatch-size", "N", NULL,
+        "ignored: prompts are evaluated in this engine's chunks"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-tb, --threads-batch", "N", NULL, "ignored: -t sets the threads of every pass"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "--cache-reuse", "N", NULL, "ignored: a slot's cached prefix is always reused"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-sm, --split-mode, -mg, --main-gpu, --numa", "X", NULL,
+        "ignored: one device (--device vulkan:N picks it)"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-dt, --defrag-thold, -sps, --slot-prompt-similarity", "X", NULL,
+        "ignored: no meaning for this engine"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "--draft-min, --draft-p-min, -ngld, --gpu-layers-draft", "X", NULL,
+        "ignored: the drafter's depth is --draft-max (auto by cost and\nacceptance); it runs on the model's device"),
+
     SECTION(CMD_SERVE, "behind a load balancer (see deploy/README.md)"),
     STR(OPT_REPLICA_ID, CMD_SERVE, "--replica-id", "NAME", NULL, "name this replica in an X-Replica-Id header on every answer"),
     FLT(OPT_DRAIN_TIMEOUT, CMD_SERVE, "--drain-timeout", "S", 0, 86400, "30",
@@ -158,7 +196,7 @@ const cli_opt cli_opts[] = {
     INT(OPT_CTX, CMD_SERVE, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, capped by the model",
         "context per slot in tokens"),
     FLAG(OPT_NO_MMAP, ALL_GEN, "--no-mmap", "read the model into memory instead of mapping it"),
-    STR(OPT_DEVICE, ALL_GEN, "--device", "D", "auto", DEVICE_HELP),
+    STR(OPT_DEVICE, ALL_GEN, "--device, -dev", "D", "auto", DEVICE_HELP " (none: cpu)"),
     CHOICE(OPT_NORMALIZE, ALL_GEN, "--tokenizer-normalize", "auto|none|nfc|nfd|nfkc|nfkd", "auto",
            NORMALIZE_HELP),
     FLAG(OPT_CONTEXT_SHIFT, ALL_GEN, "--context-shift",
@@ -431,3 +469,13 @@ const cli_opt cli_opts[] = {
 };
 
 const int cli_n_opts = (int)(sizeof cli_opts / sizeof cli_opts[0]);
+
+/* llama-server's options that ask for what this server does not do: refused with the reason
+ * (cli_next), never taken silently. */
+const cli_refused cli_refused_opts[] = {
+    {CMD_SERVE, "--chat-template, --chat-template-file", "the model's own chat template is rendered natively"},
+    {CMD_SERVE, "--ssl-key-file, --ssl-cert-file", "no TLS here; put a TLS proxy in front"},
+    {CMD_SERVE, "-hf, --hf-repo, -hff, --hf-file", "no downloads; fetch the GGUF and pass -m"},
+    {CMD_SERVE, "--path, --api-prefix", "no static files or prefixed routes here"},
+};
+const int cli_n_refused = (int)(sizeof cli_refused_opts / sizeof cli_refused_opts[0]);

@@ -26,6 +26,8 @@ static int directory(const char *opt, const char *v) {
     return 0;
 }
 
+int cli_serve_apply_compat(srv_config *c, const cli_arg *a);   /* cli_serve_compat.c */
+
 /* serve's options for slots, adapters, model names, media and idling; 0 or -1 + bs_error. */
 int cli_serve_apply_more(srv_config *c, const cli_arg *a) {
     switch (a->opt->id) {
@@ -47,7 +49,7 @@ int cli_serve_apply_more(srv_config *c, const cli_arg *a) {
         c->media_path = a->s;
         break;
     case OPT_SLEEP_IDLE: c->sleep_idle = a->f; break;
-    default: return bs_error("%s: not handled by serve", a->name);
+    default: return cli_serve_apply_compat(c, a);
     }
     return 0;
 }

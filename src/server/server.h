@@ -121,6 +121,11 @@ typedef struct srv_config {
     int n_tags;
     const char *media_path;    /* --media-path: file:// image URLs below this directory */
     double sleep_idle;         /* --sleep-idle-seconds: free the slots' memory when idle (0: never) */
+    /* llama-server's request defaults (cli_serve_compat.c) */
+    int thinking;              /* enable_thinking of chat requests that do not set it: 0 the
+                                  template's, -1 off (--reasoning-budget 0), 1 on */
+    int reasoning_format;      /* --reasoning-format: srv_gen's reasoning_format by default */
+    int http_timeout;          /* -to: seconds an idle connection is kept (0: 600) */
     /* set by srv_load: the adapters the scheduler attaches per pass (server_lora.c) */
     struct bs_lora *const *loras;
     int n_loras;

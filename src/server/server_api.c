@@ -554,6 +554,10 @@ static bool parse_tools(json_t *b, char **tools_text, srv_reply *r) {
     return true;
 }
 
+/* enable_thinking when a request does not say: -1 the template's, else 0 / 1 (--reasoning-budget 0,
+ * --chat-template-kwargs) */
+static int thinking_default(const srv *s) { return s->cfg.thinking == 0 ? -1 : s->cfg.thinking > 0; }
+
 static bool thinking_flag(json_t *b, int *enable, srv_reply *r) {
     json_t *kw = json_object_get(b, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) { bad_request(r, "'%s' must be an object", "chat_template_kwargs"); return false; }
@@ -727,12 +731,12 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     srv_gen g;
     gen_init(&g, true);
     g.shape = shape;
-    int think = -1;
+    int think = thinking_default(s);
     bool lp = false;
     long top = 0;
     json_t *offered = json_object_get(b, "tools");
     char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
-    int rf = 0;
+    int rf = s->cfg.reasoning_format;
     const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
                     reasoning_format(b, &rf, r) &&
                     parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
@@ -924,7 +928,7 @@ static void api_dialect(srv *s, json_t *chat, srv_reply *r, const srv_shape *sha
 static void api_apply_template(srv *s, json_t *b, srv_reply *r) {
     chat_in c = {0};
     char *tools = NULL;
-    int think = -1;
+    int think = thinking_default(s);
     bool gen_prompt = true;   /* add_generation_prompt: false renders no assistant opener */
     if (parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
         srv_get_bool(b, "add_generation_prompt", &gen_prompt, r)) {

@@ -864,7 +864,8 @@ int srv_http_start(srv *s) {
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, addr,
                                  MHD_OPTION_THREAD_POOL_SIZE, workers,
                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.http_timeout > 0 ? (unsigned)s->cfg.http_timeout : 600u,
+                                 MHD_OPTION_NOTIFY_COMPLETED, completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, notify_conn, s, MHD_OPTION_END);
     if (!s->daemon) {
         srv_http_stop(s);

@@ -1,0 +1,72 @@
+"""test_server_llama_opts.py: llama-server's command line starts `bitspark serve` too
+(cli_serve_compat.c):
+- the options a deployment passes out of habit (--jinja, -ngl, -fa on, -cb, --metrics, -ctk,
+  -b / -ub, --threads-http, -to, --mlock, --cache-reuse, -dev none, ...) are taken: the server
+  answers, and each option without a meaning here says so on stderr;
+- --reasoning-budget 0 and --chat-template-kwargs '{"enable_thinking": false}' render requests
+  that do not say as enable_thinking false does, and a request that says wins;
+  --reasoning-format none keeps the think block in content as the request field does;
+- options asking for what this server does not do (--chat-template, TLS, -hf, --path) are
+  refused at once with the reason."""
+import os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
+
+if not B:
+    print('BITSPARK is not set')
+    sys.exit(1)
+W = workdir('llama_opts')
+servers = []
+
+
+def serve(name, *args):
+    r = Replica(W, name, ['-m', TINY, '-t', '1', '-np', '1', '--ctx', '512'] + list(args)).start()
+    servers.append(r)
+    return r.wait_ready()
+
+
+def post(port, path, body):
+    st, _, d = request(port, 'POST', path, body)
+    return st, jbody(d)
+
+
+CHAT = {'messages': [{'role': 'user', 'content': 'Why is the sky blue?'}]}
+try:
+    habit = serve('habit', '--jinja', '-ngl', '99', '-fa', 'on', '-cb', '--metrics', '-ctk', 'q8_0', '-ctv', 'q8_0',
+                  '-b', '2048', '-ub', '512', '--threads-http', '2', '-to', '30', '--mlock', '--cache-reuse', '256',
+                  '-dev', 'none', '--no-context-shift', '-lv', '3', '--numa', 'distribute', '-kvu')
+    st, c = post(habit.port, '/completion', {'prompt': 'Hello', 'n_predict': 4, 'temperature': 0})
+    log = habit.log()
+    check(st == 200 and c['tokens_predicted'] == 4 and '-fa: ignored' in log and '-ctk: ignored' in log and
+          '--jinja: ignored' in log, "llama-server's habitual options: taken, each without a meaning said so",
+          f'{st} {log[-600:]}')
+
+    plain = serve('plain')
+    _, t_default = post(plain.port, '/apply-template', CHAT)
+    _, t_off = post(plain.port, '/apply-template', dict(CHAT, chat_template_kwargs={'enable_thinking': False}))
+    budget = serve('budget', '--reasoning-budget', '0')
+    _, t_budget = post(budget.port, '/apply-template', CHAT)
+    _, t_asked = post(budget.port, '/apply-template', dict(CHAT, chat_template_kwargs={'enable_thinking': True}))
+    kwargs = serve('kwargs', '--chat-template-kwargs', '{"enable_thinking": false}')
+    _, t_kwargs = post(kwargs.port, '/apply-template', CHAT)
+    check(t_default['prompt'] != t_off['prompt'] and t_budget['prompt'] == t_off['prompt'] and
+          t_kwargs['prompt'] == t_off['prompt'] and t_asked['prompt'] == t_default['prompt'],
+          '--reasoning-budget 0, --chat-template-kwargs: thinking off unless a request asks',
+          f"{t_default['prompt'][-40:]!r} {t_budget['prompt'][-40:]!r} {t_asked['prompt'][-40:]!r}")
+    st, want = post(plain.port, '/v1/chat/completions', dict(CHAT, max_tokens=12, temperature=0, reasoning_format='none'))
+    none = serve('none', '--reasoning-format', 'none')
+    st2, got = post(none.port, '/v1/chat/completions', dict(CHAT, max_tokens=12, temperature=0))
+    check(st == st2 == 200 and got['choices'][0]['message'] == want['choices'][0]['message'],
+          '--reasoning-format none: the think block stays in content', f"{got['choices'][0]} {want['choices'][0]}")
+finally:
+    for r in servers:
+        r.stop()
+
+for args, why in ((['--chat-template', 'chatml'], 'rendered natively'), (['--ssl-key-file', 'k.pem'], 'TLS'),
+                  (['-hf', 'org/model'], 'no downloads'), (['--path', '/tmp'], 'no static files'),
+                  (['-ngl', 'many'], 'layer count'), (['--reasoning-budget', '100'], 'out of range'),
+                  (['--chat-template-kwargs', '[1]'], 'JSON object')):
+    p = subprocess.run([B, 'serve', '-m', TINY] + args, capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and why in p.stderr, f'{args[0]} {args[1]}: refused with the reason', p.stderr.strip()[-200:])
+finish()
