@@ -83,11 +83,11 @@ req "body over the limit (Content-Length)" 413 invalid_request_error "${AUTH[@]}
 req "body over the limit (chunked)" 413 invalid_request_error "${AUTH[@]}" -H 'Transfer-Encoding: chunked' "$U/v1/chat/completions" --data-binary @"$T/big.json"
 
 # API key
-req "no API key" 401 authentication_error "$U/v1/models"
-req "wrong API key" 401 authentication_error -H "Authorization: Bearer nope" "$U/v1/models"
-req "right API key" 200 - "${AUTH[@]}" "$U/v1/models"
-req "the bare key, without Bearer (llama-server takes it)" 200 - -H "Authorization: sekret" "$U/v1/models"
-req "a bare wrong key" 401 authentication_error -H "Authorization: sekre" "$U/v1/models"
+req "no API key" 401 authentication_error "$U/props"
+req "wrong API key" 401 authentication_error -H "Authorization: Bearer nope" "$U/props"
+req "right API key" 200 - "${AUTH[@]}" "$U/props"
+req "the bare key, without Bearer (llama-server takes it)" 200 - -H "Authorization: sekret" "$U/props"
+req "a bare wrong key" 401 authentication_error -H "Authorization: sekre" "$U/props"
 req "health needs no key" 200 - "$U/health"
 req "chat page needs no key" 200 - "$U/"
 req "unknown endpoint" 404 not_found_error "${AUTH[@]}" "$U/v1/nothing"

@@ -4,8 +4,8 @@
   n_predict, samplers, ...) from serve's options, is_sleeping;
 - /models and /v1/models: aliases (--alias, repeated and comma-separated; the first is the id),
   tags (--tags), capabilities (completion, chat, embeddings with --embeddings, vision with
-  --mmproj, infill when the vocabulary has FIM tokens); /models is public under --api-key like
-  /health, /v1/models is not;
+  --mmproj, infill when the vocabulary has FIM tokens); /models and /v1/models are public under
+  --api-key like /health (llama-server's list);
 - --n-predict caps what a request may generate and is the length of requests that give none;
 - --sleep-idle-seconds: after the idle time /props says is_sleeping, the next request answers
   as before (the same greedy tokens and logprobs) and wakes the server; the weights' memory goes
@@ -68,7 +68,7 @@ try:
           '/v1/models capabilities (completion, chat, embeddings; no vision without --mmproj)', str(caps))
     st, j2 = get(P, '/models')
     check(st == 200 and j2.get('data', [{}])[0].get('id') == 'bonsai', '/models is public under --api-key', f'{st}')
-    check(get(P, '/v1/models')[0] == 401, '/v1/models still needs the key')
+    check(get(P, '/v1/models')[0] == 200 and get(P, '/props')[0] == 401, '/v1/models is public, /props needs the key')
     check(get(P, '/props')[0] == 401, '/props still needs the key')
 
     st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 100, 'ignore_eos': True,

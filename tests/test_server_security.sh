@@ -118,14 +118,20 @@ old=$(ptoks "$C" "$EVIL")
   || bad "--special-in-messages: $old vs base $base (special $special)"
 
 # --- item 8: API key ---
-printf 'file-key-123\n' >"$T/key"; chmod 600 "$T/key"
+printf 'file-key-123\n  file-key-456 \n\n' >"$T/key"; chmod 600 "$T/key"
 start_server K -m "$M" -np 1 -t 1 --ctx 256 --api-key-file "$T/key"
-c=$(code "$K/v1/models"); [ "$c" = 401 ] && ok "--api-key-file: no key 401" || bad "key file no key: $c"
-c=$(code -H 'Authorization: Bearer file-key-123' "$K/v1/models"); [ "$c" = 200 ] && ok "--api-key-file: right key 200" || bad "key file right: $c"
-c=$(code -H 'Authorization: Bearer file-key-12' "$K/v1/models"); [ "$c" = 401 ] && ok "--api-key-file: prefix of the key 401" || bad "prefix: $c"
+c=$(code "$K/props"); [ "$c" = 401 ] && ok "--api-key-file: no key 401" || bad "key file no key: $c"
+c=$(code -H 'Authorization: Bearer file-key-123' "$K/props"); [ "$c" = 200 ] && ok "--api-key-file: right key 200" || bad "key file right: $c"
+c=$(code -H 'Authorization: Bearer file-key-456' "$K/props"); [ "$c" = 200 ] && ok "--api-key-file: its second line's key 200" || bad "key file line 2: $c"
+c=$(code -H 'Authorization: Bearer file-key-12' "$K/props"); [ "$c" = 401 ] && ok "--api-key-file: prefix of the key 401" || bad "prefix: $c"
+c=$(code "$K/v1/models"); [ "$c" = 200 ] && ok "/v1/models needs no key (llama-server's public list)" || bad "/v1/models: $c"
 c=$(code -H 'X-Api-Key: file-key-123' "$K/props"); [ "$c" = 200 ] && ok "X-Api-Key 200" || bad "X-Api-Key: $c"
 c=$(code "$K/health"); [ "$c" = 200 ] && ok "/health needs no key" || bad "health with key: $c"
 grep -q 'file-key-123' "/proc/$K_PID/cmdline" && bad "key in cmdline" || ok "the key is not in /proc/PID/cmdline"
+start_server K2 -m "$M" -np 1 -t 1 --ctx 256 --api-key 'one-key, two-key'
+c1=$(code -H 'Authorization: Bearer one-key' "$K2/props"); c2=$(code -H 'Authorization: Bearer two-key' "$K2/props")
+c3=$(code -H 'Authorization: Bearer one-key, two-key' "$K2/props")
+[ "$c1$c2$c3" = 200200401 ] && ok "--api-key a,b: either key, not the list" || bad "--api-key a,b: $c1 $c2 $c3"
 : >"$T/empty"
 for args in "--api-key ''" "--api-key-file $T/empty" "--api-key-file $T/nonexistent"; do
   eval "\"$B\" serve -m \"$M\" --port 0 $args" >"$T/out" 2>&1; rc=$?

@@ -51,22 +51,37 @@ void help_serve(void) {
     cli_opts_help(CMD_SERVE);
 }
 
-/* The key file's first line, without the line end and surrounding blanks (static storage:
- * the key lives as long as the server). NULL + bs_error when unreadable. */
+/* Keys one per line (static storage: they live as long as the server): the file's lines, or a
+ * comma-separated --api-key list, blanks around each dropped, empty ones skipped (llama-server
+ * takes both forms). NULL + bs_error when there is none, or too much. */
+static const char *key_list(const char *what, const char *text, const char *seps) {
+    static char keys[8192];
+    size_t n = 0;
+    for (const char *p = text; *p;) {
+        size_t k = strcspn(p, seps);
+        const char *q = p;
+        p += k + (p[k] != 0);
+        while (k && (*q == ' ' || *q == '\t')) q++, k--;
+        while (k && (q[k - 1] == ' ' || q[k - 1] == '\t')) k--;
+        if (!k) continue;
+        if (n + k + 2 > sizeof keys) { bs_error("%s: more than %zu bytes of keys", what, sizeof keys - 2); return NULL; }
+        if (n) keys[n++] = '\n';
+        memcpy(keys + n, q, k);
+        n += k;
+    }
+    keys[n] = 0;
+    if (!n) { bs_error("%s: no key", what); return NULL; }
+    return keys;
+}
+
 static const char *read_key_file(const char *path) {
-    static char key[1024];
     size_t n;
     char *s = bs_read_file(path, &n);
     if (!s) return NULL;
-    const char *p = s;
-    while (*p == ' ' || *p == '\t') p++;
-    size_t k = strcspn(p, "\r\n");
-    while (k && (p[k - 1] == ' ' || p[k - 1] == '\t')) k--;
-    if (k >= sizeof key) { free(s); bs_error("%s: the key is longer than %zu bytes", path, sizeof key - 1); return NULL; }
-    memcpy(key, p, k);
-    key[k] = 0;
+    const char *keys = strlen(s) == n ? key_list(path, s, "\r\n") : NULL;
+    if (!keys && strlen(s) != n) bs_error("%s: a NUL byte in the key file", path);
     free(s);
-    return key;
+    return keys;
 }
 
 /* Options only serve takes, into c; 0 or -1 + bs_error. */
@@ -83,7 +98,7 @@ static int apply_serve(srv_config *c, const cli_arg *a) {
     case OPT_HTTP_THREADS: c->http_threads = (int)a->n; break;
     case OPT_BODY_BUDGET: c->body_budget = a->n; break;
     case OPT_IMAGE_BUDGET: c->image_budget = a->n; break;
-    case OPT_API_KEY: c->api_key = a->s; break;
+    case OPT_API_KEY: if (!(c->api_key = key_list(a->name, a->s, ","))) return -1; break;
     case OPT_API_KEY_FILE: if (!(c->api_key = read_key_file(a->s))) return -1; break;
     case OPT_CORS: c->cors = a->s; break;
     case OPT_ALLOWED_HOSTS: c->allowed_hosts = a->s; break;

@@ -210,11 +210,19 @@ static bool post_type_ok(const srv *s, struct MHD_Connection *c) {
 }
 
 /* Compare in time that depends only on the configured key's length (no early exit). */
-static bool key_equal(const char *given, const char *key) {
-    size_t ng = strlen(given), nk = strlen(key);
-    unsigned char d = ng != nk;
-    for (size_t i = 0; i < nk; i++) d |= (unsigned char)((i < ng ? given[i] : 0) ^ key[i]);
-    return d == 0;
+/* Whether given is one of the keys (one per line), each compared in time independent of where
+ * they differ. */
+static bool key_equal(const char *given, const char *keys) {
+    const size_t ng = strlen(given);
+    bool any = false;
+    for (const char *key = keys; *key;) {
+        const size_t nk = strcspn(key, "\n");
+        unsigned char d = ng != nk;
+        for (size_t i = 0; i < nk; i++) d |= (unsigned char)((i < ng ? given[i] : 0) ^ key[i]);
+        any |= d == 0;
+        key += nk + (key[nk] == '\n');
+    }
+    return any;
 }
 
 static void add_common_headers(const srv *s, struct MHD_Response *resp, const char *ctype, const char *origin) {
@@ -333,7 +341,8 @@ bool srv_authorized(const srv *s, const char *url, const char *authorization, co
     if ((n == 7 && !strncmp(url, "/health", 7)) || (n == 10 && !strncmp(url, "/v1/health", 10)) ||
         (n == 6 && !strncmp(url, "/ready", 6)) || (n == 9 && !strncmp(url, "/v1/ready", 9)) ||
         (n == 1 && url[0] == '/') || (n == 11 && !strncmp(url, "/index.html", 11)) ||
-        (n == 7 && !strncmp(url, "/models", 7)))   /* public in llama-server too */
+        (n == 7 && !strncmp(url, "/models", 7)) || (n == 10 && !strncmp(url, "/v1/models", 10)) ||
+        (n == 9 && !strncmp(url, "/api/tags", 9)))   /* public in llama-server too */
         return true;
     const char *h = authorization;   /* "Bearer KEY", or the bare key as llama-server takes it */
     if (h && ((!strncmp(h, "Bearer ", 7) && key_equal(h + 7, s->cfg.api_key)) || key_equal(h, s->cfg.api_key)))
