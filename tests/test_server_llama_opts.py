@@ -7,7 +7,9 @@
   that do not say as enable_thinking false does, and a request that says wins;
   --reasoning-format none keeps the think block in content as the request field does;
 - options asking for what this server does not do (--chat-template, TLS, -hf, --path) are
-  refused at once with the reason."""
+  refused at once with the reason;
+- llama-server's environment variables (LLAMA_ARG_*, LLAMA_API_KEY) stand for their options,
+  the command line winning."""
 import os, subprocess, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,9 +61,34 @@ try:
     st2, got = post(none.port, '/v1/chat/completions', dict(CHAT, max_tokens=12, temperature=0))
     check(st == st2 == 200 and got['choices'][0]['message'] == want['choices'][0]['message'],
           '--reasoning-format none: the think block stays in content', f"{got['choices'][0]} {want['choices'][0]}")
+    # llama-server's environment variables stand for its options; the command line wins
+    env = {'LLAMA_ARG_MODEL': TINY, 'LLAMA_API_KEY': 'env-key', 'LLAMA_ARG_N_PARALLEL': '2', 'LLAMA_ARG_JINJA': 'true',
+           'LLAMA_ARG_CTX_SIZE': '256', 'LLAMA_ARG_EMBEDDINGS': 'off'}
+    os.environ.update(env)
+    try:
+        envd = Replica(W, 'env', ['-t', '1', '-c', '512']).start()
+        servers.append(envd)
+        envd.wait_ready()
+    finally:
+        for k in env:
+            del os.environ[k]
+    st, _, _ = request(envd.port, 'GET', '/props')
+    st2, _, d = request(envd.port, 'GET', '/props', headers={'Authorization': 'Bearer env-key'})
+    props = jbody(d)
+    check(st == 401 and st2 == 200 and props['total_slots'] == 2 and props['default_generation_settings']['n_ctx'] == 512,
+          'LLAMA_ARG_MODEL, LLAMA_API_KEY, LLAMA_ARG_N_PARALLEL taken, -c over LLAMA_ARG_CTX_SIZE',
+          f"{st} {st2} {props.get('total_slots')} {props.get('default_generation_settings', {}).get('n_ctx')}")
 finally:
     for r in servers:
         r.stop()
+p = subprocess.run([B, 'serve', '-m', TINY], capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, LLAMA_ARG_EMBEDDINGS='maybe'))
+check(p.returncode != 0 and 'LLAMA_ARG_EMBEDDINGS' in p.stderr, 'a flag variable that is no truth value: refused',
+      p.stderr.strip()[-200:])
+p = subprocess.run([B, 'serve', '-m', TINY], capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, LLAMA_ARG_HF_REPO='org/model'))
+check(p.returncode != 0 and 'from the environment' in p.stderr and 'no downloads' in p.stderr,
+      'an environment variable for a refused option: refused, saying where it came from', p.stderr.strip()[-200:])
 
 for args, why in ((['--chat-template', 'chatml'], 'rendered natively'), (['--ssl-key-file', 'k.pem'], 'TLS'),
                   (['-hf', 'org/model'], 'no downloads'), (['--path', '/tmp'], 'no static files'),

@@ -18,6 +18,9 @@
 
 /* cli_serve_more.c: the slot, adapter, model-name, media and idle options */
 int cli_serve_apply_more(srv_config *c, const cli_arg *a);
+/* cli_serve_compat.c: llama-server's LLAMA_ARG_* / LLAMA_API_KEY variables as arguments
+ * (argv[0] "serve"); 0 or -1 + bs_error */
+int cli_serve_env_args(char **argv, int cap, int *n);
 
 void help_serve(void) {
     printf("usage: bitspark serve -m MODEL [options]\n"
@@ -134,12 +137,19 @@ static int parse(srv_config *c, int argc, char **argv) {
     c->drain_timeout = 30;
     bs_engine_opts *g = &c->gen;   /* the model, drafter and request defaults, parsed as for run */
     cli_gen_defaults(g);
-    for (int i = 1; i < argc; i++) {
-        cli_arg a;
-        if (cli_next(CMD_SERVE, argc, argv, &i, &a)) return -1;
-        if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
-        int r = cli_gen_apply(g, &a);
-        if (r < 0 || (!r && apply_serve(c, &a))) return -1;
+    static char *env_argv[128];    /* llama-server's LLAMA_ARG_* first: the command line wins */
+    int env_argc;
+    if (cli_serve_env_args(env_argv, 128, &env_argc)) return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        char **av = pass ? argv : env_argv;
+        const int ac = pass ? argc : env_argc;
+        for (int i = 1; i < ac; i++) {
+            cli_arg a;
+            if (cli_next(CMD_SERVE, ac, av, &i, &a)) return pass ? -1 : bs_error_prefix("from the environment: ");
+            if (!a.opt) return bs_error("unexpected argument '%s'", a.s);
+            int r = cli_gen_apply(g, &a);
+            if (r < 0 || (!r && apply_serve(c, &a))) return pass ? -1 : bs_error_prefix("from the environment: ");
+        }
     }
     cli_opts_end();
     if (cli_gen_check(g)) return -1;

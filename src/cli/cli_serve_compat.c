@@ -11,6 +11,7 @@
 #include "io/util.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,57 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_LOG_DISABLE: bs_log_level = 0; break;
     case OPT_COMPAT_NOOP: bs_log(1, "bitspark serve: %s: %s\n", a->name, a->opt->help); break;
     default: return bs_error("%s: not handled by serve", a->name);
+    }
+    return 0;
+}
+
+/* llama-server's environment variables (LLAMA_ARG_*, LLAMA_API_KEY: its Docker images are set up
+ * by them) as the options they stand for, taken before the command line so that an option given
+ * there wins. A flag's variable turns it on with 1 / true / on / enabled and is left out with
+ * 0 / false / off / disabled. */
+static const struct { const char *env, *opt; bool flag; } env_opts[] = {
+    {"LLAMA_ARG_MODEL", "-m", false}, {"LLAMA_ARG_MODEL_DRAFT", "-md", false}, {"LLAMA_ARG_MMPROJ", "--mmproj", false},
+    {"LLAMA_ARG_CTX_SIZE", "-c", false}, {"LLAMA_ARG_N_PARALLEL", "-np", false}, {"LLAMA_ARG_THREADS", "-t", false},
+    {"LLAMA_ARG_N_PREDICT", "-n", false}, {"LLAMA_ARG_HOST", "--host", false}, {"LLAMA_ARG_PORT", "--port", false},
+    {"LLAMA_API_KEY", "--api-key", false}, {"LLAMA_ARG_API_KEY", "--api-key", false},
+    {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", false}, {"LLAMA_ARG_ALIAS", "-a", false},
+    {"LLAMA_ARG_EMBEDDINGS", "--embeddings", true}, {"LLAMA_ARG_POOLING", "--pooling", false},
+    {"LLAMA_ARG_N_GPU_LAYERS", "-ngl", false}, {"LLAMA_ARG_DEVICE", "-dev", false},
+    {"LLAMA_ARG_DRAFT_MAX", "--draft-max", false}, {"LLAMA_ARG_SLOT_SAVE_PATH", "--slot-save-path", false},
+    {"LLAMA_ARG_TIMEOUT", "-to", false}, {"LLAMA_ARG_THREADS_HTTP", "--threads-http", false},
+    {"LLAMA_ARG_NO_WEBUI", "--no-webui", true}, {"LLAMA_ARG_NO_MMAP", "--no-mmap", true},
+    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", true}, {"LLAMA_ARG_REASONING_BUDGET", "--reasoning-budget", false},
+    {"LLAMA_ARG_THINK", "--reasoning-format", false}, {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", false},
+    {"LLAMA_ARG_FLASH_ATTN", "-fa", false}, {"LLAMA_ARG_CACHE_TYPE_K", "-ctk", false},
+    {"LLAMA_ARG_CACHE_TYPE_V", "-ctv", false}, {"LLAMA_ARG_BATCH", "-b", false}, {"LLAMA_ARG_UBATCH", "-ub", false},
+    {"LLAMA_ARG_CONT_BATCHING", "-cb", true}, {"LLAMA_ARG_JINJA", "--jinja", true}, {"LLAMA_ARG_MLOCK", "--mlock", true},
+    {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", true}, {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", true},
+    {"LLAMA_ARG_ENDPOINT_PROPS", "--props", true}, {"LLAMA_ARG_HF_REPO", "-hf", false},
+    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", false}, {"LLAMA_ARG_SSL_KEY_FILE", "--ssl-key-file", false},
+};
+
+static int truth(const char *env, const char *v, bool *on) {
+    static const char *const yes[] = {"1", "true", "on", "enabled"}, *const no[] = {"0", "false", "off", "disabled"};
+    for (size_t i = 0; i < 4; i++) {
+        if (!strcmp(v, yes[i])) { *on = true; return 0; }
+        if (!strcmp(v, no[i])) { *on = false; return 0; }
+    }
+    return bs_error("%s=%s: expected 1/true/on or 0/false/off", env, v);
+}
+
+int cli_serve_env_args(char **argv, int cap, int *n) {
+    *n = 0;
+    argv[(*n)++] = (char *)"serve";
+    for (size_t i = 0; i < sizeof env_opts / sizeof env_opts[0]; i++) {
+        const char *v = getenv(env_opts[i].env);
+        if (!v || !*v) continue;
+        bool on = true;
+        if (env_opts[i].flag && truth(env_opts[i].env, v, &on)) return -1;
+        if (!on) continue;
+        if (*n + 2 > cap) return bs_error("too many LLAMA_ARG_* variables");
+        argv[(*n)++] = (char *)env_opts[i].opt;
+        if (!env_opts[i].flag) argv[(*n)++] = (char *)v;
+        bs_log(2, "bitspark serve: %s from the environment (%s)\n", env_opts[i].opt, env_opts[i].env);
     }
     return 0;
 }
