@@ -47,6 +47,16 @@ try:
     plain = serve('plain')
     _, t_default = post(plain.port, '/apply-template', CHAT)
     _, t_off = post(plain.port, '/apply-template', dict(CHAT, chat_template_kwargs={'enable_thinking': False}))
+    _, t_none = post(plain.port, '/apply-template', dict(CHAT, reasoning_effort='none'))
+    _, t_high = post(plain.port, '/apply-template', dict(CHAT, reasoning_effort='high'))
+    check(t_none['prompt'] == t_off['prompt'] and t_high['prompt'] == t_default['prompt'],
+          'reasoning_effort none: thinking off (llama-server\'s rule), high: the default', t_none['prompt'][-40:])
+    _, g_on = post(plain.port, '/v1/chat/completions', dict(CHAT, max_tokens=1))
+    _, g_off = post(plain.port, '/v1/chat/completions', dict(CHAT, max_tokens=1, add_generation_prompt=False))
+    _, t_nogen = post(plain.port, '/apply-template', dict(CHAT, add_generation_prompt=False))
+    n_nogen = len(jbody(request(plain.port, 'POST', '/tokenize', {'content': t_nogen['prompt']})[2])['tokens'])
+    check(g_off['usage']['prompt_tokens'] == n_nogen < g_on['usage']['prompt_tokens'],
+          'add_generation_prompt false on chat: no assistant opener', f"{g_off['usage']} {g_on['usage']} {n_nogen}")
     budget = serve('budget', '--reasoning-budget', '0')
     _, t_budget = post(budget.port, '/apply-template', CHAT)
     _, t_asked = post(budget.port, '/apply-template', dict(CHAT, chat_template_kwargs={'enable_thinking': True}))

@@ -133,6 +133,10 @@ check(a.get('truncated') is False and a.get('prompt') == q['prompt'], 'truncated
 st, c = post(P, '/completion', dict(q, response_fields=['content', 'generation_settings/n_predict', 'nope']))
 check(st == 200 and c == {'content': a['content'], 'generation_settings/n_predict': 8},
       'response_fields: only the named fields, nested by path', str(c))
+# llama.vim's cache warm-up: n_predict 0, samplers [], response_fields [""]: an empty answer, 200
+st, c = post(P, '/completion', {'prompt': 'Hello there', 'n_predict': 0, 'samplers': [], 'response_fields': [''],
+                                'cache_prompt': True})
+check(st == 200 and c == {}, 'response_fields [""]: an empty answer (llama.vim\'s warm-up)', f'{st} {c}')
 st, c = post(P, '/completions', q)
 check(st == 200 and c.get('content') == a['content'] and 'choices' not in c, '/completions is the native endpoint (as llama-server)', str(c)[:200])
 st, c = post(P, '/v1/completions', dict(GREEDY, prompt=q['prompt'], max_tokens=8))

@@ -488,6 +488,7 @@ typedef struct srv_gen {
     bool timings_per_token;    /* every streamed chunk carries the timings so far (native and OpenAI) */
     int n_fields;
     char fields[SRV_MAX_FIELDS][SRV_FIELD_LEN];
+    bool fields_set;           /* response_fields was given: only those (none: an empty answer) */
     /* the answer of a finished task that is not a generation (embeddings), or NULL */
     void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */

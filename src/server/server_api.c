@@ -561,6 +561,9 @@ static int thinking_default(const srv *s) { return s->cfg.thinking == 0 ? -1 : s
 static bool thinking_flag(json_t *b, int *enable, srv_reply *r) {
     json_t *kw = json_object_get(b, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) { bad_request(r, "'%s' must be an object", "chat_template_kwargs"); return false; }
+    json_t *effort = json_object_get(b, "reasoning_effort");   /* OpenAI's: none (and minimal) think not */
+    if (json_is_string(effort) && (!strcmp(json_string_value(effort), "none") || !strcmp(json_string_value(effort), "minimal")))
+        *enable = 0;
     bool on = false;
     json_t *src = json_object_get(kw, "enable_thinking") ? kw : b;
     if (json_object_get(src, "enable_thinking")) {
@@ -732,7 +735,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     gen_init(&g, true);
     g.shape = shape;
     int think = thinking_default(s);
-    bool lp = false;
+    bool lp = false, gen_prompt = true;
     long top = 0;
     json_t *offered = json_object_get(b, "tools");
     char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
@@ -740,7 +743,8 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     const bool ok = parse_messages(b, &c, r) && parse_tools(b, &tools, r) && thinking_flag(b, &think, r) &&
                     reasoning_format(b, &rf, r) &&
                     parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
-                    srv_get_bool(b, "logprobs", &lp, r) && srv_get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r);
+                    srv_get_bool(b, "logprobs", &lp, r) && srv_get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r) &&
+                    srv_get_bool(b, "add_generation_prompt", &gen_prompt, r);
     free(offered_text);
     if (!ok) goto fail;
     if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
@@ -752,7 +756,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
         exceed_context(r, (long)min_tokens(s, text_bytes), n_ctx, true);
         goto fail;
     }
-    bs_chat_opts co = {.tools = tools, .add_generation_prompt = true, .enable_thinking = think};
+    bs_chat_opts co = {.tools = tools, .add_generation_prompt = gen_prompt, .enable_thinking = think};
     if (!(prompt = render_chat(s, &c, &co, &spans, &n_spans, r))) goto fail;
     size_t plen = strlen(prompt);
     if (!set_prompt(s, t, prompt, plen, spans, n_spans, &c.vis, r)) goto fail;

@@ -89,10 +89,11 @@ int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
             return srv_fail_set(f, 400, "invalid_request_error", msg, SRV_MAX_FIELDS, SRV_FIELD_LEN);
         size_t i;
         json_t *e;
+        g->fields_set = true;   /* [""] (llama.vim's cache warm-up): an empty answer */
         json_array_foreach(rf, i, e) {
-            if (!json_is_string(e) || json_string_length(e) >= SRV_FIELD_LEN || !json_string_length(e))
+            if (!json_is_string(e) || json_string_length(e) >= SRV_FIELD_LEN)
                 return srv_fail_set(f, 400, "invalid_request_error", msg, SRV_MAX_FIELDS, SRV_FIELD_LEN);
-            snprintf(g->fields[g->n_fields++], SRV_FIELD_LEN, "%s", json_string_value(e));
+            if (json_string_length(e)) snprintf(g->fields[g->n_fields++], SRV_FIELD_LEN, "%s", json_string_value(e));
         }
     }
     return 0;
@@ -318,7 +319,7 @@ static const char *stop_type(const srv_task *t) {
 /* llama-server's response_fields: only the named fields, nested ones by "a/b" paths (the path
  * is the key of the answer); names that are not there are left out. */
 static json_t *pick_fields(json_t *j, const srv_gen *g) {
-    if (!g->n_fields) return j;
+    if (!g->fields_set) return j;
     json_t *out = json_object();
     for (int i = 0; i < g->n_fields; i++) {
         char path[SRV_FIELD_LEN], *save = NULL;

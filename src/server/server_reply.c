@@ -405,7 +405,7 @@ static void reply_done(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     if (g->shape) { g->shape->done(s, t, g, r); return; }
     if (g->native) {
         json_t *a = srv_native_answer(s, srv_model_name(s), t, g);
-        for (int i = 0; !g->n_fields && i < n_choices(t); i++)   /* bitspark's own field, as on the others */
+        for (int i = 0; !g->fields_set && i < n_choices(t); i++)   /* bitspark's own field, as on the others */
             json_object_set_new(json_is_array(a) ? json_array_get(a, (size_t)i) : a, "loop_guard",
                                 loop_guard_json(&choice_at(t, i)->loop_res));
         srv_reply_json(r, 200, a);
@@ -732,7 +732,7 @@ int srv_stream_read(srv_stream *st, srv_buf *out) {
         json_t *c = len || done ? srv_native_chunk(st->s, srv_model_name(st->s), t, &st->g, text, len, end, done,
                                                    &st->toks_sent)
                                 : NULL;
-        if (c && done && !st->g.n_fields) json_object_set_new(c, "loop_guard", loop_guard_json(&t->loop_res));
+        if (c && done && !st->g.fields_set) json_object_set_new(c, "loop_guard", loop_guard_json(&t->loop_res));
         if (c) sse(out, c);
     } else if (st->g.chat) {
         chat_text(st, text, len, done, out);

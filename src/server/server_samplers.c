@@ -30,7 +30,7 @@ static int stage_of_name(const char *n) {
     };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(n, names[i].name)) return names[i].st;
-    return 0;   /* unknown names are skipped, as llama.cpp skips them (infill among them) */
+    return 0;   /* unknown names are skipped; llama.cpp's infill stage (FIM's end handling) is not here */
 }
 
 static int stage_of_char(char c) {
