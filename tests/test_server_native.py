@@ -487,6 +487,17 @@ check(st == st2 == st3 == st4 == 200 and isinstance(one, list) and [x['index'] f
 st, c = post(P, '/completion', dict(nq, prompt='x', n_cmpl=2, stream=True))
 st2, c2 = post(P, '/completion', dict(nq, prompt=['a'] * 9, n_cmpl=2))
 check(st == 400 and st2 == 400 and 'at most 16' in c2['error']['message'], 'n_cmpl streamed, or past 16 answers: 400', f'{c} {c2}')
+# logprobs entries carry the token id (llama-server's), on chat and, beside OpenAI's legacy shape,
+# on /v1/completions as "content"
+st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 3,
+                                          'logprobs': True, 'top_logprobs': 2, **GREEDY})
+ent = c['choices'][0]['logprobs']['content'] if st == 200 else []
+st2, c2 = post(P, '/v1/completions', {'prompt': 'Hello', 'max_tokens': 3, 'logprobs': 2, **GREEDY})
+lp = c2['choices'][0]['logprobs'] if st2 == 200 else {}
+check(len(ent) == 3 and all(isinstance(e['id'], int) and all(isinstance(x['id'], int) for x in e['top_logprobs']) for e in ent)
+      and len(lp.get('content', [])) == 3 and [e['token'] for e in lp['content']] == lp['tokens'] and
+      [e['logprob'] for e in lp['content']] == lp['token_logprobs'],
+      'logprobs: ids on chat entries; /v1/completions has content beside tokens / token_logprobs', f'{str(ent)[:150]} {str(lp)[:200]}')
 st, c = post(P, '/completion', {'prompt': 'x', 'n_indent': -1})
 check(st == 400 and 'n_indent' in c['error']['message'], 'n_indent -1: 400', f'{st} {c}')
 sch = {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'required': ['a']}

@@ -70,6 +70,18 @@ try:
     check(st == 200 and j2.get('data', [{}])[0].get('id') == 'bonsai', '/models is public under --api-key', f'{st}')
     check(get(P, '/v1/models')[0] == 200 and get(P, '/props')[0] == 401, '/v1/models is public, /props needs the key')
     check(get(P, '/props')[0] == 401, '/props still needs the key')
+    meta = m.get('meta', {})
+    check(m.get('owned_by') == 'llamacpp' and meta.get('n_params', 0) > 0 and meta.get('size', 0) > 0 and
+          meta.get('vocab_type') == 2, "/v1/models: llama-server's owned_by and meta (n_params, size, vocab_type)", str(m))
+    st, tags = get(P, '/api/tags')
+    check(st == 200 and tags.get('models', [{}])[0].get('name') == 'bonsai', "/api/tags (Ollama's list): public", f'{st}')
+    st, _, d = request(P, 'POST', '/api/show', {'model': 'bonsai'}, headers=AUTH)
+    show = jbody(d)
+    check(st == 200 and '<|im_start|>' in show.get('template', '') and
+          show.get('model_info', {}).get('llama.context_length', 0) > 0 and 'completion' in show.get('capabilities', []),
+          "/api/show (Ollama's): the template, the context, capabilities", f'{st} {str(show)[:200]}')
+    st, _, d = request(P, 'POST', '/responses', {'input': 'Hi', 'max_output_tokens': 3}, headers=AUTH)
+    check(st == 200 and jbody(d).get('object') == 'response', '/responses: the Responses API without /v1', f'{st}')
 
     st, _, d = request(P, 'POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 100, 'ignore_eos': True,
                                                        'temperature': 0}, headers=AUTH)

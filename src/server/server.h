@@ -624,6 +624,7 @@ bool srv_lora_route(srv *s, const char *method, const char *url, const char *bod
 int srv_lora_apply(bs_model *m, struct bs_lora *const *loras, int n, const float *scale);
 /* GET /models, /v1/models and /props (server_props.c). */
 void srv_api_models(srv *s, srv_reply *r);
+void srv_api_show(srv *s, srv_reply *r);   /* POST /api/show (Ollama's) */
 void srv_api_props(srv *s, srv_reply *r);
 /* --media-path: a file:// URL's bytes, the path confined to the directory; -1 + message. */
 void srv_media_set_path(const char *dir);

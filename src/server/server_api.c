@@ -957,11 +957,12 @@ typedef struct route {
 } route;
 
 enum { R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_WEBUI, R_CHAT, R_COMPL, R_NATIVE, R_EMBED, R_TOK, R_DETOK, R_TMPL,
-       R_MSGS, R_MSGS_COUNT, R_RESP, R_INFILL, R_EMBED_V1 };
+       R_MSGS, R_MSGS_COUNT, R_RESP, R_INFILL, R_EMBED_V1, R_SHOW };
 
 static const route routes[] = {
     {"/health", false, R_HEALTH}, {"/v1/health", false, R_HEALTH}, {"/v1/models", false, R_MODELS},
-    {"/models", false, R_MODELS}, {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
+    {"/models", false, R_MODELS}, {"/api/tags", false, R_MODELS}, {"/api/show", true, R_SHOW},
+    {"/props", false, R_PROPS}, {"/slots", false, R_SLOTS},
     {"/metrics", false, R_METRICS}, {"/", false, R_WEBUI}, {"/index.html", false, R_WEBUI},
     {"/v1/chat/completions", true, R_CHAT}, {"/chat/completions", true, R_CHAT},
     /* /completions is llama-server's native endpoint too, not OpenAI's shape (that is /v1/completions) */
@@ -971,6 +972,7 @@ static const route routes[] = {
     {"/tokenize", true, R_TOK},
     {"/detokenize", true, R_DETOK}, {"/apply-template", true, R_TMPL},
     {"/v1/messages", true, R_MSGS}, {"/v1/messages/count_tokens", true, R_MSGS_COUNT}, {"/v1/responses", true, R_RESP},
+    {"/responses", true, R_RESP},
 };
 
 static const route *find_route(const char *url) {
@@ -1063,6 +1065,7 @@ void srv_handle(srv *s, const char *method, const char *url, const char *body, s
         case R_TOK: srv_api_tokenize(s, b, r); break;
         case R_DETOK: srv_api_detokenize(s, b, r); break;
         case R_TMPL: api_apply_template(s, b, r); break;
+        case R_SHOW: srv_api_show(s, r); break;
         }
     }
     json_decref(b);

@@ -96,15 +96,29 @@ void srv_api_models(srv *s, srv_reply *r) {
     if (s->mmproj) json_array_append_new(caps, json_string("vision"));
     if (s->cfg.embeddings) json_array_append_new(caps, json_string("embeddings"));
     if (has_fim(s)) json_array_append_new(caps, json_string("infill"));
-    json_t *meta = json_pack("{s:i,s:i,s:i,s:i}", "n_vocab", bs_model_n_vocab(s->model), "n_ctx_train",
-                             bs_model_n_ctx_train(s->model), "n_embd", bs_model_n_embd(s->model), "n_layer",
-                             bs_model_n_layer(s->model));
+    json_t *meta = json_pack("{s:i,s:i,s:i,s:i,s:i,s:I,s:I}", "vocab_type", 2, "n_vocab", bs_model_n_vocab(s->model),
+                             "n_ctx_train", bs_model_n_ctx_train(s->model), "n_embd", bs_model_n_embd(s->model),
+                             "n_layer", bs_model_n_layer(s->model), "n_params", (json_int_t)bs_model_n_params(s->model),
+                             "size", (json_int_t)bs_model_size(s->model));   /* vocab_type 2: BPE, llama.cpp's number */
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:o,s:O}", "id", srv_model_name(s), "object", "model", "created",
-                          (json_int_t)s->t_created, "owned_by", "bitspark", "aliases",
+                          (json_int_t)s->t_created, "owned_by", "llamacpp", "aliases",
                           strings_json(s->cfg.aliases, s->cfg.n_aliases), "tags",
                           strings_json(s->cfg.tags, s->cfg.n_tags), "meta", meta, "capabilities", caps);
     /* llama-server's Ollama-style list beside OpenAI's */
     json_t *om = json_pack("{s:s,s:s,s:s,s:o,s:o}", "name", srv_model_name(s), "model", srv_model_name(s), "type",
                            "model", "tags", strings_json(s->cfg.tags, s->cfg.n_tags), "capabilities", caps);
     srv_reply_json(r, 200, json_pack("{s:s,s:[o],s:[o]}", "object", "list", "data", m, "models", om));
+}
+
+/* POST /api/show (Ollama's, as llama-server answers it for model pickers that speak Ollama): the
+ * chat template, the context a slot holds, the capabilities. */
+void srv_api_show(srv *s, srv_reply *r) {
+    json_t *caps = json_pack("[s]", "completion");
+    if (s->mmproj) json_array_append_new(caps, json_string("vision"));
+    const char *tmpl = bs_model_chat_template(s->model);
+    srv_reply_json(r, 200, json_pack("{s:s,s:s,s:s,s:{s:i},s:{s:s,s:s,s:[s],s:s,s:s},s:o}", "template", tmpl ? tmpl : "",
+                                     "modelfile", "", "parameters", "", "model_info", "llama.context_length",
+                                     srv_sched_n_ctx(s->sched), "details", "format", "gguf", "family", "qwen35",
+                                     "families", "qwen35", "parameter_size", "", "quantization_level", "",
+                                     "capabilities", caps));
 }

@@ -118,10 +118,10 @@ static json_t *usage_json(const srv_timings *tm) {
 static json_t *chat_lp_entry(const srv *s, const srv_tok *k) {
     json_t *top = json_array();
     for (int i = 0; i < k->n_top; i++)
-        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", piece(s, k->top_id[i]), "logprob",
-                                             (double)k->top_lp[i], "bytes", srv_token_bytes_json(s, k->top_id[i])));
-    return json_pack("{s:o,s:f,s:o,s:o}", "token", piece(s, k->id), "logprob", (double)k->logprob, "bytes",
-                     srv_token_bytes_json(s, k->id), "top_logprobs", top);
+        json_array_append_new(top, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)k->top_id[i], "token", piece(s, k->top_id[i]),
+                                             "logprob", (double)k->top_lp[i], "bytes", srv_token_bytes_json(s, k->top_id[i])));
+    return json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)k->id, "token", piece(s, k->id), "logprob", (double)k->logprob,
+                     "bytes", srv_token_bytes_json(s, k->id), "top_logprobs", top);   /* id: llama-server's too */
 }
 
 static json_t *chat_logprobs(const srv *s, const srv_tok *k, int from, int to) {
@@ -158,8 +158,13 @@ static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int fr
         json_array_append_new(tops, top);
         json_array_append_new(offs, json_integer((json_int_t)(off + (i ? t->toks[i - 1].text_end : 0))));
     }
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
-                     "text_offset", offs);
+    json_t *j = json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                          "text_offset", offs);
+    /* llama-server's shape beside OpenAI's: the generated tokens as chat's entries */
+    json_t *w = chat_logprobs(s, t->toks, from, to);
+    json_object_set(j, "content", json_object_get(w, "content"));
+    json_decref(w);
+    return j;
 }
 
 /* "shutdown": the server stopped before the end (drain timeout or a second SIGTERM). */
@@ -309,9 +314,9 @@ static void fill_compl_lp(srv_buf *b, void *arg) {
         bs_token_to_piece(a->s->tok, t->prompt[i], true, &p, &len);
         base += len;
     }
-    static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset", "content"};
     srv_buf_adds(b, "{");
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         bool first = true;
         srv_buf_adds(b, k ? ",\"" : "\"");
         srv_buf_adds(b, keys[k]);
