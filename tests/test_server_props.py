@@ -56,6 +56,11 @@ try:
           prm.get('n_predict') == 20 and isinstance(prm.get('samplers'), list) and 'top_k' in prm['samplers'] and
           'top_p' in prm and 'min_p' in prm, '/props default_generation_settings.params', str(prm))
     check(j.get('is_sleeping') is False, '/props is_sleeping false', str(j.get('is_sleeping')))
+    check(j.get('eos_token') == '<|im_end|>' and isinstance(j.get('bos_token'), str) and j.get('media_marker') == '<__media__>'
+          and j.get('endpoint_slots') is True and j.get('endpoint_metrics') is True and j.get('webui') is True and
+          prm.get('samplers') == ['penalties', 'dry', 'top_n_sigma', 'top_k', 'typ_p', 'top_p', 'min_p', 'xtc', 'temperature'],
+          "/props: llama-server's bos/eos tokens, media_marker, endpoint flags, the whole sampler chain",
+          str({k: j.get(k) for k in ('bos_token', 'eos_token', 'media_marker', 'endpoint_slots', 'webui')}) + str(prm.get('samplers')))
     check(j.get('total_slots') == 1 and j.get('model_alias') == 'bonsai', '/props total_slots, model_alias')
 
     st, j = get(P, '/v1/models', AUTH)

@@ -288,7 +288,7 @@ static json_t *ids_json(const srv_task *t, int from, int to) {
 }
 
 /* The request's settings as llama-server reports them (generation_settings). */
-static json_t *settings_json(const srv_task *t, const srv_gen *g) {
+static json_t *settings_json(const srv *s, const srv_task *t, const srv_gen *g) {
     const bs_sampler_params *p = &t->sp;
     json_t *stop = json_array(), *bias = json_array();
     for (int i = 0; i < t->n_stop; i++) json_array_append_new(stop, json_string(t->stop[i]));
@@ -297,13 +297,14 @@ static json_t *settings_json(const srv_task *t, const srv_gen *g) {
                                                                                         : json_real(t->bias[i])));
     json_t *j = json_pack("{s:i,s:I}", "n_predict", t->n_predict, "seed", (json_int_t)p->seed);
     srv_sampler_settings(j, p);
-    json_object_set_new(j, "n_keep", json_integer(t->n_keep));
+    json_object_set_new(j, "n_keep", json_integer(t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep));   /* as it ran */
     json_object_set_new(j, "n_probs", json_integer(g->n_probs));
     json_object_set_new(j, "post_sampling_probs", json_boolean(g->post_probs));
     json_object_set_new(j, "ignore_eos", json_boolean(t->ignore_eos));
     json_object_set_new(j, "n_indent", json_integer(t->n_indent));
     json_object_set_new(j, "t_max_predict_ms", json_integer(t->t_max_predict_ms));
     json_object_set_new(j, "stream", json_boolean(g->stream));
+    json_object_set_new(j, "timings_per_token", json_boolean(g->timings_per_token));
     json_object_set_new(j, "cache_prompt", json_boolean(!t->no_cache));
     json_object_set_new(j, "stop", stop);
     json_object_set_new(j, "logit_bias", bias);
@@ -345,7 +346,7 @@ static json_t *final_json(const srv *s, const char *model, srv_task *t, const sr
     json_object_set_new(j, "model", json_string(model));
     json_object_set_new(j, "tokens_evaluated", json_integer(t->tm.n_prompt + t->tm.n_cached));
     json_object_set_new(j, "tokens_cached", json_integer(t->tm.n_cached));
-    json_object_set_new(j, "generation_settings", settings_json(t, g));
+    json_object_set_new(j, "generation_settings", settings_json(s, t, g));
     /* the other prompts of a list: their text as the model reads it (the request's is the first's) */
     char *own = NULL;
     size_t own_len;

@@ -12,20 +12,20 @@
 #include <jansson.h>
 #include <string.h>
 
-/* llama-server's sampler names, in the order this engine applies them (bitspark.h). */
-static json_t *samplers_json(const bs_sampler_params *p) {
-    json_t *a = json_array();
-    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
-        json_array_append_new(a, json_string("penalties"));
-    if (p->dry_multiplier != 0.0f) json_array_append_new(a, json_string("dry"));
-    if (p->top_n_sigma > 0) json_array_append_new(a, json_string("top_n_sigma"));
-    json_array_append_new(a, json_string("top_k"));
-    if (p->typical_p > 0 && p->typical_p < 1) json_array_append_new(a, json_string("typ_p"));
-    json_array_append_new(a, json_string("top_p"));
-    json_array_append_new(a, json_string("min_p"));
-    if (p->xtc_probability > 0) json_array_append_new(a, json_string("xtc"));
-    json_array_append_new(a, json_string("temperature"));
-    return a;
+/* llama-server's sampler names, in the order this engine applies them (bitspark.h): the whole
+ * chain, as llama-server lists its configured one (a client that sends the list back keeps every
+ * stage its other fields turn on). */
+static json_t *samplers_json(void) {
+    return json_pack("[s,s,s,s,s,s,s,s,s]", "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                     "temperature");
+}
+
+/* A special token's text ("" without one). */
+static json_t *token_text(const srv *s, int32_t id) {
+    const char *p = "";
+    size_t len = 0;
+    if (id >= 0) bs_token_to_piece(s->tok, id, true, &p, &len);
+    return json_stringn(p, len);
 }
 
 static json_t *breakers_json(const bs_engine_opts *o) {
@@ -50,7 +50,7 @@ static json_t *params_json(const srv *s) {
     json_object_set_new(j, "stream", json_false());
     json_object_set_new(j, "n_probs", json_integer(0));
     json_object_set_new(j, "stop", json_array());
-    json_object_set_new(j, "samplers", samplers_json(p));
+    json_object_set_new(j, "samplers", samplers_json());
     json_object_set_new(j, "speculative.n_max", json_integer(s->cfg.drafter ? s->cfg.draft_max : 0));
     float sc[SRV_MAX_LORA];
     srv_lora_global(sc);
@@ -75,7 +75,14 @@ void srv_api_props(srv *s, srv_reply *r) {
                           "chat_template", s->tmpl_text ? s->tmpl_text : "", "build_info",
                           "bitspark-" BITSPARK_VERSION, "speculative", s->cfg.drafter != NULL, "n_ctx",
                           srv_sched_n_ctx(s->sched));
-    json_object_set_new(j, "modalities", json_pack("{s:b}", "vision", s->mmproj != NULL));
+    json_object_set_new(j, "modalities", json_pack("{s:b,s:b}", "vision", s->mmproj != NULL, "audio", 0));
+    json_object_set_new(j, "bos_token", token_text(s, bs_token_bos(s->tok)));
+    json_object_set_new(j, "eos_token", token_text(s, bs_token_eos(s->tok)));
+    json_object_set_new(j, "media_marker", json_string("<__media__>"));   /* /completion's multimodal prompts */
+    json_object_set_new(j, "endpoint_slots", json_boolean(!s->cfg.no_slots));
+    json_object_set_new(j, "endpoint_props", json_false());   /* POST /props: 501 */
+    json_object_set_new(j, "endpoint_metrics", json_true());
+    json_object_set_new(j, "webui", json_boolean(!s->cfg.no_webui));
     json_object_set_new(j, "is_sleeping", json_boolean(srv_sched_sleeping(s->sched)));
     srv_reply_json(r, 200, j);
 }
