@@ -335,7 +335,7 @@ typedef struct {
     int32_t top_k;              /* <= 0: off */
     float top_p;                /* >= 1: off */
     float min_p;                /* <= 0: off */
-    int32_t min_keep;           /* top-k/top-p/min-p keep at least this many (values < 1 mean 1) */
+    int32_t min_keep;           /* top-p/min-p keep at least this many (values < 1 mean 1; top-k not) */
     int32_t penalty_last_n;     /* window of repeat/presence/frequency: 0 off, -1 whole history */
     float repeat_penalty;       /* 1: off; logit > 0 divided by it, logit <= 0 multiplied */
     float presence_penalty;     /* subtracted once from every token seen in the window */
@@ -555,9 +555,10 @@ typedef struct bs_gen_request {
                                   drafter (llama-server's post_sampling_probs) */
     int n_indent;              /* > 0: a generated line after the first newline indented (spaces,
                                   tabs) by fewer characters ends generation (BS_GEN_LENGTH), cut
-                                  at its first other character (code completion; llama-server's) */
-    int t_max_predict_ms;      /* > 0: generation ends (BS_GEN_LENGTH) once this long has passed
-                                  since its first token and it has produced a newline */
+                                  at its first other character, an empty line's newline included
+                                  (code completion; llama-server's) */
+    int t_max_predict_ms;      /* > 0: once this long has passed since the first token, the next
+                                  token holding a newline ends generation (BS_GEN_LENGTH) */
 } bs_gen_request;
 
 BS_API void bs_gen_request_init(bs_gen_request *r);   /* defaults: greedy off (llama.cpp's sampler

@@ -10,7 +10,7 @@
   refused at once with the reason;
 - llama-server's environment variables (LLAMA_ARG_*, LLAMA_API_KEY) stand for their options,
   the command line winning."""
-import os, subprocess, sys
+import os, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
@@ -71,6 +71,30 @@ try:
     st2, got = post(none.port, '/v1/chat/completions', dict(CHAT, max_tokens=12, temperature=0))
     check(st == st2 == 200 and got['choices'][0]['message'] == want['choices'][0]['message'],
           '--reasoning-format none: the think block stays in content', f"{got['choices'][0]} {want['choices'][0]}")
+    # llama-server's "auto" values and aliases: -c 0 the model's context, -np -1 four slots, -n -1 the
+    # default cap; --reasoning off; --samplers as requests' default stages
+    more = serve('more', '-t', '-1', '-c', '0', '-np', '-1', '--predict', '-1', '--keep', '-1', '--embedding',
+                 '--reasoning', 'off', '--samplers', 'top_k;temperature', '-cram', '0', '--no-mmproj')
+    _, _, d = request(more.port, 'GET', '/props')
+    mp = jbody(d)
+    _, t_more = post(more.port, '/apply-template', CHAT)
+    st, c = post(more.port, '/completion', {'prompt': 'Hello', 'n_predict': 2, 'temperature': 0.5})
+    gs = c.get('generation_settings', {})
+    check(mp['total_slots'] == 4 and mp['default_generation_settings']['n_ctx'] == 8192 and t_more['prompt'] == t_off['prompt']
+          and st == 200 and gs.get('top_p') == 1 and gs.get('min_p') == 0 and gs.get('top_k') == 40,
+          "-c 0, -np -1, --reasoning off, --samplers: llama-server's meanings",
+          f"{mp['total_slots']} {mp['default_generation_settings']['n_ctx']} {gs.get('top_p')} {gs.get('min_p')}")
+    # --log-file: what the server says goes there
+    logf = os.path.join(W, 'file.log')
+    lp = subprocess.Popen([B, 'serve', '-m', TINY, '--port', '0', '-t', '1', '--ctx', '256', '--log-file', logf],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while time.time() - t0 < 60 and not (os.path.exists(logf) and 'listening on' in open(logf).read()):
+        time.sleep(0.05)
+    said = open(logf).read() if os.path.exists(logf) else ''
+    lp.terminate()
+    lp.wait(30)
+    check('listening on' in said, '--log-file: the log goes to the file', said[-200:])
     # llama-server's environment variables stand for its options; the command line wins
     env = {'LLAMA_ARG_MODEL': TINY, 'LLAMA_API_KEY': 'env-key', 'LLAMA_ARG_N_PARALLEL': '2', 'LLAMA_ARG_JINJA': 'true',
            'LLAMA_ARG_CTX_SIZE': '256', 'LLAMA_ARG_EMBEDDINGS': 'off'}

@@ -424,6 +424,9 @@ lines = 'root ::= "ab\\n" "    cd\\n" "  ef\\n" "gh"'
 st, full = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, **GREEDY})
 st2, ind = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, 'n_indent': 3, **GREEDY})
 st3, ind4 = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines, 'n_indent': 2, **GREEDY})
+st4, blank = post(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'n_indent': 4, **GREEDY,
+                                     'grammar': 'root ::= "ab\\n" "    cd\\n" "\\n" "    ef"'})
+check(st4 == 200 and blank['content'] == 'ab\n    cd\n', 'n_indent: an empty line ends the answer (llama-server)', str(blank)[:200])
 check(st == st2 == st3 == 200 and full['content'] == 'ab\n    cd\n  ef\ngh' and ind['content'] == 'ab\n    cd\n  ' and
       ind['stop_type'] == 'limit' and ind4['content'] == 'ab\n    cd\n  ef\n' and
       ind['generation_settings']['n_indent'] == 3,
@@ -432,10 +435,11 @@ ev = stream(P, '/completion', {'prompt': 'x', 'n_predict': 40, 'grammar': lines,
 check(''.join(e.get('content', '') for e in ev) == 'ab\n    cd\n  ', 'n_indent streamed: the cut text never sent',
       str(ev)[:300])
 # t_max_predict_ms: past it, once a newline is out, the answer ends (stop_type limit)
-free = 'root ::= "ab\\n" [a-z ]*'
+free = 'root ::= "ab\\n" ([a-z ]{1,20} "\\n")*'
 st, long_ = post(P, '/completion', {'prompt': 'x', 'n_predict': 200, 'grammar': free, **GREEDY})
 st2, cut = post(P, '/completion', {'prompt': 'x', 'n_predict': 200, 'grammar': free, 't_max_predict_ms': 1, **GREEDY})
 check(st == st2 == 200 and long_['tokens_predicted'] == 200 and cut['content'].startswith('ab\n') and
+      cut['content'].endswith('\n') and
       cut['tokens_predicted'] < 200 and cut['stop_type'] == 'limit',
       't_max_predict_ms 1: ends soon after the newline', f"{long_['tokens_predicted']} {cut.get('tokens_predicted')} {cut.get('stop_type')}")
 # timings_per_token: every streamed chunk carries the timings so far (predicted_n growing), native
@@ -453,24 +457,26 @@ ev = stream(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content':
                                         'timings_per_token': True, **GREEDY})['events']
 tk = [e['timings']['predicted_n'] for e in ev if 'timings' in e]
 check(len(tk) >= len(ev) - 1 and tk == sorted(tk) and tk[-1] == 6, 'timings_per_token: OpenAI chunks too', f'{tk} {len(ev)}')
-# min_keep widens top_k as llama.cpp's does: top_k 1 at a hot temperature is greedy, with
-# min_keep 20 it samples; dry_sequence_breakers per request: breakers on every space end DRY's
-# matches (the text DRY changes without them comes back)
-mk = {'prompt': 'Once upon a time', 'n_predict': 8, 'temperature': 5, 'top_k': 1, 'seed': 3}
+# min_keep as llama.cpp's: top-p 0.01 at a hot temperature keeps the best only (greedy), with
+# min_keep 20 it samples among 20; top-k is not widened by it (top_k 1 stays greedy);
+# dry_sequence_breakers per request: breakers on every space end DRY's matches
+mk = {'prompt': 'Once upon a time', 'n_predict': 8, 'temperature': 5, 'top_k': 0, 'top_p': 0.01, 'min_p': 0, 'seed': 3}
 st, k0 = post(P, '/completion', mk)
 st2, k20 = post(P, '/completion', dict(mk, min_keep=20))
 st3, kg = post(P, '/completion', dict(mk, temperature=0))
-check(st == st2 == st3 == 200 and k0['content'] == kg['content'] and k20['content'] != kg['content'] and
-      k20['generation_settings']['min_keep'] == 20, 'min_keep 20 widens top_k 1', f"{k0.get('content')!r} {k20.get('content')!r}")
+st4, k1 = post(P, '/completion', dict(mk, top_k=1, top_p=1, min_keep=20))
+check(st == st2 == st3 == st4 == 200 and k0['content'] == kg['content'] and k20['content'] != kg['content'] and
+      k1['content'] == kg['content'] and k20['generation_settings']['min_keep'] == 20,
+      'min_keep 20 widens top-p, not top-k (llama.cpp)', f"{k0.get('content')!r} {k20.get('content')!r} {k1.get('content')!r}")
 PT = serve('trained', TINY, '-np', '1', '--ctx', '256')   # the trained tiny model repeats itself
 dq = {'prompt': 'Once upon a time', 'n_predict': 60, **GREEDY}
 dry = dict(dq, dry_multiplier=3, dry_allowed_length=1)
 st, d0 = post(PT, '/completion', dq)
-st2, dn = post(PT, '/completion', dict(dry, dry_sequence_breakers=[]))
+st2, dn = post(PT, '/completion', dict(dry, dry_sequence_breakers=['\u0001']))   # one that never comes: none
 st3, ds = post(PT, '/completion', dict(dry, dry_sequence_breakers=[' ', 'e', 'a', 't', 'o', 'n']))
 check(st == st2 == st3 == 200 and dn['content'] != d0['content'] and ds['content'] != dn['content'],
       'dry_sequence_breakers per request: none and many give other text', f"{d0['content'][:60]!r} {dn['content'][:60]!r} {ds['content'][:60]!r}")
-for bad in (['a'] * 17, 'x', [1], ['a' * 300]):
+for bad in (['a'] * 17, 'x', [1], ['a' * 300], []):
     st, c = post(P, '/completion', dict(dry, dry_sequence_breakers=bad))
     check(st == 400 and 'dry_sequence_breakers' in c['error']['message'], f'dry_sequence_breakers {str(bad)[:20]}: 400', f'{st} {c}')
 # n_cmpl (alias n): completions per prompt, answered as an array in llama-server's order (prompt i's

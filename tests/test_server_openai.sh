@@ -161,8 +161,11 @@ st, c = post(vis, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_da
 st2, ch = post(vis, '/v1/chat/completions', {'messages': msgs, 'max_tokens': 8, 'temperature': 0, 'reasoning_format': 'none'})
 st3, miss = post(vis, '/completion', {'prompt': {'prompt_string': ps}, 'n_predict': 2})
 st4, nomm = post(plain, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_data': [b64]}, 'n_predict': 2})
+st5, two = post(vis, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_data': [b64]}, 'n_predict': 2, 'n_cmpl': 2})
+st6, many = post(vis, '/completion', {'prompt': {'prompt_string': ps, 'multimodal_data': [b64] * 17}, 'n_predict': 2})
 ok = (st == st2 == 200 and c['content'] == ch['choices'][0]['message']['content'] and c['tokens_evaluated'] > 50 and
-      st3 == 400 and 'markers' in miss['error']['message'] and st4 == 400)
+      st3 == 400 and 'markers' in miss['error']['message'] and st4 == 400 and st5 == 200 and
+      [x['prompt'] for x in two] == [ps, ps] and st6 == 400 and 'at most 16 images' in many['error']['message'])
 print(json.dumps({'native': c.get('content'), 'chat': ch['choices'][0]['message']['content'], 'missing': st3, 'no_mmproj': st4}))
 sys.exit(0 if ok else 1)
 PYEOF

@@ -126,13 +126,13 @@ int cli_gen_apply(bs_engine_opts *o, const cli_arg *a) {
     else if (g) *g = (int)a->n;
     else switch (id) {
     case OPT_MODEL: o->model = a->s; break;
-    case OPT_THREADS: o->n_threads = (int)a->n; break;
-    case OPT_CTX: o->n_ctx = (int)a->n; break;
+    case OPT_THREADS: if (a->n > 0) o->n_threads = (int)a->n; break;   /* -1: all cores (the default) */
+    case OPT_CTX: o->n_ctx = a->n == 0 ? -1 : (int)a->n; break;         /* serve's 0: the model's context */
     case OPT_NO_MMAP: o->no_mmap = true; break;
     case OPT_DEVICE: o->device = strcmp(a->s, "none") ? a->s : "cpu"; break;   /* llama.cpp's -dev none */
     case OPT_NORMALIZE: return cli_parse_normalize(a->s, &o->normalize_set, &o->normalize) ? -1 : 1;
     case OPT_CONTEXT_SHIFT: o->context_shift = true; break;
-    case OPT_KEEP: o->n_keep = (int)a->n; break;
+    case OPT_KEEP: o->n_keep = a->n < 0 ? INT32_MAX : (int)a->n; break;   /* -1: all a shift can keep */
     case OPT_DRY_BREAKER: return add_breaker(o, a->s) ? -1 : 1;
     case OPT_LOGIT_BIAS: return parse_bias(o, a->s) ? -1 : 1;
     case OPT_IGNORE_EOS: o->ignore_eos = true; break;

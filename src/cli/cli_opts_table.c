@@ -76,14 +76,15 @@ const cli_opt cli_opts[] = {
     SECTION(CMD_SERVE, "server"),
     STR(OPT_HOST, CMD_SERVE, "--host", "ADDR", "127.0.0.1", "address to listen on"),
     INT(OPT_PORT, CMD_SERVE, "--port", "N", 0, 65535, "8080", "port, 0 = any free one"),
-    INT(OPT_PARALLEL, CMD_SERVE, "-np, --parallel", "N", 1, 256, "1",
+    INT(OPT_PARALLEL, CMD_SERVE, "-np, --parallel", "N", -1, 256, "1",
         "slots: requests generated at the same time, their decode\n"
-        "steps batched into one pass through the weights"),
+        "steps batched into one pass through the weights (-1: 4,\n"
+        "llama-server's auto)"),
     INT(OPT_QUEUE, CMD_SERVE, "--queue", "N", 0, 1 << 20, "16 x slots", "requests that may wait for a slot; more get 503"),
-    INT(OPT_N_PREDICT, CMD_SERVE, "-n, --n-predict", "N", 1, 1 << 30, "32768",
+    INT(OPT_N_PREDICT, CMD_SERVE, "-n, --n-predict, --predict", "N", -1, 1 << 30, "32768",
         "tokens one request may generate at most, whatever its\n"
         "max_tokens (-1 and ignore_eos too), and the length of\n"
-        "requests that set none; /props reports it"),
+        "requests that set none; /props reports it (-1: the default)"),
     STR(OPT_API_KEY, CMD_SERVE, "--api-key", "KEY", NULL, "require 'Authorization: Bearer KEY' (not for /health and /)"),
     STRX(OPT_API_KEY_FILE, CMD_SERVE, "--api-key-file", "FILE", "/dev/null", NULL,
         "the same with the key read from FILE (first line; the key\n"
@@ -102,10 +103,10 @@ const cli_opt cli_opts[] = {
         "preprocessed image pixels that requests not yet in a slot\n"
         "may hold, in total; an image past it is 503"),
     FLAG(OPT_NO_WEBUI, CMD_SERVE, "--no-webui", "no chat page at /"),
-    STR(OPT_MMPROJ, CMD_SERVE, "--mmproj", "FILE", NULL,
+    STR(OPT_MMPROJ, CMD_SERVE, "-mm, --mmproj", "FILE", NULL,
         "vision projector (mmproj GGUF): chat messages may hold\n"
         "image_url parts (data: URLs); /props says modalities.vision"),
-    FLAG(OPT_EMBEDDINGS, CMD_SERVE, "--embeddings",
+    FLAG(OPT_EMBEDDINGS, CMD_SERVE, "--embeddings, --embedding, --embd",
          "serve POST /v1/embeddings (the last layer after the final norm,\n"
          "pooled and L2-normalized)"),
     CHOICE(OPT_POOLING, CMD_SERVE, "--pooling", "mean|last|none", "mean",
@@ -151,6 +152,19 @@ const cli_opt cli_opts[] = {
     FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--mlock, --no-warmup, --swa-full, -kvu, --kv-unified, --no-kv-offload",
          "ignored: no meaning for this engine"),
     FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--mmproj-offload, --no-mmproj-offload", "ignored: the projector runs on the model's device"),
+    FLAG(OPT_COMPAT_NOOP, CMD_SERVE, "--no-mmproj, -sp, --special, --spm-infill, --no-perf",
+         "ignored: no meaning for this engine (no --mmproj is no projector)"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-cram, --cache-ram, -ctxcp, --ctx-checkpoints, --fit, --spec-type", "X", NULL,
+        "ignored: the prompt cache and checkpoints are this engine's own"),
+    STR(OPT_COMPAT_NOOP, CMD_SERVE, "-r, --reverse-prompt", "TEXT", NULL, "ignored: requests send their stop strings"),
+    CHOICE(OPT_REASONING, CMD_SERVE, "-rea, --reasoning", "on|off|auto", "auto",
+           "requests' thinking default: on, off, or the template's (auto)"),
+    STRX(OPT_SAMPLERS, CMD_SERVE, "--samplers", "NAMES", "top_k;temperature", NULL,
+         "the stages of requests that send no samplers, ';'-separated\n"
+         "(the order is this engine's)"),
+    STRX(OPT_SAMPLERS, CMD_SERVE, "--sampling-seq, --sampler-seq", "LETTERS", "kt", NULL,
+         "the same as llama.cpp's letters (e d s k y p m x t)"),
+    STR(OPT_LOG_FILE, CMD_SERVE, "--log-file", "FILE", NULL, "the log (stderr) to FILE, appended"),
     STR(OPT_COMPAT_NOOP, CMD_SERVE, "-fa, --flash-attn", "on|off|auto", NULL, "ignored: attention is always fused here"),
     STR(OPT_COMPAT_NOOP, CMD_SERVE, "-ctk, --cache-type-k, -ctv, --cache-type-v", "TYPE", NULL,
         "ignored: the KV cache has this engine's own format"),
@@ -191,9 +205,9 @@ const cli_opt cli_opts[] = {
     /* ---- model and session (cli_gen, serve) ---- */
     SECTION(ALL_GEN, "model and session"),
     STR(OPT_MODEL, ALL_GEN, "-m, --model", "FILE", NULL, MODEL_HELP),
-    INT(OPT_THREADS, ALL_GEN, "-t, --threads", "N", 1, 512, "all cores", "threads"),
+    INT(OPT_THREADS, ALL_GEN, "-t, --threads", "N", -1, 512, "all cores", "threads (-1: all cores)"),
     INT(OPT_CTX, CMD_GEN, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, capped by the model", "context size in tokens"),
-    INT(OPT_CTX, CMD_SERVE, "-c, --ctx, --ctx-size", "N", 1, 1 << 24, "4096, capped by the model",
+    INT(OPT_CTX, CMD_SERVE, "-c, --ctx, --ctx-size", "N", 0, 1 << 24, "4096, capped by the model (0: the model's)",
         "context per slot in tokens"),
     FLAG(OPT_NO_MMAP, ALL_GEN, "--no-mmap", "read the model into memory instead of mapping it"),
     STR(OPT_DEVICE, ALL_GEN, "--device, -dev", "D", "auto", DEVICE_HELP " (none: cpu)"),
@@ -203,7 +217,7 @@ const cli_opt cli_opts[] = {
          "a full context drops the older half of what follows the kept\n"
          "start and re-evaluates the rest (every kept position: the\n"
          "recurrent state cannot forget), instead of stopping"),
-    INT(OPT_KEEP, ALL_GEN, "--keep", "N", 0, INT32_MAX, "0", "tokens at the start a context shift keeps"),
+    INT(OPT_KEEP, ALL_GEN, "--keep", "N", -1, INT32_MAX, "0", "tokens at the start a context shift keeps (-1: all it can)"),
 
     SECTION(ALL_GEN, "sampling (llama.cpp order and defaults; serve: the defaults of requests)"),
     FLT(OPT_TEMP, ALL_GEN, "--temp", "T", 0, 0, "0.8", "temperature, <= 0 is greedy"),
@@ -477,5 +491,7 @@ const cli_refused cli_refused_opts[] = {
     {CMD_SERVE, "--ssl-key-file, --ssl-cert-file", "no TLS here; put a TLS proxy in front"},
     {CMD_SERVE, "-hf, --hf-repo, -hff, --hf-file", "no downloads; fetch the GGUF and pass -m"},
     {CMD_SERVE, "--path, --api-prefix", "no static files or prefixed routes here"},
+    {CMD_SERVE, "--rerank, --reranking", "no reranking here (its endpoints answer 501)"},
+    {CMD_SERVE, "--override-kv, --override-tensor, -ot", "the model's metadata and tensors are used as the file has them"},
 };
 const int cli_n_refused = (int)(sizeof cli_refused_opts / sizeof cli_refused_opts[0]);

@@ -56,7 +56,7 @@ void help_serve(void) {
 
 /* Keys one per line (static storage: they live as long as the server): the file's lines, or a
  * comma-separated --api-key list, blanks around each dropped, empty ones skipped (llama-server
- * takes both forms). NULL + bs_error when there is none, or too much. */
+ * takes both forms). NULL + bs_error when there are too many. */
 static const char *key_list(const char *what, const char *text, const char *seps) {
     static char keys[8192];
     size_t n = 0;
@@ -73,8 +73,7 @@ static const char *key_list(const char *what, const char *text, const char *seps
         n += k;
     }
     keys[n] = 0;
-    if (!n) { bs_error("%s: no key", what); return NULL; }
-    return keys;
+    return keys;   /* (none at all: refused once the options are read) */
 }
 
 static const char *read_key_file(const char *path) {
@@ -93,9 +92,9 @@ static int apply_serve(srv_config *c, const cli_arg *a) {
     case OPT_MMPROJ: c->mmproj = a->s; break;
     case OPT_HOST: c->host = a->s; break;
     case OPT_PORT: c->port = (int)a->n; break;
-    case OPT_PARALLEL: c->n_slots = (int)a->n; break;
+    case OPT_PARALLEL: c->n_slots = a->n < 0 ? 4 : (int)a->n; break;   /* -1: llama-server's auto, 4 */
     case OPT_QUEUE: c->queue_max = (int)a->n; break;
-    case OPT_N_PREDICT: c->n_predict = (int)a->n; break;
+    case OPT_N_PREDICT: c->n_predict = a->n < 0 ? 0 : (int)a->n; break;   /* -1: the default cap */
     case OPT_BODY_LIMIT: c->body_max = a->n; break;
     case OPT_MAX_CONNECTIONS: c->max_connections = (int)a->n; break;
     case OPT_HTTP_THREADS: c->http_threads = (int)a->n; break;

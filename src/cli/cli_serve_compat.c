@@ -64,6 +64,12 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_NO_CONTEXT_SHIFT: c->gen.context_shift = false; break;
     case OPT_VERBOSITY: bs_log_level = a->n <= 1 ? 0 : a->n >= 4 ? 2 : 1; break;
     case OPT_LOG_DISABLE: bs_log_level = 0; break;
+    case OPT_REASONING: c->thinking = !strcmp(a->s, "on") ? 1 : !strcmp(a->s, "off") ? -1 : 0; break;
+    case OPT_SAMPLERS: c->samplers = a->s; break;
+    case OPT_LOG_FILE:
+        if (!freopen(a->s, "a", stderr)) return bs_error("%s: cannot open '%s' for appending", a->name, a->s);
+        setvbuf(stderr, NULL, _IOLBF, 0);
+        break;
     case OPT_COMPAT_NOOP: bs_log(1, "bitspark serve: %s: %s\n", a->name, a->opt->help); break;
     default: return bs_error("%s: not handled by serve", a->name);
     }

@@ -271,6 +271,7 @@ static void reset_output(bs_gen *g) {
     g->line_at = SIZE_MAX;
     g->line_judged = false;
     g->t_first_out = 0;
+    g->nl_last = false;
     memset(&g->st, 0, sizeof g->st);
     g->st.stop = BS_GEN_RUNNING;
     g->st.loop.mode = BS_LOOP_GUARD_OFF;

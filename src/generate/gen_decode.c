@@ -45,17 +45,19 @@ static void text_add(bs_gen *g, const char *s, size_t n) {
 }
 
 /* llama-server's n_indent over text[from, len): the lines after the first newline must be
- * indented (spaces, tabs) by at least n_indent; the first whose first other character comes
- * sooner ends generation there. Returns that character's position, or SIZE_MAX. */
+ * indented (spaces, tabs) by at least n_indent; the first whose first other character (an empty
+ * line's newline, a CR) comes sooner ends generation there. Returns that character's position,
+ * or SIZE_MAX. */
 static size_t indent_cut(bs_gen *g, size_t from) {
     for (size_t i = from; i < g->len; i++) {
         const char c = g->text[i];
+        if (g->line_at != SIZE_MAX && !g->line_judged && c != ' ' && c != '\t') {   /* the line's first other char */
+            g->line_judged = true;   /* (an empty line's is its newline: it ends the answer, as in llama-server) */
+            if (g->r.n_indent > 0 && i - g->line_at < (size_t)g->r.n_indent) return i;
+        }
         if (c == '\n') {
             g->line_at = i + 1;
             g->line_judged = false;
-        } else if (g->line_at != SIZE_MAX && !g->line_judged && c != ' ' && c != '\t') {
-            g->line_judged = true;
-            if (g->r.n_indent > 0 && i - g->line_at < (size_t)g->r.n_indent) return i;
         }
     }
     return SIZE_MAX;
@@ -148,6 +150,7 @@ static bool record(bs_gen *g, bs_gen_token *tk) {
     tk->text_end = g->len;
     const double now = bs_time();
     if (g->n_out == 0) g->t_first_out = now;
+    g->nl_last = memchr(text, '\n', len) != NULL;   /* t_max_predict_ms looks at the clock then */
     g->st.t_gen = now - g->t0;   /* so far (the end sets it again) */
     if (g->n_out == g->cap_out) {
         g->cap_out = g->cap_out ? 2 * g->cap_out : 64;
@@ -213,9 +216,9 @@ static bool shift(bs_gen *g) {
 static bool may_continue(bs_gen *g) {
     if (g->r.interrupt && *g->r.interrupt) gen_finish(g, BS_GEN_INTERRUPT);
     else if (g->r.n_predict >= 0 && g->n_out >= g->r.n_predict) gen_finish(g, BS_GEN_LENGTH);
-    else if (g->r.t_max_predict_ms > 0 && g->line_at != SIZE_MAX && g->t_first_out > 0 &&
+    else if (g->r.t_max_predict_ms > 0 && g->nl_last && g->t_first_out > 0 &&
              (bs_time() - g->t_first_out) * 1000.0 > g->r.t_max_predict_ms)
-        gen_finish(g, BS_GEN_LENGTH);   /* llama-server's t_max_predict_ms: past it, with a newline */
+        gen_finish(g, BS_GEN_LENGTH);   /* llama-server's t_max_predict_ms: past it, at a newline (whole lines) */
     else if (bs_session_n_past(g->sess) < bs_session_n_ctx(g->sess)) return true;
     else if (!g->r.context_shift) gen_finish(g, BS_GEN_CTX);
     else if (shift(g)) return true;

@@ -76,6 +76,7 @@ struct bs_gen {
                                   SIZE_MAX: no newline yet */
     bool line_judged;          /* that line's indentation was held against n_indent */
     double t_first_out;        /* bs_time() of the first generated token (t_max_predict_ms) */
+    bool nl_last;              /* the last token's text held a newline (t_max_predict_ms) */
     int gen_base;              /* session positions when the prompt was done */
     double t0;
     bs_spec_stats spec0;       /* the speculative counters when the request began */

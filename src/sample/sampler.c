@@ -370,7 +370,7 @@ static int heap_top_k(bs_sampler *s, int k) {
 static int gather(bs_sampler *s) {
     int k = s->p.top_k;
     if (k > 0 && k < s->n_vocab) {
-        s->n_cand = heap_top_k(s, BS_MIN(BS_MAX(k, s->p.min_keep), s->n_vocab));
+        s->n_cand = heap_top_k(s, BS_MIN(k, s->n_vocab));   /* (min_keep is top-p's and min-p's, as in llama.cpp) */
         s->sorted = true;
     } else {
         int n = 0;
@@ -605,8 +605,8 @@ static bool logits_as_given(const bs_sampler *s) {
 
 bool bs_sampler_plain_greedy(const bs_sampler *s) { return s->p.temp <= 0.0f && logits_as_given(s); }
 
-/* gather's k: top_k widened to min_keep, at most the vocabulary */
-static int top_k_of(const bs_sampler *s) { return BS_MIN(BS_MAX(s->p.top_k, s->p.min_keep), s->n_vocab); }
+/* gather's k: top_k, at most the vocabulary (min_keep does not widen it: llama.cpp's top-k) */
+static int top_k_of(const bs_sampler *s) { return BS_MIN(s->p.top_k, s->n_vocab); }
 
 /* Stages the device's chain (bs_draw: top-k, top-p, min-p, temperature) does not run. */
 static bool extra_stages(const bs_sampler_params *p) {

@@ -68,13 +68,13 @@ static bool parse_stop(json_t *b, srv_task *t, srv_reply *r) {
     return true;
 }
 
-/* dry_sequence_breakers: an array of at most BS_GEN_MAX_BREAKERS strings (the sampler finds
- * the tokens of each over the vocabulary, as llama.cpp does; empty ones are ignored). */
+/* dry_sequence_breakers: a non-empty array of at most BS_GEN_MAX_BREAKERS strings (the sampler
+ * finds the tokens of each over the vocabulary, as llama.cpp does; empty ones are ignored). */
 static bool parse_breakers(json_t *b, srv_task *t, srv_reply *r) {
     json_t *v = json_object_get(b, "dry_sequence_breakers");
     if (!v || json_is_null(v)) return true;
-    if (!json_is_array(v) || json_array_size(v) > BS_GEN_MAX_BREAKERS) {
-        srv_reply_error(r, 400, "invalid_request_error", "'dry_sequence_breakers' must be an array of at most %d strings",
+    if (!json_is_array(v) || !json_array_size(v) || json_array_size(v) > BS_GEN_MAX_BREAKERS) {   /* [] too, as llama-server */
+        srv_reply_error(r, 400, "invalid_request_error", "'dry_sequence_breakers' must be a non-empty array of at most %d strings",
                         BS_GEN_MAX_BREAKERS);
         return false;
     }
@@ -249,6 +249,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         !srv_get_int(b, "dry_allowed_length", 0, 1 << 30, &dry_len, r) ||
         !srv_get_int(b, "dry_penalty_last_n", -1, 1 << 30, &dry_last, r) || !srv_get_int(b, "min_keep", 0, 1 << 20, &min_keep, r) ||
         !srv_get_int(b, "seed", -(1L << 62), 1L << 62, &seed, r) || !srv_get_int(b, "n", 1, 1 << 30, &n, r) ||
+        !srv_get_int(b, "n_cmpl", 1, 1 << 30, &n, r) ||   /* llama-server's name of n */
         !srv_get_int(b, "n_predict", -1, 1 << 30, &n_predict, r) || !srv_get_int(b, "n_keep", -1, 1 << 30, &n_keep, r) ||
         !srv_get_int(b, "max_tokens", -1, 1 << 30, &n_predict, r) ||
         !srv_get_int(b, "max_completion_tokens", -1, 1 << 30, &n_predict, r) ||
@@ -272,7 +273,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->dry_penalty_last_n = (int32_t)dry_last;
     p->min_keep = (int32_t)min_keep;
     srv_fail f = {0};
-    if (srv_sampler_fields(b, p, &f)) {   /* after every field of p is read: it may turn them off */
+    if (srv_sampler_fields(b, s->cfg.samplers, p, &f)) {   /* after every field of p is read: it may turn them off */
         srv_reply_error(r, f.status, f.type, "%s", f.msg);
         return false;
     }
@@ -610,9 +611,15 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
 static long logprob_entries(const srv *s, const srv_task *t) {
     if (t->n_probs < 0) return 0;
     const int cap = srv_n_predict_cap(&s->cfg);
-    long n = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
-    if (!s->cfg.gen.context_shift) n = BS_MIN(n, (long)srv_sched_n_ctx(s->sched) - t->n_prompt);
-    return BS_MAX(n, 0L) * BS_MAX(t->n_choices, 1) * (t->n_probs + 1);
+    const long most = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+    long all = 0;
+    for (int k = 0; k < BS_MAX(t->n_choices, 1); k++) {   /* each answer by its own prompt's room */
+        const srv_task *c = k && t->sib[k - 1] ? t->sib[k - 1] : t;
+        long n = most;
+        if (!s->cfg.gen.context_shift) n = BS_MIN(n, (long)srv_sched_n_ctx(s->sched) - c->n_prompt);
+        all += BS_MAX(n, 0L);
+    }
+    return all * (t->n_probs + 1);
 }
 
 static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
@@ -802,6 +809,11 @@ static int media_prompt(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         return -1;
     }
     const size_t n_md = json_is_array(md) ? json_array_size(md) : 0;
+    if (n_md > SRV_MAX_IMAGES) {   /* before decoding any */
+        srv_reply_error(r, 400, "invalid_request_error", "at most %d images in a request (multimodal_data has %zu)",
+                        SRV_MAX_IMAGES, n_md);
+        return -1;
+    }
     if (n_md && r->no_images) {   /* an HTTP thread: decoded on the job pool instead */
         r->wants_job = true;
         return -1;

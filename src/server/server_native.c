@@ -70,12 +70,6 @@ int srv_native_opts(json_t *b, srv_gen *g, srv_task *t, srv_fail *f) {
     if (opt_bool(b, "post_sampling_probs", &g->post_probs, f) || opt_bool(b, "return_tokens", &g->return_tokens, f) ||
         opt_bool(b, "return_progress", &g->progress, f))
         return f->status;
-    json_t *nc = json_object_get(b, "n_cmpl");   /* completions per prompt ("n" is its alias) */
-    if (nc && !json_is_null(nc)) {
-        if (!json_is_integer(nc) || json_integer_value(nc) < 1 || json_integer_value(nc) > SRV_MAX_CHOICES)
-            return srv_fail_set(f, 400, "invalid_request_error", "'n_cmpl' must be an integer in [1, %d]", SRV_MAX_CHOICES);
-        t->n_choices = (int)json_integer_value(nc);
-    }
     t->post_probs = g->post_probs;
     if (np && !json_is_null(np)) {
         if (!json_is_integer(np) || json_integer_value(np) < 0 || json_integer_value(np) > SRV_MAX_TOP)
@@ -350,8 +344,9 @@ static json_t *final_json(const srv *s, const char *model, srv_task *t, const sr
     /* the other prompts of a list: their text as the model reads it (the request's is the first's) */
     char *own = NULL;
     size_t own_len;
-    if (index > 0 && bs_detokenize(s->tok, t->prompt, (size_t)t->n_prompt, true, &own, &own_len)) own = NULL;
-    const char *pt = index > 0 ? own : g->prompt_text;
+    const bool first_prompt = index == 0 || t->leader;   /* another completion of the first prompt */
+    if (!first_prompt && bs_detokenize(s->tok, t->prompt, (size_t)t->n_prompt, true, &own, &own_len)) own = NULL;
+    const char *pt = first_prompt ? g->prompt_text : own;
     json_object_set_new(j, "prompt", pt ? srv_text_json(pt, strlen(pt)) : json_string(""));
     free(own);
     json_object_set_new(j, "has_new_line", json_boolean(t->len && memchr(text, '\n', t->len)));

@@ -13,6 +13,7 @@
  * (temperature 1, and no dynamic range: llama.cpp's greedy lives in that stage too). A negative
  * temperature is greedy, as llama-server documents. */
 #include "server/server.h"
+#include "io/util.h"
 
 #include <jansson.h>
 #include <string.h>
@@ -39,10 +40,28 @@ static int stage_of_char(char c) {
     return c && at ? 1 << (at - code) : 0;
 }
 
-/* The stages `samplers` names (ST_ALL without the field); -1 + f on a bad type. */
-static int parse_stages(json_t *v, srv_fail *f) {
+/* The stages of serve's --samplers (names separated by ';') or --sampling-seq (letters). */
+static int default_stages(const char *d) {
+    int st = 0;
+    if (strspn(d, "edskypmxt") == strlen(d)) {   /* letters (no name is made of them alone) */
+        for (const char *c = d; *c; c++) st |= stage_of_char(*c);
+        return st;
+    }
+    char name[64];
+    for (const char *p = d; *p;) {
+        const size_t k = strcspn(p, ";");
+        snprintf(name, sizeof name, "%.*s", (int)BS_MIN(k, sizeof name - 1), p);
+        st |= stage_of_name(name);
+        p += k + (p[k] == ';');
+    }
+    return st;
+}
+
+/* The stages `samplers` names (without the field: the server's default, else ST_ALL); -1 + f on a
+ * bad type. */
+static int parse_stages(json_t *v, const char *def, srv_fail *f) {
     static const char msg[] = "'samplers' must be an array of sampler names or a string of their letters";
-    if (!v || json_is_null(v)) return ST_ALL;
+    if (!v || json_is_null(v)) return def ? default_stages(def) : ST_ALL;
     int st = 0;
     if (json_is_string(v)) {
         for (const char *c = json_string_value(v); *c; c++) st |= stage_of_char(*c);
@@ -85,8 +104,8 @@ static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
     return 0;
 }
 
-int srv_sampler_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
-    const int st = parse_stages(json_object_get(b, "samplers"), f);
+int srv_sampler_fields(json_t *b, const char *def_samplers, bs_sampler_params *p, srv_fail *f) {
+    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, f);
     if (st < 0 || stage_fields(b, p, f)) return f->status;
     if (p->temp < 0) p->temp = 0;
     if (p->mirostat) return 0;   /* its own chain */
