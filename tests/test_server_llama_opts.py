@@ -84,6 +84,32 @@ try:
           and st == 200 and gs.get('top_p') == 1 and gs.get('min_p') == 0 and gs.get('top_k') == 40,
           "-c 0, -np -1, --reasoning off, --samplers: llama-server's meanings",
           f"{mp['total_slots']} {mp['default_generation_settings']['n_ctx']} {gs.get('top_p')} {gs.get('min_p')}")
+    # embd_normalize: -1 the mean, 0 max-abs to 32760, 1 taxicab, 2 L2 (the default), 3 the 3-norm
+    vec = {}
+    for n in (-1, 0, 1, 2, 3, None):
+        _, e = post(more.port, '/embedding', {'content': 'Hello world'} if n is None else {'content': 'Hello world', 'embd_normalize': n})
+        vec[n] = e[0]['embedding'][0]
+    norms = {n: (sum(x * x for x in v) ** .5, sum(abs(x) for x in v), max(abs(x) for x in v), sum(abs(x) ** 3 for x in v) ** (1 / 3))
+             for n, v in vec.items()}
+    check(abs(norms[2][0] - 1) < 1e-4 and abs(norms[1][1] - 1) < 1e-4 and abs(norms[0][2] - 32760) < 0.5 and
+          abs(norms[3][3] - 1) < 1e-4 and norms[-1][0] > 2 and vec[None] == vec[2],
+          "embd_normalize -1, 0, 1, 2, 3: llama.cpp's normalizations (2 the default)", str({n: v[:3] for n, v in norms.items()}))
+    # parallel_tool_calls false: the first of the calls only (a grammar makes the model write two)
+    call = '<tool_call>\\n{\\"name\\": \\"f\\", \\"arguments\\": {}}\\n</tool_call>'
+    tools = [{'type': 'function', 'function': {'name': 'f', 'parameters': {'type': 'object', 'properties': {}}}}]
+    calls = {}
+    for par in (True, False):
+        st, c = post(plain.port, '/v1/chat/completions', dict(CHAT, tools=tools, grammar=f'root ::= "{call}\\n{call}"',
+                                                             max_tokens=300, temperature=0, parallel_tool_calls=par))
+        calls[par] = len(c['choices'][0]['message'].get('tool_calls') or []) if st == 200 else -1
+    check(calls == {True: 2, False: 1}, 'parallel_tool_calls false: one call', str(calls))
+    # speculative.n_max 0 (llama-server's name): no drafting for that request
+    draft = serve('draft', '-md', os.path.join(os.path.dirname(TINY), 'bonsai-tiny-dspark.gguf'))
+    q = {'prompt': 'Once upon a time', 'n_predict': 16, 'temperature': 0, 'ignore_eos': True}
+    _, d1 = post(draft.port, '/completion', q)
+    _, d0 = post(draft.port, '/completion', dict(q, **{'speculative.n_max': 0}))
+    check(d1['timings']['draft_n'] > 0 and d0['timings']['draft_n'] == 0 and d0['content'] == d1['content'],
+          'speculative.n_max 0: the same text, nothing drafted', f"{d1['timings']['draft_n']} {d0['timings']['draft_n']}")
     # --log-file: what the server says goes there
     logf = os.path.join(W, 'file.log')
     lp = subprocess.Popen([B, 'serve', '-m', TINY, '--port', '0', '-t', '1', '--ctx', '256', '--log-file', logf],

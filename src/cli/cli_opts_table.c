@@ -111,6 +111,9 @@ const cli_opt cli_opts[] = {
          "pooled and L2-normalized)"),
     CHOICE(OPT_POOLING, CMD_SERVE, "--pooling", "mean|last|none", "mean",
            "how embeddings pool the tokens (none: a vector per token)"),
+    INT(OPT_EMBD_NORMALIZE, CMD_SERVE, "--embd-normalize", "N", -1, 64, "2",
+        "embeddings' normalization when a request sets none: -1 none,\n"
+        "0 max-abs (int16 range), 1 taxicab, 2 L2, p > 2 the p-norm"),
     FLAG(OPT_QUIET, CMD_SERVE, "-q, --quiet", "errors only on stderr"),
     FLAG(OPT_VERBOSE, CMD_SERVE, "-v, --verbose", "more logging"),
     SECTION(CMD_SERVE, "llama-server's slot, adapter, media and idle options"),

@@ -66,6 +66,7 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_LOG_DISABLE: bs_log_level = 0; break;
     case OPT_REASONING: c->thinking = !strcmp(a->s, "on") ? 1 : !strcmp(a->s, "off") ? -1 : 0; break;
     case OPT_SAMPLERS: c->samplers = a->s; break;
+    case OPT_EMBD_NORMALIZE: c->embd_normalize = (int)a->n + 1; break;
     case OPT_LOG_FILE:
         if (!freopen(a->s, "a", stderr)) return bs_error("%s: cannot open '%s' for appending", a->name, a->s);
         setvbuf(stderr, NULL, _IOLBF, 0);

@@ -127,6 +127,7 @@ typedef struct srv_config {
     int reasoning_format;      /* --reasoning-format: srv_gen's reasoning_format by default */
     int http_timeout;          /* -to: seconds an idle connection is kept (0: 600) */
     const char *samplers;      /* --samplers / --sampling-seq: the stages of requests that send none */
+    int embd_normalize;        /* --embd-normalize N, stored as N + 1 (0: unset, L2) */
     /* set by srv_load: the adapters the scheduler attaches per pass (server_lora.c) */
     struct bs_lora *const *loras;
     int n_loras;
@@ -476,6 +477,7 @@ typedef struct srv_gen {
     bool logprobs;             /* report logprobs (top_logprobs: task->n_probs) */
     bool echo;                 /* completions: prepend the prompt */
     bool tools;                /* tools were offered: parse <tool_call> blocks */
+    bool one_call;             /* parallel_tool_calls false: the first call only */
     bool in_think;             /* the prompt opened a think block: output starts in reasoning */
     /* reasoning_format: 0 split the think block into reasoning_content (auto, deepseek), 1 none:
      * everything in content, 2 deepseek-legacy: content as generated and reasoning_content too */
@@ -582,6 +584,8 @@ typedef struct srv_emb {
                                   none: total x E, a row per token (input i's from off[i]) */
     bool last;                 /* --pooling last */
     bool none;                 /* --pooling none */
+    int norm;                  /* embd_normalize: -1 none (the mean), 0 max-abs to int16's range, 1
+                                  taxicab, 2 L2 (the default), p > 2 the p-norm (llama.cpp's) */
     bool native;               /* /embeddings, /embedding: llama-server's answer shape, not OpenAI's */
     bool base64;               /* encoding_format "base64" */
     long *off;

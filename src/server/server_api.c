@@ -261,6 +261,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     bool cache = true;
     long draft = -1, indent = 0, t_max = 0;
     if (!srv_get_bool(b, "cache_prompt", &cache, r) || !srv_get_int(b, "draft_max", -1, 64, &draft, r) ||
+        !srv_get_int(b, "speculative.n_max", -1, 1 << 20, &draft, r) ||   /* llama-server's name: 0 drafts none */
         !srv_get_int(b, "n_indent", 0, 1 << 20, &indent, r) || !srv_get_int(b, "t_max_predict_ms", 0, 1L << 30, &t_max, r))
         return false;
     t->n_indent = (int)indent;
@@ -742,7 +743,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     gen_init(&g, true);
     g.shape = shape;
     int think = thinking_default(s);
-    bool lp = false, gen_prompt = true;
+    bool lp = false, gen_prompt = true, parallel = true;
     long top = 0;
     json_t *offered = json_object_get(b, "tools");
     char *offered_text = json_is_array(offered) ? json_dumps(offered, JSON_COMPACT) : NULL;
@@ -751,7 +752,8 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
                     reasoning_format(b, &rf, r) &&
                     parse_sampling(s, b, t, r) && parse_constraints(b, t, offered_text, r) && parse_stream(b, &g, r) &&
                     srv_get_bool(b, "logprobs", &lp, r) && srv_get_int(b, "top_logprobs", 0, SRV_MAX_TOP, &top, r) &&
-                    srv_get_bool(b, "add_generation_prompt", &gen_prompt, r);
+                    srv_get_bool(b, "add_generation_prompt", &gen_prompt, r) &&
+                    srv_get_bool(b, "parallel_tool_calls", &parallel, r);
     free(offered_text);
     if (!ok) goto fail;
     if (t->grammar && think < 0) think = 0;   /* constrained output starts at once, not in a think block */
@@ -778,6 +780,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     g.logprobs = lp;
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
+    g.one_call = !parallel;
     g.in_think = opens_think(prompt, plen);
     g.reasoning_format = rf;
     free(prompt);

@@ -44,9 +44,21 @@ void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n) {
         for (int k = 0; k < E; k++) out[k] += row[k];
     }
     if ((e->pos += n) < len) return;
-    double norm = 0;
-    for (int k = 0; k < E; k++) norm += (double)out[k] * out[k];
-    const float scale = norm > 0 ? (float)(1.0 / sqrt(norm)) : 0.0f;
+    const double rows_in = e->last ? 1.0 : (double)len;   /* the sum into the mean */
+    double sum = 0;
+    if (e->norm < 0) {
+        sum = rows_in;
+    } else if (e->norm == 0) {   /* the largest magnitude to 32760, int16's range (llama.cpp's) */
+        for (int k = 0; k < E; k++) sum = fmax(sum, fabs((double)out[k]));
+        sum /= 32760.0;
+    } else if (e->norm == 2) {
+        for (int k = 0; k < E; k++) sum += (double)out[k] * out[k];
+        sum = sqrt(sum);
+    } else {
+        for (int k = 0; k < E; k++) sum += pow(fabs((double)out[k]), e->norm);
+        sum = pow(sum, 1.0 / e->norm);
+    }
+    const float scale = sum > 0 ? (float)(1.0 / sum) : 0.0f;
     for (int k = 0; k < E; k++) out[k] *= scale;
     e->cur++;
     e->pos = 0;

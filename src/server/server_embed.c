@@ -140,6 +140,9 @@ void srv_api_embeddings(srv *s, json_t *b, srv_reply *r, bool oai) {
     e->last = s->cfg.pooling_last;
     e->none = s->cfg.pooling_none;
     e->native = !oai;
+    long norm = s->cfg.embd_normalize ? s->cfg.embd_normalize - 1 : 2;   /* (cfg: 0 unset, else norm + 1) */
+    if (!srv_get_int(b, "embd_normalize", -1, 64, &norm, r)) { srv_emb_free(e); return; }
+    e->norm = (int)norm;
     e->ids = bs_xcalloc(count, sizeof *e->ids);
     e->n = bs_xcalloc(count, sizeof *e->n);
     e->off = bs_xcalloc(count, sizeof *e->off);

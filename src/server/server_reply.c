@@ -236,7 +236,7 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     const size_t cl = nc ? strlen(rest) : clen;
     json_object_set_new(msg, "content", nc && !cl ? json_null() : srv_text_json(c, cl));
     if (rlen) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, rlen));
-    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, nc, false, g->id));
+    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, g->one_call ? 1 : nc, false, g->id));
     srv_free_tool_calls(calls, nc);
     free(rest);
     free(reasoning);
@@ -612,7 +612,7 @@ static void chat_final(srv_stream *st, srv_buf *out) {
         int n = srv_parse_tool_calls(c, &tc, &rest);
         json_t *delta = json_object();
         if (*rest) json_object_set_new(delta, "content", srv_text_json(rest, strlen(rest)));
-        if (n) json_object_set_new(delta, "tool_calls", tool_calls_json(tc, n, true, st->g.id));
+        if (n) json_object_set_new(delta, "tool_calls", tool_calls_json(tc, st->g.one_call ? 1 : n, true, st->g.id));
         if (json_object_size(delta)) sse(out, chunk(st, chat_delta(delta, NULL, NULL)));
         else json_decref(delta);
         calls = n > 0;
