@@ -185,6 +185,15 @@ check(len(long_ids) == 900 and len(prog) >= 5 and done[0] == 0 and done[-1] == 9
       all(b['time_ms'] >= a_['time_ms'] for a_, b in zip(prog, prog[1:])) and
       all('prompt_progress' in e for e in ev[:len(prog)]),
       f'return_progress on a 900-token prompt: an event per chunk ({done})', str(prog)[:400])
+# ... and on OpenAI's chat stream (llama-server sends it there too): chunks with prompt_progress
+# beside an empty delta, before the text
+ev = stream(PP, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': ' '.join(f'w{i}' for i in range(300))}],
+                                          'max_tokens': 2, 'stream': True, 'return_progress': True, 'cache_prompt': False,
+                                          **GREEDY})['events']
+cp = [e['prompt_progress'] for e in ev if 'prompt_progress' in e]
+check(len(cp) >= 2 and cp[-1]['processed'] == cp[-1]['total'] and
+      all(e['choices'][0]['delta'].get('content') is None for e in ev if 'prompt_progress' in e),
+      'return_progress on a chat stream: prompt_progress chunks', str(cp)[:300])
 
 # prompt forms
 ids = tokenize(P, q['prompt'])

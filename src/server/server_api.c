@@ -598,7 +598,9 @@ static void gen_init(srv_gen *g, bool chat) {
 }
 
 static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
-    if (!srv_get_bool(b, "stream", &g->stream, r) || !srv_get_bool(b, "timings_per_token", &g->timings_per_token, r)) return false;
+    if (!srv_get_bool(b, "stream", &g->stream, r) || !srv_get_bool(b, "timings_per_token", &g->timings_per_token, r) ||
+        !srv_get_bool(b, "return_progress", &g->progress, r))
+        return false;
     json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) { bad_request(r, "'%s' must be an object", "stream_options"); return false; }

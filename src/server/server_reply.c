@@ -646,7 +646,20 @@ static void compl_text(srv_stream *st, const char *text, size_t len, bool final,
 
 /* Whether this stream reports prompt progress: native return_progress, or a shape's events. */
 static bool wants_progress(const srv_stream *st) {
-    return st->g.shape ? st->g.shape->progress != NULL : st->g.native && st->g.progress;
+    return st->g.shape ? st->g.shape->progress != NULL : st->g.progress;
+}
+
+/* OpenAI's streams (return_progress, as llama-server sends it there): a chunk with an empty
+ * delta and prompt_progress {total, cache, processed, time_ms} beside the choices. */
+static json_t *oai_progress(srv_stream *st, int k) {
+    const srv_task *t = st->t;
+    json_t *choice = st->g.chat ? chat_delta(json_pack("{s:s,s:n}", "role", "assistant", "content"), NULL, NULL)
+                                : json_pack("{s:i,s:s,s:n,s:n}", "index", 0, "text", "", "logprobs", "finish_reason");
+    json_t *j = chunk(st, choice);
+    json_object_set_new(j, "prompt_progress", json_pack("{s:I,s:i,s:i,s:I}", "total", (json_int_t)srv_task_positions(t),
+                                                        "cache", t->tm.n_cached, "processed", t->prog_done[k], "time_ms",
+                                                        (json_int_t)t->prog_ms[k]));
+    return j;
 }
 
 static bool has_news(srv_task *t, void *arg) {
@@ -662,7 +675,7 @@ static void send_progress(srv_stream *st, srv_buf *out) {
     if (!wants_progress(st)) return;
     for (; st->prog_sent < t->n_prog; st->prog_sent++) {
         if (st->g.shape) st->g.shape->progress(st->ext, out);
-        else sse(out, srv_native_progress(t, st->prog_sent));
+        else sse(out, st->g.native ? srv_native_progress(t, st->prog_sent) : oai_progress(st, st->prog_sent));
     }
 }
 
