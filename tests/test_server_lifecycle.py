@@ -68,13 +68,16 @@ while not r.ready() and r.proc.poll() is None:
     rs, _, rb = request(r.port, 'GET', '/ready')
     cs, ch, cb = request(r.port, 'POST', CHAT, msg('hi'))
     if not r.ready():
-        seen['health'].append((hs, (jbody(hb) or {}).get('status'), hh.get('x-replica-id')))
+        hj = jbody(hb) or {}
+        seen['health'].append((hs, hj.get('status') if hj.get('error', {}).get('message') == 'Loading model' else hj,
+                               hh.get('x-replica-id')))
         seen['ready'].append((rs, (jbody(rb) or {}).get('status')))
         seen['chat'].append((cs, ch.get('retry-after')))
 n = len(seen['health'])
 check(n > 0, f'loading: {n} rounds of requests answered while the model loaded')
 check(n > 0 and all(h == (503, 'loading', 'r-load') for h in seen['health']),
-      'loading: /health 503 {"status":"loading"} with X-Replica-Id', str(set(seen['health'])))
+      'loading: /health 503 {"status":"loading"} (and llama-server\'s error object) with X-Replica-Id',
+      str(set(map(str, seen['health']))))
 check(n > 0 and all(x == (503, 'loading') for x in seen['ready']), 'loading: /ready 503 loading', str(set(seen['ready'])))
 check(n > 0 and all(c[0] == 503 and c[1] for c in seen['chat']), 'loading: chat 503 with Retry-After',
       str(set(seen['chat'])))

@@ -42,9 +42,12 @@ static bool path_is(const char *url, const char *path) {
     return n == strlen(path) && !strncmp(url, path, n);
 }
 
-/* {"status": ...} with the replica's id when it has one. */
+/* {"status": ...} with the replica's id when it has one (loading: llama-server's error object too). */
 static void status_reply(srv *s, srv_reply *r, int code, const char *status) {
     json_t *j = json_pack("{s:s}", "status", status);
+    if (!strcmp(status, "loading"))   /* llama-server's loading answer beside it */
+        json_object_set_new(j, "error", json_pack("{s:i,s:s,s:s}", "code", 503, "message", "Loading model", "type",
+                                                  "unavailable_error"));
     if (s->cfg.replica_id) json_object_set_new(j, "replica", json_string(s->cfg.replica_id));
     srv_reply_json(r, code, j);
 }
