@@ -507,6 +507,10 @@ check(st == 400 and st2 == 400 and 'at most 16' in c2['error']['message'], 'n_cm
 st, c = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 3,
                                           'logprobs': True, 'top_logprobs': 2, **GREEDY})
 ent = c['choices'][0]['logprobs']['content'] if st == 200 else []
+st3, c3 = post(P, '/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'max_tokens': 3, 'n_probs': 2,
+                                            **GREEDY})
+check(st3 == 200 and c3['choices'][0]['logprobs']['content'] == ent, "n_probs on chat: logprobs as top_logprobs 2 gives them",
+      str(c3['choices'][0].get('logprobs'))[:200])
 st2, c2 = post(P, '/v1/completions', {'prompt': 'Hello', 'max_tokens': 3, 'logprobs': 2, **GREEDY})
 lp = c2['choices'][0]['logprobs'] if st2 == 200 else {}
 check(len(ent) == 3 and all(isinstance(e['id'], int) and all(isinstance(x['id'], int) for x in e['top_logprobs']) for e in ent)

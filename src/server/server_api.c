@@ -779,6 +779,9 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     c.vis.n = 0;
     free(spans);
     spans = NULL;
+    long n_probs = 0;   /* llama-server's native n_probs read on chat too: logprobs with that many top */
+    if (!srv_get_int(b, "n_probs", 0, SRV_MAX_TOP, &n_probs, r)) goto fail;
+    if (n_probs > 0 && !lp) lp = true, top = n_probs;
     g.logprobs = lp;
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
