@@ -104,12 +104,18 @@ try:
         calls[par] = len(c['choices'][0]['message'].get('tool_calls') or []) if st == 200 else -1
     check(calls == {True: 2, False: 1}, 'parallel_tool_calls false: one call', str(calls))
     # speculative.n_max 0 (llama-server's name): no drafting for that request
-    draft = serve('draft', '-md', os.path.join(os.path.dirname(TINY), 'bonsai-tiny-dspark.gguf'))
+    draft = serve('draft', '-md', os.path.join(os.path.dirname(TINY), 'bonsai-tiny-dspark.gguf'), '--draft-max', '4')
     q = {'prompt': 'Once upon a time', 'n_predict': 16, 'temperature': 0, 'ignore_eos': True}
     _, d1 = post(draft.port, '/completion', q)
     _, d0 = post(draft.port, '/completion', dict(q, **{'speculative.n_max': 0}))
     check(d1['timings']['draft_n'] > 0 and d0['timings']['draft_n'] == 0 and d0['content'] == d1['content'],
           'speculative.n_max 0: the same text, nothing drafted', f"{d1['timings']['draft_n']} {d0['timings']['draft_n']}")
+    # --lora A,B:SCALE: llama-server's list form
+    lf = os.path.join(os.path.dirname(TINY), 'bonsai-tiny-antidoom-lora.gguf')
+    lo = serve('lora', '--lora', f'{lf},{lf}:0.5')
+    _, _, d = request(lo.port, 'GET', '/lora-adapters')
+    ad = jbody(d)
+    check(isinstance(ad, list) and [a['scale'] for a in ad] == [1.0, 0.5], '--lora A,B:0.5: two adapters at their scales', str(ad))
     # --log-file: what the server says goes there
     logf = os.path.join(W, 'file.log')
     lp = subprocess.Popen([B, 'serve', '-m', TINY, '--port', '0', '-t', '1', '--ctx', '256', '--log-file', logf],

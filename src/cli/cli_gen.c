@@ -40,7 +40,30 @@ static int parse_bias(bs_engine_opts *o, const char *v) {
     return 0;
 }
 
+/* --lora A,B,...: llama-server's list form, each entry FILE[:SCALE] (kept in a static arena: the
+ * options live as long as the process, as argv's strings do). */
+static int add_lora_list(bs_engine_opts *o, const cli_arg *a) {
+    static char arena[8192];
+    static size_t used;
+    for (const char *p = a->s; *p;) {
+        const size_t k = strcspn(p, ",");
+        if (k) {
+            if (used + k + 1 > sizeof arena) return bs_error("%s: the adapter list is too long", a->name);
+            if (o->n_lora == BS_ENGINE_MAX_LORA) return bs_error("%s: at most %d adapters", a->name, BS_ENGINE_MAX_LORA);
+            memcpy(arena + used, p, k);
+            arena[used + k] = 0;
+            o->lora[o->n_lora] = arena + used;
+            o->lora_scale[o->n_lora] = 1.0f;
+            o->lora_has_scale[o->n_lora++] = false;
+            used += k + 1;
+        }
+        p += k + (p[k] == ',');
+    }
+    return 0;
+}
+
 static int add_lora(bs_engine_opts *o, const cli_arg *a) {
+    if (!a->s2 && strchr(a->s, ',')) return add_lora_list(o, a);
     if (o->n_lora == BS_ENGINE_MAX_LORA) return bs_error("%s: at most %d adapters", a->name, BS_ENGINE_MAX_LORA);
     o->lora[o->n_lora] = a->s;
     o->lora_scale[o->n_lora] = 1.0f;

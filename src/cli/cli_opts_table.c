@@ -250,9 +250,10 @@ const cli_opt cli_opts[] = {
     INT(OPT_SEED, ALL_GEN & ~CMD_AD_EVAL, "-s, --seed", "S", -1, INT64_MAX, "-1", "random seed, -1 = from the clock (printed)"),
     INT(OPT_SEED, CMD_AD_EVAL, "-s, --seed", "S", -1, INT64_MAX, "0",
         "completion i at each temperature uses seed S + i; -1 = from the clock"),
-    STR(OPT_LORA, ALL_GEN, "--lora", "FILE[:SCALE]", NULL,
+    STR(OPT_LORA, ALL_GEN, "--lora", "FILE[:SCALE][,...]", NULL,
         "LoRA adapter (llama.cpp GGUF or PEFT safetensors), applied at\n"
-        "run time, repeatable: y = W x + SCALE * alpha/r * B (A x) (SCALE 1)"),
+        "run time, repeatable or a comma list: y = W x + SCALE * alpha/r\n"
+        "* B (A x) (SCALE 1)"),
     STR2(OPT_LORA_SCALED, ALL_GEN, "--lora-scaled", "FILE S", "the same with the scale as a separate argument"),
 
     SECTION(ALL_GEN, "speculative decoding (DSpark)"),
