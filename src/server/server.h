@@ -535,6 +535,9 @@ void srv_api_detokenize(srv *s, struct json_t *b, srv_reply *r);
 /* The chain's parameters but the seed (temperature, top-k/p, min-p, penalties, DRY and those
  * stages) into a settings object (generation_settings, /props' params, /slots' params). */
 void srv_sampler_settings(struct json_t *j, const bs_sampler_params *p);
+/* llama-server's sampler names, the whole chain in the order this engine applies them (as
+ * llama-server lists its configured one: a client sending the list back keeps every stage). */
+struct json_t *srv_sampler_chain_json(void);
 typedef struct srv_prompt {
     int32_t *ids;
     int n, cap;

@@ -12,14 +12,6 @@
 #include <jansson.h>
 #include <string.h>
 
-/* llama-server's sampler names, in the order this engine applies them (bitspark.h): the whole
- * chain, as llama-server lists its configured one (a client that sends the list back keeps every
- * stage its other fields turn on). */
-static json_t *samplers_json(void) {
-    return json_pack("[s,s,s,s,s,s,s,s,s]", "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
-                     "temperature");
-}
-
 /* A special token's text ("" without one). */
 static json_t *token_text(const srv *s, int32_t id) {
     const char *p = "";
@@ -50,7 +42,7 @@ static json_t *params_json(const srv *s) {
     json_object_set_new(j, "stream", json_false());
     json_object_set_new(j, "n_probs", json_integer(0));
     json_object_set_new(j, "stop", json_array());
-    json_object_set_new(j, "samplers", samplers_json());
+    json_object_set_new(j, "samplers", srv_sampler_chain_json());
     json_object_set_new(j, "speculative.n_max", json_integer(s->cfg.drafter ? s->cfg.draft_max : 0));
     float sc[SRV_MAX_LORA];
     srv_lora_global(sc);

@@ -145,3 +145,8 @@ void srv_sampler_settings(json_t *j, const bs_sampler_params *p) {
     json_object_set_new(j, "mirostat_tau", json_real(p->mirostat_tau));
     json_object_set_new(j, "mirostat_eta", json_real(p->mirostat_eta));
 }
+
+json_t *srv_sampler_chain_json(void) {
+    return json_pack("[s,s,s,s,s,s,s,s,s]", "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                     "temperature");
+}
