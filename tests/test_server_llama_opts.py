@@ -80,6 +80,14 @@ try:
     _, t_more = post(more.port, '/apply-template', CHAT)
     st, c = post(more.port, '/completion', {'prompt': 'Hello', 'n_predict': 2, 'temperature': 0.5})
     gs = c.get('generation_settings', {})
+    seq = serve('seq', '--sampling-seq', 'kti')   # letters: top-k, temperature (i: infill, absent here)
+    _, c2 = post(seq.port, '/completion', {'prompt': 'Hello', 'n_predict': 2, 'temperature': 0})
+    tmp = serve('tmp', '--samplers', 'temp')      # a name made of letters: temperature only
+    _, c3 = post(tmp.port, '/completion', {'prompt': 'Hello', 'n_predict': 2, 'temperature': 0})
+    g2, g3 = c2.get('generation_settings', {}), c3.get('generation_settings', {})
+    check(g2.get('temperature') == 0 and g2.get('top_k') == 40 and g2.get('top_p') == 1 and g3.get('top_k') == 0 and
+          g3.get('top_p') == 1 and g3.get('temperature') == 0, '--sampling-seq kti and --samplers temp: letters and names apart',
+          f'{g2} {g3}')
     check(mp['total_slots'] == 4 and mp['default_generation_settings']['n_ctx'] == 8192 and t_more['prompt'] == t_off['prompt']
           and st == 200 and gs.get('top_p') == 1 and gs.get('min_p') == 0 and gs.get('top_k') == 40,
           "-c 0, -np -1, --reasoning off, --samplers: llama-server's meanings",
@@ -129,10 +137,10 @@ try:
     check('listening on' in said, '--log-file: the log goes to the file', said[-200:])
     # llama-server's environment variables stand for its options; the command line wins
     env = {'LLAMA_ARG_MODEL': TINY, 'LLAMA_API_KEY': 'env-key', 'LLAMA_ARG_N_PARALLEL': '2', 'LLAMA_ARG_JINJA': 'true',
-           'LLAMA_ARG_CTX_SIZE': '256', 'LLAMA_ARG_EMBEDDINGS': 'off'}
+           'LLAMA_ARG_CTX_SIZE': '256', 'LLAMA_ARG_EMBEDDINGS': 'off', 'LLAMA_ARG_ALIAS': 'env-name', 'LLAMA_ARG_MMAP': 'false'}
     os.environ.update(env)
     try:
-        envd = Replica(W, 'env', ['-t', '1', '-c', '512']).start()
+        envd = Replica(W, 'env', ['-t', '1', '-c', '512', '-a', 'cli-name']).start()
         servers.append(envd)
         envd.wait_ready()
     finally:
@@ -141,8 +149,9 @@ try:
     st, _, _ = request(envd.port, 'GET', '/props')
     st2, _, d = request(envd.port, 'GET', '/props', headers={'Authorization': 'Bearer env-key'})
     props = jbody(d)
-    check(st == 401 and st2 == 200 and props['total_slots'] == 2 and props['default_generation_settings']['n_ctx'] == 512,
-          'LLAMA_ARG_MODEL, LLAMA_API_KEY, LLAMA_ARG_N_PARALLEL taken, -c over LLAMA_ARG_CTX_SIZE',
+    check(st == 401 and st2 == 200 and props['total_slots'] == 2 and props['default_generation_settings']['n_ctx'] == 512
+          and props['model_alias'] == 'cli-name',
+          'LLAMA_ARG_MODEL, LLAMA_API_KEY, LLAMA_ARG_N_PARALLEL taken; -c and -a over LLAMA_ARG_CTX_SIZE and _ALIAS',
           f"{st} {st2} {props.get('total_slots')} {props.get('default_generation_settings', {}).get('n_ctx')}")
 finally:
     for r in servers:
@@ -158,8 +167,9 @@ check(p.returncode != 0 and 'from the environment' in p.stderr and 'no downloads
 
 for args, why in ((['--chat-template', 'chatml'], 'rendered natively'), (['--ssl-key-file', 'k.pem'], 'TLS'),
                   (['-hf', 'org/model'], 'no downloads'), (['--path', '/tmp'], 'no static files'),
-                  (['-ngl', 'many'], 'layer count'), (['--reasoning-budget', '100'], 'out of range'),
-                  (['--chat-template-kwargs', '[1]'], 'JSON object')):
-    p = subprocess.run([B, 'serve', '-m', TINY] + args, capture_output=True, text=True, timeout=60)
+                  (['-ngl', 'many'], 'layer count'), (['--reasoning-budget', '-2'], 'out of range'),
+                  (['--chat-template-kwargs', '[1]'], 'JSON object'), (['-fa', '--embeddings'], 'expected on|off|auto'),
+                  (['--log-file', '/nonexistent/dir/x.log'], 'cannot open')):
+    p = subprocess.run([B, 'serve', '-m', TINY, '--port', '0'] + args, capture_output=True, text=True, timeout=60)
     check(p.returncode != 0 and why in p.stderr, f'{args[0]} {args[1]}: refused with the reason', p.stderr.strip()[-200:])
 finish()

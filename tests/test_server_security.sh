@@ -132,6 +132,9 @@ start_server K2 -m "$M" -np 1 -t 1 --ctx 256 --api-key 'one-key, two-key'
 c1=$(code -H 'Authorization: Bearer one-key' "$K2/props"); c2=$(code -H 'Authorization: Bearer two-key' "$K2/props")
 c3=$(code -H 'Authorization: Bearer one-key, two-key' "$K2/props")
 [ "$c1$c2$c3" = 200200401 ] && ok "--api-key a,b: either key, not the list" || bad "--api-key a,b: $c1 $c2 $c3"
+start_server K3 -m "$M" -np 1 -t 1 --ctx 256 --api-key $'\nsecret\n\n'
+c1=$(code -H 'X-Api-Key;' "$K3/props"); c2=$(code -H 'Authorization: Bearer ' "$K3/props"); c3=$(code -H 'Authorization: Bearer secret' "$K3/props")
+[ "$c1$c2$c3" = 401401200 ] && ok "a key with blank lines: no empty key matches an empty header" || bad "blank-line key: $c1 $c2 $c3"
 : >"$T/empty"
 for args in "--api-key ''" "--api-key-file $T/empty" "--api-key-file $T/nonexistent"; do
   eval "\"$B\" serve -m \"$M\" --port 0 $args" >"$T/out" 2>&1; rc=$?

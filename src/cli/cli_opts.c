@@ -46,6 +46,8 @@ static const cli_opt *find(unsigned cmd, const char *s) {
     return NULL;
 }
 
+const cli_opt *cli_find(unsigned cmd, const char *name) { return find(cmd, name); }
+
 static bool in_choices(const char *choices, const char *v) {
     const size_t n = strlen(v);
     for (const char *p = choices; *p;) {

@@ -117,6 +117,8 @@ typedef struct cli_arg {
  * past it) or a positional argument. 0, or -1 + bs_error (an option cmd does not take, a
  * missing or bad value). */
 int cli_next(unsigned cmd, int argc, char **argv, int *i, cli_arg *a);
+/* The option of cmd spelled `name` (no value read), or NULL. */
+const cli_opt *cli_find(unsigned cmd, const char *name);
 /* After a command's options parsed: with BITSPARK_OPTS_CHECK=1 in the environment print
  * "options ok" and exit 0 (tests/test_cli_opts.py checks every option this way). */
 void cli_opts_end(void);

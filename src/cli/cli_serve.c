@@ -20,7 +20,7 @@
 int cli_serve_apply_more(srv_config *c, const cli_arg *a);
 /* cli_serve_compat.c: llama-server's LLAMA_ARG_* / LLAMA_API_KEY variables as arguments
  * (argv[0] "serve"); 0 or -1 + bs_error */
-int cli_serve_env_args(char **argv, int cap, int *n);
+int cli_serve_env_args(char **argv, int cap, int *n, int cmd_argc, char **cmd_argv);
 
 void help_serve(void) {
     printf("usage: bitspark serve -m MODEL [options]\n"
@@ -100,7 +100,7 @@ static int apply_serve(srv_config *c, const cli_arg *a) {
     case OPT_HTTP_THREADS: c->http_threads = (int)a->n; break;
     case OPT_BODY_BUDGET: c->body_budget = a->n; break;
     case OPT_IMAGE_BUDGET: c->image_budget = a->n; break;
-    case OPT_API_KEY: if (!(c->api_key = key_list(a->name, a->s, ","))) return -1; break;
+    case OPT_API_KEY: if (!(c->api_key = key_list(a->name, a->s, ",\r\n"))) return -1; break;   /* (a line break is no key) */
     case OPT_API_KEY_FILE: if (!(c->api_key = read_key_file(a->s))) return -1; break;
     case OPT_CORS: c->cors = a->s; break;
     case OPT_ALLOWED_HOSTS: c->allowed_hosts = a->s; break;
@@ -138,7 +138,7 @@ static int parse(srv_config *c, int argc, char **argv) {
     cli_gen_defaults(g);
     static char *env_argv[128];    /* llama-server's LLAMA_ARG_* first: the command line wins */
     int env_argc;
-    if (cli_serve_env_args(env_argv, 128, &env_argc)) return -1;
+    if (cli_serve_env_args(env_argv, 128, &env_argc, argc, argv)) return -1;
     for (int pass = 0; pass < 2; pass++) {
         char **av = pass ? argv : env_argv;
         const int ac = pass ? argc : env_argc;

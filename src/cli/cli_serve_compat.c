@@ -10,11 +10,13 @@
 #include "server/server.h"
 #include "io/util.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* -ngl N|auto|all: no partial offload here, so 0 keeps everything on the CPU and any other
  * count puts every layer on the device --device picks. */
@@ -22,7 +24,7 @@ static int gpu_layers(srv_config *c, const cli_arg *a) {
     char *end;
     const long n = strtol(a->s, &end, 10);
     if (!strcmp(a->s, "auto") || !strcmp(a->s, "all")) return 0;
-    if (end == a->s || *end || n < 0) return bs_error("%s: expected a layer count, auto or all, got '%s'", a->name, a->s);
+    if (end == a->s || *end || n < -1) return bs_error("%s: expected a layer count, auto or all, got '%s'", a->name, a->s);
     if (n == 0) c->gen.device = "cpu";
     return 0;
 }
@@ -55,7 +57,10 @@ static int template_kwargs(srv_config *c, const cli_arg *a) {
 int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     switch (a->opt->id) {
     case OPT_NGL: return gpu_layers(c, a);
-    case OPT_REASONING_BUDGET: c->thinking = a->n == 0 ? -1 : 0; break;
+    case OPT_REASONING_BUDGET:   /* 0: off; a budget is not enforced here (max_tokens bounds the answer) */
+        c->thinking = a->n == 0 ? -1 : 0;
+        if (a->n > 0) bs_log(1, "bitspark serve: %s %ld: thinking is not cut at a budget here\n", a->name, a->n);
+        break;
     case OPT_REASONING_FORMAT:
         c->reasoning_format = !strcmp(a->s, "none") ? 1 : !strcmp(a->s, "deepseek-legacy") ? 2 : 0;
         break;
@@ -65,12 +70,21 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_VERBOSITY: bs_log_level = a->n <= 1 ? 0 : a->n >= 4 ? 2 : 1; break;
     case OPT_LOG_DISABLE: bs_log_level = 0; break;
     case OPT_REASONING: c->thinking = !strcmp(a->s, "on") ? 1 : !strcmp(a->s, "off") ? -1 : 0; break;
-    case OPT_SAMPLERS: c->samplers = a->s; break;
+    case OPT_SAMPLERS:   /* names (--samplers) or letters (--sampling-seq), by the option's name */
+        c->samplers = a->s;
+        c->samplers_letters = strstr(a->name, "seq") != NULL;
+        break;
     case OPT_EMBD_NORMALIZE: c->embd_normalize = (int)a->n + 1; break;
-    case OPT_LOG_FILE:
-        if (!freopen(a->s, "a", stderr)) return bs_error("%s: cannot open '%s' for appending", a->name, a->s);
+    case OPT_LOG_FILE: {   /* opened first: a path that fails leaves stderr to say so */
+        FILE *f = fopen(a->s, "a");
+        if (!f) return bs_error("%s: cannot open '%s' for appending: %s", a->name, a->s, strerror(errno));
+        fflush(stderr);
+        const int rc = dup2(fileno(f), STDERR_FILENO);
+        fclose(f);
+        if (rc < 0) return bs_error("%s: %s", a->name, strerror(errno));
         setvbuf(stderr, NULL, _IOLBF, 0);
         break;
+    }
     case OPT_COMPAT_NOOP: bs_log(1, "bitspark serve: %s: %s\n", a->name, a->opt->help); break;
     default: return bs_error("%s: not handled by serve", a->name);
     }
@@ -81,7 +95,7 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
  * by them) as the options they stand for, taken before the command line so that an option given
  * there wins. A flag's variable turns it on with 1 / true / on / enabled and is left out with
  * 0 / false / off / disabled. */
-static const struct { const char *env, *opt; bool flag; } env_opts[] = {
+static const struct { const char *env, *opt; int flag; } env_opts[] = {   /* flag 2: the option when false */
     {"LLAMA_ARG_MODEL", "-m", false}, {"LLAMA_ARG_MODEL_DRAFT", "-md", false}, {"LLAMA_ARG_MMPROJ", "--mmproj", false},
     {"LLAMA_ARG_CTX_SIZE", "-c", false}, {"LLAMA_ARG_N_PARALLEL", "-np", false}, {"LLAMA_ARG_THREADS", "-t", false},
     {"LLAMA_ARG_N_PREDICT", "-n", false}, {"LLAMA_ARG_HOST", "--host", false}, {"LLAMA_ARG_PORT", "--port", false},
@@ -92,7 +106,9 @@ static const struct { const char *env, *opt; bool flag; } env_opts[] = {
     {"LLAMA_ARG_DRAFT_MAX", "--draft-max", false}, {"LLAMA_ARG_SLOT_SAVE_PATH", "--slot-save-path", false},
     {"LLAMA_ARG_TIMEOUT", "-to", false}, {"LLAMA_ARG_THREADS_HTTP", "--threads-http", false},
     {"LLAMA_ARG_NO_WEBUI", "--no-webui", true}, {"LLAMA_ARG_NO_MMAP", "--no-mmap", true},
-    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", true}, {"LLAMA_ARG_REASONING_BUDGET", "--reasoning-budget", false},
+    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", true}, {"LLAMA_ARG_THINK_BUDGET", "--reasoning-budget", false},
+    {"LLAMA_ARG_REASONING_BUDGET", "--reasoning-budget", false}, {"LLAMA_ARG_REASONING", "--reasoning", false},
+    {"LLAMA_ARG_MMAP", "--no-mmap", 2}, {"LLAMA_ARG_WEBUI", "--no-webui", 2}, {"LLAMA_ARG_UI", "--no-webui", 2},
     {"LLAMA_ARG_THINK", "--reasoning-format", false}, {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", false},
     {"LLAMA_ARG_FLASH_ATTN", "-fa", false}, {"LLAMA_ARG_CACHE_TYPE_K", "-ctk", false},
     {"LLAMA_ARG_CACHE_TYPE_V", "-ctv", false}, {"LLAMA_ARG_BATCH", "-b", false}, {"LLAMA_ARG_UBATCH", "-ub", false},
@@ -111,7 +127,22 @@ static int truth(const char *env, const char *v, bool *on) {
     return bs_error("%s=%s: expected 1/true/on or 0/false/off", env, v);
 }
 
-int cli_serve_env_args(char **argv, int cap, int *n) {
+/* The options the command line gives (cli_serve_env_args leaves theirs out). */
+static const char *const *given_argv;
+static int given_argc;
+
+static bool cli_given(const char *spelling) {
+    const cli_opt *want = cli_find(CMD_SERVE, spelling);
+    for (int k = 1; want && k < given_argc; k++) {   /* (a value that looks like an option only errs toward the command line) */
+        const cli_opt *o = given_argv[k][0] == '-' ? cli_find(CMD_SERVE, given_argv[k]) : NULL;
+        if (o && o->id == want->id) return true;
+    }
+    return false;
+}
+
+int cli_serve_env_args(char **argv, int cap, int *n, int cmd_argc, char **cmd_argv) {
+    given_argc = cmd_argc;
+    given_argv = (const char *const *)cmd_argv;
     *n = 0;
     argv[(*n)++] = (char *)"serve";
     for (size_t i = 0; i < sizeof env_opts / sizeof env_opts[0]; i++) {
@@ -119,7 +150,8 @@ int cli_serve_env_args(char **argv, int cap, int *n) {
         if (!v || !*v) continue;
         bool on = true;
         if (env_opts[i].flag && truth(env_opts[i].env, v, &on)) return -1;
-        if (!on) continue;
+        if (env_opts[i].flag == 2) on = !on;   /* LLAMA_ARG_MMAP=false: --no-mmap */
+        if (!on || cli_given(env_opts[i].opt)) continue;   /* the command line wins */
         if (*n + 2 > cap) return bs_error("too many LLAMA_ARG_* variables");
         argv[(*n)++] = (char *)env_opts[i].opt;
         if (!env_opts[i].flag) argv[(*n)++] = (char *)v;

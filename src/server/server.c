@@ -40,7 +40,7 @@ int srv_load(srv *s) {
     if (!(s->model = bs_model_load(cfg->model, &mp))) return -1;
     if (srv_lora_load(s)) return -1;
     const int train = bs_model_n_ctx_train(s->model);
-    if (s->cfg.n_ctx < 0) s->cfg.n_ctx = train;   /* -c 0: the model's, as llama-server reads it */
+    if (s->cfg.n_ctx < 0) s->cfg.n_ctx = BS_MIN(train, 1 << 24);   /* -c 0: the model's, as llama-server reads it */
     if (s->cfg.n_ctx > train) {   /* as `help serve` says: capped by the model */
         fprintf(stderr, "warning: -c %d is more than the model's training context of %d tokens: using %d\n",
                 s->cfg.n_ctx, train, train);

@@ -127,6 +127,7 @@ typedef struct srv_config {
     int reasoning_format;      /* --reasoning-format: srv_gen's reasoning_format by default */
     int http_timeout;          /* -to: seconds an idle connection is kept (0: 600) */
     const char *samplers;      /* --samplers / --sampling-seq: the stages of requests that send none */
+    bool samplers_letters;     /* ... given as letters (--sampling-seq), else names (--samplers) */
     int embd_normalize;        /* --embd-normalize N, stored as N + 1 (0: unset, L2) */
     /* set by srv_load: the adapters the scheduler attaches per pass (server_lora.c) */
     struct bs_lora *const *loras;
@@ -521,7 +522,7 @@ int srv_native_opts(struct json_t *b, srv_gen *g, srv_task *t, srv_fail *f);
 /* llama-server's sampler fields beyond the common ones (server_samplers.c): top-n-sigma,
  * typical-p, XTC, dynamic temperature, Mirostat into p, `samplers` turns stages off, a negative
  * temperature is greedy. 0, or the failing status (f). */
-int srv_sampler_fields(struct json_t *b, const char *def_samplers, bs_sampler_params *p, srv_fail *f);
+int srv_sampler_fields(struct json_t *b, const char *def_samplers, bool def_letters, bs_sampler_params *p, srv_fail *f);
 /* A request body's typed fields (server_fields.c): *out left alone when the field is absent or
  * null; false with a 400 naming the field in r when its type or range is wrong. srv_get_int takes
  * a number with a zero fraction too (3.0). */

@@ -274,7 +274,7 @@ static bool parse_sampling(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     p->dry_penalty_last_n = (int32_t)dry_last;
     p->min_keep = (int32_t)min_keep;
     srv_fail f = {0};
-    if (srv_sampler_fields(b, s->cfg.samplers, p, &f)) {   /* after every field of p is read: it may turn them off */
+    if (srv_sampler_fields(b, s->cfg.samplers, s->cfg.samplers_letters, p, &f)) {   /* after every field of p is read: it may turn them off */
         srv_reply_error(r, f.status, f.type, "%s", f.msg);
         return false;
     }

@@ -217,7 +217,7 @@ static bool key_equal(const char *given, const char *keys) {
     bool any = false;
     for (const char *key = keys; *key;) {
         const size_t nk = strcspn(key, "\n");
-        unsigned char d = ng != nk;
+        unsigned char d = ng != nk || nk == 0;   /* an empty key matches nothing */
         for (size_t i = 0; i < nk; i++) d |= (unsigned char)((i < ng ? given[i] : 0) ^ key[i]);
         any |= d == 0;
         key += nk + (key[nk] == '\n');

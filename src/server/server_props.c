@@ -114,10 +114,11 @@ void srv_api_models(srv *s, srv_reply *r) {
 void srv_api_show(srv *s, srv_reply *r) {
     json_t *caps = json_pack("[s]", "completion");
     if (s->mmproj) json_array_append_new(caps, json_string("vision"));
-    const char *tmpl = bs_model_chat_template(s->model);
+    const char *tmpl = bs_model_chat_template(s->model), *arch = bs_model_meta_str(s->model, "general.architecture");
+    if (!arch) arch = "qwen35";
     srv_reply_json(r, 200, json_pack("{s:s,s:s,s:s,s:{s:i},s:{s:s,s:s,s:[s],s:s,s:s},s:o}", "template", tmpl ? tmpl : "",
                                      "modelfile", "", "parameters", "", "model_info", "llama.context_length",
-                                     srv_sched_n_ctx(s->sched), "details", "format", "gguf", "family", "qwen35",
-                                     "families", "qwen35", "parameter_size", "", "quantization_level", "",
+                                     srv_sched_n_ctx(s->sched), "details", "format", "gguf", "family", arch,
+                                     "families", arch, "parameter_size", "", "quantization_level", "",
                                      "capabilities", caps));
 }

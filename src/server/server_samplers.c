@@ -41,9 +41,9 @@ static int stage_of_char(char c) {
 }
 
 /* The stages of serve's --samplers (names separated by ';') or --sampling-seq (letters). */
-static int default_stages(const char *d) {
+static int default_stages(const char *d, bool letters) {
     int st = 0;
-    if (strspn(d, "edskypmxt") == strlen(d)) {   /* letters (no name is made of them alone) */
+    if (letters) {   /* unknown letters (llama.cpp's i, infill) are skipped */
         for (const char *c = d; *c; c++) st |= stage_of_char(*c);
         return st;
     }
@@ -59,9 +59,9 @@ static int default_stages(const char *d) {
 
 /* The stages `samplers` names (without the field: the server's default, else ST_ALL); -1 + f on a
  * bad type. */
-static int parse_stages(json_t *v, const char *def, srv_fail *f) {
+static int parse_stages(json_t *v, const char *def, bool letters, srv_fail *f) {
     static const char msg[] = "'samplers' must be an array of sampler names or a string of their letters";
-    if (!v || json_is_null(v)) return def ? default_stages(def) : ST_ALL;
+    if (!v || json_is_null(v)) return def ? default_stages(def, letters) : ST_ALL;
     int st = 0;
     if (json_is_string(v)) {
         for (const char *c = json_string_value(v); *c; c++) st |= stage_of_char(*c);
@@ -104,8 +104,8 @@ static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
     return 0;
 }
 
-int srv_sampler_fields(json_t *b, const char *def_samplers, bs_sampler_params *p, srv_fail *f) {
-    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, f);
+int srv_sampler_fields(json_t *b, const char *def_samplers, bool def_letters, bs_sampler_params *p, srv_fail *f) {
+    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, def_letters, f);
     if (st < 0 || stage_fields(b, p, f)) return f->status;
     if (p->temp < 0) p->temp = 0;
     if (p->mirostat) return 0;   /* its own chain */
