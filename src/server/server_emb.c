@@ -49,8 +49,9 @@ void srv_emb_rows(const bs_model *m, srv_emb *e, float *rows, int n) {
     if (e->norm < 0) {
         sum = rows_in;
     } else if (e->norm == 0) {   /* the largest magnitude to 32760, int16's range (llama.cpp's) */
-        for (int k = 0; k < E; k++) sum = fmax(sum, fabs((double)out[k]));
-        sum /= 32760.0;
+        float mx = 0.0f;   /* (a float compare: gcc 12's aarch64 vectorizer fails on fmax over doubles here) */
+        for (int k = 0; k < E; k++) mx = fabsf(out[k]) > mx ? fabsf(out[k]) : mx;
+        sum = mx / 32760.0;
     } else if (e->norm == 2) {
         for (int k = 0; k < E; k++) sum += (double)out[k] * out[k];
         sum = sqrt(sum);

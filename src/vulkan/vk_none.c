@@ -196,3 +196,14 @@ int bs_vk_vit_encode(bs_vk_vit *v, const float *patches, const float *pos, const
     (void)v; (void)patches; (void)pos; (void)rope; (void)n; (void)out;
     return bs_error("no Vulkan backend");
 }
+
+/* The SPIR-V table and the KHR rewrite (vk_internal.h) for tests that link them and skip at run
+ * time on a build without the backend. */
+struct bs_vk_spirv;
+const struct bs_vk_spirv *bs_vk_shader(const char *name) { (void)name; return NULL; }
+int bs_vk_spirv_coop_khr(const uint32_t *in, size_t n_words, uint32_t **out, size_t *out_words) {
+    (void)in; (void)n_words;
+    *out = NULL;
+    *out_words = 0;
+    return bs_error("no Vulkan backend");
+}
