@@ -95,27 +95,28 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
  * by them) as the options they stand for, taken before the command line so that an option given
  * there wins. A flag's variable turns it on with 1 / true / on / enabled and is left out with
  * 0 / false / off / disabled. */
-static const struct { const char *env, *opt; int flag; } env_opts[] = {   /* flag 2: the option when false */
-    {"LLAMA_ARG_MODEL", "-m", false}, {"LLAMA_ARG_MODEL_DRAFT", "-md", false}, {"LLAMA_ARG_MMPROJ", "--mmproj", false},
-    {"LLAMA_ARG_CTX_SIZE", "-c", false}, {"LLAMA_ARG_N_PARALLEL", "-np", false}, {"LLAMA_ARG_THREADS", "-t", false},
-    {"LLAMA_ARG_N_PREDICT", "-n", false}, {"LLAMA_ARG_HOST", "--host", false}, {"LLAMA_ARG_PORT", "--port", false},
-    {"LLAMA_API_KEY", "--api-key", false}, {"LLAMA_ARG_API_KEY", "--api-key", false},
-    {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", false}, {"LLAMA_ARG_ALIAS", "-a", false},
-    {"LLAMA_ARG_EMBEDDINGS", "--embeddings", true}, {"LLAMA_ARG_POOLING", "--pooling", false},
-    {"LLAMA_ARG_N_GPU_LAYERS", "-ngl", false}, {"LLAMA_ARG_DEVICE", "-dev", false},
-    {"LLAMA_ARG_DRAFT_MAX", "--draft-max", false}, {"LLAMA_ARG_SLOT_SAVE_PATH", "--slot-save-path", false},
-    {"LLAMA_ARG_TIMEOUT", "-to", false}, {"LLAMA_ARG_THREADS_HTTP", "--threads-http", false},
-    {"LLAMA_ARG_NO_WEBUI", "--no-webui", true}, {"LLAMA_ARG_NO_MMAP", "--no-mmap", true},
-    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", true}, {"LLAMA_ARG_THINK_BUDGET", "--reasoning-budget", false},
-    {"LLAMA_ARG_REASONING_BUDGET", "--reasoning-budget", false}, {"LLAMA_ARG_REASONING", "--reasoning", false},
-    {"LLAMA_ARG_MMAP", "--no-mmap", 2}, {"LLAMA_ARG_WEBUI", "--no-webui", 2}, {"LLAMA_ARG_UI", "--no-webui", 2},
-    {"LLAMA_ARG_THINK", "--reasoning-format", false}, {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", false},
-    {"LLAMA_ARG_FLASH_ATTN", "-fa", false}, {"LLAMA_ARG_CACHE_TYPE_K", "-ctk", false},
-    {"LLAMA_ARG_CACHE_TYPE_V", "-ctv", false}, {"LLAMA_ARG_BATCH", "-b", false}, {"LLAMA_ARG_UBATCH", "-ub", false},
-    {"LLAMA_ARG_CONT_BATCHING", "-cb", true}, {"LLAMA_ARG_JINJA", "--jinja", true}, {"LLAMA_ARG_MLOCK", "--mlock", true},
-    {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", true}, {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", true},
-    {"LLAMA_ARG_ENDPOINT_PROPS", "--props", true}, {"LLAMA_ARG_HF_REPO", "-hf", false},
-    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", false}, {"LLAMA_ARG_SSL_KEY_FILE", "--ssl-key-file", false},
+enum { VAL, FLAG, NOT };   /* the variable is the option's value / turns the flag on / turns it on when false */
+static const struct { const char *env, *opt; int kind; } env_opts[] = {
+    {"LLAMA_ARG_MODEL", "-m", VAL}, {"LLAMA_ARG_MODEL_DRAFT", "-md", VAL}, {"LLAMA_ARG_MMPROJ", "--mmproj", VAL},
+    {"LLAMA_ARG_CTX_SIZE", "-c", VAL}, {"LLAMA_ARG_N_PARALLEL", "-np", VAL}, {"LLAMA_ARG_THREADS", "-t", VAL},
+    {"LLAMA_ARG_N_PREDICT", "-n", VAL}, {"LLAMA_ARG_HOST", "--host", VAL}, {"LLAMA_ARG_PORT", "--port", VAL},
+    {"LLAMA_API_KEY", "--api-key", VAL}, {"LLAMA_ARG_API_KEY", "--api-key", VAL},
+    {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", VAL}, {"LLAMA_ARG_ALIAS", "-a", VAL},
+    {"LLAMA_ARG_EMBEDDINGS", "--embeddings", FLAG}, {"LLAMA_ARG_POOLING", "--pooling", VAL},
+    {"LLAMA_ARG_N_GPU_LAYERS", "-ngl", VAL}, {"LLAMA_ARG_DEVICE", "-dev", VAL},
+    {"LLAMA_ARG_DRAFT_MAX", "--draft-max", VAL}, {"LLAMA_ARG_SLOT_SAVE_PATH", "--slot-save-path", VAL},
+    {"LLAMA_ARG_TIMEOUT", "-to", VAL}, {"LLAMA_ARG_THREADS_HTTP", "--threads-http", VAL},
+    {"LLAMA_ARG_NO_WEBUI", "--no-webui", FLAG}, {"LLAMA_ARG_NO_MMAP", "--no-mmap", FLAG},
+    {"LLAMA_ARG_CONTEXT_SHIFT", "--context-shift", FLAG}, {"LLAMA_ARG_THINK_BUDGET", "--reasoning-budget", VAL},
+    {"LLAMA_ARG_REASONING_BUDGET", "--reasoning-budget", VAL}, {"LLAMA_ARG_REASONING", "--reasoning", VAL},
+    {"LLAMA_ARG_MMAP", "--no-mmap", NOT}, {"LLAMA_ARG_WEBUI", "--no-webui", NOT}, {"LLAMA_ARG_UI", "--no-webui", NOT},
+    {"LLAMA_ARG_THINK", "--reasoning-format", VAL}, {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", VAL},
+    {"LLAMA_ARG_FLASH_ATTN", "-fa", VAL}, {"LLAMA_ARG_CACHE_TYPE_K", "-ctk", VAL},
+    {"LLAMA_ARG_CACHE_TYPE_V", "-ctv", VAL}, {"LLAMA_ARG_BATCH", "-b", VAL}, {"LLAMA_ARG_UBATCH", "-ub", VAL},
+    {"LLAMA_ARG_CONT_BATCHING", "-cb", FLAG}, {"LLAMA_ARG_JINJA", "--jinja", FLAG}, {"LLAMA_ARG_MLOCK", "--mlock", FLAG},
+    {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", FLAG}, {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", FLAG},
+    {"LLAMA_ARG_ENDPOINT_PROPS", "--props", FLAG}, {"LLAMA_ARG_HF_REPO", "-hf", VAL},
+    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", VAL}, {"LLAMA_ARG_SSL_KEY_FILE", "--ssl-key-file", VAL},
 };
 
 static int truth(const char *env, const char *v, bool *on) {
@@ -127,34 +128,30 @@ static int truth(const char *env, const char *v, bool *on) {
     return bs_error("%s=%s: expected 1/true/on or 0/false/off", env, v);
 }
 
-/* The options the command line gives (cli_serve_env_args leaves theirs out). */
-static const char *const *given_argv;
-static int given_argc;
-
-static bool cli_given(const char *spelling) {
+/* Whether the command line (argv[1..argc)) gives the option spelled `spelling` (any spelling of
+ * it; a value that looks like an option only errs toward the command line). */
+static bool cli_given(const char *spelling, int argc, char **argv) {
     const cli_opt *want = cli_find(CMD_SERVE, spelling);
-    for (int k = 1; want && k < given_argc; k++) {   /* (a value that looks like an option only errs toward the command line) */
-        const cli_opt *o = given_argv[k][0] == '-' ? cli_find(CMD_SERVE, given_argv[k]) : NULL;
+    for (int k = 1; want && k < argc; k++) {
+        const cli_opt *o = argv[k][0] == '-' ? cli_find(CMD_SERVE, argv[k]) : NULL;
         if (o && o->id == want->id) return true;
     }
     return false;
 }
 
 int cli_serve_env_args(char **argv, int cap, int *n, int cmd_argc, char **cmd_argv) {
-    given_argc = cmd_argc;
-    given_argv = (const char *const *)cmd_argv;
     *n = 0;
     argv[(*n)++] = (char *)"serve";
     for (size_t i = 0; i < sizeof env_opts / sizeof env_opts[0]; i++) {
         const char *v = getenv(env_opts[i].env);
         if (!v || !*v) continue;
         bool on = true;
-        if (env_opts[i].flag && truth(env_opts[i].env, v, &on)) return -1;
-        if (env_opts[i].flag == 2) on = !on;   /* LLAMA_ARG_MMAP=false: --no-mmap */
-        if (!on || cli_given(env_opts[i].opt)) continue;   /* the command line wins */
+        if (env_opts[i].kind != VAL && truth(env_opts[i].env, v, &on)) return -1;
+        if (env_opts[i].kind == NOT) on = !on;   /* LLAMA_ARG_MMAP=false: --no-mmap */
+        if (!on || cli_given(env_opts[i].opt, cmd_argc, cmd_argv)) continue;   /* the command line wins */
         if (*n + 2 > cap) return bs_error("too many LLAMA_ARG_* variables");
         argv[(*n)++] = (char *)env_opts[i].opt;
-        if (!env_opts[i].flag) argv[(*n)++] = (char *)v;
+        if (env_opts[i].kind == VAL) argv[(*n)++] = (char *)v;
         bs_log(2, "bitspark serve: %s from the environment (%s)\n", env_opts[i].opt, env_opts[i].env);
     }
     return 0;

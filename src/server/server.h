@@ -306,6 +306,8 @@ int srv_sched_n_slots(const srv_sched *s);
 int srv_sched_n_ctx(const srv_sched *s);
 /* The server-wide cap on generated tokens per request (cfg.n_predict or its default). */
 int srv_n_predict_cap(const srv_config *cfg);
+/* The tokens t may generate: its max_tokens capped by --n-predict (-1 included). */
+int srv_task_n_predict(const srv_config *cfg, const srv_task *t);
 /* Take n logprob entries from SRV_LOGPROB_BUDGET (false: spent); srv_task_unref gives a task's
  * lp_reserved back. */
 bool srv_logprob_reserve(long n);
@@ -563,6 +565,8 @@ struct json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, co
                                 size_t len, size_t end, bool final, int *toks_sent);
 /* The prompt_progress event of t's progress entry k (llama-server's total, cache, processed,
  * time_ms). */
+/* Progress entry k of t as {total, cache, processed, time_ms} (every stream shape's prompt_progress). */
+struct json_t *srv_prompt_progress(const srv_task *t, int k);
 struct json_t *srv_native_progress(const srv_task *t, int k);
 /* The prompt's positions (an image takes one per row of its grid). */
 long srv_task_positions(const srv_task *t);

@@ -434,6 +434,24 @@ static void chat_in_free(chat_in *c) {
     srv_vision_free(&c->vis);
 }
 
+/* srv_vision_add's failure rc (-1, -2, -3) as its answer: 400, 503 (the image budget), 400
+ * exceed_context_size_error. */
+static void vision_fail(srv_reply *r, int rc, const char *err) {
+    if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
+    else if (rc == -3) srv_reply_error(r, 400, "exceed_context_size_error", "%s", err);
+    else srv_reply_error(r, 400, "invalid_request_error", "%s", err);
+}
+
+/* v's images to t, which owns them from now (v keeps none). */
+static void take_images(srv_task *t, srv_vision *v) {
+    t->images = v->im;
+    t->pixels = v->px;
+    t->n_images = v->n;
+    v->im = NULL;
+    v->px = NULL;
+    v->n = 0;
+}
+
 /* An image_url part: encoded, its placeholder into the text. */
 static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     if (c->s && r->no_images) {   /* an HTTP thread: decoded on the job pool instead */
@@ -443,9 +461,7 @@ static bool image_part(chat_in *c, json_t *part, srv_buf *b, srv_reply *r) {
     char err[256];
     const int rc = c->s ? srv_vision_add(c->s, &c->vis, part, srv_sched_n_ctx(c->s->sched), err, sizeof err) : 0;
     if (rc) {
-        if (rc == -2) srv_reply_error(r, 503, "unavailable_error", "%s", err);
-        else if (rc == -3) srv_reply_error(r, 400, "exceed_context_size_error", "%s", err);
-        else srv_reply_error(r, 400, "invalid_request_error", "%s", err);
+        vision_fail(r, rc, err);
         return false;
     }
     srv_buf_adds(b, c->s ? c->vis.part : BS_IMAGE_CHAT);
@@ -613,8 +629,7 @@ static bool parse_stream(json_t *b, srv_gen *g, srv_reply *r) {
  * --n-predict and, without a context shift, by the context left after the prompt. */
 static long logprob_entries(const srv *s, const srv_task *t) {
     if (t->n_probs < 0) return 0;
-    const int cap = srv_n_predict_cap(&s->cfg);
-    const long most = t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+    const long most = srv_task_n_predict(&s->cfg, t);
     long all = 0;
     for (int k = 0; k < BS_MAX(t->n_choices, 1); k++) {   /* each answer by its own prompt's room */
         const srv_task *c = k && t->sib[k - 1] ? t->sib[k - 1] : t;
@@ -771,12 +786,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     if (!(prompt = render_chat(s, &c, &co, &spans, &n_spans, r))) goto fail;
     size_t plen = strlen(prompt);
     if (!set_prompt(s, t, prompt, plen, spans, n_spans, &c.vis, r)) goto fail;
-    t->images = c.vis.im;   /* the task owns them now */
-    t->pixels = c.vis.px;
-    t->n_images = c.vis.n;
-    c.vis.im = NULL;
-    c.vis.px = NULL;
-    c.vis.n = 0;
+    take_images(t, &c.vis);
     free(spans);
     spans = NULL;
     long n_probs = 0;   /* llama-server's native n_probs read on chat too: logprobs with that many top */
@@ -804,6 +814,7 @@ fail:
 enum { COMPL_OPENAI, COMPL_NATIVE, COMPL_INFILL };
 
 #define MEDIA_MARKER "<__media__>"   /* llama-server's (mtmd's default marker) */
+#define MEDIA_LEN (sizeof MEDIA_MARKER - 1)
 
 /* /completion's prompt object {"prompt_string", "multimodal_data": [base64, ...]}: each marker
  * in the string is the next image, placed as a chat's image part is (<|vision_start|> ...
@@ -828,7 +839,7 @@ static int media_prompt(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     }
     const char *text = json_string_value(ps), *end = text + json_string_length(ps);
     size_t n_mark = 0;
-    for (const char *q = text; (q = memmem(q, (size_t)(end - q), MEDIA_MARKER, 11)); q += 11) n_mark++;
+    for (const char *q = text; (q = memmem(q, (size_t)(end - q), MEDIA_MARKER, MEDIA_LEN)); q += MEDIA_LEN) n_mark++;
     if (n_mark != n_md) {
         srv_reply_error(r, 400, "invalid_request_error", "the prompt holds %zu " MEDIA_MARKER " markers for %zu "
                         "multimodal_data entries", n_mark, n_md);
@@ -841,7 +852,7 @@ static int media_prompt(srv *s, json_t *b, srv_task *t, srv_reply *r) {
     const char *q = text;
     for (size_t i = 0; i < n_md && rc > 0; i++) {
         json_t *e = json_array_get(md, i);
-        const char *m = memmem(q, (size_t)(end - q), MEDIA_MARKER, 11);
+        const char *m = memmem(q, (size_t)(end - q), MEDIA_MARKER, MEDIA_LEN);
         char err[256];
         if (!json_is_string(e)) { bad_request(r, "'multimodal_data' must hold base64 strings%s", ""); rc = -1; break; }
         srv_buf url = {0};
@@ -852,27 +863,18 @@ static int media_prompt(srv *s, json_t *b, srv_task *t, srv_reply *r) {
         const int v = srv_vision_add(s, &vis, part, srv_sched_n_ctx(s->sched), err, sizeof err);
         json_decref(part);
         if (v) {
-            srv_reply_error(r, v == -2 ? 503 : 400, v == -2 ? "unavailable_error" : v == -3 ? "exceed_context_size_error"
-                                                                                     : "invalid_request_error", "%s", err);
+            vision_fail(r, v, err);
             rc = -1;
             break;
         }
         srv_buf_add(&out, q, (size_t)(m - q));
         srv_buf_adds(&out, vis.part);
-        q = m + 11;
+        q = m + MEDIA_LEN;
     }
     if (rc > 0) {
         srv_buf_add(&out, q, (size_t)(end - q));
-        if (set_prompt(s, t, out.p ? out.p : "", out.len, NULL, 0, &vis, r)) {
-            t->images = vis.im;   /* the task owns them now */
-            t->pixels = vis.px;
-            t->n_images = vis.n;
-            vis.im = NULL;
-            vis.px = NULL;
-            vis.n = 0;
-        } else {
-            rc = -1;
-        }
+        if (set_prompt(s, t, out.p ? out.p : "", out.len, NULL, 0, &vis, r)) take_images(t, &vis);
+        else rc = -1;
     }
     srv_buf_free(&out);
     srv_vision_free(&vis);

@@ -396,8 +396,12 @@ json_t *srv_native_chunk(const srv *s, const char *model, srv_task *t, const srv
     return pick_fields(fin, g);
 }
 
+json_t *srv_prompt_progress(const srv_task *t, int k) {
+    return json_pack("{s:I,s:i,s:i,s:I}", "total", (json_int_t)srv_task_positions(t), "cache", t->tm.n_cached,
+                     "processed", t->prog_done[k], "time_ms", (json_int_t)t->prog_ms[k]);
+}
+
 json_t *srv_native_progress(const srv_task *t, int k) {
-    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:{s:I,s:i,s:i,s:I}}", "index", 0, "content", "", "tokens", "stop", 0,
-                     "id_slot", t->slot, "prompt_progress", "total", (json_int_t)srv_task_positions(t), "cache",
-                     t->tm.n_cached, "processed", t->prog_done[k], "time_ms", (json_int_t)t->prog_ms[k]);
+    return json_pack("{s:i,s:s,s:[],s:b,s:i,s:o}", "index", 0, "content", "", "tokens", "stop", 0, "id_slot", t->slot,
+                     "prompt_progress", srv_prompt_progress(t, k));
 }

@@ -132,7 +132,8 @@ static json_t *chat_logprobs(const srv *s, const srv_tok *k, int from, int to) {
 
 /* Completions logprobs (tokens, token_logprobs, top_logprobs, text_offset); echoed prompt tokens
  * come first with null logprobs (their distributions are not computed). */
-static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int from, int to, size_t offset0) {
+static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int from, int to, size_t offset0,
+                              bool content) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = offset0;
     for (int i = 0; echo && i < t->n_prompt; i++) {
@@ -160,10 +161,11 @@ static json_t *compl_logprobs(const srv *s, const srv_task *t, bool echo, int fr
     }
     json_t *j = json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
                           "text_offset", offs);
-    /* llama-server's shape beside OpenAI's: the generated tokens as chat's entries */
-    json_t *w = chat_logprobs(s, t->toks, from, to);
-    json_object_set(j, "content", json_object_get(w, "content"));
-    json_decref(w);
+    if (content) {   /* llama-server's shape beside OpenAI's: the generated tokens as chat's entries */
+        json_t *w = chat_logprobs(s, t->toks, from, to);
+        json_object_set(j, "content", json_object_get(w, "content"));
+        json_decref(w);
+    }
     return j;
 }
 
@@ -322,8 +324,9 @@ static void fill_compl_lp(srv_buf *b, void *arg) {
         srv_buf_adds(b, keys[k]);
         srv_buf_adds(b, "\":[");
         for (int i = 0; i == 0 || i < t->n_toks; i += LP_CHUNK) {   /* chunk 0 also holds the echo */
-            json_t *c = compl_logprobs(a->s, t, echo && i == 0, i, BS_MIN(i + LP_CHUNK, t->n_toks),
-                                       echo && i == 0 ? 0 : base);
+            const int to = BS_MIN(i + LP_CHUNK, t->n_toks);   /* (each key builds only its own part) */
+            json_t *c = k == 4 ? chat_logprobs(a->s, t->toks, i, to)
+                               : compl_logprobs(a->s, t, echo && i == 0, i, to, echo && i == 0 ? 0 : base, false);
             add_items(b, json_incref(json_object_get(c, keys[k])), &first);
             json_decref(c);
         }
@@ -629,7 +632,7 @@ static void compl_text(srv_stream *st, const char *text, size_t len, bool final,
     json_t *lp = NULL;
     int n_toks = BS_MIN(toks_ready(st->t), st->toks_max);
     if (st->g.logprobs && n_toks > st->toks_sent) {
-        lp = compl_logprobs(st->s, st->t, false, st->toks_sent, n_toks, 0);
+        lp = compl_logprobs(st->s, st->t, false, st->toks_sent, n_toks, 0, true);
         st->toks_sent = n_toks;
     }
     if (!len && !lp && !final) return;
@@ -652,13 +655,10 @@ static bool wants_progress(const srv_stream *st) {
 /* OpenAI's streams (return_progress, as llama-server sends it there): a chunk with an empty
  * delta and prompt_progress {total, cache, processed, time_ms} beside the choices. */
 static json_t *oai_progress(srv_stream *st, int k) {
-    const srv_task *t = st->t;
     json_t *choice = st->g.chat ? chat_delta(json_pack("{s:s,s:n}", "role", "assistant", "content"), NULL, NULL)
                                 : json_pack("{s:i,s:s,s:n,s:n}", "index", 0, "text", "", "logprobs", "finish_reason");
     json_t *j = chunk(st, choice);
-    json_object_set_new(j, "prompt_progress", json_pack("{s:I,s:i,s:i,s:I}", "total", (json_int_t)srv_task_positions(t),
-                                                        "cache", t->tm.n_cached, "processed", t->prog_done[k], "time_ms",
-                                                        (json_int_t)t->prog_ms[k]));
+    json_object_set_new(j, "prompt_progress", srv_prompt_progress(st->t, k));
     return j;
 }
 

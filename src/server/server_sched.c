@@ -36,7 +36,7 @@ typedef struct slot {
     int id;
     bs_gen *gen;
     srv_task *task;
-    int n_decoded;              /* the task's tokens so far, and whether they end in a newline */
+    int n_decoded;              /* the task's tokens so far, and whether any of them held a newline */
     bool new_line;              /* (both atomic: /slots reads them between the passes' updates) */
     long last_used;
     float lora[SRV_MAX_LORA];   /* the adapter scales its cached prefix was computed with */
@@ -259,13 +259,9 @@ static void finish_as(srv_sched *s, slot *sl, const char *err, int forced) {
     const int why = forced ? forced : err ? SRV_FINISH_ERROR : finish_reason(st->stop);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", err ? err : st->stop == BS_GEN_INTERRUPT ? "cancelled" : bs_last_error());
-    sync_task(sl);
+    sync_task(sl);   /* (the text, tokens and timings, final now) */
     pthread_mutex_lock(&t->mu);
-    t->tm.n_prompt = st->n_prompt;
-    t->tm.n_cached = st->n_cached;
-    t->tm.t_prompt_ms = st->t_prompt * 1e3;
-    t->tm.t_gen_ms = st->t_gen * 1e3;
-    t->tm.draft_n = st->n_drafted;
+    t->tm.draft_n = st->n_drafted;   /* (the generator counts these at its end only) */
     t->tm.draft_accepted = st->n_accepted;
     t->shifted = st->n_shifts > 0;
     srv_timings tm = t->tm;
@@ -381,12 +377,7 @@ static void run_op(srv_sched *s, slot *sl, srv_task *t) {
     publish_info(s, sl);
 }
 
-/* What a task runs with: max_tokens capped by --n-predict (every request, -1 included), n_keep
- * defaulting to --keep. */
-static int task_n_predict(const srv_sched *s, const srv_task *t) {
-    const int cap = srv_n_predict_cap(&s->cfg);
-    return t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
-}
+/* What a task runs with: n_keep defaulting to --keep (max_tokens: srv_task_n_predict). */
 static int task_n_keep(const srv_sched *s, const srv_task *t) { return t->n_keep >= 0 ? t->n_keep : s->cfg.gen.n_keep; }
 
 static void admit(srv_sched *s, slot *sl, srv_task *t) {
@@ -409,7 +400,7 @@ static void admit(srv_sched *s, slot *sl, srv_task *t) {
         r.breakers = (const char *const *)t->breakers;
         r.n_breakers = t->n_breakers;
     }
-    r.n_predict = task_n_predict(s, t);
+    r.n_predict = srv_task_n_predict(&s->cfg, t);
     r.ignore_eos = t->ignore_eos;
     r.n_indent = t->n_indent;
     r.t_max_predict_ms = t->t_max_predict_ms;
@@ -706,7 +697,7 @@ static void reserve(srv_sched *s, slot *sl, srv_task *t) {
     in->has_task = true;
     in->id_task = t->id;
     in->sp = t->sp;
-    in->n_predict = task_n_predict(s, t);
+    in->n_predict = srv_task_n_predict(&s->cfg, t);
     in->n_keep = task_n_keep(s, t);
     in->ignore_eos = t->ignore_eos;
     __atomic_store_n(&sl->n_decoded, 0, __ATOMIC_RELAXED);
@@ -962,6 +953,10 @@ void srv_sched_wake(srv_sched *s) {
 int srv_sched_n_slots(const srv_sched *s) { return s->cfg.n_slots; }
 int srv_sched_n_ctx(const srv_sched *s) { return s->n_ctx; }
 int srv_n_predict_cap(const srv_config *cfg) { return cfg->n_predict > 0 ? cfg->n_predict : SRV_N_PREDICT_DEFAULT; }
+int srv_task_n_predict(const srv_config *cfg, const srv_task *t) {
+    const int cap = srv_n_predict_cap(cfg);
+    return t->n_predict < 0 || t->n_predict > cap ? cap : t->n_predict;
+}
 
 void srv_sched_slots(srv_sched *s, srv_slot_info *out) {
     pthread_mutex_lock(&s->mu);   /* (the counters are reset under it with the task they count) */

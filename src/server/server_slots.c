@@ -48,21 +48,28 @@ static bool good_filename(const char *f, size_t n) {
     return strstr(f, "..") == NULL;
 }
 
+/* The value of `key` in url's query string (*n bytes, not NUL-terminated), or NULL. */
+static const char *query_value(const char *url, const char *key, size_t *n) {
+    const char *q = strchr(url, '?');
+    const size_t kn = strlen(key);
+    for (const char *p = q ? q + 1 : NULL; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL)
+        if (!strncmp(p, key, kn) && p[kn] == '=') {
+            *n = strcspn(p + kn + 1, "&");
+            return p + kn + 1;
+        }
+    return NULL;
+}
+
 /* The action's part of the query string (?action=save). */
 static bool query_action(const char *url, int *action) {
-    const char *q = strchr(url, '?');
-    for (const char *p = q ? q + 1 : NULL; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
-        if (strncmp(p, "action=", 7)) continue;
-        p += 7;
-        const size_t n = strcspn(p, "&");
-        static const char *const names[] = {"save", "restore", "erase"};
-        for (int k = 0; k < 3; k++)
-            if (strlen(names[k]) == n && !strncmp(p, names[k], n)) {
-                *action = k;
-                return true;
-            }
-        return false;
-    }
+    size_t n;
+    const char *p = query_value(url, "action", &n);
+    static const char *const names[] = {"save", "restore", "erase"};
+    for (int k = 0; p && k < 3; k++)
+        if (strlen(names[k]) == n && !strncmp(p, names[k], n)) {
+            *action = k;
+            return true;
+        }
     return false;
 }
 
@@ -128,7 +135,6 @@ static void slots_list(srv *s, const char *url, srv_reply *r) {
     const int n = srv_sched_n_slots(s->sched);
     srv_slot_info *info = bs_xcalloc((size_t)n, sizeof *info);
     srv_sched_slots(s->sched, info);
-    const char *q = strchr(url, '?');
     bool idle = false;
     json_t *a = json_array();
     for (int i = 0; i < n; i++) {
@@ -143,7 +149,7 @@ static void slots_list(srv *s, const char *url, srv_reply *r) {
             json_object_set_new(p, "n_keep", json_integer(in->n_keep));
             json_object_set_new(p, "ignore_eos", json_boolean(in->ignore_eos));
             json_object_set_new(j, "params", p);
-            const int remain = in->n_predict < 0 ? -1 : BS_MAX(0, in->n_predict - in->n_decoded);
+            const int remain = BS_MAX(0, in->n_predict - in->n_decoded);   /* (n_predict: as capped, never -1) */
             json_object_set_new(j, "next_token", json_pack("[{s:b,s:b,s:i,s:i}]", "has_next_token", in->generating,
                                                            "has_new_line", in->has_new_line, "n_remain", remain,
                                                            "n_decoded", in->n_decoded));
@@ -151,8 +157,8 @@ static void slots_list(srv *s, const char *url, srv_reply *r) {
         json_array_append_new(a, j);
     }
     free(info);
-    const char *f = q ? strstr(q, "fail_on_no_slot=") : NULL;
-    if (f && f[16] && f[16] != '&' && !idle) {   /* any value, as llama-server takes it */
+    size_t fn = 0;
+    if (query_value(url, "fail_on_no_slot", &fn) && fn && !idle) {   /* any value, as llama-server takes it */
         json_decref(a);
         srv_reply_error(r, 503, "unavailable_error", "no slot available");
         return;
