@@ -149,7 +149,7 @@ int cli_gen_apply(bs_engine_opts *o, const cli_arg *a) {
     else if (g) *g = (int)a->n;
     else switch (id) {
     case OPT_MODEL: o->model = a->s; break;
-    case OPT_THREADS: if (a->n > 0) o->n_threads = (int)a->n; break;   /* -1: all cores (the default) */
+    case OPT_THREADS: o->n_threads = a->n > 0 ? (int)a->n : o->n_threads; break;   /* -1: all cores (the default) */
     case OPT_CTX: o->n_ctx = a->n == 0 ? -1 : (int)a->n; break;         /* serve's 0: the model's context */
     case OPT_NO_MMAP: o->no_mmap = true; break;
     case OPT_DEVICE: o->device = strcmp(a->s, "none") ? a->s : "cpu"; break;   /* llama.cpp's -dev none */

@@ -13,7 +13,8 @@
  *   server_metrics.c  counters, latency histograms and the Prometheus text of /metrics
  *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
  *                     /ready, the 503s of a replica that is not serving, graceful drain
- *   server_tools.c    <tool_call> XML in model output -> OpenAI tool_calls
+ *   server_tools.c    a tool call's parts; a finished answer's calls
+ *   server_calls.c    <tool_call> blocks read as they are generated -> tool calls
  *   server_anthropic.c, server_responses.c, server_blocks.c (server_dialect.h)
  *                     Anthropic's Messages API and OpenAI's Responses API: translated into a
  *                     chat request, answered in their own shapes
@@ -313,17 +314,6 @@ int srv_task_n_predict(const srv_config *cfg, const srv_task *t);
 bool srv_logprob_reserve(long n);
 void srv_sched_slots(srv_sched *s, srv_slot_info *out);
 
-/* --- tool calls (server_tools.c) --- */
-typedef struct srv_tool_call {
-    char *name;
-    char *arguments;           /* JSON object text */
-} srv_tool_call;
-
-/* Find <tool_call> blocks in content: *calls (malloc'd, n) and *rest, the content without them
- * (malloc'd). Returns the number of calls found (0: *rest is a copy of content). */
-int srv_parse_tool_calls(const char *content, srv_tool_call **calls, char **rest);
-void srv_free_tool_calls(srv_tool_call *calls, int n);
-
 /* --- the whole server (server_http.c) --- */
 /* What a load balancer sees (server_life.c): LOADING until the model, drafter and slots are up
  * (/health and /ready 503, everything else 503 too); READY; DRAINING after SIGTERM (health 200,
@@ -408,6 +398,50 @@ typedef struct srv_buf { char *p; size_t len, cap; } srv_buf;
 void srv_buf_add(srv_buf *b, const char *s, size_t n);
 void srv_buf_adds(srv_buf *b, const char *s);
 void srv_buf_free(srv_buf *b);
+
+/* --- tool calls (server_tools.c, server_calls.c) --- */
+typedef struct srv_tool_call {
+    char *name;
+    char *arguments;           /* JSON object text */
+} srv_tool_call;
+
+/* A chat's content as it comes -> text and tool calls, each call as it is written (see
+ * server_calls.c for the forms read). index counts the calls from 0; a call's args pieces joined
+ * are its arguments (a JSON object's text). */
+typedef struct srv_calls_ops {
+    void (*text)(void *ud, const char *p, size_t n);
+    void (*open)(void *ud, int index, const char *name);
+    void (*args)(void *ud, int index, const char *p, size_t n);
+    void (*close)(void *ud, int index);
+} srv_calls_ops;
+
+typedef struct srv_calls {
+    srv_buf buf;               /* text read and not decided yet, from at */
+    size_t at, scan, held, key_len;
+    int mode, n_calls, n_params;
+    bool after, lead;
+    bool cut;                  /* the last call was closed by the end of the text */
+    const char *str_params;    /* srv_tool_string_params (not owned), or NULL */
+    char *name;                /* the open call's name */
+    srv_buf keys;              /* the open call's keys, "\nKEY\n" each */
+} srv_calls;
+
+void srv_calls_init(srv_calls *c, const char *str_params);
+/* final: the end (held text is decided, an open call closes). */
+void srv_calls_feed(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud);
+void srv_calls_free(srv_calls *c);
+
+/* The calls in a finished answer's content: *calls (malloc'd, the count returned), *rest the
+ * text (srv_buf_free it), *cut (may be NULL) whether the last call was cut by the end. */
+int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
+                         bool *cut);
+void srv_free_tool_calls(srv_tool_call *calls, int n);
+/* server_calls.c's parts: a parameter's value as JSON text; the JSON form of a call in [a, b)
+ * (0, or -1: not one); the string parameters of a request's tools (NULL: none). */
+char *srv_tool_param_json(const char *a, const char *b);
+int srv_tool_json_call(const char *a, const char *b, srv_tool_call *out);
+struct json_t;
+char *srv_tool_string_params(struct json_t *tools);
 
 /* --- request handling (server_api.c, which uses server_reply.c), called by server_http.c --- */
 typedef struct srv_stream srv_stream;
@@ -498,9 +532,11 @@ typedef struct srv_gen {
     /* the answer of a finished task that is not a generation (embeddings), or NULL */
     void (*answer)(srv *s, srv_task *t, srv_reply *r);
     char *prompt_text;         /* for echo; malloc'd */
+    char *str_params;          /* the tools' string parameters (srv_tool_string_params); malloc'd */
     char id[48];
     long created;
 } srv_gen;
+void srv_gen_free(srv_gen *g);   /* what g owns */
 
 /* server_native.c: llama-server's native completion fields and answers. A request's error
  * (status, type, message; n_prompt for exceed_context_size_error) for the caller to answer. */

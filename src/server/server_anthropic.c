@@ -305,9 +305,9 @@ static json_t *block_start(int kind, const srv_tool_call *call, const char *msg_
     return json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", id, "name", call->name, "input");
 }
 
-static const char *stop_reason(const srv *s, const srv_task *t, int n_calls, const char **seq) {
+static const char *stop_reason(const srv *s, const srv_task *t, const srv_blocks *bl, const char **seq) {
     *seq = NULL;
-    if (n_calls) return "tool_use";
+    if (bl->n_calls && !(bl->calls.cut && t->finish == SRV_FINISH_LENGTH)) return "tool_use";   /* (a call cut: max_tokens) */
     if (t->finish == SRV_FINISH_LENGTH) return "max_tokens";
     if ((*seq = srv_stop_matched(s, t))) return "stop_sequence";
     return "end_turn";
@@ -363,10 +363,10 @@ static void done(srv *s, srv_task *t, const srv_gen *g, srv_reply *r) {
     msg_id(g, id, sizeof id);
     collect c = {.content = json_array(), .id = id};
     srv_blocks bl;
-    srv_blocks_init(&bl, g->in_think, g->tools);
+    srv_blocks_init(&bl, g->in_think, g->tools, g->str_params);
     srv_blocks_feed(&bl, t->text ? t->text : "", t->len, true, &collect_ops, &c);
     const char *seq;
-    const char *why = stop_reason(s, t, bl.n_calls, &seq);
+    const char *why = stop_reason(s, t, &bl, &seq);
     srv_blocks_free(&bl);
     srv_buf_free(&c.acc);
     json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", id, "type", "message", "role", "assistant",
@@ -416,7 +416,7 @@ static void *stream_new(srv *s, srv_task *t, const srv_gen *g) {
     a->s = s;
     a->t = t;
     msg_id(g, a->id, sizeof a->id);
-    srv_blocks_init(&a->bl, g->in_think, g->tools);
+    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params);
     return a;
 }
 
@@ -452,7 +452,7 @@ static void stream_step(void *st, const char *text, size_t len, bool fin, srv_bu
     srv_blocks_feed(&a->bl, text, len, fin, &stream_ops, a);
     if (!fin) return;
     const char *seq;
-    const char *why = stop_reason(a->s, t, a->bl.n_calls, &seq);
+    const char *why = stop_reason(a->s, t, &a->bl, &seq);
     srv_sse_event(out, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta",
                                                   "stop_reason", why, "stop_sequence", seq ? json_string(seq) : json_null(),
                                                   "usage", usage(&t->tm)));

@@ -643,7 +643,7 @@ static long logprob_entries(const srv *s, const srv_task *t) {
 static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     if (g->shape && g->shape->count) {   /* count_tokens: the prompt is all it wanted */
         g->shape->count(s, t, r);
-        free(g->prompt_text);
+        srv_gen_free(g);
         srv_task_unref(t);
         return;
     }
@@ -660,7 +660,7 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     else
         refused = false;
     if (refused) {
-        free(g->prompt_text);
+        srv_gen_free(g);
         for (int k = 1; k < t->n_choices; k++) srv_task_unref(t->sib[k - 1]);
         srv_task_unref(t);
         return;
@@ -683,7 +683,7 @@ static void submit(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         }
         srv_sched_wake(s->sched);
         srv_reply_error(r, 503, "unavailable_error", "%s", err);
-        free(g->prompt_text);
+        srv_gen_free(g);
         for (int k = 1; k < t->n_choices; k++) srv_task_unref(t->sib[k - 1]);
         srv_task_unref(t);
         return;
@@ -795,6 +795,7 @@ static void api_chat(srv *s, json_t *b, srv_reply *r, const srv_shape *shape) {
     g.logprobs = lp;
     t->n_probs = lp ? (int)top : -1;
     g.tools = tools != NULL;
+    g.str_params = tools ? srv_tool_string_params(offered) : NULL;
     g.one_call = !parallel;
     g.in_think = opens_think(prompt, plen);
     g.reasoning_format = rf;
@@ -937,7 +938,7 @@ static void api_completions(srv *s, json_t *b, srv_reply *r, int mode) {
     return;
 fail:
     srv_prompts_free(pr, np);
-    free(g.prompt_text);
+    srv_gen_free(&g);
     srv_task_unref(t);
 }
 

@@ -1,6 +1,7 @@
 /* server_blocks.c: a chat task's output as blocks (server_dialect.h) for the answer shapes of
- * other APIs: thinking (the think block), text, tool calls. The same feed renders a stream and,
- * fed the whole text at once, a finished answer, so both say the same. */
+ * other APIs: thinking (the think block), text, tool calls (each as it is written: server_calls.c).
+ * The same feed renders a stream and, fed the whole text at once, a finished answer, so both say
+ * the same. */
 #include "server/server_dialect.h"
 #include "io/utf8.h"
 #include "io/util.h"
@@ -9,19 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char TOOL_OPEN[] = "<tool_call>";
-
-void srv_blocks_init(srv_blocks *b, bool in_think, bool tools) {
+void srv_blocks_init(srv_blocks *b, bool in_think, bool tools, const char *str_params) {
     memset(b, 0, sizeof *b);
     b->rs = bs_reasoning_new(in_think);
     b->tools = tools;
     b->open = -1;
+    srv_calls_init(&b->calls, str_params);
 }
 
 void srv_blocks_free(srv_blocks *b) {
     bs_reasoning_free(b->rs);
-    srv_buf_free(&b->content);
+    srv_calls_free(&b->calls);
 }
+
+/* the block ops and their caller's data, for the call reader's events */
+typedef struct feed_ctx {
+    srv_blocks *b;
+    const srv_block_ops *ops;
+    void *ud;
+} feed_ctx;
 
 static void close_open(srv_blocks *b, const srv_block_ops *ops, void *ud) {
     if (b->open >= 0) ops->close(ud, b->open);
@@ -40,62 +47,57 @@ static void give(srv_blocks *b, int kind, const char *p, size_t n, const srv_blo
     ops->delta(ud, kind, p, n);
 }
 
-/* Content that may be given now: all of it without tools; with tools, up to a <tool_call> (or
- * an end that could become one). */
-static size_t content_ready(const srv_blocks *b, bool final) {
-    const srv_buf *c = &b->content;
-    if (!b->tools) return c->len;
-    const char *open = c->p ? strstr(c->p, TOOL_OPEN) : NULL;
-    if (open) return (size_t)(open - c->p);
-    if (final) return c->len;
-    for (size_t k = BS_MIN(sizeof TOOL_OPEN - 2, c->len); k > 0; k--)
-        if (!memcmp(c->p + c->len - k, TOOL_OPEN, k)) return c->len - k;
-    return c->len;
+static void f_text(void *ud, const char *p, size_t n) {
+    feed_ctx *f = ud;
+    give(f->b, SRV_BLOCK_TEXT, p, n, f->ops, f->ud);
 }
 
-static void split(srv_blocks *b, const bs_reasoning_out *ro, const srv_block_ops *ops, void *ud) {
+static void f_open(void *ud, int index, const char *name) {
+    feed_ctx *f = ud;
+    (void)index;
+    close_open(f->b, f->ops, f->ud);
+    f->ops->open(f->ud, SRV_BLOCK_TOOL, &(srv_tool_call){.name = (char *)name});
+    f->b->open = SRV_BLOCK_TOOL;
+    f->b->any = true;
+}
+
+static void f_args(void *ud, int index, const char *p, size_t n) {
+    feed_ctx *f = ud;
+    (void)index;
+    f->ops->delta(f->ud, SRV_BLOCK_TOOL, p, n);
+}
+
+static void f_close(void *ud, int index) {
+    feed_ctx *f = ud;
+    (void)index;
+    close_open(f->b, f->ops, f->ud);
+}
+
+static const srv_calls_ops feed_ops = {f_text, f_open, f_args, f_close};
+
+static void split(srv_blocks *b, const bs_reasoning_out *ro, bool final, const srv_block_ops *ops, void *ud) {
     give(b, SRV_BLOCK_THINKING, ro->reasoning, ro->reasoning_len, ops, ud);
-    if (ro->content_len) srv_buf_add(&b->content, ro->content, ro->content_len);
-}
-
-/* The end with tools: the held-back text parsed into calls; text around them stays text. */
-static void final_calls(srv_blocks *b, const srv_block_ops *ops, void *ud) {
-    srv_tool_call *tc = NULL;
-    char *rest = NULL;
-    const char *c = b->content.p ? b->content.p + b->content_sent : "";
-    int n = srv_parse_tool_calls(c, &tc, &rest);
-    give(b, SRV_BLOCK_TEXT, rest, strlen(rest), ops, ud);
-    for (int i = 0; i < n; i++) {
-        close_open(b, ops, ud);
-        ops->open(ud, SRV_BLOCK_TOOL, &tc[i]);
-        b->any = true;
-        ops->delta(ud, SRV_BLOCK_TOOL, tc[i].arguments, strlen(tc[i].arguments));
-        ops->close(ud, SRV_BLOCK_TOOL);
+    if (!b->tools) {
+        give(b, SRV_BLOCK_TEXT, ro->content, ro->content_len, ops, ud);
+        return;
     }
-    b->n_calls = n;
-    b->content_sent = b->content.len;
-    srv_free_tool_calls(tc, n);
-    free(rest);
+    feed_ctx f = {b, ops, ud};
+    srv_calls_feed(&b->calls, ro->content, ro->content_len, final, &feed_ops, &f);
 }
 
 void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, const srv_block_ops *ops, void *ud) {
     bs_reasoning_out ro = {0};
     if (len) {
         bs_reasoning_feed(b->rs, text, len, &ro);
-        split(b, &ro, ops, ud);
+        split(b, &ro, false, ops, ud);
     }
     if (final) {
         memset(&ro, 0, sizeof ro);
         bs_reasoning_finish(b->rs, &ro);
-        split(b, &ro, ops, ud);
+        split(b, &ro, true, ops, ud);
     }
-    size_t ready = content_ready(b, final);
-    if (ready > b->content_sent && !(final && b->tools)) {
-        give(b, SRV_BLOCK_TEXT, b->content.p + b->content_sent, ready - b->content_sent, ops, ud);
-        b->content_sent = ready;
-    }
+    b->n_calls = b->calls.n_calls;
     if (!final) return;
-    if (b->tools) final_calls(b, ops, ud);
     if (!b->any) {   /* nothing at all: one empty text block, so the answer has content */
         ops->open(ud, SRV_BLOCK_TEXT, NULL);
         b->open = SRV_BLOCK_TEXT;

@@ -56,20 +56,20 @@ typedef struct srv_block_ops {
     void (*close)(void *ud, int kind);
 } srv_block_ops;
 
-/* Generated text -> blocks, fed as it comes. With tools, text from a <tool_call> on is held
- * back and parsed at the end; what stays text after the calls is text again. */
+/* Generated text -> blocks, fed as it comes. With tools, each call is a block as the model
+ * writes it (server_calls.c); text around the calls is text. */
 typedef struct srv_blocks {
     bs_reasoning *rs;
     bool tools;
     int open;                  /* the open block's kind, -1: none */
     int n_calls;               /* tool calls given (after the last feed) */
     bool any;                  /* some block was opened */
-    srv_buf content;           /* text after the think block, all of it so far */
-    size_t content_sent;       /* bytes of it given as text deltas */
+    srv_calls calls;           /* the call reader (with tools) */
 } srv_blocks;
 
-void srv_blocks_init(srv_blocks *b, bool in_think, bool tools);
-/* final: the end (held back text is decided, tool calls are parsed, the open block closes;
+/* str_params: the tools' string parameters (srv_gen.str_params), or NULL */
+void srv_blocks_init(srv_blocks *b, bool in_think, bool tools, const char *str_params);
+/* final: the end (held back text is decided, an open call closes, the open block closes;
  * when nothing at all came, an empty text block is given). */
 void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, const srv_block_ops *ops, void *ud);
 void srv_blocks_free(srv_blocks *b);

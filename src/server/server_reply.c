@@ -53,8 +53,6 @@ void srv_reply_error(srv_reply *r, int status, const char *type, const char *fmt
 }
 
 
-static const char TOOL_OPEN[] = "<tool_call>";
-
 struct srv_stream {
     srv *s;
     srv_task *t;
@@ -66,8 +64,7 @@ struct srv_stream {
     int toks_sent;             /* logprob entries sent */
     int toks_max;              /* this read's last token (exclusive): LP_CHUNK past toks_sent */
     int phase;                 /* 0: nothing sent, 1: streaming, 2: finished */
-    srv_buf content;           /* chat: all content so far (tool parsing) */
-    size_t content_sent;       /* bytes of it sent as content deltas */
+    srv_calls calls;           /* chat with tools: the calls read from the content as it comes */
     void *ext;                 /* g.shape's stream state */
     int prog_sent;             /* the task's progress entries sent (prompt_progress events,
                                   Anthropic pings) */
@@ -176,17 +173,26 @@ static const char *finish_name(const srv_task *t, bool tool_calls) {
     return t->finish == SRV_FINISH_LENGTH ? "length" : "stop";
 }
 
-static json_t *tool_calls_json(const srv_tool_call *c, int n, bool stream, const char *id) {
+/* A call as OpenAI shows it: {"id", "type", "function": {"name", "arguments"}} (+ "index" in a
+ * stream's first delta of the call). */
+static json_t *tool_call_json(const char *id, int i, const char *name, const char *arguments, bool stream) {
+    char cid[80];
+    snprintf(cid, sizeof cid, "call_%s_%d", id, i);
+    json_t *e = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function", "name", name, "arguments",
+                          arguments);
+    if (stream) json_object_set_new(e, "index", json_integer(i));
+    return e;
+}
+
+static json_t *tool_calls_json(const srv_tool_call *c, int n, const char *id) {
     json_t *a = json_array();
-    for (int i = 0; i < n; i++) {
-        char cid[80];
-        snprintf(cid, sizeof cid, "call_%s_%d", id, i);
-        json_t *e = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function", "name", c[i].name,
-                              "arguments", c[i].arguments);
-        if (stream) json_object_set_new(e, "index", json_integer(i));
-        json_array_append_new(a, e);
-    }
+    for (int i = 0; i < n; i++) json_array_append_new(a, tool_call_json(id, i, c[i].name, c[i].arguments, false));
     return a;
+}
+
+/* finish_reason "tool_calls" unless the last call was cut by the token limit ("length") */
+static bool calls_finish(const srv_task *t, int n_calls, bool cut) {
+    return n_calls > 0 && !(cut && t->finish == SRV_FINISH_LENGTH);
 }
 
 /* ---- waiting -------------------------------------------------------------------------------- */
@@ -230,17 +236,17 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     }
     json_t *msg = json_pack("{s:s}", "role", "assistant");
     srv_tool_call *calls = NULL;
-    char *rest = NULL;
-    /* (tool calls are read from C strings: text holding a NUL the model wrote stays content) */
-    int nc = g->tools && !memchr(content, 0, clen) ? srv_parse_tool_calls(content, &calls, &rest) : 0;
-    *has_calls = nc > 0;
-    const char *c = nc ? rest : content;
-    const size_t cl = nc ? strlen(rest) : clen;
+    srv_buf rest = {0};
+    bool cut = false;
+    const int nc = g->tools ? srv_parse_tool_calls(content, clen, g->str_params, &calls, &rest, &cut) : 0;
+    *has_calls = calls_finish(t, nc, cut);
+    const char *c = g->tools ? rest.p : content;
+    const size_t cl = g->tools ? rest.len : clen;
     json_object_set_new(msg, "content", nc && !cl ? json_null() : srv_text_json(c, cl));
     if (rlen) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, rlen));
-    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, g->one_call ? 1 : nc, false, g->id));
+    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, g->one_call ? 1 : nc, g->id));
     srv_free_tool_calls(calls, nc);
-    free(rest);
+    srv_buf_free(&rest);
     free(reasoning);
     free(content);
     return msg;
@@ -468,6 +474,12 @@ struct srv_pending {
     srv_gen g;
 };
 
+void srv_gen_free(srv_gen *g) {
+    free(g->prompt_text);
+    free(g->str_params);
+    g->prompt_text = g->str_params = NULL;
+}
+
 bool srv_pending_ready(srv_pending *p) { return all_done(p->t); }
 
 void srv_pending_finish(srv_pending *p, srv_reply *r) {
@@ -480,7 +492,7 @@ void srv_pending_finish(srv_pending *p, srv_reply *r) {
 void srv_pending_free(srv_pending *p) {
     if (!p) return;
     if (!srv_pending_ready(p)) cancel_all(p->s, p->t);
-    free(p->g.prompt_text);
+    srv_gen_free(&p->g);
     unref_choices(p->t);
     srv_task_unref(p->t);
     free(p);
@@ -504,6 +516,7 @@ void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         st->ud = r->ud;
         if (g->shape) st->ext = g->shape->stream_new(s, t, g);
         else if (g->chat) st->rs = bs_reasoning_new(g->in_think);
+        srv_calls_init(&st->calls, st->g.str_params);
         r->status = 200;
         r->ctype = "text/event-stream";
         r->stream = st;
@@ -522,7 +535,7 @@ void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
     } else {
         reply_done(s, t, g, r);
     }
-    free(g->prompt_text);
+    srv_gen_free(g);
     unref_choices(t);
     srv_task_unref(t);
 }
@@ -557,44 +570,72 @@ static json_t *chat_delta(json_t *delta, json_t *logprobs, const char *finish) {
 /* Tokens whose logprobs may be sent (t->mu held): all once done, else those no rewind reaches. */
 static int toks_ready(const srv_task *t) { return t->done ? t->n_toks : t->n_toks_safe; }
 
-/* Content that may be sent now: all of it without tools; with tools, up to a <tool_call> (or a
- * suffix that could become one). */
-static size_t content_ready(const srv_stream *st, bool final) {
-    const srv_buf *c = &st->content;
-    if (!st->g.tools) return c->len;
-    const char *open = c->p ? strstr(c->p, TOOL_OPEN) : NULL;
-    if (open) return (size_t)(open - c->p);
-    if (final) return c->len;
-    size_t keep = 0;
-    for (size_t k = BS_MIN(sizeof TOOL_OPEN - 2, c->len); k > 0; k--)
-        if (!memcmp(c->p + c->len - k, TOOL_OPEN, k)) { keep = k; break; }
-    return c->len - keep;
+/* One read's chat delta: its content and its tool_calls entries (a call's first with its id and
+ * name, then its arguments as they come, pieces of one call in one read joined). */
+typedef struct chat_acc {
+    srv_stream *st;
+    srv_buf text;
+    json_t *calls;
+} chat_acc;
+
+static void acc_text(void *ud, const char *p, size_t n) { srv_buf_add(&((chat_acc *)ud)->text, p, n); }
+
+static void acc_open(void *ud, int index, const char *name) {
+    chat_acc *a = ud;
+    if (index && a->st->g.one_call) return;
+    if (!a->calls) a->calls = json_array();
+    json_array_append_new(a->calls, tool_call_json(a->st->g.id, index, name, "", true));
 }
 
-/* Chat: feed new text through the reasoning splitter and emit deltas. */
+static void acc_args(void *ud, int index, const char *p, size_t n) {
+    chat_acc *a = ud;
+    if (index && a->st->g.one_call) return;
+    if (!a->calls) a->calls = json_array();
+    json_t *last = json_array_get(a->calls, json_array_size(a->calls) - 1);
+    json_t *fn = json_object_get(last, "function");
+    if (!last || json_integer_value(json_object_get(last, "index")) != index) {
+        fn = json_object();
+        json_array_append_new(a->calls, json_pack("{s:i,s:o}", "index", index, "function", fn));
+    }
+    srv_buf joined = {0};
+    const char *had = json_string_value(json_object_get(fn, "arguments"));
+    srv_buf_adds(&joined, had ? had : "");
+    srv_buf_add(&joined, p, n);
+    json_object_set_new(fn, "arguments", srv_text_json(joined.p, joined.len));
+    srv_buf_free(&joined);
+}
+
+static void acc_close(void *ud, int index) { (void)ud, (void)index; }
+
+static const srv_calls_ops acc_ops = {acc_text, acc_open, acc_args, acc_close};
+
+/* Chat: feed new text through the reasoning splitter (and, with tools, the call reader) and emit
+ * a delta. */
 static void chat_text(srv_stream *st, const char *text, size_t len, bool final, srv_buf *out) {
     bs_reasoning_out ro = {0};
-    srv_buf reasoning = {0};
+    srv_buf reasoning = {0}, content = {0};
     const int rf = st->g.reasoning_format;   /* 1, 2: content as generated; 2: reasoning too */
-    if (len && rf) srv_buf_add(&st->content, text, len);
+    if (len && rf) srv_buf_add(&content, text, len);
     if (len && rf != 1) {
         bs_reasoning_feed(st->rs, text, len, &ro);
         srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
-        if (ro.content_len && !rf) srv_buf_add(&st->content, ro.content, ro.content_len);
+        if (ro.content_len && !rf) srv_buf_add(&content, ro.content, ro.content_len);
     }
     if (final && rf != 1) {
         bs_reasoning_finish(st->rs, &ro);
         srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
-        if (ro.content_len && !rf) srv_buf_add(&st->content, ro.content, ro.content_len);
+        if (ro.content_len && !rf) srv_buf_add(&content, ro.content, ro.content_len);
     }
+    chat_acc acc = {.st = st};
+    if (st->g.tools) srv_calls_feed(&st->calls, content.p, content.len, final, &acc_ops, &acc);
+    else acc.text = content, content = (srv_buf){0};
     json_t *delta = json_object();
     if (reasoning.len) json_object_set_new(delta, "reasoning_content", srv_text_json(reasoning.p, reasoning.len));
+    if (acc.text.len) json_object_set_new(delta, "content", srv_text_json(acc.text.p, acc.text.len));
+    if (acc.calls) json_object_set_new(delta, "tool_calls", acc.calls);
     srv_buf_free(&reasoning);
-    size_t ready = content_ready(st, final);
-    if (ready > st->content_sent && (!final || !st->g.tools)) {
-        json_object_set_new(delta, "content", srv_text_json(st->content.p + st->content_sent, ready - st->content_sent));
-        st->content_sent = ready;
-    }
+    srv_buf_free(&content);
+    srv_buf_free(&acc.text);
     json_t *lp = NULL;
     int n_toks = BS_MIN(toks_ready(st->t), st->toks_max);
     if (st->g.logprobs && n_toks > st->toks_sent) {
@@ -605,23 +646,9 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
     else json_decref(delta);
 }
 
-/* The end of a chat stream: leftover content or tool calls, the finish chunk with timings. */
+/* The end of a chat stream: the finish chunk with timings. */
 static void chat_final(srv_stream *st, srv_buf *out) {
-    bool calls = false;
-    if (st->g.tools) {
-        srv_tool_call *tc = NULL;
-        char *rest = NULL;
-        const char *c = st->content.p ? st->content.p + st->content_sent : "";
-        int n = srv_parse_tool_calls(c, &tc, &rest);
-        json_t *delta = json_object();
-        if (*rest) json_object_set_new(delta, "content", srv_text_json(rest, strlen(rest)));
-        if (n) json_object_set_new(delta, "tool_calls", tool_calls_json(tc, st->g.one_call ? 1 : n, true, st->g.id));
-        if (json_object_size(delta)) sse(out, chunk(st, chat_delta(delta, NULL, NULL)));
-        else json_decref(delta);
-        calls = n > 0;
-        srv_free_tool_calls(tc, n);
-        free(rest);
-    }
+    const bool calls = calls_finish(st->t, st->calls.n_calls, st->calls.cut);
     json_t *j = chunk(st, chat_delta(json_object(), NULL, finish_name(st->t, calls)));
     json_object_set_new(j, "timings", timings_json(&st->t->tm));
     json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
@@ -783,7 +810,7 @@ void srv_stream_free(srv_stream *st) {
     srv_task_unref(st->t);
     bs_reasoning_free(st->rs);
     if (st->g.shape) st->g.shape->stream_free(st->ext);
-    srv_buf_free(&st->content);
-    free(st->g.prompt_text);
+    srv_calls_free(&st->calls);
+    srv_gen_free(&st->g);
     free(st);
 }

@@ -324,7 +324,7 @@ static rstate *state_new(srv *s, srv_task *t, const srv_gen *g) {
     snprintf(a->id, sizeof a->id, "resp_%s", dash ? dash + 1 : g->id);
     a->created = g->created;
     a->output = json_array();
-    srv_blocks_init(&a->bl, g->in_think, g->tools);
+    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params);
     a->in_think = g->in_think;
     return a;
 }

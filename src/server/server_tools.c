@@ -1,12 +1,8 @@
-/* server_tools.c: tool calls in a Qwen3.5 model's output -> OpenAI tool_calls.
+/* server_tools.c: the parts of a tool call (server_calls.c reads the calls as they come), the
+ * tools' string parameters from their schemas, and a finished answer's calls.
  *
- * The Qwen3.5 template teaches the XML form
- *   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...</function>\n</tool_call>
- * and Qwen3 models also write <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>.
- * Both are accepted. A parameter value that parses as JSON (numbers, booleans, objects, ...)
- * keeps its type and its text, anything else is a string, as the template's own rendering
- * distinguishes them. Arguments are passed on as the model wrote them (JSON text, not a
- * reprinted copy). A block that does not parse stays in the content. */
+ * Arguments are passed on as the model wrote them (JSON text compacted, not a reprinted copy:
+ * 9232.2 stays 9232.2, where a double printed back would read 9232.2000000000007). */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -14,19 +10,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *dup_range(const char *a, const char *b) {
-    char *s = bs_xmalloc((size_t)(b - a) + 1);
-    memcpy(s, a, (size_t)(b - a));
-    s[b - a] = 0;
-    return s;
-}
-
-/* Trim one newline on each side (the template puts the value on its own lines). */
-static void trim_nl(const char **a, const char **b) {
-    if (*a < *b && **a == '\n') (*a)++;
-    if (*b > *a && (*b)[-1] == '\n') (*b)--;
-}
 
 /* JSON text [a, b) without the whitespace between its tokens (strings kept byte for byte): the
  * compact form, with numbers and escapes as the model wrote them. */
@@ -47,89 +30,18 @@ static char *compact(const char *a, const char *b) {
     return o;
 }
 
-/* A parameter's value as JSON text: the model's own text, compacted, where it parses as JSON (its
- * numbers as written: 9232.2 stays 9232.2, where a double printed back would read
- * 9232.2000000000007), else the text as a JSON string. NULL where it is not valid UTF-8. */
-static char *param_json(const char *a, const char *b) {
+/* A parameter's value as JSON text: the model's own text, compacted, where it parses as JSON,
+ * else the text as a JSON string (bad UTF-8 as U+FFFD). */
+char *srv_tool_param_json(const char *a, const char *b) {
     json_t *v = json_loadb(a, (size_t)(b - a), JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
     if (v) {
         json_decref(v);
         return compact(a, b);
     }
-    json_t *str = json_stringn(a, (size_t)(b - a));
+    json_t *str = srv_text_json(a, (size_t)(b - a));
     char *t = str ? json_dumps(str, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(str);
     return t;
-}
-
-/* One call's arguments in order, a key given twice keeping its first place and its last value
- * (as a JSON object read from it would). */
-typedef struct { char **key, **val; int n; } arg_list;
-
-static void args_set(arg_list *l, char *key, char *val) {
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->key[i], key)) {
-            free(key);
-            free(l->val[i]);
-            l->val[i] = val;
-            return;
-        }
-    l->key = bs_xrealloc(l->key, (size_t)(l->n + 1) * sizeof *l->key);
-    l->val = bs_xrealloc(l->val, (size_t)(l->n + 1) * sizeof *l->val);
-    l->key[l->n] = key;
-    l->val[l->n++] = val;
-}
-
-/* {"KEY": VALUE, ...} as text; frees l. */
-static char *args_text(arg_list *l) {
-    srv_buf b = {0};
-    srv_buf_adds(&b, "{");
-    for (int i = 0; i < l->n; i++) {
-        json_t *k = json_string(l->key[i]);
-        char *kt = k ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-        if (kt) {
-            if (b.len > 1) srv_buf_adds(&b, ",");
-            srv_buf_adds(&b, kt);
-            srv_buf_adds(&b, ":");
-            srv_buf_adds(&b, l->val[i]);
-        }
-        free(kt);
-        json_decref(k);
-        free(l->key[i]);
-        free(l->val[i]);
-    }
-    srv_buf_adds(&b, "}");
-    free(l->key);
-    free(l->val);
-    return b.p;
-}
-
-/* The XML form between <tool_call> and </tool_call>. */
-static int parse_xml(const char *a, const char *b, srv_tool_call *out) {
-    const char *f = strstr(a, "<function=");
-    if (!f || f >= b) return -1;
-    f += strlen("<function=");
-    const char *fe = memchr(f, '>', (size_t)(b - f));
-    const char *end = strstr(f, "</function>");
-    if (!fe || fe == f || !end || end > b) return -1;
-    arg_list args = {0};
-    const char *p = fe + 1;
-    for (;;) {
-        const char *k = strstr(p, "<parameter=");
-        if (!k || k >= end) break;
-        k += strlen("<parameter=");
-        const char *ke = memchr(k, '>', (size_t)(end - k));
-        const char *ve = ke ? strstr(ke, "</parameter>") : NULL;
-        if (!ke || !ve || ve > end) { free(args_text(&args)); return -1; }
-        const char *va = ke + 1, *vb = ve;
-        trim_nl(&va, &vb);
-        char *val = param_json(va, vb);
-        if (val) args_set(&args, dup_range(k, ke), val);
-        p = ve + strlen("</parameter>");
-    }
-    out->name = dup_range(f, fe);
-    out->arguments = args_text(&args);
-    return 0;
 }
 
 /* ---- the raw text of a JSON value (in text jansson has already accepted) ---- */
@@ -182,9 +94,9 @@ static bool raw_arguments(const char *a, const char *b, const char **va, const c
     return found;
 }
 
-/* The JSON form {"name": ..., "arguments": {...}}: an object's arguments as the model wrote
- * them, a string's as its text. */
-static int parse_json(const char *a, const char *b, srv_tool_call *out) {
+/* The JSON form {"name": ..., "arguments": {...}} in [a, b): an object's arguments as the model
+ * wrote them, a string's as its text. */
+int srv_tool_json_call(const char *a, const char *b, srv_tool_call *out) {
     json_t *j = json_loadb(a, (size_t)(b - a), 0, NULL);
     json_t *name = j ? json_object_get(j, "name") : NULL, *args = j ? json_object_get(j, "arguments") : NULL;
     const char *va = a, *vb = a;
@@ -199,38 +111,78 @@ static int parse_json(const char *a, const char *b, srv_tool_call *out) {
     return 0;
 }
 
-int srv_parse_tool_calls(const char *content, srv_tool_call **calls, char **rest) {
-    static const char open[] = "<tool_call>", close[] = "</tool_call>";
-    srv_buf kept = {0};
-    srv_tool_call *out = NULL;
-    int n = 0;
-    const char *p = content;
-    srv_buf_adds(&kept, "");
-    for (;;) {
-        const char *s = strstr(p, open);
-        const char *e = s ? strstr(s, close) : NULL;
-        if (!s || !e) break;
-        const char *a = s + strlen(open), *b = e;
-        while (a < b && (*a == '\n' || *a == ' ')) a++;
-        srv_tool_call tc = {0};
-        int ok = *a == '{' ? parse_json(a, b, &tc) : parse_xml(a, b, &tc);
-        srv_buf_add(&kept, p, (size_t)(s - p));
-        if (ok == 0) {
-            out = bs_xrealloc(out, (size_t)(n + 1) * sizeof *out);
-            out[n++] = tc;
-        } else {
-            srv_buf_add(&kept, s, (size_t)(e + strlen(close) - s));
+/* ---- a finished answer's calls: the reader fed the whole text ---- */
+
+typedef struct collect {
+    srv_buf rest, args;
+    srv_tool_call *calls;
+    int n;
+} collect;
+
+static void c_text(void *ud, const char *p, size_t n) { srv_buf_add(&((collect *)ud)->rest, p, n); }
+
+static void c_open(void *ud, int index, const char *name) {
+    collect *c = ud;
+    (void)index;
+    c->calls = bs_xrealloc(c->calls, (size_t)(c->n + 1) * sizeof *c->calls);
+    c->calls[c->n++] = (srv_tool_call){.name = bs_xstrdup(name)};
+    c->args.len = 0;
+}
+
+static void c_args(void *ud, int index, const char *p, size_t n) {
+    (void)index;
+    srv_buf_add(&((collect *)ud)->args, p, n);
+}
+
+static void c_close(void *ud, int index) {
+    collect *c = ud;
+    srv_buf_add(&c->args, "", 0);
+    c->calls[index].arguments = bs_xstrdup(c->args.p ? c->args.p : "{}");
+}
+
+int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
+                         bool *cut) {
+    static const srv_calls_ops ops = {c_text, c_open, c_args, c_close};
+    collect c = {0};
+    srv_calls rd;
+    srv_calls_init(&rd, str_params);
+    srv_calls_feed(&rd, content, len, true, &ops, &c);
+    if (cut) *cut = rd.n_calls && rd.cut;
+    srv_calls_free(&rd);
+    srv_buf_free(&c.args);
+    srv_buf_add(&c.rest, "", 0);
+    *rest = c.rest;
+    *calls = c.calls;
+    return c.n;
+}
+
+/* Each tool's parameters whose schema types them as strings only: "\nNAME\x1fKEY\n" entries, for
+ * server_calls.c (a value of such a parameter is a string even where it reads as JSON: "42"), or
+ * NULL. tools: the request's array. */
+char *srv_tool_string_params(json_t *tools) {
+    srv_buf b = {0};
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
+        const char *key;
+        json_t *sch;
+        if (!name || strchr(name, '\n') || strchr(name, '\x1f')) continue;
+        json_object_foreach(props, key, sch) {
+            json_t *type = json_object_get(sch, "type");
+            if (json_array_size(type) == 1) type = json_array_get(type, 0);
+            const bool str = json_is_string(type) && !strcmp(json_string_value(type), "string");
+            if (!str || strchr(key, '\n')) continue;
+            srv_buf_adds(&b, "\n");
+            srv_buf_adds(&b, name);
+            srv_buf_adds(&b, "\x1f");
+            srv_buf_adds(&b, key);
+            srv_buf_adds(&b, "\n");
         }
-        p = e + strlen(close);
     }
-    srv_buf_adds(&kept, p);
-    /* the content around the calls: trim the whitespace the calls were separated by */
-    size_t len = kept.len;
-    while (len && (kept.p[len - 1] == '\n' || kept.p[len - 1] == ' ')) len--;
-    kept.p[len] = 0;
-    *rest = kept.p;
-    *calls = out;
-    return n;
+    return b.p;
 }
 
 void srv_free_tool_calls(srv_tool_call *calls, int n) {

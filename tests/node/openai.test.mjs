@@ -194,6 +194,51 @@ test('constrained output: response_format json_object / json_schema, grammar, to
   assert.equal(t.choices[0].finish_reason, 'tool_calls');
 });
 
+test('tools: XML calls stream as the model writes them; the stream helper assembles the whole answer', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+    properties: { city: { type: 'string' }, days: { type: 'integer' } } } } }, { type: 'function', function: { name: 'noop' } }];
+  // the model is made to write the Qwen3.5 XML form (tools offered, tool_choice auto)
+  const grammar = 'root ::= "Checking.\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\n" [a-z]{24,30} ' +
+    '"\\n</parameter>\\n<parameter=days>\\n" [1-9] "\\n</parameter>\\n</function>\\n</tool_call>\\n' +
+    '<tool_call>\\n<function=noop>\\n</function>\\n</tool_call>"';
+  const req = { model: 'x', messages: msgs('Weather?'), max_tokens: 400, temperature: 0, tools, grammar };
+  const whole = await client.chat.completions.create(req);
+  const m = whole.choices[0].message;
+  assert.equal(whole.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.content, 'Checking.');
+  assert.equal(m.tool_calls.length, 2);
+  const args = JSON.parse(m.tool_calls[0].function.arguments);
+  assert.match(args.city, /^[a-z]{24,30}$/);
+  assert.ok(Number.isInteger(args.days), m.tool_calls[0].function.arguments);
+  assert.equal(m.tool_calls[1].function.name, 'noop');
+  assert.equal(m.tool_calls[1].function.arguments, '{}');
+  const chunks = await collect(await client.chat.completions.create({ ...req, stream: true }));
+  const deltas = chunks.flatMap((c) => c.choices[0]?.delta?.tool_calls ?? []);
+  const first = deltas.filter((d) => d.index === 0);
+  assert.equal(first[0].id, `call_${chunks[0].id}_0`);
+  assert.equal(first[0].function.name, 'get_weather');
+  // the city came in pieces, before its value ended
+  assert.ok(first.filter((d) => d.function?.arguments).length >= 3, JSON.stringify(first));
+  assert.equal(first.map((d) => d.function?.arguments ?? '').join(''), m.tool_calls[0].function.arguments);
+  assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join(''), 'Checking.');
+  assert.equal(chunks.at(-1).choices[0].finish_reason, 'tool_calls');
+  // the SDK's stream helper puts the deltas together into the same message
+  const helper = client.chat.completions.stream(req);
+  const fin = await helper.finalChatCompletion();
+  assert.deepEqual(fin.choices[0].message.tool_calls.map((c) => [c.function.name, c.function.arguments]),
+                   m.tool_calls.map((c) => [c.function.name, c.function.arguments]));
+  // parallel_tool_calls false: the first call only, streamed or not
+  const one = await client.chat.completions.create({ ...req, parallel_tool_calls: false });
+  assert.equal(one.choices[0].message.tool_calls.length, 1);
+  const oneChunks = await collect(await client.chat.completions.create({ ...req, parallel_tool_calls: false, stream: true }));
+  assert.ok(oneChunks.every((c) => (c.choices[0]?.delta?.tool_calls ?? []).every((d) => d.index === 0)));
+  // a call cut by max_tokens: the arguments it has, finish_reason length
+  const cut = await client.chat.completions.create({ ...req, max_tokens: 60 });
+  assert.equal(cut.choices[0].finish_reason, 'length');
+  assert.equal(cut.choices[0].message.tool_calls?.[0]?.function.name, 'get_weather', JSON.stringify(cut.choices[0].message));
+  assert.match(cut.choices[0].message.tool_calls[0].function.arguments, /^\{"city":"[a-z]*"\}$/);
+});
+
 test('n choices: choice k is the single answer with seed + k; the prompt is evaluated once', async () => {
   const base = { model: 'x', messages: msgs('Tell me something'), max_tokens: 10, temperature: 0.9, ignore_eos: true, ...noThink };
   const before = (await (await fetch(URL_ + '/metrics')).text()).match(/^llamacpp:prompt_tokens_total (\d+)/m)[1];
