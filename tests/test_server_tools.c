@@ -221,6 +221,19 @@ int main(void) {
           "{\"b\":2}");
     check("<tool_call>\n<function=f>\n<parameter=t>\ncaf\xc3\xa9 \"q\"\n</parameter>\n</function>\n</tool_call>", 1, "", "f",
           "{\"t\":\"caf\xc3\xa9 \\\"q\\\"\"}");
+    {   /* a NUL in a JSON-form call: no call (jansson would read the text up to it) */
+        static const char nul[] = "<tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [0\0, 1]}}</tool_call>";
+        srv_tool_call *c = NULL;
+        srv_buf rest = {0};
+        CHECK_EQ_INT(srv_parse_tool_calls(nul, sizeof nul - 1, str_params, &c, &rest, NULL), 0);
+        CHECK_EQ_INT((int)rest.len, (int)sizeof nul - 1);
+        srv_free_tool_calls(c, 0);
+        srv_buf_free(&rest);
+    }
+    /* names go out as JSON strings: one that is not UTF-8 (or holds a NUL) is no name */
+    check("<tool_call>\n<function=g\xf4\xf4>\n</function>\n</tool_call>", 0, "<tool_call>\n<function=g\xf4\xf4>\n</function>\n</tool_call>", NULL, NULL);
+    check("<tool_call>\n<function=f>\n<parameter=k\xc3>\n1\n</parameter>\n<parameter=j>\n2\n</parameter>\n</function>\n</tool_call>", 1, "",
+          "f", "{\"j\":2}");
     /* a value may hold the tags that end a call: only </parameter> ends it */
     check("<tool_call>\n<function=f>\n<parameter=text>\n</function></tool_call>\n</parameter>\n</function>\n</tool_call>", 1, "",
           "f", "{\"text\":\"</function></tool_call>\"}");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh: long manual libFuzzer runs of the GGUF and safetensors parsers, the image decoders,
-# the server's image_url data: URLs, GBNF grammars, JSON schemas and the HTTP layer.
-#   tools/fuzz.sh [SECONDS] [gguf|safetensors|image|image_url|grammar|schema|http|all]     (default: 600 seconds, all)
+# the server's image_url data: URLs, GBNF grammars, JSON schemas, the tool-call reader and the HTTP layer.
+#   tools/fuzz.sh [SECONDS] [gguf|safetensors|image|image_url|grammar|schema|tools|http|all]     (default: 600 seconds, all)
 # Builds build-fuzz (clang, -DBS_FUZZ=ON), then runs each fuzzer in turn on a persistent
 # corpus under build-fuzz/fuzz/long-corpus-<kind> seeded from fuzz/corpus/<kind>, so coverage
 # accumulates across runs. Crashes land in build-fuzz/fuzz/ as crash-*/oom-*/timeout-*; a
@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 which=${2:-all}
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_http >/dev/null
+cmake --build build-fuzz -j "$(nproc)" --target fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_tools fuzz_http >/dev/null
 status=0
-for kind in gguf safetensors image image_url grammar schema http; do
+for kind in gguf safetensors image image_url grammar schema tools http; do
   [ "$which" = all ] || [ "$which" = "$kind" ] || continue
   corpus=build-fuzz/fuzz/long-corpus-$kind
   mkdir -p "$corpus"

@@ -17,6 +17,7 @@
  * comes whole at its </tool_call>. Text that is not a call stays text: whitespace just before
  * a call, just after one and at the end of an answer with calls is dropped. */
 #include "server/server.h"
+#include "io/utf8.h"
 #include "io/util.h"
 
 #include <jansson.h>
@@ -152,11 +153,11 @@ static bool seen_key(srv_calls *c, const char *key, size_t kn) {
 }
 
 /* A name up to '>' at p (n bytes there): its length, 0 when it cannot be one (empty, a line
- * break or '<' in it, too long), SIZE_MAX when its '>' has not come yet. */
+ * break, '<' or NUL in it, not UTF-8, too long), SIZE_MAX when its '>' has not come yet. */
 static size_t name_at(const char *p, size_t n) {
     for (size_t i = 0; i < n && i <= NAME_MAX_LEN; i++) {
-        if (p[i] == '>') return i;
-        if (p[i] == '\n' || p[i] == '<') return 0;
+        if (p[i] == '>') return bs_utf8_valid(p, i, NULL) ? i : 0;   /* (names go out as JSON strings) */
+        if (p[i] == '\n' || p[i] == '<' || !p[i]) return 0;
     }
     return n > NAME_MAX_LEN ? 0 : SIZE_MAX;
 }

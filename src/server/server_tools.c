@@ -97,6 +97,7 @@ static bool raw_arguments(const char *a, const char *b, const char **va, const c
 /* The JSON form {"name": ..., "arguments": {...}} in [a, b): an object's arguments as the model
  * wrote them, a string's as its text. */
 int srv_tool_json_call(const char *a, const char *b, srv_tool_call *out) {
+    if (memchr(a, 0, (size_t)(b - a))) return -1;   /* (jansson would read up to it; the text is C strings) */
     json_t *j = json_loadb(a, (size_t)(b - a), 0, NULL);
     json_t *name = j ? json_object_get(j, "name") : NULL, *args = j ? json_object_get(j, "arguments") : NULL;
     const char *va = a, *vb = a;
