@@ -355,6 +355,11 @@ typedef struct {
                                  * logit bias and the draw but the temperature (llama.cpp's chain) */
     float mirostat_tau;         /* its target surprise, in bits (5) */
     float mirostat_eta;         /* its learning rate (0.1) */
+    /* The stages' order in llama.cpp's letters (s top-n-sigma, k top-k, y typical-p, p top-p,
+     * m min-p, x XTC, t temperature; e penalties and d DRY are taken and always run first):
+     * "" the default "edskypmxt"; a stage left out does not run. XTC runs after every other
+     * truncation stage wherever it stands (its draw is a mixture of two candidate sets). */
+    char order[16];
 } bs_sampler_params;
 
 /* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, penalties off, DRY off,

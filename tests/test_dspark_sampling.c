@@ -54,6 +54,7 @@ static uint8_t *state0;          /* the session after the prompt (the anchor not
 static size_t state0_len;
 
 static bool g_stages;   /* the target's chain with typical-p, XTC and a dynamic temperature too */
+static const char *g_order = "";   /* ... in this order of stages (bs_sampler_params.order) */
 /* A grammar on the target's chain (NULL: none): the enumeration's and the runs' samplers get a
  * state of it, advanced by the tokens after the anchor. */
 static bs_grammar *g_grammar;
@@ -71,6 +72,7 @@ static bs_sampler *make_sampler(float temp, int top_k, uint64_t seed) {
         p.xtc_probability = 0.5f;
         p.xtc_threshold = 0.2f;
         p.dynatemp_range = 0.5f;
+        snprintf(p.order, sizeof p.order, "%s", g_order);
     }
     return bs_sampler_new(&p, V);
 }
@@ -425,6 +427,15 @@ int main(void) {
         CHECKF(fabs(sum2 - 1) < 1e-4 && moved > 0.1, "with the stages: sums to %g, %g of the mass moved", sum2, moved);
         run_variant(&e2, D_SELF, "perfect, typical+XTC+dyntemp", 2, d);
         run_variant(&e2, D_TEMPERED, "mediocre, typical+XTC+dyntemp", 3, d);
+        /* the same stages in another order (the temperature first): another distribution, exact */
+        g_order = "tkyx";
+        exact e3;
+        enumerate(&e3);
+        moved = 0;
+        for (int c = 0; c < NCELL; c++) moved += fabs(e3.p[c] - e2.p[c]);
+        CHECKF(moved > 0.01, "the order moved %g of the mass", moved);
+        run_variant(&e3, D_TEMPERED, "mediocre, temperature first", 3, d);
+        g_order = "";
         g_stages = false;
     }
 

@@ -811,11 +811,145 @@ static void test_stages(void) {
     printf("stages: top-n-sigma, typical-p, XTC and dynamic temperature match their definitions\n");
 }
 
+/* ---------- chains in another order (p.order), against a double-precision reference ---------- */
+
+static int st_count_finite(const float *x, int V, st_tok *t) {
+    int n = 0;
+    for (int i = 0; i < V; i++) if (isfinite(x[i])) t[n++] = (st_tok){i, x[i], 0};
+    return n;
+}
+
+/* llama.cpp's chain in the order given, each stage on the candidates left by the one before
+ * (XTC, wherever it stands, after the other truncations; the temperature before it where it
+ * stands so); dense probabilities into out. */
+static void ref_ordered(const float *x, int V, const bs_sampler_params *p, const char *order, double *out) {
+    st_tok *t = malloc(sizeof *t * (size_t)V);
+    int n = st_count_finite(x, V, t);
+    const char *xs = strchr(order, 'x'), *ts = strchr(order, 't');
+    const bool xtc = xs && p->xtc_probability > 0 && p->xtc_threshold <= 0.5f;
+    bool tempered = !ts;
+    for (const char *o = order; *o; o++) {
+        if (*o == 's' && p->top_n_sigma > 0 && n >= 2) {
+            double mx = -INFINITY, sum = 0, sq = 0;
+            for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l), sum += t[i].l;
+            for (int i = 0; i < n; i++) sq += (t[i].l - sum / n) * (t[i].l - sum / n);
+            const double lim = mx - p->top_n_sigma * sqrt(sq / n);
+            int m = 0;
+            for (int i = 0; i < n; i++) if (t[i].l >= lim) t[m++] = t[i];
+            n = m;
+        } else if (*o == 'k' && p->top_k > 0 && p->top_k < n) {
+            qsort(t, (size_t)n, sizeof *t, st_by_logit);
+            n = p->top_k;
+        } else if (*o == 'y' && p->typical_p > 0 && p->typical_p < 1 && n >= 2) {
+            const double h = st_entropy(t, 0, n);
+            double lmx = -INFINITY, z = 0, cum = 0;
+            for (int i = 0; i < n; i++) lmx = fmax(lmx, t[i].l);
+            for (int i = 0; i < n; i++) z += exp(t[i].l - lmx);
+            for (int i = 0; i < n; i++) t[i].key = fabs(-log(exp(t[i].l - lmx) / z) - h);
+            qsort(t, (size_t)n, sizeof *t, st_by_key);
+            for (int i = 0; i < n; i++) {
+                cum += exp(t[i].l - lmx) / z;
+                if (cum > p->typical_p) { n = i + 1; break; }
+            }
+        } else if (*o == 'p' && p->top_p < 1) {
+            qsort(t, (size_t)n, sizeof *t, st_by_logit);
+            double z = 0, cum = 0;
+            for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
+            for (int i = 0; i < n; i++) {
+                cum += exp(t[i].l - t[0].l) / z;
+                if (cum >= p->top_p) { n = i + 1; break; }
+            }
+        } else if (*o == 'm' && p->min_p > 0) {
+            double mx = -INFINITY;
+            for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l);
+            int m = 0;
+            for (int i = 0; i < n; i++) if (t[i].l >= mx + log(p->min_p)) t[m++] = t[i];
+            n = m;
+        } else if (*o == 't' && !(xtc && xs < ts)) {
+            const double T = st_temp(t, 0, n, p);
+            for (int i = 0; i < n; i++) t[i].l /= T;
+            tempered = true;
+        }
+    }
+    qsort(t, (size_t)n, sizeof *t, st_by_logit);
+    int cut = 0;
+    if (xtc && n >= 2) {
+        double z = 0;
+        for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
+        for (int i = 0; i < n && exp(t[i].l - t[0].l) / z >= p->xtc_threshold; i++) cut = i;
+    }
+    memset(out, 0, sizeof *out * (size_t)V);
+    const double P = cut ? p->xtc_probability : 0;
+    st_softmax_add(t, 0, n, tempered ? 1 : st_temp(t, 0, n, p), 1 - P, out);
+    if (cut) st_softmax_add(t, cut, n, tempered ? 1 : st_temp(t, cut, n, p), P, out);
+    free(t);
+}
+
+static void test_orders(void) {
+    enum { V = 300 };
+    static float x[V], got[V], dflt[V];
+    static double ref[V];
+    bs_rng r;
+    bs_rng_seed(&r, 77);
+    static const char *const orders[] = {"tkpm", "kmpt", "pkt", "mpk", "tyk", "skpt", "kts", "tpxm", "ptxk",
+                                         "yspmkxt", "e", "dtk", "kpmtx"};
+    for (size_t o = 0; o < BS_ARRAY_LEN(orders); o++) {
+        for (int trial = 0; trial < 6; trial++) {
+            bs_sampler_params p = plain();
+            p.temp = trial % 3 == 0 ? 0.5f : trial % 3 == 1 ? 1.6f : 1.0f;
+            p.top_k = 20 + 40 * (trial % 2);
+            p.top_p = trial < 3 ? 0.8f : 0.95f;
+            p.min_p = trial % 2 ? 0.05f : 0.2f;
+            p.typical_p = 0.85f;
+            p.top_n_sigma = trial % 3 == 2 ? 1.5f : -1;
+            p.xtc_probability = 0.5f, p.xtc_threshold = 0.05f;
+            p.dynatemp_range = trial == 5 ? 0.4f : 0;
+            snprintf(p.order, sizeof p.order, "%s", orders[o]);
+            random_logits(&r, x, V, trial % 2 ? 3.0f : 1.5f);
+            if (trial == 4) for (int i = 0; i < V; i += 5) x[i] = -INFINITY;
+            bs_sampler *s = bs_sampler_new(&p, V);
+            CHECK(s && bs_sampler_apply(s, x) > 0, "order %s: apply failed", orders[o]);
+            if (!s) continue;
+            bs_sampler_probs_dense(s, got);
+            ref_ordered(x, V, &p, orders[o], ref);
+            double err = 0, sum = 0;
+            for (int i = 0; i < V; i++) err = fmax(err, fabs(got[i] - ref[i])), sum += got[i];
+            CHECK(err < 2e-5 && CLOSE(sum, 1, 1e-4), "order %s trial %d: probabilities off by %g (sum %g)", orders[o], trial,
+                  err, sum);
+            CHECK(bs_sampler_top_k_only(s, BS_TOP_MAX) == 0, "order %s: a device's top-k list was offered", orders[o]);
+            bs_sampler_free(s);
+        }
+    }
+    /* the default's own order (what it runs, in its order) is the default chain, the same bits,
+     * and the device's top-k lists serve it */
+    for (int trial = 0; trial < 4; trial++) {
+        bs_sampler_params p = plain();
+        p.temp = 0.7f, p.top_k = 40, p.top_p = 0.9f, p.min_p = 0.03f;
+        random_logits(&r, x, V, 2.0f);
+        bs_sampler *a = bs_sampler_new(&p, V);
+        snprintf(p.order, sizeof p.order, "%s", trial % 2 ? "edskypmxt" : "kpmt");
+        bs_sampler *b = bs_sampler_new(&p, V);
+        CHECK(bs_sampler_apply(a, x) > 0 && bs_sampler_apply(b, x) > 0, "apply failed");
+        bs_sampler_probs_dense(a, dflt);
+        bs_sampler_probs_dense(b, got);
+        CHECK(!memcmp(dflt, got, sizeof got), "trial %d: the default's order gave other bits", trial);
+        CHECK(bs_sampler_top_k_only(b, BS_TOP_MAX) == 40, "trial %d: the device's top-k list was refused", trial);
+        bs_sampler_free(a);
+        bs_sampler_free(b);
+    }
+    /* unknown letters are refused */
+    bs_sampler_params bad = plain();
+    snprintf(bad.order, sizeof bad.order, "kqt");
+    CHECK(bs_sampler_new(&bad, V) == NULL, "an unknown stage letter was taken");
+    printf("orders: %zu stage orders match the reference\n", BS_ARRAY_LEN(orders));
+}
+
 int main(void) {
     test_greedy();
     test_top_only();
     test_filters_vs_reference();
     test_stages();
+    test_orders();
     test_frequencies();
     test_reproducible();
     test_penalties();

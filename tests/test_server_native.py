@@ -14,7 +14,7 @@ fixture tiny model (it has none):
 - JSON schemas without "type" constrain by their keywords; a bad type is a 400;
 - truncated after a context shift; /apply-template with add_generation_prompt false;
 - a last assistant message is a prefill to continue, with llama-server's 400s;
-- sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` turns
+- sampler fields: a negative temperature is greedy, integers written as 6.0, `samplers` (its order followed) turns
   stages off, Mirostat 1 and 2 run (reproducible by seed, reported, greedy at temperature 0, bad
   versions 400); logprobs as n_probs; n_indent and t_max_predict_ms end answers as llama-server's
   do; timings_per_token puts the timings in every streamed chunk; min_keep and
@@ -424,6 +424,15 @@ st3, c3 = post(P, '/completion', dict(q, temperature=100, top_k=0, top_p=1, min_
 check(st == st3 == 200 and c2['content'] == c3['content'], 'samplers "t": top-k, top-p and min-p off', f'{c2} {c3}')
 st, c = post(P, '/completion', dict(q, samplers=5))
 check(st == 400 and 'samplers' in c['error']['message'], 'samplers 5: 400', f'{st} {c}')
+# the order of `samplers` is followed: min-p 0.5 before a temperature of 50 keeps the few tokens
+# near the best; after it, the flattened distribution passes nearly every token
+hot = dict(q, n_predict=1, temperature=50, min_p=0.5, top_k=0, top_p=1, n_probs=10, post_sampling_probs=True, seed=1)
+st, mt = post(P, '/completion', dict(hot, samplers=['min_p', 'temperature']))
+st2, tm = post(P, '/completion', dict(hot, samplers='tm'))
+n_mt, n_tm = (len(c['completion_probabilities'][0]['top_probs']) for c in (mt, tm))
+check(st == st2 == 200 and n_mt < 10 and n_tm == 10 and mt['generation_settings']['samplers'] == ['min_p', 'temperature'] and
+      tm['generation_settings']['samplers'] == ['temperature', 'min_p'],
+      'samplers in another order: followed (temperature before min_p passes more tokens) and reported', f'{n_mt} {n_tm}')
 st, c = post(P, '/completion', dict(q, n_predict=2, logprobs=3))
 check(st == 200 and len(c.get('completion_probabilities', [])) == 2 and len(c['completion_probabilities'][0]['top_logprobs']) == 3,
       '/completion logprobs 3: n_probs 3, as llama-server falls back to it', f'{st} {str(c)[:300]}')

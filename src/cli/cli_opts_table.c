@@ -166,8 +166,8 @@ const cli_opt cli_opts[] = {
     CHOICE(OPT_REASONING, CMD_SERVE, "-rea, --reasoning", "on|off|auto", "auto",
            "requests' thinking default: on, off, or the template's (auto)"),
     STRX(OPT_SAMPLERS, CMD_SERVE, "--samplers", "NAMES", "top_k;temperature", NULL,
-         "the stages of requests that send no samplers, ';'-separated\n"
-         "(the order is this engine's)"),
+         "the stages of requests that send no samplers, ';'-separated,\n"
+         "in their order"),
     STRX(OPT_SAMPLERS, CMD_SERVE, "--sampling-seq, --sampler-seq", "LETTERS", "kt", NULL,
          "the same as llama.cpp's letters (e d s k y p m x t)"),
     STR(OPT_LOG_FILE, CMD_SERVE, "--log-file", "FILE", NULL, "the log (stderr) to FILE, appended"),

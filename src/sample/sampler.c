@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define STAGE_LETTERS "edskypmxt"   /* llama.cpp's letters, in its default order */
+#include <string.h>
+
 struct bs_sampler {
     bs_sampler_params p;
     int32_t n_vocab;
@@ -39,6 +42,7 @@ struct bs_sampler {
     float mu;                 /* Mirostat's surprise bound, updated by each token accepted after an apply */
     float *mu_hist;           /* [cap_hist] mu before each accepted token (truncation restores it) */
     bool miro_pending;        /* an apply ran since the last accept: the next token updates mu */
+    bool t_done;              /* an ordered chain took the temperature already (or has none): finish's is 1 */
 };
 
 /* The next uniform of the sampler's stream: one drawn ahead, else a new one. */
@@ -91,7 +95,42 @@ static int check_params(const bs_sampler_params *p) {
     if (p->penalty_last_n < -1) return bs_error("sampler: penalty window must be >= -1");
     if (p->dry_penalty_last_n < -1) return bs_error("sampler: DRY window must be >= -1");
     if (p->dry_allowed_length < 0) return bs_error("sampler: DRY allowed length must be >= 0");
+    if (!memchr(p->order, 0, sizeof p->order)) return bs_error("sampler: the stage order is not terminated");
+    for (const char *c = p->order; *c; c++)
+        if (!strchr(STAGE_LETTERS, *c)) return bs_error("sampler: unknown stage '%c' in the order (letters: %s)", *c, STAGE_LETTERS);
     return 0;
+}
+
+/* Whether stage L does anything under p (a stage that does nothing may stand anywhere). */
+static bool stage_active(const bs_sampler_params *p, char L, int32_t n_vocab) {
+    switch (L) {
+    case 's': return p->top_n_sigma > 0;
+    case 'k': return p->top_k > 0 && p->top_k < n_vocab;
+    case 'y': return p->typical_p > 0 && p->typical_p < 1;
+    case 'p': return p->top_p < 1;
+    case 'm': return p->min_p > 0;
+    case 'x': return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f;
+    case 't': return true;
+    default: return false;   /* e, d: first whatever their place */
+    }
+}
+
+/* The active stages of order in their order (e, d dropped). */
+static void active_order(const bs_sampler_params *p, const char *order, int32_t n_vocab, char *out) {
+    int n = 0;
+    for (const char *c = order; *c; c++)
+        if (stage_active(p, *c, n_vocab) && !memchr(out, *c, (size_t)n)) out[n++] = *c;
+    out[n] = 0;
+}
+
+/* An order that runs what the default chain runs, in its order, is the default (""): the fast
+ * chain (and the device's top-k lists) serve it. */
+static void settle_order(bs_sampler_params *p, int32_t n_vocab) {
+    if (!p->order[0]) return;
+    char given[16], def[16];
+    active_order(p, p->order, n_vocab, given);
+    active_order(p, STAGE_LETTERS, n_vocab, def);
+    if (!strcmp(given, def)) p->order[0] = 0;
 }
 
 bs_sampler *bs_sampler_new(const bs_sampler_params *params, int32_t n_vocab) {
@@ -102,6 +141,7 @@ bs_sampler *bs_sampler_new(const bs_sampler_params *params, int32_t n_vocab) {
     bs_sampler_params p = params ? *params : bs_sampler_default_params();
     if (check_params(&p) < 0) return NULL;
     if (p.min_keep < 1) p.min_keep = 1;
+    settle_order(&p, n_vocab);
     bs_sampler *s = bs_xcalloc(1, sizeof *s);
     s->p = p;
     s->n_vocab = n_vocab;
@@ -366,25 +406,30 @@ static int heap_top_k(bs_sampler *s, int k) {
     return n;
 }
 
+/* Candidates = every token that is not banned, in id order. */
+static int gather_all(bs_sampler *s) {
+    int n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i], 0.0f};
+    s->n_cand = n;
+    s->sorted = false;
+    return n ? 0 : bs_error("sampler: every token is banned");
+}
+
 /* Candidates = every token that is not banned, in id order; or the top k, sorted. */
 static int gather(bs_sampler *s) {
     int k = s->p.top_k;
-    if (k > 0 && k < s->n_vocab) {
-        s->n_cand = heap_top_k(s, BS_MIN(k, s->n_vocab));   /* (min_keep is top-p's and min-p's, as in llama.cpp) */
-        s->sorted = true;
-    } else {
-        int n = 0;
-        for (int32_t i = 0; i < s->n_vocab; i++)
-            if (s->w[i] != -INFINITY) s->cand[n++] = (bs_token_prob){i, s->w[i], 0.0f};
-        s->n_cand = n;
-        s->sorted = false;
+    if (!(k > 0 && k < s->n_vocab)) {
+        if (gather_all(s) < 0) return -1;
         if (k > 0) {   /* k covers the whole vocabulary: just the order */
-            qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_better);
+            qsort(s->cand, (size_t)s->n_cand, sizeof *s->cand, cmp_better);
             s->sorted = true;
         }
+        return 0;
     }
-    if (s->n_cand == 0) return bs_error("sampler: every token is banned");
-    return 0;
+    s->n_cand = heap_top_k(s, BS_MIN(k, s->n_vocab));   /* (min_keep is top-p's and min-p's, as in llama.cpp) */
+    s->sorted = true;
+    return s->n_cand ? 0 : bs_error("sampler: every token is banned");
 }
 
 /* Store exp(logit - max) in .p; return the sum (double, candidate order). */
@@ -485,6 +530,7 @@ static bool xtc_on(const bs_sampler_params *p) { return p->xtc_probability > 0 &
 /* The temperature of c[from..n): the fixed one, or the dynamic one of those candidates. */
 static float temp_of(const bs_sampler *s, int from) {
     const bs_sampler_params *p = &s->p;
+    if (s->t_done) return 1.0f;
     return p->dynatemp_range > 0 ? bs_stage_dynatemp(s->cand + from, s->n_cand - from, p->temp, p->dynatemp_range,
                                                      p->dynatemp_exponent)
                                  : p->temp;
@@ -494,10 +540,10 @@ static float temp_of(const bs_sampler *s, int from) {
  * taken before dividing, so a tiny temperature cannot overflow). With XTC the distribution is
  * the mixture of the candidates as they are and of those its cut leaves (each at its own
  * temperature, as the dynamic one differs); candidates left at probability 0 are dropped. */
-static void finish(bs_sampler *s) {
+static void finish(bs_sampler *s, bool xtc) {
     bs_token_prob *c = s->cand;
     int cut = 0;
-    if (xtc_on(&s->p)) {
+    if (xtc) {
         if (!s->sorted) qsort(c, (size_t)s->n_cand, sizeof *c, cmp_better);
         s->sorted = true;
         cut = bs_stage_xtc_cut(c, s->n_cand, s->p.xtc_threshold, BS_MAX(s->p.min_keep, 1));
@@ -569,6 +615,60 @@ static int apply_mirostat(bs_sampler *s) {
     return keep;
 }
 
+/* top-n-sigma over the candidates (a stage of an ordered chain: after top-k it sees the k) */
+static void cand_top_n_sigma(bs_sampler *s) {
+    bs_token_prob *c = s->cand;
+    double sum = 0, sq = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_cand; i++) sum += c[i].logit, mx = BS_MAX(mx, c[i].logit);
+    if (s->n_cand < 2) return;
+    const double mean = sum / s->n_cand;
+    for (int i = 0; i < s->n_cand; i++) sq += (c[i].logit - mean) * (c[i].logit - mean);
+    const float lim = mx - s->p.top_n_sigma * (float)sqrt(sq / s->n_cand);
+    int n = 0;
+    for (int i = 0; i < s->n_cand; i++)
+        if (c[i].logit >= lim) c[n++] = c[i];
+    s->n_cand = n;
+}
+
+/* The temperature as a stage: the candidates' logits less the best's, divided (the difference
+ * first: a tiny temperature cannot overflow; finite, so later stages' sums stay numbers). */
+static void cand_temper(bs_sampler *s) {
+    const float t = temp_of(s, 0);
+    bs_token_prob *c = s->cand;
+    float mx = -INFINITY;
+    for (int i = 0; i < s->n_cand; i++) mx = BS_MAX(mx, c[i].logit);
+    for (int i = 0; i < s->n_cand; i++) c[i].logit = BS_MAX((c[i].logit - mx) / t, -FLT_MAX);
+    s->t_done = true;
+}
+
+/* A chain in the order p.order (not the default's): every allowed token, then each stage on the
+ * candidates as llama.cpp runs them; XTC and, where it stands after XTC, the temperature in
+ * finish. */
+static void apply_ordered(bs_sampler *s) {
+    const char *o = s->p.order;
+    const char *x = strchr(o, 'x'), *t = strchr(o, 't');
+    const bool xtc = xtc_on(&s->p) && x;
+    s->t_done = !t;   /* no temperature stage: none */
+    for (; *o; o++) {
+        switch (*o) {
+        case 's': if (s->p.top_n_sigma > 0) cand_top_n_sigma(s); break;
+        case 'k':
+            if (s->p.top_k > 0 && s->p.top_k < s->n_cand) {
+                s->n_cand = select_top(s->cand, s->n_cand, s->p.top_k);
+                s->sorted = true;
+            }
+            break;
+        case 'y': apply_typical(s); break;
+        case 'p': apply_top_p(s); break;
+        case 'm': apply_min_p(s); break;
+        case 't': if (!(xtc && x < t)) cand_temper(s); break;
+        default: break;
+        }
+    }
+    finish(s, xtc);
+}
+
 static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
@@ -582,12 +682,18 @@ static int apply_chain(bs_sampler *s, const float *logits) {
     } else if (s->p.mirostat) {
         if (apply_mirostat(s) < 0) return -1;
     } else {
-        if (s->p.top_n_sigma > 0) bs_stage_top_n_sigma(s->w, s->n_vocab, s->p.top_n_sigma);
-        if (gather(s) < 0) return -1;
-        apply_typical(s);
-        apply_top_p(s);
-        apply_min_p(s);
-        finish(s);
+        s->t_done = false;
+        if (s->p.order[0]) {
+            if (gather_all(s) < 0) return -1;
+            apply_ordered(s);
+        } else {
+            if (s->p.top_n_sigma > 0) bs_stage_top_n_sigma(s->w, s->n_vocab, s->p.top_n_sigma);
+            if (gather(s) < 0) return -1;
+            apply_typical(s);
+            apply_top_p(s);
+            apply_min_p(s);
+            finish(s, xtc_on(&s->p));
+        }
     }
     s->applied = true;
     s->miro_pending = true;
@@ -610,7 +716,7 @@ static int top_k_of(const bs_sampler *s) { return BS_MIN(s->p.top_k, s->n_vocab)
 
 /* Stages the device's chain (bs_draw: top-k, top-p, min-p, temperature) does not run. */
 static bool extra_stages(const bs_sampler_params *p) {
-    return p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0 ||
+    return p->order[0] || p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0 ||
            p->mirostat;
 }
 
@@ -634,10 +740,11 @@ int bs_sampler_apply_top(bs_sampler *s, const int32_t *ids, const float *logits,
     s->n_cand = n;
     s->sorted = true;
     if (n > 0) {   /* the rest of the chain as apply_chain runs it after gather */
+        s->t_done = false;
         apply_typical(s);
         apply_top_p(s);
         apply_min_p(s);
-        finish(s);
+        finish(s, xtc_on(&s->p));
         s->applied = true;
     }
     bs_prof_end(BS_PROF_SAMPLE, t0);

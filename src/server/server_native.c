@@ -300,7 +300,7 @@ static json_t *settings_json(const srv *s, const srv_task *t, const srv_gen *g) 
     json_object_set_new(j, "stream", json_boolean(g->stream));
     json_object_set_new(j, "timings_per_token", json_boolean(g->timings_per_token));
     json_object_set_new(j, "speculative.n_max", json_integer(s->cfg.drafter && !t->no_draft ? s->cfg.draft_max : 0));
-    json_object_set_new(j, "samplers", srv_sampler_chain_json());
+    json_object_set_new(j, "samplers", srv_sampler_chain_json(t->sp.mirostat ? NULL : t->sp.order));
     json_object_set_new(j, "cache_prompt", json_boolean(!t->no_cache));
     json_object_set_new(j, "stop", stop);
     json_object_set_new(j, "logit_bias", bias);

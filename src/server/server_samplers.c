@@ -7,11 +7,10 @@
  * Mirostat, and nothing else (`samplers` is then not read, as in llama.cpp).
  *
  * `samplers` (a list of names, or a string of llama.cpp's one-letter codes) says which stages
- * run. The chain's order is fixed (llama.cpp's default: penalties, DRY, top-n-sigma, top-k,
- * typical-p, top-p, min-p, XTC, temperature), so the list's order is not followed, but a stage
- * left out is off, as in llama.cpp; without `temperature` the logits are not scaled
- * (temperature 1, and no dynamic range: llama.cpp's greedy lives in that stage too). A negative
- * temperature is greedy, as llama-server documents. */
+ * run and in what order (bs_sampler_params.order: penalties and DRY run first wherever they
+ * stand, XTC after the other truncations); a stage left out is off, as in llama.cpp; without
+ * `temperature` the logits are not scaled (temperature 1, and no dynamic range: llama.cpp's
+ * greedy lives in that stage too). A negative temperature is greedy, as llama-server documents. */
 #include "server/server.h"
 #include "io/util.h"
 
@@ -34,37 +33,47 @@ static int stage_of_name(const char *n) {
     return 0;   /* unknown names are skipped; llama.cpp's infill stage (FIM's end handling) is not here */
 }
 
+static const char CODE[] = "edkpmtyxs";   /* llama.cpp's letters, in the order of the enum */
+
 static int stage_of_char(char c) {
-    static const char code[] = "edkpmtyxs";   /* llama.cpp's letters, in the order of the enum */
-    const char *at = strchr(code, c);
-    return c && at ? 1 << (at - code) : 0;
+    const char *at = strchr(CODE, c);
+    return c && at ? 1 << (at - CODE) : 0;
+}
+
+/* A stage into the set and the order (each once, in the order first named). */
+static void add_stage(int st, int *set, char *order) {
+    if (!st || (*set & st)) return;
+    *set |= st;
+    const size_t n = strlen(order);
+    order[n] = CODE[__builtin_ctz((unsigned)st)];
+    order[n + 1] = 0;
 }
 
 /* The stages of serve's --samplers (names separated by ';') or --sampling-seq (letters). */
-static int default_stages(const char *d, bool letters) {
+static int default_stages(const char *d, bool letters, char *order) {
     int st = 0;
     if (letters) {   /* unknown letters (llama.cpp's i, infill) are skipped */
-        for (const char *c = d; *c; c++) st |= stage_of_char(*c);
+        for (const char *c = d; *c; c++) add_stage(stage_of_char(*c), &st, order);
         return st;
     }
     char name[64];
     for (const char *p = d; *p;) {
         const size_t k = strcspn(p, ";");
         snprintf(name, sizeof name, "%.*s", (int)BS_MIN(k, sizeof name - 1), p);
-        st |= stage_of_name(name);
+        add_stage(stage_of_name(name), &st, order);
         p += k + (p[k] == ';');
     }
     return st;
 }
 
-/* The stages `samplers` names (without the field: the server's default, else ST_ALL); -1 + f on a
- * bad type. */
-static int parse_stages(json_t *v, const char *def, bool letters, srv_fail *f) {
+/* The stages `samplers` names and their order (without the field: the server's default, else
+ * ST_ALL in the default order, ""); -1 + f on a bad type. order: 16 bytes, "" on entry. */
+static int parse_stages(json_t *v, const char *def, bool letters, char *order, srv_fail *f) {
     static const char msg[] = "'samplers' must be an array of sampler names or a string of their letters";
-    if (!v || json_is_null(v)) return def ? default_stages(def, letters) : ST_ALL;
+    if (!v || json_is_null(v)) return def ? default_stages(def, letters, order) : ST_ALL;
     int st = 0;
     if (json_is_string(v)) {
-        for (const char *c = json_string_value(v); *c; c++) st |= stage_of_char(*c);
+        for (const char *c = json_string_value(v); *c; c++) add_stage(stage_of_char(*c), &st, order);
         return st;
     }
     if (!json_is_array(v)) return srv_fail_set(f, 400, "invalid_request_error", msg), -1;
@@ -72,7 +81,7 @@ static int parse_stages(json_t *v, const char *def, bool letters, srv_fail *f) {
     json_t *e;
     json_array_foreach(v, i, e) {
         if (!json_is_string(e)) return srv_fail_set(f, 400, "invalid_request_error", msg), -1;
-        st |= stage_of_name(json_string_value(e));
+        add_stage(stage_of_name(json_string_value(e)), &st, order);
     }
     return st;
 }
@@ -105,10 +114,12 @@ static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
 }
 
 int srv_sampler_fields(json_t *b, const char *def_samplers, bool def_letters, bs_sampler_params *p, srv_fail *f) {
-    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, def_letters, f);
+    char order[sizeof p->order] = "";
+    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, def_letters, order, f);
     if (st < 0 || stage_fields(b, p, f)) return f->status;
     if (p->temp < 0) p->temp = 0;
     if (p->mirostat) return 0;   /* its own chain */
+    memcpy(p->order, order, sizeof order);
     if (!(st & ST_PENALTIES)) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
     if (!(st & ST_DRY)) p->dry_multiplier = 0;
     if (!(st & ST_SIGMA)) p->top_n_sigma = -1;
@@ -146,7 +157,18 @@ void srv_sampler_settings(json_t *j, const bs_sampler_params *p) {
     json_object_set_new(j, "mirostat_eta", json_real(p->mirostat_eta));
 }
 
-json_t *srv_sampler_chain_json(void) {
-    return json_pack("[s,s,s,s,s,s,s,s,s]", "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
-                     "temperature");
+json_t *srv_sampler_chain_json(const char *order) {
+    static const char *const names[] = {"penalties", "dry", "top_k", "top_p", "min_p", "temperature", "typ_p", "xtc",
+                                        "top_n_sigma"};   /* CODE's */
+    json_t *a = json_array();
+    for (const char *c = order && *order ? order : "edskypmxt"; *c; c++) {
+        const char *at = strchr(CODE, *c);
+        if (at) json_array_append_new(a, json_string(names[at - CODE]));
+    }
+    return a;
+}
+
+void srv_sampler_default_order(const char *def, bool letters, char order[16]) {
+    order[0] = 0;
+    if (def) default_stages(def, letters, order);
 }
