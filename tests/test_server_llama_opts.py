@@ -124,6 +124,12 @@ try:
     _, _, d = request(lo.port, 'GET', '/lora-adapters')
     ad = jbody(d)
     check(isinstance(ad, list) and [a['scale'] for a in ad] == [1.0, 0.5], '--lora A,B:0.5: two adapters at their scales', str(ad))
+    # --lora-scaled A:S,B:S (llama-server's newer one-value form) beside the two-value FILE S form
+    ls = serve('lscaled', '--lora-scaled', f'{lf}:0.25,{lf}:0.75', '--lora-scaled', lf, '0.5')
+    _, _, d = request(ls.port, 'GET', '/lora-adapters')
+    ad = jbody(d)
+    check(isinstance(ad, list) and [a['scale'] for a in ad] == [0.25, 0.75, 0.5],
+          '--lora-scaled A:0.25,B:0.75 and --lora-scaled C 0.5: three adapters at their scales', str(ad))
     # --log-file: what the server says goes there
     logf = os.path.join(W, 'file.log')
     lp = subprocess.Popen([B, 'serve', '-m', TINY, '--port', '0', '-t', '1', '--ctx', '256', '--log-file', logf],

@@ -63,7 +63,7 @@ static int add_lora_list(bs_engine_opts *o, const cli_arg *a) {
 }
 
 static int add_lora(bs_engine_opts *o, const cli_arg *a) {
-    if (!a->s2 && strchr(a->s, ',')) return add_lora_list(o, a);
+    if (!a->s2 && (strchr(a->s, ',') || a->opt->id == OPT_LORA_SCALED)) return add_lora_list(o, a);   /* (FILE:SCALE,...) */
     if (o->n_lora == BS_ENGINE_MAX_LORA) return bs_error("%s: at most %d adapters", a->name, BS_ENGINE_MAX_LORA);
     o->lora[o->n_lora] = a->s;
     o->lora_scale[o->n_lora] = 1.0f;

@@ -83,6 +83,24 @@ static int check_value(const cli_opt *o, const char *name, cli_arg *a) {
     }
 }
 
+/* "FILE:SCALE[,FILE:SCALE...]", every scale a number: llama-server's newer one-value form of a
+ * two-value option (--lora-scaled), read as one value. */
+static bool scaled_list(const char *v) {
+    for (const char *p = v; *p;) {
+        const size_t k = strcspn(p, ",");
+        const char *colon = NULL;
+        for (const char *q = p; q < p + k; q++)
+            if (*q == ':') colon = q;
+        if (!colon || colon == p || colon + 1 == p + k) return false;
+        char num[64], *end;
+        snprintf(num, sizeof num, "%.*s", (int)(p + k - colon - 1), colon + 1);
+        strtod(num, &end);
+        if (*end || (size_t)(p + k - colon - 1) >= sizeof num) return false;
+        p += k + (p[k] == ',');
+    }
+    return *v != 0;
+}
+
 int cli_next(unsigned cmd, int argc, char **argv, int *i, cli_arg *a) {
     memset(a, 0, sizeof *a);
     const char *s = argv[*i];
@@ -98,7 +116,8 @@ int cli_next(unsigned cmd, int argc, char **argv, int *i, cli_arg *a) {
     }
     a->opt = o;
     if (o->type == CLI_FLAG) return 0;
-    const int need = o->type == CLI_STR2 ? 2 : 1;
+    int need = o->type == CLI_STR2 ? 2 : 1;
+    if (need == 2 && *i + 1 < argc && scaled_list(argv[*i + 1])) need = 1;   /* --lora-scaled A:0.5,B:1 */
     if (*i + need >= argc) return bs_error("option %s needs %s", s, need == 2 ? "two values" : "a value");
     a->s = argv[++*i];
     if (need == 2) a->s2 = argv[++*i];

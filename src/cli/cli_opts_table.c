@@ -258,7 +258,8 @@ const cli_opt cli_opts[] = {
         "LoRA adapter (llama.cpp GGUF or PEFT safetensors), applied at\n"
         "run time, repeatable or a comma list: y = W x + SCALE * alpha/r\n"
         "* B (A x) (SCALE 1)"),
-    STR2(OPT_LORA_SCALED, ALL_GEN, "--lora-scaled", "FILE S", "the same with the scale as a separate argument"),
+    STR2(OPT_LORA_SCALED, ALL_GEN, "--lora-scaled", "FILE S", "the same with the scale as a separate argument\n"
+         "(or one value FILE:SCALE[,...], as llama-server's newer form)"),
 
     SECTION(ALL_GEN, "speculative decoding (DSpark)"),
     STR(OPT_MODEL_DRAFT, ALL_GEN, "-md, --model-draft", "F", NULL,
