@@ -355,10 +355,10 @@ typedef struct {
                                  * logit bias and the draw but the temperature (llama.cpp's chain) */
     float mirostat_tau;         /* its target surprise, in bits (5) */
     float mirostat_eta;         /* its learning rate (0.1) */
-    /* The stages' order in llama.cpp's letters (s top-n-sigma, k top-k, y typical-p, p top-p,
-     * m min-p, x XTC, t temperature; e penalties and d DRY are taken and always run first):
-     * "" the default "edskypmxt"; a stage left out does not run. XTC runs after every other
-     * truncation stage wherever it stands (its draw is a mixture of two candidate sets). */
+    /* The stages' order in llama.cpp's letters (e penalties, d DRY, s top-n-sigma, k top-k,
+     * y typical-p, p top-p, m min-p, x XTC, t temperature): "" the default "edskypmxt"; a stage
+     * left out does not run (no t: temperature 1). Penalties and DRY run first and XTC after
+     * the other truncations wherever they stand (XTC's draw is a mixture of two candidate sets). */
     char order[16];
 } bs_sampler_params;
 

@@ -111,6 +111,15 @@ printf 'ab\xffcd\nHi\n' | "${C[@]}" >"$T/c5" 2>"$T/c5.err"; rc=$?
 [ $rc -eq 0 ] && grep -q "UTF-8" "$T/c5.err" && [ "$(grep -c '^<think>$' "$T/c5")" -eq 1 ] \
     && ok "chat: bad UTF-8 message reported, chat goes on" || bad "chat bad UTF-8 rc=$rc"
 
+# --samplers / --sampling-seq: the stages in their order. At temperature 50 min-p 0.5 keeps the few
+# tokens near the best when it comes first (the default order) and nearly every token after it
+hot=(-m "$M" -t 1 -p "Hello" -n 8 --temp 50 --min-p 0.5 --top-k 0 --top-p 1 -s 3)
+d0=$("$B" run "${hot[@]}" 2>/dev/null); d1=$("$B" run "${hot[@]}" --samplers 'min_p;temperature' 2>/dev/null)
+d2=$("$B" run "${hot[@]}" --sampling-seq tm 2>/dev/null)
+[ -n "$d0" ] && [ "$d0" = "$d1" ] && [ "$d0" != "$d2" ] && ok "run --samplers: the default's order is the default; temperature first is another chain" \
+    || bad "run --samplers [$d0] [$d1] [$d2]"
+"$B" run -m "$M" -t 1 -p Hi -n 2 --samplers foo >/dev/null 2>&1 && bad "run --samplers foo was taken" || ok "run --samplers foo: refused"
+
 # Ctrl-C: stop a long reply (no EOG; 20000 tokens, over 60 KB, take many seconds), then go on
 # reading commands. The reply reaches the file in 4 KB flushes, so the first shows up after
 # about 1200 tokens and Ctrl-C follows 0.3 s later: well under 30000 bytes if it stopped.

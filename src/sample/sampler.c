@@ -11,8 +11,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define STAGE_LETTERS "edskypmxt"   /* llama.cpp's letters, in its default order */
 #include <string.h>
 
 struct bs_sampler {
@@ -97,7 +95,7 @@ static int check_params(const bs_sampler_params *p) {
     if (p->dry_allowed_length < 0) return bs_error("sampler: DRY allowed length must be >= 0");
     if (!memchr(p->order, 0, sizeof p->order)) return bs_error("sampler: the stage order is not terminated");
     for (const char *c = p->order; *c; c++)
-        if (!strchr(STAGE_LETTERS, *c)) return bs_error("sampler: unknown stage '%c' in the order (letters: %s)", *c, STAGE_LETTERS);
+        if (!strchr(BS_SAMPLER_STAGES, *c)) return bs_error("sampler: unknown stage '%c' in the order (letters: %s)", *c, BS_SAMPLER_STAGES);
     return 0;
 }
 
@@ -111,11 +109,14 @@ static bool stage_active(const bs_sampler_params *p, char L, int32_t n_vocab) {
     case 'm': return p->min_p > 0;
     case 'x': return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f;
     case 't': return true;
-    default: return false;   /* e, d: first whatever their place */
+    case 'e': return p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                                                 p->frequency_penalty != 0.0f);
+    case 'd': return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    default: return false;
     }
 }
 
-/* The active stages of order in their order (e, d dropped). */
+/* The active stages of order in their order. */
 static void active_order(const bs_sampler_params *p, const char *order, int32_t n_vocab, char *out) {
     int n = 0;
     for (const char *c = order; *c; c++)
@@ -129,7 +130,7 @@ static void settle_order(bs_sampler_params *p, int32_t n_vocab) {
     if (!p->order[0]) return;
     char given[16], def[16];
     active_order(p, p->order, n_vocab, given);
-    active_order(p, STAGE_LETTERS, n_vocab, def);
+    active_order(p, BS_SAMPLER_STAGES, n_vocab, def);
     if (!strcmp(given, def)) p->order[0] = 0;
 }
 
@@ -673,9 +674,9 @@ static int apply_chain(bs_sampler *s, const float *logits) {
     s->applied = false;
     load_logits(s, logits);
     if (s->grammar && bs_grammar_mask(s->grammar, s->w, s->n_vocab) < 0) return -1;   /* first: nothing else sees banned tokens */
-    if (!s->p.mirostat) {   /* llama.cpp's Mirostat chain has no penalties */
-        apply_penalties(s);
-        apply_dry(s);
+    if (!s->p.mirostat) {   /* llama.cpp's Mirostat chain has no penalties; an order runs them first if it has them */
+        if (!s->p.order[0] || strchr(s->p.order, 'e')) apply_penalties(s);
+        if (!s->p.order[0] || strchr(s->p.order, 'd')) apply_dry(s);
     }
     if (s->p.temp <= 0.0f) {
         if (greedy(s) < 0) return -1;

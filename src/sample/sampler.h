@@ -1,7 +1,8 @@
 /* sampler.h: the one sampler chain of bitspark, shared by `run`, `chat`, `serve` and
  * speculative sampling.
  *
- * The chain follows llama.cpp's default order and semantics, so flags mean what users expect:
+ * The chain follows llama.cpp's default order and semantics, so flags mean what users expect
+ * (bs_sampler_params.order gives another order, as llama.cpp's --samplers does):
  *
  *   logit bias -> repetition/presence/frequency penalties -> DRY -> top-k -> top-p -> min-p
  *   -> temperature -> softmax -> draw
@@ -34,13 +35,27 @@
 #include <stdbool.h>
 
 
+/* The stages' letters (bs_sampler_params.order), llama.cpp's, in its default order. */
+#define BS_SAMPLER_STAGES "edskypmxt"
+
+/* llama.cpp's names of the stages (sampler_order.c): a name's letter (0: unknown; its other
+ * spellings too), a letter's name (NULL: none); a letter onto an order (16 bytes; unknown and
+ * repeated letters skipped); names or letters as an order; the stages of order (letters) as p's: those left out off (no
+ * `t`: temperature 1, no dynamic range), order stored. */
+char bs_sampler_stage_letter(const char *name);
+const char *bs_sampler_stage_name(char letter);
+void bs_sampler_add_stage(char letter, char order[16]);
+/* names separated by ';' (llama.cpp's --samplers) or letters (--sampling-seq) -> an order */
+void bs_sampler_parse_order(const char *spec, bool letters, char order[16]);
+void bs_sampler_use_stages(bs_sampler_params *p, const char *order);
+
 /* (bs_sampler_params: bitspark.h.) llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, repeat window 64 with every
  * penalty off, DRY off (base 1.75, allowed length 2, whole history), seed 0. */
 bs_sampler_params bs_sampler_default_params(void);
 
 /* One surviving candidate of the last apply: its id, its logit after every transformation
- * (temperature included; under Mirostat less the best's) and its probability in the final
- * distribution. */
+ * (temperature included; under Mirostat, or where an order puts the temperature before other
+ * stages, less the best's) and its probability in the final distribution. */
 typedef struct {
     int32_t id;
     float logit;

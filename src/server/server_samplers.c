@@ -17,73 +17,27 @@
 #include <jansson.h>
 #include <string.h>
 
-enum { ST_PENALTIES = 1, ST_DRY = 2, ST_TOP_K = 4, ST_TOP_P = 8, ST_MIN_P = 16, ST_TEMP = 32, ST_TYPICAL = 64,
-       ST_XTC = 128, ST_SIGMA = 256, ST_ALL = 511 };
-
-static int stage_of_name(const char *n) {
-    static const struct { const char *name; int st; } names[] = {
-        {"penalties", ST_PENALTIES}, {"dry", ST_DRY}, {"top_k", ST_TOP_K}, {"top-k", ST_TOP_K},
-        {"top_p", ST_TOP_P}, {"top-p", ST_TOP_P}, {"nucleus", ST_TOP_P}, {"min_p", ST_MIN_P}, {"min-p", ST_MIN_P},
-        {"temperature", ST_TEMP}, {"temp", ST_TEMP}, {"typ_p", ST_TYPICAL}, {"typ-p", ST_TYPICAL}, {"typ", ST_TYPICAL},
-        {"typical_p", ST_TYPICAL}, {"typical-p", ST_TYPICAL}, {"typical", ST_TYPICAL}, {"xtc", ST_XTC},
-        {"top_n_sigma", ST_SIGMA}, {"top-n-sigma", ST_SIGMA},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (!strcmp(n, names[i].name)) return names[i].st;
-    return 0;   /* unknown names are skipped; llama.cpp's infill stage (FIM's end handling) is not here */
-}
-
-static const char CODE[] = "edkpmtyxs";   /* llama.cpp's letters, in the order of the enum */
-
-static int stage_of_char(char c) {
-    const char *at = strchr(CODE, c);
-    return c && at ? 1 << (at - CODE) : 0;
-}
-
-/* A stage into the set and the order (each once, in the order first named). */
-static void add_stage(int st, int *set, char *order) {
-    if (!st || (*set & st)) return;
-    *set |= st;
-    const size_t n = strlen(order);
-    order[n] = CODE[__builtin_ctz((unsigned)st)];
-    order[n + 1] = 0;
-}
-
-/* The stages of serve's --samplers (names separated by ';') or --sampling-seq (letters). */
-static int default_stages(const char *d, bool letters, char *order) {
-    int st = 0;
-    if (letters) {   /* unknown letters (llama.cpp's i, infill) are skipped */
-        for (const char *c = d; *c; c++) add_stage(stage_of_char(*c), &st, order);
-        return st;
-    }
-    char name[64];
-    for (const char *p = d; *p;) {
-        const size_t k = strcspn(p, ";");
-        snprintf(name, sizeof name, "%.*s", (int)BS_MIN(k, sizeof name - 1), p);
-        add_stage(stage_of_name(name), &st, order);
-        p += k + (p[k] == ';');
-    }
-    return st;
-}
-
-/* The stages `samplers` names and their order (without the field: the server's default, else
- * ST_ALL in the default order, ""); -1 + f on a bad type. order: 16 bytes, "" on entry. */
-static int parse_stages(json_t *v, const char *def, bool letters, char *order, srv_fail *f) {
+/* The stages `samplers` names, in its order, onto order (16 bytes, "" on entry): true; without
+ * the field the server's default (none: every stage, in the default order); false + f on a bad
+ * type. */
+static bool parse_stages(json_t *v, const char *def, bool letters, char *order, srv_fail *f) {
     static const char msg[] = "'samplers' must be an array of sampler names or a string of their letters";
-    if (!v || json_is_null(v)) return def ? default_stages(def, letters, order) : ST_ALL;
-    int st = 0;
-    if (json_is_string(v)) {
-        for (const char *c = json_string_value(v); *c; c++) add_stage(stage_of_char(*c), &st, order);
-        return st;
+    if (!v || json_is_null(v)) {
+        bs_sampler_parse_order(def ? def : BS_SAMPLER_STAGES, def ? letters : true, order);
+        return true;
     }
-    if (!json_is_array(v)) return srv_fail_set(f, 400, "invalid_request_error", msg), -1;
+    if (json_is_string(v)) {
+        bs_sampler_parse_order(json_string_value(v), true, order);
+        return true;
+    }
+    if (!json_is_array(v)) return srv_fail_set(f, 400, "invalid_request_error", msg), false;
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) {
-        if (!json_is_string(e)) return srv_fail_set(f, 400, "invalid_request_error", msg), -1;
-        add_stage(stage_of_name(json_string_value(e)), &st, order);
+        if (!json_is_string(e)) return srv_fail_set(f, 400, "invalid_request_error", msg), false;
+        bs_sampler_add_stage(bs_sampler_stage_letter(json_string_value(e)), order);
     }
-    return st;
+    return true;
 }
 
 /* A number field in [lo, hi] into *x (absent or null: left alone); -1 + f otherwise. */
@@ -115,20 +69,11 @@ static int stage_fields(json_t *b, bs_sampler_params *p, srv_fail *f) {
 
 int srv_sampler_fields(json_t *b, const char *def_samplers, bool def_letters, bs_sampler_params *p, srv_fail *f) {
     char order[sizeof p->order] = "";
-    const int st = parse_stages(json_object_get(b, "samplers"), def_samplers, def_letters, order, f);
-    if (st < 0 || stage_fields(b, p, f)) return f->status;
+    if (!parse_stages(json_object_get(b, "samplers"), def_samplers, def_letters, order, f) || stage_fields(b, p, f))
+        return f->status;
     if (p->temp < 0) p->temp = 0;
     if (p->mirostat) return 0;   /* its own chain */
-    memcpy(p->order, order, sizeof order);
-    if (!(st & ST_PENALTIES)) p->repeat_penalty = 1, p->presence_penalty = p->frequency_penalty = 0;
-    if (!(st & ST_DRY)) p->dry_multiplier = 0;
-    if (!(st & ST_SIGMA)) p->top_n_sigma = -1;
-    if (!(st & ST_TOP_K)) p->top_k = 0;
-    if (!(st & ST_TYPICAL)) p->typical_p = 1;
-    if (!(st & ST_TOP_P)) p->top_p = 1;
-    if (!(st & ST_MIN_P)) p->min_p = 0;
-    if (!(st & ST_XTC)) p->xtc_probability = 0;
-    if (!(st & ST_TEMP)) p->temp = 1, p->dynatemp_range = 0;
+    bs_sampler_use_stages(p, order);
     return 0;
 }
 
@@ -158,17 +103,14 @@ void srv_sampler_settings(json_t *j, const bs_sampler_params *p) {
 }
 
 json_t *srv_sampler_chain_json(const char *order) {
-    static const char *const names[] = {"penalties", "dry", "top_k", "top_p", "min_p", "temperature", "typ_p", "xtc",
-                                        "top_n_sigma"};   /* CODE's */
     json_t *a = json_array();
-    for (const char *c = order && *order ? order : "edskypmxt"; *c; c++) {
-        const char *at = strchr(CODE, *c);
-        if (at) json_array_append_new(a, json_string(names[at - CODE]));
+    for (const char *c = order && *order ? order : BS_SAMPLER_STAGES; *c; c++) {
+        const char *name = bs_sampler_stage_name(*c);
+        if (name) json_array_append_new(a, json_string(name));
     }
     return a;
 }
 
 void srv_sampler_default_order(const char *def, bool letters, char order[16]) {
-    order[0] = 0;
-    if (def) default_stages(def, letters, order);
+    bs_sampler_parse_order(def ? def : "", letters, order);
 }
