@@ -14,12 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* get_weather's city and f's text are strings by their schemas */
+/* get_weather's city and f's text, n (nullable) and z (anyOf string, null) are strings by their
+ * schemas; f's i (string or integer) is not */
 static const char *const TOOLS =
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"text\":{\"type\":[\"string\"]},"
-    "\"n\":{\"type\":[\"string\",\"null\"]}}}}}]";
+    "\"n\":{\"type\":[\"string\",\"null\"]},\"z\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"null\"}]},"
+    "\"i\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}}}}}]";
 
 static char *str_params;
 
@@ -180,17 +182,20 @@ int main(void) {
     json_t *tools = json_loads(TOOLS, 0, NULL);
     str_params = srv_tool_string_params(tools);
     json_decref(tools);
-    CHECK_STR(str_params, "\nget_weather\x1f" "city\n\nf\x1ftext\n");
+    CHECK_STR(str_params, "\nget_weather\x1f" "city\n\nf\x1ftext\n\nf\x1fn\n\nf\x1fz\n");
 
     check("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
           1, "", "get_weather", "{\"city\":\"Paris\"}");
     /* a string parameter stays a string where its text reads as JSON; others keep their JSON type */
     check("<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
           "</function>\n</tool_call>", 1, "", "get_weather", "{\"city\":\"42\",\"days\":3}");
-    check("Let me look.\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=ok>\ntrue\n"
+    check("Let me look.\n\n<tool_call>\n<function=f>\n<parameter=k>\n3\n</parameter>\n<parameter=ok>\ntrue\n"
           "</parameter>\n<parameter=text>\nline one\nline two\n</parameter>\n<parameter=o>\n{\"a\": [1, 2]}\n"
           "</parameter>\n</function>\n</tool_call>",
-          1, "Let me look.", "f", "{\"n\":3,\"ok\":true,\"text\":\"line one\\nline two\",\"o\":{\"a\":[1,2]}}");
+          1, "Let me look.", "f", "{\"k\":3,\"ok\":true,\"text\":\"line one\\nline two\",\"o\":{\"a\":[1,2]}}");
+    /* nullable strings are strings; a string-or-integer parameter keeps the JSON type */
+    check("<tool_call>\n<function=f>\n<parameter=n>\n90210\n</parameter>\n<parameter=z>\n7\n</parameter>\n"
+          "<parameter=i>\n7\n</parameter>\n</function>\n</tool_call>", 1, "", "f", "{\"n\":\"90210\",\"z\":\"7\",\"i\":7}");
     check("<tool_call>\n{\"name\": \"g\", \"arguments\": {\"x\": 1}}\n</tool_call>", 1, "", "g", "{\"x\":1}");
     check("<tool_call>\n<function=a>\n</function>\n</tool_call>\n<tool_call>\n<function=b>\n<parameter=k>\nv\n"
           "</parameter>\n</function>\n</tool_call>", 2, "", "a", "{}");
@@ -198,7 +203,20 @@ int main(void) {
     check("no calls, trailing blanks kept \n", 0, "no calls, trailing blanks kept \n", NULL, NULL);
     check("broken <tool_call>\n<function=\n</tool_call> tail", 0, "broken <tool_call>\n<function=\n</tool_call> tail", NULL, NULL);
     check("<tool_call>\n{\"arguments\": 5}\n</tool_call>", 0, "<tool_call>\n{\"arguments\": 5}\n</tool_call>", NULL, NULL);
-    check("text <tool_call>\n{\"name\": \"g\"", 0, "text <tool_call>\n{\"name\": \"g\"", NULL, NULL);
+    /* arguments written as a string hold an object's text, else no call; a name is not empty */
+    check("<tool_call>\n{\"name\": \"g\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>", 1, "", "g", "{\"x\":1}");
+    check("<tool_call>{\"name\":\"f\",\"arguments\":\"hello\"}</tool_call>", 0, "<tool_call>{\"name\":\"f\",\"arguments\":\"hello\"}</tool_call>",
+          NULL, NULL);
+    check("<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>", 0, "<tool_call>{\"name\":\"\",\"arguments\":{}}</tool_call>", NULL, NULL);
+    /* the end inside a call's opening: the opening goes (a call cut short); a JSON-form call
+     * without its </tool_call> that parses is a call */
+    check("text <tool_call>\n{\"name\": \"g\"", 0, "text", NULL, NULL);
+    check("text <tool_c", 0, "text", NULL, NULL);
+    check("a <", 0, "a <", NULL, NULL);
+    check("<tool_call>\n{\"name\": \"g\", \"arguments\": {}}", 1, "", "g", "{}");
+    check_cut("Hi\n<tool_call>\n<function=f>\n</function>\n</tool_", 1, "Hi", "f", "{}", false);
+    check_cut("<tool_call>\n<function=f>\n</function>\n</tool_call>\n<tool_call>\n<function=ge", 1, "", "f", "{}", true);
+    check_cut("<tool_call>\n<function=f>\n</function>\n</tool_call>\n<tool_call>\n", 1, "", "f", "{}", true);
     /* a call cut by the end of the text is closed: its arguments so far */
     check_cut("unclosed <tool_call>\n<function=f>", 1, "unclosed", "f", "{}", true);
     check_cut("<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Fr", 1, "", "get_weather", "{\"city\":\"San Fr\"}", true);
@@ -206,7 +224,19 @@ int main(void) {
     check_cut("<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</para", 1, "", "get_weather", "{\"city\":\"Rome\"}", true);
     /* text around calls stays, the whitespace between them goes; a forgotten </function> is forgiven */
     check("A\n<tool_call>\n<function=a>\n</function>\n</tool_call>\n\nB <tool_call>\n<function=b>\n</tool_call>\n",
-          2, "AB", "a", "{}");
+          2, "A\n\nB", "a", "{}");
+    /* only the last 256 bytes of whitespace before a call are held (and dropped) */
+    {
+        char long_ws[700];
+        memset(long_ws, '\n', 600);
+        strcpy(long_ws + 600, "<tool_call>\n<function=a>\n</function>");
+        srv_tool_call *c = NULL;
+        srv_buf rest = {0};
+        CHECK_EQ_INT(srv_parse_tool_calls(long_ws, strlen(long_ws), str_params, &c, &rest, NULL), 1);
+        CHECK_EQ_INT((int)rest.len, 600 - 256);
+        srv_free_tool_calls(c, 1);
+        srv_buf_free(&rest);
+    }
     /* arguments as the model wrote them, compacted: numbers are not printed back from doubles */
     check("<tool_call>\n<function=f>\n<parameter=x>\n9232.2\n</parameter>\n<parameter=y>\n6E+196\n</parameter>\n"
           "</function>\n</tool_call>", 1, "", "f", "{\"x\":9232.2,\"y\":6E+196}");

@@ -419,8 +419,8 @@ typedef struct srv_calls {
     srv_buf buf;               /* text read and not decided yet, from at */
     size_t at, scan, held, key_len;
     int mode, n_calls, n_params;
-    bool after, lead;
-    bool cut;                  /* the last call was closed by the end of the text */
+    bool lead;
+    bool cut;                  /* the text ended inside a call (closed then) or its opening */
     const char *str_params;    /* srv_tool_string_params (not owned), or NULL */
     char *name;                /* the open call's name */
     srv_buf keys;              /* the open call's keys, "\nKEY\n" each */

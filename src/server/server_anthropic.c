@@ -346,7 +346,7 @@ static void c_delta(void *ud, int kind, const char *p, size_t n) {
 static void c_close(void *ud, int kind) {
     collect *c = ud;
     if (kind == SRV_BLOCK_TOOL) {
-        json_t *in = json_loadb(c->acc.p, c->acc.len, 0, NULL);
+        json_t *in = json_loadb(c->acc.p, c->acc.len, JSON_ALLOW_NUL, NULL);   /* (\u0000 in a string value is JSON) */
         json_object_set_new(c->cur, "input", json_is_object(in) ? in : json_object());
         if (in && !json_is_object(in)) json_decref(in);
     } else {

@@ -14,8 +14,10 @@
  * generation that ends inside a call closes it (an open string value keeps the text it has);
  * srv_calls.cut tells that the last call was cut. The Qwen3 JSON form
  * <tool_call>{"name": ..., "arguments": {...}}</tool_call> (what tool_choice's grammar writes)
- * comes whole at its </tool_call>. Text that is not a call stays text: whitespace just before
- * a call, just after one and at the end of an answer with calls is dropped. */
+ * comes whole at its </tool_call> (or at the end of the text, where what came parses). Text that
+ * is not a call stays text; whitespace just before a call (its last 256 bytes) and at the end of
+ * an answer with calls is dropped; an end inside a call's opening drops that opening (a call cut
+ * short, srv_calls.cut). */
 #include "server/server.h"
 #include "io/utf8.h"
 #include "io/util.h"
@@ -27,6 +29,7 @@
 enum { T_TEXT, T_OPEN, T_FNAME, T_PARAMS, T_PNAME, T_PSTR, T_PVAL, T_PSKIP, T_AFTER, T_JSON };
 
 #define NAME_MAX_LEN 256
+#define WS_HELD 256          /* whitespace held before a call, or read after <tool_call>, at most */
 
 static const char OPEN_TAG[] = "<tool_call>", CLOSE_TAG[] = "</tool_call>";
 static const char FN_TAG[] = "<function=", FN_END[] = "</function>";
@@ -165,19 +168,15 @@ static size_t name_at(const char *p, size_t n) {
 /* ---- one step per mode: true when it moved on, false when it needs more text ---- */
 
 static bool step_text(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud) {
-    if (c->after) {   /* just after a call: its separating whitespace goes */
-        size_t k = 0;
-        while (k < n && is_ws(p[k])) k++;
-        consume(c, k);
-        if (k == n) return false;
-        c->after = false;
-        return true;
-    }
     const char *o = memmem(p, n, OPEN_TAG, LEN(OPEN_TAG));
-    size_t upto = o ? (size_t)(o - p) : n - (final ? 0 : tail_prefix(p, n, OPEN_TAG, LEN(OPEN_TAG)));
-    size_t ws = 0;   /* whitespace before a call (or the end) is held: it goes if a call follows */
-    while (ws < upto && is_ws(p[upto - ws - 1])) ws++;
-    if (final && !o && !c->n_calls) ws = 0;
+    size_t tail = o ? 0 : tail_prefix(p, n, OPEN_TAG, LEN(OPEN_TAG));
+    if (final && tail < 2) tail = 0;   /* at the end a lone '<' is text; "<t"... is a call cut short */
+    const size_t upto = o ? (size_t)(o - p) : n - tail;
+    /* whitespace before a call is held (it goes if a call follows): the last WS_HELD of it, so a
+     * long run is not read again at every feed */
+    size_t ws = 0;
+    while (ws < upto && ws < WS_HELD && is_ws(p[upto - ws - 1])) ws++;
+    if (final && !o && !tail && !c->n_calls) ws = 0;   /* an answer without calls keeps its end */
     text(c, ops, ud, p, upto - ws);
     consume(c, upto - ws);
     if (o) {
@@ -185,7 +184,10 @@ static bool step_text(srv_calls *c, const char *p, size_t n, bool final, const s
         c->mode = T_OPEN;
         return true;
     }
-    if (final) consume(c, n - upto + ws);   /* (the held whitespace of an answer with calls) */
+    if (final) {   /* the held whitespace of an answer with calls, a call's opening cut short */
+        consume(c, ws + tail);
+        if (tail) c->cut = true;
+    }
     return false;
 }
 
@@ -197,16 +199,26 @@ static bool not_a_call(srv_calls *c, const char *p, const srv_calls_ops *ops, vo
     return true;
 }
 
+/* The text ended inside a call's opening (or a JSON-form call): it goes, the call was cut. */
+static bool cut_short(srv_calls *c, size_t n) {
+    consume(c, n);
+    c->cut = true;
+    c->mode = T_TEXT;
+    return false;
+}
+
 static bool step_open(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud) {
-    size_t q = c->held + LEN(OPEN_TAG);
-    while (q < n && is_ws(p[q])) q++;
+    const size_t q0 = c->held + LEN(OPEN_TAG);
+    size_t q = q0;
+    while (q < n && q - q0 < WS_HELD && is_ws(p[q])) q++;
+    if (q - q0 == WS_HELD) return not_a_call(c, p, ops, ud);
     if (q < n && p[q] == '{') { c->mode = T_JSON; return true; }
     const int f = starts(p + q, n - q, FN_TAG, LEN(FN_TAG));
-    if (f < 0 || (f == 0 && final)) return not_a_call(c, p, ops, ud);
-    if (f == 0) return false;
+    if (f < 0) return not_a_call(c, p, ops, ud);
+    if (f == 0) return final ? cut_short(c, n) : false;
     const size_t a = q + LEN(FN_TAG), len = name_at(p + a, n - a);
-    if (len == 0 || (len == SIZE_MAX && final)) return not_a_call(c, p, ops, ud);
-    if (len == SIZE_MAX) return false;
+    if (len == 0) return not_a_call(c, p, ops, ud);
+    if (len == SIZE_MAX) return final ? cut_short(c, n) : false;
     open_call(c, ops, ud, p + a, len);
     consume(c, a + len + 1);
     c->mode = T_PARAMS;
@@ -234,7 +246,6 @@ static bool step_params(srv_calls *c, const char *p, size_t n, bool final, const
         close_call(c, ops, ud, false);
         consume(c, fn_end ? LEN(FN_END) : LEN(CLOSE_TAG));
         c->mode = fn_end ? T_AFTER : T_TEXT;
-        c->after = true;
         return true;
     }
     consume(c, 1);   /* a '<' that opens nothing */
@@ -345,29 +356,31 @@ static bool step_after(srv_calls *c, const char *p, size_t n, bool final) {
     size_t k = 0;
     while (k < n && is_ws(p[k])) k++;
     const int t = starts(p + k, n - k, CLOSE_TAG, LEN(CLOSE_TAG));
-    if (t == 0 && k == n && !final) { consume(c, k); return false; }
-    if (t == 0 && !final) return false;
+    if (t == 0) {   /* what is left may still become </tool_call> (at the end it goes) */
+        consume(c, final ? n : k);
+        if (final) c->mode = T_TEXT;
+        return false;
+    }
     consume(c, k + (t > 0 ? LEN(CLOSE_TAG) : 0));
     c->mode = T_TEXT;
     return true;
 }
 
-/* The JSON form: whole at its </tool_call>. */
+/* The JSON form: whole at its </tool_call> (or at the end, where what came parses). */
 static bool step_json(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud) {
     const size_t a = c->held + LEN(OPEN_TAG);
     const char *e = find(c, p, n, a, CLOSE_TAG, LEN(CLOSE_TAG));
     if (!e && !final) return false;
     srv_tool_call tc = {0};
-    if (!e || srv_tool_json_call(p + a, e, &tc) != 0) return not_a_call(c, p, ops, ud);
+    if (srv_tool_json_call(p + a, e ? e : p + n, &tc) != 0) return e ? not_a_call(c, p, ops, ud) : cut_short(c, n);
     ops->open(ud, c->n_calls++, tc.name);
     ops->args(ud, c->n_calls - 1, tc.arguments, strlen(tc.arguments));
     ops->close(ud, c->n_calls - 1);
     c->cut = false;
     free(tc.name);
     free(tc.arguments);
-    consume(c, (size_t)(e - p) + LEN(CLOSE_TAG));
+    consume(c, e ? (size_t)(e - p) + LEN(CLOSE_TAG) : n);
     c->mode = T_TEXT;
-    c->after = true;
     return true;
 }
 

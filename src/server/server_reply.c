@@ -576,13 +576,29 @@ typedef struct chat_acc {
     srv_stream *st;
     srv_buf text;
     json_t *calls;
+    srv_buf args;              /* the last entry's arguments of this read, put in at the end */
+    int args_index;            /* whose (-1: none) */
 } chat_acc;
 
 static void acc_text(void *ud, const char *p, size_t n) { srv_buf_add(&((chat_acc *)ud)->text, p, n); }
 
+/* The arguments gathered for the last entry into it (each piece is not re-encoded with all before it). */
+static void acc_flush(chat_acc *a) {
+    if (a->args_index < 0) return;
+    json_t *last = json_array_get(a->calls, json_array_size(a->calls) - 1);
+    if (!last || json_integer_value(json_object_get(last, "index")) != a->args_index) {
+        last = json_pack("{s:i,s:{}}", "index", a->args_index, "function");
+        json_array_append_new(a->calls, last);
+    }
+    json_object_set_new(json_object_get(last, "function"), "arguments", srv_text_json(a->args.p, a->args.len));
+    a->args.len = 0;
+    a->args_index = -1;
+}
+
 static void acc_open(void *ud, int index, const char *name) {
     chat_acc *a = ud;
     if (index && a->st->g.one_call) return;
+    acc_flush(a);
     if (!a->calls) a->calls = json_array();
     json_array_append_new(a->calls, tool_call_json(a->st->g.id, index, name, "", true));
 }
@@ -590,19 +606,10 @@ static void acc_open(void *ud, int index, const char *name) {
 static void acc_args(void *ud, int index, const char *p, size_t n) {
     chat_acc *a = ud;
     if (index && a->st->g.one_call) return;
+    if (a->args_index != index) acc_flush(a);
     if (!a->calls) a->calls = json_array();
-    json_t *last = json_array_get(a->calls, json_array_size(a->calls) - 1);
-    json_t *fn = json_object_get(last, "function");
-    if (!last || json_integer_value(json_object_get(last, "index")) != index) {
-        fn = json_object();
-        json_array_append_new(a->calls, json_pack("{s:i,s:o}", "index", index, "function", fn));
-    }
-    srv_buf joined = {0};
-    const char *had = json_string_value(json_object_get(fn, "arguments"));
-    srv_buf_adds(&joined, had ? had : "");
-    srv_buf_add(&joined, p, n);
-    json_object_set_new(fn, "arguments", srv_text_json(joined.p, joined.len));
-    srv_buf_free(&joined);
+    a->args_index = index;
+    srv_buf_add(&a->args, p, n);
 }
 
 static void acc_close(void *ud, int index) { (void)ud, (void)index; }
@@ -626,9 +633,11 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
         srv_buf_add(&reasoning, ro.reasoning ? ro.reasoning : "", ro.reasoning_len);
         if (ro.content_len && !rf) srv_buf_add(&content, ro.content, ro.content_len);
     }
-    chat_acc acc = {.st = st};
+    chat_acc acc = {.st = st, .args_index = -1};
     if (st->g.tools) srv_calls_feed(&st->calls, content.p, content.len, final, &acc_ops, &acc);
     else acc.text = content, content = (srv_buf){0};
+    acc_flush(&acc);
+    srv_buf_free(&acc.args);
     json_t *delta = json_object();
     if (reasoning.len) json_object_set_new(delta, "reasoning_content", srv_text_json(reasoning.p, reasoning.len));
     if (acc.text.len) json_object_set_new(delta, "content", srv_text_json(acc.text.p, acc.text.len));

@@ -101,15 +101,19 @@ int srv_tool_json_call(const char *a, const char *b, srv_tool_call *out) {
     json_t *j = json_loadb(a, (size_t)(b - a), 0, NULL);
     json_t *name = j ? json_object_get(j, "name") : NULL, *args = j ? json_object_get(j, "arguments") : NULL;
     const char *va = a, *vb = a;
-    if (!json_is_string(name) || (args && !json_is_object(args) && !json_is_string(args)) ||
-        (json_is_object(args) && !raw_arguments(a, b, &va, &vb))) {
-        json_decref(j);
-        return -1;
+    /* arguments written as a string must hold an object's text (arguments are always an object) */
+    const char *as = json_string_value(args);
+    json_t *inner = as && !memchr(as, 0, json_string_length(args)) ? json_loads(as, 0, NULL) : NULL;
+    const bool ok = json_is_string(name) && json_string_length(name) && !memchr(json_string_value(name), 0, json_string_length(name)) &&
+                    (!args || json_is_object(args) || json_is_object(inner)) &&
+                    (!json_is_object(args) || raw_arguments(a, b, &va, &vb));
+    if (ok) {
+        out->name = bs_xstrdup(json_string_value(name));
+        out->arguments = json_is_object(inner) ? compact(as, as + strlen(as)) : args ? compact(va, vb) : bs_xstrdup("{}");
     }
-    out->name = bs_xstrdup(json_string_value(name));
-    out->arguments = json_is_string(args) ? bs_xstrdup(json_string_value(args)) : args ? compact(va, vb) : bs_xstrdup("{}");
+    json_decref(inner);
     json_decref(j);
-    return 0;
+    return ok ? 0 : -1;
 }
 
 /* ---- a finished answer's calls: the reader fed the whole text ---- */
@@ -157,6 +161,41 @@ int srv_parse_tool_calls(const char *content, size_t len, const char *str_params
     return c.n;
 }
 
+/* Whether a type (a name or a list of names) is "string", maybe with "null": 1, 0 not, -1 none. */
+static int string_type(json_t *type) {
+    if (json_is_string(type)) return !strcmp(json_string_value(type), "string");
+    if (!json_is_array(type) || !json_array_size(type)) return -1;
+    int strs = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(type, i, t) {
+        const char *n = json_string_value(t);
+        if (!n || (strcmp(n, "string") && strcmp(n, "null"))) return 0;
+        strs += !strcmp(n, "string");
+    }
+    return strs > 0;
+}
+
+/* A schema whose values are strings (or null): "type": "string" or ["string", "null"], or an
+ * anyOf / oneOf of such branches and {"type": "null"} with a string among them (OpenAI's strict
+ * mode writes optional fields so). */
+static bool string_schema(json_t *sch) {
+    const int t = string_type(json_object_get(sch, "type"));
+    if (t >= 0) return t == 1;
+    json_t *alts = json_object_get(sch, "anyOf");
+    if (!alts) alts = json_object_get(sch, "oneOf");
+    bool any_str = false;
+    size_t i;
+    json_t *alt;
+    json_array_foreach(alts, i, alt) {
+        json_t *at = json_object_get(alt, "type");
+        const bool is_null = json_is_string(at) && !strcmp(json_string_value(at), "null");
+        if (!is_null && string_type(at) != 1) return false;
+        any_str |= !is_null;
+    }
+    return any_str;
+}
+
 /* Each tool's parameters whose schema types them as strings only: "\nNAME\x1fKEY\n" entries, for
  * server_calls.c (a value of such a parameter is a string even where it reads as JSON: "42"), or
  * NULL. tools: the request's array. */
@@ -172,10 +211,7 @@ char *srv_tool_string_params(json_t *tools) {
         json_t *sch;
         if (!name || strchr(name, '\n') || strchr(name, '\x1f')) continue;
         json_object_foreach(props, key, sch) {
-            json_t *type = json_object_get(sch, "type");
-            if (json_array_size(type) == 1) type = json_array_get(type, 0);
-            const bool str = json_is_string(type) && !strcmp(json_string_value(type), "string");
-            if (!str || strchr(key, '\n')) continue;
+            if (!string_schema(sch) || strchr(key, '\n')) continue;
             srv_buf_adds(&b, "\n");
             srv_buf_adds(&b, name);
             srv_buf_adds(&b, "\x1f");
