@@ -357,8 +357,9 @@ typedef struct {
     float mirostat_eta;         /* its learning rate (0.1) */
     /* The stages' order in llama.cpp's letters (e penalties, d DRY, s top-n-sigma, k top-k,
      * y typical-p, p top-p, m min-p, x XTC, t temperature): "" the default "edskypmxt"; a stage
-     * left out does not run (no t: temperature 1). Penalties and DRY run first and XTC after
-     * the other truncations wherever they stand (XTC's draw is a mixture of two candidate sets). */
+     * left out does not run (no t: temperature 1, never greedy); a letter given twice counts
+     * once. Penalties and DRY run first wherever they stand; XTC's coin is kept as the mixture
+     * of the candidates as they are and without its cut, each through the stages after it. */
     char order[16];
 } bs_sampler_params;
 

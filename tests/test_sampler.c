@@ -819,69 +819,96 @@ static int st_count_finite(const float *x, int V, st_tok *t) {
     return n;
 }
 
-/* llama.cpp's chain in the order given, each stage on the candidates left by the one before
- * (XTC, wherever it stands, after the other truncations; the temperature before it where it
- * stands so); dense probabilities into out. */
-static void ref_ordered(const float *x, int V, const bs_sampler_params *p, const char *order, double *out) {
-    st_tok *t = malloc(sizeof *t * (size_t)V);
-    int n = st_count_finite(x, V, t);
-    const char *xs = strchr(order, 'x'), *ts = strchr(order, 't');
-    const bool xtc = xs && p->xtc_probability > 0 && p->xtc_threshold <= 0.5f;
-    bool tempered = !ts;
-    for (const char *o = order; *o; o++) {
-        if (*o == 's' && p->top_n_sigma > 0 && n >= 2) {
-            double mx = -INFINITY, sum = 0, sq = 0;
-            for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l), sum += t[i].l;
-            for (int i = 0; i < n; i++) sq += (t[i].l - sum / n) * (t[i].l - sum / n);
-            const double lim = mx - p->top_n_sigma * sqrt(sq / n);
-            int m = 0;
-            for (int i = 0; i < n; i++) if (t[i].l >= lim) t[m++] = t[i];
-            n = m;
-        } else if (*o == 'k' && p->top_k > 0 && p->top_k < n) {
-            qsort(t, (size_t)n, sizeof *t, st_by_logit);
-            n = p->top_k;
-        } else if (*o == 'y' && p->typical_p > 0 && p->typical_p < 1 && n >= 2) {
-            const double h = st_entropy(t, 0, n);
-            double lmx = -INFINITY, z = 0, cum = 0;
-            for (int i = 0; i < n; i++) lmx = fmax(lmx, t[i].l);
-            for (int i = 0; i < n; i++) z += exp(t[i].l - lmx);
-            for (int i = 0; i < n; i++) t[i].key = fabs(-log(exp(t[i].l - lmx) / z) - h);
-            qsort(t, (size_t)n, sizeof *t, st_by_key);
-            for (int i = 0; i < n; i++) {
-                cum += exp(t[i].l - lmx) / z;
-                if (cum > p->typical_p) { n = i + 1; break; }
-            }
-        } else if (*o == 'p' && p->top_p < 1) {
-            qsort(t, (size_t)n, sizeof *t, st_by_logit);
-            double z = 0, cum = 0;
-            for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
-            for (int i = 0; i < n; i++) {
-                cum += exp(t[i].l - t[0].l) / z;
-                if (cum >= p->top_p) { n = i + 1; break; }
-            }
-        } else if (*o == 'm' && p->min_p > 0) {
-            double mx = -INFINITY;
-            for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l);
-            int m = 0;
-            for (int i = 0; i < n; i++) if (t[i].l >= mx + log(p->min_p)) t[m++] = t[i];
-            n = m;
-        } else if (*o == 't' && !(xtc && xs < ts)) {
-            const double T = st_temp(t, 0, n, p);
-            for (int i = 0; i < n; i++) t[i].l /= T;
-            tempered = true;
-        }
+/* One stage of llama.cpp's chain on t[0..n) (XTC aside); the candidates left. */
+static int ref_stage(st_tok *t, int n, char o, const bs_sampler_params *p) {
+    if (o == 's' && p->top_n_sigma > 0 && n >= 2) {
+        double mx = -INFINITY, sum = 0, sq = 0;
+        for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l), sum += t[i].l;
+        for (int i = 0; i < n; i++) sq += (t[i].l - sum / n) * (t[i].l - sum / n);
+        const double lim = mx - p->top_n_sigma * sqrt(sq / n);
+        int m = 0;
+        for (int i = 0; i < n; i++) if (t[i].l >= lim) t[m++] = t[i];
+        return m;
     }
-    qsort(t, (size_t)n, sizeof *t, st_by_logit);
-    int cut = 0;
-    if (xtc && n >= 2) {
+    if (o == 'k' && p->top_k > 0 && p->top_k < n) {
+        qsort(t, (size_t)n, sizeof *t, st_by_logit);
+        return p->top_k;
+    }
+    if (o == 'y' && p->typical_p > 0 && p->typical_p < 1 && n >= 2) {
+        const double h = st_entropy(t, 0, n);
+        double lmx = -INFINITY, z = 0, cum = 0;
+        for (int i = 0; i < n; i++) lmx = fmax(lmx, t[i].l);
+        for (int i = 0; i < n; i++) z += exp(t[i].l - lmx);
+        for (int i = 0; i < n; i++) t[i].key = fabs(-log(exp(t[i].l - lmx) / z) - h);
+        qsort(t, (size_t)n, sizeof *t, st_by_key);
+        for (int i = 0; i < n; i++) {
+            cum += exp(t[i].l - lmx) / z;
+            if (cum > p->typical_p) return i + 1;
+        }
+        return n;
+    }
+    if (o == 'p' && p->top_p < 1) {
+        qsort(t, (size_t)n, sizeof *t, st_by_logit);
+        double z = 0, cum = 0;
+        for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
+        for (int i = 0; i < n; i++) {
+            cum += exp(t[i].l - t[0].l) / z;
+            if (cum >= p->top_p) return i + 1;
+        }
+        return n;
+    }
+    if (o == 'm' && p->min_p > 0) {
+        double mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = fmax(mx, t[i].l);
+        int m = 0;
+        for (int i = 0; i < n; i++) if (t[i].l >= mx + log(p->min_p)) t[m++] = t[i];
+        return m;
+    }
+    if (o == 't') {
+        const double T = st_temp(t, 0, n, p);
+        if (!(T > 0)) {   /* a dynamic temperature of 0: the best alone */
+            qsort(t, (size_t)n, sizeof *t, st_by_logit);
+            return 1;
+        }
+        for (int i = 0; i < n; i++) t[i].l /= T;
+    }
+    return n;
+}
+
+/* llama.cpp's chain in the order given on t[0..n), each stage on the candidates left by the one
+ * before; XTC's coin splits it (the candidates as they are with weight 1 - P, without its cut
+ * with weight P, each through the stages after it); the final softmax (at 1: the temperature is
+ * a stage, none without t) added into out with weight w. */
+static void ref_ordered_chain(st_tok *t, int n, const char *o, const bs_sampler_params *p, double w, double *out) {
+    for (; *o; o++) {
+        if (*o != 'x') {
+            n = ref_stage(t, n, *o, p);
+            continue;
+        }
+        if (!(p->xtc_probability > 0 && p->xtc_threshold <= 0.5f) || n < 2) continue;
+        qsort(t, (size_t)n, sizeof *t, st_by_logit);
         double z = 0;
+        int cut = 0;
         for (int i = 0; i < n; i++) z += exp(t[i].l - t[0].l);
         for (int i = 0; i < n && exp(t[i].l - t[0].l) / z >= p->xtc_threshold; i++) cut = i;
+        if (!cut) continue;
+        st_tok *u = malloc(sizeof *u * (size_t)(n - cut));
+        memcpy(u, t + cut, sizeof *u * (size_t)(n - cut));
+        ref_ordered_chain(t, n, o + 1, p, w * (1 - p->xtc_probability), out);
+        ref_ordered_chain(u, n - cut, o + 1, p, w * p->xtc_probability, out);
+        free(u);
+        return;
     }
+    st_softmax_add(t, 0, n, 1.0, w, out);
+}
+
+static void ref_ordered(const float *x, int V, const bs_sampler_params *p, const char *order, double *out) {
+    st_tok *t = malloc(sizeof *t * (size_t)V);
+    const int n = st_count_finite(x, V, t);
     memset(out, 0, sizeof *out * (size_t)V);
-    const double P = cut ? p->xtc_probability : 0;
-    st_softmax_add(t, 0, n, tempered ? 1 : st_temp(t, 0, n, p), 1 - P, out);
-    if (cut) st_softmax_add(t, cut, n, tempered ? 1 : st_temp(t, cut, n, p), P, out);
+    bs_sampler_params q = *p;
+    if (!strchr(order, 't')) q.temp = 1, q.dynatemp_range = 0;
+    ref_ordered_chain(t, n, order, &q, 1.0, out);
     free(t);
 }
 
@@ -892,7 +919,7 @@ static void test_orders(void) {
     bs_rng r;
     bs_rng_seed(&r, 77);
     static const char *const orders[] = {"tkpm", "kmpt", "pkt", "mpk", "tyk", "skpt", "kts", "tpxm", "ptxk",
-                                         "yspmkxt", "e", "dtk", "kpmtx"};
+                                         "yspmkxt", "e", "dtk", "kpmtx", "xtm", "kxmpt", "xyt"};
     for (size_t o = 0; o < BS_ARRAY_LEN(orders); o++) {
         for (int trial = 0; trial < 6; trial++) {
             bs_sampler_params p = plain();
@@ -903,7 +930,7 @@ static void test_orders(void) {
             p.typical_p = 0.85f;
             p.top_n_sigma = trial % 3 == 2 ? 1.5f : -1;
             p.xtc_probability = 0.5f, p.xtc_threshold = 0.05f;
-            p.dynatemp_range = trial == 5 ? 0.4f : 0;
+            p.dynatemp_range = trial == 5 ? 0.4f : trial == 3 ? 2.0f : 0;   /* (2: down to 0, the best alone) */
             snprintf(p.order, sizeof p.order, "%s", orders[o]);
             random_logits(&r, x, V, trial % 2 ? 3.0f : 1.5f);
             if (trial == 4) for (int i = 0; i < V; i += 5) x[i] = -INFINITY;
@@ -936,6 +963,24 @@ static void test_orders(void) {
         CHECK(bs_sampler_top_k_only(b, BS_TOP_MAX) == 40, "trial %d: the device's top-k list was refused", trial);
         bs_sampler_free(a);
         bs_sampler_free(b);
+    }
+    /* a dynamic temperature that falls to 0 in the temperature stage keeps the best alone (as
+     * the default chain does), not a flat distribution; no t: temperature 1, not greedy */
+    {
+        float y[10] = {1000};
+        bs_sampler_params p = plain();
+        p.temp = 0.5f, p.dynatemp_range = 1, p.top_k = 3;
+        snprintf(p.order, sizeof p.order, "tk");
+        bs_sampler *s = bs_sampler_new(&p, 10);
+        CHECK(bs_sampler_apply(s, y) == 1 && bs_sampler_pick(s) == 0, "order tk, dynamic temperature 0: not the best alone");
+        bs_sampler_free(s);
+        p = plain();
+        p.temp = 0;
+        snprintf(p.order, sizeof p.order, "k");
+        p.top_k = 5;
+        s = bs_sampler_new(&p, 10);
+        CHECK(bs_sampler_apply(s, y) == 5, "order k at temperature 0: greedy, where no temperature stage means 1");
+        bs_sampler_free(s);
     }
     /* unknown letters are refused */
     bs_sampler_params bad = plain();

@@ -10,7 +10,8 @@
   refused at once with the reason;
 - llama-server's environment variables (LLAMA_ARG_*, LLAMA_API_KEY) stand for their options,
   the command line winning."""
-import os, subprocess, sys, time
+import os
+import shutil, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from replica_lib import B, TINY, Replica, check, finish, jbody, request, workdir
@@ -130,6 +131,17 @@ try:
     ad = jbody(d)
     check(isinstance(ad, list) and [a['scale'] for a in ad] == [0.25, 0.75, 0.5],
           '--lora-scaled A:0.25,B:0.75 and --lora-scaled C 0.5: three adapters at their scales', str(ad))
+    # a file whose name ends in :NUMBER, given the two-value way, is that file at that scale
+    odd = os.path.join(W, 'ad:1')
+    shutil.copyfile(lf, odd)
+    lo2 = serve('lodd', '--lora-scaled', odd, '0.5')
+    _, _, d = request(lo2.port, 'GET', '/lora-adapters')
+    ad = jbody(d)
+    check(isinstance(ad, list) and len(ad) == 1 and ad[0]['scale'] == 0.5 and ad[0]['path'].endswith('ad:1'),
+          '--lora-scaled DIR/ad:1 0.5: the file ad:1 at 0.5', str(ad))
+    # --samplers naming no stage is refused at the start (a misspelling would turn every stage off)
+    bad = subprocess.run([B, 'serve', '-m', TINY, '--port', '0', '--samplers', 'foo'], capture_output=True, text=True, timeout=30)
+    check(bad.returncode != 0 and 'no stage' in bad.stderr, '--samplers foo: refused', bad.stderr[-200:])
     # --log-file: what the server says goes there
     logf = os.path.join(W, 'file.log')
     lp = subprocess.Popen([B, 'serve', '-m', TINY, '--port', '0', '-t', '1', '--ctx', '256', '--log-file', logf],

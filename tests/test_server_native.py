@@ -433,6 +433,10 @@ n_mt, n_tm = (len(c['completion_probabilities'][0]['top_probs']) for c in (mt, t
 check(st == st2 == 200 and n_mt < 10 and n_tm == 10 and mt['generation_settings']['samplers'] == ['min_p', 'temperature'] and
       tm['generation_settings']['samplers'] == ['temperature', 'min_p'],
       'samplers in another order: followed (temperature before min_p passes more tokens) and reported', f'{n_mt} {n_tm}')
+st, c = post(P, '/completion', dict(q, samplers=['foo']))
+st2, c2 = post(P, '/completion', q)
+check(st == st2 == 200 and c['generation_settings']['samplers'] == [] and len(c2['generation_settings']['samplers']) == 9,
+      'samplers naming no stage: none reported; without samplers: the whole chain', f"{c['generation_settings']['samplers']}")
 st, c = post(P, '/completion', dict(q, n_predict=2, logprobs=3))
 check(st == 200 and len(c.get('completion_probabilities', [])) == 2 and len(c['completion_probabilities'][0]['top_logprobs']) == 3,
       '/completion logprobs 3: n_probs 3, as llama-server falls back to it', f'{st} {str(c)[:300]}')

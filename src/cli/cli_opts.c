@@ -3,6 +3,7 @@
 #include "cli/cli_opts.h"
 #include "io/util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -83,19 +84,28 @@ static int check_value(const cli_opt *o, const char *name, cli_arg *a) {
     }
 }
 
-/* "FILE:SCALE[,FILE:SCALE...]", every scale a number: llama-server's newer one-value form of a
- * two-value option (--lora-scaled), read as one value. */
-static bool scaled_list(const char *v) {
+/* Whether s is a finite number, all of it. */
+static bool finite_number(const char *s) {
+    char *end;
+    if (!*s || isspace((unsigned char)*s)) return false;
+    const double x = strtod(s, &end);
+    return !*end && isfinite(x);
+}
+
+/* "FILE:SCALE[,FILE:SCALE...]", every scale a finite number: llama-server's newer one-value
+ * form of a two-value option (--lora-scaled), read as one value unless a number follows it (the
+ * two-value form FILE S of a file whose name ends so). */
+static bool scaled_list(const char *v, const char *next) {
+    if (next && finite_number(next)) return false;
     for (const char *p = v; *p;) {
         const size_t k = strcspn(p, ",");
         const char *colon = NULL;
         for (const char *q = p; q < p + k; q++)
             if (*q == ':') colon = q;
-        if (!colon || colon == p || colon + 1 == p + k) return false;
-        char num[64], *end;
+        char num[64];
+        if (!colon || colon == p || (size_t)(p + k - colon - 1) >= sizeof num) return false;
         snprintf(num, sizeof num, "%.*s", (int)(p + k - colon - 1), colon + 1);
-        strtod(num, &end);
-        if (*end || (size_t)(p + k - colon - 1) >= sizeof num) return false;
+        if (!finite_number(num)) return false;
         p += k + (p[k] == ',');
     }
     return *v != 0;
@@ -117,7 +127,8 @@ int cli_next(unsigned cmd, int argc, char **argv, int *i, cli_arg *a) {
     a->opt = o;
     if (o->type == CLI_FLAG) return 0;
     int need = o->type == CLI_STR2 ? 2 : 1;
-    if (need == 2 && *i + 1 < argc && scaled_list(argv[*i + 1])) need = 1;   /* --lora-scaled A:0.5,B:1 */
+    if (need == 2 && *i + 1 < argc && scaled_list(argv[*i + 1], *i + 2 < argc ? argv[*i + 2] : NULL))
+        need = 1;   /* --lora-scaled A:0.5,B:1 */
     if (*i + need >= argc) return bs_error("option %s needs %s", s, need == 2 ? "two values" : "a value");
     a->s = argv[++*i];
     if (need == 2) a->s2 = argv[++*i];

@@ -70,10 +70,14 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_VERBOSITY: bs_log_level = a->n <= 1 ? 0 : a->n >= 4 ? 2 : 1; break;
     case OPT_LOG_DISABLE: bs_log_level = 0; break;
     case OPT_REASONING: c->thinking = !strcmp(a->s, "on") ? 1 : !strcmp(a->s, "off") ? -1 : 0; break;
-    case OPT_SAMPLERS:   /* names (--samplers) or letters (--sampling-seq), by the option's name */
+    case OPT_SAMPLERS: {   /* names (--samplers) or letters (--sampling-seq), by the option's name */
+        char order[16];
         c->samplers = a->s;
         c->samplers_letters = strstr(a->name, "seq") != NULL;
+        bs_sampler_parse_order(a->s, c->samplers_letters, order);
+        if (!order[0]) return bs_error("%s: no stage named in '%s'", a->name, a->s);
         break;
+    }
     case OPT_EMBD_NORMALIZE: c->embd_normalize = (int)a->n + 1; break;
     case OPT_LOG_FILE: {   /* opened first: a path that fails leaves stderr to say so */
         FILE *f = fopen(a->s, "a");

@@ -11,7 +11,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <string.h>
 
 struct bs_sampler {
     bs_sampler_params p;
@@ -41,6 +40,8 @@ struct bs_sampler {
     float *mu_hist;           /* [cap_hist] mu before each accepted token (truncation restores it) */
     bool miro_pending;        /* an apply ran since the last accept: the next token updates mu */
     bool t_done;              /* an ordered chain took the temperature already (or has none): finish's is 1 */
+    bs_token_prob *cand2;     /* [n_vocab] an ordered chain's second set after XTC's split (or NULL) */
+    float *mix;               /* [n_vocab] their mixture by id; -1 between applies */
 };
 
 /* The next uniform of the sampler's stream: one drawn ahead, else a new one. */
@@ -127,7 +128,8 @@ static void active_order(const bs_sampler_params *p, const char *order, int32_t 
 /* An order that runs what the default chain runs, in its order, is the default (""): the fast
  * chain (and the device's top-k lists) serve it. */
 static void settle_order(bs_sampler_params *p, int32_t n_vocab) {
-    if (!p->order[0]) return;
+    if (!p->order[0] || p->mirostat) return;
+    if (!strchr(p->order, 't')) p->temp = 1, p->dynatemp_range = 0;   /* no temperature stage: 1 (not greedy), as llama.cpp */
     char given[16], def[16];
     active_order(p, p->order, n_vocab, given);
     active_order(p, BS_SAMPLER_STAGES, n_vocab, def);
@@ -161,6 +163,8 @@ void bs_sampler_free(bs_sampler *s) {
     if (!s) return;
     free(s->w);
     free(s->cand);
+    free(s->cand2);
+    free(s->mix);
     free(s->alt);
     free(s->bias_id);
     free(s->bias);
@@ -633,25 +637,30 @@ static void cand_top_n_sigma(bs_sampler *s) {
 }
 
 /* The temperature as a stage: the candidates' logits less the best's, divided (the difference
- * first: a tiny temperature cannot overflow; finite, so later stages' sums stay numbers). */
+ * first: a tiny temperature cannot overflow; finite, so later stages' sums stay numbers). A
+ * dynamic temperature of 0 keeps the best alone, as the default chain does. */
 static void cand_temper(bs_sampler *s) {
     const float t = temp_of(s, 0);
     bs_token_prob *c = s->cand;
+    s->t_done = true;
+    if (!(t > 0)) {
+        int best = 0;
+        for (int i = 1; i < s->n_cand; i++)
+            if (better(&c[i], &c[best])) best = i;
+        c[0] = c[best];
+        c[0].logit = 0;
+        s->n_cand = 1;
+        s->sorted = true;
+        return;
+    }
     float mx = -INFINITY;
     for (int i = 0; i < s->n_cand; i++) mx = BS_MAX(mx, c[i].logit);
     for (int i = 0; i < s->n_cand; i++) c[i].logit = BS_MAX((c[i].logit - mx) / t, -FLT_MAX);
-    s->t_done = true;
 }
 
-/* A chain in the order p.order (not the default's): every allowed token, then each stage on the
- * candidates as llama.cpp runs them; XTC and, where it stands after XTC, the temperature in
- * finish. */
-static void apply_ordered(bs_sampler *s) {
-    const char *o = s->p.order;
-    const char *x = strchr(o, 'x'), *t = strchr(o, 't');
-    const bool xtc = xtc_on(&s->p) && x;
-    s->t_done = !t;   /* no temperature stage: none */
-    for (; *o; o++) {
+/* The stages of o (letters, up to XTC's) on the candidates, in that order. */
+static void run_stages(bs_sampler *s, const char *o) {
+    for (; *o && *o != 'x'; o++) {
         switch (*o) {
         case 's': if (s->p.top_n_sigma > 0) cand_top_n_sigma(s); break;
         case 'k':
@@ -663,11 +672,71 @@ static void apply_ordered(bs_sampler *s) {
         case 'y': apply_typical(s); break;
         case 'p': apply_top_p(s); break;
         case 'm': apply_min_p(s); break;
-        case 't': if (!(xtc && x < t)) cand_temper(s); break;
+        case 't': cand_temper(s); break;
         default: break;
         }
     }
-    finish(s, xtc);
+}
+
+/* The union of the two sets after XTC's split: A in cand[0..na) (weight 1 - P), B in
+ * b[0..nb) (weight P), each with its final p; into cand, p the mixture's. */
+static void mix_sets(bs_sampler *s, int na, const bs_token_prob *b, int nb, float P) {
+    bs_token_prob *c = s->cand;
+    float *m = s->mix;
+    int n = na;
+    for (int i = 0; i < na; i++) m[c[i].id] = (1 - P) * c[i].p;
+    for (int j = 0; j < nb; j++) {
+        if (m[b[j].id] >= 0) {
+            m[b[j].id] += P * b[j].p;
+        } else {
+            c[n] = b[j];
+            m[c[n++].id] = P * b[j].p;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        c[i].p = m[c[i].id];
+        m[c[i].id] = -1;   /* (mix is all -1 between calls) */
+    }
+    s->n_cand = n;
+    s->sorted = false;
+}
+
+/* A chain in the order p.order (not the default's): every allowed token, then each stage on the
+ * candidates as llama.cpp runs them. XTC's coin splits the chain: the candidates as they are and
+ * without XTC's cut each go through the stages after it, and the draw is their mixture. */
+static void apply_ordered(bs_sampler *s) {
+    const char *o = s->p.order, *x = xtc_on(&s->p) ? strchr(o, 'x') : NULL;
+    s->t_done = !strchr(o, 't');   /* no temperature stage: none */
+    run_stages(s, o);
+    int cut = 0;
+    if (x) {
+        if (!s->sorted) qsort(s->cand, (size_t)s->n_cand, sizeof *s->cand, cmp_better);
+        s->sorted = true;
+        cut = bs_stage_xtc_cut(s->cand, s->n_cand, s->p.xtc_threshold, BS_MAX(s->p.min_keep, 1));
+    }
+    if (!cut) {
+        if (x) run_stages(s, x + 1);
+        finish(s, false);
+        return;
+    }
+    if (!s->cand2) {
+        s->cand2 = bs_xmalloc((size_t)s->n_vocab * sizeof *s->cand2);
+        s->mix = bs_xmalloc((size_t)s->n_vocab * sizeof *s->mix);
+        for (int32_t i = 0; i < s->n_vocab; i++) s->mix[i] = -1;
+    }
+    bs_token_prob *a = s->cand, *b = s->cand2;
+    const int nb = s->n_cand - cut;
+    const bool t_done = s->t_done;
+    memcpy(b, a + cut, (size_t)nb * sizeof *b);
+    run_stages(s, x + 1);   /* A: as they are */
+    finish(s, false);
+    const int na = s->n_cand;
+    s->cand = b, s->n_cand = nb, s->sorted = true, s->t_done = t_done;
+    run_stages(s, x + 1);   /* B: without the cut */
+    finish(s, false);
+    const int nb_left = s->n_cand;
+    s->cand = a;
+    mix_sets(s, na, b, nb_left, s->p.xtc_probability);
 }
 
 static int apply_chain(bs_sampler *s, const float *logits) {

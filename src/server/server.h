@@ -574,9 +574,9 @@ void srv_api_detokenize(srv *s, struct json_t *b, srv_reply *r);
 /* The chain's parameters but the seed (temperature, top-k/p, min-p, penalties, DRY and those
  * stages) into a settings object (generation_settings, /props' params, /slots' params). */
 void srv_sampler_settings(struct json_t *j, const bs_sampler_params *p);
-/* llama-server's sampler names of a chain's order (bs_sampler_params.order; "" or NULL: the whole
- * default chain, as llama-server lists its configured one: a client sending the list back keeps
- * every stage and their order). */
+/* llama-server's sampler names of a chain's order (bs_sampler_params.order as the server sets it:
+ * "" none; NULL the whole default chain, as llama-server lists its configured one: a client
+ * sending the list back keeps every stage and their order). */
 struct json_t *srv_sampler_chain_json(const char *order);
 /* The order --samplers / --sampling-seq give (def NULL: "", the default chain). */
 void srv_sampler_default_order(const char *def, bool letters, char order[16]);

@@ -44,7 +44,7 @@ static json_t *params_json(const srv *s) {
     json_object_set_new(j, "stop", json_array());
     char order[16];
     srv_sampler_default_order(s->cfg.samplers, s->cfg.samplers_letters, order);
-    json_object_set_new(j, "samplers", srv_sampler_chain_json(order));
+    json_object_set_new(j, "samplers", srv_sampler_chain_json(s->cfg.samplers ? order : NULL));
     json_object_set_new(j, "speculative.n_max", json_integer(s->cfg.drafter ? s->cfg.draft_max : 0));
     float sc[SRV_MAX_LORA];
     srv_lora_global(sc);

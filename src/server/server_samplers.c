@@ -8,7 +8,7 @@
  *
  * `samplers` (a list of names, or a string of llama.cpp's one-letter codes) says which stages
  * run and in what order (bs_sampler_params.order: penalties and DRY run first wherever they
- * stand, XTC after the other truncations); a stage left out is off, as in llama.cpp; without
+ * stand); a stage left out is off, as in llama.cpp; without
  * `temperature` the logits are not scaled (temperature 1, and no dynamic range: llama.cpp's
  * greedy lives in that stage too). A negative temperature is greedy, as llama-server documents. */
 #include "server/server.h"
@@ -104,7 +104,7 @@ void srv_sampler_settings(json_t *j, const bs_sampler_params *p) {
 
 json_t *srv_sampler_chain_json(const char *order) {
     json_t *a = json_array();
-    for (const char *c = order && *order ? order : BS_SAMPLER_STAGES; *c; c++) {
+    for (const char *c = order ? order : BS_SAMPLER_STAGES; *c; c++) {   /* ("": none runs) */
         const char *name = bs_sampler_stage_name(*c);
         if (name) json_array_append_new(a, json_string(name));
     }
