@@ -144,7 +144,7 @@ if [ -z "${BS_NO_FUZZ:-}" ]; then
   # 10 minutes by hand)
   export FUZZ_SECONDS=${FUZZ_SECONDS:-10}
   CTEST_SEL=(-L fuzz)
-  run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
+  run_suite fuzz build-fuzz "fuzz_gguf fuzz_safetensors fuzz_image fuzz_image_url fuzz_grammar fuzz_schema fuzz_tools fuzz_http" -DCMAKE_BUILD_TYPE=Debug -DBS_FUZZ=ON -DCMAKE_C_COMPILER=clang
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -13,8 +13,9 @@
  *   server_metrics.c  counters, latency histograms and the Prometheus text of /metrics
  *   server_life.c     the lifecycle a load balancer sees: loading, ready, draining; /health,
  *                     /ready, the 503s of a replica that is not serving, graceful drain
- *   server_tools.c    a tool call's parts; a finished answer's calls
+ *   server_tools.c    a tool call's parts, the tools' string parameters
  *   server_calls.c    <tool_call> blocks read as they are generated -> tool calls
+ *   server_text.c     generated text as a JSON string (bad UTF-8 as U+FFFD)
  *   server_anthropic.c, server_responses.c, server_blocks.c (server_dialect.h)
  *                     Anthropic's Messages API and OpenAI's Responses API: translated into a
  *                     chat request, answered in their own shapes

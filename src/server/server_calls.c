@@ -411,3 +411,48 @@ void srv_calls_feed(srv_calls *c, const char *p, size_t n, bool final, const srv
         c->at = 0;
     }
 }
+
+/* ---- a finished answer's calls: the reader fed the whole text ---- */
+
+typedef struct collect {
+    srv_buf rest, args;
+    srv_tool_call *calls;
+    int n;
+} collect;
+
+static void c_text(void *ud, const char *p, size_t n) { srv_buf_add(&((collect *)ud)->rest, p, n); }
+
+static void c_open(void *ud, int index, const char *name) {
+    collect *c = ud;
+    (void)index;
+    c->calls = bs_xrealloc(c->calls, (size_t)(c->n + 1) * sizeof *c->calls);
+    c->calls[c->n++] = (srv_tool_call){.name = bs_xstrdup(name)};
+    c->args.len = 0;
+}
+
+static void c_args(void *ud, int index, const char *p, size_t n) {
+    (void)index;
+    srv_buf_add(&((collect *)ud)->args, p, n);
+}
+
+static void c_close(void *ud, int index) {
+    collect *c = ud;
+    srv_buf_add(&c->args, "", 0);
+    c->calls[index].arguments = bs_xstrdup(c->args.p ? c->args.p : "{}");
+}
+
+int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
+                         bool *cut) {
+    static const srv_calls_ops ops = {c_text, c_open, c_args, c_close};
+    collect c = {0};
+    srv_calls rd;
+    srv_calls_init(&rd, str_params);
+    srv_calls_feed(&rd, content, len, true, &ops, &c);
+    if (cut) *cut = rd.n_calls && rd.cut;
+    srv_calls_free(&rd);
+    srv_buf_free(&c.args);
+    srv_buf_add(&c.rest, "", 0);
+    *rest = c.rest;
+    *calls = c.calls;
+    return c.n;
+}

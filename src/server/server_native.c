@@ -27,21 +27,6 @@ size_t srv_min_tokens(const srv *s, size_t bytes) {
 
 /* ---- JSON pieces shared with server_reply.c ---------------------------------------------------- */
 
-json_t *srv_text_json(const char *p, size_t len) {
-    if (bs_utf8_valid(p, len, NULL)) return json_stringn(p, len);
-    srv_buf b = {0};
-    srv_buf_adds(&b, "");
-    for (size_t i = 0; i < len;) {
-        uint32_t cp;
-        int n = bs_utf8_next((const unsigned char *)p + i, len - i, &cp);
-        if (n <= 0) { srv_buf_adds(&b, "\xEF\xBF\xBD"); i++; }
-        else { srv_buf_add(&b, p + i, (size_t)n); i += (size_t)n; }
-    }
-    json_t *j = json_stringn(b.p, b.len);
-    srv_buf_free(&b);
-    return j;
-}
-
 json_t *srv_timings_json(const srv_timings *tm) {
     double pn = tm->n_prompt, gn = tm->n_gen;
     return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:I,s:I}", "cache_n", tm->n_cached, "prompt_n",

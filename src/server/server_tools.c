@@ -1,5 +1,5 @@
-/* server_tools.c: the parts of a tool call (server_calls.c reads the calls as they come), the
- * tools' string parameters from their schemas, and a finished answer's calls.
+/* server_tools.c: the parts of a tool call (server_calls.c reads the calls as they come) and the
+ * tools' string parameters from their schemas.
  *
  * Arguments are passed on as the model wrote them (JSON text compacted, not a reprinted copy:
  * 9232.2 stays 9232.2, where a double printed back would read 9232.2000000000007). */
@@ -114,51 +114,6 @@ int srv_tool_json_call(const char *a, const char *b, srv_tool_call *out) {
     json_decref(inner);
     json_decref(j);
     return ok ? 0 : -1;
-}
-
-/* ---- a finished answer's calls: the reader fed the whole text ---- */
-
-typedef struct collect {
-    srv_buf rest, args;
-    srv_tool_call *calls;
-    int n;
-} collect;
-
-static void c_text(void *ud, const char *p, size_t n) { srv_buf_add(&((collect *)ud)->rest, p, n); }
-
-static void c_open(void *ud, int index, const char *name) {
-    collect *c = ud;
-    (void)index;
-    c->calls = bs_xrealloc(c->calls, (size_t)(c->n + 1) * sizeof *c->calls);
-    c->calls[c->n++] = (srv_tool_call){.name = bs_xstrdup(name)};
-    c->args.len = 0;
-}
-
-static void c_args(void *ud, int index, const char *p, size_t n) {
-    (void)index;
-    srv_buf_add(&((collect *)ud)->args, p, n);
-}
-
-static void c_close(void *ud, int index) {
-    collect *c = ud;
-    srv_buf_add(&c->args, "", 0);
-    c->calls[index].arguments = bs_xstrdup(c->args.p ? c->args.p : "{}");
-}
-
-int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
-                         bool *cut) {
-    static const srv_calls_ops ops = {c_text, c_open, c_args, c_close};
-    collect c = {0};
-    srv_calls rd;
-    srv_calls_init(&rd, str_params);
-    srv_calls_feed(&rd, content, len, true, &ops, &c);
-    if (cut) *cut = rd.n_calls && rd.cut;
-    srv_calls_free(&rd);
-    srv_buf_free(&c.args);
-    srv_buf_add(&c.rest, "", 0);
-    *rest = c.rest;
-    *calls = c.calls;
-    return c.n;
 }
 
 /* Whether a type (a name or a list of names) is "string", maybe with "null": 1, 0 not, -1 none. */
