@@ -137,10 +137,12 @@ static void b_close(void *ud, int kind) {
 }
 static const srv_block_ops block_ops = {b_open, b_delta, b_close};
 
+static bool one_call;   /* blocks: the first call only (parallel calls off) */
+
 static char *blocks_log(const char *out, size_t step, int *n_calls) {
     srv_buf l = {0};
     srv_blocks bl;
-    srv_blocks_init(&bl, false, true, str_params);
+    srv_blocks_init(&bl, false, true, str_params, one_call);
     const size_t n = strlen(out);
     for (size_t i = 0; i < n; i += step) srv_blocks_feed(&bl, out + i, BS_MIN(step, n - i), false, &block_ops, &l);
     srv_blocks_feed(&bl, NULL, 0, true, &block_ops, &l);
@@ -282,6 +284,11 @@ int main(void) {
     check_blocks("<think>\nhm\n</think>\n\nSure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
                  "</function>\n</tool_call>\n<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>",
                  "[O0 ]hm[C0][O1 ]Sure.[C1][O2 get_weather]{\"city\":\"Oslo\"}[C2][O2 noop]{}[C2]", 2);
+    one_call = true;   /* disable_parallel_tool_use, parallel_tool_calls false: the first call alone */
+    check_blocks("<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>\n"
+                 "<tool_call>\n{\"name\": \"noop\", \"arguments\": {}}\n</tool_call>",
+                 "[O2 get_weather]{\"city\":\"Oslo\"}[C2]", 1);
+    one_call = false;
     check_blocks("plain text", "[O1 ]plain text[C1]", 0);
     check_blocks("", "[O1 ][C1]", 0);
     free(str_params);

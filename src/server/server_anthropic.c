@@ -253,6 +253,9 @@ static bool tools(json_t *b, json_t *chat, srv_reply *r) {
     else return bad(r, "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": ...}");
     if (strcmp(t, "auto") && !json_array_size(json_object_get(chat, "tools")) && strcmp(t, "none"))
         return bad(r, "tool_choice: there are no tools to choose from");
+    json_t *one = json_object_get(tc, "disable_parallel_tool_use");   /* at most one tool_use block */
+    if (one && !json_is_boolean(one)) return bad(r, "tool_choice.disable_parallel_tool_use: must be a boolean");
+    if (json_is_true(one)) json_object_set_new(chat, "parallel_tool_calls", json_false());
     return true;
 }
 
@@ -363,7 +366,7 @@ static void done(srv *s, srv_task *t, const srv_gen *g, srv_reply *r) {
     msg_id(g, id, sizeof id);
     collect c = {.content = json_array(), .id = id};
     srv_blocks bl;
-    srv_blocks_init(&bl, g->in_think, g->tools, g->str_params);
+    srv_blocks_init(&bl, g->in_think, g->tools, g->str_params, g->one_call);
     srv_blocks_feed(&bl, t->text ? t->text : "", t->len, true, &collect_ops, &c);
     const char *seq;
     const char *why = stop_reason(s, t, &bl, &seq);
@@ -416,7 +419,7 @@ static void *stream_new(srv *s, srv_task *t, const srv_gen *g) {
     a->s = s;
     a->t = t;
     msg_id(g, a->id, sizeof a->id);
-    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params);
+    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params, g->one_call);
     return a;
 }
 

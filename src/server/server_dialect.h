@@ -61,14 +61,16 @@ typedef struct srv_block_ops {
 typedef struct srv_blocks {
     bs_reasoning *rs;
     bool tools;
+    bool one_call;             /* the first call only (parallel calls off) */
     int open;                  /* the open block's kind, -1: none */
     int n_calls;               /* tool calls given (after the last feed) */
     bool any;                  /* some block was opened */
     srv_calls calls;           /* the call reader (with tools) */
 } srv_blocks;
 
-/* str_params: the tools' string parameters (srv_gen.str_params), or NULL */
-void srv_blocks_init(srv_blocks *b, bool in_think, bool tools, const char *str_params);
+/* str_params: the tools' string parameters (srv_gen.str_params), or NULL; one_call: give the
+ * first call only (srv_gen.one_call) */
+void srv_blocks_init(srv_blocks *b, bool in_think, bool tools, const char *str_params, bool one_call);
 /* final: the end (held back text is decided, an open call closes, the open block closes;
  * when nothing at all came, an empty text block is given). */
 void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, const srv_block_ops *ops, void *ud);

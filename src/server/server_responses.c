@@ -138,6 +138,11 @@ static bool tools(json_t *b, json_t *chat, srv_reply *r) {
             json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", f));
         }
     }
+    json_t *par = json_object_get(b, "parallel_tool_calls");   /* false: at most one function_call item */
+    if (par && !json_is_null(par)) {
+        if (!json_is_boolean(par)) return bad(r, "parallel_tool_calls: must be a boolean");
+        json_object_set(chat, "parallel_tool_calls", par);
+    }
     if (!tc || json_is_null(tc)) return true;
     const char *s = json_string_value(tc);
     json_t *name = json_object_get(tc, "name");
@@ -191,6 +196,7 @@ typedef struct rstate {
     srv_buf acc;               /* its text or arguments */
     srv_buf *out;              /* streaming: where events go (NULL: not streaming) */
     bool in_think;             /* the output starts inside a think block (the template opened it) */
+    bool one_call;             /* parallel_tool_calls false: one function_call item at most */
     long seq;
     srv_blocks bl;
 } rstate;
@@ -223,7 +229,7 @@ static json_t *response(rstate *a, bool done) {
     const bool cut = done && a->t->finish == SRV_FINISH_LENGTH;
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:n,s:s,s:O,s:b}", "id", a->id, "object", "response", "created_at",
                           (json_int_t)a->created, "status", !done ? "in_progress" : cut ? "incomplete" : "completed",
-                          "error", "model", srv_model_name(a->s), "output", a->output, "parallel_tool_calls", 1);
+                          "error", "model", srv_model_name(a->s), "output", a->output, "parallel_tool_calls", !a->one_call);
     json_object_set_new(j, "incomplete_details", cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
     json_object_set_new(j, "usage", done ? usage(a->t, a->in_think) : json_null());
     return j;
@@ -324,8 +330,9 @@ static rstate *state_new(srv *s, srv_task *t, const srv_gen *g) {
     snprintf(a->id, sizeof a->id, "resp_%s", dash ? dash + 1 : g->id);
     a->created = g->created;
     a->output = json_array();
-    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params);
+    srv_blocks_init(&a->bl, g->in_think, g->tools, g->str_params, g->one_call);
     a->in_think = g->in_think;
+    a->one_call = g->one_call;
     return a;
 }
 

@@ -153,6 +153,10 @@ test('tools: tool_choice forces a tool_use block; its tool_result goes back and 
   const any = await client.messages.create({ model: 'm', max_tokens: 96, temperature: 0, tools: [weather],
     tool_choice: { type: 'any' }, messages: [user] });
   assert.equal(any.stop_reason, 'tool_use');
+  // disable_parallel_tool_use: taken (at most one tool_use block), a boolean
+  const one = await client.messages.create({ model: 'm', max_tokens: 96, temperature: 0, tools: [weather],
+    tool_choice: { type: 'any', disable_parallel_tool_use: true }, messages: [user] });
+  assert.equal(one.content.filter((b) => b.type === 'tool_use').length, 1);
   // the round trip: the tool_use and its tool_result in history
   const convo = [user, { role: 'assistant', content: r.content },
     { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '{"temp": 21}' }] }];
@@ -201,6 +205,8 @@ test('errors: Anthropic error shape and status codes', async () => {
   await bad({ max_tokens: 4, messages: m, tools: [{ name: 'x' }] }, /input_schema/);
   await bad({ max_tokens: 4, messages: m, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, /not supported/);
   await bad({ max_tokens: 4, messages: m, tool_choice: { type: 'tool' } }, /tool_choice/);
+  await bad({ max_tokens: 4, messages: m, tools: [{ name: 'x', input_schema: {} }],
+    tool_choice: { type: 'auto', disable_parallel_tool_use: 'yes' } }, /disable_parallel_tool_use/);
   await bad({ max_tokens: 4, messages: m, temperature: 'hot' }, /temperature/);
   await bad({ max_tokens: 4, messages: m, stop_sequences: 'x' }, /stop_sequences/);
   await bad({ max_tokens: 4, messages: m, stop_sequences: Array(65).fill('x') }, /stop_sequences/);

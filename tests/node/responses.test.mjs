@@ -97,12 +97,18 @@ test('function tools: a forced call as a function_call item; its output goes bac
   const r = await client.responses.create({ model: 'm', input: 'Weather in Paris?', tools: [tool],
     tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 96, temperature: 0 });
   assert.equal(r.status, 'completed');
+  assert.equal(r.parallel_tool_calls, true);
   const call = r.output.find((o) => o.type === 'function_call');
   assert.ok(call, JSON.stringify(r.output));
   assert.equal(call.name, 'get_weather');
   assert.match(call.call_id, /^call_/);
   const args = JSON.parse(call.arguments);
   assert.ok(typeof args.city === 'string' && ['c', 'f'].includes(args.unit), call.arguments);
+  // parallel_tool_calls false: taken and said (one function_call item at most)
+  const one = await client.responses.create({ model: 'm', input: 'Weather in Paris?', tools: [tool],
+    tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 96, temperature: 0, parallel_tool_calls: false });
+  assert.equal(one.parallel_tool_calls, false);
+  assert.equal(one.output.filter((o) => o.type === 'function_call').length, 1);
   // streamed: the arguments as function_call_arguments.delta / done
   const events = [];
   for await (const ev of await client.responses.create({ model: 'm', input: 'Weather in Paris?', tools: [tool],
