@@ -4,6 +4,8 @@
 #ifndef BS_CLI_H
 #define BS_CLI_H
 
+#include <stdbool.h>
+
 typedef struct bs_command {
     const char *name;
     const char *summary;
@@ -33,6 +35,9 @@ BS_DECLARE_COMMAND(mmproj_embed);
 /* Shared option parsing helpers (cli_common.c). All return 0 or -1 with bs_error set. */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double *out);
+/* --samplers NAMES / --sampling-seq LETTERS (told apart by the spelling `opt`): the stages' order
+ * (16 bytes) and whether they were letters; -1 when no stage is named. */
+int cli_parse_samplers(const char *opt, const char *s, char order[16], bool *letters);
 /* Print "bitspark <cmd>: <last error>" and return the exit status 1. */
 int cli_fail(const char *cmd);
 

@@ -1,11 +1,13 @@
 /* cli_common.c: option parsing helpers shared by the subcommands. */
 #include "cli/cli.h"
 #include "io/util.h"
+#include "sample/sampler.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out) {
     char *end;
@@ -29,4 +31,10 @@ int cli_parse_float(const char *opt, const char *s, double *out) {
 int cli_fail(const char *cmd) {
     fprintf(stderr, "bitspark %s: %s\n", cmd, bs_last_error());
     return 1;
+}
+
+int cli_parse_samplers(const char *opt, const char *s, char order[16], bool *letters) {
+    *letters = strstr(opt, "seq") != NULL;
+    bs_sampler_parse_order(s, *letters, order);
+    return order[0] ? 0 : bs_error("%s: no stage named in '%s'", opt, s);
 }

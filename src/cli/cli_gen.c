@@ -157,10 +157,10 @@ int cli_gen_apply(bs_engine_opts *o, const cli_arg *a) {
     case OPT_CONTEXT_SHIFT: o->context_shift = true; break;
     case OPT_KEEP: o->n_keep = a->n < 0 ? INT32_MAX : (int)a->n; break;   /* -1: all a shift can keep */
     case OPT_DRY_BREAKER: return add_breaker(o, a->s) ? -1 : 1;
-    case OPT_GEN_SAMPLERS:   /* (stages left out do not run: the order says so, whatever the other options) */
-        bs_sampler_parse_order(a->s, strstr(a->name, "seq") != NULL, o->sp.order);
-        if (!o->sp.order[0]) return bs_error("%s: no stage named in '%s'", a->name, a->s);
-        break;
+    case OPT_GEN_SAMPLERS: {   /* (stages left out do not run: the order says so, whatever the other options) */
+        bool letters;
+        return cli_parse_samplers(a->name, a->s, o->sp.order, &letters) ? -1 : 1;
+    }
     case OPT_LOGIT_BIAS: return parse_bias(o, a->s) ? -1 : 1;
     case OPT_IGNORE_EOS: o->ignore_eos = true; break;
     case OPT_SEED:   /* -1: a seed from the clock, as without --seed (llama.cpp's LLAMA_DEFAULT_SEED) */

@@ -73,10 +73,7 @@ int cli_serve_apply_compat(srv_config *c, const cli_arg *a) {
     case OPT_SAMPLERS: {   /* names (--samplers) or letters (--sampling-seq), by the option's name */
         char order[16];
         c->samplers = a->s;
-        c->samplers_letters = strstr(a->name, "seq") != NULL;
-        bs_sampler_parse_order(a->s, c->samplers_letters, order);
-        if (!order[0]) return bs_error("%s: no stage named in '%s'", a->name, a->s);
-        break;
+        return cli_parse_samplers(a->name, a->s, order, &c->samplers_letters);
     }
     case OPT_EMBD_NORMALIZE: c->embd_normalize = (int)a->n + 1; break;
     case OPT_LOG_FILE: {   /* opened first: a path that fails leaves stderr to say so */

@@ -100,19 +100,29 @@ static int check_params(const bs_sampler_params *p) {
     return 0;
 }
 
+/* Whether each stage that can be off is on under p (one definition for the chain, the
+ * orders and the device's fast paths). */
+static bool penalties_on(const bs_sampler_params *p) {
+    return p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+}
+static bool dry_on(const bs_sampler_params *p) {
+    return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+}
+static bool typical_on(const bs_sampler_params *p) { return p->typical_p > 0 && p->typical_p < 1; }
+static bool xtc_on(const bs_sampler_params *p) { return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f; }
+
 /* Whether stage L does anything under p (a stage that does nothing may stand anywhere). */
 static bool stage_active(const bs_sampler_params *p, char L, int32_t n_vocab) {
     switch (L) {
     case 's': return p->top_n_sigma > 0;
     case 'k': return p->top_k > 0 && p->top_k < n_vocab;
-    case 'y': return p->typical_p > 0 && p->typical_p < 1;
+    case 'y': return typical_on(p);
     case 'p': return p->top_p < 1;
     case 'm': return p->min_p > 0;
-    case 'x': return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f;
+    case 'x': return xtc_on(p);
     case 't': return true;
-    case 'e': return p->penalty_last_n != 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f ||
-                                                 p->frequency_penalty != 0.0f);
-    case 'd': return p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    case 'e': return penalties_on(p);
+    case 'd': return dry_on(p);
     default: return false;
     }
 }
@@ -480,7 +490,7 @@ static int select_mass(bs_token_prob *c, int n, double need) {
 }
 
 static void apply_typical(bs_sampler *s) {
-    if (!(s->p.typical_p > 0 && s->p.typical_p < 1)) return;
+    if (!typical_on(&s->p)) return;
     s->n_cand = bs_stage_typical(s->cand, s->n_cand, s->p.typical_p, BS_MAX(s->p.min_keep, 1));
     s->sorted = false;   /* in the order of typicality now */
 }
@@ -529,8 +539,6 @@ static void apply_min_p(bs_sampler *s) {
         if (c[i].logit >= lim) c[n++] = c[i];
     s->n_cand = n;
 }
-
-static bool xtc_on(const bs_sampler_params *p) { return p->xtc_probability > 0 && p->xtc_threshold <= 0.5f; }
 
 /* The temperature of c[from..n): the fixed one, or the dynamic one of those candidates. */
 static float temp_of(const bs_sampler *s, int from) {
@@ -773,9 +781,7 @@ static int apply_chain(bs_sampler *s, const float *logits) {
 /* Whether the chain takes the logits as they come (no grammar, bias, bans, penalties, DRY). */
 static bool logits_as_given(const bs_sampler *s) {
     const bs_sampler_params *p = &s->p;
-    const bool penalties = p->penalty_last_n != 0 && !p->mirostat &&
-                           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
-    const bool dry = !p->mirostat && p->dry_multiplier != 0.0f && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    const bool penalties = !p->mirostat && penalties_on(p), dry = !p->mirostat && dry_on(p);
     return !s->grammar && s->n_bias == 0 && s->n_ban == 0 && !penalties && !dry;
 }
 
@@ -786,7 +792,7 @@ static int top_k_of(const bs_sampler *s) { return BS_MIN(s->p.top_k, s->n_vocab)
 
 /* Stages the device's chain (bs_draw: top-k, top-p, min-p, temperature) does not run. */
 static bool extra_stages(const bs_sampler_params *p) {
-    return p->order[0] || p->top_n_sigma > 0 || (p->typical_p > 0 && p->typical_p < 1) || xtc_on(p) || p->dynatemp_range > 0 ||
+    return p->order[0] || p->top_n_sigma > 0 || typical_on(p) || xtc_on(p) || p->dynatemp_range > 0 ||
            p->mirostat;
 }
 

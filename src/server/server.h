@@ -431,6 +431,9 @@ void srv_calls_init(srv_calls *c, const char *str_params);
 /* final: the end (held text is decided, an open call closes). */
 void srv_calls_feed(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud);
 void srv_calls_free(srv_calls *c);
+/* Whether an answer with n_calls calls ends for them (finish_reason tool_calls, stop_reason
+ * tool_use): some call, and the text not cut inside one by the token limit (length). */
+bool srv_calls_finish(const srv_task *t, int n_calls, bool cut);
 
 /* The calls in a finished answer's content: *calls (malloc'd, the count returned), *rest the
  * text (srv_buf_free it), *cut (may be NULL) whether the last call was cut by the end. */

@@ -310,7 +310,7 @@ static json_t *block_start(int kind, const srv_tool_call *call, const char *msg_
 
 static const char *stop_reason(const srv *s, const srv_task *t, const srv_blocks *bl, const char **seq) {
     *seq = NULL;
-    if (bl->n_calls && !(bl->calls.cut && t->finish == SRV_FINISH_LENGTH)) return "tool_use";   /* (a call cut: max_tokens) */
+    if (srv_calls_finish(t, bl->n_calls, bl->calls.cut)) return "tool_use";   /* (a call cut: max_tokens) */
     if (t->finish == SRV_FINISH_LENGTH) return "max_tokens";
     if ((*seq = srv_stop_matched(s, t))) return "stop_sequence";
     return "end_turn";

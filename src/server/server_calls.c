@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { T_TEXT, T_OPEN, T_FNAME, T_PARAMS, T_PNAME, T_PSTR, T_PVAL, T_PSKIP, T_AFTER, T_JSON };
+enum { T_TEXT, T_OPEN, T_PARAMS, T_PNAME, T_PSTR, T_PVAL, T_PSKIP, T_AFTER, T_JSON };
 
 #define NAME_MAX_LEN 256
 #define WS_HELD 256          /* whitespace held before a call, or read after <tool_call>, at most */
@@ -87,9 +87,9 @@ static void args_escaped(srv_calls *c, const srv_calls_ops *ops, void *ud, const
     free(t);
 }
 
-/* A member's opening: {"KEY": or ,"KEY": */
-static void args_key(srv_calls *c, const srv_calls_ops *ops, void *ud, const char *key) {
-    json_t *k = json_string(key);
+/* A member's opening: {"KEY": or ,"KEY": (the key's kn bytes) */
+static void args_key(srv_calls *c, const srv_calls_ops *ops, void *ud, const char *key, size_t kn) {
+    json_t *k = json_stringn(key, kn);
     char *kt = k ? json_dumps(k, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     json_decref(k);
     args(c, ops, ud, c->n_params++ ? "," : "{", 1);
@@ -118,6 +118,14 @@ static void close_call(srv_calls *c, const srv_calls_ops *ops, void *ud, bool cu
 static void consume(srv_calls *c, size_t n) {
     c->at += n;
     c->scan = 0;
+}
+
+/* The text ended inside an open call: it closes (cut), the rest goes. Returns false (done). */
+static bool cut_call(srv_calls *c, const srv_calls_ops *ops, void *ud, size_t n) {
+    close_call(c, ops, ud, true);
+    consume(c, n);
+    c->mode = T_TEXT;
+    return false;
 }
 
 /* tag in [p + from, p + n), searched from where the last search of this stretch stopped (a long
@@ -231,11 +239,7 @@ static bool step_params(srv_calls *c, const char *p, size_t n, bool final, const
     if (k) { consume(c, k); return true; }
     if (!n || starts(p, n, P_TAG, LEN(P_TAG)) == 0 || starts(p, n, FN_END, LEN(FN_END)) == 0 ||
         starts(p, n, CLOSE_TAG, LEN(CLOSE_TAG)) == 0) {
-        if (!final) return false;
-        close_call(c, ops, ud, true);
-        consume(c, n);
-        c->mode = T_TEXT;
-        return false;
+        return final ? cut_call(c, ops, ud, n) : false;
     }
     if (starts(p, n, P_TAG, LEN(P_TAG)) > 0) {
         c->mode = T_PNAME;
@@ -266,12 +270,8 @@ static bool step_pname(srv_calls *c, const char *p, size_t n, bool final, const 
     if (seen_key(c, key, len)) {
         c->mode = T_PSKIP;
     } else if (string_param(c, key, len)) {
-        char *k = bs_xmalloc(len + 1);
-        memcpy(k, key, len);
-        k[len] = 0;
-        args_key(c, ops, ud, k);
+        args_key(c, ops, ud, key, len);
         args(c, ops, ud, "\"", 1);
-        free(k);
         c->mode = T_PSTR;
     } else {
         c->key_len = len;   /* the key stays in keys' last entry until the value ends */
@@ -300,36 +300,25 @@ static bool step_pstr(srv_calls *c, const char *p, size_t n, bool final, const s
     size_t keep = BS_MAX(tail_prefix(p, n, "\n</parameter>", LEN(P_END) + 1), tail_prefix(p, n, P_END, LEN(P_END)));
     if (!final) keep = BS_MAX(keep, utf8_tail(p, n));
     args_escaped(c, ops, ud, p, n - keep);
-    consume(c, final ? n : n - keep);
-    if (!final) return false;
+    if (!final) {
+        consume(c, n - keep);
+        return false;
+    }
     args(c, ops, ud, "\"", 1);
-    close_call(c, ops, ud, true);
-    c->mode = T_TEXT;
-    return false;
+    return cut_call(c, ops, ud, n);
 }
 
 /* Another value: whole at its </parameter>, typed by its text. */
 static bool step_pval(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud) {
     const char *e = find(c, p, n, 0, P_END, LEN(P_END));
-    if (!e) {
-        if (!final) return false;
-        close_call(c, ops, ud, true);   /* a value cut short is not given */
-        consume(c, n);
-        c->mode = T_TEXT;
-        return false;
-    }
+    if (!e) return final ? cut_call(c, ops, ud, n) : false;   /* (a value cut short is not given) */
     const char *va = p, *vb = e;
     if (va < vb && *va == '\n') va++;
     if (vb > va && vb[-1] == '\n') vb--;
     char *val = srv_tool_param_json(va, vb);
     if (val) {
-        const char *key = c->keys.p + c->keys.len - 1 - c->key_len;
-        char *k = bs_xmalloc(c->key_len + 1);
-        memcpy(k, key, c->key_len);
-        k[c->key_len] = 0;
-        args_key(c, ops, ud, k);
+        args_key(c, ops, ud, c->keys.p + c->keys.len - 1 - c->key_len, c->key_len);
         args(c, ops, ud, val, strlen(val));
-        free(k);
         free(val);
     }
     consume(c, (size_t)(e - p) + LEN(P_END));
@@ -344,11 +333,7 @@ static bool step_pskip(srv_calls *c, const char *p, size_t n, bool final, const 
         c->mode = T_PARAMS;
         return true;
     }
-    if (!final) return false;
-    close_call(c, ops, ud, true);
-    consume(c, n);
-    c->mode = T_TEXT;
-    return false;
+    return final ? cut_call(c, ops, ud, n) : false;
 }
 
 /* After </function>: whitespace and the block's </tool_call>. */
@@ -412,6 +397,10 @@ void srv_calls_feed(srv_calls *c, const char *p, size_t n, bool final, const srv
     }
 }
 
+bool srv_calls_finish(const srv_task *t, int n_calls, bool cut) {
+    return n_calls > 0 && !(cut && t->finish == SRV_FINISH_LENGTH);
+}
+
 /* ---- a finished answer's calls: the reader fed the whole text ---- */
 
 typedef struct collect {
@@ -437,8 +426,8 @@ static void c_args(void *ud, int index, const char *p, size_t n) {
 
 static void c_close(void *ud, int index) {
     collect *c = ud;
-    srv_buf_add(&c->args, "", 0);
-    c->calls[index].arguments = bs_xstrdup(c->args.p ? c->args.p : "{}");
+    srv_buf_add(&c->args, "", 0);   /* (the reader gives every call its arguments, {} at least) */
+    c->calls[index].arguments = bs_xstrdup(c->args.p);
 }
 
 int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,

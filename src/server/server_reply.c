@@ -190,10 +190,6 @@ static json_t *tool_calls_json(const srv_tool_call *c, int n, const char *id) {
     return a;
 }
 
-/* finish_reason "tool_calls" unless the last call was cut by the token limit ("length") */
-static bool calls_finish(const srv_task *t, int n_calls, bool cut) {
-    return n_calls > 0 && !(cut && t->finish == SRV_FINISH_LENGTH);
-}
 
 /* ---- waiting -------------------------------------------------------------------------------- */
 
@@ -239,7 +235,7 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     srv_buf rest = {0};
     bool cut = false;
     const int nc = g->tools ? srv_parse_tool_calls(content, clen, g->str_params, &calls, &rest, &cut) : 0;
-    *has_calls = calls_finish(t, nc, cut);
+    *has_calls = srv_calls_finish(t, nc, cut);
     const char *c = g->tools ? rest.p : content;
     const size_t cl = g->tools ? rest.len : clen;
     json_object_set_new(msg, "content", nc && !cl ? json_null() : srv_text_json(c, cl));
@@ -657,7 +653,7 @@ static void chat_text(srv_stream *st, const char *text, size_t len, bool final, 
 
 /* The end of a chat stream: the finish chunk with timings. */
 static void chat_final(srv_stream *st, srv_buf *out) {
-    const bool calls = calls_finish(st->t, st->calls.n_calls, st->calls.cut);
+    const bool calls = srv_calls_finish(st->t, st->calls.n_calls, st->calls.cut);
     json_t *j = chunk(st, chat_delta(json_object(), NULL, finish_name(st->t, calls)));
     json_object_set_new(j, "timings", timings_json(&st->t->tm));
     json_object_set_new(j, "loop_guard", loop_guard_json(&st->t->loop_res));
