@@ -59,7 +59,7 @@ static const srv_calls_ops ops = {f_text, f_open, f_args, f_close};
 static srv_buf feed(const char *p, size_t n, int how, size_t at, int *n_calls) {
     fz_log l = {{0}, {0}, 0};
     srv_calls c;
-    srv_calls_init(&c, STR_PARAMS);
+    srv_calls_init(&c, STR_PARAMS, false);
     if (how == 0) {
         srv_calls_feed(&c, p, n, true, &ops, &l);
     } else if (how == 8) {
@@ -91,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     srv_tool_call *calls = NULL;
     srv_buf rest = {0};
     bool cut;
-    const int nc = srv_parse_tool_calls(p, n, STR_PARAMS, &calls, &rest, &cut);
+    const int nc = srv_parse_tool_calls(p, n, STR_PARAMS, false, &calls, &rest, &cut);
     if (nc != c0 / 2) abort();
     srv_free_tool_calls(calls, nc);
     srv_buf_free(&rest);

@@ -29,7 +29,7 @@ static void check_cut(const char *out, int n_want, const char *rest_want, const 
     srv_tool_call *c = NULL;
     srv_buf rest = {0};
     bool cut = false;
-    int n = srv_parse_tool_calls(out, strlen(out), str_params, &c, &rest, &cut);
+    int n = srv_parse_tool_calls(out, strlen(out), str_params, false, &c, &rest, &cut);
     CHECK_EQ_INT(n, n_want);
     CHECK_STR(rest.p, rest_want);
     CHECK(cut == cut_want);
@@ -73,7 +73,7 @@ static const srv_calls_ops log_ops = {l_text, l_open, l_args, l_close};
 static char *feed_log(const char *out, int step, size_t at, bool *cut) {
     event_log l = {{0}, 0};
     srv_calls c;
-    srv_calls_init(&c, str_params);
+    srv_calls_init(&c, str_params, false);
     const size_t n = strlen(out);
     if (step > 0) {
         for (size_t i = 0; i < n; i += (size_t)step) srv_calls_feed(&c, out + i, BS_MIN((size_t)step, n - i), false, &log_ops, &l);
@@ -114,7 +114,7 @@ static void check_pieces(const char *out) {
 static void check_streams(const char *part, const char *log_want) {
     event_log l = {{0}, 0};
     srv_calls c;
-    srv_calls_init(&c, str_params);
+    srv_calls_init(&c, str_params, false);
     srv_calls_feed(&c, part, strlen(part), false, &log_ops, &l);
     srv_buf_adds(&l.s, "");
     CHECK_STR(l.s.p, log_want);
@@ -234,7 +234,7 @@ int main(void) {
         strcpy(long_ws + 600, "<tool_call>\n<function=a>\n</function>");
         srv_tool_call *c = NULL;
         srv_buf rest = {0};
-        CHECK_EQ_INT(srv_parse_tool_calls(long_ws, strlen(long_ws), str_params, &c, &rest, NULL), 1);
+        CHECK_EQ_INT(srv_parse_tool_calls(long_ws, strlen(long_ws), str_params, false, &c, &rest, NULL), 1);
         CHECK_EQ_INT((int)rest.len, 600 - 256);
         srv_free_tool_calls(c, 1);
         srv_buf_free(&rest);
@@ -257,7 +257,7 @@ int main(void) {
         static const char nul[] = "<tool_call>{\"name\": \"g\", \"arguments\": {\"x\": [0\0, 1]}}</tool_call>";
         srv_tool_call *c = NULL;
         srv_buf rest = {0};
-        CHECK_EQ_INT(srv_parse_tool_calls(nul, sizeof nul - 1, str_params, &c, &rest, NULL), 0);
+        CHECK_EQ_INT(srv_parse_tool_calls(nul, sizeof nul - 1, str_params, false, &c, &rest, NULL), 0);
         CHECK_EQ_INT((int)rest.len, (int)sizeof nul - 1);
         srv_free_tool_calls(c, 0);
         srv_buf_free(&rest);

@@ -423,11 +423,12 @@ typedef struct srv_calls {
     bool lead;
     bool cut;                  /* the text ended inside a call (closed then) or its opening */
     const char *str_params;    /* srv_tool_string_params (not owned), or NULL */
+    bool one_call;             /* the first call's events only (parallel calls off); n_calls counts all */
     char *name;                /* the open call's name */
     srv_buf keys;              /* the open call's keys, "\nKEY\n" each */
 } srv_calls;
 
-void srv_calls_init(srv_calls *c, const char *str_params);
+void srv_calls_init(srv_calls *c, const char *str_params, bool one_call);
 /* final: the end (held text is decided, an open call closes). */
 void srv_calls_feed(srv_calls *c, const char *p, size_t n, bool final, const srv_calls_ops *ops, void *ud);
 void srv_calls_free(srv_calls *c);
@@ -437,8 +438,8 @@ bool srv_calls_finish(const srv_task *t, int n_calls, bool cut);
 
 /* The calls in a finished answer's content: *calls (malloc'd, the count returned), *rest the
  * text (srv_buf_free it), *cut (may be NULL) whether the last call was cut by the end. */
-int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
-                         bool *cut);
+int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, bool one_call, srv_tool_call **calls,
+                         srv_buf *rest, bool *cut);
 void srv_free_tool_calls(srv_tool_call *calls, int n);
 /* server_calls.c's parts: a parameter's value as JSON text; the JSON form of a call in [a, b)
  * (0, or -1: not one); the string parameters of a request's tools (NULL: none). */

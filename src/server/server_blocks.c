@@ -14,9 +14,8 @@ void srv_blocks_init(srv_blocks *b, bool in_think, bool tools, const char *str_p
     memset(b, 0, sizeof *b);
     b->rs = bs_reasoning_new(in_think);
     b->tools = tools;
-    b->one_call = one_call;
     b->open = -1;
-    srv_calls_init(&b->calls, str_params);
+    srv_calls_init(&b->calls, str_params, one_call);
 }
 
 void srv_blocks_free(srv_blocks *b) {
@@ -55,7 +54,7 @@ static void f_text(void *ud, const char *p, size_t n) {
 
 static void f_open(void *ud, int index, const char *name) {
     feed_ctx *f = ud;
-    if (index && f->b->one_call) return;
+    (void)index;
     close_open(f->b, f->ops, f->ud);
     f->ops->open(f->ud, SRV_BLOCK_TOOL, &(srv_tool_call){.name = (char *)name});
     f->b->open = SRV_BLOCK_TOOL;
@@ -64,13 +63,13 @@ static void f_open(void *ud, int index, const char *name) {
 
 static void f_args(void *ud, int index, const char *p, size_t n) {
     feed_ctx *f = ud;
-    if (index && f->b->one_call) return;
+    (void)index;
     f->ops->delta(f->ud, SRV_BLOCK_TOOL, p, n);
 }
 
 static void f_close(void *ud, int index) {
     feed_ctx *f = ud;
-    if (index && f->b->one_call) return;
+    (void)index;
     close_open(f->b, f->ops, f->ud);
 }
 
@@ -97,7 +96,7 @@ void srv_blocks_feed(srv_blocks *b, const char *text, size_t len, bool final, co
         bs_reasoning_finish(b->rs, &ro);
         split(b, &ro, true, ops, ud);
     }
-    b->n_calls = b->one_call ? BS_MIN(b->calls.n_calls, 1) : b->calls.n_calls;
+    b->n_calls = b->calls.one_call ? BS_MIN(b->calls.n_calls, 1) : b->calls.n_calls;
     if (!final) return;
     if (!b->any) {   /* nothing at all: one empty text block, so the answer has content */
         ops->open(ud, SRV_BLOCK_TEXT, NULL);

@@ -36,10 +36,14 @@ static const char FN_TAG[] = "<function=", FN_END[] = "</function>";
 static const char P_TAG[] = "<parameter=", P_END[] = "</parameter>";
 #define LEN(s) (sizeof(s) - 1)
 
-void srv_calls_init(srv_calls *c, const char *str_params) {
+void srv_calls_init(srv_calls *c, const char *str_params, bool one_call) {
     memset(c, 0, sizeof *c);
     c->str_params = str_params;
+    c->one_call = one_call;
 }
+
+/* Whether the open call's events go out (one_call: the first call's only). */
+static bool shown(const srv_calls *c) { return !(c->one_call && c->n_calls > 1); }
 
 void srv_calls_free(srv_calls *c) {
     srv_buf_free(&c->buf);
@@ -74,7 +78,7 @@ static size_t utf8_tail(const char *p, size_t n) {
 }
 
 static void args(srv_calls *c, const srv_calls_ops *ops, void *ud, const char *p, size_t n) {
-    if (n) ops->args(ud, c->n_calls - 1, p, n);
+    if (n && shown(c)) ops->args(ud, c->n_calls - 1, p, n);
 }
 
 /* Text as the inside of a JSON string (no quotes; bad UTF-8 as U+FFFD, as srv_text_json). */
@@ -105,13 +109,14 @@ static void open_call(srv_calls *c, const srv_calls_ops *ops, void *ud, const ch
     c->name[n] = 0;
     c->n_params = 0;
     c->keys.len = 0;
-    ops->open(ud, c->n_calls++, c->name);
+    c->n_calls++;
+    if (shown(c)) ops->open(ud, c->n_calls - 1, c->name);
 }
 
 /* The XML call ends: its arguments' closing brace. cut: the generation ended inside it. */
 static void close_call(srv_calls *c, const srv_calls_ops *ops, void *ud, bool cut) {
     args(c, ops, ud, c->n_params ? "}" : "{}", c->n_params ? 1 : 2);
-    ops->close(ud, c->n_calls - 1);
+    if (shown(c)) ops->close(ud, c->n_calls - 1);
     c->cut = cut;
 }
 
@@ -358,9 +363,12 @@ static bool step_json(srv_calls *c, const char *p, size_t n, bool final, const s
     if (!e && !final) return false;
     srv_tool_call tc = {0};
     if (srv_tool_json_call(p + a, e ? e : p + n, &tc) != 0) return e ? not_a_call(c, p, ops, ud) : cut_short(c, n);
-    ops->open(ud, c->n_calls++, tc.name);
-    ops->args(ud, c->n_calls - 1, tc.arguments, strlen(tc.arguments));
-    ops->close(ud, c->n_calls - 1);
+    c->n_calls++;
+    if (shown(c)) {
+        ops->open(ud, c->n_calls - 1, tc.name);
+        ops->args(ud, c->n_calls - 1, tc.arguments, strlen(tc.arguments));
+        ops->close(ud, c->n_calls - 1);
+    }
     c->cut = false;
     free(tc.name);
     free(tc.arguments);
@@ -430,12 +438,12 @@ static void c_close(void *ud, int index) {
     c->calls[index].arguments = bs_xstrdup(c->args.p);
 }
 
-int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, srv_tool_call **calls, srv_buf *rest,
-                         bool *cut) {
+int srv_parse_tool_calls(const char *content, size_t len, const char *str_params, bool one_call, srv_tool_call **calls,
+                         srv_buf *rest, bool *cut) {
     static const srv_calls_ops ops = {c_text, c_open, c_args, c_close};
     collect c = {0};
     srv_calls rd;
-    srv_calls_init(&rd, str_params);
+    srv_calls_init(&rd, str_params, one_call);
     srv_calls_feed(&rd, content, len, true, &ops, &c);
     if (cut) *cut = rd.n_calls && rd.cut;
     srv_calls_free(&rd);

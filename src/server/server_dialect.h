@@ -61,9 +61,8 @@ typedef struct srv_block_ops {
 typedef struct srv_blocks {
     bs_reasoning *rs;
     bool tools;
-    bool one_call;             /* the first call only (parallel calls off) */
     int open;                  /* the open block's kind, -1: none */
-    int n_calls;               /* tool calls given (after the last feed) */
+    int n_calls;               /* tool calls given (after the last feed; one_call: at most 1) */
     bool any;                  /* some block was opened */
     srv_calls calls;           /* the call reader (with tools) */
 } srv_blocks;

@@ -234,13 +234,13 @@ static json_t *chat_message(srv *s, srv_task *t, srv_gen *g, bool *has_calls) {
     srv_tool_call *calls = NULL;
     srv_buf rest = {0};
     bool cut = false;
-    const int nc = g->tools ? srv_parse_tool_calls(content, clen, g->str_params, &calls, &rest, &cut) : 0;
+    const int nc = g->tools ? srv_parse_tool_calls(content, clen, g->str_params, g->one_call, &calls, &rest, &cut) : 0;
     *has_calls = srv_calls_finish(t, nc, cut);
     const char *c = g->tools ? rest.p : content;
     const size_t cl = g->tools ? rest.len : clen;
     json_object_set_new(msg, "content", nc && !cl ? json_null() : srv_text_json(c, cl));
     if (rlen) json_object_set_new(msg, "reasoning_content", srv_text_json(reasoning, rlen));
-    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, g->one_call ? 1 : nc, g->id));
+    if (nc) json_object_set_new(msg, "tool_calls", tool_calls_json(calls, nc, g->id));
     srv_free_tool_calls(calls, nc);
     srv_buf_free(&rest);
     free(reasoning);
@@ -512,7 +512,7 @@ void srv_reply_generation(srv *s, srv_task *t, srv_gen *g, srv_reply *r) {
         st->ud = r->ud;
         if (g->shape) st->ext = g->shape->stream_new(s, t, g);
         else if (g->chat) st->rs = bs_reasoning_new(g->in_think);
-        srv_calls_init(&st->calls, st->g.str_params);
+        srv_calls_init(&st->calls, st->g.str_params, st->g.one_call);
         r->status = 200;
         r->ctype = "text/event-stream";
         r->stream = st;
@@ -593,7 +593,6 @@ static void acc_flush(chat_acc *a) {
 
 static void acc_open(void *ud, int index, const char *name) {
     chat_acc *a = ud;
-    if (index && a->st->g.one_call) return;
     acc_flush(a);
     if (!a->calls) a->calls = json_array();
     json_array_append_new(a->calls, tool_call_json(a->st->g.id, index, name, "", true));
@@ -601,7 +600,6 @@ static void acc_open(void *ud, int index, const char *name) {
 
 static void acc_args(void *ud, int index, const char *p, size_t n) {
     chat_acc *a = ud;
-    if (index && a->st->g.one_call) return;
     if (a->args_index != index) acc_flush(a);
     if (!a->calls) a->calls = json_array();
     a->args_index = index;
