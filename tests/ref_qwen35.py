@@ -92,11 +92,60 @@ class Hparams:
             self.is_attn = [(i + 1) % iv == 0 for i in range(self.n_layer)]
 
 
+class HadamardFold:
+    """PrismML's prism.hadamard.* fold (Bonsai 2), written from its definition: each block of
+    `block` inputs meets the normalized Sylvester-Walsh-Hadamard matrix, built here by Kronecker
+    doubling (not the engine's butterfly); a folded weight takes x -> H (s * P x), P regrouping
+    ssm_out's V heads from the tiled [rep][nk][hd] order to [nk][rep][hd]; the latent token table
+    gives rows back as s * (H z)."""
+
+    def __init__(self, meta, hp):
+        k = lambda name, d=None: meta.get('prism.hadamard.' + name, d)
+        assert k('transform') == 'normalized-sylvester-walsh-hadamard' and k('axis') == 'input-last-dimension'
+        self.block = int(k('block_size'))
+        H = np.array([[1.0]])
+        while H.shape[0] < self.block:
+            H = np.block([[H, H], [H, -H]])
+        self.H = H / math.sqrt(self.block)
+        self.signs = {}
+        if k('sign_mode', 'identity') == 'explicit':
+            vals, at = np.asarray(k('sign_values'), dtype=np.float64), 0
+            for w in k('sign_widths'):
+                self.signs[int(w)] = vals[at:at + int(w)]
+                at += int(w)
+        self.names = set(k('weight_names', []))
+        self.inverse = set(k('inverse_weight_names', []))
+        self.grouped = bool(k('gdn_v_grouped', False))
+        self.hp = hp
+
+    def _rotate(self, x):
+        T, n = x.shape
+        return (x.reshape(T, n // self.block, self.block) @ self.H).reshape(T, n)
+
+    def _sign(self, x):
+        return x * self.signs[x.shape[1]] if self.signs else x
+
+    def input(self, x, name):
+        latent_head = name == 'token_embd.weight' and name in self.inverse   # a tied, folded head
+        if name not in self.names and not latent_head:
+            return x
+        if self.grouped and name.endswith('.ssm_out.weight'):
+            hp, T = self.hp, x.shape[0]
+            rep = hp.n_v_heads // hp.n_k_heads
+            x = x.reshape(T, rep, hp.n_k_heads, hp.d_v).transpose(0, 2, 1, 3).reshape(T, -1)
+        return self._rotate(self._sign(x))
+
+    def rows(self, z, name):
+        return self._sign(self._rotate(z)) if name in self.inverse else z
+
+
 class Qwen35Ref:
     def __init__(self, path):
         self.g = GGUF(path)
         self.hp = Hparams(self.g.meta)
         self._cache = {}
+        folded = any(k.startswith('prism.hadamard.') for k in self.g.meta)
+        self.fold = HadamardFold(self.g.meta, self.hp) if folded else None
 
     def w(self, name):
         if name not in self._cache:
@@ -104,8 +153,13 @@ class Qwen35Ref:
         return self._cache[name]
 
     def mm(self, x, name):
-        """x @ W^T for the weight matrix `name` (ne {in, out}): every weight product goes through
-        here, so a subclass can change how activations meet weights."""
+        """x @ W^T for the weight matrix `name` (ne {in, out}), x rotated first where the file
+        folds the weight."""
+        return self.product(self.fold.input(x, name) if self.fold else x, name)
+
+    def product(self, x, name):
+        """Every weight product goes through here, so a subclass can change how activations
+        meet weights."""
         return x @ self.w(name).T
 
     # --- Gated DeltaNet (qwen35-arch.md §2) ---------------------------------------------------
@@ -201,6 +255,8 @@ class Qwen35Ref:
         if tokens.ndim != 1 or len(tokens) == 0:
             raise ValueError('need a non-empty 1-D token list')
         x = self.w('token_embd.weight')[tokens]                 # (T, n_embd), no scaling
+        if self.fold:
+            x = self.fold.rows(x, 'token_embd.weight')
         outs = []
         for il in range(hp.n_layer):
             p = 'blk.%d.' % il

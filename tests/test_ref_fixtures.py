@@ -90,9 +90,9 @@ def q8_k_acts(x):
 class LlamaCpuActs(Qwen35Ref):
     """The reference with llama.cpp's CPU activation rounding before each weight product."""
 
-    def mm(self, x, name):
+    def product(self, x, name):
         fmt = self.g.type_name(name)
-        if fmt in ('Q1_0', 'Q2_0', 'Q2_0_G64', 'Q8_0'):
+        if fmt in ('Q1_0', 'Q2_0', 'Q2_0_G64', 'PQ2_0', 'PTQ1_0', 'Q8_0'):
             return q8_0_acts(x) @ self.w(name).T
         if fmt == 'Q4_1':
             # Q8_1 also carries s = d*sum(q) in fp16, which meets the Q4_1 minimum m.

@@ -54,6 +54,14 @@ CASES = [
     ('bonsai_heads_long', dict(n_layer=4, n_embd=128, n_ff=256, n_head=6, n_head_kv=1, head_dim=256,
                                rope_dim=64, ssm_k_heads=2, ssm_v_heads=6, ssm_head_dim=128,
                                conv_kernel=4, n_vocab=512, attn_interval=4), 17, 45, 38),
+    # PrismML's Hadamard fold (Bonsai 2: prism.hadamard.*), blocks of 64 and of 128 over the
+    # 27B's head geometry (ssm_out's V heads regrouped 2 x 3 before the rotation)
+    ('hadamard64', dict(n_layer=4, n_embd=128, n_ff=192, n_head=4, n_head_kv=2, head_dim=32,
+                        rope_dim=8, ssm_k_heads=2, ssm_v_heads=4, ssm_head_dim=32,
+                        conv_kernel=4, n_vocab=512, attn_interval=2, hadamard=64), 18, 9, 4),
+    ('hadamard128_bonsai_heads', dict(n_layer=4, n_embd=128, n_ff=256, n_head=6, n_head_kv=1, head_dim=256,
+                                      rope_dim=64, ssm_k_heads=2, ssm_v_heads=6, ssm_head_dim=128,
+                                      conv_kernel=4, n_vocab=512, attn_interval=4, hadamard=128), 19, 7, 3),
 ]
 
 # Quantized weights on a shape the fixtures do not have. The engine quantizes activations to int8
@@ -67,7 +75,8 @@ CASES = [
 QUANT_SHAPE = dict(n_layer=4, n_embd=256, n_ff=384, n_head=4, n_head_kv=1, head_dim=128, rope_dim=32,
                    ssm_k_heads=2, ssm_v_heads=6, ssm_head_dim=64, conv_kernel=4, n_vocab=512,
                    attn_interval=2)
-QUANT_TYPES = ['q1_0', 'q2_0', 'q2_0_g64', 'q4_1', 'q8_0']
+# TYPE/hB: the same with the Hadamard fold of block B (the rotated values are what is quantized)
+QUANT_TYPES = ['q1_0', 'q2_0', 'q2_0_g64', 'q4_1', 'q8_0', 'q1_0/h128', 'q8_0/h64']
 QUANT_ROW0_BOUND = 1e-5
 
 failures = []
@@ -174,9 +183,11 @@ def quant_try(bitspark, tmp, wtype, seed, tokens, layers):
     QUANT_ROW0_BOUND of the reference with llama.cpp's activation rounding, in every layer and
     the logits."""
     from test_ref_fixtures import LlamaCpuActs
-    tag = 'ref_vs_engine_quant_%s_s%d' % (wtype, seed)
+    wtype, _, fold = wtype.partition('/h')
+    shape = dict(QUANT_SHAPE, hadamard=int(fold)) if fold else QUANT_SHAPE
+    tag = 'ref_vs_engine_quant_%s%s_s%d' % (wtype, '_h' + fold if fold else '', seed)
     model = os.path.join(tmp, tag + '.gguf')
-    synth(bitspark, model, QUANT_SHAPE, seed, wtype)
+    synth(bitspark, model, shape, seed, wtype)
     ref = LlamaCpuActs(model)
     logits, taps = engine_logits(bitspark, model, tokens, 3, layers, tmp, tag, 2)
     outs, rlog = ref.forward(tokens)

@@ -392,6 +392,10 @@ const cli_opt cli_opts[] = {
     CHOICE(OPT_VALUES, CMD_SYNTH, "--values", "binary|ternary", NULL,
            "ternary for the q2_0/tq types, binary otherwise; q1_0 is\n"
            "always binary, q2_0 always ternary"),
+    INT(OPT_HADAMARD, CMD_SYNTH, "--hadamard", "B", 0, 1 << 20, "0: none",
+        "targets: store the weights folded with PrismML's Hadamard\n"
+        "rotation of B-input blocks (prism.hadamard.* keys, as Bonsai 2\n"
+        "files): the same model, its matrices and token table rotated"),
     INT(OPT_SEED, CMD_SYNTH, "-s, --seed", "N", -1, INT64_MAX, "42",
         "RNG seed, -1 = from the clock; each tensor has its own stream"),
     STR(OPT_NAME, CMD_SYNTH, "--name", "S", NULL, "general.name"),

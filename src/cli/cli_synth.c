@@ -162,6 +162,7 @@ static int apply_model(synth_opts *o, const cli_arg *a) {
     case OPT_DRAFTER_TYPE: o->drafter_type = a->s; return 0;   /* after the loop: it needs a drafter */
     case OPT_VALUES: c->values = !strcmp(a->s, "binary") ? BS_SYNTH_BINARY : BS_SYNTH_TERNARY; return 0;
     case OPT_N_MERGES: c->n_merges = (uint32_t)a->n; return 0;
+    case OPT_HADAMARD: c->hadamard = (int)a->n; return 0;
     case OPT_ROPE_SECTIONS:
         if ((n = parse_list(a->name, a->s, c->rope_sections, 4, 0, 4096)) < 0) return -1;
         if (n != 4) return bs_error("--rope-sections needs 4 values");

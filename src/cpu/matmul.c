@@ -73,6 +73,15 @@ void bs_matmul(const bs_weight *W, const float *x, int64_t n_rows, float *y, bs_
         lora_terms(W, x, n_rows, y);
         return;
     }
+    if (W->rot) {   /* a folded weight multiplies the rotated activations */
+        float *xr = bs_xmalloc((size_t)n_rows * (size_t)W->ne0 * sizeof *xr);
+        bs_rotate_rows(W->rot, x, xr, n_rows, pool);
+        bs_weight base = *W;
+        base.rot = NULL;
+        bs_matmul(&base, xr, n_rows, y, pool);
+        free(xr);
+        return;
+    }
     if (bs_matmul_fast(W, x, n_rows, y, pool, bs_cpu_level()) == 0) return;
     const bs_type_traits *t = bs_type_get(W->type);
     if (!t || !t->vec_dot) {
@@ -112,13 +121,60 @@ int bs_get_rows(const bs_weight *W, const int32_t *ids, int64_t n, float *out) {
         }
         if (W->packed && !rowbuf) rowbuf = bs_xmalloc(W->row_bytes);
         t->to_float(bs_weight_row(W, ids[r], rowbuf), out + r * W->ne0, W->ne0);
+        if (W->rot) bs_rotate_rows(W->rot, out + r * W->ne0, out + r * W->ne0, 1, NULL);
     }
     free(rowbuf);
     return 0;
 }
 
+static void group_plain(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                        bs_pool *pool);
+
+/* Products some of which are folded: the ones sharing a rotation (and carrying no LoRA terms,
+ * which want x as given) take x rotated once; the rest go as they are. */
+static void group_rotated(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                          bs_pool *pool) {
+    bs_weight *base = bs_xmalloc((size_t)nw * sizeof *base);
+    const bs_weight **sub = bs_xmalloc((size_t)nw * sizeof *sub);
+    float **ys = bs_xmalloc((size_t)nw * sizeof *ys);
+    bool *taken = bs_xcalloc((size_t)nw, sizeof *taken);
+    for (int i = 0; i < nw; i++) {
+        if (taken[i]) continue;
+        const bs_rotation *r = W[i]->lora ? NULL : W[i]->rot;
+        if (!r) {   /* plain, or folded with LoRA terms: bs_matmul does both right */
+            taken[i] = true;
+            bs_matmul(W[i], x, n_rows, y[i], pool);
+            continue;
+        }
+        int n = 0;
+        for (int k = i; k < nw; k++)
+            if (!taken[k] && !W[k]->lora && W[k]->rot == r) {
+                taken[k] = true;
+                base[n] = *W[k];
+                base[n].rot = NULL;
+                sub[n] = &base[n];
+                ys[n++] = y[k];
+            }
+        float *xr = bs_xmalloc((size_t)n_rows * (size_t)r->width * sizeof *xr);
+        bs_rotate_rows(r, x, xr, n_rows, pool);
+        group_plain(sub, n, xr, n_rows, ys, pool);
+        free(xr);
+    }
+    free(taken), free(ys), free(sub), free(base);
+}
+
 void bs_matmul_group(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
                      bs_pool *pool) {
+    for (int i = 0; i < nw; i++)
+        if (W[i]->rot) {
+            group_rotated(W, nw, x, n_rows, y, pool);
+            return;
+        }
+    group_plain(W, nw, x, n_rows, y, pool);
+}
+
+static void group_plain(const bs_weight *const *W, int nw, const float *x, int64_t n_rows, float *const *y,
+                        bs_pool *pool) {
     bool small[16], *done = nw <= 16 ? small : bs_xmalloc((size_t)nw * sizeof *done);
     bs_matmul_group_fast(W, nw, x, n_rows, y, pool, bs_cpu_level(), done);
     for (int i = 0; i < nw; i++)

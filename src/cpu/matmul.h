@@ -26,6 +26,24 @@ typedef struct bs_lora_ref {
     struct bs_lora_ref *next;
 } bs_lora_ref;
 
+/* PrismML's Hadamard fold (`prism.hadamard.*`, Bonsai 2): a weight stored with every row
+ * rotated, w' = H (s * P w), multiplies activations rotated the same way, x' = H (s * P x), and
+ * gives the same products (H is orthogonal, s a +-1 vector, P a permutation). H is the
+ * normalized Sylvester-Walsh-Hadamard matrix applied to each block of `block` inputs; P is the
+ * identity, or for a DeltaNet output projection (perm_hd > 0) the V heads from the file's tiled
+ * order [hd, nk, rep] to the grouped order [hd, rep, nk] the fold was computed in. An embedding
+ * table stored rotated gives its rows back through the inverse, e = s * (H z) (`inverse`). */
+typedef struct bs_rotation {
+    int block;               /* a power of two dividing width */
+    int64_t width;
+    const float *signs;      /* width values of +-1, or NULL for all +1 */
+    int perm_hd, perm_nk, perm_rep;   /* perm_hd * perm_nk * perm_rep == width, or perm_hd == 0 */
+    int inverse;
+} bs_rotation;
+
+/* y = the rows of x rotated by r (r->inverse: the inverse rotation); x and y may be the same. */
+void bs_rotate_rows(const bs_rotation *r, const float *x, float *y, int64_t n_rows, bs_pool *pool);
+
 /* A 2-D weight: ne1 rows of ne0 elements, each row bs_row_size(type, ne0) bytes. */
 typedef struct bs_weight {
     int type;
@@ -36,6 +54,8 @@ typedef struct bs_weight {
     void *packed;        /* NULL, or W's data repacked by bs_weight_pack (owned by the weight) */
     int pack_kind;       /* layout of packed (kernels.h), 0 when none */
     const struct bs_lora_ref *lora;   /* NULL, or LoRA deltas added by bs_matmul (lora.h) */
+    const bs_rotation *rot;  /* NULL, or the fold the stored rows carry: bs_matmul rotates x
+                                (LoRA terms see x as given), bs_get_rows un-rotates rows */
 } bs_weight;
 
 /* Fill a bs_weight from a tensor (must be 1-D or 2-D). Returns 0 or -1 with bs_error. */

@@ -94,6 +94,8 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
     name_cpu(m);
     if (kind == BS_DEVICE_CPU) return 0;
     const bool named = kind == BS_DEVICE_VULKAN;
+    if (m->fold && named)   /* the device's forward has no rotation step yet */
+        return bs_error("--device %s: this file's Hadamard-folded weights (Bonsai 2) run on the CPU only", spec);
     if (!named) {
         if (!bs_vk_built()) return 0;
         index = bs_vk_pick(false);
@@ -109,6 +111,10 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
         char why[512];
         snprintf(why, sizeof why, "%s", bs_last_error() && *bs_last_error() ? bs_last_error() : "no Vulkan device");
         return bs_error("--device %s: %s", spec, why);
+    }
+    if (m->fold) {
+        bs_log(1, "device: this file's Hadamard-folded weights (Bonsai 2) run on the CPU only; using the CPU\n");
+        return 0;
     }
     if (!(m->vk = bs_vk_open(index)) || !(m->vk_net = upload(m))) {
         if (named) return bs_error_prefix("--device %s: ", spec);

@@ -2,6 +2,7 @@
  * shape and type, with an error naming the first mismatch (qwen35-arch.md §1, §5). */
 #include "model/qwen35.h"
 #include "model/device.h"
+#include "model/hadamard.h"
 #include "model/lora.h"
 #include "formats/quant.h"
 #include "io/file_map.h"
@@ -35,14 +36,6 @@ static int get_u32_opt(const gguf_file *f, const char *key, uint32_t lo, uint32_
 
 static int get_f32_opt(const gguf_file *f, const char *key, float *out) {
     return gguf_find_kv(f, key) ? gguf_get_f32(f, key, out) : 0;
-}
-
-static int refuse_hadamard(const gguf_file *f) {
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (!strncmp(f->kv[i].key.s, "prism.hadamard.", 15))
-            return bs_error("this file uses PrismML's Hadamard-rotated weights (key %s, Bonsai 2); "
-                            "they are not supported yet", f->kv[i].key.s);
-    return 0;
 }
 
 static int read_rope_sections(const gguf_file *f, bs_qwen35_hparams *hp) {
@@ -222,6 +215,47 @@ static int load_layer(const gguf_file *f, const bs_qwen35_hparams *hp, int il, b
     return 0;
 }
 
+static bool ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
+/* A Bonsai 2 file's Hadamard fold (hadamard.h): each folded matrix multiplies its input rotated
+ * (ssm_out's V heads regrouped first when the file says so); a folded token table gives rows
+ * back through the inverse and, tied as the output, multiplies the rotated final norm. */
+static int attach_fold(bs_model *m) {
+    bs_hadamard *h = m->fold;
+    if (!h) return 0;
+    const bs_qwen35_hparams *hp = &m->hp;
+    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
+    const int n = bs_model_weights(m, ws);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        bs_weight *w = ws[i];
+        if (!bs_hadamard_folds(h, w->name, false)) continue;
+        const bool regroup = ends_with(w->name, ".ssm_out.weight") && bs_hadamard_grouped(h);
+        const int hd = regroup ? hp->d_v : 0, nk = hp->n_k_heads, rep = hp->n_v_heads / hp->n_k_heads;
+        if (!(w->rot = bs_hadamard_rotation(h, w->ne0, hd, nk, rep, false))) rc = bs_error_prefix("%s: ", w->name);
+    }
+    free(ws);
+    if (rc) return -1;
+    const bool tied = m->output.data == m->tok_embd.data;
+    if (bs_hadamard_folds(h, "token_embd.weight", true)) {
+        if (!(m->tok_embd.rot = bs_hadamard_rotation(h, hp->n_embd, 0, 0, 0, true))) return bs_error_prefix("token_embd: ");
+        if (tied) {
+            bs_hadamard_folds(h, "output.weight", false);   /* (a file may list it or not) */
+            if (!(m->output.rot = bs_hadamard_rotation(h, hp->n_embd, 0, 0, 0, false))) return -1;
+        }
+    } else if (tied && bs_hadamard_folds(h, "output.weight", false)) {
+        return bs_error("prism.hadamard folds the tied output but not the token embedding it is");
+    }
+    if (bs_hadamard_check_all_found(h)) return -1;
+    char what[160];
+    bs_hadamard_describe(h, what, sizeof what);
+    bs_log(2, "%s\n", what);
+    return 0;
+}
+
 static int load_model(bs_model *m, bool vocab_only) {
     const gguf_file *f = m->file;
     bs_qwen35_hparams *hp = &m->hp;
@@ -229,7 +263,7 @@ static int load_model(bs_model *m, bool vocab_only) {
     const char *arch = gguf_get_str(f, "general.architecture");
     if (!arch) return bs_error("no general.architecture key: not a model file");
     if (strcmp(arch, "qwen35")) return bs_error("architecture '%s' is not supported (bitspark runs qwen35)", arch);
-    if (refuse_hadamard(f) || read_hparams(f, hp, &n_block)) return -1;
+    if (bs_hadamard_read(f, false, &m->fold) || read_hparams(f, hp, &n_block)) return -1;
 
     const gguf_tensor *emb = gguf_find_tensor(f, "token_embd.weight");
     if (!emb) return bs_error("missing tensor token_embd.weight");
@@ -252,7 +286,7 @@ static int load_model(bs_model *m, bool vocab_only) {
         L->slot = L->recurrent ? m->n_recurrent++ : m->n_attention++;
         if (load_layer(f, hp, il, L)) return -1;
     }
-    return 0;
+    return attach_fold(m);
 }
 
 /* ---- packed weight layouts (kernels.h) ------------------------------------------------------ */
@@ -388,6 +422,7 @@ void bs_model_free(bs_model *m) {
         free(ws);
     }
     bs_model_release_device(m);
+    bs_hadamard_free(m->fold);
     if (m->file) gguf_close(m->file);
     free(m->layers);
     free(m);

@@ -47,6 +47,7 @@ struct bs_model {
     bs_weight tok_embd, output;
     const float *output_norm;
     bs_qwen35_layer *layers;
+    struct bs_hadamard *fold;   /* a Bonsai 2 file's weight fold (hadamard.h), or NULL */
     int n_recurrent, n_attention;
     /* the device (device.h): NULL on the CPU */
     bs_vk_ctx *vk;

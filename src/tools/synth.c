@@ -318,6 +318,7 @@ int bs_synth_validate(const bs_synth_config *c) {
     plan_build(&p, c);
     int rc = 0;
     for (size_t i = 0; i < p.n && !rc; i++) rc = validate_tensor(&p.t[i]);
+    if (!rc) rc = synth_fold_check(c, &p);
     plan_free(&p);
     return rc;
 }

@@ -37,6 +37,8 @@ typedef struct bs_synth_config {
     enum bs_synth_values values;   /* AUTO: ternary for the q2_0 / tq types, else binary */
     bool ternary_family;            /* Ternary-Bonsai: the drafter's q4_1 pack has a q2_0 token_embd */
     uint64_t seed;
+    int hadamard;                   /* targets: > 0 stores the weights folded with PrismML's Hadamard
+                                       rotation of this block (prism.hadamard.*, Bonsai 2) */
 } bs_synth_config;
 
 /* Fill c from a preset: tiny, bonsai-27b, ternary-bonsai-27b, drafter-tiny, drafter-bonsai-27b,

@@ -33,6 +33,13 @@ typedef struct synth_plan { synth_tensor *t; size_t n, cap; } synth_plan;
 
 /* synth_meta.c */
 int synth_write_metadata(gguf_writer *w, const bs_synth_config *c, const synth_plan *p);
+/* synth_fold.c: --hadamard B */
+bool synth_folded(const bs_synth_config *c, const synth_tensor *t);
+int synth_fold_widths(const bs_synth_config *c, const synth_plan *p, int64_t *widths, int max);
+void synth_fold_signs(const bs_synth_config *c, int64_t width, float *out);
+int synth_fold_check(const bs_synth_config *c, const synth_plan *p);
+void synth_fold_keys(gguf_writer *w, const bs_synth_config *c, const synth_plan *p);
+void synth_fold_row(const bs_synth_config *c, const synth_tensor *t, float *row);
 /* synth_weights.c */
 bool synth_can_generate(int type);
 int synth_write_tensor(gguf_writer *w, const bs_synth_config *c, const synth_tensor *t);

@@ -174,6 +174,7 @@ int synth_write_metadata(gguf_writer *w, const bs_synth_config *c, const synth_p
     gguf_w_set_str(w, "general.name", c->name);
     if (c->arch == BS_SYNTH_QWEN35) write_qwen35_keys(w, c);
     else write_dspark_keys(w, c);
+    synth_fold_keys(w, c, p);
     if (quantized) gguf_w_set_u32(w, "general.quantization_version", 2);
     gguf_w_set_u32(w, "general.file_type", bs_ftype_of(c->matrix_type));
     if (c->arch == BS_SYNTH_QWEN35) return write_vocab(w, c);

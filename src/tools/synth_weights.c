@@ -131,11 +131,12 @@ static void float_row(bs_rng *r, const synth_tensor *t, float *row) {
     }
 }
 
-static int write_matrix(gguf_writer *w, const synth_tensor *t, bs_rng *r) {
+static int write_matrix(gguf_writer *w, const bs_synth_config *c, const synth_tensor *t, bs_rng *r) {
     const size_t row_bytes = bs_row_size(t->type, t->ne[0]);
     const int64_t rows_per_chunk = BS_MAX(1, (int64_t)(CHUNK_BYTES / row_bytes));
     uint8_t *buf = bs_xmalloc((size_t)rows_per_chunk * row_bytes);
-    float *row = is_direct(t->type) ? NULL : bs_xmalloc((size_t)t->ne[0] * sizeof *row);
+    const bool fold = synth_folded(c, t);   /* rotated rows go through floats */
+    float *row = is_direct(t->type) && !fold ? NULL : bs_xmalloc((size_t)t->ne[0] * sizeof *row);
     int rc = 0;
     for (int64_t r0 = 0; r0 < t->ne[1] && !rc; r0 += rows_per_chunk) {
         int64_t nr = BS_MIN(rows_per_chunk, t->ne[1] - r0);
@@ -143,6 +144,7 @@ static int write_matrix(gguf_writer *w, const synth_tensor *t, bs_rng *r) {
             uint8_t *dst = buf + (size_t)i * row_bytes;
             if (row) {
                 float_row(r, t, row);
+                if (fold) synth_fold_row(c, t, row);
                 rc = bs_quantize(t->type, row, dst, t->ne[0]);
             } else {
                 direct_row(r, t, dst);
@@ -182,5 +184,5 @@ int synth_write_tensor(gguf_writer *w, const bs_synth_config *c, const synth_ten
     bs_rng r;
     bs_rng_seed(&r, tensor_seed(c->seed, t->name));
     init_ternary_lut();
-    return t->fill == SYNTH_MATRIX ? write_matrix(w, t, &r) : write_small(w, t, &r);
+    return t->fill == SYNTH_MATRIX ? write_matrix(w, c, t, &r) : write_small(w, t, &r);
 }

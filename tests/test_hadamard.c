@@ -1,0 +1,300 @@
+/* test_hadamard.c: PrismML's Hadamard fold (Bonsai 2, prism.hadamard.*).
+ *
+ * - bs_rotate_rows against the matrix written out from its definition, H[r][c] =
+ *   (-1)^popcount(r & c) / sqrt(B), the signs before it (forward) or after it (inverse), the V
+ *   heads regrouped first; forward then inverse is the identity; rows do not depend on the batch.
+ * - Products: a folded weight (rows stored rotated) gives the plain weight's products; grouped
+ *   products with mixed folded and plain weights equal one product at a time, bit for bit; LoRA
+ *   terms see x as given.
+ * - A folded model (synth --hadamard) gives the plain model's logits; each broken key of the
+ *   fold is refused with an error that names it. (Against an independent float64 reference:
+ *   tests/test_ref_vs_engine.py.) */
+#include "bitspark.h"
+#include "cpu/compute.h"
+#include "formats/gguf.h"
+#include "formats/quant.h"
+#include "io/threadpool.h"
+#include "io/util.h"
+#include "test.h"
+#include "tools/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double hmat(int r, int c, int block) {
+    return (__builtin_popcount((unsigned)(r & c)) & 1 ? -1.0 : 1.0) / sqrt((double)block);
+}
+
+/* The definition in float64: P, then signs, then H per block (or H, then signs). */
+static void reference(const bs_rotation *r, const float *x, double *y) {
+    const int64_t n = r->width;
+    double *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) p[i] = x[i];
+    if (r->perm_hd)
+        for (int i = 0; i < r->perm_rep; i++)
+            for (int k = 0; k < r->perm_nk; k++)
+                for (int d = 0; d < r->perm_hd; d++)
+                    p[((int64_t)k * r->perm_rep + i) * r->perm_hd + d] = x[((int64_t)i * r->perm_nk + k) * r->perm_hd + d];
+    if (!r->inverse && r->signs)
+        for (int64_t i = 0; i < n; i++) p[i] *= r->signs[i];
+    for (int64_t b = 0; b < n; b += r->block)
+        for (int i = 0; i < r->block; i++) {
+            double s = 0;
+            for (int j = 0; j < r->block; j++) s += hmat(i, j, r->block) * p[b + j];
+            y[b + i] = s;
+        }
+    if (r->inverse && r->signs)
+        for (int64_t i = 0; i < n; i++) y[i] *= r->signs[i];
+    free(p);
+}
+
+static float *random_vec(bs_rng *g, int64_t n) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = bs_rng_normal(g);
+    return v;
+}
+
+static float *random_signs(bs_rng *g, int64_t n) {
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = bs_rng_next(g) & 1 ? -1.0f : 1.0f;
+    return v;
+}
+
+static void test_rotation(void) {
+    bs_rng g;
+    bs_rng_seed(&g, 11);
+    const struct { int block; int64_t width; int hd, nk, rep; } cases[] = {
+        {2, 6, 0, 0, 0}, {8, 24, 0, 0, 0}, {64, 192, 0, 0, 0}, {32, 96, 16, 2, 3}, {128, 384, 64, 2, 3}, {16, 48, 8, 3, 2},
+    };
+    bs_pool *pool = bs_pool_new(2);
+    for (size_t c = 0; c < BS_ARRAY_LEN(cases); c++)
+        for (int inv = 0; inv < 2; inv++) {
+            const int64_t n = cases[c].width, rows = 5;
+            float *signs = random_signs(&g, n), *x = random_vec(&g, n * rows), *y = malloc((size_t)(n * rows) * sizeof *y);
+            bs_rotation r = {cases[c].block, n, signs, inv ? 0 : cases[c].hd, cases[c].nk, cases[c].rep, inv};
+            bs_rotate_rows(&r, x, y, rows, pool);
+            double *want = malloc((size_t)n * sizeof *want), worst = 0;
+            for (int64_t t = 0; t < rows; t++) {
+                reference(&r, x + t * n, want);
+                for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(want[i] - y[t * n + i]));
+                float one[512];   /* a row alone: the same bits as in the batch */
+                bs_rotate_rows(&r, x + t * n, one, 1, NULL);
+                CHECKF(!memcmp(one, y + t * n, (size_t)n * sizeof *one), "case %zu inverse %d: row %lld depends on its batch",
+                       c, inv, (long long)t);
+            }
+            CHECKF(worst < 1e-5, "case %zu inverse %d: %g from the definition", c, inv, worst);
+            if (!inv) {   /* and back: the inverse undoes the forward rotation without P */
+                bs_rotation ri = r;
+                ri.perm_hd = 0;
+                ri.inverse = 1;
+                r.perm_hd = 0;
+                bs_rotate_rows(&r, x, y, rows, NULL);
+                bs_rotate_rows(&ri, y, y, rows, NULL);
+                double e = 0;
+                for (int64_t i = 0; i < n * rows; i++) e = fmax(e, fabs(y[i] - x[i]));
+                CHECKF(e < 1e-5, "case %zu: inverse(forward(x)) is %g from x", c, e);
+            }
+            free(want), free(signs), free(x), free(y);
+        }
+    bs_pool_free(pool);
+}
+
+/* A weight whose rows are stored rotated multiplies like the plain one; in a group with plain
+ * weights and a LoRA-carrying folded weight, each output is what bs_matmul alone gives. */
+static void test_products(void) {
+    enum { IN = 256, OUT = 48, ROWS = 3 };
+    bs_rng g;
+    bs_rng_seed(&g, 12);
+    float *signs = random_signs(&g, IN), *w = random_vec(&g, IN * OUT), *wf = malloc(sizeof(float) * IN * OUT);
+    bs_rotation r = {64, IN, signs, 0, 0, 0, 0};
+    bs_rotate_rows(&r, w, wf, OUT, NULL);   /* the stored rows: w' = H (s * w) */
+    bs_weight plain = {.type = BS_F32, .ne0 = IN, .ne1 = OUT, .data = w, .row_bytes = IN * 4, .name = "plain"};
+    bs_weight folded = plain;
+    folded.data = wf;
+    folded.name = "folded";
+    folded.rot = &r;
+    float *x = random_vec(&g, IN * ROWS), yp[OUT * ROWS], yf[OUT * ROWS];
+    bs_matmul(&plain, x, ROWS, yp, NULL);
+    bs_matmul(&folded, x, ROWS, yf, NULL);
+    double e = 0;
+    for (int i = 0; i < OUT * ROWS; i++) e = fmax(e, fabs(yp[i] - yf[i]));
+    CHECKF(e < 1e-4, "a folded weight's products are %g from the plain weight's", e);
+
+    float la[2 * IN], lb[OUT * 2];
+    for (int i = 0; i < 2 * IN; i++) la[i] = 0.01f * (float)(i % 7) - 0.03f;
+    for (int i = 0; i < OUT * 2; i++) lb[i] = 0.02f * (float)(i % 5) - 0.04f;
+    bs_lora_tensor lt = {.name = "folded", .in = IN, .out = OUT, .r = 2, .scale = 1, .a = la, .b = lb};
+    bs_lora_ref ref = {&lt, 0.5f, NULL};
+    bs_weight folded_lora = folded, plain_lora = plain;
+    folded_lora.lora = plain_lora.lora = &ref;
+    bs_matmul(&plain_lora, x, ROWS, yp, NULL);
+    bs_matmul(&folded_lora, x, ROWS, yf, NULL);
+    e = 0;
+    for (int i = 0; i < OUT * ROWS; i++) e = fmax(e, fabs(yp[i] - yf[i]));
+    CHECKF(e < 1e-4, "LoRA terms on a folded weight are %g from the plain weight's (x rotated for them?)", e);
+
+    const bs_weight *ws[] = {&folded, &plain, &folded_lora, &folded};
+    float out[4][OUT * ROWS], alone[OUT * ROWS];
+    float *ys[] = {out[0], out[1], out[2], out[3]};
+    bs_matmul_group(ws, 4, x, ROWS, ys, NULL);
+    for (int k = 0; k < 4; k++) {
+        bs_matmul(ws[k], x, ROWS, alone, NULL);
+        CHECKF(!memcmp(alone, out[k], sizeof alone), "grouped product %d differs from bs_matmul alone", k);
+    }
+    free(signs), free(w), free(wf), free(x);
+}
+
+/* --- models ------------------------------------------------------------------------------------ */
+static const char *tmpdir;
+
+static int synth(const char *path, int hadamard) {
+    bs_synth_config c;
+    if (bs_synth_preset("tiny", &c)) return -1;
+    c.seed = 5;
+    c.matrix_type = c.embd_type = c.output_type = c.ssm_ab_type = BS_F32;
+    c.hadamard = hadamard;
+    bs_synth_derive(&c, false, false);
+    return bs_synth_validate(&c) || bs_synth_write(&c, path) ? -1 : 0;
+}
+
+static float *logits_of(const char *path, const int32_t *toks, int n) {
+    bs_model *m = bs_model_load(path, NULL);
+    if (!m) return NULL;
+    bs_session *s = bs_session_new(m, NULL);
+    float *out = s ? malloc(sizeof(float) * (size_t)n * (size_t)bs_model_n_vocab(m)) : NULL;
+    if (out && bs_eval(s, toks, n, BS_LOGITS_ALL, out, NULL)) { free(out); out = NULL; }
+    bs_session_free(s);
+    bs_model_free(m);
+    return out;
+}
+
+static void test_model(const char *plain, const char *folded) {
+    const int32_t toks[] = {3, 70, 511, 9, 200, 45};
+    const int n = 6;
+    float *a = logits_of(plain, toks, n), *b = logits_of(folded, toks, n);
+    CHECKF(a && b, "evaluating: %s", bitspark_last_error());
+    if (a && b) {
+        double num = 0, den = 0;
+        for (int i = 0; i < n * 1024; i++) num += (a[i] - b[i]) * (double)(a[i] - b[i]), den += a[i] * (double)a[i];
+        CHECKF(sqrt(num / den) < 1e-5, "the folded model's logits are %g (relative L2) from the plain model's",
+               sqrt(num / den));
+    }
+    free(a), free(b);
+}
+
+typedef struct edit {
+    const char *what, *key;
+    enum { SET_U32, SET_STR, SET_BOOL, SET_NAMES, SET_I32S, SET_ARR, DROP } how;
+    uint32_t u;
+    const char *s;             /* SET_STR; SET_NAMES: comma-separated, "+x" appends x to the file's list */
+    int32_t i32[4];            /* SET_I32S: [0] < 0 changes element -[0] - 1 of the file's array to [1],
+                                  else keeps its first [1] elements; SET_ARR: the array [0], [1] */
+    const char *expect;
+} edit;
+
+static int write_copy(const gguf_file *src, const edit *e, const char *path) {
+    gguf_writer *w = gguf_w_open(path);
+    if (!w) return -1;
+    for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
+    const gguf_kv *kv = gguf_find_kv(src, e->key);
+    if (e->how == SET_U32) gguf_w_set_u32(w, e->key, e->u);
+    if (e->how == SET_STR) gguf_w_set_str(w, e->key, e->s);
+    if (e->how == SET_BOOL) gguf_w_set_bool(w, e->key, e->u != 0);
+    if (e->how == DROP) gguf_w_remove(w, e->key);
+    if (e->how == SET_ARR) gguf_w_set_arr_i32(w, e->key, e->i32, 2);
+    if (e->how == SET_NAMES) {
+        const char *names[512];
+        uint64_t n = 0;
+        if (e->s[0] == '+' && kv)
+            for (; n < kv->val.n && n < 500; n++) names[n] = ((const gguf_str *)kv->val.arr)[n].s;
+        names[n++] = e->s[0] == '+' ? e->s + 1 : e->s;
+        gguf_w_set_arr_str(w, e->key, names, n);
+    }
+    if (e->how == SET_I32S && kv) {
+        int32_t *v = malloc(kv->val.n * sizeof *v);
+        for (uint64_t i = 0; i < kv->val.n; i++) { int64_t x; gguf_arr_elem_i64(&kv->val, i, &x); v[i] = (int32_t)x; }
+        uint64_t n = kv->val.n;
+        if (e->i32[0] < 0) v[-e->i32[0] - 1] = e->i32[1];
+        else n = (uint64_t)e->i32[1];   /* [0] >= 0: keep the first [1] elements */
+        gguf_w_set_arr_i32(w, e->key, v, n);
+        free(v);
+    }
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *t = &src->tensors[i];
+        if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) { gguf_w_abort(w); return -1; }
+    }
+    for (uint64_t i = 0; i < src->n_tensors; i++)
+        if (gguf_w_write(w, src->tensors[i].data, (size_t)src->tensors[i].nbytes)) { gguf_w_abort(w); return -1; }
+    return gguf_w_close(w);
+}
+
+static void test_refusals(const char *folded) {
+    const edit cases[] = {
+        {"version 3", "prism.hadamard.version", SET_U32, 3, NULL, {0}, "prism.hadamard.version 3 is not supported"},
+        {"version 2, untied", "prism.hadamard.version", SET_U32, 2, NULL, {0}, "tied output"},
+        {"block 48", "prism.hadamard.block_size", SET_U32, 48, NULL, {0}, "block_size 48 is not a power of two"},
+        {"block too wide", "prism.hadamard.block_size", SET_U32, 1024, NULL, {0}, "does not divide"},
+        {"no block", "prism.hadamard.block_size", DROP, 0, NULL, {0}, "prism.hadamard.block_size"},
+        {"transform", "prism.hadamard.transform", SET_STR, 0, "dct", {0}, "transform 'dct' is not supported"},
+        {"axis", "prism.hadamard.axis", SET_STR, 0, "output", {0}, "axis 'output' is not supported"},
+        {"sign mode", "prism.hadamard.sign_mode", SET_STR, 0, "random", {0}, "sign_mode 'random'"},
+        {"a sign of 0", "prism.hadamard.sign_values", SET_I32S, 0, NULL, {-5, 0}, "sign_values[4] is not +1 or -1"},
+        {"signs cut short", "prism.hadamard.sign_values", SET_I32S, 0, NULL, {0, 300}, "the widths sum to another count"},
+        /* (the tiny model's widths are 256, 512, 384: the same count of signs, none for 256) */
+        {"a width without signs", "prism.hadamard.sign_widths", SET_ARR, 0, NULL, {768, 384}, "no sign vector for width 256"},
+        {"a width twice", "prism.hadamard.sign_widths", SET_I32S, 0, NULL, {-2, 256}, "names width 256 twice"},
+        {"not foldable", "prism.hadamard.weight_names", SET_NAMES, 0, "+blk.0.ssm_alpha.weight", {0}, "cannot fold"},
+        {"not in the model", "prism.hadamard.weight_names", SET_NAMES, 0, "+blk.9.ffn_up.weight", {0},
+         "'blk.9.ffn_up.weight', which is not a matrix"},
+        {"named twice", "prism.hadamard.weight_names", SET_NAMES, 0, "+blk.0.ffn_up.weight", {0}, "twice"},
+        {"inverse output", "prism.hadamard.inverse_weight_names", SET_NAMES, 0, "output.weight", {0}, "cannot fold"},
+        {"unknown key", "prism.hadamard.rotation_seed", SET_U32, 1, NULL, {0}, "does not know"},
+        {"grouped not a bool", "prism.hadamard.gdn_v_grouped", SET_STR, 0, "yes", {0}, "not a bool"},
+        {"names not a list", "prism.hadamard.weight_names", SET_STR, 0, "output.weight", {0}, "not an array of names"},
+        {"unchanged", "prism.hadamard.version", SET_U32, 1, NULL, {0}, NULL},
+    };
+    gguf_file *src = gguf_open(folded, 0);
+    CHECKF(src != NULL, "opening %s: %s", folded, bitspark_last_error());
+    if (!src) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/hadamard_case.gguf", tmpdir);
+    for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
+        const edit *e = &cases[i];
+        if (write_copy(src, e, path)) { CHECKF(false, "%s: writing the copy: %s", e->what, bitspark_last_error()); continue; }
+        bs_model *m = bs_model_load(path, NULL);
+        const char *err = bitspark_last_error();
+        if (!e->expect) CHECKF(m != NULL, "%s: %s", e->what, err);
+        else {
+            CHECKF(!m && strstr(err, e->expect), "%s: got '%s', expected an error with '%s'", e->what,
+                   m ? "(loaded)" : err, e->expect);
+            if (!m) printf("%-22s -> %s\n", e->what, err);
+        }
+        bs_model_free(m);
+    }
+    /* a GPU named for a folded file says why it is refused (the device's forward has no rotation) */
+    bs_model_params p = {.device = "vulkan"};
+    bs_model *m = bs_model_load(folded, &p);
+    CHECKF(!m && strstr(bitspark_last_error(), "run on the CPU only"), "--device vulkan: %s",
+           m ? "(loaded)" : bitspark_last_error());
+    bs_model_free(m);
+    gguf_close(src);
+}
+
+int main(void) {
+    tmpdir = getenv("BS_TMP");
+    if (!tmpdir) { fprintf(stderr, "BS_TMP not set\n"); return 1; }
+    test_rotation();
+    test_products();
+    char plain[1024], folded[1024];
+    snprintf(plain, sizeof plain, "%s/hadamard_plain.gguf", tmpdir);
+    snprintf(folded, sizeof folded, "%s/hadamard_folded.gguf", tmpdir);
+    if (synth(plain, 0) || synth(folded, 64)) {
+        fprintf(stderr, "synth: %s\n", bitspark_last_error());
+        return 1;
+    }
+    test_model(plain, folded);
+    test_refusals(folded);
+    return test_summary("test_hadamard");
+}
