@@ -15,6 +15,8 @@
 #include "formats/quant.h"
 #include "io/threadpool.h"
 #include "io/util.h"
+#include "model/lora.h"
+#include "model/qwen35.h"
 #include "test.h"
 #include "tools/synth.h"
 
@@ -184,6 +186,103 @@ static void test_model(const char *plain, const char *folded) {
     free(a), free(b);
 }
 
+/* --- LoRA on a folded model: at run time (the terms see x as given) and merged (the deltas
+ * stored rotated like the rows they join) --------------------------------------------------- */
+static const char *const LORA_TARGETS[] = {"blk.0.ssm_out.weight", "blk.1.ffn_up.weight", "blk.3.attn_output.weight"};
+enum { LORA_R = 2 };
+
+static int write_adapter(const char *path, const char *base) {
+    gguf_file *f = gguf_open(base, 0);
+    if (!f) return -1;
+    gguf_writer *w = gguf_w_open(path);
+    gguf_w_set_str(w, "general.architecture", "qwen35");
+    gguf_w_set_str(w, "general.type", "adapter");
+    gguf_w_set_str(w, "adapter.type", "lora");
+    gguf_w_set_f32(w, "adapter.lora.alpha", 4.0f);
+    int64_t ne[3][2];
+    for (int t = 0; t < 3; t++) {
+        const gguf_tensor *x = gguf_find_tensor(f, LORA_TARGETS[t]);
+        ne[t][0] = x->ne[0], ne[t][1] = x->ne[1];
+        char n[128];
+        int64_t nea[2] = {ne[t][0], LORA_R}, neb[2] = {LORA_R, ne[t][1]};
+        snprintf(n, sizeof n, "%s.lora_a", LORA_TARGETS[t]);
+        gguf_w_add_tensor(w, n, BS_F32, 2, nea);
+        snprintf(n, sizeof n, "%s.lora_b", LORA_TARGETS[t]);
+        gguf_w_add_tensor(w, n, BS_F32, 2, neb);
+    }
+    bs_rng g;
+    bs_rng_seed(&g, 31);
+    for (int t = 0; t < 3; t++)
+        for (int ab = 0; ab < 2; ab++) {
+            const int64_t n = LORA_R * ne[t][ab];
+            float *v = random_vec(&g, n);
+            for (int64_t i = 0; i < n; i++) v[i] *= 0.05f;
+            gguf_w_write(w, v, (size_t)n * sizeof *v);
+            free(v);
+        }
+    gguf_close(f);
+    return gguf_w_close(w);
+}
+
+static float *lora_logits(const char *model, const char *adapter, const int32_t *toks, int n) {
+    bs_model *m = bs_model_load(model, NULL);
+    bs_lora *l = m ? bs_lora_load(adapter, m->file) : NULL;
+    float *out = NULL;
+    if (l && !bs_lora_attach(m, l, 1.0f)) {
+        bs_session *s = bs_session_new(m, NULL);
+        out = s ? malloc(sizeof(float) * (size_t)n * (size_t)bs_model_n_vocab(m)) : NULL;
+        if (out && bs_eval(s, toks, n, BS_LOGITS_ALL, out, NULL)) { free(out); out = NULL; }
+        bs_session_free(s);
+        bs_lora_detach(m);
+    }
+    bs_lora_free(l);
+    bs_model_free(m);
+    return out;
+}
+
+static int merge(const char *base, const char *adapter, const char *out) {
+    gguf_file *f = gguf_open(base, 0);
+    bs_lora *l = f ? bs_lora_load(adapter, f) : NULL;
+    const bs_lora *ls[] = {l};
+    const float scales[] = {1.0f};
+    bs_lora_merge_params p = {.base = base, .out = out, .loras = ls, .scales = scales, .n_loras = 1,
+                              .type = BS_TYPE_INVALID, .quiet = true};
+    bs_lora_merge_stats st;
+    const int rc = l ? bs_lora_merge(&p, &st) : -1;
+    bs_lora_free(l);
+    gguf_close(f);
+    return rc;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) num += (a[i] - b[i]) * (double)(a[i] - b[i]), den += a[i] * (double)a[i];
+    return sqrt(num / den);
+}
+
+static void test_lora(const char *plain, const char *folded) {
+    char adapter[1024], mp[1024], mf[1024];
+    snprintf(adapter, sizeof adapter, "%s/hadamard_lora.gguf", tmpdir);
+    snprintf(mp, sizeof mp, "%s/hadamard_merged_plain.gguf", tmpdir);
+    snprintf(mf, sizeof mf, "%s/hadamard_merged_folded.gguf", tmpdir);
+    const int32_t toks[] = {8, 300, 41, 1000, 7};
+    const int n = 5;
+    CHECKF(!write_adapter(adapter, plain), "adapter: %s", bitspark_last_error());
+    CHECKF(!merge(plain, adapter, mp) && !merge(folded, adapter, mf), "merging: %s", bitspark_last_error());
+    float *base = logits_of(plain, toks, n), *rp = lora_logits(plain, adapter, toks, n),
+          *rf = lora_logits(folded, adapter, toks, n), *gp = logits_of(mp, toks, n), *gf = logits_of(mf, toks, n);
+    CHECKF(base && rp && rf && gp && gf, "evaluating: %s", bitspark_last_error());
+    if (base && rp && rf && gp && gf) {
+        const size_t k = (size_t)n * 1024;
+        CHECKF(rel_l2(base, rp, k) > 1e-3, "the adapter changes too little (%g) to tell anything", rel_l2(base, rp, k));
+        CHECKF(rel_l2(rp, rf, k) < 1e-5, "run-time LoRA on the folded model: %g from the plain model's", rel_l2(rp, rf, k));
+        CHECKF(rel_l2(rp, gp, k) < 1e-5, "merged into the plain model: %g from run-time LoRA", rel_l2(rp, gp, k));
+        CHECKF(rel_l2(rp, gf, k) < 1e-5, "merged into the folded model: %g from run-time LoRA (deltas not rotated?)",
+               rel_l2(rp, gf, k));
+    }
+    free(base), free(rp), free(rf), free(gp), free(gf);
+}
+
 typedef struct edit {
     const char *what, *key;
     enum { SET_U32, SET_STR, SET_BOOL, SET_NAMES, SET_I32S, SET_ARR, DROP } how;
@@ -295,6 +394,7 @@ int main(void) {
         return 1;
     }
     test_model(plain, folded);
+    test_lora(plain, folded);
     test_refusals(folded);
     return test_summary("test_hadamard");
 }

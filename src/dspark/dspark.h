@@ -57,6 +57,7 @@ typedef struct bs_dspark {
     void **owned;                /* buffers converted at load (bf16/f16 vectors), freed with it */
     int n_owned;
     struct bs_dspark_dev *dev;   /* its copy on a Vulkan device (dspark_device.c), once uploaded */
+    struct bs_hadamard *fold;    /* a folded LM head's fold (model/hadamard.h), or NULL */
 } bs_dspark;
 
 typedef struct bs_dspark_params {

@@ -57,6 +57,11 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
 int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
     bs_dspark_dev *dev = d->dev;
     if (dev->net) return 0;
+    if (d->fold || d->output.rot || d->tok_embd.rot) {   /* the device has no rotation step yet */
+        if (spec) return bs_error("--device %s: this drafter's Hadamard-folded weights run on the CPU only", spec);
+        bs_log(1, "drafter: its Hadamard-folded weights run on the CPU\n");
+        return 0;
+    }
     if (target && target->vk) {
         dev->ctx = target->vk;
         dev->own_ctx = false;

@@ -8,6 +8,7 @@
 #include "cpu/compute.h"
 #include "formats/quant.h"
 #include "formats/quantize.h"
+#include "model/hadamard.h"
 #include "model/qwen35.h"
 #include "formats/safetensors.h"
 #include "io/threadpool.h"
@@ -425,13 +426,26 @@ static int pack_matrices(bs_dspark *d) {
     return rc;
 }
 
+/* A drafter made for a Hadamard-folded target (Bonsai 2) may store its LM head folded
+ * (prism.hadamard.*, output.weight only): its products then take the final norm rotated. */
+static int attach_fold(bs_dspark *d) {
+    if (bs_hadamard_read(d->gguf, true, &d->fold)) return -1;
+    if (!d->fold) return 0;
+    if (bs_hadamard_folds(d->fold, "output.weight", false)) {
+        if (d->output.data == d->tok_embd.data)
+            return bs_error("prism.hadamard folds output.weight, which this drafter ties to its token table");
+        if (!(d->output.rot = bs_hadamard_rotation(d->fold, d->output.ne0, 0, 0, 0, false))) return -1;
+    }
+    return bs_hadamard_check_all_found(d->fold);
+}
+
 static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
     struct stat st;
     bool dir = !stat(path, &st) && S_ISDIR(st.st_mode);
     if (!dir && !ends_with(path, ".safetensors") && !ends_with(path, ".json")) {
         if (!(d->gguf = gguf_open(path, p->no_mmap ? GGUF_OPEN_NO_MMAP : GGUF_OPEN_PREFAULT))) return -1;
         source s = {.g = d->gguf};
-        return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) || pack_matrices(d) ? -1 : 0;
+        return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) || attach_fold(d) || pack_matrices(d) ? -1 : 0;
     }
     json_t *cfg = load_config(path);
     if (!cfg) return -1;
@@ -462,6 +476,7 @@ void bs_dspark_free(bs_dspark *d) {
     bs_dspark_dev_free(d->dev);
     if (d->gguf) gguf_close(d->gguf);
     if (d->st) st_model_close(d->st);
+    bs_hadamard_free(d->fold);
     for (int i = 0; i < d->n_owned; i++) free(d->owned[i]);
     free(d->owned);
     free(d->layers);
@@ -485,6 +500,7 @@ int bs_dspark_check_pair(const bs_dspark *d, const bs_model *t) {
  * whatever the storage, and different data never does). */
 static bool same_values(const bs_weight *a, const bs_weight *b) {
     if (a->ne0 != b->ne0 || a->ne1 != b->ne1) return false;
+    if (a->rot || b->rot) return false;   /* folded rows: the same values only under the same fold */
     if (a->type == b->type && (a->data == b->data || (a->packed != a->data && b->packed != b->data &&
                                                       !memcmp(a->data, b->data, a->row_bytes * (size_t)a->ne1))))
         return true;

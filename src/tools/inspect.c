@@ -2,6 +2,7 @@
  * into one JSON object; the text report is printed from that object. */
 #include "tools/inspect.h"
 #include "io/hf_config.h"
+#include "model/hadamard.h"
 #include "formats/quant.h"
 #include "text/tokenizer.h"
 #include "io/util.h"
@@ -287,6 +288,25 @@ static void describe_adapter(const gguf_file *f, json_t *model, const json_t *te
 }
 
 /* --- GGUF ---------------------------------------------------------------------------------- */
+/* "fold": {description} for a file with PrismML's Hadamard fold (Bonsai 2), or {error} when the
+ * loader would refuse its keys. */
+static json_t *describe_fold(const gguf_file *f, bool drafter) {
+    bs_hadamard *h = NULL;
+    json_t *o = NULL;
+    if (bs_hadamard_read(f, drafter, &h)) {
+        o = json_object();
+        json_object_set_new(o, "error", json_string(bs_last_error()));
+        bs_clear_error();
+    } else if (h) {
+        char d[200];
+        bs_hadamard_describe(h, d, sizeof d);
+        o = json_object();
+        json_object_set_new(o, "description", json_string(d));
+    }
+    bs_hadamard_free(h);
+    return o;
+}
+
 /* "tokenizer": {model, pre, normalization, normalization_source} for files with a vocabulary;
  * an invalid normalizer key shows as normalization null with the error. */
 static json_t *describe_tokenizer(const gguf_file *f) {
@@ -358,6 +378,8 @@ json_t *bs_inspect_gguf(const gguf_file *f) {
         json_object_set_new(model, "description", json_string(desc));
     }
     json_object_set_new(info, "model", model);
+    json_t *fold = describe_fold(f, arch && !strcmp(arch, "dspark"));
+    if (fold) json_object_set_new(info, "fold", fold);
     json_t *tok = describe_tokenizer(f);
     if (tok) json_object_set_new(info, "tokenizer", tok);
     json_object_set_new(info, "metadata", meta);
@@ -621,6 +643,11 @@ static void print_report(FILE *out, const json_t *info) {
     if (sup)
         fprintf(out, "vision:   %s\n", json_is_true(sup) ? "bitspark takes this projector (--mmproj)"
                 : json_string_value(json_object_get(json_object_get(info, "model"), "unsupported_because")));
+    const json_t *fold = json_object_get(info, "fold");
+    if (fold && json_object_get(fold, "error"))
+        fprintf(out, "fold:     refused: %s\n", json_string_value(json_object_get(fold, "error")));
+    else if (fold)
+        fprintf(out, "fold:     %s (its products run on the CPU)\n", json_string_value(json_object_get(fold, "description")));
     print_tokenizer(out, json_object_get(info, "tokenizer"));
     const json_t *meta = json_object_get(info, "metadata");
     fprintf(out, "\nmetadata (%zu):\n", json_object_size(meta));

@@ -2,6 +2,7 @@
  * re-quantized, with a report of what the quantization kept (see lora.h; antidoom.md §5.5: on
  * Q1_0 a delta below a block's scale d survives only as a change of d, larger ones as sign
  * flips). */
+#include "model/hadamard.h"
 #include "model/lora.h"
 #include "formats/quant.h"
 #include "io/atomic_file.h"
@@ -57,9 +58,26 @@ static void report(const char *name, const char *from, const char *to, const bs_
            s->scale_sum > 0 ? s->scale_abs_change / s->scale_sum : 0.0, cos);
 }
 
-/* One merged tensor: stream it to w in chunks of rows. */
-static int merge_tensor(const bs_lora_merge_params *p, const gguf_tensor *x, int out_type, gguf_writer *w,
-                        bs_lora_merge_stats *st) {
+/* Where the base is a Bonsai 2 file with the Hadamard fold (model/hadamard.h), the rotation a
+ * delta to tensor x is stored with (its rows are stored rotated, so the delta rows are too), or
+ * NULL for a plain tensor; -1 on a bad fold. */
+static int delta_rotation(const gguf_file *f, bs_hadamard *h, const char *name, int64_t in, const bs_rotation **out) {
+    *out = NULL;
+    if (!h || !(bs_hadamard_folds(h, name, false) || bs_hadamard_folds(h, name, true))) return 0;
+    uint32_t nv = 0, nk = 1, inner = 0;
+    const size_t n = strlen(name), k = strlen(".ssm_out.weight");
+    const bool regroup = bs_hadamard_grouped(h) && n > k && !strcmp(name + n - k, ".ssm_out.weight");
+    if (regroup && (gguf_get_u32(f, "qwen35.ssm.time_step_rank", &nv) || gguf_get_u32(f, "qwen35.ssm.group_count", &nk) ||
+                    gguf_get_u32(f, "qwen35.ssm.inner_size", &inner) || !nv || !nk || nv % nk || inner % nv))
+        return bs_error("%s: the DeltaNet head counts are missing or do not divide", name);
+    *out = bs_hadamard_rotation(h, in, regroup ? (int)(inner / nv) : 0, (int)nk, (int)(nv / nk), false);
+    return *out ? 0 : -1;
+}
+
+/* One merged tensor: stream it to w in chunks of rows (a folded tensor's deltas rotated as its
+ * rows are, rot: see delta_rotation). */
+static int merge_tensor(const bs_lora_merge_params *p, const gguf_tensor *x, const bs_rotation *rot, int out_type,
+                        gguf_writer *w, bs_lora_merge_stats *st) {
     const int64_t in = x->ne[0], rows = x->ne[1];
     const size_t rb_in = bs_row_size(x->type, in), rb_out = bs_row_size(out_type, in);
     const size_t chunk = (size_t)ROWS_PER_CHUNK * (size_t)in;
@@ -70,10 +88,15 @@ static int merge_tensor(const bs_lora_merge_params *p, const gguf_tensor *x, int
         const int64_t n = BS_MIN((int64_t)ROWS_PER_CHUNK, rows - r0);
         for (int64_t r = 0; r < n; r++)
             bs_dequantize(x->type, (const uint8_t *)x->data + (size_t)(r0 + r) * rb_in, w0 + (size_t)r * in, in);
-        memcpy(w1, w0, (size_t)(n * in) * sizeof *w1);
+        if (rot) memset(w1, 0, (size_t)(n * in) * sizeof *w1);   /* the deltas alone, to rotate */
+        else memcpy(w1, w0, (size_t)(n * in) * sizeof *w1);
         for (int k = 0; k < p->n_loras; k++) {
             const bs_lora_tensor *t = bs_lora_find(p->loras[k], x->name);
             if (t) add_delta(t, t->scale * p->scales[k], r0, n, w1);
+        }
+        if (rot) {
+            bs_rotate_rows(rot, w1, w1, n, NULL);
+            for (int64_t i = 0; i < n * in; i++) w1[i] += w0[i];
         }
         for (int64_t r = 0; r < n; r++) {
             bs_quantize(out_type, w1 + (size_t)r * in, q + (size_t)r * rb_out, in);
@@ -134,7 +157,8 @@ int bs_lora_merge(const bs_lora_merge_params *p, bs_lora_merge_stats *total) {
     if (!w) { gguf_close(f); return -1; }
     for (uint64_t i = 0; i < f->n_kv; i++) gguf_w_set_value(w, f->kv[i].key.s, &f->kv[i].val);
     int *types = bs_xmalloc((f->n_tensors ? f->n_tensors : 1) * sizeof *types);
-    int rc = 0;
+    bs_hadamard *fold = NULL;
+    int rc = bs_hadamard_read(f, false, &fold);
     for (uint64_t i = 0; i < f->n_tensors && !rc; i++) {
         const gguf_tensor *x = &f->tensors[i];
         types[i] = targeted(p, x->name) && p->type != BS_TYPE_INVALID ? p->type : x->type;
@@ -149,7 +173,11 @@ int bs_lora_merge(const bs_lora_merge_params *p, bs_lora_merge_stats *total) {
             continue;
         }
         bs_lora_merge_stats st = {0};
-        if (merge_tensor(p, x, types[i], w, &st)) { rc = -1; break; }
+        const bs_rotation *rot;
+        if (delta_rotation(f, fold, x->name, x->ne[0], &rot) || merge_tensor(p, x, rot, types[i], w, &st)) {
+            rc = -1;
+            break;
+        }
         if (!p->quiet) report(x->name, bs_type_name(x->type), bs_type_name(types[i]), &st);
         total->n_weights += st.n_weights;
         total->n_flipped += st.n_flipped;
@@ -160,6 +188,7 @@ int bs_lora_merge(const bs_lora_merge_params *p, bs_lora_merge_stats *total) {
         total->norm_got += st.norm_got;
     }
     free(types);
+    bs_hadamard_free(fold);
     gguf_close(f);
     if (rc) { gguf_w_abort(w); return bs_error_prefix("merging into %s: ", p->out); }
     if (gguf_w_close(w)) return bs_error_prefix("%s: ", p->out);
