@@ -17,7 +17,7 @@ GGUF_MAGIC = b'GGUF'
 # ggml type id -> (name, elements per block, bytes per block). Id 42 is ambiguous (Q2_0 with
 # 128-element 34-byte blocks in the prism fork, 64-element 18-byte blocks upstream) and is told
 # apart by the tensor's byte size in _resolve_q2_0.
-F32, F16, Q4_1, Q8_0, Q6_K, BF16, Q1_0, Q2_0 = 0, 1, 3, 8, 14, 30, 41, 42
+F32, F16, Q4_1, Q8_0, Q6_K, BF16, Q1_0, Q2_0, PTQ1_0 = 0, 1, 3, 8, 14, 30, 41, 42, 143
 TYPES = {
     F32: ('F32', 1, 4),
     F16: ('F16', 1, 2),
@@ -26,6 +26,7 @@ TYPES = {
     Q4_1: ('Q4_1', 32, 20),
     Q6_K: ('Q6_K', 256, 210),
     Q1_0: ('Q1_0', 128, 18),
+    PTQ1_0: ('PTQ1_0', 128, 28),
 }
 Q2_0_G128 = ('Q2_0', 128, 34)
 Q2_0_G64 = ('Q2_0_G64', 64, 18)
@@ -203,7 +204,25 @@ def dequantize(fmt, raw, n):
         return (d * (codes.astype(np.float64) - 1.0)).reshape(n)
     if fmt == 'Q6_K':
         return _dequant_q6_k(raw.reshape(-1, 210)).reshape(n)
+    if fmt == 'PTQ1_0':
+        return _dequant_ptq1_0(raw.reshape(-1, 28)).reshape(n)
     raise GGUFError('no dequantizer for %s' % fmt)
+
+
+def _dequant_ptq1_0(b):
+    """PrismML's PTQ1_0: {u8 qs[24]; u8 qh[2]; f16 d} per 128 weights, value (trit - 1) * d.
+    A byte q stores v = t0*81 + t1*27 + t2*9 + t3*3 + t4 (qh: four trits, times 3) as
+    ceil(v * 256 / 243), so v = floor(q * 243 / 256) and the trits are v's base-3 digits, most
+    significant first (the same trits as ggml's ((u8)(q * 3^n) * 3) >> 8, for every byte).
+    Trit n of qs[m] is element 16n + m (m < 16), of qs[16 + m] element 80 + 8n + m (m < 8), of
+    qh[h] element 120 + 2n + h (n < 4)."""
+    v = (b[:, 0:26].astype(np.int64) * 243) >> 8
+    digits = np.stack([(v // 3 ** (4 - k)) % 3 for k in range(5)], axis=2)    # (blocks, 26, trit)
+    nb = b.shape[0]
+    t = np.concatenate([digits[:, 0:16, :].transpose(0, 2, 1).reshape(nb, 80),
+                        digits[:, 16:24, :].transpose(0, 2, 1).reshape(nb, 40),
+                        digits[:, 24:26, 0:4].transpose(0, 2, 1).reshape(nb, 8)], axis=1)
+    return _f16(b[:, 26:28]) * (t.astype(np.float64) - 1.0)
 
 
 def _dequant_q6_k(b):

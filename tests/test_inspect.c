@@ -86,6 +86,12 @@ int main(void) {
     expect_desc("qwen35 target (8 layers: 6 Gated DeltaNet + 2 attention), Q1_0 + Q6_K output", "q6k output");
     CHECK(write_qwen35(4, 256, BS_PQ2_0, BS_F32, BS_PQ2_0) == 0);
     expect_desc("qwen35 target (4 layers: 3 Gated DeltaNet + 1 attention), PQ2_0 (g128) + F32 ssm_alpha/beta", "pq2_0");
+    CHECK(write_qwen35(64, 5120, BS_PTQ1_0, BS_BF16, BS_PTQ1_0) == 0);
+    expect_desc("Ternary-Bonsai-27B target (qwen35, 64 layers: 48 Gated DeltaNet + 16 attention), "
+                "PTQ1_0 (g128) + BF16 ssm_alpha/beta", "ptq1_0");
+    CHECK(write_qwen35(4, 256, BS_PTQ1_0, BS_F32, BS_Q8_0) == 0);
+    expect_desc("qwen35 target (4 layers: 3 Gated DeltaNet + 1 attention), PTQ1_0 (g128) + Q8_0 output + "
+                "F32 ssm_alpha/beta", "ptq1_0 + q8_0 output");
 
     /* a drafter: q4_1 matrices with a q1_0 token_embd */
     gguf_writer *w = gguf_w_open(path);

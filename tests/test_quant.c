@@ -4,7 +4,9 @@
  *    ggml's quantizers), both directions;
  *  - round trips within each format's stated error bound; idempotence where the format must be
  *    lossless (Q1_0 / Q2_0 / TQ on QAT-shaped ±s / {-s,0,s} blocks);
- *  - vec_dot against a float64 dot of the dequantized weights and dequantized activations. */
+ *  - vec_dot against a float64 dot of the dequantized weights and dequantized activations;
+ *  - PTQ1_0: blocks packed by a packer of this file, the transcoder to PQ2_0, and its dot bit for
+ *    bit equal to PQ2_0's on the transcoded bytes. */
 #include "formats/quant.h"
 #include "io/util.h"
 #include "test.h"
@@ -13,7 +15,8 @@
 #include <stdlib.h>
 
 static const int ALL[] = {BS_F32, BS_F16, BS_BF16, BS_Q4_0, BS_Q4_1, BS_Q8_0, BS_Q8_1, BS_Q6_K,
-                          BS_Q8_K, BS_TQ1_0, BS_TQ2_0, BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_PQ2_0};
+                          BS_Q8_K, BS_TQ1_0, BS_TQ2_0, BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_PQ2_0,
+                          BS_PTQ1_0};
 
 static uint16_t h16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
@@ -26,6 +29,7 @@ static void test_table(void) {
         {BS_TQ1_0, "tq1_0", 34, 256, 54}, {BS_TQ2_0, "tq2_0", 35, 256, 66},
         {BS_Q1_0, "q1_0", 41, 128, 18}, {BS_Q2_0, "q2_0", 42, 128, 34},
         {BS_Q2_0_G64, "q2_0_g64", 42, 64, 18}, {BS_PQ2_0, "pq2_0", 142, 128, 34},
+        {BS_PTQ1_0, "ptq1_0", 143, 128, 28},
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(want); i++) {
         const bs_type_traits *t = bs_type_get(want[i].type);
@@ -50,6 +54,11 @@ static void test_table(void) {
     CHECK_EQ_INT(bs_type_get(BS_Q4_1)->vec_dot_type, BS_Q8_1);
     CHECK_EQ_INT(bs_type_get(BS_Q6_K)->vec_dot_type, BS_Q8_K);
     CHECK_EQ_INT(bs_type_get(BS_TQ1_0)->vec_dot_type, BS_Q8_K);
+    /* PTQ1_0 takes PQ2_0's activations (the x86 Q8_0 quantizer), so the two dot the same rows. */
+    CHECK_EQ_INT(bs_type_get(BS_PTQ1_0)->vec_dot_type, BS_Q8_0);
+    CHECK(bs_type_get(BS_PTQ1_0)->act_from_float == bs_type_get(BS_PQ2_0)->act_from_float);
+    CHECK(bs_type_get(BS_PTQ1_0)->act_from_float == bs_type_get(BS_Q8_0)->act_from_float);
+    CHECK_EQ_INT(bs_type_from_name("PTQ1_0"), BS_PTQ1_0);
     CHECK_EQ_INT(bs_type_get(BS_F16)->vec_dot_type, BS_F16);
     CHECK_EQ_INT(bs_type_get(BS_BF16)->vec_dot_type, BS_BF16);
 
@@ -59,6 +68,8 @@ static void test_table(void) {
     CHECK_EQ_INT(bs_types_for_ggml_id(41, ids), 1);
     CHECK_EQ_INT(ids[0], BS_Q1_0);
     CHECK_EQ_INT(bs_types_for_ggml_id(7, ids), 0);
+    CHECK_EQ_INT(bs_types_for_ggml_id(143, ids), 1);
+    CHECK_EQ_INT(ids[0], BS_PTQ1_0);
 
     /* Bonsai-27B: a 5120-wide Q1_0 row is 40 blocks = 720 bytes. */
     CHECK_EQ_INT(bs_row_size(BS_Q1_0, 5120), 720);
@@ -79,6 +90,9 @@ static void test_table(void) {
     CHECK(fabs(bs_type_bpw(BS_Q1_0) - 1.125) < 1e-12);
     CHECK(fabs(bs_type_bpw(BS_Q2_0) - 2.125) < 1e-12);
     CHECK(fabs(bs_type_bpw(BS_Q2_0_G64) - 2.25) < 1e-12);
+    CHECK(fabs(bs_type_bpw(BS_PTQ1_0) - 1.75) < 1e-12);
+    CHECK_EQ_INT(bs_row_size(BS_PTQ1_0, 5120), 40 * 28);
+    CHECK_EQ_INT(bs_row_size(BS_PTQ1_0, 64), 0);
 
     float f[128] = {0};
     uint8_t buf[64];
@@ -386,7 +400,7 @@ static void test_lossless(void) {
     static uint8_t q[N], q2[N];
     bs_rng r;
     bs_rng_seed(&r, 7);
-    const int types[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_PQ2_0, BS_TQ1_0, BS_TQ2_0};
+    const int types[] = {BS_Q1_0, BS_Q2_0, BS_Q2_0_G64, BS_PQ2_0, BS_TQ1_0, BS_TQ2_0, BS_PTQ1_0};
     for (size_t k = 0; k < BS_ARRAY_LEN(types); k++) {
         int type = types[k], qk = (int)bs_type_get(type)->blck;
         for (int b = 0; b < N / qk; b++) {
@@ -407,6 +421,217 @@ static void test_lossless(void) {
     bs_quantize(BS_Q2_0, x, q, N);
     bs_quantize(BS_PQ2_0, x, q2, N);
     CHECK(memcmp(q, q2, bs_row_size(BS_Q2_0, N)) == 0);
+}
+
+/* --- PTQ1_0 ----------------------------------------------------------------------------------- */
+/* The spec's packing, written here apart from the codec: `count` trits (0..2), the first most
+ * significant, a 4-trit byte shifted up one more place, stored as the smallest q with
+ * q * 243 >= v * 256. */
+static uint8_t ptq_pack(const int *tr, int count) {
+    int v = 0;
+    for (int i = 0; i < count; i++) v = 3 * v + tr[i];
+    if (count == 4) v *= 3;
+    int q = v * 256 / 243;
+    if (q * 243 < v * 256) q++;
+    return (uint8_t)q;
+}
+
+/* The element held by trit n of block byte `byte` (0..25): the stages 16, 8, then qh. */
+static int ptq_element(int byte, int n) {
+    if (byte < 16) return 16 * n + byte;
+    if (byte < 24) return 80 + 8 * n + (byte - 16);
+    return 120 + 2 * n + (byte - 24);
+}
+
+/* A PTQ1_0 block of trits t[128] and the fp16 bits d (stored last). */
+static void ptq_block(const int *t, uint16_t d, uint8_t b[28]) {
+    for (int byte = 0; byte < 26; byte++) {
+        int count = byte < 24 ? 5 : 4, tr[5];
+        for (int n = 0; n < count; n++) tr[n] = t[ptq_element(byte, n)];
+        b[byte] = ptq_pack(tr, count);
+    }
+    b[26] = (uint8_t)d;
+    b[27] = (uint8_t)(d >> 8);
+}
+
+/* Code of element e of a PQ2_0 block: bits 2*(e%4) of byte 2 + e/4. */
+static int pq2_code(const uint8_t *p, int e) { return (p[2 + e / 4] >> (2 * (e % 4))) & 3; }
+
+static void test_ptq1_0_block(void) {
+    float x[128], y[128];
+    uint8_t b[28], p[34];
+    /* The helper's order visits every element once. */
+    int seen[128] = {0}, dup = 0;
+    for (int byte = 0; byte < 26; byte++)
+        for (int n = 0; n < (byte < 24 ? 5 : 4); n++) seen[ptq_element(byte, n)]++;
+    for (int e = 0; e < 128; e++) dup += seen[e] != 1;
+    CHECK_EQ_INT(dup, 0);
+
+    /* Bytes by hand, d = 0.5 (fp16 0x3800, bytes 26..27). +1 at element 0 = trit 0 of qs[0]:
+     * v = 2*81 + 27+9+3+1 = 202 -> ceil(202*256/243) = 213. -1 at 79 = trit 4 of qs[15]: v = 120
+     * -> 127. -1 at 101 = 80 + 8*2 + 5, trit 2 of qs[21]: v = 81+27+0+3+1 = 112 -> 118. +1 at
+     * 127 = 120 + 2*3 + 1, trit 3 of qh[1]: v = (27+9+3+2)*3 = 123 -> 130. Five zero trits:
+     * v = 121 -> 128; qh's four: v = 40*3 = 120 -> 127. */
+    memset(x, 0, sizeof x);
+    x[0] = 0.5f; x[79] = -0.5f; x[101] = -0.5f; x[127] = 0.5f;
+    bs_quantize(BS_PTQ1_0, x, b, 128);
+    int off = 0;
+    for (int m = 0; m < 24; m++)
+        off += b[m] != (m == 0 ? 213 : m == 15 ? 127 : m == 21 ? 118 : 128);
+    CHECK_EQ_INT(off, 0);
+    CHECK_EQ_INT(b[24], 127);
+    CHECK_EQ_INT(b[25], 130);
+    CHECK_EQ_INT(h16(b + 26), 0x3800);
+    bs_dequantize(BS_PTQ1_0, b, y, 128);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+
+    /* Random trits through the spec's packer: decode, re-encode, transcode. */
+    bs_rng r;
+    bs_rng_seed(&r, 143);
+    const uint16_t ds[] = {0x3c00, 0x2e66, 0x0400, 0x0001, 0x7bff, 0xb555, 0x1234, 0x4900};
+    for (size_t k = 0; k < BS_ARRAY_LEN(ds); k++) {
+        int t[128];
+        for (int e = 0; e < 128; e++) t[e] = (int)(bs_rng_next(&r) % 3);
+        t[bs_rng_next(&r) % 128] = 2;          /* at least one nonzero value */
+        ptq_block(t, ds[k], b);
+        bs_dequantize(BS_PTQ1_0, b, y, 128);
+        float d = bs_f16_to_f32(ds[k]);
+        int bad = 0;
+        for (int e = 0; e < 128; e++) bad += y[e] != (float)(t[e] - 1) * d;
+        CHECKF(bad == 0, "PTQ1_0 d 0x%04x: %d elements off the spec's order", ds[k], bad);
+        bs_ptq1_0_to_pq2_0(b, p, 128);
+        bad = h16(p) != ds[k];
+        for (int e = 0; e < 128; e++) bad += pq2_code(p, e) != t[e];
+        CHECKF(bad == 0, "PTQ1_0 d 0x%04x: transcoded codes differ", ds[k]);
+        if (!(ds[k] & 0x8000)) {               /* positive d: the quantizer gives the bytes back */
+            uint8_t b2[28];
+            bs_quantize(BS_PTQ1_0, y, b2, 128);
+            CHECKF(memcmp(b, b2, 28) == 0, "PTQ1_0 d 0x%04x: requantized bytes differ", ds[k]);
+        }
+    }
+}
+
+/* All-zero input and d = 0. */
+static void test_ptq1_0_zero(void) {
+    float x[128] = {0}, y[128], a[128];
+    uint8_t b[28], p[34], aq[4 * 34];
+    const bs_type_traits *t = bs_type_get(BS_PTQ1_0);
+    /* zeros: d = 0 (id 0), every trit 1: qs bytes 128, qh bytes 127; decodes to +0 */
+    bs_quantize(BS_PTQ1_0, x, b, 128);
+    int bad = 0;
+    for (int m = 0; m < 24; m++) bad += b[m] != 128;
+    CHECK_EQ_INT(bad, 0);
+    CHECK(b[24] == 127 && b[25] == 127 && h16(b + 26) == 0);
+    memset(y, 0xff, sizeof y);
+    bs_dequantize(BS_PTQ1_0, b, y, 128);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    bs_ptq1_0_to_pq2_0(b, p, 128);
+    bad = h16(p) != 0;
+    for (int k = 0; k < 32; k++) bad += p[2 + k] != 0x55;
+    CHECK_EQ_INT(bad, 0);
+    /* d = 0 with nonzero trits: every value is zero, the dot is 0, the codes survive transcoding */
+    bs_rng r;
+    bs_rng_seed(&r, 3);
+    int tr[128];
+    for (int e = 0; e < 128; e++) tr[e] = (int)(bs_rng_next(&r) % 3);
+    ptq_block(tr, 0x0000, b);
+    bs_dequantize(BS_PTQ1_0, b, y, 128);
+    bad = 0;
+    for (int e = 0; e < 128; e++) bad += y[e] != 0.0f;
+    CHECK_EQ_INT(bad, 0);
+    gauss(&r, a, 128, 1.0f);
+    t->act_from_float(a, aq, 128);
+    float s = 1.0f;
+    t->vec_dot(128, &s, b, aq);
+    CHECK(s == 0.0f);
+    bs_ptq1_0_to_pq2_0(b, p, 128);
+    bad = h16(p) != 0;
+    for (int e = 0; e < 128; e++) bad += pq2_code(p, e) != tr[e];
+    CHECK_EQ_INT(bad, 0);
+    /* 28 zero bytes: every trit 0, i.e. -d = -0 everywhere, codes 0 */
+    memset(b, 0, sizeof b);
+    bs_dequantize(BS_PTQ1_0, b, y, 128);
+    bad = 0;
+    for (int e = 0; e < 128; e++) bad += y[e] != 0.0f;
+    CHECK_EQ_INT(bad, 0);
+    bs_ptq1_0_to_pq2_0(b, p, 128);
+    bad = 0;
+    for (int k = 0; k < 34; k++) bad += p[k] != 0;
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* PQ2_0 bytes (codes 0..2, d > 0, a nonzero code in each block) -> float -> PTQ1_0 -> PQ2_0 is
+ * the identity, and both formats decode to the same floats. */
+static void test_ptq1_0_from_pq2_0(void) {
+    enum { N = 4096, NB = N / 128 };
+    static uint8_t pq[NB * 34], pt[NB * 28], back[NB * 34];
+    static float x[N], y[N];
+    bs_rng r;
+    bs_rng_seed(&r, 142);
+    for (int i = 0; i < NB; i++) {
+        uint8_t *blk = pq + 34 * i;
+        uint16_t d = i == 0 ? 0x0001 : i == 1 ? 0x7bff : i == 2 ? 0x0400
+                   : bs_f32_to_f16((float)(0.001 + 0.05 * bs_rng_uniform(&r)));
+        blk[0] = (uint8_t)d;
+        blk[1] = (uint8_t)(d >> 8);
+        memset(blk + 2, 0, 32);
+        int forced = (int)(bs_rng_next(&r) % 128);
+        for (int e = 0; e < 128; e++) {
+            int c = e == forced ? (bs_rng_next(&r) & 1 ? 2 : 0) : (int)(bs_rng_next(&r) % 3);
+            blk[2 + e / 4] |= (uint8_t)(c << (2 * (e % 4)));
+        }
+    }
+    bs_dequantize(BS_PQ2_0, pq, x, N);
+    bs_quantize(BS_PTQ1_0, x, pt, N);
+    bs_dequantize(BS_PTQ1_0, pt, y, N);
+    CHECK(memcmp(x, y, sizeof x) == 0);
+    bs_ptq1_0_to_pq2_0(pt, back, N);
+    CHECK(memcmp(pq, back, sizeof pq) == 0);
+}
+
+/* dot(PTQ1_0 row) and dot(its PQ2_0 transcoding) give the same bits, for rows of ternary floats
+ * quantized and for rows of random bytes (every byte decodes to trits), d of either sign. */
+static void test_ptq1_0_dot(void) {
+    enum { NMAX = 5120 };
+    static float w[NMAX], a[NMAX];
+    static uint8_t pt[NMAX / 128 * 28], pq[NMAX / 128 * 34], aq[NMAX / 32 * 34];
+    const bs_type_traits *t = bs_type_get(BS_PTQ1_0), *q = bs_type_get(BS_PQ2_0);
+    const int lens[] = {128, 256, 640, 5120};
+    bs_rng r;
+    bs_rng_seed(&r, 1430);
+    int bad = 0, nonzero = 0, runs = 0;
+    for (size_t li = 0; li < BS_ARRAY_LEN(lens); li++) {
+        int n = lens[li];
+        for (int trial = 0; trial < 8; trial++) {
+            if (trial % 2 == 0) {
+                for (int i = 0; i < n / 128; i++) {
+                    float s = bs_f16_to_f32(bs_f32_to_f16((float)(0.002 + 0.1 * bs_rng_uniform(&r))));
+                    for (int j = 0; j < 128; j++) w[128 * i + j] = (float)((int)(bs_rng_next(&r) % 3) - 1) * s;
+                }
+                bs_quantize(BS_PTQ1_0, w, pt, n);
+            } else {
+                for (int i = 0; i < n / 128; i++) {
+                    uint8_t *blk = pt + 28 * i;
+                    for (int k = 0; k < 26; k++) blk[k] = (uint8_t)bs_rng_next(&r);
+                    uint16_t d = bs_f32_to_f16((float)((bs_rng_uniform(&r) - 0.5) * 0.2));
+                    blk[26] = (uint8_t)d;
+                    blk[27] = (uint8_t)(d >> 8);
+                }
+            }
+            /* activations of very different sizes per 32-block, so the float order shows */
+            for (int i = 0; i < n; i++) a[i] = bs_rng_normal(&r) * ldexpf(1.0f, (int)((i / 32) * 7 % 13) - 6);
+            t->act_from_float(a, aq, n);
+            bs_ptq1_0_to_pq2_0(pt, pq, n);
+            float s1 = 0, s2 = 0;
+            t->vec_dot(n, &s1, pt, aq);
+            q->vec_dot(n, &s2, pq, aq);
+            bad += memcmp(&s1, &s2, sizeof s1) != 0;
+            nonzero += s1 != 0.0f;
+            runs++;
+        }
+    }
+    CHECKF(bad == 0, "PTQ1_0 vs PQ2_0 dot: %d of %d rows differ", bad, runs);
+    CHECK_EQ_INT(nonzero, runs);
 }
 
 /* --- vec_dot ---------------------------------------------------------------------------------- */
@@ -465,5 +690,9 @@ int main(void) {
     test_round_trips();
     test_lossless();
     test_vec_dot();
+    test_ptq1_0_block();
+    test_ptq1_0_zero();
+    test_ptq1_0_from_pq2_0();
+    test_ptq1_0_dot();
     return test_summary("test_quant");
 }

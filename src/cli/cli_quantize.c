@@ -15,7 +15,7 @@ void help_quantize(void) {
         "\n"
         "Rewrites a GGUF with its weight matrices in TYPE, one tensor at a time (memory stays\n"
         "small for any model), keeping every metadata key (general.file_type is updated).\n"
-        "TYPE: q1_0 q2_0 pq2_0 q2_0_g64 q4_0 q4_1 q8_0 q6_k tq1_0 tq2_0 bf16 f16 f32.\n"
+        "TYPE: q1_0 q2_0 pq2_0 ptq1_0 q2_0_g64 q4_0 q4_1 q8_0 q6_k tq1_0 tq2_0 bf16 f16 f32.\n"
         "Quantized bytes are those of llama.cpp's reference quantizers.\n"
         "\n"
         "Like llama-quantize, only matrices are converted: tensors whose name ends in 'weight'\n"

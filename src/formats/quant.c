@@ -36,6 +36,8 @@ static const bs_type_traits table[] = {
     QUANT(BS_Q2_0_G64, "q2_0_g64", 42,  64,  18,  q2_0_g64, BS_Q8_0, bs_q8_0_act),
     /* PQ2_0 is the legacy 128-group Q2_0 byte for byte under its own id. */
     QUANT(BS_PQ2_0,    "pq2_0",    142, 128, 34,  q2_0,   BS_Q8_0, bs_q8_0_act),
+    /* PTQ1_0: PQ2_0's trits base-3 packed (TQ1_0's packing, 128-blocks), the same dot. */
+    QUANT(BS_PTQ1_0,   "ptq1_0",   143, 128, 28,  ptq1_0, BS_Q8_0, bs_q8_0_act),
 };
 #undef FLOATT
 #undef QUANT

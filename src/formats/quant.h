@@ -15,6 +15,7 @@ enum bs_type {
     BS_F32 = 0, BS_F16 = 1, BS_Q4_0 = 2, BS_Q4_1 = 3, BS_Q8_0 = 8, BS_Q8_1 = 9,
     BS_Q6_K = 14, BS_Q8_K = 15, BS_I8 = 24, BS_I16 = 25, BS_I32 = 26, BS_BF16 = 30,
     BS_TQ1_0 = 34, BS_TQ2_0 = 35, BS_Q1_0 = 41, BS_Q2_0 = 42, BS_PQ2_0 = 142,
+    BS_PTQ1_0 = 143,             /* PrismML's base-3 ternary, 128 weights in 28 bytes (Bonsai 2) */
     BS_Q2_0_G64 = 1042,          /* internal id; GGUF id 42 with 64-element blocks */
     BS_TYPE_INVALID = -1
 };
@@ -60,5 +61,8 @@ int bs_quantize(int type, const float *src, void *dst, int64_t n);
 
 /* Bits per weight of a type (type_size * 8 / blck). */
 double bs_type_bpw(int type);
+
+/* PTQ1_0 -> PQ2_0 (same codes and d, n % 128 == 0): the loader runs PTQ1_0 on the PQ2_0 kernels. */
+void bs_ptq1_0_to_pq2_0(const void *src, void *dst, int64_t n);
 
 #endif

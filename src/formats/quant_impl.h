@@ -114,4 +114,9 @@ void bs_tq2_0_to_float(const void *src, float *dst, int64_t n);
 void bs_tq2_0_from_float(const float *src, void *dst, int64_t n);
 void bs_tq2_0_dot(int64_t n, float *s, const void *w, const void *a);
 
+/* quant_ptq1_0.c (bs_ptq1_0_to_pq2_0 is in quant.h) */
+void bs_ptq1_0_to_float(const void *src, float *dst, int64_t n);
+void bs_ptq1_0_from_float(const float *src, void *dst, int64_t n);
+void bs_ptq1_0_dot(int64_t n, float *s, const void *w, const void *a);
+
 #endif

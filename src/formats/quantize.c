@@ -27,7 +27,8 @@ uint32_t bs_ftype_of(int type) {
     case BS_TQ1_0: return 36;
     case BS_TQ2_0: return 37;
     case BS_Q1_0: return 40;
-    default: return 41;            /* the Q2_0 family, as the fixtures' ternary files say */
+    default: return 41;            /* the Q2_0 family, as the fixtures' ternary files say; PQ2_0 and
+                                      PTQ1_0 too (no ftype of their own is known) */
     }
 }
 

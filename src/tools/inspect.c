@@ -127,6 +127,7 @@ static json_t *new_totals(void) {
 static const char *format_name(const char *type) {
     static const struct { const char *type, *name; } names[] = {
         {"q2_0", "legacy Q2_0 (g128)"}, {"q2_0_g64", "Q2_0 (g64)"}, {"pq2_0", "PQ2_0 (g128)"},
+        {"ptq1_0", "PTQ1_0 (g128)"},
     };
     for (size_t i = 0; i < BS_ARRAY_LEN(names); i++)
         if (strcmp(type, names[i].type) == 0) return names[i].name;
