@@ -13,6 +13,8 @@
  *   back, a session cannot start asleep, and after waking the logits are again bit for bit
  *   those before. */
 #include "bitspark.h"
+#include "formats/quant.h"
+#include "formats/quantize.h"
 #include "model/qwen35.h"
 #include "model/sleep.h"
 #include "vulkan/backend.h"
@@ -57,14 +59,16 @@ static long resident_pages(const void *p, size_t n) {
     return r;
 }
 
-/* Resident pages of what sleep releases: packed copies, and the data section of a read-in file
+/* Resident pages of what sleep releases: packed copies, transcoded weights, and the data section of a read-in file
  * (a mapping's file pages may stay in the page cache, which mincore reports). */
 static long weights_resident(bs_model *m) {
     bs_weight **ws = malloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
     long r = 0;
     for (int i = 0; i < n; i++)
-        if (ws[i]->packed && ws[i]->packed != ws[i]->data)
+        if (bs_model_transcoded(m, ws[i]))   /* a PTQ1_0 weight's PQ2_0 buffer */
+            r += resident_pages(ws[i]->data, ws[i]->row_bytes * (size_t)ws[i]->ne1);
+        else if (ws[i]->packed && ws[i]->packed != ws[i]->data)
             r += resident_pages(ws[i]->packed, ws[i]->row_bytes * (size_t)ws[i]->ne1);
     free(ws);
     const gguf_file *f = m->file;
@@ -195,7 +199,18 @@ int main(int argc, char **argv) {
             check_model(path, name, no_mmap);
         }
     }
-    char path[1024];
+    /* PTQ1_0 runs transcoded to PQ2_0 in memory of its own: dropped asleep, made again awake */
+    char path[1024], ptq[1024];
+    const char *tmp = getenv("BS_TMP");
+    snprintf(path, sizeof path, "%s/tiny-q2_0.gguf", fix);
+    snprintf(ptq, sizeof ptq, "%s/sleep-ptq1_0.gguf", tmp ? tmp : ".");
+    bs_quantize_params qp;
+    bs_quantize_params_init(&qp);
+    qp.type = qp.output_type = BS_PTQ1_0;
+    qp.allow_requantize = true;
+    CHECKF(!bs_quantize_file(path, ptq, &qp), "quantizing to ptq1_0: %s", bitspark_last_error());
+    bs_quantize_params_free(&qp);
+    for (int no_mmap = 0; no_mmap < 2; no_mmap++) check_model(ptq, no_mmap ? "tiny-ptq1_0 (no mmap)" : "tiny-ptq1_0", no_mmap);
     snprintf(path, sizeof path, "%s/tiny-q1_0.gguf", fix);
     check_changed(path);
     return test_summary("test_model_sleep");

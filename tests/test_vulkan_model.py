@@ -100,6 +100,22 @@ def check_fixture(name):
              % (name, med, Q_MEDIAN, worst, Q_WORST, flips))
 
 
+def check_ptq1_0():
+    """PTQ1_0 (Bonsai 2's base-3 ternary) runs on the Q2 kernel: a ptq1_0 copy of tiny-q2_0
+    gives tiny-q2_0's logits bit for bit on the device."""
+    src, ptq = os.path.join(FIX, 'tiny-q2_0.gguf'), os.path.join(TMP, 'vk_tiny-ptq1_0.gguf')
+    r = subprocess.run([BITSPARK, 'quantize', '--allow-requantize', '--tensor-type', 'ssm_(alpha|beta)=bf16', src, ptq, 'ptq1_0'], capture_output=True, text=True)
+    if r.returncode:
+        return fail('quantize to ptq1_0: %s' % r.stderr.strip()[-300:])
+    toks = [957, 117, 851, 10, 87, 114, 276, 101, 5]
+    a, b = os.path.join(TMP, 'vk_q2.f32'), os.path.join(TMP, 'vk_ptq1.f32')
+    if logits(src, toks, 4, a) and logits(ptq, toks, 4, b):
+        if open(a, 'rb').read() != open(b, 'rb').read():
+            fail('ptq1_0 on the device: logits differ from the q2_0 file with the same trits')
+        else:
+            print('tiny-ptq1_0 vulkan: the same bits as tiny-q2_0')
+
+
 def check_f16_kv():
     meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
     nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
@@ -466,13 +482,15 @@ def main():
         print('skipped: %s' % r.stdout.strip().splitlines()[-1])
         return SKIP
     if REST:   # what the sanitizer build leaves out of these checks (part())
-        for check in (check_batching, check_staged, check_fusions, check_asum, check_split):
+        for check in (check_batching, check_staged, check_fusions, check_asum, check_split, check_ptq1_0):
             check()
         print('%d failures (the rest of the sanitizer build\'s checks)' % len(failures))
         return 1 if failures else 0
     for name in MODELS:
         check_fixture(name)
     check_f16_kv()
+    if not SANITIZED:   # (its host side is the Q2 path's, which the sanitizer build runs)
+        check_ptq1_0()
     check_batching()
     check_staged()
     check_fusions()

@@ -5,6 +5,7 @@
 #include "model/hadamard.h"
 #include "model/lora.h"
 #include "formats/quant.h"
+#include "formats/quantize.h"
 #include "io/file_map.h"
 #include "io/threadpool.h"
 #include "io/util.h"
@@ -344,6 +345,51 @@ static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *poo
     return 0;
 }
 
+int bs_model_transcode(bs_model *m, int i, bs_pool *pool) {
+    bs_weight *w = m->transcoded[i].w;
+    bs_ptq1_0_to_pq2_0(m->transcoded[i].src, (void *)w->data, w->ne0 * w->ne1);
+    w->packed = NULL;
+    w->pack_kind = 0;   /* none (matmul.h) */
+    return bs_weight_packable(w) ? bs_weight_pack_in_place(w, pool) : 0;
+}
+
+/* PTQ1_0 (Bonsai 2's base-3 ternary, 1.75 bits per weight) has no SIMD kernel: its weights are
+ * transcoded once to PQ2_0 (2.125 bits; the same trits and scales, so the same products, bit
+ * for bit) in memory of their own, which the Q2 kernels then read. */
+bool bs_model_transcoded(const bs_model *m, const bs_weight *w) {
+    for (int i = 0; i < m->n_transcoded; i++)
+        if (m->transcoded[i].w == w) return true;
+    return false;
+}
+
+static int transcode_weights(bs_model *m, bs_pool **pool) {
+    bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
+    const int n = bs_model_weights(m, ws);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        bs_weight *w = ws[i];
+        if (w->type != BS_PTQ1_0) continue;
+        const size_t row = bs_row_size(BS_PQ2_0, w->ne0), bytes = row * (size_t)w->ne1;
+        void *buf = NULL;
+        if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0) {
+            rc = bs_error("%s: out of memory for %zu bytes of PQ2_0", w->name, bytes);
+            break;
+        }
+        madvise(buf, bytes, MADV_HUGEPAGE);
+        m->transcoded = bs_xrealloc(m->transcoded, (size_t)(m->n_transcoded + 1) * sizeof *m->transcoded);
+        m->transcoded[m->n_transcoded++] = (struct bs_transcoded){w, w->data};
+        const size_t src_bytes = w->row_bytes * (size_t)w->ne1;
+        w->type = BS_PQ2_0;
+        w->row_bytes = row;
+        w->data = buf;
+        if (!*pool) *pool = bs_pool_new(0);
+        rc = bs_model_transcode(m, m->n_transcoded - 1, *pool);
+        if (m->file->mmapped) bs_release_mapped(m->transcoded[m->n_transcoded - 1].src, src_bytes);
+    }
+    free(ws);
+    return rc;
+}
+
 /* Repack the Q1_0 matrices for the fast kernel without doubling memory: a file read into memory
  * (--no-mmap) is repacked in place; from a mapping, see pack_from_file. token_embd is only read
  * by rows (bs_get_rows) and stays as is (also when tied to the output). */
@@ -352,12 +398,14 @@ static int pack_weights(bs_model *m, const bs_model_params *p) {
     const int n = bs_model_weights(m, ws);
     int fd = -1, rc = 0;
     bs_pool *pool = NULL;
+    rc = transcode_weights(m, &pool);
     for (int i = 0; i < n && !rc; i++) {
         if (p->progress && !p->progress((float)i / (float)n, p->progress_ud)) {
             rc = bs_error("cancelled by the progress callback");
             break;
         }
         bs_weight *w = ws[i];
+        if (bs_model_transcoded(m, w)) continue;   /* packed where it was transcoded */
         /* Q4_1 stays in llama.cpp's exact float order for targets (bit-identical on the
          * tiny-q4_1 fixture); drafters, whose legacy pack is Q4_1, take the faster X16 */
         if (!bs_weight_packable(w) || w->type == BS_Q4_1) continue;
@@ -421,6 +469,8 @@ void bs_model_free(bs_model *m) {
         for (int i = 0; i < n; i++) bs_weight_release(ws[i]);
         free(ws);
     }
+    for (int i = 0; i < m->n_transcoded; i++) free((void *)m->transcoded[i].w->data);
+    free(m->transcoded);
     bs_model_release_device(m);
     bs_hadamard_free(m->fold);
     if (m->file) gguf_close(m->file);

@@ -48,6 +48,10 @@ struct bs_model {
     const float *output_norm;
     bs_qwen35_layer *layers;
     struct bs_hadamard *fold;   /* a Bonsai 2 file's weight fold (hadamard.h), or NULL */
+    /* PTQ1_0 weights run as PQ2_0 (the same trits and scales) in buffers of their own
+     * (bs_model_transcode); src: their bytes in the file, to transcode again after a sleep */
+    struct bs_transcoded { bs_weight *w; const void *src; } *transcoded;
+    int n_transcoded;
     int n_recurrent, n_attention;
     /* the device (device.h): NULL on the CPU */
     bs_vk_ctx *vk;
@@ -67,5 +71,9 @@ int bs_model_max_weights(const bs_model *m);
 /* Read w's raw bytes from the file (fd open on it) into buf (row_bytes x ne1, from the file's
  * mapping offsets) and pack them there; w then uses buf as its packed copy. */
 int bs_model_pack_from_file(bs_weight *w, int fd, const gguf_file *f, void *buf, bs_pool *pool);
+/* Transcode entry i of m->transcoded from its file bytes into its PQ2_0 buffer (w->data) and
+ * pack it there; 0 or -1 with bs_error. */
+int bs_model_transcode(bs_model *m, int i, bs_pool *pool);
+bool bs_model_transcoded(const bs_model *m, const bs_weight *w);
 
 #endif

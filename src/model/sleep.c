@@ -34,8 +34,11 @@ int bs_model_sleep(bs_model *m) {
     if (bs_device_sleep(m)) return -1;   /* on a device: its buffers first (nothing changed on failure) */
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
-    for (int i = 0; i < n; i++)
-        if (packed_copy(ws[i])) drop_pages(ws[i]->packed, ws[i]->row_bytes * (size_t)ws[i]->ne1);
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = ws[i]->row_bytes * (size_t)ws[i]->ne1;
+        if (bs_model_transcoded(m, ws[i])) drop_pages(ws[i]->data, bytes);   /* made again on waking */
+        else if (packed_copy(ws[i])) drop_pages(ws[i]->packed, bytes);
+    }
     free(ws);
     const gguf_file *f = m->file;
     drop_pages((const uint8_t *)f->base + f->data_offset, (size_t)(f->file_size - f->data_offset));
@@ -64,9 +67,10 @@ static int restore(bs_model *m, int fd, bs_pool *pool) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
     int rc = 0;
+    for (int i = 0; i < m->n_transcoded && !rc; i++) rc = bs_model_transcode(m, i, pool);
     for (int i = 0; i < n && !rc; i++) {
         bs_weight *w = ws[i];
-        if (!w->packed) continue;
+        if (!w->packed || bs_model_transcoded(m, w)) continue;
         if (packed_copy(w)) {
             rc = bs_model_pack_from_file(w, fd, f, w->packed, pool);
             continue;

@@ -11,7 +11,7 @@
 static int kernel_for(int type, int *bits, int *subs) {
     switch (type) {
     case BS_Q1_0: *bits = 1; *subs = 4; return BS_VK_K_MV_Q1;
-    case BS_Q2_0: case BS_PQ2_0: *bits = 2; *subs = 4; return BS_VK_K_MV_Q2_128;
+    case BS_Q2_0: case BS_PQ2_0: case BS_PTQ1_0: *bits = 2; *subs = 4; return BS_VK_K_MV_Q2_128;   /* PTQ1_0 as PQ2_0 */
     case BS_Q2_0_G64: *bits = 2; *subs = 2; return BS_VK_K_MV_Q2_64;
     case BS_Q8_0: *bits = 8; *subs = 1; return BS_VK_K_MV_Q8;
     case BS_Q4_1: *bits = 4; *subs = 1; return BS_VK_K_MV_Q4_1;
@@ -26,8 +26,13 @@ static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0,
     const int64_t n_sub = W->ne0 / 32, n_grp = n_sub / m->subs;
     const size_t hdr = W->type == BS_Q4_1 ? 4 : 2;   /* fp16 d (and Q4_1's fp16 m) */
     const size_t blk_bytes = hdr + (size_t)m->subs * (size_t)m->bits * 4;
+    uint8_t *pq2 = W->type == BS_PTQ1_0 ? bs_xmalloc(bs_row_size(BS_PQ2_0, W->ne0)) : NULL;
     for (int64_t r = 0; r < n; r++) {
         const uint8_t *row = (const uint8_t *)W->data + (size_t)(r0 + r) * W->row_bytes;
+        if (pq2) {   /* base-3 trits to the 2-bit codes the Q2 kernel reads (the same values) */
+            bs_ptq1_0_to_pq2_0(row, pq2, W->ne0);
+            row = pq2;
+        }
         const int64_t o = roff + r;   /* its row in a layout of ld rows */
         for (int64_t g = 0; g < n_grp; g++) {
             const uint8_t *b = row + (size_t)g * blk_bytes;
@@ -46,6 +51,7 @@ static void repack_int(const bs_vk_tensor *W, const bs_vk_matrix *m, int64_t r0,
                 }
         }
     }
+    free(pq2);
 }
 
 static int repack_f32(const bs_vk_tensor *W, int64_t r0, int64_t n, float *out) {
