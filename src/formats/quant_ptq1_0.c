@@ -19,6 +19,7 @@
 #include "formats/quant_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 
 enum { QK = 128, PTQ1_SIZE = 28, PQ2_SIZE = 34, Q8_0_SIZE = 34, QS = 24, QH = 2, D_AT = 26 };
 static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
@@ -90,14 +91,35 @@ void bs_ptq1_0_dot(int64_t n, float *s, const void *w, const void *a) {
     *s = sumf;
 }
 
+/* Trit n of every byte value, for the transcoder (the loader runs it over every weight). */
+static uint8_t trit_lut[256][5];
+static pthread_once_t trit_once = PTHREAD_ONCE_INIT;
+static void init_trit_lut(void) {
+    for (int b = 0; b < 256; b++)
+        for (int n = 0; n < 5; n++) trit_lut[b][n] = (uint8_t)trit((uint8_t)b, n);
+}
+
+/* PQ2_0 byte k holds elements 4k..4k+3: in qs's stages (elements 16n + m, then 80 + 8n + m)
+ * four consecutive elements are trit n of four consecutive bytes; in qh (120 + 2n + h) they are
+ * trits n and n + 1 of its two bytes. */
+static uint8_t four(const uint8_t *q, int n) {
+    return (uint8_t)(trit_lut[q[0]][n] | trit_lut[q[1]][n] << 2 | trit_lut[q[2]][n] << 4 | trit_lut[q[3]][n] << 6);
+}
+
 void bs_ptq1_0_to_pq2_0(const void *src, void *dst, int64_t n) {
+    pthread_once(&trit_once, init_trit_lut);
     const uint8_t *b = src;
-    uint8_t *o = dst, t[QK];
+    uint8_t *o = dst;
     for (int64_t i = 0; i < n / QK; i++, b += PTQ1_SIZE, o += PQ2_SIZE) {
-        block_trits(b, t);
         o[0] = b[D_AT];
         o[1] = b[D_AT + 1];
-        memset(o + 2, 0, QK / 4);
-        for (int j = 0; j < QK; j++) o[2 + j / 4] |= (uint8_t)(t[j] << (2 * (j % 4)));
+        uint8_t *c = o + 2;
+        for (int k = 0; k < 20; k++) c[k] = four(b + 4 * (k % 4), k / 4);            /* elements 0..79 */
+        for (int k = 20; k < 30; k++) c[k] = four(b + 16 + 4 * (k % 2), (k - 20) / 2); /* 80..119 */
+        for (int k = 30; k < 32; k++) {                                                /* 120..127 */
+            const int n0 = 2 * (k - 30);
+            const uint8_t h0 = b[QS], h1 = b[QS + 1];
+            c[k] = (uint8_t)(trit_lut[h0][n0] | trit_lut[h1][n0] << 2 | trit_lut[h0][n0 + 1] << 4 | trit_lut[h1][n0 + 1] << 6);
+        }
     }
 }

@@ -345,9 +345,20 @@ static int pack_from_file(bs_weight *w, int fd, const gguf_file *f, bs_pool *poo
     return 0;
 }
 
+typedef struct transcode_job { const bs_weight *w; const uint8_t *src; size_t src_row; } transcode_job;
+
+static void transcode_rows(void *ctx, int ith, int nth) {
+    const transcode_job *j = ctx;
+    int64_t lo, hi;
+    bs_pool_split(j->w->ne1, 1, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++)
+        bs_ptq1_0_to_pq2_0(j->src + (size_t)r * j->src_row, (uint8_t *)j->w->data + (size_t)r * j->w->row_bytes, j->w->ne0);
+}
+
 int bs_model_transcode(bs_model *m, int i, bs_pool *pool) {
     bs_weight *w = m->transcoded[i].w;
-    bs_ptq1_0_to_pq2_0(m->transcoded[i].src, (void *)w->data, w->ne0 * w->ne1);
+    transcode_job j = {w, m->transcoded[i].src, bs_row_size(BS_PTQ1_0, w->ne0)};
+    bs_pool_run(pool, transcode_rows, &j);
     w->packed = NULL;
     w->pack_kind = 0;   /* none (matmul.h) */
     return bs_weight_packable(w) ? bs_weight_pack_in_place(w, pool) : 0;
