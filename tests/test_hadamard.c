@@ -8,7 +8,7 @@
  *   terms see x as given.
  * - A folded model (synth --hadamard) gives the plain model's logits; each broken key of the
  *   fold is refused with an error that names it. (Against an independent float64 reference:
- *   tests/test_ref_vs_engine.py.) */
+ *   tests/test_ref_vs_engine.py; on the Vulkan device: tests/test_vulkan_model.py.) */
 #include "bitspark.h"
 #include "cpu/compute.h"
 #include "formats/gguf.h"
@@ -372,12 +372,6 @@ static void test_refusals(const char *folded) {
         }
         bs_model_free(m);
     }
-    /* a GPU named for a folded file says why it is refused (the device's forward has no rotation) */
-    bs_model_params p = {.device = "vulkan"};
-    bs_model *m = bs_model_load(folded, &p);
-    CHECKF(!m && strstr(bitspark_last_error(), "run on the CPU only"), "--device vulkan: %s",
-           m ? "(loaded)" : bitspark_last_error());
-    bs_model_free(m);
     gguf_close(src);
 }
 

@@ -116,6 +116,55 @@ def check_ptq1_0():
             print('tiny-ptq1_0 vulkan: the same bits as tiny-q2_0')
 
 
+def synth(path, *args):
+    r = subprocess.run([BITSPARK, 'synth', '--preset', 'tiny', '-o', path] + list(args), capture_output=True, text=True)
+    if r.returncode:
+        fail('synth %s: %s' % (' '.join(args), r.stderr.strip()[-300:]))
+    return r.returncode == 0
+
+
+def check_folded():
+    """PrismML's Hadamard fold (Bonsai 2) on the device: the folded f32 model gives the plain
+    model's logits (rotate.comp before each folded product, the token table rotated back); a
+    folded q1_0 model gives the same bits however batched, and the CPU's logits (up to int8
+    rounding ties: a rotation spreads any float difference over its whole block)."""
+    plain, folded = os.path.join(TMP, 'vk_fold_plain.gguf'), os.path.join(TMP, 'vk_fold_f32.gguf')
+    if not (synth(plain, '--type', 'f32', '--seed', '5') and synth(folded, '--type', 'f32', '--seed', '5', '--hadamard', '64')):
+        return
+    toks = [5, 17, 99, 3, 250, 77, 8, 1000, 12]
+    a, b = os.path.join(TMP, 'vk_fold_a.f32'), os.path.join(TMP, 'vk_fold_b.f32')
+    if not (logits(plain, toks, 4, a, '--kv-type', 'f32') and logits(folded, toks, 4, b, '--kv-type', 'f32')):
+        return
+    pa, fb = rows(a, 1024), rows(b, 1024)
+    err = (np.linalg.norm(pa - fb, axis=1) / np.linalg.norm(pa, axis=1)).max()
+    print('folded f32 vulkan: worst %.2e from the plain model' % err)
+    if err > 1e-5:
+        fail('folded f32 on the device: %.2e from the plain model (> 1e-5)' % err)
+    if SANITIZED:
+        return
+    q = os.path.join(TMP, 'vk_fold_q1_0.gguf')
+    if not synth(q, '--type', 'q1_0', '--seed', '9', '--hadamard', '128'):
+        return
+    outs = []
+    for batch in (len(toks), 1, 4):
+        out = os.path.join(TMP, 'vk_fold_q%d.f32' % batch)
+        if not logits(q, toks, batch, out):
+            return
+        outs.append(open(out, 'rb').read())
+    if any(o != outs[0] for o in outs[1:]):
+        return fail('folded q1_0 on the device: logits depend on the batching')
+    cpu = os.path.join(TMP, 'vk_fold_cpu.f32')
+    run([BITSPARK, 'logits', '-m', q, '--tokens', ','.join(map(str, toks)), '--batch', '4', '-o', cpu, '--device', 'cpu'])
+    ref, ours = rows(cpu, 1024), rows(os.path.join(TMP, 'vk_fold_q9.f32'), 1024)
+    err = np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    flips = int(np.sum(((top2[:, 1] - top2[:, 0]) >= MARGIN) & (ours.argmax(axis=1) != ref.argmax(axis=1))))
+    print('folded q1_0 vulkan: the same bits batched 9, 1, 4; vs the CPU median %.2e worst %.2e, argmax changes %d'
+          % (np.median(err), err.max(), flips))
+    if np.median(err) > Q_MEDIAN or err.max() > Q_WORST or flips:
+        fail('folded q1_0 on the device vs the CPU: median %.2e, worst %.2e, argmax changes %d' % (np.median(err), err.max(), flips))
+
+
 def check_f16_kv():
     meta = json.load(open(os.path.join(FIX, 'tiny-f32.json')))
     nv, prompt, greedy = meta['n_vocab'], meta['prompt_tokens'], meta['greedy_tokens']
@@ -482,13 +531,14 @@ def main():
         print('skipped: %s' % r.stdout.strip().splitlines()[-1])
         return SKIP
     if REST:   # what the sanitizer build leaves out of these checks (part())
-        for check in (check_batching, check_staged, check_fusions, check_asum, check_split, check_ptq1_0):
+        for check in (check_batching, check_staged, check_fusions, check_asum, check_split, check_ptq1_0, check_folded):
             check()
         print('%d failures (the rest of the sanitizer build\'s checks)' % len(failures))
         return 1 if failures else 0
     for name in MODELS:
         check_fixture(name)
     check_f16_kv()
+    check_folded()
     if not SANITIZED:   # (its host side is the Q2 path's, which the sanitizer build runs)
         check_ptq1_0()
     check_batching()

@@ -16,8 +16,12 @@
 #include <string.h>
 
 static bs_vk_tensor tensor_of(const bs_weight *w) {
-    return (bs_vk_tensor){.type = w->type, .ne0 = w->ne0, .ne1 = w->ne1, .data = w->data, .row_bytes = w->row_bytes,
-                          .name = w->name};
+    bs_vk_tensor t = {.type = w->type, .ne0 = w->ne0, .ne1 = w->ne1, .data = w->data, .row_bytes = w->row_bytes,
+                      .name = w->name};
+    if (w->rot)   /* a Bonsai 2 file's fold (cpu/matmul.h), as the device takes it */
+        t.fold = (bs_vk_fold){w->rot->block, w->rot->width, w->rot->signs, w->rot->perm_hd, w->rot->perm_nk,
+                              w->rot->perm_rep, w->rot->inverse != 0};
+    return t;
 }
 
 /* The network as the backend takes it (ld: its layers, the caller frees them). */
@@ -94,8 +98,6 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
     name_cpu(m);
     if (kind == BS_DEVICE_CPU) return 0;
     const bool named = kind == BS_DEVICE_VULKAN;
-    if (m->fold && named)   /* the device's forward has no rotation step yet */
-        return bs_error("--device %s: this file's Hadamard-folded weights (Bonsai 2) run on the CPU only", spec);
     if (!named) {
         if (!bs_vk_built()) return 0;
         index = bs_vk_pick(false);
@@ -111,10 +113,6 @@ int bs_model_choose_device(bs_model *m, const char *spec) {
         char why[512];
         snprintf(why, sizeof why, "%s", bs_last_error() && *bs_last_error() ? bs_last_error() : "no Vulkan device");
         return bs_error("--device %s: %s", spec, why);
-    }
-    if (m->fold) {
-        bs_log(1, "device: this file's Hadamard-folded weights (Bonsai 2) run on the CPU only; using the CPU\n");
-        return 0;
     }
     if (!(m->vk = bs_vk_open(index)) || !(m->vk_net = upload(m))) {
         if (named) return bs_error_prefix("--device %s: ", spec);

@@ -123,12 +123,23 @@ void bs_vk_memory_plan(const bs_vk_device_info *d, char *out, size_t n);
 
 /* A weight matrix as the model holds it: ne1 rows of ne0 elements of ggml type `type`, rows of
  * row_bytes (formats/quant.h's layout), contiguous from data. */
+/* The Hadamard fold a tensor's rows carry (PrismML's Bonsai 2; cpu/matmul.h's bs_rotation:
+ * block 0 = none): its products take x rotated, an embedding's rows are rotated back. */
+typedef struct bs_vk_fold {
+    int block;
+    int64_t width;
+    const float *signs;      /* width values of +-1, or NULL */
+    int perm_hd, perm_nk, perm_rep;
+    bool inverse;
+} bs_vk_fold;
+
 typedef struct bs_vk_tensor {
     int type;
     int64_t ne0, ne1;
     const void *data;
     size_t row_bytes;
     const char *name;
+    bs_vk_fold fold;
 } bs_vk_tensor;
 
 /* What the model layer hands the backend to put a network on the device (the forward that will

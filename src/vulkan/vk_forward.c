@@ -66,6 +66,17 @@ static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, in
                     const mv_gate *gt) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_buf *x0 = x;   /* LoRA terms read the float input */
+    if (W->rot) {   /* a folded weight: x gated, then rotated into xrot, which is quantized */
+        if (gt) {
+            TRY(ew(c, gt->ew_mode, x, gt->g, x, (uint64_t)n * W->ne0, gt->H, gt->D));
+            bs_vk_barrier(c);
+            gt = NULL;
+        }
+        TRY(bs_vk_record_rotate(c, W->rot, x, &s->xrot, n));
+        bs_vk_barrier(c);
+        x = &s->xrot;
+        quantize = true;
+    }
     const bool quant = W->kernel != BS_VK_K_MV_F32 && quantize;
     if (gt && !quant) {       /* a float product: the gate on its own */
         TRY(ew(c, gt->ew_mode, x, gt->g, x, (uint64_t)n * W->ne0, gt->H, gt->D));
@@ -96,6 +107,14 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
 static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
                      const bs_vk_buf *x, int n, const bs_vk_buf *const *conv) {
     bs_vk_ctx *c = s->net->c;
+    if (s->net->folded) {   /* each its own quantization (rotated or not) of x, after the one before */
+        for (int i = 0; i < nw; i++) {
+            if (i) bs_vk_barrier(c);
+            TRY(mv(s, W[i], x, n, y[i], true));
+        }
+        bs_vk_barrier(c);
+        return 0;
+    }
     const bs_vk_matrix *cm[BS_VK_CAT_MAX];
     const bs_vk_buf *cy[BS_VK_CAT_MAX];
     int nc = 0;
@@ -160,6 +179,10 @@ static int embed(bs_vk_sess *s, int n) {
         TRY(bs_vk_dispatch(c, k, bb, push, bs_vk_groups((uint64_t)m->ne0, 64), (uint32_t)n, 1));
     }
     bs_vk_barrier(c);
+    if (m->rot) {   /* a folded table's rows rotated back, in place */
+        TRY(bs_vk_record_rotate(c, m->rot, &s->x, &s->x, n));
+        bs_vk_barrier(c);
+    }
     return 0;
 }
 
@@ -294,7 +317,7 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part 
 static bool gdn_fusable(const bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const bs_vk_matrix *q = L->qkv, *Wo = L->ssm_out;
-    return !pt && n <= 8 && !s->net->no_gdnf && L->cat && bs_vk_conv_fusable(L->cat) && q->borrowed && q->rbase == 0 &&
+    return !pt && n <= 8 && !s->net->no_gdnf && !s->net->folded && L->cat && bs_vk_conv_fusable(L->cat) && q->borrowed && q->rbase == 0 &&
            !q->lora && q->ne1 == hp->conv_dim && hp->conv_kernel >= 1 && hp->conv_kernel <= 9 && hp->d_k <= 256 &&
            hp->d_v <= 256 && hp->d_v % 32 == 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act;
 }
@@ -341,7 +364,7 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm); for an integer product the
      * gate and the int8 quantization in the norm's dispatch, else the gate in the product's */
     const bs_vk_matrix *Wo = L->ssm_out;
-    if (Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && dv % 32 == 0) {
+    if (Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->rot && dv % 32 == 0) {
         norm_push p = {dv, 0, 1, nv, nv * dv, dv, 0, 0, hp->eps, NORM_GATE | NORM_QUANT};
         const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, NULL, &s->aq, &s->as, &s->am, &s->b};
         TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
@@ -421,7 +444,7 @@ static int attn_main(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
 /* Whether the output gate and the int8 blocks of the output product go in attention's epilogue. */
 static bool attn_quant(const bs_vk_sess *s, const vk_layer *L) {
     const bs_vk_matrix *Wo = L->wo;
-    return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
+    return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->rot && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
 }
 
 /* A batch's split attentions ATT_BATCH sequences to a dispatch (attn_split_b.comp: workgroup z
@@ -506,7 +529,7 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
 static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     bs_vk_ctx *c = s->net->c;
     s->normed = 0;
-    if (bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
+    if (!s->net->folded && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
         const bs_vk_matrix *Wd = L->ffn_down;
         /* the down product's int8 blocks in the GLU's epilogue, into the second set */
         const bool qo = Wd->kernel != BS_VK_K_MV_F32 && !Wd->act && L->ffn_gate->ne1 % 32 == 0 && !s->net->no_gluq;

@@ -135,6 +135,7 @@ enum bs_vk_kernel {
     BS_VK_K_ATTN_SPLIT_B,             /* up to 4 sequences' split attention in one dispatch */
     BS_VK_K_ATTN_NC_SPLIT,            /* the drafter block's attention split over the context */
     BS_VK_K_DRAFT_DRAW,               /* a sampled draft predicted from its slot's list */
+    BS_VK_K_ROTATE,                   /* the Hadamard fold's rotation of activations (vk_rotate.c) */
     BS_VK_K_COUNT
 };
 
@@ -237,7 +238,25 @@ struct bs_vk_matrix {
     bool borrowed;
     char *name;                  /* the model's tensor name (LoRA adapters find it by name) */
     bs_vk_lora *lora;            /* adapters, in the order given */
+    const struct bs_vk_rot *rot; /* the fold its rows carry (vk_rotate.c), or NULL */
 };
+
+/* vk_rotate.c: a fold's rotation on the device (rotate.comp); the net keeps one per distinct
+ * fold (key: the host's sign vector, width, regrouping and direction). */
+typedef struct bs_vk_rot {
+    bs_vk_buf signs;
+    bool has_signs;
+    uint32_t block, width, hd, nk, rep, inverse;
+    float scale;                 /* 1 / sqrt(block), rounded as the CPU path rounds it */
+    const float *key;
+} bs_vk_rot;
+enum { BS_VK_MAX_ROTS = 16, BS_VK_ROT_MAX_BLOCK = 4096 };
+/* The rotation of fold f among rots[*n] (made and appended when new): NULL with bs_error (a block
+ * rotate.comp does not take, too many folds, out of memory). */
+const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_vk_fold *f);
+void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n);
+/* Record: y = the n rows of x rotated by r (x == y only for a fold without regrouping). */
+int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n);
 
 /* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */

@@ -7,6 +7,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Upload t into *m and give it its fold's rotation (the fold stays with the matrix through sleep). */
+static int upload(bs_vk_net *net, bs_vk_matrix **m, const bs_vk_tensor *t) {
+    if (bs_vk_upload_mat(net->c, m, t)) return -1;
+    if (t->fold.block && !((*m)->rot = bs_vk_rot_get(net->c, net->rots, &net->n_rots, &t->fold))) return -1;
+    return 0;
+}
+
+/* A mixer's input products: one layout where they share a format (bs_vk_upload_inputs), apart
+ * in a folded model (their rotations differ: alpha and beta take x as it is). */
+static int upload_inputs(bs_vk_net *net, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
+    if (!net->folded) return bs_vk_upload_inputs(net->c, lay, t, m, n);
+    for (int i = 0; i < n; i++)
+        if (upload(net, m[i], t[i])) return -1;
+    return 0;
+}
+
+static bool folded(const bs_vk_net_desc *d) {
+    if (d->tok_embd.fold.block || d->output.fold.block) return true;
+    for (int il = 0; il < d->n_layer; il++) {
+        const bs_vk_layer_desc *l = &d->layers[il];
+        const bs_vk_tensor *t[] = {&l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->qkv, &l->gate, &l->beta, &l->alpha,
+                                   &l->ssm_out, &l->wq, &l->wk, &l->wv, &l->wo};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+            if (t[i]->fold.block) return true;
+    }
+    return false;
+}
+
 static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) {
     bs_vk_ctx *c = net->c;
     const bs_vk_net_desc *hp = &net->hp;
@@ -14,8 +42,8 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
     L->rec = d->recurrent;
     L->slot = d->recurrent ? net->n_rec++ : net->n_att++;
     if (bs_vk_upload_vec(c, &L->attn_norm, d->attn_norm, E) || bs_vk_upload_vec(c, &L->post_norm, d->post_norm, E) ||
-        bs_vk_upload_mat(c, &L->ffn_gate, &d->ffn_gate) || bs_vk_upload_mat(c, &L->ffn_up, &d->ffn_up) ||
-        bs_vk_upload_mat(c, &L->ffn_down, &d->ffn_down))
+        upload(net, &L->ffn_gate, &d->ffn_gate) || upload(net, &L->ffn_up, &d->ffn_up) ||
+        upload(net, &L->ffn_down, &d->ffn_down))
         return -1;
     if (d->recurrent) {
         const int nv = hp->n_v_heads;
@@ -26,13 +54,13 @@ static int upload_layer(bs_vk_net *net, vk_layer *L, const bs_vk_layer_desc *d) 
         free(g);
         const bs_vk_tensor *t[4] = {&d->qkv, &d->gate, &d->beta, &d->alpha};
         bs_vk_matrix **m[4] = {&L->qkv, &L->gate, &L->beta, &L->alpha};
-        return rc || bs_vk_upload_inputs(c, &L->cat, t, m, 4) || bs_vk_upload_mat(c, &L->ssm_out, &d->ssm_out) ||
+        return rc || upload_inputs(net, &L->cat, t, m, 4) || upload(net, &L->ssm_out, &d->ssm_out) ||
                bs_vk_upload_vec(c, &L->conv1d, d->conv1d, (size_t)hp->conv_dim * hp->conv_kernel) ||
                bs_vk_upload_vec(c, &L->ssm_norm, d->ssm_norm, (size_t)hp->d_v) ? -1 : 0;
     }
     const bs_vk_tensor *t[3] = {&d->wq, &d->wk, &d->wv};
     bs_vk_matrix **m[3] = {&L->wq, &L->wk, &L->wv};
-    return bs_vk_upload_inputs(c, &L->cat, t, m, 3) || bs_vk_upload_mat(c, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
+    return upload_inputs(net, &L->cat, t, m, 3) || upload(net, &L->wo, &d->wo) || bs_vk_upload_vec(c, &L->q_norm, d->q_norm, (size_t)hp->head_dim) ||
            bs_vk_upload_vec(c, &L->k_norm, d->k_norm, (size_t)hp->head_dim) ? -1 : 0;
 }
 
@@ -54,6 +82,10 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
+    /* a folded model: every fusion that quantizes a product's input in the step before it off
+       (the rotation comes between), the attention's q/k fusion kept */
+    n->folded = folded(d);
+    if (n->folded) n->no_gluq = n->no_attq = n->no_normo = n->no_gdnf = true;
     /* a batch's conv and delta rule: one dispatch for its sequences on a GPU; on a CPU device,
      * whose delta rule walks the state in memory, a dispatch per sequence (lavapipe: the state
      * reads through the sequences' bindings made 8 sessions' passes 35% slower); the same bits
@@ -66,7 +98,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     const char *ch = getenv("BITSPARK_VK_ATTN_CHUNK");
     n->attn_chunk = ch && atoi(ch) > 0 ? atoi(ch) : 256;
     n->L = bs_xcalloc((size_t)d->n_layer, sizeof *n->L);
-    int rc = bs_vk_upload_mat(c, &n->embd, &d->tok_embd) || bs_vk_upload_mat(c, &n->output, &d->output) ||
+    int rc = upload(n, &n->embd, &d->tok_embd) || upload(n, &n->output, &d->output) ||
              bs_vk_upload_vec(c, &n->out_norm, d->output_norm, (size_t)d->n_embd);
     for (int il = 0; il < d->n_layer && !rc; il++) rc = upload_layer(n, &n->L[il], &d->layers[il]);
     if (rc) {
@@ -95,6 +127,7 @@ void bs_vk_net_free(bs_vk_net *n) {
     bs_vk_buf_free(c, &n->out_norm);
     bs_vk_buf_free(c, &n->rp_cc);
     bs_vk_buf_free(c, &n->rp_d);
+    bs_vk_rots_free(c, n->rots, n->n_rots);
     free(n->L);
     free(n);
 }

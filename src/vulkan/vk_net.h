@@ -43,6 +43,11 @@ struct bs_vk_net {
                                      first use, shared: replays are waited for) */
     int n_sess;                   /* sessions and batches alive (their recordings bind the weights) */
     bool asleep;                  /* the weights' buffers are freed (bs_vk_net_sleep) */
+    /* a Hadamard-folded model (Bonsai 2): its rotations, and the products run unfused (every
+       quantization after its rotation; vk_forward.c) */
+    bool folded;
+    bs_vk_rot rots[BS_VK_MAX_ROTS];
+    int n_rots;
 };
 
 enum { KEY_TAPS = 8 };
@@ -76,6 +81,7 @@ struct bs_vk_sess {
     size_t wa, wb, wc, wd, wq;    /* scratch widths (floats per row) */
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
     bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
+    bs_vk_buf xrot;               /* a folded product's input rotated (vk_rotate.c) */
     bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
     bs_vk_buf apart, acnt;        /* attn_split.comp's per-chunk partials and its (row, KV head) counters */
     bs_vk_buf agrp;               /* a batch's scratch: attn_split_b's workgroups, per 4 sequences */

@@ -78,7 +78,8 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->d, 4 * B * s->wd, false) ||
              bs_vk_buf_new(c, &s->ga, 4 * B * (size_t)hp->n_v_heads, false) ||
              bs_vk_buf_new(c, &s->gbeta, 4 * B * (size_t)hp->n_v_heads, false) ||
-             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
+             bs_vk_buf_new(c, &s->aq, B * s->wq, false) || bs_vk_buf_new(c, &s->xr, 4 * B * s->wq, false) ||
+             bs_vk_buf_new(c, &s->xrot, net->folded ? 4 * B * s->wq : 16, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
              bs_vk_counters_new(c, &s->cnt, 4 * CNT_GROUPS) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
@@ -131,7 +132,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     bs_vk_ctx *c = s->net->c;
     if (s->ahead) bs_vk_sess_wait(s, s->ahead_io);   /* its buffers are about to go */
     s->net->n_sess--;
-    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->agrp, &s->dcnt, &s->xr,
+    bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->agrp, &s->dcnt, &s->xr, &s->xrot,
                        &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
                        &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->rp_a, &s->rp_ga, &s->rp_gb,
                        &s->unif, &s->unif_alt, &s->topv_alt};

@@ -1,0 +1,45 @@
+#version 450
+// rotate.comp: the activation side of PrismML's Hadamard fold (cpu/rotation.c, the same
+// operations in the same order, so the same bits): a workgroup per (block, row). Forward: the
+// V heads regrouped (hd > 0: the tiled [rep][nk][hd] order to [nk][rep][hd]), the signs, the
+// butterflies of the Walsh-Hadamard transform, the scale. Inverse: butterflies, scale, signs.
+// In place only without the regrouping (a workgroup reads its block before writing it).
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, binding = 2) readonly buffer S { float sg[]; };
+layout(push_constant) uniform Push { uint width, block, hd, nk, rep, inverse, signs; float scale; } p;
+
+shared float v[4096];
+
+void main() {
+    const uint b0 = gl_WorkGroupID.x * p.block, base = gl_WorkGroupID.y * p.width, t = gl_LocalInvocationID.x;
+    for (uint j = t; j < p.block; j += 256u) {
+        const uint e = b0 + j;
+        uint src = e;
+        if (p.hd > 0u) {
+            const uint g = e / p.hd, k = g / p.rep, i = g % p.rep;
+            src = (i * p.nk + k) * p.hd + e % p.hd;
+        }
+        float a = x[base + src];
+        if (p.inverse == 0u && p.signs != 0u) a *= sg[e];
+        v[j] = a;
+    }
+    barrier();
+    for (uint len = 1u; len < p.block; len <<= 1u) {
+        for (uint q = t; q < p.block / 2u; q += 256u) {
+            const uint i = (q / len) * 2u * len + q % len;
+            precise float a = v[i], c = v[i + len];
+            precise float s0 = a + c;
+            precise float s1 = a - c;
+            v[i] = s0;
+            v[i + len] = s1;
+        }
+        barrier();
+    }
+    for (uint j = t; j < p.block; j += 256u) {
+        precise float a = v[j] * p.scale;
+        if (p.inverse != 0u && p.signs != 0u) a *= sg[b0 + j];
+        y[base + b0 + j] = a;
+    }
+}

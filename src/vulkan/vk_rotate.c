@@ -1,0 +1,45 @@
+/* vk_rotate.c: PrismML's Hadamard fold on the device (Bonsai 2 files: cpu/rotation.c is the
+ * CPU's side). A folded matrix's products take their activations rotated by rotate.comp, which
+ * does the CPU's operations in the CPU's order, so the int8 blocks quantized from them, and the
+ * integer sums, are the CPU's. */
+#include "vulkan/vk_internal.h"
+#include "io/util.h"
+
+#include <math.h>
+
+const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_vk_fold *f) {
+    const uint32_t hd = f->perm_hd > 0 ? (uint32_t)f->perm_hd : 0;
+    for (int i = 0; i < *n; i++) {
+        const bs_vk_rot *r = &rots[i];
+        if (r->key == f->signs && r->width == (uint32_t)f->width && r->block == (uint32_t)f->block && r->hd == hd &&
+            (!hd || (r->nk == (uint32_t)f->perm_nk && r->rep == (uint32_t)f->perm_rep)) && r->inverse == (uint32_t)f->inverse)
+            return r;
+    }
+    if (f->block < 2 || f->block > BS_VK_ROT_MAX_BLOCK || f->width % f->block || f->width > (1 << 24)) {
+        bs_error("Vulkan: a Hadamard block of %d over %lld inputs (rotate.comp takes powers of two up to %d)", f->block,
+                 (long long)f->width, BS_VK_ROT_MAX_BLOCK);
+        return NULL;
+    }
+    if (*n == BS_VK_MAX_ROTS) {
+        bs_error("Vulkan: more than %d Hadamard rotations", BS_VK_MAX_ROTS);
+        return NULL;
+    }
+    bs_vk_rot *r = &rots[*n];
+    *r = (bs_vk_rot){.has_signs = f->signs != NULL, .block = (uint32_t)f->block, .width = (uint32_t)f->width, .hd = hd,
+                     .nk = hd ? (uint32_t)f->perm_nk : 0, .rep = hd ? (uint32_t)f->perm_rep : 0,
+                     .inverse = f->inverse, .scale = (float)(1.0 / sqrt((double)f->block)), .key = f->signs};
+    if (f->signs && bs_vk_upload_vec(c, &r->signs, f->signs, (size_t)f->width)) return NULL;
+    (*n)++;
+    return r;
+}
+
+void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n) {
+    for (int i = 0; i < n; i++) bs_vk_buf_free(c, &rots[i].signs);
+}
+
+int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n) {
+    struct { uint32_t width, block, hd, nk, rep, inverse, signs; float scale; } p = {
+        r->width, r->block, r->hd, r->nk, r->rep, r->inverse, r->has_signs, r->scale};
+    const bs_vk_buf *bb[3] = {x, y, r->has_signs ? &r->signs : NULL};
+    return bs_vk_dispatch(c, BS_VK_K_ROTATE, bb, &p, r->width / r->block, (uint32_t)n, 1);
+}
