@@ -13,10 +13,12 @@
 #include "cpu/compute.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
+#include "formats/quantize.h"
 #include "io/threadpool.h"
 #include "io/util.h"
 #include "model/lora.h"
 #include "model/qwen35.h"
+#include "dspark/dspark.h"
 #include "test.h"
 #include "tools/synth.h"
 
@@ -293,7 +295,8 @@ typedef struct edit {
     const char *expect;
 } edit;
 
-static int write_copy(const gguf_file *src, const edit *e, const char *path) {
+/* A copy of src with e's change (and without the tensor drop, if any). */
+static int write_copy(const gguf_file *src, const edit *e, const char *path, const char *drop) {
     gguf_writer *w = gguf_w_open(path);
     if (!w) return -1;
     for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
@@ -322,11 +325,147 @@ static int write_copy(const gguf_file *src, const edit *e, const char *path) {
     }
     for (uint64_t i = 0; i < src->n_tensors; i++) {
         const gguf_tensor *t = &src->tensors[i];
+        if (drop && !strcmp(t->name, drop)) continue;
         if (gguf_w_add_tensor(w, t->name, t->type, t->n_dims, t->ne) < 0) { gguf_w_abort(w); return -1; }
     }
     for (uint64_t i = 0; i < src->n_tensors; i++)
-        if (gguf_w_write(w, src->tensors[i].data, (size_t)src->tensors[i].nbytes)) { gguf_w_abort(w); return -1; }
+        if (!(drop && !strcmp(src->tensors[i].name, drop)) &&
+            gguf_w_write(w, src->tensors[i].data, (size_t)src->tensors[i].nbytes)) {
+            gguf_w_abort(w);
+            return -1;
+        }
     return gguf_w_close(w);
+}
+
+/* A tied output (version 2, or 1 without output.weight): the latent token table multiplies the
+ * rotated final norm, and gives its rows back through the inverse. */
+static void test_tied(const char *plain, const char *folded) {
+    char tp[1024], tf[1024], t1[1024];
+    snprintf(tp, sizeof tp, "%s/hadamard_tied_plain.gguf", tmpdir);
+    snprintf(tf, sizeof tf, "%s/hadamard_tied_v2.gguf", tmpdir);
+    snprintf(t1, sizeof t1, "%s/hadamard_tied_v1.gguf", tmpdir);
+    const edit same = {"tied plain", "general.name", SET_STR, 0, "tied", {0}, NULL},
+               v2 = {"tied v2", "prism.hadamard.version", SET_U32, 2, NULL, {0}, NULL},
+               v1 = {"tied v1", "prism.hadamard.version", SET_U32, 1, NULL, {0}, NULL};
+    const char *out = "output.weight";
+    gguf_file *p = gguf_open(plain, 0), *f = gguf_open(folded, 0);
+    CHECKF(p && f && !write_copy(p, &same, tp, out) && !write_copy(f, &v2, tf, out) && !write_copy(f, &v1, t1, out),
+           "tied copies: %s", bitspark_last_error());
+    gguf_close(p);
+    gguf_close(f);
+    const int32_t toks[] = {4, 90, 600, 31};
+    float *a = logits_of(tp, toks, 4), *b = logits_of(tf, toks, 4), *c = logits_of(t1, toks, 4);
+    CHECKF(a && b && c, "tied models: %s", bitspark_last_error());
+    if (a && b && c) {
+        CHECKF(rel_l2(a, b, 4 * 1024) < 1e-5, "tied, version 2: %g from the plain tied model", rel_l2(a, b, 4 * 1024));
+        CHECKF(rel_l2(a, c, 4 * 1024) < 1e-5, "tied, version 1: %g from the plain tied model", rel_l2(a, c, 4 * 1024));
+    }
+    free(a), free(b), free(c);
+
+    /* the same tied model in PTQ1_0: its table (the head too) runs as PQ2_0, the same bits */
+    char pq[1024], pt[1024];
+    snprintf(pq, sizeof pq, "%s/hadamard_tied_pq2_0.gguf", tmpdir);
+    snprintf(pt, sizeof pt, "%s/hadamard_tied_ptq1_0.gguf", tmpdir);
+    for (int k = 0; k < 2; k++) {
+        bs_quantize_params qp;
+        bs_quantize_params_init(&qp);
+        qp.type = qp.output_type = qp.embd_type = k ? BS_PTQ1_0 : BS_PQ2_0;
+        CHECKF(!bs_quantize_file(tf, k ? pt : pq, &qp), "quantizing: %s", bitspark_last_error());
+        bs_quantize_params_free(&qp);
+    }
+    bs_model *m = bs_model_load(pt, NULL);
+    CHECKF(m && m->tok_embd.type == BS_PQ2_0 && m->output.data == m->tok_embd.data && m->output.type == BS_PQ2_0,
+           "a tied PTQ1_0 table: not transcoded for the head (%s)", m ? bs_type_name(m->output.type) : bitspark_last_error());
+    bs_model_free(m);
+    a = logits_of(pq, toks, 4), b = logits_of(pt, toks, 4);
+    CHECKF(a && b && !memcmp(a, b, sizeof(float) * 4 * 1024), "tied: PTQ1_0 logits differ from PQ2_0's");
+    free(a), free(b);
+}
+
+/* A drafter may fold its own LM head (output.weight only): its block's logits are the unfolded
+ * drafter's; the rows of the head are stored rotated with the file's signs. */
+static void test_drafter(void) {
+    char plain[1024], folded[1024];
+    snprintf(plain, sizeof plain, "%s/hadamard_drafter.gguf", tmpdir);
+    snprintf(folded, sizeof folded, "%s/hadamard_drafter_folded.gguf", tmpdir);
+    bs_synth_config c;
+    bs_synth_preset("drafter-tiny", &c);
+    c.seed = 6;
+    bs_synth_derive(&c, false, false);
+    CHECKF(!bs_synth_validate(&c) && !bs_synth_write(&c, plain), "drafter: %s", bitspark_last_error());
+    gguf_file *src = gguf_open(plain, 0);
+    const gguf_tensor *out = src ? gguf_find_tensor(src, "output.weight") : NULL;
+    CHECKF(out && out->type == BS_F32, "the drafter preset's output.weight (f32) is missing");
+    if (!out) { gguf_close(src); return; }
+    bs_rng g;
+    bs_rng_seed(&g, 77);
+    const int64_t E = out->ne[0], V = out->ne[1];
+    float *signs = random_signs(&g, E), *rows = malloc(sizeof(float) * (size_t)(E * V));
+    bs_rotation r = {64, E, signs, 0, 0, 0, 0};
+    bs_rotate_rows(&r, out->data, rows, V, NULL);
+    gguf_writer *w = gguf_w_open(folded);
+    for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
+    int32_t *sv = malloc(sizeof(int32_t) * (size_t)E), wid = (int32_t)E;
+    for (int64_t i = 0; i < E; i++) sv[i] = signs[i] > 0 ? 1 : -1;
+    const char *names[] = {"output.weight"};
+    gguf_w_set_u32(w, "prism.hadamard.block_size", 64);
+    gguf_w_set_str(w, "prism.hadamard.transform", "normalized-sylvester-walsh-hadamard");
+    gguf_w_set_str(w, "prism.hadamard.axis", "input-last-dimension");
+    gguf_w_set_str(w, "prism.hadamard.sign_mode", "explicit");
+    gguf_w_set_arr_i32(w, "prism.hadamard.sign_widths", &wid, 1);
+    gguf_w_set_arr_i32(w, "prism.hadamard.sign_values", sv, (uint64_t)E);
+    gguf_w_set_arr_str(w, "prism.hadamard.weight_names", names, 1);
+    for (uint64_t i = 0; i < src->n_tensors; i++)
+        gguf_w_add_tensor(w, src->tensors[i].name, src->tensors[i].type, src->tensors[i].n_dims, src->tensors[i].ne);
+    for (uint64_t i = 0; i < src->n_tensors; i++)
+        gguf_w_write(w, &src->tensors[i] == out ? (const void *)rows : src->tensors[i].data, (size_t)src->tensors[i].nbytes);
+    CHECKF(!gguf_w_close(w), "writing the folded drafter: %s", bitspark_last_error());
+    gguf_close(src);
+    free(sv), free(rows), free(signs);
+
+    float *lg[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        bs_dspark *d = bs_dspark_load(k ? folded : plain, NULL);
+        CHECKF(d != NULL, "loading the drafter: %s", bitspark_last_error());
+        if (!d) continue;
+        CHECKF(!bs_dspark_to_device(d, NULL, "cpu"), "--device cpu for a folded drafter: %s", bitspark_last_error());
+        bs_dspark_ctx *dc = bs_dspark_ctx_new(d, 64, NULL);
+        const size_t row = (size_t)d->hp.n_taps * (size_t)d->hp.n_embd;
+        float *taps = malloc(sizeof(float) * row * 3);
+        bs_rng t;
+        bs_rng_seed(&t, 5);
+        for (size_t i = 0; i < row * 3; i++) taps[i] = bs_rng_normal(&t);
+        const int B = d->hp.block_size;
+        lg[k] = malloc(sizeof(float) * (size_t)B * (size_t)d->hp.n_vocab);
+        CHECKF(dc && !bs_dspark_ctx_append(dc, taps, 3) && !bs_dspark_block(dc, 7, 3), "a drafter block: %s", bitspark_last_error());
+        if (dc) bs_dspark_logits(dc, 0, B, lg[k]);
+        if (k) {
+            double num = 0, den = 0;
+            for (size_t i = 0; i < (size_t)B * (size_t)d->hp.n_vocab; i++)
+                num += (lg[0][i] - lg[1][i]) * (double)(lg[0][i] - lg[1][i]), den += lg[0][i] * (double)lg[0][i];
+            CHECKF(sqrt(num / den) < 1e-5, "the folded drafter's block logits are %g from the plain drafter's", sqrt(num / den));
+        }
+        free(taps);
+        bs_dspark_ctx_free(dc);
+        bs_dspark_free(d);
+    }
+    free(lg[0]), free(lg[1]);
+}
+
+/* lora merge reads the V heads of ssm_out's regrouping from the metadata: ones that do not make
+ * its rows' width are refused (they would regroup past the row). */
+static void test_merge_hostile(const char *folded) {
+    char path[1024], adapter[1024], out[1024];
+    snprintf(path, sizeof path, "%s/hadamard_inner.gguf", tmpdir);
+    snprintf(adapter, sizeof adapter, "%s/hadamard_lora.gguf", tmpdir);
+    snprintf(out, sizeof out, "%s/hadamard_inner_merged.gguf", tmpdir);
+    const edit e = {"inner size", "qwen35.ssm.inner_size", SET_U32, 3840, NULL, {0}, NULL};
+    gguf_file *src = gguf_open(folded, 0);
+    CHECKF(src && !write_copy(src, &e, path, NULL), "copy: %s", bitspark_last_error());
+    gguf_close(src);
+    const int rc = merge(path, adapter, out);
+    CHECKF(rc && strstr(bitspark_last_error(), "do not make an input width"), "merging with 6 V heads of 640: %s",
+           rc ? bitspark_last_error() : "(merged)");
 }
 
 static void test_refusals(const char *folded) {
@@ -361,7 +500,7 @@ static void test_refusals(const char *folded) {
     snprintf(path, sizeof path, "%s/hadamard_case.gguf", tmpdir);
     for (size_t i = 0; i < BS_ARRAY_LEN(cases); i++) {
         const edit *e = &cases[i];
-        if (write_copy(src, e, path)) { CHECKF(false, "%s: writing the copy: %s", e->what, bitspark_last_error()); continue; }
+        if (write_copy(src, e, path, NULL)) { CHECKF(false, "%s: writing the copy: %s", e->what, bitspark_last_error()); continue; }
         bs_model *m = bs_model_load(path, NULL);
         const char *err = bitspark_last_error();
         if (!e->expect) CHECKF(m != NULL, "%s: %s", e->what, err);
@@ -389,6 +528,9 @@ int main(void) {
     }
     test_model(plain, folded);
     test_lora(plain, folded);
+    test_tied(plain, folded);
+    test_merge_hostile(folded);
+    test_drafter();
     test_refusals(folded);
     return test_summary("test_hadamard");
 }

@@ -57,8 +57,8 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
 int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
     bs_dspark_dev *dev = d->dev;
     if (dev->net) return 0;
-    if (d->fold || d->output.rot || d->tok_embd.rot) {   /* the device has no rotation step yet */
-        if (spec) return bs_error("--device %s: this drafter's Hadamard-folded weights run on the CPU only", spec);
+    const bool folded = d->fold || d->output.rot || d->tok_embd.rot;   /* the drafter's device path has no rotation */
+    if (folded && target && target->vk) {
         bs_log(1, "drafter: its Hadamard-folded weights run on the CPU\n");
         return 0;
     }
@@ -69,6 +69,12 @@ int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *
         int kind, index;
         if (bs_vk_parse_device(spec ? spec : "vulkan", &kind, &index)) return -1;
         if (kind == BS_DEVICE_CPU) return 0;
+        if (folded && kind == BS_DEVICE_VULKAN)
+            return bs_error("--device %s: this drafter's Hadamard-folded weights run on the CPU only", spec ? spec : "vulkan");
+        if (folded) {
+            bs_log(1, "drafter: its Hadamard-folded weights run on the CPU\n");
+            return 0;
+        }
         if (index < 0 && (index = bs_vk_pick(kind == BS_DEVICE_VULKAN)) < 0)
             return bs_error_prefix("drafter on %s: ", spec ? spec : "vulkan");
         if (!(dev->ctx = bs_vk_open(index))) return -1;

@@ -26,8 +26,7 @@ struct bs_hadamard {
     int64_t *widths;     /* [n_widths] */
     float **signs;       /* [n_widths] -> width values */
     int n_names;
-    char **names;        /* weight_names, then inverse_weight_names */
-    bool *inverse, *found;
+    struct fold_name { char *s; bool inverse, found; } *names;   /* both lists, sorted by name */
     int n_rots;
     bs_rotation rots[MAX_ROTS];
 };
@@ -126,19 +125,25 @@ static int read_names(const gguf_file *f, bs_hadamard *h, const char *key, bool 
         return bs_error("%s is not an array of names", key);
     const int base = h->n_names, n = (int)kv->val.n;
     h->names = bs_xrealloc(h->names, (size_t)(base + n) * sizeof *h->names);
-    h->inverse = bs_xrealloc(h->inverse, (size_t)(base + n) * sizeof *h->inverse);
-    h->found = bs_xrealloc(h->found, (size_t)(base + n) * sizeof *h->found);
     for (int i = 0; i < n; i++) {
         const char *s = gguf_get_arr_str(f, key, (uint64_t)i);
         if (!s) return bs_error_prefix("%s[%d]: ", key, i);
         const bool ok = inverse ? !drafter && !strcmp(s, "token_embd.weight") : foldable(s, drafter);
         if (!ok) return bs_error("%s names '%s', which %s cannot fold", key, s, drafter ? "a drafter" : "a model");
-        for (int k = 0; k < h->n_names; k++)
-            if (!strcmp(h->names[k], s)) return bs_error("prism.hadamard names '%s' twice", s);
-        h->names[h->n_names] = bs_xstrdup(s);
-        h->inverse[h->n_names] = inverse;
-        h->found[h->n_names++] = false;
+        h->names[h->n_names++] = (struct fold_name){bs_xstrdup(s), inverse, false};
     }
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const struct fold_name *)a)->s, ((const struct fold_name *)b)->s);
+}
+
+/* Sorted, for the loaders' look-ups; a name in both lists or twice in one is refused. */
+static int sort_names(bs_hadamard *h) {
+    if (h->n_names) qsort(h->names, (size_t)h->n_names, sizeof *h->names, by_name);
+    for (int i = 1; i < h->n_names; i++)
+        if (!strcmp(h->names[i - 1].s, h->names[i].s)) return bs_error("prism.hadamard names '%s' twice", h->names[i].s);
     return 0;
 }
 
@@ -158,7 +163,7 @@ int bs_hadamard_read(const gguf_file *f, bool drafter, bs_hadamard **out) {
     if (!any) return 0;
     bs_hadamard *h = bs_xcalloc(1, sizeof *h);
     if (read_header(f, h) || read_signs(f, h) || read_names(f, h, "prism.hadamard.weight_names", false, drafter) ||
-        read_names(f, h, "prism.hadamard.inverse_weight_names", true, drafter)) {
+        read_names(f, h, "prism.hadamard.inverse_weight_names", true, drafter) || sort_names(h)) {
         bs_hadamard_free(h);
         return -1;
     }
@@ -169,21 +174,26 @@ int bs_hadamard_read(const gguf_file *f, bool drafter, bs_hadamard **out) {
 void bs_hadamard_free(bs_hadamard *h) {
     if (!h) return;
     for (int i = 0; i < h->n_widths; i++) free(h->signs[i]);
-    for (int i = 0; i < h->n_names; i++) free(h->names[i]);
-    free(h->signs), free(h->widths), free(h->names), free(h->inverse), free(h->found);
+    for (int i = 0; i < h->n_names; i++) free(h->names[i].s);
+    free(h->signs), free(h->widths), free(h->names);
     free(h);
 }
 
 bool bs_hadamard_folds(bs_hadamard *h, const char *name, bool inverse) {
-    for (int i = 0; h && name && i < h->n_names; i++)
-        if (h->inverse[i] == inverse && !strcmp(h->names[i], name)) return h->found[i] = true;
-    return false;
+    if (!h || !name || !h->n_names) return false;
+    const struct fold_name key = {(char *)name, false, false};
+    struct fold_name *e = bsearch(&key, h->names, (size_t)h->n_names, sizeof *h->names, by_name);
+    return e && e->inverse == inverse ? (e->found = true) : false;
 }
 
 bool bs_hadamard_grouped(const bs_hadamard *h) { return h && h->grouped; }
 
 const bs_rotation *bs_hadamard_rotation(bs_hadamard *h, int64_t width, int perm_hd, int perm_nk, int perm_rep,
                                         bool inverse) {
+    if (perm_hd && (int64_t)perm_hd * perm_nk * perm_rep != width) {
+        bs_error("the V heads (%d x %d x %d) do not make an input width of %" PRId64, perm_rep, perm_nk, perm_hd, width);
+        return NULL;
+    }
     if (width % h->block) {
         bs_error("the Hadamard block %d does not divide an input width of %" PRId64, h->block, width);
         return NULL;
@@ -215,14 +225,14 @@ const bs_rotation *bs_hadamard_rotation(bs_hadamard *h, int64_t width, int perm_
 
 int bs_hadamard_check_all_found(const bs_hadamard *h) {
     for (int i = 0; h && i < h->n_names; i++)
-        if (!h->found[i])
-            return bs_error("prism.hadamard folds '%s', which is not a matrix this file's model has", h->names[i]);
+        if (!h->names[i].found)
+            return bs_error("prism.hadamard folds '%s', which is not a matrix this file's model has", h->names[i].s);
     return 0;
 }
 
 void bs_hadamard_describe(const bs_hadamard *h, char *buf, size_t n) {
     int fwd = 0;
-    for (int i = 0; i < h->n_names; i++) fwd += !h->inverse[i];
+    for (int i = 0; i < h->n_names; i++) fwd += !h->names[i].inverse;
     snprintf(buf, n, "Hadamard fold v%d: block %d, %d weights%s, %s signs%s", h->version, h->block, fwd,
              h->n_names > fwd ? " and the token embedding" : "", h->explicit_signs ? "explicit" : "identity",
              h->grouped ? ", DeltaNet V heads regrouped" : "");

@@ -361,7 +361,7 @@ int bs_model_transcode(bs_model *m, int i, bs_pool *pool) {
     bs_pool_run(pool, transcode_rows, &j);
     w->packed = NULL;
     w->pack_kind = 0;   /* none (matmul.h) */
-    return bs_weight_packable(w) ? bs_weight_pack_in_place(w, pool) : 0;
+    return m->transcoded[i].pack && bs_weight_packable(w) ? bs_weight_pack_in_place(w, pool) : 0;
 }
 
 /* PTQ1_0 (Bonsai 2's base-3 ternary, 1.75 bits per weight) has no SIMD kernel: its weights are
@@ -373,32 +373,44 @@ bool bs_model_transcoded(const bs_model *m, const bs_weight *w) {
     return false;
 }
 
+/* w to PQ2_0 in a buffer of its own (entry of m->transcoded); its PTQ1_0 bytes are given back
+ * (a wake transcodes them again from the file). */
+static int transcode_one(bs_model *m, bs_weight *w, bool pack, bs_pool **pool) {
+    const size_t row = bs_row_size(BS_PQ2_0, w->ne0), bytes = row * (size_t)w->ne1, src_bytes = w->row_bytes * (size_t)w->ne1;
+    void *buf = NULL;
+    if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0)
+        return bs_error("%s: out of memory for %zu bytes of PQ2_0", w->name, bytes);
+    madvise(buf, bytes, MADV_HUGEPAGE);
+    m->transcoded = bs_xrealloc(m->transcoded, (size_t)(m->n_transcoded + 1) * sizeof *m->transcoded);
+    m->transcoded[m->n_transcoded++] = (struct bs_transcoded){w, w->data, pack};
+    const void *src = w->data;
+    w->type = BS_PQ2_0;
+    w->row_bytes = row;
+    w->data = buf;
+    if (!*pool) *pool = bs_pool_new(0);
+    const int rc = bs_model_transcode(m, m->n_transcoded - 1, *pool);
+    bs_release_mapped(src, src_bytes);
+    return rc;
+}
+
+/* Every PTQ1_0 matrix, and a PTQ1_0 token table (read by rows: not packed; a tied output then
+ * multiplies by its PQ2_0 rows too). */
 static int transcode_weights(bs_model *m, bs_pool **pool) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        bs_weight *w = ws[i];
-        if (w->type != BS_PTQ1_0) continue;
-        const size_t row = bs_row_size(BS_PQ2_0, w->ne0), bytes = row * (size_t)w->ne1;
-        void *buf = NULL;
-        if (posix_memalign(&buf, (size_t)2 << 20, bytes) != 0) {
-            rc = bs_error("%s: out of memory for %zu bytes of PQ2_0", w->name, bytes);
-            break;
-        }
-        madvise(buf, bytes, MADV_HUGEPAGE);
-        m->transcoded = bs_xrealloc(m->transcoded, (size_t)(m->n_transcoded + 1) * sizeof *m->transcoded);
-        m->transcoded[m->n_transcoded++] = (struct bs_transcoded){w, w->data};
-        const size_t src_bytes = w->row_bytes * (size_t)w->ne1;
-        w->type = BS_PQ2_0;
-        w->row_bytes = row;
-        w->data = buf;
-        if (!*pool) *pool = bs_pool_new(0);
-        rc = bs_model_transcode(m, m->n_transcoded - 1, *pool);
-        if (m->file->mmapped) bs_release_mapped(m->transcoded[m->n_transcoded - 1].src, src_bytes);
-    }
+    for (int i = 0; i < n && !rc; i++)
+        if (ws[i]->type == BS_PTQ1_0) rc = transcode_one(m, ws[i], true, pool);
     free(ws);
-    return rc;
+    if (rc || m->tok_embd.type != BS_PTQ1_0) return rc;
+    const bool tied = m->output.data == m->tok_embd.data;
+    if (transcode_one(m, &m->tok_embd, false, pool)) return -1;
+    if (tied) {   /* (its own fold kept: the forward rotation) */
+        m->output.type = m->tok_embd.type;
+        m->output.row_bytes = m->tok_embd.row_bytes;
+        m->output.data = m->tok_embd.data;
+    }
+    return 0;
 }
 
 /* Repack the Q1_0 matrices for the fast kernel without doubling memory: a file read into memory

@@ -50,7 +50,7 @@ struct bs_model {
     struct bs_hadamard *fold;   /* a Bonsai 2 file's weight fold (hadamard.h), or NULL */
     /* PTQ1_0 weights run as PQ2_0 (the same trits and scales) in buffers of their own
      * (bs_model_transcode); src: their bytes in the file, to transcode again after a sleep */
-    struct bs_transcoded { bs_weight *w; const void *src; } *transcoded;
+    struct bs_transcoded { bs_weight *w; const void *src; bool pack; } *transcoded;
     int n_transcoded;
     int n_recurrent, n_attention;
     /* the device (device.h): NULL on the CPU */

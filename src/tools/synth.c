@@ -13,7 +13,7 @@
 
 /* --- presets ---------------------------------------------------------------------------------- */
 static const char *const preset_names[] = {
-    "tiny", "bonsai-27b", "ternary-bonsai-27b", "drafter-tiny", "drafter-bonsai-27b",
+    "tiny", "bonsai-27b", "ternary-bonsai-27b", "ternary-bonsai-2-27b", "drafter-tiny", "drafter-bonsai-27b",
     "drafter-ternary-bonsai-27b", NULL};
 
 const char *const *bs_synth_preset_names(void) { return preset_names; }
@@ -61,6 +61,15 @@ int bs_synth_preset(const char *name, bs_synth_config *c) {
         c->matrix_type = BS_Q2_0;
         c->ssm_ab_type = BS_BF16;
         c->ternary_family = true;
+    } else if (strcmp(name, "ternary-bonsai-2-27b") == 0) {
+        /* Ternary-Bonsai-2-27B's table: PTQ1_0 matrices and token table, BF16 alpha / beta, every
+         * foldable matrix and the token table Hadamard-folded in blocks of 1024 */
+        target_27b(c);
+        c->name = "bitspark-synth-ternary-bonsai-2-27b";
+        c->matrix_type = BS_PTQ1_0;
+        c->ssm_ab_type = BS_BF16;
+        c->ternary_family = true;
+        c->hadamard = 1024;
     } else if (strcmp(name, "drafter-tiny") == 0) {
         drafter_common(c);
         c->name = "bitspark-synth-drafter-tiny";
@@ -78,7 +87,7 @@ int bs_synth_preset(const char *name, bs_synth_config *c) {
         for (int i = 0; i < 5; i++) c->taps[i] = 1 + 15 * i;   /* 1, 16, 31, 46, 61 */
         bs_synth_drafter_pack(c, "q4_1");
     } else {
-        return bs_error("unknown preset '%s' (tiny, bonsai-27b, ternary-bonsai-27b, drafter-tiny, "
+        return bs_error("unknown preset '%s' (tiny, bonsai-27b, ternary-bonsai-27b, ternary-bonsai-2-27b, drafter-tiny, "
                         "drafter-bonsai-27b, drafter-ternary-bonsai-27b)", name);
     }
     return 0;
