@@ -5,6 +5,7 @@
 #include "formats/gguf.h"
 #include "formats/quant.h"
 #include "io/util.h"
+#include "model/hadamard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,36 @@ static void rewrite(const gguf_file *f) {
     unlink(path);
 }
 
+/* A Hadamard fold the file declares (Bonsai 2): read as a model's and as a drafter's, refused
+ * with a one-line error or its rotations made and run over widths up to 4096. */
+static void fold(const gguf_file *f) {
+    static float x[4096], y[4096];
+    for (int drafter = 0; drafter < 2; drafter++) {
+        bs_hadamard *h = NULL;
+        bs_clear_error();
+        if (bs_hadamard_read(f, drafter, &h)) {
+            const char *e = bs_last_error();
+            if (!e[0] || strchr(e, '\n')) abort();
+            continue;
+        }
+        if (!h) return;
+        char d[200];
+        bs_hadamard_describe(h, d, sizeof d);
+        for (int64_t w = 64; w <= 4096; w *= 2)
+            for (int k = 0; k < 3; k++) {
+                const bs_rotation *r = bs_hadamard_rotation(h, w, k == 1 ? 8 : 0, 2, (int)(w / 16), k == 2);
+                if (!r) continue;
+                if (r->width != w) abort();
+                for (int64_t i = 0; i < w; i++) x[i] = (float)(i % 7) - 3.0f;
+                bs_rotate_rows(r, x, y, 1, NULL);
+            }
+        bs_hadamard_folds(h, "output.weight", false);
+        bs_hadamard_folds(h, "token_embd.weight", true);
+        bs_hadamard_check_all_found(h);
+        bs_hadamard_free(h);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     bs_clear_error();
     gguf_file *f = gguf_open_memory(data, size);
@@ -74,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (acc == 0xdeadbeef) fputc(0, stderr);     /* keep the walk from being optimized away */
     rewrite(f);
+    fold(f);
     gguf_close(f);
     return 0;
 }

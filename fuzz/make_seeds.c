@@ -75,6 +75,32 @@ static void gguf_seed(const char *name, uint32_t align, uint32_t version, int n_
     }
 }
 
+/* A Bonsai 2 file's keys: the Hadamard fold (explicit signs for widths 64 and 128, a regrouped
+ * ssm_out) over a PTQ1_0 matrix and an inverse-folded token table. */
+static void fold_seed(void) {
+    gguf_writer *w = gguf_w_open(path_of("gguf", "bonsai2-fold.gguf"));
+    if (!w) die("bonsai2-fold.gguf");
+    int32_t widths[2] = {64, 128}, signs[192];
+    for (int i = 0; i < 192; i++) signs[i] = (i * 7 + i / 5) % 3 ? 1 : -1;
+    const char *names[] = {"output.weight", "blk.0.ssm_out.weight", "blk.0.attn_qkv.weight"}, *inv[] = {"token_embd.weight"};
+    gguf_w_set_str(w, "general.architecture", "qwen35");
+    gguf_w_set_u32(w, "prism.hadamard.version", 1);
+    gguf_w_set_u32(w, "prism.hadamard.block_size", 64);
+    gguf_w_set_str(w, "prism.hadamard.transform", "normalized-sylvester-walsh-hadamard");
+    gguf_w_set_str(w, "prism.hadamard.axis", "input-last-dimension");
+    gguf_w_set_str(w, "prism.hadamard.sign_mode", "explicit");
+    gguf_w_set_arr_i32(w, "prism.hadamard.sign_widths", widths, 2);
+    gguf_w_set_arr_i32(w, "prism.hadamard.sign_values", signs, 192);
+    gguf_w_set_arr_str(w, "prism.hadamard.weight_names", names, 3);
+    gguf_w_set_arr_str(w, "prism.hadamard.inverse_weight_names", inv, 1);
+    gguf_w_set_bool(w, "prism.hadamard.gdn_v_grouped", true);
+    const int64_t ne[2] = {128, 2};
+    if (gguf_w_add_tensor(w, "blk.0.ssm_out.weight", BS_PTQ1_0, 2, ne) < 0) die("bonsai2-fold.gguf");
+    uint8_t data[2 * 28];
+    fill(data, sizeof data, 9);
+    if (gguf_w_write(w, data, sizeof data) || gguf_w_close(w)) die("bonsai2-fold.gguf");
+}
+
 static void gguf_seeds(void) {
     const char *n1[] = {"token_embd.weight", "blk.0.attn_q.weight", "output_norm.weight"};
     const int t1[] = {BS_Q1_0, BS_Q8_0, BS_F32};
@@ -90,6 +116,7 @@ static void gguf_seeds(void) {
     const int64_t ne4[][2] = {{64, 2}, {256, 1}};
     gguf_seed("q4_1-q6_k-v2.gguf", 0, 2, 2, n2, t4, ne4, 0);
     gguf_seed("meta-only.gguf", 0, 3, 0, NULL, NULL, NULL, 40);
+    fold_seed();
 }
 
 static void st_seed(const char *name, int n_t, const char *const *names, const int *dtypes,
