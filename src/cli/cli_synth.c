@@ -36,6 +36,8 @@ void help_synth(void) {
         "  bonsai-27b          the 851-tensor table of Bonsai-27B-Q1_0.gguf (~3.8 GB): all\n"
         "                      matrices q1_0, norms/conv/ssm_a/ssm_dt f32, vocab 248320\n"
         "  ternary-bonsai-27b  same shapes, legacy q2_0 (128-group) with bf16 ssm_alpha/beta\n"
+        "  ternary-bonsai-2-27b  Ternary-Bonsai-2-27B's table: ptq1_0, bf16 ssm_alpha/beta, the\n"
+        "                      matrices and token table Hadamard-folded in blocks of 1024\n"
         "  drafter-tiny        dspark drafter for tiny: 2 layers, hidden 256, 4/2 heads of 64,\n"
         "                      FFN 256, taps 1,4,6, block 4, mask n_vocab-1, Markov rank 32; f32\n"
         "  drafter-bonsai-27b  the 79-tensor Bonsai drafter: 6 layers, 40/4 heads of 128, taps\n"
