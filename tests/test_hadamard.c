@@ -468,6 +468,66 @@ static void test_merge_hostile(const char *folded) {
            rc ? bitspark_last_error() : "(merged)");
 }
 
+/* A drafter that stores a folded target's table and head (byte copies, no fold of its own, as
+ * Bonsai 2 drafters carry them) borrows them with the target's fold: its blocks are the plain
+ * pair's. One with the plain values borrows nothing from the folded target and uses its own. */
+static float *pair_block(const char *target, const char *drafter, int want_borrowed) {
+    bs_model *m = bs_model_load(target, NULL);
+    bs_dspark *d = m ? bs_dspark_load(drafter, NULL) : NULL;
+    float *out = NULL;
+    if (d) {
+        const int n = bs_dspark_share_embeddings(d, m, false);
+        CHECKF(n == want_borrowed, "%s with %s: %d tensors borrowed, expected %d", drafter, target, n, want_borrowed);
+        bs_dspark_ctx *dc = bs_dspark_ctx_new(d, 64, NULL);
+        const size_t row = (size_t)d->hp.n_taps * (size_t)d->hp.n_embd, nl = (size_t)d->hp.block_size * (size_t)d->hp.n_vocab;
+        float *taps = malloc(sizeof(float) * row * 3);
+        bs_rng t;
+        bs_rng_seed(&t, 8);
+        for (size_t i = 0; i < row * 3; i++) taps[i] = bs_rng_normal(&t);
+        out = malloc(sizeof(float) * nl);
+        if (!dc || bs_dspark_ctx_append(dc, taps, 3) || bs_dspark_block(dc, 11, 3)) { free(out); out = NULL; }
+        else bs_dspark_logits(dc, 0, d->hp.block_size, out);
+        free(taps);
+        bs_dspark_ctx_free(dc);
+    }
+    CHECKF(out != NULL, "a drafter block with %s: %s", target, bitspark_last_error());
+    bs_dspark_free(d);
+    bs_model_free(m);
+    return out;
+}
+
+static void test_drafter_borrows(const char *plain, const char *folded) {
+    char dp[1024], dc[1024];
+    snprintf(dp, sizeof dp, "%s/hadamard_pair_drafter.gguf", tmpdir);
+    snprintf(dc, sizeof dc, "%s/hadamard_pair_drafter_copies.gguf", tmpdir);
+    bs_synth_config c;
+    bs_synth_preset("drafter-tiny", &c);
+    c.seed = 5;   /* the target's seed and type: the same token table and head */
+    bs_synth_derive(&c, false, false);
+    CHECKF(!bs_synth_validate(&c) && !bs_synth_write(&c, dp), "drafter: %s", bitspark_last_error());
+    gguf_file *src = gguf_open(dp, 0), *tf = gguf_open(folded, 0);
+    if (!src || !tf) { gguf_close(src); gguf_close(tf); CHECKF(false, "opening: %s", bitspark_last_error()); return; }
+    gguf_writer *w = gguf_w_open(dc);
+    for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
+    for (uint64_t i = 0; i < src->n_tensors; i++)
+        gguf_w_add_tensor(w, src->tensors[i].name, src->tensors[i].type, src->tensors[i].n_dims, src->tensors[i].ne);
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *t = &src->tensors[i], *f = gguf_find_tensor(tf, t->name);
+        const bool copy = !strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight");
+        gguf_w_write(w, copy && f && f->nbytes == t->nbytes ? f->data : t->data, (size_t)t->nbytes);
+    }
+    CHECKF(!gguf_w_close(w), "writing: %s", bitspark_last_error());
+    gguf_close(src);
+    gguf_close(tf);
+    float *a = pair_block(plain, dp, 2), *b = pair_block(folded, dc, 2), *o = pair_block(folded, dp, 0);
+    if (a && b && o) {
+        const size_t n = 4 * 1024;
+        CHECKF(rel_l2(a, b, n) < 1e-5, "a drafter with the folded target's copies: %g from the plain pair", rel_l2(a, b, n));
+        CHECKF(rel_l2(a, o, n) < 1e-5, "a plain drafter beside the folded target: %g from the plain pair", rel_l2(a, o, n));
+    }
+    free(a), free(b), free(o);
+}
+
 static void test_refusals(const char *folded) {
     const edit cases[] = {
         {"version 3", "prism.hadamard.version", SET_U32, 3, NULL, {0}, "prism.hadamard.version 3 is not supported"},
@@ -490,6 +550,8 @@ static void test_refusals(const char *folded) {
         {"inverse output", "prism.hadamard.inverse_weight_names", SET_NAMES, 0, "output.weight", {0}, "cannot fold"},
         {"unknown key", "prism.hadamard.rotation_seed", SET_U32, 1, NULL, {0}, "does not know"},
         {"grouped not a bool", "prism.hadamard.gdn_v_grouped", SET_STR, 0, "yes", {0}, "not a bool"},
+        {"grouped 2", "prism.hadamard.gdn_v_grouped", SET_U32, 2, NULL, {0}, "not a bool"},
+        {"grouped as 1", "prism.hadamard.gdn_v_grouped", SET_U32, 1, NULL, {0}, NULL},
         {"names not a list", "prism.hadamard.weight_names", SET_STR, 0, "output.weight", {0}, "not an array of names"},
         {"unchanged", "prism.hadamard.version", SET_U32, 1, NULL, {0}, NULL},
     };
@@ -531,6 +593,7 @@ int main(void) {
     test_tied(plain, folded);
     test_merge_hostile(folded);
     test_drafter();
+    test_drafter_borrows(plain, folded);
     test_refusals(folded);
     return test_summary("test_hadamard");
 }

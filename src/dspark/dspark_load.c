@@ -496,11 +496,20 @@ int bs_dspark_check_pair(const bs_dspark *d, const bs_model *t) {
     return 0;
 }
 
+static bool same_fold(const bs_rotation *a, const bs_rotation *b) {
+    if (!a || !b) return a == b;
+    return a->block == b->block && a->width == b->width && a->perm_hd == b->perm_hd && a->inverse == b->inverse &&
+           (!a->perm_hd || (a->perm_nk == b->perm_nk && a->perm_rep == b->perm_rep)) && !a->signs == !b->signs &&
+           (!a->signs || !memcmp(a->signs, b->signs, (size_t)a->width * sizeof *a->signs));
+}
+
 /* Same values in every row (compared after dequantization, so a Q2_0 copy of Q2_0 data matches
- * whatever the storage, and different data never does). */
+ * whatever the storage, and different data never does). A drafter's own fold must be the
+ * target's; a drafter that declares none but stores a folded target's bytes (a copy of its
+ * table or head, as Bonsai 2 drafters carry) takes the target's fold with them when borrowing. */
 static bool same_values(const bs_weight *a, const bs_weight *b) {
     if (a->ne0 != b->ne0 || a->ne1 != b->ne1) return false;
-    if (a->rot || b->rot) return false;   /* folded rows: the same values only under the same fold */
+    if (a->rot && !same_fold(a->rot, b->rot)) return false;
     if (a->type == b->type && (a->data == b->data || (a->packed != a->data && b->packed != b->data &&
                                                       !memcmp(a->data, b->data, a->row_bytes * (size_t)a->ne1))))
         return true;

@@ -76,8 +76,15 @@ static int read_header(const gguf_file *f, bs_hadamard *h) {
     h->version = (int)v;
     h->block = (int)block;
     h->explicit_signs = !strcmp(mode, "explicit");
-    if (gguf_find_kv(f, "prism.hadamard.gdn_v_grouped") && gguf_get_bool(f, "prism.hadamard.gdn_v_grouped", &h->grouped))
+    const gguf_kv *g = gguf_find_kv(f, "prism.hadamard.gdn_v_grouped");
+    if (g && g->val.type != GGUF_TYPE_BOOL) {   /* a bool, or written as the integer 0 or 1 */
+        int64_t v;
+        if (gguf_get_i64(f, "prism.hadamard.gdn_v_grouped", &v) || (v != 0 && v != 1))
+            return bs_error("prism.hadamard.gdn_v_grouped is not a bool (or 0 or 1)");
+        h->grouped = v == 1;
+    } else if (g && gguf_get_bool(f, "prism.hadamard.gdn_v_grouped", &h->grouped)) {
         return -1;
+    }
     return 0;
 }
 
