@@ -72,10 +72,11 @@ static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, in
             bs_vk_barrier(c);
             gt = NULL;
         }
-        TRY(bs_vk_record_rotate(c, W->rot, x, &s->xrot, n));
+        const bool q = W->kernel != BS_VK_K_MV_F32;   /* its int8 blocks in the rotation's dispatch */
+        TRY(bs_vk_record_rotate_quant(c, W->rot, x, &s->xrot, n, q ? &s->aq : NULL, &s->as, &s->am));
         bs_vk_barrier(c);
         x = &s->xrot;
-        quantize = true;
+        quantize = false;
     }
     const bool quant = W->kernel != BS_VK_K_MV_F32 && quantize;
     if (gt && !quant) {       /* a float product: the gate on its own */
@@ -101,20 +102,55 @@ static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, c
     return mv_gated(s, W, x, n, y, quantize, NULL);
 }
 
+/* A folded model's products of x (quantized by the norm that wrote it), none in a layout: the
+ * plain ones first, reading those int8 blocks (or x rounded into xr), then for each fold among
+ * the others x rotated into xrot and quantized once, which its products share (attention's q,
+ * k and v; DeltaNet's qkv and gate; the FFN's gate and up). LoRA terms read x as it is. */
+static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
+                            const bs_vk_buf *x, int n) {
+    bs_vk_ctx *c = s->net->c;
+    bool any = false;
+    for (int i = 0; i < nw; i++)
+        if (!W[i]->rot) {
+            if (W[i]->act && any) bs_vk_barrier(c);   /* xr: the product before may still read it */
+            TRY(mv(s, W[i], x, n, y[i], false));
+            any = true;
+        }
+    for (int i = 0; i < nw; i++) {
+        const bs_vk_rot *r = W[i]->rot;
+        bool first = r != NULL;
+        for (int k = 0; k < i && first; k++) first = W[k]->rot != r;
+        if (!first) continue;   /* plain, or its fold done with an earlier product's */
+        if (any) bs_vk_barrier(c);   /* xrot, aq and xr: the products before read them */
+        bool quant = false;
+        for (int k = i; k < nw; k++) quant |= W[k]->rot == r && W[k]->kernel != BS_VK_K_MV_F32;
+        TRY(bs_vk_record_rotate_quant(c, r, x, &s->xrot, n, quant ? &s->aq : NULL, &s->as, &s->am));
+        bs_vk_barrier(c);
+        for (int k = i; k < nw; k++) {
+            if (W[k]->rot != r) continue;
+            const bs_vk_buf *in = &s->xrot;
+            if (W[k]->act) {   /* a float product that rounds its input as the CPU path does */
+                TRY(bs_vk_record_act(c, W[k], &s->xrot, &s->xr, n));
+                bs_vk_barrier(c);
+                in = &s->xr;
+            }
+            TRY(bs_vk_record_mv(c, W[k], in, &s->aq, &s->as, &s->am, n, y[k]));
+            if (W[k]->lora) TRY(bs_vk_record_lora(c, W[k], x, n, &s->lt, &s->lu, y[k]));
+            if (W[k]->act) bs_vk_barrier(c);   /* (the next one's rounding rewrites xr) */
+        }
+        any = true;
+    }
+    bs_vk_barrier(c);
+    return 0;
+}
+
 /* Products sharing the input x (already quantized by the norm that wrote it): those in the
  * layer's layout (cat) in one dispatch, their adapters' terms after it, the others apart. With
  * conv (window, weights, output: gdn_fused), the DeltaNet conv in the layout's epilogue. */
 static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
                      const bs_vk_buf *x, int n, const bs_vk_buf *const *conv) {
     bs_vk_ctx *c = s->net->c;
-    if (s->net->folded) {   /* each its own quantization (rotated or not) of x, after the one before */
-        for (int i = 0; i < nw; i++) {
-            if (i) bs_vk_barrier(c);
-            TRY(mv(s, W[i], x, n, y[i], true));
-        }
-        bs_vk_barrier(c);
-        return 0;
-    }
+    if (s->net->folded) return mv_inputs_folded(s, W, y, nw, x, n);
     const bs_vk_matrix *cm[BS_VK_CAT_MAX];
     const bs_vk_buf *cy[BS_VK_CAT_MAX];
     int nc = 0;

@@ -257,6 +257,9 @@ const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_v
 void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n);
 /* Record: y = the n rows of x rotated by r (x == y only for a fold without regrouping). */
 int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n);
+/* ... and y's int8 32-blocks into aq / as / am in the same dispatch (bs_vk_record_quant's). */
+int bs_vk_record_rotate_quant(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n,
+                              const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am);
 
 /* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */

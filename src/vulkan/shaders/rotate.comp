@@ -4,11 +4,20 @@
 // V heads regrouped (hd > 0: the tiled [rep][nk][hd] order to [nk][rep][hd]), the signs, the
 // butterflies of the Walsh-Hadamard transform, the scale. Inverse: butterflies, scale, signs.
 // In place only without the regrouping (a workgroup reads its block before writing it).
+// quant: the block's int8 32-blocks too, as quant_q8.comp makes them (q8.glsl), for the product.
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(std430, binding = 1) buffer Y { float y[]; };
 layout(std430, binding = 2) readonly buffer S { float sg[]; };
-layout(push_constant) uniform Push { uint width, block, hd, nk, rep, inverse, signs; float scale; } p;
+layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+layout(std430, binding = 4) writeonly buffer S8 { float s8[]; };
+layout(std430, binding = 5) writeonly buffer M8 { float m8[]; };
+layout(push_constant) uniform Push { uint width, block, hd, nk, rep, inverse, signs; float scale; uint quant; } p;
+
+#include "f16.glsl"
+#include "div_rn.glsl"
+#include "q8.glsl"
 
 shared float v[4096];
 
@@ -42,4 +51,8 @@ void main() {
         if (p.inverse != 0u && p.signs != 0u) a *= sg[b0 + j];
         y[base + b0 + j] = a;
     }
+    if (p.quant == 0u) return;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint k = t; k < p.block / 32u; k += 256u) quant_block(base + b0 + 32u * k, (base + b0) / 32u + k);
 }
