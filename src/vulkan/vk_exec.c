@@ -98,7 +98,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ATTN_SPLIT_B] = {"attn_split_b", 31, 68, 0, {0}},
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 48, 0, {0}},
-    [BS_VK_K_ROTATE] = {"rotate", 6, 36, 0, {0}},
+    [BS_VK_K_ROTATE] = {"rotate", 7, 48, 0, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
 };

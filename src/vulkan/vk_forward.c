@@ -61,19 +61,23 @@ static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, u
  * other operand, H and D the heads of EW_SIGMOID_GATE): folded into the product's quantizer. */
 typedef struct mv_gate { int ew_mode; const bs_vk_buf *g; uint32_t H, D; } mv_gate;
 
-/* y = W gate(x) for n rows (x at offset 0, width W->ne0; the gate, if any, applied to x in place). */
+/* y = W gate(x) for n rows (x at offset 0, width W->ne0; the gate, if any, applied to x in place,
+ * or for a folded W without adapters as the rotation reads x). */
 static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize,
                     const mv_gate *gt) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_buf *x0 = x;   /* LoRA terms read the float input */
-    if (W->rot) {   /* a folded weight: x gated, then rotated into xrot, which is quantized */
-        if (gt) {
+    if (W->rot) {   /* a folded weight: x gated and rotated into xrot, with its int8 blocks, in one dispatch */
+        if (gt && W->lora) {   /* (the LoRA terms read x gated: the gate on its own first) */
             TRY(ew(c, gt->ew_mode, x, gt->g, x, (uint64_t)n * W->ne0, gt->H, gt->D));
             bs_vk_barrier(c);
             gt = NULL;
         }
-        const bool q = W->kernel != BS_VK_K_MV_F32;   /* its int8 blocks in the rotation's dispatch */
-        TRY(bs_vk_record_rotate_quant(c, W->rot, x, &s->xrot, n, q ? &s->aq : NULL, &s->as, &s->am));
+        const bool q = W->kernel != BS_VK_K_MV_F32;
+        const int gm = !gt ? 0 : gt->ew_mode == EW_SILU_MUL ? 1 : 2;
+        TRY(bs_vk_record_rotate_gated(c, W->rot, x, &s->xrot, n, q ? &s->aq : NULL, &s->as, &s->am, gm,
+                                      gt ? gt->g : NULL, gt ? gt->H : 0, gt ? gt->D : 0));
+        gt = NULL;
         bs_vk_barrier(c);
         x = &s->xrot;
         quantize = false;
@@ -565,6 +569,17 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
 static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     bs_vk_ctx *c = s->net->c;
     s->normed = 0;
+    const bs_vk_rot *r = L->ffn_gate->rot;
+    if (s->net->folded && r && L->ffn_up->rot == r && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {
+        /* a folded model's GLU: xn rotated and quantized, both products and SiLU in one dispatch */
+        TRY(bs_vk_record_rotate_quant(c, r, &s->xn, &s->xrot, n, &s->aq, &s->as, &s->am));
+        bs_vk_barrier(c);
+        TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, NULL));
+        bs_vk_barrier(c);
+        TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+        bs_vk_barrier(c);
+        return 0;
+    }
     if (!s->net->folded && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
         const bs_vk_matrix *Wd = L->ffn_down;
         /* the down product's int8 blocks in the GLU's epilogue, into the second set */

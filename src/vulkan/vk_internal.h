@@ -260,6 +260,11 @@ int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, co
 /* ... and y's int8 32-blocks into aq / as / am in the same dispatch (bs_vk_record_quant's). */
 int bs_vk_record_rotate_quant(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n,
                               const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am);
+/* ... with the step before's gate applied to x as it is read (quant_q8.comp's modes 1 and 2, g
+ * its other operand, H and D the heads of mode 2); x itself stays ungated. */
+int bs_vk_record_rotate_gated(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n,
+                              const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, int gate,
+                              const bs_vk_buf *g, uint32_t H, uint32_t D);
 
 /* Record: activations x (n rows of m->ne0, from offset 0) quantized into aq / as, for the
  * integer kernels (bs_vk_record_mv with quantized = true then reads them). */

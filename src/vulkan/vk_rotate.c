@@ -37,12 +37,18 @@ void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n) {
     for (int i = 0; i < n; i++) bs_vk_buf_free(c, &rots[i].signs);
 }
 
+int bs_vk_record_rotate_gated(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n,
+                              const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, int gate,
+                              const bs_vk_buf *g, uint32_t H, uint32_t D) {
+    struct { uint32_t width, block, hd, nk, rep, inverse, signs; float scale; uint32_t quant, gate, H, D; } p = {
+        r->width, r->block, r->hd, r->nk, r->rep, r->inverse, r->has_signs, r->scale, aq != NULL, (uint32_t)gate, H, D};
+    const bs_vk_buf *bb[7] = {x, y, r->has_signs ? &r->signs : NULL, aq, as, am, gate ? g : NULL};
+    return bs_vk_dispatch(c, BS_VK_K_ROTATE, bb, &p, r->width / r->block, (uint32_t)n, 1);
+}
+
 int bs_vk_record_rotate_quant(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n,
                               const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am) {
-    struct { uint32_t width, block, hd, nk, rep, inverse, signs; float scale; uint32_t quant; } p = {
-        r->width, r->block, r->hd, r->nk, r->rep, r->inverse, r->has_signs, r->scale, aq != NULL};
-    const bs_vk_buf *bb[6] = {x, y, r->has_signs ? &r->signs : NULL, aq, as, am};
-    return bs_vk_dispatch(c, BS_VK_K_ROTATE, bb, &p, r->width / r->block, (uint32_t)n, 1);
+    return bs_vk_record_rotate_gated(c, r, x, y, n, aq, as, am, 0, NULL, 0, 0);
 }
 
 int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n) {
