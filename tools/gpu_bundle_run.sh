@@ -9,7 +9,7 @@
 # Environment: BUNDLE_BUDGET_S (default 360: every step checks the time left), BUNDLE_QUICK=1
 #   (the tiny models only, for CI), BUNDLE_TERNARY=1 (the ternary 27B preset too),
 #   BUNDLE_TESTS=REGEX (only these tests), BUNDLE_DEVICE (default vulkan), BUNDLE_MODELS="m ..."
-#   (bonsai-27b, ternary-bonsai-27b, tiny-synth, bonsai-tiny; none: no model steps),
+#   (bonsai-27b, ternary-bonsai-27b, ternary-bonsai-2-27b, tiny-synth, bonsai-tiny; none: no model steps),
 #   BUNDLE_LOADER=bundle / BUNDLE_GLIBC=bundle / BUNDLE_LAYER=bundle (the bundle's loader / glibc /
 #   validation layer even where the image has its own: how CI checks those paths),
 #   BUNDLE_NV_ROOT (default /usr/local/nvidia: the driver mount searched for libraries and an ICD
