@@ -4,7 +4,10 @@
  *    all keep the previous file byte for byte and leave no temporary behind;
  *  - bs_check_not_input refuses the same path, another spelling, a symlink, a hard link and a
  *    file inside an input directory, and accepts a distinct or new file;
- *  - lora merge refuses -o BASE and -o ADAPTER (both stay intact), quantize refuses -o INPUT. */
+ *  - lora merge refuses -o BASE and -o ADAPTER (both stay intact), quantize refuses -o INPUT;
+ *  - an output that is not a regular file is written in place and stays what it is (/dev/null a
+ *    device, a FIFO a FIFO: a rename would have replaced the node); a symbolic link stays a link
+ *    to the file it names, which gets the content; a directory is refused. */
 #include "test.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
@@ -219,6 +222,43 @@ static void test_tools(const char *fx) {
     CHECK_EQ_INT(temporaries(), 0);
 }
 
+static void test_special(void) {
+    struct stat st;
+    /* /dev/null: written, and still the device (as root the rename would have replaced it) */
+    if (stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)) {
+        CHECK(bs_write_file_atomic("/dev/null", "gone\n", 5) == 0);
+        CHECKF(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode), "/dev/null is no longer a character device");
+    }
+    /* a FIFO: a reader gets the bytes, the FIFO stays */
+    const char *fifo = at("fifo"), *got = at("fifo.got");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        char cmd[2600];
+        snprintf(cmd, sizeof cmd, "cat '%s' > '%s'", fifo, got);
+        _exit(system(cmd) == 0 ? 0 : 1);
+    }
+    CHECK(bs_write_file_atomic(fifo, "through\n", 8) == 0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char *s = slurp(got);
+    CHECK_STR(s, "through\n");
+    free(s);
+    CHECKF(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    /* a symbolic link: the file it names is replaced, the link kept */
+    const char *real = at("real.txt"), *link = at("link.txt");
+    put(real, "old\n");
+    CHECK(symlink(real, link) == 0);
+    CHECK(bs_write_file_atomic(link, "new\n", 4) == 0);
+    s = slurp(real);
+    CHECK_STR(s, "new\n");
+    free(s);
+    CHECKF(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the symbolic link was replaced by a file");
+    CHECK_EQ_INT(temporaries(), 0);
+    /* a directory */
+    CHECK(bs_write_file_atomic(dir, "x", 1) == -1 && strstr(bs_last_error(), "is a directory"));
+}
+
 int main(void) {
     const char *tmp = getenv("BS_TMP"), *fx = getenv("BS_FIXTURES");
     snprintf(dir, sizeof dir, "%s/atomic.%d", tmp ? tmp : "/tmp", (int)getpid());
@@ -228,6 +268,7 @@ int main(void) {
     test_signal(SIGTERM);
     test_signal(SIGINT);
     test_same_file();
+    test_special();
     if (fx) test_tools(fx);
     else printf("BS_FIXTURES not set: the lora merge / quantize checks are skipped\n");
     char cmd[1300];

@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 struct bs_afile {
-    char *path, *tmp;
+    char *path, *tmp;              /* tmp NULL: written in place (a device, FIFO or socket) */
+    char *target;                  /* where the rename goes when path is a symbolic link, else NULL */
     FILE *fp;
     int slot;                      /* index in the signal-cleanup table, -1 if it was full */
 };
@@ -82,7 +83,52 @@ static char *dir_of(const char *path) {
     return d;
 }
 
+/* An output that exists and is not a regular file (/dev/null, /dev/stdout on a pipe or a
+ * terminal, a FIFO) is written in place: a rename would replace the node itself (as root,
+ * /dev/null for every program on the machine). A directory is refused. */
+static bs_afile *open_in_place(const char *path, const struct stat *st) {
+    if (S_ISDIR(st->st_mode)) {
+        bs_error("%s: is a directory", path);
+        return NULL;
+    }
+    const int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        bs_error("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    bs_afile *a = bs_xcalloc(1, sizeof *a);
+    a->path = bs_xstrdup(path);
+    a->slot = -1;
+    if (!(a->fp = fdopen(fd, "wb"))) {
+        bs_error("%s: %s", path, strerror(errno));
+        close(fd);
+        free(a->path);
+        free(a);
+        return NULL;
+    }
+    setvbuf(a->fp, NULL, _IOFBF, 1 << 20);
+    return a;
+}
+
+static bs_afile *open_temporary(const char *path);
+
 bs_afile *bs_afile_open(const char *path) {
+    struct stat st, lst;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return open_in_place(path, &st);
+    /* a symbolic link to a file: the file is replaced, the link kept */
+    char *real = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) ? realpath(path, NULL) : NULL;
+    bs_afile *a = open_temporary(real ? real : path);
+    if (a && real) {   /* (errors name the path the user gave) */
+        free(a->path);
+        a->path = bs_xstrdup(path);
+        a->target = real;
+        real = NULL;
+    }
+    free(real);
+    return a;
+}
+
+static bs_afile *open_temporary(const char *path) {
     char *copy = bs_xstrdup(path);
     const char *base = basename(copy);
     char *dir = dir_of(path);
@@ -126,16 +172,17 @@ bs_afile *bs_afile_open(const char *path) {
 FILE *bs_afile_fp(bs_afile *a) { return a->fp; }
 
 static void af_free(bs_afile *a) {
-    af_unregister(a->slot);
+    if (a->slot >= 0) af_unregister(a->slot);
     free(a->path);
     free(a->tmp);
+    free(a->target);
     free(a);
 }
 
 void bs_afile_abort(bs_afile *a) {
     if (!a) return;
     if (a->fp) fclose(a->fp);
-    unlink(a->tmp);
+    if (a->tmp) unlink(a->tmp);
     af_free(a);
 }
 
@@ -160,15 +207,21 @@ int bs_afile_commit(bs_afile *a) {
     if (!err && fsync(fileno(a->fp)) != 0 && errno != EINVAL) err = errno;
     if (fclose(a->fp) != 0 && !err) err = errno;
     a->fp = NULL;
-    if (!err && rename(a->tmp, a->path) != 0) err = errno;
+    const char *dest = a->target ? a->target : a->path;
+    if (!err && a->tmp && rename(a->tmp, dest) != 0) err = errno;
     if (err) {
         bs_error("%s: %s", a->path, strerror(err));
-        unlink(a->tmp);
+        if (a->tmp) unlink(a->tmp);
         af_free(a);
         return -1;
     }
+    if (!a->tmp) {   /* written in place: no rename, no directory entry */
+        af_free(a);
+        return 0;
+    }
     af_unregister(a->slot);   /* renamed: nothing left for the handler to remove */
-    int rc = fsync_dir(a->path) ? bs_error("%s: syncing its directory: %s", a->path, strerror(errno)) : 0;
+    a->slot = -1;
+    int rc = fsync_dir(dest) ? bs_error("%s: syncing its directory: %s", a->path, strerror(errno)) : 0;
     af_free(a);
     return rc;
 }
