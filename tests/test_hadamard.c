@@ -496,35 +496,52 @@ static float *pair_block(const char *target, const char *drafter, int want_borro
     return out;
 }
 
+/* The drafter dp with the target's table and head (the target's types and bytes) into out. */
+static void with_target_tensors(const char *dp, const char *target, const char *out) {
+    gguf_file *src = gguf_open(dp, 0), *tf = gguf_open(target, 0);
+    if (!src || !tf) { gguf_close(src); gguf_close(tf); CHECKF(false, "opening: %s", bitspark_last_error()); return; }
+    gguf_writer *w = gguf_w_open(out);
+    const gguf_tensor **t = malloc(sizeof *t * (size_t)src->n_tensors);
+    for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
+    for (uint64_t i = 0; i < src->n_tensors; i++) {
+        const gguf_tensor *x = &src->tensors[i], *f = gguf_find_tensor(tf, x->name);
+        t[i] = f && (!strcmp(x->name, "token_embd.weight") || !strcmp(x->name, "output.weight")) ? f : x;
+        gguf_w_add_tensor(w, x->name, t[i]->type, t[i]->n_dims, t[i]->ne);
+    }
+    for (uint64_t i = 0; i < src->n_tensors; i++) gguf_w_write(w, t[i]->data, (size_t)t[i]->nbytes);
+    CHECKF(!gguf_w_close(w), "writing: %s", bitspark_last_error());
+    free(t);
+    gguf_close(src);
+    gguf_close(tf);
+}
+
 static void test_drafter_borrows(const char *plain, const char *folded) {
-    char dp[1024], dc[1024];
+    char dp[1024], dc[1024], tq[1024], dq[1024];
     snprintf(dp, sizeof dp, "%s/hadamard_pair_drafter.gguf", tmpdir);
     snprintf(dc, sizeof dc, "%s/hadamard_pair_drafter_copies.gguf", tmpdir);
+    snprintf(tq, sizeof tq, "%s/hadamard_pair_target_ptq1_0.gguf", tmpdir);
+    snprintf(dq, sizeof dq, "%s/hadamard_pair_drafter_ptq1_0_copies.gguf", tmpdir);
     bs_synth_config c;
     bs_synth_preset("drafter-tiny", &c);
     c.seed = 5;   /* the target's seed and type: the same token table and head */
     bs_synth_derive(&c, false, false);
     CHECKF(!bs_synth_validate(&c) && !bs_synth_write(&c, dp), "drafter: %s", bitspark_last_error());
-    gguf_file *src = gguf_open(dp, 0), *tf = gguf_open(folded, 0);
-    if (!src || !tf) { gguf_close(src); gguf_close(tf); CHECKF(false, "opening: %s", bitspark_last_error()); return; }
-    gguf_writer *w = gguf_w_open(dc);
-    for (uint64_t i = 0; i < src->n_kv; i++) gguf_w_set_value(w, src->kv[i].key.s, &src->kv[i].val);
-    for (uint64_t i = 0; i < src->n_tensors; i++)
-        gguf_w_add_tensor(w, src->tensors[i].name, src->tensors[i].type, src->tensors[i].n_dims, src->tensors[i].ne);
-    for (uint64_t i = 0; i < src->n_tensors; i++) {
-        const gguf_tensor *t = &src->tensors[i], *f = gguf_find_tensor(tf, t->name);
-        const bool copy = !strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight");
-        gguf_w_write(w, copy && f && f->nbytes == t->nbytes ? f->data : t->data, (size_t)t->nbytes);
-    }
-    CHECKF(!gguf_w_close(w), "writing: %s", bitspark_last_error());
-    gguf_close(src);
-    gguf_close(tf);
+    with_target_tensors(dp, folded, dc);
     float *a = pair_block(plain, dp, 2), *b = pair_block(folded, dc, 2), *o = pair_block(folded, dp, 0);
     if (a && b && o) {
         const size_t n = 4 * 1024;
         CHECKF(rel_l2(a, b, n) < 1e-5, "a drafter with the folded target's copies: %g from the plain pair", rel_l2(a, b, n));
         CHECKF(rel_l2(a, o, n) < 1e-5, "a plain drafter beside the folded target: %g from the plain pair", rel_l2(a, o, n));
     }
+    /* the target in PTQ1_0 (running as PQ2_0) and the drafter with its PTQ1_0 copies: both borrowed */
+    bs_quantize_params qp;
+    bs_quantize_params_init(&qp);
+    qp.type = qp.output_type = qp.embd_type = BS_PTQ1_0;
+    CHECKF(!bs_quantize_file(folded, tq, &qp), "quantizing: %s", bitspark_last_error());
+    bs_quantize_params_free(&qp);
+    with_target_tensors(dp, tq, dq);
+    float *q = pair_block(tq, dq, 2);
+    free(q);
     free(a), free(b), free(o);
 }
 

@@ -25,10 +25,12 @@
 #include "dspark/speculative.h"
 #include "formats/quant.h"
 #include "tools/synth.h"
+#include "formats/gguf.h"
 #include "test.h"
 #include "vk_test.h"
 #include "io/util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,12 +465,15 @@ static void blocks_together(const char *target, const char *drafter, int ns) {
     bs_model_free(m);
 }
 
+static int synth_hadamard;   /* synth(): targets folded with this block (0: plain) */
+
 static const char *synth(const char *preset, const char *dir, const char *name, int type, const char *pack, int embd_type) {
     static char paths[4][600];
     static int n;
     bs_synth_config c;
     if (bs_synth_preset(preset, &c)) return NULL;
     c.seed = 7;
+    c.hadamard = synth_hadamard;
     if (pack) {
         bs_synth_drafter_pack(&c, pack);
         c.embd_type = embd_type;
@@ -485,6 +490,54 @@ static const char *synth(const char *preset, const char *dir, const char *name, 
         return NULL;
     }
     return p;
+}
+
+/* A drafter block's logits: the drafter beside the target (on `dev`), over made-up tap rows. */
+static float *block_logits(const char *target, const char *drafter, const char *dev, bool *on_device) {
+    bs_model_params mp = {.device = dev};
+    bs_model *m = bs_model_load(target, &mp);
+    bs_dspark *d = m ? bs_dspark_load(drafter, NULL) : NULL;
+    float *out = NULL;
+    if (d) {
+        bs_dspark_share_embeddings(d, m, false);
+        if (m->vk) bs_dspark_to_device(d, m, NULL);
+        *on_device = bs_dspark_on_device(d);
+        bs_dspark_ctx *dc = bs_dspark_ctx_new(d, 64, NULL);
+        const int row = d->hp.n_taps * d->hp.n_embd;
+        float *taps = malloc(sizeof(float) * (size_t)row * 5);
+        bs_rng r;
+        bs_rng_seed(&r, 4);
+        for (int i = 0; i < row * 5; i++) taps[i] = (float)((int)(bs_rng_next(&r) % 2001) - 1000) / 500.0f;
+        out = malloc(sizeof(float) * (size_t)d->hp.block_size * (size_t)d->hp.n_vocab);
+        if (!dc || bs_dspark_ctx_append(dc, taps, 5) || bs_dspark_block(dc, 17, 5)) { free(out); out = NULL; }
+        else bs_dspark_logits(dc, 0, d->hp.block_size, out);
+        free(taps);
+        bs_dspark_ctx_free(dc);
+    }
+    bs_dspark_free(d);
+    bs_model_free(m);
+    return out;
+}
+
+/* The drafter at `drafter` with the target's token table and head in place of its own (the
+ * target's types and bytes), as a Bonsai 2 drafter carries a folded target's: into out. */
+static const char *with_target_tensors(const char *drafter, const char *target, const char *out) {
+    gguf_file *d = gguf_open(drafter, 0), *t = gguf_open(target, 0);
+    gguf_writer *w = d && t ? gguf_w_open(out) : NULL;
+    int rc = w ? 0 : -1;
+    for (uint64_t i = 0; w && i < d->n_kv; i++) gguf_w_set_value(w, d->kv[i].key.s, &d->kv[i].val);
+    const gguf_tensor **src = w ? bs_xcalloc(d->n_tensors, sizeof *src) : NULL;
+    for (uint64_t i = 0; w && i < d->n_tensors && !rc; i++) {
+        const gguf_tensor *x = &d->tensors[i], *y = gguf_find_tensor(t, x->name);
+        src[i] = y && (!strcmp(x->name, "token_embd.weight") || !strcmp(x->name, "output.weight")) ? y : x;
+        rc = gguf_w_add_tensor(w, x->name, src[i]->type, src[i]->n_dims, src[i]->ne) < 0;
+    }
+    for (uint64_t i = 0; w && i < d->n_tensors && !rc; i++) rc = gguf_w_write(w, src[i]->data, (size_t)src[i]->nbytes);
+    if (w) rc = rc ? (gguf_w_abort(w), -1) : gguf_w_close(w);
+    free(src);
+    gguf_close(d);
+    gguf_close(t);
+    return rc ? NULL : out;
 }
 
 int main(void) {
@@ -519,5 +572,25 @@ int main(void) {
     const char *dq41 = synth("drafter-tiny", tmp, "d_q4_1", 0, "q4_1", BS_Q1_0);
     CHECKF(sq1 && dq41, "synthetic pair");
     if (sq1 && dq41) lossless(sq1, dq41, some, TEST_SANITIZED ? 0 : LISTS);
+    /* a Hadamard-folded target (Bonsai 2) and a drafter carrying its folded table and head: the
+     * drafter shares them on the device with their folds, the output is plain greedy's */
+    synth_hadamard = 128;
+    const char *fq1 = synth("tiny", tmp, "t_q1_0_folded", BS_Q1_0, NULL, -1);
+    synth_hadamard = 0;
+    char dcopy[700];
+    snprintf(dcopy, sizeof dcopy, "%s/vk_dspark_d_folded_copies.gguf", tmp);
+    const char *dfold = fq1 && dq41 ? with_target_tensors(dq41, fq1, dcopy) : NULL;
+    CHECKF(fq1 && dfold, "the folded pair: %s", bs_last_error());
+    if (fq1 && dfold) lossless(fq1, dfold, some, 0);
+    if (fq1 && dfold) {   /* its block on the device: the same pair's on the CPU (the table rotated back, the head's input rotated) */
+        bool on_dev = false, on_cpu = false;
+        float *a = block_logits(fq1, dfold, "cpu", &on_cpu), *b = block_logits(fq1, dfold, "vulkan", &on_dev);
+        double num = 0, den = 0;
+        for (int i = 0; a && b && i < 4 * 1024; i++) num += (a[i] - b[i]) * (double)(a[i] - b[i]), den += (double)a[i] * a[i];
+        CHECKF(a && b && on_dev && !on_cpu && sqrt(num / den) < 2e-2, "the folded pair's drafter block on the device: %g from "
+               "the CPU's (on the device: %d)", den > 0 ? sqrt(num / den) : -1.0, on_dev);
+        printf("folded pair: the drafter's block on the device is %.2e from the CPU's\n", den > 0 ? sqrt(num / den) : -1.0);
+        free(a), free(b);
+    }
     return test_summary("test_vulkan_dspark");
 }

@@ -142,6 +142,19 @@ def check_folded():
         fail('folded f32 on the device: %.2e from the plain model (> 1e-5)' % err)
     if SANITIZED:
         return
+    # Bonsai 2's block of 1024 (each invocation runs several butterflies a pass; widths 1024:
+    # hidden, FFN, 8 V heads of 128 regrouped 2 x 4, 4 query heads of 256)
+    wide = ['--n-layer', '2', '--attn-interval', '2', '--n-embd', '1024', '--n-ff', '1024', '--ssm-v-heads', '8',
+            '--ssm-head-dim', '128', '--n-head', '4', '--head-dim', '256', '--type', 'f32', '--seed', '6']
+    wp, wf = os.path.join(TMP, 'vk_fold_wide_plain.gguf'), os.path.join(TMP, 'vk_fold_wide.gguf')
+    if synth(wp, *wide) and synth(wf, *wide, '--hadamard', '1024'):
+        a, b = os.path.join(TMP, 'vk_fold_wa.f32'), os.path.join(TMP, 'vk_fold_wb.f32')
+        if logits(wp, toks, 4, a, '--kv-type', 'f32') and logits(wf, toks, 4, b, '--kv-type', 'f32'):
+            pa, fb = rows(a, 1024), rows(b, 1024)
+            err = (np.linalg.norm(pa - fb, axis=1) / np.linalg.norm(pa, axis=1)).max()
+            print('folded f32 vulkan, block 1024: worst %.2e from the plain model' % err)
+            if err > 1e-5:
+                fail('folded f32 (block 1024) on the device: %.2e from the plain model (> 1e-5)' % err)
     q = os.path.join(TMP, 'vk_fold_q1_0.gguf')
     if not synth(q, '--type', 'q1_0', '--seed', '9', '--hadamard', '128'):
         return

@@ -23,6 +23,7 @@ struct bs_dspark_dev {
     bool own_ctx;
     bs_vk_dspark *net;
     collected col;
+    bool on_cpu_said;            /* the line saying why it stays on the CPU was written */
 };
 
 static bs_vk_tensor tensor_of(const bs_weight *w) {
@@ -57,9 +58,15 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
 int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
     bs_dspark_dev *dev = d->dev;
     if (dev->net) return 0;
-    const bool folded = d->fold || d->output.rot || d->tok_embd.rot;   /* the drafter's device path has no rotation */
-    if (folded && target && target->vk) {
-        bs_log(1, "drafter: its Hadamard-folded weights run on the CPU\n");
+    /* Hadamard folds (Bonsai 2): the device rotates for the target's table and head, which a
+     * drafter on the target's context shares with their folds; a fold of the drafter's own
+     * (its file's, or one taken with tensors it does not share there) keeps it on the CPU */
+    const bool shared = target && target->vk;
+    const bool folded = d->fold || (d->output.rot && !(shared && d->output_borrowed)) ||
+                        (d->tok_embd.rot && !(shared && d->embd_borrowed));
+    if (folded && shared) {
+        if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");
+        dev->on_cpu_said = true;
         return 0;
     }
     if (target && target->vk) {
@@ -72,7 +79,8 @@ int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *
         if (folded && kind == BS_DEVICE_VULKAN)
             return bs_error("--device %s: this drafter's Hadamard-folded weights run on the CPU only", spec ? spec : "vulkan");
         if (folded) {
-            bs_log(1, "drafter: its Hadamard-folded weights run on the CPU\n");
+            if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");
+            dev->on_cpu_said = true;
             return 0;
         }
         if (index < 0 && (index = bs_vk_pick(kind == BS_DEVICE_VULKAN)) < 0)

@@ -513,6 +513,17 @@ static bool same_values(const bs_weight *a, const bs_weight *b) {
     if (a->type == b->type && (a->data == b->data || (a->packed != a->data && b->packed != b->data &&
                                                       !memcmp(a->data, b->data, a->row_bytes * (size_t)a->ne1))))
         return true;
+    if (a->type == BS_PTQ1_0 && b->type == BS_PQ2_0) {   /* a PTQ1_0 target runs transcoded: compare as PQ2_0 */
+        const size_t rb2 = bs_row_size(BS_PQ2_0, a->ne0);
+        uint8_t *qa = bs_xmalloc(a->row_bytes), *ta2 = bs_xmalloc(rb2), *qb = bs_xmalloc(b->row_bytes);
+        bool same = true;
+        for (int64_t r = 0; r < a->ne1 && same; r++) {
+            bs_ptq1_0_to_pq2_0(bs_weight_row(a, r, qa), ta2, a->ne0);
+            same = !memcmp(ta2, bs_weight_row(b, r, qb), rb2);
+        }
+        free(qa), free(ta2), free(qb);
+        return same;
+    }
     const bs_type_traits *ta = bs_type_get(a->type), *tb = bs_type_get(b->type);
     float *ra = bs_xmalloc((size_t)a->ne0 * sizeof(float)), *rb = bs_xmalloc((size_t)a->ne0 * sizeof(float));
     uint8_t *qa = bs_xmalloc(a->row_bytes), *qb = bs_xmalloc(b->row_bytes);   /* rows packed in place */

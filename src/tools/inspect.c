@@ -648,7 +648,7 @@ static void print_report(FILE *out, const json_t *info) {
     if (fold && json_object_get(fold, "error"))
         fprintf(out, "fold:     refused: %s\n", json_string_value(json_object_get(fold, "error")));
     else if (fold)
-        fprintf(out, "fold:     %s (its products run on the CPU)\n", json_string_value(json_object_get(fold, "description")));
+        fprintf(out, "fold:     %s\n", json_string_value(json_object_get(fold, "description")));
     print_tokenizer(out, json_object_get(info, "tokenizer"));
     const json_t *meta = json_object_get(info, "metadata");
     fprintf(out, "\nmetadata (%zu):\n", json_object_size(meta));

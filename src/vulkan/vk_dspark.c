@@ -261,6 +261,14 @@ int dl_norm_rows(const bs_vk_dspark *d, const bs_vk_buf *x, const bs_vk_buf *w, 
  * path does. */
 static int mv_with(bs_vk_ctx *c, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y,
                    const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am, const bs_vk_buf *xr) {
+    if (W->rot) {   /* a folded target's head, shared: x rotated into xr with its int8 blocks */
+        if (W->act) return bs_error("Vulkan drafter: a folded product that rounds its input (%s)", W->name ? W->name : "");
+        TRY(bs_vk_record_rotate_quant(c, W->rot, x, xr, n, W->kernel != BS_VK_K_MV_F32 ? aq : NULL, as, am));
+        bs_vk_barrier(c);
+        TRY(bs_vk_record_mv(c, W, xr, aq, as, am, n, y));
+        bs_vk_barrier(c);
+        return 0;
+    }
     if (W->kernel != BS_VK_K_MV_F32) {
         TRY(bs_vk_record_quant(c, x, aq, as, am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
@@ -357,6 +365,10 @@ static int embed_block(bs_vk_dctx *s, int nb) {
         TRY(bs_vk_dispatch(d->c, k, bb, push, bs_vk_groups((uint64_t)m->ne0, 64), (uint32_t)nb, 1));
     }
     bs_vk_barrier(d->c);
+    if (m->rot) {   /* a folded target's table, shared: its rows rotated back, in place */
+        TRY(bs_vk_record_rotate(d->c, m->rot, &s->r.x, &s->r.x, nb));
+        bs_vk_barrier(d->c);
+    }
     if (d->snr_on) TRY(ew(d->c, EW_ADD, &s->r.x, &d->snr, &d->snr, (uint64_t)nb * d->hp.n_embd));
     return 0;
 }
@@ -527,7 +539,7 @@ static int record_group(const dl_group *g, bool *q_hidden) {
 static int record_block_head(bs_vk_dctx *s, int n_logits, bool q_hidden) {
     const bs_vk_dspark *d = s->d;
     if (n_logits <= 0) return 0;
-    if (q_hidden && dl_reads_int8(d->output))
+    if (q_hidden && dl_reads_int8(d->output) && !d->output->rot)
         return bs_vk_record_mv(d->c, d->output, &s->hidden, &s->r.aq, &s->r.as, &s->r.am, n_logits, &s->logits);
     return dl_mv(d, &s->r, d->output, &s->hidden, n_logits, &s->logits);
 }

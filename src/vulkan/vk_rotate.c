@@ -15,7 +15,12 @@ const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_v
             (!hd || (r->nk == (uint32_t)f->perm_nk && r->rep == (uint32_t)f->perm_rep)) && r->inverse == (uint32_t)f->inverse)
             return r;
     }
-    if (f->block < 2 || f->block > BS_VK_ROT_MAX_BLOCK || f->width % f->block || f->width > (1 << 24)) {
+    if (hd && f->inverse) {   /* (no loader makes one: the regrouping is a product input's) */
+        bs_error("Vulkan: an inverse rotation with the V heads regrouped");
+        return NULL;
+    }
+    if (f->block < 2 || f->block > BS_VK_ROT_MAX_BLOCK || f->width % f->block || f->width > (1 << 24) ||
+        f->width / f->block > 65535) {   /* (workgroups per row: the guaranteed dispatch count) */
         bs_error("Vulkan: a Hadamard block of %d over %lld inputs (rotate.comp takes powers of two up to %d)", f->block,
                  (long long)f->width, BS_VK_ROT_MAX_BLOCK);
         return NULL;

@@ -9,7 +9,7 @@
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) buffer Y { float y[]; };
+layout(std430, binding = 1) coherent buffer Y { float y[]; };   // (read back by other invocations: quant)
 layout(std430, binding = 2) readonly buffer S { float sg[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 4) writeonly buffer S8 { float s8[]; };
