@@ -114,6 +114,12 @@ void bs_tq2_0_to_float(const void *src, float *dst, int64_t n);
 void bs_tq2_0_from_float(const float *src, void *dst, int64_t n);
 void bs_tq2_0_dot(int64_t n, float *s, const void *w, const void *a);
 
+/* The base-3 packing TQ1_0 and PTQ1_0 share (quant_tq.c): trit n of byte q, and a block's trits
+ * in element order from its stages: trit n of byte m of a stage of w bytes is element
+ * 5 * (the stages before) + w * n + m; qs holds two stages of 5 trits a byte (w1, w2 bytes),
+ * qh (wh bytes, after them) one of 4. */
+int bs_trit(uint8_t q, int n);
+void bs_trits_staged(const uint8_t *b, int w1, int w2, int wh, uint8_t *t);
 /* quant_ptq1_0.c (bs_ptq1_0_to_pq2_0 is in quant.h) */
 void bs_ptq1_0_to_float(const void *src, float *dst, int64_t n);
 void bs_ptq1_0_from_float(const float *src, void *dst, int64_t n);

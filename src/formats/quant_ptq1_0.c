@@ -22,19 +22,8 @@
 #include <pthread.h>
 
 enum { QK = 128, PTQ1_SIZE = 28, PQ2_SIZE = 34, Q8_0_SIZE = 34, QS = 24, QH = 2, D_AT = 26 };
-static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
-
-static int trit(uint8_t q, int n) { return ((uint8_t)(q * pow3[n]) * 3) >> 8; }
-
-/* Trit (0, 1, 2) of every element of a block, in element order. */
-static void block_trits(const uint8_t *b, uint8_t t[QK]) {
-    for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 16; m++) t[16 * n + m] = (uint8_t)trit(b[m], n);
-    for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 8; m++) t[80 + 8 * n + m] = (uint8_t)trit(b[16 + m], n);
-    for (int n = 0; n < 4; n++)
-        for (int h = 0; h < QH; h++) t[120 + 2 * n + h] = (uint8_t)trit(b[QS + h], n);
-}
+/* Trit (0, 1, 2) of every element of a block, in element order (stages of 16 and 8 bytes, qh 2). */
+static void block_trits(const uint8_t *b, uint8_t t[QK]) { bs_trits_staged(b, 16, 8, QH, t); }
 
 /* `count` trits of t at `stride`, the first most significant, padded to 5 places with zeros
  * (qh's 4 trits are thus multiplied by 3), scaled to a byte with ceiling division. */
@@ -96,7 +85,7 @@ static uint8_t trit_lut[256][5];
 static pthread_once_t trit_once = PTHREAD_ONCE_INIT;
 static void init_trit_lut(void) {
     for (int b = 0; b < 256; b++)
-        for (int n = 0; n < 5; n++) trit_lut[b][n] = (uint8_t)trit((uint8_t)b, n);
+        for (int n = 0; n < 5; n++) trit_lut[b][n] = (uint8_t)bs_trit((uint8_t)b, n);
 }
 
 /* PQ2_0 byte k holds elements 4k..4k+3: in qs's stages (elements 16n + m, then 80 + 8n + m)

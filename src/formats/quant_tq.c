@@ -16,17 +16,19 @@
 enum { TQ1_SIZE = 54, TQ2_SIZE = 66, Q8_K_SIZE = 292 };
 static const uint8_t pow3[6] = {1, 3, 9, 27, 81, 243};
 
-static int trit(uint8_t q, int n) { return ((uint8_t)(q * pow3[n]) * 3) >> 8; }
+int bs_trit(uint8_t q, int n) { return ((uint8_t)(q * pow3[n]) * 3) >> 8; }
+
+void bs_trits_staged(const uint8_t *b, int w1, int w2, int wh, uint8_t *t) {
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < w1; m++) t[w1 * n + m] = (uint8_t)bs_trit(b[m], n);
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < w2; m++) t[5 * w1 + w2 * n + m] = (uint8_t)bs_trit(b[w1 + m], n);
+    for (int n = 0; n < 4; n++)
+        for (int j = 0; j < wh; j++) t[5 * (w1 + w2) + wh * n + j] = (uint8_t)bs_trit(b[w1 + w2 + j], n);
+}
 
 /* Trit (0, 1, 2) of every element of a TQ1_0 block, in element order. */
-static void tq1_trits(const uint8_t *b, uint8_t t[BS_QK_K]) {
-    for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 32; m++) t[32 * n + m] = (uint8_t)trit(b[m], n);
-    for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 16; m++) t[160 + 16 * n + m] = (uint8_t)trit(b[32 + m], n);
-    for (int n = 0; n < 4; n++)
-        for (int j = 0; j < 4; j++) t[240 + 4 * n + j] = (uint8_t)trit(b[48 + j], n);
-}
+static void tq1_trits(const uint8_t *b, uint8_t t[BS_QK_K]) { bs_trits_staged(b, 32, 16, 4, t); }
 
 void bs_tq1_0_to_float(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
