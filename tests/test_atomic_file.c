@@ -6,8 +6,9 @@
  *    file inside an input directory, and accepts a distinct or new file;
  *  - lora merge refuses -o BASE and -o ADAPTER (both stay intact), quantize refuses -o INPUT;
  *  - an output that is not a regular file is written in place and stays what it is (/dev/null a
- *    device, a FIFO a FIFO: a rename would have replaced the node); a symbolic link stays a link
- *    to the file it names, which gets the content; a directory is refused. */
+ *    device, a FIFO a FIFO: a rename would have replaced the node); /dev/stdout on a file opened
+ *    for appending adds to it; a symbolic link (dangling too) stays a link to the file it names,
+ *    which gets the content; a directory is refused. */
 #include "test.h"
 #include "formats/gguf.h"
 #include "formats/quant.h"
@@ -17,6 +18,7 @@
 #include "model/lora.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,29 @@ static void test_special(void) {
     CHECK_STR(s, "new\n");
     free(s);
     CHECKF(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the symbolic link was replaced by a file");
+    /* a dangling link: the file it names is created, the link kept */
+    const char *dangling = at("dangling.txt"), *made = at("made.txt");
+    CHECK(symlink(made, dangling) == 0);
+    CHECK(bs_write_file_atomic(dangling, "made\n", 5) == 0);
+    s = slurp(made);
+    CHECK_STR(s, "made\n");
+    free(s);
+    CHECKF(lstat(dangling, &st) == 0 && S_ISLNK(st.st_mode), "the dangling link was replaced by a file");
+    /* /dev/stdout while stdout is a file opened for appending (`>> log`): written there, at the
+     * end, the file's earlier content kept (a rename would have replaced the file) */
+    const char *log = at("stdout.log");
+    put(log, "earlier\n");
+    fflush(stdout);
+    const int saved = dup(1), lf = open(log, O_WRONLY | O_APPEND);
+    CHECK(saved >= 0 && lf >= 0 && dup2(lf, 1) == 1);
+    const int rc = bs_write_file_atomic("/dev/stdout", "later\n", 6);
+    dup2(saved, 1);
+    close(saved);
+    close(lf);
+    CHECK(rc == 0);
+    s = slurp(log);
+    CHECK_STR(s, "earlier\nlater\n");
+    free(s);
     CHECK_EQ_INT(temporaries(), 0);
     /* a directory */
     CHECK(bs_write_file_atomic(dir, "x", 1) == -1 && strstr(bs_last_error(), "is a directory"));

@@ -466,6 +466,7 @@ static void blocks_together(const char *target, const char *drafter, int ns) {
 }
 
 static int synth_hadamard;   /* synth(): targets folded with this block (0: plain) */
+static int synth_output_type = -1;   /* synth(): the target's head type (-1: its matrices') */
 
 static const char *synth(const char *preset, const char *dir, const char *name, int type, const char *pack, int embd_type) {
     static char paths[4][600];
@@ -479,6 +480,7 @@ static const char *synth(const char *preset, const char *dir, const char *name, 
         c.embd_type = embd_type;
     } else {
         c.matrix_type = c.embd_type = c.output_type = type;
+        if (synth_output_type >= 0) c.output_type = synth_output_type;
         c.ssm_ab_type = type;
         c.values = BS_SYNTH_VALUES_AUTO;
     }
@@ -591,6 +593,26 @@ int main(void) {
                "the CPU's (on the device: %d)", den > 0 ? sqrt(num / den) : -1.0, on_dev);
         printf("folded pair: the drafter's block on the device is %.2e from the CPU's\n", den > 0 ? sqrt(num / den) : -1.0);
         free(a), free(b);
+    }
+    /* ... with a Q6_K head, whose product rounds its floats first: the drafter stays on the CPU and drafts */
+    synth_hadamard = 128;
+    synth_output_type = BS_Q6_K;
+    const char *fq6 = synth("tiny", tmp, "t_q6k_folded", BS_Q1_0, NULL, -1);
+    synth_hadamard = 0;
+    synth_output_type = -1;
+    char dcopy6[700];
+    snprintf(dcopy6, sizeof dcopy6, "%s/vk_dspark_d_folded_q6k.gguf", tmp);
+    const char *dfold6 = fq6 && dq41 ? with_target_tensors(dq41, fq6, dcopy6) : NULL;
+    if (fq6 && dfold6) {
+        bool on_dev = true, on_cpu = false;
+        float *a = block_logits(fq6, dfold6, "cpu", &on_cpu), *b = block_logits(fq6, dfold6, "vulkan", &on_dev);
+        double num = 0, den = 0;
+        for (int i = 0; a && b && i < 4 * 1024; i++) num += (a[i] - b[i]) * (double)(a[i] - b[i]), den += (double)a[i] * a[i];
+        CHECKF(a && b && !on_dev && sqrt(num / den) < 1e-5, "a folded Q6_K head beside a GPU target: the drafter %s, %g from the CPU's",
+               on_dev ? "went to the device" : "stayed on the CPU", den > 0 ? sqrt(num / den) : -1.0);
+        free(a), free(b);
+    } else {
+        CHECKF(false, "the folded Q6_K pair: %s", bs_last_error());
     }
     return test_summary("test_vulkan_dspark");
 }

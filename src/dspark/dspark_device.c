@@ -3,6 +3,7 @@
  * target runs on Vulkan (token_embd / output the drafter borrows then come from the target's
  * network, not uploaded twice), else on a context of its own (draft-logits --device). */
 #include "dspark/dspark.h"
+#include "formats/quant.h"
 #include "model/qwen35.h"
 #include "vulkan/backend.h"
 #include "io/util.h"
@@ -55,6 +56,13 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
     return net;
 }
 
+/* A head whose product the device takes from int8 blocks or plain floats: the drafter rotates
+ * its input there; one whose floats are rounded first (F16, BF16, Q6_K, ...) it does not. */
+static bool int8_or_f32(int type) {
+    return type == BS_F32 || type == BS_Q1_0 || type == BS_Q2_0 || type == BS_PQ2_0 || type == BS_PTQ1_0 ||
+           type == BS_Q2_0_G64 || type == BS_Q8_0 || type == BS_Q4_1;
+}
+
 int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
     bs_dspark_dev *dev = d->dev;
     if (dev->net) return 0;
@@ -62,7 +70,7 @@ int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *
      * drafter on the target's context shares with their folds; a fold of the drafter's own
      * (its file's, or one taken with tensors it does not share there) keeps it on the CPU */
     const bool shared = target && target->vk;
-    const bool folded = d->fold || (d->output.rot && !(shared && d->output_borrowed)) ||
+    const bool folded = d->fold || (d->output.rot && !(shared && d->output_borrowed && int8_or_f32(d->output.type))) ||
                         (d->tok_embd.rot && !(shared && d->embd_borrowed));
     if (folded && shared) {
         if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,7 +19,7 @@
 #include <unistd.h>
 
 struct bs_afile {
-    char *path, *tmp;              /* tmp NULL: written in place (a device, FIFO or socket) */
+    char *path, *tmp;              /* tmp NULL: written in place (a device, FIFO or a descriptor) */
     char *target;                  /* where the rename goes when path is a symbolic link, else NULL */
     FILE *fp;
     int slot;                      /* index in the signal-cleanup table, -1 if it was full */
@@ -83,19 +84,8 @@ static char *dir_of(const char *path) {
     return d;
 }
 
-/* An output that exists and is not a regular file (/dev/null, /dev/stdout on a pipe or a
- * terminal, a FIFO) is written in place: a rename would replace the node itself (as root,
- * /dev/null for every program on the machine). A directory is refused. */
-static bs_afile *open_in_place(const char *path, const struct stat *st) {
-    if (S_ISDIR(st->st_mode)) {
-        bs_error("%s: is a directory", path);
-        return NULL;
-    }
-    const int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) {
-        bs_error("%s: %s", path, strerror(errno));
-        return NULL;
-    }
+/* An afile written in place on descriptor fd (no temporary, no rename). */
+static bs_afile *in_place(const char *path, int fd) {
     bs_afile *a = bs_xcalloc(1, sizeof *a);
     a->path = bs_xstrdup(path);
     a->slot = -1;
@@ -112,19 +102,111 @@ static bs_afile *open_in_place(const char *path, const struct stat *st) {
 
 static bs_afile *open_temporary(const char *path);
 
+/* An output that exists and is not a regular file (/dev/null, a terminal, a FIFO) is written in
+ * place: a rename would replace the node itself (as root, /dev/null for every program on the
+ * machine). A directory is refused; a node swapped for a regular file after the stat goes the
+ * temporary's way after all. */
+static bs_afile *open_in_place(const char *path, const struct stat *st) {
+    if (S_ISDIR(st->st_mode)) {
+        bs_error("%s: is a directory", path);
+        return NULL;
+    }
+    const int fd = open(path, O_WRONLY | O_CLOEXEC);
+    struct stat now;
+    if (fd < 0) {
+        bs_error("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &now) == 0 && S_ISREG(now.st_mode)) {
+        close(fd);
+        return open_temporary(path);
+    }
+    return in_place(path, fd);
+}
+
+/* The descriptor a path names through /proc/self/fd (/dev/stdout, /dev/fd/N, /proc/self/fd/N),
+ * following symbolic links to get there; -1 when it names none. Such an output is the stream
+ * the shell set up (`>> log`, `2> err`): it is written there, at its offset, never replaced. */
+static int fd_named(const char *path) {
+    char cur[PATH_MAX], link[PATH_MAX], fds[64];
+    snprintf(fds, sizeof fds, "/proc/%d/fd", (int)getpid());
+    if (strlen(path) >= sizeof cur) return -1;
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int hop = 0; hop < 16; hop++) {
+        char *copy = bs_xstrdup(cur), *dir = realpath(dirname(copy), NULL);
+        const bool in_fds = dir && !strcmp(dir, fds);
+        free(copy), free(dir);
+        if (in_fds) {
+            copy = bs_xstrdup(cur);
+            const char *name = basename(copy);
+            char *end;
+            const long n = strtol(name, &end, 10);
+            const int fd = *name && !*end && n >= 0 && n < INT_MAX ? (int)n : -1;
+            free(copy);
+            return fd;
+        }
+        const ssize_t k = readlink(cur, link, sizeof link - 1);
+        if (k < 0) return -1;
+        link[k] = 0;
+        if (link[0] != '/') {   /* relative to the link's directory */
+            copy = bs_xstrdup(cur);
+            char joined[PATH_MAX];
+            if (snprintf(joined, sizeof joined, "%s/%s", dirname(copy), link) >= (int)sizeof joined) { free(copy); return -1; }
+            free(copy);
+            snprintf(cur, sizeof cur, "%s", joined);
+        } else {
+            snprintf(cur, sizeof cur, "%s", link);
+        }
+    }
+    return -1;
+}
+
+/* Where a symbolic link leads (dangling too: the file it would create), or NULL for a path
+ * that is not one: the file is replaced there and the link kept, as cp and > do. */
+static char *link_target(const char *path) {
+    struct stat lst;
+    if (lstat(path, &lst) != 0 || !S_ISLNK(lst.st_mode)) return NULL;
+    char *real = realpath(path, NULL);
+    if (real) return real;
+    char cur[PATH_MAX], link[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int hop = 0; hop < 40; hop++) {
+        if (lstat(cur, &lst) != 0 || !S_ISLNK(lst.st_mode)) return bs_xstrdup(cur);
+        const ssize_t k = readlink(cur, link, sizeof link - 1);
+        if (k < 0) return NULL;
+        link[k] = 0;
+        char *copy = bs_xstrdup(cur), joined[PATH_MAX];
+        const int n = link[0] == '/' ? snprintf(joined, sizeof joined, "%s", link)
+                                     : snprintf(joined, sizeof joined, "%s/%s", dirname(copy), link);
+        free(copy);
+        if (n >= (int)sizeof joined) return NULL;
+        snprintf(cur, sizeof cur, "%s", joined);
+    }
+    return NULL;   /* a loop: the link is replaced, as before */
+}
+
 bs_afile *bs_afile_open(const char *path) {
-    struct stat st, lst;
+    const int fd = fd_named(path);
+    if (fd >= 0) {
+        const int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup < 0) {
+            bs_error("%s: %s", path, strerror(errno));
+            return NULL;
+        }
+        return in_place(path, dup);
+    }
+    struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return open_in_place(path, &st);
-    /* a symbolic link to a file: the file is replaced, the link kept */
-    char *real = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) ? realpath(path, NULL) : NULL;
-    bs_afile *a = open_temporary(real ? real : path);
-    if (a && real) {   /* (errors name the path the user gave) */
+    char *dest = link_target(path);
+    bs_afile *a = open_temporary(dest ? dest : path);
+    if (!a && dest) bs_error_prefix("%s: ", path);   /* (the message names the path the user gave) */
+    if (a && dest) {
         free(a->path);
         a->path = bs_xstrdup(path);
-        a->target = real;
-        real = NULL;
+        a->target = dest;
+        dest = NULL;
     }
-    free(real);
+    free(dest);
     return a;
 }
 
@@ -296,8 +378,8 @@ static char *canonical(const char *path) {
 static int outputs_differ(const char *a, const char *b) {
     struct stat sa, sb;
     bool same;
-    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {
-        same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) {   /* (a device twice, /dev/null: nothing to lose) */
+        same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);
     } else {
         char *ca = canonical(a), *cb = canonical(b);
         same = ca && cb ? !strcmp(ca, cb) : !strcmp(a, b);
