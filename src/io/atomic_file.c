@@ -124,11 +124,27 @@ static bs_afile *open_in_place(const char *path, const struct stat *st) {
     return in_place(path, fd);
 }
 
+/* One hop along a symbolic link: cur (PATH_MAX bytes) becomes what it points at, a relative
+ * target taken from the link's directory. -1 when cur is no link or the path is too long. */
+static int follow(char *cur) {
+    char link[PATH_MAX], joined[PATH_MAX];
+    const ssize_t k = readlink(cur, link, sizeof link - 1);
+    if (k < 0) return -1;
+    link[k] = 0;
+    char *copy = bs_xstrdup(cur);
+    const int n = link[0] == '/' ? snprintf(joined, sizeof joined, "%s", link)
+                                 : snprintf(joined, sizeof joined, "%s/%s", dirname(copy), link);
+    free(copy);
+    if (n >= (int)sizeof joined) return -1;
+    memcpy(cur, joined, (size_t)n + 1);
+    return 0;
+}
+
 /* The descriptor a path names through /proc/self/fd (/dev/stdout, /dev/fd/N, /proc/self/fd/N),
  * following symbolic links to get there; -1 when it names none. Such an output is the stream
  * the shell set up (`>> log`, `2> err`): it is written there, at its offset, never replaced. */
 static int fd_named(const char *path) {
-    char cur[PATH_MAX], link[PATH_MAX], fds[64];
+    char cur[PATH_MAX], fds[64];
     snprintf(fds, sizeof fds, "/proc/%d/fd", (int)getpid());
     if (strlen(path) >= sizeof cur) return -1;
     snprintf(cur, sizeof cur, "%s", path);
@@ -145,18 +161,7 @@ static int fd_named(const char *path) {
             free(copy);
             return fd;
         }
-        const ssize_t k = readlink(cur, link, sizeof link - 1);
-        if (k < 0) return -1;
-        link[k] = 0;
-        if (link[0] != '/') {   /* relative to the link's directory */
-            copy = bs_xstrdup(cur);
-            char joined[PATH_MAX];
-            if (snprintf(joined, sizeof joined, "%s/%s", dirname(copy), link) >= (int)sizeof joined) { free(copy); return -1; }
-            free(copy);
-            snprintf(cur, sizeof cur, "%s", joined);
-        } else {
-            snprintf(cur, sizeof cur, "%s", link);
-        }
+        if (follow(cur)) return -1;
     }
     return -1;
 }
@@ -168,19 +173,11 @@ static char *link_target(const char *path) {
     if (lstat(path, &lst) != 0 || !S_ISLNK(lst.st_mode)) return NULL;
     char *real = realpath(path, NULL);
     if (real) return real;
-    char cur[PATH_MAX], link[PATH_MAX];
+    char cur[PATH_MAX];
     snprintf(cur, sizeof cur, "%s", path);
     for (int hop = 0; hop < 40; hop++) {
         if (lstat(cur, &lst) != 0 || !S_ISLNK(lst.st_mode)) return bs_xstrdup(cur);
-        const ssize_t k = readlink(cur, link, sizeof link - 1);
-        if (k < 0) return NULL;
-        link[k] = 0;
-        char *copy = bs_xstrdup(cur), joined[PATH_MAX];
-        const int n = link[0] == '/' ? snprintf(joined, sizeof joined, "%s", link)
-                                     : snprintf(joined, sizeof joined, "%s/%s", dirname(copy), link);
-        free(copy);
-        if (n >= (int)sizeof joined) return NULL;
-        snprintf(cur, sizeof cur, "%s", joined);
+        if (follow(cur)) return NULL;
     }
     return NULL;   /* a loop: the link is replaced, as before */
 }
