@@ -120,6 +120,8 @@ void bs_tq2_0_dot(int64_t n, float *s, const void *w, const void *a);
  * qh (wh bytes, after them) one of 4. */
 int bs_trit(uint8_t q, int n);
 void bs_trits_staged(const uint8_t *b, int w1, int w2, int wh, uint8_t *t);
+/* The inverse: the trits t (0..2, element order) packed into the stages' bytes b. */
+void bs_trits_pack_staged(const int *t, int w1, int w2, int wh, uint8_t *b);
 /* quant_ptq1_0.c (bs_ptq1_0_to_pq2_0 is in quant.h) */
 void bs_ptq1_0_to_float(const void *src, float *dst, int64_t n);
 void bs_ptq1_0_from_float(const float *src, void *dst, int64_t n);

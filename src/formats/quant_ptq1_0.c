@@ -25,15 +25,6 @@ enum { QK = 128, PTQ1_SIZE = 28, PQ2_SIZE = 34, Q8_0_SIZE = 34, QS = 24, QH = 2,
 /* Trit (0, 1, 2) of every element of a block, in element order (stages of 16 and 8 bytes, qh 2). */
 static void block_trits(const uint8_t *b, uint8_t t[QK]) { bs_trits_staged(b, 16, 8, QH, t); }
 
-/* `count` trits of t at `stride`, the first most significant, padded to 5 places with zeros
- * (qh's 4 trits are thus multiplied by 3), scaled to a byte with ceiling division. */
-static uint8_t pack(const uint8_t *t, int stride, int count) {
-    unsigned v = 0;
-    for (int n = 0; n < count; n++) v = v * 3 + t[n * stride];
-    for (int n = count; n < 5; n++) v *= 3;
-    return (uint8_t)((v * 256 + 242) / 243);
-}
-
 void bs_ptq1_0_to_float(const void *src, float *dst, int64_t n) {
     const uint8_t *b = src;
     uint8_t t[QK];
@@ -46,7 +37,7 @@ void bs_ptq1_0_to_float(const void *src, float *dst, int64_t n) {
 
 void bs_ptq1_0_from_float(const float *src, void *dst, int64_t n) {
     uint8_t *b = dst;
-    uint8_t t[QK];
+    int t[QK];
     for (int64_t i = 0; i < n / QK; i++, b += PTQ1_SIZE) {
         const float *x = src + i * QK;
         float amax = 0.0f;
@@ -54,11 +45,9 @@ void bs_ptq1_0_from_float(const float *src, void *dst, int64_t n) {
         float id = amax != 0.0f ? 1.0f / amax : 0.0f;
         for (int j = 0; j < QK; j++) {
             long c = lroundf(x[j] * id) + 1;
-            t[j] = (uint8_t)(c < 0 ? 0 : c > 2 ? 2 : c);
+            t[j] = (int)(c < 0 ? 0 : c > 2 ? 2 : c);
         }
-        for (int m = 0; m < 16; m++) b[m] = pack(t + m, 16, 5);
-        for (int m = 0; m < 8; m++) b[16 + m] = pack(t + 80 + m, 8, 5);
-        for (int h = 0; h < QH; h++) b[QS + h] = pack(t + 120 + h, 2, 4);
+        bs_trits_pack_staged(t, 16, 8, QH, b);
         bs_st_f16(b + D_AT, amax);
     }
 }

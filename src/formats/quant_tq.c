@@ -42,12 +42,19 @@ void bs_tq1_0_to_float(const void *src, float *dst, int64_t n) {
 
 static int tern(float x, float id) { return (int)lroundf(x * id) + 1; }
 
-/* Packs `count` trits of x at stride `stride` (most significant first), scaled to a byte. */
-static uint8_t pack5(const float *x, int stride, int count, float id) {
+/* `count` trits of t at `stride`, the first most significant, padded to 5 places with zeros
+ * (qh's 4 trits are thus multiplied by 3), scaled to a byte with ceiling division. */
+static uint8_t pack5(const int *t, int stride, int count) {
     unsigned v = 0;
-    for (int n = 0; n < count; n++) v = v * 3 + (unsigned)tern(x[n * stride], id);
+    for (int n = 0; n < count; n++) v = v * 3 + (unsigned)t[n * stride];
     for (int n = count; n < 5; n++) v *= 3;
     return (uint8_t)((v * 256 + 242) / 243);
+}
+
+void bs_trits_pack_staged(const int *t, int w1, int w2, int wh, uint8_t *b) {
+    for (int m = 0; m < w1; m++) b[m] = pack5(t + m, w1, 5);
+    for (int m = 0; m < w2; m++) b[w1 + m] = pack5(t + 5 * w1 + m, w2, 5);
+    for (int j = 0; j < wh; j++) b[w1 + w2 + j] = pack5(t + 5 * (w1 + w2) + j, wh, 4);
 }
 
 void bs_tq1_0_from_float(const float *src, void *dst, int64_t n) {
@@ -57,9 +64,9 @@ void bs_tq1_0_from_float(const float *src, void *dst, int64_t n) {
         float amax = 0.0f;
         for (int j = 0; j < BS_QK_K; j++) amax = BS_MAX(amax, fabsf(x[j]));
         float id = amax != 0.0f ? 1.0f / amax : 0.0f;
-        for (int m = 0; m < 32; m++) b[m] = pack5(x + m, 32, 5, id);
-        for (int m = 0; m < 16; m++) b[32 + m] = pack5(x + 160 + m, 16, 5, id);
-        for (int j = 0; j < 4; j++) b[48 + j] = pack5(x + 240 + j, 4, 4, id);
+        int t[BS_QK_K];
+        for (int j = 0; j < BS_QK_K; j++) t[j] = tern(x[j], id);
+        bs_trits_pack_staged(t, 32, 16, 4, b);
         bs_st_f16(b + 52, amax);
     }
 }
