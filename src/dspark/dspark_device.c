@@ -3,7 +3,6 @@
  * target runs on Vulkan (token_embd / output the drafter borrows then come from the target's
  * network, not uploaded twice), else on a context of its own (draft-logits --device). */
 #include "dspark/dspark.h"
-#include "formats/quant.h"
 #include "model/qwen35.h"
 #include "vulkan/backend.h"
 #include "io/util.h"
@@ -56,27 +55,25 @@ static bs_vk_dspark *upload(const bs_dspark *d, bs_vk_ctx *c, const bs_vk_net *s
     return net;
 }
 
-/* A head whose product the device takes from int8 blocks or plain floats: the drafter rotates
- * its input there; one whose floats are rounded first (F16, BF16, Q6_K, ...) it does not. */
-static bool int8_or_f32(int type) {
-    return type == BS_F32 || type == BS_Q1_0 || type == BS_Q2_0 || type == BS_PQ2_0 || type == BS_PTQ1_0 ||
-           type == BS_Q2_0_G64 || type == BS_Q8_0 || type == BS_Q4_1;
+/* Staying on the CPU for a fold the drafter's device path does not rotate: said once. */
+static int stay_on_cpu(bs_dspark_dev *dev) {
+    if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");
+    dev->on_cpu_said = true;
+    return 0;
 }
 
 int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *spec) {
     bs_dspark_dev *dev = d->dev;
     if (dev->net) return 0;
     /* Hadamard folds (Bonsai 2): the device rotates for the target's table and head, which a
-     * drafter on the target's context shares with their folds; a fold of the drafter's own
-     * (its file's, or one taken with tensors it does not share there) keeps it on the CPU */
+     * drafter on the target's context shares with their folds (not a head whose product rounds
+     * its input first: that rounding would need the rotated rows in a scratch of their own); a
+     * fold of the drafter's own (its file's, or one taken with tensors it does not share there)
+     * keeps it on the CPU */
     const bool shared = target && target->vk;
-    const bool folded = d->fold || (d->output.rot && !(shared && d->output_borrowed && int8_or_f32(d->output.type))) ||
-                        (d->tok_embd.rot && !(shared && d->embd_borrowed));
-    if (folded && shared) {
-        if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");
-        dev->on_cpu_said = true;
-        return 0;
-    }
+    const bool shared_head = shared && d->output_borrowed && !bs_vk_rounds_input(d->output.type, d->output.ne0);
+    const bool folded = d->fold || (d->output.rot && !shared_head) || (d->tok_embd.rot && !(shared && d->embd_borrowed));
+    if (folded && shared) return stay_on_cpu(dev);
     if (target && target->vk) {
         dev->ctx = target->vk;
         dev->own_ctx = false;
@@ -86,11 +83,7 @@ int bs_dspark_to_device(const bs_dspark *d, const bs_model *target, const char *
         if (kind == BS_DEVICE_CPU) return 0;
         if (folded && kind == BS_DEVICE_VULKAN)
             return bs_error("--device %s: this drafter's Hadamard-folded weights run on the CPU only", spec ? spec : "vulkan");
-        if (folded) {
-            if (!dev->on_cpu_said) bs_log(1, "drafter: Hadamard-folded weights of its own: it runs on the CPU\n");
-            dev->on_cpu_said = true;
-            return 0;
-        }
+        if (folded) return stay_on_cpu(dev);
         if (index < 0 && (index = bs_vk_pick(kind == BS_DEVICE_VULKAN)) < 0)
             return bs_error_prefix("drafter on %s: ", spec ? spec : "vulkan");
         if (!(dev->ctx = bs_vk_open(index))) return -1;

@@ -449,6 +449,9 @@ void bs_vk_matrix_free(bs_vk_ctx *c, bs_vk_matrix *m);
 int bs_vk_matrix_parts(const bs_vk_matrix *m);
 /* Column slices per row of the integer kernels (split-K; BITSPARK_VK_SPLIT=N caps it). */
 int bs_vk_matrix_split(const bs_vk_matrix *m);
+/* Whether a product of a weight of this type and row length rounds its float input first on the
+ * device (F16, BF16, Q6_K, ...: a float layout standing for the CPU's activation format). */
+bool bs_vk_rounds_input(int type, int64_t ne0);
 /* y[r][o] = sum_i W[o][i] x[r][i] for r < n: activations quantized on the device to int8
  * 32-blocks exactly as the CPU path does (Q8_0, x86 rounding) for formats whose products take
  * Q8_0; F32 otherwise. A row's result does not depend on n (same code, same order). */

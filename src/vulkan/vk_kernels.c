@@ -65,6 +65,22 @@ static int repack_f32(const bs_vk_tensor *W, int64_t r0, int64_t n, float *out) 
     return rc;
 }
 
+/* How the CPU path rounds the activations of a float-layout product (act_round.comp's mode):
+ * those formats' dot products take F16, BF16 or int8 activations, which a float kernel would
+ * not see. 0 for the integer layouts (they quantize themselves) and F32. */
+static int act_for(int type, int kernel, int64_t ne0) {
+    const bs_type_traits *tt = bs_type_get(type);
+    const int vdt = tt ? tt->vec_dot_type : BS_F32;
+    const int act = kernel != BS_VK_K_MV_F32 ? 0 : vdt == BS_F16 ? 1 : vdt == BS_BF16 ? 2
+                  : (vdt == BS_Q8_0 || vdt == BS_Q8_1) ? 3 : vdt == BS_Q8_K ? 4 : 0;
+    return act == 4 && ne0 % 256 ? 0 : act;
+}
+
+bool bs_vk_rounds_input(int type, int64_t ne0) {
+    int bits, subs;
+    return act_for(type, kernel_for(type, &bits, &subs), ne0) != 0;
+}
+
 /* m's kernel and layout for W (no rows yet); false, with the error said, for a shape the
  * kernels do not take. */
 static bool matrix_meta(bs_vk_matrix *m, const bs_vk_tensor *W) {
@@ -73,11 +89,7 @@ static bool matrix_meta(bs_vk_matrix *m, const bs_vk_tensor *W) {
         return false;
     }
     m->kernel = kernel_for(W->type, &m->bits, &m->subs);
-    const bs_type_traits *tt = bs_type_get(W->type);
-    const int vdt = tt ? tt->vec_dot_type : BS_F32;
-    m->act = m->kernel != BS_VK_K_MV_F32 ? 0 : vdt == BS_F16 ? 1 : vdt == BS_BF16 ? 2
-           : (vdt == BS_Q8_0 || vdt == BS_Q8_1) ? 3 : vdt == BS_Q8_K ? 4 : 0;
-    if (m->act == 4 && W->ne0 % 256) m->act = 0;
+    m->act = act_for(W->type, m->kernel, W->ne0);
     m->ne0 = W->ne0;
     m->ne1 = W->ne1;
     if (m->kernel != BS_VK_K_MV_F32 && W->ne0 % (32 * m->subs)) {

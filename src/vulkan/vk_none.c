@@ -4,6 +4,7 @@
 #include "io/util.h"
 
 bool bs_vk_built(void) { return false; }
+bool bs_vk_rounds_input(int type, int64_t ne0) { (void)type, (void)ne0; return false; }
 int bs_vk_devices(bs_vk_device_info *out, int max) {
     (void)out; (void)max;
     return bs_error("this bitspark was built without the Vulkan backend (BS_VULKAN=OFF)");
