@@ -364,11 +364,6 @@ static int load_tensors(bs_dspark *d, const source *s) {
 
 /* --- entry points --------------------------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 /* config.json of a safetensors checkpoint: in the directory, or next to the file. */
 static json_t *load_config(const char *path) {
     struct stat st;
@@ -442,7 +437,7 @@ static int attach_fold(bs_dspark *d) {
 static int load_any(bs_dspark *d, const char *path, const bs_dspark_params *p) {
     struct stat st;
     bool dir = !stat(path, &st) && S_ISDIR(st.st_mode);
-    if (!dir && !ends_with(path, ".safetensors") && !ends_with(path, ".json")) {
+    if (!dir && !bs_ends_with(path, ".safetensors") && !bs_ends_with(path, ".json")) {
         if (!(d->gguf = gguf_open(path, p->no_mmap ? GGUF_OPEN_NO_MMAP : GGUF_OPEN_PREFAULT))) return -1;
         source s = {.g = d->gguf};
         return hparams_gguf(d->gguf, &d->hp) || load_tensors(d, &s) || attach_fold(d) || pack_matrices(d) ? -1 : 0;

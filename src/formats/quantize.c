@@ -120,11 +120,6 @@ int bs_convert_rows(bs_pool *pool, int src_type, const void *src, int dst_type, 
 
 /* --- per-tensor policy ---------------------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcmp(s + a - b, suf);
-}
-
 static int ggml_n_dims(const gguf_tensor *t) {
     for (int d = GGUF_MAX_DIMS - 1; d > 0; d--)
         if (t->ne[d] != 1) return d + 1;
@@ -132,7 +127,7 @@ static int ggml_n_dims(const gguf_tensor *t) {
 }
 
 static bool quantizable(const gguf_tensor *t) {
-    return ends_with(t->name, "weight") && ggml_n_dims(t) >= 2 && !strstr(t->name, "_norm.weight") &&
+    return bs_ends_with(t->name, "weight") && ggml_n_dims(t) >= 2 && !strstr(t->name, "_norm.weight") &&
            !strstr(t->name, "ssm_conv1d.weight");
 }
 

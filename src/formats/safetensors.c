@@ -259,11 +259,6 @@ static char *join(const char *dir, const char *name) {
     return p;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static int add_shard(st_model *m, const char *path, int flags) {
     st_file *f = st_open(path, flags);
     if (!f) return -1;
@@ -364,7 +359,7 @@ static char *single_file_in(const char *dir) {
     int count = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (ends_with(e->d_name, ".safetensors") && count++ == 0) found = join(dir, e->d_name);
+        if (bs_ends_with(e->d_name, ".safetensors") && count++ == 0) found = join(dir, e->d_name);
     closedir(d);
     if (count == 1) return found;
     free(found);
@@ -400,7 +395,7 @@ st_model *st_model_open(const char *path, int flags) {
         const char *slash = strrchr(path, '/');
         m->dir = slash ? strndup(path, (size_t)(slash - path)) : bs_xstrdup(".");
         if (!m->dir) m->dir = bs_xstrdup(".");
-        rc = ends_with(path, ".json") ? open_index(m, path, flags) : add_shard(m, path, flags);
+        rc = bs_ends_with(path, ".json") ? open_index(m, path, flags) : add_shard(m, path, flags);
     }
     if (!rc && !m->tensors) rc = index_tensors(m);
     if (rc) { st_model_close(m); return NULL; }

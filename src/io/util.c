@@ -156,6 +156,11 @@ bool bs_env_flag(const char *name) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+bool bs_ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
 double bs_time(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

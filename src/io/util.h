@@ -61,6 +61,8 @@ uint16_t bs_f32_to_bf16(float f);
 double bs_time(void);
 /* Whether environment variable `name` is set, non-empty and not "0". */
 bool bs_env_flag(const char *name);
+/* Whether s ends with suffix. */
+bool bs_ends_with(const char *s, const char *suffix);
 /* Peak resident set size of this process in bytes (from /proc/self/status VmHWM). */
 uint64_t bs_peak_rss(void);
 /* Current resident set size in bytes. */

@@ -193,7 +193,9 @@ bool bs_hadamard_folds(bs_hadamard *h, const char *name, bool inverse) {
     return e && e->inverse == inverse ? (e->found = true) : false;
 }
 
-bool bs_hadamard_grouped(const bs_hadamard *h) { return h && h->grouped; }
+bool bs_hadamard_regroups(const bs_hadamard *h, const char *name) {
+    return h && h->grouped && bs_ends_with(name, ".ssm_out.weight");
+}
 
 const bs_rotation *bs_hadamard_rotation(bs_hadamard *h, int64_t width, int perm_hd, int perm_nk, int perm_rep,
                                         bool inverse) {

@@ -23,8 +23,9 @@ void bs_hadamard_free(bs_hadamard *h);
 /* Whether the fold names this weight (forward: weight_names; inverse: inverse_weight_names);
  * a name asked for is marked as found. */
 bool bs_hadamard_folds(bs_hadamard *h, const char *name, bool inverse);
-/* Whether the file asks ssm_out's V heads regrouped before the rotation (gdn_v_grouped). */
-bool bs_hadamard_grouped(const bs_hadamard *h);
+/* Whether weight `name` takes its input's V heads regrouped before the rotation (an ssm_out of a
+ * file that says gdn_v_grouped). */
+bool bs_hadamard_regroups(const bs_hadamard *h, const char *name);
 /* The rotation of an input of `width` (perm_hd > 0: regrouped first, see bs_rotation), owned
  * by h; NULL with bs_error when the block does not divide width or no sign vector has it. */
 const bs_rotation *bs_hadamard_rotation(bs_hadamard *h, int64_t width, int perm_hd, int perm_nk, int perm_rep,

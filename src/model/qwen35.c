@@ -216,11 +216,6 @@ static int load_layer(const gguf_file *f, const bs_qwen35_hparams *hp, int il, b
     return 0;
 }
 
-static bool ends_with(const char *s, const char *tail) {
-    const size_t n = strlen(s), k = strlen(tail);
-    return n >= k && !strcmp(s + n - k, tail);
-}
-
 /* A Bonsai 2 file's Hadamard fold (hadamard.h): each folded matrix multiplies its input rotated
  * (ssm_out's V heads regrouped first when the file says so); a folded token table gives rows
  * back through the inverse and, tied as the output, multiplies the rotated final norm. */
@@ -234,7 +229,7 @@ static int attach_fold(bs_model *m) {
     for (int i = 0; i < n && !rc; i++) {
         bs_weight *w = ws[i];
         if (!bs_hadamard_folds(h, w->name, false)) continue;
-        const bool regroup = ends_with(w->name, ".ssm_out.weight") && bs_hadamard_grouped(h);
+        const bool regroup = bs_hadamard_regroups(h, w->name);
         const int hd = regroup ? hp->d_v : 0, nk = hp->n_k_heads, rep = hp->n_v_heads / hp->n_k_heads;
         if (!(w->rot = bs_hadamard_rotation(h, w->ne0, hd, nk, rep, false))) rc = bs_error_prefix("%s: ", w->name);
     }

@@ -87,11 +87,6 @@ static char *trimmed(const char *s) {
 }
 
 static bool starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
-static bool ends_with(const char *s, const char *p) {
-    size_t a = strlen(s), b = strlen(p);
-    return a >= b && memcmp(s + a - b, p, b) == 0;
-}
-
 /* Last occurrence of needle in hay[0..n), or NULL. */
 static const char *last_occurrence(const char *hay, size_t n, const char *needle) {
     size_t k = strlen(needle);
@@ -269,7 +264,7 @@ static long last_query_index(const bs_chat_msg *msgs, size_t n) {
     for (size_t i = n; i-- > 0;) {
         if (strcmp(msgs[i].role, "user")) continue;
         char *c = trimmed(msgs[i].content);
-        bool tool_output = starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>");
+        bool tool_output = starts_with(c, "<tool_response>") && bs_ends_with(c, "</tool_response>");
         free(c);
         if (!tool_output) return (long)i;
     }

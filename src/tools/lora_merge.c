@@ -65,8 +65,7 @@ static int delta_rotation(const gguf_file *f, bs_hadamard *h, const char *name, 
     *out = NULL;
     if (!h || !(bs_hadamard_folds(h, name, false) || bs_hadamard_folds(h, name, true))) return 0;
     uint32_t nv = 0, nk = 1, inner = 0;
-    const size_t n = strlen(name), k = strlen(".ssm_out.weight");
-    const bool regroup = bs_hadamard_grouped(h) && n > k && !strcmp(name + n - k, ".ssm_out.weight");
+    const bool regroup = bs_hadamard_regroups(h, name);
     if (regroup && (gguf_get_u32(f, "qwen35.ssm.time_step_rank", &nv) || gguf_get_u32(f, "qwen35.ssm.group_count", &nk) ||
                     gguf_get_u32(f, "qwen35.ssm.inner_size", &inner) || !nv || !nk || nv % nk || inner % nv))
         return bs_error("%s: the DeltaNet head counts are missing or do not divide", name);

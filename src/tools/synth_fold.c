@@ -15,16 +15,11 @@ static const char *const KINDS[] = {".attn_q.weight", ".attn_k.weight", ".attn_v
                                     ".attn_gate.weight", ".attn_output.weight", ".ffn_gate.weight",
                                     ".ffn_up.weight", ".ffn_down.weight", ".ssm_out.weight"};
 
-static bool ends_with(const char *s, const char *tail) {
-    const size_t n = strlen(s), k = strlen(tail);
-    return n >= k && !strcmp(s + n - k, tail);
-}
-
 /* Folded by the file's weight_names (the token table is folded too, but named as inverse). */
 static bool named_folded(const char *name) {
     if (!strcmp(name, "output.weight")) return true;
     for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
-        if (!strncmp(name, "blk.", 4) && ends_with(name, KINDS[i])) return true;
+        if (!strncmp(name, "blk.", 4) && bs_ends_with(name, KINDS[i])) return true;
     return false;
 }
 
@@ -105,7 +100,7 @@ void synth_fold_row(const bs_synth_config *c, const synth_tensor *t, float *row)
     float *signs = bs_xmalloc((size_t)t->ne[0] * sizeof *signs);
     synth_fold_signs(c, t->ne[0], signs);
     bs_rotation r = {.block = c->hadamard, .width = t->ne[0], .signs = signs};
-    if (ends_with(t->name, ".ssm_out.weight")) {
+    if (bs_ends_with(t->name, ".ssm_out.weight")) {
         r.perm_hd = (int)c->ssm_head_dim;
         r.perm_nk = (int)c->ssm_k_heads;
         r.perm_rep = (int)(c->ssm_v_heads / c->ssm_k_heads);
