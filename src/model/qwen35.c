@@ -359,9 +359,6 @@ int bs_model_transcode(bs_model *m, int i, bs_pool *pool) {
     return m->transcoded[i].pack && bs_weight_packable(w) ? bs_weight_pack_in_place(w, pool) : 0;
 }
 
-/* PTQ1_0 (Bonsai 2's base-3 ternary, 1.75 bits per weight) has no SIMD kernel: its weights are
- * transcoded once to PQ2_0 (2.125 bits; the same trits and scales, so the same products, bit
- * for bit) in memory of their own, which the Q2 kernels then read. */
 bool bs_model_transcoded(const bs_model *m, const bs_weight *w) {
     for (int i = 0; i < m->n_transcoded; i++)
         if (m->transcoded[i].w == w) return true;
@@ -388,8 +385,11 @@ static int transcode_one(bs_model *m, bs_weight *w, bool pack, bs_pool **pool) {
     return rc;
 }
 
-/* Every PTQ1_0 matrix, and a PTQ1_0 token table (read by rows: not packed; a tied output then
- * multiplies by its PQ2_0 rows too). */
+/* PTQ1_0 (Bonsai 2's base-3 ternary, 1.75 bits per weight) has no SIMD kernel: its weights are
+ * transcoded once to PQ2_0 (2.125 bits; the same trits and scales, so the same products, bit
+ * for bit) in memory of their own, which the Q2 kernels then read. Every PTQ1_0 matrix, and a
+ * PTQ1_0 token table (read by rows: not packed; a tied output then multiplies by its PQ2_0 rows
+ * too). */
 static int transcode_weights(bs_model *m, bs_pool **pool) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);

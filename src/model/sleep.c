@@ -35,8 +35,7 @@ int bs_model_sleep(bs_model *m) {
     bs_weight **ws = bs_xmalloc(sizeof *ws * (size_t)bs_model_max_weights(m));
     const int n = bs_model_weights(m, ws);
     for (int i = 0; i < n; i++)
-        if (packed_copy(ws[i]) && !bs_model_transcoded(m, ws[i]))
-            drop_pages(ws[i]->packed, ws[i]->row_bytes * (size_t)ws[i]->ne1);
+        if (packed_copy(ws[i])) drop_pages(ws[i]->packed, ws[i]->row_bytes * (size_t)ws[i]->ne1);
     for (int i = 0; i < m->n_transcoded; i++) {   /* PTQ1_0 as PQ2_0: made again on waking */
         const bs_weight *w = m->transcoded[i].w;
         drop_pages(w->data, w->row_bytes * (size_t)w->ne1);
