@@ -34,8 +34,7 @@ struct bs_hadamard {
 static const char *const KINDS[] = {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_gate", "attn_output",
                                     "ffn_gate", "ffn_up", "ffn_down", "ssm_out"};
 
-/* "output.weight", or "blk.N.KIND.weight" for a kind the fold may apply to. */
-static bool foldable(const char *name, bool drafter) {
+bool bs_hadamard_foldable(const char *name, bool drafter) {
     if (!strcmp(name, "output.weight")) return true;
     if (drafter || strncmp(name, "blk.", 4)) return false;
     const char *p = name + 4;
@@ -135,7 +134,7 @@ static int read_names(const gguf_file *f, bs_hadamard *h, const char *key, bool 
     for (int i = 0; i < n; i++) {
         const char *s = gguf_get_arr_str(f, key, (uint64_t)i);
         if (!s) return bs_error_prefix("%s[%d]: ", key, i);
-        const bool ok = inverse ? !drafter && !strcmp(s, "token_embd.weight") : foldable(s, drafter);
+        const bool ok = inverse ? !drafter && !strcmp(s, "token_embd.weight") : bs_hadamard_foldable(s, drafter);
         if (!ok) return bs_error("%s names '%s', which %s cannot fold", key, s, drafter ? "a drafter" : "a model");
         h->names[h->n_names++] = (struct fold_name){bs_xstrdup(s), inverse, false};
     }

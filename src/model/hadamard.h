@@ -19,6 +19,9 @@ typedef struct bs_hadamard bs_hadamard;
  * DSpark drafter, which may fold only output.weight. Returns 0, or -1 with bs_error. */
 int bs_hadamard_read(const gguf_file *f, bool drafter, bs_hadamard **out);
 void bs_hadamard_free(bs_hadamard *h);
+/* Whether a fold may name this weight: "output.weight", or for a model "blk.N.KIND.weight" of a
+ * kind it can apply to (attn_q/k/v/qkv/gate/output, ffn_gate/up/down, ssm_out). */
+bool bs_hadamard_foldable(const char *name, bool drafter);
 
 /* Whether the fold names this weight (forward: weight_names; inverse: inverse_weight_names);
  * a name asked for is marked as found. */

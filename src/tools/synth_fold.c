@@ -6,25 +6,14 @@
  * the rotated values are what gets quantized, as in a real folded file. */
 #include "tools/synth_impl.h"
 #include "cpu/compute.h"
+#include "model/hadamard.h"
 #include "io/util.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const KINDS[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_qkv.weight",
-                                    ".attn_gate.weight", ".attn_output.weight", ".ffn_gate.weight",
-                                    ".ffn_up.weight", ".ffn_down.weight", ".ssm_out.weight"};
-
-/* Folded by the file's weight_names (the token table is folded too, but named as inverse). */
-static bool named_folded(const char *name) {
-    if (!strcmp(name, "output.weight")) return true;
-    for (size_t i = 0; i < sizeof KINDS / sizeof KINDS[0]; i++)
-        if (!strncmp(name, "blk.", 4) && bs_ends_with(name, KINDS[i])) return true;
-    return false;
-}
-
 bool synth_folded(const bs_synth_config *c, const synth_tensor *t) {
-    return c->hadamard && t->fill == SYNTH_MATRIX && (named_folded(t->name) || !strcmp(t->name, "token_embd.weight"));
+    return c->hadamard && t->fill == SYNTH_MATRIX && (bs_hadamard_foldable(t->name, false) || !strcmp(t->name, "token_embd.weight"));
 }
 
 /* The distinct input widths of the folded matrices, in the plan's order. */
@@ -79,7 +68,7 @@ void synth_fold_keys(gguf_writer *w, const bs_synth_config *c, const synth_plan 
     const char **names = bs_xmalloc(p->n * sizeof *names);
     uint64_t nn = 0;
     for (size_t i = 0; i < p->n; i++)
-        if (synth_folded(c, &p->t[i]) && named_folded(p->t[i].name)) names[nn++] = p->t[i].name;
+        if (synth_folded(c, &p->t[i]) && bs_hadamard_foldable(p->t[i].name, false)) names[nn++] = p->t[i].name;
     const char *inverse[] = {"token_embd.weight"};
     gguf_w_set_u32(w, "prism.hadamard.version", 1);
     gguf_w_set_u32(w, "prism.hadamard.block_size", (uint32_t)c->hadamard);
@@ -94,17 +83,17 @@ void synth_fold_keys(gguf_writer *w, const bs_synth_config *c, const synth_plan 
     free(names), free(s), free(sv), free(wi);
 }
 
-/* Rotate one row of a folded tensor in place (the weight side of the fold is the activation
- * side's forward rotation applied to the row). */
-void synth_fold_row(const bs_synth_config *c, const synth_tensor *t, float *row) {
+/* The rotation a folded tensor's rows are stored with (the weight side of the fold is the
+ * activation side's forward rotation applied to each row): r filled, its signs returned for the
+ * caller to free. */
+float *synth_fold_rotation(const bs_synth_config *c, const synth_tensor *t, bs_rotation *r) {
     float *signs = bs_xmalloc((size_t)t->ne[0] * sizeof *signs);
     synth_fold_signs(c, t->ne[0], signs);
-    bs_rotation r = {.block = c->hadamard, .width = t->ne[0], .signs = signs};
+    *r = (bs_rotation){.block = c->hadamard, .width = t->ne[0], .signs = signs};
     if (bs_ends_with(t->name, ".ssm_out.weight")) {
-        r.perm_hd = (int)c->ssm_head_dim;
-        r.perm_nk = (int)c->ssm_k_heads;
-        r.perm_rep = (int)(c->ssm_v_heads / c->ssm_k_heads);
+        r->perm_hd = (int)c->ssm_head_dim;
+        r->perm_nk = (int)c->ssm_k_heads;
+        r->perm_rep = (int)(c->ssm_v_heads / c->ssm_k_heads);
     }
-    bs_rotate_rows(&r, row, row, 1, NULL);
-    free(signs);
+    return signs;
 }

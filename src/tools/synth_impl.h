@@ -39,7 +39,8 @@ int synth_fold_widths(const bs_synth_config *c, const synth_plan *p, int64_t *wi
 void synth_fold_signs(const bs_synth_config *c, int64_t width, float *out);
 int synth_fold_check(const bs_synth_config *c, const synth_plan *p);
 void synth_fold_keys(gguf_writer *w, const bs_synth_config *c, const synth_plan *p);
-void synth_fold_row(const bs_synth_config *c, const synth_tensor *t, float *row);
+struct bs_rotation;
+float *synth_fold_rotation(const bs_synth_config *c, const synth_tensor *t, struct bs_rotation *r);
 /* synth_weights.c */
 bool synth_can_generate(int type);
 int synth_write_tensor(gguf_writer *w, const bs_synth_config *c, const synth_tensor *t);

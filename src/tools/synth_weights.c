@@ -8,6 +8,7 @@
  * to 8 significant bits, so it is exact in fp16, bf16 and f32 and the quantizers reproduce it:
  * a q1_0 file dequantizes to exactly the f32 file of the same seed. */
 #include "tools/synth_impl.h"
+#include "cpu/compute.h"
 #include "formats/quant.h"
 #include "io/util.h"
 
@@ -135,8 +136,9 @@ static int write_matrix(gguf_writer *w, const bs_synth_config *c, const synth_te
     const size_t row_bytes = bs_row_size(t->type, t->ne[0]);
     const int64_t rows_per_chunk = BS_MAX(1, (int64_t)(CHUNK_BYTES / row_bytes));
     uint8_t *buf = bs_xmalloc((size_t)rows_per_chunk * row_bytes);
-    const bool fold = synth_folded(c, t);   /* rotated rows go through floats */
-    float *row = is_direct(t->type) && !fold ? NULL : bs_xmalloc((size_t)t->ne[0] * sizeof *row);
+    bs_rotation rot;   /* rotated rows go through floats */
+    float *signs = synth_folded(c, t) ? synth_fold_rotation(c, t, &rot) : NULL;
+    float *row = is_direct(t->type) && !signs ? NULL : bs_xmalloc((size_t)t->ne[0] * sizeof *row);
     int rc = 0;
     for (int64_t r0 = 0; r0 < t->ne[1] && !rc; r0 += rows_per_chunk) {
         int64_t nr = BS_MIN(rows_per_chunk, t->ne[1] - r0);
@@ -144,7 +146,7 @@ static int write_matrix(gguf_writer *w, const bs_synth_config *c, const synth_te
             uint8_t *dst = buf + (size_t)i * row_bytes;
             if (row) {
                 float_row(r, t, row);
-                if (fold) synth_fold_row(c, t, row);
+                if (signs) bs_rotate_rows(&rot, row, row, 1, NULL);
                 rc = bs_quantize(t->type, row, dst, t->ne[0]);
             } else {
                 direct_row(r, t, dst);
@@ -152,6 +154,7 @@ static int write_matrix(gguf_writer *w, const bs_synth_config *c, const synth_te
         }
         if (!rc) rc = gguf_w_write(w, buf, (size_t)nr * row_bytes);
     }
+    free(signs);
     free(row);
     free(buf);
     return rc;
