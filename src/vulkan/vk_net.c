@@ -82,10 +82,9 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
-    /* a folded model: every fusion that quantizes a product's input in the step before it off
-       (the rotation comes between), the attention's q/k fusion kept */
+    /* a folded model: its mixers' input products apart, and no fusion that quantizes a folded
+       product's input in the step before it (vk_forward.c checks each product's fold) */
     n->folded = folded(d);
-    if (n->folded) n->no_gluq = n->no_attq = n->no_normo = n->no_gdnf = true;
     /* a batch's conv and delta rule: one dispatch for its sequences on a GPU; on a CPU device,
      * whose delta rule walks the state in memory, a dispatch per sequence (lavapipe: the state
      * reads through the sequences' bindings made 8 sessions' passes 35% slower); the same bits
