@@ -140,6 +140,13 @@ def check_folded():
     print('folded f32 vulkan: worst %.2e from the plain model' % err)
     if err > 1e-5:
         fail('folded f32 on the device: %.2e from the plain model (> 1e-5)' % err)
+    if not REST:   # (the sanitizer build runs their host paths too)
+        # Bonsai 2's pattern: ternary, bf16 alpha/beta apart, qkv and gate in one layout with the
+        # norm's rotation, the fused recurrence with ssm_out's input rotated after it
+        b2 = os.path.join(TMP, 'vk_fold_b2.gguf')
+        if synth(b2, '--type', 'pq2_0', '--ssm-ab-type', 'bf16', '--seed', '9', '--hadamard', '128'):
+            check_norm_rotation(b2, toks)
+            check_f32_rows(b2, toks)
     if SANITIZED:
         return
     # Bonsai 2's block of 1024 (each invocation runs several butterflies a pass; widths 1024:
@@ -176,6 +183,55 @@ def check_folded():
           % (np.median(err), err.max(), flips))
     if np.median(err) > Q_MEDIAN or err.max() > Q_WORST or flips:
         fail('folded q1_0 on the device vs the CPU: median %.2e, worst %.2e, argmax changes %d' % (np.median(err), err.max(), flips))
+    check_norm_rotation(q, toks)
+
+
+def check_f32_rows(model, toks):
+    """The bf16 alpha and beta on mv_f32n.comp (a GPU's default; BITSPARK_VK_F32N=1 here),
+    rounding x as they read it: a row's logits the same bits alone and batched, within float
+    rounding of mv_f32.comp's (another sum order), without the rounding's dispatches."""
+    got = {}
+    for f32n in ('0', '1'):
+        for batch in (1, len(toks)):
+            out = os.path.join(TMP, 'vk_f32n.f32')
+            r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(batch), '-o', out,
+                     '--device', 'vulkan'], extra_env={'BITSPARK_VK_F32N': f32n, 'BITSPARK_PROFILE': '1'})
+            if r.returncode:
+                return fail('%s: logits with BITSPARK_VK_F32N=%s: %s' % (model, f32n, r.stderr[-400:]))
+            got[(f32n, batch)] = (open(out, 'rb').read(), dispatches(r.stderr), r.stderr)
+    if got[('1', 1)][0] != got[('1', len(toks))][0]:
+        return fail('mv_f32n: the logits depend on the batching')
+    if not re.search(r'^\s*mv f32 narrow', got[('1', 1)][2], re.M):
+        return fail('BITSPARK_VK_F32N=1: the profile shows no mv_f32n dispatch')
+    a = np.frombuffer(got[('0', 1)][0], dtype='<f4').astype(np.float64)
+    b = np.frombuffer(got[('1', 1)][0], dtype='<f4').astype(np.float64)
+    err = np.abs(a - b).max() / np.abs(a).max()
+    fused, apart = got[('1', 1)][1], got[('0', 1)][1]
+    print('mv_f32n: the same bits batched, %.1e from mv_f32.comp, %.1f dispatches per row instead of %.1f' % (err, fused, apart))
+    if err > 1e-5 or fused is None or apart is None or fused >= apart:
+        fail('mv_f32n: %.2e from mv_f32.comp (> 1e-5) or no dispatch saved (%s vs %s)' % (err, fused, apart))
+
+
+def check_norm_rotation(model, toks):
+    """A folded model's norms rotating their rows for the products after them (norm.comp's
+    NORM_ROT) give the bits of rotate.comp's dispatches apart (BITSPARK_VK_NO_NORMROT=1), one
+    row at a time and batched, in fewer dispatches."""
+    got = {}
+    for env in ({}, {'BITSPARK_VK_NO_NORMROT': '1'}):
+        for batch in (1, len(toks)):
+            out = os.path.join(TMP, 'vk_fold_nr.f32')
+            r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(batch), '-o', out,
+                     '--device', 'vulkan'], extra_env=dict(env, BITSPARK_PROFILE='1'))
+            if r.returncode:
+                return fail('%s: logits with %s: %s' % (model, env, r.stderr[-400:]))
+            got[(bool(env), batch)] = (open(out, 'rb').read(), dispatches(r.stderr))
+    name = os.path.basename(model)
+    if any(v[0] != got[(False, 1)][0] for v in got.values()):
+        return fail('%s: the rotating norms change the logits (or the batching does)' % name)
+    fused, apart = got[(False, 1)][1], got[(True, 1)][1]
+    if fused is None or apart is None or fused >= apart:
+        return fail('%s: the rotating norms save no dispatch (%s vs %s apart)' % (name, fused, apart))
+    print('%s vulkan: the rotating norms give the bits apart, %.1f dispatches per row instead of %.1f' % (name, fused, apart))
 
 
 def check_f16_kv():

@@ -23,7 +23,9 @@
 #include "vk_test.h"
 #include "vulkan/backend.h"
 #include "cpu/compute.h"
+#include "cpu/matmul.h"
 #include "formats/quant.h"
+#include "formats/quant_impl.h"
 #include "io/util.h"
 
 #include <float.h>
@@ -42,7 +44,12 @@ static float *vec(size_t n, float scale) {
 }
 
 /* --- norm.comp ------------------------------------------------------------------------------ */
-typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
+typedef struct norm_push {
+    uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off;
+    float eps;
+    uint32_t flags, rblock, rsigns;
+    float rscale;
+} norm_push;
 
 /* Heads of d at stride hs in rows of rs (n rows, per heads each), RMS (weight) or L2. */
 static void check_norm(int mode, int d, int n, int per, int hs, int rs) {
@@ -50,11 +57,11 @@ static void check_norm(int mode, int d, int n, int per, int hs, int rs) {
     float *x = vec(tot, 1.5f), *w = vec((size_t)d, 1.0f), *y = vec(tot, 1.0f), *y0 = malloc(sizeof *y0 * tot);
     memcpy(y0, y, sizeof *y * tot);
     const float eps = 1e-6f;
-    norm_push p = {(uint32_t)d, (uint32_t)mode, mode == 0, (uint32_t)per, (uint32_t)rs, (uint32_t)hs, 0, 0, eps, 0};
+    norm_push p = {(uint32_t)d, (uint32_t)mode, mode == 0, (uint32_t)per, (uint32_t)rs, (uint32_t)hs, 0, 0, eps, 0, 0, 0, 0.0f};
     float dummy[4] = {0};
-    void *data[8] = {x, w, y, dummy, dummy, dummy, dummy, dummy};
-    size_t bytes[8] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 8, &p, sizeof p, (uint32_t)(n * per), 1, 1) == 0);
+    void *data[10] = {x, w, y, dummy, dummy, dummy, dummy, dummy, dummy, dummy};
+    size_t bytes[10] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 10, &p, sizeof p, (uint32_t)(n * per), 1, 1) == 0);
     double worst = 0;
     int untouched = 1, n_diff = 0;
     float *ref = malloc(sizeof *ref * (size_t)d);
@@ -82,11 +89,11 @@ static void check_norm_fused(int d, int n) {
     float *x0 = malloc(sizeof *x0 * tot), *s8 = calloc(nb, 4), *m8 = calloc(nb, 4);
     uint8_t *q = calloc(nb, 32);
     memcpy(x0, x, sizeof *x * tot);
-    norm_push p = {(uint32_t)d, 0, 1, 1, (uint32_t)d, 0, 0, 0, 1e-6f, 3};
+    norm_push p = {(uint32_t)d, 0, 1, 1, (uint32_t)d, 0, 0, 0, 1e-6f, 3, 0, 0, 0.0f};
     float dummy[4] = {0};
-    void *data[8] = {x, w, y, r, q, s8, m8, dummy};
-    size_t bytes[8] = {4 * tot, 4 * (size_t)d, 4 * tot, 4 * tot, 32 * nb, 4 * nb, 4 * nb, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 8, &p, sizeof p, (uint32_t)n, 1, 1) == 0);
+    void *data[10] = {x, w, y, r, q, s8, m8, dummy, dummy, dummy};
+    size_t bytes[10] = {4 * tot, 4 * (size_t)d, 4 * tot, 4 * tot, 32 * nb, 4 * nb, 4 * nb, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 10, &p, sizeof p, (uint32_t)n, 1, 1) == 0);
     int add_ok = 1;
     for (size_t i = 0; i < tot; i++) add_ok &= x[i] == r[i] + x0[i];
     CHECKF(add_ok, "fused norm: the residual sum differs from r + x");
@@ -120,6 +127,88 @@ static void check_norm_fused(int d, int n) {
     free(x); free(r); free(w); free(y); free(x0); free(s8); free(m8); free(q); free(ref); free(cq);
 }
 
+/* The norm rotating its rows for a folded model's products (NORM_ROT, with the residual add and
+ * the int8 blocks): y the CPU's norm bit for bit, xr the CPU's rotation of y (cpu/rotation.c) bit
+ * for bit, the blocks the CPU quantizer's of xr. Blocks from 2 to norm.comp's largest, rows of
+ * one block and of several passes over its shared memory. */
+static void check_norm_rot(int d, int block, bool signs, int n) {
+    const size_t tot = (size_t)n * d, nb = tot / 32;
+    float *x = vec(tot, 1.0f), *r = vec(tot, 1.0f), *w = vec((size_t)d, 1.0f), *y = calloc(tot, sizeof *y);
+    float *xr = calloc(tot, sizeof *xr), *sg = malloc(sizeof *sg * (size_t)d), *s8 = calloc(nb, 4), *m8 = calloc(nb, 4);
+    float *sum = malloc(sizeof *sum * tot), dummy[4] = {0};
+    uint8_t *q = calloc(nb, 32);
+    for (int i = 0; i < d; i++) sg[i] = bs_rng_normal(&rng) < 0 ? -1.0f : 1.0f;
+    for (size_t i = 0; i < tot; i++) sum[i] = r[i] + x[i];
+    norm_push p = {(uint32_t)d, 0, 1, 1, (uint32_t)d, 0, 0, 0, 1e-6f, 1 | 2 | 8, (uint32_t)block, signs,
+                   (float)(1.0 / sqrt((double)block))};
+    void *data[10] = {x, w, y, r, q, s8, m8, dummy, xr, sg};
+    size_t bytes[10] = {4 * tot, 4 * (size_t)d, 4 * tot, 4 * tot, 32 * nb, 4 * nb, 4 * nb, 16, 4 * tot, 4 * (size_t)d};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 10, &p, sizeof p, (uint32_t)n, 1, 1) == 0);
+    float *ref = malloc(sizeof *ref * tot), *rot = malloc(sizeof *rot * tot);
+    for (int t = 0; t < n; t++) bs_rmsnorm(ref + (size_t)t * d, sum + (size_t)t * d, w, d, 1e-6f);
+    const bs_rotation R = {.block = block, .width = d, .signs = signs ? sg : NULL};
+    bs_rotate_rows(&R, y, rot, n, NULL);
+    int dy = 0, dr = 0, dq = 0;
+    for (size_t i = 0; i < tot; i++) dy += y[i] != ref[i], dr += xr[i] != rot[i];
+    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
+    bs_type_get(BS_Q8_0)->act_from_float(rot, cq, (int64_t)tot);
+    bs_type_get(BS_Q4_1)->act_from_float(rot, c1, (int64_t)tot);
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t h, h1;
+        memcpy(&h, cq + b * 34, 2);
+        memcpy(&h1, c1 + b * 36 + 2, 2);
+        dq += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, q + b * 32, 32) != 0 || bs_f16_to_f32(h1) != m8[b];
+    }
+    CHECKF(dy == 0 && dr == 0 && dq == 0,
+           "rotating norm d %d block %d%s, %d rows: %d normed, %d rotated values, %d blocks differ from the CPU's", d, block,
+           signs ? " signed" : "", n, dy, dr, dq);
+    free(x); free(r); free(w); free(y); free(xr); free(sg); free(s8); free(m8); free(sum); free(q); free(ref); free(rot);
+    free(cq); free(c1);
+}
+
+/* --- mv_f32n.comp ---------------------------------------------------------------------------- */
+static float round_bf16(float f) {   /* the CPU path's conversion there and back */
+    uint16_t h;
+    bs_bf16_from_float(&f, &h, 1);
+    bs_bf16_to_float(&h, &f, 1);
+    return f;
+}
+
+/* F32 products of few rows, a workgroup per row: against float64 sums of the weights and x
+ * rounded as act says (0 none, 1 F16, 2 BF16; the CPU's roundings), and each row's values the
+ * same bits when it runs alone as in a batch of n. */
+static void check_mv_f32n(int rows, int cols, int n, int act) {
+    const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
+    float *w = vec(nw, 0.05f), *x = vec(nx, 1.0f), *y = calloc(ny, 4), *y1 = calloc((size_t)rows, 4);
+    uint32_t pp[6] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n, (uint32_t)rows, 0, (uint32_t)act};
+    void *data[3] = {w, x, y};   /* w column-major: w[i * rows + o] */
+    size_t bytes[3] = {4 * nw, 4 * nx, 4 * ny};
+    CHECK(bs_vk_kernel_run(C, "mv_f32n", data, bytes, 3, pp, sizeof pp, (uint32_t)rows, (uint32_t)(n + 7) / 8, 1) == 0);
+    double worst = 0;
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < rows; o++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < cols; i++) {
+                float xv = x[(size_t)r * cols + i];
+                xv = act == 1 ? bs_f16_to_f32(bs_f32_to_f16(xv)) : act == 2 ? round_bf16(xv) : xv;
+                ref += (double)w[(size_t)i * rows + o] * xv;
+                mag += fabs((double)w[(size_t)i * rows + o] * xv);
+            }
+            worst = fmax(worst, fabs(y[(size_t)r * rows + o] - ref) / (mag + 1e-30));
+        }
+    CHECKF(worst < 1e-6, "mv_f32n %d x %d, %d rows, act %d: error %.3g of the terms' magnitude", rows, cols, n, act, worst);
+    int same = 1;
+    for (int r = 0; r < n; r++) {   /* row r alone */
+        uint32_t p1[6] = {(uint32_t)rows, (uint32_t)cols, 1, (uint32_t)rows, 0, (uint32_t)act};
+        void *d1[3] = {w, x + (size_t)r * cols, y1};
+        size_t b1[3] = {4 * nw, 4 * (size_t)cols, 4 * (size_t)rows};
+        CHECK(bs_vk_kernel_run(C, "mv_f32n", d1, b1, 3, p1, sizeof p1, (uint32_t)rows, 1, 1) == 0);
+        same &= !memcmp(y1, y + (size_t)r * rows, 4 * (size_t)rows);
+    }
+    CHECKF(same, "mv_f32n %d x %d: a row's values depend on the rows run with it", rows, cols);
+    free(w); free(x); free(y); free(y1);
+}
+
 /* DeltaNet's gated norm in one dispatch: per head of d, y = silu(z) * (rmsnorm(x) * w), then the
  * int8 codes of y: the same bits as the norm, quant_q8.comp's gate (mode 1) and its quantizer
  * run apart. */
@@ -131,15 +220,15 @@ static void check_norm_gated(int d, int heads, int n) {
     uint8_t *q = calloc(nb, 32), *qb = calloc(nb, 32);
     memcpy(x2, x, sizeof *x * tot);
     const uint32_t H = (uint32_t)heads, D = (uint32_t)d;
-    norm_push p = {D, 0, 1, H, H * D, D, 0, 0, 1e-6f, 2 | 4};
-    void *data[8] = {x, w, y, dummy, q, s8, m8, z};
-    size_t bytes[8] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 32 * nb, 4 * nb, 4 * nb, 4 * tot};
-    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 8, &p, sizeof p, (uint32_t)(n * heads), 1, 1) == 0);
+    norm_push p = {D, 0, 1, H, H * D, D, 0, 0, 1e-6f, 2 | 4, 0, 0, 0.0f};
+    void *data[10] = {x, w, y, dummy, q, s8, m8, z, NULL, NULL};
+    size_t bytes[10] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 32 * nb, 4 * nb, 4 * nb, 4 * tot, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", data, bytes, 10, &p, sizeof p, (uint32_t)(n * heads), 1, 1) == 0);
     /* apart: the norm, then the quantizer with the silu(z) gate */
-    norm_push p2 = {D, 0, 1, H, H * D, D, 0, 0, 1e-6f, 0};
-    void *d2[8] = {x2, w, y2, dummy, dummy, dummy, dummy, dummy};
-    size_t b2[8] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 8, &p2, sizeof p2, (uint32_t)(n * heads), 1, 1) == 0);
+    norm_push p2 = {D, 0, 1, H, H * D, D, 0, 0, 1e-6f, 0, 0, 0, 0.0f};
+    void *d2[10] = {x2, w, y2, dummy, dummy, dummy, dummy, dummy, NULL, NULL};
+    size_t b2[10] = {4 * tot, 4 * (size_t)d, 4 * tot, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 10, &p2, sizeof p2, (uint32_t)(n * heads), 1, 1) == 0);
     uint32_t qp[4] = {(uint32_t)nb, 1, 0, 0};
     void *d3[5] = {y2, qb, s8b, m8b, z};
     size_t b3[5] = {4 * tot, 32 * nb, 4 * nb, 4 * nb, 4 * tot};
@@ -295,11 +384,11 @@ static void check_conv_l2(int nqk, int dk, int n_v, int K, int T) {
     CHECKF(same_run(C, "conv", d1, bytes, 5, outs, 2, &fused, sizeof fused, gx, 1, before, 1, 4),
            "conv + L2 %d heads of %d: the window from the other buffer differs", nqk, dk);
     free(win0);
-    norm_push np = {(uint32_t)dk, 1, 0, (uint32_t)nqk, (uint32_t)cd, (uint32_t)dk, 0, 0, 1e-6f, 0};
+    norm_push np = {(uint32_t)dk, 1, 0, (uint32_t)nqk, (uint32_t)cd, (uint32_t)dk, 0, 0, 1e-6f, 0, 0, 0, 0.0f};
     float dummy[4] = {0}, wd[1] = {0};
-    void *d3[8] = {o2, wd, o2, dummy, dummy, dummy, dummy, dummy};
-    size_t b3[8] = {4u * (size_t)T * cd, 4, 4u * (size_t)T * cd, 16, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", d3, b3, 8, &np, sizeof np, (uint32_t)(T * nqk), 1, 1) == 0);
+    void *d3[10] = {o2, wd, o2, dummy, dummy, dummy, dummy, dummy, NULL, NULL};
+    size_t b3[10] = {4u * (size_t)T * cd, 4, 4u * (size_t)T * cd, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d3, b3, 10, &np, sizeof np, (uint32_t)(T * nqk), 1, 1) == 0);
     CHECKF(!memcmp(o, o2, 4u * (size_t)T * cd) && !memcmp(win, win2, 4u * (size_t)km1 * cd),
            "conv + L2 %d heads of %d, %d v channels, %d tokens: fused differs from the two steps", nqk, dk, n_v, T);
     free(mixed); free(win); free(w); free(win2); free(o); free(o2);
@@ -469,19 +558,19 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     for (int h = 0; h < nv; h++) CHECKF(cnt[h] == 0, "delta_norm left head %d's counter at %u", h, cnt[h]);
     free(cnt);
     /* apart: the L2 norms of the q and k heads, the delta rule, the gated norm with its blocks */
-    norm_push l2p = {(uint32_t)dk, 1, 0, (uint32_t)(2 * nk), (uint32_t)cd, (uint32_t)dk, 0, 0, eps, 0};
-    void *d2[8] = {cc2, dummy, cc2, dummy, dummy, dummy, dummy, dummy};
-    size_t b2[8] = {4 * nc, 16, 4 * nc, 16, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 8, &l2p, sizeof l2p, (uint32_t)(T * 2 * nk), 1, 1) == 0);
+    norm_push l2p = {(uint32_t)dk, 1, 0, (uint32_t)(2 * nk), (uint32_t)cd, (uint32_t)dk, 0, 0, eps, 0, 0, 0, 0.0f};
+    void *d2[10] = {cc2, dummy, cc2, dummy, dummy, dummy, dummy, dummy, NULL, NULL};
+    size_t b2[10] = {4 * nc, 16, 4 * nc, 16, 16, 16, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d2, b2, 10, &l2p, sizeof l2p, (uint32_t)(T * 2 * nk), 1, 1) == 0);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale; uint32_t r0, from_in; } dp = {
         (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, 0, 0};
     void *d3[7] = {cc2, alpha, braw, st2, y2, gates, unbound};
     size_t b3[7] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 16};
     CHECK(bs_vk_kernel_run(C, "delta", d3, b3, 7, &dp, sizeof dp, delta_groups(C, dv), (uint32_t)nv, 1) == 0);
-    norm_push gp = {(uint32_t)dv, 0, 1, (uint32_t)nv, (uint32_t)(nv * dv), (uint32_t)dv, 0, 0, eps, 2 | 4};
-    void *d4[8] = {y2, w, y2, dummy, qb, s8b, m8b, z};
-    size_t b4[8] = {4 * no, 4u * dv, 4 * no, 16, 32 * nb, 4 * nb, 4 * nb, 4 * no};
-    CHECK(bs_vk_kernel_run(C, "norm", d4, b4, 8, &gp, sizeof gp, (uint32_t)(T * nv), 1, 1) == 0);
+    norm_push gp = {(uint32_t)dv, 0, 1, (uint32_t)nv, (uint32_t)(nv * dv), (uint32_t)dv, 0, 0, eps, 2 | 4, 0, 0, 0.0f};
+    void *d4[10] = {y2, w, y2, dummy, qb, s8b, m8b, z, NULL, NULL};
+    size_t b4[10] = {4 * no, 4u * dv, 4 * no, 16, 32 * nb, 4 * nb, 4 * nb, 4 * no, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "norm", d4, b4, 10, &gp, sizeof gp, (uint32_t)(T * nv), 1, 1) == 0);
     const int dy = !!memcmp(y, y2, 4 * no), dq = memcmp(q, qb, 32 * nb) || memcmp(s8, s8b, 4 * nb) || memcmp(m8, m8b, 4 * nb);
     const int ds = !!memcmp(st, st2, 4 * ns);
     CHECKF(!dy && !dq && !ds, "delta+norm %d/%d heads of %d/%d, %d tokens: differs from the steps apart (y %d, blocks %d, state %d)",
@@ -581,13 +670,13 @@ static void check_qk(int H, int Hkv, int D, int n_rot, int T, int pos0, bool f32
     /* apart: norm.comp per head of q and k, rope.comp (its rows from cs_row0), on the sequence's
        rows alone, then kv_store.comp from row cs_row0 of the whole b and v */
     float *ra = a2 + r0 * qw, *rb = b2 + r0 * kvw;
-    norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, (uint32_t)qh, 0, 0, 1e-6f, 0};
-    norm_push nk = {(uint32_t)D, 0, 1, (uint32_t)Hkv, (uint32_t)kvw, (uint32_t)D, 0, 0, 1e-6f, 0};
-    void *d1[8] = {ra, qn, ra, NULL, NULL, NULL, NULL, NULL}, *d2[8] = {rb, kn, rb, NULL, NULL, NULL, NULL, NULL};
-    size_t by1[8] = {4 * (size_t)T * qw, 4u * D, 4 * (size_t)T * qw, 16, 16, 16, 16, 16};
-    size_t by2[8] = {4u * (size_t)T * kvw, 4u * D, 4u * (size_t)T * kvw, 16, 16, 16, 16, 16};
-    if (H) CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 8, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
-    CHECK(bs_vk_kernel_run(C, "norm", d2, by2, 8, &nk, sizeof nk, (uint32_t)(T * Hkv), 1, 1) == 0);
+    norm_push nq = {(uint32_t)D, 0, 1, (uint32_t)H, (uint32_t)qw, (uint32_t)qh, 0, 0, 1e-6f, 0, 0, 0, 0.0f};
+    norm_push nk = {(uint32_t)D, 0, 1, (uint32_t)Hkv, (uint32_t)kvw, (uint32_t)D, 0, 0, 1e-6f, 0, 0, 0, 0.0f};
+    void *d1[10] = {ra, qn, ra, NULL, NULL, NULL, NULL, NULL, NULL, NULL}, *d2[10] = {rb, kn, rb, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t by1[10] = {4 * (size_t)T * qw, 4u * D, 4 * (size_t)T * qw, 16, 16, 16, 16, 16, 16, 16};
+    size_t by2[10] = {4u * (size_t)T * kvw, 4u * D, 4u * (size_t)T * kvw, 16, 16, 16, 16, 16, 16, 16};
+    if (H) CHECK(bs_vk_kernel_run(C, "norm", d1, by1, 10, &nq, sizeof nq, (uint32_t)(T * H), 1, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "norm", d2, by2, 10, &nk, sizeof nk, (uint32_t)(T * Hkv), 1, 1) == 0);
     if (n_rot > 0) {
         uint32_t rq[4] = {(uint32_t)H, (uint32_t)qh, (uint32_t)qw, (uint32_t)n_rot}, rk[4] = {(uint32_t)Hkv, (uint32_t)D, (uint32_t)kvw, (uint32_t)n_rot};
         void *r1[2] = {ra, cs + (size_t)cs_row0 * n_rot}, *r2[2] = {rb, cs + (size_t)cs_row0 * n_rot};
@@ -873,6 +962,16 @@ int main(void) {
     check_norm(1, 128, 2, 32, 128, 10240);      /* 27B: 2 x 16 q/k heads in the conv rows */
     check_norm_fused(96, 7);
     check_norm_fused(5120, 2);
+    check_norm_rot(5120, 1024, true, 2);   /* Bonsai 2: three passes of two blocks */
+    check_norm_rot(256, 64, true, 3);
+    check_norm_rot(2048, 2048, false, 1);
+    check_norm_rot(96, 32, true, 2);
+    check_norm_rot(64, 2, true, 1);
+    check_mv_f32n(48, 5120, 1, 2);   /* 27B's alpha / beta, bf16 */
+    check_mv_f32n(48, 5120, 13, 2);
+    check_mv_f32n(7, 77, 9, 1);
+    check_mv_f32n(1, 1, 1, 0);
+    check_mv_f32n(97, 300, 8, 0);
     check_norm_gated(128, 3, 2);
     check_norm_gated(128, 48, 3);   /* 27B: 48 V heads of 128 */
     check_norm_gated(64, 6, 1);

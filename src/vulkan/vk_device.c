@@ -514,6 +514,11 @@ bs_vk_ctx *bs_vk_open(int index) {
     const char *dl_env = getenv("BITSPARK_VK_DELTA");
     c->delta_spread = (dl_env ? strcmp(dl_env, "column") != 0 : c->info.type != BS_VK_CPU) ? 8u : 1u;
     c->delta_cols = c->delta_spread == 8 ? 32u : 64u;   /* workgroups of 256 / 64 invocations */
+    /* F32 products of few rows (bf16 alpha and beta): a workgroup per row on a GPU, where an
+     * invocation per row looping over 5120 inputs leaves all but one unit idle; an invocation
+     * per row on a CPU device (lavapipe: the workgroup's tree ~10x slower); BITSPARK_VK_F32N=0|1 */
+    const char *fn_env = getenv("BITSPARK_VK_F32N");
+    c->f32n = fn_env ? strcmp(fn_env, "0") != 0 : c->info.type != BS_VK_CPU;
     /* the products of many rows (vk_mm.c): int8 in shared memory, and for cooperative matrices
      * the NV or KHR extension and the Vulkan memory model its shaders declare */
     if (bs_vk_mm_want(c)) {

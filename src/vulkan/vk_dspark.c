@@ -245,8 +245,8 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
 /* RMSNorm of groups of d (n_groups; per_row of them a row of row_stride, head_stride apart). */
 static int norm(const bs_vk_dspark *dk, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d,
                 uint32_t n_groups, uint32_t per_row, uint32_t row_stride, uint32_t head_stride) {
-    norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0};
-    const bs_vk_buf *bb[8] = {x, w, y, NULL, NULL, NULL, NULL, NULL};
+    norm_push p = {d, 0, 1, per_row, row_stride, head_stride, 0, 0, dk->hp.eps, 0, 0, 0, 0.0f};
+    const bs_vk_buf *bb[10] = {x, w, y};
     TRY(bs_vk_dispatch(dk->c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1));
     bs_vk_barrier(dk->c);
     return 0;
@@ -332,8 +332,8 @@ bool dl_kv_integer(const bs_vk_dspark *d) {
 /* RMSNorm of n rows of x with w into y, quantized into aq.. for the products that read it. */
 int dl_norm_q(const bs_vk_dspark *d, const dl_rows *r, const bs_vk_buf *w, const bs_vk_buf *y, int n) {
     const uint32_t E = (uint32_t)d->hp.n_embd;
-    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, d->hp.eps, NORM_QUANT};
-    const bs_vk_buf *bb[8] = {&r->x, w, y, NULL, &r->aq, &r->as, &r->am, NULL};
+    norm_push p = {E, 0, 1, 1, E, 0, 0, 0, d->hp.eps, NORM_QUANT, 0, 0, 0.0f};
+    const bs_vk_buf *bb[10] = {&r->x, w, y, NULL, &r->aq, &r->as, &r->am};
     TRY(bs_vk_dispatch(d->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1));
     bs_vk_barrier(d->c);
     return 0;

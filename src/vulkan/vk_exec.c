@@ -36,7 +36,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ROWS_Q2_64] = {"get_rows", 4, 16, 2, {2, 2}},
     [BS_VK_K_ROWS_Q8] = {"get_rows", 4, 16, 2, {8, 1}},
     [BS_VK_K_ROWS_F32] = {"get_rows", 4, 16, 2, {32, 1}},
-    [BS_VK_K_NORM] = {"norm", 8, 40, 0, {0}},
+    [BS_VK_K_NORM] = {"norm", 10, 52, 0, {0}},
     [BS_VK_K_EW] = {"ew", 3, 16, 0, {0}},
     [BS_VK_K_CONV] = {"conv", 5, 32, 0, {0}},
     [BS_VK_K_DELTA] = {"delta", 7, 36, 0, {0}},
@@ -99,6 +99,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 48, 0, {0}},
     [BS_VK_K_ROTATE] = {"rotate", 7, 48, 0, {0}},
+    [BS_VK_K_MV_F32N] = {"mv_f32n", 3, 24, 0, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
 };
@@ -604,7 +605,8 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MMG_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_MMGQ_Q1] = "mm glu q1_0", [BS_VK_K_MMGQ_Q2_128] = "mm glu q2_0",
         [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_CONV_B] = "gdn conv", [BS_VK_K_DELTA_B] = "gdn delta rule",
         [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
-        [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1"};
+        [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1",
+        [BS_VK_K_ROTATE] = "rotate", [BS_VK_K_MV_F32N] = "mv f32 narrow"};
     return names[k] ? names[k] : "?";
 }
 

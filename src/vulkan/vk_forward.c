@@ -34,27 +34,67 @@ static int ew(bs_vk_ctx *c, int mode, const bs_vk_buf *a, const bs_vk_buf *b, co
 static int norm(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *w, const bs_vk_buf *y, uint32_t d, uint32_t n_groups,
                 uint32_t per_row, uint32_t row_stride, uint32_t head_stride, uint32_t x_off, uint32_t y_off, int mode,
                 float eps) {
-    norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0};
-    const bs_vk_buf *bb[8] = {x, w, y, NULL, NULL, NULL, NULL, NULL};   /* NULL: unused (bs_vk_dispatch) */
+    norm_push p = {d, (uint32_t)mode, w != NULL, per_row, row_stride, head_stride, x_off, y_off, eps, 0, 0, 0, 0.0f};
+    const bs_vk_buf *bb[10] = {x, w, y};   /* NULL: unused (bs_vk_dispatch) */
     return bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, n_groups, 1, 1);   /* the caller places the barrier */
 }
 
 /* RMSNorm of n rows of the residual stream into xn, fused with the residual add of r before
- * it (NORM_ADD) and the int8 quantization of the result for the products that read it; the
- * caller places the barrier (norm_rows: right after it). */
+ * it (NORM_ADD) and the int8 quantization of the result for the products that read it, with
+ * rot the rows rotated into xrot by the products' fold first (NORM_ROT: the blocks then the
+ * rotated rows'); the caller places the barrier (norm_rows: right after it). */
 static int norm_rows_nb(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
-                        uint32_t flags) {
+                        uint32_t flags, const bs_vk_rot *rot) {
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
-    norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags};
-    const bs_vk_buf *bb[8] = {&s->x, w, &s->xn, r, &s->aq, &s->as, &s->am, NULL};
+    norm_push p = {E, 0, 1, 1, E, 0, x_off, y_off, s->net->hp.eps, flags, 0, 0, 0.0f};
+    if (rot) {
+        p.flags |= NORM_ROT;
+        p.rblock = rot->block;
+        p.rsigns = rot->has_signs;
+        p.rscale = rot->scale;
+    }
+    const bs_vk_buf *bb[10] = {&s->x, w, &s->xn, r, &s->aq, &s->as, &s->am, NULL,
+                               rot ? &s->xrot : NULL, rot && rot->has_signs ? &rot->signs : NULL};
     return bs_vk_dispatch(s->net->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1);
 }
 
 static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
-                     uint32_t flags) {
-    TRY(norm_rows_nb(s, w, n, x_off, y_off, r, flags));
+                     uint32_t flags, const bs_vk_rot *rot) {
+    TRY(norm_rows_nb(s, w, n, x_off, y_off, r, flags, rot));
     bs_vk_barrier(s->net->c);
     return 0;
+}
+
+/* A folded model's layer whose input norm can rotate for its mixer's products W (norm.comp's
+ * NORM_ROT): the fold they all carry, those with it in the layout (one dispatch reading the
+ * rotated blocks), the others float products of x as it is (DeltaNet's alpha and beta); else
+ * NULL (each fold rotated apart: mv_inputs_folded). BITSPARK_VK_NO_NORMROT=1: always NULL. */
+static const bs_vk_rot *norm_rot_of(const bs_vk_net *net, const bs_vk_matrix *const *W, int nw) {
+    const bs_vk_rot *r = NULL;
+    if (!net->folded || net->no_normrot) return NULL;
+    for (int i = 0; i < nw; i++) {
+        if (!W[i]->rot) {
+            if (W[i]->kernel != BS_VK_K_MV_F32 || W[i]->borrowed) return NULL;
+            continue;
+        }
+        if ((r && W[i]->rot != r) || !W[i]->borrowed) return NULL;
+        r = W[i]->rot;
+    }
+    return bs_vk_norm_rotates(r, (uint32_t)net->hp.n_embd) ? r : NULL;
+}
+
+static const bs_vk_rot *norm_rot_mix(const bs_vk_net *net, const vk_layer *L) {
+    const bs_vk_matrix *rec[4] = {L->qkv, L->gate, L->beta, L->alpha}, *att[3] = {L->wq, L->wk, L->wv};
+    return L->rec ? norm_rot_of(net, rec, 4) : norm_rot_of(net, att, 3);
+}
+
+/* The FFN's: where its gate and up share a fold and run as one GLU dispatch. */
+static const bs_vk_rot *norm_rot_ffn(const bs_vk_net *net, const vk_layer *L) {
+    const bs_vk_rot *r = L->ffn_gate->rot;
+    return net->folded && !net->no_normrot && r && L->ffn_up->rot == r && bs_vk_glu_fusable(net->c, L->ffn_gate, L->ffn_up) &&
+                   bs_vk_norm_rotates(r, (uint32_t)net->hp.n_embd)
+               ? r
+               : NULL;
 }
 
 /* The element-wise gate of x before a product (ew.comp's EW_SILU_MUL / EW_SIGMOID_GATE, g its
@@ -93,7 +133,7 @@ static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, in
                                      (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
-    if (W->act) {
+    if (W->act && !bs_vk_act_inline(c, W)) {
         TRY(bs_vk_record_act(c, W, x, &s->xr, n));
         bs_vk_barrier(c);
         x = &s->xr;
@@ -116,7 +156,7 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
     bool any = false;
     for (int i = 0; i < nw; i++)
         if (!W[i]->rot) {
-            if (W[i]->act && any) bs_vk_barrier(c);   /* xr: the product before may still read it */
+            if (W[i]->act && !bs_vk_act_inline(c, W[i]) && any) bs_vk_barrier(c);   /* xr: the product before may still read it */
             TRY(mv(s, W[i], x, n, y[i], false));
             any = true;
         }
@@ -133,14 +173,15 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
         for (int k = i; k < nw; k++) {
             if (W[k]->rot != r) continue;
             const bs_vk_buf *in = &s->xrot;
-            if (W[k]->act) {   /* a float product that rounds its input as the CPU path does */
+            const bool act = W[k]->act && !bs_vk_act_inline(c, W[k]);
+            if (act) {   /* a float product that rounds its input as the CPU path does */
                 TRY(bs_vk_record_act(c, W[k], &s->xrot, &s->xr, n));
                 bs_vk_barrier(c);
                 in = &s->xr;
             }
             TRY(bs_vk_record_mv(c, W[k], in, &s->aq, &s->as, &s->am, n, y[k]));
             if (W[k]->lora) TRY(bs_vk_record_lora(c, W[k], x, n, &s->lt, &s->lu, y[k]));
-            if (W[k]->act) bs_vk_barrier(c);   /* (the next one's rounding rewrites xr) */
+            if (act) bs_vk_barrier(c);   /* (the next one's rounding rewrites xr) */
         }
         any = true;
     }
@@ -148,13 +189,22 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
     return 0;
 }
 
-/* Products sharing the input x (already quantized by the norm that wrote it): those in the
- * layer's layout (cat) in one dispatch, their adapters' terms after it, the others apart. With
- * conv (window, weights, output: gdn_fused), the DeltaNet conv in the layout's epilogue. */
+/* Whether the int8 blocks of the norm that wrote x (rotated by rot, or not) are what each of
+ * W reads: each carries rot or no fold (norm_rot_of: those without it then float products). */
+static bool reads_normed(const bs_vk_matrix *const *W, int nw, const bs_vk_rot *rot) {
+    for (int i = 0; i < nw; i++)
+        if (W[i]->rot && W[i]->rot != rot) return false;
+    return true;
+}
+
+/* Products sharing the input x (already quantized by the norm that wrote it, rotated by rot):
+ * those in the layer's layout (cat) in one dispatch, their adapters' terms after it, the others
+ * apart. With conv (window, weights, output: gdn_fused), the DeltaNet conv in the layout's
+ * epilogue. */
 static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
-                     const bs_vk_buf *x, int n, const bs_vk_buf *const *conv) {
+                     const bs_vk_buf *x, int n, const bs_vk_buf *const *conv, const bs_vk_rot *rot) {
     bs_vk_ctx *c = s->net->c;
-    if (s->net->folded) return mv_inputs_folded(s, W, y, nw, x, n);
+    if (!reads_normed(W, nw, rot)) return mv_inputs_folded(s, W, y, nw, x, n);
     const bs_vk_matrix *cm[BS_VK_CAT_MAX];
     const bs_vk_buf *cy[BS_VK_CAT_MAX];
     int nc = 0;
@@ -170,6 +220,11 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     int xr_act = 0;   /* how the float products before rounded x into xr (0: none yet) */
     for (int i = 0; i < nw; i++) {
         if (W[i]->borrowed) continue;
+        if (bs_vk_act_inline(c, W[i])) {   /* a float product rounding x as it reads it */
+            TRY(bs_vk_record_mv(c, W[i], x, &s->aq, &s->as, &s->am, n, y[i]));
+            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, &s->lu, y[i]));
+            continue;
+        }
         const bool q = W[i]->kernel != BS_VK_K_MV_F32;
         if (W[i]->act && W[i]->act == xr_act) {   /* xr holds x rounded this way: read it again */
             TRY(bs_vk_record_mv(c, W[i], &s->xr, &s->aq, &s->as, &s->am, n, y[i]));
@@ -186,8 +241,8 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
 }
 
 static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const *W, const bs_vk_buf *const *y, int nw,
-                     const bs_vk_buf *x, int n) {
-    return mv_inputs(s, L, W, y, nw, x, n, NULL);
+                     const bs_vk_buf *x, int n, const bs_vk_rot *rot) {
+    return mv_inputs(s, L, W, y, nw, x, n, NULL, rot);
 }
 
 /* A layer's output product W d (n rows; q: d's int8 blocks), which the residual stream x takes.
@@ -352,12 +407,14 @@ static int deltanet_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part 
 
 /* Whether this step's recurrence can run fused (gdn_fused): a session's own step of up to 8 rows
  * (the products' one row group holds all rows of a channel; a batch's sequences each have their
- * own window), qkv first in the layout without adapters (their terms come after the product),
- * shapes the kernels hold, and an integer output product that reads int8 blocks. */
+ * own window), the products reading the norm's blocks, qkv first in the layout without adapters
+ * (their terms come after the product), shapes the kernels hold, and an integer output product
+ * that reads int8 blocks (a folded one: the gated rows rotated and quantized after the recurrence). */
 static bool gdn_fusable(const bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt) {
     const bs_vk_net_desc *hp = &s->net->hp;
     const bs_vk_matrix *q = L->qkv, *Wo = L->ssm_out;
-    return !pt && n <= 8 && !s->net->no_gdnf && !s->net->folded && L->cat && bs_vk_conv_fusable(L->cat) && q->borrowed && q->rbase == 0 &&
+    const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
+    return !pt && n <= 8 && !s->net->no_gdnf && reads_normed(W, 4, s->rot_mix) && L->cat && bs_vk_conv_fusable(L->cat) && q->borrowed && q->rbase == 0 &&
            !q->lora && q->ne1 == hp->conv_dim && hp->conv_kernel >= 1 && hp->conv_kernel <= 9 && hp->d_k <= 256 &&
            hp->d_v <= 256 && hp->d_v % 32 == 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act;
 }
@@ -375,7 +432,7 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     uint32_t win_from_in;
     const bs_vk_buf *win_in, *win = conv_bind(s, L, &win_in, &win_from_in);
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[4] = {win, &L->conv1d, &s->cc, win_from_in ? win_in : NULL};
-    TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv));
+    TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv, s->rot_mix));
     record_inputs(s, s, L, 0, n);
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } dp = {
         nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0};
@@ -384,8 +441,12 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
                                &s->aq, &s->as, &s->am, &s->dcnt, in};
     TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * bs_vk_groups(dv, bs_vk_delta_cols(c)), 1, 1));
     bs_vk_barrier(c);
+    if (L->ssm_out->rot) {   /* (the blocks delta_norm made are the unrotated rows': remade) */
+        TRY(bs_vk_record_rotate_quant(c, L->ssm_out->rot, &s->d, &s->xrot, n, &s->aq, &s->as, &s->am));
+        bs_vk_barrier(c);
+    }
     const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-    TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm));
+    TRY(out_product(s, L->ssm_out, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
     bs_vk_barrier(c);
     return 0;
 }
@@ -399,18 +460,18 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
     const uint32_t nv = (uint32_t)hp->n_v_heads, dv = (uint32_t)hp->d_v;
     const bs_vk_matrix *W[4] = {L->qkv, L->gate, L->beta, L->alpha};
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga};
-    TRY(mv_shared(s, L, W, Y, 4, &s->xn, n));   /* the delta rule makes its gates from ga, gbeta */
+    TRY(mv_shared(s, L, W, Y, 4, &s->xn, n, s->rot_mix));   /* the delta rule makes its gates from ga, gbeta */
     TRY(deltanet_core(s, L, n, pt, np));
     /* gated RMSNorm per head: d = silu(z) * (rmsnorm(d) * ssm_norm); for an integer product the
      * gate and the int8 quantization in the norm's dispatch, else the gate in the product's */
     const bs_vk_matrix *Wo = L->ssm_out;
     if (Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->rot && dv % 32 == 0) {
-        norm_push p = {dv, 0, 1, nv, nv * dv, dv, 0, 0, hp->eps, NORM_GATE | NORM_QUANT};
-        const bs_vk_buf *bb[8] = {&s->d, &L->ssm_norm, &s->d, NULL, &s->aq, &s->as, &s->am, &s->b};
+        norm_push p = {dv, 0, 1, nv, nv * dv, dv, 0, 0, hp->eps, NORM_GATE | NORM_QUANT, 0, 0, 0.0f};
+        const bs_vk_buf *bb[10] = {&s->d, &L->ssm_norm, &s->d, NULL, &s->aq, &s->as, &s->am, &s->b};
         TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
         bs_vk_barrier(c);
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-        TRY(out_product(s, Wo, &s->d, q, n, &L->post_norm));
+        TRY(out_product(s, Wo, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
     } else {
         TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps));
         bs_vk_barrier(c);
@@ -549,14 +610,14 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     const uint32_t H = (uint32_t)hp->n_head, D = (uint32_t)hp->head_dim;
     const bs_vk_matrix *W[3] = {L->wq, L->wk, L->wv};
     const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
-    TRY(mv_shared(s, L, W, Y, 3, &s->xn, n));
+    TRY(mv_shared(s, L, W, Y, 3, &s->xn, n, s->rot_mix));
     if (s->net->no_qk) TRY(qk_apart(s, L, n));
     const bool aq = attn_quant(s, L);
     TRY(attention_core(s, L, n, pt, np, aq));
     s->normed = 0;
     if (aq) {   /* d gated and quantized by the attention's epilogue */
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-        TRY(out_product(s, L->wo, &s->d, q, n, &L->post_norm));
+        TRY(out_product(s, L->wo, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
     } else {
         const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
         TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
@@ -569,21 +630,24 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
 static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     bs_vk_ctx *c = s->net->c;
     s->normed = 0;
+    const bs_vk_matrix *Wd = L->ffn_down;
     const bs_vk_rot *r = L->ffn_gate->rot;
-    if (s->net->folded && r && L->ffn_up->rot == r && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {
-        /* a folded model's GLU: xn rotated and quantized, both products and SiLU in one dispatch */
-        TRY(bs_vk_record_rotate_quant(c, r, &s->xn, &s->xrot, n, &s->aq, &s->as, &s->am));
-        bs_vk_barrier(c);
+    if (s->rot_ffn || (r && L->ffn_up->rot == r && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up))) {
+        /* a folded GLU: xn rotated and quantized (by the norm: rot_ffn), both products and SiLU
+           in one dispatch, the down product's input rotated on its own (its fold spans rows) */
+        if (!s->rot_ffn) {
+            TRY(bs_vk_record_rotate_quant(c, r, &s->xn, &s->xrot, n, &s->aq, &s->as, &s->am));
+            bs_vk_barrier(c);
+        }
         TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, NULL));
         bs_vk_barrier(c);
-        TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+        TRY(mv(s, Wd, &s->a, n, &s->y, true));
         bs_vk_barrier(c);
         return 0;
     }
-    if (!s->net->folded && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
-        const bs_vk_matrix *Wd = L->ffn_down;
+    if (!r && !L->ffn_up->rot && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up)) {   /* xn is quantized by the norm */
         /* the down product's int8 blocks in the GLU's epilogue, into the second set */
-        const bool qo = Wd->kernel != BS_VK_K_MV_F32 && !Wd->act && L->ffn_gate->ne1 % 32 == 0 && !s->net->no_gluq;
+        const bool qo = Wd->kernel != BS_VK_K_MV_F32 && !Wd->act && !Wd->rot && L->ffn_gate->ne1 % 32 == 0 && !s->net->no_gluq;
         const bs_vk_buf *q2[3] = {&s->aq2, &s->as2, &s->am2};
         TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, qo ? q2 : NULL));
         bs_vk_barrier(c);
@@ -597,10 +661,10 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     }
     const bs_vk_matrix *W[2] = {L->ffn_gate, L->ffn_up};
     const bs_vk_buf *Y[2] = {&s->a, &s->b};
-    TRY(mv_shared(s, L, W, Y, 2, &s->xn, n));
+    TRY(mv_shared(s, L, W, Y, 2, &s->xn, n, NULL));
     TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
     bs_vk_barrier(c);
-    TRY(mv(s, L->ffn_down, &s->a, n, &s->y, true));
+    TRY(mv(s, Wd, &s->a, n, &s->y, true));
     bs_vk_barrier(c);
     return 0;
 }
@@ -641,20 +705,24 @@ static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_tap
  * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. */
 static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np) {
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
+    const bs_vk_matrix *W = s->net->output;
+    /* a folded head rotated by the norm (its LoRA terms would read xn, its rounding xrot) */
+    const bs_vk_rot *hr = s->net->folded && !s->net->no_normrot && !W->lora && !W->act && bs_vk_norm_rotates(W->rot, E) ? W->rot : NULL;
     int k = 0;
     if (!pt && logits_rows > 0) {
-        TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT));
+        TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT, hr));
         k = logits_rows;
     }
     for (int i = 0; pt && i < np; i++)   /* each its own rows: one barrier after them all */
         if (pt[i].n_logit > 0) {
             const uint32_t first = (uint32_t)(pt[i].r0 + pt[i].n - pt[i].n_logit);
-            TRY(norm_rows_nb(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT));
+            TRY(norm_rows_nb(s, &s->net->out_norm, pt[i].n_logit, first * E, (uint32_t)k * E, NULL, NORM_QUANT, hr));
             k += pt[i].n_logit;
         }
     if (!k) return 0;
     if (pt) bs_vk_barrier(s->net->c);
-    TRY(mv(s, s->net->output, &s->xn, k, &s->logits, false));
+    TRY(hr ? bs_vk_record_mv(s->net->c, W, &s->xrot, &s->aq, &s->as, &s->am, k, &s->logits)
+           : mv(s, W, &s->xn, k, &s->logits, false));
     if (s->greedy) {
         bs_vk_barrier(s->net->c);
         const uint32_t V = (uint32_t)s->net->hp.n_vocab;
@@ -681,10 +749,14 @@ int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, i
     bool normed = false;          /* x holds the residual stream with the FFN's output, normed */
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
-        if (!normed) TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0)));
+        s->rot_mix = norm_rot_mix(s->net, L);
+        s->rot_ffn = norm_rot_ffn(s->net, L);
+        if (!normed) TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0), s->rot_mix));
         TRY(L->rec ? deltanet(s, L, n, pt, np) : attention(s, L, n, pt, np));
-        if (!s->normed) TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD));
-        TRY(ffn(s, L, n, il + 1 < hp->n_layer ? &s->net->L[il + 1].attn_norm : NULL));
+        if (!s->normed) TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD, s->rot_ffn));
+        /* the next layer's input norm in the down product's epilogue: where it does not rotate */
+        const vk_layer *next = il + 1 < hp->n_layer ? &s->net->L[il + 1] : NULL;
+        TRY(ffn(s, L, n, next && !norm_rot_mix(s->net, next) ? &next->attn_norm : NULL));
         normed = s->normed;
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);

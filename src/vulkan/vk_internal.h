@@ -136,6 +136,7 @@ enum bs_vk_kernel {
     BS_VK_K_ATTN_NC_SPLIT,            /* the drafter block's attention split over the context */
     BS_VK_K_DRAFT_DRAW,               /* a sampled draft predicted from its slot's list */
     BS_VK_K_ROTATE,                   /* the Hadamard fold's rotation of activations (vk_rotate.c) */
+    BS_VK_K_MV_F32N,                  /* F32 products of few rows: a workgroup per row (mv_f32n.comp) */
     BS_VK_K_COUNT
 };
 
@@ -179,6 +180,7 @@ struct bs_vk_ctx {
     bool recording, caching;
     bool dp4a;                        /* integer products through mv_q_dp4a */
     bool glu;                         /* gate+up+SwiGLU in one dispatch (off: BITSPARK_VK_GLU=0) */
+    bool f32n;                        /* F32 products of few rows on mv_f32n.comp (vk_device.c) */
     bool fma_fused;                   /* fma() rounds once (probed); else fma_rn.glsl emulates it */
     bool asum_staged;                 /* mv_q's activation block sums once per workgroup (ASUM_STAGE) */
     uint32_t delta_spread;            /* the delta rule's lanes per state column (DL_SPREAD): 8 or 1 */
@@ -255,6 +257,8 @@ enum { BS_VK_MAX_ROTS = 16, BS_VK_ROT_MAX_BLOCK = 4096 };
  * rotate.comp does not take, too many folds, out of memory). */
 const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_vk_fold *f);
 void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n);
+/* Whether two tensors carry the same fold (the same rotation: bs_vk_rot_get's key), or none. */
+bool bs_vk_fold_same(const bs_vk_fold *a, const bs_vk_fold *b);
 /* Record: y = the n rows of x rotated by r (x == y only for a fold without regrouping). */
 int bs_vk_record_rotate(bs_vk_ctx *c, const bs_vk_rot *r, const bs_vk_buf *x, const bs_vk_buf *y, int n);
 /* ... and y's int8 32-blocks into aq / as / am in the same dispatch (bs_vk_record_quant's). */
@@ -278,8 +282,10 @@ int bs_vk_record_quant_gated(bs_vk_ctx *c, const bs_vk_buf *x, const bs_vk_buf *
 int bs_vk_rows_kernel(const bs_vk_matrix *m);
 /* Record y[r][o] (row stride m->ne1) = W x[r] for r < n. Integer kernels read aq / as (filled
  * by bs_vk_record_quant from the same x), F32 ones x (rounded first into xr by
- * bs_vk_record_act when m->act is set: then pass xr as x). */
+ * bs_vk_record_act when m->act is set: then pass xr as x; where bs_vk_act_inline, the product
+ * rounds x as it reads it, and x itself may be passed). */
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
+bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
 /* LoRA terms (vk_kernels.c): add one to m (a [r][ne0], b [ne1][r], row-major F32), drop them
@@ -399,9 +405,19 @@ void bs_vk_cmd_fill_at(bs_vk_ctx *c, const bs_vk_buf *b, VkDeviceSize offset, Vk
 typedef struct bs_vk_top_bufs { bs_vk_buf cand[2], topv; } bs_vk_top_bufs;
 /* norm.comp's push constants (vk_forward.c, vk_dspark.c): groups of d (rows of row_stride,
  * per_row heads of head_stride), mode 0 RMS, 1 L2; flags: the residual added first, the result
- * quantized into int8 blocks, the gate silu(z) applied. */
-typedef struct norm_push { uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint32_t flags; } norm_push;
-enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4 };
+ * quantized into int8 blocks, the gate silu(z) applied, the rows rotated by a fold (blocks of
+ * rblock, signs if rsigns, scale rscale: bs_vk_norm_rotates) and the int8 blocks made from them. */
+typedef struct norm_push {
+    uint32_t d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off;
+    float eps;
+    uint32_t flags, rblock, rsigns;
+    float rscale;
+} norm_push;
+enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4, NORM_ROT = 8 };
+enum { BS_VK_NORM_ROT_MAX = 2048 };   /* norm.comp's ROT_MAX */
+/* Whether norm.comp can rotate rows of d by r in its epilogue (a forward fold without regrouping,
+ * blocks it holds). */
+bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d);
 /* qk.comp's push constants (vk_forward.c gated 1: each q head followed by its gate; vk_dspark.c
  * gated 0: packed q heads, no gates) */
 typedef struct qk_push { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qk_push;

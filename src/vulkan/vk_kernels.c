@@ -261,14 +261,14 @@ int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t) {
     return (*m = bs_vk_matrix_new(c, t)) ? 0 : -1;
 }
 
-/* Those of t that share t[0]'s format go into one layout (*lay), the rest are uploaded alone:
+/* Those of t that share t[0]'s format and fold go into one layout (*lay), the rest are uploaded alone:
  * the target's mixer inputs and the drafter's q, k, v. BITSPARK_VK_NO_CAT=1: all alone. */
 int bs_vk_upload_inputs(bs_vk_ctx *c, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
     const bs_vk_tensor *ct[BS_VK_CAT_MAX] = {0};
     bs_vk_matrix *cm[BS_VK_CAT_MAX] = {0};
     int idx[BS_VK_CAT_MAX] = {0}, nc = 0;
     for (int k = 0; k < n && nc < BS_VK_CAT_MAX; k++)
-        if (t[k]->type == t[0]->type) ct[nc] = t[k], idx[nc++] = k;
+        if (t[k]->type == t[0]->type && bs_vk_fold_same(&t[k]->fold, &t[0]->fold)) ct[nc] = t[k], idx[nc++] = k;
     const int rc = bs_env_flag("BITSPARK_VK_NO_CAT") ? 0 : bs_vk_matrix_cat(c, ct, nc, lay, cm);
     if (rc < 0) return -1;
     for (int k = 0; k < nc && rc; k++) *m[idx[k]] = cm[k];
@@ -371,17 +371,30 @@ static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const vo
     return bs_vk_dispatch(c, mk >= 0 ? mk : k, b, push, (uint32_t)bs_vk_mvq_passes(c, k, n), (uint32_t)tiles, 1);
 }
 
+/* F32 products of at most this many rows run mv_f32n.comp, a workgroup per row: mv_f32.comp's
+ * invocation per row fills a GPU only with thousands of rows (a head, the drafter's fc). */
+enum { F32N_ROWS = 8192 };
+
+static bool f32_narrow(const bs_vk_ctx *c, const bs_vk_matrix *m) {
+    return m->kernel == BS_VK_K_MV_F32 && m->ne1 <= F32N_ROWS && c->f32n;
+}
+
+bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m) { return f32_narrow(c, m) && (m->act == 1 || m->act == 2); }
+
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
-    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA;
+    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA, narrow = f32_narrow(c, m);
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
-        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0, (uint32_t)m->split};
+        /* (mv_f32n: the last word the rounding its input takes, F16 or BF16; mv_f32: split, unused) */
+        mv_push pp = {(uint32_t)p->rows, (uint32_t)m->ne0, (uint32_t)n, (uint32_t)m->ne1, (uint32_t)p->row0,
+                      narrow ? (uint32_t)(m->act == 1 || m->act == 2 ? m->act : 0) : (uint32_t)m->split};
         const mvq_push qp = mvq_single(m, p, n);
         const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y};   /* the rest NULL: unused */
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
-        if (f32 ? bs_vk_dispatch(c, m->kernel, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1)
-                : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
+        if (narrow ? bs_vk_dispatch(c, BS_VK_K_MV_F32N, bf, &pp, (uint32_t)p->rows, bs_vk_groups((uint64_t)n, 8), 1)
+            : f32  ? bs_vk_dispatch(c, m->kernel, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1)
+                   : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
             return -1;
         /* (a matrix in a shared layout reads its own rows of it) */
         c->rec.weight_bytes += (f32 ? p->codes.size : (p->codes.size + p->scales.size) * (uint64_t)p->rows / (m->borrowed ? m->lay_rows : p->rows)) *

@@ -14,12 +14,12 @@ static int upload(bs_vk_net *net, bs_vk_matrix **m, const bs_vk_tensor *t) {
     return 0;
 }
 
-/* A mixer's input products: one layout where they share a format (bs_vk_upload_inputs), apart
- * in a folded model (their rotations differ: alpha and beta take x as it is). */
+/* A mixer's input products: one layout where they share a format and a fold (bs_vk_upload_inputs:
+ * in a folded model alpha and beta, which take x as it is, stay apart), each with its fold. */
 static int upload_inputs(bs_vk_net *net, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n) {
-    if (!net->folded) return bs_vk_upload_inputs(net->c, lay, t, m, n);
+    if (bs_vk_upload_inputs(net->c, lay, t, m, n)) return -1;
     for (int i = 0; i < n; i++)
-        if (upload(net, m[i], t[i])) return -1;
+        if (t[i]->fold.block && !((*m[i])->rot = bs_vk_rot_get(net->c, net->rots, &net->n_rots, &t[i]->fold))) return -1;
     return 0;
 }
 
@@ -82,9 +82,10 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->no_attf = bs_env_flag("BITSPARK_VK_NO_ATTF");
     n->no_normo = bs_env_flag("BITSPARK_VK_NO_NORMO");
     n->no_gdnf = bs_env_flag("BITSPARK_VK_NO_GDNF");
-    /* a folded model: its mixers' input products apart, and no fusion that quantizes a folded
-       product's input in the step before it (vk_forward.c checks each product's fold) */
+    /* a folded model: no fusion that quantizes a folded product's input in the step before it
+       but the norms' rotation (vk_forward.c checks each product's fold) */
     n->folded = folded(d);
+    n->no_normrot = bs_env_flag("BITSPARK_VK_NO_NORMROT");
     /* a batch's conv and delta rule: one dispatch for its sequences on a GPU; on a CPU device,
      * whose delta rule walks the state in memory, a dispatch per sequence (lavapipe: the state
      * reads through the sequences' bindings made 8 sessions' passes 35% slower); the same bits

@@ -34,6 +34,7 @@ struct bs_vk_net {
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
     bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
+    bool no_normrot;              /* BITSPARK_VK_NO_NORMROT=1: a folded product's input rotated apart, not by the norm */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
     bool no_gdnf;                 /* BITSPARK_VK_NO_GDNF=1: DeltaNet's conv, q/k norms, delta rule, gated norm apart */
     bool seq_together;            /* a batch's recurrence one dispatch for all sequences (BITSPARK_VK_SEQ) */
@@ -88,6 +89,9 @@ struct bs_vk_sess {
     bs_vk_buf dcnt;               /* delta_norm.comp's counters, one per V head */
     int n_chunk;                  /* attention chunks of the context (0: attn.comp's one pass) */
     int normed;                   /* this layer's output product added itself into x and normed it */
+    /* a folded model's layer: the fold its input norm (rot_mix) and FFN norm (rot_ffn) rotate the
+       rows by, the int8 blocks then the rotated rows' (vk_forward.c norm_rot_mix/ffn), or NULL */
+    const bs_vk_rot *rot_mix, *rot_ffn;
     bool greedy;                  /* this step: the argmax of its logits rows, not the rows */
     int topk;                     /* this step: the k best of its logits row (topk.comp), not the row */
     const bs_draw *draw;          /* this step (with topk and feed): the host's draw from that list

@@ -38,6 +38,16 @@ const bs_vk_rot *bs_vk_rot_get(bs_vk_ctx *c, bs_vk_rot *rots, int *n, const bs_v
     return r;
 }
 
+bool bs_vk_fold_same(const bs_vk_fold *a, const bs_vk_fold *b) {
+    if (!a->block || !b->block) return !a->block && !b->block;
+    return a->block == b->block && a->width == b->width && a->signs == b->signs && a->inverse == b->inverse &&
+           a->perm_hd == b->perm_hd && (a->perm_hd <= 0 || (a->perm_nk == b->perm_nk && a->perm_rep == b->perm_rep));
+}
+
+bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d) {
+    return r && !r->inverse && !r->hd && r->width == d && r->block <= BS_VK_NORM_ROT_MAX && d % r->block == 0;
+}
+
 void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n) {
     for (int i = 0; i < n; i++) bs_vk_buf_free(c, &rots[i].signs);
 }

@@ -15,12 +15,6 @@ layout(push_constant) uniform Push { uint mode, n_blocks; } p;
 
 #include "div_rn.glsl"
 
-float bf16_round(float f) {
-    const uint u = floatBitsToUint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
-    return uintBitsToFloat(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
-}
-
 void main() {
     const uint b = gl_GlobalInvocationID.x;
     if (b >= p.n_blocks) return;

@@ -15,6 +15,13 @@ uint f16_bits(float f) {
 
 float f16_round(float f) { return unpackHalf2x16(f16_bits(f)).x; }
 
+// bf16 rounded to nearest even, as a float (NaN kept)
+float bf16_round(float f) {
+    const uint u = floatBitsToUint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+    return uintBitsToFloat(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+}
+
 // fp16 bits to a float by integer arithmetic: exact, subnormals included, on any driver (a
 // conversion instruction may flush fp16 subnormals to zero where the device does not preserve them).
 float f16_value(uint h) {

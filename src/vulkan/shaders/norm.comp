@@ -8,7 +8,11 @@
 // Fused (flags): bit 0, the residual add first (x = r + x, written back, as the CPU's
 // add_rows); bit 1, the normed rows quantized for the next products exactly as quant_q8.comp
 // does (groups of d, d % 32 == 0, that tile whole rows, from y_off 0); bit 2, y = silu(z) * y
-// before that (the gated norm of DeltaNet: quant_q8.comp's mode 1, the same float order).
+// before that (the gated norm of DeltaNet: quant_q8.comp's mode 1, the same float order);
+// bit 3 (with bit 1, whole rows), the Hadamard fold of the products that read the row: the row
+// rotated in blocks of rblock (rotate.comp's forward operations in its order, so its bits) into
+// xr, and the int8 blocks made from xr instead of y (y stays as normed: the products without
+// the fold and LoRA read it). Saves rotate.comp's dispatch and barrier.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer W { float w[]; };
@@ -18,7 +22,13 @@ layout(std430, binding = 4) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 5) writeonly buffer S { float s8[]; };
 layout(std430, binding = 6) writeonly buffer M { float m8[]; };
 layout(std430, binding = 7) readonly buffer Z { float z[]; };
-layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint flags; } p;
+layout(std430, binding = 8) coherent buffer XR { float xr[]; };   // bit 3: the rotated rows
+layout(std430, binding = 9) readonly buffer SG { float sg[]; };   // bit 3: the fold's signs (rsigns)
+layout(push_constant) uniform Push {
+    uint d, mode, has_w, per_row, row_stride, head_stride, x_off, y_off; float eps; uint flags, rblock, rsigns; float rscale;
+} p;
+
+#define Q8_AT(i) ((p.flags & 8u) != 0u ? xr[i] : y[i])
 
 #include "f16.glsl"
 #include "div_rn.glsl"
@@ -26,6 +36,39 @@ layout(push_constant) uniform Push { uint d, mode, has_w, per_row, row_stride, h
 #include "fma_rn.glsl"
 
 shared float part[64], part_lo[64];
+const uint ROT_MAX = 2048u;   // the largest block rotated here (the host checks; 8 KB)
+shared float rv[ROT_MAX];
+
+// Row yb's blocks of rblock rotated into xr, as many at a time as rv holds. Each invocation
+// reads back only y values it wrote itself (the same index modulo 64).
+void rotate_row(uint yb) {
+    const uint t = gl_LocalInvocationID.x, B = p.rblock, span = min((ROT_MAX / B) * B, p.d), half_b = B / 2u;
+    for (uint c0 = 0u; c0 < p.d; c0 += span) {
+        const uint m = min(span, p.d - c0);
+        for (uint j = t; j < m; j += 64u) {
+            float a = y[yb + c0 + j];
+            if (p.rsigns != 0u) a *= sg[c0 + j];
+            rv[j] = a;
+        }
+        barrier();
+        for (uint len = 1u; len < B; len <<= 1u) {
+            for (uint q = t; q < m / 2u; q += 64u) {
+                const uint i = (q / half_b) * B + ((q % half_b) / len) * 2u * len + (q % half_b) % len;
+                precise float a = rv[i], c = rv[i + len];
+                precise float s0 = a + c;
+                precise float s1 = a - c;
+                rv[i] = s0;
+                rv[i + len] = s1;
+            }
+            barrier();
+        }
+        for (uint j = t; j < m; j += 64u) {
+            precise float a = rv[j] * p.rscale;
+            xr[yb + c0 + j] = a;
+        }
+        barrier();
+    }
+}
 
 #include "norm_rn.glsl"
 
@@ -57,6 +100,7 @@ void main() {
         y[yb + i] = o;
     }
     if ((p.flags & 2u) == 0u) return;
+    if ((p.flags & 8u) != 0u) rotate_row(yb);
     memoryBarrierBuffer();
     barrier();
     for (uint b = t; b < p.d / 32u; b += 64u) {
