@@ -229,5 +229,8 @@ static void check_model(const char *path) {
 
 int main(void) {
     static const char *const models[] = {"tiny-q1_0.gguf", "tiny-f32.gguf"};
+    /* BS_VK_BATCH_MODEL: that model of BS_FIXTURES alone (a folded one: tests/CMakeLists.txt) */
+    const char *one = getenv("BS_VK_BATCH_MODEL");
+    if (one) return vk_test_models("test_vulkan_batch", &one, 1, check_model);
     return vk_test_models("test_vulkan_batch", models, (int)BS_ARRAY_LEN(models), check_model);
 }
