@@ -217,18 +217,20 @@ def check_norm_rotation(model, toks):
     NORM_ROT) give the bits of rotate.comp's dispatches apart (BITSPARK_VK_NO_NORMROT=1), one
     row at a time and batched, in fewer dispatches."""
     got = {}
-    for env in ({}, {'BITSPARK_VK_NO_NORMROT': '1'}):
+    # (GLU=0: the FFN's products apart, so its norm does not rotate and the fused recurrence's
+    # folded ssm_out takes the residual and norm in its epilogue)
+    for env in ({}, {'BITSPARK_VK_NO_NORMROT': '1'}, {'BITSPARK_VK_GLU': '0'}):
         for batch in (1, len(toks)):
             out = os.path.join(TMP, 'vk_fold_nr.f32')
             r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(batch), '-o', out,
                      '--device', 'vulkan'], extra_env=dict(env, BITSPARK_PROFILE='1'))
             if r.returncode:
                 return fail('%s: logits with %s: %s' % (model, env, r.stderr[-400:]))
-            got[(bool(env), batch)] = (open(out, 'rb').read(), dispatches(r.stderr))
+            got[(tuple(env), batch)] = (open(out, 'rb').read(), dispatches(r.stderr))
     name = os.path.basename(model)
-    if any(v[0] != got[(False, 1)][0] for v in got.values()):
-        return fail('%s: the rotating norms change the logits (or the batching does)' % name)
-    fused, apart = got[(False, 1)][1], got[(True, 1)][1]
+    if any(v[0] != got[((), 1)][0] for v in got.values()):
+        return fail('%s: the rotating norms change the logits (or the batching, or the GLU apart)' % name)
+    fused, apart = got[((), 1)][1], got[(('BITSPARK_VK_NO_NORMROT',), 1)][1]
     if fused is None or apart is None or fused >= apart:
         return fail('%s: the rotating norms save no dispatch (%s vs %s apart)' % (name, fused, apart))
     print('%s vulkan: the rotating norms give the bits apart, %.1f dispatches per row instead of %.1f' % (name, fused, apart))

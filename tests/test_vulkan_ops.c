@@ -209,6 +209,30 @@ static void check_mv_f32n(int rows, int cols, int n, int act) {
     free(w); free(x); free(y); free(y1);
 }
 
+/* A LoRA factor A's rows on mv_f32n (FMA 0): the CPU's LoRA terms bit for bit. The CPU's come
+ * through bs_matmul on a zero F32 weight with the adapter's B the identity (exact: its sums add
+ * zeros), so y = A x as the CPU path sums it. */
+static void check_lora_a(int r, int in, int n) {
+    const size_t na = (size_t)r * in, nx = (size_t)n * in, ny = (size_t)n * r;
+    float *a = vec(na, 0.05f), *x = vec(nx, 1.0f), *acm = malloc(4 * na), *b = calloc((size_t)r * r, 4);
+    float *zero = calloc(na, 4), *ycpu = calloc(ny, 4), *ydev = calloc(ny, 4);
+    for (int k = 0; k < r; k++) b[(size_t)k * r + k] = 1.0f;
+    for (int k = 0; k < r; k++)
+        for (int i = 0; i < in; i++) acm[(size_t)i * r + k] = a[(size_t)k * in + i];   /* column-major */
+    const bs_lora_tensor t = {.in = in, .out = r, .r = r, .scale = 1.0f, .a = a, .b = b};
+    const bs_lora_ref ref = {.t = &t, .scale = 1.0f};
+    const bs_weight W = {.type = BS_F32, .ne0 = in, .ne1 = r, .data = zero, .row_bytes = 4 * (size_t)in, .lora = &ref};
+    bs_matmul(&W, x, n, ycpu, NULL);
+    uint32_t pp[6] = {(uint32_t)r, (uint32_t)in, (uint32_t)n, (uint32_t)r, 0, 0};
+    void *data[3] = {acm, x, ydev};
+    size_t bytes[3] = {4 * na, 4 * nx, 4 * ny};
+    CHECK(bs_vk_kernel_run(C, "mv_f32n/lora", data, bytes, 3, pp, sizeof pp, (uint32_t)r, (uint32_t)(n + 7) / 8, 1) == 0);
+    int diff = 0;
+    for (size_t i = 0; i < ny; i++) diff += ydev[i] != ycpu[i];
+    CHECKF(diff == 0, "LoRA A %d x %d, %d rows: %d of %zu values differ from the CPU's terms", r, in, n, diff, ny);
+    free(a); free(x); free(acm); free(b); free(zero); free(ycpu); free(ydev);
+}
+
 /* DeltaNet's gated norm in one dispatch: per head of d, y = silu(z) * (rmsnorm(x) * w), then the
  * int8 codes of y: the same bits as the norm, quant_q8.comp's gate (mode 1) and its quantizer
  * run apart. */
@@ -972,6 +996,9 @@ int main(void) {
     check_mv_f32n(7, 77, 9, 1);
     check_mv_f32n(1, 1, 1, 0);
     check_mv_f32n(97, 300, 8, 0);
+    check_lora_a(8, 5120, 1);   /* a rank-8 adapter on a 27B product */
+    check_lora_a(4, 17408, 3);
+    check_lora_a(3, 77, 13);
     check_norm_gated(128, 3, 2);
     check_norm_gated(128, 48, 3);   /* 27B: 48 V heads of 128 */
     check_norm_gated(64, 6, 1);

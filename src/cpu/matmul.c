@@ -40,7 +40,22 @@ int bs_weight_from_tensor(bs_weight *w, const gguf_tensor *t) {
 /* The fast path (kernels.c: SIMD kernels, threads) for every dispatch level above scalar;
  * BITSPARK_CPU=scalar (or bs_cpu_set_level) selects the single-threaded reference below, which
  * is the tests' oracle. */
-/* y += scale * B (A x) for each adapter attached to W (lora.h). */
+/* a . x in the order the Vulkan device sums a LoRA factor A's rows (mv_f32n.comp, FMA 0): 64
+ * lanes, lane l adding the products of terms l, l + 64, .. (each rounded, then added), then a
+ * fixed tree over the lanes. A has a handful of rows of thousands of inputs: summed in one
+ * line, a GPU would run each row's thousands of dependent additions on one invocation. */
+static float lora_dot(const float *a, const float *x, int64_t n) {
+    float lane[64] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        const float p = a[i] * x[i];
+        lane[i & 63] += p;
+    }
+    for (int h = 32; h > 0; h >>= 1)
+        for (int l = 0; l < h; l++) lane[l] += lane[l + h];
+    return lane[0];
+}
+
+/* y += scale * B (A x) for each adapter attached to W (lora.h); the device's float order. */
 static void lora_terms(const bs_weight *W, const float *x, int64_t n_rows, float *y) {
     for (const bs_lora_ref *ref = W->lora; ref; ref = ref->next) {
         const bs_lora_tensor *t = ref->t;
@@ -48,12 +63,7 @@ static void lora_terms(const bs_weight *W, const float *x, int64_t n_rows, float
         for (int64_t row = 0; row < n_rows; row++) {
             const float *xr = x + row * t->in;
             float *yr = y + row * t->out;
-            for (int k = 0; k < t->r; k++) {
-                const float *a = t->a + (size_t)k * t->in;
-                float s = 0;
-                for (int64_t i = 0; i < t->in; i++) s += a[i] * xr[i];
-                ax[k] = s;
-            }
+            for (int k = 0; k < t->r; k++) ax[k] = lora_dot(t->a + (size_t)k * t->in, xr, t->in);
             for (int64_t o = 0; o < t->out; o++) {
                 const float *b = t->b + (size_t)o * t->r;
                 float s = 0;

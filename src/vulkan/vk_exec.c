@@ -36,7 +36,9 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ROWS_Q2_64] = {"get_rows", 4, 16, 2, {2, 2}},
     [BS_VK_K_ROWS_Q8] = {"get_rows", 4, 16, 2, {8, 1}},
     [BS_VK_K_ROWS_F32] = {"get_rows", 4, 16, 2, {32, 1}},
-    [BS_VK_K_NORM] = {"norm", 10, 52, 0, {0}},
+    /* norm.comp without its rotation's shared memory (ROT_MAX 1), and with it (the default) */
+    [BS_VK_K_NORM] = {"norm", 10, 52, 1, {1}},
+    [BS_VK_K_NORM_ROT] = {"norm", 10, 52, 0, {0}},
     [BS_VK_K_EW] = {"ew", 3, 16, 0, {0}},
     [BS_VK_K_CONV] = {"conv", 5, 32, 0, {0}},
     [BS_VK_K_DELTA] = {"delta", 7, 36, 0, {0}},
@@ -100,6 +102,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 48, 0, {0}},
     [BS_VK_K_ROTATE] = {"rotate", 7, 48, 0, {0}},
     [BS_VK_K_MV_F32N] = {"mv_f32n", 3, 24, 0, {0}},
+    [BS_VK_K_MV_F32N_LORA] = {"mv_f32n", 3, 24, 1, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
 };
@@ -606,15 +609,22 @@ static const char *kernel_name(int k) {
         [BS_VK_K_MMGQ_Q2_64] = "mm glu q2_0_g64", [BS_VK_K_CONV_B] = "gdn conv", [BS_VK_K_DELTA_B] = "gdn delta rule",
         [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
         [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1",
-        [BS_VK_K_ROTATE] = "rotate", [BS_VK_K_MV_F32N] = "mv f32 narrow"};
+        [BS_VK_K_ROTATE] = "rotate", [BS_VK_K_MV_F32N] = "mv f32 narrow",
+        [BS_VK_K_NORM_ROT] = "norm+rotate", [BS_VK_K_MV_F32N_LORA] = "lora"};
     return names[k] ? names[k] : "?";
 }
 
 int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
                      size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
+    /* "shader": its pipeline without specialization constants; "shader/name": the variant of
+       that profile name (tests: mv_f32n/lora) */
+    const char *slash = strchr(kernel, '/');
+    const size_t sl = slash ? (size_t)(slash - kernel) : strlen(kernel);
     int k = -1;
     for (int i = 0; i < BS_VK_K_COUNT && k < 0; i++)
-        if (!KERNELS[i].n_spec && !strcmp(KERNELS[i].shader, kernel)) k = i;
+        if (KERNELS[i].shader && strlen(KERNELS[i].shader) == sl && !strncmp(KERNELS[i].shader, kernel, sl) &&
+            (slash ? !strcmp(kernel_name(i), slash + 1) : !KERNELS[i].n_spec))
+            k = i;
     if (k < 0) return bs_error("Vulkan: no step kernel %s", kernel);
     if (n_bind != KERNELS[k].n_bind || push_bytes != KERNELS[k].push_bytes)
         return bs_error("Vulkan: %s takes %d buffers and %u push bytes", kernel, KERNELS[k].n_bind, KERNELS[k].push_bytes);

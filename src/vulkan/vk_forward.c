@@ -55,7 +55,7 @@ static int norm_rows_nb(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off
     }
     const bs_vk_buf *bb[10] = {&s->x, w, &s->xn, r, &s->aq, &s->as, &s->am, NULL,
                                rot ? &s->xrot : NULL, rot && rot->has_signs ? &rot->signs : NULL};
-    return bs_vk_dispatch(s->net->c, BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1);
+    return bs_vk_dispatch(s->net->c, rot ? BS_VK_K_NORM_ROT : BS_VK_K_NORM, bb, &p, (uint32_t)n, 1, 1);
 }
 
 static int norm_rows(bs_vk_sess *s, const bs_vk_buf *w, int n, uint32_t x_off, uint32_t y_off, const bs_vk_buf *r,
@@ -133,7 +133,7 @@ static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, in
                                      (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
-    if (W->act && !bs_vk_act_inline(c, W)) {
+    if (W->act && !bs_vk_act_inline(c, W, n)) {
         TRY(bs_vk_record_act(c, W, x, &s->xr, n));
         bs_vk_barrier(c);
         x = &s->xr;
@@ -156,7 +156,7 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
     bool any = false;
     for (int i = 0; i < nw; i++)
         if (!W[i]->rot) {
-            if (W[i]->act && !bs_vk_act_inline(c, W[i]) && any) bs_vk_barrier(c);   /* xr: the product before may still read it */
+            if (W[i]->act && !bs_vk_act_inline(c, W[i], n) && any) bs_vk_barrier(c);   /* xr: the product before may still read it */
             TRY(mv(s, W[i], x, n, y[i], false));
             any = true;
         }
@@ -173,7 +173,7 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
         for (int k = i; k < nw; k++) {
             if (W[k]->rot != r) continue;
             const bs_vk_buf *in = &s->xrot;
-            const bool act = W[k]->act && !bs_vk_act_inline(c, W[k]);
+            const bool act = W[k]->act && !bs_vk_act_inline(c, W[k], n);
             if (act) {   /* a float product that rounds its input as the CPU path does */
                 TRY(bs_vk_record_act(c, W[k], &s->xrot, &s->xr, n));
                 bs_vk_barrier(c);
@@ -220,7 +220,7 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     int xr_act = 0;   /* how the float products before rounded x into xr (0: none yet) */
     for (int i = 0; i < nw; i++) {
         if (W[i]->borrowed) continue;
-        if (bs_vk_act_inline(c, W[i])) {   /* a float product rounding x as it reads it */
+        if (bs_vk_act_inline(c, W[i], n)) {   /* a float product rounding x as it reads it */
             TRY(bs_vk_record_mv(c, W[i], x, &s->aq, &s->as, &s->am, n, y[i]));
             if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, &s->lu, y[i]));
             continue;

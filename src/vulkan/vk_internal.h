@@ -137,6 +137,8 @@ enum bs_vk_kernel {
     BS_VK_K_DRAFT_DRAW,               /* a sampled draft predicted from its slot's list */
     BS_VK_K_ROTATE,                   /* the Hadamard fold's rotation of activations (vk_rotate.c) */
     BS_VK_K_MV_F32N,                  /* F32 products of few rows: a workgroup per row (mv_f32n.comp) */
+    BS_VK_K_NORM_ROT,                 /* norm.comp with the shared memory of its rotation (NORM_ROT) */
+    BS_VK_K_MV_F32N_LORA,             /* a LoRA factor A's rows on mv_f32n, the CPU's float order */
     BS_VK_K_COUNT
 };
 
@@ -285,7 +287,7 @@ int bs_vk_rows_kernel(const bs_vk_matrix *m);
  * bs_vk_record_act when m->act is set: then pass xr as x; where bs_vk_act_inline, the product
  * rounds x as it reads it, and x itself may be passed). */
 int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *xr, int n);
-bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m);
+bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
 /* LoRA terms (vk_kernels.c): add one to m (a [r][ne0], b [ne1][r], row-major F32), drop them
@@ -414,7 +416,7 @@ typedef struct norm_push {
     float rscale;
 } norm_push;
 enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4, NORM_ROT = 8 };
-enum { BS_VK_NORM_ROT_MAX = 2048 };   /* norm.comp's ROT_MAX */
+enum { BS_VK_NORM_ROT_MAX = 2048 };   /* norm.comp's ROT_MAX (BS_VK_K_NORM_ROT) */
 /* Whether norm.comp can rotate rows of d by r in its epilogue (a forward fold without regrouping,
  * blocks it holds). */
 bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d);

@@ -371,19 +371,25 @@ static int dispatch_mvq(bs_vk_ctx *c, int k, const bs_vk_buf *const *b, const vo
     return bs_vk_dispatch(c, mk >= 0 ? mk : k, b, push, (uint32_t)bs_vk_mvq_passes(c, k, n), (uint32_t)tiles, 1);
 }
 
-/* F32 products of at most this many rows run mv_f32n.comp, a workgroup per row: mv_f32.comp's
- * invocation per row fills a GPU only with thousands of rows (a head, the drafter's fc). */
-enum { F32N_ROWS = 8192 };
+/* F32 products that give mv_f32.comp (an invocation per output row, 8 activation rows per
+ * workgroup) fewer workgroups than this run mv_f32n.comp, a workgroup per output row: the
+ * ternary files' 48-row alpha and beta, the drafter's fc, a tiny head; a vision encoder's
+ * products of hundreds of patches fill the GPU the first way, with coalesced reads. */
+enum { F32N_GROUPS = 256, F32N_ROWS = 8192 };
 
-static bool f32_narrow(const bs_vk_ctx *c, const bs_vk_matrix *m) {
-    return m->kernel == BS_VK_K_MV_F32 && m->ne1 <= F32N_ROWS && c->f32n;
+static bool f32_narrow(const bs_vk_ctx *c, const bs_vk_matrix *m, int n) {
+    return c->f32n && m->kernel == BS_VK_K_MV_F32 && m->ne1 <= F32N_ROWS &&
+           bs_vk_groups((uint64_t)m->ne1, 64) * bs_vk_groups((uint64_t)n, 8) < F32N_GROUPS;
 }
 
-bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m) { return f32_narrow(c, m) && (m->act == 1 || m->act == 2); }
+bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m, int n) {
+    return f32_narrow(c, m, n) && (m->act == 1 || m->act == 2);
+}
 
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
-    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA, narrow = f32_narrow(c, m);
+    const bool lora_a = m->kernel == BS_VK_K_MV_F32N_LORA, narrow = lora_a || f32_narrow(c, m, n);
+    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA || lora_a;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         /* (mv_f32n: the last word the rounding its input takes, F16 or BF16; mv_f32: split, unused) */
@@ -392,7 +398,8 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
         const mvq_push qp = mvq_single(m, p, n);
         const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y};   /* the rest NULL: unused */
         const bs_vk_buf *bf[3] = {&p->codes, x, y};
-        if (narrow ? bs_vk_dispatch(c, BS_VK_K_MV_F32N, bf, &pp, (uint32_t)p->rows, bs_vk_groups((uint64_t)n, 8), 1)
+        if (narrow ? bs_vk_dispatch(c, lora_a ? BS_VK_K_MV_F32N_LORA : BS_VK_K_MV_F32N, bf, &pp, (uint32_t)p->rows,
+                                    bs_vk_groups((uint64_t)n, 8), 1)
             : f32  ? bs_vk_dispatch(c, m->kernel, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1)
                    : dispatch_mvq(c, m->kernel, bi, &qp, (uint64_t)p->rows, (uint32_t)m->split, n))
             return -1;
@@ -457,15 +464,17 @@ int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matr
 /* --- LoRA terms ------------------------------------------------------------------------------ */
 
 /* A small F32 matrix (ne1 rows of ne0, row-major) in mv_f32's column-major layout, one part:
- * LoRA factors, whose rank need not be a multiple of 32. */
-static bs_vk_matrix *f32_matrix(bs_vk_ctx *c, const float *w, int64_t ne0, int64_t ne1) {
+ * LoRA factors, whose rank need not be a multiple of 32; kernel: A's rows (a rank's, of
+ * thousands of inputs) a workgroup each (MV_F32N_LORA), B's an invocation each (MV_F32_LORA:
+ * rank-long sums), both in the CPU's order. */
+static bs_vk_matrix *f32_matrix(bs_vk_ctx *c, const float *w, int64_t ne0, int64_t ne1, int kernel) {
     const uint64_t bytes = 4u * (uint64_t)ne0 * ne1;
     if (ne0 <= 0 || ne1 <= 0 || bytes > c->max_binding) {
         bs_error("Vulkan: a LoRA factor of %lld x %lld does not fit one binding", (long long)ne1, (long long)ne0);
         return NULL;
     }
     bs_vk_matrix *m = bs_xcalloc(1, sizeof *m);
-    *m = (bs_vk_matrix){.kernel = BS_VK_K_MV_F32_LORA, .split = 1, .ne0 = ne0, .ne1 = ne1, .n_parts = 1};
+    *m = (bs_vk_matrix){.kernel = kernel, .split = 1, .ne0 = ne0, .ne1 = ne1, .n_parts = 1};
     m->parts = bs_xcalloc(1, sizeof *m->parts);
     m->parts[0].rows = ne1;
     float *t = bs_xmalloc((size_t)bytes);
@@ -481,7 +490,7 @@ static bs_vk_matrix *f32_matrix(bs_vk_ctx *c, const float *w, int64_t ne0, int64
 int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale) {
     bs_vk_lora *l = bs_xcalloc(1, sizeof *l);
     l->scale = scale;
-    if (!(l->a = f32_matrix(c, a, m->ne0, r)) || !(l->b = f32_matrix(c, b, r, m->ne1))) {
+    if (!(l->a = f32_matrix(c, a, m->ne0, r, BS_VK_K_MV_F32N_LORA)) || !(l->b = f32_matrix(c, b, r, m->ne1, BS_VK_K_MV_F32_LORA))) {
         bs_vk_matrix_free(c, l->a);
         free(l);
         return -1;

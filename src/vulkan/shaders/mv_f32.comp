@@ -3,8 +3,8 @@
 // mv_f32.comp: y[r][row] = sum_i W[row][i] x[r][i] on F32 weights (every format without an
 // integer kernel is converted to F32 at upload), stored column-major ([col][rows]) so
 // neighbouring invocations read neighbouring words. Fixed fma order per output; with FMA = 0
-// (LoRA factors) a product then a sum per step, the CPU's order for its LoRA terms, so the terms
-// come out with the CPU's bits.
+// (a LoRA factor B: rank-long sums) a product then a sum per step, the CPU's order for its LoRA
+// terms, so the terms come out with the CPU's bits (factor A: mv_f32n.comp).
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint FMA = 1;
 layout(std430, binding = 0) readonly buffer W { float w[]; };

@@ -7,7 +7,10 @@
 // neighbouring workgroups share cache lines), then a fixed tree over the lanes, so a row's
 // value does not depend on how many rows run together. act 1 / 2: x rounded to F16 / BF16 as it
 // is read (act_round.comp's modes 1 and 2: idempotent, so an input rounded already is no matter).
+// FMA = 0 (a LoRA factor A's rows): each product rounded, then added: the CPU's order for its
+// LoRA terms (cpu/matmul.c lora_dot), so the terms come out with its bits.
 layout(local_size_x = 64) in;
+layout(constant_id = 0) const uint FMA = 1;
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
@@ -27,8 +30,15 @@ void main() {
     for (uint i = t; i < p.cols; i += 64u) {
         const float wv = w[i * p.rows + row];
         for (uint r = 0u; r < nr; r++) {
-            precise float v = fma_x(wv, rounded(x[(r0 + r) * p.cols + i]), acc[r]);
-            acc[r] = v;
+            const float xv = rounded(x[(r0 + r) * p.cols + i]);
+            if (FMA != 0u) {
+                precise float v = fma_x(wv, xv, acc[r]);
+                acc[r] = v;
+            } else {
+                precise float prod = wv * xv;
+                precise float v = acc[r] + prod;
+                acc[r] = v;
+            }
         }
     }
     for (uint r = 0u; r < 8u; r++) part[r][t] = acc[r];

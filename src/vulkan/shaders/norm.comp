@@ -36,12 +36,15 @@ layout(push_constant) uniform Push {
 #include "fma_rn.glsl"
 
 shared float part[64], part_lo[64];
-const uint ROT_MAX = 2048u;   // the largest block rotated here (the host checks; 8 KB)
+// the largest block rotated here (8 KB; the host checks): the plain norms' pipeline sets 1, so
+// that its workgroups do not hold the shared memory (BS_VK_K_NORM / BS_VK_K_NORM_ROT)
+layout(constant_id = 0) const uint ROT_MAX = 2048u;
 shared float rv[ROT_MAX];
 
 // Row yb's blocks of rblock rotated into xr, as many at a time as rv holds. Each invocation
 // reads back only y values it wrote itself (the same index modulo 64).
 void rotate_row(uint yb) {
+    if (p.rblock < 2u || p.rblock > ROT_MAX) return;   // (never so dispatched: not a hang if it were)
     const uint t = gl_LocalInvocationID.x, B = p.rblock, span = min((ROT_MAX / B) * B, p.d), half_b = B / 2u;
     for (uint c0 = 0u; c0 < p.d; c0 += span) {
         const uint m = min(span, p.d - c0);
