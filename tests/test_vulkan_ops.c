@@ -226,11 +226,39 @@ static void check_lora_a(int r, int in, int n) {
     uint32_t pp[6] = {(uint32_t)r, (uint32_t)in, (uint32_t)n, (uint32_t)r, 0, 0};
     void *data[3] = {acm, x, ydev};
     size_t bytes[3] = {4 * na, 4 * nx, 4 * ny};
-    CHECK(bs_vk_kernel_run(C, "mv_f32n/lora", data, bytes, 3, pp, sizeof pp, (uint32_t)r, (uint32_t)(n + 7) / 8, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "mv_f32n/lora A", data, bytes, 3, pp, sizeof pp, (uint32_t)r, (uint32_t)(n + 7) / 8, 1) == 0);
     int diff = 0;
     for (size_t i = 0; i < ny; i++) diff += ydev[i] != ycpu[i];
     CHECKF(diff == 0, "LoRA A %d x %d, %d rows: %d of %zu values differ from the CPU's terms", r, in, n, diff, ny);
     free(a); free(x); free(acm); free(b); free(zero); free(ycpu); free(ydev);
+}
+
+/* A LoRA factor B added into the product's output in its own dispatch (mv_f32 ADD): y = W x +
+ * scale * B t as the CPU path computes it, bit for bit. The CPU's comes through bs_matmul with
+ * the adapter's A the identity (t = x exactly: its sums add zeros); the device's y starts as the
+ * CPU's W x. */
+static void check_lora_b(int out, int r, int n, float scale) {
+    const size_t nb = (size_t)out * r, nx = (size_t)n * r, ny = (size_t)n * out;
+    float *w = vec(nb, 0.3f), *b = vec(nb, 0.2f), *x = vec(nx, 1.0f), *a = calloc((size_t)r * r, 4), *bcm = malloc(4 * nb);
+    float *ycpu = calloc(ny, 4), *ydev = calloc(ny, 4);
+    for (int k = 0; k < r; k++) a[(size_t)k * r + k] = 1.0f;
+    for (int o = 0; o < out; o++)
+        for (int k = 0; k < r; k++) bcm[(size_t)k * out + o] = b[(size_t)o * r + k];   /* column-major */
+    const bs_lora_tensor t = {.in = r, .out = out, .r = r, .scale = 1.0f, .a = a, .b = b};
+    const bs_lora_ref ref = {.t = &t, .scale = scale};
+    bs_weight W = {.type = BS_F32, .ne0 = r, .ne1 = out, .data = w, .row_bytes = 4 * (size_t)r};
+    bs_matmul(&W, x, n, ydev, NULL);   /* W x alone: where the device's adds start */
+    W.lora = &ref;
+    bs_matmul(&W, x, n, ycpu, NULL);
+    uint32_t pp[6] = {(uint32_t)out, (uint32_t)r, (uint32_t)n, (uint32_t)out, 0, 0};
+    memcpy(&pp[5], &scale, 4);
+    void *data[3] = {bcm, x, ydev};
+    size_t bytes[3] = {4 * nb, 4 * nx, 4 * ny};
+    CHECK(bs_vk_kernel_run(C, "mv_f32/lora B", data, bytes, 3, pp, sizeof pp, (uint32_t)(out + 63) / 64, (uint32_t)(n + 7) / 8, 1) == 0);
+    int diff = 0;
+    for (size_t i = 0; i < ny; i++) diff += ydev[i] != ycpu[i];
+    CHECKF(diff == 0, "LoRA B %d x %d, %d rows, scale %g: %d of %zu values differ from the CPU's", out, r, n, scale, diff, ny);
+    free(w); free(b); free(x); free(a); free(bcm); free(ycpu); free(ydev);
 }
 
 /* DeltaNet's gated norm in one dispatch: per head of d, y = silu(z) * (rmsnorm(x) * w), then the
@@ -999,6 +1027,8 @@ int main(void) {
     check_lora_a(8, 5120, 1);   /* a rank-8 adapter on a 27B product */
     check_lora_a(4, 17408, 3);
     check_lora_a(3, 77, 13);
+    check_lora_b(5120, 8, 1, 0.7f);
+    check_lora_b(77, 3, 13, 2.0f);
     check_norm_gated(128, 3, 2);
     check_norm_gated(128, 48, 3);   /* 27B: 48 V heads of 128 */
     check_norm_gated(64, 6, 1);

@@ -53,7 +53,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_GLU_Q8] = {"mv_q", 17, 60, 5, {8, 1, 1, 0, 0}},
     [BS_VK_K_GLU_Q4_1] = {"mv_q", 17, 60, 5, {4, 1, 1, 0, 0}},
     /* mv_f32 without fma: LoRA factors, in the CPU's float order */
-    [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 1, {0}},
+    [BS_VK_K_MV_F32_LORA] = {"mv_f32", 3, 24, 2, {0, 1}},   /* a LoRA factor B: no fma, added into y */
     [BS_VK_K_ATTN_NC] = {"attn_nc", 5, 32, 0, {0}},
     [BS_VK_K_ARGMAX] = {"argmax", 5, 12, 0, {0}},
     [BS_VK_K_TOPK] = {"topk", 4, 24, 0, {0}},
@@ -595,7 +595,7 @@ static const char *kernel_name(int k) {
         [BS_VK_K_DELTA] = "gdn delta rule", [BS_VK_K_ROPE] = "rope", [BS_VK_K_KV_STORE] = "kv store",
         [BS_VK_K_ATTN] = "attention", [BS_VK_K_ACT_ROUND] = "act round", [BS_VK_K_GLU_Q1] = "glu q1_0",
         [BS_VK_K_GLU_Q2_128] = "glu q2_0", [BS_VK_K_GLU_Q2_64] = "glu q2_0_g64", [BS_VK_K_GLU_Q8] = "glu q8_0",
-        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora", [BS_VK_K_ATTN_NC] = "drafter attention",
+        [BS_VK_K_GLU_Q4_1] = "glu q4_1", [BS_VK_K_MV_F32_LORA] = "lora B", [BS_VK_K_ATTN_NC] = "drafter attention",
         [BS_VK_K_ARGMAX] = "argmax", [BS_VK_K_TOPK] = "top-k", [BS_VK_K_VIT_LN] = "vision layer norm", [BS_VK_K_VIT_EW] = "vision element-wise", [BS_VK_K_FMA_PROBE] = "fma probe",
         [BS_VK_K_GLUQ_Q1] = "glu q1_0", [BS_VK_K_GLUQ_Q2_128] = "glu q2_0", [BS_VK_K_GLUQ_Q2_64] = "glu q2_0_g64",
         [BS_VK_K_GLUQ_Q8] = "glu q8_0", [BS_VK_K_GLUQ_Q4_1] = "glu q4_1", [BS_VK_K_QK] = "q/k norm+rope+store",
@@ -610,14 +610,14 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
         [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1",
         [BS_VK_K_ROTATE] = "rotate", [BS_VK_K_MV_F32N] = "mv f32 narrow",
-        [BS_VK_K_NORM_ROT] = "norm+rotate", [BS_VK_K_MV_F32N_LORA] = "lora"};
+        [BS_VK_K_NORM_ROT] = "norm+rotate", [BS_VK_K_MV_F32N_LORA] = "lora A"};
     return names[k] ? names[k] : "?";
 }
 
 int bs_vk_kernel_run(bs_vk_ctx *c, const char *kernel, void *const *data, const size_t *bytes, int n_bind, const void *push,
                      size_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz) {
     /* "shader": its pipeline without specialization constants; "shader/name": the variant of
-       that profile name (tests: mv_f32n/lora) */
+       that profile name (tests: "mv_f32n/lora A") */
     const char *slash = strchr(kernel, '/');
     const size_t sl = slash ? (size_t)(slash - kernel) : strlen(kernel);
     int k = -1;

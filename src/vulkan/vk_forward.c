@@ -139,7 +139,7 @@ static int mv_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, in
         x = &s->xr;
     }
     TRY(bs_vk_record_mv(c, W, x, &s->aq, &s->as, &s->am, n, y));
-    return W->lora ? bs_vk_record_lora(c, W, x0, n, &s->lt, &s->lu, y) : 0;
+    return W->lora ? bs_vk_record_lora(c, W, x0, n, &s->lt, y) : 0;
 }
 
 static int mv(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const bs_vk_buf *y, bool quantize) {
@@ -180,7 +180,7 @@ static int mv_inputs_folded(bs_vk_sess *s, const bs_vk_matrix *const *W, const b
                 in = &s->xr;
             }
             TRY(bs_vk_record_mv(c, W[k], in, &s->aq, &s->as, &s->am, n, y[k]));
-            if (W[k]->lora) TRY(bs_vk_record_lora(c, W[k], x, n, &s->lt, &s->lu, y[k]));
+            if (W[k]->lora) TRY(bs_vk_record_lora(c, W[k], x, n, &s->lt, y[k]));
             if (act) bs_vk_barrier(c);   /* (the next one's rounding rewrites xr) */
         }
         any = true;
@@ -215,20 +215,20 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
                                  s->net->hp.conv_kernel, conv[3]));
     else if (nc) TRY(bs_vk_record_mv_cat(c, L->cat, cm, nc, &s->aq, &s->as, &s->am, n, cy));
     for (int i = 0; i < nc; i++)
-        if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, &s->lu, cy[i]));
+        if (cm[i]->lora) TRY(bs_vk_record_lora(c, cm[i], x, n, &s->lt, cy[i]));
     bool quantized = true;
     int xr_act = 0;   /* how the float products before rounded x into xr (0: none yet) */
     for (int i = 0; i < nw; i++) {
         if (W[i]->borrowed) continue;
         if (bs_vk_act_inline(c, W[i], n)) {   /* a float product rounding x as it reads it */
             TRY(bs_vk_record_mv(c, W[i], x, &s->aq, &s->as, &s->am, n, y[i]));
-            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, &s->lu, y[i]));
+            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, y[i]));
             continue;
         }
         const bool q = W[i]->kernel != BS_VK_K_MV_F32;
         if (W[i]->act && W[i]->act == xr_act) {   /* xr holds x rounded this way: read it again */
             TRY(bs_vk_record_mv(c, W[i], &s->xr, &s->aq, &s->as, &s->am, n, y[i]));
-            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, &s->lu, y[i]));
+            if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, y[i]));
             continue;
         }
         if (W[i]->act && xr_act) bs_vk_barrier(c);   /* the products before still read xr */
@@ -260,7 +260,7 @@ static int out_product(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *d,
         return bs_vk_record_mv_norm(c, W, q[0], q[1], q[2], n, &s->x, nw, hp->eps, &s->xn, qo, &s->cnt);
     }
     TRY(bs_vk_record_mv(c, W, d, q[0], q[1], q[2], n, &s->y));
-    return W->lora ? bs_vk_record_lora(c, W, d, n, &s->lt, &s->lu, &s->y) : 0;
+    return W->lora ? bs_vk_record_lora(c, W, d, n, &s->lt, &s->y) : 0;
 }
 
 static int embed(bs_vk_sess *s, int n) {

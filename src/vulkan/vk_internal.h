@@ -331,8 +331,9 @@ int bs_vk_upload_mat(bs_vk_ctx *c, bs_vk_matrix **m, const bs_vk_tensor *t);
 /* Matrices that read one input (n <= BS_VK_CAT_MAX, *m[k] NULL on entry): those sharing t[0]'s
  * format as one layout *lay (borrowed rows, in t's order), the others alone; 0 or -1. */
 int bs_vk_upload_inputs(bs_vk_ctx *c, bs_vk_matrix **lay, const bs_vk_tensor *const *t, bs_vk_matrix **const *m, int n);
+/* y += scale * B (A x) for each adapter of m (after W x is in y; t: n x rank scratch). */
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
-                      const bs_vk_buf *u, const bs_vk_buf *y);
+                      const bs_vk_buf *y);
 /* Whether gate and up can go through one GLU dispatch (integer layouts alike, one part each;
  * BITSPARK_VK_GLU=0: never), and that dispatch: y = silu(gate x) * up x for n rows; with qout
  * (int8 codes, scales, Q8_1 sums: quant_q8.comp's buffers) y also quantized there, for a next

@@ -512,19 +512,19 @@ void bs_vk_matrix_lora_clear(bs_vk_ctx *c, bs_vk_matrix *m) {
 }
 
 int bs_vk_record_lora(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, int n, const bs_vk_buf *t,
-                      const bs_vk_buf *u, const bs_vk_buf *y) {
+                      const bs_vk_buf *y) {
     for (const bs_vk_lora *l = m->lora; l; l = l->next) {
-        bs_vk_barrier(c);   /* W x is in y */
+        bs_vk_barrier(c);   /* W x (and the adapter before's terms) are in y */
         if (bs_vk_record_mv(c, l->a, x, NULL, NULL, NULL, n, t)) return -1;
         bs_vk_barrier(c);
-        if (bs_vk_record_mv(c, l->b, t, NULL, NULL, NULL, n, u)) return -1;
-        bs_vk_barrier(c);
-        const uint64_t cnt = (uint64_t)n * m->ne1;
-        uint32_t sb;
-        memcpy(&sb, &l->scale, 4);
-        const uint32_t push[4] = {4u, (uint32_t)cnt, sb, 0}, g = bs_vk_groups(cnt, 256), gx = BS_MIN(g, 65535u);
-        const bs_vk_buf *bb[3] = {y, u, u};
-        if (bs_vk_dispatch(c, BS_VK_K_EW, bb, push, gx, bs_vk_groups(g, gx), 1)) return -1;
+        /* y += scale * B t in B's own dispatch (mv_f32.comp ADD: the scale's bits in pad) */
+        const bs_vk_mat_part *p = &l->b->parts[0];
+        mv_push pp = {(uint32_t)p->rows, (uint32_t)l->b->ne0, (uint32_t)n, (uint32_t)l->b->ne1, 0, 0};
+        memcpy(&pp.pad, &l->scale, 4);
+        const bs_vk_buf *bf[3] = {&p->codes, t, y};
+        if (bs_vk_dispatch(c, BS_VK_K_MV_F32_LORA, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1))
+            return -1;
+        c->rec.weight_bytes += p->codes.size * bs_vk_groups((uint64_t)n, 8);
     }
     bs_vk_barrier(c);
     return 0;

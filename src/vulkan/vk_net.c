@@ -151,7 +151,6 @@ int bs_vk_net_lora(bs_vk_net *n, const char *name, int r, const float *a, const 
     bs_vk_idle(n->c);   /* a step decoded ahead may still run with the adapters as they were */
     if (r <= 0 || bs_vk_matrix_lora_add(n->c, m, r, a, b, scale)) return -1;
     n->lora_r = BS_MAX(n->lora_r, r);
-    n->lora_out = BS_MAX(n->lora_out, (int)m->ne1);
     n->lora_gen++;
     return 0;
 }
@@ -166,7 +165,7 @@ void bs_vk_net_lora_clear(bs_vk_net *n) {
         for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++)
             if (ms[k]) bs_vk_matrix_lora_clear(n->c, ms[k]);
     }
-    n->lora_r = n->lora_out = 0;
+    n->lora_r = 0;
     n->lora_gen++;
 }
 

@@ -29,7 +29,7 @@ struct bs_vk_net {
     bs_vk_buf out_norm;
     int n_rec, n_att;
     int lora_gen;                 /* changes whenever adapters come or go */
-    int lora_r, lora_out;         /* widest rank and output of the adapters attached */
+    int lora_r;                   /* widest rank of the adapters attached */
     bool no_gluq;                 /* BITSPARK_VK_NO_GLUQ=1: the down product's input quantized apart */
     bool no_qk;                   /* BITSPARK_VK_NO_QK=1: attention's q/k norms, rope, KV store apart */
     bool no_attq;                 /* BITSPARK_VK_NO_ATTQ=1: the output gate and its int8 blocks apart */
@@ -125,7 +125,7 @@ struct bs_vk_sess {
        g * rp_rows), rp_n rows of them (0: none, or not this state's) */
     bs_vk_buf rp_a, rp_ga, rp_gb;
     int rp_rows, rp_n;
-    bs_vk_buf lt, lu;             /* LoRA scratch: B x lora_r (A x), B x lora_out (B A x) */
+    bs_vk_buf lt;                 /* LoRA scratch: B x lora_r (A x) */
     int lora_gen;                 /* the net's adapters these buffers and recordings are for */
     int n_taps;                   /* taps of the last evaluation */
     uint64_t uid;                 /* never reused: what a batch's recordings know it by */

@@ -133,7 +133,7 @@ void bs_vk_sess_free(bs_vk_sess *s) {
     if (s->ahead) bs_vk_sess_wait(s, s->ahead_io);   /* its buffers are about to go */
     s->net->n_sess--;
     bs_vk_buf *bs[] = {&s->x, &s->xn, &s->y, &s->a, &s->b, &s->cc, &s->d, &s->ga, &s->gbeta, &s->aq, &s->as, &s->am, &s->aq2, &s->as2, &s->am2, &s->cnt, &s->apart, &s->acnt, &s->agrp, &s->dcnt, &s->xr, &s->xrot,
-                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->lu, &s->ids,
+                       &s->tok, &s->rope, &s->logits, &s->scores, &s->taps, &s->params, &s->lt, &s->ids,
                        &s->tok_alt, &s->rope_alt, &s->params_alt, &s->ids_alt, &s->rp_a, &s->rp_ga, &s->rp_gb,
                        &s->unif, &s->unif_alt, &s->topv_alt};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) bs_vk_buf_free(c, bs[i]);

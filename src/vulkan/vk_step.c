@@ -21,10 +21,7 @@ static int lora_sync(bs_vk_sess *s) {
     if (s->lora_gen == net->lora_gen) return 0;
     for (int i = 0; i < CACHE_STEPS; i++) bs_vk_step_drop(s, &s->cache[i]);
     bs_vk_buf_free(net->c, &s->lt);
-    bs_vk_buf_free(net->c, &s->lu);
-    if (net->lora_r > 0 && (bs_vk_buf_new(net->c, &s->lt, 4u * (size_t)s->B * net->lora_r, false) ||
-                            bs_vk_buf_new(net->c, &s->lu, 4u * (size_t)s->B * net->lora_out, false)))
-        return -1;
+    if (net->lora_r > 0 && bs_vk_buf_new(net->c, &s->lt, 4u * (size_t)s->B * net->lora_r, false)) return -1;
     s->lora_gen = net->lora_gen;
     return 0;
 }

@@ -4,9 +4,12 @@
 // integer kernel is converted to F32 at upload), stored column-major ([col][rows]) so
 // neighbouring invocations read neighbouring words. Fixed fma order per output; with FMA = 0
 // (a LoRA factor B: rank-long sums) a product then a sum per step, the CPU's order for its LoRA
-// terms, so the terms come out with the CPU's bits (factor A: mv_f32n.comp).
+// terms, so the terms come out with the CPU's bits (factor A: mv_f32n.comp); with ADD (B) added
+// into y as the CPU adds them, y += scale * (B t) with the scale's bits in pad (ew.comp's mode 4,
+// unfused), in the product's dispatch instead of a scratch and an element-wise step after it.
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint FMA = 1;
+layout(constant_id = 1) const uint ADD = 0;
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
@@ -33,5 +36,14 @@ void main() {
             }
         }
     }
-    for (uint r = 0u; r < nr; r++) y[(r0 + r) * p.ldy + p.row0 + row] = acc[r];
+    for (uint r = 0u; r < nr; r++) {
+        const uint i = (r0 + r) * p.ldy + p.row0 + row;
+        if (ADD != 0u) {
+            precise float t = uintBitsToFloat(p.pad) * acc[r];
+            precise float v = y[i] + t;
+            y[i] = v;
+        } else {
+            y[i] = acc[r];
+        }
+    }
 }
