@@ -210,7 +210,7 @@ summary() {
       echo "| with BITSPARK_VK_ASUM=row $m | ${S[$m.asum]:-not run} |"
       echo "| with BITSPARK_VK_DELTA=column $m | ${S[$m.delta]:-not run} |"
       case "$m" in ternary*) echo "| with BITSPARK_VK_F32N=0 $m | ${S[$m.f32n]:-not run} |";; esac
-      case "$m" in *bonsai-2*) echo "| with BITSPARK_VK_NO_NORMROT=1 $m | ${S[$m.normrot]:-not run} |";; esac
+      case "$m" in *bonsai-2-*) echo "| with BITSPARK_VK_NO_NORMROT=1 $m | ${S[$m.normrot]:-not run} |";; esac
       echo "| prompts' products $m | ${S[$m.mm]:-not run} |"
       echo "| tg$TG x8 sessions with BITSPARK_VK_SEQ=apart $m | ${S[$m.seq]:-not run} |"
       echo "| with BITSPARK_VK_NO_AHEAD=1 BITSPARK_VK_NO_TOPK=1 $m | ${S[$m.ahead]:-not run} |"
@@ -385,20 +385,16 @@ for m in "${MODELS[@]}"; do
   # the ternary files' bf16 alpha and beta by mv_f32.comp's invocation per row (a CPU device's
   # way) against mv_f32n.comp's workgroup per row; Bonsai 2's folded products' input rotated
   # apart against by the norms (docs/kernels.md): tg again
-  case "$m" in ternary*)
-    if can_run "f32-rows $m" 30; then
-      variant f32n.txt "BITSPARK_VK_F32N=0" -p 0 -n $TG -r $REPS
-      S[$m.f32n]="tg$TG $(tfield "tg$TG" <"$W/f32n.txt") t/s"
-      bench_done f32-rows
-    fi;;
-  esac
-  case "$m" in *bonsai-2*)
-    if can_run "no-normrot $m" 30; then
-      variant normrot.txt "BITSPARK_VK_NO_NORMROT=1" -p 0 -n $TG -r $REPS
-      S[$m.normrot]="tg$TG $(tfield "tg$TG" <"$W/normrot.txt") t/s"
-      bench_done no-normrot
-    fi;;
-  esac
+  for v in "ternary*|f32-rows|BITSPARK_VK_F32N=0|f32n" "*bonsai-2-*|no-normrot|BITSPARK_VK_NO_NORMROT=1|normrot"; do
+    IFS='|' read -r pat name envs key <<<"$v"
+    # shellcheck disable=SC2254
+    case "$m" in $pat) ;; *) continue ;; esac
+    if can_run "$name $m" 30; then
+      variant "$key.txt" "$envs" -p 0 -n $TG -r $REPS
+      S[$m.$key]="tg$TG $(tfield "tg$TG" <"$W/$key.txt") t/s"
+      bench_done "$name"
+    fi
+  done
   # greedy decoding that waits for each step before submitting the next (vk_ahead.c's gain), and
   # sampling from whole rows read back instead of the top 40 found on the device (topk.comp's)
   if can_run "no-ahead $m" 30; then
