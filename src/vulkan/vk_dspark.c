@@ -273,7 +273,7 @@ static int mv_with(bs_vk_ctx *c, const bs_vk_matrix *W, const bs_vk_buf *x, int 
         TRY(bs_vk_record_quant(c, x, aq, as, am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
-    if (W->act) {
+    if (W->act && !bs_vk_act_inline(c, W, n)) {   /* (mv_f32n rounds x as it reads it) */
         TRY(bs_vk_record_act(c, W, x, xr, n));
         bs_vk_barrier(c);
         x = xr;

@@ -165,7 +165,7 @@ static int linear(vit_run *r, const bs_vk_matrix *W, const bs_vk_buf *b, const b
         TRY(bs_vk_record_quant(c, x, &r->aq, &r->as, &r->am, (uint64_t)n * W->ne0 / 32));
         bs_vk_barrier(c);
     }
-    if (W->act) {
+    if (W->act && !bs_vk_act_inline(c, W, n)) {   /* (mv_f32n rounds x as it reads it) */
         TRY(bs_vk_record_act(c, W, x, &r->xr, n));
         bs_vk_barrier(c);
         x = &r->xr;
