@@ -34,6 +34,7 @@ layout(push_constant) uniform Push {
 #include "div_rn.glsl"
 #include "q8.glsl"
 #include "fma_rn.glsl"
+#include "fwht.glsl"
 
 shared float part[64], part_lo[64];
 // the largest block rotated here (8 KB; the host checks): the plain norms' pipeline sets 1, so
@@ -45,7 +46,7 @@ shared float rv[ROT_MAX];
 // reads back only y values it wrote itself (the same index modulo 64).
 void rotate_row(uint yb) {
     if (p.rblock < 2u || p.rblock > ROT_MAX) return;   // (never so dispatched: not a hang if it were)
-    const uint t = gl_LocalInvocationID.x, B = p.rblock, span = min((ROT_MAX / B) * B, p.d), half_b = B / 2u;
+    const uint t = gl_LocalInvocationID.x, B = p.rblock, span = min((ROT_MAX / B) * B, p.d);
     for (uint c0 = 0u; c0 < p.d; c0 += span) {
         const uint m = min(span, p.d - c0);
         for (uint j = t; j < m; j += 64u) {
@@ -54,17 +55,7 @@ void rotate_row(uint yb) {
             rv[j] = a;
         }
         barrier();
-        for (uint len = 1u; len < B; len <<= 1u) {
-            for (uint q = t; q < m / 2u; q += 64u) {
-                const uint i = (q / half_b) * B + ((q % half_b) / len) * 2u * len + (q % half_b) % len;
-                precise float a = rv[i], c = rv[i + len];
-                precise float s0 = a + c;
-                precise float s1 = a - c;
-                rv[i] = s0;
-                rv[i + len] = s1;
-            }
-            barrier();
-        }
+        FWHT_BLOCKS(rv, m, B, t, 64u)
         for (uint j = t; j < m; j += 64u) {
             precise float a = rv[j] * p.rscale;
             xr[yb + c0 + j] = a;

@@ -20,6 +20,7 @@ layout(push_constant) uniform Push { uint width, block, hd, nk, rep, inverse, si
 #include "f16.glsl"
 #include "div_rn.glsl"
 #include "q8.glsl"
+#include "fwht.glsl"
 
 shared float v[4096];
 
@@ -51,17 +52,7 @@ void main() {
         v[j] = a;
     }
     barrier();
-    for (uint len = 1u; len < p.block; len <<= 1u) {
-        for (uint q = t; q < p.block / 2u; q += 256u) {
-            const uint i = (q / len) * 2u * len + q % len;
-            precise float a = v[i], c = v[i + len];
-            precise float s0 = a + c;
-            precise float s1 = a - c;
-            v[i] = s0;
-            v[i + len] = s1;
-        }
-        barrier();
-    }
+    FWHT_BLOCKS(v, p.block, p.block, t, 256u)
     for (uint j = t; j < p.block; j += 256u) {
         precise float a = v[j] * p.scale;
         if (p.inverse != 0u && p.signs != 0u) a *= sg[b0 + j];
