@@ -388,8 +388,10 @@ bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m, int n) {
 
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y) {
+    /* (a LoRA factor B adds into y with its scale: bs_vk_record_lora records it) */
+    if (m->kernel == BS_VK_K_MV_F32_LORA) return bs_error("Vulkan: a LoRA factor B is recorded with its adapter");
     const bool lora_a = m->kernel == BS_VK_K_MV_F32N_LORA, narrow = lora_a || f32_narrow(c, m, n);
-    const bool f32 = m->kernel == BS_VK_K_MV_F32 || m->kernel == BS_VK_K_MV_F32_LORA || lora_a;
+    const bool f32 = m->kernel == BS_VK_K_MV_F32 || lora_a;
     for (int i = 0; i < m->n_parts; i++) {
         const bs_vk_mat_part *p = &m->parts[i];
         /* (mv_f32n: the last word the rounding its input takes, F16 or BF16; mv_f32: split, unused) */
