@@ -214,12 +214,16 @@ def check_f32_rows(model, toks):
 
 def check_norm_rotation(model, toks):
     """A folded model's norms rotating their rows for the products after them (norm.comp's
-    NORM_ROT) give the bits of rotate.comp's dispatches apart (BITSPARK_VK_NO_NORMROT=1), one
-    row at a time and batched, in fewer dispatches."""
+    NORM_ROT), and the products whose epilogues norm and rotate the residual stream or rotate the
+    GLU's output for the down product (mv_q.glsl's ROT), give the bits of rotate.comp's
+    dispatches apart (BITSPARK_VK_NO_NORMROT=1, _NO_NORMO=1, _NO_GLUQ=1), one row at a time and
+    batched, in fewer dispatches."""
     got = {}
     # (GLU=0: the FFN's products apart, so its norm does not rotate and the fused recurrence's
     # folded ssm_out takes the residual and norm in its epilogue)
-    for env in ({}, {'BITSPARK_VK_NO_NORMROT': '1'}, {'BITSPARK_VK_GLU': '0'}):
+    envs = ({}, {'BITSPARK_VK_NO_NORMROT': '1'}, {'BITSPARK_VK_GLU': '0'}, {'BITSPARK_VK_NO_NORMO': '1'},
+            {'BITSPARK_VK_NO_GLUQ': '1'})
+    for env in envs:
         for batch in (1, len(toks)):
             out = os.path.join(TMP, 'vk_fold_nr.f32')
             r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(batch), '-o', out,
@@ -228,12 +232,15 @@ def check_norm_rotation(model, toks):
                 return fail('%s: logits with %s: %s' % (model, env, r.stderr[-400:]))
             got[(tuple(env), batch)] = (open(out, 'rb').read(), dispatches(r.stderr))
     name = os.path.basename(model)
-    if any(v[0] != got[((), 1)][0] for v in got.values()):
-        return fail('%s: the rotating norms change the logits (or the batching, or the GLU apart)' % name)
-    fused, apart = got[((), 1)][1], got[(('BITSPARK_VK_NO_NORMROT',), 1)][1]
-    if fused is None or apart is None or fused >= apart:
-        return fail('%s: the rotating norms save no dispatch (%s vs %s apart)' % (name, fused, apart))
-    print('%s vulkan: the rotating norms give the bits apart, %.1f dispatches per row instead of %.1f' % (name, fused, apart))
+    same = [(k, v[0] == got[((), 1)][0]) for k, v in got.items()]
+    if not all(ok for _, ok in same):
+        return fail('%s: the rotating norms or epilogues change the logits (or the batching, or the GLU apart): %s' % (name, same))
+    fused = got[((), 1)][1]
+    apart = [(list(e)[0][len('BITSPARK_VK_'):], got[(tuple(e), 1)][1]) for e in envs[1:] if 'BITSPARK_VK_GLU' not in e]
+    if fused is None or any(a is None or fused >= a for _, a in apart):
+        return fail('%s: the rotations in the norms and epilogues save no dispatch (%s vs %s)' % (name, fused, apart))
+    print('%s vulkan: the rotating norms and epilogues give the bits apart, %.1f dispatches per row instead of %s' %
+          (name, fused, ', '.join('%.1f (%s)' % (a, k) for k, a in apart)))
 
 
 def check_f16_kv():

@@ -590,22 +590,24 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     memcpy(cc2, cc, 4 * nc);
     memcpy(st2, st, 4 * ns);
     const float scale = 1.0f / sqrtf((float)dk), eps = 1e-6f;
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } p = {
-        (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, eps, 0};
+    /* (no fold: rblock 0; test_vulkan_epilogue runs the rotation) */
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in, rblock, rsigns; float rscale; uint32_t hd, rnk, rrep; } p = {
+        (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, eps, 0, 0, 0, 0.0f, 0, 0, 0};
     uint32_t *cnt = calloc((size_t)nv, 4);   /* the heads' counters: 0 before and after */
     float unbound[4] = {0};   /* binding 12, the pair's other buffer: read only after a snapshot */
-    void *d1[13] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt, unbound};
-    size_t b1[13] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv, 16};
-    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 13, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
-    void *before[13] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    float spare[3][4] = {{0}};   /* bindings 13-15: the rotation's (unused without a fold) */
+    void *d1[16] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt, unbound, spare[0], spare[1], spare[2]};
+    size_t b1[16] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv, 16, 16, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 16, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
+    void *before[16] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     static const int outs[6] = {3, 4, 8, 9, 10, 11};
     if (C_spread)   /* outputs, blocks, state and counters with the sums spread the other way */
-        CHECKF(same_run(C_spread, "delta_norm", d1, b1, 13, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
+        CHECKF(same_run(C_spread, "delta_norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
                         before, 3, -1),
                "delta+norm %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T,
                bs_vk_delta_spread(C), bs_vk_delta_spread(C_spread));
     p.from_in = 1;   /* from the pair's other buffer (a snapshot's step): the same bits, that buffer kept */
-    CHECKF(same_run(C, "delta_norm", d1, b1, 13, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, before, 3, 12),
+    CHECKF(same_run(C, "delta_norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, before, 3, 12),
            "delta+norm %d/%d heads of %d/%d, %d tokens: the state read from the other buffer differs", nk, nv, dk, dv, T);
     for (int h = 0; h < nv; h++) CHECKF(cnt[h] == 0, "delta_norm left head %d's counter at %u", h, cnt[h]);
     free(cnt);

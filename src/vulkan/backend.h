@@ -463,6 +463,24 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
  * after a rollback snapshot does. */
 int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
                       float *out, bool from_in);
+/* The integer products' epilogues alone (tests; an integer matrix of one part, n <= 8 rows of d,
+ * the outputs' rows of E = m->ne1, a multiple of 32): bs_vk_matvec_norm adds m d into the
+ * residual rows x (in place), RMS-norms them with nw into out; bs_vk_matvec_glu makes out =
+ * silu(gate d) * (up d). With fold (NULL: none), out is then rotated by it into xr. The int8
+ * blocks the next products read (of xr, else out) come back as codes (32 a block), scales and
+ * Q8_1 sums (a float each). The kernels are the forward's (mv_q.glsl's NORM_OUT, QOUT, ROT). */
+typedef struct bs_vk_epilogue {
+    const bs_vk_fold *fold;
+    float *x;                /* (norm) the residual rows, added into */
+    const float *nw;         /* (norm) the norm's weight, E values */
+    float eps;
+    float *out, *xr;
+    int8_t *codes;
+    float *scales, *sums;
+} bs_vk_epilogue;
+int bs_vk_matvec_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const float *d, int n, const bs_vk_epilogue *e);
+int bs_vk_matvec_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const float *d, int n,
+                     const bs_vk_epilogue *e);
 /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of d (w may be NULL: no weight). */
 int bs_vk_rmsnorm(bs_vk_ctx *c, const float *x, const float *w, int d, int n, float eps, float *y);
 /* The int8 activations of x (n rows of d, d % 32 == 0) in Q8_0 blocks {f16 d; i8 q[32]}: what

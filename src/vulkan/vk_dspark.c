@@ -491,11 +491,11 @@ static int block_layer_fused(const dl_group *g, const dl_layer *L, const bs_vk_b
     TRY(group_attention(g, L));
     TRY(bs_vk_record_quant(c, &r->att, &r->aq, &r->as, &r->am, (uint64_t)nb * hp->n_head * hp->head_dim / 32));
     bs_vk_barrier(c);
-    TRY(bs_vk_record_mv_norm(c, L->wo, &r->aq, &r->as, &r->am, nb, &r->x, &L->ffn_norm, hp->eps, &r->h, q1, &r->ncnt));
+    TRY(bs_vk_record_mv_norm(c, L->wo, &r->aq, &r->as, &r->am, nb, &r->x, &L->ffn_norm, hp->eps, &r->h, q1, &r->ncnt, NULL, NULL));
     bs_vk_barrier(c);
     TRY(bs_vk_record_glu(c, L->gate, L->up, &r->aq, &r->as, &r->am, nb, &r->f1, q2));
     bs_vk_barrier(c);
-    TRY(bs_vk_record_mv_norm(c, L->down, &r->aq2, &r->as2, &r->am2, nb, &r->x, nw, hp->eps, xn, q1, &r->ncnt));
+    TRY(bs_vk_record_mv_norm(c, L->down, &r->aq2, &r->as2, &r->am2, nb, &r->x, nw, hp->eps, xn, q1, &r->ncnt, NULL, NULL));
     bs_vk_barrier(c);
     return 0;
 }

@@ -79,7 +79,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVC_Q2_64] = {"mv_qc", 21, 68, 5, {2, 2, 0, 0, 0}},
     [BS_VK_K_MVC_Q8] = {"mv_qc", 21, 68, 5, {8, 1, 0, 0, 0}},
     [BS_VK_K_MVC_Q4_1] = {"mv_qc", 21, 68, 5, {4, 1, 0, 0, 0}},
-    [BS_VK_K_DELTA_NORM] = {"delta_norm", 13, 36, 0, {0}},
+    [BS_VK_K_DELTA_NORM] = {"delta_norm", 16, 60, 1, {1}},
     [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
     /* mm_q (vk_mm.c): mv_q's bindings, push constants and spec constants, tiles of 32 x 32 */
     [BS_VK_K_MM_Q1] = {"mm_q", 17, 60, 5, {1, 4, 0, 0, 0}},
@@ -105,6 +105,19 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MV_F32N_LORA] = {"mv_f32n", 3, 24, 1, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
+    /* mv_q.glsl's ROT (mv_qr.comp): two more bindings (the rotated rows, the signs), three more
+       push words (block, signs, scale) */
+    [BS_VK_K_MVNR_Q1] = {"mv_qr", 19, 72, 5, {1, 4, 0, 0, 1}},
+    [BS_VK_K_MVNR_Q2_128] = {"mv_qr", 19, 72, 5, {2, 4, 0, 0, 1}},
+    [BS_VK_K_MVNR_Q2_64] = {"mv_qr", 19, 72, 5, {2, 2, 0, 0, 1}},
+    [BS_VK_K_MVNR_Q8] = {"mv_qr", 19, 72, 5, {8, 1, 0, 0, 1}},
+    [BS_VK_K_MVNR_Q4_1] = {"mv_qr", 19, 72, 5, {4, 1, 0, 0, 1}},
+    [BS_VK_K_GLUR_Q1] = {"mv_qr", 19, 72, 5, {1, 4, 1, 1, 0}},
+    [BS_VK_K_GLUR_Q2_128] = {"mv_qr", 19, 72, 5, {2, 4, 1, 1, 0}},
+    [BS_VK_K_GLUR_Q2_64] = {"mv_qr", 19, 72, 5, {2, 2, 1, 1, 0}},
+    [BS_VK_K_GLUR_Q8] = {"mv_qr", 19, 72, 5, {8, 1, 1, 1, 0}},
+    [BS_VK_K_GLUR_Q4_1] = {"mv_qr", 19, 72, 5, {4, 1, 1, 1, 0}},
+    [BS_VK_K_DELTA_NORM_ROT] = {"delta_norm", 16, 60, 0, {0}},   /* ROT_MAX 2048 */
 };
 
 /* fma_rn.glsl's FMA_FUSED: one more specialization constant for every pipeline (a map entry for
@@ -119,6 +132,7 @@ enum { SPEC_FMA_ID = 20, SPEC_ASUM_ID = 21, SPEC_DELTA_ID = 22, SPEC_DELTA_INV_I
 static const char *shader_of(const bs_vk_ctx *c, const kernel_def *k) {
     if (c->dp4a && !strcmp(k->shader, "mv_q")) return "mv_q_dp4a";
     if (c->dp4a && !strcmp(k->shader, "mv_qc")) return "mv_qc_dp4a";
+    if (c->dp4a && !strcmp(k->shader, "mv_qr")) return "mv_qr_dp4a";
     if (c->dp4a && !strcmp(k->shader, "mm_ql")) return "mm_ql_dp4a";
     if (c->mm == BS_VK_MM_COOP && !strcmp(k->shader, "mm_q")) return "mm_q_coop";
     return k->shader;
@@ -610,7 +624,13 @@ static const char *kernel_name(int k) {
         [BS_VK_K_ATTN_SPLIT_B] = "attention split", [BS_VK_K_ATTN_NC_SPLIT] = "drafter attention split",
         [BS_VK_K_DRAFT_DRAW] = "draft draw", [BS_VK_K_MM_Q8] = "mm q8_0", [BS_VK_K_MM_Q4_1] = "mm q4_1",
         [BS_VK_K_ROTATE] = "rotate", [BS_VK_K_MV_F32N] = "mv f32 narrow",
-        [BS_VK_K_NORM_ROT] = "norm+rotate", [BS_VK_K_MV_F32N_LORA] = "lora A"};
+        [BS_VK_K_NORM_ROT] = "norm+rotate", [BS_VK_K_MV_F32N_LORA] = "lora A",
+        [BS_VK_K_MVNR_Q1] = "mv+norm+rotate q1_0", [BS_VK_K_MVNR_Q2_128] = "mv+norm+rotate q2_0",
+        [BS_VK_K_MVNR_Q2_64] = "mv+norm+rotate q2_0_g64", [BS_VK_K_MVNR_Q8] = "mv+norm+rotate q8_0",
+        [BS_VK_K_MVNR_Q4_1] = "mv+norm+rotate q4_1", [BS_VK_K_GLUR_Q1] = "glu+rotate q1_0",
+        [BS_VK_K_GLUR_Q2_128] = "glu+rotate q2_0", [BS_VK_K_GLUR_Q2_64] = "glu+rotate q2_0_g64",
+        [BS_VK_K_GLUR_Q8] = "glu+rotate q8_0", [BS_VK_K_GLUR_Q4_1] = "glu+rotate q4_1",
+        [BS_VK_K_DELTA_NORM_ROT] = "gdn delta+norm+rotate"};
     return names[k] ? names[k] : "?";
 }
 

@@ -247,20 +247,38 @@ static int mv_shared(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
 
 /* A layer's output product W d (n rows; q: d's int8 blocks), which the residual stream x takes.
  * With nw, where W allows it, added into x and x normed with nw and quantized into aq.. for the
- * next products in the same dispatch (s->normed = 1); else into y, which the caller adds and
- * norms. Up to 8 rows (one row group: decode, verification): the norming workgroup overwrites
- * blocks of aq that, with more groups, another group's product may still be reading. */
+ * next products in the same dispatch (s->normed = 1); with rot (the next norm's rotation,
+ * norm_rot_mix/ffn), the normed rows rotated into xrot and the int8 blocks made from those;
+ * else into y, which the caller adds and norms. Up to 8 rows (one row group: decode,
+ * verification): the norming workgroup overwrites blocks of aq that, with more groups, another
+ * group's product may still be reading. */
 static int out_product(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *d, const bs_vk_buf *const *q, int n,
-                       const bs_vk_buf *nw) {
+                       const bs_vk_buf *nw, const bs_vk_rot *rot) {
     bs_vk_ctx *c = s->net->c;
     const bs_vk_net_desc *hp = &s->net->hp;
-    s->normed = nw && n <= 8 && !s->net->no_normo && bs_vk_norm_fusable(W) && W->ne1 == hp->n_embd && hp->n_embd % 32 == 0;
+    s->normed = nw && n <= 8 && !s->net->no_normo && bs_vk_norm_fusable(W) && W->ne1 == hp->n_embd && hp->n_embd % 32 == 0 &&
+                (!rot || bs_vk_norm_rotates(rot, (uint32_t)hp->n_embd));
     if (s->normed) {
         const bs_vk_buf *qo[3] = {&s->aq, &s->as, &s->am};
-        return bs_vk_record_mv_norm(c, W, q[0], q[1], q[2], n, &s->x, nw, hp->eps, &s->xn, qo, &s->cnt);
+        return bs_vk_record_mv_norm(c, W, q[0], q[1], q[2], n, &s->x, nw, hp->eps, &s->xn, qo, &s->cnt, rot, &s->xrot);
     }
     TRY(bs_vk_record_mv(c, W, d, q[0], q[1], q[2], n, &s->y));
     return W->lora ? bs_vk_record_lora(c, W, d, n, &s->lt, &s->y) : 0;
+}
+
+/* A layer's output product of gate(x) (mv_gated's) that a folded W takes as out_product: x gated,
+ * rotated and quantized first, so that the residual, the norm nw and its rotation rot can come
+ * in the product's epilogue; other products as mv_gated makes them, into y (s->normed = 0). */
+static int out_gated(bs_vk_sess *s, const bs_vk_matrix *W, const bs_vk_buf *x, int n, const mv_gate *gt, const bs_vk_buf *nw,
+                     const bs_vk_rot *rot) {
+    s->normed = 0;
+    if (!W->rot || W->lora || W->act || W->kernel == BS_VK_K_MV_F32) return mv_gated(s, W, x, n, &s->y, true, gt);
+    const int gm = !gt ? 0 : gt->ew_mode == EW_SILU_MUL ? 1 : 2;
+    TRY(bs_vk_record_rotate_gated(s->net->c, W->rot, x, &s->xrot, n, &s->aq, &s->as, &s->am, gm, gt ? gt->g : NULL,
+                                  gt ? gt->H : 0, gt ? gt->D : 0));
+    bs_vk_barrier(s->net->c);
+    const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
+    return out_product(s, W, x, q, n, nw, rot);
 }
 
 static int embed(bs_vk_sess *s, int n) {
@@ -434,19 +452,23 @@ static int gdn_fused(bs_vk_sess *s, const vk_layer *L, int n) {
     const bs_vk_buf *Y[4] = {&s->a, &s->b, &s->gbeta, &s->ga}, *cv[4] = {win, &L->conv1d, &s->cc, win_from_in ? win_in : NULL};
     TRY(mv_inputs(s, L, W, Y, 4, &s->xn, n, cv, s->rot_mix));
     record_inputs(s, s, L, 0, n);
-    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in; } dp = {
-        nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0};
+    /* a folded ssm_out: its input rotated by delta_norm's last heads where it can (rot) */
+    const bs_vk_rot *r = L->ssm_out->rot, *rot = !s->net->no_normrot && bs_vk_heads_rotate(r, nv, dv) ? r : NULL;
+    struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in, rblock, rsigns; float rscale; uint32_t hd, rnk, rrep; } dp = {
+        nk, nv, dk, dv, (uint32_t)n, (uint32_t)hp->conv_dim, 1.0f / sqrtf((float)dk), hp->eps, 0,
+        rot ? rot->block : 0, rot && rot->has_signs, rot ? rot->scale : 0.0f, rot ? rot->hd : 0, rot ? rot->nk : 0, rot ? rot->rep : 0};
     const bs_vk_buf *in, *out = ssm_bind(s, L, &in, &dp.from_in);
-    const bs_vk_buf *db[13] = {&s->cc, &s->ga, &s->gbeta, out, &s->d, &L->gates, &L->ssm_norm, &s->b,
-                               &s->aq, &s->as, &s->am, &s->dcnt, in};
-    TRY(bs_vk_dispatch(c, BS_VK_K_DELTA_NORM, db, &dp, nv * bs_vk_groups(dv, bs_vk_delta_cols(c)), 1, 1));
+    const bs_vk_buf *db[16] = {&s->cc, &s->ga, &s->gbeta, out, &s->d, &L->gates, &L->ssm_norm, &s->b,
+                               &s->aq, &s->as, &s->am, &s->dcnt, in, rot ? &s->xrot : NULL,
+                               rot && rot->has_signs ? &rot->signs : NULL, rot ? &s->cnt : NULL};
+    TRY(bs_vk_dispatch(c, rot ? BS_VK_K_DELTA_NORM_ROT : BS_VK_K_DELTA_NORM, db, &dp, nv * bs_vk_groups(dv, bs_vk_delta_cols(c)), 1, 1));
     bs_vk_barrier(c);
-    if (L->ssm_out->rot) {   /* (the blocks delta_norm made are the unrotated rows': remade) */
+    if (r && !rot) {   /* (the blocks delta_norm made are the unrotated rows': remade) */
         TRY(bs_vk_record_rotate_quant(c, L->ssm_out->rot, &s->d, &s->xrot, n, &s->aq, &s->as, &s->am));
         bs_vk_barrier(c);
     }
     const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-    TRY(out_product(s, L->ssm_out, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
+    TRY(out_product(s, L->ssm_out, &s->d, q, n, &L->post_norm, s->rot_ffn));
     bs_vk_barrier(c);
     return 0;
 }
@@ -471,12 +493,12 @@ static int deltanet(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, 
         TRY(bs_vk_dispatch(c, BS_VK_K_NORM, bb, &p, (uint32_t)n * nv, 1, 1));
         bs_vk_barrier(c);
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-        TRY(out_product(s, Wo, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
+        TRY(out_product(s, Wo, &s->d, q, n, &L->post_norm, s->rot_ffn));
     } else {
         TRY(norm(c, &s->d, &L->ssm_norm, &s->d, dv, (uint32_t)n * nv, nv, nv * dv, dv, 0, 0, 0, hp->eps));
         bs_vk_barrier(c);
         const mv_gate silu_z = {EW_SILU_MUL, &s->b, 0, 0};
-        TRY(mv_gated(s, Wo, &s->d, n, &s->y, true, &silu_z));
+        TRY(out_gated(s, Wo, &s->d, n, &silu_z, &L->post_norm, s->rot_ffn));
     }
     bs_vk_barrier(c);
     return 0;
@@ -617,31 +639,40 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     s->normed = 0;
     if (aq) {   /* d gated and quantized by the attention's epilogue */
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};
-        TRY(out_product(s, L->wo, &s->d, q, n, s->rot_ffn ? NULL : &L->post_norm));
+        TRY(out_product(s, L->wo, &s->d, q, n, &L->post_norm, s->rot_ffn));
     } else {
         const mv_gate sig = {EW_SIGMOID_GATE, &s->a, H, D};   /* d *= sigmoid(gate half of a) */
-        TRY(mv_gated(s, L->wo, &s->d, n, &s->y, true, &sig));
+        TRY(out_gated(s, L->wo, &s->d, n, &sig, &L->post_norm, s->rot_ffn));
     }
     bs_vk_barrier(s->net->c);
     return 0;
 }
 
-/* nw: the next layer's input norm, which the down product may take (s->normed) */
-static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
+/* nw: the next layer's input norm, which the down product may take (s->normed), rotating by rot */
+static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw, const bs_vk_rot *rot) {
     bs_vk_ctx *c = s->net->c;
     s->normed = 0;
     const bs_vk_matrix *Wd = L->ffn_down;
     const bs_vk_rot *r = L->ffn_gate->rot;
     if (s->rot_ffn || (r && L->ffn_up->rot == r && bs_vk_glu_fusable(c, L->ffn_gate, L->ffn_up))) {
         /* a folded GLU: xn rotated and quantized (by the norm: rot_ffn), both products and SiLU
-           in one dispatch, the down product's input rotated on its own (its fold spans rows) */
+           in one dispatch, with the down product's input rotated by the blocks' last workgroups
+           (bs_vk_glu_rotates; else on its own) */
         if (!s->rot_ffn) {
             TRY(bs_vk_record_rotate_quant(c, r, &s->xn, &s->xrot, n, &s->aq, &s->as, &s->am));
             bs_vk_barrier(c);
         }
-        TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, NULL));
-        bs_vk_barrier(c);
-        TRY(mv(s, Wd, &s->a, n, &s->y, true));
+        const bs_vk_buf *q2[3] = {&s->aq2, &s->as2, &s->am2};
+        if (!s->net->no_gluq && Wd->rot && !Wd->lora && !Wd->act && Wd->kernel != BS_VK_K_MV_F32 &&
+            bs_vk_glu_rotates(L->ffn_gate, Wd->rot, n)) {
+            TRY(bs_vk_record_glu_rot(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, q2, Wd->rot, &s->xrot, &s->cnt));
+            bs_vk_barrier(c);
+            TRY(out_product(s, Wd, &s->a, q2, n, nw, rot));
+        } else {
+            TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, NULL));
+            bs_vk_barrier(c);
+            TRY(out_gated(s, Wd, &s->a, n, NULL, nw, rot));
+        }
         bs_vk_barrier(c);
         return 0;
     }
@@ -652,7 +683,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
         TRY(bs_vk_record_glu(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, qo ? q2 : NULL));
         bs_vk_barrier(c);
         if (qo) {
-            TRY(out_product(s, Wd, &s->a, q2, n, nw));
+            TRY(out_product(s, Wd, &s->a, q2, n, nw, rot));
         } else {
             TRY(mv(s, Wd, &s->a, n, &s->y, true));
         }
@@ -664,7 +695,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw) {
     TRY(mv_shared(s, L, W, Y, 2, &s->xn, n, NULL));
     TRY(ew(c, EW_SILU_MUL, &s->a, &s->a, &s->b, (uint64_t)n * s->net->hp.n_ff, 0, 0));
     bs_vk_barrier(c);
-    TRY(mv(s, Wd, &s->a, n, &s->y, true));
+    TRY(out_gated(s, Wd, &s->a, n, NULL, nw, rot));
     bs_vk_barrier(c);
     return 0;
 }
@@ -756,7 +787,7 @@ int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, i
         if (!s->normed) TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD, s->rot_ffn));
         /* the next layer's input norm in the down product's epilogue: where it does not rotate */
         const vk_layer *next = il + 1 < hp->n_layer ? &s->net->L[il + 1] : NULL;
-        TRY(ffn(s, L, n, next && !norm_rot_mix(s->net, next) ? &next->attn_norm : NULL));
+        TRY(ffn(s, L, n, next ? &next->attn_norm : NULL, next ? norm_rot_mix(s->net, next) : NULL));
         normed = s->normed;
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);

@@ -139,6 +139,11 @@ enum bs_vk_kernel {
     BS_VK_K_MV_F32N,                  /* F32 products of few rows: a workgroup per row (mv_f32n.comp) */
     BS_VK_K_NORM_ROT,                 /* norm.comp with the shared memory of its rotation (NORM_ROT) */
     BS_VK_K_MV_F32N_LORA,             /* a LoRA factor A's rows on mv_f32n, the CPU's float order */
+    /* mv_qr (mv_q.glsl's ROT): + residual, norm and the next products' Hadamard fold; GLU whose
+       output is rotated by the down product's fold and quantized */
+    BS_VK_K_MVNR_Q1, BS_VK_K_MVNR_Q2_128, BS_VK_K_MVNR_Q2_64, BS_VK_K_MVNR_Q8, BS_VK_K_MVNR_Q4_1,
+    BS_VK_K_GLUR_Q1, BS_VK_K_GLUR_Q2_128, BS_VK_K_GLUR_Q2_64, BS_VK_K_GLUR_Q8, BS_VK_K_GLUR_Q4_1,
+    BS_VK_K_DELTA_NORM_ROT,           /* delta_norm.comp with the shared memory of its rotation */
     BS_VK_K_COUNT
 };
 
@@ -319,7 +324,17 @@ int bs_vk_record_mv_conv(bs_vk_ctx *c, const bs_vk_matrix *lay, const bs_vk_matr
                          const bs_vk_buf *cw, const bs_vk_buf *co, int K, const bs_vk_buf *win_in);
 int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
-                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt);
+                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt, const bs_vk_rot *rot, const bs_vk_buf *xr);
+/* With rot (bs_vk_norm_rotates for m's rows; NULL: none), the normed rows also rotated by that
+ * fold into xr and the int8 blocks made from xr (norm.comp's NORM_ROT: mv_q.glsl's ROT).
+ * bs_vk_glu_rotates: whether a GLU's output of n rows can be rotated by the down product's fold
+ * rot in its epilogue, and bs_vk_record_glu_rot that dispatch: bs_vk_record_glu's, then the
+ * rows rotated into xr and quantized into qout by each block's last workgroup (cnt: zeroed
+ * counters, one per rotation block, left zeroed): rotate.comp's bits. */
+bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n);
+int bs_vk_record_glu_rot(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq,
+                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout,
+                         const bs_vk_rot *rot, const bs_vk_buf *xr, const bs_vk_buf *cnt);
 /* Sleep and wake (bs_vk_net_sleep): m's weight buffers freed, its shape and name kept; made
  * again from W (the same tensor: checked for shape) into the same matrix, or a layout and its
  * n matrices m (bs_vk_matrix_cat's, in order). */
@@ -421,6 +436,9 @@ enum { BS_VK_NORM_ROT_MAX = 2048 };   /* norm.comp's ROT_MAX (BS_VK_K_NORM_ROT) 
 /* Whether norm.comp can rotate rows of d by r in its epilogue (a forward fold without regrouping,
  * blocks it holds). */
 bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d);
+/* Whether delta_norm.comp can rotate its nv heads of dv by r for the product after it (a forward
+ * fold over them all, blocks of whole heads it holds, the V heads regrouped or not). */
+bool bs_vk_heads_rotate(const bs_vk_rot *r, uint32_t nv, uint32_t dv);
 /* qk.comp's push constants (vk_forward.c gated 1: each q head followed by its gate; vk_dspark.c
  * gated 0: packed q heads, no gates) */
 typedef struct qk_push { uint32_t H, Hkv, D, n_rot, cs_row0, f32; float eps; uint32_t gated; } qk_push;

@@ -565,17 +565,51 @@ bool bs_vk_norm_fusable(const bs_vk_matrix *m) {
     return glu_kernel(m->kernel) >= 0 && !m->act && !m->lora && !m->borrowed && m->n_parts == 1;
 }
 
+/* mv_qr's push constants: mv_q's, then the fold's block, whether it has signs, its scale */
+typedef struct mvqr_push { mvq_push q; uint32_t rblock, rsigns; float rscale; } mvqr_push;
+
 int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *aq, const bs_vk_buf *as, const bs_vk_buf *am,
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
-                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt) {
+                         const bs_vk_buf *const *qout, const bs_vk_buf *cnt, const bs_vk_rot *rot, const bs_vk_buf *xr) {
     if (!bs_vk_norm_fusable(m) || m->ne1 % 32) return bs_error("Vulkan: %s: no norm in this product's epilogue", m->name ? m->name : "matrix");
+    if (rot && (n > 8 || !bs_vk_norm_rotates(rot, (uint32_t)m->ne1)))
+        return bs_error("Vulkan: %s: no rotation in this product's epilogue", m->name ? m->name : "matrix");
     const bs_vk_mat_part *p = &m->parts[0];
-    mvq_push qp = mvq_single(m, p, n);
-    qp.eps = eps;
-    const bs_vk_buf *b[17] = {&p->codes, &p->scales, aq, as, am, x, NULL, NULL, NULL, NULL, NULL, qout[0], qout[1], qout[2], nw, xn, cnt};
+    mvqr_push qp = {.q = mvq_single(m, p, n)};
+    qp.q.eps = eps;
+    if (rot) {
+        qp.rblock = rot->block;
+        qp.rsigns = rot->has_signs;
+        qp.rscale = rot->scale;
+    }
+    const bs_vk_buf *b[19] = {&p->codes, &p->scales, aq, as, am, x, NULL, NULL, NULL, NULL, NULL, qout[0], qout[1], qout[2], nw, xn, cnt,
+                              rot ? xr : NULL, rot && rot->has_signs ? &rot->signs : NULL};
     c->rec.weight_bytes += (p->codes.size + p->scales.size) * bs_vk_groups((uint64_t)n, 8);
-    const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_MVN_Q1;
+    const int k = glu_kernel(m->kernel) - BS_VK_K_GLU_Q1 + (rot ? BS_VK_K_MVNR_Q1 : BS_VK_K_MVN_Q1);
     return dispatch_mvq(c, k, b, &qp, (uint64_t)p->rows, (uint32_t)m->split, n);
+}
+
+/* mv_q.glsl's ROT with QOUT: a block each workgroup's rows meet whole or in equal parts (256 /
+ * split rows a workgroup, both powers of two), whole 32-blocks, one row group (the counters). */
+bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n) {
+    const uint32_t per = 256u / (uint32_t)gate->split;
+    return rot && n <= 8 && !rot->inverse && !rot->hd && rot->width == (uint32_t)gate->ne1 && rot->block >= 32 &&
+           rot->block <= BS_VK_NORM_ROT_MAX && (rot->block & (rot->block - 1)) == 0 && gate->ne1 % rot->block == 0 &&
+           (per % rot->block == 0 || rot->block % per == 0);
+}
+
+int bs_vk_record_glu_rot(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq,
+                         const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout,
+                         const bs_vk_rot *rot, const bs_vk_buf *xr, const bs_vk_buf *cnt) {
+    if (!bs_vk_glu_fusable(c, gate, up) || !bs_vk_glu_rotates(gate, rot, n))
+        return bs_error("Vulkan: %s: no rotation in this GLU's epilogue", gate->name ? gate->name : "matrix");
+    const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
+    const mvqr_push qp = {mvq_single(gate, g, n), rot->block, rot->has_signs, rot->scale};
+    const bs_vk_buf *b[19] = {&g->codes, &g->scales, aq, as, am, y, &u->codes, &u->scales, NULL, NULL, NULL,
+                              qout[0], qout[1], qout[2], NULL, NULL, cnt, xr, rot->has_signs ? &rot->signs : NULL};
+    const int k = glu_kernel(gate->kernel) - BS_VK_K_GLU_Q1 + BS_VK_K_GLUR_Q1;
+    c->rec.weight_bytes += (g->codes.size + g->scales.size + u->codes.size + u->scales.size) * bs_vk_groups((uint64_t)n, 8);
+    return dispatch_mvq(c, k, b, &qp, (uint64_t)g->rows, (uint32_t)gate->split, n);
 }
 
 /* bs_vk_matvec_conv's conv: window (moved on), weights, K, output (NULL: none), window read

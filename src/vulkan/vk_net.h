@@ -83,7 +83,7 @@ struct bs_vk_sess {
     bs_vk_buf x, xn, y, a, b, cc, d, ga, gbeta, aq, as, am, xr, tok, rope, logits, scores, taps, params, ids;
     bs_vk_buf aq2, as2, am2;      /* a second set of int8 blocks: the GLU writes them while its own are read */
     bs_vk_buf xrot;               /* a folded product's input rotated (vk_rotate.c) */
-    bs_vk_buf cnt;                /* the norming products' workgroup counters (zero between dispatches) */
+    bs_vk_buf cnt;                /* the norming and rotating epilogues' counters (zero between dispatches) */
     bs_vk_buf apart, acnt;        /* attn_split.comp's per-chunk partials and its (row, KV head) counters */
     bs_vk_buf agrp;               /* a batch's scratch: attn_split_b's workgroups, per 4 sequences */
     bs_vk_buf dcnt;               /* delta_norm.comp's counters, one per V head */

@@ -48,6 +48,17 @@ int bs_vk_matvec(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, flo
     (void)c; (void)m; (void)x; (void)n; (void)y;
     return bs_error("no Vulkan backend");
 }
+int bs_vk_matvec_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const float *d, int n, const bs_vk_epilogue *e) {
+    (void)c; (void)m; (void)d; (void)n; (void)e;
+    return bs_error("no Vulkan backend");
+}
+
+int bs_vk_matvec_glu(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const float *d, int n,
+                     const bs_vk_epilogue *e) {
+    (void)c; (void)gate; (void)up; (void)d; (void)n; (void)e;
+    return bs_error("no Vulkan backend");
+}
+
 int bs_vk_matvec_conv(bs_vk_ctx *c, const bs_vk_matrix *m, const float *x, int n, float *y, float *win, const float *w, int K,
                       float *out, bool from_in) {
     (void)c; (void)m; (void)x; (void)n; (void)y; (void)win; (void)w; (void)K; (void)out; (void)from_in;

@@ -48,6 +48,11 @@ bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d) {
     return r && !r->inverse && !r->hd && r->width == d && r->block <= BS_VK_NORM_ROT_MAX && d % r->block == 0;
 }
 
+bool bs_vk_heads_rotate(const bs_vk_rot *r, uint32_t nv, uint32_t dv) {
+    return r && !r->inverse && dv && r->width == nv * dv && r->block % 32 == 0 && r->block <= BS_VK_NORM_ROT_MAX &&
+           r->block % dv == 0 && (!r->hd || (r->hd == dv && r->nk * r->rep == nv));
+}
+
 void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n) {
     for (int i = 0; i < n; i++) bs_vk_buf_free(c, &rots[i].signs);
 }

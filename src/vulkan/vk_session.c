@@ -82,7 +82,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->xrot, net->folded ? 4 * B * s->wq : 16, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
-             bs_vk_counters_new(c, &s->cnt, 4 * CNT_GROUPS) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
+             bs_vk_counters_new(c, &s->cnt, 4 * zmax(zmax(CNT_GROUPS, ff / 32), vdim / 32)) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
              bs_vk_counters_new(c, &s->acnt, zmax(16, acnt_bytes)) ||
              bs_vk_counters_new(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||

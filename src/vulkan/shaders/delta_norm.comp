@@ -9,6 +9,12 @@
 // takes the gated RMSNorm of its d_v outputs per token, y = silu(z) * (rmsnorm(o) * ssm_norm),
 // and their int8 blocks for ssm_out (norm.comp's NORM_GATE | NORM_QUANT: the same sum tree,
 // scale and q8.glsl). That saves the conv's norm step and norm.comp's dispatch and barrier.
+// With a fold (rblock > 0: a folded ssm_out), the int8 blocks are the rotated rows' instead:
+// each rotation block's last head to be normed (a counter per block, binding 15, left at 0)
+// rotates the block for every token into xr (binding 13), the V heads regrouped (rhd > 0),
+// signed (rsigns: binding 14), butterflies, scaled: rotate.comp's forward operations in its
+// order, so its bits, without its dispatch and barrier. Needs ROT_MAX >= rblock (the host
+// checks; the plain pipeline sets 1 and holds no shared memory for it).
 // The same bits as conv.comp (L2), delta.comp and norm.comp run apart (test_vulkan_ops).
 layout(local_size_x_id = 23) in;   // DL_INV (delta_lanes.glsl)
 layout(std430, binding = 0) readonly buffer CC { float cc[]; };    // [T][cd]: conv outputs q | k | v (q, k not normed)
@@ -24,7 +30,12 @@ layout(std430, binding = 9) writeonly buffer S8 { float s8[]; };
 layout(std430, binding = 10) writeonly buffer M8 { float m8[]; };
 layout(std430, binding = 11) coherent buffer CNT { uint cnt[]; };  // [n_v], 0 between dispatches
 layout(std430, binding = 12) readonly buffer SI { float st_in[]; }; // from_in: the state before the step
-layout(push_constant) uniform Push { uint nk, nv, dk, dv, T, cd; float scale, eps; uint from_in; } p;
+layout(std430, binding = 13) coherent buffer XR { float xr[]; };   // [T][n_v*d_v] the rows rotated (rblock > 0)
+layout(std430, binding = 14) readonly buffer SG { float sg[]; };   // the fold's signs
+layout(std430, binding = 15) coherent buffer BC { uint bcnt[]; };  // a counter per rotation block, 0 between dispatches
+layout(push_constant) uniform Push {
+    uint nk, nv, dk, dv, T, cd; float scale, eps; uint from_in, rblock, rsigns; float rscale; uint rhd, rnk, rrep;
+} p;
 
 const uint MAXD = 256u;   // d_k, d_v at most (the host checks)
 shared float qn[MAXD], kn[MAXD];
@@ -36,6 +47,15 @@ shared bool last_wg;
 #include "q8.glsl"
 #include "fma_rn.glsl"
 #include "norm_rn.glsl"
+#include "fwht.glsl"
+#define quant_block quant_block_xr
+#define y xr
+#include "q8.glsl"
+#undef y
+#undef quant_block
+
+layout(constant_id = 0) const uint ROT_MAX = 2048u;
+shared float rv[ROT_MAX];
 
 #define DL_K(i) kn[i]
 #define DL_Q(i) qn[i]
@@ -68,6 +88,46 @@ void qk_norms(uint t, uint kh, uint lt) {
         qn[i] = a;
         kn[i] = b;
     }
+}
+
+// rotate.comp's regrouping: the product's input element e reads y's element src_of(e)
+uint src_of(uint e) {
+    if (p.rhd == 0u) return e;
+    const uint g = e / p.rhd, k = g / p.rrep, i = g % p.rrep;
+    return (i * p.rnk + k) * p.rhd + e % p.rhd;
+}
+
+// Head h is normed (its rows in y): the last of its rotation block's heads rotates the block.
+void rotate_block_last(uint h, uint lt) {
+    const uint B = p.rblock, W = p.nv * p.dv;
+    if (B > ROT_MAX) return;   // (never so dispatched: not a hang if it were)
+    // where head h's first element lands in the product's input order (the inverse regrouping)
+    const uint g = p.rhd == 0u ? h : (h % p.rnk) * p.rrep + h / p.rnk, b = g * p.dv / B;
+    memoryBarrierBuffer();
+    barrier();
+    if (lt == 0u) last_wg = atomicAdd(bcnt[b], 1u) == B / p.dv - 1u;
+    barrier();
+    if (!last_wg) return;
+    memoryBarrierBuffer();
+    for (uint t = 0u; t < p.T; t++) {
+        const uint base = t * W, e0 = b * B;
+        for (uint j = lt; j < B; j += DL_INV) {
+            float a = y[base + src_of(e0 + j)];
+            if (p.rsigns != 0u) a *= sg[e0 + j];
+            rv[j] = a;
+        }
+        barrier();
+        FWHT_BLOCKS(rv, B, B, lt, DL_INV)
+        for (uint j = lt; j < B; j += DL_INV) {
+            precise float a = rv[j] * p.rscale;
+            xr[base + e0 + j] = a;
+        }
+        memoryBarrierBuffer();
+        barrier();
+        for (uint k = lt; k < B / 32u; k += DL_INV) quant_block_xr(base + e0 + 32u * k, (base + e0) / 32u + k);
+        barrier();   // rv is the next token's
+    }
+    if (lt == 0u) bcnt[b] = 0u;
 }
 
 void main() {
@@ -106,10 +166,12 @@ void main() {
             o = zi / (1.0 + exp(-zi)) * o;
             y[yb + i] = o;
         }
+        if (p.rblock != 0u) continue;   // (blocks of the rotated rows: rotate_block_last)
         memoryBarrierBuffer();
         barrier();
         for (uint b = lt; b < p.dv / 32u; b += DL_INV) quant_block(yb + b * 32u, yb / 32u + b);
         barrier();   // y's next row is read after this one's blocks
     }
     if (lt == 0u) cnt[h] = 0u;
+    if (p.rblock != 0u) rotate_block_last(h, lt);
 }

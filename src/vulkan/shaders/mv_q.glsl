@@ -47,10 +47,20 @@
 // (no other invocation touches it): conv.comp's float operations in its order, so its bits,
 // without its dispatch and barrier. K is a push constant after eps, then from_in: the window
 // read from binding 20 and the moved one written to 17 (conv.comp's from_in), else 17 in place.
+// ROT (BS_ROT: mv_qr.comp, mv_qr_dp4a.comp): a folded model's next products take their input
+// rotated by its Hadamard fold (rblock, rsigns, rscale pushed after eps; the signs binding 18):
+// the rotated rows go to xr (binding 17) and the int8 blocks are made from them. With NORM_OUT,
+// the last workgroup rotates the normed rows it made (norm.comp's NORM_ROT); with QOUT (GLU),
+// each rotation block's last workgroup to store its rows (a counter per row group and block,
+// binding 16, left at 0) rotates and quantizes that block for every activation row. Both are
+// rotate.comp's forward operations in its order (fwht.glsl's ROTATE_ROW), so its bits, without
+// its dispatch and barrier. The host keeps rblock a power of two in [32, 2048] that tiles the
+// rows and meets each workgroup's rows whole or in halves, quarters...
 layout(local_size_x = 256) in;
 #include "mvq_io.glsl"
 
-shared float spart[8][256];
+// (also ROT's rotation buffer, once the reductions are done: 2048 floats)
+shared float spart[8u * 256u];
 // BITS 1/2 with ASUM_STAGE (spec constant 21, the device's choice): sum_i q_i of each activation
 // 32-block the workgroup's products read, worked out once per workgroup (not once per weight row:
 // half the integer dot products), int16 two to a word, entry r * n_sub + s; past ASUM_CAP entries
@@ -68,6 +78,15 @@ shared uint asum_s[ASUM_CAP / 2u];
 #include "q8.glsl"
 #undef y
 #undef quant_block
+#ifdef BS_ROT
+#define quant_block quant_block_xr
+#define y xr
+#include "q8.glsl"
+#undef y
+#undef quant_block
+#include "fwht.glsl"
+shared bool blk_last[8];
+#endif
 
 shared float part[64], part_lo[64];
 shared bool last_wg;
@@ -205,12 +224,12 @@ void product(uint m, uint row, uint slice, uint r0, uint nr, out float res[8]) {
 // The slices' partials summed in slice order (valid in slice 0's invocations).
 void reduce(uint lid, uint per, uint nr, inout float res[8]) {
     barrier();   // the previous reduction's reads are done
-    for (uint r = 0u; r < nr; r++) spart[r][lid] = res[r];
+    for (uint r = 0u; r < nr; r++) spart[r * 256u + lid] = res[r];
     barrier();
     if (lid >= per) return;
     for (uint r = 0u; r < nr; r++) {
-        precise float v = spart[r][lid];
-        for (uint k = 1u; k < p.split; k++) v = v + spart[r][k * per + lid];
+        precise float v = spart[r * 256u + lid];
+        for (uint k = 1u; k < p.split; k++) v = v + spart[r * 256u + k * per + lid];
         res[r] = v;
     }
 }
@@ -243,9 +262,47 @@ void norm_rows_last(uint lid, uint r0, uint nr) {
     }
     memoryBarrierBuffer();
     barrier();
+#ifdef BS_ROT
+    // (invocation lid wrote xn[xb + i] for i = lid modulo 256: ROTATE_ROW reads those back)
+    for (uint r = 0u; r < nr; r++) ROTATE_ROW(xn, xr, sg, spart, 2048u, (r0 + r) * E, 0u, E, p.rblock, p.rsigns, p.rscale, lid, 256u)
+    memoryBarrierBuffer();
+    barrier();
+    for (uint b = lid; b < nr * E / 32u; b += 256u) quant_block_xr(r0 * E + 32u * b, r0 * E / 32u + b);
+#else
     for (uint b = lid; b < nr * E / 32u; b += 256u) quant_block_xn(r0 * E + 32u * b, r0 * E / 32u + b);
+#endif
     if (lid == 0u) cnt[gl_WorkGroupID.x] = 0u;
 }
+
+#ifdef BS_ROT
+// QOUT with ROT: once every workgroup whose rows meet a rotation block has stored them, the last
+// one rotates the block into xr and makes its int8 blocks, for the nr activation rows.
+void rotate_blocks_last(uint lid, uint r0, uint nr, uint per) {
+    const uint B = p.rblock, nblk = p.l0 / B;
+    const uint w0 = gl_WorkGroupID.y * per, w1 = min(w0 + per, p.rcount);
+    const uint b0 = w0 / B, nb = w0 < w1 ? (w1 - 1u) / B - b0 + 1u : 0u;   // the blocks this workgroup's rows meet
+    memoryBarrierBuffer();
+    barrier();
+    if (lid < min(nb, 8u)) {
+        const uint b = b0 + lid, last = (min(b * B + B, p.rcount) - 1u) / per;
+        blk_last[lid] = atomicAdd(cnt[gl_WorkGroupID.x * nblk + b], 1u) == last - (b * B) / per;
+    }
+    barrier();
+    for (uint k = 0u; k < min(nb, 8u); k++) {
+        if (!blk_last[k]) continue;   // (shared: the workgroup's branch is uniform)
+        memoryBarrierBuffer();
+        const uint off = (b0 + k) * B;
+        for (uint r = 0u; r < nr; r++) ROTATE_ROW(y, xr, sg, spart, 2048u, (r0 + r) * p.l0, off, B, B, p.rsigns, p.rscale, lid, 256u)
+        memoryBarrierBuffer();
+        barrier();
+        for (uint j = lid; j < nr * (B / 32u); j += 256u) {
+            const uint e = (r0 + j / (B / 32u)) * p.l0 + off + 32u * (j % (B / 32u));
+            quant_block_xr(e, e / 32u);
+        }
+        if (lid == 0u) cnt[gl_WorkGroupID.x * nblk + b0 + k] = 0u;
+    }
+}
+#endif
 
 #ifdef BS_CONV
 // Channel c's conv over its window and the nr new values x (conv.comp's conv_at and
@@ -295,6 +352,12 @@ void main() {
 #endif
     }
     if (NORM_OUT != 0u) norm_rows_last(lid, r0, nr);
+#ifdef BS_ROT
+    if (QOUT != 0u) {
+        rotate_blocks_last(lid, r0, nr, per);
+        return;
+    }
+#endif
     if (QOUT != 0u) {   // the workgroup's rows are written: its blocks, one per invocation
         memoryBarrierBuffer();
         barrier();

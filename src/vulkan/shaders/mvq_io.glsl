@@ -29,6 +29,10 @@ layout(std430, binding = 18) readonly buffer CW { float cw[]; };
 layout(std430, binding = 19) writeonly buffer CO { float co[]; };
 layout(std430, binding = 20) readonly buffer WIN_IN { float win_in[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; uint K, from_in; } p;
+#elif defined(BS_ROT)
+layout(std430, binding = 17) coherent buffer XR { float xr[]; };
+layout(std430, binding = 18) readonly buffer SG { float sg[]; };
+layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; uint rblock, rsigns; float rscale; } p;
 #else
 layout(push_constant) uniform Push { uint rows, cols, n, split, rbase, rcount, row0, e1, e2, e3, l0, l1, l2, l3; float eps; } p;
 #endif

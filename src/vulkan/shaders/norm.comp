@@ -42,26 +42,10 @@ shared float part[64], part_lo[64];
 layout(constant_id = 0) const uint ROT_MAX = 2048u;
 shared float rv[ROT_MAX];
 
-// Row yb's blocks of rblock rotated into xr, as many at a time as rv holds. Each invocation
-// reads back only y values it wrote itself (the same index modulo 64).
+// Row yb rotated into xr (ROTATE_ROW; invocation t wrote y[yb + i] for i = t modulo 64)
 void rotate_row(uint yb) {
-    if (p.rblock < 2u || p.rblock > ROT_MAX) return;   // (never so dispatched: not a hang if it were)
-    const uint t = gl_LocalInvocationID.x, B = p.rblock, span = min((ROT_MAX / B) * B, p.d);
-    for (uint c0 = 0u; c0 < p.d; c0 += span) {
-        const uint m = min(span, p.d - c0);
-        for (uint j = t; j < m; j += 64u) {
-            float a = y[yb + c0 + j];
-            if (p.rsigns != 0u) a *= sg[c0 + j];
-            rv[j] = a;
-        }
-        barrier();
-        FWHT_BLOCKS(rv, m, B, t, 64u)
-        for (uint j = t; j < m; j += 64u) {
-            precise float a = rv[j] * p.rscale;
-            xr[yb + c0 + j] = a;
-        }
-        barrier();
-    }
+    const uint t = gl_LocalInvocationID.x;
+    ROTATE_ROW(y, xr, sg, rv, ROT_MAX, yb, 0u, p.d, p.rblock, p.rsigns, p.rscale, t, 64u)
 }
 
 #include "norm_rn.glsl"
