@@ -188,28 +188,33 @@ def check_folded():
 
 def check_f32_rows(model, toks):
     """The bf16 alpha and beta on mv_f32n.comp (a GPU's default; BITSPARK_VK_F32N=1 here),
-    rounding x as they read it: a row's logits the same bits alone and batched, within float
-    rounding of mv_f32.comp's (another sum order), without the rounding's dispatches."""
+    rounding x as they read it, both in one dispatch: a row's logits the same bits alone and
+    batched and with a dispatch each (BITSPARK_VK_NO_PAIR=1), within float rounding of
+    mv_f32.comp's (another sum order), without the rounding's dispatches."""
     got = {}
-    for f32n in ('0', '1'):
+    for f32n in ('0', '1', 'nopair'):
         for batch in (1, len(toks)):
             out = os.path.join(TMP, 'vk_f32n.f32')
+            env = {'BITSPARK_VK_F32N': f32n[0] if f32n != 'nopair' else '1', 'BITSPARK_PROFILE': '1'}
+            if f32n == 'nopair':
+                env['BITSPARK_VK_NO_PAIR'] = '1'
             r = run([BITSPARK, 'logits', '-m', model, '--tokens', ','.join(map(str, toks)), '--batch', str(batch), '-o', out,
-                     '--device', 'vulkan'], extra_env={'BITSPARK_VK_F32N': f32n, 'BITSPARK_PROFILE': '1'})
+                     '--device', 'vulkan'], extra_env=env)
             if r.returncode:
-                return fail('%s: logits with BITSPARK_VK_F32N=%s: %s' % (model, f32n, r.stderr[-400:]))
+                return fail('%s: logits with %s: %s' % (model, env, r.stderr[-400:]))
             got[(f32n, batch)] = (open(out, 'rb').read(), dispatches(r.stderr), r.stderr)
-    if got[('1', 1)][0] != got[('1', len(toks))][0]:
-        return fail('mv_f32n: the logits depend on the batching')
+    if any(got[k][0] != got[('1', 1)][0] for k in (('1', len(toks)), ('nopair', 1), ('nopair', len(toks)))):
+        return fail('mv_f32n: the logits depend on the batching or on the pair')
     if not re.search(r'^\s*mv f32 narrow', got[('1', 1)][2], re.M):
         return fail('BITSPARK_VK_F32N=1: the profile shows no mv_f32n dispatch')
     a = np.frombuffer(got[('0', 1)][0], dtype='<f4').astype(np.float64)
     b = np.frombuffer(got[('1', 1)][0], dtype='<f4').astype(np.float64)
     err = np.abs(a - b).max() / np.abs(a).max()
-    fused, apart = got[('1', 1)][1], got[('0', 1)][1]
-    print('mv_f32n: the same bits batched, %.1e from mv_f32.comp, %.1f dispatches per row instead of %.1f' % (err, fused, apart))
-    if err > 1e-5 or fused is None or apart is None or fused >= apart:
-        fail('mv_f32n: %.2e from mv_f32.comp (> 1e-5) or no dispatch saved (%s vs %s)' % (err, fused, apart))
+    fused, single, apart = got[('1', 1)][1], got[('nopair', 1)][1], got[('0', 1)][1]
+    print('mv_f32n: the same bits batched and paired, %.1e from mv_f32.comp, %.1f dispatches per row instead of %.1f '
+          '(a dispatch each), %.1f (mv_f32)' % (err, fused, single, apart))
+    if err > 1e-5 or None in (fused, single, apart) or not fused < single < apart:
+        fail('mv_f32n: %.2e from mv_f32.comp (> 1e-5) or no dispatch saved (%s vs %s vs %s)' % (err, fused, single, apart))
 
 
 def check_norm_rotation(model, toks):

@@ -181,9 +181,10 @@ static void check_mv_f32n(int rows, int cols, int n, int act) {
     const size_t nw = (size_t)rows * cols, nx = (size_t)n * cols, ny = (size_t)n * rows;
     float *w = vec(nw, 0.05f), *x = vec(nx, 1.0f), *y = calloc(ny, 4), *y1 = calloc((size_t)rows, 4);
     uint32_t pp[6] = {(uint32_t)rows, (uint32_t)cols, (uint32_t)n, (uint32_t)rows, 0, (uint32_t)act};
-    void *data[3] = {w, x, y};   /* w column-major: w[i * rows + o] */
-    size_t bytes[3] = {4 * nw, 4 * nx, 4 * ny};
-    CHECK(bs_vk_kernel_run(C, "mv_f32n", data, bytes, 3, pp, sizeof pp, (uint32_t)rows, (uint32_t)(n + 7) / 8, 1) == 0);
+    float spare[2][4] = {{0}};   /* a pair's second matrix and output: unread */
+    void *data[5] = {w, x, y, spare[0], spare[1]};   /* w column-major: w[i * rows + o] */
+    size_t bytes[5] = {4 * nw, 4 * nx, 4 * ny, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "mv_f32n", data, bytes, 5, pp, sizeof pp, (uint32_t)rows, (uint32_t)(n + 7) / 8, 1) == 0);
     double worst = 0;
     for (int r = 0; r < n; r++)
         for (int o = 0; o < rows; o++) {
@@ -200,13 +201,21 @@ static void check_mv_f32n(int rows, int cols, int n, int act) {
     int same = 1;
     for (int r = 0; r < n; r++) {   /* row r alone */
         uint32_t p1[6] = {(uint32_t)rows, (uint32_t)cols, 1, (uint32_t)rows, 0, (uint32_t)act};
-        void *d1[3] = {w, x + (size_t)r * cols, y1};
-        size_t b1[3] = {4 * nw, 4 * (size_t)cols, 4 * (size_t)rows};
-        CHECK(bs_vk_kernel_run(C, "mv_f32n", d1, b1, 3, p1, sizeof p1, (uint32_t)rows, 1, 1) == 0);
+        void *d1[5] = {w, x + (size_t)r * cols, y1, spare[0], spare[1]};
+        size_t b1[5] = {4 * nw, 4 * (size_t)cols, 4 * (size_t)rows, 16, 16};
+        CHECK(bs_vk_kernel_run(C, "mv_f32n", d1, b1, 5, p1, sizeof p1, (uint32_t)rows, 1, 1) == 0);
         same &= !memcmp(y1, y + (size_t)r * rows, 4 * (size_t)rows);
     }
     CHECKF(same, "mv_f32n %d x %d: a row's values depend on the rows run with it", rows, cols);
-    free(w); free(x); free(y); free(y1);
+    /* a pair (beta and alpha in one dispatch): each output the bits of its matrix alone */
+    float *w2 = vec(nw, 0.05f), *y2 = calloc(ny, 4), *ya = calloc(ny, 4), *yb = calloc(ny, 4);
+    void *d2[5] = {w2, x, y2, spare[0], spare[1]}, *dp[5] = {w, x, ya, w2, yb};
+    size_t bp[5] = {4 * nw, 4 * nx, 4 * ny, 4 * nw, 4 * ny};
+    CHECK(bs_vk_kernel_run(C, "mv_f32n", d2, bytes, 5, pp, sizeof pp, (uint32_t)rows, (uint32_t)(n + 7) / 8, 1) == 0);
+    CHECK(bs_vk_kernel_run(C, "mv_f32n", dp, bp, 5, pp, sizeof pp, 2u * (uint32_t)rows, (uint32_t)(n + 7) / 8, 1) == 0);
+    CHECKF(!memcmp(ya, y, 4 * ny) && !memcmp(yb, y2, 4 * ny), "mv_f32n %d x %d, %d rows: a pair's outputs differ from each alone (%d, %d)",
+           rows, cols, n, !!memcmp(ya, y, 4 * ny), !!memcmp(yb, y2, 4 * ny));
+    free(w); free(x); free(y); free(y1); free(w2); free(y2); free(ya); free(yb);
 }
 
 /* A LoRA factor A's rows on mv_f32n (FMA 0): the CPU's LoRA terms bit for bit. The CPU's come
@@ -224,9 +233,10 @@ static void check_lora_a(int r, int in, int n) {
     const bs_weight W = {.type = BS_F32, .ne0 = in, .ne1 = r, .data = zero, .row_bytes = 4 * (size_t)in, .lora = &ref};
     bs_matmul(&W, x, n, ycpu, NULL);
     uint32_t pp[6] = {(uint32_t)r, (uint32_t)in, (uint32_t)n, (uint32_t)r, 0, 0};
-    void *data[3] = {acm, x, ydev};
-    size_t bytes[3] = {4 * na, 4 * nx, 4 * ny};
-    CHECK(bs_vk_kernel_run(C, "mv_f32n/lora A", data, bytes, 3, pp, sizeof pp, (uint32_t)r, (uint32_t)(n + 7) / 8, 1) == 0);
+    float spare[2][4] = {{0}};
+    void *data[5] = {acm, x, ydev, spare[0], spare[1]};
+    size_t bytes[5] = {4 * na, 4 * nx, 4 * ny, 16, 16};
+    CHECK(bs_vk_kernel_run(C, "mv_f32n/lora A", data, bytes, 5, pp, sizeof pp, (uint32_t)r, (uint32_t)(n + 7) / 8, 1) == 0);
     int diff = 0;
     for (size_t i = 0; i < ny; i++) diff += ydev[i] != ycpu[i];
     CHECKF(diff == 0, "LoRA A %d x %d, %d rows: %d of %zu values differ from the CPU's terms", r, in, n, diff, ny);

@@ -101,8 +101,8 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     /* attn_split for the drafter's block: attn_nc's attention, attn_split's bindings */
     [BS_VK_K_ATTN_NC_SPLIT] = {"attn_nc_split", 16, 48, 0, {0}},
     [BS_VK_K_ROTATE] = {"rotate", 7, 48, 0, {0}},
-    [BS_VK_K_MV_F32N] = {"mv_f32n", 3, 24, 0, {0}},
-    [BS_VK_K_MV_F32N_LORA] = {"mv_f32n", 3, 24, 1, {0}},
+    [BS_VK_K_MV_F32N] = {"mv_f32n", 5, 24, 0, {0}},
+    [BS_VK_K_MV_F32N_LORA] = {"mv_f32n", 5, 24, 1, {0}},
     /* the sampled chain's draw from a slot's list (vk_dspark.c) */
     [BS_VK_K_DRAFT_DRAW] = {"draft_draw", 4, 28, 0, {0}},
     /* mv_q.glsl's ROT (mv_qr.comp): two more bindings (the rotated rows, the signs), three more

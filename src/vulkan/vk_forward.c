@@ -220,6 +220,11 @@ static int mv_inputs(bs_vk_sess *s, const vk_layer *L, const bs_vk_matrix *const
     int xr_act = 0;   /* how the float products before rounded x into xr (0: none yet) */
     for (int i = 0; i < nw; i++) {
         if (W[i]->borrowed) continue;
+        if (i + 1 < nw && !s->net->no_pair && bs_vk_mv_pairs(c, W[i], W[i + 1], n)) {   /* (beta and alpha) */
+            TRY(bs_vk_record_mv_pair(c, W[i], W[i + 1], x, n, y[i], y[i + 1]));
+            i++;
+            continue;
+        }
         if (bs_vk_act_inline(c, W[i], n)) {   /* a float product rounding x as it reads it */
             TRY(bs_vk_record_mv(c, W[i], x, &s->aq, &s->as, &s->am, n, y[i]));
             if (W[i]->lora) TRY(bs_vk_record_lora(c, W[i], x, n, &s->lt, y[i]));

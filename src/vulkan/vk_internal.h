@@ -295,6 +295,12 @@ int bs_vk_record_act(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, co
 bool bs_vk_act_inline(const bs_vk_ctx *c, const bs_vk_matrix *m, int n);
 int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, const bs_vk_buf *aq, const bs_vk_buf *as,
                     const bs_vk_buf *am, int n, const bs_vk_buf *y);
+/* Whether a and b (float products of the same shape and rounding, each bs_vk_act_inline, no
+ * adapters: DeltaNet's BF16 beta and alpha) run as one mv_f32n dispatch, and that dispatch:
+ * a x into ya, b x into yb, each the bits of its own bs_vk_record_mv. */
+bool bs_vk_mv_pairs(const bs_vk_ctx *c, const bs_vk_matrix *a, const bs_vk_matrix *b, int n);
+int bs_vk_record_mv_pair(bs_vk_ctx *c, const bs_vk_matrix *a, const bs_vk_matrix *b, const bs_vk_buf *x, int n,
+                         const bs_vk_buf *ya, const bs_vk_buf *yb);
 /* LoRA terms (vk_kernels.c): add one to m (a [r][ne0], b [ne1][r], row-major F32), drop them
  * all; record y += scale * B (A x) for each (x: m's float input; t: n x r, u: n x ne1 scratch). */
 int bs_vk_matrix_lora_add(bs_vk_ctx *c, bs_vk_matrix *m, int r, const float *a, const float *b, float scale);

@@ -399,7 +399,7 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
                       narrow ? (uint32_t)(m->act == 1 || m->act == 2 ? m->act : 0) : (uint32_t)m->split};
         const mvq_push qp = mvq_single(m, p, n);
         const bs_vk_buf *bi[17] = {&p->codes, &p->scales, aq, as, am, y};   /* the rest NULL: unused */
-        const bs_vk_buf *bf[3] = {&p->codes, x, y};
+        const bs_vk_buf *bf[5] = {&p->codes, x, y};   /* (mv_f32n: 3-4 a pair's second, unread) */
         if (narrow ? bs_vk_dispatch(c, lora_a ? BS_VK_K_MV_F32N_LORA : BS_VK_K_MV_F32N, bf, &pp, (uint32_t)p->rows,
                                     bs_vk_groups((uint64_t)n, 8), 1)
             : f32  ? bs_vk_dispatch(c, m->kernel, bf, &pp, bs_vk_groups((uint64_t)p->rows, 64), bs_vk_groups((uint64_t)n, 8), 1)
@@ -410,6 +410,21 @@ int bs_vk_record_mv(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *x, con
                                (f32 ? bs_vk_groups((uint64_t)n, 8) : bs_vk_mvq_passes(c, m->kernel, n));
     }
     return 0;
+}
+
+bool bs_vk_mv_pairs(const bs_vk_ctx *c, const bs_vk_matrix *a, const bs_vk_matrix *b, int n) {
+    return bs_vk_act_inline(c, a, n) && bs_vk_act_inline(c, b, n) && a->act == b->act && a->ne0 == b->ne0 && a->ne1 == b->ne1 &&
+           a->n_parts == 1 && b->n_parts == 1 && !a->lora && !b->lora && !a->borrowed && !b->borrowed;
+}
+
+int bs_vk_record_mv_pair(bs_vk_ctx *c, const bs_vk_matrix *a, const bs_vk_matrix *b, const bs_vk_buf *x, int n,
+                         const bs_vk_buf *ya, const bs_vk_buf *yb) {
+    if (!bs_vk_mv_pairs(c, a, b, n)) return bs_error("Vulkan: %s and %s are not one dispatch's pair", a->name ? a->name : "a", b->name ? b->name : "b");
+    const bs_vk_mat_part *p = &a->parts[0];
+    const mv_push pp = {(uint32_t)p->rows, (uint32_t)a->ne0, (uint32_t)n, (uint32_t)a->ne1, 0, (uint32_t)a->act};
+    const bs_vk_buf *bf[5] = {&p->codes, x, ya, &b->parts[0].codes, yb};
+    c->rec.weight_bytes += (p->codes.size + b->parts[0].codes.size) * bs_vk_groups((uint64_t)n, 8);
+    return bs_vk_dispatch(c, BS_VK_K_MV_F32N, bf, &pp, 2u * (uint32_t)p->rows, bs_vk_groups((uint64_t)n, 8), 1);
 }
 
 static int glu_kernel(int mv);

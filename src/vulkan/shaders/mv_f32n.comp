@@ -9,11 +9,16 @@
 // is read (act_round.comp's modes 1 and 2: idempotent, so an input rounded already is no matter).
 // FMA = 0 (a LoRA factor A's rows): each product rounded, then added: the CPU's order for its
 // LoRA terms (cpu/matmul.c lora_dot), so the terms come out with its bits.
+// A pair (DeltaNet's beta and alpha): workgroups rows..2*rows-1 take a second matrix of the same
+// shape (binding 3) into its own output (binding 4, the same layout); a single matrix's dispatch
+// never reaches them (bound, unread).
 layout(local_size_x = 64) in;
 layout(constant_id = 0) const uint FMA = 1;
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
+layout(std430, binding = 3) readonly buffer W2 { float w2[]; };
+layout(std430, binding = 4) buffer Y2 { float y2[]; };
 layout(push_constant) uniform Push { uint rows, cols, n, ldy, row0, act; } p;
 
 #include "f16.glsl"
@@ -24,11 +29,12 @@ shared float part[8][64];
 float rounded(float v) { return p.act == 1u ? f16_round(v) : p.act == 2u ? bf16_round(v) : v; }
 
 void main() {
-    const uint row = gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
+    const bool second = gl_WorkGroupID.x >= p.rows;
+    const uint row = second ? gl_WorkGroupID.x - p.rows : gl_WorkGroupID.x, t = gl_LocalInvocationID.x;
     const uint r0 = gl_WorkGroupID.y * 8u, nr = min(8u, p.n - r0);
     float acc[8] = float[8](0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
     for (uint i = t; i < p.cols; i += 64u) {
-        const float wv = w[i * p.rows + row];
+        const float wv = second ? w2[i * p.rows + row] : w[i * p.rows + row];
         for (uint r = 0u; r < nr; r++) {
             const float xv = rounded(x[(r0 + r) * p.cols + i]);
             if (FMA != 0u) {
@@ -51,5 +57,6 @@ void main() {
             }
         barrier();
     }
-    if (t < nr) y[(r0 + t) * p.ldy + p.row0 + row] = part[t][0];
+    if (t < nr && second) y2[(r0 + t) * p.ldy + p.row0 + row] = part[t][0];
+    else if (t < nr) y[(r0 + t) * p.ldy + p.row0 + row] = part[t][0];
 }
