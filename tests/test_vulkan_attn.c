@@ -10,11 +10,16 @@
  *   - with one chunk (every row's context <= C) the bits of attn.comp;
  *   - the epilogue (quant): the output gate and int8 blocks equal to the plain output then
  *     quant_q8.comp's mode 2;
+ *   - with a folded output product (rblock: Bonsai 2's blocks of 1024 with signs on 27B's shape,
+ *     the widest power of two dividing H * D on the others): the gated rows the same bits, the
+ *     rotated rows bs_rotate_rows' of them and their int8 blocks the CPU quantizer's, bit for
+ *     bit, the block counters left at 0;
  *   - the merge counters are left at 0. */
 #include "test.h"
 #include "vk_test.h"
 #include "vulkan/backend.h"
 #include "cpu/compute.h"
+#include "cpu/matmul.h"
 #include "formats/quant.h"
 #include "io/util.h"
 
@@ -26,7 +31,10 @@ static bs_rng rng;
 static bs_vk_ctx *C;
 
 typedef struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; } attn_push;
-typedef struct { attn_push a; uint32_t chunk, n_chunk; } split_push;
+typedef struct { attn_push a; uint32_t chunk, n_chunk, rblock, rsigns; float rscale; } split_push;
+/* a folded output product's rotation: its block, signs (NULL: none), the rotated rows and the
+ * block counters (rows of H * D / block) */
+typedef struct { int block; const float *signs; float *xr; uint32_t *bcnt; } attn_rot;
 
 static float *vec(size_t n, float scale) {
     float *x = malloc(sizeof *x * n);
@@ -55,19 +63,23 @@ typedef struct {
 /* kernel run: "attn" (sp->chunk == 0) or "attn_split"; q, k, v, o: the case's r0 + T rows, the
  * dispatch's T from ap->qrow0; aq/as/am: the blocks (quant) */
 static int run_attn(const attn_case *c, const attn_push *ap, int T, int pos0, const float *q, const float *k, const float *v,
-                    uint8_t *kc, uint8_t *vc, float *o, uint32_t *aq, float *as, float *am, bool split, bool *cnt_zero) {
+                    uint8_t *kc, uint8_t *vc, float *o, uint32_t *aq, float *as, float *am, bool split, bool *cnt_zero,
+                    const attn_rot *rt) {
     const size_t HD = (size_t)c->H * c->D, nr = (size_t)(c->r0 + c->T), nb = nr * HD / 32 + 1;
     const uint32_t n_chunk = (uint32_t)((c->n_ctx + (int)c->chunk - 1) / (int)c->chunk);
     uint32_t params[4] = {(uint32_t)pos0, 0, 0, 0};
     uint32_t *cnt = calloc((size_t)T * c->Hkv, 4);
-    void *d[16] = {(void *)q, kc, vc, o, NULL, params, aq, as, am, (void *)k, (void *)v, c->qn, c->kn, c->cs, NULL, cnt};
-    size_t by[16] = {4u * nr * c->qw, c->kvb, c->kvb, 4u * nr * HD, 4u * (size_t)T * c->H * (size_t)c->n_ctx, 16,
+    void *d[19] = {(void *)q, kc, vc, o, NULL, params, aq, as, am, (void *)k, (void *)v, c->qn, c->kn, c->cs, NULL, cnt,
+                   rt ? rt->xr : NULL, rt ? (void *)rt->signs : NULL, rt ? rt->bcnt : NULL};
+    size_t by[19] = {4u * nr * c->qw, c->kvb, c->kvb, 4u * nr * HD, 4u * (size_t)T * c->H * (size_t)c->n_ctx, 16,
                      32 * nb, 4 * nb, 4 * nb, 4u * nr * c->kvw, 4u * nr * c->kvw, 4u * c->D, 4u * c->D, c->csb,
-                     4u * (size_t)T * c->H * n_chunk * (c->D + 2u), 4u * (size_t)T * c->Hkv};
+                     4u * (size_t)T * c->H * n_chunk * (c->D + 2u), 4u * (size_t)T * c->Hkv,
+                     4u * nr * HD, 4u * HD, rt ? 4u * nr * HD / (size_t)rt->block : 16};
     int rc;
     if (split) {
-        split_push sp = {*ap, c->chunk, n_chunk};
-        rc = bs_vk_kernel_run(C, "attn_split", d, by, 16, &sp, sizeof sp, n_chunk, (uint32_t)(T * c->Hkv), 1);
+        split_push sp = {*ap, c->chunk, n_chunk, rt ? (uint32_t)rt->block : 0, rt && rt->signs,
+                         rt ? (float)(1.0 / sqrt((double)rt->block)) : 0.0f};
+        rc = bs_vk_kernel_run(C, "attn_split", d, by, 19, &sp, sizeof sp, n_chunk, (uint32_t)(T * c->Hkv), 1);
     } else {
         rc = bs_vk_kernel_run(C, "attn", d, by, 14, ap, sizeof *ap, (uint32_t)(T * c->H), 1, 1);
     }
@@ -149,7 +161,7 @@ static bool quant_same(const attn_case *c, attn_push ap, const float *q, uint8_t
     float *rs = calloc(nb, 4), *rm = calloc(nb, 4);
     uint32_t *aq = calloc(all * 8, 4), *rq = calloc(nb * 8, 4);
     bool z = false;
-    int rc = run_attn(c, &ap, c->T, c->pos0, q, c->b, c->v, kc, vc, o, aq, as, am, true, &z);
+    int rc = run_attn(c, &ap, c->T, c->pos0, q, c->b, c->v, kc, vc, o, aq, as, am, true, &z, NULL);
     uint32_t qp[4] = {(uint32_t)nb, 2, (uint32_t)c->H, (uint32_t)c->D};
     void *qd[5] = {y, rq, rs, rm, (void *)(q + r0 * c->qw)};
     size_t qb[5] = {4 * n, 32 * nb, 4 * nb, 4 * nb, 4u * (size_t)c->T * c->qw};
@@ -158,6 +170,48 @@ static bool quant_same(const attn_case *c, attn_push ap, const float *q, uint8_t
     const bool same = !rc && z && !memcmp(o + r0 * HD, y, 4 * n) && !memcmp(aq + 8 * b0, rq, 32 * nb) && !memcmp(as + b0, rs, 4 * nb) &&
                       !memcmp(am + b0, rm, 4 * nb);
     free(o); free(y); free(as); free(am); free(rs); free(rm); free(aq); free(rq);
+    return same;
+}
+
+/* The device's int8 blocks of n values against the CPU quantizer's of v: blocks that differ */
+static int blocks_differ(const float *v, size_t n, const uint32_t *q, const float *s8, const float *m8) {
+    const size_t nb = n / 32;
+    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
+    bs_type_get(BS_Q8_0)->act_from_float(v, cq, (int64_t)n);
+    bs_type_get(BS_Q4_1)->act_from_float(v, c1, (int64_t)n);
+    int d = 0;
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t h, h1;
+        memcpy(&h, cq + b * 34, 2);
+        memcpy(&h1, c1 + b * 36 + 2, 2);
+        d += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, q + b * 8, 32) != 0 || bs_f16_to_f32(h1) != m8[b];
+    }
+    free(cq);
+    free(c1);
+    return d;
+}
+
+/* the epilogue rotating for a folded output product, against the plain epilogue's gated rows
+ * rotated and quantized on the CPU */
+static bool rot_same(const attn_case *c, attn_push ap, const float *q, uint8_t *kc, uint8_t *vc, int block, bool signs) {
+    const size_t HD = (size_t)c->H * c->D, r0 = (size_t)c->r0, nr = r0 + (size_t)c->T, all = nr * HD / 32 + 1;
+    ap.quant = 1;
+    float *o1 = calloc(nr * HD, 4), *o2 = calloc(nr * HD, 4), *xr = calloc(nr * HD, 4), *rot = calloc(nr * HD, 4);
+    float *as = calloc(all, 4), *am = calloc(all, 4), *sg = malloc(4 * HD);
+    uint32_t *aq = calloc(all * 8, 4), *bcnt = calloc(nr * HD / (size_t)block, 4);
+    for (size_t i = 0; i < HD; i++) sg[i] = bs_rng_normal(&rng) < 0 ? -1.0f : 1.0f;
+    const attn_rot rt = {block, signs ? sg : NULL, xr, bcnt};
+    bool z1 = false, z2 = false;
+    int rc = run_attn(c, &ap, c->T, c->pos0, q, c->b, c->v, kc, vc, o1, aq, as, am, true, &z1, NULL) ||
+             run_attn(c, &ap, c->T, c->pos0, q, c->b, c->v, kc, vc, o2, aq, as, am, true, &z2, &rt);
+    const bs_rotation R = {.block = block, .width = (int64_t)HD, .signs = signs ? sg : NULL};
+    bs_rotate_rows(&R, o1 + r0 * HD, rot, c->T, NULL);
+    const size_t n = (size_t)c->T * HD, b0 = r0 * HD / 32;
+    bool left = false;
+    for (size_t i = 0; i < nr * HD / (size_t)block; i++) left |= bcnt[i] != 0;
+    const bool same = !rc && z1 && z2 && !left && !memcmp(o1, o2, 4 * nr * HD) && !memcmp(xr + r0 * HD, rot, 4 * n) &&
+                      blocks_differ(rot, n, aq + 8 * b0, as + b0, am + b0) == 0;
+    free(o1); free(o2); free(xr); free(rot); free(as); free(am); free(sg); free(aq); free(bcnt);
     return same;
 }
 
@@ -181,14 +235,14 @@ static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool 
                     (uint32_t)n_rot, 1e-6f};
     float *o_nf = calloc(ob, 1), *o_f = calloc(ob, 1), *o_old = calloc(ob, 1), *o1 = calloc(ob, 1);
     bool z1 = false, z2 = false;
-    CHECK(run_attn(&c, &ap, T, pos0, a2, c.b, c.v, kc2, vc2, o_nf, NULL, NULL, NULL, true, &z1) == 0);
+    CHECK(run_attn(&c, &ap, T, pos0, a2, c.b, c.v, kc2, vc2, o_nf, NULL, NULL, NULL, true, &z1, NULL) == 0);
     const double err = cpu_error(&c, a2, kc2, vc2, o_nf);
     CHECKF(err < 1e-5 && z1, "%s: error %.3g vs the CPU, counters left at 0: %d", what, err, z1);
     /* fused, from the raw rows on the cache before the store */
     uint8_t *kc3 = dup(c.kc, c.kvb), *vc3 = dup(c.vc, c.kvb);
     attn_push fp = ap;
     fp.fused = 1;
-    CHECK(run_attn(&c, &fp, T, pos0, c.a, c.b, c.v, kc3, vc3, o_f, NULL, NULL, NULL, true, &z2) == 0);
+    CHECK(run_attn(&c, &fp, T, pos0, c.a, c.b, c.v, kc3, vc3, o_f, NULL, NULL, NULL, true, &z2, NULL) == 0);
     CHECKF(!memcmp(o_f, o_nf, ob) && !memcmp(kc3, kc2, c.kvb) && !memcmp(vc3, vc2, c.kvb) && z2,
            "%s: fused differs from qk then unfused (output %d, k %d, v %d, counters %d)", what, !memcmp(o_f, o_nf, ob),
            !memcmp(kc3, kc2, c.kvb), !memcmp(vc3, vc2, c.kvb), z2);
@@ -200,18 +254,24 @@ static void check_split(int H, int Hkv, int D, int n_rot, int T, int pos0, bool 
         p1.qrow0 = f1.qrow0 = (uint32_t)(c.r0 + t);
         const size_t at = (size_t)(c.r0 + t) * HD;
         uint8_t *kc4 = dup(kc2, c.kvb), *vc4 = dup(vc2, c.kvb);
-        CHECK(run_attn(&c, &p1, 1, pos0 + t, a2, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL) == 0);
+        CHECK(run_attn(&c, &p1, 1, pos0 + t, a2, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL, NULL) == 0);
         alone &= !memcmp(o1 + at, o_nf + at, 4 * HD);
-        CHECK(run_attn(&c, &f1, 1, pos0 + t, c.a, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL) == 0);
+        CHECK(run_attn(&c, &f1, 1, pos0 + t, c.a, c.b, c.v, kc4, vc4, o1, NULL, NULL, NULL, true, NULL, NULL) == 0);
         alone &= !memcmp(o1 + at, o_f + at, 4 * HD) && !memcmp(kc4, kc2, c.kvb) && !memcmp(vc4, vc2, c.kvb);
         free(kc4); free(vc4);
     }
     CHECKF(alone, "%s: a row's bits depend on the rows evaluated with it", what);
     if (pos0 + T <= (int)chunk) {   /* one chunk: attn.comp's bits */
-        CHECK(run_attn(&c, &ap, T, pos0, a2, c.b, c.v, kc2, vc2, o_old, NULL, NULL, NULL, false, NULL) == 0);
+        CHECK(run_attn(&c, &ap, T, pos0, a2, c.b, c.v, kc2, vc2, o_old, NULL, NULL, NULL, false, NULL, NULL) == 0);
         CHECKF(!memcmp(o_old, o_nf, ob), "%s: one chunk, not attn.comp's bits", what);
     }
     if (D % 32 == 0) CHECKF(quant_same(&c, ap, a2, kc2, vc2, o_nf), "%s: the epilogue differs from the gate and quantizer apart", what);
+    if (D % 32 == 0) {   /* Bonsai 2's block on 27B's shape, else the widest power of two dividing H * D */
+        int block = 32;
+        while (block * 2 <= 2048 && (H * D) % (block * 2) == 0) block *= 2;
+        if (H * D == 6144) block = 1024;
+        CHECKF(rot_same(&c, ap, a2, kc2, vc2, block, block != 64), "%s: the rotating epilogue (block %d) differs from the CPU's", what, block);
+    }
     printf("%s: error %.2g, fused, alone%s: the same bits\n", what, err, pos0 + T <= (int)chunk ? ", attn.comp" : "");
     free(a2); free(b2); free(kc2); free(vc2); free(kc3); free(vc3); free(o_nf); free(o_f); free(o_old); free(o1);
     free_case(&c);

@@ -80,7 +80,7 @@ static const kernel_def KERNELS[BS_VK_K_COUNT] = {
     [BS_VK_K_MVC_Q8] = {"mv_qc", 21, 68, 5, {8, 1, 0, 0, 0}},
     [BS_VK_K_MVC_Q4_1] = {"mv_qc", 21, 68, 5, {4, 1, 0, 0, 0}},
     [BS_VK_K_DELTA_NORM] = {"delta_norm", 16, 60, 1, {1}},
-    [BS_VK_K_ATTN_SPLIT] = {"attn_split", 16, 52, 0, {0}},
+    [BS_VK_K_ATTN_SPLIT] = {"attn_split", 19, 64, 0, {0}},   /* 16-18, rblock..: a folded output's rotation */
     /* mm_q (vk_mm.c): mv_q's bindings, push constants and spec constants, tiles of 32 x 32 */
     [BS_VK_K_MM_Q1] = {"mm_q", 17, 60, 5, {1, 4, 0, 0, 0}},
     [BS_VK_K_MM_Q2_128] = {"mm_q", 17, 60, 5, {2, 4, 0, 0, 0}},

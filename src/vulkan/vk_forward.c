@@ -554,15 +554,18 @@ static int attn_prep(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
     return 1;
 }
 
-static int attn_main(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n, bool quant) {
+/* rot: the output product's fold, which the split attention's epilogue rotates by (attn_rotates) */
+static int attn_main(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, uint32_t r0, int n, bool quant, const bs_vk_rot *rot) {
     bs_vk_ctx *c = st->net->c;
     const bs_vk_net_desc *hp = &st->net->hp;
     const uint32_t H = (uint32_t)hp->n_head, Hkv = (uint32_t)hp->n_head_kv, D = (uint32_t)hp->head_dim;
-    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; uint32_t chunk, n_chunk; } ap = {
+    struct { uint32_t H, Hkv, D, n_ctx; float scale; uint32_t f32, quant, qrow0, fused, n_rot; float eps; uint32_t chunk, n_chunk, rblock, rsigns; float rscale; } ap = {
         H, Hkv, D, (uint32_t)st->n_ctx, 1.0f / sqrtf((float)D), st->kv_f32, quant, r0, attn_fused(st, n), (uint32_t)hp->n_rot, hp->eps,
-        (uint32_t)st->net->attn_chunk, (uint32_t)st->n_chunk};
-    const bs_vk_buf *ab[16] = {&io->a, &st->kc[L->slot], &st->vc[L->slot], &io->d, &st->scores, &st->params, &io->aq, &io->as, &io->am,
-                               &io->b, &io->cc, &L->q_norm, &L->k_norm, &io->rope, &st->apart, &st->acnt};
+        (uint32_t)st->net->attn_chunk, (uint32_t)st->n_chunk, rot ? rot->block : 0, rot && rot->has_signs, rot ? rot->scale : 0.0f};
+    const bs_vk_buf *ab[19] = {&io->a, &st->kc[L->slot], &st->vc[L->slot], &io->d, &st->scores, &st->params, &io->aq, &io->as, &io->am,
+                               &io->b, &io->cc, &L->q_norm, &L->k_norm, &io->rope, &st->apart, &st->acnt,
+                               rot ? &io->xrot : NULL, rot && rot->has_signs ? &rot->signs : NULL, rot ? &io->cnt : NULL};
+    if (rot && st->n_chunk <= 0) return bs_error("Vulkan: attention's rotation needs the split kernel");
     /* split over the context (attn_split.comp): a workgroup per (chunk, row, KV head), the
        chunks counted per step (attn_split_groups: a recorded step runs again later); else attn.comp */
     if (st->n_chunk > 0) return bs_vk_dispatch_indirect(c, BS_VK_K_ATTN_SPLIT, ab, &ap, &st->params, ATTN_GROUPS);
@@ -573,6 +576,20 @@ static int attn_main(const bs_vk_sess *io, bs_vk_sess *st, const vk_layer *L, ui
 static bool attn_quant(const bs_vk_sess *s, const vk_layer *L) {
     const bs_vk_matrix *Wo = L->wo;
     return Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->rot && s->net->hp.head_dim % 32 == 0 && !s->net->no_attq;
+}
+
+/* A folded output product's fold, where the split attention's epilogue can rotate its input by
+ * it (a session's own step of up to 8 rows: the counters; blocks the kernel's shared memory
+ * holds, of whole 32-blocks, no regrouping); else NULL. */
+static const bs_vk_rot *attn_rotates(const bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt) {
+    const bs_vk_matrix *Wo = L->wo;
+    const bs_vk_rot *r = Wo->rot;
+    const uint32_t W = (uint32_t)(s->net->hp.n_head * s->net->hp.head_dim);
+    return r && !pt && n <= 8 && s->n_chunk > 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->lora &&
+                   s->net->hp.head_dim % 32 == 0 && !s->net->no_attq && !s->net->no_normrot && !r->inverse && !r->hd &&
+                   r->width == W && r->block >= 32 && r->block <= BS_VK_NORM_ROT_MAX && W % r->block == 0
+               ? r
+               : NULL;
 }
 
 /* A batch's split attentions ATT_BATCH sequences to a dispatch (attn_split_b.comp: workgroup z
@@ -613,7 +630,7 @@ static int attn_main_batch(bs_vk_sess *io, const vk_layer *L, const vk_part *pt,
 /* pt: NULL for a session's own step of n rows, else a batch's sequences (disjoint rows and
  * caches): every sequence's first phase, a barrier where there was one, every softmax (a
  * dispatch per sequence, or per ATT_BATCH of them), a barrier. */
-static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np, bool quant) {
+static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt, int np, bool quant, const bs_vk_rot *rot) {
     const vk_part self = {.s = s, .n = n};
     if (!pt) pt = &self, np = 1;
     int prep = 0;
@@ -626,7 +643,7 @@ static int attention_core(bs_vk_sess *s, const vk_layer *L, int n, const vk_part
     if (pt != &self && attn_together(s, pt, np)) {
         for (int i = 0; i < np; i += ATT_BATCH) TRY(attn_main_batch(s, L, pt + i, BS_MIN(ATT_BATCH, np - i), (uint32_t)(i / ATT_BATCH), quant));
     } else {
-        for (int i = 0; i < np; i++) TRY(attn_main(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n, quant));
+        for (int i = 0; i < np; i++) TRY(attn_main(s, pt[i].s, L, (uint32_t)pt[i].r0, pt[i].n, quant, rot));
     }
     bs_vk_barrier(s->net->c);
     return 0;
@@ -639,8 +656,9 @@ static int attention(bs_vk_sess *s, const vk_layer *L, int n, const vk_part *pt,
     const bs_vk_buf *Y[3] = {&s->a, &s->b, &s->cc};
     TRY(mv_shared(s, L, W, Y, 3, &s->xn, n, s->rot_mix));
     if (s->net->no_qk) TRY(qk_apart(s, L, n));
-    const bool aq = attn_quant(s, L);
-    TRY(attention_core(s, L, n, pt, np, aq));
+    const bs_vk_rot *ar = attn_rotates(s, L, n, pt);   /* (and rotated by its last groups) */
+    const bool aq = ar || attn_quant(s, L);
+    TRY(attention_core(s, L, n, pt, np, aq, ar));
     s->normed = 0;
     if (aq) {   /* d gated and quantized by the attention's epilogue */
         const bs_vk_buf *q[3] = {&s->aq, &s->as, &s->am};

@@ -61,6 +61,9 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
     s->wc = zmax(cd, Hkv * D);
     s->wd = zmax(vdim, H * D);
     s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
+    /* the epilogues' counters: the norming products' one per 8 rows; the rotating ones' one per
+       block of at least 32 (the GLU's and DeltaNet's over one row group, attention's per row) */
+    const size_t cnt_bytes = 4 * zmax(zmax(CNT_GROUPS, ff / 32), zmax(vdim / 32, 8 * H * D / 32));
     const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
     const uint64_t lg_bytes = 4u * (uint64_t)logit_rows * (uint64_t)hp->n_vocab;
     if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || lg_bytes > c->max_binding) {
@@ -82,7 +85,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
              bs_vk_buf_new(c, &s->xrot, net->folded ? 4 * B * s->wq : 16, false) || bs_vk_buf_new(c, &s->as, B * s->wq / 8, false) ||
              bs_vk_buf_new(c, &s->am, B * s->wq / 8, false) || bs_vk_buf_new(c, &s->aq2, B * ff, false) ||
              bs_vk_buf_new(c, &s->as2, B * ff / 8, false) || bs_vk_buf_new(c, &s->am2, B * ff / 8, false) ||
-             bs_vk_counters_new(c, &s->cnt, 4 * zmax(zmax(CNT_GROUPS, ff / 32), vdim / 32)) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
+             bs_vk_counters_new(c, &s->cnt, cnt_bytes) || bs_vk_buf_new(c, &s->apart, pt_bytes, false) ||
              bs_vk_counters_new(c, &s->acnt, zmax(16, acnt_bytes)) ||
              bs_vk_counters_new(c, &s->dcnt, zmax(16, 4u * (size_t)hp->n_v_heads)) ||
              bs_vk_buf_new(c, &s->tok, 4 * B, true) || bs_vk_buf_new(c, &s->params, 32, true) || bs_vk_buf_new(c, &s->rope, 4 * B * (size_t)BS_MAX(hp->n_rot, 1), true) ||

@@ -19,6 +19,10 @@
 // pos0 + t stores that row (k and v) in the cache, which no workgroup reads in this dispatch.
 // qrow0: the sequence's first row in q, the raw k and v, y, the rope table and the blocks (a
 // batch's rows: its shared scratch's); the scores, partials and counters are the sequence's own.
+// rblock > 0 (attn_split.comp, with quant: a folded attn_output): the int8 blocks are made from
+// the gated rows rotated by the output product's fold instead. Each rotation block's last (row,
+// KV group) to be merged (a counter per row and block, binding 18, left at 0) rotates it into
+// xr (binding 16; signs binding 17): rotate.comp's forward operations in its order, so its bits.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };      // [T][2*H*D], q then gate per head
 layout(std430, binding = 1) buffer KC { uint kc[]; };
@@ -103,8 +107,13 @@ layout(push_constant) uniform Push { uint H, Hkv, D, first, n_kv, sc_stride; flo
 #define CNT_AT(t, kvh) gl_WorkGroupID.y
 #else
 layout(push_constant) uniform Push {
-    uint H, Hkv, D, n_ctx; float scale; uint f32, quant, qrow0, fused, n_rot; float eps; uint chunk, n_chunk;
+    uint H, Hkv, D, n_ctx; float scale; uint f32, quant, qrow0, fused, n_rot; float eps; uint chunk, n_chunk, rblock, rsigns;
+    float rscale;
 } p;
+layout(std430, binding = 16) coherent buffer XR { float xr[]; };   // [T][H*D] the gated rows rotated
+layout(std430, binding = 17) readonly buffer SG { float sg[]; };   // the fold's signs
+layout(std430, binding = 18) coherent buffer BC { uint bcnt[]; };  // [T][H*D / rblock]
+#define A_ROT 1
 #define A_QUANT p.quant
 #define A_F32 p.f32
 #define A_FUSED p.fused
@@ -139,6 +148,14 @@ void seq_select() {}
 #include "div_rn.glsl"
 #define q qo
 #include "q8.glsl"
+#ifdef A_ROT
+#define quant_block quant_block_xr
+#define y xr
+#include "q8.glsl"
+#undef y
+#undef quant_block
+#include "fwht.glsl"
+#endif
 #undef q
 
 const uint TJ = 16u;          // K rows per shared tile
@@ -319,6 +336,31 @@ void merge_head(uint t, uint h, uint nc, uint tid) {
     }
 }
 
+#ifdef A_ROT
+// Row t's KV group kvh is merged and gated (G * D values of y from kvh * G * D): each rotation
+// block it meets counts it; the group that completes a block rotates it (qs holds it: the
+// scores are done) and makes its int8 blocks.
+void rotate_blocks_last(uint t, uint kvh, uint G, uint tid) {
+    const uint B = p.rblock, GD = G * p.D, W = p.H * p.D, row = A_QROW0 + t, nblk = W / B;
+    const uint b0 = kvh * GD / B, b1 = (kvh * GD + GD - 1u) / B;
+    memoryBarrierBuffer();
+    barrier();
+    for (uint b = b0; b <= b1; b++) {
+        if (tid == 0u) last_wg = atomicAdd(bcnt[row * nblk + b], 1u) == (b * B + B - 1u) / GD - (b * B) / GD;
+        barrier();
+        if (last_wg) {   // (shared: the workgroup's branch is uniform)
+            memoryBarrierBuffer();
+            ROTATE_ROW(y, xr, sg, qs, 2048u, row * W, b * B, B, B, p.rsigns, p.rscale, tid, 64u)
+            memoryBarrierBuffer();
+            barrier();
+            for (uint k = tid; k < B / 32u; k += 64u) quant_block_xr(row * W + b * B + 32u * k, (row * W + b * B) / 32u + k);
+            if (tid == 0u) bcnt[row * nblk + b] = 0u;
+        }
+        barrier();   // last_wg is the next block's
+    }
+}
+#endif
+
 void main() {
     seq_select();
     const uint ch = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
@@ -352,6 +394,12 @@ void main() {
     for (uint g = 0u; g < G; g++) merge_head(t, kvh * G + g, nc, tid);
     if (tid == 0u) cnt[CNT_AT(t, kvh)] = 0u;
     if (A_QUANT == 0u) return;
+#ifdef A_ROT
+    if (p.rblock != 0u) {
+        rotate_blocks_last(t, kvh, G, tid);
+        return;
+    }
+#endif
     memoryBarrierBuffer();
     barrier();
     const uint e = (A_QROW0 + t) * p.H * D + kvh * G * D;
