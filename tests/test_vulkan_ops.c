@@ -600,7 +600,7 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     memcpy(cc2, cc, 4 * nc);
     memcpy(st2, st, 4 * ns);
     const float scale = 1.0f / sqrtf((float)dk), eps = 1e-6f;
-    /* (no fold: rblock 0; test_vulkan_epilogue runs the rotation) */
+    /* (no fold: rblock 0; test_vulkan_kernels runs the rotation) */
     struct { uint32_t nk, nv, dk, dv, T, cd; float scale, eps; uint32_t from_in, rblock, rsigns; float rscale; uint32_t hd, rnk, rrep; } p = {
         (uint32_t)nk, (uint32_t)nv, (uint32_t)dk, (uint32_t)dv, (uint32_t)T, (uint32_t)cd, scale, eps, 0, 0, 0, 0.0f, 0, 0, 0};
     uint32_t *cnt = calloc((size_t)nv, 4);   /* the heads' counters: 0 before and after */
