@@ -220,14 +220,15 @@ def check_f32_rows(model, toks):
 def check_norm_rotation(model, toks):
     """A folded model's norms rotating their rows for the products after them (norm.comp's
     NORM_ROT), and the products whose epilogues norm and rotate the residual stream or rotate the
-    GLU's output for the down product (mv_q.glsl's ROT), give the bits of rotate.comp's
-    dispatches apart (BITSPARK_VK_NO_NORMROT=1, _NO_NORMO=1, _NO_GLUQ=1), one row at a time and
+    GLU's output for the down product (mv_q.glsl's ROT), the final norm rotating for the head in
+    the last down product, give the bits of rotate.comp's dispatches apart
+    (BITSPARK_VK_NO_NORMROT=1, _NO_NORMO=1, _NO_GLUQ=1, _NO_NORMFIN=1), one row at a time and
     batched, in fewer dispatches."""
     got = {}
     # (GLU=0: the FFN's products apart, so its norm does not rotate and the fused recurrence's
     # folded ssm_out takes the residual and norm in its epilogue)
     envs = ({}, {'BITSPARK_VK_NO_NORMROT': '1'}, {'BITSPARK_VK_GLU': '0'}, {'BITSPARK_VK_NO_NORMO': '1'},
-            {'BITSPARK_VK_NO_GLUQ': '1'})
+            {'BITSPARK_VK_NO_GLUQ': '1'}, {'BITSPARK_VK_NO_NORMFIN': '1'})
     for env in envs:
         for batch in (1, len(toks)):
             out = os.path.join(TMP, 'vk_fold_nr.f32')
@@ -346,6 +347,7 @@ FUSIONS = (('gate+up+SwiGLU in one dispatch', {'BITSPARK_VK_GLU': '0'}),
            ("attention's q/k norms, rope and KV store in one dispatch", {'BITSPARK_VK_NO_QK': '1'}),
            ("the output gate and int8 blocks in attention's epilogue", {'BITSPARK_VK_NO_ATTQ': '1'}),
            ('the residual add and the next norm in the output products', {'BITSPARK_VK_NO_NORMO': '1'}),
+           ("the final norm in the last down product's epilogue", {'BITSPARK_VK_NO_NORMFIN': '1'}),
            ("q/k norms, rope and KV store inside the attention's dispatch", {'BITSPARK_VK_NO_ATTF': '1'}),
            ("DeltaNet's conv in the products' epilogue, q/k norms + delta rule + gated norm in one dispatch",
             {'BITSPARK_VK_NO_GDNF': '1'}))

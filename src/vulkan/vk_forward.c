@@ -755,16 +755,25 @@ static bool record_taps(bs_vk_sess *s, int il, int n, const int *taps, int n_tap
     return any;
 }
 
+/* A folded head's fold, where the final norm rotates for it (its LoRA terms would read xn, its
+ * rounding xrot); else NULL. */
+static const bs_vk_rot *head_rot(const bs_vk_sess *s) {
+    const bs_vk_matrix *W = s->net->output;
+    return s->net->folded && !s->net->no_normrot && !W->lora && !W->act && bs_vk_norm_rotates(W->rot, (uint32_t)s->net->hp.n_embd)
+               ? W->rot
+               : NULL;
+}
+
 /* The final norm and LM head: the last logits_rows rows of a step, or each sequence's last
- * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. */
-static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np) {
+ * n_logit rows of a batch, normed into xn from row 0 on, one product over them all. normed: a
+ * step's rows (all of them) normed already by the last down product's epilogue. */
+static int record_logits(bs_vk_sess *s, int n, int logits_rows, const vk_part *pt, int np, bool normed) {
     const uint32_t E = (uint32_t)s->net->hp.n_embd;
     const bs_vk_matrix *W = s->net->output;
-    /* a folded head rotated by the norm (its LoRA terms would read xn, its rounding xrot) */
-    const bs_vk_rot *hr = s->net->folded && !s->net->no_normrot && !W->lora && !W->act && bs_vk_norm_rotates(W->rot, E) ? W->rot : NULL;
+    const bs_vk_rot *hr = head_rot(s);
     int k = 0;
     if (!pt && logits_rows > 0) {
-        TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT, hr));
+        if (!normed) TRY(norm_rows(s, &s->net->out_norm, logits_rows, (uint32_t)(n - logits_rows) * E, 0, NULL, NORM_QUANT, hr));
         k = logits_rows;
     }
     for (int i = 0; pt && i < np; i++)   /* each its own rows: one barrier after them all */
@@ -801,6 +810,8 @@ int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, i
     if (!s->rows_in) TRY(embed(s, n));
     bool pending = false;         /* the FFN's output still to be added (in the next norm) */
     bool normed = false;          /* x holds the residual stream with the FFN's output, normed */
+    /* the final norm in the last down product's epilogue: a session's step whose rows all take logits */
+    const bool fin = !pt && logits_rows == n && !s->net->no_normfin;
     for (int il = 0; il < hp->n_layer; il++) {
         const vk_layer *L = &s->net->L[il];
         s->rot_mix = norm_rot_mix(s->net, L);
@@ -808,9 +819,10 @@ int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, i
         if (!normed) TRY(norm_rows(s, &L->attn_norm, n, 0, 0, &s->y, NORM_QUANT | (pending ? NORM_ADD : 0), s->rot_mix));
         TRY(L->rec ? deltanet(s, L, n, pt, np) : attention(s, L, n, pt, np));
         if (!s->normed) TRY(norm_rows(s, &L->post_norm, n, 0, 0, &s->y, NORM_QUANT | NORM_ADD, s->rot_ffn));
-        /* the next layer's input norm in the down product's epilogue: where it does not rotate */
+        /* the next layer's input norm (or the final one) in the down product's epilogue */
         const vk_layer *next = il + 1 < hp->n_layer ? &s->net->L[il + 1] : NULL;
-        TRY(ffn(s, L, n, next ? &next->attn_norm : NULL, next ? norm_rot_mix(s->net, next) : NULL));
+        TRY(ffn(s, L, n, next ? &next->attn_norm : fin ? &s->net->out_norm : NULL,
+                next ? norm_rot_mix(s->net, next) : fin ? head_rot(s) : NULL));
         normed = s->normed;
         bool tapped = tapped_at(taps, n_taps, il);
         for (int i = 0; pt && i < np; i++) tapped |= tapped_at(pt[i].taps, pt[i].n_taps, il);
@@ -821,7 +833,7 @@ int bs_vk_record_chunk(bs_vk_sess *s, int n, int logits_rows, const int *taps, i
         }
         record_taps(s, il, n, taps, n_taps, pt, np);
     }
-    return record_logits(s, n, logits_rows, pt, np);
+    return record_logits(s, n, logits_rows, pt, np, normed);
 }
 
 /* Rollback to the first j rows of the last step by replaying its recurrence: after

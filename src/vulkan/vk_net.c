@@ -87,6 +87,7 @@ bs_vk_net *bs_vk_net_new(bs_vk_ctx *c, const bs_vk_net_desc *d) {
     n->folded = folded(d);
     n->no_normrot = bs_env_flag("BITSPARK_VK_NO_NORMROT");
     n->no_pair = bs_env_flag("BITSPARK_VK_NO_PAIR");
+    n->no_normfin = bs_env_flag("BITSPARK_VK_NO_NORMFIN");
     /* a batch's conv and delta rule: one dispatch for its sequences on a GPU; on a CPU device,
      * whose delta rule walks the state in memory, a dispatch per sequence (lavapipe: the state
      * reads through the sequences' bindings made 8 sessions' passes 35% slower); the same bits

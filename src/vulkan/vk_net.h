@@ -36,6 +36,7 @@ struct bs_vk_net {
     bool no_attf;                 /* BITSPARK_VK_NO_ATTF=1: q/k norms, rope and store before the attention, apart */
     bool no_normrot;              /* BITSPARK_VK_NO_NORMROT=1: a folded product's input rotated apart, not by the norm */
     bool no_pair;                 /* BITSPARK_VK_NO_PAIR=1: DeltaNet's float beta and alpha a dispatch each */
+    bool no_normfin;              /* BITSPARK_VK_NO_NORMFIN=1: the final norm apart, not in the last down product */
     bool no_normo;                /* BITSPARK_VK_NO_NORMO=1: residual add and norm after the output products apart */
     bool no_gdnf;                 /* BITSPARK_VK_NO_GDNF=1: DeltaNet's conv, q/k norms, delta rule, gated norm apart */
     bool seq_together;            /* a batch's recurrence one dispatch for all sequences (BITSPARK_VK_SEQ) */
