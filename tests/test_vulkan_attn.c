@@ -173,24 +173,6 @@ static bool quant_same(const attn_case *c, attn_push ap, const float *q, uint8_t
     return same;
 }
 
-/* The device's int8 blocks of n values against the CPU quantizer's of v: blocks that differ */
-static int blocks_differ(const float *v, size_t n, const uint32_t *q, const float *s8, const float *m8) {
-    const size_t nb = n / 32;
-    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
-    bs_type_get(BS_Q8_0)->act_from_float(v, cq, (int64_t)n);
-    bs_type_get(BS_Q4_1)->act_from_float(v, c1, (int64_t)n);
-    int d = 0;
-    for (size_t b = 0; b < nb; b++) {
-        uint16_t h, h1;
-        memcpy(&h, cq + b * 34, 2);
-        memcpy(&h1, c1 + b * 36 + 2, 2);
-        d += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, q + b * 8, 32) != 0 || bs_f16_to_f32(h1) != m8[b];
-    }
-    free(cq);
-    free(c1);
-    return d;
-}
-
 /* the epilogue rotating for a folded output product, against the plain epilogue's gated rows
  * rotated and quantized on the CPU */
 static bool rot_same(const attn_case *c, attn_push ap, const float *q, uint8_t *kc, uint8_t *vc, int block, bool signs) {
@@ -210,7 +192,7 @@ static bool rot_same(const attn_case *c, attn_push ap, const float *q, uint8_t *
     bool left = false;
     for (size_t i = 0; i < nr * HD / (size_t)block; i++) left |= bcnt[i] != 0;
     const bool same = !rc && z1 && z2 && !left && !memcmp(o1, o2, 4 * nr * HD) && !memcmp(xr + r0 * HD, rot, 4 * n) &&
-                      blocks_differ(rot, n, aq + 8 * b0, as + b0, am + b0) == 0;
+                      vk_test_blocks_differ(rot, n, aq + 8 * b0, as + b0, am + b0) == 0;
     free(o1); free(o2); free(xr); free(rot); free(as); free(am); free(sg); free(aq); free(bcnt);
     return same;
 }

@@ -283,21 +283,7 @@ static bs_vk_matrix *matrix(int type, int64_t cols, int64_t rows) {
 
 /* The device's int8 blocks of `tot` values against the CPU quantizer's of v: blocks that differ */
 static int blocks_differ(const float *v, size_t tot, const bs_vk_epilogue *e) {
-    const size_t nb = tot / 32;
-    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
-    bs_type_get(BS_Q8_0)->act_from_float(v, cq, (int64_t)tot);
-    bs_type_get(BS_Q4_1)->act_from_float(v, c1, (int64_t)tot);
-    int dq = 0;
-    for (size_t b = 0; b < nb; b++) {
-        uint16_t h, h1;
-        memcpy(&h, cq + b * 34, 2);
-        memcpy(&h1, c1 + b * 36 + 2, 2);
-        dq += bs_f16_to_f32(h) != e->scales[b] || memcmp(cq + b * 34 + 2, e->codes + b * 32, 32) != 0 ||
-              bs_f16_to_f32(h1) != e->sums[b];
-    }
-    free(cq);
-    free(c1);
-    return dq;
+    return vk_test_blocks_differ(v, tot, e->codes, e->scales, e->sums);
 }
 
 static int values_differ(const float *a, const float *b, size_t n) {

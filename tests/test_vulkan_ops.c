@@ -150,20 +150,11 @@ static void check_norm_rot(int d, int block, bool signs, int n) {
     bs_rotate_rows(&R, y, rot, n, NULL);
     int dy = 0, dr = 0, dq = 0;
     for (size_t i = 0; i < tot; i++) dy += y[i] != ref[i], dr += xr[i] != rot[i];
-    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
-    bs_type_get(BS_Q8_0)->act_from_float(rot, cq, (int64_t)tot);
-    bs_type_get(BS_Q4_1)->act_from_float(rot, c1, (int64_t)tot);
-    for (size_t b = 0; b < nb; b++) {
-        uint16_t h, h1;
-        memcpy(&h, cq + b * 34, 2);
-        memcpy(&h1, c1 + b * 36 + 2, 2);
-        dq += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, q + b * 32, 32) != 0 || bs_f16_to_f32(h1) != m8[b];
-    }
+    dq = vk_test_blocks_differ(rot, tot, q, s8, m8);
     CHECKF(dy == 0 && dr == 0 && dq == 0,
            "rotating norm d %d block %d%s, %d rows: %d normed, %d rotated values, %d blocks differ from the CPU's", d, block,
            signs ? " signed" : "", n, dy, dr, dq);
     free(x); free(r); free(w); free(y); free(xr); free(sg); free(s8); free(m8); free(sum); free(q); free(ref); free(rot);
-    free(cq); free(c1);
 }
 
 /* --- mv_f32n.comp ---------------------------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #ifndef BS_VK_TEST_H
 #define BS_VK_TEST_H
 
+#include "formats/quant.h"
 #include "io/util.h"
 #include "vulkan/backend.h"
 #include "test.h"
@@ -58,6 +59,27 @@ static inline int vk_test_models(const char *name, const char *const *models, in
     }
     CHECKF(bs_vk_validation_messages() == 0, "%d validation messages", bs_vk_validation_messages());
     return test_summary(name);
+}
+
+/* The int8 blocks a kernel made of n values (codes 32 bytes a block, scales and Q8_1 sums a
+ * float each) against the CPU quantizer's of v (Q8_0's, Q4_1's activation sums): how many
+ * blocks differ (test_vulkan_kernels, test_vulkan_attn: the rotating epilogues). */
+static inline int vk_test_blocks_differ(const float *v, size_t n, const void *codes, const float *s8, const float *m8) {
+    const size_t nb = n / 32;
+    uint8_t *cq = malloc(nb * 34), *c1 = malloc(nb * 36);
+    bs_type_get(BS_Q8_0)->act_from_float(v, cq, (int64_t)n);
+    bs_type_get(BS_Q4_1)->act_from_float(v, c1, (int64_t)n);
+    int d = 0;
+    for (size_t b = 0; b < nb; b++) {
+        uint16_t h, h1;
+        memcpy(&h, cq + b * 34, 2);
+        memcpy(&h1, c1 + b * 36 + 2, 2);
+        d += bs_f16_to_f32(h) != s8[b] || memcmp(cq + b * 34 + 2, (const uint8_t *)codes + b * 32, 32) != 0 ||
+             bs_f16_to_f32(h1) != m8[b];
+    }
+    free(cq);
+    free(c1);
+    return d;
 }
 
 #endif
