@@ -292,7 +292,7 @@ static int values_differ(const float *a, const float *b, size_t n) {
     return d;
 }
 
-typedef struct epi_mem { bs_vk_epilogue e; float sg[32768]; } epi_mem;
+typedef struct epi_mem { bs_vk_epilogue e; float *sg; } epi_mem;
 
 /* Outputs of n rows of E (and a fold of `block` over E, signs or not; block 0: none) */
 static epi_mem *epi_new(int64_t E, int n, int block, bool signs) {
@@ -303,6 +303,7 @@ static epi_mem *epi_new(int64_t E, int n, int block, bool signs) {
     m->e.codes = calloc(tot, 1);
     m->e.scales = calloc(tot / 32, 4);
     m->e.sums = calloc(tot / 32, 4);
+    m->sg = malloc(sizeof *m->sg * (size_t)E);
     for (int64_t i = 0; i < E; i++) m->sg[i] = bs_rng_normal(&rng) < 0 ? -1.0f : 1.0f;
     if (block) {
         bs_vk_fold *f = calloc(1, sizeof *f);
@@ -313,7 +314,7 @@ static epi_mem *epi_new(int64_t E, int n, int block, bool signs) {
 }
 
 static void epi_free(epi_mem *m) {
-    free(m->e.out); free(m->e.xr); free(m->e.codes); free(m->e.scales); free(m->e.sums); free((void *)m->e.fold);
+    free(m->e.out); free(m->e.xr); free(m->e.codes); free(m->e.scales); free(m->e.sums); free((void *)m->e.fold); free(m->sg);
     free(m);
 }
 

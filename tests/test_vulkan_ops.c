@@ -599,16 +599,17 @@ static void check_delta_norm(int nk, int nv, int dk, int dv, int T) {
     float spare[3][4] = {{0}};   /* bindings 13-15: the rotation's (unused without a fold) */
     void *d1[16] = {cc, alpha, braw, st, y, gates, w, z, q, s8, m8, cnt, unbound, spare[0], spare[1], spare[2]};
     size_t b1[16] = {4 * nc, 4u * T * nv, 4u * T * nv, 4 * ns, 4 * no, 8u * nv, 4u * dv, 4 * no, 32 * nb, 4 * nb, 4 * nb, 4u * nv, 16, 16, 16, 16};
-    CHECK(bs_vk_kernel_run(C, "delta_norm", d1, b1, 16, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
+    /* ("delta_norm" alone names the rotating pipeline: the plain one, which unfolded models run) */
+    CHECK(bs_vk_kernel_run(C, "delta_norm/gdn delta+norm", d1, b1, 16, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, 1) == 0);
     void *before[16] = {NULL, NULL, NULL, st2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     static const int outs[6] = {3, 4, 8, 9, 10, 11};
     if (C_spread)   /* outputs, blocks, state and counters with the sums spread the other way */
-        CHECKF(same_run(C_spread, "delta_norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
+        CHECKF(same_run(C_spread, "delta_norm/gdn delta+norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C_spread, dv), 1,
                         before, 3, -1),
                "delta+norm %d/%d heads of %d/%d, %d tokens: spread %d and %d differ", nk, nv, dk, dv, T,
                bs_vk_delta_spread(C), bs_vk_delta_spread(C_spread));
     p.from_in = 1;   /* from the pair's other buffer (a snapshot's step): the same bits, that buffer kept */
-    CHECKF(same_run(C, "delta_norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, before, 3, 12),
+    CHECKF(same_run(C, "delta_norm/gdn delta+norm", d1, b1, 16, outs, 6, &p, sizeof p, (uint32_t)nv * delta_groups(C, dv), 1, before, 3, 12),
            "delta+norm %d/%d heads of %d/%d, %d tokens: the state read from the other buffer differs", nk, nv, dk, dv, T);
     for (int h = 0; h < nv; h++) CHECKF(cnt[h] == 0, "delta_norm left head %d's counter at %u", h, cnt[h]);
     free(cnt);

@@ -5,6 +5,7 @@
 #include "vulkan/vk_internal.h"
 #include "io/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 enum { EB_D, EB_DQ, EB_DS, EB_DM, EB_X, EB_NW, EB_OUT, EB_XR, EB_Q, EB_S, EB_M, EB_CNT, EB_COUNT };
@@ -56,9 +57,16 @@ static int epi_run(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_matrix *up, 
                                       &b[EB_CNT], rot, &b[EB_XR]);
         if (c->recording) rc = bs_vk_submit(c) || rc;
     }
-    if (!rc) rc = epi_read(c, b, E, n, up ? &(bs_vk_epilogue){.out = e->out, .xr = e->xr, .codes = e->codes,
-                                                              .scales = e->scales, .sums = e->sums}
-                                          : e, rot != NULL);
+    const bs_vk_epilogue glu_out = {.out = e->out, .xr = e->xr, .codes = e->codes, .scales = e->scales, .sums = e->sums};
+    if (!rc) rc = epi_read(c, b, E, n, up ? &glu_out : e, rot != NULL);
+    if (!rc) {   /* the epilogues leave their counters at 0 (the forward's are shared by every step) */
+        const size_t nc = (size_t)BS_MAX(8, E / 32);
+        uint32_t *cnt = bs_xmalloc(4 * nc);
+        rc = bs_vk_buf_read(c, &b[EB_CNT], 0, cnt, 4 * nc);
+        for (size_t i = 0; i < nc && !rc; i++)
+            if (cnt[i]) rc = bs_error("Vulkan epilogue: counter %zu left at %u", i, cnt[i]);
+        free(cnt);
+    }
     for (int i = 0; i < EB_COUNT; i++) bs_vk_buf_free(c, &b[i]);
     bs_vk_rots_free(c, rots, n_rot);
     return rc ? -1 : 0;

@@ -585,7 +585,7 @@ static const bs_vk_rot *attn_rotates(const bs_vk_sess *s, const vk_layer *L, int
     const bs_vk_matrix *Wo = L->wo;
     const bs_vk_rot *r = Wo->rot;
     const uint32_t W = (uint32_t)(s->net->hp.n_head * s->net->hp.head_dim);
-    return r && !pt && n <= 8 && s->n_chunk > 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->lora &&
+    return r && !pt && n <= BS_VK_EPI_ROWS && s->n_chunk > 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->lora &&
                    s->net->hp.head_dim % 32 == 0 && !s->net->no_attq && !s->net->no_normrot && !r->inverse && !r->hd &&
                    r->width == W && r->block >= 32 && r->block <= BS_VK_NORM_ROT_MAX && W % r->block == 0
                ? r
@@ -686,7 +686,7 @@ static int ffn(bs_vk_sess *s, const vk_layer *L, int n, const bs_vk_buf *nw, con
             bs_vk_barrier(c);
         }
         const bs_vk_buf *q2[3] = {&s->aq2, &s->as2, &s->am2};
-        if (!s->net->no_gluq && Wd->rot && !Wd->lora && !Wd->act && Wd->kernel != BS_VK_K_MV_F32 &&
+        if (!s->net->no_gluq && !s->net->no_normrot && Wd->rot && !Wd->lora && !Wd->act && Wd->kernel != BS_VK_K_MV_F32 &&
             bs_vk_glu_rotates(L->ffn_gate, Wd->rot, n)) {
             TRY(bs_vk_record_glu_rot(c, L->ffn_gate, L->ffn_up, &s->aq, &s->as, &s->am, n, &s->a, q2, Wd->rot, &s->xrot, &s->cnt));
             bs_vk_barrier(c);

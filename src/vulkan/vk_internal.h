@@ -338,6 +338,9 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
  * rows rotated into xr and quantized into qout by each block's last workgroup (cnt: zeroed
  * counters, one per rotation block, left zeroed): rotate.comp's bits. */
 bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n);
+/* the rows the last-workgroup epilogues take (one row group: their counters, the session's
+   counter buffer sized for it) */
+enum { BS_VK_EPI_ROWS = 8 };
 int bs_vk_record_glu_rot(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq,
                          const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout,
                          const bs_vk_rot *rot, const bs_vk_buf *xr, const bs_vk_buf *cnt);

@@ -587,8 +587,9 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
                          int n, const bs_vk_buf *x, const bs_vk_buf *nw, float eps, const bs_vk_buf *xn,
                          const bs_vk_buf *const *qout, const bs_vk_buf *cnt, const bs_vk_rot *rot, const bs_vk_buf *xr) {
     if (!bs_vk_norm_fusable(m) || m->ne1 % 32) return bs_error("Vulkan: %s: no norm in this product's epilogue", m->name ? m->name : "matrix");
-    if (rot && (n > 8 || !bs_vk_norm_rotates(rot, (uint32_t)m->ne1)))
+    if (rot && (n > BS_VK_EPI_ROWS || !bs_vk_norm_rotates(rot, (uint32_t)m->ne1) || !xr))
         return bs_error("Vulkan: %s: no rotation in this product's epilogue", m->name ? m->name : "matrix");
+    if (!qout || !xn || !cnt || !nw) return bs_error("Vulkan: %s: the norm's epilogue needs its buffers", m->name ? m->name : "matrix");
     const bs_vk_mat_part *p = &m->parts[0];
     mvqr_push qp = {.q = mvq_single(m, p, n)};
     qp.q.eps = eps;
@@ -608,7 +609,7 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
  * split rows a workgroup, both powers of two), whole 32-blocks, one row group (the counters). */
 bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n) {
     const uint32_t per = 256u / (uint32_t)gate->split;
-    return rot && n <= 8 && !rot->inverse && !rot->hd && rot->width == (uint32_t)gate->ne1 && rot->block >= 32 &&
+    return rot && n <= BS_VK_EPI_ROWS && !rot->inverse && !rot->hd && rot->width == (uint32_t)gate->ne1 && rot->block >= 32 &&
            rot->block <= BS_VK_NORM_ROT_MAX && (rot->block & (rot->block - 1)) == 0 && gate->ne1 % rot->block == 0 &&
            (per % rot->block == 0 || rot->block % per == 0);
 }
@@ -616,7 +617,7 @@ bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n) {
 int bs_vk_record_glu_rot(bs_vk_ctx *c, const bs_vk_matrix *gate, const bs_vk_matrix *up, const bs_vk_buf *aq,
                          const bs_vk_buf *as, const bs_vk_buf *am, int n, const bs_vk_buf *y, const bs_vk_buf *const *qout,
                          const bs_vk_rot *rot, const bs_vk_buf *xr, const bs_vk_buf *cnt) {
-    if (!bs_vk_glu_fusable(c, gate, up) || !bs_vk_glu_rotates(gate, rot, n))
+    if (!bs_vk_glu_fusable(c, gate, up) || !bs_vk_glu_rotates(gate, rot, n) || !qout || !xr || !cnt)
         return bs_error("Vulkan: %s: no rotation in this GLU's epilogue", gate->name ? gate->name : "matrix");
     const bs_vk_mat_part *g = &gate->parts[0], *u = &up->parts[0];
     const mvqr_push qp = {mvq_single(gate, g, n), rot->block, rot->has_signs, rot->scale};

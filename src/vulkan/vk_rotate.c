@@ -44,13 +44,18 @@ bool bs_vk_fold_same(const bs_vk_fold *a, const bs_vk_fold *b) {
            a->perm_hd == b->perm_hd && (a->perm_hd <= 0 || (a->perm_nk == b->perm_nk && a->perm_rep == b->perm_rep));
 }
 
+/* (the epilogues' butterflies and shared memory: a power of two in [2, 2048] dividing the width) */
+static bool block_fits(const bs_vk_rot *r) {
+    return r->block >= 2 && r->block <= BS_VK_NORM_ROT_MAX && (r->block & (r->block - 1)) == 0 && r->width % r->block == 0;
+}
+
 bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d) {
-    return r && !r->inverse && !r->hd && r->width == d && r->block <= BS_VK_NORM_ROT_MAX && d % r->block == 0;
+    return r && !r->inverse && !r->hd && r->width == d && block_fits(r);
 }
 
 bool bs_vk_heads_rotate(const bs_vk_rot *r, uint32_t nv, uint32_t dv) {
-    return r && !r->inverse && dv && r->width == nv * dv && r->block % 32 == 0 && r->block <= BS_VK_NORM_ROT_MAX &&
-           r->block % dv == 0 && (!r->hd || (r->hd == dv && r->nk * r->rep == nv));
+    return r && !r->inverse && dv && r->width == nv * dv && block_fits(r) && r->block % 32 == 0 && r->block % dv == 0 &&
+           (!r->hd || (r->hd == dv && r->nk * r->rep == nv));
 }
 
 void bs_vk_rots_free(bs_vk_ctx *c, bs_vk_rot *rots, int n) {

@@ -63,7 +63,7 @@ bs_vk_sess *bs_vk_sess_alloc(bs_vk_net *net, int n_ctx, int B_rows, int logit_ro
     s->wq = zmax(zmax(E, ff), zmax(vdim, H * D));   /* widest product input */
     /* the epilogues' counters: the norming products' one per 8 rows; the rotating ones' one per
        block of at least 32 (the GLU's and DeltaNet's over one row group, attention's per row) */
-    const size_t cnt_bytes = 4 * zmax(zmax(CNT_GROUPS, ff / 32), zmax(vdim / 32, 8 * H * D / 32));
+    const size_t cnt_bytes = 4 * zmax(zmax(CNT_GROUPS, ff / 32), zmax(vdim / 32, BS_VK_EPI_ROWS * H * D / 32));
     const uint64_t kv_bytes = (uint64_t)n_ctx * Hkv * D * (kv_f32 ? 4 : 2), sc_bytes = 4u * B * H * (uint64_t)n_ctx;
     const uint64_t lg_bytes = 4u * (uint64_t)logit_rows * (uint64_t)hp->n_vocab;
     if (kv_bytes > c->max_binding || sc_bytes > c->max_binding || lg_bytes > c->max_binding) {

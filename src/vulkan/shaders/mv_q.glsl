@@ -23,7 +23,8 @@
 // bound but never read.
 // QOUT (spec constant 3, with GLU): the output rows also quantized to int8 32-blocks for the
 // next product (q8.glsl, the bits of quant_q8.comp) into bindings 11-13; a workgroup holds whole
-// blocks (256 / split >= 32 rows, the layout's rows a multiple of 32).
+// blocks (256 / split >= 32 rows, the layout's rows a multiple of 32); with ROT, below, each
+// rotation block's last workgroup makes them instead.
 // NORM_OUT (spec constant 4): y is the residual stream: each product is added to its element
 // (y + W x: norm.comp's residual add, the same bits), and the last workgroup of the 8 activation
 // rows to finish (counter cnt, binding 16, left at 0) RMS-norms those rows with the weight nw
