@@ -586,8 +586,8 @@ static const bs_vk_rot *attn_rotates(const bs_vk_sess *s, const vk_layer *L, int
     const bs_vk_rot *r = Wo->rot;
     const uint32_t W = (uint32_t)(s->net->hp.n_head * s->net->hp.head_dim);
     return r && !pt && n <= BS_VK_EPI_ROWS && s->n_chunk > 0 && Wo->kernel != BS_VK_K_MV_F32 && !Wo->act && !Wo->lora &&
-                   s->net->hp.head_dim % 32 == 0 && !s->net->no_attq && !s->net->no_normrot && !r->inverse && !r->hd &&
-                   r->width == W && r->block >= 32 && r->block <= BS_VK_NORM_ROT_MAX && W % r->block == 0
+                   s->net->hp.head_dim % 32 == 0 && !s->net->no_attq && !s->net->no_normrot && bs_vk_norm_rotates(r, W) &&
+                   r->block >= 32
                ? r
                : NULL;
 }

@@ -443,7 +443,7 @@ typedef struct norm_push {
 enum { NORM_ADD = 1, NORM_QUANT = 2, NORM_GATE = 4, NORM_ROT = 8 };
 enum { BS_VK_NORM_ROT_MAX = 2048 };   /* norm.comp's ROT_MAX (BS_VK_K_NORM_ROT) */
 /* Whether norm.comp can rotate rows of d by r in its epilogue (a forward fold without regrouping,
- * blocks it holds). */
+ * blocks it holds); the other epilogues' guards start from it. */
 bool bs_vk_norm_rotates(const bs_vk_rot *r, uint32_t d);
 /* Whether delta_norm.comp can rotate its nv heads of dv by r for the product after it (a forward
  * fold over them all, blocks of whole heads it holds, the V heads regrouped or not). */

@@ -609,8 +609,7 @@ int bs_vk_record_mv_norm(bs_vk_ctx *c, const bs_vk_matrix *m, const bs_vk_buf *a
  * split rows a workgroup, both powers of two), whole 32-blocks, one row group (the counters). */
 bool bs_vk_glu_rotates(const bs_vk_matrix *gate, const bs_vk_rot *rot, int n) {
     const uint32_t per = 256u / (uint32_t)gate->split;
-    return rot && n <= BS_VK_EPI_ROWS && !rot->inverse && !rot->hd && rot->width == (uint32_t)gate->ne1 && rot->block >= 32 &&
-           rot->block <= BS_VK_NORM_ROT_MAX && (rot->block & (rot->block - 1)) == 0 && gate->ne1 % rot->block == 0 &&
+    return n <= BS_VK_EPI_ROWS && bs_vk_norm_rotates(rot, (uint32_t)gate->ne1) && rot->block >= 32 &&
            (per % rot->block == 0 || rot->block % per == 0);
 }
 
